@@ -1,1 +1,1 @@
-"""optrace.rules"""
+"""optrace.rules: planning rules (see rules/base.py for the framework)."""

@@ -1,0 +1,355 @@
+"""Operator analysis: parse the include tree, index functions, build the call graph.
+
+`analyse_operator` is the engine's front door: directory in, `Analysis` out. It reads
+files and nothing else; the trace tree is built from it by `optrace.engine.planner`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import networkx as nx
+from optrace.engine.config import Config, load_config
+from optrace.engine.cpp import (
+    CodeIndex,
+    FunctionDef,
+    ParsedFile,
+    base_type_name,
+    iter_nodes,
+    local_types,
+    new_parser,
+    parse_file,
+    text_of,
+)
+from optrace.engine.diagnostics import Diagnostic, InputError, Severity
+from optrace.engine.discovery import Layers, default_repo_root, discover
+from optrace.engine.includes import IncludeGraph, build_include_graph
+from optrace.engine.model import ExistingPoint
+from optrace.engine.source import blank_comments, decode, normalise, qualifier_macros
+from tree_sitter import Node
+
+# Device primitives that block until another core / rank arrives: phase boundaries.
+BLOCKING_PRIMITIVES = frozenset(
+    {
+        "CrossCoreWaitFlag",
+        "SyncAll",
+        "CrossCoreBarrier",
+        "IBWait",
+        "WaitEvent",
+        "HcclWait",
+        "Wait",
+        "SyncAllCores",
+    }
+)
+HOT_WORDS = ("dequant", "deq", "quant", "wait", "sync", "send", "recv", "receive", "copy",
+             "barrier")
+_EXISTING_RE = re.compile(
+    rb'MoeTracing\s*(?:<[^>]*>)?\s*\(\s*TRACE_POINT\s*\(\s*"([^"]*)"\s*,\s*"([BE])"\s*\)'
+)
+
+
+@dataclass
+class CallSite:
+    node: Node
+    name: str
+    callees: list[FunctionDef]
+
+
+@dataclass
+class Analysis:
+    layers: Layers
+    config: Config
+    includes: IncludeGraph
+    parsed: dict[Path, ParsedFile]
+    index: CodeIndex
+    callgraph: nx.DiGraph
+    entry_fn: FunctionDef
+    mixed: bool
+    kernel_cores: frozenset[str]
+    existing: list[ExistingPoint] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    phase_work: set[str] = field(default_factory=set)
+    # function id -> number of call sites reaching it (over reachable code)
+    call_counts: dict[str, int] = field(default_factory=dict)
+    _locals: dict[str, dict[str, str]] = field(default_factory=dict)
+    _calls: dict[int, CallSite] = field(default_factory=dict)
+
+    # --- per-function facts ---------------------------------------------------------
+    def locals_of(self, fn: FunctionDef) -> dict[str, str]:
+        if fn.id not in self._locals:
+            self._locals[fn.id] = local_types(fn.src, fn)
+        return self._locals[fn.id]
+
+    def call_site(self, fn: FunctionDef, call: Node) -> CallSite:
+        key = call.id
+        site = self._calls.get(key)
+        if site is None:
+            name, callees = resolve_call(self, fn, call)
+            site = CallSite(call, name, callees)
+            self._calls[key] = site
+        return site
+
+    def is_substantial(self, fn: FunctionDef) -> bool:
+        """Worth its own region: does phase work (transitively), or has real size."""
+        if fn.id in self.phase_work:
+            return True
+        stmts = sum(1 for _ in iter_nodes(fn.body, {"expression_statement"}))
+        has_loop = any(True for _ in iter_nodes(fn.body, {"for_statement", "while_statement",
+                                                          "do_statement", "for_range_loop"}))
+        return stmts >= 8 or (has_loop and stmts >= 3)
+
+
+def callee_name(src_text: str) -> str:
+    return base_type_name(src_text) if "<" in src_text else src_text.split("::")[-1].strip()
+
+
+def resolve_call(an: Analysis, fn: FunctionDef, call: Node) -> tuple[str, list[FunctionDef]]:
+    """The project functions a call expression may reach (empty for intrinsics)."""
+    idx = an.index
+    src = fn.src
+    func = call.child_by_field_name("function")
+    if func is None:
+        return "", []
+    if func.type == "field_expression":
+        arg = func.child_by_field_name("argument")
+        field_node = func.child_by_field_name("field")
+        if field_node is None or arg is None:
+            return "", []
+        name = text_of(src, field_node)
+        if field_node.type == "template_method":
+            inner = field_node.child_by_field_name("name")
+            name = text_of(src, inner) if inner is not None else name
+        name = name.replace("template ", "").strip()
+        if name.startswith("operator__"):
+            name = "operator()"
+        recv = text_of(src, arg).strip()
+        classes: set[str] = set()
+        if recv == "this":
+            classes = {fn.scope}
+        else:
+            recv_name = recv.lstrip("*&(").split("->")[-1].split(".")[-1].rstrip(")")
+            tname = an.locals_of(fn).get(recv_name)
+            if tname is None and fn.scope in idx.classes:
+                tname = idx.classes[fn.scope].fields.get(recv_name)
+            if tname is not None:
+                classes = idx.resolve_class(tname, fn.scope)
+        if classes:
+            return name, idx.methods(classes, name)
+        # Unknown receiver: accept only a method name defined in exactly one class.
+        cands = [f for f in idx.by_name.get(name, ()) if f.scope]
+        if len({f.scope for f in cands}) == 1 and name not in ("Init", "Process", "operator()"):
+            return name, cands
+        return name, []
+    if func.type == "identifier":
+        name = text_of(src, func)
+        # `gemm(params)` on an object of a known class: its operator().
+        tname = an.locals_of(fn).get(name)
+        if tname is None and fn.scope in idx.classes:
+            tname = idx.classes[fn.scope].fields.get(name)
+        if tname is not None:
+            classes = idx.resolve_class(tname, fn.scope)
+            if classes:
+                return name, idx.methods(classes, "operator()")
+        cands = idx.by_name.get(name, [])
+        same_scope = [f for f in cands if f.scope == fn.scope]
+        return name, same_scope or [f for f in cands if not f.scope]
+    if func.type in ("qualified_identifier", "template_function"):
+        spelled = text_of(src, func)
+        name = callee_name(spelled)
+        scope_part = spelled.split("<")[0]
+        scope = scope_part.split("::")[-2] if scope_part.count("::") >= 1 else ""
+        cands = idx.by_name.get(name, [])
+        if scope and any(f.scope == scope for f in cands):
+            return name, [f for f in cands if f.scope == scope]
+        same = [f for f in cands if f.scope in ("", fn.scope)]
+        return name, same
+    return "", []
+
+
+def _collect_existing(an: Analysis) -> None:
+    for path, parsed in an.parsed.items():
+        code = blank_comments(parsed.src.raw)
+        for m in _EXISTING_RE.finditer(code):
+            line = parsed.src.line_of(m.start())
+            owner = None
+            for fn in an.index.functions.values():
+                if fn.src.path == path and fn.body.start_byte <= m.start() < fn.body.end_byte:
+                    owner = fn.id
+            an.existing.append(
+                ExistingPoint(decode(m.group(1)), decode(m.group(2)), path, line, owner)
+            )
+
+
+def _kernel_cores(an_files: dict[Path, ParsedFile], entry_src: bytes) -> tuple[bool, frozenset[str]]:
+    entry_code = blank_comments(entry_src)
+    if b"KERNEL_TYPE_AIV_ONLY" in entry_code:
+        return False, frozenset({"AIV"})
+    if b"KERNEL_TYPE_AIC_ONLY" in entry_code:
+        return False, frozenset({"AIC"})
+    if b"KERNEL_TYPE_MIX" in entry_code:
+        return True, frozenset({"AIC", "AIV"})
+    markers = re.compile(rb"operator\s*\(\s*\)\s*<\s*(?:AscendC::)?AI[CV]|g_coreType|ASCEND_IS_AIC")
+    for parsed in an_files.values():
+        if markers.search(blank_comments(parsed.src.raw)):
+            return True, frozenset({"AIC", "AIV"})
+    return False, frozenset({"AIV"})
+
+
+def analyse_operator(op_dir: Path, repo_root: Path | None = None) -> Analysis:
+    """Discover, parse and index one operator. Raises InputError on unusable input."""
+    op_dir = op_dir.resolve()
+    root = (repo_root or default_repo_root(op_dir)).resolve()
+    config = load_config(root, op_dir)
+    layers = discover(op_dir, root, config)
+    assert layers.entry is not None and layers.kernel_dir is not None
+    include_dirs = (*config.include_dirs, layers.kernel_dir, op_dir)
+    includes = build_include_graph(layers.entry.path.resolve(), include_dirs)
+    diagnostics = list(layers.diagnostics) + list(includes.diagnostics)
+    if layers.entry.path.resolve() not in includes.files:
+        bad = includes.diagnostics[0] if includes.diagnostics else Diagnostic(
+            "OT011", "cannot read the kernel entry", layers.entry.path, 0, Severity.ERROR
+        )
+        raise InputError(bad)
+
+    # Qualifier-like macros anywhere in the tree are blanked everywhere.
+    blank = set(config.qualifiers)
+    for src in includes.files.values():
+        blank |= qualifier_macros(src.raw, config.qualifiers)
+    parser = new_parser()
+    parsed: dict[Path, ParsedFile] = {}
+    index = CodeIndex()
+    for path, src in includes.files.items():
+        src.text = normalise(src.raw, blank)
+        pf = parse_file(parser, src)
+        parsed[path] = pf
+        if pf.error_lines:
+            diagnostics.append(
+                Diagnostic(
+                    "OT020",
+                    f"does not fully parse ({len(pf.error_lines)} region(s)); "
+                    "analysis continues with what parsed",
+                    path,
+                    pf.error_lines[0],
+                    Severity.WARNING,
+                )
+            )
+        index.add_file(pf)
+    for includer, line, target in includes.missing:
+        diagnostics.append(
+            Diagnostic("OT021", f"header not found: \"{target}\" (absent submodule?)", includer,
+                       line, Severity.INFO)
+        )
+
+    entry_path = layers.entry.path.resolve()
+    entry_fn = _find_entry_fn(index, entry_path, layers.entry.line)
+    if entry_fn is None:
+        raise InputError(
+            Diagnostic("OT010", f"kernel entry `{layers.entry.name}` could not be parsed",
+                       entry_path, layers.entry.line, Severity.ERROR)
+        )
+    mixed, cores = _kernel_cores(parsed, includes.files[entry_path].raw)
+    an = Analysis(layers, config, includes, parsed, index, nx.DiGraph(), entry_fn, mixed, cores,
+                  diagnostics=diagnostics)
+    _build_callgraph(an)
+    _collect_existing(an)
+    return an
+
+
+def _find_entry_fn(index: CodeIndex, path: Path, line: int) -> FunctionDef | None:
+    for fn in index.functions.values():
+        if fn.src.path == path and fn.line == line:
+            return fn
+    return None
+
+
+def _build_callgraph(an: Analysis) -> None:
+    """Edges caller -> callee over every reachable function; marks phase work."""
+    g = an.callgraph
+    hot: set[str] = set()
+    todo = [an.entry_fn]
+    seen: set[str] = set()
+    while todo:
+        fn = todo.pop()
+        if fn.id in seen:
+            continue
+        seen.add(fn.id)
+        g.add_node(fn.id, label=fn.display, file=str(fn.src.path), line=fn.line)
+        # A hot name marks phase work only with real content: `SyncFunc` wrapping one
+        # intra-core SetFlag/WaitFlag pair is pipeline plumbing, not a phase boundary.
+        named_hot = any(w in _words(fn.name) for w in ("wait", "sync", "send", "recv", "receive",
+                                                      "barrier"))
+        if named_hot and _has_content(fn):
+            hot.add(fn.id)
+        for call in iter_nodes(fn.body, {"call_expression"}):
+            site = an.call_site(fn, call)
+            if site.name in BLOCKING_PRIMITIVES and not site.callees:
+                hot.add(fn.id)
+            for callee in site.callees:
+                if callee.id == fn.id:
+                    continue
+                g.add_edge(fn.id, callee.id, line=fn.src.line_of(call.start_byte))
+                an.call_counts[callee.id] = an.call_counts.get(callee.id, 0) + 1
+                todo.append(callee)
+        for loop in iter_nodes(fn.body, {"while_statement", "do_statement", "for_statement"}):
+            if is_spin_loop(an, fn, loop):
+                hot.add(fn.id)
+    reverse = g.reverse(copy=False)
+    work: set[str] = set()
+    for h in hot:
+        work.add(h)
+        work |= nx.descendants(reverse, h)
+    an.phase_work = work
+
+
+def _has_content(fn: FunctionDef) -> bool:
+    stmts = sum(1 for _ in iter_nodes(fn.body, {"expression_statement"}))
+    loops = any(True for _ in iter_nodes(fn.body, {"for_statement", "while_statement",
+                                                   "do_statement", "for_range_loop"}))
+    return loops or stmts >= 4
+
+
+def _words(name: str) -> list[str]:
+    return kebab(name).split("-")
+
+
+def kebab(name: str) -> str:
+    """`SendTokenCount` / `send_token_count` / `GMM1Finished` -> `send-token-count` ..."""
+    name = name.strip("_")
+    name = re.sub(r"^(m_|g_)", "", name)
+    s = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1-\2", name)
+    s = re.sub(r"([a-z0-9])([A-Z])", r"\1-\2", s)
+    s = re.sub(r"[^A-Za-z0-9]+", "-", s).strip("-").lower()
+    return re.sub(r"-{2,}", "-", s)
+
+
+_SPIN_HINT = re.compile(r"flag|ready|status|state|signal|spin|wait|expect|arriv", re.I)
+
+
+def is_spin_loop(an: Analysis, fn: FunctionDef, loop: Node) -> bool:
+    """A busy-wait: no nested loop, no substantial call, polls a flag until it breaks out."""
+    if loop.type not in ("while_statement", "do_statement", "for_statement"):
+        return False
+    body = loop.child_by_field_name("body")
+    if body is None:
+        return False
+    if any(n is not loop for n in iter_nodes(body, {"for_statement", "while_statement",
+                                                    "do_statement", "for_range_loop"})):
+        return False
+    cond = loop.child_by_field_name("condition")
+    cond_text = text_of(fn.src, cond) if cond is not None else ""
+    body_text = text_of(fn.src, body)
+    forever = cond is None or cond_text.strip("() ") in ("true", "1", "")
+    if loop.type == "for_statement" and loop.child_by_field_name("initializer") is not None:
+        return False
+    has_break = any(True for _ in iter_nodes(body, {"break_statement"}))
+    if forever and not has_break:
+        return False
+    if not _SPIN_HINT.search(cond_text + " " + body_text):
+        return False
+    for call in iter_nodes(body, {"call_expression"}):
+        site = an.call_site(fn, call)
+        if any(an.is_substantial(c) for c in site.callees if c.id != fn.id):
+            return False
+    return len(body_text) < 1200

@@ -1,0 +1,127 @@
+"""Per-repository configuration: `optrace.toml` or `[tool.optrace]` in `pyproject.toml`.
+
+Everything auto-detected can be overridden here; the schema is documented in
+docs/config.md.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from optrace.engine.diagnostics import Diagnostic, InputError, Severity
+from optrace.engine.source import DEFAULT_QUALIFIERS
+
+LAYER_KEYS = (
+    "entry",
+    "base_header",
+    "op_def",
+    "infer",
+    "tiling",
+    "aclnn",
+    "torch_adapter",
+    "registration",
+    "build_script",
+    "python_callers",
+)
+
+
+@dataclass
+class Config:
+    """Resolved settings for one repository."""
+
+    source: Path | None = None
+    qualifiers: tuple[str, ...] = DEFAULT_QUALIFIERS
+    include_dirs: tuple[Path, ...] = ()
+    # Layer name -> explicit files (relative paths resolved against the repo root).
+    layers: dict[str, tuple[Path, ...]] = field(default_factory=dict)
+    disabled_rules: frozenset[str] = frozenset()
+    rule_modules: tuple[str, ...] = ()
+    # Loop variable name or label -> trip count, for the buffer-capacity estimate.
+    trip_counts: dict[str, int] = field(default_factory=dict)
+    density_min: int = 10
+    density_max: int = 30
+    density_target: int = 30
+    max_depth: int = 7
+
+
+def find_config_file(repo_root: Path, op_dir: Path) -> tuple[Path, dict[str, object]] | None:
+    """`optrace.toml` in the operator dir, then the repo root; else pyproject's table."""
+    for base in (op_dir, repo_root):
+        candidate = base / "optrace.toml"
+        if candidate.is_file():
+            return candidate, _load_toml(candidate)
+    pyproject = repo_root / "pyproject.toml"
+    if pyproject.is_file():
+        data = _load_toml(pyproject)
+        tool = data.get("tool")
+        if isinstance(tool, dict) and isinstance(tool.get("optrace"), dict):
+            return pyproject, tool["optrace"]
+    return None
+
+
+def _load_toml(path: Path) -> dict[str, object]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        line = int(getattr(exc, "lineno", 0) or 0)
+        raise InputError(
+            Diagnostic("OT002", f"invalid TOML: {exc}", path, line, Severity.ERROR)
+        ) from exc
+    except OSError as exc:
+        raise InputError(
+            Diagnostic("OT001", f"cannot read: {exc.strerror}", path, 0, Severity.ERROR)
+        ) from exc
+
+
+def load_config(repo_root: Path, op_dir: Path) -> Config:
+    found = find_config_file(repo_root, op_dir)
+    if found is None:
+        return Config()
+    path, data = found
+
+    def bad(message: str) -> InputError:
+        return InputError(Diagnostic("OT003", message, path, 0, Severity.ERROR))
+
+    def str_list(key: str) -> list[str]:
+        value = data.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise bad(f"`{key}` must be a list of strings")
+        return list(value)
+
+    base = path.parent
+    cfg = Config(source=path)
+    extra_quals = str_list("qualifiers")
+    cfg.qualifiers = tuple(dict.fromkeys((*DEFAULT_QUALIFIERS, *extra_quals)))
+    cfg.include_dirs = tuple((base / p).resolve() for p in str_list("include_dirs"))
+    layers = data.get("layers", {})
+    if not isinstance(layers, dict):
+        raise bad("`layers` must be a table")
+    for key, value in layers.items():
+        if key not in LAYER_KEYS:
+            raise bad(f"unknown layer `{key}` (known: {', '.join(LAYER_KEYS)})")
+        paths = [value] if isinstance(value, str) else value
+        if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+            raise bad(f"`layers.{key}` must be a path or a list of paths")
+        cfg.layers[key] = tuple((base / p).resolve() for p in paths)
+    rules = data.get("rules", {})
+    if not isinstance(rules, dict):
+        raise bad("`rules` must be a table")
+    disable = rules.get("disable", [])
+    plugins = rules.get("modules", [])
+    if not isinstance(disable, list) or not isinstance(plugins, list):
+        raise bad("`rules.disable` and `rules.modules` must be lists")
+    cfg.disabled_rules = frozenset(str(d) for d in disable)
+    cfg.rule_modules = tuple(str(m) for m in plugins)
+    trips = data.get("trip_counts", {})
+    if not isinstance(trips, dict) or not all(isinstance(v, int) for v in trips.values()):
+        raise bad("`trip_counts` must map loop names to integers")
+    cfg.trip_counts = {str(k): int(v) for k, v in trips.items()}
+    density = data.get("density", {})
+    if isinstance(density, dict):
+        cfg.density_min = int(density.get("min", cfg.density_min))
+        cfg.density_max = int(density.get("max", cfg.density_max))
+        cfg.density_target = int(density.get("target", cfg.density_target))
+    return cfg

@@ -1,0 +1,375 @@
+"""C++ structure from tree-sitter: functions, classes, aliases, calls, loops.
+
+Works on the normalised text of `optrace.engine.source` (same offsets as the user's
+bytes). Names are kept unqualified: operator trees rarely reuse a class name across
+namespaces, and unresolved template types are matched by name (see `CodeIndex`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import tree_sitter_cpp
+from optrace.engine.source import (
+    CORE_MACRO_AIC,
+    CORE_MACRO_AIV,
+    SPECIALISED_CALL_PREFIX,
+    SourceFile,
+    decode,
+)
+from tree_sitter import Language, Node, Parser, Tree
+
+_LANGUAGE = Language(tree_sitter_cpp.language())
+
+LOOP_TYPES = frozenset({"for_statement", "for_range_loop", "while_statement", "do_statement"})
+_CLASS_TYPES = frozenset({"class_specifier", "struct_specifier", "union_specifier"})
+_IDENT_RE = re.compile(r"[A-Za-z_]\w*")
+
+
+def new_parser() -> Parser:
+    return Parser(_LANGUAGE)
+
+
+def text_of(src: SourceFile, node: Node) -> str:
+    return decode(src.text[node.start_byte : node.end_byte])
+
+
+def base_type_name(spelled: str) -> str:
+    """`typename Gemm::Kernel::Foo<A, B<C>>::Params const &` -> `Params`; `Foo<T>` -> `Foo`."""
+    depth = 0
+    out: list[str] = []
+    for ch in spelled:
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth = max(0, depth - 1)
+        elif depth == 0:
+            out.append(ch)
+    flat = "".join(out)
+    idents = [
+        w
+        for w in _IDENT_RE.findall(flat.split("::")[-1] if "::" in flat else flat)
+        if w not in {"const", "typename", "volatile", "struct", "class", "unsigned", "signed"}
+    ]
+    return idents[-1] if idents else ""
+
+
+def decode_specialisation(name: str) -> tuple[str, str | None]:
+    """Undo the `operator()<X>` rewrite: returns (`operator()`, core or spec text)."""
+    if not name.startswith(SPECIALISED_CALL_PREFIX):
+        return name, None
+    spec = name[len("operator___") :].strip("_")
+    if spec.endswith("AIC") or spec == "AIC":
+        return "operator()", "AIC"
+    if spec.endswith("AIV") or spec == "AIV":
+        return "operator()", "AIV"
+    return "operator()", spec
+
+
+@dataclass
+class FunctionDef:
+    """A function or method definition (with a body)."""
+
+    id: str
+    name: str
+    scope: str  # enclosing or qualifying class, "" for free functions
+    core: str | None  # "AIC" / "AIV" for operator()<AscendC::AIC/AIV> specialisations
+    src: SourceFile
+    node: Node  # the function_definition
+    body: Node
+    params: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def line(self) -> int:
+        return self.src.line_of(self.node.start_byte)
+
+    @property
+    def end_line(self) -> int:
+        return self.src.line_of(self.node.end_byte)
+
+    @property
+    def display(self) -> str:
+        base = f"{self.scope}::{self.name}" if self.scope else self.name
+        return f"{base}<{self.core}>" if self.core else base
+
+
+@dataclass
+class ClassInfo:
+    name: str
+    fields: dict[str, str] = field(default_factory=dict)
+    aliases: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class ParsedFile:
+    src: SourceFile
+    tree: Tree
+    error_lines: list[int]
+
+
+def parse_file(parser: Parser, src: SourceFile) -> ParsedFile:
+    tree = parser.parse(src.text)
+    errors: list[int] = []
+    if tree.root_node.has_error:
+        stack = [tree.root_node]
+        while stack and len(errors) < 50:
+            node = stack.pop()
+            if not node.has_error:
+                continue
+            if node.type == "ERROR" or node.is_missing:
+                errors.append(src.line_of(node.start_byte))
+                continue
+            stack.extend(reversed(node.children))
+    return ParsedFile(src, tree, sorted(set(errors)))
+
+
+def _declarator_name(node: Node | None) -> Node | None:
+    """Descend through pointer / reference / function declarators to the name node."""
+    while node is not None:
+        if node.type in (
+            "identifier",
+            "field_identifier",
+            "qualified_identifier",
+            "operator_name",
+            "template_function",
+            "destructor_name",
+            "type_identifier",
+        ):
+            return node
+        inner = node.child_by_field_name("declarator")
+        if inner is None:
+            # reference_declarator has no field name for its child
+            named = [c for c in node.named_children if c.type != "parameter_list"]
+            inner = named[-1] if named else None
+            if inner is node:
+                return None
+        node = inner
+    return None
+
+
+def _enclosing_class(node: Node, src: SourceFile) -> str:
+    parent = node.parent
+    while parent is not None:
+        if parent.type in _CLASS_TYPES:
+            name = parent.child_by_field_name("name")
+            return base_type_name(text_of(src, name)) if name is not None else ""
+        if parent.type in ("function_definition", "translation_unit"):
+            return ""
+        parent = parent.parent
+    return ""
+
+
+def _split_qualified(src: SourceFile, node: Node) -> tuple[str, str]:
+    """`Foo<T>::Bar` -> ("Foo", "Bar"); `Bar` -> ("", "Bar")."""
+    spelled = text_of(src, node)
+    if node.type == "qualified_identifier":
+        name_node = node.child_by_field_name("name")
+        scope_node = node.child_by_field_name("scope")
+        # Nested qualifiers: take the innermost scope before the final name.
+        while name_node is not None and name_node.type == "qualified_identifier":
+            scope_node = name_node.child_by_field_name("scope")
+            name_node = name_node.child_by_field_name("name")
+        name = text_of(src, name_node) if name_node is not None else spelled
+        scope = base_type_name(text_of(src, scope_node)) if scope_node is not None else ""
+        if name_node is not None and name_node.type == "template_function":
+            inner = name_node.child_by_field_name("name")
+            name = text_of(src, inner) if inner is not None else name
+        return scope, name
+    if node.type == "template_function":
+        inner = node.child_by_field_name("name")
+        return "", text_of(src, inner) if inner is not None else spelled
+    if node.type == "operator_name":
+        return "", "operator()" if "(" in spelled else spelled.replace(" ", "")
+    return "", spelled
+
+
+def _param_types(src: SourceFile, declarator: Node) -> dict[str, str]:
+    out: dict[str, str] = {}
+    params = declarator.child_by_field_name("parameters")
+    if params is None:
+        return out
+    for p in params.named_children:
+        if p.type not in ("parameter_declaration", "optional_parameter_declaration"):
+            continue
+        type_node = p.child_by_field_name("type")
+        name_node = _declarator_name(p.child_by_field_name("declarator"))
+        if type_node is not None and name_node is not None:
+            out[text_of(src, name_node)] = base_type_name(text_of(src, type_node))
+    return out
+
+
+def _function_declarator(node: Node) -> Node | None:
+    decl = node.child_by_field_name("declarator")
+    while decl is not None and decl.type != "function_declarator":
+        decl = decl.child_by_field_name("declarator")
+    return decl
+
+
+def iter_nodes(node: Node, types: frozenset[str] | set[str]) -> Iterator[Node]:
+    """Pre-order walk yielding nodes of the given types (not descending into lambdas)."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.type in types:
+            yield n
+        if n.type == "lambda_expression" and n is not node:
+            continue
+        stack.extend(reversed(n.children))
+
+
+@dataclass
+class CodeIndex:
+    """Every function and class of the parsed files, looked up by unqualified name."""
+
+    functions: dict[str, FunctionDef] = field(default_factory=dict)
+    by_name: dict[str, list[FunctionDef]] = field(default_factory=lambda: defaultdict(list))
+    classes: dict[str, ClassInfo] = field(default_factory=dict)
+    # alias name -> target base type names (from any `using X = ...;` / typedef)
+    aliases: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+
+    def add_file(self, parsed: ParsedFile) -> None:
+        src = parsed.src
+        root = parsed.tree.root_node
+        for node in iter_nodes(
+            root, {"function_definition", *_CLASS_TYPES, "alias_declaration", "type_definition"}
+        ):
+            if node.type == "function_definition":
+                self._add_function(src, node)
+            elif node.type in _CLASS_TYPES:
+                self._add_class(src, node)
+            elif node.type == "alias_declaration":
+                name = node.child_by_field_name("name")
+                target = node.child_by_field_name("type")
+                if name is not None and target is not None:
+                    self.aliases[text_of(src, name)].add(base_type_name(text_of(src, target)))
+            elif node.type == "type_definition":
+                target = node.child_by_field_name("type")
+                for decl in node.children_by_field_name("declarator"):
+                    nm = _declarator_name(decl)
+                    if nm is not None and target is not None:
+                        self.aliases[text_of(src, nm)].add(base_type_name(text_of(src, target)))
+
+    def _add_function(self, src: SourceFile, node: Node) -> None:
+        body = node.child_by_field_name("body")
+        declarator = _function_declarator(node)
+        if body is None or declarator is None:
+            return
+        name_node = _declarator_name(declarator.child_by_field_name("declarator"))
+        if name_node is None:
+            return
+        scope, name = _split_qualified(src, name_node)
+        name, core = decode_specialisation(name)
+        if not scope:
+            scope = _enclosing_class(node, src)
+        line = src.line_of(node.start_byte)
+        fid = f"{src.path}:{line}:{scope + '::' if scope else ''}{name}{'<' + core + '>' if core else ''}"
+        fn = FunctionDef(fid, name, scope, core, src, node, body, _param_types(src, declarator))
+        self.functions[fid] = fn
+        self.by_name[name].append(fn)
+
+    def _add_class(self, src: SourceFile, node: Node) -> None:
+        name_node = node.child_by_field_name("name")
+        body = node.child_by_field_name("body")
+        if name_node is None or body is None:
+            return
+        name = base_type_name(text_of(src, name_node))
+        info = self.classes.setdefault(name, ClassInfo(name))
+        for member in body.named_children:
+            if member.type == "field_declaration":
+                type_node = member.child_by_field_name("type")
+                for decl in member.children_by_field_name("declarator"):
+                    nm = _declarator_name(decl)
+                    if nm is not None and type_node is not None and nm.type != "qualified_identifier":
+                        info.fields[text_of(src, nm)] = base_type_name(text_of(src, type_node))
+            elif member.type == "alias_declaration":
+                a = member.child_by_field_name("name")
+                t = member.child_by_field_name("type")
+                if a is not None and t is not None:
+                    info.aliases[text_of(src, a)] = base_type_name(text_of(src, t))
+
+    def resolve_class(self, type_name: str, scope: str = "", depth: int = 0) -> set[str]:
+        """Class names a spelled type may denote: direct, through aliases (class-scoped
+        first, then any alias of that name), or a template parameter `Foo_` -> `Foo`."""
+        if not type_name or depth > 6:
+            return set()
+        found: set[str] = set()
+        if type_name in self.classes:
+            found.add(type_name)
+        cls = self.classes.get(scope)
+        if cls is not None and type_name in cls.aliases and cls.aliases[type_name] != type_name:
+            found |= self.resolve_class(cls.aliases[type_name], "", depth + 1)
+        for target in self.aliases.get(type_name, ()):
+            if target != type_name:
+                found |= self.resolve_class(target, "", depth + 1)
+        if not found and type_name.endswith("_"):
+            found |= self.resolve_class(type_name.rstrip("_"), scope, depth + 1)
+        return found
+
+    def methods(self, classes: set[str], name: str) -> list[FunctionDef]:
+        return [f for f in self.by_name.get(name, ()) if f.scope in classes]
+
+
+def local_types(src: SourceFile, fn: FunctionDef) -> dict[str, str]:
+    """Variable name -> base type name for parameters and local declarations.
+
+    Type aliases declared in the body (`using GemmKernel = Kernel::Foo<...>;`) are applied
+    here, so two functions reusing one alias name never see each other's target.
+    """
+    out = dict(fn.params)
+    local_alias: dict[str, str] = {}
+    for alias in iter_nodes(fn.body, {"alias_declaration", "type_definition"}):
+        target = alias.child_by_field_name("type")
+        names = [alias.child_by_field_name("name")] if alias.type == "alias_declaration" else [
+            _declarator_name(d) for d in alias.children_by_field_name("declarator")]
+        for nm in names:
+            if nm is not None and target is not None:
+                local_alias[text_of(src, nm)] = base_type_name(text_of(src, target))
+    for decl in iter_nodes(fn.body, {"declaration"}):
+        type_node = decl.child_by_field_name("type")
+        if type_node is None:
+            continue
+        tname = base_type_name(text_of(src, type_node))
+        for d in decl.children_by_field_name("declarator"):
+            nm = _declarator_name(d)
+            if nm is not None:
+                out[text_of(src, nm)] = local_alias.get(tname, tname)
+    return out
+
+
+def core_of_condition(text: str) -> str | None:
+    """'AIC' / 'AIV' when a condition tests the core type, else None."""
+    t = text.replace(" ", "")
+    if CORE_MACRO_AIC in t or "ASCEND_IS_AIC" in t:
+        return "AIC" if "!" not in t else "AIV"
+    if CORE_MACRO_AIV in t or "ASCEND_IS_AIV" in t:
+        return "AIV" if "!" not in t else "AIC"
+    m = re.search(r"g_coreType(==|!=)(?:AscendC::)?(AIC|AIV)", t) or re.search(
+        r"(?:AscendC::)?(AIC|AIV)(==|!=)g_coreType", t
+    )
+    if m:
+        groups = m.groups()
+        op = groups[0] if groups[0] in ("==", "!=") else groups[1]
+        core = groups[1] if groups[0] in ("==", "!=") else groups[0]
+        if op == "!=":
+            return "AIV" if core == "AIC" else "AIC"
+        return core
+    m = re.search(r"is_same(?:_v)?<\w+,(?:AscendC::)?(AIC|AIV)>", t) or re.search(
+        r"ArchTag==(?:AscendC::)?(AIC|AIV)", t
+    )
+    if m:
+        return m.group(1)
+    return None
+
+
+_ROLE_FLAG_RE = re.compile(r"\b(is[A-Z]\w*Core|is[A-Z]\w*(?:Sender|Receiver)|aivIdx\w*|aivId\w*|"
+                           r"subBlockIdx\w*|GetSubBlockIdx\(\)|\w*(?:send|recv|comp|quant)\w*Core\w*)")
+
+
+def role_of_condition(text: str) -> str | None:
+    """The AIV role a condition selects (`isSendCore`, `aivIdx < n`, `GetSubBlockIdx()==1`)."""
+    if _ROLE_FLAG_RE.search(text):
+        return " ".join(text.split())
+    return None

@@ -1,0 +1,60 @@
+"""Findings with a location: errors are values until the CLI prints them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+
+class Severity(str, Enum):
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """`path:line: CODE message`, the one shape every finding takes."""
+
+    code: str
+    message: str
+    path: Path | None = None
+    line: int = 0
+    severity: Severity = Severity.WARNING
+
+    def location(self, root: Path | None = None) -> str:
+        if self.path is None:
+            return "<optrace>"
+        shown = display_path(self.path, root)
+        return f"{shown}:{self.line}" if self.line else shown
+
+    def format(self, root: Path | None = None) -> str:
+        return f"{self.location(root)}: {self.code} {self.message}"
+
+    def to_json(self, root: Path | None = None) -> dict[str, object]:
+        return {
+            "code": self.code,
+            "severity": self.severity.value,
+            "message": self.message,
+            "path": display_path(self.path, root) if self.path else None,
+            "line": self.line,
+        }
+
+
+class InputError(Exception):
+    """Bad input that stops work on one operator (exit code 2), with its location."""
+
+    def __init__(self, diagnostic: Diagnostic) -> None:
+        super().__init__(diagnostic.format())
+        self.diagnostic = diagnostic
+
+
+def display_path(path: Path, root: Path | None) -> str:
+    """Paths relative to the repository root when inside it, POSIX-style."""
+    if root is not None:
+        try:
+            return path.relative_to(root).as_posix()
+        except ValueError:
+            pass
+    return path.as_posix()

@@ -1,0 +1,317 @@
+"""Layer discovery: which files of a repository make up one operator.
+
+Inside the operator directory files are classified by location and content; files
+outside it (torch adapter, registration, build script, Python callers) are found by
+searching the repository for the op's name. `optrace.toml` layer entries override any
+of it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from optrace.engine.config import Config
+from optrace.engine.diagnostics import Diagnostic, InputError, Severity
+from optrace.engine.source import blank_comments, decode, is_binary
+
+CPP_EXTS = frozenset({".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".hh", ".hxx", ".asc", ".inc"})
+KERNEL_EXTS = frozenset({".cpp", ".cc", ".cxx", ".asc"})
+SCRIPT_EXTS = frozenset({".sh", ".bash", ".cmake", ".txt", ".py"})
+SKIP_DIRS = frozenset(
+    {".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", ".tox", ".mypy_cache",
+     "build_out", "output", "dist", ".pytest_cache"}
+)
+# Files above this size are not searched for the op name (generated blobs, logs).
+SEARCH_LIMIT_BYTES = 2 * 1024 * 1024
+
+LAYER_TITLES = {
+    "entry": "kernel entry (__global__ __aicore__)",
+    "base_header": "runtime base header (*_base.h)",
+    "op_def": "op_host OpDef",
+    "infer": "infer shape",
+    "tiling": "tiling",
+    "aclnn": "aclnn wrappers",
+    "torch_adapter": "torch adapter (EXEC_NPU_CMD / EXEC_KERNEL_CMD)",
+    "registration": "torch registration (PYBIND11_MODULE / TORCH_LIBRARY)",
+    "build_script": "build script",
+    "python_callers": "Python samples / tests",
+}
+
+_GLOBAL_RE = re.compile(rb"\b__global__\b")
+_AICORE_RE = re.compile(rb"\b__aicore__\b")
+
+
+@dataclass(frozen=True)
+class LayerFile:
+    path: Path
+    line: int
+    detail: str
+
+
+@dataclass
+class EntryPoint:
+    path: Path
+    line: int
+    name: str
+    extern_c: bool
+    templated: bool
+
+
+@dataclass
+class Layers:
+    op_name: str
+    camel: str
+    op_dir: Path
+    repo_root: Path
+    entry: EntryPoint | None = None
+    kernel_dir: Path | None = None
+    found: dict[str, list[LayerFile]] = field(default_factory=dict)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    def missing(self) -> list[str]:
+        return [k for k in LAYER_TITLES if not self.found.get(k)]
+
+
+def camel_case(op_name: str) -> str:
+    """`fused_deep_moe` -> `FusedDeepMoe` (the OpDef / aclnn spelling)."""
+    return "".join(part[:1].upper() + part[1:] for part in op_name.split("_") if part)
+
+
+def default_repo_root(op_dir: Path) -> Path:
+    """Nearest ancestor with `.git` or `optrace.toml`; else the op dir's grandparent."""
+    for cand in (op_dir, *op_dir.parents):
+        if (cand / ".git").exists() or (cand / "optrace.toml").is_file():
+            return cand
+    return op_dir.parent.parent if op_dir.parent.parent != op_dir else op_dir
+
+
+def walk_files(root: Path, exts: frozenset[str] | None = None) -> Iterator[Path]:
+    """Files under root in sorted order, skipping VCS / build dirs and symlink loops."""
+    seen_dirs: set[tuple[int, int]] = set()
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        try:
+            st = os.stat(dirpath)
+        except OSError:
+            dirnames[:] = []
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key in seen_dirs:
+            dirnames[:] = []
+            continue
+        seen_dirs.add(key)
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            if exts is None or path.suffix.lower() in exts or (
+                exts is SCRIPT_EXTS and name == "CMakeLists.txt"
+            ):
+                yield path
+
+
+def _read(path: Path, limit: int = SEARCH_LIMIT_BYTES) -> bytes | None:
+    try:
+        if path.stat().st_size > limit:
+            return None
+        data = path.read_bytes()
+    except OSError:
+        return None
+    return None if is_binary(data) else data
+
+
+def _line(data: bytes, offset: int) -> int:
+    return data.count(b"\n", 0, offset) + 1
+
+
+def find_entries(kernel_files: list[Path]) -> list[EntryPoint]:
+    """`__global__ __aicore__` function definitions, with or without extern "C"."""
+    from optrace.engine.cpp import new_parser, text_of
+    from optrace.engine.source import SourceFile, normalise
+
+    parser = new_parser()
+    entries: list[EntryPoint] = []
+    for path in kernel_files:
+        data = _read(path)
+        if data is None:
+            continue
+        code = blank_comments(data)
+        if not (_GLOBAL_RE.search(code) and _AICORE_RE.search(code)):
+            continue
+        src = SourceFile(path, data)
+        src.text = normalise(code, ("__aicore__", "__global__", "__gm__"))
+        tree = parser.parse(src.text)
+        stack = [tree.root_node]
+        while stack:
+            node = stack.pop()
+            if node.type == "function_definition":
+                # Blanked qualifiers sit before the node's first token: look back to the
+                # previous sibling (or the template parameter list).
+                prev = node.prev_sibling
+                head_start = prev.end_byte if prev is not None else node.start_byte
+                head = code[head_start : (node.child_by_field_name("body") or node).start_byte]
+                if _GLOBAL_RE.search(head):
+                    decl = node.child_by_field_name("declarator")
+                    while decl is not None and decl.type != "function_declarator":
+                        decl = decl.child_by_field_name("declarator")
+                    name_node = decl.child_by_field_name("declarator") if decl else None
+                    parent = node.parent
+                    extern_c = parent is not None and parent.type == "linkage_specification"
+                    if parent is not None and parent.type == "declaration_list":
+                        gp = parent.parent
+                        extern_c = gp is not None and gp.type == "linkage_specification"
+                    templated = parent is not None and parent.type == "template_declaration"
+                    name = text_of(src, name_node) if name_node is not None else "?"
+                    entries.append(
+                        EntryPoint(path, src.line_of(node.start_byte), name, extern_c, templated)
+                    )
+                continue
+            stack.extend(reversed(node.children))
+    return entries
+
+
+def discover(op_dir: Path, repo_root: Path, config: Config) -> Layers:
+    """Classify the operator's files into layers; raises InputError without an entry."""
+    if not op_dir.is_dir():
+        raise InputError(
+            Diagnostic("OT001", "operator directory does not exist", op_dir, 0, Severity.ERROR)
+        )
+    op_name = op_dir.name
+    layers = Layers(op_name, camel_case(op_name), op_dir, repo_root)
+    op_files = list(walk_files(op_dir))
+    cpp_files = [p for p in op_files if p.suffix.lower() in CPP_EXTS]
+
+    # --- kernel entry and tree -------------------------------------------------------
+    if "entry" in config.layers:
+        kernel_candidates = list(config.layers["entry"])
+    else:
+        preferred = [p for p in cpp_files if "op_kernel" in p.parts]
+        kernel_candidates = [p for p in (preferred or cpp_files) if p.suffix.lower() in KERNEL_EXTS]
+    entries = find_entries(kernel_candidates)
+    if entries:
+        # Prefer the function named after the op, then the file named after it.
+        entries.sort(key=lambda e: (e.name != op_name, e.path.stem != op_name, str(e.path)))
+        layers.entry = entries[0]
+        layers.kernel_dir = _kernel_dir(entries[0].path, op_dir)
+        e = entries[0]
+        quals = ('extern "C" ' if e.extern_c else "") + ("template " if e.templated else "")
+        detail = f"{e.name} ({quals}__global__ __aicore__)"
+        layers.found["entry"] = [LayerFile(e.path, e.line, detail)]
+    else:
+        raise InputError(
+            Diagnostic(
+                "OT010",
+                "no kernel entry (`__global__ __aicore__` function definition) found under "
+                "the operator directory",
+                op_dir,
+                0,
+                Severity.ERROR,
+            )
+        )
+
+    def put(layer: str, path: Path, data: bytes | None, pattern: bytes | None, detail: str) -> None:
+        line = 1
+        if data is not None and pattern is not None:
+            m = re.search(pattern, data)
+            if m:
+                line = _line(data, m.start())
+        layers.found.setdefault(layer, []).append(LayerFile(path, line, detail))
+
+    # --- inside the operator directory ---------------------------------------------------
+    camel = layers.camel.encode()
+    for path in cpp_files:
+        data = _read(path)
+        if data is None:
+            continue
+        name = path.name.lower()
+        code = blank_comments(data)
+        if (name.endswith("_base.h") and "op_kernel" in path.parts) or (
+            name.endswith("_base.h") and layers.kernel_dir and layers.kernel_dir in path.parents
+        ):
+            put("base_header", path, None, None, "kernel base header")
+        if re.search(rb"\bOpDef\b", code) and re.search(rb"this->\s*(Input|Output)\s*\(", code):
+            put("op_def", path, code, rb"this->\s*Output\s*\(", "OpDef outputs")
+        if re.search(rb"InferShape|IMPL_OP_INFERSHAPE|InferDataType", code) and not name.endswith(".h"):
+            put("infer", path, code, rb"InferShape\w*\s*\(", "infer shape")
+        if "tiling" in name and name.endswith((".cpp", ".cc")) and "op_kernel" not in path.parts:
+            put("tiling", path, code, rb"Tiling\w*\s*\(", "tiling function")
+        if name.startswith("aclnn_") or re.search(rb"aclnnInner" + camel, code):
+            if "op_kernel" not in path.parts:
+                put("aclnn", path, code, rb"aclnn\w*" + camel, "aclnn wrapper")
+
+    # --- the rest of the repository, by op name ------------------------------------------
+    _search_repository(layers, op_dir, put)
+
+    for key, paths in config.layers.items():
+        if key == "entry":
+            continue
+        layers.found[key] = [LayerFile(p, 1, "configured in optrace.toml") for p in paths]
+    return layers
+
+
+def _kernel_dir(entry: Path, op_dir: Path) -> Path:
+    for parent in entry.parents:
+        if parent.name == "op_kernel":
+            return parent
+        if parent == op_dir:
+            break
+    return entry.parent
+
+
+def _search_repository(layers: Layers, op_dir: Path, put: object) -> None:
+    """Torch adapter, registration, aclnn outside the op dir, build script, callers."""
+    assert callable(put)
+    op = layers.op_name.encode()
+    camel = layers.camel.encode()
+    op_word = re.compile(rb"\b" + re.escape(op) + rb"\b")
+    exec_re = re.compile(
+        rb"EXEC_NPU_CMD(?:_V\d+)?\s*\(\s*aclnn" + camel + rb"\b|EXEC_KERNEL_CMD\s*\(\s*" + op + rb"\b"
+    )
+    reg_re = re.compile(rb"\bTORCH_LIBRARY(?:_FRAGMENT|_EXPAND|_IMPL)?\s*\(|PYBIND11_MODULE\s*\(")
+    call_re = re.compile(rb"\.\s*" + re.escape(op) + rb"\s*\(")
+    for path in walk_files(layers.repo_root):
+        if op_dir in path.parents:
+            continue
+        ext = path.suffix.lower()
+        if ext not in CPP_EXTS and ext not in (".sh", ".bash", ".py") and path.name != "CMakeLists.txt":
+            continue
+        data = _read(path)
+        if data is None:
+            continue
+        if ext in CPP_EXTS:
+            code = blank_comments(data)
+            if exec_re.search(code):
+                put("torch_adapter", path, code, exec_re.pattern, "EXEC_*_CMD call")
+            if reg_re.search(code) and op_word.search(code):
+                put("registration", path, code, op_word.pattern, "registers the op")
+            if (path.name.lower().startswith("aclnn_") and op in path.name.encode()) or re.search(
+                rb"aclnnInner" + camel + rb"GetWorkspaceSize", code
+            ):
+                put("aclnn", path, code, rb"aclnn\w*" + camel, "aclnn wrapper (outside op dir)")
+        elif ext in (".sh", ".bash") or path.name == "CMakeLists.txt":
+            if re.search(rb"op_kernel|ascend_kernels|msopgen|ascendc|" + op, data, re.I):
+                detail = "copies / builds the kernels"
+                put("build_script", path, data, rb"op_kernel|ascend_kernels|msopgen|cmake", detail)
+        elif ext == ".py" and call_re.search(data):
+            put("python_callers", path, data, call_re.pattern, "calls the op")
+    # A build script that names op_kernel beats a generic CMakeLists.
+    scripts = layers.found.get("build_script", [])
+    if len(scripts) > 1:
+        scripts.sort(key=lambda f: (f.path.suffix not in (".sh", ".bash"), len(f.path.parts)))
+
+
+def display(layers: Layers, path: Path) -> str:
+    try:
+        return path.relative_to(layers.repo_root).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def describe_missing(layer: str) -> str:
+    return LAYER_TITLES[layer]
+
+
+def decode_name(data: bytes) -> str:
+    return decode(data)

@@ -1,0 +1,164 @@
+"""The include graph: from the kernel entry, every header it pulls in, down to the leaves.
+
+Quoted includes resolve against the including file's folder, then the configured include
+directories; angle includes only against the configured directories (CANN headers are
+normally absent). Unresolved headers are listed, never fatal; cycles are recorded and
+cut; symlink loops and unreadable files become diagnostics.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import networkx as nx
+from optrace.engine.diagnostics import Diagnostic, Severity
+from optrace.engine.source import (
+    SourceFile,
+    blank_comments,
+    blank_if0,
+    decode,
+    is_binary,
+    read_source,
+)
+
+_INCLUDE_RE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\r\n]+)[>"]', re.M)
+
+# Headers larger than this are still read, but a warning names them (a 10 MB header is
+# usually generated code or a mistake).
+LARGE_FILE_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class IncludeDirective:
+    target: str
+    quoted: bool
+    line: int
+
+
+@dataclass
+class IncludeGraph:
+    """Files reached from the entry (in discovery order) and the edges between them."""
+
+    root: Path
+    graph: nx.DiGraph = field(default_factory=nx.DiGraph)
+    files: dict[Path, SourceFile] = field(default_factory=dict)
+    # (includer, line, spelled name) for quoted includes that could not be found.
+    missing: list[tuple[Path, int, str]] = field(default_factory=list)
+    # Angle-bracket includes not found: CANN / system headers, expected to be absent.
+    external: set[str] = field(default_factory=set)
+    cycles: list[list[Path]] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    def order(self) -> list[Path]:
+        return list(self.files)
+
+
+def scan_includes(data: bytes) -> list[IncludeDirective]:
+    """Include directives outside comments and `#if 0` blocks."""
+    text = blank_if0(blank_comments(data))
+    out: list[IncludeDirective] = []
+    for m in _INCLUDE_RE.finditer(text):
+        line = text.count(b"\n", 0, m.start()) + 1
+        out.append(IncludeDirective(decode(m.group(2)).strip(), m.group(1) == b'"', line))
+    return out
+
+
+def _safe_resolve(path: Path) -> Path | None:
+    """realpath that reports a symlink loop as None instead of raising or hanging."""
+    try:
+        return path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        return None
+
+
+def _resolve_include(
+    directive: IncludeDirective, includer: Path, include_dirs: Iterable[Path]
+) -> Path | None:
+    candidates: list[Path] = []
+    if directive.quoted:
+        candidates.append(includer.parent / directive.target)
+    candidates.extend(d / directive.target for d in include_dirs)
+    for cand in candidates:
+        if os.path.lexists(cand):
+            return cand
+    return None
+
+
+def build_include_graph(entry: Path, include_dirs: Iterable[Path]) -> IncludeGraph:
+    """Walk includes breadth-first from the entry file."""
+    dirs = tuple(include_dirs)
+    g = IncludeGraph(root=entry)
+    queue: list[Path] = [entry]
+    seen: set[Path] = set()
+    while queue:
+        path = queue.pop(0)
+        if path in seen:
+            continue
+        seen.add(path)
+        try:
+            src = read_source(path)
+        except OSError as exc:
+            g.diagnostics.append(
+                Diagnostic("OT011", f"cannot read: {exc.strerror or exc}", path, 0, Severity.ERROR)
+            )
+            continue
+        if is_binary(src.raw):
+            g.diagnostics.append(
+                Diagnostic("OT012", "binary file (NUL bytes), not parsed", path, 0, Severity.ERROR)
+            )
+            continue
+        if len(src.raw) > LARGE_FILE_BYTES:
+            g.diagnostics.append(
+                Diagnostic(
+                    "OT013",
+                    f"very large source ({len(src.raw) // (1024 * 1024)} MiB)",
+                    path,
+                    0,
+                    Severity.INFO,
+                )
+            )
+        g.files[path] = src
+        g.graph.add_node(path)
+        for directive in scan_includes(src.raw):
+            found = _resolve_include(directive, path, dirs)
+            if found is None:
+                if directive.quoted:
+                    g.missing.append((path, directive.line, directive.target))
+                else:
+                    g.external.add(directive.target)
+                continue
+            resolved = _safe_resolve(found)
+            if resolved is None:
+                g.diagnostics.append(
+                    Diagnostic(
+                        "OT014",
+                        f"include `{directive.target}` is a symlink loop or dangling link",
+                        path,
+                        directive.line,
+                        Severity.ERROR,
+                    )
+                )
+                continue
+            if resolved.is_dir():
+                g.diagnostics.append(
+                    Diagnostic(
+                        "OT011",
+                        f"include `{directive.target}` names a directory",
+                        path,
+                        directive.line,
+                        Severity.ERROR,
+                    )
+                )
+                continue
+            g.graph.add_edge(path, resolved, line=directive.line)
+            if resolved not in seen:
+                queue.append(resolved)
+    for cycle in nx.simple_cycles(g.graph):
+        g.cycles.append(cycle)
+        if len(g.cycles) >= 20:
+            break
+    return g

@@ -1,0 +1,106 @@
+"""The trace tree: regions a plan proposes to bracket with B/E points.
+
+Plain data shared by the planner (which builds it), the rules (which reshape it) and the
+output writers. A region's label is its ancestors' words plus its own; the root
+`processing` contributes none, so `dispatch aiv token-copy` sits at depth 4.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+
+ROOT_LABEL = "processing"
+CORES = ("AIC", "AIV")
+
+
+class Kind(str, Enum):
+    ROOT = "root"  # the kernel entry's body
+    CALL = "call"  # a call statement to a substantial function
+    BODY = "body"  # a core-type specialisation's body (operator()<AIC>)
+    LOOP = "loop"  # a phase loop body (expert group, stage, token) with its index
+    WAIT = "wait"  # a blocking wait: cross-core flag, spin loop
+    SYNC = "sync"  # a barrier: SyncAll, CrossCoreBarrier
+    EXISTING = "existing"  # a B/E pair already in the source
+
+
+@dataclass
+class Anchor:
+    """Where the B and E points go: before/after a statement, or inside a body."""
+
+    path: Path
+    start: int  # byte offset of the bracketed range (statement, or body `{`)
+    end: int  # byte offset just past it
+    line: int
+    end_line: int
+    inside: bool  # True: points go just inside the braces of a body / loop body
+
+
+@dataclass
+class Region:
+    words: list[str]
+    kind: Kind
+    cores: frozenset[str]
+    anchor: Anchor | None
+    reason: str
+    function: str | None = None  # callee id (CALL) or function id (BODY / ROOT)
+    index_var: str | None = None
+    hot: str | None = None  # wait / sync / send / recv / copy / quant / dequant
+    role: str | None = None
+    loop_vars: tuple[str, ...] = ()  # enclosing phase-loop variables (capacity estimate)
+    shared_with: str | None = None  # the same code already planned under another label
+    covers: Path | None = None  # file of the traced callee (whose time the region measures)
+    children: list[Region] = field(default_factory=list)
+    label: str = ""
+    depth: int = 1
+    notes: list[str] = field(default_factory=list)
+
+    def files(self) -> set[Path]:
+        """Files whose code this region's points measure: its anchor's and its callee's."""
+        out = {self.anchor.path} if self.anchor is not None else set()
+        if self.covers is not None:
+            out.add(self.covers)
+        return out
+
+    def walk(self) -> Iterator[Region]:
+        yield self
+        for c in self.children:
+            yield from c.walk()
+
+    def walk_with_parent(self, parent: Region | None = None) -> Iterator[tuple[Region, Region | None]]:
+        yield self, parent
+        for c in self.children:
+            yield from c.walk_with_parent(self)
+
+
+def assign_labels(root: Region) -> None:
+    """Recompute every label and depth from the words on the path from the root."""
+
+    def visit(node: Region, prefix: list[str]) -> None:
+        words = [*prefix, *node.words]
+        node.label = " ".join(words) if words else ROOT_LABEL
+        node.depth = 1 + len(words)
+        for c in node.children:
+            visit(c, words)
+
+    visit(root, [])
+
+
+@dataclass(frozen=True)
+class ExistingPoint:
+    label: str
+    event: str  # "B" / "E"
+    path: Path
+    line: int
+    function: str | None
+
+
+@dataclass
+class LoopInfo:
+    path: Path
+    line: int
+    var: str | None
+    classification: str  # phase / tile / spin
+    function: str

@@ -1,0 +1,248 @@
+"""Plans as text (for review), JSON (versioned, docs/plan-schema.md) and call graphs
+(DOT, self-contained HTML, SVG when Graphviz is installed)."""
+
+from __future__ import annotations
+
+import html
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+from optrace.engine.diagnostics import display_path
+from optrace.engine.discovery import LAYER_TITLES
+from optrace.engine.model import Kind, Region
+from optrace.engine.plan import Plan
+
+PLAN_SCHEMA_VERSION = 1
+
+
+def _loc(plan: Plan, path: Path | None, line: int) -> str:
+    if path is None:
+        return "-"
+    return f"{display_path(path, plan.analysis.layers.repo_root)}:{line}"
+
+
+def render_text(plan: Plan) -> str:
+    an = plan.analysis
+    layers = an.layers
+    root_dir = layers.repo_root
+    out: list[str] = []
+    out.append(f"operator {layers.op_name} ({display_path(layers.op_dir, root_dir)})")
+    out.append(f"  repository root: {root_dir}")
+    kind = "mixed AIC/AIV" if an.mixed else "/".join(sorted(an.kernel_cores)) + " only"
+    out.append(f"  kernel: {kind}")
+    out.append("")
+    out.append("layers:")
+    for key, title in LAYER_TITLES.items():
+        hits = layers.found.get(key, [])
+        if not hits:
+            out.append(f"  - {title}: MISSING")
+            continue
+        for i, hit in enumerate(hits[:6]):
+            head = f"  + {title}:" if i == 0 else "    " + " " * len(title) + " "
+            out.append(f"{head} {display_path(hit.path, root_dir)}:{hit.line}  {hit.detail}")
+        if len(hits) > 6:
+            out.append(f"    ... and {len(hits) - 6} more")
+    out.append("")
+    inc = an.includes
+    out.append(
+        f"include tree: {len(inc.files)} files reached from the entry, "
+        f"{len(inc.missing)} quoted header(s) not found, {len(inc.external)} external"
+    )
+    first_seen: dict[str, tuple[Path, int, int]] = {}
+    for includer, line, target in inc.missing:
+        where, ln, n = first_seen.get(target, (includer, line, 0))
+        first_seen[target] = (where, ln, n + 1)
+    for target, (where, ln, n) in first_seen.items():
+        more = f" and {n - 1} more" if n > 1 else ""
+        out.append(f"  not found: \"{target}\" ({_loc(plan, where, ln)}{more})")
+    for cycle in inc.cycles[:5]:
+        out.append("  cycle: " + " -> ".join(display_path(p, root_dir) for p in cycle))
+    out.append("")
+    out.append("trace tree:")
+    _tree_lines(plan, plan.root, out, "")
+    out.append("")
+    out.append("labels per core type:")
+    for core, labels in plan.per_core.items():
+        out.append(f"  {core}: {len(labels)}")
+    for est in plan.capacity:
+        out.append(f"  {est.core} records per launch: {est.text()}")
+    if plan.roles:
+        out.append("")
+        out.append("AIV roles:")
+        for role, (path, line) in plan.roles.items():
+            out.append(f"  {role}  ({_loc(plan, Path(path), line)})")
+    phase = sum(1 for lp in plan.loops if lp.classification == "phase")
+    tile = sum(1 for lp in plan.loops if lp.classification == "tile")
+    spin = sum(1 for lp in plan.loops if lp.classification == "spin")
+    out.append("")
+    out.append(f"loops: {phase} phase, {spin} spin-wait, {tile} tile (never traced)")
+    diags = plan.diagnostics
+    # Missing headers are already listed with the include tree.
+    diags = [d for d in diags if d.code != "OT021"]
+    if diags:
+        out.append("")
+        out.append("findings:")
+        for d in diags:
+            out.append(f"  {d.format(root_dir)}  [{d.severity.value}]")
+    return "\n".join(out) + "\n"
+
+
+def _tree_lines(plan: Plan, region: Region, out: list[str], indent: str) -> None:
+    cores = "+".join(sorted(region.cores))
+    bits = [region.label, f"[{cores}]"]
+    if region.index_var:
+        bits.append(f"index={region.index_var}")
+    if region.hot:
+        bits.append(f"hot={region.hot}")
+    if region.kind in (Kind.EXISTING,):
+        bits.append("existing")
+    anchor = region.anchor
+    loc = _loc(plan, anchor.path if anchor else None, anchor.line if anchor else 0)
+    line = f"{indent}{' '.join(bits)}  @ {loc}"
+    if region.role:
+        line += f"  role: {region.role}"
+    if region.shared_with:
+        line += f"  (same code as `{region.shared_with}`)"
+    out.append(line)
+    for child in region.children:
+        _tree_lines(plan, child, out, indent + "  ")
+
+
+def region_json(plan: Plan, region: Region) -> dict[str, object]:
+    anchor = region.anchor
+    root = plan.analysis.layers.repo_root
+    return {
+        "label": region.label,
+        "depth": region.depth,
+        "kind": region.kind.value,
+        "cores": sorted(region.cores),
+        "file": display_path(anchor.path, root) if anchor else None,
+        "line": anchor.line if anchor else None,
+        "end_line": anchor.end_line if anchor else None,
+        "placement": ("inside" if anchor.inside else "around") if anchor else None,
+        "index": region.index_var,
+        "hot": region.hot,
+        "role": region.role,
+        "reason": region.reason,
+        "shared_with": region.shared_with,
+        "notes": region.notes,
+        "children": [region_json(plan, c) for c in region.children],
+    }
+
+
+def plan_json(plan: Plan) -> dict[str, object]:
+    an = plan.analysis
+    layers = an.layers
+    root = layers.repo_root
+    return {
+        "name": layers.op_name,
+        "op_dir": display_path(layers.op_dir, root),
+        "repo_root": str(root),
+        "mixed": an.mixed,
+        "cores": sorted(an.kernel_cores),
+        "layers": {
+            key: [
+                {"file": display_path(h.path, root), "line": h.line, "detail": h.detail}
+                for h in layers.found.get(key, [])
+            ]
+            for key in LAYER_TITLES
+        },
+        "missing_layers": layers.missing(),
+        "includes": {
+            "files": [display_path(p, root) for p in an.includes.files],
+            "missing": [
+                {"file": display_path(p, root), "line": ln, "header": t}
+                for p, ln, t in an.includes.missing
+            ],
+            "external": sorted(an.includes.external),
+            "cycles": [[display_path(p, root) for p in c] for c in an.includes.cycles],
+        },
+        "tree": region_json(plan, plan.root),
+        "labels_per_core": {core: len(labels) for core, labels in plan.per_core.items()},
+        "labels": plan.per_core,
+        "capacity": [
+            {"core": e.core, "records": e.records, "unknown_loops": list(e.unknown_loops)}
+            for e in plan.capacity
+        ],
+        "roles": [
+            {"condition": role, "file": display_path(Path(p), root), "line": ln}
+            for role, (p, ln) in plan.roles.items()
+        ],
+        "loops": [
+            {"file": display_path(lp.path, root), "line": lp.line, "var": lp.var,
+             "class": lp.classification, "function": lp.function}
+            for lp in plan.loops
+        ],
+        "diagnostics": [d.to_json(root) for d in plan.diagnostics],
+    }
+
+
+def plans_json(plans: list[dict[str, object]]) -> str:
+    return json.dumps({"version": PLAN_SCHEMA_VERSION, "operators": plans}, indent=2) + "\n"
+
+
+# --- call graph -------------------------------------------------------------------------
+
+
+def _traced_functions(plan: Plan) -> set[str]:
+    return {r.function for r in plan.root.walk() if r.function}
+
+
+def graph_dot(plan: Plan) -> str:
+    g = plan.analysis.callgraph
+    traced = _traced_functions(plan)
+    lines = [f'digraph "{plan.analysis.layers.op_name}" {{', "  rankdir=LR;",
+             '  node [shape=box, fontname="monospace", fontsize=10];']
+    ids = {n: f"n{i}" for i, n in enumerate(g.nodes)}
+    for node, data in g.nodes(data=True):
+        label = f"{data.get('label', node)}\\n{Path(str(data.get('file', ''))).name}:{data.get('line', '')}"
+        style = ', style=filled, fillcolor="#ffd27f"' if node in traced else ""
+        lines.append(f'  {ids[node]} [label="{label}"{style}];')
+    for a, b in g.edges:
+        lines.append(f"  {ids[a]} -> {ids[b]};")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def graph_html(plan: Plan) -> str:
+    """A self-contained page: the call tree as nested lists, traced nodes highlighted."""
+    g = plan.analysis.callgraph
+    traced = _traced_functions(plan)
+    start = plan.analysis.entry_fn.id
+
+    def item(node: str, seen: frozenset[str]) -> str:
+        data = g.nodes[node]
+        name = html.escape(str(data.get("label", node)))
+        where = html.escape(f"{Path(str(data.get('file', ''))).name}:{data.get('line', '')}")
+        cls = "traced" if node in traced else ""
+        kids = [k for k in g.successors(node) if k not in seen]
+        inner = "".join(item(k, seen | {k}) for k in kids)
+        sub = f"<ul>{inner}</ul>" if inner else ""
+        return f'<li><span class="{cls}">{name}</span> <small>{where}</small>{sub}</li>'
+
+    body = item(start, frozenset({start}))
+    title = html.escape(f"optrace call graph: {plan.analysis.layers.op_name}")
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>"
+        "body{font-family:monospace;font-size:13px} ul{list-style:none;border-left:1px solid #ccc;"
+        "margin-left:1em;padding-left:1em} .traced{background:#ffd27f;font-weight:bold}"
+        f"</style></head><body><h1>{title}</h1><p>highlighted: functions the plan traces</p>"
+        f"<ul>{body}</ul></body></html>\n"
+    )
+
+
+def write_graph(plan: Plan, path: Path) -> None:
+    suffix = path.suffix.lower()
+    if suffix in (".html", ".htm"):
+        path.write_text(graph_html(plan), encoding="utf-8")
+    elif suffix == ".svg":
+        dot = shutil.which("dot")
+        if dot is None:
+            raise RuntimeError("SVG output needs Graphviz `dot` on PATH; use .dot or .html")
+        svg = subprocess.run([dot, "-Tsvg"], input=graph_dot(plan).encode(), check=True,
+                             capture_output=True).stdout
+        path.write_bytes(svg)
+    else:
+        path.write_text(graph_dot(plan), encoding="utf-8")

@@ -1,0 +1,308 @@
+"""Build the raw trace tree from an analysis, then let the rules reshape it.
+
+The walk starts at the kernel entry with the core types the kernel runs on and follows
+statements in order: core-type tests narrow the set (`g_coreType == AIV`, `ASCEND_IS_AIC`,
+`operator()<AscendC::AIC>`), role tests annotate AIV roles, loops are classified
+(phase / tile / spin-wait), and calls to substantial functions become regions whose
+children come from walking the callee. Tile loops are not entered: nothing inside them
+is ever traced.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from optrace.engine.analysis import BLOCKING_PRIMITIVES, HOT_WORDS, Analysis, is_spin_loop, kebab
+from optrace.engine.cpp import (
+    LOOP_TYPES,
+    FunctionDef,
+    core_of_condition,
+    iter_nodes,
+    role_of_condition,
+    text_of,
+)
+from optrace.engine.model import Anchor, Kind, LoopInfo, Region
+from tree_sitter import Node
+
+# Loop variables that name phase-level repetition (points with the index) ...
+PHASE_LOOP_WORDS = frozenset(
+    {"group", "expert", "stage", "rank", "token", "batch", "round", "layer", "phase", "epoch",
+     "step", "chunk", "row", "ep", "local", "shared", "dst", "src"}
+)
+# ... and tile-level repetition (never points inside).
+TILE_LOOP_WORDS = frozenset(
+    {"tile", "k", "loop", "block", "blk", "m", "n", "l0", "l1", "ub", "col", "i", "j", "elem",
+     "repeat", "inner", "sub", "core", "mmad", "offset", "preload"}
+)
+GENERIC_METHODS = frozenset(
+    {"Process", "Run", "Compute", "Execute", "operator()", "Main", "Launch", "Exec", "Forward"}
+)
+_STATEMENT_CONTAINERS = frozenset(
+    {"compound_statement", "preproc_if", "preproc_ifdef", "preproc_else", "preproc_elif",
+     "labeled_statement", "case_statement", "try_statement", "catch_clause", "declaration_list"}
+)
+
+
+def label_word(fn: FunctionDef) -> str:
+    """The label word for a call to fn: its own name, or its class for generic names."""
+    if fn.name in GENERIC_METHODS and fn.scope:
+        return kebab(fn.scope)
+    if fn.name == "Init" and fn.scope:
+        return kebab(fn.scope) + "-init"
+    return kebab(fn.name)
+
+
+def hot_of(word: str) -> str | None:
+    parts = word.split("-")
+    for h in HOT_WORDS:
+        if h in parts:
+            return {"receive": "recv", "barrier": "sync", "deq": "dequant"}.get(h, h)
+    return None
+
+
+def loop_var(fn: FunctionDef, loop: Node) -> str | None:
+    if loop.type == "for_statement":
+        init = loop.child_by_field_name("initializer")
+        if init is not None:
+            names = re.findall(r"([A-Za-z_]\w*)\s*=", text_of(fn.src, init))
+            if names:
+                return names[0]
+        upd = loop.child_by_field_name("update")
+        if upd is not None:
+            m = re.search(r"[A-Za-z_]\w*", text_of(fn.src, upd))
+            if m:
+                return m.group(0)
+    if loop.type == "for_range_loop":
+        decl = loop.child_by_field_name("declarator")
+        if decl is not None:
+            return text_of(fn.src, decl).strip("&* ")
+    cond = loop.child_by_field_name("condition")
+    if cond is not None:
+        m = re.search(r"[A-Za-z_]\w*", text_of(fn.src, cond))
+        if m and m.group(0) not in ("true", "false"):
+            return m.group(0)
+    return None
+
+
+def var_words(var: str) -> list[str]:
+    words = kebab(var).split("-")
+    return [w for w in words if w not in ("idx", "id", "index", "cnt", "num", "cur", "i")] or words
+
+
+@dataclass
+class Ctx:
+    cores: frozenset[str]
+    role: str | None = None
+    loop_vars: tuple[str, ...] = ()
+    stack: tuple[str, ...] = ()
+
+
+@dataclass
+class Planner:
+    an: Analysis
+    loops: list[LoopInfo] = field(default_factory=list)
+    roles: dict[str, tuple[str, int]] = field(default_factory=dict)
+    expanded: dict[tuple[str, frozenset[str]], Region] = field(default_factory=dict)
+
+    # --- entry --------------------------------------------------------------------
+    def build(self) -> Region:
+        fn = self.an.entry_fn
+        root = Region([], Kind.ROOT, self.an.kernel_cores, self._body_anchor(fn), "kernel entry",
+                      function=fn.id)
+        self.walk_block(fn, fn.body, Ctx(self.an.kernel_cores, stack=(fn.id,)), root)
+        return root
+
+    def _body_anchor(self, fn: FunctionDef, body: Node | None = None) -> Anchor:
+        node = body or fn.body
+        return Anchor(fn.src.path, node.start_byte, node.end_byte, fn.src.line_of(node.start_byte),
+                      fn.src.line_of(node.end_byte), inside=True)
+
+    def _stmt_anchor(self, fn: FunctionDef, node: Node) -> Anchor:
+        return Anchor(fn.src.path, node.start_byte, node.end_byte, fn.src.line_of(node.start_byte),
+                      fn.src.line_of(node.end_byte), inside=False)
+
+    def _new(self, parent: Region, words: list[str], kind: Kind, ctx: Ctx, anchor: Anchor,
+             reason: str, **kw: object) -> Region:
+        # A region that runs on fewer core types than its parent says which one.
+        if self.an.mixed and ctx.cores != parent.cores and len(ctx.cores) == 1 and kind != Kind.BODY:
+            words = [*words, next(iter(ctx.cores)).lower()]
+        region = Region(words, kind, ctx.cores, anchor, reason, role=ctx.role,
+                        loop_vars=ctx.loop_vars, **kw)  # type: ignore[arg-type]
+        parent.children.append(region)
+        return region
+
+    # --- statements -----------------------------------------------------------------
+    def walk_block(self, fn: FunctionDef, node: Node, ctx: Ctx, parent: Region) -> None:
+        for child in node.named_children:
+            self.walk_stmt(fn, child, ctx, parent)
+
+    def walk_stmt(self, fn: FunctionDef, node: Node, ctx: Ctx, parent: Region) -> None:
+        t = node.type
+        if t in _STATEMENT_CONTAINERS:
+            self.walk_block(fn, node, ctx, parent)
+        elif t == "if_statement":
+            self.walk_if(fn, node, ctx, parent)
+        elif t in LOOP_TYPES:
+            self.walk_loop(fn, node, ctx, parent)
+        elif t == "switch_statement":
+            body = node.child_by_field_name("body")
+            if body is not None:
+                self.walk_block(fn, body, ctx, parent)
+        elif t in ("expression_statement", "declaration", "return_statement"):
+            self.walk_calls(fn, node, ctx, parent)
+
+    def walk_if(self, fn: FunctionDef, node: Node, ctx: Ctx, parent: Region) -> None:
+        cond = node.child_by_field_name("condition")
+        cond_text = text_of(fn.src, cond) if cond is not None else ""
+        core = core_of_condition(cond_text)
+        role = role_of_condition(cond_text) if core is None else None
+        then_ctx, else_ctx = ctx, ctx
+        if core is not None:
+            other = "AIV" if core == "AIC" else "AIC"
+            then_ctx = Ctx(ctx.cores & {core}, ctx.role, ctx.loop_vars, ctx.stack)
+            else_ctx = Ctx(ctx.cores & {other}, ctx.role, ctx.loop_vars, ctx.stack)
+        elif role is not None:
+            self.roles.setdefault(role, (str(fn.src.path), fn.src.line_of(node.start_byte)))
+            then_ctx = Ctx(ctx.cores, role, ctx.loop_vars, ctx.stack)
+            else_ctx = Ctx(ctx.cores, f"!({role})", ctx.loop_vars, ctx.stack)
+        cons = node.child_by_field_name("consequence")
+        if cons is not None and then_ctx.cores:
+            self.walk_stmt(fn, cons, then_ctx, parent)
+        alt = node.child_by_field_name("alternative")
+        if alt is not None and else_ctx.cores:
+            for c in alt.named_children:
+                self.walk_stmt(fn, c, else_ctx, parent)
+
+    def classify_loop(self, fn: FunctionDef, loop: Node) -> str:
+        if is_spin_loop(self.an, fn, loop):
+            return "spin"
+        var = loop_var(fn, loop)
+        words = set(kebab(var).split("-")) if var else set()
+        work = self._loop_has_work(fn, loop)
+        if words & PHASE_LOOP_WORDS and work:
+            return "phase"
+        blocking = self._loop_blocks(fn, loop)
+        if words & TILE_LOOP_WORDS and not blocking:
+            return "tile"
+        return "phase" if work or blocking else "tile"
+
+    def _loop_blocks(self, fn: FunctionDef, loop: Node) -> bool:
+        for call in iter_nodes(loop, {"call_expression"}):
+            site = self.an.call_site(fn, call)
+            if site.name in BLOCKING_PRIMITIVES and not site.callees:
+                return True
+            if any(c.id in self.an.phase_work for c in site.callees):
+                return True
+        return any(is_spin_loop(self.an, fn, n) for n in iter_nodes(loop, {"while_statement",
+                                                                          "do_statement"}))
+
+    def _loop_has_work(self, fn: FunctionDef, loop: Node) -> bool:
+        if self._loop_blocks(fn, loop):
+            return True
+        for call in iter_nodes(loop, {"call_expression"}):
+            site = self.an.call_site(fn, call)
+            if any(self.an.is_substantial(c) for c in site.callees):
+                return True
+        return False
+
+    def walk_loop(self, fn: FunctionDef, loop: Node, ctx: Ctx, parent: Region) -> None:
+        kind = self.classify_loop(fn, loop)
+        var = loop_var(fn, loop)
+        line = fn.src.line_of(loop.start_byte)
+        self.loops.append(LoopInfo(fn.src.path, line, var, kind, fn.display))
+        if kind == "tile":
+            return
+        named_phase = bool(var and set(kebab(var).split("-")) & PHASE_LOOP_WORDS)
+        if "wait" in kebab(fn.name).split("-") and not named_phase:
+            return  # inside a Wait* function the function itself is the wait region
+        if kind == "spin":
+            if "wait" in kebab(fn.name).split("-"):
+                return  # the enclosing Wait* function is already the wait region
+            word = "wait-" + "-".join(var_words(var)) if var else "spin-wait"
+            self._new(parent, [word], Kind.WAIT, ctx, self._stmt_anchor(fn, loop),
+                      f"spin-wait loop in {fn.display}", hot="wait")
+            return
+        body = loop.child_by_field_name("body")
+        if body is None:
+            return
+        stem = "-".join(var_words(var)) if var else ""
+        word = "loop" if stem in ("", "loop") else f"{stem}-loop"
+        region = self._new(parent, [word], Kind.LOOP, ctx, self._body_anchor(fn, body),
+                           f"phase loop over `{var}` in {fn.display}", index_var=var)
+        inner = Ctx(ctx.cores, ctx.role, (*ctx.loop_vars, var or "?"), ctx.stack)
+        if body.type == "compound_statement":
+            self.walk_block(fn, body, inner, region)
+        else:
+            self.walk_stmt(fn, body, inner, region)
+
+    def walk_calls(self, fn: FunctionDef, stmt: Node, ctx: Ctx, parent: Region) -> None:
+        """One region per statement: the first substantial callee names it."""
+        region: Region | None = None
+        for call in iter_nodes(stmt, {"call_expression"}):
+            site = self.an.call_site(fn, call)
+            if not site.callees:
+                if site.name in BLOCKING_PRIMITIVES and region is None:
+                    self._blocking(fn, stmt, call, site.name, ctx, parent)
+                continue
+            callees = [c for c in site.callees if c.core is None or c.core in ctx.cores]
+            bodies = [c for c in callees if c.id not in ctx.stack and self.an.is_substantial(c)]
+            if not bodies:
+                continue
+            if region is None:
+                first = bodies[0]
+                word = label_word(first)
+                # A function called from one place is traced inside its own body, so its
+                # header carries the points; shared callees are traced at each call site.
+                single = (len(bodies) == 1 and first.core is None
+                          and self.an.call_counts.get(first.id, 0) == 1)
+                anchor = self._body_anchor(first) if single else self._stmt_anchor(fn, stmt)
+                region = self._new(parent, [word], Kind.CALL, ctx, anchor,
+                                   f"call to {first.display} ({_where(first)})",
+                                   function=first.id, hot=hot_of(word), covers=first.src.path)
+            self.expand(bodies, ctx, region)
+
+    def _blocking(self, fn: FunctionDef, stmt: Node, call: Node, name: str, ctx: Ctx,
+                  parent: Region) -> None:
+        args = call.child_by_field_name("arguments")
+        arg_text = text_of(fn.src, args).strip("() ") if args is not None else ""
+        m = re.match(r"[A-Za-z_]\w*", arg_text.split(",")[0].strip()) if arg_text else None
+        kind = Kind.WAIT if "Wait" in name else Kind.SYNC
+        base = "wait" if kind == Kind.WAIT else kebab(name)
+        word = f"{base}-{'-'.join(var_words(m.group(0)))}" if m and kind == Kind.WAIT else base
+        self._new(parent, [word], kind, ctx, self._stmt_anchor(fn, stmt),
+                  f"{name} in {fn.display}", hot="wait" if kind == Kind.WAIT else "sync")
+
+    def expand(self, callees: list[FunctionDef], ctx: Ctx, region: Region) -> None:
+        specialised = [c for c in callees if c.core is not None]
+        plain = [c for c in callees if c.core is None]
+        for callee in plain[:1]:
+            self._expand_one(callee, ctx, region)
+        for callee in specialised:
+            assert callee.core is not None
+            sub = Ctx(ctx.cores & {callee.core}, ctx.role, ctx.loop_vars, ctx.stack)
+            if not sub.cores:
+                continue
+            if self.an.mixed and len(ctx.cores) > 1:
+                body = self._new(region, [callee.core.lower()], Kind.BODY, sub,
+                                 self._body_anchor(callee),
+                                 f"{callee.display} runs on {callee.core} ({_where(callee)})",
+                                 function=callee.id)
+                self._expand_one(callee, sub, body)
+            else:
+                self._expand_one(callee, sub, region)
+
+    def _expand_one(self, callee: FunctionDef, ctx: Ctx, region: Region) -> None:
+        key = (callee.id, ctx.cores)
+        first = self.expanded.get(key)
+        if first is not None and first is not region:
+            region.shared_with = first.label or first.words[-1]
+            region.notes.append(f"{callee.display} is planned under its first caller")
+            return
+        self.expanded[key] = region
+        inner = Ctx(ctx.cores, ctx.role, ctx.loop_vars, (*ctx.stack, callee.id))
+        self.walk_block(callee, callee.body, inner, region)
+
+
+def _where(fn: FunctionDef) -> str:
+    return f"{fn.src.path.name}:{fn.line}"

@@ -1,0 +1,118 @@
+"""The rule framework: what a planning rule is, how it reports, and how rules are found.
+
+A rule reshapes or checks the trace tree; it never touches source text. Each rule is a
+class with a stable `code` (OT1xx), a `name`, a docstring saying what and why, and its
+own `VALID` / `INVALID` examples (tiny kernels) that the test suite runs automatically.
+Teams add rules without forking optrace: list a module in `[tool.optrace] rules.modules`
+or register it under the `optrace.rules` entry-point group; the module exposes `RULES`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, ClassVar
+
+from optrace.engine.diagnostics import Diagnostic, Severity
+from optrace.engine.model import Region
+
+if TYPE_CHECKING:
+    from optrace.engine.analysis import Analysis
+    from optrace.engine.model import LoopInfo
+
+
+@dataclass(frozen=True)
+class Example:
+    """A one-file kernel and what the plan must (not) contain once the rule has run.
+
+    `labels` must all be planned; `absent` must not be; `finding` is a substring of a
+    message this rule must report (INVALID examples) — VALID examples expect no finding.
+    `config` is `optrace.toml` text for the example's repository.
+    """
+
+    source: str
+    labels: tuple[str, ...] = ()
+    absent: tuple[str, ...] = ()
+    finding: str = ""
+    config: str = ""
+
+
+@dataclass
+class RuleContext:
+    analysis: Analysis
+    root: Region
+    loops: list[LoopInfo]
+    findings: list[Diagnostic] = field(default_factory=list)
+    current: str = ""
+
+    def report(self, message: str, region: Region | None = None,
+               severity: Severity = Severity.INFO, line: int = 0) -> None:
+        anchor = region.anchor if region is not None else None
+        self.findings.append(
+            Diagnostic(self.current, message, anchor.path if anchor else None,
+                       anchor.line if anchor else line, severity)
+        )
+
+
+class Rule:
+    """Base class: subclasses set `code`, `name` and implement `apply`."""
+
+    code: ClassVar[str] = ""
+    name: ClassVar[str] = ""
+    VALID: ClassVar[tuple[Example, ...]] = ()
+    INVALID: ClassVar[tuple[Example, ...]] = ()
+
+    def apply(self, ctx: RuleContext) -> None:
+        raise NotImplementedError
+
+
+def builtin_rules() -> list[type[Rule]]:
+    from optrace.rules import (
+        capacity,
+        density,
+        existing_points,
+        fold_depth,
+        label_budget,
+        lift_main_flow,
+        merge_thin_wrappers,
+        naming,
+    )
+
+    # Order matters: structure first (keep, lift, merge, fold), then names, then checks.
+    return [
+        existing_points.KeepExistingPoints,
+        lift_main_flow.LiftMainFlow,
+        merge_thin_wrappers.MergeThinWrappers,
+        fold_depth.FoldDepth,
+        naming.Naming,
+        label_budget.LabelBudget,
+        density.Density,
+        capacity.Capacity,
+    ]
+
+
+def load_rules(modules: tuple[str, ...] = (), disabled: frozenset[str] = frozenset()) -> list[Rule]:
+    """Built-in rules, then plugin rules (config modules, then entry points), minus disabled."""
+    classes = builtin_rules()
+    for mod_name in modules:
+        classes.extend(_rules_of(importlib.import_module(mod_name)))
+    for ep in entry_points(group="optrace.rules"):
+        classes.extend(_rules_of(ep.load()))
+    seen: set[str] = set()
+    out: list[Rule] = []
+    for cls in classes:
+        if cls.code in disabled or cls.name in disabled or cls.code in seen:
+            continue
+        seen.add(cls.code)
+        out.append(cls())
+    return out
+
+
+def _rules_of(obj: object) -> list[type[Rule]]:
+    if isinstance(obj, type) and issubclass(obj, Rule):
+        return [obj]
+    rules = getattr(obj, "RULES", None)
+    if rules is None:
+        raise ImportError(f"{getattr(obj, '__name__', obj)!r} has no RULES list")
+    return list(rules)

@@ -1,0 +1,58 @@
+"""OT106 density: about 15-20 distinct labels per core type; fewer than 10 or more than
+30 on the path one core type executes is a warning (bounds configurable).
+
+Why: too few points hide where time goes; too many cost records (1023 per core) and
+distort what they measure.
+"""
+
+from __future__ import annotations
+
+from optrace.engine.diagnostics import Severity
+from optrace.engine.model import Region
+from optrace.rules.base import Example, Rule, RuleContext
+
+
+def labels_per_core(root: Region) -> dict[str, list[str]]:
+    out: dict[str, set[str]] = {}
+    for region in root.walk():
+        for core in region.cores:
+            out.setdefault(core, set()).add(region.label)
+    return {core: sorted(labels) for core, labels in sorted(out.items())}
+
+
+_MANY = "\n".join(f"    Phase{i}();" for i in range(12))
+_DEFS = "\n".join(f"__aicore__ inline void Phase{i}() {{ SyncAll(); }}" for i in range(12))
+
+
+class Density(Rule):
+    code = "OT106"
+    name = "density"
+    VALID = (
+        Example(
+            _DEFS + '\nextern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {\n'
+            + _MANY + "\n}\n",
+            labels=("phase0", "phase11"),
+        ),
+    )
+    INVALID = (
+        Example(
+            """
+extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
+    SyncAll();
+}
+""",
+            labels=("sync-all",),
+            finding="below 10",
+        ),
+    )
+
+    def apply(self, ctx: RuleContext) -> None:
+        cfg = ctx.analysis.config
+        for core, labels in labels_per_core(ctx.root).items():
+            n = len(labels)
+            if n < cfg.density_min:
+                ctx.report(f"{core}: {n} distinct labels, below {cfg.density_min}", ctx.root,
+                           Severity.WARNING)
+            elif n > cfg.density_max:
+                ctx.report(f"{core}: {n} distinct labels, above {cfg.density_max}", ctx.root,
+                           Severity.WARNING)

@@ -1,0 +1,73 @@
+"""OT101 keep-existing-points: trace points already in the source are kept, and a
+planned region whose label an existing point already uses is not planned twice.
+
+Why: engineers hand-place points; renaming or duplicating them breaks their saved
+traces and comparisons. Existing pairs appear in the tree as `existing` regions.
+"""
+
+from __future__ import annotations
+
+from optrace.engine.diagnostics import Severity
+from optrace.engine.model import Anchor, Kind, Region
+from optrace.rules.base import Example, Rule, RuleContext
+
+
+class KeepExistingPoints(Rule):
+    code = "OT101"
+    name = "keep-existing-points"
+    VALID = (
+        Example(
+            """
+extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
+    SyncAll();
+}
+""",
+            labels=("sync-all",),
+        ),
+    )
+    INVALID = (
+        Example(
+            """
+extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
+    MoeTracing(TRACE_POINT("warmup", "B"));
+    SyncAll();
+    MoeTracing(TRACE_POINT("warmup", "E"));
+}
+""",
+            labels=("warmup",),
+            finding="existing point pair `warmup` kept",
+        ),
+    )
+
+    def apply(self, ctx: RuleContext) -> None:
+        existing = ctx.analysis.existing
+        if not existing:
+            return
+        begins: dict[str, list[object]] = {}
+        for p in existing:
+            if p.event == "B":
+                begins.setdefault(p.label, []).append(p)
+        planned = {r.label: r for r in ctx.root.walk()}
+        for label, points in sorted(begins.items()):
+            first = points[0]
+            ends = [p for p in existing if p.label == label and p.event == "E"]
+            assert hasattr(first, "path")
+            end_line = max((p.line for p in ends), default=first.line)  # type: ignore[attr-defined]
+            anchor = Anchor(first.path, 0, 0, first.line, end_line, inside=False)  # type: ignore[attr-defined]
+            same = planned.get(label)
+            if same is not None and same.kind != Kind.ROOT:
+                same.kind = Kind.EXISTING
+                same.notes.append("already in the source; kept")
+                ctx.report(f"existing point pair `{label}` kept", same)
+                continue
+            if label == "processing":
+                ctx.root.notes.append("root point already in the source")
+                continue
+            region = Region(label.split(), Kind.EXISTING, ctx.root.cores, anchor,
+                            "already in the source")
+            region.notes.append("kept as written")
+            # Existing labels are absolute paths: hang them off the root unchanged.
+            ctx.root.children.append(region)
+            ctx.report(f"existing point pair `{label}` kept", region)
+            if not ends:
+                ctx.report(f"existing point `{label}` has a B but no E", region, Severity.WARNING)

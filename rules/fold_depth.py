@@ -1,0 +1,54 @@
+"""OT104 fold-depth: no label deeper than 7 levels; deeper regions fold into their
+level-7 ancestor, which then covers their time.
+
+Why: the trace format and the analysis workflow assume at most 7 levels; deeper
+call chains are implementation detail of one phase.
+"""
+
+from __future__ import annotations
+
+from optrace.engine.model import Region, assign_labels
+from optrace.rules.base import Example, Rule, RuleContext
+
+_CHAIN = "\n".join(
+    f"""__aicore__ inline void Level{i}() {{ SyncAll(); Level{i + 1}(); SyncAll(); }}"""
+    for i in range(1, 9)
+)
+
+
+class FoldDepth(Rule):
+    code = "OT104"
+    name = "fold-depth"
+    VALID = (
+        Example(
+            """
+__aicore__ inline void Level2() { SyncAll(); }
+__aicore__ inline void Level1() { SyncAll(); Level2(); }
+extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) { Level1(); }
+""",
+            labels=("level1", "level1 level2", "level1 level2 sync-all"),
+        ),
+    )
+    INVALID = (
+        Example(
+            "__aicore__ inline void Level9() { SyncAll(); }\n" + _CHAIN
+            + '\nextern "C" __global__ __aicore__ void demo_op(GM_ADDR x) { Level1(); }\n',
+            labels=("level1 level2 level3 level4 level5 level6",),
+            absent=("level1 level2 level3 level4 level5 level6 level7",),
+            finding="folded",
+        ),
+    )
+
+    def apply(self, ctx: RuleContext) -> None:
+        assign_labels(ctx.root)
+        limit = ctx.analysis.config.max_depth
+        for region in ctx.root.walk():
+            if region.depth >= limit and region.children:
+                folded = sum(1 for _ in region.walk()) - 1
+                region.children = []
+                region.notes.append(f"{folded} deeper region(s) folded in")
+                ctx.report(f"{folded} region(s) below depth {limit} folded into this one", region)
+
+    @staticmethod
+    def count(root: Region) -> int:
+        return sum(1 for _ in root.walk())

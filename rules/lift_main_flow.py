@@ -1,0 +1,66 @@
+"""OT102 lift-main-flow: the kernel class's `Process()` called from the entry *is* the
+`processing` phase; its children become level 2 instead of nesting one level deeper.
+
+Why: every kernel's entry does `op.Init(...); op.Process();`. A `process` level under
+`processing` adds depth (the budget is 7) and says nothing.
+"""
+
+from __future__ import annotations
+
+from optrace.engine.model import Kind
+from optrace.rules.base import Example, Rule, RuleContext
+
+_MAIN_METHODS = ("Process", "Run", "Compute", "Execute", "operator()")
+
+_EXAMPLE = """
+class DemoKernel {
+public:
+    __aicore__ inline void Process() {
+        SyncAll();
+        for (uint32_t groupIdx = 0; groupIdx < groupNum; ++groupIdx) {
+            SyncAll();
+        }
+    }
+};
+extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
+    DemoKernel op;
+    op.Process();
+}
+"""
+
+
+class LiftMainFlow(Rule):
+    code = "OT102"
+    name = "lift-main-flow"
+    VALID = (
+        Example(
+            """
+extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
+    SyncAll();
+}
+""",
+            labels=("sync-all",),
+        ),
+    )
+    INVALID = (
+        Example(_EXAMPLE, labels=("sync-all", "group-loop"), absent=("demo-kernel",),
+                finding="lifted"),
+    )
+
+    def apply(self, ctx: RuleContext) -> None:
+        root = ctx.root
+        new_children = []
+        for child in root.children:
+            fn = ctx.analysis.index.functions.get(child.function or "")
+            if (
+                child.kind == Kind.CALL
+                and fn is not None
+                and fn.name in _MAIN_METHODS
+                and fn.scope
+                and child.cores == root.cores
+            ):
+                ctx.report(f"`{fn.display}` is the main flow: its phases lifted to level 2", child)
+                new_children.extend(child.children)
+            else:
+                new_children.append(child)
+        root.children = new_children

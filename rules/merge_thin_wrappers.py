@@ -1,0 +1,76 @@
+"""OT103 merge-thin-wrappers: a region whose only content is one other region, with no
+sync or communication of its own, merges with it (one pair of points, not two).
+
+The outer call keeps its name (it is closer to the caller's vocabulary) unless only the
+inner one carries hot semantics (wait, sync, send, recv, copy, quant, dequant), which
+always keep their own word. Core-type bodies (`aic` / `aiv`) are never merged away.
+"""
+
+from __future__ import annotations
+
+from optrace.engine.model import Kind, Region
+from optrace.rules.base import Example, Rule, RuleContext
+
+_WRAPPED = """
+__aicore__ inline void SendTokens(GM_ADDR dst) {
+    for (uint32_t tokenIdx = 0; tokenIdx < tokenNum; ++tokenIdx) {
+        DataCopy(dst, src, len);
+        SyncAll();
+    }
+}
+__aicore__ inline void DispatchPhase(GM_ADDR dst) {
+    SendTokens(dst);
+}
+extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
+    DispatchPhase(x);
+}
+"""
+
+
+class MergeThinWrappers(Rule):
+    code = "OT103"
+    name = "merge-thin-wrappers"
+    VALID = (
+        Example(
+            """
+__aicore__ inline void SendTokens(GM_ADDR dst) {
+    for (uint32_t tokenIdx = 0; tokenIdx < tokenNum; ++tokenIdx) { SyncAll(); }
+}
+__aicore__ inline void RecvTokens(GM_ADDR dst) {
+    for (uint32_t tokenIdx = 0; tokenIdx < tokenNum; ++tokenIdx) { SyncAll(); }
+}
+__aicore__ inline void DispatchPhase(GM_ADDR dst) {
+    SendTokens(dst);
+    RecvTokens(dst);
+}
+extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
+    DispatchPhase(x);
+}
+""",
+            labels=("dispatch-phase", "dispatch-phase send-tokens", "dispatch-phase recv-tokens"),
+        ),
+    )
+    INVALID = (
+        Example(_WRAPPED, labels=("send-tokens", "send-tokens token-loop"),
+                absent=("dispatch-phase", "dispatch-phase send-tokens"), finding="merged"),
+    )
+
+    def apply(self, ctx: RuleContext) -> None:
+        self._visit(ctx, ctx.root)
+
+    def _visit(self, ctx: RuleContext, node: Region) -> None:
+        for child in node.children:
+            self._visit(ctx, child)
+        if node.kind != Kind.CALL or len(node.children) != 1:
+            return
+        inner = node.children[0]
+        if inner.kind != Kind.CALL or inner.shared_with is not None:
+            return
+        outer_word = node.words[0] if node.words else ""
+        inner_word = inner.words[0] if inner.words else ""
+        if inner.hot and not node.hot:
+            node.words = [inner_word, *node.words[1:]]
+            node.hot = inner.hot
+        ctx.report(f"thin wrapper `{outer_word}` merged with `{inner_word}`", node)
+        node.children = inner.children
+        node.notes.append(f"merged with {inner_word} ({inner.reason})")
