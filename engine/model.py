@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 
 ROOT_LABEL = "processing"
 CORES = ("AIC", "AIV")
 
 
-class Kind(str, Enum):
+class Kind(StrEnum):
     ROOT = "root"  # the kernel entry's body
     CALL = "call"  # a call statement to a substantial function
     BODY = "body"  # a core-type specialisation's body (operator()<AIC>)

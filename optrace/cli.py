@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 import traceback
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -31,7 +31,7 @@ def _root() -> None:
     """optrace: instrument Ascend operators with trace points."""
 
 
-class PlanFormat(str, Enum):
+class PlanFormat(StrEnum):
     text = "text"
     json = "json"
 

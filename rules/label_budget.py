@@ -1,12 +1,13 @@
-"""OT108 label-budget: keep each core type near the density target (default 30 distinct
+"""OT108 label-budget: keep each core type within the density bound (default 30 distinct
 labels) by dropping the least informative regions first.
 
 Order of removal: leaf regions only (a parent becomes a candidate once its children are
 gone); never a file's last region while others remain; regions that repeat code planned
-elsewhere first; then deeper before shallower;
-at one depth, plain regions before hot ones and before the first region of an AIV role. Core-type bodies, the root and existing points are
-never removed. Why: a deep operator offers hundreds of candidate regions, but a trace with
-more than ~30 labels per core type is unreadable and eats the 1023-record slot.
+elsewhere first; then deeper before shallower; at one depth, plain regions before hot
+ones and before the first region of an AIV role. Core-type bodies, the root and existing
+points are never removed. Why: a deep operator offers hundreds of candidate regions, but
+a trace with more than ~30 labels per core type is unreadable and eats the 1023-record
+slot.
 """
 
 from __future__ import annotations
