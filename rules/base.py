@@ -66,6 +66,16 @@ class Rule:
     def apply(self, ctx: RuleContext) -> None:
         raise NotImplementedError
 
+    @classmethod
+    def describe(cls) -> str:
+        """The rule's documentation: its own docstring, else its module's (one rule per
+        module is the norm, and the module docstring is where the rationale lives)."""
+        import sys
+
+        doc = cls.__doc__ if cls.__doc__ and cls.__doc__ != Rule.__doc__ else None
+        doc = doc or sys.modules[cls.__module__].__doc__ or ""
+        return doc.strip()
+
 
 def builtin_rules() -> list[type[Rule]]:
     from optrace.rules import (

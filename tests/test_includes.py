@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from optrace.engine.includes import build_include_graph, scan_includes
+
+
+def write(p: Path, text: str) -> Path:
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text)
+    return p
+
+
+def test_scan_ignores_comments_and_if0() -> None:
+    src = b'#include "a.h"\n// #include "b.h"\n#if 0\n#include "c.h"\n#endif\n#include <d.h>\n'
+    names = [(d.target, d.quoted) for d in scan_includes(src)]
+    assert names == [("a.h", True), ("d.h", False)]
+
+
+def test_graph_follows_subdirs_lists_missing_and_cycles(tmp_path: Path) -> None:
+    entry = write(tmp_path / "k.cpp", '#include "k.h"\n#include <kernel_operator.h>\n')
+    write(tmp_path / "k.h", '#include "sub/a.h"\n#include "catlass/catlass.hpp"\n')
+    write(tmp_path / "sub/a.h", '#include "b.h"\n')
+    write(tmp_path / "sub/b.h", '#include "a.h"\n')
+    g = build_include_graph(entry.resolve(), [tmp_path.resolve()])
+    names = sorted(p.name for p in g.files)
+    assert names == ["a.h", "b.h", "k.cpp", "k.h"]
+    assert [m[2] for m in g.missing] == ["catlass/catlass.hpp"]
+    assert g.missing[0][1] == 2  # the line of the include
+    assert "kernel_operator.h" in g.external
+    assert g.cycles and {p.name for p in g.cycles[0]} == {"a.h", "b.h"}
+
+
+def test_symlink_loop_is_a_located_diagnostic(tmp_path: Path) -> None:
+    entry = write(tmp_path / "k.cpp", '#include "loop.h"\n')
+    os.symlink(tmp_path / "loop.h", tmp_path / "loop.h")
+    g = build_include_graph(entry.resolve(), [])
+    assert [d.code for d in g.diagnostics] == ["OT014"]
+    assert g.diagnostics[0].line == 1
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads unreadable files")
+def test_unreadable_header(tmp_path: Path) -> None:
+    entry = write(tmp_path / "k.cpp", '#include "x.h"\n')
+    x = write(tmp_path / "x.h", "int a;\n")
+    x.chmod(0)
+    g = build_include_graph(entry.resolve(), [])
+    assert [d.code for d in g.diagnostics] == ["OT011"]
+
+
+def test_binary_header_is_reported_not_parsed(tmp_path: Path) -> None:
+    entry = write(tmp_path / "k.cpp", '#include "blob.h"\n')
+    (tmp_path / "blob.h").write_bytes(b"\x00\x01\x02" * 100)
+    g = build_include_graph(entry.resolve(), [])
+    assert [d.code for d in g.diagnostics] == ["OT012"]
+    assert all(p.name != "blob.h" for p in g.files)

@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from optrace.engine.source import (
+    DEFAULT_QUALIFIERS,
+    SourceFile,
+    blank_comments,
+    blank_if0,
+    decode,
+    normalise,
+    qualifier_macros,
+)
+
+
+def test_normalise_keeps_length_and_offsets() -> None:
+    src = b"extern \"C\" __global__ __aicore__ void k(__gm__ uint8_t* x) {}\n"
+    out = normalise(src, DEFAULT_QUALIFIERS)
+    assert len(out) == len(src)
+    assert b"__global__" not in out and out.index(b"void") == src.index(b"void")
+
+
+def test_operator_specialisation_becomes_same_length_identifier() -> None:
+    src = b"template <> inline void operator()<AscendC::AIC>(Params const &p) {}"
+    out = normalise(src, ())
+    assert len(out) == len(src)
+    assert b"operator___AscendC__AIC_" in out
+
+
+def test_ascend_is_macro_gets_parentheses() -> None:
+    src = b"if ASCEND_IS_AIV { Foo(); }"
+    out = normalise(src, ())
+    assert out == b"if (ASCENDISAIV) { Foo(); }"
+
+
+def test_blank_comments_keeps_strings_and_newlines() -> None:
+    src = b'a = "// not a comment"; // yes\n/* x\ny */ b;\n'
+    out = blank_comments(src)
+    assert b'"// not a comment"' in out
+    assert b"yes" not in out and out.count(b"\n") == src.count(b"\n") and len(out) == len(src)
+
+
+def test_if0_blocks_are_dead_and_if1_else_is_dead() -> None:
+    src = b"#if 0\n#include \"a.h\"\n#endif\n#if 1\nkeep;\n#else\ndrop;\n#endif\n"
+    out = blank_if0(src)
+    assert b"a.h" not in out and b"keep" in out and b"drop" not in out
+
+
+def test_qualifier_macros_detected() -> None:
+    src = b"#define CATLASS_DEVICE __aicore__ inline\n#define N 4\n"
+    assert qualifier_macros(src, DEFAULT_QUALIFIERS) == {"CATLASS_DEVICE"}
+
+
+def test_gbk_comment_decodes_and_crlf_lines() -> None:
+    raw = "// 发送\r\nint x;\r\n".encode("gbk")
+    sf = SourceFile(path=__import__("pathlib").Path("x.h"), raw=raw)
+    assert sf.newline == b"\r\n"
+    assert sf.line_of(raw.index(b"int")) == 2
+    assert "发送" in decode(raw)
+
+
+@given(st.binary(max_size=400))
+def test_normalise_never_changes_length(data: bytes) -> None:
+    assert len(normalise(data, DEFAULT_QUALIFIERS)) == len(data)
+    assert len(blank_comments(data)) == len(data)
+    assert len(blank_if0(data)) == len(data)
