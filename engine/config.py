@@ -6,6 +6,7 @@ docs/config.md.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,7 +67,9 @@ def _load_toml(path: Path) -> dict[str, object]:
         with path.open("rb") as fh:
             return tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
-        line = int(getattr(exc, "lineno", 0) or 0)
+        # Python 3.11's TOMLDecodeError has no lineno; the message carries it.
+        m = re.search(r"at line (\d+)", str(exc))
+        line = int(getattr(exc, "lineno", 0) or (m.group(1) if m else 0))
         raise InputError(
             Diagnostic("OT002", f"invalid TOML: {exc}", path, line, Severity.ERROR)
         ) from exc
@@ -83,7 +86,11 @@ def load_config(repo_root: Path, op_dir: Path) -> Config:
     path, data = found
 
     def bad(message: str) -> InputError:
-        return InputError(Diagnostic("OT003", message, path, 0, Severity.ERROR))
+        key = re.search(r"`([\w.]+)`", message)
+        return InputError(
+            Diagnostic("OT003", message, path, _key_line(path, key.group(1)) if key else 0,
+                       Severity.ERROR)
+        )
 
     def str_list(key: str) -> list[str]:
         value = data.get(key, [])
@@ -125,3 +132,16 @@ def load_config(repo_root: Path, op_dir: Path) -> Config:
         cfg.density_max = int(density.get("max", cfg.density_max))
         cfg.density_target = int(density.get("target", cfg.density_target))
     return cfg
+
+
+def _key_line(path: Path, dotted: str) -> int:
+    """Line of a key's assignment in a TOML file, for messages (0 if not found)."""
+    key = dotted.split(".")[-1]
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return 0
+    for n, line in enumerate(lines, 1):
+        if re.match(rf"\s*{re.escape(key)}\s*=", line) or line.strip() == f"[{dotted}]":
+            return n
+    return 0

@@ -65,9 +65,9 @@ def loop_var(fn: FunctionDef, loop: Node) -> str | None:
     if loop.type == "for_statement":
         init = loop.child_by_field_name("initializer")
         if init is not None:
-            names = re.findall(r"([A-Za-z_]\w*)\s*=", text_of(fn.src, init))
-            if names:
-                return names[0]
+            first = re.search(r"([A-Za-z_]\w*)\s*=", text_of(fn.src, init))
+            if first:
+                return first.group(1)
         upd = loop.child_by_field_name("update")
         if upd is not None:
             m = re.search(r"[A-Za-z_]\w*", text_of(fn.src, upd))

@@ -75,3 +75,11 @@ def test_team_rule_from_config_module_runs_with_its_examples(tmp_path: Path,
     bad = type(team[0]).INVALID[0]
     with pytest.raises(AssertionError):
         check_example(type(team[0]), bad, True, cfg)
+
+
+def test_rules_doc_is_current() -> None:
+    from optrace.rules.docs import render
+
+    doc = Path(__file__).resolve().parent.parent / "docs" / "rules.md"
+    assert doc.read_text(encoding="utf-8") == render(), (
+        "docs/rules.md is stale: python -m optrace.rules.docs > docs/rules.md")

@@ -1,0 +1,159 @@
+"""`optrace plan` as a user runs it: exit codes, messages, several operators, outputs."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from optrace.cli import app
+
+runner = CliRunner()
+
+KERNEL = """
+class DemoKernel {
+public:
+    __aicore__ inline void Process() {
+        for (uint32_t groupIdx = 0; groupIdx < groupNum_; ++groupIdx) {
+            SendTokens(groupIdx);
+            SyncAll();
+        }
+    }
+    __aicore__ inline void SendTokens(uint32_t g) {
+        for (uint32_t tokenIdx = 0; tokenIdx < n_; ++tokenIdx) { DataCopy(dst, src, len); }
+        SyncAll();
+    }
+};
+extern "C" __global__ __aicore__ void {name}(GM_ADDR x, GM_ADDR y, GM_ADDR workspace, GM_ADDR tiling) {
+    DemoKernel op;
+    op.Process();
+}
+"""
+
+
+def make_op(repo: Path, name: str, body: str | None = None) -> Path:
+    op = repo / name
+    (op / "op_kernel").mkdir(parents=True)
+    text = (body if body is not None else KERNEL).replace("{name}", name)
+    (op / "op_kernel" / f"{name}.cpp").write_text(text)
+    (repo / "optrace.toml").touch()
+    return op
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    res = runner.invoke(app, list(args))
+    return res.exit_code, res.stdout, res.stderr
+
+
+def test_plan_text(tmp_path: Path) -> None:
+    op = make_op(tmp_path, "demo_op")
+    code, out, err = run("plan", str(op))
+    assert code == 0, err
+    assert "group-loop [AIV] index=groupIdx  @ demo_op/op_kernel/demo_op.cpp:5" in out
+    assert "group-loop send-tokens" in out
+    assert "op_host OpDef: MISSING" in out
+
+
+def test_missing_directory_is_usage_error(tmp_path: Path) -> None:
+    code, out, err = run("plan", str(tmp_path / "nope"))
+    assert code == 2
+    assert "OT001" in err and "Traceback" not in err + out
+
+
+def test_no_entry_is_exit_2_with_location(tmp_path: Path) -> None:
+    op = make_op(tmp_path, "empty_op", body="int helper() { return 1; }\n")
+    code, _, err = run("plan", str(op))
+    assert code == 2
+    assert f"{op}: OT010" in err
+
+
+def test_one_broken_operator_does_not_stop_the_others(tmp_path: Path) -> None:
+    good = make_op(tmp_path, "good_op")
+    bad = make_op(tmp_path, "bad_op", body="// nothing here\n")
+    code, out, err = run("plan", str(bad), str(good), "--format", "json")
+    assert code == 2
+    doc = json.loads(out)
+    assert doc["version"] == 1
+    assert [o["name"] for o in doc["operators"]] == ["good_op"]
+    assert "bad_op" in err
+
+
+def test_json_schema_fields(tmp_path: Path) -> None:
+    op = make_op(tmp_path, "demo_op")
+    code, out, _ = run("plan", str(op), "--format", "json")
+    assert code == 0
+    o = json.loads(out)["operators"][0]
+    for key in ("layers", "missing_layers", "includes", "tree", "labels_per_core", "capacity",
+                "loops", "diagnostics"):
+        assert key in o
+    tree = o["tree"]
+    assert tree["label"] == "processing" and tree["depth"] == 1
+    loop = tree["children"][0]
+    assert loop["kind"] == "loop" and loop["index"] == "groupIdx" and loop["placement"] == "inside"
+
+
+def test_output_file_and_graphs_per_operator(tmp_path: Path) -> None:
+    a = make_op(tmp_path, "op_a")
+    b = make_op(tmp_path, "op_b")
+    out_file = tmp_path / "plan.json"
+    code, out, _ = run("plan", str(a), str(b), "--format", "json", "-o", str(out_file),
+                       "--graph", str(tmp_path / "g.html"))
+    assert code == 0 and out == ""
+    assert len(json.loads(out_file.read_text())["operators"]) == 2
+    html_a = (tmp_path / "g.op_a.html").read_text()
+    assert "<html>" in html_a and 'class="traced"' in html_a
+    assert (tmp_path / "g.op_b.html").exists()
+    code, _, _ = run("plan", str(a), "--graph", str(tmp_path / "g.dot"))
+    dot = (tmp_path / "g.dot").read_text()
+    assert dot.startswith('digraph "op_a"') and "fillcolor" in dot
+
+
+def test_invalid_config_is_located(tmp_path: Path) -> None:
+    op = make_op(tmp_path, "demo_op")
+    (tmp_path / "optrace.toml").write_text("[rules]\ndisable = 3\n")
+    code, _, err = run("plan", str(op))
+    assert code == 2 and "OT003" in err and "optrace.toml:2" in err
+    (tmp_path / "optrace.toml").write_text("this is = = not toml\n")
+    code, _, err = run("plan", str(op))
+    assert code == 2 and "OT002" in err and "optrace.toml:1" in err
+
+
+def test_unparseable_header_is_a_warning_and_plan_continues(tmp_path: Path) -> None:
+    op = make_op(tmp_path, "demo_op")
+    entry = op / "op_kernel" / "demo_op.cpp"
+    entry.write_text('#include "broken.h"\n' + entry.read_text())
+    (op / "op_kernel" / "broken.h").write_text("class { ( ( ( ;;; }}} template <<\n")
+    code, out, err = run("plan", str(op))
+    assert code == 0
+    assert "broken.h:1: OT020" in err
+    assert "group-loop" in out
+
+
+def test_non_utf8_crlf_input_is_normal(tmp_path: Path) -> None:
+    op = make_op(tmp_path, "demo_op")
+    entry = op / "op_kernel" / "demo_op.cpp"
+    raw = ("// 注释\n" + entry.read_text()).replace("\n", "\r\n").encode("gbk")
+    entry.write_bytes(b"\xef\xbb\xbf" + raw)
+    code, out, err = run("plan", str(op))
+    assert code == 0, err
+    assert "group-loop [AIV] index=groupIdx  @ demo_op/op_kernel/demo_op.cpp:6" in out
+    assert entry.read_bytes() == b"\xef\xbb\xbf" + raw  # plan never writes
+
+
+@pytest.mark.skipif(not hasattr(os, "symlink"), reason="no symlinks")
+def test_symlink_loop_in_operator_tree(tmp_path: Path) -> None:
+    op = make_op(tmp_path, "demo_op")
+    os.symlink(op / "op_kernel", op / "op_kernel" / "self_loop")
+    code, out, err = run("plan", str(op))
+    assert code == 0, err
+    assert "group-loop" in out
+
+
+def test_help_lists_plan_and_no_stubs() -> None:
+    code, out, _ = run("--help")
+    assert code == 0 and "plan" in out
+    for absent in ("apply", "strip", "preprocess"):
+        assert f" {absent} " not in out
