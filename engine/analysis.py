@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import networkx as nx
+from tree_sitter import Node
+
 from optrace.engine.config import Config, load_config
 from optrace.engine.cpp import (
     CodeIndex,
@@ -28,7 +30,6 @@ from optrace.engine.discovery import Layers, default_repo_root, discover
 from optrace.engine.includes import IncludeGraph, build_include_graph
 from optrace.engine.model import ExistingPoint
 from optrace.engine.source import blank_comments, decode, normalise, qualifier_macros
-from tree_sitter import Node
 
 # Device primitives that block until another core / rank arrives: phase boundaries.
 BLOCKING_PRIMITIVES = frozenset(

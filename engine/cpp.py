@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import tree_sitter_cpp
+from tree_sitter import Language, Node, Parser, Tree
+
 from optrace.engine.source import (
     CORE_MACRO_AIC,
     CORE_MACRO_AIV,
@@ -20,7 +22,6 @@ from optrace.engine.source import (
     SourceFile,
     decode,
 )
-from tree_sitter import Language, Node, Parser, Tree
 
 _LANGUAGE = Language(tree_sitter_cpp.language())
 

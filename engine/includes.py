@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import networkx as nx
+
 from optrace.engine.diagnostics import Diagnostic, Severity
 from optrace.engine.source import (
     SourceFile,

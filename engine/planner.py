@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from tree_sitter import Node
+
 from optrace.engine.analysis import BLOCKING_PRIMITIVES, HOT_WORDS, Analysis, is_spin_loop, kebab
 from optrace.engine.cpp import (
     LOOP_TYPES,
@@ -23,7 +25,6 @@ from optrace.engine.cpp import (
     text_of,
 )
 from optrace.engine.model import Anchor, Kind, LoopInfo, Region
-from tree_sitter import Node
 
 # Loop variables that name phase-level repetition (points with the index) ...
 PHASE_LOOP_WORDS = frozenset(
