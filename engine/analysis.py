@@ -75,7 +75,8 @@ class Analysis:
     # function id -> number of call sites reaching it (over reachable code)
     call_counts: dict[str, int] = field(default_factory=dict)
     _locals: dict[str, dict[str, str]] = field(default_factory=dict)
-    _calls: dict[int, CallSite] = field(default_factory=dict)
+    _calls: dict[tuple[str, int, int, str], CallSite] = field(default_factory=dict)
+    _sizes: dict[str, tuple[int, bool]] = field(default_factory=dict)
 
     # --- per-function facts ---------------------------------------------------------
     def locals_of(self, fn: FunctionDef) -> dict[str, str]:
@@ -84,7 +85,7 @@ class Analysis:
         return self._locals[fn.id]
 
     def call_site(self, fn: FunctionDef, call: Node) -> CallSite:
-        key = call.id
+        key = (str(fn.src.path), call.start_byte, call.end_byte, fn.id)
         site = self._calls.get(key)
         if site is None:
             name, callees = resolve_call(self, fn, call)
@@ -96,10 +97,23 @@ class Analysis:
         """Worth its own region: does phase work (transitively), or has real size."""
         if fn.id in self.phase_work:
             return True
-        stmts = sum(1 for _ in iter_nodes(fn.body, {"expression_statement"}))
-        has_loop = any(True for _ in iter_nodes(fn.body, {"for_statement", "while_statement",
-                                                          "do_statement", "for_range_loop"}))
+        stmts, has_loop = self.size_of(fn)
         return stmts >= 8 or (has_loop and stmts >= 3)
+
+    def size_of(self, fn: FunctionDef) -> tuple[int, bool]:
+        """(expression statements, contains a loop), computed once per function."""
+        cached = self._sizes.get(fn.id)
+        if cached is None:
+            stmts = 0
+            has_loop = False
+            for node in iter_nodes(fn.body, {"expression_statement", "for_statement",
+                                             "while_statement", "do_statement", "for_range_loop"}):
+                if node.type == "expression_statement":
+                    stmts += 1
+                else:
+                    has_loop = True
+            cached = self._sizes[fn.id] = (stmts, has_loop)
+        return cached
 
 
 def callee_name(src_text: str) -> str:
@@ -281,7 +295,7 @@ def _build_callgraph(an: Analysis) -> None:
         # intra-core SetFlag/WaitFlag pair is pipeline plumbing, not a phase boundary.
         named_hot = any(w in _words(fn.name) for w in ("wait", "sync", "send", "recv", "receive",
                                                       "barrier"))
-        if named_hot and _has_content(fn):
+        if named_hot and _has_content(an, fn):
             hot.add(fn.id)
         for call in iter_nodes(fn.body, {"call_expression"}):
             site = an.call_site(fn, call)
@@ -304,10 +318,8 @@ def _build_callgraph(an: Analysis) -> None:
     an.phase_work = work
 
 
-def _has_content(fn: FunctionDef) -> bool:
-    stmts = sum(1 for _ in iter_nodes(fn.body, {"expression_statement"}))
-    loops = any(True for _ in iter_nodes(fn.body, {"for_statement", "while_statement",
-                                                   "do_statement", "for_range_loop"}))
+def _has_content(an: Analysis, fn: FunctionDef) -> bool:
+    stmts, loops = an.size_of(fn)
     return loops or stmts >= 4
 
 

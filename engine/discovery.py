@@ -112,6 +112,57 @@ def walk_files(root: Path, exts: frozenset[str] | None = None) -> Iterator[Path]
                 yield path
 
 
+@dataclass
+class RepoIndex:
+    """One pass over a repository: which files mention which words.
+
+    Planning many operators of one repository asks "which files name this op?" once per
+    operator; answering from an index keeps that linear in the repository size instead
+    of operators x files.
+    """
+
+    root: Path
+    files: list[Path] = field(default_factory=list)
+    by_word: dict[bytes, list[int]] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, root: Path) -> RepoIndex:
+        index = cls(root)
+        word_re = re.compile(rb"[A-Za-z_][A-Za-z0-9_]{2,}")
+        for path in walk_files(root):
+            ext = path.suffix.lower()
+            if ext not in CPP_EXTS and ext not in (".sh", ".bash", ".py") and (
+                path.name != "CMakeLists.txt"
+            ):
+                continue
+            data = _read(path)
+            if data is None:
+                continue
+            n = len(index.files)
+            index.files.append(path)
+            # Lowercased, with the file's own name, so `aclnn_<op>.cpp` and `CMake` match.
+            words = set(word_re.findall(data.lower())) | {path.stem.lower().encode()}
+            for word in words:
+                index.by_word.setdefault(word, []).append(n)
+        return index
+
+    def mentioning(self, *words: bytes) -> list[Path]:
+        hits: set[int] = set()
+        for w in words:
+            hits.update(self.by_word.get(w.lower(), ()))
+        return [self.files[i] for i in sorted(hits)]
+
+
+_REPO_INDEXES: dict[Path, RepoIndex] = {}
+
+
+def repo_index(root: Path) -> RepoIndex:
+    """The index of a repository root, built once per process."""
+    if root not in _REPO_INDEXES:
+        _REPO_INDEXES[root] = RepoIndex.build(root)
+    return _REPO_INDEXES[root]
+
+
 def _read(path: Path, limit: int = SEARCH_LIMIT_BYTES) -> bytes | None:
     try:
         if path.stat().st_size > limit:
@@ -271,12 +322,13 @@ def _search_repository(layers: Layers, op_dir: Path, put: object) -> None:
     )
     reg_re = re.compile(rb"\bTORCH_LIBRARY(?:_FRAGMENT|_EXPAND|_IMPL)?\s*\(|PYBIND11_MODULE\s*\(")
     call_re = re.compile(rb"\.\s*" + re.escape(op) + rb"\s*\(")
-    for path in walk_files(layers.repo_root):
+    index = repo_index(layers.repo_root)
+    build_words = (b"op_kernel", b"ascend_kernels", b"msopgen", b"ascendc", b"cmake")
+    candidates = index.mentioning(op, camel, b"aclnn" + camel, b"aclnn_" + op, *build_words)
+    for path in candidates:
         if op_dir in path.parents:
             continue
         ext = path.suffix.lower()
-        if ext not in CPP_EXTS and ext not in (".sh", ".bash", ".py") and path.name != "CMakeLists.txt":
-            continue
         data = _read(path)
         if data is None:
             continue
@@ -296,10 +348,19 @@ def _search_repository(layers: Layers, op_dir: Path, put: object) -> None:
                 put("build_script", path, data, rb"op_kernel|ascend_kernels|msopgen|cmake", detail)
         elif ext == ".py" and call_re.search(data):
             put("python_callers", path, data, call_re.pattern, "calls the op")
-    # A build script that names op_kernel beats a generic CMakeLists.
+    # The script that copies the kernels into a build tree is where the hook goes: rank
+    # it first (names the op, copies op_kernel, is a shell script), then shallower paths.
     scripts = layers.found.get("build_script", [])
     if len(scripts) > 1:
-        scripts.sort(key=lambda f: (f.path.suffix not in (".sh", ".bash"), len(f.path.parts)))
+        copy_re = re.compile(rb"\b(cp|rsync|copy)\b[^\n]*(op_kernel|ascend_kernels|\$\{?\w*kernel)", re.I)
+
+        def score(f: LayerFile) -> tuple[int, int]:
+            data = _read(f.path) or b""
+            s = (4 if op_word.search(data) else 0) + (2 if copy_re.search(data) else 0)
+            s += 1 if f.path.suffix in (".sh", ".bash") else 0
+            return (-s, len(f.path.parts))
+
+        scripts.sort(key=score)
 
 
 def display(layers: Layers, path: Path) -> str:
