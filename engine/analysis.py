@@ -19,7 +19,6 @@ from optrace.engine.cpp import (
     FunctionDef,
     ParsedFile,
     base_type_name,
-    iter_nodes,
     local_types,
     new_parser,
     parse_file,
@@ -106,8 +105,8 @@ class Analysis:
         if cached is None:
             stmts = 0
             has_loop = False
-            for node in iter_nodes(fn.body, {"expression_statement", "for_statement",
-                                             "while_statement", "do_statement", "for_range_loop"}):
+            for node in fn.nodes_in(fn.body, ("expression_statement", "for_statement",
+                                             "while_statement", "do_statement", "for_range_loop",)):
                 if node.type == "expression_statement":
                     stmts += 1
                 else:
@@ -297,7 +296,7 @@ def _build_callgraph(an: Analysis) -> None:
                                                       "barrier"))
         if named_hot and _has_content(an, fn):
             hot.add(fn.id)
-        for call in iter_nodes(fn.body, {"call_expression"}):
+        for call in fn.nodes_in(fn.body, ("call_expression",)):
             site = an.call_site(fn, call)
             if site.name in BLOCKING_PRIMITIVES and not site.callees:
                 hot.add(fn.id)
@@ -307,7 +306,7 @@ def _build_callgraph(an: Analysis) -> None:
                 g.add_edge(fn.id, callee.id, line=fn.src.line_of(call.start_byte))
                 an.call_counts[callee.id] = an.call_counts.get(callee.id, 0) + 1
                 todo.append(callee)
-        for loop in iter_nodes(fn.body, {"while_statement", "do_statement", "for_statement"}):
+        for loop in fn.nodes_in(fn.body, ("while_statement", "do_statement", "for_statement",)):
             if is_spin_loop(an, fn, loop):
                 hot.add(fn.id)
     reverse = g.reverse(copy=False)
@@ -347,8 +346,7 @@ def is_spin_loop(an: Analysis, fn: FunctionDef, loop: Node) -> bool:
     body = loop.child_by_field_name("body")
     if body is None:
         return False
-    if any(n is not loop for n in iter_nodes(body, {"for_statement", "while_statement",
-                                                    "do_statement", "for_range_loop"})):
+    if fn.nodes_in(body, ("for_statement", "while_statement", "do_statement", "for_range_loop")):
         return False
     cond = loop.child_by_field_name("condition")
     cond_text = text_of(fn.src, cond) if cond is not None else ""
@@ -356,12 +354,12 @@ def is_spin_loop(an: Analysis, fn: FunctionDef, loop: Node) -> bool:
     forever = cond is None or cond_text.strip("() ") in ("true", "1", "")
     if loop.type == "for_statement" and loop.child_by_field_name("initializer") is not None:
         return False
-    has_break = any(True for _ in iter_nodes(body, {"break_statement"}))
+    has_break = bool(fn.nodes_in(body, ("break_statement",)))
     if forever and not has_break:
         return False
     if not _SPIN_HINT.search(cond_text + " " + body_text):
         return False
-    for call in iter_nodes(body, {"call_expression"}):
+    for call in fn.nodes_in(body, ("call_expression",)):
         site = an.call_site(fn, call)
         if any(an.is_substantial(c) for c in site.callees if c.id != fn.id):
             return False

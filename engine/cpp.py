@@ -7,13 +7,14 @@ namespaces, and unresolved template types are matched by name (see `CodeIndex`).
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import tree_sitter_cpp
-from tree_sitter import Language, Node, Parser, Tree
+from tree_sitter import Language, Node, Parser, Query, QueryCursor, Tree
 
 from optrace.engine.source import (
     CORE_MACRO_AIC,
@@ -70,6 +71,49 @@ def decode_specialisation(name: str) -> tuple[str, str | None]:
     return "operator()", spec
 
 
+# Node types looked up by position; one C-side query finds them all per file, so the
+# analysis never walks trees node by node in Python.
+INDEXED_TYPES = (
+    "call_expression", "for_statement", "for_range_loop", "while_statement", "do_statement",
+    "expression_statement", "declaration", "alias_declaration", "type_definition",
+    "break_statement", "function_definition", "class_specifier", "struct_specifier",
+    "union_specifier",
+)
+_QUERY = Query(_LANGUAGE, "[" + " ".join(f"({t})" for t in INDEXED_TYPES) + "] @n")
+
+
+class NodeIndex:
+    """Nodes of the indexed types of one tree, sorted by start byte, per type."""
+
+    def __init__(self, root: Node) -> None:
+        found = QueryCursor(_QUERY).captures(root).get("n", [])
+        by_type: dict[str, list[Node]] = defaultdict(list)
+        for node in found:
+            by_type[node.type].append(node)
+        self.nodes: dict[str, list[Node]] = {}
+        self.starts: dict[str, list[int]] = {}
+        for t, nodes in by_type.items():
+            nodes.sort(key=lambda n: (n.start_byte, -n.end_byte))
+            self.nodes[t] = nodes
+            self.starts[t] = [n.start_byte for n in nodes]
+
+    def within(self, node: Node, types: frozenset[str] | set[str] | tuple[str, ...]) -> list[Node]:
+        """Nodes of the given types inside `node` (itself included), in source order."""
+        lo, hi = node.start_byte, node.end_byte
+        out: list[Node] = []
+        for t in types:
+            starts = self.starts.get(t)
+            if not starts:
+                continue
+            nodes = self.nodes[t]
+            i = bisect.bisect_left(starts, lo)
+            j = bisect.bisect_left(starts, hi)
+            out.extend(n for n in nodes[i:j] if n.end_byte <= hi)
+        if len(types) > 1:
+            out.sort(key=lambda n: (n.start_byte, -n.end_byte))
+        return out
+
+
 @dataclass
 class FunctionDef:
     """A function or method definition (with a body)."""
@@ -82,6 +126,13 @@ class FunctionDef:
     node: Node  # the function_definition
     body: Node
     params: dict[str, str] = field(default_factory=dict)
+    index: NodeIndex | None = None
+
+    def nodes_in(self, node: Node, types: frozenset[str] | set[str] | tuple[str, ...]) -> list[Node]:
+        """Descendants of `node` (within this function's file) of the given types."""
+        if self.index is None:
+            return list(iter_nodes(node, set(types)))
+        return self.index.within(node, types)
 
     @property
     def line(self) -> int:
@@ -109,6 +160,7 @@ class ParsedFile:
     src: SourceFile
     tree: Tree
     error_lines: list[int]
+    nodes: NodeIndex | None = None
 
 
 def parse_file(parser: Parser, src: SourceFile) -> ParsedFile:
@@ -124,7 +176,7 @@ def parse_file(parser: Parser, src: SourceFile) -> ParsedFile:
                 errors.append(src.line_of(node.start_byte))
                 continue
             stack.extend(reversed(node.children))
-    return ParsedFile(src, tree, sorted(set(errors)))
+    return ParsedFile(src, tree, sorted(set(errors)), NodeIndex(tree.root_node))
 
 
 def _declarator_name(node: Node | None) -> Node | None:
@@ -230,12 +282,15 @@ class CodeIndex:
     classes: dict[str, ClassInfo] = field(default_factory=dict)
     # alias name -> target base type names (from any `using X = ...;` / typedef)
     aliases: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    _current_index: NodeIndex | None = None
 
     def add_file(self, parsed: ParsedFile) -> None:
         src = parsed.src
         root = parsed.tree.root_node
-        for node in iter_nodes(
-            root, {"function_definition", *_CLASS_TYPES, "alias_declaration", "type_definition"}
+        assert parsed.nodes is not None
+        self._current_index = parsed.nodes
+        for node in parsed.nodes.within(
+            root, ("function_definition", *_CLASS_TYPES, "alias_declaration", "type_definition")
         ):
             if node.type == "function_definition":
                 self._add_function(src, node)
@@ -267,7 +322,8 @@ class CodeIndex:
             scope = _enclosing_class(node, src)
         line = src.line_of(node.start_byte)
         fid = f"{src.path}:{line}:{scope + '::' if scope else ''}{name}{'<' + core + '>' if core else ''}"
-        fn = FunctionDef(fid, name, scope, core, src, node, body, _param_types(src, declarator))
+        fn = FunctionDef(fid, name, scope, core, src, node, body, _param_types(src, declarator),
+                         self._current_index)
         self.functions[fid] = fn
         self.by_name[name].append(fn)
 
@@ -321,14 +377,14 @@ def local_types(src: SourceFile, fn: FunctionDef) -> dict[str, str]:
     """
     out = dict(fn.params)
     local_alias: dict[str, str] = {}
-    for alias in iter_nodes(fn.body, {"alias_declaration", "type_definition"}):
+    for alias in fn.nodes_in(fn.body, ("alias_declaration", "type_definition")):
         target = alias.child_by_field_name("type")
         names = [alias.child_by_field_name("name")] if alias.type == "alias_declaration" else [
             _declarator_name(d) for d in alias.children_by_field_name("declarator")]
         for nm in names:
             if nm is not None and target is not None:
                 local_alias[text_of(src, nm)] = base_type_name(text_of(src, target))
-    for decl in iter_nodes(fn.body, {"declaration"}):
+    for decl in fn.nodes_in(fn.body, ("declaration",)):
         type_node = decl.child_by_field_name("type")
         if type_node is None:
             continue

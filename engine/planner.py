@@ -20,7 +20,6 @@ from optrace.engine.cpp import (
     LOOP_TYPES,
     FunctionDef,
     core_of_condition,
-    iter_nodes,
     role_of_condition,
     text_of,
 )
@@ -189,19 +188,19 @@ class Planner:
         return "phase" if work or blocking else "tile"
 
     def _loop_blocks(self, fn: FunctionDef, loop: Node) -> bool:
-        for call in iter_nodes(loop, {"call_expression"}):
+        for call in fn.nodes_in(loop, ("call_expression",)):
             site = self.an.call_site(fn, call)
             if site.name in BLOCKING_PRIMITIVES and not site.callees:
                 return True
             if any(c.id in self.an.phase_work for c in site.callees):
                 return True
-        return any(is_spin_loop(self.an, fn, n) for n in iter_nodes(loop, {"while_statement",
-                                                                          "do_statement"}))
+        return any(is_spin_loop(self.an, fn, n) for n in fn.nodes_in(loop, ("while_statement",
+                                                                          "do_statement",)))
 
     def _loop_has_work(self, fn: FunctionDef, loop: Node) -> bool:
         if self._loop_blocks(fn, loop):
             return True
-        for call in iter_nodes(loop, {"call_expression"}):
+        for call in fn.nodes_in(loop, ("call_expression",)):
             site = self.an.call_site(fn, call)
             if any(self.an.is_substantial(c) for c in site.callees):
                 return True
@@ -240,7 +239,7 @@ class Planner:
     def walk_calls(self, fn: FunctionDef, stmt: Node, ctx: Ctx, parent: Region) -> None:
         """One region per statement: the first substantial callee names it."""
         region: Region | None = None
-        for call in iter_nodes(stmt, {"call_expression"}):
+        for call in fn.nodes_in(stmt, ("call_expression",)):
             site = self.an.call_site(fn, call)
             if not site.callees:
                 if site.name in BLOCKING_PRIMITIVES and region is None:

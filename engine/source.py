@@ -170,8 +170,16 @@ def normalise(data: bytes, blank_words: Iterable[str]) -> bytes:
     words = sorted(set(blank_words), key=len, reverse=True)
     text = data
     if words:
-        pattern = re.compile(rb"\b(?:" + b"|".join(re.escape(w.encode()) for w in words) + rb")\b")
-        text = pattern.sub(lambda m: b" " * len(m.group(0)), text)
+        # Directive lines are kept: blanking the name in `#ifndef CATLASS_DEVICE` or a
+        # `#define` would leave a broken directive behind.
+        pattern = re.compile(
+            rb"^[ \t]*#[^\n]*|\b(?:" + b"|".join(re.escape(w.encode()) for w in words) + rb")\b",
+            re.M,
+        )
+        text = pattern.sub(
+            lambda m: m.group(0) if m.group(0).lstrip()[:1] == b"#" else b" " * len(m.group(0)),
+            text,
+        )
     text = _OPERATOR_SPEC_RE.sub(
         lambda m: re.sub(rb"[^A-Za-z0-9_]", b"_", m.group(0)), text
     )
