@@ -71,6 +71,7 @@ class Analysis:
     existing: list[ExistingPoint] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     phase_work: set[str] = field(default_factory=set)
+    heavy: set[str] = field(default_factory=set)  # heavy itself or calls something heavy
     # function id -> number of call sites reaching it (over reachable code)
     call_counts: dict[str, int] = field(default_factory=dict)
     _locals: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -93,9 +94,13 @@ class Analysis:
         return site
 
     def is_substantial(self, fn: FunctionDef) -> bool:
-        """Worth its own region: does phase work (transitively), or has real size."""
-        if fn.id in self.phase_work:
+        """Worth its own region: does phase work or has real size, itself or through
+        what it calls (a two-line `Process()` that runs the gather loop is the gather)."""
+        if fn.id in self.phase_work or fn.id in self.heavy:
             return True
+        return self.is_heavy(fn)
+
+    def is_heavy(self, fn: FunctionDef) -> bool:
         stmts, has_loop = self.size_of(fn)
         return stmts >= 8 or (has_loop and stmts >= 3)
 
@@ -315,6 +320,12 @@ def _build_callgraph(an: Analysis) -> None:
         work.add(h)
         work |= nx.descendants(reverse, h)
     an.phase_work = work
+    heavy: set[str] = set()
+    for fid in g.nodes:
+        if fid not in heavy and an.is_heavy(an.index.functions[fid]):
+            heavy.add(fid)
+            heavy |= nx.descendants(reverse, fid)
+    an.heavy = heavy
 
 
 def _has_content(an: Analysis, fn: FunctionDef) -> bool:

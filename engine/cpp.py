@@ -391,9 +391,30 @@ def local_types(src: SourceFile, fn: FunctionDef) -> dict[str, str]:
         tname = base_type_name(text_of(src, type_node))
         for d in decl.children_by_field_name("declarator"):
             nm = _declarator_name(d)
-            if nm is not None:
-                out[text_of(src, nm)] = local_alias.get(tname, tname)
+            if nm is None:
+                continue
+            actual = tname
+            if tname == "auto":
+                actual = _deduced_type(src, d)
+            out[text_of(src, nm)] = local_alias.get(actual, actual)
     return out
+
+
+_CAST_RE = re.compile(r"_cast\s*<\s*([^>]+?)\s*\*?\s*>")
+_CTOR_RE = re.compile(r"^\s*(?:new\s+)?([A-Za-z_][\w:]*)\s*(?:<|\(|\{)")
+
+
+def _deduced_type(src: SourceFile, declarator: Node) -> str:
+    """`auto *c = reinterpret_cast<Combiner *>(p)` -> Combiner; `auto k = Foo<T>{}` -> Foo."""
+    value = declarator.child_by_field_name("value")
+    if value is None:
+        return "auto"
+    text = text_of(src, value)
+    m = _CAST_RE.search(text)
+    if m:
+        return base_type_name(m.group(1))
+    m = _CTOR_RE.match(text)
+    return base_type_name(m.group(1)) if m else "auto"
 
 
 def core_of_condition(text: str) -> str | None:

@@ -326,9 +326,19 @@ def _search_repository(layers: Layers, op_dir: Path, put: object) -> None:
     build_words = (b"op_kernel", b"ascend_kernels", b"msopgen", b"ascendc", b"cmake")
     candidates = index.mentioning(op, camel, b"aclnn" + camel, b"aclnn_" + op, *build_words)
     for path in candidates:
-        if op_dir in path.parents:
-            continue
+        inside = op_dir in path.parents
         ext = path.suffix.lower()
+        if inside and ext in CPP_EXTS:
+            # Direct-launch projects keep the launcher (EXEC_KERNEL_CMD) in op_host/.
+            data = _read(path)
+            code = blank_comments(data) if data is not None else b""
+            if "op_kernel" not in path.parts and exec_re.search(code):
+                put("torch_adapter", path, code, exec_re.pattern, "EXEC_*_CMD call")
+            if "op_kernel" not in path.parts and reg_re.search(code) and op_word.search(code):
+                put("registration", path, code, op_word.pattern, "registers the op")
+            continue
+        if inside:
+            continue
         data = _read(path)
         if data is None:
             continue

@@ -44,20 +44,22 @@ _STATEMENT_CONTAINERS = frozenset(
 )
 
 
-def label_word(fn: FunctionDef) -> str:
-    """The label word for a call to fn: its own name, or its class for generic names."""
-    if fn.name in GENERIC_METHODS and fn.scope:
-        return kebab(fn.scope)
-    if fn.name == "Init" and fn.scope:
-        return kebab(fn.scope) + "-init"
+def label_word(fn: FunctionDef, caller_scope: str = "") -> str:
+    """The label word for a call to fn: its own name, or — for generic method names
+    called on another class's object (`dispatcher.Process()`) — that class's name."""
+    if fn.scope and fn.scope != caller_scope:
+        if fn.name in GENERIC_METHODS:
+            return kebab(fn.scope)
+        if fn.name == "Init":
+            return kebab(fn.scope) + "-init"
     return kebab(fn.name)
 
 
 def hot_of(word: str) -> str | None:
-    parts = word.split("-")
-    for h in HOT_WORDS:
-        if h in parts:
-            return {"receive": "recv", "barrier": "sync", "deq": "dequant"}.get(h, h)
+    """The first hot word of a label word: `wait-quant-ready` waits, it does not quantise."""
+    for part in word.split("-"):
+        if part in HOT_WORDS:
+            return {"receive": "recv", "barrier": "sync", "deq": "dequant"}.get(part, part)
     return None
 
 
@@ -251,7 +253,7 @@ class Planner:
                 continue
             if region is None:
                 first = bodies[0]
-                word = label_word(first)
+                word = label_word(first, fn.scope)
                 # A function called from one place is traced inside its own body, so its
                 # header carries the points; shared callees are traced at each call site.
                 single = (len(bodies) == 1 and first.core is None

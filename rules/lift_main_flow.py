@@ -50,6 +50,7 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
     def apply(self, ctx: RuleContext) -> None:
         root = ctx.root
         new_children = []
+        main_classes: set[str] = set()
         for child in root.children:
             fn = ctx.analysis.index.functions.get(child.function or "")
             if (
@@ -61,6 +62,14 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
             ):
                 ctx.report(f"`{fn.display}` is the main flow: its phases lifted to level 2", child)
                 new_children.extend(child.children)
+                main_classes.add(fn.scope)
             else:
                 new_children.append(child)
         root.children = new_children
+        # The main class's Init is the operator's own setup: `init`, not `<class>-init`.
+        for child in root.children:
+            fn = ctx.analysis.index.functions.get(child.function or "")
+            if child.kind == Kind.CALL and fn is not None and fn.name == "Init" and (
+                fn.scope in main_classes
+            ):
+                child.words = ["init", *child.words[1:]]
