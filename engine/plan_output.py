@@ -127,6 +127,7 @@ def region_json(plan: Plan, region: Region) -> dict[str, object]:
         "role": region.role,
         "reason": region.reason,
         "shared_with": region.shared_with,
+        "covers": display_path(region.covers, root) if region.covers else None,
         "notes": region.notes,
         "children": [region_json(plan, c) for c in region.children],
     }

@@ -173,7 +173,8 @@ def test_kernel_trace_end_to_end(kernel: Path, tmp_path: Path) -> None:
     # aligned to its own earliest core, so both ranks show the same staircase.
     for rank in (0, 1):
         starts = []
-        for i, name in enumerate([f"AIC {i}" for i in range(BLOCKS)] + [f"AIV {i}" for i in range(2 * BLOCKS)]):
+        cores = [f"AIC {i}" for i in range(BLOCKS)] + [f"AIV {i}" for i in range(2 * BLOCKS)]
+        for i, name in enumerate(cores):
             tid = next(t for (p, t), n in names.items() if p == rank and n == name)
             root = next(e for e in tracks[(rank, tid)] if e["name"] == "processing")
             starts.append((i, root["ts"]))
@@ -250,7 +251,8 @@ def test_trace_point_fallback_is_the_documented_hash(build: Path) -> None:
     )
     binary = build / "tp"
     done = subprocess.run(
-        ["g++", "-std=c++17", "-Wall", "-Werror", f"-I{STUB_DIR}", f"-I{TEMPLATES}", str(source), "-o", str(binary)],
+        ["g++", "-std=c++17", "-Wall", "-Werror", f"-I{STUB_DIR}", f"-I{TEMPLATES}",
+         str(source), "-o", str(binary)],
         capture_output=True, text=True,
     )
     assert done.returncode == 0, done.stderr

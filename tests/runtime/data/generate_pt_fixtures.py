@@ -65,10 +65,10 @@ def legacy_buffers() -> tuple[torch.Tensor, torch.Tensor]:
 def main() -> None:
     aic, aiv = legacy_buffers()
     # What the legacy helper writes: a list, one [cores, size] int64 tensor per core type.
-    torch.save([aic, aiv], HERE / "legacy_rank000.pt")
+    torch.save([aic, aiv], HERE / "rank000_legacy.pt")
     # The same data as views into one storage (slices of the device output, offset != 0).
     whole = torch.cat([torch.zeros(1, WORDS, dtype=torch.int64), aic, aiv])
-    torch.save([whole[1:3], whole[3:]], HERE / "legacy_views_rank001.pt")
+    torch.save([whole[1:3], whole[3:]], HERE / "rank001_legacyviews.pt")
     # An optrace-layout dict written by torch itself.
     torch.save(
         {
@@ -77,7 +77,7 @@ def main() -> None:
                      "clock_mhz": 100.0, "barrier": False, "fingerprint": None},
             "data": torch.cat([aic, aiv]),
         },
-        HERE / "optrace_dict_rank002.pt",
+        HERE / "rank002_torchdict.pt",
     )
     # Other things torch writes: unsigned (rebuild_tensor_v3), Parameter, OrderedDict,
     # float / bool / transposed tensors.
@@ -110,7 +110,9 @@ def main() -> None:
             name: {"shape": list(t.shape), "dtype": str(t.dtype), "sum": float(t.double().sum())}
             for name, t in loaded["tensors"].items()
         },
-        "mmap_equal": all(torch.equal(loaded["tensors"][k], mmapped["tensors"][k]) for k in loaded["tensors"]),
+        "mmap_equal": all(
+            torch.equal(loaded["tensors"][k], mmapped["tensors"][k]) for k in loaded["tensors"]
+        ),
     }
     (HERE / "writer_check.json").write_text(json.dumps(check, indent=2, sort_keys=True) + "\n")
     sample.unlink()

@@ -1,0 +1,72 @@
+"""Each fixture's plan against its golden, reviewed by hand (tests/golden/*.plan.txt).
+
+Regenerate after an intended change with `OPTRACE_UPDATE_GOLDEN=1 python -m pytest
+tests/test_fixture_plans.py`, then review the diff like any other code change.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from optrace.engine.plan import plan_operator
+from optrace.engine.plan_output import plan_json, render_text
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+GOLDEN = Path(__file__).resolve().parent / "golden"
+
+OPERATORS = {
+    "umdk_moe_fused_gmm": FIXTURES / "umdk_style/src/cam/comm_operator/ascend_kernels/moe_fused_gmm",
+    "umdk_moe_gate_bias": FIXTURES / "umdk_style/src/cam/comm_operator/ascend_kernels/moe_gate_bias",
+    "msopgen_moe_token_permute": FIXTURES / "msopgen_style/moe_token_permute",
+    "direct_moe_gating_topk": FIXTURES / "direct_launch/csrc/ops/moe_gating_topk",
+}
+
+
+def rendered(op_dir: Path) -> str:
+    plan = plan_operator(op_dir)
+    return render_text(plan).replace(str(plan.analysis.layers.repo_root), "<repo>")
+
+
+@pytest.mark.parametrize("name", sorted(OPERATORS))
+def test_plan_matches_golden(name: str) -> None:
+    text = rendered(OPERATORS[name])
+    golden = GOLDEN / f"{name}.plan.txt"
+    if os.environ.get("OPTRACE_UPDATE_GOLDEN"):
+        golden.write_text(text, encoding="utf-8")
+    assert text == golden.read_text(encoding="utf-8")
+
+
+def test_umdk_fixture_structure() -> None:
+    """The properties a reviewer checked by hand, asserted directly."""
+    doc = plan_json(plan_operator(OPERATORS["umdk_moe_fused_gmm"]))
+    assert doc["mixed"] and doc["missing_layers"] == []
+    files = set()
+
+    def visit(r: dict[str, object]) -> None:
+        files.add(str(r["file"]))
+        if r["covers"]:
+            files.add(str(r["covers"]))
+        for c in r["children"]:  # type: ignore[attr-defined]
+            visit(c)
+
+    visit(doc["tree"])  # type: ignore[arg-type]
+    for sub in ("gemm/", "epilogue/", "raw_distributed/"):
+        assert any(sub in f for f in files), sub
+    counts = doc["labels_per_core"]
+    assert 10 <= counts["AIC"] <= 30 and 10 <= counts["AIV"] <= 30  # type: ignore[index]
+    labels = set(doc["labels"]["AIV"]) | set(doc["labels"]["AIC"])  # type: ignore[index]
+    assert "moe-token-dispatch aiv" in labels
+    assert "gmm-dequant-swiglu-quant aic" in labels and "gmm-dequant-swiglu-quant aiv" in labels
+    assert "gmm-dequant-swiglu-quant aic group-loop" in labels
+    # Innermost tile loops (block_mmad's kIdx, epilogue tiles) never get points.
+    loops = {(Path(lp["file"]).name, lp["var"]): lp["class"] for lp in doc["loops"]}  # type: ignore[union-attr,index]
+    assert loops[("block_mmad.h", "kIdx")] == "tile"
+    assert all(v == "tile" for (f, var), v in loops.items() if var == "tileIdx")
+    # The CRLF + GBK header is analysed like any other.
+    assert any("moe_token_dispatch.h" in f for f in files)
+    assert json.dumps(doc)  # serialisable
