@@ -158,8 +158,14 @@ def build_include_graph(entry: Path, include_dirs: Iterable[Path]) -> IncludeGra
             g.graph.add_edge(path, resolved, line=directive.line)
             if resolved not in seen:
                 queue.append(resolved)
+    # Rotate each cycle to start at its earliest-discovered file and sort them, so the
+    # report does not depend on hash order.
+    rank = {p: i for i, p in enumerate(g.files)}
+    cycles: list[list[Path]] = []
     for cycle in nx.simple_cycles(g.graph):
-        g.cycles.append(cycle)
-        if len(g.cycles) >= 20:
+        start = min(range(len(cycle)), key=lambda i: rank.get(cycle[i], len(rank)))
+        cycles.append(cycle[start:] + cycle[:start])
+        if len(cycles) >= 20:
             break
+    g.cycles = sorted(cycles, key=lambda c: [rank.get(p, len(rank)) for p in c])
     return g

@@ -12,9 +12,12 @@ slot.
 
 from __future__ import annotations
 
+import heapq
+from collections import Counter
+from pathlib import Path
+
 from optrace.engine.model import Kind, Region, assign_labels
 from optrace.rules.base import Example, Rule, RuleContext
-from optrace.rules.density import labels_per_core
 
 _REMOVABLE = (Kind.CALL, Kind.LOOP, Kind.WAIT, Kind.SYNC)
 
@@ -39,47 +42,62 @@ class LabelBudget(Rule):
     def apply(self, ctx: RuleContext) -> None:
         target = ctx.analysis.config.density_target
         assign_labels(ctx.root)
-        removed: dict[str, int] = {}
-        while True:
-            counts = {core: len(labels) for core, labels in labels_per_core(ctx.root).items()}
-            over = {core for core, n in counts.items() if n > target}
-            if not over:
-                break
-            victim = self._pick(ctx.root, over)
-            if victim is None:
-                break
-            region, parent = victim
+        # Per core type: how many regions carry each label (a label may repeat).
+        per_core: dict[str, Counter[str]] = {}
+        per_file: Counter[Path] = Counter()
+        parents: dict[int, Region] = {}
+        for region, parent in ctx.root.walk_with_parent():
+            for core in region.cores:
+                per_core.setdefault(core, Counter())[region.label] += 1
+            per_file.update(region.files())
+            if parent is not None:
+                parents[id(region)] = parent
+        over = {core for core, c in per_core.items() if len(c) > target}
+        if not over:
+            return
+
+        def key(region: Region, order: int) -> tuple[int, int, int, int, int]:
+            parent = parents[id(region)]
+            # A file's last point goes last: every implementation header on the path keeps
+            # a phase. Repeats of code planned elsewhere go first; then the deepest detail,
+            # so every phase keeps its outline; a role's main work counts as hot.
+            last_in_file = any(per_file[p] == 1 for p in region.files())
+            valued = region.hot or (region.role is not None and region.role != parent.role)
+            return (0 if last_in_file else 1, 1 if region.shared_with else 0, region.depth,
+                    0 if valued else 1, order)
+
+        heap: list[tuple[tuple[int, int, int, int, int], int, Region]] = []
+        order = {id(r): n for n, r in enumerate(ctx.root.walk())}
+
+        def push(region: Region) -> None:
+            if region.kind in _REMOVABLE and not region.children and id(region) in parents:
+                k = key(region, order[id(region)])
+                heapq.heappush(heap, (tuple(-x for x in k), order[id(region)], region))  # type: ignore[misc]
+
+        for region in ctx.root.walk():
+            push(region)
+        removed: Counter[str] = Counter()
+        while over and heap:
+            neg, n, region = heapq.heappop(heap)
+            if region.children or not region.cores & over:
+                continue
+            current = key(region, n)
+            if tuple(-x for x in current) != neg:
+                push(region)  # its key dropped since it was queued (a file became last)
+                continue
+            parent = parents[id(region)]
             parent.children.remove(region)
-            for core in region.cores & over:
-                removed[core] = removed.get(core, 0) + 1
+            per_file.subtract(region.files())
+            for core in region.cores:
+                counts = per_core[core]
+                counts[region.label] -= 1
+                if counts[region.label] == 0:
+                    del counts[region.label]
+                if core in over:
+                    removed[core] += 1
+            over = {core for core in over if len(per_core[core]) > target}
+            if not parent.children:
+                push(parent)
         for core, n in sorted(removed.items()):
             ctx.report(f"{core}: {n} low-value region(s) dropped to meet the {target}-label "
                        "budget (density.target)", ctx.root)
-
-    @staticmethod
-    def _pick(root: Region, over: set[str]) -> tuple[Region, Region] | None:
-        best: tuple[tuple[int, int, int, int, int], Region, Region] | None = None
-        order = 0
-        per_file: dict[object, int] = {}
-        for region in root.walk():
-            for path in region.files():
-                per_file[path] = per_file.get(path, 0) + 1
-        for region, parent in root.walk_with_parent():
-            order += 1
-            if parent is None or region.children or region.kind not in _REMOVABLE:
-                continue
-            if not region.cores & over:
-                continue
-            # Higher key = removed first.
-            # Repeats of code planned elsewhere go first; then the deepest detail, so every
-            # phase keeps its outline; a role's main work counts as hot (each AIV role
-            # keeps its own phases).
-            valued = region.hot or (region.role is not None and region.role != parent.role)
-            # A file's last point goes last: every implementation header on the path keeps
-            # at least one phase (the seed's "deep headers must be instrumented").
-            last_in_file = any(per_file.get(path) == 1 for path in region.files())
-            key = (0 if last_in_file else 1, 1 if region.shared_with else 0, region.depth,
-                   0 if valued else 1, order)
-            if best is None or key > best[0]:
-                best = (key, region, parent)
-        return (best[1], best[2]) if best else None

@@ -70,3 +70,17 @@ def test_umdk_fixture_structure() -> None:
     # The CRLF + GBK header is analysed like any other.
     assert any("moe_token_dispatch.h" in f for f in files)
     assert json.dumps(doc)  # serialisable
+
+
+def test_plan_does_not_depend_on_hash_seed() -> None:
+    import subprocess
+    import sys
+
+    op = OPERATORS["umdk_moe_fused_gmm"]
+    outs = []
+    for seed in ("1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        res = subprocess.run([sys.executable, "-m", "optrace", "plan", str(op), "--format", "json"],
+                             capture_output=True, env=env, check=True)
+        outs.append(res.stdout)
+    assert outs[0] == outs[1] == outs[2]
