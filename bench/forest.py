@@ -8,6 +8,7 @@ branches. Deterministic for a given seed.
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
@@ -17,7 +18,7 @@ SUBDIRS = ("gemm/kernel", "gemm/block", "epilogue/block", "epilogue/tile", "raw_
 def _helper(rng: random.Random, name: str, n_stmts: int) -> str:
     lines = [f"__aicore__ inline void {name}(GM_ADDR dst, GM_ADDR src, uint32_t len)", "{"]
     lines.append("    AscendC::LocalTensor<float> buf = queue_.AllocTensor<float>();")
-    lines.append(f"    for (uint32_t tileIdx = 0; tileIdx < len; ++tileIdx) {{")
+    lines.append("    for (uint32_t tileIdx = 0; tileIdx < len; ++tileIdx) {")
     for i in range(n_stmts):
         op = rng.choice(["Add", "Mul", "Muls", "Exp", "Cast", "DataCopy"])
         lines.append(f"        AscendC::{op}(buf[{i}], buf[{i + 1}], tileLen_);  // step {i}")
@@ -74,22 +75,21 @@ def _header(rng: random.Random, op: str, idx: int, sub: str, callees: list[str])
     return f"{sub}/part_{idx}.h", "\n".join(body) + "\n"
 
 
-def write_operator(root: Path, op: str, rng: random.Random, headers: int = 12) -> int:
-    """Write one operator directory; returns its number of lines."""
+def write_operator(root: Path, op: str, rng: random.Random, headers: int = 16) -> int:
+    """Write one operator directory; returns its number of lines.
+
+    The kernel header includes the first part; each part includes the next, so the
+    include tree is a chain `headers` deep across the subdirectories.
+    """
     kernel = root / op / "op_kernel"
+    rels = [f"{op}/{SUBDIRS[i % len(SUBDIRS)]}/part_{i}.h" for i in range(headers)]
     files: list[tuple[str, str]] = []
-    names: list[str] = []
-    for i in range(headers):
-        sub = SUBDIRS[i % len(SUBDIRS)]
-        # Each header includes one earlier header (deep include chains).
-        callees = [f"../../{names[i - 1]}" if "/" in sub and "/" in names[i - 1] else names[i - 1]] \
-            if i and False else []
-        rel, text = _header(rng, op, i, sub, callees)
+    for i, rel in enumerate(rels):
+        nxt = [os.path.relpath(rels[i + 1], os.path.dirname(rel))] if i + 1 < headers else []
+        _, text = _header(rng, op, i, SUBDIRS[i % len(SUBDIRS)], nxt)
         files.append((rel, text))
-        names.append(rel)
     cls = op.title().replace("_", "")
-    main = [f"#ifndef {op.upper()}_H", f"#define {op.upper()}_H"]
-    main += [f'#include "{op}/{n}"' for n in names]
+    main = [f"#ifndef {op.upper()}_H", f"#define {op.upper()}_H", f'#include "{rels[0]}"']
     main += [f"class {cls} {{", "public:", "    __aicore__ inline void Init(GM_ADDR x) { x_ = x; }",
              "    __aicore__ inline void Process()", "    {"]
     for i in range(headers):
@@ -98,12 +98,12 @@ def write_operator(root: Path, op: str, rng: random.Random, headers: int = 12) -
         main.append("        AscendC::PipeBarrier<PIPE_ALL>();")
     main += ["    }", "private:", "    GM_ADDR x_;", "};", "#endif"]
     entry = [f'#include "{op}.h"',
-             f'extern "C" __global__ __aicore__ void {op}(GM_ADDR x, GM_ADDR y, GM_ADDR workspace, GM_ADDR tiling)',
+             f'extern "C" __global__ __aicore__ void {op}(GM_ADDR x, GM_ADDR y, GM_ADDR workspace, '
+             "GM_ADDR tiling)",
              "{", "    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);", f"    {cls} op;",
              "    op.Init(x);", "    op.Process();", "}"]
     total = 0
-    for rel, text in [*((f"{op}/{r}", t) for r, t in files), (f"{op}.h", "\n".join(main) + "\n"),
-                      (f"{op}.cpp", "\n".join(entry) + "\n")]:
+    for rel, text in [*files, (f"{op}.h", "\n".join(main) + "\n"), (f"{op}.cpp", "\n".join(entry) + "\n")]:
         path = kernel / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)

@@ -262,7 +262,7 @@ def analyse_operator(op_dir: Path, repo_root: Path | None = None) -> Analysis:
         )
 
     entry_path = layers.entry.path.resolve()
-    entry_fn = _find_entry_fn(index, entry_path, layers.entry.line)
+    entry_fn = _find_entry_fn(index, entry_path, layers.entry.line, layers.entry.name)
     if entry_fn is None:
         raise InputError(
             Diagnostic("OT010", f"kernel entry `{layers.entry.name}` could not be parsed",
@@ -276,11 +276,10 @@ def analyse_operator(op_dir: Path, repo_root: Path | None = None) -> Analysis:
     return an
 
 
-def _find_entry_fn(index: CodeIndex, path: Path, line: int) -> FunctionDef | None:
-    for fn in index.functions.values():
-        if fn.src.path == path and fn.line == line:
-            return fn
-    return None
+def _find_entry_fn(index: CodeIndex, path: Path, line: int, name: str) -> FunctionDef | None:
+    """The definition discovery saw: same file and name, nearest line."""
+    cands = [fn for fn in index.by_name.get(name, ()) if fn.src.path == path and not fn.scope]
+    return min(cands, key=lambda fn: abs(fn.line - line)) if cands else None
 
 
 def _build_callgraph(an: Analysis) -> None:

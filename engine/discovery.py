@@ -177,12 +177,16 @@ def _line(data: bytes, offset: int) -> int:
     return data.count(b"\n", 0, offset) + 1
 
 
-def find_entries(kernel_files: list[Path]) -> list[EntryPoint]:
-    """`__global__ __aicore__` function definitions, with or without extern "C"."""
-    from optrace.engine.cpp import new_parser, text_of
-    from optrace.engine.source import SourceFile, normalise
+_HEAD_RE = re.compile(rb"\b__global__\b")
 
-    parser = new_parser()
+
+def find_entries(kernel_files: list[Path]) -> list[EntryPoint]:
+    """`__global__ __aicore__` function definitions, with or without extern "C".
+
+    A lexical scan (comments blanked) is enough here and keeps discovery cheap: the name is
+    the identifier before the first `(` after `__global__`, and it is a definition when
+    the matching `)` is followed by `{`.
+    """
     entries: list[EntryPoint] = []
     for path in kernel_files:
         data = _read(path)
@@ -191,36 +195,45 @@ def find_entries(kernel_files: list[Path]) -> list[EntryPoint]:
         code = blank_comments(data)
         if not (_GLOBAL_RE.search(code) and _AICORE_RE.search(code)):
             continue
-        src = SourceFile(path, data)
-        src.text = normalise(code, ("__aicore__", "__global__", "__gm__"))
-        tree = parser.parse(src.text)
-        stack = [tree.root_node]
-        while stack:
-            node = stack.pop()
-            if node.type == "function_definition":
-                # Blanked qualifiers sit before the node's first token: look back to the
-                # previous sibling (or the template parameter list).
-                prev = node.prev_sibling
-                head_start = prev.end_byte if prev is not None else node.start_byte
-                head = code[head_start : (node.child_by_field_name("body") or node).start_byte]
-                if _GLOBAL_RE.search(head):
-                    decl = node.child_by_field_name("declarator")
-                    while decl is not None and decl.type != "function_declarator":
-                        decl = decl.child_by_field_name("declarator")
-                    name_node = decl.child_by_field_name("declarator") if decl else None
-                    parent = node.parent
-                    extern_c = parent is not None and parent.type == "linkage_specification"
-                    if parent is not None and parent.type == "declaration_list":
-                        gp = parent.parent
-                        extern_c = gp is not None and gp.type == "linkage_specification"
-                    templated = parent is not None and parent.type == "template_declaration"
-                    name = text_of(src, name_node) if name_node is not None else "?"
-                    entries.append(
-                        EntryPoint(path, src.line_of(node.start_byte), name, extern_c, templated)
-                    )
+        for m in _HEAD_RE.finditer(code):
+            paren = code.find(b"(", m.end())
+            if paren < 0:
                 continue
-            stack.extend(reversed(node.children))
+            head = code[m.end() : paren]
+            if b"__aicore__" not in head and b"__aicore__" not in code[max(0, m.start() - 40) : m.start()]:
+                continue
+            names = re.findall(rb"[A-Za-z_]\w*", head)
+            if not names or b";" in head or b"{" in head:
+                continue
+            close = _matching_paren(code, paren)
+            if close < 0:
+                continue
+            after = code[close + 1 : close + 200].lstrip()
+            if not after.startswith(b"{"):
+                continue  # a declaration
+            # What precedes it in the same declaration: `template <...>`, `extern "C"`.
+            prev = max(code.rfind(b";", 0, m.start()), code.rfind(b"}", 0, m.start()))
+            before = b"\n".join(
+                ln for ln in code[prev + 1 : m.start()].split(b"\n") if not ln.lstrip().startswith(b"#")
+            )
+            entries.append(
+                EntryPoint(path, _line(code, m.start()), decode(names[-1]),
+                           extern_c=b'extern "C"' in before, templated=b"template" in before)
+            )
     return entries
+
+
+def _matching_paren(code: bytes, open_at: int) -> int:
+    depth = 0
+    for i in range(open_at, min(len(code), open_at + 20000)):
+        c = code[i]
+        if c == 0x28:
+            depth += 1
+        elif c == 0x29:
+            depth -= 1
+            if depth == 0:
+                return i
+    return -1
 
 
 def discover(op_dir: Path, repo_root: Path, config: Config) -> Layers:

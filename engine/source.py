@@ -105,16 +105,32 @@ def decode(data: bytes) -> str:
         return data.decode("latin-1")
 
 
+# Every byte but newline becomes a space: comment bodies vanish, line numbers stay.
+_TO_SPACES = bytes(0x0A if b == 0x0A else 0x20 for b in range(256))
+_BLANKED: dict[int, tuple[bytes, bytes]] = {}
+
+
 def blank_comments(data: bytes) -> bytes:
-    """Replace comment bytes with spaces (newlines kept); strings and code untouched."""
+    """Replace comment bytes with spaces (newlines kept); strings and code untouched.
+
+    Several passes (includes, macros, existing points) ask for the same file; the last
+    few results are memoised by identity of the input.
+    """
+    if b"/" not in data:
+        return data
+    cached = _BLANKED.get(id(data))
+    if cached is not None and cached[0] is data:
+        return cached[1]
 
     def repl(m: re.Match[bytes]) -> bytes:
         tok = m.group(0)
-        if tok[:1] in (b'"', b"'"):
-            return tok
-        return re.sub(rb"[^\n]", b" ", tok)
+        return tok if tok[:1] in (b'"', b"'") else tok.translate(_TO_SPACES)
 
-    return _LEX_RE.sub(repl, data)
+    out = _LEX_RE.sub(repl, data)
+    if len(_BLANKED) > 256:
+        _BLANKED.clear()
+    _BLANKED[id(data)] = (data, out)
+    return out
 
 
 def blank_if0(data: bytes) -> bytes:
