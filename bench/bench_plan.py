@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -58,6 +59,11 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         for _ in range(args.repeat):
             t, parse_mem = run_measured([sys.executable, "-c", BARE_PARSE, str(root)])
             parse_t.append(t)
+        serial_t = []
+        for _ in range(args.repeat):
+            t, _mem = run_measured([sys.executable, "-m", "optrace", "plan", *map(str, ops),
+                                    "--format", "json", "-o", str(root / "plan.json"), "--jobs", "1"])
+            serial_t.append(t)
         for _ in range(args.repeat):
             t, plan_mem = run_measured([sys.executable, "-m", "optrace", "plan", *map(str, ops),
                                         "--format", "json", "-o", str(root / "plan.json")])
@@ -66,6 +72,8 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     result = {
         "operators": args.operators, "planned": planned, "lines": lines, "bytes": size,
         "parse_s": min(parse_t), "plan_s": min(plan_t), "ratio": min(plan_t) / min(parse_t),
+        "plan_serial_s": min(serial_t), "ratio_serial": min(serial_t) / min(parse_t),
+        "cores": os.cpu_count(),
         "parse_peak_mib": parse_mem, "plan_peak_mib": plan_mem,
     }
     return result
@@ -75,9 +83,10 @@ def table(r: dict[str, object]) -> str:
     return "\n".join([
         "| benchmark | baseline | optrace | ratio | target |",
         "|---|---|---|---|---|",
-        f"| plan {r['operators']} operators, {int(r['lines']):,} lines "  # type: ignore[call-overload]
+        f"| plan {r['operators']} operators, {int(r['lines']):,} lines, all {r['cores']} cores "  # type: ignore[call-overload]
         f"| bare tree-sitter parse {r['parse_s']:.1f} s | {r['plan_s']:.1f} s, peak "
         f"{r['plan_peak_mib']:.0f} MiB | {r['ratio']:.2f}x | <= 2x, <= 1024 MiB |",
+        f"| same, `--jobs 1` | (same) | {r['plan_serial_s']:.1f} s | {r['ratio_serial']:.2f}x | |",
     ])
 
 

@@ -6,6 +6,7 @@ files and nothing else; the trace tree is built from it by `optrace.engine.plann
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -336,6 +337,7 @@ def _words(name: str) -> list[str]:
     return kebab(name).split("-")
 
 
+@functools.lru_cache(maxsize=8192)
 def kebab(name: str) -> str:
     """`SendTokenCount` / `send_token_count` / `GMM1Finished` -> `send-token-count` ..."""
     name = name.strip("_")

@@ -42,6 +42,8 @@ LAYER_TITLES = {
 }
 
 _GLOBAL_RE = re.compile(rb"\b__global__\b")
+# What makes a shell / CMake script the kernels' build script.
+_BUILD_RE = re.compile(rb"op_kernel|ascend_kernels|msopgen|op_host|ascendc_library|ascendc", re.I)
 _AICORE_RE = re.compile(rb"\b__aicore__\b")
 
 
@@ -124,6 +126,16 @@ class RepoIndex:
     root: Path
     files: list[Path] = field(default_factory=list)
     by_word: dict[bytes, list[int]] = field(default_factory=dict)
+    scripts: list[Path] = field(default_factory=list)
+    _build_scripts: list[Path] | None = None
+
+    def build_scripts(self) -> list[Path]:
+        """Shell / CMake files that build Ascend kernels (the same for every operator)."""
+        if self._build_scripts is None:
+            self._build_scripts = [
+                p for p in self.scripts if _BUILD_RE.search(_read(p) or b"")
+            ]
+        return self._build_scripts
 
     @classmethod
     def build(cls, root: Path) -> RepoIndex:
@@ -131,12 +143,15 @@ class RepoIndex:
         word_re = re.compile(rb"[A-Za-z_][A-Za-z0-9_]{2,}")
         for path in walk_files(root):
             ext = path.suffix.lower()
-            if ext not in CPP_EXTS and ext not in (".sh", ".bash", ".py") and (
+            if ext not in CPP_EXTS and ext not in (".sh", ".bash", ".py", ".cmake") and (
                 path.name != "CMakeLists.txt"
             ):
                 continue
             data = _read(path)
             if data is None:
+                continue
+            if ext in (".sh", ".bash", ".cmake") or path.name == "CMakeLists.txt":
+                index.scripts.append(path)
                 continue
             n = len(index.files)
             index.files.append(path)
@@ -336,8 +351,9 @@ def _search_repository(layers: Layers, op_dir: Path, put: object) -> None:
     reg_re = re.compile(rb"\bTORCH_LIBRARY(?:_FRAGMENT|_EXPAND|_IMPL)?\s*\(|PYBIND11_MODULE\s*\(")
     call_re = re.compile(rb"\.\s*" + re.escape(op) + rb"\s*\(")
     index = repo_index(layers.repo_root)
-    build_words = (b"op_kernel", b"ascend_kernels", b"msopgen", b"ascendc", b"cmake")
-    candidates = index.mentioning(op, camel, b"aclnn" + camel, b"aclnn_" + op, *build_words)
+    for path in index.build_scripts():
+        put("build_script", path, _read(path), _BUILD_RE.pattern, "copies / builds the kernels")
+    candidates = index.mentioning(op, camel, b"aclnn" + camel, b"aclnn_" + op)
     for path in candidates:
         inside = op_dir in path.parents
         ext = path.suffix.lower()
@@ -365,10 +381,6 @@ def _search_repository(layers: Layers, op_dir: Path, put: object) -> None:
                 rb"aclnnInner" + camel + rb"GetWorkspaceSize", code
             ):
                 put("aclnn", path, code, rb"aclnn\w*" + camel, "aclnn wrapper (outside op dir)")
-        elif ext in (".sh", ".bash") or path.name == "CMakeLists.txt":
-            if re.search(rb"op_kernel|ascend_kernels|msopgen|ascendc|" + op, data, re.I):
-                detail = "copies / builds the kernels"
-                put("build_script", path, data, rb"op_kernel|ascend_kernels|msopgen|cmake", detail)
         elif ext == ".py" and call_re.search(data):
             put("python_callers", path, data, call_re.pattern, "calls the op")
     # The script that copies the kernels into a build tree is where the hook goes: rank
@@ -385,17 +397,3 @@ def _search_repository(layers: Layers, op_dir: Path, put: object) -> None:
 
         scripts.sort(key=score)
 
-
-def display(layers: Layers, path: Path) -> str:
-    try:
-        return path.relative_to(layers.repo_root).as_posix()
-    except ValueError:
-        return path.as_posix()
-
-
-def describe_missing(layer: str) -> str:
-    return LAYER_TITLES[layer]
-
-
-def decode_name(data: bytes) -> str:
-    return decode(data)

@@ -106,6 +106,7 @@ class Planner:
     loops: list[LoopInfo] = field(default_factory=list)
     roles: dict[str, tuple[str, int]] = field(default_factory=dict)
     expanded: dict[tuple[str, frozenset[str]], Region] = field(default_factory=dict)
+    _blocks: dict[tuple[str, int, int], bool] = field(default_factory=dict)
 
     # --- entry --------------------------------------------------------------------
     def build(self) -> Region:
@@ -190,6 +191,13 @@ class Planner:
         return "phase" if work or blocking else "tile"
 
     def _loop_blocks(self, fn: FunctionDef, loop: Node) -> bool:
+        key = (fn.id, loop.start_byte, loop.end_byte)
+        cached = self._blocks.get(key)
+        if cached is None:
+            cached = self._blocks[key] = self._loop_blocks_uncached(fn, loop)
+        return cached
+
+    def _loop_blocks_uncached(self, fn: FunctionDef, loop: Node) -> bool:
         for call in fn.nodes_in(loop, ("call_expression",)):
             site = self.an.call_site(fn, call)
             if site.name in BLOCKING_PRIMITIVES and not site.callees:

@@ -133,12 +133,17 @@ def blank_comments(data: bytes) -> bytes:
     return out
 
 
+_IF_LITERAL_RE = re.compile(rb"^[ \t]*#[ \t]*if[ \t]+[01]\b", re.M)
+
+
 def blank_if0(data: bytes) -> bytes:
     """Blank `#if 0` ... `#endif` (and `#else` arms of `#if 1`) so dead code is never read.
 
     Only literal 0/1 conditions are decided; everything else is kept, since both arms of a
     real `#if` may be compiled depending on the build.
     """
+    if not _IF_LITERAL_RE.search(data):
+        return data
     out = bytearray(data)
     # Stack of (dead?, decided-by-literal?) per open conditional.
     stack: list[tuple[bool, bool]] = []

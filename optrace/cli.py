@@ -6,8 +6,11 @@ Exit codes (docs/cli.md): 0 clean (warnings allowed), 1 findings / changes neede
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -40,6 +43,75 @@ def _err(message: str) -> None:
     typer.echo(message, err=True)
 
 
+@dataclass
+class _PlanOutcome:
+    """What planning one operator produced, as plain data (crosses process boundaries)."""
+
+    text: str = ""
+    doc: dict[str, object] | None = None
+    messages: list[str] = field(default_factory=list)
+    code: int = EXIT_OK
+
+
+def _plan_one(op_dir: Path, repo_root: Path | None, as_json: bool, graph: Path | None) -> _PlanOutcome:
+    from optrace.engine.diagnostics import InputError, Severity
+    from optrace.engine.plan import plan_operator
+    from optrace.engine.plan_output import plan_json, render_text, write_graph
+
+    out = _PlanOutcome()
+    try:
+        result = plan_operator(op_dir, repo_root)
+    except InputError as exc:
+        out.messages.append(exc.diagnostic.format())
+        out.code = EXIT_INPUT
+        return out
+    except Exception:  # one broken operator must not stop the others
+        out.messages.append(f"{op_dir}: OT999 internal error while planning:\n{traceback.format_exc()}")
+        out.code = EXIT_INTERNAL
+        return out
+    # stderr carries what needs attention; notes (info) stay in the plan itself.
+    root = result.analysis.layers.repo_root
+    out.messages.extend(d.format(root) for d in result.diagnostics if d.severity != Severity.INFO)
+    if as_json:
+        out.doc = plan_json(result)
+    else:
+        out.text = render_text(result)
+    if graph is not None:
+        try:
+            write_graph(result, graph)
+        except (OSError, RuntimeError) as exc:
+            out.messages.append(f"{graph}: OT030 cannot write graph: {exc}")
+            out.code = EXIT_INPUT
+    return out
+
+
+_PlanJob = tuple[Path, Path | None, bool, Path | None]
+
+
+def _run_parallel(jobs: list[_PlanJob], workers: int) -> list[_PlanOutcome]:
+    """Plan operators in a process pool (each one its own unit of failure), in order,
+    with a progress bar on an interactive stderr."""
+    from rich.progress import Progress
+
+    show = sys.stderr.isatty() and len(jobs) > 3
+    results: list[_PlanOutcome | None] = [None] * len(jobs)
+    if workers <= 1:
+        pending = ((i, _plan_one(*job)) for i, job in enumerate(jobs))
+        iterator = pending
+    else:
+        pool = ProcessPoolExecutor(max_workers=workers)
+        futures = {pool.submit(_plan_one, *job): i for i, job in enumerate(jobs)}
+        iterator = ((futures[f], f.result()) for f in as_completed(futures))
+    with Progress(transient=True, disable=not show, console=None) as progress:
+        task = progress.add_task("planning", total=len(jobs))
+        for i, outcome in iterator:
+            results[i] = outcome
+            progress.advance(task)
+    if workers > 1:
+        pool.shutdown()
+    return [r for r in results if r is not None]
+
+
 @app.command()
 def plan(
     op_dirs: Annotated[
@@ -51,51 +123,44 @@ def plan(
                      "nearest ancestor with .git or optrace.toml)."),
     ] = None,
     fmt: Annotated[PlanFormat, typer.Option("--format", help="text or json.")] = PlanFormat.text,
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here, not stdout.")] = None,
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="Write here, not stdout.")
+    ] = None,
     graph: Annotated[
         Path | None,
         typer.Option(help="Write the call graph: .dot, .html (self-contained) or .svg "
                      "(needs Graphviz). With several operators, one file each."),
     ] = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option("--jobs", "-j", min=1,
+                     help="Worker processes for several operators (default: all cores)."),
+    ] = None,
 ) -> None:
     """Show the trace tree optrace would instrument: layers found and missing, the
     include tree, per-core-type labels with each point's file:line, and warnings.
     Reads only; writes nothing unless -o / --graph are given."""
-    from optrace.engine.diagnostics import InputError, Severity
-    from optrace.engine.plan import plan_operator
-    from optrace.engine.plan_output import plan_json, plans_json, render_text, write_graph
+    from optrace.engine.plan_output import plans_json
 
-    code = EXIT_OK
-    texts: list[str] = []
-    docs: list[dict[str, object]] = []
+    as_json = fmt == PlanFormat.json
+    work: list[_PlanJob] = []
     for op_dir in op_dirs:
-        try:
-            result = plan_operator(op_dir, repo_root)
-        except InputError as exc:
-            _err(exc.diagnostic.format())
-            code = max(code, EXIT_INPUT)
-            continue
-        except Exception:  # one broken operator must not stop the others
-            _err(f"{op_dir}: OT999 internal error while planning:\n{traceback.format_exc()}")
-            code = max(code, EXIT_INTERNAL)
-            continue
-        # stderr carries what needs attention; notes (info) stay in the plan itself.
-        for d in result.diagnostics:
-            if d.severity != Severity.INFO:
-                _err(d.format(result.analysis.layers.repo_root))
-        if fmt == PlanFormat.json:
-            docs.append(plan_json(result))
-        else:
-            texts.append(render_text(result))
+        target = None
         if graph is not None:
             target = graph if len(op_dirs) == 1 else graph.with_name(
-                f"{graph.stem}.{result.analysis.layers.op_name}{graph.suffix}")
-            try:
-                write_graph(result, target)
-            except (OSError, RuntimeError) as exc:
-                _err(f"{target}: OT030 cannot write graph: {exc}")
-                code = max(code, EXIT_INPUT)
-    rendered = plans_json(docs) if fmt == PlanFormat.json else "\n".join(texts)
+                f"{graph.stem}.{op_dir.resolve().name}{graph.suffix}")
+        work.append((op_dir, repo_root, as_json, target))
+    workers = min(jobs or os.cpu_count() or 1, len(work))
+    outcomes = _run_parallel(work, workers)
+    code = EXIT_OK
+    for outcome in outcomes:
+        for message in outcome.messages:
+            _err(message)
+        code = max(code, outcome.code)
+    if as_json:
+        rendered = plans_json([o.doc for o in outcomes if o.doc is not None])
+    else:
+        rendered = "\n".join(o.text for o in outcomes if o.text)
     if output is not None:
         try:
             output.write_text(rendered, encoding="utf-8")
