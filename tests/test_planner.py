@@ -26,7 +26,10 @@ def labels(plan: Plan) -> dict[str, list[str]]:
     return {r.label: sorted(r.cores) for r in plan.root.walk()}
 
 
-HEAD = 'extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {\n    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);\n'
+HEAD = (
+    'extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {\n'
+    "    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);\n"
+)
 
 
 @pytest.mark.parametrize("cond", [

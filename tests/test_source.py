@@ -68,7 +68,8 @@ def test_normalise_never_changes_length(data: bytes) -> None:
 
 
 def test_directive_lines_are_not_blanked() -> None:
-    src = b"#ifndef CATLASS_DEVICE\n#define CATLASS_DEVICE __aicore__ inline\n#endif\nCATLASS_DEVICE void f();\n"
+    src = (b"#ifndef CATLASS_DEVICE\n#define CATLASS_DEVICE __aicore__ inline\n#endif\n"
+           b"CATLASS_DEVICE void f();\n")
     out = normalise(src, (*DEFAULT_QUALIFIERS, "CATLASS_DEVICE"))
     assert out.startswith(b"#ifndef CATLASS_DEVICE\n#define CATLASS_DEVICE __aicore__ inline\n")
     assert out.endswith(b"               void f();\n")
