@@ -78,6 +78,7 @@ class Analysis:
     _locals: dict[str, dict[str, str]] = field(default_factory=dict)
     _calls: dict[tuple[str, int, int, str], CallSite] = field(default_factory=dict)
     _sizes: dict[str, tuple[int, bool]] = field(default_factory=dict)
+    _spin: dict[tuple[str, int, int], bool] = field(default_factory=dict)
 
     # --- per-function facts ---------------------------------------------------------
     def locals_of(self, fn: FunctionDef) -> dict[str, str]:
@@ -326,6 +327,8 @@ def _build_callgraph(an: Analysis) -> None:
             heavy.add(fid)
             heavy |= nx.descendants(reverse, fid)
     an.heavy = heavy
+    # Spin-wait answers above were given before phase work was known; ask again later.
+    an._spin.clear()
 
 
 def _has_content(an: Analysis, fn: FunctionDef) -> bool:
@@ -353,6 +356,14 @@ _SPIN_HINT = re.compile(r"flag|ready|status|state|signal|spin|wait|expect|arriv"
 
 def is_spin_loop(an: Analysis, fn: FunctionDef, loop: Node) -> bool:
     """A busy-wait: no nested loop, no substantial call, polls a flag until it breaks out."""
+    key = (fn.id, loop.start_byte, loop.end_byte)
+    cached = an._spin.get(key)
+    if cached is None:
+        cached = an._spin[key] = _is_spin_loop(an, fn, loop)
+    return cached
+
+
+def _is_spin_loop(an: Analysis, fn: FunctionDef, loop: Node) -> bool:
     if loop.type not in ("while_statement", "do_statement", "for_statement"):
         return False
     body = loop.child_by_field_name("body")

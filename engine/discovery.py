@@ -153,6 +153,8 @@ class RepoIndex:
             if ext in (".sh", ".bash", ".cmake") or path.name == "CMakeLists.txt":
                 index.scripts.append(path)
                 continue
+            if "op_kernel" in path.parts:
+                continue  # kernel sources never hold another layer; they are most of the bytes
             n = len(index.files)
             index.files.append(path)
             # Lowercased, with the file's own name, so `aclnn_<op>.cpp` and `CMake` match.

@@ -208,6 +208,13 @@ class Planner:
                                                                           "do_statement",)))
 
     def _loop_has_work(self, fn: FunctionDef, loop: Node) -> bool:
+        key = (fn.id, loop.start_byte, -loop.end_byte)
+        cached = self._blocks.get(key)
+        if cached is None:
+            cached = self._blocks[key] = self._loop_has_work_uncached(fn, loop)
+        return cached
+
+    def _loop_has_work_uncached(self, fn: FunctionDef, loop: Node) -> bool:
         if self._loop_blocks(fn, loop):
             return True
         for call in fn.nodes_in(loop, ("call_expression",)):
