@@ -1,0 +1,55 @@
+"""One entry point for every benchmark: `python bench/run.py [--quick]`.
+
+Runs each benchmark as its own process (same machine, same session, so ratios against
+the in-run baselines are meaningful), collects their markdown tables into
+`bench/results.md`, and rewrites the README's benchmark table between the
+`<!-- bench:start -->` / `<!-- bench:end -->` markers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+
+def run(script: str, *args: str) -> str:
+    done = subprocess.run([sys.executable, str(HERE / script), *args], capture_output=True,
+                          text=True, check=True)
+    # Each benchmark ends with its markdown table; keep only table lines.
+    return "\n".join(ln for ln in done.stdout.splitlines() if ln.startswith("|"))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    args = ap.parse_args()
+    sections = []
+    plan_args = ["--operators", "24"] if args.quick else []
+    sections.append(("plan", run("bench_plan.py", *plan_args)))
+    if (HERE / "bench_collect.py").exists():
+        collect_args = ["--ranks", "2"] if args.quick else []
+        sections.append(("collect", run("bench_collect.py", *collect_args)))
+    stamp = datetime.date.today().isoformat()
+    machine = f"{platform.machine()}, Python {platform.python_version()}"
+    body = "\n\n".join(f"### {name}\n\n{table}" for name, table in sections)
+    text = f"Measured {stamp} on {machine} by `python bench/run.py`.\n\n{body}\n"
+    (HERE / "results.md").write_text("# Benchmark results\n\n" + text)
+    if not args.quick:
+        readme = ROOT / "README.md"
+        old = readme.read_text()
+        new = re.sub(r"<!-- bench:start -->.*<!-- bench:end -->",
+                     f"<!-- bench:start -->\n{text}<!-- bench:end -->", old, flags=re.S)
+        readme.write_text(new)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
