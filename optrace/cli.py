@@ -6,6 +6,7 @@ Exit codes (docs/cli.md): 0 clean (warnings allowed), 1 findings / changes neede
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import traceback
@@ -170,6 +171,51 @@ def plan(
     else:
         sys.stdout.write(rendered)
     raise typer.Exit(code)
+
+
+@app.command()
+def preprocess(
+    src_dir: Annotated[Path, typer.Argument(help="Kernel sources (the build tree's copy).")],
+    out: Annotated[Path, typer.Option("--out", help="Folder to write point_map.json into.")],
+    modify: Annotated[
+        bool,
+        typer.Option("--modify", help="Rewrite each TRACE_POINT(...) in SRC_DIR with its id and "
+                     "set OPTRACE_BUILD_FINGERPRINT (meant for the build-tree copy)."),
+    ] = False,
+) -> None:
+    """Build step: turn TRACE_POINT labels into stable integer ids and write
+    point_map.json (with the build fingerprint). Writes by default; on any error
+    (bad label, unbalanced B/E, already-preprocessed sources) it writes nothing."""
+    from optrace import __version__
+    from optrace.engine.diagnostics import Severity
+    from optrace.engine.preprocess import point_map_document, rewrite_sources, scan, write_atomic
+
+    if not src_dir.is_dir():
+        _err(f"{src_dir}: OT200 source directory does not exist")
+        raise typer.Exit(EXIT_INPUT)
+    src_dir = src_dir.resolve()
+    result = scan(src_dir)
+    for d in result.diagnostics:
+        if d.severity != Severity.INFO:
+            _err(d.format(src_dir))
+    if not result.ok:
+        _err(f"{src_dir}: OT200 nothing written")
+        raise typer.Exit(EXIT_INPUT)
+    doc = point_map_document(result, src_dir, f"optrace {__version__}")
+    changed = rewrite_sources(result) if modify else {}
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for path, data in changed.items():
+            write_atomic(path, data)
+        write_atomic(out / "point_map.json", (json.dumps(doc, indent=1) + "\n").encode())
+    except OSError as exc:
+        _err(f"{exc.filename or out}: OT206 cannot write: {exc.strerror or exc}")
+        raise typer.Exit(EXIT_INPUT) from None
+    labels = len({o.label for o in result.occurrences})
+    typer.echo(f"{len(result.occurrences)} points, {labels} labels, {len(result.files)} files; "
+               f"fingerprint 0x{result.fingerprint:08x}; wrote {out / 'point_map.json'}"
+               + (f"; rewrote {len(changed)} file(s)" if modify else ""))
+    raise typer.Exit(EXIT_OK)
 
 
 register_runtime_commands(app)

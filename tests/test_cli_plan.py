@@ -155,5 +155,5 @@ def test_symlink_loop_in_operator_tree(tmp_path: Path) -> None:
 def test_help_lists_plan_and_no_stubs() -> None:
     code, out, _ = run("--help")
     assert code == 0 and "plan" in out
-    for absent in ("apply", "strip", "preprocess"):
+    for absent in ("apply", "strip"):
         assert f" {absent} " not in out

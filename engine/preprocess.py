@@ -1,0 +1,213 @@
+"""The build-time preprocessor: `TRACE_POINT("label", "B"|"E")` -> integer ids.
+
+Ids are a hash of (label, event type), not a running count, so adding a point anywhere
+renumbers nothing else; the rare hash collision is resolved deterministically (sorted
+keys probe upward). Comments and `#if 0` blocks are never read. The map carries a build
+fingerprint (over every scanned source and the map itself); `--modify` writes the same
+value into `OPTRACE_BUILD_FINGERPRINT`, which the runtime records in each slot, so a map
+from another build is detected for sure (docs/preprocess.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from optrace.engine.diagnostics import Diagnostic, Severity
+from optrace.engine.discovery import CPP_EXTS, walk_files
+from optrace.engine.source import blank_comments, blank_if0, decode
+
+MAP_FORMAT_VERSION = 1
+MAX_DEPTH = 7
+ID_SPACE = 0x7FFFFFFF  # positive int32: safe in every kernel integer type
+FINGERPRINT_ID = 0  # reserved: the runtime's fingerprint record
+
+_POINT_RE = re.compile(rb'\bTRACE_POINT\s*\(\s*"((?:[^"\\\n]|\\.)*)"\s*,\s*"([^"\n]*)"\s*\)')
+_FINGERPRINT_DEFINE_RE = re.compile(
+    rb"^([ \t]*#[ \t]*define[ \t]+OPTRACE_BUILD_FINGERPRINT[ \t]+)(\S+)", re.M
+)
+_PREPROCESSED_RE = re.compile(rb"\bMoeTracing\s*(?:<[^>]*>)?\s*\(\s*\d+")
+_LABEL_RE = re.compile(r"^[a-z0-9-]+( [a-z0-9-]+)*$")
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    label: str
+    event: str
+    path: Path
+    line: int
+    start: int  # byte range of the whole TRACE_POINT(...) call
+    end: int
+
+
+@dataclass
+class PointMapResult:
+    occurrences: list[Occurrence]
+    ids: dict[tuple[str, str], int]
+    fingerprint: int
+    files: list[Path]
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not any(d.severity == Severity.ERROR for d in self.diagnostics)
+
+
+def point_hash(label: str, event: str) -> int:
+    """FNV-1a (32-bit) of `label NUL event`, folded into 1..2^31-1."""
+    h = 0x811C9DC5
+    for byte in f"{label}\0{event}".encode():
+        h = ((h ^ byte) * 0x01000193) & 0xFFFFFFFF
+    h &= ID_SPACE
+    return h or 1
+
+
+def assign_ids(keys: set[tuple[str, str]]) -> tuple[dict[tuple[str, str], int], list[str]]:
+    """Hash ids; keys sharing a hash are sorted and all but the first probe upward."""
+    by_hash: dict[int, list[tuple[str, str]]] = {}
+    for key in keys:
+        by_hash.setdefault(point_hash(*key), []).append(key)
+    ids: dict[tuple[str, str], int] = {}
+    used = set(by_hash)
+    notes: list[str] = []
+    for h in sorted(by_hash):
+        group = sorted(by_hash[h])
+        ids[group[0]] = h
+        for key in group[1:]:
+            probe = h
+            while probe in used or probe == FINGERPRINT_ID:
+                probe = probe % ID_SPACE + 1
+            used.add(probe)
+            ids[key] = probe
+            notes.append(f"id collision: `{key[0]}` {key[1]} shares hash {h} with "
+                         f"`{group[0][0]}` {group[0][1]}; it gets {probe}")
+    return ids, notes
+
+
+def scan(src_dir: Path) -> PointMapResult:
+    """Every TRACE_POINT under src_dir (sorted paths), validated, with ids and fingerprint."""
+    files = sorted(p for p in walk_files(src_dir) if p.suffix.lower() in CPP_EXTS)
+    occurrences: list[Occurrence] = []
+    diagnostics: list[Diagnostic] = []
+    digest = hashlib.sha256()
+    for path in files:
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            diagnostics.append(Diagnostic("OT201", f"cannot read: {exc.strerror}", path, 0,
+                                          Severity.ERROR))
+            continue
+        digest.update(path.relative_to(src_dir).as_posix().encode() + b"\0" + raw + b"\0")
+        code = blank_if0(blank_comments(raw))
+        for m in _POINT_RE.finditer(code):
+            line = code.count(b"\n", 0, m.start()) + 1
+            line_start = code.rfind(b"\n", 0, m.start()) + 1
+            if code[line_start:m.start()].lstrip().startswith(b"#"):
+                continue  # inside a macro definition: not a point of its own
+            label, event = decode(m.group(1)), decode(m.group(2))
+            occurrences.append(Occurrence(label, event, path, line, m.start(), m.end()))
+            problem = _label_problem(label, event)
+            if problem:
+                diagnostics.append(Diagnostic("OT202", problem, path, line, Severity.ERROR))
+    if not occurrences and files:
+        for path in files:
+            m = _PREPROCESSED_RE.search(blank_comments(path.read_bytes()))
+            if m:
+                diagnostics.append(Diagnostic(
+                    "OT205", "sources are already preprocessed (MoeTracing with integer ids, no "
+                    "TRACE_POINT); run on a fresh copy of the sources", path,
+                    path.read_bytes().count(b"\n", 0, m.start()) + 1, Severity.ERROR))
+                break
+    keys = {(o.label, o.event) for o in occurrences}
+    ids, notes = assign_ids(keys)
+    for note in notes:
+        diagnostics.append(Diagnostic("OT203", note, None, 0, Severity.INFO))
+    _check_balance(occurrences, diagnostics)
+    digest.update(json.dumps(sorted((k[0], k[1], v) for k, v in ids.items())).encode())
+    fingerprint = int.from_bytes(digest.digest()[:4], "big") or 1
+    return PointMapResult(occurrences, ids, fingerprint, files, diagnostics)
+
+
+def _label_problem(label: str, event: str) -> str:
+    if event not in ("B", "E"):
+        return f'event type "{event}" must be "B" or "E"'
+    if not _LABEL_RE.match(label):
+        return f'label "{label}" must be lowercase words of [a-z0-9-] separated by single spaces'
+    if label != "processing" and len(label.split()) > MAX_DEPTH - 1:
+        return f'label "{label}" is deeper than {MAX_DEPTH} levels (processing + {MAX_DEPTH - 1})'
+    return ""
+
+
+def _check_balance(occurrences: list[Occurrence], diagnostics: list[Diagnostic]) -> None:
+    """A label with a B but no E anywhere (or the reverse) can never pair in a trace."""
+    events: dict[str, set[str]] = {}
+    first: dict[str, Occurrence] = {}
+    for o in occurrences:
+        events.setdefault(o.label, set()).add(o.event)
+        first.setdefault(o.label, o)
+    for label, kinds in sorted(events.items()):
+        if kinds != {"B", "E"}:
+            missing = "E" if "B" in kinds else "B"
+            o = first[label]
+            diagnostics.append(Diagnostic("OT204", f'label "{label}" has no "{missing}" point',
+                                          o.path, o.line, Severity.ERROR))
+
+
+def point_map_document(result: PointMapResult, src_dir: Path, generator: str) -> dict[str, object]:
+    """The legacy `points` schema plus format version, fingerprint and all locations."""
+    points: dict[str, dict[str, object]] = {}
+    for o in result.occurrences:
+        pid = result.ids[(o.label, o.event)]
+        rel = o.path.relative_to(src_dir).as_posix()
+        entry = points.get(str(pid))
+        if entry is None:
+            begin = result.ids.get((o.label, "B"), pid)
+            entry = {"label": o.label, "file": rel, "line": o.line, "event_type": o.event,
+                     "event_id": begin, "locations": []}
+            points[str(pid)] = entry
+        locations = entry["locations"]
+        assert isinstance(locations, list)
+        locations.append(f"{rel}:{o.line}")
+    ordered = dict(sorted(points.items(), key=lambda kv: int(kv[0])))
+    return {"format_version": MAP_FORMAT_VERSION, "fingerprint": result.fingerprint,
+            "generator": generator, "points": ordered}
+
+
+def rewrite_sources(result: PointMapResult) -> dict[Path, bytes]:
+    """New bytes for every file that changes under `--modify`: ids in place of
+    TRACE_POINT(...), and the fingerprint in OPTRACE_BUILD_FINGERPRINT's definition."""
+    by_file: dict[Path, list[Occurrence]] = {}
+    for o in result.occurrences:
+        by_file.setdefault(o.path, []).append(o)
+    out: dict[Path, bytes] = {}
+    for path in result.files:
+        raw = path.read_bytes()
+        data = raw
+        for o in sorted(by_file.get(path, []), key=lambda o: o.start, reverse=True):
+            data = data[: o.start] + str(result.ids[(o.label, o.event)]).encode() + data[o.end :]
+        data = _FINGERPRINT_DEFINE_RE.sub(
+            lambda m: m.group(1) + f"{result.fingerprint}u".encode(), data
+        )
+        if data != raw:
+            out[path] = data
+    return out
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Temp file in the same folder, then rename: readers never see half a file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        if path.exists():
+            os.chmod(tmp, path.stat().st_mode & 0o7777)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,118 @@
+"""`optrace preprocess`: stable ids, ignored comments, fingerprint, --modify, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from optrace.cli import app
+from optrace.engine import preprocess as pp
+
+runner = CliRunner()
+
+KERNEL = """#include "k_base.h"
+// MoeTracing(TRACE_POINT("commented out", "B"));
+#if 0
+MoeTracing(TRACE_POINT("dead code", "B"));
+#endif
+__aicore__ inline void Dispatch() {
+    MoeTracing(TRACE_POINT("dispatch aiv", "B"));
+    for (uint32_t groupIdx = 0; groupIdx < n; ++groupIdx) {
+        MoeTracing(TRACE_POINT("dispatch aiv group-loop", "B"), 0, groupIdx);
+        if (done) { MoeTracing(TRACE_POINT("dispatch aiv group-loop", "E"), 0, groupIdx); break; }
+        MoeTracing(TRACE_POINT("dispatch aiv group-loop", "E"), 0, groupIdx);
+    }
+    MoeTracing(TRACE_POINT("dispatch aiv", "E"));
+}
+"""
+BASE = "#ifndef OPTRACE_BUILD_FINGERPRINT\n#define OPTRACE_BUILD_FINGERPRINT 0u\n#endif\n"
+
+
+def make_src(tmp: Path, kernel: str = KERNEL) -> Path:
+    src = tmp / "src"
+    src.mkdir(parents=True, exist_ok=True)
+    (src / "k.cpp").write_text(kernel)
+    (src / "k_base.h").write_text(BASE)
+    return src
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    res = runner.invoke(app, list(args))
+    return res.exit_code, res.stdout, res.stderr
+
+
+def test_map_ignores_comments_and_dead_code(tmp_path: Path) -> None:
+    src = make_src(tmp_path)
+    code, out, err = run("preprocess", str(src), "--out", str(tmp_path / "out"))
+    assert code == 0, err
+    doc = json.loads((tmp_path / "out" / "point_map.json").read_text())
+    labels = {(p["label"], p["event_type"]) for p in doc["points"].values()}
+    assert labels == {("dispatch aiv", "B"), ("dispatch aiv", "E"),
+                      ("dispatch aiv group-loop", "B"), ("dispatch aiv group-loop", "E")}
+    e = next(p for p in doc["points"].values() if p["label"] == "dispatch aiv group-loop"
+             and p["event_type"] == "E")
+    assert e["locations"] == ["k.cpp:10", "k.cpp:11"]  # both exit paths, one id
+    b_id = pp.point_hash("dispatch aiv group-loop", "B")
+    assert e["event_id"] == b_id and str(b_id) in doc["points"]
+    assert doc["format_version"] == 1 and doc["fingerprint"] > 0
+    assert out.startswith("5 points, 2 labels, 2 files; fingerprint 0x")
+    # The sources were not touched without --modify.
+    assert "TRACE_POINT" in (src / "k.cpp").read_text()
+
+
+def test_ids_are_stable_when_unrelated_points_are_added(tmp_path: Path) -> None:
+    a = pp.scan(make_src(tmp_path / "a"))
+    more = KERNEL.replace('    MoeTracing(TRACE_POINT("dispatch aiv", "E"));',
+                          '    MoeTracing(TRACE_POINT("dispatch aiv tail", "B"));\n'
+                          '    MoeTracing(TRACE_POINT("dispatch aiv tail", "E"));\n'
+                          '    MoeTracing(TRACE_POINT("dispatch aiv", "E"));')
+    b = pp.scan(make_src(tmp_path / "b", more))
+    for key, pid in a.ids.items():
+        assert b.ids[key] == pid
+    assert a.fingerprint != b.fingerprint
+
+
+def test_collisions_resolve_deterministically(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pp, "point_hash", lambda label, event: 42)
+    keys = {("b", "B"), ("a", "B"), ("a", "E")}
+    ids, notes = pp.assign_ids(keys)
+    assert ids == {("a", "B"): 42, ("a", "E"): 43, ("b", "B"): 44}
+    assert len(notes) == 2
+    assert pp.assign_ids(set(reversed(sorted(keys))))[0] == ids
+
+
+def test_modify_rewrites_ids_and_fingerprint_then_refuses_a_second_run(tmp_path: Path) -> None:
+    src = make_src(tmp_path)
+    code, _, err = run("preprocess", str(src), "--out", str(tmp_path / "out"), "--modify")
+    assert code == 0, err
+    doc = json.loads((tmp_path / "out" / "point_map.json").read_text())
+    text = (src / "k.cpp").read_text()
+    assert 'TRACE_POINT("dispatch' not in text.split("#endif", 1)[1]
+    assert f"MoeTracing({pp.point_hash('dispatch aiv', 'B')});" in text
+    assert f"#define OPTRACE_BUILD_FINGERPRINT {doc['fingerprint']}u" in (src / "k_base.h").read_text()
+    before = (tmp_path / "out" / "point_map.json").read_bytes()
+    code, _, err = run("preprocess", str(src), "--out", str(tmp_path / "out"), "--modify")
+    assert code == 2 and "OT205" in err
+    assert (tmp_path / "out" / "point_map.json").read_bytes() == before
+
+
+@pytest.mark.parametrize(("bad", "code_"), [
+    ('MoeTracing(TRACE_POINT("Bad Label", "B"));', "OT202"),
+    ('MoeTracing(TRACE_POINT("a b c d e f g", "B"));', "OT202"),
+    ('MoeTracing(TRACE_POINT("ok", "X"));', "OT202"),
+    ('MoeTracing(TRACE_POINT("only-begin", "B"));', "OT204"),
+])
+def test_bad_points_write_nothing(tmp_path: Path, bad: str, code_: str) -> None:
+    src = make_src(tmp_path, KERNEL.replace("#endif\n", "#endif\n" + bad + "\n", 1))
+    code, _, err = run("preprocess", str(src), "--out", str(tmp_path / "out"), "--modify")
+    assert code == 2 and code_ in err and "k.cpp:6" in err
+    assert not (tmp_path / "out").exists()
+    assert "TRACE_POINT" in (src / "k.cpp").read_text().split("#endif", 1)[1]
+
+
+def test_missing_source_dir(tmp_path: Path) -> None:
+    code, _, err = run("preprocess", str(tmp_path / "nope"), "--out", str(tmp_path))
+    assert code == 2 and "OT200" in err
