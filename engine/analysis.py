@@ -51,6 +51,14 @@ _EXISTING_RE = re.compile(
 )
 
 
+# The optrace device runtime itself (inserted into *_base.h by apply) is not operator
+# code: its functions are never call targets and its calls never count as statements,
+# so planning an instrumented tree gives the same plan as before (apply is idempotent).
+RUNTIME_NAMES = frozenset({"MoeTracing", "MoeTracingFingerprint", "SetMoeProfilePtr",
+                           "MoeProfileWriteBack", "WriteRecord"})
+RUNTIME_SCOPES = frozenset({"optrace_detail"})
+
+
 @dataclass
 class CallSite:
     node: Node
@@ -91,6 +99,8 @@ class Analysis:
         site = self._calls.get(key)
         if site is None:
             name, callees = resolve_call(self, fn, call)
+            if name in RUNTIME_NAMES:
+                callees = []
             site = CallSite(call, name, callees)
             self._calls[key] = site
         return site
@@ -115,7 +125,8 @@ class Analysis:
             for node in fn.nodes_in(fn.body, ("expression_statement", "for_statement",
                                              "while_statement", "do_statement", "for_range_loop",)):
                 if node.type == "expression_statement":
-                    stmts += 1
+                    if fn.src.text[node.start_byte : node.start_byte + 10] != b"MoeTracing":
+                        stmts += 1
                 else:
                     has_loop = True
             cached = self._sizes[fn.id] = (stmts, has_loop)

@@ -173,6 +173,139 @@ def plan(
     raise typer.Exit(code)
 
 
+class Mode(StrEnum):
+    A = "A"
+    B = "B"
+
+
+def _edit_command(
+    op_dirs: list[Path], repo_root: Path | None, write: bool, check: bool, patch: Path | None,
+    compute: str, mode: Mode | None = None,
+) -> int:
+    """The shared body of apply / strip: diff (default), --write, --check or --patch."""
+    from optrace.engine.apply import apply_changes, strip_changes
+    from optrace.engine.diagnostics import InputError, Severity
+    from optrace.engine.discovery import default_repo_root
+    from optrace.engine.edits import EditError, encode_patch, unified_diff
+    from optrace.engine.transaction import Transaction, TransactionError
+
+    if sum((write, check, patch is not None)) > 1:
+        _err("optrace: --write, --check and --patch are mutually exclusive")
+        return EXIT_INPUT
+    code = EXIT_OK
+    patches: list[str] = []
+    for op_dir in op_dirs:
+        root = (repo_root or default_repo_root(op_dir.resolve())).resolve()
+        txn = Transaction(root / ".optrace", _journal_name(op_dir))
+        # A run that died between files left a journal: finish it (roll back) first.
+        report = txn.recover()
+        for message in report.messages():
+            _err(message)
+        try:
+            result = (apply_changes(op_dir, repo_root, mode.value if mode else None)
+                      if compute == "apply" else strip_changes(op_dir, repo_root))
+        except InputError as exc:
+            _err(exc.diagnostic.format())
+            code = max(code, EXIT_INPUT)
+            continue
+        except EditError as exc:
+            _err(f"{exc}")
+            code = max(code, EXIT_INTERNAL)
+            continue
+        for d in result.diagnostics:
+            if d.severity == Severity.ERROR:
+                _err(d.format(result.repo_root))
+        if check:
+            if result.changes:
+                for path in sorted(result.changes):
+                    _err(f"{_rel(path, result.repo_root)}: OT300 would change ({compute})")
+                code = max(code, EXIT_FINDINGS)
+            continue
+        diff = unified_diff(result.changes, result.repo_root)
+        if write:
+            try:
+                written = txn.commit(result.changes)
+            except TransactionError as exc:
+                _err(str(exc))
+                code = max(code, EXIT_INPUT)
+                continue
+            typer.echo(f"{result.name}: {len(written)} file(s) written")
+        elif patch is not None:
+            patches.append(diff)
+        else:
+            _write_stdout_bytes(encode_patch(diff))
+    if patch is not None:
+        try:
+            patch.write_bytes(encode_patch("".join(patches)))
+        except OSError as exc:
+            _err(f"{patch}: OT030 cannot write: {exc.strerror or exc}")
+            return EXIT_INPUT
+    return code
+
+
+def _write_stdout_bytes(data: bytes) -> None:
+    """Diffs carry the files' own bytes (GBK comments included): write bytes, not text."""
+    sys.stdout.flush()
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is not None:
+        buffer.write(data)
+        buffer.flush()
+    else:
+        sys.stdout.write(data.decode("utf-8", errors="replace"))
+
+
+def _journal_name(op_dir: Path) -> str:
+    import hashlib
+
+    resolved = str(op_dir.resolve())
+    return f"{op_dir.resolve().name}-{hashlib.sha256(resolved.encode()).hexdigest()[:8]}"
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
+
+
+_WRITE_HELP = "Apply the changes (atomically per operator)."
+_CHECK_HELP = "Write nothing; exit 1 when the tree differs from what this command would leave."
+_PATCH_HELP = "Write the changes as a patch `git apply` accepts, and nothing else."
+
+
+@app.command()
+def apply(
+    op_dirs: Annotated[list[Path], typer.Argument(help="Operator directories.")],
+    mode: Annotated[
+        Mode | None,
+        typer.Option(help="B (default): profiling_data is a required output, one more return value. "
+                     "A: optional output, Python arity unchanged. Recorded in the tree; "
+                     "re-applying without --mode keeps it."),
+    ] = None,
+    repo_root: Annotated[Path | None, typer.Option(help="Repository root (see `plan`).")] = None,
+    write: Annotated[bool, typer.Option("--write", help=_WRITE_HELP)] = False,
+    check: Annotated[bool, typer.Option("--check", help=_CHECK_HELP)] = False,
+    patch: Annotated[Path | None, typer.Option("--patch", help=_PATCH_HELP)] = None,
+) -> None:
+    """Instrument operators as planned, as a minimal diff: trace points (B + a scope guard
+    that records the E on every exit), the runtime block in *_base.h, and the kernel
+    entry scaffold with its profiling_data output. Default: print the diff, write nothing."""
+    raise typer.Exit(_edit_command(op_dirs, repo_root, write, check, patch, "apply", mode))
+
+
+@app.command()
+def strip(
+    op_dirs: Annotated[list[Path], typer.Argument(help="Operator directories.")],
+    repo_root: Annotated[Path | None, typer.Option(help="Repository root (see `plan`).")] = None,
+    write: Annotated[bool, typer.Option("--write", help=_WRITE_HELP)] = False,
+    check: Annotated[bool, typer.Option("--check", help=_CHECK_HELP)] = False,
+    patch: Annotated[Path | None, typer.Option("--patch", help=_PATCH_HELP)] = None,
+) -> None:
+    """Remove exactly what `apply` added (found by its markers), leaving the tree byte for
+    byte as before; trace points written by hand stay. Default: print the diff."""
+    raise typer.Exit(_edit_command(op_dirs, repo_root, write, check, patch, "strip"))
+
+
 @app.command()
 def preprocess(
     src_dir: Annotated[Path, typer.Argument(help="Kernel sources (the build tree's copy).")],

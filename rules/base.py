@@ -89,13 +89,14 @@ def builtin_rules() -> list[type[Rule]]:
         naming,
     )
 
-    # Order matters: structure first (keep, lift, merge, fold), then names, then checks.
+    # Order matters: structure first (lift, merge, fold), then names, then checks.
     return [
-        existing_points.KeepExistingPoints,
         lift_main_flow.LiftMainFlow,
         merge_thin_wrappers.MergeThinWrappers,
         fold_depth.FoldDepth,
         naming.Naming,
+        # Existing points are matched by final label, so after the rules that shape labels.
+        existing_points.KeepExistingPoints,
         label_budget.LabelBudget,
         density.Density,
         capacity.Capacity,

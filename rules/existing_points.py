@@ -47,18 +47,23 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
         for p in existing:
             if p.event == "B":
                 begins.setdefault(p.label, []).append(p)
-        planned = {r.label: r for r in ctx.root.walk()}
+        planned: dict[str, list[Region]] = {}
+        for r in ctx.root.walk():
+            planned.setdefault(r.label, []).append(r)
         for label, points in sorted(begins.items()):
             first = points[0]
             ends = [p for p in existing if p.label == label and p.event == "E"]
             assert hasattr(first, "path")
             end_line = max((p.line for p in ends), default=first.line)  # type: ignore[attr-defined]
             anchor = Anchor(first.path, 0, 0, first.line, end_line, inside=False)  # type: ignore[attr-defined]
-            same = planned.get(label)
-            if same is not None and same.kind != Kind.ROOT:
-                same.kind = Kind.EXISTING
-                same.notes.append("already in the source; kept")
-                ctx.report(f"existing point pair `{label}` kept", same)
+            # A label already in the source is instrumented: every planned region with that
+            # label is (one label, one phase — wherever the calls are), so none is planned twice.
+            same = [r for r in planned.get(label, []) if r.kind != Kind.ROOT]
+            if same:
+                for region in same:
+                    region.kind = Kind.EXISTING
+                    region.notes.append("already in the source; kept")
+                ctx.report(f"existing point pair `{label}` kept", same[0])
                 continue
             if label == "processing":
                 ctx.root.notes.append("root point already in the source")

@@ -1,0 +1,201 @@
+"""Kernel entry scaffold: the per-core buffer, `processing`, the write-back, and the
+`profiling_data` output threaded through the entry and the kernel's Init (gate G2,
+kernel side).
+
+DESCRIPTION: give the `__global__` entry a `profiling_data` output right after its last
+tensor output (before `workspace` / `tiling`), forward it to every call that takes the
+workspace (the kernel class's Init: definition and declaration follow), and open the
+entry body with the scaffold.
+
+The scaffold sits between `// optrace-scaffold begin` and `// optrace-scaffold end`
+lines; the parameters and arguments are fragments wrapped in `/*optrace<*/ ... /*>optrace*/`.
+The output stays in the signature when profiling is compiled out (ENABLE_MOE_PROFILING 0):
+it exists either way, zeros meaning "off".
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tree_sitter import Node
+
+from optrace.codemods.kernel_points import FRAG_CLOSE, FRAG_OPEN
+from optrace.engine.cpp import FunctionDef, text_of
+from optrace.engine.edits import Edit, indent_at, line_end, newline_of
+from optrace.engine.plan import Plan
+
+CODEMOD = "kernel-entry"
+PROFILING_ARG = "profiling_data"
+INIT_PARAM = "profilingData"
+SCAFFOLD_BEGIN = b"// optrace-scaffold begin"
+SCAFFOLD_END = b"// optrace-scaffold end"
+_MODE_RE = re.compile(rb"// optrace-scaffold begin mode=([AB])")
+
+
+def _params(fn: FunctionDef, declarator_owner: Node | None = None) -> list[Node]:
+    node = declarator_owner if declarator_owner is not None else fn.node
+    decl = node.child_by_field_name("declarator")
+    while decl is not None and decl.type != "function_declarator":
+        decl = decl.child_by_field_name("declarator")
+    if decl is None:
+        return []
+    plist = decl.child_by_field_name("parameters")
+    if plist is None:
+        return []
+    return [p for p in plist.named_children if p.type.endswith("parameter_declaration")]
+
+
+def _param_name(src: bytes, p: Node) -> str:
+    names = [c for c in p.named_children if c.type in ("identifier", "pointer_declarator",
+                                                         "reference_declarator")]
+    text = src[names[-1].start_byte : names[-1].end_byte].decode(errors="replace") if names else ""
+    return text.lstrip("*& ")
+
+
+def _is_system(name: str) -> bool:
+    low = name.lower()
+    return "workspace" in low or low in ("tiling", "tilingdata", "tiling_data", "tilinggm")
+
+
+def insert_param(data: bytes, params: list[Node], text: str, index: int | None) -> Edit | None:
+    """Insert `text` as a parameter before params[index] (or after the last)."""
+    if not params:
+        return None
+    if index is not None:
+        at = params[index].start_byte
+        return Edit(Path(), at, at, FRAG_OPEN + f"{text}, ".encode() + FRAG_CLOSE, CODEMOD)
+    at = params[-1].end_byte
+    return Edit(Path(), at, at, FRAG_OPEN + f", {text}".encode() + FRAG_CLOSE, CODEMOD)
+
+
+def scaffold(data: bytes, body: Node, arg: str, mode: str) -> Edit:
+    """The prologue lines right after the entry body's `{`."""
+    nl = newline_of(data)
+    first = next((c for c in body.named_children if c.type != "comment"), None)
+    indent = indent_at(data, first.start_byte) if first is not None else b"    "
+    lines = [
+        SCAFFOLD_BEGIN + f" mode={mode}".encode(),
+        b"#if ENABLE_MOE_PROFILING",
+        indent + b"int64_t moeProfBuf[PROF_SIZE_PER_CORE];",
+        indent + b"moeProfBuf[0] = 1;",
+        indent + b"moeProfBuf[PROF_SIZE_PER_CORE - 1] = static_cast<int64_t>(AscendC::GetSystemCycle());",
+        indent + b"SetMoeProfilePtr(moeProfBuf);",
+        indent + b"MoeTracingFingerprint();",
+        indent + b'MoeTracing(TRACE_POINT("processing", "B"));',
+        indent
+        + f'OptraceEntryEnd optraceEntryEnd(TRACE_POINT("processing", "E"), {arg}, moeProfBuf);'.encode(),
+        b"#else",
+        indent + f"(void){arg};".encode(),
+        b"#endif",
+        SCAFFOLD_END,
+    ]
+    at = line_end(data, body.start_byte + 1, include_newline=True)
+    return Edit(Path(), at, at, nl.join(lines) + nl, CODEMOD, "entry scaffold")
+
+
+def recorded_mode(data: bytes) -> str | None:
+    m = _MODE_RE.search(data)
+    return m.group(1).decode() if m else None
+
+
+def entry_edits(plan: Plan, mode: str | None = None) -> list[Edit]:
+    an = plan.analysis
+    entry = an.entry_fn
+    data = entry.src.raw
+    path = entry.src.path
+    edits: list[Edit] = []
+    m = _MODE_RE.search(data)
+    if m is not None:
+        # Already scaffolded: a second apply changes nothing, unless --mode changes it.
+        if mode is not None and m.group(1).decode() != mode:
+            edits.append(Edit(path, m.start(1), m.end(1), mode.encode(), CODEMOD, "mode"))
+        return edits
+    params = _params(entry)
+    names = [_param_name(data, p) for p in params]
+    arg = PROFILING_ARG
+    if PROFILING_ARG in names or "profilingData" in names:
+        arg = PROFILING_ARG if PROFILING_ARG in names else "profilingData"
+    else:
+        system = next((i for i, n in enumerate(names) if _is_system(n)), None)
+        e = insert_param(data, params, f"GM_ADDR {PROFILING_ARG}", system)
+        if e is not None:
+            edits.append(_at(e, path))
+        workspace = next((n for n in names if "workspace" in n.lower()), None)
+        if workspace is not None:
+            edits.extend(_forwarding_edits(plan, entry, workspace))
+    edits.append(_at(scaffold(data, entry.body, arg, mode or "B"), path))
+    return edits
+
+
+def _forwarding_edits(plan: Plan, entry: FunctionDef, workspace: str) -> list[Edit]:
+    """`op.Init(..., profiling_data, workspace, ...)` and Init's own parameter lists."""
+    an = plan.analysis
+    edits: list[Edit] = []
+    done: set[str] = set()
+    for call in entry.nodes_in(entry.body, ("call_expression",)):
+        args = call.child_by_field_name("arguments")
+        if args is None:
+            continue
+        items = list(args.named_children)
+        pos = next((i for i, a in enumerate(items) if text_of(entry.src, a).strip() == workspace), None)
+        if pos is None:
+            continue
+        at = items[pos].start_byte
+        edits.append(Edit(entry.src.path, at, at,
+                          FRAG_OPEN + f"{PROFILING_ARG}, ".encode() + FRAG_CLOSE, CODEMOD))
+        for callee in an.call_site(entry, call).callees:
+            if callee.id in done:
+                continue
+            done.add(callee.id)
+            edits.extend(_callee_param_edits(plan, callee, pos))
+    return edits
+
+
+def _callee_param_edits(plan: Plan, callee: FunctionDef, pos: int) -> list[Edit]:
+    """The definition's parameters, and the in-class declaration's when defined outside."""
+    out: list[Edit] = []
+    targets = [(callee.src, _params(callee))]
+    if callee.scope:
+        for decl in _declarations(plan, callee):
+            targets.append(decl)
+    for src, params in targets:
+        if pos < len(params):
+            e = insert_param(src.raw, params, f"GM_ADDR {INIT_PARAM}", pos)
+            if e is not None:
+                out.append(_at(e, src.path))
+    return out
+
+
+def _declarations(plan: Plan, fn: FunctionDef) -> list[tuple[object, list[Node]]]:
+    """In-class declarations `void Init(...);` of an out-of-class method definition."""
+    found: list[tuple[object, list[Node]]] = []
+    for parsed in plan.analysis.parsed.values():
+        nodes = parsed.nodes
+        if nodes is None:
+            continue
+        for cls in nodes.within(parsed.tree.root_node, ("class_specifier", "struct_specifier")):
+            name = cls.child_by_field_name("name")
+            body = cls.child_by_field_name("body")
+            if name is None or body is None or text_of(parsed.src, name).split("<")[0] != fn.scope:
+                continue
+            for member in body.named_children:
+                if member.type not in ("field_declaration", "declaration"):
+                    continue
+                decl = member.child_by_field_name("declarator")
+                while decl is not None and decl.type != "function_declarator":
+                    decl = decl.child_by_field_name("declarator")
+                if decl is None:
+                    continue
+                fname = decl.child_by_field_name("declarator")
+                if fname is None or text_of(parsed.src, fname) != fn.name:
+                    continue
+                plist = decl.child_by_field_name("parameters")
+                params = [p for p in plist.named_children
+                          if p.type.endswith("parameter_declaration")] if plist else []
+                found.append((parsed.src, params))
+    return found
+
+
+def _at(edit: Edit, path: Path) -> Edit:
+    return Edit(path, edit.start, edit.end, edit.replacement, edit.codemod, edit.note)

@@ -1,0 +1,131 @@
+"""Kernel points: a B point and an `OptraceEnd` scope guard for every planned region.
+
+DESCRIPTION: insert `MoeTracing(TRACE_POINT("label", "B"))` plus a scope guard that
+records the region's E on every way out of it.
+
+Why a scope guard: an E must run on every exit path — early `return`, `return expr;`
+(after the value is computed, since it may call traced code), `break` / `continue`
+leaving a loop body, and the closing brace. A C++ destructor does exactly that, with no
+control-flow rewriting the next reader has to trust. Regions bracketing one statement
+(a call site) get a B line before and an E line after it instead, so declarations keep
+their scope; statements that are not directly inside a block (`if (x) Foo();`) or that
+return get braces and a guard.
+
+Every inserted line ends with `// optrace`; every inserted fragment inside a line is
+wrapped in `/*optrace<*/ ... /*>optrace*/`. That is the provenance `strip` uses: it
+removes exactly those bytes, so points written by hand stay.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tree_sitter import Node
+
+from optrace.engine.edits import Edit, indent_at, line_end, line_start, newline_of
+from optrace.engine.model import Kind, Region
+from optrace.engine.plan import Plan
+
+CODEMOD = "kernel-points"
+LINE_MARK = b"  // optrace"
+FRAG_OPEN = b"/*optrace<*/"
+FRAG_CLOSE = b"/*>optrace*/"
+
+
+def point_args(label: str, event: str, index: str | None) -> str:
+    args = f'TRACE_POINT("{label}", "{event}")'
+    return f"{args}, 0, {index}" if index else args
+
+
+def begin_and_guard(region: Region, depth: int) -> bytes:
+    index = region.index_var
+    return (f"MoeTracing({point_args(region.label, 'B', index)}); "
+            f"OptraceEnd optraceEnd{depth}({point_args(region.label, 'E', index)});").encode()
+
+
+def _node_at(plan: Plan, path: Path, start: int, end: int) -> Node | None:
+    parsed = plan.analysis.parsed.get(path)
+    if parsed is None:
+        return None
+    node: Node | None = parsed.tree.root_node.descendant_for_byte_range(start, end)
+    while node is not None and (node.start_byte, node.end_byte) != (start, end):
+        node = node.parent
+    return node
+
+
+def _inside_the_block(data: bytes, block: Node, content: bytes) -> Edit | None:
+    """After the `{` of a block: a new line when the brace ends its line, else a fragment."""
+    brace_end = block.start_byte + 1
+    rest_of_line = data[brace_end : line_end(data, brace_end)].strip()
+    newline = newline_of(data)
+    if not rest_of_line:
+        # Indent like the block's first statement, else one step deeper than the brace.
+        first = next((c for c in block.named_children if c.type != "comment"), None)
+        if first is not None and data.count(b"\n", brace_end, first.start_byte) >= 1:
+            indent = indent_at(data, first.start_byte)
+        else:
+            base = indent_at(data, block.start_byte)
+            indent = base + (b"\t" if base.startswith(b"\t") else b"    ")
+        at = line_end(data, brace_end, include_newline=True)
+        return Edit(Path(), at, at, indent + content + LINE_MARK + newline, CODEMOD)
+    return Edit(Path(), brace_end, brace_end, b" " + FRAG_OPEN + content + FRAG_CLOSE, CODEMOD)
+
+
+def _around_statement(data: bytes, stmt: Node, region: Region, depth: int) -> list[Edit]:
+    parent = stmt.parent
+    label, index = region.label, region.index_var
+    begin = f"MoeTracing({point_args(label, 'B', index)});".encode()
+    end = f"MoeTracing({point_args(label, 'E', index)});".encode()
+    own_line = (
+        parent is not None
+        and parent.type == "compound_statement"
+        and stmt.type != "return_statement"
+        and not data[line_start(data, stmt.start_byte) : stmt.start_byte].strip()
+        and not data[stmt.end_byte : line_end(data, stmt.end_byte)].strip()
+    )
+    if own_line:
+        newline = newline_of(data)
+        indent = indent_at(data, stmt.start_byte)
+        before = line_start(data, stmt.start_byte)
+        after = line_end(data, stmt.end_byte, include_newline=True)
+        tail = b"" if data[:after].endswith(b"\n") else newline
+        return [
+            Edit(Path(), before, before, indent + begin + LINE_MARK + newline, CODEMOD),
+            Edit(Path(), after, after, tail + indent + end + LINE_MARK + newline, CODEMOD),
+        ]
+    # Not alone on its lines, not in a block, or a return: braces and a scope guard.
+    guard = begin_and_guard(region, depth)
+    return [
+        Edit(Path(), stmt.start_byte, stmt.start_byte, FRAG_OPEN + b"{ " + guard + b" " + FRAG_CLOSE,
+             CODEMOD),
+        Edit(Path(), stmt.end_byte, stmt.end_byte, FRAG_OPEN + b" }" + FRAG_CLOSE, CODEMOD),
+    ]
+
+
+def point_edits(plan: Plan) -> list[Edit]:
+    """Edits for every planned region not already in the source."""
+    edits: list[Edit] = []
+    for region in plan.root.walk():
+        anchor = region.anchor
+        if anchor is None or region.kind in (Kind.EXISTING, Kind.ROOT):
+            continue  # the root's B and E are part of the entry scaffold
+        if region.shared_with and anchor.inside:
+            continue  # one body, one pair: planned under its first label (call sites differ)
+        parsed = plan.analysis.parsed.get(anchor.path)
+        if parsed is None:
+            continue
+        data = parsed.src.raw
+        node = _node_at(plan, anchor.path, anchor.start, anchor.end)
+        if node is None:
+            continue
+        if anchor.inside:
+            edit = _inside_the_block(data, node, begin_and_guard(region, region.depth))
+            if edit is not None:
+                edits.append(_at(edit, anchor.path))
+        else:
+            edits.extend(_at(e, anchor.path) for e in _around_statement(data, node, region, region.depth))
+    return edits
+
+
+def _at(edit: Edit, path: Path) -> Edit:
+    return Edit(path, edit.start, edit.end, edit.replacement, edit.codemod, edit.note)

@@ -1,0 +1,118 @@
+"""Runtime block: the MoeTracing device runtime in the operator's `*_base.h`.
+
+DESCRIPTION: insert (or upgrade in place) the versioned runtime block, create the base
+header when the operator has none, and include it from every file that gets points.
+
+The block is the template `templates/moe_tracing_runtime.h`, delimited by its first line
+`// optrace-runtime-block vN` and its last `// optrace-runtime-block end`; an older
+version found between those markers is replaced. Files with points need MoeTracing
+declared before their (often templated) code, so each gets
+`#include "<base>"  // optrace` after its last include.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from importlib import resources
+from pathlib import Path
+
+from optrace.codemods.strip import CREATED_MARK as STRIP_CREATED_MARK
+from optrace.engine.edits import Edit, line_end, newline_of
+from optrace.engine.plan import Plan
+
+CODEMOD = "runtime-block"
+_BLOCK_RE = re.compile(rb"// optrace-runtime-block v\d+.*?// optrace-runtime-block end[^\n]*\n?", re.S)
+_INCLUDE_RE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*[<"][^>"\n]+[>"][^\n]*$', re.M)
+_GUARD_RE = re.compile(
+    rb"^[ \t]*#[ \t]*(?:ifndef[ \t]+(\w+)[^\n]*\n[ \t]*#[ \t]*define[ \t]+\1\b|pragma[ \t]+once)[^\n]*$", re.M
+)
+CREATED_MARK = STRIP_CREATED_MARK + b" `optrace strip` deletes this file."
+
+
+def template() -> bytes:
+    return resources.files("optrace.codemods").joinpath("templates/moe_tracing_runtime.h").read_bytes()
+
+
+def block_for(data: bytes) -> bytes:
+    """The template with the target file's line endings."""
+    text = template().replace(b"\r\n", b"\n")
+    return text.replace(b"\n", newline_of(data)) if newline_of(data) != b"\n" else text
+
+
+def base_header_path(plan: Plan) -> Path:
+    layers = plan.analysis.layers
+    found = layers.found.get("base_header")
+    if found:
+        return found[0].path.resolve()
+    kernel_dir = layers.kernel_dir or layers.op_dir
+    return (kernel_dir / f"{layers.op_name}_base.h").resolve()
+
+
+def _as_lines(data: bytes, at: int, lines: bytes) -> bytes:
+    """Whole lines inserted at `at`. At the end of a file without a final newline they
+    go after a new newline and lose their last one, which is how strip finds them."""
+    if at == 0 or data[:at].endswith(b"\n"):
+        return lines
+    return newline_of(data) + lines.rstrip(b"\r\n")
+
+
+def _after_last_include(data: bytes) -> int:
+    last = None
+    for m in _INCLUDE_RE.finditer(data):
+        last = m
+    if last is not None:
+        return line_end(data, last.end(), include_newline=True)
+    guard = _GUARD_RE.search(data)
+    if guard is not None:
+        return line_end(data, guard.end(), include_newline=True)
+    return 0
+
+
+def block_edits(plan: Plan) -> tuple[list[Edit], dict[Path, bytes]]:
+    """Edits to existing files, and new files to create: {path: content}."""
+    base = base_header_path(plan)
+    created: dict[Path, bytes] = {}
+    edits: list[Edit] = []
+    if base.exists():
+        data = base.read_bytes()
+        existing = _BLOCK_RE.search(data)
+        new_block = block_for(data)
+        if existing is not None:
+            if existing.group(0) != new_block:
+                edits.append(Edit(base, existing.start(), existing.end(), new_block, CODEMOD,
+                                  "upgrade the runtime block"))
+        else:
+            at = _after_last_include(data)
+            edits.append(Edit(base, at, at, _as_lines(data, at, new_block), CODEMOD,
+                              "insert the runtime block"))
+    else:
+        guard = f"{plan.analysis.layers.op_name.upper()}_BASE_H".encode()
+        created[base] = (CREATED_MARK + b"\n#ifndef " + guard + b"\n#define " + guard + b"\n\n"
+                         + b'#include "kernel_operator.h"\n\n' + block_for(b"") + b"\n#endif\n")
+    return edits, created
+
+
+def include_edits(plan: Plan, files_with_points: set[Path]) -> list[Edit]:
+    """`#include "<base>"  // optrace` in each file with points that does not include it."""
+    base = base_header_path(plan)
+    edits: list[Edit] = []
+    included = _files_including(plan, base)
+    for path in sorted(files_with_points):
+        if path == base or path in included:
+            continue
+        data = plan.analysis.parsed[path].src.raw if path in plan.analysis.parsed else path.read_bytes()
+        rel = os.path.relpath(base, path.parent).replace(os.sep, "/")
+        at = _after_last_include(data)
+        line = f'#include "{rel}"  // optrace'.encode() + newline_of(data)
+        edits.append(Edit(path, at, at, _as_lines(data, at, line), CODEMOD, "include the runtime block"))
+    return edits
+
+
+def _files_including(plan: Plan, base: Path) -> set[Path]:
+    """Files whose own includes reach the base header before their first line of code is
+    a guess we do not make: only a direct include of the base header counts."""
+    graph = plan.analysis.includes.graph
+    if base not in graph:
+        return set()
+    return set(graph.predecessors(base))

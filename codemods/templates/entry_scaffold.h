@@ -1,0 +1,39 @@
+// optrace-entry-scaffold v1
+// Snippet file (not a header to #include): the lines `optrace apply` (codemods/
+// kernel_entry.py) inserts right after the `{` of the kernel entry
+// (`extern "C" __global__ __aicore__ void op(GM_ADDR ..., GM_ADDR profiling_data, ...)`).
+// The section runs from `// @@prologue` to `// @@end`; `@PROFILING_ARG@` stands for the
+// entry's GM_ADDR parameter of the `profiling_data` output (the last output, gate G2).
+// tests/runtime/test_host_e2e.py compiles and runs a kernel built with exactly these
+// lines; keep them identical to kernel_entry.scaffold().
+//
+// What it does, per core (the pointer is block-local, so each core has its own):
+//   - a stack buffer of PROF_SIZE_PER_CORE int64, counter = 1, start cycle in the last word;
+//   - SetMoeProfilePtr, then the reserved fingerprint record as record 0;
+//   - the `processing` B point;
+//   - a scope guard (OptraceEntryEnd, runtime block) whose destructor runs on every way
+//     out of the entry — closing brace or early `return` — and records the `processing`
+//     E, then MoeProfileWriteBack: AIC core i -> slot i, AIV core i -> slot
+//     GetBlockNum() + i, at most capacity records, DataCacheCleanAndInvalid per 64-byte
+//     line, and finally clears the pointer so no record targets a dead frame.
+// With ENABLE_MOE_PROFILING 0 only `(void)profiling_data;` remains: the output stays in
+// the signature (zeros mean "off").
+//
+// Mixed (1C2V) kernels whose AIC and AIV must share a time origin can put a cross-core
+// flag handshake before the prologue's GetSystemCycle; that is op-specific and not
+// inserted automatically.
+// @@prologue
+// optrace-scaffold begin
+#if ENABLE_MOE_PROFILING
+    int64_t moeProfBuf[PROF_SIZE_PER_CORE];
+    moeProfBuf[0] = 1;
+    moeProfBuf[PROF_SIZE_PER_CORE - 1] = static_cast<int64_t>(AscendC::GetSystemCycle());
+    SetMoeProfilePtr(moeProfBuf);
+    MoeTracingFingerprint();
+    MoeTracing(TRACE_POINT("processing", "B"));
+    OptraceEntryEnd optraceEntryEnd(TRACE_POINT("processing", "E"), @PROFILING_ARG@, moeProfBuf);
+#else
+    (void)@PROFILING_ARG@;
+#endif
+// optrace-scaffold end
+// @@end

@@ -1,0 +1,255 @@
+// optrace-runtime-block v1
+// MoeTracing device runtime, inserted by `optrace apply` into the operator's *_base.h.
+// `optrace strip` removes everything from the line above to `optrace-runtime-block end`.
+// Record layout: optrace docs/buffer-format.md. It keeps the legacy layout (readers of
+// hand-instrumented kernels still work) and adds two things:
+//   - a reserved first record per slot: point id 0, build fingerprint in the high word;
+//   - an overflow guard: past capacity the counter keeps counting but nothing is written,
+//     so a reader sees `counter - 1 - capacity` dropped records instead of garbage.
+#ifndef OPTRACE_RUNTIME_BLOCK_V1
+#define OPTRACE_RUNTIME_BLOCK_V1
+
+#ifndef ENABLE_MOE_PROFILING
+#define ENABLE_MOE_PROFILING 1
+#endif
+
+// int64 words per core slot: [0] counter, events forward from [1], timestamps backward
+// from [size-2], [size-1] the core's start cycle.
+#ifndef PROF_SIZE_PER_CORE
+#define PROF_SIZE_PER_CORE 2048
+#endif
+#define MOE_PROF_CAPACITY ((PROF_SIZE_PER_CORE - 2) / 2)
+
+// Default of MoeTracing's `sync` parameter: a PIPE_ALL barrier before each record makes
+// GetSystemCycle (scalar pipe) honest, at the cost of serialising the pipes.
+#ifndef ENABLE_MOE_PROFILING_BARRIER
+#define ENABLE_MOE_PROFILING_BARRIER true
+#endif
+
+// Set by `optrace preprocess --modify` (same value as "fingerprint" in point_map.json);
+// 0 means "not preprocessed": readers cannot check that a map belongs to this build.
+#ifndef OPTRACE_BUILD_FINGERPRINT
+#define OPTRACE_BUILD_FINGERPRINT 0u
+#endif
+
+namespace optrace_detail {
+// FNV-1a 32 over label, NUL, type, folded into 1..2^31-1: the id `optrace preprocess`
+// assigns (barring a hash collision, which it reports), so unpreprocessed sources compile
+// to the ids of the map. Same function as optrace.runtime.format.trace_point_hash.
+constexpr uint32_t Fnv1a(const char* text, uint32_t hash)
+{
+    return *text ? Fnv1a(text + 1, (hash ^ static_cast<uint8_t>(*text)) * 16777619u) : hash;
+}
+constexpr uint32_t FoldId(uint32_t hash)
+{
+    return (hash & 0x7FFFFFFFu) != 0u ? (hash & 0x7FFFFFFFu) : 1u;
+}
+constexpr uint32_t TracePointHash(const char* label, const char* type)
+{
+    return FoldId(Fnv1a(type, (Fnv1a(label, 2166136261u) ^ 0u) * 16777619u));
+}
+// Forces compile-time evaluation: no hashing code ever reaches the device.
+template <uint32_t V>
+struct IdConstant {
+    static constexpr uint32_t value = V;
+};
+}  // namespace optrace_detail
+
+// Without preprocessing, TRACE_POINT still compiles to an integer (never a string).
+#ifndef TRACE_POINT
+#define TRACE_POINT(label, type) \
+    (static_cast<int32_t>(::optrace_detail::IdConstant<::optrace_detail::TracePointHash(label, type)>::value))
+#endif
+
+#if ENABLE_MOE_PROFILING
+// One pointer per core; split AIC / AIV compilation gets one per core type.
+#if defined(SPLIT_CORE_CUBE)
+__BLOCK_LOCAL__ __inline__ int64_t* g_moeProfilePtrCube;
+#define MOE_PROFILE_PTR g_moeProfilePtrCube
+#elif defined(SPLIT_CORE_VEC)
+__BLOCK_LOCAL__ __inline__ int64_t* g_moeProfilePtrVec;
+#define MOE_PROFILE_PTR g_moeProfilePtrVec
+#else
+__BLOCK_LOCAL__ __inline__ int64_t* g_moeProfilePtr;
+#define MOE_PROFILE_PTR g_moeProfilePtr
+#endif
+#endif  // ENABLE_MOE_PROFILING
+
+__aicore__ inline void SetMoeProfilePtr(int64_t* buffer)
+{
+#if ENABLE_MOE_PROFILING
+    MOE_PROFILE_PTR = buffer;
+#else
+    (void)buffer;
+#endif
+}
+
+namespace optrace_detail {
+__aicore__ inline void WriteRecord(uint32_t pointId, uint32_t high)
+{
+#if ENABLE_MOE_PROFILING
+    int64_t* buffer = MOE_PROFILE_PTR;
+    if (buffer == nullptr) {
+        return;
+    }
+    int64_t n = buffer[0];
+    // The guard: the legacy runtime wrote record 1024 over its own timestamps.
+    if (n >= 1 && n <= MOE_PROF_CAPACITY) {
+        buffer[n] = static_cast<int64_t>((static_cast<uint64_t>(high) << 32) | pointId);
+        buffer[PROF_SIZE_PER_CORE - 1 - n] = static_cast<int64_t>(AscendC::GetSystemCycle());
+    }
+    buffer[0] = n + 1;
+#else
+    (void)pointId;
+    (void)high;
+#endif
+}
+}  // namespace optrace_detail
+
+// The reserved first record of a slot: call right after SetMoeProfilePtr.
+__aicore__ inline void MoeTracingFingerprint()
+{
+    optrace_detail::WriteRecord(0u, static_cast<uint32_t>(OPTRACE_BUILD_FINGERPRINT));
+}
+
+template <bool sync = ENABLE_MOE_PROFILING_BARRIER>
+__aicore__ inline void MoeTracing(int32_t id)
+{
+#if ENABLE_MOE_PROFILING
+    if (sync) {
+        AscendC::PipeBarrier<PIPE_ALL>();
+    }
+    optrace_detail::WriteRecord(static_cast<uint32_t>(id), 0u);
+#else
+    (void)id;
+#endif
+}
+
+// Legacy two-argument form: `index` lands in the high word as is, so decoders read it as
+// extraId = index & 0xFF, index >> 8 (documented; optrace emits the three-argument form).
+template <bool sync = ENABLE_MOE_PROFILING_BARRIER>
+__aicore__ inline void MoeTracing(int32_t id, int32_t index)
+{
+#if ENABLE_MOE_PROFILING
+    if (sync) {
+        AscendC::PipeBarrier<PIPE_ALL>();
+    }
+    optrace_detail::WriteRecord(static_cast<uint32_t>(id), static_cast<uint32_t>(index));
+#else
+    (void)id;
+    (void)index;
+#endif
+}
+
+// High word = extraId (8 bits) | index (24 bits) << 8.
+template <bool sync = ENABLE_MOE_PROFILING_BARRIER>
+__aicore__ inline void MoeTracing(int32_t id, int32_t extraId, int32_t index)
+{
+#if ENABLE_MOE_PROFILING
+    if (sync) {
+        AscendC::PipeBarrier<PIPE_ALL>();
+    }
+    optrace_detail::WriteRecord(static_cast<uint32_t>(id),
+                                (static_cast<uint32_t>(extraId) & 0xFFu) | (static_cast<uint32_t>(index) << 8));
+#else
+    (void)id;
+    (void)extraId;
+    (void)index;
+#endif
+}
+
+// The end of a traced region, as a scope guard: `optrace apply` puts one right after each
+// region's B point, so the E is recorded whenever the scope is left — the closing brace,
+// every `return` (after the return value has been computed), `break` and `continue`.
+#if ENABLE_MOE_PROFILING
+struct OptraceEnd {
+    __aicore__ inline explicit OptraceEnd(int32_t id) : id_(id), extraId_(0), index_(0), indexed_(false) {}
+    __aicore__ inline OptraceEnd(int32_t id, int32_t extraId, int32_t index)
+        : id_(id), extraId_(extraId), index_(index), indexed_(true)
+    {
+    }
+    __aicore__ inline ~OptraceEnd()
+    {
+        if (indexed_) {
+            MoeTracing(id_, extraId_, index_);
+        } else {
+            MoeTracing(id_);
+        }
+    }
+    int32_t id_;
+    int32_t extraId_;
+    int32_t index_;
+    bool indexed_;
+};
+#else
+struct OptraceEnd {  // empty: profiling off compiles to nothing
+    __aicore__ inline explicit OptraceEnd(int32_t) {}
+    __aicore__ inline OptraceEnd(int32_t, int32_t, int32_t) {}
+};
+#endif
+
+// Kernel-entry epilogue: copy this core's slot into the GM output `profiling_data`.
+// AIC core i -> slot i, AIV core i -> slot GetBlockNum() + i. At most capacity records
+// are copied (the counter is copied as is, so readers see drops), then every 64-byte
+// cache line of the slot is flushed so the host reads what the scalar unit wrote.
+__aicore__ inline void MoeProfileWriteBack(GM_ADDR profilingData, const int64_t* buffer)
+{
+#if ENABLE_MOE_PROFILING
+    if (profilingData == nullptr || buffer == nullptr) {
+        return;
+    }
+    AscendC::PipeBarrier<PIPE_ALL>();
+    int64_t slot = static_cast<int64_t>(AscendC::GetBlockIdx());
+    if (ASCEND_IS_AIV) {
+        slot += static_cast<int64_t>(AscendC::GetBlockNum());
+    }
+    __gm__ int64_t* dst = reinterpret_cast<__gm__ int64_t*>(profilingData) + slot * PROF_SIZE_PER_CORE;
+    int64_t counter = buffer[0];
+    int64_t records = counter - 1;
+    if (records < 0) {
+        records = 0;
+    }
+    if (records > MOE_PROF_CAPACITY) {
+        records = MOE_PROF_CAPACITY;
+    }
+    dst[0] = counter;
+    for (int64_t i = 1; i <= records; ++i) {
+        dst[i] = buffer[i];
+    }
+    for (int64_t i = PROF_SIZE_PER_CORE - 1 - records; i < PROF_SIZE_PER_CORE; ++i) {
+        dst[i] = buffer[i];  // timestamps, then the start cycle in the last word
+    }
+    AscendC::GlobalTensor<int64_t> line;
+    for (int64_t i = 0; i < PROF_SIZE_PER_CORE; i += 8) {  // 8 int64 = one 64-byte line
+        line.SetGlobalBuffer(dst + i);
+        AscendC::DataCacheCleanAndInvalid<int64_t, AscendC::CacheLine::SINGLE_CACHE_LINE,
+                                          AscendC::DcciDst::CACHELINE_OUT>(line);
+    }
+#else
+    (void)profilingData;
+    (void)buffer;
+#endif
+}
+
+// The kernel entry's scaffold (inserted by `optrace apply`) ends `processing` and writes
+// the slot back through this guard, so every way out of the entry — the closing brace or
+// an early `return` — records the E first and then copies the buffer to GM.
+#if ENABLE_MOE_PROFILING
+struct OptraceEntryEnd {
+    __aicore__ inline OptraceEntryEnd(int32_t id, GM_ADDR out, int64_t* buffer) : id_(id), out_(out), buffer_(buffer)
+    {
+    }
+    __aicore__ inline ~OptraceEntryEnd()
+    {
+        MoeTracing(id_);
+        MoeProfileWriteBack(out_, buffer_);
+        SetMoeProfilePtr(nullptr);
+    }
+    int32_t id_;
+    GM_ADDR out_;
+    int64_t* buffer_;
+};
+#endif
+
+#endif  // OPTRACE_RUNTIME_BLOCK_V1
+// optrace-runtime-block end

@@ -1,0 +1,400 @@
+"""Edits as plain data: collection, conflict detection, in-memory application and diffs.
+
+An `Edit` is a byte range of a file's *original* bytes plus the bytes that replace it, and
+the codemod that asked for it (clang-apply-replacements' model). All edits of a run are
+collected in an `EditSet` first, which groups them by file (after resolving symlinks),
+drops exact duplicates and refuses overlaps; only then are they applied, as if bottom-up,
+so every offset keeps referring to the original bytes (Semgrep's lesson).
+
+The engine never touches a byte it was not asked to: line endings, BOM, non-UTF-8 bytes
+and tabs pass through untouched, and the unified diff decodes losslessly so `git apply`
+reproduces the exact bytes. Writing to disk is `optrace.engine.transaction`'s job.
+
+Conflict rule (deterministic, independent of hash order):
+
+- two edits whose non-empty ranges intersect conflict;
+- an insertion (start == end) strictly inside a replaced range conflicts; at either end
+  of the range it is fine: at `start` it lands before the replacement, at `end` after it;
+- several different insertions at one offset are all kept, concatenated in the order they
+  were added (so the codemods' run order decides, and that order is fixed);
+- an exact duplicate (same file after `realpath`, same range, same replacement) is
+  dropped silently, whichever codemod made it: the first one added is kept;
+- an empty insertion changes nothing and is ignored.
+"""
+
+from __future__ import annotations
+
+import bisect
+import difflib
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+# Diagnostic codes (README: OT0xx is input and parsing); kept together so they are easy to audit.
+CODE_EDIT_CONFLICT = "OT040"
+CODE_EDIT_RANGE = "OT041"
+
+# A file's change: (old, new); None for a file that does not exist on that side.
+FileChange = tuple[bytes | None, bytes | None]
+
+# Patches are text for printing, decoded so that any byte survives the round trip.
+PATCH_ENCODING = "utf-8"
+PATCH_ERRORS = "surrogateescape"
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace `original[start:end]` of `path` with `replacement`; start == end inserts."""
+
+    path: Path
+    start: int
+    end: int
+    replacement: bytes
+    codemod: str
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.start <= self.end:
+            raise ValueError(f"{self.path}: bad edit range {self.start}..{self.end} from {self.codemod}")
+        if not isinstance(self.replacement, bytes):
+            raise TypeError(f"{self.path}: edit replacement must be bytes, not {type(self.replacement)}")
+
+    @property
+    def is_insertion(self) -> bool:
+        return self.start == self.end
+
+    def describe(self, data: bytes | None = None) -> str:
+        """`codemod replaces bytes A..B (path:line: note)`, for messages; `data` gives the line."""
+        if self.is_insertion:
+            what = f"inserts at byte {self.start}"
+        else:
+            what = f"replaces bytes {self.start}..{self.end}"
+        where = f"{self.path}:{line_number(data, self.start)}" if data is not None else str(self.path)
+        note = f": {self.note}" if self.note else ""
+        return f"{self.codemod} {what} ({where}{note})"
+
+
+class EditError(Exception):
+    """An edit that cannot be applied, located as `path:line: CODE message`."""
+
+    def __init__(self, code: str, message: str, path: Path, line: int = 0) -> None:
+        self.code = code
+        self.message = message
+        self.path = path
+        self.line = line
+        where = f"{path}:{line}" if line else str(path)
+        super().__init__(f"{where}: {code} {message}")
+
+
+class EditConflict(EditError):
+    """Two edits of one file overlap; `first` was added before `second`."""
+
+    def __init__(self, first: Edit, second: Edit, path: Path, data: bytes | None) -> None:
+        self.first = first
+        self.second = second
+        line = line_number(data, second.start) if data is not None else 0
+        super().__init__(
+            CODE_EDIT_CONFLICT,
+            f"conflicting edits: {second.describe(data)} overlaps {first.describe(data)}",
+            path,
+            line,
+        )
+
+
+class EditOutOfRange(EditError):
+    """An edit reaches past the end of the file it was made for (the file changed?)."""
+
+
+def resolve(path: Path) -> Path:
+    """The file's identity: absolute, symlinks resolved (two spellings, one file)."""
+    return Path(os.path.realpath(path))
+
+
+def _read_bytes(path: Path) -> bytes:
+    return path.read_bytes()
+
+
+class _FileEdits:
+    """One file's edits, kept sorted by (start, end, order added) and free of overlaps.
+
+    Sorted that way, non-overlapping edits also have non-decreasing `end`, so the only
+    edit that can conflict with a new one is the first whose end lies past the new start.
+    """
+
+    def __init__(self) -> None:
+        self.edits: list[Edit] = []
+        self.keys: set[tuple[int, int, bytes]] = set()
+
+    def add(self, edit: Edit, on_conflict: Callable[[Edit, Edit], Exception]) -> bool:
+        key = (edit.start, edit.end, edit.replacement)
+        if key in self.keys:
+            return False
+        i = bisect.bisect_right(self.edits, edit.start, key=lambda e: e.end)
+        if i < len(self.edits) and self.edits[i].start < edit.end:
+            raise on_conflict(self.edits[i], edit)
+        # insort_right keeps equal (start, end) in the order added: same-offset insertions
+        # concatenate in that order, and an insertion at a range's start sorts before it.
+        bisect.insort_right(self.edits, edit, key=lambda e: (e.start, e.end))
+        self.keys.add(key)
+        return True
+
+
+class EditSet:
+    """All edits of a run, grouped by resolved file, deduplicated and conflict-checked.
+
+    `read` is only used to put line numbers into conflict messages (it defaults to reading
+    the file; a file that cannot be read is reported by byte offset instead).
+    """
+
+    def __init__(self, edits: Iterable[Edit] = (), *, read: Callable[[Path], bytes] | None = None) -> None:
+        self._files: dict[Path, _FileEdits] = {}
+        self._read = read or _read_bytes
+        self.duplicates: list[Edit] = []
+        self.collect(edits)
+
+    def add(self, edit: Edit) -> bool:
+        """Add one edit; False when it duplicates one already there. Raises EditConflict."""
+        if not edit.replacement and edit.is_insertion:
+            return False
+        path = resolve(edit.path)
+        file_edits = self._files.setdefault(path, _FileEdits())
+
+        def conflict(first: Edit, second: Edit) -> Exception:
+            try:
+                data: bytes | None = self._read(path)
+            except OSError:
+                data = None
+            return EditConflict(first, second, path, data)
+
+        added = file_edits.add(edit, conflict)
+        if not added:
+            self.duplicates.append(edit)
+        return added
+
+    def collect(self, edits: Iterable[Edit]) -> EditSet:
+        """Add every edit in order (the order decides same-offset insertions); returns self."""
+        for edit in edits:
+            self.add(edit)
+        return self
+
+    def files(self) -> list[Path]:
+        """The resolved paths that have edits, sorted."""
+        return sorted(path for path, file_edits in self._files.items() if file_edits.edits)
+
+    def edits_for(self, path: Path) -> tuple[Edit, ...]:
+        """One file's edits in application order (by offset, then order added)."""
+        file_edits = self._files.get(resolve(path))
+        return tuple(file_edits.edits) if file_edits else ()
+
+    def __iter__(self) -> Iterator[Edit]:
+        for path in self.files():
+            yield from self._files[path].edits
+
+    def __len__(self) -> int:
+        return sum(len(file_edits.edits) for file_edits in self._files.values())
+
+
+def apply_edits(original: bytes, edits: Iterable[Edit]) -> bytes:
+    """`original` with `edits` (all for this one file) applied; pure.
+
+    Duplicates are dropped and overlaps refused by the same rule as `EditSet`. Every offset
+    refers to `original`, exactly as if the edits were applied bottom-up.
+    """
+    file_edits = _FileEdits()
+    for edit in edits:
+        if edit.is_insertion and not edit.replacement:
+            continue
+        file_edits.add(edit, lambda first, second: EditConflict(first, second, first.path, original))
+        if edit.end > len(original):
+            raise EditOutOfRange(
+                CODE_EDIT_RANGE,
+                f"edit by {edit.codemod} ends at byte {edit.end}, past the end of the file "
+                f"({len(original)} bytes); was the file changed after it was parsed?",
+                edit.path,
+                line_number(original, len(original)),
+            )
+    pieces: list[bytes] = []
+    position = 0
+    for edit in file_edits.edits:
+        pieces.append(original[position : edit.start])
+        pieces.append(edit.replacement)
+        position = edit.end
+    pieces.append(original[position:])
+    return b"".join(pieces)
+
+
+def new_contents(
+    editset: EditSet, read: Callable[[Path], bytes] = _read_bytes
+) -> dict[Path, tuple[bytes, bytes]]:
+    """`{resolved path: (old bytes, new bytes)}` for every file the edits change.
+
+    Each file is read once. Files whose bytes come out identical (edits that rewrite text
+    to itself) are left out, so an empty result means there is nothing to do.
+    """
+    changes: dict[Path, tuple[bytes, bytes]] = {}
+    for path in editset.files():
+        old = read(path)
+        new = apply_edits(old, editset.edits_for(path))
+        if new != old:
+            changes[path] = (old, new)
+    return changes
+
+
+# --- byte-level helpers for codemods: lines are separated by b"\n" (a CRLF line ends in
+# b"\r\n"); a lone b"\r" is not a line break, as for the C preprocessor on Linux.
+
+
+def line_number(data: bytes, offset: int) -> int:
+    """1-based line of `offset` in `data`."""
+    return data.count(b"\n", 0, offset) + 1
+
+
+def line_start(data: bytes, offset: int) -> int:
+    """Offset of the first byte of the line holding `offset`."""
+    return data.rfind(b"\n", 0, offset) + 1
+
+
+def line_end(data: bytes, offset: int, *, include_newline: bool = False) -> int:
+    """Offset just past the line holding `offset`: before its b"\\r\\n" / b"\\n", or after
+    it with `include_newline`. The last line may have no newline: then `len(data)`."""
+    newline = data.find(b"\n", offset)
+    if newline < 0:
+        return len(data)
+    if include_newline:
+        return newline + 1
+    if newline > line_start(data, offset) and data[newline - 1 : newline] == b"\r":
+        return newline - 1
+    return newline
+
+
+def indent_at(data: bytes, offset: int) -> bytes:
+    """The leading spaces and tabs of the line holding `offset`, exactly as written."""
+    start = line_start(data, offset)
+    stop = start
+    while stop < len(data) and data[stop] in b" \t":
+        stop += 1
+    return data[start:stop]
+
+
+def newline_of(data: bytes) -> bytes:
+    """The file's dominant line ending, b"\\r\\n" or b"\\n", for inserted lines to match.
+
+    Ties go to the ending of the first line; a file without any newline gets b"\\n".
+    """
+    total = data.count(b"\n")
+    crlf = data.count(b"\r\n")
+    lf = total - crlf
+    if crlf != lf:
+        return b"\r\n" if crlf > lf else b"\n"
+    first = data.find(b"\n")
+    return b"\r\n" if first > 0 and data[first - 1 : first] == b"\r" else b"\n"
+
+
+# --- unified diff
+
+
+def _lines(data: bytes) -> list[str]:
+    """Lines with their endings kept, decoded so that `encode_patch` gives the bytes back."""
+    text = data.decode(PATCH_ENCODING, PATCH_ERRORS)
+    lines = text.split("\n")
+    # str.splitlines would also split on \r, \x0c, \u2028...: only \n separates lines here.
+    out = [line + "\n" for line in lines[:-1]]
+    if lines[-1]:
+        out.append(lines[-1])
+    return out
+
+
+def _range(start: int, length: int) -> str:
+    # GNU diff's hunk-range convention (as difflib): an empty range names the line before.
+    if length == 1:
+        return f"{start + 1}"
+    if length == 0:
+        return f"{start},0"
+    return f"{start + 1},{length}"
+
+
+def _hunks(a: list[str], b: list[str], context: int) -> Iterator[str]:
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    for group in matcher.get_grouped_opcodes(context):
+        first, last = group[0], group[-1]
+        yield f"@@ -{_range(first[1], last[2] - first[1])} +{_range(first[3], last[4] - first[3])} @@\n"
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                yield from _body(" ", a[i1:i2])
+                continue
+            if tag in ("replace", "delete"):
+                yield from _body("-", a[i1:i2])
+            if tag in ("replace", "insert"):
+                yield from _body("+", b[j1:j2])
+
+
+def _body(prefix: str, lines: list[str]) -> Iterator[str]:
+    for line in lines:
+        if line.endswith("\n"):
+            yield prefix + line
+        else:
+            yield prefix + line + "\n\\ No newline at end of file\n"
+
+
+def _quote(name: str) -> str:
+    """git's quoting for names with quotes, backslashes or control characters."""
+    if not any(ch in '"\\' or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in name):
+        return name
+    escapes = {"\t": "\\t", "\n": "\\n", "\r": "\\r", '"': '\\"', "\\": "\\\\"}
+    body = "".join(
+        escapes.get(ch, f"\\{ord(ch):03o}" if ord(ch) < 0x20 or ord(ch) == 0x7F else ch) for ch in name
+    )
+    return f'"{body}"'
+
+
+def _git_mode(path: Path) -> str:
+    # A deleted file's mode, so git does not warn "has type 100755, expected 100644".
+    try:
+        return "100755" if os.stat(path).st_mode & 0o111 else "100644"
+    except OSError:
+        return "100644"
+
+
+def _relative(path: Path, root: Path) -> str:
+    real, real_root = resolve(path), resolve(root)
+    try:
+        return real.relative_to(real_root).as_posix()
+    except ValueError:
+        raise ValueError(f"{path}: outside the patch root {root}") from None
+
+
+def unified_diff(changes: Mapping[Path, FileChange], root: Path, *, context: int = 3) -> str:
+    """A patch of `changes` that `git apply` (and `patch -p1`) accepts, paths relative to `root`.
+
+    git's format: `diff --git` headers, `a/<rel>` / `b/<rel>` names, `/dev/null` for a
+    created (old None) or deleted (new None) file (whose mode is read from disk, the only
+    I/O here), `\\ No newline at end of file` where due. Bytes are decoded as UTF-8 with
+    surrogateescape, so CRLF, BOM and GBK bytes survive: write the patch with
+    `encode_patch`, never with a plain `.encode()`.
+    """
+    entries = sorted((_relative(path, root), path, old, new) for path, (old, new) in changes.items())
+    out: list[str] = []
+    for rel, path, old, new in entries:
+        if old == new:
+            continue
+        a = _lines(old) if old is not None else []
+        b = _lines(new) if new is not None else []
+        name_a, name_b = _quote(f"a/{rel}"), _quote(f"b/{rel}")
+        # git's extended header: without it an empty file cannot be created or deleted.
+        out.append(f"diff --git {name_a} {name_b}\n")
+        if old is None:
+            out.append("new file mode 100644\n")
+        elif new is None:
+            out.append(f"deleted file mode {_git_mode(path)}\n")
+        if not a and not b:
+            continue
+        out.append(f"--- {name_a if old is not None else '/dev/null'}\n")
+        out.append(f"+++ {name_b if new is not None else '/dev/null'}\n")
+        out.extend(_hunks(a, b, context))
+    return "".join(out)
+
+
+def encode_patch(patch: str) -> bytes:
+    """The bytes of a patch from `unified_diff`, with every original byte restored."""
+    return patch.encode(PATCH_ENCODING, PATCH_ERRORS)

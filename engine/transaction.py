@@ -1,0 +1,534 @@
+"""All-or-nothing writes across the files of one operator, with a journal for crashes.
+
+`commit` checks that every file still holds the bytes the edits were planned on, records a
+journal (sha256 of old and new bytes, a backup of the old bytes) and fsyncs it, then
+replaces each file atomically (temp file in the same directory, `os.replace`, mode kept).
+A failed write restores the files already written; a process that dies between files
+leaves the journal behind, and `recover` rolls the operator back to its old bytes.
+Rolling back (never forward) is the rule because the old bytes are the state the user
+last saw and reviewed, and every file's old bytes are in the backups; see docs/edits.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import secrets
+import shutil
+import stat
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+# Diagnostic codes (README: OT0xx is input and parsing), next to those of engine/edits.py.
+CODE_STALE = "OT042"
+CODE_WRITE = "OT043"
+CODE_UNFINISHED = "OT044"
+
+JOURNAL_FORMAT = "optrace-journal"
+JOURNAL_VERSION = 1
+UNRESOLVED_DIR = "unresolved"
+
+# A file's change: (old, new); None for a file that does not exist on that side.
+Change = tuple[bytes | None, bytes | None]
+BeforeWrite = Callable[[Path, int], None]
+
+
+class TransactionError(Exception):
+    """A transaction that could not run, located as `path: CODE message`."""
+
+    def __init__(self, code: str, message: str, path: Path) -> None:
+        self.code = code
+        self.message = message
+        self.path = path
+        super().__init__(f"{path}: {code} {message}")
+
+
+class StaleSource(TransactionError):
+    """A file no longer holds the bytes the edits were planned on; nothing was written."""
+
+
+class WriteFailed(TransactionError):
+    """A write failed; the files already written were restored (see `restored_all`)."""
+
+    def __init__(self, message: str, path: Path, *, restored_all: bool) -> None:
+        self.restored_all = restored_all
+        super().__init__(CODE_WRITE, message, path)
+
+
+class UnfinishedTransaction(TransactionError):
+    """A journal from an earlier run is still there: `recover` must run first."""
+
+
+class Outcome(StrEnum):
+    RESTORED = "restored"  # written back to its old bytes
+    REMOVED = "removed"  # a created file, deleted again
+    UNTOUCHED = "untouched"  # already in its old state (never written)
+    MODIFIED_SINCE = "modified-since"  # neither old nor new: someone edited it, left alone
+    FAILED = "failed"  # could not be restored (I/O error); the journal is kept for a retry
+
+
+@dataclass(frozen=True)
+class RecoveredFile:
+    path: Path
+    outcome: Outcome
+    detail: str = ""
+
+
+@dataclass
+class RecoveryReport:
+    """What `recover` found and did, journal by journal."""
+
+    journals: list[Path] = field(default_factory=list)
+    files: list[RecoveredFile] = field(default_factory=list)
+    # Journals kept for the user (modified files) or for a retry (failed restores).
+    kept: list[Path] = field(default_factory=list)
+
+    def paths(self, outcome: Outcome) -> list[Path]:
+        return [f.path for f in self.files if f.outcome is outcome]
+
+    @property
+    def clean(self) -> bool:
+        """True when every file is back in its old state (or there was nothing to do)."""
+        return all(f.outcome in (Outcome.RESTORED, Outcome.REMOVED, Outcome.UNTOUCHED) for f in self.files)
+
+    def messages(self) -> list[str]:
+        """One `path: outcome (detail)` line per file that was not simply untouched."""
+        return [
+            f"{f.path}: {f.outcome.value}" + (f" ({f.detail})" if f.detail else "")
+            for f in self.files
+            if f.outcome is not Outcome.UNTOUCHED
+        ]
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One file of a transaction, as the journal records it."""
+
+    path: Path
+    old_sha256: str | None
+    new_sha256: str | None
+    mode: int | None  # the old file's permission bits; None for a created file
+    backup: str | None  # old bytes' file name in the backup directory
+    created_dirs: tuple[Path, ...] = ()  # parents made for a created file, outermost first
+
+    @property
+    def action(self) -> str:
+        return "create" if self.old_sha256 is None else "delete" if self.new_sha256 is None else "modify"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path),
+            "action": self.action,
+            "old_sha256": self.old_sha256,
+            "new_sha256": self.new_sha256,
+            "mode": self.mode,
+            "backup": self.backup,
+            "created_dirs": [str(p) for p in self.created_dirs],
+        }
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> _Entry:
+        return _Entry(
+            path=Path(data["path"]),
+            old_sha256=data["old_sha256"],
+            new_sha256=data["new_sha256"],
+            mode=data["mode"],
+            backup=data["backup"],
+            created_dirs=tuple(Path(p) for p in data.get("created_dirs", ())),
+        )
+
+
+@dataclass(frozen=True)
+class _Journal:
+    json_path: Path
+    backup_dir: Path
+    token: str  # names the temp files of this transaction, so recovery can sweep them
+
+
+def _sha256(data: bytes | None) -> str | None:
+    return None if data is None else hashlib.sha256(data).hexdigest()
+
+
+def _journal_paths(journal_dir: Path, name: str) -> tuple[Path, Path]:
+    # Operator names become file names: keep them to a safe alphabet without dots.
+    safe = re.sub(r"[^A-Za-z0-9_-]", "_", name) or "_"
+    return journal_dir / f"journal-{safe}.json", journal_dir / f"journal-{safe}.backup"
+
+
+def journal_path(journal_dir: Path, name: str) -> Path:
+    """Where the journal of operator `name` lives while its transaction is unfinished."""
+    return _journal_paths(journal_dir, name)[0]
+
+
+def _fsync_dir(directory: Path) -> None:
+    # Makes a rename or unlink durable; some filesystems cannot fsync a directory.
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _temp_name(path: Path, token: str) -> Path:
+    return path.parent / f".{path.name}.optrace-{token}.tmp"
+
+
+def _write_atomic(path: Path, data: bytes, mode: int | None, token: str) -> None:
+    """Replace `path` by `data` so a reader sees old or new bytes, never a mix."""
+    tmp = _temp_name(path, token)
+    try:
+        tmp.unlink()  # a leftover of this same transaction (a crash while writing it)
+    except FileNotFoundError:
+        pass
+    # 0o666 lets the umask decide a new file's mode, as a plain open() would.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        try:
+            if mode is not None:
+                os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+
+
+def _read_state(path: Path) -> bytes | None:
+    """The file's bytes, None when absent; OSError for anything that is not a file."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise OSError(f"{path} is {kind}")
+    return path.read_bytes()
+
+
+def _missing_parents(path: Path) -> tuple[Path, ...]:
+    missing: list[Path] = []
+    parent = path.parent
+    while not parent.exists():
+        missing.append(parent)
+        parent = parent.parent
+    return tuple(reversed(missing))
+
+
+def _plan(changes: Mapping[Path, Change]) -> list[tuple[Path, bytes | None, bytes | None]]:
+    """Resolve paths, drop no-ops, refuse aliases, and check every file is as planned."""
+    planned: dict[Path, tuple[bytes | None, bytes | None]] = {}
+    for given, (old, new) in changes.items():
+        if old == new:
+            continue
+        path = Path(os.path.realpath(given))
+        if path in planned:
+            raise ValueError(f"{given}: the same file as another entry of the change set ({path})")
+        planned[path] = (old, new)
+    for path, (old, _new) in sorted(planned.items()):
+        try:
+            current = _read_state(path)
+        except OSError as exc:
+            raise StaleSource(CODE_STALE, f"cannot be read ({exc}); nothing written", path) from exc
+        if current != old:
+            if old is None:
+                why = "exists already, but was to be created"
+            elif current is None:
+                why = "was deleted since it was planned"
+            else:
+                why = "changed since it was planned"
+            raise StaleSource(CODE_STALE, f"{why}; nothing written, plan again", path)
+    return [(path, old, new) for path, (old, new) in sorted(planned.items())]
+
+
+def _dump_journal(journal: _Journal, name: str, entries: list[_Entry]) -> None:
+    document = {
+        "format": JOURNAL_FORMAT,
+        "version": JOURNAL_VERSION,
+        "name": name,
+        "pid": os.getpid(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "token": journal.token,
+        "files": [entry.to_json() for entry in entries],
+    }
+    tmp = journal.json_path.with_name(journal.json_path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(document, handle, indent=2)
+        handle.write("\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, journal.json_path)
+    _fsync_dir(journal.json_path.parent)
+
+
+def _discard_journal(journal: _Journal) -> None:
+    # The journal goes first: once it is gone the transaction is over, and a backup
+    # directory without a journal is an orphan that `recover` sweeps.
+    journal.json_path.unlink(missing_ok=True)
+    _fsync_dir(journal.json_path.parent)
+    shutil.rmtree(journal.backup_dir, ignore_errors=True)
+
+
+def _roll_back(entries: list[_Entry], journal: _Journal, *, touched: set[int] | None) -> list[RecoveredFile]:
+    """Put each file back to its old bytes, judging its state by sha256.
+
+    `touched` lists the entries this process may have written (None: unknown, after a
+    crash). A file in neither state was changed by someone else: it is left alone.
+    """
+    results: list[RecoveredFile] = []
+    for index, entry in enumerate(entries):
+        if touched is not None and index not in touched:
+            continue
+        try:
+            current = _read_state(entry.path)
+        except OSError as exc:
+            results.append(RecoveredFile(entry.path, Outcome.MODIFIED_SINCE, f"not a regular file: {exc}"))
+            continue
+        state = _sha256(current)
+        temp = _temp_name(entry.path, journal.token)
+        try:
+            temp.unlink(missing_ok=True)
+            if state == entry.old_sha256:
+                results.append(RecoveredFile(entry.path, Outcome.UNTOUCHED))
+            elif state != entry.new_sha256:
+                results.append(
+                    RecoveredFile(
+                        entry.path, Outcome.MODIFIED_SINCE, "neither the old nor the new bytes; left as is"
+                    )
+                )
+            elif entry.old_sha256 is None:
+                entry.path.unlink()
+                _fsync_dir(entry.path.parent)
+                for directory in reversed(entry.created_dirs):
+                    try:
+                        directory.rmdir()
+                    except OSError:
+                        break  # not empty (something else lives there now): keep it
+                results.append(RecoveredFile(entry.path, Outcome.REMOVED))
+            else:
+                assert entry.backup is not None
+                old = (journal.backup_dir / entry.backup).read_bytes()
+                if _sha256(old) != entry.old_sha256:
+                    raise OSError(f"backup {journal.backup_dir / entry.backup} is damaged")
+                _write_atomic(entry.path, old, entry.mode, journal.token)
+                results.append(RecoveredFile(entry.path, Outcome.RESTORED))
+        except OSError as exc:
+            results.append(RecoveredFile(entry.path, Outcome.FAILED, str(exc)))
+    return results
+
+
+def _prepare(
+    journal: _Journal, name: str, planned: list[tuple[Path, bytes | None, bytes | None]]
+) -> list[_Entry]:
+    """Back up every old file and write the journal, durably, before any target changes."""
+    journal.json_path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(journal.backup_dir, ignore_errors=True)  # an orphan: its journal is gone
+    journal.backup_dir.mkdir()
+    entries: list[_Entry] = []
+    for index, (path, old, new) in enumerate(planned):
+        backup = None
+        mode = None
+        if old is not None:
+            backup = str(index)
+            mode = stat.S_IMODE(os.stat(path).st_mode)
+            with open(journal.backup_dir / backup, "wb") as handle:
+                handle.write(old)
+                handle.flush()
+                os.fsync(handle.fileno())
+        created = _missing_parents(path) if old is None else ()
+        entries.append(_Entry(path, _sha256(old), _sha256(new), mode, backup, created))
+    _fsync_dir(journal.backup_dir)
+    _dump_journal(journal, name, entries)
+    return entries
+
+
+def commit(
+    changes: Mapping[Path, Change],
+    journal_dir: Path,
+    *,
+    name: str = "edits",
+    _before_write: BeforeWrite | None = None,
+) -> list[Path]:
+    """Write `changes` ({path: (old, new)}, None = absent) all-or-nothing; the paths written.
+
+    Raises StaleSource (nothing written) when a file no longer holds `old`,
+    UnfinishedTransaction when operator `name` has a journal left from a crash, and
+    WriteFailed when a write fails (files already written are restored first).
+    `_before_write(path, k)` runs before the k-th file write: a hook for fault injection.
+    """
+    journal_json, backup_dir = _journal_paths(journal_dir, name)
+    if journal_json.exists():
+        raise UnfinishedTransaction(
+            CODE_UNFINISHED, "an earlier optrace run did not finish writing: recover it first", journal_json
+        )
+    planned = _plan(changes)
+    if not planned:
+        return []
+
+    journal = _Journal(journal_json, backup_dir, secrets.token_hex(6))
+    try:
+        entries = _prepare(journal, name, planned)
+    except OSError as exc:
+        # No target has been touched yet: drop the half-made journal and report.
+        shutil.rmtree(backup_dir, ignore_errors=True)
+        try:
+            journal_json.with_name(journal_json.name + ".tmp").unlink(missing_ok=True)
+        except OSError:
+            pass  # the journal directory itself is unusable: there is nothing to clean
+        raise WriteFailed(
+            f"cannot write the journal ({exc.strerror or exc}); nothing written",
+            journal_json,
+            restored_all=True,
+        ) from exc
+
+    touched: set[int] = set()
+    for index, ((path, _old, new), entry) in enumerate(zip(planned, entries, strict=True)):
+        # Counted before the write: an exception may come after os.replace (the dir fsync).
+        touched.add(index)
+        try:
+            if _before_write is not None:
+                _before_write(path, index)
+            if new is None:
+                path.unlink()
+                _fsync_dir(path.parent)
+            else:
+                for directory in entry.created_dirs:
+                    directory.mkdir(exist_ok=True)
+                _write_atomic(path, new, entry.mode, journal.token)
+        except BaseException as exc:
+            results = _roll_back(entries, journal, touched=touched)
+            # The failing file itself may be in any state (a directory put in its place):
+            # only the files this run wrote must be back for the rollback to count.
+            problems = [
+                r
+                for r in results
+                if r.outcome is Outcome.FAILED or (r.outcome is Outcome.MODIFIED_SINCE and r.path != path)
+            ]
+            if not problems:
+                _discard_journal(journal)
+            if not isinstance(exc, OSError):
+                raise
+            reason = exc.strerror or str(exc)
+            if problems:
+                detail = "; ".join(f"{r.path}: {r.outcome.value} ({r.detail})" for r in problems)
+                raise WriteFailed(
+                    f"cannot write ({reason}); rollback incomplete: {detail}; journal kept at {journal_json}",
+                    path,
+                    restored_all=False,
+                ) from exc
+            restored = sum(r.outcome in (Outcome.RESTORED, Outcome.REMOVED) for r in results)
+            raise WriteFailed(
+                f"cannot write ({reason}); nothing changed ({restored} file(s) written before were restored)",
+                path,
+                restored_all=True,
+            ) from exc
+    _discard_journal(journal)
+    return [path for path, _old, _new in planned]
+
+
+def _load(json_path: Path) -> tuple[str, list[_Entry], str]:
+    try:
+        document = json.loads(json_path.read_text(encoding="utf-8"))
+        if document.get("format") != JOURNAL_FORMAT or document.get("version") != JOURNAL_VERSION:
+            raise ValueError(f"not an optrace journal of version {JOURNAL_VERSION}")
+        return str(document["name"]), [_Entry.from_json(f) for f in document["files"]], str(document["token"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise TransactionError(
+            CODE_UNFINISHED,
+            f"unreadable journal ({exc}): inspect the files it names, then delete it",
+            json_path,
+        ) from exc
+
+
+def _keep_for_user(journal: _Journal, name: str) -> Path:
+    """Move a journal and its backups under `unresolved/`, so the old bytes stay available
+    to the user while the operator is no longer blocked by a pending journal."""
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    target = journal.json_path.parent / UNRESOLVED_DIR / f"{journal.json_path.stem}-{stamp}-{journal.token}"
+    target.mkdir(parents=True)
+    os.replace(journal.json_path, target / "journal.json")
+    if journal.backup_dir.exists():
+        os.replace(journal.backup_dir, target / "backup")
+    _fsync_dir(journal.json_path.parent)
+    return target
+
+
+def recover(journal_dir: Path, name: str | None = None) -> RecoveryReport:
+    """Roll back every unfinished transaction in `journal_dir` (or only operator `name`'s).
+
+    Each file of a journal is identified by sha256 as old (left), new (restored from the
+    backup, or removed if it was created) or neither (edited since: left alone and
+    reported; the journal then moves to `unresolved/` with its backups). A restore that
+    fails keeps the journal in place, so a later run retries. Orphans (backups without a
+    journal, half-written journal temp files) are swept.
+    """
+    report = RecoveryReport()
+    if not journal_dir.is_dir():
+        return report
+    if name is None:
+        candidates = sorted(journal_dir.glob("journal-*.json"))
+    else:
+        candidates = [journal_path(journal_dir, name)]
+    for json_path in candidates:
+        if not json_path.exists():
+            continue
+        report.journals.append(json_path)
+        journal_name, entries, token = _load(json_path)
+        journal = _Journal(json_path, json_path.with_name(json_path.stem + ".backup"), token)
+        results = _roll_back(entries, journal, touched=None)
+        report.files.extend(results)
+        outcomes = {r.outcome for r in results}
+        if Outcome.FAILED in outcomes:
+            report.kept.append(json_path)
+        elif Outcome.MODIFIED_SINCE in outcomes:
+            report.kept.append(_keep_for_user(journal, journal_name))
+        else:
+            _discard_journal(journal)
+    # Orphans: a crash before the journal was written (targets untouched) or after it
+    # was removed (transaction complete) leaves these; either way they are garbage.
+    for orphan in journal_dir.glob("journal-*.backup"):
+        if name is not None and orphan != _journal_paths(journal_dir, name)[1]:
+            continue
+        if not orphan.with_name(orphan.name.removesuffix(".backup") + ".json").exists():
+            shutil.rmtree(orphan, ignore_errors=True)
+    for orphan in journal_dir.glob("journal-*.json.tmp"):
+        if name is None or orphan.name == journal_path(journal_dir, name).name + ".tmp":
+            orphan.unlink(missing_ok=True)
+    return report
+
+
+@dataclass(frozen=True)
+class Transaction:
+    """The journal directory and operator name, for callers that prefer an object."""
+
+    journal_dir: Path
+    name: str = "edits"
+
+    def commit(
+        self, changes: Mapping[Path, Change], *, _before_write: BeforeWrite | None = None
+    ) -> list[Path]:
+        """See `commit`."""
+        return commit(changes, self.journal_dir, name=self.name, _before_write=_before_write)
+
+    def recover(self) -> RecoveryReport:
+        """See `recover`; only this operator's journal."""
+        return recover(self.journal_dir, self.name)

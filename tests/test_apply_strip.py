@@ -1,0 +1,125 @@
+"""apply / strip on every fixture operator: idempotent, reversible to the byte, valid C++."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from optrace.cli import app
+from optrace.engine.cpp import new_parser, parse_file
+from optrace.engine.source import DEFAULT_QUALIFIERS, SourceFile, normalise
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+OPERATORS = {
+    "umdk_style": "src/cam/comm_operator/ascend_kernels/moe_fused_gmm",
+    "umdk_style/gate": "src/cam/comm_operator/ascend_kernels/moe_gate_bias",
+    "msopgen_style": "moe_token_permute",
+    "direct_launch": "csrc/ops/moe_gating_topk",
+}
+runner = CliRunner()
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def copy_repo(tmp: Path, name: str) -> tuple[Path, Path]:
+    repo_name = name.split("/")[0]
+    repo = tmp / repo_name
+    shutil.copytree(FIXTURES / repo_name, repo)
+    return repo, repo / OPERATORS[name]
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    res = runner.invoke(app, list(args))
+    return res.exit_code, res.stdout, res.stderr
+
+
+def error_count(path: Path) -> int:
+    src = SourceFile(path, path.read_bytes())
+    src.text = normalise(src.raw, (*DEFAULT_QUALIFIERS, "CATLASS_DEVICE"))
+    return len(parse_file(new_parser(), src).error_lines)
+
+
+@pytest.mark.parametrize("name", sorted(OPERATORS))
+def test_apply_is_idempotent_and_strip_restores_every_byte(tmp_path: Path, name: str) -> None:
+    repo, op = copy_repo(tmp_path, name)
+    before = snapshot(repo)
+    code, diff, err = cli("apply", str(op))
+    assert code == 0, err
+    assert diff.startswith("diff --git") and snapshot(repo) == before  # default: diff only
+    code, _, err = cli("apply", str(op), "--check")
+    assert code == 1 and "OT300" in err
+    code, _out, err = cli("apply", str(op), "--write")
+    assert code == 0, err
+    after = snapshot(repo)
+    assert after != before
+    changed = [k for k in after if after[k] != before.get(k)]
+    assert any("op_kernel" in k for k in changed)
+    # Inserted code parses: no file gains tree-sitter errors.
+    for rel in changed:
+        if rel.endswith((".h", ".cpp")) and rel in before:
+            orig = tmp_path / "orig.h"
+            orig.write_bytes(before[rel])
+            assert error_count(repo / rel) <= error_count(orig), rel
+    # A second apply changes nothing.
+    code, _, err = cli("apply", str(op), "--check")
+    assert code == 0, err
+    assert cli("apply", str(op))[1] == ""
+    # strip gives back the original bytes (and deletes what apply created).
+    code, _, err = cli("strip", str(op), "--check")
+    assert code == 1
+    code, _, err = cli("strip", str(op), "--write")
+    assert code == 0, err
+    restored = {k: v for k, v in snapshot(repo).items() if not k.startswith(".optrace")}
+    assert restored == before
+    assert cli("strip", str(op), "--check")[0] == 0
+
+
+def test_patch_applies_with_git_and_equals_write(tmp_path: Path) -> None:
+    if shutil.which("git") is None:
+        pytest.skip("git not installed")
+    repo, op = copy_repo(tmp_path / "a", "umdk_style")
+    patch = tmp_path / "apply.patch"
+    code, _, err = cli("apply", str(op), "--patch", str(patch))
+    assert code == 0, err
+    before = snapshot(repo)
+    assert snapshot(repo) == before  # --patch writes only the patch
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(["git", "apply", "--check", str(patch)], cwd=repo, check=True)
+    subprocess.run(["git", "apply", str(patch)], cwd=repo, check=True)
+    by_patch = {k: v for k, v in snapshot(repo).items() if not k.startswith(".git")}
+    repo2, op2 = copy_repo(tmp_path / "b", "umdk_style")
+    assert cli("apply", str(op2), "--write")[0] == 0
+    by_write = {k: v for k, v in snapshot(repo2).items() if not k.startswith(".optrace")}
+    assert by_patch == by_write
+
+
+def test_hand_written_points_survive_strip(tmp_path: Path) -> None:
+    _repo, op = copy_repo(tmp_path, "direct_launch")
+    kernel = op / "op_kernel" / "moe_gating_topk_kernel.h"
+    text = kernel.read_text()
+    marker = "    __aicore__ inline void Process()\n    {\n"
+    assert marker in text
+    hand = text.replace(marker, marker + '        MoeTracing(TRACE_POINT("hand-made", "B"));\n'
+                        '        MoeTracing(TRACE_POINT("hand-made", "E"));\n', 1)
+    kernel.write_text(hand)
+    assert cli("apply", str(op), "--write")[0] == 0
+    assert cli("strip", str(op), "--write")[0] == 0
+    assert kernel.read_text() == hand
+
+
+def test_modes_are_exclusive_and_recorded(tmp_path: Path) -> None:
+    _repo, op = copy_repo(tmp_path, "direct_launch")
+    code, _, err = cli("apply", str(op), "--write", "--check")
+    assert code == 2 and "mutually exclusive" in err
+    assert cli("apply", str(op), "--mode", "A", "--write")[0] == 0
+    entry = op / "op_kernel" / "moe_gating_topk.cpp"
+    assert "optrace-scaffold begin mode=A" in entry.read_text()
+    assert cli("apply", str(op), "--check")[0] == 0  # re-apply without --mode keeps A
+    code, diff, _ = cli("apply", str(op), "--mode", "B")
+    assert code == 0 and "+// optrace-scaffold begin mode=B" in diff
