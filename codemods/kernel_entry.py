@@ -24,6 +24,7 @@ from optrace.codemods.kernel_points import FRAG_CLOSE, FRAG_OPEN
 from optrace.engine.cpp import FunctionDef, text_of
 from optrace.engine.edits import Edit, indent_at, line_end, newline_of
 from optrace.engine.plan import Plan
+from optrace.engine.source import SourceFile
 
 CODEMOD = "kernel-entry"
 PROFILING_ARG = "profiling_data"
@@ -167,9 +168,9 @@ def _callee_param_edits(plan: Plan, callee: FunctionDef, pos: int) -> list[Edit]
     return out
 
 
-def _declarations(plan: Plan, fn: FunctionDef) -> list[tuple[object, list[Node]]]:
+def _declarations(plan: Plan, fn: FunctionDef) -> list[tuple[SourceFile, list[Node]]]:
     """In-class declarations `void Init(...);` of an out-of-class method definition."""
-    found: list[tuple[object, list[Node]]] = []
+    found: list[tuple[SourceFile, list[Node]]] = []
     for parsed in plan.analysis.parsed.values():
         nodes = parsed.nodes
         if nodes is None:

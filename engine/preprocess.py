@@ -116,12 +116,12 @@ def scan(src_dir: Path) -> PointMapResult:
                 diagnostics.append(Diagnostic("OT202", problem, path, line, Severity.ERROR))
     if not occurrences and files:
         for path in files:
-            m = _PREPROCESSED_RE.search(blank_comments(path.read_bytes()))
-            if m:
+            done = _PREPROCESSED_RE.search(blank_comments(path.read_bytes()))
+            if done:
                 diagnostics.append(Diagnostic(
                     "OT205", "sources are already preprocessed (MoeTracing with integer ids, no "
                     "TRACE_POINT); run on a fresh copy of the sources", path,
-                    path.read_bytes().count(b"\n", 0, m.start()) + 1, Severity.ERROR))
+                    path.read_bytes().count(b"\n", 0, done.start()) + 1, Severity.ERROR))
                 break
     keys = {(o.label, o.event) for o in occurrences}
     ids, notes = assign_ids(keys)

@@ -1,9 +1,262 @@
-"""Runtime commands (collect, inspect, report, compare) for the optrace CLI."""
+"""Runtime commands (collect, inspect, report, compare) for the optrace CLI.
+
+Thin: parse arguments, call the runtime modules, print, choose the exit code. Exit codes
+(cli.md): 0 ok, 1 records skipped (collect) / verdict not achieved (compare --expect),
+2 bad input (printed as ``path: message``, no traceback), 3 internal error.
+"""
 
 from __future__ import annotations
 
+import os
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+from .errors import ProfilingInputError
+
+EXIT_INTERNAL = 3
+
+
+def _err(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+@contextmanager
+def _guarded() -> Iterator[None]:
+    """Bad input -> ``path: message`` and exit 2; anything unexpected -> exit 3."""
+    try:
+        yield
+    except typer.Exit:
+        raise
+    except ProfilingInputError as exc:
+        _err(str(exc))
+        raise typer.Exit(2) from None
+    except OSError as exc:  # e.g. the output directory is not writable: input, not a bug
+        _err(f"{exc.filename or 'optrace'}: {exc.strerror or exc}")
+        raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        _err("optrace: interrupted")
+        raise typer.Exit(130) from None
+    except Exception as exc:  # the contract: internal errors exit 3, not a traceback
+        _err(f"optrace: internal error: {type(exc).__name__}: {exc}")
+        if os.environ.get("OPTRACE_DEBUG"):
+            traceback.print_exc()
+        else:
+            _err("(set OPTRACE_DEBUG=1 for the traceback)")
+        raise typer.Exit(EXIT_INTERNAL) from None
+
+
+def _bad_usage(message: str) -> typer.Exit:
+    _err(f"optrace: {message}")
+    return typer.Exit(2)
+
+
+def _progress(total_hint: str) -> tuple[Callable[[int, int], None] | None, Callable[[], None]]:
+    """A rich progress bar on stderr when stderr is a terminal; nothing otherwise."""
+    if not sys.stderr.isatty():
+        return None, lambda: None
+    from rich.console import Console  # imported only for interactive runs (start-up time)
+    from rich.progress import Progress
+
+    bar = Progress(console=Console(stderr=True), transient=True)
+    bar.start()
+    task = bar.add_task(total_hint, total=None)
+
+    def update(done: int, total: int) -> None:
+        bar.update(task, completed=done, total=total)
+
+    return update, bar.stop
+
+
+def cmd_collect(
+    profiling_dir: Annotated[Path, typer.Argument(help="Directory holding rank*.pt files.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Trace to write (.json or .json.gz).")],
+    point_map: Annotated[
+        Path | None, typer.Option("--point-map", help="Default: point_map.json beside the rank files.")
+    ] = None,
+    clock_mhz: Annotated[
+        float | None,
+        typer.Option("--clock-mhz", help="System counter rate. Default: the rank file's, else 50."),
+    ] = None,
+    ranks: Annotated[str | None, typer.Option("--ranks", help="e.g. 0,2-3")] = None,
+    cores: Annotated[str | None, typer.Option("--cores", help="e.g. aic,aiv0-7")] = None,
+    labels: Annotated[
+        str | None, typer.Option("--labels", help="Comma-separated labels; their sub-labels too.")
+    ] = None,
+    rank_offsets: Annotated[
+        str | None,
+        typer.Option(
+            "--rank-offsets",
+            help="Per-rank shift in µs, e.g. 1=12.5,2=-3 (ranks' clocks are not synchronised).",
+        ),
+    ] = None,
+    ignore_fingerprint: Annotated[
+        bool, typer.Option("--ignore-fingerprint", help="Decode even with a map from another build.")
+    ] = False,
+) -> None:
+    """Decode rank files into a Chrome / Perfetto trace."""
+    from .collect import (
+        CollectOptions,
+        collect,
+        note_lines,
+        parse_core_filter,
+        parse_int_set,
+        parse_rank_offsets,
+        summary_lines,
+    )
+
+    with _guarded():
+        try:
+            options = CollectOptions(
+                point_map=point_map.expanduser() if point_map else None,
+                clock_mhz=clock_mhz,
+                ranks=parse_int_set(ranks, "--ranks") if ranks else None,
+                cores=parse_core_filter(cores) if cores else None,
+                labels=[s for s in labels.split(",") if s.strip()] if labels else None,
+                rank_offsets_us=parse_rank_offsets(rank_offsets) if rank_offsets else {},
+                ignore_fingerprint=ignore_fingerprint,
+            )
+        except ValueError as exc:
+            raise _bad_usage(str(exc)) from None
+        if clock_mhz is not None and not clock_mhz > 0:
+            raise _bad_usage("--clock-mhz must be positive")
+        update, stop = _progress("decoding ranks")
+        try:
+            result = collect(profiling_dir.expanduser(), output.expanduser(), options, update)
+        finally:
+            stop()
+        for line in summary_lines(result):
+            print(line)
+        for line in note_lines(result):
+            print(line)
+        for error in result.errors:
+            _err(str(error))
+        raise typer.Exit(result.exit_code)
+
+
+def _emit_json(document: object, output: Path | None) -> None:
+    import json
+
+    text = json.dumps(document, indent=2, default=str) + "\n"
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        from .atomic import atomic_output
+
+        with atomic_output(output.expanduser()) as handle:
+            handle.write(text.encode("utf-8"))
+
+
+FormatOption = Annotated[str, typer.Option("--format", help="text or json.")]
+
+
+def _check_format(fmt: str) -> None:
+    if fmt not in ("text", "json"):
+        raise _bad_usage(f"--format must be text or json, not {fmt!r}")
+
+
+def cmd_inspect(
+    path: Annotated[Path, typer.Argument(help="A rank file or a profiling directory.")],
+    fmt: FormatOption = "text",
+) -> None:
+    """Per-core records, fill %, drops, first / last cycle of rank files."""
+    from .inspection import format_text, inspect_path, inspection_json
+
+    with _guarded():
+        _check_format(fmt)
+        results = inspect_path(path.expanduser())
+        if fmt == "json":
+            _emit_json(inspection_json(results), None)
+        else:
+            sys.stdout.write(format_text(results))
+        for result in results:
+            if result.error is not None:
+                _err(str(result.error))
+        raise typer.Exit(2 if any(r.error for r in results) else 0)
+
+
+def cmd_report(
+    path: Annotated[Path, typer.Argument(help="A trace (.json / .json.gz) or a profiling directory.")],
+    point_map: Annotated[
+        Path | None, typer.Option("--point-map", help="For a profiling directory (default: beside it).")
+    ] = None,
+    html: Annotated[Path | None, typer.Option("--html", help="Write a self-contained HTML page.")] = None,
+    png: Annotated[Path | None, typer.Option("--png", help="Write a PNG (needs the [report] extra).")] = None,
+    clock_mhz: Annotated[float | None, typer.Option("--clock-mhz")] = None,
+    top: Annotated[int, typer.Option("--top", help="Hotspots to list.")] = 10,
+    fmt: FormatOption = "text",
+) -> None:
+    """Per-label statistics, imbalance and hotspots; optionally a picture."""
+    from .report import (
+        MissingExtra,
+        build_report,
+        format_text,
+        report_json,
+        require_matplotlib,
+        write_html,
+        write_png,
+    )
+    from .spans import load_spans
+
+    with _guarded():
+        _check_format(fmt)
+        if html is not None and png is not None:
+            raise _bad_usage("--png and --html are exclusive")
+        if png is not None:
+            try:
+                require_matplotlib()
+            except MissingExtra as exc:
+                raise _bad_usage(str(exc)) from None
+        table = load_spans(path.expanduser(), point_map.expanduser() if point_map else None, clock_mhz)
+        report = build_report(table, top=top)
+        if fmt == "json":
+            _emit_json(report_json(report), None)
+        else:
+            sys.stdout.write(format_text(report))
+        if html is not None:
+            write_html(table, report, html.expanduser())
+            print(f"wrote {html}")
+        if png is not None:
+            write_png(table, report, png.expanduser())
+            print(f"wrote {png}")
+
+
+def cmd_compare(
+    before: Annotated[Path, typer.Argument(help="Trace or profiling directory before the change.")],
+    after: Annotated[Path, typer.Argument(help="Trace or profiling directory after the change.")],
+    expect: Annotated[
+        float | None, typer.Option("--expect", help="Expected gain in % (30 for -30 %).")
+    ] = None,
+    label: Annotated[str, typer.Option("--label", help="Label whose total time is judged.")] = "processing",
+    point_map: Annotated[
+        Path | None, typer.Option("--point-map", help="For profiling directories (default: beside each).")
+    ] = None,
+    fmt: FormatOption = "text",
+) -> None:
+    """Per-label deltas; with --expect, the verdict (exit 0 achieved, 1 otherwise)."""
+    from .compare import ACHIEVED, compare, comparison_json, format_text
+    from .spans import load_spans
+
+    with _guarded():
+        _check_format(fmt)
+        pmap = point_map.expanduser() if point_map else None
+        result = compare(load_spans(before.expanduser(), pmap), load_spans(after.expanduser(), pmap),
+                         label=label, expect=expect)
+        if fmt == "json":
+            _emit_json(comparison_json(result), None)
+        else:
+            sys.stdout.write(format_text(result))
+        raise typer.Exit(0 if result.verdict in (None, ACHIEVED) else 1)
 
 
 def register(app: typer.Typer) -> None:
-    """Add the runtime commands to the top-level app (filled in by the runtime work)."""
+    """Add the runtime commands to the top-level app."""
+    app.command("collect")(cmd_collect)
+    app.command("inspect")(cmd_inspect)
+    app.command("report")(cmd_report)
+    app.command("compare")(cmd_compare)

@@ -1,0 +1,291 @@
+"""Streamed Chrome / Perfetto trace writer (``.json`` or ``.json.gz``).
+
+One pid per rank ("Rank N"), one tid per core ("AIC 3", "AIV 17 (send)"), ``ph: "X"``
+complete events, properly nested per track because :mod:`decode` nests them, with
+process / thread names and sort indices. Events are formatted and written core by core,
+so memory is bounded by one core's spans, whatever the trace size. The file appears
+atomically (temporary file in the same directory, then ``os.replace``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, cast
+
+import numpy as np
+
+from .atomic import atomic_output
+from .decode import STATUS_CLOSED_BY_PARENT, STATUS_UNCLOSED, CoreTimeline, RankDecode
+from .pointmap import PointMap
+
+TRACE_FORMAT = "optrace-chrome"
+TRACE_FORMAT_VERSION = 1
+
+CoreFilter = Callable[[str, int], bool]
+
+
+def label_matcher(prefixes: list[str] | None) -> Callable[[str], bool]:
+    """A label matches a filter entry when it equals it or lies below it in the hierarchy."""
+    if not prefixes:
+        return lambda _label: True
+    wanted = [p.strip() for p in prefixes if p.strip()]
+    return lambda label: any(label == p or label.startswith(p + " ") for p in wanted)
+
+_ROWS_PER_BLOCK = 1 << 14  # bounds the row matrix of one write (~3 MB)
+_SPACE, _MINUS, _ZERO = 32, 45, 48
+_FLAG_TEXT = {STATUS_UNCLOSED: b'"unclosed":true,', STATUS_CLOSED_BY_PARENT: b'"closed_by_parent":true,'}
+
+
+def _text_table(texts: list[str]) -> np.ndarray:
+    """uint8 [len(texts), width]: ASCII texts right-padded with spaces.
+
+    The padding always lands where JSON allows whitespace: after a head's '"ts":' (before
+    the number) or after a tail's name (before the closing '}').
+    """
+    raw = [t.encode("ascii") for t in texts]
+    width = max(len(r) for r in raw)
+    table = np.full((len(raw), width), _SPACE, dtype=np.uint8)
+    for i, r in enumerate(raw):
+        table[i, : len(r)] = np.frombuffer(r, dtype=np.uint8)
+    return table
+
+
+# "0000".."9999" as ASCII: numbers are rendered four digits per division (divisions
+# dominate the cost of formatting millions of numbers).
+_DIGITS4 = np.array([list(f"{i:04d}".encode()) for i in range(10000)], dtype=np.uint8)
+
+
+def render_int(values: np.ndarray, width: int | None = None) -> np.ndarray:
+    """uint8 [n, width]: non-negative ints right-aligned in ASCII, leading spaces."""
+    values = values.astype(np.int64)
+    if width is None:
+        width = len(str(int(values.max()))) if values.size else 1
+    chunks = -(-width // 4)
+    text = np.empty((values.size, 4 * chunks), dtype=np.uint8)
+    rest = values
+    for chunk in range(chunks - 1, -1, -1):
+        rest, low = np.divmod(rest, 10000)
+        text[:, 4 * chunk : 4 * chunk + 4] = _DIGITS4[low]
+    text = text[:, 4 * chunks - width :]
+    # Leading '0' (48) -> ' ' (32): everything before the first other digit, except
+    # the last column (so 0 renders as "0").
+    significant = np.logical_or.accumulate(text != _ZERO, axis=1)
+    significant[:, -1] = True
+    text -= (~significant).view(np.uint8) * np.uint8(_ZERO - _SPACE)
+    return text
+
+
+def render_fixed3(values: np.ndarray) -> np.ndarray:
+    """uint8 [n, width]: ``values / 1000`` with exactly 3 decimals, right-aligned."""
+    negative = values < 0
+    magnitude = np.abs(values)
+    whole, frac = np.divmod(magnitude, 1000)
+    int_width = (len(str(int(whole.max()))) if whole.size else 1) + int(negative.any())
+    text = np.empty((values.size, int_width + 4), dtype=np.uint8)
+    text[:, :int_width] = render_int(whole, int_width)
+    if negative.any():
+        rows = np.flatnonzero(negative)
+        first_digit = (text[rows, :int_width] != _SPACE).argmax(axis=1)
+        text[rows, first_digit - 1] = _MINUS
+    text[:, int_width] = ord(".")
+    text[:, int_width + 1 :] = _DIGITS4[frac][:, 1:]
+    return text
+
+
+def _point_tails(point_map: PointMap) -> np.ndarray:
+    """Per point of the map: the end of its event row, source and name included."""
+    texts = [
+        '"src":' + json.dumps(point_map.points[i].source) + '},"name":'
+        + json.dumps(point_map.points[i].label)
+        for i in point_map.ids.tolist()
+    ] or [""]
+    table = _text_table(texts)
+    return np.concatenate([table, np.full((table.shape[0], 1), ord("}"), np.uint8)], axis=1)
+
+
+def _rows(
+    heads: np.ndarray, ts_q: np.ndarray, dur_q: np.ndarray, high: np.ndarray, status: np.ndarray,
+    tails: np.ndarray,
+) -> np.ndarray:
+    """uint8 [n, width]: fixed-width JSON rows (head, ts, dur, args, name, ",\\n").
+
+    Padding is JSON whitespace (after a ':' or an '{', before a '}'), so every row parses
+    as the plain object; the trace is valid JSON for any reader.
+    """
+    parts: list[np.ndarray | bytes] = [heads, render_fixed3(ts_q), b',"dur":', render_fixed3(dur_q),
+                                       b',"args":{']
+    if (status != 0).any():
+        width = max(len(t) for t in _FLAG_TEXT.values())
+        flags = np.full((status.size, width), _SPACE, dtype=np.uint8)
+        for code, text in _FLAG_TEXT.items():
+            rows = np.flatnonzero(status == code)
+            flags[rows, : len(text)] = np.frombuffer(text, np.uint8)
+        parts.append(flags)
+    index_parts = 0
+    if (high != 0).any():
+        index_region: list[np.ndarray | bytes] = [
+            b'"index":', render_int(high >> 8), b',"extraId":', render_int(high & 0xFF, 3), b","
+        ]
+        parts += index_region
+        index_parts = len(index_region)
+    parts += [tails, b",\n"]
+    widths = [p.shape[1] if isinstance(p, np.ndarray) else len(p) for p in parts]
+    out = np.empty((heads.shape[0], sum(widths)), dtype=np.uint8)
+    offsets = np.concatenate([[0], np.cumsum(widths)])
+    for part, lo, hi in zip(parts, offsets[:-1], offsets[1:], strict=True):
+        out[:, lo:hi] = part if isinstance(part, np.ndarray) else np.frombuffer(part, np.uint8)
+    if index_parts:  # rows without an index get a blank index region
+        first = len(parts) - 2 - index_parts
+        columns = np.arange(offsets[first], offsets[first + index_parts])
+        out[np.ix_(np.flatnonzero(high == 0), columns)] = _SPACE
+    return out
+
+
+class ChromeTraceWriter:
+    """Use as a context manager; ``path`` is only replaced when :meth:`close` ran and no
+    exception escaped the block."""
+
+    def __init__(self, path: str | Path, *, compress: bool | None = None) -> None:
+        self.path = Path(path)
+        self.compress = self.path.name.endswith(".gz") if compress is None else compress
+        self.events = 0
+        self._first = True
+        self._closed = False
+        self._context: AbstractContextManager[IO[bytes]] | None = None
+        self._raw: IO[bytes] | None = None
+        self._out: IO[bytes] | None = None
+
+    def __enter__(self) -> ChromeTraceWriter:
+        self._context = atomic_output(self.path)
+        self._raw = self._context.__enter__()
+        out: IO[bytes] = self._raw
+        if self.compress:
+            gz = gzip.GzipFile(fileobj=self._raw, mode="wb", compresslevel=3, mtime=0)
+            out = cast(IO[bytes], gz)
+        self._out = out
+        out.write(b'{"traceEvents":[\n')
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._context is not None
+        if exc_type is None and not self._closed:
+            exc_type, exc = RuntimeError, RuntimeError("trace writer left without close()")
+        self._context.__exit__(exc_type, exc, tb)
+
+    def _write(self, chunk: str) -> None:
+        self._write_bytes(chunk.encode("utf-8"))
+
+    def _write_bytes(self, chunk: bytes | np.ndarray) -> None:
+        """Append events; the ",\n" between two writes is added here."""
+        assert self._out is not None, "use ChromeTraceWriter as a context manager"
+        if len(chunk) == 0:
+            return
+        if self._first:
+            self._first = False
+        else:
+            self._out.write(b",\n")
+        self._out.write(chunk if isinstance(chunk, bytes) else chunk.data)
+
+    def metadata(self, pid: int, name: str, sort_index: int, tid: int | None = None) -> None:
+        kind = "process" if tid is None else "thread"
+        tid_part = "" if tid is None else f',"tid":{tid}'
+        self._write(
+            f'{{"name":"{kind}_name","ph":"M","pid":{pid}{tid_part},"args":{{"name":{json.dumps(name)}}}}},\n'
+            f'{{"name":"{kind}_sort_index","ph":"M","pid":{pid}{tid_part},'
+            f'"args":{{"sort_index":{sort_index}}}}}'
+        )
+        self.events += 2
+
+    def add_rank(
+        self,
+        pid: int,
+        process_name: str,
+        decoded: RankDecode,
+        point_map: PointMap,
+        *,
+        labels: list[str] | None = None,
+        core_filter: CoreFilter | None = None,
+        offset_us: float = 0.0,
+    ) -> int:
+        """Write one rank's tracks; returns the number of span events written."""
+        self.metadata(pid, process_name, pid)
+        matcher = label_matcher(labels)
+        label_ok = np.array([matcher(label) for label in point_map.labels] or [True], dtype=bool)
+        selected: list[tuple[CoreTimeline, np.ndarray]] = []
+        for core in decoded.cores:
+            if core_filter is not None and not core_filter(core.core_type, core.core_index):
+                continue
+            keep = np.flatnonzero(label_ok[core.label])
+            if keep.size:
+                self.metadata(pid, core.name, core.slot, tid=core.slot)
+                selected.append((core, keep))
+        written = 0
+        if selected:
+            written = self._rank_rows(pid, selected, point_map, decoded.clock_mhz, offset_us)
+        for slot in decoded.slots:
+            if slot.dropped and (core_filter is None or core_filter(slot.core_type, slot.core_index)):
+                self._drop_marker(pid, slot.slot, slot.dropped, slot.state, decoded, offset_us)
+        return written
+
+    def _rank_rows(
+        self,
+        pid: int,
+        selected: list[tuple[CoreTimeline, np.ndarray]],
+        point_map: PointMap,
+        clock_mhz: float,
+        offset_us: float,
+    ) -> int:
+        """All span events of a rank as fixed-width rows built with numpy, no per-span Python."""
+        core_pos = np.concatenate([np.full(k.size, i, np.int64) for i, (_, k) in enumerate(selected)])
+        start = np.concatenate([c.start[k] for c, k in selected])
+        end = np.concatenate([c.end[k] for c, k in selected])
+        point = np.concatenate([c.point[k] for c, k in selected])
+        high = np.concatenate([c.high[k] for c, k in selected]).astype(np.int64)
+        status = np.concatenate([c.status[k] for c, k in selected])
+        scale = 1000.0 / clock_mhz  # thousandths of a µs (ns): 3 decimals of the µs value
+        ts_q = np.rint(start * scale + offset_us * 1000.0).astype(np.int64)
+        dur_q = np.rint((end - start) * scale).astype(np.int64)
+        heads = _text_table([f'{{"ph":"X","pid":{pid},"tid":{c.slot},"ts":' for c, _ in selected])
+        tails = _point_tails(point_map)
+        total = start.size
+        for lo in range(0, total, _ROWS_PER_BLOCK):
+            hi = min(lo + _ROWS_PER_BLOCK, total)
+            block = _rows(heads[core_pos[lo:hi]], ts_q[lo:hi], dur_q[lo:hi], high[lo:hi],
+                          status[lo:hi], tails[point[lo:hi]]).reshape(-1)
+            self._write_bytes(block[:-2])  # _write_bytes puts the ",\n" between writes
+        self.events += total
+        return total
+
+    def _drop_marker(
+        self, pid: int, tid: int, dropped: int, state: str, decoded: RankDecode, offset_us: float
+    ) -> None:
+        core = next((c for c in decoded.cores if c.slot == tid), None)
+        at = float(core.end.max()) if core is not None and core.end.size else 0.0
+        what = "dropped (slot full)" if state == "overflow" else "overwritten (legacy overflow)"
+        self._write(
+            json.dumps(
+                {"name": f"optrace: {dropped} records {what}", "ph": "i", "s": "t", "pid": pid,
+                 "tid": tid, "ts": round(at / decoded.clock_mhz + offset_us, 3)},
+                separators=(",", ":"),
+            )
+        )
+        self.events += 1
+
+    def close(self, other_data: dict[str, Any]) -> None:
+        """Finish the JSON document; it replaces ``path`` when the ``with`` block ends."""
+        assert self._out is not None and self._raw is not None
+        tail = {"displayTimeUnit": "ns", "otherData": other_data}
+        self._out.write(b"\n]," + json.dumps(tail, separators=(",", ":"))[1:].encode("utf-8") + b"\n")
+        if self._out is not self._raw:
+            self._out.close()  # flushes the gzip trailer; the raw file closes on exit
+        self._closed = True

@@ -1,0 +1,592 @@
+"""Vectorised decoding of one rank's device buffer into properly nested spans per core.
+
+Pipeline (numpy throughout, one Python iteration per *core*, never per record on the
+normal path):
+
+1. :func:`scan_slots` reads each slot's counter and classifies it (unused, empty, ok,
+   overflow with the optrace guard, clobbered by a legacy overflow, corrupt) and gathers
+   the readable records of all slots at once;
+2. the reserved fingerprint record (point id 0) of optrace's runtime is taken out and
+   compared with the point map's fingerprint;
+3. ids are looked up in the map (sorted-array search); unknown ids are counted and
+   diagnosed (a map from another build, or corrupt records when the build matches);
+4. cycles become offsets from the rank's earliest core start (modulo 2**64, so a wrap of
+   the 64-bit counter is harmless), which keeps launch skew between cores visible;
+5. B/E records are paired per core: a vectorised pass for well-formed sequences, and an
+   O(n) stack pass (:func:`nest_stack`) for the rest, whose policy is the documented one:
+
+   - an E whose label is open closes it; B records opened after it and still open are
+     closed at the same time and flagged ``closed_by_parent``;
+   - an E whose label is not open is dropped and counted (``unmatched_e``);
+   - B records still open at the end are closed at the core's last timestamp and
+     flagged ``unclosed``.
+
+   Either way, spans on one core nest properly (a Chrome trace requirement).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import ProfilingInputError
+from .format import (
+    DEFAULT_CLOCK_MHZ,
+    MAX_PLAUSIBLE_COUNTER,
+    POINT_ID_SPACE,
+    RankMeta,
+    SlotLayout,
+    capacity,
+)
+from .pointmap import PointMap
+from .rankfile import RankBuffer
+
+STATUS_OK = 0
+STATUS_CLOSED_BY_PARENT = 1  # its own E is missing; an enclosing E closed it
+STATUS_UNCLOSED = 2  # never closed; ends at the core's last timestamp
+STATUS_NAMES = {STATUS_OK: "ok", STATUS_CLOSED_BY_PARENT: "closed_by_parent", STATUS_UNCLOSED: "unclosed"}
+
+_U64 = 1 << 64
+
+
+@dataclass
+class SlotReport:
+    """What one slot's counter and records say, before any point map is involved."""
+
+    slot: int
+    core_type: str
+    core_index: int
+    counter: int
+    state: str  # unused | empty | ok | overflow | clobbered | corrupt
+    records: int  # records readable in the buffer (fingerprint record included)
+    dropped: int  # records the core counted that are not (intact) in the buffer
+    capacity: int
+    fingerprint: int | None = None
+    start_cycle: int = 0  # raw uint64 start word
+    first_cycle: int | None = None  # raw uint64 of the first / last readable record
+    last_cycle: int | None = None
+    message: str = ""
+
+    @property
+    def name(self) -> str:
+        return f"{self.core_type} {self.core_index}"
+
+    @property
+    def fill(self) -> float:
+        """Share of the slot's capacity in use (can exceed 1.0 when records were dropped)."""
+        return max(self.counter - 1, 0) / self.capacity if self.capacity else 0.0
+
+
+@dataclass
+class SlotScan:
+    """Per-slot reports plus every readable record of the rank, slot-major."""
+
+    layout: SlotLayout
+    reports: list[SlotReport]
+    offsets: np.ndarray  # records of slot s are [offsets[s], offsets[s+1])
+    events: np.ndarray  # uint64 event words
+    cycles: np.ndarray  # uint64 timestamps
+    has_fingerprint: np.ndarray  # bool per slot: record 0 is optrace's fingerprint record
+
+
+def scan_slots(data: np.ndarray, layout: SlotLayout) -> SlotScan:
+    """Classify every slot and gather the readable records (vectorised over slots)."""
+    if data.ndim != 2 or data.dtype != np.int64:
+        raise ValueError("scan_slots needs an int64 [slots, slot_words] array")
+    slots, words = data.shape
+    cap = capacity(words)
+    counters = data[:, 0]
+    first_word = data[:, 1] if words > 1 else np.zeros(slots, np.int64)
+    has_fp = (counters >= 2) & ((first_word & 0xFFFFFFFF) == 0)
+    written = np.maximum(counters - 1, 0)
+    corrupt = (counters < 0) | (counters > MAX_PLAUSIBLE_COUNTER) | (~has_fp & (written > 2 * cap))
+    # Guarded slots (fingerprint present) keep the first `cap` records. A legacy overflow
+    # (no guard) makes record k >= cap overwrite record 2*cap-1-k, so only the first
+    # 2*cap - n records are intact.
+    legacy_read = np.where(written <= cap, written, 2 * cap - written)
+    readable = np.where(has_fp, np.minimum(written, cap), legacy_read)
+    readable = np.where(corrupt | (counters <= 0), 0, np.clip(readable, 0, cap))
+
+    k = np.arange(cap)
+    mask = k[None, :] < readable[:, None]
+    events = data[:, 1 : cap + 1][mask].view(np.uint64)
+    cycles = data[:, words - 1 - cap : words - 1][:, ::-1][mask].view(np.uint64)
+    offsets = np.zeros(slots + 1, dtype=np.int64)
+    np.cumsum(readable, out=offsets[1:])
+
+    starts = data[:, words - 1].view(np.uint64)
+    reports: list[SlotReport] = []
+    for s in range(slots):
+        core_type, core_index = layout.core_of(s)
+        counter = int(counters[s])
+        n_read = int(readable[s])
+        n_written = int(written[s])
+        report = SlotReport(
+            slot=s, core_type=core_type, core_index=core_index, counter=counter, state="ok",
+            records=n_read, dropped=0, capacity=cap, start_cycle=int(starts[s]),
+        )
+        if corrupt[s]:
+            report.state = "corrupt"
+            report.message = (
+                f"{report.name}: counter {counter} is negative"
+                if counter < 0
+                else f"{report.name}: counter {counter} is past what the layout can explain "
+                f"(capacity {cap}{'' if has_fp[s] else ', no overflow guard'})"
+            )
+        elif counter == 0:
+            report.state = "unused"
+        elif n_written == 0 or (has_fp[s] and n_written == 1):
+            report.state = "empty"
+        elif n_written > cap:
+            report.dropped = n_written - n_read
+            if has_fp[s]:
+                report.state = "overflow"
+                report.message = (
+                    f"{report.name}: {report.dropped} records dropped "
+                    f"(slot holds {cap}, the core wrote {n_written})"
+                )
+            else:
+                report.state = "clobbered"
+                report.message = (
+                    f"{report.name}: legacy runtime overflowed ({n_written} records, capacity "
+                    f"{cap}, no guard): {report.dropped} records overwritten, first {n_read} kept"
+                )
+        if has_fp[s] and n_read:
+            report.fingerprint = int(events[offsets[s]] >> np.uint64(32))
+        if n_read:
+            report.first_cycle = int(cycles[offsets[s]])
+            report.last_cycle = int(cycles[offsets[s + 1] - 1])
+        reports.append(report)
+    return SlotScan(layout, reports, offsets, events, cycles, has_fp)
+
+
+# ----------------------------------------------------------------------------- nesting
+
+
+@dataclass
+class Nesting:
+    """Spans of one core as record positions: B at ``begin``, ended by ``end``.
+
+    ``end`` is -1 for spans that end at the core's last timestamp (unclosed).
+    """
+
+    begin: np.ndarray
+    end: np.ndarray
+    depth: np.ndarray
+    status: np.ndarray
+    unmatched_e: int
+
+
+def nest_vectorised(kinds: np.ndarray, labels: np.ndarray) -> Nesting | None:
+    """Pair B/E of a well-formed sequence without a Python loop; None when malformed.
+
+    Well-formed: the running depth never goes negative, ends at 0, and every pair found
+    by level matches by label. At each level, B and E then alternate, so sorting records
+    by (level, position) puts each B right before its E.
+    """
+    n = kinds.size
+    if n == 0:
+        empty = np.zeros(0, np.int64)
+        return Nesting(empty, empty, empty.astype(np.int16), empty.astype(np.int8), 0)
+    depth_after = np.cumsum(kinds, dtype=np.int64)
+    if depth_after[-1] != 0 or depth_after.min() < 0:
+        return None
+    level = depth_after + (kinds < 0)
+    order = np.argsort(level, kind="stable")
+    begin, end = order[0::2], order[1::2]
+    if not (
+        np.all(kinds[begin] > 0)
+        and np.all(kinds[end] < 0)
+        and np.array_equal(level[begin], level[end])
+        and np.array_equal(labels[begin], labels[end])
+    ):
+        return None
+    by_start = np.argsort(begin, kind="stable")
+    begin, end = begin[by_start], end[by_start]
+    return Nesting(
+        begin=begin,
+        end=end,
+        depth=(level[begin] - 1).astype(np.int16),
+        status=np.zeros(begin.size, np.int8),
+        unmatched_e=0,
+    )
+
+
+def nest_stack(kinds: np.ndarray, labels: np.ndarray) -> Nesting:
+    """The reference pairing (module docstring policy), O(n) for any input."""
+    stack: list[int] = []  # record positions of open B records
+    open_count: Counter[int] = Counter()  # label -> open B records with that label
+    begins: list[int] = []
+    ends: list[int] = []
+    depths: list[int] = []
+    statuses: list[int] = []
+    unmatched_e = 0
+    kind_list = kinds.tolist()
+    label_list = labels.tolist()
+    for pos, (kind, label) in enumerate(zip(kind_list, label_list, strict=True)):
+        if kind > 0:
+            stack.append(pos)
+            open_count[label] += 1
+            continue
+        if open_count[label] == 0:
+            unmatched_e += 1
+            continue
+        while True:  # pop to the nearest open B of this label; each B is popped once
+            top = stack.pop()
+            top_label = label_list[top]
+            open_count[top_label] -= 1
+            begins.append(top)
+            ends.append(pos)
+            depths.append(len(stack))
+            if top_label == label:
+                statuses.append(STATUS_OK)
+                break
+            statuses.append(STATUS_CLOSED_BY_PARENT)
+    while stack:
+        top = stack.pop()
+        begins.append(top)
+        ends.append(-1)
+        depths.append(len(stack))
+        statuses.append(STATUS_UNCLOSED)
+    begin = np.array(begins, dtype=np.int64)
+    order = np.argsort(begin, kind="stable")
+    return Nesting(
+        begin=begin[order],
+        end=np.array(ends, dtype=np.int64)[order],
+        depth=np.array(depths, dtype=np.int16)[order],
+        status=np.array(statuses, dtype=np.int8)[order],
+        unmatched_e=unmatched_e,
+    )
+
+
+def nest(kinds: np.ndarray, labels: np.ndarray) -> Nesting:
+    """Pair one core's B/E records: fast path when well-formed, stack pass otherwise."""
+    fast = nest_vectorised(kinds, labels)
+    return fast if fast is not None else nest_stack(kinds, labels)
+
+
+@dataclass
+class SegmentNesting:
+    """:class:`Nesting` of many cores at once; ``segment`` says whose span each is."""
+
+    segment: np.ndarray  # int64 segment (slot) of each span, ascending
+    begin: np.ndarray  # positions in the concatenated record arrays
+    end: np.ndarray  # -1: ends at the segment's last record
+    depth: np.ndarray
+    status: np.ndarray
+    unmatched_e: np.ndarray  # per segment
+
+
+def nest_segments(
+    kinds: np.ndarray, labels: np.ndarray, segment: np.ndarray, n_segments: int
+) -> SegmentNesting:
+    """Pair B/E of all cores of a rank in one vectorised pass.
+
+    ``segment`` (non-decreasing) says which core each record belongs to. Segments that
+    are well-formed (see :func:`nest_vectorised`) are paired by sorting records by
+    (segment, level, position); the others go through :func:`nest_stack` one by one.
+    """
+    n = kinds.size
+    counts = np.bincount(segment, minlength=n_segments) if n else np.zeros(n_segments, np.int64)
+    starts = np.zeros(n_segments, dtype=np.int64)
+    np.cumsum(counts[:-1], out=starts[1:])
+    cumulative = np.cumsum(kinds, dtype=np.int64)
+    before = np.where(starts > 0, cumulative[np.maximum(starts - 1, 0)] if n else 0, 0)
+    depth_after = cumulative - before[segment] if n else cumulative
+    nonempty = counts > 0
+    good = np.ones(n_segments, dtype=bool)
+    if n:
+        seg_min = np.minimum.reduceat(depth_after, starts[nonempty])
+        seg_last = depth_after[starts[nonempty] + counts[nonempty] - 1]
+        good[np.flatnonzero(nonempty)[(seg_min < 0) | (seg_last != 0)]] = False
+    candidates = np.flatnonzero(good[segment]) if n else np.zeros(0, np.int64)
+    level = depth_after + (kinds < 0)
+    # Stable sort by (segment, level) keeps record order inside each group; a key that
+    # fits 16 bits gets numpy's radix sort (the common case: 72 cores x a few levels).
+    key = segment[candidates] * (int(level.max(initial=0)) + 1) + level[candidates]
+    small = key.size == 0 or int(key.max()) < 2**15
+    order = candidates[np.argsort(key.astype(np.int16) if small else key, kind="stable")]
+    begin, end = order[0::2], order[1::2]
+    mismatch = (
+        (kinds[begin] < 0) | (kinds[end] > 0) | (labels[begin] != labels[end])
+        | (segment[begin] != segment[end]) | (level[begin] != level[end])
+    )
+    if mismatch.any():  # e.g. crossing pairs: balanced depth, wrong labels
+        good[np.unique(segment[begin][mismatch])] = False
+        ok = good[segment[begin]]
+        begin, end = begin[ok], end[ok]
+    parts_seg = [segment[begin]]
+    parts_begin = [begin]
+    parts_end = [end]
+    parts_depth = [(level[begin] - 1).astype(np.int16)]
+    parts_status = [np.zeros(begin.size, np.int8)]
+    unmatched = np.zeros(n_segments, dtype=np.int64)
+    for seg in np.flatnonzero(~good & nonempty).tolist():
+        lo = int(starts[seg])
+        hi = lo + int(counts[seg])
+        fallback = nest_stack(kinds[lo:hi], labels[lo:hi])
+        unmatched[seg] = fallback.unmatched_e
+        parts_seg.append(np.full(fallback.begin.size, seg, dtype=np.int64))
+        parts_begin.append(fallback.begin + lo)
+        parts_end.append(np.where(fallback.end >= 0, fallback.end + lo, -1))
+        parts_depth.append(fallback.depth)
+        parts_status.append(fallback.status)
+    all_begin = np.concatenate(parts_begin)
+    by_start = np.argsort(all_begin, kind="stable")  # slot-major positions: by slot, then time
+    return SegmentNesting(
+        segment=np.concatenate(parts_seg).astype(np.int64)[by_start],
+        begin=all_begin[by_start],
+        end=np.concatenate(parts_end)[by_start],
+        depth=np.concatenate(parts_depth)[by_start],
+        status=np.concatenate(parts_status)[by_start],
+        unmatched_e=unmatched,
+    )
+
+
+# ----------------------------------------------------------------------------- decoding
+
+
+@dataclass
+class CoreTimeline:
+    """Properly nested spans of one core, times in cycles from the rank's base cycle."""
+
+    slot: int
+    core_type: str
+    core_index: int
+    role: str | None
+    start_offset: int  # this core's start cycle minus the rank base (launch skew)
+    label: np.ndarray  # int32 index into PointMap.labels
+    start: np.ndarray  # int64 cycles
+    end: np.ndarray  # int64 cycles
+    depth: np.ndarray  # int16, 0 = outermost
+    point: np.ndarray  # int64 position of the B point in PointMap.ids (for file:line)
+    high: np.ndarray  # uint32 high word of the B record: extraId | index << 8
+    status: np.ndarray  # int8 STATUS_*
+
+    @property
+    def name(self) -> str:
+        base = f"{self.core_type} {self.core_index}"
+        return f"{base} ({self.role})" if self.role else base
+
+
+@dataclass
+class RankDecode:
+    path: str
+    meta: RankMeta
+    clock_mhz: float
+    base_cycle: int
+    fingerprint: int | None
+    slots: list[SlotReport]
+    cores: list[CoreTimeline]
+    unknown_ids: Counter[int] = field(default_factory=Counter)
+    unmatched_e: int = 0
+    repaired_spans: int = 0  # spans closed by a parent or at the end (flagged)
+    backwards: int = 0  # records whose timestamp went backwards (clamped)
+    issues: list[str] = field(default_factory=list)  # "path: message" lines for the user
+    notes: list[str] = field(default_factory=list)  # informational, not a problem
+
+    @property
+    def dropped(self) -> int:
+        return sum(s.dropped for s in self.slots)
+
+    @property
+    def corrupt_slots(self) -> int:
+        return sum(1 for s in self.slots if s.state == "corrupt")
+
+    @property
+    def unused_slots(self) -> int:
+        return sum(1 for s in self.slots if s.state == "unused")
+
+    @property
+    def skipped_records(self) -> int:
+        """Records the device wrote that are not in the trace as written."""
+        return self.dropped + sum(self.unknown_ids.values()) + self.unmatched_e
+
+    @property
+    def span_count(self) -> int:
+        return sum(c.start.size for c in self.cores)
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    clock_mhz: float | None = None  # None: the rank file's, else 50 MHz
+    ignore_fingerprint: bool = False  # decode even with a map from another build
+
+
+def wrap_min(values: np.ndarray) -> int:
+    """The earliest of uint64 cycle values, read modulo 2**64 around the first one."""
+    ref = int(values[0])
+    deltas = (values - np.uint64(ref)).view(np.int64)
+    return (ref + int(deltas.min())) % _U64
+
+
+def _fingerprint_check(path: str, scan: SlotScan, point_map: PointMap, options: DecodeOptions,
+                       result_notes: list[str], result_issues: list[str]) -> int | None:
+    found = Counter(r.fingerprint for r in scan.reports if r.fingerprint is not None)
+    if not found:
+        if point_map.fingerprint is not None:
+            result_notes.append(
+                "no build fingerprint in the buffer (legacy runtime): "
+                "cannot verify the point map belongs to this build"
+            )
+        return None
+    if set(found) == {0}:
+        result_notes.append(
+            "build fingerprint 0: the kernel was compiled from sources not preprocessed with "
+            "`optrace preprocess --modify`, so the point map cannot be verified against it"
+        )
+        return None
+    fingerprint, _ = found.most_common(1)[0]
+    if len(found) > 1:
+        result_issues.append(
+            "slots disagree on the build fingerprint ("
+            + ", ".join(f"{fp:#010x}" for fp in sorted(found))
+            + "): buffer is corrupt or mixes builds"
+        )
+    if point_map.fingerprint is not None and point_map.fingerprint != fingerprint:
+        message = (
+            f"built with fingerprint {fingerprint:#010x}, but {point_map.path} has "
+            f"{point_map.fingerprint:#010x}: the point map comes from another build"
+        )
+        if not options.ignore_fingerprint:
+            raise ProfilingInputError(path, message + " (use --ignore-fingerprint to decode anyway)")
+        result_issues.append(message + "; decoded anyway (--ignore-fingerprint)")
+    elif point_map.fingerprint is None:
+        result_notes.append(
+            f"the point map has no fingerprint: cannot verify it belongs to build {fingerprint:#010x}"
+        )
+    return fingerprint
+
+
+def _diagnose_unknown(unknown: Counter[int], fingerprint_verified: bool) -> str:
+    total = sum(unknown.values())
+    ids = sorted(unknown)
+    shown = ", ".join(str(i) for i in ids[:8]) + (", ..." if len(ids) > 8 else "")
+    if all(i > POINT_ID_SPACE for i in ids):
+        why = "no point id has bit 31 set: these records are corrupt"
+    elif fingerprint_verified:
+        why = "the map matches the build fingerprint, so these records are corrupt"
+    else:
+        why = "the point map probably comes from another build"
+    return f"{total} records with {len(ids)} ids not in the point map ({shown}): {why}"
+
+
+def decode_rank(
+    buffer: RankBuffer, point_map: PointMap, options: DecodeOptions | None = None
+) -> RankDecode:
+    """Decode one rank. Raises ProfilingInputError only for a map from another build."""
+    options = options or DecodeOptions()
+    path = str(buffer.path)
+    meta = buffer.meta
+    layout = meta.layout(buffer.slots)
+    scan = scan_slots(buffer.data, layout)
+    clock = options.clock_mhz or meta.clock_mhz or DEFAULT_CLOCK_MHZ
+    issues = [r.message for r in scan.reports if r.message]
+    notes: list[str] = []
+    fingerprint = _fingerprint_check(path, scan, point_map, options, notes, issues)
+    if meta.fingerprint is not None and fingerprint is not None and meta.fingerprint != fingerprint:
+        issues.append(
+            f"metadata fingerprint {meta.fingerprint:#010x} differs from the buffer's {fingerprint:#010x}"
+        )
+
+    live = [r for r in scan.reports if r.state not in ("unused", "corrupt")]
+    base = wrap_min(np.array([r.start_cycle for r in live], dtype=np.uint64)) if live else 0
+    base_u = np.uint64(base)
+
+    # The fingerprint record is bookkeeping, not an event: drop record 0 of guarded slots.
+    keep = np.ones(scan.events.size, dtype=bool)
+    keep[scan.offsets[:-1][scan.has_fingerprint & (scan.offsets[1:] > scan.offsets[:-1])]] = False
+    point_ids = (scan.events & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    position = point_map.lookup(point_ids)
+    unknown_mask = keep & (position < 0)
+    unknown: Counter[int] = Counter()
+    if unknown_mask.any():
+        values, counts = np.unique(point_ids[unknown_mask], return_counts=True)
+        unknown.update(dict(zip(values.tolist(), counts.tolist(), strict=True)))
+        verified = fingerprint is not None and point_map.fingerprint is not None
+        issues.append(_diagnose_unknown(unknown, verified))
+    keep &= position >= 0
+
+    rel = (scan.cycles - base_u).view(np.int64)
+    kinds_all = np.zeros(scan.events.size, np.int8)
+    labels_all = np.zeros(scan.events.size, np.int32)
+    known = position >= 0
+    kinds_all[known] = point_map.kinds[position[known]]
+    labels_all[known] = point_map.label_index[position[known]]
+    high_all = (scan.events >> np.uint64(32)).astype(np.uint32)
+
+    roles = {str(k): str(v) for k, v in (meta.aiv_roles or {}).items()}
+    kept = np.flatnonzero(keep)
+    slot_of = np.repeat(np.arange(buffer.slots), np.diff(scan.offsets))[kept]
+    times = rel[kept]
+    backwards = 0
+    if times.size > 1:
+        # A comparison, not np.diff: differences of int64 cycle offsets can overflow.
+        went_back = (times[1:] < times[:-1]) & (slot_of[1:] == slot_of[:-1])
+        backwards = int(np.count_nonzero(went_back))
+        for slot in np.unique(slot_of[1:][went_back]).tolist():
+            mask = slot_of == slot  # rare: clamp so children stay inside their parents
+            times[mask] = np.maximum.accumulate(times[mask])
+    nesting = nest_segments(kinds_all[kept], labels_all[kept], slot_of, buffer.slots)
+    unmatched_e = int(nesting.unmatched_e.sum())
+    repaired = int(np.count_nonzero(nesting.status))
+    # The last kept record of each slot ends its unclosed spans.
+    last_of_slot = np.full(buffer.slots, -1, dtype=np.int64)
+    if kept.size:
+        last_of_slot[slot_of] = np.arange(kept.size)
+    end_pos = np.where(nesting.end >= 0, nesting.end, last_of_slot[nesting.segment])
+    starts_all = times[nesting.begin]
+    ends_all = times[end_pos]
+    b_rec = kept[nesting.begin]
+    bounds = np.searchsorted(nesting.segment, np.arange(buffer.slots + 1))
+    cores: list[CoreTimeline] = []
+    for report in scan.reports:
+        lo, hi = int(bounds[report.slot]), int(bounds[report.slot + 1])
+        if hi == lo:
+            continue  # unused, empty, or no record that opens a span
+        role = roles.get(str(report.core_index)) if report.core_type == "AIV" else None
+        cores.append(
+            CoreTimeline(
+                slot=report.slot,
+                core_type=report.core_type,
+                core_index=report.core_index,
+                role=role,
+                start_offset=signed_delta(report.start_cycle - base),
+                label=labels_all[b_rec[lo:hi]],
+                start=starts_all[lo:hi],
+                end=ends_all[lo:hi],
+                depth=nesting.depth[lo:hi],
+                point=position[b_rec[lo:hi]],
+                high=high_all[b_rec[lo:hi]],
+                status=nesting.status[lo:hi],
+            )
+        )
+    if unmatched_e:
+        issues.append(f"{unmatched_e} E records without an open B of the same label (dropped)")
+    if repaired:
+        issues.append(f"{repaired} B records without their E (closed and flagged)")
+    if backwards:
+        issues.append(f"{backwards} records whose timestamp goes backwards (clamped)")
+    return RankDecode(
+        path=path,
+        meta=meta,
+        clock_mhz=float(clock),
+        base_cycle=base,
+        fingerprint=fingerprint,
+        slots=scan.reports,
+        cores=cores,
+        unknown_ids=unknown,
+        unmatched_e=unmatched_e,
+        repaired_spans=repaired,
+        backwards=backwards,
+        issues=issues,
+        notes=notes,
+    )
+
+
+def signed_delta(delta: int) -> int:
+    """A difference of two uint64 cycle values, read as a signed 64-bit offset."""
+    delta %= _U64
+    return delta - _U64 if delta >= 1 << 63 else delta

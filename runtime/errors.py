@@ -1,0 +1,18 @@
+"""The error type of the runtime half: bad input, always tied to the file it came from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class ProfilingInputError(Exception):
+    """A rank file, point map or trace that cannot be used as given.
+
+    The CLI prints it as ``path: message`` (exit 2) without a traceback; library callers
+    get the same two parts as attributes.
+    """
+
+    def __init__(self, path: str | Path, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = str(path)
+        self.message = message

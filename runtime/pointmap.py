@@ -1,0 +1,144 @@
+"""``point_map.json``: which label, source line and B/E each point id stands for.
+
+Legacy form: ``{"points": {"<id>": {"label", "file", "line", "event_type", "event_id"}}}``.
+optrace adds ``"fingerprint"`` (uint32, the build fingerprint the runtime also writes into
+each slot's reserved first record) and ``"format_version"``. A B point and an E point
+close each other when they carry the same label.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import ProfilingInputError
+from .format import FINGERPRINT_POINT_ID
+
+POINT_MAP_NAME = "point_map.json"
+
+
+@dataclass(frozen=True)
+class Point:
+    point_id: int
+    label: str
+    event_type: str  # "B" or "E"
+    file: str = ""
+    line: int | None = None
+    event_id: Any = None
+
+    @property
+    def source(self) -> str:
+        if not self.file:
+            return ""
+        return f"{self.file}:{self.line}" if self.line is not None else self.file
+
+
+@dataclass
+class PointMap:
+    """A loaded map plus the sorted arrays the vectorised decoder looks ids up in."""
+
+    path: str
+    points: dict[int, Point]
+    fingerprint: int | None = None
+    format_version: int | None = None
+    labels: list[str] = field(default_factory=list)
+    ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint32))
+    kinds: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))  # +1 B, -1 E
+    label_index: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+
+    @classmethod
+    def build(
+        cls, path: str, points: dict[int, Point], fingerprint: int | None = None,
+        format_version: int | None = None,
+    ) -> PointMap:
+        labels = sorted({p.label for p in points.values()})
+        position = {label: i for i, label in enumerate(labels)}
+        ordered = sorted(points)
+        return cls(
+            path=path,
+            points=points,
+            fingerprint=fingerprint,
+            format_version=format_version,
+            labels=labels,
+            ids=np.array(ordered, dtype=np.uint32),
+            kinds=np.array([1 if points[i].event_type == "B" else -1 for i in ordered], np.int8),
+            label_index=np.array([position[points[i].label] for i in ordered], np.int32),
+        )
+
+    def lookup(self, point_ids: np.ndarray) -> np.ndarray:
+        """Position of each id in ``self.ids``, or -1 for ids the map does not know."""
+        if self.ids.size == 0:
+            return np.full(point_ids.shape, -1, dtype=np.int64)
+        pos = np.searchsorted(self.ids, point_ids)
+        pos = np.minimum(pos, self.ids.size - 1)
+        return np.where(self.ids[pos] == point_ids, pos, -1)
+
+
+def _entry(path: str, key: str, raw: Any) -> Point:
+    def bad(message: str) -> ProfilingInputError:
+        return ProfilingInputError(path, f"point {key!r}: {message}")
+
+    try:
+        point_id = int(key)
+    except ValueError:
+        raise bad("ids must be integers") from None
+    if not 0 <= point_id <= 0xFFFFFFFF:
+        raise bad("ids must fit in 32 bits")
+    if point_id == FINGERPRINT_POINT_ID:
+        raise bad("id 0 is reserved for the build-fingerprint record")
+    if not isinstance(raw, dict):
+        raise bad("entry must be an object")
+    label = raw.get("label")
+    if not isinstance(label, str) or not label.strip():
+        raise bad("missing 'label'")
+    event_type = raw.get("event_type")
+    if event_type not in ("B", "E"):
+        raise bad(f"'event_type' must be \"B\" or \"E\", not {event_type!r}")
+    line = raw.get("line")
+    if line is not None and not isinstance(line, int):
+        raise bad("'line' must be an integer")
+    file = raw.get("file", "")
+    return Point(
+        point_id=point_id,
+        label=label,
+        event_type=event_type,
+        file=file if isinstance(file, str) else str(file),
+        line=line,
+        event_id=raw.get("event_id"),
+    )
+
+
+def parse_point_map(path: str, document: Any) -> PointMap:
+    if not isinstance(document, dict) or not isinstance(document.get("points"), dict):
+        raise ProfilingInputError(path, 'not a point map: expected {"points": {...}}')
+    points = {}
+    for key, raw in document["points"].items():
+        point = _entry(path, key, raw)
+        points[point.point_id] = point
+    fingerprint = document.get("fingerprint")
+    if fingerprint is not None and (
+        not isinstance(fingerprint, int) or not 0 <= fingerprint <= 0xFFFFFFFF
+    ):
+        raise ProfilingInputError(path, f"'fingerprint' must be a uint32, not {fingerprint!r}")
+    version = document.get("format_version")
+    return PointMap.build(path, points, fingerprint, version if isinstance(version, int) else None)
+
+
+def load_point_map(path: str | Path) -> PointMap:
+    """Load and validate a map; any problem is a ProfilingInputError naming the file."""
+    source = str(path)
+    try:
+        text = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise ProfilingInputError(source, "point map not found") from None
+    except OSError as exc:
+        raise ProfilingInputError(source, f"cannot read point map: {exc.strerror or exc}") from None
+    try:
+        document = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ProfilingInputError(source, f"point map is not valid JSON: {exc}") from None
+    return parse_point_map(source, document)

@@ -1,0 +1,202 @@
+"""``save_profiling_data``: the host-side call after a launch, next to the op's caller.
+
+It synchronises the device (torch_npu, imported only when the tensor lives on an NPU or
+torch_npu is already loaded), copies the buffer to host memory, and writes
+``rank{NNN}[_tag][_launchK].pt`` atomically with the metadata a reader needs (core
+counts and slot layout taken from the tensor and the arguments, clock rate, barrier
+setting, build fingerprint read from the buffer). Relative ``out_dir`` values resolve
+against the caller's working directory at call time. Writing needs numpy only
+(:mod:`pt_writer`); the file loads with ``torch.load(..., weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import threading
+import time
+import warnings
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .atomic import atomic_output
+from .format import DEFAULT_CLOCK_MHZ, FORMAT_VERSION, PROF_SIZE_PER_CORE, RankMeta
+from .pointmap import POINT_MAP_NAME, load_point_map
+from .pt_writer import write_pt
+from .rankfile import OPTRACE_KEY, rank_file_name
+
+_lock = threading.Lock()
+# (resolved out_dir, rank, tag) -> calls seen in this process, warm-up included.
+_calls: Counter[tuple[str, int, str | None]] = Counter()
+
+
+def reset_launch_counters() -> None:
+    """Forget the per-process launch counts (tests; a new measurement session)."""
+    with _lock:
+        _calls.clear()
+
+
+def _synchronize(tensor: Any) -> None:
+    """Wait for the device before reading the buffer (gate G4): NPU tensors only."""
+    device = getattr(tensor, "device", None)
+    on_npu = getattr(device, "type", None) == "npu"
+    if not on_npu and "torch_npu" not in sys.modules:
+        return
+    # Lazy: importing torch_npu without CANN breaks `import torch` (domain.md §6).
+    import torch_npu
+
+    torch_npu.npu.synchronize()
+
+
+def _to_numpy(value: Any) -> np.ndarray:
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "detach"):  # a torch tensor, on any device
+        return np.asarray(value.detach().cpu().numpy())
+    return np.asarray(value)
+
+
+def _as_slots(parts: list[np.ndarray], slot_words: int) -> np.ndarray:
+    rows = []
+    for i, part in enumerate(parts):
+        if part.dtype == np.uint64:
+            part = part.view(np.int64)
+        if part.dtype != np.int64:
+            raise TypeError(f"profiling tensor {i} has dtype {part.dtype}, expected int64")
+        if part.ndim == 1:
+            if part.size % slot_words:
+                raise ValueError(
+                    f"profiling tensor {i} has {part.size} elements, not a multiple of "
+                    f"slot_words={slot_words}"
+                )
+            part = part.reshape(-1, slot_words)
+        if part.ndim != 2 or part.shape[1] != slot_words:
+            raise ValueError(
+                f"profiling tensor {i} has shape {tuple(part.shape)}, expected [slots, {slot_words}]"
+            )
+        rows.append(part)
+    return rows[0] if len(rows) == 1 else np.concatenate(rows)
+
+
+def _buffer_fingerprint(data: np.ndarray) -> int | None:
+    """The most common fingerprint among slots that start with the fingerprint record."""
+    counters = data[:, 0]
+    first = data[:, 1]
+    has = (counters >= 2) & ((first & 0xFFFFFFFF) == 0)
+    if not has.any():
+        return None
+    values, counts = np.unique((first[has].view(np.uint64) >> np.uint64(32)), return_counts=True)
+    value = int(values[np.argmax(counts)])
+    return value or None  # 0: built without `optrace preprocess --modify`, i.e. unknown
+
+
+def resolve_out_dir(out_dir: str | os.PathLike[str]) -> Path:
+    """``~`` expanded; relative paths against the current working directory, now."""
+    path = Path(out_dir).expanduser()
+    if not path.is_absolute():
+        path = Path.cwd() / path
+    return path.resolve()
+
+
+def save_profiling_data(
+    tensor: Any,
+    rank: int,
+    out_dir: str | os.PathLike[str],
+    *,
+    tag: str | None = None,
+    launch: int | None = None,
+    point_map: str | os.PathLike[str] | None = None,
+    barrier: bool | None = None,
+    clock_mhz: float = DEFAULT_CLOCK_MHZ,
+    aic_cores: int | None = None,
+    aiv_cores: int | None = None,
+    warmup: int = 0,
+    slot_words: int | None = None,
+    aiv_roles: Mapping[int, str] | None = None,
+) -> Path | None:
+    """Save one launch's profiling buffer; returns the file written (None for warm-up).
+
+    ``tensor``: the op's ``profiling_data`` output (torch tensor on any device, or numpy),
+    flat or ``[slots, slot_words]``, or the legacy list ``[aic_tensor, aiv_tensor]``.
+    ``aic_cores`` is the AIV slot offset the kernel used (``GetBlockNum()`` at launch);
+    with a single tensor it defaults to a third of the slots (1 AIC : 2 AIV), and
+    ``aiv_cores`` to the remaining slots. ``slot_words`` defaults to the tensor's second
+    dimension, or ``PROF_SIZE_PER_CORE`` for a flat tensor. ``barrier`` records
+    ``ENABLE_MOE_PROFILING_BARRIER`` (None: not stated). ``warmup=N`` skips the first N
+    calls per (out_dir, rank, tag); later calls get ``_launch1``, ``_launch2``... unless
+    ``launch`` is given. ``point_map`` is copied beside the rank files.
+    """
+    if not isinstance(rank, int) or rank < 0:
+        raise ValueError(f"rank must be a non-negative int, not {rank!r}")
+    if not clock_mhz > 0:
+        raise ValueError(f"clock_mhz must be positive, not {clock_mhz!r}")
+    directory = resolve_out_dir(out_dir)
+    key = (str(directory), rank, tag)
+    with _lock:
+        call = _calls[key]
+        _calls[key] += 1
+    if call < warmup:
+        return None
+    launch_index = call - warmup if launch is None else launch
+
+    _synchronize(tensor if not isinstance(tensor, (list, tuple)) else (tensor[0] if tensor else None))
+    legacy_list = isinstance(tensor, (list, tuple))
+    parts = [_to_numpy(t) for t in tensor] if legacy_list else [_to_numpy(tensor)]
+    if legacy_list and len(parts) not in (1, 2):
+        raise ValueError(f"expected [aic_tensor, aiv_tensor], got {len(parts)} tensors")
+    if slot_words is None:  # a 2-d tensor says it; a flat one uses the runtime's default
+        slot_words = int(parts[0].shape[1]) if parts[0].ndim == 2 else PROF_SIZE_PER_CORE
+    data = _as_slots(parts, slot_words)
+    slots = int(data.shape[0])
+    if legacy_list and len(parts) == 2:
+        shape_aic = int(parts[0].size // slot_words)
+        aic = shape_aic if aic_cores is None else aic_cores
+    else:
+        aic = slots // 3 if aic_cores is None else aic_cores
+    aiv = slots - aic if aiv_cores is None else aiv_cores
+    if aic < 0 or aiv < 0 or aic + aiv > slots:
+        raise ValueError(f"aic_cores={aic} + aiv_cores={aiv} do not fit the buffer's {slots} slots")
+
+    fingerprint = _buffer_fingerprint(data)
+    meta = RankMeta(
+        rank=rank,
+        slot_words=slot_words,
+        aic_cores=aic,
+        aiv_cores=aiv,
+        format_version=FORMAT_VERSION,
+        clock_mhz=float(clock_mhz),
+        barrier=barrier,
+        fingerprint=fingerprint,
+        tag=tag,
+        launch=launch_index,
+        aiv_roles={str(k): str(v) for k, v in (aiv_roles or {}).items()},
+        extra={"saved_at": time.time(), "pid": os.getpid(), "warmup": warmup},
+    )
+    target = directory / rank_file_name(rank, tag, launch_index)
+    with atomic_output(target) as handle:
+        write_pt({OPTRACE_KEY: FORMAT_VERSION, "meta": meta.to_dict(), "data": data}, handle)
+
+    if point_map is not None:
+        _copy_point_map(resolve_out_dir(point_map), directory, fingerprint)
+    return target
+
+
+def _copy_point_map(source: Path, directory: Path, fingerprint: int | None) -> None:
+    destination = directory / POINT_MAP_NAME
+    if source == destination:
+        return
+    loaded = load_point_map(source)  # refuse to copy something collect cannot read
+    if fingerprint is not None and loaded.fingerprint not in (None, fingerprint):
+        warnings.warn(
+            f"{source}: fingerprint {loaded.fingerprint:#010x} differs from the buffer's "
+            f"{fingerprint:#010x}: this map comes from another build",
+            stacklevel=3,
+        )
+    with atomic_output(destination) as handle, open(source, "rb") as src:
+        shutil.copyfileobj(src, handle)
+

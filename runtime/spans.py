@@ -1,0 +1,228 @@
+"""Spans as columns, loaded from an optrace Chrome trace or straight from a profiling dir.
+
+``report`` and ``compare`` work on this table, whichever input the user gave them. Each
+span also gets its depth on its track and its self time (duration minus its children's),
+computed with one stack pass per track.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .chrome import TRACE_FORMAT
+from .decode import DecodeOptions, decode_rank
+from .errors import ProfilingInputError
+from .pointmap import load_point_map
+from .rankfile import iter_rank_buffers
+
+PROCESSING = "processing"
+
+
+@dataclass
+class RunSettings:
+    """Runtime settings a measurement was recorded with (compare refuses to mix them)."""
+
+    clock_mhz: set[float] = field(default_factory=set)
+    barrier: set[bool | None] = field(default_factory=set)
+
+
+@dataclass
+class SpanTable:
+    source: str
+    labels: list[str]
+    tracks: list[str]  # "Rank 0 / AIC 3"
+    processes: int  # ranks (x launches) the spans come from
+    label: np.ndarray  # int32 index into labels
+    track: np.ndarray  # int32 index into tracks
+    ts: np.ndarray  # float64 µs
+    dur: np.ndarray  # float64 µs
+    settings: RunSettings
+    warnings: list[str] = field(default_factory=list)
+    depth: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int16))
+    self_time: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    def __post_init__(self) -> None:
+        if self.depth.size != self.ts.size:
+            self.depth, self.self_time = _depth_and_self_time(self.track, self.ts, self.dur)
+
+
+def _depth_and_self_time(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per span: nesting depth on its track and duration minus direct children's."""
+    n = ts.size
+    depth = np.zeros(n, np.int16)
+    self_time = dur.astype(np.float64).copy()
+    if n == 0:
+        return depth, self_time
+    order = np.lexsort((-dur, ts, track))  # parents before their children
+    end = ts + dur
+    tracks, starts = track[order].tolist(), ts[order].tolist()
+    ends, durs = end[order].tolist(), dur[order].tolist()
+    stack: list[int] = []  # positions in `order`
+    current = None
+    depth_list = [0] * n
+    self_list = list(durs)
+    eps = 1e-9
+    for i in range(n):
+        if tracks[i] != current:
+            current, stack = tracks[i], []
+        while stack and starts[i] >= ends[stack[-1]] - eps:
+            stack.pop()
+        if stack:
+            self_list[stack[-1]] -= durs[i]
+        depth_list[i] = len(stack)
+        stack.append(i)
+    depth[order] = depth_list
+    self_time[order] = np.maximum(self_list, 0.0)
+    return depth, self_time
+
+
+def _open_text(path: Path) -> Any:
+    if path.name.endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
+def load_trace(path: Path) -> SpanTable:
+    """Spans of a Chrome trace written by ``optrace collect``."""
+    try:
+        with _open_text(path) as handle:
+            document = json.load(handle)
+    except FileNotFoundError:
+        raise ProfilingInputError(path, "no such file") from None
+    except (OSError, EOFError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ProfilingInputError(path, f"not a readable JSON trace: {exc}") from None
+    if not isinstance(document, dict) or not isinstance(document.get("traceEvents"), list):
+        raise ProfilingInputError(path, 'not a Chrome trace: expected {"traceEvents": [...]}')
+    other = document.get("otherData") or {}
+    warnings: list[str] = []
+    if other.get("format") != TRACE_FORMAT:
+        warnings.append(f"{path}: not written by optrace collect: runtime settings unknown")
+    process_names: dict[Any, str] = {}
+    thread_names: dict[tuple[Any, Any], str] = {}
+    label_ids: dict[str, int] = {}
+    track_ids: dict[tuple[Any, Any], int] = {}
+    label_col: list[int] = []
+    track_col: list[int] = []
+    ts_col: list[float] = []
+    dur_col: list[float] = []
+    for event in document["traceEvents"]:
+        if not isinstance(event, dict):
+            continue
+        phase = event.get("ph")
+        if phase == "M":
+            name = (event.get("args") or {}).get("name")
+            if event.get("name") == "process_name" and isinstance(name, str):
+                process_names[event.get("pid")] = name
+            elif event.get("name") == "thread_name" and isinstance(name, str):
+                thread_names[(event.get("pid"), event.get("tid"))] = name
+        elif phase == "X":
+            try:
+                ts, dur = float(event["ts"]), float(event["dur"])
+                label = str(event["name"])
+            except (KeyError, TypeError, ValueError):
+                raise ProfilingInputError(path, f"malformed complete event: {event!r}") from None
+            key = (event.get("pid"), event.get("tid"))
+            label_col.append(label_ids.setdefault(label, len(label_ids)))
+            track_col.append(track_ids.setdefault(key, len(track_ids)))
+            ts_col.append(ts)
+            dur_col.append(dur)
+    tracks = [""] * len(track_ids)
+    for (pid, tid), index in track_ids.items():
+        process = process_names.get(pid, f"pid {pid}")
+        tracks[index] = f"{process} / {thread_names.get((pid, tid), f'tid {tid}')}"
+    settings = RunSettings()
+    for rank in other.get("ranks") or []:
+        if isinstance(rank, dict):
+            if isinstance(rank.get("clock_mhz"), (int, float)):
+                settings.clock_mhz.add(float(rank["clock_mhz"]))
+            settings.barrier.add(rank.get("barrier") if isinstance(rank.get("barrier"), bool) else None)
+    return SpanTable(
+        source=str(path),
+        labels=list(label_ids),
+        tracks=tracks,
+        processes=max(len({pid for pid, _ in track_ids}), 1),
+        label=np.array(label_col, dtype=np.int32),
+        track=np.array(track_col, dtype=np.int32),
+        ts=np.array(ts_col, dtype=np.float64),
+        dur=np.array(dur_col, dtype=np.float64),
+        settings=settings,
+        warnings=warnings,
+    )
+
+
+def load_profiling_dir(
+    path: Path, point_map: Path | None = None, clock_mhz: float | None = None
+) -> SpanTable:
+    """Spans decoded straight from rank files (no trace file needed)."""
+    from .collect import list_rank_files, resolve_point_map  # collect imports chrome; keep lazy
+
+    files = list_rank_files(path)
+    pmap = load_point_map(resolve_point_map(path, point_map))
+    label_col: list[np.ndarray] = []
+    track_col: list[np.ndarray] = []
+    ts_col: list[np.ndarray] = []
+    dur_col: list[np.ndarray] = []
+    tracks: list[str] = []
+    settings = RunSettings()
+    warnings: list[str] = []
+    several_runs = len({n.run_key for n, _ in files}) > 1
+    processes = 0
+    for name, _file, loaded in iter_rank_buffers(files):
+        try:
+            if isinstance(loaded, ProfilingInputError):
+                raise loaded
+            decoded = decode_rank(loaded, pmap, DecodeOptions(clock_mhz=clock_mhz))
+        except ProfilingInputError as exc:
+            warnings.append(str(exc))
+            continue
+        processes += 1
+        settings.clock_mhz.add(decoded.clock_mhz)
+        settings.barrier.add(decoded.meta.barrier)
+        warnings.extend(f"{decoded.path}: {issue}" for issue in decoded.issues)
+        rank_name = f"Rank {name.rank}" + (f" launch {name.launch}" if several_runs else "")
+        if several_runs and name.tag:
+            rank_name += f" {name.tag}"
+        for core in decoded.cores:
+            track = len(tracks)
+            tracks.append(f"{rank_name} / {core.name}")
+            label_col.append(core.label)
+            track_col.append(np.full(core.label.size, track, dtype=np.int32))
+            ts_col.append(core.start / decoded.clock_mhz)
+            dur_col.append((core.end - core.start) / decoded.clock_mhz)
+    if processes == 0:
+        raise ProfilingInputError(path, "no rank file could be decoded: " + "; ".join(warnings))
+
+    def cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+        return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
+
+    return SpanTable(
+        source=str(path),
+        labels=list(pmap.labels),
+        tracks=tracks,
+        processes=processes,
+        label=cat(label_col, np.int32),
+        track=cat(track_col, np.int32),
+        ts=cat(ts_col, np.float64),
+        dur=cat(dur_col, np.float64),
+        settings=settings,
+        warnings=warnings,
+    )
+
+
+def load_spans(path: Path, point_map: Path | None = None, clock_mhz: float | None = None) -> SpanTable:
+    """A profiling directory, or a trace file (.json / .json.gz)."""
+    if path.is_dir():
+        return load_profiling_dir(path, point_map, clock_mhz)
+    if not path.exists():
+        raise ProfilingInputError(path, "no such file or directory")
+    if path.suffix == ".pt":
+        raise ProfilingInputError(
+            path, "expected a trace or a profiling directory (`optrace inspect` reads .pt files)"
+        )
+    return load_trace(path)

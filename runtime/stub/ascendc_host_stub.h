@@ -1,0 +1,133 @@
+// AscendC host stub: just enough of the AscendC kernel API for an instrumented kernel to
+// compile AND run on the host with g++ (-std=c++17), one simulated core at a time.
+//
+// It exists to prove the device runtime block and the host decoder agree (the host
+// end-to-end test) without an Ascend toolchain. It is not a simulator of the cores'
+// pipes: barriers and cache maintenance are no-ops, GM is host memory.
+//
+// The harness (optrace_host namespace) sets, per simulated core, the core type, block
+// index / count, sub-block index and the start of its system counter:
+//   optrace_host::RunCores(aic, aiv, skew, [&] { my_kernel(args...); });
+// GetSystemCycle() is deterministic: each call advances a per-core counter by
+// `cycles_per_call`, and optrace_host::Spend(n) advances it by n (simulated work).
+#ifndef OPTRACE_ASCENDC_HOST_STUB_H
+#define OPTRACE_ASCENDC_HOST_STUB_H
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+
+// ---- qualifiers: nothing on the host ----
+#define __aicore__
+#define __global__
+#define __gm__
+#define __BLOCK_LOCAL__ thread_local
+#define GM_ADDR uint8_t*
+#define KERNEL_TASK_TYPE_DEFAULT(x)
+#define KERNEL_TASK_TYPE(key, x)
+
+enum pipe_t { PIPE_S = 0, PIPE_V, PIPE_M, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3, PIPE_ALL };
+
+namespace AscendC {
+
+constexpr int32_t AIC = 1;
+constexpr int32_t AIV = 2;
+constexpr int32_t MIX = 3;
+
+enum class CacheLine { SINGLE_CACHE_LINE = 0, ENTIRE_DATA_CACHE };
+enum class DcciDst { CACHELINE_ALL = 0, CACHELINE_UB, CACHELINE_OUT, CACHELINE_ATOMIC };
+
+}  // namespace AscendC
+
+namespace optrace_host {
+
+// What the harness tells the kernel about the core it is "running on".
+struct CoreContext {
+    int32_t core_type = AscendC::AIV;
+    int64_t block_idx = 0;
+    int64_t block_num = 1;
+    int64_t sub_block_idx = 0;
+    uint64_t cycle = 0;            // current value of the system counter
+    uint64_t cycles_per_call = 3;  // each GetSystemCycle() call costs this much
+};
+
+inline thread_local CoreContext g_core;
+
+inline void Spend(uint64_t cycles) { g_core.cycle += cycles; }
+
+// Runs `body` once per simulated core, sequentially: `aic` cube cores, then `aiv` vector
+// cores. Core k (in that order) starts its counter at `start + k * skew`; uint64 wraps
+// are allowed (start near 2**64 tests the decoder's wraparound handling).
+inline void RunCores(int64_t aic, int64_t aiv, uint64_t start, uint64_t skew,
+                     const std::function<void()>& body) {
+    int64_t block_num = aic > 0 ? aic : aiv;
+    int64_t k = 0;
+    for (int64_t i = 0; i < aic; ++i, ++k) {
+        g_core = CoreContext{AscendC::AIC, i, block_num, 0, start + static_cast<uint64_t>(k) * skew, 3};
+        body();
+    }
+    for (int64_t i = 0; i < aiv; ++i, ++k) {
+        // 1C2V: AIV core i belongs to block i / 2 as sub-block i % 2.
+        g_core = CoreContext{AscendC::AIV, i, block_num, i % 2, start + static_cast<uint64_t>(k) * skew, 3};
+        body();
+    }
+}
+
+}  // namespace optrace_host
+
+// Real AscendC has a per-compilation-pass core type; here it is per simulated core.
+#define g_coreType (::optrace_host::g_core.core_type)
+#define ASCEND_IS_AIC (g_coreType == ::AscendC::AIC)
+#define ASCEND_IS_AIV (g_coreType == ::AscendC::AIV)
+
+namespace AscendC {
+
+inline int64_t GetBlockIdx() { return ::optrace_host::g_core.block_idx; }
+inline int64_t GetBlockNum() { return ::optrace_host::g_core.block_num; }
+inline int64_t GetSubBlockIdx() { return ::optrace_host::g_core.sub_block_idx; }
+inline int64_t GetTaskRation() { return 2; }
+
+inline int64_t GetSystemCycle() {
+    ::optrace_host::g_core.cycle += ::optrace_host::g_core.cycles_per_call;
+    return static_cast<int64_t>(::optrace_host::g_core.cycle);
+}
+
+template <pipe_t pipe>
+inline void PipeBarrier() {}
+
+inline void SyncAll() {}
+
+template <typename T>
+class GlobalTensor {
+public:
+    void SetGlobalBuffer(__gm__ T* buffer, uint64_t size = 0) {
+        address_ = buffer;
+        size_ = size;
+    }
+    __gm__ T* GetPhyAddr() const { return address_; }
+    T GetValue(uint64_t offset) const { return address_[offset]; }
+    void SetValue(uint64_t offset, T value) { address_[offset] = value; }
+    GlobalTensor operator[](uint64_t offset) const {
+        GlobalTensor view;
+        view.SetGlobalBuffer(address_ + offset, size_ > offset ? size_ - offset : 0);
+        return view;
+    }
+
+private:
+    __gm__ T* address_ = nullptr;
+    uint64_t size_ = 0;
+};
+
+// The host has coherent memory: nothing to flush. Counted so tests can assert the
+// write-back flushed what it wrote.
+inline thread_local uint64_t g_dcciCount = 0;
+
+template <typename T, CacheLine entire, DcciDst dst = DcciDst::CACHELINE_OUT>
+inline void DataCacheCleanAndInvalid(const GlobalTensor<T>&) {
+    ++g_dcciCount;
+}
+
+}  // namespace AscendC
+
+#endif  // OPTRACE_ASCENDC_HOST_STUB_H

@@ -1,0 +1,87 @@
+// A small instrumented kernel for the host end-to-end test (tests/runtime/test_host_e2e.py).
+//
+// Shaped like a fused MoE kernel: a setup phase, a per-expert loop on AIC (compute) and
+// on AIV (wait + copy), then a combine; the last AIV core leaves early (an early return
+// must still close `processing` and write the slot back). Trace points are integers, as
+// `optrace preprocess --modify` leaves them (see point_map.json beside this file). The
+// test substitutes the entry scaffold (codemods/templates/entry_scaffold.h) at the
+// `// @@prologue` line, exactly as `optrace apply` inserts it — it brings the
+// `processing` B/E points (TRACE_POINT, whose ids point_map.json lists) and the
+// write-back — then compiles with g++ against the AscendC host stub and the runtime
+// block template.
+#include "ascendc_host_stub.h"
+#include "moe_tracing_runtime.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#ifndef E2E_EXPERTS
+#define E2E_EXPERTS 4  // the overflow variant raises it past the slot capacity
+#endif
+
+using optrace_host::Spend;
+
+extern "C" __global__ __aicore__ void moe_demo(GM_ADDR x, GM_ADDR profilingData)
+{
+    // @@prologue
+    (void)x;
+    MoeTracing(3);  // processing setup B
+    Spend(100);
+    MoeTracing(4);  // processing setup E
+    if (ASCEND_IS_AIV && AscendC::GetBlockIdx() == 2 * AscendC::GetBlockNum() - 1) {
+        return;  // nothing left for this core: the scaffold's guard still ends `processing`
+    }
+    if (ASCEND_IS_AIC) {
+        for (int32_t e = 0; e < E2E_EXPERTS; ++e) {
+            MoeTracing(5, 0, e);  // processing expert aic B, loop index
+            Spend(50 + e);
+            MoeTracing(6, 0, e);  // processing expert aic E
+        }
+    } else {
+        int32_t role = static_cast<int32_t>(AscendC::GetSubBlockIdx());
+        for (int32_t e = 0; e < E2E_EXPERTS; ++e) {
+            MoeTracing(7, role, e);  // processing expert aiv B: extraId = sub-block
+            MoeTracing(9);           // processing expert aiv wait B
+            Spend(20);
+            MoeTracing(10);          // processing expert aiv wait E
+            Spend(30);
+            MoeTracing(8, role, e);  // processing expert aiv E
+        }
+    }
+    MoeTracing(11);  // processing combine B
+    Spend(40);
+    MoeTracing(12);  // processing combine E
+}
+
+// usage: moe_demo OUT.bin BLOCKS SLOTS START_CYCLE SKEW
+// Runs BLOCKS AIC + 2*BLOCKS AIV simulated cores into a zeroed buffer of SLOTS slots.
+int main(int argc, char** argv)
+{
+    if (argc != 6) {
+        std::fprintf(stderr, "usage: %s OUT.bin BLOCKS SLOTS START_CYCLE SKEW\n", argv[0]);
+        return 2;
+    }
+    const int64_t blocks = std::strtoll(argv[2], nullptr, 10);
+    const int64_t slots = std::strtoll(argv[3], nullptr, 10);
+    const uint64_t start = std::strtoull(argv[4], nullptr, 10);
+    const uint64_t skew = std::strtoull(argv[5], nullptr, 10);
+    if (slots < 3 * blocks) {
+        std::fprintf(stderr, "SLOTS must be at least 3 * BLOCKS\n");
+        return 2;
+    }
+    std::vector<int64_t> gm(static_cast<size_t>(slots) * PROF_SIZE_PER_CORE, 0);
+    std::vector<uint8_t> input(64, 0);
+    optrace_host::RunCores(blocks, 2 * blocks, start, skew, [&] {
+        moe_demo(input.data(), reinterpret_cast<GM_ADDR>(gm.data()));
+    });
+    std::FILE* out = std::fopen(argv[1], "wb");
+    if (out == nullptr) {
+        std::perror(argv[1]);
+        return 1;
+    }
+    size_t written = std::fwrite(gm.data(), sizeof(int64_t), gm.size(), out);
+    std::fclose(out);
+    std::printf("dcci %llu\n", static_cast<unsigned long long>(AscendC::g_dcciCount));
+    return written == gm.size() ? 0 : 1;
+}

@@ -1,0 +1,300 @@
+"""`optrace collect`: the trace it writes, filters, exit codes and bad input."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from rt_helpers import FP, rank_buffer, write_point_map
+from typer.testing import CliRunner
+
+from optrace.cli import app
+from optrace.runtime.format import pack_event
+from optrace.runtime.pt_writer import write_pt
+from optrace.runtime.save import reset_launch_counters, save_profiling_data
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_counters() -> None:
+    reset_launch_counters()
+
+
+def invoke(*args: str) -> Any:
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def profiling_dir(tmp_path: Path, ranks: int = 2, **kwargs: Any) -> Path:
+    directory = tmp_path / "prof"
+    for rank in range(ranks):
+        save_profiling_data(rank_buffer(rank=rank, **kwargs).data, rank, directory, aic_cores=2,
+                            barrier=True)
+    write_point_map(directory)
+    return directory
+
+
+def events(path: Path) -> list[dict[str, Any]]:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt") as handle:
+        return list(json.load(handle)["traceEvents"])
+
+
+def test_collect_writes_a_chrome_trace(tmp_path: Path) -> None:
+    directory = profiling_dir(tmp_path)
+    result = invoke("collect", directory, "-o", tmp_path / "t.json")
+    assert result.exit_code == 0, result.output
+    assert "2 ranks, 12 cores with spans, 84 spans" in result.output
+    trace = json.loads((tmp_path / "t.json").read_text())
+    assert trace["otherData"]["ranks"][0]["barrier"] is True
+    assert trace["otherData"]["point_map_fingerprint"] == FP
+    meta = [e for e in trace["traceEvents"] if e["ph"] == "M"]
+    assert {e["args"]["name"] for e in meta if e["name"] == "process_name"} == {"Rank 0", "Rank 1"}
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    compute = [e for e in spans if e["name"] == "processing compute" and e["pid"] == 0 and e["tid"] == 0]
+    assert [e["args"]["index"] for e in compute] == [0, 1, 2]
+    assert all(e["args"]["extraId"] == 1 for e in compute)
+    assert compute[0]["args"]["src"] == "op_kernel/op.h:16"
+    root = next(e for e in spans if e["name"] == "processing" and e["tid"] == 0)
+    assert root["ts"] == pytest.approx(3 / 50) and root["dur"] == pytest.approx(170 / 50)
+
+
+def test_gzip_output_and_filters(tmp_path: Path) -> None:
+    directory = profiling_dir(tmp_path, ranks=3)
+    out = tmp_path / "t.json.gz"
+    result = invoke("collect", directory, "-o", out, "--ranks", "1-2", "--cores", "aiv1-2",
+                    "--labels", "processing dispatch")
+    assert result.exit_code == 0, result.output
+    spans = [e for e in events(out) if e["ph"] == "X"]
+    assert {e["pid"] for e in spans} == {1, 2}
+    assert {e["tid"] for e in spans} == {3, 4}  # slots of AIV 1 and AIV 2
+    assert {e["name"] for e in spans} == {"processing dispatch", "processing dispatch wait"}
+
+
+def test_clock_override(tmp_path: Path) -> None:
+    directory = profiling_dir(tmp_path, ranks=1)
+    assert invoke("collect", directory, "-o", tmp_path / "t.json", "--clock-mhz", "100").exit_code == 0
+    root = next(e for e in events(tmp_path / "t.json") if e.get("name") == "processing")
+    assert root["dur"] == pytest.approx(170 / 100)
+
+
+def test_rank_offsets(tmp_path: Path) -> None:
+    directory = profiling_dir(tmp_path)
+    assert invoke("collect", directory, "-o", tmp_path / "t.json", "--rank-offsets", "1=100").exit_code == 0
+    roots = {e["pid"]: e["ts"] for e in events(tmp_path / "t.json")
+             if e.get("name") == "processing" and e["tid"] == 0}
+    assert roots[1] - roots[0] == pytest.approx(100)
+
+
+def test_several_launches_get_their_own_process(tmp_path: Path) -> None:
+    directory = tmp_path / "prof"
+    for _ in range(2):
+        save_profiling_data(rank_buffer().data, 0, directory, aic_cores=2)
+    write_point_map(directory)
+    assert invoke("collect", directory, "-o", tmp_path / "t.json").exit_code == 0
+    names = {e["args"]["name"] for e in events(tmp_path / "t.json") if e.get("name") == "process_name"}
+    assert names == {"Rank 0 (launch 0)", "Rank 0 (launch 1)"}
+
+
+def test_skipped_records_exit_1_with_reasons(tmp_path: Path) -> None:
+    directory = tmp_path / "prof"
+    # fingerprint + B + 4 dispatch + 12 compute + 2 combine + E = 21 records, capacity 15
+    buffer = rank_buffer(aic=1, aiv=0, words=32, loops=6)
+    save_profiling_data(buffer.data, 0, directory, aic_cores=1)
+    write_point_map(directory)
+    result = invoke("collect", directory, "-o", tmp_path / "t.json")
+    assert result.exit_code == 1
+    assert "skipped 6 records: 6 dropped" in result.output
+    assert "AIC 0: 6 records dropped (slot holds 15, the core wrote 21)" in result.output
+    assert "2 B records without their E (closed and flagged)" in result.output
+
+
+def test_legacy_files_decode(tmp_path: Path) -> None:
+    directory = tmp_path / "prof"
+    directory.mkdir()
+    (directory / "rank000.pt").write_bytes((DATA / "rank000_legacy.pt").read_bytes())
+    (directory / "point_map.json").write_text(json.dumps({"points": {
+        "1": {"label": "processing", "file": "a.h", "line": 1, "event_type": "B"},
+        "2": {"label": "processing", "file": "a.h", "line": 9, "event_type": "E"},
+        "3": {"label": "processing loop", "file": "a.h", "line": 3, "event_type": "B"},
+        "4": {"label": "processing loop", "file": "a.h", "line": 5, "event_type": "E"},
+    }}))
+    result = invoke("collect", directory, "-o", tmp_path / "t.json")
+    assert result.exit_code == 0, result.output
+    assert "1 unused core slots" in result.output
+    names = {e["args"]["name"] for e in events(tmp_path / "t.json") if e.get("name") == "thread_name"}
+    assert names == {"AIC 0", "AIC 1", "AIV 0", "AIV 1", "AIV 2"}
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def test_no_rank_files(tmp_path: Path) -> None:
+    result = invoke("collect", tmp_path, "-o", tmp_path / "t.json")
+    assert result.exit_code == 2
+    assert f"{tmp_path}: no rank*.pt files" in result.output
+    assert not (tmp_path / "t.json").exists()
+
+
+def test_missing_directory(tmp_path: Path) -> None:
+    result = invoke("collect", tmp_path / "nope", "-o", tmp_path / "t.json")
+    assert result.exit_code == 2 and "no such directory" in result.output
+
+
+def test_no_map_beside_rank_files(tmp_path: Path) -> None:
+    directory = profiling_dir(tmp_path)
+    (directory / "point_map.json").unlink()
+    result = invoke("collect", directory, "-o", tmp_path / "t.json")
+    assert result.exit_code == 2 and "pass --point-map" in result.output
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "point map is not valid JSON"),
+        ('{"x": 1}', "not a point map"),
+        ('{"points": {"1": {"label": "a", "event_type": "X"}}}', "'event_type' must be"),
+        ('{"points": {"0": {"label": "a", "event_type": "B"}}}', "id 0 is reserved"),
+    ],
+)
+def test_unusable_map(tmp_path: Path, content: str, message: str) -> None:
+    directory = profiling_dir(tmp_path, ranks=1)
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    result = invoke("collect", directory, "--point-map", bad, "-o", tmp_path / "t.json")
+    assert result.exit_code == 2
+    assert f"{bad}: " in result.output and message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_missing_map_file(tmp_path: Path) -> None:
+    directory = profiling_dir(tmp_path, ranks=1)
+    result = invoke("collect", directory, "--point-map", tmp_path / "nope.json", "-o", tmp_path / "t.json")
+    assert result.exit_code == 2 and f"{tmp_path / 'nope.json'}: point map not found" in result.output
+
+
+def _bad_rank_files(directory: Path) -> dict[str, str]:
+    """Writes one broken rank file per kind; returns file name -> expected message part."""
+    good = rank_buffer().data
+    (directory / "rank001.pt").write_bytes(b"")
+    (directory / "rank002.pt").write_bytes((directory / "rank000.pt").read_bytes()[:300])
+    write_pt([good.astype(np.int32)], directory / "rank003.pt")
+    write_pt([good[:, :100]], directory / "rank004.pt")  # fine shape, but see rank 5
+    write_pt({"optrace_profiling": 1, "meta": {"slot_words": 64}, "data": good}, directory / "rank005.pt")
+    negative = good.copy()
+    negative[0, 0] = -5
+    write_pt([negative[:2], negative[2:]], directory / "rank006.pt")
+    beyond = good.copy()
+    beyond[1, 0] = 1 << 40
+    write_pt([beyond[:2], beyond[2:]], directory / "rank007.pt")
+    write_pt({"optrace_profiling": 99, "meta": {}, "data": good}, directory / "rank008.pt")
+    return {
+        "rank001.pt": "empty file",
+        "rank002.pt": "not a readable .pt zip",
+        "rank003.pt": "dtype int32, expected int64",
+        "rank005.pt": "has 128 words per slot, the metadata says 64",
+        "rank006.pt": "AIC 0: counter -5 is negative",
+        "rank007.pt": "AIC 1: counter 1099511627776 is past what the layout can explain",
+        "rank008.pt": "format version 99 is newer",
+    }
+
+
+def test_bad_rank_files_are_named_and_others_still_decoded(tmp_path: Path) -> None:
+    directory = profiling_dir(tmp_path, ranks=1)
+    expected = _bad_rank_files(directory)
+    result = invoke("collect", directory, "-o", tmp_path / "t.json")
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    for name, message in expected.items():
+        line = next((ln for ln in result.output.splitlines() if name in ln), "")
+        assert message in line, (name, result.output)
+    pids = {e["pid"] for e in events(tmp_path / "t.json") if e["ph"] == "X"}
+    assert pids == {0, 4, 6, 7}  # good rank, odd-width legacy, and the two with bad slots
+
+
+def test_unknown_ids_exit_1(tmp_path: Path) -> None:
+    directory = tmp_path / "prof"
+    data = rank_buffer(aic=1, aiv=0).data
+    n = int(data[0, 0])
+    data[0, n] = pack_event(77)
+    data[0, data.shape[1] - 1 - n] = data[0, data.shape[1] - n]
+    data[0, 0] = n + 1
+    save_profiling_data(data, 0, directory, aic_cores=1)
+    write_point_map(directory)
+    result = invoke("collect", directory, "-o", tmp_path / "t.json")
+    assert result.exit_code == 1
+    assert "ids not in the point map (77)" in result.output
+    assert "the map matches the build fingerprint, so these records are corrupt" in result.output
+
+
+def test_bad_filters_are_usage_errors(tmp_path: Path) -> None:
+    directory = profiling_dir(tmp_path, ranks=1)
+    for option, value in (("--ranks", "x"), ("--cores", "gpu1"), ("--rank-offsets", "1:2")):
+        result = invoke("collect", directory, "-o", tmp_path / "t.json", option, value)
+        assert result.exit_code == 2 and option in result.output
+
+
+def test_console_script_end_to_end(tmp_path: Path) -> None:
+    """The real process: what users and the benchmark run."""
+    directory = profiling_dir(tmp_path, ranks=1)
+    done = subprocess.run(
+        [sys.executable, "-m", "optrace", "collect", str(directory), "-o", str(tmp_path / "t.json")],
+        capture_output=True, text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""  # no progress bar when stderr is not a terminal
+    assert json.loads((tmp_path / "t.json").read_text())["otherData"]["format"] == "optrace-chrome"
+
+
+
+def test_rows_written_in_several_blocks_stay_valid_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from optrace.runtime import chrome
+
+    monkeypatch.setattr(chrome, "_ROWS_PER_BLOCK", 5)  # the rank's 42 spans span 9 blocks
+    directory = profiling_dir(tmp_path, ranks=1)
+    assert invoke("collect", directory, "-o", tmp_path / "t.json").exit_code == 0
+    spans = [e for e in events(tmp_path / "t.json") if e["ph"] == "X"]
+    assert len(spans) == 42
+
+
+def test_internal_error_exits_3_without_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from optrace.runtime import collect as collect_module
+
+    def broken(*_args: Any, **_kwargs: Any) -> None:
+        raise RuntimeError("decoder bug")
+
+    monkeypatch.setattr(collect_module, "collect", broken)
+    monkeypatch.delenv("OPTRACE_DEBUG", raising=False)
+    result = invoke("collect", profiling_dir(tmp_path, ranks=1), "-o", tmp_path / "t.json")
+    assert result.exit_code == 3
+    assert "internal error: RuntimeError: decoder bug" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_torch_reader_agrees_with_numpy_reader() -> None:
+    pytest.importorskip("torch")
+    from optrace.runtime.pt_reader import load_pt, load_pt_with_torch
+
+    for name in ("rank000_legacy.pt", "rank002_torchdict.pt"):
+        ours, theirs = load_pt(DATA / name), load_pt_with_torch(DATA / name)
+        flat_ours = ours if isinstance(ours, list) else [ours["data"]]
+        flat_theirs = theirs if isinstance(theirs, list) else [theirs["data"]]
+        for a, b in zip(flat_ours, flat_theirs, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_unwritable_output_is_bad_input(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = invoke("collect", profiling_dir(tmp_path, ranks=1), "-o", blocker / "sub" / "t.json")
+    assert result.exit_code == 2 and "Traceback" not in result.output

@@ -1,0 +1,116 @@
+"""Rank-file names, point maps, atomic output and the Chrome writer's file handling."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from rt_helpers import point_map, rank_buffer
+
+from optrace.runtime.atomic import atomic_output
+from optrace.runtime.chrome import ChromeTraceWriter, label_matcher
+from optrace.runtime.decode import decode_rank
+from optrace.runtime.errors import ProfilingInputError
+from optrace.runtime.pointmap import load_point_map
+from optrace.runtime.rankfile import RankFileName, parse_rank_file_name, rank_file_name
+
+
+@given(st.integers(0, 5000), st.one_of(st.none(), st.from_regex(r"[A-Za-z0-9.-]{1,12}", fullmatch=True)),
+       st.integers(0, 50))
+def test_rank_file_names_round_trip(rank: int, tag: str | None, launch: int) -> None:
+    name = rank_file_name(rank, tag, launch)
+    assert parse_rank_file_name(name) == RankFileName(rank, tag, launch)
+
+
+def test_rank_file_name_details() -> None:
+    assert rank_file_name(3) == "rank003.pt"
+    assert rank_file_name(3, "combine", 2) == "rank003_combine_launch2.pt"
+    assert parse_rank_file_name("rank12.pt") == RankFileName(12, None, 0)  # legacy, unpadded
+    assert parse_rank_file_name("rank000_launch1.pt") == RankFileName(0, None, 1)
+    assert parse_rank_file_name("rank000.pt.tmp") is None
+    assert parse_rank_file_name("point_map.json") is None
+    with pytest.raises(ValueError):
+        rank_file_name(0, "bad_tag")
+
+
+def test_point_map_loading(tmp_path: Path) -> None:
+    path = tmp_path / "point_map.json"
+    path.write_text(json.dumps({"fingerprint": 5, "points": {
+        "7": {"label": "a b", "file": "x.h", "line": 3, "event_type": "B"},
+        "9": {"label": "a b", "event_type": "E"},
+    }}))
+    loaded = load_point_map(path)
+    assert loaded.fingerprint == 5 and loaded.labels == ["a b"]
+    assert loaded.points[7].source == "x.h:3" and loaded.points[9].source == ""
+    import numpy as np
+
+    assert loaded.lookup(np.array([7, 8, 9, 10], dtype=np.uint32)).tolist() == [0, -1, 1, -1]
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ({"points": {"x": {"label": "a", "event_type": "B"}}}, "ids must be integers"),
+        ({"points": {"1": {"event_type": "B"}}}, "missing 'label'"),
+        ({"points": {"1": {"label": "a", "event_type": "B", "line": "3"}}}, "'line' must be an integer"),
+        ({"points": {}, "fingerprint": -1}, "'fingerprint' must be a uint32"),
+        ([], "not a point map"),
+    ],
+)
+def test_point_map_errors(tmp_path: Path, document: object, message: str) -> None:
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(document))
+    with pytest.raises(ProfilingInputError) as info:
+        load_point_map(path)
+    assert message in info.value.message and info.value.path == str(path)
+
+
+def test_atomic_output_leaves_nothing_on_failure(tmp_path: Path) -> None:
+    target = tmp_path / "out.bin"
+    target.write_bytes(b"old")
+    with pytest.raises(RuntimeError), atomic_output(target) as handle:
+        handle.write(b"partial")
+        raise RuntimeError("boom")
+    assert target.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["out.bin"]
+    with atomic_output(target) as handle:
+        handle.write(b"new")
+    assert target.read_bytes() == b"new"
+
+
+def test_writer_without_close_writes_nothing(tmp_path: Path) -> None:
+    with ChromeTraceWriter(tmp_path / "t.json") as writer:
+        writer.add_rank(0, "Rank 0", decode_rank(rank_buffer(), point_map()), point_map())
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_label_matcher_follows_the_hierarchy() -> None:
+    match = label_matcher(["processing dispatch"])
+    assert match("processing dispatch") and match("processing dispatch wait")
+    assert not match("processing") and not match("processing dispatcher")
+    assert label_matcher(None)("anything")
+
+
+@given(st.lists(st.integers(-(10**15), 10**15), min_size=1, max_size=50))
+def test_fixed_point_rendering_matches_python(values: list[int]) -> None:
+    import numpy as np
+
+    from optrace.runtime.chrome import render_fixed3
+
+    rendered = render_fixed3(np.array(values, dtype=np.int64))
+    for row, value in zip(rendered, values, strict=True):
+        text = row.tobytes().decode("ascii")
+        assert text.strip() == ("-" if value < 0 else "") + f"{abs(value) // 1000}.{abs(value) % 1000:03d}"
+        assert json.loads(text) == pytest.approx(value / 1000)  # valid JSON number, padding included
+
+
+@given(st.lists(st.integers(0, 2**40), min_size=1, max_size=50))
+def test_int_rendering_matches_python(values: list[int]) -> None:
+    import numpy as np
+
+    from optrace.runtime.chrome import render_int
+
+    rendered = render_int(np.array(values, dtype=np.int64))
+    assert [row.tobytes().decode().strip() for row in rendered] == [str(v) for v in values]
