@@ -306,6 +306,57 @@ def strip(
     raise typer.Exit(_edit_command(op_dirs, repo_root, write, check, patch, "strip"))
 
 
+class CheckFormat(StrEnum):
+    text = "text"
+    json = "json"
+    sarif = "sarif"
+
+
+@app.command()
+def check(
+    op_dirs: Annotated[list[Path], typer.Argument(help="Operator directories.")],
+    repo_root: Annotated[Path | None, typer.Option(help="Repository root (see `plan`).")] = None,
+    fmt: Annotated[CheckFormat, typer.Option("--format", help="text, json or sarif.")] = CheckFormat.text,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here, not stdout.")] = None,
+    strict: Annotated[bool, typer.Option("--strict", help="Warnings count as errors.")] = False,
+    compile_safety: Annotated[
+        bool, typer.Option(" /--no-compile", help="Skip the libclang compile-safety pass.")
+    ] = True,
+) -> None:
+    """Check trace points and the kernel side of gate G2: label syntax and depth, the root
+    `processing`, B/E pairing and nesting (every exit path), the profiling_data parameter,
+    and whether the code optrace inserted compiles (libclang against the AscendC host stub).
+    Each operator's summary says whether profiling is compiled in. Exit 1 on errors."""
+    from optrace.engine.check import check_operator
+    from optrace.engine.check_output import render_check_text, sarif_document
+    from optrace.engine.diagnostics import InputError, Severity
+
+    code = EXIT_OK
+    reports = []
+    for op_dir in op_dirs:
+        try:
+            report = check_operator(op_dir, repo_root, compile_safety=compile_safety)
+        except InputError as exc:
+            _err(exc.diagnostic.format())
+            code = max(code, EXIT_INPUT)
+            continue
+        reports.append(report)
+        if report.worst(strict) == Severity.ERROR:
+            code = max(code, EXIT_FINDINGS)
+    if fmt == CheckFormat.text:
+        rendered = "".join(render_check_text(r, strict) for r in reports)
+    elif fmt == CheckFormat.json:
+        rendered = json.dumps({"version": 1, "operators": [r.to_json(strict) for r in reports]},
+                              indent=2) + "\n"
+    else:
+        rendered = json.dumps(sarif_document(reports, strict), indent=2) + "\n"
+    if output is not None:
+        output.write_text(rendered, encoding="utf-8")
+    else:
+        sys.stdout.write(rendered)
+    raise typer.Exit(code)
+
+
 @app.command()
 def preprocess(
     src_dir: Annotated[Path, typer.Argument(help="Kernel sources (the build tree's copy).")],

@@ -1,0 +1,356 @@
+"""`optrace check`: trace-point checks and kernel-side compile safety, per operator.
+
+Every finding has a stable code (OT4xx), a location and a message. Static checks read
+the kernel sources as they are (instrumented by optrace or by hand); compile safety
+parses each file optrace touched with libclang against the AscendC host stub, and
+reports the diagnostics that land on code optrace inserted — real trees include headers
+no stub can provide, so everything else is context, not a finding.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from optrace.engine.diagnostics import Diagnostic, InputError, Severity
+from optrace.engine.discovery import CPP_EXTS, default_repo_root, walk_files
+from optrace.engine.preprocess import MAX_DEPTH, _label_problem
+from optrace.engine.source import blank_comments, blank_if0, decode
+
+_POINT_RE = re.compile(
+    rb'\b(MoeTracing\s*(?:<[^>]*>)?\s*\(|OptraceEnd\s+\w+\s*\(|OptraceEntryEnd\s+\w+\s*\()\s*'
+    rb'TRACE_POINT\s*\(\s*"((?:[^"\\\n]|\\.)*)"\s*,\s*"([^"\n]*)"\s*\)'
+)
+_ENABLE_RE = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+ENABLE_MOE_PROFILING[ \t]+(\S+)", re.M)
+_BLOCK_VERSION_RE = re.compile(rb"// optrace-runtime-block v(\d+)")
+_INSERTED_LINE_RE = re.compile(rb"//\s*optrace\b|/\*optrace<\*/|optrace-scaffold|optrace-runtime-block")
+
+
+@dataclass(frozen=True)
+class Point:
+    label: str
+    event: str
+    guard: bool  # an OptraceEnd scope guard: its E runs on every exit of the scope
+    path: Path
+    line: int
+    offset: int
+
+
+@dataclass
+class CheckReport:
+    op_dir: Path
+    repo_root: Path
+    findings: list[Diagnostic] = field(default_factory=list)
+    instrumented: bool = False
+    profiling_enabled: str = "n/a"
+    points: int = 0
+    labels: int = 0
+    compile_checked: int = 0
+
+    def add(self, code: str, message: str, path: Path | None, line: int,
+            severity: Severity = Severity.ERROR) -> None:
+        self.findings.append(Diagnostic(code, message, path, line, severity))
+
+    def effective(self, d: Diagnostic, strict: bool) -> Severity:
+        return Severity.ERROR if strict and d.severity == Severity.WARNING else d.severity
+
+    def to_json(self, strict: bool) -> dict[str, object]:
+        return {
+            "op_dir": self.op_dir.relative_to(self.repo_root).as_posix()
+            if self.op_dir.is_relative_to(self.repo_root) else str(self.op_dir),
+            "instrumented": self.instrumented,
+            "profiling_enabled": self.profiling_enabled,
+            "points": self.points,
+            "labels": self.labels,
+            "compile_checked_files": self.compile_checked,
+            "findings": [{**d.to_json(self.repo_root), "severity": self.effective(d, strict).value}
+                         for d in self.findings],
+        }
+
+    def worst(self, strict: bool) -> Severity | None:
+        sev = [d.severity for d in self.findings if d.severity != Severity.INFO]
+        if not sev:
+            return None
+        if Severity.ERROR in sev or strict:
+            return Severity.ERROR
+        return Severity.WARNING
+
+
+def scan_points(path: Path, data: bytes) -> list[Point]:
+    code = blank_if0(blank_comments(data))
+    out = []
+    for m in _POINT_RE.finditer(code):
+        head = m.group(1)
+        out.append(Point(decode(m.group(2)), decode(m.group(3)),
+                         head.startswith((b"OptraceEnd", b"OptraceEntryEnd")), path,
+                         code.count(b"\n", 0, m.start()) + 1, m.start()))
+    return out
+
+
+def check_operator(op_dir: Path, repo_root: Path | None = None, compile_safety: bool = True) -> CheckReport:
+    op_dir = op_dir.resolve()
+    if not op_dir.is_dir():
+        raise InputError(Diagnostic("OT001", "operator directory does not exist", op_dir, 0,
+                                    Severity.ERROR))
+    root = (repo_root or default_repo_root(op_dir)).resolve()
+    report = CheckReport(op_dir, root)
+    files = [p for p in walk_files(op_dir, CPP_EXTS)]
+    all_points: list[Point] = []
+    touched: list[Path] = []
+    for path in files:
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            report.add("OT011", f"cannot read: {exc.strerror}", path, 0)
+            continue
+        m = _ENABLE_RE.search(data)
+        if m:
+            report.profiling_enabled = decode(m.group(1))
+        pts = scan_points(path, data)
+        all_points.extend(pts)
+        if _INSERTED_LINE_RE.search(data):
+            touched.append(path)
+        _check_block_version(report, path, data)
+    report.points = len(all_points)
+    report.labels = len({p.label for p in all_points})
+    report.instrumented = bool(all_points)
+    if not all_points:
+        return report
+    _check_labels(report, all_points)
+    _check_pairs(report, all_points)
+    _check_kernel_g2(report, op_dir, root)
+    if compile_safety and touched:
+        compile_check(report, touched, op_dir)
+    return report
+
+
+def _check_block_version(report: CheckReport, path: Path, data: bytes) -> None:
+    from optrace.codemods.runtime_block import template
+
+    found = _BLOCK_VERSION_RE.search(data)
+    current = _BLOCK_VERSION_RE.search(template())
+    if found and current and int(found.group(1)) < int(current.group(1)):
+        report.add("OT409", f"runtime block v{decode(found.group(1))} is older than "
+                   f"v{decode(current.group(1))}; "
+                   "re-run `optrace apply` to upgrade it", path, data.count(b"\n", 0, found.start()) + 1,
+                   Severity.WARNING)
+
+
+def _check_labels(report: CheckReport, points: list[Point]) -> None:
+    seen: set[tuple[str, str]] = set()
+    for p in points:
+        if (p.label, p.event) in seen:
+            continue
+        seen.add((p.label, p.event))
+        problem = _label_problem(p.label, p.event)
+        if problem:
+            code = "OT402" if "deeper" in problem else "OT401"
+            report.add(code, problem, p.path, p.line)
+    labels = {p.label for p in points}
+    if "processing" not in labels:
+        first = points[0]
+        report.add("OT403", 'no root point "processing" (the kernel entry scaffold is missing)',
+                   first.path, first.line)
+    deep = [lb for lb in labels if lb != "processing" and len(lb.split()) > MAX_DEPTH - 1]
+    del deep  # reported per point above
+
+
+def _check_pairs(report: CheckReport, points: list[Point]) -> None:
+    """B/E balance per label across the kernel, and per file in source order: every B is
+    closed (by an explicit E or a guard) and Es close the most recent open B."""
+    from collections import Counter
+
+    begins = Counter(p.label for p in points if p.event == "B")
+    ends = Counter(p.label for p in points if p.event == "E")
+    for label in sorted(set(begins) | set(ends)):
+        if begins[label] and not ends[label]:
+            p = next(p for p in points if p.label == label)
+            report.add("OT404", f'"{label}" has a B and no E anywhere', p.path, p.line)
+        elif ends[label] and not begins[label]:
+            p = next(p for p in points if p.label == label)
+            report.add("OT404", f'"{label}" has an E and no B anywhere', p.path, p.line)
+    by_file: dict[Path, list[Point]] = {}
+    for p in points:
+        by_file.setdefault(p.path, []).append(p)
+    for path, pts in by_file.items():
+        _check_file_nesting(report, path, sorted(pts, key=lambda p: p.offset))
+
+
+def _check_file_nesting(report: CheckReport, path: Path, pts: list[Point]) -> None:
+    data = path.read_bytes()
+    code = blank_if0(blank_comments(data))
+    stack: list[Point] = []
+    for p in pts:
+        if p.event == "B":
+            stack.append(p)
+            continue
+        if p.guard:
+            # `MoeTracing(B); OptraceEnd g(E);` closes when the scope closes: pair it now.
+            if stack and stack[-1].label == p.label:
+                stack.pop()
+            else:
+                report.add("OT405", f'scope guard for "{p.label}" does not follow its B', path, p.line)
+            continue
+        if not stack:
+            continue  # an E for a B in another file (a region spanning a call): checked globally
+        if stack[-1].label == p.label:
+            b = stack.pop()
+            _check_exits_between(report, path, code, b, p)
+        elif any(q.label == p.label for q in stack):
+            inner = stack[-1]
+            report.add("OT406", f'"{p.label}" ends while "{inner.label}" (line {inner.line}) is still open: '
+                       "regions must nest", path, p.line)
+            while stack and stack[-1].label != p.label:
+                stack.pop()
+            stack.pop()
+    del stack
+
+
+_EXIT_RE = re.compile(rb"\b(return|break|continue)\b")
+
+
+def _check_exits_between(report: CheckReport, path: Path, code: bytes, b: Point, e: Point) -> None:
+    """An explicit B ... E pair with a return / break / continue between them leaves the
+    region without its E (scope guards do not have this problem)."""
+    segment = code[b.offset : e.offset]
+    for m in _EXIT_RE.finditer(segment):
+        before = segment[: m.start()]
+        # An explicit E for this label right before the exit closes it on that path.
+        tail = before[-240:]
+        if f'TRACE_POINT("{b.label}", "E")'.encode() in tail:
+            continue
+        line = code.count(b"\n", 0, b.offset + m.start()) + 1
+        report.add("OT407", f'`{m.group(1).decode()}` leaves "{b.label}" (B at line {b.line}) without its E',
+                   path, line)
+
+
+def _check_kernel_g2(report: CheckReport, op_dir: Path, root: Path) -> None:
+    """Kernel side of gate G2: the entry has `profiling_data` after its outputs and before
+    workspace / tiling, and forwards it where it forwards the workspace."""
+    from optrace.codemods.kernel_entry import PROFILING_ARG, _is_system, _param_name, _params
+    from optrace.engine.analysis import analyse_operator
+
+    try:
+        an = analyse_operator(op_dir, root)
+    except InputError as exc:
+        report.findings.append(exc.diagnostic)
+        return
+    entry = an.entry_fn
+    data = entry.src.raw
+    names = [_param_name(data, p) for p in _params(entry)]
+    line = entry.line
+    prof = next((n for n in names if n in (PROFILING_ARG, "profilingData")), None)
+    if prof is None:
+        report.add("OT410", f"kernel entry `{entry.name}` has no `{PROFILING_ARG}` parameter (gate G2)",
+                   entry.src.path, line)
+        return
+    i = names.index(prof)
+    later = [n for n in names[i + 1 :] if not _is_system(n)]
+    if later:
+        report.add("OT411", f"`{prof}` must be the last tensor output, but `{later[0]}` comes after it "
+                   "(gate G2)", entry.src.path, line)
+
+
+# --- compile safety ------------------------------------------------------------------------
+
+
+def stub_header() -> Path:
+    return Path(str(resources.files("optrace.runtime").joinpath("stub/ascendc_host_stub.h")))
+
+
+def compile_check(report: CheckReport, files: list[Path], op_dir: Path) -> None:
+    """libclang on each touched file; errors on lines optrace inserted are findings."""
+    try:
+        from clang import cindex
+    except ImportError:  # pragma: no cover - libclang is a dependency
+        report.add("OT421", "libclang is not installed: compile safety not checked", None, 0,
+                   Severity.WARNING)
+        return
+    from optrace.engine.includes import scan_includes
+
+    index = cindex.Index.create()
+    all_files = [p for p in walk_files(op_dir, CPP_EXTS)]
+    kernel_dirs = sorted({p.parent for p in all_files} | {op_dir})
+    with tempfile.TemporaryDirectory(prefix="optrace-stub-") as tmp:
+        fake = Path(tmp)
+        # The libclang wheel has no C/C++ standard headers of its own: standard headers
+        # are small shims, and absent project headers (submodules, CANN) empty files, so
+        # no include is fatal and parsing reaches every inserted line.
+        for name in _STD_SHIMS:
+            (fake / name).write_text(_STD_SHIM)
+        for path in all_files:
+            for d in scan_includes(path.read_bytes()):
+                if d.target in _STD_SHIMS or ".." in d.target:
+                    continue
+                candidates = [path.parent / d.target, *(k / d.target for k in kernel_dirs)]
+                if not any(c.exists() for c in candidates):
+                    target = fake / d.target
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.touch()
+        args = ["-x", "c++", "-std=c++17", "-fsyntax-only", "-ferror-limit=0", "-Wno-everything",
+                "-nostdinc", "-nostdinc++", f"-isystem{fake}",
+                "-include", str(stub_header()), *[f"-I{d}" for d in kernel_dirs], f"-I{fake}"]
+        for path in files:
+            data = path.read_bytes()
+            inserted, fragments = _inserted_code(data)
+            try:
+                tu = index.parse(str(path), args=args)
+            except cindex.TranslationUnitLoadError as exc:
+                report.add("OT421", f"libclang could not load the file: {exc}", path, 0, Severity.WARNING)
+                continue
+            report.compile_checked += 1
+            for diag in tu.diagnostics:
+                loc = diag.location
+                if diag.severity < cindex.Diagnostic.Error or loc.file is None:
+                    continue
+                if Path(loc.file.name).resolve() != path.resolve():
+                    continue
+                in_fragment = any(a <= loc.column <= b for a, b in fragments.get(loc.line, ()))
+                if loc.line not in inserted and not in_fragment:
+                    continue
+                report.add("OT420", f"inserted code does not compile: {diag.spelling}", path, loc.line)
+
+
+_STD_SHIMS = ("cstddef", "cstdint", "cstring", "functional", "stddef.h", "stdint.h", "string.h",
+              "type_traits", "utility", "limits", "cstdlib", "stdlib.h", "climits", "limits.h")
+_STD_SHIM = """#pragma once
+typedef signed char int8_t; typedef short int16_t; typedef int int32_t; typedef long int64_t;
+typedef unsigned char uint8_t; typedef unsigned short uint16_t; typedef unsigned int uint32_t;
+typedef unsigned long uint64_t; typedef unsigned long size_t; typedef long ptrdiff_t;
+typedef unsigned long uintptr_t; typedef long intptr_t;
+namespace std {
+using ::int8_t; using ::int16_t; using ::int32_t; using ::int64_t; using ::uint8_t;
+using ::uint16_t; using ::uint32_t; using ::uint64_t; using ::size_t; using ::ptrdiff_t;
+template <class F> class function;
+template <class R, class... A> class function<R(A...)> {
+public:
+    template <class G> function(G) {}
+    R operator()(A...) const;
+};
+}
+extern "C" void* memcpy(void*, const void*, size_t);
+extern "C" void* memset(void*, int, size_t);
+"""
+
+
+_FRAGMENT_RE = re.compile(rb"/\*optrace<\*/.*?/\*>optrace\*/")
+
+
+def _inserted_code(data: bytes) -> tuple[set[int], dict[int, list[tuple[int, int]]]]:
+    """Whole lines optrace inserted, and (1-based byte columns) fragments inside lines."""
+    lines: set[int] = set()
+    fragments: dict[int, list[tuple[int, int]]] = {}
+    inside = False
+    for n, line in enumerate(data.split(b"\n"), 1):
+        if b"optrace-scaffold begin" in line or b"optrace-runtime-block v" in line:
+            inside = True
+        if inside or re.search(rb"  // optrace\r?$", line):
+            lines.add(n)
+        for m in _FRAGMENT_RE.finditer(line):
+            fragments.setdefault(n, []).append((m.start() + 1, m.end()))
+        if b"optrace-scaffold end" in line or b"optrace-runtime-block end" in line:
+            inside = False
+    return lines, fragments

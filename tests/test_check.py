@@ -1,0 +1,127 @@
+"""`optrace check`: clean after apply on every fixture; each finding fires on bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from optrace.cli import app
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+OPERATORS = {
+    "umdk_style": "src/cam/comm_operator/ascend_kernels/moe_fused_gmm",
+    "msopgen_style": "moe_token_permute",
+    "direct_launch": "csrc/ops/moe_gating_topk",
+}
+runner = CliRunner()
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    res = runner.invoke(app, list(args))
+    return res.exit_code, res.stdout, res.stderr
+
+
+def applied(tmp: Path, repo_name: str) -> Path:
+    shutil.copytree(FIXTURES / repo_name, tmp / repo_name)
+    op = tmp / repo_name / OPERATORS[repo_name]
+    assert cli("apply", str(op), "--write")[0] == 0
+    return op
+
+
+@pytest.mark.parametrize("repo_name", sorted(OPERATORS))
+def test_check_is_clean_after_apply(tmp_path: Path, repo_name: str) -> None:
+    op = applied(tmp_path, repo_name)
+    code, out, err = cli("check", str(op))
+    assert code == 0, out + err
+    assert "profiling compiled in: ON" in out and "0 error(s)" in out
+    assert "compile-checked files: 0" not in out
+
+
+def test_not_instrumented_is_reported_not_failed(tmp_path: Path) -> None:
+    shutil.copytree(FIXTURES / "direct_launch", tmp_path / "d")
+    code, out, _ = cli("check", str(tmp_path / "d" / OPERATORS["direct_launch"]))
+    assert code == 0 and "not instrumented" in out
+
+
+def test_broken_insertion_is_caught_by_compile_safety(tmp_path: Path) -> None:
+    op = applied(tmp_path, "umdk_style")
+    target = op / "op_kernel" / "moe_fused_gmm" / "raw_distributed" / "moe_token_combine.h"
+    text = target.read_text()
+    line = next(i for i, ln in enumerate(text.splitlines(), 1) if "OptraceEnd optraceEnd" in ln)
+    target.write_text(text.replace("OptraceEnd optraceEnd", "OptraceEdn optraceEnd", 1))
+    code, out, _ = cli("check", str(op), "--format", "json")
+    assert code == 1
+    findings = json.loads(out)["operators"][0]["findings"]
+    hits = [f for f in findings if f["code"] == "OT420"]
+    assert hits and hits[0]["line"] == line and "OptraceEdn" in hits[0]["message"]
+    assert hits[0]["path"].endswith("raw_distributed/moe_token_combine.h")
+
+
+HAND = """#include "k_base.h"
+extern "C" __global__ __aicore__ void demo_op(GM_ADDR x, GM_ADDR profiling_data, GM_ADDR workspace) {
+    MoeTracing(TRACE_POINT("processing", "B"));
+    for (uint32_t groupIdx = 0; groupIdx < 4; ++groupIdx) {
+        MoeTracing(TRACE_POINT("group-loop", "B"), 0, groupIdx);
+        if (groupIdx == 2) {
+            break;
+        }
+        MoeTracing(TRACE_POINT("group-loop", "E"), 0, groupIdx);
+    }
+    MoeTracing(TRACE_POINT("Bad Label", "B"));
+    MoeTracing(TRACE_POINT("Bad Label", "E"));
+    MoeTracing(TRACE_POINT("never-closed", "B"));
+    MoeTracing(TRACE_POINT("processing", "E"));
+}
+"""
+
+
+def test_hand_written_mistakes(tmp_path: Path) -> None:
+    op = tmp_path / "repo" / "demo_op"
+    (op / "op_kernel").mkdir(parents=True)
+    (tmp_path / "repo" / "optrace.toml").touch()
+    (op / "op_kernel" / "demo_op.cpp").write_text(HAND)
+    code, out, _ = cli("check", str(op), "--format", "json")
+    assert code == 1
+    found = {(f["code"], f["line"]) for f in json.loads(out)["operators"][0]["findings"]}
+    assert ("OT407", 7) in found  # break leaves group-loop without its E
+    assert ("OT401", 11) in found  # label syntax
+    assert ("OT404", 13) in found  # B without E
+    assert not any(c == "OT410" for c, _ in found)  # profiling_data is there
+
+
+def test_g2_profiling_param_missing_or_misplaced(tmp_path: Path) -> None:
+    op = tmp_path / "repo" / "demo_op"
+    (op / "op_kernel").mkdir(parents=True)
+    (tmp_path / "repo" / "optrace.toml").touch()
+    src = op / "op_kernel" / "demo_op.cpp"
+    body = ('{\n    MoeTracing(TRACE_POINT("processing", "B"));\n'
+            '    MoeTracing(TRACE_POINT("processing", "E"));\n}\n')
+    src.write_text('extern "C" __global__ __aicore__ void demo_op(GM_ADDR x, GM_ADDR y, GM_ADDR workspace) '
+                   + body)
+    _, out, _ = cli("check", str(op), "--format", "json", "--no-compile")
+    assert "OT410" in out
+    src.write_text('extern "C" __global__ __aicore__ void demo_op(GM_ADDR x, GM_ADDR profiling_data, '
+                   "GM_ADDR y, GM_ADDR workspace) " + body)
+    code, out, _ = cli("check", str(op), "--format", "json", "--no-compile")
+    assert code == 1 and "OT411" in out and "`y`" in out
+
+
+def test_sarif_and_strict(tmp_path: Path) -> None:
+    op = applied(tmp_path, "direct_launch")
+    base = op / "op_kernel" / "moe_gating_topk_base.h"
+    old = base.read_text().replace("// optrace-runtime-block v1", "// optrace-runtime-block v0", 1)
+    base.write_text(old)
+    code, out, _ = cli("check", str(op), "--format", "sarif")
+    assert code == 0
+    sarif = json.loads(out)
+    assert sarif["version"] == "2.1.0"
+    result = sarif["runs"][0]["results"][0]
+    assert result["ruleId"] == "OT409" and result["level"] == "warning"
+    expected = next(i for i, ln in enumerate(old.splitlines(), 1) if "optrace-runtime-block v0" in ln)
+    assert result["locations"][0]["physicalLocation"]["region"]["startLine"] == expected
+    code, out, _ = cli("check", str(op), "--strict")
+    assert code == 1 and "OT409" in out and "[error]" in out
