@@ -43,6 +43,7 @@ class Occurrence:
     line: int
     start: int  # byte range of the whole TRACE_POINT(...) call
     end: int
+    indexed: bool = False  # more arguments follow: MoeTracing(TRACE_POINT(...), extraId, index)
 
 
 @dataclass
@@ -110,7 +111,8 @@ def scan(src_dir: Path) -> PointMapResult:
             if code[line_start:m.start()].lstrip().startswith(b"#"):
                 continue  # inside a macro definition: not a point of its own
             label, event = decode(m.group(1)), decode(m.group(2))
-            occurrences.append(Occurrence(label, event, path, line, m.start(), m.end()))
+            indexed = code[m.end() : m.end() + 40].lstrip().startswith(b",")
+            occurrences.append(Occurrence(label, event, path, line, m.start(), m.end(), indexed))
             problem = _label_problem(label, event)
             if problem:
                 diagnostics.append(Diagnostic("OT202", problem, path, line, Severity.ERROR))
@@ -170,6 +172,8 @@ def point_map_document(result: PointMapResult, src_dir: Path, generator: str) ->
             entry = {"label": o.label, "file": rel, "line": o.line, "event_type": o.event,
                      "event_id": begin, "locations": []}
             points[str(pid)] = entry
+        if o.indexed:
+            entry["indexed"] = True
         locations = entry["locations"]
         assert isinstance(locations, list)
         locations.append(f"{rel}:{o.line}")

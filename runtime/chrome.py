@@ -109,7 +109,8 @@ def _point_tails(point_map: PointMap) -> np.ndarray:
 
 
 def _rows(
-    heads: np.ndarray, ts_q: np.ndarray, dur_q: np.ndarray, high: np.ndarray, status: np.ndarray,
+    heads: np.ndarray, ts_q: np.ndarray, dur_q: np.ndarray, high: np.ndarray, show: np.ndarray,
+    status: np.ndarray,
     tails: np.ndarray,
 ) -> np.ndarray:
     """uint8 [n, width]: fixed-width JSON rows (head, ts, dur, args, name, ",\\n").
@@ -127,7 +128,7 @@ def _rows(
             flags[rows, : len(text)] = np.frombuffer(text, np.uint8)
         parts.append(flags)
     index_parts = 0
-    if (high != 0).any():
+    if show.any():
         index_region: list[np.ndarray | bytes] = [
             b'"index":', render_int(high >> 8), b',"extraId":', render_int(high & 0xFF, 3), b","
         ]
@@ -142,7 +143,7 @@ def _rows(
     if index_parts:  # rows without an index get a blank index region
         first = len(parts) - 2 - index_parts
         columns = np.arange(offsets[first], offsets[first + index_parts])
-        out[np.ix_(np.flatnonzero(high == 0), columns)] = _SPACE
+        out[np.ix_(np.flatnonzero(~show), columns)] = _SPACE
     return out
 
 
@@ -257,10 +258,14 @@ class ChromeTraceWriter:
         dur_q = np.rint((end - start) * scale).astype(np.int64)
         heads = _text_table([f'{{"ph":"X","pid":{pid},"tid":{c.slot},"ts":' for c, _ in selected])
         tails = _point_tails(point_map)
+        # A loop's first iteration has index 0 and extraId 0 (high word 0): the map says
+        # which points carry an index, so it is shown as index 0, not left out.
+        indexed = np.array([point_map.points[i].indexed for i in point_map.ids.tolist()] or [False])
+        show = (high != 0) | indexed[point]
         total = start.size
         for lo in range(0, total, _ROWS_PER_BLOCK):
             hi = min(lo + _ROWS_PER_BLOCK, total)
-            block = _rows(heads[core_pos[lo:hi]], ts_q[lo:hi], dur_q[lo:hi], high[lo:hi],
+            block = _rows(heads[core_pos[lo:hi]], ts_q[lo:hi], dur_q[lo:hi], high[lo:hi], show[lo:hi],
                           status[lo:hi], tails[point[lo:hi]]).reshape(-1)
             self._write_bytes(block[:-2])  # _write_bytes puts the ",\n" between writes
         self.events += total

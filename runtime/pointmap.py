@@ -29,6 +29,7 @@ class Point:
     file: str = ""
     line: int | None = None
     event_id: Any = None
+    indexed: bool = False  # recorded with an index (a loop region): index 0 is shown too
 
     @property
     def source(self) -> str:
@@ -109,6 +110,7 @@ def _entry(path: str, key: str, raw: Any) -> Point:
         file=file if isinstance(file, str) else str(file),
         line=line,
         event_id=raw.get("event_id"),
+        indexed=raw.get("indexed") is True,
     )
 
 
