@@ -10,11 +10,12 @@ import json
 import os
 import sys
 import traceback
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -87,30 +88,36 @@ def _plan_one(op_dir: Path, repo_root: Path | None, as_json: bool, graph: Path |
 
 
 _PlanJob = tuple[Path, Path | None, bool, Path | None]
+_T = TypeVar("_T")
+_JOBS_HELP = "Worker processes for several operators (default: all cores)."
 
 
-def _run_parallel(jobs: list[_PlanJob], workers: int) -> list[_PlanOutcome]:
-    """Plan operators in a process pool (each one its own unit of failure), in order,
-    with a progress bar on an interactive stderr."""
+def _run_parallel(work: Callable[..., _T], jobs: list[tuple[Any, ...]], workers: int,
+                  title: str) -> list[_T]:
+    """Run `work(*job)` for every job in a process pool (each operator its own unit of
+    failure), results in job order, with a progress bar on an interactive stderr."""
     from rich.progress import Progress
 
     show = sys.stderr.isatty() and len(jobs) > 3
-    results: list[_PlanOutcome | None] = [None] * len(jobs)
-    if workers <= 1:
-        pending = ((i, _plan_one(*job)) for i, job in enumerate(jobs))
-        iterator = pending
+    results: list[_T | None] = [None] * len(jobs)
+    pool = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None
+    if pool is None:
+        iterator: Iterator[tuple[int, _T]] = ((i, work(*job)) for i, job in enumerate(jobs))
     else:
-        pool = ProcessPoolExecutor(max_workers=workers)
-        futures = {pool.submit(_plan_one, *job): i for i, job in enumerate(jobs)}
+        futures = {pool.submit(work, *job): i for i, job in enumerate(jobs)}
         iterator = ((futures[f], f.result()) for f in as_completed(futures))
-    with Progress(transient=True, disable=not show, console=None) as progress:
-        task = progress.add_task("planning", total=len(jobs))
+    with Progress(transient=True, disable=not show) as progress:
+        task = progress.add_task(title, total=len(jobs))
         for i, outcome in iterator:
             results[i] = outcome
             progress.advance(task)
-    if workers > 1:
+    if pool is not None:
         pool.shutdown()
     return [r for r in results if r is not None]
+
+
+def _workers(jobs: int | None, n: int) -> int:
+    return max(1, min(jobs or os.cpu_count() or 1, n))
 
 
 @app.command()
@@ -151,8 +158,7 @@ def plan(
             target = graph if len(op_dirs) == 1 else graph.with_name(
                 f"{graph.stem}.{op_dir.resolve().name}{graph.suffix}")
         work.append((op_dir, repo_root, as_json, target))
-    workers = min(jobs or os.cpu_count() or 1, len(work))
-    outcomes = _run_parallel(work, workers)
+    outcomes = _run_parallel(_plan_one, list(work), _workers(jobs, len(work)), "planning")
     code = EXIT_OK
     for outcome in outcomes:
         for message in outcome.messages:
@@ -306,6 +312,20 @@ def strip(
     raise typer.Exit(_edit_command(op_dirs, repo_root, write, check, patch, "strip"))
 
 
+def _check_one(op_dir: Path, repo_root: Path | None, compile_safety: bool) -> tuple[Any, str, int]:
+    """(report | None, message for stderr, exit code of a failure) for one operator."""
+    from optrace.engine.check import check_operator
+    from optrace.engine.diagnostics import InputError
+
+    try:
+        return check_operator(op_dir, repo_root, compile_safety=compile_safety), "", EXIT_OK
+    except InputError as exc:
+        return None, exc.diagnostic.format(), EXIT_INPUT
+    except Exception:  # one broken operator must not stop the others
+        message = f"{op_dir}: OT999 internal error while checking:\n{traceback.format_exc()}"
+        return None, message, EXIT_INTERNAL
+
+
 class CheckFormat(StrEnum):
     text = "text"
     json = "json"
@@ -322,23 +342,26 @@ def check(
     compile_safety: Annotated[
         bool, typer.Option(" /--no-compile", help="Skip the libclang compile-safety pass.")
     ] = True,
+    jobs: Annotated[
+        int | None,
+        typer.Option("--jobs", "-j", min=1, help=_JOBS_HELP),
+    ] = None,
 ) -> None:
     """Check trace points and the kernel side of gate G2: label syntax and depth, the root
     `processing`, B/E pairing and nesting (every exit path), the profiling_data parameter,
     and whether the code optrace inserted compiles (libclang against the AscendC host stub).
     Each operator's summary says whether profiling is compiled in. Exit 1 on errors."""
-    from optrace.engine.check import check_operator
     from optrace.engine.check_output import render_check_text, sarif_document
-    from optrace.engine.diagnostics import InputError, Severity
+    from optrace.engine.diagnostics import Severity
 
     code = EXIT_OK
     reports = []
-    for op_dir in op_dirs:
-        try:
-            report = check_operator(op_dir, repo_root, compile_safety=compile_safety)
-        except InputError as exc:
-            _err(exc.diagnostic.format())
-            code = max(code, EXIT_INPUT)
+    jobs_ = [(op_dir, repo_root, compile_safety) for op_dir in op_dirs]
+    for report, message, failure in _run_parallel(_check_one, jobs_, _workers(jobs, len(jobs_)), "checking"):
+        if message:
+            _err(message)
+            code = max(code, failure)
+        if report is None:
             continue
         reports.append(report)
         if report.worst(strict) == Severity.ERROR:
@@ -351,7 +374,11 @@ def check(
     else:
         rendered = json.dumps(sarif_document(reports, strict), indent=2) + "\n"
     if output is not None:
-        output.write_text(rendered, encoding="utf-8")
+        try:
+            output.write_text(rendered, encoding="utf-8")
+        except OSError as exc:
+            _err(f"{output}: OT030 cannot write: {exc.strerror or exc}")
+            raise typer.Exit(EXIT_INPUT) from None
     else:
         sys.stdout.write(rendered)
     raise typer.Exit(code)
