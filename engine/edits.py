@@ -242,7 +242,7 @@ def new_contents(
 
 
 # --- byte-level helpers for codemods: lines are separated by b"\n" (a CRLF line ends in
-# b"\r\n"); a lone b"\r" is not a line break, as for the C preprocessor on Linux.
+# b"\r\n"); a lone b"\r" is not a line break, as for git's diff and for tree-sitter rows.
 
 
 def line_number(data: bytes, offset: int) -> int:
@@ -314,9 +314,148 @@ def _range(start: int, length: int) -> str:
     return f"{start + 1},{length}"
 
 
+# Steps of the shortest-edit-script search before settling for difflib's heuristic match.
+_DIFF_BUDGET = 2_000_000
+
+Opcode = tuple[str, int, int, int, int]
+
+
+def _choose(prev: list[int], base: int, k: int, d: int, n: int, m: int) -> tuple[int, int]:
+    """Where round `d`'s path on diagonal `k` starts (x, or -1) and the diagonal it left.
+
+    `prev[base + k]` is round d-1's furthest x on diagonal k (-1: unreachable). Moves that
+    would leave the n x m grid are not taken, so no out-of-range point is ever recorded.
+    """
+    down = prev[base + k + 1] if k < d else -1
+    if down >= 0 and down - k > m:
+        down = -1
+    left = prev[base + k - 1] if k > -d else -1
+    right = left + 1 if 0 <= left < n else -1
+    if right > down:
+        return right, k - 1
+    return (down, k + 1) if down >= 0 else (-1, 0)
+
+
+def _myers(a: list[int], b: list[int], budget: int) -> list[tuple[int, int]] | None:
+    """Matched index pairs of a shortest edit script (Myers, 1986); None past `budget` steps.
+
+    O((n + m) * D) time for D changed lines, O(D^2) memory for the backtrack.
+    """
+    n, m = len(a), len(b)
+    if not n or not m:
+        return []
+    offset = n + m + 1
+    v = [-1] * (2 * offset + 1)
+    trace: list[list[int]] = []
+    work = 0
+    for d in range(n + m + 1):
+        for k in range(-d, d + 1, 2):
+            x = 0 if d == 0 else _choose(v, offset, k, d, n, m)[0]
+            if x < 0:
+                v[offset + k] = -1
+                continue
+            y = x - k
+            start = x
+            while x < n and y < m and a[x] == b[y]:
+                x += 1
+                y += 1
+            work += x - start
+            v[offset + k] = x
+            if x == n and y == m:
+                trace.append(v[offset - d : offset + d + 1])
+                return _backtrack(trace, n, m)
+        trace.append(v[offset - d : offset + d + 1])
+        work += d + 1
+        if work > budget:
+            return None
+    raise AssertionError("unreachable: the edit script has at most n + m steps")
+
+
+def _backtrack(trace: list[list[int]], n: int, m: int) -> list[tuple[int, int]]:
+    pairs: list[tuple[int, int]] = []
+    x, k = n, n - m
+    for d in range(len(trace) - 1, 0, -1):
+        start, came_from = _choose(trace[d - 1], d - 1, k, d, n, m)
+        pairs.extend((t, t - k) for t in range(x - 1, start - 1, -1))
+        x, k = trace[d - 1][d - 1 + came_from], came_from
+    pairs.extend((t, t) for t in range(x - 1, -1, -1))
+    pairs.reverse()
+    return pairs
+
+
+def _matching_lines(a: list[str], b: list[str]) -> list[tuple[int, int]]:
+    """(i, j) pairs of equal lines forming a longest common subsequence, in order."""
+    ids: dict[str, int] = {}
+    ai = [ids.setdefault(line, len(ids)) for line in a]
+    bi = [ids.setdefault(line, len(ids)) for line in b]
+    n, m = len(ai), len(bi)
+    head = 0
+    while head < n and head < m and ai[head] == bi[head]:
+        head += 1
+    tail = 0
+    while tail < n - head and tail < m - head and ai[n - 1 - tail] == bi[m - 1 - tail]:
+        tail += 1
+    # A line only one side has cannot match: leave it out of the search (GNU diff does too),
+    # which makes inserted lines free and keeps the search small.
+    in_a = {ai[i] for i in range(head, n - tail)}
+    in_b = {bi[j] for j in range(head, m - tail)}
+    keep_a = [i for i in range(head, n - tail) if ai[i] in in_b]
+    keep_b = [j for j in range(head, m - tail) if bi[j] in in_a]
+    core_a, core_b = [ai[i] for i in keep_a], [bi[j] for j in keep_b]
+    core = _myers(core_a, core_b, _DIFF_BUDGET)
+    if core is None:
+        blocks = difflib.SequenceMatcher(None, core_a, core_b).get_matching_blocks()
+        core = [(i + t, j + t) for i, j, size in blocks for t in range(size)]
+    return (
+        [(t, t) for t in range(head)]
+        + [(keep_a[i], keep_b[j]) for i, j in core]
+        + [(n - tail + t, m - tail + t) for t in range(tail)]
+    )
+
+
+def _opcodes(n: int, m: int, matches: list[tuple[int, int]]) -> list[Opcode]:
+    """difflib-style opcodes from matched line pairs."""
+    codes: list[Opcode] = []
+    i = j = 0
+    for x, y in [*matches, (n, m)]:
+        if x > i or y > j:
+            codes.append(("replace" if x > i and y > j else "delete" if x > i else "insert", i, x, j, y))
+        if (x, y) == (n, m):
+            break
+        last = codes[-1] if codes else None
+        if last is not None and last[0] == "equal" and last[2] == x and last[4] == y:
+            codes[-1] = ("equal", last[1], x + 1, last[3], y + 1)
+        else:
+            codes.append(("equal", x, x + 1, y, y + 1))
+        i, j = x + 1, y + 1
+    return codes
+
+
+def _groups(codes: list[Opcode], context: int) -> Iterator[list[Opcode]]:
+    """Opcodes cut into hunks with `context` lines around changes (as difflib groups them)."""
+    if not codes:
+        return
+    if codes[0][0] == "equal":
+        _tag, i1, i2, j1, j2 = codes[0]
+        codes[0] = ("equal", max(i1, i2 - context), i2, max(j1, j2 - context), j2)
+    if codes[-1][0] == "equal":
+        _tag, i1, i2, j1, j2 = codes[-1]
+        codes[-1] = ("equal", i1, min(i2, i1 + context), j1, min(j2, j1 + context))
+    group: list[Opcode] = []
+    for tag, i1, i2, j1, j2 in codes:
+        if tag == "equal" and i2 - i1 > 2 * context:
+            group.append((tag, i1, min(i2, i1 + context), j1, min(j2, j1 + context)))
+            yield group
+            group = []
+            i1, j1 = max(i1, i2 - context), max(j1, j2 - context)
+        group.append((tag, i1, i2, j1, j2))
+    if group and not (len(group) == 1 and group[0][0] == "equal"):
+        yield group
+
+
 def _hunks(a: list[str], b: list[str], context: int) -> Iterator[str]:
-    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    for group in matcher.get_grouped_opcodes(context):
+    codes = _opcodes(len(a), len(b), _matching_lines(a, b))
+    for group in _groups(codes, context):
         first, last = group[0], group[-1]
         yield f"@@ -{_range(first[1], last[2] - first[1])} +{_range(first[3], last[4] - first[3])} @@\n"
         for tag, i1, i2, j1, j2 in group:

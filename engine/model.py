@@ -104,3 +104,5 @@ class LoopInfo:
     var: str | None
     classification: str  # phase / tile / spin
     function: str
+    start: int = 0  # byte range of the loop statement
+    end: int = 0

@@ -227,7 +227,7 @@ class Planner:
         kind = self.classify_loop(fn, loop)
         var = loop_var(fn, loop)
         line = fn.src.line_of(loop.start_byte)
-        self.loops.append(LoopInfo(fn.src.path, line, var, kind, fn.display))
+        self.loops.append(LoopInfo(fn.src.path, line, var, kind, fn.display, loop.start_byte, loop.end_byte))
         if kind == "tile":
             return
         named_phase = bool(var and set(kebab(var).split("-")) & PHASE_LOOP_WORDS)

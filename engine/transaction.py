@@ -11,6 +11,7 @@ last saw and reviewed, and every file's old bytes are in the backups; see docs/e
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -29,6 +30,7 @@ from typing import Any
 CODE_STALE = "OT042"
 CODE_WRITE = "OT043"
 CODE_UNFINISHED = "OT044"
+CODE_BUSY = "OT045"
 
 JOURNAL_FORMAT = "optrace-journal"
 JOURNAL_VERSION = 1
@@ -63,6 +65,10 @@ class WriteFailed(TransactionError):
 
 class UnfinishedTransaction(TransactionError):
     """A journal from an earlier run is still there: `recover` must run first."""
+
+
+class TransactionBusy(TransactionError):
+    """Another live process holds this operator's lock (it is writing or recovering)."""
 
 
 class Outcome(StrEnum):
@@ -146,24 +152,53 @@ class _Entry:
 
 @dataclass(frozen=True)
 class _Journal:
-    json_path: Path
-    backup_dir: Path
-    token: str  # names the temp files of this transaction, so recovery can sweep them
+    """The files of one operator's journal in the journal directory."""
+
+    json_path: Path  # journal-<name>.json: present only while a transaction is unfinished
+    backup_dir: Path  # journal-<name>.backup/<i>: the old bytes of file i
+    lock_path: Path  # journal-<name>.lock: flock'ed by the process writing the operator
+    token: str = ""  # names this transaction's temp files, so recovery can sweep them
+
+    @staticmethod
+    def at(journal_dir: Path, stem: str, token: str = "") -> _Journal:
+        return _Journal(
+            journal_dir / f"{stem}.json", journal_dir / f"{stem}.backup", journal_dir / f"{stem}.lock", token
+        )
+
+    @property
+    def tmp_path(self) -> Path:
+        return self.json_path.with_name(self.json_path.name + ".tmp")
 
 
 def _sha256(data: bytes | None) -> str | None:
     return None if data is None else hashlib.sha256(data).hexdigest()
 
 
-def _journal_paths(journal_dir: Path, name: str) -> tuple[Path, Path]:
-    # Operator names become file names: keep them to a safe alphabet without dots.
-    safe = re.sub(r"[^A-Za-z0-9_-]", "_", name) or "_"
-    return journal_dir / f"journal-{safe}.json", journal_dir / f"journal-{safe}.backup"
+def _stem(name: str) -> str:
+    # Operator names become file names: a safe alphabet without dots, so the stem of any
+    # journal file is the part of its name before the first dot.
+    return "journal-" + (re.sub(r"[^A-Za-z0-9_-]", "_", name) or "_")
 
 
 def journal_path(journal_dir: Path, name: str) -> Path:
     """Where the journal of operator `name` lives while its transaction is unfinished."""
-    return _journal_paths(journal_dir, name)[0]
+    return _Journal.at(journal_dir, _stem(name)).json_path
+
+
+def _lock(journal: _Journal) -> int:
+    """Take the operator's lock (one process at a time); close the fd returned to release it.
+
+    flock, so the kernel releases it when the process dies: a crash never leaves it held.
+    """
+    fd = os.open(journal.lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise TransactionBusy(
+            CODE_BUSY, "another optrace process is writing this operator", journal.lock_path
+        ) from None
+    return fd
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -213,15 +248,18 @@ def _write_atomic(path: Path, data: bytes, mode: int | None, token: str) -> None
     _fsync_dir(path.parent)
 
 
+class _NotAFile(OSError):
+    """Something other than a regular file sits where a file of the transaction was."""
+
+
 def _read_state(path: Path) -> bytes | None:
-    """The file's bytes, None when absent; OSError for anything that is not a file."""
+    """The file's bytes, None when absent; _NotAFile for a directory, a socket..."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         return None
     if not stat.S_ISREG(st.st_mode):
-        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-        raise OSError(f"{path} is {kind}")
+        raise _NotAFile(f"{path} is {'a directory' if stat.S_ISDIR(st.st_mode) else 'not a regular file'}")
     return path.read_bytes()
 
 
@@ -234,8 +272,11 @@ def _missing_parents(path: Path) -> tuple[Path, ...]:
     return tuple(reversed(missing))
 
 
-def _plan(changes: Mapping[Path, Change]) -> list[tuple[Path, bytes | None, bytes | None]]:
-    """Resolve paths, drop no-ops, refuse aliases, and check every file is as planned."""
+Planned = list[tuple[Path, bytes | None, bytes | None]]
+
+
+def _resolve(changes: Mapping[Path, Change]) -> Planned:
+    """Real paths (a symlink is written through, never replaced), no-ops dropped, sorted."""
     planned: dict[Path, tuple[bytes | None, bytes | None]] = {}
     for given, (old, new) in changes.items():
         if old == new:
@@ -244,20 +285,25 @@ def _plan(changes: Mapping[Path, Change]) -> list[tuple[Path, bytes | None, byte
         if path in planned:
             raise ValueError(f"{given}: the same file as another entry of the change set ({path})")
         planned[path] = (old, new)
-    for path, (old, _new) in sorted(planned.items()):
+    return [(path, old, new) for path, (old, new) in sorted(planned.items())]
+
+
+def _verify(planned: Planned) -> None:
+    """Raise StaleSource unless every file holds exactly the bytes the change was made from."""
+    for path, old, _new in planned:
         try:
             current = _read_state(path)
         except OSError as exc:
             raise StaleSource(CODE_STALE, f"cannot be read ({exc}); nothing written", path) from exc
-        if current != old:
-            if old is None:
-                why = "exists already, but was to be created"
-            elif current is None:
-                why = "was deleted since it was planned"
-            else:
-                why = "changed since it was planned"
-            raise StaleSource(CODE_STALE, f"{why}; nothing written, plan again", path)
-    return [(path, old, new) for path, (old, new) in sorted(planned.items())]
+        if current == old:
+            continue
+        if old is None:
+            why = "exists already, but was to be created"
+        elif current is None:
+            why = "was deleted since it was planned"
+        else:
+            why = "changed since it was planned"
+        raise StaleSource(CODE_STALE, f"{why}; nothing written, plan again", path)
 
 
 def _dump_journal(journal: _Journal, name: str, entries: list[_Entry]) -> None:
@@ -270,13 +316,12 @@ def _dump_journal(journal: _Journal, name: str, entries: list[_Entry]) -> None:
         "token": journal.token,
         "files": [entry.to_json() for entry in entries],
     }
-    tmp = journal.json_path.with_name(journal.json_path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
+    with open(journal.tmp_path, "w", encoding="utf-8") as handle:
         json.dump(document, handle, indent=2)
         handle.write("\n")
         handle.flush()
         os.fsync(handle.fileno())
-    os.replace(tmp, journal.json_path)
+    os.replace(journal.tmp_path, journal.json_path)
     _fsync_dir(journal.json_path.parent)
 
 
@@ -294,53 +339,56 @@ def _roll_back(entries: list[_Entry], journal: _Journal, *, touched: set[int] | 
     `touched` lists the entries this process may have written (None: unknown, after a
     crash). A file in neither state was changed by someone else: it is left alone.
     """
-    results: list[RecoveredFile] = []
-    for index, entry in enumerate(entries):
-        if touched is not None and index not in touched:
-            continue
-        try:
-            current = _read_state(entry.path)
-        except OSError as exc:
-            results.append(RecoveredFile(entry.path, Outcome.MODIFIED_SINCE, f"not a regular file: {exc}"))
-            continue
-        state = _sha256(current)
-        temp = _temp_name(entry.path, journal.token)
-        try:
-            temp.unlink(missing_ok=True)
-            if state == entry.old_sha256:
-                results.append(RecoveredFile(entry.path, Outcome.UNTOUCHED))
-            elif state != entry.new_sha256:
-                results.append(
-                    RecoveredFile(
-                        entry.path, Outcome.MODIFIED_SINCE, "neither the old nor the new bytes; left as is"
-                    )
-                )
-            elif entry.old_sha256 is None:
-                entry.path.unlink()
-                _fsync_dir(entry.path.parent)
-                for directory in reversed(entry.created_dirs):
-                    try:
-                        directory.rmdir()
-                    except OSError:
-                        break  # not empty (something else lives there now): keep it
-                results.append(RecoveredFile(entry.path, Outcome.REMOVED))
-            else:
-                assert entry.backup is not None
-                old = (journal.backup_dir / entry.backup).read_bytes()
-                if _sha256(old) != entry.old_sha256:
-                    raise OSError(f"backup {journal.backup_dir / entry.backup} is damaged")
-                _write_atomic(entry.path, old, entry.mode, journal.token)
-                results.append(RecoveredFile(entry.path, Outcome.RESTORED))
-        except OSError as exc:
-            results.append(RecoveredFile(entry.path, Outcome.FAILED, str(exc)))
-    return results
+    return [
+        _restore(entry, journal) for index, entry in enumerate(entries) if touched is None or index in touched
+    ]
 
 
-def _prepare(
-    journal: _Journal, name: str, planned: list[tuple[Path, bytes | None, bytes | None]]
-) -> list[_Entry]:
+def _restore(entry: _Entry, journal: _Journal) -> RecoveredFile:
+    try:
+        # A temp file of this transaction, left by a crash in the middle of writing it.
+        _temp_name(entry.path, journal.token).unlink(missing_ok=True)
+    except OSError:
+        pass  # its directory is gone or is no directory: there is no temp file either
+    try:
+        state = _sha256(_read_state(entry.path))
+    except _NotAFile as exc:
+        return RecoveredFile(entry.path, Outcome.MODIFIED_SINCE, f"{exc}; left as is")
+    except OSError as exc:
+        return RecoveredFile(entry.path, Outcome.FAILED, f"cannot read: {exc}")
+    try:
+        if state == entry.old_sha256:
+            outcome = Outcome.UNTOUCHED
+        elif state != entry.new_sha256:
+            return RecoveredFile(
+                entry.path, Outcome.MODIFIED_SINCE, "neither the old nor the new bytes; left as is"
+            )
+        elif entry.old_sha256 is None:
+            entry.path.unlink()
+            _fsync_dir(entry.path.parent)
+            outcome = Outcome.REMOVED
+        else:
+            assert entry.backup is not None
+            old = (journal.backup_dir / entry.backup).read_bytes()
+            if _sha256(old) != entry.old_sha256:
+                raise OSError(f"backup {journal.backup_dir / entry.backup} is damaged")
+            _write_atomic(entry.path, old, entry.mode, journal.token)
+            return RecoveredFile(entry.path, Outcome.RESTORED)
+    except OSError as exc:
+        return RecoveredFile(entry.path, Outcome.FAILED, str(exc))
+    # Directories made for a created file go too, even when the crash came before the file.
+    for directory in reversed(entry.created_dirs):
+        try:
+            directory.rmdir()
+        except FileNotFoundError:
+            continue
+        except OSError:
+            break  # not empty: something else lives there now, keep it
+    return RecoveredFile(entry.path, outcome)
+
+
+def _prepare(journal: _Journal, name: str, planned: Planned) -> list[_Entry]:
     """Back up every old file and write the journal, durably, before any target changes."""
-    journal.json_path.parent.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(journal.backup_dir, ignore_errors=True)  # an orphan: its journal is gone
     journal.backup_dir.mkdir()
     entries: list[_Entry] = []
@@ -370,43 +418,64 @@ def commit(
 ) -> list[Path]:
     """Write `changes` ({path: (old, new)}, None = absent) all-or-nothing; the paths written.
 
-    Raises StaleSource (nothing written) when a file no longer holds `old`,
-    UnfinishedTransaction when operator `name` has a journal left from a crash, and
-    WriteFailed when a write fails (files already written are restored first).
+    Paths are resolved (a symlink is written through) and written in sorted order.
+    Raises StaleSource (nothing written) when a file no longer holds `old`;
+    UnfinishedTransaction when operator `name` has a journal left by a crash (call
+    `recover` before planning); TransactionBusy when another process holds the operator;
+    WriteFailed when a write fails, after restoring the files already written.
     `_before_write(path, k)` runs before the k-th file write: a hook for fault injection.
     """
-    journal_json, backup_dir = _journal_paths(journal_dir, name)
-    if journal_json.exists():
-        raise UnfinishedTransaction(
-            CODE_UNFINISHED, "an earlier optrace run did not finish writing: recover it first", journal_json
-        )
-    planned = _plan(changes)
+    planned = _resolve(changes)
     if not planned:
         return []
+    journal = _Journal.at(journal_dir, _stem(name), secrets.token_hex(6))
+    try:
+        journal_dir.mkdir(parents=True, exist_ok=True)
+        lock = _lock(journal)
+    except OSError as exc:
+        raise WriteFailed(
+            f"cannot use the journal directory ({exc.strerror or exc}); nothing written",
+            journal_dir,
+            restored_all=True,
+        ) from exc
+    try:
+        if journal.json_path.exists():
+            raise UnfinishedTransaction(
+                CODE_UNFINISHED,
+                "an earlier optrace run did not finish writing: recover it first",
+                journal.json_path,
+            )
+        # Checked under the lock: no other optrace process can write between check and write.
+        _verify(planned)
+        _write_all(journal, name, planned, _before_write)
+    finally:
+        os.close(lock)
+    return [path for path, _old, _new in planned]
 
-    journal = _Journal(journal_json, backup_dir, secrets.token_hex(6))
+
+def _write_all(journal: _Journal, name: str, planned: Planned, before_write: BeforeWrite | None) -> None:
     try:
         entries = _prepare(journal, name, planned)
     except OSError as exc:
         # No target has been touched yet: drop the half-made journal and report.
-        shutil.rmtree(backup_dir, ignore_errors=True)
+        shutil.rmtree(journal.backup_dir, ignore_errors=True)
         try:
-            journal_json.with_name(journal_json.name + ".tmp").unlink(missing_ok=True)
+            journal.tmp_path.unlink(missing_ok=True)
         except OSError:
-            pass  # the journal directory itself is unusable: there is nothing to clean
+            pass  # not ours to clean (a directory?): the error below says what failed
         raise WriteFailed(
             f"cannot write the journal ({exc.strerror or exc}); nothing written",
-            journal_json,
+            journal.json_path,
             restored_all=True,
         ) from exc
 
     touched: set[int] = set()
     for index, ((path, _old, new), entry) in enumerate(zip(planned, entries, strict=True)):
-        # Counted before the write: an exception may come after os.replace (the dir fsync).
+        # Counted before the write: an exception may come after os.replace.
         touched.add(index)
         try:
-            if _before_write is not None:
-                _before_write(path, index)
+            if before_write is not None:
+                before_write(path, index)
             if new is None:
                 path.unlink()
                 _fsync_dir(path.parent)
@@ -415,34 +484,41 @@ def commit(
                     directory.mkdir(exist_ok=True)
                 _write_atomic(path, new, entry.mode, journal.token)
         except BaseException as exc:
-            results = _roll_back(entries, journal, touched=touched)
-            # The failing file itself may be in any state (a directory put in its place):
-            # only the files this run wrote must be back for the rollback to count.
-            problems = [
-                r
-                for r in results
-                if r.outcome is Outcome.FAILED or (r.outcome is Outcome.MODIFIED_SINCE and r.path != path)
-            ]
-            if not problems:
-                _discard_journal(journal)
-            if not isinstance(exc, OSError):
-                raise
-            reason = exc.strerror or str(exc)
-            if problems:
-                detail = "; ".join(f"{r.path}: {r.outcome.value} ({r.detail})" for r in problems)
-                raise WriteFailed(
-                    f"cannot write ({reason}); rollback incomplete: {detail}; journal kept at {journal_json}",
-                    path,
-                    restored_all=False,
-                ) from exc
-            restored = sum(r.outcome in (Outcome.RESTORED, Outcome.REMOVED) for r in results)
-            raise WriteFailed(
-                f"cannot write ({reason}); nothing changed ({restored} file(s) written before were restored)",
-                path,
-                restored_all=True,
-            ) from exc
+            _fail(exc, path, entries, journal, touched)
+            raise  # _fail raises for OSError; anything else propagates unchanged
     _discard_journal(journal)
-    return [path for path, _old, _new in planned]
+
+
+def _fail(
+    exc: BaseException, path: Path, entries: list[_Entry], journal: _Journal, touched: set[int]
+) -> None:
+    """Roll back what this run wrote, then say what happened (WriteFailed for an OSError)."""
+    results = _roll_back(entries, journal, touched=touched)
+    # The failing file itself may be in any state (a directory put in its place): only
+    # the files this run wrote must be back for the rollback to be complete.
+    problems = [
+        r
+        for r in results
+        if r.outcome is Outcome.FAILED or (r.outcome is Outcome.MODIFIED_SINCE and r.path != path)
+    ]
+    if not problems:
+        _discard_journal(journal)
+    if not isinstance(exc, OSError):
+        return
+    reason = exc.strerror or str(exc)
+    if problems:
+        detail = "; ".join(f"{r.path}: {r.outcome.value} ({r.detail})" for r in problems)
+        raise WriteFailed(
+            f"cannot write ({reason}); rollback incomplete: {detail}; journal kept at {journal.json_path}",
+            path,
+            restored_all=False,
+        ) from exc
+    restored = sum(r.outcome in (Outcome.RESTORED, Outcome.REMOVED) for r in results)
+    raise WriteFailed(
+        f"cannot write ({reason}); nothing changed ({restored} file(s) written before were restored)",
+        path,
+        restored_all=True,
+    ) from exc
 
 
 def _load(json_path: Path) -> tuple[str, list[_Entry], str]:
@@ -459,11 +535,12 @@ def _load(json_path: Path) -> tuple[str, list[_Entry], str]:
         ) from exc
 
 
-def _keep_for_user(journal: _Journal, name: str) -> Path:
+def _keep_for_user(journal: _Journal) -> Path:
     """Move a journal and its backups under `unresolved/`, so the old bytes stay available
     to the user while the operator is no longer blocked by a pending journal."""
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    target = journal.json_path.parent / UNRESOLVED_DIR / f"{journal.json_path.stem}-{stamp}-{journal.token}"
+    stem = journal.json_path.name.split(".", 1)[0]
+    target = journal.json_path.parent / UNRESOLVED_DIR / f"{stem}-{stamp}-{journal.token}"
     target.mkdir(parents=True)
     os.replace(journal.json_path, target / "journal.json")
     if journal.backup_dir.exists():
@@ -479,41 +556,48 @@ def recover(journal_dir: Path, name: str | None = None) -> RecoveryReport:
     backup, or removed if it was created) or neither (edited since: left alone and
     reported; the journal then moves to `unresolved/` with its backups). A restore that
     fails keeps the journal in place, so a later run retries. Orphans (backups without a
-    journal, half-written journal temp files) are swept.
+    journal, half-written journal temp files) are swept. An operator another live process
+    holds is skipped: its transaction is running, not unfinished.
     """
     report = RecoveryReport()
     if not journal_dir.is_dir():
         return report
     if name is None:
-        candidates = sorted(journal_dir.glob("journal-*.json"))
+        stems = sorted({p.name.split(".", 1)[0] for p in journal_dir.glob("journal-*")})
     else:
-        candidates = [journal_path(journal_dir, name)]
-    for json_path in candidates:
-        if not json_path.exists():
+        stems = [_stem(name)]
+    for stem in stems:
+        journal = _Journal.at(journal_dir, stem)
+        try:
+            lock = _lock(journal)
+        except TransactionBusy:
             continue
-        report.journals.append(json_path)
-        journal_name, entries, token = _load(json_path)
-        journal = _Journal(json_path, json_path.with_name(json_path.stem + ".backup"), token)
-        results = _roll_back(entries, journal, touched=None)
-        report.files.extend(results)
-        outcomes = {r.outcome for r in results}
-        if Outcome.FAILED in outcomes:
-            report.kept.append(json_path)
-        elif Outcome.MODIFIED_SINCE in outcomes:
-            report.kept.append(_keep_for_user(journal, journal_name))
-        else:
-            _discard_journal(journal)
-    # Orphans: a crash before the journal was written (targets untouched) or after it
-    # was removed (transaction complete) leaves these; either way they are garbage.
-    for orphan in journal_dir.glob("journal-*.backup"):
-        if name is not None and orphan != _journal_paths(journal_dir, name)[1]:
-            continue
-        if not orphan.with_name(orphan.name.removesuffix(".backup") + ".json").exists():
-            shutil.rmtree(orphan, ignore_errors=True)
-    for orphan in journal_dir.glob("journal-*.json.tmp"):
-        if name is None or orphan.name == journal_path(journal_dir, name).name + ".tmp":
-            orphan.unlink(missing_ok=True)
+        try:
+            _recover_one(journal, report)
+        finally:
+            os.close(lock)
     return report
+
+
+def _recover_one(journal: _Journal, report: RecoveryReport) -> None:
+    # Orphans: a crash before the journal was in place (targets untouched) or after it
+    # was removed (transaction complete) leaves these; either way they are garbage.
+    journal.tmp_path.unlink(missing_ok=True)
+    if not journal.json_path.exists():
+        shutil.rmtree(journal.backup_dir, ignore_errors=True)
+        return
+    report.journals.append(journal.json_path)
+    _name, entries, token = _load(journal.json_path)
+    journal = _Journal(journal.json_path, journal.backup_dir, journal.lock_path, token)
+    results = _roll_back(entries, journal, touched=None)
+    report.files.extend(results)
+    outcomes = {r.outcome for r in results}
+    if Outcome.FAILED in outcomes:
+        report.kept.append(journal.json_path)
+    elif Outcome.MODIFIED_SINCE in outcomes:
+        report.kept.append(_keep_for_user(journal))
+    else:
+        _discard_journal(journal)
 
 
 @dataclass(frozen=True)

@@ -204,7 +204,12 @@ def _edit_command(
         root = (repo_root or default_repo_root(op_dir.resolve())).resolve()
         txn = Transaction(root / ".optrace", _journal_name(op_dir))
         # A run that died between files left a journal: finish it (roll back) first.
-        report = txn.recover()
+        try:
+            report = txn.recover()
+        except TransactionError as exc:
+            _err(str(exc))
+            code = max(code, EXIT_INPUT)
+            continue
         for message in report.messages():
             _err(message)
         try:

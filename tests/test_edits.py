@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from optrace.engine import edits as edits_module
 from optrace.engine.edits import (
     Edit,
     EditConflict,
@@ -315,6 +318,83 @@ def test_diff_shape() -> None:
 def test_diff_quotes_awkward_names() -> None:
     patch = unified_diff({Path("/r/a\tb.h"): (b"", b"x\n")}, Path("/r"))
     assert patch.startswith('diff --git "a/a\\tb.h" "b/a\\tb.h"\n')
+
+
+def apply_patch(old: bytes, patch: str) -> bytes:
+    """A minimal `patch` for one file's hunks, to check diffs without git."""
+    body: list[tuple[bytes, bytes]] = []
+    hunks: list[tuple[int, int, list[tuple[bytes, bytes]]]] = []
+    for raw in encode_patch(patch).split(b"\n")[:-1]:
+        if raw.startswith(b"@@ "):
+            old_range = raw.split(b" ")[1][1:].split(b",")
+            start, length = int(old_range[0]), int(old_range[1]) if len(old_range) > 1 else 1
+            body = []
+            hunks.append((start - 1 if length else start, length, body))
+        elif raw.startswith(b"\\"):
+            op, line = body[-1]
+            body[-1] = (op, line[:-1])  # "\ No newline at end of file" applies to the line before
+        elif hunks and raw[:1] in (b" ", b"-", b"+"):
+            body.append((raw[:1], raw[1:] + b"\n"))
+    parts = old.split(b"\n")  # not splitlines(): a lone CR is not a line break
+    old_lines = [part + b"\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+    out: list[bytes] = []
+    at = 0
+    for start, _length, lines in hunks:
+        out.extend(old_lines[at:start])
+        at = start
+        for op, line in lines:
+            if op in (b" ", b"-"):
+                assert old_lines[at] == line, (at, old_lines[at], line)
+                at += 1
+            if op in (b" ", b"+"):
+                out.append(line)
+    out.extend(old_lines[at:])
+    return b"".join(out)
+
+
+lines_of = st.lists(st.sampled_from([b"}\n", b"\n", b"a\r\n", b"b\n", b"\tc\n", b"\xff\n"]), max_size=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lines_of,
+    lines_of,
+    st.sampled_from([b"", b"}", b"x\r"]),
+    st.sampled_from([b"", b"}", b"y"]),
+    st.booleans(),
+)
+def test_the_diff_is_minimal_and_applies(
+    a_lines: list[bytes], b_lines: list[bytes], a_end: bytes, b_end: bytes, fallback: bool
+) -> None:
+    old, new = b"".join(a_lines) + a_end, b"".join(b_lines) + b_end
+    # fallback: a tiny budget forces the heuristic matcher used on huge, unrelated files.
+    with mock.patch.object(edits_module, "_DIFF_BUDGET", 3 if fallback else edits_module._DIFF_BUDGET):
+        patch = unified_diff({Path("/r/k.h"): (old, new)}, Path("/r"))
+    assert apply_patch(old, patch) == new
+    if fallback:
+        return
+    # Minimal: the changed lines are exactly those outside a longest common subsequence.
+    a, b = edits_module._lines(old), edits_module._lines(new)
+    lcs = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
+    for i in range(len(a) - 1, -1, -1):
+        for j in range(len(b) - 1, -1, -1):
+            lcs[i][j] = lcs[i + 1][j + 1] + 1 if a[i] == b[j] else max(lcs[i + 1][j], lcs[i][j + 1])
+    changed = sum(
+        1 for line in patch.split("\n") if line.startswith(("+", "-")) and not line.startswith(("+++", "---"))
+    )
+    assert changed == len(a) + len(b) - 2 * lcs[0][0]
+
+
+def test_diff_of_a_large_repetitive_file_is_fast() -> None:
+    # difflib without its junk heuristic took minutes here (every line repeats hundreds of times).
+    lines = [b"}\n" if i % 7 == 0 else b"    x%d = y;\n" % (i % 50) for i in range(20000)]
+    old = b"".join(lines)
+    new = b"".join(line + (b"TRACE();\n" if i % 40 == 0 else b"") for i, line in enumerate(lines))
+    new = new.replace(b"    x3 = y;\n}\n", b"}\n", 100)
+    started = time.perf_counter()
+    patch = unified_diff({Path("/r/k.cpp"): (old, new)}, Path("/r"))
+    assert time.perf_counter() - started < 10
+    assert apply_patch(old, patch) == new
 
 
 # --- properties

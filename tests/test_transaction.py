@@ -1,0 +1,341 @@
+"""All-or-nothing writes: stale sources, failing writes, crashes between files, recovery."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pickle
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from optrace.engine.transaction import (
+    Change,
+    Outcome,
+    StaleSource,
+    Transaction,
+    TransactionBusy,
+    TransactionError,
+    UnfinishedTransaction,
+    WriteFailed,
+    commit,
+    journal_path,
+    recover,
+)
+
+Snapshot = dict[str, tuple[str, bytes, int]]
+
+
+def leftovers(journal_dir: Path) -> list[str]:
+    """What a finished transaction leaves in the journal directory, besides its lock file."""
+    return sorted(p.name for p in journal_dir.iterdir() if not p.name.endswith(".lock"))
+
+
+def snapshot(root: Path, skip: Path | None = None) -> Snapshot:
+    """Every entry under `root` (dotfiles included, so stray temp files show): kind, bytes, mode."""
+    out: Snapshot = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            if skip is not None and (path == skip or skip in path.parents):
+                continue
+            st = os.lstat(path)
+            rel = path.relative_to(root).as_posix()
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = ("link", os.readlink(path).encode(), 0)
+            elif stat.S_ISDIR(st.st_mode):
+                out[rel] = ("dir", b"", stat.S_IMODE(st.st_mode))
+            else:
+                out[rel] = ("file", path.read_bytes(), stat.S_IMODE(st.st_mode))
+    return out
+
+
+@pytest.fixture
+def operator(tmp_path: Path) -> tuple[Path, Path, dict[Path, Change]]:
+    """An operator tree, its journal directory, and a change set touching five files."""
+    op = tmp_path / "op"
+    (op / "op_kernel").mkdir(parents=True)
+    (op / "op_host").mkdir()
+    kernel = op / "op_kernel" / "k.cpp"
+    kernel.write_bytes(b"\xef\xbb\xbfvoid k() {\r\n\tint x;\r\n}")
+    base = op / "op_kernel" / "k_base.h"
+    base.write_bytes("// 基础\n#pragma once\n".encode("gbk"))
+    base.chmod(0o755)
+    host = op / "op_host" / "k_host.cpp"
+    host.write_bytes(b"int main() {}\n")
+    host.chmod(0o640)
+    gone = op / "op_kernel" / "old_trace.h"
+    gone.write_bytes(b"// stale trace header\n")
+    gone.chmod(0o600)
+    (op / "op_kernel" / "alias.cpp").symlink_to("k.cpp")
+    changes: dict[Path, Change] = {
+        op / "op_kernel" / "alias.cpp": (
+            kernel.read_bytes(),
+            b"\xef\xbb\xbfvoid k() {\r\n\tTRACE();\r\n\tint x;\r\n}",
+        ),
+        base: (base.read_bytes(), base.read_bytes() + b"#define ENABLE_MOE_PROFILING 1\n"),
+        host: (host.read_bytes(), b"int main() { return 0; }\n"),
+        gone: (gone.read_bytes(), None),
+        op / "op_kernel" / "gen" / "deep" / "point_map.h": (None, b"// generated\n"),
+    }
+    return op, tmp_path / "repo-state" / ".optrace", changes
+
+
+def expected_after(op: Path, changes: dict[Path, Change]) -> dict[Path, bytes | None]:
+    return {Path(os.path.realpath(path)): new for path, (_old, new) in changes.items()}
+
+
+def test_commit_writes_every_file_keeps_modes_and_symlinks(
+    operator: tuple[Path, Path, dict[Path, Change]],
+) -> None:
+    op, journal_dir, changes = operator
+    written = commit(changes, journal_dir, name="k")
+    assert len(written) == 5
+    for path, new in expected_after(op, changes).items():
+        assert (path.read_bytes() if path.exists() else None) == new, path
+    assert stat.S_IMODE(os.stat(op / "op_kernel" / "k_base.h").st_mode) == 0o755
+    assert stat.S_IMODE(os.stat(op / "op_host" / "k_host.cpp").st_mode) == 0o640
+    assert (op / "op_kernel" / "alias.cpp").is_symlink()  # written through, not replaced
+    assert leftovers(journal_dir) == []  # journal and backups gone
+    assert not [p for p in op.rglob(".*") if p.name.endswith(".tmp")]
+
+
+def test_nothing_to_do(tmp_path: Path) -> None:
+    path = tmp_path / "a.h"
+    path.write_bytes(b"x")
+    assert commit({path: (b"x", b"x")}, tmp_path / "j") == []
+    assert not (tmp_path / "j").exists()
+
+
+@pytest.mark.parametrize("what", ["edited", "deleted", "created", "directory"])
+def test_a_stale_source_writes_nothing(operator: tuple[Path, Path, dict[Path, Change]], what: str) -> None:
+    op, journal_dir, changes = operator
+    host = op / "op_host" / "k_host.cpp"
+    if what == "edited":
+        host.write_bytes(b"int main() { /* user */ }\n")
+        culprit = host
+    elif what == "deleted":
+        host.unlink()
+        culprit = host
+    elif what == "directory":
+        host.unlink()
+        host.mkdir()
+        culprit = host
+    else:
+        culprit = op / "op_kernel" / "gen" / "deep" / "point_map.h"
+        culprit.parent.mkdir(parents=True)
+        culprit.write_bytes(b"// someone else's\n")
+    before = snapshot(op)
+    with pytest.raises(StaleSource) as caught:
+        commit(changes, journal_dir, name="k")
+    assert caught.value.path == culprit.resolve()
+    assert str(caught.value).startswith(f"{culprit.resolve()}: OT042 ")
+    assert snapshot(op) == before
+    assert not journal_path(journal_dir, "k").exists()
+
+
+def test_aliases_of_one_file_are_refused(tmp_path: Path) -> None:
+    a = tmp_path / "a.h"
+    a.write_bytes(b"x")
+    (tmp_path / "b.h").symlink_to(a)
+    with pytest.raises(ValueError, match="same file"):
+        commit({a: (b"x", b"y"), tmp_path / "b.h": (b"x", b"z")}, tmp_path / "j")
+
+
+@pytest.mark.parametrize("k", range(5))
+@pytest.mark.parametrize("fault", ["oserror", "directory"])
+def test_a_failing_write_restores_every_file(
+    operator: tuple[Path, Path, dict[Path, Change]], k: int, fault: str
+) -> None:
+    op, journal_dir, changes = operator
+    before = snapshot(op)
+    seen: list[Path] = []
+
+    def fail_at_k(path: Path, index: int) -> None:
+        seen.append(path)
+        if index != k:
+            return
+        if fault == "oserror":
+            raise OSError(28, "No space left on device")
+        # Someone puts a directory where the file was: the rename onto it fails.
+        if path.exists():
+            path.unlink()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.mkdir()
+
+    with pytest.raises(WriteFailed) as caught:
+        commit(changes, journal_dir, name="k", _before_write=fail_at_k)
+    failed = seen[k]
+    assert caught.value.path == failed and caught.value.restored_all
+    assert str(caught.value).startswith(f"{failed}: OT043 cannot write")
+    after = snapshot(op)
+    if fault == "directory":
+        # The directory stays (it is not ours); everything else is as before.
+        rel = failed.relative_to(op).as_posix()
+        assert after.pop(rel)[0] == "dir"
+        after = {name: entry for name, entry in after.items() if not name.startswith(rel + "/")}
+        before = {name: entry for name, entry in before.items() if name != rel}
+        for created in ("op_kernel/gen", "op_kernel/gen/deep"):
+            if rel.startswith(created + "/"):
+                after.pop(created)  # the parents of the directory put there
+    assert after == before
+    assert not journal_path(journal_dir, "k").exists()
+    assert leftovers(journal_dir) == []
+
+
+def test_an_interrupt_rolls_back_and_propagates(operator: tuple[Path, Path, dict[Path, Change]]) -> None:
+    op, journal_dir, changes = operator
+    before = snapshot(op)
+
+    def interrupt(path: Path, index: int) -> None:
+        if index == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        commit(changes, journal_dir, name="k", _before_write=interrupt)
+    assert snapshot(op) == before
+
+
+def test_an_unwritable_journal_writes_nothing(operator: tuple[Path, Path, dict[Path, Change]]) -> None:
+    op, journal_dir, changes = operator
+    journal_dir.parent.mkdir(parents=True)
+    journal_dir.write_bytes(b"not a directory")
+    before = snapshot(op)
+    with pytest.raises(WriteFailed, match="cannot use the journal directory"):
+        commit(changes, journal_dir, name="k")
+    assert snapshot(op) == before
+    journal_dir.unlink()
+    journal_dir.mkdir()
+    (journal_dir / "journal-k.json.tmp").mkdir()  # the journal itself cannot be written
+    with pytest.raises(WriteFailed, match="cannot write the journal"):
+        commit(changes, journal_dir, name="k")
+    assert snapshot(op) == before
+    assert leftovers(journal_dir) == ["journal-k.json.tmp"]
+
+
+# --- crashes: a child process dies at the k-th write; the parent recovers
+
+CHILD = textwrap.dedent(
+    """
+    import json, os, pickle, sys
+    from pathlib import Path
+    from optrace.engine.transaction import commit, journal_path
+
+    changes, journal_dir, k = pickle.loads(Path(sys.argv[1]).read_bytes())
+
+    def die_at_k(path, index):
+        if index == k:
+            # Die half-way through writing the temp file, the worst moment.
+            # (for a created file, right after making its directories).
+            token = json.loads(journal_path(journal_dir, "k").read_text())["token"]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            (path.parent / f".{path.name}.optrace-{token}.tmp").write_bytes(b"half")
+            os._exit(1)
+
+    commit(changes, journal_dir, name="k", _before_write=die_at_k)
+    """
+)
+
+
+def crash_at(k: int, changes: dict[Path, Change], journal_dir: Path, work: Path) -> None:
+    args = work / f"crash-{k}.pickle"
+    args.write_bytes(pickle.dumps((changes, journal_dir, k)))
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD, str(args)], capture_output=True, text=True, check=False
+    )
+    assert child.returncode == 1, child.stderr
+
+
+def test_a_crash_at_any_write_is_rolled_back_by_recover(
+    operator: tuple[Path, Path, dict[Path, Change]], tmp_path: Path
+) -> None:
+    op, journal_dir, changes = operator
+    before = snapshot(op)
+    for k in range(len(changes)):
+        crash_at(k, changes, journal_dir, tmp_path)
+        journal = journal_path(journal_dir, "k")
+        assert journal.exists(), k
+        assert snapshot(op) != before or k == 0
+        with pytest.raises(UnfinishedTransaction):
+            commit(changes, journal_dir, name="k")
+
+        report = recover(journal_dir)
+        assert report.clean and report.journals == [journal] and report.kept == []
+        assert len(report.paths(Outcome.RESTORED)) + len(report.paths(Outcome.REMOVED)) == k
+        assert snapshot(op) == before, f"not restored after a crash at write {k}"
+        assert leftovers(journal_dir) == []
+    # Recovered, the operator takes a transaction again.
+    assert len(commit(changes, journal_dir, name="k")) == len(changes)
+
+
+def test_recover_leaves_a_file_edited_since_and_keeps_its_backup(
+    operator: tuple[Path, Path, dict[Path, Change]], tmp_path: Path
+) -> None:
+    op, journal_dir, changes = operator
+    before = snapshot(op)
+    crash_at(3, changes, journal_dir, tmp_path)
+    journal = json.loads(journal_path(journal_dir, "k").read_text())
+    first_written = Path(journal["files"][0]["path"])
+    first_written.write_bytes(b"// the user's own edit\n")
+
+    report = recover(journal_dir, "k")
+    assert not report.clean
+    assert report.paths(Outcome.MODIFIED_SINCE) == [first_written]
+    assert any(str(first_written) in line and "modified-since" in line for line in report.messages())
+    assert first_written.read_bytes() == b"// the user's own edit\n"
+    after = snapshot(op)
+    rel = first_written.relative_to(op).as_posix()
+    assert {n: e for n, e in after.items() if n != rel} == {n: e for n, e in before.items() if n != rel}
+    # The journal moved aside with the old bytes, so the operator is not blocked.
+    assert not journal_path(journal_dir, "k").exists()
+    (kept,) = report.kept
+    assert kept.parent == journal_dir / "unresolved"
+    assert (kept / "backup" / journal["files"][0]["backup"]).read_bytes() == before[rel][1]
+    assert commit({first_written: (first_written.read_bytes(), b"x")}, journal_dir, name="k")
+
+
+def test_recover_without_a_journal_and_orphans(tmp_path: Path) -> None:
+    assert recover(tmp_path / "nothing").clean
+    journal_dir = tmp_path / ".optrace"
+    (journal_dir / "journal-k.backup").mkdir(parents=True)
+    (journal_dir / "journal-k.backup" / "0").write_bytes(b"old")
+    (journal_dir / "journal-k.json.tmp").write_bytes(b"{")
+    report = recover(journal_dir)
+    assert report.clean and report.files == [] and report.journals == []
+    assert leftovers(journal_dir) == []
+
+
+def test_an_unreadable_journal_is_reported(tmp_path: Path) -> None:
+    journal_dir = tmp_path / ".optrace"
+    journal_dir.mkdir()
+    journal_path(journal_dir, "k").write_text('{"format": "something else"}')
+    with pytest.raises(TransactionError, match="unreadable journal"):
+        recover(journal_dir)
+
+
+def test_transaction_object_and_journal_names(tmp_path: Path) -> None:
+    path = tmp_path / "a.h"
+    path.write_bytes(b"x")
+    txn = Transaction(tmp_path / ".optrace", "moe/fused.gmm")
+    assert journal_path(txn.journal_dir, txn.name).name == "journal-moe_fused_gmm.json"
+    assert txn.commit({path: (b"x", b"y")}) == [path.resolve()]
+    assert path.read_bytes() == b"y" and txn.recover().clean
+
+
+def test_one_process_per_operator(operator: tuple[Path, Path, dict[Path, Change]], tmp_path: Path) -> None:
+    op, journal_dir, changes = operator
+    crash_at(2, changes, journal_dir, tmp_path)
+    before = snapshot(op)
+    lock = journal_path(journal_dir, "k").with_suffix(".lock")
+    with open(lock, "a") as handle:  # another live optrace process holds operator k
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        with pytest.raises(TransactionBusy, match="OT045"):
+            commit(changes, journal_dir, name="k")
+        assert recover(journal_dir).journals == []  # running, not unfinished: left alone
+        assert snapshot(op) == before
+    assert recover(journal_dir).clean and not journal_path(journal_dir, "k").exists()
