@@ -21,10 +21,11 @@ from pathlib import Path
 from optrace.engine.diagnostics import Diagnostic, Severity
 from optrace.engine.discovery import CPP_EXTS, walk_files
 from optrace.engine.source import blank_comments, blank_if0, decode
+from optrace.runtime.format import POINT_ID_SPACE, trace_point_hash
 
 MAP_FORMAT_VERSION = 1
 MAX_DEPTH = 7
-ID_SPACE = 0x7FFFFFFF  # positive int32: safe in every kernel integer type
+ID_SPACE = POINT_ID_SPACE  # positive int32: safe in every kernel integer type
 FINGERPRINT_ID = 0  # reserved: the runtime's fingerprint record
 
 _POINT_RE = re.compile(rb'\bTRACE_POINT\s*\(\s*"((?:[^"\\\n]|\\.)*)"\s*,\s*"([^"\n]*)"\s*\)')
@@ -60,12 +61,9 @@ class PointMapResult:
 
 
 def point_hash(label: str, event: str) -> int:
-    """FNV-1a (32-bit) of `label NUL event`, folded into 1..2^31-1."""
-    h = 0x811C9DC5
-    for byte in f"{label}\0{event}".encode():
-        h = ((h ^ byte) * 0x01000193) & 0xFFFFFFFF
-    h &= ID_SPACE
-    return h or 1
+    """FNV-1a (32-bit) of `label NUL event`, folded into 1..2^31-1 — the one definition
+    the device runtime's TRACE_POINT fallback and the decoder share (runtime/format.py)."""
+    return trace_point_hash(label, event)
 
 
 def assign_ids(keys: set[tuple[str, str]]) -> tuple[dict[tuple[str, str], int], list[str]]:

@@ -45,6 +45,18 @@ def _err(message: str) -> None:
     typer.echo(message, err=True)
 
 
+def _emit(rendered: str, output: Path | None) -> None:
+    """The report to `-o FILE` (exit 2 if it cannot be written), else stdout."""
+    if output is None:
+        sys.stdout.write(rendered)
+        return
+    try:
+        output.write_text(rendered, encoding="utf-8")
+    except OSError as exc:
+        _err(f"{output}: OT030 cannot write: {exc.strerror or exc}")
+        raise typer.Exit(EXIT_INPUT) from None
+
+
 @dataclass
 class _PlanOutcome:
     """What planning one operator produced, as plain data (crosses process boundaries)."""
@@ -168,14 +180,7 @@ def plan(
         rendered = plans_json([o.doc for o in outcomes if o.doc is not None])
     else:
         rendered = "\n".join(o.text for o in outcomes if o.text)
-    if output is not None:
-        try:
-            output.write_text(rendered, encoding="utf-8")
-        except OSError as exc:
-            _err(f"{output}: OT030 cannot write: {exc.strerror or exc}")
-            raise typer.Exit(EXIT_INPUT) from None
-    else:
-        sys.stdout.write(rendered)
+    _emit(rendered, output)
     raise typer.Exit(code)
 
 
@@ -378,14 +383,7 @@ def check(
                               indent=2) + "\n"
     else:
         rendered = json.dumps(sarif_document(reports, strict), indent=2) + "\n"
-    if output is not None:
-        try:
-            output.write_text(rendered, encoding="utf-8")
-        except OSError as exc:
-            _err(f"{output}: OT030 cannot write: {exc.strerror or exc}")
-            raise typer.Exit(EXIT_INPUT) from None
-    else:
-        sys.stdout.write(rendered)
+    _emit(rendered, output)
     raise typer.Exit(code)
 
 
