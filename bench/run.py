@@ -37,6 +37,8 @@ def main() -> None:
     if (HERE / "bench_collect.py").exists():
         collect_args = ["--ranks", "2"] if args.quick else []
         sections.append(("collect", run("bench_collect.py", *collect_args)))
+    scaling_args = ["--operators", "5,10,20", "--ranks", "1,2,4"] if args.quick else []
+    sections.append(("scaling", run("bench_scaling.py", *scaling_args)))
     stamp = datetime.date.today().isoformat()
     machine = f"{platform.machine()}, Python {platform.python_version()}"
     body = "\n\n".join(f"### {name}\n\n{table}" for name, table in sections)
