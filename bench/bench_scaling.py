@@ -92,7 +92,8 @@ def main() -> None:
           f"{', '.join(f'{t:.1f}' for _, _, t in plan)} | {ps * 1000:.0f} ms/operator + {pi:.2f} s | "
           f"{pw * 100:.0f} % |")
     print(f"| collect, ranks ({args.cores} cores x ~1,000 records) | {', '.join(str(n) for n, _ in coll)} | "
-          f"{', '.join(f'{t:.2f}' for _, t in coll)} | {cs * 1000:.0f} ms/rank + {ci:.2f} s | {cw * 100:.0f} % |")
+          f"{', '.join(f'{t:.2f}' for _, t in coll)} | {cs * 1000:.0f} ms/rank + {ci:.2f} s | "
+          f"{cw * 100:.0f} % |")
 
 
 if __name__ == "__main__":
