@@ -5,13 +5,27 @@ DESCRIPTION: delete marked lines (`... // optrace`), marked fragments
 begin / end marker lines), and files optrace created. Everything else — including
 trace points someone wrote by hand — stays byte for byte.
 
+Other languages (chosen by the file name):
+
+- C++ string literals: `"/*optrace-str<*/", Tensor"/*>optrace-str*/"` spliced into a
+  literal (it closes and reopens it) goes, quotes included.
+- Python: lines ending in `  # optrace` go; `# optrace-orig N BASE64` and the N lines
+  after it (a statement optrace rewrote) become the original bytes again.
+- Build scripts (shell, CMake): the hook block from `# TRACE_PREPROCESSOR_HOOK_START`
+  to `# TRACE_PREPROCESSOR_HOOK_END` goes when it carries optrace's `# optrace-hook`
+  line (a hook block someone else wrote stays), or turns back into the block it replaced
+  (`# optrace-orig-block BASE64`); lines ending in `  # optrace` go.
+
 Markers rather than a manifest: a manifest goes stale as soon as someone edits the file;
 markers travel with the code they mark.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
+from pathlib import Path
 
 CODEMOD = "strip"
 
@@ -29,8 +43,86 @@ def is_created(data: bytes) -> bool:
     return data.startswith(CREATED_MARK)
 
 
-def strip_bytes(data: bytes) -> bytes:
-    """The file as it was before apply (apply's insertions are whole marked units)."""
+_STR_FRAGMENT_RE = re.compile(rb'"/\*optrace-str<\*/.*?/\*>optrace-str\*/"')
+_HASH_LINE_RE = re.compile(rb"^[^\n]*  # optrace\r?\n", re.M)
+_HASH_LAST_LINE_RE = re.compile(rb"\r?\n[^\n]*  # optrace\Z")
+_PY_ORIG_RE = re.compile(rb"^[ \t]*# optrace-orig (\d+) ([A-Za-z0-9+/=]*)\r?\n", re.M)
+_HOOK_RE = re.compile(
+    rb"(\r?\n)?(^[ \t]*# TRACE_PREPROCESSOR_HOOK_START[^\n]*\n.*?"
+    rb"^[ \t]*# TRACE_PREPROCESSOR_HOOK_END[^\r\n]*)(\r?\n)?", re.S | re.M
+)
+_ORIG_BLOCK_RE = re.compile(rb"# optrace-orig-block ([A-Za-z0-9+/=]*)")
+SCRIPT_SUFFIXES = frozenset({".sh", ".bash", ".cmake"})
+
+
+def file_kind(path: Path | None) -> str:
+    """The language by file name: `python`, `script` (shell / CMake) or `cpp` (default)."""
+    if path is None:
+        return "cpp"
+    if path.suffix.lower() == ".py":
+        return "python"
+    if path.suffix.lower() in SCRIPT_SUFFIXES or path.name == "CMakeLists.txt":
+        return "script"
+    return "cpp"
+
+
+def strip_bytes(data: bytes, path: Path | None = None) -> bytes:
+    """The file as it was before apply (apply's insertions are whole marked units).
+
+    `path` only selects the language (C++ when absent)."""
+    kind = file_kind(path)
+    if kind == "python":
+        return _strip_hash_lines(_restore_python(data))
+    if kind == "script":
+        return _strip_hash_lines(_strip_hook(data))
+    return _strip_cpp(data)
+
+
+def _strip_hash_lines(data: bytes) -> bytes:
+    return _HASH_LAST_LINE_RE.sub(b"", _HASH_LINE_RE.sub(b"", data))
+
+
+def _restore_python(data: bytes) -> bytes:
+    """`# optrace-orig N B64` + the N rewritten lines -> the original bytes."""
+    out: list[bytes] = []
+    pos = 0
+    while True:
+        m = _PY_ORIG_RE.search(data, pos)
+        if m is None:
+            break
+        try:
+            original = base64.b64decode(m.group(2), validate=True)
+        except (binascii.Error, ValueError):
+            out.append(data[pos : m.end()])
+            pos = m.end()
+            continue
+        end = m.end()
+        for _ in range(int(m.group(1))):
+            nl = data.find(b"\n", end)
+            end = len(data) if nl < 0 else nl + 1
+        out.append(data[pos : m.start()])
+        out.append(original)
+        pos = end
+    out.append(data[pos:])
+    return b"".join(out)
+
+
+def _strip_hook(data: bytes) -> bytes:
+    def block(m: re.Match[bytes]) -> bytes:
+        body = m.group(2)
+        if b"optrace-hook" not in body:
+            return m.group(0)
+        orig = _ORIG_BLOCK_RE.search(body)
+        if orig is not None:
+            return (m.group(1) or b"") + base64.b64decode(orig.group(1)) + (m.group(3) or b"")
+        if m.group(3) is not None:
+            return m.group(1) or b""
+        return b""
+
+    return _HOOK_RE.sub(block, data)
+
+
+def _strip_cpp(data: bytes) -> bytes:
 
     def block(m: re.Match[bytes]) -> bytes:
         # Inserted as `block + newline` after a line; at the end of a file that did not
@@ -43,4 +135,5 @@ def strip_bytes(data: bytes) -> bytes:
     out = _SCAFFOLD_RE.sub(b"", out)
     out = _LINE_RE.sub(b"", out)
     out = _LAST_LINE_RE.sub(b"", out)
+    out = _STR_FRAGMENT_RE.sub(b"", out)
     return _FRAGMENT_RE.sub(b"", out)

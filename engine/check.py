@@ -4,7 +4,9 @@ Every finding has a stable code (OT4xx), a location and a message. Static checks
 the kernel sources as they are (instrumented by optrace or by hand); compile safety
 parses each file optrace touched with libclang against the AscendC host stub, and
 reports the diagnostics that land on code optrace inserted — real trees include headers
-no stub can provide, so everything else is context, not a finding.
+no stub can provide, so everything else is context, not a finding. Only kernel files are
+compiled (the stub is AscendC's); the host layers are judged by the gates G1–G5
+(`engine/gates.py`, codes OT451..OT455), reported with their evidence on every operator.
 """
 
 from __future__ import annotations
@@ -14,11 +16,16 @@ import tempfile
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
 from optrace.engine.discovery import CPP_EXTS, default_repo_root, walk_files
 from optrace.engine.preprocess import MAX_DEPTH, _label_problem
 from optrace.engine.source import blank_comments, blank_if0, decode
+
+if TYPE_CHECKING:
+    from optrace.engine.analysis import Analysis
+    from optrace.engine.gates import GateResult
 
 _POINT_RE = re.compile(
     rb'\b(MoeTracing\s*(?:<[^>]*>)?\s*\(|OptraceEnd\s+\w+\s*\(|OptraceEntryEnd\s+\w+\s*\()\s*'
@@ -49,6 +56,7 @@ class CheckReport:
     points: int = 0
     labels: int = 0
     compile_checked: int = 0
+    gates: list[GateResult] = field(default_factory=list)
 
     def add(self, code: str, message: str, path: Path | None, line: int,
             severity: Severity = Severity.ERROR) -> None:
@@ -68,6 +76,7 @@ class CheckReport:
             "compile_checked_files": self.compile_checked,
             "findings": [{**d.to_json(self.repo_root), "severity": self.effective(d, strict).value}
                          for d in self.findings],
+            "gates": [g.to_json(self.repo_root) for g in self.gates],
         }
 
     def worst(self, strict: bool) -> Severity | None:
@@ -117,14 +126,44 @@ def check_operator(op_dir: Path, repo_root: Path | None = None, compile_safety: 
     report.points = len(all_points)
     report.labels = len({p.label for p in all_points})
     report.instrumented = bool(all_points)
+    analysis = _analyse(report, op_dir, root)
+    if analysis is not None:
+        _check_gates(report, analysis)
     if not all_points:
         return report
     _check_labels(report, all_points)
     _check_pairs(report, all_points)
-    _check_kernel_g2(report, op_dir, root)
-    if compile_safety and touched:
-        compile_check(report, touched, op_dir)
+    if analysis is not None:
+        _check_kernel_g2(report, op_dir, root, analysis)
+    # Compile safety is about kernel code (the host stub is AscendC's): host layers' files
+    # are checked by the gates, not compiled here.
+    kernel_dir = analysis.layers.kernel_dir if analysis is not None else None
+    kernel_files = [p for p in touched if kernel_dir is None or kernel_dir in p.parents]
+    if compile_safety and kernel_files:
+        compile_check(report, kernel_files, op_dir)
     return report
+
+
+def _analyse(report: CheckReport, op_dir: Path, root: Path) -> Analysis | None:
+    from optrace.engine.analysis import analyse_operator
+
+    try:
+        return analyse_operator(op_dir, root)
+    except InputError as exc:
+        if report.instrumented:
+            report.findings.append(exc.diagnostic)
+        return None
+
+
+def _check_gates(report: CheckReport, analysis: Analysis) -> None:
+    """G1..G5 with their evidence; a failing gate is also an error finding."""
+    from optrace.engine.gates import evaluate_gates
+
+    report.gates = evaluate_gates(analysis, report.instrumented)
+    for gate in report.gates:
+        finding = gate.finding()
+        if finding is not None:
+            report.findings.append(finding)
 
 
 def _check_block_version(report: CheckReport, path: Path, data: bytes) -> None:
@@ -227,17 +266,20 @@ def _check_exits_between(report: CheckReport, path: Path, code: bytes, b: Point,
                    path, line)
 
 
-def _check_kernel_g2(report: CheckReport, op_dir: Path, root: Path) -> None:
+def _check_kernel_g2(report: CheckReport, op_dir: Path, root: Path, analysis: Analysis | None = None) -> None:
     """Kernel side of gate G2: the entry has `profiling_data` after its outputs and before
     workspace / tiling, and forwards it where it forwards the workspace."""
     from optrace.codemods.kernel_entry import PROFILING_ARG, _is_system, _param_name, _params
     from optrace.engine.analysis import analyse_operator
 
-    try:
-        an = analyse_operator(op_dir, root)
-    except InputError as exc:
-        report.findings.append(exc.diagnostic)
-        return
+    if analysis is not None:
+        an = analysis
+    else:
+        try:
+            an = analyse_operator(op_dir, root)
+        except InputError as exc:
+            report.findings.append(exc.diagnostic)
+            return
     entry = an.entry_fn
     data = entry.src.raw
     names = [_param_name(data, p) for p in _params(entry)]

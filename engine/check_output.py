@@ -1,4 +1,10 @@
-"""`optrace check` reports as text, and as SARIF 2.1.0 for code-scanning tools."""
+"""`optrace check` reports as text, and as SARIF 2.1.0 for code-scanning tools.
+
+Gates G1–G5 come after an operator's summary line, one line each with ✓ / ✗ / n/a /
+not verifiable here and the evidence (`file:line`) underneath. In SARIF every gate is a
+result whose `kind` says pass / fail / notApplicable / review (not verifiable here); a
+failing gate is also an error-level finding of its own code (OT451..OT455).
+"""
 
 from __future__ import annotations
 
@@ -16,6 +22,15 @@ def render_check_text(report: CheckReport, strict: bool) -> str:
         state = {"1": "ON", "0": "off"}.get(report.profiling_enabled, report.profiling_enabled)
         lines.append(f"{rel}: {report.points} points, {report.labels} labels; profiling compiled in: "
                      f"{state} (ENABLE_MOE_PROFILING); compile-checked files: {report.compile_checked}")
+    if report.gates:
+        lines.append("  gates:")
+        for gate in report.gates:
+            lines.append(f"    {gate.gate} {gate.title}: {gate.symbol}  {gate.summary}")
+            for ev in gate.evidence:
+                where = display_path(ev.path, report.repo_root) + (f":{ev.line}" if ev.line else "") \
+                    if ev.path else "-"
+                mark = "" if ev.ok else "  <- ✗"
+                lines.append(f"        {where}: {ev.note}{mark}")
     for d in report.findings:
         sev = report.effective(d, strict)
         lines.append(f"  {d.format(report.repo_root)}  [{sev.value}]")
@@ -26,6 +41,35 @@ def render_check_text(report: CheckReport, strict: bool) -> str:
 
 
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
+_GATE_KIND = {"pass": "pass", "fail": "fail", "n/a": "notApplicable", "not verifiable here": "review"}
+
+
+def _gate_results(report: CheckReport, codes: set[str]) -> list[dict[str, object]]:
+    """One SARIF result per gate (its status as `kind`), located at its first evidence."""
+    out: list[dict[str, object]] = []
+    for gate in report.gates:
+        rule = f"{gate.code}"
+        codes.add(rule)
+        result: dict[str, object] = {
+            "ruleId": rule,
+            "kind": _GATE_KIND[gate.status],
+            "level": "error" if gate.status == "fail" else "none",
+            "message": {"text": f"{gate.gate} {gate.title}: {gate.symbol} {gate.summary}"},
+            "properties": {"gate": gate.gate, "status": gate.status,
+                           "evidence": [e.to_json(report.repo_root) for e in gate.evidence]},
+        }
+        located = [e for e in gate.evidence if e.path is not None]
+        if located:
+            result["locations"] = [{"physicalLocation": {
+                "artifactLocation": {"uri": display_path(e.path, report.repo_root), "uriBaseId": "%SRCROOT%"},
+                **({"region": {"startLine": e.line}} if e.line else {}),
+            }} for e in located if e.path is not None][:1]
+            result["relatedLocations"] = [{"id": i, "message": {"text": e.note}, "physicalLocation": {
+                "artifactLocation": {"uri": display_path(e.path, report.repo_root), "uriBaseId": "%SRCROOT%"},
+                **({"region": {"startLine": e.line}} if e.line else {}),
+            }} for i, e in enumerate(located) if e.path is not None]
+        out.append(result)
+    return out
 
 
 def sarif_document(reports: list[CheckReport], strict: bool) -> dict[str, object]:
@@ -47,6 +91,7 @@ def sarif_document(reports: list[CheckReport], strict: bool) -> dict[str, object
                     **({"region": region} if region else {}),
                 }}]
             results.append(result)
+        results.extend(_gate_results(report, codes))
     return {
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "version": "2.1.0",

@@ -92,7 +92,8 @@ def default_repo_root(op_dir: Path) -> Path:
 
 
 def walk_files(root: Path, exts: frozenset[str] | None = None) -> Iterator[Path]:
-    """Files under root in sorted order, skipping VCS / build dirs and symlink loops."""
+    """Files under root in sorted order, skipping VCS / build dirs and symlink loops
+    (a directory reached twice, a file link that loops or dangles: nothing to read)."""
     seen_dirs: set[tuple[int, int]] = set()
     for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
         try:
@@ -111,6 +112,8 @@ def walk_files(root: Path, exts: frozenset[str] | None = None) -> Iterator[Path]
             if exts is None or path.suffix.lower() in exts or (
                 exts is SCRIPT_EXTS and name == "CMakeLists.txt"
             ):
+                if os.path.islink(path) and not os.path.exists(path):
+                    continue  # resolving it would raise (a loop) or find nothing (dangling)
                 yield path
 
 

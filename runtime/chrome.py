@@ -60,6 +60,19 @@ def _text_table(texts: list[str]) -> np.ndarray:
 _DIGITS4 = np.array([list(f"{i:04d}".encode()) for i in range(10000)], dtype=np.uint8)
 
 
+#: Timestamps in thousandths of a µs saturate here (about 146 years): corrupt cycle
+#: counts can sit 2**63 cycles away, which no int64 holds once scaled.
+_Q_LIMIT = float(2**62)
+
+
+def _quantised(values: np.ndarray) -> np.ndarray:
+    """Rounded to int64, saturating instead of overflowing (and NaN, from a clock so slow
+    that the scale is infinite, as 0): a span the decoder flagged keeps a valid number."""
+    rounded = np.nan_to_num(np.rint(values), nan=0.0, posinf=_Q_LIMIT, neginf=-_Q_LIMIT)
+    quantised: np.ndarray = np.clip(rounded, -_Q_LIMIT, _Q_LIMIT).astype(np.int64)
+    return quantised
+
+
 def render_int(values: np.ndarray, width: int | None = None) -> np.ndarray:
     """uint8 [n, width]: non-negative ints right-aligned in ASCII, leading spaces."""
     values = values.astype(np.int64)
@@ -254,8 +267,9 @@ class ChromeTraceWriter:
         high = np.concatenate([c.high[k] for c, k in selected]).astype(np.int64)
         status = np.concatenate([c.status[k] for c, k in selected])
         scale = 1000.0 / clock_mhz  # thousandths of a µs (ns): 3 decimals of the µs value
-        ts_q = np.rint(start * scale + offset_us * 1000.0).astype(np.int64)
-        dur_q = np.rint((end - start) * scale).astype(np.int64)
+        with np.errstate(over="ignore", invalid="ignore"):  # saturated by _quantised
+            ts_q = _quantised(start * scale + offset_us * 1000.0)
+            dur_q = _quantised((end - start) * scale)
         heads = _text_table([f'{{"ph":"X","pid":{pid},"tid":{c.slot},"ts":' for c, _ in selected])
         tails = _point_tails(point_map)
         # A loop's first iteration has index 0 and extraId 0 (high word 0): the map says
@@ -277,10 +291,13 @@ class ChromeTraceWriter:
         core = next((c for c in decoded.cores if c.slot == tid), None)
         at = float(core.end.max()) if core is not None and core.end.size else 0.0
         what = "dropped (slot full)" if state == "overflow" else "overwritten (legacy overflow)"
+        with np.errstate(over="ignore", invalid="ignore"):  # saturated by _quantised
+            at_q = np.array([at]) * (1000.0 / decoded.clock_mhz) + offset_us * 1000.0
+            ts = int(_quantised(at_q)[0]) / 1000
         self._write(
             json.dumps(
                 {"name": f"optrace: {dropped} records {what}", "ph": "i", "s": "t", "pid": pid,
-                 "tid": tid, "ts": round(at / decoded.clock_mhz + offset_us, 3)},
+                 "tid": tid, "ts": ts},
                 separators=(",", ":"),
             )
         )

@@ -26,9 +26,18 @@ def _err(message: str) -> None:
     print(message, file=sys.stderr)
 
 
+def _paths_as_bytes() -> None:
+    """Print a path that is not UTF-8 (a GBK folder name) as the bytes it has on disk, like
+    ls does: a strict UTF-8 stdout (any UTF-8 locale) would fail on it instead."""
+    for stream in (sys.stdout, sys.stderr):
+        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="surrogateescape")
+
+
 @contextmanager
 def _guarded() -> Iterator[None]:
     """Bad input -> ``path: message`` and exit 2; anything unexpected -> exit 3."""
+    _paths_as_bytes()
     try:
         yield
     except typer.Exit:

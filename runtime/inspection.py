@@ -45,7 +45,7 @@ def inspect_path(path: Path) -> list[RankInspection]:
         if not files:
             raise ProfilingInputError(path, "no rank*.pt files")
         return [inspect_file(p) for _, p in files]
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():  # a looping link: reading it says so
         raise ProfilingInputError(path, "no such file or directory")
     return [inspect_file(path)]
 

@@ -140,7 +140,11 @@ def load_point_map(path: str | Path) -> PointMap:
     except OSError as exc:
         raise ProfilingInputError(source, f"cannot read point map: {exc.strerror or exc}") from None
     try:
-        document = json.loads(text)
+        try:
+            document = json.loads(text)
+        except UnicodeDecodeError:
+            # Input files are bytes (cli.md): a GBK source path in the map is kept as is.
+            document = json.loads(text.decode("utf-8", "surrogateescape"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ProfilingInputError(source, f"point map is not valid JSON: {exc}") from None
     return parse_point_map(source, document)

@@ -19,9 +19,12 @@ the persistent id, ``collections.OrderedDict`` for the (empty) backward hooks;
 from __future__ import annotations
 
 import io
+import os
 import pickle
+import reprlib
 import struct
 import zipfile
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +33,16 @@ from typing import Any
 import numpy as np
 
 from .errors import ProfilingInputError
+
+# Values from the pickle shown in a message: a few levels only, since shared references
+# can make a few hundred bytes of pickle a structure with 2**60 elements.
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother = 3, 80, 80
+
+
+def shown(value: Any) -> str:
+    """``repr(value)``, bounded in size and time whatever the value is."""
+    return _SHORT.repr(value)
 
 
 class _StorageType:
@@ -105,8 +118,10 @@ def _view(
         raise ProfilingInputError(source, "tensor without a storage (corrupt data.pkl)")
     if not (isinstance(size, tuple) and isinstance(stride, tuple) and isinstance(offset, int)):
         raise ProfilingInputError(source, "tensor with a malformed size/stride (corrupt data.pkl)")
-    if len(size) != len(stride) or not all(isinstance(n, int) and n >= 0 for n in (*size, *stride)):
-        raise ProfilingInputError(source, f"tensor with invalid size {size} / stride {stride}")
+    if len(size) != len(stride) or len(size) > 64 or not all(
+        isinstance(n, int) and n >= 0 for n in (*size, *stride)
+    ):
+        raise ProfilingInputError(source, f"tensor with invalid size {shown(size)} / stride {shown(stride)}")
     flat = storage.array
     if dtype is not None and dtype != flat.dtype:
         if (flat.nbytes % dtype.itemsize) != 0:
@@ -122,8 +137,16 @@ def _view(
         # as_strided would read past the buffer: this is the check that keeps it safe.
         raise ProfilingInputError(
             source,
-            f"tensor of size {size} at offset {offset} does not fit its storage "
+            f"tensor of size {shown(size)} at offset {offset} does not fit its storage "
             f"{storage.key} ({flat.size} elements): truncated or corrupt file",
+        )
+    if count > flat.size:
+        # Only overlapping strides (0, or smaller than the row below) fit more elements than
+        # the storage holds: torch writes none for a saved tensor; copying one could take
+        # any amount of memory.
+        raise ProfilingInputError(
+            source, f"tensor of size {shown(size)} has more elements than its storage {storage.key} "
+            f"({flat.size}): overlapping strides, corrupt file"
         )
     item = flat.dtype.itemsize
     view = np.lib.stride_tricks.as_strided(
@@ -181,10 +204,10 @@ class _RestrictedUnpickler(pickle.Unpickler):
 
     def persistent_load(self, pid: Any) -> Any:
         if not (isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage"):
-            raise ProfilingInputError(self._source, f"unexpected persistent id {pid!r}")
+            raise ProfilingInputError(self._source, f"unexpected persistent id {shown(pid)}")
         storage_type, key, _location, numel = pid[1], pid[2], pid[3], pid[4]
         if not isinstance(storage_type, _StorageType) or not isinstance(key, str):
-            raise ProfilingInputError(self._source, f"unexpected persistent id {pid!r}")
+            raise ProfilingInputError(self._source, f"unexpected persistent id {shown(pid)}")
         if storage_type.dtype is None:
             raise ProfilingInputError(
                 self._source, f"tensor of type {storage_type.name} cannot be read without torch"
@@ -217,6 +240,18 @@ _PICKLE_ERRORS = (
 )
 
 
+# What zipfile raises on a damaged archive besides BadZipFile: a member name that is not
+# UTF-8, an unknown compression method or flag (NotImplementedError, a RuntimeError), an
+# encrypted member (RuntimeError), a corrupt deflate stream, a member cut short.
+_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, UnicodeDecodeError, RuntimeError, zlib.error,
+               EOFError)
+
+#: What a .pt may inflate to, at most, beyond its own size: torch stores members
+#: uncompressed, so only a zip bomb declares far more bytes than the file holds.
+INFLATE_FLOOR = 256 * 1024 * 1024
+INFLATE_RATIO = 64
+
+
 def load_pt(path: str | Path) -> Any:
     """The object a ``.pt`` holds, with tensors as numpy arrays; never runs pickle code."""
     source = str(path)
@@ -232,16 +267,23 @@ def load_pt(path: str | Path) -> Any:
                     "False is not supported; re-save it with a current torch)",
                 )
             handle.seek(0)
-            return _load_zip(source, zipfile.ZipFile(handle))
+            size = os.fstat(handle.fileno()).st_size
+            return _load_zip(source, zipfile.ZipFile(handle), size)
     except ProfilingInputError:
         raise
-    except (zipfile.BadZipFile, zipfile.LargeZipFile) as exc:
+    except _ZIP_ERRORS as exc:
         raise ProfilingInputError(source, f"not a readable .pt zip (truncated?): {exc}") from None
     except OSError as exc:
         raise ProfilingInputError(source, f"cannot read: {exc.strerror or exc}") from None
 
 
-def _load_zip(source: str, zf: zipfile.ZipFile) -> Any:
+def _load_zip(source: str, zf: zipfile.ZipFile, file_size: int) -> Any:
+    declared = sum(info.file_size for info in zf.infolist())
+    if declared > max(INFLATE_FLOOR, INFLATE_RATIO * file_size):
+        raise ProfilingInputError(
+            source, f"members would inflate to {declared} bytes from a {file_size}-byte file: "
+            "refused (a zip bomb, or not a torch .pt file)"
+        )
     names = zf.namelist()
     pickles = [n for n in names if n.endswith("/data.pkl") and n.count("/") == 1]
     if not pickles:
@@ -269,7 +311,7 @@ def _load_zip(source: str, zf: zipfile.ZipFile) -> Any:
         return unpickler.load()
     except ProfilingInputError:
         raise
-    except (zipfile.BadZipFile, *_PICKLE_ERRORS) as exc:
+    except (*_ZIP_ERRORS, *_PICKLE_ERRORS) as exc:
         raise ProfilingInputError(source, f"corrupt data.pkl ({type(exc).__name__}: {exc})") from None
 
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from .errors import ProfilingInputError
 from .format import FORMAT_VERSION, RankMeta
-from .pt_reader import load_pt
+from .pt_reader import load_pt, shown
 
 RANK_FILE_RE = re.compile(
     r"^rank(?P<rank>\d+)(?:_(?!launch\d+\.pt$)(?P<tag>[A-Za-z0-9.-]+?))?(?:_launch(?P<launch>\d+))?\.pt$"
@@ -67,11 +67,15 @@ def parse_rank_file_name(name: str) -> RankFileName | None:
 
 
 def find_rank_files(directory: Path) -> list[tuple[RankFileName, Path]]:
-    """Rank files in ``directory``, ordered by (tag, launch, rank)."""
+    """Rank files in ``directory``, ordered by (tag, launch, rank).
+
+    A name that is not a readable file (a link that loops or dangles) is still listed, so
+    reading it names the problem instead of the rank silently missing from the trace.
+    """
     found: list[tuple[RankFileName, Path]] = []
     for path in directory.iterdir():
         parsed = parse_rank_file_name(path.name)
-        if parsed is not None and path.is_file():
+        if parsed is not None and not path.is_dir():
             found.append((parsed, path))
     found.sort(key=lambda item: (item[0].run_key, item[0].rank))
     return found
@@ -113,6 +117,32 @@ def _as_int64_2d(source: Path, value: Any, what: str, slot_words: int | None) ->
     return array
 
 
+#: Metadata is a few dozen small values. A pickle can make a small file hold a structure
+#: that is enormous to walk (shared references: 2**60 nodes in 1 KB) or that holds itself;
+#: it is refused before anything walks, copies or prints it.
+META_MAX_NODES = 10_000
+META_MAX_DEPTH = 32
+
+
+def _check_meta_size(path: Path, raw_meta: dict[Any, Any]) -> None:
+    budget = META_MAX_NODES
+    stack: list[tuple[Any, int]] = [(raw_meta, 0)]
+    while stack:
+        value, depth = stack.pop()
+        budget -= 1
+        if budget < 0 or depth > META_MAX_DEPTH:
+            raise ProfilingInputError(
+                path, f"metadata is larger than {META_MAX_NODES} values or deeper than {META_MAX_DEPTH} "
+                "levels (or refers to itself): corrupt or not an optrace file"
+            )
+        if isinstance(value, dict):
+            if not all(isinstance(key, (str, int)) for key in value):
+                raise ProfilingInputError(path, "metadata has a key that is neither a string nor an integer")
+            stack.extend((item, depth + 1) for item in value.values())
+        elif isinstance(value, (list, tuple)):
+            stack.extend((item, depth + 1) for item in value)
+
+
 def _check_meta_types(path: Path, meta: RankMeta) -> None:
     def bad(field: str, want: str) -> ProfilingInputError:
         return ProfilingInputError(path, f"metadata field '{field}' must be {want}")
@@ -133,6 +163,10 @@ def _check_meta_types(path: Path, meta: RankMeta) -> None:
         raise bad("fingerprint", "a uint32 or null")
     if not isinstance(meta.aiv_roles, dict):
         raise bad("aiv_roles", "a dict")
+    if not isinstance(meta.typed_layout, bool):
+        raise bad("typed_layout", "true or false")
+    if meta.tag is not None and not isinstance(meta.tag, str):
+        raise bad("tag", "a string or null")
 
 
 def rank_buffer_from_object(path: Path, obj: Any, rank: int) -> RankBuffer:
@@ -141,14 +175,18 @@ def rank_buffer_from_object(path: Path, obj: Any, rank: int) -> RankBuffer:
         version = obj[OPTRACE_KEY]
         if not isinstance(version, int) or version > FORMAT_VERSION:
             raise ProfilingInputError(
-                path, f"optrace format version {version!r} is newer than this reader ({FORMAT_VERSION})"
+                path, f"optrace format version {shown(version)} is newer than this reader ({FORMAT_VERSION})"
             )
         raw_meta = obj.get("meta")
         if not isinstance(raw_meta, dict):
             raise ProfilingInputError(path, "optrace rank file without a 'meta' dict")
+        _check_meta_size(path, raw_meta)
+        extra = raw_meta.get("extra")
+        if extra is not None and not isinstance(extra, dict):
+            raise ProfilingInputError(path, "metadata field 'extra' must be a dict")
         try:
             meta = RankMeta.from_dict({**raw_meta, "rank": rank})  # the file name wins
-        except TypeError as exc:
+        except (TypeError, ValueError) as exc:
             raise ProfilingInputError(path, f"unreadable metadata: {exc}") from None
         _check_meta_types(path, meta)
         data = _as_int64_2d(path, obj.get("data"), "'data'", meta.slot_words)

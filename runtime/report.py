@@ -248,7 +248,7 @@ svg text{{font:11px system-ui,sans-serif}} .key{{margin-right:14px;white-space:n
 </body></html>
 """
     with atomic_output(path) as handle:
-        handle.write(page.encode("utf-8"))
+        handle.write(page.encode("utf-8", "replace"))  # a non-UTF-8 path shows as U+FFFD
 
 
 class MissingExtra(Exception):

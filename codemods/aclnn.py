@@ -1,0 +1,124 @@
+"""aclnn: one more `const aclTensor *` output after the last output (gate G2).
+
+DESCRIPTION: in every `aclnn<Op>GetWorkspaceSize` / `aclnnInner<Op>GetWorkspaceSize`
+declaration, definition and call of the op's hand-written wrappers (`op_api/`,
+`op_host/op_api/`, `pregen/.../autogen/`), put `const aclTensor *profilingData` (a
+parameter) or `profilingData` (an argument) right before `workspaceSize`, i.e. after
+the last output: the wrapper gains the output and forwards it to the inner call.
+
+A parameter that starts its own line gets a whole new line (`  // optrace`); otherwise
+the parameter is a `/*optrace<*/ ... /*>optrace*/` fragment. Lists that already carry a
+profiling parameter are left alone.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from optrace.codemods.layer_common import (
+    CODE_LAYER_SHAPE,
+    PROFILING_VAR,
+    clean_bytes,
+    fragment,
+    input_error,
+    insert_lines,
+    last_ident,
+    leading_ws,
+    mask,
+    match_bracket,
+    split_top,
+    starts_line,
+)
+from optrace.engine.discovery import Layers
+from optrace.engine.edits import Edit, line_number, line_start
+from optrace.engine.plan import Plan
+
+CODEMOD = "aclnn"
+
+
+@dataclass(frozen=True)
+class WorkspaceList:
+    """One parameter or argument list of a `...GetWorkspaceSize(` occurrence."""
+
+    path: Path
+    function: str
+    is_call: bool
+    items: tuple[tuple[int, int], ...]
+    workspace: int  # index of the workspaceSize item
+    open_at: int
+    close_at: int
+    line: int
+
+    def profiling_item(self, data: bytes) -> int | None:
+        for i, (s, e) in enumerate(self.items):
+            if "profiling" in last_ident(data[s:e]).lower():
+                return i
+        return None
+
+
+def workspace_pattern(camel: str) -> re.Pattern[bytes]:
+    return re.compile(rb"\b(aclnn(?:Inner)?" + re.escape(camel.encode()) + rb"GetWorkspaceSize)\s*\(")
+
+
+def workspace_lists(path: Path, data: bytes, camel: str) -> list[WorkspaceList]:
+    code = mask(data)
+    out = []
+    for m in workspace_pattern(camel).finditer(code):
+        open_at = m.end() - 1
+        close = match_bracket(code, open_at)
+        if close < 0:
+            continue
+        items = tuple(split_top(code, open_at + 1, close))
+        names = [last_ident(data[s:e]) for s, e in items]
+        ws = next((i for i, n in enumerate(names) if n.lower() == "workspacesize"), None)
+        if ws is None and len(items) >= 2 and "executor" in names[-1].lower():
+            ws = len(items) - 2
+        if ws is None:
+            raise input_error(CODE_LAYER_SHAPE, f"cannot find the workspaceSize parameter of "
+                              f"`{m.group(1).decode()}`", path, data, m.start())
+        ws_text = data[items[ws][0] : items[ws][1]]
+        is_call = len(re.findall(rb"[A-Za-z_]\w*", ws_text)) == 1
+        out.append(WorkspaceList(path, m.group(1).decode(), is_call, items, ws, open_at, close,
+                                 line_number(data, m.start())))
+    return out
+
+
+def aclnn_files(layers: Layers) -> list[Path]:
+    """The discovered wrappers, plus `pregen/.../aclnn_<op>.{h,cpp}` (older UMDK trees keep
+    them in `ascend_kernels/pregen/build_out/autogen/`, which repository search skips as a
+    build folder) in the operator directory or any folder above it up to the root."""
+    found = [f.path for f in layers.found.get("aclnn", [])]
+    seen = {p.resolve() for p in found}
+    roots = [layers.op_dir, *[p for p in layers.op_dir.parents if p == layers.repo_root
+                              or layers.repo_root in p.parents]]
+    for root in roots:
+        pattern = "**/pregen/**/" if root == layers.op_dir else "pregen/**/"
+        for path in sorted(root.glob(f"{pattern}aclnn_{layers.op_name}.*")):
+            if path.suffix in (".h", ".hpp", ".cpp", ".cc") and path.resolve() not in seen:
+                seen.add(path.resolve())
+                found.append(path)
+    return found
+
+
+def aclnn_edits(plan: Plan, mode: str) -> list[Edit]:
+    del mode  # the parameter exists in both modes (mode A passes a null tensor)
+    layers = plan.analysis.layers
+    edits: list[Edit] = []
+    for path in aclnn_files(layers):
+        data = clean_bytes(path)
+        star = b"const aclTensor* " if b"aclTensor* " in data and b"aclTensor *" not in data \
+            else b"const aclTensor *"
+        for wl in workspace_lists(path, data, layers.camel):
+            if wl.profiling_item(data) is not None:
+                continue
+            start = wl.items[wl.workspace][0]
+            text = PROFILING_VAR.encode() if wl.is_call else star + PROFILING_VAR.encode()
+            if starts_line(data, start):
+                edits.append(insert_lines(path, data, line_start(data, start),
+                                          [leading_ws(data, start) + text + b","], CODEMOD,
+                                          f"{wl.function}: profiling output"))
+            else:
+                edits.append(fragment(path, start, text + b", ", CODEMOD, f"{wl.function}: profiling output"))
+    return edits

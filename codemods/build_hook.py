@@ -1,0 +1,294 @@
+"""Build hook (gate G1): the build runs `optrace preprocess` on the kernels it compiles.
+
+DESCRIPTION: put a block between `# TRACE_PREPROCESSOR_HOOK_START` and
+`# TRACE_PREPROCESSOR_HOOK_END` into the project's build script. It fails the build
+loudly when optrace is not installed, then runs `optrace preprocess` on the build tree's
+copy of the kernels with `--modify` (ids and the build fingerprint go into that copy,
+never the checked-in sources) and writes `point_map.json` beside the build output.
+
+Where it goes:
+
+- a shell script that copies the kernels into a build tree (`cp ... op_kernel ...`):
+  right after that copy — at the end of the function doing it, or after the loop /
+  `if` around it — preprocessing the copy's destination, the map written beside it;
+- a shell script that builds from the source tree (no copy): before the first build
+  command (`cmake`, `make`, `ninja`, ...); the sources are only read (no `--modify`:
+  the kernel's `TRACE_POINT` fallback computes the same ids at compile time), the map
+  goes to the build directory;
+- a CMake file (when the project has no shell build script): before the kernel target
+  (`add_kernels_compile`, `ascendc_library`, ...), as `execute_process` at configure time.
+
+The block carries `# optrace-hook v1`, which is what `strip` looks for; the block is
+the same for every operator of the script (it preprocesses the whole build-tree copy),
+so instrumenting several operators adds one block, and re-applying rewrites it in
+place. A hook block someone else wrote is replaced in place and kept, base64-encoded, in
+`# optrace-orig-block`, so strip gives it back byte for byte.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from optrace.codemods.layer_common import clean_bytes, leading_ws
+from optrace.engine.discovery import Layers
+from optrace.engine.edits import Edit, line_end, line_number, line_start, newline_of
+from optrace.engine.plan import Plan
+
+CODEMOD = "build-hook"
+HOOK_START = b"# TRACE_PREPROCESSOR_HOOK_START"
+HOOK_END = b"# TRACE_PREPROCESSOR_HOOK_END"
+HOOK_VERSION = b"# optrace-hook v1"
+SHELL_SUFFIXES = (".sh", ".bash")
+
+_COPY_RE = re.compile(rb"^[ \t]*(?:cp|rsync|install|cp\s+-\w+)\b([^\n#]*)$", re.M)
+_FUNC_RE = re.compile(rb"^[ \t]*(?:function[ \t]+)?([A-Za-z_][\w-]*)[ \t]*\([ \t]*\)[ \t]*\{?[ \t]*$", re.M)
+_BUILD_CMD_RE = re.compile(
+    rb"^[ \t]*(?:cmake\b|make\b|ninja\b|python3?\s+setup\.py|bash\s+\S*build|\./build\.sh|msopgen\b)", re.M
+)
+_SCRIPT_DIR_RE = re.compile(rb'^[ \t]*(?:local[ \t]+|export[ \t]+)?(\w+)=["\']?\$\(\s*cd\s+"?'
+                            rb'\$\(\s*dirname\s+"?\$(?:\{BASH_SOURCE\[0\]\}|\{0\}|0|BASH_SOURCE)"?\s*\)"?',
+                            re.M)
+_BUILD_DIR_RE = re.compile(rb"(?:-B[ \t]*|mkdir[ \t]+-p[ \t]+)(\"?\$\{?\w+\}?(?:/[\w./${}-]*)?\"?)")
+_CMAKE_TARGET_RE = re.compile(rb"^[ \t]*(?:add_kernels_compile|ascendc_library|add_ops_compile_options|"
+                              rb"npu_op_kernel|add_library)\s*\(", re.M)
+_HOOK_BLOCK_RE = re.compile(
+    rb"^[ \t]*# TRACE_PREPROCESSOR_HOOK_START[^\n]*\n.*?^[ \t]*# TRACE_PREPROCESSOR_HOOK_END[^\r\n]*",
+    re.S | re.M,
+)
+
+
+@dataclass(frozen=True)
+class HookSite:
+    """Where the hook goes and what it preprocesses (shell words, quoted as needed)."""
+
+    at: int  # a line start
+    indent: bytes
+    src: str
+    out: str
+    modify: bool
+    why: str
+
+
+def build_script(layers: Layers) -> Path | None:
+    """The script to hook: a shell script that copies the kernels, else one that builds,
+    else a CMake file."""
+    scripts = [f.path for f in layers.found.get("build_script", [])]
+    shell = [p for p in scripts if p.suffix in SHELL_SUFFIXES]
+    # A CMake project is usually driven by a build.sh beside it that runs cmake.
+    for cmake_file in [p for p in scripts if p.suffix not in SHELL_SUFFIXES]:
+        for sibling in sorted(cmake_file.parent.glob("*.sh")):
+            if sibling not in shell and re.search(rb"^[ \t]*cmake\b", clean_bytes(sibling), re.M):
+                shell.append(sibling)
+    for path in shell:
+        if _kernel_copies(clean_bytes(path)):
+            return path
+    for path in shell:
+        if _BUILD_CMD_RE.search(clean_bytes(path)):
+            return path
+    cmake = [p for p in scripts if p.name == "CMakeLists.txt" or p.suffix == ".cmake"]
+    for candidate in cmake:
+        if _CMAKE_TARGET_RE.search(clean_bytes(candidate)):
+            return candidate
+    return shell[0] if shell else (cmake[0] if cmake else None)
+
+
+def _code_lines(data: bytes) -> list[tuple[int, bytes]]:
+    """(offset, line) without comments, for shell scanning (a `#` inside quotes kept)."""
+    out = []
+    pos = 0
+    for line in data.split(b"\n"):
+        stripped = line.lstrip()
+        out.append((pos, b"" if stripped.startswith(b"#") else line))
+        pos += len(line) + 1
+    return out
+
+
+_KERNEL_SRC_RE = re.compile(rb"op_kernel/?[\"']?/?\*?[\"']?$")
+
+
+def _kernel_copies(data: bytes) -> list[re.Match[bytes]]:
+    """`cp` / `rsync` / `install` lines copying a kernel folder (or its contents), not a
+    single file such as op_kernel/CMakeLists.txt."""
+    out = []
+    for m in _COPY_RE.finditer(data):
+        words = _words(m.group(1))
+        if len(words) >= 2 and any(_KERNEL_SRC_RE.search(w) for w in words[:-1]):
+            out.append(m)
+    return out
+
+
+def _words(args: bytes) -> list[bytes]:
+    """Shell words of a command's arguments, quotes kept, options dropped."""
+    words = re.findall(rb'"[^"]*"[^\s]*|\'[^\']*\'|\S+', args)
+    return [w for w in words if not w.startswith(b"-") and w not in (b"2>/dev/null", b"||", b"true")]
+
+
+def _enclosing_function(data: bytes, offset: int) -> tuple[int, int] | None:
+    """(start, closing-brace line start) of the shell function around `offset`."""
+    for m in _FUNC_RE.finditer(data, 0, offset):
+        close = re.compile(rb"^\}[ \t]*$", re.M).search(data, m.end())
+        if close is not None and m.start() < offset < close.start():
+            return m.start(), close.start()
+    return None
+
+
+_OPENERS = re.compile(rb"^\s*(?:for|while|until|if|case|select)\b")
+_CLOSERS = re.compile(rb"^\s*(?:done|fi|esac)\b")
+
+
+def _after_compound(data: bytes, offset: int) -> int:
+    """The line start after the outermost loop / `if` holding `offset` (top level), or
+    after the line of `offset` when it is not inside one."""
+    depth = 0
+    target = line_start(data, offset)
+    for pos, line in _code_lines(data):
+        if _OPENERS.match(line) and not re.search(rb"\b(done|fi|esac)\s*;?\s*$", line):
+            depth += 1
+        elif _CLOSERS.match(line):
+            depth = max(0, depth - 1)
+        if pos >= target and depth == 0:
+            return line_end(data, pos, include_newline=True)
+    return len(data)
+
+
+def _dest_dir(args: bytes) -> str | None:
+    words = _words(args)
+    if len(words) < 2:
+        return None
+    dest = words[-1].decode(errors="replace")
+    quoted = dest.startswith('"') and dest.endswith('"')
+    inner = dest[1:-1] if quoted else dest
+    inner = inner.rstrip("/")
+    if inner.endswith("/*"):
+        inner = inner[:-2]
+    return f'"{inner}"'
+
+
+def _parent(word: str) -> str:
+    inner = word.strip('"')
+    parent = inner.rsplit("/", 1)[0] if "/" in inner else "."
+    return f'"{parent}"'
+
+
+def shell_site(path: Path, data: bytes, layers: Layers) -> HookSite:
+    copies = _kernel_copies(data)
+    if copies:
+        last = copies[-1]
+        dest = _dest_dir(last.group(1)) or '"."'
+        src = dest
+        fn = _enclosing_function(data, last.start())
+        if fn is not None:
+            at, indent = fn[1], _body_indent(data, fn[0], fn[1])
+        else:
+            at, indent = _after_compound(data, last.start()), b""
+        out = _parent(dest) if dest.strip('"').endswith("op_kernel") else dest
+        return HookSite(at, indent, src, out, True, f"after the kernels are copied (line "
+                        f"{line_number(data, last.start())})")
+    # builds from the source tree
+    build = _BUILD_CMD_RE.search(data)
+    at = line_start(data, build.start()) if build else len(data)
+    indent = leading_ws(data, build.start()) if build else b""
+    script_dir = _SCRIPT_DIR_RE.search(data)
+    kernel_dir = layers.kernel_dir or layers.op_dir
+    rel = os.path.relpath(kernel_dir, path.parent).replace(os.sep, "/")
+    base = (f"${{{script_dir.group(1).decode()}}}" if script_dir
+            else '$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)')
+    src = f'"{base}/{rel}"'
+    build_dir = None
+    for m in _BUILD_DIR_RE.finditer(data, 0, build.end() if build else len(data)):
+        build_dir = m.group(1).decode(errors="replace")
+    out = build_dir if build_dir else f'"{base}/build_out"'
+    if not out.startswith('"'):
+        out = f'"{out}"'
+    return HookSite(at, indent, src, out, False, "before the first build command (the kernels are built "
+                    "from the source tree)")
+
+
+def _body_indent(data: bytes, start: int, close: int) -> bytes:
+    for pos in range(line_end(data, start, include_newline=True), close):
+        if pos == line_start(data, pos) and data[pos:pos + 1] not in (b"\n", b"\r"):
+            ws = leading_ws(data, pos)
+            if ws:
+                return ws
+    return b"    "
+
+
+def shell_block(site: HookSite, nl: bytes) -> list[bytes]:
+    i = site.indent
+    modify = " --modify" if site.modify else ""
+    what = "the build tree's copy of the kernels" if site.modify else "the kernel sources (read only)"
+    lines = [
+        HOOK_START,
+        HOOK_VERSION + f": runs `optrace preprocess` on {what} and writes".encode(),
+        b"# point_map.json beside the build output (`optrace strip` removes this block).",
+        b"if ! command -v optrace >/dev/null 2>&1; then",
+        b'    echo "ERROR: optrace is not installed, but the kernels are instrumented: '
+        b'pip install ascend-optrace (or run optrace strip)" >&2',
+        b"    exit 1",
+        b"fi",
+        f"optrace preprocess {site.src} --out {site.out}{modify} || {{".encode(),
+        b'    echo "ERROR: optrace preprocess failed" >&2',
+        b"    exit 1",
+        b"}",
+        HOOK_END,
+    ]
+    return [i + ln if ln else ln for ln in lines]
+
+
+def cmake_block(path: Path, layers: Layers) -> tuple[list[bytes], str]:
+    kernel_dir = layers.kernel_dir or layers.op_dir
+    rel = os.path.relpath(kernel_dir, path.parent).replace(os.sep, "/")
+    lines = [
+        HOOK_START,
+        HOOK_VERSION + b": runs `optrace preprocess` on the kernel sources (read only) at configure",
+        b"# time and writes point_map.json into the build directory (`optrace strip` removes this block).",
+        b"find_program(OPTRACE_EXECUTABLE optrace)",
+        b"if(NOT OPTRACE_EXECUTABLE)",
+        b'  message(FATAL_ERROR "optrace is not installed, but the kernels are instrumented: '
+        b'pip install ascend-optrace (or run optrace strip)")',
+        b"endif()",
+        b"execute_process(COMMAND ${OPTRACE_EXECUTABLE} preprocess "
+        + f"${{CMAKE_CURRENT_SOURCE_DIR}}/{rel}".encode(),
+        b"                --out ${CMAKE_BINARY_DIR} RESULT_VARIABLE OPTRACE_PREPROCESS_RESULT)",
+        b"if(NOT OPTRACE_PREPROCESS_RESULT EQUAL 0)",
+        b'  message(FATAL_ERROR "optrace preprocess failed")',
+        b"endif()",
+        HOOK_END,
+    ]
+    return lines, "before the kernel target (configure time)"
+
+
+def build_hook_edits(plan: Plan, mode: str) -> list[Edit]:
+    del mode  # the hook is the same in both modes
+    layers = plan.analysis.layers
+    path = build_script(layers)
+    if path is None:
+        return []
+    data = clean_bytes(path)
+    nl = newline_of(data)
+    if path.suffix in SHELL_SUFFIXES or path.suffix not in (".cmake", ".txt"):
+        site = shell_site(path, data, layers)
+        lines = shell_block(site, nl)
+        at = site.at
+        note = site.why
+    else:
+        lines, note = cmake_block(path, layers)
+        target = _CMAKE_TARGET_RE.search(data)
+        at = line_start(data, target.start()) if target else len(data)
+    foreign = _HOOK_BLOCK_RE.search(data)
+    if foreign is not None:
+        # A hook block written by hand (the legacy preprocessor): replace it in place and
+        # keep it for strip.
+        keep = b"# optrace-orig-block " + base64.b64encode(foreign.group(0))
+        indent = leading_ws(data, foreign.start())
+        body = nl.join([lines[0], indent + keep, *lines[1:]])
+        return [Edit(path, line_start(data, foreign.start()), foreign.end(), body, CODEMOD,
+                     "replace the hook block")]
+    body = nl.join(lines) + nl
+    if at == len(data) and data and not data.endswith(b"\n"):
+        body = nl + body[: -len(nl)]
+    return [Edit(path, at, at, body, CODEMOD, note)]

@@ -1,0 +1,561 @@
+"""Shared machinery of the cross-layer codemods (op_def ... python_callers).
+
+DESCRIPTION: provenance markers, a comment- and string-aware C++ scanner for host code,
+function lookup with tree-sitter, the shared profiling-size header and input errors.
+
+Contract of every layer codemod: its edits refer to the file's *clean* bytes — the file
+with optrace's own insertions stripped (`clean_bytes`), which on a first apply are the
+file's bytes. `engine.apply` turns them into edits of the current bytes, so a second
+apply changes nothing and a different `--mode` rewrites only what depends on it.
+
+Markers (what `strip` removes):
+
+- C++: a whole inserted line ends with `  // optrace`; a fragment inside a line is
+  `/*optrace<*/ ... /*>optrace*/`; a fragment inside a string literal closes and reopens
+  the literal, `"/*optrace-str<*/", Tensor"/*>optrace-str*/"` (adjacent literals concatenate),
+  and strip removes it with both quotes.
+- Python and shell: a whole inserted line ends with `  # optrace`; a rewritten Python
+  statement is preceded by `# optrace-orig N BASE64` (the original bytes, N = lines of the
+  rewrite that follow).
+- Build scripts: the hook block between `# TRACE_PREPROCESSOR_HOOK_START` / `_END`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tree_sitter import Node
+
+from optrace.codemods.strip import CREATED_MARK, strip_bytes
+from optrace.engine.cpp import new_parser
+from optrace.engine.diagnostics import Diagnostic, InputError, Severity
+from optrace.engine.edits import Edit, line_end, line_number, line_start, newline_of
+from optrace.engine.source import DEFAULT_QUALIFIERS, normalise
+
+LINE_MARK = b"  // optrace"
+HASH_MARK = b"  # optrace"
+FRAG_OPEN = b"/*optrace<*/"
+FRAG_CLOSE = b"/*>optrace*/"
+STR_OPEN = b'"/*optrace-str<*/'
+STR_CLOSE = b'/*>optrace-str*/"'
+
+PROFILING_OUTPUT = "profiling_data"  # OpDef / schema / Python name
+PROFILING_VAR = "profilingData"  # C++ variables and parameters
+NUMEL_MACRO = "OPTRACE_PROFILING_NUMEL"
+INDEX_VAR = "optraceProfilingDataIndex"
+
+# Input errors of the layer codemods (README: OT3xx is apply / strip).
+CODE_OPDEF_OUTPUTS = "OT310"
+CODE_SCHEMA = "OT311"
+CODE_PYTHON_SYNTAX = "OT312"
+CODE_LAYER_SHAPE = "OT313"
+
+
+def input_error(code: str, message: str, path: Path, data: bytes | None = None, offset: int = 0,
+                line: int = 0) -> InputError:
+    """An InputError located at `offset` of `data` (or at `line`)."""
+    if data is not None and not line:
+        line = line_number(data, offset)
+    return InputError(Diagnostic(code, message, path, line, Severity.ERROR))
+
+
+def clean_bytes(path: Path) -> bytes:
+    """The file without optrace's insertions: what the layer codemods edit."""
+    return strip_bytes(path.read_bytes(), path)
+
+
+# --- inserted text --------------------------------------------------------------------------
+
+
+def marked_lines(data: bytes, at: int, lines: list[bytes], mark: bytes = LINE_MARK) -> bytes:
+    """`lines` (each with its own indent) as whole marked lines to insert at `at`.
+
+    `at` is a line start; at the end of a file without a final newline the lines go after
+    a new newline and lose their last one, which is how strip finds them again.
+    """
+    nl = newline_of(data)
+    body = b"".join(line + mark + nl for line in lines)
+    if at == 0 or data[:at].endswith(b"\n"):
+        return body
+    return nl + body[: -len(nl)]
+
+
+def insert_lines(path: Path, data: bytes, at: int, lines: list[bytes], codemod: str, note: str = "",
+                 mark: bytes = LINE_MARK) -> Edit:
+    return Edit(path, at, at, marked_lines(data, at, lines, mark), codemod, note)
+
+
+def fragment(path: Path, at: int, text: bytes, codemod: str, note: str = "") -> Edit:
+    return Edit(path, at, at, FRAG_OPEN + text + FRAG_CLOSE, codemod, note)
+
+
+def string_fragment(path: Path, at: int, text: bytes, codemod: str, note: str = "") -> Edit:
+    """`text` spliced into a string literal at `at` (which lies inside the literal)."""
+    return Edit(path, at, at, STR_OPEN + b'"' + text + b'"' + STR_CLOSE, codemod, note)
+
+
+def indent_unit(data: bytes) -> bytes:
+    """One level of indentation as the file writes it (tab, or the smallest space step)."""
+    steps: dict[int, int] = {}
+    tabs = 0
+    for m in re.finditer(rb"^([ \t]+)\S", data, re.M):
+        lead = m.group(1)
+        if lead.startswith(b"\t"):
+            tabs += 1
+        elif b"\t" not in lead and len(lead) in (2, 4, 8):
+            steps[len(lead)] = steps.get(len(lead), 0) + 1
+    if tabs > sum(steps.values()):
+        return b"\t"
+    for width in (2, 4):
+        if steps.get(width, 0) >= max(1, sum(steps.values()) // 4):
+            return b" " * width
+    return b"    "
+
+
+def leading_ws(data: bytes, offset: int) -> bytes:
+    start = line_start(data, offset)
+    m = re.match(rb"[ \t]*", data[start:])
+    return m.group(0) if m else b""
+
+
+def starts_line(data: bytes, offset: int) -> bool:
+    """Only spaces / tabs between the line start and `offset`."""
+    return not data[line_start(data, offset) : offset].strip()
+
+
+# --- a C++ scanner for host code ------------------------------------------------------------
+
+_LEX_RE = re.compile(
+    rb'//[^\n]*|/\*.*?\*/|R"([^(\s]*)\(.*?\)\1"|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S
+)
+_SPACES = bytes(0x0A if b == 0x0A else 0x20 for b in range(256))
+
+
+def mask(data: bytes) -> bytes:
+    """Same length as `data`: comments and the insides of string / char literals become
+    spaces (newlines kept, quotes kept), so brackets and semicolons can be matched."""
+
+    def repl(m: re.Match[bytes]) -> bytes:
+        tok = m.group(0)
+        if tok.startswith((b"//", b"/*")):
+            return tok.translate(_SPACES)
+        quote = tok[:1] if tok[:1] in (b'"', b"'") else b'"'
+        return quote + tok[1:-1].translate(_SPACES) + tok[-1:]
+
+    return _LEX_RE.sub(repl, data)
+
+
+def string_literals(data: bytes, start: int, end: int) -> list[tuple[int, int]]:
+    """(start, end) of each plain string literal token in data[start:end], quotes included."""
+    out = []
+    for m in _LEX_RE.finditer(data, start, end):
+        if m.group(0).startswith(b'"'):
+            out.append((m.start(), m.end()))
+    return out
+
+
+_OPEN = {ord("("): ord(")"), ord("{"): ord("}"), ord("["): ord("]")}
+
+
+def match_bracket(code: bytes, open_at: int) -> int:
+    """Offset of the bracket closing code[open_at] (in masked code), or -1."""
+    stack: list[int] = []
+    for i in range(open_at, len(code)):
+        c = code[i]
+        if c in _OPEN:
+            stack.append(_OPEN[c])
+        elif c in (0x29, 0x7D, 0x5D):
+            if not stack or stack[-1] != c:
+                return -1
+            stack.pop()
+            if not stack:
+                return i
+    return -1
+
+
+def split_top(code: bytes, start: int, end: int) -> list[tuple[int, int]]:
+    """Top-level comma-separated items of code[start:end], trimmed, as (start, end)."""
+    items: list[tuple[int, int]] = []
+    depth = 0
+    angle = 0
+    item = start
+    for i in range(start, end):
+        c = code[i]
+        if c in (0x28, 0x7B, 0x5B):
+            depth += 1
+        elif c in (0x29, 0x7D, 0x5D):
+            depth -= 1
+        elif c == 0x3C and depth == 0 and _template_open(code, i):
+            angle += 1
+        elif c == 0x3E and depth == 0 and angle:
+            angle -= 1
+        elif c == 0x2C and depth == 0 and angle == 0:
+            items.append(_trim(code, item, i))
+            item = i + 1
+    last = _trim(code, item, end)
+    if last[0] < last[1] or items:
+        items.append(last)
+    return items
+
+
+def _template_open(code: bytes, i: int) -> bool:
+    # `std::tuple<at::Tensor, ...>`: a `<` right after an identifier, not `a < b`.
+    return i > 0 and (chr(code[i - 1]).isalnum() or code[i - 1] == 0x5F) and code[i + 1 : i + 2] != b"<"
+
+
+def _trim(code: bytes, start: int, end: int) -> tuple[int, int]:
+    while start < end and code[start] in b" \t\r\n":
+        start += 1
+    while end > start and code[end - 1] in b" \t\r\n":
+        end -= 1
+    return start, end
+
+
+def statement_start(code: bytes, offset: int) -> int:
+    """Start of the statement holding `offset` (masked code): after the previous `;`, block
+    `{` or block `}` outside any bracket, skipping whitespace."""
+    depth = 0
+    i = offset - 1
+    while i >= 0:
+        c = code[i]
+        if c in (0x29, 0x5D):
+            depth += 1
+        elif c == 0x7D:
+            after = code[i + 1 :].lstrip()[:1]
+            if depth == 0 and after not in (b";", b",", b")", b".", b"}"):
+                break  # a block's end
+            depth += 1
+        elif c in (0x28, 0x5B, 0x7B):
+            if depth == 0 and c == 0x7B:
+                break  # the enclosing block
+            depth = max(0, depth - 1)
+        elif depth == 0 and c == 0x3B:
+            break
+        i -= 1
+    j = i + 1
+    while j < offset and code[j] in b" \t\r\n":
+        j += 1
+    return j
+
+
+def statement_end(code: bytes, offset: int) -> int:
+    """Offset just past the `;` ending the statement holding `offset`."""
+    depth = 0
+    for i in range(offset, len(code)):
+        c = code[i]
+        if c in (0x28, 0x7B, 0x5B):
+            depth += 1
+        elif c in (0x29, 0x7D, 0x5D):
+            depth -= 1
+            if depth < 0:
+                return i
+        elif c == 0x3B and depth == 0:
+            return i + 1
+    return len(code)
+
+
+IDENT_RE = re.compile(rb"[A-Za-z_]\w*")
+
+
+def last_ident(text: bytes) -> str:
+    names = IDENT_RE.findall(text)
+    return names[-1].decode() if names else ""
+
+
+# --- functions (tree-sitter over host code) ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class CppFunction:
+    name: str  # unqualified
+    qualified: str
+    start: int  # the definition (template / specifiers included)
+    type_span: tuple[int, int] | None  # the return type as written
+    params: tuple[tuple[int, int], ...]  # each parameter declaration
+    params_open: int
+    params_close: int
+    body_open: int  # `{`, or -1 for a declaration
+    body_close: int
+    line: int
+
+
+def _name_of(node: Node | None, data: bytes) -> str:
+    while node is not None:
+        if node.type in ("identifier", "field_identifier", "qualified_identifier", "destructor_name",
+                         "operator_name", "template_function"):
+            return data[node.start_byte : node.end_byte].decode(errors="replace")
+        inner = node.child_by_field_name("declarator")
+        if inner is None:
+            named = [c for c in node.named_children if c.type != "parameter_list"]
+            inner = named[-1] if named else None
+        node = inner
+    return ""
+
+
+def _function_declarator(node: Node) -> Node | None:
+    decl = node.child_by_field_name("declarator")
+    while decl is not None and decl.type != "function_declarator":
+        inner = decl.child_by_field_name("declarator")
+        if inner is None:
+            named = [c for c in decl.named_children]
+            inner = named[-1] if named else None
+        decl = inner
+    return decl
+
+
+def _walk(node: Node, types: frozenset[str]) -> Iterator[Node]:
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.type in types:
+            yield n
+        stack.extend(reversed(n.children))
+
+
+_FUNC_TYPES = frozenset({"function_definition", "declaration", "field_declaration"})
+
+
+def functions(data: bytes, *, declarations: bool = False) -> list[CppFunction]:
+    """Function definitions (and, with `declarations`, prototypes) in source order."""
+    text = normalise(data, DEFAULT_QUALIFIERS)
+    tree = new_parser().parse(text)
+    out: list[CppFunction] = []
+    for node in _walk(tree.root_node, _FUNC_TYPES):
+        is_def = node.type == "function_definition"
+        if not is_def and not declarations:
+            continue
+        fdecl = _function_declarator(node)
+        if fdecl is None:
+            continue
+        plist = fdecl.child_by_field_name("parameters")
+        if plist is None:
+            continue
+        qualified = _name_of(fdecl.child_by_field_name("declarator"), data)
+        if not qualified:
+            continue
+        params = tuple((p.start_byte, p.end_byte) for p in plist.named_children
+                       if p.type.endswith("parameter_declaration"))
+        body = node.child_by_field_name("body") if is_def else None
+        type_node = node.child_by_field_name("type")
+        start = node.start_byte
+        if node.parent is not None and node.parent.type == "template_declaration":
+            start = node.parent.start_byte
+        out.append(CppFunction(
+            qualified.split("::")[-1], qualified, start,
+            (type_node.start_byte, type_node.end_byte) if type_node is not None else None,
+            params, plist.start_byte, plist.end_byte - 1,
+            body.start_byte if body is not None else -1, body.end_byte - 1 if body is not None else -1,
+            line_number(data, node.start_byte),
+        ))
+    out.sort(key=lambda f: f.start)
+    return out
+
+
+def enclosing_function(data: bytes, offset: int) -> CppFunction | None:
+    best = None
+    for fn in functions(data):
+        if fn.body_open <= offset <= fn.body_close:
+            best = fn  # later starts are nested deeper (lambdas excluded: not definitions)
+    return best
+
+
+def param_name(data: bytes, span: tuple[int, int]) -> str:
+    text = data[span[0] : span[1]]
+    text = text.split(b"=")[0]
+    return last_ident(re.sub(rb"\[[^\]]*\]", b"", text))
+
+
+def top_level_return(code: bytes, fn: CppFunction) -> tuple[int, int] | None:
+    """(start, end) of the body's final top-level `return ...;` when nothing but
+    whitespace follows it, else None."""
+    depth = 0
+    last: tuple[int, int] | None = None
+    i = fn.body_open + 1
+    while i < fn.body_close:
+        c = code[i]
+        if c in (0x28, 0x7B, 0x5B):
+            depth += 1
+        elif c in (0x29, 0x7D, 0x5D):
+            depth -= 1
+        elif depth == 0 and c == 0x72 and code.startswith(b"return", i) and not _word(code, i - 1) \
+                and not _word(code, i + 6):
+            end = statement_end(code, i)
+            last = (i, end)
+            i = end
+            continue
+        i += 1
+    if last is None or code[last[1] : fn.body_close].strip():
+        return None
+    return last
+
+
+def _word(code: bytes, i: int) -> bool:
+    return 0 <= i < len(code) and (chr(code[i]).isalnum() or code[i] == 0x5F)
+
+
+def returns_in(code: bytes, fn: CppFunction) -> list[tuple[int, int]]:
+    """Every `return ...;` of the body (nested blocks included, lambdas too)."""
+    out = []
+    for m in re.finditer(rb"\breturn\b", code[: fn.body_close]):
+        if m.start() > fn.body_open:
+            out.append((m.start(), statement_end(code, m.start())))
+    return out
+
+
+# --- the shared profiling-size header ---------------------------------------------------------
+
+SIZES_MARK = CREATED_MARK + b" `optrace strip` deletes this file."
+
+
+def sizes_header_name(op_name: str) -> str:
+    return f"optrace_{op_name}_profiling.h"
+
+
+def sizes_header_content() -> bytes:
+    """Upper bounds shared by infer shape (the OpDef output) and the torch adapter (the
+    tensor it allocates): both size `profiling_data` as slots x PROF_SIZE_PER_CORE."""
+    return SIZES_MARK + b"""
+// Size of the profiling_data output, shared by the op's infer shape and its torch adapter.
+// The kernel writes AIC core i to slot i and AIV core i to slot GetBlockNum() + i, so the
+// buffer needs one slot per core the launch may use; infer cannot ask the device, so the
+// counts are upper bounds (override them with -D when a SoC has more cores).
+#ifndef OPTRACE_PROFILING_SIZES_H
+#define OPTRACE_PROFILING_SIZES_H
+
+#ifndef PROF_SIZE_PER_CORE
+#define PROF_SIZE_PER_CORE 2048  // int64 words per core slot (as in the kernel's runtime block)
+#endif
+#ifndef OPTRACE_MAX_AIC_CORES
+#define OPTRACE_MAX_AIC_CORES 32  // upper bound of the cube cores a launch uses
+#endif
+#ifndef OPTRACE_MAX_AIV_CORES
+#define OPTRACE_MAX_AIV_CORES 64  // upper bound of the vector cores a launch uses
+#endif
+#define OPTRACE_PROFILING_SLOTS (OPTRACE_MAX_AIC_CORES + OPTRACE_MAX_AIV_CORES)
+#define OPTRACE_PROFILING_NUMEL (static_cast<int64_t>(OPTRACE_PROFILING_SLOTS) * PROF_SIZE_PER_CORE)
+
+#endif  // OPTRACE_PROFILING_SIZES_H
+"""
+
+
+def sizes_header_path(op_dir: Path, host_files: list[Path]) -> Path:
+    """Beside the op's host code (infer / OpDef / launcher) inside the operator directory,
+    so a build that copies op_host/ copies the header with the code that includes it."""
+    for path in host_files:
+        if op_dir in path.parents and "op_kernel" not in path.parts:
+            return path.parent / sizes_header_name(op_dir.name)
+    if (op_dir / "op_host").is_dir():
+        return op_dir / "op_host" / sizes_header_name(op_dir.name)
+    return op_dir / sizes_header_name(op_dir.name)
+
+
+_INCLUDE_RE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*[<"][^>"\n]+[>"][^\n]*$', re.M)
+
+
+def include_edit(path: Path, data: bytes, header: Path, codemod: str) -> Edit | None:
+    """`#include "<relative header>"  // optrace` after the file's last include."""
+    rel = os.path.relpath(header, path.parent).replace(os.sep, "/")
+    if re.search(rb'#[ \t]*include[ \t]*"[^"]*' + re.escape(header.name.encode()) + rb'"', data):
+        return None
+    last = None
+    for m in _INCLUDE_RE.finditer(mask_keep_includes(data)):
+        last = m
+    at = line_end(data, last.end(), include_newline=True) if last is not None else 0
+    return insert_lines(path, data, at, [f'#include "{rel}"'.encode()], codemod, "profiling sizes")
+
+
+def mask_keep_includes(data: bytes) -> bytes:
+    """Comments blanked but string literals kept (include targets are strings)."""
+    def repl(m: re.Match[bytes]) -> bytes:
+        tok = m.group(0)
+        return tok.translate(_SPACES) if tok.startswith((b"//", b"/*")) else tok
+
+    return _LEX_RE.sub(repl, data)
+
+
+# --- output indices as the host code writes them: constants, enums or literals ---------------
+
+_CONST_RE = re.compile(
+    rb"\b(?:static\s+)?(?:constexpr|const)\s+(?:[\w:]+\s+)+?([A-Za-z_]\w*)\s*(?:=\s*|\{\s*)"
+    rb"(?:static_cast<[^>]*>\s*\(\s*)?(\d+)[uUlL]*\s*\)?\s*\}?\s*;"
+)
+_DEFINE_RE = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+\(?(\d+)[uUlL]*\)?[ \t]*$", re.M)
+_ENUM_RE = re.compile(rb"\benum\b(?:\s+(?:class|struct))?(?:\s+[A-Za-z_]\w*)?(?:\s*:\s*[\w:]+)?\s*\{")
+
+
+def index_constants(data: bytes) -> dict[str, int]:
+    """Integer constants a file can index outputs with: `constexpr T NAME = n;`,
+    `#define NAME n` and enumerators (implicit values counted as C++ does)."""
+    code = mask(data)
+    out: dict[str, int] = {}
+    for m in _CONST_RE.finditer(code):
+        out[m.group(1).decode()] = int(m.group(2))
+    for m in _DEFINE_RE.finditer(code):
+        out[m.group(1).decode()] = int(m.group(2))
+    for m in _ENUM_RE.finditer(code):
+        close = match_bracket(code, m.end() - 1)
+        if close < 0:
+            continue
+        value = -1
+        for start, end in split_top(code, m.end(), close):
+            item = code[start:end]
+            name = re.match(rb"([A-Za-z_]\w*)\s*(?:=\s*(.+))?$", item, re.S)
+            if name is None:
+                continue
+            if name.group(2) is not None:
+                explicit = name.group(2).strip()
+                if re.fullmatch(rb"\d+[uUlL]*", explicit):
+                    value = int(explicit.rstrip(b"uUlL"))
+                elif explicit.decode() in out:
+                    value = out[explicit.decode()]
+                else:
+                    continue
+            else:
+                value += 1
+            out[name.group(1).decode()] = value
+    return out
+
+
+def resolve_index(expr: bytes, constants: dict[str, int]) -> int | None:
+    """The value of an index expression: a literal, a known name (qualified or not)."""
+    text = expr.strip()
+    text = re.sub(rb"^static_cast<[^>]*>\s*\((.*)\)$", rb"\1", text, flags=re.S).strip()
+    if re.fullmatch(rb"\d+[uUlL]*", text):
+        return int(text.rstrip(b"uUlL"))
+    name = text.split(b"::")[-1].decode(errors="replace")
+    return constants.get(name)
+
+
+_OUTPUT_USE_RE = re.compile(
+    rb"\b(GetOutputShape|GetOutputDesc|GetOutputTensor|SetOutputDataType|GetOutputDataType|"
+    rb"GetOptionalOutputShape|GetOutputFormat)\s*\("
+)
+
+
+@dataclass(frozen=True)
+class OutputUse:
+    method: str
+    expr: bytes
+    index: int | None
+    offset: int
+
+
+def output_uses(data: bytes, start: int = 0, end: int | None = None) -> list[OutputUse]:
+    """Every `context->GetOutputShape(i)`-like use in data[start:end], index resolved."""
+    code = mask(data)
+    constants = index_constants(data)
+    out = []
+    for m in _OUTPUT_USE_RE.finditer(code, start, len(code) if end is None else end):
+        close = match_bracket(code, m.end() - 1)
+        if close < 0:
+            continue
+        items = split_top(code, m.end(), close)
+        if not items:
+            continue
+        expr = data[items[0][0] : items[0][1]]
+        out.append(OutputUse(m.group(1).decode(), expr, resolve_index(expr, constants), m.start()))
+    return out

@@ -1,0 +1,190 @@
+"""OpDef: `profiling_data` as the op's last output (gate G2, op_host side).
+
+DESCRIPTION: add `this->Output("profiling_data")` after the OpDef's last output, written
+like that output (same chain layout, DataType / Format / UnknownShapeFormat lists of the
+same length) with every dtype int64 and every format ND; `ParamType(REQUIRED)` in mode
+B, `OPTIONAL` in mode A.
+
+The new statement is a copy of the last output's statement (so it follows the file's
+formatting and list lengths) with the name, the ParamType, the dtypes and the formats
+replaced; chained calls other than ParamType / DataType(List) / Format(List) /
+UnknownShapeFormat / AutoContiguous / IgnoreContiguous are left out. Every line ends
+with `  // optrace`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from optrace.codemods.layer_common import (
+    CODE_OPDEF_OUTPUTS,
+    LINE_MARK,
+    PROFILING_OUTPUT,
+    clean_bytes,
+    input_error,
+    leading_ws,
+    mask,
+    match_bracket,
+    statement_end,
+)
+from optrace.engine.discovery import Layers
+from optrace.engine.edits import Edit, line_end, line_number, newline_of
+from optrace.engine.plan import Plan
+
+CODEMOD = "op-def"
+
+_OUTPUT_RE = re.compile(rb"this\s*->\s*Output\s*\(")
+_INPUT_RE = re.compile(rb"this\s*->\s*(Input|Output|Attr)\s*\(")
+_CHAIN_RE = re.compile(rb"\s*\.\s*([A-Za-z_]\w*)\s*\(")
+_KEEP = frozenset({"ParamType", "DataType", "DataTypeList", "Format", "FormatList",
+                   "UnknownShapeFormat", "AutoContiguous", "IgnoreContiguous"})
+_DTYPE_RE = re.compile(rb"\b((?:ge::)?)DT_[A-Z0-9_]+\b")
+_FORMAT_RE = re.compile(rb"\b((?:ge::)?)FORMAT_[A-Z0-9_]+\b")
+
+
+@dataclass(frozen=True)
+class OpDefOutput:
+    name: str
+    start: int  # `this`
+    end: int  # just past the `;`
+    line: int
+
+
+@dataclass(frozen=True)
+class OpDefInfo:
+    path: Path
+    outputs: tuple[OpDefOutput, ...]
+    class_line: int
+
+    def profiling_position(self) -> int | None:
+        names = [o.name for o in self.outputs]
+        return names.index(PROFILING_OUTPUT) if PROFILING_OUTPUT in names else None
+
+    def profiling_param_type(self, data: bytes) -> str | None:
+        for out in self.outputs:
+            if out.name == PROFILING_OUTPUT:
+                m = re.search(rb"ParamType\s*\(\s*(\w+)\s*\)", data[out.start : out.end])
+                return m.group(1).decode() if m else "REQUIRED"
+        return None
+
+
+def opdef_file(layers: Layers) -> Path | None:
+    """The file defining the op's OpDef class (`class <Camel> : public OpDef`), if any."""
+    files = [f.path for f in layers.found.get("op_def", [])]
+    for path in files:
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        if re.search(rb"class\s+" + layers.camel.encode() + rb"\b[^;{]*OpDef", mask(data)):
+            return path
+    return files[0] if files else None
+
+
+def parse_opdef(path: Path, data: bytes, camel: str) -> OpDefInfo:
+    """The OpDef's outputs in order. Raises InputError when they cannot be located."""
+    code = mask(data)
+    lo, hi = 0, len(code)
+    cls = re.search(rb"class\s+" + re.escape(camel.encode()) + rb"\b[^;{]*OpDef[^;{]*\{", code)
+    if cls is None:
+        cls = re.search(rb"class\s+\w+\s*:\s*public\s+(?:ops::)?OpDef[^;{]*\{", code)
+    class_line = 1
+    if cls is not None:
+        close = match_bracket(code, cls.end() - 1)
+        lo, hi = cls.start(), close if close > 0 else len(code)
+        class_line = line_number(data, cls.start())
+    outputs: list[OpDefOutput] = []
+    for m in _OUTPUT_RE.finditer(code, lo, hi):
+        close = match_bracket(code, m.end() - 1)
+        arg = data[m.end() : close].strip() if close > 0 else b""
+        name = re.fullmatch(rb'"([^"\\]*)"', arg)
+        if name is None:
+            raise input_error(CODE_OPDEF_OUTPUTS, "cannot locate the OpDef's outputs: "
+                              f"`this->Output({arg.decode(errors='replace')})` does not name the output "
+                              "with a string literal", path, data, m.start())
+        end = statement_end(code, m.start())
+        outputs.append(OpDefOutput(name.group(1).decode(), m.start(), end, line_number(data, m.start())))
+    if not outputs:
+        first = _INPUT_RE.search(code, lo, hi)
+        raise input_error(CODE_OPDEF_OUTPUTS, "cannot locate the OpDef's outputs: no "
+                          '`this->Output("...")` statement in the OpDef', path, data,
+                          first.start() if first else lo)
+    return OpDefInfo(path, tuple(outputs), class_line)
+
+
+def op_outputs(plan_or_layers: Plan | Layers) -> OpDefInfo | None:
+    """The OpDef of the op as it is before optrace (None: the op has no OpDef)."""
+    layers = plan_or_layers if isinstance(plan_or_layers, Layers) else plan_or_layers.analysis.layers
+    path = opdef_file(layers)
+    if path is None:
+        return None
+    return parse_opdef(path, clean_bytes(path), layers.camel)
+
+
+def profiling_index(plan: Plan) -> int | None:
+    """Where profiling_data is (or will be) among the OpDef outputs; None without OpDef."""
+    info = op_outputs(plan)
+    if info is None:
+        return None
+    pos = info.profiling_position()
+    return pos if pos is not None else len(info.outputs)
+
+
+def _statement_text(data: bytes, code: bytes, out: OpDefOutput, param_type: str) -> list[bytes]:
+    """The last output's statement rewritten for profiling_data, as lines."""
+    paren = code.index(b"(", out.start)
+    head_close = match_bracket(code, paren)
+    pieces = [data[out.start : paren + 1], f'"{PROFILING_OUTPUT}"'.encode(), b")"]
+    pos = head_close + 1
+    saw_param_type = False
+    while True:
+        m = _CHAIN_RE.match(code, pos)
+        if m is None or m.end() > out.end:
+            break
+        close = match_bracket(code, m.end() - 1)
+        if close < 0:
+            break
+        method = m.group(1).decode()
+        if method in _KEEP:
+            call = data[m.start() : close + 1]
+            if method == "ParamType":
+                saw_param_type = True
+                call = data[m.start() : m.end()] + param_type.encode() + b")"
+            call = _DTYPE_RE.sub(lambda d: d.group(1) + b"DT_INT64", call)
+            call = _FORMAT_RE.sub(lambda f: f.group(1) + b"FORMAT_ND", call)
+            if not saw_param_type and method != "ParamType" and param_type == "OPTIONAL":
+                pieces.append(b".ParamType(OPTIONAL)")
+                saw_param_type = True
+            pieces.append(call)
+        pos = close + 1
+    if not saw_param_type and param_type == "OPTIONAL":
+        pieces.append(b".ParamType(OPTIONAL)")
+    pieces.append(data[pos : out.end])  # whitespace / newline before the `;`, and the `;`
+    text = b"".join(pieces)
+    indent = leading_ws(data, out.start)
+    lines = (indent + text).replace(b"\r\n", b"\n").split(b"\n")
+    return [ln.rstrip() for ln in lines if ln.strip()]
+
+
+def op_def_edits(plan: Plan, mode: str) -> list[Edit]:
+    """Edits (on the clean bytes) adding profiling_data as the OpDef's last output."""
+    layers = plan.analysis.layers
+    path = opdef_file(layers)
+    if path is None:
+        return []
+    data = clean_bytes(path)
+    info = parse_opdef(path, data, layers.camel)
+    if info.profiling_position() is not None:
+        return []  # written by hand: G2 checks its position, nothing to add
+    last = info.outputs[-1]
+    code = mask(data)
+    param_type = "OPTIONAL" if mode == "A" else "REQUIRED"
+    lines = _statement_text(data, code, last, param_type)
+    at = line_end(data, last.end - 1, include_newline=True)
+    nl = newline_of(data)
+    body = b"".join(line + LINE_MARK + nl for line in lines)
+    if not data[:at].endswith(b"\n"):
+        body = nl + body[: -len(nl)]
+    return [Edit(path, at, at, body, CODEMOD, "profiling_data output")]

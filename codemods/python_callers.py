@@ -1,0 +1,601 @@
+"""Python callers (gates G4, G5): samples and tests receive, save and collect the buffer.
+
+DESCRIPTION: in mode B, every call of the op (`torch.ops.<ns>.<op>(...)`, or the
+extension module's `<module>.<op>(...)`) unpacks one more value, `profiling_data`; after
+the call the file's device sync runs, then `optrace.runtime.save_profiling_data(...)`
+when `OPTRACE_PROFILING_DIR` is set. Scripts with argparse get `--profiling-dir`,
+`--point-map` and `--chrome-trace`; every such path is made absolute
+(`Path(...).expanduser().resolve()`) right after parsing and exported to the
+environment, and again before each `multiprocessing.spawn` / `Process`, so workers
+started from any directory write where the user meant. After the workers join (or,
+without workers, after the calls), the parent runs the collector when a point map is
+given. Mode A keeps the op's Python arity and changes nothing here.
+
+The file is read with LibCST (a syntax error is bad input: `file:line`, exit 2); the
+edits are byte edits, so formatting and comments stay as they were. Inserted lines end
+with `  # optrace`. A statement that has to change inside a line (one more unpacking
+target, or a call whose result is used in place) is rewritten as a whole and preceded by
+`# optrace-orig N BASE64` — its original bytes — which is how strip puts it back.
+
+How a call site changes:
+
+- `a, b = op(...)` (tuples, lists, starred targets): `a, b, profiling_data = op(...)`;
+- `out = op(...)`: a line after it, `out, profiling_data = out[:-1], out[-1]` (a lone
+  tensor: `out, profiling_data = out`), so `out` keeps its old arity;
+- anything else (`op(...)[0]`, `return op(...)`, an argument, a bare call): the call is
+  hoisted, `*_optrace_outputs, profiling_data = op(...)`, and the statement uses the old
+  outputs in its place;
+- a call inside a lambda or a comprehension (a benchmark's `bench(lambda: op(...))`)
+  runs later or many times: it is left as it is, and its buffer is not saved.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import libcst as cst
+from libcst.metadata import CodeRange, MetadataWrapper, ParentNodeProvider, PositionProvider
+
+from optrace.codemods.layer_common import (
+    CODE_LAYER_SHAPE,
+    CODE_PYTHON_SYNTAX,
+    HASH_MARK,
+    clean_bytes,
+    input_error,
+    marked_lines,
+)
+from optrace.codemods.torch_adapter import adapter_functions, hand_instrumented
+from optrace.engine.diagnostics import InputError
+from optrace.engine.discovery import Layers
+from optrace.engine.edits import Edit, line_start, newline_of
+from optrace.engine.plan import Plan
+
+CODEMOD = "python-callers"
+ENV_DIR = "OPTRACE_PROFILING_DIR"
+ENV_MAP = "OPTRACE_POINT_MAP"
+ENV_TRACE = "OPTRACE_CHROME_TRACE"
+OS = "_optrace_os"
+PATH = "_OptracePath"
+OPTIONS = (("--profiling-dir", "profiling_dir", ENV_DIR,
+            "optrace: save the op's profiling_data here (rank files)"),
+           ("--point-map", "point_map", ENV_MAP, "optrace: the point_map.json the build hook wrote"),
+           ("--chrome-trace", "chrome_trace", ENV_TRACE,
+            "optrace: write the Chrome trace here (default: <profiling-dir>/trace.json)"))
+_RANK_NAMES = ("rank", "global_rank", "global_rank_id", "rank_id", "local_rank", "local_rank_id",
+               "ep_rank_id")
+
+
+# --- source positions as bytes ------------------------------------------------------------------
+
+
+class _Source:
+    def __init__(self, path: Path, data: bytes) -> None:
+        self.path = path
+        self.data = data
+        self.starts = [0] + [m.end() for m in re.finditer(rb"\n", data)]
+        try:
+            self.module = cst.parse_module(data)
+        except cst.ParserSyntaxError as exc:
+            raise python_syntax_error(path, data, exc) from None
+        self.encoding = self.module.encoding
+        self.wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
+        self.positions = self.wrapper.resolve(PositionProvider)
+        self.parents = self.wrapper.resolve(ParentNodeProvider)
+
+    def offset(self, line: int, column: int) -> int:
+        start = self.starts[line - 1]
+        end = self.starts[line] if line < len(self.starts) else len(self.data)
+        text = self.data[start:end].decode(self.encoding, errors="surrogateescape")
+        return start + len(text[:column].encode(self.encoding, errors="surrogateescape"))
+
+    def span(self, node: cst.CSTNode) -> tuple[int, int]:
+        r: CodeRange = self.positions[node]
+        return self.offset(r.start.line, r.start.column), self.offset(r.end.line, r.end.column)
+
+    def line_of(self, node: cst.CSTNode) -> int:
+        return self.positions[node].start.line
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self.parents.get(node)
+
+    def code(self, node: cst.CSTNode) -> str:
+        return self.module.code_for_node(node)
+
+
+def python_syntax_error(path: Path, data: bytes, exc: cst.ParserSyntaxError) -> InputError:
+    """Located where Python itself puts it (LibCST reports the token after the mistake)."""
+    try:
+        compile(data, str(path), "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError as err:
+        return input_error(CODE_PYTHON_SYNTAX, f"Python syntax error: {err.msg}", path, line=err.lineno or 1)
+    except ValueError:
+        pass
+    return input_error(CODE_PYTHON_SYNTAX, f"Python syntax error: {exc.message}", path, line=exc.raw_line)
+
+
+def _line_after(data: bytes, offset: int) -> int:
+    nl = data.find(b"\n", offset)
+    return len(data) if nl < 0 else nl + 1
+
+
+def _indent(data: bytes, offset: int) -> bytes:
+    start = line_start(data, offset)
+    m = re.match(rb"[ \t]*", data[start:])
+    return m.group(0) if m else b""
+
+
+# --- what the file looks like ------------------------------------------------------------------
+
+
+def _dotted(node: cst.BaseExpression) -> str:
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        inner = _dotted(node.value)
+        return f"{inner}.{node.attr.value}" if inner else ""
+    return ""
+
+
+class _Collector(cst.CSTVisitor):
+    def __init__(self, op_names: Sequence[str]) -> None:
+        self.op_names = set(op_names)
+        self.calls: list[cst.Call] = []
+        self.syncs: list[str] = []
+        self.spawns: list[cst.Call] = []
+        self.joins: list[cst.Call] = []
+        self.parsers: list[str] = []
+        self.parse_calls: list[cst.Call] = []
+        self.add_args: list[cst.Call] = []
+        self.options: set[str] = set()
+        self.names: set[str] = set()
+        self.deferred = 0  # inside a lambda / comprehension: the call runs later or repeatedly
+
+    def visit_Lambda(self, node: cst.Lambda) -> None:
+        self.deferred += 1
+
+    def leave_Lambda(self, original_node: cst.Lambda) -> None:
+        self.deferred -= 1
+
+    def visit_GeneratorExp(self, node: cst.GeneratorExp) -> None:
+        self.deferred += 1
+
+    def leave_GeneratorExp(self, original_node: cst.GeneratorExp) -> None:
+        self.deferred -= 1
+
+    def visit_ListComp(self, node: cst.ListComp) -> None:
+        self.deferred += 1
+
+    def leave_ListComp(self, original_node: cst.ListComp) -> None:
+        self.deferred -= 1
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.add(node.value)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = _dotted(node.func)
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value in self.op_names \
+                and not self.deferred:
+            self.calls.append(node)  # deferred calls (a benchmark's lambda) keep their result
+        if func.endswith("npu.synchronize"):
+            self.syncs.append(func)
+        if func.endswith(("spawn", "start_processes")) and ("mp" in func or "multiprocessing" in func):
+            self.spawns.append(node)
+        if func.endswith(".join") and not func.startswith(("os.path", "str", "\"")):
+            self.joins.append(node)
+        if func.endswith("ArgumentParser"):
+            self.parsers.append(func)
+        if func.endswith(".parse_args") or func.endswith(".parse_known_args"):
+            self.parse_calls.append(node)
+        if func.endswith(".add_argument"):
+            self.add_args.append(node)
+            for arg in node.args:
+                if isinstance(arg.value, cst.SimpleString) and arg.value.value.strip("'\"").startswith("--"):
+                    self.options.add(arg.value.value.strip("'\""))
+
+
+@dataclass
+class _File:
+    src: _Source
+    found: _Collector
+    edits: list[Edit] = field(default_factory=list)
+    needs_os: bool = False
+    needs_path: bool = False
+
+
+def _statement(src: _Source, node: cst.CSTNode) -> tuple[cst.SimpleStatementLine | cst.BaseCompoundStatement,
+                                                             cst.CSTNode]:
+    """The statement line holding `node`, and the small statement inside it."""
+    child = node
+    parent = src.parent(node)
+    while parent is not None and not isinstance(parent, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+        child = parent
+        parent = src.parent(parent)
+    if parent is None:
+        raise input_error(CODE_LAYER_SHAPE, "the op call is not inside a statement", src.path,
+                          line=src.line_of(node))
+    if isinstance(parent, cst.SimpleStatementLine):
+        owner = src.parent(parent)
+        if isinstance(owner, cst.SimpleStatementSuite):
+            raise input_error(CODE_LAYER_SHAPE, "put the op call on its own line (it shares a one-line "
+                              "block)", src.path, line=src.line_of(node))
+        if len(parent.body) != 1:
+            raise input_error(CODE_LAYER_SHAPE, "put the op call in a statement of its own (not `a; b`)",
+                              src.path, line=src.line_of(node))
+    return parent, child
+
+
+def _top_statement(src: _Source, node: cst.CSTNode) -> cst.CSTNode:
+    """The outermost statement of the enclosing function (or module) body holding node."""
+    best: cst.CSTNode = node
+    cur: cst.CSTNode | None = node
+    while cur is not None:
+        if isinstance(cur, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            parent = src.parent(cur)
+            body_owner = src.parent(parent) if parent is not None else None
+            best = cur
+            if isinstance(body_owner, cst.FunctionDef) or isinstance(parent, cst.Module):
+                return best
+        cur = src.parent(cur)
+    return best
+
+
+def _enclosing_function(src: _Source, node: cst.CSTNode) -> cst.FunctionDef | None:
+    cur = src.parent(node)
+    while cur is not None and not isinstance(cur, cst.FunctionDef):
+        cur = src.parent(cur)
+    return cur
+
+
+def _assigned_names(node: cst.CSTNode) -> set[str]:
+    """Names bound by assignments inside `node`, and `self.x` attributes assigned there."""
+    names: set[str] = set()
+
+    class _Binder(cst.CSTVisitor):
+        def visit_AssignTarget(self, target: cst.AssignTarget) -> None:
+            for sub in _target_names(target.target):
+                names.add(sub)
+
+        def visit_AnnAssign(self, ann: cst.AnnAssign) -> None:
+            for sub in _target_names(ann.target):
+                names.add(sub)
+
+    node.visit(_Binder())
+    return names
+
+
+def _target_names(target: cst.BaseExpression) -> list[str]:
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name):
+        return [f"self.{target.attr.value}"] if target.value.value == "self" else []
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [n for el in target.elements for n in _target_names(el.value)]
+    return []
+
+
+def _rank_expr(f: _File, call: cst.Call) -> str:
+    """The caller's rank: a parameter or local of the calling function, a `self.` attribute
+    the module assigns, else the RANK environment variable torch.distributed sets."""
+    fn = _enclosing_function(f.src, call)
+    if fn is not None:
+        p = fn.params
+        params = [a.name.value for a in (*p.posonly_params, *p.params, *p.kwonly_params)]
+        local = _assigned_names(fn.body)
+        for name in _RANK_NAMES:
+            if name in params or name in local:
+                return name
+        if params and params[0] == "self":
+            everywhere = _assigned_names(f.src.module)
+            for name in _RANK_NAMES:
+                if f"self.{name}" in everywhere:
+                    return f"self.{name}"
+    f.needs_os = True
+    return f'int({OS}.environ.get("RANK", "0"))'
+
+
+def _sync_expr(f: _File) -> str:
+    if f.found.syncs:
+        return f.found.syncs[0] + "()"
+    return "torch_npu.npu.synchronize()" if "torch_npu" in f.found.names else "torch.npu.synchronize()"
+
+
+def _save_lines(f: _File, call: cst.Call, var: str, indent: bytes, unit: bytes) -> list[bytes]:
+    f.needs_os = True
+    rank = _rank_expr(f, call)
+    # Rank files are tagged with the op (rank000_<op>.pt): a sample calling several
+    # instrumented ops keeps their buffers apart.
+    tag = ""
+    if isinstance(call.func, cst.Attribute):
+        tag = f', tag="{call.func.attr.value.replace("_", "-")}"'
+    return [
+        indent + f"if {OS}.environ.get(\"{ENV_DIR}\"):".encode(),
+        indent + unit + _sync_expr(f).encode(),
+        indent + unit + b"from optrace.runtime import save_profiling_data as _optrace_save",
+        indent + unit + f"_optrace_save({var}, {rank}, {OS}.environ[\"{ENV_DIR}\"],".encode(),
+        indent + unit + f"              point_map={OS}.environ.get(\"{ENV_MAP}\"){tag})".encode(),
+    ]
+
+
+def _collect_lines(f: _File, indent: bytes, unit: bytes) -> list[bytes]:
+    f.needs_os = True
+    env = f"{OS}.environ"
+    pad = b" " * len("_optrace_subprocess.run([")
+    return [
+        indent + f"if {env}.get(\"{ENV_DIR}\") and {env}.get(\"{ENV_MAP}\"):".encode(),
+        indent + unit + b"import subprocess as _optrace_subprocess",
+        indent + unit + b"import sys as _optrace_sys",
+        indent + unit + f"_optrace_dir = {env}[\"{ENV_DIR}\"]".encode(),
+        indent + unit + b'_optrace_subprocess.run([_optrace_sys.executable, "-m", "optrace", "collect", '
+                        b"_optrace_dir,",
+        indent + unit + pad + f"\"--point-map\", {env}[\"{ENV_MAP}\"], \"-o\",".encode(),
+        indent + unit + pad + f"{env}.get(\"{ENV_TRACE}\") or {OS}.path.join(_optrace_dir, \"trace.json\")],"
+        .encode(),
+        indent + unit + pad[:-1] + b"check=True)",
+    ]
+
+
+def _resolve_env_lines(f: _File, indent: bytes, unit: bytes) -> list[bytes]:
+    f.needs_os = f.needs_path = True
+    names = ", ".join(f'"{env}"' for _, _, env, _ in OPTIONS)
+    return [
+        indent + f"for _optrace_env in ({names}):".encode(),
+        indent + unit + f"if {OS}.environ.get(_optrace_env):".encode(),
+        indent + unit + unit + f"{OS}.environ[_optrace_env] = str({PATH}({OS}.environ[_optrace_env])"
+                               f".expanduser().resolve())".encode(),
+    ]
+
+
+def _resolve_args_lines(f: _File, args: str, indent: bytes, unit: bytes) -> list[bytes]:
+    """Each path option absolute, and exported as OPTRACE_<OPTION> for the workers."""
+    f.needs_os = f.needs_path = True
+    dests = ", ".join(f'"{dest}"' for _, dest, _, _ in OPTIONS)
+    value = f"getattr({args}, _optrace_opt)"
+    return [
+        indent + f"for _optrace_opt in ({dests}):".encode(),
+        indent + unit + f"if getattr({args}, _optrace_opt, None):".encode(),
+        indent + unit + unit + f"setattr({args}, _optrace_opt, str({PATH}({value}).expanduser().resolve()))"
+        .encode(),
+        indent + unit + unit + f"{OS}.environ[\"OPTRACE_\" + _optrace_opt.upper()] = {value}".encode(),
+    ]
+
+
+def _unit(data: bytes) -> bytes:
+    m = re.search(rb"^(?:def|class|if|for|while|with)\b[^\n]*:\s*\n([ \t]+)\S", data, re.M)
+    return m.group(1) if m else b"    "
+
+
+# --- op arity --------------------------------------------------------------------------------
+
+
+def op_arity(layers: Layers) -> str:
+    """How the op returned before optrace: "single" tensor, "tuple" or "list"."""
+    from optrace.codemods.registration import registration_files, returns_list, schema_strings, torch_names
+
+    names = torch_names(layers)
+    for reg in registration_files(layers):
+        for s in schema_strings(reg, clean_bytes(reg), names):
+            if returns_list(s.schema):
+                return "list"
+            return "tuple" if s.schema.parenthesised else "single"
+    for path, fns in adapter_functions(layers).items():
+        data = clean_bytes(path)
+        for fn in fns:
+            if fn.type_span is not None:
+                text = data[fn.type_span[0] : fn.type_span[1]]
+                if b"tuple" in text:
+                    return "tuple"
+                if re.fullmatch(rb"\s*(?:at::|torch::)?Tensor\s*", text):
+                    return "single"
+                return "list"
+    return "tuple"
+
+
+# --- the codemod ---------------------------------------------------------------------------
+
+
+def caller_files(layers: Layers) -> list[Path]:
+    """Discovered callers, plus Python files calling the op under another torch name."""
+    from optrace.codemods.registration import torch_names
+    from optrace.engine.discovery import repo_index
+
+    files = [f.path for f in layers.found.get("python_callers", [])]
+    extra = [n for n in torch_names(layers) if n != layers.op_name]
+    if extra:
+        call = re.compile(rb"\.\s*(?:" + b"|".join(re.escape(n.encode()) for n in extra) + rb")\s*\(")
+        for path in repo_index(layers.repo_root).mentioning(*[n.encode() for n in extra]):
+            if path.suffix == ".py" and path not in files and call.search(path.read_bytes()):
+                files.append(path)
+    return files
+
+
+def python_caller_edits(plan: Plan, mode: str) -> list[Edit]:
+    from optrace.codemods.registration import torch_names
+
+    layers = plan.analysis.layers
+    sources = [_Source(path, clean_bytes(path)) for path in caller_files(layers)]  # all parse, or nothing
+    if mode != "B" or hand_instrumented(plan):
+        return []
+    arity = op_arity(layers)
+    names = torch_names(layers)
+    edits: list[Edit] = []
+    for src in sources:
+        edits.extend(_file_edits(src, names, arity))
+    return edits
+
+
+def _file_edits(src: _Source, op_names: Sequence[str], arity: str) -> list[Edit]:
+    found = _Collector(op_names)
+    src.wrapper.visit(found)
+    if not found.calls:
+        return []
+    f = _File(src, found)
+    data = src.data
+    unit = _unit(data)
+    var = "profiling_data" if "profiling_data" not in found.names else "optrace_profiling_data"
+    handled: set[int] = set()
+    collect_after: list[cst.CSTNode] = []
+    for call in found.calls:
+        stmt, small = _statement(src, call)
+        start = src.span(stmt)[0]
+        if start in handled:
+            continue
+        handled.add(start)
+        _call_site(f, call, stmt, small, var, arity, unit)
+        if not found.spawns and not found.joins:
+            collect_after.append(_top_statement(src, stmt))
+    _argparse(f, unit)
+    for spawn in found.spawns:
+        stmt, _ = _statement(src, spawn)
+        at = line_start(data, src.span(stmt)[0])
+        ind = _indent(data, at)
+        f.edits.append(_lines(f, at, _resolve_env_lines(f, ind, unit), "paths absolute before spawn"))
+        collect_after.append(stmt)
+    if found.joins and not found.spawns:
+        collect_after.append(_top_statement(src, found.joins[-1]))
+    if found.parsers:  # a script run by hand: build the trace when asked to
+        seen: set[int] = set()
+        for node in collect_after:
+            end = _line_after(data, src.span(node)[1])
+            if end in seen:
+                continue
+            seen.add(end)
+            ind = _indent(data, src.span(node)[0])
+            f.edits.append(_lines(f, end, _collect_lines(f, ind, unit), "collector"))
+    _imports(f)
+    return f.edits
+
+
+def _lines(f: _File, at: int, lines: list[bytes], note: str) -> Edit:
+    return Edit(f.src.path, at, at, marked_lines(f.src.data, at, lines, HASH_MARK), CODEMOD, note)
+
+
+def _call_site(f: _File, call: cst.Call, stmt: cst.CSTNode, small: cst.CSTNode, var: str, arity: str,
+               unit: bytes) -> None:
+    src, data = f.src, f.src.data
+    s_start, s_end = src.span(stmt)
+    first = line_start(data, s_start)
+    after = _line_after(data, s_end)
+    indent = _indent(data, s_start)
+    nl = newline_of(data)
+    save = _save_lines(f, call, var, indent, unit)
+    if isinstance(small, cst.Assign) and len(small.targets) == 1 and small.value is call:
+        target = small.targets[0].target
+        if isinstance(target, (cst.Tuple, cst.List)) and target.elements:
+            last_end = src.span(target.elements[-1].value)[1]
+            end = _line_after(data, last_end)
+            _rewrite(f, first, end, data[first:last_end] + f", {var}".encode() + data[last_end:end])
+            f.edits.append(_lines(f, after, save, "sync and save"))
+            return
+        if isinstance(target, cst.Name):
+            name = target.value
+            value = name if arity == "single" else f"{name}[:-1], {name}[-1]"
+            split = f"{name}, {var} = {value}"
+            f.edits.append(_lines(f, after, [indent + split.encode(), *save], "unpack, sync and save"))
+            return
+    # hoist the call; the statement uses the old outputs in its place
+    c_start, c_end = src.span(call)
+    hoisted = indent + f"*_optrace_outputs, {var} = ".encode() + data[c_start:c_end]
+    lines = [hoisted + nl] + [ln + HASH_MARK + nl for ln in save]
+    is_bare = isinstance(small, cst.Expr) and small.value is call
+    if not is_bare:
+        old = {"single": "_optrace_outputs[0]", "list": "_optrace_outputs"}.get(
+            arity, "tuple(_optrace_outputs)")
+        rest = data[first:c_start] + old.encode() + data[c_end:after]
+        lines.append(rest)
+    _rewrite(f, first, after, b"".join(lines))
+
+
+def _rewrite(f: _File, start: int, end: int, new: bytes) -> None:
+    """Replace whole lines data[start:end], keeping the original for strip."""
+    data = f.src.data
+    nl = newline_of(data)
+    if not new.endswith(b"\n") and end < len(data):
+        new += nl
+    count = new.count(b"\n") + (0 if new.endswith(b"\n") else 1)
+    marker = _indent(data, start) + f"# optrace-orig {count} ".encode() + base64.b64encode(data[start:end])
+    marker += nl
+    f.edits.append(Edit(f.src.path, start, end, marker + new, CODEMOD, "statement rewritten"))
+
+
+def _argparse(f: _File, unit: bytes) -> None:
+    """The three options after the last add_argument; paths absolute right after parsing."""
+    src, data, found = f.src, f.src.data, f.found
+    if not found.parsers or not found.add_args:
+        return
+    last = found.add_args[-1]
+    stmt, _ = _statement(src, last)
+    receiver = _dotted(last.func).rsplit(".", 1)[0]
+    at = _line_after(data, src.span(stmt)[1])
+    ind = _indent(data, src.span(stmt)[0])
+    lines = []
+    for flag, _dest, _env, text in OPTIONS:
+        if flag not in found.options:
+            lines.append(ind + f'{receiver}.add_argument("{flag}", default=None, help="{text}")'.encode())
+    if lines:
+        f.edits.append(_lines(f, at, lines, "profiling options"))
+    for parse in found.parse_calls:
+        stmt, small = _statement(src, parse)
+        targets = _bound_names(src, stmt, small, parse)
+        for site, name in targets:
+            end = _line_after(data, src.span(site)[1])
+            lines = _resolve_args_lines(f, name, _indent(data, src.span(site)[0]), unit)
+            f.edits.append(_lines(f, end, lines, "paths absolute after parsing"))
+
+
+def _bound_names(src: _Source, stmt: cst.CSTNode, small: cst.CSTNode,
+                 parse: cst.Call) -> Sequence[tuple[cst.CSTNode, str]]:
+    """Where the parsed namespace gets a name: `args = parser.parse_args()`, or, for
+    `return parser.parse_args()` in `def f()`, every `args = f()`."""
+    if isinstance(small, cst.Assign) and small.value is parse and len(small.targets) == 1 \
+            and isinstance(small.targets[0].target, cst.Name):
+        return [(stmt, small.targets[0].target.value)]
+    if isinstance(small, cst.Return) and small.value is parse:
+        fn = _enclosing_function(src, parse)
+        if fn is None:
+            return []
+        fn_name = fn.name.value
+        out: list[tuple[cst.CSTNode, str]] = []
+
+        class _Finder(cst.CSTVisitor):
+            def visit_Assign(self, node: cst.Assign) -> None:
+                if isinstance(node.value, cst.Call) and _dotted(node.value.func) == fn_name \
+                        and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+                    line = src.parent(node)
+                    if isinstance(line, cst.SimpleStatementLine):
+                        out.append((line, node.targets[0].target.value))
+
+        src.wrapper.visit(_Finder())
+        return out
+    return []
+
+
+def _imports(f: _File) -> None:
+    """`import os as _optrace_os` / `from pathlib import Path as _OptracePath` at the top."""
+    if not (f.needs_os or f.needs_path):
+        return
+    src, data = f.src, f.src.data
+    body = src.module.body
+    at = 0
+    for i, stmt in enumerate(body):
+        if isinstance(stmt, cst.SimpleStatementLine) and all(
+                isinstance(s, (cst.Import, cst.ImportFrom)) or (i == 0 and isinstance(s, cst.Expr)
+                                                                and isinstance(s.value, cst.SimpleString))
+                for s in stmt.body):
+            at = _line_after(data, src.span(stmt)[1])
+            continue
+        if at == 0 and isinstance(stmt, cst.SimpleStatementLine):
+            at = line_start(data, src.span(stmt)[0])
+        break
+    if at == 0 and body:
+        at = line_start(data, src.span(body[0])[0])
+    lines = []
+    if f.needs_os:
+        lines.append(f"import os as {OS}".encode())
+    if f.needs_path:
+        lines.append(f"from pathlib import Path as {PATH}".encode())
+    f.edits.append(_lines(f, at, lines, "imports"))

@@ -1,0 +1,290 @@
+"""Registration: the op's torch schema and the adapter's declarations follow (gate G2).
+
+DESCRIPTION: in mode B, every `TORCH_LIBRARY` / `_FRAGMENT` / `_EXPAND` schema string of
+the op (`m.def("op(...) -> (Tensor, Tensor)")`) gains one `Tensor` return, spliced into
+the literal as an adjacent literal (`"... Tensor"/*optrace-str<*/", Tensor"/*>optrace-str*/")"`);
+a `-> Tensor[]` return already carries the extra element and stays. The adapter's C++
+declarations (in the headers the registration and adapter include) get the same return
+type as its definition. `PYBIND11_MODULE` `m.def("op", &fn)` entries point at the adapter,
+whose new type they pick up: they stay valid untouched. Mode A changes nothing here
+(the Python arity is unchanged).
+
+Every schema of the op is parsed in both modes: one that does not parse is bad input
+(`file:line`, exit 2, nothing written).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from optrace.codemods.layer_common import (
+    CODE_SCHEMA,
+    clean_bytes,
+    functions,
+    input_error,
+    mask,
+    mask_keep_includes,
+    match_bracket,
+    string_fragment,
+    string_literals,
+)
+from optrace.codemods.torch_adapter import adapter_functions, hand_instrumented, return_type_edits
+from optrace.engine.discovery import Layers
+from optrace.engine.edits import Edit, line_number
+from optrace.engine.plan import Plan
+
+CODEMOD = "registration"
+
+_DEF_RE = re.compile(rb"\.\s*def\s*\(")
+_ARG_RE = re.compile(
+    r"^(?:\*|[A-Za-z_][\w.]*(?:\([a-z]?!?(?:\s*->\s*[a-z*]+!?)?\))?(?:\[\d*\])?\??"
+    r"(?:\([a-z]?!?\))?\s+[A-Za-z_]\w*(?:\s*=\s*.+)?)$", re.S
+)
+_RET_RE = re.compile(
+    r"^[A-Za-z_][\w.]*(?:\([a-z]?!?\))?(?:\[\d*\])?\??(?:\([a-z]?!?\))?(?:\s+[A-Za-z_]\w*)?$", re.S
+)
+
+
+@dataclass(frozen=True)
+class Schema:
+    """A parsed `name(args) -> returns` string; offsets index its text."""
+
+    name: str
+    args: tuple[str, ...]
+    returns: tuple[str, ...]
+    parenthesised: bool
+    returns_start: int
+    returns_end: int
+
+
+@dataclass(frozen=True)
+class SchemaString:
+    path: Path
+    text: str
+    offsets: tuple[int, ...]  # file offset of each character of text
+    line: int
+    schema: Schema
+
+
+def _split(text: str) -> list[str]:
+    items: list[str] = []
+    cur: list[str] = []
+    depth = 0
+    for ch in text:
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            items.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    last = "".join(cur).strip()
+    if last or items:
+        items.append(last)
+    return items
+
+
+def parse_schema(text: str) -> Schema:
+    """A torch function schema; ValueError with the reason when it does not parse."""
+    m = re.match(r"\s*((?:\w+::)?\w+(?:\.\w+)?)\s*\(", text)
+    if m is None:
+        raise ValueError("expected `name(arguments) -> returns`")
+    depth = 0
+    close = -1
+    for i in range(m.end() - 1, len(text)):
+        if text[i] == "(":
+            depth += 1
+        elif text[i] == ")":
+            depth -= 1
+            if depth == 0:
+                close = i
+                break
+    if close < 0:
+        raise ValueError("unbalanced parentheses in the argument list")
+    args = _split(text[m.end() : close])
+    for arg in args:
+        if not _ARG_RE.match(arg):
+            raise ValueError(f"argument `{arg}` is not `Type name[=default]`")
+    arrow = re.match(r"\s*->\s*", text[close + 1 :])
+    if arrow is None:
+        raise ValueError("missing `->` before the returns")
+    rstart = close + 1 + arrow.end()
+    rtext = text[rstart:].rstrip()
+    rend = rstart + len(rtext)
+    if rtext.startswith("("):
+        if not rtext.endswith(")"):
+            raise ValueError("unbalanced parentheses in the returns")
+        returns = _split(rtext[1:-1]) if rtext[1:-1].strip() else []
+        parenthesised = True
+    else:
+        returns = [rtext]
+        parenthesised = False
+    for ret in returns:
+        if not _RET_RE.match(ret):
+            raise ValueError(f"return `{ret}` is not a type")
+    return Schema(m.group(1), tuple(args), tuple(returns), parenthesised, rstart, rend)
+
+
+_IMPL_RE = re.compile(rb'\.\s*impl\s*\(\s*"(?:\w+::)?(\w+)(?:\.\w+)?"\s*,[^;]*?&?\s*([A-Za-z_][\w:]*)\s*\)')
+
+
+def torch_names(layers: Layers) -> list[str]:
+    """The op's names on the torch side: the kernel op's name, and every name registered
+    (`m.impl("name", &fn)`) for a function that launches the op — a torch op is often
+    named apart from its kernel (`get_dispatch_layout` launching `dispatch_layout`)."""
+    from optrace.engine.discovery import repo_index
+
+    names = [layers.op_name]
+    launchers = {fn.name for fns in adapter_functions(layers).values() for fn in fns}
+    files = [f.path for key in ("registration", "torch_adapter") for f in layers.found.get(key, [])]
+    files += repo_index(layers.repo_root).mentioning(*[n.encode() for n in launchers])
+    for path in dict.fromkeys(files):
+        for m in _IMPL_RE.finditer(mask_keep_includes(clean_bytes(path))):
+            if m.group(2).decode().split("::")[-1] in launchers and m.group(1).decode() not in names:
+                names.append(m.group(1).decode())
+    return names
+
+
+def registration_files(layers: Layers) -> list[Path]:
+    """Discovered registrations, plus files defining a schema under one of the op's torch
+    names (found by that name when it differs from the kernel op's)."""
+    from optrace.engine.discovery import CPP_EXTS, repo_index
+
+    files = [f.path for f in layers.found.get("registration", [])]
+    extra = [n for n in torch_names(layers) if n != layers.op_name]
+    for path in repo_index(layers.repo_root).mentioning(*[n.encode() for n in extra]):
+        if path.suffix.lower() in CPP_EXTS and path not in files and re.search(
+                rb"\bTORCH_LIBRARY(?:_FRAGMENT|_EXPAND)?\s*\(", path.read_bytes()):
+            files.append(path)
+    return files
+
+
+def schema_strings(path: Path, data: bytes, op_name: str | Sequence[str]) -> list[SchemaString]:
+    """The op's schema strings in `.def(...)` calls of a registration file (`op_name`:
+    one name or all the op's torch names)."""
+    names = [op_name] if isinstance(op_name, str) else list(op_name)
+    code = mask(data)
+    out = []
+    for m in _DEF_RE.finditer(code):
+        close = match_bracket(code, m.end() - 1)
+        if close < 0:
+            continue
+        first_end = close
+        depth = 0
+        for i in range(m.end(), close):
+            if code[i] in b"([{":
+                depth += 1
+            elif code[i] in b")]}":
+                depth -= 1
+            elif code[i] == 0x2C and depth == 0:
+                first_end = i
+                break
+        lits = string_literals(data, m.end(), first_end)
+        between = code[m.end() : first_end]
+        if not lits or re.sub(rb'"[^"]*"', b"", between).strip():
+            continue  # not a (sequence of) string literal(s): pybind's m.def("name", &fn)
+        text_parts: list[str] = []
+        offsets: list[int] = []
+        for s, e in lits:
+            raw = data[s + 1 : e - 1]
+            i = 0
+            while i < len(raw):
+                if raw[i : i + 2] in (b"\\\n", b"\\\r"):
+                    i += 2 if raw[i : i + 2] == b"\\\n" else 3  # line splice inside the literal
+                    continue
+                text_parts.append(chr(raw[i]))
+                offsets.append(s + 1 + i)
+                i += 1
+        text = "".join(text_parts)
+        if not any(re.match(r"\s*(?:\w+::)?" + re.escape(n) + r"(?:\.\w+)?\s*\(", text) for n in names):
+            continue
+        try:
+            schema = parse_schema(text)
+        except ValueError as exc:
+            name = text.split("(")[0].strip()
+            raise input_error(CODE_SCHEMA, f"the schema of `{name}` does not parse: {exc}", path, data,
+                              lits[0][0]) from None
+        out.append(SchemaString(path, text, tuple(offsets), line_number(data, lits[0][0]), schema))
+    return out
+
+
+def returns_list(schema: Schema) -> bool:
+    """`-> Tensor[]`: the list carries the extra tensor, the schema stays."""
+    single = len(schema.returns) == 1 and not schema.parenthesised
+    return single and schema.returns[0].split()[0].endswith("[]")
+
+
+def _schema_edits(s: SchemaString) -> list[Edit]:
+    sch = s.schema
+    if returns_list(sch):
+        return []
+    if sch.parenthesised:
+        close = s.offsets[sch.returns_end - 1]
+        extra = b", Tensor" if sch.returns else b"Tensor"
+        return [string_fragment(s.path, close, extra, CODEMOD, "one more return")]
+    first = s.offsets[sch.returns_start]
+    last = s.offsets[sch.returns_end - 1] + 1
+    return [string_fragment(s.path, first, b"(", CODEMOD, "one more return"),
+            string_fragment(s.path, last, b", Tensor)", CODEMOD, "one more return")]
+
+
+def declaration_files(layers: Layers) -> list[Path]:
+    """Registration files and the local headers they and the adapters include."""
+    seen: list[Path] = []
+    sources = [*registration_files(layers), *[f.path for f in layers.found.get("torch_adapter", [])]]
+    for src in sources:
+        if src not in seen:
+            seen.append(src)
+        try:
+            data = src.read_bytes()
+        except OSError:
+            continue
+        for m in re.finditer(rb'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', mask_keep_includes(data), re.M):
+            target = (src.parent / m.group(1).decode(errors="replace")).resolve()
+            if target.is_file() and layers.repo_root in target.parents and target not in seen \
+                    and "op_kernel" not in target.parts:
+                seen.append(target)
+    return seen
+
+
+Region = tuple[int, int]
+
+
+def registration_changes(plan: Plan, mode: str) -> tuple[list[Edit], dict[Path, list[Region]]]:
+    """Edits (on clean bytes), and the regions of each file that belong to this op: its
+    schema strings and its adapter's declared return types. Registration files are often
+    shared by several operators; only these regions are this op's to rewrite or strip."""
+    layers = plan.analysis.layers
+    edits: list[Edit] = []
+    regions: dict[Path, list[Region]] = {}
+    skip = hand_instrumented(plan)
+    names = torch_names(layers)
+    for reg_path in registration_files(layers):
+        data = clean_bytes(reg_path)
+        for s in schema_strings(reg_path, data, names):
+            regions.setdefault(reg_path, []).append((s.offsets[0] - 1, s.offsets[-1] + 2))
+            if mode == "B" and not skip:
+                edits.extend(_schema_edits(s))
+    adapters = adapter_functions(layers)
+    launchers = {fn.name for fns in adapters.values() for fn in fns}
+    definitions = {fn.start for fns in adapters.values() for fn in fns}
+    for path in declaration_files(layers):
+        data = clean_bytes(path)
+        for fn in functions(data, declarations=True):
+            if fn.body_open >= 0 or fn.name not in launchers or fn.type_span is None:
+                continue
+            if path in adapters and fn.start in definitions:
+                continue
+            regions.setdefault(path, []).append((fn.type_span[0], fn.type_span[1]))
+            if mode == "B" and not skip:
+                edits.extend(return_type_edits(path, data, fn.type_span, CODEMOD))
+    return edits, regions
+
+
+def registration_edits(plan: Plan, mode: str) -> list[Edit]:
+    return registration_changes(plan, mode)[0]

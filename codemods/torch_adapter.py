@@ -1,0 +1,373 @@
+"""Torch adapter: the profiling tensor through `EXEC_NPU_CMD` / `EXEC_KERNEL_CMD` (G2).
+
+DESCRIPTION: give the op's launch a named profiling tensor, never a temporary. Mode B
+allocates it right before the launch — `at::zeros({OPTRACE_PROFILING_NUMEL}, <first
+tensor>.options().dtype(at::kLong))`, the element count infer uses, from the shared
+`optrace_<op>_profiling.h` — passes it as the last `EXEC_NPU_CMD` argument and returns
+it last (the return type follows: `std::tuple<..., at::Tensor>`, a lone `at::Tensor`
+becomes a pair, a tensor vector just grows). Mode A passes an empty named optional
+(`c10::optional<at::Tensor> profilingData = c10::nullopt;`) and keeps the return arity.
+Direct-launch kernels (`EXEC_KERNEL_CMD`) get the buffer as one more kernel argument, at
+the position the kernel entry has `profiling_data` (before workspace / tiling); mode A
+passes a null pointer there.
+
+Meta kernels registered for the op (`TORCH_LIBRARY_IMPL(ns, Meta, m)`) return the extra
+output too, allocated on the meta device.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from optrace.codemods.kernel_entry import PROFILING_ARG, _is_system, _param_name, _params
+from optrace.codemods.layer_common import (
+    CODE_LAYER_SHAPE,
+    FRAG_CLOSE,
+    FRAG_OPEN,
+    NUMEL_MACRO,
+    PROFILING_VAR,
+    CppFunction,
+    clean_bytes,
+    enclosing_function,
+    fragment,
+    functions,
+    include_edit,
+    input_error,
+    insert_lines,
+    last_ident,
+    leading_ws,
+    mask,
+    match_bracket,
+    param_name,
+    returns_in,
+    sizes_header_path,
+    split_top,
+    starts_line,
+    statement_start,
+)
+from optrace.codemods.strip import strip_bytes
+from optrace.engine.discovery import Layers
+from optrace.engine.edits import Edit, line_number, line_start
+from optrace.engine.plan import Plan
+
+CODEMOD = "torch-adapter"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One `EXEC_NPU_CMD(aclnn<Op>, ...)` / `EXEC_KERNEL_CMD(<op>, dim, ...)` call."""
+
+    path: Path
+    macro: str
+    start: int
+    open_at: int
+    close_at: int
+    args: tuple[tuple[int, int], ...]
+    function: CppFunction | None
+    line: int
+
+
+def launch_pattern(layers: Layers) -> re.Pattern[bytes]:
+    camel = re.escape(layers.camel.encode())
+    op = re.escape(layers.op_name.encode())
+    return re.compile(rb"\b(EXEC_NPU_CMD(?:_V\d+)?)\s*\(\s*aclnn" + camel + rb"\b|\b(EXEC_KERNEL_CMD)\s*\(\s*"
+                      + op + rb"\b")
+
+
+def launches(path: Path, data: bytes, layers: Layers) -> list[Launch]:
+    code = mask(data)
+    out = []
+    for m in launch_pattern(layers).finditer(code):
+        open_at = code.index(b"(", m.start())
+        close = match_bracket(code, open_at)
+        if close < 0:
+            raise input_error(CODE_LAYER_SHAPE, "unbalanced parentheses in the launch call", path, data,
+                              m.start())
+        macro = (m.group(1) or m.group(2)).decode()
+        out.append(Launch(path, macro, m.start(), open_at, close, tuple(split_top(code, open_at + 1, close)),
+                          enclosing_function(data, m.start()), line_number(data, m.start())))
+    return out
+
+
+def adapter_functions(layers: Layers) -> dict[Path, list[CppFunction]]:
+    """The functions that launch the op, per adapter file."""
+    out: dict[Path, list[CppFunction]] = {}
+    for f in layers.found.get("torch_adapter", []):
+        data = clean_bytes(f.path)
+        fns = [ln.function for ln in launches(f.path, data, layers) if ln.function is not None]
+        if fns:
+            out[f.path] = fns
+    return out
+
+
+def kernel_profiling_position(plan: Plan) -> int:
+    """Where the kernel entry has (or will have) profiling_data among its parameters."""
+    entry = plan.analysis.entry_fn
+    names = [_param_name(entry.src.raw, p) for p in _params(entry)]
+    if PROFILING_ARG in names:
+        return names.index(PROFILING_ARG)
+    return next((i for i, n in enumerate(names) if _is_system(n)), len(names))
+
+
+def hand_instrumented(plan: Plan) -> bool:
+    """The kernel entry had profiling_data before optrace touched it (written by hand):
+    then the other layers are the author's, and the gates judge them."""
+    entry = plan.analysis.entry_fn
+    clean = strip_bytes(entry.src.raw, entry.src.path)
+    code = mask(clean)
+    m = re.search(rb"\b" + re.escape(entry.name.encode()) + rb"\s*\(", code)
+    if m is None:
+        return False
+    close = match_bracket(code, m.end() - 1)
+    return re.search(rb"\b" + PROFILING_ARG.encode() + rb"\b", code[m.end() : close]) is not None
+
+
+def first_tensor_param(data: bytes, fn: CppFunction) -> str | None:
+    for span in fn.params:
+        text = data[span[0] : span[1]]
+        if re.search(rb"\bTensor\b", text) and b"optional" not in text and b"List" not in text:
+            return param_name(data, span)
+    return None
+
+
+# --- returning one more tensor ---------------------------------------------------------------
+
+
+def return_type_edits(path: Path, data: bytes, type_span: tuple[int, int] | None, codemod: str) -> list[Edit]:
+    """The declared return type with one more `at::Tensor` (a vector type stays as is)."""
+    if type_span is None:
+        return []
+    start, end = type_span
+    text = data[start:end]
+    if re.search(rb"\btuple\s*<", text):
+        code = mask(data)
+        close = _angle_close(code, code.index(b"<", start))
+        return [fragment(path, close, b", at::Tensor", codemod, "return type")]
+    if re.fullmatch(rb"(?:at::|torch::)?Tensor", text.strip()):
+        return [Edit(path, start, start, FRAG_OPEN + b"std::tuple<" + FRAG_CLOSE, codemod, "return type"),
+                fragment(path, end, b", at::Tensor>", codemod, "return type")]
+    if text.strip() == b"void":
+        raise input_error(CODE_LAYER_SHAPE, "mode B returns profiling_data, but the adapter returns "
+                          "void: use --mode A", path, data, start)
+    return []  # std::vector<at::Tensor>, an alias of it, auto: the value carries the new element
+
+
+def _angle_close(code: bytes, open_at: int) -> int:
+    depth = 0
+    for i in range(open_at, len(code)):
+        if code[i] == 0x3C:
+            depth += 1
+        elif code[i] == 0x3E:
+            depth -= 1
+            if depth == 0:
+                return i
+    return len(code)
+
+
+def return_value_edits(path: Path, data: bytes, fn: CppFunction, codemod: str) -> list[Edit]:
+    """Every `return` of the function hands profilingData back as the last value."""
+    code = mask(data)
+    edits: list[Edit] = []
+    lambdas = _lambda_bodies(code, fn)
+    vector = fn.type_span is not None and not re.search(
+        rb"\btuple\s*<|^\s*(?:at::|torch::)?Tensor\s*$", data[fn.type_span[0] : fn.type_span[1]])
+    for start, end in returns_in(code, fn):
+        if any(a < start < b for a, b in lambdas):
+            continue
+        expr_start = start + len(b"return")
+        while code[expr_start] in b" \t\r\n":
+            expr_start += 1
+        expr_end = end - 1
+        while code[expr_end - 1] in b" \t\r\n":
+            expr_end -= 1
+        expr = code[expr_start:expr_end]
+        if expr.startswith(b"{") and match_bracket(code, expr_start) == expr_end - 1:
+            edits.append(fragment(path, expr_end - 1, b", " + PROFILING_VAR.encode(), codemod, "return"))
+            continue
+        call = re.match(rb"(?:std::)?(make_tuple|forward_as_tuple|tie|tuple\s*<)", expr)
+        if call is not None and expr.endswith(b")"):
+            if call.group(1).startswith(b"tuple"):
+                close = _angle_close(code, code.index(b"<", expr_start))
+                edits.append(fragment(path, close, b", at::Tensor", codemod, "return"))
+            edits.append(fragment(path, expr_end - 1, b", " + PROFILING_VAR.encode(), codemod, "return"))
+            continue
+        if vector:
+            if not re.fullmatch(rb"[A-Za-z_]\w*", expr) or not starts_line(data, start):
+                raise input_error(CODE_LAYER_SHAPE, "cannot append profiling_data to this returned vector",
+                                  path, data, start)
+            edits.append(insert_lines(path, data, line_start(data, start), [
+                leading_ws(data, start) + expr + b".push_back(" + PROFILING_VAR.encode() + b");"],
+                codemod, "return"))
+            continue
+        edits.append(Edit(path, expr_start, expr_start, FRAG_OPEN + b"{" + FRAG_CLOSE, codemod, "return"))
+        edits.append(fragment(path, expr_end, b", " + PROFILING_VAR.encode() + b"}", codemod, "return"))
+    return edits
+
+
+_LAMBDA_TAIL_RE = re.compile(rb"\s*(?:mutable\s*)?(?:noexcept\s*)?(?:->\s*[^;{}()]*)?\s*\Z")
+
+
+def _lambda_bodies(code: bytes, fn: CppFunction) -> list[tuple[int, int]]:
+    """Bodies of lambdas inside the function: their returns are not the function's."""
+    out = []
+    for m in re.finditer(rb"\]\s*\(", code):
+        if not fn.body_open < m.start() < fn.body_close:
+            continue
+        close = match_bracket(code, m.end() - 1)
+        brace = code.find(b"{", close) if close > 0 else -1
+        if brace < 0 or not _LAMBDA_TAIL_RE.match(code[close + 1 : brace]):
+            continue
+        end = match_bracket(code, brace)
+        if end > 0:
+            out.append((brace, end))
+    return out
+
+
+# --- the codemod ---------------------------------------------------------------------------------
+
+
+def torch_adapter_edits(plan: Plan, mode: str) -> list[Edit]:
+    layers = plan.analysis.layers
+    if hand_instrumented(plan):
+        return []
+    edits: list[Edit] = []
+    host = [f.path for key in ("infer", "op_def", "torch_adapter") for f in layers.found.get(key, [])]
+    header = sizes_header_path(layers.op_dir, host)
+    kernel_pos = kernel_profiling_position(plan)
+    for layer_file in layers.found.get("torch_adapter", []):
+        path = layer_file.path
+        data = clean_bytes(path)
+        done: set[int] = set()
+        first = len(edits)
+        for launch in launches(path, data, layers):
+            if any("profiling" in last_ident(data[s:e]).lower() for s, e in launch.args):
+                continue
+            fn = launch.function
+            if fn is None:
+                raise input_error(CODE_LAYER_SHAPE, f"`{launch.macro}` outside a function", path, data,
+                                  launch.start)
+            other = _instrumented_neighbour(path, fn.name, layers)
+            if other is not None:
+                raise input_error(CODE_LAYER_SHAPE, f"`{fn.name}` also launches `{other}`, which is "
+                                  "instrumented: one torch op returning the profiling buffers of two "
+                                  "kernels is not supported (strip the other operator first)", path, data,
+                                  launch.start)
+            edits.extend(_launch_edits(path, data, launch, fn, mode, kernel_pos))
+            if mode == "B" and fn.start not in done:
+                done.add(fn.start)
+                edits.extend(return_type_edits(path, data, fn.type_span, CODEMOD))
+                edits.extend(return_value_edits(path, data, fn, CODEMOD))
+        meta = _meta_edits(path, data, layers) if mode == "B" else []
+        if mode == "B" and (done or meta):
+            # First: insertions at one offset concatenate in order, and a function may
+            # start where the include goes (a file without includes).
+            inc = include_edit(path, data, header, CODEMOD)
+            if inc is not None:
+                edits.insert(first, inc)
+        edits.extend(meta)
+    return edits
+
+
+def _instrumented_neighbour(path: Path, fn_name: str, layers: Layers) -> str | None:
+    """Another kernel launched from the same adapter function that already passes a
+    profiling tensor (as the file is now, with other operators' changes)."""
+    current = path.read_bytes()
+    if current == strip_bytes(current, path):
+        return None
+    code = mask(current)
+    mine = {f"aclnn{layers.camel}", layers.op_name}
+    for fn in functions(current):
+        if fn.name != fn_name or fn.body_open < 0:
+            continue
+        launch_re = re.compile(rb"\bEXEC_(?:NPU|KERNEL)_CMD\w*\s*\(\s*(\w+)")
+        for m in launch_re.finditer(code, fn.body_open, fn.body_close):
+            target = m.group(1).decode()
+            if target in mine:
+                continue
+            open_at = code.index(b"(", m.start())
+            close = match_bracket(code, open_at)
+            args = split_top(code, open_at + 1, close) if close > 0 else []
+            if any("profiling" in last_ident(current[s:e]).lower() for s, e in args):
+                return target
+    return None
+
+
+def _launch_edits(path: Path, data: bytes, launch: Launch, fn: CppFunction, mode: str,
+                  kernel_pos: int) -> list[Edit]:
+    code = mask(data)
+    stmt = statement_start(code, launch.start)
+    if not starts_line(data, stmt):
+        raise input_error(CODE_LAYER_SHAPE, f"`{launch.macro}` shares its line with other code", path, data,
+                          launch.start)
+    indent = leading_ws(data, stmt)
+    direct = launch.macro == "EXEC_KERNEL_CMD"
+    if mode == "B":
+        tensor = first_tensor_param(data, fn)
+        if tensor is None:
+            raise input_error(CODE_LAYER_SHAPE, f"`{fn.name}` has no tensor parameter to take the device "
+                              "and options of profiling_data from", path, data, launch.start)
+        decl = (f"at::Tensor {PROFILING_VAR} = at::zeros({{{NUMEL_MACRO}}}, "
+                f"{tensor}.options().dtype(at::kLong));")
+    elif direct:
+        decl = f"void *{PROFILING_VAR} = nullptr;  // mode A: no profiling buffer"
+    else:
+        decl = f"c10::optional<at::Tensor> {PROFILING_VAR} = c10::nullopt;  // mode A: optional, left out"
+    edits = [insert_lines(path, data, line_start(data, stmt), [indent + decl.encode()], CODEMOD,
+                          "profiling tensor")]
+    if direct and 2 + kernel_pos < len(launch.args):
+        at = launch.args[2 + kernel_pos][0]
+        edits.append(fragment(path, at, PROFILING_VAR.encode() + b", ", CODEMOD, "kernel argument"))
+    else:
+        edits.append(fragment(path, launch.args[-1][1], b", " + PROFILING_VAR.encode(), CODEMOD,
+                              "last output"))
+    return edits
+
+
+_META_RE = re.compile(
+    rb"TORCH_LIBRARY_IMPL\s*\(\s*\w+\s*,\s*(?:c10::DispatchKey::)?Meta\s*,\s*(\w+)\s*\)\s*\{"
+)
+
+
+def meta_functions(data: bytes, op_names: Sequence[str]) -> list[str]:
+    """Names of the Meta kernels registered for the op (under any of its names) here."""
+    code = mask(data)
+    names = []
+    alternatives = b"|".join(re.escape(n.encode()) for n in op_names)
+    for m in _META_RE.finditer(code):
+        close = match_bracket(code, m.end() - 1)
+        body = data[m.end() : close]
+        for impl in re.finditer(rb'\.impl\s*\(\s*"(?:\w+::)?(?:' + alternatives
+                                + rb')"\s*,\s*(?:TORCH_FN\s*\()?\s*&?\s*([\w:]+)', body):
+            names.append(impl.group(1).decode().split("::")[-1])
+    return names
+
+
+def _meta_edits(path: Path, data: bytes, layers: Layers) -> list[Edit]:
+    from optrace.codemods.registration import torch_names
+
+    names = set(meta_functions(data, torch_names(layers)))
+    if not names:
+        return []
+    code = mask(data)
+    edits: list[Edit] = []
+    for fn in functions(data):
+        if fn.name not in names or fn.body_open < 0:
+            continue
+        if re.search(rb"\b" + PROFILING_VAR.encode() + rb"\b", code[fn.body_open : fn.body_close]):
+            continue
+        tensor = first_tensor_param(data, fn)
+        if tensor is None:
+            continue
+        first = fn.body_open + 1
+        while code[first] in b" \t\r\n":
+            first += 1
+        decl = (f"at::Tensor {PROFILING_VAR} = at::empty({{{NUMEL_MACRO}}}, "
+                f"{tensor}.options().dtype(at::kLong).device(at::kMeta));").encode()
+        edits.append(insert_lines(path, data, line_start(data, first), [leading_ws(data, first) + decl],
+                                  CODEMOD, "meta profiling tensor"))
+        edits.extend(return_type_edits(path, data, fn.type_span, CODEMOD))
+        edits.extend(return_value_edits(path, data, fn, CODEMOD))
+    return edits

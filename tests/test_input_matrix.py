@@ -1,0 +1,662 @@
+"""The input matrix: every command against bad input, with its behaviour, message and exit.
+
+One case list (CASES) drives both the tests and docs/input-matrix.md:
+
+    python tests/test_input_matrix.py --write-doc     # regenerate the table
+
+and `test_the_committed_table_is_current` fails when the doc is stale. Exit codes
+(cli.md): 0 clean, 1 findings / changes, 2 bad input, 3 internal error — and never a
+traceback. A case whose expectation optrace does not meet yet carries `bug=` (the module
+to fix): it runs as a strict xfail and the table says so.
+
+Inputs are built fresh per case in a temporary directory. Paths with non-UTF-8 bytes run
+optrace in a child process whose stdout is strict UTF-8 (what any UTF-8 locale gives);
+everything else runs in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "input-matrix.md"
+LONG = os.environ.get("OPTRACE_LONG_FUZZ", "") not in ("", "0")
+
+# --------------------------------------------------------------------------- inputs
+
+KERNEL = (
+    b'#include "kernel_operator.h"\n'
+    b'#include "extra.h"\n'
+    b"// \xb7\xd6\xd7\xe9\xd1\xad\xbb\xb7 (GBK) and bytes no encoding has: \xff\xfe\x80\n"
+    b"__aicore__ inline void Compute(uint32_t n)\n"
+    b"{\n"
+    b"    for (uint32_t groupIdx = 0; groupIdx < n; ++groupIdx) {\n"
+    b"        AscendC::SyncAll();\n"
+    b"    }\n"
+    b"}\n"
+    b'extern "C" __global__ __aicore__ void demo_op(GM_ADDR x, GM_ADDR y, GM_ADDR workspace, '
+    b"GM_ADDR tiling)\n"
+    b"{\n"
+    b'    const char* tag = "\xc4\xe3\xba\xc3";\n'
+    b"    (void)tag;\n"
+    b"    Compute(4);\n"
+    b"}\n"
+)
+NON_UTF8 = (b"\xb7\xd6\xd7\xe9", b"\xff\xfe\x80", b"\xc4\xe3\xba\xc3")
+LABELS = {"processing": (1, 2), "processing dispatch": (3, 4)}
+NON_UTF8_NAME = b"\xb7\xd6\xd7\xe9".decode("utf-8", "surrogateescape")  # a GBK folder name
+
+
+def _ten_mb_header() -> bytes:
+    """A generated header of string tables, 10 MB (the size of real generated code)."""
+    line = b'    "' + b"0123456789abcdef" * 5 + b'",\n'
+    count = 10 * 1024 * 1024 // len(line) + 1
+    return b"#pragma once\nconstexpr const char* kBlob[] = {\n" + line * count + b"};\n"
+
+
+def _numeric_header() -> bytes:
+    """12 MB of `0x..` literals (a lookup table): the slow case for the C++ front end."""
+    row = b"    " + b", ".join(b"0x%02x" % (i % 251) for i in range(16)) + b",\n"
+    return b"#pragma once\nconstexpr uint8_t kTable[] = {\n" + row * (12 * 1024 * 1024 // len(row)) + b"};\n"
+
+
+@dataclass
+class Scene:
+    """The inputs of one case; `paths` fill the placeholders of args and messages."""
+
+    tmp: Path
+    paths: dict[str, Path] = field(default_factory=dict)
+
+    def __getitem__(self, key: str) -> Path:
+        return self.paths[key]
+
+
+def _operator(tmp: Path, name: str = "repo", extra: bytes = b"// nothing here\n") -> Scene:
+    repo = tmp / name
+    kernel = repo / "demo_op" / "op_kernel"
+    kernel.mkdir(parents=True)
+    (repo / "optrace.toml").write_text("")
+    (kernel / "demo_op.cpp").write_bytes(KERNEL)
+    (kernel / "extra.h").write_bytes(extra)
+    blocker = tmp / "a-file"
+    blocker.write_text("a regular file, so nothing can be created under it\n")
+    return Scene(tmp, {"root": repo, "op": repo / "demo_op", "src": kernel, "file": blocker,
+                       "out": tmp / "out"})
+
+
+def _cli_inprocess(args: list[str]) -> tuple[int, str, BaseException | None]:
+    from typer.testing import CliRunner
+
+    from optrace.cli import app
+
+    res = CliRunner().invoke(app, args)
+    exc = None if res.exception is None or isinstance(res.exception, SystemExit) else res.exception
+    return res.exit_code, res.stdout + res.stderr, exc
+
+
+def _apply(scene: Scene) -> None:
+    """Instrument the operator (the library, so a case sees only its own command's bugs)."""
+    from optrace.engine.apply import apply_changes
+    from optrace.engine.transaction import commit
+
+    commit(apply_changes(scene["op"]).changes, scene["root"] / ".optrace", name="matrix")
+
+
+def _rank_file(path: Path, slots: int = 6, words: int = 64) -> None:
+    from optrace.runtime.pt_writer import write_pt
+    from optrace.runtime.synth import SlotWriter, new_buffer
+
+    data = new_buffer(slots, words)
+    for s in range(slots):
+        writer = SlotWriter(data[s], 1000 + 7 * s, fingerprint=0xC0FFEE11)
+        b, e = LABELS["processing"]
+        db, de = LABELS["processing dispatch"]
+        for n, (point, t) in enumerate([(b, 10), (db, 20), (de, 40), (e, 60)]):
+            writer.record(point, 1000 + 7 * s + t + n)
+    meta = {"slot_words": words, "aic_cores": slots // 3, "aiv_cores": slots - slots // 3,
+            "format_version": 1, "clock_mhz": 50.0, "barrier": True, "fingerprint": 0xC0FFEE11}
+    with open(path, "wb") as handle:
+        write_pt({"optrace_profiling": 1, "meta": meta, "data": data}, handle)
+
+
+def _point_map(directory: Path, file_field: bytes = b"op_kernel/op.h") -> None:
+    points = []
+    for n, (label, (b, e)) in enumerate(LABELS.items()):
+        for point, kind in ((b, "B"), (e, "E")):
+            points.append(b'"%d": {"label": "%s", "file": "%s", "line": %d, "event_type": "%s"}'
+                          % (point, label.encode(), file_field, 10 + n, kind.encode()))
+    (directory / "point_map.json").write_bytes(
+        b'{"format_version": 1, "fingerprint": 3237998097, "points": {' + b", ".join(points) + b"}}\n")
+
+
+def _profiling(tmp: Path, name: str = "prof", ranks: int = 2) -> Scene:
+    prof = tmp / name
+    prof.mkdir(parents=True)
+    for rank in range(ranks):
+        _rank_file(prof / f"rank{rank:03d}.pt")
+    _point_map(prof)
+    blocker = tmp / "a-file"
+    blocker.write_text("a regular file\n")
+    return Scene(tmp, {"prof": prof, "file": blocker, "out": tmp / "trace.json"})
+
+
+# Scenes per (family, condition); families: "source" (plan / apply / check / preprocess),
+# "applied" (strip / check / preprocess start from an applied tree) and "runtime".
+
+
+def scene_missing(tmp: Path, family: str) -> Scene:
+    return Scene(tmp, {"op": tmp / "no-such-op", "src": tmp / "no-such-src", "prof": tmp / "no-such-dir",
+                       "out": tmp / "out"})
+
+
+def scene_empty(tmp: Path, family: str) -> Scene:
+    for name in ("repo/demo_op", "src", "prof"):
+        (tmp / name).mkdir(parents=True)
+    (tmp / "repo" / "optrace.toml").write_text("")
+    return Scene(tmp, {"op": tmp / "repo" / "demo_op", "src": tmp / "src", "prof": tmp / "prof",
+                       "out": tmp / "out"})
+
+
+def scene_non_utf8_bytes(tmp: Path, family: str) -> Scene:
+    if family == "runtime":  # a point map whose source paths are GBK bytes
+        scene = _profiling(tmp)
+        _point_map(scene["prof"], b"op_kernel/\xb7\xd6\xd7\xe9.h")
+        return scene
+    scene = _operator(tmp)
+    if family == "applied":
+        _apply(scene)
+    return scene
+
+
+def scene_non_utf8_path(tmp: Path, family: str) -> Scene:
+    if family == "runtime":
+        return _profiling(tmp, f"prof-{NON_UTF8_NAME}")
+    scene = _operator(tmp, f"repo-{NON_UTF8_NAME}")
+    if family == "applied":
+        _apply(scene)
+    return scene
+
+
+def scene_binary(tmp: Path, family: str) -> Scene:
+    if family == "runtime":
+        scene = _profiling(tmp)
+        (scene["prof"] / "rank000.pt").write_bytes(bytes(range(256)) * 64)
+        trace = tmp / "trace.json"
+        trace.write_bytes(b"\x00\x01PK\x03\x04" + bytes(range(256)) * 16)
+        scene.paths["trace"] = trace
+        return scene
+    scene = _operator(tmp, extra=b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 64)
+    if family == "applied":
+        _apply(scene)
+    return scene
+
+
+_BIG: dict[str, bytes] = {}
+
+
+def scene_big(tmp: Path, family: str) -> Scene:
+    if family == "runtime":  # 648 slots of 2048 words: a 10.6 MB rank file
+        scene = _profiling(tmp, ranks=0)
+        _rank_file(scene["prof"] / "rank000.pt", slots=648, words=2048)
+        return scene
+    if "big" not in _BIG:
+        _BIG["big"] = _ten_mb_header()
+    scene = _operator(tmp, extra=_BIG["big"])
+    if family == "applied":
+        _apply(scene)
+    return scene
+
+
+def scene_numeric(tmp: Path, family: str) -> Scene:
+    return _operator(tmp, extra=_numeric_header())
+
+
+def scene_cycle(tmp: Path, family: str) -> Scene:
+    scene = _operator(tmp, extra=b'#pragma once\n#include "a.h"\n')
+    (scene["src"] / "a.h").write_bytes(b'#include "b.h"\n__aicore__ inline void A() {}\n')
+    (scene["src"] / "b.h").write_bytes(b'#include "a.h"\n__aicore__ inline void B() {}\n')
+    if family == "applied":
+        _apply(scene)
+    return scene
+
+
+def scene_symlink_loop(tmp: Path, family: str) -> Scene:
+    if family == "runtime":  # rank000.pt links to itself; rank001.pt is fine
+        scene = _profiling(tmp)
+        (scene["prof"] / "rank000.pt").unlink()
+        os.symlink("rank000.pt", scene["prof"] / "rank000.pt")
+        scene.paths["loop"] = scene["prof"] / "rank000.pt"
+        return scene
+    scene = _operator(tmp, extra=b'#pragma once\n#include "loop.h"\n')
+    os.symlink("loop.h", scene["src"] / "loop.h")  # a header that is a link to itself
+    os.symlink("..", scene["src"] / "up")  # a folder that leads back up: walks must not loop
+    if family == "applied":
+        _apply(scene)
+    return scene
+
+
+def scene_arg_loop(tmp: Path, family: str) -> Scene:
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "optrace.toml").write_text("")
+    loop = tmp / "loop"
+    os.symlink("loop", loop)
+    return Scene(tmp, {"op": loop, "src": loop, "prof": loop, "out": tmp / "out"})
+
+
+def scene_unwritable(tmp: Path, family: str) -> Scene:
+    if family == "runtime":
+        return _profiling(tmp)
+    scene = _operator(tmp)
+    if family == "applied":
+        _apply(scene)
+    return scene
+
+
+def scene_journal_blocked(tmp: Path, family: str) -> Scene:
+    scene = scene_unwritable(tmp, family)
+    journal = scene["root"] / ".optrace"
+    if journal.is_dir():  # left by the apply an applied tree starts from
+        for leftover in journal.iterdir():
+            leftover.unlink()
+        journal.rmdir()
+    journal.write_bytes(b"a file where the journal directory goes\n")
+    return scene
+
+
+# --------------------------------------------------------------------------- the cases
+
+
+@dataclass(frozen=True)
+class Condition:
+    key: str
+    title: str  # the row header in the table
+    build: Callable[[Path, str], Scene]
+
+
+CONDITIONS = {c.key: c for c in [
+    Condition("missing", "missing directory", scene_missing),
+    Condition("empty", "empty directory", scene_empty),
+    Condition("non-utf8", "non-UTF-8 bytes in the input", scene_non_utf8_bytes),
+    Condition("non-utf8-path", "non-UTF-8 bytes in the path", scene_non_utf8_path),
+    Condition("binary", "a binary file named `.h` (runtime: `.pt`, `.json`)", scene_binary),
+    Condition("big", "a 10 MB header (runtime: a 10 MB rank file)", scene_big),
+    Condition("big-numeric", "a 12 MB header of numeric literals", scene_numeric),
+    Condition("cycle", "an include cycle", scene_cycle),
+    Condition("symlink-loop", "a symlink loop inside the input", scene_symlink_loop),
+    Condition("arg-loop", "the argument is a symlink loop", scene_arg_loop),
+    Condition("unwritable", "unwritable output (its parent is a regular file)", scene_unwritable),
+    Condition("journal", "unwritable journal (`.optrace` is a regular file)", scene_journal_blocked),
+]}
+
+PLACEHOLDERS = {"op": "OPDIR", "src": "SRC_DIR", "prof": "PROFILING_DIR", "file": "FILE", "out": "OUT",
+                "trace": "TRACE", "loop": "PROFILING_DIR/rank000.pt", "root": "REPO"}
+
+
+@dataclass(frozen=True)
+class Case:
+    command: str  # as shown, with placeholders: "apply {op} --write"
+    condition: str
+    code: int | None  # None: not applicable
+    message: str  # must appear in stdout + stderr; placeholders from the scene
+    behaviour: str
+    family: str = "source"
+    bug: str | None = None  # the expectation is right, optrace is not yet: strict xfail
+    slow: bool = False  # runs with OPTRACE_LONG_FUZZ=1 only
+    check: Callable[[Scene], None] | None = None  # more than code and message
+
+    @property
+    def id(self) -> str:
+        words = self.command.split()
+        option = next((w.lstrip("-") for w in words[1:] if w.startswith("-")), None)
+        return f"{words[0]}-{self.condition}" + (f"-{option}" if option else "")
+
+    @property
+    def applicable(self) -> bool:
+        return self.code is not None
+
+
+def _bytes_kept(scene: Scene) -> None:
+    data = (scene["src"] / "demo_op.cpp").read_bytes()
+    assert all(raw in data for raw in NON_UTF8), "non-UTF-8 bytes were not kept"
+    assert b"TRACE_POINT" in data or b"optrace" not in data
+
+
+def _restored(scene: Scene) -> None:
+    assert (scene["src"] / "demo_op.cpp").read_bytes() == KERNEL
+    assert not (scene["src"] / "demo_op_base.h").exists()
+
+
+def _loop_left_alone(scene: Scene) -> None:
+    assert os.readlink(scene["src"] / "loop.h") == "loop.h"
+
+
+def _map_written(scene: Scene) -> None:
+    assert json.loads((scene["out"] / "point_map.json").read_text())["points"]
+
+
+def _trace_written(scene: Scene) -> None:
+    assert json.loads(scene["out"].read_text())["traceEvents"]
+
+
+BUG_PATH_RESOLVE = ("Path.resolve() raises RuntimeError on a symlink loop (Python 3.11): "
+                    "engine/analysis.py analyse_operator, engine/check.py check_operator, "
+                    "optrace/cli.py _edit_command")
+BUG_JOURNAL_NAME = "optrace/cli.py _journal_name: str(path).encode() fails on a non-UTF-8 path"
+BUG_STDOUT = "optrace/cli.py writes non-UTF-8 paths to a strict UTF-8 stdout (runtime/cli.py reconfigures it)"
+BUG_CLANG_PATH = ("engine/check.py compile_check hands str paths to libclang, which encodes them as "
+                  "strict UTF-8 (pass os.fsencode(path))")
+BUG_STRIP_MISSING = "engine/apply.py strip_changes does not check that the operator directory exists"
+
+N_A = None
+CASES: list[Case] = [
+    # ---- plan
+    Case("plan {op}", "missing", 2, "{op}: OT001", "refused, nothing planned"),
+    Case("plan {op}", "empty", 2, "{op}: OT010", "no kernel entry: refused"),
+    Case("plan {op}", "non-utf8", 0, "trace tree:", "planned; the bytes are read, never decoded"),
+    Case("plan {op}", "non-utf8-path", 0, "trace tree:", "planned", bug=BUG_STDOUT),
+    Case("plan {op}", "binary", 0, "demo_op/op_kernel/extra.h: OT012", "planned; the binary header is named "
+         "and not parsed"),
+    Case("plan {op}", "big", 0, "OT013", "planned; the header is named as very large (a note)"),
+    Case("plan {op}", "big-numeric", 0, "OT013", "planned, slowly: about 15 s (the C++ query visits every "
+         "literal, engine/cpp.py)", slow=True),
+    Case("plan {op}", "cycle", 0, "cycle: demo_op/op_kernel/a.h -> demo_op/op_kernel/b.h",
+         "planned; the cycle is shown and cut"),
+    Case("plan {op}", "symlink-loop", 0, "demo_op/op_kernel/extra.h:2: OT014", "planned; the looping "
+         "include is named"),
+    Case("plan {op}", "arg-loop", 2, "{op}", "refused, naming the path", bug=BUG_PATH_RESOLVE),
+    Case("plan {op} -o {file}/plan.txt", "unwritable", 2, "{file}/plan.txt: OT030", "refused after "
+         "planning; nothing written"),
+    Case("plan {op}", "journal", N_A, "", "plan writes no journal"),
+    # ---- apply
+    Case("apply {op} --write", "missing", 2, "{op}: OT001", "refused, nothing written"),
+    Case("apply {op} --write", "empty", 2, "{op}: OT010", "no kernel entry: refused"),
+    Case("apply {op} --write", "non-utf8", 0, "2 file(s) written", "applied; every non-UTF-8 byte kept",
+         check=_bytes_kept),
+    Case("apply {op} --write", "non-utf8-path", 0, "2 file(s) written", "applied", bug=BUG_JOURNAL_NAME),
+    Case("apply {op} --write", "binary", 0, "demo_op/op_kernel/extra.h: OT012", "applied; the binary "
+         "header is named and left alone"),
+    Case("apply {op} --write", "big", 0, "2 file(s) written", "applied; the big header is not touched"),
+    Case("apply {op} --write", "big-numeric", N_A, "", "as plan"),
+    Case("apply {op} --write", "cycle", 0, "2 file(s) written", "applied"),
+    Case("apply {op} --write", "symlink-loop", 0, "demo_op/op_kernel/extra.h:2: OT014", "applied; the link "
+         "is named and left alone", check=_loop_left_alone),
+    Case("apply {op} --write", "arg-loop", 2, "{op}", "refused, naming the path", bug=BUG_PATH_RESOLVE),
+    Case("apply {op} --patch {file}/p.patch", "unwritable", 2, "{file}/p.patch: OT030", "refused; "
+         "nothing written"),
+    Case("apply {op} --write", "journal", 2, "{root}/.optrace: OT043", "refused before any file changes"),
+    # ---- strip (on an applied tree where there is one)
+    Case("strip {op} --write", "missing", 2, "{op}: OT001", "refused", bug=BUG_STRIP_MISSING),
+    Case("strip {op} --write", "empty", 0, "0 file(s) written", "nothing optrace added: nothing to do"),
+    Case("strip {op} --write", "non-utf8", 0, "2 file(s) written", "the original bytes, every one",
+         family="applied", check=_restored),
+    Case("strip {op} --write", "non-utf8-path", 0, "2 file(s) written", "the original bytes",
+         family="applied", bug=BUG_JOURNAL_NAME),
+    Case("strip {op} --write", "binary", 0, "2 file(s) written", "the original bytes; the binary "
+         "header untouched", family="applied", check=_restored),
+    Case("strip {op} --write", "big", 0, "2 file(s) written", "the original bytes", family="applied",
+         check=_restored),
+    Case("strip {op} --write", "big-numeric", N_A, "", "as plan"),
+    Case("strip {op} --write", "cycle", 0, "2 file(s) written", "the original bytes", family="applied",
+         check=_restored),
+    Case("strip {op} --write", "symlink-loop", 0, "2 file(s) written", "the original bytes; the link "
+         "left alone", family="applied", check=_restored),
+    Case("strip {op} --write", "arg-loop", 2, "{op}", "refused, naming the path", bug=BUG_PATH_RESOLVE),
+    Case("strip {op} --patch {file}/p.patch", "unwritable", 2, "{file}/p.patch: OT030", "refused; "
+         "nothing written", family="applied"),
+    Case("strip {op} --write", "journal", 2, "{root}/.optrace: OT043", "refused before any file changes",
+         family="applied"),
+    # ---- check (on an applied tree where there is one)
+    Case("check {op}", "missing", 2, "{op}: OT001", "refused"),
+    Case("check {op}", "empty", 0, "not instrumented", "reported as not instrumented"),
+    Case("check {op}", "non-utf8", 0, "0 error(s)", "clean; compile safety parses the file as bytes",
+         family="applied"),
+    Case("check {op}", "non-utf8-path", 0, "0 error(s)", "clean", family="applied", bug=BUG_CLANG_PATH),
+    Case("check {op}", "binary", 0, "0 error(s)", "clean; the binary header is not a source",
+         family="applied"),
+    Case("check {op}", "big", 0, "0 error(s)", "clean", family="applied"),
+    Case("check {op}", "big-numeric", N_A, "", "as plan"),
+    Case("check {op}", "cycle", 0, "0 error(s)", "clean", family="applied"),
+    Case("check {op}", "symlink-loop", 0, "0 error(s)", "clean; the dangling link is not a source",
+         family="applied"),
+    Case("check {op}", "arg-loop", 2, "{op}", "refused, naming the path", bug=BUG_PATH_RESOLVE),
+    Case("check {op} -o {file}/check.txt", "unwritable", 2, "{file}/check.txt: OT030", "refused",
+         family="applied"),
+    Case("check {op}", "journal", N_A, "", "check writes no journal"),
+    # ---- preprocess (the kernel folder of an applied tree)
+    Case("preprocess {src} --out {out}", "missing", 2, "{src}: OT200", "refused, nothing written"),
+    Case("preprocess {src} --out {out}", "empty", 0, "0 points", "an empty map"),
+    Case("preprocess {src} --out {out}", "non-utf8", 0, "8 points", "map written; sources read as bytes",
+         family="applied", check=_map_written),
+    Case("preprocess {src} --out {out}", "non-utf8-path", 0, "8 points", "map written", family="applied"),
+    Case("preprocess {src} --out {out}", "binary", 0, "8 points", "map written; the binary file skipped",
+         family="applied", check=_map_written),
+    Case("preprocess {src} --out {out}", "big", 0, "8 points", "map written", family="applied"),
+    Case("preprocess {src} --out {out}", "big-numeric", N_A, "", "as plan"),
+    Case("preprocess {src} --out {out}", "cycle", 0, "8 points", "map written (includes are not followed)",
+         family="applied"),
+    Case("preprocess {src} --out {out}", "symlink-loop", 0, "8 points", "map written; the loops skipped",
+         family="applied"),
+    Case("preprocess {src} --out {out}", "arg-loop", 2, "{src}: OT200", "refused, naming the path"),
+    Case("preprocess {src} --out {file}/out", "unwritable", 2, "{file}/out: OT206", "refused; nothing "
+         "written", family="applied"),
+    Case("preprocess {src} --out {out}", "journal", N_A, "", "preprocess writes no journal"),
+    # ---- collect
+    Case("collect {prof} -o {out}", "missing", 2, "{prof}: no such directory", "refused", family="runtime"),
+    Case("collect {prof} -o {out}", "empty", 2, "{prof}: no rank*.pt files", "refused", family="runtime"),
+    Case("collect {prof} -o {out}", "non-utf8", 0, "2 ranks", "collected; the paths kept as bytes",
+         family="runtime", check=_trace_written),
+    Case("collect {prof} -o {out}", "non-utf8-path", 0, "2 ranks", "collected", family="runtime",
+         check=_trace_written),
+    Case("collect {prof} -o {out}", "binary", 2, "{prof}/rank000.pt: not a zip-format .pt file",
+         "the other ranks are collected; the bad file is named", family="runtime"),
+    Case("collect {prof} -o {out}", "big", 0, "1 ranks, 648 cores", "collected", family="runtime"),
+    Case("collect {prof} -o {out}", "big-numeric", N_A, "", "no headers"),
+    Case("collect {prof} -o {out}", "cycle", N_A, "", "no includes"),
+    Case("collect {prof} -o {out}", "symlink-loop", 2, "{loop}: cannot read", "rank001 collected; the "
+         "looping rank file is named", family="runtime"),
+    Case("collect {prof} -o {out}", "arg-loop", 2, "{prof}: no such directory", "refused, naming the path",
+         family="runtime"),
+    Case("collect {prof} -o {file}/trace.json", "unwritable", 2, "{file}: File exists", "refused "
+         "(naming the file in the way); nothing written", family="runtime"),
+    Case("collect {prof} -o {out}", "journal", N_A, "", "no journal"),
+    # ---- inspect
+    Case("inspect {prof}", "missing", 2, "{prof}: no such file or directory", "refused", family="runtime"),
+    Case("inspect {prof}", "empty", 2, "{prof}: no rank*.pt files", "refused", family="runtime"),
+    Case("inspect {prof}", "non-utf8", N_A, "", "reads only rank files (binary)"),
+    Case("inspect {prof}", "non-utf8-path", 0, "rank000.pt: optrace format v1", "inspected",
+         family="runtime"),
+    Case("inspect {prof}", "binary", 2, "rank000.pt: ERROR not a zip-format .pt file", "the other ranks "
+         "are shown; the bad file is named", family="runtime"),
+    Case("inspect {prof}", "big", 0, "648 cores used", "inspected", family="runtime"),
+    Case("inspect {prof}", "big-numeric", N_A, "", "no headers"),
+    Case("inspect {prof}", "cycle", N_A, "", "no includes"),
+    Case("inspect {prof}", "symlink-loop", 2, "{loop}: cannot read", "rank001 shown; the looping rank "
+         "file is named", family="runtime"),
+    Case("inspect {prof}", "arg-loop", 2, "{prof}: cannot read", "refused, naming the path",
+         family="runtime"),
+    Case("inspect {prof}", "unwritable", N_A, "", "writes only to stdout"),
+    Case("inspect {prof}", "journal", N_A, "", "no journal"),
+    # ---- report
+    Case("report {prof}", "missing", 2, "{prof}: no such file or directory", "refused", family="runtime"),
+    Case("report {prof}", "empty", 2, "{prof}: no rank*.pt files", "refused", family="runtime"),
+    Case("report {prof}", "non-utf8", 0, "processing total", "reported", family="runtime"),
+    Case("report {prof}", "non-utf8-path", 0, "processing total", "reported", family="runtime"),
+    Case("report {trace}", "binary", 2, "{trace}: not a readable JSON trace", "refused, naming the file",
+         family="runtime"),
+    Case("report {prof}", "big", 0, "processing total", "reported", family="runtime"),
+    Case("report {prof}", "big-numeric", N_A, "", "no headers"),
+    Case("report {prof}", "cycle", N_A, "", "no includes"),
+    Case("report {prof}", "symlink-loop", 0, "{loop}: cannot read", "reported from rank001; the looping "
+         "rank file is named", family="runtime"),
+    Case("report {prof}", "arg-loop", 2, "{prof}: no such file or directory", "refused, naming the path",
+         family="runtime"),
+    Case("report {prof} --html {file}/r.html", "unwritable", 2, "{file}: File exists", "refused "
+         "(naming the file in the way); nothing written", family="runtime"),
+    Case("report {prof}", "journal", N_A, "", "no journal"),
+    # ---- compare
+    Case("compare {prof} {prof}", "missing", 2, "{prof}: no such file or directory", "refused",
+         family="runtime"),
+    Case("compare {prof} {prof}", "empty", 2, "{prof}: no rank*.pt files", "refused", family="runtime"),
+    Case("compare {prof} {prof}", "non-utf8", 0, "processing", "compared", family="runtime"),
+    Case("compare {prof} {prof}", "non-utf8-path", 0, "processing", "compared", family="runtime"),
+    Case("compare {trace} {trace}", "binary", 2, "{trace}: not a readable JSON trace", "refused, naming "
+         "the file", family="runtime"),
+    Case("compare {prof} {prof}", "big", 0, "processing", "compared", family="runtime"),
+    Case("compare {prof} {prof}", "big-numeric", N_A, "", "no headers"),
+    Case("compare {prof} {prof}", "cycle", N_A, "", "no includes"),
+    Case("compare {prof} {prof}", "symlink-loop", 0, "processing", "compared from rank001", family="runtime"),
+    Case("compare {prof} {prof}", "arg-loop", 2, "{prof}: no such file or directory", "refused, naming "
+         "the path", family="runtime"),
+    Case("compare {prof} {prof}", "unwritable", N_A, "", "writes only to stdout"),
+    Case("compare {prof} {prof}", "journal", N_A, "", "no journal"),
+]
+
+COMMANDS = ["plan", "apply", "strip", "check", "preprocess", "collect", "inspect", "report", "compare"]
+
+
+# --------------------------------------------------------------------------- running a case
+
+
+def _fill(template: str, scene: Scene) -> str:
+    return template.format(**{k: str(v) for k, v in scene.paths.items()})
+
+
+def run_case(case: Case, tmp: Path) -> tuple[Scene, int, str]:
+    scene = CONDITIONS[case.condition].build(tmp, case.family)
+    args = [_fill(part, scene) for part in case.command.split()]
+    if case.condition == "non-utf8-path":
+        # A child with a strict UTF-8 stdout, as under any UTF-8 locale.
+        env = {**os.environ, "PYTHONIOENCODING": "utf-8:strict"}
+        done = subprocess.run([sys.executable, "-m", "optrace", *args], capture_output=True, env=env,
+                              timeout=300, check=False)
+        output = (done.stdout + done.stderr).decode("utf-8", "surrogateescape")
+        return scene, done.returncode, output
+    code, output, exc = _cli_inprocess(args)
+    if exc is not None:  # the real CLI turns this into exit 3 with a traceback
+        return scene, 3, output + f"\nTraceback (uncaught {type(exc).__name__}: {exc})"
+    return scene, code, output
+
+
+def _params() -> list[object]:
+    out = []
+    for case in CASES:
+        if not case.applicable:
+            continue
+        marks = []
+        if case.bug:
+            marks.append(pytest.mark.xfail(strict=True, raises=AssertionError, reason=case.bug))
+        if case.slow and not LONG:
+            marks.append(pytest.mark.skip(reason="slow: runs with OPTRACE_LONG_FUZZ=1"))
+        out.append(pytest.param(case, id=case.id, marks=marks))
+    return out
+
+
+@pytest.mark.parametrize("case", _params())
+def test_input_matrix(case: Case, tmp_path: Path) -> None:
+    scene, code, output = run_case(case, tmp_path)
+    assert "Traceback" not in output, output[-3000:]
+    assert code == case.code, f"exit {code}, expected {case.code}:\n{output[-3000:]}"
+    assert _fill(case.message, scene) in output, output[-3000:]
+    if case.check is not None:
+        case.check(scene)
+
+
+# --------------------------------------------------------------------------- the table
+
+
+def _shown(template: str) -> str:
+    text = template
+    for key, name in PLACEHOLDERS.items():
+        text = text.replace("{" + key + "}", name)
+    return text
+
+
+def render_doc() -> str:
+    lines = [
+        "# Input matrix",
+        "",
+        "<!-- Generated by `python tests/test_input_matrix.py --write-doc` from the case list in",
+        "tests/test_input_matrix.py; test_the_committed_table_is_current fails when it is stale. -->",
+        "",
+        "What every command does with bad input: the behaviour, the message (a stable code or the",
+        "offending path, on stderr unless the command's normal output carries it) and the exit",
+        "code — **0** clean, **1** findings / changes, **2** bad input, **3** internal error. No",
+        "case ends in a traceback. Each row is a test (`tests/test_input_matrix.py`, id",
+        "`<command>-<input>`); a row marked **known bug** is a strict xfail naming the module to",
+        "fix, and shows the behaviour optrace should have. Non-UTF-8 paths run with a strict",
+        "UTF-8 stdout, as under any UTF-8 locale.",
+        "",
+        "Inputs: missing / empty directory; non-UTF-8 bytes in files (GBK comments and strings,",
+        "bytes no encoding has; for the runtime commands a point map whose source paths are GBK",
+        "bytes); a directory whose name is GBK bytes; a binary file where a header (runtime: a",
+        "rank file, a trace) is expected; a 10 MB header (runtime: a 10.6 MB rank file); an",
+        "include cycle; a header that is a symlink to itself plus a folder link back up (runtime:",
+        "a rank file linking to itself); the argument itself a symlink loop; an output path under",
+        "a regular file; the journal directory `.optrace` taken by a regular file.",
+        "",
+    ]
+    for command in COMMANDS:
+        lines += [f"## `{command}`", "", "| input | invocation | behaviour | message | exit |",
+                  "|---|---|---|---|---|"]
+        for case in CASES:
+            if case.command.split()[0] != command:
+                continue
+            title = CONDITIONS[case.condition].title
+            if not case.applicable:
+                lines.append(f"| {title} | | n/a: {case.behaviour} | | |")
+                continue
+            behaviour = case.behaviour
+            if case.bug:
+                behaviour = f"**known bug** ({case.bug}); expected: {behaviour}"
+            if case.slow:
+                behaviour += " (long run only)"
+            message = f"`{_shown(case.message)}`" if case.message else ""
+            lines.append(f"| {title} | `optrace {_shown(case.command)}` | {behaviour} | {message} | "
+                         f"{case.code} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def test_the_committed_table_is_current() -> None:
+    assert DOC.exists() and DOC.read_text(encoding="utf-8") == render_doc(), (
+        "docs/input-matrix.md is stale: run `python tests/test_input_matrix.py --write-doc`")
+
+
+def test_every_command_meets_every_input() -> None:
+    """The matrix is complete: each command has a row (maybe n/a) for each input."""
+    seen = {(c.command.split()[0], c.condition) for c in CASES}
+    assert seen == {(cmd, cond) for cmd in COMMANDS for cond in CONDITIONS}
+    assert len({c.id for c in CASES}) == len(CASES)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--write-doc"]:
+        DOC.write_text(render_doc(), encoding="utf-8")
+        print(f"wrote {DOC}")
+    elif sys.argv[1:] == ["--explore"]:  # print what each case does now, expected or not
+        import tempfile
+
+        for case in CASES:
+            if not case.applicable or (case.slow and not LONG):
+                continue
+            with tempfile.TemporaryDirectory() as tmp:
+                try:
+                    scene, code, output = run_case(case, Path(tmp) / "t")
+                except Exception as exc:
+                    print(f"ERR {case.id:32} {type(exc).__name__}: {exc}")
+                    continue
+                hit = _fill(case.message, scene) in output
+                mark = "ok " if code == case.code and hit and "Traceback" not in output else "BAD"
+                tail = " | ".join(output.strip().splitlines()[-2:])[:300]
+                print(f"{mark} {case.id:32} exit {code} (want {case.code}) msg={hit} :: {tail}")
+    else:
+        print("usage: python tests/test_input_matrix.py --write-doc | --explore", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,102 @@
+"""Build hook codemod (G1): where the block goes, what it preprocesses, and strip."""
+
+# ruff: noqa: E501  (inline before / after snippets are verbatim code)
+
+from __future__ import annotations
+
+import base64
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from layer_snippets import make_repo, run
+
+from optrace.codemods.build_hook import build_hook_edits
+from optrace.codemods.strip import strip_bytes
+
+COPYING = """\
+#!/bin/bash
+set -e
+copy_ops() {
+    for op_dir in "${SRC}"/*/; do
+        if [ -d "${op_dir}/op_kernel" ]; then
+            cp -r "${op_dir}/op_kernel/"* "${PROJ}/op_kernel/"
+        fi
+        cp "${op_dir}/op_kernel/CMakeLists.txt" "${PROJ}/cmake/"
+    done
+}
+build() {
+    cmake --build "${PROJ}/build_out"
+}
+copy_ops
+build
+"""
+
+
+def hook_lines(text: str) -> list[str]:
+    start = text.index("# TRACE_PREPROCESSOR_HOOK_START")
+    end = text.index("# TRACE_PREPROCESSOR_HOOK_END")
+    return text[start:end].splitlines()
+
+
+def test_after_the_copy_at_the_end_of_its_function(tmp_path: Path) -> None:
+    op = make_repo(tmp_path, {"build/build.sh": COPYING})
+    after = run(build_hook_edits, op)["build/build.sh"]
+    head, tail = after.split("    # TRACE_PREPROCESSOR_HOOK_START\n")
+    assert head.endswith("    done\n")  # after the loop, inside copy_ops (before its `}`)
+    assert tail.split("    # TRACE_PREPROCESSOR_HOOK_END\n")[1].startswith("}\nbuild() {")
+    block = "\n".join(hook_lines(after))
+    assert 'optrace preprocess "${PROJ}/op_kernel" --out "${PROJ}" --modify || {' in block
+    assert "command -v optrace" in block and "exit 1" in block
+
+
+def test_in_source_builds_read_the_sources_before_the_first_build_command(tmp_path: Path) -> None:
+    text = ('#!/bin/bash\nROOT="$(cd "$(dirname "$0")" && pwd)"\nBUILD_DIR="${ROOT}/build"\n'
+            'rm -rf "${BUILD_DIR}"\nmkdir -p "${BUILD_DIR}"\ncmake -S "${ROOT}" -B "${BUILD_DIR}"\n')
+    op = make_repo(tmp_path, {"build.sh": text, "CMakeLists.txt": "ascendc_library(k STATIC ops/demo_op/op_kernel/demo_op.cpp)\n"})
+    after = run(build_hook_edits, op)["build.sh"]
+    assert after.index("TRACE_PREPROCESSOR_HOOK_END") < after.index('cmake -S "${ROOT}"')
+    assert after.index('mkdir -p "${BUILD_DIR}"') < after.index("TRACE_PREPROCESSOR_HOOK_START")
+    assert 'optrace preprocess "${ROOT}/ops/demo_op/op_kernel" --out "${BUILD_DIR}" || {' in after
+    assert "--modify" not in after  # never rewrite checked-in sources
+
+
+def test_a_cmake_only_project_gets_a_configure_time_hook(tmp_path: Path) -> None:
+    text = "project(x)\nascendc_library(k STATIC ${CMAKE_CURRENT_SOURCE_DIR}/ops/demo_op/op_kernel/demo_op.cpp)\n"
+    op = make_repo(tmp_path, {"CMakeLists.txt": text})
+    after = run(build_hook_edits, op)["CMakeLists.txt"]
+    assert after.startswith("project(x)\n# TRACE_PREPROCESSOR_HOOK_START\n")
+    assert "preprocess ${CMAKE_CURRENT_SOURCE_DIR}/ops/demo_op/op_kernel" in after
+    assert "message(FATAL_ERROR" in after and after.endswith("# TRACE_PREPROCESSOR_HOOK_END\nascendc_library(k STATIC ${CMAKE_CURRENT_SOURCE_DIR}/ops/demo_op/op_kernel/demo_op.cpp)\n")
+
+
+def test_a_hand_written_hook_is_replaced_in_place_and_strip_gives_it_back(tmp_path: Path) -> None:
+    legacy = "# TRACE_PREPROCESSOR_HOOK_START\npython3 tools/preprocess.py op_kernel\n# TRACE_PREPROCESSOR_HOOK_END"
+    text = COPYING.replace("copy_ops\nbuild\n", f"copy_ops\n{legacy}\nbuild\n")
+    op = make_repo(tmp_path, {"build/build.sh": text})
+    after = run(build_hook_edits, op)["build/build.sh"]
+    assert after.count("TRACE_PREPROCESSOR_HOOK_START") == 1
+    assert base64.b64encode(legacy.encode()).decode() in after
+    assert strip_bytes(after.encode(), Path("build.sh")) == text.encode()
+
+
+def test_strip_keeps_a_hook_block_optrace_did_not_write() -> None:
+    text = b"a\n# TRACE_PREPROCESSOR_HOOK_START\nmine\n# TRACE_PREPROCESSOR_HOOK_END\nb\n"
+    assert strip_bytes(text, Path("x.sh")) == text
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="bash not installed")
+def test_the_hooked_script_is_valid_shell_and_fails_loudly_without_optrace(tmp_path: Path) -> None:
+    op = make_repo(tmp_path, {"build/build.sh": COPYING})
+    script = tmp_path / "hooked.sh"
+    after = run(build_hook_edits, op)["build/build.sh"]
+    script.write_text(after)
+    assert subprocess.run(["bash", "-n", str(script)], check=False).returncode == 0
+    body = "\n".join(line[4:] for line in hook_lines(after)) + "\n"
+    probe = tmp_path / "probe.sh"
+    probe.write_text(body + "echo reached\n")
+    bash = shutil.which("bash") or "bash"
+    res = subprocess.run([bash, str(probe)], capture_output=True, text=True, env={"PATH": "/nonexistent"},
+                         check=False)
+    assert res.returncode == 1 and "optrace is not installed" in res.stderr and "reached" not in res.stdout

@@ -1,0 +1,103 @@
+"""OpDef codemod: profiling_data after the last output, lists as long as the others."""
+
+# ruff: noqa: E501  (inline before / after snippets are verbatim code)
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from layer_snippets import dedent, make_repo, run
+
+from optrace.codemods.op_def import op_def_edits
+from optrace.engine.diagnostics import InputError
+
+OPDEF = "ops/demo_op/op_host/demo_op_def.cpp"
+
+BEFORE = """\
+namespace ops {
+class DemoOp : public OpDef {
+public:
+    explicit DemoOp(const char *name) : OpDef(name)
+    {
+        this->Input("x")
+            .ParamType(REQUIRED)
+            .DataType({ge::DT_BF16, ge::DT_FLOAT16})
+            .Format({ge::FORMAT_ND, ge::FORMAT_ND});
+        this->Output("y")
+            .ParamType(REQUIRED)
+            .DataType({ge::DT_BF16, ge::DT_FLOAT16})
+            .Format({ge::FORMAT_FRACTAL_NZ, ge::FORMAT_ND})
+            .UnknownShapeFormat({ge::FORMAT_ND, ge::FORMAT_ND})
+            .AutoContiguous()
+            .InitValue(0);
+        this->Attr("k").Int();
+    }
+};
+OP_ADD(DemoOp);
+}  // namespace ops
+"""
+
+AFTER_B = BEFORE.replace("""            .InitValue(0);
+""", """            .InitValue(0);
+        this->Output("profiling_data")  // optrace
+            .ParamType(REQUIRED)  // optrace
+            .DataType({ge::DT_INT64, ge::DT_INT64})  // optrace
+            .Format({ge::FORMAT_ND, ge::FORMAT_ND})  // optrace
+            .UnknownShapeFormat({ge::FORMAT_ND, ge::FORMAT_ND})  // optrace
+            .AutoContiguous();  // optrace
+""")
+
+
+def test_profiling_data_follows_the_last_output(tmp_path: Path) -> None:
+    op = make_repo(tmp_path, {OPDEF: BEFORE})
+    assert run(op_def_edits, op, "B") == {OPDEF: AFTER_B}
+
+
+def test_mode_a_makes_it_optional(tmp_path: Path) -> None:
+    op = make_repo(tmp_path, {OPDEF: BEFORE})
+    assert run(op_def_edits, op, "A")[OPDEF] == AFTER_B.replace(
+        ".ParamType(REQUIRED)  // optrace", ".ParamType(OPTIONAL)  // optrace")
+
+
+def test_one_line_outputs_and_missing_param_type(tmp_path: Path) -> None:
+    before = dedent("""\
+        class DemoOp : public OpDef {
+            DemoOp(const char *name) : OpDef(name) {
+                this->Output("y").DataType({DT_FLOAT, DT_FLOAT, DT_INT32}).Format({FORMAT_ND, FORMAT_NZ, FORMAT_ND});
+            }
+        };
+        """)
+    op = make_repo(tmp_path, {OPDEF: before})
+    after = run(op_def_edits, op, "A")[OPDEF]
+    assert ('        this->Output("profiling_data").ParamType(OPTIONAL).DataType({DT_INT64, DT_INT64, DT_INT64})'
+            '.Format({FORMAT_ND, FORMAT_ND, FORMAT_ND});  // optrace\n') in after
+
+
+def test_hand_written_profiling_output_is_left_alone(tmp_path: Path) -> None:
+    op = make_repo(tmp_path, {OPDEF: BEFORE.replace('this->Output("y")', 'this->Output("profiling_data")')})
+    assert run(op_def_edits, op, "B") == {}
+
+
+def test_outputs_that_cannot_be_located_are_bad_input(tmp_path: Path) -> None:
+    before = dedent("""\
+        class DemoOp : public OpDef {
+            DemoOp(const char *name) : OpDef(name) {
+                this->Input("x").DataType({DT_FLOAT});
+                this->Output(OutputName()).DataType({DT_FLOAT});
+            }
+        };
+        """)
+    op = make_repo(tmp_path, {OPDEF: before})
+    with pytest.raises(InputError) as caught:
+        run(op_def_edits, op, "B")
+    assert caught.value.diagnostic.code == "OT310"
+    assert caught.value.diagnostic.line == 4
+
+
+def test_an_opdef_without_outputs_is_bad_input(tmp_path: Path) -> None:
+    op = make_repo(tmp_path, {OPDEF: 'class DemoOp : public OpDef {\n    void f() {\n'
+                                      '        this->Input("x").DataType({DT_FLOAT});\n    }\n};\n'})
+    with pytest.raises(InputError) as caught:
+        run(op_def_edits, op, "B")
+    assert caught.value.diagnostic.line == 3 and "cannot locate the OpDef's outputs" in str(caught.value)

@@ -1,0 +1,63 @@
+"""Tiling codemod: where tiling describes outputs, profiling_data at the same index."""
+
+# ruff: noqa: E501  (inline before / after snippets are verbatim code)
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from layer_snippets import make_repo, run
+
+from optrace.codemods.tiling import tiling_edits
+
+TILING = "ops/demo_op/op_host/demo_op_tiling.cpp"
+OPDEF = ("ops/demo_op/op_host/demo_op_def.cpp",
+         'class DemoOp : public OpDef {\n    DemoOp(const char *n) : OpDef(n) {\n'
+         '        this->Output("y").DataType({DT_FLOAT});\n    }\n};\n')
+
+BEFORE = """\
+namespace optiling {
+static ge::graphStatus DemoOpTilingFunc(gert::TilingContext *context)
+{
+    if (context->GetOutputDesc(0) == nullptr) {
+        return ge::GRAPH_PARAM_INVALID;
+    }
+    context->SetBlockDim(8);
+    return ge::GRAPH_SUCCESS;
+}
+}  // namespace optiling
+"""
+
+AFTER = """\
+namespace optiling {
+static ge::graphStatus DemoOpTilingFunc(gert::TilingContext *context)
+{
+    if (context->GetOutputDesc(0) == nullptr) {
+        return ge::GRAPH_PARAM_INVALID;
+    }
+    context->SetBlockDim(8);
+    constexpr uint32_t optraceProfilingDataIndex = 1;  // optrace
+    const gert::CompileTimeTensorDesc *optraceProfilingDesc = context->GetOutputDesc(optraceProfilingDataIndex);  // optrace
+    if (optraceProfilingDesc != nullptr && optraceProfilingDesc->GetDataType() != ge::DT_INT64) {  // optrace
+        return ge::GRAPH_FAILED;  // optrace
+    }  // optrace
+    return ge::GRAPH_SUCCESS;
+}
+}  // namespace optiling
+"""
+
+
+def test_tiling_that_reads_outputs_describes_profiling_data_too(tmp_path: Path) -> None:
+    op = make_repo(tmp_path, {TILING: BEFORE, OPDEF[0]: OPDEF[1]})
+    assert run(tiling_edits, op) == {TILING: AFTER}
+
+
+def test_tiling_that_never_looks_at_outputs_is_left_alone(tmp_path: Path) -> None:
+    text = BEFORE.replace("context->GetOutputDesc(0) == nullptr", "context->GetInputDesc(0) == nullptr")
+    op = make_repo(tmp_path, {TILING: text, OPDEF[0]: OPDEF[1]})
+    assert run(tiling_edits, op) == {}
+
+
+def test_without_an_opdef_nothing_positions_the_output(tmp_path: Path) -> None:
+    op = make_repo(tmp_path, {TILING: BEFORE})
+    assert run(tiling_edits, op) == {}
