@@ -31,7 +31,7 @@ PROFILING_ARG = "profiling_data"
 INIT_PARAM = "profilingData"
 SCAFFOLD_BEGIN = b"// optrace-scaffold begin"
 SCAFFOLD_END = b"// optrace-scaffold end"
-_MODE_RE = re.compile(rb"// optrace-scaffold begin mode=([AB])")
+_MODE_RE = re.compile(rb"// optrace-scaffold begin mode=([AB])")  # `... inline` for one-line bodies
 
 
 def _params(fn: FunctionDef, declarator_owner: Node | None = None) -> list[Node]:
@@ -91,7 +91,13 @@ def scaffold(data: bytes, body: Node, arg: str, mode: str) -> Edit:
         b"#endif",
         SCAFFOLD_END,
     ]
-    at = line_end(data, body.start_byte + 1, include_newline=True)
+    brace_end = body.start_byte + 1
+    if data[brace_end : line_end(data, brace_end)].strip():
+        # `{ code... }` on one line: the scaffold goes right after the brace, on lines of
+        # its own; the begin line says `inline` so strip also takes back the newline.
+        lines[0] += b" inline"
+        return Edit(Path(), brace_end, brace_end, nl + nl.join(lines) + nl, CODEMOD, "entry scaffold")
+    at = line_end(data, brace_end, include_newline=True)
     return Edit(Path(), at, at, nl.join(lines) + nl, CODEMOD, "entry scaffold")
 
 

@@ -71,6 +71,31 @@ def _inside_the_block(data: bytes, block: Node, content: bytes) -> Edit | None:
     return Edit(Path(), brace_end, brace_end, b" " + FRAG_OPEN + content + FRAG_CLOSE, CODEMOD)
 
 
+_LOOPS = ("for_statement", "while_statement", "do_statement", "for_range_loop")
+
+
+def _can_leave_early(stmt: Node) -> bool:
+    """Whether control can leave `stmt` other than at its end: a `return` inside it, or a
+    `break` / `continue` whose loop (or switch) is outside it. Then an E line after the
+    statement would be skipped, so the region gets braces and a scope guard instead."""
+    stack = list(stmt.children)
+    while stack:
+        node = stack.pop()
+        if node.type == "lambda_expression":
+            continue
+        if node.type == "return_statement":
+            return True
+        if node.type in ("break_statement", "continue_statement"):
+            targets = _LOOPS + (("switch_statement",) if node.type == "break_statement" else ())
+            up = node.parent
+            while up is not None and up != stmt and up.type not in targets:
+                up = up.parent
+            if up is None or (up == stmt and stmt.type not in targets):
+                return True
+        stack.extend(node.children)
+    return False
+
+
 def _around_statement(data: bytes, stmt: Node, region: Region, depth: int) -> list[Edit]:
     parent = stmt.parent
     label, index = region.label, region.index_var
@@ -80,6 +105,7 @@ def _around_statement(data: bytes, stmt: Node, region: Region, depth: int) -> li
         parent is not None
         and parent.type == "compound_statement"
         and stmt.type != "return_statement"
+        and not _can_leave_early(stmt)
         and not data[line_start(data, stmt.start_byte) : stmt.start_byte].strip()
         and not data[stmt.end_byte : line_end(data, stmt.end_byte)].strip()
     )

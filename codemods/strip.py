@@ -33,6 +33,10 @@ _BLOCK_RE = re.compile(
     rb"(\r?\n)?(// optrace-runtime-block v\d+\b.*?// optrace-runtime-block end[^\r\n]*)(\r?\n)?", re.S
 )
 _SCAFFOLD_RE = re.compile(rb"^// optrace-scaffold begin[^\n]*\n.*?^// optrace-scaffold end\r?\n", re.S | re.M)
+# A scaffold put after `{` on a one-line body came with the newline before it.
+_INLINE_SCAFFOLD_RE = re.compile(
+    rb"\r?\n// optrace-scaffold begin[^\n]* inline\r?\n.*?^// optrace-scaffold end\r?\n", re.S | re.M
+)
 _LINE_RE = re.compile(rb"^[^\n]*  // optrace\r?\n", re.M)
 _LAST_LINE_RE = re.compile(rb"\r?\n[^\n]*  // optrace\Z")
 _FRAGMENT_RE = re.compile(rb"/\*optrace<\*/.*?/\*>optrace\*/")
@@ -132,6 +136,7 @@ def _strip_cpp(data: bytes) -> bytes:
         return b""
 
     out = _BLOCK_RE.sub(block, data)
+    out = _INLINE_SCAFFOLD_RE.sub(b"", out)
     out = _SCAFFOLD_RE.sub(b"", out)
     out = _LINE_RE.sub(b"", out)
     out = _LAST_LINE_RE.sub(b"", out)

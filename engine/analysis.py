@@ -26,7 +26,7 @@ from optrace.engine.cpp import (
     text_of,
 )
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
-from optrace.engine.discovery import Layers, default_repo_root, discover
+from optrace.engine.discovery import Layers, default_repo_root, discover, resolve_operator_dir
 from optrace.engine.includes import IncludeGraph, build_include_graph
 from optrace.engine.model import ExistingPoint
 from optrace.engine.source import blank_comments, decode, normalise, qualifier_macros
@@ -231,7 +231,7 @@ def _kernel_cores(an_files: dict[Path, ParsedFile], entry_src: bytes) -> tuple[b
 
 def analyse_operator(op_dir: Path, repo_root: Path | None = None) -> Analysis:
     """Discover, parse and index one operator. Raises InputError on unusable input."""
-    op_dir = op_dir.resolve()
+    op_dir = resolve_operator_dir(op_dir)
     root = (repo_root or default_repo_root(op_dir)).resolve()
     config = load_config(root, op_dir)
     layers = discover(op_dir, root, config)
@@ -362,6 +362,7 @@ def kebab(name: str) -> str:
     return re.sub(r"-{2,}", "-", s)
 
 
+_TRACE_ARGS = re.compile(r'TRACE_POINT\s*\(\s*"[^"]*"\s*,\s*"[^"]*"\s*\)|OptraceEnd\s+\w+')
 _SPIN_HINT = re.compile(r"flag|ready|status|state|signal|spin|wait|expect|arriv", re.I)
 
 
@@ -391,7 +392,9 @@ def _is_spin_loop(an: Analysis, fn: FunctionDef, loop: Node) -> bool:
     has_break = bool(fn.nodes_in(body, ("break_statement",)))
     if forever and not has_break:
         return False
-    if not _SPIN_HINT.search(cond_text + " " + body_text):
+    # Trace-point labels (optrace's own insertions) are not evidence of polling.
+    hint_text = _TRACE_ARGS.sub("", cond_text + " " + body_text)
+    if not _SPIN_HINT.search(hint_text):
         return False
     for call in fn.nodes_in(body, ("call_expression",)):
         site = an.call_site(fn, call)

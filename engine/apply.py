@@ -26,7 +26,13 @@ from optrace.codemods.layers import layer_edits, owned_files, sizes_header
 from optrace.codemods.runtime_block import block_edits, include_edits
 from optrace.codemods.strip import is_created, strip_bytes
 from optrace.engine.diagnostics import Diagnostic, InputError
-from optrace.engine.discovery import CPP_EXTS, KERNEL_EXTS, default_repo_root, walk_files
+from optrace.engine.discovery import (
+    CPP_EXTS,
+    KERNEL_EXTS,
+    default_repo_root,
+    resolve_operator_dir,
+    walk_files,
+)
 from optrace.engine.edits import Edit, EditError, EditSet, apply_edits, new_contents, resolve
 from optrace.engine.plan import Plan, plan_operator
 
@@ -185,7 +191,7 @@ def strip_changes(op_dir: Path, repo_root: Path | None = None) -> OperatorChange
     in the operator directory and in the operator's files elsewhere (torch layer, build
     script, Python callers). A file other instrumented operators also changed keeps their
     changes (it is rebuilt from its clean bytes with their edits)."""
-    op_dir = op_dir.resolve()
+    op_dir = resolve_operator_dir(op_dir)
     root = (repo_root or default_repo_root(op_dir)).resolve()
     result = OperatorChanges(op_dir, root)
     owned: set[Path] = set()

@@ -100,10 +100,9 @@ def scan_points(path: Path, data: bytes) -> list[Point]:
 
 
 def check_operator(op_dir: Path, repo_root: Path | None = None, compile_safety: bool = True) -> CheckReport:
-    op_dir = op_dir.resolve()
-    if not op_dir.is_dir():
-        raise InputError(Diagnostic("OT001", "operator directory does not exist", op_dir, 0,
-                                    Severity.ERROR))
+    from optrace.engine.discovery import resolve_operator_dir
+
+    op_dir = resolve_operator_dir(op_dir)
     root = (repo_root or default_repo_root(op_dir)).resolve()
     report = CheckReport(op_dir, root)
     files = [p for p in walk_files(op_dir, CPP_EXTS)]
@@ -252,18 +251,48 @@ _EXIT_RE = re.compile(rb"\b(return|break|continue)\b")
 
 
 def _check_exits_between(report: CheckReport, path: Path, code: bytes, b: Point, e: Point) -> None:
-    """An explicit B ... E pair with a return / break / continue between them leaves the
-    region without its E (scope guards do not have this problem)."""
+    """An explicit B ... E pair with a return, or a break / continue whose loop (or switch)
+    encloses the pair, between them leaves the region without its E. A break that stays
+    inside (it ends a loop nested in the region) is fine; scope guards never have this
+    problem."""
+    from optrace.engine.cpp import new_parser
+    from optrace.engine.source import DEFAULT_QUALIFIERS, normalise
+
     segment = code[b.offset : e.offset]
-    for m in _EXIT_RE.finditer(segment):
-        before = segment[: m.start()]
-        # An explicit E for this label right before the exit closes it on that path.
-        tail = before[-240:]
-        if f'TRACE_POINT("{b.label}", "E")'.encode() in tail:
+    if not _EXIT_RE.search(segment):
+        return
+    tree = new_parser().parse(normalise(code, DEFAULT_QUALIFIERS))
+    stack = [tree.root_node.descendant_for_byte_range(b.offset, e.offset) or tree.root_node]
+    while stack and stack[0].parent is not None and not (
+        stack[0].start_byte <= b.offset and stack[0].end_byte >= e.offset
+    ):
+        stack[0] = stack[0].parent
+    while stack:
+        node = stack.pop()
+        if node.end_byte <= b.offset or node.start_byte >= e.offset:
             continue
-        line = code.count(b"\n", 0, b.offset + m.start()) + 1
-        report.add("OT407", f'`{m.group(1).decode()}` leaves "{b.label}" (B at line {b.line}) without its E',
-                   path, line)
+        stack.extend(node.children)
+        if node.type not in ("return_statement", "break_statement", "continue_statement"):
+            continue
+        if not b.offset < node.start_byte < e.offset:
+            continue
+        if node.type != "return_statement":
+            targets: tuple[str, ...] = ("for_statement", "while_statement", "do_statement",
+                                        "for_range_loop")
+            if node.type == "break_statement":
+                targets += ("switch_statement",)
+            up = node.parent
+            while up is not None and up.type not in targets:
+                up = up.parent
+            if up is not None and up.start_byte > b.offset:
+                continue  # ends a loop / switch nested inside the region
+        # An explicit E for this label right before the exit closes it on that path.
+        closing = f'TRACE_POINT("{b.label}", "E")'.encode()
+        if closing in code[max(b.offset, node.start_byte - 240) : node.start_byte]:
+            continue
+        keyword = node.type.split("_")[0]
+        report.add("OT407", f'`{keyword}` leaves "{b.label}" (B at line {b.line}) without its E',
+                   path, code.count(b"\n", 0, node.start_byte) + 1)
 
 
 def _check_kernel_g2(report: CheckReport, op_dir: Path, root: Path, analysis: Analysis | None = None) -> None:
@@ -335,7 +364,15 @@ def compile_check(report: CheckReport, files: list[Path], op_dir: Path) -> None:
         args = ["-x", "c++", "-std=c++17", "-fsyntax-only", "-ferror-limit=0", "-Wno-everything",
                 "-nostdinc", "-nostdinc++", f"-isystem{fake}",
                 "-include", str(stub_header()), *[f"-I{d}" for d in kernel_dirs], f"-I{fake}"]
+        if not all(_utf8(str(a)) for a in args):
+            report.add("OT421", "compile safety skipped: a folder name is not UTF-8, which libclang "
+                       "cannot take", files[0], 0, Severity.WARNING)
+            return
         for path in files:
+            if not _utf8(str(path)):
+                report.add("OT421", "compile safety skipped for this file: its name is not UTF-8",
+                           path, 0, Severity.WARNING)
+                continue
             data = path.read_bytes()
             inserted, fragments = _inserted_code(data)
             try:
@@ -354,6 +391,14 @@ def compile_check(report: CheckReport, files: list[Path], op_dir: Path) -> None:
                 if loc.line not in inserted and not in_fragment:
                     continue
                 report.add("OT420", f"inserted code does not compile: {diag.spelling}", path, loc.line)
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 _STD_SHIMS = ("cstddef", "cstdint", "cstring", "functional", "stddef.h", "stdint.h", "string.h",

@@ -83,6 +83,22 @@ def camel_case(op_name: str) -> str:
     return "".join(part[:1].upper() + part[1:] for part in op_name.split("_") if part)
 
 
+def resolve_operator_dir(op_dir: Path) -> Path:
+    """The operator directory, resolved; a missing one or a symlink loop is bad input."""
+    try:
+        resolved = op_dir.resolve(strict=True)
+    except RuntimeError:  # Python 3.11 raises this for a symlink loop
+        raise InputError(Diagnostic("OT014", "operator directory is a symlink loop", op_dir, 0,
+                                    Severity.ERROR)) from None
+    except OSError:
+        raise InputError(Diagnostic("OT001", "operator directory does not exist", op_dir, 0,
+                                    Severity.ERROR)) from None
+    if not resolved.is_dir():
+        raise InputError(Diagnostic("OT001", "operator directory does not exist", op_dir, 0,
+                                    Severity.ERROR))
+    return resolved
+
+
 def default_repo_root(op_dir: Path) -> Path:
     """Nearest ancestor with `.git` or `optrace.toml`; else the op dir's grandparent."""
     for cand in (op_dir, *op_dir.parents):

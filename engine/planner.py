@@ -310,7 +310,10 @@ class Planner:
                 self._expand_one(callee, sub, region)
 
     def _expand_one(self, callee: FunctionDef, ctx: Ctx, region: Region) -> None:
-        key = (callee.id, ctx.cores)
+        # One body, one set of points: a callee reached again (another call site, another
+        # core-type context) is planned under its first caller, or its inner points would
+        # be inserted twice into the same code.
+        key: tuple[str, frozenset[str]] = (callee.id, frozenset())
         first = self.expanded.get(key)
         if first is not None and first is not region:
             region.shared_with = first.label or first.words[-1]

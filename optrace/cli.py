@@ -48,7 +48,8 @@ def _err(message: str) -> None:
 def _emit(rendered: str, output: Path | None) -> None:
     """The report to `-o FILE` (exit 2 if it cannot be written), else stdout."""
     if output is None:
-        sys.stdout.write(rendered)
+        # Paths are the user's bytes (surrogate-escaped when not UTF-8): write them back.
+        _write_stdout_bytes(rendered.encode("utf-8", "surrogateescape"))
         return
     try:
         output.write_text(rendered, encoding="utf-8")
@@ -196,7 +197,7 @@ def _edit_command(
     """The shared body of apply / strip: diff (default), --write, --check or --patch."""
     from optrace.engine.apply import apply_changes, strip_changes
     from optrace.engine.diagnostics import InputError, Severity
-    from optrace.engine.discovery import default_repo_root
+    from optrace.engine.discovery import default_repo_root, resolve_operator_dir
     from optrace.engine.edits import EditError, encode_patch, unified_diff
     from optrace.engine.transaction import Transaction, TransactionError
 
@@ -206,7 +207,13 @@ def _edit_command(
     code = EXIT_OK
     patches: list[str] = []
     for op_dir in op_dirs:
-        root = (repo_root or default_repo_root(op_dir.resolve())).resolve()
+        try:
+            op_dir = resolve_operator_dir(op_dir)
+        except InputError as exc:
+            _err(exc.diagnostic.format())
+            code = max(code, EXIT_INPUT)
+            continue
+        root = (repo_root or default_repo_root(op_dir)).resolve()
         txn = Transaction(root / ".optrace", _journal_name(op_dir))
         # A run that died between files left a journal: finish it (roll back) first.
         try:
@@ -273,8 +280,10 @@ def _write_stdout_bytes(data: bytes) -> None:
 def _journal_name(op_dir: Path) -> str:
     import hashlib
 
-    resolved = str(op_dir.resolve())
-    return f"{op_dir.resolve().name}-{hashlib.sha256(resolved.encode()).hexdigest()[:8]}"
+    resolved = op_dir.resolve()
+    # Bytes of the path (os.fsencode): a non-UTF-8 folder name is a name like any other.
+    digest = hashlib.sha256(os.fsencode(resolved)).hexdigest()[:8]
+    return f"{os.fsencode(resolved.name).decode('ascii', 'replace')}-{digest}"
 
 
 def _rel(path: Path, root: Path) -> str:

@@ -43,11 +43,17 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) { Level1(); }
         assign_labels(ctx.root)
         limit = ctx.analysis.config.max_depth
         for region in ctx.root.walk():
-            if region.depth >= limit and region.children:
-                folded = sum(1 for _ in region.walk()) - 1
-                region.children = []
-                region.notes.append(f"{folded} deeper region(s) folded in")
-                ctx.report(f"{folded} region(s) below depth {limit} folded into this one", region)
+            # Children past the limit — a region at depth 7, or one whose own words (a
+            # core-type suffix) carry it past 7 — fold into this region.
+            deep = [c for c in region.children if c.depth > limit]
+            if region.depth >= limit:
+                deep = list(region.children)
+            if not deep:
+                continue
+            folded = sum(sum(1 for _ in c.walk()) for c in deep)
+            region.children = [c for c in region.children if c not in deep]
+            region.notes.append(f"{folded} deeper region(s) folded in")
+            ctx.report(f"{folded} region(s) below depth {limit} folded into this one", region)
 
     @staticmethod
     def count(root: Region) -> int:

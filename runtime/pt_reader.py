@@ -21,6 +21,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import pickletools
 import reprlib
 import struct
 import zipfile
@@ -306,13 +307,34 @@ def _load_zip(source: str, zf: zipfile.ZipFile, file_size: int) -> Any:
         array = np.frombuffer(raw, dtype=dtype.newbyteorder("<" if byteorder == "little" else ">"))
         return array if array.dtype.isnative else array.astype(dtype)
 
-    unpickler = _RestrictedUnpickler(zf.read(pickles[0]), source, load_storage)
+    pickled = zf.read(pickles[0])
+    _check_memo_indices(source, pickled)
+    unpickler = _RestrictedUnpickler(pickled, source, load_storage)
     try:
         return unpickler.load()
     except ProfilingInputError:
         raise
     except (*_ZIP_ERRORS, *_PICKLE_ERRORS) as exc:
         raise ProfilingInputError(source, f"corrupt data.pkl ({type(exc).__name__}: {exc})") from None
+
+
+def _check_memo_indices(source: str, pickled: bytes) -> None:
+    """Refuse a memo index no pickle of this size can need, before unpickling.
+
+    CPython's C unpickler sizes its memo table by the largest index a PUT names: a 1 KB
+    data.pkl naming index 2**30 costs gigabytes and seconds. Each memo entry takes at least
+    one opcode, so an index past the pickle's length only comes from a damaged file.
+    """
+    try:
+        for opcode, arg, _pos in pickletools.genops(pickled):
+            if opcode.name in ("PUT", "BINPUT", "LONG_BINPUT") and int(arg) > len(pickled):
+                raise ProfilingInputError(
+                    source, f"corrupt data.pkl (memo index {arg} in a {len(pickled)}-byte pickle)"
+                )
+    except ValueError:
+        # Damaged from here on: the unpickler stops at the same opcode and says why (a
+        # foreign global before it is still reported as such).
+        return
 
 
 def load_pt_with_torch(path: str | Path) -> Any:

@@ -361,7 +361,7 @@ CASES: list[Case] = [
     Case("plan {op}", "missing", 2, "{op}: OT001", "refused, nothing planned"),
     Case("plan {op}", "empty", 2, "{op}: OT010", "no kernel entry: refused"),
     Case("plan {op}", "non-utf8", 0, "trace tree:", "planned; the bytes are read, never decoded"),
-    Case("plan {op}", "non-utf8-path", 0, "trace tree:", "planned", bug=BUG_STDOUT),
+    Case("plan {op}", "non-utf8-path", 0, "trace tree:", "planned"),
     Case("plan {op}", "binary", 0, "demo_op/op_kernel/extra.h: OT012", "planned; the binary header is named "
          "and not parsed"),
     Case("plan {op}", "big", 0, "OT013", "planned; the header is named as very large (a note)"),
@@ -371,7 +371,7 @@ CASES: list[Case] = [
          "planned; the cycle is shown and cut"),
     Case("plan {op}", "symlink-loop", 0, "demo_op/op_kernel/extra.h:2: OT014", "planned; the looping "
          "include is named"),
-    Case("plan {op}", "arg-loop", 2, "{op}", "refused, naming the path", bug=BUG_PATH_RESOLVE),
+    Case("plan {op}", "arg-loop", 2, "{op}", "refused, naming the path"),
     Case("plan {op} -o {file}/plan.txt", "unwritable", 2, "{file}/plan.txt: OT030", "refused after "
          "planning; nothing written"),
     Case("plan {op}", "journal", N_A, "", "plan writes no journal"),
@@ -380,7 +380,7 @@ CASES: list[Case] = [
     Case("apply {op} --write", "empty", 2, "{op}: OT010", "no kernel entry: refused"),
     Case("apply {op} --write", "non-utf8", 0, "2 file(s) written", "applied; every non-UTF-8 byte kept",
          check=_bytes_kept),
-    Case("apply {op} --write", "non-utf8-path", 0, "2 file(s) written", "applied", bug=BUG_JOURNAL_NAME),
+    Case("apply {op} --write", "non-utf8-path", 0, "2 file(s) written", "applied"),
     Case("apply {op} --write", "binary", 0, "demo_op/op_kernel/extra.h: OT012", "applied; the binary "
          "header is named and left alone"),
     Case("apply {op} --write", "big", 0, "2 file(s) written", "applied; the big header is not touched"),
@@ -388,17 +388,17 @@ CASES: list[Case] = [
     Case("apply {op} --write", "cycle", 0, "2 file(s) written", "applied"),
     Case("apply {op} --write", "symlink-loop", 0, "demo_op/op_kernel/extra.h:2: OT014", "applied; the link "
          "is named and left alone", check=_loop_left_alone),
-    Case("apply {op} --write", "arg-loop", 2, "{op}", "refused, naming the path", bug=BUG_PATH_RESOLVE),
+    Case("apply {op} --write", "arg-loop", 2, "{op}", "refused, naming the path"),
     Case("apply {op} --patch {file}/p.patch", "unwritable", 2, "{file}/p.patch: OT030", "refused; "
          "nothing written"),
     Case("apply {op} --write", "journal", 2, "{root}/.optrace: OT043", "refused before any file changes"),
     # ---- strip (on an applied tree where there is one)
-    Case("strip {op} --write", "missing", 2, "{op}: OT001", "refused", bug=BUG_STRIP_MISSING),
+    Case("strip {op} --write", "missing", 2, "{op}: OT001", "refused"),
     Case("strip {op} --write", "empty", 0, "0 file(s) written", "nothing optrace added: nothing to do"),
     Case("strip {op} --write", "non-utf8", 0, "2 file(s) written", "the original bytes, every one",
          family="applied", check=_restored),
     Case("strip {op} --write", "non-utf8-path", 0, "2 file(s) written", "the original bytes",
-         family="applied", bug=BUG_JOURNAL_NAME),
+         family="applied"),
     Case("strip {op} --write", "binary", 0, "2 file(s) written", "the original bytes; the binary "
          "header untouched", family="applied", check=_restored),
     Case("strip {op} --write", "big", 0, "2 file(s) written", "the original bytes", family="applied",
@@ -408,7 +408,7 @@ CASES: list[Case] = [
          check=_restored),
     Case("strip {op} --write", "symlink-loop", 0, "2 file(s) written", "the original bytes; the link "
          "left alone", family="applied", check=_restored),
-    Case("strip {op} --write", "arg-loop", 2, "{op}", "refused, naming the path", bug=BUG_PATH_RESOLVE),
+    Case("strip {op} --write", "arg-loop", 2, "{op}", "refused, naming the path"),
     Case("strip {op} --patch {file}/p.patch", "unwritable", 2, "{file}/p.patch: OT030", "refused; "
          "nothing written", family="applied"),
     Case("strip {op} --write", "journal", 2, "{root}/.optrace: OT043", "refused before any file changes",
@@ -418,7 +418,7 @@ CASES: list[Case] = [
     Case("check {op}", "empty", 0, "not instrumented", "reported as not instrumented"),
     Case("check {op}", "non-utf8", 0, "0 error(s)", "clean; compile safety parses the file as bytes",
          family="applied"),
-    Case("check {op}", "non-utf8-path", 0, "0 error(s)", "clean", family="applied", bug=BUG_CLANG_PATH),
+    Case("check {op}", "non-utf8-path", 0, "0 error(s)", "clean", family="applied"),
     Case("check {op}", "binary", 0, "0 error(s)", "clean; the binary header is not a source",
          family="applied"),
     Case("check {op}", "big", 0, "0 error(s)", "clean", family="applied"),
@@ -426,7 +426,7 @@ CASES: list[Case] = [
     Case("check {op}", "cycle", 0, "0 error(s)", "clean", family="applied"),
     Case("check {op}", "symlink-loop", 0, "0 error(s)", "clean; the dangling link is not a source",
          family="applied"),
-    Case("check {op}", "arg-loop", 2, "{op}", "refused, naming the path", bug=BUG_PATH_RESOLVE),
+    Case("check {op}", "arg-loop", 2, "{op}", "refused, naming the path"),
     Case("check {op} -o {file}/check.txt", "unwritable", 2, "{file}/check.txt: OT030", "refused",
          family="applied"),
     Case("check {op}", "journal", N_A, "", "check writes no journal"),

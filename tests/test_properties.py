@@ -84,9 +84,9 @@ def statements(draw: st.DrawFn, depth: int, pool: list[Function | str], in_loop:
 
     `pool` holds what may still be called (functions defined so far, "functor"); a call
     takes its callee out, so each function has one call site (one calling context) until
-    the known bug of test_known_bug_a_callee_reached_from_two_contexts is fixed.
+    test_regression_a_callee_reached_from_two_contexts was fixed.
     `no_exit`: no exit (nor `switch`, whose cases end in `break`) inside a `while`
-    spin-wait loop, until the other two test_known_bug_* are fixed.
+    spin-wait loop (see the test_regression_* cases).
     """
     count = draw(st.integers(0 if depth else 1, max_len))
     out: list[Stmt] = []
@@ -143,7 +143,7 @@ def programs(draw: st.DrawFn) -> Program:
         returns = draw(st.booleans())
         template = draw(st.booleans())
         # No spin-wait hint word (wait, ready, flag...) in function names: labels carry them
-        # into loop bodies (test_known_bug_spin_wait_detection_reads_inserted_labels).
+        # into loop bodies (test_regression_spin_wait_detection_reads_inserted_labels).
         name = draw(st.sampled_from(["Dispatch", "Compute", "Combine", "Prepare", "Process", "Gemm"]))
         body = statements(draw, 0, pool, False, returns)
         functions.append(Function(f"{name}{n}", returns, template, body))
@@ -348,7 +348,7 @@ def errors_of(op: Path, repo: Path) -> list[str]:
 
 def _known_depth_bug(code: str, message: str) -> bool:
     """OT402 on a label one word too deep because of its core-type suffix
-    (test_known_bug_core_suffix_makes_labels_too_deep)."""
+    (test_regression_core_suffix_makes_labels_too_deep)."""
     if code != "OT402":
         return False
     label = message.split('"')[1]
@@ -559,9 +559,8 @@ def test_generated_sources_are_what_the_properties_claim() -> None:
            b"GM_ADDR tiling)" in rendered
 
 
-# --------------------------------------------------------------------------- known bugs
-# Found by the generator above, reduced by hand. Each is a strict xfail: it fails the
-# suite the day the bug is fixed, so the generator's workaround can be removed with it.
+# --------------------------------------------------------------------------- regressions
+# Found by the generator above, reduced by hand, and fixed: each stays as a regression test.
 
 ENTRY = ('extern "C" __global__ __aicore__ void demo_op(GM_ADDR x, GM_ADDR y, GM_ADDR workspace, '
          "GM_ADDR tiling)\n")
@@ -576,9 +575,7 @@ def round_trip_source(tmp: Path, source: str) -> None:
     assert_round_trip(op, op.parent)
 
 
-@known_bug(reason="codemods/kernel_points.py brackets a spin-wait loop with explicit "
-                   "B/E lines; a `return` inside the loop skips the E (check: OT407)")
-def test_known_bug_return_inside_a_spin_wait_loop(tmp_path: Path) -> None:
+def test_regression_return_inside_a_spin_wait_loop(tmp_path: Path) -> None:
     round_trip_source(tmp_path, '#include "kernel_operator.h"\n' + ENTRY + """{
     uint32_t acc = 0U;
     while (acc < 100U) {
@@ -592,9 +589,7 @@ def test_known_bug_return_inside_a_spin_wait_loop(tmp_path: Path) -> None:
 """)
 
 
-@known_bug(reason="engine/check.py _check_exits_between: a `break` that stays inside "
-                   "the region (it leaves a loop or switch nested in it) is reported as OT407")
-def test_known_bug_check_flags_a_break_that_stays_inside_the_region(tmp_path: Path) -> None:
+def test_regression_check_flags_a_break_that_stays_inside_the_region(tmp_path: Path) -> None:
     round_trip_source(tmp_path, '#include "kernel_operator.h"\n' + ENTRY + """{
     uint32_t acc = 0U;
     while (acc < 100U) {
@@ -608,10 +603,7 @@ def test_known_bug_check_flags_a_break_that_stays_inside_the_region(tmp_path: Pa
 """)
 
 
-@known_bug(reason="a callee reached from two calling contexts gets its inner points "
-                   "once per context: B/E pairs cross (OT406); with loops, duplicate guard names "
-                   "(OT420) and a second apply that still changes the file")
-def test_known_bug_a_callee_reached_from_two_contexts(tmp_path: Path) -> None:
+def test_regression_a_callee_reached_from_two_contexts(tmp_path: Path) -> None:
     round_trip_source(tmp_path, """#include "kernel_operator.h"
 __aicore__ inline void Handshake()
 {
@@ -629,9 +621,7 @@ __aicore__ inline void Handshake()
 """)
 
 
-@known_bug(reason="the core-type suffix (aic / aiv) adds a word after the depth fold: "
-                   "a label of processing + 7 levels (OT402)")
-def test_known_bug_core_suffix_makes_labels_too_deep(tmp_path: Path) -> None:
+def test_regression_core_suffix_makes_labels_too_deep(tmp_path: Path) -> None:
     source = """#include "kernel_operator.h"
 __aicore__ inline void Inner()
 {
@@ -662,10 +652,7 @@ __aicore__ inline void Middle()
     assert not [d for d in report.findings if d.code == "OT402"]
 
 
-@known_bug(reason="engine/analysis.py _is_spin_loop matches its hint words (wait, "
-                   "ready, flag...) in the loop body's text, which after apply holds optrace's own "
-                   "labels: the second apply turns a phase loop into a spin-wait region")
-def test_known_bug_spin_wait_detection_reads_inserted_labels(tmp_path: Path) -> None:
+def test_regression_spin_wait_detection_reads_inserted_labels(tmp_path: Path) -> None:
     round_trip_source(tmp_path, """#include "kernel_operator.h"
 __aicore__ inline uint32_t Compute(uint32_t acc)
 {
@@ -688,8 +675,6 @@ __aicore__ inline void WaitReady(T acc)
 """)
 
 
-@known_bug(reason="codemods/kernel_entry.py: an entry whose body opens and closes on the signature's line "
-           "gets its scaffold after the closing brace, at file scope (check: OT420)")
-def test_known_bug_a_one_line_kernel_entry(tmp_path: Path) -> None:
+def test_regression_a_one_line_kernel_entry(tmp_path: Path) -> None:
     round_trip_source(tmp_path, '#include "kernel_operator.h"\n'
                       + ENTRY.rstrip("\n") + " { AscendC::SyncAll(); }\n")

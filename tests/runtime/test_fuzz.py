@@ -588,6 +588,9 @@ HOSTILE_TENSORS = {
     "persistent id with a memo bomb": ((b"\x80\x02" + _memo_bomb(60) + b"Q.", []),
                                        "unexpected persistent id"),
     "format version with a memo bomb": (_bomb_in_meta_version(), "optrace format version"),
+    # CPython's C unpickler sizes its memo by the largest index stored: 2**30 is 8 GB.
+    "memo index 2**30 (LONG_BINPUT)": ((b"\x80\x02]r\x00\x00\x00\x40.", []), "memo index"),
+    "memo index 2**30 (PUT)": ((b"\x80\x02]p1073741824\n.", []), "memo index"),
 }
 
 
