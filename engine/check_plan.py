@@ -11,7 +11,7 @@ from pathlib import Path
 
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
 from optrace.engine.model import Kind
-from optrace.engine.plan import plan_operator
+from optrace.engine.plan import Plan, plan_operator
 
 
 def plan_findings(op_dir: Path, repo_root: Path | None) -> list[Diagnostic]:
@@ -19,6 +19,10 @@ def plan_findings(op_dir: Path, repo_root: Path | None) -> list[Diagnostic]:
         plan = plan_operator(op_dir, repo_root)
     except InputError as exc:
         return [exc.diagnostic]
+    return findings_from_plan(plan)
+
+
+def findings_from_plan(plan: Plan) -> list[Diagnostic]:
     out: list[Diagnostic] = []
     tile_loops = [lp for lp in plan.loops if lp.classification == "tile"]
     for point in plan.analysis.existing:
