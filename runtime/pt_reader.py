@@ -24,6 +24,7 @@ import pickle
 import pickletools
 import reprlib
 import struct
+import warnings
 import zipfile
 import zlib
 from collections import OrderedDict
@@ -326,11 +327,13 @@ def _check_memo_indices(source: str, pickled: bytes) -> None:
     one opcode, so an index past the pickle's length only comes from a damaged file.
     """
     try:
-        for opcode, arg, _pos in pickletools.genops(pickled):
-            if opcode.name in ("PUT", "BINPUT", "LONG_BINPUT") and int(arg) > len(pickled):
-                raise ProfilingInputError(
-                    source, f"corrupt data.pkl (memo index {arg} in a {len(pickled)}-byte pickle)"
-                )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # odd escapes in a STRING opcode
+            for opcode, arg, _pos in pickletools.genops(pickled):
+                if opcode.name in ("PUT", "BINPUT", "LONG_BINPUT") and int(arg or 0) > len(pickled):
+                    raise ProfilingInputError(
+                        source, f"corrupt data.pkl (memo index {arg} in a {len(pickled)}-byte pickle)"
+                    )
     except ValueError:
         # Damaged from here on: the unpickler stops at the same opcode and says why (a
         # foreign global before it is still reported as such).

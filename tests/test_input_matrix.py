@@ -346,15 +346,6 @@ def _trace_written(scene: Scene) -> None:
     assert json.loads(scene["out"].read_text())["traceEvents"]
 
 
-BUG_PATH_RESOLVE = ("Path.resolve() raises RuntimeError on a symlink loop (Python 3.11): "
-                    "engine/analysis.py analyse_operator, engine/check.py check_operator, "
-                    "optrace/cli.py _edit_command")
-BUG_JOURNAL_NAME = "optrace/cli.py _journal_name: str(path).encode() fails on a non-UTF-8 path"
-BUG_STDOUT = "optrace/cli.py writes non-UTF-8 paths to a strict UTF-8 stdout (runtime/cli.py reconfigures it)"
-BUG_CLANG_PATH = ("engine/check.py compile_check hands str paths to libclang, which encodes them as "
-                  "strict UTF-8 (pass os.fsencode(path))")
-BUG_STRIP_MISSING = "engine/apply.py strip_changes does not check that the operator directory exists"
-
 N_A = None
 CASES: list[Case] = [
     # ---- plan

@@ -34,7 +34,6 @@ from optrace.engine.apply import apply_changes, strip_changes
 from optrace.engine.check import check_operator
 from optrace.engine.diagnostics import InputError, Severity
 from optrace.engine.plan import plan_operator
-from optrace.engine.preprocess import MAX_DEPTH
 from optrace.engine.transaction import commit
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -78,16 +77,11 @@ class Program:
 
 
 def statements(draw: st.DrawFn, depth: int, pool: list[Function | str], in_loop: bool,
-               returns: bool, max_len: int = 4, no_exit: bool = False) -> list[Stmt]:
+               returns: bool, max_len: int = 4) -> list[Stmt]:
     """A block: up to `max_len` statements; an exit (return / break / continue) only last,
-    under an `if`, so no code is unreachable.
-
-    `pool` holds what may still be called (functions defined so far, "functor"); a call
-    takes its callee out, so each function has one call site (one calling context) until
-    test_regression_a_callee_reached_from_two_contexts was fixed.
-    `no_exit`: no exit (nor `switch`, whose cases end in `break`) inside a `while`
-    spin-wait loop (see the test_regression_* cases).
-    """
+    under an `if`, so no code is unreachable. `pool` holds what may be called (functions
+    defined so far, "functor"): a function may be called from several places, so from
+    several calling contexts (test_regression_a_callee_reached_from_two_contexts)."""
     count = draw(st.integers(0 if depth else 1, max_len))
     out: list[Stmt] = []
     for _ in range(count):
@@ -95,7 +89,7 @@ def statements(draw: st.DrawFn, depth: int, pool: list[Function | str], in_loop:
         if pool:
             kinds += ["call", "call"]
         if depth < 3:
-            kinds += ["for", "for", "if", "pp", "while"] + ([] if no_exit else ["switch"])
+            kinds += ["for", "for", "if", "pp", "while", "switch"]
         kind = draw(st.sampled_from(kinds))
         if kind == "plain":
             out.append(("plain", draw(st.sampled_from(["acc += 1U;", "acc ^= 5U;", "acc = acc * 3U;"]))))
@@ -104,29 +98,27 @@ def statements(draw: st.DrawFn, depth: int, pool: list[Function | str], in_loop:
         elif kind == "comment":
             out.append(("comment", draw(st.sampled_from(GBK_COMMENTS))))
         elif kind == "call":
-            callee = pool.pop(draw(st.integers(0, len(pool) - 1)))
+            callee = draw(st.sampled_from(pool))
             out.append(("plain", "stage(acc);") if callee == "functor" else ("call", callee))
         elif kind == "for":
             var = draw(st.sampled_from(PHASE_VARS + TILE_VARS))
-            body = statements(draw, depth + 1, pool, True, returns, no_exit=no_exit)
+            body = statements(draw, depth + 1, pool, True, returns)
             out.append(("for", var, draw(st.sampled_from(["4U", "n", "LOOP_N"])), body))
-        elif kind == "while":
-            body = statements(draw, depth + 1, pool, True, returns, max_len=2, no_exit=True)
+        elif kind == "while":  # a spin-wait loop when it holds a wait, else a phase loop
+            body = statements(draw, depth + 1, pool, True, returns, max_len=2)
             out.append(("while", body))
         elif kind == "if":
             cond = draw(st.sampled_from(CONDITIONS))
-            then = statements(draw, depth + 1, pool, in_loop, returns, no_exit=no_exit)
-            exits = [] if no_exit else ["return"] + (["break", "continue"] if in_loop else [])
-            if exits and draw(st.booleans()):
+            then = statements(draw, depth + 1, pool, in_loop, returns)
+            exits = ["return"] + (["break", "continue"] if in_loop else [])
+            if draw(st.booleans()):
                 then = [*then, ("exit", draw(st.sampled_from(exits)), returns)]
-            other = statements(draw, depth + 1, pool, in_loop, returns, no_exit=no_exit) if draw(
-                st.booleans()) else None
+            other = statements(draw, depth + 1, pool, in_loop, returns) if draw(st.booleans()) else None
             out.append(("if", cond, then, other))
         elif kind == "pp":
             macro = draw(st.sampled_from(["0", "1", "OPTRACE_TEST_FLAG", "defined(__CCE_KT_TEST__)"]))
-            body = statements(draw, depth + 1, pool, in_loop, returns, no_exit=no_exit)
-            other = statements(draw, depth + 1, pool, in_loop, returns, no_exit=no_exit) if draw(
-                st.booleans()) else None
+            body = statements(draw, depth + 1, pool, in_loop, returns)
+            other = statements(draw, depth + 1, pool, in_loop, returns) if draw(st.booleans()) else None
             out.append(("pp", macro, body, other))
         elif kind == "switch":
             cases = [statements(draw, depth + 1, pool, False, returns, max_len=2)
@@ -142,9 +134,9 @@ def programs(draw: st.DrawFn) -> Program:
     for n in range(draw(st.integers(0, 4))):
         returns = draw(st.booleans())
         template = draw(st.booleans())
-        # No spin-wait hint word (wait, ready, flag...) in function names: labels carry them
-        # into loop bodies (test_regression_spin_wait_detection_reads_inserted_labels).
-        name = draw(st.sampled_from(["Dispatch", "Compute", "Combine", "Prepare", "Process", "Gemm"]))
+        # Spin-wait hint words (wait, ready) in names reach loop bodies through labels
+        # (test_regression_spin_wait_detection_reads_inserted_labels).
+        name = draw(st.sampled_from(["Dispatch", "Compute", "Combine", "WaitReady", "Process", "Gemm"]))
         body = statements(draw, 0, pool, False, returns)
         functions.append(Function(f"{name}{n}", returns, template, body))
         pool.append(functions[-1])
@@ -339,20 +331,10 @@ def write(changes: dict[Path, tuple[bytes | None, bytes | None]], journal: Path)
 
 
 def errors_of(op: Path, repo: Path) -> list[str]:
-    """ERROR findings of `check` (compile safety included), known bugs left out."""
+    """ERROR findings of `check`, compile safety included."""
     report = check_operator(op, compile_safety=True)
     assert report.instrumented
-    return [d.format(repo) for d in report.findings
-            if d.severity == Severity.ERROR and not _known_depth_bug(d.code, d.message)]
-
-
-def _known_depth_bug(code: str, message: str) -> bool:
-    """OT402 on a label one word too deep because of its core-type suffix
-    (test_regression_core_suffix_makes_labels_too_deep)."""
-    if code != "OT402":
-        return False
-    label = message.split('"')[1]
-    return label.split()[-1] in ("aic", "aiv") and len(label.split()) == MAX_DEPTH
+    return [d.format(repo) for d in report.findings if d.severity == Severity.ERROR]
 
 
 def assert_round_trip(op: Path, repo: Path) -> dict[str, bytes]:
@@ -564,10 +546,6 @@ def test_generated_sources_are_what_the_properties_claim() -> None:
 
 ENTRY = ('extern "C" __global__ __aicore__ void demo_op(GM_ADDR x, GM_ADDR y, GM_ADDR workspace, '
          "GM_ADDR tiling)\n")
-
-
-def known_bug(reason: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason)
 
 
 def round_trip_source(tmp: Path, source: str) -> None:
