@@ -22,6 +22,7 @@ from pathlib import Path
 
 from tree_sitter import Node
 
+from optrace.engine.diagnostics import Diagnostic, InputError, Severity
 from optrace.engine.edits import Edit, indent_at, line_end, line_start, newline_of
 from optrace.engine.model import Kind, Region
 from optrace.engine.plan import Plan
@@ -41,6 +42,13 @@ def begin_and_guard(region: Region, depth: int) -> bytes:
     index = region.index_var
     return (f"MoeTracing({point_args(region.label, 'B', index)}); "
             f"OptraceEnd optraceEnd{depth}({point_args(region.label, 'E', index)});").encode()
+
+
+def _unparsed(node: Node, inside: bool) -> bool:
+    """A bracketed statement with a parse error in it, or a block whose braces did not parse."""
+    if inside:
+        return node.type != "compound_statement" or node.child_count == 0 or node.children[0].type != "{"
+    return node.has_error
 
 
 def _node_at(plan: Plan, path: Path, start: int, end: int) -> Node | None:
@@ -142,6 +150,12 @@ def point_edits(plan: Plan) -> list[Edit]:
             continue
         data = parsed.src.raw
         node = _node_at(plan, anchor.path, anchor.start, anchor.end)
+        if node is not None and _unparsed(node, anchor.inside):
+            # Points next to code the parser could not read could land mid-expression:
+            # refuse the whole apply (nothing is written) and say where.
+            raise InputError(Diagnostic(
+                "OT302", f'cannot place the points of "{region.label}": the code there does not parse',
+                anchor.path, anchor.line, Severity.ERROR))
         if node is None:
             continue
         if anchor.inside:

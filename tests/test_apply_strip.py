@@ -123,3 +123,24 @@ def test_modes_are_exclusive_and_recorded(tmp_path: Path) -> None:
     assert cli("apply", str(op), "--check")[0] == 0  # re-apply without --mode keeps A
     code, diff, _ = cli("apply", str(op), "--mode", "B")
     assert code == 0 and "+// optrace-scaffold begin mode=B" in diff
+
+
+def test_a_statement_that_does_not_parse_is_refused_and_nothing_written(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    kernel = repo / "demo_op" / "op_kernel"
+    kernel.mkdir(parents=True)
+    (repo / "optrace.toml").touch()
+    src = kernel / "demo_op.cpp"
+    src.write_text(
+        "__aicore__ inline void SendTokens(int n) {\n"
+        "    for (uint32_t tokenIdx = 0; tokenIdx < n; ++tokenIdx) { SyncAll(); }\n"
+        "}\n"
+        'extern "C" __global__ __aicore__ void demo_op(GM_ADDR x, GM_ADDR workspace) {\n'
+        "    SendTokens(((1 + );\n"
+        "    SendTokens(2);\n"
+        "}\n"
+    )
+    before = snapshot(repo)
+    code, _, err = cli("apply", str(repo / "demo_op"), "--write")
+    assert code == 2 and "OT302" in err and "demo_op.cpp:5" in err
+    assert snapshot(repo) == before
