@@ -37,8 +37,9 @@ _SCAFFOLD_RE = re.compile(rb"^// optrace-scaffold begin[^\n]*\n.*?^// optrace-sc
 _INLINE_SCAFFOLD_RE = re.compile(
     rb"\r?\n// optrace-scaffold begin[^\n]* inline\r?\n.*?^// optrace-scaffold end\r?\n", re.S | re.M
 )
-_LINE_RE = re.compile(rb"^[^\n]*  // optrace\r?\n", re.M)
-_LAST_LINE_RE = re.compile(rb"\r?\n[^\n]*  // optrace\Z")
+# Only lines with code before the marker: a user's own comment line `// optrace` stays.
+_LINE_RE = re.compile(rb"^(?![ \t]*//)[^\n]*\S  // optrace\r?\n", re.M)
+_LAST_LINE_RE = re.compile(rb"\r?\n(?![ \t]*//)[^\n]*\S  // optrace\Z")
 _FRAGMENT_RE = re.compile(rb"/\*optrace<\*/.*?/\*>optrace\*/")
 CREATED_MARK = b"// optrace-created-file:"
 
@@ -48,8 +49,8 @@ def is_created(data: bytes) -> bool:
 
 
 _STR_FRAGMENT_RE = re.compile(rb'"/\*optrace-str<\*/.*?/\*>optrace-str\*/"')
-_HASH_LINE_RE = re.compile(rb"^[^\n]*  # optrace\r?\n", re.M)
-_HASH_LAST_LINE_RE = re.compile(rb"\r?\n[^\n]*  # optrace\Z")
+_HASH_LINE_RE = re.compile(rb"^(?![ \t]*#)[^\n]*\S  # optrace\r?\n", re.M)
+_HASH_LAST_LINE_RE = re.compile(rb"\r?\n(?![ \t]*#)[^\n]*\S  # optrace\Z")
 _PY_ORIG_RE = re.compile(rb"^[ \t]*# optrace-orig (\d+) ([A-Za-z0-9+/=]*)\r?\n", re.M)
 _HOOK_RE = re.compile(
     rb"(\r?\n)?(^[ \t]*# TRACE_PREPROCESSOR_HOOK_START[^\n]*\n.*?"

@@ -27,7 +27,7 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from optrace.engine.apply import apply_changes, strip_changes
@@ -416,6 +416,9 @@ def test_plan_never_raises_on_arbitrary_bytes(tmp_path_factory: pytest.TempPathF
     """Garbage around an entry: plan either plans or refuses with a located OT0xx input
     error (exit 2 in the CLI) — never anything else; when it plans, apply and strip
     round-trip the garbage byte for byte."""
+    # optrace's provenance markers (`// optrace`, `/*optrace<*/`, ...) are reserved: text
+    # that spells them is optrace's to remove (docs/edits.md).
+    assume(b"optrace" not in noise)
     entry = b'\nextern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {\n'
     source = prefix + noise + entry + noise + b"\n}\n"
     op = write_repo(tmp_path_factory.mktemp("noise"), source)
