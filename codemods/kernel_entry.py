@@ -16,6 +16,7 @@ it exists either way, zeros meaning "off".
 from __future__ import annotations
 
 import re
+from importlib import resources
 from pathlib import Path
 
 from tree_sitter import Node
@@ -70,27 +71,26 @@ def insert_param(data: bytes, params: list[Node], text: str, index: int | None) 
     return Edit(Path(), at, at, FRAG_OPEN + f", {text}".encode() + FRAG_CLOSE, CODEMOD)
 
 
+def prologue_template() -> list[bytes]:
+    """The scaffold's lines, from `templates/entry_scaffold.h` (`// @@prologue` to
+    `// @@end`): one text for apply and for the host test that compiles it."""
+    text = resources.files("optrace.codemods").joinpath("templates/entry_scaffold.h").read_bytes()
+    body = text.replace(b"\r\n", b"\n").split(b"// @@prologue\n", 1)[1].split(b"// @@end", 1)[0]
+    return body.rstrip(b"\n").split(b"\n")
+
+
 def scaffold(data: bytes, body: Node, arg: str, mode: str) -> Edit:
     """The prologue lines right after the entry body's `{`."""
     nl = newline_of(data)
     first = next((c for c in body.named_children if c.type != "comment"), None)
     indent = indent_at(data, first.start_byte) if first is not None else b"    "
-    lines = [
-        SCAFFOLD_BEGIN + f" mode={mode}".encode(),
-        b"#if ENABLE_MOE_PROFILING",
-        indent + b"int64_t moeProfBuf[PROF_SIZE_PER_CORE];",
-        indent + b"moeProfBuf[0] = 1;",
-        indent + b"moeProfBuf[PROF_SIZE_PER_CORE - 1] = static_cast<int64_t>(AscendC::GetSystemCycle());",
-        indent + b"SetMoeProfilePtr(moeProfBuf);",
-        indent + b"MoeTracingFingerprint();",
-        indent + b'MoeTracing(TRACE_POINT("processing", "B"));',
-        indent
-        + f'OptraceEntryEnd optraceEntryEnd(TRACE_POINT("processing", "E"), {arg}, moeProfBuf);'.encode(),
-        b"#else",
-        indent + f"(void){arg};".encode(),
-        b"#endif",
-        SCAFFOLD_END,
-    ]
+    lines = []
+    for line in prologue_template():
+        if line.startswith(SCAFFOLD_BEGIN):
+            line = SCAFFOLD_BEGIN + f" mode={mode}".encode()
+        elif line.startswith(b"    "):
+            line = indent + line[4:]  # the template's 4-space indent becomes the body's
+        lines.append(line.replace(b"@PROFILING_ARG@", arg.encode()))
     brace_end = body.start_byte + 1
     if data[brace_end : line_end(data, brace_end)].strip():
         # `{ code... }` on one line: the scaffold goes right after the brace, on lines of

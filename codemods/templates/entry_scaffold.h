@@ -4,8 +4,8 @@
 // (`extern "C" __global__ __aicore__ void op(GM_ADDR ..., GM_ADDR profiling_data, ...)`).
 // The section runs from `// @@prologue` to `// @@end`; `@PROFILING_ARG@` stands for the
 // entry's GM_ADDR parameter of the `profiling_data` output (the last output, gate G2).
-// tests/runtime/test_host_e2e.py compiles and runs a kernel built with exactly these
-// lines; keep them identical to kernel_entry.scaffold().
+// `optrace apply` (codemods/kernel_entry.py) inserts exactly these lines, and
+// tests/runtime/test_host_e2e.py compiles and runs a kernel built with them.
 //
 // What it does, per core (the pointer is block-local, so each core has its own):
 //   - a stack buffer of PROF_SIZE_PER_CORE int64, counter = 1, start cycle in the last word;
