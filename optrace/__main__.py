@@ -1,6 +1,6 @@
 """`python -m optrace` runs the same CLI as the `optrace` console script."""
 
-from optrace.cli import main
+from optrace.entry import main
 
 if __name__ == "__main__":
     main()

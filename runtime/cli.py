@@ -10,13 +10,14 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from .collect_cli import paths_as_bytes
 from .errors import ProfilingInputError
 
 EXIT_INTERNAL = 3
@@ -26,18 +27,10 @@ def _err(message: str) -> None:
     print(message, file=sys.stderr)
 
 
-def _paths_as_bytes() -> None:
-    """Print a path that is not UTF-8 (a GBK folder name) as the bytes it has on disk, like
-    ls does: a strict UTF-8 stdout (any UTF-8 locale) would fail on it instead."""
-    for stream in (sys.stdout, sys.stderr):
-        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
-            stream.reconfigure(errors="surrogateescape")
-
-
 @contextmanager
 def _guarded() -> Iterator[None]:
     """Bad input -> ``path: message`` and exit 2; anything unexpected -> exit 3."""
-    _paths_as_bytes()
+    paths_as_bytes()
     try:
         yield
     except typer.Exit:
@@ -65,23 +58,6 @@ def _bad_usage(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-def _progress(total_hint: str) -> tuple[Callable[[int, int], None] | None, Callable[[], None]]:
-    """A rich progress bar on stderr when stderr is a terminal; nothing otherwise."""
-    if not sys.stderr.isatty():
-        return None, lambda: None
-    from rich.console import Console  # imported only for interactive runs (start-up time)
-    from rich.progress import Progress
-
-    bar = Progress(console=Console(stderr=True), transient=True)
-    bar.start()
-    task = bar.add_task(total_hint, total=None)
-
-    def update(done: int, total: int) -> None:
-        bar.update(task, completed=done, total=total)
-
-    return update, bar.stop
-
-
 def cmd_collect(
     profiling_dir: Annotated[Path, typer.Argument(help="Directory holding rank*.pt files.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Trace to write (.json or .json.gz).")],
@@ -107,45 +83,20 @@ def cmd_collect(
     ignore_fingerprint: Annotated[
         bool, typer.Option("--ignore-fingerprint", help="Decode even with a map from another build.")
     ] = False,
+    jobs: Annotated[
+        int | None,
+        typer.Option("--jobs", "-j", min=0,
+                     help="Threads reading and decoding ranks ahead of the writer (each holds one "
+                     "more rank in memory). Default: 1 on a multi-core machine; 0: none."),
+    ] = None,
 ) -> None:
     """Decode rank files into a Chrome / Perfetto trace."""
-    from .collect import (
-        CollectOptions,
-        collect,
-        note_lines,
-        parse_core_filter,
-        parse_int_set,
-        parse_rank_offsets,
-        summary_lines,
-    )
+    from .collect_cli import run_collect
 
-    with _guarded():
-        try:
-            options = CollectOptions(
-                point_map=point_map.expanduser() if point_map else None,
-                clock_mhz=clock_mhz,
-                ranks=parse_int_set(ranks, "--ranks") if ranks else None,
-                cores=parse_core_filter(cores) if cores else None,
-                labels=[s for s in labels.split(",") if s.strip()] if labels else None,
-                rank_offsets_us=parse_rank_offsets(rank_offsets) if rank_offsets else {},
-                ignore_fingerprint=ignore_fingerprint,
-            )
-        except ValueError as exc:
-            raise _bad_usage(str(exc)) from None
-        if clock_mhz is not None and not clock_mhz > 0:
-            raise _bad_usage("--clock-mhz must be positive")
-        update, stop = _progress("decoding ranks")
-        try:
-            result = collect(profiling_dir.expanduser(), output.expanduser(), options, update)
-        finally:
-            stop()
-        for line in summary_lines(result):
-            print(line)
-        for line in note_lines(result):
-            print(line)
-        for error in result.errors:
-            _err(str(error))
-        raise typer.Exit(result.exit_code)
+    raise typer.Exit(run_collect(
+        profiling_dir, output, point_map=point_map, clock_mhz=clock_mhz, ranks=ranks, cores=cores,
+        labels=labels, rank_offsets=rank_offsets, ignore_fingerprint=ignore_fingerprint, jobs=jobs,
+    ))
 
 
 def _emit_json(document: object, output: Path | None) -> None:

@@ -298,3 +298,82 @@ def test_unwritable_output_is_bad_input(tmp_path: Path) -> None:
     blocker.write_text("")
     result = invoke("collect", profiling_dir(tmp_path, ranks=1), "-o", blocker / "sub" / "t.json")
     assert result.exit_code == 2 and "Traceback" not in result.output
+
+
+def _entry(argv: list[str], cwd: Path) -> tuple[int, bool, str, str]:
+    """Run the console script's entry in a fresh interpreter: exit code, whether typer was
+    imported, stdout, stderr."""
+    code = (
+        "import sys\n"
+        "from optrace.entry import main\n"
+        f"sys.argv = ['optrace', *{argv!r}]\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit as exc:\n"
+        "    code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)\n"
+        "else:\n"
+        "    code = 0\n"
+        "print('TYPER' if 'typer' in sys.modules else 'NO-TYPER', code)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd)
+    marker, exit_code = done.stdout.strip().splitlines()[-1].split()
+    return int(exit_code), marker == "TYPER", done.stdout, done.stderr
+
+
+def test_collect_runs_without_the_cli_framework(tmp_path: Path) -> None:
+    """The console script hands plain collect invocations to the fast path: same trace,
+    same summary and exit code as the typer command, and typer is never imported."""
+    directory = profiling_dir(tmp_path, ranks=2)
+    code, typer_loaded, out, err = _entry(["collect", str(directory), "-o", str(tmp_path / "fast.json"),
+                                          "--ranks=0-1", "--labels", "moe", "-j", "0"], tmp_path)
+    assert (code, typer_loaded, err) == (0, False, "")
+    slow = invoke("collect", directory, "-o", tmp_path / "slow.json", "--ranks=0-1", "--labels", "moe",
+                  "-j", "0")
+    assert slow.exit_code == 0
+    first = out.splitlines()[0].replace("fast.json", "X")
+    assert first == slow.output.splitlines()[0].replace("slow.json", "X")
+    assert (tmp_path / "fast.json").read_bytes() == (tmp_path / "slow.json").read_bytes()
+
+
+@pytest.mark.parametrize("argv, typer_expected, exit_code", [
+    (["--help"], True, 0),                       # help is the full CLI's
+    (["-ofile.json"], True, 0),                  # a spelling the fast parser leaves to typer
+    (["--output"], True, 2),                     # missing value: typer's usage error
+    (["--clock-mhz", "fast", "-o", "t.json"], True, 2),  # typer reports the invalid number
+    (["--ranks", "x", "-o", "t.json"], False, 2),  # parsed; our own usage error
+])
+def test_collect_arguments_the_fast_path_leaves_to_typer(
+    tmp_path: Path, argv: list[str], typer_expected: bool, exit_code: int
+) -> None:
+    directory = profiling_dir(tmp_path, ranks=1)
+    code, typer_loaded, out, err = _entry(["collect", str(directory), *argv], tmp_path)
+    assert (typer_loaded, code) == (typer_expected, exit_code)
+    if argv == ["--help"]:
+        assert "--point-map" in out and "--jobs" in out
+    elif argv == ["-ofile.json"]:
+        assert (tmp_path / "file.json").is_file()
+    else:
+        assert "Traceback" not in err and err.strip()
+
+
+def test_parse_fast_spellings() -> None:
+    from optrace.runtime.collect_cli import parse_fast
+
+    parsed = parse_fast(["d", "--output=t.json", "--point-map", "m.json", "--ignore-fingerprint",
+                         "--clock-mhz", "100", "-j", "2"])
+    assert parsed == {"profiling_dir": Path("d"), "output": Path("t.json"), "point_map": Path("m.json"),
+                      "ignore_fingerprint": True, "clock_mhz": 100.0, "jobs": 2}
+    assert parse_fast(["d"]) is None  # -o is required: typer says so
+    assert parse_fast(["d", "e", "-o", "t"]) is None  # two directories
+    assert parse_fast(["d", "-o", "t", "--", "x"]) is None
+
+
+@pytest.mark.parametrize("jobs", ["0", "1", "3"])
+def test_decoding_ahead_on_threads_writes_the_same_bytes(tmp_path: Path, jobs: str) -> None:
+    directory = profiling_dir(tmp_path, ranks=4)
+    (directory / "rank009.pt").write_bytes(b"not a zip")  # an error in the middle of the stream
+    reference = tmp_path / "ref.json"
+    assert invoke("collect", directory, "-o", reference, "-j", "0").exit_code == 2
+    result = invoke("collect", directory, "-o", tmp_path / "t.json", "-j", jobs)
+    assert result.exit_code == 2 and "rank009.pt" in result.output
+    assert (tmp_path / "t.json").read_bytes() == reference.read_bytes()

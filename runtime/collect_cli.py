@@ -1,0 +1,175 @@
+"""``optrace collect`` without the CLI framework.
+
+collect is the command users run in loops and CI jobs on big profiling directories, and
+the one whose speed is promised end to end (process start to trace written). typer,
+click, rich and pydantic cost about 0.1 s to import, a third of a typical collect, so the
+console script hands ``collect`` to :func:`fast_main` before importing any of them. The
+fast path only accepts the plain spellings of collect's options; anything else (``--help``,
+a typo, ``-oFILE``, ``--``) returns None and the full CLI handles it, with its usual help
+and usage errors. Both paths run :func:`run_collect`, so they behave the same.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from .errors import ProfilingInputError
+
+EXIT_USAGE = 2
+EXIT_INTERNAL = 3
+
+_VALUE_OPTIONS = {
+    "-o": "output", "--output": "output", "--point-map": "point_map", "--clock-mhz": "clock_mhz",
+    "--ranks": "ranks", "--cores": "cores", "--labels": "labels", "--rank-offsets": "rank_offsets",
+    "-j": "jobs", "--jobs": "jobs",
+}
+_FLAGS = {"--ignore-fingerprint": "ignore_fingerprint"}
+
+
+def _err(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def paths_as_bytes() -> None:
+    """Print a path that is not UTF-8 (a GBK folder name) as the bytes it has on disk, like
+    ls does: a strict UTF-8 stdout (any UTF-8 locale) would fail on it instead."""
+    for stream in (sys.stdout, sys.stderr):
+        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="surrogateescape")
+
+
+def parse_fast(argv: Sequence[str]) -> dict[str, object] | None:
+    """collect's arguments in their plain spellings, or None for the full CLI to parse."""
+    values: dict[str, object] = {}
+    positional: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        name, eq, inline = token.partition("=") if token.startswith("--") else (token, "", "")
+        if name in _VALUE_OPTIONS:
+            if eq:
+                value = inline
+            elif i + 1 < len(argv):
+                i += 1
+                value = argv[i]
+            else:
+                return None  # missing value: the full CLI says so
+            values[_VALUE_OPTIONS[name]] = value
+        elif token in _FLAGS:
+            values[_FLAGS[token]] = True
+        elif token.startswith("-") and token != "-":
+            return None  # --help, a typo, -oFILE, --: the full CLI's business
+        else:
+            positional.append(token)
+        i += 1
+    if len(positional) != 1 or "output" not in values:
+        return None
+    try:
+        if "clock_mhz" in values:
+            values["clock_mhz"] = float(str(values["clock_mhz"]))
+        if "jobs" in values:
+            values["jobs"] = int(str(values["jobs"]))
+            if values["jobs"] < 0:  # type: ignore[operator]
+                return None
+    except ValueError:
+        return None  # typer reports the invalid value in its own words
+    values["profiling_dir"] = Path(positional[0])
+    values["output"] = Path(str(values["output"]))
+    if "point_map" in values:
+        values["point_map"] = Path(str(values["point_map"]))
+    return values
+
+
+def fast_main(argv: Sequence[str]) -> int | None:
+    """The exit code of ``optrace collect ARGV``, or None when the full CLI must parse it."""
+    parsed = parse_fast(argv)
+    if parsed is None:
+        return None
+    return run_collect(**parsed)  # type: ignore[arg-type]
+
+
+def _progress() -> tuple[Callable[[int, int], None] | None, Callable[[], None]]:
+    """A rich progress bar on stderr when stderr is a terminal; nothing otherwise."""
+    if not sys.stderr.isatty():
+        return None, lambda: None
+    from rich.console import Console  # imported only for interactive runs (start-up time)
+    from rich.progress import Progress
+
+    bar = Progress(console=Console(stderr=True), transient=True)
+    bar.start()
+    task = bar.add_task("decoding ranks", total=None)
+
+    def update(done: int, total: int) -> None:
+        bar.update(task, completed=done, total=total)
+
+    return update, bar.stop
+
+
+def run_collect(
+    profiling_dir: Path,
+    output: Path,
+    *,
+    point_map: Path | None = None,
+    clock_mhz: float | None = None,
+    ranks: str | None = None,
+    cores: str | None = None,
+    labels: str | None = None,
+    rank_offsets: str | None = None,
+    ignore_fingerprint: bool = False,
+    jobs: int | None = None,
+) -> int:
+    """Run collect and print its summary; returns the exit code (cli.md): 0 ok, 1 records
+    skipped, 2 usage or bad input (``path: message``, no traceback), 3 internal error."""
+    from . import collect as collect_module  # looked up at call time (tests replace it)
+
+    paths_as_bytes()
+    try:
+        try:
+            options = collect_module.CollectOptions(
+                point_map=point_map.expanduser() if point_map else None,
+                clock_mhz=clock_mhz,
+                ranks=collect_module.parse_int_set(ranks, "--ranks") if ranks else None,
+                cores=collect_module.parse_core_filter(cores) if cores else None,
+                labels=[s for s in labels.split(",") if s.strip()] if labels else None,
+                rank_offsets_us=collect_module.parse_rank_offsets(rank_offsets) if rank_offsets else {},
+                ignore_fingerprint=ignore_fingerprint,
+                jobs=jobs,
+            )
+        except ValueError as exc:
+            _err(f"optrace: {exc}")
+            return EXIT_USAGE
+        if clock_mhz is not None and not clock_mhz > 0:
+            _err("optrace: --clock-mhz must be positive")
+            return EXIT_USAGE
+        update, stop = _progress()
+        try:
+            result = collect_module.collect(profiling_dir.expanduser(), output.expanduser(), options, update)
+        finally:
+            stop()
+        for line in collect_module.summary_lines(result):
+            print(line)
+        for line in collect_module.note_lines(result):
+            print(line)
+        for error in result.errors:
+            _err(str(error))
+        return result.exit_code
+    except ProfilingInputError as exc:
+        _err(str(exc))
+        return EXIT_USAGE
+    except OSError as exc:  # e.g. the output directory is not writable: input, not a bug
+        _err(f"{exc.filename or 'optrace'}: {exc.strerror or exc}")
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        _err("optrace: interrupted")
+        return 130
+    except Exception as exc:  # the contract: internal errors exit 3, not a traceback
+        _err(f"optrace: internal error: {type(exc).__name__}: {exc}")
+        if os.environ.get("OPTRACE_DEBUG"):
+            traceback.print_exc()
+        else:
+            _err("(set OPTRACE_DEBUG=1 for the traceback)")
+        return EXIT_INTERNAL
