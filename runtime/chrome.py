@@ -9,7 +9,6 @@ atomically (temporary file in the same directory, then ``os.replace``).
 
 from __future__ import annotations
 
-import gzip
 import itertools
 import json
 from collections.abc import Callable, Iterator
@@ -398,6 +397,8 @@ class ChromeTraceWriter:
         self._raw = self._context.__enter__()
         out: IO[bytes] = self._raw
         if self.compress:
+            import gzip  # only for .gz output (start-up time of plain collects)
+
             gz = gzip.GzipFile(fileobj=self._raw, mode="wb", compresslevel=3, mtime=0)
             out = cast(IO[bytes], gz)
         self._out = out

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -169,6 +168,8 @@ def run_collect(
     except Exception as exc:  # the contract: internal errors exit 3, not a traceback
         _err(f"optrace: internal error: {type(exc).__name__}: {exc}")
         if os.environ.get("OPTRACE_DEBUG"):
+            import traceback
+
             traceback.print_exc()
         else:
             _err("(set OPTRACE_DEBUG=1 for the traceback)")
