@@ -20,6 +20,17 @@
 #endif
 #define MOE_PROF_CAPACITY ((PROF_SIZE_PER_CORE - 2) / 2)
 
+// Slots the host allocates in profiling_data: the same bounds, with the same defaults and
+// the same -D overrides, as the op's profiling-sizes header (infer and the torch adapter).
+// A core whose slot lies past them does not write back: its slot is missing from the
+// trace instead of a write past the end of the buffer.
+#ifndef OPTRACE_MAX_AIC_CORES
+#define OPTRACE_MAX_AIC_CORES 32
+#endif
+#ifndef OPTRACE_MAX_AIV_CORES
+#define OPTRACE_MAX_AIV_CORES 64
+#endif
+
 // Default of MoeTracing's `sync` parameter: a PIPE_ALL barrier before each record makes
 // GetSystemCycle (scalar pipe) honest, at the cost of serialising the pipes.
 #ifndef ENABLE_MOE_PROFILING_BARRIER
@@ -189,7 +200,8 @@ struct OptraceEnd {  // empty: profiling off compiles to nothing
 #endif
 
 // Kernel-entry epilogue: copy this core's slot into the GM output `profiling_data`.
-// AIC core i -> slot i, AIV core i -> slot GetBlockNum() + i. At most capacity records
+// AIC core i -> slot i, AIV core i -> slot GetBlockNum() + i; a slot past the allocated
+// ones is skipped. At most capacity records
 // are copied (the counter is copied as is, so readers see drops), then every 64-byte
 // cache line of the slot is flushed so the host reads what the scalar unit wrote.
 __aicore__ inline void MoeProfileWriteBack(GM_ADDR profilingData, const int64_t* buffer)
@@ -202,6 +214,9 @@ __aicore__ inline void MoeProfileWriteBack(GM_ADDR profilingData, const int64_t*
     int64_t slot = static_cast<int64_t>(AscendC::GetBlockIdx());
     if (ASCEND_IS_AIV) {
         slot += static_cast<int64_t>(AscendC::GetBlockNum());
+    }
+    if (slot >= static_cast<int64_t>(OPTRACE_MAX_AIC_CORES) + OPTRACE_MAX_AIV_CORES) {
+        return;  // more cores than the host sized the buffer for (see above)
     }
     __gm__ int64_t* dst = reinterpret_cast<__gm__ int64_t*>(profilingData) + slot * PROF_SIZE_PER_CORE;
     int64_t counter = buffer[0];

@@ -339,3 +339,45 @@ def test_split_core_builds_use_their_own_pointer(build: Path, tmp_path: Path, sp
     symbols = subprocess.run(["nm", "-C", str(binary)], capture_output=True, text=True).stdout
     pointer = "g_moeProfilePtrCube" if split == "SPLIT_CORE_CUBE" else "g_moeProfilePtrVec"
     assert pointer in symbols and "g_moeProfilePtr\n" not in symbols
+
+
+def _run_with_slots(binary: Path, out: Path, slots: int) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(binary), str(out), str(BLOCKS), str(slots), "1000", "1"],
+                          capture_output=True, text=True)
+
+
+def test_cores_past_the_allocated_slots_do_not_write_past_the_buffer(build: Path, tmp_path: Path) -> None:
+    """Built for 2 AIC + 4 AIV slots, run on 4 AIC + 8 AIV cores: the six slots that exist
+    are written (AIC 0-3, then AIV 0-1 from slot GetBlockNum()), nothing past them."""
+    binary = compile_kernel(build, "moe_demo_small", "OPTRACE_MAX_AIC_CORES=2", "OPTRACE_MAX_AIV_CORES=4")
+    done = _run_with_slots(binary, tmp_path / "gm.bin", 6)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"dcci {6 * PROF_SIZE_PER_CORE // 8}"
+    data = np.fromfile(tmp_path / "gm.bin", dtype=np.int64).reshape(6, PROF_SIZE_PER_CORE)
+    assert (data[:, 0] > 1).all()  # every slot carries records
+
+
+def test_the_sentinel_catches_a_write_past_the_buffer(build: Path, tmp_path: Path) -> None:
+    """The same run with the guard taken out of the runtime block fails: the check above
+    can fail."""
+    include = tmp_path / "templates"
+    include.mkdir()
+    block = (TEMPLATES / "moe_tracing_runtime.h").read_text()
+    guard = re.search(r"    if \(slot >= .*?\n        return;.*?\n    \}\n", block)
+    assert guard is not None
+    (include / "moe_tracing_runtime.h").write_text(block.replace(guard[0], ""))
+    binary = compile_kernel(build, "moe_demo_unguarded", "OPTRACE_MAX_AIC_CORES=2",
+                            "OPTRACE_MAX_AIV_CORES=4", include=include)
+    done = _run_with_slots(binary, tmp_path / "gm.bin", 6)
+    assert done.returncode == 3 and "wrote past" in done.stderr
+
+
+def test_the_kernel_and_the_host_agree_on_the_slot_bounds() -> None:
+    """The runtime block's defaults are the profiling-sizes header's (infer, torch adapter)."""
+    from optrace.codemods.layer_common import sizes_header_content
+
+    block = (TEMPLATES / "moe_tracing_runtime.h").read_text()
+    header = sizes_header_content().decode()
+    for name in ("PROF_SIZE_PER_CORE", "OPTRACE_MAX_AIC_CORES", "OPTRACE_MAX_AIV_CORES"):
+        pattern = rf"#define {name} (\d+)\b"
+        assert re.findall(pattern, block) == re.findall(pattern, header), name

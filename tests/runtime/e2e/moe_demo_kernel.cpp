@@ -12,6 +12,7 @@
 #include "ascendc_host_stub.h"
 #include "moe_tracing_runtime.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -66,11 +67,13 @@ int main(int argc, char** argv)
     const int64_t slots = std::strtoll(argv[3], nullptr, 10);
     const uint64_t start = std::strtoull(argv[4], nullptr, 10);
     const uint64_t skew = std::strtoull(argv[5], nullptr, 10);
-    if (slots < 3 * blocks) {
-        std::fprintf(stderr, "SLOTS must be at least 3 * BLOCKS\n");
-        return 2;
-    }
-    std::vector<int64_t> gm(static_cast<size_t>(slots) * PROF_SIZE_PER_CORE, 0);
+    // Past the output, a sentinel region as large as every core could reach: a core
+    // writing past the buffer (more cores than the bounds the kernel was built with) is
+    // reported instead of corrupting the heap.
+    const int64_t sentinel = 0x0BADC0DE;
+    const int64_t spare = std::max<int64_t>(1, 3 * blocks - slots);
+    std::vector<int64_t> gm(static_cast<size_t>(slots + spare) * PROF_SIZE_PER_CORE, 0);
+    std::fill(gm.begin() + slots * PROF_SIZE_PER_CORE, gm.end(), sentinel);
     std::vector<uint8_t> input(64, 0);
     optrace_host::RunCores(blocks, 2 * blocks, start, skew, [&] {
         moe_demo(input.data(), reinterpret_cast<GM_ADDR>(gm.data()));
@@ -80,8 +83,16 @@ int main(int argc, char** argv)
         std::perror(argv[1]);
         return 1;
     }
-    size_t written = std::fwrite(gm.data(), sizeof(int64_t), gm.size(), out);
+    const size_t words = static_cast<size_t>(slots) * PROF_SIZE_PER_CORE;
+    size_t written = std::fwrite(gm.data(), sizeof(int64_t), words, out);
     std::fclose(out);
     std::printf("dcci %llu\n", static_cast<unsigned long long>(AscendC::g_dcciCount));
-    return written == gm.size() ? 0 : 1;
+    for (size_t i = words; i < gm.size(); ++i) {
+        if (gm[i] != sentinel) {
+            std::fprintf(stderr, "a core wrote past the %lld slots of the buffer\n",
+                         static_cast<long long>(slots));
+            return 3;
+        }
+    }
+    return written == words ? 0 : 1;
 }
