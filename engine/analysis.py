@@ -29,7 +29,13 @@ from optrace.engine.diagnostics import Diagnostic, InputError, Severity
 from optrace.engine.discovery import Layers, default_repo_root, discover, resolve_operator_dir
 from optrace.engine.includes import IncludeGraph, build_include_graph
 from optrace.engine.model import ExistingPoint
-from optrace.engine.source import blank_comments, decode, normalise, qualifier_macros
+from optrace.engine.source import (
+    TRACE_POINT_CALL,
+    blank_comments,
+    decode,
+    normalise,
+    qualifier_macros,
+)
 
 # Device primitives that block until another core / rank arrives: phase boundaries.
 BLOCKING_PRIMITIVES = frozenset(
@@ -46,9 +52,7 @@ BLOCKING_PRIMITIVES = frozenset(
 )
 HOT_WORDS = ("dequant", "deq", "quant", "wait", "sync", "send", "recv", "receive", "copy",
              "barrier")
-_EXISTING_RE = re.compile(
-    rb'MoeTracing\s*(?:<[^>]*>)?\s*\(\s*TRACE_POINT\s*\(\s*"([^"]*)"\s*,\s*"([BE])"\s*\)'
-)
+_EXISTING_RE = re.compile(rb"MoeTracing\s*(?:<[^>]*>)?\s*\(\s*" + TRACE_POINT_CALL)
 
 
 # The optrace device runtime itself (inserted into *_base.h by apply) is not operator
@@ -204,6 +208,8 @@ def _collect_existing(an: Analysis) -> None:
     for path, parsed in an.parsed.items():
         code = blank_comments(parsed.src.raw)
         for m in _EXISTING_RE.finditer(code):
+            if m.group(2) not in (b"B", b"E"):
+                continue  # not a point planning can pair; check reports it (OT401)
             line = parsed.src.line_of(m.start())
             owner = None
             for fn in an.index.functions.values():

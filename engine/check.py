@@ -21,15 +21,15 @@ from typing import TYPE_CHECKING
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
 from optrace.engine.discovery import CPP_EXTS, default_repo_root, walk_files
 from optrace.engine.preprocess import MAX_DEPTH, _label_problem
-from optrace.engine.source import blank_comments, blank_if0, decode
+from optrace.engine.source import TRACE_POINT_CALL, blank_comments, blank_if0, decode
 
 if TYPE_CHECKING:
     from optrace.engine.analysis import Analysis
     from optrace.engine.gates import GateResult
 
 _POINT_RE = re.compile(
-    rb'\b(MoeTracing\s*(?:<[^>]*>)?\s*\(|OptraceEnd\s+\w+\s*\(|OptraceEntryEnd\s+\w+\s*\()\s*'
-    rb'TRACE_POINT\s*\(\s*"((?:[^"\\\n]|\\.)*)"\s*,\s*"([^"\n]*)"\s*\)'
+    rb"\b(MoeTracing\s*(?:<[^>]*>)?\s*\(|OptraceEnd\s+\w+\s*\(|OptraceEntryEnd\s+\w+\s*\()\s*"
+    + TRACE_POINT_CALL
 )
 _ENABLE_RE = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+ENABLE_MOE_PROFILING[ \t]+(\S+)", re.M)
 _BLOCK_VERSION_RE = re.compile(rb"// optrace-runtime-block v(\d+)")

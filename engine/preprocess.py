@@ -20,7 +20,7 @@ from pathlib import Path
 
 from optrace.engine.diagnostics import Diagnostic, Severity
 from optrace.engine.discovery import CPP_EXTS, walk_files
-from optrace.engine.source import blank_comments, blank_if0, decode
+from optrace.engine.source import TRACE_POINT_CALL, blank_comments, blank_if0, decode
 from optrace.runtime.format import POINT_ID_SPACE, trace_point_hash
 
 MAP_FORMAT_VERSION = 1
@@ -28,7 +28,7 @@ MAX_DEPTH = 7
 ID_SPACE = POINT_ID_SPACE  # positive int32: safe in every kernel integer type
 FINGERPRINT_ID = 0  # reserved: the runtime's fingerprint record
 
-_POINT_RE = re.compile(rb'\bTRACE_POINT\s*\(\s*"((?:[^"\\\n]|\\.)*)"\s*,\s*"([^"\n]*)"\s*\)')
+_POINT_RE = re.compile(rb"\b" + TRACE_POINT_CALL)
 _FINGERPRINT_DEFINE_RE = re.compile(
     rb"^([ \t]*#[ \t]*define[ \t]+OPTRACE_BUILD_FINGERPRINT[ \t]+)(\S+)", re.M
 )
