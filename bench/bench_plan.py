@@ -1,8 +1,14 @@
-"""`optrace plan` over a generated forest vs a bare tree-sitter parse of the same files.
+"""`optrace plan` and `optrace apply` over a generated forest vs a bare tree-sitter parse
+of the same files.
 
-Both run as fresh processes in the same session (same machine, same load), so the ratio
-is meaningful even on a shared, noisy machine; absolute seconds are not. Targets (issue
-#2): plan time <= 2x the parse time, peak memory <= 1 GiB.
+All run as fresh processes in the same session (same machine, same load), so the ratios
+are meaningful even on a shared, noisy machine; absolute seconds are not. Targets (issues
+#2, #6): plan, and plan + apply, <= 2x the parse time, peak memory <= 1 GiB. `apply
+--write` runs on a fresh copy of the forest (the copy is not timed) and includes its
+plan; `apply` without `--write` (the diff) is measured too. The forest's operators have
+op_host, torch adapter and Python sample layers and share one pybind.cpp, sample and
+build script (`forest.py`), so apply does its cross-layer work and its reconciliation of
+shared files. Peak memory is the largest single process (the CLI or one pool worker).
 """
 
 from __future__ import annotations
@@ -10,7 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -34,21 +40,29 @@ print(n)
 """
 
 
+# Runs the command and prints the peak RSS of its largest process: ru_maxrss of a
+# process's children is the max over all of them so far, so each measurement gets its
+# own parent, and one command's peak never hides behind another's.
+PEAK = r"""
+import resource, subprocess, sys
+subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+"""
+
+
 def run_measured(cmd: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MiB) of one child process."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    """Wall seconds and peak RSS (MiB) of one command (its largest process)."""
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    done = subprocess.run([sys.executable, "-c", PEAK, *cmd], check=True, capture_output=True, text=True)
     wall = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    # ru_maxrss of children is the max over all children so far: run the larger last.
-    return wall, max(peak, before) / 1024
+    return wall, int(done.stdout.split()[-1]) / 1024
 
 
 def main(argv: list[str] | None = None) -> dict[str, object]:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--operators", type=int, default=240)
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--no-apply", action="store_true", help="plan only")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="optrace-forest-") as tmp:
         root = Path(tmp)
@@ -69,6 +83,19 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
                                         "--format", "json", "-o", str(root / "plan.json")])
             plan_t.append(t)
         planned = len(json.loads((root / "plan.json").read_text())["operators"])
+        (root / "plan.json").unlink()
+        apply_t, diff_t, written = [], [], 0
+        apply_mem = diff_mem = 0.0
+        for i in range(0 if args.no_apply else args.repeat):
+            t, diff_mem = run_measured([sys.executable, "-m", "optrace", "apply", *map(str, ops)])
+            diff_t.append(t)
+            copy = Path(tmp) / f"copy{i}"
+            shutil.copytree(root, copy)
+            t, apply_mem = run_measured([sys.executable, "-m", "optrace", "apply",
+                                         *(str(copy / op.name) for op in ops), "--write"])
+            apply_t.append(t)
+            written = sum(1 for op in ops if (copy / op.name / "op_kernel" / f"{op.name}_base.h").is_file())
+            shutil.rmtree(copy)
     result = {
         "operators": args.operators, "planned": planned, "lines": lines, "bytes": size,
         "parse_s": min(parse_t), "plan_s": min(plan_t), "ratio": min(plan_t) / min(parse_t),
@@ -76,6 +103,12 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         "cores": os.cpu_count(),
         "parse_peak_mib": parse_mem, "plan_peak_mib": plan_mem,
     }
+    if apply_t:
+        result.update({
+            "apply_s": min(apply_t), "apply_ratio": min(apply_t) / min(parse_t), "apply_peak_mib": apply_mem,
+            "applied": written,
+            "diff_s": min(diff_t), "diff_ratio": min(diff_t) / min(parse_t), "diff_peak_mib": diff_mem,
+        })
     return result
 
 
@@ -87,6 +120,14 @@ def table(r: dict[str, object]) -> str:
         f"| bare tree-sitter parse {r['parse_s']:.1f} s | {r['plan_s']:.1f} s, peak "
         f"{r['plan_peak_mib']:.0f} MiB | {r['ratio']:.2f}x | <= 2x, <= 1024 MiB |",
         f"| same, `--jobs 1` | (same) | {r['plan_serial_s']:.1f} s | {r['ratio_serial']:.2f}x | |",
+        *([
+            f"| plan + `apply --write`, same forest ({r['applied']} operators instrumented, "
+            f"shared pybind / sample / build script), all {r['cores']} cores | (same) | "
+            f"{r['apply_s']:.1f} s, peak {r['apply_peak_mib']:.0f} MiB | {r['apply_ratio']:.2f}x "
+            "| <= 2x, <= 1024 MiB |",
+            f"| plan + `apply` (the diff, nothing written) | (same) | {r['diff_s']:.1f} s, peak "
+            f"{r['diff_peak_mib']:.0f} MiB | {r['diff_ratio']:.2f}x | |",
+        ] if "apply_s" in r else []),
     ])
 
 

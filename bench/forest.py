@@ -4,6 +4,13 @@ Each operator looks like a UMDK-style 1C2V MoE operator: an entry .cpp, a kernel
 header, and gemm/ epilogue/ raw_distributed/ subtrees of headers with classes,
 `operator()<AscendC::AIC/AIV>` specialisations, phase loops, tile loops, syncs and role
 branches. Deterministic for a given seed.
+
+With `layers=True` (the default of `write_forest`) each operator also has the layers
+`optrace apply` carries `profiling_data` through: an op_host OpDef with infer and tiling,
+a torch adapter, and — shared by every operator, as in real repositories — one
+`pybind.cpp` registering them all, one `functions.h` declaring them, one build script, and one Python sample
+per group of eight operators. So apply does real cross-layer work and exercises the
+reconciliation of files several operators change.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import os
 import random
 from pathlib import Path
 
+SAMPLE_GROUP = 8  # operators per Python sample (see write_shared)
 SUBDIRS = ("gemm/kernel", "gemm/block", "epilogue/block", "epilogue/tile", "raw_distributed")
 
 
@@ -111,7 +119,126 @@ def write_operator(root: Path, op: str, rng: random.Random, headers: int = 16) -
     return total
 
 
-def write_forest(root: Path, operators: int, seed: int = 7) -> tuple[list[Path], int]:
+def camel(op: str) -> str:
+    return op.title().replace("_", "")
+
+
+def write_host(root: Path, op: str) -> int:
+    """op_host/<op>.cpp: tiling, shape inference and the OpDef of one operator (x -> y)."""
+    cls = camel(op)
+    text = f"""#include "register/op_def_registry.h"
+#include "tiling/platform/platform_ascendc.h"
+
+namespace optiling {{
+static ge::graphStatus {cls}TilingFunc(gert::TilingContext *context)
+{{
+    auto platform = platform_ascendc::PlatformAscendC(context->GetPlatformInfo());
+    context->SetBlockDim(platform.GetCoreNumAic());
+    size_t *workspaces = context->GetWorkspaceSizes(1);
+    workspaces[0] = platform.GetLibApiWorkSpaceSize();
+    return ge::GRAPH_SUCCESS;
+}}
+}}  // namespace optiling
+
+namespace ge {{
+static ge::graphStatus InferShape{cls}(gert::InferShapeContext *context)
+{{
+    const gert::Shape *xShape = context->GetInputShape(0);
+    gert::Shape *yShape = context->GetOutputShape(0);
+    if (xShape == nullptr || yShape == nullptr) {{
+        return ge::GRAPH_FAILED;
+    }}
+    *yShape = *xShape;
+    return ge::GRAPH_SUCCESS;
+}}
+}}  // namespace ge
+
+namespace ops {{
+class {cls} : public OpDef {{
+public:
+    explicit {cls}(const char *name) : OpDef(name)
+    {{
+        this->Input("x")
+            .ParamType(REQUIRED)
+            .DataType({{ge::DT_FLOAT16, ge::DT_BF16}})
+            .Format({{ge::FORMAT_ND, ge::FORMAT_ND}});
+        this->Output("y")
+            .ParamType(REQUIRED)
+            .DataType({{ge::DT_FLOAT16, ge::DT_BF16}})
+            .Format({{ge::FORMAT_ND, ge::FORMAT_ND}});
+
+        this->SetInferShape(ge::InferShape{cls});
+        this->AICore().SetTiling(optiling::{cls}TilingFunc);
+        this->AICore().AddConfig("ascend910b");
+    }}
+}};
+
+OP_ADD({cls});
+}}  // namespace ops
+"""
+    path = root / op / "op_host" / f"{op}.cpp"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return text.count("\n")
+
+
+def write_shared(root: Path, ops: list[str]) -> int:
+    """The files every operator shares (registration, declarations, sample, build script)
+    and one torch adapter per operator; returns their number of lines."""
+    files: dict[str, str] = {}
+    decls = "\n".join(f"at::Tensor {op}_impl(const at::Tensor &x);" for op in ops)
+    files["pybind/functions.h"] = (f"#ifndef FOREST_FUNCTIONS_H\n#define FOREST_FUNCTIONS_H\n\n"
+                                   f"#include <ATen/ATen.h>\n\n{decls}\n\n#endif  // FOREST_FUNCTIONS_H\n")
+    defs = "\n".join(f'    m.def("{op}", &{op}_impl, "{op}");' for op in ops)
+    schemas = "\n".join(f'    m.def("{op}(Tensor x) -> Tensor");' for op in ops)
+    impls = "\n".join(f'    m.impl("{op}", &{op}_impl);' for op in ops)
+    files["pybind/pybind.cpp"] = (
+        '#include <torch/extension.h>\n#include <torch/library.h>\n#include "functions.h"\n\n'
+        f"PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)\n{{\n{defs}\n}}\n\n"
+        f"TORCH_LIBRARY(forest_op_lib, m)\n{{\n{schemas}\n}}\n\n"
+        f"TORCH_LIBRARY_IMPL(forest_op_lib, PrivateUse1, m)\n{{\n{impls}\n}}\n")
+    for op in ops:
+        files[f"pybind/{op}.cpp"] = (
+            '#include <torch/extension.h>\n#include "pytorch_npu_helper.hpp"\n#include "functions.h"\n\n'
+            f"at::Tensor {op}_impl(const at::Tensor &x)\n{{\n"
+            "    at::Tensor y = at::empty_like(x);\n"
+            f"    EXEC_NPU_CMD(aclnn{camel(op)}, x, y);\n"
+            "    return y;\n}\n")
+    # One sample per group of operators: shared, but not by all of them — each operator's
+    # Python-caller codemod parses (libcst) every sample calling it, so one sample for
+    # hundreds of operators would make apply quadratic in a way real repositories are not.
+    for first in range(0, len(ops), SAMPLE_GROUP):
+        group = ops[first : first + SAMPLE_GROUP]
+        calls = "\n".join(f"    y = torch.ops.forest_op_lib.{op}(x)\n    assert y.shape == x.shape"
+                           for op in group)
+        name = "forest_sample.py" if first == 0 else f"forest_sample_{first // SAMPLE_GROUP}.py"
+        files[f"examples/{name}"] = (
+            '"""Runs forest operators once."""\n\nimport torch\nimport torch_npu  # noqa: F401\n\n\n'
+            f"def main():\n    x = torch.randn(16, 64, dtype=torch.float16).npu()\n{calls}\n\n\n"
+            'if __name__ == "__main__":\n    main()\n')
+    files["build/compile_ascend_proj.sh"] = (
+        "#!/bin/bash\n# Builds every operator of the forest into one msopgen project.\nset -e\n\n"
+        'PROJ_DIR="${BUILD_ROOT:-build_out}/forest_kernels"\n\n'
+        "copy_ops() {\n"
+        '    for op_dir in */op_kernel; do\n'
+        '        cp -r "${op_dir}/"* "${PROJ_DIR}/op_kernel/"\n'
+        "    done\n}\n\n"
+        "build_project() {\n"
+        '    cd "${PROJ_DIR}"\n'
+        '    cmake -S . -B build_out --preset=default -DASCEND_COMPUTE_UNIT="${SOC_VERSION}"\n'
+        '    cmake --build build_out --target binary package -j "$(nproc)"\n}\n\n'
+        "copy_ops\nbuild_project\n")
+    total = 0
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        total += text.count("\n")
+    return total
+
+
+def write_forest(root: Path, operators: int, seed: int = 7, layers: bool = True,
+                 headers: int = 16) -> tuple[list[Path], int]:
     rng = random.Random(seed)
     root.mkdir(parents=True, exist_ok=True)
     (root / "optrace.toml").write_text("# benchmark forest\n")
@@ -119,6 +246,10 @@ def write_forest(root: Path, operators: int, seed: int = 7) -> tuple[list[Path],
     lines = 0
     for i in range(operators):
         name = f"moe_op_{i:04d}"
-        lines += write_operator(root, name, rng)
+        lines += write_operator(root, name, rng, headers)
+        if layers:
+            lines += write_host(root, name)
         ops.append(root / name)
+    if layers:
+        lines += write_shared(root, [op.name for op in ops])
     return ops, lines

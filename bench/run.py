@@ -33,7 +33,7 @@ def main() -> None:
     args = ap.parse_args()
     sections = []
     plan_args = ["--operators", "24"] if args.quick else []
-    sections.append(("plan", run("bench_plan.py", *plan_args)))
+    sections.append(("plan and apply", run("bench_plan.py", *plan_args)))
     if (HERE / "bench_collect.py").exists():
         collect_args = ["--ranks", "2"] if args.quick else []
         sections.append(("collect", run("bench_collect.py", *collect_args)))

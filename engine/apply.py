@@ -17,8 +17,11 @@ anything is written.
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from optrace.codemods.kernel_entry import SCAFFOLD_BEGIN, entry_edits, recorded_mode
 from optrace.codemods.kernel_points import point_edits
@@ -37,6 +40,38 @@ from optrace.engine.edits import Edit, EditError, EditSet, apply_edits, new_cont
 from optrace.engine.plan import Plan, plan_operator
 
 Change = tuple[bytes | None, bytes | None]
+EditsByFile = dict[Path, list[Edit]]
+
+
+@dataclass
+class Provenance:
+    """How an operator's changes were derived, as plain data (it crosses process
+    boundaries): enough for `rebase` to redo exactly the part that depends on files other
+    operators of the same run changed, instead of planning the operator again."""
+
+    kind: str  # "apply" or "strip"
+    op_name: str  # the name this operator's edits carry in `reconcile`
+    neighbour_dir: Path  # the directory `instrumented_operators` reports for it
+    exclude: Path  # the directory its `OtherOperators` leaves out (itself)
+    entry: Path  # the kernel entry (its recorded mode says which edits others see)
+    mode: str  # apply: the mode written; strip: the mode recorded before
+    # The files whose bytes are re-derived from their current state (apply: the layer
+    # files; strip: every file strip visits), in the order the computation visits them.
+    scope: list[Path] = field(default_factory=list)
+    # apply: this operator's layer edits per file, on the file's clean bytes, and a digest
+    # of those clean bytes (edits are only valid on exactly those bytes).
+    mine: EditsByFile = field(default_factory=dict)
+    clean_digest: dict[Path, str] = field(default_factory=dict)
+    kernel_files: set[Path] = field(default_factory=set)
+    owned: set[Path] = field(default_factory=set)  # strip: files rebuilt with others' edits
+    # Files whose current bytes fed anything else (the kernel parse, discovered layers,
+    # created / deleted files): another operator changing one means: compute again.
+    reads: set[Path] = field(default_factory=set)
+    kernel_reads: frozenset[Path] = frozenset()  # what the layer edits' plan parsed
+    # The edits `OtherOperators` finds for this operator before the run writes anything
+    # (in its recorded mode), and — apply — after its own commit (in the mode written).
+    edits_before: EditsByFile | None = None
+    edits_after: EditsByFile | None = None
 
 
 @dataclass
@@ -46,6 +81,7 @@ class OperatorChanges:
     changes: dict[Path, Change] = field(default_factory=dict)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     plan: Plan | None = None
+    provenance: Provenance | None = None
 
     @property
     def name(self) -> str:
@@ -63,44 +99,82 @@ def apply_changes(op_dir: Path, repo_root: Path | None = None, mode: str | None 
     files_with_points = {e.path for e in points} | {plan.analysis.entry_fn.src.path}
     includes = include_edits(plan, files_with_points)
     kernel = [*points, *entry, *block, *includes]
-    effective = mode or recorded_mode(plan.analysis.entry_fn.src.raw) or "B"
-    layer_side, layer_created, deleted = _layer_side(plan, effective, {resolve(e.path) for e in kernel})
+    recorded = recorded_mode(plan.analysis.entry_fn.src.raw)
+    effective = mode or recorded or "B"
+    kernel_files = {resolve(e.path) for e in kernel}
+    own_dir = plan.analysis.layers.op_dir.resolve()
+    prov = Provenance("apply", plan.analysis.layers.op_name, own_dir, own_dir,
+                      resolve(plan.analysis.entry_fn.src.path), effective, kernel_files=kernel_files)
+    layer_side, layer_created, deleted = _layer_side(plan, effective, kernel_files, prov)
     editset = EditSet([*kernel, *layer_side])
     result = OperatorChanges(op_dir.resolve(), root, plan=plan,
-                             diagnostics=list(plan.diagnostics))
+                             diagnostics=list(plan.diagnostics), provenance=prov)
     for path, (old, new) in new_contents(editset).items():
         result.changes[path] = (old, new)
     for path, content in {**created, **layer_created}.items():
         result.changes[path] = (None, content)
     for path, content in deleted.items():
         result.changes[path] = (content, None)
+    # What a multi-operator run needs to rebase this result (see `rebase`): everything the
+    # computation read except the layer files `rebase` re-derives.
+    prov.kernel_reads = frozenset(resolve(p) for p in plan.analysis.parsed)
+    found = {resolve(f.path) for fs in plan.analysis.layers.found.values() for f in fs}
+    prov.reads = (set(prov.kernel_reads) | kernel_files | found) - (set(prov.scope) - kernel_files)
+    prov.reads |= {*created, *layer_created, *deleted, sizes_header(plan.analysis.layers).resolve()}
+    prov.edits_after = prov.mine
+    if recorded is not None and recorded != effective:  # others see the recorded mode until then
+        prov.edits_before = _by_file(layer_edits(plan, recorded).edits)
+    else:
+        prov.edits_before = prov.mine
     return result
 
 
-def _layer_side(plan: Plan, mode: str, kernel_files: set[Path]
+def _by_file(edits: Iterable[Edit]) -> EditsByFile:
+    by_file: EditsByFile = {}
+    for edit in edits:
+        by_file.setdefault(resolve(edit.path), []).append(edit)
+    return by_file
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class Neighbourhood(Protocol):
+    """Where `reconcile` finds the other instrumented operators' edits of a file."""
+
+    def edits_for(self, path: Path) -> list[tuple[str, Edit]]: ...
+
+
+def _layer_file(path: Path, data: bytes, clean: bytes, mine: list[Edit], kernel_files: set[Path],
+                name: str, others: Neighbourhood) -> list[Edit]:
+    """The edits of one layer file's current bytes: the one rule both a single operator's
+    computation and `rebase` use, so they cannot disagree."""
+    if data == clean:
+        return mine
+    if path in kernel_files:
+        return []  # the kernel codemods own it (layer codemods never target kernel files)
+    target = reconcile(data, clean, [(name, e) for e in mine], others, path)
+    return [replacement(path, data, target, "layers")] if target != data else []
+
+
+def _layer_side(plan: Plan, mode: str, kernel_files: set[Path], prov: Provenance
                 ) -> tuple[list[Edit], dict[Path, bytes], dict[Path, bytes]]:
     """Edits of the current bytes, files to create and files to delete (other layers)."""
     layers = layer_edits(plan, mode)
-    by_file: dict[Path, list[Edit]] = {}
-    for edit in layers.edits:
-        by_file.setdefault(resolve(edit.path), []).append(edit)
+    by_file = _by_file(layers.edits)
+    prov.mine = by_file
     others = OtherOperators(plan.analysis.layers.repo_root, plan.analysis.layers.op_dir)
     name = plan.analysis.layers.op_name
     out: list[Edit] = []
     for path in sorted(set(by_file) | set(layers.scopes)):
+        prov.scope.append(path)
         if not path.is_file():
             continue
         data = path.read_bytes()
         clean = strip_bytes(data, path)
-        mine = by_file.get(path, [])
-        if data == clean:
-            out.extend(mine)
-            continue
-        if path in kernel_files:
-            continue  # the kernel codemods own it (layer codemods never target kernel files)
-        target = reconcile(data, clean, [(name, e) for e in mine], others, path)
-        if target != data:
-            out.append(replacement(path, data, target, "layers"))
+        prov.clean_digest[path] = _digest(clean)
+        out.extend(_layer_file(path, data, clean, by_file.get(path, []), kernel_files, name, others))
     created: dict[Path, bytes] = {}
     deleted: dict[Path, bytes] = {}
     for path, content in layers.created.items():
@@ -159,7 +233,7 @@ def instrumented_operators(root: Path) -> list[Path]:
     return sorted(found)
 
 
-def reconcile(data: bytes, clean: bytes, mine: list[tuple[str, Edit]], others: OtherOperators,
+def reconcile(data: bytes, clean: bytes, mine: list[tuple[str, Edit]], others: Neighbourhood,
               path: Path) -> bytes:
     """The file this run leaves: clean + this operator's edits, + the other instrumented
     operators' edits when the file carries insertions that are not this one's. Edits are
@@ -193,27 +267,259 @@ def strip_changes(op_dir: Path, repo_root: Path | None = None) -> OperatorChange
     changes (it is rebuilt from its clean bytes with their edits)."""
     op_dir = resolve_operator_dir(op_dir)
     root = (repo_root or default_repo_root(op_dir)).resolve()
-    result = OperatorChanges(op_dir, root)
+    prov = Provenance("strip", op_dir.name, op_dir.resolve(), op_dir.resolve(), op_dir, "B")
+    result = OperatorChanges(op_dir, root, provenance=prov)
     owned: set[Path] = set()
     try:
-        owned = set(owned_files(plan_operator(op_dir, repo_root)))
+        plan = plan_operator(op_dir, repo_root)
     except InputError:
         pass  # no kernel entry any more: the operator directory is all there is to strip
+    else:
+        owned = set(owned_files(plan))
+        # For a multi-operator run (see `rebase`): what the plan read, and the edits the
+        # other operators see for this one while it is still instrumented.
+        prov.op_name = plan.analysis.layers.op_name
+        prov.neighbour_dir = plan.analysis.layers.op_dir.resolve()
+        prov.entry = resolve(plan.analysis.entry_fn.src.path)
+        prov.kernel_reads = frozenset(resolve(p) for p in plan.analysis.parsed)
+        prov.reads = {resolve(f.path) for fs in plan.analysis.layers.found.values() for f in fs}
+        prov.mode = recorded_mode(plan.analysis.entry_fn.src.raw) or "B"
+        try:
+            prov.edits_before = _by_file(layer_edits(plan, prov.mode).edits)
+        except (InputError, EditError, OSError):
+            prov.edits_before = {}  # as `OtherOperators` treats a broken neighbour
+    prov.owned = owned
     others = OtherOperators(root, op_dir)
     paths = [p.resolve() for p in walk_files(op_dir) if p.suffix.lower() in CPP_EXTS
              or p.suffix.lower() in (".py", ".sh", ".bash", ".cmake") or p.name == "CMakeLists.txt"]
-    for path in sorted(set(paths) | owned):
-        try:
-            data = path.read_bytes()
-        except OSError:
-            continue
-        if is_created(data):
-            result.changes[path] = (data, None)
-            continue
-        clean = strip_bytes(data, path)
-        new = data
-        if clean != data:
-            new = reconcile(data, clean, [], others, path) if path in owned else clean
-        if new != data:
-            result.changes[path] = (data, new)
+    prov.scope = sorted(set(paths) | owned)
+    # Another operator's commit changing one of these means computing again; the files in
+    # scope `rebase` re-derives, except kernel sources (they decide what `owned` is).
+    prov.reads = (prov.reads - set(prov.scope)) | prov.kernel_reads
+    for path in prov.scope:
+        change = _strip_file(path, owned, others)
+        if change is not None:
+            result.changes[path] = change
     return result
+
+
+def _strip_file(path: Path, owned: set[Path], others: Neighbourhood) -> Change | None:
+    """What strip does to one file, from its current bytes: the one rule both a single
+    operator's computation and `rebase` use."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    if is_created(data):
+        return (data, None)
+    clean = strip_bytes(data, path)
+    new = data
+    if clean != data:
+        new = reconcile(data, clean, [], others, path) if path in owned else clean
+    return (data, new) if new != data else None
+
+
+# --- several operators in one run -------------------------------------------------------------
+
+
+class Neighbours:
+    """The instrumented operators of one repository while a multi-operator run commits,
+    with their layer edits: what `OtherOperators` would find at this moment of the run.
+
+    Operators of the run bring their edits from their own computation (`Provenance`);
+    only an operator the run does not know is planned, once, as `OtherOperators` would.
+    Its state is kept current from the files each commit wrote."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        # kernel source (resolved) -> (operator dirs it counts for, carries the scaffold)
+        self._kernel: dict[Path, tuple[set[Path], bool]] | None = None
+        self._edits: dict[Path, tuple[EditsByFile, frozenset[Path]]] = {}
+
+    def _scan(self) -> dict[Path, tuple[set[Path], bool]]:
+        if self._kernel is None:
+            self._kernel = {}
+            for path in walk_files(self.root, KERNEL_EXTS):
+                try:
+                    scaffold = SCAFFOLD_BEGIN in path.read_bytes()
+                except OSError:
+                    continue
+                dirs, had = self._kernel.setdefault(resolve(path), (set(), False))
+                dirs.add(_operator_of(path))
+                self._kernel[resolve(path)] = (dirs, had or scaffold)
+        return self._kernel
+
+    def instrumented(self) -> list[Path]:
+        """As `instrumented_operators(root)` would answer now."""
+        return sorted({d for dirs, scaffold in self._scan().values() if scaffold for d in dirs})
+
+    def know(self, op_dir: Path, edits: EditsByFile, reads: frozenset[Path]) -> None:
+        """`op_dir`'s layer edits as planning it now would give; valid while none of
+        `reads` (the kernel files its plan parsed) changes."""
+        self._edits[op_dir] = (edits, reads)
+
+    def written(self, paths: Iterable[Path]) -> set[Path]:
+        """A commit wrote `paths` (resolved): update who is instrumented, forget edits
+        whose plan read one of them (returned: their operators)."""
+        paths = set(paths)
+        stale: set[Path] = set()
+        for path in paths:
+            if self._kernel is not None and path.suffix.lower() in KERNEL_EXTS:
+                if path not in self._kernel:
+                    self._kernel = None  # a kernel file appeared: walk again when asked
+                    continue
+                dirs, _ = self._kernel[path]
+                try:
+                    self._kernel[path] = (dirs, SCAFFOLD_BEGIN in path.read_bytes())
+                except OSError:
+                    self._kernel[path] = (dirs, False)
+        for op_dir, (_, reads) in list(self._edits.items()):
+            if reads & paths:
+                del self._edits[op_dir]
+                stale.add(op_dir)
+        return stale
+
+    def edits_of(self, op_dir: Path) -> EditsByFile:
+        known = self._edits.get(op_dir)
+        if known is not None:
+            return known[0]
+        edits: EditsByFile = {}
+        reads: frozenset[Path] = frozenset()
+        try:
+            plan = plan_operator(op_dir, self.root)
+            reads = frozenset(resolve(p) for p in plan.analysis.parsed)
+            edits = _by_file(layer_edits(plan, recorded_mode(plan.analysis.entry_fn.src.raw) or "B").edits)
+        except (InputError, EditError, OSError):
+            pass  # a broken neighbour keeps nothing of its own here (as in OtherOperators)
+        self._edits[op_dir] = (edits, reads)
+        return edits
+
+    def view(self, exclude: Path) -> Neighbourhood:
+        return _View(self, exclude.resolve())
+
+
+@dataclass
+class _View:
+    """`OtherOperators` for one operator of the run, answered by `Neighbours`."""
+
+    neighbours: Neighbours
+    exclude: Path
+
+    def edits_for(self, path: Path) -> list[tuple[str, Edit]]:
+        out: list[tuple[str, Edit]] = []
+        for op_dir in self.neighbours.instrumented():
+            if op_dir != self.exclude:
+                out.extend((op_dir.name, e) for e in self.neighbours.edits_of(op_dir).get(path, []))
+        return out
+
+
+def _operator_of(kernel_file: Path) -> Path:
+    """The operator directory `instrumented_operators` reports for a kernel source."""
+    parts = kernel_file.parts
+    if "op_kernel" in parts:
+        return Path(*parts[: len(parts) - 1 - parts[::-1].index("op_kernel")]).resolve()
+    return kernel_file.parent.resolve()
+
+
+def rebase(result: OperatorChanges, written: set[Path], changed_edits: set[Path],
+           neighbours: Neighbours) -> OperatorChanges | None:
+    """`result` as if computed now, after earlier operators of the run committed
+    `written` (resolved paths) and changed the edits other operators see for
+    `changed_edits`: exactly what computing the operator now would give, or None when
+    that cannot be known without computing it again.
+
+    Why it is exact: the layer codemods edit clean bytes, which marked insertions do not
+    change, so this operator's layer edits still hold (checked: same clean digest), and a
+    file's new bytes are a function of its current bytes, those edits and the other
+    instrumented operators' edits — recomputed here with the same `_layer_file` /
+    `_strip_file` rule. Anything else the computation read (kernel sources, created files,
+    discovered files outside its scope) having changed means None."""
+    prov = result.provenance
+    if prov is None:
+        return None
+    if prov.reads & written:
+        return None
+    redo = [p for p in prov.scope if p in written or p in changed_edits]
+    if not redo:
+        return result
+    changes = dict(result.changes)
+    others = neighbours.view(prov.exclude)
+    try:
+        for path in redo:
+            if prov.kind == "strip":
+                change = _strip_file(path, prov.owned, others)
+                if change is None:
+                    changes.pop(path, None)
+                else:
+                    changes[path] = change
+                continue
+            if path in prov.kernel_files or not path.is_file():
+                return None
+            data = path.read_bytes()
+            clean = strip_bytes(data, path)
+            if prov.clean_digest.get(path) != _digest(clean):
+                return None
+            new = apply_edits(data, _layer_file(path, data, clean, prov.mine.get(path, []),
+                                                prov.kernel_files, prov.op_name, others))
+            if new != data:
+                changes[path] = (data, new)
+            else:
+                changes.pop(path, None)
+    except (EditError, OSError):
+        return None  # computing it again reports it as a single run would
+    return OperatorChanges(result.op_dir, result.repo_root, changes, result.diagnostics,
+                           provenance=prov)
+
+
+class RunCommits:
+    """The state of a multi-operator `--write` run between commits: which files earlier
+    operators wrote and whose edits others now see differently, so each operator's
+    result, computed before anything was written (in parallel), is rebased onto what
+    the earlier commits left — or reported as needing a fresh computation."""
+
+    def __init__(self, results: Iterable[OperatorChanges]) -> None:
+        self.written: set[Path] = set()
+        self.changed_edits: set[Path] = set()
+        self.exact = True
+        self._hoods: dict[Path, Neighbours] = {}
+        for result in results:
+            prov = result.provenance
+            if prov is not None and prov.edits_before is not None:
+                self._hood(result.repo_root).know(prov.neighbour_dir, prov.edits_before, prov.kernel_reads)
+
+    def _hood(self, root: Path) -> Neighbours:
+        return self._hoods.setdefault(root, Neighbours(root))
+
+    def rebase(self, result: OperatorChanges) -> OperatorChanges | None:
+        """`result` as computing it now would give, or None: compute it again."""
+        if not self.written and not self.changed_edits:
+            return result  # nothing was written since it was computed
+        if not self.exact:
+            return None
+        return rebase(result, self.written, self.changed_edits, self._hood(result.repo_root))
+
+    def committed(self, result: OperatorChanges, paths: Iterable[Path]) -> None:
+        """`result` was committed, writing `paths`."""
+        written = {resolve(p) for p in paths}
+        if not written:
+            return
+        self.written |= written
+        prov = result.provenance
+        for hood in self._hoods.values():
+            stale = hood.written(written)
+            if prov is None or stale - {prov.neighbour_dir}:
+                # Another operator's plan read a file this commit wrote (a kernel header
+                # two operators share): what it sees now is unknown without planning it,
+                # so every later operator is computed again, as a single run would.
+                self.exact = False
+        if prov is None:
+            self.exact = False
+            return
+        self.changed_edits |= set(prov.edits_before or {}) | set(prov.edits_after or {})
+        if prov.kind == "apply" and prov.edits_after is not None:
+            try:
+                mode = recorded_mode(prov.entry.read_bytes()) or "B"
+            except OSError:
+                return
+            if mode == prov.mode:  # what planning it now would give (else: planned when asked)
+                self._hood(result.repo_root).know(prov.neighbour_dir, prov.edits_after, prov.kernel_reads)

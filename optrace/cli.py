@@ -190,15 +190,53 @@ class Mode(StrEnum):
     B = "B"
 
 
+@dataclass
+class _EditOutcome:
+    """What computing apply / strip for one operator produced, as plain data (crosses
+    process boundaries): its changes (without the plan), or the message of its failure."""
+
+    result: Any = None  # OperatorChanges
+    message: str = ""
+    code: int = EXIT_OK
+
+
+def _edit_one(op_dir: Path, repo_root: Path | None, compute: str, mode: str | None) -> _EditOutcome:
+    from optrace.engine import apply as apply_module
+    from optrace.engine.diagnostics import InputError
+    from optrace.engine.edits import EditError
+
+    try:
+        result = (apply_module.apply_changes(op_dir, repo_root, mode) if compute == "apply"
+                  else apply_module.strip_changes(op_dir, repo_root))
+    except InputError as exc:
+        return _EditOutcome(message=exc.diagnostic.format(), code=EXIT_INPUT)
+    except EditError as exc:
+        return _EditOutcome(message=f"{exc}", code=EXIT_INTERNAL)
+    except Exception:  # one broken operator must not stop the others
+        return _EditOutcome(message=f"{op_dir}: OT999 internal error while computing {compute}:\n"
+                            f"{traceback.format_exc()}", code=EXIT_INTERNAL)
+    result.plan = None  # parse trees do not cross processes, and nothing below needs them
+    return _EditOutcome(result)
+
+
 def _edit_command(
     op_dirs: list[Path], repo_root: Path | None, write: bool, check: bool, patch: Path | None,
-    compute: str, mode: Mode | None = None,
+    compute: str, mode: Mode | None = None, jobs: int | None = None,
 ) -> int:
-    """The shared body of apply / strip: diff (default), --write, --check or --patch."""
-    from optrace.engine.apply import apply_changes, strip_changes
+    """The shared body of apply / strip: diff (default), --write, --check or --patch.
+
+    Every operator is computed first, in a process pool, against the tree as it is; then,
+    in the order given, each is reported and (--write) committed as its own transaction.
+    Without --write nothing is written, so the outputs are those of computing the
+    operators one after another. With --write an operator's result may be stale once an
+    earlier one committed (a shared pybind.cpp, sample or build script): `RunCommits`
+    rebases it onto the files as they are now — exactly what computing it now gives — or,
+    when that cannot be known, it is computed again here. So the tree ends byte for byte
+    as with one operator at a time."""
+    from optrace.engine.apply import RunCommits
     from optrace.engine.diagnostics import InputError, Severity
     from optrace.engine.discovery import default_repo_root, resolve_operator_dir
-    from optrace.engine.edits import EditError, encode_patch, unified_diff
+    from optrace.engine.edits import encode_patch, unified_diff
     from optrace.engine.transaction import Transaction, TransactionError
 
     if sum((write, check, patch is not None)) > 1:
@@ -206,35 +244,47 @@ def _edit_command(
         return EXIT_INPUT
     code = EXIT_OK
     patches: list[str] = []
+    mode_ = mode.value if mode else None
+    # Per operator, in order: where it is and its journal. A run that died between files
+    # left a journal: it is finished (rolled back) before anything is computed; its
+    # messages are shown when the operator's turn comes.
+    prepared: list[tuple[list[str], int, Path | None, Transaction | None]] = []
     for op_dir in op_dirs:
         try:
             op_dir = resolve_operator_dir(op_dir)
         except InputError as exc:
-            _err(exc.diagnostic.format())
-            code = max(code, EXIT_INPUT)
+            prepared.append(([exc.diagnostic.format()], EXIT_INPUT, None, None))
             continue
         root = (repo_root or default_repo_root(op_dir)).resolve()
         txn = Transaction(root / ".optrace", _journal_name(op_dir))
-        # A run that died between files left a journal: finish it (roll back) first.
         try:
             report = txn.recover()
         except TransactionError as exc:
-            _err(str(exc))
-            code = max(code, EXIT_INPUT)
+            prepared.append(([str(exc)], EXIT_INPUT, None, None))
             continue
-        for message in report.messages():
+        prepared.append((report.messages(), EXIT_OK, op_dir, txn))
+    work = [(op_dir, repo_root, compute, mode_) for _, _, op_dir, _ in prepared if op_dir is not None]
+    title = "applying" if compute == "apply" else "stripping"
+    computed = _run_parallel(_edit_one, list(work), _workers(jobs, len(work)), title)
+    run = RunCommits(o.result for o in computed if o.result is not None) if write else None
+    pending = iter(computed)
+    for messages, failure, resolved, journal in prepared:
+        for message in messages:
             _err(message)
-        try:
-            result = (apply_changes(op_dir, repo_root, mode.value if mode else None)
-                      if compute == "apply" else strip_changes(op_dir, repo_root))
-        except InputError as exc:
-            _err(exc.diagnostic.format())
-            code = max(code, EXIT_INPUT)
+        code = max(code, failure)
+        if resolved is None or journal is None:
             continue
-        except EditError as exc:
-            _err(f"{exc}")
-            code = max(code, EXIT_INTERNAL)
+        outcome = next(pending)
+        if run is not None and outcome.result is not None:
+            rebased = run.rebase(outcome.result)
+            # Not rebasable: compute it again, now, after the earlier commits.
+            outcome = (_EditOutcome(rebased) if rebased is not None
+                       else _edit_one(resolved, repo_root, compute, mode_))
+        if outcome.result is None:
+            _err(outcome.message)
+            code = max(code, outcome.code)
             continue
+        result = outcome.result
         for d in result.diagnostics:
             if d.severity == Severity.ERROR:
                 _err(d.format(result.repo_root))
@@ -244,16 +294,19 @@ def _edit_command(
                     _err(f"{_rel(path, result.repo_root)}: OT300 would change ({compute})")
                 code = max(code, EXIT_FINDINGS)
             continue
-        diff = unified_diff(result.changes, result.repo_root)
         if write:
+            assert run is not None
             try:
-                written = txn.commit(result.changes)
+                written = journal.commit(result.changes)
             except TransactionError as exc:
                 _err(str(exc))
                 code = max(code, EXIT_INPUT)
                 continue
+            run.committed(result, written)
             typer.echo(f"{result.name}: {len(written)} file(s) written")
-        elif patch is not None:
+            continue
+        diff = unified_diff(result.changes, result.repo_root)
+        if patch is not None:
             patches.append(diff)
         else:
             _write_stdout_bytes(encode_patch(diff))
@@ -311,11 +364,12 @@ def apply(
     write: Annotated[bool, typer.Option("--write", help=_WRITE_HELP)] = False,
     check: Annotated[bool, typer.Option("--check", help=_CHECK_HELP)] = False,
     patch: Annotated[Path | None, typer.Option("--patch", help=_PATCH_HELP)] = None,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help=_JOBS_HELP)] = None,
 ) -> None:
     """Instrument operators as planned, as a minimal diff: trace points (B + a scope guard
     that records the E on every exit), the runtime block in *_base.h, and the kernel
     entry scaffold with its profiling_data output. Default: print the diff, write nothing."""
-    raise typer.Exit(_edit_command(op_dirs, repo_root, write, check, patch, "apply", mode))
+    raise typer.Exit(_edit_command(op_dirs, repo_root, write, check, patch, "apply", mode, jobs))
 
 
 @app.command()
@@ -325,10 +379,11 @@ def strip(
     write: Annotated[bool, typer.Option("--write", help=_WRITE_HELP)] = False,
     check: Annotated[bool, typer.Option("--check", help=_CHECK_HELP)] = False,
     patch: Annotated[Path | None, typer.Option("--patch", help=_PATCH_HELP)] = None,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help=_JOBS_HELP)] = None,
 ) -> None:
     """Remove exactly what `apply` added (found by its markers), leaving the tree byte for
     byte as before; trace points written by hand stay. Default: print the diff."""
-    raise typer.Exit(_edit_command(op_dirs, repo_root, write, check, patch, "strip"))
+    raise typer.Exit(_edit_command(op_dirs, repo_root, write, check, patch, "strip", None, jobs))
 
 
 def _check_one(op_dir: Path, repo_root: Path | None, compile_safety: bool) -> tuple[Any, str, int]:
