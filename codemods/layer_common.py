@@ -442,6 +442,22 @@ def sizes_header_content() -> bytes:
 """
 
 
+def python_numel_expr() -> str:
+    """`OPTRACE_PROFILING_NUMEL` as a Python expression, read from the header's own text
+    (`(AIC + AIV) * PROF_SIZE_PER_CORE`), so Python fakes size the buffer exactly as infer
+    and the torch adapter do and a change to the header reaches them too. `-D` overrides
+    given to the C++ build do not reach Python: a build that raises the bounds must set
+    the Python constant to match."""
+    text = sizes_header_content()
+    values = {}
+    for name in ("PROF_SIZE_PER_CORE", "OPTRACE_MAX_AIC_CORES", "OPTRACE_MAX_AIV_CORES"):
+        m = re.search(rb"#define " + name.encode() + rb" (\d+)\b", text)
+        assert m is not None, name
+        values[name] = int(m.group(1))
+    return (f"({values['OPTRACE_MAX_AIC_CORES']} + {values['OPTRACE_MAX_AIV_CORES']}) * "
+            f"{values['PROF_SIZE_PER_CORE']}")
+
+
 def sizes_header_path(op_dir: Path, host_files: list[Path]) -> Path:
     """Beside the op's host code (infer / OpDef / launcher) inside the operator directory,
     so a build that copies op_host/ copies the header with the code that includes it."""

@@ -1,7 +1,8 @@
 """The cross-layer codemods in run order, and what each operator owns.
 
-DESCRIPTION: run op_def, infer, tiling, aclnn, torch_adapter, registration, build_hook
-and python_callers for one operator and mode; create the shared profiling-size header;
+DESCRIPTION: run op_def, infer, tiling, aclnn, torch_adapter, registration,
+autograd_wrappers, build_hook, python_callers, python_fakes and graph_converters for one
+operator and mode; create the shared profiling-size header;
 report every file the operator's layers live in, so apply can rebuild them and strip
 can visit them.
 
@@ -14,11 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from optrace.codemods.aclnn import aclnn_edits, aclnn_files
+from optrace.codemods.autograd_wrappers import autograd_wrapper_edits, wrapper_files
 from optrace.codemods.build_hook import build_hook_edits, build_script
+from optrace.codemods.graph_converters import converter_files, graph_converter_edits
 from optrace.codemods.infer import infer_edits
 from optrace.codemods.layer_common import sizes_header_content, sizes_header_path
 from optrace.codemods.op_def import op_def_edits, opdef_file
 from optrace.codemods.python_callers import caller_files, python_caller_edits
+from optrace.codemods.python_fakes import fake_files, python_fake_edits
 from optrace.codemods.registration import registration_changes
 from optrace.codemods.tiling import tiling_edits
 from optrace.codemods.torch_adapter import torch_adapter_edits
@@ -27,7 +31,8 @@ from optrace.engine.edits import Edit, resolve
 from optrace.engine.plan import Plan
 
 # Layers whose discovered files the operator owns (besides registrations and declarations).
-OWN_LAYERS = ("op_def", "infer", "tiling", "aclnn", "torch_adapter", "python_callers")
+OWN_LAYERS = ("op_def", "infer", "tiling", "aclnn", "torch_adapter", "python_callers", "python_fakes",
+              "graph_converters")
 
 
 @dataclass
@@ -47,7 +52,8 @@ def owned_files(plan: Plan) -> set[Path]:
         for f in layers.found.get(key, []):
             if kernel_dir is None or kernel_dir not in f.path.parents:
                 scopes.add(resolve(f.path))
-    for owned in (opdef_file(layers), build_script(layers), *aclnn_files(layers), *caller_files(layers)):
+    for owned in (opdef_file(layers), build_script(layers), *aclnn_files(layers), *caller_files(layers),
+                  *fake_files(layers), *converter_files(layers), *wrapper_files(layers)):
         if owned is not None:
             scopes.add(resolve(owned))
     return scopes
@@ -68,8 +74,11 @@ def layer_edits(plan: Plan, mode: str) -> LayerEdits:
     out.edits.extend(torch_adapter_edits(plan, mode))
     reg_edits, _ = registration_changes(plan, mode)
     out.edits.extend(reg_edits)
+    out.edits.extend(autograd_wrapper_edits(plan, mode))
     out.edits.extend(build_hook_edits(plan, mode))
     out.edits.extend(python_caller_edits(plan, mode))
+    out.edits.extend(python_fake_edits(plan, mode))
+    out.edits.extend(graph_converter_edits(plan, mode))
     out.scopes = owned_files(plan)
     header = sizes_header(plan.analysis.layers)
     if any(e.replacement.find(b"OPTRACE_PROFILING_NUMEL") >= 0 for e in out.edits):

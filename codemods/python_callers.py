@@ -74,6 +74,8 @@ _RANK_NAMES = ("rank", "global_rank", "global_rank_id", "rank_id", "local_rank",
 
 
 class _Source:
+    """A Python file parsed by LibCST, with node spans as byte offsets."""
+
     def __init__(self, path: Path, data: bytes) -> None:
         self.path = path
         self.data = data
@@ -127,6 +129,9 @@ def _indent(data: bytes, offset: int) -> bytes:
     start = line_start(data, offset)
     m = re.match(rb"[ \t]*", data[start:])
     return m.group(0) if m else b""
+
+
+PythonSource = _Source
 
 
 # --- what the file looks like ------------------------------------------------------------------
@@ -511,15 +516,45 @@ def _call_site(f: _File, call: cst.Call, stmt: cst.CSTNode, small: cst.CSTNode, 
 
 
 def _rewrite(f: _File, start: int, end: int, new: bytes) -> None:
-    """Replace whole lines data[start:end], keeping the original for strip."""
-    data = f.src.data
+    f.edits.append(rewrite_edit(f.src.path, f.src.data, start, end, new, CODEMOD))
+
+
+def rewrite_edit(path: Path, data: bytes, start: int, end: int, new: bytes, codemod: str,
+                 note: str = "statement rewritten") -> Edit:
+    """Replace whole lines data[start:end] by `new`, keeping the original for strip
+    (`# optrace-orig N BASE64`)."""
     nl = newline_of(data)
     if not new.endswith(b"\n") and end < len(data):
         new += nl
     count = new.count(b"\n") + (0 if new.endswith(b"\n") else 1)
     marker = _indent(data, start) + f"# optrace-orig {count} ".encode() + base64.b64encode(data[start:end])
     marker += nl
-    f.edits.append(Edit(f.src.path, start, end, marker + new, CODEMOD, "statement rewritten"))
+    return Edit(path, start, end, marker + new, codemod, note)
+
+
+def rewrite_insertions(path: Path, data: bytes, spans: list[tuple[int, int, list[tuple[int, bytes]]]],
+                       codemod: str, note: str) -> list[Edit]:
+    """Insertions inside statements as whole-line rewrites: each (start, end, [(offset,
+    text)]) names a statement and what goes into it; statements sharing lines are
+    rewritten together, so no two rewrites overlap."""
+    groups: list[tuple[int, int, list[tuple[int, bytes]]]] = []
+    for start, end, inserts in sorted(((line_start(data, s), _line_after(data, e), ins)
+                                       for s, e, ins in spans), key=lambda g: g[0]):
+        if groups and start < groups[-1][1]:
+            first, last, prev = groups[-1]
+            groups[-1] = (first, max(last, end), prev + inserts)
+        else:
+            groups.append((start, end, list(inserts)))
+    edits = []
+    for start, end, inserts in groups:
+        out = bytearray()
+        pos = start
+        for at, text in sorted(inserts, key=lambda i: i[0]):
+            out += data[pos:at] + text
+            pos = at
+        out += data[pos:end]
+        edits.append(rewrite_edit(path, data, start, end, bytes(out), codemod, note))
+    return edits
 
 
 def _argparse(f: _File, unit: bytes) -> None:
@@ -578,7 +613,18 @@ def _imports(f: _File) -> None:
     """`import os as _optrace_os` / `from pathlib import Path as _OptracePath` at the top."""
     if not (f.needs_os or f.needs_path):
         return
-    src, data = f.src, f.src.data
+    at = import_point(f.src)
+    lines = []
+    if f.needs_os:
+        lines.append(f"import os as {OS}".encode())
+    if f.needs_path:
+        lines.append(f"from pathlib import Path as {PATH}".encode())
+    f.edits.append(_lines(f, at, lines, "imports"))
+
+
+def import_point(src: _Source) -> int:
+    """Where lines go after the module's leading imports (and docstring)."""
+    data = src.data
     body = src.module.body
     at = 0
     for i, stmt in enumerate(body):
@@ -593,9 +639,4 @@ def _imports(f: _File) -> None:
         break
     if at == 0 and body:
         at = line_start(data, src.span(body[0])[0])
-    lines = []
-    if f.needs_os:
-        lines.append(f"import os as {OS}".encode())
-    if f.needs_path:
-        lines.append(f"from pathlib import Path as {PATH}".encode())
-    f.edits.append(_lines(f, at, lines, "imports"))
+    return at

@@ -39,7 +39,13 @@ LAYER_TITLES = {
     "registration": "torch registration (PYBIND11_MODULE / TORCH_LIBRARY)",
     "build_script": "build script",
     "python_callers": "Python samples / tests",
+    "python_fakes": "Python fake / Meta impls",
+    "graph_converters": "graph-mode converters (torchair)",
 }
+
+# Layers many repositories legitimately do not have (no torch.compile / graph mode, no
+# Python fakes): shown as "none", not as MISSING, and not listed in `missing_layers`.
+OPTIONAL_LAYERS = frozenset({"python_fakes", "graph_converters"})
 
 _GLOBAL_RE = re.compile(rb"\b__global__\b")
 # What makes a shell / CMake script the kernels' build script.
@@ -75,7 +81,8 @@ class Layers:
     diagnostics: list[Diagnostic] = field(default_factory=list)
 
     def missing(self) -> list[str]:
-        return [k for k in LAYER_TITLES if not self.found.get(k)]
+        """Layers an operator needs and does not have (optional ones are not missing)."""
+        return [k for k in LAYER_TITLES if not self.found.get(k) and k not in OPTIONAL_LAYERS]
 
 
 def camel_case(op_name: str) -> str:
@@ -361,7 +368,8 @@ def _kernel_dir(entry: Path, op_dir: Path) -> Path:
 
 
 def _search_repository(layers: Layers, op_dir: Path, put: object) -> None:
-    """Torch adapter, registration, aclnn outside the op dir, build script, callers."""
+    """Torch adapter, registration, aclnn outside the op dir, build script, callers,
+    Python fakes and torchair converters."""
     assert callable(put)
     op = layers.op_name.encode()
     camel = layers.camel.encode()
@@ -371,6 +379,13 @@ def _search_repository(layers: Layers, op_dir: Path, put: object) -> None:
     )
     reg_re = re.compile(rb"\bTORCH_LIBRARY(?:_FRAGMENT|_EXPAND|_IMPL)?\s*\(|PYBIND11_MODULE\s*\(")
     call_re = re.compile(rb"\.\s*" + re.escape(op) + rb"\s*\(")
+    # Fakes name the op as a string ("ns::op", "op" for lib.impl) or as torch.ops.ns.op.
+    op_ref = (rb"(?:['\"](?:\w+::)?" + re.escape(op) + rb"(?:\.\w+)?['\"]|\btorch\.ops\.\w+\."
+              + re.escape(op) + rb"\b)")
+    fake_re = re.compile(rb"\b(?:register_fake|impl_abstract)\s*\(\s*" + op_ref
+                         + rb"|\bimpl\s*\([^)]*" + op_ref + rb"[^)]*['\"]Meta['\"]")
+    converter_re = re.compile(rb"\bregister_fx_node_ge_converter\s*\(\s*torch\.ops\.\w+\." + re.escape(op)
+                              + rb"\b")
     index = repo_index(layers.repo_root)
     for path in index.build_scripts():
         put("build_script", path, _read(path), _BUILD_RE.pattern, "copies / builds the kernels")
@@ -402,8 +417,13 @@ def _search_repository(layers: Layers, op_dir: Path, put: object) -> None:
                 rb"aclnnInner" + camel + rb"GetWorkspaceSize", code
             ):
                 put("aclnn", path, code, rb"aclnn\w*" + camel, "aclnn wrapper (outside op dir)")
-        elif ext == ".py" and call_re.search(data):
-            put("python_callers", path, data, call_re.pattern, "calls the op")
+        elif ext == ".py":
+            if call_re.search(data):
+                put("python_callers", path, data, call_re.pattern, "calls the op")
+            if fake_re.search(data):
+                put("python_fakes", path, data, fake_re.pattern, "fake / Meta impl of the op")
+            if converter_re.search(data):
+                put("graph_converters", path, data, converter_re.pattern, "torchair converter")
     # The script that copies the kernels into a build tree is where the hook goes: rank
     # it first (names the op, copies op_kernel, is a shell script), then shallower paths.
     scripts = layers.found.get("build_script", [])

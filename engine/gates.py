@@ -16,7 +16,8 @@ error finding (`OT451`..`OT455`), so `optrace check` exits 1.
   describes outputs, right before `workspaceSize` in every aclnn declaration, definition
   and call, a named variable in the launch (`EXEC_NPU_CMD`: last; `EXEC_KERNEL_CMD`: the
   kernel's position), returned last in mode B, with as many schema returns as the adapter
-  returns.
+  returns; functions registered for the op besides the launcher (autograd wrappers)
+  return as many; Python fakes / Meta impls and torchair converters return it last.
 - **G3 compile** (OT453): the real build — never run by `check`: "not verifiable here"
   (the summary says whether a CANN toolchain was found, and which script to run).
 - **G4 run + post-process** (OT454): after each call of the op in a sample / test, a
@@ -397,6 +398,7 @@ def _g2_torch(analysis: Analysis, mode: str, kernel_pos: int | None, ev: list[Ev
     if mode != "B":
         return
     names = torch_names(layers)
+    schema_returns: int | None = None
     for reg in registration_files(layers):
         data = _read(reg)
         try:
@@ -409,49 +411,92 @@ def _g2_torch(analysis: Analysis, mode: str, kernel_pos: int | None, ev: list[Ev
                 ev.append(Evidence(reg, s.line, "schema returns Tensor[]: the list carries the buffer"))
                 continue
             n = len(s.schema.returns)
+            schema_returns = n if schema_returns is None else schema_returns
             ok = adapter_returns is None or n == adapter_returns
             ev.append(Evidence(reg, s.line, f"schema returns {n} tensor(s)"
                                + ("" if ok else f", the adapter returns {adapter_returns}"), ok))
     if adapter_returns is not None:
         _g2_registered(layers, names, adapter_returns, ev)
-
-
-_REGISTERED_RE = re.compile(rb'\.\s*(?:impl|def)\s*\(\s*"(?:\w+::)?(\w+)"\s*,[^;]*?&\s*([A-Za-z_][\w:]*)')
+    _g2_python(layers, names, schema_returns if schema_returns is not None else adapter_returns, ev)
 
 
 def _g2_registered(layers: object, names: list[str], returns: int, ev: list[Evidence]) -> None:
     """Functions registered for the op besides the launcher (autograd wrappers, pybind
     entries): a tensor or fixed-size tuple they return must have the launcher's size."""
-    from optrace.codemods.layer_common import functions, mask_keep_includes
-    from optrace.codemods.registration import declaration_files, registration_files
-    from optrace.codemods.torch_adapter import adapter_functions
+    from optrace.codemods.autograd_wrappers import fixed_count, wrappers
     from optrace.engine.discovery import Layers
 
     assert isinstance(layers, Layers)
-    launchers = {fn.name for fns in adapter_functions(layers).values() for fn in fns}
-    files = [*registration_files(layers), *[f.path for f in layers.found.get("torch_adapter", [])]]
-    registered: set[str] = set()
-    for path in dict.fromkeys(files):
-        for m in _REGISTERED_RE.finditer(mask_keep_includes(_read(path))):
-            if m.group(1).decode() in names:
-                registered.add(m.group(2).decode().split("::")[-1])
     seen: set[str] = set()
-    for path in dict.fromkeys([*declaration_files(layers), *files]):
-        data = _read(path)
-        for fn in functions(data, declarations=True):
-            if fn.name not in registered or fn.name in launchers or fn.type_span is None or fn.name in seen:
+    found = wrappers(layers, names, clean=False)
+    for w in sorted(found, key=lambda w: w.function.body_open < 0):  # definitions first
+        fn = w.function
+        if fn.name in seen or fn.type_span is None:
+            continue
+        seen.add(fn.name)
+        n = fixed_count(_read(w.path)[fn.type_span[0] : fn.type_span[1]])
+        ev.append(Evidence(w.path, fn.line, f"`{fn.name}` (registered for the op) returns {n} tensor(s)"
+                           + ("" if n == returns else f", the launcher returns {returns}"), n == returns))
+
+
+def _g2_python(layers: object, names: list[str], expected: int | None, ev: list[Evidence]) -> None:
+    """Python fakes / Meta impls and torchair converters return the op's outputs,
+    profiling_data last (mode B)."""
+    import libcst as cst
+
+    from optrace.codemods.graph_converters import converter_files, converters, output_names, the_call
+    from optrace.codemods.layer_common import PROFILING_OUTPUT
+    from optrace.codemods.python_callers import PythonSource
+    from optrace.codemods.python_fakes import NUMEL_NAME, fake_files, fake_sites, own_returns
+    from optrace.engine.diagnostics import InputError
+    from optrace.engine.discovery import Layers
+
+    assert isinstance(layers, Layers)
+    want = "" if expected is None else f" of {expected}"
+    for path in fake_files(layers):
+        try:
+            src = PythonSource(path, _read(path))
+            sites = fake_sites(src, names)
+        except InputError as exc:
+            ev.append(Evidence(path, exc.diagnostic.line, exc.diagnostic.message, False))
+            continue
+        done: set[int] = set()
+        for site in sites:
+            if id(site.function) in done:
                 continue
-            plain = data[fn.type_span[0] : fn.type_span[1]].replace(b"/*optrace<*/", b"").replace(
-                b"/*>optrace*/", b"")
-            if b"tuple" in plain:
-                n = len(re.findall(rb"\bTensor\b", plain))
-            elif re.fullmatch(rb"\s*(?:at::|torch::)?Tensor\s*", plain):
-                n = 1
-            else:
-                continue  # a tensor vector or `auto`: it carries whatever the launcher returns
-            seen.add(fn.name)
-            ev.append(Evidence(path, fn.line, f"`{fn.name}` (registered for the op) returns {n} tensor(s)"
-                               + ("" if n == returns else f", the launcher returns {returns}"), n == returns))
+            done.add(id(site.function))
+            for ret in own_returns(site.function):
+                value = ret.value
+                items = list(value.elements) if isinstance(value, (cst.Tuple, cst.List)) else []
+                last = src.code(items[-1].value if items else value) if value is not None else ""
+                counted = bool(items) and not any(isinstance(el, cst.StarredElement) for el in items)
+                n = len(items) if counted else None
+                last_ok = NUMEL_NAME in last or "profiling" in last.lower()
+                count_ok = n is None or expected is None or n == expected
+                ok = last_ok and count_ok
+                what = f"{site.how} `{site.function.name.value}`"
+                note = (f"{what} returns profiling_data last" + (f" ({n}{want} outputs)" if n else "")
+                        if ok else f"{what} returns {n} value(s), the op returns {expected}" if not count_ok
+                        else f"{what} does not return profiling_data last")
+                ev.append(Evidence(path, src.line_of(ret), note, ok))
+    for path in converter_files(layers):
+        try:
+            src = PythonSource(path, _read(path))
+            fns = converters(src, names)
+        except InputError as exc:
+            ev.append(Evidence(path, exc.diagnostic.line, exc.diagnostic.message, False))
+            continue
+        for fn in fns:
+            try:
+                call, outputs = the_call(src, fn, layers.camel)
+            except InputError as exc:
+                ev.append(Evidence(path, exc.diagnostic.line, exc.diagnostic.message, False))
+                continue
+            got = output_names(outputs)
+            ok = bool(got) and got[-1] == PROFILING_OUTPUT and (expected is None or len(got) == expected)
+            note = f"torchair converter `{fn.name.value}`: GE outputs {', '.join(str(g) for g in got)}"
+            ev.append(Evidence(path, src.line_of(call), note + ("" if ok else f" (want {PROFILING_OUTPUT} "
+                                                                              f"last{want})"), ok))
 
 
 # --- G3 -----------------------------------------------------------------------------------------

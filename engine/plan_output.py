@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 from optrace.engine.diagnostics import display_path
-from optrace.engine.discovery import LAYER_TITLES
+from optrace.engine.discovery import LAYER_TITLES, OPTIONAL_LAYERS
 from optrace.engine.model import Kind, Region
 from optrace.engine.plan import Plan
 
@@ -37,7 +37,7 @@ def render_text(plan: Plan) -> str:
     for key, title in LAYER_TITLES.items():
         hits = layers.found.get(key, [])
         if not hits:
-            out.append(f"  - {title}: MISSING")
+            out.append(f"  - {title}: {'none (optional)' if key in OPTIONAL_LAYERS else 'MISSING'}")
             continue
         for i, hit in enumerate(hits[:6]):
             head = f"  + {title}:" if i == 0 else "    " + " " * len(title) + " "

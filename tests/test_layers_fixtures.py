@@ -281,7 +281,7 @@ def test_pre_commit_hook_checks_the_operators_a_commit_touches(tmp_path: Path) -
     assert res.returncode == 0 and res.stdout == ""
 
 
-def test_a_registered_wrapper_that_keeps_the_old_arity_fails_g2(tmp_path: Path) -> None:
+def test_a_registered_wrapper_grows_and_fails_g2_when_it_keeps_the_old_arity(tmp_path: Path) -> None:
     root = _two_ops(tmp_path)
     adapter = root / "torch" / "op_one.cpp"
     adapter.write_text(adapter.read_text() + (
@@ -290,6 +290,13 @@ def test_a_registered_wrapper_that_keeps_the_old_arity_fails_g2(tmp_path: Path) 
         "TORCH_LIBRARY_IMPL(lib, AutogradPrivateUse1, m)\n{\n    m.impl(\"op_one\", &op_one_autograd);\n}\n"))
     op = root / "ops" / "op_one"
     assert cli("apply", str(op), "--write")[0] == 0
+    g2 = gates(op)["G2"]
+    assert g2["status"] == "pass"  # apply grew the wrapper (codemods/autograd_wrappers.py)
+    grown_note = "`op_one_autograd` (registered for the op) returns 3 tensor(s)"
+    assert any(e["note"] == grown_note for e in g2["evidence"])
+    grown = "std::tuple<at::Tensor, at::Tensor/*optrace<*/, at::Tensor/*>optrace*/> op_one_autograd"
+    old = "std::tuple<at::Tensor, at::Tensor> op_one_autograd"
+    adapter.write_text(adapter.read_text().replace(grown, old))  # reverted by hand
     g2 = gates(op)["G2"]
     assert g2["status"] == "fail"
     note = "`op_one_autograd` (registered for the op) returns 2 tensor(s), the launcher returns 3"

@@ -1,0 +1,217 @@
+"""C++ functions registered for the op besides its launcher follow the launcher (G2).
+
+DESCRIPTION: in mode B, a C++ function registered for the op (`m.impl("op", &fn)` /
+`m.def("op", &fn)`, typically an autograd or dispatch wrapper) that is not the launcher
+and returns a fixed-size `std::tuple<...>` (or a lone `at::Tensor`) returns one more
+`at::Tensor`, last — it is a kernel of the same schema, so it must return what the schema
+returns. Its declarations grow alike. The extra element comes from the launcher's result
+in the wrapper's body:
+
+- `auto r = launcher(...);` (or `std::tuple<...> r = ...`, whose type grows too):
+  `std::get<N>(r)`, N the launcher's old number of outputs (`r.back()` for a vector);
+- `auto [a, b] = launcher(...);`: the binding takes one more name, `profilingData`.
+
+Returns: `return {..}`, `return std::make_tuple(..)` / `std::forward_as_tuple(..)` /
+`std::tuple<..>(..)` gain that element; `return launcher(...)` and `return r` carry it
+already; a lone tensor `return x` becomes `{x, <element>}`. When no launcher call can be
+found, or a return has any other shape, the wrapper is refused with OT313 (`file:line`,
+exit 2, nothing written). Vector / `auto` return types carry whatever they return and
+stay. Mode A changes nothing.
+
+Only files optrace already reads for the op are searched: registrations, the adapter's
+files and the local headers they include.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from optrace.codemods.layer_common import (
+    CODE_LAYER_SHAPE,
+    PROFILING_VAR,
+    CppFunction,
+    clean_bytes,
+    fragment,
+    functions,
+    input_error,
+    mask,
+    mask_keep_includes,
+    match_bracket,
+    returns_in,
+)
+from optrace.codemods.torch_adapter import (
+    _angle_close,
+    _lambda_bodies,
+    adapter_functions,
+    hand_instrumented,
+    return_type_edits,
+)
+from optrace.engine.discovery import Layers
+from optrace.engine.edits import Edit
+from optrace.engine.plan import Plan
+
+CODEMOD = "autograd-wrappers"
+REGISTERED_RE = re.compile(rb'\.\s*(?:impl|def)\s*\(\s*"(?:\w+::)?(\w+)"\s*,[^;]*?&\s*([A-Za-z_][\w:]*)')
+_FRAGMENTS_RE = re.compile(rb"/\*optrace<\*/|/\*>optrace\*/")
+
+
+def fixed_count(type_text: bytes) -> int | None:
+    """Tensors a fixed return type holds (`std::tuple<...>`: its Tensors; `at::Tensor`: 1),
+    None for a type that carries any number (vector, `auto`). Fragments count."""
+    plain = _FRAGMENTS_RE.sub(b"", type_text)
+    if re.search(rb"\btuple\s*<", plain):
+        return len(re.findall(rb"\bTensor\b", plain))
+    if re.fullmatch(rb"\s*(?:at::|torch::)?Tensor\s*", plain):
+        return 1
+    return None
+
+
+def wrapper_scan_files(layers: Layers) -> list[Path]:
+    from optrace.codemods.registration import declaration_files, registration_files
+
+    adapters = [f.path for f in layers.found.get("torch_adapter", [])]
+    return list(dict.fromkeys([*registration_files(layers), *adapters, *declaration_files(layers)]))
+
+
+def registered_names(layers: Layers, names: Sequence[str], clean: bool = True) -> set[str]:
+    """Functions `m.impl` / `m.def` register under one of the op's torch names."""
+    from optrace.codemods.registration import registration_files
+
+    files = [*registration_files(layers), *[f.path for f in layers.found.get("torch_adapter", [])]]
+    out: set[str] = set()
+    for path in dict.fromkeys(files):
+        data = clean_bytes(path) if clean else path.read_bytes()
+        for m in REGISTERED_RE.finditer(mask_keep_includes(data)):
+            if m.group(1).decode() in names:
+                out.add(m.group(2).decode().split("::")[-1])
+    return out
+
+
+@dataclass(frozen=True)
+class Wrapper:
+    path: Path
+    function: CppFunction
+
+
+def wrappers(layers: Layers, names: Sequence[str], clean: bool = True) -> list[Wrapper]:
+    """Declarations and definitions of the registered non-launcher functions with a
+    fixed-size return type (as the files are when `clean` is false)."""
+    launchers = {fn.name for fns in adapter_functions(layers).values() for fn in fns}
+    registered = registered_names(layers, names, clean) - launchers
+    out = []
+    for path in wrapper_scan_files(layers):
+        data = clean_bytes(path) if clean else path.read_bytes()
+        for fn in functions(data, declarations=True):
+            if fn.name in registered and fn.type_span is not None \
+                    and fixed_count(data[fn.type_span[0] : fn.type_span[1]]) is not None:
+                out.append(Wrapper(path, fn))
+    return out
+
+
+def wrapper_files(layers: Layers) -> list[Path]:
+    from optrace.codemods.registration import torch_names
+
+    return list(dict.fromkeys(w.path for w in wrappers(layers, torch_names(layers))))
+
+
+def _launcher_counts(layers: Layers) -> dict[str, int | None]:
+    """Each launcher's number of outputs before optrace (None: a vector)."""
+    out: dict[str, int | None] = {}
+    for path, fns in adapter_functions(layers).items():
+        data = clean_bytes(path)
+        for fn in fns:
+            out[fn.name] = fixed_count(data[fn.type_span[0] : fn.type_span[1]]) if fn.type_span else None
+    return out
+
+
+def _extra(path: Path, data: bytes, fn: CppFunction, counts: dict[str, int | None]
+           ) -> tuple[str | None, list[Edit], str | None]:
+    """(the profiling element's expression, edits making it available, the result
+    variable) from the launcher call in the wrapper's body; (None, [], None) when absent."""
+    code = mask(data)
+    alts = b"|".join(re.escape(n.encode()) for n in counts)
+    call = rb"\s*=\s*(?:[\w:]+::)?(" + alts + rb")\s*\("
+    var_re = re.compile(rb"(\bauto\b|\bstd::tuple\s*<)[^;=()]*?&{0,2}\s*([A-Za-z_]\w*)" + call)
+    bind_re = re.compile(rb"\bauto\s*&{0,2}\s*\[([^\]]*)\]" + call)
+    for m in bind_re.finditer(code, fn.body_open, fn.body_close):
+        return PROFILING_VAR, [fragment(path, m.end(1), b", " + PROFILING_VAR.encode(), CODEMOD,
+                                        "binding")], None
+    for m in var_re.finditer(code, fn.body_open, fn.body_close):
+        count = counts.get(m.group(3).decode())
+        var = m.group(2).decode()
+        edits = []
+        if m.group(1).startswith(b"std::tuple"):
+            edits.append(fragment(path, _angle_close(code, code.index(b"<", m.start())), b", at::Tensor",
+                                  CODEMOD, "result type"))
+        if count is None:
+            return f"{var}.back()", edits, var
+        if count == 1:
+            return None, [], None  # the launcher's lone tensor becomes a pair: its uses change
+        return f"std::get<{count}>({var})", edits, var
+    return None, [], None
+
+
+def _wrapper_edits(path: Path, data: bytes, fn: CppFunction, counts: dict[str, int | None]) -> list[Edit]:
+    edits = return_type_edits(path, data, fn.type_span, CODEMOD)
+    if fn.body_open < 0:
+        return edits
+    code = mask(data)
+    extra, setup, var = _extra(path, data, fn, counts)
+    lone = fixed_count(data[fn.type_span[0] : fn.type_span[1]]) == 1 if fn.type_span else False
+    launcher_call = re.compile(rb"(?:[\w:]+::)?(?:" + b"|".join(re.escape(n.encode()) for n in counts)
+                               + rb")\s*\(")
+    lambdas = _lambda_bodies(code, fn)
+    needs: list[Edit] = []
+    for start, end in returns_in(code, fn):
+        if any(a < start < b for a, b in lambdas):
+            continue
+        e_start = start + len(b"return")
+        while code[e_start] in b" \t\r\n":
+            e_start += 1
+        e_end = end - 1
+        while code[e_end - 1] in b" \t\r\n":
+            e_end -= 1
+        expr = code[e_start:e_end]
+        if (var is not None and expr == var.encode()) or (
+                launcher_call.match(expr) and match_bracket(code, code.index(b"(", e_start)) == e_end - 1):
+            continue  # the launcher's value: it carries profiling_data already
+        tail = f", {extra}".encode()
+        if expr.startswith(b"{") and match_bracket(code, e_start) == e_end - 1:
+            needs.append(fragment(path, e_end - 1, tail, CODEMOD, "return"))
+            continue
+        tup = re.match(rb"(?:std::)?(make_tuple|forward_as_tuple|tuple\s*<)", expr)
+        if tup is not None and expr.endswith(b")"):
+            if tup.group(1).startswith(b"tuple"):
+                needs.append(fragment(path, _angle_close(code, code.index(b"<", e_start)), b", at::Tensor",
+                                      CODEMOD, "return"))
+            needs.append(fragment(path, e_end - 1, tail, CODEMOD, "return"))
+            continue
+        if lone:
+            needs.append(fragment(path, e_start, b"{", CODEMOD, "return"))
+            needs.append(fragment(path, e_end, tail + b"}", CODEMOD, "return"))
+            continue
+        raise input_error(CODE_LAYER_SHAPE, f"`{fn.name}` is registered for the op and returns a fixed "
+                          "tuple, but this return cannot take profiling_data", path, data, start)
+    if needs and extra is None:
+        raise input_error(CODE_LAYER_SHAPE, f"`{fn.name}` is registered for the op and returns a fixed "
+                          "tuple, but optrace cannot tell where it gets the launcher's profiling tensor "
+                          "(`auto r = launcher(...)` / `auto [a, b] = launcher(...)`)", path, data, fn.start)
+    return [*edits, *setup, *needs]  # a binding / typed result must take the new element anyway
+
+
+def autograd_wrapper_edits(plan: Plan, mode: str) -> list[Edit]:
+    from optrace.codemods.registration import torch_names
+
+    layers = plan.analysis.layers
+    if mode != "B" or hand_instrumented(plan):
+        return []
+    counts = _launcher_counts(layers)
+    if not counts:
+        return []
+    edits: list[Edit] = []
+    for w in wrappers(layers, torch_names(layers)):
+        edits.extend(_wrapper_edits(w.path, clean_bytes(w.path), w.function, counts))
+    return edits
