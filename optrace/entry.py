@@ -7,7 +7,18 @@ collect invocation the fast parser does not recognise, runs the full CLI.
 
 from __future__ import annotations
 
+import os
 import sys
+
+
+def finish(code: int) -> None:
+    """Exit once collect is done, skipping interpreter teardown (freeing every module and
+    array one by one costs ~10 ms, a twentieth of a typical collect). Safe here: the
+    trace is closed and renamed, the worker threads joined, and nothing registers atexit
+    work on this path; stdout and stderr are flushed first."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def main() -> None:
@@ -17,7 +28,8 @@ def main() -> None:
 
         code = fast_main(argv[1:])
         if code is not None:
-            sys.exit(code)
+            finish(code)
+            return  # only when a test replaced finish
     from optrace.cli import main as full_main
 
     full_main()

@@ -305,7 +305,9 @@ def _entry(argv: list[str], cwd: Path) -> tuple[int, bool, str, str]:
     imported, stdout, stderr."""
     code = (
         "import sys\n"
+        "import optrace.entry\n"
         "from optrace.entry import main\n"
+        "optrace.entry.finish = sys.exit  # the real one leaves by os._exit: no marker\n"
         f"sys.argv = ['optrace', *{argv!r}]\n"
         "try:\n"
         "    main()\n"
@@ -354,6 +356,18 @@ def test_collect_arguments_the_fast_path_leaves_to_typer(
         assert (tmp_path / "file.json").is_file()
     else:
         assert "Traceback" not in err and err.strip()
+
+
+def test_the_console_script_exits_with_collects_code_and_its_output(tmp_path: Path) -> None:
+    """The real entry leaves by os._exit: the exit code and the flushed output survive."""
+    directory = tmp_path / "prof"
+    save_profiling_data(rank_buffer(aic=1, aiv=0, words=32, loops=6).data, 0, directory, aic_cores=1)
+    write_point_map(directory)  # 6 records past the slot's capacity: exit 1
+    done = subprocess.run([sys.executable, "-m", "optrace", "collect", str(directory), "-o",
+                           str(tmp_path / "t.json")], capture_output=True, text=True)
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.startswith("wrote ") and "6 records dropped" in done.stdout
+    assert events(tmp_path / "t.json")
 
 
 def test_parse_fast_spellings() -> None:
