@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from .chrome import (
     TRACE_FORMAT,
@@ -26,9 +26,6 @@ from .decode import DecodeOptions, RankDecode, decode_rank
 from .errors import ProfilingInputError
 from .pointmap import POINT_MAP_NAME, PointMap, load_point_map
 from .rankfile import RankFileName, find_rank_files, read_rank_file
-
-if TYPE_CHECKING:
-    from concurrent.futures import Future
 
 EXIT_OK = 0
 EXIT_SKIPPED = 1
@@ -183,26 +180,49 @@ def _in_order(
 ) -> Iterator[_Work]:
     """``work`` over the files, results in file order: with workers, on threads at most
     ``workers`` files ahead of the consumer, so memory stays a few ranks' worth whatever the
-    number of files; without, in the caller's thread."""
+    number of files; without, in the caller's thread.
+
+    One short-lived thread per file rather than concurrent.futures: its import (logging
+    included) costs ~8 ms, which collect's start-up budget cannot spare."""
     if workers <= 0:
         for position, (name, path) in enumerate(files):
             yield work(position, name, path)
         return
-    from concurrent.futures import ThreadPoolExecutor  # ~8 ms of imports (logging): not for -j 0
+    import threading
 
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="optrace-rank") as pool:
-        pending: deque[Future[_Work]] = deque()
-        todo = iter(enumerate(files))
-        try:
-            for position, (name, path) in todo:
-                pending.append(pool.submit(work, position, name, path))
-                if len(pending) > workers:  # one being consumed + `workers` ahead
-                    yield pending.popleft().result()
-            while pending:
-                yield pending.popleft().result()
-        finally:
-            for future in pending:  # an error or an abandoned generator: stop queued work
-                future.cancel()
+    pending: deque[tuple[threading.Thread, list[Any]]] = deque()
+
+    def start(position: int, name: RankFileName, path: Path) -> None:
+        box: list[Any] = [None, None]  # result, exception
+
+        def run() -> None:
+            try:
+                box[0] = work(position, name, path)
+            except BaseException as exc:  # re-raised in the consumer's thread
+                box[1] = exc
+
+        thread = threading.Thread(target=run, name=f"optrace-rank-{position}", daemon=True)
+        thread.start()
+        pending.append((thread, box))
+
+    def take() -> _Work:
+        thread, box = pending.popleft()
+        thread.join()
+        if box[1] is not None:
+            raise box[1]
+        result: _Work = box[0]
+        return result
+
+    try:
+        for position, (name, path) in enumerate(files):
+            start(position, name, path)
+            if len(pending) > workers:  # one being consumed + `workers` ahead
+                yield take()
+        while pending:
+            yield take()
+    finally:
+        for thread, _ in pending:  # an error or an abandoned generator: no thread outlives us
+            thread.join()
 
 
 def collect(
