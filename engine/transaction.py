@@ -215,6 +215,19 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def _ignore_in_git(journal_dir: Path) -> None:
+    """A `.gitignore` of `*` in the journal directory (as pytest does for its cache): the
+    lock files stay there between runs — removing a lock file another process may be
+    waiting on is a race — and must not show in the user's `git status`, least of all
+    after a strip that left every tracked file as it was."""
+    ignore = journal_dir / ".gitignore"
+    if not ignore.exists():
+        try:
+            ignore.write_text("# created by optrace: journals and locks of apply / strip\n*\n")
+        except OSError:
+            pass  # cosmetic: the journal works without it
+
+
 def _temp_name(path: Path, token: str) -> Path:
     return path.parent / f".{path.name}.optrace-{token}.tmp"
 
@@ -433,6 +446,7 @@ def commit(
     journal = _Journal.at(journal_dir, _stem(name), secrets.token_hex(6))
     try:
         journal_dir.mkdir(parents=True, exist_ok=True)
+        _ignore_in_git(journal_dir)
         lock = _lock(journal)
     except OSError as exc:
         raise WriteFailed(

@@ -59,8 +59,10 @@ def journals(repo: Path) -> list[str]:
     directory = repo / ".optrace"
     if not directory.is_dir():
         return []
-    # A lock file may stay: it is flock'ed while a process writes, empty otherwise.
-    return sorted(p.name for p in directory.iterdir() if not p.name.endswith(".lock"))
+    # A lock file may stay: it is flock'ed while a process writes, empty otherwise; the
+    # `.gitignore` hides both from git.
+    return sorted(p.name for p in directory.iterdir()
+                  if not p.name.endswith(".lock") and p.name != ".gitignore")
 
 
 def cli(*args: str) -> tuple[int, str, str]:

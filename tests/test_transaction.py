@@ -32,8 +32,10 @@ Snapshot = dict[str, tuple[str, bytes, int]]
 
 
 def leftovers(journal_dir: Path) -> list[str]:
-    """What a finished transaction leaves in the journal directory, besides its lock file."""
-    return sorted(p.name for p in journal_dir.iterdir() if not p.name.endswith(".lock"))
+    """What a finished transaction leaves in the journal directory, besides its lock file
+    and the `.gitignore` that hides both from git."""
+    return sorted(p.name for p in journal_dir.iterdir()
+                  if not p.name.endswith(".lock") and p.name != ".gitignore")
 
 
 def snapshot(root: Path, skip: Path | None = None) -> Snapshot:
@@ -339,3 +341,25 @@ def test_one_process_per_operator(operator: tuple[Path, Path, dict[Path, Change]
         assert recover(journal_dir).journals == []  # running, not unfinished: left alone
         assert snapshot(op) == before
     assert recover(journal_dir).clean and not journal_path(journal_dir, "k").exists()
+
+
+def test_the_journal_directory_is_ignored_by_git(tmp_path: Path) -> None:
+    """After apply + strip the user's `git status` is clean: the lock files that stay in
+    `.optrace/` are ignored by a `.gitignore` of `*` there."""
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None:
+        pytest.skip("git not available")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "a.h").write_bytes(b"old\n")
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(["git", "add", "a.h"], cwd=repo, check=True)
+    journal = repo / ".optrace"
+    commit({repo / "a.h": (b"old\n", b"new\n")}, journal, name="op")
+    commit({repo / "a.h": (b"new\n", b"old\n")}, journal, name="op")
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=repo,
+                            capture_output=True, text=True, check=True).stdout
+    assert status == "A  a.h\n"
+    assert any(journal.glob("*.lock"))
