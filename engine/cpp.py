@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import tree_sitter_cpp
-from tree_sitter import Language, Node, Parser, Query, QueryCursor, Tree
+from tree_sitter import Language, Node, Parser, Point, Query, QueryCursor, Range, Tree
 
 from optrace.engine.source import (
     CORE_MACRO_AIC,
@@ -161,10 +161,23 @@ class ParsedFile:
     tree: Tree
     error_lines: list[int]
     nodes: NodeIndex | None = None
+    # Byte ranges of data tables left out of the parse (see `data_table_gaps`).
+    skipped: list[tuple[int, int]] = field(default_factory=list)
 
 
 def parse_file(parser: Parser, src: SourceFile) -> ParsedFile:
-    tree = parser.parse(src.text)
+    gaps = data_table_gaps(src.text, TABLE_MIN_BYTES)
+    tree: Tree | None = None
+    for _ in range(3):  # a gap the tree does not confirm is parsed after all
+        if not gaps:
+            break
+        tree, bad = _parse_without(src, gaps)
+        if not bad:
+            break
+        tree, gaps = None, [g for g in gaps if g not in bad]
+    if tree is None:
+        gaps = []
+        tree = parser.parse(src.text)
     errors: list[int] = []
     if tree.root_node.has_error:
         stack = [tree.root_node]
@@ -176,7 +189,153 @@ def parse_file(parser: Parser, src: SourceFile) -> ParsedFile:
                 errors.append(src.line_of(node.start_byte))
                 continue
             stack.extend(reversed(node.children))
-    return ParsedFile(src, tree, sorted(set(errors)), NodeIndex(tree.root_node))
+    return ParsedFile(src, tree, sorted(set(errors)), NodeIndex(tree.root_node), gaps)
+
+
+# Data tables. A generated header holding `kTable[] = {1, 2, 3, ...}` with millions of
+# elements costs seconds to parse and far more to query (every literal is a node the query
+# visits), yet no element can be a function, call, loop or declaration. Long stretches of
+# list elements written only with names, numbers, `. :: + -`, commas and braces are therefore
+# left out of the parse (tree-sitter's included ranges: offsets stay those of the file) and
+# their initializer list is kept, empty of those elements. A stretch is skipped only when it
+# is a whole number of elements of one list, and the tree without it confirms that list
+# (otherwise the file is parsed in full): no indexed node is lost, none is misplaced.
+TABLE_MIN_BYTES = 64 * 1024
+_TABLE_RUN_RE = re.compile(rb"[\w.:+\-,\s{}]+")
+# Element sequences that are not a well-formed list (`1 2`, `{1}{2}`, `a{1}`, `,,`, `{,`,
+# `1 +,`, `a:b`, `a::,`) stay in the parse, so their errors are reported as before.
+# Checked with bytes operations on the stretch's shape: every name / number character made
+# `a`, whitespace removed (or, for `a a`, made single spaces).
+_WHITESPACE = b" \t\r\n\f\v"
+_SHAPE = bytes(
+    ord("a") if chr(c).isascii() and (chr(c).isalnum() or chr(c) in "_.")
+    else ord(" ") if c in _WHITESPACE else c
+    for c in range(256)
+)
+_TABLE_BAD = (b"}a", b"}{", b"a{", b"{,", b",,", b"+,", b"+}", b"-,", b"-}", b"::,", b"::}", b":::")
+
+
+def _well_formed(text: bytes, s: int, e: int) -> bool:
+    joined = text[s:e].translate(_SHAPE, _WHITESPACE)
+    if any(bad in joined for bad in _TABLE_BAD) or b":" in joined.replace(b"::", b""):
+        return False
+    spaced = text[s:e].translate(_SHAPE)
+    while b"  " in spaced:
+        spaced = spaced.replace(b"    ", b" ").replace(b"  ", b" ")
+    return b"a a" not in spaced
+
+
+def data_table_gaps(text: bytes, min_bytes: int = TABLE_MIN_BYTES) -> list[tuple[int, int]]:
+    """Byte ranges of at least `min_bytes` that are whole elements of one brace list."""
+    if len(text) < min_bytes:
+        return []
+    gaps: list[tuple[int, int]] = []
+    for run in _TABLE_RUN_RE.finditer(text):
+        a, b = run.span()
+        if b - a < min_bytes:
+            continue
+        for s, e in _list_stretches(text, a, b):
+            if e - s >= min_bytes and _well_formed(text, s, e):
+                gaps.append((s, e))
+    return gaps
+
+
+def _next_boundary(text: bytes, pos: int, end: int, depth: int) -> tuple[int, int] | None:
+    """The first element start in text[pos:end]: after a `{` (one level deeper) or a `,`."""
+    brace = text.find(b"{", pos, end)
+    comma = text.find(b",", pos, end)
+    if comma >= 0 and (brace < 0 or comma < brace):
+        return comma + 1, depth
+    if brace >= 0:
+        return brace + 1, depth + 1
+    return None
+
+
+def _braces(text: bytes, a: int, b: int) -> Iterator[int]:
+    """Offsets of `{` and `}` in text[a:b], in order (a table has few: bytes.find, no regex)."""
+    opening, closing = text.find(b"{", a, b), text.find(b"}", a, b)
+    while opening >= 0 or closing >= 0:
+        if closing < 0 or 0 <= opening < closing:
+            yield opening
+            opening = text.find(b"{", opening + 1, b)
+        else:
+            yield closing
+            closing = text.find(b"}", closing + 1, b)
+
+
+def _list_stretches(text: bytes, a: int, b: int) -> Iterator[tuple[int, int]]:
+    """Within text[a:b] (list punctuation and element characters only): stretches that
+    start at an element and end after a `,` or before the `}` closing the same list."""
+    depth = 0
+    found = _next_boundary(text, a, b, depth)
+    if found is None:
+        return
+    start, level = found
+    depth = level
+    seg = start  # where the text at depth `level` last resumed
+    opened = -1  # the last `{` going from `level` to `level + 1`
+    for pos in _braces(text, start, b):
+        if text[pos] == 123:  # `{`
+            if depth == level:
+                opened = pos
+            depth += 1
+            continue
+        depth -= 1
+        if depth == level:
+            seg = pos + 1
+        elif depth < level:  # the list closes: the stretch is its remaining elements
+            yield start, pos
+            found = _next_boundary(text, pos + 1, b, depth)
+            if found is None:
+                return
+            start, level = found
+            if start > pos + 1 and text[pos + 1 : start - 1].strip():
+                return  # not `}` then `,` / `{`: leave the rest alone
+            depth, seg, opened = level, start, -1
+    # The run ends inside the list: stop after its last top-level comma.
+    if depth == level:
+        comma = text.rfind(b",", seg, b)
+        if comma >= 0:
+            yield start, comma + 1
+            return
+    if opened > start:
+        before = text[start:opened].rstrip()
+        if before.endswith(b","):
+            yield start, start + len(before)
+
+
+def _parse_without(
+    src: SourceFile, gaps: list[tuple[int, int]]
+) -> tuple[Tree, set[tuple[int, int]]]:
+    """The tree of `src` without the `gaps`, and the gaps it does not show inside a list."""
+    text = src.text
+    ranges: list[Range] = []
+    start = 0
+    for s, e in [*gaps, (len(text), len(text))]:
+        if s > start:
+            ranges.append(Range(_point(src, start), _point(src, s), start, s))
+        start = e
+    tree = Parser(_LANGUAGE, included_ranges=ranges).parse(text)
+    return tree, {gap for gap in gaps if not _inside_list(tree, *gap)}
+
+
+def _inside_list(tree: Tree, s: int, e: int) -> bool:
+    node = tree.root_node.descendant_for_byte_range(s, e)
+    if node is None or node.type != "initializer_list" or node.has_error:
+        return False
+    if not (node.start_byte < s and e < node.end_byte):
+        return False
+    parent = node.parent
+    while parent is not None:
+        if parent.type == "ERROR":
+            return False
+        parent = parent.parent
+    return True
+
+
+def _point(src: SourceFile, offset: int) -> Point:
+    row = bisect.bisect_right(src.line_starts, offset) - 1
+    return Point(row, offset - src.line_starts[row])
 
 
 def _declarator_name(node: Node | None) -> Node | None:
