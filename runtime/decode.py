@@ -301,18 +301,25 @@ def nest_segments(
         seg_min = np.minimum.reduceat(depth_after, starts[nonempty])
         seg_last = depth_after[starts[nonempty] + counts[nonempty] - 1]
         good[np.flatnonzero(nonempty)[(seg_min < 0) | (seg_last != 0)]] = False
-    candidates = np.flatnonzero(good[segment]) if n else np.zeros(0, np.int64)
     level = depth_after + (kinds < 0)
     # Stable sort by (segment, level) keeps record order inside each group; a key that
     # fits 16 bits gets numpy's radix sort (the common case: 72 cores x a few levels).
-    key = segment[candidates] * (int(level.max(initial=0)) + 1) + level[candidates]
+    key = segment * (int(level.max(initial=0)) + 1) + level
+    if good.all():  # the common case: no gather of every record
+        candidates = None
+    else:
+        candidates = np.flatnonzero(good[segment]) if n else np.zeros(0, np.int64)
+        key = key[candidates]
     small = key.size == 0 or int(key.max()) < 2**15
-    order = candidates[np.argsort(key.astype(np.int16) if small else key, kind="stable")]
+    order = np.argsort(key.astype(np.int16) if small else key, kind="stable")
+    if candidates is not None:
+        order = candidates[order]
     begin, end = order[0::2], order[1::2]
-    mismatch = (
-        (kinds[begin] < 0) | (kinds[end] > 0) | (labels[begin] != labels[end])
-        | (segment[begin] != segment[end]) | (level[begin] != level[end])
-    )
+    # In a segment whose depth never goes negative and ends at 0, each (segment, level)
+    # group alternates B, E in record order (a B at level L opens depth L, only an E at
+    # level L closes it), so pairs are B-E of one segment and level by construction; only
+    # their labels can disagree.
+    mismatch = labels[begin] != labels[end]
     if mismatch.any():  # e.g. crossing pairs: balanced depth, wrong labels
         good[np.unique(segment[begin][mismatch])] = False
         ok = good[segment[begin]]
@@ -333,14 +340,25 @@ def nest_segments(
         parts_end.append(np.where(fallback.end >= 0, fallback.end + lo, -1))
         parts_depth.append(fallback.depth)
         parts_status.append(fallback.status)
+    # Spans in record order (slot-major: by slot, then time). Every begin is a distinct
+    # record position, so scattering by position and reading back the occupied ones sorts
+    # in O(n), no argsort.
     all_begin = np.concatenate(parts_begin)
-    by_start = np.argsort(all_begin, kind="stable")  # slot-major positions: by slot, then time
+    occupied = np.zeros(n, dtype=bool)
+    occupied[all_begin] = True
+    sorted_begin = np.flatnonzero(occupied)
+
+    def by_start(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+        spread = np.empty(n, dtype=dtype)
+        spread[all_begin] = np.concatenate(parts)
+        return spread[sorted_begin]
+
     return SegmentNesting(
-        segment=np.concatenate(parts_seg).astype(np.int64)[by_start],
-        begin=all_begin[by_start],
-        end=np.concatenate(parts_end)[by_start],
-        depth=np.concatenate(parts_depth)[by_start],
-        status=np.concatenate(parts_status)[by_start],
+        segment=by_start(parts_seg, np.int64),
+        begin=sorted_begin,
+        end=by_start(parts_end, np.int64),
+        depth=by_start(parts_depth, np.int16),
+        status=by_start(parts_status, np.int8),
         unmatched_e=unmatched,
     )
 
