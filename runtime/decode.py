@@ -349,7 +349,7 @@ def nest_segments(
     sorted_begin = np.flatnonzero(occupied)
 
     def by_start(parts: list[np.ndarray], dtype: type) -> np.ndarray:
-        spread = np.empty(n, dtype=dtype)
+        spread: np.ndarray = np.empty(n, dtype=dtype)
         spread[all_begin] = np.concatenate(parts)
         return spread[sorted_begin]
 
