@@ -9,7 +9,6 @@ atomically (temporary file in the same directory, then ``os.replace``).
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
@@ -208,7 +207,7 @@ def _put_fixed3(out: np.ndarray, at: int, groups: int, values: np.ndarray) -> No
 
 
 def _rows_words(
-    core_pos: np.ndarray, heads: np.ndarray, ts_q: np.ndarray, dur_q: np.ndarray, high: np.ndarray,
+    pid: int, tid: np.ndarray, ts_q: np.ndarray, dur_q: np.ndarray, high: np.ndarray,
     show: np.ndarray, status: np.ndarray, point: np.ndarray, tails: np.ndarray,
 ) -> np.ndarray | None:
     """What :func:`_rows` renders, built from a template row and 4-byte stores: each row
@@ -225,7 +224,10 @@ def _rows_words(
         template.extend(b" " * width)
         return at
 
-    head_at = blank(heads.shape[1])
+    template.extend(f'{{"ph":"X","pid":{pid},"tid":'.encode())
+    tid_groups = _groups(int(tid.max()))
+    tid_at = blank(4 * tid_groups)
+    template.extend(b',"ts":')
     ts_groups = _groups(int(ts_q.max()) // 1000)
     ts_at = blank(4 * ts_groups + 4)
     template.extend(b',"dur":')
@@ -247,11 +249,7 @@ def _rows_words(
     template.extend(b",\n")
     out = np.empty((n, len(template)), dtype=np.uint8)
     out[:] = np.frombuffer(bytes(template), dtype=np.uint8)
-    # Rows come core by core: one broadcast store per core's run of rows.
-    cuts = [0, *(np.flatnonzero(np.diff(core_pos)) + 1).tolist(), n]
-    width = heads.shape[1]
-    for lo, hi in itertools.pairwise(cuts):
-        out[lo:hi, head_at : head_at + width] = heads[core_pos[lo]]
+    _put_uint(out, tid_at, tid_groups, tid)
     _put_fixed3(out, ts_at, ts_groups, ts_q)
     _put_fixed3(out, dur_at, dur_groups, dur_q)
     if flags_at >= 0:
@@ -301,18 +299,20 @@ def render_rank(
     offset_us: float = 0.0,
 ) -> RenderedRank:
     """A rank's metadata, span rows and drop markers, as bytes formatted on demand."""
-    matcher = label_matcher(labels)
-    label_ok = np.array([matcher(label) for label in point_map.labels] or [True], dtype=bool)
-    selected: list[tuple[CoreTimeline, np.ndarray]] = []
+    label_ok = None
+    if labels:
+        matcher = label_matcher(labels)
+        label_ok = np.array([matcher(label) for label in point_map.labels] or [True], dtype=bool)
+    selected: list[tuple[CoreTimeline, np.ndarray | None]] = []  # None: every span
     for core in decoded.cores:
         if core_filter is not None and not core_filter(core.core_type, core.core_index):
             continue
-        keep = np.flatnonzero(label_ok[core.label])
-        if keep.size:
+        keep = None if label_ok is None else np.flatnonzero(label_ok[core.label])
+        if keep is None or keep.size:
             selected.append((core, keep))
     drops = [slot for slot in decoded.slots
              if slot.dropped and (core_filter is None or core_filter(slot.core_type, slot.core_index))]
-    spans = sum(k.size for _, k in selected)
+    spans = sum(c.start.size if k is None else k.size for c, k in selected)
 
     def chunks() -> Iterator[bytes | np.ndarray]:
         yield _metadata_row(pid, process_name, pid)
@@ -328,38 +328,55 @@ def render_rank(
 
 def _rank_rows(
     pid: int,
-    selected: list[tuple[CoreTimeline, np.ndarray]],
+    selected: list[tuple[CoreTimeline, np.ndarray | None]],
     point_map: PointMap,
     clock_mhz: float,
     offset_us: float,
 ) -> Iterator[np.ndarray]:
     """All span events of a rank as fixed-width rows built with numpy, no per-span Python."""
-    core_pos = np.concatenate([np.full(k.size, i, np.int64) for i, (_, k) in enumerate(selected)])
-    start = np.concatenate([c.start[k] for c, k in selected])
-    end = np.concatenate([c.end[k] for c, k in selected])
-    point = np.concatenate([c.point[k] for c, k in selected])
-    high = np.concatenate([c.high[k] for c, k in selected]).astype(np.int64)
-    status = np.concatenate([c.status[k] for c, k in selected])
+
+    def column(name: str) -> np.ndarray:
+        return np.concatenate([getattr(c, name) if k is None else getattr(c, name)[k] for c, k in selected])
+
+    sizes = [c.start.size if k is None else k.size for c, k in selected]
+    tid = np.repeat(np.array([c.slot for c, _ in selected], dtype=np.int64), sizes)
+    start, end, point, status = column("start"), column("end"), column("point"), column("status")
+    high = column("high").astype(np.int64)
     scale = 1000.0 / clock_mhz  # thousandths of a µs (ns): 3 decimals of the µs value
     with np.errstate(over="ignore", invalid="ignore"):  # saturated by _quantised
         ts_q = _quantised(start * scale + offset_us * 1000.0)
         dur_q = _quantised((end - start) * scale)
-    heads = _text_table([f'{{"ph":"X","pid":{pid},"tid":{c.slot},"ts":' for c, _ in selected])
-    tails = _point_tails(point_map)
+    tails, indexed = _point_columns(point_map)
     # A loop's first iteration has index 0 and extraId 0 (high word 0): the map says
     # which points carry an index, so it is shown as index 0, not left out.
-    indexed = np.array([point_map.points[i].indexed for i in point_map.ids.tolist()] or [False])
     show = (high != 0) | indexed[point]
     total = start.size
     for lo in range(0, total, _ROWS_PER_BLOCK):
         hi = min(lo + _ROWS_PER_BLOCK, total)
-        rows = _rows_words(core_pos[lo:hi], heads, ts_q[lo:hi], dur_q[lo:hi], high[lo:hi], show[lo:hi],
+        rows = _rows_words(pid, tid[lo:hi], ts_q[lo:hi], dur_q[lo:hi], high[lo:hi], show[lo:hi],
                            status[lo:hi], point[lo:hi], tails)
-        if rows is None:
-            rows = _rows(heads[core_pos[lo:hi]], ts_q[lo:hi], dur_q[lo:hi], high[lo:hi], show[lo:hi],
-                         status[lo:hi], tails[point[lo:hi]])
+        if rows is None:  # a negative timestamp (a negative --rank-offsets)
+            tids, row_tid = np.unique(tid[lo:hi], return_inverse=True)
+            heads = _text_table([f'{{"ph":"X","pid":{pid},"tid":{t},"ts":' for t in tids.tolist()])
+            rows = _rows(heads[row_tid], ts_q[lo:hi], dur_q[lo:hi], high[lo:hi], show[lo:hi], status[lo:hi],
+                         tails[point[lo:hi]])
         block = rows.reshape(-1)
         yield block[:-2]  # the writer puts the ",\n" between chunks
+
+
+# The last point map's row tails and "carries an index" flags: the same for every rank of
+# a collect (the map is kept in the entry, so its id cannot be reused while cached).
+_POINT_COLUMNS: dict[int, tuple[PointMap, np.ndarray, np.ndarray]] = {}
+
+
+def _point_columns(point_map: PointMap) -> tuple[np.ndarray, np.ndarray]:
+    cached = _POINT_COLUMNS.get(id(point_map))
+    if cached is None or cached[0] is not point_map:
+        indexed = np.array([point_map.points[i].indexed for i in point_map.ids.tolist()] or [False])
+        cached = (point_map, _point_tails(point_map), indexed)
+        _POINT_COLUMNS.clear()
+        _POINT_COLUMNS[id(point_map)] = cached
+    return cached[1], cached[2]
 
 
 def _drop_marker(

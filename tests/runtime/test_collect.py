@@ -92,6 +92,24 @@ def test_rank_offsets(tmp_path: Path) -> None:
     assert roots[1] - roots[0] == pytest.approx(100)
 
 
+def test_negative_rank_offsets_render_every_core(tmp_path: Path) -> None:
+    """A negative shift makes timestamps negative: those rows take the reference row
+    builder (a '-' must touch its digits) and keep every core's tid."""
+    directory = profiling_dir(tmp_path)
+    plain = events_after(tmp_path, directory, "plain.json")
+    shifted = events_after(tmp_path, directory, "shifted.json", "--rank-offsets", "1=-1000000")
+    assert len(plain) == len(shifted)
+    for a, b in zip(plain, shifted, strict=True):
+        assert (a["pid"], a.get("tid"), a["name"]) == (b["pid"], b.get("tid"), b["name"])
+        if a["ph"] == "X":
+            assert b["ts"] == pytest.approx(a["ts"] - (1_000_000 if a["pid"] == 1 else 0))
+
+
+def events_after(tmp_path: Path, directory: Path, name: str, *options: str) -> list[dict[str, Any]]:
+    assert invoke("collect", directory, "-o", tmp_path / name, *options).exit_code == 0
+    return events(tmp_path / name)
+
+
 def test_several_launches_get_their_own_process(tmp_path: Path) -> None:
     directory = tmp_path / "prof"
     for _ in range(2):

@@ -148,7 +148,8 @@ def test_word_rows_parse_as_the_reference_rows(columns: dict[str, object]) -> No
                             '"src":"c"},"name":"y"']),
         np.full((3, 1), ord("}"), np.uint8)], axis=1)
     c: dict[str, np.ndarray] = columns  # type: ignore[assignment]
-    fast = chrome._rows_words(c["core_pos"], heads, c["ts_q"], c["dur_q"], c["high"], c["show"],
+    tids = np.array([0, 7, 123])[c["core_pos"]]
+    fast = chrome._rows_words(0, tids, c["ts_q"], c["dur_q"], c["high"], c["show"],
                               c["status"], c["point"], tails)
     slow = chrome._rows(heads[c["core_pos"]], c["ts_q"], c["dur_q"], c["high"], c["show"], c["status"],
                         tails[c["point"]])
@@ -165,8 +166,7 @@ def test_word_rows_leave_negative_timestamps_to_the_reference_builder() -> None:
 
     from optrace.runtime import chrome
 
-    heads = chrome._text_table(['{"ts":'])
     tails = chrome._text_table(['"name":"x"}'])
     one = np.array([0])
-    assert chrome._rows_words(one, heads, np.array([-5]), np.array([1]), one, one.astype(bool),
+    assert chrome._rows_words(0, one, np.array([-5]), np.array([1]), one, one.astype(bool),
                               one.astype(np.int8), one, tails) is None
