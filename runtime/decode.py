@@ -324,7 +324,6 @@ def nest_segments(
         good[np.unique(segment[begin][mismatch])] = False
         ok = good[segment[begin]]
         begin, end = begin[ok], end[ok]
-    parts_seg = [segment[begin]]
     parts_begin = [begin]
     parts_end = [end]
     parts_depth = [(level[begin] - 1).astype(np.int16)]
@@ -335,7 +334,6 @@ def nest_segments(
         hi = lo + int(counts[seg])
         fallback = nest_stack(kinds[lo:hi], labels[lo:hi])
         unmatched[seg] = fallback.unmatched_e
-        parts_seg.append(np.full(fallback.begin.size, seg, dtype=np.int64))
         parts_begin.append(fallback.begin + lo)
         parts_end.append(np.where(fallback.end >= 0, fallback.end + lo, -1))
         parts_depth.append(fallback.depth)
@@ -354,7 +352,7 @@ def nest_segments(
         return spread[sorted_begin]
 
     return SegmentNesting(
-        segment=by_start(parts_seg, np.int64),
+        segment=segment[sorted_begin].astype(np.int64),  # a span's segment is its B's
         begin=sorted_begin,
         end=by_start(parts_end, np.int64),
         depth=by_start(parts_depth, np.int16),
@@ -544,7 +542,7 @@ def decode_rank(
         # A comparison, not np.diff: differences of int64 cycle offsets can overflow.
         went_back = (times[1:] < times[:-1]) & (slot_of[1:] == slot_of[:-1])
         backwards = int(np.count_nonzero(went_back))
-        for slot in np.unique(slot_of[1:][went_back]).tolist():
+        for slot in np.unique(slot_of[1:][went_back]).tolist() if backwards else []:
             mask = slot_of == slot  # rare: clamp so children stay inside their parents
             times[mask] = np.maximum.accumulate(times[mask])
     nesting = nest_segments(kinds_all[kept], labels_all[kept], slot_of, buffer.slots)
