@@ -26,6 +26,7 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from tree_sitter import Node
@@ -138,7 +139,15 @@ _SPACES = bytes(0x0A if b == 0x0A else 0x20 for b in range(256))
 def mask(data: bytes) -> bytes:
     """Same length as `data`: comments and the insides of string / char literals become
     spaces (newlines kept, quotes kept), so brackets and semicolons can be matched."""
+    return _mask(bytes(data))
 
+
+# The scans below are pure functions of a file's bytes. The layer codemods of one operator
+# (and of every operator a process computes) ask them about the same files again and
+# again — a shared pybind.cpp, an adapter — so they are cached by content: a file that
+# changed is a different key.
+@lru_cache(maxsize=64)
+def _mask(data: bytes) -> bytes:
     def repl(m: re.Match[bytes]) -> bytes:
         tok = m.group(0)
         if tok.startswith((b"//", b"/*")):
@@ -321,6 +330,11 @@ _FUNC_TYPES = frozenset({"function_definition", "declaration", "field_declaratio
 
 def functions(data: bytes, *, declarations: bool = False) -> list[CppFunction]:
     """Function definitions (and, with `declarations`, prototypes) in source order."""
+    return list(_functions(bytes(data), declarations))
+
+
+@lru_cache(maxsize=64)
+def _functions(data: bytes, declarations: bool) -> tuple[CppFunction, ...]:
     text = normalise(data, DEFAULT_QUALIFIERS)
     tree = new_parser().parse(text)
     out: list[CppFunction] = []
@@ -352,7 +366,7 @@ def functions(data: bytes, *, declarations: bool = False) -> list[CppFunction]:
             line_number(data, node.start_byte),
         ))
     out.sort(key=lambda f: f.start)
-    return out
+    return tuple(out)
 
 
 def enclosing_function(data: bytes, offset: int) -> CppFunction | None:
@@ -486,6 +500,11 @@ def include_edit(path: Path, data: bytes, header: Path, codemod: str) -> Edit | 
 
 def mask_keep_includes(data: bytes) -> bytes:
     """Comments blanked but string literals kept (include targets are strings)."""
+    return _mask_keep_includes(bytes(data))
+
+
+@lru_cache(maxsize=64)
+def _mask_keep_includes(data: bytes) -> bytes:
     def repl(m: re.Match[bytes]) -> bytes:
         tok = m.group(0)
         return tok.translate(_SPACES) if tok.startswith((b"//", b"/*")) else tok

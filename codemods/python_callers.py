@@ -36,6 +36,7 @@ import base64
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import libcst as cst
@@ -88,6 +89,23 @@ class _Source:
         self.wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
         self.positions = self.wrapper.resolve(PositionProvider)
         self.parents = self.wrapper.resolve(ParentNodeProvider)
+        self._collected: _Collector | None = None
+        self._assigned: dict[cst.CSTNode, frozenset[str]] = {}
+
+    def collected(self) -> _Collector:
+        """The file's calls, syncs, spawns and argparse use (visited once)."""
+        if self._collected is None:
+            found = _Collector()
+            self.wrapper.visit(found)
+            self._collected = found
+        return self._collected
+
+    def assigned_names(self, node: cst.CSTNode) -> frozenset[str]:
+        """`_assigned_names(node)` of one of this file's nodes (visited once)."""
+        names = self._assigned.get(node)
+        if names is None:
+            names = self._assigned[node] = frozenset(_assigned_names(node))
+        return names
 
     def offset(self, line: int, column: int) -> int:
         start = self.starts[line - 1]
@@ -134,6 +152,15 @@ def _indent(data: bytes, offset: int) -> bytes:
 PythonSource = _Source
 
 
+@lru_cache(maxsize=32)
+def parse_python(path: Path, data: bytes) -> _Source:
+    """`data` (the bytes of `path`) parsed, shared: a sample several operators call is
+    parsed once per process while its bytes stay the same. The source is never changed
+    after parsing (codemods only read it and return edits), so sharing it is safe; a file
+    that does not parse raises every time (exceptions are not cached)."""
+    return _Source(path, data)
+
+
 # --- what the file looks like ------------------------------------------------------------------
 
 
@@ -147,9 +174,13 @@ def _dotted(node: cst.BaseExpression) -> str:
 
 
 class _Collector(cst.CSTVisitor):
-    def __init__(self, op_names: Sequence[str]) -> None:
-        self.op_names = set(op_names)
-        self.calls: list[cst.Call] = []
+    """What a caller file holds, whichever op is asked about: one visit per parsed file
+    (`_Source.collected`), however many operators the file calls."""
+
+    def __init__(self) -> None:
+        # Every `x.name(...)` call not inside a lambda / comprehension, with its name:
+        # deferred calls (a benchmark's lambda) keep their result.
+        self.attr_calls: list[tuple[str, cst.Call]] = []
         self.syncs: list[str] = []
         self.spawns: list[cst.Call] = []
         self.joins: list[cst.Call] = []
@@ -183,9 +214,8 @@ class _Collector(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = _dotted(node.func)
-        if isinstance(node.func, cst.Attribute) and node.func.attr.value in self.op_names \
-                and not self.deferred:
-            self.calls.append(node)  # deferred calls (a benchmark's lambda) keep their result
+        if isinstance(node.func, cst.Attribute) and not self.deferred:
+            self.attr_calls.append((node.func.attr.value, node))
         if func.endswith("npu.synchronize"):
             self.syncs.append(func)
         if func.endswith(("spawn", "start_processes")) and ("mp" in func or "multiprocessing" in func):
@@ -201,6 +231,11 @@ class _Collector(cst.CSTVisitor):
             for arg in node.args:
                 if isinstance(arg.value, cst.SimpleString) and arg.value.value.strip("'\"").startswith("--"):
                     self.options.add(arg.value.value.strip("'\""))
+
+    def calls_of(self, op_names: Sequence[str]) -> list[cst.Call]:
+        """The op's calls (any of its names), in file order."""
+        wanted = set(op_names)
+        return [call for name, call in self.attr_calls if name in wanted]
 
 
 @dataclass
@@ -290,12 +325,12 @@ def _rank_expr(f: _File, call: cst.Call) -> str:
     if fn is not None:
         p = fn.params
         params = [a.name.value for a in (*p.posonly_params, *p.params, *p.kwonly_params)]
-        local = _assigned_names(fn.body)
+        local = f.src.assigned_names(fn.body)
         for name in _RANK_NAMES:
             if name in params or name in local:
                 return name
         if params and params[0] == "self":
-            everywhere = _assigned_names(f.src.module)
+            everywhere = f.src.assigned_names(f.src.module)
             for name in _RANK_NAMES:
                 if f"self.{name}" in everywhere:
                     return f"self.{name}"
@@ -422,7 +457,8 @@ def python_caller_edits(plan: Plan, mode: str) -> list[Edit]:
     from optrace.codemods.registration import torch_names
 
     layers = plan.analysis.layers
-    sources = [_Source(path, clean_bytes(path)) for path in caller_files(layers)]  # all parse, or nothing
+    # all parse, or nothing
+    sources = [parse_python(path, clean_bytes(path)) for path in caller_files(layers)]
     if mode != "B" or hand_instrumented(plan):
         return []
     arity = op_arity(layers)
@@ -434,9 +470,9 @@ def python_caller_edits(plan: Plan, mode: str) -> list[Edit]:
 
 
 def _file_edits(src: _Source, op_names: Sequence[str], arity: str) -> list[Edit]:
-    found = _Collector(op_names)
-    src.wrapper.visit(found)
-    if not found.calls:
+    found = src.collected()
+    calls = found.calls_of(op_names)
+    if not calls:
         return []
     f = _File(src, found)
     data = src.data
@@ -444,7 +480,7 @@ def _file_edits(src: _Source, op_names: Sequence[str], arity: str) -> list[Edit]
     var = "profiling_data" if "profiling_data" not in found.names else "optrace_profiling_data"
     handled: set[int] = set()
     collect_after: list[cst.CSTNode] = []
-    for call in found.calls:
+    for call in calls:
         stmt, small = _statement(src, call)
         start = src.span(stmt)[0]
         if start in handled:

@@ -37,7 +37,13 @@ from optrace.codemods.layer_common import (
     marked_lines,
     python_numel_expr,
 )
-from optrace.codemods.python_callers import PythonSource, import_point, op_arity, rewrite_insertions
+from optrace.codemods.python_callers import (
+    PythonSource,
+    import_point,
+    op_arity,
+    parse_python,
+    rewrite_insertions,
+)
 from optrace.codemods.torch_adapter import hand_instrumented
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit
@@ -273,7 +279,7 @@ def fake_files(layers: Layers) -> list[Path]:
 
 def parsed(paths: Sequence[Path]) -> Iterator[PythonSource]:
     for path in paths:
-        yield PythonSource(path, clean_bytes(path))
+        yield parse_python(path, clean_bytes(path))
 
 
 def python_fake_edits(plan: Plan, mode: str) -> list[Edit]:

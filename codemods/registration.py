@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from optrace.codemods.layer_common import (
@@ -144,10 +145,18 @@ def torch_names(layers: Layers) -> list[str]:
     files = [f.path for key in ("registration", "torch_adapter") for f in layers.found.get(key, [])]
     files += repo_index(layers.repo_root).mentioning(*[n.encode() for n in launchers])
     for path in dict.fromkeys(files):
-        for m in _IMPL_RE.finditer(mask_keep_includes(clean_bytes(path))):
-            if m.group(2).decode().split("::")[-1] in launchers and m.group(1).decode() not in names:
-                names.append(m.group(1).decode())
+        for name, fn in _impls(clean_bytes(path)):
+            if fn in launchers and name not in names:
+                names.append(name)
     return names
+
+
+@lru_cache(maxsize=64)
+def _impls(data: bytes) -> tuple[tuple[str, str], ...]:
+    """Every `m.impl("name", &fn)` of a file, in order: (name, fn unqualified); cached by
+    content (asked for every operator, about the same shared registration files)."""
+    return tuple((m.group(1).decode(), m.group(2).decode().split("::")[-1])
+                 for m in _IMPL_RE.finditer(mask_keep_includes(data)))
 
 
 def registration_files(layers: Layers) -> list[Path]:
@@ -168,6 +177,34 @@ def schema_strings(path: Path, data: bytes, op_name: str | Sequence[str]) -> lis
     """The op's schema strings in `.def(...)` calls of a registration file (`op_name`:
     one name or all the op's torch names)."""
     names = [op_name] if isinstance(op_name, str) else list(op_name)
+    wanted = _name_pattern(tuple(names))
+    out = []
+    for text, offsets, first_lit in _def_strings(bytes(data)):
+        # `any(name in text)` first: a schema of the op spells one of its names.
+        if not any(n in text for n in names) or wanted.match(text) is None:
+            continue
+        try:
+            schema = parse_schema(text)
+        except ValueError as exc:
+            name = text.split("(")[0].strip()
+            raise input_error(CODE_SCHEMA, f"the schema of `{name}` does not parse: {exc}", path, data,
+                              first_lit) from None
+        out.append(SchemaString(path, text, offsets, line_number(data, first_lit), schema))
+    return out
+
+
+@lru_cache(maxsize=256)
+def _name_pattern(names: tuple[str, ...]) -> re.Pattern[str]:
+    """A schema string naming one of `names` (`ns::name.overload(`)."""
+    return re.compile(r"\s*(?:\w+::)?(?:" + "|".join(re.escape(n) for n in names) + r")(?:\.\w+)?\s*\(")
+
+
+@lru_cache(maxsize=32)
+def _def_strings(data: bytes) -> tuple[tuple[str, tuple[int, ...], int], ...]:
+    """Every `.def(...)` whose first argument is a (sequence of) string literal(s), in file
+    order: the literal text, the file offset of each of its characters and where its first
+    literal starts. Whatever the op, a file's candidates are the same: cached by content
+    (a registration file lists every operator of the repository)."""
     code = mask(data)
     out = []
     for m in _DEF_RE.finditer(code):
@@ -200,17 +237,8 @@ def schema_strings(path: Path, data: bytes, op_name: str | Sequence[str]) -> lis
                 text_parts.append(chr(raw[i]))
                 offsets.append(s + 1 + i)
                 i += 1
-        text = "".join(text_parts)
-        if not any(re.match(r"\s*(?:\w+::)?" + re.escape(n) + r"(?:\.\w+)?\s*\(", text) for n in names):
-            continue
-        try:
-            schema = parse_schema(text)
-        except ValueError as exc:
-            name = text.split("(")[0].strip()
-            raise input_error(CODE_SCHEMA, f"the schema of `{name}` does not parse: {exc}", path, data,
-                              lits[0][0]) from None
-        out.append(SchemaString(path, text, tuple(offsets), line_number(data, lits[0][0]), schema))
-    return out
+        out.append(("".join(text_parts), tuple(offsets), lits[0][0]))
+    return tuple(out)
 
 
 def returns_list(schema: Schema) -> bool:

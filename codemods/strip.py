@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from functools import lru_cache
 from pathlib import Path
 
 CODEMOD = "strip"
@@ -75,7 +76,15 @@ def strip_bytes(data: bytes, path: Path | None = None) -> bytes:
     """The file as it was before apply (apply's insertions are whole marked units).
 
     `path` only selects the language (C++ when absent)."""
-    kind = file_kind(path)
+    if b"optrace" not in data:
+        return data  # every marker strip removes spells `optrace`: nothing to do
+    return _strip_kind(file_kind(path), bytes(data))
+
+
+# Keyed by content (and language): a file shared by several operators (a pybind.cpp, a
+# sample) is stripped once per process for as long as its bytes stay the same.
+@lru_cache(maxsize=64)
+def _strip_kind(kind: str, data: bytes) -> bytes:
     if kind == "python":
         return _strip_hash_lines(_restore_python(data))
     if kind == "script":

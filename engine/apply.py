@@ -101,7 +101,7 @@ def apply_changes(op_dir: Path, repo_root: Path | None = None, mode: str | None 
     kernel = [*points, *entry, *block, *includes]
     recorded = recorded_mode(plan.analysis.entry_fn.src.raw)
     effective = mode or recorded or "B"
-    kernel_files = {resolve(e.path) for e in kernel}
+    kernel_files = {resolve(p) for p in {e.path for e in kernel}}
     own_dir = plan.analysis.layers.op_dir.resolve()
     prov = Provenance("apply", plan.analysis.layers.op_name, own_dir, own_dir,
                       resolve(plan.analysis.entry_fn.src.path), effective, kernel_files=kernel_files)
@@ -131,8 +131,12 @@ def apply_changes(op_dir: Path, repo_root: Path | None = None, mode: str | None 
 
 def _by_file(edits: Iterable[Edit]) -> EditsByFile:
     by_file: EditsByFile = {}
+    resolved: dict[Path, Path] = {}  # each spelling resolved once
     for edit in edits:
-        by_file.setdefault(resolve(edit.path), []).append(edit)
+        path = resolved.get(edit.path)
+        if path is None:
+            path = resolved[edit.path] = resolve(edit.path)
+        by_file.setdefault(path, []).append(edit)
     return by_file
 
 
@@ -250,14 +254,37 @@ def reconcile(data: bytes, clean: bytes, mine: list[tuple[str, Edit]], others: N
 
 def replacement(path: Path, old: bytes, new: bytes, codemod: str) -> Edit:
     """One edit turning `old` into `new`: the differing middle, common ends left alone."""
-    prefix = 0
     limit = min(len(old), len(new))
-    while prefix < limit and old[prefix] == new[prefix]:
-        prefix += 1
-    suffix = 0
-    while suffix < limit - prefix and old[-1 - suffix] == new[-1 - suffix]:
-        suffix += 1
+    prefix = _common_prefix(old, new, limit)
+    suffix = _common_suffix(old, new, limit - prefix)
     return Edit(path, prefix, len(old) - suffix, new[prefix : len(new) - suffix], codemod)
+
+
+def _common_prefix(a: bytes, b: bytes, limit: int) -> int:
+    """The length of the longest common prefix of a and b (at most `limit`), found by
+    bisection over slice comparisons (memcmp), not byte by byte in Python: a shared file
+    (pybind.cpp) is reconciled once per operator."""
+    lo, hi = 0, limit  # a[:lo] == b[:lo]; the answer is <= hi
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _common_suffix(a: bytes, b: bytes, limit: int) -> int:
+    """The length of the longest common suffix of a and b, at most `limit`."""
+    la, lb = len(a), len(b)
+    lo, hi = 0, limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[la - mid : la - lo] == b[lb - mid : lb - lo]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def strip_changes(op_dir: Path, repo_root: Path | None = None) -> OperatorChanges:
@@ -334,6 +361,7 @@ class Neighbours:
         self.root = root
         # kernel source (resolved) -> (operator dirs it counts for, carries the scaffold)
         self._kernel: dict[Path, tuple[set[Path], bool]] | None = None
+        self._instrumented: list[Path] | None = None  # `instrumented()` until _kernel changes
         self._edits: dict[Path, tuple[EditsByFile, frozenset[Path]]] = {}
 
     def _scan(self) -> dict[Path, tuple[set[Path], bool]]:
@@ -351,7 +379,10 @@ class Neighbours:
 
     def instrumented(self) -> list[Path]:
         """As `instrumented_operators(root)` would answer now."""
-        return sorted({d for dirs, scaffold in self._scan().values() if scaffold for d in dirs})
+        kernel = self._scan()
+        if self._instrumented is None:
+            self._instrumented = sorted({d for dirs, scaffold in kernel.values() if scaffold for d in dirs})
+        return self._instrumented
 
     def know(self, op_dir: Path, edits: EditsByFile, reads: frozenset[Path]) -> None:
         """`op_dir`'s layer edits as planning it now would give; valid while none of
@@ -365,6 +396,7 @@ class Neighbours:
         stale: set[Path] = set()
         for path in paths:
             if self._kernel is not None and path.suffix.lower() in KERNEL_EXTS:
+                self._instrumented = None
                 if path not in self._kernel:
                     self._kernel = None  # a kernel file appeared: walk again when asked
                     continue

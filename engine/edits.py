@@ -149,6 +149,7 @@ class EditSet:
 
     def __init__(self, edits: Iterable[Edit] = (), *, read: Callable[[Path], bytes] | None = None) -> None:
         self._files: dict[Path, _FileEdits] = {}
+        self._resolved: dict[Path, Path] = {}  # each spelling resolved once (many edits per file)
         self._read = read or _read_bytes
         self.duplicates: list[Edit] = []
         self.collect(edits)
@@ -157,7 +158,7 @@ class EditSet:
         """Add one edit; False when it duplicates one already there. Raises EditConflict."""
         if not edit.replacement and edit.is_insertion:
             return False
-        path = resolve(edit.path)
+        path = self._resolve(edit.path)
         file_edits = self._files.setdefault(path, _FileEdits())
 
         def conflict(first: Edit, second: Edit) -> Exception:
@@ -172,6 +173,12 @@ class EditSet:
             self.duplicates.append(edit)
         return added
 
+    def _resolve(self, path: Path) -> Path:
+        resolved = self._resolved.get(path)
+        if resolved is None:
+            resolved = self._resolved[path] = resolve(path)
+        return resolved
+
     def collect(self, edits: Iterable[Edit]) -> EditSet:
         """Add every edit in order (the order decides same-offset insertions); returns self."""
         for edit in edits:
@@ -184,7 +191,7 @@ class EditSet:
 
     def edits_for(self, path: Path) -> tuple[Edit, ...]:
         """One file's edits in application order (by offset, then order added)."""
-        file_edits = self._files.get(resolve(path))
+        file_edits = self._files.get(self._resolve(path))
         return tuple(file_edits.edits) if file_edits else ()
 
     def __iter__(self) -> Iterator[Edit]:

@@ -198,12 +198,14 @@ class _EditOutcome:
     result: Any = None  # OperatorChanges
     message: str = ""
     code: int = EXIT_OK
+    diff: str | None = None  # the result's patch, when asked for (then `changes` stays behind)
 
 
-def _edit_one(op_dir: Path, repo_root: Path | None, compute: str, mode: str | None) -> _EditOutcome:
+def _edit_one(op_dir: Path, repo_root: Path | None, compute: str, mode: str | None,
+              want_diff: bool = False) -> _EditOutcome:
     from optrace.engine import apply as apply_module
     from optrace.engine.diagnostics import InputError
-    from optrace.engine.edits import EditError
+    from optrace.engine.edits import EditError, unified_diff
 
     try:
         result = (apply_module.apply_changes(op_dir, repo_root, mode) if compute == "apply"
@@ -216,6 +218,16 @@ def _edit_one(op_dir: Path, repo_root: Path | None, compute: str, mode: str | No
         return _EditOutcome(message=f"{op_dir}: OT999 internal error while computing {compute}:\n"
                             f"{traceback.format_exc()}", code=EXIT_INTERNAL)
     result.plan = None  # parse trees do not cross processes, and nothing below needs them
+    if want_diff:
+        # The diff of a run that writes nothing is rendered where the operator was
+        # computed (in parallel); only its text crosses back. Should rendering fail, the
+        # changes go back instead and the caller renders (and fails) as it always did.
+        try:
+            diff = unified_diff(result.changes, result.repo_root)
+        except Exception:  # reported by the caller, as it always was
+            return _EditOutcome(result)
+        result.changes, result.provenance = {}, None
+        return _EditOutcome(result, diff=diff)
     return _EditOutcome(result)
 
 
@@ -263,7 +275,8 @@ def _edit_command(
             prepared.append(([str(exc)], EXIT_INPUT, None, None))
             continue
         prepared.append((report.messages(), EXIT_OK, op_dir, txn))
-    work = [(op_dir, repo_root, compute, mode_) for _, _, op_dir, _ in prepared if op_dir is not None]
+    render = not write and not check  # the diff (stdout or --patch): rendered by the workers
+    work = [(op_dir, repo_root, compute, mode_, render) for _, _, op_dir, _ in prepared if op_dir is not None]
     title = "applying" if compute == "apply" else "stripping"
     computed = _run_parallel(_edit_one, list(work), _workers(jobs, len(work)), title)
     run = RunCommits(o.result for o in computed if o.result is not None) if write else None
@@ -305,7 +318,7 @@ def _edit_command(
             run.committed(result, written)
             typer.echo(f"{result.name}: {len(written)} file(s) written")
             continue
-        diff = unified_diff(result.changes, result.repo_root)
+        diff = outcome.diff if outcome.diff is not None else unified_diff(result.changes, result.repo_root)
         if patch is not None:
             patches.append(diff)
         else:
