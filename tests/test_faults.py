@@ -30,7 +30,7 @@ import optrace.engine.apply as apply_module
 import optrace.engine.transaction as transaction
 from optrace.cli import _journal_name, app
 from optrace.engine.apply import OperatorChanges, apply_changes
-from optrace.engine.transaction import Change, StaleSource, commit, journal_path
+from optrace.engine.transaction import Change, StaleSource, _read_backup, commit, journal_path
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 REPO = "umdk_style"
@@ -340,7 +340,8 @@ def test_a_file_edited_after_a_crash_is_left_alone_and_reported(
     # The journal moved aside with the old bytes, so the operator is not blocked ...
     assert journals(repo) == ["unresolved"]
     (kept,) = (repo / ".optrace" / "unresolved").iterdir()
-    backups = {p.read_bytes() for p in (kept / "backup").iterdir()}
+    entries = json.loads((kept / "journal.json").read_text())["files"]
+    backups = {_read_backup(kept / "backup", e["backup"]) for e in entries if e["backup"]}
     assert before[rel] in backups
     # ... and strip still removes exactly what optrace added, keeping the user's line.
     assert cli("strip", str(op), "--write")[0] == 0

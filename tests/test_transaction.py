@@ -23,6 +23,7 @@ from optrace.engine.transaction import (
     TransactionError,
     UnfinishedTransaction,
     WriteFailed,
+    _read_backup,
     commit,
     journal_path,
     recover,
@@ -297,7 +298,7 @@ def test_recover_leaves_a_file_edited_since_and_keeps_its_backup(
     assert not journal_path(journal_dir, "k").exists()
     (kept,) = report.kept
     assert kept.parent == journal_dir / "unresolved"
-    assert (kept / "backup" / journal["files"][0]["backup"]).read_bytes() == before[rel][1]
+    assert _read_backup(kept / "backup", journal["files"][0]["backup"]) == before[rel][1]
     assert commit({first_written: (first_written.read_bytes(), b"x")}, journal_dir, name="k")
 
 
