@@ -364,3 +364,25 @@ def test_the_journal_directory_is_ignored_by_git(tmp_path: Path) -> None:
                             capture_output=True, text=True, check=True).stdout
     assert status == "A  a.h\n"
     assert any(journal.glob("*.lock"))
+
+
+def test_a_journal_of_optrace_0_1_with_one_backup_file_per_entry_still_rolls_back(tmp_path: Path) -> None:
+    """Journals written before the backup archive name a file per entry: recovery after an
+    upgrade still finds the old bytes."""
+    import hashlib
+
+    path = tmp_path / "a.h"
+    path.write_bytes(b"new bytes")
+    journal_dir = tmp_path / ".optrace"
+    (journal_dir / "journal-k.backup").mkdir(parents=True)
+    (journal_dir / "journal-k.backup" / "0").write_bytes(b"old bytes")
+    journal_path(journal_dir, "k").write_text(json.dumps({
+        "format": "optrace-journal", "version": 1, "name": "k", "pid": 1, "started": "", "token": "t",
+        "files": [{"path": str(path.resolve()), "action": "modify",
+                   "old_sha256": hashlib.sha256(b"old bytes").hexdigest(),
+                   "new_sha256": hashlib.sha256(b"new bytes").hexdigest(),
+                   "mode": 0o644, "backup": "0", "created_dirs": []}],
+    }))
+    report = recover(journal_dir)
+    assert path.read_bytes() == b"old bytes"
+    assert [f.outcome for f in report.files] == [Outcome.RESTORED]
