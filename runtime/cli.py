@@ -87,7 +87,7 @@ def cmd_collect(
         int | None,
         typer.Option("--jobs", "-j", min=0,
                      help="Threads reading and decoding ranks ahead of the writer (each holds one "
-                     "more rank in memory). Default: 1 on a multi-core machine; 0: none."),
+                     "more rank in memory). Default 0: on the benchmark they do not pay."),
     ] = None,
 ) -> None:
     """Decode rank files into a Chrome / Perfetto trace."""
