@@ -448,22 +448,6 @@ class ChromeTraceWriter:
         self._write_bytes(_metadata_row(pid, name, sort_index, tid))
         self.events += 2
 
-    def add_rank(
-        self,
-        pid: int,
-        process_name: str,
-        decoded: RankDecode,
-        point_map: PointMap,
-        *,
-        labels: list[str] | None = None,
-        core_filter: CoreFilter | None = None,
-        offset_us: float = 0.0,
-    ) -> int:
-        """Write one rank's tracks; returns the number of span events written."""
-        rendered = render_rank(pid, process_name, decoded, point_map, labels=labels,
-                               core_filter=core_filter, offset_us=offset_us)
-        return self.write_rendered(rendered)
-
     def write_rendered(self, rendered: RenderedRank) -> int:
         """Append a rank rendered by :func:`render_rank` (possibly on another thread)."""
         for chunk in rendered.chunks:

@@ -7,9 +7,7 @@ Thin: parse arguments, call the runtime modules, print, choose the exit code. Ex
 
 from __future__ import annotations
 
-import os
 import sys
-import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,8 +15,7 @@ from typing import Annotated
 
 import typer
 
-from .collect_cli import paths_as_bytes
-from .errors import ProfilingInputError
+from .collect_cli import failure_code, paths_as_bytes
 
 EXIT_INTERNAL = 3
 
@@ -29,28 +26,18 @@ def _err(message: str) -> None:
 
 @contextmanager
 def _guarded() -> Iterator[None]:
-    """Bad input -> ``path: message`` and exit 2; anything unexpected -> exit 3."""
+    """Bad input -> ``path: message`` and exit 2; anything unexpected -> exit 3
+    (`collect_cli.failure_code`, which the fast collect path uses too)."""
     paths_as_bytes()
     try:
         yield
     except typer.Exit:
         raise
-    except ProfilingInputError as exc:
-        _err(str(exc))
-        raise typer.Exit(2) from None
-    except OSError as exc:  # e.g. the output directory is not writable: input, not a bug
-        _err(f"{exc.filename or 'optrace'}: {exc.strerror or exc}")
-        raise typer.Exit(2) from None
-    except KeyboardInterrupt:
-        _err("optrace: interrupted")
-        raise typer.Exit(130) from None
-    except Exception as exc:  # the contract: internal errors exit 3, not a traceback
-        _err(f"optrace: internal error: {type(exc).__name__}: {exc}")
-        if os.environ.get("OPTRACE_DEBUG"):
-            traceback.print_exc()
-        else:
-            _err("(set OPTRACE_DEBUG=1 for the traceback)")
-        raise typer.Exit(EXIT_INTERNAL) from None
+    except BaseException as exc:
+        code = failure_code(exc)
+        if code is None:
+            raise
+        raise typer.Exit(code) from None
 
 
 def _bad_usage(message: str) -> typer.Exit:

@@ -156,21 +156,33 @@ def run_collect(
         for error in result.errors:
             _err(str(error))
         return result.exit_code
-    except ProfilingInputError as exc:
+    except BaseException as exc:
+        code = failure_code(exc)
+        if code is None:
+            raise
+        return code
+
+
+def failure_code(exc: BaseException) -> int | None:
+    """The runtime commands' contract for an exception that escaped: print its message
+    and return the exit code — bad input 2 (``path: message``, no traceback), Ctrl-C 130,
+    anything else 3 — or None for what must propagate (SystemExit)."""
+    if isinstance(exc, ProfilingInputError):
         _err(str(exc))
         return EXIT_USAGE
-    except OSError as exc:  # e.g. the output directory is not writable: input, not a bug
+    if isinstance(exc, OSError):  # e.g. the output directory is not writable: input, not a bug
         _err(f"{exc.filename or 'optrace'}: {exc.strerror or exc}")
         return EXIT_USAGE
-    except KeyboardInterrupt:
+    if isinstance(exc, KeyboardInterrupt):
         _err("optrace: interrupted")
         return 130
-    except Exception as exc:  # the contract: internal errors exit 3, not a traceback
-        _err(f"optrace: internal error: {type(exc).__name__}: {exc}")
-        if os.environ.get("OPTRACE_DEBUG"):
-            import traceback
+    if not isinstance(exc, Exception):
+        return None
+    _err(f"optrace: internal error: {type(exc).__name__}: {exc}")
+    if os.environ.get("OPTRACE_DEBUG"):
+        import traceback
 
-            traceback.print_exc()
-        else:
-            _err("(set OPTRACE_DEBUG=1 for the traceback)")
-        return EXIT_INTERNAL
+        traceback.print_exception(exc)
+    else:
+        _err("(set OPTRACE_DEBUG=1 for the traceback)")
+    return EXIT_INTERNAL

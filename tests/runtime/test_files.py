@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from rt_helpers import point_map, rank_buffer
 
 from optrace.runtime.atomic import atomic_output
-from optrace.runtime.chrome import ChromeTraceWriter, label_matcher
+from optrace.runtime.chrome import ChromeTraceWriter, label_matcher, render_rank
 from optrace.runtime.decode import decode_rank
 from optrace.runtime.errors import ProfilingInputError
 from optrace.runtime.pointmap import load_point_map
@@ -82,7 +82,7 @@ def test_atomic_output_leaves_nothing_on_failure(tmp_path: Path) -> None:
 
 def test_writer_without_close_writes_nothing(tmp_path: Path) -> None:
     with ChromeTraceWriter(tmp_path / "t.json") as writer:
-        writer.add_rank(0, "Rank 0", decode_rank(rank_buffer(), point_map()), point_map())
+        writer.write_rendered(render_rank(0, "Rank 0", decode_rank(rank_buffer(), point_map()), point_map()))
     assert list(tmp_path.iterdir()) == []
 
 
