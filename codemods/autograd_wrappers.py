@@ -40,11 +40,10 @@ from optrace.codemods.layer_common import (
     mask,
     mask_keep_includes,
     match_bracket,
-    returns_in,
+    own_return_values,
 )
 from optrace.codemods.torch_adapter import (
     _angle_close,
-    _lambda_bodies,
     adapter_functions,
     hand_instrumented,
     return_type_edits,
@@ -163,17 +162,8 @@ def _wrapper_edits(path: Path, data: bytes, fn: CppFunction, counts: dict[str, i
     lone = fixed_count(data[fn.type_span[0] : fn.type_span[1]]) == 1 if fn.type_span else False
     launcher_call = re.compile(rb"(?:[\w:]+::)?(?:" + b"|".join(re.escape(n.encode()) for n in counts)
                                + rb")\s*\(")
-    lambdas = _lambda_bodies(code, fn)
     needs: list[Edit] = []
-    for start, end in returns_in(code, fn):
-        if any(a < start < b for a, b in lambdas):
-            continue
-        e_start = start + len(b"return")
-        while code[e_start] in b" \t\r\n":
-            e_start += 1
-        e_end = end - 1
-        while code[e_end - 1] in b" \t\r\n":
-            e_end -= 1
+    for start, e_start, e_end in own_return_values(code, fn):
         expr = code[e_start:e_end]
         if (var is not None and expr == var.encode()) or (
                 launcher_call.match(expr) and match_bracket(code, code.index(b"(", e_start)) == e_end - 1):

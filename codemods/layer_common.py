@@ -420,6 +420,43 @@ def returns_in(code: bytes, fn: CppFunction) -> list[tuple[int, int]]:
     return out
 
 
+_LAMBDA_TAIL_RE = re.compile(rb"\s*(?:mutable\s*)?(?:noexcept\s*)?(?:->\s*[^;{}()]*)?\s*\Z")
+
+
+def lambda_bodies(code: bytes, fn: CppFunction) -> list[tuple[int, int]]:
+    """Bodies of lambdas inside the function: their returns are not the function's."""
+    out = []
+    for m in re.finditer(rb"\]\s*\(", code):
+        if not fn.body_open < m.start() < fn.body_close:
+            continue
+        close = match_bracket(code, m.end() - 1)
+        brace = code.find(b"{", close) if close > 0 else -1
+        if brace < 0 or not _LAMBDA_TAIL_RE.match(code[close + 1 : brace]):
+            continue
+        end = match_bracket(code, brace)
+        if end > 0:
+            out.append((brace, end))
+    return out
+
+
+def own_return_values(code: bytes, fn: CppFunction) -> list[tuple[int, int, int]]:
+    """`(return keyword, value start, value end)` of each of the function's own returns
+    (lambdas' returns left out), the value trimmed of whitespace, without the `;`."""
+    lambdas = lambda_bodies(code, fn)
+    out = []
+    for start, end in returns_in(code, fn):
+        if any(a < start < b for a, b in lambdas):
+            continue
+        value_start = start + len(b"return")
+        while code[value_start] in b" \t\r\n":
+            value_start += 1
+        value_end = end - 1
+        while code[value_end - 1] in b" \t\r\n":
+            value_end -= 1
+        out.append((start, value_start, value_end))
+    return out
+
+
 # --- the shared profiling-size header ---------------------------------------------------------
 
 SIZES_MARK = CREATED_MARK + b" `optrace strip` deletes this file."

@@ -41,8 +41,8 @@ from optrace.codemods.layer_common import (
     leading_ws,
     mask,
     match_bracket,
+    own_return_values,
     param_name,
-    returns_in,
     sizes_header_path,
     split_top,
     starts_line,
@@ -171,18 +171,9 @@ def return_value_edits(path: Path, data: bytes, fn: CppFunction, codemod: str) -
     """Every `return` of the function hands profilingData back as the last value."""
     code = mask(data)
     edits: list[Edit] = []
-    lambdas = _lambda_bodies(code, fn)
     vector = fn.type_span is not None and not re.search(
         rb"\btuple\s*<|^\s*(?:at::|torch::)?Tensor\s*$", data[fn.type_span[0] : fn.type_span[1]])
-    for start, end in returns_in(code, fn):
-        if any(a < start < b for a, b in lambdas):
-            continue
-        expr_start = start + len(b"return")
-        while code[expr_start] in b" \t\r\n":
-            expr_start += 1
-        expr_end = end - 1
-        while code[expr_end - 1] in b" \t\r\n":
-            expr_end -= 1
+    for start, expr_start, expr_end in own_return_values(code, fn):
         expr = code[expr_start:expr_end]
         if expr.startswith(b"{") and match_bracket(code, expr_start) == expr_end - 1:
             edits.append(fragment(path, expr_end - 1, b", " + PROFILING_VAR.encode(), codemod, "return"))
@@ -205,25 +196,6 @@ def return_value_edits(path: Path, data: bytes, fn: CppFunction, codemod: str) -
         edits.append(Edit(path, expr_start, expr_start, FRAG_OPEN + b"{" + FRAG_CLOSE, codemod, "return"))
         edits.append(fragment(path, expr_end, b", " + PROFILING_VAR.encode() + b"}", codemod, "return"))
     return edits
-
-
-_LAMBDA_TAIL_RE = re.compile(rb"\s*(?:mutable\s*)?(?:noexcept\s*)?(?:->\s*[^;{}()]*)?\s*\Z")
-
-
-def _lambda_bodies(code: bytes, fn: CppFunction) -> list[tuple[int, int]]:
-    """Bodies of lambdas inside the function: their returns are not the function's."""
-    out = []
-    for m in re.finditer(rb"\]\s*\(", code):
-        if not fn.body_open < m.start() < fn.body_close:
-            continue
-        close = match_bracket(code, m.end() - 1)
-        brace = code.find(b"{", close) if close > 0 else -1
-        if brace < 0 or not _LAMBDA_TAIL_RE.match(code[close + 1 : brace]):
-            continue
-        end = match_bracket(code, brace)
-        if end > 0:
-            out.append((brace, end))
-    return out
 
 
 # --- the codemod ---------------------------------------------------------------------------------
