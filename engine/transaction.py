@@ -185,6 +185,22 @@ def journal_path(journal_dir: Path, name: str) -> Path:
     return _Journal.at(journal_dir, _stem(name)).json_path
 
 
+def operator_journal_name(op_dir: Path) -> str:
+    """The name apply / strip journal an operator under: its folder name plus a hash of
+    its resolved path (two operators of the same name in one repository stay apart)."""
+    resolved = op_dir.resolve()
+    # Bytes of the path (os.fsencode): a non-UTF-8 folder name is a name like any other.
+    digest = hashlib.sha256(os.fsencode(resolved)).hexdigest()[:8]
+    return f"{os.fsencode(resolved.name).decode('ascii', 'replace')}-{digest}"
+
+
+def pending_journal(repo_root: Path, op_dir: Path) -> Path | None:
+    """The journal of an apply / strip of `op_dir` that did not finish, if there is one:
+    until the next apply / strip rolls it back, the operator may be half-written."""
+    path = journal_path(repo_root / ".optrace", operator_journal_name(op_dir))
+    return path if path.is_file() else None
+
+
 def _lock(journal: _Journal) -> int:
     """Take the operator's lock (one process at a time); close the fd returned to release it.
 

@@ -72,6 +72,7 @@ def _plan_one(op_dir: Path, repo_root: Path | None, as_json: bool, graph: Path |
     from optrace.engine.diagnostics import InputError, Severity
     from optrace.engine.plan import plan_operator
     from optrace.engine.plan_output import plan_json, render_text, write_graph
+    from optrace.engine.transaction import pending_journal
 
     out = _PlanOutcome()
     try:
@@ -86,6 +87,11 @@ def _plan_one(op_dir: Path, repo_root: Path | None, as_json: bool, graph: Path |
         return out
     # stderr carries what needs attention; notes (info) stay in the plan itself.
     root = result.analysis.layers.repo_root
+    pending = pending_journal(root, result.analysis.layers.op_dir)
+    if pending is not None:
+        out.messages.append(f"{pending}: OT044 warning: an apply / strip of this operator did not "
+                            "finish; the plan may show half-written code (the next apply / strip "
+                            "rolls it back first)")
     out.messages.extend(d.format(root) for d in result.diagnostics if d.severity != Severity.INFO)
     if as_json:
         out.doc = plan_json(result)
@@ -249,7 +255,7 @@ def _edit_command(
     from optrace.engine.diagnostics import InputError, Severity
     from optrace.engine.discovery import default_repo_root, resolve_operator_dir
     from optrace.engine.edits import encode_patch, unified_diff
-    from optrace.engine.transaction import Transaction, TransactionError
+    from optrace.engine.transaction import Transaction, TransactionError, operator_journal_name
 
     if sum((write, check, patch is not None)) > 1:
         _err("optrace: --write, --check and --patch are mutually exclusive")
@@ -268,7 +274,7 @@ def _edit_command(
             prepared.append(([exc.diagnostic.format()], EXIT_INPUT, None, None))
             continue
         root = (repo_root or default_repo_root(op_dir)).resolve()
-        txn = Transaction(root / ".optrace", _journal_name(op_dir))
+        txn = Transaction(root / ".optrace", operator_journal_name(op_dir))
         try:
             report = txn.recover()
         except TransactionError as exc:
@@ -341,15 +347,6 @@ def _write_stdout_bytes(data: bytes) -> None:
         buffer.flush()
     else:
         sys.stdout.write(data.decode("utf-8", errors="replace"))
-
-
-def _journal_name(op_dir: Path) -> str:
-    import hashlib
-
-    resolved = op_dir.resolve()
-    # Bytes of the path (os.fsencode): a non-UTF-8 folder name is a name like any other.
-    digest = hashlib.sha256(os.fsencode(resolved)).hexdigest()[:8]
-    return f"{os.fsencode(resolved.name).decode('ascii', 'replace')}-{digest}"
 
 
 def _rel(path: Path, root: Path) -> str:

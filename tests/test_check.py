@@ -125,3 +125,22 @@ def test_sarif_and_strict(tmp_path: Path) -> None:
     assert result["locations"][0]["physicalLocation"]["region"]["startLine"] == expected
     code, out, _ = cli("check", str(op), "--strict")
     assert code == 1 and "OT409" in out and "[error]" in out
+
+
+def test_an_unfinished_apply_is_reported_by_check_and_plan(tmp_path: Path) -> None:
+    """A journal left by a crashed apply means the tree may be half-written: check says so
+    (OT044, an error), plan warns; the next apply rolls it back and check is clean."""
+    from optrace.engine.transaction import journal_path, operator_journal_name
+
+    op = applied(tmp_path, "msopgen_style")
+    repo = tmp_path / "msopgen_style"
+    journal = journal_path(repo / ".optrace", operator_journal_name(op))
+    journal.write_text(json.dumps({"format": "optrace-journal", "version": 1, "name": "x", "pid": 1,
+                                   "started": "", "token": "t", "files": []}))
+    code, out, _ = cli("check", str(op), "--no-compile")
+    assert code == 1 and "OT044" in out and "did not finish" in out
+    code, _, err = cli("plan", str(op))
+    assert code == 0 and "OT044 warning" in err
+    assert cli("apply", str(op), "--write")[0] == 0  # recovers the (empty) journal first
+    assert not journal.exists()
+    assert cli("check", str(op), "--no-compile")[0] == 0

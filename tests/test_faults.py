@@ -28,9 +28,16 @@ from typer.testing import CliRunner
 
 import optrace.engine.apply as apply_module
 import optrace.engine.transaction as transaction
-from optrace.cli import _journal_name, app
+from optrace.cli import app
 from optrace.engine.apply import OperatorChanges, apply_changes
-from optrace.engine.transaction import Change, StaleSource, _read_backup, commit, journal_path
+from optrace.engine.transaction import (
+    Change,
+    StaleSource,
+    _read_backup,
+    commit,
+    journal_path,
+)
+from optrace.engine.transaction import operator_journal_name as _journal_name
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 REPO = "umdk_style"
@@ -118,7 +125,7 @@ RUNNER = textwrap.dedent(
     """
     import json, os, shutil, sys
     from pathlib import Path
-    from optrace.cli import _journal_name
+    from optrace.engine.transaction import operator_journal_name as _journal_name
     from optrace.engine.apply import apply_changes
     from optrace.engine.discovery import default_repo_root
     from optrace.engine.transaction import commit, journal_path, recover
