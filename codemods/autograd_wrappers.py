@@ -41,6 +41,7 @@ from optrace.codemods.layer_common import (
     mask_keep_includes,
     match_bracket,
     own_return_values,
+    split_top,
 )
 from optrace.codemods.torch_adapter import (
     _angle_close,
@@ -58,14 +59,24 @@ _FRAGMENTS_RE = re.compile(rb"/\*optrace<\*/|/\*>optrace\*/")
 
 
 def fixed_count(type_text: bytes) -> int | None:
-    """Tensors a fixed return type holds (`std::tuple<...>`: its Tensors; `at::Tensor`: 1),
-    None for a type that carries any number (vector, `auto`). Fragments count."""
+    """Elements of a fixed return type made of tensors only (`std::tuple<at::Tensor, ...>`:
+    how many; `at::Tensor`: 1), None otherwise: a type that carries any number (vector,
+    `auto`) or a tuple with other members (`int64_t`), whose new element's place optrace
+    does not guess. Fragments count (they are part of the code once applied)."""
     plain = _FRAGMENTS_RE.sub(b"", type_text)
-    if re.search(rb"\btuple\s*<", plain):
-        return len(re.findall(rb"\bTensor\b", plain))
-    if re.fullmatch(rb"\s*(?:at::|torch::)?Tensor\s*", plain):
+    tensor = rb"\s*(?:const\s+)?(?:at::|torch::)?Tensor\s*&?\s*"
+    if re.fullmatch(tensor, plain):
         return 1
-    return None
+    m = re.search(rb"\btuple\s*<", plain)
+    if m is None:
+        return None
+    close = plain.rfind(b">")
+    if close < m.end():
+        return None
+    items = split_top(plain, m.end(), close)
+    if not items or not all(re.fullmatch(tensor, plain[a:b]) for a, b in items):
+        return None
+    return len(items)
 
 
 def wrapper_scan_files(layers: Layers) -> list[Path]:

@@ -392,9 +392,10 @@ def _g2_torch(analysis: Analysis, mode: str, kernel_pos: int | None, ev: list[Ev
                                    "profiling tensor (mode B)", returned))
                 if ln.function.type_span is not None:
                     text = data[ln.function.type_span[0] : ln.function.type_span[1]]
-                    if b"tuple" in text:  # fragments count: they are part of the code now
-                        plain = text.replace(b"/*optrace<*/", b"").replace(b"/*>optrace*/", b"")
-                        adapter_returns = len(re.findall(rb"\bTensor\b", plain))
+                    if re.search(rb"\btuple\s*<", text):  # fragments count: part of the code now
+                        from optrace.codemods.autograd_wrappers import fixed_count
+
+                        adapter_returns = fixed_count(text)
     if mode != "B":
         return
     names = torch_names(layers)

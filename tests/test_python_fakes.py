@@ -552,3 +552,19 @@ def test_an_autograd_function_keeps_its_arity_and_saves_the_buffer(tmp_path: Pat
     assert "        y, z, profiling_data = torch.ops.lib.demo_op(x, k)\n" in got
     assert "        return y, z\n" in got and "    def backward(ctx, gy, gz):\n" in got
     assert "_optrace_save(profiling_data" in got
+
+
+@pytest.mark.parametrize("type_text, count", [
+    (b"std::tuple<at::Tensor, at::Tensor>", 2),
+    (b"at::Tensor", 1),
+    (b"std::tuple<at::Tensor, at::Tensor/*optrace<*/, at::Tensor/*>optrace*/>", 3),
+    (b"std::tuple<at::Tensor, at::Tensor, int64_t>", None),  # the new element's place: not guessed
+    (b"std::tuple<at::Tensor, double>", None),
+    (b"std::tuple<int64_t, int64_t>", None),
+    (b"std::vector<at::Tensor>", None),
+    (b"auto", None),
+])
+def test_fixed_count_counts_elements_of_tensor_only_tuples(type_text: bytes, count: int | None) -> None:
+    from optrace.codemods.autograd_wrappers import fixed_count
+
+    assert fixed_count(type_text) == count
