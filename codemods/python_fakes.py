@@ -119,13 +119,40 @@ def _registration(call: cst.Call, names: set[str]) -> tuple[str, list[cst.Arg]] 
 def fake_sites(src: PythonSource, names: Sequence[str]) -> list[FakeSite]:
     """The op's fake / abstract / Meta functions registered in one file, in file order."""
     wanted = set(names)
-    defs: dict[str, cst.FunctionDef] = {}
+    # name -> (line, scope, definition): a name can be defined in several scopes (a method,
+    # a nested helper) or twice in one (`if ...: def f ... else: def f ...`).
+    defs: dict[str, list[tuple[int, cst.CSTNode | None, cst.FunctionDef]]] = {}
     sites: list[FakeSite] = []
-    refs: list[tuple[int, str, cst.Arg]] = []
+    refs: list[tuple[int, str, cst.Arg, cst.Call]] = []
+
+    def scope(node: cst.CSTNode) -> cst.CSTNode | None:
+        """The function or class whose body holds `node`; None at module level."""
+        parent = src.parent(node)
+        while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.ClassDef)):
+            parent = src.parent(parent)
+        return parent
+
+    def resolve(name: str, call: cst.Call, line: int) -> cst.FunctionDef | None:
+        """The definition `name` means at the call: the last one before it in the call's own
+        scope, else the last one in an enclosing function's or the module's (Python's
+        lookup; class bodies are not enclosing scopes)."""
+        here: cst.CSTNode | None = scope(call)
+        first = True
+        while True:
+            found = [d for d_line, d_scope, d in defs.get(name, [])
+                     if d_scope is here and (not first or d_line < line)]
+            if found:
+                return found[-1]
+            if here is None:
+                return None
+            here = scope(here)
+            while isinstance(here, cst.ClassDef):
+                here = scope(here)
+            first = False
 
     class Finder(cst.CSTVisitor):
         def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-            defs.setdefault(node.name.value, node)
+            defs.setdefault(node.name.value, []).append((src.line_of(node), scope(node), node))
             for dec in node.decorators:
                 if isinstance(dec.decorator, cst.Call):
                     reg = _registration(dec.decorator, wanted)
@@ -142,19 +169,19 @@ def fake_sites(src: PythonSource, names: Sequence[str]) -> list[FakeSite]:
                 return
             args = [a for a in node.args if a.keyword is None] if inner is not None else reg[1]
             if args:  # `register_fake("ns::op", fn)`, `lib.impl("op", fn, "Meta")`, `impl(...)(fn)`
-                refs.append((src.line_of(node), reg[0], args[0]))
+                refs.append((src.line_of(node), reg[0], args[0], node))
             else:
                 raise input_error(CODE_LAYER_SHAPE, f"`{reg[0]}` of the op without a function", src.path,
                                   line=src.line_of(node))
 
     src.wrapper.visit(Finder())
-    for line, how, arg in refs:
-        name = arg.value.value if isinstance(arg.value, cst.Name) else None
-        if name is None or name not in defs:
+    for line, how, arg, call in refs:
+        target = resolve(arg.value.value, call, line) if isinstance(arg.value, cst.Name) else None
+        if target is None:
             raise input_error(CODE_LAYER_SHAPE, f"`{how}` registers `{src.code(arg.value)}`, not a "
                               "function this file defines: its return cannot grow by profiling_data",
                               src.path, line=line)
-        sites.append(FakeSite(line, how, defs[name]))
+        sites.append(FakeSite(line, how, target))
     sites.sort(key=lambda s: s.line)
     return sites
 

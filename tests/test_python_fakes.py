@@ -137,6 +137,35 @@ def test_call_forms_find_the_function(tmp_path: Path, registration: str) -> None
     assert "        return x  # not the fake's return\n" in got
 
 
+def test_a_call_form_registers_the_function_python_would_find(tmp_path: Path) -> None:
+    """A method and a later redefinition share the fake's name: the module-level function
+    defined last before the registration is the one grown, and nothing else."""
+    before = dedent('''\
+        import torch
+
+
+        class Helper:
+            def _meta(self, x):
+                return x  # a method: not the fake
+
+
+        def _meta(x):
+            return x.new_empty(x.shape)  # replaced below
+
+
+        def _meta(x):
+            return x.new_empty(x.shape), x.new_empty((1,))
+
+
+        torch.library.register_fake("lib::demo_op", _meta)
+        ''')
+    got = body(fakes(tmp_path, before)[FAKES])
+    assert "        return x  # a method: not the fake\n" in got
+    assert "    return x.new_empty(x.shape)  # replaced below\n" in got
+    assert ("    return x.new_empty(x.shape), x.new_empty((1,)), "
+            "x.new_empty((_OPTRACE_PROFILING_NUMEL,), dtype=torch.int64)\n") in got
+
+
 def test_meta_decorator_and_other_ops_and_keys_left_alone(tmp_path: Path) -> None:
     before = dedent('''\
         import torch
