@@ -33,7 +33,7 @@ CODE_UNFINISHED = "OT044"
 CODE_BUSY = "OT045"
 
 JOURNAL_FORMAT = "optrace-journal"
-JOURNAL_VERSION = 1
+JOURNAL_VERSION = 2  # 2: old bytes in one archive (`backup` = old.bin@OFFSET+LENGTH); 1 still read
 UNRESOLVED_DIR = "unresolved"
 
 # A file's change: (old, new); None for a file that does not exist on that side.
@@ -112,6 +112,9 @@ class RecoveryReport:
         ]
 
 
+_BACKUP_RE = re.compile(r"old\.bin@\d+\+\d+|\d+")  # version 2 | version 1 (a file per entry)
+
+
 @dataclass(frozen=True)
 class _Entry:
     """One file of a transaction, as the journal records it."""
@@ -140,6 +143,9 @@ class _Entry:
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> _Entry:
+        backup = data["backup"]
+        if backup is not None and not _BACKUP_RE.fullmatch(str(backup)):
+            raise ValueError(f"backup {backup!r} is neither old.bin@OFFSET+LENGTH nor a file name")
         return _Entry(
             path=Path(data["path"]),
             old_sha256=data["old_sha256"],
@@ -542,7 +548,8 @@ def _write_all(journal: _Journal, name: str, planned: Planned, before_write: Bef
     # directory, not per file (until then a crash leaves the journal, and `recover`
     # judges each file by its bytes, old or new alike). Fsyncs were most of the time
     # of a many-operator apply.
-    for directory in sorted({path.parent for path, _old, _new in planned}):
+    made = {d.parent for entry in entries for d in entry.created_dirs}  # new directories' entries
+    for directory in sorted({path.parent for path, _old, _new in planned} | made):
         _fsync_dir(directory)
     _discard_journal(journal)
 
@@ -582,8 +589,8 @@ def _fail(
 def _load(json_path: Path) -> tuple[str, list[_Entry], str]:
     try:
         document = json.loads(json_path.read_text(encoding="utf-8"))
-        if document.get("format") != JOURNAL_FORMAT or document.get("version") != JOURNAL_VERSION:
-            raise ValueError(f"not an optrace journal of version {JOURNAL_VERSION}")
+        if document.get("format") != JOURNAL_FORMAT or document.get("version") not in (1, JOURNAL_VERSION):
+            raise ValueError(f"not an optrace journal of version 1 or {JOURNAL_VERSION}")
         return str(document["name"]), [_Entry.from_json(f) for f in document["files"]], str(document["token"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise TransactionError(

@@ -386,3 +386,15 @@ def test_a_journal_of_optrace_0_1_with_one_backup_file_per_entry_still_rolls_bac
     report = recover(journal_dir)
     assert path.read_bytes() == b"old bytes"
     assert [f.outcome for f in report.files] == [Outcome.RESTORED]
+
+
+def test_a_journal_with_a_malformed_backup_is_reported_not_a_traceback(tmp_path: Path) -> None:
+    journal_dir = tmp_path / ".optrace"
+    journal_dir.mkdir()
+    journal_path(journal_dir, "k").write_text(json.dumps({
+        "format": "optrace-journal", "version": 2, "name": "k", "pid": 1, "started": "", "token": "t",
+        "files": [{"path": str(tmp_path / "a.h"), "action": "modify", "old_sha256": "0", "new_sha256": "1",
+                   "mode": 420, "backup": "old.bin@x+1", "created_dirs": []}],
+    }))
+    with pytest.raises(TransactionError, match=r"unreadable journal.*neither old\.bin"):
+        recover(journal_dir)
