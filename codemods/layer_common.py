@@ -26,11 +26,11 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 from tree_sitter import Node
 
+from optrace.codemods.cache import by_content
 from optrace.codemods.strip import CREATED_MARK, strip_bytes
 from optrace.engine.cpp import new_parser
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
@@ -146,7 +146,7 @@ def mask(data: bytes) -> bytes:
 # (and of every operator a process computes) ask them about the same files again and
 # again — a shared pybind.cpp, an adapter — so they are cached by content: a file that
 # changed is a different key.
-@lru_cache(maxsize=64)
+@by_content(64)
 def _mask(data: bytes) -> bytes:
     def repl(m: re.Match[bytes]) -> bytes:
         tok = m.group(0)
@@ -333,7 +333,7 @@ def functions(data: bytes, *, declarations: bool = False) -> list[CppFunction]:
     return list(_functions(bytes(data), declarations))
 
 
-@lru_cache(maxsize=64)
+@by_content(64)
 def _functions(data: bytes, declarations: bool) -> tuple[CppFunction, ...]:
     text = normalise(data, DEFAULT_QUALIFIERS)
     tree = new_parser().parse(text)
@@ -540,7 +540,7 @@ def mask_keep_includes(data: bytes) -> bytes:
     return _mask_keep_includes(bytes(data))
 
 
-@lru_cache(maxsize=64)
+@by_content(64)
 def _mask_keep_includes(data: bytes) -> bytes:
     def repl(m: re.Match[bytes]) -> bytes:
         tok = m.group(0)

@@ -36,12 +36,12 @@ import base64
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, ParentNodeProvider, PositionProvider
 
+from optrace.codemods.cache import by_content
 from optrace.codemods.layer_common import (
     CODE_LAYER_SHAPE,
     CODE_PYTHON_SYNTAX,
@@ -152,7 +152,7 @@ def _indent(data: bytes, offset: int) -> bytes:
 PythonSource = _Source
 
 
-@lru_cache(maxsize=32)
+@by_content(8, max_bytes=256 << 10)
 def parse_python(path: Path, data: bytes) -> _Source:
     """`data` (the bytes of `path`) parsed, shared: a sample several operators call is
     parsed once per process while its bytes stay the same. The source is never changed

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from optrace.codemods.cache import by_content
 from optrace.codemods.layer_common import (
     CODE_SCHEMA,
     clean_bytes,
@@ -151,7 +152,7 @@ def torch_names(layers: Layers) -> list[str]:
     return names
 
 
-@lru_cache(maxsize=64)
+@by_content(64)
 def _impls(data: bytes) -> tuple[tuple[str, str], ...]:
     """Every `m.impl("name", &fn)` of a file, in order: (name, fn unqualified); cached by
     content (asked for every operator, about the same shared registration files)."""
@@ -199,7 +200,7 @@ def _name_pattern(names: tuple[str, ...]) -> re.Pattern[str]:
     return re.compile(r"\s*(?:\w+::)?(?:" + "|".join(re.escape(n) for n in names) + r")(?:\.\w+)?\s*\(")
 
 
-@lru_cache(maxsize=32)
+@by_content(32)
 def _def_strings(data: bytes) -> tuple[tuple[str, tuple[int, ...], int], ...]:
     """Every `.def(...)` whose first argument is a (sequence of) string literal(s), in file
     order: the literal text, the file offset of each of its characters and where its first

@@ -25,8 +25,9 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from functools import lru_cache
 from pathlib import Path
+
+from optrace.codemods.cache import by_content
 
 CODEMOD = "strip"
 
@@ -83,7 +84,7 @@ def strip_bytes(data: bytes, path: Path | None = None) -> bytes:
 
 # Keyed by content (and language): a file shared by several operators (a pybind.cpp, a
 # sample) is stripped once per process for as long as its bytes stay the same.
-@lru_cache(maxsize=64)
+@by_content(64)
 def _strip_kind(kind: str, data: bytes) -> bytes:
     if kind == "python":
         return _strip_hash_lines(_restore_python(data))

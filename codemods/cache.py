@@ -1,0 +1,39 @@
+"""A bounded cache for what codemods derive from a file's bytes.
+
+Many operators of one run ask the same questions about the same shared files (a
+`pybind.cpp`, a sample calling every op), so answers are cached by content — never by
+path alone, so a file that changed between two operators is simply another key. The
+cache lives as long as the process (the CLI, or a pool worker); an entry holds a whole
+file and what was derived from it (a libcst tree is ~100x its source), so files above a
+size bound are computed every time instead of kept.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar, cast
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def by_content(maxsize: int, max_bytes: int = 1 << 20) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """`functools.lru_cache(maxsize)` for a function of bytes (and small hashable values),
+    bypassed when its bytes arguments add up to more than `max_bytes`."""
+
+    def wrap(fn: Callable[P, R]) -> Callable[P, R]:
+        cached = functools.lru_cache(maxsize=maxsize)(fn)
+
+        @functools.wraps(fn)
+        def call(*args: P.args, **kwargs: P.kwargs) -> R:
+            size = sum(len(a) for a in (*args, *kwargs.values()) if isinstance(a, bytes))
+            if size > max_bytes:
+                return fn(*args, **kwargs)
+            result: R = cast(Callable[P, R], cached)(*args, **kwargs)
+            return result
+
+        call.cache_clear = cached.cache_clear  # type: ignore[attr-defined]
+        return call
+
+    return wrap
