@@ -27,8 +27,8 @@ from pathlib import Path
 import libcst as cst
 
 from optrace.codemods.layer_common import CODE_LAYER_SHAPE, PROFILING_OUTPUT, input_error
-from optrace.codemods.python_callers import PythonSource, rewrite_insertions
-from optrace.codemods.python_fakes import dotted, op_of, own_returns, parsed
+from optrace.codemods.python_callers import PythonSource, dotted, rewrite_insertions
+from optrace.codemods.python_fakes import op_of, own_returns, parsed
 from optrace.codemods.torch_adapter import hand_instrumented
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit

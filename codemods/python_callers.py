@@ -164,11 +164,12 @@ def parse_python(path: Path, data: bytes) -> _Source:
 # --- what the file looks like ------------------------------------------------------------------
 
 
-def _dotted(node: cst.BaseExpression) -> str:
+def dotted(node: cst.BaseExpression) -> str:
+    """`a.b.c` for a name or attribute chain, "" for anything else (a call, a subscript)."""
     if isinstance(node, cst.Name):
         return node.value
     if isinstance(node, cst.Attribute):
-        inner = _dotted(node.value)
+        inner = dotted(node.value)
         return f"{inner}.{node.attr.value}" if inner else ""
     return ""
 
@@ -213,7 +214,7 @@ class _Collector(cst.CSTVisitor):
         self.names.add(node.value)
 
     def visit_Call(self, node: cst.Call) -> None:
-        func = _dotted(node.func)
+        func = dotted(node.func)
         if isinstance(node.func, cst.Attribute) and not self.deferred:
             self.attr_calls.append((node.func.attr.value, node))
         if func.endswith("npu.synchronize"):
@@ -600,7 +601,7 @@ def _argparse(f: _File, unit: bytes) -> None:
         return
     last = found.add_args[-1]
     stmt, _ = _statement(src, last)
-    receiver = _dotted(last.func).rsplit(".", 1)[0]
+    receiver = dotted(last.func).rsplit(".", 1)[0]
     at = _line_after(data, src.span(stmt)[1])
     ind = _indent(data, src.span(stmt)[0])
     lines = []
@@ -634,7 +635,7 @@ def _bound_names(src: _Source, stmt: cst.CSTNode, small: cst.CSTNode,
 
         class _Finder(cst.CSTVisitor):
             def visit_Assign(self, node: cst.Assign) -> None:
-                if isinstance(node.value, cst.Call) and _dotted(node.value.func) == fn_name \
+                if isinstance(node.value, cst.Call) and dotted(node.value.func) == fn_name \
                         and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
                     line = src.parent(node)
                     if isinstance(line, cst.SimpleStatementLine):

@@ -39,6 +39,7 @@ from optrace.codemods.layer_common import (
 )
 from optrace.codemods.python_callers import (
     PythonSource,
+    dotted,
     import_point,
     op_arity,
     parse_python,
@@ -55,15 +56,6 @@ TORCH_ALIAS = "_optrace_torch"
 _FAKE_FUNCS = ("register_fake", "impl_abstract")
 # Discovery and the index search: a Python file that may register a fake of some op.
 FAKE_HINT_RE = re.compile(rb"\b(?:register_fake|impl_abstract)\s*\(|\bimpl\s*\([^)]*['\"]Meta['\"]")
-
-
-def dotted(node: cst.BaseExpression) -> str:
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        inner = dotted(node.value)
-        return f"{inner}.{node.attr.value}" if inner else ""
-    return ""
 
 
 def op_of(node: cst.BaseExpression) -> str | None:

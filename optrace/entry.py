@@ -16,8 +16,11 @@ def finish(code: int) -> None:
     array one by one costs ~10 ms, a twentieth of a typical collect). Safe here: the
     trace is closed and renamed, the worker threads joined, and nothing registers atexit
     work on this path; stdout and stderr are flushed first."""
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (BrokenPipeError, ValueError):  # `| head` closed the pipe; the code still counts
+            pass
     os._exit(code)
 
 
@@ -37,6 +40,7 @@ def main() -> None:
         if code is not None:
             finish(code)
             return  # only when a test replaced finish
+        gc.enable()  # the full CLI below is an ordinary Python program
     from optrace.cli import main as full_main
 
     full_main()

@@ -1,7 +1,8 @@
 """``optrace collect``: a profiling directory (rank files + point map) to a Chrome trace.
 
-Rank files are read, decoded and rendered a few at a time on worker threads and streamed
-into the trace in rank order, so memory stays at a few ranks' buffers and rows. A rank file that cannot be
+Rank files are read, decoded and formatted one after another (with ``-j N``, N threads
+read and decode ahead) and streamed into the trace in rank order, a block of rows at a
+time, so memory stays at about one rank's buffer and rows. A rank file that cannot be
 used is reported (``path: message``) and the other ranks are still written.
 """
 
@@ -241,8 +242,8 @@ def collect(
     decode_options = DecodeOptions(options.clock_mhz, options.ignore_fingerprint)
 
     def work(position: int, name: RankFileName, path: Path) -> RankOutcome:
-        """Read and decode one rank: no shared state, so it runs ahead on a worker thread
-        (numpy releases the GIL) while the main thread formats and writes the previous."""
+        """Read and decode one rank: no shared state, so with `-j N` it can run ahead on a
+        worker thread while the main thread formats and writes the previous rank."""
         outcome = RankOutcome(name, path)
         try:
             outcome.decoded = decode_rank(read_rank_file(path, name.rank), point_map, decode_options)
