@@ -188,3 +188,27 @@ def test_umdk_fixture_operators_sharing_pybind_sample_and_build_script(tmp_path:
     assert tree(parallel) == tree(serial)
     assert run(parallel, "strip", *ops, "--write", "-j", "2").returncode == 0
     assert tree(parallel) == before
+
+
+def test_a_result_stale_only_in_shared_layer_files_is_rebased_not_recomputed(
+    forest: tuple[Path, list[str]], tmp_path: Path
+) -> None:
+    """The rebase itself, not just the final tree: every operator computed against the
+    original tree; after the first commits, each later one is rebased (not None) onto the
+    shared pybind / sample / build files, and the rebase equals computing it now."""
+    from optrace.engine.apply import RunCommits, apply_changes
+    from optrace.engine.transaction import commit
+
+    src, ops = forest
+    repo = copy(src, tmp_path / "repo")
+    computed = [apply_changes(repo / op) for op in ops]
+    run_commits = RunCommits(computed)
+    for index, result in enumerate(computed):
+        rebased = run_commits.rebase(result)
+        assert rebased is not None, f"{ops[index]} was not rebasable"
+        fresh = apply_changes(repo / ops[index])
+        assert rebased.changes == fresh.changes
+        written = commit(rebased.changes, repo / ".optrace", name=ops[index])
+        run_commits.committed(rebased, written)
+    shared = [p for p in computed[1].changes if p in computed[0].changes]
+    assert shared, "the forest's operators share no file: the test proves nothing"
