@@ -27,7 +27,7 @@ from pathlib import Path
 import libcst as cst
 
 from optrace.codemods.layer_common import CODE_LAYER_SHAPE, PROFILING_OUTPUT, input_error
-from optrace.codemods.python_callers import PythonSource, dotted, rewrite_insertions
+from optrace.codemods.python_callers import PythonSource, dotted, python_layer_files, rewrite_insertions
 from optrace.codemods.python_fakes import op_of, own_returns, parsed
 from optrace.codemods.torch_adapter import hand_instrumented
 from optrace.engine.discovery import Layers
@@ -150,15 +150,7 @@ def _converter_spans(src: PythonSource, fn: cst.FunctionDef, camel: str
 
 def converter_files(layers: Layers) -> list[Path]:
     """Discovered converter files, plus files converting the op under another torch name."""
-    from optrace.codemods.registration import torch_names
-    from optrace.engine.discovery import repo_index
-
-    files = [f.path for f in layers.found.get("graph_converters", [])]
-    extra = [n for n in torch_names(layers) if n != layers.op_name]
-    for path in repo_index(layers.repo_root).mentioning(*[n.encode() for n in extra]):
-        if path.suffix == ".py" and path not in files and CONVERTER_HINT_RE.search(path.read_bytes()):
-            files.append(path)
-    return files
+    return python_layer_files(layers, "graph_converters", lambda _names: CONVERTER_HINT_RE)
 
 
 def graph_converter_edits(plan: Plan, mode: str) -> list[Edit]:

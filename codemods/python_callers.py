@@ -34,7 +34,7 @@ from __future__ import annotations
 import ast
 import base64
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -439,19 +439,27 @@ def op_arity(layers: Layers) -> str:
 # --- the codemod ---------------------------------------------------------------------------
 
 
-def caller_files(layers: Layers) -> list[Path]:
-    """Discovered callers, plus Python files calling the op under another torch name."""
+def python_layer_files(layers: Layers, key: str,
+                       hint: Callable[[list[str]], re.Pattern[bytes]]) -> list[Path]:
+    """The files discovery found for the Python layer `key`, plus Python files that use the
+    op under one of its other torch names (`torch_names`) and match `hint(those names)`."""
     from optrace.codemods.registration import torch_names
     from optrace.engine.discovery import repo_index
 
-    files = [f.path for f in layers.found.get("python_callers", [])]
+    files = [f.path for f in layers.found.get(key, [])]
     extra = [n for n in torch_names(layers) if n != layers.op_name]
     if extra:
-        call = re.compile(rb"\.\s*(?:" + b"|".join(re.escape(n.encode()) for n in extra) + rb")\s*\(")
+        pattern = hint(extra)
         for path in repo_index(layers.repo_root).mentioning(*[n.encode() for n in extra]):
-            if path.suffix == ".py" and path not in files and call.search(path.read_bytes()):
+            if path.suffix == ".py" and path not in files and pattern.search(path.read_bytes()):
                 files.append(path)
     return files
+
+
+def caller_files(layers: Layers) -> list[Path]:
+    """Discovered callers, plus Python files calling the op under another torch name."""
+    return python_layer_files(layers, "python_callers", lambda names: re.compile(
+        rb"\.\s*(?:" + b"|".join(re.escape(n.encode()) for n in names) + rb")\s*\("))
 
 
 def python_caller_edits(plan: Plan, mode: str) -> list[Edit]:

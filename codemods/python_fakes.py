@@ -43,6 +43,7 @@ from optrace.codemods.python_callers import (
     import_point,
     op_arity,
     parse_python,
+    python_layer_files,
     rewrite_insertions,
 )
 from optrace.codemods.torch_adapter import hand_instrumented
@@ -285,15 +286,7 @@ def _file_edits(src: PythonSource, names: Sequence[str], arity: str) -> list[Edi
 
 def fake_files(layers: Layers) -> list[Path]:
     """Discovered fake files, plus Python files registering one under another torch name."""
-    from optrace.codemods.registration import torch_names
-    from optrace.engine.discovery import repo_index
-
-    files = [f.path for f in layers.found.get("python_fakes", [])]
-    extra = [n for n in torch_names(layers) if n != layers.op_name]
-    for path in repo_index(layers.repo_root).mentioning(*[n.encode() for n in extra]):
-        if path.suffix == ".py" and path not in files and FAKE_HINT_RE.search(path.read_bytes()):
-            files.append(path)
-    return files
+    return python_layer_files(layers, "python_fakes", lambda _names: FAKE_HINT_RE)
 
 
 def parsed(paths: Sequence[Path]) -> Iterator[PythonSource]:
