@@ -287,6 +287,7 @@ def _edit_command(
     computed = _run_parallel(_edit_one, list(work), _workers(jobs, len(work)), title)
     run = RunCommits(o.result for o in computed if o.result is not None) if write else None
     pending = iter(computed)
+    recomputed: list[str] = []
     for messages, failure, resolved, journal in prepared:
         for message in messages:
             _err(message)
@@ -297,6 +298,8 @@ def _edit_command(
         if run is not None and outcome.result is not None:
             rebased = run.rebase(outcome.result)
             # Not rebasable: compute it again, now, after the earlier commits.
+            if rebased is None:
+                recomputed.append(outcome.result.name)
             outcome = (_EditOutcome(rebased) if rebased is not None
                        else _edit_one(resolved, repo_root, compute, mode_))
         if outcome.result is None:
@@ -329,6 +332,10 @@ def _edit_command(
             patches.append(diff)
         else:
             _write_stdout_bytes(encode_patch(diff))
+    if recomputed:
+        # Correct either way, but the user should know why a parallel run was slow.
+        _err(f"note: computed again after earlier commits (they read files those commits "
+             f"wrote, e.g. a shared kernel header): {', '.join(recomputed)}")
     if patch is not None:
         try:
             patch.write_bytes(encode_patch("".join(patches)))

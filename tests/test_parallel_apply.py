@@ -125,6 +125,8 @@ def test_an_operator_given_twice_is_computed_again_after_its_first_commit(
     done = run(repo, "apply", ops[0], ops[1], ops[0], "--write", "-j", "2")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == f"{ops[0]}: 0 file(s) written"
+    note = [line for line in done.stderr.splitlines() if "computed again after earlier commits" in line]
+    assert len(note) == 1 and note[0].endswith(f": {ops[0]}"), done.stderr  # said once, with the name
     serial = copy(src, tmp_path / "serial")
     one_at_a_time(serial, ops[:2])
     assert tree(repo) == tree(serial)
