@@ -27,9 +27,14 @@ from pathlib import Path
 import libcst as cst
 
 from optrace.codemods.layer_common import CODE_LAYER_SHAPE, PROFILING_OUTPUT, input_error
-from optrace.codemods.python_callers import PythonSource, dotted, python_layer_files, rewrite_insertions
-from optrace.codemods.python_fakes import op_of, own_returns, parsed
-from optrace.codemods.torch_adapter import hand_instrumented
+from optrace.codemods.python_callers import (
+    PythonSource,
+    dotted,
+    mode_b_sources,
+    python_layer_files,
+    rewrite_insertions,
+)
+from optrace.codemods.python_fakes import op_of, own_returns
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
@@ -154,13 +159,11 @@ def converter_files(layers: Layers) -> list[Path]:
 
 
 def graph_converter_edits(plan: Plan, mode: str) -> list[Edit]:
-    from optrace.codemods.registration import torch_names
-
     layers = plan.analysis.layers
-    sources = list(parsed(converter_files(layers)))  # all parse, or nothing is written
-    if mode != "B" or hand_instrumented(plan):
+    found = mode_b_sources(plan, mode, converter_files(layers))
+    if found is None:
         return []
-    names = torch_names(layers)
+    sources, names = found
     edits: list[Edit] = []
     for src in sources:
         spans: list[tuple[int, int, list[tuple[int, bytes]]]] = []

@@ -462,20 +462,27 @@ def caller_files(layers: Layers) -> list[Path]:
         rb"\.\s*(?:" + b"|".join(re.escape(n.encode()) for n in names) + rb")\s*\("))
 
 
-def python_caller_edits(plan: Plan, mode: str) -> list[Edit]:
+def mode_b_sources(plan: Plan, mode: str, files: Sequence[Path]) -> tuple[list[_Source], list[str]] | None:
+    """The shared start of the Python layers' codemods: every file is parsed first, in
+    either mode (a syntax error is bad input, named before anything of any layer is
+    written); then, in mode B and unless the kernel is instrumented by hand, the parsed
+    files and the op's torch names. None: this layer changes nothing."""
     from optrace.codemods.registration import torch_names
 
-    layers = plan.analysis.layers
-    # all parse, or nothing
-    sources = [parse_python(path, clean_bytes(path)) for path in caller_files(layers)]
+    sources = [parse_python(path, clean_bytes(path)) for path in files]
     if mode != "B" or hand_instrumented(plan):
+        return None
+    return sources, torch_names(plan.analysis.layers)
+
+
+def python_caller_edits(plan: Plan, mode: str) -> list[Edit]:
+    layers = plan.analysis.layers
+    found = mode_b_sources(plan, mode, caller_files(layers))
+    if found is None:
         return []
+    sources, names = found
     arity = op_arity(layers)
-    names = torch_names(layers)
-    edits: list[Edit] = []
-    for src in sources:
-        edits.extend(_file_edits(src, names, arity))
-    return edits
+    return [edit for src in sources for edit in _file_edits(src, names, arity)]
 
 
 def _file_edits(src: _Source, op_names: Sequence[str], arity: str) -> list[Edit]:

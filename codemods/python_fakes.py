@@ -23,7 +23,7 @@ without parameters, a bare `return`.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +32,6 @@ import libcst as cst
 from optrace.codemods.layer_common import (
     CODE_LAYER_SHAPE,
     HASH_MARK,
-    clean_bytes,
     input_error,
     marked_lines,
     python_numel_expr,
@@ -41,12 +40,11 @@ from optrace.codemods.python_callers import (
     PythonSource,
     dotted,
     import_point,
+    mode_b_sources,
     op_arity,
-    parse_python,
     python_layer_files,
     rewrite_insertions,
 )
-from optrace.codemods.torch_adapter import hand_instrumented
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
@@ -289,21 +287,11 @@ def fake_files(layers: Layers) -> list[Path]:
     return python_layer_files(layers, "python_fakes", lambda _names: FAKE_HINT_RE)
 
 
-def parsed(paths: Sequence[Path]) -> Iterator[PythonSource]:
-    for path in paths:
-        yield parse_python(path, clean_bytes(path))
-
-
 def python_fake_edits(plan: Plan, mode: str) -> list[Edit]:
-    from optrace.codemods.registration import torch_names
-
     layers = plan.analysis.layers
-    sources = list(parsed(fake_files(layers)))  # all parse, or nothing is written
-    if mode != "B" or hand_instrumented(plan):
+    found = mode_b_sources(plan, mode, fake_files(layers))
+    if found is None:
         return []
-    names = torch_names(layers)
+    sources, names = found
     arity = op_arity(layers)
-    edits: list[Edit] = []
-    for src in sources:
-        edits.extend(_file_edits(src, names, arity))
-    return edits
+    return [edit for src in sources for edit in _file_edits(src, names, arity)]
