@@ -10,6 +10,7 @@ atomically (temporary file in the same directory, then ``os.replace``).
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -206,9 +207,24 @@ def _put_fixed3(out: np.ndarray, at: int, groups: int, values: np.ndarray) -> No
     out[:, at + 4 * groups : at + 4 * groups + 4].view(np.uint32)[:, 0] = _FRAC4[frac]
 
 
+class RowScratch:
+    """The memory rows are formatted in, reused block after block: a new 2.5 MB array per
+    block costs page faults on every block (freed memory goes back to the system), about
+    as much as formatting the rows. A chunk built in it is valid until the next one."""
+
+    def __init__(self) -> None:
+        self._buffer = np.empty(0, dtype=np.uint8)
+
+    def rows(self, n: int, width: int) -> np.ndarray:
+        if self._buffer.size < n * width:
+            self._buffer = np.empty(n * width, dtype=np.uint8)
+        return self._buffer[: n * width].reshape(n, width)
+
+
 def _rows_words(
     pid: int, tid: np.ndarray, ts_q: np.ndarray, dur_q: np.ndarray, high: np.ndarray,
     show: np.ndarray, status: np.ndarray, point: np.ndarray, tails: np.ndarray,
+    scratch: RowScratch | None = None,
 ) -> np.ndarray | None:
     """What :func:`_rows` renders, built from a template row and 4-byte stores: each row
     is written about once (several times faster on a trace of millions of spans). Numbers
@@ -247,7 +263,7 @@ def _rows_words(
         index_span = (index_start, len(template))
     tail_at = blank(tails.shape[1])
     template.extend(b",\n")
-    out = np.empty((n, len(template)), dtype=np.uint8)
+    out = (scratch or RowScratch()).rows(n, len(template))
     out[:] = np.frombuffer(bytes(template), dtype=np.uint8)
     _put_uint(out, tid_at, tid_groups, tid)
     _put_fixed3(out, ts_at, ts_groups, ts_q)
@@ -297,8 +313,10 @@ def render_rank(
     labels: list[str] | None = None,
     core_filter: CoreFilter | None = None,
     offset_us: float = 0.0,
+    scratch: RowScratch | None = None,
 ) -> RenderedRank:
-    """A rank's metadata, span rows and drop markers, as bytes formatted on demand."""
+    """A rank's metadata, span rows and drop markers, as bytes formatted on demand (a
+    chunk is valid until the next one is asked for: rows are built in ``scratch``)."""
     label_ok = None
     if labels:
         matcher = label_matcher(labels)
@@ -319,29 +337,47 @@ def render_rank(
         for core, _ in selected:
             yield _metadata_row(pid, core.name, core.slot, tid=core.slot)
         if selected:
-            yield from _rank_rows(pid, selected, point_map, decoded.clock_mhz, offset_us)
+            everything = len(selected) == len(decoded.cores) and all(k is None for _, k in selected)
+            columns = _all_columns(decoded) if everything else _selected_columns(selected)
+            yield from _rank_rows(pid, columns, point_map, decoded.clock_mhz, offset_us,
+                                  scratch or RowScratch())
         for slot in drops:
             yield _drop_marker(pid, slot.slot, slot.dropped, slot.state, decoded, offset_us)
 
     return RenderedRank(chunks(), 2 + 2 * len(selected) + spans + len(drops), spans)
 
 
-def _rank_rows(
-    pid: int,
-    selected: list[tuple[CoreTimeline, np.ndarray | None]],
-    point_map: PointMap,
-    clock_mhz: float,
-    offset_us: float,
-) -> Iterator[np.ndarray]:
-    """All span events of a rank as fixed-width rows built with numpy, no per-span Python."""
+_Columns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _all_columns(decoded: RankDecode) -> _Columns:
+    """tid, start, end, point, status, high of every span: the rank's own table."""
+    t = decoded.spans
+    return t.slot, t.start, t.end, t.point, t.status, t.high
+
+
+def _selected_columns(selected: list[tuple[CoreTimeline, np.ndarray | None]]) -> _Columns:
+    """The same columns for the cores and spans a filter kept."""
 
     def column(name: str) -> np.ndarray:
         return np.concatenate([getattr(c, name) if k is None else getattr(c, name)[k] for c, k in selected])
 
     sizes = [c.start.size if k is None else k.size for c, k in selected]
     tid = np.repeat(np.array([c.slot for c, _ in selected], dtype=np.int64), sizes)
-    start, end, point, status = column("start"), column("end"), column("point"), column("status")
-    high = column("high").astype(np.int64)
+    return tid, column("start"), column("end"), column("point"), column("status"), column("high")
+
+
+def _rank_rows(
+    pid: int,
+    columns: _Columns,
+    point_map: PointMap,
+    clock_mhz: float,
+    offset_us: float,
+    scratch: RowScratch,
+) -> Iterator[np.ndarray]:
+    """All span events of a rank as fixed-width rows built with numpy, no per-span Python."""
+    tid, start, end, point, status, high_word = columns
+    high = high_word.astype(np.int64)
     scale = 1000.0 / clock_mhz  # thousandths of a µs (ns): 3 decimals of the µs value
     with np.errstate(over="ignore", invalid="ignore"):  # saturated by _quantised
         ts_q = _quantised(start * scale + offset_us * 1000.0)
@@ -354,7 +390,7 @@ def _rank_rows(
     for lo in range(0, total, _ROWS_PER_BLOCK):
         hi = min(lo + _ROWS_PER_BLOCK, total)
         rows = _rows_words(pid, tid[lo:hi], ts_q[lo:hi], dur_q[lo:hi], high[lo:hi], show[lo:hi],
-                           status[lo:hi], point[lo:hi], tails)
+                           status[lo:hi], point[lo:hi], tails, scratch)
         if rows is None:  # a negative timestamp (a negative --rank-offsets)
             tids, row_tid = np.unique(tid[lo:hi], return_inverse=True)
             heads = _text_table([f'{{"ph":"X","pid":{pid},"tid":{t},"ts":' for t in tids.tolist()])
@@ -395,6 +431,80 @@ def _drop_marker(
     ).encode("utf-8")
 
 
+class EventSink:
+    """Trace events appended to a binary stream, chunk by chunk, ``",\n"`` between two
+    chunks. The trace writer has one; so has each :class:`EventPart`."""
+
+    def __init__(self, out: IO[bytes]) -> None:
+        self.out = out
+        self.events = 0
+        self.wrote = False  # anything written yet (the next chunk needs a separator)
+
+    def write_bytes(self, chunk: bytes | np.ndarray) -> None:
+        if len(chunk) == 0:
+            return
+        if self.wrote:
+            self.out.write(b",\n")
+        self.wrote = True
+        self.out.write(chunk if isinstance(chunk, bytes) else chunk.data)
+
+    def write_rendered(self, rendered: RenderedRank) -> int:
+        """Append a rank rendered by :func:`render_rank`; returns its span count."""
+        for chunk in rendered.chunks:
+            self.write_bytes(chunk)
+        self.events += rendered.events
+        return rendered.spans
+
+
+class EventPart:
+    """Events another process writes while the trace's own stream is busy: an unnamed
+    temporary file in the trace's directory (nothing to clean up if the process dies),
+    appended to the trace in order by :meth:`ChromeTraceWriter.append`."""
+
+    def __init__(self, directory: Path) -> None:
+        self.file = _temporary_file(directory)
+        self.sink = EventSink(self.file)
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def _temporary_file(directory: Path) -> IO[bytes]:
+    flag = getattr(os, "O_TMPFILE", None)
+    if flag is not None:
+        try:
+            return os.fdopen(os.open(directory, flag | os.O_RDWR, 0o600), "w+b", buffering=1 << 20)
+        except OSError:  # a filesystem without O_TMPFILE
+            pass
+    import tempfile  # only where O_TMPFILE is missing (start-up time)
+
+    return tempfile.TemporaryFile(dir=directory)
+
+
+def copy_bytes(source: int, target: int, size: int) -> None:
+    """``size`` bytes from the start of file ``source`` to ``target``'s position. The
+    kernel copies (copy_file_range: within one filesystem no byte passes through this
+    process; some filesystems share the blocks); a read / write loop where it cannot."""
+    done = 0
+    copy_range = getattr(os, "copy_file_range", None)
+    while copy_range is not None and done < size:
+        try:
+            copied = copy_range(source, target, size - done, done)
+        except OSError:  # EXDEV, ENOSYS, EINVAL...: not supported here
+            break
+        if copied == 0:
+            break
+        done += copied
+    while done < size:
+        block = os.pread(source, min(size - done, 1 << 22), done)
+        if not block:
+            raise OSError(f"temporary trace part ended after {done} of {size} bytes")
+        view = memoryview(block)
+        while view:
+            view = view[os.write(target, view):]
+        done += len(block)
+
+
 class ChromeTraceWriter:
     """Use as a context manager; ``path`` is only replaced when :meth:`close` ran and no
     exception escaped the block."""
@@ -402,12 +512,11 @@ class ChromeTraceWriter:
     def __init__(self, path: str | Path, *, compress: bool | None = None) -> None:
         self.path = Path(path)
         self.compress = self.path.name.endswith(".gz") if compress is None else compress
-        self.events = 0
-        self._first = True
         self._closed = False
         self._context: AbstractContextManager[IO[bytes]] | None = None
         self._raw: IO[bytes] | None = None
         self._out: IO[bytes] | None = None
+        self._sink: EventSink | None = None
 
     def __enter__(self) -> ChromeTraceWriter:
         self._context = atomic_output(self.path)
@@ -420,6 +529,7 @@ class ChromeTraceWriter:
             out = cast(IO[bytes], gz)
         self._out = out
         out.write(b'{"traceEvents":[\n')
+        self._sink = EventSink(out)
         return self
 
     def __exit__(
@@ -433,27 +543,40 @@ class ChromeTraceWriter:
             exc_type, exc = RuntimeError, RuntimeError("trace writer left without close()")
         self._context.__exit__(exc_type, exc, tb)
 
-    def _write_bytes(self, chunk: bytes | np.ndarray) -> None:
-        """Append events; the ",\n" between two writes is added here."""
-        assert self._out is not None, "use ChromeTraceWriter as a context manager"
-        if len(chunk) == 0:
-            return
-        if self._first:
-            self._first = False
-        else:
-            self._out.write(b",\n")
-        self._out.write(chunk if isinstance(chunk, bytes) else chunk.data)
+    @property
+    def sink(self) -> EventSink:
+        assert self._sink is not None, "use ChromeTraceWriter as a context manager"
+        return self._sink
+
+    @property
+    def events(self) -> int:
+        return self._sink.events if self._sink is not None else 0
 
     def metadata(self, pid: int, name: str, sort_index: int, tid: int | None = None) -> None:
-        self._write_bytes(_metadata_row(pid, name, sort_index, tid))
-        self.events += 2
+        self.sink.write_bytes(_metadata_row(pid, name, sort_index, tid))
+        self.sink.events += 2
 
     def write_rendered(self, rendered: RenderedRank) -> int:
-        """Append a rank rendered by :func:`render_rank` (possibly on another thread)."""
-        for chunk in rendered.chunks:
-            self._write_bytes(chunk)
-        self.events += rendered.events
-        return rendered.spans
+        """Append a rank rendered by :func:`render_rank`."""
+        return self.sink.write_rendered(rendered)
+
+    def flush(self) -> None:
+        assert self._out is not None
+        self._out.flush()
+
+    def append(self, part: EventPart) -> None:
+        """Append what another process wrote to ``part`` (plain ``.json`` output only)."""
+        assert self._raw is not None and not self.compress, "parts are appended to plain JSON"
+        if not part.sink.wrote:
+            return
+        part.file.flush()
+        if self.sink.wrote:
+            self._raw.write(b",\n")
+        self._raw.flush()
+        copy_bytes(part.file.fileno(), self._raw.fileno(), os.fstat(part.file.fileno()).st_size)
+        self._raw.seek(0, os.SEEK_END)  # the buffered writer learns the new end
+        self.sink.wrote = True
+        self.sink.events += part.sink.events
 
     def close(self, other_data: dict[str, Any]) -> None:
         """Finish the JSON document; it replaces ``path`` when the ``with`` block ends."""

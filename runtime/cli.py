@@ -73,8 +73,9 @@ def cmd_collect(
     jobs: Annotated[
         int | None,
         typer.Option("--jobs", "-j", min=0,
-                     help="Threads reading and decoding ranks ahead of the writer (each holds one "
-                     "more rank in memory). Default 0: on the benchmark they do not pay."),
+                     help="Processes decoding and writing consecutive runs of rank files (each "
+                     "holds one rank in memory); the trace is the same. Default (0): one per "
+                     "CPU, at most 4. Always 1 for .gz output."),
     ] = None,
 ) -> None:
     """Decode rank files into a Chrome / Perfetto trace."""

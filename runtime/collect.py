@@ -1,31 +1,38 @@
 """``optrace collect``: a profiling directory (rank files + point map) to a Chrome trace.
 
-Rank files are read, decoded and formatted one after another (with ``-j N``, N threads
-read and decode ahead) and streamed into the trace in rank order, a block of rows at a
-time, so memory stays at about one rank's buffer and rows. A rank file that cannot be
-used is reported (``path: message``) and the other ranks are still written.
+Rank files are read, decoded and formatted one after another and streamed into the trace
+in rank order, a block of rows at a time, so memory stays at about one rank's buffer and
+rows per process. Several processes (``-j N``, default one per CPU) each take a consecutive
+run of rank files; the trace has the same bytes whatever their number. A rank file that
+cannot be used is reported (``path: message``) and the other ranks are still written.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
+import os
 import re
-from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from .chrome import (
     TRACE_FORMAT,
     TRACE_FORMAT_VERSION,
     ChromeTraceWriter,
     CoreFilter,
+    EventPart,
+    EventSink,
+    RowScratch,
     render_rank,
 )
 from .decode import DecodeOptions, RankDecode, decode_rank
 from .errors import ProfilingInputError
 from .pointmap import POINT_MAP_NAME, PointMap, load_point_map
 from .rankfile import RankFileName, find_rank_files, read_rank_file
+from .workers import Ticks, Worker, can_fork
 
 EXIT_OK = 0
 EXIT_SKIPPED = 1
@@ -41,7 +48,7 @@ class CollectOptions:
     labels: list[str] | None = None
     rank_offsets_us: dict[int, float] = field(default_factory=dict)
     ignore_fingerprint: bool = False
-    jobs: int | None = None  # threads decoding ahead; None or 0: none (see decode_workers)
+    jobs: int | None = None  # processes (see collect_processes); None or 0: one per CPU, at most 4
 
 
 @dataclass
@@ -53,6 +60,7 @@ class RankOutcome:
     decoded: RankDecode | None = None
     error: ProfilingInputError | None = None
     spans_written: int = 0
+    cores_written: int = 0  # decoded.cores is emptied once they are in the trace
 
 
 @dataclass
@@ -159,65 +167,37 @@ def _process_name(name: RankFileName, several_runs: bool) -> str:
     return f"Rank {name.rank} ({', '.join(parts) or 'launch 0'})"
 
 
-def decode_workers(jobs: int | None, files: int) -> int:
-    """Threads reading and decoding ranks ahead of the writer; by default none. Measured
-    on the benchmark (8 ranks x 72 cores, 2 cores): one thread ahead is no faster than
-    none (the GIL is held between numpy calls), costs ~17 MB more (a malloc arena per
-    thread plus a second rank in flight), and is slower when the machine is busy."""
-    return max(0, min(jobs or 0, files - 1))
+def collect_processes(jobs: int | None, files: int, compress: bool) -> int:
+    """Processes that each decode, format and write a run of ranks (see :mod:`workers`).
+    Default: one per CPU this process may use, at most 4 (each holds a rank's buffer and
+    rows). One for ``.gz`` output (a gzip stream is one sequence, compressed in order),
+    and where :func:`workers.can_fork` says no."""
+    if compress or not can_fork():
+        return 1
+    if not jobs:
+        affinity = getattr(os, "sched_getaffinity", None)
+        jobs = min(4, len(affinity(0)) if affinity is not None else os.cpu_count() or 1)
+    return max(1, min(jobs, files))
 
 
-_Work = TypeVar("_Work")
-
-
-def _in_order(
-    work: Callable[[int, RankFileName, Path], _Work], files: list[tuple[RankFileName, Path]], workers: int
-) -> Iterator[_Work]:
-    """``work`` over the files, results in file order: with workers, on threads at most
-    ``workers`` files ahead of the consumer, so memory stays a few ranks' worth whatever the
-    number of files; without, in the caller's thread.
-
-    One short-lived thread per file rather than concurrent.futures: its import (logging
-    included) costs ~8 ms, which collect's start-up budget cannot spare."""
-    if workers <= 0:
-        for position, (name, path) in enumerate(files):
-            yield work(position, name, path)
-        return
-    import threading
-
-    pending: deque[tuple[threading.Thread, list[Any]]] = deque()
-
-    def start(position: int, name: RankFileName, path: Path) -> None:
-        box: list[Any] = [None, None]  # result, exception
-
-        def run() -> None:
-            try:
-                box[0] = work(position, name, path)
-            except BaseException as exc:  # re-raised in the consumer's thread
-                box[1] = exc
-
-        thread = threading.Thread(target=run, name=f"optrace-rank-{position}", daemon=True)
-        thread.start()
-        pending.append((thread, box))
-
-    def take() -> _Work:
-        thread, box = pending.popleft()
-        thread.join()
-        if box[1] is not None:
-            raise box[1]
-        result: _Work = box[0]
-        return result
-
-    try:
-        for position, (name, path) in enumerate(files):
-            start(position, name, path)
-            if len(pending) > workers:  # one being consumed + `workers` ahead
-                yield take()
-        while pending:
-            yield take()
-    finally:
-        for thread, _ in pending:  # an error or an abandoned generator: no thread outlives us
-            thread.join()
+def rank_runs(sizes: list[int], runs: int) -> list[range]:
+    """Consecutive runs of files with about the same number of bytes each (the work is
+    proportional to the records), at most ``runs`` of them, none empty: each cut is the
+    file boundary nearest to its share of the bytes."""
+    if not any(sizes):
+        sizes = [1] * len(sizes)  # sizes unknown: split by count
+    prefix = list(itertools.accumulate(sizes, initial=0))
+    total = prefix[-1]
+    bounds = [0]
+    for k in range(1, min(runs, len(sizes))):
+        target = total * k / runs
+        lo = bounds[-1] + 1  # every run holds a file
+        hi = len(sizes) - (min(runs, len(sizes)) - k)  # and leaves one for each run after it
+        if lo > hi:
+            break
+        bounds.append(min(range(lo, hi + 1), key=lambda i: abs(prefix[i] - target)))
+    bounds.append(len(sizes))
+    return [range(lo, hi) for lo, hi in itertools.pairwise(bounds)]
 
 
 def collect(
@@ -228,8 +208,11 @@ def collect(
 ) -> CollectResult:
     """Decode every selected rank file and stream the trace to ``output``.
 
-    Raises ProfilingInputError when nothing can be collected (no rank files, unusable
-    point map); per-rank problems are in the result instead.
+    With several processes (``options.jobs``), each takes a consecutive run of rank files;
+    the first writes into the trace, the others into unnamed temporary files that are
+    appended in order at the end, so the trace has the same bytes whatever the number
+    of processes. Raises ProfilingInputError when nothing can be collected (no rank files,
+    unusable point map); per-rank problems are in the result instead.
     """
     options = options or CollectOptions()
     files = list_rank_files(profiling_dir)
@@ -240,68 +223,153 @@ def collect(
             raise ProfilingInputError(profiling_dir, "no rank files match --ranks")
     several_runs = len({n.run_key for n, _ in files}) > 1
     decode_options = DecodeOptions(options.clock_mhz, options.ignore_fingerprint)
+    outcomes: list[RankOutcome] = [RankOutcome(name, path) for name, path in files]
+    ranks_meta: list[dict[str, Any] | None] = [None] * len(files)
+    processes = collect_processes(options.jobs, len(files), output.name.endswith(".gz"))
+    runs = rank_runs([_size(path) for _, path in files], processes)
+    finished = 0
 
-    def work(position: int, name: RankFileName, path: Path) -> RankOutcome:
-        """Read and decode one rank: no shared state, so with `-j N` it can run ahead on a
-        worker thread while the main thread formats and writes the previous rank."""
-        outcome = RankOutcome(name, path)
-        try:
-            outcome.decoded = decode_rank(read_rank_file(path, name.rank), point_map, decode_options)
-        except ProfilingInputError as exc:
-            outcome.error = exc
-        return outcome
+    def advance(ranks: int) -> None:
+        nonlocal finished
+        finished += ranks
+        if progress is not None and ranks:
+            progress(finished, len(files))
 
-    outcomes: list[RankOutcome] = []
-    ranks_meta: list[dict[str, Any]] = []
+    def run(positions: range, sink: EventSink, done: Callable[[int], None]) -> None:
+        scratch = RowScratch()  # a chunk is only valid until the next one
+        for position in positions:
+            ranks_meta[position] = _collect_rank(
+                outcomes[position], position if several_runs else outcomes[position].name.rank,
+                several_runs, sink, point_map, decode_options, options, scratch,
+            )
+            done(1)
+
     with ChromeTraceWriter(output) as writer:
-        for position, outcome in enumerate(_in_order(work, files, decode_workers(options.jobs, len(files)))):
-            outcomes.append(outcome)
-            decoded = outcome.decoded
-            name = outcome.name
-            pid = position if several_runs else name.rank
-            if decoded is not None:
-                outcome.spans_written = writer.write_rendered(render_rank(
-                    pid,
-                    _process_name(name, several_runs),
-                    decoded,
-                    point_map,
-                    labels=options.labels,
-                    core_filter=options.cores,
-                    offset_us=options.rank_offsets_us.get(name.rank, 0.0),
-                ))
-                ranks_meta.append(
-                    {
-                        "pid": pid,
-                        "rank": name.rank,
-                        "tag": name.tag,
-                        "launch": name.launch,
-                        "file": outcome.path.name,
-                        "clock_mhz": decoded.clock_mhz,
-                        "barrier": decoded.meta.barrier,
-                        "fingerprint": decoded.fingerprint,
-                        "legacy": decoded.meta.legacy,
-                        "skipped_records": decoded.skipped_records,
-                    }
-                )
-            if progress is not None:
-                progress(position + 1, len(files))
+        if len(runs) == 1:
+            run(runs[0], writer.sink, advance)
+        else:
+            _run_forked(runs, writer, run, outcomes, ranks_meta, advance)
         writer.close(
             {
                 "format": TRACE_FORMAT,
                 "version": TRACE_FORMAT_VERSION,
                 "point_map": str(point_map.path),
                 "point_map_fingerprint": point_map.fingerprint,
-                "ranks": ranks_meta,
+                "ranks": [meta for meta in ranks_meta if meta is not None],
             }
         )
     return CollectResult(output, point_map, outcomes, writer.events)
+
+
+_RunFunction = Callable[[range, EventSink, Callable[[int], None]], None]
+
+
+def _run_forked(
+    runs: list[range],
+    writer: ChromeTraceWriter,
+    run: _RunFunction,
+    outcomes: list[RankOutcome],
+    ranks_meta: list[dict[str, Any] | None],
+    advance: Callable[[int], None],
+) -> None:
+    """The first run here, the others in forked children writing unnamed temporary files
+    beside the trace; their parts are appended in order, so the bytes are those of one
+    process."""
+    parts = [EventPart(writer.path.parent) for _ in runs[1:]]
+    ticks = Ticks()
+    children: list[Worker] = []
+    writer.flush()  # a child must not inherit buffered bytes of the trace
+
+    def in_child(positions: range, part: EventPart) -> tuple[list[Any], int, bool]:
+        run(positions, part.sink, lambda _ranks: ticks.tick())
+        part.file.flush()
+        back = [(p, outcomes[p], ranks_meta[p]) for p in positions]
+        return back, part.sink.events, part.sink.wrote
+
+    try:
+        for positions, part in zip(runs[1:], parts, strict=True):
+            children.append(Worker(functools.partial(in_child, positions, part)))
+        ticks.parent_side()
+
+        def done_here(ranks: int) -> None:
+            advance(ranks + (ticks.drain() or 0))
+
+        run(runs[0], writer.sink, done_here)
+        while (more := ticks.drain(block=True)) is not None:
+            advance(more)
+        for child, part in zip(children, parts, strict=True):
+            back, part.sink.events, part.sink.wrote = child.result()
+            for position, outcome, meta in back:
+                outcomes[position], ranks_meta[position] = outcome, meta
+        for part in parts:
+            writer.append(part)
+    finally:
+        for child in children:
+            child.cancel()
+        for part in parts:
+            part.close()
+        ticks.close()
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0  # reported when the file is read
+
+
+def _collect_rank(
+    outcome: RankOutcome,
+    pid: int,
+    several_runs: bool,
+    sink: EventSink,
+    point_map: PointMap,
+    decode_options: DecodeOptions,
+    options: CollectOptions,
+    scratch: RowScratch,
+) -> dict[str, Any] | None:
+    """Read, decode and write one rank; its entry of the trace's rank table, or None
+    when the file could not be used (``outcome.error`` says why)."""
+    name = outcome.name
+    try:
+        decoded = decode_rank(read_rank_file(outcome.path, name.rank), point_map, decode_options)
+    except ProfilingInputError as exc:
+        outcome.error = exc
+        return None
+    outcome.decoded = decoded
+    outcome.spans_written = sink.write_rendered(render_rank(
+        pid,
+        _process_name(name, several_runs),
+        decoded,
+        point_map,
+        labels=options.labels,
+        core_filter=options.cores,
+        offset_us=options.rank_offsets_us.get(name.rank, 0.0),
+        scratch=scratch,
+    ))
+    # The spans are in the trace now: keep the counts, not the arrays, so a collect of
+    # many ranks holds one rank's spans per thread instead of every rank's.
+    outcome.cores_written = len(decoded.cores)
+    decoded.release_spans()
+    return {
+        "pid": pid,
+        "rank": name.rank,
+        "tag": name.tag,
+        "launch": name.launch,
+        "file": outcome.path.name,
+        "clock_mhz": decoded.clock_mhz,
+        "barrier": decoded.meta.barrier,
+        "fingerprint": decoded.fingerprint,
+        "legacy": decoded.meta.legacy,
+        "skipped_records": decoded.skipped_records,
+    }
 
 
 def summary_lines(result: CollectResult) -> list[str]:
     """The human summary: what was written, then every skipped record with its reason."""
     spans = sum(o.spans_written for o in result.outcomes)
     decoded = [o.decoded for o in result.outcomes if o.decoded is not None]
-    cores = sum(len(d.cores) for d in decoded)
+    cores = sum(o.cores_written for o in result.outcomes)
     unused = sum(d.unused_slots for d in decoded)
     lines = [
         f"wrote {result.output}: {len(decoded)} ranks, {cores} cores with spans, "

@@ -98,12 +98,14 @@ def _progress() -> tuple[Callable[[int, int], None] | None, Callable[[], None]]:
     from rich.console import Console  # imported only for interactive runs (start-up time)
     from rich.progress import Progress
 
-    bar = Progress(console=Console(stderr=True), transient=True)
+    # No auto-refresh: its thread would keep collect from forking its worker processes
+    # (workers.can_fork); the bar is redrawn when a rank is done instead.
+    bar = Progress(console=Console(stderr=True), transient=True, auto_refresh=False)
     bar.start()
     task = bar.add_task("decoding ranks", total=None)
 
     def update(done: int, total: int) -> None:
-        bar.update(task, completed=done, total=total)
+        bar.update(task, completed=done, total=total, refresh=True)
 
     return update, bar.stop
 

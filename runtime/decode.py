@@ -388,6 +388,26 @@ class CoreTimeline:
 
 
 @dataclass
+class RankSpans:
+    """Every span of a rank, by slot then start (a core's columns are views of these)."""
+
+    slot: np.ndarray  # int64, non-decreasing
+    label: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    depth: np.ndarray
+    point: np.ndarray
+    high: np.ndarray
+    status: np.ndarray
+
+    @classmethod
+    def empty(cls) -> RankSpans:
+        none = np.zeros(0, np.int64)
+        return cls(none, none.astype(np.int32), none, none, none.astype(np.int16), none,
+                   none.astype(np.uint32), none.astype(np.int8))
+
+
+@dataclass
 class RankDecode:
     path: str
     meta: RankMeta
@@ -402,6 +422,7 @@ class RankDecode:
     backwards: int = 0  # records whose timestamp went backwards (clamped)
     issues: list[str] = field(default_factory=list)  # "path: message" lines for the user
     notes: list[str] = field(default_factory=list)  # informational, not a problem
+    spans: RankSpans = field(default_factory=RankSpans.empty)  # all cores' spans at once
 
     @property
     def dropped(self) -> int:
@@ -423,6 +444,12 @@ class RankDecode:
     @property
     def span_count(self) -> int:
         return sum(c.start.size for c in self.cores)
+
+    def release_spans(self) -> None:
+        """Forget the span arrays (collect, once they are in the trace); counts and
+        diagnostics stay."""
+        self.cores = []
+        self.spans = RankSpans.empty()
 
 
 @dataclass(frozen=True)
@@ -556,6 +583,16 @@ def decode_rank(
     starts_all = times[nesting.begin]
     ends_all = times[end_pos]
     b_rec = kept[nesting.begin]
+    spans = RankSpans(
+        slot=nesting.segment,
+        label=labels_all[b_rec],
+        start=starts_all,
+        end=ends_all,
+        depth=nesting.depth,
+        point=position[b_rec],
+        high=high_all[b_rec],
+        status=nesting.status,
+    )
     bounds = np.searchsorted(nesting.segment, np.arange(buffer.slots + 1))
     cores: list[CoreTimeline] = []
     for report in scan.reports:
@@ -570,13 +607,13 @@ def decode_rank(
                 core_index=report.core_index,
                 role=role,
                 start_offset=signed_delta(report.start_cycle - base),
-                label=labels_all[b_rec[lo:hi]],
-                start=starts_all[lo:hi],
-                end=ends_all[lo:hi],
-                depth=nesting.depth[lo:hi],
-                point=position[b_rec[lo:hi]],
-                high=high_all[b_rec[lo:hi]],
-                status=nesting.status[lo:hi],
+                label=spans.label[lo:hi],
+                start=spans.start[lo:hi],
+                end=spans.end[lo:hi],
+                depth=spans.depth[lo:hi],
+                point=spans.point[lo:hi],
+                high=spans.high[lo:hi],
+                status=spans.status[lo:hi],
             )
         )
     if unmatched_e:
@@ -599,6 +636,7 @@ def decode_rank(
         backwards=backwards,
         issues=issues,
         notes=notes,
+        spans=spans,
     )
 
 

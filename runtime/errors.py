@@ -16,3 +16,8 @@ class ProfilingInputError(Exception):
         super().__init__(f"{path}: {message}")
         self.path = str(path)
         self.message = message
+
+    def __reduce__(self) -> tuple[type[ProfilingInputError], tuple[str, str]]:
+        # Pickled by collect's worker processes; the default would call __init__ with
+        # the one formatted argument.
+        return (type(self), (self.path, self.message))

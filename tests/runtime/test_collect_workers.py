@@ -1,0 +1,221 @@
+"""collect in several processes: the same trace as one process, whatever goes wrong."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rt_helpers import rank_buffer, write_point_map
+
+from optrace.runtime import chrome
+from optrace.runtime import collect as collect_module
+from optrace.runtime.collect import CollectOptions, collect, collect_processes, rank_runs
+from optrace.runtime.errors import ProfilingInputError
+from optrace.runtime.save import reset_launch_counters, save_profiling_data
+from optrace.runtime.workers import Worker, can_fork
+
+needs_fork = pytest.mark.skipif(not can_fork(), reason="fork() is not used on this platform")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_counters() -> None:
+    reset_launch_counters()
+
+
+def profiling_dir(tmp_path: Path, ranks: int, bad: tuple[int, ...] = ()) -> Path:
+    directory = tmp_path / "prof"
+    for rank in range(ranks):
+        save_profiling_data(rank_buffer(rank=rank, loops=2 + rank).data, rank, directory,
+                            aic_cores=2)
+    for rank in bad:
+        (directory / f"rank{rank:03d}.pt").write_bytes(b"not a zip")
+    write_point_map(directory)
+    return directory
+
+
+def run(directory: Path, output: Path, jobs: int, **kwargs: Any) -> collect_module.CollectResult:
+    return collect(directory, output, CollectOptions(jobs=jobs, **kwargs))
+
+
+def summary(result: collect_module.CollectResult) -> list[str]:
+    lines: list[str] = collect_module.summary_lines(result)[1:]
+    return lines + [str(e) for e in result.errors]
+
+
+@needs_fork
+@pytest.mark.parametrize("jobs", [2, 3, 4])
+@pytest.mark.parametrize("bad", [(), (0,), (3,), (0, 1, 2)])
+def test_several_processes_write_the_bytes_of_one(tmp_path: Path, jobs: int, bad: tuple[int, ...]) -> None:
+    # A bad file first (the parent's run writes nothing), in the middle, or every file
+    # of the first runs: the separators between parts must still make valid JSON.
+    directory = profiling_dir(tmp_path, ranks=6, bad=bad)
+    one = run(directory, tmp_path / "one.json", 1)
+    several = run(directory, tmp_path / "several.json", jobs)
+    assert (tmp_path / "several.json").read_bytes() == (tmp_path / "one.json").read_bytes()
+    json.loads((tmp_path / "several.json").read_text())
+    assert several.exit_code == one.exit_code == (2 if bad else 0)
+    assert summary(several) == summary(one)
+    assert [o.spans_written for o in several.outcomes] == [o.spans_written for o in one.outcomes]
+    assert [o.cores_written for o in several.outcomes] == [o.cores_written for o in one.outcomes]
+    assert several.events == one.events
+
+
+@needs_fork
+def test_progress_counts_every_rank_once(tmp_path: Path) -> None:
+    directory = profiling_dir(tmp_path, ranks=5)
+    seen: list[tuple[int, int]] = []
+    collect(directory, tmp_path / "t.json", CollectOptions(jobs=3), lambda d, t: seen.append((d, t)))
+    assert seen[-1] == (5, 5)
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+@needs_fork
+def test_an_error_in_a_worker_reaches_the_caller_and_nothing_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = profiling_dir(tmp_path, ranks=4)
+    real = collect_module.decode_rank
+
+    def failing(buffer: Any, *args: Any) -> Any:
+        if Path(buffer.path).name == "rank003.pt":  # only in the last run, a forked child
+            raise ValueError("decoder bug")
+        return real(buffer, *args)
+
+    monkeypatch.setattr(collect_module, "decode_rank", failing)
+    with pytest.raises(ValueError, match="decoder bug"):
+        run(directory, tmp_path / "t.json", 2)
+    assert os.listdir(tmp_path) == ["prof"]  # no trace, no temporary file left
+
+
+@needs_fork
+def test_a_worker_killed_is_an_error_not_a_short_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = profiling_dir(tmp_path, ranks=4)
+    real = collect_module.decode_rank
+
+    def dying(buffer: Any, *args: Any) -> Any:
+        if Path(buffer.path).name == "rank003.pt":
+            os._exit(9)  # as if the OOM killer took it
+        return real(buffer, *args)
+
+    monkeypatch.setattr(collect_module, "decode_rank", dying)
+    with pytest.raises(RuntimeError, match=r"ended without a result \(exit status 9"):
+        run(directory, tmp_path / "t.json", 2)
+    assert os.listdir(tmp_path) == ["prof"]
+
+
+def test_worker_results_and_exceptions_cross_the_fork() -> None:
+    if not can_fork():
+        pytest.skip("fork() is not used on this platform")
+    assert Worker(lambda: {"spans": [1, 2, 3]}).result() == {"spans": [1, 2, 3]}
+    error = ProfilingInputError("rank001.pt", "truncated")
+    with pytest.raises(ProfilingInputError) as caught:
+        Worker(lambda: (_ for _ in ()).throw(error)).result()
+    assert (caught.value.path, caught.value.message) == ("rank001.pt", "truncated")
+
+    class Unpicklable(Exception):
+        def __init__(self, a: int, b: int) -> None:
+            super().__init__(f"{a}/{b}")
+
+    def raise_unpicklable() -> None:
+        raise Unpicklable(1, 2)
+
+    with pytest.raises(RuntimeError, match="Unpicklable: 1/2"):
+        Worker(raise_unpicklable).result()
+
+
+def test_profiling_input_error_pickles_with_its_parts() -> None:
+    error = pickle.loads(pickle.dumps(ProfilingInputError(Path("/d/rank000.pt"), "bad")))
+    assert (error.path, error.message, str(error)) == ("/d/rank000.pt", "bad", "/d/rank000.pt: bad")
+
+
+def test_no_fork_while_another_thread_runs(tmp_path: Path) -> None:
+    release = threading.Event()
+    thread = threading.Thread(target=release.wait)
+    thread.start()
+    try:
+        assert not can_fork()
+        assert collect_processes(4, 8, compress=False) == 1
+    finally:
+        release.set()
+        thread.join()
+
+
+def test_how_many_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(collect_module, "can_fork", lambda: True)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3, 4, 5, 6, 7}, raising=False)
+    assert collect_processes(None, 16, compress=False) == 4  # one per CPU, at most 4
+    assert collect_processes(0, 2, compress=False) == 2  # never more than the files
+    assert collect_processes(6, 16, compress=False) == 6  # -j says otherwise
+    assert collect_processes(6, 16, compress=True) == 1  # one gzip stream
+    monkeypatch.setattr(collect_module, "can_fork", lambda: False)
+    assert collect_processes(6, 16, compress=False) == 1
+
+
+@pytest.mark.parametrize(
+    "sizes, runs, expected",
+    [
+        ([10] * 8, 2, [(0, 4), (4, 8)]),
+        ([10] * 8, 3, [(0, 3), (3, 5), (5, 8)]),
+        ([10, 10, 10], 5, [(0, 1), (1, 2), (2, 3)]),  # never more runs than files
+        ([1, 1, 1, 97], 3, [(0, 2), (2, 3), (3, 4)]),  # the big last file alone
+        ([80, 10, 10], 2, [(0, 1), (1, 3)]),  # a big first file is a run of its own
+        ([10, 10, 80], 2, [(0, 2), (2, 3)]),
+        ([5], 4, [(0, 1)]),
+        ([0, 0, 0, 0], 2, [(0, 2), (2, 4)]),  # unknown sizes: split by count
+    ],
+)
+def test_rank_runs_are_consecutive_and_balanced(
+    sizes: list[int], runs: int, expected: list[tuple[int, int]]
+) -> None:
+    got = rank_runs(sizes, runs)
+    assert [(r.start, r.stop) for r in got] == expected
+    assert [i for r in got for i in r] == list(range(len(sizes)))
+
+
+def test_parts_are_appended_without_the_kernel_copy_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # copy_file_range missing or refused (another filesystem, an old kernel): the
+    # read / write loop gives the same bytes.
+    source = tmp_path / "src"
+    source.write_bytes(os.urandom(3 << 20))
+    for broken in (None, "refuses"):
+        target = tmp_path / f"dst-{broken}"
+        if broken is None:
+            monkeypatch.delattr(os, "copy_file_range", raising=False)
+        else:
+            def refuse(*_args: Any) -> int:
+                raise OSError(18, "Invalid cross-device link")
+
+            monkeypatch.setattr(os, "copy_file_range", refuse, raising=False)
+        with open(source, "rb") as src, open(target, "wb") as dst:
+            dst.write(b"head")
+            dst.flush()
+            chrome.copy_bytes(src.fileno(), dst.fileno(), source.stat().st_size)
+        assert target.read_bytes() == b"head" + source.read_bytes()
+        monkeypatch.undo()
+
+
+def test_written_ranks_do_not_keep_their_spans(tmp_path: Path) -> None:
+    # A collect of many ranks holds one rank's spans at a time, not all of them.
+    directory = profiling_dir(tmp_path, ranks=3)
+    result = run(directory, tmp_path / "t.json", 1)
+    for outcome in result.outcomes:
+        assert outcome.decoded is not None and outcome.decoded.cores == []
+        assert outcome.decoded.spans.start.size == 0
+        assert outcome.cores_written == 6 and outcome.spans_written > 0
+
+
+def test_a_temporary_part_leaves_nothing_behind(tmp_path: Path) -> None:
+    part = chrome.EventPart(tmp_path)
+    part.sink.write_bytes(b'{"ph":"X"}')
+    part.close()
+    assert os.listdir(tmp_path) == []  # unnamed (O_TMPFILE) or removed at once
+
