@@ -4,7 +4,7 @@ Workload (issue 5): 8 ranks x 72 cores (24 AIC + 48 AIV) x ~1000 records, legacy
 (``rank{NNN}.pt`` = ``[aic_tensor, aiv_tensor]``, 2048 int64 words per slot).
 
 Measured, each in its own child process (wall time from process start to trace written;
-peak memory = the child's ``ru_maxrss``):
+peak memory below):
 
 - ``optrace collect DIR -o trace.json`` — the real command line;
 - the baseline, decoding the way the legacy collector does: a Python loop over cores and
@@ -14,7 +14,9 @@ peak memory = the child's ``ru_maxrss``):
   needs an interpreter with torch: ``--torch-python`` or $OPTRACE_BENCH_TORCH_PYTHON),
   and on numpy arrays from optrace's reader (a stand-in that is always available and
   faster than the real thing);
-- the decode time of each without interpreter start-up and imports (in-process timer).
+- the decode time of each without interpreter start-up and imports (in-process timer);
+- peak memory in separate runs: the highest sum of PSS over the command's processes,
+  sampled every millisecond (collect forks one process per CPU; see MEMORY_RUNNER).
 
 Usage: python bench/bench_collect.py [--ranks 8] [--cores 72] [--torch-python PY] [--keep DIR]
 Prints a markdown table. Targets: >= 50x faster end to end, <= 20 % of the peak memory.
@@ -211,6 +213,68 @@ def measure(command: list[str], output: Path | None = None) -> dict[str, Any]:
     return result
 
 
+# Peak memory of a command that may fork (optrace collect does, one process per CPU): the
+# largest sum over its processes of their proportional set size (a page shared by k
+# processes counts 1/k in each, so what a fork shares with its parent counts once),
+# sampled every millisecond. ru_maxrss would give the largest single process only, and a
+# sum of RSS would count the shared numpy / Python pages once per process. Run apart from
+# the timed runs (the sampling takes a core).
+MEMORY_RUNNER = r"""
+import json, os, subprocess, sys, time
+
+def kb(path, key):
+    try:
+        with open(path) as handle:
+            for line in handle:
+                if line.startswith(key):
+                    return int(line.split()[1])
+    except OSError:  # gone meanwhile
+        pass
+    return 0
+
+def group(pgid, first):
+    # No /proc/PID/task/TID/children on every kernel: the command runs in its own
+    # session, so its processes are those whose process group is its pid (pids newer
+    # than it, barring a wrap of the pid counter).
+    found = [first]
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) > first:
+            try:
+                with open(f"/proc/{name}/stat") as handle:
+                    fields = handle.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid:
+                found.append(int(name))
+    return found
+
+proc = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, start_new_session=True)
+peak_pss = peak_rss = most = 0
+while proc.poll() is None:
+    pids = group(proc.pid, proc.pid)
+    peak_pss = max(peak_pss, sum(kb(f"/proc/{p}/smaps_rollup", "Pss:") for p in pids))
+    peak_rss = max(peak_rss, sum(kb(f"/proc/{p}/status", "VmRSS:") for p in pids))
+    most = max(most, len(pids))
+    time.sleep(0.001)
+print(json.dumps({"pss_kb": peak_pss, "rss_sum_kb": peak_rss, "processes": most, "rc": proc.returncode}))
+"""
+
+
+def measure_memory(runs: int, command: list[str], output: Path | None = None) -> dict[str, Any]:
+    """The highest of ``runs`` sampled peaks (a sample can only miss a peak, never
+    invent one), with the most processes seen at once."""
+    results = []
+    for _ in range(runs):
+        if output is not None:
+            output.unlink(missing_ok=True)
+        done = subprocess.run([sys.executable, "-c", MEMORY_RUNNER, *command],
+                              capture_output=True, text=True, check=True)
+        results.append(json.loads(done.stdout))
+        if results[-1]["rc"] not in (0, 1):
+            raise SystemExit(f"{command} failed with exit code {results[-1]['rc']}")
+    return {key: max(r[key] for r in results) for key in ("pss_kb", "rss_sum_kb", "processes")}
+
+
 def best_of(runs: int, command: list[str], output: Path | None = None) -> dict[str, Any]:
     results = [measure(command, output) for _ in range(runs)]
     def number(text: str) -> float | None:
@@ -272,18 +336,23 @@ def main() -> None:
         total = records * args.ranks * args.cores
         compile_bytecode()
         python_start = best_of(args.runs, [sys.executable, "-c", "pass"])
-        optrace = best_of(args.runs, [sys.executable, "-m", "optrace", "collect", str(data),
-                                      "-o", str(work / "optrace.json")], work / "optrace.json")
+        command = [sys.executable, "-m", "optrace", "collect", str(data), "-o", str(work / "optrace.json")]
+        optrace = best_of(args.runs, command, work / "optrace.json")
+        optrace.update(measure_memory(args.runs, command, work / "optrace.json"))
         optrace["out"] = best_of(args.runs, [sys.executable, "-c", OPTRACE_DECODE, str(data),
                                              str(work / "optrace-inproc.json")],
                                  work / "optrace-inproc.json")["out"]
         with_torch = torch_python(args.torch_python)
+        baselines = []
         if with_torch:
-            command = [with_torch, this, "--baseline", str(data), str(work / "torch.json"), "torch"]
-            rows.append(("legacy helper (torch tensors)", best_of(1, command, work / "torch.json")))
-        command = [sys.executable, this, "--baseline", str(data), str(work / "numpy.json"), "numpy"]
-        rows.append(("numpy stand-in (same loop on numpy arrays)",
-                     best_of(1, command, work / "numpy.json")))
+            baselines.append(("legacy helper (torch tensors)", with_torch, "torch"))
+        baselines.append(("numpy stand-in (same loop on numpy arrays)", sys.executable, "numpy"))
+        for name, python, loader in baselines:
+            out = work / f"{loader}.json"
+            command = [python, this, "--baseline", str(data), str(out), loader]
+            base = best_of(1, command, out)
+            base.update(measure_memory(1, command, out))
+            rows.append((name, base))
         spans_optrace = sum(1 for e in json.loads((work / "optrace.json").read_text())["traceEvents"]
                             if e["ph"] == "X")
         spans_baseline = len(json.loads((work / "numpy.json").read_text())["traceEvents"])
@@ -302,19 +371,25 @@ def main() -> None:
         print("torch not found (--torch-python): only the numpy stand-in baseline was run")
     print()
     print("| baseline | end to end: baseline / optrace | speed-up | decode only: baseline / optrace "
-          "| speed-up | peak RSS: baseline / optrace | optrace memory |")
+          "| speed-up | peak memory: baseline / optrace | optrace memory |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     verdicts = []
     for name, base in rows:
         speed = base["wall"] / optrace["wall"]
         decode_speed = base["out"] / optrace["out"]
-        memory = optrace["rss_kb"] / base["rss_kb"]
+        memory = optrace["pss_kb"] / base["pss_kb"]
         print(f"| {name} | {base['wall']:.2f} s / {optrace['wall']:.3f} s | **{speed:.0f}x** "
               f"| {base['out']:.2f} s / {optrace['out']:.3f} s | {decode_speed:.0f}x "
-              f"| {base['rss_kb'] / mb:.0f} MB / {optrace['rss_kb'] / mb:.0f} MB "
+              f"| {base['pss_kb'] / mb:.0f} MB / {optrace['pss_kb'] / mb:.0f} MB "
               f"| **{100 * memory:.0f} %** |")
         verdicts.append(f"{name}: >= 50x {'met' if speed >= 50 else 'NOT met'}, "
                         f"<= 20 % memory {'met' if memory <= 0.2 else 'NOT met'}")
+    print()
+    print(f"peak memory = the highest sum of PSS over a command's processes, sampled every ms "
+          f"(optrace: up to {optrace['processes']} processes, largest alone "
+          f"{optrace['rss_kb'] / mb:.0f} MB RSS, RSS summed {optrace['rss_sum_kb'] / mb:.0f} MB; "
+          + ", ".join(f"{name.split(' (')[0]}: {base['rss_kb'] / mb:.0f} MB RSS" for name, base in rows)
+          + ")")
     print()
     for verdict in verdicts:
         print(f"targets vs {verdict}")

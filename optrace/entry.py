@@ -24,6 +24,27 @@ def finish(code: int) -> None:
     os._exit(code)
 
 
+def keep_freed_memory() -> None:
+    """Ask glibc to keep freed memory for reuse instead of returning it to the system.
+
+    By default a block over 128 KiB is mmap-ed and, once freed, unmapped; the next one
+    comes back as fresh zeroed pages, one page fault each. collect allocates and frees
+    some 10 MB of arrays per rank, and those faults and unmaps were a third of its time
+    (perf: ``clear_page``, ``unmap_page_range``; 0.12 s -> 0.07 s on the benchmark). Peak
+    memory does not grow: the same blocks are reused rank after rank. Only for this
+    short-lived process (the settings are process-wide); other C libraries keep theirs.
+    """
+    try:
+        import ctypes  # numpy imports it anyway
+
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc (musl, macOS, Windows)
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    mallopt(m_mmap_threshold, 32 << 20)  # glibc's largest allowed value on 64-bit
+    mallopt(m_trim_threshold, 1 << 30)
+
+
 def main() -> None:
     argv = sys.argv[1:]
     if argv[:1] == ["collect"]:
@@ -34,6 +55,11 @@ def main() -> None:
         import gc
 
         gc.disable()
+        # collect does no linear algebra, but numpy's import starts an OpenBLAS thread
+        # per CPU, which spin for a while and took ~0.1 s of CPU from collect's own
+        # worker processes on 2 cores (perf stat: 0.30 s CPU for a 0.2 s run).
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+        keep_freed_memory()
         from optrace.runtime.collect_cli import fast_main
 
         code = fast_main(argv[1:])
