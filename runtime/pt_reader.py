@@ -19,18 +19,16 @@ the persistent id, ``collections.OrderedDict`` for the (empty) backward hooks;
 from __future__ import annotations
 
 import io
-import os
 import pickle
-import pickletools
 import reprlib
 import struct
 import warnings
-import zipfile
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable
+from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -242,16 +240,227 @@ _PICKLE_ERRORS = (
 )
 
 
-# What zipfile raises on a damaged archive besides BadZipFile: a member name that is not
-# UTF-8, an unknown compression method or flag (NotImplementedError, a RuntimeError), an
-# encrypted member (RuntimeError), a corrupt deflate stream, a member cut short.
-_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, UnicodeDecodeError, RuntimeError, zlib.error,
-               EOFError)
+# What zipfile raises on a damaged archive besides its own BadZipFile / LargeZipFile (added
+# where zipfile is imported, in _zipfile_archive): a member name that is not UTF-8, an
+# unknown compression method or flag (NotImplementedError, a RuntimeError), an encrypted
+# member (RuntimeError), a corrupt deflate stream, a member cut short.
+_ZIP_ERRORS = (UnicodeDecodeError, RuntimeError, zlib.error, EOFError)
 
 #: What a .pt may inflate to, at most, beyond its own size: torch stores members
 #: uncompressed, so only a zip bomb declares far more bytes than the file holds.
 INFLATE_FLOOR = 256 * 1024 * 1024
 INFLATE_RATIO = 64
+
+# The zip records _stored_zip parses (APPNOTE.TXT 4.3.7, 4.3.9, 4.3.12, 4.3.16); "x" pads
+# skip the fields it has no use for (versions made by, times, attributes).
+# Local file header, 30 bytes: signature, flags, method, CRC-32, sizes, name and extra lengths.
+_LOCAL = struct.Struct("<4s2xHH4x3L2H")
+# Central directory header, 46 bytes: signature, version needed, flags, method, CRC-32, sizes,
+# name / extra / comment lengths, disk, local header offset.
+_CENTRAL = struct.Struct("<4s2xBxHH4x3L4H6xL")
+_END = struct.Struct("<4s4H2LH")  # end of central directory record, 22 bytes
+_END64 = struct.Struct("<4sQ4x2L4Q")  # zip64 end of central directory record, 56 bytes
+_LOCATOR64 = struct.Struct("<4sLQL")  # zip64 end of central directory locator, 20 bytes
+_DESCRIPTOR = struct.Struct("<3L")  # data descriptor after its optional signature: CRC, sizes
+_LOCAL_SIG, _CENTRAL_SIG, _END_SIG = b"PK\x03\x04", b"PK\x01\x02", b"PK\x05\x06"
+_DESCRIPTOR_SIG, _END64_SIG, _LOCATOR64_SIG = b"PK\x07\x08", b"PK\x06\x06", b"PK\x06\x07"
+_FLAG_DESCRIPTOR, _FLAG_UTF8 = 0x0008, 0x0800
+_MAX_EXTRACT_VERSION = 63  # zipfile refuses members needing a later version
+_COMMENT_MAX = 0xFFFF
+# Extra fields that change nothing about where a member is or what it holds: the alignment
+# padding torch and pt_writer write ("FB"), Info-ZIP timestamps ("UT") and Unix owner
+# ("ux"). Any other one (zip64 0x0001, the Unicode path 0x7075 newer zipfiles honour, ...)
+# leaves the file to zipfile.
+_BENIGN_EXTRAS = frozenset({0x4246, 0x5455, 0x7875})
+
+
+class _Archive:
+    """A .pt zip's members: names in central-directory order, their declared total size,
+    and ``read(name)`` (``KeyError`` when absent, like ``ZipFile.read``)."""
+
+    __slots__ = ("declared", "names", "read")
+
+    def __init__(self, names: list[str], declared: int, read: Callable[[str], bytes | memoryview]) -> None:
+        self.names = names
+        self.declared = declared
+        self.read = read
+
+
+def _plain_name(raw: bytes) -> bool:
+    """A name that zipfile decodes to the same str whatever the UTF-8 flag and platform say."""
+    return raw.isascii() and b"\0" not in raw and b"\\" not in raw
+
+
+def _benign_extra(extra: bytes) -> bool:
+    """The central directory's extra field is well formed and holds only _BENIGN_EXTRAS."""
+    at = 0
+    while at < len(extra):
+        if at + 4 > len(extra):
+            return False
+        kind, length = struct.unpack_from("<2H", extra, at)
+        at += 4 + length
+        if kind not in _BENIGN_EXTRAS or at > len(extra):
+            return False
+    return True
+
+
+def _stored_zip(data: bytes) -> _Archive | None:
+    """The members of the zip ``data`` as slices of it, or None to leave it to zipfile.
+
+    zipfile costs collect's start-up 3.5 ms of imports (bz2, lzma, shutil, threading) to
+    read what torch.save and pt_writer write: one disk, stored members (data descriptors
+    allowed), 32-bit sizes and offsets, an optional archive comment, and the zip64 end
+    record torch adds to every file. This reads exactly that. Each member is checked as
+    zipfile checks what it reads (CRC-32 against the central directory) and more strictly:
+    the local header and any data descriptor agree with the central directory, every member
+    lies inside the file, before the directory, without overlapping another. Anything else
+    (zip64 sizes or offsets, compression, encryption, other extra fields, ...) and any
+    inconsistency returns None, and zipfile reads the file: unusual and damaged archives
+    behave as they did before.
+    """
+    size = len(data)
+    end = size - _END.size
+    if end < 0:
+        return None
+    if data[end : end + 4] != _END_SIG or data[-2:] != b"\0\0":
+        # An archive comment follows the record (or this is no zip): the record starts in
+        # the last 64 KiB + 22 bytes. The last signature, as zipfile takes, so that both
+        # readers see the same record.
+        end = data.rfind(_END_SIG, max(end - _COMMENT_MAX - 1, 0))
+        if end < 0 or end + _END.size > size:
+            return None
+    _sig, this_disk, cd_disk, disk_entries, entries, cd_size, cd_start, comment_len = _END.unpack_from(
+        data, end
+    )
+    if end + _END.size + comment_len != size:
+        return None  # the comment length does not account for the bytes after the record
+    if this_disk or cd_disk or disk_entries != entries:
+        return None  # multi-disk
+    cd_end = end  # where the central directory stops
+    if end >= _LOCATOR64.size and data[end - _LOCATOR64.size : end - 16] == _LOCATOR64_SIG:
+        # torch.save (miniz) writes a zip64 end record even for a small file. zipfile takes
+        # the directory's place and size from it when the locator points right before
+        # itself (it assumes that place); any other layout is left to zipfile.
+        record = end - _LOCATOR64.size - _END64.size
+        if record < 0:
+            return None
+        _sig, locator_disk, record_at, disks = _LOCATOR64.unpack_from(data, end - _LOCATOR64.size)
+        sig, record_size, this_disk, cd_disk, disk_entries, entries, cd_size, cd_start = _END64.unpack_from(
+            data, record
+        )
+        if (
+            sig != _END64_SIG
+            or record_at != record
+            or record_size != _END64.size - 12  # 12: the signature and this field
+            or locator_disk
+            or disks != 1
+            or this_disk
+            or cd_disk
+            or disk_entries != entries
+        ):
+            return None
+        cd_end = record
+    elif entries == 0xFFFF or 0xFFFFFFFF in (cd_size, cd_start):
+        return None  # zip64 markers without a zip64 end record
+    if cd_start + cd_size != cd_end:
+        return None  # bytes before the archive (zipfile's "concat") or after the directory
+
+    view = memoryview(data)
+    names: list[str] = []
+    members: dict[str, memoryview] = {}
+    spans: list[tuple[int, int]] = []  # (local header, end of data and descriptor) per member
+    declared = 0
+    pos = cd_start
+    for _ in range(entries):
+        if pos + _CENTRAL.size > cd_end:
+            return None
+        sig, version, flags, method, crc, csize, usize, *lengths, disk, header = _CENTRAL.unpack_from(
+            data, pos
+        )
+        name_len, extra_len, comment_len = lengths
+        name_at = pos + _CENTRAL.size
+        raw_name = data[name_at : name_at + name_len]
+        extra = data[name_at + name_len : name_at + name_len + extra_len]
+        pos = name_at + name_len + extra_len + comment_len
+        if (
+            sig != _CENTRAL_SIG
+            or pos > cd_end
+            or version > _MAX_EXTRACT_VERSION
+            or flags & ~(_FLAG_DESCRIPTOR | _FLAG_UTF8)  # encrypted, compression options, ...
+            or method != 0  # not stored
+            or csize != usize
+            or 0xFFFFFFFF in (usize, header)  # zip64
+            or disk != 0
+            or not _plain_name(raw_name)
+            or not _benign_extra(extra)
+            or header + _LOCAL.size > cd_start
+        ):
+            return None
+        sig, local_flags, local_method, *local_sums, local_name_len, local_extra_len = _LOCAL.unpack_from(
+            data, header
+        )
+        start = header + _LOCAL.size + local_name_len + local_extra_len
+        stop = start + usize
+        if (
+            sig != _LOCAL_SIG
+            or local_flags != flags
+            or local_method != 0
+            or data[header + _LOCAL.size : header + _LOCAL.size + local_name_len] != raw_name
+            or stop > cd_start
+        ):
+            return None
+        span_end = stop
+        if flags & _FLAG_DESCRIPTOR:
+            # torch (miniz) leaves the local CRC and sizes zero and writes them after the
+            # data, 32-bit here (64-bit for zip64, which then disagrees and falls back).
+            at = stop + 4 if data[stop : stop + 4] == _DESCRIPTOR_SIG else stop
+            span_end = at + _DESCRIPTOR.size
+            if span_end > cd_start or _DESCRIPTOR.unpack_from(data, at) != (crc, csize, usize):
+                return None
+        elif tuple(local_sums) != (crc, csize, usize):
+            return None
+        member = view[start:stop]
+        if zlib.crc32(member) != crc:
+            return None  # zipfile says which member is damaged, when the caller reads it
+        name = raw_name.decode("ascii")
+        names.append(name)
+        members[name] = member  # a repeated name: the last one, as ZipFile.read does
+        declared += usize
+        spans.append((header, span_end))
+    if pos != cd_end:
+        return None  # the directory holds more than the record counts
+    spans.sort()
+    if any(before[1] > after[0] for before, after in pairwise(spans)):
+        return None  # overlapping members: how zip bombs stay small
+    return _Archive(names, declared, members.__getitem__)
+
+
+def _zipfile_archive(source: str, handle: BinaryIO) -> _Archive:
+    """The members through zipfile, for the archives _stored_zip leaves to it.
+
+    ``handle`` is the open file, as before _stored_zip existed: zipfile fails on a damaged
+    file as it always did (an OSError from a seek before the start, not a BytesIO
+    ValueError), and members it is not asked for are never read.
+    """
+    import zipfile  # here only: most of collect's import time otherwise (see _stored_zip)
+
+    errors = (zipfile.BadZipFile, zipfile.LargeZipFile, *_ZIP_ERRORS)
+    try:
+        zf = zipfile.ZipFile(handle)
+        infos = zf.infolist()
+    except errors as exc:
+        raise ProfilingInputError(source, f"not a readable .pt zip (truncated?): {exc}") from None
+
+    def read(name: str) -> bytes:
+        try:
+            return zf.read(name)
+        except errors as exc:
+            detail = str(exc) or type(exc).__name__
+            if name not in detail:
+                detail = f"{name}: {detail}"
+            raise ProfilingInputError(source, f"not a readable .pt zip (truncated?): {detail}") from None
+
+    return _Archive([info.filename for info in infos], sum(info.file_size for info in infos), read)
 
 
 def load_pt(path: str | Path) -> Any:
@@ -259,18 +468,24 @@ def load_pt(path: str | Path) -> Any:
     source = str(path)
     try:
         with open(path, "rb") as handle:
-            head = handle.read(4)
-            if not head:
+            # One read of the whole file: all but a few bytes of a .pt are storages the
+            # caller gets anyway, and _stored_zip hands them out as slices of this buffer.
+            # From the start of the file: after a read(4), CPython 3.11's read() takes
+            # 20 times longer on a 1 MB file.
+            data = handle.read()
+            if not data:
                 raise ProfilingInputError(source, "empty file")
-            if head[:2] != b"PK":
+            if data[:2] != b"PK":
                 raise ProfilingInputError(
                     source,
                     "not a zip-format .pt file (torch < 1.6 or _use_new_zipfile_serialization="
                     "False is not supported; re-save it with a current torch)",
                 )
-            handle.seek(0)
-            size = os.fstat(handle.fileno()).st_size
-            return _load_zip(source, zipfile.ZipFile(handle), size)
+            archive = _stored_zip(data)
+            if archive is None:
+                handle.seek(0)
+                archive = _zipfile_archive(source, handle)
+            return _load_zip(source, archive, len(data))
     except ProfilingInputError:
         raise
     except _ZIP_ERRORS as exc:
@@ -279,28 +494,29 @@ def load_pt(path: str | Path) -> Any:
         raise ProfilingInputError(source, f"cannot read: {exc.strerror or exc}") from None
 
 
-def _load_zip(source: str, zf: zipfile.ZipFile, file_size: int) -> Any:
-    declared = sum(info.file_size for info in zf.infolist())
+def _load_zip(source: str, archive: _Archive, file_size: int) -> Any:
+    declared = archive.declared
     if declared > max(INFLATE_FLOOR, INFLATE_RATIO * file_size):
         raise ProfilingInputError(
             source, f"members would inflate to {declared} bytes from a {file_size}-byte file: "
             "refused (a zip bomb, or not a torch .pt file)"
         )
-    names = zf.namelist()
+    names = archive.names
+    read = archive.read
     pickles = [n for n in names if n.endswith("/data.pkl") and n.count("/") == 1]
     if not pickles:
         raise ProfilingInputError(source, "no <archive>/data.pkl inside: not a torch .pt file")
     prefix = pickles[0][: -len("data.pkl")]
     byteorder = "little"
     if f"{prefix}byteorder" in names:
-        byteorder = zf.read(f"{prefix}byteorder").decode("ascii", "replace").strip()
+        byteorder = bytes(read(f"{prefix}byteorder")).decode("ascii", "replace").strip()
     if byteorder not in ("little", "big"):
         raise ProfilingInputError(source, f"unknown byteorder {byteorder!r}")
 
     def load_storage(key: str, dtype: np.dtype[Any]) -> np.ndarray:
         name = f"{prefix}data/{key}"
         try:
-            raw = zf.read(name)
+            raw = read(name)
         except KeyError:
             raise ProfilingInputError(source, f"storage {name} is missing (truncated file?)") from None
         if len(raw) % dtype.itemsize:
@@ -308,7 +524,7 @@ def _load_zip(source: str, zf: zipfile.ZipFile, file_size: int) -> Any:
         array = np.frombuffer(raw, dtype=dtype.newbyteorder("<" if byteorder == "little" else ">"))
         return array if array.dtype.isnative else array.astype(dtype)
 
-    pickled = zf.read(pickles[0])
+    pickled = bytes(read(pickles[0]))
     _check_memo_indices(source, pickled)
     unpickler = _RestrictedUnpickler(pickled, source, load_storage)
     try:
@@ -326,6 +542,10 @@ def _check_memo_indices(source: str, pickled: bytes) -> None:
     data.pkl naming index 2**30 costs gigabytes and seconds. Each memo entry takes at least
     one opcode, so an index past the pickle's length only comes from a damaged file.
     """
+    # Imported on first use, not with the module: 0.7 ms that `import optrace.runtime.collect`
+    # no longer pays up front (a collect run still pays it at its first rank file).
+    import pickletools
+
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # odd escapes in a STRING opcode
