@@ -177,8 +177,10 @@ def run_baseline(directory: Path, output: Path, loader: str) -> None:
     print(time.perf_counter() - started)
 
 
-OPTRACE_DECODE = (
+OPTRACE_DECODE = (  # what `optrace collect` runs, timed after the imports
     "import sys, time\n"
+    "from optrace.entry import prepare_collect_process\n"
+    "prepare_collect_process()\n"
     "from pathlib import Path\n"
     "from optrace.runtime.collect import collect\n"
     "started = time.perf_counter()\n"
@@ -188,6 +190,11 @@ OPTRACE_DECODE = (
 
 
 # ----------------------------------------------------------------------------- measuring
+
+
+# Commands run from outside the source tree: there, `python -c` would import the tree's
+# optrace/ folder instead of the installed package.
+_NEUTRAL_DIR = tempfile.gettempdir()
 
 
 def measure(command: list[str], output: Path | None = None) -> dict[str, Any]:
@@ -206,7 +213,7 @@ def measure(command: list[str], output: Path | None = None) -> dict[str, Any]:
         "print(json.dumps({'wall': wall, 'rss_kb': rss, 'rc': done.returncode, 'out': done.stdout}))\n"
     )
     done = subprocess.run([sys.executable, "-c", runner, *command],
-                          capture_output=True, text=True, check=True)
+                          capture_output=True, text=True, check=True, cwd=_NEUTRAL_DIR)
     result: dict[str, Any] = json.loads(done.stdout)
     if result["rc"] not in (0, 1):
         raise SystemExit(f"{command} failed with exit code {result['rc']}")
@@ -268,7 +275,7 @@ def measure_memory(runs: int, command: list[str], output: Path | None = None) ->
         if output is not None:
             output.unlink(missing_ok=True)
         done = subprocess.run([sys.executable, "-c", MEMORY_RUNNER, *command],
-                              capture_output=True, text=True, check=True)
+                              capture_output=True, text=True, check=True, cwd=_NEUTRAL_DIR)
         results.append(json.loads(done.stdout))
         if results[-1]["rc"] not in (0, 1):
             raise SystemExit(f"{command} failed with exit code {results[-1]['rc']}")
@@ -301,6 +308,37 @@ def compile_bytecode() -> None:
             compileall.compile_dir(location, maxlevels=0, quiet=1)
 
 
+def installed_copy(work: Path) -> tuple[str, str] | None:
+    """A virtual environment with optrace installed from a wheel of this tree, as a user
+    has it, and this interpreter's numpy version; returns (python, optrace script).
+
+    Timing the development checkout instead would charge collect for the editable
+    install's import hook, which every interpreter start loads (~10 ms of ~0.14 s: the
+    `python -c pass` of this environment against that of the wheel's). None, with the
+    reason on stderr, when the environment cannot be built (no network for numpy, say)."""
+    venv = work / "venv"
+    wheels = work / "wheels"
+    root = Path(__file__).resolve().parent.parent
+    steps = [
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(root)],
+        [sys.executable, "-m", "venv", str(venv)],
+        [str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check",
+         f"numpy=={np.__version__}"],
+    ]
+    try:
+        for step in steps:
+            subprocess.run(step, check=True, capture_output=True)
+        wheel = next(wheels.glob("*.whl"))
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check",
+                        "--no-deps", str(wheel)], check=True, capture_output=True)
+    except (subprocess.CalledProcessError, StopIteration) as exc:
+        detail = getattr(exc, "stderr", b"") or b""
+        print(f"installed copy not built ({exc}; {detail.decode(errors='replace').strip()[-300:]}): "
+              "timing the development checkout", file=sys.stderr)
+        return None
+    return str(venv / "bin" / "python"), str(venv / "bin" / "optrace")
+
+
 def torch_python(explicit: str | None) -> str | None:
     """An interpreter with torch for the faithful baseline (the legacy helper uses torch)."""
     candidates = [explicit, os.environ.get("OPTRACE_BENCH_TORCH_PYTHON"), sys.executable]
@@ -319,13 +357,16 @@ def main() -> None:
     parser.add_argument("--torch-python", help="interpreter with torch for the legacy baseline "
                         "(default: $OPTRACE_BENCH_TORCH_PYTHON, or this one if it has torch)")
     parser.add_argument("--keep", type=Path, help="keep the generated data and traces here")
+    parser.add_argument("--checkout", action="store_true",
+                        help="time the development checkout (`python -m optrace`) instead of a "
+                        "wheel installed into a fresh virtual environment")
     parser.add_argument("--baseline", nargs=3, metavar=("DIR", "OUT", "LOADER"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.baseline:
         run_baseline(Path(args.baseline[0]), Path(args.baseline[1]), args.baseline[2])
         return
 
-    work = args.keep or Path(tempfile.mkdtemp(prefix="optrace-bench-"))
+    work = args.keep.resolve() if args.keep else Path(tempfile.mkdtemp(prefix="optrace-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     data = work / "profiling"
     data.mkdir(exist_ok=True)
@@ -334,12 +375,17 @@ def main() -> None:
     try:
         records = generate(data, args.ranks, args.cores)
         total = records * args.ranks * args.cores
-        compile_bytecode()
-        python_start = best_of(args.runs, [sys.executable, "-c", "pass"])
-        command = [sys.executable, "-m", "optrace", "collect", str(data), "-o", str(work / "optrace.json")]
+        installed = None if args.checkout else installed_copy(work)
+        if installed is None:
+            compile_bytecode()
+            python, script = sys.executable, [sys.executable, "-m", "optrace"]
+        else:
+            python, script = installed[0], [installed[1]]
+        python_start = best_of(args.runs, [python, "-c", "pass"])
+        command = [*script, "collect", str(data), "-o", str(work / "optrace.json")]
         optrace = best_of(args.runs, command, work / "optrace.json")
         optrace.update(measure_memory(args.runs, command, work / "optrace.json"))
-        optrace["out"] = best_of(args.runs, [sys.executable, "-c", OPTRACE_DECODE, str(data),
+        optrace["out"] = best_of(args.runs, [python, "-c", OPTRACE_DECODE, str(data),
                                              str(work / "optrace-inproc.json")],
                                  work / "optrace-inproc.json")["out"]
         with_torch = torch_python(args.torch_python)
@@ -366,7 +412,8 @@ def main() -> None:
           f"legacy layout; spans: optrace {spans_optrace}, baseline {spans_baseline}; "
           f"trace {trace_mb:.0f} MB")
     print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, numpy {np.__version__}; "
-          f"bare `python -c pass`: {python_start['wall']:.3f} s, {python_start['rss_kb'] / mb:.0f} MB")
+          f"optrace {'from a wheel in a fresh venv' if installed else 'from the checkout'}; "
+          f"its bare `python -c pass`: {python_start['wall']:.3f} s, {python_start['rss_kb'] / mb:.0f} MB")
     if not with_torch:
         print("torch not found (--torch-python): only the numpy stand-in baseline was run")
     print()

@@ -45,27 +45,34 @@ def keep_freed_memory() -> None:
     mallopt(m_trim_threshold, 1 << 30)
 
 
+def prepare_collect_process() -> None:
+    """Settings for a process that runs one collect and exits (see :func:`main`)."""
+    # No cyclic garbage collector in this short process: its passes over the objects
+    # numpy's import creates were ~15 ms of a 0.2 s collect. Reference counting
+    # still frees every array and row block; the decoder makes no cycles per rank
+    # (peak memory over 64 ranks is the same with and without it).
+    import gc
+
+    gc.disable()
+    # collect does no linear algebra, but numpy's import starts an OpenBLAS thread
+    # per CPU, which spin for a while and took ~0.1 s of CPU from collect's own
+    # worker processes on 2 cores (perf stat: 0.30 s CPU for a 0.2 s run).
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    keep_freed_memory()
+
+
 def main() -> None:
     argv = sys.argv[1:]
     if argv[:1] == ["collect"]:
-        # No cyclic garbage collector in this short process: its passes over the objects
-        # numpy's import creates were ~15 ms of a 0.2 s collect. Reference counting
-        # still frees every array and row block; the decoder makes no cycles per rank
-        # (peak memory over 64 ranks is the same with and without it).
-        import gc
-
-        gc.disable()
-        # collect does no linear algebra, but numpy's import starts an OpenBLAS thread
-        # per CPU, which spin for a while and took ~0.1 s of CPU from collect's own
-        # worker processes on 2 cores (perf stat: 0.30 s CPU for a 0.2 s run).
-        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-        keep_freed_memory()
+        prepare_collect_process()
         from optrace.runtime.collect_cli import fast_main
 
         code = fast_main(argv[1:])
         if code is not None:
             finish(code)
             return  # only when a test replaced finish
+        import gc
+
         gc.enable()  # the full CLI below is an ordinary Python program
     from optrace.cli import main as full_main
 
