@@ -15,15 +15,16 @@ from typing import IO
 
 @contextmanager
 def atomic_output(path: str | Path, buffering: int = 1 << 20) -> Iterator[IO[bytes]]:
-    """A binary file that becomes ``path`` when the block exits without an exception."""
+    """A binary file that becomes ``path`` when the block exits without an exception
+    (its ``name`` is the temporary file's path, for other processes writing into it)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".{target.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-    # os.open with 0o666 lets the umask decide the mode, like a plain open() would
-    # (tempfile.mkstemp would leave the final file 0600).
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    # "x": created here or refused (O_EXCL); the umask decides the mode as for any
+    # open() (tempfile.mkstemp would leave the final file 0600).
+    handle = open(tmp, "xb", buffering=buffering)
     try:
-        with os.fdopen(fd, "wb", buffering=buffering) as handle:
+        with handle:
             yield handle
         os.replace(tmp, target)
     except BaseException:

@@ -221,64 +221,124 @@ class RowScratch:
         return self._buffer[: n * width].reshape(n, width)
 
 
-def _rows_words(
-    pid: int, tid: np.ndarray, ts_q: np.ndarray, dur_q: np.ndarray, high: np.ndarray,
-    show: np.ndarray, status: np.ndarray, point: np.ndarray, tails: np.ndarray,
-    scratch: RowScratch | None = None,
-) -> np.ndarray | None:
-    """What :func:`_rows` renders, built from a template row and 4-byte stores: each row
-    is written about once (several times faster on a trace of millions of spans). Numbers
-    take whole 4-digit groups, so a column can be up to 3 spaces wider. None when a
-    timestamp is negative (a '-' must touch its first digit): :func:`_rows` does those."""
-    n = ts_q.size
-    if n == 0 or int(ts_q.min()) < 0 or int(dur_q.min()) < 0:
-        return None
-    template = bytearray()
+class _RowLayout:
+    """Where each field of a block's fixed-width rows goes: a template row (constant text
+    and blanks) and the offsets of the blanks. Known before any row is formatted, so the
+    block's size in bytes is too (rows x width)."""
 
-    def blank(width: int) -> int:
-        at = len(template)
-        template.extend(b" " * width)
+    __slots__ = (
+        "dur_at",
+        "dur_groups",
+        "extra_at",
+        "flags_at",
+        "index_at",
+        "index_groups",
+        "index_span",
+        "tail_at",
+        "template",
+        "tid_at",
+        "tid_groups",
+        "ts_at",
+        "ts_groups",
+    )
+
+    def __init__(self) -> None:
+        self.template = bytearray()
+        self.tid_at = self.tid_groups = self.ts_at = self.ts_groups = self.dur_at = self.dur_groups = 0
+        self.flags_at = -1
+        self.index_span = (0, 0)
+        self.index_at = self.index_groups = self.extra_at = self.tail_at = 0
+
+    @property
+    def width(self) -> int:
+        return len(self.template)
+
+    def blank(self, width: int) -> int:
+        at = len(self.template)
+        self.template.extend(b" " * width)
         return at
 
+
+def _row_layout(
+    pid: int, tid: np.ndarray, ts_q: np.ndarray, dur_q: np.ndarray, high: np.ndarray,
+    show: np.ndarray, status: np.ndarray, tail_width: int,
+) -> _RowLayout | None:
+    """The layout :func:`_fill_rows` fills; None when a timestamp is negative (a '-' must
+    touch its first digit): :func:`_rows` does those. Numbers take whole 4-digit groups,
+    so a column can be up to 3 spaces wider than its widest number."""
+    if ts_q.size == 0 or int(ts_q.min()) < 0 or int(dur_q.min()) < 0:
+        return None
+    layout = _RowLayout()
+    template = layout.template
     template.extend(f'{{"ph":"X","pid":{pid},"tid":'.encode())
-    tid_groups = _groups(int(tid.max()))
-    tid_at = blank(4 * tid_groups)
+    layout.tid_groups = _groups(int(tid.max()))
+    layout.tid_at = layout.blank(4 * layout.tid_groups)
     template.extend(b',"ts":')
-    ts_groups = _groups(int(ts_q.max()) // 1000)
-    ts_at = blank(4 * ts_groups + 4)
+    layout.ts_groups = _groups(int(ts_q.max()) // 1000)
+    layout.ts_at = layout.blank(4 * layout.ts_groups + 4)
     template.extend(b',"dur":')
-    dur_groups = _groups(int(dur_q.max()) // 1000)
-    dur_at = blank(4 * dur_groups + 4)
+    layout.dur_groups = _groups(int(dur_q.max()) // 1000)
+    layout.dur_at = layout.blank(4 * layout.dur_groups + 4)
     template.extend(b',"args":{')
-    flags_at = blank(max(len(t) for t in _FLAG_TEXT.values())) if (status != 0).any() else -1
-    index_span = (0, 0)
+    if (status != 0).any():
+        layout.flags_at = layout.blank(max(len(t) for t in _FLAG_TEXT.values()))
     if show.any():
         index_start = len(template)
         template.extend(b'"index":')
-        index_groups = _groups(int(high.max()) >> 8)
-        index_at = blank(4 * index_groups)
+        layout.index_groups = _groups(int(high.max()) >> 8)
+        layout.index_at = layout.blank(4 * layout.index_groups)
         template.extend(b',"extraId":')
-        extra_at = blank(4)
+        layout.extra_at = layout.blank(4)
         template.extend(b",")
-        index_span = (index_start, len(template))
-    tail_at = blank(tails.shape[1])
+        layout.index_span = (index_start, len(template))
+    layout.tail_at = layout.blank(tail_width)
     template.extend(b",\n")
-    out = (scratch or RowScratch()).rows(n, len(template))
-    out[:] = np.frombuffer(bytes(template), dtype=np.uint8)
-    _put_uint(out, tid_at, tid_groups, tid)
-    _put_fixed3(out, ts_at, ts_groups, ts_q)
-    _put_fixed3(out, dur_at, dur_groups, dur_q)
-    if flags_at >= 0:
+    return layout
+
+
+def _fill_rows(
+    layout: _RowLayout, out: np.ndarray, tid: np.ndarray, ts_q: np.ndarray, dur_q: np.ndarray,
+    high: np.ndarray, show: np.ndarray, status: np.ndarray, point: np.ndarray, tails: np.ndarray,
+) -> None:
+    """Rows into ``out`` [n, layout.width]: the template, then 4-byte stores per number
+    group (each row is written about once: several times faster than :func:`_rows`)."""
+    out[:] = np.frombuffer(bytes(layout.template), dtype=np.uint8)
+    _put_uint(out, layout.tid_at, layout.tid_groups, tid)
+    _put_fixed3(out, layout.ts_at, layout.ts_groups, ts_q)
+    _put_fixed3(out, layout.dur_at, layout.dur_groups, dur_q)
+    if layout.flags_at >= 0:
         for code, text in _FLAG_TEXT.items():
             rows = np.flatnonzero(status == code)
-            out[rows, flags_at : flags_at + len(text)] = np.frombuffer(text, np.uint8)
-    if index_span[1]:
-        _put_uint(out, index_at, index_groups, high >> 8)
-        out[:, extra_at : extra_at + 4].view(np.uint32)[:, 0] = _LEAD4[high & 0xFF]
+            out[rows, layout.flags_at : layout.flags_at + len(text)] = np.frombuffer(text, np.uint8)
+    if layout.index_span[1]:
+        _put_uint(out, layout.index_at, layout.index_groups, high >> 8)
+        out[:, layout.extra_at : layout.extra_at + 4].view(np.uint32)[:, 0] = _LEAD4[high & 0xFF]
         if not show.all():  # rows without an index get a blank index region
-            out[~show, index_span[0] : index_span[1]] = _SPACE
+            out[~show, layout.index_span[0] : layout.index_span[1]] = _SPACE
     item = np.dtype((np.void, tails.shape[1]))
-    out[:, tail_at : tail_at + tails.shape[1]].view(item)[:, 0] = tails.view(item)[point, 0]
+    at = layout.tail_at
+    out[:, at : at + tails.shape[1]].view(item)[:, 0] = tails.view(item)[point, 0]
+
+
+def _rows_words(
+    pid: int,
+    tid: np.ndarray,
+    ts_q: np.ndarray,
+    dur_q: np.ndarray,
+    high: np.ndarray,
+    show: np.ndarray,
+    status: np.ndarray,
+    point: np.ndarray,
+    tails: np.ndarray,
+    scratch: RowScratch | None = None,
+) -> np.ndarray | None:
+    """What :func:`_rows` renders, from a template row and 4-byte stores; None when a
+    timestamp is negative."""
+    layout = _row_layout(pid, tid, ts_q, dur_q, high, show, status, tails.shape[1])
+    if layout is None:
+        return None
+    out = (scratch or RowScratch()).rows(ts_q.size, layout.width)
+    _fill_rows(layout, out, tid, ts_q, dur_q, high, show, status, point, tails)
     return out
 
 
@@ -286,12 +346,16 @@ def _rows_words(
 class RenderedRank:
     """One rank's event rows, produced lazily block by block (so only one block of
     formatted rows is in memory), each chunk a run of complete rows without the trailing
-    separator (the writer puts ",\n" between chunks). ``events`` and ``spans`` are known
-    before the rows are formatted."""
+    separator (the writer puts ",\n" between chunks). ``events``, ``spans``, and the
+    ``size`` in bytes and number of ``chunks_count`` of what ``chunks`` will produce
+    (all non-empty) are known before any row is formatted: collect's processes write
+    side by side into one file from them."""
 
     chunks: Iterator[bytes | np.ndarray]
     events: int = 0
     spans: int = 0
+    size: int = 0
+    chunk_count: int = 0
 
 
 def _metadata_row(pid: int, name: str, sort_index: int, tid: int | None = None) -> bytes:
@@ -332,19 +396,25 @@ def render_rank(
              if slot.dropped and (core_filter is None or core_filter(slot.core_type, slot.core_index))]
     spans = sum(c.start.size if k is None else k.size for c, k in selected)
 
-    def chunks() -> Iterator[bytes | np.ndarray]:
-        yield _metadata_row(pid, process_name, pid)
-        for core, _ in selected:
-            yield _metadata_row(pid, core.name, core.slot, tid=core.slot)
-        if selected:
-            everything = len(selected) == len(decoded.cores) and all(k is None for _, k in selected)
-            columns = _all_columns(decoded) if everything else _selected_columns(selected)
-            yield from _rank_rows(pid, columns, point_map, decoded.clock_mhz, offset_us,
-                                  scratch or RowScratch())
-        for slot in drops:
-            yield _drop_marker(pid, slot.slot, slot.dropped, slot.state, decoded, offset_us)
+    head = [_metadata_row(pid, process_name, pid)]
+    head += [_metadata_row(pid, core.name, core.slot, tid=core.slot) for core, _ in selected]
+    blocks: list[_Block] = []
+    if selected:
+        everything = len(selected) == len(decoded.cores) and all(k is None for _, k in selected)
+        columns = _all_columns(decoded) if everything else _selected_columns(selected)
+        blocks = _row_blocks(pid, columns, point_map, decoded.clock_mhz, offset_us)
+    tail = [_drop_marker(pid, slot.slot, slot.dropped, slot.state, decoded, offset_us) for slot in drops]
+    rows = scratch or RowScratch()
 
-    return RenderedRank(chunks(), 2 + 2 * len(selected) + spans + len(drops), spans)
+    def chunks() -> Iterator[bytes | np.ndarray]:
+        yield from head
+        for block in blocks:
+            yield block.emit(rows)
+        yield from tail
+
+    size = sum(map(len, head)) + sum(b.size for b in blocks) + sum(map(len, tail))
+    return RenderedRank(chunks(), 2 + 2 * len(selected) + spans + len(drops), spans, size,
+                        len(head) + len(blocks) + len(tail))
 
 
 _Columns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -367,15 +437,41 @@ def _selected_columns(selected: list[tuple[CoreTimeline, np.ndarray | None]]) ->
     return tid, column("start"), column("end"), column("point"), column("status"), column("high")
 
 
-def _rank_rows(
+class _Block:
+    """Up to ``_ROWS_PER_BLOCK`` span rows of a rank: laid out when the rank is rendered
+    (so the size is known), formatted when written."""
+
+    __slots__ = ("columns", "layout", "ready", "size", "tails")
+
+    def __init__(self, columns: tuple[np.ndarray, ...], tails: np.ndarray, layout: _RowLayout | None,
+                 ready: np.ndarray | None) -> None:
+        self.columns = columns  # tid, ts_q, dur_q, high, show, status, point (views)
+        self.tails = tails
+        self.layout = layout
+        self.ready = ready  # rows formatted at once (the rare negative-timestamp block)
+        rows = columns[0].size
+        self.size = (ready.size if ready is not None else rows * layout.width if layout else 0) - 2
+
+    def emit(self, scratch: RowScratch) -> np.ndarray:
+        """The rows, without the last row's ",\n" (the writer puts one between chunks)."""
+        if self.ready is not None:
+            rows = self.ready
+        else:
+            assert self.layout is not None
+            tid, ts_q, dur_q, high, show, status, point = self.columns
+            rows = scratch.rows(tid.size, self.layout.width)
+            _fill_rows(self.layout, rows, tid, ts_q, dur_q, high, show, status, point, self.tails)
+        return rows.reshape(-1)[:-2]
+
+
+def _row_blocks(
     pid: int,
     columns: _Columns,
     point_map: PointMap,
     clock_mhz: float,
     offset_us: float,
-    scratch: RowScratch,
-) -> Iterator[np.ndarray]:
-    """All span events of a rank as fixed-width rows built with numpy, no per-span Python."""
+) -> list[_Block]:
+    """All span events of a rank as blocks of fixed-width rows, no per-span Python."""
     tid, start, end, point, status, high_word = columns
     high = high_word.astype(np.int64)
     scale = 1000.0 / clock_mhz  # thousandths of a µs (ns): 3 decimals of the µs value
@@ -386,18 +482,18 @@ def _rank_rows(
     # A loop's first iteration has index 0 and extraId 0 (high word 0): the map says
     # which points carry an index, so it is shown as index 0, not left out.
     show = (high != 0) | indexed[point]
-    total = start.size
-    for lo in range(0, total, _ROWS_PER_BLOCK):
-        hi = min(lo + _ROWS_PER_BLOCK, total)
-        rows = _rows_words(pid, tid[lo:hi], ts_q[lo:hi], dur_q[lo:hi], high[lo:hi], show[lo:hi],
-                           status[lo:hi], point[lo:hi], tails, scratch)
-        if rows is None:  # a negative timestamp (a negative --rank-offsets)
-            tids, row_tid = np.unique(tid[lo:hi], return_inverse=True)
+    blocks = []
+    for lo in range(0, start.size, _ROWS_PER_BLOCK):
+        part = tuple(c[lo : lo + _ROWS_PER_BLOCK] for c in (tid, ts_q, dur_q, high, show, status, point))
+        b_tid, b_ts, b_dur, b_high, b_show, b_status, b_point = part
+        layout = _row_layout(pid, b_tid, b_ts, b_dur, b_high, b_show, b_status, tails.shape[1])
+        ready = None
+        if layout is None:  # a negative timestamp (a negative --rank-offsets)
+            tids, row_tid = np.unique(b_tid, return_inverse=True)
             heads = _text_table([f'{{"ph":"X","pid":{pid},"tid":{t},"ts":' for t in tids.tolist()])
-            rows = _rows(heads[row_tid], ts_q[lo:hi], dur_q[lo:hi], high[lo:hi], show[lo:hi], status[lo:hi],
-                         tails[point[lo:hi]])
-        block = rows.reshape(-1)
-        yield block[:-2]  # the writer puts the ",\n" between chunks
+            ready = _rows(heads[row_tid], b_ts, b_dur, b_high, b_show, b_status, tails[b_point])
+        blocks.append(_Block(part, tails, layout, ready))
+    return blocks
 
 
 # The last point map's row tails and "carries an index" flags: the same for every rank of
@@ -517,10 +613,12 @@ class ChromeTraceWriter:
         self._raw: IO[bytes] | None = None
         self._out: IO[bytes] | None = None
         self._sink: EventSink | None = None
+        self._temporary = self.path
 
     def __enter__(self) -> ChromeTraceWriter:
         self._context = atomic_output(self.path)
         self._raw = self._context.__enter__()
+        self._temporary = Path(self._raw.name)
         out: IO[bytes] = self._raw
         if self.compress:
             import gzip  # only for .gz output (start-up time of plain collects)
@@ -563,6 +661,23 @@ class ChromeTraceWriter:
     def flush(self) -> None:
         assert self._out is not None
         self._out.flush()
+
+    def tell(self) -> int:
+        """Bytes written so far (plain ``.json`` output)."""
+        assert self._raw is not None and not self.compress
+        return self._raw.tell()
+
+    def seek(self, offset: int) -> None:
+        """Continue at ``offset``: after other processes wrote up to it (plain ``.json``)."""
+        assert self._raw is not None and not self.compress
+        self._raw.seek(offset)
+
+    @property
+    def temporary_path(self) -> Path:
+        """The file being written, which replaces ``path`` on success (for processes
+        that write into it through their own descriptor)."""
+        assert self._context is not None
+        return self._temporary
 
     def append(self, part: EventPart) -> None:
         """Append what another process wrote to ``part`` (plain ``.json`` output only)."""

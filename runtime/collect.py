@@ -13,6 +13,7 @@ import functools
 import itertools
 import os
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from .chrome import (
     CoreFilter,
     EventPart,
     EventSink,
+    RenderedRank,
     RowScratch,
     render_rank,
 )
@@ -32,7 +34,7 @@ from .decode import DecodeOptions, RankDecode, decode_rank
 from .errors import ProfilingInputError
 from .pointmap import POINT_MAP_NAME, PointMap, load_point_map
 from .rankfile import RankFileName, find_rank_files, read_rank_file
-from .workers import Ticks, Worker, can_fork
+from .workers import Channel, Ticks, Worker, can_fork
 
 EXIT_OK = 0
 EXIT_SKIPPED = 1
@@ -208,11 +210,12 @@ def collect(
 ) -> CollectResult:
     """Decode every selected rank file and stream the trace to ``output``.
 
-    With several processes (``options.jobs``), each takes a consecutive run of rank files;
-    the first writes into the trace, the others into unnamed temporary files that are
-    appended in order at the end, so the trace has the same bytes whatever the number
-    of processes. Raises ProfilingInputError when nothing can be collected (no rank files,
-    unusable point map); per-rank problems are in the result instead.
+    With several processes (``options.jobs``), each takes a consecutive run of rank files
+    and writes it into the trace at its place (:func:`_run_side_by_side`; for very large
+    inputs into a temporary file appended at the end, :func:`_run_forked`), so the trace
+    has the same bytes whatever the number of processes. Raises ProfilingInputError when
+    nothing can be collected (no rank files, unusable point map); per-rank problems are
+    in the result instead.
     """
     options = options or CollectOptions()
     files = list_rank_files(profiling_dir)
@@ -226,7 +229,8 @@ def collect(
     outcomes: list[RankOutcome] = [RankOutcome(name, path) for name, path in files]
     ranks_meta: list[dict[str, Any] | None] = [None] * len(files)
     processes = collect_processes(options.jobs, len(files), output.name.endswith(".gz"))
-    runs = rank_runs([_size(path) for _, path in files], processes)
+    sizes = [_size(path) for _, path in files]
+    runs = rank_runs(sizes, processes)
     finished = 0
 
     def advance(ranks: int) -> None:
@@ -235,30 +239,52 @@ def collect(
         if progress is not None and ranks:
             progress(finished, len(files))
 
+    def plan(position: int, scratch: RowScratch) -> RenderedRank | None:
+        """Read, decode and lay out one rank (sizes known, rows not yet formatted)."""
+        outcome = outcomes[position]
+        pid = position if several_runs else outcome.name.rank
+        rendered, ranks_meta[position] = _plan_rank(
+            outcome, pid, several_runs, point_map, decode_options, options, scratch
+        )
+        return rendered
+
     def run(positions: range, sink: EventSink, done: Callable[[int], None]) -> None:
+        """Rank after rank: planned, then written at once (one rank in memory)."""
         scratch = RowScratch()  # a chunk is only valid until the next one
         for position in positions:
-            ranks_meta[position] = _collect_rank(
-                outcomes[position], position if several_runs else outcomes[position].name.rank,
-                several_runs, sink, point_map, decode_options, options, scratch,
-            )
+            rendered = plan(position, scratch)
+            if rendered is not None:
+                sink.write_rendered(rendered)
             done(1)
 
-    with ChromeTraceWriter(output) as writer:
-        if len(runs) == 1:
-            run(runs[0], writer.sink, advance)
-        else:
-            _run_forked(runs, writer, run, outcomes, ranks_meta, advance)
-        writer.close(
-            {
-                "format": TRACE_FORMAT,
-                "version": TRACE_FORMAT_VERSION,
-                "point_map": str(point_map.path),
-                "point_map_fingerprint": point_map.fingerprint,
-                "ranks": [meta for meta in ranks_meta if meta is not None],
-            }
-        )
-    return CollectResult(output, point_map, outcomes, writer.events)
+    def write(runs: list[range]) -> int:
+        with ChromeTraceWriter(output) as writer:
+            if len(runs) == 1:
+                run(runs[0], writer.sink, advance)
+            elif sum(sizes) <= SIDE_BY_SIDE_LIMIT * len(runs):
+                _run_side_by_side(runs, writer, plan, outcomes, ranks_meta, advance)
+            else:
+                _run_forked(runs, writer, run, outcomes, ranks_meta, advance)
+            writer.close(
+                {
+                    "format": TRACE_FORMAT,
+                    "version": TRACE_FORMAT_VERSION,
+                    "point_map": str(point_map.path),
+                    "point_map_fingerprint": point_map.fingerprint,
+                    "ranks": [meta for meta in ranks_meta if meta is not None],
+                }
+            )
+        return writer.events
+
+    try:
+        events = write(runs)
+    except LayoutMismatch as exc:  # a bug, and nothing was written: once more, simply
+        print(f"optrace: internal error: {exc}; collecting again in one process", file=sys.stderr)
+        outcomes[:] = [RankOutcome(name, path) for name, path in files]
+        ranks_meta[:] = [None] * len(files)
+        finished = 0
+        events = write([range(len(files))])
+    return CollectResult(output, point_map, outcomes, events)
 
 
 _RunFunction = Callable[[range, EventSink, Callable[[int], None]], None]
@@ -311,6 +337,128 @@ def _run_forked(
         ticks.close()
 
 
+#: Rank-file bytes per process up to which the processes write side by side into the
+#: trace (each holds its whole run laid out, ~1.5x the rank files: 200 MB at this
+#: limit); above it each rank is written as soon as it is laid out and the runs of the
+#: other processes are appended at the end (a copy of their bytes, but one rank in memory).
+SIDE_BY_SIDE_LIMIT = 128 << 20
+
+_PlanFunction = Callable[[int, RowScratch], RenderedRank | None]
+
+
+def _run_layout(planned: list[RenderedRank | None]) -> tuple[int, int]:
+    """Bytes of a run's chunks and their number."""
+    kept = [r for r in planned if r is not None]
+    return sum(r.size for r in kept), sum(r.chunk_count for r in kept)
+
+
+def _run_bytes(layout: tuple[int, int], leading: bool) -> int:
+    """Bytes an EventSink writes for a run laid out as ``layout``: the chunks, ",\n"
+    between two, and one before the first when the trace already has an event."""
+    size, count = layout
+    return size + 2 * (count - 1) + (2 if leading else 0) if count else 0
+
+
+def _run_side_by_side(
+    runs: list[range],
+    writer: ChromeTraceWriter,
+    plan: _PlanFunction,
+    outcomes: list[RankOutcome],
+    ranks_meta: list[dict[str, Any] | None],
+    advance: Callable[[int], None],
+) -> None:
+    """Each run in its own process (the first here), all writing into the trace at once.
+
+    Each process reads, decodes and lays out its ranks, which fixes their size in bytes
+    (:class:`RenderedRank`); the parent turns the sizes into offsets, and every process
+    formats and writes its rows at its offset through its own file descriptor. The
+    bytes are those of one process; each process checks it wrote exactly what it laid
+    out, and :func:`collect` starts over in one process if not."""
+    writer.flush()  # a child must not inherit buffered bytes of the trace
+    start = writer.tell()
+    path = writer.temporary_path
+    ticks = Ticks()
+    children: list[tuple[Worker, Channel, Channel]] = []
+
+    def in_child(positions: range, up: Channel, down: Channel, earlier: list[Channel]) -> Any:
+        for channel in earlier:  # another child's: it must see EOF if its parent dies
+            channel.close()
+        scratch = RowScratch()
+        planned = [plan(position, scratch) for position in positions]
+        up.send(_run_layout(planned))
+        offset, leading = down.receive()
+        with open(path, "r+b", buffering=1 << 20) as out:  # its own file offset
+            out.seek(offset)
+            sink = EventSink(out)
+            sink.wrote = leading
+            for rendered in planned:
+                if rendered is not None:
+                    sink.write_rendered(rendered)
+                ticks.tick()
+            out.flush()
+            written = out.tell() - offset
+        return [(p, outcomes[p], ranks_meta[p]) for p in positions], sink.events, written
+
+    channels: list[Channel] = []
+    try:
+        for positions in runs[1:]:
+            up, down = Channel(), Channel()
+            earlier = list(channels)
+            channels += [up, down]
+            children.append((Worker(functools.partial(in_child, positions, up, down, earlier)), up, down))
+            up.keep_reading_end()
+            down.keep_writing_end()
+        ticks.parent_side()
+        scratch = RowScratch()
+        planned = [plan(position, scratch) for position in runs[0]]
+        layouts = [_run_layout(planned)]
+        for worker, up, _ in children:
+            try:
+                layouts.append(up.receive())
+            except EOFError:
+                worker.result()  # raises what the child raised
+                raise
+        # Each run right after the previous one; ",\n" before a run's first chunk when
+        # an earlier run wrote anything.
+        expected = [_run_bytes(layouts[0], False)]
+        offset = start + expected[0]
+        leading = layouts[0][1] > 0
+        for (_, _, down), layout in zip(children, layouts[1:], strict=True):
+            down.send((offset, leading))
+            expected.append(_run_bytes(layout, leading))
+            offset += expected[-1]
+            leading = leading or layout[1] > 0
+        for rendered in planned:
+            if rendered is not None:
+                writer.sink.write_rendered(rendered)
+            advance(1 + (ticks.drain() or 0))
+        writer.flush()
+        written = [writer.tell() - start]
+        while (more := ticks.drain(block=True)) is not None:
+            advance(more)
+        for worker, _, _ in children:
+            back, events, child_written = worker.result()
+            written.append(child_written)
+            writer.sink.events += events
+            for position, outcome, meta in back:
+                outcomes[position], ranks_meta[position] = outcome, meta
+        if written != expected:
+            raise LayoutMismatch(f"runs wrote {written} bytes, laid out {expected}")
+        writer.sink.wrote = leading
+        writer.seek(offset)
+    finally:
+        for worker, _, _ in children:
+            worker.cancel()
+        for channel in channels:
+            channel.close()
+        ticks.close()
+
+
+class LayoutMismatch(RuntimeError):
+    """A process wrote another number of bytes than it laid out (a bug): collect starts
+    over in one process rather than write a trace with a gap or an overlap."""
+
+
 def _size(path: Path) -> int:
     try:
         return path.stat().st_size
@@ -318,26 +466,26 @@ def _size(path: Path) -> int:
         return 0  # reported when the file is read
 
 
-def _collect_rank(
+def _plan_rank(
     outcome: RankOutcome,
     pid: int,
     several_runs: bool,
-    sink: EventSink,
     point_map: PointMap,
     decode_options: DecodeOptions,
     options: CollectOptions,
     scratch: RowScratch,
-) -> dict[str, Any] | None:
-    """Read, decode and write one rank; its entry of the trace's rank table, or None
-    when the file could not be used (``outcome.error`` says why)."""
+) -> tuple[RenderedRank | None, dict[str, Any] | None]:
+    """Read, decode and lay out one rank: its rows to write (formatted as they are
+    written) and its entry of the trace's rank table; (None, None) when the file could
+    not be used (``outcome.error`` says why)."""
     name = outcome.name
     try:
         decoded = decode_rank(read_rank_file(outcome.path, name.rank), point_map, decode_options)
     except ProfilingInputError as exc:
         outcome.error = exc
-        return None
+        return None, None
     outcome.decoded = decoded
-    outcome.spans_written = sink.write_rendered(render_rank(
+    rendered = render_rank(
         pid,
         _process_name(name, several_runs),
         decoded,
@@ -346,12 +494,13 @@ def _collect_rank(
         core_filter=options.cores,
         offset_us=options.rank_offsets_us.get(name.rank, 0.0),
         scratch=scratch,
-    ))
-    # The spans are in the trace now: keep the counts, not the arrays, so a collect of
-    # many ranks holds one rank's spans per thread instead of every rank's.
+    )
+    outcome.spans_written = rendered.spans
+    # The rows keep what they need: keep the counts, not the rank's span arrays, so a
+    # collect of many ranks holds one rank's spans per process instead of every rank's.
     outcome.cores_written = len(decoded.cores)
     decoded.release_spans()
-    return {
+    meta = {
         "pid": pid,
         "rank": name.rank,
         "tag": name.tag,
@@ -363,6 +512,7 @@ def _collect_rank(
         "legacy": decoded.meta.legacy,
         "skipped_records": decoded.skipped_records,
     }
+    return rendered, meta
 
 
 def summary_lines(result: CollectResult) -> list[str]:

@@ -140,3 +140,47 @@ class Ticks:
             if fd >= 0:
                 os.close(fd)
         self.read_fd = self.write_fd = -1
+
+
+class Channel:
+    """Small pickled messages, one way, between the parent and one forked child."""
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+
+    def send(self, message: Any) -> None:
+        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        view = memoryview(len(data).to_bytes(8, "little") + data)
+        while view:
+            view = view[os.write(self.write_fd, view) :]
+
+    def receive(self) -> Any:
+        """The next message; EOFError when the other side closed first (it failed)."""
+        size = int.from_bytes(self._exactly(8), "little")
+        return pickle.loads(self._exactly(size))
+
+    def _exactly(self, size: int) -> bytes:
+        parts: list[bytes] = []
+        while size:
+            part = os.read(self.read_fd, size)
+            if not part:
+                raise EOFError("the other process ended")
+            parts.append(part)
+            size -= len(part)
+        return b"".join(parts)
+
+    def keep_reading_end(self) -> None:
+        self._close("write_fd")
+
+    def keep_writing_end(self) -> None:
+        self._close("read_fd")
+
+    def close(self) -> None:
+        self._close("read_fd")
+        self._close("write_fd")
+
+    def _close(self, end: str) -> None:
+        fd = getattr(self, end)
+        if fd >= 0:
+            os.close(fd)
+            setattr(self, end, -1)

@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rt_helpers import rank_buffer, write_point_map
+from rt_helpers import point_map, rank_buffer, write_point_map
 
 from optrace.runtime import chrome
 from optrace.runtime import collect as collect_module
 from optrace.runtime.collect import CollectOptions, collect, collect_processes, rank_runs
+from optrace.runtime.decode import decode_rank
 from optrace.runtime.errors import ProfilingInputError
 from optrace.runtime.save import reset_launch_counters, save_profiling_data
 from optrace.runtime.workers import Worker, can_fork
@@ -48,11 +49,17 @@ def summary(result: collect_module.CollectResult) -> list[str]:
 
 
 @needs_fork
+@pytest.mark.parametrize("side_by_side", [True, False], ids=["side-by-side", "appended-parts"])
 @pytest.mark.parametrize("jobs", [2, 3, 4])
-@pytest.mark.parametrize("bad", [(), (0,), (3,), (0, 1, 2)])
-def test_several_processes_write_the_bytes_of_one(tmp_path: Path, jobs: int, bad: tuple[int, ...]) -> None:
-    # A bad file first (the parent's run writes nothing), in the middle, or every file
-    # of the first runs: the separators between parts must still make valid JSON.
+@pytest.mark.parametrize("bad", [(), (0,), (3,), (0, 1, 2), (3, 4, 5)])
+def test_several_processes_write_the_bytes_of_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, side_by_side: bool, jobs: int, bad: tuple[int, ...]
+) -> None:
+    # A bad file first (the parent's run writes nothing), in the middle, every file of
+    # the first runs or of the last: the separators between runs must still make valid
+    # JSON, and each run must land at its place.
+    if not side_by_side:  # the path for inputs too large to hold a run laid out
+        monkeypatch.setattr(collect_module, "SIDE_BY_SIDE_LIMIT", 0)
     directory = profiling_dir(tmp_path, ranks=6, bad=bad)
     one = run(directory, tmp_path / "one.json", 1)
     several = run(directory, tmp_path / "several.json", jobs)
@@ -219,3 +226,69 @@ def test_a_temporary_part_leaves_nothing_behind(tmp_path: Path) -> None:
     part.close()
     assert os.listdir(tmp_path) == []  # unnamed (O_TMPFILE) or removed at once
 
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"labels": ["processing compute"]},  # a filter: columns gathered per core
+        {"cores": collect_module.parse_core_filter("aiv1-2")},
+        {"rank_offsets_us": {0: -1e6}},  # negative timestamps: rows formatted at once
+    ],
+    ids=["all", "labels", "cores", "negative-offset"],
+)
+def test_a_rendered_rank_knows_its_size_before_formatting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, options: dict[str, Any]
+) -> None:
+    # Processes writing side by side place their rows by these numbers: they must be
+    # exact, rows split into several blocks and drop markers included.
+    monkeypatch.setattr(chrome, "_ROWS_PER_BLOCK", 7)
+    buffer = rank_buffer(words=32, loops=6)  # 21 records for 15 places: slots overflow
+    decoded = decode_rank(buffer, point_map())
+    assert any(s.dropped for s in decoded.slots)
+    rendered = chrome.render_rank(
+        0, "Rank 0", decoded, point_map(), labels=options.get("labels"), core_filter=options.get("cores"),
+        offset_us=options.get("rank_offsets_us", {}).get(0, 0.0),
+    )
+    size, count = rendered.size, rendered.chunk_count
+    chunks = [bytes(c) for c in rendered.chunks]
+    assert count == len(chunks) > 3 and all(chunks)
+    assert size == sum(map(len, chunks))
+
+
+@needs_fork
+def test_a_wrong_layout_is_caught_and_collected_again_in_one_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = profiling_dir(tmp_path, ranks=4)
+    run(directory, tmp_path / "one.json", 1)
+    real = collect_module._run_layout
+
+    def off_by_one(planned: Any) -> tuple[int, int]:
+        size, count = real(planned)
+        return size + 1, count  # as if a row were laid out one byte wider than written
+
+    monkeypatch.setattr(collect_module, "_run_layout", off_by_one)
+    result = run(directory, tmp_path / "t.json", 2)
+    assert "collecting again in one process" in capsys.readouterr().err
+    assert (tmp_path / "t.json").read_bytes() == (tmp_path / "one.json").read_bytes()
+    assert result.exit_code == 0 and sum(o.spans_written for o in result.outcomes) > 0
+
+
+@needs_fork
+def test_a_worker_failing_while_laying_out_stops_the_collect(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = profiling_dir(tmp_path, ranks=4)
+    real = chrome.render_rank
+
+    def failing(pid: int, *args: Any, **kwargs: Any) -> Any:
+        if pid == 3:  # a rank of the child's run
+            raise MemoryError("no room")
+        return real(pid, *args, **kwargs)
+
+    monkeypatch.setattr(collect_module, "render_rank", failing)
+    with pytest.raises(MemoryError, match="no room"):
+        run(directory, tmp_path / "t.json", 2)
+    assert os.listdir(tmp_path) == ["prof"]
