@@ -73,9 +73,9 @@ def cmd_collect(
     jobs: Annotated[
         int | None,
         typer.Option("--jobs", "-j", min=0,
-                     help="Processes decoding and writing consecutive runs of rank files (each "
-                     "holds one rank in memory); the trace is the same. Default (0): one per "
-                     "CPU, at most 4. Always 1 for .gz output."),
+                     help="Processes decoding and writing consecutive runs of rank files side "
+                     "by side; the trace is the same. Default 1 (more pay only on CPUs that "
+                     "really run in parallel); 0: one per CPU, at most 4. Always 1 for .gz."),
     ] = None,
 ) -> None:
     """Decode rank files into a Chrome / Perfetto trace."""

@@ -401,7 +401,7 @@ def test_parse_fast_spellings() -> None:
 
 
 @pytest.mark.parametrize("jobs", ["0", "1", "3"])
-def test_decoding_ahead_on_threads_writes_the_same_bytes(tmp_path: Path, jobs: str) -> None:
+def test_any_number_of_processes_writes_the_same_bytes(tmp_path: Path, jobs: str) -> None:
     directory = profiling_dir(tmp_path, ranks=4)
     (directory / "rank009.pt").write_bytes(b"not a zip")  # an error in the middle of the stream
     reference = tmp_path / "ref.json"

@@ -157,7 +157,8 @@ def test_no_fork_while_another_thread_runs(tmp_path: Path) -> None:
 def test_how_many_processes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(collect_module, "can_fork", lambda: True)
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3, 4, 5, 6, 7}, raising=False)
-    assert collect_processes(None, 16, compress=False) == 4  # one per CPU, at most 4
+    assert collect_processes(None, 16, compress=False) == 1  # the default
+    assert collect_processes(0, 16, compress=False) == 4  # one per CPU, at most 4
     assert collect_processes(0, 2, compress=False) == 2  # never more than the files
     assert collect_processes(6, 16, compress=False) == 6  # -j says otherwise
     assert collect_processes(6, 16, compress=True) == 1  # one gzip stream
