@@ -9,7 +9,6 @@ close each other when they carry the same label.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,19 +16,36 @@ import numpy as np
 
 from .errors import ProfilingInputError
 from .format import FINGERPRINT_POINT_ID
+from .records import FrozenRecord, Record
 
 POINT_MAP_NAME = "point_map.json"
 
 
-@dataclass(frozen=True)
-class Point:
+# Plain classes, not dataclasses: defining a dataclass execs generated code (~0.4 ms each),
+# paid at every `optrace collect` start; this module imports in 0.15 ms instead of 1.4 ms (measured).
+class Point(FrozenRecord):
+    __match_args__ = ("point_id", "label", "event_type", "file", "line", "event_id", "indexed")
+    __slots__ = __match_args__
     point_id: int
     label: str
     event_type: str  # "B" or "E"
-    file: str = ""
-    line: int | None = None
-    event_id: Any = None
-    indexed: bool = False  # recorded with an index (a loop region): index 0 is shown too
+    file: str
+    line: int | None
+    event_id: Any
+    indexed: bool  # recorded with an index (a loop region): index 0 is shown too
+
+    def __init__(
+        self, point_id: int, label: str, event_type: str, file: str = "", line: int | None = None,
+        event_id: Any = None, indexed: bool = False,
+    ) -> None:
+        set_ = object.__setattr__
+        set_(self, "point_id", point_id)
+        set_(self, "label", label)
+        set_(self, "event_type", event_type)
+        set_(self, "file", file)
+        set_(self, "line", line)
+        set_(self, "event_id", event_id)
+        set_(self, "indexed", indexed)
 
     @property
     def source(self) -> str:
@@ -38,18 +54,42 @@ class Point:
         return f"{self.file}:{self.line}" if self.line is not None else self.file
 
 
-@dataclass
-class PointMap:
+class PointMap(Record):
     """A loaded map plus the sorted arrays the vectorised decoder looks ids up in."""
 
+    __match_args__ = (
+        "path", "points", "fingerprint", "format_version", "labels", "ids", "kinds",
+        "label_index",
+    )
+    __slots__ = __match_args__
     path: str
     points: dict[int, Point]
-    fingerprint: int | None = None
-    format_version: int | None = None
-    labels: list[str] = field(default_factory=list)
-    ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint32))
-    kinds: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))  # +1 B, -1 E
-    label_index: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    fingerprint: int | None
+    format_version: int | None
+    labels: list[str]
+    ids: np.ndarray
+    kinds: np.ndarray  # +1 B, -1 E
+    label_index: np.ndarray
+
+    def __init__(
+        self,
+        path: str,
+        points: dict[int, Point],
+        fingerprint: int | None = None,
+        format_version: int | None = None,
+        labels: list[str] | None = None,
+        ids: np.ndarray | None = None,
+        kinds: np.ndarray | None = None,
+        label_index: np.ndarray | None = None,
+    ) -> None:
+        self.path = path
+        self.points = points
+        self.fingerprint = fingerprint
+        self.format_version = format_version
+        self.labels = [] if labels is None else labels
+        self.ids = np.zeros(0, np.uint32) if ids is None else ids
+        self.kinds = np.zeros(0, np.int8) if kinds is None else kinds
+        self.label_index = np.zeros(0, np.int32) if label_index is None else label_index
 
     @classmethod
     def build(
