@@ -13,7 +13,6 @@ import json
 import os
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, cast
@@ -23,6 +22,7 @@ import numpy as np
 from .atomic import atomic_output
 from .decode import STATUS_CLOSED_BY_PARENT, STATUS_UNCLOSED, CoreTimeline, RankDecode
 from .pointmap import PointMap
+from .records import Record
 
 TRACE_FORMAT = "optrace-chrome"
 TRACE_FORMAT_VERSION = 1
@@ -342,20 +342,29 @@ def _rows_words(
     return out
 
 
-@dataclass
-class RenderedRank:
+class RenderedRank(Record):
     """One rank's event rows, produced lazily block by block (so only one block of
     formatted rows is in memory), each chunk a run of complete rows without the trailing
     separator (the writer puts ",\n" between chunks). ``events``, ``spans``, and the
     ``size`` in bytes and number of ``chunks_count`` of what ``chunks`` will produce
     (all non-empty) are known before any row is formatted: collect's processes write
-    side by side into one file from them."""
+    side by side into one file from them. (Not a dataclass: see records.py.)"""
 
+    __match_args__ = ("chunks", "events", "spans", "size", "chunk_count")
+    __slots__ = __match_args__
     chunks: Iterator[bytes | np.ndarray]
-    events: int = 0
-    spans: int = 0
-    size: int = 0
-    chunk_count: int = 0
+    events: int
+    spans: int
+    size: int
+    chunk_count: int
+
+    def __init__(self, chunks: Iterator[bytes | np.ndarray], events: int = 0, spans: int = 0, size: int = 0,
+                 chunk_count: int = 0) -> None:
+        self.chunks = chunks
+        self.events = events
+        self.spans = spans
+        self.size = size
+        self.chunk_count = chunk_count
 
 
 def _metadata_row(pid: int, name: str, sort_index: int, tid: int | None = None) -> bytes:

@@ -15,7 +15,6 @@ import os
 import re
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,7 @@ from .decode import DecodeOptions, RankDecode, decode_rank
 from .errors import ProfilingInputError
 from .pointmap import POINT_MAP_NAME, PointMap, load_point_map
 from .rankfile import RankFileName, find_rank_files, read_rank_file
+from .records import FrozenRecord, Record
 from .workers import Channel, Ticks, Worker, can_fork
 
 EXIT_OK = 0
@@ -41,36 +41,78 @@ EXIT_SKIPPED = 1
 EXIT_BAD_INPUT = 2
 
 
-@dataclass(frozen=True)
-class CollectOptions:
-    point_map: Path | None = None  # None: point_map.json beside the rank files
-    clock_mhz: float | None = None  # None: each rank file's, else 50 MHz
-    ranks: frozenset[int] | None = None
-    cores: CoreFilter | None = None
-    labels: list[str] | None = None
-    rank_offsets_us: dict[int, float] = field(default_factory=dict)
-    ignore_fingerprint: bool = False
-    jobs: int | None = None  # processes (see collect_processes); None: 1, 0: one per CPU (<= 4)
+# Plain classes, not dataclasses: see records.py (collect's start-up time).
+class CollectOptions(FrozenRecord):
+    __match_args__ = ("point_map", "clock_mhz", "ranks", "cores", "labels", "rank_offsets_us",
+                      "ignore_fingerprint", "jobs")
+    __slots__ = __match_args__
+    point_map: Path | None  # None: point_map.json beside the rank files
+    clock_mhz: float | None  # None: each rank file's, else 50 MHz
+    ranks: frozenset[int] | None
+    cores: CoreFilter | None
+    labels: list[str] | None
+    rank_offsets_us: dict[int, float]
+    ignore_fingerprint: bool
+    jobs: int | None  # processes (see collect_processes); None: 1, 0: one per CPU (<= 4)
+
+    def __init__(
+        self,
+        point_map: Path | None = None,
+        clock_mhz: float | None = None,
+        ranks: frozenset[int] | None = None,
+        cores: CoreFilter | None = None,
+        labels: list[str] | None = None,
+        rank_offsets_us: dict[int, float] | None = None,
+        ignore_fingerprint: bool = False,
+        jobs: int | None = None,
+    ) -> None:
+        values = (point_map, clock_mhz, ranks, cores, labels, rank_offsets_us or {}, ignore_fingerprint, jobs)
+        for name, value in zip(self.__match_args__, values, strict=True):
+            object.__setattr__(self, name, value)
 
 
-@dataclass
-class RankOutcome:
+class RankOutcome(Record):
     """One rank file's contribution to the trace (or why it has none)."""
 
+    __match_args__ = ("name", "path", "decoded", "error", "spans_written", "cores_written")
+    __slots__ = __match_args__
     name: RankFileName
     path: Path
-    decoded: RankDecode | None = None
-    error: ProfilingInputError | None = None
-    spans_written: int = 0
-    cores_written: int = 0  # decoded.cores is emptied once they are in the trace
+    decoded: RankDecode | None
+    error: ProfilingInputError | None
+    spans_written: int
+    cores_written: int  # decoded.cores is emptied once they are in the trace
+
+    def __init__(
+        self,
+        name: RankFileName,
+        path: Path,
+        decoded: RankDecode | None = None,
+        error: ProfilingInputError | None = None,
+        spans_written: int = 0,
+        cores_written: int = 0,
+    ) -> None:
+        self.name = name
+        self.path = path
+        self.decoded = decoded
+        self.error = error
+        self.spans_written = spans_written
+        self.cores_written = cores_written
 
 
-@dataclass
-class CollectResult:
+class CollectResult(Record):
+    __match_args__ = ("output", "point_map", "outcomes", "events")
+    __slots__ = __match_args__
     output: Path
     point_map: PointMap
     outcomes: list[RankOutcome]
     events: int
+
+    def __init__(self, output: Path, point_map: PointMap, outcomes: list[RankOutcome], events: int) -> None:
+        self.output = output
+        self.point_map = point_map
+        self.outcomes = outcomes
+        self.events = events
 
     @property
     def errors(self) -> list[ProfilingInputError]:
