@@ -686,31 +686,43 @@ def decode_rank(
     base_u = np.uint64(base)
 
     # The fingerprint record is bookkeeping, not an event: drop record 0 of guarded slots.
-    keep = np.ones(scan.events.size, dtype=bool)
-    keep[scan.offsets[:-1][scan.has_fingerprint & (scan.offsets[1:] > scan.offsets[:-1])]] = False
-    point_ids = (scan.events & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    if np.little_endian:  # the two halves of each event word, as views (no arithmetic)
+        halves = scan.events.view(np.uint32).reshape(-1, 2)
+        point_ids, high_all = halves[:, 0], halves[:, 1]
+    else:
+        point_ids = (scan.events & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        high_all = (scan.events >> np.uint64(32)).astype(np.uint32)
     position = point_map.lookup(point_ids)
-    unknown_mask = keep & (position < 0)
+    known = position >= 0
+    fingerprint_records = scan.offsets[:-1][scan.has_fingerprint & (scan.offsets[1:] > scan.offsets[:-1])]
+    keep = known.copy()
+    keep[fingerprint_records] = False
     unknown: Counter[int] = Counter()
-    if unknown_mask.any():
-        values, counts = np.unique(point_ids[unknown_mask], return_counts=True)
-        unknown.update(dict(zip(values.tolist(), counts.tolist(), strict=True)))
-        verified = fingerprint is not None and point_map.fingerprint is not None
-        issues.append(_diagnose_unknown(unknown, verified))
-    keep &= position >= 0
+    if not known.all():
+        unknown_mask = ~known
+        unknown_mask[fingerprint_records] = False
+        if unknown_mask.any():
+            values, counts = np.unique(point_ids[unknown_mask], return_counts=True)
+            unknown.update(dict(zip(values.tolist(), counts.tolist(), strict=True)))
+            verified = fingerprint is not None and point_map.fingerprint is not None
+            issues.append(_diagnose_unknown(unknown, verified))
 
     rel = (scan.cycles - base_u).view(np.int64)
-    kinds_all = np.zeros(scan.events.size, np.int8)
-    labels_all = np.zeros(scan.events.size, np.int32)
-    known = position >= 0
-    kinds_all[known] = point_map.kinds[position[known]]
-    labels_all[known] = point_map.label_index[position[known]]
-    high_all = (scan.events >> np.uint64(32)).astype(np.uint32)
+    # Kinds and labels by map position; an unknown id (-1) reads the appended 0.
+    kinds_all = np.append(point_map.kinds, np.int8(0))[position]
+    labels_all = np.append(point_map.label_index, np.int32(0))[position]
 
     roles = {str(k): str(v) for k, v in (meta.aiv_roles or {}).items()}
-    kept = np.flatnonzero(keep)
-    slot_of = np.repeat(np.arange(buffer.slots), np.diff(scan.offsets))[kept]
-    times = rel[kept]
+    slot_of = np.repeat(np.arange(buffer.slots), np.diff(scan.offsets))
+    if keep.all():  # the common case (a legacy buffer): no gather of every record
+        kept = np.arange(keep.size)
+        times = rel
+        kinds_kept, labels_kept = kinds_all, labels_all
+    else:
+        kept = np.flatnonzero(keep)
+        slot_of = slot_of[kept]
+        times = rel[kept]
+        kinds_kept, labels_kept = kinds_all[kept], labels_all[kept]
     backwards = 0
     if times.size > 1:
         # A comparison, not np.diff: differences of int64 cycle offsets can overflow.
@@ -719,7 +731,7 @@ def decode_rank(
         for slot in np.unique(slot_of[1:][went_back]).tolist() if backwards else []:
             mask = slot_of == slot  # rare: clamp so children stay inside their parents
             times[mask] = np.maximum.accumulate(times[mask])
-    nesting = nest_segments(kinds_all[kept], labels_all[kept], slot_of, buffer.slots)
+    nesting = nest_segments(kinds_kept, labels_kept, slot_of, buffer.slots)
     unmatched_e = int(nesting.unmatched_e.sum())
     repaired = int(np.count_nonzero(nesting.status))
     # The last kept record of each slot ends its unclosed spans.
