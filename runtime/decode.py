@@ -714,8 +714,8 @@ def decode_rank(
 
     roles = {str(k): str(v) for k, v in (meta.aiv_roles or {}).items()}
     slot_of = np.repeat(np.arange(buffer.slots), np.diff(scan.offsets))
-    if keep.all():  # the common case (a legacy buffer): no gather of every record
-        kept = np.arange(keep.size)
+    kept: np.ndarray | None = None  # every record (the common case: a legacy buffer)
+    if keep.all():  # no gather of every record
         times = rel
         kinds_kept, labels_kept = kinds_all, labels_all
     else:
@@ -736,12 +736,12 @@ def decode_rank(
     repaired = int(np.count_nonzero(nesting.status))
     # The last kept record of each slot ends its unclosed spans.
     last_of_slot = np.full(buffer.slots, -1, dtype=np.int64)
-    if kept.size:
-        last_of_slot[slot_of] = np.arange(kept.size)
+    if times.size:
+        last_of_slot[slot_of] = np.arange(times.size)
     end_pos = np.where(nesting.end >= 0, nesting.end, last_of_slot[nesting.segment])
     starts_all = times[nesting.begin]
     ends_all = times[end_pos]
-    b_rec = kept[nesting.begin]
+    b_rec = nesting.begin if kept is None else kept[nesting.begin]
     spans = RankSpans(
         slot=nesting.segment,
         label=labels_all[b_rec],

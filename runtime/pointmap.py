@@ -118,6 +118,9 @@ class PointMap(Record):
         if self._hash is None:
             self._hash = _perfect_hash(self.ids)
         modulus, table = self._hash
+        if modulus == 0:  # small ids (legacy 1..N): the table is by id, -1 past the last
+            by_id: np.ndarray = table[np.minimum(point_ids, np.uint32(table.size - 1))]
+            return by_id
         if table.size:  # one remainder and two gathers per record instead of a binary search
             pos = table[np.remainder(point_ids, modulus)]
         else:
@@ -129,15 +132,21 @@ class PointMap(Record):
 
 def _perfect_hash(ids: np.ndarray, largest: int = 1 << 16) -> tuple[np.uint32, np.ndarray]:
     """The smallest modulus under which the map's ids all land in different places, and
-    the table of their positions by place (-1: none); an empty table when there is none
+    the table of their positions by place (-1: none). Modulus 0 when the ids are small
+    enough to be places themselves (the table then ends with a -1 for any larger id); an
+    empty table when there is none
     up to ``largest`` places or the map has over 192 points (then a sorted search: the
     tries would cost more than they save). A build's ids are a few dozen (two per label,
     30 labels by default): legacy ids 1..N fit at once, hashed ones within a few hundred
     tries (60 ids: 0.6 ms, 192: 6 ms), tried 256 moduli at a time."""
     n = ids.size
+    values = ids.astype(np.int64)
+    if int(values.max()) < largest:  # modulus 0: a table by id itself, no remainder
+        table = np.full(int(values.max()) + 2, -1, dtype=np.int64)
+        table[values] = np.arange(n)
+        return np.uint32(0), table
     if n > 192:
         return np.uint32(1), np.zeros(0, np.int64)
-    values = ids.astype(np.int64)
     for first in range(max(n, 1), min(largest, 64 * n + 64) + 1, 256):
         moduli = np.arange(first, min(first + 256, largest + 1), dtype=np.int64)
         places = np.sort(values[None, :] % moduli[:, None], axis=1)

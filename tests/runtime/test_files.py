@@ -170,3 +170,32 @@ def test_word_rows_leave_negative_timestamps_to_the_reference_builder() -> None:
     one = np.array([0])
     assert chrome._rows_words(0, one, np.array([-5]), np.array([1]), one, one.astype(bool),
                               one.astype(np.int8), one, tails) is None
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [
+        list(range(1, 15)),  # legacy ids: a table by id
+        [(1 << 31) | (i * 2654435761 % (1 << 31)) for i in range(1, 61)],  # hashed: a modulus
+        [(1 << 31) | (i * 2654435761 % (1 << 31)) for i in range(1, 301)],  # big map: sorted search
+        [3, 65534],  # the largest id a table by id takes
+        [3, 1 << 16],  # just past it
+    ],
+    ids=["legacy", "hashed", "big", "edge", "past-edge"],
+)
+def test_id_lookup_agrees_with_a_dictionary(ids: list[int]) -> None:
+    import numpy as np
+
+    from optrace.runtime.pointmap import Point, PointMap
+
+    points = {i: Point(i, f"l{k // 2}", "BE"[k % 2]) for k, i in enumerate(ids)}
+    loaded = PointMap.build("m.json", points)
+    rng = np.random.default_rng(7)
+    probes = np.concatenate([np.array(ids, np.int64), rng.integers(0, 1 << 32, 2000),
+                             np.array([0, max(ids) + 1, (1 << 32) - 1]), rng.choice(ids, 500)])
+    probes_u32 = probes.astype(np.uint32)
+    index = {int(i): k for k, i in enumerate(loaded.ids.tolist())}
+    expected = [index.get(int(i), -1) for i in probes_u32]
+    assert loaded.lookup(probes_u32).tolist() == expected
+    halves = probes_u32.astype(np.uint64).view(np.uint32).reshape(-1, 2)[:, 0]  # a strided view
+    assert loaded.lookup(halves).tolist() == expected
