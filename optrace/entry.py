@@ -30,7 +30,8 @@ def keep_freed_memory() -> None:
     By default a block over 128 KiB is mmap-ed and, once freed, unmapped; the next one
     comes back as fresh zeroed pages, one page fault each. collect allocates and frees
     some 10 MB of arrays per rank, and those faults and unmaps were a third of its time
-    (perf: ``clear_page``, ``unmap_page_range``; 0.12 s -> 0.07 s on the benchmark). Peak
+    (perf: ``clear_page``, ``unmap_page_range``; decoding and writing the benchmark's 8
+    ranks took 96-109 ms without this, 61-75 ms with it, six runs each). Peak
     memory does not grow: the same blocks are reused rank after rank. Only for this
     short-lived process (the settings are process-wide); other C libraries keep theirs.
     """
