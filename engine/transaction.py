@@ -254,9 +254,8 @@ def _temp_name(path: Path, token: str) -> Path:
     return path.parent / f".{path.name}.optrace-{token}.tmp"
 
 
-def _write_atomic(path: Path, data: bytes, mode: int | None, token: str, *, sync_dir: bool = True) -> None:
-    """Replace `path` by `data` so a reader sees old or new bytes, never a mix. With
-    `sync_dir` False the caller makes the rename durable (one fsync per directory)."""
+def _write_temp(path: Path, data: bytes, mode: int | None, token: str) -> None:
+    """`data` into the transaction's temp file beside `path`, made durable."""
     tmp = _temp_name(path, token)
     try:
         tmp.unlink()  # a leftover of this same transaction (a crash while writing it)
@@ -265,15 +264,22 @@ def _write_atomic(path: Path, data: bytes, mode: int | None, token: str, *, sync
     # 0o666 lets the umask decide a new file's mode, as a plain open() would.
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        try:
-            if mode is not None:
-                os.fchmod(fd, mode)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        if mode is not None:
+            os.fchmod(fd, mode)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_atomic(path: Path, data: bytes, mode: int | None, token: str, *, sync_dir: bool = True) -> None:
+    """Replace `path` by `data` so a reader sees old or new bytes, never a mix. With
+    `sync_dir` False the caller makes the rename durable (one fsync per directory)."""
+    tmp = _temp_name(path, token)
+    try:
+        _write_temp(path, data, mode, token)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -283,6 +289,48 @@ def _write_atomic(path: Path, data: bytes, mode: int | None, token: str, *, sync
         raise
     if sync_dir:
         _fsync_dir(path.parent)
+
+
+def _write_temps(jobs: list[tuple[Path, bytes, int | None]], token: str) -> tuple[Path, BaseException] | None:
+    """Every temp file of a commit, written and made durable several at once: an fsync
+    waits on the disk, and threads overlap those waits (the filesystem's journal can
+    take several files in one flush). The first failure, with its file, once all ended."""
+    if len(jobs) < 2:
+        for path, data, mode in jobs:
+            try:
+                _write_temp(path, data, mode, token)
+            except BaseException as exc:
+                return path, exc
+        return None
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(8, len(jobs)), thread_name_prefix="optrace-fsync") as pool:
+        futures = [(path, pool.submit(_write_temp, path, data, mode, token)) for path, data, mode in jobs]
+    for path, future in futures:
+        failure = future.exception()
+        if failure is not None:
+            return path, failure
+    return None
+
+
+def _discard_temps(entries: list[_Entry], token: str, keep: set[int]) -> None:
+    """Temp files and new directories of the entries not in `keep` (not renamed into
+    place), after a failure: the rollback of the others restores their state."""
+    for index, entry in enumerate(entries):
+        if index in keep:
+            continue
+        try:
+            _temp_name(entry.path, token).unlink(missing_ok=True)
+        except OSError:
+            pass
+    for index, entry in enumerate(entries):
+        if index in keep:
+            continue
+        for directory in reversed(entry.created_dirs):
+            try:
+                directory.rmdir()
+            except OSError:  # not empty (another file of the commit), or gone
+                pass
 
 
 class _NotAFile(OSError):
@@ -528,8 +576,29 @@ def _write_all(journal: _Journal, name: str, planned: Planned, before_write: Bef
             restored_all=True,
         ) from exc
 
+    # First every new file's bytes, durable, in its temp file (several at once), then
+    # the renames and unlinks in order: a crash in between leaves only temp files,
+    # which recovery removes.
+    failed: tuple[Path, BaseException] | None = None
+    for (path, _old, new), entry in zip(planned, entries, strict=True):
+        try:
+            for directory in entry.created_dirs if new is not None else ():
+                directory.mkdir(exist_ok=True)
+        except BaseException as exc:
+            failed = path, exc
+            break
+    if failed is None:
+        failed = _write_temps(
+            [(path, new, entry.mode) for (path, _old, new), entry in zip(planned, entries, strict=True)
+             if new is not None],
+            journal.token,
+        )
+    if failed is not None:
+        _discard_temps(entries, journal.token, keep=set())
+        _fail(failed[1], failed[0], entries, journal, set())
+        raise failed[1]
     touched: set[int] = set()
-    for index, ((path, _old, new), entry) in enumerate(zip(planned, entries, strict=True)):
+    for index, (path, _old, new) in enumerate(planned):
         # Counted before the write: an exception may come after os.replace.
         touched.add(index)
         try:
@@ -538,10 +607,9 @@ def _write_all(journal: _Journal, name: str, planned: Planned, before_write: Bef
             if new is None:
                 path.unlink()
             else:
-                for directory in entry.created_dirs:
-                    directory.mkdir(exist_ok=True)
-                _write_atomic(path, new, entry.mode, journal.token, sync_dir=False)
+                os.replace(_temp_name(path, journal.token), path)
         except BaseException as exc:
+            _discard_temps(entries, journal.token, keep=touched)
             _fail(exc, path, entries, journal, touched)
             raise  # _fail raises for OSError; anything else propagates unchanged
     # The renames and unlinks become durable before the journal goes: one fsync per

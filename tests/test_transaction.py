@@ -398,3 +398,30 @@ def test_a_journal_with_a_malformed_backup_is_reported_not_a_traceback(tmp_path:
     }))
     with pytest.raises(TransactionError, match=r"unreadable journal.*neither old\.bin"):
         recover(journal_dir)
+
+
+@pytest.mark.parametrize("which", ["k_base.h", "point_map.h"])
+def test_a_temp_file_that_cannot_be_made_durable_writes_nothing(
+    operator: tuple[Path, Path, dict[Path, Change]], monkeypatch: pytest.MonkeyPatch, which: str
+) -> None:
+    # Temp files are written and fsynced several at once before any rename: one failing
+    # (here its fsync, on a worker thread) leaves every file as it was, with no temp
+    # file and no directory made for a created file (point_map.h's gen/deep/).
+    op, journal_dir, changes = operator
+    before = snapshot(op)
+    real_fsync = os.fsync
+
+    def failing(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").split("/")[-1].startswith(f".{which}.optrace-"):
+            raise OSError(5, "Input/output error")
+        real_fsync(fd)
+
+    if not Path("/proc/self/fd").is_dir():
+        pytest.skip("needs /proc to name the file being fsynced")
+    monkeypatch.setattr(os, "fsync", failing)
+    with pytest.raises(WriteFailed) as caught:
+        commit(changes, journal_dir, name="k")
+    assert caught.value.path.name == which and caught.value.restored_all
+    assert "Input/output error" in str(caught.value)
+    assert snapshot(op) == before
+    assert leftovers(journal_dir) == []
