@@ -302,10 +302,24 @@ def _write_temps(jobs: list[tuple[Path, bytes, int | None]], token: str) -> tupl
             except BaseException as exc:
                 return path, exc
         return None
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import Future, ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=min(8, len(jobs)), thread_name_prefix="optrace-fsync") as pool:
-        futures = [(path, pool.submit(_write_temp, path, data, mode, token)) for path, data, mode in jobs]
+    pool = ThreadPoolExecutor(max_workers=min(8, len(jobs)), thread_name_prefix="optrace-fsync")
+    futures: list[tuple[Path, Future[None]]] = []
+    try:
+        for path, data, mode in jobs:
+            futures.append((path, pool.submit(_write_temp, path, data, mode, token)))
+        pool.shutdown(wait=True)
+    except BaseException as exc:  # Ctrl-C while waiting, or no thread to start
+        # The writes already running must end before their temp files can be removed:
+        # wait for them, even through another Ctrl-C, then report the first one.
+        while True:
+            try:
+                pool.shutdown(wait=True, cancel_futures=True)
+                break
+            except BaseException:  # keep waiting: the rollback needs the writes ended
+                continue
+        return jobs[0][0], exc
     for path, future in futures:
         failure = future.exception()
         if failure is not None:

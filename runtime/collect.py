@@ -355,6 +355,7 @@ def _run_forked(
     def in_child(positions: range, part: EventPart) -> tuple[list[Any], int, bool]:
         run(positions, part.sink, lambda _ranks: ticks.tick())
         part.file.flush()
+        ticks.child_done()  # before the result: the parent reads results after the ticks end
         back = [(p, outcomes[p], ranks_meta[p]) for p in positions]
         return back, part.sink.events, part.sink.wrote
 
@@ -429,6 +430,8 @@ def _run_side_by_side(
     def in_child(positions: range, up: Channel, down: Channel, earlier: list[Channel]) -> Any:
         for channel in earlier:  # another child's: it must see EOF if its parent dies
             channel.close()
+        up.keep_writing_end()  # so that a parent that dies is an EOF here, not a wait
+        down.keep_reading_end()
         scratch = RowScratch()
         planned = [plan(position, scratch) for position in positions]
         up.send(_run_layout(planned))
@@ -443,6 +446,7 @@ def _run_side_by_side(
                 ticks.tick()
             out.flush()
             written = out.tell() - offset
+        ticks.child_done()  # before the result: the parent reads results after the ticks end
         return [(p, outcomes[p], ranks_meta[p]) for p in positions], sink.events, written
 
     channels: list[Channel] = []
@@ -469,8 +473,12 @@ def _run_side_by_side(
         expected = [_run_bytes(layouts[0], False)]
         offset = start + expected[0]
         leading = layouts[0][1] > 0
-        for (_, _, down), layout in zip(children, layouts[1:], strict=True):
-            down.send((offset, leading))
+        for (worker, _, down), layout in zip(children, layouts[1:], strict=True):
+            try:
+                down.send((offset, leading))
+            except OSError:  # the child is gone: say why, not "broken pipe"
+                worker.result()
+                raise
             expected.append(_run_bytes(layout, leading))
             offset += expected[-1]
             leading = leading or layout[1] > 0

@@ -36,7 +36,12 @@ class Worker:
 
     def __init__(self, work: Callable[[], Any]) -> None:
         read_fd, write_fd = os.pipe()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except BaseException:
+            os.close(read_fd)
+            os.close(write_fd)
+            raise
         if pid == 0:
             os.close(read_fd)
             _child(work, write_fd)
@@ -72,21 +77,21 @@ class Worker:
 
 
 def _child(work: Callable[[], Any], fd: int) -> NoReturn:
-    code = 0
-    try:
-        payload: tuple[str, Any] = ("ok", work())
-    except BaseException as exc:  # everything goes back to the parent
-        code = 1
-        payload = ("error", _portable(exc))
-    try:
-        data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception as exc:  # the payload itself does not pickle
-        code = 1
-        data = pickle.dumps(("error", RuntimeError(f"a collect worker's result cannot be sent: {exc}")))
-    try:
+    code = 1
+    try:  # whatever happens (a second Ctrl-C included), never back into the parent's code
+        try:
+            payload: tuple[str, Any] = ("ok", work())
+            code = 0
+        except BaseException as exc:  # everything goes back to the parent
+            payload = ("error", _portable(exc))
+        try:
+            data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # the payload itself does not pickle
+            code = 1
+            data = pickle.dumps(("error", RuntimeError(f"a collect worker's result cannot be sent: {exc}")))
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
     finally:
         os._exit(code)
 
@@ -118,6 +123,13 @@ class Ticks:
 
     def tick(self) -> None:  # in a child
         os.write(self.write_fd, b".")
+
+    def child_done(self) -> None:
+        """In a child, before it sends its result: the parent waits for the end of the
+        ticks before it reads results, and a result bigger than a pipe's buffer would
+        otherwise wait for the parent while the parent waits for the ticks to end."""
+        os.close(self.write_fd)
+        self.write_fd = -1
 
     def parent_side(self) -> None:
         """After the last fork: only the children hold the write end, so the pipe ends

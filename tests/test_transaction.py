@@ -425,3 +425,29 @@ def test_a_temp_file_that_cannot_be_made_durable_writes_nothing(
     assert "Input/output error" in str(caught.value)
     assert snapshot(op) == before
     assert leftovers(journal_dir) == []
+
+
+def test_an_interrupt_while_temp_files_are_written_rolls_back(
+    operator: tuple[Path, Path, dict[Path, Change]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ctrl-C reaches the main thread while worker threads write and fsync temp files:
+    # the writes that started end, then everything is removed and the journal goes.
+    op, journal_dir, changes = operator
+    before = snapshot(op)
+    import concurrent.futures
+
+    real_shutdown = concurrent.futures.ThreadPoolExecutor.shutdown
+    calls = []
+
+    def interrupted(self: concurrent.futures.ThreadPoolExecutor, wait: bool = True, **kwargs: object) -> None:
+        calls.append(kwargs)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        real_shutdown(self, wait, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(concurrent.futures.ThreadPoolExecutor, "shutdown", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        commit(changes, journal_dir, name="k")
+    assert calls[1] == {"cancel_futures": True}
+    assert snapshot(op) == before
+    assert leftovers(journal_dir) == []

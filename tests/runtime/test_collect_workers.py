@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from rt_helpers import point_map, rank_buffer, write_point_map
 
-from optrace.runtime import chrome
+from optrace.runtime import chrome, workers
 from optrace.runtime import collect as collect_module
 from optrace.runtime.collect import CollectOptions, collect, collect_processes, rank_runs
 from optrace.runtime.decode import decode_rank
@@ -291,5 +291,48 @@ def test_a_worker_failing_while_laying_out_stops_the_collect(
 
     monkeypatch.setattr(collect_module, "render_rank", failing)
     with pytest.raises(MemoryError, match="no room"):
+        run(directory, tmp_path / "t.json", 2)
+    assert os.listdir(tmp_path) == ["prof"]
+
+
+@needs_fork
+@pytest.mark.parametrize("side_by_side", [True, False], ids=["side-by-side", "appended-parts"])
+def test_results_bigger_than_a_pipe_do_not_hang(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, side_by_side: bool
+) -> None:
+    # A child's result (every outcome of its run, with messages) can exceed a pipe's
+    # buffer: it must not wait on the parent while the parent waits for its ticks to end.
+    if not side_by_side:
+        monkeypatch.setattr(collect_module, "SIDE_BY_SIDE_LIMIT", 0)
+    directory = profiling_dir(tmp_path, ranks=4)
+    real = collect_module._plan_rank
+
+    def wordy(outcome: Any, *args: Any) -> Any:
+        rendered, meta = real(outcome, *args)
+        assert outcome.decoded is not None
+        outcome.decoded.notes.extend(f"note {i} " + "x" * 200 for i in range(400))  # ~85 KB a rank
+        return rendered, meta
+
+    monkeypatch.setattr(collect_module, "_plan_rank", wordy)
+    result = run(directory, tmp_path / "t.json", 2)
+    assert all(len(o.decoded.notes) >= 400 for o in result.outcomes if o.decoded is not None)
+
+
+@needs_fork
+def test_a_worker_killed_after_its_layout_is_an_internal_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = profiling_dir(tmp_path, ranks=4)
+    real = workers.Channel.send
+
+    def send(self: workers.Channel, message: Any) -> None:
+        real(self, message)
+        layout = isinstance(message, tuple) and not isinstance(message[1], bool)  # (size, count)
+        if os.getpid() != parent and layout:
+            os._exit(9)  # a child, right after sending its layout
+
+    parent = os.getpid()
+    monkeypatch.setattr(workers.Channel, "send", send)
+    with pytest.raises(RuntimeError, match="ended without a result"):
         run(directory, tmp_path / "t.json", 2)
     assert os.listdir(tmp_path) == ["prof"]
