@@ -336,3 +336,31 @@ def test_a_worker_killed_after_its_layout_is_an_internal_error(
     with pytest.raises(RuntimeError, match="ended without a result"):
         run(directory, tmp_path / "t.json", 2)
     assert os.listdir(tmp_path) == ["prof"]
+
+
+@needs_fork
+@pytest.mark.parametrize("side_by_side", [True, False], ids=["side-by-side", "appended-parts"])
+def test_a_fork_failing_part_way_stops_the_started_children_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, side_by_side: bool
+) -> None:
+    if not side_by_side:
+        monkeypatch.setattr(collect_module, "SIDE_BY_SIDE_LIMIT", 0)
+    directory = profiling_dir(tmp_path, ranks=6)
+    real_fork = os.fork
+    forks: list[int] = []
+
+    def fork() -> int:
+        if forks:  # the second child cannot be made (EAGAIN: too many processes)
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+        forks.append(pid := real_fork())
+        return pid
+
+    monkeypatch.setattr(os, "fork", fork)
+    before = set(os.listdir("/proc/self/fd")) if Path("/proc/self/fd").is_dir() else set()
+    with pytest.raises(BlockingIOError):
+        run(directory, tmp_path / "t.json", 3)
+    assert os.listdir(tmp_path) == ["prof"]
+    with pytest.raises(ChildProcessError):  # the first child was stopped and reaped
+        os.waitpid(forks[0], 0)
+    if before:
+        assert set(os.listdir("/proc/self/fd")) <= before  # no pipe left open
