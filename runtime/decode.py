@@ -372,23 +372,27 @@ def nest_segments(
         seg_last = depth_after[starts[nonempty] + counts[nonempty] - 1]
         good[np.flatnonzero(nonempty)[(seg_min < 0) | (seg_last != 0)]] = False
     level = depth_after + (kinds < 0)
-    # Stable sort by (segment, level) keeps record order inside each group; a key that
-    # fits 16 bits gets numpy's radix sort (the common case: 72 cores x a few levels).
-    key = segment * (int(level.max(initial=0)) + 1) + level
+    # A stable sort by level alone keeps record order inside each level, so the records
+    # of one (segment, level) stay together in segment order: in a well-formed segment
+    # they alternate B, E and are as many of each, so the pairs found below never cross
+    # into the next segment. A level that fits 8 bits gets numpy's one-pass radix sort.
     if good.all():  # the common case: no gather of every record
         candidates = None
+        key = level
     else:
         candidates = np.flatnonzero(good[segment]) if n else np.zeros(0, np.int64)
-        key = key[candidates]
-    small = key.size == 0 or int(key.max()) < 2**15
-    order = np.argsort(key.astype(np.int16) if small else key, kind="stable")
+        key = level[candidates]
+    if key.size == 0 or (0 <= int(key.min()) and int(key.max()) < 2**8):
+        order = np.argsort(key.astype(np.uint8), kind="stable")
+    else:
+        order = np.argsort(key, kind="stable")
     if candidates is not None:
         order = candidates[order]
     begin, end = order[0::2], order[1::2]
     # In a segment whose depth never goes negative and ends at 0, each (segment, level)
     # group alternates B, E in record order (a B at level L opens depth L, only an E at
-    # level L closes it), so pairs are B-E of one segment and level by construction; only
-    # their labels can disagree.
+    # level L closes it) and ends with an E, so pairs are B-E of one segment and level by
+    # construction; only their labels can disagree.
     mismatch = labels[begin] != labels[end]
     if mismatch.any():  # e.g. crossing pairs: balanced depth, wrong labels
         good[np.unique(segment[begin][mismatch])] = False
