@@ -266,6 +266,41 @@ def find_entries(kernel_files: list[Path]) -> list[EntryPoint]:
     return entries
 
 
+def operator_dir_of(path: Path, root: Path) -> Path | None:
+    """The operator directory a kernel source belongs to by its place in the tree, if any:
+    the parent of its `op_kernel/`, or `ascend_kernels/<op>` / `csrc/ops/<op>`."""
+    try:
+        parts = path.relative_to(root).parts[:-1]
+    except ValueError:
+        return None
+    # The innermost match wins: `ascend_kernels/<op>/op_kernel/...` is <op>, and an
+    # `op_kernel/` nested in a test tree names the test tree, which then needs an entry.
+    for i in range(len(parts) - 1, -1, -1):
+        if parts[i] == "op_kernel" and i > 0:
+            return root.joinpath(*parts[:i])
+        if i >= 1 and (parts[i - 1] == "ascend_kernels" or parts[i - 2 : i] == ("csrc", "ops")):
+            return root.joinpath(*parts[: i + 1])
+    return None
+
+
+def find_operator_dirs(root: Path) -> list[Path]:
+    """Operator directories at or below `root`, sorted: every directory whose `op_kernel/`
+    holds a kernel entry, plus `ascend_kernels/<op>` and `csrc/ops/<op>` directories
+    holding one. `root` itself counts when it is one."""
+    root = root.resolve()
+    found: set[Path] = set()
+    for path in walk_files(root, KERNEL_EXTS):
+        op_dir = operator_dir_of(path, root)
+        if op_dir is None and (root / "op_kernel").is_dir() and "op_kernel" in path.relative_to(root).parts:
+            op_dir = root
+        if op_dir is None or op_dir in found:
+            continue
+        data = _read(path)
+        if data is not None and _GLOBAL_RE.search(data) and find_entries([path]):
+            found.add(op_dir)
+    return sorted(found)
+
+
 def _matching_paren(code: bytes, open_at: int) -> int:
     depth = 0
     for i in range(open_at, min(len(code), open_at + 20000)):
