@@ -99,9 +99,10 @@ def scan_points(path: Path, data: bytes) -> list[Point]:
 
 
 def check_operator(op_dir: Path, repo_root: Path | None = None, compile_safety: bool = True) -> CheckReport:
-    from optrace.engine.discovery import resolve_operator_dir
+    from optrace.engine.discovery import refuse_parent_of_operators, resolve_operator_dir
 
     op_dir = resolve_operator_dir(op_dir)
+    refuse_parent_of_operators(op_dir)
     root = (repo_root or default_repo_root(op_dir)).resolve()
     report = CheckReport(op_dir, root)
     from optrace.engine.transaction import pending_journal

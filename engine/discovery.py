@@ -267,19 +267,20 @@ def find_entries(kernel_files: list[Path]) -> list[EntryPoint]:
 
 
 def operator_dir_of(path: Path, root: Path) -> Path | None:
-    """The operator directory a kernel source belongs to by its place in the tree, if any:
-    the parent of its `op_kernel/`, or `ascend_kernels/<op>` / `csrc/ops/<op>`."""
-    try:
-        parts = path.relative_to(root).parts[:-1]
-    except ValueError:
+    """The operator directory a kernel source belongs to by its place in the tree, if any,
+    at or below `root`: the parent of its `op_kernel/`, or `ascend_kernels/<op>` /
+    `csrc/ops/<op>` (the layout's folders may lie above `root`)."""
+    if not path.is_relative_to(root):
         return None
+    parts = path.parts[:-1]
+    lowest = len(root.parts) - 1  # the index of root's own name
     # The innermost match wins: `ascend_kernels/<op>/op_kernel/...` is <op>, and an
     # `op_kernel/` nested in a test tree names the test tree, which then needs an entry.
-    for i in range(len(parts) - 1, -1, -1):
-        if parts[i] == "op_kernel" and i > 0:
-            return root.joinpath(*parts[:i])
-        if i >= 1 and (parts[i - 1] == "ascend_kernels" or parts[i - 2 : i] == ("csrc", "ops")):
-            return root.joinpath(*parts[: i + 1])
+    for i in range(len(parts) - 1, lowest - 1, -1):
+        if parts[i] == "op_kernel" and i > lowest:
+            return Path(*parts[:i])
+        if parts[i - 1] == "ascend_kernels" or parts[i - 2 : i] == ("csrc", "ops"):
+            return Path(*parts[: i + 1])
     return None
 
 
@@ -291,8 +292,6 @@ def find_operator_dirs(root: Path) -> list[Path]:
     found: set[Path] = set()
     for path in walk_files(root, KERNEL_EXTS):
         op_dir = operator_dir_of(path, root)
-        if op_dir is None and (root / "op_kernel").is_dir() and "op_kernel" in path.relative_to(root).parts:
-            op_dir = root
         if op_dir is None or op_dir in found:
             continue
         data = _read(path)
@@ -320,6 +319,8 @@ def discover(op_dir: Path, repo_root: Path, config: Config) -> Layers:
         raise InputError(
             Diagnostic("OT001", "operator directory does not exist", op_dir, 0, Severity.ERROR)
         )
+    if "entry" not in config.layers:
+        refuse_parent_of_operators(op_dir)
     op_name = op_dir.name
     layers = Layers(op_name, camel_case(op_name), op_dir, repo_root)
     op_files = list(walk_files(op_dir))
@@ -391,6 +392,20 @@ def discover(op_dir: Path, repo_root: Path, config: Config) -> Layers:
             continue
         layers.found[key] = [LayerFile(p, 1, "configured in optrace.toml") for p in paths]
     return layers
+
+
+def refuse_parent_of_operators(op_dir: Path) -> None:
+    """A folder holding operators (`ascend_kernels/`, `csrc/`) is not one: taking the first
+    kernel entry found below it would instrument an arbitrary one of them."""
+    found = find_operator_dirs(op_dir)
+    if not found or op_dir.resolve() in found:
+        return
+    shown = [p.relative_to(op_dir.resolve()).as_posix() for p in found]
+    listing = ", ".join(shown[:20]) + (f" and {len(shown) - 20} more" if len(shown) > 20 else "")
+    raise InputError(Diagnostic(
+        "OT015", f"not one operator directory: it holds {len(found)} operator director"
+        f"{'y' if len(found) == 1 else 'ies'} below it ({listing}); give one of them", op_dir, 0,
+        Severity.ERROR))
 
 
 def _kernel_dir(entry: Path, op_dir: Path) -> Path:
