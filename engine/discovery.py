@@ -153,6 +153,9 @@ class RepoIndex:
     files: list[Path] = field(default_factory=list)
     by_word: dict[bytes, list[int]] = field(default_factory=dict)
     scripts: list[Path] = field(default_factory=list)
+    # Every C/C++ file by its name, kernel sources included: where an include that is not
+    # found beside its includer may be (`../other_op/...` of a flattened build tree).
+    sources: dict[str, list[Path]] = field(default_factory=dict)
     _build_scripts: list[Path] | None = None
 
     def build_scripts(self) -> list[Path]:
@@ -173,14 +176,20 @@ class RepoIndex:
                 path.name != "CMakeLists.txt"
             ):
                 continue
+            if ext in CPP_EXTS:
+                index.sources.setdefault(path.name, []).append(path)
+                if "op_kernel" in path.parts:
+                    continue  # kernel sources never hold another layer; they are most of the bytes
+            if ext in (".sh", ".bash", ".cmake") or path.name == "CMakeLists.txt":
+                try:
+                    if path.stat().st_size <= SEARCH_LIMIT_BYTES:
+                        index.scripts.append(path)
+                except OSError:
+                    pass
+                continue
             data = _read(path)
             if data is None:
                 continue
-            if ext in (".sh", ".bash", ".cmake") or path.name == "CMakeLists.txt":
-                index.scripts.append(path)
-                continue
-            if "op_kernel" in path.parts:
-                continue  # kernel sources never hold another layer; they are most of the bytes
             n = len(index.files)
             index.files.append(path)
             # Lowercased, with the file's own name, so `aclnn_<op>.cpp` and `CMake` match.

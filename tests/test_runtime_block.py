@@ -42,6 +42,7 @@ def test_the_block_is_included_before_the_first_point_not_after_a_trailing_inclu
     unconditionally (not into the `#if` around the last one), so every point compiles."""
     kernel = tmp_path / "norm_grad" / "op_kernel"
     kernel.mkdir(parents=True)
+    (tmp_path / ".git").mkdir()
     (kernel / "norm_grad.cpp").write_text(
         '#include "norm_grad.h"\n'
         'extern "C" __global__ __aicore__ void norm_grad(GM_ADDR x, GM_ADDR y, GM_ADDR workspace,\n'
