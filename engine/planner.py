@@ -318,10 +318,11 @@ class Planner:
                 if site.name in BLOCKING_PRIMITIVES and region is None:
                     self._blocking(fn, stmt, call, site.name, ctx, parent)
                 elif region is None and self._unseen_work(fn, call, site.name):
+                    spelled = text_of(fn.src, call).split("(")[0].strip()
                     region = self._new(parent, [kebab(site.name)], Kind.CALL, ctx,
                                        self._stmt_anchor(fn, stmt),
-                                       f"call to `{text_of(fn.src, call.child_by_field_name('function'))}`"
-                                       " whose class is not in the files read (an absent header)")
+                                       f"call to `{spelled}` whose class is not in the files read "
+                                       "(an absent header)")
                     region.notes.append("traced at the call site: its code was not found")
                 continue
             callees = [c for c in site.callees if c.core is None or c.core in ctx.cores]
