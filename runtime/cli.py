@@ -184,22 +184,42 @@ def cmd_compare(
     point_map: Annotated[
         Path | None, typer.Option("--point-map", help="For profiling directories (default: beside each).")
     ] = None,
+    fail_on_regression: Annotated[
+        float | None,
+        typer.Option("--fail-on-regression", metavar="PCT",
+                     help="Exit 1 when a label's median time per launch is significantly slower, "
+                     "its 95 % interval's lower bound above PCT % (0-1000)."),
+    ] = None,
     fmt: FormatOption = "text",
 ) -> None:
-    """Per-label deltas; with --expect, the verdict (exit 0 achieved, 1 otherwise)."""
-    from .compare import ACHIEVED, compare, comparison_json, format_text
+    """Per-label changes with bootstrap intervals over launches; with --expect, the verdict
+    (exit 0 achieved, 1 otherwise); --fail-on-regression PCT: a CI gate."""
+    from .compare import (
+        EXPECT_RANGE,
+        REGRESSION_RANGE,
+        OptionError,
+        check_percent,
+        compare,
+        comparison_json,
+        format_text,
+    )
     from .spans import load_spans
 
     with _guarded():
         _check_format(fmt)
+        try:
+            check_percent("--expect", expect, EXPECT_RANGE)
+            check_percent("--fail-on-regression", fail_on_regression, REGRESSION_RANGE)
+        except OptionError as exc:
+            raise _bad_usage(str(exc)) from None
         pmap = point_map.expanduser() if point_map else None
         result = compare(load_spans(before.expanduser(), pmap), load_spans(after.expanduser(), pmap),
-                         label=label, expect=expect)
+                         label=label, expect=expect, fail_on_regression=fail_on_regression)
         if fmt == "json":
             _emit_json(comparison_json(result), None)
         else:
             sys.stdout.write(format_text(result))
-        raise typer.Exit(0 if result.verdict in (None, ACHIEVED) else 1)
+        raise typer.Exit(1 if result.failed else 0)
 
 
 def register(app: typer.Typer) -> None:
