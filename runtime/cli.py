@@ -222,9 +222,35 @@ def cmd_compare(
         raise typer.Exit(1 if result.failed else 0)
 
 
+def cmd_demo_data(
+    directory: Annotated[Path, typer.Argument(help="New or empty directory to write the rank files into.")],
+    ranks: Annotated[int, typer.Option("--ranks", help="Ranks (1-64).")] = 2,
+    launches: Annotated[int, typer.Option("--launches", help="Launches per rank (1-1000).")] = 8,
+    aic: Annotated[int, typer.Option("--aic", help="AIC cores per rank (1-64); twice as many AIV.")] = 4,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed: same seed, same timings.")] = 0,
+    speedup: Annotated[
+        float, typer.Option("--speedup", help="Make the matmul phase (gmm) this many % faster (0-<100).")
+    ] = 0.0,
+) -> None:
+    """Write a small profiling directory (rank files + point map) to try collect, report
+    and compare without an Ascend device."""
+    from .demo import write_demo
+
+    with _guarded():
+        try:
+            made = write_demo(directory.expanduser(), ranks=ranks, launches=launches, aic=aic,
+                              seed=seed, speedup=speedup)
+        except ValueError as exc:
+            raise _bad_usage(str(exc)) from None
+        print(f"wrote {made.directory}: {made.files} rank files ({made.ranks} ranks x {made.launches} "
+              f"launches, {made.aic} AIC + {made.aiv} AIV cores each) and point_map.json")
+        print(f"try: optrace collect {made.directory} -o trace.json; optrace report {made.directory}")
+
+
 def register(app: typer.Typer) -> None:
     """Add the runtime commands to the top-level app."""
     app.command("collect")(cmd_collect)
     app.command("inspect")(cmd_inspect)
     app.command("report")(cmd_report)
     app.command("compare")(cmd_compare)
+    app.command("demo-data")(cmd_demo_data)
