@@ -1,8 +1,9 @@
-"""Runtime commands (collect, inspect, report, compare) for the optrace CLI.
+"""Runtime commands (collect, inspect, report, compare, demo-data) for the optrace CLI.
 
 Thin: parse arguments, call the runtime modules, print, choose the exit code. Exit codes
-(cli.md): 0 ok, 1 records skipped (collect) / verdict not achieved (compare --expect),
-2 bad input (printed as ``path: message``, no traceback), 3 internal error.
+(cli.md): 0 ok, 1 records skipped (collect) / a verdict other than achieved or a flagged
+regression (compare --expect / --fail-on-regression), 2 bad input (printed as
+``path: message``, no traceback), 3 internal error.
 """
 
 from __future__ import annotations

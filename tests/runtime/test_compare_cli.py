@@ -136,3 +136,18 @@ def test_numeric_options_are_checked(runs: dict[str, Path], option: str, value: 
     assert result.exit_code == 2
     assert f"optrace: {option} must be a finite number from" in result.output
     assert "label" not in result.output  # refused before comparing
+
+
+def test_the_documented_demo_gives_the_documented_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/runtime.md shows `compare` on the README's demo pair: the same bytes here."""
+    docs = (Path(__file__).parents[2] / "docs" / "runtime.md").read_text(encoding="utf-8")
+    command = "$ optrace compare demo/before demo/after --expect 20 --fail-on-regression 2\n"
+    shown = docs.split(command, 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    assert invoke("demo-data", "demo/before").exit_code == 0
+    assert invoke("demo-data", "demo/after", "--seed", "1", "--speedup", "30").exit_code == 0
+    result = invoke(*command[2:].split()[1:])
+    assert result.exit_code == 0
+    assert result.output == shown
