@@ -103,22 +103,22 @@ class LaunchTimes:
 def launch_times(table: SpanTable) -> LaunchTimes:
     """Per launch and label: the largest per-core total of the label over the launch's
     cores (0 in a launch where no core ran it). Launches without any span are left out."""
-    n_labels, n_tracks = len(table.labels), len(table.tracks)
-    per_track = np.bincount(
-        table.track.astype(np.int64) * n_labels + table.label,
-        weights=table.dur,
-        minlength=n_tracks * n_labels,
-    ).reshape(n_tracks, n_labels)
-    spans_per_track = np.bincount(table.track, minlength=n_tracks)
-    n_launches = len(table.launches)
-    values = np.zeros((n_launches, n_labels))
-    np.maximum.at(values, table.track_launch, per_track)
-    used = np.bincount(table.track_launch, weights=spans_per_track, minlength=n_launches) > 0
+    n_labels = len(table.labels)
+    # Per (core, label) present: the label's total on that core; sparse, as a big run
+    # has ~10^6 cores and dozens of labels.
+    pairs, inverse = np.unique(table.track.astype(np.int64) * n_labels + table.label, return_inverse=True)
+    totals = np.bincount(inverse.ravel(), weights=table.dur, minlength=pairs.size)
+    track, label = pairs // n_labels, pairs % n_labels
+    launch = table.track_launch[track]
+    values = np.zeros((len(table.launches), n_labels))
+    np.maximum.at(values, (launch, label), totals)
+    used = np.zeros(len(table.launches), dtype=bool)
+    used[launch] = True
     present = np.bincount(table.label, minlength=n_labels) > 0
-    ranks: list[int] = []
-    for launch in np.flatnonzero(used):
-        processes = {table.tracks[t].split(" / ", 1)[0] for t in np.flatnonzero(table.track_launch == launch)}
-        ranks.append(len(processes))
+    processes: dict[int, set[str]] = {}
+    for t in np.unique(track).tolist():
+        processes.setdefault(int(table.track_launch[t]), set()).add(table.tracks[t].split(" / ", 1)[0])
+    ranks = [len(processes[k]) for k in np.flatnonzero(used).tolist()]
     return LaunchTimes(list(table.labels), values[used], present, ranks)
 
 
