@@ -37,6 +37,8 @@ def main() -> None:
     if (HERE / "bench_collect.py").exists():
         collect_args = ["--ranks", "2"] if args.quick else []
         sections.append(("collect", run("bench_collect.py", *collect_args)))
+    compare_args = ["--seeds", "50"] if args.quick else []
+    sections.append(("compare as a CI gate", run("bench_compare.py", *compare_args)))
     scaling_args = ["--operators", "5,10,20", "--ranks", "1,2,4"] if args.quick else []
     sections.append(("scaling", run("bench_scaling.py", *scaling_args)))
     stamp = datetime.date.today().isoformat()
