@@ -285,7 +285,8 @@ def _g2_opdef(analysis: Analysis, ev: list[Evidence]) -> int | None:
         return None
     pos = info.profiling_position()
     if pos is None:
-        ev.append(Evidence(path, info.outputs[-1].line, "OpDef has no profiling_data output", False))
+        ev.append(Evidence(path, info.outputs[-1].line if info.outputs else info.class_line,
+                           "OpDef has no profiling_data output", False))
         return None
     out = info.outputs[pos]
     last = pos == len(info.outputs) - 1
