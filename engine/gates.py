@@ -336,13 +336,14 @@ def _g2_tiling(analysis: Analysis, index: int, ev: list[Evidence]) -> None:
 
 
 def _g2_aclnn(analysis: Analysis, ev: list[Evidence]) -> None:
-    from optrace.codemods.aclnn import aclnn_files, workspace_lists
+    from optrace.codemods.aclnn import aclnn_files, workspace_lists, wrapper_names
     from optrace.engine.diagnostics import InputError
 
+    names = wrapper_names(analysis.layers, clean=False)  # hand-written wrappers under any name too
     for path in aclnn_files(analysis.layers):
         data = _read(path)
         try:
-            lists = workspace_lists(path, data, analysis.layers.camel)
+            lists = workspace_lists(path, data, names)
         except InputError as exc:
             ev.append(Evidence(path, exc.diagnostic.line, exc.diagnostic.message, False))
             continue
