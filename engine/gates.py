@@ -296,43 +296,49 @@ def _g2_opdef(analysis: Analysis, ev: list[Evidence]) -> int | None:
 
 
 def _g2_infer(analysis: Analysis, index: int, ev: list[Evidence]) -> None:
-    from optrace.codemods.infer import DTYPE_CONTEXT, SHAPE_CONTEXT, context_functions
+    from optrace.codemods.infer import infer_functions
     from optrace.codemods.layer_common import output_uses
+    from optrace.codemods.op_host_registry import INFER_DTYPE, INFER_SHAPE, unresolved
 
-    for f in analysis.layers.found.get("infer", []):
-        data = _read(f.path)
-        for context, what in ((SHAPE_CONTEXT, "shape"), (DTYPE_CONTEXT, "dtype")):
-            for fn, _ctx in context_functions(data, context):
-                uses = output_uses(data, fn.body_open, fn.body_close)
-                named = [u for u in uses if b"rofil" in u.expr]
-                hit = named or [u for u in uses if u.index == index]
-                if not hit:
-                    ev.append(Evidence(f.path, fn.line, f"infer `{fn.name}` never sets the {what} of "
-                                       f"output {index} (profiling_data)", False))
-                    continue
-                u = hit[0]
-                ok = u.index == index
-                ev.append(Evidence(f.path, _line(data, u.offset),
-                                   f"infer {what}: profiling_data at index {u.index}"
-                                   + ("" if ok else f", the OpDef has it at {index}"), ok))
+    layers = analysis.layers
+    for target in infer_functions(layers, clean=False):  # the registered ones, never helpers
+        fn, path = target.function, target.path
+        what = "shape" if target.role == INFER_SHAPE else "dtype"
+        data = _read(path)
+        uses = output_uses(data, fn.body_open, fn.body_close)
+        named = [u for u in uses if b"rofil" in u.expr]
+        hit = named or [u for u in uses if u.index == index]
+        if not hit:
+            ev.append(Evidence(path, fn.line, f"infer `{fn.name}` never sets the {what} of "
+                               f"output {index} (profiling_data)", False))
+            continue
+        u = hit[0]
+        ok = u.index == index
+        ev.append(Evidence(path, _line(data, u.offset), f"infer {what}: profiling_data at index {u.index}"
+                           + ("" if ok else f", the OpDef has it at {index}"), ok))
+    for role in (INFER_SHAPE, INFER_DTYPE):
+        for reg in unresolved(layers, role, clean=False):
+            ev.append(Evidence(reg.path, reg.line, f"{role} is registered as `{reg.function or 'a lambda'}`, "
+                               "which is not defined in the op's host files: nothing sets profiling_data's "
+                               f"{role.split()[1]} (write it by hand)", False))
 
 
 def _g2_tiling(analysis: Analysis, index: int, ev: list[Evidence]) -> None:
     from optrace.codemods.layer_common import output_uses
     from optrace.codemods.tiling import tiling_functions
 
-    for f in analysis.layers.found.get("tiling", []):
-        data = _read(f.path)
-        for fn, _ctx in tiling_functions(data):
-            uses = output_uses(data, fn.body_open, fn.body_close)
-            named = [u for u in uses if b"rofil" in u.expr] or [u for u in uses if u.index == index]
-            if not named:
-                ev.append(Evidence(f.path, fn.line, f"tiling `{fn.name}` describes outputs but not "
-                                   f"profiling_data (output {index})", False))
-                continue
-            ok = named[0].index == index
-            ev.append(Evidence(f.path, _line(data, named[0].offset),
-                               f"tiling: profiling_data at index {named[0].index}", ok))
+    for target in tiling_functions(analysis.layers, clean=False):  # registered, reading outputs
+        fn, path = target.function, target.path
+        data = _read(path)
+        uses = output_uses(data, fn.body_open, fn.body_close)
+        named = [u for u in uses if b"rofil" in u.expr] or [u for u in uses if u.index == index]
+        if not named:
+            ev.append(Evidence(path, fn.line, f"tiling `{fn.name}` describes outputs but not "
+                               f"profiling_data (output {index})", False))
+            continue
+        ok = named[0].index == index
+        ev.append(Evidence(path, _line(data, named[0].offset),
+                           f"tiling: profiling_data at index {named[0].index}", ok))
 
 
 def _g2_aclnn(analysis: Analysis, ev: list[Evidence]) -> None:
