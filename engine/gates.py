@@ -136,8 +136,6 @@ def operator_mode(analysis: Analysis) -> str:
 
 # --- G1 ---------------------------------------------------------------------------------------
 
-_PREPROCESS_RE = re.compile(rb"\boptrace(?:\}|\S*)?\s+preprocess\s+(\S+)((?:[^\n]|\\\n)*)")
-_OUT_RE = re.compile(rb"--out[ \t=]+(\S+)")
 
 
 def gate_g1(analysis: Analysis, mode: str) -> GateResult:
@@ -149,6 +147,7 @@ def gate_g1(analysis: Analysis, mode: str) -> GateResult:
         _kernel_copies,
         _words,
         build_script,
+        hook_command,
     )
 
     layers = analysis.layers
@@ -167,22 +166,23 @@ def gate_g1(analysis: Analysis, mode: str) -> GateResult:
     loud = (b"command -v optrace" in body and b"exit 1" in body) or b"FATAL_ERROR" in body
     ev.append(Evidence(script, hook_line, "fails the build when optrace is not installed" if loud
                        else "does not fail the build when optrace is missing", loud))
-    pre = _PREPROCESS_RE.search(body)
+    shell = script.suffix in SHELL_SUFFIXES
+    # Read as the shell / CMake reads it: continuation lines joined, `execute_process(...)`
+    # across lines, comments and messages left out.
+    pre = hook_command(body, cmake=not shell and script.suffix in (".cmake", ".txt"))
     if pre is None:
         ev.append(Evidence(script, hook_line, "the block does not run `optrace preprocess`", False))
         return _gate("G1", ev, "", "the hook does not preprocess the kernels")
-    pre_line = _line(data, block.start() + pre.start())
-    src = pre.group(1).strip(b'"\'').rstrip(b"/")
-    out = _OUT_RE.search(pre.group(2))
-    modify = b"--modify" in pre.group(2)
-    if out is None:
+    pre_line = _line(data, block.start() + pre.offset)
+    src = pre.src.strip(b'"\'').rstrip(b"/")
+    modify = pre.modify
+    if pre.out is None:
         ev.append(Evidence(script, pre_line, "no `--out`: point_map.json is not written beside the build",
                            False))
     else:
-        ev.append(Evidence(script, pre_line, f"writes {out.group(1).decode(errors='replace').strip(chr(34))}"
+        ev.append(Evidence(script, pre_line, f"writes {pre.out.decode(errors='replace').strip(chr(34))}"
                                              "/point_map.json"))
     rest = data[: block.start()] + data[block.end() :]
-    shell = script.suffix in SHELL_SUFFIXES
     copies = _kernel_copies(rest) if shell else []
     if copies:
         last = copies[-1]
