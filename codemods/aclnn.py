@@ -119,7 +119,7 @@ def wrapper_names(layers: Layers, clean: bool = True) -> tuple[str, ...]:
             texts.append(clean_bytes(path) if clean else path.read_bytes())
         except OSError:
             continue
-    names = set()
+    names: set[str] = set()
     own = workspace_pattern(layers.op_name)
     for data in texts:
         names.update(m.group(1).decode() for m in own.finditer(mask(data)))
