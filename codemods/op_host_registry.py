@@ -95,12 +95,16 @@ class HostFunction:
     registration: Registration | None
 
 
+_NOT_HOST = frozenset({"op_kernel", "op_api", "tests", "test", "examples", "docs"})
+
+
 def host_files(layers: Layers) -> list[Path]:
     """C++ sources of the op's host side: the discovered OpDef / infer / tiling files and
-    every other C++ file of the operator directory outside `op_kernel/` and `op_api/`."""
+    every other C++ file of the operator directory outside `op_kernel/`, `op_api/` and
+    its tests, examples and docs."""
     files = [f.path for key in ("op_def", "infer", "tiling") for f in layers.found.get(key, [])]
     for path in walk_files(layers.op_dir, CPP_EXTS):
-        if "op_kernel" in path.parts or "op_api" in path.parts or path in files:
+        if _NOT_HOST & set(path.relative_to(layers.op_dir).parts) or path in files:
             continue
         if path.suffix.lower() in (".cpp", ".cc", ".cxx", ".h", ".hpp"):
             files.append(path)
