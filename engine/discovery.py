@@ -16,6 +16,7 @@ from pathlib import Path
 
 from optrace.engine.config import Config
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
+from optrace.engine.names import op_name_pattern, same_op
 from optrace.engine.source import blank_comments, decode, is_binary
 
 CPP_EXTS = frozenset({".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".hh", ".hxx", ".asc", ".inc"})
@@ -344,7 +345,8 @@ def discover(op_dir: Path, repo_root: Path, config: Config) -> Layers:
     entries = find_entries(kernel_candidates)
     if entries:
         # Prefer the function named after the op, then the file named after it.
-        entries.sort(key=lambda e: (e.name != op_name, e.path.stem != op_name, str(e.path)))
+        entries.sort(key=lambda e: (not same_op(e.name, op_name), not same_op(e.path.stem, op_name),
+                                    str(e.path)))
         layers.entry = entries[0]
         layers.kernel_dir = _kernel_dir(entries[0].path, op_dir)
         e = entries[0]
@@ -372,7 +374,7 @@ def discover(op_dir: Path, repo_root: Path, config: Config) -> Layers:
         layers.found.setdefault(layer, []).append(LayerFile(path, line, detail))
 
     # --- inside the operator directory ---------------------------------------------------
-    camel = layers.camel.encode()
+    camel = op_name_pattern(op_name)  # any spelling: `MoeGmmFFNGate` for moe_gmm_ffn_gate
     for path in cpp_files:
         data = _read(path)
         if data is None:
@@ -383,7 +385,7 @@ def discover(op_dir: Path, repo_root: Path, config: Config) -> Layers:
             name.endswith("_base.h") and layers.kernel_dir and layers.kernel_dir in path.parents
         ):
             put("base_header", path, None, None, "kernel base header")
-        if re.search(rb"\bOpDef\b", code) and re.search(rb"this->\s*(Input|Output)\s*\(", code):
+        if re.search(rb"\bOpDef\b", code) and re.search(rb"this->\s*(Input|Output|Attr|AICore)\s*\(", code):
             put("op_def", path, code, rb"this->\s*Output\s*\(", "OpDef outputs")
         if re.search(rb"InferShape|IMPL_OP_INFERSHAPE|InferDataType", code) and not name.endswith(".h"):
             put("infer", path, code, rb"InferShape\w*\s*\(", "infer shape")
@@ -391,7 +393,7 @@ def discover(op_dir: Path, repo_root: Path, config: Config) -> Layers:
             put("tiling", path, code, rb"Tiling\w*\s*\(", "tiling function")
         if name.startswith("aclnn_") or re.search(rb"aclnnInner" + camel, code):
             if "op_kernel" not in path.parts:
-                put("aclnn", path, code, rb"aclnn\w*" + camel, "aclnn wrapper")
+                put("aclnn", path, code, rb"aclnn(?:Inner)?" + camel, "aclnn wrapper")
 
     # --- the rest of the repository, by op name ------------------------------------------
     _search_repository(layers, op_dir, put)
@@ -431,8 +433,8 @@ def _search_repository(layers: Layers, op_dir: Path, put: object) -> None:
     Python fakes and torchair converters."""
     assert callable(put)
     op = layers.op_name.encode()
-    camel = layers.camel.encode()
-    op_word = re.compile(rb"\b" + re.escape(op) + rb"\b")
+    camel = op_name_pattern(layers.op_name)  # any spelling (acronyms, case)
+    op_word = re.compile(rb"\b" + camel + rb"\b")  # the op named in any spelling
     exec_re = re.compile(
         rb"EXEC_NPU_CMD(?:_V\d+)?\s*\(\s*aclnn" + camel + rb"\b|EXEC_KERNEL_CMD\s*\(\s*" + op + rb"\b"
     )
@@ -448,7 +450,9 @@ def _search_repository(layers: Layers, op_dir: Path, put: object) -> None:
     index = repo_index(layers.repo_root)
     for path in index.build_scripts():
         put("build_script", path, _read(path), _BUILD_RE.pattern, "copies / builds the kernels")
-    candidates = index.mentioning(op, camel, b"aclnn" + camel, b"aclnn_" + op)
+    spelled = layers.camel.encode()  # the index is lower case: one spelling finds them all
+    candidates = index.mentioning(op, spelled, b"aclnn" + spelled, b"aclnn_" + op,
+                                  b"aclnnInner" + spelled + b"GetWorkspaceSize")
     for path in candidates:
         inside = op_dir in path.parents
         ext = path.suffix.lower()
@@ -475,7 +479,7 @@ def _search_repository(layers: Layers, op_dir: Path, put: object) -> None:
             if (path.name.lower().startswith("aclnn_") and op in path.name.encode()) or re.search(
                 rb"aclnnInner" + camel + rb"GetWorkspaceSize", code
             ):
-                put("aclnn", path, code, rb"aclnn\w*" + camel, "aclnn wrapper (outside op dir)")
+                put("aclnn", path, code, rb"aclnn(?:Inner)?" + camel, "aclnn wrapper (outside op dir)")
         elif ext == ".py":
             if call_re.search(data):
                 put("python_callers", path, data, call_re.pattern, "calls the op")
