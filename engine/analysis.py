@@ -93,6 +93,7 @@ class Analysis:
     _sizes: dict[str, tuple[int, bool]] = field(default_factory=dict)
     _spin: dict[tuple[str, int, int], bool] = field(default_factory=dict)
     _scoped: dict[str, dict[str, list[LocalDecl]]] = field(default_factory=dict)
+    _macros: dict[str, FunctionMacro] | None = None
 
     # --- per-function facts ---------------------------------------------------------
     def local_type(self, fn: FunctionDef, name: str, offset: int) -> str | None:
@@ -101,6 +102,15 @@ class Analysis:
         if scoped is None:
             scoped = self._scoped[fn.id] = scoped_locals(fn.src, fn)
         return local_type_at(scoped, name, offset) or fn.params.get(name)
+
+    def function_macros(self) -> dict[str, FunctionMacro]:
+        """`#define NAME(params) body` of every file read, by name (the first wins)."""
+        if self._macros is None:
+            self._macros = {}
+            for parsed in self.parsed.values():
+                for macro in scan_function_macros(blank_comments(parsed.src.raw)):
+                    self._macros.setdefault(macro.name, macro)
+        return self._macros
 
     def call_site(self, fn: FunctionDef, call: Node) -> CallSite:
         key = (str(fn.src.path), call.start_byte, call.end_byte, fn.id)
@@ -139,6 +149,54 @@ class Analysis:
                     has_loop = True
             cached = self._sizes[fn.id] = (stmts, has_loop)
         return cached
+
+
+@dataclass(frozen=True)
+class FunctionMacro:
+    name: str
+    params: tuple[str, ...]
+    body: str
+
+    def expand(self, args: list[str]) -> str:
+        """The body with its parameters replaced (`__VA_ARGS__` takes the rest)."""
+        values = dict(zip(self.params, args, strict=False))
+        if self.params and self.params[-1] == "...":
+            values["__VA_ARGS__"] = ", ".join(args[len(self.params) - 1:])
+        return re.sub(r"\b[A-Za-z_]\w*\b", lambda m: values.get(m.group(0), m.group(0)), self.body)
+
+
+_DEFINE_RE = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)\(([^)]*)\)((?:[^\n]*\\\r?\n)*[^\n]*)",
+                        re.M)
+
+
+def scan_function_macros(code: bytes) -> list[FunctionMacro]:
+    """Function-like macro definitions (continuation lines joined), comments blanked."""
+    out = []
+    for m in _DEFINE_RE.finditer(code):
+        params = tuple(p.strip() for p in decode(m.group(2)).split(",") if p.strip())
+        body = re.sub(r"\\\r?\n", " ", decode(m.group(3)))
+        out.append(FunctionMacro(decode(m.group(1)), params, body))
+    return out
+
+
+def split_arguments(text: str) -> list[str]:
+    """`a, Foo<b, c>, (d, e)` -> three arguments (brackets nest)."""
+    args: list[str] = []
+    cur: list[str] = []
+    depth = 0
+    for ch in text:
+        if ch in "(<[{":
+            depth += 1
+        elif ch in ")>]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            args.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    if "".join(cur).strip():
+        args.append("".join(cur).strip())
+    return args
 
 
 def callee_name(src_text: str) -> str:
@@ -224,14 +282,25 @@ def _collect_existing(an: Analysis) -> None:
             )
 
 
+_TASK_TYPE_RE = re.compile(rb"\bKERNEL_TYPE_(AIV_ONLY|AIC_ONLY|MIX_\w+)")
+
+
 def _kernel_cores(an_files: dict[Path, ParsedFile], entry_src: bytes) -> tuple[bool, frozenset[str]]:
     entry_code = blank_comments(entry_src)
-    if b"KERNEL_TYPE_AIV_ONLY" in entry_code:
-        return False, frozenset({"AIV"})
-    if b"KERNEL_TYPE_AIC_ONLY" in entry_code:
-        return False, frozenset({"AIC"})
-    if b"KERNEL_TYPE_MIX" in entry_code:
-        return True, frozenset({"AIC", "AIV"})
+    # What the kernel declares of itself (`KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_...)`, or
+    # per tiling key): the union over its declarations. `MIX_AIC_1_0` runs cube cores only,
+    # `MIX_AIV_1_0` vector cores only, `MIX_AIC_1_2` both.
+    declared: set[str] = set()
+    for m in _TASK_TYPE_RE.finditer(entry_code):
+        kind = m.group(1)
+        if kind in (b"AIV_ONLY", b"MIX_AIV_1_0"):
+            declared.add("AIV")
+        elif kind in (b"AIC_ONLY", b"MIX_AIC_1_0"):
+            declared.add("AIC")
+        elif kind.startswith(b"MIX"):
+            declared |= {"AIC", "AIV"}
+    if declared:
+        return len(declared) > 1, frozenset(declared)
     markers = re.compile(rb"operator\s*\(\s*\)\s*<\s*(?:AscendC::)?AI[CV]|g_coreType|ASCEND_IS_AIC")
     for parsed in an_files.values():
         if markers.search(blank_comments(parsed.src.raw)):

@@ -16,10 +16,18 @@ from pathlib import Path
 
 from tree_sitter import Node
 
-from optrace.engine.analysis import BLOCKING_PRIMITIVES, HOT_WORDS, Analysis, is_spin_loop, kebab
+from optrace.engine.analysis import (
+    BLOCKING_PRIMITIVES,
+    HOT_WORDS,
+    Analysis,
+    is_spin_loop,
+    kebab,
+    split_arguments,
+)
 from optrace.engine.cpp import (
     LOOP_TYPES,
     FunctionDef,
+    base_type_name,
     core_of_condition,
     role_of_condition,
     text_of,
@@ -39,6 +47,10 @@ TILE_LOOP_WORDS = frozenset(
 GENERIC_METHODS = frozenset(
     {"Process", "Run", "Compute", "Execute", "operator()", "Main", "Launch", "Exec", "Forward"}
 )
+_MACRO_CALL_RE = re.compile(r"\s*([A-Z_][A-Z0-9_]*)\s*\(")
+# In a macro's expansion: `Type<...> var(...);` / `Type<...> var;`, and `var.Process(...)`.
+_MACRO_DECL_RE = re.compile(r"([A-Za-z_][\w:]*(?:\s*<[^;{}]*?>)?)\s+([A-Za-z_]\w*)\s*[({;=]")
+_MACRO_WORK_RE = re.compile(r"\b([A-Za-z_]\w*)\s*(?:\.|->)\s*(Process|Run|Compute|Execute)\s*\(")
 # Methods that run a kernel class's work (or set it up), traced at the call site when the
 # class itself is not in the files read.
 UNSEEN_WORK_METHODS = frozenset({"Init", "Process", "Run", "Compute", "Execute", "operator()"})
@@ -181,6 +193,9 @@ class Planner:
             body = node.child_by_field_name("body")
             if body is not None:
                 self.walk_block(fn, body, ctx, parent)
+        elif t in ("expression_statement", "declaration", "ERROR") and self._macro_call(fn, node, ctx,
+                                                                                       parent):
+            pass
         elif t in ("expression_statement", "declaration", "return_statement"):
             self.walk_calls(fn, node, ctx, parent)
 
@@ -351,6 +366,46 @@ class Planner:
                 region.notes.append(f"{outside[0].display} is defined outside the operator "
                                     f"directory ({outside[0].src.path.name}): traced at the call site")
             self.expand([c for c in bodies if self.inside(c)], ctx, region)
+
+    def _macro_call(self, fn: FunctionDef, stmt: Node, ctx: Ctx, parent: Region) -> bool:
+        """`INVOKE_IMPL(KernelFoo, half);` expanding to `KernelFoo<half> op(...);
+        op.Init(...); op.Process();`: the region sits at the macro's call (the macro's text
+        is shared by every call, so no point goes inside it) and the class's own code is
+        planned below it as if the expansion were written out. Read from the statement's
+        text: with a type among its arguments (`IMPL(Kernel, float)`) tree-sitter does not
+        see a call at all."""
+        stmt_text = text_of(fn.src, stmt)
+        m = _MACRO_CALL_RE.match(stmt_text)
+        macro = self.an.function_macros().get(m.group(1)) if m else None
+        if m is None or macro is None:
+            return False
+        name = m.group(1)
+        depth, end = 0, len(stmt_text)
+        for i in range(m.end() - 1, len(stmt_text)):
+            depth += {"(": 1, ")": -1}.get(stmt_text[i], 0)
+            if depth == 0:
+                end = i
+                break
+        text = macro.expand(split_arguments(stmt_text[m.end():end]))
+        types = {m.group(2): base_type_name(m.group(1)) for m in _MACRO_DECL_RE.finditer(text)}
+        bodies: list[FunctionDef] = []
+        for m in _MACRO_WORK_RE.finditer(text):
+            classes = self.an.index.resolve_class(types.get(m.group(1), ""), fn.scope)
+            bodies += [c for c in self.an.index.methods(classes, m.group(2))
+                       if c.id not in ctx.stack and (c.core is None or c.core in ctx.cores)]
+        if not bodies:
+            return False
+        first = bodies[0]
+        region = self._new(parent, [label_word(first, fn.scope)], Kind.CALL, ctx,
+                           self._stmt_anchor(fn, stmt), f"call to {first.display} through macro "
+                           f"`{name}` ({_where(first)})", function=first.id, covers=first.src.path)
+        region.notes.append(f"`{name}(...)` expanded with its definition: traced at the macro's call")
+        inside = [c for c in bodies if self.inside(c)]
+        if len(inside) < len(bodies):
+            region.notes.append(f"{first.display} is defined outside the operator directory: "
+                                "traced at the call site")
+        self.expand(inside, ctx, region)
+        return True
 
     def _entry_work(self, fn: FunctionDef) -> bool:
         stmts, has_loop = self.an.size_of(fn)

@@ -209,3 +209,56 @@ def test_apply_of_one_operator_leaves_the_siblings_files_and_strip_restores(tmp_
     assert snapshot(root) == after
     assert runner.invoke(app, ["strip", str(root / "norm/rms_norm_v2"), "--write"]).exit_code == 0
     assert snapshot(root) == before
+
+
+# --- function-like macros that declare and run the kernel class --------------------------------
+
+
+def test_a_macro_that_runs_the_kernel_class_is_seen_through(tmp_path: Path) -> None:
+    files = {"ops/mac/op_kernel/mac.cpp":
+             '#include "mac_kernels.h"\n'
+             "#define RUN_KERNEL_IMPL(cls, ...)                 \\\n"
+             "    do {                                           \\\n"
+             "        cls<__VA_ARGS__> op;                        \\\n"
+             "        op.Init(x, y, workspace);                   \\\n"
+             "        op.Process();                               \\\n"
+             "    } while (0)\n"
+             + ENTRY_HEAD.format(op="mac")
+             + "    if (TILING_KEY_IS(1)) {\n        RUN_KERNEL_IMPL(KernelWide, half);\n"
+             "    } else {\n        RUN_KERNEL_IMPL(KernelNarrow, float, 2);\n    }\n}\n",
+             "ops/mac/op_kernel/mac_kernels.h":
+             "template <class T>\n" + kernel_class("KernelWide", "Wide")
+             + "template <class T, int N>\n" + kernel_class("KernelNarrow", "Narrow")}
+    root = write_tree(tmp_path, files)
+    plan = plan_operator(root / "ops/mac")
+    # each macro call reaches its own class; the class level is lifted (OT102)
+    assert [(d, label) for d, label, _ in tree(plan)] == [
+        (1, "group-loop"), (2, "group-loop wide0"), (2, "group-loop wide1"), (2, "group-loop wide2"),
+        (1, "group-loop"), (2, "group-loop narrow0"), (2, "group-loop narrow1"), (2, "group-loop narrow2")]
+    before = snapshot(root)
+    assert runner.invoke(app, ["apply", str(root / "ops/mac"), "--write"]).exit_code == 0
+    entry = (root / "ops/mac/op_kernel/mac.cpp").read_text()
+    # nothing inside the macro's text (every call shares it), points in the classes
+    macro = before["ops/mac/op_kernel/mac.cpp"].decode().split("#define")[1].split("extern")[0]
+    assert "#define" + macro in entry
+    assert (root / "ops/mac/op_kernel/mac_kernels.h").read_text().count('"group-loop", "B"') == 2
+    check = runner.invoke(app, ["check", str(root / "ops/mac"), "--format", "json"])
+    assert '"severity": "error"' not in check.stdout, check.stdout
+    assert runner.invoke(app, ["strip", str(root / "ops/mac"), "--write"]).exit_code == 0
+    assert snapshot(root) == before
+
+
+# --- the core mix the kernel declares --------------------------------------------------------------
+
+
+def test_the_declared_task_type_sets_the_core_types(tmp_path: Path) -> None:
+    cases = {"KERNEL_TYPE_AIV_ONLY": {"AIV"}, "KERNEL_TYPE_MIX_AIV_1_0": {"AIV"},
+             "KERNEL_TYPE_AIC_ONLY": {"AIC"}, "KERNEL_TYPE_MIX_AIC_1_0": {"AIC"},
+             "KERNEL_TYPE_MIX_AIC_1_2": {"AIC", "AIV"}}
+    for i, (decl, cores) in enumerate(cases.items()):
+        files = {f"ops/k{i}/op_kernel/k{i}.cpp":
+                 ENTRY_HEAD.format(op=f"k{i}")
+                 + f"    KERNEL_TASK_TYPE_DEFAULT({decl});\n    SyncAll();\n}}\n"}
+        plan = plan_operator(write_tree(tmp_path / str(i), files) / f"ops/k{i}")
+        assert set(plan.analysis.kernel_cores) == cores, decl
+        assert set(plan.per_core) == cores, decl
