@@ -18,17 +18,17 @@ output left out in mode A, where it is OPTIONAL) is skipped, not an error.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from optrace.codemods.layer_common import (
-    CODE_LAYER_SHAPE,
     INDEX_VAR,
     NUMEL_MACRO,
     CppFunction,
     clean_bytes,
+    fragment,
     include_edit,
     indent_unit,
-    input_error,
     insert_lines,
     leading_ws,
     mask,
@@ -46,18 +46,19 @@ from optrace.engine.plan import Plan
 CODEMOD = "infer"
 
 
-def before_final_return(path: Path, data: bytes, fn: CppFunction) -> tuple[int, bytes]:
-    """(line start to insert at, indent) right before the body's final `return`, or
-    before its closing brace when it does not end with one."""
+def before_final_return(path: Path, data: bytes, fn: CppFunction, lines: Callable[[bytes], list[bytes]],
+                        codemod: str, note: str) -> Edit:
+    """`lines(indent)` inserted right before the body's final `return`, or before its
+    closing brace when it does not end with one. A body whose end shares its line with
+    other code (`{ return GRAPH_SUCCESS; }`) gets them as one fragment on that line."""
     code = mask(data)
     ret = top_level_return(code, fn)
     at = ret[0] if ret is not None else fn.body_close
     if not starts_line(data, at):
-        raise input_error(CODE_LAYER_SHAPE, f"cannot insert lines before the end of `{fn.name}`: "
-                          "its last statement shares a line with other code", path, data, at)
-    if ret is not None:
-        return line_start(data, at), leading_ws(data, at)
-    return line_start(data, at), leading_ws(data, fn.body_close) + indent_unit(data)
+        text = b" ".join(line.strip() for line in lines(b""))
+        return fragment(path, at, text + b" " if ret is not None else b" " + text + b" ", codemod, note)
+    ind = leading_ws(data, at) if ret is not None else leading_ws(data, fn.body_close) + indent_unit(data)
+    return insert_lines(path, data, line_start(data, at), lines(ind), codemod, note)
 
 
 def infer_index(plan: Plan, infer_files: list[Path]) -> int:
@@ -95,25 +96,30 @@ def infer_edits(plan: Plan, mode: str) -> list[Edit]:
         data = clean_bytes(path)
         if _already_sets(data, fn, index):
             continue
-        at, ind = before_final_return(path, data, fn)
         if target.role == INFER_SHAPE:
             unit = indent_unit(data)
-            lines = [
-                ind + const,
-                ind + f"gert::Shape *optraceProfilingShape = {ctx}->GetOutputShape({INDEX_VAR});".encode(),
-                ind + b"if (optraceProfilingShape != nullptr) {",
-                ind + unit + b"optraceProfilingShape->SetDimNum(1);",
-                ind + unit + f"optraceProfilingShape->SetDim(0, {NUMEL_MACRO});".encode(),
-                ind + b"}",
-            ]
-            edits.append(insert_lines(path, data, at, lines, CODEMOD, "profiling_data shape"))
+
+            def shape_lines(ind: bytes, ctx: str = ctx, unit: bytes = unit) -> list[bytes]:
+                return [
+                    ind + const,
+                    ind + f"gert::Shape *optraceProfilingShape = "
+                          f"{ctx}->GetOutputShape({INDEX_VAR});".encode(),
+                    ind + b"if (optraceProfilingShape != nullptr) {",
+                    ind + unit + b"optraceProfilingShape->SetDimNum(1);",
+                    ind + unit + f"optraceProfilingShape->SetDim(0, {NUMEL_MACRO});".encode(),
+                    ind + b"}",
+                ]
+
+            edits.append(before_final_return(path, data, fn, shape_lines, CODEMOD, "profiling_data shape"))
             inc = include_edit(path, data, header_for, CODEMOD) if path not in included else None
             included.add(path)
             if inc is not None:
                 edits.append(inc)
         else:
-            lines = [ind + const, ind + f"{ctx}->SetOutputDataType({INDEX_VAR}, ge::DT_INT64);".encode()]
-            edits.append(insert_lines(path, data, at, lines, CODEMOD, "profiling_data dtype"))
+            def dtype_lines(ind: bytes, ctx: str = ctx) -> list[bytes]:
+                return [ind + const, ind + f"{ctx}->SetOutputDataType({INDEX_VAR}, ge::DT_INT64);".encode()]
+
+            edits.append(before_final_return(path, data, fn, dtype_lines, CODEMOD, "profiling_data dtype"))
     return edits
 
 

@@ -22,7 +22,6 @@ from optrace.codemods.layer_common import (
     CppFunction,
     clean_bytes,
     indent_unit,
-    insert_lines,
     mask,
     output_uses,
 )
@@ -72,16 +71,19 @@ def tiling_edits(plan: Plan, mode: str) -> list[Edit]:
         if any(use.index == index for use in output_uses(data, fn.body_open, fn.body_close)):
             continue
         unit = indent_unit(data)
-        at, ind = before_final_return(path, data, fn)
         failure = failure_value(data, fn)
-        lines = [
-            ind + f"constexpr uint32_t {INDEX_VAR} = {index};".encode(),
-            ind + f"const gert::CompileTimeTensorDesc *optraceProfilingDesc = "
-                  f"{ctx}->GetOutputDesc({INDEX_VAR});".encode(),
-            ind + b"if (optraceProfilingDesc != nullptr && "
-                  b"optraceProfilingDesc->GetDataType() != ge::DT_INT64) {",
-            ind + unit + b"return" + (b" " + failure if failure is not None else b"") + b";",
-            ind + b"}",
-        ]
-        edits.append(insert_lines(path, data, at, lines, CODEMOD, "profiling_data description"))
+
+        def lines(ind: bytes, ctx: str = ctx, unit: bytes = unit,
+                  failure: bytes | None = failure) -> list[bytes]:
+            return [
+                ind + f"constexpr uint32_t {INDEX_VAR} = {index};".encode(),
+                ind + f"const gert::CompileTimeTensorDesc *optraceProfilingDesc = "
+                      f"{ctx}->GetOutputDesc({INDEX_VAR});".encode(),
+                ind + b"if (optraceProfilingDesc != nullptr && "
+                      b"optraceProfilingDesc->GetDataType() != ge::DT_INT64) {",
+                ind + unit + b"return" + (b" " + failure if failure is not None else b"") + b";",
+                ind + b"}",
+            ]
+
+        edits.append(before_final_return(path, data, fn, lines, CODEMOD, "profiling_data description"))
     return edits

@@ -132,3 +132,21 @@ def test_an_infer_that_already_sets_the_output_is_left_alone(tmp_path: Path) -> 
             "    context->GetOutputShape(2)->SetDimNum(1);\n    return;\n}\n")
     op = make_repo(tmp_path, {INFER: text, OPDEF[0]: OPDEF[1]})
     assert run(infer_edits, op) == {}
+
+
+def test_one_line_bodies_get_the_lines_as_one_fragment(tmp_path: Path) -> None:
+    """`{ return GRAPH_SUCCESS; }` on the function's own line: no line to insert before,
+    so the statements go in front of the return on that line (strip takes them back)."""
+    text = ("using namespace ge;\n"
+            "static ge::graphStatus InferShapeDemo(gert::InferShapeContext* context) { return GRAPH_SUCCESS; }\n"
+            "static ge::graphStatus InferDataTypeDemo(gert::InferDataTypeContext* context) { }\n"
+            "IMPL_OP_INFERSHAPE(DemoOp).InferShape(InferShapeDemo).InferDataType(InferDataTypeDemo);\n")
+    op = make_repo(tmp_path, {INFER: text, OPDEF[0]: OPDEF[1]})
+    after = run(infer_edits, op)[INFER]
+    assert ("(gert::InferShapeContext* context) { /*optrace<*/constexpr uint32_t optraceProfilingDataIndex = 2; "
+            "gert::Shape *optraceProfilingShape = context->GetOutputShape(optraceProfilingDataIndex); "
+            "if (optraceProfilingShape != nullptr) { optraceProfilingShape->SetDimNum(1); "
+            "optraceProfilingShape->SetDim(0, OPTRACE_PROFILING_NUMEL); } /*>optrace*/return GRAPH_SUCCESS; }\n"
+            ) in after
+    assert ("(gert::InferDataTypeContext* context) { /*optrace<*/ constexpr uint32_t optraceProfilingDataIndex = 2; "
+            "context->SetOutputDataType(optraceProfilingDataIndex, ge::DT_INT64); /*>optrace*/}\n") in after
