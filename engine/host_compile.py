@@ -25,6 +25,11 @@ def stub_header() -> Path:
     return Path(str(resources.files("optrace.runtime").joinpath("stub/ascendc_host_stub.h")))
 
 
+def host_stub_header() -> Path:
+    """The CANN host API names optrace's op_host / aclnn insertions use."""
+    return Path(str(resources.files("optrace.runtime").joinpath("stub/cann_host_stub.h")))
+
+
 @dataclass(frozen=True)
 class HostError:
     line: int
@@ -65,9 +70,12 @@ def host_compile(files: list[Path], op_dir: Path) -> HostCompile:
                     target = fake / d.target
                     target.parent.mkdir(parents=True, exist_ok=True)
                     target.touch()
-        args = ["-x", "c++", "-std=c++17", "-fsyntax-only", "-ferror-limit=0", "-Wno-everything",
-                "-nostdinc", "-nostdinc++", f"-isystem{fake}",
-                "-include", str(stub_header()), *[f"-I{d}" for d in kernel_dirs], f"-I{fake}"]
+        common = ["-x", "c++", "-std=c++17", "-fsyntax-only", "-ferror-limit=0", "-Wno-everything",
+                  "-nostdinc", "-nostdinc++", f"-isystem{fake}"]
+        dirs = [*[f"-I{d}" for d in kernel_dirs], f"-I{fake}"]
+        args = [*common, "-include", str(stub_header()), *dirs]
+        # op_host / op_api sources are host code: CANN's host API, not AscendC's.
+        host_args = [*common, "-include", str(host_stub_header()), *dirs]
         if not all(_utf8(str(a)) for a in args):
             out.skipped.extend((p, "a folder name is not UTF-8, which libclang cannot take") for p in files)
             return out
@@ -76,7 +84,8 @@ def host_compile(files: list[Path], op_dir: Path) -> HostCompile:
                 out.skipped.append((path, "its name is not UTF-8"))
                 continue
             try:
-                tu = index.parse(str(path), args=args)
+                kernel = "op_kernel" in path.parts or path.suffix == ".asc"
+                tu = index.parse(str(path), args=args if kernel else host_args)
             except cindex.TranslationUnitLoadError as exc:
                 out.skipped.append((path, f"libclang could not load the file: {exc}"))
                 continue

@@ -1,0 +1,79 @@
+// CANN host-side stub: the names optrace's own host-layer insertions use (OpDef outputs,
+// infer shape / dtype, tiling, aclnn), declared just enough for libclang to type-check
+// those lines when the real CANN headers are absent. It is force-included before every
+// op_host / op_api file of a host compile (engine/host_compile.py); kernel files get the
+// AscendC stub instead. It does not try to be CANN: a real header that is present wins
+// where it declares the same names (the redefinition is the same before and after apply).
+#ifndef OPTRACE_CANN_HOST_STUB_H
+#define OPTRACE_CANN_HOST_STUB_H
+
+namespace ge {
+using graphStatus = unsigned int;
+constexpr graphStatus GRAPH_SUCCESS = 0;
+constexpr graphStatus GRAPH_FAILED = 0xFFFFFFFFu;
+enum DataType {
+    DT_FLOAT = 0, DT_FLOAT16 = 1, DT_INT8 = 2, DT_INT32 = 3, DT_UINT8 = 4, DT_INT16 = 6,
+    DT_UINT16 = 7, DT_UINT32 = 8, DT_INT64 = 9, DT_UINT64 = 10, DT_DOUBLE = 11, DT_BOOL = 12,
+    DT_BF16 = 27
+};
+enum Format { FORMAT_NCHW = 0, FORMAT_NHWC = 1, FORMAT_ND = 2, FORMAT_NC1HWC0 = 3, FORMAT_FRACTAL_NZ = 29 };
+}  // namespace ge
+
+namespace gert {
+class Shape {
+public:
+    void SetDimNum(unsigned long n);
+    void SetDim(unsigned long i, long v);
+    unsigned long GetDimNum() const;
+    long GetDim(unsigned long i) const;
+};
+class CompileTimeTensorDesc {
+public:
+    ge::DataType GetDataType() const;
+};
+class InferShapeContext {
+public:
+    Shape *GetOutputShape(unsigned long i);
+    const Shape *GetInputShape(unsigned long i);
+};
+class InferDataTypeContext {
+public:
+    ge::graphStatus SetOutputDataType(unsigned long i, ge::DataType t);
+    ge::DataType GetInputDataType(unsigned long i);
+};
+class TilingContext {
+public:
+    const CompileTimeTensorDesc *GetOutputDesc(unsigned long i);
+};
+}  // namespace gert
+
+namespace ops {
+enum Option { OPTIONAL = 0, REQUIRED = 1, DYNAMIC = 2 };
+class OpParamDef {
+public:
+    OpParamDef &ParamType(Option o);
+    template <int N> OpParamDef &DataType(const ge::DataType (&types)[N]);
+    template <int N> OpParamDef &DataTypeList(const ge::DataType (&types)[N]);
+    template <int N> OpParamDef &Format(const ge::Format (&formats)[N]);
+    template <int N> OpParamDef &FormatList(const ge::Format (&formats)[N]);
+    template <int N> OpParamDef &UnknownShapeFormat(const ge::Format (&formats)[N]);
+    OpParamDef &AutoContiguous();
+    OpParamDef &IgnoreContiguous();
+};
+class OpAICoreConfig {
+public:
+    OpParamDef &Input(const char *name);
+    OpParamDef &Output(const char *name);
+};
+class OpDef {
+public:
+    explicit OpDef(const char *name);
+    OpParamDef &Input(const char *name);
+    OpParamDef &Output(const char *name);
+};
+}  // namespace ops
+
+struct aclTensor;
+struct aclOpExecutor;
+
+#endif  // OPTRACE_CANN_HOST_STUB_H

@@ -1,0 +1,60 @@
+"""The host compile behind `check`'s compile safety and the corpus run's compile diff:
+kernel files against the AscendC stub, op_host / op_api files against the CANN host stub."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from optrace.engine.host_compile import host_compile
+
+HOST = """\
+#include "register/op_def_registry.h"
+namespace ops {
+class Demo : public OpDef {
+public:
+    explicit Demo(const char *name) : OpDef(name)
+    {
+        this->Output("profiling_data").ParamType(REQUIRED).DataType({ge::DT_INT64, ge::DT_INT64})
+            .Format({ge::FORMAT_ND, ge::FORMAT_ND}).UnknownShapeFormat({ge::FORMAT_ND, ge::FORMAT_ND});
+    }
+};
+static ge::graphStatus InferShapeDemo(gert::InferShapeContext *context)
+{
+    gert::Shape *shape = context->GetOutputShape(2);
+    if (shape != nullptr) {
+        shape->SetDimNum(1);
+        shape->SetDim(0, 4096);
+    }
+    return ge::GRAPH_SUCCESS;
+}
+static ge::graphStatus TilingDemo(gert::TilingContext *context)
+{
+    const gert::CompileTimeTensorDesc *desc = context->GetOutputDesc(2);
+    if (desc != nullptr && desc->GetDataType() != ge::DT_INT64) {
+        return ge::GRAPH_FAILED;
+    }
+    return ge::GRAPH_SUCCESS;
+}
+}  // namespace ops
+int aclnnDemo(const aclTensor *x, const aclTensor *profilingData);
+"""
+
+
+def test_host_files_compile_against_the_cann_stub_and_errors_are_theirs(tmp_path: Path) -> None:
+    host = tmp_path / "demo" / "op_host" / "demo_def.cpp"
+    host.parent.mkdir(parents=True)
+    host.write_text(HOST)
+    assert host_compile([host], tmp_path / "demo").errors == {host: []}
+    # a wrong member is an error on its own line (what the corpus compile diff counts)
+    host.write_text(HOST.replace("shape->SetDimNum(1);", "shape->SetDims(1);"))
+    errors = host_compile([host], tmp_path / "demo").errors[host]
+    assert [(e.line, e.message) for e in errors] == [(15, "no member named 'SetDims' in 'gert::Shape'")]
+
+
+def test_kernel_files_get_the_ascendc_stub_not_the_host_one(tmp_path: Path) -> None:
+    kernel = tmp_path / "demo" / "op_kernel" / "demo.cpp"
+    kernel.parent.mkdir(parents=True)
+    kernel.write_text('#include "kernel_operator.h"\nextern "C" __global__ __aicore__ void demo(GM_ADDR x)\n'
+                      "{\n    AscendC::SyncAll();\n    gert::Shape *s = nullptr;\n}\n")
+    errors = host_compile([kernel], tmp_path / "demo").errors[kernel]
+    assert [e.line for e in errors] == [5]  # gert is host API: unknown in a kernel
