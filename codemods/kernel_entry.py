@@ -65,10 +65,23 @@ def insert_param(data: bytes, params: list[Node], text: str, index: int | None) 
     if not params:
         return None
     if index is not None:
-        at = params[index].start_byte
+        at = _param_start(data, params[index].start_byte)
         return Edit(Path(), at, at, FRAG_OPEN + f"{text}, ".encode() + FRAG_CLOSE, CODEMOD)
     at = params[-1].end_byte
     return Edit(Path(), at, at, FRAG_OPEN + f", {text}".encode() + FRAG_CLOSE, CODEMOD)
+
+
+def _param_start(data: bytes, start: int) -> int:
+    """Where a parameter begins in the file's own bytes: the parser saw qualifiers such as
+    `__gm__` blanked, so its node starts at the type (`__gm__ uint8_t *workspace` starts at
+    `uint8_t`); a parameter inserted there would take the qualifier from its neighbour.
+    The start is after the previous `(` or `,` and its whitespace."""
+    i = start
+    while i > 0 and data[i - 1] not in b"(,":
+        i -= 1
+    while i < start and data[i] in b" \t\r\n":
+        i += 1
+    return i
 
 
 def prologue_template() -> list[bytes]:

@@ -262,3 +262,37 @@ def test_the_declared_task_type_sets_the_core_types(tmp_path: Path) -> None:
         plan = plan_operator(write_tree(tmp_path / str(i), files) / f"ops/k{i}")
         assert set(plan.analysis.kernel_cores) == cores, decl
         assert set(plan.per_core) == cores, decl
+
+
+# --- parameters written with the address-space qualifier first ----------------------------------
+
+
+def test_a_parameter_goes_before_the_gm_qualifier_of_its_neighbour(tmp_path: Path) -> None:
+    files = {"ops/gm/op_kernel/gm.cpp":
+             '#include "kernel_operator.h"\n'
+             'extern "C" __global__ __aicore__ void gm(GM_ADDR x, GM_ADDR y,\n'
+             "                                        __gm__ uint8_t *workspace,\n"
+             "                                        __gm__ uint8_t *tiling)\n{\n"
+             "    AscendC::SyncAll();\n}\n"}
+    root = write_tree(tmp_path, files)
+    assert runner.invoke(app, ["apply", str(root / "ops/gm"), "--write"]).exit_code == 0
+    text = (root / "ops/gm/op_kernel/gm.cpp").read_text()
+    inserted = "/*optrace<*/GM_ADDR profiling_data, /*>optrace*/"
+    assert "GM_ADDR y,\n" + " " * 40 + inserted + "__gm__ uint8_t *workspace," in text
+    check = runner.invoke(app, ["check", str(root / "ops/gm"), "--format", "json"])
+    assert '"OT420"' not in check.stdout
+
+
+def test_the_compile_check_sees_a_pointer_that_lost_its_address_space(tmp_path: Path) -> None:
+    """What the misplaced parameter used to produce (`__gm__ GM_ADDR p, uint8_t *ws`): under
+    libclang `__gm__` is an address space, so passing global memory where a plain pointer
+    is declared is an error the compile check reports."""
+    kernel = tmp_path / "gm" / "op_kernel" / "gm.cpp"
+    kernel.parent.mkdir(parents=True)
+    kernel.write_text("__aicore__ inline void Use(uint8_t *workspace) {}\n"
+                      "__aicore__ inline void UseGm(__gm__ uint8_t *workspace) {}\n"
+                      'extern "C" __global__ __aicore__ void gm(GM_ADDR x, GM_ADDR workspace)\n'
+                      "{\n    UseGm(workspace);\n    Use(workspace);\n}\n")
+    errors = host_compile([kernel], tmp_path / "gm").errors[kernel]
+    assert [e.line for e in errors] == [6]
+    assert errors[0].message == "no matching function for call to 'Use'"

@@ -286,6 +286,31 @@ class Condition:
     build: Callable[[Path, str], Scene]
 
 
+def scene_gm_qualifier(tmp: Path, family: str) -> Scene:
+    """The entry's system parameters written `__gm__ uint8_t *workspace` (qualifier first)."""
+    if family == "runtime":
+        return _profiling(tmp)
+    scene = _operator(tmp)
+    entry = scene["op"] / "op_kernel" / "demo_op.cpp"
+    entry.write_bytes(GM_KERNEL)
+    if family == "applied":
+        _apply(scene)
+    return scene
+
+
+GM_KERNEL = KERNEL.replace(b"GM_ADDR workspace, GM_ADDR tiling",
+                           b"__gm__ uint8_t *workspace, __gm__ uint8_t *tiling")
+
+
+def _gm_restored(scene: Scene) -> None:
+    assert (scene["src"] / "demo_op.cpp").read_bytes() == GM_KERNEL
+
+
+def _gm_kept(scene: Scene) -> None:
+    entry = (scene["op"] / "op_kernel" / "demo_op.cpp").read_bytes()
+    assert b"/*optrace<*/GM_ADDR profiling_data, /*>optrace*/__gm__ uint8_t *workspace" in entry
+
+
 CONDITIONS = {c.key: c for c in [
     Condition("missing", "missing directory", scene_missing),
     Condition("empty", "empty directory", scene_empty),
@@ -296,6 +321,7 @@ CONDITIONS = {c.key: c for c in [
     Condition("big-numeric", "a 12 MB header of numeric literals", scene_numeric),
     Condition("cycle", "an include cycle", scene_cycle),
     Condition("symlink-loop", "a symlink loop inside the input", scene_symlink_loop),
+    Condition("gm-qualifier", "entry parameters written `__gm__ uint8_t *workspace`", scene_gm_qualifier),
     Condition("arg-loop", "the argument is a symlink loop", scene_arg_loop),
     Condition("unwritable", "unwritable output (its parent is a regular file)", scene_unwritable),
     Condition("journal", "unwritable journal (`.optrace` is a regular file)", scene_journal_blocked),
@@ -371,6 +397,7 @@ CASES: list[Case] = [
          "planned; the cycle is shown and cut"),
     Case("plan {op}", "symlink-loop", 0, "demo_op/op_kernel/extra.h:2: OT014", "planned; the looping "
          "include is named"),
+    Case("plan {op}", "gm-qualifier", 0, "trace tree:", "planned"),
     Case("plan {op}", "arg-loop", 2, "{op}", "refused, naming the path"),
     Case("plan {op} -o {file}/plan.txt", "unwritable", 2, "{file}/plan.txt: OT030", "refused after "
          "planning; nothing written"),
@@ -389,6 +416,8 @@ CASES: list[Case] = [
     Case("apply {op} --write", "cycle", 0, "2 file(s) written", "applied"),
     Case("apply {op} --write", "symlink-loop", 0, "demo_op/op_kernel/extra.h:2: OT014", "applied; the link "
          "is named and left alone", check=_loop_left_alone),
+    Case("apply {op} --write", "gm-qualifier", 0, "2 file(s) written", "applied; the new parameter goes "
+         "before the neighbour's `__gm__`, never between it and its type", check=_gm_kept),
     Case("apply {op} --write", "arg-loop", 2, "{op}", "refused, naming the path"),
     Case("apply {op} --patch {file}/p.patch", "unwritable", 2, "{file}/p.patch: OT030", "refused; "
          "nothing written"),
@@ -410,6 +439,8 @@ CASES: list[Case] = [
          check=_restored),
     Case("strip {op} --write", "symlink-loop", 0, "2 file(s) written", "the original bytes; the link "
          "left alone", family="applied", check=_restored),
+    Case("strip {op} --write", "gm-qualifier", 0, "2 file(s) written", "the original bytes",
+         family="applied", check=_gm_restored),
     Case("strip {op} --write", "arg-loop", 2, "{op}", "refused, naming the path"),
     Case("strip {op} --patch {file}/p.patch", "unwritable", 2, "{file}/p.patch: OT030", "refused; "
          "nothing written", family="applied"),
@@ -428,6 +459,8 @@ CASES: list[Case] = [
     Case("check {op}", "cycle", 0, "0 error(s)", "clean", family="applied"),
     Case("check {op}", "symlink-loop", 0, "0 error(s)", "clean; the dangling link is not a source",
          family="applied"),
+    Case("check {op}", "gm-qualifier", 0, "0 error(s)", "clean: the inserted parameter compiles with "
+         "`__gm__` as an address space (libclang)", family="applied"),
     Case("check {op}", "arg-loop", 2, "{op}", "refused, naming the path"),
     Case("check {op} -o {file}/check.txt", "unwritable", 2, "{file}/check.txt: OT030", "refused",
          family="applied"),
@@ -446,6 +479,7 @@ CASES: list[Case] = [
          family="applied"),
     Case("preprocess {src} --out {out}", "symlink-loop", 0, "8 points", "map written; the loops skipped",
          family="applied"),
+    Case("preprocess {src} --out {out}", "gm-qualifier", 0, "8 points", "map written", family="applied"),
     Case("preprocess {src} --out {out}", "arg-loop", 2, "{src}: OT200", "refused, naming the path"),
     Case("preprocess {src} --out {file}/out", "unwritable", 2, "{file}/out: OT206", "refused; nothing "
          "written", family="applied"),
@@ -462,6 +496,7 @@ CASES: list[Case] = [
     Case("collect {prof} -o {out}", "big", 0, "1 ranks, 648 cores", "collected", family="runtime"),
     Case("collect {prof} -o {out}", "big-numeric", N_A, "", "no headers"),
     Case("collect {prof} -o {out}", "cycle", N_A, "", "no includes"),
+    Case("collect {prof} -o {out}", "gm-qualifier", N_A, "", "no kernel sources"),
     Case("collect {prof} -o {out}", "symlink-loop", 2, "{loop}: cannot read", "rank001 collected; the "
          "looping rank file is named", family="runtime"),
     Case("collect {prof} -o {out}", "arg-loop", 2, "{prof}: no such directory", "refused, naming the path",
@@ -480,6 +515,7 @@ CASES: list[Case] = [
     Case("inspect {prof}", "big", 0, "648 cores used", "inspected", family="runtime"),
     Case("inspect {prof}", "big-numeric", N_A, "", "no headers"),
     Case("inspect {prof}", "cycle", N_A, "", "no includes"),
+    Case("inspect {prof}", "gm-qualifier", N_A, "", "no kernel sources"),
     Case("inspect {prof}", "symlink-loop", 2, "{loop}: cannot read", "rank001 shown; the looping rank "
          "file is named", family="runtime"),
     Case("inspect {prof}", "arg-loop", 2, "{prof}: cannot read", "refused, naming the path",
@@ -496,6 +532,7 @@ CASES: list[Case] = [
     Case("report {prof}", "big", 0, "processing total", "reported", family="runtime"),
     Case("report {prof}", "big-numeric", N_A, "", "no headers"),
     Case("report {prof}", "cycle", N_A, "", "no includes"),
+    Case("report {prof}", "gm-qualifier", N_A, "", "no kernel sources"),
     Case("report {prof}", "symlink-loop", 0, "{loop}: cannot read", "reported from rank001; the looping "
          "rank file is named", family="runtime"),
     Case("report {prof}", "arg-loop", 2, "{prof}: no such file or directory", "refused, naming the path",
@@ -514,6 +551,7 @@ CASES: list[Case] = [
     Case("compare {prof} {prof}", "big", 0, "processing", "compared", family="runtime"),
     Case("compare {prof} {prof}", "big-numeric", N_A, "", "no headers"),
     Case("compare {prof} {prof}", "cycle", N_A, "", "no includes"),
+    Case("compare {prof} {prof}", "gm-qualifier", N_A, "", "no kernel sources"),
     Case("compare {prof} {prof}", "symlink-loop", 0, "processing", "compared from rank001", family="runtime"),
     Case("compare {prof} {prof}", "arg-loop", 2, "{prof}: no such file or directory", "refused, naming "
          "the path", family="runtime"),

@@ -21,9 +21,17 @@
 // ---- qualifiers: nothing on the host ----
 #define __aicore__
 #define __global__
+#if defined(__clang__) && !defined(OPTRACE_HOST_RUN)
+// For libclang's compile check, global memory is its own address space, as on the device:
+// a pointer that lost its `__gm__` (a parameter inserted between the qualifier and its
+// type) is a type error here, not a silent match. g++ builds that run kernels on the host
+// see plain pointers.
+#define __gm__ __attribute__((address_space(1)))
+#else
 #define __gm__
+#endif
 #define __BLOCK_LOCAL__ thread_local
-#define GM_ADDR uint8_t*
+#define GM_ADDR __gm__ uint8_t*
 #define KERNEL_TASK_TYPE_DEFAULT(x)
 #define KERNEL_TASK_TYPE(key, x)
 
