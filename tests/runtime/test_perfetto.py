@@ -10,6 +10,7 @@ within one tick).
 from __future__ import annotations
 
 import gzip
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -387,3 +388,47 @@ def test_the_writer_leaves_nothing_behind_on_failure(tmp_path: Path, monkeypatch
     result = invoke("collect", directory, "-o", tmp_path / "t.pftrace")
     assert result.exit_code == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["prof"]
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def test_report_and_compare_read_pftrace_as_they_read_json(tmp_path: Path) -> None:
+    """The reader needs neither protobuf nor the perfetto package; it finds what the
+    protos find, and report / compare give what they give for the JSON trace."""
+    from optrace.runtime.perfetto_read import read_spans
+
+    directory = tmp_path / "prof"
+    directory.mkdir()
+    bench_like(directory, ranks=2, cores=12)
+    for name in ("t.json", "t.pftrace", "t.pftrace.gz"):
+        assert invoke("collect", directory, "-o", tmp_path / name).exit_code == 0
+    found = read_spans(tmp_path / "t.pftrace")
+    parsed = read_pftrace(tmp_path / "t.pftrace")
+    mine = sorted((*found.track_name(t).split(" / "), n, a, b) for t, n, a, b in found.spans)
+    protos = sorted((*parsed.track_name(t), s.name, s.start_ns, s.end_ns)
+                    for t, spans in parsed.spans.items() for s in spans)
+    assert mine == protos
+    assert found.metadata["format"] == "optrace-perfetto"
+
+    def report(path: Path) -> dict[str, Any]:
+        result = invoke("report", path, "--format", "json")
+        assert result.exit_code == 0, result.output
+        document = json.loads(result.output)
+        return {row["label"]: {k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}
+                for row in document["labels"]}
+
+    assert report(tmp_path / "t.pftrace") == report(tmp_path / "t.json") == report(tmp_path / "t.pftrace.gz")
+    result = invoke("compare", tmp_path / "t.json", tmp_path / "t.pftrace", "--format", "json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)["labels"]
+    assert rows and all(row["before_us"] == pytest.approx(row["after_us"], rel=1e-9) for row in rows)
+
+
+def test_a_broken_pftrace_is_bad_input(tmp_path: Path) -> None:
+    directory = profiling_dir(tmp_path, ranks=1)
+    assert invoke("collect", directory, "-o", tmp_path / "t.pftrace").exit_code == 0
+    raw = (tmp_path / "t.pftrace").read_bytes()
+    (tmp_path / "cut.pftrace").write_bytes(raw[: len(raw) // 2])
+    result = invoke("report", tmp_path / "cut.pftrace")
+    assert result.exit_code == 2 and "not a readable Perfetto trace" in result.output
