@@ -121,14 +121,23 @@ def _check_format(fmt: str) -> None:
 
 
 def cmd_inspect(
-    path: Annotated[Path, typer.Argument(help="A rank file or a profiling directory.")],
+    path: Annotated[Path, typer.Argument(help="A rank file, a profiling directory or a trace.")],
     fmt: FormatOption = "text",
 ) -> None:
-    """Per-core records, fill %, drops, first / last cycle of rank files."""
+    """Per-core records, fill %, drops, first / last cycle of rank files (of a trace: per track)."""
     from .inspection import format_text, inspect_path, inspection_json
 
     with _guarded():
         _check_format(fmt)
+        from .trace_inspection import format_trace_text, inspect_trace, is_trace
+
+        if is_trace(path.expanduser()):
+            found = inspect_trace(path.expanduser())
+            if fmt == "json":
+                _emit_json(found, None)
+            else:
+                sys.stdout.write(format_trace_text(found))
+            raise typer.Exit(0)
         results = inspect_path(path.expanduser())
         if fmt == "json":
             _emit_json(inspection_json(results), None)

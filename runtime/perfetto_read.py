@@ -98,6 +98,7 @@ class PerfettoSpans:
         self.processes: dict[int, str] = {}  # process track uuid -> name
         self.threads: dict[int, tuple[int | None, str]] = {}  # track uuid -> (parent uuid, name)
         self.spans: list[tuple[int, str, int, int]] = []  # (track uuid, name, start ns, end ns)
+        self.instants: list[tuple[int, str, int]] = []  # (track uuid, name, ns)
         self.metadata: dict[str, Any] = {}
         self.unclosed = 0
 
@@ -369,3 +370,5 @@ def _track_event(data: bytes, lo: int, hi: int, ns: int, state: _Sequence, found
         if stack:
             label, start = stack.pop()
             found.spans.append((track, label, start, ns))
+    elif kind == 3:
+        found.instants.append((track, name or state.names.get(name_iid, f"name {name_iid}"), ns))

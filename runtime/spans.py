@@ -272,12 +272,12 @@ def load_spans(path: Path, point_map: Path | None = None, clock_mhz: float | Non
         raise ProfilingInputError(
             path, "expected a trace or a profiling directory (`optrace inspect` reads .pt files)"
         )
-    if _is_protobuf(path):
+    if is_protobuf(path):
         return load_perfetto_trace(path)
     return load_trace(path)
 
 
-def _is_protobuf(path: Path) -> bool:
+def is_protobuf(path: Path) -> bool:
     """A Perfetto trace: named so, or starting like one (a packet, field 1, not JSON)."""
     if path.name.endswith((".pftrace", ".pftrace.gz", ".perfetto-trace", ".pb")):
         return True

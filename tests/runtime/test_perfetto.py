@@ -432,3 +432,27 @@ def test_a_broken_pftrace_is_bad_input(tmp_path: Path) -> None:
     (tmp_path / "cut.pftrace").write_bytes(raw[: len(raw) // 2])
     result = invoke("report", tmp_path / "cut.pftrace")
     assert result.exit_code == 2 and "not a readable Perfetto trace" in result.output
+
+
+def test_inspect_a_trace_in_either_format(tmp_path: Path) -> None:
+    directory = tmp_path / "prof"
+    data = new_buffer(3, 32)
+    well_formed_core(SlotWriter(data[0], 1005, fingerprint=FP), 1006, loops=6)  # 6 records dropped
+    well_formed_core(SlotWriter(data[1], 1000, fingerprint=FP), 1003, loops=2)
+    save_profiling_data(data, 0, directory, aic_cores=1)
+    write_point_map(directory)
+    found = {}
+    for name in ("t.json", "t.pftrace"):
+        assert invoke("collect", directory, "-o", tmp_path / name).exit_code == 1
+        result = invoke("inspect", tmp_path / name, "--format", "json")
+        assert result.exit_code == 0, result.output
+        found[name] = json.loads(result.output)
+        text = invoke("inspect", tmp_path / name).output
+        assert "Rank 0 / AIC 0" in text and "6 records dropped" in text
+    a, b = found["t.json"], found["t.pftrace"]
+    assert a["format"] == "optrace-chrome" and b["format"] == "optrace-perfetto"
+    assert [(t["track"], t["spans"], t["dropped"]) for t in a["tracks"]] == [
+        (t["track"], t["spans"], t["dropped"]) for t in b["tracks"]] == [
+        ("Rank 0 / AIC 0", 8, 6), ("Rank 0 / AIV 0", 6, 0)]
+    for x, y in zip(a["tracks"], b["tracks"], strict=True):
+        assert x["busy_us"] == pytest.approx(y["busy_us"], abs=0.02)
