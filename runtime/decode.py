@@ -488,11 +488,11 @@ class RankSpans(Record):
 
     ``begin_record`` / ``end_record``: the positions of a span's B and E among the rank's
     kept records (its E's: the record that closed it, or the core's last for an unclosed
-    span); when no record was dropped or repaired they are the B / E event order (the
-    Perfetto writer's)."""
+    span), whose times are ``record_time``; when no record was dropped or repaired they
+    are the B / E event order (the Perfetto writer's)."""
 
     __match_args__ = ("slot", "label", "start", "end", "depth", "point", "high", "status",
-                      "begin_record", "end_record")
+                      "begin_record", "end_record", "record_time")
     __slots__ = __match_args__
     slot: np.ndarray  # int64, non-decreasing
     label: np.ndarray
@@ -504,11 +504,13 @@ class RankSpans(Record):
     status: np.ndarray
     begin_record: np.ndarray | None
     end_record: np.ndarray | None
+    record_time: np.ndarray | None
 
     def __init__(
         self, slot: np.ndarray, label: np.ndarray, start: np.ndarray, end: np.ndarray,
         depth: np.ndarray, point: np.ndarray, high: np.ndarray, status: np.ndarray,
         begin_record: np.ndarray | None = None, end_record: np.ndarray | None = None,
+        record_time: np.ndarray | None = None,
     ) -> None:
         self.slot = slot
         self.label = label
@@ -520,6 +522,7 @@ class RankSpans(Record):
         self.status = status
         self.begin_record = begin_record
         self.end_record = end_record
+        self.record_time = record_time
 
     @classmethod
     def empty(cls) -> RankSpans:
@@ -768,6 +771,7 @@ def decode_rank(
         status=nesting.status,
         begin_record=nesting.begin,
         end_record=end_pos,
+        record_time=times,
     )
     bounds = np.searchsorted(nesting.segment, np.arange(buffer.slots + 1))
     cores: list[CoreTimeline] = []

@@ -220,27 +220,35 @@ def _groups(key: np.ndarray) -> list[tuple[int, np.ndarray]]:
 
 
 def encode_events(
-    ticks_b: np.ndarray, ticks_e: np.ndarray, b_at: np.ndarray, e_at: np.ndarray, first_b: np.ndarray,
+    ticks_b: np.ndarray | None, ticks_e: np.ndarray | None, b_at: np.ndarray, e_at: np.ndarray,
+    first_b: np.ndarray,
     track: np.ndarray, track_sequence: np.ndarray, point: np.ndarray, point_name: np.ndarray,
     point_source: np.ndarray, indexed: np.ndarray, index: np.ndarray, extra: np.ndarray, status: np.ndarray,
+    stream_ticks: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The B and E packets of a rank's spans: the bytes, and the end offset of each
     event's packet (``ends[k]``: bytes up to and including event k). Per span: the places
     of its B and E in the event stream, their times, its track (whose sequence id
     ``track_sequence`` has), its B point (whose interned name and source location ids
-    ``point_name`` / ``point_source`` have, 0: none) and its annotations.
+    ``point_name`` / ``point_source`` have, 0: none) and its annotations. ``stream_ticks``:
+    the times of all events in stream order when known (the decoder's records, in time
+    order per core), instead of ``ticks_b`` / ``ticks_e``.
 
     Packets of one layout (kind of event, timestamp length) have one width: each layout
     is built as a matrix, column by column, and stored in one pass."""
     m = b_at.size
     n = 2 * m
-    ticks = np.empty(n, dtype=np.int64)
-    ticks[b_at] = ticks_b
-    ticks[e_at] = ticks_e
-    backwards = ticks[1:] < ticks[:-1]
-    backwards[first_b[first_b > 0] - 1] = False  # a core's first event may come before the last's
-    if backwards.any():
-        raise AssertionError("a core's events are not in time order")  # the decoder clamps them
+    if stream_ticks is not None:
+        ticks = stream_ticks
+    else:
+        assert ticks_b is not None and ticks_e is not None
+        ticks = np.empty(n, dtype=np.int64)
+        ticks[b_at] = ticks_b
+        ticks[e_at] = ticks_e
+        backwards = ticks[1:] < ticks[:-1]
+        backwards[first_b[first_b > 0] - 1] = False  # a core's first event may come before the last's
+        if backwards.any():
+            raise AssertionError("a core's events are not in time order")  # the decoder clamps them
     # uint64: the difference of two int64 times far apart (corrupt records) is still exact
     delta = np.empty(n, dtype=np.uint64)
     if n:
@@ -330,11 +338,9 @@ def event_places(
     dropped, nothing repaired), the places are the records' own, as it found them."""
     n = depth.size
     spans = decoded.spans if decoded is not None else None
-    if (spans is not None and spans.begin_record is not None and spans.end_record is not None
-            and decoded is not None and not decoded.unmatched_e and not decoded.repaired_spans
-            and spans.begin_record.size == n):
-        b_at, e_at = spans.begin_record, spans.end_record
-        return _keep_places(b_at, e_at, selected)
+    if records_are_events(decoded) and spans is not None:
+        assert spans.begin_record is not None and spans.end_record is not None
+        return _keep_places(spans.begin_record, spans.end_record, selected)
     index = np.int32 if n < 1 << 29 else np.int64
     b_at = 2 * np.arange(n, dtype=index) - depth
     is_b = np.zeros(2 * n, dtype=bool)
@@ -350,6 +356,17 @@ def event_places(
     e_at = np.empty(n, dtype=index)
     e_at[opened[begins] - 1] = ends
     return _keep_places(b_at, e_at, selected)
+
+
+def records_are_events(decoded: RankDecode | None) -> bool:
+    """Whether the decoder kept every record as exactly one span's B or E (nothing
+    dropped, nothing repaired): then its records are the event stream."""
+    if decoded is None:
+        return False
+    spans = decoded.spans
+    return (spans.begin_record is not None and spans.end_record is not None
+            and spans.record_time is not None and not decoded.unmatched_e
+            and not decoded.repaired_spans and spans.record_time.size == 2 * spans.begin_record.size)
 
 
 def _keep_places(
@@ -423,7 +440,8 @@ class _Interning:
         found = self.cache.get(key)
         if found is None:
             points = np.flatnonzero(used)
-            labels = np.unique(self.point_map.label_index[points]).tolist()
+            # sorted(set()), not np.unique: that imports numpy.ma (~8 ms of a cold collect)
+            labels = sorted(set(self.point_map.label_index[points].tolist()))
             entries = [self.annotations, *(self.names[i] for i in labels)]
             entries += [self.sources[p] for p in points.tolist()]
             found = _bytes(12, b"".join(entries))
@@ -488,11 +506,10 @@ def render_rank(
     offset_ns = round(offset_us * 1000.0)
 
     start, end = pick(spans.start), pick(spans.end)
+    stream = spans.record_time if selected is None and records_are_events(decoded) else None
     if unit is None:  # a tick is not a whole number of ns: the sequence clock counts ns
-        scale = 1000.0 / decoded.clock_mhz
-        with np.errstate(over="ignore", invalid="ignore"):  # saturated as in the JSON trace
-            start = np.clip(np.rint(start * scale), -(2.0**62), 2.0**62).astype(np.int64)
-            end = np.clip(np.rint(end * scale), -(2.0**62), 2.0**62).astype(np.int64)
+        start, end = _in_ns(start, decoded.clock_mhz), _in_ns(end, decoded.clock_mhz)
+        stream = None if stream is None else _in_ns(stream, decoded.clock_mhz)
     track_of = np.zeros(max(tracks, default=0) + 1, dtype=np.int64)
     track_of[tracks] = np.arange(len(tracks))
     span_track = track_of[slot]
@@ -502,8 +519,9 @@ def render_rank(
     indexed = (high != 0) | interning.indexed[point]
     point_source = np.where(interning.has_source, np.arange(1, interning.has_source.size + 1), 0)
     encoded, ends = encode_events(
-        start, end, b_at, e_at, b_at[firsts], span_track, np.arange(len(tracks)) + first_sequence,
-        point, interning.label_iid, point_source, indexed, high >> 8, high & 0xFF, pick(spans.status))
+        None if stream is not None else start, None if stream is not None else end, b_at, e_at, b_at[firsts],
+        span_track, np.arange(len(tracks)) + first_sequence, point, interning.label_iid, point_source,
+        indexed, high >> 8, high & 0xFF, pick(spans.status), stream)
 
     chunks: list[bytes | np.ndarray] = [_track_descriptor(
         _uint(1, process_uuid(pid)), _bytes(3, _uint(1, pid) + _string(6, process_name)), _uint(12, pid))]
@@ -560,6 +578,11 @@ def render_rank(
             packets += 1
     size = sum(len(c) for c in chunks)
     return RenderedRank(iter(chunks), packets + 3 * len(tracks) + 1, int(slot.size), size, len(chunks))
+
+
+def _in_ns(ticks: np.ndarray, clock_mhz: float) -> np.ndarray:
+    with np.errstate(over="ignore", invalid="ignore"):  # saturated as in the JSON trace
+        return np.clip(np.rint(ticks * (1000.0 / clock_mhz)), -(2.0**62), 2.0**62).astype(np.int64)
 
 
 def _drop_message(dropped: int, state: str) -> str:
