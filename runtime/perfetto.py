@@ -11,8 +11,9 @@ trace back with the official protos.
 A trace is a sequence of ``Trace.packet`` (field 1), in this order:
 
 - a root TrackDescriptor (uuid 0) asking for explicit process and thread order;
-- per rank, a process TrackDescriptor (``pid``, "Rank 0", ``sibling_order_rank``);
-- per core, a thread TrackDescriptor (``pid``, ``tid`` = slot, "AIC 3", ranked by slot, so
+- per rank, a process TrackDescriptor ("Rank 0", ``sibling_order_rank``; pid: the JSON
+  trace's plus one, as pid and tid 0 are the idle process and thread to Perfetto);
+- per core, a thread TrackDescriptor ("AIC 3", tid: the slot plus one, ranked by slot, so
   AIC first), then the core's own packet sequence (``trusted_packet_sequence_id``):
 
   1. incremental state cleared; TracePacketDefaults: timestamps on the sequence clock 64,
@@ -525,7 +526,7 @@ def render_rank(
         indexed, high >> 8, high & 0xFF, pick(spans.status), stream)
 
     chunks: list[bytes | np.ndarray] = [_track_descriptor(
-        _uint(1, process_uuid(pid)), _bytes(3, _uint(1, pid) + _string(6, process_name)), _uint(12, pid))]
+        _uint(1, process_uuid(pid)), _bytes(3, _uint(1, pid + 1) + _string(6, process_name)), _uint(12, pid))]
     track_slots = np.array(tracks, dtype=np.int64)
     span_lo = np.searchsorted(slot, track_slots, side="left")
     span_hi = np.searchsorted(slot, track_slots, side="right")
@@ -541,7 +542,7 @@ def render_rank(
     used[span_track, point] = True
     packets = int(ends.size)
     parent = _uint(5, process_uuid(pid))
-    pid_field = _uint(1, pid)
+    pid_field = _uint(1, pid + 1)  # pid / tid 0 are the idle process / thread to Perfetto
     clock = _bytes(1, _uint(1, SEQUENCE_CLOCK) + _uint(2, 0) + _uint(3, 1) + _uint(4, unit or 1))
     v = varint
     for k, track_slot in enumerate(tracks):
@@ -554,7 +555,7 @@ def render_rank(
         drop = drops.get(track_slot)
         name = names.get(track_slot) or (drop.name if drop is not None else str(track_slot))
         message = _drop_message(drop.dropped, drop.state) if drop is not None else ""
-        thread = pid_field + b"\x10" + slot_number + interning.name_field(name)
+        thread = pid_field + b"\x10" + v(track_slot + 1) + interning.name_field(name)
         descriptor = b"\x08" + uuid + parent + b"\x22" + v(len(thread)) + thread + b"\x60" + slot_number
         if message:
             descriptor += _string(14, message)

@@ -17,9 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb  # [test] installs it
 
 SLICE_BEGIN, SLICE_END, INSTANT = 1, 2, 3
 BOOTTIME = 6
