@@ -21,8 +21,9 @@ A trace is a sequence of ``Trace.packet`` (field 1), in this order:
      locations (the B points' ``file:line``) the core uses, the debug-annotation names;
   2. a ClockSnapshot: clock 64 counts device ticks (``is_incremental``,
      ``unit_multiplier_ns`` = 1000 / clock MHz: 20 ns at 50 MHz, 1 ns at 1 GHz) and its
-     0 is BOOTTIME = the core's first event in ns (plus ``--rank-offsets``). A clock whose
-     tick is not a whole number of ns is written in ns instead (rounded, unit 1);
+     0 is BOOTTIME = the core's first event in ns (plus ``--rank-offsets``; a negative one
+     as its 64-bit two's complement, which the trace processor reads as an int64). A
+     clock whose tick is not a whole number of ns is written in ns instead (rounded, unit 1);
   3. a SLICE_BEGIN / SLICE_END packet per span's B / E, in record order, each timestamp
      the ticks since the previous packet of the sequence, names by interned id, the loop
      index (and a non-zero extraId) and the decoder's flags (``unclosed``,
