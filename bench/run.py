@@ -40,6 +40,8 @@ def main() -> None:
     if (HERE / "bench_perfetto.py").exists():
         perfetto_args = ["--ranks", "2,4", "--runs", "2", "--no-encoders"] if args.quick else []
         sections.append(("collect: .pftrace and JSON", run("bench_perfetto.py", *perfetto_args)))
+    compare_args = ["--seeds", "50"] if args.quick else []
+    sections.append(("compare as a CI gate", run("bench_compare.py", *compare_args)))
     scaling_args = ["--operators", "5,10,20", "--ranks", "1,2,4"] if args.quick else []
     sections.append(("scaling", run("bench_scaling.py", *scaling_args)))
     stamp = datetime.date.today().isoformat()

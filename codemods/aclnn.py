@@ -5,6 +5,10 @@ declaration, definition and call of the op's hand-written wrappers (`op_api/`,
 `op_host/op_api/`, `pregen/.../autogen/`), put `const aclTensor *profilingData` (a
 parameter) or `profilingData` (an argument) right before `workspaceSize`, i.e. after
 the last output: the wrapper gains the output and forwards it to the inner call.
+The op's name matches in any spelling (`aclnnMoeGmmFFNGate...` for moe_gmm_ffn_gate),
+and a wrapper named otherwise that forwards to one of them (an `extern "C"`
+`aclnnInner...` declared in the wrapper's own file) is one of them too: its
+declarations, definition and calls all change together.
 
 A parameter that starts its own line gets a whole new line (`  // optrace`); otherwise
 the parameter is a `/*optrace<*/ ... /*>optrace*/` fragment. Lists that already carry a
@@ -14,6 +18,7 @@ profiling parameter are left alone.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,18 +26,22 @@ from optrace.codemods.layer_common import (
     CODE_LAYER_SHAPE,
     PROFILING_VAR,
     clean_bytes,
+    enclosing_function,
     fragment,
+    functions,
     input_error,
     insert_lines,
     last_ident,
     leading_ws,
     mask,
     match_bracket,
+    param_name,
     split_top,
     starts_line,
 )
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit, line_number, line_start
+from optrace.engine.names import op_name_pattern
 from optrace.engine.plan import Plan
 
 CODEMOD = "aclnn"
@@ -58,22 +67,32 @@ class WorkspaceList:
         return None
 
 
-def workspace_pattern(camel: str) -> re.Pattern[bytes]:
-    return re.compile(rb"\b(aclnn(?:Inner)?" + re.escape(camel.encode()) + rb"GetWorkspaceSize)\s*\(")
+def workspace_pattern(names: str | Sequence[str]) -> re.Pattern[bytes]:
+    """`aclnn[Inner]<Op>GetWorkspaceSize(` for an op name in any spelling (a str: the op's
+    name), or any of the exact function `names` (a sequence)."""
+    if isinstance(names, str):
+        alternatives = rb"aclnn(?:Inner)?" + op_name_pattern(names) + rb"GetWorkspaceSize"
+    elif names:
+        alternatives = b"|".join(re.escape(n.encode()) for n in sorted(set(names), key=len, reverse=True))
+    else:
+        alternatives = rb"(?!)"  # no names: matches nothing
+    return re.compile(rb"\b(" + alternatives + rb")\s*\(")
 
 
-def workspace_lists(path: Path, data: bytes, camel: str) -> list[WorkspaceList]:
+def workspace_lists(path: Path, data: bytes, names: str | Sequence[str]) -> list[WorkspaceList]:
+    """Every declaration, definition and call of the op's `...GetWorkspaceSize` functions
+    in `data` (`names`: as for `workspace_pattern`; `wrapper_names` gives them all)."""
     code = mask(data)
     out = []
-    for m in workspace_pattern(camel).finditer(code):
+    for m in workspace_pattern(names).finditer(code):
         open_at = m.end() - 1
         close = match_bracket(code, open_at)
         if close < 0:
             continue
         items = tuple(split_top(code, open_at + 1, close))
-        names = [last_ident(data[s:e]) for s, e in items]
-        ws = next((i for i, n in enumerate(names) if n.lower() == "workspacesize"), None)
-        if ws is None and len(items) >= 2 and "executor" in names[-1].lower():
+        names_ = [last_ident(data[s:e]) for s, e in items]
+        ws = next((i for i, n in enumerate(names_) if n.lower() == "workspacesize"), None)
+        if ws is None and len(items) >= 2 and "exec" in names_[-1].lower():
             ws = len(items) - 2
         if ws is None:
             raise input_error(CODE_LAYER_SHAPE, f"cannot find the workspaceSize parameter of "
@@ -83,6 +102,42 @@ def workspace_lists(path: Path, data: bytes, camel: str) -> list[WorkspaceList]:
         out.append(WorkspaceList(path, m.group(1).decode(), is_call, items, ws, open_at, close,
                                  line_number(data, m.start())))
     return out
+
+
+
+def wrapper_names(layers: Layers, clean: bool = True) -> tuple[str, ...]:
+    """The op's `...GetWorkspaceSize` functions: `aclnn<Op>` / `aclnnInner<Op>` in any
+    spelling, and every hand-written wrapper that forwards to one of them, whatever its
+    name (`aclnnScaledMaskedSoftmaxGetWorkspaceSize` calling an `extern "C"`
+    `aclnnInnerScaledMaskedSoftmaxV2GetWorkspaceSize`): a function of the aclnn files
+    whose body calls one and that takes the `workspaceSize` it passes on, repeated until
+    no caller is left. Its declarations, its definition and its own callers then get the
+    parameter too, so the call never shifts workspaceSize into the profiling slot."""
+    texts = []
+    for path in aclnn_files(layers):
+        try:
+            texts.append(clean_bytes(path) if clean else path.read_bytes())
+        except OSError:
+            continue
+    names: set[str] = set()
+    own = workspace_pattern(layers.op_name)
+    for data in texts:
+        names.update(m.group(1).decode() for m in own.finditer(mask(data)))
+    grown = True
+    while grown and names:
+        grown = False
+        for data in texts:
+            code = mask(data)
+            called = workspace_pattern(sorted(names))
+            for fn in functions(data):
+                if fn.body_open < 0 or fn.name in names:
+                    continue
+                if called.search(code, fn.body_open, fn.body_close) is None:
+                    continue
+                if any(param_name(data, p).lower() == "workspacesize" for p in fn.params):
+                    names.add(fn.name)
+                    grown = True
+    return tuple(sorted(names))
 
 
 def aclnn_files(layers: Layers) -> list[Path]:
@@ -106,13 +161,20 @@ def aclnn_edits(plan: Plan, mode: str) -> list[Edit]:
     del mode  # the parameter exists in both modes (mode A passes a null tensor)
     layers = plan.analysis.layers
     edits: list[Edit] = []
+    names = wrapper_names(layers)
     for path in aclnn_files(layers):
         data = clean_bytes(path)
         star = b"const aclTensor* " if b"aclTensor* " in data and b"aclTensor *" not in data \
             else b"const aclTensor *"
-        for wl in workspace_lists(path, data, layers.camel):
+        for wl in workspace_lists(path, data, names):
             if wl.profiling_item(data) is not None:
                 continue
+            if wl.is_call:
+                caller = enclosing_function(data, wl.open_at)
+                if caller is not None and caller.name not in names:
+                    raise input_error(CODE_LAYER_SHAPE, f"`{caller.name}` calls {wl.function} but has no "
+                                      "workspaceSize parameter to put profilingData before: add the "
+                                      "parameter by hand", path, data, wl.open_at)
             start = wl.items[wl.workspace][0]
             text = PROFILING_VAR.encode() if wl.is_call else star + PROFILING_VAR.encode()
             if starts_line(data, start):

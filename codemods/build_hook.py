@@ -262,6 +262,195 @@ def cmake_block(path: Path, layers: Layers) -> tuple[list[bytes], str]:
     return lines, "before the kernel target (configure time)"
 
 
+# --- reading a hook block back (gate G1) ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HookCommand:
+    """The `optrace preprocess` command a hook block runs, read as the shell or CMake
+    reads it (continuation lines joined, comments and messages left out)."""
+
+    offset: int  # where the command starts, in the block
+    src: bytes  # as written, quotes kept
+    out: bytes | None  # the `--out` value, quotes kept
+    modify: bool
+
+
+_COMMAND_END_RE = re.compile(rb"[;&|\n]")
+_CMAKE_CALL_RE = re.compile(rb"\b(execute_process|add_custom_command|add_custom_target)\s*\(", re.I)
+_CMAKE_KEYWORD_RE = re.compile(rb"[A-Z][A-Z0-9_]*")
+
+
+def _shell_words(text: bytes, start: int, stop_at_newline: bool) -> list[tuple[int, bytes]]:
+    """(offset, word) of one shell command from `start`: quotes, `$(...)` / `${...}` and
+    backslash-newline continuations kept inside words; it ends at `;`, `&&`, `||`, `|`, a
+    redirection's target or (with `stop_at_newline`) an unescaped newline, and skips `#`
+    comments at word starts."""
+    words: list[tuple[int, bytes]] = []
+    cur = bytearray()
+    cur_at = -1
+    quote = 0
+    depth = 0
+    i = start
+    while i < len(text):
+        c = text[i]
+        if quote:
+            if c == 0x5C and quote == 0x22 and i + 1 < len(text):
+                cur += text[i : i + 2]
+                i += 2
+                continue
+            if c == quote and depth == 0:
+                quote = 0
+            elif c == 0x28 and text[i - 1 : i] == b"$":
+                depth += 1
+            elif c == 0x29 and depth:
+                depth -= 1
+            cur.append(c)
+            i += 1
+            continue
+        if c == 0x5C and text[i + 1 : i + 2] in (b"\n", b"\r"):  # a continuation line
+            i += 3 if text[i + 1 : i + 3] == b"\r\n" else 2
+            continue
+        if depth == 0 and c in b" \t":
+            if cur:
+                words.append((cur_at, bytes(cur)))
+                cur = bytearray()
+            i += 1
+            continue
+        if depth == 0 and (c in b";|&>\r" or (c == 0x0A and stop_at_newline)):
+            break
+        if depth == 0 and c == 0x23 and not cur:  # a comment
+            nl = text.find(b"\n", i)
+            if stop_at_newline or nl < 0:
+                break
+            i = nl + 1
+            continue
+        if not cur:
+            cur_at = i
+        if c in b"\"'":
+            quote = c
+        elif c == 0x28 and text[i - 1 : i] in (b"$", b"<"):
+            depth += 1
+        elif c == 0x29 and depth:
+            depth -= 1
+        elif c == 0x0A:  # a newline inside `$(...)`
+            pass
+        cur.append(c)
+        i += 1
+    if cur:
+        words.append((cur_at, bytes(cur)))
+    return words
+
+
+def _preprocess_command(words: list[tuple[int, bytes]]) -> HookCommand | None:
+    """The command when `words` run `optrace preprocess`: some word before `preprocess`
+    names optrace (`optrace`, `${OPTRACE_EXECUTABLE}`, `python -m optrace`)."""
+    names = [w for _at, w in words]
+    if b"preprocess" not in names:
+        return None
+    k = names.index(b"preprocess")
+    if not any(b"optrace" in w.lower() for w in names[:k]):
+        return None
+    src: bytes | None = None
+    out: bytes | None = None
+    modify = False
+    rest = names[k + 1 :]
+    j = 0
+    while j < len(rest):
+        w = rest[j]
+        if w == b"--out" and j + 1 < len(rest):
+            out = rest[j + 1]
+            j += 2
+            continue
+        if w.startswith(b"--out="):
+            out = w[len(b"--out=") :]
+        elif w == b"--modify":
+            modify = True
+        elif not w.startswith(b"-") and src is None:
+            src = w
+        j += 1
+    if src is None:
+        return None
+    return HookCommand(words[0][0], src, out, modify)
+
+
+def hook_command(block: bytes, cmake: bool) -> HookCommand | None:
+    """The `optrace preprocess` command of a hook block (shell or CMake), or None."""
+    if cmake:
+        code = _cmake_code(block)
+        for m in _CMAKE_CALL_RE.finditer(code):
+            close = _cmake_close(code, m.end() - 1)
+            words = [(at, w) for at, w in _cmake_words(code, m.end(), close)]
+            # Each COMMAND runs on its own: the words up to the next keyword.
+            group: list[tuple[int, bytes]] = []
+            for at, w in [*words, (close, b"COMMAND")]:
+                if _CMAKE_KEYWORD_RE.fullmatch(w):
+                    found = _preprocess_command(group) if group else None
+                    if found is not None:
+                        return found
+                    group = []
+                else:
+                    group.append((at, w))
+        return None
+    pos = 0
+    while pos < len(block):
+        words = _shell_words(block, pos, stop_at_newline=True)
+        found = _preprocess_command(words)
+        if found is not None:
+            return found
+        # the next command: past the words read (continuations included) and their end
+        end = max((at + len(w) for at, w in words), default=pos)
+        nxt = _COMMAND_END_RE.search(block, end)
+        pos = nxt.end() if nxt else len(block)
+    return None
+
+
+def _cmake_code(text: bytes) -> bytes:
+    """Same length, `#` comments blanked (outside quoted arguments)."""
+    out = bytearray(text)
+    quote = False
+    i = 0
+    while i < len(out):
+        c = out[i]
+        if c == 0x5C and quote:
+            i += 2
+            continue
+        if c == 0x22:
+            quote = not quote
+        elif c == 0x23 and not quote:
+            while i < len(out) and out[i] != 0x0A:
+                out[i] = 0x20
+                i += 1
+            continue
+        i += 1
+    return bytes(out)
+
+
+def _cmake_close(code: bytes, open_at: int) -> int:
+    depth = 0
+    quote = False
+    for i in range(open_at, len(code)):
+        c = code[i]
+        if c == 0x22 and code[i - 1 : i] != b"\\":
+            quote = not quote
+        elif quote:
+            continue
+        elif c == 0x28:
+            depth += 1
+        elif c == 0x29:
+            depth -= 1
+            if depth == 0:
+                return i
+    return len(code)
+
+
+_CMAKE_WORD_RE = re.compile(rb'"(?:\\.|[^"\\])*"|[^\s"()]+')
+
+
+def _cmake_words(code: bytes, start: int, end: int) -> list[tuple[int, bytes]]:
+    return [(m.start(), m.group(0)) for m in _CMAKE_WORD_RE.finditer(code, start, end)]
+
+
 def build_hook_edits(plan: Plan, mode: str) -> list[Edit]:
     del mode  # the hook is the same in both modes
     layers = plan.analysis.layers

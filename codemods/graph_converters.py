@@ -37,6 +37,7 @@ from optrace.codemods.python_callers import (
 from optrace.codemods.python_fakes import op_of, own_returns
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit
+from optrace.engine.names import same_op
 from optrace.engine.plan import Plan
 
 CODEMOD = "graph-converters"
@@ -92,7 +93,8 @@ def the_call(src: PythonSource, fn: cst.FunctionDef, camel: str) -> tuple[cst.Ca
     calls = custom_op_calls(fn)
     if len(calls) > 1:
         named = [c for c in calls if c[0].args and isinstance(c[0].args[0].value, cst.SimpleString)
-                 and c[0].args[0].value.evaluated_value == camel]
+                 and isinstance(c[0].args[0].value.evaluated_value, str)
+                 and same_op(c[0].args[0].value.evaluated_value, camel)]
         calls = named
     if len(calls) != 1:
         raise input_error(CODE_LAYER_SHAPE, f"converter `{fn.name.value}` does not build one "

@@ -1,10 +1,13 @@
 """Infer shape / dtype: `profiling_data` is 1-D int64 at its OpDef position (gate G2).
 
-DESCRIPTION: in the function taking a `gert::InferShapeContext`, set the shape of the
-output at profiling_data's index to `[OPTRACE_PROFILING_NUMEL]` (slots x
-PROF_SIZE_PER_CORE from the upper bounds in the shared `optrace_<op>_profiling.h`, which
-the torch adapter includes too); in the one taking a `gert::InferDataTypeContext`, set
-its dtype to int64. Both go right before the function's final `return`.
+DESCRIPTION: in the function registered as the op's infer shape
+(`IMPL_OP_INFERSHAPE(Op).InferShape(fn)`, `IMPL_OP(Op).InferShape(fn)`,
+`this->SetInferShape(fn)`; `op_host_registry.py`), set the shape of the output at
+profiling_data's index to `[OPTRACE_PROFILING_NUMEL]` (slots x PROF_SIZE_PER_CORE from
+the upper bounds in the shared `optrace_<op>_profiling.h`, which the torch adapter
+includes too); in the one registered as its infer dtype, set its dtype to int64. Both go
+right before the function's final `return`; helpers taking the same context are never
+edited.
 
 The index is profiling_data's position among the OpDef outputs; without an OpDef it is
 one past the highest output index the infer code uses, read whether it writes constants
@@ -23,7 +26,6 @@ from optrace.codemods.layer_common import (
     NUMEL_MACRO,
     CppFunction,
     clean_bytes,
-    functions,
     include_edit,
     indent_unit,
     input_error,
@@ -31,31 +33,17 @@ from optrace.codemods.layer_common import (
     leading_ws,
     mask,
     output_uses,
-    param_name,
     sizes_header_path,
     starts_line,
     top_level_return,
 )
 from optrace.codemods.op_def import profiling_index
+from optrace.codemods.op_host_registry import INFER_DTYPE, INFER_SHAPE, HostFunction, host_functions
+from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit, line_start
 from optrace.engine.plan import Plan
 
 CODEMOD = "infer"
-SHAPE_CONTEXT = b"InferShapeContext"
-DTYPE_CONTEXT = b"InferDataTypeContext"
-
-
-def context_functions(data: bytes, context_type: bytes) -> list[tuple[CppFunction, str]]:
-    """Definitions whose parameter is a `<context_type> *name`: (function, name)."""
-    out = []
-    for fn in functions(data):
-        if fn.body_open < 0:
-            continue
-        for span in fn.params:
-            if context_type in data[span[0] : span[1]]:
-                out.append((fn, param_name(data, span)))
-                break
-    return out
 
 
 def before_final_return(path: Path, data: bytes, fn: CppFunction) -> tuple[int, bytes]:
@@ -85,27 +73,31 @@ def infer_index(plan: Plan, infer_files: list[Path]) -> int:
     return highest + 1
 
 
+def infer_functions(layers: Layers, clean: bool = True) -> list[HostFunction]:
+    """The op's registered infer shape and infer dtype functions (`op_host_registry`)."""
+    return host_functions(layers, INFER_SHAPE, clean) + host_functions(layers, INFER_DTYPE, clean)
+
+
 def infer_edits(plan: Plan, mode: str) -> list[Edit]:
     del mode  # the shape is the same in both modes (mode A's optional output may be null)
     layers = plan.analysis.layers
-    files = [f.path for f in layers.found.get("infer", [])]
+    targets = infer_functions(layers)
+    files = list(dict.fromkeys([f.path for f in layers.found.get("infer", [])] + [t.path for t in targets]))
     edits: list[Edit] = []
-    index: int | None = None
+    if not targets:
+        return edits
+    index = infer_index(plan, files)
     header_for = sizes_header_path(layers.op_dir, files)
-    for path in files:
+    const = f"constexpr uint32_t {INDEX_VAR} = {index};".encode()
+    included: set[Path] = set()
+    for target in targets:
+        path, fn, ctx = target.path, target.function, target.context
         data = clean_bytes(path)
-        shape_fns = context_functions(data, SHAPE_CONTEXT)
-        dtype_fns = context_functions(data, DTYPE_CONTEXT)
-        if not shape_fns and not dtype_fns:
+        if _already_sets(data, fn, index):
             continue
-        if index is None:
-            index = infer_index(plan, files)
-        unit = indent_unit(data)
-        const = f"constexpr uint32_t {INDEX_VAR} = {index};".encode()
-        for fn, ctx in shape_fns:
-            if _already_sets(data, fn, index):
-                continue
-            at, ind = before_final_return(path, data, fn)
+        at, ind = before_final_return(path, data, fn)
+        if target.role == INFER_SHAPE:
+            unit = indent_unit(data)
             lines = [
                 ind + const,
                 ind + f"gert::Shape *optraceProfilingShape = {ctx}->GetOutputShape({INDEX_VAR});".encode(),
@@ -115,15 +107,12 @@ def infer_edits(plan: Plan, mode: str) -> list[Edit]:
                 ind + b"}",
             ]
             edits.append(insert_lines(path, data, at, lines, CODEMOD, "profiling_data shape"))
-            inc = include_edit(path, data, header_for, CODEMOD)
+            inc = include_edit(path, data, header_for, CODEMOD) if path not in included else None
+            included.add(path)
             if inc is not None:
                 edits.append(inc)
-        for fn, ctx in dtype_fns:
-            if _already_sets(data, fn, index):
-                continue
-            at, ind = before_final_return(path, data, fn)
-            lines = [ind + const,
-                     ind + f"{ctx}->SetOutputDataType({INDEX_VAR}, ge::DT_INT64);".encode()]
+        else:
+            lines = [ind + const, ind + f"{ctx}->SetOutputDataType({INDEX_VAR}, ge::DT_INT64);".encode()]
             edits.append(insert_lines(path, data, at, lines, CODEMOD, "profiling_data dtype"))
     return edits
 

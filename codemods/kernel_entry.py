@@ -148,10 +148,17 @@ def _forwarding_edits(plan: Plan, entry: FunctionDef, workspace: str) -> list[Ed
         pos = next((i for i, a in enumerate(items) if text_of(entry.src, a).strip() == workspace), None)
         if pos is None:
             continue
+        callees = an.call_site(entry, call).callees
+        # Only a callee of the operator's own files grows the parameter: one not found
+        # (a header that is absent) could not, and one shared with other operators must
+        # not (their call sites would not pass it). Both get the buffer the way every
+        # point does, through the per-launch pointer the scaffold sets (docs/layers.md).
+        if not callees or not all(c.src.path.resolve().is_relative_to(an.layers.op_dir) for c in callees):
+            continue
         at = items[pos].start_byte
         edits.append(Edit(entry.src.path, at, at,
                           FRAG_OPEN + f"{PROFILING_ARG}, ".encode() + FRAG_CLOSE, CODEMOD))
-        for callee in an.call_site(entry, call).callees:
+        for callee in callees:
             if callee.id in done:
                 continue
             done.add(callee.id)

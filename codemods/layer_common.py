@@ -333,10 +333,39 @@ def functions(data: bytes, *, declarations: bool = False) -> list[CppFunction]:
     return list(_functions(bytes(data), declarations))
 
 
+_STATEMENT_WORD_RE = re.compile(rb"[()\[\]{}]|\b(?:return|break|continue)\b")
+
+
+def _blank_macro_statements(text: bytes) -> bytes:
+    """`return` / `break` / `continue` written as a macro argument (`OP_CHECK_IF(c, LOG(..),
+    return ge::GRAPH_FAILED);`) blanked, same length: tree-sitter reads such a call as
+    broken syntax and its recovery can end a function early, start one at a macro, or
+    lose the next definition. A lambda's body inside the parentheses keeps its own."""
+    code = mask(text)
+    stack: list[int] = []
+    blank: list[tuple[int, int]] = []
+    for m in _STATEMENT_WORD_RE.finditer(code):
+        c = code[m.start()]
+        if c in b"([{":
+            stack.append(c)
+        elif c in b")]}":
+            if stack:
+                stack.pop()
+        elif stack and stack[-1] == 0x28:  # right inside `(`: a macro argument
+            blank.append(m.span())
+    if not blank:
+        return text
+    out = bytearray(text)
+    for start, end in blank:
+        out[start:end] = b" " * (end - start)
+    return bytes(out)
+
+
 @by_content(64)
 def _functions(data: bytes, declarations: bool) -> tuple[CppFunction, ...]:
-    text = normalise(data, DEFAULT_QUALIFIERS)
+    text = _blank_macro_statements(normalise(data, DEFAULT_QUALIFIERS))
     tree = new_parser().parse(text)
+    code = mask(data)
     out: list[CppFunction] = []
     for node in _walk(tree.root_node, _FUNC_TYPES):
         is_def = node.type == "function_definition"
@@ -358,11 +387,18 @@ def _functions(data: bytes, declarations: bool) -> tuple[CppFunction, ...]:
         start = node.start_byte
         if node.parent is not None and node.parent.type == "template_declaration":
             start = node.parent.start_byte
+        body_close = -1
+        if body is not None:
+            # The brace that closes the body, matched in the bytes: error recovery inside
+            # the body (an unknown macro) may end tree-sitter's node elsewhere.
+            body_close = match_bracket(code, body.start_byte) if code[body.start_byte] == 0x7B else -1
+            if body_close < 0:
+                body_close = body.end_byte - 1
         out.append(CppFunction(
             qualified.split("::")[-1], qualified, start,
             (type_node.start_byte, type_node.end_byte) if type_node is not None else None,
             params, plist.start_byte, plist.end_byte - 1,
-            body.start_byte if body is not None else -1, body.end_byte - 1 if body is not None else -1,
+            body.start_byte if body is not None else -1, body_close,
             line_number(data, node.start_byte),
         ))
     out.sort(key=lambda f: f.start)

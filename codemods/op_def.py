@@ -30,13 +30,14 @@ from optrace.codemods.layer_common import (
     statement_end,
 )
 from optrace.engine.discovery import Layers
-from optrace.engine.edits import Edit, line_end, line_number, newline_of
+from optrace.engine.edits import Edit, line_end, line_number, line_start, newline_of
+from optrace.engine.names import same_op
 from optrace.engine.plan import Plan
 
 CODEMOD = "op-def"
 
 _OUTPUT_RE = re.compile(rb"this\s*->\s*Output\s*\(")
-_INPUT_RE = re.compile(rb"this\s*->\s*(Input|Output|Attr)\s*\(")
+_INPUT_RE = re.compile(rb"this\s*->\s*(?:Input|Output|Attr|AICore|SetInfer\w*|SetTiling)\s*\(")
 _CHAIN_RE = re.compile(rb"\s*\.\s*([A-Za-z_]\w*)\s*\(")
 _KEEP = frozenset({"ParamType", "DataType", "DataTypeList", "Format", "FormatList",
                    "UnknownShapeFormat", "AutoContiguous", "IgnoreContiguous"})
@@ -57,6 +58,8 @@ class OpDefInfo:
     path: Path
     outputs: tuple[OpDefOutput, ...]
     class_line: int
+    inputs: tuple[OpDefOutput, ...] = ()  # `this->Input("...")` statements, in order
+    first_statement: int = -1  # the class's first `this->...` statement (no inputs, no outputs)
 
     def profiling_position(self) -> int | None:
         names = [o.name for o in self.outputs]
@@ -70,6 +73,14 @@ class OpDefInfo:
         return None
 
 
+_CLASS_RE = re.compile(rb"class\s+([A-Za-z_]\w*)\b[^;{]*\bOpDef\b[^;{]*\{")
+
+
+def _op_class(code: bytes, op_name: str) -> re.Match[bytes] | None:
+    """The OpDef class of the op, its name in any spelling (`MoeGmmFFNGate`)."""
+    return next((m for m in _CLASS_RE.finditer(code) if same_op(m.group(1).decode(), op_name)), None)
+
+
 def opdef_file(layers: Layers) -> Path | None:
     """The file defining the op's OpDef class (`class <Camel> : public OpDef`), if any."""
     files = [f.path for f in layers.found.get("op_def", [])]
@@ -78,16 +89,37 @@ def opdef_file(layers: Layers) -> Path | None:
             data = path.read_bytes()
         except OSError:
             continue
-        if re.search(rb"class\s+" + layers.camel.encode() + rb"\b[^;{]*OpDef", mask(data)):
+        if _op_class(mask(data), layers.op_name) is not None:
             return path
     return files[0] if files else None
 
 
+def _named_statements(path: Path, data: bytes, code: bytes, kind: bytes, lo: int, hi: int,
+                      strict: bool = True) -> list[OpDefOutput]:
+    out = []
+    for m in re.finditer(rb"this\s*->\s*" + kind + rb"\s*\(", code[:hi]):
+        if m.start() < lo:
+            continue
+        close = match_bracket(code, m.end() - 1)
+        arg = data[m.end() : close].strip() if close > 0 else b""
+        name = re.fullmatch(rb'"([^"\\]*)"', arg)
+        if name is None and not strict:
+            name = re.fullmatch(rb"(.*)", arg, re.S)  # an input only lends its layout
+        if name is None:
+            raise input_error(CODE_OPDEF_OUTPUTS, "cannot locate the OpDef's outputs: "
+                              f"`this->{kind.decode()}({arg.decode(errors='replace')})` does not name the "
+                              f"{kind.decode().lower()} with a string literal", path, data, m.start())
+        end = statement_end(code, m.start())
+        out.append(OpDefOutput(name.group(1).decode(), m.start(), end, line_number(data, m.start())))
+    return out
+
+
 def parse_opdef(path: Path, data: bytes, camel: str) -> OpDefInfo:
-    """The OpDef's outputs in order. Raises InputError when they cannot be located."""
+    """The OpDef's outputs in order (none: profiling_data becomes the only one). Raises
+    InputError when they cannot be located."""
     code = mask(data)
     lo, hi = 0, len(code)
-    cls = re.search(rb"class\s+" + re.escape(camel.encode()) + rb"\b[^;{]*OpDef[^;{]*\{", code)
+    cls = _op_class(code, camel)
     if cls is None:
         cls = re.search(rb"class\s+\w+\s*:\s*public\s+(?:ops::)?OpDef[^;{]*\{", code)
     class_line = 1
@@ -95,23 +127,15 @@ def parse_opdef(path: Path, data: bytes, camel: str) -> OpDefInfo:
         close = match_bracket(code, cls.end() - 1)
         lo, hi = cls.start(), close if close > 0 else len(code)
         class_line = line_number(data, cls.start())
-    outputs: list[OpDefOutput] = []
-    for m in _OUTPUT_RE.finditer(code, lo, hi):
-        close = match_bracket(code, m.end() - 1)
-        arg = data[m.end() : close].strip() if close > 0 else b""
-        name = re.fullmatch(rb'"([^"\\]*)"', arg)
-        if name is None:
-            raise input_error(CODE_OPDEF_OUTPUTS, "cannot locate the OpDef's outputs: "
-                              f"`this->Output({arg.decode(errors='replace')})` does not name the output "
-                              "with a string literal", path, data, m.start())
-        end = statement_end(code, m.start())
-        outputs.append(OpDefOutput(name.group(1).decode(), m.start(), end, line_number(data, m.start())))
-    if not outputs:
-        first = _INPUT_RE.search(code, lo, hi)
+    outputs = _named_statements(path, data, code, b"Output", lo, hi)
+    inputs = [] if outputs else _named_statements(path, data, code, b"Input", lo, hi, strict=False)
+    first = _INPUT_RE.search(code, lo, hi)
+    if not outputs and not inputs and (cls is None or first is None):
         raise input_error(CODE_OPDEF_OUTPUTS, "cannot locate the OpDef's outputs: no "
-                          '`this->Output("...")` statement in the OpDef', path, data,
+                          '`this->Output("...")` statement in the OpDef, and no class body with '
+                          "`this->Input` / `this->Attr` to add profiling_data to", path, data,
                           first.start() if first else lo)
-    return OpDefInfo(path, tuple(outputs), class_line)
+    return OpDefInfo(path, tuple(outputs), class_line, tuple(inputs), first.start() if first else -1)
 
 
 def op_outputs(plan_or_layers: Plan | Layers) -> OpDefInfo | None:
@@ -120,7 +144,7 @@ def op_outputs(plan_or_layers: Plan | Layers) -> OpDefInfo | None:
     path = opdef_file(layers)
     if path is None:
         return None
-    return parse_opdef(path, clean_bytes(path), layers.camel)
+    return parse_opdef(path, clean_bytes(path), layers.op_name)
 
 
 def profiling_index(plan: Plan) -> int | None:
@@ -133,10 +157,12 @@ def profiling_index(plan: Plan) -> int | None:
 
 
 def _statement_text(data: bytes, code: bytes, out: OpDefOutput, param_type: str) -> list[bytes]:
-    """The last output's statement rewritten for profiling_data, as lines."""
+    """The last output's statement (or, without outputs, the last input's) rewritten for
+    profiling_data, as lines."""
     paren = code.index(b"(", out.start)
     head_close = match_bracket(code, paren)
-    pieces = [data[out.start : paren + 1], f'"{PROFILING_OUTPUT}"'.encode(), b")"]
+    head = re.sub(rb"\bInput\s*\($", b"Output(", data[out.start : paren + 1])
+    pieces = [head, f'"{PROFILING_OUTPUT}"'.encode(), b")"]
     pos = head_close + 1
     saw_param_type = False
     while True:
@@ -175,16 +201,26 @@ def op_def_edits(plan: Plan, mode: str) -> list[Edit]:
     if path is None:
         return []
     data = clean_bytes(path)
-    info = parse_opdef(path, data, layers.camel)
+    info = parse_opdef(path, data, layers.op_name)
     if info.profiling_position() is not None:
         return []  # written by hand: G2 checks its position, nothing to add
-    last = info.outputs[-1]
     code = mask(data)
     param_type = "OPTIONAL" if mode == "A" else "REQUIRED"
-    lines = _statement_text(data, code, last, param_type)
-    at = line_end(data, last.end - 1, include_newline=True)
     nl = newline_of(data)
+    template = info.outputs[-1] if info.outputs else info.inputs[-1] if info.inputs else None
+    if template is None:
+        # No inputs, no outputs: profiling_data is the only tensor, one dtype, before the
+        # class's first statement (its Attr / AICore configuration).
+        ge = b"ge::" if b"ge::" in data else b""
+        at = line_start(data, info.first_statement)
+        line = (leading_ws(data, info.first_statement) + b'this->Output("' + PROFILING_OUTPUT.encode()
+                + b'").ParamType(' + param_type.encode() + b").DataType({" + ge + b"DT_INT64}).Format({" + ge
+                + b"FORMAT_ND}).UnknownShapeFormat({" + ge + b"FORMAT_ND});")
+        return [Edit(path, at, at, line + LINE_MARK + nl, CODEMOD, "profiling_data, the only output")]
+    lines = _statement_text(data, code, template, param_type)
+    at = line_end(data, template.end - 1, include_newline=True)
     body = b"".join(line + LINE_MARK + nl for line in lines)
     if not data[:at].endswith(b"\n"):
         body = nl + body[: -len(nl)]
-    return [Edit(path, at, at, body, CODEMOD, "profiling_data output")]
+    note = "profiling_data output" if info.outputs else "profiling_data, the only output (after the inputs)"
+    return [Edit(path, at, at, body, CODEMOD, note)]

@@ -9,7 +9,9 @@ type as its definition. `PYBIND11_MODULE` `m.def("op", &fn)` entries point at th
 whose new type they pick up: they stay valid untouched. Mode A changes nothing here
 (the Python arity is unchanged).
 
-Every schema of the op is parsed in both modes: one that does not parse is bad input
+Every schema of the op is parsed in both modes (`torch_schema.py`: torch's whole
+grammar, `Tensor(a!)`, `Tensor!`, `Tensor?[]`, `*`, defaults, overloads, named returns —
+named returns name the new one `profiling_data`): one that does not parse is bad input
 (`file:line`, exit 2, nothing written).
 """
 
@@ -24,6 +26,7 @@ from pathlib import Path
 from optrace.codemods.cache import by_content
 from optrace.codemods.layer_common import (
     CODE_SCHEMA,
+    PROFILING_OUTPUT,
     clean_bytes,
     functions,
     input_error,
@@ -34,32 +37,17 @@ from optrace.codemods.layer_common import (
     string_literals,
 )
 from optrace.codemods.torch_adapter import adapter_functions, hand_instrumented, return_type_edits
+from optrace.codemods.torch_schema import Schema, parse_schema, returns_list
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit, line_number
+from optrace.engine.names import op_key, op_name_pattern
 from optrace.engine.plan import Plan
+
+__all__ = ["Schema", "SchemaString", "parse_schema", "registration_edits", "returns_list", "schema_strings"]
 
 CODEMOD = "registration"
 
 _DEF_RE = re.compile(rb"\.\s*def\s*\(")
-_ARG_RE = re.compile(
-    r"^(?:\*|[A-Za-z_][\w.]*(?:\([a-z]?!?(?:\s*->\s*[a-z*]+!?)?\))?(?:\[\d*\])?\??"
-    r"(?:\([a-z]?!?\))?\s+[A-Za-z_]\w*(?:\s*=\s*.+)?)$", re.S
-)
-_RET_RE = re.compile(
-    r"^[A-Za-z_][\w.]*(?:\([a-z]?!?\))?(?:\[\d*\])?\??(?:\([a-z]?!?\))?(?:\s+[A-Za-z_]\w*)?$", re.S
-)
-
-
-@dataclass(frozen=True)
-class Schema:
-    """A parsed `name(args) -> returns` string; offsets index its text."""
-
-    name: str
-    args: tuple[str, ...]
-    returns: tuple[str, ...]
-    parenthesised: bool
-    returns_start: int
-    returns_end: int
 
 
 @dataclass(frozen=True)
@@ -69,67 +57,6 @@ class SchemaString:
     offsets: tuple[int, ...]  # file offset of each character of text
     line: int
     schema: Schema
-
-
-def _split(text: str) -> list[str]:
-    items: list[str] = []
-    cur: list[str] = []
-    depth = 0
-    for ch in text:
-        if ch in "([":
-            depth += 1
-        elif ch in ")]":
-            depth -= 1
-        if ch == "," and depth == 0:
-            items.append("".join(cur).strip())
-            cur = []
-        else:
-            cur.append(ch)
-    last = "".join(cur).strip()
-    if last or items:
-        items.append(last)
-    return items
-
-
-def parse_schema(text: str) -> Schema:
-    """A torch function schema; ValueError with the reason when it does not parse."""
-    m = re.match(r"\s*((?:\w+::)?\w+(?:\.\w+)?)\s*\(", text)
-    if m is None:
-        raise ValueError("expected `name(arguments) -> returns`")
-    depth = 0
-    close = -1
-    for i in range(m.end() - 1, len(text)):
-        if text[i] == "(":
-            depth += 1
-        elif text[i] == ")":
-            depth -= 1
-            if depth == 0:
-                close = i
-                break
-    if close < 0:
-        raise ValueError("unbalanced parentheses in the argument list")
-    args = _split(text[m.end() : close])
-    for arg in args:
-        if not _ARG_RE.match(arg):
-            raise ValueError(f"argument `{arg}` is not `Type name[=default]`")
-    arrow = re.match(r"\s*->\s*", text[close + 1 :])
-    if arrow is None:
-        raise ValueError("missing `->` before the returns")
-    rstart = close + 1 + arrow.end()
-    rtext = text[rstart:].rstrip()
-    rend = rstart + len(rtext)
-    if rtext.startswith("("):
-        if not rtext.endswith(")"):
-            raise ValueError("unbalanced parentheses in the returns")
-        returns = _split(rtext[1:-1]) if rtext[1:-1].strip() else []
-        parenthesised = True
-    else:
-        returns = [rtext]
-        parenthesised = False
-    for ret in returns:
-        if not _RET_RE.match(ret):
-            raise ValueError(f"return `{ret}` is not a type")
-    return Schema(m.group(1), tuple(args), tuple(returns), parenthesised, rstart, rend)
 
 
 _IMPL_RE = re.compile(rb'\.\s*impl\s*\(\s*"(?:\w+::)?(\w+)(?:\.\w+)?"\s*,[^;]*?&?\s*([A-Za-z_][\w:]*)\s*\)')
@@ -181,8 +108,9 @@ def schema_strings(path: Path, data: bytes, op_name: str | Sequence[str]) -> lis
     wanted = _name_pattern(tuple(names))
     out = []
     for text, offsets, first_lit in _def_strings(bytes(data)):
-        # `any(name in text)` first: a schema of the op spells one of its names.
-        if not any(n in text for n in names) or wanted.match(text) is None:
+        # A cheap test first: a schema of the op spells one of its names (in any spelling).
+        key = op_key(text)
+        if not any(op_key(n) in key for n in names) or wanted.match(text) is None:
             continue
         try:
             schema = parse_schema(text)
@@ -196,8 +124,26 @@ def schema_strings(path: Path, data: bytes, op_name: str | Sequence[str]) -> lis
 
 @lru_cache(maxsize=256)
 def _name_pattern(names: tuple[str, ...]) -> re.Pattern[str]:
-    """A schema string naming one of `names` (`ns::name.overload(`)."""
-    return re.compile(r"\s*(?:\w+::)?(?:" + "|".join(re.escape(n) for n in names) + r")(?:\.\w+)?\s*\(")
+    """A schema string naming one of `names` in any spelling (`ns::name.overload(`)."""
+    spellings = "|".join(op_name_pattern(n).decode() for n in names)
+    return re.compile(r"\s*(?:\w+::)?(?:" + spellings + r")(?:\.\w+)?\s*\(")
+
+
+_SCHEMA_WRAPPER_RE = re.compile(rb"\s*(?:TORCH_SELECTIVE_SCHEMA|(?:torch|c10)::schema)\s*\(")
+_ESCAPES = {ord("n"): "\n", ord("t"): "\t"}
+
+
+def _first_argument_end(code: bytes, start: int, close: int) -> int:
+    """Where the first top-level argument of code[start:close] ends (a `,` or `close`)."""
+    depth = 0
+    for i in range(start, close):
+        if code[i] in b"([{":
+            depth += 1
+        elif code[i] in b")]}":
+            depth -= 1
+        elif code[i] == 0x2C and depth == 0:
+            return i
+    return close
 
 
 @by_content(32)
@@ -212,18 +158,16 @@ def _def_strings(data: bytes) -> tuple[tuple[str, tuple[int, ...], int], ...]:
         close = match_bracket(code, m.end() - 1)
         if close < 0:
             continue
-        first_end = close
-        depth = 0
-        for i in range(m.end(), close):
-            if code[i] in b"([{":
-                depth += 1
-            elif code[i] in b")]}":
-                depth -= 1
-            elif code[i] == 0x2C and depth == 0:
-                first_end = i
-                break
-        lits = string_literals(data, m.end(), first_end)
-        between = code[m.end() : first_end]
+        start = m.end()
+        first_end = _first_argument_end(code, start, close)
+        wrapper = _SCHEMA_WRAPPER_RE.match(code, start, first_end)
+        if wrapper is not None:  # m.def(TORCH_SELECTIVE_SCHEMA("...")), m.def(torch::schema("...", kind))
+            inner_close = match_bracket(code, wrapper.end() - 1)
+            if inner_close < 0:
+                continue
+            start, first_end = wrapper.end(), _first_argument_end(code, wrapper.end(), inner_close)
+        lits = string_literals(data, start, first_end)
+        between = code[start : first_end]
         if not lits or re.sub(rb'"[^"]*"', b"", between).strip():
             continue  # not a (sequence of) string literal(s): pybind's m.def("name", &fn)
         text_parts: list[str] = []
@@ -235,6 +179,11 @@ def _def_strings(data: bytes) -> tuple[tuple[str, tuple[int, ...], int], ...]:
                 if raw[i : i + 2] in (b"\\\n", b"\\\r"):
                     i += 2 if raw[i : i + 2] == b"\\\n" else 3  # line splice inside the literal
                     continue
+                if raw[i] == 0x5C and i + 1 < len(raw):  # an escape: `\"mean\"` is `"mean"`
+                    text_parts.append(_ESCAPES.get(raw[i + 1], chr(raw[i + 1])))
+                    offsets.append(s + 1 + i)
+                    i += 2
+                    continue
                 text_parts.append(chr(raw[i]))
                 offsets.append(s + 1 + i)
                 i += 1
@@ -242,24 +191,20 @@ def _def_strings(data: bytes) -> tuple[tuple[str, tuple[int, ...], int], ...]:
     return tuple(out)
 
 
-def returns_list(schema: Schema) -> bool:
-    """`-> Tensor[]`: the list carries the extra tensor, the schema stays."""
-    single = len(schema.returns) == 1 and not schema.parenthesised
-    return single and schema.returns[0].split()[0].endswith("[]")
-
-
 def _schema_edits(s: SchemaString) -> list[Edit]:
     sch = s.schema
     if returns_list(sch):
         return []
+    # Named returns (`-> (Tensor(a!) values, Tensor indices)`) name the new one too.
+    extra = f"Tensor {PROFILING_OUTPUT}".encode() if sch.named_returns else b"Tensor"
     if sch.parenthesised:
         close = s.offsets[sch.returns_end - 1]
-        extra = b", Tensor" if sch.returns else b"Tensor"
-        return [string_fragment(s.path, close, extra, CODEMOD, "one more return")]
+        return [string_fragment(s.path, close, b", " + extra if sch.returns else extra, CODEMOD,
+                                "one more return")]
     first = s.offsets[sch.returns_start]
     last = s.offsets[sch.returns_end - 1] + 1
     return [string_fragment(s.path, first, b"(", CODEMOD, "one more return"),
-            string_fragment(s.path, last, b", Tensor)", CODEMOD, "one more return")]
+            string_fragment(s.path, last, b", " + extra + b")", CODEMOD, "one more return")]
 
 
 def declaration_files(layers: Layers) -> list[Path]:

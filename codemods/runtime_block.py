@@ -20,6 +20,7 @@ from pathlib import Path
 from optrace.codemods.strip import CREATED_MARK as STRIP_CREATED_MARK
 from optrace.engine.edits import Edit, line_end, newline_of
 from optrace.engine.plan import Plan
+from optrace.engine.source import blank_comments
 
 CODEMOD = "runtime-block"
 _BLOCK_RE = re.compile(rb"// optrace-runtime-block v\d+.*?// optrace-runtime-block end[^\n]*\n?", re.S)
@@ -58,11 +59,30 @@ def _as_lines(data: bytes, at: int, lines: bytes) -> bytes:
 
 
 def _after_last_include(data: bytes) -> int:
-    last = None
-    for m in _INCLUDE_RE.finditer(data):
-        last = m
-    if last is not None:
-        return line_end(data, last.end(), include_newline=True)
+    """Where an include of the runtime block goes: after the last `#include` of the file's
+    head (the preprocessor lines and comments before its first line of code) at the
+    shallowest `#if` depth there, so it precedes every use and is not made conditional.
+    An include further down (a file ending in `#include "impl_bf16.h"`) is after code
+    that may already carry points."""
+    bom = 3 if data.startswith(b"\xef\xbb\xbf") else 0
+    code = blank_comments(data)
+    depth, best, best_depth = 0, None, None
+    pos = bom
+    for line in code[bom:].splitlines(keepends=True):
+        stripped = line.strip()
+        if stripped and not stripped.startswith(b"#"):
+            break
+        directive = stripped[1:].lstrip()
+        if directive.startswith(b"if"):
+            depth += 1
+        elif directive.startswith(b"endif"):
+            depth -= 1
+        elif directive.startswith(b"include") and _INCLUDE_RE.match(line) and (best_depth is None or
+                                                                             depth <= best_depth):
+            best, best_depth = pos + len(line.rstrip(b"\r\n")), depth
+        pos += len(line)
+    if best is not None:
+        return line_end(data, best, include_newline=True)
     guard = _GUARD_RE.search(data)
     if guard is not None:
         return line_end(data, guard.end(), include_newline=True)

@@ -1,11 +1,15 @@
 """Tiling: where the tiling function describes outputs, profiling_data at the same position.
 
-DESCRIPTION: when the host tiling function reads output descriptions or shapes
-(`context->GetOutputDesc(i)`, `GetOutputShape(i)`, ...), add the same description for
-profiling_data at its OpDef index: a local index constant and a check that, when the
-output is present (it is OPTIONAL in mode A), its dtype is int64 — failing the tiling
-the way the function already fails. A tiling function that never looks at outputs is
-left alone (nothing there depends on output positions).
+DESCRIPTION: when the function registered as the op's tiling
+(`IMPL_OP_OPTILING(Op).Tiling(fn)`, `IMPL_OP(Op).Tiling(fn)`, `this->AICore().SetTiling(fn)`;
+`op_host_registry.py`) reads output descriptions or shapes (`context->GetOutputDesc(i)`,
+`GetOutputShape(i)`, ... — itself or through the functions it calls), add the same
+description for profiling_data at its OpDef index, in that registered function: a local
+index constant and a check that, when the output is present (it is OPTIONAL in mode A),
+its dtype is int64 — failing the tiling the way the function's return type fails
+(`ge::GRAPH_FAILED` or its own failure status, `false` for bool, a bare `return` for
+void). Helpers taking the same context are never edited; a tiling function that never
+looks at outputs is left alone (nothing there depends on output positions).
 """
 
 from __future__ import annotations
@@ -17,37 +21,39 @@ from optrace.codemods.layer_common import (
     INDEX_VAR,
     CppFunction,
     clean_bytes,
-    functions,
     indent_unit,
     insert_lines,
     mask,
     output_uses,
-    param_name,
 )
 from optrace.codemods.op_def import profiling_index
+from optrace.codemods.op_host_registry import TILING, HostFunction, callees, host_functions
+from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
 
 CODEMOD = "tiling"
-TILING_CONTEXT = b"TilingContext"
 
 
-def tiling_functions(data: bytes) -> list[tuple[CppFunction, str]]:
-    """Definitions taking a `gert::TilingContext *` that read outputs: (function, name)."""
+def tiling_functions(layers: Layers, clean: bool = True) -> list[HostFunction]:
+    """The op's registered tiling functions (`op_host_registry`) that read outputs — in
+    their own body or in a function of the host files they call."""
     out = []
-    for fn in functions(data):
-        if fn.body_open < 0:
-            continue
-        ctx = next((param_name(data, s) for s in fn.params if TILING_CONTEXT in data[s[0] : s[1]]), None)
-        if ctx is None:
-            continue
-        if output_uses(data, fn.body_open, fn.body_close):
-            out.append((fn, ctx))
+    for target in host_functions(layers, TILING, clean):
+        reached = callees(layers, target, clean)
+        if any(output_uses(data, f.body_open, f.body_close) for _p, data, f in reached):
+            out.append(target)
     return out
 
 
-def _failure(data: bytes, fn: CppFunction) -> bytes:
-    """The function's own failure return value (`ge::GRAPH_FAILED` by default)."""
+def failure_value(data: bytes, fn: CppFunction) -> bytes | None:
+    """What the function returns to fail, matching its return type: `false` for bool,
+    nothing for void, else its own failure status (`ge::GRAPH_FAILED` by default)."""
+    rtype = re.sub(rb"\s+", b" ", data[fn.type_span[0] : fn.type_span[1]]).strip() if fn.type_span else b""
+    if rtype == b"bool":
+        return b"false"
+    if rtype == b"void":
+        return None
     m = re.search(rb"return\s+((?:ge::)?GRAPH_FAILED|[\w:]*FAILED\w*)\s*;",
                   mask(data)[fn.body_open : fn.body_close])
     return m.group(1) if m else b"ge::GRAPH_FAILED"
@@ -60,22 +66,22 @@ def tiling_edits(plan: Plan, mode: str) -> list[Edit]:
     if index is None:
         return []  # no OpDef: nothing positions the output
     edits: list[Edit] = []
-    for layer_file in layers.found.get("tiling", []):
-        path = layer_file.path
+    for target in tiling_functions(layers):
+        path, fn, ctx = target.path, target.function, target.context
         data = clean_bytes(path)
+        if any(use.index == index for use in output_uses(data, fn.body_open, fn.body_close)):
+            continue
         unit = indent_unit(data)
-        for fn, ctx in tiling_functions(data):
-            if any(use.index == index for use in output_uses(data, fn.body_open, fn.body_close)):
-                continue
-            at, ind = before_final_return(path, data, fn)
-            lines = [
-                ind + f"constexpr uint32_t {INDEX_VAR} = {index};".encode(),
-                ind + f"const gert::CompileTimeTensorDesc *optraceProfilingDesc = "
-                      f"{ctx}->GetOutputDesc({INDEX_VAR});".encode(),
-                ind + b"if (optraceProfilingDesc != nullptr && "
-                      b"optraceProfilingDesc->GetDataType() != ge::DT_INT64) {",
-                ind + unit + b"return " + _failure(data, fn) + b";",
-                ind + b"}",
-            ]
-            edits.append(insert_lines(path, data, at, lines, CODEMOD, "profiling_data description"))
+        at, ind = before_final_return(path, data, fn)
+        failure = failure_value(data, fn)
+        lines = [
+            ind + f"constexpr uint32_t {INDEX_VAR} = {index};".encode(),
+            ind + f"const gert::CompileTimeTensorDesc *optraceProfilingDesc = "
+                  f"{ctx}->GetOutputDesc({INDEX_VAR});".encode(),
+            ind + b"if (optraceProfilingDesc != nullptr && "
+                  b"optraceProfilingDesc->GetDataType() != ge::DT_INT64) {",
+            ind + unit + b"return" + (b" " + failure if failure is not None else b"") + b";",
+            ind + b"}",
+        ]
+        edits.append(insert_lines(path, data, at, lines, CODEMOD, "profiling_data description"))
     return edits

@@ -51,6 +51,7 @@ from optrace.codemods.layer_common import (
 from optrace.codemods.strip import strip_bytes
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit, line_number, line_start
+from optrace.engine.names import op_name_pattern, same_op
 from optrace.engine.plan import Plan
 
 CODEMOD = "torch-adapter"
@@ -71,7 +72,7 @@ class Launch:
 
 
 def launch_pattern(layers: Layers) -> re.Pattern[bytes]:
-    camel = re.escape(layers.camel.encode())
+    camel = op_name_pattern(layers.op_name)  # any spelling: `aclnnMoeGmmFFNGate`
     op = re.escape(layers.op_name.encode())
     return re.compile(rb"\b(EXEC_NPU_CMD(?:_V\d+)?)\s*\(\s*aclnn" + camel + rb"\b|\b(EXEC_KERNEL_CMD)\s*\(\s*"
                       + op + rb"\b")
@@ -250,14 +251,14 @@ def _instrumented_neighbour(path: Path, fn_name: str, layers: Layers) -> str | N
     if current == strip_bytes(current, path):
         return None
     code = mask(current)
-    mine = {f"aclnn{layers.camel}", layers.op_name}
     for fn in functions(current):
         if fn.name != fn_name or fn.body_open < 0:
             continue
         launch_re = re.compile(rb"\bEXEC_(?:NPU|KERNEL)_CMD\w*\s*\(\s*(\w+)")
         for m in launch_re.finditer(code, fn.body_open, fn.body_close):
             target = m.group(1).decode()
-            if target in mine:
+            if target == layers.op_name or (target.startswith("aclnn")
+                                             and same_op(target[len("aclnn"):], layers.op_name)):
                 continue
             open_at = code.index(b"(", m.start())
             close = match_bracket(code, open_at)

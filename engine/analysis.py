@@ -18,16 +18,18 @@ from optrace.engine.config import Config, load_config
 from optrace.engine.cpp import (
     CodeIndex,
     FunctionDef,
+    LocalDecl,
     ParsedFile,
     base_type_name,
-    local_types,
+    local_type_at,
     new_parser,
     parse_file,
+    scoped_locals,
     text_of,
 )
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
-from optrace.engine.discovery import Layers, default_repo_root, discover, resolve_operator_dir
-from optrace.engine.includes import IncludeGraph, build_include_graph
+from optrace.engine.discovery import Layers, default_repo_root, discover, repo_index, resolve_operator_dir
+from optrace.engine.includes import HeaderSearch, IncludeGraph, build_include_graph
 from optrace.engine.model import ExistingPoint
 from optrace.engine.source import (
     TRACE_POINT_CALL,
@@ -87,16 +89,18 @@ class Analysis:
     heavy: set[str] = field(default_factory=set)  # heavy itself or calls something heavy
     # function id -> number of call sites reaching it (over reachable code)
     call_counts: dict[str, int] = field(default_factory=dict)
-    _locals: dict[str, dict[str, str]] = field(default_factory=dict)
     _calls: dict[tuple[str, int, int, str], CallSite] = field(default_factory=dict)
     _sizes: dict[str, tuple[int, bool]] = field(default_factory=dict)
     _spin: dict[tuple[str, int, int], bool] = field(default_factory=dict)
+    _scoped: dict[str, dict[str, list[LocalDecl]]] = field(default_factory=dict)
 
     # --- per-function facts ---------------------------------------------------------
-    def locals_of(self, fn: FunctionDef) -> dict[str, str]:
-        if fn.id not in self._locals:
-            self._locals[fn.id] = local_types(fn.src, fn)
-        return self._locals[fn.id]
+    def local_type(self, fn: FunctionDef, name: str, offset: int) -> str | None:
+        """The declared type of a local or parameter `name` as seen at `offset` in fn."""
+        scoped = self._scoped.get(fn.id)
+        if scoped is None:
+            scoped = self._scoped[fn.id] = scoped_locals(fn.src, fn)
+        return local_type_at(scoped, name, offset) or fn.params.get(name)
 
     def call_site(self, fn: FunctionDef, call: Node) -> CallSite:
         key = (str(fn.src.path), call.start_byte, call.end_byte, fn.id)
@@ -166,7 +170,7 @@ def resolve_call(an: Analysis, fn: FunctionDef, call: Node) -> tuple[str, list[F
             classes = {fn.scope}
         else:
             recv_name = recv.lstrip("*&(").split("->")[-1].split(".")[-1].rstrip(")")
-            tname = an.locals_of(fn).get(recv_name)
+            tname = an.local_type(fn, recv_name, call.start_byte)
             if tname is None and fn.scope in idx.classes:
                 tname = idx.classes[fn.scope].fields.get(recv_name)
             if tname is not None:
@@ -181,7 +185,7 @@ def resolve_call(an: Analysis, fn: FunctionDef, call: Node) -> tuple[str, list[F
     if func.type == "identifier":
         name = text_of(src, func)
         # `gemm(params)` on an object of a known class: its operator().
-        tname = an.locals_of(fn).get(name)
+        tname = an.local_type(fn, name, call.start_byte)
         if tname is None and fn.scope in idx.classes:
             tname = idx.classes[fn.scope].fields.get(name)
         if tname is not None:
@@ -243,7 +247,11 @@ def analyse_operator(op_dir: Path, repo_root: Path | None = None) -> Analysis:
     layers = discover(op_dir, root, config)
     assert layers.entry is not None and layers.kernel_dir is not None
     include_dirs = (*config.include_dirs, layers.kernel_dir, op_dir)
-    includes = build_include_graph(layers.entry.path.resolve(), include_dirs)
+    # Headers are searched for across the repository only when it is one (a `.git` or
+    # `optrace.toml` marks it, or the user named it): a guessed root may hold anything.
+    marked = repo_root is not None or (root / ".git").exists() or (root / "optrace.toml").is_file()
+    search = HeaderSearch(root, repo_index(layers.repo_root).sources) if marked else None
+    includes = build_include_graph(layers.entry.path.resolve(), include_dirs, search)
     diagnostics = list(layers.diagnostics) + list(includes.diagnostics)
     if layers.entry.path.resolve() not in includes.files:
         bad = includes.diagnostics[0] if includes.diagnostics else Diagnostic(

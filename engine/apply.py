@@ -28,7 +28,7 @@ from optrace.codemods.kernel_points import point_edits
 from optrace.codemods.layers import layer_edits, owned_files, sizes_header
 from optrace.codemods.runtime_block import block_edits, include_edits
 from optrace.codemods.strip import is_created, strip_bytes
-from optrace.engine.diagnostics import Diagnostic, InputError
+from optrace.engine.diagnostics import Diagnostic, InputError, Severity
 from optrace.engine.discovery import (
     CPP_EXTS,
     KERNEL_EXTS,
@@ -93,13 +93,18 @@ def apply_changes(op_dir: Path, repo_root: Path | None = None, mode: str | None 
     every other layer it has. `mode` None keeps the mode recorded in the tree (else B)."""
     plan = plan_operator(op_dir, repo_root)
     root = plan.analysis.layers.repo_root
+    recorded = recorded_mode(plan.analysis.entry_fn.src.raw)
+    chosen: Diagnostic | None = None
+    if mode is None and recorded is None:
+        mode, chosen = choose_mode(plan)
+    elif mode == "B" and recorded != "B":
+        _refuse_b_with_hint(plan)
     points = point_edits(plan)
     entry = entry_edits(plan, mode)
     block, created = block_edits(plan)
     files_with_points = {e.path for e in points} | {plan.analysis.entry_fn.src.path}
     includes = include_edits(plan, files_with_points)
     kernel = [*points, *entry, *block, *includes]
-    recorded = recorded_mode(plan.analysis.entry_fn.src.raw)
     effective = mode or recorded or "B"
     kernel_files = {resolve(p) for p in {e.path for e in kernel}}
     own_dir = plan.analysis.layers.op_dir.resolve()
@@ -108,7 +113,7 @@ def apply_changes(op_dir: Path, repo_root: Path | None = None, mode: str | None 
     layer_side, layer_created, deleted = _layer_side(plan, effective, kernel_files, prov)
     editset = EditSet([*kernel, *layer_side])
     result = OperatorChanges(op_dir.resolve(), root, plan=plan,
-                             diagnostics=list(plan.diagnostics), provenance=prov)
+                             diagnostics=[*plan.diagnostics, *([chosen] if chosen else [])], provenance=prov)
     for path, (old, new) in new_contents(editset).items():
         result.changes[path] = (old, new)
     for path, content in {**created, **layer_created}.items():
@@ -127,6 +132,42 @@ def apply_changes(op_dir: Path, repo_root: Path | None = None, mode: str | None 
     else:
         prov.edits_before = prov.mine
     return result
+
+
+MODE_CHOSEN = "OT314"
+
+
+def choose_mode(plan: Plan) -> tuple[str, Diagnostic]:
+    """The mode of an operator that has none recorded and none asked: B (one more return
+    value) where every layer can carry the new output, else A (an optional output, Python
+    arity unchanged), with the reason as an info diagnostic the plan and apply show."""
+    try:
+        layer_edits(plan, "B")
+    except InputError as refused:
+        try:
+            layer_edits(plan, "A")
+        except InputError:
+            raise refused from None  # neither mode: B's reason is the one to fix
+        d = refused.diagnostic
+        return "A", Diagnostic(MODE_CHOSEN, f"mode A (profiling_data optional, Python arity unchanged): "
+                               f"mode B is refused here: {d.code} {d.message}", d.path, d.line, Severity.INFO)
+    entry = plan.analysis.entry_fn.src.path
+    return "B", Diagnostic(MODE_CHOSEN, "mode B (profiling_data is the last output of the op): every "
+                           "layer can carry it", entry, plan.analysis.entry_fn.line, Severity.INFO)
+
+
+def _refuse_b_with_hint(plan: Plan) -> None:
+    """`--mode B` asked and refused: say so, and that mode A would apply when it would."""
+    try:
+        layer_edits(plan, "B")
+    except InputError as refused:
+        try:
+            layer_edits(plan, "A")
+        except InputError:
+            raise refused from None
+        d = refused.diagnostic
+        hint = Diagnostic(d.code, f"{d.message}; use --mode A", d.path, d.line, d.severity)
+        raise InputError(hint) from None
 
 
 def _by_file(edits: Iterable[Edit]) -> EditsByFile:

@@ -12,14 +12,13 @@ compiled (the stub is AscendC's); the host layers are judged by the gates G1–G
 from __future__ import annotations
 
 import re
-import tempfile
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
 from optrace.engine.discovery import CPP_EXTS, default_repo_root, walk_files
+from optrace.engine.host_compile import host_compile
 from optrace.engine.preprocess import MAX_DEPTH, _label_problem
 from optrace.engine.source import TRACE_POINT_CALL, blank_comments, blank_if0, decode
 
@@ -100,9 +99,10 @@ def scan_points(path: Path, data: bytes) -> list[Point]:
 
 
 def check_operator(op_dir: Path, repo_root: Path | None = None, compile_safety: bool = True) -> CheckReport:
-    from optrace.engine.discovery import resolve_operator_dir
+    from optrace.engine.discovery import refuse_parent_of_operators, resolve_operator_dir
 
     op_dir = resolve_operator_dir(op_dir)
+    refuse_parent_of_operators(op_dir)
     root = (repo_root or default_repo_root(op_dir)).resolve()
     report = CheckReport(op_dir, root)
     from optrace.engine.transaction import pending_journal
@@ -340,99 +340,18 @@ def _check_kernel_g2(report: CheckReport, op_dir: Path, root: Path, analysis: An
 # --- compile safety ------------------------------------------------------------------------
 
 
-def stub_header() -> Path:
-    return Path(str(resources.files("optrace.runtime").joinpath("stub/ascendc_host_stub.h")))
-
-
 def compile_check(report: CheckReport, files: list[Path], op_dir: Path) -> None:
     """libclang on each touched file; errors on lines optrace inserted are findings."""
-    try:
-        from clang import cindex
-    except ImportError:  # pragma: no cover - libclang is a dependency
-        report.add("OT421", "libclang is not installed: compile safety not checked", None, 0,
-                   Severity.WARNING)
-        return
-    from optrace.engine.includes import scan_includes
-
-    index = cindex.Index.create()
-    all_files = [p for p in walk_files(op_dir, CPP_EXTS)]
-    kernel_dirs = sorted({p.parent for p in all_files} | {op_dir})
-    with tempfile.TemporaryDirectory(prefix="optrace-stub-") as tmp:
-        fake = Path(tmp)
-        # The libclang wheel has no C/C++ standard headers of its own: standard headers
-        # are small shims, and absent project headers (submodules, CANN) empty files, so
-        # no include is fatal and parsing reaches every inserted line.
-        for name in _STD_SHIMS:
-            (fake / name).write_text(_STD_SHIM)
-        for path in all_files:
-            for d in scan_includes(path.read_bytes()):
-                if d.target in _STD_SHIMS or ".." in d.target:
-                    continue
-                candidates = [path.parent / d.target, *(k / d.target for k in kernel_dirs)]
-                if not any(c.exists() for c in candidates):
-                    target = fake / d.target
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    target.touch()
-        args = ["-x", "c++", "-std=c++17", "-fsyntax-only", "-ferror-limit=0", "-Wno-everything",
-                "-nostdinc", "-nostdinc++", f"-isystem{fake}",
-                "-include", str(stub_header()), *[f"-I{d}" for d in kernel_dirs], f"-I{fake}"]
-        if not all(_utf8(str(a)) for a in args):
-            report.add("OT421", "compile safety skipped: a folder name is not UTF-8, which libclang "
-                       "cannot take", files[0], 0, Severity.WARNING)
-            return
-        for path in files:
-            if not _utf8(str(path)):
-                report.add("OT421", "compile safety skipped for this file: its name is not UTF-8",
-                           path, 0, Severity.WARNING)
-                continue
-            data = path.read_bytes()
-            inserted, fragments = _inserted_code(data)
-            try:
-                tu = index.parse(str(path), args=args)
-            except cindex.TranslationUnitLoadError as exc:
-                report.add("OT421", f"libclang could not load the file: {exc}", path, 0, Severity.WARNING)
-                continue
-            report.compile_checked += 1
-            for diag in tu.diagnostics:
-                loc = diag.location
-                if diag.severity < cindex.Diagnostic.Error or loc.file is None:
-                    continue
-                if Path(loc.file.name).resolve() != path.resolve():
-                    continue
-                in_fragment = any(a <= loc.column <= b for a, b in fragments.get(loc.line, ()))
-                if loc.line not in inserted and not in_fragment:
-                    continue
-                report.add("OT420", f"inserted code does not compile: {diag.spelling}", path, loc.line)
-
-
-def _utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-_STD_SHIMS = ("cstddef", "cstdint", "cstring", "functional", "stddef.h", "stdint.h", "string.h",
-              "type_traits", "utility", "limits", "cstdlib", "stdlib.h", "climits", "limits.h")
-_STD_SHIM = """#pragma once
-typedef signed char int8_t; typedef short int16_t; typedef int int32_t; typedef long int64_t;
-typedef unsigned char uint8_t; typedef unsigned short uint16_t; typedef unsigned int uint32_t;
-typedef unsigned long uint64_t; typedef unsigned long size_t; typedef long ptrdiff_t;
-typedef unsigned long uintptr_t; typedef long intptr_t;
-namespace std {
-using ::int8_t; using ::int16_t; using ::int32_t; using ::int64_t; using ::uint8_t;
-using ::uint16_t; using ::uint32_t; using ::uint64_t; using ::size_t; using ::ptrdiff_t;
-template <class F> class function;
-template <class R, class... A> class function<R(A...)> {
-public:
-    template <class G> function(G) {}
-    R operator()(A...) const;
-};
-}
-extern "C" void* memcpy(void*, const void*, size_t);
-extern "C" void* memset(void*, int, size_t);
-"""
+    result = host_compile(files, op_dir)
+    for path, reason in result.skipped:
+        report.add("OT421", f"compile safety skipped for this file: {reason}", path, 0, Severity.WARNING)
+    for path, errors in result.errors.items():
+        report.compile_checked += 1
+        inserted, fragments = _inserted_code(path.read_bytes())
+        for err in errors:
+            in_fragment = any(a <= err.column <= b for a, b in fragments.get(err.line, ()))
+            if err.line in inserted or in_fragment:
+                report.add("OT420", f"inserted code does not compile: {err.message}", path, err.line)
 
 
 _FRAGMENT_RE = re.compile(rb"/\*optrace<\*/.*?/\*>optrace\*/")

@@ -528,13 +528,49 @@ class CodeIndex:
         return [f for f in self.by_name.get(name, ()) if f.scope in classes]
 
 
-def local_types(src: SourceFile, fn: FunctionDef) -> dict[str, str]:
-    """Variable name -> base type name for parameters and local declarations.
+# Nodes that open a scope for the declarations directly inside them.
+_SCOPES = frozenset({"compound_statement", "for_statement", "for_range_loop", "if_statement",
+                     "while_statement", "switch_statement", "case_statement", "condition_clause"})
+
+
+@dataclass(frozen=True)
+class LocalDecl:
+    """One local declaration: visible from `at` to the end of its scope [start, end)."""
+
+    type: str
+    at: int
+    start: int
+    end: int
+
+
+def scoped_locals(src: SourceFile, fn: FunctionDef) -> dict[str, list[LocalDecl]]:
+    """Variable name -> its declarations with their block scopes, so `op` declared with a
+    different class in each tiling-key branch resolves to its own branch's class."""
+    out: dict[str, list[LocalDecl]] = {}
+    for name, tname, decl in _local_declarations(src, fn):
+        scope = decl.parent
+        while scope is not None and scope.type not in _SCOPES:
+            scope = scope.parent
+        start, end = (scope.start_byte, scope.end_byte) if scope is not None else (0, len(src.raw))
+        out.setdefault(name, []).append(LocalDecl(tname, decl.start_byte, start, end))
+    return out
+
+
+def local_type_at(scoped: dict[str, list[LocalDecl]], name: str, offset: int) -> str | None:
+    """The type of the innermost declaration of `name` in scope at `offset`."""
+    best: LocalDecl | None = None
+    for d in scoped.get(name, ()):
+        if d.start <= offset < d.end and d.at <= offset and (best is None or d.start >= best.start):
+            best = d
+    return best.type if best is not None else None
+
+
+def _local_declarations(src: SourceFile, fn: FunctionDef) -> list[tuple[str, str, Node]]:
+    """(name, base type, declaration node) of each local declaration, in order.
 
     Type aliases declared in the body (`using GemmKernel = Kernel::Foo<...>;`) are applied
-    here, so two functions reusing one alias name never see each other's target.
-    """
-    out = dict(fn.params)
+    here, so two functions reusing one alias name never see each other's target."""
+    out: list[tuple[str, str, Node]] = []
     local_alias: dict[str, str] = {}
     for alias in fn.nodes_in(fn.body, ("alias_declaration", "type_definition")):
         target = alias.child_by_field_name("type")
@@ -555,7 +591,7 @@ def local_types(src: SourceFile, fn: FunctionDef) -> dict[str, str]:
             actual = tname
             if tname == "auto":
                 actual = _deduced_type(src, d)
-            out[text_of(src, nm)] = local_alias.get(actual, actual)
+            out.append((text_of(src, nm), local_alias.get(actual, actual), decl))
     return out
 
 

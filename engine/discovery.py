@@ -16,6 +16,7 @@ from pathlib import Path
 
 from optrace.engine.config import Config
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
+from optrace.engine.names import op_name_pattern, same_op
 from optrace.engine.source import blank_comments, decode, is_binary
 
 CPP_EXTS = frozenset({".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".hh", ".hxx", ".asc", ".inc"})
@@ -153,6 +154,9 @@ class RepoIndex:
     files: list[Path] = field(default_factory=list)
     by_word: dict[bytes, list[int]] = field(default_factory=dict)
     scripts: list[Path] = field(default_factory=list)
+    # Every C/C++ file by its name, kernel sources included: where an include that is not
+    # found beside its includer may be (`../other_op/...` of a flattened build tree).
+    sources: dict[str, list[Path]] = field(default_factory=dict)
     _build_scripts: list[Path] | None = None
 
     def build_scripts(self) -> list[Path]:
@@ -173,14 +177,20 @@ class RepoIndex:
                 path.name != "CMakeLists.txt"
             ):
                 continue
+            if ext in CPP_EXTS:
+                index.sources.setdefault(path.name, []).append(path)
+                if "op_kernel" in path.parts:
+                    continue  # kernel sources never hold another layer; they are most of the bytes
+            if ext in (".sh", ".bash", ".cmake") or path.name == "CMakeLists.txt":
+                try:
+                    if path.stat().st_size <= SEARCH_LIMIT_BYTES:
+                        index.scripts.append(path)
+                except OSError:
+                    pass
+                continue
             data = _read(path)
             if data is None:
                 continue
-            if ext in (".sh", ".bash", ".cmake") or path.name == "CMakeLists.txt":
-                index.scripts.append(path)
-                continue
-            if "op_kernel" in path.parts:
-                continue  # kernel sources never hold another layer; they are most of the bytes
             n = len(index.files)
             index.files.append(path)
             # Lowercased, with the file's own name, so `aclnn_<op>.cpp` and `CMake` match.
@@ -266,6 +276,40 @@ def find_entries(kernel_files: list[Path]) -> list[EntryPoint]:
     return entries
 
 
+def operator_dir_of(path: Path, root: Path) -> Path | None:
+    """The operator directory a kernel source belongs to by its place in the tree, if any,
+    at or below `root`: the parent of its `op_kernel/`, or `ascend_kernels/<op>` /
+    `csrc/ops/<op>` (the layout's folders may lie above `root`)."""
+    if not path.is_relative_to(root):
+        return None
+    parts = path.parts[:-1]
+    lowest = len(root.parts) - 1  # the index of root's own name
+    # The innermost match wins: `ascend_kernels/<op>/op_kernel/...` is <op>, and an
+    # `op_kernel/` nested in a test tree names the test tree, which then needs an entry.
+    for i in range(len(parts) - 1, lowest - 1, -1):
+        if parts[i] == "op_kernel" and i > lowest:
+            return Path(*parts[:i])
+        if parts[i - 1] == "ascend_kernels" or parts[i - 2 : i] == ("csrc", "ops"):
+            return Path(*parts[: i + 1])
+    return None
+
+
+def find_operator_dirs(root: Path) -> list[Path]:
+    """Operator directories at or below `root`, sorted: every directory whose `op_kernel/`
+    holds a kernel entry, plus `ascend_kernels/<op>` and `csrc/ops/<op>` directories
+    holding one. `root` itself counts when it is one."""
+    root = root.resolve()
+    found: set[Path] = set()
+    for path in walk_files(root, KERNEL_EXTS):
+        op_dir = operator_dir_of(path, root)
+        if op_dir is None or op_dir in found:
+            continue
+        data = _read(path)
+        if data is not None and _GLOBAL_RE.search(data) and find_entries([path]):
+            found.add(op_dir)
+    return sorted(found)
+
+
 def _matching_paren(code: bytes, open_at: int) -> int:
     depth = 0
     for i in range(open_at, min(len(code), open_at + 20000)):
@@ -285,6 +329,8 @@ def discover(op_dir: Path, repo_root: Path, config: Config) -> Layers:
         raise InputError(
             Diagnostic("OT001", "operator directory does not exist", op_dir, 0, Severity.ERROR)
         )
+    if "entry" not in config.layers:
+        refuse_parent_of_operators(op_dir)
     op_name = op_dir.name
     layers = Layers(op_name, camel_case(op_name), op_dir, repo_root)
     op_files = list(walk_files(op_dir))
@@ -299,7 +345,8 @@ def discover(op_dir: Path, repo_root: Path, config: Config) -> Layers:
     entries = find_entries(kernel_candidates)
     if entries:
         # Prefer the function named after the op, then the file named after it.
-        entries.sort(key=lambda e: (e.name != op_name, e.path.stem != op_name, str(e.path)))
+        entries.sort(key=lambda e: (not same_op(e.name, op_name), not same_op(e.path.stem, op_name),
+                                    str(e.path)))
         layers.entry = entries[0]
         layers.kernel_dir = _kernel_dir(entries[0].path, op_dir)
         e = entries[0]
@@ -327,7 +374,7 @@ def discover(op_dir: Path, repo_root: Path, config: Config) -> Layers:
         layers.found.setdefault(layer, []).append(LayerFile(path, line, detail))
 
     # --- inside the operator directory ---------------------------------------------------
-    camel = layers.camel.encode()
+    camel = op_name_pattern(op_name)  # any spelling: `MoeGmmFFNGate` for moe_gmm_ffn_gate
     for path in cpp_files:
         data = _read(path)
         if data is None:
@@ -338,7 +385,7 @@ def discover(op_dir: Path, repo_root: Path, config: Config) -> Layers:
             name.endswith("_base.h") and layers.kernel_dir and layers.kernel_dir in path.parents
         ):
             put("base_header", path, None, None, "kernel base header")
-        if re.search(rb"\bOpDef\b", code) and re.search(rb"this->\s*(Input|Output)\s*\(", code):
+        if re.search(rb"\bOpDef\b", code) and re.search(rb"this->\s*(Input|Output|Attr|AICore)\s*\(", code):
             put("op_def", path, code, rb"this->\s*Output\s*\(", "OpDef outputs")
         if re.search(rb"InferShape|IMPL_OP_INFERSHAPE|InferDataType", code) and not name.endswith(".h"):
             put("infer", path, code, rb"InferShape\w*\s*\(", "infer shape")
@@ -346,7 +393,7 @@ def discover(op_dir: Path, repo_root: Path, config: Config) -> Layers:
             put("tiling", path, code, rb"Tiling\w*\s*\(", "tiling function")
         if name.startswith("aclnn_") or re.search(rb"aclnnInner" + camel, code):
             if "op_kernel" not in path.parts:
-                put("aclnn", path, code, rb"aclnn\w*" + camel, "aclnn wrapper")
+                put("aclnn", path, code, rb"aclnn(?:Inner)?" + camel, "aclnn wrapper")
 
     # --- the rest of the repository, by op name ------------------------------------------
     _search_repository(layers, op_dir, put)
@@ -356,6 +403,20 @@ def discover(op_dir: Path, repo_root: Path, config: Config) -> Layers:
             continue
         layers.found[key] = [LayerFile(p, 1, "configured in optrace.toml") for p in paths]
     return layers
+
+
+def refuse_parent_of_operators(op_dir: Path) -> None:
+    """A folder holding operators (`ascend_kernels/`, `csrc/`) is not one: taking the first
+    kernel entry found below it would instrument an arbitrary one of them."""
+    found = find_operator_dirs(op_dir)
+    if not found or op_dir.resolve() in found:
+        return
+    shown = [p.relative_to(op_dir.resolve()).as_posix() for p in found]
+    listing = ", ".join(shown[:20]) + (f" and {len(shown) - 20} more" if len(shown) > 20 else "")
+    raise InputError(Diagnostic(
+        "OT015", f"not one operator directory: it holds {len(found)} operator director"
+        f"{'y' if len(found) == 1 else 'ies'} below it ({listing}); give one of them", op_dir, 0,
+        Severity.ERROR))
 
 
 def _kernel_dir(entry: Path, op_dir: Path) -> Path:
@@ -372,8 +433,8 @@ def _search_repository(layers: Layers, op_dir: Path, put: object) -> None:
     Python fakes and torchair converters."""
     assert callable(put)
     op = layers.op_name.encode()
-    camel = layers.camel.encode()
-    op_word = re.compile(rb"\b" + re.escape(op) + rb"\b")
+    camel = op_name_pattern(layers.op_name)  # any spelling (acronyms, case)
+    op_word = re.compile(rb"\b" + camel + rb"\b")  # the op named in any spelling
     exec_re = re.compile(
         rb"EXEC_NPU_CMD(?:_V\d+)?\s*\(\s*aclnn" + camel + rb"\b|EXEC_KERNEL_CMD\s*\(\s*" + op + rb"\b"
     )
@@ -389,7 +450,9 @@ def _search_repository(layers: Layers, op_dir: Path, put: object) -> None:
     index = repo_index(layers.repo_root)
     for path in index.build_scripts():
         put("build_script", path, _read(path), _BUILD_RE.pattern, "copies / builds the kernels")
-    candidates = index.mentioning(op, camel, b"aclnn" + camel, b"aclnn_" + op)
+    spelled = layers.camel.encode()  # the index is lower case: one spelling finds them all
+    candidates = index.mentioning(op, spelled, b"aclnn" + spelled, b"aclnn_" + op,
+                                  b"aclnnInner" + spelled + b"GetWorkspaceSize")
     for path in candidates:
         inside = op_dir in path.parents
         ext = path.suffix.lower()
@@ -416,7 +479,7 @@ def _search_repository(layers: Layers, op_dir: Path, put: object) -> None:
             if (path.name.lower().startswith("aclnn_") and op in path.name.encode()) or re.search(
                 rb"aclnnInner" + camel + rb"GetWorkspaceSize", code
             ):
-                put("aclnn", path, code, rb"aclnn\w*" + camel, "aclnn wrapper (outside op dir)")
+                put("aclnn", path, code, rb"aclnn(?:Inner)?" + camel, "aclnn wrapper (outside op dir)")
         elif ext == ".py":
             if call_re.search(data):
                 put("python_callers", path, data, call_re.pattern, "calls the op")

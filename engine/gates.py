@@ -136,8 +136,6 @@ def operator_mode(analysis: Analysis) -> str:
 
 # --- G1 ---------------------------------------------------------------------------------------
 
-_PREPROCESS_RE = re.compile(rb"\boptrace(?:\}|\S*)?\s+preprocess\s+(\S+)((?:[^\n]|\\\n)*)")
-_OUT_RE = re.compile(rb"--out[ \t=]+(\S+)")
 
 
 def gate_g1(analysis: Analysis, mode: str) -> GateResult:
@@ -149,6 +147,7 @@ def gate_g1(analysis: Analysis, mode: str) -> GateResult:
         _kernel_copies,
         _words,
         build_script,
+        hook_command,
     )
 
     layers = analysis.layers
@@ -167,22 +166,23 @@ def gate_g1(analysis: Analysis, mode: str) -> GateResult:
     loud = (b"command -v optrace" in body and b"exit 1" in body) or b"FATAL_ERROR" in body
     ev.append(Evidence(script, hook_line, "fails the build when optrace is not installed" if loud
                        else "does not fail the build when optrace is missing", loud))
-    pre = _PREPROCESS_RE.search(body)
+    shell = script.suffix in SHELL_SUFFIXES
+    # Read as the shell / CMake reads it: continuation lines joined, `execute_process(...)`
+    # across lines, comments and messages left out.
+    pre = hook_command(body, cmake=not shell and script.suffix in (".cmake", ".txt"))
     if pre is None:
         ev.append(Evidence(script, hook_line, "the block does not run `optrace preprocess`", False))
         return _gate("G1", ev, "", "the hook does not preprocess the kernels")
-    pre_line = _line(data, block.start() + pre.start())
-    src = pre.group(1).strip(b'"\'').rstrip(b"/")
-    out = _OUT_RE.search(pre.group(2))
-    modify = b"--modify" in pre.group(2)
-    if out is None:
+    pre_line = _line(data, block.start() + pre.offset)
+    src = pre.src.strip(b'"\'').rstrip(b"/")
+    modify = pre.modify
+    if pre.out is None:
         ev.append(Evidence(script, pre_line, "no `--out`: point_map.json is not written beside the build",
                            False))
     else:
-        ev.append(Evidence(script, pre_line, f"writes {out.group(1).decode(errors='replace').strip(chr(34))}"
+        ev.append(Evidence(script, pre_line, f"writes {pre.out.decode(errors='replace').strip(chr(34))}"
                                              "/point_map.json"))
     rest = data[: block.start()] + data[block.end() :]
-    shell = script.suffix in SHELL_SUFFIXES
     copies = _kernel_copies(rest) if shell else []
     if copies:
         last = copies[-1]
@@ -285,7 +285,8 @@ def _g2_opdef(analysis: Analysis, ev: list[Evidence]) -> int | None:
         return None
     pos = info.profiling_position()
     if pos is None:
-        ev.append(Evidence(path, info.outputs[-1].line, "OpDef has no profiling_data output", False))
+        ev.append(Evidence(path, info.outputs[-1].line if info.outputs else info.class_line,
+                           "OpDef has no profiling_data output", False))
         return None
     out = info.outputs[pos]
     last = pos == len(info.outputs) - 1
@@ -295,53 +296,60 @@ def _g2_opdef(analysis: Analysis, ev: list[Evidence]) -> int | None:
 
 
 def _g2_infer(analysis: Analysis, index: int, ev: list[Evidence]) -> None:
-    from optrace.codemods.infer import DTYPE_CONTEXT, SHAPE_CONTEXT, context_functions
+    from optrace.codemods.infer import infer_functions
     from optrace.codemods.layer_common import output_uses
+    from optrace.codemods.op_host_registry import INFER_DTYPE, INFER_SHAPE, unresolved
 
-    for f in analysis.layers.found.get("infer", []):
-        data = _read(f.path)
-        for context, what in ((SHAPE_CONTEXT, "shape"), (DTYPE_CONTEXT, "dtype")):
-            for fn, _ctx in context_functions(data, context):
-                uses = output_uses(data, fn.body_open, fn.body_close)
-                named = [u for u in uses if b"rofil" in u.expr]
-                hit = named or [u for u in uses if u.index == index]
-                if not hit:
-                    ev.append(Evidence(f.path, fn.line, f"infer `{fn.name}` never sets the {what} of "
-                                       f"output {index} (profiling_data)", False))
-                    continue
-                u = hit[0]
-                ok = u.index == index
-                ev.append(Evidence(f.path, _line(data, u.offset),
-                                   f"infer {what}: profiling_data at index {u.index}"
-                                   + ("" if ok else f", the OpDef has it at {index}"), ok))
+    layers = analysis.layers
+    for target in infer_functions(layers, clean=False):  # the registered ones, never helpers
+        fn, path = target.function, target.path
+        what = "shape" if target.role == INFER_SHAPE else "dtype"
+        data = _read(path)
+        uses = output_uses(data, fn.body_open, fn.body_close)
+        named = [u for u in uses if b"rofil" in u.expr]
+        hit = named or [u for u in uses if u.index == index]
+        if not hit:
+            ev.append(Evidence(path, fn.line, f"infer `{fn.name}` never sets the {what} of "
+                               f"output {index} (profiling_data)", False))
+            continue
+        u = hit[0]
+        ok = u.index == index
+        ev.append(Evidence(path, _line(data, u.offset), f"infer {what}: profiling_data at index {u.index}"
+                           + ("" if ok else f", the OpDef has it at {index}"), ok))
+    for role in (INFER_SHAPE, INFER_DTYPE):
+        for reg in unresolved(layers, role, clean=False):
+            ev.append(Evidence(reg.path, reg.line, f"{role} is registered as `{reg.function or 'a lambda'}`, "
+                               "which is not defined in the op's host files: nothing sets profiling_data's "
+                               f"{role.split()[1]} (write it by hand)", False))
 
 
 def _g2_tiling(analysis: Analysis, index: int, ev: list[Evidence]) -> None:
     from optrace.codemods.layer_common import output_uses
     from optrace.codemods.tiling import tiling_functions
 
-    for f in analysis.layers.found.get("tiling", []):
-        data = _read(f.path)
-        for fn, _ctx in tiling_functions(data):
-            uses = output_uses(data, fn.body_open, fn.body_close)
-            named = [u for u in uses if b"rofil" in u.expr] or [u for u in uses if u.index == index]
-            if not named:
-                ev.append(Evidence(f.path, fn.line, f"tiling `{fn.name}` describes outputs but not "
-                                   f"profiling_data (output {index})", False))
-                continue
-            ok = named[0].index == index
-            ev.append(Evidence(f.path, _line(data, named[0].offset),
-                               f"tiling: profiling_data at index {named[0].index}", ok))
+    for target in tiling_functions(analysis.layers, clean=False):  # registered, reading outputs
+        fn, path = target.function, target.path
+        data = _read(path)
+        uses = output_uses(data, fn.body_open, fn.body_close)
+        named = [u for u in uses if b"rofil" in u.expr] or [u for u in uses if u.index == index]
+        if not named:
+            ev.append(Evidence(path, fn.line, f"tiling `{fn.name}` describes outputs but not "
+                               f"profiling_data (output {index})", False))
+            continue
+        ok = named[0].index == index
+        ev.append(Evidence(path, _line(data, named[0].offset),
+                           f"tiling: profiling_data at index {named[0].index}", ok))
 
 
 def _g2_aclnn(analysis: Analysis, ev: list[Evidence]) -> None:
-    from optrace.codemods.aclnn import aclnn_files, workspace_lists
+    from optrace.codemods.aclnn import aclnn_files, workspace_lists, wrapper_names
     from optrace.engine.diagnostics import InputError
 
+    names = wrapper_names(analysis.layers, clean=False)  # hand-written wrappers under any name too
     for path in aclnn_files(analysis.layers):
         data = _read(path)
         try:
-            lists = workspace_lists(path, data, analysis.layers.camel)
+            lists = workspace_lists(path, data, names)
         except InputError as exc:
             ev.append(Evidence(path, exc.diagnostic.line, exc.diagnostic.message, False))
             continue

@@ -53,6 +53,8 @@ class IncludeGraph:
     external: set[str] = field(default_factory=set)
     cycles: list[list[Path]] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    # (includer, line, spelled name, file) for includes found by searching the repository.
+    searched: list[tuple[Path, int, str, Path]] = field(default_factory=list)
 
     def order(self) -> list[Path]:
         return list(self.files)
@@ -89,8 +91,58 @@ def _resolve_include(
     return None
 
 
-def build_include_graph(entry: Path, include_dirs: Iterable[Path]) -> IncludeGraph:
-    """Walk includes breadth-first from the entry file."""
+@dataclass
+class HeaderSearch:
+    """Where a quoted include the includer's folder and the include dirs do not have is
+    in the repository, the way the operators' builds lay it out: each operator's
+    `op_kernel/` is copied to a folder named after the operator, so a kernel writes
+    `#include "../rms_norm/rms_norm_base.h"` for `norm/rms_norm/op_kernel/rms_norm_base.h`,
+    and shared kernel libraries are on the include path (`"atvoss/elewise/sch.h"`).
+
+    A file matches when its path, or that path with the `op_kernel` folder left out, ends
+    with the include's path (its leading `./` and `../` dropped). Of several matches the
+    one sharing the longest folder prefix with the includer wins; a tie is not guessed.
+    """
+
+    root: Path
+    sources: dict[str, list[Path]]
+
+    def find(self, target: str, includer: Path) -> Path | None:
+        parts = [p for p in target.replace("\\", "/").split("/") if p not in ("", ".")]
+        while parts and parts[0] == "..":
+            parts.pop(0)
+        if not parts or ".." in parts:
+            return None
+        want = tuple(parts)
+        matches = []
+        for cand in self.sources.get(parts[-1], ()):
+            try:
+                rel = cand.relative_to(self.root).parts
+            except ValueError:
+                continue
+            flat = tuple(p for p in rel if p != "op_kernel")
+            if rel[-len(want):] == want or flat[-len(want):] == want:
+                matches.append(cand)
+        if len(matches) <= 1:
+            return matches[0] if matches else None
+        here = includer.parts
+
+        def shared(p: Path) -> int:
+            n = 0
+            for a, b in zip(p.parts, here, strict=False):
+                if a != b:
+                    break
+                n += 1
+            return n
+
+        ranked = sorted(matches, key=shared, reverse=True)
+        return ranked[0] if shared(ranked[0]) > shared(ranked[1]) else None
+
+
+def build_include_graph(entry: Path, include_dirs: Iterable[Path],
+                        search: HeaderSearch | None = None) -> IncludeGraph:
+    """Walk includes breadth-first from the entry file; quoted includes found neither
+    beside their includer nor in the include dirs are looked up with `search`."""
     dirs = tuple(include_dirs)
     g = IncludeGraph(root=entry)
     queue: list[Path] = [entry]
@@ -126,6 +178,10 @@ def build_include_graph(entry: Path, include_dirs: Iterable[Path]) -> IncludeGra
         g.graph.add_node(path)
         for directive in scan_includes(src.raw):
             found = _resolve_include(directive, path, dirs)
+            if found is None and directive.quoted and search is not None:
+                found = search.find(directive.target, path)
+                if found is not None:
+                    g.searched.append((path, directive.line, directive.target, found))
             if found is None:
                 if directive.quoted:
                     g.missing.append((path, directive.line, directive.target))

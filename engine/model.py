@@ -52,10 +52,17 @@ class Region:
     loop_vars: tuple[str, ...] = ()  # enclosing phase-loop variables (capacity estimate)
     shared_with: str | None = None  # the same code already planned under another label
     covers: Path | None = None  # file of the traced callee (whose time the region measures)
+    # (dispatch, arm) of each enclosing variant branch (tiling key, `if constexpr`, `#if`)
+    variant: tuple[tuple[str, int], ...] = ()
     children: list[Region] = field(default_factory=list)
     label: str = ""
     depth: int = 1
     notes: list[str] = field(default_factory=list)
+
+    def exclusive_with(self, other: Region) -> bool:
+        """Never in one launch: the two sit in different arms of one variant dispatch."""
+        arms = dict(self.variant)
+        return any(d in arms and arms[d] != a for d, a in other.variant)
 
     def files(self) -> set[Path]:
         """Files whose code this region's points measure: its anchor's and its callee's."""

@@ -23,7 +23,8 @@ def _loc(plan: Plan, path: Path | None, line: int) -> str:
     return f"{display_path(path, plan.analysis.layers.repo_root)}:{line}"
 
 
-def render_text(plan: Plan) -> str:
+def render_text(plan: Plan, mode: tuple[str, str] | None = None) -> str:
+    """The plan for a reader; `mode` is (mode, why) as apply would choose it."""
     an = plan.analysis
     layers = an.layers
     root_dir = layers.repo_root
@@ -32,6 +33,8 @@ def render_text(plan: Plan) -> str:
     out.append(f"  repository root: {root_dir}")
     kind = "mixed AIC/AIV" if an.mixed else "/".join(sorted(an.kernel_cores)) + " only"
     out.append(f"  kernel: {kind}")
+    if mode is not None:
+        out.append(f"  mode: {mode[0]} — {mode[1]}")
     out.append("")
     out.append("layers:")
     for key, title in LAYER_TITLES.items():
@@ -133,11 +136,12 @@ def region_json(plan: Plan, region: Region) -> dict[str, object]:
     }
 
 
-def plan_json(plan: Plan) -> dict[str, object]:
+def plan_json(plan: Plan, mode: tuple[str, str] | None = None) -> dict[str, object]:
     an = plan.analysis
     layers = an.layers
     root = layers.repo_root
     return {
+        **({"mode": mode[0], "mode_reason": mode[1]} if mode is not None else {}),
         "name": layers.op_name,
         "op_dir": display_path(layers.op_dir, root),
         "repo_root": str(root),

@@ -11,7 +11,8 @@ is ever traced.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from tree_sitter import Node
 
@@ -38,10 +39,25 @@ TILE_LOOP_WORDS = frozenset(
 GENERIC_METHODS = frozenset(
     {"Process", "Run", "Compute", "Execute", "operator()", "Main", "Launch", "Exec", "Forward"}
 )
+# Methods that run a kernel class's work (or set it up), traced at the call site when the
+# class itself is not in the files read.
+UNSEEN_WORK_METHODS = frozenset({"Init", "Process", "Run", "Compute", "Execute", "operator()"})
+# AscendC framework objects a kernel declares next to its own class.
+ASCENDC_TYPES = frozenset({"TPipe", "TQue", "TQueBind", "TBuf", "GlobalTensor", "LocalTensor",
+                           "TBufPool", "TSCM", "ListTensorDesc", "DataCopyParams", "Matmul"})
 _STATEMENT_CONTAINERS = frozenset(
-    {"compound_statement", "preproc_if", "preproc_ifdef", "preproc_else", "preproc_elif",
+    {"compound_statement", "preproc_else", "preproc_elif", "preproc_elifdef",
      "labeled_statement", "case_statement", "try_statement", "catch_clause", "declaration_list"}
 )
+_PREPROC_ARMS = frozenset({"preproc_if", "preproc_ifdef"})
+# Conditions that choose the launch's variant: tiling keys, template modes, `if constexpr`.
+_VARIANT_RE = re.compile(r"\bif\s+constexpr\b|TILING_KEY|[Tt]iling_?[Kk]ey|\bschMode\b|SCH_MODE")
+
+
+def is_variant_dispatch(head: str) -> bool:
+    """`if (TILING_KEY_IS(3))`, `if constexpr (...)`, `if (tilingKey == 7)`: one launch
+    runs one arm, so its arms are variants (they may share labels)."""
+    return _VARIANT_RE.search(head) is not None
 
 
 def label_word(fn: FunctionDef, caller_scope: str = "") -> str:
@@ -98,6 +114,9 @@ class Ctx:
     role: str | None = None
     loop_vars: tuple[str, ...] = ()
     stack: tuple[str, ...] = ()
+    # The variant arms this code runs under: (dispatch, arm) for each enclosing tiling-key
+    # / `if constexpr` / preprocessor branch; one launch runs one arm of each dispatch.
+    variant: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass
@@ -107,6 +126,7 @@ class Planner:
     roles: dict[str, tuple[str, int]] = field(default_factory=dict)
     expanded: dict[tuple[str, frozenset[str]], Region] = field(default_factory=dict)
     _blocks: dict[tuple[str, int, int], bool] = field(default_factory=dict)
+    _inside: dict[Path, bool] = field(default_factory=dict)
 
     # --- entry --------------------------------------------------------------------
     def build(self) -> Region:
@@ -131,9 +151,16 @@ class Planner:
         if self.an.mixed and ctx.cores != parent.cores and len(ctx.cores) == 1 and kind != Kind.BODY:
             words = [*words, next(iter(ctx.cores)).lower()]
         region = Region(words, kind, ctx.cores, anchor, reason, role=ctx.role,
-                        loop_vars=ctx.loop_vars, **kw)  # type: ignore[arg-type]
+                        loop_vars=ctx.loop_vars, variant=ctx.variant, **kw)  # type: ignore[arg-type]
         parent.children.append(region)
         return region
+
+    def inside(self, fn: FunctionDef) -> bool:
+        """Defined in the operator's own files (only those get points)."""
+        inside = self._inside.get(fn.src.path)
+        if inside is None:
+            inside = self._inside[fn.src.path] = fn.src.path.resolve().is_relative_to(self.an.layers.op_dir)
+        return inside
 
     # --- statements -----------------------------------------------------------------
     def walk_block(self, fn: FunctionDef, node: Node, ctx: Ctx, parent: Region) -> None:
@@ -142,7 +169,9 @@ class Planner:
 
     def walk_stmt(self, fn: FunctionDef, node: Node, ctx: Ctx, parent: Region) -> None:
         t = node.type
-        if t in _STATEMENT_CONTAINERS:
+        if t in _PREPROC_ARMS:
+            self.walk_preproc(fn, node, ctx, parent)
+        elif t in _STATEMENT_CONTAINERS:
             self.walk_block(fn, node, ctx, parent)
         elif t == "if_statement":
             self.walk_if(fn, node, ctx, parent)
@@ -155,7 +184,8 @@ class Planner:
         elif t in ("expression_statement", "declaration", "return_statement"):
             self.walk_calls(fn, node, ctx, parent)
 
-    def walk_if(self, fn: FunctionDef, node: Node, ctx: Ctx, parent: Region) -> None:
+    def walk_if(self, fn: FunctionDef, node: Node, ctx: Ctx, parent: Region,
+                chain: tuple[str, int] | None = None) -> None:
         cond = node.child_by_field_name("condition")
         cond_text = text_of(fn.src, cond) if cond is not None else ""
         core = core_of_condition(cond_text)
@@ -163,19 +193,45 @@ class Planner:
         then_ctx, else_ctx = ctx, ctx
         if core is not None:
             other = "AIV" if core == "AIC" else "AIC"
-            then_ctx = Ctx(ctx.cores & {core}, ctx.role, ctx.loop_vars, ctx.stack)
-            else_ctx = Ctx(ctx.cores & {other}, ctx.role, ctx.loop_vars, ctx.stack)
+            then_ctx = replace(ctx, cores=ctx.cores & {core})
+            else_ctx = replace(ctx, cores=ctx.cores & {other})
         elif role is not None:
             self.roles.setdefault(role, (str(fn.src.path), fn.src.line_of(node.start_byte)))
-            then_ctx = Ctx(ctx.cores, role, ctx.loop_vars, ctx.stack)
-            else_ctx = Ctx(ctx.cores, f"!({role})", ctx.loop_vars, ctx.stack)
+            then_ctx = replace(ctx, role=role)
+            else_ctx = replace(ctx, role=f"!({role})")
+        head_end = cond.end_byte if cond is not None else node.start_byte
+        head = fn.src.text[node.start_byte:head_end].decode("utf-8", "replace")
+        dispatch = core is None and role is None and is_variant_dispatch(head)
+        if dispatch:
+            chain_id, arm = chain or (f"{fn.src.path}:{node.start_byte}", 0)
+            then_ctx = replace(ctx, variant=(*ctx.variant, (chain_id, arm)))
         cons = node.child_by_field_name("consequence")
         if cons is not None and then_ctx.cores:
             self.walk_stmt(fn, cons, then_ctx, parent)
         alt = node.child_by_field_name("alternative")
         if alt is not None and else_ctx.cores:
             for c in alt.named_children:
-                self.walk_stmt(fn, c, else_ctx, parent)
+                if dispatch and c.type == "if_statement":
+                    self.walk_if(fn, c, else_ctx, parent, (chain_id, arm + 1))
+                elif dispatch:
+                    self.walk_stmt(fn, c, replace(else_ctx, variant=(*ctx.variant, (chain_id, arm + 1))),
+                                   parent)
+                else:
+                    self.walk_stmt(fn, c, else_ctx, parent)
+
+    def walk_preproc(self, fn: FunctionDef, node: Node, ctx: Ctx, parent: Region,
+                     chain: tuple[str, int] | None = None) -> None:
+        """`#if` / `#ifdef` / `#elif` / `#else` arms: every arm planned, each a variant."""
+        chain_id, arm = chain or (f"{fn.src.path}:{node.start_byte}", 0)
+        alt = node.child_by_field_name("alternative")
+        skip = {n.id for n in (node.child_by_field_name("condition"), node.child_by_field_name("name"))
+                if n is not None}
+        inner = replace(ctx, variant=(*ctx.variant, (chain_id, arm)))
+        for child in node.named_children:
+            if alt is not None and child.id == alt.id:
+                self.walk_preproc(fn, child, ctx, parent, (chain_id, arm + 1))
+            elif child.id not in skip:
+                self.walk_stmt(fn, child, inner, parent)
 
     def classify_loop(self, fn: FunctionDef, loop: Node) -> str:
         if is_spin_loop(self.an, fn, loop):
@@ -247,7 +303,7 @@ class Planner:
         word = "loop" if stem in ("", "loop") else f"{stem}-loop"
         region = self._new(parent, [word], Kind.LOOP, ctx, self._body_anchor(fn, body),
                            f"phase loop over `{var}` in {fn.display}", index_var=var)
-        inner = Ctx(ctx.cores, ctx.role, (*ctx.loop_vars, var or "?"), ctx.stack)
+        inner = replace(ctx, loop_vars=(*ctx.loop_vars, var or "?"))
         if body.type == "compound_statement":
             self.walk_block(fn, body, inner, region)
         else:
@@ -261,9 +317,20 @@ class Planner:
             if not site.callees:
                 if site.name in BLOCKING_PRIMITIVES and region is None:
                     self._blocking(fn, stmt, call, site.name, ctx, parent)
+                elif region is None and self._unseen_work(fn, call, site.name):
+                    spelled = text_of(fn.src, call).split("(")[0].strip()
+                    region = self._new(parent, [kebab(site.name)], Kind.CALL, ctx,
+                                       self._stmt_anchor(fn, stmt),
+                                       f"call to `{spelled}` whose class is not in the files read "
+                                       "(an absent header)")
+                    region.notes.append("traced at the call site: its code was not found")
                 continue
             callees = [c for c in site.callees if c.core is None or c.core in ctx.cores]
-            bodies = [c for c in callees if c.id not in ctx.stack and self.an.is_substantial(c)]
+            # What the entry itself calls is the launch's work even when it is small (a
+            # variant's `Process` handing one loop to a vector function): never nothing.
+            at_entry = fn.id == self.an.entry_fn.id
+            bodies = [c for c in callees if c.id not in ctx.stack
+                      and (self.an.is_substantial(c) or (at_entry and self._entry_work(c)))]
             if not bodies:
                 continue
             if region is None:
@@ -272,12 +339,38 @@ class Planner:
                 # A function called from one place is traced inside its own body, so its
                 # header carries the points; shared callees are traced at each call site.
                 single = (len(bodies) == 1 and first.core is None
-                          and self.an.call_counts.get(first.id, 0) == 1)
+                          and self.an.call_counts.get(first.id, 0) == 1 and self.inside(first))
                 anchor = self._body_anchor(first) if single else self._stmt_anchor(fn, stmt)
                 region = self._new(parent, [word], Kind.CALL, ctx, anchor,
                                    f"call to {first.display} ({_where(first)})",
                                    function=first.id, hot=hot_of(word), covers=first.src.path)
-            self.expand(bodies, ctx, region)
+            outside = [c for c in bodies if not self.inside(c)]
+            if outside:
+                # Code of another operator or a shared library: its own points would be
+                # edits to files other operators compile, so its time is measured here.
+                region.notes.append(f"{outside[0].display} is defined outside the operator "
+                                    f"directory ({outside[0].src.path.name}): traced at the call site")
+            self.expand([c for c in bodies if self.inside(c)], ctx, region)
+
+    def _entry_work(self, fn: FunctionDef) -> bool:
+        stmts, has_loop = self.an.size_of(fn)
+        return has_loop or stmts >= 2
+
+    def _unseen_work(self, fn: FunctionDef, call: Node, name: str) -> bool:
+        """`op.Process()` / `op.Init(...)` on a local object whose class is nowhere in the
+        files read (a kernel library's header is absent): the launch's work happens there,
+        so the call is measured where it is made. Objects of AscendC's own types
+        (`TPipe pipe; pipe.Init()`) are not work of the operator."""
+        if name not in UNSEEN_WORK_METHODS:
+            return False
+        func = call.child_by_field_name("function")
+        recv = func.child_by_field_name("argument") if func is not None else None
+        if func is None or func.type != "field_expression" or recv is None or recv.type != "identifier":
+            return False
+        tname = self.an.local_type(fn, text_of(fn.src, recv), call.start_byte)
+        if tname is None or tname in ASCENDC_TYPES or tname.startswith("AscendC"):
+            return False
+        return not self.an.index.resolve_class(tname, fn.scope)
 
     def _blocking(self, fn: FunctionDef, stmt: Node, call: Node, name: str, ctx: Ctx,
                   parent: Region) -> None:
@@ -297,7 +390,7 @@ class Planner:
             self._expand_one(callee, ctx, region)
         for callee in specialised:
             assert callee.core is not None
-            sub = Ctx(ctx.cores & {callee.core}, ctx.role, ctx.loop_vars, ctx.stack)
+            sub = replace(ctx, cores=ctx.cores & {callee.core})
             if not sub.cores:
                 continue
             if self.an.mixed and len(ctx.cores) > 1:
@@ -320,7 +413,7 @@ class Planner:
             region.notes.append(f"{callee.display} is planned under its first caller")
             return
         self.expanded[key] = region
-        inner = Ctx(ctx.cores, ctx.role, ctx.loop_vars, (*ctx.stack, callee.id))
+        inner = replace(ctx, stack=(*ctx.stack, callee.id))
         self.walk_block(callee, callee.body, inner, region)
 
 

@@ -15,11 +15,14 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 from optrace.runtime.cli import register as register_runtime_commands
+
+if TYPE_CHECKING:
+    from optrace.engine.plan import Plan
 
 EXIT_OK, EXIT_FINDINGS, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -93,10 +96,11 @@ def _plan_one(op_dir: Path, repo_root: Path | None, as_json: bool, graph: Path |
                             "finish; the plan may show half-written code (the next apply / strip "
                             "rolls it back first)")
     out.messages.extend(d.format(root) for d in result.diagnostics if d.severity != Severity.INFO)
+    mode = _plan_mode(result)
     if as_json:
-        out.doc = plan_json(result)
+        out.doc = plan_json(result, mode)
     else:
-        out.text = render_text(result)
+        out.text = render_text(result, mode)
     if graph is not None:
         try:
             write_graph(result, graph)
@@ -104,6 +108,26 @@ def _plan_one(op_dir: Path, repo_root: Path | None, as_json: bool, graph: Path |
             out.messages.append(f"{graph}: OT030 cannot write graph: {exc}")
             out.code = EXIT_INPUT
     return out
+
+
+def _plan_mode(plan: Plan) -> tuple[str, str]:
+    """The mode `apply` would use, and why: recorded in the tree, else chosen per operator."""
+    from optrace.codemods.kernel_entry import recorded_mode
+    from optrace.engine.apply import choose_mode
+    from optrace.engine.diagnostics import InputError
+
+    recorded = recorded_mode(plan.analysis.entry_fn.src.raw)
+    if recorded is not None:
+        return recorded, "recorded in the instrumented tree"
+    try:
+        mode, why = choose_mode(plan)
+    except InputError as exc:
+        d = exc.diagnostic
+        return "none", f"apply would refuse: {d.format(plan.analysis.layers.repo_root)}"
+    reason = why.message.split(": ", 1)[1]
+    if mode == "A":
+        reason += f" ({why.location(plan.analysis.layers.repo_root)})"
+    return mode, reason
 
 
 _PlanJob = tuple[Path, Path | None, bool, Path | None]

@@ -59,6 +59,9 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
                 and fn.name in _MAIN_METHODS
                 and fn.scope
                 and child.cores == root.cores
+                # A class whose code is not planned here (outside the operator) is one
+                # region; a second call of the planned one has its phases already.
+                and (child.children or child.shared_with)
             ):
                 ctx.report(f"`{fn.display}` is the main flow: its phases lifted to level 2", child)
                 new_children.extend(child.children)

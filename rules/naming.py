@@ -47,6 +47,7 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
 
     def _visit(self, ctx: RuleContext, node: Region) -> None:
         seen: dict[str, int] = {}
+        same: dict[str, list[Region]] = {}
         functions: dict[str, str | None] = {}
         for child in node.children:
             clean = [_BAD.sub("-", w.lower()).strip("-") or "phase" for w in child.words]
@@ -57,6 +58,13 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
                 self._visit(ctx, child)
                 continue
             functions.setdefault(key, child.function)
+            # Variants (tiling-key arms, `#if` arms) never run in one launch: each arm's
+            # `init` / `process` is that variant's init / process, under one label.
+            if key in seen and all(child.exclusive_with(o) for o in same[key]):
+                same[key].append(child)
+                self._visit(ctx, child)
+                continue
+            same.setdefault(key, []).append(child)
             if key in seen:
                 seen[key] += 1
                 # Number the region's own word, not a trailing core-type word.

@@ -1,8 +1,9 @@
-"""Runtime commands (collect, inspect, report, compare) for the optrace CLI.
+"""Runtime commands (collect, inspect, report, compare, demo-data) for the optrace CLI.
 
 Thin: parse arguments, call the runtime modules, print, choose the exit code. Exit codes
-(cli.md): 0 ok, 1 records skipped (collect) / verdict not achieved (compare --expect),
-2 bad input (printed as ``path: message``, no traceback), 3 internal error.
+(cli.md): 0 ok, 1 records skipped (collect) / a verdict other than achieved or a flagged
+regression (compare --expect / --fail-on-regression), 2 bad input (printed as
+``path: message``, no traceback), 3 internal error.
 """
 
 from __future__ import annotations
@@ -205,22 +206,67 @@ def cmd_compare(
     point_map: Annotated[
         Path | None, typer.Option("--point-map", help="For profiling directories (default: beside each).")
     ] = None,
+    fail_on_regression: Annotated[
+        float | None,
+        typer.Option("--fail-on-regression", metavar="PCT",
+                     help="Exit 1 when a label's median time per launch is significantly slower, "
+                     "its 95 % interval's lower bound above PCT % (0-1000)."),
+    ] = None,
     fmt: FormatOption = "text",
 ) -> None:
-    """Per-label deltas; with --expect, the verdict (exit 0 achieved, 1 otherwise)."""
-    from .compare import ACHIEVED, compare, comparison_json, format_text
+    """Per-label changes with bootstrap intervals over launches; with --expect, the verdict
+    (exit 0 achieved, 1 otherwise); --fail-on-regression PCT: a CI gate."""
+    from .compare import (
+        EXPECT_RANGE,
+        REGRESSION_RANGE,
+        OptionError,
+        check_percent,
+        compare,
+        comparison_json,
+        format_text,
+    )
     from .spans import load_spans
 
     with _guarded():
         _check_format(fmt)
+        try:
+            check_percent("--expect", expect, EXPECT_RANGE)
+            check_percent("--fail-on-regression", fail_on_regression, REGRESSION_RANGE)
+        except OptionError as exc:
+            raise _bad_usage(str(exc)) from None
         pmap = point_map.expanduser() if point_map else None
         result = compare(load_spans(before.expanduser(), pmap), load_spans(after.expanduser(), pmap),
-                         label=label, expect=expect)
+                         label=label, expect=expect, fail_on_regression=fail_on_regression)
         if fmt == "json":
             _emit_json(comparison_json(result), None)
         else:
             sys.stdout.write(format_text(result))
-        raise typer.Exit(0 if result.verdict in (None, ACHIEVED) else 1)
+        raise typer.Exit(1 if result.failed else 0)
+
+
+def cmd_demo_data(
+    directory: Annotated[Path, typer.Argument(help="New or empty directory to write the rank files into.")],
+    ranks: Annotated[int, typer.Option("--ranks", help="Ranks (1-64).")] = 2,
+    launches: Annotated[int, typer.Option("--launches", help="Launches per rank (1-1000).")] = 8,
+    aic: Annotated[int, typer.Option("--aic", help="AIC cores per rank (1-64); twice as many AIV.")] = 4,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed: same seed, same timings.")] = 0,
+    speedup: Annotated[
+        float, typer.Option("--speedup", help="Make the matmul phase (gmm) this many % faster (0-<100).")
+    ] = 0.0,
+) -> None:
+    """Write a small profiling directory (rank files + point map) to try collect, report
+    and compare without an Ascend device."""
+    from .demo import write_demo
+
+    with _guarded():
+        try:
+            made = write_demo(directory.expanduser(), ranks=ranks, launches=launches, aic=aic,
+                              seed=seed, speedup=speedup)
+        except ValueError as exc:
+            raise _bad_usage(str(exc)) from None
+        print(f"wrote {made.directory}: {made.files} rank files ({made.ranks} ranks x {made.launches} "
+              f"launches, {made.aic} AIC + {made.aiv} AIV cores each) and point_map.json")
+        print(f"try: optrace collect {made.directory} -o trace.json; optrace report {made.directory}")
 
 
 def register(app: typer.Typer) -> None:
@@ -229,3 +275,4 @@ def register(app: typer.Typer) -> None:
     app.command("inspect")(cmd_inspect)
     app.command("report")(cmd_report)
     app.command("compare")(cmd_compare)
+    app.command("demo-data")(cmd_demo_data)

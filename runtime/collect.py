@@ -27,6 +27,7 @@ from .chrome import (
     EventSink,
     RenderedRank,
     RowScratch,
+    label_matcher,
     render_rank,
 )
 from .decode import DecodeOptions, RankDecode, decode_rank
@@ -108,22 +109,31 @@ class RankOutcome(Record):
         self.cores_written = cores_written
 
 
+class NothingToWrite(Exception):
+    """collect would write a trace without a single span (``--labels`` that match no label
+    of the map): a warning, nothing written, exit 1 — an empty trace only hides the mistake."""
+
+
 class CollectResult(Record):
-    __match_args__ = ("output", "point_map", "outcomes", "events", "outputs")
+    __match_args__ = ("output", "point_map", "outcomes", "events", "outputs", "written")
     __slots__ = __match_args__
     output: Path
     point_map: PointMap
     outcomes: list[RankOutcome]
     events: int
-    outputs: list[Path]  # the files written: [output], or its parts with --split
+    outputs: list[Path]  # the files written: [output], or its parts with --split; [] if none
+    written: bool  # False: no span decoded (or kept by --labels / --cores), no trace written
 
-    def __init__(self, output: Path, point_map: PointMap, outcomes: list[RankOutcome], events: int,
-                 outputs: list[Path] | None = None) -> None:
+    def __init__(
+        self, output: Path, point_map: PointMap, outcomes: list[RankOutcome], events: int,
+        outputs: list[Path] | None = None, written: bool = True,
+    ) -> None:
         self.output = output
         self.point_map = point_map
         self.outcomes = outcomes
         self.events = events
-        self.outputs = [output] if outputs is None else outputs
+        self.outputs = ([output] if written else []) if outputs is None else outputs
+        self.written = written
 
     @property
     def errors(self) -> list[ProfilingInputError]:
@@ -131,9 +141,12 @@ class CollectResult(Record):
 
     @property
     def exit_code(self) -> int:
-        """2 when a rank file was unusable, 1 when records were skipped or repaired."""
+        """2 when a rank file was unusable, 1 when records were skipped or repaired, or
+        when there was no span to write."""
         if self.errors:
             return EXIT_BAD_INPUT
+        if not self.written:
+            return EXIT_SKIPPED
         for outcome in self.outcomes:
             d = outcome.decoded
             if d is not None and (d.skipped_records or d.repaired_spans or d.corrupt_slots or d.backwards):
@@ -295,6 +308,11 @@ def collect(
         files = [(n, p) for n, p in files if n.rank in options.ranks]
         if not files:
             raise ProfilingInputError(profiling_dir, "no rank files match --ranks")
+    if options.labels and not any(map(label_matcher(options.labels), point_map.labels)):
+        raise NothingToWrite(
+            f"--labels {','.join(options.labels)}: no label of {point_map.path} is or lies below "
+            f"them: nothing written"
+        )
     several_runs = len({n.run_key for n, _ in files}) > 1
     decode_options = DecodeOptions(options.clock_mhz, options.ignore_fingerprint)
     outcomes: list[RankOutcome] = [RankOutcome(name, path) for name, path in files]
@@ -336,7 +354,8 @@ def collect(
 
         outputs, events = write_files(
             output, fmt, options.split, [path.stem for _, path in files], plan, other_data, advance)
-        return CollectResult(output, point_map, outcomes, events, outputs)
+        # No span in any rank: write_files wrote nothing (not even the empty parts).
+        return CollectResult(output, point_map, outcomes, events, outputs, written=bool(outputs))
 
     from .trace_files import SizeWatch
 
@@ -360,18 +379,29 @@ def collect(
                 _run_side_by_side(runs, writer, plan, outcomes, ranks_meta, advance, watch)
             else:
                 _run_forked(runs, writer, run, outcomes, ranks_meta, advance)
+            if not any(o.spans_written for o in outcomes):
+                raise _NoSpans  # leaves the block: the temporary file is removed
             writer.close(other_data(range(len(files))))
         return writer.events
 
     try:
         events = write(runs)
+    except _NoSpans:
+        return CollectResult(output, point_map, outcomes, 0, written=False)
     except LayoutMismatch as exc:  # a bug, and nothing was written: once more, simply
         print(f"optrace: internal error: {exc}; collecting again in one process", file=sys.stderr)
         outcomes[:] = [RankOutcome(name, path) for name, path in files]
         ranks_meta[:] = [None] * len(files)
         finished = 0
-        events = write([range(len(files))])
+        try:
+            events = write([range(len(files))])
+        except _NoSpans:
+            return CollectResult(output, point_map, outcomes, 0, written=False)
     return CollectResult(output, point_map, outcomes, events)
+
+
+class _NoSpans(Exception):
+    """Raised inside the trace writer to leave without writing (see CollectResult.written)."""
 
 
 _RunFunction = Callable[[range, EventSink, Callable[[int], None]], None]
@@ -633,7 +663,7 @@ def summary_lines(result: CollectResult) -> list[str]:
     lines = [
         f"wrote {wrote}: {len(decoded)} ranks, {cores} cores with spans, "
         f"{spans} spans ({unused} unused core slots)"
-    ]
+    ] if result.written else []
     skipped = sum(d.skipped_records for d in decoded)
     if skipped:
         dropped = sum(d.dropped for d in decoded)

@@ -161,6 +161,9 @@ def run_collect(
         update, stop = _progress()
         try:
             result = collect_module.collect(profiling_dir.expanduser(), output.expanduser(), options, update)
+        except collect_module.NothingToWrite as exc:
+            _err(f"optrace: warning: {exc}")
+            return 1
         finally:
             stop()
         for line in collect_module.summary_lines(result):
@@ -169,6 +172,11 @@ def run_collect(
             print(line)
         for error in result.errors:
             _err(str(error))
+        if not result.written:
+            decoded = sum(o.decoded is not None for o in result.outcomes)
+            kept = " kept by --labels / --cores" if labels or cores else ""
+            _err(f"optrace: warning: {profiling_dir}: no span{kept} in {decoded} decoded rank "
+                 f"file{'s' if decoded != 1 else ''}: nothing written to {output}")
         return result.exit_code
     except BaseException as exc:
         code = failure_code(exc)

@@ -1,16 +1,31 @@
-"""``optrace compare BEFORE AFTER``: per-label deltas and the acceptance verdict.
+"""``optrace compare BEFORE AFTER``: per-label changes with bootstrap intervals, the
+acceptance verdict and a regression gate for CI.
 
-The gain of a label is the relative reduction of its total time (sum of its span
-durations over all cores), per rank-launch so runs with a different number of rank
-files stay comparable. With an expected gain g (a magnitude, 30 for -30 %): achieved
-when gain >= max(g/2, 1) %, partial when 0 < gain below that, not achieved otherwise
-(domain.md §7). Runs recorded with different runtime settings (clock rate, barrier on /
-off) measure different things and are refused.
+The unit is the kernel launch. A label's time in one launch is the largest, over the
+cores of that launch (every rank's), of the label's total on one core: the launch ends
+when its slowest core does, so that is the label's share of the launch's device time
+(docs/runtime.md says why not the median or the sum). Per label and run this gives one
+value per launch; ``compare`` reports the change of their median and p99, each with a
+95 % percentile-bootstrap interval that resamples launches (the cores of one launch share
+its inputs, its data placement and its neighbours' traffic: they are not independent
+samples). With fewer than :data:`MIN_LAUNCHES` launches in a run there is no interval:
+point estimates only, and the output says so.
+
+The verdict (domain.md §7) is taken on the interval of the gain (the relative reduction
+of the median) of ``--label``: with T = max(expected / 2, 1) %, *achieved* when its lower
+bound >= T, *not achieved* when its upper bound <= 0, *partial* when it lies inside
+(0, T), *inconclusive* otherwise. With point estimates the interval is the one value,
+which is the seed's rule. ``--fail-on-regression PCT`` flags a label when the interval of
+its median change lies above 0 and its lower bound exceeds PCT.
+
+Runs recorded with different runtime settings (clock rate, barrier on / off) measure
+different things and are refused.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -21,24 +36,205 @@ from .spans import PROCESSING, SpanTable
 ACHIEVED = "achieved"
 PARTIAL = "partial"
 NOT_ACHIEVED = "not achieved"
+INCONCLUSIVE = "inconclusive"
+
+#: Fewer launches than this in either run: point estimates only.
+MIN_LAUNCHES = 5
+CONFIDENCE = 0.95
+RESAMPLES = 10_000
+#: The bootstrap's generator is seeded: the same two runs give the same intervals.
+BOOTSTRAP_SEED = 20261201
+#: --expect and --fail-on-regression: finite, within these bounds (percent).
+EXPECT_RANGE = (-100.0, 100.0)
+REGRESSION_RANGE = (0.0, 1000.0)
+
+Interval = tuple[float, float]
+
+
+class OptionError(ValueError):
+    """A numeric option out of its documented range (the CLI: exit 2)."""
+
+
+def check_percent(option: str, value: float | None, bounds: tuple[float, float]) -> None:
+    if value is None:
+        return
+    low, high = bounds
+    if not math.isfinite(value) or not low <= value <= high:
+        raise OptionError(
+            f"{option} must be a finite number from {low:g} to {high:g} (percent), not {value!r}"
+        )
+
+
+def threshold_for(expect: float) -> float:
+    """T = max(|expected| / 2, 1) percent."""
+    return max(abs(expect) / 2.0, 1.0)
+
+
+def verdict_for_interval(low: float, high: float, expect: float) -> str:
+    """The verdict on the interval [low, high] of the gain (percent)."""
+    threshold = threshold_for(expect)
+    if low >= threshold:
+        return ACHIEVED
+    if high <= 0:
+        return NOT_ACHIEVED
+    if low > 0 and high < threshold:
+        return PARTIAL
+    return INCONCLUSIVE
+
+
+def verdict_for(gain: float, expect: float) -> str:
+    """The verdict on a point estimate: achieved / partial / not achieved."""
+    return verdict_for_interval(gain, gain, expect)
+
+
+# --------------------------------------------------------------------------- launches
 
 
 @dataclass(frozen=True)
-class LabelDelta:
-    label: str
-    before_us: float  # per rank-launch
-    after_us: float
+class LaunchTimes:
+    """One run: per launch (rows) and label (columns), the label's time in µs."""
 
-    @property
-    def delta_us(self) -> float:
-        return self.after_us - self.before_us
+    labels: list[str]
+    values: np.ndarray  # float64 [launches, labels]
+    present: np.ndarray  # bool [labels]: the label has spans in this run
+    ranks_per_launch: list[int]
+
+
+def launch_times(table: SpanTable) -> LaunchTimes:
+    """Per launch and label: the largest per-core total of the label over the launch's
+    cores (0 in a launch where no core ran it). Launches without any span are left out."""
+    n_labels = len(table.labels)
+    # Per (core, label) present: the label's total on that core; sparse, as a big run
+    # has ~10^6 cores and dozens of labels.
+    pairs, inverse = np.unique(table.track.astype(np.int64) * n_labels + table.label, return_inverse=True)
+    totals = np.bincount(inverse.ravel(), weights=table.dur, minlength=pairs.size)
+    track, label = pairs // n_labels, pairs % n_labels
+    launch = table.track_launch[track]
+    values = np.zeros((len(table.launches), n_labels))
+    np.maximum.at(values, (launch, label), totals)
+    used = np.zeros(len(table.launches), dtype=bool)
+    used[launch] = True
+    present = np.bincount(table.label, minlength=n_labels) > 0
+    processes: dict[int, set[str]] = {}
+    for t in np.unique(track).tolist():
+        processes.setdefault(int(table.track_launch[t]), set()).add(table.tracks[t].split(" / ", 1)[0])
+    ranks = [len(processes[k]) for k in np.flatnonzero(used).tolist()]
+    return LaunchTimes(list(table.labels), values[used], present, ranks)
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def _quantile_of_resamples(sorted_values: np.ndarray, picks: np.ndarray, q: float) -> np.ndarray:
+    """The q-quantile (numpy's default, linear) of every resample, without sorting one.
+
+    ``sorted_values`` is [labels, n], each row sorted; ``picks`` is [resamples, n], each
+    row the drawn positions, sorted. A resample of a sorted row is then sorted as well,
+    so its quantile is read at two fixed positions. Returns [labels, resamples].
+    """
+    n = picks.shape[1]
+    position = q * (n - 1)
+    low = math.floor(position)
+    high = min(low + 1, n - 1)
+    weight = position - low
+    below: np.ndarray = sorted_values[:, picks[:, low]]
+    result: np.ndarray = below * (1 - weight) + sorted_values[:, picks[:, high]] * weight
+    return result
+
+
+def _resample_picks(rng: np.random.Generator, n: int, resamples: int) -> np.ndarray:
+    """[resamples, n]: n positions drawn with replacement per resample, sorted."""
+    return np.sort(rng.integers(0, n, size=(resamples, n)), axis=1)
+
+
+@dataclass(frozen=True)
+class ChangeEstimates:
+    """Relative changes (percent, positive = slower) of each label's quantiles."""
+
+    quantiles: tuple[float, ...]
+    before: np.ndarray  # [quantiles, labels] µs
+    after: np.ndarray  # [quantiles, labels] µs
+    change: np.ndarray  # [quantiles, labels] percent (nan where before is 0)
+    low: np.ndarray | None  # [quantiles, labels] interval bounds; None: point estimates
+    high: np.ndarray | None
+
+
+def estimate_changes(
+    before: np.ndarray,
+    after: np.ndarray,
+    quantiles: tuple[float, ...] = (0.5, 0.99),
+    *,
+    intervals: bool = True,
+    resamples: int = RESAMPLES,
+    confidence: float = CONFIDENCE,
+    seed: int = BOOTSTRAP_SEED,
+) -> ChangeEstimates:
+    """Point estimates and percentile-bootstrap intervals of the relative change of
+    per-label quantiles from ``before`` [launches, labels] to ``after``.
+
+    Launches are resampled with replacement, each run on its own; one set of draws
+    serves every label (each label is resampled by launch; statistics across labels are
+    not formed, so sharing the draws is harmless and saves the work).
+    """
+    if before.ndim != 2 or after.ndim != 2 or before.shape[1] != after.shape[1]:
+        raise ValueError("before and after are [launches, labels] with the same labels")
+    sorted_b = np.sort(before.T, axis=1)
+    sorted_a = np.sort(after.T, axis=1)
+    once_b = np.arange(before.shape[0])[None, :]  # every launch drawn once
+    once_a = np.arange(after.shape[0])[None, :]
+    point_b = np.stack([_quantile_of_resamples(sorted_b, once_b, q)[:, 0] for q in quantiles])
+    point_a = np.stack([_quantile_of_resamples(sorted_a, once_a, q)[:, 0] for q in quantiles])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        change = np.where(point_b > 0, 100.0 * (point_a / point_b - 1.0), np.nan)
+    if not intervals:
+        return ChangeEstimates(quantiles, point_b, point_a, change, None, None)
+    rng = np.random.default_rng(seed)
+    picks_b = _resample_picks(rng, before.shape[0], resamples)
+    picks_a = _resample_picks(rng, after.shape[0], resamples)
+    tail = (1.0 - confidence) / 2.0
+    lows, highs = [], []
+    for q in quantiles:
+        b = _quantile_of_resamples(sorted_b, picks_b, q)
+        a = _quantile_of_resamples(sorted_a, picks_a, q)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = 100.0 * (a / b - 1.0)
+        # A resample whose before-quantile is 0 has no relative change: no interval.
+        defined = np.isfinite(ratio).all(axis=1)
+        ordered = np.sort(np.where(np.isfinite(ratio), ratio, 0.0), axis=1)
+        every = np.arange(resamples)[None, :]
+        lows.append(np.where(defined, _quantile_of_resamples(ordered, every, tail)[:, 0], np.nan))
+        highs.append(np.where(defined, _quantile_of_resamples(ordered, every, 1.0 - tail)[:, 0], np.nan))
+    return ChangeEstimates(quantiles, point_b, point_a, change, np.stack(lows), np.stack(highs))
+
+
+def flag_regressions(low: np.ndarray, high: np.ndarray, percent: float) -> np.ndarray:
+    """Labels whose change (percent, positive = slower) is significant — the interval
+    lies above 0 — and whose lower bound exceeds ``percent``."""
+    with np.errstate(invalid="ignore"):
+        flagged: np.ndarray = (low > 0) & (low > percent) & np.isfinite(high)
+    return flagged
+
+
+# --------------------------------------------------------------------------- compare
+
+
+@dataclass(frozen=True)
+class LabelChange:
+    label: str
+    median_before_us: float | None  # None: no span of the label in that run
+    median_after_us: float | None
+    p99_before_us: float | None
+    p99_after_us: float | None
+    median_change: float | None  # percent, positive = slower; None: new, gone or 0 before
+    median_interval: Interval | None
+    p99_change: float | None
+    p99_interval: Interval | None
+    regression: bool = False
 
     @property
     def gain(self) -> float | None:
-        """Relative reduction in percent (positive = faster); None when absent before."""
-        if self.before_us <= 0:
-            return None
-        return 100.0 * (self.before_us - self.after_us) / self.before_us
+        """Relative reduction of the median in percent (positive = faster)."""
+        return None if self.median_change is None else -self.median_change
 
 
 @dataclass(frozen=True)
@@ -46,20 +242,26 @@ class Comparison:
     before: str
     after: str
     label: str
-    deltas: list[LabelDelta]
+    launches_before: int
+    launches_after: int
+    intervals: bool  # False: fewer than MIN_LAUNCHES launches in a run, point estimates
+    changes: list[LabelChange]
     gain: float
+    gain_interval: Interval | None
     expect: float | None
     verdict: str | None
-    notes: list[str]
+    fail_on_regression: float | None
+    regressions: list[str]
+    notes: list[str] = field(default_factory=list)
 
+    @property
+    def threshold(self) -> float | None:
+        return None if self.expect is None else threshold_for(self.expect)
 
-def verdict_for(gain: float, expect: float) -> str:
-    threshold = max(abs(expect) / 2.0, 1.0)
-    if gain >= threshold:
-        return ACHIEVED
-    if gain > 0:
-        return PARTIAL
-    return NOT_ACHIEVED
+    @property
+    def failed(self) -> bool:
+        """Exit 1: a verdict other than achieved, or a flagged regression."""
+        return (self.verdict not in (None, ACHIEVED)) or bool(self.regressions)
 
 
 def check_settings(before: SpanTable, after: SpanTable) -> list[str]:
@@ -88,54 +290,187 @@ def check_settings(before: SpanTable, after: SpanTable) -> list[str]:
     return notes
 
 
-def _totals(table: SpanTable) -> dict[str, float]:
-    sums = np.bincount(table.label, weights=table.dur, minlength=len(table.labels))
-    return {label: float(sums[i]) / table.processes for i, label in enumerate(table.labels)}
+def _aligned(times: LaunchTimes, labels: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    index = {label: i for i, label in enumerate(times.labels)}
+    values = np.zeros((times.values.shape[0], len(labels)))
+    present = np.zeros(len(labels), dtype=bool)
+    for j, label in enumerate(labels):
+        if label in index:
+            values[:, j] = times.values[:, index[label]]
+            present[j] = times.present[index[label]]
+    return values, present
+
+
+def _opt(value: float, keep: bool) -> float | None:
+    return float(value) if keep and math.isfinite(value) else None
 
 
 def compare(
-    before: SpanTable, after: SpanTable, label: str = PROCESSING, expect: float | None = None
+    before: SpanTable,
+    after: SpanTable,
+    label: str = PROCESSING,
+    expect: float | None = None,
+    fail_on_regression: float | None = None,
+    *,
+    resamples: int = RESAMPLES,
 ) -> Comparison:
+    check_percent("--expect", expect, EXPECT_RANGE)
+    check_percent("--fail-on-regression", fail_on_regression, REGRESSION_RANGE)
     notes = check_settings(before, after)
-    totals_b, totals_a = _totals(before), _totals(after)
-    if totals_b.get(label, 0.0) <= 0:
+    times_b, times_a = launch_times(before), launch_times(after)
+    labels = sorted(
+        {lab for lab, p in zip(times_b.labels, times_b.present, strict=True) if p}
+        | {lab for lab, p in zip(times_a.labels, times_a.present, strict=True) if p}
+    )
+    values_b, present_b = _aligned(times_b, labels)
+    values_a, present_a = _aligned(times_a, labels)
+    if label not in labels or not present_b[labels.index(label)]:
         raise ProfilingInputError(before.source, f"no '{label}' spans to compare")
-    if label not in totals_a:
+    if not present_a[labels.index(label)]:
         raise ProfilingInputError(after.source, f"no '{label}' spans to compare")
-    labels = sorted(set(totals_b) | set(totals_a))
-    deltas = [LabelDelta(lab, totals_b.get(lab, 0.0), totals_a.get(lab, 0.0)) for lab in labels]
-    chosen = next(d for d in deltas if d.label == label)
-    gain = chosen.gain or 0.0
-    if before.processes != after.processes:
-        notes.append(f"{before.processes} vs {after.processes} rank-launches: totals are per rank-launch")
+    n_b, n_a = values_b.shape[0], values_a.shape[0]
+    intervals = min(n_b, n_a) >= MIN_LAUNCHES
+    if fail_on_regression is not None and not intervals:
+        few, count = (before, n_b) if n_b < MIN_LAUNCHES else (after, n_a)
+        raise ProfilingInputError(
+            few.source,
+            f"{count} launch{'es' if count != 1 else ''}: --fail-on-regression needs at least "
+            f"{MIN_LAUNCHES} launches per run to tell a regression from noise",
+        )
+    estimates = estimate_changes(values_b, values_a, intervals=intervals, resamples=resamples)
+    if estimates.low is not None and estimates.high is not None and fail_on_regression is not None:
+        flagged = flag_regressions(estimates.low[0], estimates.high[0], fail_on_regression)
+    else:
+        flagged = np.zeros(len(labels), dtype=bool)
+    changes: list[LabelChange] = []
+    for j, lab in enumerate(labels):
+        both = bool(present_b[j] and present_a[j])
+
+        def interval(q: int, j: int = j, both: bool = both) -> Interval | None:
+            if estimates.low is None or estimates.high is None or not both:
+                return None
+            low, high = float(estimates.low[q, j]), float(estimates.high[q, j])
+            return (low, high) if math.isfinite(low) and math.isfinite(high) else None
+
+        changes.append(LabelChange(
+            label=lab,
+            median_before_us=_opt(estimates.before[0, j], bool(present_b[j])),
+            median_after_us=_opt(estimates.after[0, j], bool(present_a[j])),
+            p99_before_us=_opt(estimates.before[1, j], bool(present_b[j])),
+            p99_after_us=_opt(estimates.after[1, j], bool(present_a[j])),
+            median_change=_opt(estimates.change[0, j], both),
+            median_interval=interval(0),
+            p99_change=_opt(estimates.change[1, j], both),
+            p99_interval=interval(1),
+            regression=bool(flagged[j] and both),
+        ))
+    chosen = next(c for c in changes if c.label == label)
+    gain = chosen.gain if chosen.gain is not None else 0.0
+    gain_interval = None
+    if chosen.median_interval is not None:
+        gain_interval = (-chosen.median_interval[1], -chosen.median_interval[0])
+    verdict = None
+    if expect is not None:
+        low, high = gain_interval if gain_interval is not None else (gain, gain)
+        verdict = verdict_for_interval(low, high, expect)
+    if not intervals:
+        notes.append(
+            f"fewer than {MIN_LAUNCHES} launches per run ({n_b} before, {n_a} after): point estimates "
+            "only, no intervals" + (" (the verdict too)" if expect is not None else "")
+        )
+    if set(times_b.ranks_per_launch) != set(times_a.ranks_per_launch):
+        notes.append(f"ranks per launch differ ({_spread(times_b.ranks_per_launch)} before, "
+                     f"{_spread(times_a.ranks_per_launch)} after)")
     return Comparison(
         before=before.source,
         after=after.source,
         label=label,
-        deltas=deltas,
+        launches_before=n_b,
+        launches_after=n_a,
+        intervals=intervals,
+        changes=changes,
         gain=gain,
+        gain_interval=gain_interval,
         expect=expect,
-        verdict=verdict_for(gain, expect) if expect is not None else None,
+        verdict=verdict,
+        fail_on_regression=fail_on_regression,
+        regressions=[c.label for c in changes if c.regression],
         notes=notes + before.warnings[:5] + after.warnings[:5],
     )
 
 
+def _spread(values: list[int]) -> str:
+    low, high = min(values, default=0), max(values, default=0)
+    return str(low) if low == high else f"{low}-{high}"
+
+
+# --------------------------------------------------------------------------- output
+
+
+def _us(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}µs"
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value:+.1f}%"
+
+
+def _interval(value: Interval | None) -> str:
+    return "" if value is None else f"[{value[0]:+.1f}, {value[1]:+.1f}]"
+
+
+def _change(change: LabelChange, value: float | None, before: float | None, after: float | None) -> str:
+    if before is None:
+        return "new"
+    if after is None:
+        return "gone"
+    return _pct(value)
+
+
 def format_text(result: Comparison) -> str:
-    width = max([len(d.label) for d in result.deltas] + [5])
-    lines = [f"before: {result.before}", f"after:  {result.after}", ""]
-    header = f"{'label':<{width}}  {'before':>12}  {'after':>12}  {'delta':>12}  {'gain':>8}"
-    lines += [header, "-" * len(header)]
-    for d in result.deltas:
-        gain = f"{d.gain:+7.1f}%" if d.gain is not None else "     new"
-        lines.append(f"{d.label:<{width}}  {d.before_us:>10.2f}µs  {d.after_us:>10.2f}µs  "
-                     f"{d.delta_us:>+10.2f}µs  {gain}")
-    lines += ["", f"gain on '{result.label}': {result.gain:+.2f}% (total time per rank-launch)"]
-    if result.expect is not None:
-        threshold = max(abs(result.expect) / 2.0, 1.0)
+    lines = [f"before: {result.before} ({result.launches_before} launches)",
+             f"after:  {result.after} ({result.launches_after} launches)", ""]
+    what = "time per launch: the slowest core's total of the label; median (p50) and p99 over launches"
+    if result.intervals:
+        what += f";\n[brackets]: {100 * CONFIDENCE:g} % bootstrap interval of the change, resampling launches"
+    lines += [what, ""]
+    rows = [("label", "p50 before", "p50 after", "Δp50", "", "p99 before", "p99 after", "Δp99", "")]
+    for c in result.changes:
+        rows.append((
+            c.label + (" !" if c.regression else ""),
+            _us(c.median_before_us), _us(c.median_after_us),
+            _change(c, c.median_change, c.median_before_us, c.median_after_us), _interval(c.median_interval),
+            _us(c.p99_before_us), _us(c.p99_after_us),
+            _change(c, c.p99_change, c.p99_before_us, c.p99_after_us), _interval(c.p99_interval),
+        ))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for n, row in enumerate(rows):
+        cells = [row[0].ljust(widths[0])]
+        cells += [cell.rjust(w) for cell, w in zip(row[1:], widths[1:], strict=True)]
+        lines.append("  ".join(cells).rstrip())
+        if n == 0:
+            lines.append("-" * len(lines[-1]))
+    gain = f"gain on '{result.label}': {result.gain:+.2f}%"
+    if result.gain_interval is not None:
+        gain += f" [{result.gain_interval[0]:+.2f}, {result.gain_interval[1]:+.2f}]"
+    lines += ["", gain + " (reduction of the median time per launch)"]
+    if result.expect is not None and result.threshold is not None:
+        bound = "the interval's lower bound" if result.gain_interval is not None else "the gain"
         lines.append(f"expected -{abs(result.expect):g}%: {result.verdict} "
-                     f"(achieved needs >= {threshold:g}%)")
+                     f"(achieved needs {bound} >= {result.threshold:g}%)")
+    if result.fail_on_regression is not None:
+        gate = f"regression gate {result.fail_on_regression:g}%: "
+        if result.regressions:
+            gate += "FAILED: " + ", ".join(result.regressions) + " (marked !)"
+        else:
+            gate += "passed (no label slower with its interval above the gate)"
+        lines.append(gate)
     lines += [f"note: {n}" for n in result.notes]
     return "\n".join(lines) + "\n"
+
+
+def _json_interval(value: Interval | None) -> list[float] | None:
+    return None if value is None else [value[0], value[1]]
 
 
 def comparison_json(result: Comparison) -> dict[str, Any]:
@@ -143,13 +478,29 @@ def comparison_json(result: Comparison) -> dict[str, Any]:
         "before": result.before,
         "after": result.after,
         "label": result.label,
+        "launches": {"before": result.launches_before, "after": result.launches_after},
+        "statistic": "per launch, the slowest core's total of the label; median and p99 over launches",
+        "intervals": (
+            {"confidence": CONFIDENCE, "method": "percentile bootstrap, resampling launches",
+             "resamples": RESAMPLES, "seed": BOOTSTRAP_SEED} if result.intervals else None
+        ),
         "gain_percent": result.gain,
+        "gain_interval": _json_interval(result.gain_interval),
         "expect_percent": result.expect,
+        "threshold_percent": result.threshold,
         "verdict": result.verdict,
+        "fail_on_regression_percent": result.fail_on_regression,
+        "regressions": result.regressions,
         "labels": [
-            {"label": d.label, "before_us": d.before_us, "after_us": d.after_us,
-             "delta_us": d.delta_us, "gain_percent": d.gain}
-            for d in result.deltas
+            {"label": c.label,
+             "median_before_us": c.median_before_us, "median_after_us": c.median_after_us,
+             "median_change_percent": c.median_change,
+             "median_change_interval": _json_interval(c.median_interval),
+             "p99_before_us": c.p99_before_us, "p99_after_us": c.p99_after_us,
+             "p99_change_percent": c.p99_change,
+             "p99_change_interval": _json_interval(c.p99_interval),
+             "gain_percent": c.gain, "regression": c.regression}
+            for c in result.changes
         ],
         "notes": result.notes,
     }

@@ -607,8 +607,9 @@ class PerfettoTraceWriter:
     """Same use as :class:`chrome.ChromeTraceWriter`: ``path`` appears when :meth:`close`
     ran and no exception left the ``with`` block."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, compress: bool | None = None) -> None:
         self.path = Path(path)
+        self.compress = self.path.name.endswith(".gz") if compress is None else compress
         self.events = 0
         self._closed = False
         self._context: AbstractContextManager[IO[bytes]] | None = None
@@ -619,7 +620,7 @@ class PerfettoTraceWriter:
         self._context = atomic_output(self.path)
         self._raw = self._context.__enter__()
         self._out = self._raw
-        if self.path.name.endswith(".gz"):  # the trace processor and UI read gzipped traces
+        if self.compress:  # the trace processor and UI read gzipped traces
             import gzip
 
             self._out = cast(IO[bytes], gzip.GzipFile(fileobj=self._raw, mode="wb", compresslevel=3, mtime=0))

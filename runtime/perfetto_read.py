@@ -96,6 +96,7 @@ class PerfettoSpans:
 
     def __init__(self) -> None:
         self.processes: dict[int, str] = {}  # process track uuid -> name
+        self.process_pids: dict[int, int] = {}  # process track uuid -> its descriptor's pid
         self.threads: dict[int, tuple[int | None, str]] = {}  # track uuid -> (parent uuid, name)
         self.spans: list[tuple[int, str, int, int]] = []  # (track uuid, name, start ns, end ns)
         self.instants: list[tuple[int, str, int]] = []  # (track uuid, name, ns)
@@ -299,6 +300,7 @@ def _packet_fields(data: bytes, parts: list[tuple[int, int, int]], state: _Seque
 def _track_descriptor(data: bytes, lo: int, hi: int, found: PerfettoSpans) -> None:
     uuid, parent, name = 0, None, ""
     process: str | None = None
+    pid: int | None = None
     thread: str | None = None
     for field, value, end in fields(data, lo, hi):
         if field == 1:
@@ -312,6 +314,8 @@ def _track_descriptor(data: bytes, lo: int, hi: int, found: PerfettoSpans) -> No
             for f, v, e in fields(data, value, end):
                 if f == 6:
                     process = _text(data, v, e)
+                elif f == 1:
+                    pid = _signed(v)  # int32, sign-extended on the wire
         elif field == 4:
             thread = ""
             for f, v, e in fields(data, value, end):
@@ -319,6 +323,8 @@ def _track_descriptor(data: bytes, lo: int, hi: int, found: PerfettoSpans) -> No
                     thread = _text(data, v, e)
     if process is not None:
         found.processes[uuid] = process or name
+        if pid is not None:
+            found.process_pids[uuid] = pid
     elif uuid:
         found.threads[uuid] = (parent, thread or name)
 

@@ -46,10 +46,27 @@ class SpanTable:
     warnings: list[str] = field(default_factory=list)
     depth: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int16))
     self_time: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # The kernel launch each track belongs to (index into `launches`): one launch is the
+    # same (tag, launch) of every rank; `compare` resamples launches. When a loader does
+    # not say, each process ("Rank 0" in "Rank 0 / AIC 3") is its own launch.
+    launches: list[str] = field(default_factory=list)
+    track_launch: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
 
     def __post_init__(self) -> None:
         if self.depth.size != self.ts.size:
             self.depth, self.self_time = _depth_and_self_time(self.track, self.ts, self.dur)
+        if self.track_launch.size != len(self.tracks):
+            self.launches, self.track_launch = _launches_by_process(self.tracks)
+
+
+def _launches_by_process(tracks: list[str]) -> tuple[list[str], np.ndarray]:
+    ids: dict[str, int] = {}
+    column = [ids.setdefault(track.split(" / ", 1)[0], len(ids)) for track in tracks]
+    return list(ids), np.array(column, dtype=np.int32)
+
+
+def _launch_name(tag: object, launch: object) -> str:
+    return ", ".join(p for p in (tag if isinstance(tag, str) and tag else None, f"launch {launch}") if p)
 
 
 def _depth_and_self_time(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -137,8 +154,11 @@ def load_trace(path: Path) -> SpanTable:
         process = process_names.get(pid, f"pid {pid}")
         tracks[index] = f"{process} / {thread_names.get((pid, tid), f'tid {tid}')}"
     settings = RunSettings()
+    pid_launch: dict[Any, str] = {}
     for rank in other.get("ranks") or []:
         if isinstance(rank, dict):
+            if isinstance(rank.get("launch"), int):
+                pid_launch[rank.get("pid")] = _launch_name(rank.get("tag"), rank["launch"])
             if isinstance(rank.get("clock_mhz"), (int, float)):
                 settings.clock_mhz.add(float(rank["clock_mhz"]))
             settings.barrier.add(rank.get("barrier") if isinstance(rank.get("barrier"), bool) else None)
@@ -153,6 +173,7 @@ def load_trace(path: Path) -> SpanTable:
         dur=np.array(dur_col, dtype=np.float64),
         settings=settings,
         warnings=warnings,
+        **_trace_launches(track_ids, process_names, pid_launch),
     )
 
 
@@ -180,15 +201,25 @@ def load_perfetto_trace(path: Path) -> SpanTable:
         end_col.append(end)
     tracks = [found.track_name(uuid) for uuid in track_ids]
     settings = RunSettings()
+    pid_launch: dict[Any, str] = {}
     for rank in meta.get("ranks") or []:
         if isinstance(rank, dict):
+            if isinstance(rank.get("launch"), int) and isinstance(rank.get("pid"), int):
+                # the rank table has the JSON trace's pid; a process descriptor has it plus one
+                pid_launch[rank["pid"] + 1] = _launch_name(rank.get("tag"), rank["launch"])
             if isinstance(rank.get("clock_mhz"), (int, float)):
                 settings.clock_mhz.add(float(rank["clock_mhz"]))
             settings.barrier.add(rank.get("barrier") if isinstance(rank.get("barrier"), bool) else None)
     starts = np.array(start_col, dtype=np.int64)
     ends = np.array(end_col, dtype=np.int64)
     order = np.lexsort((-ends, starts, np.array(track_col, dtype=np.int64))) if starts.size else starts
-    processes = {found.threads.get(uuid, (None, ""))[0] for uuid in track_ids}
+    parents = {uuid: found.threads.get(uuid, (None, ""))[0] for uuid in track_ids}
+    processes = set(parents.values())
+    # Launches as in a JSON trace, keyed by process track: the rank table's (tag, launch)
+    # through the process descriptor's pid, else each process its own launch.
+    process_launch = {uuid: pid_launch[pid] for uuid, pid in found.process_pids.items() if pid in pid_launch}
+    launches = _trace_launches({(parents[uuid], uuid): index for uuid, index in track_ids.items()},
+                               dict(found.processes), process_launch)
     return SpanTable(
         source=str(path),
         labels=list(label_ids),
@@ -200,7 +231,20 @@ def load_perfetto_trace(path: Path) -> SpanTable:
         dur=(ends - starts)[order] / 1000.0,
         settings=settings,
         warnings=warnings,
+        **launches,
     )
+
+
+def _trace_launches(
+    track_ids: dict[tuple[Any, Any], int], process_names: dict[Any, str], pid_launch: dict[Any, str]
+) -> dict[str, Any]:
+    """Launch of each track: from collect's rank table (tag, launch), else one per process."""
+    ids: dict[str, int] = {}
+    column = [0] * len(track_ids)
+    for (pid, _tid), index in track_ids.items():
+        key = pid_launch.get(pid) or f"process {process_names.get(pid, pid)}"
+        column[index] = ids.setdefault(key, len(ids))
+    return {"launches": list(ids), "track_launch": np.array(column, dtype=np.int32)}
 
 
 def load_profiling_dir(
@@ -216,6 +260,8 @@ def load_profiling_dir(
     ts_col: list[np.ndarray] = []
     dur_col: list[np.ndarray] = []
     tracks: list[str] = []
+    launch_ids: dict[str, int] = {}
+    track_launch: list[int] = []
     settings = RunSettings()
     warnings: list[str] = []
     several_runs = len({n.run_key for n, _ in files}) > 1
@@ -235,9 +281,11 @@ def load_profiling_dir(
         rank_name = f"Rank {name.rank}" + (f" launch {name.launch}" if several_runs else "")
         if several_runs and name.tag:
             rank_name += f" {name.tag}"
+        launch = launch_ids.setdefault(_launch_name(name.tag, name.launch), len(launch_ids))
         for core in decoded.cores:
             track = len(tracks)
             tracks.append(f"{rank_name} / {core.name}")
+            track_launch.append(launch)
             label_col.append(core.label)
             track_col.append(np.full(core.label.size, track, dtype=np.int32))
             ts_col.append(core.start / decoded.clock_mhz)
@@ -259,6 +307,8 @@ def load_profiling_dir(
         dur=cat(dur_col, np.float64),
         settings=settings,
         warnings=warnings,
+        launches=list(launch_ids),
+        track_launch=np.array(track_launch, dtype=np.int32),
     )
 
 

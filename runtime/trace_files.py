@@ -119,7 +119,12 @@ def write_files(
 ) -> tuple[list[Path], int]:
     """Plan each rank (``part_names[i]`` names rank i's file with ``--split rank``) and
     write it at once into the file it belongs to, one rank in memory; returns the files
-    written and their events. ``.pftrace`` with no split is one file too."""
+    written and their events. ``.pftrace`` with no split is one file too.
+
+    Every file is written under a temporary name and they all take their names at the
+    end, together: when no rank has a span (``--labels`` / ``--cores`` kept none, or no
+    point was recorded) or something fails, nothing is written and earlier outputs stay
+    as they were; with no span it returns no files."""
     if fmt == PERFETTO:
         from .perfetto import PerfettoTraceWriter, Sequences
 
@@ -129,7 +134,9 @@ def write_files(
         writer_class, sequences = ChromeTraceWriter, None
     scratch = RowScratch()
     outputs: list[Path] = []
+    pending: list[Path] = []  # outputs[i] as written so far, renamed when all are done
     events = 0
+    spans = 0
     current: _Writer | None = None
     positions: list[int] = []
     size = 0
@@ -137,9 +144,11 @@ def write_files(
 
     def open_file(path: Path) -> None:
         nonlocal current, size
-        current = writer_class(path)
-        current.__enter__()
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.part.tmp")
+        pending.append(temporary)
         outputs.append(path)
+        current = writer_class(temporary, compress=path.name.endswith(".gz"))
+        current.__enter__()
         positions.clear()
         size = writer_class.opening_size()
 
@@ -188,12 +197,24 @@ def write_files(
                     warned = True
                     warn(json_too_big(outputs[-1], grown, False))
             size += writer_class.rank_size(rendered, first)
-            current.write_rendered(rendered)
+            spans += current.write_rendered(rendered)
             positions.append(position)
             advance(1)
         close_file()
+        if spans:
+            for temporary, path in zip(pending, outputs, strict=True):
+                os.replace(temporary, path)
+            pending.clear()
+        else:
+            outputs.clear()
+            events = 0
     finally:
         if current is not None:  # an exception: the file being written is not left behind
             error = sys.exc_info()[1] or RuntimeError("trace not finished")
             current.__exit__(type(error), error, error.__traceback__)
+        for temporary in pending:  # nothing to show, or an exception: no part is left behind
+            try:
+                os.unlink(temporary)
+            except FileNotFoundError:
+                pass
     return outputs, events

@@ -2,8 +2,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from optrace.engine.config import Config
-from optrace.engine.discovery import camel_case, default_repo_root, discover, find_entries
+from optrace.engine.diagnostics import InputError
+from optrace.engine.discovery import camel_case, default_repo_root, discover, find_entries, find_operator_dirs
 
 ROOT = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -62,3 +65,62 @@ def test_config_layer_override(tmp_path: Path) -> None:
     script.write_text("#!/bin/sh\n")
     layers = discover(op, ROOT / "msopgen_style", Config(layers={"build_script": (script,)}))
     assert [h.path for h in layers.found["build_script"]] == [script]
+
+
+# --- which directories are operators ------------------------------------------------------------
+
+ENTRY = 'extern "C" __global__ __aicore__ void {name}(GM_ADDR x, GM_ADDR workspace, GM_ADDR tiling)\n{{\n}}\n'
+
+
+def _operator_forest(root: Path) -> None:
+    """Every layout find_operator_dirs knows, plus what must not count as an operator."""
+    for rel, name in [("norm/rms_norm/op_kernel/rms_norm.cpp", "rms_norm"),
+                      ("norm/rms_norm/op_kernel/arch35/rms_norm_v35.cpp", "rms_norm_v35"),
+                      ("ascend_kernels/moe_a/op_kernel/moe_a.cpp", "moe_a"),
+                      ("csrc/ops/gather_x/kernel/gather_x.cpp", "gather_x"),
+                      ("norm/rms_norm/tests/ut/op_kernel/stub_kernel.cpp", "stub_kernel")]:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(ENTRY.format(name=name))
+    # a shared library of kernel headers with no entry, and an entry that is only declared
+    (root / "norm/norm_common/op_kernel").mkdir(parents=True)
+    (root / "norm/norm_common/op_kernel/reduce.h").write_text("inline int Reduce() { return 0; }\n")
+    (root / "norm/decl_only/op_kernel").mkdir(parents=True)
+    (root / "norm/decl_only/op_kernel/decl_only.cpp").write_text(
+        'extern "C" __global__ __aicore__ void decl_only(GM_ADDR x);\n')
+
+
+def test_operator_dirs_are_found_by_layout_and_entry(tmp_path: Path) -> None:
+    _operator_forest(tmp_path)
+    found = [p.relative_to(tmp_path.resolve()).as_posix() for p in find_operator_dirs(tmp_path)]
+    # arch variants under op_kernel/ are one operator; a test tree with its own entry counts
+    # (the corpus run leaves tests/ out), a header library or a declaration does not
+    assert found == ["ascend_kernels/moe_a", "csrc/ops/gather_x", "norm/rms_norm", "norm/rms_norm/tests/ut"]
+    assert find_operator_dirs(tmp_path / "norm/rms_norm")[0] == (tmp_path / "norm/rms_norm").resolve()
+
+
+def test_a_parent_of_operators_is_refused_with_their_list(tmp_path: Path) -> None:
+    _operator_forest(tmp_path)
+    for parent, listed in [("norm", "rms_norm, rms_norm/tests/ut"), ("csrc", "ops/gather_x"),
+                           ("ascend_kernels", "moe_a")]:
+        with pytest.raises(InputError) as err:
+            discover(tmp_path / parent, tmp_path, Config())
+        d = err.value.diagnostic
+        assert d.code == "OT015" and d.path == tmp_path / parent
+        noun = "directory" if "," not in listed else "directories"
+        assert f"operator {noun} below it ({listed}); give one" in d.message
+    # the operator itself, holding a nested test tree, is planned
+    assert discover(tmp_path / "norm/rms_norm", tmp_path, Config()).entry is not None
+
+
+def test_the_cli_refuses_a_parent_and_writes_nothing(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from optrace.cli import app
+
+    _operator_forest(tmp_path)
+    before = sorted(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
+    for cmd in (["plan"], ["apply", "--write"], ["check"]):
+        res = CliRunner().invoke(app, [cmd[0], str(tmp_path / "norm"), *cmd[1:]])
+        assert res.exit_code == 2, (cmd, res.output)
+        assert f"{tmp_path / 'norm'}: OT015 not one operator directory" in res.stderr
+    assert sorted(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()) == before

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from layer_snippets import make_repo, run
 
-from optrace.codemods.build_hook import build_hook_edits
+from optrace.codemods.build_hook import build_hook_edits, hook_command
 from optrace.codemods.strip import strip_bytes
 
 COPYING = """\
@@ -100,3 +100,51 @@ def test_the_hooked_script_is_valid_shell_and_fails_loudly_without_optrace(tmp_p
     res = subprocess.run([bash, str(probe)], capture_output=True, text=True, env={"PATH": "/nonexistent"},
                          check=False)
     assert res.returncode == 1 and "optrace is not installed" in res.stderr and "reached" not in res.stdout
+
+
+# --- reading a hook block back, as the shell / CMake reads it (gate G1) ----------------------------
+
+
+@pytest.mark.parametrize(("block", "cmake", "src", "out", "modify"), [
+    ('optrace preprocess "${PROJ}/op_kernel" --out "${PROJ}" --modify || {\n    exit 1\n}\n', False,
+     b'"${PROJ}/op_kernel"', b'"${PROJ}"', True),
+    # shell continuation lines, a comment before, `--out=`
+    ('# runs `optrace preprocess` here\noptrace preprocess \\\n    "$(cd "$(dirname "$0")" && pwd)/k" \\\n'
+     '    --out="${B}" \\\n    --modify\n', False, b'"$(cd "$(dirname "$0")" && pwd)/k"', b'"${B}"', True),
+    ('echo "ERROR: optrace preprocess failed" >&2\npython3 -m optrace preprocess src --out build\n', False,
+     b"src", b"build", False),
+    # CMake: execute_process across lines, comments, a message naming the command
+    ("find_program(OPTRACE_EXECUTABLE optrace)\nexecute_process(COMMAND ${OPTRACE_EXECUTABLE} preprocess\n"
+     "                # the kernel sources\n                ${CMAKE_CURRENT_SOURCE_DIR}/k\n"
+     "                --out ${CMAKE_BINARY_DIR}\n                RESULT_VARIABLE R)\n"
+     'message(FATAL_ERROR "optrace preprocess failed")\n', True,
+     b"${CMAKE_CURRENT_SOURCE_DIR}/k", b"${CMAKE_BINARY_DIR}", False),
+    ('add_custom_command(OUTPUT map.json\n  COMMAND "${OPTRACE}" preprocess "${SRC}" --out "${OUT}" --modify\n'
+     "  DEPENDS x)\n", True, b'"${SRC}"', b'"${OUT}"', True),
+])
+def test_the_hook_command_is_read_across_lines(block: str, cmake: bool, src: bytes, out: bytes, modify: bool) -> None:
+    cmd = hook_command(block.encode(), cmake)
+    assert cmd is not None and (cmd.src, cmd.out, cmd.modify) == (src, out, modify)
+
+
+@pytest.mark.parametrize(("block", "cmake"), [
+    ('message(FATAL_ERROR "optrace preprocess failed")\n', True),
+    ("# optrace preprocess k --out b\n", True),
+    ('echo "optrace preprocess k --out b"\n', False),
+    ("# optrace preprocess k --out b\n", False),
+])
+def test_messages_and_comments_are_not_the_command(block: str, cmake: bool) -> None:
+    assert hook_command(block.encode(), cmake) is None
+
+
+def test_the_block_apply_writes_reads_back(tmp_path: Path) -> None:
+    # CMake block: `--out` sits on a continuation line of execute_process (issue 12: OT451).
+    text = "project(x)\nascendc_library(k STATIC ${CMAKE_CURRENT_SOURCE_DIR}/ops/demo_op/op_kernel/demo_op.cpp)\n"
+    op = make_repo(tmp_path, {"CMakeLists.txt": text, "build/build.sh": COPYING})
+    block = "\n".join(hook_lines(run(build_hook_edits, op)["build/build.sh"])).encode()
+    cmd = hook_command(block, cmake=False)
+    assert cmd is not None and (cmd.src, cmd.out, cmd.modify) == (b'"${PROJ}/op_kernel"', b'"${PROJ}"', True)
+    op = make_repo(tmp_path / "c", {"CMakeLists.txt": text})
+    block = "\n".join(hook_lines(run(build_hook_edits, op)["CMakeLists.txt"])).encode()
+    cmd = hook_command(block, cmake=True)
+    assert cmd is not None and cmd.out == b"${CMAKE_BINARY_DIR}" and not cmd.modify

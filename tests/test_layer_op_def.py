@@ -95,9 +95,56 @@ def test_outputs_that_cannot_be_located_are_bad_input(tmp_path: Path) -> None:
     assert caught.value.diagnostic.line == 4
 
 
-def test_an_opdef_without_outputs_is_bad_input(tmp_path: Path) -> None:
-    op = make_repo(tmp_path, {OPDEF: 'class DemoOp : public OpDef {\n    void f() {\n'
-                                      '        this->Input("x").DataType({DT_FLOAT});\n    }\n};\n'})
+NO_OUTPUTS = """\
+namespace ops {
+class DemoOp : public OpDef {
+public:
+    explicit DemoOp(const char *name) : OpDef(name)
+    {
+        this->Input("x")
+            .ParamType(REQUIRED)
+            .DataType({ge::DT_FLOAT, ge::DT_BF16})
+            .Format({ge::FORMAT_ND, ge::FORMAT_ND})
+            .ValueDepend(OPTIONAL);
+        this->Input("flags").ParamType(OPTIONAL).DataType({ge::DT_INT32, ge::DT_INT32}).Format({ge::FORMAT_ND, ge::FORMAT_ND});
+        this->Attr("k").Int();
+        this->AICore().AddConfig("ascend910b");
+    }
+};
+OP_ADD(DemoOp);
+}  // namespace ops
+"""
+
+
+def test_an_opdef_without_outputs_gets_profiling_data_as_its_only_output(tmp_path: Path) -> None:
+    # Written like the last input (its list lengths), right after the inputs.
+    op = make_repo(tmp_path, {OPDEF: NO_OUTPUTS})
+    added = ('        this->Output("profiling_data").ParamType(REQUIRED).DataType({ge::DT_INT64, ge::DT_INT64})'
+             '.Format({ge::FORMAT_ND, ge::FORMAT_ND});  // optrace\n')
+    after = NO_OUTPUTS.replace('        this->Attr("k")', added + '        this->Attr("k")')
+    assert run(op_def_edits, op, "B") == {OPDEF: after}
+    assert run(op_def_edits, op, "A") == {OPDEF: after.replace("ParamType(REQUIRED).DataType({ge::DT_INT64",
+                                                               "ParamType(OPTIONAL).DataType({ge::DT_INT64")}
+
+
+def test_an_opdef_without_inputs_or_outputs_gets_one_before_its_configuration(tmp_path: Path) -> None:
+    before = dedent("""\
+        class DemoOp : public OpDef {
+            DemoOp(const char *name) : OpDef(name) {
+                this->Attr("k").Int();
+                this->AICore().AddConfig("ascend910b");
+            }
+        };
+        """)
+    op = make_repo(tmp_path, {OPDEF: before})
+    assert run(op_def_edits, op, "B") == {OPDEF: before.replace(
+        '        this->Attr("k")',
+        '        this->Output("profiling_data").ParamType(REQUIRED).DataType({DT_INT64}).Format({FORMAT_ND})'
+        '.UnknownShapeFormat({FORMAT_ND});  // optrace\n        this->Attr("k")')}
+
+
+def test_an_opdef_with_nothing_to_anchor_on_is_bad_input(tmp_path: Path) -> None:
+    op = make_repo(tmp_path, {OPDEF: 'void f() {\n    this->Input(kName);\n}\nclass Other : public OpDef {};\n'})
     with pytest.raises(InputError) as caught:
         run(op_def_edits, op, "B")
-    assert caught.value.diagnostic.line == 3 and "cannot locate the OpDef's outputs" in str(caught.value)
+    assert caught.value.diagnostic.code == "OT310" and "cannot locate the OpDef's outputs" in str(caught.value)

@@ -102,3 +102,41 @@ def test_schema_parser() -> None:
     for bad in ("demo_op(Tensor x", "demo_op(Tensor x) Tensor", "demo_op(Tensor x) -> (Tensor,)", "(Tensor x) -> Tensor"):
         with pytest.raises(ValueError):
             parse_schema(bad)
+
+
+@pytest.mark.parametrize(("schema", "after"), [
+    # What apply refused before (exit 2): `Tensor!`, `Tensor?[]`, defaults of every kind.
+    ('demo_op(Tensor! out, Tensor?[] extras, int[] dims=[0, 1], str mode=\\"sum\\", *, ScalarType? dtype=None) -> (Tensor, Tensor)',
+     '"demo_op(Tensor! out, Tensor?[] extras, int[] dims=[0, 1], str mode=\\"sum\\", *, ScalarType? dtype=None) -> (Tensor, Tensor"/*optrace-str<*/", Tensor"/*>optrace-str*/")"'),
+    # Named returns name the new one.
+    ("demo_op.out(Tensor x, *, Tensor(a!) out) -> (Tensor(a!) values, Tensor indices)",
+     '"demo_op.out(Tensor x, *, Tensor(a!) out) -> (Tensor(a!) values, Tensor indices"/*optrace-str<*/", Tensor profiling_data"/*>optrace-str*/")"'),
+    ("demo_op.inplace(Tensor(a!) self) -> Tensor(a!) result",
+     '"demo_op.inplace(Tensor(a!) self) -> "/*optrace-str<*/"("/*>optrace-str*/"Tensor(a!) result"/*optrace-str<*/", Tensor profiling_data)"/*>optrace-str*/""'),
+    ("demo_op(Tensor(a -> *) self) -> Tensor(a)[]", None),
+])
+def test_the_whole_schema_grammar_is_edited(tmp_path: Path, schema: str, after: str | None) -> None:
+    text = f'TORCH_LIBRARY(my_lib, m)\n{{\n    m.def("{schema}");\n}}\n'
+    op = make_repo(tmp_path, {REG: text})
+    got = run(registration_edits, op, "B")
+    if after is None:
+        assert got == {}
+    else:
+        assert got == {REG: text.replace(f'"{schema}"', after)}
+
+
+def test_schema_wrappers_and_escapes(tmp_path: Path) -> None:
+    text = ('TORCH_LIBRARY_FRAGMENT(my_lib, m)\n{\n'
+            '    m.def(TORCH_SELECTIVE_SCHEMA("my_lib::demo_op(Tensor x, str mode=\\"a,b)\\") -> Tensor"));\n}\n')
+    op = make_repo(tmp_path, {REG: text})
+    assert run(registration_edits, op, "B")[REG] == text.replace(
+        '"my_lib::demo_op(Tensor x, str mode=\\"a,b)\\") -> Tensor"',
+        '"my_lib::demo_op(Tensor x, str mode=\\"a,b)\\") -> "/*optrace-str<*/"("/*>optrace-str*/"Tensor"'
+        '/*optrace-str<*/", Tensor)"/*>optrace-str*/""')
+
+
+def test_a_schema_spelling_the_op_otherwise_is_the_ops(tmp_path: Path) -> None:
+    text = 'TORCH_LIBRARY(my_lib, m)\n{\n    m.def("DemoOP(Tensor x) -> (Tensor, Tensor)");\n}\n'
+    op = make_repo(tmp_path, {REG: text})
+    assert '"DemoOP(Tensor x) -> (Tensor, Tensor"/*optrace-str<*/", Tensor"/*>optrace-str*/")"' in \
+        run(registration_edits, op, "B")[REG]

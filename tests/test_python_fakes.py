@@ -549,10 +549,44 @@ def test_bad_fake_or_converter_is_reported_and_nothing_is_written(tmp_path: Path
     assert old in text
     (repo / rel).write_text(text.replace(old, new, 1))
     before = snapshot(repo)
-    exit_code, _, err = cli("apply", str(repo / UMDK_OP), "--write")
+    exit_code, _, err = cli("apply", str(repo / UMDK_OP), "--mode", "B", "--write")
     assert exit_code == 2
     assert f"{rel}:{line}: {code} " in err.replace(str(repo) + "/", "")
+    # Mode A leaves fakes and converters alone: a converter it cannot grow is no obstacle
+    # there, so the refusal says so; a file that does not parse stops both modes.
+    assert err.rstrip().endswith("; use --mode A") == (code == "OT313")
     assert snapshot(repo) == before
+
+
+def test_the_default_mode_is_a_where_a_layer_cannot_carry_the_output(tmp_path: Path) -> None:
+    repo = tmp_path / "umdk_style"
+    shutil.copytree(FIXTURES / "umdk_style", repo)
+    text = (repo / UMDK_CONV).read_text()
+    (repo / UMDK_CONV).write_text(text.replace("    return output, expert_token_nums\n",
+                                               "    return output, torchair.ge.Cast(expert_token_nums)\n", 1))
+    code, out, _ = cli("plan", str(repo / UMDK_OP), "--format", "json")
+    doc = json.loads(out)["operators"][0]
+    assert code == 0 and doc["mode"] == "A"
+    assert doc["mode_reason"].startswith("mode B is refused here: OT313 converter")
+    assert doc["mode_reason"].endswith(f"({UMDK_CONV}:30)")
+    assert "  mode: A — mode B is refused here: OT313" in cli("plan", str(repo / UMDK_OP))[1]
+    before = snapshot(repo)
+    assert cli("apply", str(repo / UMDK_OP), "--write")[0] == 0
+    entry = (repo / UMDK_OP / "op_kernel" / "moe_fused_gmm.cpp").read_text()
+    assert "optrace-scaffold begin mode=A" in entry
+    assert json.loads(cli("plan", str(repo / UMDK_OP), "--format", "json")[1])["operators"][0]["mode_reason"] \
+        == "recorded in the instrumented tree"
+    assert cli("strip", str(repo / UMDK_OP), "--write")[0] == 0
+    assert snapshot(repo) == before
+
+
+def test_the_default_mode_is_b_where_every_layer_carries_it(tmp_path: Path) -> None:
+    repo = tmp_path / "umdk_style"
+    shutil.copytree(FIXTURES / "umdk_style", repo)
+    doc = json.loads(cli("plan", str(repo / UMDK_OP), "--format", "json")[1])["operators"][0]
+    assert (doc["mode"], doc["mode_reason"]) == ("B", "every layer can carry it")
+    assert cli("apply", str(repo / UMDK_OP), "--write")[0] == 0
+    assert "optrace-scaffold begin mode=B" in (repo / UMDK_OP / "op_kernel" / "moe_fused_gmm.cpp").read_text()
 
 
 # --- a Python autograd.Function calling the op ---------------------------------------------------

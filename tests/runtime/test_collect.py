@@ -345,10 +345,11 @@ def test_collect_runs_without_the_cli_framework(tmp_path: Path) -> None:
     same summary and exit code as the typer command, and typer is never imported."""
     directory = profiling_dir(tmp_path, ranks=2)
     code, typer_loaded, out, err = _entry(["collect", str(directory), "-o", str(tmp_path / "fast.json"),
-                                          "--ranks=0-1", "--labels", "moe", "-j", "0"], tmp_path)
+                                          "--ranks=0-1", "--labels", "processing dispatch", "-j", "0"],
+                                         tmp_path)
     assert (code, typer_loaded, err) == (0, False, "")
-    slow = invoke("collect", directory, "-o", tmp_path / "slow.json", "--ranks=0-1", "--labels", "moe",
-                  "-j", "0")
+    slow = invoke("collect", directory, "-o", tmp_path / "slow.json", "--ranks=0-1", "--labels",
+                  "processing dispatch", "-j", "0")
     assert slow.exit_code == 0
     first = out.splitlines()[0].replace("fast.json", "X")
     assert first == slow.output.splitlines()[0].replace("slow.json", "X")

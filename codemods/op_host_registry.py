@@ -1,0 +1,282 @@
+"""op_host registrations: which functions are the op's infer shape, infer dtype and tiling.
+
+DESCRIPTION: reads the registrations that name the op's host functions — the
+`IMPL_OP_INFERSHAPE(Op).InferShape(fn).InferDataType(fn2)`, `IMPL_OP_OPTILING(Op).Tiling(fn)`
+and `IMPL_OP(Op)...` chains, and the older `this->SetInferShape(fn)` /
+`.SetInferDataType(fn)` / `this->AICore().SetTiling(fn)` calls inside the op's OpDef — and
+finds those functions' definitions among the op's host sources. The infer and tiling
+codemods (and gate G2) edit and read only these: msopgen files keep many helpers that
+take the same context (`static bool CheckTensorDim(gert::TilingContext *)`,
+`IsPlatform910B(context)`), and a helper is never the registered function.
+
+An op whose host code registers nothing (hand-written projects, snippets) falls back to
+the functions taking the context type that no other function of those files calls: a
+helper is called, a registered entry point is not.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from optrace.codemods.layer_common import (
+    CppFunction,
+    clean_bytes,
+    functions,
+    mask,
+    match_bracket,
+    param_name,
+    split_top,
+)
+from optrace.engine.discovery import CPP_EXTS, Layers, walk_files
+from optrace.engine.edits import line_number
+from optrace.engine.names import same_op
+
+INFER_SHAPE = "infer shape"
+INFER_DTYPE = "infer dtype"
+TILING = "tiling"
+CONTEXTS = {INFER_SHAPE: b"InferShapeContext", INFER_DTYPE: b"InferDataTypeContext", TILING: b"TilingContext"}
+
+# The chain methods that register a function, per role.
+_CHAIN_ROLES = {"InferShape": INFER_SHAPE, "InferDataType": INFER_DTYPE, "Tiling": TILING,
+                "SetInferShape": INFER_SHAPE, "SetInferDataType": INFER_DTYPE, "SetTiling": TILING}
+_IMPL_RE = re.compile(rb"\b(IMPL_OP_INFERSHAPE|IMPL_OP_OPTILING|IMPL_OP)\s*\(\s*([\w:]+)\s*\)")
+_CHAIN_RE = re.compile(rb"\s*\.\s*([A-Za-z_]\w*)\s*(?:<[^;(){}]*>)?\s*\(")
+_OPDEF_SET_RE = re.compile(rb"\b(SetInferShape|SetInferDataType|SetTiling)\s*\(")
+_OPDEF_CLASS_RE = re.compile(rb"class\s+([A-Za-z_]\w*)\b[^;{]*\bOpDef\b[^;{]*\{")
+_NAMESPACE_RE = re.compile(rb"\bnamespace\s+((?:[A-Za-z_]\w*\s*(?:::\s*)?)*)\{")
+
+
+def namespace_at(code: bytes, offset: int) -> tuple[str, ...]:
+    """The named namespaces around `offset` of masked code, outermost first (anonymous
+    ones are transparent)."""
+    out: list[str] = []
+    for m in _NAMESPACE_RE.finditer(code, 0, offset):
+        close = match_bracket(code, m.end() - 1)
+        if m.end() <= offset and (close < 0 or offset < close):
+            out.extend(p for p in re.split(r"\s*::\s*", m.group(1).decode().strip()) if p)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Registration:
+    """`role` registered as `function` (as written, template arguments dropped; empty for a
+    lambda) at path:line."""
+
+    role: str
+    function: str
+    path: Path
+    line: int
+    namespace: tuple[str, ...] = ()  # the namespaces the registration is written in
+
+    @property
+    def name(self) -> str:
+        return self.function.split("::")[-1]
+
+    def may_name(self, namespace: tuple[str, ...]) -> bool:
+        """A definition in `namespace` is what this registration names, by C++ lookup
+        from the registration's own namespace: `f` is found in that namespace or an
+        enclosing one; `a::f` in a namespace ending with `a`."""
+        qualifier = tuple(q for q in self.function.split("::")[:-1] if q)
+        if qualifier:
+            return namespace[len(namespace) - len(qualifier):] == qualifier
+        return self.namespace[: len(namespace)] == namespace
+
+
+@dataclass(frozen=True)
+class HostFunction:
+    """A registered (or, without registrations, fallback) host function and its context."""
+
+    role: str
+    path: Path
+    function: CppFunction
+    context: str  # the context parameter's name
+    registration: Registration | None
+
+
+_NOT_HOST = frozenset({"op_kernel", "op_api", "tests", "test", "examples", "docs"})
+
+
+def host_files(layers: Layers) -> list[Path]:
+    """C++ sources of the op's host side: the discovered OpDef / infer / tiling files and
+    every other C++ file of the operator directory outside `op_kernel/`, `op_api/` and
+    its tests, examples and docs."""
+    files = [f.path for key in ("op_def", "infer", "tiling") for f in layers.found.get(key, [])]
+    for path in walk_files(layers.op_dir, CPP_EXTS):
+        if _NOT_HOST & set(path.relative_to(layers.op_dir).parts) or path in files:
+            continue
+        if path.suffix.lower() in (".cpp", ".cc", ".cxx", ".h", ".hpp"):
+            files.append(path)
+    return list(dict.fromkeys(files))
+
+
+def _first_argument(data: bytes, code: bytes, open_at: int) -> tuple[str, int] | None:
+    """The function a registration call names (empty: a lambda, or no argument) and the
+    call's closing parenthesis; None when the parentheses do not close."""
+    close = match_bracket(code, open_at)
+    if close < 0:
+        return None
+    items = split_top(code, open_at + 1, close)
+    if not items:
+        return "", close
+    text = data[items[0][0] : items[0][1]].decode(errors="replace").strip()
+    if text.startswith("["):
+        return "", close  # a lambda: nothing to name, nothing to edit
+    text = re.sub(r"<[^<>]*>", "", text.lstrip("&").strip())
+    return re.sub(r"\s+", "", text), close
+
+
+def _registrations(path: Path, data: bytes, names: tuple[str, ...]) -> list[Registration]:
+    code = mask(data)
+    out = []
+    for m in _IMPL_RE.finditer(code):
+        if not any(same_op(m.group(2).decode().split("::")[-1], n) for n in names):
+            continue
+        pos = m.end()
+        while True:
+            call = _CHAIN_RE.match(code, pos)
+            if call is None:
+                break
+            arg = _first_argument(data, code, call.end() - 1)
+            if arg is None:
+                break
+            role = _CHAIN_ROLES.get(call.group(1).decode())
+            if role is not None and not call.group(1).startswith(b"Set"):
+                out.append(Registration(role, arg[0], path, line_number(data, call.start()),
+                                        namespace_at(code, m.start())))
+            pos = arg[1] + 1
+    for cls in _OPDEF_CLASS_RE.finditer(code):
+        if not any(same_op(cls.group(1).decode(), n) for n in names):
+            continue
+        close = match_bracket(code, cls.end() - 1)
+        for m in _OPDEF_SET_RE.finditer(code, cls.end(), close if close > 0 else len(code)):
+            arg = _first_argument(data, code, m.end() - 1)
+            if arg is not None:
+                out.append(Registration(_CHAIN_ROLES[m.group(1).decode()], arg[0], path,
+                                        line_number(data, m.start()), namespace_at(code, m.start())))
+    return out
+
+
+def op_names(layers: Layers, files: list[Path], clean: bool = True) -> tuple[str, ...]:
+    """The names the op registers under: its own, and its OpDef class's (a directory may
+    be named apart from the op it defines)."""
+    names = [layers.op_name]
+    for path in [f.path for f in layers.found.get("op_def", [])]:
+        data = _bytes(path, clean)
+        classes = [m.group(1).decode() for m in _OPDEF_CLASS_RE.finditer(mask(data))]
+        if len(classes) == 1 and classes[0] not in names:
+            names.append(classes[0])
+    return tuple(names)
+
+
+def registrations(layers: Layers, clean: bool = True) -> list[Registration]:
+    """Every registration of the op's infer / tiling functions in its host files."""
+    files = host_files(layers)
+    names = op_names(layers, files, clean)
+    out: list[Registration] = []
+    for path in files:
+        out.extend(_registrations(path, _bytes(path, clean), names))
+    return out
+
+
+def _bytes(path: Path, clean: bool) -> bytes:
+    try:
+        return clean_bytes(path) if clean else path.read_bytes()
+    except OSError:
+        return b""
+
+
+def _context_param(data: bytes, fn: CppFunction, role: str) -> str | None:
+    for span in fn.params:
+        if CONTEXTS[role] in data[span[0] : span[1]]:
+            return param_name(data, span)
+    return None
+
+
+def host_functions(layers: Layers, role: str, clean: bool = True) -> list[HostFunction]:
+    """The op's `role` functions (INFER_SHAPE, INFER_DTYPE or TILING): the definitions of
+    the functions its registrations name, in the host files; without any registration
+    of the op, the functions taking the role's context that no function of those files
+    calls."""
+    files = host_files(layers)
+    regs = registrations(layers, clean)
+    texts = {path: _bytes(path, clean) for path in files}
+    out: list[HostFunction] = []
+    if regs:
+        for reg in regs:
+            if reg.role != role or not reg.name:
+                continue
+            same_name = []
+            for path, data in texts.items():
+                for fn in functions(data):
+                    if fn.body_open < 0 or fn.name != reg.name:
+                        continue
+                    ctx = _context_param(data, fn, role)
+                    if ctx is not None:
+                        found = HostFunction(role, path, fn, ctx, reg)
+                        same_name.append((namespace_at(mask(data), fn.start), found))
+            # The one C++ lookup finds (`Tiling4X` beside an `arch35::Tiling4X`), else all.
+            looked_up = [f for ns, f in same_name if reg.may_name(ns)]
+            out.extend(looked_up or [f for _ns, f in same_name])
+        return _unique(out)
+    # Nothing registers the op here: the context-taking functions nothing else calls.
+    called: set[str] = set()
+    defined: list[tuple[Path, bytes, CppFunction]] = []
+    for path, data in texts.items():
+        code = mask(data)
+        for fn in functions(data):
+            if fn.body_open < 0:
+                continue
+            defined.append((path, data, fn))
+            called.update(m.group(1).decode() for m in
+                          re.finditer(rb"\b([A-Za-z_]\w*)\s*\(", code[fn.body_open : fn.body_close]))
+    for path, data, fn in defined:
+        ctx = _context_param(data, fn, role)
+        if ctx is not None and fn.name not in called:
+            out.append(HostFunction(role, path, fn, ctx, None))
+    return _unique(out)
+
+
+def _unique(found: list[HostFunction]) -> list[HostFunction]:
+    seen: set[tuple[Path, int]] = set()
+    out = []
+    for f in found:
+        key = (f.path, f.function.start)
+        if key not in seen:
+            seen.add(key)
+            out.append(f)
+    return out
+
+
+def unresolved(layers: Layers, role: str, clean: bool = True) -> list[Registration]:
+    """Registrations of `role` whose function optrace cannot read here: a lambda, or a
+    function defined outside the op's host files (a shared library's
+    `Ops::Base::InferShape4Elewise`)."""
+    found = {f.registration for f in host_functions(layers, role, clean) if f.registration is not None}
+    return [r for r in registrations(layers, clean) if r.role == role and r not in found]
+
+
+def callees(layers: Layers, fn: HostFunction, clean: bool = True) -> list[tuple[Path, bytes, CppFunction]]:
+    """`fn` and the functions of the host files it calls, directly or not (by name)."""
+    texts = {path: _bytes(path, clean) for path in host_files(layers)}
+    by_name: dict[str, list[tuple[Path, bytes, CppFunction]]] = {}
+    for path, data in texts.items():
+        for f in functions(data):
+            if f.body_open >= 0:
+                by_name.setdefault(f.name, []).append((path, data, f))
+    start = (fn.path, texts.get(fn.path, b""), fn.function)
+    out = [start]
+    seen = {(fn.path, fn.function.start)}
+    i = 0
+    while i < len(out):
+        _path, data, f = out[i]
+        i += 1
+        code = mask(data)
+        for m in re.finditer(rb"\b([A-Za-z_]\w*)\s*\(", code[f.body_open : f.body_close]):
+            for target in by_name.get(m.group(1).decode(), []):
+                key = (target[0], target[2].start)
+                if key not in seen:
+                    seen.add(key)
+                    out.append(target)
+    return out

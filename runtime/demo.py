@@ -1,0 +1,171 @@
+"""``optrace demo-data DIR``: a small profiling directory to try collect / report /
+compare on, without an Ascend device.
+
+The buffers are written by :class:`synth.SlotWriter` (the runtime block's own writes,
+fingerprint record included) and saved by :func:`save.save_profiling_data`, so the
+files are what an instrumented operator leaves behind. The program they describe is a
+1C2V MoE layer: per launch, every AIV core dispatches its tokens and waits for the
+others' (``dispatch`` > ``dispatch wait``), the AIC cores run the grouped matmuls once
+the tokens are there (``gmm``, one indexed span per expert group), and the AIV cores wait
+for them and combine (``combine wait``, ``combine``). Phase times vary from launch to
+launch (log-normal, 5 % coefficient of variation) and some cores are busier than others,
+so ``report`` shows an imbalance and ``compare`` has launches to resample; the core
+loads are the workload and do not depend on the seed.
+``speedup`` makes the matmuls that much faster: ``processing`` gains less, because
+dispatch and combine do not change.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .atomic import atomic_output
+from .errors import ProfilingInputError
+from .format import trace_point_hash
+from .pointmap import POINT_MAP_NAME
+from .rankfile import find_rank_files
+from .save import save_profiling_data
+from .synth import SlotWriter, new_buffer
+
+DEMO_FINGERPRINT = 0x0D3A0DA7
+SOURCE = "op_kernel/moe_demo.h"
+CLOCK_MHZ = 50.0
+SLOT_WORDS = 128
+#: label -> (line of its B point, indexed)
+LABELS: dict[str, tuple[int, bool]] = {
+    "processing": (40, False),
+    "processing dispatch": (52, False),
+    "processing dispatch wait": (61, False),
+    "processing gmm": (88, True),
+    "processing combine wait": (120, False),
+    "processing combine": (131, False),
+}
+#: Phase lengths in cycles (50 MHz: 50 cycles = 1 µs).
+DISPATCH, DISPATCH_WAIT, GMM_GROUP, COMBINE_WAIT_MIN, COMBINE = 1500, 2500, 2000, 100, 2000
+GROUPS = 4
+CV = 0.05
+LIMITS = {"ranks": (1, 64), "launches": (1, 1000), "aic": (1, 64)}
+
+
+@dataclass(frozen=True)
+class DemoData:
+    directory: Path
+    files: int
+    ranks: int
+    launches: int
+    aic: int
+    aiv: int
+
+
+def point_map_document() -> dict[str, object]:
+    points: dict[str, object] = {}
+    for label, (line, indexed) in LABELS.items():
+        pair = trace_point_hash(label, "B")
+        for kind, at in (("B", line), ("E", line + 6)):
+            point = trace_point_hash(label, kind)
+            points[str(point)] = {"label": label, "file": SOURCE, "line": at, "event_type": kind,
+                                  "event_id": pair, "locations": [f"{SOURCE}:{at}"],
+                                  **({"indexed": True} if indexed else {})}
+    return {"format_version": 1, "fingerprint": DEMO_FINGERPRINT, "generator": "optrace demo-data",
+            "points": points}
+
+
+def _ids(label: str) -> tuple[int, int]:
+    return trace_point_hash(label, "B"), trace_point_hash(label, "E")
+
+
+def check_demo_options(ranks: int, launches: int, aic: int, speedup: float) -> None:
+    for name, value in (("ranks", ranks), ("launches", launches), ("aic", aic)):
+        low, high = LIMITS[name]
+        if not low <= value <= high:
+            raise ValueError(f"--{name} must be from {low} to {high}, not {value}")
+    if not math.isfinite(speedup) or not 0 <= speedup < 100:
+        raise ValueError(f"--speedup must be a finite percentage from 0 to below 100, not {speedup!r}")
+
+
+def write_demo(
+    directory: Path,
+    *,
+    ranks: int = 2,
+    launches: int = 8,
+    aic: int = 4,
+    seed: int = 0,
+    speedup: float = 0.0,
+) -> DemoData:
+    """Write ``ranks`` x ``launches`` rank files (``aic`` AIC and 2 x ``aic`` AIV cores
+    each) and their point map into ``directory``, which must hold no rank files yet."""
+    check_demo_options(ranks, launches, aic, speedup)
+    if directory.exists() and not directory.is_dir():
+        raise ProfilingInputError(directory, "not a directory")
+    if directory.is_dir() and find_rank_files(directory):
+        raise ProfilingInputError(directory, "already holds rank files: choose an empty or new directory")
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    sigma = math.sqrt(math.log1p(CV * CV))
+    aiv = 2 * aic
+    # Busier cores: each core's share of the tokens. It is the workload (the routing), so
+    # the same for every seed: runs with different seeds are re-measurements of it.
+    workload = np.random.default_rng(DEMO_FINGERPRINT)
+    load_aic = 1.0 + 0.25 * workload.random((ranks, aic))
+    load_aiv = 1.0 + 0.15 * workload.random((ranks, aiv))
+    gmm_scale = 1.0 - speedup / 100.0
+    files = 0
+    for launch in range(launches):
+        # Per launch and phase, one factor for every core of every rank: the launch's
+        # inputs and the machine's state at that moment (cores of a launch move together).
+        factor = rng.lognormal(-sigma * sigma / 2, sigma, size=4)
+        dispatch_end = DISPATCH * factor[0] * load_aiv.max() + DISPATCH_WAIT * factor[1]
+        for rank in range(ranks):
+            data = new_buffer(aic + aiv, SLOT_WORDS)
+            start = 1_000_000 * (rank + 1) + 200_000 * launch
+            gmm_ends = []
+            for core in range(aic):
+                skew = 3 * core
+                writer = SlotWriter(data[core], start + skew, fingerprint=DEMO_FINGERPRINT)
+                t = start + skew + 5
+                b, e = _ids("processing")
+                writer.record(b, t)
+                t = start + int(dispatch_end) + 20
+                gb, ge = _ids("processing gmm")
+                for group in range(GROUPS):
+                    jitter = rng.lognormal(0.0, 0.02)
+                    length = int(GMM_GROUP * gmm_scale * factor[2] * load_aic[rank, core] * jitter)
+                    writer.record(gb, t, extra_id=1, index=group)
+                    writer.record(ge, t + length, extra_id=1, index=group)
+                    t += length + 10
+                writer.record(e, t + 5)
+                gmm_ends.append(t)
+            gmm_end = max(gmm_ends)
+            for core in range(aiv):
+                skew = 2 * core
+                writer = SlotWriter(data[aic + core], start + skew, fingerprint=DEMO_FINGERPRINT)
+                t = start + skew + 5
+                writer.record(_ids("processing")[0], t)
+                writer.record(_ids("processing dispatch")[0], t + 5)
+                t += 10
+                send = int(DISPATCH * factor[0] * load_aiv[rank, core])
+                wb, we = _ids("processing dispatch wait")
+                writer.record(wb, t + send)
+                t = max(start + int(dispatch_end), t + send + 10)
+                writer.record(we, t)
+                writer.record(_ids("processing dispatch")[1], t + 5)
+                cb, ce = _ids("processing combine wait")
+                writer.record(cb, t + 10)
+                t = max(gmm_end + 20, t + 10 + COMBINE_WAIT_MIN)
+                writer.record(ce, t)
+                mb, me = _ids("processing combine")
+                length = int(COMBINE * factor[3] * load_aiv[rank, core])
+                writer.record(mb, t + 5)
+                writer.record(me, t + 5 + length)
+                writer.record(_ids("processing")[1], t + 10 + length)
+            save_profiling_data(data, rank, directory, launch=launch, aic_cores=aic, aiv_cores=aiv,
+                                barrier=True, clock_mhz=CLOCK_MHZ)
+            files += 1
+    with atomic_output(directory / POINT_MAP_NAME) as handle:
+        handle.write((json.dumps(point_map_document(), indent=1) + "\n").encode())
+    return DemoData(directory, files, ranks, launches, aic, aiv)

@@ -1,0 +1,211 @@
+"""Front-end constructs met in public operator repositories (issue #11 §3, §4), each on a
+minimal operator tree of our own: the plan states the expected tree, and where apply
+writes, strip takes every byte back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from optrace.cli import app
+from optrace.engine.host_compile import host_compile
+from optrace.engine.model import Region
+from optrace.engine.plan import Plan, plan_operator
+
+runner = CliRunner()
+
+
+def write_tree(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    (root / ".git").mkdir(exist_ok=True)
+    return root
+
+
+def tree(plan: Plan) -> list[tuple[int, str, str]]:
+    """(depth, label, `file:line` of the B point) in plan order, below the root."""
+    out = []
+
+    def visit(r: Region, depth: int) -> None:
+        for c in r.children:
+            assert c.anchor is not None
+            out.append((depth, c.label, f"{c.anchor.path.name}:{c.anchor.line}"))
+            visit(c, depth + 1)
+
+    visit(plan.root, 1)
+    return out
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and ".optrace" not in p.parts and ".git" not in p.parts}
+
+
+ENTRY_HEAD = ('extern "C" __global__ __aicore__ void {op}(GM_ADDR x, GM_ADDR y, GM_ADDR workspace, '
+              "GM_ADDR tiling)\n{{\n")
+
+
+def kernel_class(name: str, work: str) -> str:
+    """A class whose Process runs a phase loop over groups with enough work to be traced."""
+    body = "".join(f"            {work}{i}(g);\n" for i in range(3))
+    helpers = "".join(f"    __aicore__ inline void {work}{i}(int g)\n    {{\n" + "        acc_ += g;\n" * 8
+                      + "    }\n" for i in range(3))
+    return (f"class {name} {{\npublic:\n"
+            "    __aicore__ inline void Init(GM_ADDR x, GM_ADDR y, GM_ADDR workspace) {}\n"
+            "    __aicore__ inline void Process()\n    {\n"
+            "        for (int groupIdx = 0; groupIdx < groups_; ++groupIdx) {\n" + body + "        }\n    }\n"
+            f"{helpers}    int acc_ = 0;\n    int groups_ = 4;\n}};\n")
+
+
+# --- one variable name, one class per tiling-key branch ----------------------------------------
+
+
+def test_a_name_declared_in_each_branch_resolves_to_its_own_class(tmp_path: Path) -> None:
+    branches = "".join(
+        f"    {'else ' if i else ''}if (TILING_KEY_IS({i})) {{\n        Kernel{c} op;\n"
+        "        op.Init(x, y, workspace);\n        op.Process();\n    }\n"
+        for i, c in enumerate("ABC"))
+    files = {"ops/multi_key/op_kernel/multi_key.cpp":
+             '#include "kernels.h"\n' + ENTRY_HEAD.format(op="multi_key") + branches + "}\n",
+             "ops/multi_key/op_kernel/kernels.h":
+             "".join(kernel_class(f"Kernel{c}", f"Step{c}") for c in "ABC")}
+    plan = plan_operator(write_tree(tmp_path, files) / "ops/multi_key")
+    # each branch's op.Process() is its own class's loop (the last declaration of `op`
+    # used to win, so all three were KernelC's); the class level is lifted (OT102), and
+    # the variants share the loop's label (one launch runs one of them)
+    assert tree(plan) == [
+        (1, "group-loop", "kernels.h:6"), (2, "group-loop step-a0", "kernels.h:13"),
+        (2, "group-loop step-a1", "kernels.h:24"), (2, "group-loop step-a2", "kernels.h:35"),
+        (1, "group-loop", "kernels.h:53"), (2, "group-loop step-b0", "kernels.h:60"),
+        (2, "group-loop step-b1", "kernels.h:71"), (2, "group-loop step-b2", "kernels.h:82"),
+        (1, "group-loop", "kernels.h:100"), (2, "group-loop step-c0", "kernels.h:107"),
+        (2, "group-loop step-c1", "kernels.h:118"), (2, "group-loop step-c2", "kernels.h:129")]
+    steps = [c.function for loop in plan.root.children for c in loop.children]
+    want = [f":Kernel{c}::Step{c}{i}" for c in "ABC" for i in range(3)]
+    assert len(steps) == len(want)
+    assert all(f is not None and f.endswith(w) for f, w in zip(steps, want, strict=True))
+
+
+# --- classes from an absent header, one per variant ----------------------------------------------
+
+
+def test_work_on_a_class_from_an_absent_header_is_traced_at_its_call_sites(tmp_path: Path) -> None:
+    files = {"ops/elem/op_kernel/elem.cpp":
+             '#include "kernel_operator.h"\n#include "vendor/elementwise_sch.h"\n'
+             + ENTRY_HEAD.format(op="elem") + "    TPipe pipe;\n    pipe.Init();\n"
+             "    if (TILING_KEY_IS(1)) {\n        ElementwiseSch<half> sch(&pipe);\n"
+             "        sch.Init(x, y);\n        sch.Process();\n"
+             "    } else if (TILING_KEY_IS(2)) {\n        ElementwiseSch<float> sch(&pipe);\n"
+             "        sch.Init(x, y);\n        sch.Process();\n    }\n}\n"}
+    root = write_tree(tmp_path, files)
+    plan = plan_operator(root / "ops/elem")
+    # one label per step shared by the variants (one launch runs one), never `process-2`;
+    # AscendC's own `pipe.Init()` is not the operator's work
+    assert tree(plan) == [(1, "init", "elem.cpp:9"), (1, "process", "elem.cpp:10"),
+                          (1, "init", "elem.cpp:13"), (1, "process", "elem.cpp:14")]
+    before = snapshot(root)
+    assert runner.invoke(app, ["apply", str(root / "ops/elem"), "--write"]).exit_code == 0
+    text = (root / "ops/elem/op_kernel/elem.cpp").read_text()
+    assert text.count('MoeTracing(TRACE_POINT("process", "B"));  // optrace') == 2
+    assert "sch.Init(x, y);" in text  # no profiling argument for a class we cannot change
+    assert runner.invoke(app, ["strip", str(root / "ops/elem"), "--write"]).exit_code == 0
+    assert snapshot(root) == before
+
+
+# --- variant functions the entry calls -------------------------------------------------------------
+
+
+def test_small_variant_functions_called_by_the_entry_are_regions(tmp_path: Path) -> None:
+    fn = ("__aicore__ inline void Process{t}(GM_ADDR x, GM_ADDR y)\n{{\n"
+          "    for (int32_t i = 0; i < 8; i++) {{\n        VecRun(x, y, i);\n    }}\n}}\n")
+    files = {"ops/vec/op_kernel/vec.cpp":
+             "".join(fn.format(t=t) for t in ("Fp16", "Fp32"))
+             + "template <uint32_t schMode>\n" + ENTRY_HEAD.replace('extern "C" ', "").format(op="vec")
+             + "    if constexpr (schMode == 0) {\n        ProcessFp16(x, y);\n"
+             "    } else {\n        ProcessFp32(x, y);\n    }\n}\n"}
+    plan = plan_operator(write_tree(tmp_path, files) / "ops/vec")
+    assert [(d, label) for d, label, _ in tree(plan)] == [(1, "process-fp16"), (1, "process-fp32")]
+
+
+# --- preprocessor arms ------------------------------------------------------------------------------
+
+
+def test_every_preprocessor_arm_is_planned_and_a_missing_header_collapses_none(tmp_path: Path) -> None:
+    files = {"ops/arch/op_kernel/arch.cpp":
+             '#if __has_include("arch35/impl.h")\n#include "arch35/impl.h"\n#else\n#include "arch22/impl.h"\n'
+             "#endif\n" + ENTRY_HEAD.format(op="arch")
+             + "#if defined(__DAV_C310__)\n    KernelNew op;\n    op.Init(x, y, workspace);\n"
+             "    op.Process();\n#elif defined(__DAV_C220__)\n    KernelOld op;\n"
+             "    op.Init(x, y, workspace);\n    op.Process();\n"
+             "#else\n    KernelGone op;\n    op.Process();\n#endif\n}\n",
+             # arch22/impl.h is absent (a submodule not checked out)
+             "ops/arch/op_kernel/arch35/impl.h":
+                 kernel_class("KernelNew", "New") + kernel_class("KernelOld", "Old")}
+    plan = plan_operator(write_tree(tmp_path, files) / "ops/arch")
+    # each arm its variant: the two classes found (their Process lifted, OT102) and the
+    # class of the arm whose header is absent, measured at its call
+    assert [(d, label) for d, label, _ in tree(plan)] == [
+        (1, "group-loop"), (2, "group-loop new0"), (2, "group-loop new1"), (2, "group-loop new2"),
+        (1, "group-loop"), (2, "group-loop old0"), (2, "group-loop old1"), (2, "group-loop old2"),
+        (1, "process")]
+    assert any(h == "arch22/impl.h" for _, _, h in plan.analysis.includes.missing)
+
+
+# --- kernel headers of a sibling operator (§4) ------------------------------------------------------
+
+
+SIBLING = {
+    "norm/rms_norm/op_kernel/rms_norm.cpp":
+        '#include "rms_norm_kernel.h"\n' + ENTRY_HEAD.format(op="rms_norm")
+        + "    RmsNormKernel op;\n    op.Init(x, y, workspace);\n    op.Process();\n}\n",
+    "norm/rms_norm/op_kernel/rms_norm_kernel.h":
+        "#pragma once\n#include \"kernel_operator.h\"\n" + kernel_class("RmsNormKernel", "Norm"),
+    # the v2 operator reuses v1's class through the build tree's layout (`../<op>/...`)
+    "norm/rms_norm_v2/op_kernel/rms_norm_v2.cpp":
+        '#include "../rms_norm/rms_norm_kernel.h"\n' + ENTRY_HEAD.format(op="rms_norm_v2")
+        + "    RmsNormKernel op;\n    op.Init(x, y, workspace);\n    op.Process();\n    Finalize(y);\n}\n",
+    "norm/rms_norm_v2/op_kernel/finalize.h": "",
+}
+
+
+def test_a_sibling_operators_header_is_found_and_measured_at_the_call_site(tmp_path: Path) -> None:
+    files = dict(SIBLING)
+    v2 = "norm/rms_norm_v2/op_kernel/rms_norm_v2.cpp"
+    files[v2] = files[v2].replace("    Finalize(y);\n", "")
+    root = write_tree(tmp_path, files)
+    plan = plan_operator(root / "norm/rms_norm_v2")
+    sibling_header = (root / "norm/rms_norm/op_kernel/rms_norm_kernel.h").resolve()
+    assert sibling_header in plan.analysis.includes.files
+    assert [(path.name, found) for path, _, _, found in plan.analysis.includes.searched] == \
+        [("rms_norm_v2.cpp", sibling_header)]
+    # its time is measured where v2 calls it; no point goes into the file v1 compiles
+    assert tree(plan) == [(1, "rms-norm-kernel", "rms_norm_v2.cpp:6")]
+    assert "defined outside the operator directory" in plan.root.children[0].notes[0]
+
+
+def test_apply_of_one_operator_leaves_the_siblings_files_and_strip_restores(tmp_path: Path) -> None:
+    root = write_tree(tmp_path, SIBLING)
+    before = snapshot(root)
+    v1 = [root / "norm/rms_norm/op_kernel/rms_norm.cpp"]
+    errors_before = host_compile(v1, root / "norm/rms_norm").errors
+    res = runner.invoke(app, ["apply", str(root / "norm/rms_norm_v2"), "--write"])
+    assert res.exit_code == 0, res.output
+    after = snapshot(root)
+    changed = sorted(k for k in after if after[k] != before.get(k))
+    assert all(k.startswith("norm/rms_norm_v2/") for k in changed), changed
+    # v2's call keeps v1's Init signature (the buffer reaches the class through the
+    # per-launch pointer), so v1 and its call sites compile exactly as before
+    v2 = (root / "norm/rms_norm_v2/op_kernel/rms_norm_v2.cpp").read_text()
+    assert "op.Init(x, y, workspace);" in v2 and "GM_ADDR profiling_data" in v2
+    assert host_compile(v1, root / "norm/rms_norm").errors == errors_before
+    check = runner.invoke(app, ["check", str(root / "norm/rms_norm_v2"), "--format", "json"])
+    assert '"OT420"' not in check.stdout
+    # the sibling's own apply / strip does not touch what v2's apply wrote, and v2's strip
+    # takes back every byte
+    assert runner.invoke(app, ["apply", str(root / "norm/rms_norm"), "--write"]).exit_code == 0
+    assert runner.invoke(app, ["strip", str(root / "norm/rms_norm"), "--write"]).exit_code == 0
+    assert snapshot(root) == after
+    assert runner.invoke(app, ["strip", str(root / "norm/rms_norm_v2"), "--write"]).exit_code == 0
+    assert snapshot(root) == before
