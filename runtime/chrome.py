@@ -610,6 +610,14 @@ def copy_bytes(source: int, target: int, size: int) -> None:
         done += len(block)
 
 
+_OPENING = b'{"traceEvents":[\n'
+
+
+def _closing(other_data: dict[str, Any]) -> bytes:
+    tail = {"displayTimeUnit": "ns", "otherData": other_data}
+    return b"\n]," + json.dumps(tail, separators=(",", ":"))[1:].encode("utf-8") + b"\n"
+
+
 class ChromeTraceWriter:
     """Use as a context manager; ``path`` is only replaced when :meth:`close` ran and no
     exception escaped the block."""
@@ -635,7 +643,7 @@ class ChromeTraceWriter:
             gz = gzip.GzipFile(fileobj=self._raw, mode="wb", compresslevel=3, mtime=0)
             out = cast(IO[bytes], gz)
         self._out = out
-        out.write(b'{"traceEvents":[\n')
+        out.write(_OPENING)
         self._sink = EventSink(out)
         return self
 
@@ -702,11 +710,25 @@ class ChromeTraceWriter:
         self.sink.wrote = True
         self.sink.events += part.sink.events
 
+    @staticmethod
+    def opening_size() -> int:
+        """Bytes before the first event (uncompressed)."""
+        return len(_OPENING)
+
+    @staticmethod
+    def rank_size(rendered: RenderedRank, first: bool) -> int:
+        """Bytes a rank adds: its chunks and the ",\\n" before each (but the file's first)."""
+        return rendered.size + 2 * rendered.chunk_count - (2 if first and rendered.chunk_count else 0)
+
+    @staticmethod
+    def closing_size(other_data: dict[str, Any]) -> int:
+        """Bytes :meth:`close` writes for ``other_data`` (uncompressed)."""
+        return len(_closing(other_data))
+
     def close(self, other_data: dict[str, Any]) -> None:
         """Finish the JSON document; it replaces ``path`` when the ``with`` block ends."""
         assert self._out is not None and self._raw is not None
-        tail = {"displayTimeUnit": "ns", "otherData": other_data}
-        self._out.write(b"\n]," + json.dumps(tail, separators=(",", ":"))[1:].encode("utf-8") + b"\n")
+        self._out.write(_closing(other_data))
         if self._out is not self._raw:
             self._out.close()  # flushes the gzip trailer; the raw file closes on exit
         self._closed = True

@@ -48,7 +48,9 @@ def _bad_usage(message: str) -> typer.Exit:
 
 def cmd_collect(
     profiling_dir: Annotated[Path, typer.Argument(help="Directory holding rank*.pt files.")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Trace to write (.json or .json.gz).")],
+    output: Annotated[Path, typer.Option(
+        "-o", "--output", help="Trace to write: .json / .json.gz (Chrome JSON) or .pftrace (Perfetto)."
+    )],
     point_map: Annotated[
         Path | None, typer.Option("--point-map", help="Default: point_map.json beside the rank files.")
     ] = None,
@@ -76,7 +78,16 @@ def cmd_collect(
         typer.Option("--jobs", "-j", min=0,
                      help="Processes decoding and writing consecutive runs of rank files side "
                      "by side; the trace is the same. Default 1 (more pay only on CPUs that "
-                     "really run in parallel); 0: one per CPU, at most 4. Always 1 for .gz."),
+                     "really run in parallel); 0: one per CPU, at most 4. Always 1 for .gz, "
+                     ".pftrace and --split."),
+    ] = None,
+    fmt: Annotated[
+        str | None, typer.Option("--format", help="json or perfetto. Default: by the output's name.")
+    ] = None,
+    split: Annotated[
+        str | None,
+        typer.Option("--split", help="rank: one file per rank file; SIZE (e.g. 256M): files of at most "
+                     "SIZE bytes, each a whole trace (trace.rank000.json, trace.part000.json)."),
     ] = None,
 ) -> None:
     """Decode rank files into a Chrome / Perfetto trace."""
@@ -85,6 +96,7 @@ def cmd_collect(
     raise typer.Exit(run_collect(
         profiling_dir, output, point_map=point_map, clock_mhz=clock_mhz, ranks=ranks, cores=cores,
         labels=labels, rank_offsets=rank_offsets, ignore_fingerprint=ignore_fingerprint, jobs=jobs,
+        format=fmt, split=split,
     ))
 
 
@@ -110,14 +122,23 @@ def _check_format(fmt: str) -> None:
 
 
 def cmd_inspect(
-    path: Annotated[Path, typer.Argument(help="A rank file or a profiling directory.")],
+    path: Annotated[Path, typer.Argument(help="A rank file, a profiling directory or a trace.")],
     fmt: FormatOption = "text",
 ) -> None:
-    """Per-core records, fill %, drops, first / last cycle of rank files."""
+    """Per-core records, fill %, drops, first / last cycle of rank files (of a trace: per track)."""
     from .inspection import format_text, inspect_path, inspection_json
 
     with _guarded():
         _check_format(fmt)
+        from .trace_inspection import format_trace_text, inspect_trace, is_trace
+
+        if is_trace(path.expanduser()):
+            found = inspect_trace(path.expanduser())
+            if fmt == "json":
+                _emit_json(found, None)
+            else:
+                sys.stdout.write(format_trace_text(found))
+            raise typer.Exit(0)
         results = inspect_path(path.expanduser())
         if fmt == "json":
             _emit_json(inspection_json(results), None)

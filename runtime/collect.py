@@ -14,9 +14,9 @@ import itertools
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .chrome import (
     TRACE_FORMAT,
@@ -37,6 +37,9 @@ from .rankfile import RankFileName, find_rank_files, read_rank_file
 from .records import FrozenRecord, Record
 from .workers import Channel, Ticks, Worker, can_fork
 
+if TYPE_CHECKING:
+    from .trace_files import SizeWatch
+
 EXIT_OK = 0
 EXIT_SKIPPED = 1
 EXIT_BAD_INPUT = 2
@@ -45,7 +48,7 @@ EXIT_BAD_INPUT = 2
 # Plain classes, not dataclasses: see records.py (collect's start-up time).
 class CollectOptions(FrozenRecord):
     __match_args__ = ("point_map", "clock_mhz", "ranks", "cores", "labels", "rank_offsets_us",
-                      "ignore_fingerprint", "jobs")
+                      "ignore_fingerprint", "jobs", "format", "split")
     __slots__ = __match_args__
     point_map: Path | None  # None: point_map.json beside the rank files
     clock_mhz: float | None  # None: each rank file's, else 50 MHz
@@ -55,6 +58,8 @@ class CollectOptions(FrozenRecord):
     rank_offsets_us: dict[int, float]
     ignore_fingerprint: bool
     jobs: int | None  # processes (see collect_processes); None: 1, 0: one per CPU (<= 4)
+    format: str | None  # "json" | "perfetto"; None: by the output's name (trace_format)
+    split: str | int | None  # "rank", a size in bytes (trace_files.parse_split), None: one file
 
     def __init__(
         self,
@@ -66,8 +71,11 @@ class CollectOptions(FrozenRecord):
         rank_offsets_us: dict[int, float] | None = None,
         ignore_fingerprint: bool = False,
         jobs: int | None = None,
+        format: str | None = None,
+        split: str | int | None = None,
     ) -> None:
-        values = (point_map, clock_mhz, ranks, cores, labels, rank_offsets_us or {}, ignore_fingerprint, jobs)
+        values = (point_map, clock_mhz, ranks, cores, labels, rank_offsets_us or {}, ignore_fingerprint, jobs,
+                  format, split)
         for name, value in zip(self.__match_args__, values, strict=True):
             object.__setattr__(self, name, value)
 
@@ -107,22 +115,24 @@ class NothingToWrite(Exception):
 
 
 class CollectResult(Record):
-    __match_args__ = ("output", "point_map", "outcomes", "events", "written")
+    __match_args__ = ("output", "point_map", "outcomes", "events", "outputs", "written")
     __slots__ = __match_args__
     output: Path
     point_map: PointMap
     outcomes: list[RankOutcome]
     events: int
+    outputs: list[Path]  # the files written: [output], or its parts with --split; [] if none
     written: bool  # False: no span decoded (or kept by --labels / --cores), no trace written
 
     def __init__(
         self, output: Path, point_map: PointMap, outcomes: list[RankOutcome], events: int,
-        written: bool = True,
+        outputs: list[Path] | None = None, written: bool = True,
     ) -> None:
         self.output = output
         self.point_map = point_map
         self.outcomes = outcomes
         self.events = events
+        self.outputs = ([output] if written else []) if outputs is None else outputs
         self.written = written
 
     @property
@@ -225,6 +235,19 @@ def _process_name(name: RankFileName, several_runs: bool) -> str:
     return f"Rank {name.rank} ({', '.join(parts) or 'launch 0'})"
 
 
+#: Output names that select the Perfetto protobuf format (``--format`` overrides).
+PERFETTO_SUFFIXES = (".pftrace", ".pftrace.gz", ".perfetto-trace")
+
+
+def trace_format(output: Path, requested: str | None) -> str:
+    """``json`` or ``perfetto``: as asked, else by the output's name (``.pftrace``)."""
+    if requested is not None:
+        if requested not in ("json", "perfetto"):
+            raise ValueError(f"--format must be json or perfetto, not {requested!r}")
+        return requested
+    return "perfetto" if output.name.endswith(PERFETTO_SUFFIXES) else "json"
+
+
 def collect_processes(jobs: int | None, files: int, compress: bool) -> int:
     """Processes that each decode, format and write a run of ranks (see :mod:`workers`).
 
@@ -278,6 +301,7 @@ def collect(
     in the result instead.
     """
     options = options or CollectOptions()
+    fmt = trace_format(output, options.format)
     files = list_rank_files(profiling_dir)
     point_map = load_point_map(resolve_point_map(profiling_dir, options.point_map))
     if options.ranks is not None:
@@ -293,7 +317,9 @@ def collect(
     decode_options = DecodeOptions(options.clock_mhz, options.ignore_fingerprint)
     outcomes: list[RankOutcome] = [RankOutcome(name, path) for name, path in files]
     ranks_meta: list[dict[str, Any] | None] = [None] * len(files)
-    processes = collect_processes(options.jobs, len(files), output.name.endswith(".gz"))
+    # One process for .gz, .pftrace and --split (a rank at a time, written where it belongs).
+    one = output.name.endswith(".gz") or fmt != "json" or options.split is not None
+    processes = collect_processes(options.jobs, len(files), one)
     sizes = [_size(path) for _, path in files]
     runs = rank_runs(sizes, processes)
     finished = 0
@@ -304,14 +330,36 @@ def collect(
         if progress is not None and ranks:
             progress(finished, len(files))
 
-    def plan(position: int, scratch: RowScratch) -> RenderedRank | None:
-        """Read, decode and lay out one rank (sizes known, rows not yet formatted)."""
+    def plan(position: int, scratch: RowScratch, sequences: Any = None) -> RenderedRank | None:
+        """Read, decode and lay out one rank (sizes known, rows not yet formatted);
+        ``sequences``: Perfetto output's packet sequence ids (None: Chrome JSON)."""
         outcome = outcomes[position]
         pid = position if several_runs else outcome.name.rank
         rendered, ranks_meta[position] = _plan_rank(
-            outcome, pid, several_runs, point_map, decode_options, options, scratch
+            outcome, pid, several_runs, point_map, decode_options, options, scratch, sequences
         )
         return rendered
+
+    def other_data(positions: Iterable[int]) -> dict[str, Any]:
+        return {
+            "format": TRACE_FORMAT,
+            "version": TRACE_FORMAT_VERSION,
+            "point_map": str(point_map.path),
+            "point_map_fingerprint": point_map.fingerprint,
+            "ranks": [meta for meta in (ranks_meta[p] for p in positions) if meta is not None],
+        }
+
+    if fmt != "json" or options.split is not None:
+        from .trace_files import write_files
+
+        outputs, events = write_files(
+            output, fmt, options.split, [path.stem for _, path in files], plan, other_data, advance)
+        # No span in any rank: write_files wrote nothing (not even the empty parts).
+        return CollectResult(output, point_map, outcomes, events, outputs, written=bool(outputs))
+
+    from .trace_files import SizeWatch
+
+    watch = SizeWatch(output, sum(sizes))
 
     def run(positions: range, sink: EventSink, done: Callable[[int], None]) -> None:
         """Rank after rank: planned, then written at once (one rank in memory)."""
@@ -319,6 +367,7 @@ def collect(
         for position in positions:
             rendered = plan(position, scratch)
             if rendered is not None:
+                watch.add(sizes[position], rendered.size)
                 sink.write_rendered(rendered)
             done(1)
 
@@ -327,20 +376,12 @@ def collect(
             if len(runs) == 1:
                 run(runs[0], writer.sink, advance)
             elif sum(sizes) <= SIDE_BY_SIDE_LIMIT * len(runs):
-                _run_side_by_side(runs, writer, plan, outcomes, ranks_meta, advance)
+                _run_side_by_side(runs, writer, plan, outcomes, ranks_meta, advance, watch)
             else:
                 _run_forked(runs, writer, run, outcomes, ranks_meta, advance)
             if not any(o.spans_written for o in outcomes):
                 raise _NoSpans  # leaves the block: the temporary file is removed
-            writer.close(
-                {
-                    "format": TRACE_FORMAT,
-                    "version": TRACE_FORMAT_VERSION,
-                    "point_map": str(point_map.path),
-                    "point_map_fingerprint": point_map.fingerprint,
-                    "ranks": [meta for meta in ranks_meta if meta is not None],
-                }
-            )
+            writer.close(other_data(range(len(files))))
         return writer.events
 
     try:
@@ -443,6 +484,7 @@ def _run_side_by_side(
     outcomes: list[RankOutcome],
     ranks_meta: list[dict[str, Any] | None],
     advance: Callable[[int], None],
+    watch: SizeWatch | None = None,
 ) -> None:
     """Each run in its own process (the first here), all writing into the trace at once.
 
@@ -498,6 +540,8 @@ def _run_side_by_side(
             except EOFError:
                 worker.result()  # raises what the child raised
                 raise
+        if watch is not None:  # every run laid out: the trace's size is known before writing
+            watch.add(watch.file_bytes, sum(layout[0] for layout in layouts))
         # Each run right after the previous one; ",\n" before a run's first chunk when
         # an earlier run wrote anything.
         expected = [_run_bytes(layouts[0], False)]
@@ -558,10 +602,11 @@ def _plan_rank(
     decode_options: DecodeOptions,
     options: CollectOptions,
     scratch: RowScratch,
+    sequences: Any = None,
 ) -> tuple[RenderedRank | None, dict[str, Any] | None]:
     """Read, decode and lay out one rank: its rows to write (formatted as they are
-    written) and its entry of the trace's rank table; (None, None) when the file could
-    not be used (``outcome.error`` says why)."""
+    written) or, given Perfetto ``sequences``, its packets; and its entry of the trace's
+    rank table; (None, None) when the file could not be used (``outcome.error`` says why)."""
     name = outcome.name
     try:
         decoded = decode_rank(read_rank_file(outcome.path, name.rank), point_map, decode_options)
@@ -569,16 +614,23 @@ def _plan_rank(
         outcome.error = exc
         return None, None
     outcome.decoded = decoded
-    rendered = render_rank(
-        pid,
-        _process_name(name, several_runs),
-        decoded,
-        point_map,
-        labels=options.labels,
-        core_filter=options.cores,
-        offset_us=options.rank_offsets_us.get(name.rank, 0.0),
-        scratch=scratch,
-    )
+    offset_us = options.rank_offsets_us.get(name.rank, 0.0)
+    if sequences is not None:
+        from . import perfetto
+
+        rendered = perfetto.render_rank(pid, _process_name(name, several_runs), decoded, point_map, sequences,
+                                        labels=options.labels, core_filter=options.cores, offset_us=offset_us)
+    else:
+        rendered = render_rank(
+            pid,
+            _process_name(name, several_runs),
+            decoded,
+            point_map,
+            labels=options.labels,
+            core_filter=options.cores,
+            offset_us=offset_us,
+            scratch=scratch,
+        )
     outcome.spans_written = rendered.spans
     # The rows keep what they need: keep the counts, not the rank's span arrays, so a
     # collect of many ranks holds one rank's spans per process instead of every rank's.
@@ -605,8 +657,11 @@ def summary_lines(result: CollectResult) -> list[str]:
     decoded = [o.decoded for o in result.outcomes if o.decoded is not None]
     cores = sum(o.cores_written for o in result.outcomes)
     unused = sum(d.unused_slots for d in decoded)
+    outputs = result.outputs
+    wrote = str(outputs[0]) if len(outputs) == 1 else (
+        f"{len(outputs)} files" + (f" ({outputs[0]} ... {outputs[-1]})" if outputs else ""))
     lines = [
-        f"wrote {result.output}: {len(decoded)} ranks, {cores} cores with spans, "
+        f"wrote {wrote}: {len(decoded)} ranks, {cores} cores with spans, "
         f"{spans} spans ({unused} unused core slots)"
     ] if result.written else []
     skipped = sum(d.skipped_records for d in decoded)

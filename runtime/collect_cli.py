@@ -24,7 +24,7 @@ EXIT_INTERNAL = 3
 _VALUE_OPTIONS = {
     "-o": "output", "--output": "output", "--point-map": "point_map", "--clock-mhz": "clock_mhz",
     "--ranks": "ranks", "--cores": "cores", "--labels": "labels", "--rank-offsets": "rank_offsets",
-    "-j": "jobs", "--jobs": "jobs",
+    "-j": "jobs", "--jobs": "jobs", "--format": "format", "--split": "split",
 }
 _FLAGS = {"--ignore-fingerprint": "ignore_fingerprint"}
 
@@ -122,6 +122,8 @@ def run_collect(
     rank_offsets: str | None = None,
     ignore_fingerprint: bool = False,
     jobs: int | None = None,
+    format: str | None = None,
+    split: str | None = None,
 ) -> int:
     """Run collect and print its summary; returns the exit code (cli.md): 0 ok, 1 records
     skipped, 2 usage or bad input (``path: message``, no traceback), 3 internal error."""
@@ -130,6 +132,14 @@ def run_collect(
     paths_as_bytes()
     try:
         try:
+            if format is not None:
+                collect_module.trace_format(output, format)  # says which formats there are
+            if split is not None:
+                from .trace_files import parse_split
+
+                split_value: str | int | None = parse_split(split)
+            else:
+                split_value = None
             options = collect_module.CollectOptions(
                 point_map=point_map.expanduser() if point_map else None,
                 clock_mhz=clock_mhz,
@@ -139,6 +149,8 @@ def run_collect(
                 rank_offsets_us=collect_module.parse_rank_offsets(rank_offsets) if rank_offsets else {},
                 ignore_fingerprint=ignore_fingerprint,
                 jobs=jobs,
+                format=format,
+                split=split_value,
             )
         except ValueError as exc:
             _err(f"optrace: {exc}")

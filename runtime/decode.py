@@ -484,9 +484,15 @@ class CoreTimeline(Record):
 
 
 class RankSpans(Record):
-    """Every span of a rank, by slot then start (a core's columns are views of these)."""
+    """Every span of a rank, by slot then start (a core's columns are views of these).
 
-    __match_args__ = ("slot", "label", "start", "end", "depth", "point", "high", "status")
+    ``begin_record`` / ``end_record``: the positions of a span's B and E among the rank's
+    kept records (its E's: the record that closed it, or the core's last for an unclosed
+    span), whose times are ``record_time``; when no record was dropped or repaired they
+    are the B / E event order (the Perfetto writer's)."""
+
+    __match_args__ = ("slot", "label", "start", "end", "depth", "point", "high", "status",
+                      "begin_record", "end_record", "record_time")
     __slots__ = __match_args__
     slot: np.ndarray  # int64, non-decreasing
     label: np.ndarray
@@ -496,10 +502,15 @@ class RankSpans(Record):
     point: np.ndarray
     high: np.ndarray
     status: np.ndarray
+    begin_record: np.ndarray | None
+    end_record: np.ndarray | None
+    record_time: np.ndarray | None
 
     def __init__(
         self, slot: np.ndarray, label: np.ndarray, start: np.ndarray, end: np.ndarray,
         depth: np.ndarray, point: np.ndarray, high: np.ndarray, status: np.ndarray,
+        begin_record: np.ndarray | None = None, end_record: np.ndarray | None = None,
+        record_time: np.ndarray | None = None,
     ) -> None:
         self.slot = slot
         self.label = label
@@ -509,6 +520,9 @@ class RankSpans(Record):
         self.point = point
         self.high = high
         self.status = status
+        self.begin_record = begin_record
+        self.end_record = end_record
+        self.record_time = record_time
 
     @classmethod
     def empty(cls) -> RankSpans:
@@ -755,6 +769,9 @@ def decode_rank(
         point=position[b_rec],
         high=high_all[b_rec],
         status=nesting.status,
+        begin_record=nesting.begin,
+        end_record=end_pos,
+        record_time=times,
     )
     bounds = np.searchsorted(nesting.segment, np.arange(buffer.slots + 1))
     cores: list[CoreTimeline] = []

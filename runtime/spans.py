@@ -177,6 +177,64 @@ def load_trace(path: Path) -> SpanTable:
     )
 
 
+def load_perfetto_trace(path: Path) -> SpanTable:
+    """Spans of a Perfetto protobuf trace (``.pftrace``, as ``collect`` writes it)."""
+    from .perfetto_read import read_spans
+
+    found = read_spans(path)
+    warnings: list[str] = []
+    meta = found.metadata
+    if meta.get("format") != "optrace-perfetto":
+        warnings.append(f"{path}: not written by optrace collect: runtime settings unknown")
+    if found.unclosed:
+        warnings.append(f"{path}: {found.unclosed} slice begins without their end (left out)")
+    label_ids: dict[str, int] = {}
+    track_ids: dict[int, int] = {}
+    label_col: list[int] = []
+    track_col: list[int] = []
+    start_col: list[int] = []
+    end_col: list[int] = []
+    for track, label, start, end in found.spans:
+        label_col.append(label_ids.setdefault(label, len(label_ids)))
+        track_col.append(track_ids.setdefault(track, len(track_ids)))
+        start_col.append(start)
+        end_col.append(end)
+    tracks = [found.track_name(uuid) for uuid in track_ids]
+    settings = RunSettings()
+    pid_launch: dict[Any, str] = {}
+    for rank in meta.get("ranks") or []:
+        if isinstance(rank, dict):
+            if isinstance(rank.get("launch"), int) and isinstance(rank.get("pid"), int):
+                # the rank table has the JSON trace's pid; a process descriptor has it plus one
+                pid_launch[rank["pid"] + 1] = _launch_name(rank.get("tag"), rank["launch"])
+            if isinstance(rank.get("clock_mhz"), (int, float)):
+                settings.clock_mhz.add(float(rank["clock_mhz"]))
+            settings.barrier.add(rank.get("barrier") if isinstance(rank.get("barrier"), bool) else None)
+    starts = np.array(start_col, dtype=np.int64)
+    ends = np.array(end_col, dtype=np.int64)
+    order = np.lexsort((-ends, starts, np.array(track_col, dtype=np.int64))) if starts.size else starts
+    parents = {uuid: found.threads.get(uuid, (None, ""))[0] for uuid in track_ids}
+    processes = set(parents.values())
+    # Launches as in a JSON trace, keyed by process track: the rank table's (tag, launch)
+    # through the process descriptor's pid, else each process its own launch.
+    process_launch = {uuid: pid_launch[pid] for uuid, pid in found.process_pids.items() if pid in pid_launch}
+    launches = _trace_launches({(parents[uuid], uuid): index for uuid, index in track_ids.items()},
+                               dict(found.processes), process_launch)
+    return SpanTable(
+        source=str(path),
+        labels=list(label_ids),
+        tracks=tracks,
+        processes=max(len(processes), 1),
+        label=np.array(label_col, dtype=np.int32)[order],
+        track=np.array(track_col, dtype=np.int32)[order],
+        ts=starts[order] / 1000.0,
+        dur=(ends - starts)[order] / 1000.0,
+        settings=settings,
+        warnings=warnings,
+        **launches,
+    )
+
+
 def _trace_launches(
     track_ids: dict[tuple[Any, Any], int], process_names: dict[Any, str], pid_launch: dict[Any, str]
 ) -> dict[str, Any]:
@@ -255,7 +313,7 @@ def load_profiling_dir(
 
 
 def load_spans(path: Path, point_map: Path | None = None, clock_mhz: float | None = None) -> SpanTable:
-    """A profiling directory, or a trace file (.json / .json.gz)."""
+    """A profiling directory, or a trace file (.json / .json.gz, .pftrace)."""
     if path.is_dir():
         return load_profiling_dir(path, point_map, clock_mhz)
     if not path.exists():
@@ -264,4 +322,18 @@ def load_spans(path: Path, point_map: Path | None = None, clock_mhz: float | Non
         raise ProfilingInputError(
             path, "expected a trace or a profiling directory (`optrace inspect` reads .pt files)"
         )
+    if is_protobuf(path):
+        return load_perfetto_trace(path)
     return load_trace(path)
+
+
+def is_protobuf(path: Path) -> bool:
+    """A Perfetto trace: named so, or starting like one (a packet, field 1, not JSON)."""
+    if path.name.endswith((".pftrace", ".pftrace.gz", ".perfetto-trace", ".pb")):
+        return True
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(2)
+    except OSError:
+        return False
+    return head[:1] == b"\x0a"

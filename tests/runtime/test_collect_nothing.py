@@ -94,3 +94,71 @@ def test_one_span_is_enough(tmp_path: Path) -> None:
                                       "processing dispatch wait"])
     assert result.exit_code == 0, result.output
     assert out.is_file()
+
+
+# ------------------------------------------------------------- .pftrace and --split alike
+
+SPLITS = [
+    ("t.pftrace", []),
+    ("t.pftrace.gz", []),
+    ("t.json", ["--split", "rank"]),
+    ("t.pftrace", ["--split", "rank"]),
+    ("t.json.gz", ["--split", "1k"]),
+    ("t.pftrace", ["--split", "1k"]),
+]
+
+
+def trace_files(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.startswith(("t.", ".t.")))
+
+
+@pytest.mark.parametrize(("name", "options"), SPLITS)
+def test_no_span_writes_no_pftrace_and_no_part(tmp_path: Path, name: str, options: list[str]) -> None:
+    directory = empty_dir(tmp_path)
+    out = tmp_path / name
+    out.write_bytes(b"an earlier trace")
+    earlier_part = tmp_path / name.replace("t.", "t.rank000.", 1)
+    earlier_part.write_bytes(b"an earlier part")
+    result = CliRunner().invoke(app, ["collect", str(directory), "-o", str(out), *options])
+    assert result.exit_code == 1, result.output
+    assert f"{directory}: no span in 3 decoded rank files: nothing written to {out}" in result.stderr
+    assert "wrote" not in result.stdout
+    assert out.read_bytes() == b"an earlier trace" and earlier_part.read_bytes() == b"an earlier part"
+    assert trace_files(tmp_path) == sorted([out.name, earlier_part.name])  # no part, no temporary
+
+
+@pytest.mark.parametrize(("name", "options"), SPLITS)
+def test_filters_that_keep_no_span_write_no_pftrace_and_no_part(
+    tmp_path: Path, name: str, options: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = spans_dir(tmp_path)
+    out = tmp_path / name
+    split = options[1] if options else None
+    code = run_collect(directory, out, labels="processing combine", cores="aiv9", split=split)
+    assert code == 1
+    assert "no span kept by --labels / --cores in 3 decoded rank files" in capsys.readouterr().err
+    assert trace_files(tmp_path) == []
+    code = run_collect(directory, out, labels="moe", split=split)  # not in the map
+    assert code == 1 and "--labels moe: no label of" in capsys.readouterr().err
+    assert trace_files(tmp_path) == []
+
+
+@pytest.mark.parametrize(("name", "options"), SPLITS)
+def test_one_span_writes_every_part(tmp_path: Path, name: str, options: list[str]) -> None:
+    # Only rank 2 keeps a span (--ranks would drop the others; --cores keeps aic1 of every
+    # rank, and only rank 2's rank file has records on it): the parts of ranks 0 and 1 are
+    # written too, as with spans everywhere.
+    directory = tmp_path / "mixed"
+    for rank in range(3):
+        data = rank_buffer(rank=rank).data if rank == 2 else new_buffer(6, 128)
+        save_profiling_data(data, rank, directory, aic_cores=2, barrier=True)
+    write_point_map(directory)
+    out = tmp_path / name
+    result = CliRunner().invoke(app, ["collect", str(directory), "-o", str(out), *options])
+    assert result.exit_code == 0, result.output
+    written = trace_files(tmp_path)
+    assert written and not any(n.endswith(".tmp") for n in written)
+    if options[:2] == ["--split", "rank"]:
+        assert len(written) == 3 and "wrote 3 files" in result.stdout
+    elif not options:
+        assert written == [out.name]

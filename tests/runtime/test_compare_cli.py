@@ -151,3 +151,38 @@ def test_the_documented_demo_gives_the_documented_output(
     result = invoke(*command[2:].split()[1:])
     assert result.exit_code == 0
     assert result.output == shown
+
+
+@pytest.mark.parametrize("name", ["before.pftrace", "before.pftrace.gz"])
+def test_a_pftrace_gives_the_same_launches(runs: dict[str, Path], tmp_path: Path, name: str) -> None:
+    """The .pftrace's rank table (its `optrace` attribute) names each process's launch, as
+    a JSON trace's otherData does: compare resamples the same 8 launches, not 16 processes."""
+    trace = tmp_path / name
+    assert invoke("collect", runs["before"], "-o", trace).exit_code == 0
+    json_trace = tmp_path / "before.json"
+    assert invoke("collect", runs["before"], "-o", json_trace).exit_code == 0
+    from_pftrace, from_json = load_spans(trace), load_spans(json_trace)
+    assert len(from_pftrace.launches) == 8 and from_pftrace.processes == 16
+    from_dir = load_spans(runs["before"])
+    assert sorted(from_pftrace.launches) == sorted(from_json.launches) == sorted(from_dir.launches)
+    a = compare(from_pftrace, load_spans(runs["faster"]), expect=20)
+    b = compare(from_json, load_spans(runs["faster"]), expect=20)
+    assert (a.launches_before, a.verdict) == (8, b.verdict)
+    assert a.gain == pytest.approx(b.gain, abs=0.01)
+    assert a.gain_interval is not None and b.gain_interval is not None
+    assert a.gain_interval == pytest.approx(b.gain_interval, abs=0.05)
+
+
+def test_a_pftrace_without_rank_table_has_a_launch_per_process(
+    runs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from optrace.runtime import perfetto_read
+
+    trace = tmp_path / "before.pftrace"
+    assert invoke("collect", runs["before"], "-o", trace).exit_code == 0
+    found = perfetto_read.read_spans(trace)
+    assert sorted(found.process_pids.values()) == list(range(1, 17))  # the JSON pid plus one
+    found.metadata = {}  # as a trace from another producer: no rank table
+    monkeypatch.setattr(perfetto_read, "read_spans", lambda path: found)
+    table = load_spans(trace)
+    assert len(table.launches) == 16 == table.processes  # each process its own launch

@@ -1,0 +1,675 @@
+"""Native Perfetto trace output (``.pftrace``): TrackEvent protobuf, encoded with numpy.
+
+``optrace collect -o trace.pftrace`` writes what the Perfetto UI and trace processor read
+natively, about a fifth of the Chrome JSON's bytes. The messages are those of Perfetto's
+``perfetto_trace.proto`` (field numbers below); they are encoded here, the packets of a
+whole rank at once with numpy, rather than built one message object per event with the
+``protobuf`` runtime: bench/results.md has both measured (the same messages; the library
+way ~100x slower, 15x the whole JSON collect, plus 41 ms of imports). Tests parse every
+trace back with the official protos.
+
+A trace is a sequence of ``Trace.packet`` (field 1), in this order:
+
+- a root TrackDescriptor (uuid 0) asking for explicit process and thread order;
+- per rank, a process TrackDescriptor ("Rank 0", ``sibling_order_rank``; pid: the JSON
+  trace's plus one, as pid and tid 0 are the idle process and thread to Perfetto);
+- per core, a thread TrackDescriptor ("AIC 3", tid: the slot plus one, ranked by slot, so
+  AIC first), then the core's own packet sequence (``trusted_packet_sequence_id``):
+
+  1. incremental state cleared; TracePacketDefaults: timestamps on the sequence clock 64,
+     events on the core's track; InternedData: the event names (labels) and source
+     locations (the B points' ``file:line``) the core uses, the debug-annotation names;
+  2. a ClockSnapshot: clock 64 counts device ticks (``is_incremental``,
+     ``unit_multiplier_ns`` = 1000 / clock MHz: 20 ns at 50 MHz, 1 ns at 1 GHz) and its
+     0 is BOOTTIME = the core's first event in ns (plus ``--rank-offsets``; a negative one
+     as its 64-bit two's complement, which the trace processor reads as an int64). A
+     clock whose tick is not a whole number of ns is written in ns instead (rounded, unit 1);
+  3. a SLICE_BEGIN / SLICE_END packet per span's B / E, in record order, each timestamp
+     the ticks since the previous packet of the sequence, names by interned id, the loop
+     index (and a non-zero extraId) and the decoder's flags (``unclosed``,
+     ``closed_by_parent``) as debug annotations;
+  4. when the slot overflowed, an INSTANT "optrace: N records dropped ..." with the count
+     as the annotation ``dropped`` (and in the thread track's description).
+
+- last, ``trace_attributes`` {key "optrace", string value: the JSON document the Chrome
+  trace keeps in ``otherData``: format, point map, per-rank clock, barrier, fingerprint}.
+
+One sequence per core keeps the deltas small (a core's records are in time order) and
+its interning tables to what it uses. Times are those of the Chrome trace to the ns.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import AbstractContextManager
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, cast
+
+import numpy as np
+
+from .atomic import atomic_output
+from .chrome import CoreFilter, RenderedRank, label_matcher
+from .decode import STATUS_CLOSED_BY_PARENT, STATUS_UNCLOSED, RankDecode
+from .pointmap import PointMap
+
+PERFETTO_FORMAT = "optrace-perfetto"
+PERFETTO_FORMAT_VERSION = 1
+
+#: The sequence-scoped clock (ids 64-127 are a sequence's own) events are stamped with.
+SEQUENCE_CLOCK = 64
+BOOTTIME = 6
+
+# TrackEvent.Type
+SLICE_BEGIN, SLICE_END, INSTANT = 1, 2, 3
+SEQ_INCREMENTAL_STATE_CLEARED = 1
+
+#: Debug-annotation names, interned with these ids on every sequence.
+ANNOTATIONS = {"index": 1, "extraId": 2, "unclosed": 3, "closed_by_parent": 4, "dropped": 5}
+_FLAG_IID = {STATUS_UNCLOSED: ANNOTATIONS["unclosed"],
+             STATUS_CLOSED_BY_PARENT: ANNOTATIONS["closed_by_parent"]}
+
+
+# ----------------------------------------------------------------------------- scalars
+
+
+def varint(value: int) -> bytes:
+    """Base-128 little-endian; a negative value as its 64-bit two's complement."""
+    if 0 <= value < 0x80:
+        return _ONE_BYTE[value]
+    if 0 < value < 0x4000:
+        return bytes((value & 0x7F | 0x80, value >> 7))
+    value &= (1 << 64) - 1
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_ONE_BYTE = [bytes([i]) for i in range(0x80)]
+
+
+def _uint(field: int, value: int) -> bytes:
+    return _VARINT_TAG[field] + varint(value)
+
+
+def _bytes(field: int, payload: bytes) -> bytes:
+    return _LENGTH_TAG[field] + varint(len(payload)) + payload
+
+
+_VARINT_TAG = [varint(field << 3) for field in range(128)]
+_LENGTH_TAG = [varint(field << 3 | 2) for field in range(128)]
+
+
+def _string(field: int, text: str) -> bytes:
+    return _bytes(field, text.encode("utf-8"))
+
+
+def packet(*fields: bytes) -> bytes:
+    """A ``Trace.packet`` holding the given TracePacket fields."""
+    return _bytes(1, b"".join(fields))
+
+
+def _track_descriptor(*fields: bytes) -> bytes:
+    return packet(_bytes(60, b"".join(fields)))
+
+
+def root_descriptor() -> bytes:
+    """uuid 0 with process_ordering / thread_ordering EXPLICIT: ranks and cores are shown
+    in their ``sibling_order_rank`` order (rank, then slot: AIC first), as in JSON."""
+    return _track_descriptor(_uint(1, 0), _uint(19, 1), _uint(20, 1))
+
+
+def process_uuid(pid: int) -> int:
+    return (pid + 1) << 20
+
+
+def thread_uuid(pid: int, slot: int) -> int:
+    return process_uuid(pid) + slot + 1
+
+
+def trace_attributes(document: dict[str, Any]) -> bytes:
+    """The trace's metadata: ``trace_attributes`` {key "optrace", JSON string}."""
+    text = json.dumps(document, separators=(",", ":"), sort_keys=True)
+    return packet(_bytes(126, _bytes(1, _string(1, "optrace") + _string(3, text))))
+
+
+# ----------------------------------------------------------------------------- vectors
+#
+# A rank's B / E packets are written straight into one byte buffer at offsets known from
+# their sizes (a cumulative sum): no padded matrix to compact. Packets of one layout (the
+# kind of event and the length of its timestamp) have one width; each layout is built as
+# a matrix, column by column, and stored in one fancy assignment through a view of the
+# buffer whose items are that many bytes wide at a stride of one byte (~3 ns a packet).
+# To keep layouts few, the varints of a packet other than its timestamp (sequence id,
+# name and source ids, index, extraId) are written at one width per rank: a varint may
+# carry redundant 0x80 groups, which protobuf parsers read as the same value.
+
+
+def varint_length(values: np.ndarray) -> np.ndarray:
+    """Bytes of the minimal varint of each non-negative value (1 to 10)."""
+    v = values.astype(np.uint64, copy=False)
+    top = int(v.max()) if v.size else 0
+    length = np.ones(v.shape, dtype=np.intp)
+    for j in range(1, max(1, -(-top.bit_length() // 7))):
+        length += v >= np.uint64(1 << (7 * j))
+    return length
+
+
+def padded_varint(values: np.ndarray, width: int) -> np.ndarray:
+    """uint8 [n, width]: each value as a varint of exactly ``width`` bytes."""
+    v = values.astype(np.uint64, copy=False)
+    out = np.empty((v.size, width), dtype=np.uint8)
+    for j in range(width):
+        group = (v >> np.uint64(7 * j)) & np.uint64(0x7F)
+        out[:, j] = group | np.uint64(0x80) if j + 1 < width else group
+    return out
+
+
+def _width(values: np.ndarray) -> int:
+    top = int(values.max()) if values.size else 0
+    return max(1, -(-top.bit_length() // 7))
+
+
+def _byte_view(buffer: np.ndarray, width: int) -> np.ndarray:
+    """Items of ``width`` bytes starting at every byte of ``buffer`` (stride 1)."""
+    dtype = np.dtype("<u8") if width == 8 else np.dtype((np.void, width))
+    return np.ndarray(shape=(buffer.size - width + 1,), dtype=dtype, buffer=buffer, strides=(1,))
+
+
+class _Rows:
+    """A uint8 [rows, width] matrix filled column by column (a 1-d store per column is
+    several times cheaper than a store into a slice of columns)."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+        self.columns: list[np.ndarray | int] = []
+
+    def put(self, *columns: np.ndarray | int) -> None:
+        self.columns.extend(columns)
+
+    def varint(self, values: np.ndarray, width: int) -> None:
+        """``values`` as varints of exactly ``width`` bytes (redundant groups padded)."""
+        v = values.astype(np.uint64, copy=False)
+        for j in range(width):
+            group = (v >> np.uint64(7 * j)) & np.uint64(0x7F)
+            self.columns.append(group | np.uint64(0x80) if j + 1 < width else group)
+
+    @property
+    def width(self) -> int:
+        return len(self.columns)
+
+    def matrix(self) -> np.ndarray:
+        out = np.empty((self.rows, len(self.columns)), dtype=np.uint8)
+        for j, column in enumerate(self.columns):
+            out[:, j] = column
+        return out
+
+
+def _void_items(matrix: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(matrix).view(np.dtype((np.void, matrix.shape[1])))[:, 0]
+
+
+def _groups(key: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """(key, rows) for each distinct small key, rows in increasing order."""
+    if key.size == 0:
+        return []
+    present = np.flatnonzero(np.bincount(key)).tolist()
+    if len(present) == 1:
+        return [(present[0], np.arange(key.size))]
+    return [(k, np.flatnonzero(key == k)) for k in present]
+
+
+def encode_events(
+    ticks_b: np.ndarray | None, ticks_e: np.ndarray | None, b_at: np.ndarray, e_at: np.ndarray,
+    first_b: np.ndarray,
+    track: np.ndarray, track_sequence: np.ndarray, point: np.ndarray, point_name: np.ndarray,
+    point_source: np.ndarray, indexed: np.ndarray, index: np.ndarray, extra: np.ndarray, status: np.ndarray,
+    stream_ticks: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The B and E packets of a rank's spans: the bytes, and the end offset of each
+    event's packet (``ends[k]``: bytes up to and including event k). Per span: the places
+    of its B and E in the event stream, their times, its track (whose sequence id
+    ``track_sequence`` has), its B point (whose interned name and source location ids
+    ``point_name`` / ``point_source`` have, 0: none) and its annotations. ``stream_ticks``:
+    the times of all events in stream order when known (the decoder's records, in time
+    order per core), instead of ``ticks_b`` / ``ticks_e``.
+
+    Packets of one layout (kind of event, timestamp length) have one width: each layout
+    is built as a matrix, column by column, and stored in one pass."""
+    m = b_at.size
+    n = 2 * m
+    if stream_ticks is not None:
+        ticks = stream_ticks
+    else:
+        assert ticks_b is not None and ticks_e is not None
+        ticks = np.empty(n, dtype=np.int64)
+        ticks[b_at] = ticks_b
+        ticks[e_at] = ticks_e
+        backwards = ticks[1:] < ticks[:-1]
+        backwards[first_b[first_b > 0] - 1] = False  # a core's first event may come before the last's
+        if backwards.any():
+            raise AssertionError("a core's events are not in time order")  # the decoder clamps them
+    # uint64: the difference of two int64 times far apart (corrupt records) is still exact
+    delta = np.empty(n, dtype=np.uint64)
+    if n:
+        delta[0] = 0
+        np.subtract(ticks[1:].view(np.uint64), ticks[:-1].view(np.uint64), out=delta[1:])
+        delta[first_b] = 0  # a sequence's first event sits on its clock snapshot
+    timestamp_length = varint_length(delta)
+
+    ws = _width(track_sequence)
+    sequence_bytes = list(padded_varint(track_sequence, ws).T)
+    wn, wsrc = _width(point_name), _width(point_source)
+    name_bytes = list(padded_varint(point_name, wn).T)
+    source_bytes = list(padded_varint(point_source, wsrc).T)
+    has_source = point_source[point] > 0
+    kind = has_source.view(np.uint8) | indexed.view(np.uint8) << 1
+    has_extra = indexed & (extra != 0)
+    if has_extra.any():
+        kind |= has_extra.view(np.uint8) << 2
+    if status.any():
+        kind |= status.astype(np.uint8) << 3
+    wi, we = _width(index[indexed]), _width(extra[has_extra])
+    b_length = timestamp_length[b_at]
+    e_length = timestamp_length[e_at]
+
+    layouts: list[tuple[np.ndarray, _Rows]] = []  # (places, packets)
+    size = np.empty(n, dtype=np.int64)
+
+    def packets(rows: int, length: int, at: np.ndarray, body: int) -> _Rows:
+        """[0x0A len] [0x40 timestamp] of events at places ``at`` (timestamps of
+        ``length`` bytes; the packet ``body`` bytes after it)."""
+        out = _Rows(rows)
+        out.put(0x0A, 1 + length + body, 0x40)
+        out.varint(delta[at], length)  # minimal: ``length`` bytes
+        return out
+
+    # E: [0x0A len] [0x40 ts] [0x50 seq] [0x5A 02 0x48 02]
+    for length, rows in _groups(e_length):
+        at = e_at[rows]
+        out = packets(rows.size, length, at, 1 + ws + 4)
+        on = track[rows]
+        out.put(0x50, *(np.take(column, on) for column in sequence_bytes), 0x5A, 2, 0x48, SLICE_END)
+        size[at] = out.width
+        layouts.append((at, out))
+    # B: ... [0x50 seq] [0x5A len] [0x50 name] [0x90 02 src] [index] [extraId] [flag] [0x48 01]
+    for key, rows in _groups(kind.astype(np.intp) << 4 | b_length):
+        k, length = key >> 4, key & 15
+        event_length = 2 + 1 + wn + (2 + wsrc if k & 1 else 0) + (5 + wi if k & 2 else 0) \
+            + (5 + we if k & 4 else 0) + (6 if k >> 3 else 0)
+        at = b_at[rows]
+        out = packets(rows.size, length, at, 1 + ws + 2 + event_length)
+        on_track, on_point = track[rows], point[rows]
+        out.put(0x50, *(np.take(column, on_track) for column in sequence_bytes), 0x5A, event_length)
+        out.put(0x50, *(np.take(column, on_point) for column in name_bytes))
+        if k & 1:
+            out.put(0x90, 0x02, *(np.take(column, on_point) for column in source_bytes))
+        if k & 2:  # debug_annotations {name_iid 1, int_value index}
+            out.put(0x22, 3 + wi, 0x08, ANNOTATIONS["index"], 0x20)
+            out.varint(index[rows], wi)
+        if k & 4:
+            out.put(0x22, 3 + we, 0x08, ANNOTATIONS["extraId"], 0x20)
+            out.varint(extra[rows], we)
+        if k >> 3:  # debug_annotations {name_iid, bool_value true}
+            out.put(0x22, 4, 0x08, _FLAG_IID[k >> 3], 0x10, 1)
+        out.put(0x48, SLICE_BEGIN)
+        size[at] = out.width
+        layouts.append((at, out))
+    if n and int(size.max()) > 129:
+        raise AssertionError("an event packet outgrew a one-byte length")  # field widths forbid it
+    ends = np.cumsum(size)
+    total = int(ends[-1]) if n else 0
+    buffer = np.empty(total, dtype=np.uint8)  # every byte is some packet's
+    for at, out in layouts:
+        _byte_view(buffer, out.width)[ends[at] - out.width] = _void_items(out.matrix())
+    return buffer, ends
+
+
+def event_places(
+    depth: np.ndarray, selected: np.ndarray | None, decoded: RankDecode | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Where each selected span's B and E go in the event stream, the order the device
+    recorded them in. ``depth`` is the nesting depth of every span of the rank, in record
+    (pre-)order: before span i's B come i Bs and the Es of the i - depth spans already
+    closed (the others are its ancestors), so its B is event 2 i - depth. Each E then
+    closes the last B opened at its level: a stable sort of the events by level (radix,
+    as in :func:`decode.nest_segments`) pairs them. A selection keeps its spans' events
+    in the same order. When the decoder kept every record as one B or one E (nothing
+    dropped, nothing repaired), the places are the records' own, as it found them."""
+    n = depth.size
+    spans = decoded.spans if decoded is not None else None
+    if records_are_events(decoded) and spans is not None:
+        assert spans.begin_record is not None and spans.end_record is not None
+        return _keep_places(spans.begin_record, spans.end_record, selected)
+    index = np.int32 if n < 1 << 29 else np.int64
+    b_at = 2 * np.arange(n, dtype=index) - depth
+    is_b = np.zeros(2 * n, dtype=bool)
+    is_b[b_at] = True
+    opened: np.ndarray = np.cumsum(is_b, dtype=index)
+    # a B's own depth; for an E, the depth it closes
+    level: np.ndarray = 2 * opened - np.arange(1, 2 * n + 1, dtype=index)
+    level -= is_b
+    top = int(level.max()) if n else 0
+    key = level.astype(np.uint8) if top < 256 else level
+    order = np.argsort(key, kind="stable").astype(index)
+    begins, ends = order[0::2], order[1::2]  # each level's events alternate B, E
+    e_at = np.empty(n, dtype=index)
+    e_at[opened[begins] - 1] = ends
+    return _keep_places(b_at, e_at, selected)
+
+
+def records_are_events(decoded: RankDecode | None) -> bool:
+    """Whether the decoder kept every record as exactly one span's B or E (nothing
+    dropped, nothing repaired): then its records are the event stream."""
+    if decoded is None:
+        return False
+    spans = decoded.spans
+    return (spans.begin_record is not None and spans.end_record is not None
+            and spans.record_time is not None and not decoded.unmatched_e
+            and not decoded.repaired_spans and spans.record_time.size == 2 * spans.begin_record.size)
+
+
+def _keep_places(
+    b_at: np.ndarray, e_at: np.ndarray, selected: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The places of the selected spans' events once the others' are taken out."""
+    if selected is None:
+        return b_at, e_at
+    keep = np.zeros(2 * b_at.size, dtype=bool)
+    keep[b_at[selected]] = True
+    keep[e_at[selected]] = True
+    place = np.cumsum(keep) - 1
+    return place[b_at[selected]], place[e_at[selected]]
+
+
+# ----------------------------------------------------------------------------- ranks
+
+
+class Sequences:
+    """Packet sequence ids of one trace file, handed out in the order ranks are laid out."""
+
+    def __init__(self) -> None:
+        self.next = 1
+
+    def take(self, count: int) -> int:
+        first = self.next
+        self.next += count
+        return first
+
+
+def clock_unit_ns(clock_mhz: float) -> int | None:
+    """ns per tick when a whole number (50 MHz: 20), else None (timestamps in ns)."""
+    unit = 1000.0 / clock_mhz
+    whole = round(unit)
+    return whole if whole >= 1 and abs(unit - whole) < 1e-9 * unit else None
+
+
+class _Interning:
+    """Per point map: the interned-data entries of each label and B point (bytes)."""
+
+    def __init__(self, point_map: PointMap) -> None:
+        self.point_map = point_map
+        self.names = [_bytes(2, _uint(1, i + 1) + _string(2, label))
+                      for i, label in enumerate(point_map.labels)]
+        self.sources: list[bytes] = []
+        has_source = []
+        for position, point_id in enumerate(point_map.ids.tolist()):
+            point = point_map.points[point_id]
+            fields = _uint(1, position + 1)
+            if point.file:
+                fields += _string(2, point.file)
+            if point.line is not None:
+                fields += _uint(4, point.line)
+            self.sources.append(_bytes(4, fields))
+            has_source.append(bool(point.file))
+        self.has_source = np.array(has_source or [False], dtype=bool)
+        self.indexed = np.array([point_map.points[i].indexed for i in point_map.ids.tolist()] or [False])
+        self.label_iid = point_map.label_index.astype(np.int64) + 1
+        if not point_map.ids.size:
+            self.label_iid = np.ones(1, np.int64)
+        self.annotations = b"".join(_bytes(3, _uint(1, iid) + _string(2, name))
+                                    for name, iid in ANNOTATIONS.items())
+        self.cache: dict[bytes, bytes] = {}
+        self.thread_names: dict[str, bytes] = {}
+
+    def data(self, used: np.ndarray) -> bytes:
+        """TracePacket.interned_data for a core whose spans open at the points ``used``
+        says (bool per map position): their labels and source locations, the annotation
+        names."""
+        key = used.tobytes()
+        found = self.cache.get(key)
+        if found is None:
+            points = np.flatnonzero(used)
+            # sorted(set()), not np.unique: that imports numpy.ma (~8 ms of a cold collect)
+            labels = sorted(set(self.point_map.label_index[points].tolist()))
+            entries = [self.annotations, *(self.names[i] for i in labels)]
+            entries += [self.sources[p] for p in points.tolist()]
+            found = _bytes(12, b"".join(entries))
+            self.cache[key] = found
+        return found
+
+    def name_field(self, name: str) -> bytes:
+        """ThreadDescriptor.thread_name (field 5) of a core name, cached."""
+        found = self.thread_names.get(name)
+        if found is None:
+            found = self.thread_names[name] = _string(5, name)
+        return found
+
+
+_INTERNING: dict[int, _Interning] = {}
+
+
+def _interning(point_map: PointMap) -> _Interning:
+    found = _INTERNING.get(id(point_map))
+    if found is None or found.point_map is not point_map:
+        _INTERNING.clear()
+        found = _INTERNING[id(point_map)] = _Interning(point_map)
+    return found
+
+
+def render_rank(
+    pid: int,
+    process_name: str,
+    decoded: RankDecode,
+    point_map: PointMap,
+    sequences: Sequences,
+    *,
+    labels: list[str] | None = None,
+    core_filter: CoreFilter | None = None,
+    offset_us: float = 0.0,
+) -> RenderedRank:
+    """A rank's packets: its process track, then per core its track, sequence header,
+    events and drop marker, encoded at once (``size`` is exact, ``chunks`` the bytes)."""
+    spans = decoded.spans
+    mask: np.ndarray | None = None
+    if core_filter is not None:
+        slot_ok = np.array([core_filter(r.core_type, r.core_index) for r in decoded.slots] or [True])
+        mask = slot_ok[spans.slot]
+    if labels:
+        matcher = label_matcher(labels)
+        label_ok = np.array([matcher(label) for label in point_map.labels] or [True], dtype=bool)
+        mask = label_ok[spans.label] if mask is None else mask & label_ok[spans.label]
+    selected = None if mask is None or mask.all() else np.flatnonzero(mask)
+
+    def pick(column: np.ndarray) -> np.ndarray:
+        return column if selected is None else column[selected]
+
+    slot, point = pick(spans.slot), pick(spans.point)
+    drops = {s.slot: s for s in decoded.slots
+             if s.dropped and (core_filter is None or core_filter(s.core_type, s.core_index))}
+    names = {c.slot: c.name for c in decoded.cores}
+    span_slots = slot[np.flatnonzero(np.diff(slot, prepend=-1))] if slot.size else slot
+    tracks = sorted(set(span_slots.tolist()) | set(drops))
+    first_sequence = sequences.take(len(tracks))
+    interning = _interning(point_map)
+    unit = clock_unit_ns(decoded.clock_mhz)
+    offset_ns = round(offset_us * 1000.0)
+
+    start, end = pick(spans.start), pick(spans.end)
+    stream = spans.record_time if selected is None and records_are_events(decoded) else None
+    if unit is None:  # a tick is not a whole number of ns: the sequence clock counts ns
+        start, end = _in_ns(start, decoded.clock_mhz), _in_ns(end, decoded.clock_mhz)
+        stream = None if stream is None else _in_ns(stream, decoded.clock_mhz)
+    track_of = np.zeros(max(tracks, default=0) + 1, dtype=np.int64)
+    track_of[tracks] = np.arange(len(tracks))
+    span_track = track_of[slot]
+    b_at, e_at = event_places(spans.depth, selected, decoded)
+    firsts = np.searchsorted(slot, span_slots)  # each core's first span
+    high = pick(spans.high).astype(np.int64)
+    indexed = (high != 0) | interning.indexed[point]
+    point_source = np.where(interning.has_source, np.arange(1, interning.has_source.size + 1), 0)
+    encoded, ends = encode_events(
+        None if stream is not None else start, None if stream is not None else end, b_at, e_at, b_at[firsts],
+        span_track, np.arange(len(tracks)) + first_sequence, point, interning.label_iid, point_source,
+        indexed, high >> 8, high & 0xFF, pick(spans.status), stream)
+
+    chunks: list[bytes | np.ndarray] = [_track_descriptor(
+        _uint(1, process_uuid(pid)), _bytes(3, _uint(1, pid + 1) + _string(6, process_name)), _uint(12, pid))]
+    track_slots = np.array(tracks, dtype=np.int64)
+    span_lo = np.searchsorted(slot, track_slots, side="left")
+    span_hi = np.searchsorted(slot, track_slots, side="right")
+    with_spans = span_hi > span_lo
+    # A core's bytes: spans lo..hi-1 are its own, their events are places 2 lo .. 2 hi - 1.
+    ends_with_zero = np.concatenate([[0], ends])
+    byte_lo = ends_with_zero[2 * span_lo].tolist()
+    byte_hi = ends_with_zero[2 * span_hi].tolist()
+    first_tick = [int(start[lo]) if has else 0 for lo, has in zip(span_lo.tolist(), with_spans.tolist(),
+                                                                  strict=True)]
+    boot = [tick * (unit or 1) + offset_ns for tick in first_tick]  # BOOTTIME of each clock's 0
+    used = np.zeros((len(tracks), max(point_map.ids.size, 1)), dtype=bool)
+    used[span_track, point] = True
+    packets = int(ends.size)
+    parent = _uint(5, process_uuid(pid))
+    pid_field = _uint(1, pid + 1)  # pid / tid 0 are the idle process / thread to Perfetto
+    clock = _bytes(1, _uint(1, SEQUENCE_CLOCK) + _uint(2, 0) + _uint(3, 1) + _uint(4, unit or 1))
+    v = varint
+    for k, track_slot in enumerate(tracks):
+        # Written out by hand (this runs once per core): the thread TrackDescriptor; the
+        # sequence's first packet (state cleared, defaults: clock 64 and this track,
+        # interned data); its ClockSnapshot. Field numbers as in root_descriptor & co.
+        sequence = v(first_sequence + k)
+        uuid = v(thread_uuid(pid, track_slot))
+        slot_number = v(track_slot)
+        drop = drops.get(track_slot)
+        name = names.get(track_slot) or (drop.name if drop is not None else str(track_slot))
+        message = _drop_message(drop.dropped, drop.state) if drop is not None else ""
+        thread = pid_field + b"\x10" + v(track_slot + 1) + interning.name_field(name)
+        descriptor = b"\x08" + uuid + parent + b"\x22" + v(len(thread)) + thread + b"\x60" + slot_number
+        if message:
+            descriptor += _string(14, message)
+        td = b"\xe2\x03" + v(len(descriptor)) + descriptor
+        state = (b"\x50" + sequence + b"\x68\x01\xda\x03" + v(len(uuid) + 6) + b"\xd0\x03\x40\x5a"
+                 + v(len(uuid) + 1) + b"\x58" + uuid + interning.data(used[k]))
+        boot_clock = b"\x08\x06\x10" + v(boot[k])
+        snapshot = clock + b"\x0a" + v(len(boot_clock)) + boot_clock
+        clock_packet = b"\x50" + sequence + b"\x32" + v(len(snapshot)) + snapshot
+        chunks.append(b"\x0a" + v(len(td)) + td + b"\x0a" + v(len(state)) + state
+                      + b"\x0a" + v(len(clock_packet)) + clock_packet)
+        if byte_hi[k] > byte_lo[k]:
+            chunks.append(encoded[byte_lo[k] : byte_hi[k]])
+        if drop is not None:
+            lo, hi = int(span_lo[k]), int(span_hi[k])
+            last_tick = int(end[lo:hi].max()) if hi > lo else 0
+            at = _drop_tick(decoded, track_slot, unit)
+            chunks.append(packet(
+                _uint(8, max(at - last_tick, 0)), b"\x50", sequence,
+                _bytes(11, _uint(9, INSTANT) + _string(23, message)
+                       + _bytes(4, _uint(1, ANNOTATIONS["dropped"]) + _uint(4, drop.dropped)))))
+            packets += 1
+    size = sum(len(c) for c in chunks)
+    return RenderedRank(iter(chunks), packets + 3 * len(tracks) + 1, int(slot.size), size, len(chunks))
+
+
+def _in_ns(ticks: np.ndarray, clock_mhz: float) -> np.ndarray:
+    with np.errstate(over="ignore", invalid="ignore"):  # saturated as in the JSON trace
+        return np.clip(np.rint(ticks * (1000.0 / clock_mhz)), -(2.0**62), 2.0**62).astype(np.int64)
+
+
+def _drop_message(dropped: int, state: str) -> str:
+    what = "dropped (slot full)" if state == "overflow" else "overwritten (legacy overflow)"
+    return f"optrace: {dropped} records {what}"
+
+
+def _drop_tick(decoded: RankDecode, slot: int, unit: int | None) -> int:
+    """Where a slot's drop marker goes (the end of its last span, as in JSON)."""
+    core = next((c for c in decoded.cores if c.slot == slot), None)
+    at = int(core.end.max()) if core is not None and core.end.size else 0
+    return at if unit is not None else round(at * 1000.0 / decoded.clock_mhz)
+
+
+# ----------------------------------------------------------------------------- writer
+
+
+class PerfettoTraceWriter:
+    """Same use as :class:`chrome.ChromeTraceWriter`: ``path`` appears when :meth:`close`
+    ran and no exception left the ``with`` block."""
+
+    def __init__(self, path: str | Path, *, compress: bool | None = None) -> None:
+        self.path = Path(path)
+        self.compress = self.path.name.endswith(".gz") if compress is None else compress
+        self.events = 0
+        self._closed = False
+        self._context: AbstractContextManager[IO[bytes]] | None = None
+        self._raw: IO[bytes] | None = None
+        self._out: IO[bytes] | None = None
+
+    def __enter__(self) -> PerfettoTraceWriter:
+        self._context = atomic_output(self.path)
+        self._raw = self._context.__enter__()
+        self._out = self._raw
+        if self.compress:  # the trace processor and UI read gzipped traces
+            import gzip
+
+            self._out = cast(IO[bytes], gzip.GzipFile(fileobj=self._raw, mode="wb", compresslevel=3, mtime=0))
+        self._write(root_descriptor())
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        assert self._context is not None
+        if exc_type is None and not self._closed:
+            exc_type, exc = RuntimeError, RuntimeError("trace writer left without close()")
+        self._context.__exit__(exc_type, exc, tb)
+
+    @property
+    def sink(self) -> PerfettoTraceWriter:
+        return self
+
+    def _write(self, chunk: bytes | memoryview) -> None:
+        assert self._out is not None, "use PerfettoTraceWriter as a context manager"
+        self._out.write(chunk)
+
+    def write_rendered(self, rendered: RenderedRank) -> int:
+        """Append a rank laid out by :func:`render_rank`; returns its span count."""
+        for chunk in rendered.chunks:
+            self._write(chunk if isinstance(chunk, bytes) else chunk.data)
+        self.events += rendered.events
+        return rendered.spans
+
+    @staticmethod
+    def opening_size() -> int:
+        return len(root_descriptor())
+
+    @staticmethod
+    def rank_size(rendered: RenderedRank, first: bool) -> int:
+        return rendered.size
+
+    @staticmethod
+    def closing_size(other_data: dict[str, Any]) -> int:
+        return len(trace_attributes(_metadata(other_data)))
+
+    def close(self, other_data: dict[str, Any]) -> None:
+        """The metadata packet; the file replaces ``path`` when the ``with`` block ends."""
+        self._write(trace_attributes(_metadata(other_data)))
+        if self._out is not self._raw:
+            assert self._out is not None
+            self._out.close()  # the gzip trailer; the file itself closes on exit
+        self._closed = True
+
+
+def _metadata(other_data: dict[str, Any]) -> dict[str, Any]:
+    return {**other_data, "format": PERFETTO_FORMAT, "version": PERFETTO_FORMAT_VERSION}

@@ -1,0 +1,220 @@
+"""Which trace files ``collect`` writes: the format, ``--split``, the JSON size warning.
+
+The Chrome JSON trace is for small runs: chrome://tracing struggles past ~256 MB of it
+(domain.md §9), so collect warns when a JSON file would pass :data:`JSON_WARN_BYTES`,
+before it is written, and says to write ``.pftrace`` or ``--split``. ``--split rank``
+writes one file per rank file; ``--split SIZE`` fills each file with consecutive ranks
+up to SIZE bytes (one rank larger than SIZE gets a file of its own, with a warning).
+Each file is a complete trace of its ranks, with their metadata.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from .chrome import ChromeTraceWriter, RenderedRank, RowScratch
+
+JSON = "json"
+PERFETTO = "perfetto"
+FORMATS = (JSON, PERFETTO)
+
+#: A JSON trace past this many bytes gets a warning (chrome://tracing's practical limit).
+JSON_WARN_BYTES = 256 << 20
+
+_SUFFIXES = (".json.gz", ".json", ".pftrace.gz", ".pftrace", ".perfetto-trace", ".pb")
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def parse_split(text: str) -> str | int:
+    """``rank``, or a size: ``256M``, ``1G``, ``500k``, ``1000000`` (binary units)."""
+    if text.strip().lower() == "rank":
+        return "rank"
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmg]?)(?:i?b)?\s*", text.lower())
+    if match is None:
+        raise ValueError(f"--split: {text!r} is not 'rank' or a size like 256M")
+    size = int(float(match[1]) * _UNITS[match[2]])
+    if size < 1024:
+        raise ValueError(f"--split: {text!r} is too small for a trace file (at least 1k)")
+    return size
+
+
+def split_name(output: Path, part: str) -> Path:
+    """``trace.json`` -> ``trace.<part>.json`` (``.json.gz``, ``.pftrace`` likewise)."""
+    name = output.name
+    suffix = next((s for s in _SUFFIXES if name.endswith(s) and len(name) > len(s)), output.suffix)
+    return output.with_name(f"{name[: len(name) - len(suffix)]}.{part}{suffix}")
+
+
+def warn(message: str) -> None:
+    print(f"optrace: warning: {message}", file=sys.stderr, flush=True)
+
+
+def json_too_big(path: Path, size: int, projected: bool) -> str:
+    about = "would be about" if projected else "is"
+    return (f"{path}: the JSON trace {about} {size / (1 << 20):.0f} MB, past the "
+            f"{JSON_WARN_BYTES >> 20} MB chrome://tracing handles: write a .pftrace "
+            "(-o trace.pftrace, Perfetto's own format, ~5x smaller) or split it (--split rank|SIZE)")
+
+
+class SizeWatch:
+    """Warns once, before the bytes are written, when a JSON trace will pass the limit:
+    from its ranks laid out so far, scaled to all its rank files' bytes. Only the process
+    that made it warns (collect's forked workers run the same code)."""
+
+    def __init__(self, path: Path, file_bytes: int) -> None:
+        self.path = path
+        self.file_bytes = file_bytes
+        self.seen_files = 0
+        self.seen_trace = 0
+        self.warned = False
+        self.pid = os.getpid()
+
+    def add(self, file_bytes: int, trace_bytes: int) -> None:
+        if self.warned or os.getpid() != self.pid:
+            return
+        self.seen_files += file_bytes
+        self.seen_trace += trace_bytes
+        if self.seen_trace > JSON_WARN_BYTES:
+            projected = self.seen_trace
+        elif self.seen_files:
+            projected = self.seen_trace * max(self.file_bytes, self.seen_files) // self.seen_files
+        else:
+            return
+        if projected > JSON_WARN_BYTES:
+            self.warned = True
+            warn(json_too_big(self.path, projected, projected != self.seen_trace))
+
+
+class _Writer(Protocol):
+    events: int
+
+    def __enter__(self) -> Any: ...
+    def __exit__(self, *exc: Any) -> None: ...
+    def write_rendered(self, rendered: RenderedRank) -> int: ...
+    def close(self, other_data: dict[str, Any]) -> None: ...
+    @staticmethod
+    def opening_size() -> int: ...
+    @staticmethod
+    def rank_size(rendered: RenderedRank, first: bool) -> int: ...
+    @staticmethod
+    def closing_size(other_data: dict[str, Any]) -> int: ...
+
+
+PlanFunction = Callable[[int, RowScratch, Any], "RenderedRank | None"]
+
+
+def write_files(
+    output: Path,
+    fmt: str,
+    split: str | int | None,
+    part_names: Sequence[str],
+    plan: PlanFunction,
+    other_data: Callable[[list[int]], dict[str, Any]],
+    advance: Callable[[int], None],
+) -> tuple[list[Path], int]:
+    """Plan each rank (``part_names[i]`` names rank i's file with ``--split rank``) and
+    write it at once into the file it belongs to, one rank in memory; returns the files
+    written and their events. ``.pftrace`` with no split is one file too.
+
+    Every file is written under a temporary name and they all take their names at the
+    end, together: when no rank has a span (``--labels`` / ``--cores`` kept none, or no
+    point was recorded) or something fails, nothing is written and earlier outputs stay
+    as they were; with no span it returns no files."""
+    if fmt == PERFETTO:
+        from .perfetto import PerfettoTraceWriter, Sequences
+
+        writer_class: Any = PerfettoTraceWriter
+        sequences: Any = Sequences()  # unique in every file (ids need only be unique per file)
+    else:
+        writer_class, sequences = ChromeTraceWriter, None
+    scratch = RowScratch()
+    outputs: list[Path] = []
+    pending: list[Path] = []  # outputs[i] as written so far, renamed when all are done
+    events = 0
+    spans = 0
+    current: _Writer | None = None
+    positions: list[int] = []
+    size = 0
+    warned = False
+
+    def open_file(path: Path) -> None:
+        nonlocal current, size
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.part.tmp")
+        pending.append(temporary)
+        outputs.append(path)
+        current = writer_class(temporary, compress=path.name.endswith(".gz"))
+        current.__enter__()
+        positions.clear()
+        size = writer_class.opening_size()
+
+    def close_file() -> None:
+        nonlocal current, events
+        if current is not None:
+            try:
+                current.close(other_data(positions))
+            except BaseException as exc:
+                current.__exit__(type(exc), exc, exc.__traceback__)
+                current = None
+                raise
+            current.__exit__(None, None, None)
+            events += current.events
+            current = None
+
+    try:
+        if split is None:
+            open_file(output)
+        for position, part in enumerate(part_names):
+            rendered = plan(position, scratch, sequences)
+            if rendered is None:
+                advance(1)
+                continue
+            if split == "rank":
+                close_file()
+                open_file(split_name(output, part))
+            elif isinstance(split, int):
+                first = current is None or not positions
+                grown = size + writer_class.rank_size(rendered, first) \
+                    + writer_class.closing_size(other_data([*positions, position]))
+                if current is None or (positions and grown > split):
+                    close_file()
+                    open_file(split_name(output, f"part{len(outputs):03d}"))
+                    first = True
+                alone = writer_class.opening_size() + writer_class.rank_size(rendered, True) \
+                    + writer_class.closing_size(other_data([position]))
+                if first and alone > split:
+                    warn(f"{outputs[-1]}: rank file {part} alone needs {alone} bytes, more than "
+                         f"--split {split}: it gets a file of its own")
+            assert current is not None
+            first = not positions
+            if fmt != PERFETTO and not warned:  # once a run, before the bytes are written
+                grown = size + writer_class.rank_size(rendered, first)
+                if grown > JSON_WARN_BYTES >= size:
+                    warned = True
+                    warn(json_too_big(outputs[-1], grown, False))
+            size += writer_class.rank_size(rendered, first)
+            spans += current.write_rendered(rendered)
+            positions.append(position)
+            advance(1)
+        close_file()
+        if spans:
+            for temporary, path in zip(pending, outputs, strict=True):
+                os.replace(temporary, path)
+            pending.clear()
+        else:
+            outputs.clear()
+            events = 0
+    finally:
+        if current is not None:  # an exception: the file being written is not left behind
+            error = sys.exc_info()[1] or RuntimeError("trace not finished")
+            current.__exit__(type(error), error, error.__traceback__)
+        for temporary in pending:  # nothing to show, or an exception: no part is left behind
+            try:
+                os.unlink(temporary)
+            except FileNotFoundError:
+                pass
+    return outputs, events

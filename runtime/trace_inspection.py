@@ -1,0 +1,115 @@
+"""``optrace inspect TRACE``: what a trace written by ``collect`` holds, track by track.
+
+For a ``.json`` / ``.json.gz`` or ``.pftrace`` trace (rank files have their own view in
+:mod:`inspection`): per track its spans, first start and last end, busy time (its
+top-level spans) and the records its core dropped (the trace's drop markers), and the
+run's settings from the trace's metadata.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from .errors import ProfilingInputError
+from .spans import is_protobuf, load_spans
+
+TRACE_SUFFIXES = (".json", ".json.gz", ".pftrace", ".pftrace.gz", ".perfetto-trace", ".pb")
+_DROPPED = re.compile(r"^optrace: (\d+) records")
+
+
+def is_trace(path: Path) -> bool:
+    return path.is_file() and (path.name.endswith(TRACE_SUFFIXES) or is_protobuf(path))
+
+
+def _drops_and_metadata(path: Path) -> tuple[dict[str, int], dict[str, Any]]:
+    """Dropped records per track name ("Rank 0 / AIC 3"), and the trace's metadata."""
+    drops: dict[str, int] = {}
+    if is_protobuf(path):
+        from .perfetto_read import read_spans
+
+        found = read_spans(path)
+        for track, name, _ in found.instants:
+            match = _DROPPED.match(name)
+            if match:
+                key = found.track_name(track)
+                drops[key] = drops.get(key, 0) + int(match[1])
+        return drops, found.metadata
+    opener: Any = gzip.open if path.name.endswith(".gz") else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as handle:
+            document = json.load(handle)
+    except (OSError, EOFError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ProfilingInputError(path, f"not a readable JSON trace: {exc}") from None
+    events = document.get("traceEvents") if isinstance(document, dict) else None
+    processes: dict[Any, str] = {}
+    threads: dict[tuple[Any, Any], str] = {}
+    for event in events or []:
+        if isinstance(event, dict) and event.get("ph") == "M":
+            title = str((event.get("args") or {}).get("name"))
+            if event.get("name") == "process_name":
+                processes[event.get("pid")] = title
+            elif event.get("name") == "thread_name":
+                threads[(event.get("pid"), event.get("tid"))] = title
+    for event in events or []:
+        if isinstance(event, dict) and event.get("ph") == "i":
+            match = _DROPPED.match(str(event.get("name", "")))
+            if match:
+                pid, tid = event.get("pid"), event.get("tid")
+                key = f"{processes.get(pid, f'pid {pid}')} / {threads.get((pid, tid), f'tid {tid}')}"
+                drops[key] = drops.get(key, 0) + int(match[1])
+    other = document.get("otherData") if isinstance(document, dict) else None
+    return drops, other if isinstance(other, dict) else {}
+
+
+def inspect_trace(path: Path) -> dict[str, Any]:
+    table = load_spans(path)
+    drops, meta = _drops_and_metadata(path)
+    tracks = []
+    for index, name in enumerate(table.tracks):
+        mine = table.track == index
+        ts, dur, depth = table.ts[mine], table.dur[mine], table.depth[mine]
+        tracks.append({
+            "track": name, "spans": int(ts.size),
+            "first_us": float(ts.min()) if ts.size else None,
+            "last_us": float((ts + dur).max()) if ts.size else None,
+            "busy_us": float(dur[depth == 0].sum()) if ts.size else 0.0,
+            "dropped": drops.get(name, 0),
+        })
+    ranks = [r for r in meta.get("ranks") or [] if isinstance(r, dict)]
+    return {
+        "path": str(path),
+        "format": meta.get("format", "unknown"),
+        "point_map": meta.get("point_map"),
+        "ranks": len(ranks),
+        "clock_mhz": sorted({r["clock_mhz"] for r in ranks if isinstance(r.get("clock_mhz"), int | float)}),
+        "tracks": tracks,
+        "spans": int(table.ts.size),
+        "dropped": sum(drops.values()),
+        "warnings": table.warnings,
+    }
+
+
+def format_trace_text(found: dict[str, Any]) -> str:
+    clocks = ", ".join(f"{c:g} MHz" for c in found["clock_mhz"]) or "unknown"
+    lines = [f"{found['path']}: {found['format']} trace · {found['ranks']} ranks · clock {clocks}"]
+    width = max([len(t["track"]) for t in found["tracks"]] + [5])
+    lines.append(f"  {'track':<{width}} {'spans':>7} {'first µs':>12} {'last µs':>12} {'busy µs':>12} "
+                 f"{'dropped':>7}")
+
+    def number(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
+    for t in found["tracks"]:
+        lines.append(f"  {t['track']:<{width}} {t['spans']:>7} {number(t['first_us']):>12} "
+                     f"{number(t['last_us']):>12} {number(t['busy_us']):>12} {t['dropped']:>7}")
+    lines.append(f"  {len(found['tracks'])} tracks, {found['spans']} spans, "
+                 f"{found['dropped']} records dropped")
+    lines += [f"  warning: {w}" for w in found["warnings"]]
+    return "\n".join(lines) + "\n"
+
+
+
