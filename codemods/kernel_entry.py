@@ -23,9 +23,10 @@ from tree_sitter import Node
 
 from optrace.codemods.kernel_points import FRAG_CLOSE, FRAG_OPEN
 from optrace.engine.cpp import FunctionDef, text_of
+from optrace.engine.discovery import CPP_EXTS, walk_files
 from optrace.engine.edits import Edit, indent_at, line_end, newline_of
 from optrace.engine.plan import Plan
-from optrace.engine.source import SourceFile
+from optrace.engine.source import SourceFile, blank_comments
 
 CODEMOD = "kernel-entry"
 PROFILING_ARG = "profiling_data"
@@ -151,8 +152,7 @@ def entry_edits(plan: Plan, mode: str | None = None) -> list[Edit]:
 def _forwarding_edits(plan: Plan, entry: FunctionDef, workspace: str) -> list[Edit]:
     """`op.Init(..., profiling_data, workspace, ...)` and Init's own parameter lists."""
     an = plan.analysis
-    edits: list[Edit] = []
-    done: set[str] = set()
+    forwarded: list[tuple[Node, int, list[FunctionDef]]] = []
     for call in entry.nodes_in(entry.body, ("call_expression",)):
         args = call.child_by_field_name("arguments")
         if args is None:
@@ -168,8 +168,19 @@ def _forwarding_edits(plan: Plan, entry: FunctionDef, workspace: str) -> list[Ed
         # point does, through the per-launch pointer the scaffold sets (docs/layers.md).
         if not callees or not all(c.src.path.resolve().is_relative_to(an.layers.op_dir) for c in callees):
             continue
-        at = items[pos].start_byte
-        edits.append(Edit(entry.src.path, at, at,
+        forwarded.append((items[pos], pos, callees))
+    # A callee called from anywhere but these calls (another entry variant, another
+    # function) keeps its signature: those calls would not pass the new argument.
+    ours: dict[str, int] = {}
+    for _, _, callees in forwarded:
+        for name in {c.name for c in callees}:
+            ours[name] = ours.get(name, 0) + 1
+    edits: list[Edit] = []
+    done: set[str] = set()
+    for arg, pos, callees in forwarded:
+        if any(_call_sites(plan, c.name) > ours[c.name] for c in callees):
+            continue
+        edits.append(Edit(entry.src.path, arg.start_byte, arg.start_byte,
                           FRAG_OPEN + f"{PROFILING_ARG}, ".encode() + FRAG_CLOSE, CODEMOD))
         for callee in callees:
             if callee.id in done:
@@ -177,6 +188,26 @@ def _forwarding_edits(plan: Plan, entry: FunctionDef, workspace: str) -> list[Ed
             done.add(callee.id)
             edits.extend(_callee_param_edits(plan, callee, pos))
     return edits
+
+
+def _call_sites(plan: Plan, name: str) -> int:
+    """Calls of `name` (not its definition or declarations) in the operator's C++ files
+    and every file the plan read: a call follows `.`, `->`, `=`, `(`, `,`, `return` or
+    starts a statement; a definition follows its return type."""
+    an = plan.analysis
+    files = {*an.parsed, *walk_files(an.layers.op_dir, CPP_EXTS)}
+    call_re = re.compile(rb"(?:[.>=(,;{}]|\breturn)\s*" + re.escape(name.encode())
+                         + rb"\s*(?:<[^;{}()]*>)?\s*\(")
+    count = 0
+    for path in files:
+        parsed = an.parsed.get(path)
+        try:
+            data = parsed.src.raw if parsed is not None else path.read_bytes()
+        except OSError:
+            continue
+        if name.encode() in data:
+            count += len(call_re.findall(blank_comments(data)))
+    return count
 
 
 def _callee_param_edits(plan: Plan, callee: FunctionDef, pos: int) -> list[Edit]:

@@ -296,3 +296,25 @@ def test_the_compile_check_sees_a_pointer_that_lost_its_address_space(tmp_path: 
     errors = host_compile([kernel], tmp_path / "gm").errors[kernel]
     assert [e.line for e in errors] == [6]
     assert errors[0].message == "no matching function for call to 'Use'"
+
+
+def test_a_function_two_entries_call_keeps_its_signature(tmp_path: Path) -> None:
+    """Two entry variants in one file call one helper with the workspace: growing the
+    helper's parameters for the entry optrace instruments would break the other's call."""
+    helper = ("static __aicore__ inline void RunIdx(GM_ADDR x, GM_ADDR y, GM_ADDR workspace, "
+              "GM_ADDR tiling)\n{\n" + "    AscendC::SyncAll();\n" * 3 + "}\n")
+    second = ('extern "C" __global__ __aicore__ void idx_ai_core(GM_ADDR x, GM_ADDR y, GM_ADDR workspace,\n'
+              "                                                GM_ADDR tiling)\n{\n"
+              "    RunIdx(x, y, workspace, tiling);\n}\n")
+    files = {"ops/idx/op_kernel/idx.cpp": '#include "kernel_operator.h"\n' + helper
+             + ENTRY_HEAD.format(op="idx") + "    RunIdx(x, y, workspace, tiling);\n}\n" + second}
+    root = write_tree(tmp_path, files)
+    before = (root / "ops/idx/op_kernel/idx.cpp").read_text()
+    assert runner.invoke(app, ["apply", str(root / "ops/idx"), "--write"]).exit_code == 0
+    text = (root / "ops/idx/op_kernel/idx.cpp").read_text()
+    assert text.count("RunIdx(x, y, workspace, tiling);") == 2
+    assert helper.splitlines()[0] in text
+    errors = host_compile([root / "ops/idx/op_kernel/idx.cpp"], root / "ops/idx").errors
+    assert not [e for e in errors[root / "ops/idx/op_kernel/idx.cpp"] if "RunIdx" in e.message]
+    assert runner.invoke(app, ["strip", str(root / "ops/idx"), "--write"]).exit_code == 0
+    assert (root / "ops/idx/op_kernel/idx.cpp").read_text() == before

@@ -58,3 +58,12 @@ def test_kernel_files_get_the_ascendc_stub_not_the_host_one(tmp_path: Path) -> N
                       "{\n    AscendC::SyncAll();\n    gert::Shape *s = nullptr;\n}\n")
     errors = host_compile([kernel], tmp_path / "demo").errors[kernel]
     assert [e.line for e in errors] == [5]  # gert is host API: unknown in a kernel
+
+
+def test_fixed_width_types_come_with_the_host_stub(tmp_path: Path) -> None:
+    host = tmp_path / "demo" / "op_host" / "demo_infershape.cpp"
+    host.parent.mkdir(parents=True)
+    host.write_text("static ge::graphStatus InferDemo(gert::InferShapeContext *context)\n{\n"
+                    "    constexpr uint32_t index = 1;\n    context->GetOutputShape(index);\n"
+                    "    return ge::GRAPH_SUCCESS;\n}\n")
+    assert host_compile([host], tmp_path / "demo").errors == {host: []}

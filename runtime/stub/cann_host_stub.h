@@ -7,6 +7,8 @@
 #ifndef OPTRACE_CANN_HOST_STUB_H
 #define OPTRACE_CANN_HOST_STUB_H
 
+#include <cstdint>  // CANN's headers bring the fixed-width types every op_host file uses
+
 namespace ge {
 using graphStatus = unsigned int;
 constexpr graphStatus GRAPH_SUCCESS = 0;
