@@ -72,7 +72,7 @@ def _plan_one(op_dir: Path, repo_root: Path | None, as_json: bool, graph: Path |
     from optrace.engine.diagnostics import InputError, Severity
     from optrace.engine.plan import plan_operator
     from optrace.engine.plan_output import plan_json, render_text, write_graph
-    from optrace.engine.transaction import pending_journal
+    from optrace.engine.transaction import foreign_journal, pending_journal
 
     out = _PlanOutcome()
     try:
@@ -91,7 +91,10 @@ def _plan_one(op_dir: Path, repo_root: Path | None, as_json: bool, graph: Path |
     if pending is not None:
         out.messages.append(f"{pending}: OT044 warning: an apply / strip of this operator did not "
                             "finish; the plan may show half-written code (the next apply / strip "
-                            "rolls it back first)")
+                            "--write rolls it back first)")
+    foreign = foreign_journal(root, result.analysis.layers.op_dir)
+    if foreign is not None:
+        out.messages.append(f"{foreign.path}: {foreign.code} warning: {foreign.message}")
     out.messages.extend(d.format(root) for d in result.diagnostics if d.severity != Severity.INFO)
     if as_json:
         out.doc = plan_json(result)
@@ -253,9 +256,15 @@ def _edit_command(
     as with one operator at a time."""
     from optrace.engine.apply import RunCommits
     from optrace.engine.diagnostics import InputError, Severity
-    from optrace.engine.discovery import default_repo_root, resolve_operator_dir
+    from optrace.engine.discovery import marked_repo_root, resolve_operator_dir, write_root
     from optrace.engine.edits import encode_patch, unified_diff
-    from optrace.engine.transaction import Transaction, TransactionError, operator_journal_name
+    from optrace.engine.transaction import (
+        OutsideRoot,
+        Transaction,
+        TransactionError,
+        foreign_journal,
+        operator_journal_name,
+    )
 
     if sum((write, check, patch is not None)) > 1:
         _err("optrace: --write, --check and --patch are mutually exclusive")
@@ -264,8 +273,10 @@ def _edit_command(
     patches: list[str] = []
     mode_ = mode.value if mode else None
     # Per operator, in order: where it is and its journal. A run that died between files
-    # left a journal: it is finished (rolled back) before anything is computed; its
-    # messages are shown when the operator's turn comes.
+    # left a journal: with --write it is finished (rolled back) before anything is
+    # computed; its messages are shown when the operator's turn comes. A run that writes
+    # nothing recovers nothing: it refuses an operator optrace left half-written. A
+    # journal optrace did not record (a clone's) is never acted on.
     prepared: list[tuple[list[str], int, Path | None, Transaction | None]] = []
     for op_dir in op_dirs:
         try:
@@ -273,12 +284,28 @@ def _edit_command(
         except InputError as exc:
             prepared.append(([exc.diagnostic.format()], EXIT_INPUT, None, None))
             continue
-        root = (repo_root or default_repo_root(op_dir)).resolve()
+        root = write_root(op_dir, repo_root).resolve()
         txn = Transaction(root / ".optrace", operator_journal_name(op_dir))
+        if not write:
+            state, path = txn.status()
+            if state == "pending":
+                prepared.append(([f"{path}: OT044 an apply / strip of this operator did not finish; "
+                                  "its files may be half-written. This command writes nothing: run "
+                                  "`optrace apply --write` or `optrace strip --write` on it (each rolls "
+                                  "the unfinished one back first), then run this again"],
+                                 EXIT_INPUT, None, None))
+                continue
+            foreign = foreign_journal(root, op_dir) if state == "foreign" else None
+            notes = [] if foreign is None else [f"{foreign.path}: {foreign.code} warning: {foreign.message}"]
+            prepared.append((notes, EXIT_OK, op_dir, txn))
+            continue
         try:
             report = txn.recover()
         except TransactionError as exc:
             prepared.append(([str(exc)], EXIT_INPUT, None, None))
+            continue
+        if report.foreign:
+            prepared.append(([*report.messages(), *map(str, report.foreign)], EXIT_INPUT, None, None))
             continue
         prepared.append((report.messages(), EXIT_OK, op_dir, txn))
     render = not write and not check  # the diff (stdout or --patch): rendered by the workers
@@ -322,6 +349,10 @@ def _edit_command(
                 written = journal.commit(result.changes)
             except TransactionError as exc:
                 _err(str(exc))
+                if isinstance(exc, OutsideRoot) and repo_root is None and marked_repo_root(resolved) is None:
+                    _err(f"{resolved}: note: no .git or optrace.toml marks a repository above this operator, "
+                         "so --write edits files inside its directory only; pass --repo-root DIR to let "
+                         "it edit the files it found in DIR")
                 code = max(code, EXIT_INPUT)
                 continue
             run.committed(result, written)
