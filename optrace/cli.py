@@ -358,6 +358,17 @@ def _edit_command(
             run.committed(result, written)
             typer.echo(f"{result.name}: {len(written)} file(s) written")
             continue
+        if outcome.diff is None:
+            # One behaviour for diff, --patch and --write: a file outside the root (a
+            # source linked out of it, a layer file the config names) is refused, by name.
+            real_root = os.path.realpath(result.repo_root)
+            outside = sorted(p for p in result.changes
+                             if not Path(os.path.realpath(p)).is_relative_to(real_root))
+            if outside:
+                _err(f"{outside[0]}: OT047 outside the repository root {result.repo_root}; not shown, "
+                     "nothing written (--repo-root DIR to widen the root)")
+                code = max(code, EXIT_INPUT)
+                continue
         diff = outcome.diff if outcome.diff is not None else unified_diff(result.changes, result.repo_root)
         if patch is not None:
             patches.append(diff)
