@@ -32,8 +32,24 @@ app = typer.Typer(
 
 
 @app.callback()
-def _root() -> None:
+def _root(ctx: typer.Context) -> None:
     """optrace: instrument Ascend operators with trace points."""
+    # --trust-config holds for one command: off before it, and off again once it ended
+    # (several commands may run in one process: tests, library callers).
+    _trust(False)
+    ctx.call_on_close(lambda: _trust(False))
+
+
+def _trust(trusted: bool) -> None:
+    """`--trust-config` for this process (and, through `_run_parallel`, its workers)."""
+    if trusted or "optrace.engine.config" in sys.modules:
+        from optrace.engine.config import set_config_trust
+
+        set_config_trust(trusted)
+
+
+_TRUST_HELP = ("Let the repository's config import the rule modules it names ([rules] modules): "
+               "running code a clone brings. Without it they are skipped, and the plan says so.")
 
 
 class PlanFormat(StrEnum):
@@ -122,7 +138,12 @@ def _run_parallel(work: Callable[..., _T], jobs: list[tuple[Any, ...]], workers:
 
     show = sys.stderr.isatty() and len(jobs) > 3
     results: list[_T | None] = [None] * len(jobs)
-    pool = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None
+    pool = None
+    if workers > 1:
+        from optrace.engine.config import config_trust_flag
+
+        # Workers started another way than fork still get this command's --trust-config.
+        pool = ProcessPoolExecutor(max_workers=workers, initializer=_trust, initargs=(config_trust_flag(),))
     if pool is None:
         iterator: Iterator[tuple[int, _T]] = ((i, work(*job)) for i, job in enumerate(jobs))
     else:
@@ -166,11 +187,14 @@ def plan(
         typer.Option("--jobs", "-j", min=1,
                      help="Worker processes for several operators (default: all cores)."),
     ] = None,
+    trust_config: Annotated[bool, typer.Option("--trust-config", help=_TRUST_HELP)] = False,
 ) -> None:
     """Show the trace tree optrace would instrument: layers found and missing, the
     include tree, per-core-type labels with each point's file:line, and warnings.
     Reads only; writes nothing unless -o / --graph are given."""
     from optrace.engine.plan_output import plans_json
+
+    _trust(trust_config)
 
     as_json = fmt == PlanFormat.json
     work: list[_PlanJob] = []
@@ -424,10 +448,12 @@ def apply(
     check: Annotated[bool, typer.Option("--check", help=_CHECK_HELP)] = False,
     patch: Annotated[Path | None, typer.Option("--patch", help=_PATCH_HELP)] = None,
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help=_JOBS_HELP)] = None,
+    trust_config: Annotated[bool, typer.Option("--trust-config", help=_TRUST_HELP)] = False,
 ) -> None:
     """Instrument operators as planned, as a minimal diff: trace points (B + a scope guard
     that records the E on every exit), the runtime block in *_base.h, and the kernel
     entry scaffold with its profiling_data output. Default: print the diff, write nothing."""
+    _trust(trust_config)
     raise typer.Exit(_edit_command(op_dirs, repo_root, write, check, patch, "apply", mode, jobs))
 
 
@@ -439,9 +465,11 @@ def strip(
     check: Annotated[bool, typer.Option("--check", help=_CHECK_HELP)] = False,
     patch: Annotated[Path | None, typer.Option("--patch", help=_PATCH_HELP)] = None,
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help=_JOBS_HELP)] = None,
+    trust_config: Annotated[bool, typer.Option("--trust-config", help=_TRUST_HELP)] = False,
 ) -> None:
     """Remove exactly what `apply` added (found by its markers), leaving the tree byte for
     byte as before; trace points written by hand stay. Default: print the diff."""
+    _trust(trust_config)
     raise typer.Exit(_edit_command(op_dirs, repo_root, write, check, patch, "strip", None, jobs))
 
 
@@ -479,6 +507,7 @@ def check(
         int | None,
         typer.Option("--jobs", "-j", min=1, help=_JOBS_HELP),
     ] = None,
+    trust_config: Annotated[bool, typer.Option("--trust-config", help=_TRUST_HELP)] = False,
 ) -> None:
     """Check trace points and the kernel side of gate G2: label syntax and depth, the root
     `processing`, B/E pairing and nesting (every exit path), the profiling_data parameter,
@@ -487,6 +516,7 @@ def check(
     from optrace.engine.check_output import render_check_text, sarif_document
     from optrace.engine.diagnostics import Severity
 
+    _trust(trust_config)
     code = EXIT_OK
     reports = []
     jobs_ = [(op_dir, repo_root, compile_safety) for op_dir in op_dirs]
