@@ -29,8 +29,10 @@ import secrets
 import shlex
 import shutil
 import stat
+import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -428,8 +430,73 @@ def foreign_journal(repo_root: Path, op_dir: Path) -> ForeignJournal | None:
         if state == "foreign" and path is not None:
             if path == journal_dir:
                 return _foreign_dir(journal_dir)
-            return _foreign(_Journal.at(journal_dir, _stem(name)), "no record of it", path)
+            journal = _Journal.at(journal_dir, _stem(name))
+            recorded = _read_record(_real_root(journal_dir), journal.stem) is not None
+            why = "not the journal optrace recorded" if recorded else "no record of it"
+            return _foreign(journal, why, path)
     return None
+
+
+def _holder(fd: int) -> str:
+    """Who holds a lock, as its holder wrote it into the lock file ("" if unknown)."""
+    try:
+        data = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        return f"pid {int(data['pid'])} (`{data['command']}`, since {data['since']})"
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+
+
+def _announce(fd: int) -> None:
+    """Write who holds the lock into the lock file, for the process it turns away."""
+    holder = {"pid": os.getpid(), "command": " ".join(["optrace", *sys.argv[1:]]),
+              "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    try:
+        st = os.fstat(fd)
+        # Only a plain lock file of one name: a hard link a copied tree carries (to some
+        # file of the user's) is never truncated.
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_size > 4096:
+            return
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(holder).encode("utf-8", "surrogateescape"), 0)
+    except OSError:
+        pass  # the lock holds without it; the refusal just names no holder
+
+
+@contextmanager
+def repository_lock(root: Path, *, wait: bool = False) -> Iterator[None]:
+    """The write lock of repository `root`, held by a `--write` run from before it recovers
+    and computes until its last commit: files several operators share (`pybind.cpp`, a
+    sample, the build script) are never written by two processes at once, and nothing is
+    computed on bytes another run is about to change. A second run is turned away at once
+    with TransactionBusy (OT045) naming the holder, or (`wait`) waits for it.
+
+    `flock` on a file in the user's state directory (nothing is written in the
+    repository): the kernel releases it when its process dies. Runs of other users on
+    the same checkout are not excluded by it; each commit still takes the operator's
+    lock in `.optrace/`."""
+    real = Path(os.path.realpath(root))
+    path = state_dir() / "locks" / f"{hashlib.sha256(os.fsencode(real)).hexdigest()[:32]}.lock"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        raise WriteFailed(f"cannot take the repository's write lock ({exc.strerror or exc}); nothing written",
+                          path, restored_all=True) from exc
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            holder = _holder(fd)
+            raise TransactionBusy(
+                CODE_BUSY,
+                f"another optrace process is writing this repository{': ' + holder if holder else ''}; "
+                "nothing done (pass --wait to wait for it)",
+                real,
+            ) from None
+        _announce(fd)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _lock(journal: _Journal) -> int:
@@ -447,10 +514,13 @@ def _lock(journal: _Journal) -> int:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
+        holder = _holder(fd)
         os.close(fd)
         raise TransactionBusy(
-            CODE_BUSY, "another optrace process is writing this operator", journal.lock_path
+            CODE_BUSY, "another optrace process is writing this operator" + (f": {holder}" if holder else ""),
+            journal.lock_path,
         ) from None
+    _announce(fd)
     return fd
 
 

@@ -430,6 +430,37 @@ def _rel(path: Path, root: Path) -> str:
 
 
 _WRITE_HELP = "Apply the changes (atomically per operator)."
+_WAIT_HELP = ("With --write: wait for another optrace process writing the same repository, "
+              "instead of stopping at once (OT045).")
+
+
+def _with_write_locks(op_dirs: list[Path], repo_root: Path | None, write: bool, wait: bool,
+                      run: Callable[[], int]) -> int:
+    """`run()` holding the write lock of every repository a --write run writes (taken in
+    sorted order, before anything is recovered or computed, released after the last
+    commit); another process holding one: OT045 naming it, nothing done — or --wait."""
+    if not write:
+        return run()
+    from contextlib import ExitStack
+
+    from optrace.engine.diagnostics import InputError
+    from optrace.engine.discovery import resolve_operator_dir, write_root
+    from optrace.engine.transaction import TransactionError, repository_lock
+
+    roots: set[Path] = set()
+    for op_dir in op_dirs:
+        try:
+            roots.add(write_root(resolve_operator_dir(op_dir), repo_root).resolve())
+        except InputError:
+            continue  # reported by the run itself
+    with ExitStack() as locks:
+        try:
+            for root in sorted(roots):
+                locks.enter_context(repository_lock(root, wait=wait))
+        except TransactionError as exc:
+            _err(str(exc))
+            return EXIT_INPUT
+        return run()
 _CHECK_HELP = "Write nothing; exit 1 when the tree differs from what this command would leave."
 _PATCH_HELP = "Write the changes as a patch `git apply` accepts, and nothing else."
 
@@ -449,12 +480,14 @@ def apply(
     patch: Annotated[Path | None, typer.Option("--patch", help=_PATCH_HELP)] = None,
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help=_JOBS_HELP)] = None,
     trust_config: Annotated[bool, typer.Option("--trust-config", help=_TRUST_HELP)] = False,
+    wait: Annotated[bool, typer.Option("--wait", help=_WAIT_HELP)] = False,
 ) -> None:
     """Instrument operators as planned, as a minimal diff: trace points (B + a scope guard
     that records the E on every exit), the runtime block in *_base.h, and the kernel
     entry scaffold with its profiling_data output. Default: print the diff, write nothing."""
     _trust(trust_config)
-    raise typer.Exit(_edit_command(op_dirs, repo_root, write, check, patch, "apply", mode, jobs))
+    raise typer.Exit(_with_write_locks(op_dirs, repo_root, write, wait, lambda: _edit_command(
+        op_dirs, repo_root, write, check, patch, "apply", mode, jobs)))
 
 
 @app.command()
@@ -466,11 +499,13 @@ def strip(
     patch: Annotated[Path | None, typer.Option("--patch", help=_PATCH_HELP)] = None,
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help=_JOBS_HELP)] = None,
     trust_config: Annotated[bool, typer.Option("--trust-config", help=_TRUST_HELP)] = False,
+    wait: Annotated[bool, typer.Option("--wait", help=_WAIT_HELP)] = False,
 ) -> None:
     """Remove exactly what `apply` added (found by its markers), leaving the tree byte for
     byte as before; trace points written by hand stay. Default: print the diff."""
     _trust(trust_config)
-    raise typer.Exit(_edit_command(op_dirs, repo_root, write, check, patch, "strip", None, jobs))
+    raise typer.Exit(_with_write_locks(op_dirs, repo_root, write, wait, lambda: _edit_command(
+        op_dirs, repo_root, write, check, patch, "strip", None, jobs)))
 
 
 def _check_one(op_dir: Path, repo_root: Path | None, compile_safety: bool) -> tuple[Any, str, int]:
