@@ -30,6 +30,7 @@ import shlex
 import shutil
 import stat
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -473,8 +474,13 @@ def repository_lock(root: Path, *, wait: bool = False) -> Iterator[None]:
     `flock` on a file in the user's state directory (nothing is written in the
     repository): the kernel releases it when its process dies. Runs of other users on
     the same checkout are not excluded by it; each commit still takes the operator's
-    lock in `.optrace/`."""
+    lock in `.optrace/`. Reentrant within a thread (`commit` takes it too); another
+    thread of the same process is another writer."""
     real = Path(os.path.realpath(root))
+    me = (os.getpid(), threading.get_ident())
+    if _held.get(real) == me:
+        yield
+        return
     path = state_dir() / "locks" / f"{hashlib.sha256(os.fsencode(real)).hexdigest()[:32]}.lock"
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -494,9 +500,16 @@ def repository_lock(root: Path, *, wait: bool = False) -> Iterator[None]:
                 real,
             ) from None
         _announce(fd)
-        yield
+        _held[real] = me
+        try:
+            yield
+        finally:
+            del _held[real]
     finally:
         os.close(fd)
+
+
+_held: dict[Path, tuple[int, int]] = {}  # repository -> (pid, thread) holding its write lock
 
 
 def _lock(journal: _Journal) -> int:
@@ -514,13 +527,10 @@ def _lock(journal: _Journal) -> int:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = _holder(fd)
         os.close(fd)
         raise TransactionBusy(
-            CODE_BUSY, "another optrace process is writing this operator" + (f": {holder}" if holder else ""),
-            journal.lock_path,
+            CODE_BUSY, "another optrace process is writing this operator", journal.lock_path
         ) from None
-    _announce(fd)
     return fd
 
 
@@ -934,25 +944,29 @@ def commit(
         if why:
             raise OutsideRoot(CODE_OUTSIDE, f"{why}; nothing written", path)
     journal = _Journal.at(journal_dir, _stem(name), secrets.token_hex(16))
-    try:
-        if os.path.islink(journal_dir):
-            raise _foreign_dir(journal_dir)
-        journal_dir.mkdir(parents=True, exist_ok=True)
-        _ignore_in_git(journal_dir)
-        lock = _lock(journal)
-    except OSError as exc:
-        raise WriteFailed(
-            f"cannot use the journal directory ({exc.strerror or exc}); nothing written",
-            journal_dir,
-            restored_all=True,
-        ) from exc
-    try:
-        _check_leftovers(journal, root)
-        # Checked under the lock: no other optrace process can write between check and write.
-        _verify(planned)
-        _write_all(journal, name, planned, _before_write, root)
-    finally:
-        os.close(lock)
+    # The repository's write lock first (the CLI holds it already for its whole run):
+    # files several operators share are never written by two processes at once, and a
+    # second process is turned away naming the holder. Then the operator's lock.
+    with repository_lock(root):
+        try:
+            if os.path.islink(journal_dir):
+                raise _foreign_dir(journal_dir)
+            journal_dir.mkdir(parents=True, exist_ok=True)
+            _ignore_in_git(journal_dir)
+            lock = _lock(journal)
+        except OSError as exc:
+            raise WriteFailed(
+                f"cannot use the journal directory ({exc.strerror or exc}); nothing written",
+                journal_dir,
+                restored_all=True,
+            ) from exc
+        try:
+            _check_leftovers(journal, root)
+            # Checked under the locks: no other optrace process can write between check and write.
+            _verify(planned)
+            _write_all(journal, name, planned, _before_write, root)
+        finally:
+            os.close(lock)
     return [path for path, _old, _new in planned]
 
 

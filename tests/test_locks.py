@@ -72,10 +72,32 @@ def repo(tmp_path: Path, state_home: Path) -> tuple[Path, Path]:
     return make_repo(tmp_path)
 
 
+class Holder:
+    """Another writer holding the repository's write lock (a thread: another writer too)."""
+
+    def __init__(self, root: Path) -> None:
+        self.held, self.release = threading.Event(), threading.Event()
+        self.thread = threading.Thread(target=self._hold, args=(root,))
+
+    def _hold(self, root: Path) -> None:
+        with repository_lock(root):
+            self.held.set()
+            self.release.wait(60)
+
+    def __enter__(self) -> Holder:
+        self.thread.start()
+        assert self.held.wait(30)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release.set()
+        self.thread.join()
+
+
 def test_a_second_writer_stops_at_once_naming_the_holder(repo: tuple[Path, Path]) -> None:
     root, op = repo
     before = tree(root)
-    with repository_lock(root):
+    with Holder(root):
         for verb in ("apply", "strip"):
             started = time.monotonic()
             code, _, err = cli(verb, str(op), "--write")
@@ -83,27 +105,20 @@ def test_a_second_writer_stops_at_once_naming_the_holder(repo: tuple[Path, Path]
             assert f"pid {os.getpid()}" in err and "--wait" in err and time.monotonic() - started < 30
         assert tree(root) == before and not (root / ".optrace").exists()  # nothing done
         assert cli("apply", str(op))[0] == 0  # reading needs no lock
+        # A library caller's commit is turned away too (files are shared, not only operators).
+        kernel = op / "op_kernel" / "demo_op.cpp"
+        with pytest.raises(TransactionBusy, match="OT045 another optrace process is writing this repository"):
+            commit({kernel: (KERNEL, KERNEL + b"// x\n")}, root / ".optrace", name="lib")
     assert cli("apply", str(op), "--write")[0] == 0
 
 
 def test_wait_waits_for_the_holder(repo: tuple[Path, Path]) -> None:
     root, op = repo
-    held = threading.Event()
-    release = threading.Event()
-
-    def holder() -> None:
-        with repository_lock(root):
-            held.set()
-            release.wait(30)
-
-    thread = threading.Thread(target=holder)
-    thread.start()
-    held.wait(30)
-    timer = threading.Timer(1.0, release.set)
-    timer.start()
+    holder = Holder(root).__enter__()
+    threading.Timer(1.0, holder.release.set).start()
     started = time.monotonic()
     code, out, err = cli("apply", str(op), "--write", "--wait")
-    thread.join()
+    holder.__exit__()
     assert code == 0 and "file(s) written" in out, err
     assert time.monotonic() - started >= 0.9  # it waited for the holder
 
@@ -121,12 +136,14 @@ def test_a_holder_that_died_releases_the_lock(repo: tuple[Path, Path]) -> None:
     assert cli("apply", str(op), "--write")[0] == 0
 
 
-def test_the_operator_lock_names_its_holder(repo: tuple[Path, Path], tmp_path: Path) -> None:
+def test_a_commit_in_progress_turns_another_away_naming_it(repo: tuple[Path, Path]) -> None:
+    """Library callers too: a process stopped in the middle of a commit holds the
+    repository's lock; a second commit (even of another operator) is turned away."""
     root, op = repo
     kernel = op / "op_kernel" / "demo_op.cpp"
     read, write = os.pipe()
     pid = os.fork()
-    if pid == 0:  # another process in the middle of a commit of this operator
+    if pid == 0:
         try:
             def hold(path: Path, index: int) -> None:
                 os.write(write, b"x")
@@ -137,9 +154,10 @@ def test_the_operator_lock_names_its_holder(repo: tuple[Path, Path], tmp_path: P
             os._exit(0)
     try:
         os.read(read, 1)
-        with pytest.raises(TransactionBusy, match=f"OT045 another optrace process is writing this operator: "
-                                                  f"pid {pid}"):
-            commit({kernel: (KERNEL, KERNEL + b"// y\n")}, root / ".optrace", name="op")
+        for name in ("op", "another-op"):
+            with pytest.raises(TransactionBusy, match=f"OT045 another optrace process is writing this "
+                                                      f"repository: pid {pid} "):
+                commit({kernel: (KERNEL, KERNEL + b"// y\n")}, root / ".optrace", name=name)
     finally:
         os.kill(pid, 9)
         os.waitpid(pid, 0)

@@ -100,8 +100,15 @@ class World:
     def name(self) -> str:
         return operator_journal_name(self.op)
 
-    def everything(self) -> Snapshot:
-        return snapshot(self.repo, self.outside, self.home)
+    def everything(self, *, locks: bool = True) -> Snapshot:
+        """Every byte of the world; `locks=False` leaves out the write lock a `--write`
+        run takes in the state directory (optrace's own bookkeeping, no journal or record)."""
+        out = snapshot(self.repo, self.outside, self.home)
+        if not locks:  # the lock directory, and the state directories made to hold it
+            lock_dir = str(self.home / "state" / "optrace" / "locks")
+            out = {k: v for k, v in out.items()
+                   if not (k.startswith(lock_dir) or lock_dir.startswith(k + "/"))}
+        return out
 
 
 @pytest.fixture
@@ -241,7 +248,7 @@ def test_a_journal_that_came_with_the_clone_is_never_acted_on(world: World, atta
         assert code == 2, out + err
         assert f"{journal}: OT046 journal not recovered, left untouched: no record of it" in err
         assert f"rm -r {world.journal_dir}/{journal.name.split('.')[0]}.*" in err
-        assert world.everything() == before, f"{verb} --write wrote something"
+        assert world.everything(locks=False) == before, f"{verb} --write wrote something"
     # Removed as the message says, the operator takes a transaction again.
     for leftover in world.journal_dir.glob(journal.name.split(".")[0] + ".*"):
         shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
@@ -437,7 +444,7 @@ def test_a_journal_directory_that_is_a_symlink_is_never_used(world: World) -> No
         assert world.everything() == before, args
     code, _, err = cli("apply", str(world.op), "--write")
     assert code == 2 and f"{world.repo / '.optrace'}: OT046" in err and "is a symlink" in err
-    assert world.everything() == before  # no lock, journal or .gitignore written through it
+    assert world.everything(locks=False) == before  # no lock, journal or .gitignore written through it
 
 
 def test_a_lock_file_that_is_a_symlink_is_not_followed(world: World) -> None:
@@ -491,9 +498,19 @@ def test_an_unwritable_state_directory_writes_nothing(world: World) -> None:
     (world.home / "state").write_text("a file where the state directory goes\n")
     before = snapshot(world.repo)
     code, _, err = cli("apply", str(world.op), "--write")
+    # Turned away before anything: the write lock lives in the state directory too.
+    assert code == 2 and "OT043 cannot take the repository's write lock (Not a directory)" in err
+    assert snapshot(world.repo) == before
+    # The lock's directory writable, the journals' not: the record cannot be made, and no
+    # source changes (nothing but optrace's own .optrace/ appears).
+    (world.home / "state").unlink()
+    (world.home / "state" / "optrace" / "journals").parent.mkdir(parents=True)
+    (world.home / "state" / "optrace" / "journals").write_text("in the way\n")
+    code, _, err = cli("apply", str(world.op), "--write")
     assert code == 2 and "OT043 cannot record the journal in the state directory" in err
     after = snapshot(world.repo)
     assert {k: v for k, v in after.items() if "/.optrace" not in k} == before
+    assert [p.name for p in world.journal_dir.iterdir() if not p.name.endswith(".lock")] == [".gitignore"]
 
 
 # --- writes outside the root -------------------------------------------------------------------
