@@ -133,6 +133,21 @@ def apply_changes(op_dir: Path, repo_root: Path | None = None, mode: str | None 
     return result
 
 
+def _by_file(edits: Iterable[Edit]) -> EditsByFile:
+    by_file: EditsByFile = {}
+    resolved: dict[Path, Path] = {}  # each spelling resolved once
+    for edit in edits:
+        path = resolved.get(edit.path)
+        if path is None:
+            path = resolved[edit.path] = resolve(edit.path)
+        by_file.setdefault(path, []).append(edit)
+    return by_file
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
 def _check_read_once(result: OperatorChanges, plan: Plan, prov: Provenance) -> None:
     """Every edit applies to exactly the bytes it was computed from: `new_contents` reads
     each file again, and a file another program changed since the plan parsed it (or
@@ -150,21 +165,6 @@ def _check_read_once(result: OperatorChanges, plan: Plan, prov: Provenance) -> N
         if expected and expected != {_digest(old)}:
             raise InputError(Diagnostic("OT042", "changed while optrace was planning it; nothing written, "
                                         "plan again", path, 0, Severity.ERROR))
-
-
-def _by_file(edits: Iterable[Edit]) -> EditsByFile:
-    by_file: EditsByFile = {}
-    resolved: dict[Path, Path] = {}  # each spelling resolved once
-    for edit in edits:
-        path = resolved.get(edit.path)
-        if path is None:
-            path = resolved[edit.path] = resolve(edit.path)
-        by_file.setdefault(path, []).append(edit)
-    return by_file
-
-
-def _digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 class Neighbourhood(Protocol):
