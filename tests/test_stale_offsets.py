@@ -83,13 +83,16 @@ def test_a_file_edited_while_apply_computes_is_refused_not_mangled(
 
     def someone_edits_then(*args: Any, **kwargs: Any) -> Any:
         out = real(*args, **kwargs) if hooked == "layer_edits" else None
-        if not edits:  # once: the first call is this operator's own
+        # Once, in the call that computes this operator's edits (not a call that only
+        # looks, e.g. to choose a mode, nor another operator's).
+        if not edits and (hooked == "new_contents" or sys._getframe(1).f_code.co_name == "_layer_side"):
             path.write_bytes(LINE + path.read_bytes())
             edits.append(1)
         return out if hooked == "layer_edits" else real(*args, **kwargs)
 
     monkeypatch.setattr(apply_module, hooked, someone_edits_then)
     code, out, err = cli("apply", str(op), "--write")
+    assert edits, "the edit was not injected (the hook point moved?)"
     assert code == 2, out + err
     assert f"{path.resolve()}: OT042 changed while optrace was planning it; nothing written" in err
     assert tree(repo) == {**before, victim: LINE + before[victim]}  # only the other editor's change
