@@ -62,6 +62,9 @@ class Provenance:
     # of those clean bytes (edits are only valid on exactly those bytes).
     mine: EditsByFile = field(default_factory=dict)
     clean_digest: dict[Path, str] = field(default_factory=dict)
+    # sha256 of the bytes of each layer file as read before the layer codemods ran and by
+    # `_layer_side` after them: more than one digest means it changed while computed.
+    read_digest: dict[Path, set[str]] = field(default_factory=dict)
     kernel_files: set[Path] = field(default_factory=set)
     owned: set[Path] = field(default_factory=set)  # strip: files rebuilt with others' edits
     # Files whose current bytes fed anything else (the kernel parse, discovered layers,
@@ -131,6 +134,7 @@ def apply_changes(op_dir: Path, repo_root: Path | None = None, mode: str | None 
         prov.edits_before = _by_file(layer_edits(plan, recorded).edits)
     else:
         prov.edits_before = prov.mine
+    _check_read_once(result, plan, prov)
     return result
 
 
@@ -185,6 +189,25 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _check_read_once(result: OperatorChanges, plan: Plan, prov: Provenance) -> None:
+    """Every edit applies to exactly the bytes it was computed from: `new_contents` reads
+    each file again, and a file another program changed since the plan parsed it (or
+    since the layer codemods read it) would take its edits at stale offsets. Every read
+    of a changed file during the computation must have seen the bytes `new_contents`
+    read; the commit then compares the disk with these same bytes (OT042), so a change
+    at any moment after the first read is refused, never written over (issue 14)."""
+    from optrace.engine.diagnostics import Severity
+
+    parsed = {resolve(path): _digest(pf.src.raw) for path, pf in plan.analysis.parsed.items()}
+    for path, (old, _new) in sorted(result.changes.items()):
+        if old is None:
+            continue
+        expected = set(prov.read_digest.get(path, ())) | ({parsed[path]} if path in parsed else set())
+        if expected and expected != {_digest(old)}:
+            raise InputError(Diagnostic("OT042", "changed while optrace was planning it; nothing written, "
+                                        "plan again", path, 0, Severity.ERROR))
+
+
 class Neighbourhood(Protocol):
     """Where `reconcile` finds the other instrumented operators' edits of a file."""
 
@@ -206,6 +229,18 @@ def _layer_file(path: Path, data: bytes, clean: bytes, mine: list[Edit], kernel_
 def _layer_side(plan: Plan, mode: str, kernel_files: set[Path], prov: Provenance
                 ) -> tuple[list[Edit], dict[Path, bytes], dict[Path, bytes]]:
     """Edits of the current bytes, files to create and files to delete (other layers)."""
+    # What the layer codemods are about to read and may edit, as it is now (`_check_read_once`).
+    about_to_read = {resolve(f.path) for fs in plan.analysis.layers.found.values() for f in fs}
+    try:
+        about_to_read |= owned_files(plan)
+    except (InputError, EditError, OSError):
+        pass  # the codemods below report it
+    for path in about_to_read:
+        try:
+            if path.is_file():  # a regular file: never a FIFO's endless read
+                prov.read_digest.setdefault(path, set()).add(_digest(path.read_bytes()))
+        except OSError:
+            pass
     layers = layer_edits(plan, mode)
     by_file = _by_file(layers.edits)
     prov.mine = by_file
@@ -219,6 +254,7 @@ def _layer_side(plan: Plan, mode: str, kernel_files: set[Path], prov: Provenance
         data = path.read_bytes()
         clean = strip_bytes(data, path)
         prov.clean_digest[path] = _digest(clean)
+        prov.read_digest.setdefault(path, set()).add(_digest(data))
         out.extend(_layer_file(path, data, clean, by_file.get(path, []), kernel_files, name, others))
     created: dict[Path, bytes] = {}
     deleted: dict[Path, bytes] = {}

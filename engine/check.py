@@ -105,13 +105,16 @@ def check_operator(op_dir: Path, repo_root: Path | None = None, compile_safety: 
     refuse_parent_of_operators(op_dir)
     root = (repo_root or default_repo_root(op_dir)).resolve()
     report = CheckReport(op_dir, root)
-    from optrace.engine.transaction import pending_journal
+    from optrace.engine.transaction import foreign_journal, pending_journal
 
     pending = pending_journal(root, op_dir)
     if pending is not None:
         report.add("OT044", "an apply / strip of this operator did not finish: the tree may be "
-                   "half-written; run `optrace apply` or `optrace strip` on it (it rolls the "
-                   "unfinished one back first), then check again", pending, 0)
+                   "half-written; run `optrace apply --write` or `optrace strip --write` on it (it "
+                   "rolls the unfinished one back first), then check again", pending, 0)
+    foreign = foreign_journal(root, op_dir)
+    if foreign is not None:  # never acted on; says nothing about the tree
+        report.add(foreign.code, foreign.message, foreign.path, 0, Severity.WARNING)
     files = [p for p in walk_files(op_dir, CPP_EXTS)]
     all_points: list[Point] = []
     touched: list[Path] = []

@@ -2,12 +2,21 @@
 
 Everything auto-detected can be overridden here; the schema is documented in
 docs/config.md.
+
+A repository's config is data, never authority (issue 14): its `[rules] modules` are
+imported only when the user trusts it — `--trust-config` (`trusting_config`), or the
+repository listed under `[trust] repositories` in the user-level config
+(`user_config_path()`, outside every repository). Otherwise they are skipped and the
+plan says so (OT005). Trust is never set by a repository's own config.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,13 +47,78 @@ class Config:
     # Layer name -> explicit files (relative paths resolved against the repo root).
     layers: dict[str, tuple[Path, ...]] = field(default_factory=dict)
     disabled_rules: frozenset[str] = frozenset()
+    # `[rules] modules` to import: only those of a trusted config, each checked (OT004).
     rule_modules: tuple[str, ...] = ()
+    # Modules an untrusted config named and that were not imported (OT005 says so).
+    skipped_rule_modules: tuple[str, ...] = ()
     # Loop variable name or label -> trip count, for the buffer-capacity estimate.
     trip_counts: dict[str, int] = field(default_factory=dict)
     density_min: int = 10
     density_max: int = 30
     density_target: int = 30
     max_depth: int = 7
+    # Notes about the config itself (skipped modules), shown with the plan's findings.
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+
+# --- trust: set by the user (a flag, the user-level config), never by a repository --------------
+
+_trust_flag = False
+
+
+def set_config_trust(trusted: bool) -> None:
+    """`--trust-config`: every repository config of this process may name rule modules."""
+    global _trust_flag
+    _trust_flag = trusted
+
+
+def config_trust_flag() -> bool:
+    return _trust_flag
+
+
+@contextmanager
+def trusting_config(trusted: bool = True) -> Iterator[None]:
+    """`--trust-config` for the calls inside the block (library use, tests)."""
+    before = _trust_flag
+    set_config_trust(trusted)
+    try:
+        yield
+    finally:
+        set_config_trust(before)
+
+
+def user_config_path() -> Path:
+    """The user-level config: `$XDG_CONFIG_HOME/optrace/config.toml`, else
+    `~/.config/optrace/config.toml` (a relative XDG_CONFIG_HOME is ignored)."""
+    base = os.environ.get("XDG_CONFIG_HOME", "")
+    if not os.path.isabs(base):
+        base = os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "optrace" / "config.toml"
+
+
+def trusted_repositories() -> tuple[Path, ...]:
+    """`[trust] repositories` of the user-level config, as real paths (`~` expanded)."""
+    path = user_config_path()
+    if not path.is_file():
+        return ()
+    data = _load_toml(path)
+    trust = data.get("trust", {})
+    repos = trust.get("repositories", []) if isinstance(trust, dict) else None
+    if not isinstance(repos, list) or not all(isinstance(r, str) for r in repos):
+        raise InputError(Diagnostic("OT003", "`trust.repositories` must be a list of paths", path,
+                                    _key_line(path, "repositories"), Severity.ERROR))
+    return tuple(Path(os.path.realpath(os.path.expanduser(r))) for r in repos if r)
+
+
+def config_is_trusted(config_file: Path) -> bool:
+    """May this repository config import code? With `--trust-config`, or when the user-level
+    config lists a repository holding it — a user config that lies inside that repository
+    (a clone pointing XDG_CONFIG_HOME into itself) does not count."""
+    if _trust_flag:
+        return True
+    real = Path(os.path.realpath(config_file))
+    user = Path(os.path.realpath(user_config_path()))
+    return any(real.is_relative_to(repo) and not user.is_relative_to(repo) for repo in trusted_repositories())
 
 
 def find_config_file(repo_root: Path, op_dir: Path) -> tuple[Path, dict[str, object]] | None:
@@ -98,6 +172,9 @@ def load_config(repo_root: Path, op_dir: Path) -> Config:
             raise bad(f"`{key}` must be a list of strings")
         return list(value)
 
+    if "trust" in data:
+        raise bad("`trust` is the user's to set (--trust-config, or the user-level config), "
+                  "not a repository's")
     base = path.parent
     cfg = Config(source=path)
     extra_quals = str_list("qualifiers")
@@ -121,7 +198,26 @@ def load_config(repo_root: Path, op_dir: Path) -> Config:
     if not isinstance(disable, list) or not isinstance(plugins, list):
         raise bad("`rules.disable` and `rules.modules` must be lists")
     cfg.disabled_rules = frozenset(str(d) for d in disable)
-    cfg.rule_modules = tuple(str(m) for m in plugins)
+    modules = tuple(str(m) for m in plugins)
+    if modules:
+        line = _key_line(path, "rules.modules")
+        if config_is_trusted(path):
+            from optrace.rules.base import rule_module_problem
+
+            for module in modules:
+                problem = rule_module_problem(module)
+                if problem:
+                    raise InputError(Diagnostic("OT004", f"rule module `{module}`: {problem}", path, line,
+                                                Severity.ERROR))
+            cfg.rule_modules = modules
+        else:
+            cfg.skipped_rule_modules = modules
+            cfg.diagnostics.append(Diagnostic(
+                "OT005",
+                f"rule modules not loaded: {', '.join(modules)} (a repository's config runs no code "
+                f"unless you trust it: pass --trust-config, or list the repository under [trust] "
+                f"repositories in {user_config_path()})",
+                path, line, Severity.WARNING))
     trips = data.get("trip_counts", {})
     if not isinstance(trips, dict) or not all(isinstance(v, int) for v in trips.values()):
         raise bad("`trip_counts` must map loop names to integers")

@@ -24,7 +24,7 @@ KERNEL_EXTS = frozenset({".cpp", ".cc", ".cxx", ".asc"})
 SCRIPT_EXTS = frozenset({".sh", ".bash", ".cmake", ".txt", ".py"})
 SKIP_DIRS = frozenset(
     {".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", ".tox", ".mypy_cache",
-     "build_out", "output", "dist", ".pytest_cache"}
+     "build_out", "output", "dist", ".pytest_cache", ".optrace"}
 )
 # Files above this size are not searched for the op name (generated blobs, logs).
 SEARCH_LIMIT_BYTES = 2 * 1024 * 1024
@@ -107,12 +107,29 @@ def resolve_operator_dir(op_dir: Path) -> Path:
     return resolved
 
 
-def default_repo_root(op_dir: Path) -> Path:
-    """Nearest ancestor with `.git` or `optrace.toml`; else the op dir's grandparent."""
+def marked_repo_root(op_dir: Path) -> Path | None:
+    """The nearest ancestor (or `op_dir` itself) a `.git` or an `optrace.toml` marks as a
+    repository; None when nothing does."""
     for cand in (op_dir, *op_dir.parents):
         if (cand / ".git").exists() or (cand / "optrace.toml").is_file():
             return cand
+    return None
+
+
+def default_repo_root(op_dir: Path) -> Path:
+    """Where the op's other layers are searched for: the marked repository
+    (`marked_repo_root`), else the op dir's grandparent. Writing is narrower: `write_root`."""
+    marked = marked_repo_root(op_dir)
+    if marked is not None:
+        return marked
     return op_dir.parent.parent if op_dir.parent.parent != op_dir else op_dir
+
+
+def write_root(op_dir: Path, repo_root: Path | None) -> Path:
+    """Where `--write` may edit files and keeps its journal (`.optrace/`): `--repo-root`
+    when given, else the marked repository, else the operator directory alone — an
+    unmarked grandparent is some unrelated tree above a copied operator (issue 14)."""
+    return repo_root or marked_repo_root(op_dir) or op_dir
 
 
 def walk_files(root: Path, exts: frozenset[str] | None = None) -> Iterator[Path]:

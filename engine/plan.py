@@ -45,6 +45,7 @@ def plan_from_analysis(analysis: Analysis) -> Plan:
     assign_labels(root)
     ctx = RuleContext(analysis, root, planner.loops)
     cfg = analysis.config
+    ctx.findings.extend(cfg.diagnostics)  # e.g. rule modules an untrusted config named (OT005)
     for rule in load_rules(cfg.rule_modules, cfg.disabled_rules):
         ctx.current = rule.code
         rule.apply(ctx)

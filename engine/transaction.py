@@ -7,20 +7,33 @@ A failed write restores the files already written; a process that dies between f
 leaves the journal behind, and `recover` rolls the operator back to its old bytes.
 Rolling back (never forward) is the rule because the old bytes are the state the user
 last saw and reviewed, and every file's old bytes are in the backups; see docs/edits.md.
+
+A repository's content is data, never authority (issue 14): a journal is acted on only
+when the user's state directory (`state_dir()`, outside the repository) records its id
+and the sha256 of its bytes for this repository's real path; any other journal — one
+that came with a clone, a copy, or an older optrace — is refused (OT046) and left
+untouched. Even a recorded journal is followed only inside the repository root, outside
+`.git/` and `.optrace/`, through no symlink, with backups whose hashes match, and modes
+masked to the permission bits. `commit` writes nothing outside the root (OT047).
 """
 
 from __future__ import annotations
 
 import fcntl
+import glob
 import hashlib
 import json
 import os
 import re
 import secrets
+import shlex
 import shutil
 import stat
+import sys
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -31,10 +44,16 @@ CODE_STALE = "OT042"
 CODE_WRITE = "OT043"
 CODE_UNFINISHED = "OT044"
 CODE_BUSY = "OT045"
+CODE_FOREIGN = "OT046"
+CODE_OUTSIDE = "OT047"
 
 JOURNAL_FORMAT = "optrace-journal"
 JOURNAL_VERSION = 2  # 2: old bytes in one archive (`backup` = old.bin@OFFSET+LENGTH); 1 still read
 UNRESOLVED_DIR = "unresolved"
+RECORD_FORMAT = "optrace-journal-record"
+# A journal is read only when recorded; even then, never more than this (a journal is a
+# few hundred bytes per file of the operator).
+MAX_JOURNAL_BYTES = 64 * 1024 * 1024
 
 # A file's change: (old, new); None for a file that does not exist on that side.
 Change = tuple[bytes | None, bytes | None]
@@ -71,6 +90,16 @@ class TransactionBusy(TransactionError):
     """Another live process holds this operator's lock (it is writing or recovering)."""
 
 
+class ForeignJournal(TransactionError):
+    """A journal (or its leftovers) optrace did not record for this user and repository:
+    refused and left untouched; the message says how to remove it."""
+
+
+class OutsideRoot(TransactionError):
+    """A file of the change set lies outside the repository root (or in `.git/`,
+    `.optrace/`): nothing written."""
+
+
 class Outcome(StrEnum):
     RESTORED = "restored"  # written back to its old bytes
     REMOVED = "removed"  # a created file, deleted again
@@ -94,6 +123,9 @@ class RecoveryReport:
     files: list[RecoveredFile] = field(default_factory=list)
     # Journals kept for the user (modified files) or for a retry (failed restores).
     kept: list[Path] = field(default_factory=list)
+    # Journals refused and left untouched: not recorded in the user's state directory
+    # for this repository, or naming paths recovery never follows.
+    foreign: list[ForeignJournal] = field(default_factory=list)
 
     def paths(self, outcome: Outcome) -> list[Path]:
         return [f.path for f in self.files if f.outcome is outcome]
@@ -113,6 +145,7 @@ class RecoveryReport:
 
 
 _BACKUP_RE = re.compile(r"old\.bin@\d+\+\d+|\d+")  # version 2 | version 1 (a file per entry)
+_SHA_RE = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -146,13 +179,28 @@ class _Entry:
         backup = data["backup"]
         if backup is not None and not _BACKUP_RE.fullmatch(str(backup)):
             raise ValueError(f"backup {backup!r} is neither old.bin@OFFSET+LENGTH nor a file name")
+        old, new, mode = data["old_sha256"], data["new_sha256"], data["mode"]
+        for digest in (old, new):
+            if digest is not None and not (isinstance(digest, str) and _SHA_RE.fullmatch(digest)):
+                raise ValueError(f"{digest!r} is not a sha256")
+        if old is None and new is None:
+            raise ValueError("an entry with neither old nor new bytes")
+        if (old is None) != (backup is None):
+            raise ValueError("a backup for a created file, or none for an old one")
+        if mode is not None and (type(mode) is not int or not 0 <= mode <= 0o7777):
+            raise ValueError(f"mode {mode!r} is not a file mode")
+        dirs = data.get("created_dirs", ())
+        if not isinstance(data["path"], str) or not isinstance(dirs, list | tuple) or not all(
+            isinstance(d, str) for d in dirs
+        ):
+            raise ValueError("paths must be strings")
         return _Entry(
             path=Path(data["path"]),
-            old_sha256=data["old_sha256"],
-            new_sha256=data["new_sha256"],
-            mode=data["mode"],
-            backup=data["backup"],
-            created_dirs=tuple(Path(p) for p in data.get("created_dirs", ())),
+            old_sha256=old,
+            new_sha256=new,
+            mode=mode,
+            backup=backup,
+            created_dirs=tuple(Path(p) for p in dirs),
         )
 
 
@@ -174,6 +222,14 @@ class _Journal:
     @property
     def tmp_path(self) -> Path:
         return self.json_path.with_name(self.json_path.name + ".tmp")
+
+    @property
+    def stem(self) -> str:
+        return self.json_path.name.split(".", 1)[0]
+
+    def leftovers(self) -> list[Path]:
+        """The journal, its temp file and its backups, as far as they exist (links too)."""
+        return [p for p in (self.json_path, self.tmp_path, self.backup_dir) if os.path.lexists(p)]
 
 
 def _sha256(data: bytes | None) -> str | None:
@@ -200,19 +256,274 @@ def operator_journal_name(op_dir: Path) -> str:
     return f"{os.fsencode(resolved.name).decode('ascii', 'replace')}-{digest}"
 
 
+# --- the user's record of the journals optrace wrote ---------------------------------------
+
+
+def state_dir() -> Path:
+    """The user's optrace state directory: `$XDG_STATE_HOME/optrace`, else
+    `~/.local/state/optrace` (a relative XDG_STATE_HOME is ignored, as the XDG spec says).
+    It lies outside every repository: what it records, a clone cannot bring along."""
+    base = os.environ.get("XDG_STATE_HOME", "")
+    if not os.path.isabs(base):
+        base = os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "optrace"
+
+
+def _real_root(journal_dir: Path) -> Path:
+    """The repository root a journal directory belongs to, as its real path."""
+    return Path(os.path.realpath(journal_dir.parent))
+
+
+def _record_path(root: Path, stem: str) -> Path:
+    key = hashlib.sha256(os.fsencode(root)).hexdigest()[:32]
+    return state_dir() / "journals" / f"{key}-{stem}.json"
+
+
+@dataclass(frozen=True)
+class _Record:
+    """What the state directory says about one operator's journal in one repository."""
+
+    token: str
+    journal_sha256: str
+
+
+def _read_record(root: Path, stem: str) -> _Record | None:
+    """The record of journal `stem` of repository `root` (a real path), if optrace made one."""
+    try:
+        with open(_record_path(root, stem), "rb") as handle:
+            data = json.loads(handle.read(64 * 1024))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != RECORD_FORMAT:
+        return None
+    token, digest = data.get("token"), data.get("journal_sha256")
+    if data.get("repository") != str(root) or data.get("journal") != stem:
+        return None  # bound to another repository (a hash collision) or operator
+    if not isinstance(token, str) or not isinstance(digest, str) or not _SHA_RE.fullmatch(digest):
+        return None
+    return _Record(token, digest)
+
+
+def _remember(root: Path, stem: str, token: str, journal: bytes) -> None:
+    """Record, durably, that the journal `journal` (its bytes) of `stem` in `root` is
+    optrace's own: written before the journal, so no journal exists without its record."""
+    path = _record_path(root, stem)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f"{path.name}.{token}.tmp")
+    record = {"format": RECORD_FORMAT, "version": 1, "repository": str(root), "journal": stem,
+              "token": token, "journal_sha256": hashlib.sha256(journal).hexdigest(),
+              "pid": os.getpid(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, (json.dumps(record, indent=1) + "\n").encode("ascii"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _forget(root: Path, stem: str) -> None:
+    """Drop the record of `stem` in `root` (the journal is gone), with any temp file of it
+    a crash left. Not made durable: a record without its journal is swept later."""
+    path = _record_path(root, stem)
+    try:
+        for stale in path.parent.glob(f"{glob.escape(path.name)}.*.tmp"):
+            stale.unlink(missing_ok=True)
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass  # swept by the next run of this operator
+
+
+def _foreign(journal: _Journal, why: str, path: Path | None = None) -> ForeignJournal:
+    where = shlex.quote(str(journal.json_path.parent))
+    return ForeignJournal(
+        CODE_FOREIGN,
+        f"journal not recovered, left untouched: {why}. optrace acts only on journals it "
+        f"recorded in {state_dir()} for this repository; one that came with a clone or a copy "
+        f"(or from optrace before 0.2) is not one. If it is not yours, remove it: "
+        f"rm -r {where}/{journal.stem}.*",
+        path or journal.json_path,
+    )
+
+
+def _foreign_dir(journal_dir: Path) -> ForeignJournal:
+    return ForeignJournal(
+        CODE_FOREIGN,
+        f"is a symlink (to {os.path.realpath(journal_dir)}), not a journal directory optrace "
+        f"made; nothing in it is used or written. Remove the link: rm {shlex.quote(str(journal_dir))}",
+        journal_dir,
+    )
+
+
+def _journal_bytes(path: Path) -> bytes:
+    """A journal's bytes: a regular file (never a FIFO or a device), of bounded size."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_JOURNAL_BYTES:
+            raise ValueError("not a regular file of at most 64 MiB")
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            return handle.read(MAX_JOURNAL_BYTES + 1)
+    finally:
+        os.close(fd)
+
+
+def _is_ours(journal: _Journal, record: _Record | None) -> bool:
+    """The journal on disk is byte for byte the one optrace recorded."""
+    if record is None:
+        return False
+    try:
+        return hashlib.sha256(_journal_bytes(journal.json_path)).hexdigest() == record.journal_sha256
+    except (OSError, ValueError):
+        return False
+
+
+def journal_status(journal_dir: Path, name: str) -> tuple[str, Path | None]:
+    """What operator `name` has in `journal_dir`, without writing anything:
+    ("none", None); ("pending", journal) — optrace's own, unfinished: the operator may be
+    half-written until the next `--write` rolls it back; or ("foreign", path) — a journal
+    or leftovers optrace did not record (or `journal_dir` itself a symlink): ignored by
+    read-only commands, refused by `--write`."""
+    try:
+        if stat.S_ISLNK(os.lstat(journal_dir).st_mode):
+            return "foreign", journal_dir
+    except OSError:
+        return "none", None
+    journal = _Journal.at(journal_dir, _stem(name))
+    present = journal.leftovers()
+    if not present:
+        return "none", None
+    record = _read_record(_real_root(journal_dir), journal.stem)
+    if record is None:
+        return "foreign", present[0]
+    if not os.path.lexists(journal.json_path):
+        return "none", None  # orphans of optrace's own: the next --write sweeps them
+    if _is_ours(journal, record):
+        return "pending", journal.json_path
+    return "foreign", journal.json_path
+
+
+def _journal_dirs(repo_root: Path, op_dir: Path) -> list[Path]:
+    # A repository no `.git` / `optrace.toml` marks keeps its journals in the operator
+    # directory (`--write` writes nothing above it); look in both places.
+    dirs = [repo_root / ".optrace", op_dir / ".optrace"]
+    return dirs[:1] if os.path.realpath(dirs[0]) == os.path.realpath(dirs[1]) else dirs
+
+
 def pending_journal(repo_root: Path, op_dir: Path) -> Path | None:
-    """The journal of an apply / strip of `op_dir` that did not finish, if there is one:
-    until the next apply / strip rolls it back, the operator may be half-written."""
-    path = journal_path(repo_root / ".optrace", operator_journal_name(op_dir))
-    return path if path.is_file() else None
+    """The journal of an apply / strip of `op_dir` that did not finish, if optrace
+    recorded it: until the next apply / strip --write rolls it back, the operator may be
+    half-written. Reads only."""
+    for journal_dir in _journal_dirs(repo_root, op_dir):
+        state, path = journal_status(journal_dir, operator_journal_name(op_dir))
+        if state == "pending":
+            return path
+    return None
+
+
+def foreign_journal(repo_root: Path, op_dir: Path) -> ForeignJournal | None:
+    """A journal of `op_dir` optrace did not record (see `journal_status`), as the error
+    `--write` refuses it with. Reads only."""
+    name = operator_journal_name(op_dir)
+    for journal_dir in _journal_dirs(repo_root, op_dir):
+        state, path = journal_status(journal_dir, name)
+        if state == "foreign" and path is not None:
+            if path == journal_dir:
+                return _foreign_dir(journal_dir)
+            journal = _Journal.at(journal_dir, _stem(name))
+            recorded = _read_record(_real_root(journal_dir), journal.stem) is not None
+            why = "not the journal optrace recorded" if recorded else "no record of it"
+            return _foreign(journal, why, path)
+    return None
+
+
+def _holder(fd: int) -> str:
+    """Who holds a lock, as its holder wrote it into the lock file ("" if unknown)."""
+    try:
+        data = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        return f"pid {int(data['pid'])} (`{data['command']}`, since {data['since']})"
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+
+
+def _announce(fd: int) -> None:
+    """Write who holds the lock into the lock file, for the process it turns away."""
+    holder = {"pid": os.getpid(), "command": " ".join(["optrace", *sys.argv[1:]]),
+              "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    try:
+        st = os.fstat(fd)
+        # Only a plain lock file of one name: a hard link a copied tree carries (to some
+        # file of the user's) is never truncated.
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_size > 4096:
+            return
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(holder).encode("utf-8", "surrogateescape"), 0)
+    except OSError:
+        pass  # the lock holds without it; the refusal just names no holder
+
+
+@contextmanager
+def repository_lock(root: Path, *, wait: bool = False) -> Iterator[None]:
+    """The write lock of repository `root`, held by a `--write` run from before it recovers
+    and computes until its last commit: files several operators share (`pybind.cpp`, a
+    sample, the build script) are never written by two processes at once, and nothing is
+    computed on bytes another run is about to change. A second run is turned away at once
+    with TransactionBusy (OT045) naming the holder, or (`wait`) waits for it.
+
+    `flock` on a file in the user's state directory (nothing is written in the
+    repository): the kernel releases it when its process dies. Runs of other users on
+    the same checkout are not excluded by it; each commit still takes the operator's
+    lock in `.optrace/`. Reentrant within a thread (`commit` takes it too); another
+    thread of the same process is another writer."""
+    real = Path(os.path.realpath(root))
+    me = (os.getpid(), threading.get_ident())
+    if _held.get(real) == me:
+        yield
+        return
+    path = state_dir() / "locks" / f"{hashlib.sha256(os.fsencode(real)).hexdigest()[:32]}.lock"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        raise WriteFailed(f"cannot take the repository's write lock ({exc.strerror or exc}); nothing written",
+                          path, restored_all=True) from exc
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            holder = _holder(fd)
+            raise TransactionBusy(
+                CODE_BUSY,
+                f"another optrace process is writing this repository{': ' + holder if holder else ''}; "
+                "nothing done (pass --wait to wait for it)",
+                real,
+            ) from None
+        _announce(fd)
+        _held[real] = me
+        try:
+            yield
+        finally:
+            del _held[real]
+    finally:
+        os.close(fd)
+
+
+_held: dict[Path, tuple[int, int]] = {}  # repository -> (pid, thread) holding its write lock
 
 
 def _lock(journal: _Journal) -> int:
     """Take the operator's lock (one process at a time); close the fd returned to release it.
 
     flock, so the kernel releases it when the process dies: a crash never leaves it held.
+    A lock file that is a symlink (a clone can carry one) is never followed.
     """
-    fd = os.open(journal.lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fd = os.open(journal.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o666)
+    except OSError as exc:
+        if os.path.islink(journal.lock_path):
+            raise _foreign(journal, "its lock file is a symlink", journal.lock_path) from exc
+        raise
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -242,12 +553,17 @@ def _ignore_in_git(journal_dir: Path) -> None:
     lock files stay there between runs — removing a lock file another process may be
     waiting on is a race — and must not show in the user's `git status`, least of all
     after a strip that left every tracked file as it was."""
-    ignore = journal_dir / ".gitignore"
-    if not ignore.exists():
-        try:
-            ignore.write_text("# created by optrace: journals and locks of apply / strip\n*\n")
-        except OSError:
-            pass  # cosmetic: the journal works without it
+    try:
+        # O_EXCL: an existing `.gitignore` — or a link a clone brought — is left alone.
+        fd = os.open(journal_dir / ".gitignore", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+    except OSError:
+        return  # there already, or cosmetic: the journal works without it
+    try:
+        os.write(fd, b"# created by optrace: journals and locks of apply / strip\n*\n")
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _temp_name(path: Path, token: str) -> Path:
@@ -405,7 +721,7 @@ def _verify(planned: Planned) -> None:
         raise StaleSource(CODE_STALE, f"{why}; nothing written, plan again", path)
 
 
-def _dump_journal(journal: _Journal, name: str, entries: list[_Entry]) -> None:
+def _journal_document(journal: _Journal, name: str, entries: list[_Entry]) -> bytes:
     document = {
         "format": JOURNAL_FORMAT,
         "version": JOURNAL_VERSION,
@@ -415,21 +731,67 @@ def _dump_journal(journal: _Journal, name: str, entries: list[_Entry]) -> None:
         "token": journal.token,
         "files": [entry.to_json() for entry in entries],
     }
-    with open(journal.tmp_path, "w", encoding="utf-8") as handle:
-        json.dump(document, handle, indent=2)
-        handle.write("\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+    # ensure_ascii (the default): a non-UTF-8 path is escaped, the bytes are ASCII.
+    return (json.dumps(document, indent=2) + "\n").encode("ascii")
+
+
+def _dump_journal(journal: _Journal, document: bytes) -> None:
+    # O_EXCL | O_NOFOLLOW: the temp file is new (leftovers were swept or refused under the
+    # lock), never a link that would carry the write elsewhere.
+    fd = os.open(journal.tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+    try:
+        view = memoryview(document)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     os.replace(journal.tmp_path, journal.json_path)
     _fsync_dir(journal.json_path.parent)
 
 
-def _discard_journal(journal: _Journal) -> None:
+def _discard_journal(journal: _Journal, root: Path) -> None:
     # The journal goes first: once it is gone the transaction is over, and a backup
-    # directory without a journal is an orphan that `recover` sweeps.
+    # directory without a journal is an orphan that `recover` sweeps; then its record.
     journal.json_path.unlink(missing_ok=True)
     _fsync_dir(journal.json_path.parent)
     shutil.rmtree(journal.backup_dir, ignore_errors=True)
+    _forget(root, journal.stem)
+
+
+def _unsafe_path(path: Path, root: Path) -> str:
+    """Why recovery (or a commit) must not touch `path`, or "" when it may: only normal
+    absolute paths inside `root` (a real path), outside `.git/` and `.optrace/`."""
+    text = str(path)
+    if not os.path.isabs(text) or os.path.normpath(text) != text or text.startswith("//"):
+        return "not a normal absolute path"
+    try:
+        parts = path.relative_to(root).parts
+    except ValueError:
+        parts = ()
+    if not parts:
+        return f"outside the repository root {root}"
+    if any(part.lower() == ".git" for part in parts):
+        return "inside .git/"
+    if parts[0] == ".optrace":
+        return "inside optrace's journal directory"
+    return ""
+
+
+def _unsafe_entries(entries: list[_Entry], root: Path) -> str:
+    """The first reason a journal's entries cannot be followed, or ""."""
+    seen: set[Path] = set()
+    for entry in entries:
+        for path in (entry.path, *entry.created_dirs):
+            why = _unsafe_path(path, root)
+            if why:
+                return f"it names {path}, {why}"
+        if entry.path in seen:
+            return f"it names {entry.path} twice"
+        seen.add(entry.path)
+        if any(directory not in entry.path.parents for directory in entry.created_dirs):
+            return f"a directory it would remove for {entry.path} is not one of its parents"
+    return ""
 
 
 def _roll_back(entries: list[_Entry], journal: _Journal, *, touched: set[int] | None) -> list[RecoveredFile]:
@@ -444,6 +806,12 @@ def _roll_back(entries: list[_Entry], journal: _Journal, *, touched: set[int] | 
 
 
 def _restore(entry: _Entry, journal: _Journal) -> RecoveredFile:
+    # Paths were resolved when the journal was written: a directory on the way that is a
+    # symlink now would carry every write below elsewhere (out of the repository).
+    real = os.path.realpath(entry.path.parent)
+    if real != str(entry.path.parent):
+        return RecoveredFile(entry.path, Outcome.MODIFIED_SINCE,
+                             f"a directory on its path is now a symlink (to {real}); left as is")
     try:
         # A temp file of this transaction, left by a crash in the middle of writing it.
         _temp_name(entry.path, journal.token).unlink(missing_ok=True)
@@ -471,7 +839,9 @@ def _restore(entry: _Entry, journal: _Journal) -> RecoveredFile:
             old = _read_backup(journal.backup_dir, entry.backup)
             if _sha256(old) != entry.old_sha256:
                 raise OSError(f"backup {journal.backup_dir / entry.backup} is damaged")
-            _write_atomic(entry.path, old, entry.mode, journal.token)
+            # The permission bits only: never a setuid / setgid / sticky bit from a journal.
+            mode = None if entry.mode is None else stat.S_IMODE(entry.mode) & 0o777
+            _write_atomic(entry.path, old, mode, journal.token)
             return RecoveredFile(entry.path, Outcome.RESTORED)
     except OSError as exc:
         return RecoveredFile(entry.path, Outcome.FAILED, str(exc))
@@ -504,28 +874,44 @@ def _read_backup(backup_dir: Path, backup: str) -> bytes:
     return data
 
 
-def _prepare(journal: _Journal, name: str, planned: Planned) -> list[_Entry]:
-    """Back up every old file and write the journal, durably, before any target changes.
+def _prepare(journal: _Journal, name: str, planned: Planned, root: Path) -> list[_Entry]:
+    """Record the journal in the user's state directory, back up every old file and write
+    the journal, durably, before any target changes.
 
     The old bytes go into one archive, fsynced once: an fsync per file was a third of the
-    fsyncs of a commit, and fsyncs are most of its time (docs/edits.md)."""
-    shutil.rmtree(journal.backup_dir, ignore_errors=True)  # an orphan: its journal is gone
-    journal.backup_dir.mkdir()
+    fsyncs of a commit, and fsyncs are most of its time (docs/edits.md). The journal's
+    bytes are known before anything is written (the archive's offsets follow from the
+    old sizes), so the record names them, and exists before the journal does."""
     entries: list[_Entry] = []
+    offset = 0
+    for path, old, new in planned:
+        backup = None
+        mode = None
+        if old is not None:
+            backup = f"{_ARCHIVE}@{offset}+{len(old)}"
+            offset += len(old)
+            mode = stat.S_IMODE(os.stat(path).st_mode)
+        created = _missing_parents(path) if old is None else ()
+        entries.append(_Entry(path, _sha256(old), _sha256(new), mode, backup, created))
+    document = _journal_document(journal, name, entries)
+    try:
+        _remember(root, journal.stem, journal.token, document)
+    except OSError as exc:
+        _forget(root, journal.stem)
+        raise WriteFailed(
+            f"cannot record the journal in the state directory ({exc.strerror or exc}); nothing written",
+            _record_path(root, journal.stem),
+            restored_all=True,
+        ) from exc
+    journal.backup_dir.mkdir()
     with open(journal.backup_dir / _ARCHIVE, "wb") as archive:
-        for path, old, new in planned:
-            backup = None
-            mode = None
+        for _path, old, _new in planned:
             if old is not None:
-                backup = f"{_ARCHIVE}@{archive.tell()}+{len(old)}"
-                mode = stat.S_IMODE(os.stat(path).st_mode)
                 archive.write(old)
-            created = _missing_parents(path) if old is None else ()
-            entries.append(_Entry(path, _sha256(old), _sha256(new), mode, backup, created))
         archive.flush()
         os.fsync(archive.fileno())
     _fsync_dir(journal.backup_dir)
-    _dump_journal(journal, name, entries)
+    _dump_journal(journal, document)
     return entries
 
 
@@ -538,45 +924,90 @@ def commit(
 ) -> list[Path]:
     """Write `changes` ({path: (old, new)}, None = absent) all-or-nothing; the paths written.
 
-    Paths are resolved (a symlink is written through) and written in sorted order.
+    Paths are resolved (a symlink is written through) and written in sorted order. The
+    repository root is `journal_dir`'s parent: every path must lie inside it, outside
+    `.git/` and `.optrace/` (else OutsideRoot, OT047, nothing written).
     Raises StaleSource (nothing written) when a file no longer holds `old`;
     UnfinishedTransaction when operator `name` has a journal left by a crash (call
-    `recover` before planning); TransactionBusy when another process holds the operator;
+    `recover` before planning); ForeignJournal when it has a journal (or leftovers)
+    optrace did not record, or `journal_dir` is a symlink (left untouched);
+    TransactionBusy when another process holds the operator;
     WriteFailed when a write fails, after restoring the files already written.
     `_before_write(path, k)` runs before the k-th file write: a hook for fault injection.
     """
     planned = _resolve(changes)
     if not planned:
         return []
-    journal = _Journal.at(journal_dir, _stem(name), secrets.token_hex(6))
-    try:
-        journal_dir.mkdir(parents=True, exist_ok=True)
-        _ignore_in_git(journal_dir)
-        lock = _lock(journal)
-    except OSError as exc:
-        raise WriteFailed(
-            f"cannot use the journal directory ({exc.strerror or exc}); nothing written",
-            journal_dir,
-            restored_all=True,
-        ) from exc
-    try:
-        if journal.json_path.exists():
+    root = _real_root(journal_dir)
+    for path, _old, _new in planned:
+        why = _unsafe_path(path, root)
+        if why:
+            raise OutsideRoot(CODE_OUTSIDE, f"{why}; nothing written", path)
+    journal = _Journal.at(journal_dir, _stem(name), secrets.token_hex(16))
+    # The repository's write lock first (the CLI holds it already for its whole run):
+    # files several operators share are never written by two processes at once, and a
+    # second process is turned away naming the holder. Then the operator's lock.
+    with repository_lock(root):
+        try:
+            if os.path.islink(journal_dir):
+                raise _foreign_dir(journal_dir)
+            journal_dir.mkdir(parents=True, exist_ok=True)
+            _ignore_in_git(journal_dir)
+            lock = _lock(journal)
+        except OSError as exc:
+            raise WriteFailed(
+                f"cannot use the journal directory ({exc.strerror or exc}); nothing written",
+                journal_dir,
+                restored_all=True,
+            ) from exc
+        try:
+            _check_leftovers(journal, root)
+            # Checked under the locks: no other optrace process can write between check and write.
+            _verify(planned)
+            _write_all(journal, name, planned, _before_write, root)
+        finally:
+            os.close(lock)
+    return [path for path, _old, _new in planned]
+
+
+def _check_leftovers(journal: _Journal, root: Path) -> None:
+    """Under the operator's lock, before a commit: a journal of optrace's own is
+    unfinished (recover first); any other journal or leftover is refused, untouched;
+    orphans of optrace's own (a record, backups without a journal) are swept."""
+    present = journal.leftovers()
+    record = _read_record(root, journal.stem)
+    if os.path.lexists(journal.json_path):
+        if _is_ours(journal, record):
             raise UnfinishedTransaction(
                 CODE_UNFINISHED,
                 "an earlier optrace run did not finish writing: recover it first",
                 journal.json_path,
             )
-        # Checked under the lock: no other optrace process can write between check and write.
-        _verify(planned)
-        _write_all(journal, name, planned, _before_write)
-    finally:
-        os.close(lock)
-    return [path for path, _old, _new in planned]
+        raise _foreign(journal, "no record of it" if record is None else "not the journal optrace recorded")
+    if present and record is None:
+        raise _foreign(journal, "leftovers of a journal optrace has no record of", present[0])
+    if present:
+        _sweep(journal)
+    if record is not None:
+        _forget(root, journal.stem)
 
 
-def _write_all(journal: _Journal, name: str, planned: Planned, before_write: BeforeWrite | None) -> None:
+def _sweep(journal: _Journal) -> None:
+    """Orphans of a transaction of optrace's own: a crash before its journal was in place
+    (targets untouched) or after it was removed (transaction complete)."""
     try:
-        entries = _prepare(journal, name, planned)
+        if not os.path.isdir(journal.tmp_path) or os.path.islink(journal.tmp_path):
+            journal.tmp_path.unlink(missing_ok=True)
+    except OSError:
+        pass
+    shutil.rmtree(journal.backup_dir, ignore_errors=True)  # never follows a symlink
+
+
+def _write_all(
+    journal: _Journal, name: str, planned: Planned, before_write: BeforeWrite | None, root: Path
+) -> None:
+    try:
+        entries = _prepare(journal, name, planned, root)
     except OSError as exc:
         # No target has been touched yet: drop the half-made journal and report.
         shutil.rmtree(journal.backup_dir, ignore_errors=True)
@@ -584,6 +1015,7 @@ def _write_all(journal: _Journal, name: str, planned: Planned, before_write: Bef
             journal.tmp_path.unlink(missing_ok=True)
         except OSError:
             pass  # not ours to clean (a directory?): the error below says what failed
+        _forget(root, journal.stem)
         raise WriteFailed(
             f"cannot write the journal ({exc.strerror or exc}); nothing written",
             journal.json_path,
@@ -609,7 +1041,7 @@ def _write_all(journal: _Journal, name: str, planned: Planned, before_write: Bef
         )
     if failed is not None:
         _discard_temps(entries, journal.token, keep=set())
-        _fail(failed[1], failed[0], entries, journal, set())
+        _fail(failed[1], failed[0], entries, journal, set(), root)
         raise failed[1]
     touched: set[int] = set()
     for index, (path, _old, new) in enumerate(planned):
@@ -624,7 +1056,7 @@ def _write_all(journal: _Journal, name: str, planned: Planned, before_write: Bef
                 os.replace(_temp_name(path, journal.token), path)
         except BaseException as exc:
             _discard_temps(entries, journal.token, keep=touched)
-            _fail(exc, path, entries, journal, touched)
+            _fail(exc, path, entries, journal, touched, root)
             raise  # _fail raises for OSError; anything else propagates unchanged
     # The renames and unlinks become durable before the journal goes: one fsync per
     # directory, not per file (until then a crash leaves the journal, and `recover`
@@ -633,11 +1065,11 @@ def _write_all(journal: _Journal, name: str, planned: Planned, before_write: Bef
     made = {d.parent for entry in entries for d in entry.created_dirs}  # new directories' entries
     for directory in sorted({path.parent for path, _old, _new in planned} | made):
         _fsync_dir(directory)
-    _discard_journal(journal)
+    _discard_journal(journal, root)
 
 
 def _fail(
-    exc: BaseException, path: Path, entries: list[_Entry], journal: _Journal, touched: set[int]
+    exc: BaseException, path: Path, entries: list[_Entry], journal: _Journal, touched: set[int], root: Path
 ) -> None:
     """Roll back what this run wrote, then say what happened (WriteFailed for an OSError)."""
     results = _roll_back(entries, journal, touched=touched)
@@ -649,7 +1081,7 @@ def _fail(
         if r.outcome is Outcome.FAILED or (r.outcome is Outcome.MODIFIED_SINCE and r.path != path)
     ]
     if not problems:
-        _discard_journal(journal)
+        _discard_journal(journal, root)
     if not isinstance(exc, OSError):
         return
     reason = exc.strerror or str(exc)
@@ -668,9 +1100,9 @@ def _fail(
     ) from exc
 
 
-def _load(json_path: Path) -> tuple[str, list[_Entry], str]:
+def _load(json_path: Path, data: bytes) -> tuple[str, list[_Entry], str]:
     try:
-        document = json.loads(json_path.read_text(encoding="utf-8"))
+        document = json.loads(data.decode("utf-8"))
         if document.get("format") != JOURNAL_FORMAT or document.get("version") not in (1, JOURNAL_VERSION):
             raise ValueError(f"not an optrace journal of version 1 or {JOURNAL_VERSION}")
         return str(document["name"]), [_Entry.from_json(f) for f in document["files"]], str(document["token"])
@@ -686,8 +1118,10 @@ def _keep_for_user(journal: _Journal) -> Path:
     """Move a journal and its backups under `unresolved/`, so the old bytes stay available
     to the user while the operator is no longer blocked by a pending journal."""
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    stem = journal.json_path.name.split(".", 1)[0]
-    target = journal.json_path.parent / UNRESOLVED_DIR / f"{stem}-{stamp}-{journal.token}"
+    unresolved = journal.json_path.parent / UNRESOLVED_DIR
+    if os.path.islink(unresolved):  # a clone's link would carry the move out of the repository
+        raise OSError(f"{unresolved} is a symlink, not optrace's")
+    target = unresolved / f"{journal.stem}-{stamp}-{journal.token}"
     target.mkdir(parents=True)
     os.replace(journal.json_path, target / "journal.json")
     if journal.backup_dir.exists():
@@ -699,52 +1133,97 @@ def _keep_for_user(journal: _Journal) -> Path:
 def recover(journal_dir: Path, name: str | None = None) -> RecoveryReport:
     """Roll back every unfinished transaction in `journal_dir` (or only operator `name`'s).
 
+    Only journals optrace recorded in the user's state directory for this repository
+    (`journal_dir`'s parent, as a real path), byte for byte as recorded, are acted on;
+    any other journal or leftover — and a `journal_dir` that is a symlink — is listed in
+    `report.foreign` and left untouched (nothing is written next to it either). A
+    recorded journal whose entries leave the repository root, enter `.git/` or
+    `.optrace/`, or are not normal absolute paths is refused the same way.
+
     Each file of a journal is identified by sha256 as old (left), new (restored from the
-    backup, or removed if it was created) or neither (edited since: left alone and
-    reported; the journal then moves to `unresolved/` with its backups). A restore that
-    fails keeps the journal in place, so a later run retries. Orphans (backups without a
-    journal, half-written journal temp files) are swept. An operator another live process
-    holds is skipped: its transaction is running, not unfinished.
+    backup, or removed if it was created) or neither (edited since, or reached through a
+    directory that is now a symlink: left alone and reported; the journal then moves to
+    `unresolved/` with its backups). A restore that fails keeps the journal in place, so
+    a later run retries. Orphans of optrace's own transactions (backups without a
+    journal, half-written journal temp files) are swept. An operator another live
+    process holds is skipped: its transaction is running, not unfinished.
     """
     report = RecoveryReport()
-    if not journal_dir.is_dir():
+    try:
+        mode = os.lstat(journal_dir).st_mode
+    except OSError:
         return report
+    if stat.S_ISLNK(mode):
+        report.foreign.append(_foreign_dir(journal_dir))
+        return report
+    if not stat.S_ISDIR(mode):
+        return report
+    root = _real_root(journal_dir)
     if name is None:
         stems = sorted({p.name.split(".", 1)[0] for p in journal_dir.glob("journal-*")})
     else:
         stems = [_stem(name)]
     for stem in stems:
         journal = _Journal.at(journal_dir, stem)
+        record = _read_record(root, stem)
+        if record is None:
+            # Not optrace's: not even a lock file is made beside it.
+            present = journal.leftovers()
+            if present:
+                report.foreign.append(_foreign(journal, "no record of it", present[0]))
+            continue
         try:
             lock = _lock(journal)
         except TransactionBusy:
             continue
+        except ForeignJournal as exc:
+            report.foreign.append(exc)
+            continue
         try:
-            _recover_one(journal, report)
+            _recover_one(journal, record, root, report)
         finally:
             os.close(lock)
     return report
 
 
-def _recover_one(journal: _Journal, report: RecoveryReport) -> None:
-    # Orphans: a crash before the journal was in place (targets untouched) or after it
-    # was removed (transaction complete) leaves these; either way they are garbage.
-    journal.tmp_path.unlink(missing_ok=True)
-    if not journal.json_path.exists():
-        shutil.rmtree(journal.backup_dir, ignore_errors=True)
+def _recover_one(journal: _Journal, record: _Record, root: Path, report: RecoveryReport) -> None:
+    if not os.path.lexists(journal.json_path):
+        _sweep(journal)
+        _forget(root, journal.stem)
+        return
+    try:
+        data = _journal_bytes(journal.json_path)
+    except (OSError, ValueError) as exc:
+        report.foreign.append(_foreign(journal, f"it cannot be read as a journal ({exc})"))
+        return
+    if hashlib.sha256(data).hexdigest() != record.journal_sha256:
+        report.foreign.append(_foreign(journal, "it is not the journal optrace recorded (other bytes)"))
         return
     report.journals.append(journal.json_path)
-    _name, entries, token = _load(journal.json_path)
+    _name, entries, token = _load(journal.json_path, data)
+    why = _unsafe_entries(entries, root) or ("" if token == record.token else "another id than recorded")
+    if why:
+        report.journals.remove(journal.json_path)
+        report.foreign.append(_foreign(journal, why))
+        return
     journal = _Journal(journal.json_path, journal.backup_dir, journal.lock_path, token)
     results = _roll_back(entries, journal, touched=None)
     report.files.extend(results)
     outcomes = {r.outcome for r in results}
     if Outcome.FAILED in outcomes:
         report.kept.append(journal.json_path)
-    elif Outcome.MODIFIED_SINCE in outcomes:
-        report.kept.append(_keep_for_user(journal))
-    else:
-        _discard_journal(journal)
+        return
+    if Outcome.MODIFIED_SINCE in outcomes:
+        try:
+            report.kept.append(_keep_for_user(journal))
+        except OSError as exc:
+            report.files.append(RecoveredFile(journal.json_path, Outcome.FAILED,
+                                              f"cannot move the journal to {UNRESOLVED_DIR}/: {exc}"))
+            report.kept.append(journal.json_path)
+            return
+        _forget(root, journal.stem)
+        return
+    _discard_journal(journal, root)
 
 
 @dataclass(frozen=True)
@@ -763,3 +1242,7 @@ class Transaction:
     def recover(self) -> RecoveryReport:
         """See `recover`; only this operator's journal."""
         return recover(self.journal_dir, self.name)
+
+    def status(self) -> tuple[str, Path | None]:
+        """See `journal_status`; reads only."""
+        return journal_status(self.journal_dir, self.name)

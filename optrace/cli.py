@@ -35,8 +35,24 @@ app = typer.Typer(
 
 
 @app.callback()
-def _root() -> None:
+def _root(ctx: typer.Context) -> None:
     """optrace: instrument Ascend operators with trace points."""
+    # --trust-config holds for one command: off before it, and off again once it ended
+    # (several commands may run in one process: tests, library callers).
+    _trust(False)
+    ctx.call_on_close(lambda: _trust(False))
+
+
+def _trust(trusted: bool) -> None:
+    """`--trust-config` for this process (and, through `_run_parallel`, its workers)."""
+    if trusted or "optrace.engine.config" in sys.modules:
+        from optrace.engine.config import set_config_trust
+
+        set_config_trust(trusted)
+
+
+_TRUST_HELP = ("Let the repository's config import the rule modules it names ([rules] modules): "
+               "running code a clone brings. Without it they are skipped, and the plan says so.")
 
 
 class PlanFormat(StrEnum):
@@ -75,7 +91,7 @@ def _plan_one(op_dir: Path, repo_root: Path | None, as_json: bool, graph: Path |
     from optrace.engine.diagnostics import InputError, Severity
     from optrace.engine.plan import plan_operator
     from optrace.engine.plan_output import plan_json, render_text, write_graph
-    from optrace.engine.transaction import pending_journal
+    from optrace.engine.transaction import foreign_journal, pending_journal
 
     out = _PlanOutcome()
     try:
@@ -94,7 +110,10 @@ def _plan_one(op_dir: Path, repo_root: Path | None, as_json: bool, graph: Path |
     if pending is not None:
         out.messages.append(f"{pending}: OT044 warning: an apply / strip of this operator did not "
                             "finish; the plan may show half-written code (the next apply / strip "
-                            "rolls it back first)")
+                            "--write rolls it back first)")
+    foreign = foreign_journal(root, result.analysis.layers.op_dir)
+    if foreign is not None:
+        out.messages.append(f"{foreign.path}: {foreign.code} warning: {foreign.message}")
     out.messages.extend(d.format(root) for d in result.diagnostics if d.severity != Severity.INFO)
     mode = _plan_mode(result)
     if as_json:
@@ -143,7 +162,12 @@ def _run_parallel(work: Callable[..., _T], jobs: list[tuple[Any, ...]], workers:
 
     show = sys.stderr.isatty() and len(jobs) > 3
     results: list[_T | None] = [None] * len(jobs)
-    pool = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None
+    pool = None
+    if workers > 1:
+        from optrace.engine.config import config_trust_flag
+
+        # Workers started another way than fork still get this command's --trust-config.
+        pool = ProcessPoolExecutor(max_workers=workers, initializer=_trust, initargs=(config_trust_flag(),))
     if pool is None:
         iterator: Iterator[tuple[int, _T]] = ((i, work(*job)) for i, job in enumerate(jobs))
     else:
@@ -187,11 +211,14 @@ def plan(
         typer.Option("--jobs", "-j", min=1,
                      help="Worker processes for several operators (default: all cores)."),
     ] = None,
+    trust_config: Annotated[bool, typer.Option("--trust-config", help=_TRUST_HELP)] = False,
 ) -> None:
     """Show the trace tree optrace would instrument: layers found and missing, the
     include tree, per-core-type labels with each point's file:line, and warnings.
     Reads only; writes nothing unless -o / --graph are given."""
     from optrace.engine.plan_output import plans_json
+
+    _trust(trust_config)
 
     as_json = fmt == PlanFormat.json
     work: list[_PlanJob] = []
@@ -277,9 +304,15 @@ def _edit_command(
     as with one operator at a time."""
     from optrace.engine.apply import RunCommits
     from optrace.engine.diagnostics import InputError, Severity
-    from optrace.engine.discovery import default_repo_root, resolve_operator_dir
+    from optrace.engine.discovery import marked_repo_root, resolve_operator_dir, write_root
     from optrace.engine.edits import encode_patch, unified_diff
-    from optrace.engine.transaction import Transaction, TransactionError, operator_journal_name
+    from optrace.engine.transaction import (
+        OutsideRoot,
+        Transaction,
+        TransactionError,
+        foreign_journal,
+        operator_journal_name,
+    )
 
     if sum((write, check, patch is not None)) > 1:
         _err("optrace: --write, --check and --patch are mutually exclusive")
@@ -288,8 +321,10 @@ def _edit_command(
     patches: list[str] = []
     mode_ = mode.value if mode else None
     # Per operator, in order: where it is and its journal. A run that died between files
-    # left a journal: it is finished (rolled back) before anything is computed; its
-    # messages are shown when the operator's turn comes.
+    # left a journal: with --write it is finished (rolled back) before anything is
+    # computed; its messages are shown when the operator's turn comes. A run that writes
+    # nothing recovers nothing: it refuses an operator optrace left half-written. A
+    # journal optrace did not record (a clone's) is never acted on.
     prepared: list[tuple[list[str], int, Path | None, Transaction | None]] = []
     for op_dir in op_dirs:
         try:
@@ -297,12 +332,28 @@ def _edit_command(
         except InputError as exc:
             prepared.append(([exc.diagnostic.format()], EXIT_INPUT, None, None))
             continue
-        root = (repo_root or default_repo_root(op_dir)).resolve()
+        root = write_root(op_dir, repo_root).resolve()
         txn = Transaction(root / ".optrace", operator_journal_name(op_dir))
+        if not write:
+            state, path = txn.status()
+            if state == "pending":
+                prepared.append(([f"{path}: OT044 an apply / strip of this operator did not finish; "
+                                  "its files may be half-written. This command writes nothing: run "
+                                  "`optrace apply --write` or `optrace strip --write` on it (each rolls "
+                                  "the unfinished one back first), then run this again"],
+                                 EXIT_INPUT, None, None))
+                continue
+            foreign = foreign_journal(root, op_dir) if state == "foreign" else None
+            notes = [] if foreign is None else [f"{foreign.path}: {foreign.code} warning: {foreign.message}"]
+            prepared.append((notes, EXIT_OK, op_dir, txn))
+            continue
         try:
             report = txn.recover()
         except TransactionError as exc:
             prepared.append(([str(exc)], EXIT_INPUT, None, None))
+            continue
+        if report.foreign:
+            prepared.append(([*report.messages(), *map(str, report.foreign)], EXIT_INPUT, None, None))
             continue
         prepared.append((report.messages(), EXIT_OK, op_dir, txn))
     render = not write and not check  # the diff (stdout or --patch): rendered by the workers
@@ -346,11 +397,26 @@ def _edit_command(
                 written = journal.commit(result.changes)
             except TransactionError as exc:
                 _err(str(exc))
+                if isinstance(exc, OutsideRoot) and repo_root is None and marked_repo_root(resolved) is None:
+                    _err(f"{resolved}: note: no .git or optrace.toml marks a repository above this operator, "
+                         "so --write edits files inside its directory only; pass --repo-root DIR to let "
+                         "it edit the files it found in DIR")
                 code = max(code, EXIT_INPUT)
                 continue
             run.committed(result, written)
             typer.echo(f"{result.name}: {len(written)} file(s) written")
             continue
+        if outcome.diff is None:
+            # One behaviour for diff, --patch and --write: a file outside the root (a
+            # source linked out of it, a layer file the config names) is refused, by name.
+            real_root = os.path.realpath(result.repo_root)
+            outside = sorted(p for p in result.changes
+                             if not Path(os.path.realpath(p)).is_relative_to(real_root))
+            if outside:
+                _err(f"{outside[0]}: OT047 outside the repository root {result.repo_root}; not shown, "
+                     "nothing written (--repo-root DIR to widen the root)")
+                code = max(code, EXIT_INPUT)
+                continue
         diff = outcome.diff if outcome.diff is not None else unified_diff(result.changes, result.repo_root)
         if patch is not None:
             patches.append(diff)
@@ -388,6 +454,37 @@ def _rel(path: Path, root: Path) -> str:
 
 
 _WRITE_HELP = "Apply the changes (atomically per operator)."
+_WAIT_HELP = ("With --write: wait for another optrace process writing the same repository, "
+              "instead of stopping at once (OT045).")
+
+
+def _with_write_locks(op_dirs: list[Path], repo_root: Path | None, write: bool, wait: bool,
+                      run: Callable[[], int]) -> int:
+    """`run()` holding the write lock of every repository a --write run writes (taken in
+    sorted order, before anything is recovered or computed, released after the last
+    commit); another process holding one: OT045 naming it, nothing done — or --wait."""
+    if not write:
+        return run()
+    from contextlib import ExitStack
+
+    from optrace.engine.diagnostics import InputError
+    from optrace.engine.discovery import resolve_operator_dir, write_root
+    from optrace.engine.transaction import TransactionError, repository_lock
+
+    roots: set[Path] = set()
+    for op_dir in op_dirs:
+        try:
+            roots.add(write_root(resolve_operator_dir(op_dir), repo_root).resolve())
+        except InputError:
+            continue  # reported by the run itself
+    with ExitStack() as locks:
+        try:
+            for root in sorted(roots):
+                locks.enter_context(repository_lock(root, wait=wait))
+        except TransactionError as exc:
+            _err(str(exc))
+            return EXIT_INPUT
+        return run()
 _CHECK_HELP = "Write nothing; exit 1 when the tree differs from what this command would leave."
 _PATCH_HELP = "Write the changes as a patch `git apply` accepts, and nothing else."
 
@@ -406,11 +503,15 @@ def apply(
     check: Annotated[bool, typer.Option("--check", help=_CHECK_HELP)] = False,
     patch: Annotated[Path | None, typer.Option("--patch", help=_PATCH_HELP)] = None,
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help=_JOBS_HELP)] = None,
+    trust_config: Annotated[bool, typer.Option("--trust-config", help=_TRUST_HELP)] = False,
+    wait: Annotated[bool, typer.Option("--wait", help=_WAIT_HELP)] = False,
 ) -> None:
     """Instrument operators as planned, as a minimal diff: trace points (B + a scope guard
     that records the E on every exit), the runtime block in *_base.h, and the kernel
     entry scaffold with its profiling_data output. Default: print the diff, write nothing."""
-    raise typer.Exit(_edit_command(op_dirs, repo_root, write, check, patch, "apply", mode, jobs))
+    _trust(trust_config)
+    raise typer.Exit(_with_write_locks(op_dirs, repo_root, write, wait, lambda: _edit_command(
+        op_dirs, repo_root, write, check, patch, "apply", mode, jobs)))
 
 
 @app.command()
@@ -421,10 +522,14 @@ def strip(
     check: Annotated[bool, typer.Option("--check", help=_CHECK_HELP)] = False,
     patch: Annotated[Path | None, typer.Option("--patch", help=_PATCH_HELP)] = None,
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help=_JOBS_HELP)] = None,
+    trust_config: Annotated[bool, typer.Option("--trust-config", help=_TRUST_HELP)] = False,
+    wait: Annotated[bool, typer.Option("--wait", help=_WAIT_HELP)] = False,
 ) -> None:
     """Remove exactly what `apply` added (found by its markers), leaving the tree byte for
     byte as before; trace points written by hand stay. Default: print the diff."""
-    raise typer.Exit(_edit_command(op_dirs, repo_root, write, check, patch, "strip", None, jobs))
+    _trust(trust_config)
+    raise typer.Exit(_with_write_locks(op_dirs, repo_root, write, wait, lambda: _edit_command(
+        op_dirs, repo_root, write, check, patch, "strip", None, jobs)))
 
 
 def _check_one(op_dir: Path, repo_root: Path | None, compile_safety: bool) -> tuple[Any, str, int]:
@@ -461,6 +566,7 @@ def check(
         int | None,
         typer.Option("--jobs", "-j", min=1, help=_JOBS_HELP),
     ] = None,
+    trust_config: Annotated[bool, typer.Option("--trust-config", help=_TRUST_HELP)] = False,
 ) -> None:
     """Check trace points and the kernel side of gate G2: label syntax and depth, the root
     `processing`, B/E pairing and nesting (every exit path), the profiling_data parameter,
@@ -469,6 +575,7 @@ def check(
     from optrace.engine.check_output import render_check_text, sarif_document
     from optrace.engine.diagnostics import Severity
 
+    _trust(trust_config)
     code = EXIT_OK
     reports = []
     jobs_ = [(op_dir, repo_root, compile_safety) for op_dir in op_dirs]

@@ -18,9 +18,12 @@ has a stable code; disable one with `[rules] disable = ["OT105"]` in `optrace.to
 A rule is a class deriving from `optrace.rules.base.Rule` with `code`, `name`, a
 docstring, `VALID` / `INVALID` examples and `apply(ctx)`; `ctx.root` is the tree,
 `ctx.analysis` the parsed operator, `ctx.report(...)` records a finding. Put it in a
-module exposing `RULES = [YourRule]`, then either list the module in
-`[rules] modules = ["team_rules"]` or register it under the `optrace.rules` entry-point
-group of your package. Test it the way optrace tests its own:
+module exposing `RULES = [YourRule]`, then either register it under the `optrace.rules`
+entry-point group of your package (installed code: always loaded) or list the module in
+`[rules] modules = ["team_rules"]` of the repository's config — imported only when the
+user trusts that config (`--trust-config`, or `[trust] repositories` in
+`~/.config/optrace/config.toml`; docs/config.md), else skipped with OT005. Test it the
+way optrace tests its own:
 
 ```python
 from optrace.rules.testing import check_rule_examples

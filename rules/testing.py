@@ -6,6 +6,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from optrace.engine.config import trusting_config
 from optrace.engine.plan import Plan, plan_operator
 from optrace.rules.base import Example, Rule
 
@@ -19,7 +20,8 @@ def plan_example(example: Example, workdir: Path, extra_config: str = "") -> Pla
     kernel.mkdir(parents=True, exist_ok=True)
     (kernel / f"{EXAMPLE_OP}.cpp").write_text(example.source, encoding="utf-8")
     (repo / "optrace.toml").write_text(example.config + "\n" + extra_config, encoding="utf-8")
-    return plan_operator(repo / EXAMPLE_OP, repo)
+    with trusting_config():  # the example's config is the test's own: its rule modules load
+        return plan_operator(repo / EXAMPLE_OP, repo)
 
 
 def check_example(rule: type[Rule], example: Example, valid: bool, extra_config: str = "") -> None:

@@ -1,4 +1,9 @@
-"""Shared test configuration: hypothesis budgets.
+"""Shared test configuration: hypothesis budgets, and a home of the tests' own.
+
+No test touches the real home: the user's state directory (where optrace records the
+journals it writes, `$XDG_STATE_HOME/optrace`) and config directory (the user-level
+`config.toml` that may trust repositories) point into a temporary directory for the whole
+session, subprocesses included; tests that need a fresh one use the `state_home` fixture.
 
 Two settings profiles: ``optrace-ci`` (the default: hypothesis' own example counts, no
 deadline — CI machines are slow and shared) and ``optrace-long`` (many more examples),
@@ -11,8 +16,32 @@ scales them all: 100 by default, 2000 with ``OPTRACE_LONG_FUZZ=1``.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+# Set at import, before any test module runs optrace (some compute at import time) or a
+# module-scoped fixture forks a child that must see the same state directory.
+_HOME = tempfile.mkdtemp(prefix="optrace-test-home-")
+os.environ["XDG_STATE_HOME"] = os.path.join(_HOME, "state")
+os.environ["XDG_CONFIG_HOME"] = os.path.join(_HOME, "config")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(_HOME, ignore_errors=True)
+
+
+@pytest.fixture
+def state_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A fresh, empty home for one test: XDG_STATE_HOME and XDG_CONFIG_HOME under it."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
+    yield home
 
 LONG_FUZZ = os.environ.get("OPTRACE_LONG_FUZZ", "") not in ("", "0")
 

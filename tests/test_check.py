@@ -130,6 +130,7 @@ def test_sarif_and_strict(tmp_path: Path) -> None:
 def test_an_unfinished_apply_is_reported_by_check_and_plan(tmp_path: Path) -> None:
     """A journal left by a crashed apply means the tree may be half-written: check says so
     (OT044, an error), plan warns; the next apply rolls it back and check is clean."""
+    from optrace.engine import transaction
     from optrace.engine.transaction import journal_path, operator_journal_name
 
     op = applied(tmp_path, "msopgen_style")
@@ -137,6 +138,11 @@ def test_an_unfinished_apply_is_reported_by_check_and_plan(tmp_path: Path) -> No
     journal = journal_path(repo / ".optrace", operator_journal_name(op))
     journal.write_text(json.dumps({"format": "optrace-journal", "version": 1, "name": "x", "pid": 1,
                                    "started": "", "token": "t", "files": []}))
+    # Not recorded in the user's state directory (a clone's): a warning, never acted on.
+    code, out, _ = cli("check", str(op), "--no-compile")
+    assert code == 0 and "OT046" in out and "OT044" not in out
+    # Recorded, as optrace records the journals it writes: the operator's own crash.
+    transaction._remember(repo.resolve(), journal.name.split(".")[0], "t", journal.read_bytes())
     code, out, _ = cli("check", str(op), "--no-compile")
     assert code == 1 and "OT044" in out and "did not finish" in out
     code, _, err = cli("plan", str(op))

@@ -4,8 +4,9 @@ The subject is the UMDK-style fused MoE operator (eight files change on apply). 
 Python computes the apply and commits it with a fault at a chosen moment: `os._exit(1)`
 before or after each file write, while the journal is prepared, while it is discarded,
 and while an earlier crash is being recovered. The parent then runs optrace through the
-CLI, which recovers the unfinished journal first, and asserts the operator is byte for
-byte the original or fully applied (never a mix), and that `strip` gives the original.
+CLI: a run with `--write` recovers the unfinished journal first, and the operator is byte
+for byte the original or fully applied (never a mix); a run that writes nothing refuses
+the half-written operator and leaves everything as it is; `strip` gives the original.
 Failing writes (an injected disk error, a directory put where a file was) and a source
 edited between planning and writing are driven in-process.
 """
@@ -128,12 +129,14 @@ RUNNER = textwrap.dedent(
     from optrace.engine.transaction import operator_journal_name as _journal_name
     from optrace.engine.apply import apply_changes
     from optrace.engine.discovery import default_repo_root
-    from optrace.engine.transaction import commit, journal_path, recover
+    from optrace.engine.transaction import commit, journal_path, recover, state_dir
 
     def step(op, point, k):
         journal_dir = default_repo_root(op.resolve()).resolve() / ".optrace"
         name = _journal_name(op)  # the journal the CLI looks for
         journal = journal_path(journal_dir, name)
+        backups = journal.with_suffix(".backup")
+        records = str(state_dir())  # where optrace records the journals it writes
         if point == "recover":  # the files of the earlier, unfinished transaction
             targets = {Path(f["path"]) for f in json.loads(journal.read_text())["files"]}
         else:
@@ -161,8 +164,10 @@ RUNNER = textwrap.dedent(
         temp_fsyncs = []
 
         def fsync(fd):
-            if point == "before-journal" and not journal.exists():
-                die()  # the first backup is being made durable; no journal yet
+            if point == "record" and os.readlink(f"/proc/self/fd/{fd}").startswith(records):
+                die()  # the journal's record is being made durable; nothing in the repository yet
+            if point == "before-journal" and backups.exists() and not journal.exists():
+                die()  # the backups are being made durable; no journal yet
             if point == "temp-fsync" and ".optrace-" in os.readlink(f"/proc/self/fd/{fd}"):
                 temp_fsyncs.append(fd)  # a temp file, on one of the writing threads
                 if len(temp_fsyncs) == k + 1:
@@ -239,6 +244,7 @@ N_FILES = n_written()
 # Before the journal is durable nothing has been touched; once it is, recovery rolls back
 # (never forward); after the journal is deleted the transaction is complete.
 CRASHES: list[tuple[str, int, int, str]] = [
+    ("record", 0, 0, "original"),
     ("before-journal", 0, 0, "original"),
     ("journal-rename", 0, 0, "original"),
     *[("before-write", k, k, "original") for k in range(N_FILES)],
@@ -275,7 +281,7 @@ def crashed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, P
 
 def test_the_subject_is_a_multi_file_apply() -> None:
     assert N_FILES >= 5
-    assert len(CRASHES) == 2 * N_FILES + 7
+    assert len(CRASHES) == 2 * N_FILES + 8
 
 
 @pytest.mark.parametrize(("index", "crash_point"), list(enumerate(CRASHES)),
@@ -297,26 +303,36 @@ def test_a_crash_is_recovered_to_original_or_applied_and_strip_restores(
         assert 0 < len(temps) <= N_FILES
     else:
         assert len(temps) == expected_temps
-    journal_left = point not in ("before-journal", "journal-rename", "discard-backups")
+    journal_left = point not in ("record", "before-journal", "journal-rename", "discard-backups")
 
     next_run = NEXT_RUNS[index % len(NEXT_RUNS)]
+    crashed_state = tree(repo)
+    crashed_journals = journals(repo)
     code, out, err = cli(*next_run, str(op))
     assert "Traceback" not in err
-    # Recovery names each file it put back or removed (files never written: not mentioned).
-    assert err.count(": restored") + err.count(": removed") == (written if journal_left else 0), err
     state = tree(repo)
-    if next_run == ("apply", "--write"):
-        assert code == 0 and verdict(state, before, after) == "applied", err
-    elif next_run == ("strip", "--write"):
-        assert code == 0 and verdict(state, before, after) == "original", err
-    else:  # the run writes nothing: what is left is what recovery left
-        assert verdict(state, before, after) == recovered, err
-        if next_run == ("apply", "--check"):
+    if "--write" not in next_run:
+        # A run that writes nothing recovers nothing, sweeps nothing: every byte stays.
+        assert state == crashed_state and journals(repo) == crashed_journals, err
+        assert "restored" not in err and "removed" not in err
+        if journal_left:  # the operator is half-written: refused, with what to do
+            assert code == 2 and "OT044" in err and "--write" in err, err
+        elif next_run == ("apply", "--check"):
             assert code == (1 if recovered == "original" else 0), err
         elif next_run == ("strip", "--check"):
             assert code == (0 if recovered == "original" else 1), err
         else:
             assert code == 0 and (out != "") == (recovered == "original")
+        code, out, err = cli("apply", str(op), "--write")
+        assert code == 0, err
+        state = tree(repo)
+        next_run = ("apply", "--write")
+    # Recovery names each file it put back or removed (files never written: not mentioned).
+    assert err.count(": restored") + err.count(": removed") == (written if journal_left else 0), err
+    if next_run == ("apply", "--write"):
+        assert code == 0 and verdict(state, before, after) == "applied", err
+    else:
+        assert code == 0 and verdict(state, before, after) == "original", err
     assert journals(repo) == [], f"journal left behind after {point}-{k}"
 
     code, _, err = cli("strip", str(op), "--write")
@@ -334,8 +350,9 @@ def test_a_crash_while_recovering_is_recovered_by_the_next_run(
     repo, op = crashed[f"recover-{k}"]
     assert applied_count(tree(repo), before, after) == N_FILES - (k + 1)
     assert journals(repo) != []  # the journal outlives a recovery that did not finish
-    code, _, err = cli("apply", str(op), "--check")
-    assert code == 1, err
+    assert cli("apply", str(op), "--check")[0] == 2  # writes nothing: refuses the half-written tree
+    code, _, err = cli("strip", str(op), "--write")
+    assert code == 0, err
     assert verdict(tree(repo), before, after) == "original"
     assert journals(repo) == []
 
@@ -351,8 +368,8 @@ def test_a_file_edited_after_a_crash_is_left_alone_and_reported(
     assert first.read_bytes() == after[rel]  # written before the crash
     edited = first.read_bytes() + b"// the user's own line\n"
     first.write_bytes(edited)
-    _, _, err = cli("apply", str(op), "--check")
-    assert f"{first}: modified-since" in err
+    report = transaction.Transaction(repo / ".optrace", _journal_name(op)).recover()  # as --write does
+    assert f"{first}: modified-since (neither the old nor the new bytes; left as is)" in report.messages()
     state = tree(repo)
     # Every other file is back to its original bytes; the edited one is the user's.
     assert {p: b for p, b in state.items() if p != rel} == {p: b for p, b in before.items() if p != rel}
@@ -539,6 +556,8 @@ def test_docs_faults_cites_only_tests_that_exist() -> None:
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "faults.md").read_text()
     cited = set(re.findall(r"`(test_[a-z0-9_]+)", doc))
-    here = Path(__file__).read_text() + (Path(__file__).parent / "test_transaction.py").read_text()
+    here = "".join((Path(__file__).parent / name).read_text()
+                   for name in ("test_faults.py", "test_transaction.py", "test_trust.py", "test_locks.py",
+                                "test_stale_offsets.py"))
     defined = set(re.findall(r"^def (test_[a-z0-9_]+)", here, re.M))
     assert cited and cited <= defined, sorted(cited - defined)

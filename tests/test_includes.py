@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import errno
+import io
 import os
 from pathlib import Path
 
@@ -42,13 +44,48 @@ def test_symlink_loop_is_a_located_diagnostic(tmp_path: Path) -> None:
     assert g.diagnostics[0].line == 1
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads unreadable files")
-def test_unreadable_header(tmp_path: Path) -> None:
+def unreadable(monkeypatch: pytest.MonkeyPatch, victim: Path) -> None:
+    """`victim` cannot be opened (EACCES), whoever runs the test: its mode is 0, and —
+    since root (CI) reads a file of mode 0 anyway — opening it fails at `io.open`, where
+    every `Path.read_bytes` ends up, as the kernel would fail it for another user."""
+    victim.chmod(0)
+    real_open = io.open
+
+    def denying(file: object, *args: object, **kwargs: object) -> object:
+        if isinstance(file, str | bytes | os.PathLike) and os.path.realpath(file) == os.path.realpath(victim):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(file))
+        return real_open(file, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(io, "open", denying)
+
+
+def test_unreadable_header(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     entry = write(tmp_path / "k.cpp", '#include "x.h"\n')
     x = write(tmp_path / "x.h", "int a;\n")
-    x.chmod(0)
+    unreadable(monkeypatch, x)
     g = build_include_graph(entry.resolve(), [])
     assert [d.code for d in g.diagnostics] == ["OT011"]
+    assert g.diagnostics[0].path == x.resolve() and "Permission denied" in g.diagnostics[0].message
+    assert x.resolve() not in g.files
+
+
+def test_an_unreadable_header_is_named_by_plan_and_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from optrace.cli import app
+
+    repo = tmp_path / "repo"
+    write(repo / "optrace.toml", "")
+    write(repo / "demo_op" / "op_kernel" / "demo_op.cpp",
+          '#include "x.h"\nextern "C" __global__ __aicore__ void demo_op(GM_ADDR x) { SyncAll(); }\n')
+    x = write(repo / "demo_op" / "op_kernel" / "x.h", "int a;\n")
+    unreadable(monkeypatch, x)
+    res = CliRunner().invoke(app, ["plan", str(repo / "demo_op")])
+    assert res.exit_code == 0 and "op_kernel/x.h: OT011 cannot read: Permission denied" in res.stderr
+    res = CliRunner().invoke(app, ["check", str(repo / "demo_op"), "--no-compile"])
+    assert "x.h: OT011 cannot read: Permission denied" in res.stdout
 
 
 def test_binary_header_is_reported_not_parsed(tmp_path: Path) -> None:

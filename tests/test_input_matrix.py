@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 from collections.abc import Callable
@@ -276,6 +277,48 @@ def scene_journal_blocked(tmp: Path, family: str) -> Scene:
     return scene
 
 
+VICTIM = b"a file outside the repository\n"
+
+
+def scene_clone_journal(tmp: Path, family: str) -> Scene:
+    """A journal the clone brought (not recorded in the user's state directory) for this
+    very operator, which would roll a file outside the repository back to other bytes."""
+    import hashlib
+
+    from optrace.engine.transaction import journal_path, operator_journal_name
+
+    scene = scene_unwritable(tmp, family)
+    if family == "runtime":
+        return scene
+    victim = tmp / "victim.txt"
+    victim.write_bytes(VICTIM)
+    journal = journal_path(scene["root"] / ".optrace", operator_journal_name(scene["op"]))
+    journal.parent.mkdir(exist_ok=True)
+    backup = journal.with_suffix(".backup")
+    backup.mkdir()
+    (backup / "old.bin").write_bytes(b"pwned\n")
+    entry = {"path": str(victim), "action": "modify", "old_sha256": hashlib.sha256(b"pwned\n").hexdigest(),
+             "new_sha256": hashlib.sha256(VICTIM).hexdigest(), "mode": 0o4755, "backup": "old.bin@0+6",
+             "created_dirs": []}
+    journal.write_text(json.dumps({"format": "optrace-journal", "version": 2, "name": "demo_op", "pid": 1,
+                                   "started": "", "token": "c0ffee", "files": [entry]}))
+    scene.paths |= {"journal": journal, "victim": victim}
+    return scene
+
+
+def scene_rule_module(tmp: Path, family: str) -> Scene:
+    """The repository's config names a rule module the repository ships (the user did not
+    pass --trust-config nor list the repository in the user-level config)."""
+    scene = scene_unwritable(tmp, family)
+    if family == "runtime":
+        return scene
+    (scene["root"] / "optrace.toml").write_text('[rules]\nmodules = ["matrix_rules"]\n')
+    marker = tmp / "imported"
+    (scene["root"] / "matrix_rules.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n")
+    scene.paths["marker"] = marker
+    return scene
+
+
 # --------------------------------------------------------------------------- the cases
 
 
@@ -325,10 +368,15 @@ CONDITIONS = {c.key: c for c in [
     Condition("arg-loop", "the argument is a symlink loop", scene_arg_loop),
     Condition("unwritable", "unwritable output (its parent is a regular file)", scene_unwritable),
     Condition("journal", "unwritable journal (`.optrace` is a regular file)", scene_journal_blocked),
+    Condition("clone-journal", "a journal that came with the clone (not recorded in the user's state "
+              "directory), rolling a file outside the repository back", scene_clone_journal),
+    Condition("rule-module", "`[rules] modules` in the repository's config (no --trust-config)",
+              scene_rule_module),
 ]}
 
 PLACEHOLDERS = {"op": "OPDIR", "src": "SRC_DIR", "prof": "PROFILING_DIR", "file": "FILE", "out": "OUT",
-                "trace": "TRACE", "loop": "PROFILING_DIR/rank000.pt", "root": "REPO"}
+                "trace": "TRACE", "loop": "PROFILING_DIR/rank000.pt", "root": "REPO",
+                "journal": "REPO/.optrace/journal-OP.json"}
 
 
 @dataclass(frozen=True)
@@ -373,6 +421,16 @@ def _loop_left_alone(scene: Scene) -> None:
     assert os.readlink(scene["src"] / "loop.h") == "loop.h"
 
 
+def _clone_journal_untouched(scene: Scene) -> None:
+    assert scene["victim"].read_bytes() == VICTIM and stat.S_IMODE(os.stat(scene["victim"]).st_mode) != 0o4755
+    assert scene["journal"].exists() and scene["journal"].with_suffix(".backup").is_dir()
+    assert not scene["journal"].with_suffix(".lock").exists()
+
+
+def _not_imported(scene: Scene) -> None:
+    assert not scene["marker"].exists(), "the repository's rule module was imported"
+
+
 def _map_written(scene: Scene) -> None:
     assert json.loads((scene["out"] / "point_map.json").read_text())["points"]
 
@@ -402,6 +460,11 @@ CASES: list[Case] = [
     Case("plan {op} -o {file}/plan.txt", "unwritable", 2, "{file}/plan.txt: OT030", "refused after "
          "planning; nothing written"),
     Case("plan {op}", "journal", N_A, "", "plan writes no journal"),
+    Case("plan {op}", "clone-journal", 0, "{journal}: OT046 warning", "planned; the journal is named, "
+         "never read or acted on, nothing written", check=_clone_journal_untouched),
+    Case("plan {op}", "rule-module", 0, "optrace.toml:2: OT005 rule modules not loaded: matrix_rules",
+         "planned without the module, which is named as skipped (with how to trust it), never imported",
+         check=_not_imported),
     # ---- apply
     Case("apply {op} --write", "missing", 2, "{op}: OT001", "refused, nothing written"),
     Case("apply {op} --write", "empty", 2, "{op}: OT010", "no kernel entry: refused"),
@@ -422,6 +485,12 @@ CASES: list[Case] = [
     Case("apply {op} --patch {file}/p.patch", "unwritable", 2, "{file}/p.patch: OT030", "refused; "
          "nothing written"),
     Case("apply {op} --write", "journal", 2, "{root}/.optrace: OT043", "refused before any file changes"),
+    Case("apply {op}", "clone-journal", 0, "{journal}: OT046 warning", "the diff; the journal is named and "
+         "ignored, nothing written", check=_clone_journal_untouched),
+    Case("apply {op} --write", "clone-journal", 2, "{journal}: OT046", "refused, saying how to remove the "
+         "journal; it and every file are left untouched", check=_clone_journal_untouched),
+    Case("apply {op} --write", "rule-module", 0, "2 file(s) written", "applied as planned without the "
+         "module, never imported", check=_not_imported),
     # ---- strip (on an applied tree where there is one)
     Case("strip {op} --write", "missing", 2, "{op}: OT001", "refused"),
     Case("strip {op} --write", "empty", 0, "0 file(s) written", "nothing optrace added: nothing to do"),
@@ -446,6 +515,10 @@ CASES: list[Case] = [
          "nothing written", family="applied"),
     Case("strip {op} --write", "journal", 2, "{root}/.optrace: OT043", "refused before any file changes",
          family="applied"),
+    Case("strip {op} --write", "clone-journal", 2, "{journal}: OT046", "refused, saying how to remove the "
+         "journal; it and every file are left untouched", family="applied", check=_clone_journal_untouched),
+    Case("strip {op} --write", "rule-module", 0, "2 file(s) written", "the original bytes; the module "
+         "never imported", family="applied", check=_not_imported),
     # ---- check (on an applied tree where there is one)
     Case("check {op}", "missing", 2, "{op}: OT001", "refused"),
     Case("check {op}", "empty", 0, "not instrumented", "reported as not instrumented"),
@@ -465,6 +538,10 @@ CASES: list[Case] = [
     Case("check {op} -o {file}/check.txt", "unwritable", 2, "{file}/check.txt: OT030", "refused",
          family="applied"),
     Case("check {op}", "journal", N_A, "", "check writes no journal"),
+    Case("check {op}", "clone-journal", 0, "OT046", "clean; the journal is named (a warning), never acted "
+         "on", family="applied", check=_clone_journal_untouched),
+    Case("check {op}", "rule-module", 0, "0 error(s)", "clean; the module never imported", family="applied",
+         check=_not_imported),
     # ---- preprocess (the kernel folder of an applied tree)
     Case("preprocess {src} --out {out}", "missing", 2, "{src}: OT200", "refused, nothing written"),
     Case("preprocess {src} --out {out}", "empty", 0, "0 points", "an empty map"),
@@ -484,6 +561,8 @@ CASES: list[Case] = [
     Case("preprocess {src} --out {file}/out", "unwritable", 2, "{file}/out: OT206", "refused; nothing "
          "written", family="applied"),
     Case("preprocess {src} --out {out}", "journal", N_A, "", "preprocess writes no journal"),
+    Case("preprocess {src} --out {out}", "clone-journal", N_A, "", "preprocess reads no journal"),
+    Case("preprocess {src} --out {out}", "rule-module", N_A, "", "preprocess runs no rules"),
     # ---- collect
     Case("collect {prof} -o {out}", "missing", 2, "{prof}: no such directory", "refused", family="runtime"),
     Case("collect {prof} -o {out}", "empty", 2, "{prof}: no rank*.pt files", "refused", family="runtime"),
@@ -504,6 +583,8 @@ CASES: list[Case] = [
     Case("collect {prof} -o {file}/trace.json", "unwritable", 2, "{file}: File exists", "refused "
          "(naming the file in the way); nothing written", family="runtime"),
     Case("collect {prof} -o {out}", "journal", N_A, "", "no journal"),
+    Case("collect {prof} -o {out}", "clone-journal", N_A, "", "no journal"),
+    Case("collect {prof} -o {out}", "rule-module", N_A, "", "no rules"),
     # ---- inspect
     Case("inspect {prof}", "missing", 2, "{prof}: no such file or directory", "refused", family="runtime"),
     Case("inspect {prof}", "empty", 2, "{prof}: no rank*.pt files", "refused", family="runtime"),
@@ -522,6 +603,8 @@ CASES: list[Case] = [
          family="runtime"),
     Case("inspect {prof}", "unwritable", N_A, "", "writes only to stdout"),
     Case("inspect {prof}", "journal", N_A, "", "no journal"),
+    Case("inspect {prof}", "clone-journal", N_A, "", "no journal"),
+    Case("inspect {prof}", "rule-module", N_A, "", "no rules"),
     # ---- report
     Case("report {prof}", "missing", 2, "{prof}: no such file or directory", "refused", family="runtime"),
     Case("report {prof}", "empty", 2, "{prof}: no rank*.pt files", "refused", family="runtime"),
@@ -540,6 +623,8 @@ CASES: list[Case] = [
     Case("report {prof} --html {file}/r.html", "unwritable", 2, "{file}: File exists", "refused "
          "(naming the file in the way); nothing written", family="runtime"),
     Case("report {prof}", "journal", N_A, "", "no journal"),
+    Case("report {prof}", "clone-journal", N_A, "", "no journal"),
+    Case("report {prof}", "rule-module", N_A, "", "no rules"),
     # ---- compare
     Case("compare {prof} {prof}", "missing", 2, "{prof}: no such file or directory", "refused",
          family="runtime"),
@@ -557,6 +642,8 @@ CASES: list[Case] = [
          "the path", family="runtime"),
     Case("compare {prof} {prof}", "unwritable", N_A, "", "writes only to stdout"),
     Case("compare {prof} {prof}", "journal", N_A, "", "no journal"),
+    Case("compare {prof} {prof}", "clone-journal", N_A, "", "no journal"),
+    Case("compare {prof} {prof}", "rule-module", N_A, "", "no rules"),
 ]
 
 COMMANDS = ["plan", "apply", "strip", "check", "preprocess", "collect", "inspect", "report", "compare"]
@@ -641,7 +728,9 @@ def render_doc() -> str:
         "header of numeric literals (a lookup table); an include cycle; a header that is a",
         "symlink to itself plus a folder link back up (runtime: a rank file linking to itself);",
         "the argument itself a symlink loop; an output path under a regular file; the journal",
-        "directory `.optrace` taken by a regular file.",
+        "directory `.optrace` taken by a regular file; a journal a clone brought (not recorded in",
+        "the user's state directory) that would roll a file outside the repository back with a",
+        "setuid mode; a rule module the repository's config names and ships.",
         "",
     ]
     for command in COMMANDS:

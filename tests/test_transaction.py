@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+import optrace.engine.transaction as transaction
 from optrace.engine.transaction import (
     Change,
+    ForeignJournal,
     Outcome,
     StaleSource,
     Transaction,
@@ -37,6 +39,16 @@ def leftovers(journal_dir: Path) -> list[str]:
     and the `.gitignore` that hides both from git."""
     return sorted(p.name for p in journal_dir.iterdir()
                   if not p.name.endswith(".lock") and p.name != ".gitignore")
+
+
+def recorded(journal_dir: Path, name: str, token: str | None = None) -> Path:
+    """Record a hand-written journal in the user's state directory exactly as optrace
+    records the journals it writes: stands for "this journal is optrace's own"."""
+    journal = journal_path(journal_dir, name)
+    data = journal.read_bytes()
+    token = token or str(json.loads(data).get("token", "t"))
+    transaction._remember(transaction._real_root(journal_dir), journal.name.split(".", 1)[0], token, data)
+    return journal
 
 
 def snapshot(root: Path, skip: Path | None = None) -> Snapshot:
@@ -86,7 +98,7 @@ def operator(tmp_path: Path) -> tuple[Path, Path, dict[Path, Change]]:
         gone: (gone.read_bytes(), None),
         op / "op_kernel" / "gen" / "deep" / "point_map.h": (None, b"// generated\n"),
     }
-    return op, tmp_path / "repo-state" / ".optrace", changes
+    return op, tmp_path / ".optrace", changes  # the repository root: tmp_path
 
 
 def expected_after(op: Path, changes: dict[Path, Change]) -> dict[Path, bytes | None]:
@@ -204,21 +216,32 @@ def test_an_interrupt_rolls_back_and_propagates(operator: tuple[Path, Path, dict
     assert snapshot(op) == before
 
 
-def test_an_unwritable_journal_writes_nothing(operator: tuple[Path, Path, dict[Path, Change]]) -> None:
+def test_an_unwritable_journal_writes_nothing(
+    operator: tuple[Path, Path, dict[Path, Change]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     op, journal_dir, changes = operator
-    journal_dir.parent.mkdir(parents=True)
     journal_dir.write_bytes(b"not a directory")
     before = snapshot(op)
     with pytest.raises(WriteFailed, match="cannot use the journal directory"):
         commit(changes, journal_dir, name="k")
     assert snapshot(op) == before
     journal_dir.unlink()
-    journal_dir.mkdir()
-    (journal_dir / "journal-k.json.tmp").mkdir()  # the journal itself cannot be written
-    with pytest.raises(WriteFailed, match="cannot write the journal"):
+    # The backups cannot be made durable (a disk error): the journal is never written.
+    real_fsync = os.fsync
+
+    def failing(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("/old.bin"):
+            raise OSError(5, "Input/output error")
+        real_fsync(fd)
+
+    if not Path("/proc/self/fd").is_dir():
+        pytest.skip("needs /proc to name the file being fsynced")
+    monkeypatch.setattr(os, "fsync", failing)
+    with pytest.raises(WriteFailed, match=r"cannot write the journal \(Input/output error\)"):
         commit(changes, journal_dir, name="k")
     assert snapshot(op) == before
-    assert leftovers(journal_dir) == ["journal-k.json.tmp"]
+    assert leftovers(journal_dir) == []
+    assert not transaction._record_path(journal_dir.parent.resolve(), "journal-k").exists()
 
 
 # --- crashes: a child process dies at the k-th write; the parent recovers
@@ -302,21 +325,34 @@ def test_recover_leaves_a_file_edited_since_and_keeps_its_backup(
     assert commit({first_written: (first_written.read_bytes(), b"x")}, journal_dir, name="k")
 
 
-def test_recover_without_a_journal_and_orphans(tmp_path: Path) -> None:
+@pytest.mark.parametrize("ours", [True, False], ids=["recorded", "not-recorded"])
+def test_recover_without_a_journal_and_orphans(tmp_path: Path, ours: bool) -> None:
+    """Orphans of optrace's own crash (its record says so) are swept; the same files
+    without a record are someone else's: reported and left alone."""
     assert recover(tmp_path / "nothing").clean
     journal_dir = tmp_path / ".optrace"
     (journal_dir / "journal-k.backup").mkdir(parents=True)
     (journal_dir / "journal-k.backup" / "0").write_bytes(b"old")
     (journal_dir / "journal-k.json.tmp").write_bytes(b"{")
+    if ours:  # a crash between the record and the journal's rename
+        transaction._remember(tmp_path.resolve(), "journal-k", "t", b"{")
     report = recover(journal_dir)
     assert report.clean and report.files == [] and report.journals == []
-    assert leftovers(journal_dir) == []
+    if ours:
+        assert leftovers(journal_dir) == [] and report.foreign == []
+        assert transaction._read_record(tmp_path.resolve(), "journal-k") is None
+    else:
+        assert leftovers(journal_dir) == ["journal-k.backup", "journal-k.json.tmp"]
+        assert [f.code for f in report.foreign] == ["OT046"]
+        assert not (journal_dir / "journal-k.lock").exists()
 
 
 def test_an_unreadable_journal_is_reported(tmp_path: Path) -> None:
     journal_dir = tmp_path / ".optrace"
     journal_dir.mkdir()
     journal_path(journal_dir, "k").write_text('{"format": "something else"}')
+    assert [f.code for f in recover(journal_dir).foreign] == ["OT046"]  # not optrace's: untouched
+    recorded(journal_dir, "k")
     with pytest.raises(TransactionError, match="unreadable journal"):
         recover(journal_dir)
 
@@ -383,6 +419,12 @@ def test_a_journal_of_optrace_0_1_with_one_backup_file_per_entry_still_rolls_bac
                    "new_sha256": hashlib.sha256(b"new bytes").hexdigest(),
                    "mode": 0o644, "backup": "0", "created_dirs": []}],
     }))
+    # Found as such after an upgrade, it has no record: refused, untouched.
+    (refused,) = recover(journal_dir).foreign
+    assert isinstance(refused, ForeignJournal) and path.read_bytes() == b"new bytes"
+    assert f"rm -r {journal_dir}/journal-k.*" in str(refused)
+    # Recorded (a version 1 journal of an optrace that records them), it rolls back.
+    recorded(journal_dir, "k")
     report = recover(journal_dir)
     assert path.read_bytes() == b"old bytes"
     assert [f.outcome for f in report.files] == [Outcome.RESTORED]
@@ -396,6 +438,7 @@ def test_a_journal_with_a_malformed_backup_is_reported_not_a_traceback(tmp_path:
         "files": [{"path": str(tmp_path / "a.h"), "action": "modify", "old_sha256": "0", "new_sha256": "1",
                    "mode": 420, "backup": "old.bin@x+1", "created_dirs": []}],
     }))
+    recorded(journal_dir, "k")
     with pytest.raises(TransactionError, match=r"unreadable journal.*neither old\.bin"):
         recover(journal_dir)
 
