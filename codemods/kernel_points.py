@@ -76,7 +76,8 @@ def _inside_the_block(data: bytes, block: Node, content: bytes) -> Edit | None:
             indent = base + (b"\t" if base.startswith(b"\t") else b"    ")
         at = line_end(data, brace_end, include_newline=True)
         return Edit(Path(), at, at, indent + content + LINE_MARK + newline, CODEMOD)
-    return Edit(Path(), brace_end, brace_end, b" " + FRAG_OPEN + content + FRAG_CLOSE, CODEMOD)
+    # The separating space is part of the fragment, so strip takes it back too.
+    return Edit(Path(), brace_end, brace_end, FRAG_OPEN + b" " + content + FRAG_CLOSE, CODEMOD)
 
 
 _LOOPS = ("for_statement", "while_statement", "do_statement", "for_range_loop")

@@ -191,7 +191,9 @@ def _statement_text(data: bytes, code: bytes, out: OpDefOutput, param_type: str)
     text = b"".join(pieces)
     indent = leading_ws(data, out.start)
     lines = (indent + text).replace(b"\r\n", b"\n").split(b"\n")
-    return [ln.rstrip() for ln in lines if ln.strip()]
+    # The template's comments describe its own dtypes, not profiling_data's; a line that
+    # is only a comment would also not carry the line mark strip looks for.
+    return [ln.rstrip() for ln in lines if ln.strip() and not ln.lstrip().startswith((b"//", b"/*", b"*"))]
 
 
 def op_def_edits(plan: Plan, mode: str) -> list[Edit]:

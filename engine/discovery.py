@@ -19,7 +19,10 @@ from optrace.engine.diagnostics import Diagnostic, InputError, Severity
 from optrace.engine.names import op_name_pattern, same_op
 from optrace.engine.source import blank_comments, decode, is_binary
 
-CPP_EXTS = frozenset({".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".hh", ".hxx", ".asc", ".inc"})
+# `.inl` / `.ipp` / `.tpp` are headers by another name (template bodies included at the end of a
+# header): apply reaches them through the include graph, so strip and check must scan them.
+CPP_EXTS = frozenset({".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".hh", ".hxx", ".asc", ".inc", ".inl",
+                      ".ipp", ".tpp", ".tcc"})
 KERNEL_EXTS = frozenset({".cpp", ".cc", ".cxx", ".asc"})
 SCRIPT_EXTS = frozenset({".sh", ".bash", ".cmake", ".txt", ".py"})
 SKIP_DIRS = frozenset(

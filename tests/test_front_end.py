@@ -318,3 +318,43 @@ def test_a_function_two_entries_call_keeps_its_signature(tmp_path: Path) -> None
     assert not [e for e in errors[root / "ops/idx/op_kernel/idx.cpp"] if "RunIdx" in e.message]
     assert runner.invoke(app, ["strip", str(root / "ops/idx"), "--write"]).exit_code == 0
     assert (root / "ops/idx/op_kernel/idx.cpp").read_text() == before
+
+
+# --- strip takes back every byte of what apply wrote (seen failing on ops-nn) -----------------------
+
+
+def test_strip_restores_inl_files_one_line_bodies_and_commented_opdef_chains(tmp_path: Path) -> None:
+    # one-line bodies with real work: their points go inline, as fragments
+    steps = "".join(f"    __aicore__ inline void Step{i}(int g) {{ " + "acc_ += g; " * 8 + "}\n"
+                    for i in range(3))
+    works = ""
+    files = {
+        "ops/inl/op_kernel/inl.cpp": '#include "inl_kernel.h"\n' + ENTRY_HEAD.format(op="inl")
+        + "    InlKernel op;\n    op.Init(x, y, workspace);\n    op.Process();\n}\n",
+        "ops/inl/op_kernel/inl_kernel.h": "#pragma once\nclass InlKernel {\npublic:\n"
+        "    __aicore__ inline void Init(GM_ADDR x, GM_ADDR y, GM_ADDR workspace) {}\n"
+        "    __aicore__ inline void Process();\n" + steps + works + "    int acc_ = 0;\n};\n"
+        '#include "inl_kernel_impl.inl"\n',
+        "ops/inl/op_kernel/inl_kernel_impl.inl":
+        "__aicore__ inline void InlKernel::Process()\n{\n"
+        "    for (int groupIdx = 0; groupIdx < 4; ++groupIdx) {\n"
+        + "".join(f"        Step{i}(groupIdx);\n" for i in range(3)) + "    }\n}\n",
+        "ops/inl/op_host/inl_def.cpp": "namespace ops {\nclass Inl : public OpDef {\npublic:\n"
+        "    explicit Inl(const char *name) : OpDef(name)\n    {\n"
+        '        this->Output("y")\n            .ParamType(REQUIRED)\n'
+        "            .DataType({ge::DT_FLOAT16,\n"
+        "                       // group 2: bf16\n"
+        "                       ge::DT_BF16})\n"
+        "            .Format({ge::FORMAT_ND, ge::FORMAT_ND});\n    }\n};\n"
+        "OP_ADD(Inl);\n}  // namespace ops\n",
+    }
+    root = write_tree(tmp_path, files)
+    before = snapshot(root)
+    assert runner.invoke(app, ["apply", str(root / "ops/inl"), "--write"]).exit_code == 0
+    after = snapshot(root)
+    assert after["ops/inl/op_kernel/inl_kernel_impl.inl"] != before["ops/inl/op_kernel/inl_kernel_impl.inl"]
+    assert b"{/*optrace<*/ MoeTracing(" in after["ops/inl/op_kernel/inl_kernel.h"]
+    assert b'this->Output("profiling_data")' in after["ops/inl/op_host/inl_def.cpp"]
+    assert b"group 2: bf16  // optrace" not in after["ops/inl/op_host/inl_def.cpp"]
+    assert runner.invoke(app, ["strip", str(root / "ops/inl"), "--write"]).exit_code == 0
+    assert snapshot(root) == before
