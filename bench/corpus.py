@@ -565,7 +565,8 @@ def render_md(name: str, meta: dict[str, Any], s: dict[str, Any], results: list[
     out = [
         f"## {name}",
         "",
-        f"Commit `{meta['commit']}`, {meta['date']}, {s['operators']} operators "
+        f"Commit `{meta['commit']}`, {meta['date']}, optrace at `{meta.get('optrace', '?')}`, "
+        f"{s['operators']} operators "
         f"({meta['selection']}), `{meta['command']}`.",
         "",
         "| target (issue #11 §2) | measured | met |",
@@ -623,6 +624,20 @@ def update_results_md(name: str, section: str) -> None:
     RESULTS_MD.write_text(text, encoding="utf-8")
 
 
+def render_saved(report_path: Path) -> int:
+    """The results section of a saved report (a run made with --no-md, or on another day)."""
+    report = json.loads(report_path.read_text(encoding="utf-8"))
+    results = []
+    for op in report["operators"]:
+        steps = {k: Step(**v) for k, v in op.pop("steps").items()}
+        results.append(OperatorResult(**op, steps=steps))
+    summary = summarise(results)
+    meta = report["meta"]
+    update_results_md(meta["repo"], render_md(meta["repo"], meta, summary, results))
+    print(f"{RESULTS_MD}: section {meta['repo']} from {report_path}")
+    return 0 if all(ok for _, _, ok in targets(summary)) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -639,7 +654,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="JSON report (default bench/corpus/<name>.json)")
     ap.add_argument("--no-compile", action="store_true", help="skip the before/after host compile")
     ap.add_argument("--no-md", action="store_true", help="do not refresh bench/corpus-results.md")
+    ap.add_argument("--render", type=Path, metavar="REPORT",
+                    help="only refresh bench/corpus-results.md from a saved JSON report")
     args = ap.parse_args(argv)
+    if args.render is not None:
+        return render_saved(args.render)
 
     repo = args.repo.resolve()
     name = args.name or (repo.parent.name if repo.name == "repo" else repo.name)
@@ -692,9 +711,12 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for t, m, ok in targets(summary):
         print(f"  {'ok ' if ok else 'NO '} {t}: {m}")
+    optrace_commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
+                                    text=True).stdout.strip() or "unknown"
     meta = {
         "repo": name,
         "commit": commit,
+        "optrace": optrace_commit,
         "date": time.strftime("%Y-%m-%d"),
         "selection": selection,
         "command": "python bench/corpus.py " + " ".join(sys.argv[1:] if argv is None else argv),
