@@ -213,7 +213,9 @@ def op_def_edits(plan: Plan, mode: str) -> list[Edit]:
     if template is None:
         # No inputs, no outputs: profiling_data is the only tensor, one dtype, before the
         # class's first statement (its Attr / AICore configuration).
-        ge = b"ge::" if b"ge::" in data else b""
+        # Qualified always: `ge::DT_INT64` compiles with or without `using namespace ge`,
+        # the bare name only with it (an OpDef file that names no dtype has none).
+        ge = b"ge::"
         at = line_start(data, info.first_statement)
         line = (leading_ws(data, info.first_statement) + b'this->Output("' + PROFILING_OUTPUT.encode()
                 + b'").ParamType(' + param_type.encode() + b").DataType({" + ge + b"DT_INT64}).Format({" + ge

@@ -139,8 +139,8 @@ def test_an_opdef_without_inputs_or_outputs_gets_one_before_its_configuration(tm
     op = make_repo(tmp_path, {OPDEF: before})
     assert run(op_def_edits, op, "B") == {OPDEF: before.replace(
         '        this->Attr("k")',
-        '        this->Output("profiling_data").ParamType(REQUIRED).DataType({DT_INT64}).Format({FORMAT_ND})'
-        '.UnknownShapeFormat({FORMAT_ND});  // optrace\n        this->Attr("k")')}
+        '        this->Output("profiling_data").ParamType(REQUIRED).DataType({ge::DT_INT64})'
+        '.Format({ge::FORMAT_ND}).UnknownShapeFormat({ge::FORMAT_ND});  // optrace\n        this->Attr("k")')}
 
 
 def test_an_opdef_with_nothing_to_anchor_on_is_bad_input(tmp_path: Path) -> None:
