@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from optrace.runtime.cli import register as register_runtime_commands
+from optrace.runtime_cli import register as register_runtime_commands
 
 if TYPE_CHECKING:
     from optrace.engine.plan import Plan
@@ -89,9 +89,9 @@ class _PlanOutcome:
 
 def _plan_one(op_dir: Path, repo_root: Path | None, as_json: bool, graph: Path | None) -> _PlanOutcome:
     from optrace.engine.diagnostics import InputError, Severity
-    from optrace.engine.plan import plan_operator
-    from optrace.engine.plan_output import plan_json, render_text, write_graph
     from optrace.engine.transaction import foreign_journal, pending_journal
+    from optrace.pipeline.plan import plan_operator
+    from optrace.pipeline.plan_output import plan_json, render_text, write_graph
 
     out = _PlanOutcome()
     try:
@@ -132,8 +132,8 @@ def _plan_one(op_dir: Path, repo_root: Path | None, as_json: bool, graph: Path |
 def _plan_mode(plan: Plan) -> tuple[str, str]:
     """The mode `apply` would use, and why: recorded in the tree, else chosen per operator."""
     from optrace.codemods.kernel_entry import recorded_mode
-    from optrace.engine.apply import choose_mode
     from optrace.engine.diagnostics import InputError
+    from optrace.pipeline.apply import choose_mode
 
     recorded = recorded_mode(plan.analysis.entry_fn.src.raw)
     if recorded is not None:
@@ -216,7 +216,7 @@ def plan(
     """Show the trace tree optrace would instrument: layers found and missing, the
     include tree, per-core-type labels with each point's file:line, and warnings.
     Reads only; writes nothing unless -o / --graph are given."""
-    from optrace.engine.plan_output import plans_json
+    from optrace.pipeline.plan_output import plans_json
 
     _trust(trust_config)
 
@@ -260,9 +260,9 @@ class _EditOutcome:
 
 def _edit_one(op_dir: Path, repo_root: Path | None, compute: str, mode: str | None,
               want_diff: bool = False) -> _EditOutcome:
-    from optrace.engine import apply as apply_module
     from optrace.engine.diagnostics import InputError
     from optrace.engine.edits import EditError, unified_diff
+    from optrace.pipeline import apply as apply_module
 
     try:
         result = (apply_module.apply_changes(op_dir, repo_root, mode) if compute == "apply"
@@ -302,7 +302,6 @@ def _edit_command(
     rebases it onto the files as they are now — exactly what computing it now gives — or,
     when that cannot be known, it is computed again here. So the tree ends byte for byte
     as with one operator at a time."""
-    from optrace.engine.apply import RunCommits
     from optrace.engine.diagnostics import InputError, Severity
     from optrace.engine.discovery import marked_repo_root, resolve_operator_dir, write_root
     from optrace.engine.edits import encode_patch, unified_diff
@@ -313,6 +312,7 @@ def _edit_command(
         foreign_journal,
         operator_journal_name,
     )
+    from optrace.pipeline.apply import RunCommits
 
     if sum((write, check, patch is not None)) > 1:
         _err("optrace: --write, --check and --patch are mutually exclusive")
@@ -534,8 +534,8 @@ def strip(
 
 def _check_one(op_dir: Path, repo_root: Path | None, compile_safety: bool) -> tuple[Any, str, int]:
     """(report | None, message for stderr, exit code of a failure) for one operator."""
-    from optrace.engine.check import check_operator
     from optrace.engine.diagnostics import InputError
+    from optrace.pipeline.check import check_operator
 
     try:
         return check_operator(op_dir, repo_root, compile_safety=compile_safety), "", EXIT_OK
@@ -572,8 +572,8 @@ def check(
     `processing`, B/E pairing and nesting (every exit path), the profiling_data parameter,
     and whether the code optrace inserted compiles (libclang against the AscendC host stub).
     Each operator's summary says whether profiling is compiled in. Exit 1 on errors."""
-    from optrace.engine.check_output import render_check_text, sarif_document
     from optrace.engine.diagnostics import Severity
+    from optrace.pipeline.check_output import render_check_text, sarif_document
 
     _trust(trust_config)
     code = EXIT_OK

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .errors import ProfilingInputError
+from optrace.runtime.errors import ProfilingInputError
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
@@ -127,7 +127,7 @@ def run_collect(
 ) -> int:
     """Run collect and print its summary; returns the exit code (cli.md): 0 ok, 1 records
     skipped, 2 usage or bad input (``path: message``, no traceback), 3 internal error."""
-    from . import collect as collect_module  # looked up at call time (tests replace it)
+    from optrace.runtime import collect as collect_module  # looked up at call time (tests replace it)
 
     paths_as_bytes()
     try:
@@ -135,7 +135,7 @@ def run_collect(
             if format is not None:
                 collect_module.trace_format(output, format)  # says which formats there are
             if split is not None:
-                from .trace_files import parse_split
+                from optrace.runtime.trace_files import parse_split
 
                 split_value: str | int | None = parse_split(split)
             else:

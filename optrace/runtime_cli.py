@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from .collect_cli import failure_code, paths_as_bytes
+from optrace.collect_cli import failure_code, paths_as_bytes
 
 EXIT_INTERNAL = 3
 
@@ -91,7 +91,7 @@ def cmd_collect(
     ] = None,
 ) -> None:
     """Decode rank files into a Chrome / Perfetto trace."""
-    from .collect_cli import run_collect
+    from optrace.collect_cli import run_collect
 
     raise typer.Exit(run_collect(
         profiling_dir, output, point_map=point_map, clock_mhz=clock_mhz, ranks=ranks, cores=cores,
@@ -107,7 +107,7 @@ def _emit_json(document: object, output: Path | None) -> None:
     if output is None:
         sys.stdout.write(text)
     else:
-        from .atomic import atomic_output
+        from optrace.runtime.atomic import atomic_output
 
         with atomic_output(output.expanduser()) as handle:
             handle.write(text.encode("utf-8"))
@@ -126,11 +126,11 @@ def cmd_inspect(
     fmt: FormatOption = "text",
 ) -> None:
     """Per-core records, fill %, drops, first / last cycle of rank files (of a trace: per track)."""
-    from .inspection import format_text, inspect_path, inspection_json
+    from optrace.runtime.inspection import format_text, inspect_path, inspection_json
 
     with _guarded():
         _check_format(fmt)
-        from .trace_inspection import format_trace_text, inspect_trace, is_trace
+        from optrace.runtime.trace_inspection import format_trace_text, inspect_trace, is_trace
 
         if is_trace(path.expanduser()):
             found = inspect_trace(path.expanduser())
@@ -162,7 +162,7 @@ def cmd_report(
     fmt: FormatOption = "text",
 ) -> None:
     """Per-label statistics, imbalance and hotspots; optionally a picture."""
-    from .report import (
+    from optrace.runtime.report import (
         MissingExtra,
         build_report,
         format_text,
@@ -171,7 +171,7 @@ def cmd_report(
         write_html,
         write_png,
     )
-    from .spans import load_spans
+    from optrace.runtime.spans import load_spans
 
     with _guarded():
         _check_format(fmt)
@@ -216,7 +216,7 @@ def cmd_compare(
 ) -> None:
     """Per-label changes with bootstrap intervals over launches; with --expect, the verdict
     (exit 0 achieved, 1 otherwise); --fail-on-regression PCT: a CI gate."""
-    from .compare import (
+    from optrace.runtime.compare import (
         EXPECT_RANGE,
         REGRESSION_RANGE,
         OptionError,
@@ -225,7 +225,7 @@ def cmd_compare(
         comparison_json,
         format_text,
     )
-    from .spans import load_spans
+    from optrace.runtime.spans import load_spans
 
     with _guarded():
         _check_format(fmt)
@@ -256,7 +256,7 @@ def cmd_demo_data(
 ) -> None:
     """Write a small profiling directory (rank files + point map) to try collect, report
     and compare without an Ascend device."""
-    from .demo import write_demo
+    from optrace.runtime.demo import write_demo
 
     with _guarded():
         try:

@@ -37,7 +37,8 @@ from optrace.engine.discovery import (
     walk_files,
 )
 from optrace.engine.edits import Edit, EditError, EditSet, apply_edits, new_contents, resolve
-from optrace.engine.plan import Plan, plan_operator
+from optrace.engine.plan import Plan
+from optrace.pipeline.plan import plan_operator
 
 Change = tuple[bytes | None, bytes | None]
 EditsByFile = dict[Path, list[Edit]]

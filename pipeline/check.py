@@ -24,7 +24,7 @@ from optrace.engine.source import TRACE_POINT_CALL, blank_comments, blank_if0, d
 
 if TYPE_CHECKING:
     from optrace.engine.analysis import Analysis
-    from optrace.engine.gates import GateResult
+    from optrace.pipeline.gates import GateResult
 
 _POINT_RE = re.compile(
     rb"\b(MoeTracing\s*(?:<[^>]*>)?\s*\(|OptraceEnd\s+\w+\s*\(|OptraceEntryEnd\s+\w+\s*\()\s*"
@@ -145,8 +145,8 @@ def check_operator(op_dir: Path, repo_root: Path | None = None, compile_safety: 
     if analysis is not None:
         _check_kernel_g2(report, op_dir, root, analysis)
         # Tile-loop points, hot phases without points, density and capacity: from the plan.
-        from optrace.engine.check_plan import findings_from_plan
-        from optrace.engine.plan import plan_from_analysis
+        from optrace.pipeline.check_plan import findings_from_plan
+        from optrace.pipeline.plan import plan_from_analysis
 
         report.findings.extend(findings_from_plan(plan_from_analysis(analysis)))
     # Compile safety is about kernel code (the host stub is AscendC's): host layers' files
@@ -171,7 +171,7 @@ def _analyse(report: CheckReport, op_dir: Path, root: Path) -> Analysis | None:
 
 def _check_gates(report: CheckReport, analysis: Analysis) -> None:
     """G1..G5 with their evidence; a failing gate is also an error finding."""
-    from optrace.engine.gates import evaluate_gates
+    from optrace.pipeline.gates import evaluate_gates
 
     report.gates = evaluate_gates(analysis, report.instrumented)
     for gate in report.gates:

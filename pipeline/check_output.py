@@ -9,8 +9,8 @@ failing gate is also an error-level finding of its own code (OT451..OT455).
 from __future__ import annotations
 
 from optrace import __version__
-from optrace.engine.check import CheckReport
 from optrace.engine.diagnostics import Severity, display_path
+from optrace.pipeline.check import CheckReport
 
 
 def render_check_text(report: CheckReport, strict: bool) -> str:

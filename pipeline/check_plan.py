@@ -11,7 +11,8 @@ from pathlib import Path
 
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
 from optrace.engine.model import Kind
-from optrace.engine.plan import Plan, plan_operator
+from optrace.engine.plan import Plan
+from optrace.pipeline.plan import plan_operator
 
 
 def plan_findings(op_dir: Path, repo_root: Path | None) -> list[Diagnostic]:

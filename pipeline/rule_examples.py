@@ -1,5 +1,5 @@
 """Run a rule's own VALID / INVALID examples: used by optrace's tests and by teams that
-write their own rules (`from optrace.rules.testing import check_rule_examples`)."""
+write their own rules (`from optrace.pipeline.rule_examples import check_rule_examples`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import tempfile
 from pathlib import Path
 
 from optrace.engine.config import trusting_config
-from optrace.engine.plan import Plan, plan_operator
+from optrace.engine.plan import Plan
+from optrace.pipeline.plan import plan_operator
 from optrace.rules.base import Example, Rule
 
 EXAMPLE_OP = "demo_op"

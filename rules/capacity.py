@@ -8,27 +8,12 @@ overflow guard drops the excess and the decoder reports it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from optrace.engine.diagnostics import Severity
 from optrace.engine.model import Region
+from optrace.engine.plan import SLOT_CAPACITY, Estimate
 from optrace.rules.base import Example, Rule, RuleContext
 
-SLOT_CAPACITY = 1023
 FINGERPRINT_RECORDS = 1
-
-
-@dataclass
-class Estimate:
-    core: str
-    records: int  # known part
-    unknown_loops: tuple[str, ...]
-
-    def text(self) -> str:
-        base = f"{self.records} of {SLOT_CAPACITY}"
-        if self.unknown_loops:
-            return f"{base} + unknown (trip counts not given: {', '.join(self.unknown_loops)})"
-        return base
 
 
 def estimate(root: Region, trip_counts: dict[str, int]) -> list[Estimate]:

@@ -26,7 +26,7 @@ user trusts that config (`--trust-config`, or `[trust] repositories` in
 way optrace tests its own:
 
 ```python
-from optrace.rules.testing import check_rule_examples
+from optrace.pipeline.rule_examples import check_rule_examples
 check_rule_examples(YourRule, extra_config='[rules]\\nmodules = ["team_rules"]\\n')
 ```
 """

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from optrace.codemods.strip import strip_bytes
 from optrace.engine.edits import Edit, EditSet, new_contents
-from optrace.engine.plan import Plan, plan_operator
+from optrace.engine.plan import Plan
+from optrace.pipeline.plan import plan_operator
 
 OP = "demo_op"
 KERNEL = """\

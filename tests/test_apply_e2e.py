@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from optrace.cli import app
-from optrace.engine.plan import plan_operator
+from optrace.pipeline.plan import plan_operator
 from optrace.runtime import save_profiling_data
 
 DATA = Path(__file__).resolve().parent / "data"

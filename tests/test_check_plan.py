@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from optrace.engine.check_plan import plan_findings
+from optrace.pipeline.check_plan import plan_findings
 
 KERNEL = """
 __aicore__ inline void Gemm() {

@@ -27,10 +27,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-import optrace.engine.apply as apply_module
 import optrace.engine.transaction as transaction
+import optrace.pipeline.apply as apply_module
 from optrace.cli import app
-from optrace.engine.apply import OperatorChanges, apply_changes
 from optrace.engine.transaction import (
     Change,
     StaleSource,
@@ -39,6 +38,7 @@ from optrace.engine.transaction import (
     journal_path,
 )
 from optrace.engine.transaction import operator_journal_name as _journal_name
+from optrace.pipeline.apply import OperatorChanges, apply_changes
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 REPO = "umdk_style"
@@ -127,7 +127,7 @@ RUNNER = textwrap.dedent(
     import json, os, shutil, sys
     from pathlib import Path
     from optrace.engine.transaction import operator_journal_name as _journal_name
-    from optrace.engine.apply import apply_changes
+    from optrace.pipeline.apply import apply_changes
     from optrace.engine.discovery import default_repo_root
     from optrace.engine.transaction import commit, journal_path, recover, state_dir
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from optrace.engine.plan import plan_operator
-from optrace.engine.plan_output import plan_json, render_text
+from optrace.pipeline.plan import plan_operator
+from optrace.pipeline.plan_output import plan_json, render_text
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"

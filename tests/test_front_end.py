@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 from optrace.cli import app
 from optrace.engine.host_compile import host_compile
 from optrace.engine.model import Region
-from optrace.engine.plan import Plan, plan_operator
+from optrace.engine.plan import Plan
+from optrace.pipeline.plan import plan_operator
 
 runner = CliRunner()
 

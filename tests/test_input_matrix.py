@@ -105,8 +105,8 @@ def _cli_inprocess(args: list[str]) -> tuple[int, str, BaseException | None]:
 
 def _apply(scene: Scene) -> None:
     """Instrument the operator (the library, so a case sees only its own command's bugs)."""
-    from optrace.engine.apply import apply_changes
     from optrace.engine.transaction import commit
+    from optrace.pipeline.apply import apply_changes
 
     commit(apply_changes(scene["op"]).changes, scene["root"] / ".optrace", name="matrix")
 

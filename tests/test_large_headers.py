@@ -16,11 +16,11 @@ import pytest
 
 from optrace.engine import cpp
 from optrace.engine.analysis import analyse_operator
-from optrace.engine.apply import apply_changes, strip_changes
-from optrace.engine.plan import plan_operator
-from optrace.engine.plan_output import plan_json
 from optrace.engine.source import DEFAULT_QUALIFIERS, SourceFile, normalise
 from optrace.engine.transaction import commit
+from optrace.pipeline.apply import apply_changes, strip_changes
+from optrace.pipeline.plan import plan_operator
+from optrace.pipeline.plan_output import plan_json
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"

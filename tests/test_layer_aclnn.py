@@ -11,7 +11,7 @@ from layer_snippets import make_repo, run
 
 from optrace.codemods.aclnn import aclnn_edits, wrapper_names
 from optrace.engine.diagnostics import InputError
-from optrace.engine.plan import plan_operator
+from optrace.pipeline.plan import plan_operator
 
 CPP = "ops/demo_op/op_api/aclnn_demo_op.cpp"
 HEADER = "ops/demo_op/op_api/aclnn_demo_op.h"

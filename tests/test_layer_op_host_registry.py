@@ -20,7 +20,7 @@ from optrace.codemods.infer import infer_edits
 from optrace.codemods.layer_common import functions
 from optrace.codemods.op_host_registry import INFER_DTYPE, INFER_SHAPE, TILING, host_functions, unresolved
 from optrace.codemods.tiling import tiling_edits
-from optrace.engine.plan import plan_operator
+from optrace.pipeline.plan import plan_operator
 
 OPDEF = ("ops/demo_op/op_host/demo_op_def.cpp",
          'namespace ops {\nclass DemoOp : public OpDef {\npublic:\n    explicit DemoOp(const char *name) : OpDef(name)\n    {\n'

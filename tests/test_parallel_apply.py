@@ -198,8 +198,8 @@ def test_a_result_stale_only_in_shared_layer_files_is_rebased_not_recomputed(
     """The rebase itself, not just the final tree: every operator computed against the
     original tree; after the first commits, each later one is rebased (not None) onto the
     shared pybind / sample / build files, and the rebase equals computing it now."""
-    from optrace.engine.apply import RunCommits, apply_changes
     from optrace.engine.transaction import commit
+    from optrace.pipeline.apply import RunCommits, apply_changes
 
     src, ops = forest
     repo = copy(src, tmp_path / "repo")

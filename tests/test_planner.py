@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from optrace.engine.plan import Plan, plan_operator
+from optrace.engine.plan import Plan
+from optrace.pipeline.plan import plan_operator
 
 
 def plan_src(tmp_path: Path, source: str, config: str = "", pyproject: str | None = None) -> Plan:

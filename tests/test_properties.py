@@ -30,11 +30,11 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from optrace.engine.apply import apply_changes, strip_changes
-from optrace.engine.check import check_operator
 from optrace.engine.diagnostics import InputError, Severity
-from optrace.engine.plan import plan_operator
 from optrace.engine.transaction import commit
+from optrace.pipeline.apply import apply_changes, strip_changes
+from optrace.pipeline.check import check_operator
+from optrace.pipeline.plan import plan_operator
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 HOST_REPO = Path(__file__).resolve().parent / "data" / "host_repo"

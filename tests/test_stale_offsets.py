@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-import optrace.engine.apply as apply_module
+import optrace.pipeline.apply as apply_module
 from optrace.cli import app
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

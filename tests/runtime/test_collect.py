@@ -390,7 +390,7 @@ def test_the_console_script_exits_with_collects_code_and_its_output(tmp_path: Pa
 
 
 def test_parse_fast_spellings() -> None:
-    from optrace.runtime.collect_cli import parse_fast
+    from optrace.collect_cli import parse_fast
 
     parsed = parse_fast(["d", "--output=t.json", "--point-map", "m.json", "--ignore-fingerprint",
                          "--clock-mhz", "100", "-j", "2"])

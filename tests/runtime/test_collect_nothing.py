@@ -10,7 +10,7 @@ from rt_helpers import rank_buffer, write_point_map
 from typer.testing import CliRunner
 
 from optrace.cli import app
-from optrace.runtime.collect_cli import run_collect
+from optrace.collect_cli import run_collect
 from optrace.runtime.save import reset_launch_counters, save_profiling_data
 from optrace.runtime.synth import new_buffer
 

@@ -24,8 +24,8 @@ from rt_helpers import FP, LABELS, rank_buffer, well_formed_core, write_point_ma
 from typer.testing import CliRunner
 
 from optrace.cli import app
+from optrace.collect_cli import parse_fast, run_collect
 from optrace.runtime import perfetto
-from optrace.runtime.collect_cli import parse_fast, run_collect
 from optrace.runtime.decode import decode_rank
 from optrace.runtime.pointmap import load_point_map
 from optrace.runtime.save import reset_launch_counters, save_profiling_data
@@ -100,7 +100,7 @@ def test_the_fast_path_writes_pftrace_without_protobuf_or_typer(tmp_path: Path) 
     directory = profiling_dir(tmp_path, ranks=1)
     code = (
         "import sys\n"
-        "from optrace.runtime.collect_cli import fast_main\n"
+        "from optrace.collect_cli import fast_main\n"
         f"code = fast_main([{str(directory)!r}, '-o', {str(tmp_path / 't.pftrace')!r}])\n"
         "heavy = ('google', 'perfetto', 'typer', 'click')\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy), code)\n"

@@ -1,0 +1,1 @@
+"""optrace.pipeline: the coordinators — plan, apply / strip, check, gates, the multi-operator run."""
