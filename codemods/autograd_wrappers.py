@@ -43,11 +43,13 @@ from optrace.codemods.layer_common import (
     own_return_values,
     split_top,
 )
+from optrace.codemods.registration import declaration_files, registration_files
 from optrace.codemods.torch_adapter import (
     _angle_close,
     adapter_functions,
     hand_instrumented,
     return_type_edits,
+    torch_names,
 )
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit
@@ -80,16 +82,12 @@ def fixed_count(type_text: bytes) -> int | None:
 
 
 def wrapper_scan_files(layers: Layers) -> list[Path]:
-    from optrace.codemods.registration import declaration_files, registration_files
-
     adapters = [f.path for f in layers.found.get("torch_adapter", [])]
     return list(dict.fromkeys([*registration_files(layers), *adapters, *declaration_files(layers)]))
 
 
 def registered_names(layers: Layers, names: Sequence[str], clean: bool = True) -> set[str]:
     """Functions `m.impl` / `m.def` register under one of the op's torch names."""
-    from optrace.codemods.registration import registration_files
-
     files = [*registration_files(layers), *[f.path for f in layers.found.get("torch_adapter", [])]]
     out: set[str] = set()
     for path in dict.fromkeys(files):
@@ -122,8 +120,6 @@ def wrappers(layers: Layers, names: Sequence[str], clean: bool = True) -> list[W
 
 
 def wrapper_files(layers: Layers) -> list[Path]:
-    from optrace.codemods.registration import torch_names
-
     return list(dict.fromkeys(w.path for w in wrappers(layers, torch_names(layers))))
 
 
@@ -204,8 +200,6 @@ def _wrapper_edits(path: Path, data: bytes, fn: CppFunction, counts: dict[str, i
 
 
 def autograd_wrapper_edits(plan: Plan, mode: str) -> list[Edit]:
-    from optrace.codemods.registration import torch_names
-
     layers = plan.analysis.layers
     if mode != "B" or hand_instrumented(plan):
         return []

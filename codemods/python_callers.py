@@ -50,9 +50,11 @@ from optrace.codemods.layer_common import (
     input_error,
     marked_lines,
 )
-from optrace.codemods.torch_adapter import adapter_functions, hand_instrumented
+from optrace.codemods.registration import registration_files, schema_strings
+from optrace.codemods.torch_adapter import adapter_functions, hand_instrumented, torch_names
+from optrace.codemods.torch_schema import returns_list
 from optrace.engine.diagnostics import InputError
-from optrace.engine.discovery import Layers
+from optrace.engine.discovery import Layers, repo_index
 from optrace.engine.edits import Edit, line_start, newline_of
 from optrace.engine.plan import Plan
 
@@ -415,8 +417,6 @@ def _unit(data: bytes) -> bytes:
 
 def op_arity(layers: Layers) -> str:
     """How the op returned before optrace: "single" tensor, "tuple" or "list"."""
-    from optrace.codemods.registration import registration_files, returns_list, schema_strings, torch_names
-
     names = torch_names(layers)
     for reg in registration_files(layers):
         for s in schema_strings(reg, clean_bytes(reg), names):
@@ -443,9 +443,6 @@ def python_layer_files(layers: Layers, key: str,
                        hint: Callable[[list[str]], re.Pattern[bytes]]) -> list[Path]:
     """The files discovery found for the Python layer `key`, plus Python files that use the
     op under one of its other torch names (`torch_names`) and match `hint(those names)`."""
-    from optrace.codemods.registration import torch_names
-    from optrace.engine.discovery import repo_index
-
     files = [f.path for f in layers.found.get(key, [])]
     extra = [n for n in torch_names(layers) if n != layers.op_name]
     if extra:
@@ -467,8 +464,6 @@ def mode_b_sources(plan: Plan, mode: str, files: Sequence[Path]) -> tuple[list[_
     either mode (a syntax error is bad input, named before anything of any layer is
     written); then, in mode B and unless the kernel is instrumented by hand, the parsed
     files and the op's torch names. None: this layer changes nothing."""
-    from optrace.codemods.registration import torch_names
-
     sources = [parse_python(path, clean_bytes(path)) for path in files]
     if mode != "B" or hand_instrumented(plan):
         return None

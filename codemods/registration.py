@@ -36,9 +36,14 @@ from optrace.codemods.layer_common import (
     string_fragment,
     string_literals,
 )
-from optrace.codemods.torch_adapter import adapter_functions, hand_instrumented, return_type_edits
+from optrace.codemods.torch_adapter import (
+    adapter_functions,
+    hand_instrumented,
+    return_type_edits,
+    torch_names,
+)
 from optrace.codemods.torch_schema import Schema, parse_schema, returns_list
-from optrace.engine.discovery import Layers
+from optrace.engine.discovery import CPP_EXTS, Layers, repo_index
 from optrace.engine.edits import Edit, line_number
 from optrace.engine.names import op_key, op_name_pattern
 from optrace.engine.plan import Plan
@@ -59,39 +64,9 @@ class SchemaString:
     schema: Schema
 
 
-_IMPL_RE = re.compile(rb'\.\s*impl\s*\(\s*"(?:\w+::)?(\w+)(?:\.\w+)?"\s*,[^;]*?&?\s*([A-Za-z_][\w:]*)\s*\)')
-
-
-def torch_names(layers: Layers) -> list[str]:
-    """The op's names on the torch side: the kernel op's name, and every name registered
-    (`m.impl("name", &fn)`) for a function that launches the op — a torch op is often
-    named apart from its kernel (`get_dispatch_layout` launching `dispatch_layout`)."""
-    from optrace.engine.discovery import repo_index
-
-    names = [layers.op_name]
-    launchers = {fn.name for fns in adapter_functions(layers).values() for fn in fns}
-    files = [f.path for key in ("registration", "torch_adapter") for f in layers.found.get(key, [])]
-    files += repo_index(layers.repo_root).mentioning(*[n.encode() for n in launchers])
-    for path in dict.fromkeys(files):
-        for name, fn in _impls(clean_bytes(path)):
-            if fn in launchers and name not in names:
-                names.append(name)
-    return names
-
-
-@by_content(64)
-def _impls(data: bytes) -> tuple[tuple[str, str], ...]:
-    """Every `m.impl("name", &fn)` of a file, in order: (name, fn unqualified); cached by
-    content (asked for every operator, about the same shared registration files)."""
-    return tuple((m.group(1).decode(), m.group(2).decode().split("::")[-1])
-                 for m in _IMPL_RE.finditer(mask_keep_includes(data)))
-
-
 def registration_files(layers: Layers) -> list[Path]:
     """Discovered registrations, plus files defining a schema under one of the op's torch
     names (found by that name when it differs from the kernel op's)."""
-    from optrace.engine.discovery import CPP_EXTS, repo_index
-
     files = [f.path for f in layers.found.get("registration", [])]
     extra = [n for n in torch_names(layers) if n != layers.op_name]
     for path in repo_index(layers.repo_root).mentioning(*[n.encode() for n in extra]):

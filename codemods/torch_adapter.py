@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from optrace.codemods.cache import by_content
 from optrace.codemods.kernel_entry import PROFILING_ARG, _is_system, _param_name, _params
 from optrace.codemods.layer_common import (
     CODE_LAYER_SHAPE,
@@ -40,6 +41,7 @@ from optrace.codemods.layer_common import (
     last_ident,
     leading_ws,
     mask,
+    mask_keep_includes,
     match_bracket,
     own_return_values,
     param_name,
@@ -49,7 +51,7 @@ from optrace.codemods.layer_common import (
     statement_start,
 )
 from optrace.codemods.strip import strip_bytes
-from optrace.engine.discovery import Layers
+from optrace.engine.discovery import Layers, repo_index
 from optrace.engine.edits import Edit, line_number, line_start
 from optrace.engine.names import op_name_pattern, same_op
 from optrace.engine.plan import Plan
@@ -102,6 +104,32 @@ def adapter_functions(layers: Layers) -> dict[Path, list[CppFunction]]:
         if fns:
             out[f.path] = fns
     return out
+
+
+_IMPL_RE = re.compile(rb'\.\s*impl\s*\(\s*"(?:\w+::)?(\w+)(?:\.\w+)?"\s*,[^;]*?&?\s*([A-Za-z_][\w:]*)\s*\)')
+
+
+def torch_names(layers: Layers) -> list[str]:
+    """The op's names on the torch side: the kernel op's name, and every name registered
+    (`m.impl("name", &fn)`) for a function that launches the op — a torch op is often
+    named apart from its kernel (`get_dispatch_layout` launching `dispatch_layout`)."""
+    names = [layers.op_name]
+    launchers = {fn.name for fns in adapter_functions(layers).values() for fn in fns}
+    files = [f.path for key in ("registration", "torch_adapter") for f in layers.found.get(key, [])]
+    files += repo_index(layers.repo_root).mentioning(*[n.encode() for n in launchers])
+    for path in dict.fromkeys(files):
+        for name, fn in _impls(clean_bytes(path)):
+            if fn in launchers and name not in names:
+                names.append(name)
+    return names
+
+
+@by_content(64)
+def _impls(data: bytes) -> tuple[tuple[str, str], ...]:
+    """Every `m.impl("name", &fn)` of a file, in order: (name, fn unqualified); cached by
+    content (asked for every operator, about the same shared registration files)."""
+    return tuple((m.group(1).decode(), m.group(2).decode().split("::")[-1])
+                 for m in _IMPL_RE.finditer(mask_keep_includes(data)))
 
 
 def kernel_profiling_position(plan: Plan) -> int:
@@ -319,8 +347,6 @@ def meta_functions(data: bytes, op_names: Sequence[str]) -> list[str]:
 
 
 def _meta_edits(path: Path, data: bytes, layers: Layers) -> list[Edit]:
-    from optrace.codemods.registration import torch_names
-
     names = set(meta_functions(data, torch_names(layers)))
     if not names:
         return []

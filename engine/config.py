@@ -12,6 +12,8 @@ plan says so (OT005). Trust is never set by a repository's own config.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 import re
 import tomllib
@@ -202,8 +204,6 @@ def load_config(repo_root: Path, op_dir: Path) -> Config:
     if modules:
         line = _key_line(path, "rules.modules")
         if config_is_trusted(path):
-            from optrace.rules.base import rule_module_problem
-
             for module in modules:
                 problem = rule_module_problem(module)
                 if problem:
@@ -228,6 +228,32 @@ def load_config(repo_root: Path, op_dir: Path) -> Config:
         cfg.density_max = int(density.get("max", cfg.density_max))
         cfg.density_target = int(density.get("target", cfg.density_target))
     return cfg
+
+
+# The rule framework's base class, named rather than imported: engine never imports rules.
+RULE_BASE_CLASS = "optrace.rules.base.Rule"
+
+
+def rule_module_problem(name: str) -> str:
+    """Why module `name` cannot give rules ("" when it can): it is not found, fails to
+    import, or has no non-empty `RULES` of Rule subclasses. Imports it (its code runs)."""
+    try:
+        if not name or importlib.util.find_spec(name) is None:
+            return "no such module on the installed path"
+        module = importlib.import_module(name)
+    except Exception as exc:  # a module's own error at import: reported, not a traceback
+        return f"cannot be imported ({type(exc).__name__}: {exc})"
+    rules = getattr(module, "RULES", None)
+    if not isinstance(rules, list | tuple) or not rules:
+        return "has no RULES list (or an empty one)"
+    if not all(_is_rule_class(r) for r in rules):
+        return "RULES holds something that is not an optrace Rule class"
+    return ""
+
+
+def _is_rule_class(obj: object) -> bool:
+    return isinstance(obj, type) and any(f"{c.__module__}.{c.__qualname__}" == RULE_BASE_CLASS
+                                         for c in obj.__mro__)
 
 
 def _key_line(path: Path, dotted: str) -> int:

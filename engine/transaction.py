@@ -33,6 +33,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -618,7 +619,6 @@ def _write_temps(jobs: list[tuple[Path, bytes, int | None]], token: str) -> tupl
             except BaseException as exc:
                 return path, exc
         return None
-    from concurrent.futures import Future, ThreadPoolExecutor
 
     pool = ThreadPoolExecutor(max_workers=min(8, len(jobs)), thread_name_prefix="optrace-fsync")
     futures: list[tuple[Path, Future[None]]] = []

@@ -12,19 +12,36 @@ compiled (the stub is AscendC's); the host layers are judged by the gates G1–G
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from optrace.codemods.kernel_entry import PROFILING_ARG, _is_system, _param_name, _params
+from optrace.codemods.runtime_block import template
+from optrace.engine.analysis import Analysis, analyse_operator
+from optrace.engine.cpp import new_parser
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
-from optrace.engine.discovery import CPP_EXTS, default_repo_root, walk_files
+from optrace.engine.discovery import (
+    CPP_EXTS,
+    default_repo_root,
+    refuse_parent_of_operators,
+    resolve_operator_dir,
+    walk_files,
+)
 from optrace.engine.host_compile import host_compile
 from optrace.engine.preprocess import MAX_DEPTH, _label_problem
-from optrace.engine.source import TRACE_POINT_CALL, blank_comments, blank_if0, decode
-
-if TYPE_CHECKING:
-    from optrace.engine.analysis import Analysis
-    from optrace.pipeline.gates import GateResult
+from optrace.engine.source import (
+    DEFAULT_QUALIFIERS,
+    TRACE_POINT_CALL,
+    blank_comments,
+    blank_if0,
+    decode,
+    normalise,
+)
+from optrace.engine.transaction import foreign_journal, pending_journal
+from optrace.pipeline.check_plan import findings_from_plan
+from optrace.pipeline.gates import GateResult, evaluate_gates
+from optrace.pipeline.plan import plan_from_analysis
 
 _POINT_RE = re.compile(
     rb"\b(MoeTracing\s*(?:<[^>]*>)?\s*\(|OptraceEnd\s+\w+\s*\(|OptraceEntryEnd\s+\w+\s*\()\s*"
@@ -99,14 +116,10 @@ def scan_points(path: Path, data: bytes) -> list[Point]:
 
 
 def check_operator(op_dir: Path, repo_root: Path | None = None, compile_safety: bool = True) -> CheckReport:
-    from optrace.engine.discovery import refuse_parent_of_operators, resolve_operator_dir
-
     op_dir = resolve_operator_dir(op_dir)
     refuse_parent_of_operators(op_dir)
     root = (repo_root or default_repo_root(op_dir)).resolve()
     report = CheckReport(op_dir, root)
-    from optrace.engine.transaction import foreign_journal, pending_journal
-
     pending = pending_journal(root, op_dir)
     if pending is not None:
         report.add("OT044", "an apply / strip of this operator did not finish: the tree may be "
@@ -145,9 +158,6 @@ def check_operator(op_dir: Path, repo_root: Path | None = None, compile_safety: 
     if analysis is not None:
         _check_kernel_g2(report, op_dir, root, analysis)
         # Tile-loop points, hot phases without points, density and capacity: from the plan.
-        from optrace.pipeline.check_plan import findings_from_plan
-        from optrace.pipeline.plan import plan_from_analysis
-
         report.findings.extend(findings_from_plan(plan_from_analysis(analysis)))
     # Compile safety is about kernel code (the host stub is AscendC's): host layers' files
     # are checked by the gates, not compiled here.
@@ -159,8 +169,6 @@ def check_operator(op_dir: Path, repo_root: Path | None = None, compile_safety: 
 
 
 def _analyse(report: CheckReport, op_dir: Path, root: Path) -> Analysis | None:
-    from optrace.engine.analysis import analyse_operator
-
     try:
         return analyse_operator(op_dir, root)
     except InputError as exc:
@@ -171,8 +179,6 @@ def _analyse(report: CheckReport, op_dir: Path, root: Path) -> Analysis | None:
 
 def _check_gates(report: CheckReport, analysis: Analysis) -> None:
     """G1..G5 with their evidence; a failing gate is also an error finding."""
-    from optrace.pipeline.gates import evaluate_gates
-
     report.gates = evaluate_gates(analysis, report.instrumented)
     for gate in report.gates:
         finding = gate.finding()
@@ -181,8 +187,6 @@ def _check_gates(report: CheckReport, analysis: Analysis) -> None:
 
 
 def _check_block_version(report: CheckReport, path: Path, data: bytes) -> None:
-    from optrace.codemods.runtime_block import template
-
     found = _BLOCK_VERSION_RE.search(data)
     current = _BLOCK_VERSION_RE.search(template())
     if found and current and int(found.group(1)) < int(current.group(1)):
@@ -214,8 +218,6 @@ def _check_labels(report: CheckReport, points: list[Point]) -> None:
 def _check_pairs(report: CheckReport, points: list[Point]) -> None:
     """B/E balance per label across the kernel, and per file in source order: every B is
     closed (by an explicit E or a guard) and Es close the most recent open B."""
-    from collections import Counter
-
     begins = Counter(p.label for p in points if p.event == "B")
     ends = Counter(p.label for p in points if p.event == "E")
     for label in sorted(set(begins) | set(ends)):
@@ -270,9 +272,6 @@ def _check_exits_between(report: CheckReport, path: Path, code: bytes, b: Point,
     encloses the pair, between them leaves the region without its E. A break that stays
     inside (it ends a loop nested in the region) is fine; scope guards never have this
     problem."""
-    from optrace.engine.cpp import new_parser
-    from optrace.engine.source import DEFAULT_QUALIFIERS, normalise
-
     segment = code[b.offset : e.offset]
     if not _EXIT_RE.search(segment):
         return
@@ -313,9 +312,6 @@ def _check_exits_between(report: CheckReport, path: Path, code: bytes, b: Point,
 def _check_kernel_g2(report: CheckReport, op_dir: Path, root: Path, analysis: Analysis | None = None) -> None:
     """Kernel side of gate G2: the entry has `profiling_data` after its outputs and before
     workspace / tiling, and forwards it where it forwards the workspace."""
-    from optrace.codemods.kernel_entry import PROFILING_ARG, _is_system, _param_name, _params
-    from optrace.engine.analysis import analyse_operator
-
     if analysis is not None:
         an = analysis
     else:

@@ -35,8 +35,44 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from optrace.codemods.aclnn import aclnn_files, workspace_lists, wrapper_names
+from optrace.codemods.autograd_wrappers import fixed_count, wrappers
+from optrace.codemods.build_hook import (
+    _BUILD_CMD_RE,
+    _HOOK_BLOCK_RE,
+    SHELL_SUFFIXES,
+    _enclosing_function,
+    _kernel_copies,
+    _words,
+    build_script,
+    hook_command,
+)
+from optrace.codemods.graph_converters import converter_files, converters, output_names, the_call
+from optrace.codemods.infer import infer_functions
+from optrace.codemods.kernel_entry import PROFILING_ARG, _is_system, _param_name, _params, recorded_mode
+from optrace.codemods.layer_common import (
+    PROFILING_OUTPUT,
+    PROFILING_VAR,
+    last_ident,
+    mask,
+    match_bracket,
+    output_uses,
+    returns_in,
+)
+from optrace.codemods.op_def import opdef_file, parse_opdef
+from optrace.codemods.op_host_registry import INFER_DTYPE, INFER_SHAPE, unresolved
+from optrace.codemods.python_callers import PythonSource, caller_files
+from optrace.codemods.python_fakes import NUMEL_NAME, fake_files, fake_sites, own_returns
+from optrace.codemods.registration import registration_files, schema_strings
+from optrace.codemods.tiling import tiling_functions
+from optrace.codemods.torch_adapter import launches, torch_names
+from optrace.codemods.torch_schema import returns_list
 from optrace.engine.analysis import Analysis
-from optrace.engine.diagnostics import Diagnostic, Severity, display_path
+from optrace.engine.diagnostics import Diagnostic, InputError, Severity, display_path
+from optrace.engine.discovery import Layers
 
 PASS = "pass"
 FAIL = "fail"
@@ -116,9 +152,6 @@ def _read(path: Path) -> bytes:
 
 def operator_mode(analysis: Analysis) -> str:
     """A or B: recorded by apply in the entry scaffold, else read from the OpDef."""
-    from optrace.codemods.kernel_entry import recorded_mode
-    from optrace.codemods.op_def import opdef_file, parse_opdef
-
     mode = recorded_mode(analysis.entry_fn.src.raw)
     if mode:
         return mode
@@ -139,17 +172,6 @@ def operator_mode(analysis: Analysis) -> str:
 
 
 def gate_g1(analysis: Analysis, mode: str) -> GateResult:
-    from optrace.codemods.build_hook import (
-        _BUILD_CMD_RE,
-        _HOOK_BLOCK_RE,
-        SHELL_SUFFIXES,
-        _enclosing_function,
-        _kernel_copies,
-        _words,
-        build_script,
-        hook_command,
-    )
-
     layers = analysis.layers
     script = build_script(layers)
     if script is None:
@@ -219,12 +241,9 @@ def gate_g1(analysis: Analysis, mode: str) -> GateResult:
 
 def _collector_link(analysis: Analysis, mode: str) -> list[Evidence]:
     """The callers hand the map to save_profiling_data, which copies it beside the ranks."""
-    from optrace.codemods.python_callers import caller_files
-
     callers = caller_files(analysis.layers)
     if not callers or mode != "B":
         return [Evidence(None, 0, "collector: `optrace collect DIR --point-map <out>/point_map.json`")]
-    from optrace.codemods.layer_common import mask, match_bracket
 
     out = []
     for path in callers:
@@ -243,8 +262,6 @@ def _collector_link(analysis: Analysis, mode: str) -> list[Evidence]:
 
 
 def gate_g2(analysis: Analysis, mode: str) -> GateResult:
-    from optrace.codemods.kernel_entry import PROFILING_ARG, _is_system, _param_name, _params
-
     ev: list[Evidence] = []
     entry = analysis.entry_fn
     names = [_param_name(entry.src.raw, p) for p in _params(entry)]
@@ -271,9 +288,6 @@ def gate_g2(analysis: Analysis, mode: str) -> GateResult:
 
 
 def _g2_opdef(analysis: Analysis, ev: list[Evidence]) -> int | None:
-    from optrace.codemods.op_def import opdef_file, parse_opdef
-    from optrace.engine.diagnostics import InputError
-
     path = opdef_file(analysis.layers)
     if path is None:
         return None
@@ -296,10 +310,6 @@ def _g2_opdef(analysis: Analysis, ev: list[Evidence]) -> int | None:
 
 
 def _g2_infer(analysis: Analysis, index: int, ev: list[Evidence]) -> None:
-    from optrace.codemods.infer import infer_functions
-    from optrace.codemods.layer_common import output_uses
-    from optrace.codemods.op_host_registry import INFER_DTYPE, INFER_SHAPE, unresolved
-
     layers = analysis.layers
     for target in infer_functions(layers, clean=False):  # the registered ones, never helpers
         fn, path = target.function, target.path
@@ -324,9 +334,6 @@ def _g2_infer(analysis: Analysis, index: int, ev: list[Evidence]) -> None:
 
 
 def _g2_tiling(analysis: Analysis, index: int, ev: list[Evidence]) -> None:
-    from optrace.codemods.layer_common import output_uses
-    from optrace.codemods.tiling import tiling_functions
-
     for target in tiling_functions(analysis.layers, clean=False):  # registered, reading outputs
         fn, path = target.function, target.path
         data = _read(path)
@@ -342,9 +349,6 @@ def _g2_tiling(analysis: Analysis, index: int, ev: list[Evidence]) -> None:
 
 
 def _g2_aclnn(analysis: Analysis, ev: list[Evidence]) -> None:
-    from optrace.codemods.aclnn import aclnn_files, workspace_lists, wrapper_names
-    from optrace.engine.diagnostics import InputError
-
     names = wrapper_names(analysis.layers, clean=False)  # hand-written wrappers under any name too
     for path in aclnn_files(analysis.layers):
         data = _read(path)
@@ -367,10 +371,6 @@ def _g2_aclnn(analysis: Analysis, ev: list[Evidence]) -> None:
 
 
 def _g2_torch(analysis: Analysis, mode: str, kernel_pos: int | None, ev: list[Evidence]) -> None:
-    from optrace.codemods.layer_common import PROFILING_VAR, last_ident, mask, returns_in
-    from optrace.codemods.registration import registration_files, returns_list, schema_strings, torch_names
-    from optrace.codemods.torch_adapter import launches
-
     layers = analysis.layers
     adapter_returns: int | None = None
     for f in layers.found.get("torch_adapter", []):
@@ -401,7 +401,6 @@ def _g2_torch(analysis: Analysis, mode: str, kernel_pos: int | None, ev: list[Ev
                 if ln.function.type_span is not None:
                     text = data[ln.function.type_span[0] : ln.function.type_span[1]]
                     if re.search(rb"\btuple\s*<", text):  # fragments count: part of the code now
-                        from optrace.codemods.autograd_wrappers import fixed_count
 
                         adapter_returns = fixed_count(text)
     if mode != "B":
@@ -432,9 +431,6 @@ def _g2_torch(analysis: Analysis, mode: str, kernel_pos: int | None, ev: list[Ev
 def _g2_registered(layers: object, names: list[str], returns: int, ev: list[Evidence]) -> None:
     """Functions registered for the op besides the launcher (autograd wrappers, pybind
     entries): a tensor or fixed-size tuple they return must have the launcher's size."""
-    from optrace.codemods.autograd_wrappers import fixed_count, wrappers
-    from optrace.engine.discovery import Layers
-
     assert isinstance(layers, Layers)
     seen: set[str] = set()
     found = wrappers(layers, names, clean=False)
@@ -451,15 +447,6 @@ def _g2_registered(layers: object, names: list[str], returns: int, ev: list[Evid
 def _g2_python(layers: object, names: list[str], expected: int | None, ev: list[Evidence]) -> None:
     """Python fakes / Meta impls and torchair converters return the op's outputs,
     profiling_data last (mode B)."""
-    import libcst as cst
-
-    from optrace.codemods.graph_converters import converter_files, converters, output_names, the_call
-    from optrace.codemods.layer_common import PROFILING_OUTPUT
-    from optrace.codemods.python_callers import PythonSource
-    from optrace.codemods.python_fakes import NUMEL_NAME, fake_files, fake_sites, own_returns
-    from optrace.engine.diagnostics import InputError
-    from optrace.engine.discovery import Layers
-
     assert isinstance(layers, Layers)
     want = "" if expected is None else f" of {expected}"
     for path in fake_files(layers):
@@ -529,8 +516,6 @@ def cann_toolchain() -> str | None:
 
 
 def gate_g3(analysis: Analysis) -> GateResult:
-    from optrace.codemods.build_hook import build_script
-
     script = build_script(analysis.layers)
     where = [Evidence(script, 1, "the project's full build")] if script else []
     found = cann_toolchain()
@@ -548,7 +533,6 @@ def _python_na(analysis: Analysis, mode: str) -> str | None:
     layers = analysis.layers
     if not layers.found.get("torch_adapter") and not layers.found.get("registration"):
         return "no torch layer"
-    from optrace.codemods.python_callers import caller_files
 
     if not caller_files(layers):
         return "no Python samples / tests call the op"
@@ -563,8 +547,6 @@ def gate_g4_g5(analysis: Analysis, mode: str) -> tuple[GateResult, GateResult]:
         return GateResult("G4", NA, why), GateResult("G5", NA, why)
     ev4: list[Evidence] = []
     ev5: list[Evidence] = []
-    from optrace.codemods.python_callers import caller_files
-    from optrace.codemods.registration import torch_names
 
     names = set(torch_names(analysis.layers))
     for path in caller_files(analysis.layers):
@@ -586,9 +568,6 @@ def _starts_workers(name: str) -> bool:
 
 
 def _python_file(path: Path, op_names: set[str], ev4: list[Evidence], ev5: list[Evidence]) -> None:
-    import libcst as cst
-    from libcst.metadata import MetadataWrapper, PositionProvider
-
     data = _read(path)
     try:
         module = cst.parse_module(data)

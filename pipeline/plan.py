@@ -8,9 +8,10 @@ from optrace.engine.analysis import Analysis, analyse_operator
 from optrace.engine.model import Region, assign_labels
 from optrace.engine.plan import Plan
 from optrace.engine.planner import Planner
-from optrace.rules.base import RuleContext, load_rules
+from optrace.rules.base import RuleContext
 from optrace.rules.capacity import estimate
 from optrace.rules.density import labels_per_core
+from optrace.rules.registry import load_rules
 
 
 def plan_operator(op_dir: Path, repo_root: Path | None = None) -> Plan:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from optrace.rules.base import builtin_rules
+from optrace.rules.registry import builtin_rules
 
 HEADER = """# Planning rules
 

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from .chrome import TRACE_FORMAT
+from .collect import list_rank_files, resolve_point_map
 from .decode import DecodeOptions, decode_rank
 from .errors import ProfilingInputError
 from .pointmap import load_point_map
@@ -251,8 +252,6 @@ def load_profiling_dir(
     path: Path, point_map: Path | None = None, clock_mhz: float | None = None
 ) -> SpanTable:
     """Spans decoded straight from rank files (no trace file needed)."""
-    from .collect import list_rank_files, resolve_point_map  # collect imports chrome; keep lazy
-
     files = list_rank_files(path)
     pmap = load_point_map(resolve_point_map(path, point_map))
     label_col: list[np.ndarray] = []

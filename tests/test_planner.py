@@ -132,7 +132,7 @@ __aicore__ inline void Walk(int d) { SyncAll(); if (d) { Walk(d - 1); } Unknown:
 
 
 def test_entry_point_rule_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import optrace.rules.base as base
+    import optrace.rules.registry as registry
     from optrace.rules.fold_depth import FoldDepth
 
     class FakeEP:
@@ -142,5 +142,6 @@ def test_entry_point_rule_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                 name = "from-entry-point"
             return Renamed
 
-    monkeypatch.setattr(base, "entry_points", lambda group: [FakeEP()] if group == "optrace.rules" else [])
-    assert "OT950" in [r.code for r in base.load_rules()]
+    monkeypatch.setattr(registry, "entry_points",
+                        lambda group: [FakeEP()] if group == "optrace.rules" else [])
+    assert "OT950" in [r.code for r in registry.load_rules()]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from optrace.pipeline.rule_examples import check_example, check_rule_examples, plan_example
-from optrace.rules.base import builtin_rules, load_rules
+from optrace.rules.registry import builtin_rules, load_rules
 
 RULES = builtin_rules()
 

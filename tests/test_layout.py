@@ -1,0 +1,68 @@
+"""The package layering that import-linter does not see: imports placed inside functions.
+
+Outside the CLI package (optrace/, where commands import what they need when they run,
+for start-up time) an import inside a function is either an optional dependency or a
+module the start-up of `optrace collect` leaves out on purpose — never a way around an
+import cycle. The layers themselves are import-linter's contracts (pyproject.toml).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("engine", "rules", "codemods", "runtime", "pipeline")
+
+# (file, imported module) -> why it is imported where it is used.
+ALLOWED = {
+    ("runtime/__init__.py", "runtime.errors"): "lazy package attribute: `import optrace.runtime` stays cheap",
+    ("runtime/__init__.py", "runtime.save"): "lazy package attribute: numpy only on first use",
+    ("runtime/save.py", "torch_npu"): "optional; importing it without CANN breaks `import torch`",
+    ("runtime/pt_reader.py", "torch"): "optional: the torch reader only",
+    ("runtime/report.py", "importlib.util"): "looks for the optional matplotlib",
+    ("runtime/report.py", "matplotlib"): "optional ([report] extra)",
+    ("runtime/report.py", "matplotlib.pyplot"): "optional ([report] extra)",
+    ("runtime/pt_reader.py", "zipfile"): "collect start-up: only for archives the fast reader declines",
+    ("runtime/pt_reader.py", "pickletools"): "collect start-up: paid at the first rank file",
+    ("runtime/chrome.py", "gzip"): "collect start-up: only for .gz output",
+    ("runtime/chrome.py", "tempfile"): "collect start-up: only where O_TMPFILE is missing",
+}
+
+
+def _function_imports(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_bytes(), filename=str(path))
+    out: list[tuple[int, str]] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if in_function and isinstance(child, ast.Import):
+                out.extend((child.lineno, alias.name) for alias in child.names)
+            elif in_function and isinstance(child, ast.ImportFrom):
+                module = child.module or ""
+                if child.level:  # relative: named from the top-level folder (runtime.save)
+                    parts = path.parent.relative_to(ROOT).parts
+                    module = ".".join((*parts[: len(parts) - child.level + 1], *([module] if module else [])))
+                out.append((child.lineno, module))
+            visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+    visit(tree, False)
+    return out
+
+
+def test_no_imports_inside_functions_outside_the_cli() -> None:
+    found = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            for line, module in _function_imports(path):
+                if (rel, module) not in ALLOWED:
+                    found.append(f"{rel}:{line}: import of {module} inside a function")
+    assert not found, "\n".join(found)
+
+
+def test_every_allowed_exception_is_still_there() -> None:
+    seen = {(path.relative_to(ROOT).as_posix(), module)
+            for package in PACKAGES for path in (ROOT / package).rglob("*.py")
+            for _, module in _function_imports(path)}
+    assert set(ALLOWED) <= seen, sorted(set(ALLOWED) - seen)
