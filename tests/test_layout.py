@@ -4,11 +4,14 @@ Outside the CLI package (optrace/, where commands import what they need when the
 for start-up time) an import inside a function is either an optional dependency or a
 module the start-up of `optrace collect` leaves out on purpose — never a way around an
 import cycle. The layers themselves are import-linter's contracts (pyproject.toml).
+And the checkout is the package as installed: optrace/<name> links to each top-level
+folder that setuptools installs as `optrace.<name>`.
 """
 
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,3 +69,14 @@ def test_every_allowed_exception_is_still_there() -> None:
             for package in PACKAGES for path in (ROOT / package).rglob("*.py")
             for _, module in _function_imports(path)}
     assert set(ALLOWED) <= seen, sorted(set(ALLOWED) - seen)
+
+
+def test_each_installed_folder_is_linked_into_the_package() -> None:
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    for name, folder in setuptools["package-dir"].items():
+        if name == "optrace":
+            continue
+        link = ROOT / Path(*name.split("."))
+        assert link.is_symlink(), f"{link.relative_to(ROOT)} should link to ../{folder}"
+        assert link.resolve() == (ROOT / folder).resolve(), f"{link} points to {link.resolve()}"
+    assert sorted(setuptools["packages"]) == sorted(setuptools["package-dir"])
