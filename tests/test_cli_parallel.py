@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # plan and check of every fixture operator, in parallel and serially
+
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 

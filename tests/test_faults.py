@@ -40,6 +40,8 @@ from optrace.engine.transaction import (
 from optrace.engine.transaction import operator_journal_name as _journal_name
 from optrace.pipeline.apply import OperatorChanges, apply_changes
 
+pytestmark = pytest.mark.slow  # fault injection: a forked crash at every write of a real apply
+
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 REPO = "umdk_style"
 OP = "src/cam/comm_operator/ascend_kernels/moe_fused_gmm"

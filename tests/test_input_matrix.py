@@ -686,6 +686,7 @@ def _params() -> list[object]:
     return out
 
 
+@pytest.mark.slow  # every command against every bad input
 @pytest.mark.parametrize("case", _params())
 def test_input_matrix(case: Case, tmp_path: Path) -> None:
     scene, code, output = run_case(case, tmp_path)

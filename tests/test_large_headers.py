@@ -22,6 +22,8 @@ from optrace.pipeline.apply import apply_changes, strip_changes
 from optrace.pipeline.plan import plan_operator
 from optrace.pipeline.plan_output import plan_json
 
+pytestmark = pytest.mark.slow  # megabyte headers planned, applied and stripped
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 CPP_SUFFIXES = {".h", ".hpp", ".cpp", ".cc", ".cce", ".inl"}

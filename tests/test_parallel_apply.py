@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # several operators at once, through the CLI, on copied fixture trees
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 UMDK_OPS = "src/cam/comm_operator/ascend_kernels"

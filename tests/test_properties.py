@@ -36,6 +36,8 @@ from optrace.pipeline.apply import apply_changes, strip_changes
 from optrace.pipeline.check import check_operator
 from optrace.pipeline.plan import plan_operator
 
+pytestmark = pytest.mark.slow  # hypothesis over fixtures and generated kernels, with compiles
+
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 HOST_REPO = Path(__file__).resolve().parent / "data" / "host_repo"
 STUB = Path(str(resources.files("optrace.runtime").joinpath("stub/ascendc_host_stub.h")))

@@ -48,6 +48,8 @@ from optrace.runtime.pt_writer import dumps_pickle, write_pt
 from optrace.runtime.rankfile import RankBuffer, read_rank_file
 from optrace.runtime.synth import SlotWriter, new_buffer
 
+pytestmark = pytest.mark.slow  # fuzzing: tens of thousands of mutated buffers and rank files
+
 CASES = settings.default.max_examples * 100  # 10,000 by default; 200,000 with OPTRACE_LONG_FUZZ=1
 SEED = int(os.environ.get("OPTRACE_FUZZ_SEED", "20250601"))
 CASE_SECONDS = 5.0  # far above what a case takes (well under a millisecond): a hang, not a slow case

@@ -33,7 +33,10 @@ BLOCKS = 4
 SLOTS = 18  # sized for 6 blocks (an upper bound, as infer must): 6 slots stay unused
 SKEW = 37
 
-pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not available")
+pytestmark = [
+    pytest.mark.slow,  # compiles and runs kernels on the host
+    pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not available"),
+]
 
 
 def scaffold_sections(text: str) -> dict[str, str]:

@@ -341,6 +341,7 @@ def test_unhandled_archives_go_to_zipfile_and_load(tmp_path: Path, case: str) ->
 # --------------------------------------------------------------------------- mutated archives
 
 
+@pytest.mark.slow  # fuzzing: thousands of mutated archives
 def test_mutated_archives_read_as_zipfile_or_fall_back(tmp_path: Path) -> None:
     """Whenever the small reader accepts a damaged archive, zipfile reads the same members;
     load_pt always ends in a value or a ProfilingInputError."""
