@@ -6,7 +6,6 @@ and the host readers must agree on lives here, so a change is made in one place.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from .records import FrozenRecord
@@ -201,5 +200,6 @@ def _copied(value: Any) -> Any:
         return type(value)(*[_copied(v) for v in value])
     if isinstance(value, (list, tuple)):
         return type(value)(_copied(v) for v in value)
+    import copy  # anything else in metadata is rare
 
     return copy.deepcopy(value)

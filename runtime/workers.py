@@ -18,7 +18,6 @@ import os
 import pickle
 import signal
 import sys
-import traceback
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -102,6 +101,7 @@ def _portable(exc: BaseException) -> BaseException:
         pickle.loads(pickle.dumps(exc))
         return exc
     except Exception:  # e.g. an exception class whose __init__ wants more
+        import traceback
 
         text = "".join(traceback.format_exception(exc))
         return RuntimeError(f"in a collect worker: {type(exc).__name__}: {exc}\n{text}")

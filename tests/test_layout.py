@@ -30,6 +30,8 @@ ALLOWED = {
     ("runtime/pt_reader.py", "pickletools"): "collect start-up: paid at the first rank file",
     ("runtime/chrome.py", "gzip"): "collect start-up: only for .gz output",
     ("runtime/chrome.py", "tempfile"): "collect start-up: only where O_TMPFILE is missing",
+    ("runtime/format.py", "copy"): "collect start-up: only for rare metadata values",
+    ("runtime/workers.py", "traceback"): "collect start-up: only for a worker's unpicklable error",
 }
 
 
