@@ -5,7 +5,7 @@ function lookup with tree-sitter, the shared profiling-size header and input err
 
 Contract of every layer codemod: its edits refer to the file's *clean* bytes — the file
 with optrace's own insertions stripped (`clean_bytes`), which on a first apply are the
-file's bytes. `engine.apply` turns them into edits of the current bytes, so a second
+file's bytes. `pipeline.apply` turns them into edits of the current bytes, so a second
 apply changes nothing and a different `--mode` rewrites only what depends on it.
 
 Markers (what `strip` removes):

@@ -6,7 +6,7 @@ parses each file optrace touched with libclang against the AscendC host stub, an
 reports the diagnostics that land on code optrace inserted — real trees include headers
 no stub can provide, so everything else is context, not a finding. Only kernel files are
 compiled (the stub is AscendC's); the host layers are judged by the gates G1–G5
-(`engine/gates.py`, codes OT451..OT455), reported with their evidence on every operator.
+(`pipeline/gates.py`, codes OT451..OT455), reported with their evidence on every operator.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Checks that need the plan of an instrumented tree: points inside tile loops, hot
 phases left without points, density and buffer capacity (OT106 / OT107 as warnings).
 
-Kept apart from the per-file checks in `engine/check.py`: these read the call graph and
+Kept apart from the per-file checks in `pipeline/check.py`: these read the call graph and
 loop classification, the others only the text.
 """
 

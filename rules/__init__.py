@@ -1,1 +1,1 @@
-"""optrace.rules: planning rules (see rules/base.py for the framework)."""
+"""optrace.rules: planning rules (rules/base.py: the framework; rules/registry.py: which run, in order)."""
