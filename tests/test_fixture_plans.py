@@ -72,6 +72,7 @@ def test_umdk_fixture_structure() -> None:
     assert json.dumps(doc)  # serialisable
 
 
+@pytest.mark.slow  # plans a fixture in three child processes, each under its own hash seed
 def test_plan_does_not_depend_on_hash_seed() -> None:
     import subprocess
     import sys

@@ -178,6 +178,7 @@ def _flagged(before: np.ndarray, after: np.ndarray) -> list[str]:
     return compare(table(before), table(after), label="label0", fail_on_regression=0).regressions
 
 
+@pytest.mark.slow  # a simulation: 200 seeds of A/A and A/B comparisons
 def test_a_a_false_positive_rate_and_power() -> None:
     """Over 200 seeds of the fixed generator (log-normal, 5 % CV, 20 launches per run,
     8 labels): identical distributions flag <= 5 % of labels with --fail-on-regression 0;
