@@ -22,8 +22,11 @@ from optrace.runtime import save_profiling_data
 
 DATA = Path(__file__).resolve().parent / "data"
 STUB = Path(str(resources.files("optrace.runtime").joinpath("stub/ascendc_host_stub.h")))
-pytestmark = pytest.mark.skipif(shutil.which("g++") is None or shutil.which("objdump") is None,
-                                reason="needs g++ and objdump")
+pytestmark = [
+    pytest.mark.slow,  # compiles and runs the instrumented kernel on the host
+    pytest.mark.skipif(shutil.which("g++") is None or shutil.which("objdump") is None,
+                       reason="needs g++ and objdump"),
+]
 runner = CliRunner()
 
 

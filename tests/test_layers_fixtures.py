@@ -108,6 +108,7 @@ def test_apply_changes_every_layer_check_passes_and_strip_restores(tmp_path: Pat
     assert snapshot(repo) == before
 
 
+@pytest.mark.slow  # every fixture applied in A, B and A again
 @pytest.mark.parametrize("name", ["umdk_style", "direct_launch"])
 def test_mode_switches_rewrite_only_what_depends_on_the_mode(tmp_path: Path, name: str) -> None:
     op_rel = CASES[name][0]

@@ -20,6 +20,8 @@ from optrace.runtime.errors import ProfilingInputError
 from optrace.runtime.save import reset_launch_counters, save_profiling_data
 from optrace.runtime.workers import Worker, can_fork
 
+pytestmark = pytest.mark.slow  # collect -j: worker processes forked and killed
+
 needs_fork = pytest.mark.skipif(not can_fork(), reason="fork() is not used on this platform")
 
 

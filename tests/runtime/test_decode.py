@@ -274,6 +274,7 @@ def well_formed(draw: st.DrawFn, depth: int = 0) -> list[tuple[int, int]]:
     return items
 
 
+@pytest.mark.slow  # 200 generated segments through both decoders
 @settings(max_examples=200, deadline=None)
 @given(well_formed())
 def test_vectorised_and_stack_agree_on_well_formed(items: list[tuple[int, int]]) -> None:
@@ -313,6 +314,7 @@ def test_any_sequence_nests_properly(items: list[tuple[int, int]]) -> None:
 # ----------------------------------------------------------------------------- robustness
 
 
+@pytest.mark.slow  # fuzzing: 150 random buffers
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.integers(1, 4),
@@ -356,6 +358,7 @@ def test_mutated_valid_buffer_never_crashes(position: int, value: int) -> None:
     assert len(decoded.slots) == 6
 
 
+@pytest.mark.slow  # 200 generated ranks through both nestings
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.one_of(well_formed(), st.lists(st.tuples(st.sampled_from([1, -1]), st.integers(0, 3)),
                                                    max_size=12)), max_size=6))
