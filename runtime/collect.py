@@ -16,7 +16,7 @@ import re
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .chrome import (
     TRACE_FORMAT,
@@ -35,10 +35,8 @@ from .errors import ProfilingInputError
 from .pointmap import POINT_MAP_NAME, PointMap, load_point_map
 from .rankfile import RankFileName, find_rank_files, read_rank_file
 from .records import FrozenRecord, Record
+from .trace_files import SizeWatch, write_files
 from .workers import Channel, Ticks, Worker, can_fork
-
-if TYPE_CHECKING:
-    from .trace_files import SizeWatch
 
 EXIT_OK = 0
 EXIT_SKIPPED = 1
@@ -350,14 +348,10 @@ def collect(
         }
 
     if fmt != "json" or options.split is not None:
-        from .trace_files import write_files
-
         outputs, events = write_files(
             output, fmt, options.split, [path.stem for _, path in files], plan, other_data, advance)
         # No span in any rank: write_files wrote nothing (not even the empty parts).
         return CollectResult(output, point_map, outcomes, events, outputs, written=bool(outputs))
-
-    from .trace_files import SizeWatch
 
     watch = SizeWatch(output, sum(sizes))
 
@@ -616,7 +610,7 @@ def _plan_rank(
     outcome.decoded = decoded
     offset_us = options.rank_offsets_us.get(name.rank, 0.0)
     if sequences is not None:
-        from . import perfetto
+        from . import perfetto  # only for .pftrace: a JSON collect never pays its import
 
         rendered = perfetto.render_rank(pid, _process_name(name, several_runs), decoded, point_map, sequences,
                                         labels=options.labels, core_filter=options.cores, offset_us=offset_us)

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from . import perfetto_read
 from .chrome import TRACE_FORMAT
 from .collect import list_rank_files, resolve_point_map
 from .decode import DecodeOptions, decode_rank
@@ -180,9 +181,7 @@ def load_trace(path: Path) -> SpanTable:
 
 def load_perfetto_trace(path: Path) -> SpanTable:
     """Spans of a Perfetto protobuf trace (``.pftrace``, as ``collect`` writes it)."""
-    from .perfetto_read import read_spans
-
-    found = read_spans(path)
+    found = perfetto_read.read_spans(path)
     warnings: list[str] = []
     meta = found.metadata
     if meta.get("format") != "optrace-perfetto":

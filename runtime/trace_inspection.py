@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from . import perfetto_read
 from .errors import ProfilingInputError
 from .spans import is_protobuf, load_spans
 
@@ -29,9 +30,7 @@ def _drops_and_metadata(path: Path) -> tuple[dict[str, int], dict[str, Any]]:
     """Dropped records per track name ("Rank 0 / AIC 3"), and the trace's metadata."""
     drops: dict[str, int] = {}
     if is_protobuf(path):
-        from .perfetto_read import read_spans
-
-        found = read_spans(path)
+        found = perfetto_read.read_spans(path)
         for track, name, _ in found.instants:
             match = _DROPPED.match(name)
             if match:

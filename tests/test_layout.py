@@ -30,6 +30,9 @@ ALLOWED = {
     ("runtime/pt_reader.py", "zipfile"): "collect start-up: only for archives the fast reader declines",
     ("runtime/pt_reader.py", "pickletools"): "collect start-up: paid at the first rank file",
     ("runtime/chrome.py", "gzip"): "collect start-up: only for .gz output",
+    ("runtime/perfetto.py", "gzip"): "collect start-up: only for .gz output",
+    ("runtime/collect.py", "runtime.perfetto"): "collect start-up: the .pftrace writer (~5 ms)",
+    ("runtime/trace_files.py", "runtime.perfetto"): "collect start-up: only for .pftrace",
     ("runtime/chrome.py", "tempfile"): "collect start-up: only where O_TMPFILE is missing",
     ("runtime/format.py", "copy"): "collect start-up: only for rare metadata values",
     ("runtime/workers.py", "traceback"): "collect start-up: only for a worker's unpicklable error",
@@ -49,7 +52,10 @@ def _function_imports(path: Path) -> list[tuple[int, str]]:
                 if child.level:  # relative: named from the top-level folder (runtime.save)
                     parts = path.parent.relative_to(ROOT).parts
                     module = ".".join((*parts[: len(parts) - child.level + 1], *([module] if module else [])))
-                out.append((child.lineno, module))
+                if child.module is None:  # `from . import perfetto`: the modules themselves
+                    out.extend((child.lineno, f"{module}.{alias.name}") for alias in child.names)
+                else:
+                    out.append((child.lineno, module))
             visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
 
     visit(tree, False)
