@@ -221,6 +221,7 @@ def core_records(draw: st.DrawFn) -> list[tuple[int, int, int]]:
     return records
 
 
+@pytest.mark.slow  # fuzzing: 40 generated ranks collected and parsed back
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
 @given(cores=st.lists(core_records(), min_size=1, max_size=5), data=st.data())
@@ -291,6 +292,7 @@ def bench_like(directory: Path, ranks: int = 1, cores: int = 72) -> int:
     return int(generate(directory, ranks, cores)) * ranks * cores
 
 
+@pytest.mark.slow  # the benchmark's workload, collected and measured
 def test_bytes_per_record_on_the_benchmark_workload(tmp_path: Path) -> None:
     directory = tmp_path / "prof"
     directory.mkdir()
