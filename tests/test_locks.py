@@ -192,6 +192,7 @@ def states(tmp_path_factory: pytest.TempPathFactory) -> tuple[Tree, Tree]:
 TRIALS = 50 if LONG else 6
 
 
+@pytest.mark.slow  # randomised trials of two writer processes
 @pytest.mark.parametrize("second", ["apply", "strip", "apply-wait"])
 def test_two_writers_at_random_offsets_leave_original_or_applied(
     tmp_path: Path, states: tuple[Tree, Tree], second: str

@@ -67,6 +67,7 @@ def cli(*args: str) -> tuple[int, str, str]:
     return res.exit_code, res.stdout, res.stderr
 
 
+@pytest.mark.slow  # fault injection at two moments of a real apply
 @pytest.mark.parametrize("moment", ["after-the-codemods", "before-the-re-read"])
 @pytest.mark.parametrize("victim", VICTIMS, ids=["kernel", "host", "shared-pybind"])
 def test_a_file_edited_while_apply_computes_is_refused_not_mangled(
@@ -115,6 +116,7 @@ def changed(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 TRIALS = 50 if LONG else 5
 
 
+@pytest.mark.slow  # trials of a writer process racing real applies
 def test_a_writer_racing_apply_never_gets_edits_at_stale_offsets(
     tmp_path: Path, changed: list[str], state_home: Path
 ) -> None:
