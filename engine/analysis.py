@@ -203,6 +203,16 @@ def callee_name(src_text: str) -> str:
     return base_type_name(src_text) if "<" in src_text else src_text.split("::")[-1].strip()
 
 
+def _receiver_classes(an: Analysis, fn: FunctionDef, name: list[str], at: int) -> set[str]:
+    """Classes of a receiver named by a local, a parameter or a field of fn's class."""
+    if not name or not name[0]:
+        return set()
+    tname = an.local_type(fn, name[0], at)
+    if tname is None and fn.scope in an.index.classes:
+        tname = an.index.classes[fn.scope].fields.get(name[0])
+    return an.index.resolve_class(tname, fn.scope) if tname is not None else set()
+
+
 def resolve_call(an: Analysis, fn: FunctionDef, call: Node) -> tuple[str, list[FunctionDef]]:
     """The project functions a call expression may reach (empty for intrinsics)."""
     idx = an.index
@@ -227,12 +237,17 @@ def resolve_call(an: Analysis, fn: FunctionDef, call: Node) -> tuple[str, list[F
         if recv == "this":
             classes = {fn.scope}
         else:
-            recv_name = recv.lstrip("*&(").split("->")[-1].split(".")[-1].rstrip(")")
-            tname = an.local_type(fn, recv_name, call.start_byte)
-            if tname is None and fn.scope in idx.classes:
-                tname = idx.classes[fn.scope].fields.get(recv_name)
-            if tname is not None:
-                classes = idx.resolve_class(tname, fn.scope)
+            path = [re.sub(r"\[.*?\]", "", p).strip("*&() ") for p in re.split(r"->|\.", recv.lstrip("*&("))]
+            if path[0] == "this":
+                path = path[1:]
+            classes = _receiver_classes(an, fn, path[:1], call.start_byte)
+            # `holder.kernel.Process()`: each further name is a field of the classes so far
+            for member in path[1:]:
+                types = {t for c in classes if c in idx.classes
+                         for t in [idx.classes[c].fields.get(member)] if t}
+                classes = set().union(*(idx.resolve_class(t, fn.scope) for t in types))
+            if not classes and len(path) > 1:
+                classes = _receiver_classes(an, fn, path[-1:], call.start_byte)
         if classes:
             return name, idx.methods(classes, name)
         # Unknown receiver: accept only a method name defined in exactly one class.

@@ -59,6 +59,53 @@ def base_type_name(spelled: str) -> str:
     return idents[-1] if idents else ""
 
 
+# Separates the class candidates of a type chosen at compile time (`A|B`): `|` never
+# occurs in a C++ name, so a candidate set travels where one base name did.
+CANDIDATE_SEP = "|"
+_CHOOSERS = ("conditional", "conditional_t", "decltype")
+
+
+def _template_args(text: str, open_at: int) -> list[str]:
+    """The top-level arguments of the `<...>` or `(...)` opening at `open_at`."""
+    pairs = {"<": ">", "(": ")"}
+    closer = pairs[text[open_at]]
+    depth = 0
+    args: list[str] = []
+    start = open_at + 1
+    for i in range(open_at, len(text)):
+        ch = text[i]
+        if ch in "<([{":
+            depth += 1
+        elif ch in ">)]}":
+            depth -= 1
+            if depth == 0:
+                if ch == closer:
+                    args.append(text[start:i])
+                return args
+        elif ch == "," and depth == 1:
+            args.append(text[start:i])
+            start = i + 1
+    return args
+
+
+def declared_type(spelled: str) -> str:
+    """The base name of a declared type, or its class candidates joined by CANDIDATE_SEP
+    where the type is chosen at compile time: `std::conditional<C, A, B>::type` and
+    `conditional_t<C, A, B>` give `A|B` (nested choices flatten), `decltype(Foo<T>{})`
+    every name inside it (the index keeps those that are classes). One launch runs one
+    of them, so each is planned."""
+    m = re.search(r"\b(conditional_t|conditional|decltype)\s*([<(])", spelled)
+    if m is None:
+        return base_type_name(spelled)
+    args = _template_args(spelled, m.start(2))
+    if m.group(1) == "decltype":
+        names = [w for w in _IDENT_RE.findall(" ".join(args)) if w not in _CHOOSERS]
+    else:
+        names = [n for a in args[1:3] for n in declared_type(a).split(CANDIDATE_SEP)]
+    names = [n for n in dict.fromkeys(names) if n and n != "std"]
+    return CANDIDATE_SEP.join(names) or base_type_name(spelled)
+
+
 def decode_specialisation(name: str) -> tuple[str, str | None]:
     """Undo the `operator()<X>` rewrite: returns (`operator()`, core or spec text)."""
     if not name.startswith(SPECIALISED_CALL_PREFIX):
@@ -409,7 +456,7 @@ def _param_types(src: SourceFile, declarator: Node) -> dict[str, str]:
         type_node = p.child_by_field_name("type")
         name_node = _declarator_name(p.child_by_field_name("declarator"))
         if type_node is not None and name_node is not None:
-            out[text_of(src, name_node)] = base_type_name(text_of(src, type_node))
+            out[text_of(src, name_node)] = declared_type(text_of(src, type_node))
     return out
 
 
@@ -459,13 +506,16 @@ class CodeIndex:
                 name = node.child_by_field_name("name")
                 target = node.child_by_field_name("type")
                 if name is not None and target is not None:
-                    self.aliases[text_of(src, name)].add(base_type_name(text_of(src, target)))
+                    self._alias(text_of(src, name), text_of(src, target))
             elif node.type == "type_definition":
                 target = node.child_by_field_name("type")
                 for decl in node.children_by_field_name("declarator"):
                     nm = _declarator_name(decl)
                     if nm is not None and target is not None:
-                        self.aliases[text_of(src, nm)].add(base_type_name(text_of(src, target)))
+                        self._alias(text_of(src, nm), text_of(src, target))
+
+    def _alias(self, name: str, target: str) -> None:
+        self.aliases[name].update(declared_type(target).split(CANDIDATE_SEP))
 
     def _add_function(self, src: SourceFile, node: Node) -> None:
         body = node.child_by_field_name("body")
@@ -499,12 +549,12 @@ class CodeIndex:
                 for decl in member.children_by_field_name("declarator"):
                     nm = _declarator_name(decl)
                     if nm is not None and type_node is not None and nm.type != "qualified_identifier":
-                        info.fields[text_of(src, nm)] = base_type_name(text_of(src, type_node))
+                        info.fields[text_of(src, nm)] = declared_type(text_of(src, type_node))
             elif member.type == "alias_declaration":
                 a = member.child_by_field_name("name")
                 t = member.child_by_field_name("type")
                 if a is not None and t is not None:
-                    info.aliases[text_of(src, a)] = base_type_name(text_of(src, t))
+                    info.aliases[text_of(src, a)] = declared_type(text_of(src, t))
 
     def resolve_class(self, type_name: str, scope: str = "", depth: int = 0) -> set[str]:
         """Class names a spelled type may denote: direct, through aliases (class-scoped
@@ -512,6 +562,10 @@ class CodeIndex:
         if not type_name or depth > 6:
             return set()
         found: set[str] = set()
+        if CANDIDATE_SEP in type_name:
+            for candidate in type_name.split(CANDIDATE_SEP):
+                found |= self.resolve_class(candidate, scope, depth + 1)
+            return found
         if type_name in self.classes:
             found.add(type_name)
         cls = self.classes.get(scope)
@@ -578,12 +632,12 @@ def _local_declarations(src: SourceFile, fn: FunctionDef) -> list[tuple[str, str
             _declarator_name(d) for d in alias.children_by_field_name("declarator")]
         for nm in names:
             if nm is not None and target is not None:
-                local_alias[text_of(src, nm)] = base_type_name(text_of(src, target))
+                local_alias[text_of(src, nm)] = declared_type(text_of(src, target))
     for decl in fn.nodes_in(fn.body, ("declaration",)):
         type_node = decl.child_by_field_name("type")
         if type_node is None:
             continue
-        tname = base_type_name(text_of(src, type_node))
+        tname = declared_type(text_of(src, type_node))
         for d in decl.children_by_field_name("declarator"):
             nm = _declarator_name(d)
             if nm is None:

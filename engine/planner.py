@@ -441,8 +441,17 @@ class Planner:
     def expand(self, callees: list[FunctionDef], ctx: Ctx, region: Region) -> None:
         specialised = [c for c in callees if c.core is not None]
         plain = [c for c in callees if c.core is None]
-        for callee in plain[:1]:
-            self._expand_one(callee, ctx, region)
+        if len(plain) > 1:
+            # One call, several bodies it may reach (a class chosen by `std::conditional`,
+            # `decltype`, an alias of several candidates, same-name functions): a launch
+            # runs one of them, so each is planned as a variant of this call.
+            where = region.anchor
+            chain = f"call:{where.path}:{where.start}" if where is not None else f"call:{region.label}"
+            for arm, callee in enumerate(plain):
+                self._expand_one(callee, replace(ctx, variant=(*ctx.variant, (chain, arm))), region)
+        else:
+            for callee in plain:
+                self._expand_one(callee, ctx, region)
         for callee in specialised:
             assert callee.core is not None
             sub = replace(ctx, cores=ctx.cores & {callee.core})

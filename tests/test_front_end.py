@@ -359,3 +359,36 @@ def test_strip_restores_inl_files_one_line_bodies_and_commented_opdef_chains(tmp
     assert b"group 2: bf16  // optrace" not in after["ops/inl/op_host/inl_def.cpp"]
     assert runner.invoke(app, ["strip", str(root / "ops/inl"), "--write"]).exit_code == 0
     assert snapshot(root) == before
+
+
+# --- kernel classes chosen through templates --------------------------------------------------
+
+
+CHOSEN = {
+    "conditional": "    using K = typename std::conditional<IS_BIG, KernelA, KernelB>::type;\n    K op;\n",
+    "conditional_t": ("    std::conditional_t<IS_BIG, KernelA,\n"
+                      "                       std::conditional_t<IS_WIDE, KernelB, KernelC>> op;\n"),
+    "alias_template": "    PickKernel<half> op;\n",
+    "traits": "    typename KernelTraits<half>::Kernel op;\n",
+    "decltype": "    decltype(MakeKernel<KernelA>()) op;\n",
+    "member": "    Holder h;\n    h.k.Init(x, y, workspace);\n    h.k.Process();\n",
+}
+CHOSEN_CLASSES = {"conditional": "AB", "conditional_t": "ABC", "alias_template": "B", "traits": "C",
+                  "decltype": "A", "member": "AB"}
+
+
+def test_kernel_classes_chosen_through_templates_are_all_planned(tmp_path: Path) -> None:
+    support = ("template <typename T> using PickKernel = KernelB;\n"
+               "template <typename T> struct KernelTraits { using Kernel = KernelC; };\n"
+               "template <typename T> __aicore__ inline T MakeKernel() { return T{}; }\n"
+               "struct Holder { typename std::conditional<IS_BIG, KernelA, KernelB>::type k; };\n")
+    for form, decl in CHOSEN.items():
+        root = tmp_path / form
+        run = "" if form == "member" else "    op.Init(x, y, workspace);\n    op.Process();\n"
+        files = {"ops/chosen/op_kernel/chosen.cpp":
+                 '#include "kernels.h"\n' + ENTRY_HEAD.format(op="chosen") + decl + run + "}\n",
+                 "ops/chosen/op_kernel/kernels.h":
+                 "".join(kernel_class(f"Kernel{c}", f"Step{c}") for c in "ABC") + support}
+        plan = plan_operator(write_tree(root, files) / "ops/chosen")
+        reached = {f.split("::")[-2][-1] for r in plan.root.walk() if (f := r.function) and "::Step" in f}
+        assert reached == set(CHOSEN_CLASSES[form]), form
