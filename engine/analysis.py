@@ -267,7 +267,10 @@ def resolve_call(an: Analysis, fn: FunctionDef, call: Node) -> tuple[str, list[F
                 return name, idx.methods(classes, "operator()")
         cands = idx.by_name.get(name, [])
         same_scope = [f for f in cands if f.scope == fn.scope]
-        return name, same_scope or [f for f in cands if not f.scope]
+        free = same_scope or [f for f in cands if not f.scope]
+        # `SyncFunc(g)` inside namespace `gather` is gather's own when it has one.
+        near = [f for f in free if fn.namespace and f.namespace == fn.namespace]
+        return name, near or free
     if func.type in ("qualified_identifier", "template_function"):
         spelled = text_of(src, func)
         name = callee_name(spelled)
@@ -276,6 +279,11 @@ def resolve_call(an: Analysis, fn: FunctionDef, call: Node) -> tuple[str, list[F
         cands = idx.by_name.get(name, [])
         if scope and any(f.scope == scope for f in cands):
             return name, [f for f in cands if f.scope == scope]
+        # `gather::SyncFunc(g)`: the function of that namespace, not its namesakes
+        in_ns = [f for f in cands if scope and not f.scope
+                 and (f.namespace == scope or f.namespace.endswith("::" + scope))]
+        if in_ns:
+            return name, in_ns
         same = [f for f in cands if f.scope in ("", fn.scope)]
         return name, same
     return "", []

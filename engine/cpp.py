@@ -174,6 +174,7 @@ class FunctionDef:
     body: Node
     params: dict[str, str] = field(default_factory=dict)
     index: NodeIndex | None = None
+    namespace: str = ""  # enclosing namespaces, outermost first (`a::b`)
 
     def nodes_in(self, node: Node, types: frozenset[str] | set[str] | tuple[str, ...]) -> list[Node]:
         """Descendants of `node` (within this function's file) of the given types."""
@@ -421,6 +422,17 @@ def _enclosing_class(node: Node, src: SourceFile) -> str:
     return ""
 
 
+def _enclosing_namespace(node: Node, src: SourceFile) -> str:
+    names: list[str] = []
+    parent = node.parent
+    while parent is not None:
+        if parent.type == "namespace_definition":
+            name = parent.child_by_field_name("name")
+            names.append(text_of(src, name) if name is not None else "")
+        parent = parent.parent
+    return "::".join(reversed([n for n in names if n]))
+
+
 def _split_qualified(src: SourceFile, node: Node) -> tuple[str, str]:
     """`Foo<T>::Bar` -> ("Foo", "Bar"); `Bar` -> ("", "Bar")."""
     spelled = text_of(src, node)
@@ -532,7 +544,7 @@ class CodeIndex:
         line = src.line_of(node.start_byte)
         fid = f"{src.path}:{line}:{scope + '::' if scope else ''}{name}{'<' + core + '>' if core else ''}"
         fn = FunctionDef(fid, name, scope, core, src, node, body, _param_types(src, declarator),
-                         self._current_index)
+                         self._current_index, _enclosing_namespace(node, src))
         self.functions[fid] = fn
         self.by_name[name].append(fn)
 

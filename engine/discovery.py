@@ -250,15 +250,66 @@ def _line(data: bytes, offset: int) -> int:
     return data.count(b"\n", 0, offset) + 1
 
 
-_HEAD_RE = re.compile(rb"\b__global__\b")
+_ATTRIBUTE_CALLS = {b"__attribute__", b"__declspec", b"alignas", b"__launch_bounds__"}
+# `#define NAME(params) ...` / `#define NAME ...`, continuation lines included.
+_DEFINE_HEAD_RE = re.compile(
+    rb"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)(\()?((?:[^\n]*\\\r?\n)*[^\n]*)", re.M)
+
+
+@dataclass(frozen=True)
+class MacroEntry:
+    """A kernel entry written inside a function-like macro's body (`#define
+    DEFINE_KERNEL(name) extern "C" __global__ __aicore__ void name(...) {...}`)."""
+
+    path: Path
+    line: int
+    macro: str
+
+
+def _directive_spans(code: bytes) -> list[tuple[int, int]]:
+    return [(m.start(), m.end()) for m in _DEFINE_HEAD_RE.finditer(code)]
+
+
+def entry_macros(code: bytes) -> tuple[set[bytes], dict[bytes, int]]:
+    """Object-like macros that spell an entry's qualifiers (`#define KERNEL_API extern
+    "C" __global__ __aicore__`), and function-like macros whose body defines an entry
+    (name -> offset of the `#define`)."""
+    qualifiers: set[bytes] = set()
+    defining: dict[bytes, int] = {}
+    for m in _DEFINE_HEAD_RE.finditer(code):
+        if not _GLOBAL_RE.search(m.group(3)):
+            continue
+        if m.group(2):
+            defining.setdefault(m.group(1), m.start())
+        elif b"(" not in m.group(3):
+            qualifiers.add(m.group(1))
+    return qualifiers, defining
+
+
+def _name_paren(code: bytes, start: int) -> int:
+    """The `(` of the parameter list after a head at `start`: attribute calls
+    (`__attribute__((always_inline))`) are stepped over."""
+    pos = start
+    while True:
+        paren = code.find(b"(", pos)
+        if paren < 0:
+            return -1
+        before = re.search(rb"([A-Za-z_]\w*)\s*$", code[pos:paren])
+        if before is None or before.group(1) not in _ATTRIBUTE_CALLS:
+            return paren
+        close = _matching_paren(code, paren)
+        if close < 0:
+            return -1
+        pos = close + 1
 
 
 def find_entries(kernel_files: list[Path]) -> list[EntryPoint]:
     """`__global__ __aicore__` function definitions, with or without extern "C".
 
     A lexical scan (comments blanked) is enough here and keeps discovery cheap: the name is
-    the identifier before the first `(` after `__global__`, and it is a definition when
-    the matching `)` is followed by `{`.
+    the identifier before the parameter list's `(` after `__global__` (or after a macro
+    standing for the qualifiers), and it is a definition when the matching `)` is
+    followed by `{`. Text inside `#define`s is not an entry (see `find_macro_entries`).
     """
     entries: list[EntryPoint] = []
     for path in kernel_files:
@@ -266,14 +317,24 @@ def find_entries(kernel_files: list[Path]) -> list[EntryPoint]:
         if data is None:
             continue
         code = blank_comments(data)
-        if not (_GLOBAL_RE.search(code) and _AICORE_RE.search(code)):
+        if not _GLOBAL_RE.search(code):
             continue
-        for m in _HEAD_RE.finditer(code):
-            paren = code.find(b"(", m.end())
+        qualifier_macros, _ = entry_macros(code)
+        heads = [b"__global__", *sorted(qualifier_macros)]
+        head_re = re.compile(rb"\b(?:" + b"|".join(re.escape(h) for h in heads) + rb")\b")
+        directives = _directive_spans(code)
+        for m in head_re.finditer(code):
+            if any(a <= m.start() < b for a, b in directives):
+                continue
+            via_macro = m.group(0) != b"__global__"
+            if not via_macro and not _AICORE_RE.search(code):
+                continue
+            paren = _name_paren(code, m.end())
             if paren < 0:
                 continue
             head = code[m.end() : paren]
-            if b"__aicore__" not in head and b"__aicore__" not in code[max(0, m.start() - 40) : m.start()]:
+            if (not via_macro and b"__aicore__" not in head
+                    and b"__aicore__" not in code[max(0, m.start() - 40) : m.start()]):
                 continue
             names = re.findall(rb"[A-Za-z_]\w*", head)
             if not names or b";" in head or b"{" in head:
@@ -289,11 +350,32 @@ def find_entries(kernel_files: list[Path]) -> list[EntryPoint]:
             before = b"\n".join(
                 ln for ln in code[prev + 1 : m.start()].split(b"\n") if not ln.lstrip().startswith(b"#")
             )
+            macro_value = next((d.group(3) for d in _DEFINE_HEAD_RE.finditer(code)
+                                if via_macro and d.group(1) == m.group(0)), b"")
             entries.append(
                 EntryPoint(path, _line(code, m.start()), decode(names[-1]),
-                           extern_c=b'extern "C"' in before, templated=b"template" in before)
+                           extern_c=b'extern "C"' in before or b'extern "C"' in macro_value,
+                           templated=b"template" in before)
             )
     return entries
+
+
+def find_macro_entries(kernel_files: list[Path]) -> list[MacroEntry]:
+    """Entries defined by function-like macros, at each place a macro is invoked (or at
+    its `#define` when it is not invoked in these files)."""
+    found: list[MacroEntry] = []
+    for path in kernel_files:
+        data = _read(path)
+        if data is None or not _GLOBAL_RE.search(data):
+            continue
+        code = blank_comments(data)
+        _, defining = entry_macros(code)
+        directives = _directive_spans(code)
+        for name, at in defining.items():
+            uses = [u.start() for u in re.finditer(rb"\b" + re.escape(name) + rb"\s*\(", code)
+                    if not any(a <= u.start() < b for a, b in directives)]
+            found += [MacroEntry(path, _line(code, u), decode(name)) for u in (uses or [at])]
+    return found
 
 
 def operator_dir_of(path: Path, root: Path) -> Path | None:
@@ -374,6 +456,14 @@ def discover(op_dir: Path, repo_root: Path, config: Config) -> Layers:
         detail = f"{e.name} ({quals}__global__ __aicore__)"
         layers.found["entry"] = [LayerFile(e.path, e.line, detail)]
     else:
+        by_macro = find_macro_entries(kernel_candidates)
+        if by_macro:
+            m = by_macro[0]
+            raise InputError(Diagnostic(
+                "OT010",
+                f"the kernel entry is defined by the macro `{m.macro}`: its body is the macro's "
+                "text, shared by every use, where no trace point can go; write this entry out "
+                "as a function (the macro can stay for the others)", m.path, m.line, Severity.ERROR))
         raise InputError(
             Diagnostic(
                 "OT010",

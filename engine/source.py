@@ -40,7 +40,8 @@ DEFAULT_QUALIFIERS: tuple[str, ...] = (
 )
 
 # Tokens a qualifier-like macro may expand to (`#define CATLASS_DEVICE __aicore__ inline`).
-_QUALIFIER_LIKE = {"inline", "static", "constexpr", "__attribute__((always_inline))"}
+# `extern "C"` too: `#define KERNEL_API extern "C" __global__ __aicore__` spells an entry.
+_QUALIFIER_LIKE = {"inline", "static", "constexpr", "__attribute__((always_inline))", "extern", '"C"'}
 
 _DEFINE_RE = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+([^\r\n]*)$", re.M)
 

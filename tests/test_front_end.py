@@ -392,3 +392,80 @@ def test_kernel_classes_chosen_through_templates_are_all_planned(tmp_path: Path)
         plan = plan_operator(write_tree(root, files) / "ops/chosen")
         reached = {f.split("::")[-2][-1] for r in plan.root.walk() if (f := r.function) and "::Step" in f}
         assert reached == set(CHOSEN_CLASSES[form]), form
+
+
+# --- entries tree-sitter splits ---------------------------------------------------------------
+
+
+RUN_A = "{\n    KernelA op;\n    op.Init(x, y, workspace);\n    op.Process();\n}\n"
+PARAMS = "(GM_ADDR x, GM_ADDR y, GM_ADDR workspace, GM_ADDR tiling)"
+SPLIT_ENTRIES = {
+    # entry text, the line of its head
+    "qualifier-macro": ('#define KERNEL_API extern "C" __global__ __aicore__\n'
+                        f"KERNEL_API void sp{PARAMS}\n{RUN_A}", 3),
+    "attribute": (f'extern "C" __global__ __aicore__ __attribute__((always_inline)) void sp{PARAMS}\n{RUN_A}',
+                  2),
+    "extern-block": (f'extern "C" {{\n__global__ __aicore__ void sp{PARAMS}\n{RUN_A}}}\n', 3),
+    "templated": ("template <int D_T_X, int MODE>\n"
+                  f"__global__ __aicore__ void sp{PARAMS}\n{{\n    if constexpr (MODE == 1) {{\n"
+                  "        KernelA op;\n        op.Init(x, y, workspace);\n"
+                  "        op.Process();\n    }\n}\n", 3),
+}
+
+
+def test_entries_with_macros_attributes_and_blocks_around_them_are_planned(tmp_path: Path) -> None:
+    for form, (entry, line) in SPLIT_ENTRIES.items():
+        root = write_tree(tmp_path / form, {
+            "ops/sp/op_kernel/sp.cpp": '#include "kernels.h"\n' + entry,
+            "ops/sp/op_kernel/kernels.h": kernel_class("KernelA", "StepA")})
+        before = snapshot(root)
+        plan = plan_operator(root / "ops/sp")
+        entry = plan.analysis.layers.entry
+        assert entry is not None and (entry.name, entry.line) == ("sp", line)
+        assert not [d for d in plan.diagnostics if d.code in ("OT010", "OT020")], form
+        assert {r.function.split("::")[-1] for r in plan.root.walk() if r.function} >= {"StepA0", "StepA2"}
+        assert runner.invoke(app, ["apply", str(root / "ops/sp"), "--write"]).exit_code == 0, form
+        text = (root / "ops/sp/op_kernel/sp.cpp").read_text()
+        assert "sp(GM_ADDR x, GM_ADDR y, /*optrace<*/GM_ADDR profiling_data, /*>optrace*/GM_ADDR w" in text
+        check = runner.invoke(app, ["check", str(root / "ops/sp")])
+        assert check.exit_code == 0, (form, check.stdout)
+        assert runner.invoke(app, ["strip", str(root / "ops/sp"), "--write"]).exit_code == 0
+        assert snapshot(root) == before, form
+
+
+def test_an_entry_defined_by_a_macro_is_refused_naming_the_macro(tmp_path: Path) -> None:
+    root = write_tree(tmp_path, {
+        "ops/sp/op_kernel/sp.cpp": '#include "kernels.h"\n'
+        '#define DEFINE_SP_KERNEL(name) extern "C" __global__ __aicore__ void name(GM_ADDR x, \\\n'
+        "    GM_ADDR y, GM_ADDR workspace, GM_ADDR tiling) { KernelA op; op.Process(); }\n"
+        "DEFINE_SP_KERNEL(sp)\n",
+        "ops/sp/op_kernel/kernels.h": kernel_class("KernelA", "StepA")})
+    before = snapshot(root)
+    for command in (["plan"], ["apply", "--write"]):
+        result = runner.invoke(app, [command[0], str(root / "ops/sp"), *command[1:]])
+        assert result.exit_code == 2
+        assert "sp.cpp:4: OT010 the kernel entry is defined by the macro `DEFINE_SP_KERNEL`" in result.output
+    assert snapshot(root) == before
+
+
+# --- functions of one name in two headers ---------------------------------------------------------
+
+
+def test_same_name_functions_in_two_headers_are_distinct_nodes(tmp_path: Path) -> None:
+    sync = ("namespace {ns} {{\n__aicore__ inline void SyncFunc(int g)\n{{\n"
+            + "    acc += g;\n" * 9 + "    {work}(g);\n}}\n}}\n")
+    work = "__aicore__ inline void {name}(int g)\n{{\n" + "    acc += g;\n" * 9 + "}}\n"
+    root = write_tree(tmp_path, {
+        "ops/two/op_kernel/two.cpp": '#include "gather.h"\n#include "scatter.h"\n'
+        + ENTRY_HEAD.format(op="two") + "    for (int groupIdx = 0; groupIdx < 4; ++groupIdx) {\n"
+        "        gather::SyncFunc(groupIdx);\n        scatter::SyncFunc(groupIdx);\n    }\n}\n",
+        "ops/two/op_kernel/gather.h": "static int acc;\n" + work.format(name="GatherRows")
+        + sync.format(ns="gather", work="GatherRows"),
+        "ops/two/op_kernel/scatter.h": "static int acc2;\n#define acc acc2\n"
+        + work.format(name="ScatterRows") + sync.format(ns="scatter", work="ScatterRows")})
+    plan = plan_operator(root / "ops/two")
+    syncs = [r for r in plan.root.walk() if r.function and r.function.endswith("SyncFunc")]
+    assert len({r.function for r in syncs}) == 2
+    # each call's region sits in its own namespace's function (before, both calls
+    # resolved to gather's, and scatter's body was never planned)
+    assert sorted(r.anchor.path.name for r in syncs if r.anchor) == ["gather.h", "scatter.h"]
