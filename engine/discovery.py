@@ -161,23 +161,31 @@ def walk_files(root: Path, exts: frozenset[str] | None = None) -> Iterator[Path]
                 yield path
 
 
+# Lowercased file contents RepoIndex keeps between searches; past this, files are read
+# again for each search instead (a repository larger than this is rare).
+_MENTION_CACHE_BYTES = 512 * 1024 * 1024
+
+
 @dataclass
 class RepoIndex:
-    """One pass over a repository: which files mention which words.
+    """One walk over a repository: its searchable files, build scripts and C++ sources.
 
-    Planning many operators of one repository asks "which files name this op?" once per
-    operator; answering from an index keeps that linear in the repository size instead
-    of operators x files.
+    Planning asks "which files name this op?" a few times per operator. Each question is
+    answered by one substring scan of the files' lowercased bytes (C speed), then a
+    whole-word check of the few hits: a word index of every file costs ~10x that to build
+    and is only worth it for many operators, and the contents are kept between questions
+    (up to a bound) so planning many operators reads each file once.
     """
 
     root: Path
     files: list[Path] = field(default_factory=list)
-    by_word: dict[bytes, list[int]] = field(default_factory=dict)
     scripts: list[Path] = field(default_factory=list)
     # Every C/C++ file by its name, kernel sources included: where an include that is not
     # found beside its includer may be (`../other_op/...` of a flattened build tree).
     sources: dict[str, list[Path]] = field(default_factory=dict)
     _build_scripts: list[Path] | None = None
+    _lowered: list[bytes | None] | None = None
+    _answers: dict[tuple[bytes, ...], list[Path]] = field(default_factory=dict)
 
     def build_scripts(self) -> list[Path]:
         """Shell / CMake files that build Ascend kernels (the same for every operator)."""
@@ -190,7 +198,6 @@ class RepoIndex:
     @classmethod
     def build(cls, root: Path) -> RepoIndex:
         index = cls(root)
-        word_re = re.compile(rb"[A-Za-z_][A-Za-z0-9_]{2,}")
         for path in walk_files(root):
             ext = path.suffix.lower()
             if ext not in CPP_EXTS and ext not in (".sh", ".bash", ".py", ".cmake") and (
@@ -208,22 +215,40 @@ class RepoIndex:
                 except OSError:
                     pass
                 continue
-            data = _read(path)
-            if data is None:
-                continue
-            n = len(index.files)
             index.files.append(path)
-            # Lowercased, with the file's own name, so `aclnn_<op>.cpp` and `CMake` match.
-            words = set(word_re.findall(data.lower())) | {path.stem.lower().encode()}
-            for word in words:
-                index.by_word.setdefault(word, []).append(n)
         return index
 
+    def _contents(self) -> list[bytes | None]:
+        if self._lowered is not None:
+            return self._lowered
+        lowered: list[bytes | None] = []
+        kept = 0
+        for path in self.files:
+            data = _read(path)
+            low = None if data is None else data.lower()
+            kept += len(low or b"")
+            lowered.append(low)
+        if kept <= _MENTION_CACHE_BYTES:
+            self._lowered = lowered
+        return lowered
+
     def mentioning(self, *words: bytes) -> list[Path]:
-        hits: set[int] = set()
-        for w in words:
-            hits.update(self.by_word.get(w.lower(), ()))
-        return [self.files[i] for i in sorted(hits)]
+        """Files naming any of `words` as a whole word (case-insensitive), or whose own
+        name is one of them (`aclnn_<op>.cpp`)."""
+        key = tuple(sorted({w.lower() for w in words if w}))
+        if key in self._answers:
+            return self._answers[key]
+        whole = re.compile(rb"(?<![a-z0-9_])(?:" + b"|".join(re.escape(w) for w in key)
+                           + rb")(?![a-z0-9_])") if key else None
+        hits: list[Path] = []
+        for path, low in zip(self.files, self._contents(), strict=True):
+            if path.stem.lower().encode() in key:
+                hits.append(path)
+            elif (low is not None and whole is not None and any(w in low for w in key)
+                  and whole.search(low)):
+                hits.append(path)
+        self._answers[key] = hits
+        return hits
 
 
 _REPO_INDEXES: dict[Path, RepoIndex] = {}
