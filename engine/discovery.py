@@ -25,6 +25,8 @@ CPP_EXTS = frozenset({".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".hh", ".hxx", 
                       ".ipp", ".tpp", ".tcc"})
 KERNEL_EXTS = frozenset({".cpp", ".cc", ".cxx", ".asc"})
 SCRIPT_EXTS = frozenset({".sh", ".bash", ".cmake", ".txt", ".py"})
+# What the repository index keeps: sources, scripts and Python (CMakeLists.txt by name).
+_INDEXED_EXTS = CPP_EXTS | {".sh", ".bash", ".py", ".cmake", ".txt"}
 SKIP_DIRS = frozenset(
     {".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", ".tox", ".mypy_cache",
      "build_out", "output", "dist", ".pytest_cache", ".optrace"}
@@ -151,14 +153,18 @@ def walk_files(root: Path, exts: frozenset[str] | None = None) -> Iterator[Path]
             continue
         seen_dirs.add(key)
         dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
+        base = Path(dirpath)
         for name in sorted(filenames):
-            path = Path(dirpath) / name
-            if exts is None or path.suffix.lower() in exts or (
+            # The name is tested before a Path is made: most files of a repository are
+            # not asked for, and 20k Path objects cost more than the walk itself.
+            dot = name.rfind(".")
+            if exts is None or (dot > 0 and name[dot:].lower() in exts) or (
                 exts is SCRIPT_EXTS and name == "CMakeLists.txt"
             ):
-                if os.path.islink(path) and not os.path.exists(path):
+                full = os.path.join(dirpath, name)
+                if os.path.islink(full) and not os.path.exists(full):
                     continue  # resolving it would raise (a loop) or find nothing (dangling)
-                yield path
+                yield base / name
 
 
 # Lowercased file contents RepoIndex keeps between searches; past this, files are read
@@ -198,7 +204,7 @@ class RepoIndex:
     @classmethod
     def build(cls, root: Path) -> RepoIndex:
         index = cls(root)
-        for path in walk_files(root):
+        for path in walk_files(root, _INDEXED_EXTS):
             ext = path.suffix.lower()
             if ext not in CPP_EXTS and ext not in (".sh", ".bash", ".py", ".cmake") and (
                 path.name != "CMakeLists.txt"
