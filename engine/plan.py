@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from optrace.engine.analysis import Analysis
 from optrace.engine.diagnostics import Diagnostic, Severity
 from optrace.engine.model import LoopInfo, Region
+from optrace.engine.sharing import OutsideFile, outside_files
 
 SLOT_CAPACITY = 1023  # records per core slot
 
@@ -41,6 +42,14 @@ class Plan:
     findings: list[Diagnostic] = field(default_factory=list)
     per_core: dict[str, list[str]] = field(default_factory=dict)
     capacity: list[Estimate] = field(default_factory=list)
+    _outside: list[OutsideFile] | None = None
+
+    def outside_files(self) -> list[OutsideFile]:
+        """Files read or edited outside the operator directory, with the other operators
+        including them; computed when asked (it may read the repository's sources)."""
+        if self._outside is None:
+            self._outside = outside_files(self.analysis)
+        return self._outside
 
     @property
     def diagnostics(self) -> list[Diagnostic]:

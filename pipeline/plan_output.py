@@ -62,6 +62,16 @@ def render_text(plan: Plan, mode: tuple[str, str] | None = None) -> str:
         out.append(f"  not found: \"{target}\" ({_loc(plan, where, ln)}{more})")
     for cycle in inc.cycles[:5]:
         out.append("  cycle: " + " -> ".join(display_path(p, root_dir) for p in cycle))
+    outside = plan.outside_files()
+    if outside:
+        out.append("")
+        out.append("outside the operator directory:")
+        for f in outside:
+            what = f"{f.role}: apply edits it" if f.edited else (
+                f"{f.role}, read: its code is measured at the call sites, never edited")
+            shared = ("; also included by " + ", ".join(display_path(o, root_dir) for o in f.included_by)
+                      if f.included_by else "")
+            out.append(f"  {display_path(f.path, root_dir)}  {what}{shared}")
     out.append("")
     out.append("trace tree:")
     _tree_lines(plan, plan.root, out, "")
@@ -164,6 +174,11 @@ def plan_json(plan: Plan, mode: tuple[str, str] | None = None) -> dict[str, obje
             "external": sorted(an.includes.external),
             "cycles": [[display_path(p, root) for p in c] for c in an.includes.cycles],
         },
+        "outside": [
+            {"file": display_path(f.path, root), "role": f.role, "edited": f.edited,
+             "included_by": [display_path(o, root) for o in f.included_by]}
+            for f in plan.outside_files()
+        ],
         "tree": region_json(plan, plan.root),
         "labels_per_core": {core: len(labels) for core, labels in plan.per_core.items()},
         "labels": plan.per_core,

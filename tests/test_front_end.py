@@ -4,6 +4,7 @@ writes, strip takes every byte back."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -184,6 +185,35 @@ def test_a_sibling_operators_header_is_found_and_measured_at_the_call_site(tmp_p
     # its time is measured where v2 calls it; no point goes into the file v1 compiles
     assert tree(plan) == [(1, "rms-norm-kernel", "rms_norm_v2.cpp:6")]
     assert "defined outside the operator directory" in plan.root.children[0].notes[0]
+
+
+def test_plan_lists_the_files_outside_the_operator_and_who_else_includes_them(tmp_path: Path) -> None:
+    files = dict(SIBLING)
+    # a third operator reaches the same header by a relative path of its own
+    files["norm/rms_norm_grad/op_kernel/rms_norm_grad.cpp"] = (
+        '#include "../../rms_norm/op_kernel/rms_norm_kernel.h"\n' + ENTRY_HEAD.format(op="rms_norm_grad")
+        + "    RmsNormKernel op;\n    op.Process();\n}\n")
+    # and one with a header of the same name that is its own
+    files["norm/layer_norm/op_kernel/layer_norm.cpp"] = (
+        '#include "rms_norm_kernel.h"\n' + ENTRY_HEAD.format(op="layer_norm") + "}\n")
+    files["norm/layer_norm/op_kernel/rms_norm_kernel.h"] = "#pragma once\n"
+    root = write_tree(tmp_path, files)
+    plan = plan_operator(root / "norm/rms_norm_v2")
+    [shared] = plan.outside_files()
+    assert shared.path.resolve() == (root / "norm/rms_norm/op_kernel/rms_norm_kernel.h").resolve()
+    assert not shared.edited and shared.role == "kernel header"
+    assert [p.name for p in shared.included_by] == ["rms_norm", "rms_norm_grad"]
+    text = runner.invoke(app, ["plan", str(root / "norm/rms_norm_v2")]).stdout
+    assert ("outside the operator directory:\n"
+            "  norm/rms_norm/op_kernel/rms_norm_kernel.h  kernel header, read: "
+            "its code is measured at the call sites, never edited; also included by norm/rms_norm, "
+            "norm/rms_norm_grad\n") in text
+    data = json.loads(runner.invoke(app, ["plan", str(root / "norm/rms_norm_v2"), "--format", "json"]).stdout)
+    assert data["operators"][0]["outside"] == [
+        {"file": "norm/rms_norm/op_kernel/rms_norm_kernel.h", "role": "kernel header", "edited": False,
+         "included_by": ["norm/rms_norm", "norm/rms_norm_grad"]}]
+    # an operator with nothing outside says nothing about it
+    assert plan_operator(root / "norm/rms_norm").outside_files() == []
 
 
 def test_apply_of_one_operator_leaves_the_siblings_files_and_strip_restores(tmp_path: Path) -> None:

@@ -1,0 +1,72 @@
+"""Files a plan reads or edits outside its operator directory, and which other operators
+include them (issue #11 §4): a header another operator compiles is not this operator's
+to change, so the reviewer sees, before any write, what is shared and with whom."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from optrace.engine.analysis import Analysis
+from optrace.engine.discovery import LAYER_TITLES, _read, operator_dir_of, repo_index
+from optrace.engine.includes import HeaderSearch, scan_includes
+
+
+@dataclass(frozen=True)
+class OutsideFile:
+    path: Path
+    # "kernel header" (read; traced at its call sites) or a layer title (apply edits it)
+    role: str
+    edited: bool
+    # other operator directories whose sources include this file (kernel headers only)
+    included_by: tuple[Path, ...] = ()
+
+
+def operators_including(root: Path, headers: list[Path], own: Path) -> dict[Path, tuple[Path, ...]]:
+    """For each header, the operator directories (other than `own`) with a source that
+    includes it: by the includer's folder, or the way `HeaderSearch` finds a flattened
+    build's `../<op>/x.h`. Only files naming the header are read."""
+    if not headers:
+        return {}
+    index = repo_index(root)
+    search = HeaderSearch(root, index.sources)
+    wanted = {h.resolve() for h in headers}
+    names = {h.name.encode() for h in headers}
+    found: dict[Path, set[Path]] = {h.resolve(): set() for h in headers}
+    for paths in index.sources.values():
+        for includer in paths:
+            op = operator_dir_of(includer, root)
+            if op is None or op.resolve() == own.resolve():
+                continue
+            data = _read(includer)
+            if data is None or not any(n in data for n in names):
+                continue
+            for directive in scan_includes(data):
+                if not directive.quoted or directive.target.rsplit("/", 1)[-1].encode() not in names:
+                    continue
+                local = includer.parent / directive.target
+                target = local if local.exists() else search.find(directive.target, includer)
+                if target is not None and target.resolve() in wanted:
+                    found[target.resolve()].add(op)
+    return {h: tuple(sorted(found[h.resolve()])) for h in headers}
+
+
+def outside_files(an: Analysis) -> list[OutsideFile]:
+    """Kernel headers the plan reads from outside the operator directory (their code is
+    measured at the call site, never edited) and layer files apply would edit there."""
+    layers = an.layers
+    op_dir = layers.op_dir.resolve()
+
+    def outside(p: Path) -> bool:
+        return not p.resolve().is_relative_to(op_dir)
+
+    headers = [p for p in an.includes.files if outside(p)]
+    shared = operators_including(layers.repo_root, headers, layers.op_dir) if headers else {}
+    out = [OutsideFile(p, "kernel header", False, shared.get(p, ())) for p in headers]
+    seen = set(headers)
+    for key, hits in layers.found.items():
+        for hit in hits:
+            if key != "entry" and outside(hit.path) and hit.path not in seen:
+                seen.add(hit.path)
+                out.append(OutsideFile(hit.path, LAYER_TITLES.get(key, key), True))
+    return out
