@@ -57,8 +57,10 @@ def _param_name(src: bytes, p: Node) -> str:
 
 
 def _is_system(name: str) -> bool:
+    """The launch's trailing system arguments: the workspace and the tiling, however the
+    kernel names them (`usrWorkspace`, `lstmTiling`, `tilingGM`)."""
     low = name.lower()
-    return "workspace" in low or low in ("tiling", "tilingdata", "tiling_data", "tilinggm")
+    return "workspace" in low or "tiling" in low
 
 
 def insert_param(data: bytes, params: list[Node], text: str, index: int | None) -> Edit | None:

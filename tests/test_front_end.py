@@ -499,3 +499,17 @@ def test_same_name_functions_in_two_headers_are_distinct_nodes(tmp_path: Path) -
     # each call's region sits in its own namespace's function (before, both calls
     # resolved to gather's, and scatter's body was never planned)
     assert sorted(r.anchor.path.name for r in syncs if r.anchor) == ["gather.h", "scatter.h"]
+
+
+def test_a_tiling_parameter_named_after_the_kernel_counts_as_the_tiling(tmp_path: Path) -> None:
+    root = write_tree(tmp_path, {
+        "ops/lstm/op_kernel/lstm.cpp": '#include "kernels.h"\n'
+        'extern "C" __global__ __aicore__ void lstm(GM_ADDR x, GM_ADDR y, GM_ADDR usrWorkspace,\n'
+        "                                          GM_ADDR lstmTiling)\n"
+        "{\n    KernelA op;\n    op.Init(x, y, usrWorkspace);\n    op.Process();\n}\n",
+        "ops/lstm/op_kernel/kernels.h": kernel_class("KernelA", "StepA")})
+    assert runner.invoke(app, ["apply", str(root / "ops/lstm"), "--write"]).exit_code == 0
+    text = (root / "ops/lstm/op_kernel/lstm.cpp").read_text()
+    assert "GM_ADDR y, /*optrace<*/GM_ADDR profiling_data, /*>optrace*/GM_ADDR usrWorkspace," in text
+    check = runner.invoke(app, ["check", str(root / "ops/lstm")])
+    assert "G2 output order: ✓" in check.stdout and "OT411" not in check.stdout
