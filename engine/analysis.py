@@ -34,6 +34,7 @@ from optrace.engine.model import ExistingPoint
 from optrace.engine.source import (
     TRACE_POINT_CALL,
     blank_comments,
+    blank_conditionals,
     decode,
     normalise,
     qualifier_macros,
@@ -356,11 +357,29 @@ def analyse_operator(op_dir: Path, repo_root: Path | None = None) -> Analysis:
     for src in includes.files.values():
         blank |= qualifier_macros(src.raw, config.qualifiers)
     parser = new_parser()
+    entry_file = layers.entry.path.resolve()
     parsed: dict[Path, ParsedFile] = {}
     index = CodeIndex()
     for path, src in includes.files.items():
         src.text = normalise(src.raw, blank)
         pf = parse_file(parser, src)
+        entry_line = layers.entry.line if path.resolve() == entry_file else 0
+        if pf.error_lines and entry_line and not _parse_score(pf, entry_line)[0]:
+            # A conditional that splits a statement (`} else if` under `#if`) leaves the
+            # entry unparsed: read every arm as one text instead, if the entry then parses
+            # (offsets are the same; the arms are then not told apart). Only for the
+            # entry: elsewhere a partial parse loses less than the arms' variants would.
+            as_written = src.text
+            src.text = blank_conditionals(as_written)
+            union = parse_file(parser, src)
+            if _parse_score(union, entry_line) > _parse_score(pf, entry_line):
+                diagnostics.append(Diagnostic(
+                    "OT022", "preprocessor conditionals split statements here: read with every "
+                    "arm's code as one text (the arms are not planned as separate variants)",
+                    path, _split_at(union, entry_line) or pf.error_lines[0], Severity.INFO))
+                pf = union
+            else:
+                src.text = as_written
         parsed[path] = pf
         if pf.error_lines:
             diagnostics.append(
@@ -393,6 +412,25 @@ def analyse_operator(op_dir: Path, repo_root: Path | None = None) -> Analysis:
     _build_callgraph(an)
     _collect_existing(an)
     return an
+
+
+def _split_at(pf: ParsedFile, entry_line: int) -> int:
+    """The line of the first conditional directive inside the entry (0: none there)."""
+    start = pf.src.line_starts[entry_line - 1] if entry_line else len(pf.src.raw)
+    m = re.compile(rb"^[ \t]*#[ \t]*(?:if|ifdef|ifndef|elif|else)\b", re.M).search(pf.src.raw, start)
+    return pf.src.line_of(m.start()) if m else 0
+
+
+def _parse_score(pf: ParsedFile, entry_line: int) -> tuple[bool, int]:
+    """The kernel entry parsed as a function first (a split conditional hides the whole
+    function, while an argument tree-sitter dislikes costs one error), then fewer error
+    regions."""
+    assert pf.nodes is not None
+    has_entry = entry_line > 0 and any(
+        pf.src.line_of(f.start_byte) <= entry_line <= pf.src.line_of(f.end_byte)
+        and f.child_by_field_name("body") is not None
+        for f in pf.nodes.within(pf.tree.root_node, ("function_definition",)))
+    return has_entry, -len(pf.error_lines)
 
 
 def _find_entry_fn(index: CodeIndex, path: Path, line: int, name: str) -> FunctionDef | None:

@@ -180,6 +180,24 @@ def blank_if0(data: bytes) -> bytes:
     return bytes(out)
 
 
+_CONDITIONAL_RE = re.compile(rb"^[ \t]*#[ \t]*(?:if|ifdef|ifndef|elif|else|endif)\b(?:[^\n]*\\\r?\n)*[^\n]*",
+                             re.M)
+
+
+def blank_conditionals(data: bytes) -> bytes:
+    """The same-length text with `#if` / `#elif` / `#else` / `#endif` lines blanked, every
+    arm's code kept (`#if 0` code blanked first). For the parse of a file tree-sitter
+    cannot read as written: a conditional that opens in one statement and closes in
+    another (`} else if (KEY_A) {` under `#if`) leaves the function unparsed, while the
+    union of the arms is one if / else-if chain."""
+    text = bytearray(blank_if0(data))
+    for m in _CONDITIONAL_RE.finditer(bytes(text)):
+        for i in range(m.start(), m.end()):
+            if text[i] not in (0x0A, 0x0D):
+                text[i] = 0x20
+    return bytes(text)
+
+
 def qualifier_macros(data: bytes, qualifiers: Iterable[str]) -> set[str]:
     """Names `#define`d to nothing but qualifiers (e.g. `CATLASS_DEVICE`), to blank too."""
     quals = set(qualifiers)

@@ -513,3 +513,30 @@ def test_a_tiling_parameter_named_after_the_kernel_counts_as_the_tiling(tmp_path
     assert "GM_ADDR y, /*optrace<*/GM_ADDR profiling_data, /*>optrace*/GM_ADDR usrWorkspace," in text
     check = runner.invoke(app, ["check", str(root / "ops/lstm")])
     assert "G2 output order: ✓" in check.stdout and "OT411" not in check.stdout
+
+
+def test_a_conditional_that_splits_an_else_if_chain_still_plans_the_entry(tmp_path: Path) -> None:
+    # `} else if` under `#if`, twice, with type arguments in macro calls: tree-sitter
+    # then loses the whole entry (seen on an ops-nn pooling operator)
+    entry = ('#include "kernels.h"\n'
+             "#define RUN_KERNEL(K, T, N) do { K op; op.Process(); } while (0)\n"
+             + ENTRY_HEAD.format(op="split_if") + "    GET_TILING_DATA(tilingData, tiling);\n"
+             "    if (TILING_KEY_IS(1)) {\n        RUN_KERNEL(KernelA, half, 1);\n"
+             "#if __CCE_AICORE__ >= 220\n    } else if (TILING_KEY_IS(2)) {\n"
+             "        RUN_KERNEL(KernelB, half, 1);\n#endif\n"
+             "    } else if (TILING_KEY_IS(3)) {\n        RUN_KERNEL(KernelC, float, 1);\n"
+             "#if __CCE_AICORE__ >= 220\n    } else if (TILING_KEY_IS(4)) {\n"
+             "        RUN_KERNEL(KernelB, float, 1);\n#endif\n    }\n}\n")
+    root = write_tree(tmp_path, {"ops/split_if/op_kernel/split_if.cpp": entry,
+                                 "ops/split_if/op_kernel/kernels.h":
+                                 "".join(kernel_class(f"Kernel{c}", f"Step{c}") for c in "ABC")})
+    before = snapshot(root)
+    plan = plan_operator(root / "ops/split_if")
+    [note] = [d for d in plan.diagnostics if d.code == "OT022"]
+    assert (note.path.name, note.line) == ("split_if.cpp", 8)
+    reached = {f.split("::")[-2][-1] for r in plan.root.walk() if (f := r.function) and "::Step" in f}
+    assert reached == {"A", "B", "C"}
+    assert runner.invoke(app, ["apply", str(root / "ops/split_if"), "--write"]).exit_code == 0
+    assert runner.invoke(app, ["check", str(root / "ops/split_if")]).exit_code == 0
+    assert runner.invoke(app, ["strip", str(root / "ops/split_if"), "--write"]).exit_code == 0
+    assert snapshot(root) == before
