@@ -22,6 +22,7 @@ from pathlib import Path
 from tree_sitter import Node
 
 from optrace.codemods.kernel_points import FRAG_CLOSE, FRAG_OPEN
+from optrace.codemods.layer_common import buffer_core_type
 from optrace.engine.cpp import FunctionDef, text_of
 from optrace.engine.discovery import CPP_EXTS, walk_files
 from optrace.engine.edits import Edit, indent_at, line_end, newline_of
@@ -93,7 +94,16 @@ def prologue_template() -> list[bytes]:
     return body.rstrip(b"\n").split(b"\n")
 
 
-def scaffold(data: bytes, body: Node, arg: str, mode: str) -> Edit:
+def core_mix(plan: Plan) -> str:
+    """The scaffold's core-mix argument (runtime block `OPTRACE_CORES_*`): single-type only
+    when the kernel declares it (KERNEL_TASK_TYPE). An inferred "AIV only" is a guess, and
+    a mixed kernel laid out as single-type would put AIC i and AIV i in one slot; the
+    mixed layout holds either kind of launch."""
+    core_type = buffer_core_type(plan.analysis.declared_cores)
+    return f"OPTRACE_CORES_{core_type}_ONLY" if core_type else "OPTRACE_CORES_MIXED"
+
+
+def scaffold(data: bytes, body: Node, arg: str, mode: str, cores: str = "OPTRACE_CORES_MIXED") -> Edit:
     """The prologue lines right after the entry body's `{`."""
     nl = newline_of(data)
     first = next((c for c in body.named_children if c.type != "comment"), None)
@@ -104,7 +114,7 @@ def scaffold(data: bytes, body: Node, arg: str, mode: str) -> Edit:
             line = SCAFFOLD_BEGIN + f" mode={mode}".encode()
         elif line.startswith(b"    "):
             line = indent + line[4:]  # the template's 4-space indent becomes the body's
-        lines.append(line.replace(b"@PROFILING_ARG@", arg.encode()))
+        lines.append(line.replace(b"@PROFILING_ARG@", arg.encode()).replace(b"@CORES@", cores.encode()))
     brace_end = body.start_byte + 1
     if data[brace_end : line_end(data, brace_end)].strip():
         # `{ code... }` on one line: the scaffold goes right after the brace, on lines of
@@ -145,7 +155,7 @@ def entry_edits(plan: Plan, mode: str | None = None) -> list[Edit]:
         workspace = next((n for n in names if "workspace" in n.lower()), None)
         if workspace is not None:
             edits.extend(_forwarding_edits(plan, entry, workspace))
-    edits.append(_at(scaffold(data, entry.body, arg, mode or "B"), path))
+    edits.append(_at(scaffold(data, entry.body, arg, mode or "B", core_mix(plan)), path))
     return edits
 
 

@@ -25,12 +25,12 @@ def test_older_block_is_upgraded_in_place(tmp_path: Path) -> None:
     block = template()
     assert block in current
     # An "older optrace" left a v0 block with different content.
-    old_block = block.replace(b"optrace-runtime-block v1", b"optrace-runtime-block v0", 1).replace(
+    old_block = block.replace(b"optrace-runtime-block v2", b"optrace-runtime-block v0", 1).replace(
         b"#define PROF_SIZE_PER_CORE 2048", b"#define PROF_SIZE_PER_CORE 1024")
     base.write_bytes(current.replace(block, old_block))
     res = runner.invoke(app, ["apply", str(op)])
     assert res.exit_code == 0
-    assert "-// optrace-runtime-block v0" in res.stdout and "+// optrace-runtime-block v1" in res.stdout
+    assert "-// optrace-runtime-block v0" in res.stdout and "+// optrace-runtime-block v2" in res.stdout
     assert runner.invoke(app, ["apply", str(op), "--write"]).exit_code == 0
     assert base.read_bytes() == current  # exactly the current block, the rest untouched
     assert runner.invoke(app, ["apply", str(op), "--check"]).exit_code == 0
