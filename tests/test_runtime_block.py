@@ -120,3 +120,46 @@ def test_the_declared_core_mix_sizes_and_lays_out_the_buffer(tmp_path: Path, dec
     assert "OT420" not in check.stdout and '"compile_checked_files": 0' not in check.stdout
     assert runner.invoke(app, ["strip", str(op), "--write"]).exit_code == 0
     assert _snapshot(root) == before
+
+
+# The scaffold optrace v1 wrote (runtime block v1): the pointer set whatever the output,
+# no core mix passed.
+V1_SCAFFOLD = """\
+// optrace-scaffold begin mode=B
+#if ENABLE_MOE_PROFILING
+    int64_t moeProfBuf[PROF_SIZE_PER_CORE];
+    moeProfBuf[0] = 1;
+    moeProfBuf[PROF_SIZE_PER_CORE - 1] = static_cast<int64_t>(AscendC::GetSystemCycle());
+    SetMoeProfilePtr(moeProfBuf);
+    MoeTracingFingerprint();
+    MoeTracing(TRACE_POINT("processing", "B"));
+    OptraceEntryEnd optraceEntryEnd(TRACE_POINT("processing", "E"), profiling_data, moeProfBuf);
+#else
+    (void)profiling_data;
+#endif
+// optrace-scaffold end
+"""
+
+
+def test_an_older_scaffold_is_upgraded_in_place(tmp_path: Path) -> None:
+    """Re-applying an operator instrumented by an older optrace replaces its scaffold with
+    the current one (the runtime switch, the core mix), and strip still takes it all back."""
+    root = tmp_path / "repo"
+    shutil.copytree(FIXTURES / "direct_launch", root)
+    op = root / "csrc" / "ops" / "moe_gating_topk"
+    before = _snapshot(root)
+    assert runner.invoke(app, ["apply", str(op), "--write"]).exit_code == 0
+    entry = op / "op_kernel" / "moe_gating_topk.cpp"
+    current = entry.read_text()
+    begin = current.index("// optrace-scaffold begin")
+    end = current.index("// optrace-scaffold end\n") + len("// optrace-scaffold end\n")
+    entry.write_text(current[:begin] + V1_SCAFFOLD + current[end:])
+    res = runner.invoke(app, ["apply", str(op)])
+    assert res.exit_code == 0, res.output
+    assert "+    int64_t* moeProfPtr = OptraceEntryBegin(profiling_data, moeProfBuf);" in res.stdout
+    assert runner.invoke(app, ["apply", str(op), "--write"]).exit_code == 0
+    assert entry.read_text() == current  # exactly the current scaffold, the rest untouched
+    assert runner.invoke(app, ["apply", str(op), "--check"]).exit_code == 0
+    entry.write_text(current[:begin] + V1_SCAFFOLD + current[end:])
+    assert runner.invoke(app, ["strip", str(op), "--write"]).exit_code == 0
+    assert _snapshot(root) == before  # an old scaffold is stripped as well

@@ -463,3 +463,24 @@ def test_single_type_kernel_buffer_is_laid_out_and_decoded_by_the_maps_core_mix(
     assert result.exit_code == 0, result.output
     again = thread_names(json.loads((tmp_path / "trace2.json").read_text()))
     assert set(again.values()) == set(names.values())
+
+
+def test_an_older_scaffold_still_builds_and_runs_with_the_current_block(build: Path, tmp_path: Path) -> None:
+    """Between a block upgrade and a scaffold upgrade (or with a hand-kept v1 scaffold):
+    the v1 prologue, which passes no core mix, compiles against the current block and
+    writes the mixed layout as before."""
+    v1 = ("    int64_t moeProfBuf[PROF_SIZE_PER_CORE];\n    moeProfBuf[0] = 1;\n"
+          "    moeProfBuf[PROF_SIZE_PER_CORE - 1] = static_cast<int64_t>(AscendC::GetSystemCycle());\n"
+          "    SetMoeProfilePtr(moeProfBuf);\n    MoeTracingFingerprint();\n"
+          '    MoeTracing(TRACE_POINT("processing", "B"));\n'
+          '    OptraceEntryEnd optraceEntryEnd(TRACE_POINT("processing", "E"), profilingData, moeProfBuf);\n')
+    source = (E2E / "moe_demo_kernel.cpp").read_text().replace("    // @@prologue\n", v1)
+    binary = compile_kernel(build, "moe_demo_v1", f"OPTRACE_BUILD_FINGERPRINT={FINGERPRINT:#x}u",
+                            source_text=source)
+    buffer = run_kernel(binary, tmp_path / "gm.bin")
+    profiling = tmp_path / "profiling"
+    save_profiling_data(buffer, 0, profiling, aic_cores=BLOCKS, point_map=E2E / "point_map.json")
+    assert collect(profiling, tmp_path / "trace.json").exit_code == 0
+    names = thread_names(json.loads((tmp_path / "trace.json").read_text()))
+    expected = {f"AIC {i}" for i in range(BLOCKS)} | {f"AIV {i}" for i in range(2 * BLOCKS)}
+    assert set(names.values()) == expected
