@@ -215,7 +215,8 @@ def parse_point_map(path: str, document: Any) -> PointMap:
     version = document.get("format_version")
     cores = document.get("cores")
     if cores is not None and (
-        not isinstance(cores, list) or not cores or not set(cores) <= set(CORE_TYPES)
+        not isinstance(cores, list) or not cores
+        or not all(isinstance(c, str) and c in CORE_TYPES for c in cores)
     ):
         raise ProfilingInputError(path, f"'cores' must list \"AIC\" and/or \"AIV\", not {cores!r}")
     return PointMap.build(path, points, fingerprint, version if isinstance(version, int) else None,

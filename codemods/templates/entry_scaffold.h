@@ -19,8 +19,9 @@
 //   - a scope guard (OptraceEntryEnd, runtime block) whose destructor runs on every way
 //     out of the entry — closing brace or early `return` — and records the `processing`
 //     E, then MoeProfileWriteBack: AIC core i -> slot i, AIV core i -> slot
-//     GetBlockNum() + i (a single-type kernel: core i -> slot i), at most capacity records, DataCacheCleanAndInvalid per 64-byte
-//     line, and finally clears the pointer so no record targets a dead frame.
+//     GetBlockNum() + i (a single-type kernel: core i -> slot i), at most capacity
+//     records, DataCacheCleanAndInvalid per 64-byte line, and finally clears the
+//     pointer so no record targets a dead frame.
 // With ENABLE_MOE_PROFILING 0 only `(void)profiling_data;` remains: the output stays in
 // the signature (zeros mean "off").
 //

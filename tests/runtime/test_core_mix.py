@@ -118,7 +118,7 @@ def test_layout_for_cores() -> None:
     assert layout_for_cores(untyped, frozenset({"AIV"})) == SlotLayout(5, 0, 5)
 
 
-@pytest.mark.parametrize("cores", [[], ["AIV", "GPU"], "AIV", 3])
+@pytest.mark.parametrize("cores", [[], ["AIV", "GPU"], "AIV", 3, [{"AIV": 1}]])
 def test_a_map_with_bad_cores_is_refused(tmp_path: Path, cores: Any) -> None:
     document = point_map_document()
     document["cores"] = cores
