@@ -22,6 +22,7 @@ from pathlib import Path
 from tree_sitter import Node
 
 from optrace.codemods.kernel_points import FRAG_CLOSE, FRAG_OPEN
+from optrace.codemods.layer_common import buffer_core_type
 from optrace.engine.cpp import FunctionDef, text_of
 from optrace.engine.discovery import CPP_EXTS, walk_files
 from optrace.engine.edits import Edit, indent_at, line_end, newline_of
@@ -34,6 +35,10 @@ INIT_PARAM = "profilingData"
 SCAFFOLD_BEGIN = b"// optrace-scaffold begin"
 SCAFFOLD_END = b"// optrace-scaffold end"
 _MODE_RE = re.compile(rb"// optrace-scaffold begin mode=([AB])")  # `... inline` for one-line bodies
+# A whole scaffold section, begin line to end line (the lines strip removes).
+_SECTION_RE = re.compile(
+    rb"^// optrace-scaffold begin mode=[AB][^\r\n]*\r?\n.*?^// optrace-scaffold end\r?\n", re.S | re.M)
+_SCAFFOLD_ARG_RE = re.compile(rb"\(void\)\s*(\w+)\s*;")  # the `#else` branch names the output
 
 
 def _params(fn: FunctionDef, declarator_owner: Node | None = None) -> list[Node]:
@@ -95,18 +100,33 @@ def prologue_template() -> list[bytes]:
     return body.rstrip(b"\n").split(b"\n")
 
 
-def scaffold(data: bytes, body: Node, arg: str, mode: str) -> Edit:
+def core_mix(plan: Plan) -> str:
+    """The scaffold's core-mix argument (runtime block `OPTRACE_CORES_*`): single-type only
+    when the kernel declares it (KERNEL_TASK_TYPE). An inferred "AIV only" is a guess, and
+    a mixed kernel laid out as single-type would put AIC i and AIV i in one slot; the
+    mixed layout holds either kind of launch."""
+    core_type = buffer_core_type(plan.analysis.declared_cores)
+    return f"OPTRACE_CORES_{core_type}_ONLY" if core_type else "OPTRACE_CORES_MIXED"
+
+
+def _section_lines(arg: bytes, mode: str, indent: bytes, cores: str, inline: bool = False) -> list[bytes]:
+    """The scaffold's lines for one entry: its output's name, mode, body indent, core mix."""
+    lines = []
+    for line in prologue_template():
+        if line.startswith(SCAFFOLD_BEGIN):
+            line = SCAFFOLD_BEGIN + f" mode={mode}".encode() + (b" inline" if inline else b"")
+        elif line.startswith(b"    "):
+            line = indent + line[4:]  # the template's 4-space indent becomes the body's
+        lines.append(line.replace(b"@PROFILING_ARG@", arg).replace(b"@CORES@", cores.encode()))
+    return lines
+
+
+def scaffold(data: bytes, body: Node, arg: str, mode: str, cores: str = "OPTRACE_CORES_MIXED") -> Edit:
     """The prologue lines right after the entry body's `{`."""
     nl = newline_of(data)
     first = next((c for c in body.named_children if c.type != "comment"), None)
     indent = indent_at(data, first.start_byte) if first is not None else b"    "
-    lines = []
-    for line in prologue_template():
-        if line.startswith(SCAFFOLD_BEGIN):
-            line = SCAFFOLD_BEGIN + f" mode={mode}".encode()
-        elif line.startswith(b"    "):
-            line = indent + line[4:]  # the template's 4-space indent becomes the body's
-        lines.append(line.replace(b"@PROFILING_ARG@", arg.encode()))
+    lines = _section_lines(arg.encode(), mode, indent, cores)
     brace_end = body.start_byte + 1
     if data[brace_end : line_end(data, brace_end)].strip():
         # `{ code... }` on one line: the scaffold goes right after the brace, on lines of
@@ -115,6 +135,28 @@ def scaffold(data: bytes, body: Node, arg: str, mode: str) -> Edit:
         return Edit(Path(), brace_end, brace_end, nl + nl.join(lines) + nl, CODEMOD, "entry scaffold")
     at = line_end(data, brace_end, include_newline=True)
     return Edit(Path(), at, at, nl.join(lines) + nl, CODEMOD, "entry scaffold")
+
+
+def _upgrade_edit(plan: Plan, data: bytes, mode: str) -> Edit | None:
+    """The current scaffold in place of the section an older optrace wrote (the v1 one
+    set the pointer without looking at profiling_data and passed no core mix), with the
+    same mode, output name and indentation; None when it is current already. The
+    section keeps its begin / end lines, so strip removes it as before."""
+    section = _SECTION_RE.search(data)
+    if section is None:
+        return None
+    old = section.group(0)
+    arg = _SCAFFOLD_ARG_RE.search(old)
+    rows = [ln for ln in old.split(b"\n")[1:] if ln.strip() and not ln.lstrip().startswith((b"#", b"//"))]
+    if arg is None or not rows:
+        return None  # edited by hand beyond recognition: leave it to the user
+    nl = newline_of(data)
+    indent = rows[0][: len(rows[0]) - len(rows[0].lstrip())]
+    inline = old.split(b"\n", 1)[0].rstrip(b"\r").endswith(b" inline")
+    new = nl.join(_section_lines(arg.group(1), mode, indent, core_mix(plan), inline)) + nl
+    if new == old:
+        return None
+    return Edit(Path(), section.start(), section.end(), new, CODEMOD, "upgrade the entry scaffold")
 
 
 def recorded_mode(data: bytes) -> str | None:
@@ -130,7 +172,11 @@ def entry_edits(plan: Plan, mode: str | None = None) -> list[Edit]:
     edits: list[Edit] = []
     m = _MODE_RE.search(data)
     if m is not None:
-        # Already scaffolded: a second apply changes nothing, unless --mode changes it.
+        # Already scaffolded: a second apply changes nothing, unless --mode changes it or
+        # the scaffold is an older one (then the whole section becomes the current one).
+        upgrade = _upgrade_edit(plan, data, mode or m.group(1).decode())
+        if upgrade is not None:
+            return [_at(upgrade, path)]
         if mode is not None and m.group(1).decode() != mode:
             edits.append(Edit(path, m.start(1), m.end(1), mode.encode(), CODEMOD, "mode"))
         return edits
@@ -147,7 +193,7 @@ def entry_edits(plan: Plan, mode: str | None = None) -> list[Edit]:
         workspace = next((n for n in names if "workspace" in n.lower()), None)
         if workspace is not None:
             edits.extend(_forwarding_edits(plan, entry, workspace))
-    edits.append(_at(scaffold(data, entry.body, arg, mode or "B"), path))
+    edits.append(_at(scaffold(data, entry.body, arg, mode or "B", core_mix(plan)), path))
     return edits
 
 

@@ -502,14 +502,33 @@ def sizes_header_name(op_name: str) -> str:
     return f"optrace_{op_name}_profiling.h"
 
 
-def sizes_header_content() -> bytes:
+def buffer_core_type(declared: frozenset[str]) -> str | None:
+    """"AIV" / "AIC" for a kernel that declares one core type only (KERNEL_TASK_TYPE:
+    its buffer has that type's slots alone, core i in slot i), None for a mixed kernel or
+    one that declares nothing (an inferred core type is a guess: the mixed layout, which
+    holds either kind of launch)."""
+    return next(iter(declared)) if len(declared) == 1 else None
+
+
+_SLOTS_LINES = {
+    None: b"#define OPTRACE_PROFILING_SLOTS (OPTRACE_MAX_AIC_CORES + OPTRACE_MAX_AIV_CORES)\n",
+    "AIV": b"// The kernel declares vector cores only (KERNEL_TYPE_AIV_ONLY): no AIC slots.\n"
+           b"#define OPTRACE_PROFILING_SLOTS (OPTRACE_MAX_AIV_CORES)\n",
+    "AIC": b"// The kernel declares cube cores only (KERNEL_TYPE_AIC_ONLY): no AIV slots.\n"
+           b"#define OPTRACE_PROFILING_SLOTS (OPTRACE_MAX_AIC_CORES)\n",
+}
+
+
+def sizes_header_content(core_type: str | None = None) -> bytes:
     """Upper bounds shared by infer shape (the OpDef output) and the torch adapter (the
-    tensor it allocates): both size `profiling_data` as slots x PROF_SIZE_PER_CORE."""
-    return SIZES_MARK + b"""
+    tensor it allocates): both size `profiling_data` as slots x PROF_SIZE_PER_CORE, the
+    slots of the kernel's core types only (`buffer_core_type`)."""
+    return (SIZES_MARK + b"""
 // Size of the profiling_data output, shared by the op's infer shape and its torch adapter.
-// The kernel writes AIC core i to slot i and AIV core i to slot GetBlockNum() + i, so the
-// buffer needs one slot per core the launch may use; infer cannot ask the device, so the
-// counts are upper bounds (override them with -D when a SoC has more cores).
+// The kernel writes AIC core i to slot i and AIV core i to slot GetBlockNum() + i (a
+// single-type kernel: core i to slot i), so the buffer needs one slot per core the launch
+// may use; infer cannot ask the device, so the counts are upper bounds (override them
+// with -D when a SoC has more cores).
 #ifndef OPTRACE_PROFILING_SIZES_H
 #define OPTRACE_PROFILING_SIZES_H
 
@@ -522,27 +541,30 @@ def sizes_header_content() -> bytes:
 #ifndef OPTRACE_MAX_AIV_CORES
 #define OPTRACE_MAX_AIV_CORES 64  // upper bound of the vector cores a launch uses
 #endif
-#define OPTRACE_PROFILING_SLOTS (OPTRACE_MAX_AIC_CORES + OPTRACE_MAX_AIV_CORES)
+""" + _SLOTS_LINES[core_type] + b"""\
 #define OPTRACE_PROFILING_NUMEL (static_cast<int64_t>(OPTRACE_PROFILING_SLOTS) * PROF_SIZE_PER_CORE)
 
 #endif  // OPTRACE_PROFILING_SIZES_H
-"""
+""")
 
 
-def python_numel_expr() -> str:
+def python_numel_expr(core_type: str | None = None) -> str:
     """`OPTRACE_PROFILING_NUMEL` as a Python expression, read from the header's own text
-    (`(AIC + AIV) * PROF_SIZE_PER_CORE`), so Python fakes size the buffer exactly as infer
-    and the torch adapter do and a change to the header reaches them too. `-D` overrides
-    given to the C++ build do not reach Python: a build that raises the bounds must set
-    the Python constant to match."""
-    text = sizes_header_content()
+    (`(AIC + AIV) * PROF_SIZE_PER_CORE`, or one core type's bound for a single-type
+    kernel), so Python fakes size the buffer exactly as infer and the torch adapter do and
+    a change to the header reaches them too. `-D` overrides given to the C++ build do not
+    reach Python: a build that raises the bounds must set the Python constant to match."""
+    text = sizes_header_content(core_type)
     values = {}
     for name in ("PROF_SIZE_PER_CORE", "OPTRACE_MAX_AIC_CORES", "OPTRACE_MAX_AIV_CORES"):
         m = re.search(rb"#define " + name.encode() + rb" (\d+)\b", text)
         assert m is not None, name
         values[name] = int(m.group(1))
-    return (f"({values['OPTRACE_MAX_AIC_CORES']} + {values['OPTRACE_MAX_AIV_CORES']}) * "
-            f"{values['PROF_SIZE_PER_CORE']}")
+    slots = re.search(rb"#define OPTRACE_PROFILING_SLOTS \(([^)]*)\)", text)
+    assert slots is not None
+    terms = [str(values[t.strip()]) for t in slots.group(1).decode().split("+")]
+    sum_ = f"({' + '.join(terms)})" if len(terms) > 1 else terms[0]
+    return f"{sum_} * {values['PROF_SIZE_PER_CORE']}"
 
 
 def sizes_header_path(op_dir: Path, host_files: list[Path]) -> Path:

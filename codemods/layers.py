@@ -19,7 +19,7 @@ from optrace.codemods.autograd_wrappers import autograd_wrapper_edits, wrapper_f
 from optrace.codemods.build_hook import build_hook_edits, build_script
 from optrace.codemods.graph_converters import converter_files, graph_converter_edits
 from optrace.codemods.infer import infer_edits
-from optrace.codemods.layer_common import sizes_header_content, sizes_header_path
+from optrace.codemods.layer_common import buffer_core_type, sizes_header_content, sizes_header_path
 from optrace.codemods.op_def import op_def_edits, opdef_file
 from optrace.codemods.python_callers import caller_files, python_caller_edits
 from optrace.codemods.python_fakes import fake_files, python_fake_edits
@@ -82,5 +82,5 @@ def layer_edits(plan: Plan, mode: str) -> LayerEdits:
     out.scopes = owned_files(plan)
     header = sizes_header(plan.analysis.layers)
     if any(e.replacement.find(b"OPTRACE_PROFILING_NUMEL") >= 0 for e in out.edits):
-        out.created[header.resolve()] = sizes_header_content()
+        out.created[header.resolve()] = sizes_header_content(buffer_core_type(plan.analysis.declared_cores))
     return out

@@ -32,6 +32,7 @@ import libcst as cst
 from optrace.codemods.layer_common import (
     CODE_LAYER_SHAPE,
     HASH_MARK,
+    buffer_core_type,
     input_error,
     marked_lines,
     python_numel_expr,
@@ -245,17 +246,18 @@ def grow_return(src: PythonSource, ret: cst.Return, extra: str, arity: str
     return start, end, [(v_start, open_), (v_end, tail + close)]
 
 
-def constant_lines(src: PythonSource, torch_alias: bool) -> Edit:
-    """The numel constant (and a torch import when the file binds none) after the imports."""
+def constant_lines(src: PythonSource, torch_alias: bool, core_type: str | None = None) -> Edit:
+    """The numel constant (and a torch import when the file binds none) after the imports;
+    `core_type`: the kernel's one declared core type (`buffer_core_type`), else None."""
     lines = []
     if torch_alias:
         lines.append(f"import torch as {TORCH_ALIAS}".encode())
-    lines.append(f"{NUMEL_NAME} = {python_numel_expr()}".encode())
+    lines.append(f"{NUMEL_NAME} = {python_numel_expr(core_type)}".encode())
     at = import_point(src)
     return Edit(src.path, at, at, marked_lines(src.data, at, lines, HASH_MARK), CODEMOD, "profiling numel")
 
 
-def _file_edits(src: PythonSource, names: Sequence[str], arity: str) -> list[Edit]:
+def _file_edits(src: PythonSource, names: Sequence[str], arity: str, core_type: str | None) -> list[Edit]:
     sites = fake_sites(src, names)
     if not sites:
         return []
@@ -278,7 +280,7 @@ def _file_edits(src: PythonSource, names: Sequence[str], arity: str) -> list[Edi
             raise input_error(CODE_LAYER_SHAPE, f"fake `{fn.name.value}` returns nothing", src.path,
                               line=src.line_of(fn))
         spans.extend(grow_return(src, ret, extra, arity) for ret in returns)
-    return [constant_lines(src, alias), *rewrite_insertions(src.path, src.data, spans, CODEMOD,
+    return [constant_lines(src, alias, core_type), *rewrite_insertions(src.path, src.data, spans, CODEMOD,
                                                            "returns profiling_data")]
 
 
@@ -294,4 +296,5 @@ def python_fake_edits(plan: Plan, mode: str) -> list[Edit]:
         return []
     sources, names = found
     arity = op_arity(layers)
-    return [edit for src in sources for edit in _file_edits(src, names, arity)]
+    core_type = buffer_core_type(plan.analysis.declared_cores)
+    return [edit for src in sources for edit in _file_edits(src, names, arity, core_type)]

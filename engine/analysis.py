@@ -61,7 +61,7 @@ _EXISTING_RE = re.compile(rb"MoeTracing\s*(?:<[^>]*>)?\s*\(\s*" + TRACE_POINT_CA
 # The optrace device runtime itself (inserted into *_base.h by apply) is not operator
 # code: its functions are never call targets and its calls never count as statements,
 # so planning an instrumented tree gives the same plan as before (apply is idempotent).
-RUNTIME_NAMES = frozenset({"MoeTracing", "MoeTracingFingerprint", "SetMoeProfilePtr",
+RUNTIME_NAMES = frozenset({"MoeTracing", "MoeTracingFingerprint", "SetMoeProfilePtr", "OptraceEntryBegin",
                            "MoeProfileWriteBack", "WriteRecord"})
 RUNTIME_SCOPES = frozenset({"optrace_detail"})
 
@@ -84,6 +84,9 @@ class Analysis:
     entry_fn: FunctionDef
     mixed: bool
     kernel_cores: frozenset[str]
+    # What the kernel's KERNEL_TASK_TYPE declarations say (empty: nothing declared, and
+    # kernel_cores is inferred): the buffer layout trusts only a declaration.
+    declared_cores: frozenset[str] = frozenset()
     existing: list[ExistingPoint] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     phase_work: set[str] = field(default_factory=set)
@@ -309,13 +312,12 @@ def _collect_existing(an: Analysis) -> None:
 _TASK_TYPE_RE = re.compile(rb"\bKERNEL_TYPE_(AIV_ONLY|AIC_ONLY|MIX_\w+)")
 
 
-def _kernel_cores(an_files: dict[Path, ParsedFile], entry_src: bytes) -> tuple[bool, frozenset[str]]:
-    entry_code = blank_comments(entry_src)
-    # What the kernel declares of itself (`KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_...)`, or
-    # per tiling key): the union over its declarations. `MIX_AIC_1_0` runs cube cores only,
-    # `MIX_AIV_1_0` vector cores only, `MIX_AIC_1_2` both.
+def declared_cores(entry_src: bytes) -> frozenset[str]:
+    """What the kernel declares of itself (`KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_...)`, or
+    per tiling key): the union over its declarations. `MIX_AIC_1_0` runs cube cores only,
+    `MIX_AIV_1_0` vector cores only, `MIX_AIC_1_2` both. Empty when it declares none."""
     declared: set[str] = set()
-    for m in _TASK_TYPE_RE.finditer(entry_code):
+    for m in _TASK_TYPE_RE.finditer(blank_comments(entry_src)):
         kind = m.group(1)
         if kind in (b"AIV_ONLY", b"MIX_AIV_1_0"):
             declared.add("AIV")
@@ -323,6 +325,11 @@ def _kernel_cores(an_files: dict[Path, ParsedFile], entry_src: bytes) -> tuple[b
             declared.add("AIC")
         elif kind.startswith(b"MIX"):
             declared |= {"AIC", "AIV"}
+    return frozenset(declared)
+
+
+def _kernel_cores(an_files: dict[Path, ParsedFile], entry_src: bytes) -> tuple[bool, frozenset[str]]:
+    declared = declared_cores(entry_src)
     if declared:
         return len(declared) > 1, frozenset(declared)
     markers = re.compile(rb"operator\s*\(\s*\)\s*<\s*(?:AscendC::)?AI[CV]|g_coreType|ASCEND_IS_AIC")
@@ -408,7 +415,7 @@ def analyse_operator(op_dir: Path, repo_root: Path | None = None) -> Analysis:
         )
     mixed, cores = _kernel_cores(parsed, includes.files[entry_path].raw)
     an = Analysis(layers, config, includes, parsed, index, nx.DiGraph(), entry_fn, mixed, cores,
-                  diagnostics=diagnostics)
+                  declared_cores(includes.files[entry_path].raw), diagnostics=diagnostics)
     _build_callgraph(an)
     _collect_existing(an)
     return an

@@ -34,6 +34,12 @@ _FINGERPRINT_DEFINE_RE = re.compile(
 )
 _PREPROCESSED_RE = re.compile(rb"\bMoeTracing\s*(?:<[^>]*>)?\s*\(\s*\d+")
 _LABEL_RE = re.compile(r"^[a-z0-9-]+( [a-z0-9-]+)*$")
+# The core mix the entry scaffold passes to the write-back guard (runtime block
+# OPTRACE_CORES_*): it decides the buffer's slot layout, so the map records it for the
+# readers. Only the scaffold's guard declaration counts, not the block's own uses.
+_CORE_MIX_RE = re.compile(
+    rb"\bOptraceEntryEnd\s+\w+\s*\([^;{}]*?\bOPTRACE_CORES_(MIXED|AIV_ONLY|AIC_ONLY)\b[^;{}]*\)\s*;")
+_CORE_MIXES = {b"MIXED": ("AIC", "AIV"), b"AIV_ONLY": ("AIV",), b"AIC_ONLY": ("AIC",)}
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,7 @@ class PointMapResult:
     fingerprint: int
     files: list[Path]
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    cores: tuple[str, ...] | None = None  # the entry scaffolds' core mix; None: none found
 
     @property
     def ok(self) -> bool:
@@ -93,6 +100,7 @@ def scan(src_dir: Path) -> PointMapResult:
     files = sorted(p for p in walk_files(src_dir) if p.suffix.lower() in CPP_EXTS)
     occurrences: list[Occurrence] = []
     diagnostics: list[Diagnostic] = []
+    mixes: dict[tuple[str, ...], tuple[Path, int]] = {}  # core mix -> first place seen
     digest = hashlib.sha256()
     for path in files:
         try:
@@ -114,6 +122,8 @@ def scan(src_dir: Path) -> PointMapResult:
             problem = _label_problem(label, event)
             if problem:
                 diagnostics.append(Diagnostic("OT202", problem, path, line, Severity.ERROR))
+        for m in _CORE_MIX_RE.finditer(code):
+            mixes.setdefault(_CORE_MIXES[m.group(1)], (path, code.count(b"\n", 0, m.start(1)) + 1))
     if not occurrences and files:
         for path in files:
             done = _PREPROCESSED_RE.search(blank_comments(path.read_bytes()))
@@ -130,7 +140,16 @@ def scan(src_dir: Path) -> PointMapResult:
     _check_balance(occurrences, diagnostics)
     digest.update(json.dumps(sorted((k[0], k[1], v) for k, v in ids.items())).encode())
     fingerprint = int.from_bytes(digest.digest()[:4], "big") or 1
-    return PointMapResult(occurrences, ids, fingerprint, files, diagnostics)
+    cores = next(iter(mixes)) if len(mixes) == 1 else None
+    if len(mixes) > 1:
+        path, line = min(mixes.values())
+        shown = ", ".join("/".join(mix) + f" ({p.relative_to(src_dir).as_posix()}:{ln})"
+                          for mix, (p, ln) in sorted(mixes.items(), key=lambda kv: kv[1]))
+        diagnostics.append(Diagnostic(
+            "OT207", f"kernel entries with different core mixes in one map ({shown}): the map "
+            "records none, so readers take the mixed layout; pass aic_cores= / aiv_cores= to "
+            "save_profiling_data for the single-type kernel's buffers", path, line, Severity.WARNING))
+    return PointMapResult(occurrences, ids, fingerprint, files, diagnostics, cores)
 
 
 def _label_problem(label: str, event: str) -> str:
@@ -176,8 +195,10 @@ def point_map_document(result: PointMapResult, src_dir: Path, generator: str) ->
         assert isinstance(locations, list)
         locations.append(f"{rel}:{o.line}")
     ordered = dict(sorted(points.items(), key=lambda kv: int(kv[0])))
+    # "cores" is optional (maps without it read as mixed): format version 1 still.
+    cores = {"cores": list(result.cores)} if result.cores is not None else {}
     return {"format_version": MAP_FORMAT_VERSION, "fingerprint": result.fingerprint,
-            "generator": generator, "points": ordered}
+            "generator": generator, **cores, "points": ordered}
 
 
 def rewrite_sources(result: PointMapResult) -> dict[Path, bytes]:

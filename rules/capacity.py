@@ -4,6 +4,10 @@ Each region costs two records (B and E) times the trip counts of the phase loops
 it. Trip counts come from `[tool.optrace] trip_counts` (by loop variable or label);
 unknown counts are shown as unknown, never guessed. Over capacity is a warning: the
 overflow guard drops the excess and the decoder reports it.
+
+One launch runs one variant (one arm of each tiling-key / `if constexpr` / `#if`
+dispatch, `Region.variant`), so the need is the largest variant's, not the sum of all
+arms: per dispatch, the arm that needs most.
 """
 
 from __future__ import annotations
@@ -16,28 +20,54 @@ from optrace.rules.base import Example, Rule, RuleContext
 FINGERPRINT_RECORDS = 1
 
 
+def _cost(region: Region, trip_counts: dict[str, int]) -> tuple[int, set[str]]:
+    """Records one region writes per launch (its B and E times the loops around it), or
+    the loops whose trip counts are missing."""
+    loops = list(region.loop_vars)
+    if region.index_var:  # a loop region's own points run once per iteration
+        loops.append(region.index_var)
+    missing = {v for v in loops if v not in trip_counts and region.label not in trip_counts}
+    if missing:
+        return 0, missing
+    factor = 1
+    for v in loops:
+        factor *= trip_counts.get(v, 1)
+    if region.label in trip_counts and not loops:
+        factor = trip_counts[region.label]
+    return 2 * factor, set()
+
+
+def _largest_variant(regions: list[Region], depth: int, trip_counts: dict[str, int]) -> tuple[int, set[str]]:
+    """Records of the regions common to the variant at `depth` (their variant path has
+    `depth` arms), plus, per dispatch nested right below it, its most demanding arm.
+    Unknown loops are gathered from every arm: any of them may be the launch's."""
+    records, unknown = 0, set()
+    arms: dict[str, dict[int, list[Region]]] = {}
+    for region in regions:
+        if len(region.variant) == depth:
+            cost, missing = _cost(region, trip_counts)
+            records += cost
+            unknown |= missing
+        else:
+            dispatch, arm = region.variant[depth]
+            arms.setdefault(dispatch, {}).setdefault(arm, []).append(region)
+    for by_arm in arms.values():
+        best = 0
+        for members in by_arm.values():
+            cost, missing = _largest_variant(members, depth + 1, trip_counts)
+            best = max(best, cost)
+            unknown |= missing
+        records += best
+    return records, unknown
+
+
 def estimate(root: Region, trip_counts: dict[str, int]) -> list[Estimate]:
+    """Per core type, the records of the launch's most demanding variant."""
     out: list[Estimate] = []
     for core in sorted({c for r in root.walk() for c in r.cores}):
-        known = FINGERPRINT_RECORDS
-        unknown: set[str] = set()
-        for region in root.walk():
-            if core not in region.cores:
-                continue
-            factor = 1
-            loops = list(region.loop_vars)
-            if region.index_var:  # a loop region's own points run once per iteration
-                loops.append(region.index_var)
-            missing = [v for v in loops if v not in trip_counts and region.label not in trip_counts]
-            if missing:
-                unknown.update(missing)
-                continue
-            for v in loops:
-                factor *= trip_counts.get(v, 1)
-            if region.label in trip_counts and not loops:
-                factor = trip_counts[region.label]
-            known += 2 * factor
-        out.append(Estimate(core, known, tuple(sorted(unknown))))
+        regions = [r for r in root.walk() if core in r.cores]
+        records, unknown = _largest_variant(regions, 0, trip_counts)
+        out.append(Estimate(core, FINGERPRINT_RECORDS + records, tuple(sorted(unknown))))
     return out
 
 

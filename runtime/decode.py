@@ -38,6 +38,7 @@ from .format import (
     RankMeta,
     SlotLayout,
     capacity,
+    layout_for_cores,
 )
 from .pointmap import PointMap
 from .rankfile import RankBuffer
@@ -688,7 +689,8 @@ def decode_rank(
     options = options or DecodeOptions()
     path = str(buffer.path)
     meta = buffer.meta
-    layout = meta.layout(buffer.slots)
+    # The map knows the kernel's core mix, a file saved without it may not.
+    layout = layout_for_cores(meta.layout(buffer.slots), point_map.cores)
     scan = scan_slots(buffer.data, layout)
     clock = options.clock_mhz or meta.clock_mhz or DEFAULT_CLOCK_MHZ
     issues = [r.message for r in scan.reports if r.message]

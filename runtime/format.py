@@ -29,6 +29,9 @@ POINT_ID_SPACE = 0x7FFFFFFF
 
 DEFAULT_CLOCK_MHZ = 50.0
 
+#: Core types a kernel can declare (point_map.json "cores").
+CORE_TYPES = ("AIC", "AIV")
+
 _FNV_OFFSET = 2166136261
 _FNV_PRIME = 16777619
 
@@ -107,6 +110,19 @@ class SlotLayout(FrozenRecord):
         if slot < self.aic_cores + self.aiv_cores:
             return "AIV", slot - self.aic_cores
         return "Spare", slot
+
+
+def layout_for_cores(layout: SlotLayout, cores: frozenset[str] | None) -> SlotLayout:
+    """The layout of a kernel that declares one core type only (point_map.json "cores"):
+    its core i wrote slot i, so every slot the file counts as used (or, untyped, every
+    slot) is that type's. A mixed kernel, or a map that does not say (older maps), keeps
+    the file's layout."""
+    if cores is None or len(cores) != 1:
+        return layout
+    used = layout.aic_cores + layout.aiv_cores if layout.typed else layout.slots
+    if "AIV" in cores:
+        return SlotLayout(layout.slots, aic_cores=0, aiv_cores=used)
+    return SlotLayout(layout.slots, aic_cores=used, aiv_cores=0)
 
 
 class RankMeta(FrozenRecord):

@@ -2,8 +2,10 @@
 
 Legacy form: ``{"points": {"<id>": {"label", "file", "line", "event_type", "event_id"}}}``.
 optrace adds ``"fingerprint"`` (uint32, the build fingerprint the runtime also writes into
-each slot's reserved first record) and ``"format_version"``. A B point and an E point
-close each other when they carry the same label.
+each slot's reserved first record), ``"format_version"`` and ``"cores"`` (the core types
+the kernel declares, ``["AIV"]`` / ``["AIC"]`` / ``["AIC", "AIV"]``: the buffer's slot
+layout; absent in older maps, which read as mixed). A B point and an E point close each
+other when they carry the same label.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ProfilingInputError
-from .format import FINGERPRINT_POINT_ID
+from .format import CORE_TYPES, FINGERPRINT_POINT_ID
 from .records import FrozenRecord, Record
 
 POINT_MAP_NAME = "point_map.json"
@@ -59,7 +61,7 @@ class PointMap(Record):
 
     __match_args__ = (
         "path", "points", "fingerprint", "format_version", "labels", "ids", "kinds",
-        "label_index",
+        "label_index", "cores",
     )
     __slots__ = (*__match_args__, "_hash")
     path: str
@@ -70,6 +72,7 @@ class PointMap(Record):
     ids: np.ndarray
     kinds: np.ndarray  # +1 B, -1 E
     label_index: np.ndarray
+    cores: frozenset[str] | None  # the kernel's core types; None: not recorded (mixed layout)
 
     def __init__(
         self,
@@ -81,6 +84,7 @@ class PointMap(Record):
         ids: np.ndarray | None = None,
         kinds: np.ndarray | None = None,
         label_index: np.ndarray | None = None,
+        cores: frozenset[str] | None = None,
     ) -> None:
         self.path = path
         self.points = points
@@ -90,12 +94,13 @@ class PointMap(Record):
         self.ids = np.zeros(0, np.uint32) if ids is None else ids
         self.kinds = np.zeros(0, np.int8) if kinds is None else kinds
         self.label_index = np.zeros(0, np.int32) if label_index is None else label_index
+        self.cores = cores
         self._hash: tuple[np.uint32, np.ndarray] | None = None
 
     @classmethod
     def build(
         cls, path: str, points: dict[int, Point], fingerprint: int | None = None,
-        format_version: int | None = None,
+        format_version: int | None = None, cores: frozenset[str] | None = None,
     ) -> PointMap:
         labels = sorted({p.label for p in points.values()})
         position = {label: i for i, label in enumerate(labels)}
@@ -109,6 +114,7 @@ class PointMap(Record):
             ids=np.array(ordered, dtype=np.uint32),
             kinds=np.array([1 if points[i].event_type == "B" else -1 for i in ordered], np.int8),
             label_index=np.array([position[points[i].label] for i in ordered], np.int32),
+            cores=cores,
         )
 
     def lookup(self, point_ids: np.ndarray) -> np.ndarray:
@@ -207,7 +213,14 @@ def parse_point_map(path: str, document: Any) -> PointMap:
     ):
         raise ProfilingInputError(path, f"'fingerprint' must be a uint32, not {fingerprint!r}")
     version = document.get("format_version")
-    return PointMap.build(path, points, fingerprint, version if isinstance(version, int) else None)
+    cores = document.get("cores")
+    if cores is not None and (
+        not isinstance(cores, list) or not cores
+        or not all(isinstance(c, str) and c in CORE_TYPES for c in cores)
+    ):
+        raise ProfilingInputError(path, f"'cores' must list \"AIC\" and/or \"AIV\", not {cores!r}")
+    return PointMap.build(path, points, fingerprint, version if isinstance(version, int) else None,
+                          frozenset(cores) if cores is not None else None)
 
 
 def load_point_map(path: str | Path) -> PointMap:

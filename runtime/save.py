@@ -26,7 +26,7 @@ import numpy as np
 
 from .atomic import atomic_output
 from .format import DEFAULT_CLOCK_MHZ, FORMAT_VERSION, PROF_SIZE_PER_CORE, RankMeta
-from .pointmap import POINT_MAP_NAME, load_point_map
+from .pointmap import POINT_MAP_NAME, PointMap, load_point_map
 from .pt_writer import write_pt
 from .rankfile import OPTRACE_KEY, rank_file_name
 
@@ -126,7 +126,10 @@ def save_profiling_data(
     ``aic_cores`` is the AIV slot offset the kernel used (``GetBlockNum()`` at launch);
     with a single tensor it defaults to a third of the slots (1 AIC : 2 AIV), and
     ``aiv_cores`` to the remaining slots. ``slot_words`` defaults to the tensor's second
-    dimension, or ``PROF_SIZE_PER_CORE`` for a flat tensor. ``barrier`` records
+    dimension, or ``PROF_SIZE_PER_CORE`` for a flat tensor. A ``point_map`` whose
+    ``"cores"`` names one core type (a kernel declared AIV-only or AIC-only: its core i
+    wrote slot i) makes every slot that type's unless ``aic_cores`` / ``aiv_cores`` say
+    otherwise. ``barrier`` records
     ``ENABLE_MOE_PROFILING_BARRIER`` (None: not stated). ``warmup=N`` skips the first N
     calls per (out_dir, rank, tag); later calls get ``_launch1``, ``_launch2``... unless
     ``launch`` is given. ``point_map`` is copied beside the rank files.
@@ -153,6 +156,12 @@ def save_profiling_data(
         slot_words = int(parts[0].shape[1]) if parts[0].ndim == 2 else PROF_SIZE_PER_CORE
     data = _as_slots(parts, slot_words)
     slots = int(data.shape[0])
+    # Read (and so validate) the map before writing anything: it may fix the layout.
+    loaded = load_point_map(resolve_out_dir(point_map)) if point_map is not None else None
+    single = loaded.cores if loaded is not None and loaded.cores and len(loaded.cores) == 1 else None
+    two_tensors = legacy_list and len(parts) == 2  # [aic, aiv]: the shapes say the split
+    if single is not None and aic_cores is None and aiv_cores is None and not two_tensors:
+        aic_cores, aiv_cores = (0, slots) if "AIV" in single else (slots, 0)
     if legacy_list and len(parts) == 2:
         shape_aic = int(parts[0].size // slot_words)
         aic = shape_aic if aic_cores is None else aic_cores
@@ -181,16 +190,17 @@ def save_profiling_data(
     with atomic_output(target) as handle:
         write_pt({OPTRACE_KEY: FORMAT_VERSION, "meta": meta.to_dict(), "data": data}, handle)
 
-    if point_map is not None:
-        _copy_point_map(resolve_out_dir(point_map), directory, fingerprint)
+    if point_map is not None and loaded is not None:
+        _copy_point_map(resolve_out_dir(point_map), loaded, directory, fingerprint)
     return target
 
 
-def _copy_point_map(source: Path, directory: Path, fingerprint: int | None) -> None:
+def _copy_point_map(source: Path, loaded: PointMap, directory: Path, fingerprint: int | None) -> None:
+    """Copy the map beside the rank files; ``loaded`` is what ``source`` held (read
+    before the rank file was written, so something collect cannot read is refused)."""
     destination = directory / POINT_MAP_NAME
     if source == destination:
         return
-    loaded = load_point_map(source)  # refuse to copy something collect cannot read
     if fingerprint is not None and loaded.fingerprint not in (None, fingerprint):
         warnings.warn(
             f"{source}: fingerprint {loaded.fingerprint:#010x} differs from the buffer's "

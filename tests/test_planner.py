@@ -145,3 +145,40 @@ def test_entry_point_rule_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(registry, "entry_points",
                         lambda group: [FakeEP()] if group == "optrace.rules" else [])
     assert "OT950" in [r.code for r in registry.load_rules()]
+
+
+def _two_loops(exclusive: str | None) -> str:
+    """Two phase loops, each 2 records for itself and 2 for its SyncAll per iteration:
+    in two arms of one tiling-key (`if`) or preprocessor (`#if`) dispatch, or one after
+    the other (None)."""
+    loop = "        for (uint32_t groupIdx = 0; groupIdx < n; ++groupIdx) {{ {call}(); }}\n"
+    first, second = loop.format(call="SyncAll"), loop.format(call="CrossCoreBarrier")
+    if exclusive == "if":
+        return HEAD + ("    if (TILING_KEY_IS(1)) {\n" + first + "    } else if (TILING_KEY_IS(2)) {\n"
+                       + second + "    }\n}\n")
+    if exclusive == "#if":
+        return HEAD + "#if defined(SOC_A)\n" + first + "#else\n" + second + "#endif\n}\n"
+    return HEAD + "    {\n" + first + second + "    }\n}\n"
+
+
+@pytest.mark.parametrize("dispatch", ["if", "#if"])
+def test_capacity_is_the_largest_variant_not_the_sum(tmp_path: Path, dispatch: str) -> None:
+    config = "[trip_counts]\ngroupIdx = 200\n"
+    exclusive = plan_src(tmp_path / "a", _two_loops(dispatch), config=config)
+    assert all(len(r.variant) == 1 for r in exclusive.root.children)  # two arms of one dispatch
+    aiv = next(e for e in exclusive.capacity if e.core == "AIV")
+    # one launch runs one arm: fingerprint + processing + (loop + barrier) x 200
+    assert aiv.unknown_loops == () and aiv.records == 1 + 2 + 2 * 200 + 2 * 200
+    assert not [d for d in exclusive.diagnostics if d.code == "OT107"]
+    # the same loops run one after the other do add up, past the 1023-record slot
+    both = plan_src(tmp_path / "b", _two_loops(None), config=config)
+    assert next(e for e in both.capacity if e.core == "AIV").records == 1 + 2 + 4 * (2 * 200)
+    assert [d.code for d in both.diagnostics if d.code == "OT107"]
+
+
+def test_capacity_takes_the_unknown_loops_of_every_variant(tmp_path: Path) -> None:
+    src = _two_loops("if").replace("for (uint32_t groupIdx", "for (uint32_t stageIdx", 1)
+    plan = plan_src(tmp_path, src, config="[trip_counts]\ngroupIdx = 10\n")
+    aiv = next(e for e in plan.capacity if e.core == "AIV")
+    # the known arm counts; the other arm's loop is named unknown, not left out
+    assert aiv.records == 1 + 2 + 2 * 10 + 2 * 10 and aiv.unknown_loops == ("stageIdx",)

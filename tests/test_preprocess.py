@@ -116,3 +116,51 @@ def test_bad_points_write_nothing(tmp_path: Path, bad: str, code_: str) -> None:
 def test_missing_source_dir(tmp_path: Path) -> None:
     code, _, err = run("preprocess", str(tmp_path / "nope"), "--out", str(tmp_path))
     assert code == 2 and "OT200" in err
+
+
+# --- the core mix the entry scaffold passes: the buffer's slot layout --------------------------
+
+def _entry(name: str, mix: str) -> str:
+    """A kernel entry with the scaffold's guard line, as apply writes it."""
+    return (f'extern "C" __global__ __aicore__ void {name}(GM_ADDR x, GM_ADDR profiling_data) {{\n'
+            '    MoeTracing(TRACE_POINT("processing", "B"));\n'
+            '    OptraceEntryEnd optraceEntryEnd(TRACE_POINT("processing", "E"), profiling_data, '
+            f"moeProfPtr, {mix});\n}}\n")
+
+
+# The runtime block's own uses of the names (its #defines, a default argument, a test)
+# are not a kernel's core mix.
+BLOCK_USES = ("#define OPTRACE_CORES_AIC_ONLY 2\n"
+              "__aicore__ inline void WriteBack(int32_t cores = OPTRACE_CORES_MIXED) {\n"
+              "    if (cores == OPTRACE_CORES_AIC_ONLY) { return; }\n}\n")
+
+
+@pytest.mark.parametrize(("mix", "cores"), [
+    ("OPTRACE_CORES_AIV_ONLY", ["AIV"]), ("OPTRACE_CORES_AIC_ONLY", ["AIC"]),
+    ("OPTRACE_CORES_MIXED", ["AIC", "AIV"]),
+])
+def test_map_records_the_scaffolds_core_mix(tmp_path: Path, mix: str, cores: list[str]) -> None:
+    src = make_src(tmp_path)
+    (src / "entry.cpp").write_text(_entry("k", mix))
+    (src / "k_base.h").write_text(BASE + BLOCK_USES)
+    code, _, err = run("preprocess", str(src), "--out", str(tmp_path / "out"))
+    assert code == 0, err
+    doc = json.loads((tmp_path / "out" / "point_map.json").read_text())
+    assert doc["cores"] == cores and doc["format_version"] == 1  # an optional key: still v1
+
+
+def test_map_without_a_scaffold_records_no_core_mix(tmp_path: Path) -> None:
+    src = make_src(tmp_path)
+    (src / "k_base.h").write_text(BASE + BLOCK_USES)
+    assert run("preprocess", str(src), "--out", str(tmp_path / "out"))[0] == 0
+    assert "cores" not in json.loads((tmp_path / "out" / "point_map.json").read_text())
+
+
+def test_entries_with_different_core_mixes_record_none_and_warn(tmp_path: Path) -> None:
+    src = make_src(tmp_path)
+    (src / "a.cpp").write_text(_entry("a", "OPTRACE_CORES_AIV_ONLY"))
+    (src / "b.cpp").write_text(_entry("b", "OPTRACE_CORES_MIXED"))
+    code, _, err = run("preprocess", str(src), "--out", str(tmp_path / "out"))
+    assert code == 0
+    assert "OT207" in err and "a.cpp:3" in err and "b.cpp:3" in err
+    assert "cores" not in json.loads((tmp_path / "out" / "point_map.json").read_text())

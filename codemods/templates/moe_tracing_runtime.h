@@ -1,4 +1,4 @@
-// optrace-runtime-block v1
+// optrace-runtime-block v2
 // MoeTracing device runtime, inserted by `optrace apply` into the operator's *_base.h.
 // `optrace strip` removes everything from the line above to `optrace-runtime-block end`.
 // Record layout: optrace docs/buffer-format.md. It keeps the legacy layout (readers of
@@ -6,8 +6,11 @@
 //   - a reserved first record per slot: point id 0, build fingerprint in the high word;
 //   - an overflow guard: past capacity the counter keeps counting but nothing is written,
 //     so a reader sees `counter - 1 - capacity` dropped records instead of garbage.
-#ifndef OPTRACE_RUNTIME_BLOCK_V1
-#define OPTRACE_RUNTIME_BLOCK_V1
+// A launch given no buffer (profiling_data == nullptr) records nothing: the entry
+// scaffold leaves the per-core pointer null, and then no point reads the clock, waits
+// on a barrier or writes (one binary serves traced and untraced runs).
+#ifndef OPTRACE_RUNTIME_BLOCK_V2
+#define OPTRACE_RUNTIME_BLOCK_V2
 
 #ifndef ENABLE_MOE_PROFILING
 #define ENABLE_MOE_PROFILING 1
@@ -30,6 +33,13 @@
 #ifndef OPTRACE_MAX_AIV_CORES
 #define OPTRACE_MAX_AIV_CORES 64
 #endif
+
+// The kernel's core mix (its KERNEL_TASK_TYPE declaration), passed by the entry scaffold to
+// the write-back: it decides the slot layout, which `optrace preprocess` records in
+// point_map.json ("cores") for the readers. A vector-only kernel has no AIC slots.
+#define OPTRACE_CORES_MIXED 0     // AIC core i -> slot i, AIV core i -> slot GetBlockNum() + i
+#define OPTRACE_CORES_AIV_ONLY 1  // AIV core i -> slot i, OPTRACE_MAX_AIV_CORES slots
+#define OPTRACE_CORES_AIC_ONLY 2  // AIC core i -> slot i, OPTRACE_MAX_AIC_CORES slots
 
 // Default of MoeTracing's `sync` parameter: a PIPE_ALL barrier before each record makes
 // GetSystemCycle (scalar pipe) honest, at the cost of serialising the pipes.
@@ -96,12 +106,17 @@ __aicore__ inline void SetMoeProfilePtr(int64_t* buffer)
 }
 
 namespace optrace_detail {
-__aicore__ inline void WriteRecord(uint32_t pointId, uint32_t high)
+// A null pointer (no buffer this launch, or after the entry's write-back) is checked
+// first: no barrier, no clock read, no write.
+__aicore__ inline void WriteRecord(uint32_t pointId, uint32_t high, bool sync)
 {
 #if ENABLE_MOE_PROFILING
     int64_t* buffer = MOE_PROFILE_PTR;
     if (buffer == nullptr) {
         return;
+    }
+    if (sync) {
+        AscendC::PipeBarrier<PIPE_ALL>();
     }
     int64_t n = buffer[0];
     // The guard: the legacy runtime wrote record 1024 over its own timestamps.
@@ -113,24 +128,44 @@ __aicore__ inline void WriteRecord(uint32_t pointId, uint32_t high)
 #else
     (void)pointId;
     (void)high;
+    (void)sync;
 #endif
 }
 }  // namespace optrace_detail
 
+// Entry prologue: the launch's one look at profiling_data. With a buffer, the core's
+// slot starts (counter 1, start cycle in the last word) and becomes the pointer every
+// point writes through; without one, the pointer stays null and the slot is untouched.
+// Returns the pointer set, for the write-back.
+__aicore__ inline int64_t* OptraceEntryBegin(GM_ADDR profilingData, int64_t* buffer)
+{
+#if ENABLE_MOE_PROFILING
+    if (profilingData == nullptr) {
+        SetMoeProfilePtr(nullptr);
+        return nullptr;
+    }
+    buffer[0] = 1;
+    buffer[PROF_SIZE_PER_CORE - 1] = static_cast<int64_t>(AscendC::GetSystemCycle());
+    SetMoeProfilePtr(buffer);
+    return buffer;
+#else
+    (void)profilingData;
+    (void)buffer;
+    return nullptr;
+#endif
+}
+
 // The reserved first record of a slot: call right after SetMoeProfilePtr.
 __aicore__ inline void MoeTracingFingerprint()
 {
-    optrace_detail::WriteRecord(0u, static_cast<uint32_t>(OPTRACE_BUILD_FINGERPRINT));
+    optrace_detail::WriteRecord(0u, static_cast<uint32_t>(OPTRACE_BUILD_FINGERPRINT), false);
 }
 
 template <bool sync = ENABLE_MOE_PROFILING_BARRIER>
 __aicore__ inline void MoeTracing(int32_t id)
 {
 #if ENABLE_MOE_PROFILING
-    if (sync) {
-        AscendC::PipeBarrier<PIPE_ALL>();
-    }
-    optrace_detail::WriteRecord(static_cast<uint32_t>(id), 0u);
+    optrace_detail::WriteRecord(static_cast<uint32_t>(id), 0u, sync);
 #else
     (void)id;
 #endif
@@ -142,10 +177,7 @@ template <bool sync = ENABLE_MOE_PROFILING_BARRIER>
 __aicore__ inline void MoeTracing(int32_t id, int32_t index)
 {
 #if ENABLE_MOE_PROFILING
-    if (sync) {
-        AscendC::PipeBarrier<PIPE_ALL>();
-    }
-    optrace_detail::WriteRecord(static_cast<uint32_t>(id), static_cast<uint32_t>(index));
+    optrace_detail::WriteRecord(static_cast<uint32_t>(id), static_cast<uint32_t>(index), sync);
 #else
     (void)id;
     (void)index;
@@ -157,11 +189,8 @@ template <bool sync = ENABLE_MOE_PROFILING_BARRIER>
 __aicore__ inline void MoeTracing(int32_t id, int32_t extraId, int32_t index)
 {
 #if ENABLE_MOE_PROFILING
-    if (sync) {
-        AscendC::PipeBarrier<PIPE_ALL>();
-    }
     optrace_detail::WriteRecord(static_cast<uint32_t>(id),
-                                (static_cast<uint32_t>(extraId) & 0xFFu) | (static_cast<uint32_t>(index) << 8));
+                                (static_cast<uint32_t>(extraId) & 0xFFu) | (static_cast<uint32_t>(index) << 8), sync);
 #else
     (void)id;
     (void)extraId;
@@ -200,11 +229,13 @@ struct OptraceEnd {  // empty: profiling off compiles to nothing
 #endif
 
 // Kernel-entry epilogue: copy this core's slot into the GM output `profiling_data`.
-// AIC core i -> slot i, AIV core i -> slot GetBlockNum() + i; a slot past the allocated
-// ones is skipped. At most capacity records
+// Mixed kernels: AIC core i -> slot i, AIV core i -> slot GetBlockNum() + i; single-type
+// kernels (`cores`, OPTRACE_CORES_*): core i -> slot i. A slot past the allocated ones
+// is skipped. At most capacity records
 // are copied (the counter is copied as is, so readers see drops), then every 64-byte
 // cache line of the slot is flushed so the host reads what the scalar unit wrote.
-__aicore__ inline void MoeProfileWriteBack(GM_ADDR profilingData, const int64_t* buffer)
+__aicore__ inline void MoeProfileWriteBack(GM_ADDR profilingData, const int64_t* buffer,
+                                           int32_t cores = OPTRACE_CORES_MIXED)
 {
 #if ENABLE_MOE_PROFILING
     if (profilingData == nullptr || buffer == nullptr) {
@@ -212,10 +243,15 @@ __aicore__ inline void MoeProfileWriteBack(GM_ADDR profilingData, const int64_t*
     }
     AscendC::PipeBarrier<PIPE_ALL>();
     int64_t slot = static_cast<int64_t>(AscendC::GetBlockIdx());
-    if (ASCEND_IS_AIV) {
+    int64_t slots = static_cast<int64_t>(OPTRACE_MAX_AIC_CORES) + OPTRACE_MAX_AIV_CORES;
+    if (cores == OPTRACE_CORES_AIV_ONLY) {
+        slots = OPTRACE_MAX_AIV_CORES;
+    } else if (cores == OPTRACE_CORES_AIC_ONLY) {
+        slots = OPTRACE_MAX_AIC_CORES;
+    } else if (ASCEND_IS_AIV) {
         slot += static_cast<int64_t>(AscendC::GetBlockNum());
     }
-    if (slot >= static_cast<int64_t>(OPTRACE_MAX_AIC_CORES) + OPTRACE_MAX_AIV_CORES) {
+    if (slot >= slots) {
         return;  // more cores than the host sized the buffer for (see above)
     }
     __gm__ int64_t* dst = reinterpret_cast<__gm__ int64_t*>(profilingData) + slot * PROF_SIZE_PER_CORE;
@@ -243,28 +279,33 @@ __aicore__ inline void MoeProfileWriteBack(GM_ADDR profilingData, const int64_t*
 #else
     (void)profilingData;
     (void)buffer;
+    (void)cores;
 #endif
 }
 
 // The kernel entry's scaffold (inserted by `optrace apply`) ends `processing` and writes
 // the slot back through this guard, so every way out of the entry — the closing brace or
-// an early `return` — records the E first and then copies the buffer to GM.
+// an early `return` — records the E first and then copies the buffer to GM. `buffer` is
+// what OptraceEntryBegin returned: null when the launch has no buffer, and then nothing
+// is recorded or copied. (A v1 scaffold passes its stack buffer and no core mix: mixed.)
 #if ENABLE_MOE_PROFILING
 struct OptraceEntryEnd {
-    __aicore__ inline OptraceEntryEnd(int32_t id, GM_ADDR out, int64_t* buffer) : id_(id), out_(out), buffer_(buffer)
+    __aicore__ inline OptraceEntryEnd(int32_t id, GM_ADDR out, int64_t* buffer, int32_t cores = OPTRACE_CORES_MIXED)
+        : id_(id), cores_(cores), out_(out), buffer_(buffer)
     {
     }
     __aicore__ inline ~OptraceEntryEnd()
     {
         MoeTracing(id_);
-        MoeProfileWriteBack(out_, buffer_);
+        MoeProfileWriteBack(out_, buffer_, cores_);
         SetMoeProfilePtr(nullptr);
     }
     int32_t id_;
+    int32_t cores_;
     GM_ADDR out_;
     int64_t* buffer_;
 };
 #endif
 
-#endif  // OPTRACE_RUNTIME_BLOCK_V1
+#endif  // OPTRACE_RUNTIME_BLOCK_V2
 // optrace-runtime-block end

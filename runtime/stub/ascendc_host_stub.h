@@ -10,6 +10,8 @@
 //   optrace_host::RunCores(aic, aiv, skew, [&] { my_kernel(args...); });
 // GetSystemCycle() is deterministic: each call advances a per-core counter by
 // `cycles_per_call`, and optrace_host::Spend(n) advances it by n (simulated work).
+// Calls of GetSystemCycle and PipeBarrier are counted (g_cycleReads, g_barriers), so a
+// test can show that a launch without a profiling buffer costs neither.
 #ifndef OPTRACE_ASCENDC_HOST_STUB_H
 #define OPTRACE_ASCENDC_HOST_STUB_H
 
@@ -61,6 +63,8 @@ struct CoreContext {
 };
 
 inline thread_local CoreContext g_core;
+inline thread_local uint64_t g_cycleReads = 0;
+inline thread_local uint64_t g_barriers = 0;
 
 inline void Spend(uint64_t cycles) { g_core.cycle += cycles; }
 
@@ -97,12 +101,15 @@ inline int64_t GetSubBlockIdx() { return ::optrace_host::g_core.sub_block_idx; }
 inline int64_t GetTaskRation() { return 2; }
 
 inline int64_t GetSystemCycle() {
+    ++::optrace_host::g_cycleReads;
     ::optrace_host::g_core.cycle += ::optrace_host::g_core.cycles_per_call;
     return static_cast<int64_t>(::optrace_host::g_core.cycle);
 }
 
 template <pipe_t pipe>
-inline void PipeBarrier() {}
+inline void PipeBarrier() {
+    ++::optrace_host::g_barriers;
+}
 
 inline void SyncAll() {}
 

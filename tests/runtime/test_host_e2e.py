@@ -54,12 +54,13 @@ def scaffold_sections(text: str) -> dict[str, str]:
     return sections
 
 
-def instrumented_source() -> str:
-    """The fixture kernel with the scaffold inserted where apply would insert it."""
+def instrumented_source(cores: str = "OPTRACE_CORES_MIXED") -> str:
+    """The fixture kernel with the scaffold inserted where apply would insert it, for a
+    kernel of core mix `cores` (what apply derives from KERNEL_TASK_TYPE)."""
     sections = scaffold_sections((TEMPLATES / "entry_scaffold.h").read_text())
     source = (E2E / "moe_demo_kernel.cpp").read_text()
     assert source.count("    // @@prologue\n") == 1
-    prologue = sections["prologue"].replace("@PROFILING_ARG@", "profilingData")
+    prologue = sections["prologue"].replace("@PROFILING_ARG@", "profilingData").replace("@CORES@", cores)
     return source.replace("    // @@prologue\n", prologue)
 
 
@@ -89,15 +90,27 @@ def compile_kernel(workdir: Path, name: str, *defines: str, source_text: str | N
     return binary
 
 
-def run_kernel(binary: Path, out: Path, *, start: int = 1_000_000, skew: int = SKEW) -> np.ndarray:
+def kernel_report(stdout: str) -> dict[str, list[int]]:
+    """The harness's report: `dcci N`, `cycles N`, `barriers N`, `y v0 v1 ...`."""
+    return {line.split()[0]: [int(v) for v in line.split()[1:]] for line in stdout.splitlines() if line}
+
+
+def run_kernel_report(binary: Path, out: Path, *, start: int = 1_000_000, skew: int = SKEW,
+                      slots: int = SLOTS, null: bool = False) -> tuple[np.ndarray, dict[str, list[int]]]:
+    """The buffer the kernel wrote and the harness's counters (a null buffer: `null`)."""
     done = subprocess.run(
-        [str(binary), str(out), str(BLOCKS), str(SLOTS), str(start), str(skew)],
+        [str(binary), str(out), str(BLOCKS), str(slots), str(start), str(skew), *(["null"] if null else [])],
         capture_output=True, text=True,
     )
     assert done.returncode == 0, done.stderr
+    return np.fromfile(out, dtype=np.int64).reshape(slots, PROF_SIZE_PER_CORE), kernel_report(done.stdout)
+
+
+def run_kernel(binary: Path, out: Path, *, start: int = 1_000_000, skew: int = SKEW) -> np.ndarray:
+    buffer, report = run_kernel_report(binary, out, start=start, skew=skew)
     # Every written slot's 64-byte lines were flushed by the write-back.
-    assert done.stdout.strip() == f"dcci {3 * BLOCKS * PROF_SIZE_PER_CORE // 8}"
-    return np.fromfile(out, dtype=np.int64).reshape(SLOTS, PROF_SIZE_PER_CORE)
+    assert report["dcci"] == [3 * BLOCKS * PROF_SIZE_PER_CORE // 8]
+    return buffer
 
 
 @pytest.fixture(scope="module")
@@ -185,7 +198,7 @@ def test_kernel_trace_end_to_end(kernel: Path, tmp_path: Path) -> None:
         root = next(e for e in events if e["name"] == "processing")
         assert all(root["ts"] <= e["ts"] and e["ts"] + e["dur"] <= root["ts"] + root["dur"] + 1e-9
                    for e in events)
-        assert root["args"]["src"] == "moe_demo_kernel.cpp:27"  # the scaffold's B point
+        assert root["args"]["src"] == "moe_demo_kernel.cpp:36"  # the scaffold's B point
 
     # Launch skew: simulated core k starts SKEW cycles after core k-1, and each rank is
     # aligned to its own earliest core, so both ranks show the same staircase.
@@ -256,7 +269,8 @@ def test_profiling_disabled_compiles_away(build: Path, tmp_path: Path) -> None:
         capture_output=True, text=True,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "dcci 0"
+    report = kernel_report(done.stdout)
+    assert report["dcci"] == [0] and report["cycles"] == [0] and report["barriers"] == [0]
     assert not np.fromfile(tmp_path / "gm.bin", dtype=np.int64).any()
 
 
@@ -300,6 +314,7 @@ def test_preprocess_compile_run_collect_chain(tmp_path: Path) -> None:
     done = CliRunner().invoke(app, ["preprocess", str(src), "--out", str(tmp_path / "build"), "--modify"])
     assert done.exit_code == 0, done.output
     document = json.loads((tmp_path / "build" / "point_map.json").read_text())
+    assert document["cores"] == ["AIC", "AIV"]  # the scaffold's OPTRACE_CORES_MIXED
     assert f"#define OPTRACE_BUILD_FINGERPRINT {document['fingerprint']}u" in (
         src / "moe_tracing_runtime.h").read_text()
     binary = compile_kernel(tmp_path, "built", source_text=(src / "moe_demo.cpp").read_text(), include=src)
@@ -355,7 +370,7 @@ def test_cores_past_the_allocated_slots_do_not_write_past_the_buffer(build: Path
     binary = compile_kernel(build, "moe_demo_small", "OPTRACE_MAX_AIC_CORES=2", "OPTRACE_MAX_AIV_CORES=4")
     done = _run_with_slots(binary, tmp_path / "gm.bin", 6)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == f"dcci {6 * PROF_SIZE_PER_CORE // 8}"
+    assert kernel_report(done.stdout)["dcci"] == [6 * PROF_SIZE_PER_CORE // 8]
     data = np.fromfile(tmp_path / "gm.bin", dtype=np.int64).reshape(6, PROF_SIZE_PER_CORE)
     assert (data[:, 0] > 1).all()  # every slot carries records
 
@@ -368,7 +383,7 @@ def test_the_sentinel_catches_a_write_past_the_buffer(build: Path, tmp_path: Pat
     block = (TEMPLATES / "moe_tracing_runtime.h").read_text()
     guard = re.search(r"    if \(slot >= .*?\n        return;.*?\n    \}\n", block)
     assert guard is not None
-    (include / "moe_tracing_runtime.h").write_text(block.replace(guard[0], ""))
+    (include / "moe_tracing_runtime.h").write_text(block.replace(guard[0], "    (void)slots;\n"))
     binary = compile_kernel(build, "moe_demo_unguarded", "OPTRACE_MAX_AIC_CORES=2",
                             "OPTRACE_MAX_AIV_CORES=4", include=include)
     done = _run_with_slots(binary, tmp_path / "gm.bin", 6)
@@ -384,3 +399,88 @@ def test_the_kernel_and_the_host_agree_on_the_slot_bounds() -> None:
     for name in ("PROF_SIZE_PER_CORE", "OPTRACE_MAX_AIC_CORES", "OPTRACE_MAX_AIV_CORES"):
         pattern = rf"#define {name} (\d+)\b"
         assert re.findall(pattern, block) == re.findall(pattern, header), name
+
+
+# --- the runtime switch: a launch given no buffer (issue #15 §5) --------------------------------
+
+
+def test_a_null_buffer_records_nothing_and_computes_the_same(kernel: Path, tmp_path: Path) -> None:
+    """One binary, traced and untraced: with profiling_data null no core reads the clock,
+    waits on a point's barrier, writes a record or flushes a line, and the kernel's own
+    output is the traced run's."""
+    traced, on = run_kernel_report(kernel, tmp_path / "on.bin")
+    untraced, off = run_kernel_report(kernel, tmp_path / "off.bin", null=True)
+    assert (traced[:, 0] > 1).sum() == 3 * BLOCKS and on["cycles"][0] > 0 and on["barriers"][0] > 0
+    assert off["cycles"] == [0] and off["barriers"] == [0] and off["dcci"] == [0]
+    assert not untraced.any()  # the zeroed buffer (and the sentinel past it) untouched
+    assert off["y"] == on["y"] and len(set(on["y"][:BLOCKS])) > 1  # real, per-core results
+
+
+# --- single-type kernels: no slots of the other type (issue #11 §3) -----------------------------
+
+
+@pytest.mark.parametrize(("core_type", "define", "mix"), [
+    ("AIV", "E2E_CORE_TYPE=1", "OPTRACE_CORES_AIV_ONLY"),
+    ("AIC", "E2E_CORE_TYPE=2", "OPTRACE_CORES_AIC_ONLY"),
+])
+def test_single_type_kernel_buffer_is_laid_out_and_decoded_by_the_maps_core_mix(
+    build: Path, tmp_path: Path, core_type: str, define: str, mix: str,
+) -> None:
+    """A vector-only (cube-only) kernel writes its core i to slot i, sized by its own
+    bound: the buffer has no slots of the other type; the map's "cores" makes save and
+    collect read every slot as that type."""
+    bound = {"AIV": "OPTRACE_MAX_AIV_CORES", "AIC": "OPTRACE_MAX_AIC_CORES"}[core_type]
+    other = {"AIV": "OPTRACE_MAX_AIC_CORES", "AIC": "OPTRACE_MAX_AIV_CORES"}[core_type]
+    # its own bound is the buffer (BLOCKS + 2 spare slots); the other type's bound is 0
+    binary = compile_kernel(build, f"moe_demo_{core_type.lower()}", define, f"{bound}={BLOCKS + 2}",
+                            f"{other}=0", f"OPTRACE_BUILD_FINGERPRINT={FINGERPRINT:#x}u",
+                            source_text=instrumented_source(mix))
+    buffer, report = run_kernel_report(binary, tmp_path / "gm.bin", slots=BLOCKS + 2)
+    assert report["dcci"] == [BLOCKS * PROF_SIZE_PER_CORE // 8]
+    assert (buffer[:BLOCKS, 0] > 1).all() and not buffer[BLOCKS:].any()  # core i -> slot i
+    point_map = json.loads((E2E / "point_map.json").read_text())
+    point_map["cores"] = [core_type]
+    (tmp_path / "map.json").write_text(json.dumps(point_map))
+    profiling = tmp_path / "profiling"
+    saved = save_profiling_data(buffer, 0, profiling, point_map=tmp_path / "map.json")
+    assert saved is not None
+    result = collect(profiling, tmp_path / "trace.json")
+    assert result.exit_code == 0, result.output
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    names = thread_names(trace)
+    assert set(names.values()) == {f"{core_type} {i}" for i in range(BLOCKS)}
+    phase = core_type.lower()
+    for events in spans_by_track(trace).values():
+        assert_properly_nested(events)
+        labels = [e["name"] for e in events]
+        assert labels.count("processing") == 1 and labels.count(f"processing expert {phase}") == 4
+
+    # A rank file saved without the map (the old default split, a third AIC) decodes the
+    # same once collect is given the map: the map's core mix wins.
+    unmapped = tmp_path / "unmapped"
+    save_profiling_data(buffer, 0, unmapped)
+    result = collect(unmapped, tmp_path / "trace2.json", "--point-map", str(tmp_path / "map.json"))
+    assert result.exit_code == 0, result.output
+    again = thread_names(json.loads((tmp_path / "trace2.json").read_text()))
+    assert set(again.values()) == set(names.values())
+
+
+def test_an_older_scaffold_still_builds_and_runs_with_the_current_block(build: Path, tmp_path: Path) -> None:
+    """Between a block upgrade and a scaffold upgrade (or with a hand-kept v1 scaffold):
+    the v1 prologue, which passes no core mix, compiles against the current block and
+    writes the mixed layout as before."""
+    v1 = ("    int64_t moeProfBuf[PROF_SIZE_PER_CORE];\n    moeProfBuf[0] = 1;\n"
+          "    moeProfBuf[PROF_SIZE_PER_CORE - 1] = static_cast<int64_t>(AscendC::GetSystemCycle());\n"
+          "    SetMoeProfilePtr(moeProfBuf);\n    MoeTracingFingerprint();\n"
+          '    MoeTracing(TRACE_POINT("processing", "B"));\n'
+          '    OptraceEntryEnd optraceEntryEnd(TRACE_POINT("processing", "E"), profilingData, moeProfBuf);\n')
+    source = (E2E / "moe_demo_kernel.cpp").read_text().replace("    // @@prologue\n", v1)
+    binary = compile_kernel(build, "moe_demo_v1", f"OPTRACE_BUILD_FINGERPRINT={FINGERPRINT:#x}u",
+                            source_text=source)
+    buffer = run_kernel(binary, tmp_path / "gm.bin")
+    profiling = tmp_path / "profiling"
+    save_profiling_data(buffer, 0, profiling, aic_cores=BLOCKS, point_map=E2E / "point_map.json")
+    assert collect(profiling, tmp_path / "trace.json").exit_code == 0
+    names = thread_names(json.loads((tmp_path / "trace.json").read_text()))
+    expected = {f"AIC {i}" for i in range(BLOCKS)} | {f"AIV {i}" for i in range(2 * BLOCKS)}
+    assert set(names.values()) == expected
