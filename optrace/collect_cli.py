@@ -24,7 +24,7 @@ EXIT_INTERNAL = 3
 _VALUE_OPTIONS = {
     "-o": "output", "--output": "output", "--point-map": "point_map", "--clock-mhz": "clock_mhz",
     "--ranks": "ranks", "--cores": "cores", "--labels": "labels", "--rank-offsets": "rank_offsets",
-    "-j": "jobs", "--jobs": "jobs", "--format": "format", "--split": "split",
+    "-j": "jobs", "--jobs": "jobs", "--format": "format", "--split": "split", "--align": "align",
 }
 _FLAGS = {"--ignore-fingerprint": "ignore_fingerprint"}
 
@@ -124,6 +124,7 @@ def run_collect(
     jobs: int | None = None,
     format: str | None = None,
     split: str | None = None,
+    align: str | None = None,
 ) -> int:
     """Run collect and print its summary; returns the exit code (cli.md): 0 ok, 1 records
     skipped, 2 usage or bad input (``path: message``, no traceback), 3 internal error."""
@@ -151,6 +152,7 @@ def run_collect(
                 jobs=jobs,
                 format=format,
                 split=split_value,
+                align=collect_module.parse_align(align) if align is not None else None,
             )
         except ValueError as exc:
             _err(f"optrace: {exc}")
@@ -164,6 +166,9 @@ def run_collect(
         except collect_module.NothingToWrite as exc:
             _err(f"optrace: warning: {exc}")
             return 1
+        except collect_module.AlignmentError as exc:
+            _err(f"optrace: {exc}")
+            return EXIT_USAGE
         finally:
             stop()
         for line in collect_module.summary_lines(result):

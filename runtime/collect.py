@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import os
 import re
 import sys
@@ -18,6 +19,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from .align import Alignment, AlignSpec, Anchor, LabelEnds, align, label_ends
+
+# collect_cli reaches these through this module (one lazy import at collect's start).
+from .align import AlignmentError as AlignmentError
+from .align import parse_align as parse_align
 from .chrome import (
     TRACE_FORMAT,
     TRACE_FORMAT_VERSION,
@@ -32,6 +38,7 @@ from .chrome import (
 )
 from .decode import DecodeOptions, RankDecode, decode_rank
 from .errors import ProfilingInputError
+from .format import DEFAULT_CLOCK_MHZ
 from .pointmap import POINT_MAP_NAME, PointMap, load_point_map
 from .rankfile import RankFileName, find_rank_files, read_rank_file
 from .records import FrozenRecord, Record
@@ -46,7 +53,7 @@ EXIT_BAD_INPUT = 2
 # Plain classes, not dataclasses: see records.py (collect's start-up time).
 class CollectOptions(FrozenRecord):
     __match_args__ = ("point_map", "clock_mhz", "ranks", "cores", "labels", "rank_offsets_us",
-                      "ignore_fingerprint", "jobs", "format", "split")
+                      "ignore_fingerprint", "jobs", "format", "split", "align")
     __slots__ = __match_args__
     point_map: Path | None  # None: point_map.json beside the rank files
     clock_mhz: float | None  # None: each rank file's, else 50 MHz
@@ -58,6 +65,7 @@ class CollectOptions(FrozenRecord):
     jobs: int | None  # processes (see collect_processes); None: 1, 0: one per CPU (<= 4)
     format: str | None  # "json" | "perfetto"; None: by the output's name (trace_format)
     split: str | int | None  # "rank", a size in bytes (trace_files.parse_split), None: one file
+    align: AlignSpec | None  # --align LABEL[@N]
 
     def __init__(
         self,
@@ -71,9 +79,10 @@ class CollectOptions(FrozenRecord):
         jobs: int | None = None,
         format: str | None = None,
         split: str | int | None = None,
+        align: AlignSpec | None = None,
     ) -> None:
         values = (point_map, clock_mhz, ranks, cores, labels, rank_offsets_us or {}, ignore_fingerprint, jobs,
-                  format, split)
+                  format, split, align)
         for name, value in zip(self.__match_args__, values, strict=True):
             object.__setattr__(self, name, value)
 
@@ -113,7 +122,7 @@ class NothingToWrite(Exception):
 
 
 class CollectResult(Record):
-    __match_args__ = ("output", "point_map", "outcomes", "events", "outputs", "written")
+    __match_args__ = ("output", "point_map", "outcomes", "events", "outputs", "written", "alignment")
     __slots__ = __match_args__
     output: Path
     point_map: PointMap
@@ -121,10 +130,11 @@ class CollectResult(Record):
     events: int
     outputs: list[Path]  # the files written: [output], or its parts with --split; [] if none
     written: bool  # False: no span decoded (or kept by --labels / --cores), no trace written
+    alignment: Alignment | None  # where each rank file was placed (None: not computed)
 
     def __init__(
         self, output: Path, point_map: PointMap, outcomes: list[RankOutcome], events: int,
-        outputs: list[Path] | None = None, written: bool = True,
+        outputs: list[Path] | None = None, written: bool = True, alignment: Alignment | None = None,
     ) -> None:
         self.output = output
         self.point_map = point_map
@@ -132,6 +142,7 @@ class CollectResult(Record):
         self.events = events
         self.outputs = ([output] if written else []) if outputs is None else outputs
         self.written = written
+        self.alignment = alignment
 
     @property
     def errors(self) -> list[ProfilingInputError]:
@@ -201,6 +212,8 @@ def parse_rank_offsets(text: str) -> dict[int, float]:
             offsets[int(rank)] = float(value)
         except ValueError:
             raise ValueError(f"--rank-offsets: {part!r} is not RANK=MICROSECONDS") from None
+        if not math.isfinite(offsets[int(rank)]):
+            raise ValueError(f"--rank-offsets: {part!r}: the offset is not a finite number")
     return offsets
 
 
@@ -313,6 +326,7 @@ def collect(
         )
     several_runs = len({n.run_key for n, _ in files}) > 1
     decode_options = DecodeOptions(options.clock_mhz, options.ignore_fingerprint)
+    alignment = place_ranks(files, point_map, decode_options, options.align)
     outcomes: list[RankOutcome] = [RankOutcome(name, path) for name, path in files]
     ranks_meta: list[dict[str, Any] | None] = [None] * len(files)
     # One process for .gz, .pftrace and --split (a rank at a time, written where it belongs).
@@ -334,7 +348,8 @@ def collect(
         outcome = outcomes[position]
         pid = position if several_runs else outcome.name.rank
         rendered, ranks_meta[position] = _plan_rank(
-            outcome, pid, several_runs, point_map, decode_options, options, scratch, sequences
+            outcome, pid, several_runs, point_map, decode_options, options, scratch, sequences,
+            functools.partial(alignment.offset_us, position),
         )
         return rendered
 
@@ -345,13 +360,15 @@ def collect(
             "point_map": str(point_map.path),
             "point_map_fingerprint": point_map.fingerprint,
             "ranks": [meta for meta in (ranks_meta[p] for p in positions) if meta is not None],
+            "alignment": alignment.metadata(list(positions), options.rank_offsets_us),
         }
 
     if fmt != "json" or options.split is not None:
         outputs, events = write_files(
             output, fmt, options.split, [path.stem for _, path in files], plan, other_data, advance)
         # No span in any rank: write_files wrote nothing (not even the empty parts).
-        return CollectResult(output, point_map, outcomes, events, outputs, written=bool(outputs))
+        return CollectResult(output, point_map, outcomes, events, outputs, written=bool(outputs),
+                             alignment=alignment)
 
     watch = SizeWatch(output, sum(sizes))
 
@@ -391,7 +408,7 @@ def collect(
             events = write([range(len(files))])
         except _NoSpans:
             return CollectResult(output, point_map, outcomes, 0, written=False)
-    return CollectResult(output, point_map, outcomes, events)
+    return CollectResult(output, point_map, outcomes, events, alignment=alignment)
 
 
 class _NoSpans(Exception):
@@ -597,6 +614,7 @@ def _plan_rank(
     options: CollectOptions,
     scratch: RowScratch,
     sequences: Any = None,
+    placed: Callable[[RankDecode], float] | None = None,
 ) -> tuple[RenderedRank | None, dict[str, Any] | None]:
     """Read, decode and lay out one rank: its rows to write (formatted as they are
     written) or, given Perfetto ``sequences``, its packets; and its entry of the trace's
@@ -608,7 +626,8 @@ def _plan_rank(
         outcome.error = exc
         return None, None
     outcome.decoded = decoded
-    offset_us = options.rank_offsets_us.get(name.rank, 0.0)
+    # The placement (anchors, --align) first, then --rank-offsets as a manual correction.
+    offset_us = (placed(decoded) if placed is not None else 0.0) + options.rank_offsets_us.get(name.rank, 0.0)
     if sequences is not None:
         from . import perfetto  # only for .pftrace: a JSON collect never pays its import
 
@@ -645,6 +664,43 @@ def _plan_rank(
     return rendered, meta
 
 
+def place_ranks(
+    files: list[tuple[RankFileName, Path]], point_map: PointMap, decode_options: DecodeOptions,
+    spec: AlignSpec | None,
+) -> Alignment:
+    """Where each rank file's timeline starts (:mod:`align`): a first pass over the files
+    that reads their anchors and, for ``--align``, decodes them to find the label (the
+    second pass, writing the trace, decodes them again: one rank in memory at a time).
+    A file that cannot be read here is left at 0; writing reports it."""
+    if spec is not None and spec.label not in point_map.labels:
+        raise AlignmentError(f"--align: {spec.label!r} is not a label of {point_map.path}")
+    usable: list[int] = []
+    anchors: list[Anchor | None] = []
+    clocks: list[float] = []
+    ends: list[LabelEnds] = []
+    for position, (name, path) in enumerate(files):
+        try:
+            buffer = read_rank_file(path, name.rank)
+            if spec is not None:
+                decoded = decode_rank(buffer, point_map, decode_options)
+                ends.append(label_ends(decoded, point_map, spec.label))
+        except ProfilingInputError:
+            continue
+        usable.append(position)
+        anchors.append(Anchor.from_meta(buffer.meta))
+        clocks.append(float(decode_options.clock_mhz or buffer.meta.clock_mhz or DEFAULT_CLOCK_MHZ))
+    names = [(files[p][1].name, files[p][0].rank) for p in usable]
+    placed = align(names, anchors, clocks, ends if spec is not None else None, spec) if usable else None
+    everyone = align([(path.name, name.rank) for name, path in files], [None] * len(files),
+                     [DEFAULT_CLOCK_MHZ] * len(files))
+    if placed is None:
+        return everyone
+    for position, placement in zip(usable, placed.placements, strict=True):
+        everyone.placements[position] = placement
+    placed.placements = everyone.placements
+    return placed
+
+
 def summary_lines(result: CollectResult) -> list[str]:
     """The human summary: what was written, then every skipped record with its reason."""
     spans = sum(o.spans_written for o in result.outcomes)
@@ -671,6 +727,8 @@ def summary_lines(result: CollectResult) -> list[str]:
         if outcome.decoded is not None:
             for issue in outcome.decoded.issues:
                 lines.append(f"  {outcome.path}: {issue}")
+    if result.written and result.alignment is not None:
+        lines.extend(result.alignment.summary_lines())
     return lines
 
 
