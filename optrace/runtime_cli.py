@@ -77,6 +77,11 @@ def cmd_collect(
                      "occurrence (default the first; median over a rank's cores) coincides; "
                      "refines the save anchors' placement when there are anchors."),
     ] = None,
+    merge: Annotated[
+        list[Path] | None,
+        typer.Option("--merge", help="A framework trace (torch_npu trace_view.json, Kineto JSON) to write "
+                     "the device tracks into, each launch under its kernel slice; repeat for several."),
+    ] = None,
     ignore_fingerprint: Annotated[
         bool, typer.Option("--ignore-fingerprint", help="Decode even with a map from another build.")
     ] = False,
@@ -103,7 +108,7 @@ def cmd_collect(
     raise typer.Exit(run_collect(
         profiling_dir, output, point_map=point_map, clock_mhz=clock_mhz, ranks=ranks, cores=cores,
         labels=labels, rank_offsets=rank_offsets, ignore_fingerprint=ignore_fingerprint, jobs=jobs,
-        format=fmt, split=split, align=align,
+        format=fmt, split=split, align=align, merge=merge,
     ))
 
 

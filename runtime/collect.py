@@ -10,7 +10,9 @@ cannot be used is reported (``path: message``) and the other ranks are still wri
 from __future__ import annotations
 
 import functools
+import gzip
 import itertools
+import json
 import math
 import os
 import re
@@ -24,6 +26,7 @@ from .align import Alignment, AlignSpec, Anchor, LabelEnds, align, label_ends
 # collect_cli reaches these through this module (one lazy import at collect's start).
 from .align import AlignmentError as AlignmentError
 from .align import parse_align as parse_align
+from .atomic import atomic_output
 from .chrome import (
     TRACE_FORMAT,
     TRACE_FORMAT_VERSION,
@@ -37,8 +40,9 @@ from .chrome import (
     render_rank,
 )
 from .decode import DecodeOptions, RankDecode, decode_rank
+from .errors import MergeError as MergeError  # for the CLI (collect_cli), through this module
 from .errors import ProfilingInputError
-from .format import DEFAULT_CLOCK_MHZ
+from .format import DEFAULT_CLOCK_MHZ, RankMeta
 from .pointmap import POINT_MAP_NAME, PointMap, load_point_map
 from .rankfile import RankFileName, find_rank_files, read_rank_file
 from .records import FrozenRecord, Record
@@ -53,7 +57,7 @@ EXIT_BAD_INPUT = 2
 # Plain classes, not dataclasses: see records.py (collect's start-up time).
 class CollectOptions(FrozenRecord):
     __match_args__ = ("point_map", "clock_mhz", "ranks", "cores", "labels", "rank_offsets_us",
-                      "ignore_fingerprint", "jobs", "format", "split", "align")
+                      "ignore_fingerprint", "jobs", "format", "split", "align", "merge")
     __slots__ = __match_args__
     point_map: Path | None  # None: point_map.json beside the rank files
     clock_mhz: float | None  # None: each rank file's, else 50 MHz
@@ -66,6 +70,7 @@ class CollectOptions(FrozenRecord):
     format: str | None  # "json" | "perfetto"; None: by the output's name (trace_format)
     split: str | int | None  # "rank", a size in bytes (trace_files.parse_split), None: one file
     align: AlignSpec | None  # --align LABEL[@N]
+    merge: tuple[Path, ...]  # --merge: framework traces to write the device tracks into
 
     def __init__(
         self,
@@ -80,9 +85,10 @@ class CollectOptions(FrozenRecord):
         format: str | None = None,
         split: str | int | None = None,
         align: AlignSpec | None = None,
+        merge: tuple[Path, ...] = (),
     ) -> None:
         values = (point_map, clock_mhz, ranks, cores, labels, rank_offsets_us or {}, ignore_fingerprint, jobs,
-                  format, split, align)
+                  format, split, align, tuple(merge))
         for name, value in zip(self.__match_args__, values, strict=True):
             object.__setattr__(self, name, value)
 
@@ -239,6 +245,71 @@ def list_rank_files(profiling_dir: Path) -> list[tuple[RankFileName, Path]]:
     return files
 
 
+def _selected_files(profiling_dir: Path, options: CollectOptions) -> list[tuple[RankFileName, Path]]:
+    files = list_rank_files(profiling_dir)
+    if options.ranks is not None:
+        files = [(n, p) for n, p in files if n.rank in options.ranks]
+        if not files:
+            raise ProfilingInputError(profiling_dir, "no rank files match --ranks")
+    return files
+
+
+def _collect_merged(
+    profiling_dir: Path, output: Path, options: CollectOptions, progress: Callable[[int, int], None] | None,
+    files: list[tuple[RankFileName, Path]],
+) -> CollectResult:
+    """``--merge``: the device trace collected beside the output under a temporary name,
+    placed where each launch's kernel slice is in the framework traces, then both written
+    into the output as one trace (:mod:`merge`). Everything is in memory (the framework
+    trace as read, the device trace): --merge is for a few ranks, not a cluster."""
+    from . import merge  # only for --merge: a plain collect never pays its import (decimal, perfetto)
+
+    traces = [merge.read_framework_trace(path.expanduser()) for path in options.merge]
+    metas: list[RankMeta | None] = []
+    clocks: list[float] = []
+    for name, path in files:
+        try:
+            meta: RankMeta | None = read_rank_file(path, name.rank).meta
+        except ProfilingInputError:
+            meta = None  # reported when the trace is written
+        metas.append(meta)
+        clock = options.clock_mhz or (meta.clock_mhz if meta is not None else None)
+        clocks.append(float(clock or DEFAULT_CLOCK_MHZ))
+    named = [(path.name, name.rank, name.launch) for name, path in files]
+    plan = merge.plan_merge(traces, named, metas, clocks)
+    several_runs = len({n.run_key for n, _ in files}) > 1
+    # The pids collect gives the rank files (see plan in collect).
+    device_pids = {p: p if several_runs else name.rank for p, (name, _) in enumerate(files)}
+    fmt = trace_format(output, options.format)
+    compressed = output.name.endswith(".gz")
+    temporary = output.with_name(f".{output.name}.device" + (".json" if fmt == "json" else ".pftrace")
+                                 + (".gz" if compressed else ""))
+    device_options = CollectOptions(*[getattr(options, name) for name in CollectOptions.__match_args__[:-1]])
+    try:
+        result = collect(profiling_dir, temporary, device_options, progress, plan.alignment)
+        if not result.written:
+            return CollectResult(output, result.point_map, result.outcomes, 0, written=False,
+                                 alignment=plan.alignment)
+        raw = temporary.read_bytes()
+        if compressed:
+            raw = gzip.decompress(raw)
+        with atomic_output(output) as handle:
+            sink: Any = gzip.GzipFile(fileobj=handle, mode="wb", mtime=0) if compressed else handle
+            if fmt == "json":
+                document = merge.merged_json(plan, json.loads(raw), device_pids)
+                merge.check_finite(document)
+                merge.write_json(sink, document)
+            else:
+                sink.write(raw)
+                sink.write(merge.framework_packets(plan))
+            if compressed:
+                sink.close()
+    finally:
+        temporary.unlink(missing_ok=True)
+    return CollectResult(output, result.point_map, result.outcomes, result.events, [output],
+                         alignment=plan.alignment)
+
+
 def _process_name(name: RankFileName, several_runs: bool) -> str:
     if not several_runs:
         return f"Rank {name.rank}"
@@ -301,6 +372,7 @@ def collect(
     output: Path,
     options: CollectOptions | None = None,
     progress: Callable[[int, int], None] | None = None,
+    placement: Alignment | None = None,
 ) -> CollectResult:
     """Decode every selected rank file and stream the trace to ``output``.
 
@@ -313,12 +385,10 @@ def collect(
     """
     options = options or CollectOptions()
     fmt = trace_format(output, options.format)
-    files = list_rank_files(profiling_dir)
+    files = _selected_files(profiling_dir, options)
     point_map = load_point_map(resolve_point_map(profiling_dir, options.point_map))
-    if options.ranks is not None:
-        files = [(n, p) for n, p in files if n.rank in options.ranks]
-        if not files:
-            raise ProfilingInputError(profiling_dir, "no rank files match --ranks")
+    if options.merge and placement is None:
+        return _collect_merged(profiling_dir, output, options, progress, files)
     if options.labels and not any(map(label_matcher(options.labels), point_map.labels)):
         raise NothingToWrite(
             f"--labels {','.join(options.labels)}: no label of {point_map.path} is or lies below "
@@ -326,7 +396,7 @@ def collect(
         )
     several_runs = len({n.run_key for n, _ in files}) > 1
     decode_options = DecodeOptions(options.clock_mhz, options.ignore_fingerprint)
-    alignment = place_ranks(files, point_map, decode_options, options.align)
+    alignment = placement or place_ranks(files, point_map, decode_options, options.align)
     outcomes: list[RankOutcome] = [RankOutcome(name, path) for name, path in files]
     ranks_meta: list[dict[str, Any] | None] = [None] * len(files)
     # One process for .gz, .pftrace and --split (a rank at a time, written where it belongs).

@@ -107,6 +107,9 @@ def write_ranks(
     op: str | None = None,
     clock_mhz: float = 50.0,
     seed: int = 0,
+    launch: int = 0,
+    at: int = 0,
+    warmup: int = 0,
 ) -> ClusterRun:
     """Ranks of one launch whose clocks disagree by known amounts (tests, demos).
 
@@ -116,7 +119,10 @@ def write_ranks(
     to ``jitter`` ticks per core). Each device counts from its own epoch (a random
     boot), at a rate off by ``drifts[r]`` (0.001 = 1000 ppm fast). With ``anchors`` the
     rank files carry host anchors read ``sync_latency_ns`` after the last record, on one
-    host's clocks (its monotonic and wall clock both count true time).
+    host's clocks (its monotonic and wall clock both count true time: true tick 0 is
+    host monotonic 1e12 ns and wall clock 1.7e18 ns). ``launch`` names the files' launch,
+    ``at`` moves it that many ticks later in true time (several launches), ``warmup`` is
+    recorded as save's warm-up count.
     """
     rng = np.random.default_rng(seed)
     drifts = [0.0] * len(skews) if drifts is None else drifts
@@ -133,13 +139,13 @@ def write_ranks(
             return epoch + round(true * (1.0 + drift))
 
         data = new_buffer(aic + aiv, 256)
-        last = skew
+        last = at + skew
         for slot in range(aic + aiv):
-            start = skew + slot  # launch skew between cores of one rank
+            start = at + skew + slot  # launch skew between cores of one rank
             writer = SlotWriter(data[slot], device(start))
             t = start + 5
             for k in range(1, occurrences + 1):
-                leave = k * period + int(rng.integers(0, jitter + 1))
+                leave = at + k * period + int(rng.integers(0, jitter + 1))
                 if t + 40 >= leave:
                     raise ValueError("period too short for the skews")
                 compute_end = t + 10 + int(rng.integers(0, (leave - t) // 2))
@@ -151,7 +157,7 @@ def write_ranks(
                 writer.record(ids["step"][1], device(leave + 1))
                 t = leave + 5
             last = max(last, t - 4)
-        starts.append(skew)
+        starts.append(at + skew)
         ends.append(last)
         epochs.append(epoch)
         host_ns = round(last * tick_ns) + sync_latency_ns + 10**12  # the host clock's own zero
@@ -160,17 +166,20 @@ def write_ranks(
             return host_ns, 1_700_000_000 * 10**9 + host_ns
 
         path = save_profiling_data(data, rank, directory, aic_cores=aic, aiv_cores=aiv, clock_mhz=clock_mhz,
-                                   op=op, host_clock=clocks, launch=0)
-        if not anchors and path is not None:
-            _drop_anchor(path)
+                                   op=op, host_clock=clocks, launch=launch)
+        if (not anchors or warmup) and path is not None:
+            _edit_meta(path, anchors, warmup)
     (directory / "point_map.json").write_text(json.dumps(cluster_point_map(), indent=1) + "\n")
     return ClusterRun(starts, ends, epochs, list(drifts))
 
 
-def _drop_anchor(path: Path) -> None:
-    """Rewrite a rank file without its anchor (files from before anchors existed)."""
+def _edit_meta(path: Path, anchor: bool, warmup: int) -> None:
+    """Rewrite a rank file without its anchor (files from before anchors existed), or
+    with a warm-up count (save's own would skip the calls)."""
     document = load_pt(path)
-    document["meta"]["extra"].pop("anchor", None)
+    if not anchor:
+        document["meta"]["extra"].pop("anchor", None)
+    document["meta"]["extra"]["warmup"] = warmup
     document["data"] = np.array(document["data"])
     with open(path, "wb") as handle:
         write_pt(document, handle)
