@@ -292,3 +292,14 @@ def test_fast_path_takes_align(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert code == 0
     assert trace(tmp_path / "t.json")["otherData"]["alignment"]["occurrence"] == 2
     assert "ranks aligned by label step barrier@2" in capsys.readouterr().out
+
+
+def test_docs_show_what_collect_prints(tmp_path: Path) -> None:
+    """docs/runtime.md's --align example is this run of generated ranks, byte for byte."""
+    docs = (Path(__file__).parents[2] / "docs" / "runtime.md").read_text(encoding="utf-8")
+    write_ranks(tmp_path / "profiling", [0, 137, 2501], jitter=2, drifts=[0.0, 1e-4, 0.0])
+    result = invoke("collect", tmp_path / "profiling", "-o", tmp_path / "t.json", "--align", "step barrier")
+    assert result.exit_code == 0, result.output
+    printed = [line for line in result.output.splitlines() if line.startswith(("ranks aligned", "  rank"))]
+    assert len(printed) == 4
+    assert "```\n" + "\n".join(printed) + "\n```" in docs
