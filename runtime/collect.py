@@ -301,7 +301,7 @@ def _collect_merged(
                 merge.write_json(sink, document)
             else:
                 sink.write(raw)
-                sink.write(merge.framework_packets(plan))
+                sink.write(merge.framework_packets(plan, device_pids))
             if compressed:
                 sink.close()
     finally:

@@ -27,8 +27,9 @@ torch_npu writes, become numbers) counted from the earliest event, so no precisi
 lost to absolute epoch times in doubles; flow ids renumbered from 1 (< 2**53: ids above
 it do not survive a double); the device cores as threads ``optrace AIC 3`` of the
 process the kernel slice is on, with a flow from each kernel slice to its launch's first
-device span. ``.pftrace`` output gets the framework's slices and instants as tracks of
-their own processes (flows stay in JSON only).
+device span. ``.pftrace`` output gets the framework's slices and instants, the kernel's
+threads in the rank's process when all its slices are one rank file's launches
+(flows stay in JSON only).
 """
 
 from __future__ import annotations
@@ -519,6 +520,9 @@ _FRAMEWORK_UUID = 1 << 48
 _FRAMEWORK_SEQUENCE = 1 << 30
 #: Their pids (int32 in the protos; the device ranks' are small).
 _FRAMEWORK_PID = 1 << 30
+#: The first tid (and uuid offset) of framework threads joining a rank's process: above
+#: its slots' (thread_uuid: process uuid + slot + 1; slots are a few hundred at most).
+_JOINED_THREADS = 1 << 19
 
 
 def _track_events(events: list[dict[str, Any]], origin: Decimal) -> list[tuple[int, int, int, str]]:
@@ -554,13 +558,19 @@ def _ns(value: Decimal) -> int:
     return int((value * 1000).to_integral_value())
 
 
-def framework_packets(plan: MergePlan) -> bytes:
+def framework_packets(plan: MergePlan, device_pids: dict[int, int]) -> bytes:
     """The framework traces' slices and instants as Perfetto packets, in the layout the
-    device cores use (perfetto.py): a process track per framework process, a thread
-    track per thread, one packet sequence per thread with its interned names and a clock
-    counting ns from the merged trace's 0 (BOOTTIME, as the device tracks'). Flows and
-    counters stay in the JSON output only."""
+    device cores use (perfetto.py): a thread track per thread, one packet sequence per
+    thread with its interned names and a clock counting ns from the merged trace's 0
+    (BOOTTIME, as the device tracks'). The threads of a process whose kernel slices are
+    all launches of one rank file (``device_pids``: the device trace's pid per position)
+    join that rank's process, above its cores, so the device tracks sit under the kernel
+    slice; other processes get a process track of their own. Flows and counters stay in
+    the JSON output only."""
     u, b, s = perfetto.uint_field, perfetto.bytes_field, perfetto.string_field
+    joins: dict[tuple[int, Any], set[int]] = defaultdict(set)
+    for link in plan.links:
+        joins[(link.trace, _hashable(link.slice.get("pid")))].add(device_pids[link.position])
     threads: dict[tuple[int, Any], dict[Any, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     thread_names: dict[tuple[int, Any, Any], str] = {}
     for t, trace in enumerate(plan.traces):
@@ -575,16 +585,24 @@ def framework_packets(plan: MergePlan) -> bytes:
     sequence = _FRAMEWORK_SEQUENCE
     for process_number, ((t, pid), by_tid) in enumerate(sorted(threads.items(), key=lambda kv: str(kv[0]))):
         trace = plan.traces[t]
-        process_uuid = _FRAMEWORK_UUID + (process_number << 20)
-        number_pid = _FRAMEWORK_PID + process_number  # a pid no device rank has
-        name = trace.process_names.get(pid, f"pid {pid}")
-        chunks.append(perfetto.packet(b(60, u(1, process_uuid) + b(3, u(1, number_pid) + s(6, name))
-                                        + u(12, -1 - process_number))))
+        joined = joins.get((t, pid), set())
+        first_thread = 1
+        if len(joined) == 1:  # the rank's process: tids and uuids above its slots'
+            device_pid = next(iter(joined))
+            process_uuid, number_pid = perfetto.process_uuid(device_pid), device_pid + 1
+            first_thread = _JOINED_THREADS
+        else:
+            process_uuid = _FRAMEWORK_UUID + (process_number << 20)
+            number_pid = _FRAMEWORK_PID + process_number  # a pid no device rank has
+            name = trace.process_names.get(pid, f"pid {pid}")
+            chunks.append(perfetto.packet(b(60, u(1, process_uuid) + b(3, u(1, number_pid) + s(6, name))
+                                            + u(12, -1 - process_number))))
         for thread_number, (tid, events) in enumerate(sorted(by_tid.items(), key=lambda kv: str(kv[0]))):
-            uuid = process_uuid + thread_number + 1
+            uuid = process_uuid + first_thread + thread_number
             thread_name = thread_names.get((t, pid, tid), f"tid {tid}")
-            thread = u(1, number_pid) + u(2, thread_number + 1) + s(5, thread_name)
-            descriptor = u(1, uuid) + u(5, process_uuid) + b(4, thread) + u(12, thread_number)
+            thread = u(1, number_pid) + u(2, first_thread + thread_number) + s(5, thread_name)
+            # Above the cores (ranked by slot from 0) in a rank's process.
+            descriptor = u(1, uuid) + u(5, process_uuid) + b(4, thread) + u(12, thread_number - len(by_tid))
             chunks.append(perfetto.packet(b(60, descriptor)))
             stream = _track_events(events, plan.origin_us)
             names = sorted({name for _, _, kind, name in stream if kind != _SLICE_END})

@@ -213,11 +213,14 @@ def test_merge_to_pftrace_holds_both_timelines(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     parsed = read_pftrace(out)  # every packet parses with Perfetto's protos, every B has its E
     by_name = parsed.by_name()
-    (kernel_span,) = by_name[("Ascend Hardware", "Stream 7")]
+    # The kernel's stream joins the rank's process, above its cores.
+    (kernel_span,) = by_name[("Rank 0", "Stream 7")]
+    assert parsed.threads_in_order("Rank 0")[0] == "Stream 7"
     assert kernel_span.name == "MoeDistributeDispatch"
     host = [s.name for s in by_name[("Python", "tid 1")]]
     assert host == ["npu::moe_distribute_dispatch", "aclnnMoeDistributeDispatch"]
-    device = [s for (process, _), spans in by_name.items() if process == "Rank 0" for s in spans]
+    device = [s for (process, core), spans in by_name.items() if process == "Rank 0" and core != "Stream 7"
+              for s in spans]
     assert device
     assert min(s.start_ns for s in device) >= kernel_span.start_ns
     assert max(s.end_ns for s in device) <= kernel_span.end_ns
@@ -260,3 +263,22 @@ def test_fast_path_takes_merge(tmp_path: Path) -> None:
 
     parsed = parse_fast(["p", "-o", "m.json", "--merge", "a.json", "--merge=b.json"])
     assert parsed is not None and parsed["merge"] == [Path("a.json"), Path("b.json")]
+
+
+def test_merge_to_pftrace_several_launches_keep_the_framework_process(tmp_path: Path) -> None:
+    directory = tmp_path / "p"
+    runs = [write_ranks(directory, [0], op="MoeDistributeDispatch", launch=k, at=100_000 * k, seed=k)
+            for k in range(2)]
+    trace = framework_trace(tmp_path / "t.json", [kernel(r, 0) for r in runs])
+    out = tmp_path / "merged.pftrace.gz"
+    result = invoke("collect", directory, "-o", out, "--merge", trace)
+    assert result.exit_code == 0, result.output
+    parsed = read_pftrace(out)
+    by_name = parsed.by_name()
+    kernels = by_name[("Ascend Hardware", "Stream 7")]  # two launch files: joined to neither
+    assert [k.name for k in kernels] == ["MoeDistributeDispatch"] * 2
+    for k, process in enumerate(["Rank 0 (launch 0)", "Rank 0 (launch 1)"]):
+        spans = [s for (name, _), found in by_name.items() if name == process for s in found]
+        assert spans
+        assert kernels[k].start_ns <= min(s.start_ns for s in spans)
+        assert max(s.end_ns for s in spans) <= kernels[k].end_ns
