@@ -21,7 +21,6 @@ shift and residual, and the uncertainty.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -131,14 +130,16 @@ class Anchor(FrozenRecord):
 class LabelEnds(Record):
     """The ends (µs from the rank's base cycle) of every occurrence of a label, per core."""
 
-    __match_args__ = ("per_core", "clock_mhz")
+    __match_args__ = ("per_core", "clock_mhz", "base_cycle")
     __slots__ = __match_args__
     per_core: list[np.ndarray]  # one sorted-by-start array per core that ran the label
     clock_mhz: float
+    base_cycle: int | None  # the decoded rank's base cycle, which the ends count from
 
-    def __init__(self, per_core: list[np.ndarray], clock_mhz: float) -> None:
+    def __init__(self, per_core: list[np.ndarray], clock_mhz: float, base_cycle: int | None = None) -> None:
         self.per_core = per_core
         self.clock_mhz = clock_mhz
+        self.base_cycle = base_cycle
 
     def occurrences(self) -> int:
         """How many times the label ran on the core that ran it most."""
@@ -155,14 +156,14 @@ def label_ends(decoded: RankDecode, point_map: PointMap, label: str) -> LabelEnd
     try:
         index = point_map.labels.index(label)
     except ValueError:
-        return LabelEnds([], clock)
+        return LabelEnds([], clock, decoded.base_cycle)
     per_core = []
     for core in decoded.cores:
         mask = core.label == index
         if mask.any():
             order = np.argsort(core.start[mask], kind="stable")
             per_core.append(core.end[mask][order].astype(np.float64) / clock)
-    return LabelEnds(per_core, clock)
+    return LabelEnds(per_core, clock, decoded.base_cycle)
 
 
 class RankPlacement(Record):
@@ -344,6 +345,12 @@ def align(
                 f"core, occurrence {n} asked" if runs else f"--align: {name} has no span {spec.label!r}")
         label_end.append(float(np.median(got)))
     if anchored is not None:
+        # The anchors place the anchor's start cycle; the ends count from the decoded
+        # base (the same cycle unless a slot was left out as corrupt).
+        for k, (anchor, found) in enumerate(zip(anchors, ends, strict=True)):
+            if anchor is not None and found.base_cycle is not None:
+                anchored[k] += signed_delta(found.base_cycle - anchor.start_cycle) / found.clock_mhz
+                placements[k].anchor_us = anchored[k]
         # Keep the anchors' placement as a whole; make the label's ends coincide.
         target = float(np.median([a + e for a, e in zip(anchored, label_end, strict=True)]))
     else:
@@ -381,10 +388,3 @@ def align(
     method = f"label {spec}" if anchored is None else f"anchors + label {spec}"
     return Alignment(method, placements, spec=spec, clock=clock, occurrences_used=used,
                      uncertainty_us=uncertainty, notes=notes)
-
-
-def finite(value: float, what: str) -> float:
-    """``value`` if it is a finite number; ValueError naming ``what`` otherwise."""
-    if not math.isfinite(value):
-        raise ValueError(f"{what}: {value!r} is not a finite number")
-    return value

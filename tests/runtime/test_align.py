@@ -303,3 +303,22 @@ def test_docs_show_what_collect_prints(tmp_path: Path) -> None:
     printed = [line for line in result.output.splitlines() if line.startswith(("ranks aligned", "  rank"))]
     assert len(printed) == 4
     assert "```\n" + "\n".join(printed) + "\n```" in docs
+
+
+def test_align_takes_the_anchor_at_its_own_cycle_not_the_decoded_base() -> None:
+    """The anchors place the anchor's start cycle; the label's ends count from the
+    decoder's base, which a corrupt slot left out can move later (here b's, by 1 µs)."""
+    from optrace.runtime.align import LabelEnds, align
+
+    # Host readings 10 µs apart after launches of 1000 cycles (20 µs): b starts 10 µs later.
+    anchors = [Anchor(1_000_000, 1_000_000, start_cycle=0, end_cycle=1000),
+               Anchor(1_010_000, 1_010_000, start_cycle=0, end_cycle=1000)]
+    ends = [LabelEnds([np.array([15.0])], CLOCK, base_cycle=0),
+            LabelEnds([np.array([14.0])], CLOCK, base_cycle=50)]
+    placed = align([("a", 0), ("b", 1)], anchors, [CLOCK, CLOCK], ends, AlignSpec("x"))
+    a, b = placed.placements
+    # Ends on the anchors' axis: a at 0 + 15, b at 10 + 1 + 14; they meet halfway, at 20.
+    assert (a.shift_us, b.shift_us) == pytest.approx((0.0, 1.0))
+    document = placed.metadata([0, 1], {})
+    assert [r["anchor_correction_us"] for r in document["ranks"]] == pytest.approx([5.0, -5.0])
+    assert document["method"] == "anchors + label x@1"
