@@ -97,7 +97,11 @@ class Anchor(FrozenRecord):
     def from_meta(cls, meta: RankMeta) -> Anchor | None:
         """The anchor a rank file holds, or None (legacy files, older optrace, or a value
         that is not what save writes: an anchor that cannot be trusted is not used)."""
-        raw = meta.extra.get("anchor") if isinstance(meta.extra, dict) else None
+        return cls.from_raw(meta.extra.get("anchor") if isinstance(meta.extra, dict) else None)
+
+    @classmethod
+    def from_raw(cls, raw: Any) -> Anchor | None:
+        """The anchor from the dict save wrote, or None for anything else."""
         if not isinstance(raw, dict):
             return None
 

@@ -44,7 +44,8 @@ from .errors import MergeError as MergeError  # for the CLI (collect_cli), throu
 from .errors import ProfilingInputError
 from .format import DEFAULT_CLOCK_MHZ, RankMeta
 from .pointmap import POINT_MAP_NAME, PointMap, load_point_map
-from .rankfile import RankFileName, find_rank_files, read_rank_file
+from .pt_reader import load_pt
+from .rankfile import OPTRACE_KEY, RankFileName, find_rank_files, read_rank_file
 from .records import FrozenRecord, Record
 from .trace_files import SizeWatch, write_files
 from .workers import Channel, Ticks, Worker, can_fork
@@ -424,13 +425,14 @@ def collect(
         return rendered
 
     def other_data(positions: Iterable[int]) -> dict[str, Any]:
+        written = [p for p in positions if ranks_meta[p] is not None]  # the files in this trace
         return {
             "format": TRACE_FORMAT,
             "version": TRACE_FORMAT_VERSION,
             "point_map": str(point_map.path),
             "point_map_fingerprint": point_map.fingerprint,
-            "ranks": [meta for meta in (ranks_meta[p] for p in positions) if meta is not None],
-            "alignment": alignment.metadata(list(positions), options.rank_offsets_us),
+            "ranks": [ranks_meta[p] for p in written],
+            "alignment": alignment.metadata(written, options.rank_offsets_us),
         }
 
     if fmt != "json" or options.split is not None:
@@ -750,15 +752,25 @@ def place_ranks(
     ends: list[LabelEnds] = []
     for position, (name, path) in enumerate(files):
         try:
-            buffer = read_rank_file(path, name.rank)
             if spec is not None:
+                buffer = read_rank_file(path, name.rank)
                 decoded = decode_rank(buffer, point_map, decode_options)
                 ends.append(label_ends(decoded, point_map, spec.label))
+                anchor, clock = Anchor.from_meta(buffer.meta), buffer.meta.clock_mhz
+            else:
+                anchor, clock = _anchor_only(path)
         except ProfilingInputError:
             continue
         usable.append(position)
-        anchors.append(Anchor.from_meta(buffer.meta))
-        clocks.append(float(decode_options.clock_mhz or buffer.meta.clock_mhz or DEFAULT_CLOCK_MHZ))
+        anchors.append(anchor)
+        clocks.append(float(decode_options.clock_mhz or clock or DEFAULT_CLOCK_MHZ))
+    if spec is None and any(anchors) and not all(anchors):
+        # A file without an anchor turns the anchors off for all, unless it is unusable
+        # anyway (reported when the trace is written): only those are read in full.
+        kept = [k for k, (position, anchor) in enumerate(zip(usable, anchors, strict=True))
+                if anchor is not None or _readable(*files[position])]
+        usable, anchors = [usable[k] for k in kept], [anchors[k] for k in kept]
+        clocks = [clocks[k] for k in kept]
     names = [(files[p][1].name, files[p][0].rank) for p in usable]
     placed = align(names, anchors, clocks, ends if spec is not None else None, spec) if usable else None
     everyone = align([(path.name, name.rank) for name, path in files], [None] * len(files),
@@ -769,6 +781,30 @@ def place_ranks(
         everyone.placements[position] = placement
     placed.placements = everyone.placements
     return placed
+
+
+def _readable(name: RankFileName, path: Path) -> bool:
+    try:
+        read_rank_file(path, name.rank)
+    except ProfilingInputError:
+        return False
+    return True
+
+
+def _anchor_only(path: Path) -> tuple[Anchor | None, float | None]:
+    """A rank file's anchor and clock rate, without building its buffer: a legacy file (a
+    list of tensors) has neither, and reading it as a rank buffer would copy its tensors
+    into one for nothing. The file is checked when the trace is written."""
+    document = load_pt(path)
+    meta = document.get("meta") if isinstance(document, dict) and OPTRACE_KEY in document else None
+    if not isinstance(meta, dict):
+        return None, None
+    extra = meta.get("extra")
+    anchor = Anchor.from_raw(extra.get("anchor")) if isinstance(extra, dict) else None
+    clock = meta.get("clock_mhz")
+    if isinstance(clock, (int, float)) and not isinstance(clock, bool) and math.isfinite(clock) and clock > 0:
+        return anchor, float(clock)
+    return anchor, None
 
 
 def summary_lines(result: CollectResult) -> list[str]:

@@ -322,3 +322,29 @@ def test_align_takes_the_anchor_at_its_own_cycle_not_the_decoded_base() -> None:
     document = placed.metadata([0, 1], {})
     assert [r["anchor_correction_us"] for r in document["ranks"]] == pytest.approx([5.0, -5.0])
     assert document["method"] == "anchors + label x@1"
+
+
+def test_an_unusable_rank_file_does_not_turn_the_anchors_off(tmp_path: Path) -> None:
+    from optrace.runtime.pt_writer import write_pt
+
+    write_ranks(tmp_path / "p", SKEWS[:2])
+    with open(tmp_path / "p" / "rank002.pt", "wb") as handle:  # a legacy file of the wrong dtype
+        write_pt([np.zeros((2, 64), dtype=np.int32)], handle)
+    result = invoke("collect", tmp_path / "p", "-o", tmp_path / "t.json")
+    assert result.exit_code == 2, result.output
+    assert "dtype int32, expected int64" in result.output
+    alignment = trace(tmp_path / "t.json")["otherData"]["alignment"]
+    assert alignment["method"] == "anchors"
+    assert abs(alignment["ranks"][1]["shift_us"] - SKEWS[1] * TICK_US) <= TICK_US
+
+
+def test_split_traces_each_list_their_own_ranks_placement(tmp_path: Path) -> None:
+    write_ranks(tmp_path / "p", SKEWS[:3])
+    result = invoke("collect", tmp_path / "p", "-o", tmp_path / "t.json", "--split", "rank")
+    assert result.exit_code == 0, result.output
+    for rank in range(3):
+        alignment = trace(tmp_path / f"t.rank{rank:03d}.json")["otherData"]["alignment"]
+        assert alignment["method"] == "anchors"
+        (entry,) = alignment["ranks"]
+        assert entry["file"] == f"rank{rank:03d}.pt"
+        assert abs(entry["shift_us"] - SKEWS[rank] * TICK_US) <= TICK_US
