@@ -311,8 +311,9 @@ def plan_merge(
                 start = min(max(anchored, begin), latest)  # inside the slice
             links.append(Link(position, t, event, start, anchored))
 
-    origin = min((e["ts"] for trace in traces for e in trace.events if "ts" in e), default=Decimal(0))
-    origin = min([origin, *(link.start_us for link in links)])
+    # Metadata events carry a ts of 0 or the trace's start, if any: not a time on the axis.
+    times = [e["ts"] for trace in traces for e in trace.events if "ts" in e and e["ph"] != "M"]
+    origin = min([*times, *(link.start_us for link in links)], default=Decimal(0))
     placements = [RankPlacement(name, rank, clock_mhz=c)
                   for (name, rank, _), c in zip(files, clocks, strict=True)]
     for link in links:
@@ -387,7 +388,7 @@ def framework_events(plan: MergePlan) -> Iterator[dict[str, Any]]:
         for event in trace.events:
             out = dict(event)
             if "ts" in out:
-                out["ts"] = _us(out["ts"] - plan.origin_us)
+                out["ts"] = 0 if out["ph"] == "M" else _us(out["ts"] - plan.origin_us)
             if "dur" in out:
                 out["dur"] = _us(out["dur"])
             if out["ph"] in _FLOW_PHASES:

@@ -53,7 +53,8 @@ def framework_trace(path: Path, kernels: list[dict[str, Any]], rank: int | None 
                     as_list: bool = False) -> Path:
     """A host op calling aclnn, the device's kernels, a flow between them, metadata."""
     events: list[dict[str, Any]] = [
-        {"ph": "M", "name": "process_name", "pid": HOST_PID, "tid": 0, "args": {"name": "Python"}},
+        # Kineto gives metadata a ts of 0 (or the trace's start): not the origin of the axis.
+        {"ph": "M", "name": "process_name", "pid": HOST_PID, "tid": 0, "ts": 0, "args": {"name": "Python"}},
         {"ph": "M", "name": "process_name", "pid": DEVICE_PID, "tid": 0, "args": {"name": "Ascend Hardware"}},
         {"ph": "M", "name": "thread_name", "pid": DEVICE_PID, "tid": 7, "args": {"name": "Stream 7"}},
     ]
@@ -282,3 +283,37 @@ def test_merge_to_pftrace_several_launches_keep_the_framework_process(tmp_path: 
         assert spans
         assert kernels[k].start_ns <= min(s.start_ns for s in spans)
         assert max(s.end_ns for s in spans) <= kernels[k].end_ns
+
+
+def test_one_kineto_trace_of_two_devices_matches_ranks_by_the_anchors_device(tmp_path: Path) -> None:
+    import gzip
+
+    import numpy as np
+
+    from optrace.runtime.pt_reader import load_pt
+    from optrace.runtime.pt_writer import write_pt
+
+    run = write_ranks(tmp_path / "p", [0, 300], op="MoeDistributeDispatch")
+    for rank, device in ((0, 3), (1, 2)):  # rank 0 ran on device 3, rank 1 on device 2
+        path = tmp_path / "p" / f"rank{rank:03d}.pt"
+        document = load_pt(path)
+        document["meta"]["extra"]["anchor"]["device_id"] = device
+        document["data"] = np.array(document["data"])
+        with open(path, "wb") as handle:
+            write_pt(document, handle)
+    # Kineto style: kernels in category "kernel" with args.device, one process per device.
+    events = []
+    for rank, device in ((1, 2), (0, 3)):
+        event = kernel(run, rank)
+        event.update(cat="kernel", pid=device, tid=7, args={"device": device, "stream": 7})
+        event["ts"] = float(Decimal(event["ts"]))  # numbers, as Kineto writes them
+        event["dur"] = float(Decimal(event["dur"]))
+        events.append(event)
+    trace = tmp_path / "kineto.json.gz"
+    trace.write_bytes(gzip.compress(json.dumps({"traceEvents": events}).encode()))
+    out = tmp_path / "merged.json"
+    result = invoke("collect", tmp_path / "p", "-o", out, "--merge", trace)
+    assert result.exit_code == 0, result.output
+    spans = device_spans(json.loads(out.read_text()))
+    assert {e["pid"] for e in spans["rank000.pt"]} == {3}
+    assert {e["pid"] for e in spans["rank001.pt"]} == {2}
