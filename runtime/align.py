@@ -33,6 +33,8 @@ from .pointmap import PointMap
 from .records import FrozenRecord, Record
 
 NOT_ALIGNED = "not aligned"
+#: The method of ``collect --merge`` (merge.py): each launch placed in its kernel slice.
+MERGED = "framework trace"
 
 
 class AlignmentError(Exception):
@@ -271,6 +273,8 @@ class Alignment(Record):
             return [f"ranks not aligned: each starts at 0 ({'; '.join(self.notes)})" if self.notes
                     else "ranks not aligned: each starts at 0 (no anchors; see --align)"]
         head = f"ranks aligned by {self.method}"
+        if self.method == MERGED:
+            head = "launches placed under their kernel slices of the framework trace"
         if self.uncertainty_us is not None:
             head += f", uncertainty {self.uncertainty_us:.3f} µs"
         lines = [head]

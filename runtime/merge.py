@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from . import perfetto
-from .align import Alignment, Anchor, RankPlacement
+from .align import MERGED, Alignment, Anchor, RankPlacement
 from .decode import signed_delta
 from .errors import MergeError, ProfilingInputError
 from .format import RankMeta
@@ -324,7 +324,7 @@ def plan_merge(
             anchor = anchors[link.position]
             assert anchor is not None
             placement.anchor_start_cycle = anchor.start_cycle
-    alignment = Alignment("framework trace", placements, notes=notes,
+    alignment = Alignment(MERGED, placements, notes=notes,
                           clock="framework trace (kernel slices; anchors choose and place within them)")
     return MergePlan(traces, links, origin, alignment)
 

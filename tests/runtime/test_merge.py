@@ -122,6 +122,7 @@ def test_merge_nests_the_launch_under_its_kernel_slice(tmp_path: Path) -> None:
                      "optrace AIV 3"}
     assert document["otherData"]["alignment"]["method"] == "framework trace"
     assert document["otherData"]["merge"]["launches"][0]["kernel"] == "MoeDistributeDispatch"
+    assert "launches placed under their kernel slices of the framework trace" in result.output
 
 
 def test_merged_timestamps_are_numbers_and_flow_ids_fit_a_double(tmp_path: Path) -> None:
