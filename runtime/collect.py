@@ -285,7 +285,8 @@ def _collect_merged(
     compressed = output.name.endswith(".gz")
     temporary = output.with_name(f".{output.name}.device" + (".json" if fmt == "json" else ".pftrace")
                                  + (".gz" if compressed else ""))
-    device_options = CollectOptions(*[getattr(options, name) for name in CollectOptions.__match_args__[:-1]])
+    device_options = CollectOptions(**{name: getattr(options, name)
+                                       for name in CollectOptions.__match_args__ if name != "merge"})
     try:
         result = collect(profiling_dir, temporary, device_options, progress, plan.alignment)
         if not result.written:

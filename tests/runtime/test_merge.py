@@ -318,3 +318,15 @@ def test_one_kineto_trace_of_two_devices_matches_ranks_by_the_anchors_device(tmp
     spans = device_spans(json.loads(out.read_text()))
     assert {e["pid"] for e in spans["rank000.pt"]} == {3}
     assert {e["pid"] for e in spans["rank001.pt"]} == {2}
+
+
+def test_merge_keeps_collects_other_options(tmp_path: Path) -> None:
+    run = write_ranks(tmp_path / "p", [0], op="MoeDistributeDispatch")
+    trace = framework_trace(tmp_path / "t.json", [kernel(run, 0)])
+    out = tmp_path / "merged.json"
+    result = invoke("collect", tmp_path / "p", "-o", out, "--merge", trace, "--cores", "aic",
+                    "--labels", "step barrier")
+    assert result.exit_code == 0, result.output
+    spans = device_spans(json.loads(out.read_text()))["rank000.pt"]
+    assert {e["name"] for e in spans} == {"step barrier"}
+    assert {e["tid"] - DEVICE_TID_BASE for e in spans} == {0, 1}  # the two AIC slots
