@@ -73,13 +73,15 @@ def cmd_collect(
     ] = None,
     align: Annotated[
         str | None,
-        typer.Option("--align", help="LABEL or LABEL@N: shift ranks so the end of LABEL's N-th "
+        typer.Option("--align", metavar="LABEL[@N]",
+                     help="LABEL or LABEL@N: shift ranks so the end of LABEL's N-th "
                      "occurrence (default the first; median over a rank's cores) coincides; "
                      "refines the save anchors' placement when there are anchors."),
     ] = None,
     merge: Annotated[
         list[Path] | None,
-        typer.Option("--merge", help="A framework trace (torch_npu trace_view.json, Kineto JSON) to write "
+        typer.Option("--merge", metavar="TRACE_VIEW.json",
+                     help="A framework trace (torch_npu trace_view.json, Kineto JSON) to write "
                      "the device tracks into, each launch under its kernel slice; repeat for several."),
     ] = None,
     ignore_fingerprint: Annotated[
