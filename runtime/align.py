@@ -323,10 +323,13 @@ def align(
     clocks: Sequence[float],
     ends: Sequence[LabelEnds] | None = None,
     spec: AlignSpec | None = None,
+    groups: Sequence[Any] | None = None,
 ) -> Alignment:
     """Place the rank files (``files``: (file name, rank) in trace order).
 
-    ``ends`` (with ``spec``): each file's occurrences of the label, for ``--align``.
+    ``ends`` (with ``spec``): each file's occurrences of the label, for ``--align``;
+    ``groups``: each file's launch (tag, launch index): the label's ends are made to
+    coincide among the files of one launch (default: all files are one launch).
     Raises AlignmentError (``--align: ...``) when a file did not run the asked occurrence."""
     anchored, clock, notes = place_by_anchors(files, anchors, clocks)
     placements = [RankPlacement(name, rank, clock_mhz=c)
@@ -359,37 +362,48 @@ def align(
             if anchor is not None and found.base_cycle is not None:
                 anchored[k] += signed_delta(found.base_cycle - anchor.start_cycle) / found.clock_mhz
                 placements[k].anchor_us = anchored[k]
-        # Keep the anchors' placement as a whole; make the label's ends coincide.
-        target = float(np.median([a + e for a, e in zip(anchored, label_end, strict=True)]))
-    else:
-        target = max(label_end)
-    shifts = [target - e for e in label_end]
+    # The label's ends coincide within a group (one launch of every rank); several
+    # launches stay apart where the anchors put them.
+    members: dict[Any, list[int]] = {}
+    for k, key in enumerate(groups if groups is not None else [0] * len(files)):
+        members.setdefault(key, []).append(k)
+    shifts = [0.0] * len(files)
+    for group in members.values():
+        if anchored is not None:  # keep the anchors' placement of the group as a whole
+            target = float(np.median([anchored[k] + label_end[k] for k in group]))
+        else:
+            target = max(label_end[k] for k in group)
+        for k in group:
+            shifts[k] = target - label_end[k]
     lowest = min(shifts)
     shifts = [s - lowest for s in shifts]  # the earliest file starts at 0
     for placement in placements:  # the anchors' placement on the same origin, to compare
         if placement.anchor_us is not None:
             placement.anchor_us -= lowest
 
-    # Residual over every occurrence all files ran: with one clock per device the cores
-    # of a rank agree at the aligned occurrence, so a rank's clock running at another rate
-    # (drift) shows as ends that move away from the others' occurrence by occurrence.
-    used = min(found.occurrences() for found in ends)
     for placement, shift, end in zip(placements, shifts, label_end, strict=True):
         placement.shift_us = shift
         placement.label_end_us = end
         placement.anchor_start_cycle = None  # the shift is taken at the decoded base
         placement.spread_us = placement.residual_us = 0.0
-    for k in range(1, used + 1):
-        per_file = [found.ends(k) for found in ends]
-        medians = [s + float(np.median(e)) for s, e in zip(shifts, per_file, strict=True) if e.size]
-        common = float(np.median(medians))
-        for placement, shift, e in zip(placements, shifts, per_file, strict=True):
-            if not e.size:
-                continue
-            worst = float(np.max(np.abs(shift + e - common)))
-            placement.residual_us = max(placement.residual_us or 0.0, worst)
-            if k == n:
-                placement.spread_us = worst
+    # Residual over every occurrence all files of a group ran: with one clock per device
+    # the cores of a rank agree at the aligned occurrence, so a rank's clock running at
+    # another rate (drift) shows as ends that move away from the others' occurrence by
+    # occurrence.
+    used = min(found.occurrences() for found in ends)
+    for group in members.values():
+        for k in range(1, min(ends[g].occurrences() for g in group) + 1):
+            per_file = {g: ends[g].ends(k) for g in group}
+            medians = [shifts[g] + float(np.median(e)) for g, e in per_file.items() if e.size]
+            common = float(np.median(medians))
+            for g, e in per_file.items():
+                if not e.size:
+                    continue
+                placement = placements[g]
+                worst = float(np.max(np.abs(shifts[g] + e - common)))
+                placement.residual_us = max(placement.residual_us or 0.0, worst)
+                if k == n:
+                    placement.spread_us = worst
     # One tick: the ends themselves are whole cycles.
     tick = max(1.0 / c for c in clocks)
     uncertainty = max((p.residual_us or 0.0) for p in placements) + tick

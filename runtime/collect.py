@@ -773,7 +773,9 @@ def place_ranks(
         usable, anchors = [usable[k] for k in kept], [anchors[k] for k in kept]
         clocks = [clocks[k] for k in kept]
     names = [(files[p][1].name, files[p][0].rank) for p in usable]
-    placed = align(names, anchors, clocks, ends if spec is not None else None, spec) if usable else None
+    groups = [files[p][0].run_key for p in usable]
+    placed = (align(names, anchors, clocks, ends if spec is not None else None, spec, groups)
+              if usable else None)
     everyone = align([(path.name, name.rank) for name, path in files], [None] * len(files),
                      [DEFAULT_CLOCK_MHZ] * len(files))
     if placed is None:

@@ -348,3 +348,20 @@ def test_split_traces_each_list_their_own_ranks_placement(tmp_path: Path) -> Non
         (entry,) = alignment["ranks"]
         assert entry["file"] == f"rank{rank:03d}.pt"
         assert abs(entry["shift_us"] - SKEWS[rank] * TICK_US) <= TICK_US
+
+
+def test_align_with_several_launches_aligns_each_and_keeps_them_apart(tmp_path: Path) -> None:
+    directory = tmp_path / "p"
+    for launch in range(2):
+        write_ranks(directory, SKEWS[:3], launch=launch, at=100_000 * launch, seed=launch, jitter=1)
+    result = invoke("collect", directory, "-o", tmp_path / "t.json", "--align", "step barrier")
+    assert result.exit_code == 0, result.output
+    document = trace(tmp_path / "t.json")
+    ends = barrier_ends(document)
+    pids = {r["file"]: r["pid"] for r in document["otherData"]["ranks"]}
+    first = [ends[pids[f"rank{r:03d}.pt"]] for r in range(3)]
+    second = [ends[pids[f"rank{r:03d}_launch1.pt"]] for r in range(3)]
+    assert max(first) - min(first) <= TICK_US and max(second) - min(second) <= TICK_US
+    # The anchors' 100,000 ticks between the launches stay (within the residual).
+    apart = float(np.median(second)) - float(np.median(first))
+    assert apart == pytest.approx(100_000 * TICK_US, abs=2 * TICK_US)
