@@ -24,8 +24,10 @@ EXIT_INTERNAL = 3
 _VALUE_OPTIONS = {
     "-o": "output", "--output": "output", "--point-map": "point_map", "--clock-mhz": "clock_mhz",
     "--ranks": "ranks", "--cores": "cores", "--labels": "labels", "--rank-offsets": "rank_offsets",
-    "-j": "jobs", "--jobs": "jobs", "--format": "format", "--split": "split",
+    "-j": "jobs", "--jobs": "jobs", "--format": "format", "--split": "split", "--align": "align",
+    "--merge": "merge",
 }
+_REPEATED = {"merge"}  # may be given several times: a list
 _FLAGS = {"--ignore-fingerprint": "ignore_fingerprint"}
 
 
@@ -57,7 +59,13 @@ def parse_fast(argv: Sequence[str]) -> dict[str, object] | None:
                 value = argv[i]
             else:
                 return None  # missing value: the full CLI says so
-            values[_VALUE_OPTIONS[name]] = value
+            key = _VALUE_OPTIONS[name]
+            if key in _REPEATED:
+                repeated = values.setdefault(key, [])
+                assert isinstance(repeated, list)
+                repeated.append(Path(value))
+            else:
+                values[key] = value
         elif token in _FLAGS:
             values[_FLAGS[token]] = True
         elif token.startswith("-") and token != "-":
@@ -124,6 +132,8 @@ def run_collect(
     jobs: int | None = None,
     format: str | None = None,
     split: str | None = None,
+    align: str | None = None,
+    merge: Sequence[Path] | None = None,
 ) -> int:
     """Run collect and print its summary; returns the exit code (cli.md): 0 ok, 1 records
     skipped, 2 usage or bad input (``path: message``, no traceback), 3 internal error."""
@@ -134,6 +144,11 @@ def run_collect(
         try:
             if format is not None:
                 collect_module.trace_format(output, format)  # says which formats there are
+            if merge and split is not None:
+                raise ValueError("--merge writes one trace: it cannot be used with --split")
+            if merge and align is not None:
+                raise ValueError("--merge places each launch in its kernel slice: "
+                                 "it cannot be used with --align")
             if split is not None:
                 from optrace.runtime.trace_files import parse_split
 
@@ -151,6 +166,8 @@ def run_collect(
                 jobs=jobs,
                 format=format,
                 split=split_value,
+                align=collect_module.parse_align(align) if align is not None else None,
+                merge=tuple(path.expanduser() for path in merge or ()),
             )
         except ValueError as exc:
             _err(f"optrace: {exc}")
@@ -164,6 +181,9 @@ def run_collect(
         except collect_module.NothingToWrite as exc:
             _err(f"optrace: warning: {exc}")
             return 1
+        except (collect_module.AlignmentError, collect_module.MergeError) as exc:
+            _err(f"optrace: {exc}")
+            return EXIT_USAGE
         finally:
             stop()
         for line in collect_module.summary_lines(result):

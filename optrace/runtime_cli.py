@@ -67,8 +67,22 @@ def cmd_collect(
         str | None,
         typer.Option(
             "--rank-offsets",
-            help="Per-rank shift in µs, e.g. 1=12.5,2=-3 (ranks' clocks are not synchronised).",
+            help="Per-rank shift in µs, e.g. 1=12.5,2=-3, added after the placement (anchors, --align) "
+            "as a manual correction.",
         ),
+    ] = None,
+    align: Annotated[
+        str | None,
+        typer.Option("--align", metavar="LABEL[@N]",
+                     help="LABEL or LABEL@N: shift ranks so the end of LABEL's N-th "
+                     "occurrence (default the first; median over a rank's cores) coincides; "
+                     "refines the save anchors' placement when there are anchors."),
+    ] = None,
+    merge: Annotated[
+        list[Path] | None,
+        typer.Option("--merge", metavar="TRACE_VIEW.json",
+                     help="A framework trace (torch_npu trace_view.json, Kineto JSON) to write "
+                     "the device tracks into, each launch under its kernel slice; repeat for several."),
     ] = None,
     ignore_fingerprint: Annotated[
         bool, typer.Option("--ignore-fingerprint", help="Decode even with a map from another build.")
@@ -96,7 +110,7 @@ def cmd_collect(
     raise typer.Exit(run_collect(
         profiling_dir, output, point_map=point_map, clock_mhz=clock_mhz, ranks=ranks, cores=cores,
         labels=labels, rank_offsets=rank_offsets, ignore_fingerprint=ignore_fingerprint, jobs=jobs,
-        format=fmt, split=split,
+        format=fmt, split=split, align=align, merge=merge,
     ))
 
 

@@ -10,7 +10,10 @@ cannot be used is reported (``path: message``) and the other ranks are still wri
 from __future__ import annotations
 
 import functools
+import gzip
 import itertools
+import json
+import math
 import os
 import re
 import sys
@@ -18,6 +21,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from .align import Alignment, AlignSpec, Anchor, LabelEnds, align, label_ends
+
+# collect_cli reaches these through this module (one lazy import at collect's start).
+from .align import AlignmentError as AlignmentError
+from .align import parse_align as parse_align
+from .atomic import atomic_output
 from .chrome import (
     TRACE_FORMAT,
     TRACE_FORMAT_VERSION,
@@ -31,9 +40,12 @@ from .chrome import (
     render_rank,
 )
 from .decode import DecodeOptions, RankDecode, decode_rank
+from .errors import MergeError as MergeError  # for the CLI (collect_cli), through this module
 from .errors import ProfilingInputError
+from .format import DEFAULT_CLOCK_MHZ, RankMeta
 from .pointmap import POINT_MAP_NAME, PointMap, load_point_map
-from .rankfile import RankFileName, find_rank_files, read_rank_file
+from .pt_reader import load_pt
+from .rankfile import OPTRACE_KEY, RankFileName, find_rank_files, read_rank_file
 from .records import FrozenRecord, Record
 from .trace_files import SizeWatch, write_files
 from .workers import Channel, Ticks, Worker, can_fork
@@ -46,7 +58,7 @@ EXIT_BAD_INPUT = 2
 # Plain classes, not dataclasses: see records.py (collect's start-up time).
 class CollectOptions(FrozenRecord):
     __match_args__ = ("point_map", "clock_mhz", "ranks", "cores", "labels", "rank_offsets_us",
-                      "ignore_fingerprint", "jobs", "format", "split")
+                      "ignore_fingerprint", "jobs", "format", "split", "align", "merge")
     __slots__ = __match_args__
     point_map: Path | None  # None: point_map.json beside the rank files
     clock_mhz: float | None  # None: each rank file's, else 50 MHz
@@ -58,6 +70,8 @@ class CollectOptions(FrozenRecord):
     jobs: int | None  # processes (see collect_processes); None: 1, 0: one per CPU (<= 4)
     format: str | None  # "json" | "perfetto"; None: by the output's name (trace_format)
     split: str | int | None  # "rank", a size in bytes (trace_files.parse_split), None: one file
+    align: AlignSpec | None  # --align LABEL[@N]
+    merge: tuple[Path, ...]  # --merge: framework traces to write the device tracks into
 
     def __init__(
         self,
@@ -71,9 +85,11 @@ class CollectOptions(FrozenRecord):
         jobs: int | None = None,
         format: str | None = None,
         split: str | int | None = None,
+        align: AlignSpec | None = None,
+        merge: tuple[Path, ...] = (),
     ) -> None:
         values = (point_map, clock_mhz, ranks, cores, labels, rank_offsets_us or {}, ignore_fingerprint, jobs,
-                  format, split)
+                  format, split, align, tuple(merge))
         for name, value in zip(self.__match_args__, values, strict=True):
             object.__setattr__(self, name, value)
 
@@ -113,7 +129,7 @@ class NothingToWrite(Exception):
 
 
 class CollectResult(Record):
-    __match_args__ = ("output", "point_map", "outcomes", "events", "outputs", "written")
+    __match_args__ = ("output", "point_map", "outcomes", "events", "outputs", "written", "alignment")
     __slots__ = __match_args__
     output: Path
     point_map: PointMap
@@ -121,10 +137,11 @@ class CollectResult(Record):
     events: int
     outputs: list[Path]  # the files written: [output], or its parts with --split; [] if none
     written: bool  # False: no span decoded (or kept by --labels / --cores), no trace written
+    alignment: Alignment | None  # where each rank file was placed (None: not computed)
 
     def __init__(
         self, output: Path, point_map: PointMap, outcomes: list[RankOutcome], events: int,
-        outputs: list[Path] | None = None, written: bool = True,
+        outputs: list[Path] | None = None, written: bool = True, alignment: Alignment | None = None,
     ) -> None:
         self.output = output
         self.point_map = point_map
@@ -132,6 +149,7 @@ class CollectResult(Record):
         self.events = events
         self.outputs = ([output] if written else []) if outputs is None else outputs
         self.written = written
+        self.alignment = alignment
 
     @property
     def errors(self) -> list[ProfilingInputError]:
@@ -201,6 +219,8 @@ def parse_rank_offsets(text: str) -> dict[int, float]:
             offsets[int(rank)] = float(value)
         except ValueError:
             raise ValueError(f"--rank-offsets: {part!r} is not RANK=MICROSECONDS") from None
+        if not math.isfinite(offsets[int(rank)]):
+            raise ValueError(f"--rank-offsets: {part!r}: the offset is not a finite number")
     return offsets
 
 
@@ -224,6 +244,72 @@ def list_rank_files(profiling_dir: Path) -> list[tuple[RankFileName, Path]]:
     if not files:
         raise ProfilingInputError(profiling_dir, "no rank*.pt files")
     return files
+
+
+def _selected_files(profiling_dir: Path, options: CollectOptions) -> list[tuple[RankFileName, Path]]:
+    files = list_rank_files(profiling_dir)
+    if options.ranks is not None:
+        files = [(n, p) for n, p in files if n.rank in options.ranks]
+        if not files:
+            raise ProfilingInputError(profiling_dir, "no rank files match --ranks")
+    return files
+
+
+def _collect_merged(
+    profiling_dir: Path, output: Path, options: CollectOptions, progress: Callable[[int, int], None] | None,
+    files: list[tuple[RankFileName, Path]],
+) -> CollectResult:
+    """``--merge``: the device trace collected beside the output under a temporary name,
+    placed where each launch's kernel slice is in the framework traces, then both written
+    into the output as one trace (:mod:`merge`). Everything is in memory (the framework
+    trace as read, the device trace): --merge is for a few ranks, not a cluster."""
+    from . import merge  # only for --merge: a plain collect never pays its import (decimal, perfetto)
+
+    traces = [merge.read_framework_trace(path.expanduser()) for path in options.merge]
+    metas: list[RankMeta | None] = []
+    clocks: list[float] = []
+    for name, path in files:
+        try:
+            meta: RankMeta | None = read_rank_file(path, name.rank).meta
+        except ProfilingInputError:
+            meta = None  # reported when the trace is written
+        metas.append(meta)
+        clock = options.clock_mhz or (meta.clock_mhz if meta is not None else None)
+        clocks.append(float(clock or DEFAULT_CLOCK_MHZ))
+    named = [(path.name, name.rank, name.launch) for name, path in files]
+    plan = merge.plan_merge(traces, named, metas, clocks)
+    several_runs = len({n.run_key for n, _ in files}) > 1
+    # The pids collect gives the rank files (see plan in collect).
+    device_pids = {p: p if several_runs else name.rank for p, (name, _) in enumerate(files)}
+    fmt = trace_format(output, options.format)
+    compressed = output.name.endswith(".gz")
+    temporary = output.with_name(f".{output.name}.device" + (".json" if fmt == "json" else ".pftrace")
+                                 + (".gz" if compressed else ""))
+    device_options = CollectOptions(**{name: getattr(options, name)
+                                       for name in CollectOptions.__match_args__ if name != "merge"})
+    try:
+        result = collect(profiling_dir, temporary, device_options, progress, plan.alignment)
+        if not result.written:
+            return CollectResult(output, result.point_map, result.outcomes, 0, written=False,
+                                 alignment=plan.alignment)
+        raw = temporary.read_bytes()
+        if compressed:
+            raw = gzip.decompress(raw)
+        with atomic_output(output) as handle:
+            sink: Any = gzip.GzipFile(fileobj=handle, mode="wb", mtime=0) if compressed else handle
+            if fmt == "json":
+                document = merge.merged_json(plan, json.loads(raw), device_pids)
+                merge.check_finite(document)
+                merge.write_json(sink, document)
+            else:
+                sink.write(raw)
+                sink.write(merge.framework_packets(plan, device_pids))
+            if compressed:
+                sink.close()
+    finally:
+        temporary.unlink(missing_ok=True)
+    return CollectResult(output, result.point_map, result.outcomes, result.events, [output],
+                         alignment=plan.alignment)
 
 
 def _process_name(name: RankFileName, several_runs: bool) -> str:
@@ -288,6 +374,7 @@ def collect(
     output: Path,
     options: CollectOptions | None = None,
     progress: Callable[[int, int], None] | None = None,
+    placement: Alignment | None = None,
 ) -> CollectResult:
     """Decode every selected rank file and stream the trace to ``output``.
 
@@ -300,12 +387,10 @@ def collect(
     """
     options = options or CollectOptions()
     fmt = trace_format(output, options.format)
-    files = list_rank_files(profiling_dir)
+    files = _selected_files(profiling_dir, options)
     point_map = load_point_map(resolve_point_map(profiling_dir, options.point_map))
-    if options.ranks is not None:
-        files = [(n, p) for n, p in files if n.rank in options.ranks]
-        if not files:
-            raise ProfilingInputError(profiling_dir, "no rank files match --ranks")
+    if options.merge and placement is None:
+        return _collect_merged(profiling_dir, output, options, progress, files)
     if options.labels and not any(map(label_matcher(options.labels), point_map.labels)):
         raise NothingToWrite(
             f"--labels {','.join(options.labels)}: no label of {point_map.path} is or lies below "
@@ -313,6 +398,7 @@ def collect(
         )
     several_runs = len({n.run_key for n, _ in files}) > 1
     decode_options = DecodeOptions(options.clock_mhz, options.ignore_fingerprint)
+    alignment = placement or place_ranks(files, point_map, decode_options, options.align)
     outcomes: list[RankOutcome] = [RankOutcome(name, path) for name, path in files]
     ranks_meta: list[dict[str, Any] | None] = [None] * len(files)
     # One process for .gz, .pftrace and --split (a rank at a time, written where it belongs).
@@ -334,24 +420,28 @@ def collect(
         outcome = outcomes[position]
         pid = position if several_runs else outcome.name.rank
         rendered, ranks_meta[position] = _plan_rank(
-            outcome, pid, several_runs, point_map, decode_options, options, scratch, sequences
+            outcome, pid, several_runs, point_map, decode_options, options, scratch, sequences,
+            functools.partial(alignment.offset_us, position),
         )
         return rendered
 
     def other_data(positions: Iterable[int]) -> dict[str, Any]:
+        written = [p for p in positions if ranks_meta[p] is not None]  # the files in this trace
         return {
             "format": TRACE_FORMAT,
             "version": TRACE_FORMAT_VERSION,
             "point_map": str(point_map.path),
             "point_map_fingerprint": point_map.fingerprint,
-            "ranks": [meta for meta in (ranks_meta[p] for p in positions) if meta is not None],
+            "ranks": [ranks_meta[p] for p in written],
+            "alignment": alignment.metadata(written, options.rank_offsets_us),
         }
 
     if fmt != "json" or options.split is not None:
         outputs, events = write_files(
             output, fmt, options.split, [path.stem for _, path in files], plan, other_data, advance)
         # No span in any rank: write_files wrote nothing (not even the empty parts).
-        return CollectResult(output, point_map, outcomes, events, outputs, written=bool(outputs))
+        return CollectResult(output, point_map, outcomes, events, outputs, written=bool(outputs),
+                             alignment=alignment)
 
     watch = SizeWatch(output, sum(sizes))
 
@@ -391,7 +481,7 @@ def collect(
             events = write([range(len(files))])
         except _NoSpans:
             return CollectResult(output, point_map, outcomes, 0, written=False)
-    return CollectResult(output, point_map, outcomes, events)
+    return CollectResult(output, point_map, outcomes, events, alignment=alignment)
 
 
 class _NoSpans(Exception):
@@ -597,6 +687,7 @@ def _plan_rank(
     options: CollectOptions,
     scratch: RowScratch,
     sequences: Any = None,
+    placed: Callable[[RankDecode], float] | None = None,
 ) -> tuple[RenderedRank | None, dict[str, Any] | None]:
     """Read, decode and lay out one rank: its rows to write (formatted as they are
     written) or, given Perfetto ``sequences``, its packets; and its entry of the trace's
@@ -608,7 +699,8 @@ def _plan_rank(
         outcome.error = exc
         return None, None
     outcome.decoded = decoded
-    offset_us = options.rank_offsets_us.get(name.rank, 0.0)
+    # The placement (anchors, --align) first, then --rank-offsets as a manual correction.
+    offset_us = (placed(decoded) if placed is not None else 0.0) + options.rank_offsets_us.get(name.rank, 0.0)
     if sequences is not None:
         from . import perfetto  # only for .pftrace: a JSON collect never pays its import
 
@@ -645,6 +737,79 @@ def _plan_rank(
     return rendered, meta
 
 
+def place_ranks(
+    files: list[tuple[RankFileName, Path]], point_map: PointMap, decode_options: DecodeOptions,
+    spec: AlignSpec | None,
+) -> Alignment:
+    """Where each rank file's timeline starts (:mod:`align`): a first pass over the files
+    that reads their anchors and, for ``--align``, decodes them to find the label (the
+    second pass, writing the trace, decodes them again: one rank in memory at a time).
+    A file that cannot be read here is left at 0; writing reports it."""
+    if spec is not None and spec.label not in point_map.labels:
+        raise AlignmentError(f"--align: {spec.label!r} is not a label of {point_map.path}")
+    usable: list[int] = []
+    anchors: list[Anchor | None] = []
+    clocks: list[float] = []
+    ends: list[LabelEnds] = []
+    for position, (name, path) in enumerate(files):
+        try:
+            if spec is not None:
+                buffer = read_rank_file(path, name.rank)
+                decoded = decode_rank(buffer, point_map, decode_options)
+                ends.append(label_ends(decoded, point_map, spec.label))
+                anchor, clock = Anchor.from_meta(buffer.meta), buffer.meta.clock_mhz
+            else:
+                anchor, clock = _anchor_only(path)
+        except ProfilingInputError:
+            continue
+        usable.append(position)
+        anchors.append(anchor)
+        clocks.append(float(decode_options.clock_mhz or clock or DEFAULT_CLOCK_MHZ))
+    if spec is None and any(anchors) and not all(anchors):
+        # A file without an anchor turns the anchors off for all, unless it is unusable
+        # anyway (reported when the trace is written): only those are read in full.
+        kept = [k for k, (position, anchor) in enumerate(zip(usable, anchors, strict=True))
+                if anchor is not None or _readable(*files[position])]
+        usable, anchors = [usable[k] for k in kept], [anchors[k] for k in kept]
+        clocks = [clocks[k] for k in kept]
+    names = [(files[p][1].name, files[p][0].rank) for p in usable]
+    groups = [files[p][0].run_key for p in usable]
+    placed = (align(names, anchors, clocks, ends if spec is not None else None, spec, groups)
+              if usable else None)
+    everyone = align([(path.name, name.rank) for name, path in files], [None] * len(files),
+                     [DEFAULT_CLOCK_MHZ] * len(files))
+    if placed is None:
+        return everyone
+    for position, placement in zip(usable, placed.placements, strict=True):
+        everyone.placements[position] = placement
+    placed.placements = everyone.placements
+    return placed
+
+
+def _readable(name: RankFileName, path: Path) -> bool:
+    try:
+        read_rank_file(path, name.rank)
+    except ProfilingInputError:
+        return False
+    return True
+
+
+def _anchor_only(path: Path) -> tuple[Anchor | None, float | None]:
+    """A rank file's anchor and clock rate, without building its buffer: a legacy file (a
+    list of tensors) has neither, and reading it as a rank buffer would copy its tensors
+    into one for nothing. The file is checked when the trace is written."""
+    document = load_pt(path)
+    meta = document.get("meta") if isinstance(document, dict) and OPTRACE_KEY in document else None
+    if not isinstance(meta, dict):
+        return None, None
+    extra = meta.get("extra")
+    anchor = Anchor.from_raw(extra.get("anchor")) if isinstance(extra, dict) else None
+    clock = meta.get("clock_mhz")
+    if isinstance(clock, (int, float)) and not isinstance(clock, bool) and math.isfinite(clock) and clock > 0:
+        return anchor, float(clock)
+    return anchor, None
+
+
 def summary_lines(result: CollectResult) -> list[str]:
     """The human summary: what was written, then every skipped record with its reason."""
     spans = sum(o.spans_written for o in result.outcomes)
@@ -671,6 +836,8 @@ def summary_lines(result: CollectResult) -> list[str]:
         if outcome.decoded is not None:
             for issue in outcome.decoded.issues:
                 lines.append(f"  {outcome.path}: {issue}")
+    if result.written and result.alignment is not None:
+        lines.extend(result.alignment.summary_lines())
     return lines
 
 

@@ -21,3 +21,8 @@ class ProfilingInputError(Exception):
         # Pickled by collect's worker processes; the default would call __init__ with
         # the one formatted argument.
         return (type(self), (self.path, self.message))
+
+
+class MergeError(Exception):
+    """``collect --merge``: the framework trace cannot be merged with these rank files
+    (a launch without its kernel slice, a trace of unknown rank): exit 2."""

@@ -107,6 +107,19 @@ def _string(field: int, text: str) -> bytes:
     return _bytes(field, text.encode("utf-8"))
 
 
+#: The field encoders under public names, for the framework tracks of a merged trace (merge.py).
+def uint_field(field: int, value: int) -> bytes:
+    return _uint(field, value)
+
+
+def bytes_field(field: int, payload: bytes) -> bytes:
+    return _bytes(field, payload)
+
+
+def string_field(field: int, text: str) -> bytes:
+    return _string(field, text)
+
+
 def packet(*fields: bytes) -> bytes:
     """A ``Trace.packet`` holding the given TracePacket fields."""
     return _bytes(1, b"".join(fields))

@@ -13,18 +13,20 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import sys
 import threading
 import time
 import warnings
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .atomic import atomic_output
+from .decode import scan_slots, signed_delta, wrap_min
 from .format import DEFAULT_CLOCK_MHZ, FORMAT_VERSION, PROF_SIZE_PER_CORE, RankMeta
 from .pointmap import POINT_MAP_NAME, PointMap, load_point_map
 from .pt_writer import write_pt
@@ -41,16 +43,68 @@ def reset_launch_counters() -> None:
         _calls.clear()
 
 
-def _synchronize(tensor: Any) -> None:
-    """Wait for the device before reading the buffer (gate G4): NPU tensors only."""
+def _synchronize(tensor: Any) -> int | None:
+    """Wait for the device before reading the buffer (gate G4): NPU tensors only.
+
+    Returns the device id the kernel ran on (the tensor's, else torch_npu's current
+    device), or None when there is no NPU (a numpy buffer in a simulation)."""
     device = getattr(tensor, "device", None)
     on_npu = getattr(device, "type", None) == "npu"
     if not on_npu and "torch_npu" not in sys.modules:
-        return
+        return None
     # Lazy: importing torch_npu without CANN breaks `import torch` (domain.md §6).
     import torch_npu
 
     torch_npu.npu.synchronize()
+    index = getattr(device, "index", None) if on_npu else None
+    if index is None:
+        current = getattr(torch_npu.npu, "current_device", None)
+        index = current() if current is not None else None
+    return int(index) if isinstance(index, int) and not isinstance(index, bool) else None
+
+
+def host_clocks() -> tuple[int, int]:
+    """(monotonic ns, wall-clock ns since the epoch), read back to back."""
+    return time.monotonic_ns(), time.time_ns()
+
+
+def _boot_id() -> str | None:
+    """This boot's id: monotonic clocks of two processes compare only within one boot."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
+            return handle.read().strip() or None
+    except OSError:
+        return None
+
+
+def host_anchor(
+    data: np.ndarray, aic: int, aiv: int, device_id: int | None, clocks: tuple[int, int]
+) -> dict[str, Any] | None:
+    """What places this rank on a host time axis (docs/runtime.md, "Ranks on one time
+    axis"): the host clocks read right after the device sync, and the kernel's first
+    start cycle and last recorded cycle in the buffer (the sync returns just after the
+    kernel's end, so the last record is the device time closest to the host reading).
+    None when no core wrote a record (nothing to place)."""
+    layout = RankMeta(rank=0, slot_words=int(data.shape[1]), aic_cores=aic, aiv_cores=aiv).layout(
+        int(data.shape[0]))
+    scan = scan_slots(data, layout)
+    live = [r for r in scan.reports if r.state not in ("unused", "corrupt")]
+    if not live:
+        return None
+    start = wrap_min(np.array([r.start_cycle for r in live], dtype=np.uint64))
+    # The latest record, read as a signed distance from the start (the counter may wrap).
+    ends = [signed_delta(r.last_cycle - start) for r in live if r.records and r.last_cycle is not None]
+    end = (start + max(ends)) % (1 << 64) if ends else start
+    monotonic_ns, wall_ns = clocks
+    return {
+        "host_monotonic_ns": int(monotonic_ns),
+        "host_wall_ns": int(wall_ns),
+        "start_cycle": int(start),
+        "end_cycle": int(end),
+        "device_id": device_id,
+        "host": socket.gethostname(),
+        "boot_id": _boot_id(),
+    }
 
 
 def _to_numpy(value: Any) -> np.ndarray:
@@ -118,6 +172,8 @@ def save_profiling_data(
     warmup: int = 0,
     slot_words: int | None = None,
     aiv_roles: Mapping[int, str] | None = None,
+    op: str | None = None,
+    host_clock: Callable[[], tuple[int, int]] | None = None,
 ) -> Path | None:
     """Save one launch's profiling buffer; returns the file written (None for warm-up).
 
@@ -132,12 +188,20 @@ def save_profiling_data(
     otherwise. ``barrier`` records
     ``ENABLE_MOE_PROFILING_BARRIER`` (None: not stated). ``warmup=N`` skips the first N
     calls per (out_dir, rank, tag); later calls get ``_launch1``, ``_launch2``... unless
-    ``launch`` is given. ``point_map`` is copied beside the rank files.
+    ``launch`` is given. ``point_map`` is copied beside the rank files. ``op`` is the
+    operator's name as the framework's profiler shows it (``collect --merge`` matches
+    the launch to that kernel slice; any spelling: names compare by their normal form).
+
+    Right after the device sync the host clocks are read (``host_clock``, default
+    :func:`host_clocks`: a simulation passes its own) and stored with the kernel's start
+    cycle and device id as the rank's anchor, which ``collect`` uses to place ranks.
     """
     if not isinstance(rank, int) or rank < 0:
         raise ValueError(f"rank must be a non-negative int, not {rank!r}")
     if not clock_mhz > 0:
         raise ValueError(f"clock_mhz must be positive, not {clock_mhz!r}")
+    if op is not None and (not isinstance(op, str) or not op.strip()):
+        raise ValueError(f"op must be a non-empty operator name, not {op!r}")
     directory = resolve_out_dir(out_dir)
     key = (str(directory), rank, tag)
     with _lock:
@@ -147,7 +211,11 @@ def save_profiling_data(
         return None
     launch_index = call - warmup if launch is None else launch
 
-    _synchronize(tensor if not isinstance(tensor, (list, tuple)) else (tensor[0] if tensor else None))
+    first = tensor if not isinstance(tensor, (list, tuple)) else (tensor[0] if tensor else None)
+    device_id = _synchronize(first)
+    # Read the clocks at once: every statement between the sync and this adds to the
+    # anchor's error (the copy to host below takes milliseconds for a big buffer).
+    clocks = (host_clock or host_clocks)()
     legacy_list = isinstance(tensor, (list, tuple))
     parts = [_to_numpy(t) for t in tensor] if legacy_list else [_to_numpy(tensor)]
     if legacy_list and len(parts) not in (1, 2):
@@ -172,6 +240,12 @@ def save_profiling_data(
         raise ValueError(f"aic_cores={aic} + aiv_cores={aiv} do not fit the buffer's {slots} slots")
 
     fingerprint = _buffer_fingerprint(data)
+    extra: dict[str, Any] = {"saved_at": time.time(), "pid": os.getpid(), "warmup": warmup}
+    anchor = host_anchor(data, aic, aiv, device_id, clocks)
+    if anchor is not None:
+        extra["anchor"] = anchor
+    if op is not None:
+        extra["op"] = op
     meta = RankMeta(
         rank=rank,
         slot_words=slot_words,
@@ -184,7 +258,7 @@ def save_profiling_data(
         tag=tag,
         launch=launch_index,
         aiv_roles={str(k): str(v) for k, v in (aiv_roles or {}).items()},
-        extra={"saved_at": time.time(), "pid": os.getpid(), "warmup": warmup},
+        extra=extra,
     )
     target = directory / rank_file_name(rank, tag, launch_index)
     with atomic_output(target) as handle:

@@ -1,0 +1,412 @@
+"""Ranks on one time axis: where each rank file's timeline starts in the trace.
+
+Each device counts cycles from its own boot (domain.md §9), so two ranks' raw times say
+nothing about each other. Three sources place them, in this order:
+
+- **anchors** (written by :func:`save.save_profiling_data`): the host clocks read right
+  after the device sync, with the kernel's first start cycle and its last recorded cycle.
+  The sync returns just after the kernel's last record, so the rank's start sits
+  ``(end - start) / clock`` before the host reading. Monotonic clocks are compared when
+  every file comes from one boot of one host, wall clocks otherwise. Used only when every
+  file has one: mixing placed and unplaced ranks would look aligned and be wrong.
+- ``--align LABEL[@N]``: per file, the end of the N-th occurrence of LABEL on each core
+  that ran it, their median; files are shifted so these coincide (refining the anchors'
+  placement when there are anchors: the common time is the median of the anchored ends).
+- ``--rank-offsets``: a manual correction added last.
+
+Without anchors or ``--align`` every file starts at 0 and the method is "not aligned".
+The result (:class:`Alignment`) also goes into the trace's metadata: method, per-file
+shift and residual, and the uncertainty.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .decode import RankDecode, signed_delta
+from .format import DEFAULT_CLOCK_MHZ, RankMeta
+from .pointmap import PointMap
+from .records import FrozenRecord, Record
+
+NOT_ALIGNED = "not aligned"
+#: The method of ``collect --merge`` (merge.py): each launch placed in its kernel slice.
+MERGED = "framework trace"
+
+
+class AlignmentError(Exception):
+    """``--align`` cannot be applied to these files (a usage problem: exit 2)."""
+#: The largest N of LABEL@N (a label does not occur more often on one core than a slot holds).
+MAX_OCCURRENCE = 1 << 24
+
+
+class AlignSpec(FrozenRecord):
+    """``--align LABEL[@N]``: the N-th (1-based) occurrence of LABEL."""
+
+    __match_args__ = ("label", "occurrence")
+    __slots__ = __match_args__
+    label: str
+    occurrence: int
+
+    def __init__(self, label: str, occurrence: int = 1) -> None:
+        object.__setattr__(self, "label", label)
+        object.__setattr__(self, "occurrence", occurrence)
+
+    def __str__(self) -> str:
+        return f"{self.label}@{self.occurrence}"
+
+
+def parse_align(text: str) -> AlignSpec:
+    """``"barrier"`` or ``"barrier@3"``; ValueError (``--align: ...``) otherwise."""
+    label, at, number = text.strip().rpartition("@") if "@" in text else (text.strip(), "", "")
+    label = label.strip()
+    if not label:
+        raise ValueError(f"--align: {text!r} has no label (expected LABEL or LABEL@N)")
+    occurrence = 1
+    if at:
+        if not re.fullmatch(r"\d{1,9}", number.strip()):
+            raise ValueError(f"--align: {number!r} after '@' is not an occurrence number (1, 2, ...)")
+        occurrence = int(number)
+        if not 1 <= occurrence <= MAX_OCCURRENCE:
+            raise ValueError(f"--align: occurrence {occurrence} is out of range (1 to {MAX_OCCURRENCE})")
+    return AlignSpec(label, occurrence)
+
+
+class Anchor(FrozenRecord):
+    """One rank file's host anchor (see :func:`save.host_anchor`)."""
+
+    __match_args__ = ("host_monotonic_ns", "host_wall_ns", "start_cycle", "end_cycle", "device_id",
+                      "host", "boot_id")
+    __slots__ = __match_args__
+    host_monotonic_ns: int
+    host_wall_ns: int
+    start_cycle: int
+    end_cycle: int
+    device_id: int | None
+    host: str | None
+    boot_id: str | None
+
+    def __init__(self, host_monotonic_ns: int, host_wall_ns: int, start_cycle: int, end_cycle: int,
+                 device_id: int | None = None, host: str | None = None, boot_id: str | None = None) -> None:
+        for name, value in zip(self.__match_args__, (host_monotonic_ns, host_wall_ns, start_cycle, end_cycle,
+                                                      device_id, host, boot_id), strict=True):
+            object.__setattr__(self, name, value)
+
+    @classmethod
+    def from_meta(cls, meta: RankMeta) -> Anchor | None:
+        """The anchor a rank file holds, or None (legacy files, older optrace, or a value
+        that is not what save writes: an anchor that cannot be trusted is not used)."""
+        return cls.from_raw(meta.extra.get("anchor") if isinstance(meta.extra, dict) else None)
+
+    @classmethod
+    def from_raw(cls, raw: Any) -> Anchor | None:
+        """The anchor from the dict save wrote, or None for anything else."""
+        if not isinstance(raw, dict):
+            return None
+
+        def integer(key: str, low: int, high: int) -> int | None:
+            value = raw.get(key)
+            ok = isinstance(value, int) and not isinstance(value, bool) and low <= value < high
+            return value if ok else None
+
+        numbers = [integer("host_monotonic_ns", 0, 1 << 63), integer("host_wall_ns", 0, 1 << 63),
+                   integer("start_cycle", 0, 1 << 64), integer("end_cycle", 0, 1 << 64)]
+        if any(n is None for n in numbers):
+            return None
+        device = integer("device_id", 0, 1 << 31)
+        host, boot = raw.get("host"), raw.get("boot_id")
+        mono, wall, start, end = (int(n) for n in numbers if n is not None)
+        return cls(mono, wall, start, end, device, host if isinstance(host, str) else None,
+                   boot if isinstance(boot, str) else None)
+
+    def host_ns(self, monotonic: bool) -> int:
+        return self.host_monotonic_ns if monotonic else self.host_wall_ns
+
+    def host_ns_at_start(self, clock_mhz: float, monotonic: bool, reference: int) -> float:
+        """Host time (ns after ``reference``) of ``start_cycle``: the last record is the
+        host reading. The difference is taken in integers first: a wall clock's ns since
+        the epoch (~1.7e18) is only good to 256 ns as a double."""
+        span_cycles = signed_delta(self.end_cycle - self.start_cycle)
+        return float(self.host_ns(monotonic) - reference) - span_cycles * 1000.0 / clock_mhz
+
+
+class LabelEnds(Record):
+    """The ends (µs from the rank's base cycle) of every occurrence of a label, per core."""
+
+    __match_args__ = ("per_core", "clock_mhz", "base_cycle")
+    __slots__ = __match_args__
+    per_core: list[np.ndarray]  # one sorted-by-start array per core that ran the label
+    clock_mhz: float
+    base_cycle: int | None  # the decoded rank's base cycle, which the ends count from
+
+    def __init__(self, per_core: list[np.ndarray], clock_mhz: float, base_cycle: int | None = None) -> None:
+        self.per_core = per_core
+        self.clock_mhz = clock_mhz
+        self.base_cycle = base_cycle
+
+    def occurrences(self) -> int:
+        """How many times the label ran on the core that ran it most."""
+        return max((a.size for a in self.per_core), default=0)
+
+    def ends(self, occurrence: int) -> np.ndarray:
+        """The ends (µs) of the ``occurrence``-th (1-based) run on each core that has one."""
+        return np.array([a[occurrence - 1] for a in self.per_core if a.size >= occurrence], dtype=np.float64)
+
+
+def label_ends(decoded: RankDecode, point_map: PointMap, label: str) -> LabelEnds:
+    """Every occurrence of ``label`` in a decoded rank, per core, in start order."""
+    clock = decoded.clock_mhz
+    try:
+        index = point_map.labels.index(label)
+    except ValueError:
+        return LabelEnds([], clock, decoded.base_cycle)
+    per_core = []
+    for core in decoded.cores:
+        mask = core.label == index
+        if mask.any():
+            order = np.argsort(core.start[mask], kind="stable")
+            per_core.append(core.end[mask][order].astype(np.float64) / clock)
+    return LabelEnds(per_core, clock, decoded.base_cycle)
+
+
+class RankPlacement(Record):
+    """Where one rank file goes: ``shift_us`` at its base cycle, and what it rests on."""
+
+    __match_args__ = ("file", "rank", "shift_us", "anchor_us", "label_end_us", "spread_us",
+                      "residual_us", "anchor_start_cycle", "clock_mhz")
+    __slots__ = __match_args__
+    file: str
+    rank: int
+    shift_us: float
+    anchor_us: float | None  # the anchors' placement alone (at the anchor's start cycle)
+    label_end_us: float | None  # --align: the median end, before the shift
+    spread_us: float | None  # --align: max |core end - aligned time| at the aligned occurrence
+    residual_us: float | None  # --align: the same over every occurrence all files ran
+    anchor_start_cycle: int | None
+    clock_mhz: float
+
+    def __init__(self, file: str, rank: int, shift_us: float = 0.0, anchor_us: float | None = None,
+                 label_end_us: float | None = None, spread_us: float | None = None,
+                 residual_us: float | None = None, anchor_start_cycle: int | None = None,
+                 clock_mhz: float = DEFAULT_CLOCK_MHZ) -> None:
+        self.file = file
+        self.rank = rank
+        self.shift_us = shift_us
+        self.anchor_us = anchor_us
+        self.label_end_us = label_end_us
+        self.spread_us = spread_us
+        self.residual_us = residual_us
+        self.anchor_start_cycle = anchor_start_cycle
+        self.clock_mhz = clock_mhz
+
+
+class Alignment(Record):
+    """Every rank file's placement and how it was found (the trace's ``alignment``)."""
+
+    __match_args__ = ("method", "placements", "spec", "clock", "occurrences_used", "uncertainty_us",
+                      "notes")
+    __slots__ = __match_args__
+    method: str
+    placements: list[RankPlacement]
+    spec: AlignSpec | None
+    clock: str | None  # the host clock the anchors were compared on
+    occurrences_used: int  # --align: occurrences of LABEL the residual is taken over
+    uncertainty_us: float | None
+    notes: list[str]
+
+    def __init__(self, method: str, placements: list[RankPlacement], spec: AlignSpec | None = None,
+                 clock: str | None = None, occurrences_used: int = 0, uncertainty_us: float | None = None,
+                 notes: list[str] | None = None) -> None:
+        self.method = method
+        self.placements = placements
+        self.spec = spec
+        self.clock = clock
+        self.occurrences_used = occurrences_used
+        self.uncertainty_us = uncertainty_us
+        self.notes = [] if notes is None else notes
+
+    def offset_us(self, position: int, decoded: RankDecode) -> float:
+        """The shift of a decoded file's times (µs). Anchored shifts are taken at the
+        anchor's start cycle; the decoder's base may lie after it (a corrupt slot left
+        out), so the difference is added."""
+        placement = self.placements[position]
+        shift = placement.shift_us
+        if placement.label_end_us is None and placement.anchor_start_cycle is not None:
+            shift += signed_delta(decoded.base_cycle - placement.anchor_start_cycle) / decoded.clock_mhz
+        return shift
+
+    def metadata(self, positions: Sequence[int], manual: dict[int, float]) -> dict[str, Any]:
+        """The trace's ``alignment`` entry for the files at ``positions``."""
+        method = self.method + (" + manual offsets" if manual else "")
+        ranks = []
+        for p in positions:
+            placement = self.placements[p]
+            entry: dict[str, Any] = {"file": placement.file, "rank": placement.rank,
+                                     "shift_us": _rounded(placement.shift_us)}
+            if placement.rank in manual:
+                entry["manual_offset_us"] = manual[placement.rank]
+            for key in ("anchor_us", "label_end_us", "spread_us", "residual_us"):
+                value = getattr(placement, key)
+                if value is not None:
+                    entry[key] = _rounded(value)
+            if placement.anchor_us is not None and placement.label_end_us is not None:
+                # What --align moved the anchored placement by: the anchors' error here.
+                entry["anchor_correction_us"] = _rounded(placement.shift_us - placement.anchor_us)
+            ranks.append(entry)
+        document: dict[str, Any] = {"method": method, "uncertainty_us": _rounded(self.uncertainty_us)}
+        if self.spec is not None:
+            document.update(label=self.spec.label, occurrence=self.spec.occurrence,
+                            occurrences_used=self.occurrences_used)
+        if self.clock is not None:
+            document["host_clock"] = self.clock
+        if self.notes:
+            document["notes"] = list(self.notes)
+        document["ranks"] = ranks
+        return document
+
+    def summary_lines(self) -> list[str]:
+        """What collect prints: the method, then each file's shift and residual."""
+        if self.method == NOT_ALIGNED:
+            return [f"ranks not aligned: each starts at 0 ({'; '.join(self.notes)})" if self.notes
+                    else "ranks not aligned: each starts at 0 (no anchors; see --align)"]
+        head = f"ranks aligned by {self.method}"
+        if self.method == MERGED:
+            head = "launches placed under their kernel slices of the framework trace"
+        if self.uncertainty_us is not None:
+            head += f", uncertainty {self.uncertainty_us:.3f} µs"
+        lines = [head]
+        # Per file only when --align was asked (its residuals are the point); the anchors'
+        # shifts of hundreds of ranks are in the trace's metadata.
+        for p in self.placements if self.spec is not None else []:
+            line = f"  {p.file}: shift {p.shift_us:.3f} µs"
+            if p.residual_us is not None:
+                line += f", residual {p.residual_us:.3f} µs (spread at the aligned end {p.spread_us:.3f} µs)"
+            if p.anchor_us is not None and p.label_end_us is not None:
+                line += f", anchor corrected by {p.shift_us - p.anchor_us:+.3f} µs"
+            lines.append(line)
+        lines.extend(f"  note: {note}" for note in self.notes)
+        return lines
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
+
+
+def place_by_anchors(
+    files: Sequence[tuple[str, int]], anchors: Sequence[Anchor | None], clocks: Sequence[float]
+) -> tuple[list[float] | None, str | None, list[str]]:
+    """Each file's start (µs, the earliest at 0) from its anchor, the host clock used,
+    and notes; (None, None, notes) when not every file has an anchor."""
+    missing = [name for (name, _), anchor in zip(files, anchors, strict=True) if anchor is None]
+    if missing:
+        notes = []
+        if len(missing) < len(files):  # some have one: say why they are not used
+            shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+            notes.append(f"anchors not used: {len(missing)} of {len(files)} rank files have none ({shown})")
+        return None, None, notes
+    present = [a for a in anchors if a is not None]
+    hosts = {(a.host, a.boot_id) for a in present}
+    monotonic = len(hosts) == 1 and None not in next(iter(hosts))
+    clock = "monotonic, one host" if monotonic else f"wall clock, {len(hosts)} hosts or boots"
+    reference = present[0].host_ns(monotonic)
+    starts = [a.host_ns_at_start(c, monotonic, reference) for a, c in zip(present, clocks, strict=True)]
+    first = min(starts)
+    return [(s - first) / 1000.0 for s in starts], clock, []
+
+
+def align(
+    files: Sequence[tuple[str, int]],
+    anchors: Sequence[Anchor | None],
+    clocks: Sequence[float],
+    ends: Sequence[LabelEnds] | None = None,
+    spec: AlignSpec | None = None,
+    groups: Sequence[Any] | None = None,
+) -> Alignment:
+    """Place the rank files (``files``: (file name, rank) in trace order).
+
+    ``ends`` (with ``spec``): each file's occurrences of the label, for ``--align``;
+    ``groups``: each file's launch (tag, launch index): the label's ends are made to
+    coincide among the files of one launch (default: all files are one launch).
+    Raises AlignmentError (``--align: ...``) when a file did not run the asked occurrence."""
+    anchored, clock, notes = place_by_anchors(files, anchors, clocks)
+    placements = [RankPlacement(name, rank, clock_mhz=c)
+                  for (name, rank), c in zip(files, clocks, strict=True)]
+    if anchored is not None:
+        for placement, anchor, shift in zip(placements, anchors, anchored, strict=True):
+            placement.shift_us = placement.anchor_us = shift
+            placement.anchor_start_cycle = anchor.start_cycle if anchor is not None else None
+    if ends is None or spec is None:
+        if anchored is None:
+            return Alignment(NOT_ALIGNED, placements, notes=notes)
+        return Alignment("anchors", placements, clock=clock, notes=[
+            *notes, "anchors place ranks to within the host-device sync latency and the hosts' clock "
+            "agreement, not measured here; --align LABEL refines them"])
+
+    n = spec.occurrence
+    label_end = []
+    for (name, _), found in zip(files, ends, strict=True):
+        got = found.ends(n)
+        if got.size == 0:
+            runs = found.occurrences()
+            raise AlignmentError(
+                f"--align: {name} ran {spec.label!r} {runs} time{'s' if runs != 1 else ''} on its busiest "
+                f"core, occurrence {n} asked" if runs else f"--align: {name} has no span {spec.label!r}")
+        label_end.append(float(np.median(got)))
+    if anchored is not None:
+        # The anchors place the anchor's start cycle; the ends count from the decoded
+        # base (the same cycle unless a slot was left out as corrupt).
+        for k, (anchor, found) in enumerate(zip(anchors, ends, strict=True)):
+            if anchor is not None and found.base_cycle is not None:
+                anchored[k] += signed_delta(found.base_cycle - anchor.start_cycle) / found.clock_mhz
+                placements[k].anchor_us = anchored[k]
+    # The label's ends coincide within a group (one launch of every rank); several
+    # launches stay apart where the anchors put them.
+    members: dict[Any, list[int]] = {}
+    for k, key in enumerate(groups if groups is not None else [0] * len(files)):
+        members.setdefault(key, []).append(k)
+    shifts = [0.0] * len(files)
+    for group in members.values():
+        if anchored is not None:  # keep the anchors' placement of the group as a whole
+            target = float(np.median([anchored[k] + label_end[k] for k in group]))
+        else:
+            target = max(label_end[k] for k in group)
+        for k in group:
+            shifts[k] = target - label_end[k]
+    lowest = min(shifts)
+    shifts = [s - lowest for s in shifts]  # the earliest file starts at 0
+    for placement in placements:  # the anchors' placement on the same origin, to compare
+        if placement.anchor_us is not None:
+            placement.anchor_us -= lowest
+
+    for placement, shift, end in zip(placements, shifts, label_end, strict=True):
+        placement.shift_us = shift
+        placement.label_end_us = end
+        placement.anchor_start_cycle = None  # the shift is taken at the decoded base
+        placement.spread_us = placement.residual_us = 0.0
+    # Residual over every occurrence all files of a group ran: with one clock per device
+    # the cores of a rank agree at the aligned occurrence, so a rank's clock running at
+    # another rate (drift) shows as ends that move away from the others' occurrence by
+    # occurrence.
+    used = min(found.occurrences() for found in ends)
+    for group in members.values():
+        for k in range(1, min(ends[g].occurrences() for g in group) + 1):
+            per_file = {g: ends[g].ends(k) for g in group}
+            medians = [shifts[g] + float(np.median(e)) for g, e in per_file.items() if e.size]
+            common = float(np.median(medians))
+            for g, e in per_file.items():
+                if not e.size:
+                    continue
+                placement = placements[g]
+                worst = float(np.max(np.abs(shifts[g] + e - common)))
+                placement.residual_us = max(placement.residual_us or 0.0, worst)
+                if k == n:
+                    placement.spread_us = worst
+    # One tick: the ends themselves are whole cycles.
+    tick = max(1.0 / c for c in clocks)
+    uncertainty = max((p.residual_us or 0.0) for p in placements) + tick
+    method = f"label {spec}" if anchored is None else f"anchors + label {spec}"
+    return Alignment(method, placements, spec=spec, clock=clock, occurrences_used=used,
+                     uncertainty_us=uncertainty, notes=notes)

@@ -1,0 +1,332 @@
+"""`collect --merge TRACE_VIEW.json` (issue 15 §4): the device tracks inside a framework
+trace. The framework traces here are small ones written for these tests from the Chrome
+Trace Event / Kineto format (a `traceEvents` list of `ph` X / M / s / f events, µs
+timestamps; torch_npu's `trace_view.json` writes `ts` as strings and a device process
+named "Ascend Hardware"), not copies of real files. The rank files are generated
+(runtime/synth.py), with host anchors on a known clock: true tick 0 is wall clock
+1.7e18 ns + 1e12 ns.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pftrace_check import read_pftrace
+from typer.testing import CliRunner
+
+from optrace.cli import app
+from optrace.engine.names import op_key as engine_op_key
+from optrace.runtime.merge import DEVICE_TID_BASE, FLOW_ID_LIMIT, op_key, same_op
+from optrace.runtime.save import reset_launch_counters
+from optrace.runtime.synth import ClusterRun, write_ranks
+
+TICK_US = Decimal("0.02")  # 50 MHz
+ZERO_US = Decimal(1_700_000_000 * 10**6 + 10**9)  # true tick 0 on the wall clock, µs
+HOST_PID, DEVICE_PID = 4242, 2_000_001  # torch_npu-like pids
+BIG_FLOW = (1 << 60) + 7  # an id a double cannot hold
+
+
+@pytest.fixture(autouse=True)
+def _fresh_counters() -> None:
+    reset_launch_counters()
+
+
+def invoke(*args: object) -> Any:
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def kernel(run: ClusterRun, rank: int, name: str = "MoeDistributeDispatch", lead: str = "0.500",
+           tail: str = "0.700") -> dict[str, Any]:
+    """A device kernel slice around a generated launch, ts as a string like torch_npu's."""
+    start = ZERO_US + run.starts[rank] * TICK_US - Decimal(lead)
+    end = ZERO_US + run.ends[rank] * TICK_US + Decimal(tail)
+    return {"ph": "X", "name": name, "pid": DEVICE_PID, "tid": 7, "ts": str(start), "dur": str(end - start),
+            "args": {"Task Type": "MIX_AIC", "Stream Id": 7}}
+
+
+def framework_trace(path: Path, kernels: list[dict[str, Any]], rank: int | None = None,
+                    as_list: bool = False) -> Path:
+    """A host op calling aclnn, the device's kernels, a flow between them, metadata."""
+    events: list[dict[str, Any]] = [
+        # Kineto gives metadata a ts of 0 (or the trace's start): not the origin of the axis.
+        {"ph": "M", "name": "process_name", "pid": HOST_PID, "tid": 0, "ts": 0, "args": {"name": "Python"}},
+        {"ph": "M", "name": "process_name", "pid": DEVICE_PID, "tid": 0, "args": {"name": "Ascend Hardware"}},
+        {"ph": "M", "name": "thread_name", "pid": DEVICE_PID, "tid": 7, "args": {"name": "Stream 7"}},
+    ]
+    for n, k in enumerate(kernels):
+        launch_ts = Decimal(k["ts"]) - 30
+        events += [
+            {"ph": "X", "cat": "cpu_op", "name": "npu::moe_distribute_dispatch", "pid": HOST_PID, "tid": 1,
+             "ts": str(launch_ts), "dur": "25.125"},
+            # The host side's aclnn call has the op's name too: not a launch on the device.
+            {"ph": "X", "cat": "cann", "name": "aclnnMoeDistributeDispatch", "pid": HOST_PID, "tid": 1,
+             "ts": str(launch_ts + 1), "dur": "20"},
+            {"ph": "s", "cat": "async_npu", "name": "launch", "id": str(BIG_FLOW + n), "pid": HOST_PID,
+             "tid": 1, "ts": str(launch_ts + 2)},
+            {"ph": "f", "bp": "e", "cat": "async_npu", "name": "launch", "id": str(BIG_FLOW + n),
+             "pid": DEVICE_PID, "tid": 7, "ts": k["ts"]},
+            k,
+        ]
+    document: Any = events if as_list else {"traceEvents": events, "displayTimeUnit": "us"}
+    if rank is not None and not as_list:
+        document["distributedInfo"] = {"backend": "hccl", "rank": rank, "world_size": 2}
+    path.write_text(json.dumps(document))
+    return path
+
+
+def device_spans(document: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """The device's spans in the merged trace, per launch file."""
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for event in document["traceEvents"]:
+        if event["ph"] == "X" and isinstance(event.get("tid"), int) and event["tid"] >= DEVICE_TID_BASE:
+            out[event["args"]["launch_file"]].append(event)
+    return out
+
+
+def kernels_in(document: dict[str, Any]) -> list[dict[str, Any]]:
+    return sorted((e for e in document["traceEvents"] if e["ph"] == "X" and e["pid"] == DEVICE_PID
+                   and e["tid"] == 7), key=lambda e: e["ts"])
+
+
+def test_op_key_is_the_layers_normal_form() -> None:
+    names = ("MoeGmmFFNGate", "moe_gmm_ffn_gate", "MoeDistributeDispatch", "add_", "_x_y", "A__B", "fused")
+    for name in names:
+        assert op_key(name) == engine_op_key(name)
+    assert same_op("aclnnMoeDistributeDispatch", "moe_distribute_dispatch")
+    assert not same_op("MoeDistributeDispatchV2", "MoeDistributeDispatch")
+
+
+def test_merge_nests_the_launch_under_its_kernel_slice(tmp_path: Path) -> None:
+    run = write_ranks(tmp_path / "p", [0], op="moe_distribute_dispatch", jitter=2)
+    trace = framework_trace(tmp_path / "trace_view.json", [kernel(run, 0)])
+    out = tmp_path / "merged.json"
+    result = invoke("collect", tmp_path / "p", "-o", out, "--merge", trace)
+    assert result.exit_code == 0, result.output
+    document = json.loads(out.read_text())
+    (slice_,) = kernels_in(document)
+    spans = device_spans(document)["rank000.pt"]
+    assert spans and all(e["pid"] == DEVICE_PID for e in spans)  # in the kernel's process
+    first = min(e["ts"] for e in spans)
+    last = max(e["ts"] + e["dur"] for e in spans)
+    assert slice_["ts"] <= first and last <= slice_["ts"] + slice_["dur"] + 1e-9
+    # The anchor put the launch where the generator did: 0.5 µs after the slice's start.
+    assert first - slice_["ts"] == pytest.approx(0.5 + 5 * 0.02, abs=0.021)
+    names = {e["args"]["name"] for e in document["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "thread_name" and e["tid"] >= DEVICE_TID_BASE}
+    assert names == {"optrace AIC 0", "optrace AIC 1", "optrace AIV 0", "optrace AIV 1", "optrace AIV 2",
+                     "optrace AIV 3"}
+    assert document["otherData"]["alignment"]["method"] == "framework trace"
+    assert document["otherData"]["merge"]["launches"][0]["kernel"] == "MoeDistributeDispatch"
+    assert "launches placed under their kernel slices of the framework trace" in result.output
+
+
+def test_merged_timestamps_are_numbers_and_flow_ids_fit_a_double(tmp_path: Path) -> None:
+    run = write_ranks(tmp_path / "p", [0], op="MoeDistributeDispatch")
+    trace = framework_trace(tmp_path / "trace_view.json", [kernel(run, 0)], as_list=True)
+    out = tmp_path / "merged.json"
+    assert invoke("collect", tmp_path / "p", "-o", out, "--merge", trace).exit_code == 0
+    document = json.loads(out.read_text())
+    for event in document["traceEvents"]:
+        for key in ("ts", "dur"):
+            if key in event:
+                assert isinstance(event[key], (int, float)) and not isinstance(event[key], bool), event
+    flows = [e for e in document["traceEvents"] if e["ph"] in "stf"]
+    assert flows and all(isinstance(e["id"], int) and 0 < e["id"] < FLOW_ID_LIMIT for e in flows)
+    pairs: dict[int, list[str]] = defaultdict(list)
+    for event in flows:
+        pairs[event["id"]].append(event["ph"])
+    assert all(sorted(p) == ["f", "s"] for p in pairs.values()), pairs
+    ours = [e for e in flows if e["cat"] == "optrace"]
+    assert len(ours) == 2  # kernel slice -> its launch's first device span
+    # Counted from the earliest event: small numbers, with the ns digits kept.
+    (slice_,) = kernels_in(document)
+    assert slice_["ts"] == pytest.approx(30.0, abs=1e-9)
+    assert slice_["dur"] == pytest.approx(float(Decimal(kernel(run, 0)["dur"])), abs=1e-9)
+
+
+def test_launches_match_in_order_and_anchors_skip_extra_slices(tmp_path: Path) -> None:
+    directory = tmp_path / "p"
+    runs = [write_ranks(directory, [0], op="MoeDistributeDispatch", launch=k, at=100_000 * k, seed=k)
+            for k in range(3)]
+    # Two earlier slices of the op (warm-up steps the save skipped), same length.
+    warm = [kernel(runs[0], 0) for _ in range(2)]
+    for n, event in enumerate(warm):
+        event["ts"] = str(Decimal(event["ts"]) - 4000 * (2 - n))
+    trace = framework_trace(tmp_path / "t.json", [*warm, *(kernel(r, 0) for r in runs)])
+    out = tmp_path / "merged.json"
+    result = invoke("collect", directory, "-o", out, "--merge", trace)
+    assert result.exit_code == 0, result.output
+    document = json.loads(out.read_text())
+    slices = kernels_in(document)
+    spans = device_spans(document)
+    for k, name in enumerate(["rank000.pt", "rank000_launch1.pt", "rank000_launch2.pt"]):
+        target = slices[2 + k]
+        assert min(e["ts"] for e in spans[name]) >= target["ts"]
+        assert max(e["ts"] + e["dur"] for e in spans[name]) <= target["ts"] + target["dur"] + 1e-9
+    assert "the anchors matched the launches to slices 3..5" in result.output
+
+
+def test_without_anchors_the_warmup_count_skips_slices(tmp_path: Path) -> None:
+    directory = tmp_path / "p"
+    runs = [write_ranks(directory, [0], op="MoeDistributeDispatch", launch=k, at=100_000 * k, seed=k,
+                        anchors=False, warmup=1) for k in range(2)]
+    early = kernel(runs[0], 0)
+    early["ts"] = str(Decimal(early["ts"]) - 5000)
+    trace = framework_trace(tmp_path / "t.json", [early, *(kernel(r, 0) for r in runs)])
+    out = tmp_path / "merged.json"
+    result = invoke("collect", directory, "-o", out, "--merge", trace)
+    assert result.exit_code == 0, result.output
+    document = json.loads(out.read_text())
+    slices = kernels_in(document)
+    spans = device_spans(document)
+    # No anchor: the launch starts with its slice.
+    assert min(e["ts"] for e in spans["rank000.pt"]) == pytest.approx(slices[1]["ts"] + 5 * 0.02, abs=1e-6)
+    assert min(e["ts"] for e in spans["rank000_launch1.pt"]) >= slices[2]["ts"]
+
+
+def test_two_ranks_two_traces_by_distributed_rank(tmp_path: Path) -> None:
+    run = write_ranks(tmp_path / "p", [0, 300], op="MoeDistributeDispatch")
+    traces = [framework_trace(tmp_path / f"t{r}.json", [kernel(run, r)], rank=r) for r in (0, 1)]
+    out = tmp_path / "merged.json"
+    result = invoke("collect", tmp_path / "p", "-o", out, "--merge", traces[0], "--merge", traces[1])
+    assert result.exit_code == 0, result.output
+    document = json.loads(out.read_text())
+    launches = {e["file"]: e for e in document["otherData"]["merge"]["launches"]}
+    assert launches["rank000.pt"]["trace"].endswith("t0.json")
+    assert launches["rank001.pt"]["trace"].endswith("t1.json")
+    spans = device_spans(document)
+    assert {e["pid"] for e in spans["rank000.pt"]} == {DEVICE_PID}
+    assert {e["pid"] for e in spans["rank001.pt"]} == {f"1:{DEVICE_PID}"}  # the second trace's process
+    # Rank 1 started 300 ticks (6 µs) later, and so it is in the merged trace.
+    gap = min(e["ts"] for e in spans["rank001.pt"]) - min(e["ts"] for e in spans["rank000.pt"])
+    assert gap == pytest.approx(6.0, abs=0.021)
+
+
+def test_merge_to_pftrace_holds_both_timelines(tmp_path: Path) -> None:
+    run = write_ranks(tmp_path / "p", [0], op="MoeDistributeDispatch")
+    trace = framework_trace(tmp_path / "trace_view.json", [kernel(run, 0)])
+    out = tmp_path / "merged.pftrace"
+    result = invoke("collect", tmp_path / "p", "-o", out, "--merge", trace)
+    assert result.exit_code == 0, result.output
+    parsed = read_pftrace(out)  # every packet parses with Perfetto's protos, every B has its E
+    by_name = parsed.by_name()
+    # The kernel's stream joins the rank's process, above its cores.
+    (kernel_span,) = by_name[("Rank 0", "Stream 7")]
+    assert parsed.threads_in_order("Rank 0")[0] == "Stream 7"
+    assert kernel_span.name == "MoeDistributeDispatch"
+    host = [s.name for s in by_name[("Python", "tid 1")]]
+    assert host == ["npu::moe_distribute_dispatch", "aclnnMoeDistributeDispatch"]
+    device = [s for (process, core), spans in by_name.items() if process == "Rank 0" and core != "Stream 7"
+              for s in spans]
+    assert device
+    assert min(s.start_ns for s in device) >= kernel_span.start_ns
+    assert max(s.end_ns for s in device) <= kernel_span.end_ns
+    assert parsed.metadata["optrace"]["alignment"]["method"] == "framework trace"
+
+
+@pytest.mark.parametrize("case, message", [
+    ("no-op", "rank000.pt has no op name: save it with save_profiling_data(op=...)"),
+    ("few", "rank 0 has 1 launch of 'MoeDistributeDispatch' but the framework trace has 0 matching"),
+    ("bad-ts", "event 3: ts 'soon' is not a number"),
+    ("nan-ts", "is not a finite number"),
+    ("not-trace", "not a Chrome / Kineto trace"),
+    ("split", "--merge writes one trace: it cannot be used with --split"),
+    ("align", "it cannot be used with --align"),
+])
+def test_merge_refuses_what_it_cannot_place(tmp_path: Path, case: str, message: str) -> None:
+    run = write_ranks(tmp_path / "p", [0], op=None if case == "no-op" else "MoeDistributeDispatch")
+    trace = framework_trace(tmp_path / "t.json", [] if case == "few" else [kernel(run, 0)])
+    extra: list[object] = []
+    if case in ("bad-ts", "nan-ts"):
+        document = json.loads(trace.read_text())
+        document["traceEvents"][3]["ts"] = "soon" if case == "bad-ts" else "NaN"
+        trace.write_text(json.dumps(document))
+    elif case == "not-trace":
+        trace.write_text(json.dumps({"events": []}))
+    elif case == "split":
+        extra = ["--split", "rank"]
+    elif case == "align":
+        extra = ["--align", "step barrier"]
+    out = tmp_path / "merged.json"
+    result = invoke("collect", tmp_path / "p", "-o", out, "--merge", trace, *extra)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert not out.exists()
+    assert not list(tmp_path.glob(".merged*"))  # no temporary device trace left behind
+
+
+def test_fast_path_takes_merge(tmp_path: Path) -> None:
+    from optrace.collect_cli import parse_fast
+
+    parsed = parse_fast(["p", "-o", "m.json", "--merge", "a.json", "--merge=b.json"])
+    assert parsed is not None and parsed["merge"] == [Path("a.json"), Path("b.json")]
+
+
+def test_merge_to_pftrace_several_launches_keep_the_framework_process(tmp_path: Path) -> None:
+    directory = tmp_path / "p"
+    runs = [write_ranks(directory, [0], op="MoeDistributeDispatch", launch=k, at=100_000 * k, seed=k)
+            for k in range(2)]
+    trace = framework_trace(tmp_path / "t.json", [kernel(r, 0) for r in runs])
+    out = tmp_path / "merged.pftrace.gz"
+    result = invoke("collect", directory, "-o", out, "--merge", trace)
+    assert result.exit_code == 0, result.output
+    parsed = read_pftrace(out)
+    by_name = parsed.by_name()
+    kernels = by_name[("Ascend Hardware", "Stream 7")]  # two launch files: joined to neither
+    assert [k.name for k in kernels] == ["MoeDistributeDispatch"] * 2
+    for k, process in enumerate(["Rank 0 (launch 0)", "Rank 0 (launch 1)"]):
+        spans = [s for (name, _), found in by_name.items() if name == process for s in found]
+        assert spans
+        assert kernels[k].start_ns <= min(s.start_ns for s in spans)
+        assert max(s.end_ns for s in spans) <= kernels[k].end_ns
+
+
+def test_one_kineto_trace_of_two_devices_matches_ranks_by_the_anchors_device(tmp_path: Path) -> None:
+    import gzip
+
+    import numpy as np
+
+    from optrace.runtime.pt_reader import load_pt
+    from optrace.runtime.pt_writer import write_pt
+
+    run = write_ranks(tmp_path / "p", [0, 300], op="MoeDistributeDispatch")
+    for rank, device in ((0, 3), (1, 2)):  # rank 0 ran on device 3, rank 1 on device 2
+        path = tmp_path / "p" / f"rank{rank:03d}.pt"
+        document = load_pt(path)
+        document["meta"]["extra"]["anchor"]["device_id"] = device
+        document["data"] = np.array(document["data"])
+        with open(path, "wb") as handle:
+            write_pt(document, handle)
+    # Kineto style: kernels in category "kernel" with args.device, one process per device.
+    events = []
+    for rank, device in ((1, 2), (0, 3)):
+        event = kernel(run, rank)
+        event.update(cat="kernel", pid=device, tid=7, args={"device": device, "stream": 7})
+        event["ts"] = float(Decimal(event["ts"]))  # numbers, as Kineto writes them
+        event["dur"] = float(Decimal(event["dur"]))
+        events.append(event)
+    trace = tmp_path / "kineto.json.gz"
+    trace.write_bytes(gzip.compress(json.dumps({"traceEvents": events}).encode()))
+    out = tmp_path / "merged.json"
+    result = invoke("collect", tmp_path / "p", "-o", out, "--merge", trace)
+    assert result.exit_code == 0, result.output
+    spans = device_spans(json.loads(out.read_text()))
+    assert {e["pid"] for e in spans["rank000.pt"]} == {3}
+    assert {e["pid"] for e in spans["rank001.pt"]} == {2}
+
+
+def test_merge_keeps_collects_other_options(tmp_path: Path) -> None:
+    run = write_ranks(tmp_path / "p", [0], op="MoeDistributeDispatch")
+    trace = framework_trace(tmp_path / "t.json", [kernel(run, 0)])
+    out = tmp_path / "merged.json"
+    result = invoke("collect", tmp_path / "p", "-o", out, "--merge", trace, "--cores", "aic",
+                    "--labels", "step barrier")
+    assert result.exit_code == 0, result.output
+    spans = device_spans(json.loads(out.read_text()))["rank000.pt"]
+    assert {e["name"] for e in spans} == {"step barrier"}
+    assert {e["tid"] - DEVICE_TID_BASE for e in spans} == {0, 1}  # the two AIC slots
