@@ -160,6 +160,7 @@ class FunctionMacro:
     name: str
     params: tuple[str, ...]
     body: str
+    object_like: bool = False  # `#define NAME body`: used as `NAME;`, no arguments
 
     def expand(self, args: list[str]) -> str:
         """The body with its parameters replaced (`__VA_ARGS__` takes the rest)."""
@@ -173,13 +174,24 @@ _DEFINE_RE = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)\(([^)]*)\)((
                         re.M)
 
 
+_OBJECT_DEFINE_RE = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+((?:[^\n]*\\\r?\n)*[^\n]*)",
+                               re.M)
+
+
 def scan_function_macros(code: bytes) -> list[FunctionMacro]:
-    """Function-like macro definitions (continuation lines joined), comments blanked."""
+    """Function-like macro definitions (continuation lines joined), comments blanked, and
+    object-like ones whose body calls a method (`#define INIT_AND_PROCESS op.Init(...);
+    op.Process()`): a kernel runs its class through either."""
     out = []
     for m in _DEFINE_RE.finditer(code):
         params = tuple(p.strip() for p in decode(m.group(2)).split(",") if p.strip())
         body = re.sub(r"\\\r?\n", " ", decode(m.group(3)))
         out.append(FunctionMacro(decode(m.group(1)), params, body))
+    for m in _OBJECT_DEFINE_RE.finditer(code):
+        if b"(" not in m.group(2) or not re.search(rb"(?:\.|->)\s*\w+\s*\(", m.group(2)):
+            continue
+        body = re.sub(r"\\\r?\n", " ", decode(m.group(2)))
+        out.append(FunctionMacro(decode(m.group(1)), (), body, object_like=True))
     return out
 
 

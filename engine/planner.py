@@ -27,8 +27,8 @@ from optrace.engine.analysis import (
 from optrace.engine.cpp import (
     LOOP_TYPES,
     FunctionDef,
-    base_type_name,
     core_of_condition,
+    declared_type,
     role_of_condition,
     text_of,
 )
@@ -48,6 +48,7 @@ GENERIC_METHODS = frozenset(
     {"Process", "Run", "Compute", "Execute", "operator()", "Main", "Launch", "Exec", "Forward"}
 )
 _MACRO_CALL_RE = re.compile(r"\s*([A-Z_][A-Z0-9_]*)\s*\(")
+_MACRO_BARE_RE = re.compile(r"\s*([A-Z_][A-Z0-9_]*)\s*;?\s*$")
 # In a macro's expansion: `Type<...> var(...);` / `Type<...> var;`, and `var.Process(...)`.
 _MACRO_DECL_RE = re.compile(r"([A-Za-z_][\w:]*(?:\s*<[^;{}]*?>)?)\s+([A-Za-z_]\w*)\s*[({;=]")
 _MACRO_WORK_RE = re.compile(r"\b([A-Za-z_]\w*)\s*(?:\.|->)\s*(Process|Run|Compute|Execute)\s*\(")
@@ -375,22 +376,31 @@ class Planner:
         text: with a type among its arguments (`IMPL(Kernel, float)`) tree-sitter does not
         see a call at all."""
         stmt_text = text_of(fn.src, stmt)
+        macros = self.an.function_macros()
         m = _MACRO_CALL_RE.match(stmt_text)
-        macro = self.an.function_macros().get(m.group(1)) if m else None
-        if m is None or macro is None:
-            return False
-        name = m.group(1)
-        depth, end = 0, len(stmt_text)
-        for i in range(m.end() - 1, len(stmt_text)):
-            depth += {"(": 1, ")": -1}.get(stmt_text[i], 0)
-            if depth == 0:
-                end = i
-                break
-        text = macro.expand(split_arguments(stmt_text[m.end():end]))
-        types = {m.group(2): base_type_name(m.group(1)) for m in _MACRO_DECL_RE.finditer(text)}
+        macro = macros.get(m.group(1)) if m else None
+        if m is not None and macro is not None and not macro.object_like:
+            name = m.group(1)
+            depth, end = 0, len(stmt_text)
+            for i in range(m.end() - 1, len(stmt_text)):
+                depth += {"(": 1, ")": -1}.get(stmt_text[i], 0)
+                if depth == 0:
+                    end = i
+                    break
+            text = macro.expand(split_arguments(stmt_text[m.end():end]))
+        else:
+            # `INIT_AND_PROCESS;`: an object-like macro running `op.Process()` on an object
+            # the function declared itself
+            bare = _MACRO_BARE_RE.match(stmt_text)
+            macro = macros.get(bare.group(1)) if bare else None
+            if bare is None or macro is None or not macro.object_like:
+                return False
+            name, text = bare.group(1), macro.body
+        types = {m.group(2): declared_type(m.group(1)) for m in _MACRO_DECL_RE.finditer(text)}
         bodies: list[FunctionDef] = []
         for m in _MACRO_WORK_RE.finditer(text):
-            classes = self.an.index.resolve_class(types.get(m.group(1), ""), fn.scope)
+            tname = types.get(m.group(1)) or self.an.local_type(fn, m.group(1), stmt.start_byte) or ""
+            classes = self.an.index.resolve_class(tname, fn.scope)
             bodies += [c for c in self.an.index.methods(classes, m.group(2))
                        if c.id not in ctx.stack and (c.core is None or c.core in ctx.cores)]
         if not bodies:

@@ -540,3 +540,25 @@ def test_a_conditional_that_splits_an_else_if_chain_still_plans_the_entry(tmp_pa
     assert runner.invoke(app, ["check", str(root / "ops/split_if")]).exit_code == 0
     assert runner.invoke(app, ["strip", str(root / "ops/split_if"), "--write"]).exit_code == 0
     assert snapshot(root) == before
+
+
+def test_an_object_like_macro_that_runs_the_declared_object_is_seen_through(tmp_path: Path) -> None:
+    entry = ('#include "kernels.h"\n' + ENTRY_HEAD.format(op="obj_macro")
+             + "#define INIT_AND_PROCESS          \\\n    op.Init(x, y, workspace); \\\n    op.Process()\n"
+             "    if (TILING_KEY_IS(1)) {\n        KernelA op;\n        INIT_AND_PROCESS;\n"
+             "    } else {\n        KernelB op;\n        INIT_AND_PROCESS;\n    }\n}\n")
+    root = write_tree(tmp_path, {"ops/obj_macro/op_kernel/obj_macro.cpp": entry,
+                                 "ops/obj_macro/op_kernel/kernels.h":
+                                 "".join(kernel_class(f"Kernel{c}", f"Step{c}") for c in "AB")})
+    before = snapshot(root)
+    plan = plan_operator(root / "ops/obj_macro")
+    reached = {f.split("::")[-2][-1] for r in plan.root.walk() if (f := r.function) and "::Step" in f}
+    assert reached == {"A", "B"}
+    # no point inside the macro's text (lines 4-6): the class level at each use is
+    # lifted (each class's Process is the main flow of its variant)
+    assert not [r for r in plan.root.walk() if r.anchor and r.anchor.path.name == "obj_macro.cpp"
+                and 4 <= r.anchor.line <= 6]
+    assert runner.invoke(app, ["apply", str(root / "ops/obj_macro"), "--write"]).exit_code == 0
+    assert runner.invoke(app, ["check", str(root / "ops/obj_macro")]).exit_code == 0
+    assert runner.invoke(app, ["strip", str(root / "ops/obj_macro"), "--write"]).exit_code == 0
+    assert snapshot(root) == before
