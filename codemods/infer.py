@@ -38,7 +38,14 @@ from optrace.codemods.layer_common import (
     top_level_return,
 )
 from optrace.codemods.op_def import profiling_index
-from optrace.codemods.op_host_registry import INFER_DTYPE, INFER_SHAPE, HostFunction, host_functions
+from optrace.codemods.op_host_registry import (
+    INFER_DTYPE,
+    INFER_SHAPE,
+    HostFunction,
+    Registration,
+    host_functions,
+    unresolved,
+)
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit, line_start
 from optrace.engine.plan import Plan
@@ -85,7 +92,9 @@ def infer_edits(plan: Plan, mode: str) -> list[Edit]:
     targets = infer_functions(layers)
     files = list(dict.fromkeys([f.path for f in layers.found.get("infer", [])] + [t.path for t in targets]))
     edits: list[Edit] = []
-    if not targets:
+    wrapped = [r for role in (INFER_SHAPE, INFER_DTYPE) for r in unresolved(layers, role)
+               if r.function and r.statement >= 0]
+    if not targets and not wrapped:
         return edits
     index = infer_index(plan, files)
     header_for = sizes_header_path(layers.op_dir, files)
@@ -120,7 +129,57 @@ def infer_edits(plan: Plan, mode: str) -> list[Edit]:
                 return [ind + const, ind + f"{ctx}->SetOutputDataType({INDEX_VAR}, ge::DT_INT64);".encode()]
 
             edits.append(before_final_return(path, data, fn, dtype_lines, CODEMOD, "profiling_data dtype"))
+    by_statement: dict[tuple[Path, int], list[Registration]] = {}
+    for reg in wrapped:
+        by_statement.setdefault((reg.path, reg.statement), []).append(reg)
+    for (path, _), regs in by_statement.items():
+        data = clean_bytes(path)
+        edits += _wrap_registered(regs, data, layers.camel, const)
+        if any(r.role == INFER_SHAPE for r in regs) and path not in included:
+            included.add(path)
+            inc = include_edit(path, data, header_for, CODEMOD)
+            if inc is not None:
+                edits.append(inc)
     return edits
+
+
+_WRAPPED = {INFER_SHAPE: ("InferShape", "gert::InferShapeContext"),
+            INFER_DTYPE: ("InferDataType", "gert::InferDataTypeContext")}
+
+
+def _wrap_registered(regs: list[Registration], data: bytes, camel: str, const: bytes) -> list[Edit]:
+    """Infer functions the op registers but does not define (a shared library's
+    `InferShape4Elewise`) cannot be edited: wrappers defined right before the
+    registration call them and then set profiling_data, and the registration chain gains
+    a second `.InferShape(wrapper)` after the first (the builder keeps the last), all as
+    marked insertions strip removes whole."""
+    at = line_start(data, regs[0].statement)
+    ind = data[at : regs[0].statement]
+    ind = ind if not ind.strip() else b""
+    unit = indent_unit(data)
+    lines: list[bytes] = []
+    edits: list[Edit] = []
+    for reg in regs:
+        method, context = _WRAPPED[reg.role]
+        wrapper = f"Optrace{method}{camel}"
+        if reg.role == INFER_SHAPE:
+            sets = [b"gert::Shape *optraceProfilingShape = context->GetOutputShape("
+                    + INDEX_VAR.encode() + b");",
+                    b"if (optraceProfilingShape != nullptr) {",
+                    unit + b"optraceProfilingShape->SetDimNum(1);",
+                    unit + f"optraceProfilingShape->SetDim(0, {NUMEL_MACRO});".encode(),
+                    b"}"]
+        else:
+            sets = [f"context->SetOutputDataType({INDEX_VAR}, ge::DT_INT64);".encode()]
+        body = [const, f"ge::graphStatus optraceStatus = {reg.function}(context);".encode(),
+                b"if (optraceStatus != ge::GRAPH_SUCCESS) {", unit + b"return optraceStatus;", b"}",
+                *sets, b"return optraceStatus;"]
+        lines += [ind + f"static ge::graphStatus {wrapper}({context} *context)".encode(), ind + b"{",
+                  *[ind + unit + line for line in body], ind + b"}"]
+        edits.append(fragment(reg.path, reg.argument_end, f").{method}({wrapper}".encode(), CODEMOD,
+                              f"registers the {reg.role} wrapper"))
+    note = "wrapper of " + ", ".join(r.function for r in regs)
+    return [insert_lines(regs[0].path, data, at, lines, CODEMOD, note), *edits]
 
 
 def _already_sets(data: bytes, fn: CppFunction, index: int) -> bool:

@@ -69,6 +69,10 @@ class Registration:
     path: Path
     line: int
     namespace: tuple[str, ...] = ()  # the namespaces the registration is written in
+    # For an `IMPL_OP...(Op).Role(fn)` chain at namespace scope: where the statement
+    # starts and where the argument ends (-1 for OpDef class setters).
+    statement: int = -1
+    argument_end: int = -1
 
     @property
     def name(self) -> str:
@@ -129,11 +133,12 @@ def _first_argument(data: bytes, code: bytes, open_at: int) -> tuple[str, int] |
 
 def _registrations(path: Path, data: bytes, names: tuple[str, ...]) -> list[Registration]:
     code = mask(data)
-    out = []
+    out: list[Registration] = []
     for m in _IMPL_RE.finditer(code):
         if not any(same_op(m.group(2).decode().split("::")[-1], n) for n in names):
             continue
         pos = m.end()
+        chain: dict[str, Registration] = {}
         while True:
             call = _CHAIN_RE.match(code, pos)
             if call is None:
@@ -143,9 +148,11 @@ def _registrations(path: Path, data: bytes, names: tuple[str, ...]) -> list[Regi
                 break
             role = _CHAIN_ROLES.get(call.group(1).decode())
             if role is not None and not call.group(1).startswith(b"Set"):
-                out.append(Registration(role, arg[0], path, line_number(data, call.start()),
-                                        namespace_at(code, m.start())))
+                # The builder's setters keep the last function a chain gives a role.
+                chain[role] = Registration(role, arg[0], path, line_number(data, call.start()),
+                                           namespace_at(code, m.start()), m.start(), arg[1])
             pos = arg[1] + 1
+        out.extend(chain.values())
     for cls in _OPDEF_CLASS_RE.finditer(code):
         if not any(same_op(cls.group(1).decode(), n) for n in names):
             continue

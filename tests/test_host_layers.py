@@ -326,9 +326,16 @@ def test_an_infer_left_unedited_fails_g2_at_the_registered_function(tmp_path: Pa
     ]
 
 
-def test_an_infer_registered_outside_the_op_fails_g2(tmp_path: Path) -> None:
+def test_an_infer_registered_outside_the_op_is_wrapped_and_fails_g2_without_the_wrapper(tmp_path: Path) -> None:
     op = applied(tmp_path, infer=(f"{OP}/op_host/demo_op_infershape.cpp", ".InferDataType(InferDtype4DemoOp)",
                                   ".InferDataType(Ops::Base::InferDtypeSame)"))
+    # apply registers a wrapper that calls the library's function, then sets the output
+    assert gates(op)["G2"]["status"] == "pass"
+    path = op / "op_host/demo_op_infershape.cpp"
+    assert ".InferDataType(Ops::Base::InferDtypeSame/*optrace<*/).InferDataType(OptraceInferDataTypeDemoOp" \
+        in path.read_text()
+    # the second registration taken out by hand: the library's function is registered again
+    path.write_text(re.sub(r"/\*optrace<\*/\)\.InferDataType\(\w+/\*>optrace\*/", "", path.read_text()))
     bad = failing(gates(op)["G2"])
     assert [b[2].split(",")[0] for b in bad] == [
         "infer dtype is registered as `Ops::Base::InferDtypeSame`"]

@@ -4,13 +4,19 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from layer_snippets import make_repo, run
+from typer.testing import CliRunner
 
+from optrace.cli import app
 from optrace.codemods.infer import infer_edits
 from optrace.codemods.layer_common import index_constants, output_uses, resolve_index
+from optrace.engine.host_compile import host_compile
+
+runner = CliRunner()
 
 INFER = "ops/demo_op/op_host/demo_op_infer.cpp"
 OPDEF = ("ops/demo_op/op_host/demo_op_def.cpp",
@@ -150,3 +156,73 @@ def test_one_line_bodies_get_the_lines_as_one_fragment(tmp_path: Path) -> None:
             ) in after
     assert ("(gert::InferDataTypeContext* context) { /*optrace<*/ constexpr uint32_t optraceProfilingDataIndex = 2; "
             "context->SetOutputDataType(optraceProfilingDataIndex, ge::DT_INT64); /*>optrace*/}\n") in after
+
+
+LIBRARY_INFER = """\
+#include "elewise_util.h"
+
+using namespace ge;
+using namespace Ops::Base;
+
+namespace ops {
+IMPL_OP_INFERSHAPE(DemoOp).InferShape(InferShape4Elewise).InferDataType(Ops::Base::InferDataType4Elewise);
+}  // namespace ops
+"""
+ELEWISE = ("ops/demo_op/op_host/elewise_util.h",
+           "namespace Ops {\nnamespace Base {\n"
+           "ge::graphStatus InferShape4Elewise(gert::InferShapeContext *context);\n"
+           "ge::graphStatus InferDataType4Elewise(gert::InferDataTypeContext *context);\n"
+           "}  // namespace Base\n}  // namespace Ops\n")
+
+
+def test_an_infer_registered_from_a_library_is_wrapped_where_it_is_registered(tmp_path: Path) -> None:
+    op = make_repo(tmp_path, {INFER: LIBRARY_INFER, OPDEF[0]: OPDEF[1], ELEWISE[0]: ELEWISE[1]})
+    after = run(infer_edits, op)[INFER]  # strips back to the original (run checks it)
+    assert after == LIBRARY_INFER.replace('#include "elewise_util.h"\n', '#include "elewise_util.h"\n'
+                                          '#include "optrace_demo_op_profiling.h"  // optrace\n').replace(
+        "namespace ops {\n", """\
+namespace ops {
+static ge::graphStatus OptraceInferShapeDemoOp(gert::InferShapeContext *context)  // optrace
+{  // optrace
+    constexpr uint32_t optraceProfilingDataIndex = 2;  // optrace
+    ge::graphStatus optraceStatus = InferShape4Elewise(context);  // optrace
+    if (optraceStatus != ge::GRAPH_SUCCESS) {  // optrace
+        return optraceStatus;  // optrace
+    }  // optrace
+    gert::Shape *optraceProfilingShape = context->GetOutputShape(optraceProfilingDataIndex);  // optrace
+    if (optraceProfilingShape != nullptr) {  // optrace
+        optraceProfilingShape->SetDimNum(1);  // optrace
+        optraceProfilingShape->SetDim(0, OPTRACE_PROFILING_NUMEL);  // optrace
+    }  // optrace
+    return optraceStatus;  // optrace
+}  // optrace
+static ge::graphStatus OptraceInferDataTypeDemoOp(gert::InferDataTypeContext *context)  // optrace
+{  // optrace
+    constexpr uint32_t optraceProfilingDataIndex = 2;  // optrace
+    ge::graphStatus optraceStatus = Ops::Base::InferDataType4Elewise(context);  // optrace
+    if (optraceStatus != ge::GRAPH_SUCCESS) {  // optrace
+        return optraceStatus;  // optrace
+    }  // optrace
+    context->SetOutputDataType(optraceProfilingDataIndex, ge::DT_INT64);  // optrace
+    return optraceStatus;  // optrace
+}  // optrace
+""").replace(".InferShape(InferShape4Elewise).InferDataType(Ops::Base::InferDataType4Elewise);",
+             ".InferShape(InferShape4Elewise/*optrace<*/).InferShape(OptraceInferShapeDemoOp/*>optrace*/)"
+             ".InferDataType(Ops::Base::InferDataType4Elewise/*optrace<*/)"
+             ".InferDataType(OptraceInferDataTypeDemoOp/*>optrace*/);")
+
+
+def test_the_wrapped_library_infer_compiles_and_check_sees_g2_through_it(tmp_path: Path) -> None:
+    op = make_repo(tmp_path, {INFER: LIBRARY_INFER, OPDEF[0]: OPDEF[1], ELEWISE[0]: ELEWISE[1]})
+    root = op.parent.parent
+    infer = root / INFER
+    before = host_compile([infer], op).errors.get(infer, [])
+    assert runner.invoke(app, ["apply", str(op), "--write"]).exit_code == 0
+    assert "OptraceInferShapeDemoOp" in infer.read_text()
+    # no error the wrapper brings (the sizes header it includes is written by apply)
+    assert host_compile([infer], op).errors.get(infer, []) == before
+    check = runner.invoke(app, ["check", str(op), "--format", "json"])
+    gates = {g["gate"]: g for g in json.loads(check.stdout)["operators"][0]["gates"]}
+    assert gates["G2"]["status"] == "pass", gates["G2"]
+    assert runner.invoke(app, ["strip", str(op), "--write"]).exit_code == 0
+    assert infer.read_text() == LIBRARY_INFER

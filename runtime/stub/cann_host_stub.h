@@ -47,7 +47,26 @@ class TilingContext {
 public:
     const CompileTimeTensorDesc *GetOutputDesc(unsigned long i);
 };
+// `IMPL_OP_INFERSHAPE(Op).InferShape(f).InferDataType(g);` at namespace scope: a builder
+// whose setters keep the last function given (optrace wraps a library infer this way).
+class OpImplRegisterV2 {
+public:
+    explicit OpImplRegisterV2(const char *op_type);
+    OpImplRegisterV2 &InferShape(ge::graphStatus (*fn)(InferShapeContext *));
+    OpImplRegisterV2 &InferDataType(ge::graphStatus (*fn)(InferDataTypeContext *));
+    OpImplRegisterV2 &Tiling(ge::graphStatus (*fn)(TilingContext *));
+    template <typename... A> OpImplRegisterV2 &TilingParse(A...);
+    template <typename... A> OpImplRegisterV2 &InferShapeRange(A...);
+};
 }  // namespace gert
+#ifndef IMPL_OP_INFERSHAPE
+#define OPTRACE_STUB_CAT(a, b) a##b
+#define IMPL_OP_INFERSHAPE(op) \
+    static gert::OpImplRegisterV2 OPTRACE_STUB_CAT(optrace_stub_infer_, op) = gert::OpImplRegisterV2(#op)
+#define IMPL_OP_OPTILING(op) \
+    static gert::OpImplRegisterV2 OPTRACE_STUB_CAT(optrace_stub_tiling_, op) = gert::OpImplRegisterV2(#op)
+#define IMPL_OP(op) static gert::OpImplRegisterV2 OPTRACE_STUB_CAT(optrace_stub_impl_, op) = gert::OpImplRegisterV2(#op)
+#endif
 
 namespace ops {
 enum Option { OPTIONAL = 0, REQUIRED = 1, DYNAMIC = 2 };
