@@ -27,7 +27,7 @@ from optrace.engine.cpp import (
     scoped_locals,
     text_of,
 )
-from optrace.engine.diagnostics import Diagnostic, InputError, Severity
+from optrace.engine.diagnostics import Diagnostic, InputError
 from optrace.engine.discovery import Layers, default_repo_root, discover, repo_index, resolve_operator_dir
 from optrace.engine.includes import HeaderSearch, IncludeGraph, build_include_graph
 from optrace.engine.model import ExistingPoint
@@ -324,7 +324,7 @@ def analyse_operator(op_dir: Path, repo_root: Path | None = None) -> Analysis:
     diagnostics = list(layers.diagnostics) + list(includes.diagnostics)
     if layers.entry.path.resolve() not in includes.files:
         bad = includes.diagnostics[0] if includes.diagnostics else Diagnostic(
-            "OT011", "cannot read the kernel entry", layers.entry.path, 0, Severity.ERROR
+            "OT011", "cannot read the kernel entry", layers.entry.path, 0
         )
         raise InputError(bad)
 
@@ -347,14 +347,13 @@ def analyse_operator(op_dir: Path, repo_root: Path | None = None) -> Analysis:
                     "analysis continues with what parsed",
                     path,
                     pf.error_lines[0],
-                    Severity.WARNING,
                 )
             )
         index.add_file(pf)
     for includer, line, target in includes.missing:
         diagnostics.append(
             Diagnostic("OT021", f"header not found: \"{target}\" (absent submodule?)", includer,
-                       line, Severity.INFO)
+                       line)
         )
 
     entry_path = layers.entry.path.resolve()
@@ -362,7 +361,7 @@ def analyse_operator(op_dir: Path, repo_root: Path | None = None) -> Analysis:
     if entry_fn is None:
         raise InputError(
             Diagnostic("OT010", f"kernel entry `{layers.entry.name}` could not be parsed",
-                       entry_path, layers.entry.line, Severity.ERROR)
+                       entry_path, layers.entry.line)
         )
     mixed, cores = _kernel_cores(parsed, includes.files[entry_path].raw)
     an = Analysis(layers, config, includes, parsed, index, nx.DiGraph(), entry_fn, mixed, cores,

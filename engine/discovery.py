@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from optrace.engine.config import Config
-from optrace.engine.diagnostics import Diagnostic, InputError, Severity
+from optrace.engine.diagnostics import Diagnostic, InputError
 from optrace.engine.names import op_name_pattern, same_op
 from optrace.engine.source import blank_comments, decode, is_binary
 
@@ -99,14 +99,11 @@ def resolve_operator_dir(op_dir: Path) -> Path:
     try:
         resolved = op_dir.resolve(strict=True)
     except RuntimeError:  # Python 3.11 raises this for a symlink loop
-        raise InputError(Diagnostic("OT014", "operator directory is a symlink loop", op_dir, 0,
-                                    Severity.ERROR)) from None
+        raise InputError(Diagnostic("OT014", "operator directory is a symlink loop", op_dir, 0)) from None
     except OSError:
-        raise InputError(Diagnostic("OT001", "operator directory does not exist", op_dir, 0,
-                                    Severity.ERROR)) from None
+        raise InputError(Diagnostic("OT001", "operator directory does not exist", op_dir, 0)) from None
     if not resolved.is_dir():
-        raise InputError(Diagnostic("OT001", "operator directory does not exist", op_dir, 0,
-                                    Severity.ERROR))
+        raise InputError(Diagnostic("OT001", "operator directory does not exist", op_dir, 0))
     return resolved
 
 
@@ -347,7 +344,7 @@ def discover(op_dir: Path, repo_root: Path, config: Config) -> Layers:
     """Classify the operator's files into layers; raises InputError without an entry."""
     if not op_dir.is_dir():
         raise InputError(
-            Diagnostic("OT001", "operator directory does not exist", op_dir, 0, Severity.ERROR)
+            Diagnostic("OT001", "operator directory does not exist", op_dir, 0)
         )
     if "entry" not in config.layers:
         refuse_parent_of_operators(op_dir)
@@ -381,7 +378,6 @@ def discover(op_dir: Path, repo_root: Path, config: Config) -> Layers:
                 "the operator directory",
                 op_dir,
                 0,
-                Severity.ERROR,
             )
         )
 
@@ -435,8 +431,7 @@ def refuse_parent_of_operators(op_dir: Path) -> None:
     listing = ", ".join(shown[:20]) + (f" and {len(shown) - 20} more" if len(shown) > 20 else "")
     raise InputError(Diagnostic(
         "OT015", f"not one operator directory: it holds {len(found)} operator director"
-        f"{'y' if len(found) == 1 else 'ies'} below it ({listing}); give one of them", op_dir, 0,
-        Severity.ERROR))
+        f"{'y' if len(found) == 1 else 'ies'} below it ({listing}); give one of them", op_dir, 0))
 
 
 def _kernel_dir(entry: Path, op_dir: Path) -> Path:

@@ -98,8 +98,7 @@ def scan(src_dir: Path) -> PointMapResult:
         try:
             raw = path.read_bytes()
         except OSError as exc:
-            diagnostics.append(Diagnostic("OT201", f"cannot read: {exc.strerror}", path, 0,
-                                          Severity.ERROR))
+            diagnostics.append(Diagnostic("OT201", f"cannot read: {exc.strerror}", path, 0))
             continue
         digest.update(path.relative_to(src_dir).as_posix().encode() + b"\0" + raw + b"\0")
         code = blank_if0(blank_comments(raw))
@@ -113,7 +112,7 @@ def scan(src_dir: Path) -> PointMapResult:
             occurrences.append(Occurrence(label, event, path, line, m.start(), m.end(), indexed))
             problem = _label_problem(label, event)
             if problem:
-                diagnostics.append(Diagnostic("OT202", problem, path, line, Severity.ERROR))
+                diagnostics.append(Diagnostic("OT202", problem, path, line))
     if not occurrences and files:
         for path in files:
             done = _PREPROCESSED_RE.search(blank_comments(path.read_bytes()))
@@ -121,12 +120,12 @@ def scan(src_dir: Path) -> PointMapResult:
                 diagnostics.append(Diagnostic(
                     "OT205", "sources are already preprocessed (MoeTracing with integer ids, no "
                     "TRACE_POINT); run on a fresh copy of the sources", path,
-                    path.read_bytes().count(b"\n", 0, done.start()) + 1, Severity.ERROR))
+                    path.read_bytes().count(b"\n", 0, done.start()) + 1))
                 break
     keys = {(o.label, o.event) for o in occurrences}
     ids, notes = assign_ids(keys)
     for note in notes:
-        diagnostics.append(Diagnostic("OT203", note, None, 0, Severity.INFO))
+        diagnostics.append(Diagnostic("OT203", note, None, 0))
     _check_balance(occurrences, diagnostics)
     digest.update(json.dumps(sorted((k[0], k[1], v) for k, v in ids.items())).encode())
     fingerprint = int.from_bytes(digest.digest()[:4], "big") or 1
@@ -155,7 +154,7 @@ def _check_balance(occurrences: list[Occurrence], diagnostics: list[Diagnostic])
             missing = "E" if "B" in kinds else "B"
             o = first[label]
             diagnostics.append(Diagnostic("OT204", f'label "{label}" has no "{missing}" point',
-                                          o.path, o.line, Severity.ERROR))
+                                          o.path, o.line))
 
 
 def point_map_document(result: PointMapResult, src_dir: Path, generator: str) -> dict[str, object]:

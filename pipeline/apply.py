@@ -204,7 +204,7 @@ def _check_read_once(result: OperatorChanges, plan: Plan, prov: Provenance) -> N
         expected = set(prov.read_digest.get(path, ())) | ({parsed[path]} if path in parsed else set())
         if expected and expected != {_digest(old)}:
             raise InputError(Diagnostic("OT042", "changed while optrace was planning it; nothing written, "
-                                        "plan again", path, 0, Severity.ERROR))
+                                        "plan again", path, 0))
 
 
 class Neighbourhood(Protocol):

@@ -75,7 +75,8 @@ class CheckReport:
     gates: list[GateResult] = field(default_factory=list)
 
     def add(self, code: str, message: str, path: Path | None, line: int,
-            severity: Severity = Severity.ERROR) -> None:
+            severity: Severity | None = None) -> None:
+        # No severity: the code's default from the registry (engine/codes.py).
         self.findings.append(Diagnostic(code, message, path, line, severity))
 
     def effective(self, d: Diagnostic, strict: bool) -> Severity:
@@ -192,8 +193,7 @@ def _check_block_version(report: CheckReport, path: Path, data: bytes) -> None:
     if found and current and int(found.group(1)) < int(current.group(1)):
         report.add("OT409", f"runtime block v{decode(found.group(1))} is older than "
                    f"v{decode(current.group(1))}; "
-                   "re-run `optrace apply` to upgrade it", path, data.count(b"\n", 0, found.start()) + 1,
-                   Severity.WARNING)
+                   "re-run `optrace apply` to upgrade it", path, data.count(b"\n", 0, found.start()) + 1)
 
 
 def _check_labels(report: CheckReport, points: list[Point]) -> None:
@@ -343,7 +343,7 @@ def compile_check(report: CheckReport, files: list[Path], op_dir: Path) -> None:
     """libclang on each touched file; errors on lines optrace inserted are findings."""
     result = host_compile(files, op_dir)
     for path, reason in result.skipped:
-        report.add("OT421", f"compile safety skipped for this file: {reason}", path, 0, Severity.WARNING)
+        report.add("OT421", f"compile safety skipped for this file: {reason}", path, 0)
     for path, errors in result.errors.items():
         report.compile_checked += 1
         inserted, fragments = _inserted_code(path.read_bytes())
