@@ -33,12 +33,11 @@ from optrace.engine.discovery import (
     resolve_operator_dir,
     walk_files,
 )
-from optrace.engine.edits import Edit, EditError, EditSet, apply_edits, new_contents, resolve
+from optrace.engine.edits import Edit, EditError, EditSet, FileChange, apply_edits, new_contents, resolve
 from optrace.engine.plan import Plan
 from optrace.pipeline.layers import kernel_side, layer_edits, owned_files, sizes_header
 from optrace.pipeline.plan import plan_operator
 
-Change = tuple[bytes | None, bytes | None]
 EditsByFile = dict[Path, list[Edit]]
 
 
@@ -80,7 +79,7 @@ class Provenance:
 class OperatorChanges:
     op_dir: Path
     repo_root: Path
-    changes: dict[Path, Change] = field(default_factory=dict)
+    changes: dict[Path, FileChange] = field(default_factory=dict)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     plan: Plan | None = None
     provenance: Provenance | None = None
@@ -401,7 +400,7 @@ def strip_changes(op_dir: Path, repo_root: Path | None = None) -> OperatorChange
     return result
 
 
-def _strip_file(path: Path, owned: set[Path], others: Neighbourhood) -> Change | None:
+def _strip_file(path: Path, owned: set[Path], others: Neighbourhood) -> FileChange | None:
     """What strip does to one file, from its current bytes: the one rule both a single
     operator's computation and `rebase` use."""
     try:
