@@ -30,7 +30,7 @@ from optrace.engine.cpp import (
 from optrace.engine.diagnostics import Diagnostic, InputError
 from optrace.engine.discovery import Layers, default_repo_root, discover, repo_index, resolve_operator_dir
 from optrace.engine.includes import HeaderSearch, IncludeGraph, build_include_graph
-from optrace.engine.model import ExistingPoint
+from optrace.engine.model import TracePoint
 from optrace.engine.source import (
     TRACE_POINT_CALL,
     blank_comments,
@@ -83,7 +83,7 @@ class Analysis:
     entry_fn: FunctionDef
     mixed: bool
     kernel_cores: frozenset[str]
-    existing: list[ExistingPoint] = field(default_factory=list)
+    existing: list[TracePoint] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     phase_work: set[str] = field(default_factory=set)
     heavy: set[str] = field(default_factory=set)  # heavy itself or calls something heavy
@@ -278,7 +278,8 @@ def _collect_existing(an: Analysis) -> None:
                 if fn.src.path == path and fn.body.start_byte <= m.start() < fn.body.end_byte:
                     owner = fn.id
             an.existing.append(
-                ExistingPoint(decode(m.group(1)), decode(m.group(2)), path, line, owner)
+                TracePoint(decode(m.group(1)), decode(m.group(2)), path, line, m.start(), m.end(),
+                           function=owner)
             )
 
 

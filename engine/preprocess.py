@@ -20,6 +20,7 @@ from pathlib import Path
 
 from optrace.engine.diagnostics import Diagnostic, Severity
 from optrace.engine.discovery import CPP_EXTS, walk_files
+from optrace.engine.model import TracePoint
 from optrace.engine.source import TRACE_POINT_CALL, blank_comments, blank_if0, decode
 from optrace.runtime.format import POINT_ID_SPACE, trace_point_hash
 
@@ -36,20 +37,9 @@ _PREPROCESSED_RE = re.compile(rb"\bMoeTracing\s*(?:<[^>]*>)?\s*\(\s*\d+")
 _LABEL_RE = re.compile(r"^[a-z0-9-]+( [a-z0-9-]+)*$")
 
 
-@dataclass(frozen=True)
-class Occurrence:
-    label: str
-    event: str
-    path: Path
-    line: int
-    start: int  # byte range of the whole TRACE_POINT(...) call
-    end: int
-    indexed: bool = False  # more arguments follow: MoeTracing(TRACE_POINT(...), extraId, index)
-
-
 @dataclass
 class PointMapResult:
-    occurrences: list[Occurrence]
+    occurrences: list[TracePoint]
     ids: dict[tuple[str, str], int]
     fingerprint: int
     files: list[Path]
@@ -91,7 +81,7 @@ def assign_ids(keys: set[tuple[str, str]]) -> tuple[dict[tuple[str, str], int], 
 def scan(src_dir: Path) -> PointMapResult:
     """Every TRACE_POINT under src_dir (sorted paths), validated, with ids and fingerprint."""
     files = sorted(p for p in walk_files(src_dir) if p.suffix.lower() in CPP_EXTS)
-    occurrences: list[Occurrence] = []
+    occurrences: list[TracePoint] = []
     diagnostics: list[Diagnostic] = []
     digest = hashlib.sha256()
     for path in files:
@@ -109,7 +99,7 @@ def scan(src_dir: Path) -> PointMapResult:
                 continue  # inside a macro definition: not a point of its own
             label, event = decode(m.group(1)), decode(m.group(2))
             indexed = code[m.end() : m.end() + 40].lstrip().startswith(b",")
-            occurrences.append(Occurrence(label, event, path, line, m.start(), m.end(), indexed))
+            occurrences.append(TracePoint(label, event, path, line, m.start(), m.end(), indexed=indexed))
             problem = _label_problem(label, event)
             if problem:
                 diagnostics.append(Diagnostic("OT202", problem, path, line))
@@ -142,10 +132,10 @@ def _label_problem(label: str, event: str) -> str:
     return ""
 
 
-def _check_balance(occurrences: list[Occurrence], diagnostics: list[Diagnostic]) -> None:
+def _check_balance(occurrences: list[TracePoint], diagnostics: list[Diagnostic]) -> None:
     """A label with a B but no E anywhere (or the reverse) can never pair in a trace."""
     events: dict[str, set[str]] = {}
-    first: dict[str, Occurrence] = {}
+    first: dict[str, TracePoint] = {}
     for o in occurrences:
         events.setdefault(o.label, set()).add(o.event)
         first.setdefault(o.label, o)
@@ -182,7 +172,7 @@ def point_map_document(result: PointMapResult, src_dir: Path, generator: str) ->
 def rewrite_sources(result: PointMapResult) -> dict[Path, bytes]:
     """New bytes for every file that changes under `--modify`: ids in place of
     TRACE_POINT(...), and the fingerprint in OPTRACE_BUILD_FINGERPRINT's definition."""
-    by_file: dict[Path, list[Occurrence]] = {}
+    by_file: dict[Path, list[TracePoint]] = {}
     for o in result.occurrences:
         by_file.setdefault(o.path, []).append(o)
     out: dict[Path, bytes] = {}
