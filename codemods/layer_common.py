@@ -31,23 +31,27 @@ from pathlib import Path
 from tree_sitter import Node
 
 from optrace.codemods.cache import by_content
-from optrace.codemods.strip import CREATED_MARK, strip_bytes
+from optrace.codemods.strip import strip_bytes
+from optrace.engine import vocabulary
 from optrace.engine.cpp import new_parser
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
 from optrace.engine.edits import Edit, line_end, line_number, line_start, newline_of
 from optrace.engine.source import DEFAULT_QUALIFIERS, normalise
+from optrace.engine.vocabulary import CREATED_MARK
 
-LINE_MARK = b"  // optrace"
-HASH_MARK = b"  # optrace"
-FRAG_OPEN = b"/*optrace<*/"
-FRAG_CLOSE = b"/*>optrace*/"
-STR_OPEN = b'"/*optrace-str<*/'
-STR_CLOSE = b'/*>optrace-str*/"'
+# The markers and the buffer's names are the vocabulary's (engine/vocabulary.py, the one
+# definition), under the names the codemods import from here.
+LINE_MARK = vocabulary.LINE_MARK
+HASH_MARK = vocabulary.HASH_MARK
+FRAG_OPEN = vocabulary.FRAG_OPEN
+FRAG_CLOSE = vocabulary.FRAG_CLOSE
+STR_OPEN = vocabulary.STR_OPEN
+STR_CLOSE = vocabulary.STR_CLOSE
 
-PROFILING_OUTPUT = "profiling_data"  # OpDef / schema / Python name
-PROFILING_VAR = "profilingData"  # C++ variables and parameters
-NUMEL_MACRO = "OPTRACE_PROFILING_NUMEL"
-INDEX_VAR = "optraceProfilingDataIndex"
+PROFILING_OUTPUT = vocabulary.PROFILING_OUTPUT  # OpDef / schema / Python name
+PROFILING_VAR = vocabulary.PROFILING_VAR  # C++ variables and parameters
+NUMEL_MACRO = vocabulary.NUMEL_MACRO
+INDEX_VAR = vocabulary.INDEX_VAR
 
 # Input errors of the layer codemods (README: OT3xx is apply / strip).
 CODE_OPDEF_OUTPUTS = "OT310"

@@ -32,12 +32,12 @@ from optrace.engine.discovery import Layers, default_repo_root, discover, repo_i
 from optrace.engine.includes import HeaderSearch, IncludeGraph, build_include_graph
 from optrace.engine.model import TracePoint
 from optrace.engine.source import (
-    TRACE_POINT_CALL,
     blank_comments,
     decode,
     normalise,
     qualifier_macros,
 )
+from optrace.engine.vocabulary import TRACE_POINT_CALL
 
 # Device primitives that block until another core / rank arrives: phase boundaries.
 BLOCKING_PRIMITIVES = frozenset(
@@ -445,7 +445,7 @@ def kebab(name: str) -> str:
     return re.sub(r"-{2,}", "-", s)
 
 
-_TRACE_ARGS = re.compile(r'TRACE_POINT\s*\(\s*"[^"]*"\s*,\s*"[^"]*"\s*\)|OptraceEnd\s+\w+')
+_TRACE_ARGS = re.compile(TRACE_POINT_CALL.decode() + r"|OptraceEnd\s+\w+")
 _SPIN_HINT = re.compile(r"flag|ready|status|state|signal|spin|wait|expect|arriv", re.I)
 
 

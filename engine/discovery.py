@@ -18,6 +18,7 @@ from optrace.engine.config import Config
 from optrace.engine.diagnostics import Diagnostic, InputError
 from optrace.engine.names import op_name_pattern, same_op
 from optrace.engine.source import blank_comments, decode, is_binary
+from optrace.engine.vocabulary import REGISTRATION_RE, launch_pattern
 
 # `.inl` / `.ipp` / `.tpp` are headers by another name (template bodies included at the end of a
 # header): apply reaches them through the include graph, so strip and check must scan them.
@@ -450,10 +451,8 @@ def _search_repository(layers: Layers, op_dir: Path, put: object) -> None:
     op = layers.op_name.encode()
     camel = op_name_pattern(layers.op_name)  # any spelling (acronyms, case)
     op_word = re.compile(rb"\b" + camel + rb"\b")  # the op named in any spelling
-    exec_re = re.compile(
-        rb"EXEC_NPU_CMD(?:_V\d+)?\s*\(\s*aclnn" + camel + rb"\b|EXEC_KERNEL_CMD\s*\(\s*" + op + rb"\b"
-    )
-    reg_re = re.compile(rb"\bTORCH_LIBRARY(?:_FRAGMENT|_EXPAND|_IMPL)?\s*\(|PYBIND11_MODULE\s*\(")
+    exec_re = launch_pattern(layers.op_name)  # what the torch codemod reads as a launch
+    reg_re = REGISTRATION_RE
     call_re = re.compile(rb"\.\s*" + re.escape(op) + rb"\s*\(")
     # Fakes name the op as a string ("ns::op", "op" for lib.impl) or as torch.ops.ns.op.
     op_ref = (rb"(?:['\"](?:\w+::)?" + re.escape(op) + rb"(?:\.\w+)?['\"]|\btorch\.ops\.\w+\."

@@ -21,7 +21,8 @@ from pathlib import Path
 from optrace.engine.diagnostics import Diagnostic, Severity
 from optrace.engine.discovery import CPP_EXTS, walk_files
 from optrace.engine.model import TracePoint
-from optrace.engine.source import TRACE_POINT_CALL, blank_comments, blank_if0, decode
+from optrace.engine.source import blank_comments, blank_if0, decode
+from optrace.engine.vocabulary import TRACE_POINT_CALL
 from optrace.runtime.format import POINT_ID_SPACE, trace_point_hash
 
 MAP_FORMAT_VERSION = 1

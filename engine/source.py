@@ -93,10 +93,6 @@ class SourceFile:
         return b"\r\n" if crlf and crlf * 2 >= self.raw.count(b"\n") else b"\n"
 
 
-#: `TRACE_POINT("label", "B")`: group 1 the label (escapes kept, no newline), group 2 the
-#: event type. One pattern for every reader of points (planning's existing points, check,
-#: preprocess), so they agree on what a point is.
-TRACE_POINT_CALL = rb'TRACE_POINT\s*\(\s*"((?:[^"\\\n]|\\.)*)"\s*,\s*"([^"\n]*)"\s*\)'
 
 
 def decode(data: bytes) -> str:

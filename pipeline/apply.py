@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from optrace.codemods.kernel_entry import SCAFFOLD_BEGIN, recorded_mode
+from optrace.codemods.kernel_entry import recorded_mode
 from optrace.codemods.strip import is_created, strip_bytes
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
 from optrace.engine.discovery import (
@@ -35,6 +35,7 @@ from optrace.engine.discovery import (
 )
 from optrace.engine.edits import Edit, EditError, EditSet, FileChange, apply_edits, new_contents, resolve
 from optrace.engine.plan import Plan
+from optrace.engine.vocabulary import SCAFFOLD_BEGIN
 from optrace.pipeline.layers import kernel_side, layer_edits, owned_files, sizes_header
 from optrace.pipeline.plan import plan_operator
 

@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from optrace.codemods.kernel_entry import PROFILING_ARG, _is_system, _param_name, _params
+from optrace.codemods.kernel_entry import _is_system, _param_name, _params
 from optrace.codemods.runtime_block import template
 from optrace.engine.analysis import Analysis, analyse_operator
 from optrace.engine.cpp import new_parser
@@ -33,13 +33,19 @@ from optrace.engine.model import TracePoint
 from optrace.engine.preprocess import MAX_DEPTH, _label_problem
 from optrace.engine.source import (
     DEFAULT_QUALIFIERS,
-    TRACE_POINT_CALL,
     blank_comments,
     blank_if0,
     decode,
     normalise,
 )
 from optrace.engine.transaction import foreign_journal, pending_journal
+from optrace.engine.vocabulary import (
+    INSERTED_LINE_RE,
+    PROFILING_NAMES,
+    PROFILING_OUTPUT,
+    RUNTIME_BLOCK_VERSION_RE,
+    TRACE_POINT_CALL,
+)
 from optrace.pipeline.check_plan import findings_from_plan
 from optrace.pipeline.gates import GateResult, evaluate_gates
 from optrace.pipeline.plan import plan_from_analysis
@@ -49,8 +55,6 @@ _POINT_RE = re.compile(
     + TRACE_POINT_CALL
 )
 _ENABLE_RE = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+ENABLE_MOE_PROFILING[ \t]+(\S+)", re.M)
-_BLOCK_VERSION_RE = re.compile(rb"// optrace-runtime-block v(\d+)")
-_INSERTED_LINE_RE = re.compile(rb"//\s*optrace\b|/\*optrace<\*/|optrace-scaffold|optrace-runtime-block")
 
 
 @dataclass
@@ -135,7 +139,7 @@ def check_operator(op_dir: Path, repo_root: Path | None = None, compile_safety: 
             report.profiling_enabled = decode(m.group(1))
         pts = scan_points(path, data)
         all_points.extend(pts)
-        if _INSERTED_LINE_RE.search(data):
+        if INSERTED_LINE_RE.search(data):
             touched.append(path)
         _check_block_version(report, path, data)
     report.points = len(all_points)
@@ -180,8 +184,8 @@ def _check_gates(report: CheckReport, analysis: Analysis) -> None:
 
 
 def _check_block_version(report: CheckReport, path: Path, data: bytes) -> None:
-    found = _BLOCK_VERSION_RE.search(data)
-    current = _BLOCK_VERSION_RE.search(template())
+    found = RUNTIME_BLOCK_VERSION_RE.search(data)
+    current = RUNTIME_BLOCK_VERSION_RE.search(template())
     if found and current and int(found.group(1)) < int(current.group(1)):
         report.add("OT409", f"runtime block v{decode(found.group(1))} is older than "
                    f"v{decode(current.group(1))}; "
@@ -316,9 +320,9 @@ def _check_kernel_g2(report: CheckReport, op_dir: Path, root: Path, analysis: An
     data = entry.src.raw
     names = [_param_name(data, p) for p in _params(entry)]
     line = entry.line
-    prof = next((n for n in names if n in (PROFILING_ARG, "profilingData")), None)
+    prof = next((n for n in names if n in PROFILING_NAMES), None)
     if prof is None:
-        report.add("OT410", f"kernel entry `{entry.name}` has no `{PROFILING_ARG}` parameter (gate G2)",
+        report.add("OT410", f"kernel entry `{entry.name}` has no `{PROFILING_OUTPUT}` parameter (gate G2)",
                    entry.src.path, line)
         return
     i = names.index(prof)

@@ -7,20 +7,18 @@ layers: the points are planned against the tree as it is.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from optrace.codemods.kernel_entry import PROFILING_ARG, _is_system, _param_name, _params, entry_edits
+from optrace.codemods.kernel_entry import _is_system, _param_name, _params, entry_edits
 from optrace.codemods.kernel_points import point_edits
 from optrace.codemods.runtime_block import block_edits, include_edits
 from optrace.engine.discovery import CPP_EXTS, Layers, walk_files
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
+from optrace.engine.vocabulary import PROFILING_NAMES, RUNTIME_BLOCK_VERSION_RE
 from optrace.pipeline.layer_model import Evidence, LayerModel, Operator, line_of, read_files
-
-_BLOCK_RE = re.compile(rb"// optrace-runtime-block v(\d+)")
 
 
 @dataclass
@@ -58,7 +56,7 @@ class EntryLayer:
     def verify(self, model: LayerModel) -> list[Evidence]:
         entry = model.op.analysis.entry_fn
         names = [_param_name(entry.src.raw, p) for p in _params(entry)]
-        prof = next((n for n in names if n in (PROFILING_ARG, "profilingData")), None)
+        prof = next((n for n in names if n in PROFILING_NAMES), None)
         if prof is None:
             return [Evidence(entry.src.path, entry.line, f"kernel entry `{entry.name}` has no profiling_data",
                              False)]
@@ -84,7 +82,7 @@ class BaseHeaderLayer:
         for path in walk_files(kernel_dir, CPP_EXTS):
             if path not in found and path.suffix.lower() in (".h", ".hpp"):
                 try:
-                    if _BLOCK_RE.search(path.read_bytes()):
+                    if RUNTIME_BLOCK_VERSION_RE.search(path.read_bytes()):
                         found.append(path)
                 except OSError:
                     continue
@@ -98,7 +96,7 @@ class BaseHeaderLayer:
 
     def verify(self, model: LayerModel) -> list[Evidence]:
         for path, data in model.data.items():
-            m = _BLOCK_RE.search(data)
+            m = RUNTIME_BLOCK_VERSION_RE.search(data)
             if m is not None:
                 return [Evidence(path, line_of(data, m.start()),
                                  f"runtime block v{m.group(1).decode()}: the kernel writes its records "

@@ -15,6 +15,7 @@ from optrace.engine.diagnostics import InputError
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
+from optrace.engine.vocabulary import names_profiling
 from optrace.pipeline.layer_model import Evidence, LayerModel, Operator, line_of, read_files
 
 
@@ -92,7 +93,7 @@ class InferLayer:
                 continue
             data = model.data.get(path, b"")
             uses = output_uses(data, fn.body_open, fn.body_close)
-            named = [u for u in uses if b"rofil" in u.expr]
+            named = [u for u in uses if names_profiling(u.expr)]
             hit = named or [u for u in uses if u.index == index]
             if not hit:
                 ev.append(Evidence(path, fn.line, f"infer `{fn.name}` never sets the {what} of "
@@ -139,7 +140,7 @@ class TilingLayer:
                 continue
             data = model.data.get(path, b"")
             uses = output_uses(data, fn.body_open, fn.body_close)
-            named = [u for u in uses if b"rofil" in u.expr] or [u for u in uses if u.index == index]
+            named = [u for u in uses if names_profiling(u.expr)] or [u for u in uses if u.index == index]
             if not named:
                 ev.append(Evidence(path, fn.line, f"tiling `{fn.name}` describes outputs but not "
                                    f"profiling_data (output {index})", False))

@@ -10,7 +10,7 @@ from typing import ClassVar
 
 from optrace.codemods.aclnn import aclnn_edits, aclnn_files, workspace_lists, wrapper_names
 from optrace.codemods.autograd_wrappers import autograd_wrapper_edits, fixed_count, wrapper_files, wrappers
-from optrace.codemods.layer_common import PROFILING_VAR, CppFunction, last_ident, mask, returns_in
+from optrace.codemods.layer_common import CppFunction, last_ident, mask, returns_in
 from optrace.codemods.registration import registration_changes, registration_files, schema_strings
 from optrace.codemods.torch_adapter import launches, torch_adapter_edits, torch_names
 from optrace.codemods.torch_schema import returns_list
@@ -18,6 +18,7 @@ from optrace.engine.diagnostics import InputError
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
+from optrace.engine.vocabulary import PROFILING_VAR, names_profiling
 from optrace.pipeline.layer_model import Evidence, LayerModel, Operator, read_files
 
 
@@ -89,7 +90,7 @@ class TorchAdapterLayer:
                 names = [last_ident(data[s:e]) for s, e in ln.args]
                 direct = ln.macro == "EXEC_KERNEL_CMD"
                 want = (2 + kernel_pos) if direct and kernel_pos is not None else len(names) - 1
-                got = next((i for i, n in enumerate(names) if "profiling" in n.lower()), None)
+                got = next((i for i, n in enumerate(names) if names_profiling(n)), None)
                 if got is None:
                     ev.append(Evidence(path, ln.line, f"{ln.macro} does not pass a profiling tensor", False))
                     continue
@@ -111,7 +112,7 @@ class TorchAdapterLayer:
     def _returned(path: Path, data: bytes, fn: CppFunction) -> Evidence:
         """Mode B: the launcher returns the buffer (last in its tuple, or pushed last)."""
         rets = returns_in(mask(data), fn)
-        returned = any(PROFILING_VAR.encode() in data[s:e] or b"profiling" in data[s:e].lower()
+        returned = any(names_profiling(data[s:e])
                        for s, e in rets) or b".push_back(" + PROFILING_VAR.encode() in \
             data[fn.body_open : fn.body_close]
         return Evidence(path, fn.line, f"`{fn.name}` returns the profiling tensor last" if returned

@@ -98,14 +98,18 @@ def test_a_layer_left_unedited_fails_its_gate(applied: Path, tmp_path: Path, lay
 
 
 def test_an_adapter_found_but_not_read_fails_g2_naming_the_layer(applied: Path, tmp_path: Path) -> None:
-    """A project macro around the launch: discovery sees the adapter, nothing reads a launch
-    in it. G2 used to pass (it never looked); now it fails with OT452 naming the layer."""
+    """The repository's config names the adapter, which launches through a project macro:
+    the layer is there and nothing reads a launch in it. G2 used to pass (it never looked
+    at it); now it fails with OT452 naming the layer."""
     repo = fresh(applied, tmp_path)
-    adapter = repo / "src/cam/comm_operator/pybind/moe_fused_gmm.cpp"
+    rel = "src/cam/comm_operator/pybind/moe_fused_gmm.cpp"
+    adapter = repo / rel
     text = adapter.read_text()
     assert "EXEC_NPU_CMD(" in text
     wrapped = text.replace("EXEC_NPU_CMD(", "MY_EXEC_NPU_CMD(")
     adapter.write_text("#define MY_EXEC_NPU_CMD EXEC_NPU_CMD\n" + wrapped)
+    config = repo / "optrace.toml"
+    config.write_text(config.read_text() + f'\n[layers]\ntorch_adapter = ["{rel}"]\n')
     doc = check_json(repo / OP)
     g2 = {g["gate"]: g for g in doc["gates"]}["G2"]  # type: ignore[attr-defined]
     assert g2["status"] == "fail"
