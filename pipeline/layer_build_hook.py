@@ -22,21 +22,17 @@ from optrace.codemods.python_callers import caller_files
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
-from optrace.pipeline.layer_model import Evidence, LayerModel, Operator, line_of, read_files
+from optrace.pipeline.layer_model import Evidence, FileLayer, LayerModel, Operator, line_of
 
 
-class BuildHookLayer:
+class BuildHookLayer(FileLayer):
     NAME: ClassVar[str] = "build_hook"
     DESCRIPTION: ClassVar[str] = "build hook: the build runs `optrace preprocess` on the kernels it compiles"
     GATE: ClassVar[str] = "G1"
-    MODE_B_ONLY: ClassVar[bool] = False
 
     def find(self, layers: Layers) -> list[Path]:
         script = build_script(layers)
         return [script] if script is not None else []
-
-    def read(self, op: Operator, files: list[Path]) -> LayerModel:
-        return read_files(self.NAME, op, files)
 
     def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
         return build_hook_edits(plan, mode)

@@ -18,7 +18,7 @@ from optrace.engine.discovery import CPP_EXTS, Layers, walk_files
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
 from optrace.engine.vocabulary import PROFILING_NAMES, RUNTIME_BLOCK_VERSION_RE
-from optrace.pipeline.layer_model import Evidence, LayerModel, Operator, line_of, read_files
+from optrace.pipeline.layer_model import Evidence, FileLayer, LayerModel, line_of
 
 
 @dataclass
@@ -38,17 +38,12 @@ def kernel_side(plan: Plan, mode: str | None) -> KernelEdits:
     return KernelEdits([*points, *entry], [*block, *include_edits(plan, files_with_points)], created)
 
 
-class EntryLayer:
+class EntryLayer(FileLayer):
     NAME: ClassVar[str] = "entry"
     DESCRIPTION: ClassVar[str] = "kernel entry (__global__ __aicore__): the trace points and profiling_data"
-    GATE: ClassVar[str] = "G2"
-    MODE_B_ONLY: ClassVar[bool] = False
 
     def find(self, layers: Layers) -> list[Path]:
         return [layers.entry.path] if layers.entry is not None else []
-
-    def read(self, op: Operator, files: list[Path]) -> LayerModel:
-        return read_files(self.NAME, op, files)
 
     def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
         return kernel_side(plan, mode).entry
@@ -68,11 +63,9 @@ class EntryLayer:
                          if not later else f"kernel entry: `{later[0]}` comes after `{prof}`", not later)]
 
 
-class BaseHeaderLayer:
+class BaseHeaderLayer(FileLayer):
     NAME: ClassVar[str] = "base_header"
     DESCRIPTION: ClassVar[str] = "runtime base header (*_base.h): the device runtime filling profiling_data"
-    GATE: ClassVar[str] = "G2"
-    MODE_B_ONLY: ClassVar[bool] = False
 
     def find(self, layers: Layers) -> list[Path]:
         """Discovery's base header, and any kernel header carrying the block (apply creates
@@ -87,9 +80,6 @@ class BaseHeaderLayer:
                 except OSError:
                     continue
         return found
-
-    def read(self, op: Operator, files: list[Path]) -> LayerModel:
-        return read_files(self.NAME, op, files)
 
     def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
         return kernel_side(plan, mode).base

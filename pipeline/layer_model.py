@@ -102,5 +102,18 @@ class Layer(Protocol):
     def verify(self, model: LayerModel) -> list[Evidence]: ...
 
 
+class FileLayer:
+    """What most layers share: `read` gives the files' bytes; G2, edited in both modes.
+    A layer sets NAME and DESCRIPTION and writes find, edits and verify."""
+
+    NAME: ClassVar[str]
+    DESCRIPTION: ClassVar[str]
+    GATE: ClassVar[str] = "G2"
+    MODE_B_ONLY: ClassVar[bool] = False
+
+    def read(self, op: Operator, files: list[Path]) -> LayerModel:
+        return read_files(self.NAME, op, files)
+
+
 def line_of(data: bytes, offset: int) -> int:
     return data.count(b"\n", 0, offset) + 1

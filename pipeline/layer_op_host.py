@@ -16,14 +16,12 @@ from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
 from optrace.engine.vocabulary import names_profiling
-from optrace.pipeline.layer_model import Evidence, LayerModel, Operator, line_of, read_files
+from optrace.pipeline.layer_model import Evidence, FileLayer, LayerModel, Operator, line_of, read_files
 
 
-class OpDefLayer:
+class OpDefLayer(FileLayer):
     NAME: ClassVar[str] = "op_def"
     DESCRIPTION: ClassVar[str] = "op_host OpDef: profiling_data the last output"
-    GATE: ClassVar[str] = "G2"
-    MODE_B_ONLY: ClassVar[bool] = False
 
     def find(self, layers: Layers) -> list[Path]:
         """The file defining the op's OpDef class first, then the other files discovery
@@ -31,9 +29,6 @@ class OpDefLayer:
         first = opdef_file(layers)
         rest = [f.path for f in layers.found.get("op_def", [])]
         return list(dict.fromkeys([first, *rest])) if first is not None else rest
-
-    def read(self, op: Operator, files: list[Path]) -> LayerModel:
-        return read_files(self.NAME, op, files)
 
     def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
         return op_def_edits(plan, mode)
@@ -64,11 +59,9 @@ def _no_index(path: Path, what: str) -> Evidence:
     return Evidence(path, 1, f"{what}: not compared, the OpDef gives no index for profiling_data", False)
 
 
-class InferLayer:
+class InferLayer(FileLayer):
     NAME: ClassVar[str] = "infer"
     DESCRIPTION: ClassVar[str] = "infer shape / dtype functions registered for the op"
-    GATE: ClassVar[str] = "G2"
-    MODE_B_ONLY: ClassVar[bool] = False
 
     def find(self, layers: Layers) -> list[Path]:
         return [f.path for f in layers.found.get("infer", [])]
@@ -113,11 +106,9 @@ class InferLayer:
         return ev
 
 
-class TilingLayer:
+class TilingLayer(FileLayer):
     NAME: ClassVar[str] = "tiling"
     DESCRIPTION: ClassVar[str] = "tiling function registered for the op"
-    GATE: ClassVar[str] = "G2"
-    MODE_B_ONLY: ClassVar[bool] = False
 
     def find(self, layers: Layers) -> list[Path]:
         return [f.path for f in layers.found.get("tiling", [])]

@@ -25,10 +25,10 @@ from optrace.engine.diagnostics import InputError
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
-from optrace.pipeline.layer_model import Evidence, LayerModel, Operator, read_files
+from optrace.pipeline.layer_model import Evidence, FileLayer, LayerModel, Operator
 
 
-class PythonCallersLayer:
+class PythonCallersLayer(FileLayer):
     NAME: ClassVar[str] = "python_callers"
     DESCRIPTION: ClassVar[str] = "Python samples / tests: sync and save after each call, absolute paths"
     GATE: ClassVar[str] = "G4/G5"
@@ -36,9 +36,6 @@ class PythonCallersLayer:
 
     def find(self, layers: Layers) -> list[Path]:
         return caller_files(layers)
-
-    def read(self, op: Operator, files: list[Path]) -> LayerModel:
-        return read_files(self.NAME, op, files)
 
     def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
         return python_caller_edits(plan, mode)
@@ -57,17 +54,13 @@ def _tag(e: Evidence, gate: str) -> Evidence:
     return Evidence(e.path, e.line, e.note, e.ok, gate)
 
 
-class PythonFakesLayer:
+class PythonFakesLayer(FileLayer):
     NAME: ClassVar[str] = "python_fakes"
     DESCRIPTION: ClassVar[str] = "Python fake / Meta implementations: profiling_data returned last"
-    GATE: ClassVar[str] = "G2"
     MODE_B_ONLY: ClassVar[bool] = True
 
     def find(self, layers: Layers) -> list[Path]:
         return fake_files(layers)
-
-    def read(self, op: Operator, files: list[Path]) -> LayerModel:
-        return read_files(self.NAME, op, files)
 
     def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
         return python_fake_edits(plan, mode)
@@ -115,17 +108,13 @@ def _expected_returns(op: Operator) -> int | None:
     return facts.schema_returns if facts.schema_returns is not None else facts.adapter_returns
 
 
-class GraphConvertersLayer:
+class GraphConvertersLayer(FileLayer):
     NAME: ClassVar[str] = "graph_converters"
     DESCRIPTION: ClassVar[str] = "graph-mode converters (torchair): profiling_data the last GE output"
-    GATE: ClassVar[str] = "G2"
     MODE_B_ONLY: ClassVar[bool] = True
 
     def find(self, layers: Layers) -> list[Path]:
         return converter_files(layers)
-
-    def read(self, op: Operator, files: list[Path]) -> LayerModel:
-        return read_files(self.NAME, op, files)
 
     def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
         return graph_converter_edits(plan, mode)

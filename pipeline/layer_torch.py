@@ -19,20 +19,15 @@ from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
 from optrace.engine.vocabulary import PROFILING_VAR, names_profiling
-from optrace.pipeline.layer_model import Evidence, LayerModel, Operator, read_files
+from optrace.pipeline.layer_model import Evidence, FileLayer, LayerModel
 
 
-class AclnnLayer:
+class AclnnLayer(FileLayer):
     NAME: ClassVar[str] = "aclnn"
     DESCRIPTION: ClassVar[str] = "aclnn wrappers: the profiling output right before workspaceSize"
-    GATE: ClassVar[str] = "G2"
-    MODE_B_ONLY: ClassVar[bool] = False
 
     def find(self, layers: Layers) -> list[Path]:
         return aclnn_files(layers)
-
-    def read(self, op: Operator, files: list[Path]) -> LayerModel:
-        return read_files(self.NAME, op, files)
 
     def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
         return aclnn_edits(plan, mode)
@@ -60,18 +55,13 @@ class AclnnLayer:
         return ev
 
 
-class TorchAdapterLayer:
+class TorchAdapterLayer(FileLayer):
     NAME: ClassVar[str] = "torch_adapter"
     DESCRIPTION: ClassVar[str] = ("torch adapter (EXEC_NPU_CMD / EXEC_KERNEL_CMD): passes and returns the "
                                   "buffer")
-    GATE: ClassVar[str] = "G2"
-    MODE_B_ONLY: ClassVar[bool] = False
 
     def find(self, layers: Layers) -> list[Path]:
         return [f.path for f in layers.found.get("torch_adapter", [])]
-
-    def read(self, op: Operator, files: list[Path]) -> LayerModel:
-        return read_files(self.NAME, op, files)
 
     def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
         return torch_adapter_edits(plan, mode)
@@ -119,17 +109,13 @@ class TorchAdapterLayer:
                         else f"`{fn.name}` does not return the profiling tensor (mode B)", returned)
 
 
-class RegistrationLayer:
+class RegistrationLayer(FileLayer):
     NAME: ClassVar[str] = "registration"
     DESCRIPTION: ClassVar[str] = "torch registration (PYBIND11_MODULE / TORCH_LIBRARY): the schema's returns"
-    GATE: ClassVar[str] = "G2"
     MODE_B_ONLY: ClassVar[bool] = True
 
     def find(self, layers: Layers) -> list[Path]:
         return registration_files(layers)
-
-    def read(self, op: Operator, files: list[Path]) -> LayerModel:
-        return read_files(self.NAME, op, files)
 
     def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
         return registration_changes(plan, mode)[0]
@@ -158,17 +144,13 @@ class RegistrationLayer:
         return ev
 
 
-class AutogradWrappersLayer:
+class AutogradWrappersLayer(FileLayer):
     NAME: ClassVar[str] = "autograd_wrappers"
     DESCRIPTION: ClassVar[str] = "functions registered for the op besides the launcher (autograd wrappers)"
-    GATE: ClassVar[str] = "G2"
     MODE_B_ONLY: ClassVar[bool] = True
 
     def find(self, layers: Layers) -> list[Path]:
         return wrapper_files(layers)
-
-    def read(self, op: Operator, files: list[Path]) -> LayerModel:
-        return read_files(self.NAME, op, files)
 
     def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
         return autograd_wrapper_edits(plan, mode)
