@@ -17,7 +17,7 @@ from pathlib import Path
 from optrace.engine.config import Config
 from optrace.engine.diagnostics import Diagnostic, InputError
 from optrace.engine.names import op_name_pattern, same_op
-from optrace.engine.source import blank_comments, decode, is_binary
+from optrace.engine.source import blank_comments, decode, is_binary, match_bracket
 from optrace.engine.vocabulary import REGISTRATION_RE, launch_pattern
 
 # `.inl` / `.ipp` / `.tpp` are headers by another name (template bodies included at the end of a
@@ -276,7 +276,7 @@ def find_entries(kernel_files: list[Path]) -> list[EntryPoint]:
             names = re.findall(rb"[A-Za-z_]\w*", head)
             if not names or b";" in head or b"{" in head:
                 continue
-            close = _matching_paren(code, paren)
+            close = match_bracket(code, paren)
             if close < 0:
                 continue
             after = code[close + 1 : close + 200].lstrip()
@@ -326,19 +326,6 @@ def find_operator_dirs(root: Path) -> list[Path]:
         if data is not None and _GLOBAL_RE.search(data) and find_entries([path]):
             found.add(op_dir)
     return sorted(found)
-
-
-def _matching_paren(code: bytes, open_at: int) -> int:
-    depth = 0
-    for i in range(open_at, min(len(code), open_at + 20000)):
-        c = code[i]
-        if c == 0x28:
-            depth += 1
-        elif c == 0x29:
-            depth -= 1
-            if depth == 0:
-                return i
-    return -1
 
 
 def discover(op_dir: Path, repo_root: Path, config: Config) -> Layers:
