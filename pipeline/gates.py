@@ -170,7 +170,8 @@ def _layer_gates(analysis: Analysis, mode: str) -> list[GateResult]:
     g2_ev = [e for lay in LAYERS if lay.GATE == "G2" for e in found.get(lay.NAME, [])]
     g2 = _from("G2", g2_ev, "profiling_data is the last output in every layer the operator has",
                "profiling_data is not in the same (last) position in every layer")
-    why = _python_na(analysis, mode, "python_callers" in found)
+    torch = "torch_adapter" in found or "registration" in found
+    why = _python_na(mode, torch, "python_callers" in found)
     if why is not None:
         return [g1, g2, GateResult("G4", NA, why), GateResult("G5", NA, why)]
     callers = found.get("python_callers", [])
@@ -187,9 +188,9 @@ def _layer_gates(analysis: Analysis, mode: str) -> list[GateResult]:
     return [g1, g2, g4, g5]
 
 
-def _python_na(analysis: Analysis, mode: str, callers: bool) -> str | None:
-    layers = analysis.layers
-    if not layers.found.get("torch_adapter") and not layers.found.get("registration"):
+def _python_na(mode: str, torch: bool, callers: bool) -> str | None:
+    """Why G4 / G5 do not apply, from the layers the registry found."""
+    if not torch:
         return "no torch layer"
     if not callers:
         return "no Python samples / tests call the op"
