@@ -18,7 +18,9 @@ from typer.testing import CliRunner
 from optrace.cli import app
 from optrace.engine.analysis import analyse_operator
 from optrace.engine.discovery import LAYER_TITLES
-from optrace.pipeline.layers import HOST_LAYERS, KERNEL_LAYERS, LAYERS, Layer
+from optrace.engine.edits import resolve
+from optrace.pipeline.layers import HOST_LAYERS, KERNEL_LAYERS, LAYERS, Layer, kernel_side, owned_files
+from optrace.pipeline.plan import plan_operator
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 REPO = "umdk_style"  # the fixture with every layer
@@ -144,3 +146,18 @@ def test_mode_a_says_which_layers_the_buffer_does_not_reach(tmp_path: Path) -> N
     notes = [e["note"] for e in g2["evidence"]]  # type: ignore[attr-defined]
     skipped = {lay.NAME for lay in LAYERS if lay.MODE_B_ONLY and lay.GATE == "G2"}
     assert {n.split(":")[0] for n in notes if "mode A" in n} == skipped
+
+
+@pytest.mark.parametrize(("repo", "op"), [
+    ("umdk_style", OP), ("msopgen_style", "moe_token_permute"), ("direct_launch", "csrc/ops/moe_gating_topk"),
+])
+def test_every_host_edit_lands_in_a_file_strip_visits(repo: str, op: str) -> None:
+    """What a host layer edits, `owned_files` (the files strip and the rebuild from clean
+    bytes visit) includes: a layer editing a file it does not own could not be stripped."""
+    plan = plan_operator(FIXTURES / repo / op)
+    owned = owned_files(plan)
+    for lay in HOST_LAYERS:
+        stray = {resolve(e.path) for e in lay.edits(plan, "B", None)} - owned
+        assert not stray, f"{lay.NAME} edits files no layer owns: {sorted(map(str, stray))}"
+    kernel = kernel_side(plan, "B")
+    assert kernel.entry and kernel.base  # the points and scaffold, the runtime block
