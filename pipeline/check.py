@@ -16,7 +16,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from optrace.codemods.kernel_entry import _is_system, _param_name, _params
 from optrace.codemods.runtime_block import template
 from optrace.engine.analysis import Analysis, analyse_operator
 from optrace.engine.cpp import new_parser
@@ -41,13 +40,13 @@ from optrace.engine.source import (
 from optrace.engine.transaction import foreign_journal, pending_journal
 from optrace.engine.vocabulary import (
     INSERTED_LINE_RE,
-    PROFILING_NAMES,
     PROFILING_OUTPUT,
     RUNTIME_BLOCK_VERSION_RE,
     TRACE_POINT_CALL,
 )
 from optrace.pipeline.check_plan import findings_from_plan
 from optrace.pipeline.gates import GateResult, evaluate_gates
+from optrace.pipeline.layer_kernel import entry_profiling
 from optrace.pipeline.plan import plan_from_analysis
 
 _POINT_RE = re.compile(
@@ -317,19 +316,13 @@ def _check_kernel_g2(report: CheckReport, op_dir: Path, root: Path, analysis: An
             report.findings.append(exc.diagnostic)
             return
     entry = an.entry_fn
-    data = entry.src.raw
-    names = [_param_name(data, p) for p in _params(entry)]
-    line = entry.line
-    prof = next((n for n in names if n in PROFILING_NAMES), None)
-    if prof is None:
+    found = entry_profiling(entry)
+    if found.name is None:
         report.add("OT410", f"kernel entry `{entry.name}` has no `{PROFILING_OUTPUT}` parameter (gate G2)",
-                   entry.src.path, line)
-        return
-    i = names.index(prof)
-    later = [n for n in names[i + 1 :] if not _is_system(n)]
-    if later:
-        report.add("OT411", f"`{prof}` must be the last tensor output, but `{later[0]}` comes after it "
-                   "(gate G2)", entry.src.path, line)
+                   entry.src.path, entry.line)
+    elif found.after:
+        report.add("OT411", f"`{found.name}` must be the last tensor output, but `{found.after[0]}` comes "
+                   "after it (gate G2)", entry.src.path, entry.line)
 
 
 # --- compile safety ------------------------------------------------------------------------

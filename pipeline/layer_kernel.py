@@ -14,6 +14,7 @@ from typing import ClassVar
 from optrace.codemods.kernel_entry import _is_system, _param_name, _params, entry_edits
 from optrace.codemods.kernel_points import point_edits
 from optrace.codemods.runtime_block import block_edits, include_edits
+from optrace.engine.cpp import FunctionDef
 from optrace.engine.discovery import CPP_EXTS, Layers, walk_files
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
@@ -38,6 +39,27 @@ def kernel_side(plan: Plan, mode: str | None) -> KernelEdits:
     return KernelEdits([*points, *entry], [*block, *include_edits(plan, files_with_points)], created)
 
 
+@dataclass(frozen=True)
+class EntryProfiling:
+    """Where the kernel entry takes the buffer: its parameter's name and index, and the
+    tensor parameters after it (none when it is the last output, as G2 wants)."""
+
+    name: str | None
+    index: int | None
+    after: tuple[str, ...] = ()
+
+
+def entry_profiling(entry: FunctionDef) -> EntryProfiling:
+    """The one reading of the entry's parameters for G2 (the gate's evidence and check's
+    OT410 / OT411 findings)."""
+    names = [_param_name(entry.src.raw, p) for p in _params(entry)]
+    prof = next((n for n in names if n in PROFILING_NAMES), None)
+    if prof is None:
+        return EntryProfiling(None, None)
+    i = names.index(prof)
+    return EntryProfiling(prof, i, tuple(n for n in names[i + 1 :] if not _is_system(n)))
+
+
 class EntryLayer(FileLayer):
     NAME: ClassVar[str] = "entry"
     DESCRIPTION: ClassVar[str] = "kernel entry (__global__ __aicore__): the trace points and profiling_data"
@@ -50,17 +72,15 @@ class EntryLayer(FileLayer):
 
     def verify(self, model: LayerModel) -> list[Evidence]:
         entry = model.op.analysis.entry_fn
-        names = [_param_name(entry.src.raw, p) for p in _params(entry)]
-        prof = next((n for n in names if n in PROFILING_NAMES), None)
-        if prof is None:
+        found = entry_profiling(entry)
+        if found.name is None or found.index is None:
             return [Evidence(entry.src.path, entry.line, f"kernel entry `{entry.name}` has no profiling_data",
                              False)]
-        i = names.index(prof)
-        later = [n for n in names[i + 1 :] if not _is_system(n)]
-        model.op.facts.kernel_position = i
-        return [Evidence(entry.src.path, entry.line,
-                         f"kernel entry: `{prof}` is parameter {i}, the last tensor output"
-                         if not later else f"kernel entry: `{later[0]}` comes after `{prof}`", not later)]
+        model.op.facts.kernel_position = found.index
+        later = found.after
+        note = (f"kernel entry: `{later[0]}` comes after `{found.name}`" if later
+                else f"kernel entry: `{found.name}` is parameter {found.index}, the last tensor output")
+        return [Evidence(entry.src.path, entry.line, note, not later)]
 
 
 class BaseHeaderLayer(FileLayer):
