@@ -54,10 +54,11 @@ from optrace.codemods.torch_adapter import (
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
+from optrace.engine.vocabulary import FRAG_CLOSE, FRAG_OPEN
 
 CODEMOD = "autograd-wrappers"
 REGISTERED_RE = re.compile(rb'\.\s*(?:impl|def)\s*\(\s*"(?:\w+::)?(\w+)"\s*,[^;]*?&\s*([A-Za-z_][\w:]*)')
-_FRAGMENTS_RE = re.compile(rb"/\*optrace<\*/|/\*>optrace\*/")
+_FRAGMENTS_RE = re.compile(re.escape(FRAG_OPEN) + rb"|" + re.escape(FRAG_CLOSE))
 
 
 def fixed_count(type_text: bytes) -> int | None:

@@ -37,10 +37,9 @@ from optrace.codemods.layer_common import clean_bytes, leading_ws
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit, line_end, line_number, line_start, newline_of
 from optrace.engine.plan import Plan
+from optrace.engine.vocabulary import HOOK_END, HOOK_START
 
 CODEMOD = "build-hook"
-HOOK_START = b"# TRACE_PREPROCESSOR_HOOK_START"
-HOOK_END = b"# TRACE_PREPROCESSOR_HOOK_END"
 HOOK_VERSION = b"# optrace-hook v1"
 SHELL_SUFFIXES = (".sh", ".bash")
 
@@ -56,7 +55,7 @@ _BUILD_DIR_RE = re.compile(rb"(?:-B[ \t]*|mkdir[ \t]+-p[ \t]+)(\"?\$\{?\w+\}?(?:
 _CMAKE_TARGET_RE = re.compile(rb"^[ \t]*(?:add_kernels_compile|ascendc_library|add_ops_compile_options|"
                               rb"npu_op_kernel|add_library)\s*\(", re.M)
 _HOOK_BLOCK_RE = re.compile(
-    rb"^[ \t]*# TRACE_PREPROCESSOR_HOOK_START[^\n]*\n.*?^[ \t]*# TRACE_PREPROCESSOR_HOOK_END[^\r\n]*",
+    rb"^[ \t]*" + re.escape(HOOK_START) + rb"[^\n]*\n.*?^[ \t]*" + re.escape(HOOK_END) + rb"[^\r\n]*",
     re.S | re.M,
 )
 

@@ -21,20 +21,25 @@ from pathlib import Path
 
 from tree_sitter import Node
 
-from optrace.codemods.kernel_points import FRAG_CLOSE, FRAG_OPEN
 from optrace.codemods.layer_common import buffer_core_type
 from optrace.engine.cpp import FunctionDef, text_of
 from optrace.engine.discovery import CPP_EXTS, walk_files
 from optrace.engine.edits import Edit, indent_at, line_end, newline_of
 from optrace.engine.plan import Plan
 from optrace.engine.source import SourceFile, blank_comments
+from optrace.engine.vocabulary import (
+    FRAG_CLOSE,
+    FRAG_OPEN,
+    MODE_RE,
+    PROFILING_OUTPUT,
+    PROFILING_VAR,
+    SCAFFOLD_BEGIN,
+)
 
 CODEMOD = "kernel-entry"
-PROFILING_ARG = "profiling_data"
-INIT_PARAM = "profilingData"
-SCAFFOLD_BEGIN = b"// optrace-scaffold begin"
-SCAFFOLD_END = b"// optrace-scaffold end"
-_MODE_RE = re.compile(rb"// optrace-scaffold begin mode=([AB])")  # `... inline` for one-line bodies
+PROFILING_ARG = PROFILING_OUTPUT
+INIT_PARAM = PROFILING_VAR
+_MODE_RE = MODE_RE  # `... inline` follows for one-line bodies
 # A whole scaffold section, begin line to end line (the lines strip removes).
 _SECTION_RE = re.compile(
     rb"^// optrace-scaffold begin mode=[AB][^\r\n]*\r?\n.*?^// optrace-scaffold end\r?\n", re.S | re.M)
@@ -183,8 +188,8 @@ def entry_edits(plan: Plan, mode: str | None = None) -> list[Edit]:
     params = _params(entry)
     names = [_param_name(data, p) for p in params]
     arg = PROFILING_ARG
-    if PROFILING_ARG in names or "profilingData" in names:
-        arg = PROFILING_ARG if PROFILING_ARG in names else "profilingData"
+    if PROFILING_ARG in names or PROFILING_VAR in names:
+        arg = PROFILING_ARG if PROFILING_ARG in names else PROFILING_VAR
     else:
         system = next((i for i, n in enumerate(names) if _is_system(n)), None)
         e = insert_param(data, params, f"GM_ADDR {PROFILING_ARG}", system)

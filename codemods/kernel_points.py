@@ -26,11 +26,9 @@ from optrace.engine.diagnostics import Diagnostic, InputError, Severity
 from optrace.engine.edits import Edit, indent_at, line_end, line_start, newline_of
 from optrace.engine.model import Kind, Region
 from optrace.engine.plan import Plan
+from optrace.engine.vocabulary import FRAG_CLOSE, FRAG_OPEN, LINE_MARK
 
 CODEMOD = "kernel-points"
-LINE_MARK = b"  // optrace"
-FRAG_OPEN = b"/*optrace<*/"
-FRAG_CLOSE = b"/*>optrace*/"
 
 
 def point_args(label: str, event: str, index: str | None) -> str:

@@ -1,7 +1,9 @@
 """Shared machinery of the cross-layer codemods (op_def ... python_callers).
 
-DESCRIPTION: provenance markers, a comment- and string-aware C++ scanner for host code,
-function lookup with tree-sitter, the shared profiling-size header and input errors.
+DESCRIPTION: the host codemods' C++ scanning on top of the engine's toolkit (its lexer,
+bracket matcher and declarator descent: engine/source.py, engine/cpp.py), function lookup
+with tree-sitter, the shared profiling-size header and input errors. The markers are
+engine/vocabulary.py's.
 
 Contract of every layer codemod: its edits refer to the file's *clean* bytes — the file
 with optrace's own insertions stripped (`clean_bytes`), which on a first apply are the
@@ -24,30 +26,33 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from tree_sitter import Node
 
 from optrace.codemods.cache import by_content
-from optrace.codemods.strip import CREATED_MARK, strip_bytes
-from optrace.engine.cpp import new_parser
+from optrace.codemods.strip import strip_bytes
+from optrace.engine import source, vocabulary
+from optrace.engine.cpp import function_declarator, iter_nodes, new_parser
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
 from optrace.engine.edits import Edit, line_end, line_number, line_start, newline_of
 from optrace.engine.source import DEFAULT_QUALIFIERS, normalise
+from optrace.engine.vocabulary import CREATED_MARK
 
-LINE_MARK = b"  // optrace"
-HASH_MARK = b"  # optrace"
-FRAG_OPEN = b"/*optrace<*/"
-FRAG_CLOSE = b"/*>optrace*/"
-STR_OPEN = b'"/*optrace-str<*/'
-STR_CLOSE = b'/*>optrace-str*/"'
+# The markers and the buffer's names are the vocabulary's (engine/vocabulary.py, the one
+# definition), under the names the codemods import from here.
+LINE_MARK = vocabulary.LINE_MARK
+HASH_MARK = vocabulary.HASH_MARK
+FRAG_OPEN = vocabulary.FRAG_OPEN
+FRAG_CLOSE = vocabulary.FRAG_CLOSE
+STR_OPEN = vocabulary.STR_OPEN
+STR_CLOSE = vocabulary.STR_CLOSE
 
-PROFILING_OUTPUT = "profiling_data"  # OpDef / schema / Python name
-PROFILING_VAR = "profilingData"  # C++ variables and parameters
-NUMEL_MACRO = "OPTRACE_PROFILING_NUMEL"
-INDEX_VAR = "optraceProfilingDataIndex"
+PROFILING_OUTPUT = vocabulary.PROFILING_OUTPUT  # OpDef / schema / Python name
+PROFILING_VAR = vocabulary.PROFILING_VAR  # C++ variables and parameters
+NUMEL_MACRO = vocabulary.NUMEL_MACRO
+INDEX_VAR = vocabulary.INDEX_VAR
 
 # Input errors of the layer codemods (README: OT3xx is apply / strip).
 CODE_OPDEF_OUTPUTS = "OT310"
@@ -128,12 +133,9 @@ def starts_line(data: bytes, offset: int) -> bool:
     return not data[line_start(data, offset) : offset].strip()
 
 
-# --- a C++ scanner for host code ------------------------------------------------------------
+# --- scanning host code: the engine's C++ toolkit (engine/source.py, engine/cpp.py) ---------
 
-_LEX_RE = re.compile(
-    rb'//[^\n]*|/\*.*?\*/|R"([^(\s]*)\(.*?\)\1"|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S
-)
-_SPACES = bytes(0x0A if b == 0x0A else 0x20 for b in range(256))
+match_bracket = source.match_bracket  # the codemods and the gates have imported it from here
 
 
 def mask(data: bytes) -> bytes:
@@ -148,42 +150,16 @@ def mask(data: bytes) -> bytes:
 # changed is a different key.
 @by_content(64)
 def _mask(data: bytes) -> bytes:
-    def repl(m: re.Match[bytes]) -> bytes:
-        tok = m.group(0)
-        if tok.startswith((b"//", b"/*")):
-            return tok.translate(_SPACES)
-        quote = tok[:1] if tok[:1] in (b'"', b"'") else b'"'
-        return quote + tok[1:-1].translate(_SPACES) + tok[-1:]
-
-    return _LEX_RE.sub(repl, data)
+    return source.blank_literals(data)
 
 
 def string_literals(data: bytes, start: int, end: int) -> list[tuple[int, int]]:
     """(start, end) of each plain string literal token in data[start:end], quotes included."""
     out = []
-    for m in _LEX_RE.finditer(data, start, end):
+    for m in source.LEX_RE.finditer(data, start, end):
         if m.group(0).startswith(b'"'):
             out.append((m.start(), m.end()))
     return out
-
-
-_OPEN = {ord("("): ord(")"), ord("{"): ord("}"), ord("["): ord("]")}
-
-
-def match_bracket(code: bytes, open_at: int) -> int:
-    """Offset of the bracket closing code[open_at] (in masked code), or -1."""
-    stack: list[int] = []
-    for i in range(open_at, len(code)):
-        c = code[i]
-        if c in _OPEN:
-            stack.append(_OPEN[c])
-        elif c in (0x29, 0x7D, 0x5D):
-            if not stack or stack[-1] != c:
-                return -1
-            stack.pop()
-            if not stack:
-                return i
-    return -1
 
 
 def split_top(code: bytes, start: int, end: int) -> list[tuple[int, int]]:
@@ -305,26 +281,6 @@ def _name_of(node: Node | None, data: bytes) -> str:
     return ""
 
 
-def _function_declarator(node: Node) -> Node | None:
-    decl = node.child_by_field_name("declarator")
-    while decl is not None and decl.type != "function_declarator":
-        inner = decl.child_by_field_name("declarator")
-        if inner is None:
-            named = [c for c in decl.named_children]
-            inner = named[-1] if named else None
-        decl = inner
-    return decl
-
-
-def _walk(node: Node, types: frozenset[str]) -> Iterator[Node]:
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if n.type in types:
-            yield n
-        stack.extend(reversed(n.children))
-
-
 _FUNC_TYPES = frozenset({"function_definition", "declaration", "field_declaration"})
 
 
@@ -367,11 +323,11 @@ def _functions(data: bytes, declarations: bool) -> tuple[CppFunction, ...]:
     tree = new_parser().parse(text)
     code = mask(data)
     out: list[CppFunction] = []
-    for node in _walk(tree.root_node, _FUNC_TYPES):
+    for node in iter_nodes(tree.root_node, _FUNC_TYPES, into_lambdas=True):
         is_def = node.type == "function_definition"
         if not is_def and not declarations:
             continue
-        fdecl = _function_declarator(node)
+        fdecl = function_declarator(node)
         if fdecl is None:
             continue
         plist = fdecl.child_by_field_name("parameters")
@@ -600,11 +556,7 @@ def mask_keep_includes(data: bytes) -> bytes:
 
 @by_content(64)
 def _mask_keep_includes(data: bytes) -> bytes:
-    def repl(m: re.Match[bytes]) -> bytes:
-        tok = m.group(0)
-        return tok.translate(_SPACES) if tok.startswith((b"//", b"/*")) else tok
-
-    return _LEX_RE.sub(repl, data)
+    return source.blank_comments(data)
 
 
 # --- output indices as the host code writes them: constants, enums or literals ---------------

@@ -17,13 +17,16 @@ import re
 from importlib import resources
 from pathlib import Path
 
-from optrace.codemods.strip import CREATED_MARK as STRIP_CREATED_MARK
 from optrace.engine.edits import Edit, line_end, newline_of
 from optrace.engine.plan import Plan
 from optrace.engine.source import blank_comments
+from optrace.engine.vocabulary import CREATED_MARK as STRIP_CREATED_MARK
+from optrace.engine.vocabulary import RUNTIME_BLOCK_BEGIN, RUNTIME_BLOCK_END
 
 CODEMOD = "runtime-block"
-_BLOCK_RE = re.compile(rb"// optrace-runtime-block v\d+.*?// optrace-runtime-block end[^\n]*\n?", re.S)
+_BLOCK_RE = re.compile(
+    re.escape(RUNTIME_BLOCK_BEGIN) + rb"\d+.*?" + re.escape(RUNTIME_BLOCK_END) + rb"[^\n]*\n?", re.S
+)
 _INCLUDE_RE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*[<"][^>"\n]+[>"][^\n]*$', re.M)
 _GUARD_RE = re.compile(
     rb"^[ \t]*#[ \t]*(?:ifndef[ \t]+(\w+)[^\n]*\n[ \t]*#[ \t]*define[ \t]+\1\b|pragma[ \t]+once)[^\n]*$", re.M

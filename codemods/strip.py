@@ -28,35 +28,54 @@ import re
 from pathlib import Path
 
 from optrace.codemods.cache import by_content
+from optrace.engine.vocabulary import (
+    CREATED_MARK,
+    FRAG_CLOSE,
+    FRAG_OPEN,
+    HASH_MARK,
+    HOOK_END,
+    HOOK_START,
+    LINE_MARK,
+    RUNTIME_BLOCK_BEGIN,
+    RUNTIME_BLOCK_END,
+    SCAFFOLD_BEGIN,
+    SCAFFOLD_END,
+    STR_CLOSE,
+    STR_OPEN,
+)
 
 CODEMOD = "strip"
 
+# Every pattern below is built from the vocabulary's markers: what the codemods write is
+# what strip removes.
 _BLOCK_RE = re.compile(
-    rb"(\r?\n)?(// optrace-runtime-block v\d+\b.*?// optrace-runtime-block end[^\r\n]*)(\r?\n)?", re.S
+    rb"(\r?\n)?(" + re.escape(RUNTIME_BLOCK_BEGIN) + rb"\d+\b.*?" + re.escape(RUNTIME_BLOCK_END)
+    + rb"[^\r\n]*)(\r?\n)?", re.S
 )
-_SCAFFOLD_RE = re.compile(rb"^// optrace-scaffold begin[^\n]*\n.*?^// optrace-scaffold end\r?\n", re.S | re.M)
+_SCAFFOLD_RE = re.compile(rb"^" + re.escape(SCAFFOLD_BEGIN) + rb"[^\n]*\n.*?^" + re.escape(SCAFFOLD_END)
+                          + rb"\r?\n", re.S | re.M)
 # A scaffold put after `{` on a one-line body came with the newline before it.
 _INLINE_SCAFFOLD_RE = re.compile(
-    rb"\r?\n// optrace-scaffold begin[^\n]* inline\r?\n.*?^// optrace-scaffold end\r?\n", re.S | re.M
+    rb"\r?\n" + re.escape(SCAFFOLD_BEGIN) + rb"[^\n]* inline\r?\n.*?^" + re.escape(SCAFFOLD_END) + rb"\r?\n",
+    re.S | re.M
 )
 # Only lines with code before the marker: a user's own comment line `// optrace` stays.
-_LINE_RE = re.compile(rb"^(?![ \t]*//)[^\n]*\S  // optrace\r?\n", re.M)
-_LAST_LINE_RE = re.compile(rb"\r?\n(?![ \t]*//)[^\n]*\S  // optrace\Z")
-_FRAGMENT_RE = re.compile(rb"/\*optrace<\*/.*?/\*>optrace\*/")
-CREATED_MARK = b"// optrace-created-file:"
+_LINE_RE = re.compile(rb"^(?![ \t]*//)[^\n]*\S" + re.escape(LINE_MARK) + rb"\r?\n", re.M)
+_LAST_LINE_RE = re.compile(rb"\r?\n(?![ \t]*//)[^\n]*\S" + re.escape(LINE_MARK) + rb"\Z")
+_FRAGMENT_RE = re.compile(re.escape(FRAG_OPEN) + rb".*?" + re.escape(FRAG_CLOSE))
 
 
 def is_created(data: bytes) -> bool:
     return data.startswith(CREATED_MARK)
 
 
-_STR_FRAGMENT_RE = re.compile(rb'"/\*optrace-str<\*/.*?/\*>optrace-str\*/"')
-_HASH_LINE_RE = re.compile(rb"^(?![ \t]*#)[^\n]*\S  # optrace\r?\n", re.M)
-_HASH_LAST_LINE_RE = re.compile(rb"\r?\n(?![ \t]*#)[^\n]*\S  # optrace\Z")
+_STR_FRAGMENT_RE = re.compile(re.escape(STR_OPEN) + rb".*?" + re.escape(STR_CLOSE))
+_HASH_LINE_RE = re.compile(rb"^(?![ \t]*#)[^\n]*\S" + re.escape(HASH_MARK) + rb"\r?\n", re.M)
+_HASH_LAST_LINE_RE = re.compile(rb"\r?\n(?![ \t]*#)[^\n]*\S" + re.escape(HASH_MARK) + rb"\Z")
 _PY_ORIG_RE = re.compile(rb"^[ \t]*# optrace-orig (\d+) ([A-Za-z0-9+/=]*)\r?\n", re.M)
 _HOOK_RE = re.compile(
-    rb"(\r?\n)?(^[ \t]*# TRACE_PREPROCESSOR_HOOK_START[^\n]*\n.*?"
-    rb"^[ \t]*# TRACE_PREPROCESSOR_HOOK_END[^\r\n]*)(\r?\n)?", re.S | re.M
+    rb"(\r?\n)?(^[ \t]*" + re.escape(HOOK_START) + rb"[^\n]*\n.*?"
+    rb"^[ \t]*" + re.escape(HOOK_END) + rb"[^\r\n]*)(\r?\n)?", re.S | re.M
 )
 _ORIG_BLOCK_RE = re.compile(rb"# optrace-orig-block ([A-Za-z0-9+/=]*)")
 SCRIPT_SUFFIXES = frozenset({".sh", ".bash", ".cmake"})

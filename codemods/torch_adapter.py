@@ -53,8 +53,10 @@ from optrace.codemods.layer_common import (
 from optrace.codemods.strip import strip_bytes
 from optrace.engine.discovery import Layers, repo_index
 from optrace.engine.edits import Edit, line_number, line_start
-from optrace.engine.names import op_name_pattern, same_op
+from optrace.engine.names import same_op
 from optrace.engine.plan import Plan
+from optrace.engine.vocabulary import META_IMPL_RE
+from optrace.engine.vocabulary import launch_pattern as vocabulary_launch_pattern
 
 CODEMOD = "torch-adapter"
 
@@ -74,10 +76,7 @@ class Launch:
 
 
 def launch_pattern(layers: Layers) -> re.Pattern[bytes]:
-    camel = op_name_pattern(layers.op_name)  # any spelling: `aclnnMoeGmmFFNGate`
-    op = re.escape(layers.op_name.encode())
-    return re.compile(rb"\b(EXEC_NPU_CMD(?:_V\d+)?)\s*\(\s*aclnn" + camel + rb"\b|\b(EXEC_KERNEL_CMD)\s*\(\s*"
-                      + op + rb"\b")
+    return vocabulary_launch_pattern(layers.op_name)  # the op in any spelling: `aclnnMoeGmmFFNGate`
 
 
 def launches(path: Path, data: bytes, layers: Layers) -> list[Launch]:
@@ -327,9 +326,7 @@ def _launch_edits(path: Path, data: bytes, launch: Launch, fn: CppFunction, mode
     return edits
 
 
-_META_RE = re.compile(
-    rb"TORCH_LIBRARY_IMPL\s*\(\s*\w+\s*,\s*(?:c10::DispatchKey::)?Meta\s*,\s*(\w+)\s*\)\s*\{"
-)
+_META_RE = META_IMPL_RE
 
 
 def meta_functions(data: bytes, op_names: Sequence[str]) -> list[str]:

@@ -27,18 +27,18 @@ from optrace.engine.cpp import (
     scoped_locals,
     text_of,
 )
-from optrace.engine.diagnostics import Diagnostic, InputError, Severity
+from optrace.engine.diagnostics import Diagnostic, InputError
 from optrace.engine.discovery import Layers, default_repo_root, discover, repo_index, resolve_operator_dir
 from optrace.engine.includes import HeaderSearch, IncludeGraph, build_include_graph
-from optrace.engine.model import ExistingPoint
+from optrace.engine.model import TracePoint
 from optrace.engine.source import (
-    TRACE_POINT_CALL,
     blank_comments,
     blank_conditionals,
     decode,
     normalise,
     qualifier_macros,
 )
+from optrace.engine.vocabulary import TRACE_POINT_CALL
 
 # Device primitives that block until another core / rank arrives: phase boundaries.
 BLOCKING_PRIMITIVES = frozenset(
@@ -87,7 +87,7 @@ class Analysis:
     # What the kernel's KERNEL_TASK_TYPE declarations say (empty: nothing declared, and
     # kernel_cores is inferred): the buffer layout trusts only a declaration.
     declared_cores: frozenset[str] = frozenset()
-    existing: list[ExistingPoint] = field(default_factory=list)
+    existing: list[TracePoint] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     phase_work: set[str] = field(default_factory=set)
     heavy: set[str] = field(default_factory=set)  # heavy itself or calls something heavy
@@ -317,7 +317,8 @@ def _collect_existing(an: Analysis) -> None:
                 if fn.src.path == path and fn.body.start_byte <= m.start() < fn.body.end_byte:
                     owner = fn.id
             an.existing.append(
-                ExistingPoint(decode(m.group(1)), decode(m.group(2)), path, line, owner)
+                TracePoint(decode(m.group(1)), decode(m.group(2)), path, line, m.start(), m.end(),
+                           function=owner)
             )
 
 
@@ -367,7 +368,7 @@ def analyse_operator(op_dir: Path, repo_root: Path | None = None) -> Analysis:
     diagnostics = list(layers.diagnostics) + list(includes.diagnostics)
     if layers.entry.path.resolve() not in includes.files:
         bad = includes.diagnostics[0] if includes.diagnostics else Diagnostic(
-            "OT011", "cannot read the kernel entry", layers.entry.path, 0, Severity.ERROR
+            "OT011", "cannot read the kernel entry", layers.entry.path, 0
         )
         raise InputError(bad)
 
@@ -395,7 +396,7 @@ def analyse_operator(op_dir: Path, repo_root: Path | None = None) -> Analysis:
                 diagnostics.append(Diagnostic(
                     "OT022", "preprocessor conditionals split statements here: read with every "
                     "arm's code as one text (the arms are not planned as separate variants)",
-                    path, _split_at(union, entry_line) or pf.error_lines[0], Severity.INFO))
+                    path, _split_at(union, entry_line) or pf.error_lines[0]))
                 pf = union
             else:
                 src.text = as_written
@@ -408,14 +409,13 @@ def analyse_operator(op_dir: Path, repo_root: Path | None = None) -> Analysis:
                     "analysis continues with what parsed",
                     path,
                     pf.error_lines[0],
-                    Severity.WARNING,
                 )
             )
         index.add_file(pf)
     for includer, line, target in includes.missing:
         diagnostics.append(
             Diagnostic("OT021", f"header not found: \"{target}\" (absent submodule?)", includer,
-                       line, Severity.INFO)
+                       line)
         )
 
     entry_path = layers.entry.path.resolve()
@@ -423,7 +423,7 @@ def analyse_operator(op_dir: Path, repo_root: Path | None = None) -> Analysis:
     if entry_fn is None:
         raise InputError(
             Diagnostic("OT010", f"kernel entry `{layers.entry.name}` could not be parsed",
-                       entry_path, layers.entry.line, Severity.ERROR)
+                       entry_path, layers.entry.line)
         )
     mixed, cores = _kernel_cores(parsed, includes.files[entry_path].raw)
     an = Analysis(layers, config, includes, parsed, index, nx.DiGraph(), entry_fn, mixed, cores,
@@ -525,7 +525,7 @@ def kebab(name: str) -> str:
     return re.sub(r"-{2,}", "-", s)
 
 
-_TRACE_ARGS = re.compile(r'TRACE_POINT\s*\(\s*"[^"]*"\s*,\s*"[^"]*"\s*\)|OptraceEnd\s+\w+')
+_TRACE_ARGS = re.compile(TRACE_POINT_CALL.decode() + r"|OptraceEnd\s+\w+")
 _SPIN_HINT = re.compile(r"flag|ready|status|state|signal|spin|wait|expect|arriv", re.I)
 
 

@@ -472,21 +472,27 @@ def _param_types(src: SourceFile, declarator: Node) -> dict[str, str]:
     return out
 
 
-def _function_declarator(node: Node) -> Node | None:
+def function_declarator(node: Node) -> Node | None:
+    """The `function_declarator` under a definition or declaration: down the `declarator`
+    fields, and through the declarators that have none (`T &f()`: a reference declarator)."""
     decl = node.child_by_field_name("declarator")
     while decl is not None and decl.type != "function_declarator":
-        decl = decl.child_by_field_name("declarator")
+        inner = decl.child_by_field_name("declarator")
+        if inner is None:
+            named = list(decl.named_children)
+            inner = named[-1] if named else None
+        decl = inner
     return decl
 
 
-def iter_nodes(node: Node, types: frozenset[str] | set[str]) -> Iterator[Node]:
-    """Pre-order walk yielding nodes of the given types (not descending into lambdas)."""
+def iter_nodes(node: Node, types: frozenset[str] | set[str], *, into_lambdas: bool = False) -> Iterator[Node]:
+    """Pre-order walk yielding nodes of the given types (lambda bodies only when asked)."""
     stack = [node]
     while stack:
         n = stack.pop()
         if n.type in types:
             yield n
-        if n.type == "lambda_expression" and n is not node:
+        if n.type == "lambda_expression" and n is not node and not into_lambdas:
             continue
         stack.extend(reversed(n.children))
 
@@ -531,7 +537,7 @@ class CodeIndex:
 
     def _add_function(self, src: SourceFile, node: Node) -> None:
         body = node.child_by_field_name("body")
-        declarator = _function_declarator(node)
+        declarator = function_declarator(node)
         if body is None or declarator is None:
             return
         name_node = _declarator_name(declarator.child_by_field_name("declarator"))

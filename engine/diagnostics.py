@@ -3,25 +3,34 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 
+from optrace.engine.codes import Severity, default_severity
 
-class Severity(StrEnum):
-    INFO = "info"
-    WARNING = "warning"
-    ERROR = "error"
+__all__ = ["Diagnostic", "InputError", "Severity", "display_path"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Diagnostic:
-    """`path:line: CODE message`, the one shape every finding takes."""
+    """`path:line: CODE message`, the one shape every finding takes.
+
+    Without a severity the code's default from the registry (engine/codes.py) applies.
+    """
 
     code: str
     message: str
-    path: Path | None = None
-    line: int = 0
-    severity: Severity = Severity.WARNING
+    path: Path | None
+    line: int
+    severity: Severity
+
+    def __init__(self, code: str, message: str, path: Path | None = None, line: int = 0,
+                 severity: Severity | None = None) -> None:
+        # frozen: the generated __setattr__ refuses, so set the fields as dataclasses does.
+        object.__setattr__(self, "code", code)
+        object.__setattr__(self, "message", message)
+        object.__setattr__(self, "path", path)
+        object.__setattr__(self, "line", line)
+        object.__setattr__(self, "severity", severity if severity is not None else default_severity(code))
 
     def location(self, root: Path | None = None) -> str:
         if self.path is None:

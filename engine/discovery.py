@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from optrace.engine.config import Config
-from optrace.engine.diagnostics import Diagnostic, InputError, Severity
+from optrace.engine.diagnostics import Diagnostic, InputError
 from optrace.engine.names import op_name_pattern, same_op
-from optrace.engine.source import blank_comments, decode, is_binary
+from optrace.engine.source import blank_comments, decode, is_binary, match_bracket
+from optrace.engine.vocabulary import REGISTRATION_RE, launch_pattern
 
 # `.inl` / `.ipp` / `.tpp` are headers by another name (template bodies included at the end of a
 # header): apply reaches them through the include graph, so strip and check must scan them.
@@ -101,14 +102,11 @@ def resolve_operator_dir(op_dir: Path) -> Path:
     try:
         resolved = op_dir.resolve(strict=True)
     except RuntimeError:  # Python 3.11 raises this for a symlink loop
-        raise InputError(Diagnostic("OT014", "operator directory is a symlink loop", op_dir, 0,
-                                    Severity.ERROR)) from None
+        raise InputError(Diagnostic("OT014", "operator directory is a symlink loop", op_dir, 0)) from None
     except OSError:
-        raise InputError(Diagnostic("OT001", "operator directory does not exist", op_dir, 0,
-                                    Severity.ERROR)) from None
+        raise InputError(Diagnostic("OT001", "operator directory does not exist", op_dir, 0)) from None
     if not resolved.is_dir():
-        raise InputError(Diagnostic("OT001", "operator directory does not exist", op_dir, 0,
-                                    Severity.ERROR))
+        raise InputError(Diagnostic("OT001", "operator directory does not exist", op_dir, 0))
     return resolved
 
 
@@ -328,7 +326,7 @@ def _name_paren(code: bytes, start: int) -> int:
         before = re.search(rb"([A-Za-z_]\w*)\s*$", code[pos:paren])
         if before is None or before.group(1) not in _ATTRIBUTE_CALLS:
             return paren
-        close = _matching_paren(code, paren)
+        close = match_bracket(code, paren)
         if close < 0:
             return -1
         pos = close + 1
@@ -370,7 +368,7 @@ def find_entries(kernel_files: list[Path]) -> list[EntryPoint]:
             names = re.findall(rb"[A-Za-z_]\w*", head)
             if not names or b";" in head or b"{" in head:
                 continue
-            close = _matching_paren(code, paren)
+            close = match_bracket(code, paren)
             if close < 0:
                 continue
             after = code[close + 1 : close + 200].lstrip()
@@ -443,24 +441,11 @@ def find_operator_dirs(root: Path) -> list[Path]:
     return sorted(found)
 
 
-def _matching_paren(code: bytes, open_at: int) -> int:
-    depth = 0
-    for i in range(open_at, min(len(code), open_at + 20000)):
-        c = code[i]
-        if c == 0x28:
-            depth += 1
-        elif c == 0x29:
-            depth -= 1
-            if depth == 0:
-                return i
-    return -1
-
-
 def discover(op_dir: Path, repo_root: Path, config: Config) -> Layers:
     """Classify the operator's files into layers; raises InputError without an entry."""
     if not op_dir.is_dir():
         raise InputError(
-            Diagnostic("OT001", "operator directory does not exist", op_dir, 0, Severity.ERROR)
+            Diagnostic("OT001", "operator directory does not exist", op_dir, 0)
         )
     if "entry" not in config.layers:
         refuse_parent_of_operators(op_dir)
@@ -494,7 +479,7 @@ def discover(op_dir: Path, repo_root: Path, config: Config) -> Layers:
                 "OT010",
                 f"the kernel entry is defined by the macro `{m.macro}`: its body is the macro's "
                 "text, shared by every use, where no trace point can go; write this entry out "
-                "as a function (the macro can stay for the others)", m.path, m.line, Severity.ERROR))
+                "as a function (the macro can stay for the others)", m.path, m.line))
         raise InputError(
             Diagnostic(
                 "OT010",
@@ -502,7 +487,6 @@ def discover(op_dir: Path, repo_root: Path, config: Config) -> Layers:
                 "the operator directory",
                 op_dir,
                 0,
-                Severity.ERROR,
             )
         )
 
@@ -556,8 +540,7 @@ def refuse_parent_of_operators(op_dir: Path) -> None:
     listing = ", ".join(shown[:20]) + (f" and {len(shown) - 20} more" if len(shown) > 20 else "")
     raise InputError(Diagnostic(
         "OT015", f"not one operator directory: it holds {len(found)} operator director"
-        f"{'y' if len(found) == 1 else 'ies'} below it ({listing}); give one of them", op_dir, 0,
-        Severity.ERROR))
+        f"{'y' if len(found) == 1 else 'ies'} below it ({listing}); give one of them", op_dir, 0))
 
 
 def _kernel_dir(entry: Path, op_dir: Path) -> Path:
@@ -576,10 +559,8 @@ def _search_repository(layers: Layers, op_dir: Path, put: object) -> None:
     op = layers.op_name.encode()
     camel = op_name_pattern(layers.op_name)  # any spelling (acronyms, case)
     op_word = re.compile(rb"\b" + camel + rb"\b")  # the op named in any spelling
-    exec_re = re.compile(
-        rb"EXEC_NPU_CMD(?:_V\d+)?\s*\(\s*aclnn" + camel + rb"\b|EXEC_KERNEL_CMD\s*\(\s*" + op + rb"\b"
-    )
-    reg_re = re.compile(rb"\bTORCH_LIBRARY(?:_FRAGMENT|_EXPAND|_IMPL)?\s*\(|PYBIND11_MODULE\s*\(")
+    exec_re = launch_pattern(layers.op_name)  # what the torch codemod reads as a launch
+    reg_re = REGISTRATION_RE
     call_re = re.compile(rb"\.\s*" + re.escape(op) + rb"\s*\(")
     # Fakes name the op as a string ("ns::op", "op" for lib.impl) or as torch.ops.ns.op.
     op_ref = (rb"(?:['\"](?:\w+::)?" + re.escape(op) + rb"(?:\.\w+)?['\"]|\btorch\.ops\.\w+\."

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import networkx as nx
 
-from optrace.engine.diagnostics import Diagnostic, Severity
+from optrace.engine.diagnostics import Diagnostic
 from optrace.engine.source import (
     SourceFile,
     blank_comments,
@@ -156,12 +156,12 @@ def build_include_graph(entry: Path, include_dirs: Iterable[Path],
             src = read_source(path)
         except OSError as exc:
             g.diagnostics.append(
-                Diagnostic("OT011", f"cannot read: {exc.strerror or exc}", path, 0, Severity.ERROR)
+                Diagnostic("OT011", f"cannot read: {exc.strerror or exc}", path, 0)
             )
             continue
         if is_binary(src.raw):
             g.diagnostics.append(
-                Diagnostic("OT012", "binary file (NUL bytes), not parsed", path, 0, Severity.ERROR)
+                Diagnostic("OT012", "binary file (NUL bytes), not parsed", path, 0)
             )
             continue
         if len(src.raw) > LARGE_FILE_BYTES:
@@ -171,7 +171,6 @@ def build_include_graph(entry: Path, include_dirs: Iterable[Path],
                     f"very large source ({len(src.raw) // (1024 * 1024)} MiB)",
                     path,
                     0,
-                    Severity.INFO,
                 )
             )
         g.files[path] = src
@@ -196,7 +195,6 @@ def build_include_graph(entry: Path, include_dirs: Iterable[Path],
                         f"include `{directive.target}` is a symlink loop or dangling link",
                         path,
                         directive.line,
-                        Severity.ERROR,
                     )
                 )
                 continue
@@ -207,7 +205,6 @@ def build_include_graph(entry: Path, include_dirs: Iterable[Path],
                         f"include `{directive.target}` names a directory",
                         path,
                         directive.line,
-                        Severity.ERROR,
                     )
                 )
                 continue

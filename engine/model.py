@@ -96,12 +96,19 @@ def assign_labels(root: Region) -> None:
 
 
 @dataclass(frozen=True)
-class ExistingPoint:
+class TracePoint:
+    """One `TRACE_POINT("label", "B"|"E")` in a source file: the one model planning (the
+    points already there), `check` and `preprocess` share."""
+
     label: str
     event: str  # "B" / "E"
     path: Path
     line: int
-    function: str | None
+    start: int = 0  # byte range of the call its reader matched (check: from `MoeTracing(` /
+    end: int = 0  # `OptraceEnd x(`; preprocess: the `TRACE_POINT(...)` it replaces)
+    guard: bool = False  # an OptraceEnd scope guard: its E runs on every exit of the scope
+    indexed: bool = False  # more arguments follow: MoeTracing(TRACE_POINT(...), extraId, index)
+    function: str | None = None  # the function holding it, when the reader knows
 
 
 @dataclass

@@ -20,7 +20,9 @@ from pathlib import Path
 
 from optrace.engine.diagnostics import Diagnostic, Severity
 from optrace.engine.discovery import CPP_EXTS, walk_files
-from optrace.engine.source import TRACE_POINT_CALL, blank_comments, blank_if0, decode
+from optrace.engine.model import TracePoint
+from optrace.engine.source import blank_comments, blank_if0, decode
+from optrace.engine.vocabulary import TRACE_POINT_CALL
 from optrace.runtime.format import POINT_ID_SPACE, trace_point_hash
 
 MAP_FORMAT_VERSION = 1
@@ -42,20 +44,9 @@ _CORE_MIX_RE = re.compile(
 _CORE_MIXES = {b"MIXED": ("AIC", "AIV"), b"AIV_ONLY": ("AIV",), b"AIC_ONLY": ("AIC",)}
 
 
-@dataclass(frozen=True)
-class Occurrence:
-    label: str
-    event: str
-    path: Path
-    line: int
-    start: int  # byte range of the whole TRACE_POINT(...) call
-    end: int
-    indexed: bool = False  # more arguments follow: MoeTracing(TRACE_POINT(...), extraId, index)
-
-
 @dataclass
 class PointMapResult:
-    occurrences: list[Occurrence]
+    occurrences: list[TracePoint]
     ids: dict[tuple[str, str], int]
     fingerprint: int
     files: list[Path]
@@ -98,7 +89,7 @@ def assign_ids(keys: set[tuple[str, str]]) -> tuple[dict[tuple[str, str], int], 
 def scan(src_dir: Path) -> PointMapResult:
     """Every TRACE_POINT under src_dir (sorted paths), validated, with ids and fingerprint."""
     files = sorted(p for p in walk_files(src_dir) if p.suffix.lower() in CPP_EXTS)
-    occurrences: list[Occurrence] = []
+    occurrences: list[TracePoint] = []
     diagnostics: list[Diagnostic] = []
     mixes: dict[tuple[str, ...], tuple[Path, int]] = {}  # core mix -> first place seen
     digest = hashlib.sha256()
@@ -106,8 +97,7 @@ def scan(src_dir: Path) -> PointMapResult:
         try:
             raw = path.read_bytes()
         except OSError as exc:
-            diagnostics.append(Diagnostic("OT201", f"cannot read: {exc.strerror}", path, 0,
-                                          Severity.ERROR))
+            diagnostics.append(Diagnostic("OT201", f"cannot read: {exc.strerror}", path, 0))
             continue
         digest.update(path.relative_to(src_dir).as_posix().encode() + b"\0" + raw + b"\0")
         code = blank_if0(blank_comments(raw))
@@ -118,10 +108,10 @@ def scan(src_dir: Path) -> PointMapResult:
                 continue  # inside a macro definition: not a point of its own
             label, event = decode(m.group(1)), decode(m.group(2))
             indexed = code[m.end() : m.end() + 40].lstrip().startswith(b",")
-            occurrences.append(Occurrence(label, event, path, line, m.start(), m.end(), indexed))
+            occurrences.append(TracePoint(label, event, path, line, m.start(), m.end(), indexed=indexed))
             problem = _label_problem(label, event)
             if problem:
-                diagnostics.append(Diagnostic("OT202", problem, path, line, Severity.ERROR))
+                diagnostics.append(Diagnostic("OT202", problem, path, line))
         for m in _CORE_MIX_RE.finditer(code):
             mixes.setdefault(_CORE_MIXES[m.group(1)], (path, code.count(b"\n", 0, m.start(1)) + 1))
     if not occurrences and files:
@@ -131,12 +121,12 @@ def scan(src_dir: Path) -> PointMapResult:
                 diagnostics.append(Diagnostic(
                     "OT205", "sources are already preprocessed (MoeTracing with integer ids, no "
                     "TRACE_POINT); run on a fresh copy of the sources", path,
-                    path.read_bytes().count(b"\n", 0, done.start()) + 1, Severity.ERROR))
+                    path.read_bytes().count(b"\n", 0, done.start()) + 1))
                 break
     keys = {(o.label, o.event) for o in occurrences}
     ids, notes = assign_ids(keys)
     for note in notes:
-        diagnostics.append(Diagnostic("OT203", note, None, 0, Severity.INFO))
+        diagnostics.append(Diagnostic("OT203", note, None, 0))
     _check_balance(occurrences, diagnostics)
     digest.update(json.dumps(sorted((k[0], k[1], v) for k, v in ids.items())).encode())
     fingerprint = int.from_bytes(digest.digest()[:4], "big") or 1
@@ -148,7 +138,7 @@ def scan(src_dir: Path) -> PointMapResult:
         diagnostics.append(Diagnostic(
             "OT207", f"kernel entries with different core mixes in one map ({shown}): the map "
             "records none, so readers take the mixed layout; pass aic_cores= / aiv_cores= to "
-            "save_profiling_data for the single-type kernel's buffers", path, line, Severity.WARNING))
+            "save_profiling_data for the single-type kernel's buffers", path, line))
     return PointMapResult(occurrences, ids, fingerprint, files, diagnostics, cores)
 
 
@@ -162,10 +152,10 @@ def _label_problem(label: str, event: str) -> str:
     return ""
 
 
-def _check_balance(occurrences: list[Occurrence], diagnostics: list[Diagnostic]) -> None:
+def _check_balance(occurrences: list[TracePoint], diagnostics: list[Diagnostic]) -> None:
     """A label with a B but no E anywhere (or the reverse) can never pair in a trace."""
     events: dict[str, set[str]] = {}
-    first: dict[str, Occurrence] = {}
+    first: dict[str, TracePoint] = {}
     for o in occurrences:
         events.setdefault(o.label, set()).add(o.event)
         first.setdefault(o.label, o)
@@ -174,7 +164,7 @@ def _check_balance(occurrences: list[Occurrence], diagnostics: list[Diagnostic])
             missing = "E" if "B" in kinds else "B"
             o = first[label]
             diagnostics.append(Diagnostic("OT204", f'label "{label}" has no "{missing}" point',
-                                          o.path, o.line, Severity.ERROR))
+                                          o.path, o.line))
 
 
 def point_map_document(result: PointMapResult, src_dir: Path, generator: str) -> dict[str, object]:
@@ -204,7 +194,7 @@ def point_map_document(result: PointMapResult, src_dir: Path, generator: str) ->
 def rewrite_sources(result: PointMapResult) -> dict[Path, bytes]:
     """New bytes for every file that changes under `--modify`: ids in place of
     TRACE_POINT(...), and the fingerprint in OPTRACE_BUILD_FINGERPRINT's definition."""
-    by_file: dict[Path, list[Occurrence]] = {}
+    by_file: dict[Path, list[TracePoint]] = {}
     for o in result.occurrences:
         by_file.setdefault(o.path, []).append(o)
     out: dict[Path, bytes] = {}

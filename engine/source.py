@@ -45,9 +45,11 @@ _QUALIFIER_LIKE = {"inline", "static", "constexpr", "__attribute__((always_inlin
 
 _DEFINE_RE = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+([^\r\n]*)$", re.M)
 
-# Strings, chars and comments in one alternation, so a `//` inside a string is not a comment.
-_LEX_RE = re.compile(
-    rb'"(?:[^"\\\n]|\\.)*"'  # string literal
+# The one C++ lexer of kernel and host code: strings (raw strings too), chars and comments
+# in one alternation, so a `//` inside a string is not a comment.
+LEX_RE = re.compile(
+    rb'R"([^(\s]*)\(.*?\)\1"'  # raw string literal: R"delim( ... )delim"
+    rb'|"(?:[^"\\\n]|\\.)*"'  # string literal
     rb"|'(?:[^'\\\n]|\\.)*'"  # char literal
     rb"|//[^\n]*"  # line comment
     rb"|/\*.*?\*/",  # block comment
@@ -94,10 +96,6 @@ class SourceFile:
         return b"\r\n" if crlf and crlf * 2 >= self.raw.count(b"\n") else b"\n"
 
 
-#: `TRACE_POINT("label", "B")`: group 1 the label (escapes kept, no newline), group 2 the
-#: event type. One pattern for every reader of points (planning's existing points, check,
-#: preprocess), so they agree on what a point is.
-TRACE_POINT_CALL = rb'TRACE_POINT\s*\(\s*"((?:[^"\\\n]|\\.)*)"\s*,\s*"([^"\n]*)"\s*\)'
 
 
 def decode(data: bytes) -> str:
@@ -131,13 +129,47 @@ def blank_comments(data: bytes) -> bytes:
 
     def repl(m: re.Match[bytes]) -> bytes:
         tok = m.group(0)
-        return tok if tok[:1] in (b'"', b"'") else tok.translate(_TO_SPACES)
+        return tok.translate(_TO_SPACES) if tok.startswith((b"//", b"/*")) else tok
 
-    out = _LEX_RE.sub(repl, data)
+    out = LEX_RE.sub(repl, data)
     if len(_BLANKED) > 256:
         _BLANKED.clear()
     _BLANKED[id(data)] = (data, out)
     return out
+
+
+def blank_literals(data: bytes) -> bytes:
+    """Same length as `data`: comments and the insides of string / char literals become
+    spaces (newlines kept, quotes kept), so brackets and semicolons can be matched."""
+
+    def repl(m: re.Match[bytes]) -> bytes:
+        tok = m.group(0)
+        if tok.startswith((b"//", b"/*")):
+            return tok.translate(_TO_SPACES)
+        quote = tok[:1] if tok[:1] in (b'"', b"'") else b'"'  # a raw string's `R` becomes a quote
+        return quote + tok[1:-1].translate(_TO_SPACES) + tok[-1:]
+
+    return LEX_RE.sub(repl, data)
+
+
+_OPEN = {ord("("): ord(")"), ord("{"): ord("}"), ord("["): ord("]")}
+
+
+def match_bracket(code: bytes, open_at: int) -> int:
+    """Offset of the bracket closing code[open_at] (in blanked code), or -1 when it is not
+    closed or closed by the wrong kind."""
+    stack: list[int] = []
+    for i in range(open_at, len(code)):
+        c = code[i]
+        if c in _OPEN:
+            stack.append(_OPEN[c])
+        elif c in (0x29, 0x7D, 0x5D):
+            if not stack or stack[-1] != c:
+                return -1
+            stack.pop()
+            if not stack:
+                return i
+    return -1
 
 
 _IF_LITERAL_RE = re.compile(rb"^[ \t]*#[ \t]*if[ \t]+[01]\b", re.M)

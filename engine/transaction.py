@@ -40,6 +40,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from optrace.engine.edits import FileChange
+
 # Diagnostic codes (README: OT0xx is input and parsing), next to those of engine/edits.py.
 CODE_STALE = "OT042"
 CODE_WRITE = "OT043"
@@ -57,7 +59,6 @@ RECORD_FORMAT = "optrace-journal-record"
 MAX_JOURNAL_BYTES = 64 * 1024 * 1024
 
 # A file's change: (old, new); None for a file that does not exist on that side.
-Change = tuple[bytes | None, bytes | None]
 BeforeWrite = Callable[[Path, int], None]
 
 
@@ -690,7 +691,7 @@ def _missing_parents(path: Path) -> tuple[Path, ...]:
 Planned = list[tuple[Path, bytes | None, bytes | None]]
 
 
-def _resolve(changes: Mapping[Path, Change]) -> Planned:
+def _resolve(changes: Mapping[Path, FileChange]) -> Planned:
     """Real paths (a symlink is written through, never replaced), no-ops dropped, sorted."""
     planned: dict[Path, tuple[bytes | None, bytes | None]] = {}
     for given, (old, new) in changes.items():
@@ -916,7 +917,7 @@ def _prepare(journal: _Journal, name: str, planned: Planned, root: Path) -> list
 
 
 def commit(
-    changes: Mapping[Path, Change],
+    changes: Mapping[Path, FileChange],
     journal_dir: Path,
     *,
     name: str = "edits",
@@ -1234,7 +1235,7 @@ class Transaction:
     name: str = "edits"
 
     def commit(
-        self, changes: Mapping[Path, Change], *, _before_write: BeforeWrite | None = None
+        self, changes: Mapping[Path, FileChange], *, _before_write: BeforeWrite | None = None
     ) -> list[Path]:
         """See `commit`."""
         return commit(changes, self.journal_dir, name=self.name, _before_write=_before_write)

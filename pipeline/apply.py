@@ -4,8 +4,8 @@ Codemods return edits; this module collects them (conflicts and duplicates refus
 the edit engine), turns them into `{path: (old bytes | None, new bytes | None)}` and
 leaves writing to the transaction. Nothing here writes.
 
-The kernel codemods edit the current bytes. The cross-layer codemods (`codemods/layers.py`:
-OpDef, infer, tiling, aclnn, torch adapter, registration, build hook, Python callers)
+The kernel layers edit the current bytes. The host layers (`pipeline/layers.py`: OpDef,
+infer, tiling, aclnn, torch adapter, registration, build hook, Python callers, ...)
 edit each file's *clean* bytes — the file with optrace's insertions stripped — and this
 module reconciles: a file that is still clean takes their edits as they are; a file that
 already carries insertions becomes clean + this run's edits (+ the edits of the other
@@ -23,10 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from optrace.codemods.kernel_entry import SCAFFOLD_BEGIN, entry_edits, recorded_mode
-from optrace.codemods.kernel_points import point_edits
-from optrace.codemods.layers import layer_edits, owned_files, sizes_header
-from optrace.codemods.runtime_block import block_edits, include_edits
+from optrace.codemods.kernel_entry import recorded_mode
 from optrace.codemods.strip import is_created, strip_bytes
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
 from optrace.engine.discovery import (
@@ -36,11 +33,12 @@ from optrace.engine.discovery import (
     resolve_operator_dir,
     walk_files,
 )
-from optrace.engine.edits import Edit, EditError, EditSet, apply_edits, new_contents, resolve
+from optrace.engine.edits import Edit, EditError, EditSet, FileChange, apply_edits, new_contents, resolve
 from optrace.engine.plan import Plan
+from optrace.engine.vocabulary import SCAFFOLD_BEGIN
+from optrace.pipeline.layers import kernel_side, layer_edits, owned_files, sizes_header
 from optrace.pipeline.plan import plan_operator
 
-Change = tuple[bytes | None, bytes | None]
 EditsByFile = dict[Path, list[Edit]]
 
 
@@ -82,7 +80,7 @@ class Provenance:
 class OperatorChanges:
     op_dir: Path
     repo_root: Path
-    changes: dict[Path, Change] = field(default_factory=dict)
+    changes: dict[Path, FileChange] = field(default_factory=dict)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     plan: Plan | None = None
     provenance: Provenance | None = None
@@ -103,12 +101,9 @@ def apply_changes(op_dir: Path, repo_root: Path | None = None, mode: str | None 
         mode, chosen = choose_mode(plan)
     elif mode == "B" and recorded != "B":
         _refuse_b_with_hint(plan)
-    points = point_edits(plan)
-    entry = entry_edits(plan, mode)
-    block, created = block_edits(plan)
-    files_with_points = {e.path for e in points} | {plan.analysis.entry_fn.src.path}
-    includes = include_edits(plan, files_with_points)
-    kernel = [*points, *entry, *block, *includes]
+    kernel_edits = kernel_side(plan, mode)  # the entry and base header layers
+    kernel = [*kernel_edits.entry, *kernel_edits.base]
+    created = kernel_edits.created
     effective = mode or recorded or "B"
     kernel_files = {resolve(p) for p in {e.path for e in kernel}}
     own_dir = plan.analysis.layers.op_dir.resolve()
@@ -204,7 +199,7 @@ def _check_read_once(result: OperatorChanges, plan: Plan, prov: Provenance) -> N
         expected = set(prov.read_digest.get(path, ())) | ({parsed[path]} if path in parsed else set())
         if expected and expected != {_digest(old)}:
             raise InputError(Diagnostic("OT042", "changed while optrace was planning it; nothing written, "
-                                        "plan again", path, 0, Severity.ERROR))
+                                        "plan again", path, 0))
 
 
 class Neighbourhood(Protocol):
@@ -406,7 +401,7 @@ def strip_changes(op_dir: Path, repo_root: Path | None = None) -> OperatorChange
     return result
 
 
-def _strip_file(path: Path, owned: set[Path], others: Neighbourhood) -> Change | None:
+def _strip_file(path: Path, owned: set[Path], others: Neighbourhood) -> FileChange | None:
     """What strip does to one file, from its current bytes: the one rule both a single
     operator's computation and `rebase` use."""
     try:

@@ -16,7 +16,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from optrace.codemods.kernel_entry import PROFILING_ARG, _is_system, _param_name, _params
 from optrace.codemods.runtime_block import template
 from optrace.engine.analysis import Analysis, analyse_operator
 from optrace.engine.cpp import new_parser
@@ -29,18 +28,25 @@ from optrace.engine.discovery import (
     walk_files,
 )
 from optrace.engine.host_compile import host_compile
+from optrace.engine.model import TracePoint
 from optrace.engine.preprocess import MAX_DEPTH, _label_problem
 from optrace.engine.source import (
     DEFAULT_QUALIFIERS,
-    TRACE_POINT_CALL,
     blank_comments,
     blank_if0,
     decode,
     normalise,
 )
 from optrace.engine.transaction import foreign_journal, pending_journal
+from optrace.engine.vocabulary import (
+    INSERTED_LINE_RE,
+    PROFILING_OUTPUT,
+    RUNTIME_BLOCK_VERSION_RE,
+    TRACE_POINT_CALL,
+)
 from optrace.pipeline.check_plan import findings_from_plan
 from optrace.pipeline.gates import GateResult, evaluate_gates
+from optrace.pipeline.layer_kernel import entry_profiling
 from optrace.pipeline.plan import plan_from_analysis
 
 _POINT_RE = re.compile(
@@ -48,18 +54,6 @@ _POINT_RE = re.compile(
     + TRACE_POINT_CALL
 )
 _ENABLE_RE = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+ENABLE_MOE_PROFILING[ \t]+(\S+)", re.M)
-_BLOCK_VERSION_RE = re.compile(rb"// optrace-runtime-block v(\d+)")
-_INSERTED_LINE_RE = re.compile(rb"//\s*optrace\b|/\*optrace<\*/|optrace-scaffold|optrace-runtime-block")
-
-
-@dataclass(frozen=True)
-class Point:
-    label: str
-    event: str
-    guard: bool  # an OptraceEnd scope guard: its E runs on every exit of the scope
-    path: Path
-    line: int
-    offset: int
 
 
 @dataclass
@@ -75,7 +69,8 @@ class CheckReport:
     gates: list[GateResult] = field(default_factory=list)
 
     def add(self, code: str, message: str, path: Path | None, line: int,
-            severity: Severity = Severity.ERROR) -> None:
+            severity: Severity | None = None) -> None:
+        # No severity: the code's default from the registry (engine/codes.py).
         self.findings.append(Diagnostic(code, message, path, line, severity))
 
     def effective(self, d: Diagnostic, strict: bool) -> Severity:
@@ -104,14 +99,15 @@ class CheckReport:
         return Severity.WARNING
 
 
-def scan_points(path: Path, data: bytes) -> list[Point]:
+def scan_points(path: Path, data: bytes) -> list[TracePoint]:
     code = blank_if0(blank_comments(data))
     out = []
     for m in _POINT_RE.finditer(code):
         head = m.group(1)
-        out.append(Point(decode(m.group(2)), decode(m.group(3)),
-                         head.startswith((b"OptraceEnd", b"OptraceEntryEnd")), path,
-                         code.count(b"\n", 0, m.start()) + 1, m.start()))
+        line = code.count(b"\n", 0, m.start()) + 1
+        guard = head.startswith((b"OptraceEnd", b"OptraceEntryEnd"))
+        label, event = decode(m.group(2)), decode(m.group(3))
+        out.append(TracePoint(label, event, path, line, m.start(), m.end(), guard=guard))
     return out
 
 
@@ -129,7 +125,7 @@ def check_operator(op_dir: Path, repo_root: Path | None = None, compile_safety: 
     if foreign is not None:  # never acted on; says nothing about the tree
         report.add(foreign.code, foreign.message, foreign.path, 0, Severity.WARNING)
     files = [p for p in walk_files(op_dir, CPP_EXTS)]
-    all_points: list[Point] = []
+    all_points: list[TracePoint] = []
     touched: list[Path] = []
     for path in files:
         try:
@@ -142,7 +138,7 @@ def check_operator(op_dir: Path, repo_root: Path | None = None, compile_safety: 
             report.profiling_enabled = decode(m.group(1))
         pts = scan_points(path, data)
         all_points.extend(pts)
-        if _INSERTED_LINE_RE.search(data):
+        if INSERTED_LINE_RE.search(data):
             touched.append(path)
         _check_block_version(report, path, data)
     report.points = len(all_points)
@@ -187,16 +183,15 @@ def _check_gates(report: CheckReport, analysis: Analysis) -> None:
 
 
 def _check_block_version(report: CheckReport, path: Path, data: bytes) -> None:
-    found = _BLOCK_VERSION_RE.search(data)
-    current = _BLOCK_VERSION_RE.search(template())
+    found = RUNTIME_BLOCK_VERSION_RE.search(data)
+    current = RUNTIME_BLOCK_VERSION_RE.search(template())
     if found and current and int(found.group(1)) < int(current.group(1)):
         report.add("OT409", f"runtime block v{decode(found.group(1))} is older than "
                    f"v{decode(current.group(1))}; "
-                   "re-run `optrace apply` to upgrade it", path, data.count(b"\n", 0, found.start()) + 1,
-                   Severity.WARNING)
+                   "re-run `optrace apply` to upgrade it", path, data.count(b"\n", 0, found.start()) + 1)
 
 
-def _check_labels(report: CheckReport, points: list[Point]) -> None:
+def _check_labels(report: CheckReport, points: list[TracePoint]) -> None:
     seen: set[tuple[str, str]] = set()
     for p in points:
         if (p.label, p.event) in seen:
@@ -215,7 +210,7 @@ def _check_labels(report: CheckReport, points: list[Point]) -> None:
     del deep  # reported per point above
 
 
-def _check_pairs(report: CheckReport, points: list[Point]) -> None:
+def _check_pairs(report: CheckReport, points: list[TracePoint]) -> None:
     """B/E balance per label across the kernel, and per file in source order: every B is
     closed (by an explicit E or a guard) and Es close the most recent open B."""
     begins = Counter(p.label for p in points if p.event == "B")
@@ -227,17 +222,17 @@ def _check_pairs(report: CheckReport, points: list[Point]) -> None:
         elif ends[label] and not begins[label]:
             p = next(p for p in points if p.label == label)
             report.add("OT404", f'"{label}" has an E and no B anywhere', p.path, p.line)
-    by_file: dict[Path, list[Point]] = {}
+    by_file: dict[Path, list[TracePoint]] = {}
     for p in points:
         by_file.setdefault(p.path, []).append(p)
     for path, pts in by_file.items():
-        _check_file_nesting(report, path, sorted(pts, key=lambda p: p.offset))
+        _check_file_nesting(report, path, sorted(pts, key=lambda p: p.start))
 
 
-def _check_file_nesting(report: CheckReport, path: Path, pts: list[Point]) -> None:
+def _check_file_nesting(report: CheckReport, path: Path, pts: list[TracePoint]) -> None:
     data = path.read_bytes()
     code = blank_if0(blank_comments(data))
-    stack: list[Point] = []
+    stack: list[TracePoint] = []
     for p in pts:
         if p.event == "B":
             stack.append(p)
@@ -267,28 +262,28 @@ def _check_file_nesting(report: CheckReport, path: Path, pts: list[Point]) -> No
 _EXIT_RE = re.compile(rb"\b(return|break|continue)\b")
 
 
-def _check_exits_between(report: CheckReport, path: Path, code: bytes, b: Point, e: Point) -> None:
+def _check_exits_between(report: CheckReport, path: Path, code: bytes, b: TracePoint, e: TracePoint) -> None:
     """An explicit B ... E pair with a return, or a break / continue whose loop (or switch)
     encloses the pair, between them leaves the region without its E. A break that stays
     inside (it ends a loop nested in the region) is fine; scope guards never have this
     problem."""
-    segment = code[b.offset : e.offset]
+    segment = code[b.start : e.start]
     if not _EXIT_RE.search(segment):
         return
     tree = new_parser().parse(normalise(code, DEFAULT_QUALIFIERS))
-    stack = [tree.root_node.descendant_for_byte_range(b.offset, e.offset) or tree.root_node]
+    stack = [tree.root_node.descendant_for_byte_range(b.start, e.start) or tree.root_node]
     while stack and stack[0].parent is not None and not (
-        stack[0].start_byte <= b.offset and stack[0].end_byte >= e.offset
+        stack[0].start_byte <= b.start and stack[0].end_byte >= e.start
     ):
         stack[0] = stack[0].parent
     while stack:
         node = stack.pop()
-        if node.end_byte <= b.offset or node.start_byte >= e.offset:
+        if node.end_byte <= b.start or node.start_byte >= e.start:
             continue
         stack.extend(node.children)
         if node.type not in ("return_statement", "break_statement", "continue_statement"):
             continue
-        if not b.offset < node.start_byte < e.offset:
+        if not b.start < node.start_byte < e.start:
             continue
         if node.type != "return_statement":
             targets: tuple[str, ...] = ("for_statement", "while_statement", "do_statement",
@@ -298,11 +293,11 @@ def _check_exits_between(report: CheckReport, path: Path, code: bytes, b: Point,
             up = node.parent
             while up is not None and up.type not in targets:
                 up = up.parent
-            if up is not None and up.start_byte > b.offset:
+            if up is not None and up.start_byte > b.start:
                 continue  # ends a loop / switch nested inside the region
         # An explicit E for this label right before the exit closes it on that path.
         closing = f'TRACE_POINT("{b.label}", "E")'.encode()
-        if closing in code[max(b.offset, node.start_byte - 240) : node.start_byte]:
+        if closing in code[max(b.start, node.start_byte - 240) : node.start_byte]:
             continue
         keyword = node.type.split("_")[0]
         report.add("OT407", f'`{keyword}` leaves "{b.label}" (B at line {b.line}) without its E',
@@ -321,19 +316,13 @@ def _check_kernel_g2(report: CheckReport, op_dir: Path, root: Path, analysis: An
             report.findings.append(exc.diagnostic)
             return
     entry = an.entry_fn
-    data = entry.src.raw
-    names = [_param_name(data, p) for p in _params(entry)]
-    line = entry.line
-    prof = next((n for n in names if n in (PROFILING_ARG, "profilingData")), None)
-    if prof is None:
-        report.add("OT410", f"kernel entry `{entry.name}` has no `{PROFILING_ARG}` parameter (gate G2)",
-                   entry.src.path, line)
-        return
-    i = names.index(prof)
-    later = [n for n in names[i + 1 :] if not _is_system(n)]
-    if later:
-        report.add("OT411", f"`{prof}` must be the last tensor output, but `{later[0]}` comes after it "
-                   "(gate G2)", entry.src.path, line)
+    found = entry_profiling(entry)
+    if found.name is None:
+        report.add("OT410", f"kernel entry `{entry.name}` has no `{PROFILING_OUTPUT}` parameter (gate G2)",
+                   entry.src.path, entry.line)
+    elif found.after:
+        report.add("OT411", f"`{found.name}` must be the last tensor output, but `{found.after[0]}` comes "
+                   "after it (gate G2)", entry.src.path, entry.line)
 
 
 # --- compile safety ------------------------------------------------------------------------
@@ -343,7 +332,7 @@ def compile_check(report: CheckReport, files: list[Path], op_dir: Path) -> None:
     """libclang on each touched file; errors on lines optrace inserted are findings."""
     result = host_compile(files, op_dir)
     for path, reason in result.skipped:
-        report.add("OT421", f"compile safety skipped for this file: {reason}", path, 0, Severity.WARNING)
+        report.add("OT421", f"compile safety skipped for this file: {reason}", path, 0)
     for path, errors in result.errors.items():
         report.compile_checked += 1
         inserted, fragments = _inserted_code(path.read_bytes())

@@ -9,6 +9,7 @@ failing gate is also an error-level finding of its own code (OT451..OT455).
 from __future__ import annotations
 
 from optrace import __version__
+from optrace.engine.codes import CODES
 from optrace.engine.diagnostics import Severity, display_path
 from optrace.pipeline.check import CheckReport
 
@@ -72,6 +73,17 @@ def _gate_results(report: CheckReport, codes: set[str]) -> list[dict[str, object
     return out
 
 
+def _rule(code: str) -> dict[str, object]:
+    """A SARIF rule from the code registry: its title and the page that documents it."""
+    known = CODES.get(code)
+    if known is None:  # a team's own rule code
+        return {"id": code}
+    return {"id": code, "shortDescription": {"text": known.title},
+            "defaultConfiguration": {"level": _LEVEL[known.severity]},
+            # The page in the repository (the project has no published docs URL to point to).
+            "properties": {"doc": f"docs/{known.doc}"}}
+
+
 def sarif_document(reports: list[CheckReport], strict: bool) -> dict[str, object]:
     results = []
     codes: set[str] = set()
@@ -98,7 +110,7 @@ def sarif_document(reports: list[CheckReport], strict: bool) -> dict[str, object
         "runs": [{
             "tool": {"driver": {"name": "optrace", "version": __version__,
                                 "informationUri": "https://example.invalid/optrace",
-                                "rules": [{"id": c} for c in sorted(codes)]}},
+                                "rules": [_rule(c) for c in sorted(codes)]}},
             "results": results,
         }],
     }

@@ -37,13 +37,13 @@ def findings_from_plan(plan: Plan) -> list[Diagnostic]:
             out.append(Diagnostic(
                 "OT408", f'"{point.label}" {point.event} is inside a tile loop over `{inside.var}` '
                 f"(line {inside.line}): one record per tile distorts the timing and fills the slot",
-                point.path, point.line, Severity.ERROR))
+                point.path, point.line))
     instrumented = bool(plan.analysis.existing)
     for region in plan.root.walk():
         if instrumented and region.hot and region.kind not in (Kind.EXISTING, Kind.ROOT) and region.anchor:
             out.append(Diagnostic(
                 "OT412", f'hot phase "{region.label}" ({region.hot}) has no points of its own',
-                region.anchor.path, region.anchor.line, Severity.WARNING))
+                region.anchor.path, region.anchor.line))
     for d in plan.findings:
         if d.code in ("OT106", "OT107") and d.severity == Severity.WARNING:
             out.append(d)

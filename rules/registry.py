@@ -7,7 +7,7 @@ import importlib
 from importlib.metadata import entry_points
 
 from optrace.engine.config import rule_module_problem
-from optrace.engine.diagnostics import Diagnostic, InputError, Severity
+from optrace.engine.diagnostics import Diagnostic, InputError
 from optrace.rules import (
     capacity,
     density,
@@ -46,8 +46,7 @@ def load_rules(modules: tuple[str, ...] = (), disabled: frozenset[str] = frozens
     for mod_name in modules:
         problem = rule_module_problem(mod_name)
         if problem:
-            raise InputError(Diagnostic("OT004", f"rule module `{mod_name}`: {problem}", None, 0,
-                                        Severity.ERROR))
+            raise InputError(Diagnostic("OT004", f"rule module `{mod_name}`: {problem}", None, 0))
         classes.extend(_rules_of(importlib.import_module(mod_name)))
     for ep in entry_points(group="optrace.rules"):
         classes.extend(_rules_of(ep.load()))

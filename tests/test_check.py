@@ -123,6 +123,11 @@ def test_sarif_and_strict(tmp_path: Path) -> None:
     assert result["ruleId"] == "OT409" and result["level"] == "warning"
     expected = next(i for i, ln in enumerate(old.splitlines(), 1) if "optrace-runtime-block v0" in ln)
     assert result["locations"][0]["physicalLocation"]["region"]["startLine"] == expected
+    # Each rule carries the registry's title, default level and page (engine/codes.py).
+    rules = {r["id"]: r for r in sarif["runs"][0]["tool"]["driver"]["rules"]}
+    assert rules["OT409"]["shortDescription"]["text"] == "the runtime block is older than this optrace"
+    assert rules["OT409"]["defaultConfiguration"]["level"] == "warning"
+    assert rules["OT452"]["properties"]["doc"] == "docs/gates.md"
     code, out, _ = cli("check", str(op), "--strict")
     assert code == 1 and "OT409" in out and "[error]" in out
 

@@ -30,8 +30,8 @@ from typer.testing import CliRunner
 import optrace.engine.transaction as transaction
 import optrace.pipeline.apply as apply_module
 from optrace.cli import app
+from optrace.engine.edits import FileChange
 from optrace.engine.transaction import (
-    Change,
     StaleSource,
     _read_backup,
     commit,
@@ -409,7 +409,7 @@ def inject(monkeypatch: pytest.MonkeyPatch, hook: Callable[[Path, int], None]) -
     """Run `hook(path, index)` before each file write of the CLI's next commit."""
     real_commit = transaction.commit
 
-    def commit_with_hook(changes: Mapping[Path, Change], journal_dir: Path, *, name: str = "edits",
+    def commit_with_hook(changes: Mapping[Path, FileChange], journal_dir: Path, *, name: str = "edits",
                          _before_write: object = None) -> list[Path]:
         return real_commit(changes, journal_dir, name=name, _before_write=hook)
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 import optrace.engine.transaction as transaction
+from optrace.engine.edits import FileChange
 from optrace.engine.transaction import (
-    Change,
     ForeignJournal,
     Outcome,
     StaleSource,
@@ -71,7 +71,7 @@ def snapshot(root: Path, skip: Path | None = None) -> Snapshot:
 
 
 @pytest.fixture
-def operator(tmp_path: Path) -> tuple[Path, Path, dict[Path, Change]]:
+def operator(tmp_path: Path) -> tuple[Path, Path, dict[Path, FileChange]]:
     """An operator tree, its journal directory, and a change set touching five files."""
     op = tmp_path / "op"
     (op / "op_kernel").mkdir(parents=True)
@@ -88,7 +88,7 @@ def operator(tmp_path: Path) -> tuple[Path, Path, dict[Path, Change]]:
     gone.write_bytes(b"// stale trace header\n")
     gone.chmod(0o600)
     (op / "op_kernel" / "alias.cpp").symlink_to("k.cpp")
-    changes: dict[Path, Change] = {
+    changes: dict[Path, FileChange] = {
         op / "op_kernel" / "alias.cpp": (
             kernel.read_bytes(),
             b"\xef\xbb\xbfvoid k() {\r\n\tTRACE();\r\n\tint x;\r\n}",
@@ -101,12 +101,12 @@ def operator(tmp_path: Path) -> tuple[Path, Path, dict[Path, Change]]:
     return op, tmp_path / ".optrace", changes  # the repository root: tmp_path
 
 
-def expected_after(op: Path, changes: dict[Path, Change]) -> dict[Path, bytes | None]:
+def expected_after(op: Path, changes: dict[Path, FileChange]) -> dict[Path, bytes | None]:
     return {Path(os.path.realpath(path)): new for path, (_old, new) in changes.items()}
 
 
 def test_commit_writes_every_file_keeps_modes_and_symlinks(
-    operator: tuple[Path, Path, dict[Path, Change]],
+    operator: tuple[Path, Path, dict[Path, FileChange]],
 ) -> None:
     op, journal_dir, changes = operator
     written = commit(changes, journal_dir, name="k")
@@ -128,7 +128,8 @@ def test_nothing_to_do(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("what", ["edited", "deleted", "created", "directory"])
-def test_a_stale_source_writes_nothing(operator: tuple[Path, Path, dict[Path, Change]], what: str) -> None:
+def test_a_stale_source_writes_nothing(operator: tuple[Path, Path, dict[Path, FileChange]],
+                                       what: str) -> None:
     op, journal_dir, changes = operator
     host = op / "op_host" / "k_host.cpp"
     if what == "edited":
@@ -165,7 +166,7 @@ def test_aliases_of_one_file_are_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize("k", range(5))
 @pytest.mark.parametrize("fault", ["oserror", "directory"])
 def test_a_failing_write_restores_every_file(
-    operator: tuple[Path, Path, dict[Path, Change]], k: int, fault: str
+    operator: tuple[Path, Path, dict[Path, FileChange]], k: int, fault: str
 ) -> None:
     op, journal_dir, changes = operator
     before = snapshot(op)
@@ -203,7 +204,7 @@ def test_a_failing_write_restores_every_file(
     assert leftovers(journal_dir) == []
 
 
-def test_an_interrupt_rolls_back_and_propagates(operator: tuple[Path, Path, dict[Path, Change]]) -> None:
+def test_an_interrupt_rolls_back_and_propagates(operator: tuple[Path, Path, dict[Path, FileChange]]) -> None:
     op, journal_dir, changes = operator
     before = snapshot(op)
 
@@ -217,7 +218,7 @@ def test_an_interrupt_rolls_back_and_propagates(operator: tuple[Path, Path, dict
 
 
 def test_an_unwritable_journal_writes_nothing(
-    operator: tuple[Path, Path, dict[Path, Change]], monkeypatch: pytest.MonkeyPatch
+    operator: tuple[Path, Path, dict[Path, FileChange]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     op, journal_dir, changes = operator
     journal_dir.write_bytes(b"not a directory")
@@ -268,7 +269,7 @@ CHILD = textwrap.dedent(
 )
 
 
-def crash_at(k: int, changes: dict[Path, Change], journal_dir: Path, work: Path) -> None:
+def crash_at(k: int, changes: dict[Path, FileChange], journal_dir: Path, work: Path) -> None:
     args = work / f"crash-{k}.pickle"
     args.write_bytes(pickle.dumps((changes, journal_dir, k)))
     child = subprocess.run(
@@ -278,7 +279,7 @@ def crash_at(k: int, changes: dict[Path, Change], journal_dir: Path, work: Path)
 
 
 def test_a_crash_at_any_write_is_rolled_back_by_recover(
-    operator: tuple[Path, Path, dict[Path, Change]], tmp_path: Path
+    operator: tuple[Path, Path, dict[Path, FileChange]], tmp_path: Path
 ) -> None:
     op, journal_dir, changes = operator
     before = snapshot(op)
@@ -300,7 +301,7 @@ def test_a_crash_at_any_write_is_rolled_back_by_recover(
 
 
 def test_recover_leaves_a_file_edited_since_and_keeps_its_backup(
-    operator: tuple[Path, Path, dict[Path, Change]], tmp_path: Path
+    operator: tuple[Path, Path, dict[Path, FileChange]], tmp_path: Path
 ) -> None:
     op, journal_dir, changes = operator
     before = snapshot(op)
@@ -366,7 +367,8 @@ def test_transaction_object_and_journal_names(tmp_path: Path) -> None:
     assert path.read_bytes() == b"y" and txn.recover().clean
 
 
-def test_one_process_per_operator(operator: tuple[Path, Path, dict[Path, Change]], tmp_path: Path) -> None:
+def test_one_process_per_operator(operator: tuple[Path, Path, dict[Path, FileChange]],
+                                  tmp_path: Path) -> None:
     op, journal_dir, changes = operator
     crash_at(2, changes, journal_dir, tmp_path)
     before = snapshot(op)
@@ -445,7 +447,7 @@ def test_a_journal_with_a_malformed_backup_is_reported_not_a_traceback(tmp_path:
 
 @pytest.mark.parametrize("which", ["k_base.h", "point_map.h"])
 def test_a_temp_file_that_cannot_be_made_durable_writes_nothing(
-    operator: tuple[Path, Path, dict[Path, Change]], monkeypatch: pytest.MonkeyPatch, which: str
+    operator: tuple[Path, Path, dict[Path, FileChange]], monkeypatch: pytest.MonkeyPatch, which: str
 ) -> None:
     # Temp files are written and fsynced several at once before any rename: one failing
     # (here its fsync, on a worker thread) leaves every file as it was, with no temp
@@ -471,7 +473,7 @@ def test_a_temp_file_that_cannot_be_made_durable_writes_nothing(
 
 
 def test_an_interrupt_while_temp_files_are_written_rolls_back(
-    operator: tuple[Path, Path, dict[Path, Change]], monkeypatch: pytest.MonkeyPatch
+    operator: tuple[Path, Path, dict[Path, FileChange]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Ctrl-C reaches the main thread while worker threads write and fsync temp files:
     # the writes that started end, then everything is removed and the journal goes.

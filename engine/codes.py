@@ -1,0 +1,197 @@
+"""Every OT code optrace can emit: its title, default severity and the page documenting it.
+
+The one source of what a code means (ruff's `codes.rs` in spirit): call sites name a
+code as a string, `Diagnostic` takes its default severity from here, SARIF takes the
+title and help page from here, and `docs/diagnostics.md` is generated from here
+(`python -m optrace.engine.codes > docs/diagnostics.md`; tests/test_codes.py keeps it
+current and checks that every code in the source is registered and documented).
+
+Codes outside this table (a trusted team's rules) are allowed: they default to warning.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Severity(StrEnum):
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class Code:
+    code: str
+    title: str
+    severity: Severity
+    doc: str  # the page under docs/ that explains it (and names the code)
+
+
+E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO  # noqa: E741 — the table reads better
+
+_TABLE: tuple[Code, ...] = (
+    # Input: files, directories, configuration.
+    Code("OT001", "cannot read the input (missing directory or unreadable file)", E, "input-matrix.md"),
+    Code("OT002", "invalid TOML in a configuration file", E, "config.md"),
+    Code("OT003", "invalid value in a configuration file", E, "config.md"),
+    Code("OT004", "a trusted rule module cannot be loaded", E, "config.md"),
+    Code("OT005", "rule modules of an untrusted configuration were not loaded", W, "config.md"),
+    Code("OT010", "no kernel entry, or the entry does not parse", E, "input-matrix.md"),
+    Code("OT011", "cannot read a source file", E, "diagnostics.md"),
+    Code("OT012", "binary file (NUL bytes), not parsed", E, "input-matrix.md"),
+    Code("OT013", "very large source file", I, "input-matrix.md"),
+    Code("OT014", "symlink loop or dangling link", E, "input-matrix.md"),
+    Code("OT015", "not one operator directory: it holds several operators", E, "diagnostics.md"),
+    Code("OT020", "a source file does not fully parse; analysis continues", W, "diagnostics.md"),
+    Code("OT021", "an included header is not found (absent submodule?)", I, "diagnostics.md"),
+    Code("OT022", "preprocessor conditionals split the entry's statements: read as one text", I,
+         "diagnostics.md"),
+    Code("OT030", "cannot write an output file", E, "input-matrix.md"),
+    # The edit engine and the journal.
+    Code("OT040", "two edits overlap", E, "edits.md"),
+    Code("OT041", "an edit lies outside its file", E, "edits.md"),
+    Code("OT042", "a file changed while optrace was planning it", E, "edits.md"),
+    Code("OT043", "a write failed; the journal rolls it back", E, "edits.md"),
+    Code("OT044", "an apply / strip of this operator did not finish", E, "edits.md"),
+    Code("OT045", "another optrace process holds the operator", E, "edits.md"),
+    Code("OT046", "a journal this user did not record (came with the clone)", E, "edits.md"),
+    Code("OT047", "a write outside the repository root", E, "edits.md"),
+    # Planning rules (docs/rules.md is generated from the rules themselves).
+    Code("OT101", "keep-existing-points", I, "rules.md"),
+    Code("OT102", "lift-main-flow", I, "rules.md"),
+    Code("OT103", "merge-thin-wrappers", I, "rules.md"),
+    Code("OT104", "fold-depth", I, "rules.md"),
+    Code("OT105", "naming", I, "rules.md"),
+    Code("OT106", "density", I, "rules.md"),
+    Code("OT107", "capacity", I, "rules.md"),
+    Code("OT108", "label-budget", I, "rules.md"),
+    # `optrace preprocess`.
+    Code("OT200", "the source directory does not exist or nothing was written", E, "preprocess.md"),
+    Code("OT201", "cannot read a source to preprocess", E, "preprocess.md"),
+    Code("OT202", "a label or event a trace point cannot have", E, "preprocess.md"),
+    Code("OT203", "a resolved id collision (a note)", I, "preprocess.md"),
+    Code("OT204", "a label has a B and no E point (or the reverse)", E, "preprocess.md"),
+    Code("OT205", "sources are already preprocessed", E, "preprocess.md"),
+    Code("OT206", "cannot write the point map or a source", E, "preprocess.md"),
+    Code("OT207", "kernel entries with different core mixes in one map: none recorded", W, "preprocess.md"),
+    # apply: what it would change and what it refuses.
+    Code("OT300", "`--check`: the operator would change", E, "diagnostics.md"),
+    Code("OT302", "cannot place a region's points: the code there does not parse", E, "diagnostics.md"),
+    Code("OT310", "the OpDef's outputs cannot be read", E, "layers.md"),
+    Code("OT311", "a torch schema cannot be read", E, "layers.md"),
+    Code("OT312", "a Python file does not parse", E, "layers.md"),
+    Code("OT313", "a layer has a shape optrace cannot edit safely", E, "layers.md"),
+    Code("OT314", "the mode apply chose (A or B) and why", I, "layers.md"),
+    # check: the trace points as they are.
+    Code("OT401", "a label that is not lowercase `[a-z0-9-]` words, or a bad event", E, "diagnostics.md"),
+    Code("OT402", "a label deeper than 7 levels", E, "diagnostics.md"),
+    Code("OT403", "no root point: the kernel entry scaffold is missing", E, "diagnostics.md"),
+    Code("OT404", "a label has a B and no E anywhere (or the reverse)", E, "diagnostics.md"),
+    Code("OT405", "a scope guard does not follow its B", E, "diagnostics.md"),
+    Code("OT406", "a label ends while an inner one is still open", E, "diagnostics.md"),
+    Code("OT407", "a return / break / continue leaves a B without its E", E, "diagnostics.md"),
+    Code("OT408", "a point inside a tile loop (one record per tile)", E, "diagnostics.md"),
+    Code("OT409", "the runtime block is older than this optrace", W, "diagnostics.md"),
+    Code("OT410", "the kernel entry has no profiling_data parameter", E, "diagnostics.md"),
+    Code("OT411", "profiling_data is not the last tensor output of the kernel entry", E,
+         "diagnostics.md"),
+    Code("OT412", "a hot phase has no points of its own", W, "diagnostics.md"),
+    Code("OT420", "code optrace inserted does not compile", E, "diagnostics.md"),
+    Code("OT421", "compile safety skipped for a file", W, "diagnostics.md"),
+    # check: the gates.
+    Code("OT451", "gate G1 (preprocess) fails", E, "gates.md"),
+    Code("OT452", "gate G2 (output order) fails, or a layer the plan found could not be read", E,
+         "gates.md"),
+    Code("OT453", "gate G3 (compile) fails", E, "gates.md"),
+    Code("OT454", "gate G4 (run + post-process) fails", E, "gates.md"),
+    Code("OT455", "gate G5 (paths) fails", E, "gates.md"),
+    Code("OT999", "internal error (a bug in optrace: exit 3)", E, "diagnostics.md"),
+)
+
+CODES: dict[str, Code] = {c.code: c for c in _TABLE}
+
+# How a code looks in the source and in messages (the registry test scans for it).
+CODE_RE = re.compile(r"\bOT\d{3}\b")
+
+
+def lookup(code: str) -> Code:
+    """The registered code; KeyError naming it when it is not one of optrace's."""
+    try:
+        return CODES[code]
+    except KeyError:
+        raise KeyError(f"{code} is not a registered optrace code (engine/codes.py)") from None
+
+
+def default_severity(code: str) -> Severity:
+    """The registry's severity; warning for codes outside it (a team's own rules)."""
+    found = CODES.get(code)
+    return found.severity if found is not None else Severity.WARNING
+
+
+HEADER = """# Diagnostics: every OT code
+
+Generated by `python -m optrace.engine.codes > docs/diagnostics.md` from the registry in
+`engine/codes.py`; tests/test_codes.py keeps it current and checks that every code the
+source can emit is registered here and named on its page.
+
+A finding prints as `file:line: OTxxx message`. The severity below is the code's
+default (a call site may raise or lower it, e.g. `--strict` turns warnings into errors).
+Exit codes: 0 clean, 1 findings, 2 bad input or a refused edit, 3 internal error.
+
+| code | severity | title | documented in |
+|------|----------|-------|---------------|
+"""
+
+# Longer notes for codes this page is the documentation of.
+_NOTES = {
+    "OT011": "A file the operator's include graph or `check` needs cannot be read (permissions, a "
+             "race with a delete); the kernel entry itself unreadable stops the operator.",
+    "OT015": "The directory given holds operator directories below it (`ascend_kernels/`, `csrc/`): "
+             "the message lists them; give one, or run the multi-operator form.",
+    "OT020": "tree-sitter found syntax it cannot parse; the regions named are left out of the call "
+             "graph and the plan carries on with the rest.",
+    "OT021": "An `#include` that resolves nowhere in the repository or the configured include "
+             "paths (often a git submodule that is not checked out); a note only.",
+    "OT022": "A `#if` that opens in one statement and closes in another (`} else if` under `#if`) "
+             "can cost tree-sitter the whole kernel entry; the entry is then read with every arm's "
+             "code as one text (offsets unchanged), so the arms are planned as one, not as variants.",
+    "OT300": "`apply --check` / `strip --check`: the tree is not what the command would write "
+             "(exit 1), as ruff's `--check`.",
+    "OT302": "apply refuses to place a region's points where the code does not parse.",
+    "OT401": "`check` reads every TRACE_POINT in the operator's files; a label outside "
+             "lowercase `[a-z0-9-]` words, or an event other than B / E, is reported.",
+    "OT402": "Labels nest by `-`-separated levels; one deeper than 7 is reported.",
+    "OT403": "An instrumented operator has the root point `processing` in the kernel entry's "
+             "scaffold; without it the records have no root.",
+    "OT404": "Every B point needs its E point somewhere in the operator (and the reverse).",
+    "OT405": "A scope guard (the RAII form of an E point) must directly follow its B point.",
+    "OT406": "Points nest: an outer label cannot end while an inner one is open.",
+    "OT407": "A `return` / `break` / `continue` / `goto` between a B and its E leaves the label "
+             "open on that path.",
+    "OT408": "A point inside a loop over tiles records once per tile and overflows the slot; "
+             "points belong around the loop.",
+    "OT409": "The runtime block apply inserted comes from an older optrace; `apply` updates it.",
+    "OT410": "Gate G2's kernel side: the entry has no `profiling_data` parameter.",
+    "OT411": "Gate G2's kernel side: a tensor output comes after `profiling_data`.",
+    "OT412": "A phase the plan marks hot has no points of its own (only its children's).",
+    "OT420": "`check` compiles the files optrace changed against the host stub header and keeps "
+             "the errors on lines optrace inserted.",
+    "OT421": "The compile safety check could not run on a file (no libclang, a file it cannot "
+             "parse); the reason is named.",
+    "OT999": "An exception optrace did not expect: the traceback is printed, exit 3. Please "
+             "report it.",
+}
+
+
+def render() -> str:
+    rows = [f"| {c.code} | {c.severity.value} | {c.title} | [{c.doc}]({c.doc}) |\n" for c in _TABLE]
+    notes = [f"\n### {code}\n\n{CODES[code].title}. {text}\n" for code, text in _NOTES.items()]
+    return HEADER + "".join(rows) + "\n## Codes documented on this page\n" + "".join(notes)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render())

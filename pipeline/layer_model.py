@@ -1,0 +1,121 @@
+"""The layer contract: what every layer of an operator is, and what its verify returns.
+
+A layer (issue 12 §1) has one shape, `Layer`: a NAME and a DESCRIPTION; `find` — its files
+(from discovery and the codemod's own search); `read` — the files as they are, for
+`verify`; `edits` — what apply changes in it (the codemod's edits of the clean bytes);
+`verify` — the gate facts it proves, as `file:line` evidence. Layers verify in the
+registry's order and hand what they learnt (the OpDef's index of profiling_data, the
+number of tensors the adapter returns, ...) to the later ones through `Facts`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar, Protocol
+
+from optrace.engine.analysis import Analysis
+from optrace.engine.diagnostics import display_path
+from optrace.engine.discovery import Layers
+from optrace.engine.edits import Edit
+from optrace.engine.plan import Plan
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One fact a gate rests on, at a place: ok, or what is wrong there."""
+
+    path: Path | None
+    line: int
+    note: str
+    ok: bool = True
+    gate: str = ""  # set for layers speaking for several gates (the callers: G4 and G5)
+
+    def to_json(self, root: Path | None) -> dict[str, object]:
+        return {"path": display_path(self.path, root) if self.path else None, "line": self.line,
+                "note": self.note, "ok": self.ok}
+
+
+@dataclass
+class Facts:
+    """What earlier layers' verify learnt, for the later ones (registry order)."""
+
+    kernel_position: int | None = None  # of profiling_data among the entry's parameters
+    output_index: int | None = None  # of profiling_data among the OpDef's outputs
+    adapter_returns: int | None = None  # tensors the launcher returns (a fixed-size tuple)
+    schema_returns: int | None = None  # returns of the op's schema
+
+
+@dataclass
+class Operator:
+    """One instrumented operator as `check` reads it: its analysis and recorded mode."""
+
+    analysis: Analysis
+    mode: str
+    facts: Facts = field(default_factory=Facts)
+
+    @property
+    def layers(self) -> Layers:
+        return self.analysis.layers
+
+
+@dataclass
+class LayerModel:
+    """A layer's files as read: their bytes, and why any could not be read."""
+
+    layer: str
+    op: Operator
+    files: list[Path]
+    data: dict[Path, bytes] = field(default_factory=dict)
+    unreadable: list[Evidence] = field(default_factory=list)
+
+
+def read_files(name: str, op: Operator, files: list[Path]) -> LayerModel:
+    """The default `read`: every file's bytes; a file that cannot be read is a failing
+    fact of its own, never skipped."""
+    model = LayerModel(name, op, list(files))
+    for path in files:
+        try:
+            model.data[path] = path.read_bytes()
+        except OSError as exc:
+            model.unreadable.append(Evidence(path, 0, f"{name}: cannot read: {exc.strerror or exc}", False))
+    return model
+
+
+class Layer(Protocol):
+    """One layer of an operator (kernel entry, OpDef, aclnn wrapper, torch adapter, ...)."""
+
+    NAME: ClassVar[str]  # the discovery key where discovery has one (`torch_adapter`)
+    DESCRIPTION: ClassVar[str]
+    # The gate its verify speaks for ("G1", "G2", "G4/G5"): a layer the operator has and
+    # whose verify read nothing fails that gate (OT452 for G2), it never passes unread.
+    GATE: ClassVar[str]
+    # Only in mode B does the buffer reach it (Python fakes, converters, the schema).
+    MODE_B_ONLY: ClassVar[bool]
+
+    def find(self, layers: Layers) -> list[Path]: ...
+
+    def read(self, op: Operator, files: list[Path]) -> LayerModel: ...
+
+    # The layer's codemod. Codemods read their files' clean bytes themselves (strip's view),
+    # so apply passes no model; `check` never edits.
+    def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]: ...
+
+    def verify(self, model: LayerModel) -> list[Evidence]: ...
+
+
+class FileLayer:
+    """What most layers share: `read` gives the files' bytes; G2, edited in both modes.
+    A layer sets NAME and DESCRIPTION and writes find, edits and verify."""
+
+    NAME: ClassVar[str]
+    DESCRIPTION: ClassVar[str]
+    GATE: ClassVar[str] = "G2"
+    MODE_B_ONLY: ClassVar[bool] = False
+
+    def read(self, op: Operator, files: list[Path]) -> LayerModel:
+        return read_files(self.NAME, op, files)
+
+
+def line_of(data: bytes, offset: int) -> int:
+    return data.count(b"\n", 0, offset) + 1
