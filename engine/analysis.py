@@ -41,6 +41,19 @@ from optrace.engine.source import (
 from optrace.engine.vocabulary import TRACE_POINT_CALL
 
 # Device primitives that block until another core / rank arrives: phase boundaries.
+# Launches of a SIMT / vector function (`Simt::VF_CALL<Fn<T>>(dims, args...)`,
+# `asc_vf_call<Fn>(...)`): the launched function runs per thread, so it is measured at the
+# launch and never gets points of its own; a function that launches one does real work.
+VF_LAUNCHERS = frozenset({"VF_CALL", "asc_vf_call"})
+_VF_LAUNCH_RE = re.compile(rb"\b(?:VF_CALL|asc_vf_call)\s*<\s*([A-Za-z_][\w:]*)")
+
+
+def vf_target(text: bytes) -> str | None:
+    """The function a VF launch statement runs (`OpForeachExpm1Simt`), if it is one."""
+    m = _VF_LAUNCH_RE.search(text)
+    return m.group(1).decode().split("::")[-1] if m else None
+
+
 BLOCKING_PRIMITIVES = frozenset(
     {
         "CrossCoreWaitFlag",
@@ -149,6 +162,8 @@ class Analysis:
                 if node.type == "expression_statement":
                     if fn.src.text[node.start_byte : node.start_byte + 10] != b"MoeTracing":
                         stmts += 1
+                    if vf_target(fn.src.text[node.start_byte : node.end_byte]):
+                        has_loop = True  # a launch of a thread grid: a loop in all but name
                 else:
                     has_loop = True
             cached = self._sizes[fn.id] = (stmts, has_loop)

@@ -19,10 +19,12 @@ from tree_sitter import Node
 from optrace.engine.analysis import (
     BLOCKING_PRIMITIVES,
     HOT_WORDS,
+    VF_LAUNCHERS,
     Analysis,
     is_spin_loop,
     kebab,
     split_arguments,
+    vf_target,
 )
 from optrace.engine.cpp import (
     LOOP_TYPES,
@@ -333,6 +335,12 @@ class Planner:
             if not site.callees:
                 if site.name in BLOCKING_PRIMITIVES and region is None:
                     self._blocking(fn, stmt, call, site.name, ctx, parent)
+                elif region is None and site.name in VF_LAUNCHERS and (
+                        target := vf_target(text_of(fn.src, call).encode())):
+                    region = self._new(parent, [kebab(target)], Kind.CALL, ctx, self._stmt_anchor(fn, stmt),
+                                       f"launch of the vector function `{target}`")
+                    region.notes.append("a SIMT / vector function runs per thread: measured at its "
+                                        "launch, no point inside it")
                 elif region is None and self._unseen_work(fn, call, site.name):
                     spelled = text_of(fn.src, call).split("(")[0].strip()
                     region = self._new(parent, [kebab(site.name)], Kind.CALL, ctx,

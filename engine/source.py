@@ -31,6 +31,13 @@ DEFAULT_QUALIFIERS: tuple[str, ...] = (
     "__sync_noalias__",
     "__in_pipe__",
     "__out_pipe__",
+    # SIMT / SIMD vector functions and local memory of newer AscendC kernels
+    "__local_mem__",
+    "__simt_vf__",
+    "__simt_callee__",
+    "__simd_vf__",
+    "__simd_callee__",
+    "__host_aicore__",
     # Device macros from libraries that are often absent (catlass is a git submodule);
     # when their definitions are present they are detected anyway.
     "CATLASS_DEVICE",
@@ -41,7 +48,11 @@ DEFAULT_QUALIFIERS: tuple[str, ...] = (
 
 # Tokens a qualifier-like macro may expand to (`#define CATLASS_DEVICE __aicore__ inline`).
 # `extern "C"` too: `#define KERNEL_API extern "C" __global__ __aicore__` spells an entry.
-_QUALIFIER_LIKE = {"inline", "static", "constexpr", "__attribute__((always_inline))", "extern", '"C"'}
+_QUALIFIER_LIKE = {"inline", "static", "constexpr", "__attribute__((always_inline))", "extern", '"C"',
+                   "const", "volatile"}
+# Launch-bound attributes with an argument (`LAUNCH_BOUND(THREAD_NUM)`, `__launch_bounds__(1024)`)
+# between a function's qualifiers and its return type: blanked with their argument.
+_LAUNCH_BOUND_RE = re.compile(rb"\b(?:LAUNCH_BOUND|__launch_bounds__)\s*\((?:[^()\n]|\([^()\n]*\))*\)")
 
 _DEFINE_RE = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+([^\r\n]*)$", re.M)
 
@@ -262,6 +273,7 @@ def normalise(data: bytes, blank_words: Iterable[str]) -> bytes:
         lambda m: re.sub(rb"[^A-Za-z0-9_]", b"_", m.group(0)), text
     )
     text = _ASCEND_IS_RE.sub(lambda m: b"(ASCENDISAI" + m.group(1) + b")", text)
+    text = _LAUNCH_BOUND_RE.sub(lambda m: b" " * len(m.group(0)), text)
     assert len(text) == len(data)
     return text
 
