@@ -569,7 +569,8 @@ def test_simt_vector_functions_parse_and_are_measured_at_their_launch(tmp_path: 
             "template <typename T>\n__simt_callee__ inline T Twice(T x) { return x + x; }\n"
             "template <typename T>\n__simt_vf__ __aicore__ LAUNCH_BOUND(THREAD_NUM) inline void DemoSimt("
             "int32_t n, __gm__ T *x, __gm__ T *y)\n{\n"
-            "    for (int32_t i = AscendC::Simt::GetThreadIdx(); i < n; i += AscendC::Simt::GetThreadNum()) {\n"
+            "    for (int32_t i = AscendC::Simt::GetThreadIdx(); i < n;\n"
+            "         i += AscendC::Simt::GetThreadNum()) {\n"
             "        y[i] = Twice<T>(x[i]);\n    }\n}\n"
             "template <typename T>\n__aicore__ inline void Process(GM_ADDR x, GM_ADDR y, int32_t n)\n{\n"
             "    __local_mem__ T *scratch = nullptr;\n"
@@ -577,14 +578,15 @@ def test_simt_vector_functions_parse_and_are_measured_at_their_launch(tmp_path: 
             "        (__gm__ T *)x, (__gm__ T *)y);\n}\n}  // namespace NsDemo\n")
     entry = ('#include "demo_simt.h"\n' + ENTRY_HEAD.format(op="simt")
              + "    NsDemo::Process<float>(x, y, 64);\n}\n")
-    root = write_tree(tmp_path, {"ops/simt/op_kernel/simt.cpp": entry, "ops/simt/op_kernel/demo_simt.h": simt})
+    root = write_tree(tmp_path, {"ops/simt/op_kernel/simt.cpp": entry,
+                                 "ops/simt/op_kernel/demo_simt.h": simt})
     before = snapshot(root)
     plan = plan_operator(root / "ops/simt")
     assert not [d for d in plan.diagnostics if d.code == "OT020"]
     regions = [r for r in plan.root.walk() if r is not plan.root]
     assert regions, "the launch is the operator's work: not a root-only tree"
     # nothing inside the per-thread function: its body runs once per thread
-    simt_lines = range(7, 13)
+    simt_lines = range(7, 14)
     assert not [r for r in regions if r.anchor and r.anchor.path.name == "demo_simt.h"
                 and r.anchor.line in simt_lines]
     assert runner.invoke(app, ["apply", str(root / "ops/simt"), "--write"]).exit_code == 0
