@@ -27,6 +27,7 @@ from optrace.engine.analysis import (
     vf_target,
 )
 from optrace.engine.cpp import (
+    CANDIDATE_SEP,
     LOOP_TYPES,
     FunctionDef,
     core_of_condition,
@@ -53,6 +54,7 @@ _MACRO_CALL_RE = re.compile(r"\s*([A-Z_][A-Z0-9_]*)\s*\(")
 _MACRO_BARE_RE = re.compile(r"\s*([A-Z_][A-Z0-9_]*)\s*;?\s*$")
 # In a macro's expansion: `Type<...> var(...);` / `Type<...> var;`, and `var.Process(...)`.
 _MACRO_DECL_RE = re.compile(r"([A-Za-z_][\w:]*(?:\s*<[^;{}]*?>)?)\s+([A-Za-z_]\w*)\s*[({;=]")
+_MACRO_ALIAS_RE = re.compile(r"\busing\s+([A-Za-z_]\w*)\s*=\s*([^;]+);")
 _MACRO_WORK_RE = re.compile(r"\b([A-Za-z_]\w*)\s*(?:\.|->)\s*(Process|Run|Compute|Execute)\s*\(")
 # Methods that run a kernel class's work (or set it up), traced at the call site when the
 # class itself is not in the files read.
@@ -404,13 +406,29 @@ class Planner:
             if bare is None or macro is None or not macro.object_like:
                 return False
             name, text = bare.group(1), macro.body
-        types = {m.group(2): declared_type(m.group(1)) for m in _MACRO_DECL_RE.finditer(text)}
+        aliases = {m.group(1): declared_type(m.group(2)) for m in _MACRO_ALIAS_RE.finditer(text)}
+        types = {m.group(2): aliases.get(t, t) for m in _MACRO_DECL_RE.finditer(text)
+                 for t in [declared_type(m.group(1))]}
+        # `kernel(params)` on an object the expansion declares: its operator()
+        calls = [(var, "operator()") for var in types
+                 if re.search(r"(?<![\w.>])" + re.escape(var) + r"\s*\(", text)]
         bodies: list[FunctionDef] = []
-        for m in _MACRO_WORK_RE.finditer(text):
-            tname = types.get(m.group(1)) or self.an.local_type(fn, m.group(1), stmt.start_byte) or ""
+        unseen: list[str] = []
+        for var, method in [*((m.group(1), m.group(2)) for m in _MACRO_WORK_RE.finditer(text)), *calls]:
+            tname = types.get(var) or self.an.local_type(fn, var, stmt.start_byte) or ""
             classes = self.an.index.resolve_class(tname, fn.scope)
-            bodies += [c for c in self.an.index.methods(classes, m.group(2))
+            bodies += [c for c in self.an.index.methods(classes, method)
                        if c.id not in ctx.stack and (c.core is None or c.core in ctx.cores)]
+            if not classes and tname and tname not in ASCENDC_TYPES and not tname.startswith("AscendC"):
+                unseen.append(tname.split(CANDIDATE_SEP)[0])
+        if not bodies and unseen:
+            # The class the macro runs is in a header that is absent: its time is still
+            # the launch's work, measured at the macro's call (as `_unseen_work` does).
+            region = self._new(parent, [kebab(unseen[0])], Kind.CALL, ctx, self._stmt_anchor(fn, stmt),
+                               f"`{name}(...)` runs `{unseen[0]}`, whose class is not in the files read "
+                               "(an absent header)")
+            region.notes.append("traced at the macro's call: the class's code was not found")
+            return True
         if not bodies:
             return False
         first = bodies[0]

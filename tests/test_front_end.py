@@ -592,3 +592,30 @@ def test_simt_vector_functions_parse_and_are_measured_at_their_launch(tmp_path: 
     assert runner.invoke(app, ["apply", str(root / "ops/simt"), "--write"]).exit_code == 0
     assert runner.invoke(app, ["strip", str(root / "ops/simt"), "--write"]).exit_code == 0
     assert snapshot(root) == before
+
+
+def test_a_macro_running_an_absent_or_aliased_class_is_measured_at_its_call(tmp_path: Path) -> None:
+    entry = ('#include "kernels.h"\n#include "lib/absent_controller.h"\n'
+             "#define RUN_ABSENT(Cls) do { Cls<half> op; op.Init(x, y); op.Process(); } while (0)\n"
+             "#define RUN_GEMM(Policy) do { \\\n    using Kernel = lib::GemmUniversal<Policy, KernelA>; \\\n"
+             "    typename Kernel::Params params{x, y}; \\\n    Kernel kernel; \\\n    kernel(params); \\\n"
+             "} while (0)\n"
+             + ENTRY_HEAD.format(op="mac")
+             + "    if (TILING_KEY_IS(1)) {\n        RUN_ABSENT(MsdController);\n"
+             "    } else {\n        RUN_GEMM(SplitPolicy);\n    }\n}\n")
+    gemm = ("namespace lib {\ntemplate <class P, class B> class GemmUniversal {\npublic:\n"
+            "    struct Params { GM_ADDR a; GM_ADDR b; };\n"
+            "    __aicore__ inline void operator()(Params const &p)\n    {\n"
+            "        for (int groupIdx = 0; groupIdx < 4; ++groupIdx) {\n"
+            + "            acc_ += groupIdx;\n" * 9
+            + "        }\n    }\n    int acc_ = 0;\n};\n}  // namespace lib\n")
+    root = write_tree(tmp_path, {"ops/mac/op_kernel/mac.cpp": entry,
+                                 "ops/mac/op_kernel/kernels.h": kernel_class("KernelA", "StepA") + gemm})
+    plan = plan_operator(root / "ops/mac")
+    at_calls = {(r.anchor.line, r.function.split("::")[-2] if r.function else None)
+                for r in plan.root.walk()
+                if r.anchor and r.anchor.path.name == "mac.cpp" and r is not plan.root}
+    # the absent class at its macro's call; the aliased library kernel's operator() planned
+    assert {line for line, _ in at_calls} == {13, 15}
+    assert (13, None) in at_calls
+    assert any(r.function and r.function.endswith("GemmUniversal::operator()") for r in plan.root.walk())
