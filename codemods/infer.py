@@ -41,6 +41,7 @@ from optrace.codemods.op_def import profiling_index
 from optrace.codemods.op_host_registry import (
     INFER_DTYPE,
     INFER_SHAPE,
+    TILING,
     HostFunction,
     Registration,
     host_functions,
@@ -134,7 +135,7 @@ def infer_edits(plan: Plan, mode: str) -> list[Edit]:
         by_statement.setdefault((reg.path, reg.statement), []).append(reg)
     for (path, _), regs in by_statement.items():
         data = clean_bytes(path)
-        edits += _wrap_registered(regs, data, layers.camel, const)
+        edits += wrap_registered(regs, data, layers.camel, const)
         if any(r.role == INFER_SHAPE for r in regs) and path not in included:
             included.add(path)
             inc = include_edit(path, data, header_for, CODEMOD)
@@ -144,15 +145,16 @@ def infer_edits(plan: Plan, mode: str) -> list[Edit]:
 
 
 _WRAPPED = {INFER_SHAPE: ("InferShape", "gert::InferShapeContext"),
-            INFER_DTYPE: ("InferDataType", "gert::InferDataTypeContext")}
+            INFER_DTYPE: ("InferDataType", "gert::InferDataTypeContext"),
+            TILING: ("Tiling", "gert::TilingContext")}
 
 
-def _wrap_registered(regs: list[Registration], data: bytes, camel: str, const: bytes) -> list[Edit]:
-    """Infer functions the op registers but does not define (a shared library's
-    `InferShape4Elewise`) cannot be edited: wrappers defined right before the
-    registration call them and then set profiling_data, and the registration chain gains
-    a second `.InferShape(wrapper)` after the first (the builder keeps the last), all as
-    marked insertions strip removes whole."""
+def wrap_registered(regs: list[Registration], data: bytes, camel: str, const: bytes) -> list[Edit]:
+    """Infer / tiling functions the op registers but does not define (a shared library's
+    `InferShape4Elewise`, `ConvTilingFunc`) cannot be edited: wrappers defined right
+    before the registration call them and then handle profiling_data, and the
+    registration chain gains a second `.InferShape(wrapper)` after the first (the builder
+    keeps the last), all as marked insertions strip removes whole."""
     at = line_start(data, regs[0].statement)
     ind = data[at : regs[0].statement]
     ind = ind if not ind.strip() else b""
@@ -169,8 +171,14 @@ def _wrap_registered(regs: list[Registration], data: bytes, camel: str, const: b
                     unit + b"optraceProfilingShape->SetDimNum(1);",
                     unit + f"optraceProfilingShape->SetDim(0, {NUMEL_MACRO});".encode(),
                     b"}"]
-        else:
+        elif reg.role == INFER_DTYPE:
             sets = [f"context->SetOutputDataType({INDEX_VAR}, ge::DT_INT64);".encode()]
+        else:  # tiling: the same description check an edited tiling function gets
+            sets = [b"const gert::CompileTimeTensorDesc *optraceProfilingDesc = "
+                    b"context->GetOutputDesc(" + INDEX_VAR.encode() + b");",
+                    b"if (optraceProfilingDesc != nullptr && "
+                    b"optraceProfilingDesc->GetDataType() != ge::DT_INT64) {",
+                    unit + b"return ge::GRAPH_FAILED;", b"}"]
         body = [const, f"ge::graphStatus optraceStatus = {reg.function}(context);".encode(),
                 b"if (optraceStatus != ge::GRAPH_SUCCESS) {", unit + b"return optraceStatus;", b"}",
                 *sets, b"return optraceStatus;"]

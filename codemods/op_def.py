@@ -60,6 +60,10 @@ class OpDefInfo:
     class_line: int
     inputs: tuple[OpDefOutput, ...] = ()  # `this->Input("...")` statements, in order
     first_statement: int = -1  # the class's first `this->...` statement (no inputs, no outputs)
+    # Per-SoC `OpAICoreConfig cfg; cfg.Output("y")...` declarations: (variable, its outputs).
+    # Each needs profiling_data after its last output; without `this->Output`, the first
+    # one's outputs are the op's (`outputs` then holds them).
+    configs: tuple[tuple[str, tuple[OpDefOutput, ...]], ...] = ()
 
     def profiling_position(self) -> int | None:
         names = [o.name for o in self.outputs]
@@ -74,6 +78,7 @@ class OpDefInfo:
 
 
 _CLASS_RE = re.compile(rb"class\s+([A-Za-z_]\w*)\b[^;{]*\bOpDef\b[^;{]*\{")
+_AICORE_CONFIG_RE = re.compile(rb"\bOpAICoreConfig\s+([A-Za-z_]\w*)\s*[;({=]")
 
 
 def _op_class(code: bytes, op_name: str) -> re.Match[bytes] | None:
@@ -95,9 +100,9 @@ def opdef_file(layers: Layers) -> Path | None:
 
 
 def _named_statements(path: Path, data: bytes, code: bytes, kind: bytes, lo: int, hi: int,
-                      strict: bool = True) -> list[OpDefOutput]:
+                      strict: bool = True, receiver: bytes = rb"\bthis\s*->") -> list[OpDefOutput]:
     out = []
-    for m in re.finditer(rb"this\s*->\s*" + kind + rb"\s*\(", code[:hi]):
+    for m in re.finditer(receiver + rb"\s*" + kind + rb"\s*\(", code[:hi]):
         if m.start() < lo:
             continue
         close = match_bracket(code, m.end() - 1)
@@ -128,6 +133,13 @@ def parse_opdef(path: Path, data: bytes, camel: str) -> OpDefInfo:
         lo, hi = cls.start(), close if close > 0 else len(code)
         class_line = line_number(data, cls.start())
     outputs = _named_statements(path, data, code, b"Output", lo, hi)
+    configs = tuple(
+        (name, tuple(found)) for name in dict.fromkeys(
+            m.group(1).decode() for m in _AICORE_CONFIG_RE.finditer(code, lo, hi))
+        if (found := _named_statements(path, data, code, b"Output", lo, hi,
+                                       receiver=rb"\b" + name.encode() + rb"\s*\.")))
+    if not outputs and configs:
+        outputs = list(configs[0][1])
     inputs = [] if outputs else _named_statements(path, data, code, b"Input", lo, hi, strict=False)
     first = _INPUT_RE.search(code, lo, hi)
     if not outputs and not inputs and (cls is None or first is None):
@@ -135,7 +147,7 @@ def parse_opdef(path: Path, data: bytes, camel: str) -> OpDefInfo:
                           '`this->Output("...")` statement in the OpDef, and no class body with '
                           "`this->Input` / `this->Attr` to add profiling_data to", path, data,
                           first.start() if first else lo)
-    return OpDefInfo(path, tuple(outputs), class_line, tuple(inputs), first.start() if first else -1)
+    return OpDefInfo(path, tuple(outputs), class_line, tuple(inputs), first.start() if first else -1, configs)
 
 
 def op_outputs(plan_or_layers: Plan | Layers) -> OpDefInfo | None:
@@ -154,6 +166,23 @@ def profiling_index(plan: Plan) -> int | None:
         return None
     pos = info.profiling_position()
     return pos if pos is not None else len(info.outputs)
+
+
+def _profiling_types(method: str, call: bytes, arg: bytes) -> bytes:
+    """The template output's dtype / format call made profiling_data's: each listed type
+    int64, each format ND. A list that is not written out (`dtypes.find(soc)->second`) gets
+    a vector of its length, so the per-SoC list lengths still agree."""
+    if method in ("DataType", "DataTypeList"):
+        if _DTYPE_RE.search(call):
+            return _DTYPE_RE.sub(lambda d: d.group(1) + b"DT_INT64", call)
+        return (call[: call.index(b"(") + 1] + b"std::vector<ge::DataType>((" + arg
+                + b").size(), ge::DT_INT64))")
+    if method in ("Format", "FormatList", "UnknownShapeFormat"):
+        if _FORMAT_RE.search(call):
+            return _FORMAT_RE.sub(lambda f: f.group(1) + b"FORMAT_ND", call)
+        return (call[: call.index(b"(") + 1] + b"std::vector<ge::Format>((" + arg
+                + b").size(), ge::FORMAT_ND))")
+    return call
 
 
 def _statement_text(data: bytes, code: bytes, out: OpDefOutput, param_type: str) -> list[bytes]:
@@ -178,8 +207,7 @@ def _statement_text(data: bytes, code: bytes, out: OpDefOutput, param_type: str)
             if method == "ParamType":
                 saw_param_type = True
                 call = data[m.start() : m.end()] + param_type.encode() + b")"
-            call = _DTYPE_RE.sub(lambda d: d.group(1) + b"DT_INT64", call)
-            call = _FORMAT_RE.sub(lambda f: f.group(1) + b"FORMAT_ND", call)
+            call = _profiling_types(method, call, data[m.end() : close].strip())
             if not saw_param_type and method != "ParamType" and param_type == "OPTIONAL":
                 pieces.append(b".ParamType(OPTIONAL)")
                 saw_param_type = True
@@ -221,10 +249,19 @@ def op_def_edits(plan: Plan, mode: str) -> list[Edit]:
                 + b'").ParamType(' + param_type.encode() + b").DataType({" + ge + b"DT_INT64}).Format({" + ge
                 + b"FORMAT_ND}).UnknownShapeFormat({" + ge + b"FORMAT_ND});")
         return [Edit(path, at, at, line + LINE_MARK + nl, CODEMOD, "profiling_data, the only output")]
-    lines = _statement_text(data, code, template, param_type)
-    at = line_end(data, template.end - 1, include_newline=True)
-    body = b"".join(line + LINE_MARK + nl for line in lines)
-    if not data[:at].endswith(b"\n"):
-        body = nl + body[: -len(nl)]
-    note = "profiling_data output" if info.outputs else "profiling_data, the only output (after the inputs)"
-    return [Edit(path, at, at, body, CODEMOD, note)]
+    templates = [template]
+    # every per-SoC config gets it after its own last output (the first config's outputs
+    # stand for the op's when the class has no `this->Output`: then `template` is one)
+    templates += [outs[-1] for _name, outs in info.configs
+                  if outs[-1] is not template and PROFILING_OUTPUT not in [o.name for o in outs]]
+    edits = []
+    for tpl in templates:
+        lines = _statement_text(data, code, tpl, param_type)
+        at = line_end(data, tpl.end - 1, include_newline=True)
+        body = b"".join(line + LINE_MARK + nl for line in lines)
+        if not data[:at].endswith(b"\n"):
+            body = nl + body[: -len(nl)]
+        note = ("profiling_data output" if info.outputs else
+                "profiling_data, the only output (after the inputs)")
+        edits.append(Edit(path, at, at, body, CODEMOD, note))
+    return edits

@@ -15,8 +15,9 @@ looks at outputs is left alone (nothing there depends on output positions).
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
-from optrace.codemods.infer import before_final_return
+from optrace.codemods.infer import before_final_return, wrap_registered
 from optrace.codemods.layer_common import (
     INDEX_VAR,
     CppFunction,
@@ -26,7 +27,14 @@ from optrace.codemods.layer_common import (
     output_uses,
 )
 from optrace.codemods.op_def import profiling_index
-from optrace.codemods.op_host_registry import TILING, HostFunction, callees, host_functions
+from optrace.codemods.op_host_registry import (
+    TILING,
+    HostFunction,
+    Registration,
+    callees,
+    host_functions,
+    unresolved,
+)
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
@@ -86,4 +94,13 @@ def tiling_edits(plan: Plan, mode: str) -> list[Edit]:
             ]
 
         edits.append(before_final_return(path, data, fn, lines, CODEMOD, "profiling_data description"))
+    # A tiling registered from a library (`ConvTilingFunc`): what it reads is unknown, so
+    # a wrapper at the registration adds the description check after it.
+    by_statement: dict[tuple[Path, int], list[Registration]] = {}
+    for reg in unresolved(layers, TILING):
+        if reg.function and reg.statement >= 0:
+            by_statement.setdefault((reg.path, reg.statement), []).append(reg)
+    const = f"constexpr uint32_t {INDEX_VAR} = {index};".encode()
+    for (path, _), regs in by_statement.items():
+        edits += wrap_registered(regs, clean_bytes(path), layers.camel, const)
     return edits

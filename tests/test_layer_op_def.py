@@ -148,3 +148,41 @@ def test_an_opdef_with_nothing_to_anchor_on_is_bad_input(tmp_path: Path) -> None
     with pytest.raises(InputError) as caught:
         run(op_def_edits, op, "B")
     assert caught.value.diagnostic.code == "OT310" and "cannot locate the OpDef's outputs" in str(caught.value)
+
+
+CONFIGS = """\
+namespace ops {
+class DemoOp : public OpDef {
+public:
+    explicit DemoOp(const char *name) : OpDef(name)
+    {
+        this->Attr("k").Int();
+        OpAICoreConfig cfgA;
+        cfgA.Input("x").ParamType(REQUIRED).DataType({ge::DT_FLOAT, ge::DT_FLOAT16});
+        cfgA.Output("y").ParamType(REQUIRED).DataType({ge::DT_FLOAT, ge::DT_FLOAT16}).Format({ge::FORMAT_ND, ge::FORMAT_ND});
+        cfgA.Output("n").ParamType(REQUIRED).DataType(kCountTypes.find(soc)->second);
+        this->AICore().AddConfig("soc_a", cfgA);
+        OpAICoreConfig cfgB;
+        cfgB.Input("x").ParamType(REQUIRED).DataType({ge::DT_FLOAT});
+        cfgB.Output("y").ParamType(REQUIRED).DataType({ge::DT_FLOAT}).Format({ge::FORMAT_ND});
+        cfgB.Output("n").ParamType(REQUIRED).DataType({ge::DT_INT32});
+        this->AICore().AddConfig("soc_b", cfgB);
+    }
+};
+}  // namespace ops
+"""
+
+
+def test_outputs_declared_on_per_soc_configs_get_profiling_data_in_each(tmp_path: Path) -> None:
+    op = make_repo(tmp_path, {OPDEF: CONFIGS})
+    after = run(op_def_edits, op)[OPDEF]  # strips back (run checks it)
+    assert after == CONFIGS.replace(
+        "        this->AICore().AddConfig(\"soc_a\", cfgA);\n",
+        '        cfgA.Output("profiling_data").ParamType(REQUIRED).DataType(std::vector<ge::DataType>('
+        "(kCountTypes.find(soc)->second).size(), ge::DT_INT64));  // optrace\n"
+        '        this->AICore().AddConfig("soc_a", cfgA);\n').replace(
+        "        this->AICore().AddConfig(\"soc_b\", cfgB);\n",
+        '        cfgB.Output("profiling_data").ParamType(REQUIRED).DataType({ge::DT_INT64});  // optrace\n'
+        '        this->AICore().AddConfig("soc_b", cfgB);\n')
+    # no `this->Output` was invented: the configs' outputs are the op's
+    assert 'this->Output("profiling_data")' not in after

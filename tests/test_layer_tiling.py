@@ -61,3 +61,16 @@ def test_tiling_that_never_looks_at_outputs_is_left_alone(tmp_path: Path) -> Non
 def test_without_an_opdef_nothing_positions_the_output(tmp_path: Path) -> None:
     op = make_repo(tmp_path, {TILING: BEFORE})
     assert run(tiling_edits, op) == {}
+
+
+def test_a_tiling_registered_from_a_library_is_wrapped_where_it_is_registered(tmp_path: Path) -> None:
+    text = ('#include "conv_tiling_lib.h"\nnamespace optiling {\n'
+            "IMPL_OP_OPTILING(DemoOp).Tiling(ConvTilingFunc).TilingParse<ConvParseInfo>(ConvPrepare);\n"
+            "}  // namespace optiling\n")
+    op = make_repo(tmp_path, {TILING: text, OPDEF[0]: OPDEF[1]})
+    after = run(tiling_edits, op)[TILING]  # strips back (run checks it)
+    assert ("static ge::graphStatus OptraceTilingDemoOp(gert::TilingContext *context)  // optrace\n"
+            "{  // optrace\n    constexpr uint32_t optraceProfilingDataIndex = 1;  // optrace\n"
+            "    ge::graphStatus optraceStatus = ConvTilingFunc(context);  // optrace\n") in after
+    assert ("IMPL_OP_OPTILING(DemoOp).Tiling(ConvTilingFunc/*optrace<*/).Tiling(OptraceTilingDemoOp/*>optrace*/)"
+            ".TilingParse<ConvParseInfo>(ConvPrepare);\n") in after
