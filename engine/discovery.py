@@ -279,6 +279,7 @@ def _line(data: bytes, offset: int) -> int:
     return data.count(b"\n", 0, offset) + 1
 
 
+_NOT_HOST_DIRS = frozenset({"op_kernel", "op_api", "tests", "test", "ut", "examples", "docs"})
 _ATTRIBUTE_CALLS = {b"__attribute__", b"__declspec", b"alignas", b"__launch_bounds__"}
 # `#define NAME(params) ...` / `#define NAME ...`, continuation lines included.
 _DEFINE_HEAD_RE = re.compile(
@@ -510,11 +511,17 @@ def discover(op_dir: Path, repo_root: Path, config: Config) -> Layers:
             name.endswith("_base.h") and layers.kernel_dir and layers.kernel_dir in path.parents
         ):
             put("base_header", path, None, None, "kernel base header")
-        if re.search(rb"\bOpDef\b", code) and re.search(rb"this->\s*(Input|Output|Attr|AICore)\s*\(", code):
+        # The op_host layers are host sources: not the l0 launch code under op_api/, not
+        # the kernel, not unit tests (`tests/`, `test_*_tiling.cpp`) or docs.
+        host_source = not (_NOT_HOST_DIRS & set(path.relative_to(op_dir).parts[:-1])) and not (
+            name.startswith("test_") or name.endswith("_test.cpp"))
+        if host_source and re.search(rb"\bOpDef\b", code) and re.search(
+                rb"this->\s*(Input|Output|Attr|AICore)\s*\(", code):
             put("op_def", path, code, rb"this->\s*Output\s*\(", "OpDef outputs")
-        if re.search(rb"InferShape|IMPL_OP_INFERSHAPE|InferDataType", code) and not name.endswith(".h"):
+        if (host_source and re.search(rb"InferShape|IMPL_OP_INFERSHAPE|InferDataType", code)
+                and not name.endswith(".h")):
             put("infer", path, code, rb"InferShape\w*\s*\(", "infer shape")
-        if "tiling" in name and name.endswith((".cpp", ".cc")) and "op_kernel" not in path.parts:
+        if host_source and "tiling" in name and name.endswith((".cpp", ".cc")):
             put("tiling", path, code, rb"Tiling\w*\s*\(", "tiling function")
         if name.startswith("aclnn_") or re.search(rb"aclnnInner" + camel, code):
             if "op_kernel" not in path.parts:

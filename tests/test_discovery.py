@@ -124,3 +124,29 @@ def test_the_cli_refuses_a_parent_and_writes_nothing(tmp_path: Path) -> None:
         assert res.exit_code == 2, (cmd, res.output)
         assert f"{tmp_path / 'norm'}: OT015 not one operator directory" in res.stderr
     assert sorted(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()) == before
+
+
+def test_op_host_layers_are_host_sources_not_launch_code_or_unit_tests(tmp_path: Path) -> None:
+    op = tmp_path / "conv/demo"
+    files = {
+        "op_kernel/demo.cpp":
+            'extern "C" __global__ __aicore__ void demo(GM_ADDR x, GM_ADDR w, GM_ADDR t) {}\n',
+        "op_host/demo_def.cpp": 'class Demo : public OpDef {\n  Demo(const char *n) : OpDef(n) {\n'
+                                '    this->Output("y");\n  }\n};\n',
+        "op_host/demo_infershape.cpp": "IMPL_OP_INFERSHAPE(Demo).InferShape(InferShapeDemo);\n",
+        "op_host/op_tiling/demo_tiling.cpp": "IMPL_OP_OPTILING(Demo).Tiling(DemoTiling);\n",
+        # the l0 launch code and a unit test name the same things; neither is the layer
+        "op_host/op_api/demo.cpp": "void Launch() { InferShape(ctx); DemoTiling(ctx); }\n",
+        "op_host/op_api/demo_tiling_util.cpp": "int TilingKeyOf() { return 0; }\n",
+        "tests/ut/op_host/test_demo_tiling.cpp": "TEST(DemoTiling, Base) { InferShape(ctx); }\n",
+        "op_host/test_demo_infershape.cpp": "TEST(Demo, Infer) { InferShapeDemo(ctx); }\n",
+    }
+    for rel, text in files.items():
+        (op / rel).parent.mkdir(parents=True, exist_ok=True)
+        (op / rel).write_text(text)
+    layers = discover(op, tmp_path, Config())
+    found = {key: sorted(f.path.relative_to(op).as_posix() for f in hits)
+             for key, hits in layers.found.items()}
+    assert found["infer"] == ["op_host/demo_infershape.cpp"]
+    assert found["tiling"] == ["op_host/op_tiling/demo_tiling.cpp"]
+    assert found["op_def"] == ["op_host/demo_def.cpp"]
