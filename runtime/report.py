@@ -469,8 +469,10 @@ def render_png(table: SpanTable, report: Report) -> bytes:
             left += values[:, j] / scale
         ax.set_xlabel(f"self time ({unit})")
         ax.set_title(title)
-    axes[1].legend(loc="lower right", fontsize="small")
+    axes[1].legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize="small")  # beside, not over
     for ax in axes:
+        ax.margins(x=0.02, y=0.01)
+        ax.set_xlim(left=0)
         ax.invert_yaxis()
         ax.tick_params(axis="y", labelsize="small")
         ax.grid(axis="x", color="#e4e4e4")
