@@ -11,6 +11,7 @@ a self-contained HTML page (inline SVG, no script, no external assets) and, with
 from __future__ import annotations
 
 import html
+import io
 import math
 import re
 from dataclasses import dataclass
@@ -438,8 +439,6 @@ def render_png(table: SpanTable, report: Report) -> bytes:
     """The HTML page's three bar charts as one PNG (needs the ``[report]`` extra): hotspots,
     self time per rank and per core by phase, each with its time axis in µs, ms or s."""
     require_matplotlib()
-    import io
-
     import matplotlib
 
     matplotlib.use("Agg")
