@@ -7,18 +7,27 @@ Measured, each in its own child process (wall time from process start to trace w
 peak memory below):
 
 - ``optrace collect DIR -o trace.json`` — the real command line;
-- the baseline, decoding the way the legacy collector does: a Python loop over cores and
-  records, ``.item()`` per word, a dict per record, a per-core stack to pair B/E (kinder
-  than the legacy quadratic pass), all events kept in a list and ``json.dump``-ed. Run
-  twice when possible: on torch tensors from ``torch.load`` (what the legacy helper does;
-  needs an interpreter with torch: ``--torch-python`` or $OPTRACE_BENCH_TORCH_PYTHON),
-  and on numpy arrays from optrace's reader (a stand-in that is always available and
-  faster than the real thing);
+- the legacy loop as a fair engineer writes it: a Python loop over cores and records,
+  each core's row taken once (``.tolist()``: Python ints, not two torch views and two
+  ``.item()`` calls per record), a dict per record, a per-core stack to pair B/E, all
+  events kept in a list and ``json.dump``-ed. Run twice when possible: on torch tensors
+  from ``torch.load`` (what the legacy helper reads; needs an interpreter with torch:
+  ``--torch-python`` or $OPTRACE_BENCH_TORCH_PYTHON), and on numpy arrays from optrace's
+  reader (a stand-in that is always available);
+- the seed helper's own algorithm, as the seed's documents describe it (our own code):
+  ``torch.load``, two torch views and ``.item()`` per record word, each core from its own
+  zero, B/E paired by a scan back over the open begins, then the quadratic nesting pass
+  (every span of a core against every other, for its depth and parent), one
+  ``json.dump``;
 - the decode time of each without interpreter start-up and imports (in-process timer);
 - peak memory in separate runs: the highest sum of PSS over the command's processes,
-  sampled every millisecond (collect forks one process per CPU; see MEMORY_RUNNER).
+  sampled every millisecond (see MEMORY_RUNNER).
 
-Usage: python bench/bench_collect.py [--ranks 8] [--cores 72] [--torch-python PY] [--keep DIR]
+Every side is timed the same way: best of ``--runs`` (wall time, and the in-process
+decode time), peak memory the highest of min(3, runs) sampled runs.
+
+Usage: python bench/bench_collect.py [--ranks 8] [--cores 72] [--runs 5] [--torch-python PY]
+       [--keep DIR]
 Prints a markdown table. Targets: >= 50x faster end to end, <= 20 % of the peak memory.
 """
 
@@ -123,7 +132,8 @@ def _load(path: Path, loader: str) -> Any:
 
 
 def baseline_decode(directory: Path, output: Path, loader: str) -> int:
-    """The legacy way: per-word .item(), a dict per record, one big list, json.dump."""
+    """The legacy loop written fairly: each core's row once as Python ints, a dict per
+    record, a per-label stack to pair B/E, one big list, json.dump."""
     point_map = json.loads((directory / "point_map.json").read_text())["points"]
     events: list[dict[str, Any]] = []
     for path in sorted(directory.glob("rank*.pt")):
@@ -132,18 +142,19 @@ def baseline_decode(directory: Path, output: Path, loader: str) -> int:
         core_types = ["AIC", "AIV"]
         for type_index, tensor in enumerate(tensors):
             for core in range(tensor.shape[0]):
-                counter = tensor[core][0].item()
+                row = tensor[core].tolist()  # once per core: Python ints from here on
+                counter = row[0]
                 if counter == 0:
                     continue
-                size = tensor.shape[1]
+                size = len(row)
                 records = []
                 for i in range(min(counter - 1, (size - 2) // 2)):
-                    word = tensor[core][1 + i].item()
-                    cycle = tensor[core][size - 2 - i].item()
+                    word = row[1 + i]
+                    cycle = row[size - 2 - i]
                     point = word & 0xFFFFFFFF
                     high = (word >> 32) & 0xFFFFFFFF
                     records.append({"id": point, "extra": high & 0xFF, "index": high >> 8, "cycle": cycle})
-                start = tensor[core][size - 1].item()  # each core from its own zero
+                start = row[size - 1]  # each core from its own zero
                 stacks: dict[str, list[dict[str, Any]]] = {}
                 tid = f"{core_types[type_index]} {core}"
                 for record in records:
@@ -166,14 +177,77 @@ def baseline_decode(directory: Path, output: Path, loader: str) -> int:
     return len(events)
 
 
-def run_baseline(directory: Path, output: Path, loader: str) -> None:
+def seed_decode(directory: Path, output: Path, loader: str) -> int:
+    """The seed helper's algorithm: per record two tensor views and ``.item()`` calls,
+    B/E paired by scanning the open begins back for the same label, then a nesting pass
+    comparing every span of a core with every other one (quadratic in the spans of a
+    core) for its depth and parent, written into the event's args."""
+    point_map = json.loads((directory / "point_map.json").read_text())["points"]
+    events: list[dict[str, Any]] = []
+    for path in sorted(directory.glob("rank*.pt")):
+        rank = int(path.stem[4:])
+        tensors = _load(path, loader)
+        for type_index, tensor in enumerate(tensors):
+            for core in range(tensor.shape[0]):
+                counter = int(tensor[core][0].item())
+                if counter == 0:
+                    continue
+                size = tensor.shape[1]
+                start = int(tensor[core][size - 1].item())
+                open_begins: list[tuple[str, float, int, int, dict[str, Any]]] = []
+                spans: list[dict[str, Any]] = []
+                for i in range(min(counter - 1, (size - 2) // 2)):
+                    word = int(tensor[core][1 + i].item())
+                    cycle = int(tensor[core][size - 2 - i].item())
+                    info = point_map.get(str(word & 0xFFFFFFFF))
+                    if info is None:
+                        continue
+                    high = (word >> 32) & 0xFFFFFFFF
+                    ts = (cycle - start) / 50.0
+                    if info["event_type"] == "B":
+                        open_begins.append((info["label"], ts, high >> 8, high & 0xFF, info))
+                        continue
+                    for j in range(len(open_begins) - 1, -1, -1):  # the latest open begin of this label
+                        if open_begins[j][0] == info["label"]:
+                            label, begin_ts, index, extra, begin_info = open_begins.pop(j)
+                            spans.append({
+                                "name": label, "ph": "X", "pid": rank,
+                                "tid": f"{'AIC' if type_index == 0 else 'AIV'} {core}",
+                                "ts": begin_ts, "dur": ts - begin_ts,
+                                "args": {"index": index, "extraId": extra,
+                                         "src": f"{begin_info['file']}:{begin_info['line']}"},
+                            })
+                            break
+                for a, span in enumerate(spans):  # the nesting pass: every pair of spans
+                    depth, parent, parent_dur = 0, None, None
+                    end = span["ts"] + span["dur"]
+                    for b, other in enumerate(spans):
+                        if b == a:
+                            continue
+                        if other["ts"] <= span["ts"] and end <= other["ts"] + other["dur"] and (
+                                other["dur"] > span["dur"] or (other["dur"] == span["dur"] and b < a)):
+                            depth += 1
+                            if parent_dur is None or other["dur"] < parent_dur:
+                                parent, parent_dur = other["name"], other["dur"]
+                    span["args"]["depth"] = depth
+                    span["args"]["parent"] = parent
+                events.extend(spans)
+    with open(output, "w") as handle:
+        json.dump({"traceEvents": events}, handle)
+    return len(events)
+
+
+BASELINES = {"legacy": baseline_decode, "seed": seed_decode}
+
+
+def run_baseline(directory: Path, output: Path, loader: str, algorithm: str) -> None:
     """Child entry point: import first, then time only the decode (printed)."""
     if loader == "torch":
         import torch  # noqa: F401  (start-up cost kept out of the decode time)
     else:
         import optrace.runtime.pt_reader  # noqa: F401
     started = time.perf_counter()
-    baseline_decode(directory, output, loader)
+    BASELINES[algorithm](directory, output, loader)
     print(time.perf_counter() - started)
 
 
@@ -295,6 +369,48 @@ def best_of(runs: int, command: list[str], output: Path | None = None) -> dict[s
             "out": min(timings, default=float("nan"))}
 
 
+# collect -j 2 with its fallback switched off (worth_processes: no idle CPU, or a small
+# input, makes -j N one process by itself): what the processes cost when they do run.
+FORCED_JOBS = (
+    "import sys\n"
+    "from pathlib import Path\n"
+    "from optrace.runtime import collect as c\n"
+    "c.idle_cpus = lambda: 64.0\n"
+    "c.MIN_PARALLEL_BYTES = 0\n"
+    "c.collect(Path(sys.argv[1]), Path(sys.argv[2]), c.CollectOptions(jobs=int(sys.argv[3])))\n"
+)
+
+
+def jobs_rows(work: Path, python: str, script: list[str], rank_counts: list[int], cores: int,
+              runs: int) -> list[str]:
+    """`collect -j 1` against `-j 2` (as users run it, fallback included) and `-j 2` forced
+    to two processes, at each rank count: wall best of ``runs``, peak PSS."""
+    lines = []
+    for ranks in rank_counts:
+        data = work / f"jobs{ranks}"
+        data.mkdir(exist_ok=True)
+        generate(data, ranks, cores)
+        out = work / f"jobs{ranks}.json"
+        sides = {
+            "-j 1": [*script, "collect", str(data), "-o", str(out), "-j", "1"],
+            "-j 2": [*script, "collect", str(data), "-o", str(out), "-j", "2"],
+            "-j 2, two processes forced": [python, "-c", FORCED_JOBS, str(data), str(out), "2"],
+        }
+        got = {}
+        for name, command in sides.items():
+            got[name] = best_of(runs, command, out)
+            got[name].update(measure_memory(1, command, out))
+        one = got["-j 1"]
+        cells = [f"{v['wall']:.2f} s, {v['pss_kb'] / 1024:.0f} MiB ({v['processes']} proc.)"
+                 for v in got.values()]
+        ratios = [f"{got[n]['wall'] / one['wall']:.2f}x / {got[n]['pss_kb'] / one['pss_kb']:.2f}x"
+                  for n in ("-j 2", "-j 2, two processes forced")]
+        lines.append(f"| {ranks} | {' | '.join(cells)} | {' | '.join(ratios)} |")
+        shutil.rmtree(data, ignore_errors=True)
+        out.unlink(missing_ok=True)
+    return lines
+
+
 def compile_bytecode() -> None:
     """Byte-compile optrace's modules, as `pip install` does for a wheel. An editable
     install under PYTHONDONTWRITEBYTECODE=1 (set on some machines) otherwise compiles
@@ -353,18 +469,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--cores", type=int, default=72)
-    parser.add_argument("--runs", type=int, default=10,
-                        help="best of N for optrace, a 0.1 s command on a shared machine (baselines: once)")
+    parser.add_argument("--runs", type=int, default=5,
+                        help="best of N, for every side alike (peak memory: the highest of min(3, N))")
     parser.add_argument("--torch-python", help="interpreter with torch for the legacy baseline "
                         "(default: $OPTRACE_BENCH_TORCH_PYTHON, or this one if it has torch)")
     parser.add_argument("--keep", type=Path, help="keep the generated data and traces here")
     parser.add_argument("--checkout", action="store_true",
                         help="time the development checkout (`python -m optrace`) instead of a "
                         "wheel installed into a fresh virtual environment")
-    parser.add_argument("--baseline", nargs=3, metavar=("DIR", "OUT", "LOADER"), help=argparse.SUPPRESS)
+    parser.add_argument("--jobs-ranks", default="128,512",
+                        help="rank counts at which collect -j 2 is measured against -j 1 ('' to skip)")
+    parser.add_argument("--no-seed", action="store_true",
+                        help="leave out the seed helper's algorithm (its nesting pass takes minutes)")
+    parser.add_argument("--baseline", nargs=4, metavar=("DIR", "OUT", "LOADER", "ALGORITHM"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.baseline:
-        run_baseline(Path(args.baseline[0]), Path(args.baseline[1]), args.baseline[2])
+        run_baseline(Path(args.baseline[0]), Path(args.baseline[1]), args.baseline[2], args.baseline[3])
         return
 
     work = args.keep.resolve() if args.keep else Path(tempfile.mkdtemp(prefix="optrace-bench-"))
@@ -384,26 +505,35 @@ def main() -> None:
             python, script = installed[0], [installed[1]]
         python_start = best_of(args.runs, [python, "-c", "pass"])
         command = [*script, "collect", str(data), "-o", str(work / "optrace.json")]
+        memory_runs = min(3, args.runs)
         optrace = best_of(args.runs, command, work / "optrace.json")
-        optrace.update(measure_memory(args.runs, command, work / "optrace.json"))
+        optrace.update(measure_memory(memory_runs, command, work / "optrace.json"))
         optrace["out"] = best_of(args.runs, [python, "-c", OPTRACE_DECODE, str(data),
                                              str(work / "optrace-inproc.json")],
                                  work / "optrace-inproc.json")["out"]
         with_torch = torch_python(args.torch_python)
         baselines = []
         if with_torch:
-            baselines.append(("legacy helper (torch tensors)", with_torch, "torch"))
-        baselines.append(("numpy stand-in (same loop on numpy arrays)", sys.executable, "numpy"))
-        for name, python, loader in baselines:
-            out = work / f"{loader}.json"
-            command = [python, this, "--baseline", str(data), str(out), loader]
-            base = best_of(1, command, out)
-            base.update(measure_memory(1, command, out))
+            baselines.append(("legacy loop, fair (torch tensors, a row per core)", with_torch, "torch",
+                              "legacy"))
+        baselines.append(("same loop on numpy arrays", sys.executable, "numpy", "legacy"))
+        if not args.no_seed:
+            seed_python, seed_loader = (with_torch, "torch") if with_torch else (sys.executable, "numpy")
+            baselines.append(("seed helper's algorithm (.item() per word, quadratic nesting pass"
+                              + ("" if with_torch else "; numpy arrays, no torch here") + ")",
+                              seed_python, seed_loader, "seed"))
+        for name, python, loader, algorithm in baselines:
+            out = work / f"{algorithm}-{loader}.json"
+            command = [python, this, "--baseline", str(data), str(out), loader, algorithm]
+            base = best_of(args.runs, command, out)
+            base.update(measure_memory(memory_runs, command, out))
             rows.append((name, base))
         spans_optrace = sum(1 for e in json.loads((work / "optrace.json").read_text())["traceEvents"]
                             if e["ph"] == "X")
-        spans_baseline = len(json.loads((work / "numpy.json").read_text())["traceEvents"])
+        spans_baseline = len(json.loads((work / "legacy-numpy.json").read_text())["traceEvents"])
         trace_mb = (work / "optrace.json").stat().st_size / 1e6
+        rank_counts = [int(n) for n in args.jobs_ranks.split(",") if n.strip()]
+        jobs = jobs_rows(work, python, script, rank_counts, args.cores, min(3, args.runs))
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
@@ -414,9 +544,10 @@ def main() -> None:
           f"trace {trace_mb:.0f} MB")
     print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, numpy {np.__version__}; "
           f"optrace {'from a wheel in a fresh venv' if installed else 'from the checkout'}; "
-          f"its bare `python -c pass`: {python_start['wall']:.3f} s, {python_start['rss_kb'] / mb:.0f} MB")
+          f"its bare `python -c pass`: {python_start['wall']:.3f} s, {python_start['rss_kb'] / mb:.0f} MB; "
+          f"every side best of {args.runs}, peak memory the highest of {memory_runs}")
     if not with_torch:
-        print("torch not found (--torch-python): only the numpy stand-in baseline was run")
+        print("torch not found (--torch-python): the baselines ran on numpy arrays")
     print()
     print("| baseline | end to end: baseline / optrace | speed-up | decode only: baseline / optrace "
           "| speed-up | peak memory: baseline / optrace | optrace memory |")
@@ -441,6 +572,17 @@ def main() -> None:
     print()
     for verdict in verdicts:
         print(f"targets vs {verdict}")
+    if jobs:
+        print()
+        print(f"`collect -j N` against one process ({os.cpu_count()} CPUs, load average "
+              f"{os.getloadavg()[0]:.1f} at the end; best of {min(3, args.runs)}, peak PSS of one run; "
+              "the forced row switches the fallback off):")
+        print()
+        print("| ranks | -j 1 | -j 2 (as run) | -j 2, two processes forced | -j 2 / -j 1: wall / PSS "
+              "| forced / -j 1: wall / PSS |")
+        print("|---:|---|---|---|---:|---:|")
+        for line in jobs:
+            print(line)
 
 
 if __name__ == "__main__":

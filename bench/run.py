@@ -23,8 +23,11 @@ ROOT = HERE.parent
 def run(script: str, *args: str) -> str:
     done = subprocess.run([sys.executable, str(HERE / script), *args], capture_output=True,
                           text=True, check=True)
-    # Each benchmark ends with its markdown table; keep only table lines.
-    return "\n".join(ln for ln in done.stdout.splitlines() if ln.startswith("|"))
+    # Each benchmark ends with its markdown tables and their notes: keep them, from the
+    # first table line on (what comes before is progress and raw numbers).
+    lines = done.stdout.splitlines()
+    first = next((i for i, ln in enumerate(lines) if ln.startswith("|")), len(lines))
+    return "\n".join(lines[first:]).strip()
 
 
 def main() -> None:

@@ -169,8 +169,10 @@ def cmd_report(
     point_map: Annotated[
         Path | None, typer.Option("--point-map", help="For a profiling directory (default: beside it).")
     ] = None,
-    html: Annotated[Path | None, typer.Option("--html", help="Write a self-contained HTML page.")] = None,
-    png: Annotated[Path | None, typer.Option("--png", help="Write a PNG (needs the [report] extra).")] = None,
+    html: Annotated[Path | None, typer.Option(
+        "--html", help="Write a self-contained HTML page (with --png: both).")] = None,
+    png: Annotated[Path | None, typer.Option(
+        "--png", help="Write the bar charts as a PNG (needs the [report] extra).")] = None,
     clock_mhz: Annotated[float | None, typer.Option("--clock-mhz")] = None,
     top: Annotated[int, typer.Option("--top", help="Hotspots to list.")] = 10,
     fmt: FormatOption = "text",
@@ -189,8 +191,6 @@ def cmd_report(
 
     with _guarded():
         _check_format(fmt)
-        if html is not None and png is not None:
-            raise _bad_usage("--png and --html are exclusive")
         if png is not None:
             try:
                 require_matplotlib()

@@ -2,8 +2,9 @@
 
 Rank files are read, decoded and formatted one after another and streamed into the trace
 in rank order, a block of rows at a time, so memory stays at about one rank's buffer and
-rows per process. Several processes (``-j N``, default one per CPU) each take a consecutive
-run of rank files; the trace has the same bytes whatever their number. A rank file that
+rows per process. Several processes (``-j N``; the default is one) take consecutive runs
+of rank files, a bounded block of them at a time, and fall back to one process where they
+would not gain; the trace has the same bytes whatever their number. A rank file that
 cannot be used is reported (``path: message``) and the other ranks are still written.
 """
 
@@ -32,7 +33,6 @@ from .chrome import (
     TRACE_FORMAT_VERSION,
     ChromeTraceWriter,
     CoreFilter,
-    EventPart,
     EventSink,
     RenderedRank,
     RowScratch,
@@ -333,7 +333,8 @@ def trace_format(output: Path, requested: str | None) -> str:
 
 
 def collect_processes(jobs: int | None, files: int, compress: bool) -> int:
-    """Processes that each decode, format and write a run of ranks (see :mod:`workers`).
+    """Processes asked for that each decode, format and write runs of ranks (see
+    :mod:`workers`; :func:`worth_processes` may then take fewer).
 
     Default one: more only pay where the CPUs really run side by side. On the 2-vCPU
     benchmark machine two busy processes each ran at half speed (a plain Python loop:
@@ -344,9 +345,48 @@ def collect_processes(jobs: int | None, files: int, compress: bool) -> int:
     if compress or not can_fork() or jobs is None:
         return 1
     if jobs == 0:
-        affinity = getattr(os, "sched_getaffinity", None)
-        jobs = min(4, len(affinity(0)) if affinity is not None else os.cpu_count() or 1)
+        jobs = min(4, _usable_cpus())
     return max(1, min(jobs, files))
+
+
+def _usable_cpus() -> int:
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+
+
+def idle_cpus() -> float:
+    """CPUs this process may use minus the load average of the last minute (runnable
+    processes), at least 0; the CPU count where the platform has no load average."""
+    cpus = _usable_cpus()
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return float(cpus)
+    return max(0.0, cpus - load)
+
+
+#: Rank-file bytes below which one process does it all: the work (~0.1 s) is too small
+#: for the forks and the hand-over between processes to pay.
+MIN_PARALLEL_BYTES = 16 << 20
+
+
+def worth_processes(asked: int, input_bytes: int) -> tuple[int, str | None]:
+    """The processes to use of the ``asked`` ones, and why fewer (None: as asked).
+
+    Each process beyond the first needs a CPU nobody else uses: on a busy machine
+    (measured on the shared 2-vCPU one, load 5) two processes only take turns on the
+    same CPUs and the hand-over between them is pure cost, so there ``-j N`` is one
+    process by itself, and says why. Small inputs (:data:`MIN_PARALLEL_BYTES`) are one
+    process too, without a word."""
+    if asked <= 1:
+        return 1, None
+    if input_bytes < MIN_PARALLEL_BYTES:
+        return 1, None  # quietly: the whole collect takes a blink either way
+    idle = idle_cpus()
+    room = 1 + int(idle)
+    if room < asked:
+        return room, f"{idle:.1f} of {_usable_cpus()} CPUs idle (load average)"
+    return asked, None
 
 
 def rank_runs(sizes: list[int], runs: int) -> list[range]:
@@ -378,10 +418,10 @@ def collect(
 ) -> CollectResult:
     """Decode every selected rank file and stream the trace to ``output``.
 
-    With several processes (``options.jobs``), each takes a consecutive run of rank files
-    and writes it into the trace at its place (:func:`_run_side_by_side`; for very large
-    inputs into a temporary file appended at the end, :func:`_run_forked`), so the trace
-    has the same bytes whatever the number of processes. Raises ProfilingInputError when
+    With several processes (``options.jobs``, see :func:`worth_processes`), the rank
+    files go in blocks (:func:`side_by_side_blocks`); in each, every process takes a
+    consecutive run and writes it into the trace at its place (:func:`_run_side_by_side`),
+    so the trace has the same bytes whatever the number of processes. Raises ProfilingInputError when
     nothing can be collected (no rank files, unusable point map); per-rank problems are
     in the result instead.
     """
@@ -403,9 +443,12 @@ def collect(
     ranks_meta: list[dict[str, Any] | None] = [None] * len(files)
     # One process for .gz, .pftrace and --split (a rank at a time, written where it belongs).
     one = output.name.endswith(".gz") or fmt != "json" or options.split is not None
-    processes = collect_processes(options.jobs, len(files), one)
+    asked = collect_processes(options.jobs, len(files), one)
     sizes = [_size(path) for _, path in files]
-    runs = rank_runs(sizes, processes)
+    processes, fewer = worth_processes(asked, sum(sizes))
+    if fewer is not None:
+        print(f"optrace: note: -j {asked}: {processes} process{'es' if processes > 1 else ''} "
+              f"({fewer})", file=sys.stderr)
     finished = 0
 
     def advance(ranks: int) -> None:
@@ -455,21 +498,23 @@ def collect(
                 sink.write_rendered(rendered)
             done(1)
 
-    def write(runs: list[range]) -> int:
+    def write(processes: int) -> int:
         with ChromeTraceWriter(output) as writer:
-            if len(runs) == 1:
-                run(runs[0], writer.sink, advance)
-            elif sum(sizes) <= SIDE_BY_SIDE_LIMIT * len(runs):
-                _run_side_by_side(runs, writer, plan, outcomes, ranks_meta, advance, watch)
+            if processes == 1:
+                run(range(len(files)), writer.sink, advance)
             else:
-                _run_forked(runs, writer, run, outcomes, ranks_meta, advance)
+                for block in side_by_side_blocks(sizes, processes):
+                    runs = [range(block.start + r.start, block.start + r.stop)
+                            for r in rank_runs(sizes[block.start : block.stop], processes)]
+                    _run_side_by_side(runs, writer, plan, outcomes, ranks_meta, advance, watch,
+                                      sum(sizes[block.start : block.stop]))
             if not any(o.spans_written for o in outcomes):
                 raise _NoSpans  # leaves the block: the temporary file is removed
             writer.close(other_data(range(len(files))))
         return writer.events
 
     try:
-        events = write(runs)
+        events = write(processes)
     except _NoSpans:
         return CollectResult(output, point_map, outcomes, 0, written=False)
     except LayoutMismatch as exc:  # a bug, and nothing was written: once more, simply
@@ -478,7 +523,7 @@ def collect(
         ranks_meta[:] = [None] * len(files)
         finished = 0
         try:
-            events = write([range(len(files))])
+            events = write(1)
         except _NoSpans:
             return CollectResult(output, point_map, outcomes, 0, written=False)
     return CollectResult(output, point_map, outcomes, events, alignment=alignment)
@@ -488,62 +533,29 @@ class _NoSpans(Exception):
     """Raised inside the trace writer to leave without writing (see CollectResult.written)."""
 
 
-_RunFunction = Callable[[range, EventSink, Callable[[int], None]], None]
+#: Rank-file bytes each process lays out at a time when several write side by side:
+#: a process holds its share of a block laid out (~1.5x the rank files) until it is
+#: written, so this bounds the memory -j adds. Measured at 128 ranks of the benchmark
+#: (1.2 MB rank files), peak PSS of -j 2 over -j 1: a whole run per process at once (as
+#: before) 7.3x, blocks of 6 MiB per process 1.85x, 2 MiB 1.41x, 1 MiB (a rank each)
+#: 1.35x; each block forks the extra processes anew.
+SIDE_BY_SIDE_BLOCK = 1 << 20
 
 
-def _run_forked(
-    runs: list[range],
-    writer: ChromeTraceWriter,
-    run: _RunFunction,
-    outcomes: list[RankOutcome],
-    ranks_meta: list[dict[str, Any] | None],
-    advance: Callable[[int], None],
-) -> None:
-    """The first run here, the others in forked children writing unnamed temporary files
-    beside the trace; their parts are appended in order, so the bytes are those of one
-    process."""
-    parts = [EventPart(writer.path.parent) for _ in runs[1:]]
-    ticks = Ticks()
-    children: list[Worker] = []
-    writer.flush()  # a child must not inherit buffered bytes of the trace
-
-    def in_child(positions: range, part: EventPart) -> tuple[list[Any], int, bool]:
-        run(positions, part.sink, lambda _ranks: ticks.tick())
-        part.file.flush()
-        ticks.child_done()  # before the result: the parent reads results after the ticks end
-        back = [(p, outcomes[p], ranks_meta[p]) for p in positions]
-        return back, part.sink.events, part.sink.wrote
-
-    try:
-        for positions, part in zip(runs[1:], parts, strict=True):
-            children.append(Worker(functools.partial(in_child, positions, part)))
-        ticks.parent_side()
-
-        def done_here(ranks: int) -> None:
-            advance(ranks + (ticks.drain() or 0))
-
-        run(runs[0], writer.sink, done_here)
-        while (more := ticks.drain(block=True)) is not None:
-            advance(more)
-        for child, part in zip(children, parts, strict=True):
-            back, part.sink.events, part.sink.wrote = child.result()
-            for position, outcome, meta in back:
-                outcomes[position], ranks_meta[position] = outcome, meta
-        for part in parts:
-            writer.append(part)
-    finally:
-        for child in children:
-            child.cancel()
-        for part in parts:
-            part.close()
-        ticks.close()
-
-
-#: Rank-file bytes per process up to which the processes write side by side into the
-#: trace (each holds its whole run laid out, ~1.5x the rank files: 200 MB at this
-#: limit); above it each rank is written as soon as it is laid out and the runs of the
-#: other processes are appended at the end (a copy of their bytes, but one rank in memory).
-SIDE_BY_SIDE_LIMIT = 128 << 20
+def side_by_side_blocks(sizes: list[int], processes: int) -> list[range]:
+    """Consecutive blocks of files, each of about ``processes`` x SIDE_BY_SIDE_BLOCK
+    bytes and at least ``processes`` files (fewer in the last), handled one after another."""
+    blocks: list[range] = []
+    start = 0
+    while start < len(sizes):
+        stop, held = start, 0
+        while stop < len(sizes) and (stop - start < processes or held + sizes[stop]
+                                     <= processes * SIDE_BY_SIDE_BLOCK):
+            held += sizes[stop]
+            stop += 1
+        blocks.append(range(start, stop))
+        start = stop
+    return blocks
 
 _PlanFunction = Callable[[int, RowScratch], RenderedRank | None]
 
@@ -569,8 +581,10 @@ def _run_side_by_side(
     ranks_meta: list[dict[str, Any] | None],
     advance: Callable[[int], None],
     watch: SizeWatch | None = None,
+    block_bytes: int = 0,
 ) -> None:
-    """Each run in its own process (the first here), all writing into the trace at once.
+    """Each run in its own process (the first here), all writing into the trace at once
+    (after what the trace holds already: :func:`collect` calls this once per block).
 
     Each process reads, decodes and lays out its ranks, which fixes their size in bytes
     (:class:`RenderedRank`); the parent turns the sizes into offsets, and every process
@@ -624,13 +638,14 @@ def _run_side_by_side(
             except EOFError:
                 worker.result()  # raises what the child raised
                 raise
-        if watch is not None:  # every run laid out: the trace's size is known before writing
-            watch.add(watch.file_bytes, sum(layout[0] for layout in layouts))
+        if watch is not None:  # the block laid out: its size is known before writing
+            watch.add(block_bytes, sum(layout[0] for layout in layouts))
         # Each run right after the previous one; ",\n" before a run's first chunk when
-        # an earlier run wrote anything.
-        expected = [_run_bytes(layouts[0], False)]
+        # the trace holds an event already (an earlier block's, an earlier run's).
+        already = writer.sink.wrote
+        expected = [_run_bytes(layouts[0], already)]
         offset = start + expected[0]
-        leading = layouts[0][1] > 0
+        leading = already or layouts[0][1] > 0
         for (worker, _, down), layout in zip(children, layouts[1:], strict=True):
             try:
                 down.send((offset, leading))

@@ -30,6 +30,14 @@ def _fresh_counters() -> None:
     reset_launch_counters()
 
 
+@pytest.fixture(autouse=True)
+def _as_many_processes_as_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests' inputs are tiny and the machine may be busy: without this, -j N
+    would fall back to one process by itself (test_falling_back_to_one_process)."""
+    monkeypatch.setattr(collect_module, "MIN_PARALLEL_BYTES", 0)
+    monkeypatch.setattr(collect_module, "idle_cpus", lambda: 64.0)
+
+
 def profiling_dir(tmp_path: Path, ranks: int, bad: tuple[int, ...] = ()) -> Path:
     directory = tmp_path / "prof"
     for rank in range(ranks):
@@ -51,7 +59,7 @@ def summary(result: collect_module.CollectResult) -> list[str]:
 
 
 @needs_fork
-@pytest.mark.parametrize("side_by_side", [True, False], ids=["side-by-side", "appended-parts"])
+@pytest.mark.parametrize("side_by_side", [True, False], ids=["one-block", "block-per-rank"])
 @pytest.mark.parametrize("jobs", [2, 3, 4])
 @pytest.mark.parametrize("bad", [(), (0,), (3,), (0, 1, 2), (3, 4, 5)])
 def test_several_processes_write_the_bytes_of_one(
@@ -60,8 +68,8 @@ def test_several_processes_write_the_bytes_of_one(
     # A bad file first (the parent's run writes nothing), in the middle, every file of
     # the first runs or of the last: the separators between runs must still make valid
     # JSON, and each run must land at its place.
-    if not side_by_side:  # the path for inputs too large to hold a run laid out
-        monkeypatch.setattr(collect_module, "SIDE_BY_SIDE_LIMIT", 0)
+    if not side_by_side:  # inputs too large to hold a run laid out: blocks of a rank per process
+        monkeypatch.setattr(collect_module, "SIDE_BY_SIDE_BLOCK", 1)
     directory = profiling_dir(tmp_path, ranks=6, bad=bad)
     one = run(directory, tmp_path / "one.json", 1)
     several = run(directory, tmp_path / "several.json", jobs)
@@ -166,6 +174,54 @@ def test_how_many_processes(monkeypatch: pytest.MonkeyPatch) -> None:
     assert collect_processes(6, 16, compress=True) == 1  # one gzip stream
     monkeypatch.setattr(collect_module, "can_fork", lambda: False)
     assert collect_processes(6, 16, compress=False) == 1
+
+
+def test_falling_back_to_one_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.undo()  # the real rule, not the autouse fixture's
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3}, raising=False)
+    big = 512 << 20
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.3, 0.0, 0.0))
+    assert collect_module.worth_processes(2, big) == (2, None)  # an idle machine: as asked
+    assert collect_module.worth_processes(1, big) == (1, None)
+    many, why = collect_module.worth_processes(8, big)  # 3.7 idle CPUs: 1 + 3 processes
+    assert many == 4 and why == "3.7 of 4 CPUs idle (load average)"
+    monkeypatch.setattr(os, "getloadavg", lambda: (5.5, 0.0, 0.0))  # the shared machine
+    assert collect_module.worth_processes(2, big) == (1, "0.0 of 4 CPUs idle (load average)")
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert collect_module.worth_processes(2, 3 << 20) == (1, None)  # 3 MiB: too little to share
+
+
+@needs_fork
+def test_a_fallback_says_so_and_writes_the_same_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = profiling_dir(tmp_path, ranks=3)
+    run(directory, tmp_path / "one.json", 1)
+    monkeypatch.setattr(collect_module, "idle_cpus", lambda: 0.4)
+    forks: list[int] = []
+    real_fork = os.fork
+    monkeypatch.setattr(os, "fork", lambda: forks.append(1) or real_fork())
+    run(directory, tmp_path / "two.json", 2)
+    assert forks == []  # one process by itself
+    assert "-j 2: 1 process (0.4 of" in capsys.readouterr().err
+    assert (tmp_path / "two.json").read_bytes() == (tmp_path / "one.json").read_bytes()
+
+
+@pytest.mark.parametrize(
+    "sizes, processes, block, expected",
+    [
+        ([10] * 8, 2, 20, [(0, 4), (4, 8)]),  # 2 x 20 bytes a block: 4 files
+        ([10] * 8, 2, 1, [(0, 2), (2, 4), (4, 6), (6, 8)]),  # never fewer files than processes
+        ([10] * 5, 2, 1, [(0, 2), (2, 4), (4, 5)]),
+        ([50, 10, 10, 10], 2, 20, [(0, 2), (2, 4)]),
+        ([10] * 3, 4, 100, [(0, 3)]),
+    ],
+)
+def test_side_by_side_blocks(monkeypatch: pytest.MonkeyPatch, sizes: list[int], processes: int, block: int,
+                             expected: list[tuple[int, int]]) -> None:
+    monkeypatch.setattr(collect_module, "SIDE_BY_SIDE_BLOCK", block)
+    got = collect_module.side_by_side_blocks(sizes, processes)
+    assert [(b.start, b.stop) for b in got] == expected
 
 
 @pytest.mark.parametrize(
@@ -298,14 +354,14 @@ def test_a_worker_failing_while_laying_out_stops_the_collect(
 
 
 @needs_fork
-@pytest.mark.parametrize("side_by_side", [True, False], ids=["side-by-side", "appended-parts"])
+@pytest.mark.parametrize("side_by_side", [True, False], ids=["one-block", "block-per-rank"])
 def test_results_bigger_than_a_pipe_do_not_hang(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, side_by_side: bool
 ) -> None:
     # A child's result (every outcome of its run, with messages) can exceed a pipe's
     # buffer: it must not wait on the parent while the parent waits for its ticks to end.
     if not side_by_side:
-        monkeypatch.setattr(collect_module, "SIDE_BY_SIDE_LIMIT", 0)
+        monkeypatch.setattr(collect_module, "SIDE_BY_SIDE_BLOCK", 1)
     directory = profiling_dir(tmp_path, ranks=4)
     real = collect_module._plan_rank
 
@@ -341,12 +397,12 @@ def test_a_worker_killed_after_its_layout_is_an_internal_error(
 
 
 @needs_fork
-@pytest.mark.parametrize("side_by_side", [True, False], ids=["side-by-side", "appended-parts"])
+@pytest.mark.parametrize("side_by_side", [True, False], ids=["one-block", "block-per-rank"])
 def test_a_fork_failing_part_way_stops_the_started_children_and_writes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, side_by_side: bool
 ) -> None:
     if not side_by_side:
-        monkeypatch.setattr(collect_module, "SIDE_BY_SIDE_LIMIT", 0)
+        monkeypatch.setattr(collect_module, "SIDE_BY_SIDE_BLOCK", 1)
     directory = profiling_dir(tmp_path, ranks=6)
     real_fork = os.fork
     forks: list[int] = []
