@@ -53,10 +53,11 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
 class Capacity(Rule):
     code = "OT107"
     name = "capacity"
-    VALID = (Example(_LOOP, labels=("group-loop",), config="[trip_counts]\ngroupIdx = 16\n"),)
+    VALID = (Example(_LOOP, tree=("processing", "  group @inside:3", "    group barrier @around:4"),
+                     config="[trip_counts]\ngroupIdx = 16\n"),)
     INVALID = (
-        Example(_LOOP, labels=("group-loop",), config="[trip_counts]\ngroupIdx = 4000\n",
-                finding="exceeds the 1023-record slot"),
+        Example(_LOOP, tree=("processing", "  group @inside:3", "    group barrier @around:4"),
+                config="[trip_counts]\ngroupIdx = 4000\n", finding="exceeds the 1023-record slot"),
     )
 
     def apply(self, ctx: RuleContext) -> None:

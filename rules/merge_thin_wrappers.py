@@ -47,12 +47,17 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
     DispatchPhase(x);
 }
 """,
-            labels=("dispatch-phase", "dispatch-phase send-tokens", "dispatch-phase recv-tokens"),
+            # Two calls inside: not a thin wrapper. The token loops are tile loops,
+            # bracketed around the whole loop (a barrier inside: never per token).
+            tree=("processing", "  dispatch @inside:8", "    dispatch send-tokens @inside:2",
+                  "      dispatch send-tokens token @around:3", "    dispatch recv-tokens @inside:5",
+                  "      dispatch recv-tokens token @around:6"),
         ),
     )
     INVALID = (
-        Example(_WRAPPED, labels=("send-tokens", "send-tokens token-loop"),
-                absent=("dispatch-phase", "dispatch-phase send-tokens"), finding="merged"),
+        Example(_WRAPPED, tree=("processing", "  send-tokens @inside:8",
+                                "    send-tokens token-copy @around:3"),
+                finding="merged"),
     )
 
     def apply(self, ctx: RuleContext) -> None:
@@ -71,6 +76,8 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
         if inner.hot and not node.hot:
             node.words = [inner_word, *node.words[1:]]
             node.hot = inner.hot
+            node.full_word = inner.full_word
         ctx.report(f"thin wrapper `{outer_word}` merged with `{inner_word}`", node)
         node.children = inner.children
+        node.also_variants += inner.also_variants
         node.notes.append(f"merged with {inner_word} ({inner.reason})")
