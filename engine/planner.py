@@ -227,6 +227,7 @@ class Planner:
     _blocks: dict[tuple[str, int, int], bool] = field(default_factory=dict)
     _inside: dict[Path, bool] = field(default_factory=dict)
     phase_words: frozenset[str] = DEFAULT_PHASE_WORDS
+    _consumed: set[tuple[str, int]] = field(default_factory=set)
     # (dispatch, arm) -> the condition that selects it, for the plan's variants list
     conditions: dict[tuple[str, int], str] = field(default_factory=dict)
 
@@ -293,6 +294,8 @@ class Planner:
             self.walk_stmt(fn, child, ctx, parent)
 
     def walk_stmt(self, fn: FunctionDef, node: Node, ctx: Ctx, parent: Region) -> None:
+        if (str(fn.src.path), node.start_byte) in self._consumed:
+            return  # already bracketed with the statement before it (a set + wait barrier)
         t = node.type
         if t in _PREPROC_ARMS:
             self.walk_preproc(fn, node, ctx, parent)
@@ -667,13 +670,28 @@ class Planner:
         else:
             kind, word, hot = Kind.SYNC, "barrier", "sync"
         flag = flag_of(fn, call) if kind == Kind.WAIT or name in SET_PRIMITIVES else None
-        region = self._new(parent, [word], kind, ctx, self._stmt_anchor(fn, stmt),
+        anchor = self._stmt_anchor(fn, stmt)
+        after = stmt.next_named_sibling
+        pair = name in SET_PRIMITIVES and flag is not None and after is not None
+        if pair and after is not None and flag is not None and self._waits_on(fn, after, flag):
+            # `CrossCoreSetFlag(id); CrossCoreWaitFlag(id);`: every core of the group sets,
+            # then waits for all — a barrier, one region over both statements.
+            self._consumed.add((str(fn.src.path), after.start_byte))
+            anchor = Anchor(fn.src.path, stmt.start_byte, after.end_byte, anchor.line,
+                            fn.src.line_of(after.end_byte), inside=False)
+            kind, word, hot, flag = Kind.SYNC, "barrier", "sync", None
+        region = self._new(parent, [word], kind, ctx, anchor,
                            f"{name} in {fn.display}", hot=hot, cost="handshake", flag=flag)
         if flag is None and kind == Kind.WAIT:
             m = re.match(r"[A-Za-z_]\w*", text_of(fn.src, call.child_by_field_name("arguments") or call)
                          .strip("() "))
             if m:
                 region.notes.append(f"flag `{m.group(0)}` is not a constant: partner unknown")
+
+    def _waits_on(self, fn: FunctionDef, stmt: Node, flag: str) -> bool:
+        calls = fn.nodes_in(stmt, ("call_expression",)) if stmt.type == "expression_statement" else []
+        return len(calls) == 1 and "Wait" in self.an.call_site(fn, calls[0]).name \
+            and self.an.call_site(fn, calls[0]).name in BLOCKING_PRIMITIVES and flag_of(fn, calls[0]) == flag
 
     def _split_send_wait(self, callee: FunctionDef, ctx: Ctx, parent: Region) -> bool:
         """A function named for sending and waiting (`SendCountsAndWait`) whose body sends

@@ -85,7 +85,7 @@ def plan_lint(plan: Plan, stats: dict[str, int], path: list[str]) -> dict[str, o
         "same_span_levels": same_span,
         "setup_share": round(setup / len(regions), 2) if regions else 0.0,
         "phases_dropped": dropped,
-        "phases_dropped_while_setup_kept": dropped if setup else 0,
+        "phases_dropped_while_setup_kept": stats.get("phases_dropped_while_setup_kept", 0),
         "unbracketed_handshakes": _unbracketed(plan, regions, path),
     }
 
@@ -95,12 +95,15 @@ def _unbracketed(plan: Plan, regions: list[Region], path: list[str]) -> list[str
     them: a handshake region, a tile loop's region, or a region of a function whose whole
     business is waiting (`file:line name`)."""
     an = plan.analysis
-    brackets = [r.anchor for r in regions if r.anchor is not None and (
-        r.cost == "handshake" or r.tile_loop or r.hot in ("wait", "sync", "notify"))]
+    shakes = [r for r in regions
+              if r.cost == "handshake" or r.tile_loop or r.hot in ("wait", "sync", "notify")]
+    brackets = [r.anchor for r in shakes if r.anchor is not None]
+    # A wait function traced at its call sites brackets every handshake in its body.
+    whole = {r.function for r in shakes if r.function and not r.tile_loop}
     out: list[str] = []
     for fid in dict.fromkeys(path):
         fn = an.index.functions.get(fid)
-        if fn is None:
+        if fn is None or fid in whole:
             continue
         for call in fn.nodes_in(fn.body, ("call_expression",)):
             site = an.call_site(fn, call)

@@ -81,6 +81,7 @@ class HandshakePartners(Rule):
                 phase_of[id(region)] = top
         shakes = [r for r in ctx.root.walk() if r.flag is not None and r.hot in ("wait", "notify")]
         renames: list[tuple[Region, str]] = []
+        order = {id(r): n for n, r in enumerate(ctx.root.walk())}
         for region in shakes:
             role = "wait" if region.hot == "wait" else "notify"
             other = "notify" if role == "wait" else "wait"
@@ -89,7 +90,9 @@ class HandshakePartners(Rule):
                 ctx.report(f"`{region.flag}` has no partner on the planned path: named by its role only",
                            region)
                 continue
-            word = self._partner_word(ctx.root, region, partners[0], phase_of)
+            # One flag reused along the sequence: the partner is the nearest use of it.
+            partner = min(partners, key=lambda p: abs(order[id(p)] - order[id(region)]))
+            word = self._partner_word(ctx.root, region, partner, phase_of)
             if word:
                 renames.append((region, f"{role}-{word}"))
         # Named from the words as planned, all at once: a renamed partner is not a phase.

@@ -6,9 +6,12 @@ reads, scalar helpers, copies of a few counters outside any token / expert loop)
 **handshake** (cross-core / cross-rank waits and notifies, barriers) and **phase** (the
 work: communication and compute). Order of removal: leaf regions only (a parent becomes a
 candidate once its children are gone); every setup region before anything else — never
-a phase while setup is kept; then handshakes nested in a kept handshake; then, among the
-rest, regions that repeat code planned elsewhere, deeper before shallower, plain before
-hot ones and before the first region of an AIV role, a file's last region last. A
+a phase while setup is kept; then handshakes nested in a kept handshake; then phases —
+regions that repeat code planned elsewhere first, deeper before shallower, plain before
+hot ones, a file's last region last; then the main work of each AIV role (its send /
+recv / compute core); handshakes last of all (a wait left unbracketed hides the
+imbalance a trace is for — when even they must go, the phase around them follows). A
+region whose label another region keeps is not dropped (it would gain nothing). A
 callee's `Init` is never kept while its `Process` (or another work method) is dropped.
 Core-type bodies, the root and existing points are never removed.
 
@@ -78,12 +81,15 @@ class LabelBudget(Rule):
         Example(_example(30), tree=("processing", *(f"  step{i}" for i in range(29))),
                 finding="budget"),
         # 20 parts: 20 Inits (setup) and 20 Processes (each an expert loop with a barrier
-        # inside): 81 labels. Every Init goes before any phase; then the deepest detail
-        # (the barriers), then expert loops from the last part: 30 = 1 + 20 parts + 9 loops.
+        # inside): 81 labels. Every Init goes before any phase (and no Init outlives its
+        # Process); handshakes go last, so once barriers must go, the part whose barrier
+        # went is dropped whole before the next barrier: 30 = 1 + 10 parts + 10 loops + 9
+        # barriers. (A budget that cannot hold every handshake says so: OT108.)
         Example(_setup_example(20), tree=(
             "processing",
-            *[ln for i in range(20) for ln in
-              ([f"  part{i}", f"    part{i} expert"] if i < 9 else [f"  part{i}"])],
+            *[ln for i in range(10) for ln in
+              ([f"  part{i}", f"    part{i} expert", f"      part{i} expert barrier"] if i < 9
+               else [f"  part{i}", f"    part{i} expert"])],
         ), absent=tuple(f"part{i}-init" for i in range(20)), finding="setup first"),
     )
 
@@ -119,7 +125,12 @@ class LabelBudget(Rule):
             # then a file's last point goes last (every implementation header on the
             # path keeps a phase); repeats of code planned elsewhere first; the deepest
             # detail first, so every phase keeps its outline; a role's main work is hot.
-            klass = 2 if region.cost == "setup" else 1 if nested_handshake(region) else 0
+            # Handshakes go last: a wait left unbracketed hides the imbalance a trace is for,
+            # and their labels repeat (`wait`, `barrier`), so keeping them costs little.
+            # An AIV role's main work (the send / recv / compute cores) is kept with them.
+            role_main = region.role is not None and region.role != parent.role and region.cost == "phase"
+            klass = 4 if region.cost == "setup" else 3 if nested_handshake(region) else \
+                1 if role_main else 0 if region.cost == "handshake" else 2
             last_in_file = any(per_file[p] == 1 for p in region.files())
             valued = region.hot or (region.role is not None and region.role != parent.role)
             return (klass, 0 if last_in_file else 1, 1 if region.shared_with else 0, region.depth,
@@ -154,6 +165,7 @@ class LabelBudget(Rule):
             push(region)
         removed: Counter[str] = Counter()
         dropped_work: set[str] = set()
+        phase_variants: list[set[int]] = []  # the over-budget variants each dropped phase left
         while over and heap:
             neg, n, region = heapq.heappop(heap)
             if region.children or not over_for(region) or id(region) not in parents \
@@ -163,7 +175,19 @@ class LabelBudget(Rule):
             if tuple(-x for x in current) != neg:
                 push(region)  # its key dropped since it was queued (a file became last)
                 continue
-            remove(region)
+            group = [region]
+            if region.cost != "setup" and all(per_core[(core, v)][region.label] > 1 for core in region.cores
+                                              for v in member[id(region)] if (core, v) in over):
+                # Its label stays with other regions: dropping it alone gains nothing, so
+                # the label goes with all its regions (when they are all leaves) or stays.
+                group = [r for r in ctx.root.walk() if r.label == region.label and id(r) in parents]
+                if any(r.children or r.kind not in _REMOVABLE for r in group):
+                    continue
+            for dropped in group:
+                if dropped.cost == "phase":
+                    phase_variants.append({v for core in dropped.cores for v in member[id(dropped)]
+                                           if (core, v) in over})
+                remove(dropped)
             fn = ctx.analysis.index.functions.get(region.function or "")
             if fn is not None and fn.scope and fn.name in _WORK_METHODS:
                 dropped_work.add(fn.scope)
@@ -175,6 +199,10 @@ class LabelBudget(Rule):
                     and not region.children and id(region) in parents):
                 remove(region)
         ctx.stats["phases_dropped"] = removed["phase"]
+        # The invariant the order gives, measured: a phase dropped from a variant whose
+        # setup is still there (0 unless a setup region could not be dropped: not a leaf).
+        kept_setup = {v for r in ctx.root.walk() if r.cost == "setup" for v in member.get(id(r), [])}
+        ctx.stats["phases_dropped_while_setup_kept"] = sum(1 for vs in phase_variants if vs & kept_setup)
         ctx.stats["setup_dropped"] = removed["setup"]
         ctx.stats["handshakes_dropped"] = removed["handshake"]
         for cost in ("setup", "handshake", "phase"):

@@ -2,8 +2,9 @@
 sync or communication of its own, merges with it (one pair of points, not two).
 
 The outer call keeps its name (it is closer to the caller's vocabulary) unless only the
-inner one carries hot semantics (wait, sync, send, recv, copy, quant, dequant), which
-always keep their own word. Core-type bodies (`aic` / `aiv`) are never merged away.
+inner one is a handshake or a transfer (wait, sync, notify, send, recv), which keeps its
+own word; compute words of the inner class (quant, dequant, matmul) do not displace the
+caller's name for the phase. Core-type bodies (`aic` / `aiv`) are never merged away.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
     DispatchPhase(x);
 }
 """
+
+
+_KEEP_INNER = ("wait", "sync", "notify", "send", "recv")
 
 
 class MergeThinWrappers(Rule):
@@ -73,7 +77,9 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
             return
         outer_word = node.words[0] if node.words else ""
         inner_word = inner.words[0] if inner.words else ""
-        if inner.hot and not node.hot:
+        # A handshake or transfer keeps its word (`wait` must read as a wait); a compute
+        # word of the inner class does not displace the caller's name for the phase.
+        if inner.hot in _KEEP_INNER and not node.hot:
             node.words = [inner_word, *node.words[1:]]
             node.hot = inner.hot
             node.full_word = inner.full_word

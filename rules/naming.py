@@ -5,10 +5,14 @@ counter.
 A label is the whole `TRACE_POINT` string, `<phase> <aic|aiv> [<sub>...]`: what a reader
 sees in the trace. Words come from the code's own names, shortened by the planner (fillers
 such as `process` / `impl` dropped; a long name keeps its phase words). A label still over
-the limit has its own words cut to their first part, deepest first; one still over is
-reported. Two siblings calling one function are one phase (both arms of an
-`if constexpr`); siblings in different variants (tiling-key / `#if` arms) share a label
-(one launch runs one arm). Other siblings of one name keep it — they are the same kind of
+the limit has its words cut to their first part — its own, then its ancestors' from the
+deepest up, the phase's level-2 word last (on both core types) — never into a name a
+sibling already has; one still over folds into its parent (reported), so the limit
+always holds. Two siblings calling
+one function are one phase (both arms of an `if constexpr`); siblings in different
+variants (tiling-key / `#if` arms) share a label (one launch runs one arm). Two
+different functions shortened to one word are told apart by a word of the full name the
+other lacks (`gmm-swiglu` / `gmm-dequant`). Other siblings of one name keep it — they are the same kind of
 step run one after another — and the rule says so: no `-2` suffix, which would tell the
 reader nothing; distinct waits are named by their partner (OT109).
 """
@@ -68,34 +72,35 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
             finding="repeats",
         ),
         # Over 24 characters: words are cut to their first part, the region's own first
-        # (`token-copy` -> `token`), then its ancestors' (`prepare-expert` -> `prepare`,
-        # which renames its whole subtree); `... prepare barrier` still does not fit and
-        # is reported.
+        # (`token-copy` -> `token`), then its ancestors' but the phase's (`prepare-expert`
+        # -> `prepare`, which renames its subtree); `dispatch expert prepare token` (29)
+        # and `... barrier` still do not fit and fold into `dispatch expert prepare`.
         Example(_LONG, tree=(
             "processing",
             "  dispatch",
             "    dispatch expert",
-            "      dispatch expert prepare",
-            "        dispatch expert prepare token",
-            "        dispatch expert prepare barrier",
+            "      dispatch expert prepare @inside:8",
             "      dispatch expert barrier",
-        ), config="[naming]\nmax_length = 24\n", finding="longer than 24"),
+        ), config="[naming]\nmax_length = 24\n", finding="folded into its parent"),
     )
 
     def apply(self, ctx: RuleContext) -> None:
         self._visit(ctx, ctx.root)
         assign_labels(ctx.root)
         limit = ctx.analysis.config.label_max
+        folded: set[int] = set()
         for region, chain in _chains(ctx.root, []):
-            if len(region.label) > limit:
-                self._fit(ctx, region, chain, limit)
+            if any(id(r) in folded for r in [*chain, region]):
+                continue
+            if len(_label(region, chain)) > limit and not self._fit(ctx, region, chain, limit):
+                folded.add(id(region))
         assign_labels(ctx.root)
 
     def _visit(self, ctx: RuleContext, node: Region) -> None:
         same: dict[str, list[Region]] = {}
         functions: dict[str, str | None] = {}
         reported: set[str] = set()
-        for child in node.children:
+        for n, child in enumerate(node.children):
             clean = [_BAD.sub("-", w.lower()).strip("-") or "phase" for w in child.words]
             child.words = clean
             key = " ".join(clean)
@@ -105,6 +110,10 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
             fine = key not in same or (child.function is not None and functions.get(key) == child.function) \
                 or all(child.exclusive_with(o) for o in same[key])
             if not fine and self._tell_apart(node, child, same[key]):
+                # Renamed (this sibling or the earlier one): index the siblings again.
+                same.clear()
+                for sib in node.children[:n]:
+                    same.setdefault(" ".join(sib.words), []).append(sib)
                 key = " ".join(child.words)
                 fine = key not in same
             functions.setdefault(key, child.function)
@@ -135,28 +144,41 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
             return True
         return False
 
-    def _fit(self, ctx: RuleContext, region: Region, chain: list[Region], limit: int) -> None:
-        """Cut words to their first part, the region's own first, then its ancestors'
-        from the deepest up (an ancestor's cut renames its whole subtree, consistently)."""
-        top = chain[0] if chain else region
-        for node in [region, *reversed(chain)]:
+    def _fit(self, ctx: RuleContext, region: Region, chain: list[Region], limit: int) -> bool:
+        """Cut words to their first part: the region's own, then its ancestors' from the
+        deepest up, then the phase's level-2 word (on every level-2 region of that phase,
+        both core types) — never into a name a sibling already has. A region still over the
+        limit is folded into its parent (which then covers its time): the limit holds.
+        False when folded."""
+        parents = [ctx.root, *chain]
+        for depth in range(len(chain), -1, -1):
+            node = region if depth == len(chain) else chain[depth]
+            siblings = parents[depth].children
             for i in range(len(node.words) - 1, -1, -1):
                 if len(_label(region, chain)) <= limit:
-                    return
+                    return True
                 parts = node.words[i].split("-")
-                if len(parts) > 1:
-                    old = node.words[i]
-                    node.words[i] = parts[0]
-                    if node is top and i == 0:
-                        # A phase's word is cut on every level-2 region of that phase (its
-                        # other core type too): one phase, one name.
-                        for sib in ctx.root.children:
-                            if sib.words and sib.words[0] == old:
-                                sib.words[0] = parts[0]
+                if len(parts) == 1:
+                    continue
+                cut = [*node.words[:i], parts[0], *node.words[i + 1:]]
+                if any(s is not node and s.words == cut for s in siblings):
+                    continue  # two siblings of one name would tell the reader nothing
+                old = node.words[i]
+                node.words[i] = parts[0]
+                if depth == 0 and i == 0:
+                    for sib in siblings:  # one phase, one name on every core type
+                        if sib.words and sib.words[0] == old:
+                            sib.words[0] = parts[0]
         label = _label(region, chain)
-        if len(label) > limit:
-            ctx.report(f"label `{label}` is longer than {limit} characters (naming.max_length)",
-                       region, Severity.WARNING)
+        if len(label) <= limit:
+            return True
+        parent = chain[-1] if chain else ctx.root
+        if region in parent.children:
+            parent.children.remove(region)
+            parent.notes.append(f"`{label}` folded in: longer than {limit} characters")
+            ctx.report(f"label `{label}` is longer than {limit} characters (naming.max_length): "
+                       "folded into its parent", parent, Severity.WARNING)
+        return False
 
 
 def _label(region: Region, chain: list[Region]) -> str:
