@@ -153,3 +153,44 @@ def test_entry_point_rule_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(registry, "entry_points",
                         lambda group: [FakeEP()] if group == "optrace.rules" else [])
     assert "OT950" in [r.code for r in registry.load_rules()]
+
+
+def test_naming_config_adds_phase_words_and_bounds_the_label(tmp_path: Path) -> None:
+    src = """
+__aicore__ inline void MoeExpertFfnComputeStage(GM_ADDR x) {
+    for (uint32_t groupIdx = 0; groupIdx < groupNum; ++groupIdx) { SyncAll(); }
+}
+""" + 'extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {\n    MoeExpertFfnComputeStage(x);\n}\n'
+    # A long name with no phase word keeps its first two words ...
+    assert "moe-expert" in labels(plan_src(tmp_path / "a", src))
+    # ... a configured phase word is the telling one.
+    configured = plan_src(tmp_path / "b", src, config='[naming]\nphase_words = ["ffn"]\n')
+    assert "ffn group barrier" in labels(configured)
+    # A limit below any sensible label is refused where it is written.
+    from optrace.engine.diagnostics import InputError
+
+    with pytest.raises(InputError) as exc:
+        plan_src(tmp_path / "c", src, config="[naming]\nmax_length = 4\n")
+    assert "max_length" in exc.value.diagnostic.message
+
+
+def test_tile_loop_class_comes_from_the_trip_count_source(tmp_path: Path) -> None:
+    src = """
+__aicore__ inline void Step(uint32_t g) {
+    for (uint32_t k = 0; k < 4; ++k) { Mmad(a, b, c); } Add(a, b, c); Mul(a, b, c); }
+__aicore__ inline void Run(GM_ADDR x) {
+    for (uint32_t i = 0; i < expertNum_; ++i) { Step(i); SyncAll(); }
+    for (uint32_t i = 0; i < tokenCnt; ++i) { Step(i); SyncAll(); }
+    for (uint32_t groupIdx = 0; groupIdx < bs * topK; ++groupIdx) { Step(groupIdx); SyncAll(); }
+}
+""" + 'extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {\n    Run(x);\n}\n'
+    plan = plan_src(tmp_path, src)
+    got = [(lp.line, lp.classification) for lp in plan.loops if lp.function.endswith("Run")]
+    # over experts: a phase loop, whatever its variable is called; over tokens, or over
+    # tokens x topK (even with a phase word in its name): tile loops
+    assert got == [(5, "phase"), (6, "tile"), (7, "tile")]
+    why = {lp.line: lp.reason for lp in plan.loops}
+    assert "expert" in why[5] and "token" in why[6] and "topk" in why[7]
+    # the tile loops' barriers are bracketed around the whole loop, never per iteration
+    tiles = [r for r in plan.root.walk() if r.tile_loop]
+    assert len(tiles) == 2 and all(r.anchor is not None and not r.anchor.inside and r.notes for r in tiles)
