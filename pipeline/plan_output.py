@@ -68,10 +68,11 @@ def render_text(plan: Plan, mode: tuple[str, str] | None = None) -> str:
     legend = _file_legend(plan)
     out.append("trace tree (files: " + ", ".join(f"[{n}] {display_path(f, root_dir)}"
                                                 for f, n in legend.items()) + "):"
-               if len(legend) <= 1 else "files:")
+               if len(legend) <= 1
+               else f"files (those under {display_path(layers.op_dir, root_dir)}/ relative to it):")
     if len(legend) > 1:
         for file, n in legend.items():
-            out.append(f"  [{n}] {display_path(file, root_dir)}")
+            out.append(f"  [{n}] {_short(file, layers.op_dir, root_dir)}")
         out.append("")
         out.append("trace tree:")
     _tree_lines(plan, plan.root, out, "", legend)
@@ -90,7 +91,8 @@ def render_text(plan: Plan, mode: tuple[str, str] | None = None) -> str:
         out.append("")
         out.append("AIV roles:")
         for role, (path, line) in plan.roles.items():
-            out.append(f"  {role}  ({_loc(plan, Path(path), line)})")
+            known = legend.get(Path(path))
+            out.append(f"  {role}  ({f'[{known}]:{line}' if known else _loc(plan, Path(path), line)})")
     phase = sum(1 for lp in plan.loops if lp.classification == "phase")
     tile = sum(1 for lp in plan.loops if lp.classification == "tile")
     spin = sum(1 for lp in plan.loops if lp.classification == "spin")
@@ -126,6 +128,14 @@ def render_text(plan: Plan, mode: tuple[str, str] | None = None) -> str:
         for d in diags:
             out.append(f"  {d.format(root_dir)}  [{d.severity.value}]")
     return "\n".join(out) + "\n"
+
+
+def _short(path: Path, op_dir: Path, root: Path) -> str:
+    """A path under the operator directory relative to it, else relative to the root."""
+    try:
+        return path.resolve().relative_to(op_dir.resolve()).as_posix()
+    except ValueError:
+        return display_path(path, root)
 
 
 def _file_legend(plan: Plan) -> dict[Path, int]:

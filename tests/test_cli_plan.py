@@ -162,3 +162,20 @@ def test_help_lists_the_commands_that_exist() -> None:
     names = {c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands}
     for name in ("plan", "apply", "strip", "preprocess"):
         assert name in names and name in out
+
+
+def test_text_plan_reads_at_120_columns_and_says_ot020_once(tmp_path: Path) -> None:
+    op = make_op(tmp_path, "demo_op")
+    entry = op / "op_kernel" / "demo_op.cpp"
+    entry.write_text('#include "broken_a.h"\n#include "broken_b.h"\n' + entry.read_text())
+    for name in ("broken_a.h", "broken_b.h"):
+        (op / "op_kernel" / name).write_text("class { ( ( ( ;;; }}} template <<\n")
+    code, out, _ = run("plan", str(op))
+    assert code == 0
+    findings = out.split("findings:")[1].splitlines()
+    ot020 = [line for line in findings if "OT020" in line]
+    assert len(ot020) == 1 and "broken_b.h:1" in ot020[0]  # one warning naming both files
+    # the kernel offers fewer than 10 candidate regions: no "below 10" warning
+    assert "OT106" not in out
+    tree = out.split("trace tree")[1].split("labels per core type")[0].splitlines()
+    assert all(len(line) <= 120 for line in tree)
