@@ -115,6 +115,10 @@ def shorten(name: str, phase_words: frozenset[str] = DEFAULT_PHASE_WORDS, limit:
     `MoeTokenDispatch` -> `dispatch`, `SendCounts` -> `send-counts`."""
     words = kebab(name).split("-")
     kept = [w for w in words if w not in FILLER_WORDS] or words
+    if not pure_wait(name) and "wait" in kept and len(kept) > 1:
+        # `SetWaitTpStatusAndDispatch` sends and waits: named by what it sends, never
+        # as a wait (the wait inside it is its own region).
+        kept = [w for w in kept if w != "wait"]
     word = "-".join(kept)
     if len(word) <= limit:
         return word
@@ -122,6 +126,16 @@ def shorten(name: str, phase_words: frozenset[str] = DEFAULT_PHASE_WORDS, limit:
     picked = phase[:2] if phase else kept[:2]
     word = "-".join(picked)
     return word if len(word) <= limit else picked[0][:limit]
+
+
+_SENDING = frozenset({"set", "send", "notify", "put", "write", "publish"})
+
+
+def pure_wait(name: str) -> bool:
+    """A function whose name says it only waits (`WaitDispatch`), not one that also
+    sends (`SetWaitTpStatusAndDispatch`, `SendCountsAndWait`)."""
+    words = set(kebab(name).split("-"))
+    return "wait" in words and not words & _SENDING
 
 
 def label_word(fn: FunctionDef, caller_scope: str = "", receiver: str | None = None,
@@ -241,7 +255,11 @@ class Planner:
                       function=fn.id)
         self.walk_block(fn, fn.body, Ctx(self.an.kernel_cores, stack=(fn.id,)), root)
         for region in root.walk():
-            if region.kind in (Kind.CALL, Kind.LOOP) and region.cost == "phase" and self.is_setup(region):
+            if region.kind == Kind.CALL and region.hot in ("wait", "sync"):
+                # A call to a wait function is that wait; the waits inside it are nested
+                # handshakes (the budget drops those first).
+                region.cost = "handshake"
+            elif region.kind in (Kind.CALL, Kind.LOOP) and region.cost == "phase" and self.is_setup(region):
                 region.cost = "setup"
         return root
 
@@ -473,10 +491,10 @@ class Planner:
             self._tile_region(fn, loop, var, ctx, parent)
             return
         named_phase = bool(var and set(kebab(var).split("-")) & PHASE_LOOP_WORDS)
-        if "wait" in kebab(fn.name).split("-") and not named_phase:
+        if pure_wait(fn.name) and not named_phase:
             return  # inside a Wait* function the function itself is the wait region
         if kind == "spin":
-            if "wait" in kebab(fn.name).split("-"):
+            if pure_wait(fn.name):
                 return  # the enclosing Wait* function is already the wait region
             word = "wait-" + "-".join(var_words(var)) if var else "wait"
             self._new(parent, [word], Kind.WAIT, ctx, self._stmt_anchor(fn, loop),

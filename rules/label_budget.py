@@ -181,7 +181,7 @@ class LabelBudget(Rule):
                 # Its label stays with other regions: dropping it alone gains nothing, so
                 # the label goes with all its regions (when they are all leaves) or stays.
                 group = [r for r in ctx.root.walk() if r.label == region.label and id(r) in parents]
-                if any(r.children or r.kind not in _REMOVABLE for r in group):
+                if any(r.children or r.kind not in _REMOVABLE or r.cost != region.cost for r in group):
                     continue
             for dropped in group:
                 if dropped.cost == "phase":

@@ -151,6 +151,7 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
         limit is folded into its parent (which then covers its time): the limit holds.
         False when folded."""
         parents = [ctx.root, *chain]
+        undo: list[tuple[Region, int, str]] = []
         for depth in range(len(chain), -1, -1):
             node = region if depth == len(chain) else chain[depth]
             siblings = parents[depth].children
@@ -161,17 +162,22 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
                 if len(parts) == 1:
                     continue
                 cut = [*node.words[:i], parts[0], *node.words[i + 1:]]
-                if any(s is not node and s.words == cut for s in siblings):
-                    continue  # two siblings of one name would tell the reader nothing
+                if any(s is not node and s.words == cut and s.function != node.function
+                       and not (s.hot == node.hot and node.hot in ("wait", "sync", "notify"))
+                       for s in siblings):
+                    continue  # two different phases of one name would tell the reader nothing
                 old = node.words[i]
-                node.words[i] = parts[0]
-                if depth == 0 and i == 0:
-                    for sib in siblings:  # one phase, one name on every core type
-                        if sib.words and sib.words[0] == old:
-                            sib.words[0] = parts[0]
+                targets = [node]
+                if depth == 0 and i == 0:  # one phase, one name on every core type
+                    targets += [s for s in siblings if s is not node and s.words and s.words[0] == old]
+                for target in targets:
+                    undo.append((target, i, target.words[i]))
+                    target.words[i] = parts[0]
         label = _label(region, chain)
         if len(label) <= limit:
             return True
+        for target, i, old_word in reversed(undo):  # cuts that did not help are undone
+            target.words[i] = old_word
         parent = chain[-1] if chain else ctx.root
         if region in parent.children:
             parent.children.remove(region)
