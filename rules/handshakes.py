@@ -42,6 +42,19 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
 }
 """
 
+_SEND_WAIT = """
+__aicore__ inline void SendCountsAndWait(GM_ADDR x) {
+    for (uint32_t rankIdx = 0; rankIdx < rankNum; ++rankIdx) {
+        DataCopy(peer[rankIdx], counts, 8);
+    }
+    uint32_t ready = 0;
+    while (ready < rankNum) { DataCopy(status, peer, 8); ready = status.GetValue(0); }
+}
+extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
+    SendCountsAndWait(x);
+}
+"""
+
 _UNMATCHED = """
 extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
     CrossCoreWaitFlag(FLAG_NOBODY_SETS);
@@ -57,6 +70,8 @@ class HandshakePartners(Rule):
     code = "OT109"
     name = "handshake-partners"
     VALID = (
+        # A function that sends, then waits: two regions (never one labelled as a wait).
+        Example(_SEND_WAIT, tree=("processing", "  send-counts @around:3", "  wait-counts @around:7")),
         Example(_PAIR, tree=(
             "processing",
             "  produce aiv",

@@ -194,3 +194,15 @@ __aicore__ inline void Run(GM_ADDR x) {
     # the tile loops' barriers are bracketed around the whole loop, never per iteration
     tiles = [r for r in plan.root.walk() if r.tile_loop]
     assert len(tiles) == 2 and all(r.anchor is not None and not r.anchor.inside and r.notes for r in tiles)
+
+
+def test_a_function_that_sends_and_waits_is_never_named_a_wait() -> None:
+    from optrace.engine.planner import pure_wait, shorten
+
+    assert pure_wait("WaitDispatch") and shorten("WaitDispatch") == "wait-dispatch"
+    assert not pure_wait("SetWaitTpStatusAndDisPatch")
+    assert "wait" not in shorten("SetWaitTpStatusAndDisPatch").split("-")
+    assert not pure_wait("SendCountsAndWait") and shorten("SendCountsAndWait") == "send-counts"
+    # long names keep their phase words; fillers go
+    assert shorten("MoeTokenDispatchProcess") == "dispatch"
+    assert shorten("GroupedMatmulDequantSwigluQuant") == "matmul-dequant"
