@@ -78,6 +78,7 @@ def plan_lint(plan: Plan, stats: dict[str, int], path: list[str]) -> dict[str, o
                     if r.same_span and parent is not None and parent.children == [r])
     setup = sum(1 for r in regions if r.cost == "setup")
     dropped = stats.get("phases_dropped", 0)
+    unbracketed = _unbracketed(plan, regions, path)
     return {
         "points_in_tile_loops": len(in_tile),
         "longest_label": longest,
@@ -86,7 +87,8 @@ def plan_lint(plan: Plan, stats: dict[str, int], path: list[str]) -> dict[str, o
         "setup_share": round(setup / len(regions), 2) if regions else 0.0,
         "phases_dropped": dropped,
         "phases_dropped_while_setup_kept": stats.get("phases_dropped_while_setup_kept", 0),
-        "unbracketed_handshakes": _unbracketed(plan, regions, path),
+        "unbracketed_handshakes": unbracketed,
+        "handshakes_not_bracketed": len(unbracketed),  # the count, for corpus summaries
     }
 
 

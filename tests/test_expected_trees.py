@@ -90,4 +90,5 @@ def test_lint_figures_of_the_fixture() -> None:
         "phases_dropped": 0,
         "phases_dropped_while_setup_kept": 0,
         "unbracketed_handshakes": [],
+        "handshakes_not_bracketed": 0,
     }
