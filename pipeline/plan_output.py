@@ -66,15 +66,14 @@ def render_text(plan: Plan, mode: tuple[str, str] | None = None) -> str:
     out.append("")
     # Each file once, in a legend; tree lines say `[n]:line` (readable at 120 columns).
     legend = _file_legend(plan)
-    out.append("trace tree (files: " + ", ".join(f"[{n}] {display_path(f, root_dir)}"
-                                                for f, n in legend.items()) + "):"
-               if len(legend) <= 1
-               else f"files (those under {display_path(layers.op_dir, root_dir)}/ relative to it):")
-    if len(legend) > 1:
+    if len(legend) <= 1:
+        out.append("files: " + ", ".join(f"[{n}] {display_path(f, root_dir)}" for f, n in legend.items()))
+    else:
+        out.append(f"files (those under {display_path(layers.op_dir, root_dir)}/ relative to it):")
         for file, n in legend.items():
             out.append(f"  [{n}] {_short(file, layers.op_dir, root_dir)}")
         out.append("")
-        out.append("trace tree:")
+    out.append("trace tree:")
     _tree_lines(plan, plan.root, out, "", legend)
     out.append("")
     out.append("labels per core type:")

@@ -53,7 +53,7 @@ def test_plan_text(tmp_path: Path) -> None:
     code, out, err = run("plan", str(op))
     assert code == 0, err
     # The file is named once, in the tree's legend; the tree's lines say `[n]:line`.
-    assert "trace tree (files: [1] demo_op/op_kernel/demo_op.cpp):" in out
+    assert "files: [1] demo_op/op_kernel/demo_op.cpp\ntrace tree:\n" in out
     assert "  group [AIV] index=groupIdx  @ [1]:5" in out
     assert "group send-tokens" in out
     tree = out.split("trace tree")[1].split("labels per core type")[0].splitlines()[1:]
