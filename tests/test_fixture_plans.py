@@ -68,6 +68,11 @@ def test_umdk_fixture_structure() -> None:
     assert "gmm-swiglu aic group" in labels
     assert all(len(label) <= 32 for label in labels)
     assert not any(label.split()[-1][-2:] in ("-2", "-3") for label in labels)  # no counter suffixes
+    # One launch runs one `if constexpr (TPL_LARGE_EP)` arm: the plan lists both variants,
+    # each within the label budget on its own (issue 11 §3).
+    variants = doc["variants"]
+    assert [v["condition"] for v in variants] == ["TPL_LARGE_EP", "!(TPL_LARGE_EP)"]  # type: ignore[index]
+    assert all(n <= 30 for v in variants for n in v["labels"].values())  # type: ignore[index,union-attr]
     lint = doc["lint"]
     assert lint["points_in_tile_loops"] == 0 and lint["same_span_levels"] == 0  # type: ignore[index]
     assert lint["phases_dropped_while_setup_kept"] == 0  # type: ignore[index]
