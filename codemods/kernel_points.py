@@ -181,7 +181,12 @@ def _statement_run(plan: Plan, path: Path, start: int, end: int) -> tuple[Node, 
     if first is None or first.parent is None or first.parent.type != "compound_statement":
         return None
     last = next((c for c in first.parent.named_children if c.end_byte == end), None)
-    return (first, last) if last is not None else None
+    if last is None:
+        return None
+    run = [c for c in first.parent.named_children if first.start_byte <= c.start_byte and c.end_byte <= end]
+    # A run is bracketed by two lines: nothing in it may leave it early (the planner never
+    # proposes such a run; this keeps an E from being skipped if one ever came).
+    return None if any(_can_leave_early(c) or c.type == "return_statement" for c in run) else (first, last)
 
 
 def _node_end_at(plan: Plan, path: Path, start: int) -> int:

@@ -719,7 +719,9 @@ class Planner:
         if "wait" not in words or not self.inside(callee) or self.an.call_counts.get(callee.id, 0) != 1:
             return False
         rest = [w for w in words if w not in ("wait", "and", "for", "then") and w not in FILLER_WORDS]
-        if not rest:
+        if not rest or any(n.type == "return_statement" for n in _descendants(callee.body)):
+            # A `return` could leave a run of statements between its B and E lines: the
+            # function is then one region (named by what it sends), its wait a child.
             return False
         stmts = _executable(callee.body)
         first_wait = next((i for i, st in enumerate(stmts) if self._blocks_stmt(callee, st)), None)

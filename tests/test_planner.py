@@ -206,3 +206,19 @@ def test_a_function_that_sends_and_waits_is_never_named_a_wait() -> None:
     # long names keep their phase words; fillers go
     assert shorten("MoeTokenDispatchProcess") == "dispatch"
     assert shorten("GroupedMatmulDequantSwigluQuant") == "matmul-dequant"
+
+
+def test_a_send_and_wait_function_with_a_return_is_not_split(tmp_path: Path) -> None:
+    """Split regions are runs of statements bracketed by two lines; a `return` inside
+    would skip the E (OT407), so such a function stays one region, its wait a child."""
+    body = """
+__aicore__ inline void SendCountsAndWait(GM_ADDR x) {
+    if (rankNum == 0) { return; }
+    for (uint32_t rankIdx = 0; rankIdx < rankNum; ++rankIdx) { DataCopy(peer[rankIdx], counts, 8); }
+    uint32_t ready = 0;
+    while (ready < rankNum) { DataCopy(status, peer, 8); ready = status.GetValue(0); }
+}
+""" + 'extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {\n    SendCountsAndWait(x);\n}\n'
+    got = labels(plan_src(tmp_path, body))
+    assert "send-counts" in got and "wait-counts" not in got
+    assert "send-counts wait-ready" in got  # the spin, bracketed inside the function
