@@ -43,7 +43,7 @@ from optrace.engine.model import Anchor, Kind, LoopInfo, Region
 # inside, with the index ...
 PHASE_TRIP_WORDS = frozenset(
     {"group", "groups", "expert", "experts", "stage", "stages", "rank", "ranks", "layer", "layers",
-     "round", "rounds", "phase", "epoch", "ep", "world", "server", "servers", "moe"}
+     "round", "rounds", "phase", "epoch", "ep", "world", "server", "servers"}
 )
 # ... while a trip count that scales with the data (tokens, tokens x topK, rows, tiles,
 # blocks of one core's share) makes a tile loop: one region around the whole loop at most,
