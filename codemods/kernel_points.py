@@ -155,6 +155,13 @@ def point_edits(plan: Plan) -> list[Edit]:
             raise InputError(Diagnostic(
                 "OT302", f'cannot place the points of "{region.label}": the code there does not parse',
                 anchor.path, anchor.line, Severity.ERROR))
+        if node is None and not anchor.inside:
+            # A run of statements (a function split into its send and its wait part):
+            # B before the first, E after the last, each on its own line.
+            stmts = _statement_run(plan, anchor.path, anchor.start, anchor.end)
+            if stmts is not None:
+                edits.extend(_at(e, anchor.path) for e in _around_run(data, stmts, region))
+            continue
         if node is None:
             continue
         if anchor.inside:
@@ -164,6 +171,46 @@ def point_edits(plan: Plan) -> list[Edit]:
         else:
             edits.extend(_at(e, anchor.path) for e in _around_statement(data, node, region, region.depth))
     return edits
+
+
+def _statement_run(plan: Plan, path: Path, start: int, end: int) -> tuple[Node, Node] | None:
+    """The first and last of the sibling statements spanning [start, end) of one block."""
+    first = _node_at(plan, path, start, _node_end_at(plan, path, start))
+    if first is None or first.parent is None or first.parent.type != "compound_statement":
+        return None
+    last = next((c for c in first.parent.named_children if c.end_byte == end), None)
+    if last is None:
+        return None
+    run = [c for c in first.parent.named_children if first.start_byte <= c.start_byte and c.end_byte <= end]
+    # A run is bracketed by two lines: nothing in it may leave it early (the planner never
+    # proposes such a run; this keeps an E from being skipped if one ever came).
+    return None if any(_can_leave_early(c) or c.type == "return_statement" for c in run) else (first, last)
+
+
+def _node_end_at(plan: Plan, path: Path, start: int) -> int:
+    parsed = plan.analysis.parsed.get(path)
+    if parsed is None:
+        return start
+    node: Node | None = parsed.tree.root_node.descendant_for_byte_range(start, start)
+    while node is not None and (node.parent is None or node.parent.type != "compound_statement"):
+        node = node.parent
+    return node.end_byte if node is not None and node.start_byte == start else start
+
+
+def _around_run(data: bytes, run: tuple[Node, Node], region: Region) -> list[Edit]:
+    first, last = run
+    label, index = region.label, region.index_var
+    newline = newline_of(data)
+    indent = indent_at(data, first.start_byte)
+    before = line_start(data, first.start_byte)
+    after = line_end(data, last.end_byte, include_newline=True)
+    tail = b"" if data[:after].endswith(b"\n") else newline
+    begin = f"MoeTracing({point_args(label, 'B', index)});".encode()
+    end = f"MoeTracing({point_args(label, 'E', index)});".encode()
+    return [
+        Edit(Path(), before, before, indent + begin + LINE_MARK + newline, CODEMOD),
+        Edit(Path(), after, after, tail + indent + end + LINE_MARK + newline, CODEMOD),
+    ]
 
 
 def _at(edit: Edit, path: Path) -> Edit:

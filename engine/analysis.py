@@ -66,6 +66,8 @@ BLOCKING_PRIMITIVES = frozenset(
         "SyncAllCores",
     }
 )
+# Primitives that release a partner: the other half of a cross-core / cross-rank handshake.
+SET_PRIMITIVES = frozenset({"CrossCoreSetFlag", "IBSet", "NotifyEvent"})
 HOT_WORDS = ("dequant", "deq", "quant", "wait", "sync", "send", "recv", "receive", "copy",
              "barrier")
 _EXISTING_RE = re.compile(rb"MoeTracing\s*(?:<[^>]*>)?\s*\(\s*" + TRACE_POINT_CALL)
@@ -493,8 +495,8 @@ def _build_callgraph(an: Analysis) -> None:
             hot.add(fn.id)
         for call in fn.nodes_in(fn.body, ("call_expression",)):
             site = an.call_site(fn, call)
-            if site.name in BLOCKING_PRIMITIVES and not site.callees:
-                hot.add(fn.id)
+            if (site.name in BLOCKING_PRIMITIVES or site.name in SET_PRIMITIVES) and not site.callees:
+                hot.add(fn.id)  # a handshake: its function is on the pipeline's path
             for callee in site.callees:
                 if callee.id == fn.id:
                     continue

@@ -69,6 +69,8 @@ _TABLE: tuple[Code, ...] = (
     Code("OT106", "density", I, "rules.md"),
     Code("OT107", "capacity", I, "rules.md"),
     Code("OT108", "label-budget", I, "rules.md"),
+    Code("OT109", "handshake-partners", I, "rules.md"),
+    Code("OT110", "same-span", I, "rules.md"),
     # `optrace preprocess`.
     Code("OT200", "the source directory does not exist or nothing was written", E, "preprocess.md"),
     Code("OT201", "cannot read a source to preprocess", E, "preprocess.md"),

@@ -59,6 +59,11 @@ class Config:
     density_max: int = 30
     density_target: int = 30
     max_depth: int = 7
+    # `[naming] max_length`: a whole label (the TRACE_POINT string) at most this long.
+    label_max: int = 32
+    # `[naming] phase_words`: words added to the default list that marks phase work and is
+    # preferred when a name is shortened (engine/planner.py DEFAULT_PHASE_WORDS).
+    phase_words: tuple[str, ...] = ()
     # Notes about the config itself (skipped modules), shown with the plan's findings.
     diagnostics: list[Diagnostic] = field(default_factory=list)
 
@@ -225,6 +230,17 @@ def load_config(repo_root: Path, op_dir: Path) -> Config:
         cfg.density_min = int(density.get("min", cfg.density_min))
         cfg.density_max = int(density.get("max", cfg.density_max))
         cfg.density_target = int(density.get("target", cfg.density_target))
+    naming = data.get("naming", {})
+    if not isinstance(naming, dict):
+        raise bad("`naming` must be a table")
+    words = naming.get("phase_words", [])
+    if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
+        raise bad("`naming.phase_words` must be a list of words")
+    cfg.phase_words = tuple(w.lower() for w in words)
+    max_length = naming.get("max_length", cfg.label_max)
+    if not isinstance(max_length, int) or max_length < 12:
+        raise bad("`naming.max_length` must be an integer of at least 12")
+    cfg.label_max = max_length
     return cfg
 
 

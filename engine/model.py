@@ -54,6 +54,16 @@ class Region:
     covers: Path | None = None  # file of the traced callee (whose time the region measures)
     # (dispatch, arm) of each enclosing variant branch (tiling key, `if constexpr`, `#if`)
     variant: tuple[tuple[str, int], ...] = ()
+    # Variants of the other call sites that reach this region's code (planned once, here):
+    # its subtree runs in those launches too.
+    also_variants: list[tuple[tuple[str, int], ...]] = field(default_factory=list)
+    # Cost class (docs/rules.md): phase (work), handshake (wait / notify / barrier) or setup
+    # (Init, tiling reads, scalar helpers, copies of a few counters); the budget drops setup first.
+    cost: str = "phase"
+    full_word: str = ""  # the name a shortened word came from (tells colliding siblings apart)
+    flag: str | None = None  # a handshake's flag / event id where it is a constant (partner matching)
+    tile_loop: bool = False  # bracketed around a whole tile loop (never inside it)
+    same_span: bool = False  # the only work of its parent's body: one level too many
     children: list[Region] = field(default_factory=list)
     label: str = ""
     depth: int = 1
@@ -120,3 +130,4 @@ class LoopInfo:
     function: str
     start: int = 0  # byte range of the loop statement
     end: int = 0
+    reason: str = ""  # what decided the class: trip count source, nesting or name

@@ -14,11 +14,13 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import networkx as nx
 from tree_sitter import Node
 
 from optrace.engine.analysis import (
     BLOCKING_PRIMITIVES,
     HOT_WORDS,
+    SET_PRIMITIVES,
     VF_LAUNCHERS,
     Analysis,
     is_spin_loop,
@@ -37,16 +39,50 @@ from optrace.engine.cpp import (
 )
 from optrace.engine.model import Anchor, Kind, LoopInfo, Region
 
-# Loop variables that name phase-level repetition (points with the index) ...
-PHASE_LOOP_WORDS = frozenset(
-    {"group", "expert", "stage", "rank", "token", "batch", "round", "layer", "phase", "epoch",
-     "step", "chunk", "row", "ep", "local", "shared", "dst", "src"}
+# Loops (docs/rules.md "Loops"). A loop's class is decided from its trip count's source
+# where it is visible (the bound's names, and the initialiser of a local bound), then from
+# nesting (a loop with no substantial call inside is innermost work), then from its
+# variable's name. Repetition over experts / groups / stages / ranks is a phase: points
+# inside, with the index ...
+PHASE_TRIP_WORDS = frozenset(
+    {"group", "groups", "expert", "experts", "stage", "stages", "rank", "ranks", "layer", "layers",
+     "round", "rounds", "phase", "epoch", "ep", "world", "server", "servers"}
 )
-# ... and tile-level repetition (never points inside).
+# ... while a trip count that scales with the data (tokens, tokens x topK, rows, tiles,
+# blocks of one core's share) makes a tile loop: one region around the whole loop at most,
+# never a point inside (one record per token overflows the slot at prefill sizes).
+DATA_TRIP_WORDS = frozenset(
+    {"token", "tokens", "bs", "batch", "topk", "tile", "tiles", "row", "rows", "block", "blocks",
+     "blk", "elem", "elems", "len", "length", "size", "hidden", "col", "cols", "chunk", "chunks",
+     "loop", "loops", "repeat", "repeats", "seq", "mmad", "ub", "l0", "l1"}
+)
+# Loop variable names, the last evidence: phase words as above, tile words below.
 TILE_LOOP_WORDS = frozenset(
     {"tile", "k", "loop", "block", "blk", "m", "n", "l0", "l1", "ub", "col", "i", "j", "elem",
-     "repeat", "inner", "sub", "core", "mmad", "offset", "preload"}
+     "repeat", "inner", "sub", "core", "mmad", "offset", "preload", "token", "row", "batch",
+     "chunk", "topk", "bs"}
 )
+PHASE_LOOP_WORDS = PHASE_TRIP_WORDS | {"step"}
+# Phase words (docs/rules.md "Names"): they mark phase work and are kept first when a name
+# is shortened; `[naming] phase_words` adds to them. Not a vocabulary labels must use:
+# words still come from the code's own names.
+DEFAULT_PHASE_WORDS = frozenset(
+    {"dispatch", "combine", "gmm", "gmm1", "gmm2", "gemm", "matmul", "mmad", "swiglu", "quant",
+     "dequant", "unpermute", "permute", "routing", "route", "send", "recv", "barrier", "wait",
+     "notify", "alltoall", "all2all", "epilogue", "gather", "scatter", "reduce", "softmax",
+     "topk", "sort", "norm", "finalize", "copy", "init"}
+)
+# Words that say nothing about what a function does: dropped from label words.
+FILLER_WORDS = frozenset(
+    {"process", "run", "execute", "impl", "kernel", "func", "do", "main", "launch",
+     "exec", "forward", "and", "the", "op", "stage", "phase"}
+)
+# Receivers too generic to name a phase (`op.Process()`): the class names it instead.
+GENERIC_RECEIVERS = frozenset({"op", "kernel", "obj", "impl", "self", "inst", "instance", "handler",
+                               "this", "tmp", "k", "p"})
+# Names of setup work: initialisation, tiling and parameter reads.
+SETUP_WORDS = frozenset({"init", "setup", "tiling", "params", "param", "prepare", "config", "configure"})
+SHORT_WORD = 16  # a label word longer than this keeps only its phase words
 GENERIC_METHODS = frozenset(
     {"Process", "Run", "Compute", "Execute", "operator()", "Main", "Launch", "Exec", "Forward"}
 )
@@ -77,15 +113,80 @@ def is_variant_dispatch(head: str) -> bool:
     return _VARIANT_RE.search(head) is not None
 
 
-def label_word(fn: FunctionDef, caller_scope: str = "") -> str:
+def shorten(name: str, phase_words: frozenset[str] = DEFAULT_PHASE_WORDS, limit: int = SHORT_WORD) -> str:
+    """A label word from a code name: its kebab words without fillers (`process`, `impl`,
+    ...); when still longer than `limit`, only its phase words (at most two, in order),
+    else its first two words. `GroupedMatmulDequantSwigluQuant` -> `matmul-dequant`,
+    `MoeTokenDispatch` -> `dispatch`, `SendCounts` -> `send-counts`."""
+    words = kebab(name).split("-")
+    kept = [w for w in words if w not in FILLER_WORDS] or words
+    if not pure_wait(name) and "wait" in kept and len(kept) > 1:
+        # `SetWaitTpStatusAndDispatch` sends and waits: named by what it sends, never
+        # as a wait (the wait inside it is its own region).
+        kept = [w for w in kept if w != "wait"]
+    word = "-".join(kept)
+    if len(word) <= limit:
+        return word
+    phase = [w for w in kept if w in phase_words or w.rstrip("0123456789") in phase_words]
+    picked = phase[:2] if phase else kept[:2]
+    word = "-".join(picked)
+    return word if len(word) <= limit else picked[0][:limit]
+
+
+_SENDING = frozenset({"set", "send", "notify", "put", "write", "publish"})
+
+
+def pure_wait(name: str) -> bool:
+    """A function whose name says it only waits (`WaitDispatch`), not one that also
+    sends (`SetWaitTpStatusAndDispatch`, `SendCountsAndWait`)."""
+    words = set(kebab(name).split("-"))
+    return "wait" in words and not words & _SENDING
+
+
+def label_word(fn: FunctionDef, caller_scope: str = "", receiver: str | None = None,
+               phase_words: frozenset[str] = DEFAULT_PHASE_WORDS) -> str:
     """The label word for a call to fn: its own name, or — for generic method names
-    called on another class's object (`dispatcher.Process()`) — that class's name."""
-    if fn.scope and fn.scope != caller_scope:
-        if fn.name in GENERIC_METHODS:
-            return kebab(fn.scope)
-        if fn.name == "Init":
-            return kebab(fn.scope) + "-init"
-    return kebab(fn.name)
+    called on another class's object (`dispatch_.Process()`) — the object's name, or the
+    class's when the object's says nothing (`op`)."""
+    source = label_source(fn, caller_scope, receiver)
+    word = shorten(source, phase_words)
+    return f"{word}-init" if fn.name == "Init" and source != fn.name else word
+
+
+def label_source(fn: FunctionDef, caller_scope: str = "", receiver: str | None = None) -> str:
+    """The code name a call's label word is made from (before shortening)."""
+    if fn.scope and fn.scope != caller_scope and (fn.name in GENERIC_METHODS or fn.name == "Init"):
+        return receiver if receiver and kebab(receiver) not in GENERIC_RECEIVERS else fn.scope
+    return fn.name
+
+
+def receiver_of(fn: FunctionDef, call: Node) -> str | None:
+    """`dispatch_` of `dispatch_.Process()` / `this->dispatch_.Process()`; None for plain calls."""
+    func = call.child_by_field_name("function")
+    field_call = func is not None and func.type == "field_expression"
+    recv = func.child_by_field_name("argument") if func is not None and field_call else None
+    if recv is None:
+        return None
+    text = text_of(fn.src, recv).strip()
+    name = re.split(r"->|\.", text)[-1].strip("*&() ")
+    return name if re.fullmatch(r"[A-Za-z_]\w*", name) else None
+
+
+def flag_of(fn: FunctionDef, call: Node) -> str | None:
+    """The flag / event id of a handshake call where it is a constant or a name
+    (`CrossCoreSetFlag<0x2, PIPE_MTE3>(FLAG_DONE)` -> `FLAG_DONE`)."""
+    args = call.child_by_field_name("arguments")
+    if args is None:
+        return None
+    first = split_arguments(text_of(fn.src, args).strip()[1:-1])
+    if not first:
+        return None
+    arg = first[0].strip()
+    return arg if re.fullmatch(r"[A-Za-z_][\w:]*|0[xX][0-9a-fA-F]+|\d+", arg) else None
+
+
+def _identifiers(text: str) -> list[str]:
+    return re.findall(r"[A-Za-z_]\w*", text)
 
 
 def hot_of(word: str) -> str | None:
@@ -144,6 +245,13 @@ class Planner:
     expanded: dict[tuple[str, frozenset[str]], Region] = field(default_factory=dict)
     _blocks: dict[tuple[str, int, int], bool] = field(default_factory=dict)
     _inside: dict[Path, bool] = field(default_factory=dict)
+    phase_words: frozenset[str] = DEFAULT_PHASE_WORDS
+    _consumed: set[tuple[str, int]] = field(default_factory=set)
+    # (dispatch, arm) -> the condition that selects it, for the plan's variants list
+    conditions: dict[tuple[str, int], str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.phase_words = DEFAULT_PHASE_WORDS | frozenset(self.an.config.phase_words)
 
     # --- entry --------------------------------------------------------------------
     def build(self) -> Region:
@@ -151,7 +259,31 @@ class Planner:
         root = Region([], Kind.ROOT, self.an.kernel_cores, self._body_anchor(fn), "kernel entry",
                       function=fn.id)
         self.walk_block(fn, fn.body, Ctx(self.an.kernel_cores, stack=(fn.id,)), root)
+        for region in root.walk():
+            if region.kind == Kind.CALL and region.hot in ("wait", "sync"):
+                # A call to a wait function is that wait; the waits inside it are nested
+                # handshakes (the budget drops those first).
+                region.cost = "handshake"
+            elif region.kind in (Kind.CALL, Kind.LOOP) and region.cost == "phase" and self.is_setup(region):
+                region.cost = "setup"
         return root
+
+    def is_setup(self, region: Region) -> bool:
+        """Setup (docs/rules.md "Cost classes"): an `Init` / tiling / parameter read, or a
+        helper with no loop anywhere below it and no wait — scalar work, or a copy of a
+        few counters outside any token / expert loop. Bulk data movement is a phase."""
+        fn = self.an.index.functions.get(region.function or "")
+        if fn is None or region.tile_loop or region.index_var:
+            return False
+        words = set(kebab(fn.name).split("-"))
+        if fn.name == "Init" or words & SETUP_WORDS:
+            return True
+        # Inside a phase loop it runs per expert / group: the phase's work, not setup.
+        if fn.id in self.an.phase_work or region.children or region.loop_vars:
+            return False
+        reach = [fn.id, *nx.descendants(self.an.callgraph, fn.id)] if fn.id in self.an.callgraph else [fn.id]
+        return not any(self.an.size_of(self.an.index.functions[f])[1] for f in reach
+                       if f in self.an.index.functions)
 
     def _body_anchor(self, fn: FunctionDef, body: Node | None = None) -> Anchor:
         node = body or fn.body
@@ -185,6 +317,8 @@ class Planner:
             self.walk_stmt(fn, child, ctx, parent)
 
     def walk_stmt(self, fn: FunctionDef, node: Node, ctx: Ctx, parent: Region) -> None:
+        if (str(fn.src.path), node.start_byte) in self._consumed:
+            return  # already bracketed with the statement before it (a set + wait barrier)
         t = node.type
         if t in _PREPROC_ARMS:
             self.walk_preproc(fn, node, ctx, parent)
@@ -225,6 +359,13 @@ class Planner:
         if dispatch:
             chain_id, arm = chain or (f"{fn.src.path}:{node.start_byte}", 0)
             then_ctx = replace(ctx, variant=(*ctx.variant, (chain_id, arm)))
+            inner_cond = cond_text.strip()
+            inner_cond = inner_cond[1:-1].strip() if inner_cond.startswith("(") and inner_cond.endswith(")") \
+                else inner_cond
+            self.conditions[(chain_id, arm)] = inner_cond or "?"
+            alt_node = node.child_by_field_name("alternative")
+            if alt_node is not None and not any(c.type == "if_statement" for c in alt_node.named_children):
+                self.conditions[(chain_id, arm + 1)] = f"!({inner_cond})"
         cons = node.child_by_field_name("consequence")
         if cons is not None and then_ctx.cores:
             self.walk_stmt(fn, cons, then_ctx, parent)
@@ -247,6 +388,12 @@ class Planner:
         skip = {n.id for n in (node.child_by_field_name("condition"), node.child_by_field_name("name"))
                 if n is not None}
         inner = replace(ctx, variant=(*ctx.variant, (chain_id, arm)))
+        cond = node.child_by_field_name("condition") or node.child_by_field_name("name")
+        head = text_of(fn.src, cond).strip() if cond is not None else ""
+        ifdef = "#ifdef" if text_of(fn.src, node).lstrip().startswith("#ifdef") else "#ifndef"
+        kind = {"preproc_ifdef": ifdef, "preproc_else": "#else"}.get(
+            node.type, "#if" if node.type == "preproc_if" else "#elif")
+        self.conditions[(chain_id, arm)] = f"{kind} {head}".strip()
         for child in node.named_children:
             if alt is not None and child.id == alt.id:
                 self.walk_preproc(fn, child, ctx, parent, (chain_id, arm + 1))
@@ -254,17 +401,57 @@ class Planner:
                 self.walk_stmt(fn, child, inner, parent)
 
     def classify_loop(self, fn: FunctionDef, loop: Node) -> str:
+        return self.classify_loop_why(fn, loop)[0]
+
+    def classify_loop_why(self, fn: FunctionDef, loop: Node) -> tuple[str, str]:
+        """(phase / tile / spin, what decided it). Trip count source first, then nesting,
+        then the variable's name (docs/rules.md "Loops")."""
         if is_spin_loop(self.an, fn, loop):
-            return "spin"
+            return "spin", "polls a flag until it breaks out"
         var = loop_var(fn, loop)
-        words = set(kebab(var).split("-")) if var else set()
         work = self._loop_has_work(fn, loop)
-        if words & PHASE_LOOP_WORDS and work:
-            return "phase"
         blocking = self._loop_blocks(fn, loop)
-        if words & TILE_LOOP_WORDS and not blocking:
-            return "tile"
-        return "phase" if work or blocking else "tile"
+        source = self._trip_words(fn, loop, var)
+        data = source & DATA_TRIP_WORDS
+        if data:
+            return "tile", f"trip count scales with the data ({', '.join(sorted(data))})"
+        phase = source & PHASE_TRIP_WORDS
+        signals = any(self.an.call_site(fn, c).name in SET_PRIMITIVES
+                      for c in fn.nodes_in(loop, ("call_expression",)))
+        if phase and (work or blocking or signals):
+            return "phase", f"trip count over {', '.join(sorted(phase))}"
+        if not work and not blocking:
+            return "tile", "innermost: no substantial call inside"
+        words = set(kebab(var).split("-")) if var else set()
+        if words & PHASE_LOOP_WORDS:
+            return "phase", f"loop variable `{var}`"
+        if words & TILE_LOOP_WORDS or "topk" in "".join(words):
+            return "tile", f"loop variable `{var}`"
+        return "phase", "holds phase work or a wait"
+
+    def _trip_words(self, fn: FunctionDef, loop: Node, var: str | None) -> set[str]:
+        """Words of the names the trip count comes from: the bound in the condition (not
+        the loop variable) and, for a local bound, the names in its initialiser."""
+        if loop.type != "for_statement":
+            return set()
+        cond = loop.child_by_field_name("condition")
+        if cond is None:
+            return set()
+        names = [n for n in _identifiers(text_of(fn.src, cond)) if n != var]
+        body_text = text_of(fn.src, fn.body)
+        seen = set(names)
+        for name in list(names):
+            m = re.search(rf"\b{re.escape(name)}\s*=\s*([^;]+);", body_text)
+            if m:
+                extra = [n for n in _identifiers(m.group(1)) if n != var and n not in seen]
+                names += extra
+                seen.update(extra)
+        words: set[str] = set()
+        for name in names:
+            parts = kebab(name).split("-")
+            words.update(parts)
+            words.add("".join(parts))  # `topK` -> topk
+        return words
 
     def _loop_blocks(self, fn: FunctionDef, loop: Node) -> bool:
         key = (fn.id, loop.start_byte, loop.end_byte)
@@ -300,34 +487,94 @@ class Planner:
         return False
 
     def walk_loop(self, fn: FunctionDef, loop: Node, ctx: Ctx, parent: Region) -> None:
-        kind = self.classify_loop(fn, loop)
+        kind, why = self.classify_loop_why(fn, loop)
         var = loop_var(fn, loop)
         line = fn.src.line_of(loop.start_byte)
-        self.loops.append(LoopInfo(fn.src.path, line, var, kind, fn.display, loop.start_byte, loop.end_byte))
+        self.loops.append(LoopInfo(fn.src.path, line, var, kind, fn.display, loop.start_byte, loop.end_byte,
+                                   why))
         if kind == "tile":
+            self._tile_region(fn, loop, var, ctx, parent)
             return
         named_phase = bool(var and set(kebab(var).split("-")) & PHASE_LOOP_WORDS)
-        if "wait" in kebab(fn.name).split("-") and not named_phase:
+        if pure_wait(fn.name) and not named_phase:
             return  # inside a Wait* function the function itself is the wait region
         if kind == "spin":
-            if "wait" in kebab(fn.name).split("-"):
+            if pure_wait(fn.name):
                 return  # the enclosing Wait* function is already the wait region
-            word = "wait-" + "-".join(var_words(var)) if var else "spin-wait"
+            word = "wait-" + "-".join(var_words(var)) if var else "wait"
             self._new(parent, [word], Kind.WAIT, ctx, self._stmt_anchor(fn, loop),
-                      f"spin-wait loop in {fn.display}", hot="wait")
+                      f"spin-wait loop in {fn.display}", hot="wait", cost="handshake")
             return
         body = loop.child_by_field_name("body")
         if body is None:
             return
-        stem = "-".join(var_words(var)) if var else ""
-        word = "loop" if stem in ("", "loop") else f"{stem}-loop"
+        word = "-".join(var_words(var)) if var else "loop"
         region = self._new(parent, [word], Kind.LOOP, ctx, self._body_anchor(fn, body),
-                           f"phase loop over `{var}` in {fn.display}", index_var=var)
+                           f"phase loop over `{var}` in {fn.display} ({why})", index_var=var)
         inner = replace(ctx, loop_vars=(*ctx.loop_vars, var or "?"))
         if body.type == "compound_statement":
             self.walk_block(fn, body, inner, region)
         else:
             self.walk_stmt(fn, body, inner, region)
+        self._collapse_loop(fn, body, region)
+        self._drop_sole_tile_region(region)
+
+    def _collapse_loop(self, fn: FunctionDef, body: Node, region: Region) -> None:
+        """A phase loop whose body is one call: loop and call cover the same span, so they
+        are one region — the call's name, the loop's per-iteration points and index."""
+        if len(region.children) != 1 or len(_executable(body)) != 1:
+            return
+        child = region.children[0]
+        if child.kind != Kind.CALL or child.shared_with is not None:
+            return
+        region.words = child.words
+        region.function, region.hot, region.covers = child.function, child.hot, child.covers
+        region.cost = child.cost
+        region.children = child.children
+        region.notes += [f"loop and call `{' '.join(child.words)}` cover the same span: one region",
+                         *child.notes]
+
+    @staticmethod
+    def _drop_sole_tile_region(region: Region) -> None:
+        """A tile loop bracketed as a sub-step is kept only beside other regions: alone it
+        measures what its parent already does (one level too many)."""
+        if len(region.children) == 1 and region.children[0].tile_loop and not region.children[0].notes:
+            region.children = []
+
+    def _tile_region(self, fn: FunctionDef, loop: Node, var: str | None, ctx: Ctx, parent: Region) -> None:
+        """One region around a whole tile loop — when it holds a wait (bracketed at the
+        loop's level, never per iteration) or work that is a sub-step of its phase."""
+        blocking = self._loop_blocks(fn, loop)
+        word, callee = self._loop_work_word(fn, loop, var)
+        if word is None and not blocking:
+            return
+        stem = "-".join(var_words(var)) if var else "loop"
+        region = self._new(parent, [word or stem], Kind.LOOP, ctx, self._stmt_anchor(fn, loop),
+                           f"tile loop over `{var}` in {fn.display}, bracketed as a whole",
+                           hot=hot_of(word or ""), tile_loop=True,
+                           covers=callee.src.path if callee is not None else None)
+        if blocking:
+            region.notes.append("waits inside this tile loop: bracketed at the loop's level, "
+                                "no per-iteration region")
+
+    def _loop_work_word(self, fn: FunctionDef, loop: Node,
+                        var: str | None) -> tuple[str | None, FunctionDef | None]:
+        """What a tile loop does: its first substantial callee that is not a wait, else
+        `<var>-copy` for a loop of bulk copies; None when it does neither."""
+        copies = False
+        for call in fn.nodes_in(loop, ("call_expression",)):
+            site = self.an.call_site(fn, call)
+            for callee in site.callees:
+                if not self.an.is_substantial(callee):
+                    continue
+                word = label_word(callee, fn.scope, receiver_of(fn, call), self.phase_words)
+                if hot_of(word) not in ("wait", "sync"):
+                    return word, callee
+            copies = copies or site.name == "DataCopy"
+        if copies:
+            stem = "-".join(var_words(var)) if var else ""
+            return (f"{stem}-copy" if stem else "copy"), None
+        return None, None
 
     def walk_calls(self, fn: FunctionDef, stmt: Node, ctx: Ctx, parent: Region) -> None:
         """One region per statement: the first substantial callee names it."""
@@ -335,7 +582,7 @@ class Planner:
         for call in fn.nodes_in(stmt, ("call_expression",)):
             site = self.an.call_site(fn, call)
             if not site.callees:
-                if site.name in BLOCKING_PRIMITIVES and region is None:
+                if (site.name in BLOCKING_PRIMITIVES or site.name in SET_PRIMITIVES) and region is None:
                     self._blocking(fn, stmt, call, site.name, ctx, parent)
                 elif region is None and site.name in VF_LAUNCHERS and (
                         target := vf_target(text_of(fn.src, call).encode())):
@@ -359,9 +606,11 @@ class Planner:
                       and (self.an.is_substantial(c) or (at_entry and self._entry_work(c)))]
             if not bodies:
                 continue
+            if region is None and len(bodies) == 1 and self._split_send_wait(bodies[0], ctx, parent):
+                return
             if region is None:
                 first = bodies[0]
-                word = label_word(first, fn.scope)
+                word = label_word(first, fn.scope, receiver_of(fn, call), self.phase_words)
                 # A function called from one place is traced inside its own body, so its
                 # header carries the points; shared callees are traced at each call site.
                 single = (len(bodies) == 1 and first.core is None
@@ -369,7 +618,8 @@ class Planner:
                 anchor = self._body_anchor(first) if single else self._stmt_anchor(fn, stmt)
                 region = self._new(parent, [word], Kind.CALL, ctx, anchor,
                                    f"call to {first.display} ({_where(first)})",
-                                   function=first.id, hot=hot_of(word), covers=first.src.path)
+                                   function=first.id, hot=hot_of(word), covers=first.src.path,
+                                   full_word=kebab(label_source(first, fn.scope, receiver_of(fn, call))))
             outside = [c for c in bodies if not self.inside(c)]
             if outside:
                 # Code of another operator or a shared library: its own points would be
@@ -432,7 +682,7 @@ class Planner:
         if not bodies:
             return False
         first = bodies[0]
-        region = self._new(parent, [label_word(first, fn.scope)], Kind.CALL, ctx,
+        region = self._new(parent, [label_word(first, fn.scope, None, self.phase_words)], Kind.CALL, ctx,
                            self._stmt_anchor(fn, stmt), f"call to {first.display} through macro "
                            f"`{name}` ({_where(first)})", function=first.id, covers=first.src.path)
         region.notes.append(f"`{name}(...)` expanded with its definition: traced at the macro's call")
@@ -465,14 +715,80 @@ class Planner:
 
     def _blocking(self, fn: FunctionDef, stmt: Node, call: Node, name: str, ctx: Ctx,
                   parent: Region) -> None:
-        args = call.child_by_field_name("arguments")
-        arg_text = text_of(fn.src, args).strip("() ") if args is not None else ""
-        m = re.match(r"[A-Za-z_]\w*", arg_text.split(",")[0].strip()) if arg_text else None
-        kind = Kind.WAIT if "Wait" in name else Kind.SYNC
-        base = "wait" if kind == Kind.WAIT else kebab(name)
-        word = f"{base}-{'-'.join(var_words(m.group(0)))}" if m and kind == Kind.WAIT else base
-        self._new(parent, [word], kind, ctx, self._stmt_anchor(fn, stmt),
-                  f"{name} in {fn.display}", hot="wait" if kind == Kind.WAIT else "sync")
+        """A handshake primitive: named by its role here (`wait`, `notify`, `barrier`);
+        the handshake rule (OT109) adds the partner its flag id matches."""
+        if name in SET_PRIMITIVES:
+            kind, word, hot = Kind.SYNC, "notify", "notify"
+        elif "Wait" in name:
+            kind, word, hot = Kind.WAIT, "wait", "wait"
+        else:
+            kind, word, hot = Kind.SYNC, "barrier", "sync"
+        flag = flag_of(fn, call) if kind == Kind.WAIT or name in SET_PRIMITIVES else None
+        anchor = self._stmt_anchor(fn, stmt)
+        after = stmt.next_named_sibling
+        pair = name in SET_PRIMITIVES and flag is not None and after is not None
+        if pair and after is not None and flag is not None and self._waits_on(fn, after, flag):
+            # `CrossCoreSetFlag(id); CrossCoreWaitFlag(id);`: every core of the group sets,
+            # then waits for all — a barrier, one region over both statements.
+            self._consumed.add((str(fn.src.path), after.start_byte))
+            anchor = Anchor(fn.src.path, stmt.start_byte, after.end_byte, anchor.line,
+                            fn.src.line_of(after.end_byte), inside=False)
+            kind, word, hot, flag = Kind.SYNC, "barrier", "sync", None
+        region = self._new(parent, [word], kind, ctx, anchor,
+                           f"{name} in {fn.display}", hot=hot, cost="handshake", flag=flag)
+        if flag is None and kind == Kind.WAIT:
+            m = re.match(r"[A-Za-z_]\w*", text_of(fn.src, call.child_by_field_name("arguments") or call)
+                         .strip("() "))
+            if m:
+                region.notes.append(f"flag `{m.group(0)}` is not a constant: partner unknown")
+
+    def _waits_on(self, fn: FunctionDef, stmt: Node, flag: str) -> bool:
+        calls = fn.nodes_in(stmt, ("call_expression",)) if stmt.type == "expression_statement" else []
+        return len(calls) == 1 and "Wait" in self.an.call_site(fn, calls[0]).name \
+            and self.an.call_site(fn, calls[0]).name in BLOCKING_PRIMITIVES and flag_of(fn, calls[0]) == flag
+
+    def _split_send_wait(self, callee: FunctionDef, ctx: Ctx, parent: Region) -> bool:
+        """A function named for sending and waiting (`SendCountsAndWait`) whose body sends
+        and then blocks: two regions in its body, `send-...` around the work before the
+        wait and `wait-...` around the wait — never one region labelled as a wait."""
+        words = kebab(callee.name).split("-")
+        if "wait" not in words or not self.inside(callee) or self.an.call_counts.get(callee.id, 0) != 1:
+            return False
+        rest = [w for w in words if w not in ("wait", "and", "for", "then") and w not in FILLER_WORDS]
+        if not rest or any(n.type == "return_statement" for n in _descendants(callee.body)):
+            # A `return` could leave a run of statements between its B and E lines: the
+            # function is then one region (named by what it sends), its wait a child.
+            return False
+        stmts = _executable(callee.body)
+        first_wait = next((i for i, st in enumerate(stmts) if self._blocks_stmt(callee, st)), None)
+        if not first_wait:  # None (no wait) or 0 (nothing sent before it)
+            return False
+        last_wait = max(i for i, st in enumerate(stmts) if self._blocks_stmt(callee, st))
+        send = stmts[:first_wait]
+        waits = stmts[first_wait:last_wait + 1]
+        src = callee.src
+        send_anchor = Anchor(src.path, send[0].start_byte, send[-1].end_byte, src.line_of(send[0].start_byte),
+                             src.line_of(send[-1].end_byte), inside=False)
+        wait_anchor = Anchor(src.path, waits[0].start_byte, waits[-1].end_byte,
+                             src.line_of(waits[0].start_byte), src.line_of(waits[-1].end_byte), inside=False)
+        action = {"send", "set", "notify", "put", "write", "dispatch", "publish"}
+        what = [w for w in rest if w not in action] or rest
+        send_word = shorten("-".join(rest), self.phase_words)
+        wait_word = "wait-" + shorten("-".join(what), self.phase_words)
+        why = f"{callee.display} ({_where(callee)}) sends, then waits: split in two"
+        self._new(parent, [send_word], Kind.CALL, ctx, send_anchor, why, function=callee.id,
+                  hot=hot_of(send_word), covers=src.path)
+        self._new(parent, [wait_word], Kind.WAIT, ctx, wait_anchor, why, hot="wait", cost="handshake")
+        return True
+
+    def _blocks_stmt(self, fn: FunctionDef, stmt: Node) -> bool:
+        if stmt.type in LOOP_TYPES:
+            return is_spin_loop(self.an, fn, stmt) or self._loop_blocks(fn, stmt)
+        for call in fn.nodes_in(stmt, ("call_expression",)):
+            site = self.an.call_site(fn, call)
+            if site.name in BLOCKING_PRIMITIVES and not site.callees:
+                return True
+        return False
 
     def expand(self, callees: list[FunctionDef], ctx: Ctx, region: Region) -> None:
         specialised = [c for c in callees if c.core is not None]
@@ -509,12 +825,47 @@ class Planner:
         key: tuple[str, frozenset[str]] = (callee.id, frozenset())
         first = self.expanded.get(key)
         if first is not None and first is not region:
+            if ctx.variant != first.variant:
+                first.also_variants.append(ctx.variant)
             region.shared_with = first.label or first.words[-1]
             region.notes.append(f"{callee.display} is planned under its first caller")
             return
         self.expanded[key] = region
         inner = replace(ctx, stack=(*ctx.stack, callee.id))
+        before = len(region.children)
         self.walk_block(callee, callee.body, inner, region)
+        self._drop_sole_tile_region(region)
+        added = region.children[before:]
+        if len(added) == 1 and before == 0 and len(_executable(callee.body)) == 1 and not added[0].index_var:
+            # The callee's one statement is this region: B right after the parent's B, E
+            # right before its E (the same-span rule, OT110, collapses such levels).
+            added[0].same_span = True
+
+
+def _executable(body: Node) -> list[Node]:
+    """A body's statements that run code: not comments, not declarations without a call."""
+    out = []
+    for child in body.named_children:
+        if child.type == "comment":
+            continue
+        # optrace's own points (an instrumented tree plans like the original one)
+        text = (child.text or b"").lstrip()
+        if text.startswith((b"MoeTracing", b"OptraceEnd")):
+            continue
+        if child.type == "declaration" and not any(
+                n.type == "call_expression" for n in _descendants(child)):
+            continue
+        out.append(child)
+    return out
+
+
+def _descendants(node: Node) -> list[Node]:
+    out, stack = [], list(node.children)
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        stack.extend(n.children)
+    return out
 
 
 def _where(fn: FunctionDef) -> str:

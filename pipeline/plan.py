@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from optrace.engine.analysis import Analysis, analyse_operator
-from optrace.engine.model import Region, assign_labels
+from optrace.engine.analysis import BLOCKING_PRIMITIVES, SET_PRIMITIVES, Analysis, analyse_operator
+from optrace.engine.diagnostics import display_path
+from optrace.engine.model import Kind, Region, assign_labels
 from optrace.engine.plan import Plan
 from optrace.engine.planner import Planner
 from optrace.rules.base import RuleContext
 from optrace.rules.capacity import estimate
 from optrace.rules.density import labels_per_core
+from optrace.rules.label_budget import launch_variants, variant_members
 from optrace.rules.registry import load_rules
 
 
@@ -26,6 +28,8 @@ def plan_from_analysis(analysis: Analysis) -> Plan:
     ctx = RuleContext(analysis, root, planner.loops)
     cfg = analysis.config
     ctx.findings.extend(cfg.diagnostics)  # e.g. rule modules an untrusted config named (OT005)
+    for core, labels in labels_per_core(root).items():
+        ctx.stats[f"candidates:{core}"] = len(labels)  # before the rules merge and drop
     for rule in load_rules(cfg.rule_modules, cfg.disabled_rules):
         ctx.current = rule.code
         rule.apply(ctx)
@@ -34,7 +38,84 @@ def plan_from_analysis(analysis: Analysis) -> Plan:
     plan = Plan(analysis, root, planner.loops, planner.roles, ctx.findings)
     plan.per_core = labels_per_core(root)
     plan.capacity = estimate(root, cfg.trip_counts)
+    plan.variants = variants_of(root, planner.conditions)
+    path = [analysis.entry_fn.id, *(fid for fid, _ in planner.expanded)]
+    plan.lint = plan_lint(plan, ctx.stats, path)
     return plan
+
+
+def variants_of(root: Region, conditions: dict[tuple[str, int], str]) -> list[dict[str, object]]:
+    """Each variant a launch may run, with its condition and distinct labels per core type
+    (empty when the kernel has no variant dispatch: the merged tree is the one variant)."""
+    out: list[dict[str, object]] = []
+    variants = launch_variants(root)
+    members = variant_members(root, variants)
+    for v, arms in enumerate(variants):
+        if not arms:
+            continue
+        labels: dict[str, set[str]] = {}
+        for region in root.walk():
+            if v in members[id(region)]:
+                for core in region.cores:
+                    labels.setdefault(core, set()).add(region.label)
+        out.append({"condition": " && ".join(conditions.get(arm, "?") for arm in arms),
+                    "labels": {core: len(v) for core, v in sorted(labels.items())}})
+    return out
+
+
+def plan_lint(plan: Plan, stats: dict[str, int], path: list[str]) -> dict[str, object]:
+    """The plan's figures about itself (docs/plan-schema.md "lint"): regressions show here
+    first. Not proof — the expected trees of the fixtures are."""
+    root = plan.root
+    # Planned regions and those already in the source (an instrumented tree lints alike).
+    regions = [r for r in root.walk() if r.kind != Kind.ROOT]
+    tile_loops = [lp for lp in plan.loops if lp.classification == "tile"]
+    in_tile = [r for r in regions if r.anchor is not None and any(
+        lp.path == r.anchor.path and lp.start < r.anchor.start and r.anchor.end <= lp.end
+        for lp in tile_loops)]
+    longest = max((r.label for r in root.walk()), key=len, default="")
+    same_span = sum(1 for r, parent in root.walk_with_parent()
+                    if r.same_span and parent is not None and parent.children == [r])
+    setup = sum(1 for r in regions if r.cost == "setup")
+    dropped = stats.get("phases_dropped", 0)
+    unbracketed = _unbracketed(plan, regions, path)
+    return {
+        "points_in_tile_loops": len(in_tile),
+        "longest_label": longest,
+        "longest_label_length": len(longest),
+        "same_span_levels": same_span,
+        "setup_share": round(setup / len(regions), 2) if regions else 0.0,
+        "phases_dropped": dropped,
+        "phases_dropped_while_setup_kept": stats.get("phases_dropped_while_setup_kept", 0),
+        "unbracketed_handshakes": unbracketed,
+        "handshakes_not_bracketed": len(unbracketed),  # the count, for corpus summaries
+    }
+
+
+def _unbracketed(plan: Plan, regions: list[Region], path: list[str]) -> list[str]:
+    """Handshake primitives in functions on the planned path with no region bracketing
+    them: a handshake region, a tile loop's region, or a region of a function whose whole
+    business is waiting (`file:line name`)."""
+    an = plan.analysis
+    shakes = [r for r in regions
+              if r.cost == "handshake" or r.tile_loop or r.hot in ("wait", "sync", "notify")]
+    brackets = [r.anchor for r in shakes if r.anchor is not None]
+    # A wait function traced at its call sites brackets every handshake in its body.
+    whole = {r.function for r in shakes if r.function and not r.tile_loop}
+    out: list[str] = []
+    for fid in dict.fromkeys(path):
+        fn = an.index.functions.get(fid)
+        if fn is None or fid in whole:
+            continue
+        for call in fn.nodes_in(fn.body, ("call_expression",)):
+            site = an.call_site(fn, call)
+            if site.callees or (site.name not in BLOCKING_PRIMITIVES and site.name not in SET_PRIMITIVES):
+                continue
+            at = call.start_byte
+            if not any(a.path == fn.src.path and a.start <= at < a.end for a in brackets):
+                where = display_path(fn.src.path, an.layers.repo_root)
+                out.append(f"{where}:{fn.src.line_of(at)} {site.name}")
+    return out
 
 
 def _resolve_shared(root: Region) -> None:

@@ -7,6 +7,7 @@ import html
 import json
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 from optrace.engine.diagnostics import display_path
@@ -73,27 +74,63 @@ def render_text(plan: Plan, mode: tuple[str, str] | None = None) -> str:
                       if f.included_by else "")
             out.append(f"  {display_path(f.path, root_dir)}  {what}{shared}")
     out.append("")
+    # Each file once, in a legend; tree lines say `[n]:line` (readable at 120 columns).
+    legend = _file_legend(plan)
+    if len(legend) <= 1:
+        out.append("files: " + ", ".join(f"[{n}] {display_path(f, root_dir)}" for f, n in legend.items()))
+    else:
+        out.append(f"files (those under {display_path(layers.op_dir, root_dir)}/ relative to it):")
+        for file, n in legend.items():
+            out.append(f"  [{n}] {_short(file, layers.op_dir, root_dir)}")
+        out.append("")
     out.append("trace tree:")
-    _tree_lines(plan, plan.root, out, "")
+    _tree_lines(plan, plan.root, out, "", legend)
     out.append("")
     out.append("labels per core type:")
     for core, labels in plan.per_core.items():
         out.append(f"  {core}: {len(labels)}")
+    if plan.variants:
+        out.append("  per variant (one launch runs one; the budget holds per variant):")
+        for v in plan.variants:
+            counts = ", ".join(f"{c} {n}" for c, n in v["labels"].items())  # type: ignore[attr-defined]
+            out.append(f"    {v['condition']}: {counts}")
     for est in plan.capacity:
         out.append(f"  {est.core} records per launch: {est.text()}")
     if plan.roles:
         out.append("")
         out.append("AIV roles:")
         for role, (path, line) in plan.roles.items():
-            out.append(f"  {role}  ({_loc(plan, Path(path), line)})")
+            known = legend.get(Path(path))
+            out.append(f"  {role}  ({f'[{known}]:{line}' if known else _loc(plan, Path(path), line)})")
     phase = sum(1 for lp in plan.loops if lp.classification == "phase")
     tile = sum(1 for lp in plan.loops if lp.classification == "tile")
     spin = sum(1 for lp in plan.loops if lp.classification == "spin")
     out.append("")
-    out.append(f"loops: {phase} phase, {spin} spin-wait, {tile} tile (never traced)")
+    out.append(f"loops: {phase} phase, {spin} spin-wait, {tile} tile (never a point inside)")
+    if plan.lint:
+        lint = plan.lint
+        out.append("")
+        out.append("plan lint:")
+        out.append(f"  points in tile loops: {lint['points_in_tile_loops']}")
+        out.append(f"  longest label: {lint['longest_label_length']} ({lint['longest_label']})")
+        out.append(f"  same-span levels: {lint['same_span_levels']}")
+        out.append(f"  setup share: {lint['setup_share']}")
+        out.append(f"  phases dropped by the budget: {lint['phases_dropped']} "
+                   f"({lint['phases_dropped_while_setup_kept']} while setup kept)")
+        unbracketed = lint["unbracketed_handshakes"]
+        assert isinstance(unbracketed, list)
+        out.append(f"  handshakes not bracketed: {len(unbracketed)}"
+                   + (f" ({', '.join(unbracketed[:3])}{', ...' if len(unbracketed) > 3 else ''})"
+                      if unbracketed else ""))
     diags = plan.diagnostics
     # Missing headers are already listed with the include tree.
     diags = [d for d in diags if d.code != "OT021"]
+    # One partial-parse warning, naming every file: the same sentence per file is noise.
+    partial = [d for d in diags if d.code == "OT020"]
+    if len(partial) > 1:
+        others = ", ".join(f"{display_path(d.path, root_dir)}:{d.line}" for d in partial[1:] if d.path)
+        first = replace(partial[0], message=f"{partial[0].message} (also: {others})")
+        diags = [first if d is partial[0] else d for d in diags if d.code != "OT020" or d is partial[0]]
     if diags:
         out.append("")
         out.append("findings:")
@@ -102,7 +139,23 @@ def render_text(plan: Plan, mode: tuple[str, str] | None = None) -> str:
     return "\n".join(out) + "\n"
 
 
-def _tree_lines(plan: Plan, region: Region, out: list[str], indent: str) -> None:
+def _short(path: Path, op_dir: Path, root: Path) -> str:
+    """A path under the operator directory relative to it, else relative to the root."""
+    try:
+        return path.resolve().relative_to(op_dir.resolve()).as_posix()
+    except ValueError:
+        return display_path(path, root)
+
+
+def _file_legend(plan: Plan) -> dict[Path, int]:
+    files: dict[Path, int] = {}
+    for region in plan.root.walk():
+        if region.anchor is not None and region.anchor.path not in files:
+            files[region.anchor.path] = len(files) + 1
+    return files
+
+
+def _tree_lines(plan: Plan, region: Region, out: list[str], indent: str, legend: dict[Path, int]) -> None:
     cores = "+".join(sorted(region.cores))
     bits = [region.label, f"[{cores}]"]
     if region.index_var:
@@ -111,8 +164,10 @@ def _tree_lines(plan: Plan, region: Region, out: list[str], indent: str) -> None
         bits.append(f"hot={region.hot}")
     if region.kind in (Kind.EXISTING,):
         bits.append("existing")
+    if region.cost != "phase" and region.kind not in (Kind.ROOT, Kind.EXISTING):
+        bits.append(region.cost)
     anchor = region.anchor
-    loc = _loc(plan, anchor.path if anchor else None, anchor.line if anchor else 0)
+    loc = f"[{legend[anchor.path]}]:{anchor.line}" if anchor else "-"
     line = f"{indent}{' '.join(bits)}  @ {loc}"
     if region.role:
         line += f"  role: {region.role}"
@@ -120,7 +175,7 @@ def _tree_lines(plan: Plan, region: Region, out: list[str], indent: str) -> None
         line += f"  (same code as `{region.shared_with}`)"
     out.append(line)
     for child in region.children:
-        _tree_lines(plan, child, out, indent + "  ")
+        _tree_lines(plan, child, out, indent + "  ", legend)
 
 
 def region_json(plan: Plan, region: Region) -> dict[str, object]:
@@ -137,6 +192,8 @@ def region_json(plan: Plan, region: Region) -> dict[str, object]:
         "placement": ("inside" if anchor.inside else "around") if anchor else None,
         "index": region.index_var,
         "hot": region.hot,
+        "cost": region.cost,
+        "flag": region.flag,
         "role": region.role,
         "reason": region.reason,
         "shared_with": region.shared_with,
@@ -182,6 +239,8 @@ def plan_json(plan: Plan, mode: tuple[str, str] | None = None) -> dict[str, obje
         "tree": region_json(plan, plan.root),
         "labels_per_core": {core: len(labels) for core, labels in plan.per_core.items()},
         "labels": plan.per_core,
+        "variants": plan.variants,
+        "lint": plan.lint,
         "capacity": [
             {"core": e.core, "records": e.records, "unknown_loops": list(e.unknown_loops)}
             for e in plan.capacity
@@ -192,7 +251,7 @@ def plan_json(plan: Plan, mode: tuple[str, str] | None = None) -> dict[str, obje
         ],
         "loops": [
             {"file": display_path(lp.path, root), "line": lp.line, "var": lp.var,
-             "class": lp.classification, "function": lp.function}
+             "class": lp.classification, "why": lp.reason, "function": lp.function}
             for lp in plan.loops
         ],
         "diagnostics": [d.to_json(root) for d in plan.diagnostics],

@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 
 from optrace.engine.config import trusting_config
+from optrace.engine.model import Region
 from optrace.engine.plan import Plan
 from optrace.pipeline.plan import plan_operator
 from optrace.rules.base import Example, Rule
@@ -30,6 +31,13 @@ def check_example(rule: type[Rule], example: Example, valid: bool, extra_config:
     with tempfile.TemporaryDirectory(prefix="optrace-rule-") as tmp:
         plan = plan_example(example, Path(tmp), extra_config)
         labels = {r.label for r in plan.root.walk()}
+        if example.tree:
+            got = tree_lines(plan.root)
+            want = list(example.tree)
+            placed = [g if " @" in w else g.split(" @")[0] for g, w in zip(got, want, strict=False)]
+            assert placed == want and len(got) == len(want), (
+                f"{rule.code} {rule.name} example: planned tree\n" + "\n".join(got)
+                + "\nexpected\n" + "\n".join(want))
         own = [d.message for d in plan.findings if d.code == rule.code]
         where = f"{rule.code} {rule.name} {'VALID' if valid else 'INVALID'} example"
         missing = [lb for lb in example.labels if lb not in labels]
@@ -41,6 +49,16 @@ def check_example(rule: type[Rule], example: Example, valid: bool, extra_config:
         else:
             assert any(example.finding in m for m in own), (
                 f"{where}: expected a finding containing {example.finding!r}, got {own}")
+
+
+def tree_lines(region: Region, indent: str = "") -> list[str]:
+    """`label @inside:line` / `label @around:line`, nested by two spaces a level."""
+    anchor = region.anchor
+    where = f" @{'inside' if anchor.inside else 'around'}:{anchor.line}" if anchor else ""
+    out = [f"{indent}{region.label}{where}"]
+    for child in region.children:
+        out += tree_lines(child, indent + "  ")
+    return out
 
 
 def check_rule_examples(rule: type[Rule], extra_config: str = "") -> None:

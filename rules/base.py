@@ -36,10 +36,14 @@ class Example:
 
     `labels` must all be planned; `absent` must not be; `finding` is a substring of a
     message this rule must report (INVALID examples) — VALID examples expect no finding.
-    `config` is `optrace.toml` text for the example's repository.
+    `config` is `optrace.toml` text for the example's repository. `tree`, when given, is
+    the whole expected tree, one region a line, nested by two spaces a level; a line may
+    end in ` @inside:<line>` / ` @around:<line>` to state where its points go (the line
+    of the example's source, 1-based).
     """
 
     source: str
+    tree: tuple[str, ...] = ()
     labels: tuple[str, ...] = ()
     absent: tuple[str, ...] = ()
     finding: str = ""
@@ -53,6 +57,8 @@ class RuleContext:
     loops: list[LoopInfo]
     findings: list[Diagnostic] = field(default_factory=list)
     current: str = ""
+    # Figures rules leave for the plan lint (e.g. the budget's dropped regions by class).
+    stats: dict[str, int] = field(default_factory=dict)
 
     def report(self, message: str, region: Region | None = None,
                severity: Severity = Severity.INFO, line: int = 0) -> None:

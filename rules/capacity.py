@@ -80,13 +80,27 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
 """
 
 
+_TOKENS = """
+extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
+    for (uint32_t groupIdx = 0; groupIdx < groupNum; ++groupIdx) {
+        for (uint32_t tokenIdx = 0; tokenIdx < tokenCnt; ++tokenIdx) { DataCopy(d, s, n); SyncAll(); }
+    }
+}
+"""
+
+
 class Capacity(Rule):
     code = "OT107"
     name = "capacity"
-    VALID = (Example(_LOOP, labels=("group-loop",), config="[trip_counts]\ngroupIdx = 16\n"),)
+    VALID = (Example(_LOOP, tree=("processing", "  group @inside:3", "    group barrier @around:4"),
+                     config="[trip_counts]\ngroupIdx = 16\n"),
+             # A per-token loop is a tile loop (its trip count is the tokens): its barrier
+             # is bracketed once around the whole loop, so 4096 tokens cost 2 records.
+             Example(_TOKENS, tree=("processing", "  group @inside:3", "    group token-copy @around:4"),
+                     config="[trip_counts]\ngroupIdx = 16\ntokenIdx = 4096\n"),)
     INVALID = (
-        Example(_LOOP, labels=("group-loop",), config="[trip_counts]\ngroupIdx = 4000\n",
-                finding="exceeds the 1023-record slot"),
+        Example(_LOOP, tree=("processing", "  group @inside:3", "    group barrier @around:4"),
+                config="[trip_counts]\ngroupIdx = 4000\n", finding="exceeds the 1023-record slot"),
     )
 
     def apply(self, ctx: RuleContext) -> None:

@@ -1,6 +1,10 @@
 """OT106 density: about 15-20 distinct labels per core type; fewer than 10 or more than
 30 on the path one core type executes is a warning (bounds configurable).
 
+Below the minimum is said only when the kernel offered at least that many candidate
+regions (the planner's tree before the rules): a small kernel with six places worth a
+point is not under-instrumented, and a warning there is noise.
+
 Why: too few points hide where time goes; too many cost records (1023 per core) and
 distort what they measure.
 """
@@ -31,17 +35,25 @@ class Density(Rule):
         Example(
             _DEFS + '\nextern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {\n'
             + _MANY + "\n}\n",
-            labels=("phase0", "phase11"),
+            tree=("processing", *(f"  phase{i} @inside:{i + 1}" for i in range(12))),
         ),
-    )
-    INVALID = (
+        # One candidate region: nothing more to trace, no warning.
         Example(
             """
 extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
     SyncAll();
 }
 """,
-            labels=("sync-all",),
+            tree=("processing", "  barrier"),
+        ),
+    )
+    INVALID = (
+        # 12 candidates, a budget of 6 labels: below the minimum of 10, said.
+        Example(
+            _DEFS + '\nextern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {\n'
+            + _MANY + "\n}\n",
+            tree=("processing", *(f"  phase{i}" for i in range(5))),
+            config="[density]\ntarget = 6\n",
             finding="below 10",
         ),
     )
@@ -50,7 +62,7 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
         cfg = ctx.analysis.config
         for core, labels in labels_per_core(ctx.root).items():
             n = len(labels)
-            if n < cfg.density_min:
+            if n < cfg.density_min and ctx.stats.get(f"candidates:{core}", 0) >= cfg.density_min:
                 ctx.report(f"{core}: {n} distinct labels, below {cfg.density_min}", ctx.root,
                            Severity.WARNING)
             elif n > cfg.density_max:

@@ -32,8 +32,97 @@ check_rule_examples(YourRule, extra_config='[rules]\\nmodules = ["team_rules"]\\
 """
 
 
+PLANNER = """
+## How the planner chooses regions
+
+The planner (`engine/planner.py`) walks the kernel from its entry and proposes regions;
+the rules below reshape the tree. What it proposes, and why:
+
+### Cost classes
+
+Each region has a cost class (`cost` in `plan --format json`; the lint's `setup_share`),
+used by the label budget (OT108):
+
+- **phase** — communication (dispatch / combine / all-to-all / send / recv / remote copy
+  loops over tokens or experts) and compute (matmul / mmad / GEMM / epilogue / SwiGLU /
+  quant / dequant / unpermute / routing). Evidence: a loop anywhere below it, phase work
+  (a wait or handshake below it), a phase loop's body, a tile loop's region, or running
+  inside a phase loop (per expert / group).
+- **handshake** — cross-core wait / notify (`CrossCoreWaitFlag`, `CrossCoreSetFlag`),
+  cross-rank notify / wait (spin loops on a status), `SyncAll` and other barriers.
+  Evidence: the primitive itself, a spin-wait loop, a function whose only statement is one.
+- **setup** — `Init`, tiling reads, parameter init, scalar helpers, copies of a few
+  scalars or counters outside any token / expert loop. Evidence: a function named `Init`
+  / `*Tiling*` / `*Param*` / `Setup` / `Prepare` / `Config`, or one outside every phase
+  loop with no loop anywhere below it and no wait.
+
+"Copy is hot" (domain notes) means bulk data movement: a copy of a few counters with no
+loop is setup, a token loop of copies is a phase. The budget drops every setup region
+before any phase, then handshakes nested in a kept handshake, and never keeps a callee's
+`Init` while its `Process` (or `Run`, `Compute`, ...) is dropped.
+
+### Loops
+
+A loop is a **phase loop** (points inside its body, the index passed:
+`MoeTracing(id, 0, groupIdx)`) or a **tile loop** (never a point inside). The class is
+decided, in this order, from:
+
+1. the trip count's source, where it is visible: the names in the loop's bound and, for a
+   local bound, in its initialiser. Experts, groups, stages, ranks, layers
+   (`expertNum_`, `groupNum`, `localExpertNum`, `rankSize`) make a phase loop; anything
+   that scales with the data — tokens (`bs`, `tokenNum`, `tokenCnt`), tokens x topK
+   (`topK`), rows, tiles (`tileNum`), blocks, one core's share (`rowEnd = rowStart +
+   rowsPerCore`), `hidden / K_STEP` — makes a tile loop, whatever else is in the bound;
+2. nesting: a loop with no substantial call and no wait inside is innermost work, a tile
+   loop;
+3. the variable's name, last: `groupIdx`, `expertId`, `stageId`, `rankIdx` are phase
+   loops; `tileIdx`, `tokenIdx`, `rowIdx`, `kIdx`, `loopIdx`, `i`, `j` tile loops.
+
+Examples: `for (groupIdx = 0; groupIdx < groupNum_; ++groupIdx)` with a GEMM inside is a
+phase loop; `for (tokenIdx = 0; tokenIdx < tokenCnt; ++tokenIdx)` is a tile loop even
+with a per-token wait inside; `for (k = 0; k < topK_; ++k)` is a tile loop;
+`for (loopIdx = 0; loopIdx < loops; ++loopIdx)` with a cross-core wait per iteration is
+a tile loop (one region per iteration would overflow the slot).
+
+A tile loop gets at most one region, **around the whole loop** (B before it, E after it,
+once per iteration of the enclosing phase loop, which carries the index): when it holds a
+wait or a notify (the handshake is bracketed at the loop's level, and the region's
+`notes` say so) or when it is a sub-step of its phase beside other regions (named by its
+first substantial callee, else `<var>-copy` for a loop of copies). OT408 (a point inside
+a tile loop) holds for every loop this classifier calls a tile loop; optrace's own points
+never trigger it. A phase loop whose body is one call is one region with it (the call's
+name, the loop's index): they cover the same span.
+
+### Handshakes
+
+Every cross-core and cross-rank handshake on a planned path is bracketed: `wait`,
+`notify` or `barrier` (`SyncAll`), then named after its partner by OT109 (flag ids
+matched). A function that sends and then waits (`SendCountsAndWait`) is split into a
+`send-...` region and a `wait-...` region, never labelled as a wait alone.
+
+### Names
+
+A label is the whole `TRACE_POINT` string: `processing`, or `<phase> <aic|aiv> [<sub>...]`
+(`gmm1 aic`, `gmm1 aic group matmul`, `dispatch aiv copy-tokens`); its depth is 1 + its
+number of words, at most 7 (typical trees read in 3-4 levels). Words come from the code's
+own names: the called function's, or for a generic method (`Process`, `Run`,
+`operator()`) the object's (`dispatch_.Process()` -> `dispatch`), or its class's when the
+object's name says nothing (`op`). A word drops fillers (`process`, `impl`, `kernel`,
+`stage`, ...); longer than 16 characters, it keeps its phase words (at most two), else its
+first two words: `GroupedMatmulDequantSwigluQuant` -> `matmul-dequant`, `MoeTokenDispatch`
+-> `dispatch`. Phase words (default: dispatch, combine, gmm, gemm, matmul, mmad, swiglu,
+quant, dequant, unpermute, permute, routing, send, recv, barrier, wait, notify, alltoall,
+epilogue, gather, scatter, reduce, softmax, topk, sort, norm, finalize, copy, init) are
+not a vocabulary labels must use: they only say which words tell the most. Add words with
+`[naming] phase_words = ["moe-ffn"]`; the whole label is at most `[naming] max_length`
+characters (default 32; OT105 cuts words, else reports). A callee reached from two
+phases is traced at its call sites, one label per phase (`gmm1 aic group finalize`,
+`gmm2 aic group finalize`). Siblings never get counter suffixes.
+"""
+
+
 def render() -> str:
-    parts = [HEADER]
+    parts = [HEADER, PLANNER]
     for rule in builtin_rules():
         parts.append(f"\n## {rule.code} `{rule.name}`\n\n{rule.describe()}\n")
     return "".join(parts)

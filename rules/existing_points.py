@@ -22,7 +22,7 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
     SyncAll();
 }
 """,
-            labels=("sync-all",),
+            tree=("processing", "  barrier @around:3"),
         ),
     )
     INVALID = (
@@ -34,7 +34,7 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
     MoeTracing(TRACE_POINT("warmup", "E"));
 }
 """,
-            labels=("warmup",),
+            tree=("processing", "  barrier @around:4", "  warmup @around:3"),
             finding="existing point pair `warmup` kept",
         ),
     )

@@ -26,15 +26,35 @@ __aicore__ inline void Level2() { SyncAll(); }
 __aicore__ inline void Level1() { SyncAll(); Level2(); }
 extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) { Level1(); }
 """,
-            labels=("level1", "level1 level2", "level1 level2 sync-all"),
+            tree=("processing", "  level1 @inside:3", "    level1 barrier @around:3",
+                  "    level1 level2 @inside:2"),
         ),
     )
     INVALID = (
         Example(
             "__aicore__ inline void Level9() { SyncAll(); }\n" + _CHAIN
             + '\nextern "C" __global__ __aicore__ void demo_op(GM_ADDR x) { Level1(); }\n',
-            labels=("level1 level2 level3 level4 level5 level6",),
-            absent=("level1 level2 level3 level4 level5 level6 level7",),
+            tree=(
+                "processing",
+                "  level1",
+                "    level1 barrier",
+                "    level1 level2",
+                "      level1 level2 barrier",
+                "      level1 level2 level3",
+                "        level1 level2 level3 barrier",
+                "        level1 level2 level3 level4",
+                "          level1 level2 level3 level4 barrier",
+                "          level1 level2 level3 level4 level5",
+                "            level1 level2 level3 level4 level5 barrier",
+                # depth 7: Level6's own barriers and Level7.. fold into it
+                "            level1 level2 level3 level4 level5 level6",
+                "            level1 level2 level3 level4 level5 barrier",
+                "          level1 level2 level3 level4 barrier",
+                "        level1 level2 level3 barrier",
+                "      level1 level2 barrier",
+                "    level1 barrier",
+            ),
+            config="[naming]\nmax_length = 64\n",
             finding="folded",
         ),
     )

@@ -1,13 +1,24 @@
-"""OT108 label-budget: keep each core type within the density bound (default 30 distinct
-labels) by dropping the least informative regions first.
+"""OT108 label-budget: keep each core type of each variant within the density bound
+(default 30 distinct labels) by dropping the least informative regions first.
 
-Order of removal: leaf regions only (a parent becomes a candidate once its children are
-gone); never a file's last region while others remain; regions that repeat code planned
-elsewhere first; then deeper before shallower; at one depth, plain regions before hot
-ones and before the first region of an AIV role. Core-type bodies, the root and existing
-points are never removed. Why: a deep operator offers hundreds of candidate regions, but
-a trace with more than ~30 labels per core type is unreadable and eats the 1023-record
-slot.
+Regions have a cost class (docs/rules.md "Cost classes"): **setup** (`Init`, tiling
+reads, scalar helpers, copies of a few counters outside any token / expert loop),
+**handshake** (cross-core / cross-rank waits and notifies, barriers) and **phase** (the
+work: communication and compute). Order of removal: leaf regions only (a parent becomes a
+candidate once its children are gone); every setup region before anything else — never
+a phase while setup is kept; then handshakes nested in a kept handshake; then phases —
+regions that repeat code planned elsewhere first, deeper before shallower, plain before
+hot ones, a file's last region last; then the main work of each AIV role (its send /
+recv / compute core); handshakes last of all (a wait left unbracketed hides the
+imbalance a trace is for — when even they must go, the phase around them follows). A
+region whose label another region keeps is not dropped (it would gain nothing). A
+callee's `Init` is never kept while its `Process` (or another work method) is dropped.
+Core-type bodies, the root and existing points are never removed.
+
+Variants (tiling-key / `if constexpr` / `#if` arms) never run in one launch, so the
+budget holds per variant: a region counts in every variant it can run in. Why: a deep
+operator offers hundreds of candidate regions, but a trace with more than ~30 labels per
+core type is unreadable and eats the 1023-record slot.
 """
 
 from __future__ import annotations
@@ -20,84 +31,213 @@ from optrace.engine.model import Kind, Region, assign_labels
 from optrace.rules.base import Example, Rule, RuleContext
 
 _REMOVABLE = (Kind.CALL, Kind.LOOP, Kind.WAIT, Kind.SYNC)
+_WORK_METHODS = ("Process", "Run", "Compute", "Execute", "operator()")
 
 
 def _example(n: int) -> str:
     defs = "\n".join(
-        f"__aicore__ inline void Step{i}() {{ for (uint32_t k = 0; k < 8; ++k) {{ Foo(k); }}"
-        f" Bar(); Baz(); }}" for i in range(n))
+        f"__aicore__ inline void Step{i}() {{ for (uint32_t groupIdx = 0; groupIdx < groupNum; ++groupIdx) "
+        f"{{ Foo(groupIdx); }} Bar(); Baz(); }}" for i in range(n))
     calls = "\n".join(f"    Step{i}();" for i in range(n))
     return defs + '\nextern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {\n' + calls + "\n}\n"
+
+
+def _setup_example(n: int) -> str:
+    """n phases, each with its own helper class's `Init` (setup) and `Process` (work),
+    run by the kernel class's `Process`."""
+    classes = "\n".join(
+        f"class Part{i} {{\npublic:\n"
+        f"    __aicore__ inline void Init(GM_ADDR x) {{ a = 1; b = 2; c = 3; d = 4; e = 5; f = 6; g = 7; "
+        f"h = 8; }}\n"
+        f"    __aicore__ inline void Process() {{ for (uint32_t expertIdx = 0; expertIdx < expertNum; "
+        f"++expertIdx) {{ SyncAll(); }} }}\n}};" for i in range(n))
+    calls = "\n".join(f"        part{i}_.Init(x);\n        part{i}_.Process();" for i in range(n))
+    members = "\n".join(f"    Part{i} part{i}_;" for i in range(n))
+    return (classes + "\nclass Kernel {\npublic:\n    __aicore__ inline void Process(GM_ADDR x) {\n"
+            + calls + "\n    }\n" + members + "\n};\n"
+            'extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {\n'
+            "    Kernel op;\n    op.Process(x);\n}\n")
+
+
+def _variant_example(n: int) -> str:
+    """Two tiling-key arms of n phases each: 2n labels in all, n per launch."""
+    defs = "\n".join(
+        f"__aicore__ inline void Arm{a}Step{i}() {{ for (uint32_t groupIdx = 0; groupIdx < groupNum; "
+        f"++groupIdx) {{ Foo(groupIdx); }} Bar(); Baz(); }}" for a in range(2) for i in range(n))
+    arms = [("\n".join(f"        Arm{a}Step{i}();" for i in range(n))) for a in range(2)]
+    return (defs + '\nextern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {\n'
+            f"    if (TILING_KEY_IS(1)) {{\n{arms[0]}\n    }} else {{\n{arms[1]}\n    }}\n}}\n")
 
 
 class LabelBudget(Rule):
     code = "OT108"
     name = "label-budget"
-    VALID = (Example(_example(5), labels=("step0", "step4")),)
+    VALID = (
+        Example(_example(5), tree=("processing", *(f"  step{i}" for i in range(5)))),
+        # 2 x 20 labels, 21 per launch: within the budget of each variant.
+        Example(_variant_example(20), labels=("arm0-step0", "arm0-step19", "arm1-step0", "arm1-step19")),
+    )
     INVALID = (
-        Example(_example(30), labels=("step0", "step18"), absent=("step29",),
+        Example(_example(30), tree=("processing", *(f"  step{i}" for i in range(29))),
                 finding="budget"),
+        # 20 parts: 20 Inits (setup) and 20 Processes (each an expert loop with a barrier
+        # inside): 81 labels. Every Init goes before any phase (and no Init outlives its
+        # Process); handshakes go last, so once barriers must go, the part whose barrier
+        # went is dropped whole before the next barrier: 30 = 1 + 10 parts + 10 loops + 9
+        # barriers. (A budget that cannot hold every handshake says so: OT108.)
+        Example(_setup_example(20), tree=(
+            "processing",
+            *[ln for i in range(10) for ln in
+              ([f"  part{i}", f"    part{i} expert", f"      part{i} expert barrier"] if i < 9
+               else [f"  part{i}", f"    part{i} expert"])],
+        ), absent=tuple(f"part{i}-init" for i in range(20)), finding="setup first"),
     )
 
     def apply(self, ctx: RuleContext) -> None:
         target = ctx.analysis.config.density_target
         assign_labels(ctx.root)
-        # Per core type: how many regions carry each label (a label may repeat).
-        per_core: dict[str, Counter[str]] = {}
+        variants = launch_variants(ctx.root)
+        # Per (core type, variant): how many regions carry each label (a label may repeat).
+        per_core: dict[tuple[str, int], Counter[str]] = {}
         per_file: Counter[Path] = Counter()
         parents: dict[int, Region] = {}
+        member: dict[int, list[int]] = {}
+        members = variant_members(ctx.root, variants)
         for region, parent in ctx.root.walk_with_parent():
+            member[id(region)] = members[id(region)]
             for core in region.cores:
-                per_core.setdefault(core, Counter())[region.label] += 1
+                for v in member[id(region)]:
+                    per_core.setdefault((core, v), Counter())[region.label] += 1
             per_file.update(region.files())
             if parent is not None:
                 parents[id(region)] = parent
-        over = {core for core, c in per_core.items() if len(c) > target}
+        over = {key for key, c in per_core.items() if len(c) > target}
         if not over:
             return
 
-        def key(region: Region, order: int) -> tuple[int, int, int, int, int]:
+        def nested_handshake(region: Region) -> bool:
+            parent = parents.get(id(region))
+            return region.cost == "handshake" and parent is not None and parent.cost == "handshake"
+
+        def key(region: Region, order: int) -> tuple[int, ...]:
             parent = parents[id(region)]
-            # A file's last point goes last: every implementation header on the path keeps
-            # a phase. Repeats of code planned elsewhere go first; then the deepest detail,
-            # so every phase keeps its outline; a role's main work counts as hot.
+            # Setup goes first, whatever else holds; then handshakes inside a handshake;
+            # then a file's last point goes last (every implementation header on the
+            # path keeps a phase); repeats of code planned elsewhere first; the deepest
+            # detail first, so every phase keeps its outline; a role's main work is hot.
+            # Handshakes go last: a wait left unbracketed hides the imbalance a trace is for,
+            # and their labels repeat (`wait`, `barrier`), so keeping them costs little.
+            # An AIV role's main work (the send / recv / compute cores) is kept with them.
+            role_main = region.role is not None and region.role != parent.role and region.cost == "phase"
+            klass = 4 if region.cost == "setup" else 3 if nested_handshake(region) else \
+                1 if role_main else 0 if region.cost == "handshake" else 2
             last_in_file = any(per_file[p] == 1 for p in region.files())
             valued = region.hot or (region.role is not None and region.role != parent.role)
-            return (0 if last_in_file else 1, 1 if region.shared_with else 0, region.depth,
+            return (klass, 0 if last_in_file else 1, 1 if region.shared_with else 0, region.depth,
                     0 if valued else 1, order)
 
-        heap: list[tuple[tuple[int, int, int, int, int], int, Region]] = []
+        heap: list[tuple[tuple[int, ...], int, Region]] = []
         order = {id(r): n for n, r in enumerate(ctx.root.walk())}
 
         def push(region: Region) -> None:
             if region.kind in _REMOVABLE and not region.children and id(region) in parents:
                 k = key(region, order[id(region)])
-                heapq.heappush(heap, (tuple(-x for x in k), order[id(region)], region))  # type: ignore[misc]
+                heapq.heappush(heap, (tuple(-x for x in k), order[id(region)], region))
+
+        def over_for(region: Region) -> bool:
+            return any((core, v) in over for core in region.cores for v in member[id(region)])
+
+        def remove(region: Region) -> None:
+            parent = parents[id(region)]
+            parent.children.remove(region)
+            per_file.subtract(region.files())
+            for core in region.cores:
+                for v in member[id(region)]:
+                    counts = per_core[(core, v)]
+                    counts[region.label] -= 1
+                    if counts[region.label] == 0:
+                        del counts[region.label]
+            removed[region.cost] += 1
+            if not parent.children:
+                push(parent)
 
         for region in ctx.root.walk():
             push(region)
         removed: Counter[str] = Counter()
+        dropped_work: set[str] = set()
+        phase_variants: list[set[int]] = []  # the over-budget variants each dropped phase left
         while over and heap:
             neg, n, region = heapq.heappop(heap)
-            if region.children or not region.cores & over:
+            if region.children or not over_for(region) or id(region) not in parents \
+                    or region not in parents[id(region)].children:
                 continue
             current = key(region, n)
             if tuple(-x for x in current) != neg:
                 push(region)  # its key dropped since it was queued (a file became last)
                 continue
-            parent = parents[id(region)]
-            parent.children.remove(region)
-            per_file.subtract(region.files())
-            for core in region.cores:
-                counts = per_core[core]
-                counts[region.label] -= 1
-                if counts[region.label] == 0:
-                    del counts[region.label]
-                if core in over:
-                    removed[core] += 1
-            over = {core for core in over if len(per_core[core]) > target}
-            if not parent.children:
-                push(parent)
-        for core, n in sorted(removed.items()):
-            ctx.report(f"{core}: {n} low-value region(s) dropped to meet the {target}-label "
-                       "budget (density.target)", ctx.root)
+            group = [region]
+            if region.cost != "setup" and all(per_core[(core, v)][region.label] > 1 for core in region.cores
+                                              for v in member[id(region)] if (core, v) in over):
+                # Its label stays with other regions: dropping it alone gains nothing, so
+                # the label goes with all its regions (when they are all leaves) or stays.
+                group = [r for r in ctx.root.walk() if r.label == region.label and id(r) in parents]
+                if any(r.children or r.kind not in _REMOVABLE or r.cost != region.cost for r in group):
+                    continue
+            for dropped in group:
+                if dropped.cost == "phase":
+                    phase_variants.append({v for core in dropped.cores for v in member[id(dropped)]
+                                           if (core, v) in over})
+                remove(dropped)
+            fn = ctx.analysis.index.functions.get(region.function or "")
+            if fn is not None and fn.scope and fn.name in _WORK_METHODS:
+                dropped_work.add(fn.scope)
+            over = {k for k in over if len(per_core[k]) > target}
+        # A class whose work is gone keeps no Init: its setup would time nothing a reader sees.
+        for region in list(ctx.root.walk()):
+            fn = ctx.analysis.index.functions.get(region.function or "")
+            if (fn is not None and fn.name == "Init" and fn.scope in dropped_work
+                    and not region.children and id(region) in parents):
+                remove(region)
+        ctx.stats["phases_dropped"] = removed["phase"]
+        # The invariant the order gives, measured: a phase dropped from a variant whose
+        # setup is still there (0 unless a setup region could not be dropped: not a leaf).
+        kept_setup = {v for r in ctx.root.walk() if r.cost == "setup" for v in member.get(id(r), [])}
+        ctx.stats["phases_dropped_while_setup_kept"] = sum(1 for vs in phase_variants if vs & kept_setup)
+        ctx.stats["setup_dropped"] = removed["setup"]
+        ctx.stats["handshakes_dropped"] = removed["handshake"]
+        for cost in ("setup", "handshake", "phase"):
+            if removed[cost]:
+                ctx.report(f"{removed[cost]} {cost} region(s) dropped to meet the {target}-label budget "
+                           "(density.target; setup first)", ctx.root)
+
+
+def launch_variants(root: Region) -> list[tuple[tuple[str, int], ...]]:
+    """The variants one launch may run: each maximal combination of variant arms the
+    regions sit in (a region outside every dispatch runs in all). One, `()`, when the
+    kernel has no variant dispatch."""
+    tuples = {t for r in root.walk() for t in (r.variant, *r.also_variants) if t}
+    maximal = [t for t in tuples
+               if not any(o != t and set(t) < set(o) for o in tuples)]
+    return sorted(maximal) or [()]
+
+
+def _compatible(variant: tuple[tuple[str, int], ...], arms: tuple[tuple[str, int], ...]) -> bool:
+    chosen = dict(arms)
+    return all(chosen.get(d, a) == a for d, a in variant)
+
+
+def variant_members(root: Region, variants: list[tuple[tuple[str, int], ...]]) -> dict[int, list[int]]:
+    """id(region) -> the indexes of the variants it runs in: those its own arms allow, and
+    those of other call sites reaching an ancestor's code (one function reached from two
+    variants is planned once and counts in both)."""
+    out: dict[int, list[int]] = {}
+
+    def visit(node: Region, inherited: list[tuple[tuple[str, int], ...]]) -> None:
+        extra = [*inherited, *node.also_variants]
+        out[id(node)] = [v for v, arms in enumerate(variants)
+                         if _compatible(node.variant, arms) or any(_compatible(t, arms) for t in extra)]
+        for child in node.children:
+            visit(child, extra)
+
+    visit(root, [])
+    return out

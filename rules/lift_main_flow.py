@@ -39,12 +39,13 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
     SyncAll();
 }
 """,
-            labels=("sync-all",),
+            tree=("processing @inside:2", "  barrier @around:3"),
         ),
     )
     INVALID = (
-        Example(_EXAMPLE, labels=("sync-all", "group-loop"), absent=("demo-kernel",),
-                finding="lifted"),
+        # No `demo-kernel` level: Process's barrier and group loop sit at level 2.
+        Example(_EXAMPLE, tree=("processing @inside:11", "  barrier @around:5", "  group @inside:6",
+                                "    group barrier @around:7"), finding="lifted"),
     )
 
     def apply(self, ctx: RuleContext) -> None:
@@ -64,6 +65,8 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
                 and (child.children or child.shared_with)
             ):
                 ctx.report(f"`{fn.display}` is the main flow: its phases lifted to level 2", child)
+                for grandchild in child.children:
+                    grandchild.also_variants += child.also_variants  # still run in those launches
                 new_children.extend(child.children)
                 main_classes.add(fn.scope)
             else:

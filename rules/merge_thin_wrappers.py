@@ -2,8 +2,9 @@
 sync or communication of its own, merges with it (one pair of points, not two).
 
 The outer call keeps its name (it is closer to the caller's vocabulary) unless only the
-inner one carries hot semantics (wait, sync, send, recv, copy, quant, dequant), which
-always keep their own word. Core-type bodies (`aic` / `aiv`) are never merged away.
+inner one is a handshake or a transfer (wait, sync, notify, send, recv), which keeps its
+own word; compute words of the inner class (quant, dequant, matmul) do not displace the
+caller's name for the phase. Core-type bodies (`aic` / `aiv`) are never merged away.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
 """
 
 
+_KEEP_INNER = ("wait", "sync", "notify", "send", "recv")
+
+
 class MergeThinWrappers(Rule):
     code = "OT103"
     name = "merge-thin-wrappers"
@@ -47,12 +51,17 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
     DispatchPhase(x);
 }
 """,
-            labels=("dispatch-phase", "dispatch-phase send-tokens", "dispatch-phase recv-tokens"),
+            # Two calls inside: not a thin wrapper. The token loops are tile loops,
+            # bracketed around the whole loop (a barrier inside: never per token).
+            tree=("processing", "  dispatch @inside:8", "    dispatch send-tokens @inside:2",
+                  "      dispatch send-tokens token @around:3", "    dispatch recv-tokens @inside:5",
+                  "      dispatch recv-tokens token @around:6"),
         ),
     )
     INVALID = (
-        Example(_WRAPPED, labels=("send-tokens", "send-tokens token-loop"),
-                absent=("dispatch-phase", "dispatch-phase send-tokens"), finding="merged"),
+        Example(_WRAPPED, tree=("processing", "  send-tokens @inside:8",
+                                "    send-tokens token-copy @around:3"),
+                finding="merged"),
     )
 
     def apply(self, ctx: RuleContext) -> None:
@@ -68,9 +77,13 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
             return
         outer_word = node.words[0] if node.words else ""
         inner_word = inner.words[0] if inner.words else ""
-        if inner.hot and not node.hot:
+        # A handshake or transfer keeps its word (`wait` must read as a wait); a compute
+        # word of the inner class does not displace the caller's name for the phase.
+        if inner.hot in _KEEP_INNER and not node.hot:
             node.words = [inner_word, *node.words[1:]]
             node.hot = inner.hot
+            node.full_word = inner.full_word
         ctx.report(f"thin wrapper `{outer_word}` merged with `{inner_word}`", node)
         node.children = inner.children
+        node.also_variants += inner.also_variants
         node.notes.append(f"merged with {inner_word} ({inner.reason})")

@@ -13,10 +13,12 @@ from optrace.rules import (
     density,
     existing_points,
     fold_depth,
+    handshakes,
     label_budget,
     lift_main_flow,
     merge_thin_wrappers,
     naming,
+    same_span,
 )
 from optrace.rules.base import Rule
 
@@ -26,7 +28,10 @@ def builtin_rules() -> list[type[Rule]]:
     return [
         lift_main_flow.LiftMainFlow,
         merge_thin_wrappers.MergeThinWrappers,
+        same_span.SameSpan,
         fold_depth.FoldDepth,
+        # Partners are named from the phases' final words, so after the structure rules.
+        handshakes.HandshakePartners,
         naming.Naming,
         # Existing points are matched by final label, so after the rules that shape labels.
         existing_points.KeepExistingPoints,

@@ -72,7 +72,7 @@ def test_applied_kernel_runs_and_collects_to_the_planned_trace(repo: Path, tmp_p
     assert seen == planned  # every planned region was recorded, nothing else
     tracks = {(e["pid"], e["tid"]) for e in spans}
     assert len(tracks) == 6  # one track per core
-    groups = sorted(e["args"]["index"] for e in spans if e["name"] == "compute-groups aic group-loop"
+    groups = sorted(e["args"]["index"] for e in spans if e["name"] == "compute-groups aic group"
                     and e["tid"] == min(t for _, t in tracks))
     assert groups == [0, 1, 2, 3]
     aic_only = {e["name"] for e in spans if "aic" in e["name"].split()}

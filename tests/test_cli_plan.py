@@ -52,8 +52,12 @@ def test_plan_text(tmp_path: Path) -> None:
     op = make_op(tmp_path, "demo_op")
     code, out, err = run("plan", str(op))
     assert code == 0, err
-    assert "group-loop [AIV] index=groupIdx  @ demo_op/op_kernel/demo_op.cpp:5" in out
-    assert "group-loop send-tokens" in out
+    # The file is named once, in the tree's legend; the tree's lines say `[n]:line`.
+    assert "files: [1] demo_op/op_kernel/demo_op.cpp\ntrace tree:\n" in out
+    assert "  group [AIV] index=groupIdx  @ [1]:5" in out
+    assert "group send-tokens" in out
+    tree = out.split("trace tree")[1].split("labels per core type")[0].splitlines()[1:]
+    assert tree and not any("demo_op.cpp" in line for line in tree)
     assert "op_host OpDef: MISSING" in out
 
 
@@ -129,7 +133,7 @@ def test_unparseable_header_is_a_warning_and_plan_continues(tmp_path: Path) -> N
     code, out, err = run("plan", str(op))
     assert code == 0
     assert "broken.h:1: OT020" in err
-    assert "group-loop" in out
+    assert "group send-tokens" in out
 
 
 def test_non_utf8_crlf_input_is_normal(tmp_path: Path) -> None:
@@ -139,7 +143,7 @@ def test_non_utf8_crlf_input_is_normal(tmp_path: Path) -> None:
     entry.write_bytes(b"\xef\xbb\xbf" + raw)
     code, out, err = run("plan", str(op))
     assert code == 0, err
-    assert "group-loop [AIV] index=groupIdx  @ demo_op/op_kernel/demo_op.cpp:6" in out
+    assert "  group [AIV] index=groupIdx  @ [1]:6" in out
     assert entry.read_bytes() == b"\xef\xbb\xbf" + raw  # plan never writes
 
 
@@ -149,7 +153,7 @@ def test_symlink_loop_in_operator_tree(tmp_path: Path) -> None:
     os.symlink(op / "op_kernel", op / "op_kernel" / "self_loop")
     code, out, err = run("plan", str(op))
     assert code == 0, err
-    assert "group-loop" in out
+    assert "group send-tokens" in out
 
 
 def test_help_lists_the_commands_that_exist() -> None:
@@ -158,3 +162,20 @@ def test_help_lists_the_commands_that_exist() -> None:
     names = {c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands}
     for name in ("plan", "apply", "strip", "preprocess"):
         assert name in names and name in out
+
+
+def test_text_plan_reads_at_120_columns_and_says_ot020_once(tmp_path: Path) -> None:
+    op = make_op(tmp_path, "demo_op")
+    entry = op / "op_kernel" / "demo_op.cpp"
+    entry.write_text('#include "broken_a.h"\n#include "broken_b.h"\n' + entry.read_text())
+    for name in ("broken_a.h", "broken_b.h"):
+        (op / "op_kernel" / name).write_text("class { ( ( ( ;;; }}} template <<\n")
+    code, out, _ = run("plan", str(op))
+    assert code == 0
+    findings = out.split("findings:")[1].splitlines()
+    ot020 = [line for line in findings if "OT020" in line]
+    assert len(ot020) == 1 and "broken_b.h:1" in ot020[0]  # one warning naming both files
+    # the kernel offers fewer than 10 candidate regions: no "below 10" warning
+    assert "OT106" not in out
+    tree = out.split("trace tree")[1].split("labels per core type")[0].splitlines()
+    assert all(len(line) <= 120 for line in tree)

@@ -60,12 +60,27 @@ def test_umdk_fixture_structure() -> None:
     counts = doc["labels_per_core"]
     assert 10 <= counts["AIC"] <= 30 and 10 <= counts["AIV"] <= 30  # type: ignore[index]
     labels = set(doc["labels"]["AIV"]) | set(doc["labels"]["AIC"])  # type: ignore[index]
-    assert "moe-token-dispatch aiv" in labels
-    assert "gmm-dequant-swiglu-quant aic" in labels and "gmm-dequant-swiglu-quant aiv" in labels
-    assert "gmm-dequant-swiglu-quant aic group-loop" in labels
+    # Phases named from the code's names, shortened: `dispatcher.Process()` -> `dispatcher`;
+    # GmmDequantSwigluQuant and GmmDequant both shorten to `gmm-dequant`, so the first takes
+    # the word the second lacks (`gmm-swiglu`); each core type's body is the phase's level.
+    assert "dispatcher aiv" in labels
+    assert "gmm-swiglu aic" in labels and "gmm-swiglu aiv" in labels
+    assert "gmm-swiglu aic group" in labels
+    assert all(len(label) <= 32 for label in labels)
+    assert not any(label.split()[-1][-2:] in ("-2", "-3") for label in labels)  # no counter suffixes
+    # One launch runs one `if constexpr (TPL_LARGE_EP)` arm: the plan lists both variants,
+    # each within the label budget on its own (issue 11 §3).
+    variants = doc["variants"]
+    assert [v["condition"] for v in variants] == ["TPL_LARGE_EP", "!(TPL_LARGE_EP)"]  # type: ignore[index]
+    assert all(n <= 30 for v in variants for n in v["labels"].values())  # type: ignore[index,union-attr]
+    lint = doc["lint"]
+    assert lint["points_in_tile_loops"] == 0 and lint["same_span_levels"] == 0  # type: ignore[index]
+    assert lint["phases_dropped_while_setup_kept"] == 0  # type: ignore[index]
     # Innermost tile loops (block_mmad's kIdx, epilogue tiles) never get points.
     loops = {(Path(lp["file"]).name, lp["var"]): lp["class"] for lp in doc["loops"]}  # type: ignore[union-attr,index]
-    assert loops[("block_mmad.h", "kIdx")] == "tile"
+    # (block_mmad's kIdx loop sits inside the loopIdx tile loop: never entered at all)
+    assert loops[("grouped_matmul_dequant_swiglu_quant.h", "loopIdx")] == "tile"
+    assert ("block_mmad.h", "kIdx") not in loops
     assert all(v == "tile" for (f, var), v in loops.items() if var == "tileIdx")
     # The CRLF + GBK header is analysed like any other.
     assert any("moe_token_dispatch.h" in f for f in files)

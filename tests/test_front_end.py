@@ -78,12 +78,12 @@ def test_a_name_declared_in_each_branch_resolves_to_its_own_class(tmp_path: Path
     # used to win, so all three were KernelC's); the class level is lifted (OT102), and
     # the variants share the loop's label (one launch runs one of them)
     assert tree(plan) == [
-        (1, "group-loop", "kernels.h:6"), (2, "group-loop step-a0", "kernels.h:13"),
-        (2, "group-loop step-a1", "kernels.h:24"), (2, "group-loop step-a2", "kernels.h:35"),
-        (1, "group-loop", "kernels.h:53"), (2, "group-loop step-b0", "kernels.h:60"),
-        (2, "group-loop step-b1", "kernels.h:71"), (2, "group-loop step-b2", "kernels.h:82"),
-        (1, "group-loop", "kernels.h:100"), (2, "group-loop step-c0", "kernels.h:107"),
-        (2, "group-loop step-c1", "kernels.h:118"), (2, "group-loop step-c2", "kernels.h:129")]
+        (1, "group", "kernels.h:6"), (2, "group step-a0", "kernels.h:13"),
+        (2, "group step-a1", "kernels.h:24"), (2, "group step-a2", "kernels.h:35"),
+        (1, "group", "kernels.h:53"), (2, "group step-b0", "kernels.h:60"),
+        (2, "group step-b1", "kernels.h:71"), (2, "group step-b2", "kernels.h:82"),
+        (1, "group", "kernels.h:100"), (2, "group step-c0", "kernels.h:107"),
+        (2, "group step-c1", "kernels.h:118"), (2, "group step-c2", "kernels.h:129")]
     steps = [c.function for loop in plan.root.children for c in loop.children]
     want = [f":Kernel{c}::Step{c}{i}" for c in "ABC" for i in range(3)]
     assert len(steps) == len(want)
@@ -128,7 +128,7 @@ def test_small_variant_functions_called_by_the_entry_are_regions(tmp_path: Path)
              + "    if constexpr (schMode == 0) {\n        ProcessFp16(x, y);\n"
              "    } else {\n        ProcessFp32(x, y);\n    }\n}\n"}
     plan = plan_operator(write_tree(tmp_path, files) / "ops/vec")
-    assert [(d, label) for d, label, _ in tree(plan)] == [(1, "process-fp16"), (1, "process-fp32")]
+    assert [(d, label) for d, label, _ in tree(plan)] == [(1, "fp16"), (1, "fp32")]
 
 
 # --- preprocessor arms ------------------------------------------------------------------------------
@@ -149,8 +149,8 @@ def test_every_preprocessor_arm_is_planned_and_a_missing_header_collapses_none(t
     # each arm its variant: the two classes found (their Process lifted, OT102) and the
     # class of the arm whose header is absent, measured at its call
     assert [(d, label) for d, label, _ in tree(plan)] == [
-        (1, "group-loop"), (2, "group-loop new0"), (2, "group-loop new1"), (2, "group-loop new2"),
-        (1, "group-loop"), (2, "group-loop old0"), (2, "group-loop old1"), (2, "group-loop old2"),
+        (1, "group"), (2, "group new0"), (2, "group new1"), (2, "group new2"),
+        (1, "group"), (2, "group old0"), (2, "group old1"), (2, "group old2"),
         (1, "process")]
     assert any(h == "arch22/impl.h" for _, _, h in plan.analysis.includes.missing)
 
@@ -183,7 +183,7 @@ def test_a_sibling_operators_header_is_found_and_measured_at_the_call_site(tmp_p
     assert [(path.name, found) for path, _, _, found in plan.analysis.includes.searched] == \
         [("rms_norm_v2.cpp", sibling_header)]
     # its time is measured where v2 calls it; no point goes into the file v1 compiles
-    assert tree(plan) == [(1, "rms-norm-kernel", "rms_norm_v2.cpp:6")]
+    assert tree(plan) == [(1, "rms-norm", "rms_norm_v2.cpp:6")]
     assert "defined outside the operator directory" in plan.root.children[0].notes[0]
 
 
@@ -264,15 +264,15 @@ def test_a_macro_that_runs_the_kernel_class_is_seen_through(tmp_path: Path) -> N
     plan = plan_operator(root / "ops/mac")
     # each macro call reaches its own class; the class level is lifted (OT102)
     assert [(d, label) for d, label, _ in tree(plan)] == [
-        (1, "group-loop"), (2, "group-loop wide0"), (2, "group-loop wide1"), (2, "group-loop wide2"),
-        (1, "group-loop"), (2, "group-loop narrow0"), (2, "group-loop narrow1"), (2, "group-loop narrow2")]
+        (1, "group"), (2, "group wide0"), (2, "group wide1"), (2, "group wide2"),
+        (1, "group"), (2, "group narrow0"), (2, "group narrow1"), (2, "group narrow2")]
     before = snapshot(root)
     assert runner.invoke(app, ["apply", str(root / "ops/mac"), "--write"]).exit_code == 0
     entry = (root / "ops/mac/op_kernel/mac.cpp").read_text()
     # nothing inside the macro's text (every call shares it), points in the classes
     macro = before["ops/mac/op_kernel/mac.cpp"].decode().split("#define")[1].split("extern")[0]
     assert "#define" + macro in entry
-    assert (root / "ops/mac/op_kernel/mac_kernels.h").read_text().count('"group-loop", "B"') == 2
+    assert (root / "ops/mac/op_kernel/mac_kernels.h").read_text().count('"group", "B"') == 2
     check = runner.invoke(app, ["check", str(root / "ops/mac"), "--format", "json"])
     assert '"severity": "error"' not in check.stdout, check.stdout
     assert runner.invoke(app, ["strip", str(root / "ops/mac"), "--write"]).exit_code == 0

@@ -1,0 +1,94 @@
+"""Plans of our MoE fixtures against trees written by hand before the planner ran on them
+(fixtures/<name>/expected_tree.txt): labels, nesting, core types, placement and index.
+
+The expected trees are the review artefact of issue 13: a performance engineer's tree for
+each fixture. A change in the planner that alters one must change the file, in review.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from optrace.engine.model import Region
+from optrace.pipeline.plan import plan_operator
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+
+CASES = {
+    "moe_pipeline": FIXTURES / "moe_pipeline" / "fused_moe_pipeline",
+}
+
+
+def expected_lines(name: str) -> list[str]:
+    text = (FIXTURES / name / "expected_tree.txt").read_text(encoding="utf-8")
+    return [ln.rstrip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+
+
+def tree_lines(region: Region, op_dir: Path, indent: str = "") -> list[str]:
+    anchor = region.anchor
+    assert anchor is not None
+    where = f"{anchor.path.resolve().relative_to(op_dir.resolve()).as_posix()}:{anchor.line}"
+    bits = [f"{indent}{region.label}", f"[{'+'.join(sorted(region.cores))}]",
+            "inside" if anchor.inside else "around", where]
+    if region.index_var:
+        bits.append(f"index={region.index_var}")
+    out = [" ".join(bits)]
+    for child in region.children:
+        out += tree_lines(child, op_dir, indent + "  ")
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_plan_equals_expected_tree(name: str) -> None:
+    op_dir = CASES[name]
+    plan = plan_operator(op_dir)
+    got = tree_lines(plan.root, op_dir)
+    assert got == expected_lines(name), "\n".join(got)
+
+
+def test_own_points_never_sit_in_a_tile_loop_and_strip_restores(tmp_path: Path) -> None:
+    """apply -> check (no OT408: optrace's points are never inside a tile loop; every
+    handshake bracketed) -> the instrumented tree plans and lints as the original ->
+    strip gives the original bytes back."""
+    from typer.testing import CliRunner
+
+    from optrace.cli import app
+
+    repo = tmp_path / "repo"
+    shutil.copytree(FIXTURES / "moe_pipeline", repo)
+    op = repo / "fused_moe_pipeline"
+    before = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()}
+    runner = CliRunner()
+    assert runner.invoke(app, ["apply", str(op), "--write"]).exit_code == 0
+    applied = repo / "fused_moe_pipeline/op_kernel/comm/token_dispatch.h"
+    text = applied.read_text()
+    # the split function: send-counts around the sends, wait-counts around the spin
+    assert text.index('"dispatch aiv send-counts", "B"') < text.index("rankIdx = 0")
+    assert text.index("PipeBarrier<PIPE_ALL>") < text.index('"dispatch aiv send-counts", "E"')
+    assert text.index('"dispatch aiv wait-counts", "B"') < text.index("while (readyRanks")
+    checked = runner.invoke(app, ["check", str(op)])
+    assert checked.exit_code == 0 and "OT408" not in checked.output + checked.stderr
+    lint = plan_operator(op).lint
+    assert lint["points_in_tile_loops"] == 0 and lint["unbracketed_handshakes"] == []
+    assert runner.invoke(app, ["strip", str(op), "--write"]).exit_code == 0
+    after = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file() and ".optrace" not in p.parts}
+    assert after == before  # (.optrace/ holds apply's own bookkeeping, not sources)
+
+
+def test_lint_figures_of_the_fixture() -> None:
+    lint = plan_operator(CASES["moe_pipeline"]).lint
+    assert lint == {
+        "points_in_tile_loops": 0,
+        "longest_label": "swiglu aiv group notify-gmm2",
+        "longest_label_length": 28,
+        "same_span_levels": 0,
+        "setup_share": 0.04,  # `init` of 28 regions
+        "phases_dropped": 0,
+        "phases_dropped_while_setup_kept": 0,
+        "unbracketed_handshakes": [],
+        "handshakes_not_bracketed": 0,
+    }
