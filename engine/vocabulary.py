@@ -73,11 +73,12 @@ TRACE_POINT_CALL = rb'TRACE_POINT\s*\(\s*"((?:[^"\\\n]|\\.)*)"\s*,\s*"([^"\n]*)"
 @lru_cache(maxsize=256)
 def launch_pattern(op_name: str) -> re.Pattern[bytes]:
     """A launch of the op: `EXEC_NPU_CMD(aclnn<Op>, ...)` (the op in any spelling, `_V2`
-    variants too; group 1 the macro) or `EXEC_KERNEL_CMD(<op>, ...)` (group 2)."""
+    variants too, and ops-nn torch extensions' `ACLNN_CMD` of the same shape; group 1
+    the macro) or `EXEC_KERNEL_CMD(<op>, ...)` (group 2)."""
     camel = op_name_pattern(op_name)
     op = re.escape(op_name.encode())
-    return re.compile(rb"\b(EXEC_NPU_CMD(?:_V\d+)?)\s*\(\s*aclnn" + camel + rb"\b|\b(EXEC_KERNEL_CMD)\s*\(\s*"
-                      + op + rb"\b")
+    return re.compile(rb"\b(EXEC_NPU_CMD(?:_V\d+)?|ACLNN_CMD)\s*\(\s*aclnn" + camel
+                      + rb"\b|\b(EXEC_KERNEL_CMD)\s*\(\s*" + op + rb"\b")
 
 
 # A library block that defines schemas (`m.def(...)`): TORCH_LIBRARY, _FRAGMENT, _EXPAND.

@@ -131,6 +131,15 @@ class RegistrationLayer(FileLayer):
             except InputError as exc:
                 ev.append(Evidence(path, exc.diagnostic.line, exc.diagnostic.message, False))
                 continue
+            if not strings and b"PYBIND11_MODULE" in data:
+                # A pybind11 binding has no schema: the bound function's own return type
+                # (the adapter's, checked there) is what Python receives.
+                for name in names:
+                    m = re.search(rb'\.def\s*\(\s*"' + re.escape(name.encode()) + rb'"', data)
+                    if m is not None:
+                        ev.append(Evidence(path, data.count(b"\n", 0, m.start()) + 1,
+                                           f"pybind11 binds `{name}`: no schema, the adapter's return "
+                                           "type is what Python gets"))
             for s in strings:
                 if returns_list(s.schema):
                     ev.append(Evidence(path, s.line, "schema returns Tensor[]: the list carries the buffer"))

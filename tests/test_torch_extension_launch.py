@@ -1,0 +1,53 @@
+"""A torch extension in the operator's own folder (ops-nn layout): the adapter launches
+through `ACLNN_CMD(aclnn<Op>, ...)` and pybind11 binds it with `m.def` (no schema)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from layer_snippets import make_repo
+from typer.testing import CliRunner
+
+from optrace.cli import app
+
+runner = CliRunner()
+
+ADAPTER = "ops/demo_op/torch_extension/csrc/demo_op.cpp"
+ADAPTER_TEXT = """\
+#include <torch/extension.h>
+#include "aclnn_common.h"
+
+at::Tensor demo_op(const at::Tensor &x, double scale)
+{
+    at::Tensor y = at::empty_like(x);
+    float s = static_cast<float>(scale);
+    ACLNN_CMD(aclnnDemoOp, x, y, s);
+    return y;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
+{
+    m.def("demo_op", &demo_op, "demo op");
+}
+"""
+OPDEF = ("ops/demo_op/op_host/demo_op_def.cpp",
+         'class DemoOp : public OpDef {\n    DemoOp(const char *n) : OpDef(n) {\n'
+         '        this->Input("x").DataType({DT_FLOAT});\n'
+         '        this->Output("y").DataType({DT_FLOAT});\n    }\n};\n')
+
+
+def test_an_aclnn_cmd_adapter_and_a_pybind_binding_carry_the_buffer(tmp_path: Path) -> None:
+    op = make_repo(tmp_path, {ADAPTER: ADAPTER_TEXT, OPDEF[0]: OPDEF[1]})
+    root = op.parent.parent
+    plan = json.loads(runner.invoke(app, ["plan", str(op), "--format", "json"]).stdout)["operators"][0]
+    assert [h["file"] for h in plan["layers"]["torch_adapter"]] == [ADAPTER]
+    assert runner.invoke(app, ["apply", str(op), "--write"]).exit_code == 0
+    text = (root / ADAPTER).read_text()
+    assert "ACLNN_CMD(aclnnDemoOp, x, y, s/*optrace<*/, profilingData/*>optrace*/);" in text
+    check = json.loads(runner.invoke(app, ["check", str(op), "--format", "json", "--no-compile"]).stdout)
+    g2 = next(g for g in check["operators"][0]["gates"] if g["gate"] == "G2")
+    assert g2["status"] == "pass", g2
+    assert any("pybind11 binds `demo_op`" in e["note"] for e in g2["evidence"])
+    assert runner.invoke(app, ["strip", str(op), "--write"]).exit_code == 0
+    assert (root / ADAPTER).read_text() == ADAPTER_TEXT
