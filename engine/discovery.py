@@ -105,8 +105,10 @@ def resolve_operator_dir(op_dir: Path) -> Path:
         raise InputError(Diagnostic("OT001", "operator directory does not exist", op_dir, 0,
                                     Severity.ERROR)) from None
     if not resolved.is_dir():
-        raise InputError(Diagnostic("OT001", "operator directory does not exist", op_dir, 0,
-                                    Severity.ERROR))
+        # A file given where a directory is expected (`plan kernel.cpp`): say that, since
+        # "does not exist" sends the user looking for a typo in a path that is right.
+        raise InputError(Diagnostic("OT001", "not a directory: give the operator directory "
+                                    "(the folder holding op_kernel/)", op_dir, 0, Severity.ERROR))
     return resolved
 
 
@@ -346,9 +348,9 @@ def _matching_paren(code: bytes, open_at: int) -> int:
 def discover(op_dir: Path, repo_root: Path, config: Config) -> Layers:
     """Classify the operator's files into layers; raises InputError without an entry."""
     if not op_dir.is_dir():
-        raise InputError(
-            Diagnostic("OT001", "operator directory does not exist", op_dir, 0, Severity.ERROR)
-        )
+        what = ("not a directory: give the operator directory (the folder holding op_kernel/)"
+                if op_dir.exists() else "operator directory does not exist")
+        raise InputError(Diagnostic("OT001", what, op_dir, 0, Severity.ERROR))
     if "entry" not in config.layers:
         refuse_parent_of_operators(op_dir)
     op_name = op_dir.name

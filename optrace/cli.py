@@ -29,13 +29,28 @@ EXIT_OK, EXIT_FINDINGS, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
+    rich_markup_mode=None,
     help="Instrument Ascend (CANN / AscendC) operators with trace points, and turn what the "
     "device records into Chrome / Perfetto traces.",
 )
 
 
+def _show_version(value: bool) -> None:
+    if value:
+        from optrace import __version__
+
+        typer.echo(f"optrace {__version__}")
+        raise typer.Exit(EXIT_OK)
+
+
 @app.callback()
-def _root(ctx: typer.Context) -> None:
+def _root(
+    ctx: typer.Context,
+    version: Annotated[
+        bool, typer.Option("--version", is_eager=True, callback=_show_version,
+                           help="Print optrace's version and exit.")
+    ] = False,
+) -> None:
     """optrace: instrument Ascend operators with trace points."""
     # --trust-config holds for one command: off before it, and off again once it ended
     # (several commands may run in one process: tests, library callers).
@@ -572,10 +587,16 @@ def check(
     `processing`, B/E pairing and nesting (every exit path), the profiling_data parameter,
     and whether the code optrace inserted compiles (libclang against the AscendC host stub).
     Each operator's summary says whether profiling is compiled in. Exit 1 on errors."""
+    _trust(trust_config)
+    raise typer.Exit(_check_command(op_dirs, repo_root, fmt, output, strict, compile_safety, jobs))
+
+
+def _check_command(op_dirs: list[Path], repo_root: Path | None, fmt: CheckFormat, output: Path | None,
+                   strict: bool, compile_safety: bool, jobs: int | None) -> int:
+    """The body of `check` (and of `pre-commit`, on the operators the files map to)."""
     from optrace.engine.diagnostics import Severity
     from optrace.pipeline.check_output import render_check_text, sarif_document
 
-    _trust(trust_config)
     code = EXIT_OK
     reports = []
     jobs_ = [(op_dir, repo_root, compile_safety) for op_dir in op_dirs]
@@ -596,7 +617,43 @@ def check(
     else:
         rendered = json.dumps(sarif_document(reports, strict), indent=2) + "\n"
     _emit(rendered, output)
-    raise typer.Exit(code)
+    return code
+
+
+@app.command("pre-commit")
+def pre_commit(
+    files: Annotated[
+        list[Path] | None,
+        typer.Argument(help="Staged files, as pre-commit passes them (after `--`, so a name "
+                       "starting with `-` stays a file)."),
+    ] = None,
+    repo_root: Annotated[
+        Path | None,
+        typer.Option(help="Repository the files belong to (default: the one holding the "
+                     "current directory)."),
+    ] = None,
+    fmt: Annotated[CheckFormat, typer.Option("--format", help="text, json or sarif.")] = CheckFormat.text,
+    strict: Annotated[bool, typer.Option("--strict", help="Warnings count as errors.")] = False,
+    compile_safety: Annotated[
+        bool, typer.Option(" /--no-compile", help="Skip the libclang compile-safety pass.")
+    ] = True,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help=_JOBS_HELP)] = None,
+    trust_config: Annotated[bool, typer.Option("--trust-config", help=_TRUST_HELP)] = False,
+) -> None:
+    """Run `check` on the operators the given files belong to: a file inside an operator
+    directory belongs to it; any other file (pybind, a sample, the build script, a wrapper
+    elsewhere) to every operator whose plan lists it. No operator: nothing runs, exit 0.
+    This is what the `optrace-check` pre-commit hook calls."""
+    from optrace.pipeline.pre_commit import operators_for_files, repository_of
+
+    _trust(trust_config)
+    cwd = Path.cwd()
+    root = repository_of(cwd, repo_root)
+    staged = operators_for_files(list(files or []), root, cwd)
+    op_dirs = staged.sorted_operators()
+    if not op_dirs:
+        raise typer.Exit(EXIT_OK)
+    raise typer.Exit(_check_command(op_dirs, repo_root, fmt, None, strict, compile_safety, jobs))
 
 
 @app.command()
