@@ -55,6 +55,8 @@ _GLOBAL_RE = re.compile(rb"\b__global__\b")
 # What makes a shell / CMake script the kernels' build script.
 _BUILD_RE = re.compile(rb"op_kernel|ascend_kernels|msopgen|op_host|ascendc_library|ascendc", re.I)
 _AICORE_RE = re.compile(rb"\b__aicore__\b")
+# The first line of the device runtime block apply inserts (codemods/runtime_block.py).
+_RUNTIME_BLOCK_RE = re.compile(rb"// optrace-runtime-block v\d+")
 
 
 @dataclass(frozen=True)
@@ -403,10 +405,17 @@ def discover(op_dir: Path, repo_root: Path, config: Config) -> Layers:
             continue
         name = path.name.lower()
         code = blank_comments(data)
-        if (name.endswith("_base.h") and "op_kernel" in path.parts) or (
-            name.endswith("_base.h") and layers.kernel_dir and layers.kernel_dir in path.parents
-        ):
-            put("base_header", path, None, None, "kernel base header")
+        if name.endswith("_base.h") and ("op_kernel" in path.parts or (
+            layers.kernel_dir is not None and layers.kernel_dir in path.parents
+        )):
+            # Only the operator's own `<op>_base.h` is its base header — or a `*_base.h`
+            # already holding the runtime block (a second block would redefine it). A
+            # vendored sub-kernel's `other_base.h` the entry happens to include is shared
+            # by unrelated files: the block must not spread to them (issue 12 §3).
+            if _RUNTIME_BLOCK_RE.search(data):
+                put("base_header", path, None, None, "holds the runtime block")
+            elif same_op(path.name[: -len("_base.h")], op_name):
+                put("base_header", path, None, None, "kernel base header")
         if re.search(rb"\bOpDef\b", code) and re.search(rb"this->\s*(Input|Output|Attr|AICore)\s*\(", code):
             put("op_def", path, code, rb"this->\s*Output\s*\(", "OpDef outputs")
         if re.search(rb"InferShape|IMPL_OP_INFERSHAPE|InferDataType", code) and not name.endswith(".h"):
@@ -416,6 +425,9 @@ def discover(op_dir: Path, repo_root: Path, config: Config) -> Layers:
         if name.startswith("aclnn_") or re.search(rb"aclnnInner" + camel, code):
             if "op_kernel" not in path.parts:
                 put("aclnn", path, code, rb"aclnn(?:Inner)?" + camel, "aclnn wrapper")
+
+    # A header already holding the block first (upgraded in place), then the op's own.
+    layers.found.get("base_header", []).sort(key=lambda f: f.detail != "holds the runtime block")
 
     # --- the rest of the repository, by op name ------------------------------------------
     _search_repository(layers, op_dir, put)
