@@ -462,31 +462,107 @@ def _kernel_dir(entry: Path, op_dir: Path) -> Path:
     return entry.parent
 
 
+# A function definition's head: its name, the parameter list, then the body's `{`.
+_FN_HEAD_RE = re.compile(rb"([A-Za-z_]\w*)\s*\([^;{}]*\)\s*(?:const\b\s*)?(?:noexcept\b\s*)?"
+                         rb"(?:->[^;{}]*)?\{")
+_NOT_FUNCTIONS = frozenset({b"if", b"for", b"while", b"switch", b"catch", b"return", b"sizeof", b"defined"})
+# `m.impl("name", &fn)` (the rule codemods/torch_adapter.py's `torch_names` follows).
+_IMPL_RE = re.compile(rb'\.\s*impl\s*\(\s*"(?:\w+::)?(\w+)(?:\.\w+)?"\s*,[^;]*?&?\s*([A-Za-z_][\w:]*)\s*\)')
+
+
+def _enclosing_function(code: bytes, at: int) -> str | None:
+    """The name of the innermost function definition whose body holds offset `at`."""
+    name = None
+    for m in _FN_HEAD_RE.finditer(code, 0, at):
+        if m.group(1) in _NOT_FUNCTIONS:
+            continue
+        close = _matching_brace(code, m.end() - 1)
+        if close < 0 or close > at:
+            name = decode(m.group(1))
+    return name
+
+
+def _matching_brace(code: bytes, open_at: int) -> int:
+    depth = 0
+    for i in range(open_at, len(code)):
+        c = code[i]
+        if c == 0x7B:
+            depth += 1
+        elif c == 0x7D:
+            depth -= 1
+            if depth == 0:
+                return i
+    return -1
+
+
+def _torch_names(index: RepoIndex, op_name: str, launchers: set[str]) -> list[str]:
+    """The op's names on the torch side: its own, and every name registered
+    (`m.impl("name", &fn)`) for a function that launches it — `moe_combine_prefill` for
+    the adapter launching `moe_combine_normal`. Then the registration, the schema, the
+    Meta registration and the Python callers are found under those names too."""
+    names = [op_name]
+    if not launchers:
+        return names
+    for path in index.mentioning(*[n.encode() for n in launchers]):
+        data = _read(path)
+        if data is None or path.suffix.lower() not in CPP_EXTS:
+            continue
+        for m in _IMPL_RE.finditer(blank_comments(data)):
+            name, fn = decode(m.group(1)), decode(m.group(2)).split("::")[-1]
+            if fn in launchers and name not in names:
+                names.append(name)
+    return names
+
+
+def _names_alternation(names: list[str]) -> bytes:
+    return rb"(?:" + rb"|".join(re.escape(n.encode()) for n in names) + rb")"
+
+
 def _search_repository(layers: Layers, op_dir: Path, put: object) -> None:
     """Torch adapter, registration, aclnn outside the op dir, build script, callers,
-    Python fakes and torchair converters."""
+    Python fakes and torchair converters — wherever they live in the repository (a
+    sibling operator's directory included), under the op's name or its torch names."""
     assert callable(put)
     op = layers.op_name.encode()
     camel = op_name_pattern(layers.op_name)  # any spelling (acronyms, case)
-    op_word = re.compile(rb"\b" + camel + rb"\b")  # the op named in any spelling
     exec_re = re.compile(
         rb"EXEC_NPU_CMD(?:_V\d+)?\s*\(\s*aclnn" + camel + rb"\b|EXEC_KERNEL_CMD\s*\(\s*" + op + rb"\b"
     )
-    reg_re = re.compile(rb"\bTORCH_LIBRARY(?:_FRAGMENT|_EXPAND|_IMPL)?\s*\(|PYBIND11_MODULE\s*\(")
-    call_re = re.compile(rb"\.\s*" + re.escape(op) + rb"\s*\(")
-    # Fakes name the op as a string ("ns::op", "op" for lib.impl) or as torch.ops.ns.op.
-    op_ref = (rb"(?:['\"](?:\w+::)?" + re.escape(op) + rb"(?:\.\w+)?['\"]|\btorch\.ops\.\w+\."
-              + re.escape(op) + rb"\b)")
-    fake_re = re.compile(rb"\b(?:register_fake|impl_abstract)\s*\(\s*" + op_ref
-                         + rb"|\bimpl\s*\([^)]*" + op_ref + rb"[^)]*['\"]Meta['\"]")
-    converter_re = re.compile(rb"\bregister_fx_node_ge_converter\s*\(\s*torch\.ops\.\w+\." + re.escape(op)
-                              + rb"\b")
     index = repo_index(layers.repo_root)
     for path in index.build_scripts():
         put("build_script", path, _read(path), _BUILD_RE.pattern, "copies / builds the kernels")
     spelled = layers.camel.encode()  # the index is lower case: one spelling finds them all
     candidates = index.mentioning(op, spelled, b"aclnn" + spelled, b"aclnn_" + op,
                                   b"aclnnInner" + spelled + b"GetWorkspaceSize")
+    # The adapters' launching functions first: the names torch registers them under are
+    # the op's names for the registration, fake and caller searches below.
+    launchers: set[str] = set()
+    for path in candidates:
+        if path.suffix.lower() not in CPP_EXTS or "op_kernel" in path.parts:
+            continue
+        data = _read(path)
+        code = blank_comments(data) if data is not None else b""
+        for m in exec_re.finditer(code):
+            fn = _enclosing_function(code, m.start())
+            if fn is not None:
+                launchers.add(fn)
+    names = _torch_names(index, layers.op_name, launchers)
+    if len(names) > 1:  # files naming only a torch name join, in the index's order
+        candidates = index.mentioning(op, spelled, b"aclnn" + spelled, b"aclnn_" + op,
+                                      b"aclnnInner" + spelled + b"GetWorkspaceSize",
+                                      *[n.encode() for n in names[1:]])
+    any_name = _names_alternation(names)
+    # The op named in any spelling, or one of its torch names, as a whole word.
+    op_word = re.compile(rb"\b(?:" + camel + rb"|" + any_name + rb")\b")
+    reg_re = re.compile(rb"\bTORCH_LIBRARY(?:_FRAGMENT|_EXPAND|_IMPL)?\s*\(|PYBIND11_MODULE\s*\(")
+    call_re = re.compile(rb"\.\s*" + any_name + rb"\s*\(")
+    # Fakes name the op as a string ("ns::op", "op" for lib.impl) or as torch.ops.ns.op.
+    op_ref = (rb"(?:['\"](?:\w+::)?" + any_name + rb"(?:\.\w+)?['\"]|\btorch\.ops\.\w+\."
+              + any_name + rb"\b)")
+    fake_re = re.compile(rb"\b(?:register_fake|impl_abstract)\s*\(\s*" + op_ref
+                         + rb"|\bimpl\s*\([^)]*" + op_ref + rb"[^)]*['\"]Meta['\"]")
+    converter_re = re.compile(rb"\bregister_fx_node_ge_converter\s*\(\s*torch\.ops\.\w+\." + any_name
+                              + rb"\b")
     for path in candidates:
         inside = op_dir in path.parents
         ext = path.suffix.lower()
