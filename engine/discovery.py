@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 from optrace.engine.config import Config
@@ -89,6 +90,30 @@ class Layers:
     def missing(self) -> list[str]:
         """Layers an operator needs and does not have (optional ones are not missing)."""
         return [k for k in LAYER_TITLES if not self.found.get(k) and k not in OPTIONAL_LAYERS]
+
+
+# Python callers are samples and tests (G4: they sync and save the buffer) when a folder
+# between the repository root and the file, or the file's name, says so; anything else
+# calling the op is library code (mode B: it unpacks the new output and nothing more).
+SAMPLE_DIRS = frozenset({"tests", "test", "examples", "example", "samples", "sample"})
+SAMPLE_NAMES = ("test_*.py", "*_test.py", "*_sample.py", "sample_*.py", "sample.py", "conftest.py")
+
+
+def is_sample_caller(path: Path, repo_root: Path, globs: Sequence[str] = ()) -> bool:
+    """A Python file calling the op is a sample / test (not library code): under a
+    `tests/`, `examples/`, `samples/` (or singular) folder of the repository, named
+    `test_*.py`, `*_test.py`, `*_sample.py`, `sample_*.py` or `sample.py`, or matching a
+    `samples` glob of the config."""
+    full = path.resolve()
+    try:
+        folders = full.relative_to(repo_root.resolve()).parts[:-1]
+    except ValueError:  # outside the repository (a configured layer file): its name decides
+        folders = ()
+    if any(part.lower() in SAMPLE_DIRS for part in folders):
+        return True
+    if any(fnmatchcase(full.name.lower(), pattern) for pattern in SAMPLE_NAMES):
+        return True
+    return any(fnmatchcase(full.as_posix(), glob) for glob in globs)
 
 
 def camel_case(op_name: str) -> str:
@@ -430,7 +455,7 @@ def discover(op_dir: Path, repo_root: Path, config: Config) -> Layers:
     layers.found.get("base_header", []).sort(key=lambda f: f.detail != "holds the runtime block")
 
     # --- the rest of the repository, by op name ------------------------------------------
-    _search_repository(layers, op_dir, put)
+    _search_repository(layers, op_dir, put, config.sample_globs)
 
     for key, paths in config.layers.items():
         if key == "entry":
@@ -518,7 +543,7 @@ def _names_alternation(names: list[str]) -> bytes:
     return rb"(?:" + rb"|".join(re.escape(n.encode()) for n in names) + rb")"
 
 
-def _search_repository(layers: Layers, op_dir: Path, put: object) -> None:
+def _search_repository(layers: Layers, op_dir: Path, put: object, sample_globs: Sequence[str] = ()) -> None:
     """Torch adapter, registration, aclnn outside the op dir, build script, callers,
     Python fakes and torchair converters — wherever they live in the repository (a
     sibling operator's directory included), under the op's name or its torch names."""
@@ -592,7 +617,9 @@ def _search_repository(layers: Layers, op_dir: Path, put: object) -> None:
                 put("aclnn", path, code, rb"aclnn(?:Inner)?" + camel, "aclnn wrapper (outside op dir)")
         elif ext == ".py":
             if call_re.search(data):
-                put("python_callers", path, data, call_re.pattern, "calls the op")
+                sample = is_sample_caller(path, layers.repo_root, sample_globs)
+                put("python_callers", path, data, call_re.pattern,
+                    "calls the op" if sample else "library code calling the op: unpack only")
             if fake_re.search(data):
                 put("python_fakes", path, data, fake_re.pattern, "fake / Meta impl of the op")
             if converter_re.search(data):

@@ -72,7 +72,7 @@ from optrace.codemods.torch_adapter import launches, torch_names
 from optrace.codemods.torch_schema import returns_list
 from optrace.engine.analysis import Analysis
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity, display_path
-from optrace.engine.discovery import Layers
+from optrace.engine.discovery import Layers, is_sample_caller
 
 PASS = "pass"
 FAIL = "fail"
@@ -239,9 +239,20 @@ def gate_g1(analysis: Analysis, mode: str) -> GateResult:
                  "the point map does not come from the build that compiles the kernels")
 
 
+def _callers(analysis: Analysis) -> tuple[list[Path], list[Path]]:
+    """The op's Python callers: (samples and tests, library code) — only samples sync and
+    save the buffer; library code unpacks it and nothing more (codemods/python_callers.py)."""
+    samples: list[Path] = []
+    library: list[Path] = []
+    root, globs = analysis.layers.repo_root, analysis.config.sample_globs
+    for path in caller_files(analysis.layers):
+        (samples if is_sample_caller(path, root, globs) else library).append(path)
+    return samples, library
+
+
 def _collector_link(analysis: Analysis, mode: str) -> list[Evidence]:
     """The callers hand the map to save_profiling_data, which copies it beside the ranks."""
-    callers = caller_files(analysis.layers)
+    callers = _callers(analysis)[0]
     if not callers or mode != "B":
         return [Evidence(None, 0, "collector: `optrace collect DIR --point-map <out>/point_map.json`")]
 
@@ -283,6 +294,10 @@ def gate_g2(analysis: Analysis, mode: str) -> GateResult:
         _g2_tiling(analysis, index, ev)
     _g2_aclnn(analysis, ev)
     _g2_torch(analysis, mode, kernel_pos, ev)
+    if mode == "B":
+        torch_ops = set(torch_names(analysis.layers))
+        for path in _callers(analysis)[1]:
+            _g2_library_caller(path, torch_ops, ev)
     return _gate("G2", ev, "profiling_data is the last output in every layer the operator has",
                  "profiling_data is not in the same (last) position in every layer")
 
@@ -534,7 +549,7 @@ def _python_na(analysis: Analysis, mode: str) -> str | None:
     if not layers.found.get("torch_adapter") and not layers.found.get("registration"):
         return "no torch layer"
 
-    if not caller_files(layers):
+    if not _callers(analysis)[0]:
         return "no Python samples / tests call the op"
     if mode != "B":
         return "mode A: profiling_data does not reach Python"
@@ -549,7 +564,7 @@ def gate_g4_g5(analysis: Analysis, mode: str) -> tuple[GateResult, GateResult]:
     ev5: list[Evidence] = []
 
     names = set(torch_names(analysis.layers))
-    for path in caller_files(analysis.layers):
+    for path in _callers(analysis)[0]:
         _python_file(path, names, ev4, ev5)
     g4 = _gate("G4", ev4, "every call is followed by a device sync, then save_profiling_data",
                "a call of the op does not sync and save its profiling buffer")
@@ -560,6 +575,56 @@ def gate_g4_g5(analysis: Analysis, mode: str) -> tuple[GateResult, GateResult]:
         g5 = _gate("G5", ev5, "profiling paths are absolute before any worker starts",
                    "a worker may start with relative profiling paths")
     return g4, g5
+
+
+def _g2_library_caller(path: Path, op_names: set[str], ev: list[Evidence]) -> None:
+    """Library code calling the op (mode B): each call's statement, or the line after it,
+    takes the extra output as `profiling_data`, so the library's own callers see the old
+    outputs. Calls inside a lambda or comprehension are left as they are, as apply does."""
+    data = _read(path)
+    try:
+        module = cst.parse_module(data)
+    except cst.ParserSyntaxError as exc:
+        ev.append(Evidence(path, exc.raw_line, f"Python syntax error: {exc.message}", False))
+        return
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    pos = wrapper.resolve(PositionProvider)
+    calls: list[tuple[int, int]] = []
+    deferred = [0]
+
+    class Visitor(cst.CSTVisitor):
+        def visit_Lambda(self, node: cst.Lambda) -> None:
+            deferred[0] += 1
+
+        def leave_Lambda(self, original_node: cst.Lambda) -> None:
+            deferred[0] -= 1
+
+        def visit_GeneratorExp(self, node: cst.GeneratorExp) -> None:
+            deferred[0] += 1
+
+        def leave_GeneratorExp(self, original_node: cst.GeneratorExp) -> None:
+            deferred[0] -= 1
+
+        def visit_ListComp(self, node: cst.ListComp) -> None:
+            deferred[0] += 1
+
+        def leave_ListComp(self, original_node: cst.ListComp) -> None:
+            deferred[0] -= 1
+
+        def visit_Call(self, node: cst.Call) -> None:
+            if isinstance(node.func, cst.Attribute) and node.func.attr.value in op_names and not deferred[0]:
+                calls.append((pos[node].start.line, pos[node].end.line))
+
+    wrapper.visit(Visitor())
+    lines = data.split(b"\n")
+    for start, end in calls:
+        # The unpack sits on the call's own lines (`a, b, profiling_data = op(...)`, a hoisted
+        # `*_optrace_outputs, profiling_data = op(...)`) or right after (`out, profiling_data = ...`).
+        text = b"\n".join(lines[start - 1 : end + 1])
+        ok = re.search(rb"\b(?:optrace_)?profiling_data\b", text) is not None
+        ev.append(Evidence(path, start, "library code: unpacks profiling_data (no sync / save: not a sample)"
+                           if ok else "library code: the op's extra output profiling_data is not unpacked "
+                           "here: this call returns one more value than its code expects", ok))
 
 
 def _starts_workers(name: str) -> bool:

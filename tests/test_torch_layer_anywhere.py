@@ -43,7 +43,8 @@ def test_the_plan_finds_every_piece_under_the_torch_name() -> None:
     files = {key: [f["file"] for f in found] for key, found in op["layers"].items()}
     assert files["torch_adapter"] == [LAUNCHER]  # in the sibling operator's op_host/
     assert files["registration"] == ["csrc/torch_binding.cpp", "csrc/torch_binding_meta.cpp"]
-    assert files["python_callers"] == ["examples/run_moe_gating_topk.py", "tests/test_moe_gating_topk.py"]
+    assert files["python_callers"] == ["bench/bench_gating.py", "examples/run_moe_gating_topk.py",
+                                       "python/fused_ops/router.py", "tests/test_moe_gating_topk.py"]
     assert files["python_fakes"] == ["python/fused_ops/abstract_impls.py"]
     assert op["mode"] == "B"
     # The sibling operator's own launcher is not this operator's.
