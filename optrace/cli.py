@@ -173,8 +173,6 @@ def _run_parallel(work: Callable[..., _T], jobs: list[tuple[Any, ...]], workers:
                   title: str) -> list[_T]:
     """Run `work(*job)` for every job in a process pool (each operator its own unit of
     failure), results in job order, with a progress bar on an interactive stderr."""
-    from rich.progress import Progress
-
     show = sys.stderr.isatty() and len(jobs) > 3
     results: list[_T | None] = [None] * len(jobs)
     pool = None
@@ -188,11 +186,17 @@ def _run_parallel(work: Callable[..., _T], jobs: list[tuple[Any, ...]], workers:
     else:
         futures = {pool.submit(work, *job): i for i, job in enumerate(jobs)}
         iterator = ((futures[f], f.result()) for f in as_completed(futures))
-    with Progress(transient=True, disable=not show) as progress:
-        task = progress.add_task(title, total=len(jobs))
+    if show:  # rich's import is a tenth of a one-operator check: only when a bar is drawn
+        from rich.progress import Progress
+
+        with Progress(transient=True) as progress:
+            task = progress.add_task(title, total=len(jobs))
+            for i, outcome in iterator:
+                results[i] = outcome
+                progress.advance(task)
+    else:
         for i, outcome in iterator:
             results[i] = outcome
-            progress.advance(task)
     if pool is not None:
         pool.shutdown()
     return [r for r in results if r is not None]

@@ -34,9 +34,7 @@ import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
+from typing import TYPE_CHECKING
 
 from optrace.codemods.aclnn import aclnn_files, workspace_lists, wrapper_names
 from optrace.codemods.autograd_wrappers import fixed_count, wrappers
@@ -50,7 +48,6 @@ from optrace.codemods.build_hook import (
     build_script,
     hook_command,
 )
-from optrace.codemods.graph_converters import converter_files, converters, output_names, the_call
 from optrace.codemods.infer import infer_functions
 from optrace.codemods.kernel_entry import PROFILING_ARG, _is_system, _param_name, _params, recorded_mode
 from optrace.codemods.layer_common import (
@@ -64,8 +61,6 @@ from optrace.codemods.layer_common import (
 )
 from optrace.codemods.op_def import opdef_file, parse_opdef
 from optrace.codemods.op_host_registry import INFER_DTYPE, INFER_SHAPE, unresolved
-from optrace.codemods.python_callers import PythonSource, caller_files
-from optrace.codemods.python_fakes import NUMEL_NAME, fake_files, fake_sites, own_returns
 from optrace.codemods.registration import registration_files, schema_strings
 from optrace.codemods.tiling import tiling_functions
 from optrace.codemods.torch_adapter import launches, torch_names
@@ -73,6 +68,21 @@ from optrace.codemods.torch_schema import returns_list
 from optrace.engine.analysis import Analysis
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity, display_path
 from optrace.engine.discovery import Layers, is_sample_caller
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+# The Python layers (callers, fakes, converters) are read with LibCST, imported only for an
+# operator that has such files: `check` runs on every commit (pre-commit), and LibCST's
+# import was a sixth of checking an operator without any (issue 12 §4).
+_PYTHON_LAYERS = ("python_callers", "python_fakes", "graph_converters")
+
+
+def _python_layers_absent(layers: Layers, key: str | None = None) -> bool:
+    """No Python file of the layer (`key`, else any of them) can exist: discovery found
+    none, and the op has no other torch name the codemods would search Python files by."""
+    keys = (key,) if key is not None else _PYTHON_LAYERS
+    return not any(layers.found.get(k) for k in keys) and torch_names(layers) == [layers.op_name]
 
 PASS = "pass"
 FAIL = "fail"
@@ -244,6 +254,10 @@ def _callers(analysis: Analysis) -> tuple[list[Path], list[Path]]:
     save the buffer; library code unpacks it and nothing more (codemods/python_callers.py)."""
     samples: list[Path] = []
     library: list[Path] = []
+    if _python_layers_absent(analysis.layers, "python_callers"):
+        return samples, library
+    from optrace.codemods.python_callers import caller_files
+
     root, globs = analysis.layers.repo_root, analysis.config.sample_globs
     for path in caller_files(analysis.layers):
         (samples if is_sample_caller(path, root, globs) else library).append(path)
@@ -463,6 +477,14 @@ def _g2_python(layers: object, names: list[str], expected: int | None, ev: list[
     """Python fakes / Meta impls and torchair converters return the op's outputs,
     profiling_data last (mode B)."""
     assert isinstance(layers, Layers)
+    if _python_layers_absent(layers, "python_fakes") and _python_layers_absent(layers, "graph_converters"):
+        return
+    import libcst as cst
+
+    from optrace.codemods.graph_converters import converter_files, converters, output_names, the_call
+    from optrace.codemods.python_callers import PythonSource
+    from optrace.codemods.python_fakes import NUMEL_NAME, fake_files, fake_sites, own_returns
+
     want = "" if expected is None else f" of {expected}"
     for path in fake_files(layers):
         try:
@@ -581,6 +603,9 @@ def _g2_library_caller(path: Path, op_names: set[str], ev: list[Evidence]) -> No
     """Library code calling the op (mode B): each call's statement, or the line after it,
     takes the extra output as `profiling_data`, so the library's own callers see the old
     outputs. Calls inside a lambda or comprehension are left as they are, as apply does."""
+    import libcst as cst
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
     data = _read(path)
     try:
         module = cst.parse_module(data)
@@ -633,6 +658,9 @@ def _starts_workers(name: str) -> bool:
 
 
 def _python_file(path: Path, op_names: set[str], ev4: list[Evidence], ev5: list[Evidence]) -> None:
+    import libcst as cst
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
     data = _read(path)
     try:
         module = cst.parse_module(data)
