@@ -21,8 +21,9 @@ from optrace.codemods.graph_converters import converter_files, graph_converter_e
 from optrace.codemods.infer import infer_edits
 from optrace.codemods.layer_common import sizes_header_content, sizes_header_path
 from optrace.codemods.op_def import op_def_edits, opdef_file
-from optrace.codemods.python_callers import caller_files, python_caller_edits
+from optrace.codemods.python_callers import python_caller_edits
 from optrace.codemods.python_fakes import fake_files, python_fake_edits
+from optrace.codemods.python_files import caller_files
 from optrace.codemods.registration import registration_changes
 from optrace.codemods.tiling import tiling_edits
 from optrace.codemods.torch_adapter import torch_adapter_edits

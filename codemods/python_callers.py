@@ -39,7 +39,7 @@ from __future__ import annotations
 import ast
 import base64
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,11 +55,12 @@ from optrace.codemods.layer_common import (
     input_error,
     marked_lines,
 )
+from optrace.codemods.python_files import caller_files
 from optrace.codemods.registration import registration_files, schema_strings
 from optrace.codemods.torch_adapter import adapter_functions, hand_instrumented, torch_names
 from optrace.codemods.torch_schema import returns_list
 from optrace.engine.diagnostics import InputError
-from optrace.engine.discovery import Layers, is_sample_caller, repo_index
+from optrace.engine.discovery import Layers, is_sample_caller
 from optrace.engine.edits import Edit, line_start, newline_of
 from optrace.engine.plan import Plan
 
@@ -442,26 +443,6 @@ def op_arity(layers: Layers) -> str:
 
 
 # --- the codemod ---------------------------------------------------------------------------
-
-
-def python_layer_files(layers: Layers, key: str,
-                       hint: Callable[[list[str]], re.Pattern[bytes]]) -> list[Path]:
-    """The files discovery found for the Python layer `key`, plus Python files that use the
-    op under one of its other torch names (`torch_names`) and match `hint(those names)`."""
-    files = [f.path for f in layers.found.get(key, [])]
-    extra = [n for n in torch_names(layers) if n != layers.op_name]
-    if extra:
-        pattern = hint(extra)
-        for path in repo_index(layers.repo_root).mentioning(*[n.encode() for n in extra]):
-            if path.suffix == ".py" and path not in files and pattern.search(path.read_bytes()):
-                files.append(path)
-    return files
-
-
-def caller_files(layers: Layers) -> list[Path]:
-    """Discovered callers, plus Python files calling the op under another torch name."""
-    return python_layer_files(layers, "python_callers", lambda names: re.compile(
-        rb"\.\s*(?:" + b"|".join(re.escape(n.encode()) for n in names) + rb")\s*\("))
 
 
 def mode_b_sources(plan: Plan, mode: str, files: Sequence[Path]) -> tuple[list[_Source], list[str]] | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -47,10 +47,13 @@ class HostCompile:
     skipped: list[tuple[Path, str]] = field(default_factory=list)
 
 
-def host_compile(files: list[Path], op_dir: Path) -> HostCompile:
+def host_compile(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[int]] | None = None
+                 ) -> HostCompile:
     """libclang (`-fsyntax-only`) errors of each file — read from a source's translation
     unit when it includes the file, else from the file's own — with include dirs = every
-    folder of the operator (`compile_tus`)."""
+    folder of the operator (`compile_tus`). `only_lines`: per file, the only lines whose
+    errors are wanted (check asks for the lines optrace inserted); others are skipped
+    before their message is read."""
     out = HostCompile()
     index = cindex.Index.create()
     all_files = list(walk_files(op_dir, CPP_EXTS))
@@ -81,7 +84,7 @@ def host_compile(files: list[Path], op_dir: Path) -> HostCompile:
         if not all(_utf8(str(a)) for a in args):
             out.skipped.extend((p, "a folder name is not UTF-8, which libclang cannot take") for p in files)
             return out
-        compile_tus(index, files, args, host_args, out)
+        compile_tus(index, files, args, host_args, out, only_lines)
     return out
 
 
@@ -93,7 +96,7 @@ def _is_kernel(path: Path) -> bool:
 
 
 def compile_tus(index: cindex.Index, files: list[Path], args: list[str], host_args: list[str],
-                out: HostCompile) -> None:
+                out: HostCompile, only_lines: Mapping[Path, set[int]] | None = None) -> None:
     """Parse as few translation units as reach every file: sources first, each read for
     the errors of every asked-for file it includes (with the same stub: kernel or host);
     a header no source reached is parsed on its own. Parsing each header of an include
@@ -136,14 +139,14 @@ def compile_tus(index: cindex.Index, files: list[Path], args: list[str], host_ar
             found = target(name)
             return found if found in reached else None
 
-        for where, err in _errors(tu, inside):
+        for where, err in _errors(tu, inside, only_lines):
             if err not in seen[where]:
                 seen[where].add(err)
                 out.errors[where].append(err)
 
 
-def _errors(tu: cindex.TranslationUnit, where: Callable[[str], Path | None]
-            ) -> Iterator[tuple[Path, HostError]]:
+def _errors(tu: cindex.TranslationUnit, where: Callable[[str], Path | None],
+            only_lines: Mapping[Path, set[int]] | None = None) -> Iterator[tuple[Path, HostError]]:
     """The translation unit's errors in the files `where` maps a name to. Straight on
     libclang's C API: a real operator yields tens of thousands of errors against the stub,
     and cindex's objects per diagnostic (location, file, name) were most of the time;
@@ -164,8 +167,9 @@ def _errors(tu: cindex.TranslationUnit, where: Callable[[str], Path | None]
         if key not in by_handle:
             by_handle[key] = where(lib.clang_getFileName(cindex.File(handle)))
         path = by_handle[key]
-        if path is not None:
-            yield path, HostError(line.value, column.value, lib.clang_getDiagnosticSpelling(diag))
+        if path is None or (only_lines is not None and line.value not in only_lines.get(path, ())):
+            continue
+        yield path, HostError(line.value, column.value, lib.clang_getDiagnosticSpelling(diag))
 
 
 def _utf8(text: str) -> bool:

@@ -29,6 +29,7 @@ error finding (`OT451`..`OT455`), so `optrace check` exits 1.
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -61,6 +62,7 @@ from optrace.codemods.layer_common import (
 )
 from optrace.codemods.op_def import opdef_file, parse_opdef
 from optrace.codemods.op_host_registry import INFER_DTYPE, INFER_SHAPE, unresolved
+from optrace.codemods.python_files import caller_files
 from optrace.codemods.registration import registration_files, schema_strings
 from optrace.codemods.tiling import tiling_functions
 from optrace.codemods.torch_adapter import launches, torch_names
@@ -70,19 +72,17 @@ from optrace.engine.diagnostics import Diagnostic, InputError, Severity, display
 from optrace.engine.discovery import Layers, is_sample_caller
 
 if TYPE_CHECKING:
-    import libcst as cst
+    pass
 
-# The Python layers (callers, fakes, converters) are read with LibCST, imported only for an
-# operator that has such files: `check` runs on every commit (pre-commit), and LibCST's
-# import was a sixth of checking an operator without any (issue 12 §4).
-_PYTHON_LAYERS = ("python_callers", "python_fakes", "graph_converters")
+# Python fakes and converters are read with LibCST, imported only for an operator that has
+# such files; callers are read with `ast`. `check` runs on every commit (pre-commit), and
+# LibCST's import was a sixth of checking an operator (issue 12 §4).
 
 
-def _python_layers_absent(layers: Layers, key: str | None = None) -> bool:
-    """No Python file of the layer (`key`, else any of them) can exist: discovery found
-    none, and the op has no other torch name the codemods would search Python files by."""
-    keys = (key,) if key is not None else _PYTHON_LAYERS
-    return not any(layers.found.get(k) for k in keys) and torch_names(layers) == [layers.op_name]
+def _python_layer_absent(layers: Layers, key: str) -> bool:
+    """No Python file of the layer can exist: discovery found none, and the op has no other
+    torch name the codemods would search Python files by."""
+    return not layers.found.get(key) and torch_names(layers) == [layers.op_name]
 
 PASS = "pass"
 FAIL = "fail"
@@ -254,10 +254,6 @@ def _callers(analysis: Analysis) -> tuple[list[Path], list[Path]]:
     save the buffer; library code unpacks it and nothing more (codemods/python_callers.py)."""
     samples: list[Path] = []
     library: list[Path] = []
-    if _python_layers_absent(analysis.layers, "python_callers"):
-        return samples, library
-    from optrace.codemods.python_callers import caller_files
-
     root, globs = analysis.layers.repo_root, analysis.config.sample_globs
     for path in caller_files(analysis.layers):
         (samples if is_sample_caller(path, root, globs) else library).append(path)
@@ -477,7 +473,7 @@ def _g2_python(layers: object, names: list[str], expected: int | None, ev: list[
     """Python fakes / Meta impls and torchair converters return the op's outputs,
     profiling_data last (mode B)."""
     assert isinstance(layers, Layers)
-    if _python_layers_absent(layers, "python_fakes") and _python_layers_absent(layers, "graph_converters"):
+    if _python_layer_absent(layers, "python_fakes") and _python_layer_absent(layers, "graph_converters"):
         return
     import libcst as cst
 
@@ -599,50 +595,79 @@ def gate_g4_g5(analysis: Analysis, mode: str) -> tuple[GateResult, GateResult]:
     return g4, g5
 
 
+@dataclass
+class _PythonFacts:
+    """What G2 (library code) and G4 / G5 (samples) read of a Python caller: line spans of
+    the op's calls, syncs, saves, worker starts, `expanduser().resolve()` calls and
+    functions. Read with the standard `ast` module (no LibCST import for `check`)."""
+
+    calls: list[tuple[int, int]] = field(default_factory=list)
+    syncs: list[int] = field(default_factory=list)
+    saves: list[tuple[int, int]] = field(default_factory=list)
+    spawns: list[int] = field(default_factory=list)
+    resolves: list[int] = field(default_factory=list)
+    functions: list[tuple[int, int]] = field(default_factory=list)
+
+
+def _dotted(node: ast.expr) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    return ""
+
+
+def _calls_expanduser(node: ast.expr) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr == "expanduser" for n in ast.walk(node))
+
+
+def _python_facts(path: Path, op_names: set[str], ev: list[Evidence]) -> _PythonFacts | None:
+    """The facts of one file; a syntax error is ✗ evidence (then None)."""
+    data = _read(path)
+    try:
+        tree = ast.parse(data, filename=str(path))
+    except (SyntaxError, ValueError) as exc:
+        line = getattr(exc, "lineno", None) or 0
+        ev.append(Evidence(path, line, f"Python syntax error: {getattr(exc, 'msg', exc)}", False))
+        return None
+    facts = _PythonFacts()
+
+    def visit(node: ast.AST, deferred: bool) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            facts.functions.append((start, node.end_lineno or node.lineno))
+        elif isinstance(node, ast.Call):
+            line, end = node.lineno, node.end_lineno or node.lineno
+            name = _dotted(node.func)
+            if isinstance(node.func, ast.Attribute) and node.func.attr in op_names:
+                if not deferred:  # a lambda's / comprehension's call runs later: not saved
+                    facts.calls.append((line, end))
+            elif name.endswith("synchronize"):
+                facts.syncs.append(line)
+            elif name.split(".")[-1] in ("save_profiling_data", "_optrace_save"):
+                facts.saves.append((line, end))
+            elif _starts_workers(name):
+                facts.spawns.append(line)
+            elif name.endswith("resolve") and _calls_expanduser(node.func):
+                facts.resolves.append(line)
+        inner = deferred or isinstance(node, (ast.Lambda, ast.GeneratorExp, ast.ListComp))
+        for child in ast.iter_child_nodes(node):
+            visit(child, inner)
+
+    visit(tree, False)
+    facts.calls.sort()
+    return facts
+
+
 def _g2_library_caller(path: Path, op_names: set[str], ev: list[Evidence]) -> None:
     """Library code calling the op (mode B): each call's statement, or the line after it,
     takes the extra output as `profiling_data`, so the library's own callers see the old
     outputs. Calls inside a lambda or comprehension are left as they are, as apply does."""
-    import libcst as cst
-    from libcst.metadata import MetadataWrapper, PositionProvider
-
-    data = _read(path)
-    try:
-        module = cst.parse_module(data)
-    except cst.ParserSyntaxError as exc:
-        ev.append(Evidence(path, exc.raw_line, f"Python syntax error: {exc.message}", False))
+    facts = _python_facts(path, op_names, ev)
+    if facts is None:
         return
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    pos = wrapper.resolve(PositionProvider)
-    calls: list[tuple[int, int]] = []
-    deferred = [0]
-
-    class Visitor(cst.CSTVisitor):
-        def visit_Lambda(self, node: cst.Lambda) -> None:
-            deferred[0] += 1
-
-        def leave_Lambda(self, original_node: cst.Lambda) -> None:
-            deferred[0] -= 1
-
-        def visit_GeneratorExp(self, node: cst.GeneratorExp) -> None:
-            deferred[0] += 1
-
-        def leave_GeneratorExp(self, original_node: cst.GeneratorExp) -> None:
-            deferred[0] -= 1
-
-        def visit_ListComp(self, node: cst.ListComp) -> None:
-            deferred[0] += 1
-
-        def leave_ListComp(self, original_node: cst.ListComp) -> None:
-            deferred[0] -= 1
-
-        def visit_Call(self, node: cst.Call) -> None:
-            if isinstance(node.func, cst.Attribute) and node.func.attr.value in op_names and not deferred[0]:
-                calls.append((pos[node].start.line, pos[node].end.line))
-
-    wrapper.visit(Visitor())
-    lines = data.split(b"\n")
-    for start, end in calls:
+    lines = _read(path).split(b"\n")
+    for start, end in facts.calls:
         # The unpack sits on the call's own lines (`a, b, profiling_data = op(...)`, a hoisted
         # `*_optrace_outputs, profiling_data = op(...)`) or right after (`out, profiling_data = ...`).
         text = b"\n".join(lines[start - 1 : end + 1])
@@ -658,92 +683,29 @@ def _starts_workers(name: str) -> bool:
 
 
 def _python_file(path: Path, op_names: set[str], ev4: list[Evidence], ev5: list[Evidence]) -> None:
-    import libcst as cst
-    from libcst.metadata import MetadataWrapper, PositionProvider
-
-    data = _read(path)
-    try:
-        module = cst.parse_module(data)
-    except cst.ParserSyntaxError as exc:
-        ev4.append(Evidence(path, exc.raw_line, f"Python syntax error: {exc.message}", False))
+    facts = _python_facts(path, op_names, ev4)
+    if facts is None:
         return
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    pos = wrapper.resolve(PositionProvider)
-
-    calls: list[int] = []
-    syncs: list[int] = []
-    saves: list[tuple[int, int]] = []
-    spawns: list[tuple[int, cst.Call]] = []
-    resolves: list[int] = []
-    functions: list[tuple[int, int]] = []
-
-    def dotted(node: cst.BaseExpression) -> str:
-        if isinstance(node, cst.Name):
-            return node.value
-        if isinstance(node, cst.Attribute):
-            return f"{dotted(node.value)}.{node.attr.value}"
-        return ""
-
-    deferred = [0]
-
-    class Visitor(cst.CSTVisitor):
-        def visit_Lambda(self, node: cst.Lambda) -> None:
-            deferred[0] += 1
-
-        def leave_Lambda(self, original_node: cst.Lambda) -> None:
-            deferred[0] -= 1
-
-        def visit_GeneratorExp(self, node: cst.GeneratorExp) -> None:
-            deferred[0] += 1
-
-        def leave_GeneratorExp(self, original_node: cst.GeneratorExp) -> None:
-            deferred[0] -= 1
-
-        def visit_ListComp(self, node: cst.ListComp) -> None:
-            deferred[0] += 1
-
-        def leave_ListComp(self, original_node: cst.ListComp) -> None:
-            deferred[0] -= 1
-
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-            r = pos[node]
-            functions.append((r.start.line, r.end.line))
-
-        def visit_Call(self, node: cst.Call) -> None:
-            line = pos[node].start.line
-            name = dotted(node.func)
-            if isinstance(node.func, cst.Attribute) and node.func.attr.value in op_names:
-                if not deferred[0]:  # a lambda's / comprehension's call is not saved
-                    calls.append(line)
-            elif name.endswith("synchronize"):
-                syncs.append(line)
-            elif name.split(".")[-1] in ("save_profiling_data", "_optrace_save"):
-                saves.append((line, pos[node].end.line))
-            elif _starts_workers(name):
-                spawns.append((line, node))
-            elif name.endswith("resolve") and "expanduser" in module.code_for_node(node):
-                resolves.append(line)
-
-    wrapper.visit(Visitor())
+    last = _read(path).count(b"\n") + 1
 
     def enclosing(line: int) -> tuple[int, int]:
-        inner = [f for f in functions if f[0] <= line <= f[1]]
-        return max(inner, key=lambda f: f[0]) if inner else (1, data.count(b"\n") + 1)
+        inner = [f for f in facts.functions if f[0] <= line <= f[1]]
+        return max(inner, key=lambda f: f[0]) if inner else (1, last)
 
-    for line in calls:
+    for line, _end in facts.calls:
         scope = enclosing(line)
-        save = next((s for s in saves if line < s[0] <= scope[1]), None)
+        save = next((s for s in facts.saves if line < s[0] <= scope[1]), None)
         if save is None:
             ev4.append(Evidence(path, line, "the op's profiling buffer is never saved after this call",
                                 False))
             continue
-        sync = next((s for s in syncs if line < s <= save[0]), None)
+        sync = next((s for s in facts.syncs if line < s <= save[0]), None)
         note = "device sync, then save_profiling_data" if sync else "no device sync before the save"
         ev4.append(Evidence(path, sync or line, note, sync is not None))
         ev4.append(Evidence(path, save[0], "saves the profiling buffer"))
-    for line, _node in spawns:
+    for line in facts.spawns:
         scope = enclosing(line)
-        before = [r for r in resolves if scope[0] <= r < line]
+        before = [r for r in facts.resolves if scope[0] <= r < line]
         if before:
             ev5.append(Evidence(path, before[-1], f"profiling paths made absolute before the workers start "
                                 f"(line {line})"))
