@@ -145,31 +145,70 @@ def compile_tus(index: cindex.Index, files: list[Path], args: list[str], host_ar
                 out.errors[where].append(err)
 
 
+class _Diagnostics:
+    """Raw prototypes of the libclang calls `_errors` makes per diagnostic: cindex's wrapper
+    objects (a Diagnostic, its location, its file) cost more than the calls themselves, and
+    a real operator has tens of thousands of errors against the stub."""
+
+    def __init__(self) -> None:
+        lib = cindex.conf.lib  # loads libclang and checks its version, once
+        raw = ctypes.CDLL(cindex.conf.get_filename())
+        self.count = raw["clang_getNumDiagnostics"]
+        self.count.argtypes, self.count.restype = [ctypes.c_void_p], ctypes.c_uint
+        self.get = raw["clang_getDiagnostic"]
+        self.get.argtypes, self.get.restype = [ctypes.c_void_p, ctypes.c_uint], ctypes.c_void_p
+        self.severity = raw["clang_getDiagnosticSeverity"]
+        self.severity.argtypes, self.severity.restype = [ctypes.c_void_p], ctypes.c_int
+        self.location = raw["clang_getDiagnosticLocation"]
+        self.location.argtypes, self.location.restype = [ctypes.c_void_p], cindex.SourceLocation
+        self.spot = raw["clang_getInstantiationLocation"]
+        self.spot.argtypes = [cindex.SourceLocation, ctypes.POINTER(ctypes.c_void_p),
+                              ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(ctypes.c_uint),
+                              ctypes.POINTER(ctypes.c_uint)]
+        self.spot.restype = None
+        self.spelling = raw["clang_getDiagnosticSpelling"]
+        self.spelling.argtypes = [ctypes.c_void_p]
+        self.spelling.restype = cindex._CXString
+        self.dispose = raw["clang_disposeDiagnostic"]
+        self.dispose.argtypes, self.dispose.restype = [ctypes.c_void_p], None
+        self.file_name = lib.clang_getFileName
+
+
+_DIAGNOSTICS: list[_Diagnostics] = []
+
+
 def _errors(tu: cindex.TranslationUnit, where: Callable[[str], Path | None],
             only_lines: Mapping[Path, set[int]] | None = None) -> Iterator[tuple[Path, HostError]]:
-    """The translation unit's errors in the files `where` maps a name to. Straight on
-    libclang's C API: a real operator yields tens of thousands of errors against the stub,
-    and cindex's objects per diagnostic (location, file, name) were most of the time;
-    each file's name is asked once, by its handle."""
-    lib = cindex.conf.lib
-    handle = cindex.c_object_p()
+    """The translation unit's errors in the files `where` maps a name to (and, with
+    `only_lines`, on those lines), straight from libclang's C API; each file's name is
+    asked once, by its handle."""
+    if not _DIAGNOSTICS:
+        _DIAGNOSTICS.append(_Diagnostics())
+    api = _DIAGNOSTICS[0]
+    handle = ctypes.c_void_p()
     line, column, offset = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_uint()
     by_handle: dict[int, Path | None] = {}
-    for i in range(lib.clang_getNumDiagnostics(tu)):
-        diag = cindex.Diagnostic(lib.clang_getDiagnostic(tu, i))
-        if lib.clang_getDiagnosticSeverity(diag) < cindex.Diagnostic.Error:
-            continue
-        lib.clang_getInstantiationLocation(lib.clang_getDiagnosticLocation(diag), ctypes.byref(handle),
-                                           ctypes.byref(line), ctypes.byref(column), ctypes.byref(offset))
-        key = ctypes.cast(handle, ctypes.c_void_p).value
-        if key is None:
-            continue
-        if key not in by_handle:
-            by_handle[key] = where(lib.clang_getFileName(cindex.File(handle)))
-        path = by_handle[key]
-        if path is None or (only_lines is not None and line.value not in only_lines.get(path, ())):
-            continue
-        yield path, HostError(line.value, column.value, lib.clang_getDiagnosticSpelling(diag))
+    error = cindex.Diagnostic.Error
+    unit = tu.obj
+    for i in range(api.count(unit)):
+        diag = api.get(unit, i)
+        try:
+            if api.severity(diag) < error:
+                continue
+            api.spot(api.location(diag), ctypes.byref(handle), ctypes.byref(line), ctypes.byref(column),
+                     ctypes.byref(offset))
+            key = handle.value
+            if key is None:
+                continue
+            if key not in by_handle:
+                by_handle[key] = where(api.file_name(cindex.File(ctypes.cast(key, cindex.c_object_p))))
+            path = by_handle[key]
+            if path is None or (only_lines is not None and line.value not in only_lines.get(path, ())):
+                continue
+            message = cindex._CXString.from_result(api.spelling(diag))
+            yield path, HostError(line.value, column.value, message)
+        finally:
+            api.dispose(diag)
 
 
 def _utf8(text: str) -> bool:
