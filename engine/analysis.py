@@ -267,15 +267,21 @@ def resolve_call(an: Analysis, fn: FunctionDef, call: Node) -> tuple[str, list[F
 
 
 def _collect_existing(an: Analysis) -> None:
+    # The functions of each file, in index order, found once: an instrumented operator has
+    # hundreds of points, and comparing every function's path for each was a tenth of check.
+    by_file: dict[Path, list[FunctionDef]] = {}
+    for fn in an.index.functions.values():
+        by_file.setdefault(fn.src.path, []).append(fn)
     for path, parsed in an.parsed.items():
         code = blank_comments(parsed.src.raw)
+        functions = by_file.get(path, [])
         for m in _EXISTING_RE.finditer(code):
             if m.group(2) not in (b"B", b"E"):
                 continue  # not a point planning can pair; check reports it (OT401)
             line = parsed.src.line_of(m.start())
             owner = None
-            for fn in an.index.functions.values():
-                if fn.src.path == path and fn.body.start_byte <= m.start() < fn.body.end_byte:
+            for fn in functions:  # the last one holding it, as the index orders them
+                if fn.body.start_byte <= m.start() < fn.body.end_byte:
                     owner = fn.id
             an.existing.append(
                 ExistingPoint(decode(m.group(1)), decode(m.group(2)), path, line, owner)
