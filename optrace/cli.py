@@ -11,7 +11,6 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -176,16 +175,19 @@ def _run_parallel(work: Callable[..., _T], jobs: list[tuple[Any, ...]], workers:
     show = sys.stderr.isatty() and len(jobs) > 3
     results: list[_T | None] = [None] * len(jobs)
     pool = None
+    iterator: Iterator[tuple[int, _T]]
     if workers > 1:
+        # multiprocessing's import only for a pool: one operator (pre-commit) has none.
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
         from optrace.engine.config import config_trust_flag
 
         # Workers started another way than fork still get this command's --trust-config.
         pool = ProcessPoolExecutor(max_workers=workers, initializer=_trust, initargs=(config_trust_flag(),))
-    if pool is None:
-        iterator: Iterator[tuple[int, _T]] = ((i, work(*job)) for i, job in enumerate(jobs))
-    else:
         futures = {pool.submit(work, *job): i for i, job in enumerate(jobs)}
         iterator = ((futures[f], f.result()) for f in as_completed(futures))
+    else:
+        iterator = ((i, work(*job)) for i, job in enumerate(jobs))
     if show:  # rich's import is a tenth of a one-operator check: only when a bar is drawn
         from rich.progress import Progress
 
