@@ -190,13 +190,14 @@ def _errors(tu: cindex.TranslationUnit, where: Callable[[str], Path | None],
     by_handle: dict[int, Path | None] = {}
     error = cindex.Diagnostic.Error
     unit = tu.obj
+    refs = (ctypes.byref(handle), ctypes.byref(line), ctypes.byref(column), ctypes.byref(offset))
+    get, severity, spot, location, dispose = api.get, api.severity, api.spot, api.location, api.dispose
     for i in range(api.count(unit)):
-        diag = api.get(unit, i)
+        diag = get(unit, i)
         try:
-            if api.severity(diag) < error:
+            if severity(diag) < error:
                 continue
-            api.spot(api.location(diag), ctypes.byref(handle), ctypes.byref(line), ctypes.byref(column),
-                     ctypes.byref(offset))
+            spot(location(diag), *refs)
             key = handle.value
             if key is None:
                 continue
@@ -208,7 +209,7 @@ def _errors(tu: cindex.TranslationUnit, where: Callable[[str], Path | None],
             message = cindex._CXString.from_result(api.spelling(diag))
             yield path, HostError(line.value, column.value, message)
         finally:
-            api.dispose(diag)
+            dispose(diag)
 
 
 def _utf8(text: str) -> bool:
