@@ -11,7 +11,6 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import networkx as nx
 from tree_sitter import Node
 
 from optrace.engine.config import Config, load_config
@@ -29,6 +28,7 @@ from optrace.engine.cpp import (
 )
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
 from optrace.engine.discovery import Layers, default_repo_root, discover, repo_index, resolve_operator_dir
+from optrace.engine.graph import DiGraph
 from optrace.engine.includes import HeaderSearch, IncludeGraph, build_include_graph
 from optrace.engine.model import ExistingPoint
 from optrace.engine.source import (
@@ -79,7 +79,7 @@ class Analysis:
     includes: IncludeGraph
     parsed: dict[Path, ParsedFile]
     index: CodeIndex
-    callgraph: nx.DiGraph
+    callgraph: DiGraph[str]
     entry_fn: FunctionDef
     mixed: bool
     kernel_cores: frozenset[str]
@@ -371,7 +371,7 @@ def analyse_operator(op_dir: Path, repo_root: Path | None = None) -> Analysis:
                        entry_path, layers.entry.line, Severity.ERROR)
         )
     mixed, cores = _kernel_cores(parsed, includes.files[entry_path].raw)
-    an = Analysis(layers, config, includes, parsed, index, nx.DiGraph(), entry_fn, mixed, cores,
+    an = Analysis(layers, config, includes, parsed, index, DiGraph(), entry_fn, mixed, cores,
                   diagnostics=diagnostics)
     _build_callgraph(an)
     _collect_existing(an)
@@ -415,17 +415,16 @@ def _build_callgraph(an: Analysis) -> None:
         for loop in fn.nodes_in(fn.body, ("while_statement", "do_statement", "for_statement",)):
             if is_spin_loop(an, fn, loop):
                 hot.add(fn.id)
-    reverse = g.reverse(copy=False)
     work: set[str] = set()
     for h in hot:
         work.add(h)
-        work |= nx.descendants(reverse, h)
+        work |= g.ancestors(h)  # every caller of phase work holds phase work
     an.phase_work = work
     heavy: set[str] = set()
     for fid in g.nodes:
         if fid not in heavy and an.is_heavy(an.index.functions[fid]):
             heavy.add(fid)
-            heavy |= nx.descendants(reverse, fid)
+            heavy |= g.ancestors(fid)
     an.heavy = heavy
     # Spin-wait answers above were given before phase work was known; ask again later.
     an._spin.clear()
