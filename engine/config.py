@@ -59,6 +59,9 @@ class Config:
     density_max: int = 30
     density_target: int = 30
     max_depth: int = 7
+    # `samples`: more Python files that are samples / tests (fnmatch globs, absolute, `*`
+    # crossing directories), beside the built-in tests/, examples/, samples/, test_*.py ...
+    sample_globs: tuple[str, ...] = ()
     # Notes about the config itself (skipped modules), shown with the plan's findings.
     diagnostics: list[Diagnostic] = field(default_factory=list)
 
@@ -181,6 +184,7 @@ def load_config(repo_root: Path, op_dir: Path) -> Config:
     extra_quals = str_list("qualifiers")
     cfg.qualifiers = tuple(dict.fromkeys((*DEFAULT_QUALIFIERS, *extra_quals)))
     cfg.include_dirs = tuple((base / p).resolve() for p in str_list("include_dirs"))
+    cfg.sample_globs = tuple((base.resolve() / p).as_posix() for p in str_list("samples"))
     layers = data.get("layers", {})
     if not isinstance(layers, dict):
         raise bad("`layers` must be a table")
