@@ -48,6 +48,7 @@ from optrace.codemods.torch_adapter import (
     _angle_close,
     adapter_functions,
     hand_instrumented,
+    meta_functions,
     return_type_edits,
     torch_names,
 )
@@ -207,7 +208,13 @@ def autograd_wrapper_edits(plan: Plan, mode: str) -> list[Edit]:
     counts = _launcher_counts(layers)
     if not counts:
         return []
+    names = torch_names(layers)
+    # Meta kernels registered for the op are the torch adapter codemod's (a meta-device
+    # profiling tensor of their own): they call no launcher to take one from.
+    metas = {fn for path in wrapper_scan_files(layers) for fn in meta_functions(clean_bytes(path), names)}
     edits: list[Edit] = []
-    for w in wrappers(layers, torch_names(layers)):
+    for w in wrappers(layers, names):
+        if w.function.name in metas:
+            continue
         edits.extend(_wrapper_edits(w.path, clean_bytes(w.path), w.function, counts))
     return edits

@@ -31,10 +31,10 @@ from optrace.codemods.python_callers import (
     PythonSource,
     dotted,
     mode_b_sources,
-    python_layer_files,
     rewrite_insertions,
 )
 from optrace.codemods.python_fakes import op_of, own_returns
+from optrace.codemods.python_files import python_layer_files
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit
 from optrace.engine.names import same_op

@@ -11,6 +11,11 @@ started from any directory write where the user meant. After the workers join (o
 without workers, after the calls), the parent runs the collector when a point map is
 given. Mode A keeps the op's Python arity and changes nothing here.
 
+Only samples and tests save (`engine.discovery.is_sample_caller`: tests/, examples/,
+samples/, test_*.py, *_sample.py, ..., and the config's `samples` globs). Library code
+calling the op gets the unpack and nothing else: its callers keep the old outputs, and a
+library never writes profiling files or parses options of its own.
+
 The file is read with LibCST (a syntax error is bad input: `file:line`, exit 2); the
 edits are byte edits, so formatting and comments stay as they were. Inserted lines end
 with `  # optrace`. A statement that has to change inside a line (one more unpacking
@@ -34,7 +39,7 @@ from __future__ import annotations
 import ast
 import base64
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,11 +55,12 @@ from optrace.codemods.layer_common import (
     input_error,
     marked_lines,
 )
+from optrace.codemods.python_files import caller_files
 from optrace.codemods.registration import registration_files, schema_strings
 from optrace.codemods.torch_adapter import adapter_functions, hand_instrumented, torch_names
 from optrace.codemods.torch_schema import returns_list
 from optrace.engine.diagnostics import InputError
-from optrace.engine.discovery import Layers, repo_index
+from optrace.engine.discovery import Layers, is_sample_caller
 from optrace.engine.edits import Edit, line_start, newline_of
 from optrace.engine.plan import Plan
 
@@ -439,26 +445,6 @@ def op_arity(layers: Layers) -> str:
 # --- the codemod ---------------------------------------------------------------------------
 
 
-def python_layer_files(layers: Layers, key: str,
-                       hint: Callable[[list[str]], re.Pattern[bytes]]) -> list[Path]:
-    """The files discovery found for the Python layer `key`, plus Python files that use the
-    op under one of its other torch names (`torch_names`) and match `hint(those names)`."""
-    files = [f.path for f in layers.found.get(key, [])]
-    extra = [n for n in torch_names(layers) if n != layers.op_name]
-    if extra:
-        pattern = hint(extra)
-        for path in repo_index(layers.repo_root).mentioning(*[n.encode() for n in extra]):
-            if path.suffix == ".py" and path not in files and pattern.search(path.read_bytes()):
-                files.append(path)
-    return files
-
-
-def caller_files(layers: Layers) -> list[Path]:
-    """Discovered callers, plus Python files calling the op under another torch name."""
-    return python_layer_files(layers, "python_callers", lambda names: re.compile(
-        rb"\.\s*(?:" + b"|".join(re.escape(n.encode()) for n in names) + rb")\s*\("))
-
-
 def mode_b_sources(plan: Plan, mode: str, files: Sequence[Path]) -> tuple[list[_Source], list[str]] | None:
     """The shared start of the Python layers' codemods: every file is parsed first, in
     either mode (a syntax error is bad input, named before anything of any layer is
@@ -477,10 +463,15 @@ def python_caller_edits(plan: Plan, mode: str) -> list[Edit]:
         return []
     sources, names = found
     arity = op_arity(layers)
-    return [edit for src in sources for edit in _file_edits(src, names, arity)]
+    globs = plan.analysis.config.sample_globs
+    return [edit for src in sources
+            for edit in _file_edits(src, names, arity, is_sample_caller(src.path, layers.repo_root, globs))]
 
 
-def _file_edits(src: _Source, op_names: Sequence[str], arity: str) -> list[Edit]:
+def _file_edits(src: _Source, op_names: Sequence[str], arity: str, sample: bool = True) -> list[Edit]:
+    """A sample / test gets the unpack, the sync and save, its options and the collector;
+    library code (`sample` false) the unpack only: its callers see the op's old outputs,
+    and a library never writes profiling files or parses options on its own."""
     found = src.collected()
     calls = found.calls_of(op_names)
     if not calls:
@@ -497,9 +488,12 @@ def _file_edits(src: _Source, op_names: Sequence[str], arity: str) -> list[Edit]
         if start in handled:
             continue
         handled.add(start)
-        _call_site(f, call, stmt, small, var, arity, unit)
+        _call_site(f, call, stmt, small, var, arity, unit, save=sample)
         if not found.spawns and not found.joins:
             collect_after.append(_top_statement(src, stmt))
+    if not sample:
+        _imports(f)
+        return f.edits
     _argparse(f, unit)
     for spawn in found.spawns:
         stmt, _ = _statement(src, spawn)
@@ -527,32 +521,34 @@ def _lines(f: _File, at: int, lines: list[bytes], note: str) -> Edit:
 
 
 def _call_site(f: _File, call: cst.Call, stmt: cst.CSTNode, small: cst.CSTNode, var: str, arity: str,
-               unit: bytes) -> None:
+               unit: bytes, save: bool = True) -> None:
     src, data = f.src, f.src.data
     s_start, s_end = src.span(stmt)
     first = line_start(data, s_start)
     after = _line_after(data, s_end)
     indent = _indent(data, s_start)
     nl = newline_of(data)
-    save = _save_lines(f, call, var, indent, unit)
+    saving = _save_lines(f, call, var, indent, unit) if save else []
     if isinstance(small, cst.Assign) and len(small.targets) == 1 and small.value is call:
         target = small.targets[0].target
         if isinstance(target, (cst.Tuple, cst.List)) and target.elements:
             last_end = src.span(target.elements[-1].value)[1]
             end = _line_after(data, last_end)
             _rewrite(f, first, end, data[first:last_end] + f", {var}".encode() + data[last_end:end])
-            f.edits.append(_lines(f, after, save, "sync and save"))
+            if saving:
+                f.edits.append(_lines(f, after, saving, "sync and save"))
             return
         if isinstance(target, cst.Name):
             name = target.value
             value = name if arity == "single" else f"{name}[:-1], {name}[-1]"
             split = f"{name}, {var} = {value}"
-            f.edits.append(_lines(f, after, [indent + split.encode(), *save], "unpack, sync and save"))
+            f.edits.append(_lines(f, after, [indent + split.encode(), *saving],
+                                  "unpack, sync and save" if saving else "unpack"))
             return
     # hoist the call; the statement uses the old outputs in its place
     c_start, c_end = src.span(call)
     hoisted = indent + f"*_optrace_outputs, {var} = ".encode() + data[c_start:c_end]
-    lines = [hoisted + nl] + [ln + HASH_MARK + nl for ln in save]
+    lines = [hoisted + nl] + [ln + HASH_MARK + nl for ln in saving]
     is_bare = isinstance(small, cst.Expr) and small.value is call
     if not is_bare:
         old = {"single": "_optrace_outputs[0]", "list": "_optrace_outputs"}.get(

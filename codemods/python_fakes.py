@@ -43,9 +43,9 @@ from optrace.codemods.python_callers import (
     import_point,
     mode_b_sources,
     op_arity,
-    python_layer_files,
     rewrite_insertions,
 )
+from optrace.codemods.python_files import python_layer_files
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan

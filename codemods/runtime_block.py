@@ -45,12 +45,15 @@ def block_for(data: bytes) -> bytes:
 
 
 def base_header_path(plan: Plan) -> Path:
+    """The header the block goes into: the one discovery found (a `*_base.h` already
+    holding the block, else the operator's own `<op>_base.h`), else `<op>_base.h` created
+    beside the kernel entry — never a vendored sub-kernel's `*_base.h`."""
     layers = plan.analysis.layers
     found = layers.found.get("base_header")
     if found:
         return found[0].path.resolve()
-    kernel_dir = layers.kernel_dir or layers.op_dir
-    return (kernel_dir / f"{layers.op_name}_base.h").resolve()
+    beside = layers.entry.path.parent if layers.entry is not None else (layers.kernel_dir or layers.op_dir)
+    return (beside / f"{layers.op_name}_base.h").resolve()
 
 
 def _as_lines(data: bytes, at: int, lines: bytes) -> bytes:

@@ -268,6 +268,18 @@ def torch_adapter_edits(plan: Plan, mode: str) -> list[Edit]:
             if inc is not None:
                 edits.insert(first, inc)
         edits.extend(meta)
+    if mode == "B":
+        # Meta kernels registered apart from the adapter (`torch_binding_meta.cpp`).
+        adapters = {f.path for f in layers.found.get("torch_adapter", [])}
+        for layer_file in layers.found.get("registration", []):
+            path = layer_file.path
+            if path in adapters:
+                continue
+            data = clean_bytes(path)
+            meta = _meta_edits(path, data, layers)
+            if meta:
+                inc = include_edit(path, data, header, CODEMOD)
+                edits.extend([inc, *meta] if inc is not None else meta)
     return edits
 
 

@@ -11,7 +11,6 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import networkx as nx
 from tree_sitter import Node
 
 from optrace.engine.config import Config, load_config
@@ -29,6 +28,7 @@ from optrace.engine.cpp import (
 )
 from optrace.engine.diagnostics import Diagnostic, InputError
 from optrace.engine.discovery import Layers, default_repo_root, discover, repo_index, resolve_operator_dir
+from optrace.engine.graph import DiGraph
 from optrace.engine.includes import HeaderSearch, IncludeGraph, build_include_graph
 from optrace.engine.model import TracePoint
 from optrace.engine.source import (
@@ -95,7 +95,7 @@ class Analysis:
     includes: IncludeGraph
     parsed: dict[Path, ParsedFile]
     index: CodeIndex
-    callgraph: nx.DiGraph
+    callgraph: DiGraph[str]
     entry_fn: FunctionDef
     mixed: bool
     kernel_cores: frozenset[str]
@@ -323,15 +323,21 @@ def resolve_call(an: Analysis, fn: FunctionDef, call: Node) -> tuple[str, list[F
 
 
 def _collect_existing(an: Analysis) -> None:
+    # The functions of each file, in index order, found once: an instrumented operator has
+    # hundreds of points, and comparing every function's path for each was a tenth of check.
+    by_file: dict[Path, list[FunctionDef]] = {}
+    for fn in an.index.functions.values():
+        by_file.setdefault(fn.src.path, []).append(fn)
     for path, parsed in an.parsed.items():
         code = blank_comments(parsed.src.raw)
+        functions = by_file.get(path, [])
         for m in _EXISTING_RE.finditer(code):
             if m.group(2) not in (b"B", b"E"):
                 continue  # not a point planning can pair; check reports it (OT401)
             line = parsed.src.line_of(m.start())
             owner = None
-            for fn in an.index.functions.values():
-                if fn.src.path == path and fn.body.start_byte <= m.start() < fn.body.end_byte:
+            for fn in functions:  # the last one holding it, as the index orders them
+                if fn.body.start_byte <= m.start() < fn.body.end_byte:
                     owner = fn.id
             an.existing.append(
                 TracePoint(decode(m.group(1)), decode(m.group(2)), path, line, m.start(), m.end(),
@@ -443,7 +449,7 @@ def analyse_operator(op_dir: Path, repo_root: Path | None = None) -> Analysis:
                        entry_path, layers.entry.line)
         )
     mixed, cores = _kernel_cores(parsed, includes.files[entry_path].raw)
-    an = Analysis(layers, config, includes, parsed, index, nx.DiGraph(), entry_fn, mixed, cores,
+    an = Analysis(layers, config, includes, parsed, index, DiGraph(), entry_fn, mixed, cores,
                   declared_cores(includes.files[entry_path].raw), diagnostics=diagnostics)
     _build_callgraph(an)
     _collect_existing(an)
@@ -506,17 +512,16 @@ def _build_callgraph(an: Analysis) -> None:
         for loop in fn.nodes_in(fn.body, ("while_statement", "do_statement", "for_statement",)):
             if is_spin_loop(an, fn, loop):
                 hot.add(fn.id)
-    reverse = g.reverse(copy=False)
     work: set[str] = set()
     for h in hot:
         work.add(h)
-        work |= nx.descendants(reverse, h)
+        work |= g.ancestors(h)  # every caller of phase work holds phase work
     an.phase_work = work
     heavy: set[str] = set()
     for fid in g.nodes:
         if fid not in heavy and an.is_heavy(an.index.functions[fid]):
             heavy.add(fid)
-            heavy |= nx.descendants(reverse, fid)
+            heavy |= g.ancestors(fid)
     an.heavy = heavy
     # Spin-wait answers above were given before phase work was known; ask again later.
     an._spin.clear()

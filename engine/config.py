@@ -64,6 +64,9 @@ class Config:
     # `[naming] phase_words`: words added to the default list that marks phase work and is
     # preferred when a name is shortened (engine/planner.py DEFAULT_PHASE_WORDS).
     phase_words: tuple[str, ...] = ()
+    # `samples`: more Python files that are samples / tests (fnmatch globs, absolute, `*`
+    # crossing directories), beside the built-in tests/, examples/, samples/, test_*.py ...
+    sample_globs: tuple[str, ...] = ()
     # Notes about the config itself (skipped modules), shown with the plan's findings.
     diagnostics: list[Diagnostic] = field(default_factory=list)
 
@@ -186,6 +189,7 @@ def load_config(repo_root: Path, op_dir: Path) -> Config:
     extra_quals = str_list("qualifiers")
     cfg.qualifiers = tuple(dict.fromkeys((*DEFAULT_QUALIFIERS, *extra_quals)))
     cfg.include_dirs = tuple((base / p).resolve() for p in str_list("include_dirs"))
+    cfg.sample_globs = tuple((base.resolve() / p).as_posix() for p in str_list("samples"))
     layers = data.get("layers", {})
     if not isinstance(layers, dict):
         raise bad("`layers` must be a table")

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 from optrace.engine.config import Config
 from optrace.engine.diagnostics import Diagnostic, InputError
 from optrace.engine.names import op_name_pattern, same_op
 from optrace.engine.source import blank_comments, decode, is_binary, match_bracket
-from optrace.engine.vocabulary import REGISTRATION_RE, launch_pattern
+from optrace.engine.vocabulary import REGISTRATION_RE, RUNTIME_BLOCK_VERSION_RE, launch_pattern
 
 # `.inl` / `.ipp` / `.tpp` are headers by another name (template bodies included at the end of a
 # header): apply reaches them through the include graph, so strip and check must scan them.
@@ -92,6 +93,30 @@ class Layers:
         return [k for k in LAYER_TITLES if not self.found.get(k) and k not in OPTIONAL_LAYERS]
 
 
+# Python callers are samples and tests (G4: they sync and save the buffer) when a folder
+# between the repository root and the file, or the file's name, says so; anything else
+# calling the op is library code (mode B: it unpacks the new output and nothing more).
+SAMPLE_DIRS = frozenset({"tests", "test", "examples", "example", "samples", "sample"})
+SAMPLE_NAMES = ("test_*.py", "*_test.py", "*_sample.py", "sample_*.py", "sample.py", "conftest.py")
+
+
+def is_sample_caller(path: Path, repo_root: Path, globs: Sequence[str] = ()) -> bool:
+    """A Python file calling the op is a sample / test (not library code): under a
+    `tests/`, `examples/`, `samples/` (or singular) folder of the repository, named
+    `test_*.py`, `*_test.py`, `*_sample.py`, `sample_*.py` or `sample.py`, or matching a
+    `samples` glob of the config."""
+    full = path.resolve()
+    try:
+        folders = full.relative_to(repo_root.resolve()).parts[:-1]
+    except ValueError:  # outside the repository (a configured layer file): its name decides
+        folders = ()
+    if any(part.lower() in SAMPLE_DIRS for part in folders):
+        return True
+    if any(fnmatchcase(full.name.lower(), pattern) for pattern in SAMPLE_NAMES):
+        return True
+    return any(fnmatchcase(full.as_posix(), glob) for glob in globs)
+
+
 def camel_case(op_name: str) -> str:
     """`fused_deep_moe` -> `FusedDeepMoe` (the OpDef / aclnn spelling)."""
     return "".join(part[:1].upper() + part[1:] for part in op_name.split("_") if part)
@@ -106,7 +131,10 @@ def resolve_operator_dir(op_dir: Path) -> Path:
     except OSError:
         raise InputError(Diagnostic("OT001", "operator directory does not exist", op_dir, 0)) from None
     if not resolved.is_dir():
-        raise InputError(Diagnostic("OT001", "operator directory does not exist", op_dir, 0))
+        # A file given where a directory is expected (`plan kernel.cpp`): say that, since
+        # "does not exist" sends the user looking for a typo in a path that is right.
+        raise InputError(Diagnostic("OT001", "not a directory: give the operator directory "
+                                    "(the folder holding op_kernel/)", op_dir, 0))
     return resolved
 
 
@@ -445,9 +473,9 @@ def find_operator_dirs(root: Path) -> list[Path]:
 def discover(op_dir: Path, repo_root: Path, config: Config) -> Layers:
     """Classify the operator's files into layers; raises InputError without an entry."""
     if not op_dir.is_dir():
-        raise InputError(
-            Diagnostic("OT001", "operator directory does not exist", op_dir, 0)
-        )
+        what = ("not a directory: give the operator directory (the folder holding op_kernel/)"
+                if op_dir.exists() else "operator directory does not exist")
+        raise InputError(Diagnostic("OT001", what, op_dir, 0))
     if "entry" not in config.layers:
         refuse_parent_of_operators(op_dir)
     op_name = op_dir.name
@@ -507,10 +535,17 @@ def discover(op_dir: Path, repo_root: Path, config: Config) -> Layers:
             continue
         name = path.name.lower()
         code = blank_comments(data)
-        if (name.endswith("_base.h") and "op_kernel" in path.parts) or (
-            name.endswith("_base.h") and layers.kernel_dir and layers.kernel_dir in path.parents
-        ):
-            put("base_header", path, None, None, "kernel base header")
+        if name.endswith("_base.h") and ("op_kernel" in path.parts or (
+            layers.kernel_dir is not None and layers.kernel_dir in path.parents
+        )):
+            # Only the operator's own `<op>_base.h` is its base header — or a `*_base.h`
+            # already holding the runtime block (a second block would redefine it). A
+            # vendored sub-kernel's `other_base.h` the entry happens to include is shared
+            # by unrelated files: the block must not spread to them (issue 12 §3).
+            if RUNTIME_BLOCK_VERSION_RE.search(data):
+                put("base_header", path, None, None, "holds the runtime block")
+            elif same_op(path.name[: -len("_base.h")], op_name):
+                put("base_header", path, None, None, "kernel base header")
         # The op_host layers are host sources: not the l0 launch code under op_api/, not
         # the kernel, not unit tests (`tests/`, `test_*_tiling.cpp`) or docs.
         host_source = not (_NOT_HOST_DIRS & set(path.relative_to(op_dir).parts[:-1])) and not (
@@ -527,8 +562,11 @@ def discover(op_dir: Path, repo_root: Path, config: Config) -> Layers:
             if "op_kernel" not in path.parts:
                 put("aclnn", path, code, rb"aclnn(?:Inner)?" + camel, "aclnn wrapper")
 
+    # A header already holding the block first (upgraded in place), then the op's own.
+    layers.found.get("base_header", []).sort(key=lambda f: f.detail != "holds the runtime block")
+
     # --- the rest of the repository, by op name ------------------------------------------
-    _search_repository(layers, op_dir, put)
+    _search_repository(layers, op_dir, put, config.sample_globs)
 
     for key, paths in config.layers.items():
         if key == "entry":
@@ -559,29 +597,105 @@ def _kernel_dir(entry: Path, op_dir: Path) -> Path:
     return entry.parent
 
 
-def _search_repository(layers: Layers, op_dir: Path, put: object) -> None:
+# A function definition's head: its name, the parameter list, then the body's `{`.
+_FN_HEAD_RE = re.compile(rb"([A-Za-z_]\w*)\s*\([^;{}]*\)\s*(?:const\b\s*)?(?:noexcept\b\s*)?"
+                         rb"(?:->[^;{}]*)?\{")
+_NOT_FUNCTIONS = frozenset({b"if", b"for", b"while", b"switch", b"catch", b"return", b"sizeof", b"defined"})
+# `m.impl("name", &fn)` (the rule codemods/torch_adapter.py's `torch_names` follows).
+_IMPL_RE = re.compile(rb'\.\s*impl\s*\(\s*"(?:\w+::)?(\w+)(?:\.\w+)?"\s*,[^;]*?&?\s*([A-Za-z_][\w:]*)\s*\)')
+
+
+def _enclosing_function(code: bytes, at: int) -> str | None:
+    """The name of the innermost function definition whose body holds offset `at`."""
+    name = None
+    for m in _FN_HEAD_RE.finditer(code, 0, at):
+        if m.group(1) in _NOT_FUNCTIONS:
+            continue
+        close = _matching_brace(code, m.end() - 1)
+        if close < 0 or close > at:
+            name = decode(m.group(1))
+    return name
+
+
+def _matching_brace(code: bytes, open_at: int) -> int:
+    depth = 0
+    for i in range(open_at, len(code)):
+        c = code[i]
+        if c == 0x7B:
+            depth += 1
+        elif c == 0x7D:
+            depth -= 1
+            if depth == 0:
+                return i
+    return -1
+
+
+def _torch_names(index: RepoIndex, op_name: str, launchers: set[str]) -> list[str]:
+    """The op's names on the torch side: its own, and every name registered
+    (`m.impl("name", &fn)`) for a function that launches it — `moe_combine_prefill` for
+    the adapter launching `moe_combine_normal`. Then the registration, the schema, the
+    Meta registration and the Python callers are found under those names too."""
+    names = [op_name]
+    if not launchers:
+        return names
+    for path in index.mentioning(*[n.encode() for n in launchers]):
+        data = _read(path)
+        if data is None or path.suffix.lower() not in CPP_EXTS:
+            continue
+        for m in _IMPL_RE.finditer(blank_comments(data)):
+            name, fn = decode(m.group(1)), decode(m.group(2)).split("::")[-1]
+            if fn in launchers and name not in names:
+                names.append(name)
+    return names
+
+
+def _names_alternation(names: list[str]) -> bytes:
+    return rb"(?:" + rb"|".join(re.escape(n.encode()) for n in names) + rb")"
+
+
+def _search_repository(layers: Layers, op_dir: Path, put: object, sample_globs: Sequence[str] = ()) -> None:
     """Torch adapter, registration, aclnn outside the op dir, build script, callers,
-    Python fakes and torchair converters."""
+    Python fakes and torchair converters — wherever they live in the repository (a
+    sibling operator's directory included), under the op's name or its torch names."""
     assert callable(put)
     op = layers.op_name.encode()
     camel = op_name_pattern(layers.op_name)  # any spelling (acronyms, case)
-    op_word = re.compile(rb"\b" + camel + rb"\b")  # the op named in any spelling
     exec_re = launch_pattern(layers.op_name)  # what the torch codemod reads as a launch
-    reg_re = REGISTRATION_RE
-    call_re = re.compile(rb"\.\s*" + re.escape(op) + rb"\s*\(")
-    # Fakes name the op as a string ("ns::op", "op" for lib.impl) or as torch.ops.ns.op.
-    op_ref = (rb"(?:['\"](?:\w+::)?" + re.escape(op) + rb"(?:\.\w+)?['\"]|\btorch\.ops\.\w+\."
-              + re.escape(op) + rb"\b)")
-    fake_re = re.compile(rb"\b(?:register_fake|impl_abstract)\s*\(\s*" + op_ref
-                         + rb"|\bimpl\s*\([^)]*" + op_ref + rb"[^)]*['\"]Meta['\"]")
-    converter_re = re.compile(rb"\bregister_fx_node_ge_converter\s*\(\s*torch\.ops\.\w+\." + re.escape(op)
-                              + rb"\b")
     index = repo_index(layers.repo_root)
     for path in index.build_scripts():
         put("build_script", path, _read(path), _BUILD_RE.pattern, "copies / builds the kernels")
     spelled = layers.camel.encode()  # the index is lower case: one spelling finds them all
     candidates = index.mentioning(op, spelled, b"aclnn" + spelled, b"aclnn_" + op,
                                   b"aclnnInner" + spelled + b"GetWorkspaceSize")
+    # The adapters' launching functions first: the names torch registers them under are
+    # the op's names for the registration, fake and caller searches below.
+    launchers: set[str] = set()
+    for path in candidates:
+        if path.suffix.lower() not in CPP_EXTS or "op_kernel" in path.parts:
+            continue
+        data = _read(path)
+        code = blank_comments(data) if data is not None else b""
+        for m in exec_re.finditer(code):
+            fn = _enclosing_function(code, m.start())
+            if fn is not None:
+                launchers.add(fn)
+    names = _torch_names(index, layers.op_name, launchers)
+    if len(names) > 1:  # files naming only a torch name join, in the index's order
+        candidates = index.mentioning(op, spelled, b"aclnn" + spelled, b"aclnn_" + op,
+                                      b"aclnnInner" + spelled + b"GetWorkspaceSize",
+                                      *[n.encode() for n in names[1:]])
+    any_name = _names_alternation(names)
+    # The op named in any spelling, or one of its torch names, as a whole word.
+    op_word = re.compile(rb"\b(?:" + camel + rb"|" + any_name + rb")\b")
+    reg_re = REGISTRATION_RE
+    call_re = re.compile(rb"\.\s*" + any_name + rb"\s*\(")
+    # Fakes name the op as a string ("ns::op", "op" for lib.impl) or as torch.ops.ns.op.
+    op_ref = (rb"(?:['\"](?:\w+::)?" + any_name + rb"(?:\.\w+)?['\"]|\btorch\.ops\.\w+\."
+              + any_name + rb"\b)")
+    fake_re = re.compile(rb"\b(?:register_fake|impl_abstract)\s*\(\s*" + op_ref
+                         + rb"|\bimpl\s*\([^)]*" + op_ref + rb"[^)]*['\"]Meta['\"]")
+    converter_re = re.compile(rb"\bregister_fx_node_ge_converter\s*\(\s*torch\.ops\.\w+\." + any_name
+                              + rb"\b")
     for path in candidates:
         inside = op_dir in path.parents
         ext = path.suffix.lower()
@@ -611,7 +725,9 @@ def _search_repository(layers: Layers, op_dir: Path, put: object) -> None:
                 put("aclnn", path, code, rb"aclnn(?:Inner)?" + camel, "aclnn wrapper (outside op dir)")
         elif ext == ".py":
             if call_re.search(data):
-                put("python_callers", path, data, call_re.pattern, "calls the op")
+                sample = is_sample_caller(path, layers.repo_root, sample_globs)
+                put("python_callers", path, data, call_re.pattern,
+                    "calls the op" if sample else "library code calling the op: unpack only")
             if fake_re.search(data):
                 put("python_fakes", path, data, fake_re.pattern, "fake / Meta impl of the op")
             if converter_re.search(data):

@@ -10,7 +10,9 @@ every line.
 
 from __future__ import annotations
 
+import ctypes
 import tempfile
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -45,10 +47,13 @@ class HostCompile:
     skipped: list[tuple[Path, str]] = field(default_factory=list)
 
 
-def host_compile(files: list[Path], op_dir: Path) -> HostCompile:
-    """libclang (`-fsyntax-only`) on each file, include dirs = every folder of the operator.
-
-    """
+def host_compile(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[int]] | None = None
+                 ) -> HostCompile:
+    """libclang (`-fsyntax-only`) errors of each file — read from a source's translation
+    unit when it includes the file, else from the file's own — with include dirs = every
+    folder of the operator (`compile_tus`). `only_lines`: per file, the only lines whose
+    errors are wanted (check asks for the lines optrace inserted); others are skipped
+    before their message is read."""
     out = HostCompile()
     index = cindex.Index.create()
     all_files = list(walk_files(op_dir, CPP_EXTS))
@@ -79,28 +84,132 @@ def host_compile(files: list[Path], op_dir: Path) -> HostCompile:
         if not all(_utf8(str(a)) for a in args):
             out.skipped.extend((p, "a folder name is not UTF-8, which libclang cannot take") for p in files)
             return out
-        for path in files:
-            if not _utf8(str(path)):
-                out.skipped.append((path, "its name is not UTF-8"))
-                continue
-            try:
-                kernel = "op_kernel" in path.parts or path.suffix == ".asc"
-                tu = index.parse(str(path), args=args if kernel else host_args)
-            except cindex.TranslationUnitLoadError as exc:
-                out.skipped.append((path, f"libclang could not load the file: {exc}"))
-                continue
-            errors = out.errors.setdefault(path, [])
-            real = path.resolve()
-            for diag in tu.diagnostics:
-                loc = diag.location
-                if diag.severity < cindex.Diagnostic.Error or loc.file is None:
-                    continue
-                # Compare names first: resolving every diagnostic's path was a third of check.
-                name = loc.file.name
-                if name != str(path) and Path(name).resolve() != real:
-                    continue
-                errors.append(HostError(loc.line, loc.column, diag.spelling))
+        compile_tus(index, files, args, host_args, out, only_lines)
     return out
+
+
+_HEADER_EXTS = frozenset({".h", ".hpp", ".hh", ".hxx", ".inc", ".inl", ".ipp", ".tpp", ".tcc"})
+
+
+def _is_kernel(path: Path) -> bool:
+    return "op_kernel" in path.parts or path.suffix == ".asc"
+
+
+def compile_tus(index: cindex.Index, files: list[Path], args: list[str], host_args: list[str],
+                out: HostCompile, only_lines: Mapping[Path, set[int]] | None = None) -> None:
+    """Parse as few translation units as reach every file: sources first, each read for
+    the errors of every asked-for file it includes (with the same stub: kernel or host);
+    a header no source reached is parsed on its own. Parsing each header of an include
+    chain alone re-parsed the chain below it every time (23 parses of one 5k-line
+    operator), and resolving every diagnostic's path was most of `check` (issue 12 §4)."""
+    real_of: dict[str, Path | None] = {}  # libclang's file name -> the asked-for file, if any
+    asked = {path.resolve(): path for path in files}
+
+    def target(name: str) -> Path | None:
+        if name not in real_of:
+            real_of[name] = asked.get(Path(name).resolve())
+        return real_of[name]
+
+    seen: dict[Path, set[HostError]] = {}
+    covered: set[Path] = set()
+    order = sorted(files, key=lambda p: (p.suffix.lower() in _HEADER_EXTS, str(p)))
+    for path in order:
+        if path in covered:
+            continue
+        if not _utf8(str(path)):
+            out.skipped.append((path, "its name is not UTF-8"))
+            continue
+        kernel = _is_kernel(path)
+        try:
+            tu = index.parse(str(path), args=args if kernel else host_args)
+        except cindex.TranslationUnitLoadError as exc:
+            out.skipped.append((path, f"libclang could not load the file: {exc}"))
+            continue
+        reached = {path}
+        for inc in tu.get_includes():
+            other = target(inc.include.name)
+            if other is not None and other not in covered and _is_kernel(other) == kernel:
+                reached.add(other)
+        covered |= reached
+        real_of.setdefault(str(path), path)
+        for p in sorted(reached):
+            out.errors.setdefault(p, [])
+            seen.setdefault(p, set())
+        def inside(name: str, reached: set[Path] = reached) -> Path | None:
+            found = target(name)
+            return found if found in reached else None
+
+        for where, err in _errors(tu, inside, only_lines):
+            if err not in seen[where]:
+                seen[where].add(err)
+                out.errors[where].append(err)
+
+
+class _Diagnostics:
+    """Raw prototypes of the libclang calls `_errors` makes per diagnostic: cindex's wrapper
+    objects (a Diagnostic, its location, its file) cost more than the calls themselves, and
+    a real operator has tens of thousands of errors against the stub."""
+
+    def __init__(self) -> None:
+        lib = cindex.conf.lib  # loads libclang and checks its version, once
+        raw = ctypes.CDLL(cindex.conf.get_filename())
+        self.count = raw["clang_getNumDiagnostics"]
+        self.count.argtypes, self.count.restype = [ctypes.c_void_p], ctypes.c_uint
+        self.get = raw["clang_getDiagnostic"]
+        self.get.argtypes, self.get.restype = [ctypes.c_void_p, ctypes.c_uint], ctypes.c_void_p
+        self.severity = raw["clang_getDiagnosticSeverity"]
+        self.severity.argtypes, self.severity.restype = [ctypes.c_void_p], ctypes.c_int
+        self.location = raw["clang_getDiagnosticLocation"]
+        self.location.argtypes, self.location.restype = [ctypes.c_void_p], cindex.SourceLocation
+        self.spot = raw["clang_getInstantiationLocation"]
+        self.spot.argtypes = [cindex.SourceLocation, ctypes.POINTER(ctypes.c_void_p),
+                              ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(ctypes.c_uint),
+                              ctypes.POINTER(ctypes.c_uint)]
+        self.spot.restype = None
+        self.spelling = raw["clang_getDiagnosticSpelling"]
+        self.spelling.argtypes = [ctypes.c_void_p]
+        self.spelling.restype = cindex._CXString
+        self.dispose = raw["clang_disposeDiagnostic"]
+        self.dispose.argtypes, self.dispose.restype = [ctypes.c_void_p], None
+        self.file_name = lib.clang_getFileName
+
+
+_DIAGNOSTICS: list[_Diagnostics] = []
+
+
+def _errors(tu: cindex.TranslationUnit, where: Callable[[str], Path | None],
+            only_lines: Mapping[Path, set[int]] | None = None) -> Iterator[tuple[Path, HostError]]:
+    """The translation unit's errors in the files `where` maps a name to (and, with
+    `only_lines`, on those lines), straight from libclang's C API; each file's name is
+    asked once, by its handle."""
+    if not _DIAGNOSTICS:
+        _DIAGNOSTICS.append(_Diagnostics())
+    api = _DIAGNOSTICS[0]
+    handle = ctypes.c_void_p()
+    line, column, offset = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_uint()
+    by_handle: dict[int, Path | None] = {}
+    error = cindex.Diagnostic.Error
+    unit = tu.obj
+    refs = (ctypes.byref(handle), ctypes.byref(line), ctypes.byref(column), ctypes.byref(offset))
+    get, severity, spot, location, dispose = api.get, api.severity, api.spot, api.location, api.dispose
+    for i in range(api.count(unit)):
+        diag = get(unit, i)
+        try:
+            if severity(diag) < error:
+                continue
+            spot(location(diag), *refs)
+            key = handle.value
+            if key is None:
+                continue
+            if key not in by_handle:
+                by_handle[key] = where(api.file_name(cindex.File(ctypes.cast(key, cindex.c_object_p))))
+            path = by_handle[key]
+            if path is None or (only_lines is not None and line.value not in only_lines.get(path, ())):
+                continue
+            message = cindex._CXString.from_result(api.spelling(diag))
+            yield path, HostError(line.value, column.value, message)
+        finally:
+            dispose(diag)
 
 
 def _utf8(text: str) -> bool:

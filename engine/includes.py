@@ -14,9 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import networkx as nx
-
 from optrace.engine.diagnostics import Diagnostic
+from optrace.engine.graph import DiGraph
 from optrace.engine.source import (
     SourceFile,
     blank_comments,
@@ -45,7 +44,7 @@ class IncludeGraph:
     """Files reached from the entry (in discovery order) and the edges between them."""
 
     root: Path
-    graph: nx.DiGraph = field(default_factory=nx.DiGraph)
+    graph: DiGraph[Path] = field(default_factory=DiGraph)
     files: dict[Path, SourceFile] = field(default_factory=dict)
     # (includer, line, spelled name) for quoted includes that could not be found.
     missing: list[tuple[Path, int, str]] = field(default_factory=list)
@@ -215,10 +214,8 @@ def build_include_graph(entry: Path, include_dirs: Iterable[Path],
     # report does not depend on hash order.
     rank = {p: i for i, p in enumerate(g.files)}
     cycles: list[list[Path]] = []
-    for cycle in nx.simple_cycles(g.graph):
+    for cycle in g.graph.simple_cycles(20):
         start = min(range(len(cycle)), key=lambda i: rank.get(cycle[i], len(rank)))
         cycles.append(cycle[start:] + cycle[:start])
-        if len(cycles) >= 20:
-            break
     g.cycles = sorted(cycles, key=lambda c: [rank.get(p, len(rank)) for p in c])
     return g

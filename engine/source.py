@@ -123,20 +123,21 @@ def decode(data: bytes) -> str:
 
 # Every byte but newline becomes a space: comment bodies vanish, line numbers stay.
 _TO_SPACES = bytes(0x0A if b == 0x0A else 0x20 for b in range(256))
-_BLANKED: dict[int, tuple[bytes, bytes]] = {}
+_BLANKED: dict[bytes, bytes] = {}
 
 
 def blank_comments(data: bytes) -> bytes:
     """Replace comment bytes with spaces (newlines kept); strings and code untouched.
 
-    Several passes (includes, macros, existing points) ask for the same file; the last
-    few results are memoised by identity of the input.
+    Several passes (discovery, includes, macros, existing points, the gates, check) ask for
+    the same file, often read again: the last few results are memoised by content (a
+    hash and a compare cost far less than the lexer).
     """
     if b"/" not in data:
         return data
-    cached = _BLANKED.get(id(data))
-    if cached is not None and cached[0] is data:
-        return cached[1]
+    cached = _BLANKED.get(data)
+    if cached is not None:
+        return cached
 
     def repl(m: re.Match[bytes]) -> bytes:
         tok = m.group(0)
@@ -145,7 +146,7 @@ def blank_comments(data: bytes) -> bytes:
     out = LEX_RE.sub(repl, data)
     if len(_BLANKED) > 256:
         _BLANKED.clear()
-    _BLANKED[id(data)] = (data, out)
+    _BLANKED[data] = out
     return out
 
 

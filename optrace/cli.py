@@ -11,7 +11,6 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -29,13 +28,28 @@ EXIT_OK, EXIT_FINDINGS, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
+    rich_markup_mode=None,
     help="Instrument Ascend (CANN / AscendC) operators with trace points, and turn what the "
     "device records into Chrome / Perfetto traces.",
 )
 
 
+def _show_version(value: bool) -> None:
+    if value:
+        from optrace import __version__
+
+        typer.echo(f"optrace {__version__}")
+        raise typer.Exit(EXIT_OK)
+
+
 @app.callback()
-def _root(ctx: typer.Context) -> None:
+def _root(
+    ctx: typer.Context,
+    version: Annotated[
+        bool, typer.Option("--version", is_eager=True, callback=_show_version,
+                           help="Print optrace's version and exit.")
+    ] = False,
+) -> None:
     """optrace: instrument Ascend operators with trace points."""
     # --trust-config holds for one command: off before it, and off again once it ended
     # (several commands may run in one process: tests, library callers).
@@ -158,26 +172,33 @@ def _run_parallel(work: Callable[..., _T], jobs: list[tuple[Any, ...]], workers:
                   title: str) -> list[_T]:
     """Run `work(*job)` for every job in a process pool (each operator its own unit of
     failure), results in job order, with a progress bar on an interactive stderr."""
-    from rich.progress import Progress
-
     show = sys.stderr.isatty() and len(jobs) > 3
     results: list[_T | None] = [None] * len(jobs)
     pool = None
+    iterator: Iterator[tuple[int, _T]]
     if workers > 1:
+        # multiprocessing's import only for a pool: one operator (pre-commit) has none.
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
         from optrace.engine.config import config_trust_flag
 
         # Workers started another way than fork still get this command's --trust-config.
         pool = ProcessPoolExecutor(max_workers=workers, initializer=_trust, initargs=(config_trust_flag(),))
-    if pool is None:
-        iterator: Iterator[tuple[int, _T]] = ((i, work(*job)) for i, job in enumerate(jobs))
-    else:
         futures = {pool.submit(work, *job): i for i, job in enumerate(jobs)}
         iterator = ((futures[f], f.result()) for f in as_completed(futures))
-    with Progress(transient=True, disable=not show) as progress:
-        task = progress.add_task(title, total=len(jobs))
+    else:
+        iterator = ((i, work(*job)) for i, job in enumerate(jobs))
+    if show:  # rich's import is a tenth of a one-operator check: only when a bar is drawn
+        from rich.progress import Progress
+
+        with Progress(transient=True) as progress:
+            task = progress.add_task(title, total=len(jobs))
+            for i, outcome in iterator:
+                results[i] = outcome
+                progress.advance(task)
+    else:
         for i, outcome in iterator:
             results[i] = outcome
-            progress.advance(task)
     if pool is not None:
         pool.shutdown()
     return [r for r in results if r is not None]
@@ -572,10 +593,16 @@ def check(
     `processing`, B/E pairing and nesting (every exit path), the profiling_data parameter,
     and whether the code optrace inserted compiles (libclang against the AscendC host stub).
     Each operator's summary says whether profiling is compiled in. Exit 1 on errors."""
+    _trust(trust_config)
+    raise typer.Exit(_check_command(op_dirs, repo_root, fmt, output, strict, compile_safety, jobs))
+
+
+def _check_command(op_dirs: list[Path], repo_root: Path | None, fmt: CheckFormat, output: Path | None,
+                   strict: bool, compile_safety: bool, jobs: int | None) -> int:
+    """The body of `check` (and of `pre-commit`, on the operators the files map to)."""
     from optrace.engine.diagnostics import Severity
     from optrace.pipeline.check_output import render_check_text, sarif_document
 
-    _trust(trust_config)
     code = EXIT_OK
     reports = []
     jobs_ = [(op_dir, repo_root, compile_safety) for op_dir in op_dirs]
@@ -596,7 +623,43 @@ def check(
     else:
         rendered = json.dumps(sarif_document(reports, strict), indent=2) + "\n"
     _emit(rendered, output)
-    raise typer.Exit(code)
+    return code
+
+
+@app.command("pre-commit")
+def pre_commit(
+    files: Annotated[
+        list[Path] | None,
+        typer.Argument(help="Staged files, as pre-commit passes them (after `--`, so a name "
+                       "starting with `-` stays a file)."),
+    ] = None,
+    repo_root: Annotated[
+        Path | None,
+        typer.Option(help="Repository the files belong to (default: the one holding the "
+                     "current directory)."),
+    ] = None,
+    fmt: Annotated[CheckFormat, typer.Option("--format", help="text, json or sarif.")] = CheckFormat.text,
+    strict: Annotated[bool, typer.Option("--strict", help="Warnings count as errors.")] = False,
+    compile_safety: Annotated[
+        bool, typer.Option(" /--no-compile", help="Skip the libclang compile-safety pass.")
+    ] = True,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help=_JOBS_HELP)] = None,
+    trust_config: Annotated[bool, typer.Option("--trust-config", help=_TRUST_HELP)] = False,
+) -> None:
+    """Run `check` on the operators the given files belong to: a file inside an operator
+    directory belongs to it; any other file (pybind, a sample, the build script, a wrapper
+    elsewhere) to every operator whose plan lists it. No operator: nothing runs, exit 0.
+    This is what the `optrace-check` pre-commit hook calls."""
+    from optrace.pipeline.pre_commit import operators_for_files, repository_of
+
+    _trust(trust_config)
+    cwd = Path.cwd()
+    root = repository_of(cwd, repo_root)
+    staged = operators_for_files(list(files or []), root, cwd)
+    op_dirs = staged.sorted_operators()
+    if not op_dirs:
+        raise typer.Exit(EXIT_OK)
+    raise typer.Exit(_check_command(op_dirs, repo_root, fmt, None, strict, compile_safety, jobs))
 
 
 @app.command()

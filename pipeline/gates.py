@@ -5,8 +5,9 @@ Each gate is ✓ (pass), ✗ (fail), n/a (the operator lacks the layers the gate
 error finding (`OT451`..`OT455`), so `optrace check` exits 1.
 
 The gates are assembled from the layers' `verify` (`pipeline/layers.py`, one ordered
-registry): G1 from the build hook, G2 from every layer that carries profiling_data, G4
-and G5 from the Python callers. A layer the operator has whose verify read nothing — its
+registry): G1 from the build hook, G2 from every layer that carries profiling_data (and
+the Python callers that are library code), G4 and G5 from the Python callers that are
+samples / tests. A layer the operator has whose verify read nothing — its
 files unreadable, or nothing in them the layer's reader recognises — fails its gate with
 a note naming the layer and why; it never passes unread. Only G3 is "not verifiable here".
 
@@ -23,11 +24,13 @@ a note naming the layer and why; it never passes unread. Only G3 is "not verifia
   and call, a named variable in the launch (`EXEC_NPU_CMD`: last; `EXEC_KERNEL_CMD`: the
   kernel's position), returned last in mode B, with as many schema returns as the adapter
   returns; functions registered for the op besides the launcher (autograd wrappers)
-  return as many; Python fakes / Meta impls and torchair converters return it last.
+  return as many; Python fakes / Meta impls and torchair converters return it last;
+  library code calling the op (mode B) unpacks it.
 - **G3 compile** (OT453): the real build — never run by `check`: "not verifiable here"
   (the summary says whether a CANN toolchain was found, and which script to run).
 - **G4 run + post-process** (OT454): after each call of the op in a sample / test, a
   device sync, then `save_profiling_data(...)`; the collector run is reported when present.
+  Library code calling the op is G2's: it unpacks the buffer, never saves it.
 - **G5 paths** (OT455): in callers that start workers (`multiprocessing.spawn`,
   `Process`), the profiling paths are made absolute (`expanduser().resolve()`) before
   the first worker starts.
@@ -42,9 +45,10 @@ from pathlib import Path
 
 from optrace.codemods.kernel_entry import recorded_mode
 from optrace.codemods.op_def import opdef_file, parse_opdef
+from optrace.codemods.python_files import split_callers
 from optrace.engine.analysis import Analysis
 from optrace.engine.diagnostics import Diagnostic, InputError
-from optrace.pipeline.layers import LAYERS, Evidence, Layer, Operator
+from optrace.pipeline.layers import LAYERS, Evidence, Layer, Operator, layer
 
 __all__ = ["Evidence", "GateResult", "evaluate_gates", "operator_mode"]
 
@@ -167,15 +171,19 @@ def _layer_gates(analysis: Analysis, mode: str) -> list[GateResult]:
     g1 = (GateResult("G1", NA, "no build script found for this operator") if hook is None else
           _from("G1", hook, "the build preprocesses the kernels it compiles and writes the point map",
                 "the point map does not come from the build that compiles the kernels"))
+    callers = found.get("python_callers", [])
+    samples = "python_callers" in found and _has_samples(op)
+    # Library code calling the op is G2's evidence (it unpacks profiling_data, mode B); so
+    # is the callers' unread / unreadable fact when no sample or test calls the op.
     g2_ev = [e for lay in LAYERS if lay.GATE == "G2" for e in found.get(lay.NAME, [])]
+    g2_ev += [e for e in callers if e.gate == "G2" or (not samples and not e.gate and not e.ok)]
     g2 = _from("G2", g2_ev, "profiling_data is the last output in every layer the operator has",
                "profiling_data is not in the same (last) position in every layer")
     torch = "torch_adapter" in found or "registration" in found
-    why = _python_na(mode, torch, "python_callers" in found)
+    why = _python_na(mode, torch, samples)
     if why is not None:
         return [g1, g2, GateResult("G4", NA, why), GateResult("G5", NA, why)]
-    callers = found.get("python_callers", [])
-    ev4 = [e for e in callers if e.gate != "G5"]
+    ev4 = [e for e in callers if e.gate not in ("G2", "G5")]
     ev5 = [e for e in callers if e.gate == "G5"]
     g4 = _from("G4", ev4, "every call is followed by a device sync, then save_profiling_data",
                "a call of the op does not sync and save its profiling buffer")
@@ -188,11 +196,20 @@ def _layer_gates(analysis: Analysis, mode: str) -> list[GateResult]:
     return [g1, g2, g4, g5]
 
 
-def _python_na(mode: str, torch: bool, callers: bool) -> str | None:
+def _has_samples(op: Operator) -> bool:
+    """Some of the op's Python callers are samples / tests (the rest is library code)."""
+    try:
+        files = layer("python_callers").find(op.layers)
+    except InputError:  # its "not found" evidence is G4's
+        return True
+    return bool(split_callers(files, op.layers.repo_root, op.analysis.config.sample_globs)[0])
+
+
+def _python_na(mode: str, torch: bool, samples: bool) -> str | None:
     """Why G4 / G5 do not apply, from the layers the registry found."""
     if not torch:
         return "no torch layer"
-    if not callers:
+    if not samples:
         return "no Python samples / tests call the op"
     if mode != "B":
         return "mode A: profiling_data does not reach Python"

@@ -18,7 +18,7 @@ from optrace.codemods.build_hook import (
     hook_command,
 )
 from optrace.codemods.layer_common import mask, match_bracket
-from optrace.codemods.python_callers import caller_files
+from optrace.codemods.python_files import caller_files, split_callers
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
@@ -109,8 +109,9 @@ def _read(path: Path) -> bytes:
 
 
 def _collector_link(op: Operator) -> list[Evidence]:
-    """The callers hand the map to save_profiling_data, which copies it beside the ranks."""
-    callers = caller_files(op.layers)
+    """The callers hand the map to save_profiling_data, which copies it beside the ranks
+    (samples and tests: library code calling the op never saves)."""
+    callers = split_callers(caller_files(op.layers), op.layers.repo_root, op.analysis.config.sample_globs)[0]
     if not callers or op.mode != "B":
         return [Evidence(None, 0, "collector: `optrace collect DIR --point-map <out>/point_map.json`")]
 

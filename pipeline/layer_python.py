@@ -1,25 +1,22 @@
-"""The Python layers: samples / tests calling the op (G4, G5), fake / Meta
-implementations and torchair converters (G2, mode B)."""
+"""The Python layers: samples / tests calling the op (G4, G5), library code calling it
+(G2, mode B), fake / Meta implementations and torchair converters (G2, mode B).
+
+Callers are read with the standard `ast` module. Fakes and converters are read with LibCST,
+imported (with the Python-layer codemods) only for an operator that has such files, and
+the codemods only when apply asks for their edits: `check` runs on every commit
+(pre-commit), and LibCST's import was a sixth of checking an operator (issue 12 §4).
+"""
 
 from __future__ import annotations
 
+import ast
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
-
-from optrace.codemods.graph_converters import (
-    converter_files,
-    converters,
-    graph_converter_edits,
-    output_names,
-    the_call,
-)
 from optrace.codemods.layer_common import PROFILING_OUTPUT
-from optrace.codemods.python_callers import PythonSource, caller_files, python_caller_edits
-from optrace.codemods.python_fakes import NUMEL_NAME, fake_files, fake_sites, own_returns, python_fake_edits
+from optrace.codemods.python_files import caller_files, split_callers
 from optrace.codemods.torch_adapter import torch_names
 from optrace.engine.diagnostics import InputError
 from optrace.engine.discovery import Layers
@@ -28,9 +25,20 @@ from optrace.engine.plan import Plan
 from optrace.pipeline.layer_model import Evidence, FileLayer, LayerModel, Operator
 
 
+def _python_layer_absent(layers: Layers, key: str) -> bool:
+    """No Python file of the layer can exist: discovery found none, and the op has no other
+    torch name the codemods would search Python files by."""
+    return not layers.found.get(key) and torch_names(layers) == [layers.op_name]
+
+
+def _split(op: Operator, files: list[Path]) -> tuple[list[Path], list[Path]]:
+    return split_callers(files, op.layers.repo_root, op.analysis.config.sample_globs)
+
+
 class PythonCallersLayer(FileLayer):
     NAME: ClassVar[str] = "python_callers"
-    DESCRIPTION: ClassVar[str] = "Python samples / tests: sync and save after each call, absolute paths"
+    DESCRIPTION: ClassVar[str] = ("Python callers: samples / tests sync and save after each call, absolute "
+                                  "paths; library code unpacks profiling_data")
     GATE: ClassVar[str] = "G4/G5"
     MODE_B_ONLY: ClassVar[bool] = True
 
@@ -38,16 +46,32 @@ class PythonCallersLayer(FileLayer):
         return caller_files(layers)
 
     def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
+        from optrace.codemods.python_callers import python_caller_edits
+
         return python_caller_edits(plan, mode)
 
     def verify(self, model: LayerModel) -> list[Evidence]:
-        """G4 and G5 evidence, each tagged with its gate."""
+        """G4 and G5 evidence of the samples and tests, G2 evidence of library code (its
+        calls unpack profiling_data), each tagged with its gate. Samples in which nothing
+        is read fail G4 naming the layer, even when library code gave G2 evidence."""
         names = set(torch_names(model.op.layers))
+        samples, library = _split(model.op, [p for p in model.files if p in model.data])
         ev4: list[Evidence] = []
         ev5: list[Evidence] = []
-        for path, data in model.data.items():
-            _python_file(path, data, names, ev4, ev5)
-        return [*(_tag(e, "G4") for e in ev4), *(_tag(e, "G5") for e in ev5)]
+        for path in samples:
+            _python_file(path, model.data[path], names, ev4, ev5)
+        if samples and not ev4 and not ev5:
+            ev4.append(_not_read(samples, "a call of the op in a sample / test"))
+        ev2: list[Evidence] = []
+        for path in library:
+            _g2_library_caller(path, model.data[path], names, ev2)
+        return [*(_tag(e, "G4") for e in ev4), *(_tag(e, "G5") for e in ev5), *(_tag(e, "G2") for e in ev2)]
+
+
+def _not_read(files: list[Path], what: str) -> Evidence:
+    shown = ", ".join(p.name for p in files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+    return Evidence(files[0], 1, f"python_callers not read: nothing in {shown} is what optrace reads as "
+                    f"{what}", False)
 
 
 def _tag(e: Evidence, gate: str) -> Evidence:
@@ -60,12 +84,23 @@ class PythonFakesLayer(FileLayer):
     MODE_B_ONLY: ClassVar[bool] = True
 
     def find(self, layers: Layers) -> list[Path]:
+        if _python_layer_absent(layers, self.NAME):
+            return []  # without importing LibCST
+        from optrace.codemods.python_fakes import fake_files
+
         return fake_files(layers)
 
     def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
+        from optrace.codemods.python_fakes import python_fake_edits
+
         return python_fake_edits(plan, mode)
 
     def verify(self, model: LayerModel) -> list[Evidence]:
+        import libcst as cst
+
+        from optrace.codemods.python_callers import PythonSource
+        from optrace.codemods.python_fakes import NUMEL_NAME, fake_sites, own_returns
+
         names = torch_names(model.op.layers)
         expected = _expected_returns(model.op)
         want = "" if expected is None else f" of {expected}"
@@ -114,12 +149,21 @@ class GraphConvertersLayer(FileLayer):
     MODE_B_ONLY: ClassVar[bool] = True
 
     def find(self, layers: Layers) -> list[Path]:
+        if _python_layer_absent(layers, self.NAME):
+            return []  # without importing LibCST
+        from optrace.codemods.graph_converters import converter_files
+
         return converter_files(layers)
 
     def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
+        from optrace.codemods.graph_converters import graph_converter_edits
+
         return graph_converter_edits(plan, mode)
 
     def verify(self, model: LayerModel) -> list[Evidence]:
+        from optrace.codemods.graph_converters import converters, output_names, the_call
+        from optrace.codemods.python_callers import PythonSource
+
         layers = model.op.layers
         names = torch_names(layers)
         expected = _expected_returns(model.op)
@@ -146,7 +190,33 @@ class GraphConvertersLayer(FileLayer):
         return ev
 
 
-# --- reading a caller (G4, G5) ------------------------------------------------------------------
+# --- reading a caller (G2 for library code, G4 / G5 for samples) ----------------------------------
+
+
+@dataclass
+class _PythonFacts:
+    """What G2 (library code) and G4 / G5 (samples) read of a Python caller: line spans of
+    the op's calls, syncs, saves, worker starts, `expanduser().resolve()` calls and
+    functions. Read with the standard `ast` module (no LibCST import for `check`)."""
+
+    calls: list[tuple[int, int]] = field(default_factory=list)
+    syncs: list[int] = field(default_factory=list)
+    saves: list[tuple[int, int]] = field(default_factory=list)
+    spawns: list[int] = field(default_factory=list)
+    resolves: list[int] = field(default_factory=list)
+    functions: list[tuple[int, int]] = field(default_factory=list)
+
+
+def _dotted(node: ast.expr) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    return ""
+
+
+def _calls_expanduser(node: ast.expr) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr == "expanduser" for n in ast.walk(node))
 
 
 def _starts_workers(name: str) -> bool:
@@ -154,90 +224,86 @@ def _starts_workers(name: str) -> bool:
     return spawn or name.split(".")[-1] == "Process"
 
 
+def _python_facts(path: Path, data: bytes, op_names: set[str], ev: list[Evidence]) -> _PythonFacts | None:
+    """The facts of one file; a syntax error is ✗ evidence (then None)."""
+    try:
+        tree = ast.parse(data, filename=str(path))
+    except (SyntaxError, ValueError) as exc:
+        line = getattr(exc, "lineno", None) or 0
+        ev.append(Evidence(path, line, f"Python syntax error: {getattr(exc, 'msg', exc)}", False))
+        return None
+    facts = _PythonFacts()
+
+    def visit(node: ast.AST, deferred: bool) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            facts.functions.append((start, node.end_lineno or node.lineno))
+        elif isinstance(node, ast.Call):
+            line, end = node.lineno, node.end_lineno or node.lineno
+            name = _dotted(node.func)
+            if isinstance(node.func, ast.Attribute) and node.func.attr in op_names:
+                if not deferred:  # a lambda's / comprehension's call runs later: not saved
+                    facts.calls.append((line, end))
+            elif name.endswith("synchronize"):
+                facts.syncs.append(line)
+            elif name.split(".")[-1] in ("save_profiling_data", "_optrace_save"):
+                facts.saves.append((line, end))
+            elif _starts_workers(name):
+                facts.spawns.append(line)
+            elif name.endswith("resolve") and _calls_expanduser(node.func):
+                facts.resolves.append(line)
+        inner = deferred or isinstance(node, (ast.Lambda, ast.GeneratorExp, ast.ListComp))
+        for child in ast.iter_child_nodes(node):
+            visit(child, inner)
+
+    visit(tree, False)
+    facts.calls.sort()
+    return facts
+
+
+def _g2_library_caller(path: Path, data: bytes, op_names: set[str], ev: list[Evidence]) -> None:
+    """Library code calling the op (mode B): each call's statement, or the line after it,
+    takes the extra output as `profiling_data`, so the library's own callers see the old
+    outputs. Calls inside a lambda or comprehension are left as they are, as apply does."""
+    facts = _python_facts(path, data, op_names, ev)
+    if facts is None:
+        return
+    lines = data.split(b"\n")
+    for start, end in facts.calls:
+        # The unpack sits on the call's own lines (`a, b, profiling_data = op(...)`, a hoisted
+        # `*_optrace_outputs, profiling_data = op(...)`) or right after (`out, profiling_data = ...`).
+        text = b"\n".join(lines[start - 1 : end + 1])
+        ok = re.search(rb"\b(?:optrace_)?profiling_data\b", text) is not None
+        ev.append(Evidence(path, start, "library code: unpacks profiling_data (no sync / save: not a sample)"
+                           if ok else "library code: the op's extra output profiling_data is not unpacked "
+                           "here: this call returns one more value than its code expects", ok))
+
+
 def _python_file(path: Path, data: bytes, op_names: set[str], ev4: list[Evidence],
                  ev5: list[Evidence]) -> None:
-    try:
-        module = cst.parse_module(data)
-    except cst.ParserSyntaxError as exc:
-        ev4.append(Evidence(path, exc.raw_line, f"Python syntax error: {exc.message}", False))
+    facts = _python_facts(path, data, op_names, ev4)
+    if facts is None:
         return
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    pos = wrapper.resolve(PositionProvider)
-
-    calls: list[int] = []
-    syncs: list[int] = []
-    saves: list[tuple[int, int]] = []
-    spawns: list[tuple[int, cst.Call]] = []
-    resolves: list[int] = []
-    functions: list[tuple[int, int]] = []
-
-    def dotted(node: cst.BaseExpression) -> str:
-        if isinstance(node, cst.Name):
-            return node.value
-        if isinstance(node, cst.Attribute):
-            return f"{dotted(node.value)}.{node.attr.value}"
-        return ""
-
-    deferred = [0]
-
-    class Visitor(cst.CSTVisitor):
-        def visit_Lambda(self, node: cst.Lambda) -> None:
-            deferred[0] += 1
-
-        def leave_Lambda(self, original_node: cst.Lambda) -> None:
-            deferred[0] -= 1
-
-        def visit_GeneratorExp(self, node: cst.GeneratorExp) -> None:
-            deferred[0] += 1
-
-        def leave_GeneratorExp(self, original_node: cst.GeneratorExp) -> None:
-            deferred[0] -= 1
-
-        def visit_ListComp(self, node: cst.ListComp) -> None:
-            deferred[0] += 1
-
-        def leave_ListComp(self, original_node: cst.ListComp) -> None:
-            deferred[0] -= 1
-
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-            r = pos[node]
-            functions.append((r.start.line, r.end.line))
-
-        def visit_Call(self, node: cst.Call) -> None:
-            line = pos[node].start.line
-            name = dotted(node.func)
-            if isinstance(node.func, cst.Attribute) and node.func.attr.value in op_names:
-                if not deferred[0]:  # a lambda's / comprehension's call is not saved
-                    calls.append(line)
-            elif name.endswith("synchronize"):
-                syncs.append(line)
-            elif name.split(".")[-1] in ("save_profiling_data", "_optrace_save"):
-                saves.append((line, pos[node].end.line))
-            elif _starts_workers(name):
-                spawns.append((line, node))
-            elif name.endswith("resolve") and "expanduser" in module.code_for_node(node):
-                resolves.append(line)
-
-    wrapper.visit(Visitor())
+    last = data.count(b"\n") + 1
 
     def enclosing(line: int) -> tuple[int, int]:
-        inner = [f for f in functions if f[0] <= line <= f[1]]
-        return max(inner, key=lambda f: f[0]) if inner else (1, data.count(b"\n") + 1)
+        inner = [f for f in facts.functions if f[0] <= line <= f[1]]
+        return max(inner, key=lambda f: f[0]) if inner else (1, last)
 
-    for line in calls:
+    for line, _end in facts.calls:
         scope = enclosing(line)
-        save = next((s for s in saves if line < s[0] <= scope[1]), None)
+        save = next((s for s in facts.saves if line < s[0] <= scope[1]), None)
         if save is None:
             ev4.append(Evidence(path, line, "the op's profiling buffer is never saved after this call",
                                 False))
             continue
-        sync = next((s for s in syncs if line < s <= save[0]), None)
+        sync = next((s for s in facts.syncs if line < s <= save[0]), None)
         note = "device sync, then save_profiling_data" if sync else "no device sync before the save"
         ev4.append(Evidence(path, sync or line, note, sync is not None))
         ev4.append(Evidence(path, save[0], "saves the profiling buffer"))
-    for line, _node in spawns:
+    for line in facts.spawns:
         scope = enclosing(line)
-        before = [r for r in resolves if scope[0] <= r < line]
+        before = [r for r in facts.resolves if scope[0] <= r < line]
         if before:
             ev5.append(Evidence(path, before[-1], f"profiling paths made absolute before the workers start "
                                 f"(line {line})"))

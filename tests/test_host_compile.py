@@ -67,3 +67,28 @@ def test_fixed_width_types_come_with_the_host_stub(tmp_path: Path) -> None:
                     "    constexpr uint32_t index = 1;\n    context->GetOutputShape(index);\n"
                     "    return ge::GRAPH_SUCCESS;\n}\n")
     assert host_compile([host], tmp_path / "demo").errors == {host: []}
+
+
+def test_headers_errors_come_from_the_source_including_them(tmp_path: Path) -> None:
+    """One translation unit per source: a header it includes (directly or through another)
+    gets its own errors from it; a header no source reaches is compiled alone; a header
+    included twice is not reported twice; `only_lines` keeps the asked lines only."""
+    kernel = tmp_path / "demo" / "op_kernel"
+    kernel.mkdir(parents=True)
+    (kernel / "a.h").write_text('#pragma once\n#include "b.h"\ninline void A() { undeclared_a(); }\n')
+    (kernel / "b.h").write_text("#pragma once\ninline void B()\n{\n    undeclared_b();\n}\n")
+    (kernel / "lone.h").write_text("#pragma once\ninline void L() { undeclared_l(); }\n")
+    (kernel / "demo.cpp").write_text('#include "a.h"\n#include "b.h"\n'
+                                     'extern "C" __global__ __aicore__ void demo(GM_ADDR x) { A(); B(); }\n')
+    files = [kernel / "lone.h", kernel / "b.h", kernel / "demo.cpp", kernel / "a.h"]
+    errors = host_compile(files, tmp_path / "demo").errors
+    got = {p.name: [(e.line, e.message) for e in errs] for p, errs in errors.items()}
+    assert got == {
+        "demo.cpp": [],
+        "a.h": [(3, "use of undeclared identifier 'undeclared_a'")],
+        "b.h": [(4, "use of undeclared identifier 'undeclared_b'")],
+        "lone.h": [(2, "use of undeclared identifier 'undeclared_l'")],
+    }
+    only = host_compile(files, tmp_path / "demo", {kernel / "b.h": {1, 2, 3}, kernel / "a.h": {3}}).errors
+    assert {p.name: [e.line for e in errs] for p, errs in only.items()} == {
+        "demo.cpp": [], "a.h": [3], "b.h": [], "lone.h": []}

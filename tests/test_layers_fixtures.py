@@ -9,11 +9,7 @@ fixtures fail G2; bad input is a `file:line` message, exit 2 and nothing written
 from __future__ import annotations
 
 import json
-import os
-import shlex
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -255,31 +251,6 @@ def test_one_torch_op_launching_two_instrumented_kernels_is_refused(tmp_path: Pa
     code, _, err = cli("apply", str(root / "ops" / "op_two"), "--write")
     assert code == 2 and "torch/op_one.cpp:4: OT313 `op_one_impl` also launches `op_one`" in err
     assert snapshot(root) == before
-
-
-# --- pre-commit -------------------------------------------------------------------------------------
-
-
-def test_pre_commit_hook_checks_the_operators_a_commit_touches(tmp_path: Path) -> None:
-    yaml = pytest.importorskip("yaml")
-    if shutil.which("bash") is None:
-        pytest.skip("bash not installed")
-    hooks = yaml.safe_load((FIXTURES.parent / ".pre-commit-hooks.yaml").read_text())
-    hook = next(h for h in hooks if h["id"] == "optrace-check")
-    assert hook["language"] == "python" and hook["pass_filenames"] is True
-    repo = copy(tmp_path, "direct_launch")
-    op_rel = CASES["direct_launch"][0]
-    files = [f"{op_rel}/op_kernel/moe_gating_topk.cpp", f"{op_rel}/op_host/moe_gating_topk.cpp", "README.md"]
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    if shutil.which("optrace", path=env["PATH"]) is None:
-        pytest.skip("the optrace console script is not installed")
-    res = subprocess.run([*shlex.split(hook["entry"]), *files], cwd=repo, env=env, capture_output=True,
-                         text=True, check=False)
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.count("csrc/ops/moe_gating_topk") == 1  # once, for two files of the op
-    res = subprocess.run([*shlex.split(hook["entry"]), "README.md"], cwd=repo, env=env, capture_output=True,
-                         text=True, check=False)
-    assert res.returncode == 0 and res.stdout == ""
 
 
 def test_a_registered_wrapper_grows_and_fails_g2_when_it_keeps_the_old_arity(tmp_path: Path) -> None:

@@ -611,7 +611,9 @@ def test_an_autograd_function_keeps_its_arity_and_saves_the_buffer(tmp_path: Pat
             def backward(ctx, gy, gz):
                 return gy, None
         ''')
-    got = body(run(python_caller_edits, make_repo(tmp_path, {REG[0]: REG[1], "pkg/fn.py": text}))["pkg/fn.py"])
+    # A sample's Function (library code would get the unpack only: test_python_library_callers.py).
+    got = body(run(python_caller_edits, make_repo(tmp_path, {REG[0]: REG[1], "examples/fn.py": text}))[
+        "examples/fn.py"])
     assert "        y, z, profiling_data = torch.ops.lib.demo_op(x, k)\n" in got
     assert "        return y, z\n" in got and "    def backward(ctx, gy, gz):\n" in got
     assert "_optrace_save(profiling_data" in got

@@ -1,0 +1,46 @@
+"""Which Python files hold the op's Python layers (callers, fakes, converters), without
+parsing them: what discovery found, plus files using one of the op's other torch names.
+
+Apart from the codemods that parse these files with LibCST so that `check` can ask which
+files there are without importing LibCST (issue 12 §4: pre-commit runs it every commit).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+from optrace.codemods.torch_adapter import torch_names
+from optrace.engine.discovery import Layers, is_sample_caller, repo_index
+
+
+def python_layer_files(layers: Layers, key: str,
+                       hint: Callable[[list[str]], re.Pattern[bytes]]) -> list[Path]:
+    """The files discovery found for the Python layer `key`, plus Python files that use the
+    op under one of its other torch names (`torch_names`) and match `hint(those names)`."""
+    files = [f.path for f in layers.found.get(key, [])]
+    extra = [n for n in torch_names(layers) if n != layers.op_name]
+    if extra:
+        pattern = hint(extra)
+        for path in repo_index(layers.repo_root).mentioning(*[n.encode() for n in extra]):
+            if path.suffix == ".py" and path not in files and pattern.search(path.read_bytes()):
+                files.append(path)
+    return files
+
+
+def caller_files(layers: Layers) -> list[Path]:
+    """Discovered callers, plus Python files calling the op under another torch name."""
+    return python_layer_files(layers, "python_callers", lambda names: re.compile(
+        rb"\.\s*(?:" + b"|".join(re.escape(n.encode()) for n in names) + rb")\s*\("))
+
+
+def split_callers(files: Iterable[Path], repo_root: Path,
+                  globs: Sequence[str] = ()) -> tuple[list[Path], list[Path]]:
+    """Callers as (samples and tests, library code): only samples sync and save the buffer;
+    library code unpacks it and nothing more (`engine.discovery.is_sample_caller`)."""
+    samples: list[Path] = []
+    library: list[Path] = []
+    for path in files:
+        (samples if is_sample_caller(path, repo_root, globs) else library).append(path)
+    return samples, library
