@@ -408,17 +408,18 @@ def analyse_operator(op_dir: Path, repo_root: Path | None = None) -> Analysis:
         pf = parse_file(parser, src)
         entry_line = layers.entry.line if path.resolve() == entry_file else 0
         if pf.error_lines and entry_line and not _parse_score(pf, entry_line)[0]:
-            # A conditional that splits a statement (`} else if` under `#if`) leaves the
-            # entry unparsed: read every arm as one text instead, if the entry then parses
-            # (offsets are the same; the arms are then not told apart). Only for the
-            # entry: elsewhere a partial parse loses less than the arms' variants would.
+            # A conditional that splits a statement (`} else if` under `#if`, two heads for
+            # one parameter list) leaves the entry unparsed: read the first arm of each
+            # conditional instead, if the entry then parses (offsets are the same; the
+            # other arms are not planned). Only for the entry: elsewhere a partial parse
+            # loses less than the arms' variants would.
             as_written = src.text
             src.text = blank_conditionals(as_written)
             union = parse_file(parser, src)
             if _parse_score(union, entry_line) > _parse_score(pf, entry_line):
                 diagnostics.append(Diagnostic(
-                    "OT022", "preprocessor conditionals split statements here: read with every "
-                    "arm's code as one text (the arms are not planned as separate variants)",
+                    "OT022", "preprocessor conditionals split the entry's statements here: read "
+                    "as the first arm of each conditional (the other arms are not planned)",
                     path, _split_at(union, entry_line) or pf.error_lines[0]))
                 pf = union
             else:
@@ -471,6 +472,9 @@ def _parse_score(pf: ParsedFile, entry_line: int) -> tuple[bool, int]:
     has_entry = entry_line > 0 and any(
         pf.src.line_of(f.start_byte) <= entry_line <= pf.src.line_of(f.end_byte)
         and f.child_by_field_name("body") is not None
+        # a head whose parameter list holds another head (`#else template <...> void f(`)
+        # is not the entry read right
+        and (decl := f.child_by_field_name("declarator")) is not None and not decl.has_error
         for f in pf.nodes.within(pf.tree.root_node, ("function_definition",)))
     return has_entry, -len(pf.error_lines)
 

@@ -48,7 +48,7 @@ _TABLE: tuple[Code, ...] = (
     Code("OT015", "not one operator directory: it holds several operators", E, "diagnostics.md"),
     Code("OT020", "a source file does not fully parse; analysis continues", W, "diagnostics.md"),
     Code("OT021", "an included header is not found (absent submodule?)", I, "diagnostics.md"),
-    Code("OT022", "preprocessor conditionals split the entry's statements: read as one text", I,
+    Code("OT022", "preprocessor conditionals split the entry's statements: read as their first arm", I,
          "diagnostics.md"),
     Code("OT030", "cannot write an output file", E, "input-matrix.md"),
     # The edit engine and the journal.
@@ -159,8 +159,9 @@ _NOTES = {
     "OT021": "An `#include` that resolves nowhere in the repository or the configured include "
              "paths (often a git submodule that is not checked out); a note only.",
     "OT022": "A `#if` that opens in one statement and closes in another (`} else if` under `#if`) "
-             "can cost tree-sitter the whole kernel entry; the entry is then read with every arm's "
-             "code as one text (offsets unchanged), so the arms are planned as one, not as variants.",
+             "(or two heads share one parameter list) can cost tree-sitter the whole kernel entry; the "
+             "entry is then read as the first arm of each conditional (offsets unchanged), and the "
+             "other arms are not planned.",
     "OT300": "`apply --check` / `strip --check`: the tree is not what the command would write "
              "(exit 1), as ruff's `--check`.",
     "OT302": "apply refuses to place a region's points where the code does not parse.",

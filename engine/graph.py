@@ -91,6 +91,17 @@ class DiGraph(Generic[N]):
                 todo.extend(self._pred[n])
         return seen
 
+    def descendants(self, node: N) -> set[N]:
+        """Every node `node` has a path to (not `node` itself unless on a cycle)."""
+        seen: set[N] = set()
+        todo = list(self._succ.get(node, ()))
+        while todo:
+            n = todo.pop()
+            if n not in seen:
+                seen.add(n)
+                todo.extend(self._succ[n])
+        return seen
+
     def simple_cycles(self, limit: int, budget: int = 200_000) -> list[list[N]]:
         """Up to `limit` elementary cycles, each starting at its earliest-inserted node,
         found in insertion order of that node; the search stops after `budget` steps (a

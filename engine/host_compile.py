@@ -62,13 +62,16 @@ def host_compile(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[
         fake = Path(tmp)
         for name in _STD_SHIMS:
             (fake / name).write_text(_STD_SHIM)
+        (fake / "vector").write_text(_VECTOR_SHIM)
+        (fake / "initializer_list").write_text(_INIT_LIST_SHIM)
         for path in {*all_files, *files}:
             try:
                 data = path.read_bytes()
             except OSError:
                 continue
             for d in scan_includes(data):
-                if d.target in _STD_SHIMS or ".." in d.target or d.target.startswith("/"):
+                shimmed = d.target in _STD_SHIMS or d.target in ("vector", "initializer_list")
+                if shimmed or ".." in d.target or d.target.startswith("/"):
                     continue
                 candidates = [path.parent / d.target, *(k / d.target for k in kernel_dirs)]
                 if not any(c.exists() for c in candidates):
@@ -239,4 +242,33 @@ public:
 }
 extern "C" void* memcpy(void*, const void*, size_t);
 extern "C" void* memset(void*, int, size_t);
+"""
+
+# The two standard headers an OpDef's `std::vector` lists need, no more: a list from braces
+# (`= {ge::DT_FLOAT}`), a list of n copies, and its size.
+_INIT_LIST_SHIM = """#pragma once
+namespace std {
+template <class E> class initializer_list {
+    const E *b_;
+    unsigned long n_;
+public:
+    constexpr initializer_list() : b_(nullptr), n_(0) {}
+    constexpr unsigned long size() const { return n_; }
+    constexpr const E *begin() const { return b_; }
+    constexpr const E *end() const { return b_ + n_; }
+};
+}  // namespace std
+"""
+_VECTOR_SHIM = """#pragma once
+#include <initializer_list>
+namespace std {
+template <class T> class vector {
+public:
+    vector();
+    vector(unsigned long n, const T &value);
+    vector(initializer_list<T> values);
+    unsigned long size() const;
+    const T &operator[](unsigned long i) const;
+};
+}  // namespace std
 """

@@ -224,21 +224,37 @@ def blank_if0(data: bytes) -> bytes:
     return bytes(out)
 
 
-_CONDITIONAL_RE = re.compile(rb"^[ \t]*#[ \t]*(?:if|ifdef|ifndef|elif|else|endif)\b(?:[^\n]*\\\r?\n)*[^\n]*",
-                             re.M)
-
-
 def blank_conditionals(data: bytes) -> bytes:
-    """The same-length text with `#if` / `#elif` / `#else` / `#endif` lines blanked, every
-    arm's code kept (`#if 0` code blanked first). For the parse of a file tree-sitter
-    cannot read as written: a conditional that opens in one statement and closes in
-    another (`} else if (KEY_A) {` under `#if`) leaves the function unparsed, while the
-    union of the arms is one if / else-if chain."""
+    """The same-length text of the first arm of every conditional: `#if` / `#ifdef` arms
+    kept, `#elif` / `#else` arms blanked, the directive lines themselves blanked (`#if 0`
+    code blanked first). For the parse of an entry tree-sitter cannot read as written: a
+    conditional that opens in one statement and closes in another (`} else if (KEY_A) {`
+    under `#if`), or that gives the entry two heads for one parameter list (`extern "C"`
+    for a test build, `template <...>` otherwise), leaves the function unparsed, while
+    one arm is one function as a build sees it."""
     text = bytearray(blank_if0(data))
-    for m in _CONDITIONAL_RE.finditer(bytes(text)):
-        for i in range(m.start(), m.end()):
-            if text[i] not in (0x0A, 0x0D):
-                text[i] = 0x20
+    # per open conditional: is the current arm a later (#elif / #else) one?
+    later: list[bool] = []
+    pos = 0
+    for line in bytes(text).splitlines(keepends=True):
+        directive = re.match(rb"[ \t]*#[ \t]*(if|ifdef|ifndef|elif|else|endif)\b", line)
+        blank = False
+        if directive is not None:
+            word = directive.group(1)
+            if word in (b"if", b"ifdef", b"ifndef"):
+                later.append(False)
+            elif word in (b"elif", b"else") and later:
+                later[-1] = True
+            elif word == b"endif" and later:
+                later.pop()
+            blank = True
+        elif any(later):
+            blank = True
+        if blank:
+            for k in range(pos, pos + len(line)):
+                if text[k] not in (0x0A, 0x0D):
+                    text[k] = 0x20
+        pos += len(line)
     return bytes(text)
 
 

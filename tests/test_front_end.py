@@ -619,3 +619,24 @@ def test_a_macro_running_an_absent_or_aliased_class_is_measured_at_its_call(tmp_
     assert {line for line, _ in at_calls} == {13, 15}
     assert (13, None) in at_calls
     assert any(r.function and r.function.endswith("GemmUniversal::operator()") for r in plan.root.walk())
+
+
+def test_an_entry_with_two_heads_under_ifdef_is_read_as_its_first_arm(tmp_path: Path) -> None:
+    entry = ('#include "kernels.h"\n#ifdef __CCE_KT_TEST__\n'
+             'extern "C" __global__ __aicore__ void two_heads(\n'
+             "#else\ntemplate <uint32_t SCH_MODE>\n__global__ __aicore__ void two_heads(\n#endif\n"
+             "    GM_ADDR x, GM_ADDR y, GM_ADDR workspace, GM_ADDR tiling)\n{\n"
+             "    KernelA op;\n    op.Init(x, y, workspace);\n    op.Process();\n}\n")
+    root = write_tree(tmp_path, {"ops/two_heads/op_kernel/two_heads.cpp": entry,
+                                 "ops/two_heads/op_kernel/kernels.h": kernel_class("KernelA", "StepA")})
+    before = snapshot(root)
+    plan = plan_operator(root / "ops/two_heads")
+    assert [d.code for d in plan.diagnostics if d.code == "OT022"] == ["OT022"]
+    assert runner.invoke(app, ["apply", str(root / "ops/two_heads"), "--write"]).exit_code == 0
+    text = (root / "ops/two_heads/op_kernel/two_heads.cpp").read_text()
+    # the parameter goes into the one parameter list both heads share, never after it
+    assert "GM_ADDR y, /*optrace<*/GM_ADDR profiling_data, /*>optrace*/GM_ADDR workspace" in text
+    check = runner.invoke(app, ["check", str(root / "ops/two_heads")])
+    assert check.exit_code == 0, check.stdout
+    assert runner.invoke(app, ["strip", str(root / "ops/two_heads"), "--write"]).exit_code == 0
+    assert snapshot(root) == before

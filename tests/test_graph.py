@@ -42,3 +42,13 @@ def test_simple_cycles_each_once_from_its_earliest_node_with_a_limit() -> None:
                 k.add_edge(a, b)
     assert len(k.simple_cycles(20)) == 20
     assert len(k.simple_cycles(10**9, budget=5000)) < 10**9
+
+
+def test_descendants_are_everything_a_node_reaches() -> None:
+    g: DiGraph[int] = DiGraph()
+    for a, b in [(1, 2), (2, 3), (3, 4), (2, 5), (6, 1)]:
+        g.add_edge(a, b)
+    assert g.descendants(1) == {2, 3, 4, 5}
+    assert g.descendants(4) == set()
+    g.add_edge(4, 1)  # a cycle: the node reaches itself
+    assert g.descendants(1) == {1, 2, 3, 4, 5}

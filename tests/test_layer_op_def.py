@@ -11,6 +11,7 @@ from layer_snippets import dedent, make_repo, run
 
 from optrace.codemods.op_def import op_def_edits
 from optrace.engine.diagnostics import InputError
+from optrace.engine.host_compile import host_compile
 
 OPDEF = "ops/demo_op/op_host/demo_op_def.cpp"
 
@@ -186,3 +187,18 @@ def test_outputs_declared_on_per_soc_configs_get_profiling_data_in_each(tmp_path
         '        this->AICore().AddConfig("soc_b", cfgB);\n')
     # no `this->Output` was invented: the configs' outputs are the op's
     assert 'this->Output("profiling_data")' not in after
+
+
+def test_a_vector_list_compiles_against_the_host_stub(tmp_path: Path) -> None:
+    text = ("#include <vector>\n#include \"register/op_def_registry.h\"\n"
+            "static const std::vector<ge::DataType> dtypes = {ge::DT_FLOAT, ge::DT_FLOAT16};\n"
+            "namespace ops {\nclass DemoOp : public OpDef {\npublic:\n"
+            "    explicit DemoOp(const char *name) : OpDef(name)\n    {\n"
+            '        this->Output("y").ParamType(REQUIRED).DataType(dtypes);\n    }\n};\n}  // namespace ops\n')
+    op = make_repo(tmp_path, {OPDEF: text})
+    after = run(op_def_edits, op)[OPDEF]
+    assert "DataType(std::vector<ge::DataType>((dtypes).size(), ge::DT_INT64));  // optrace" in after
+    path = op.parent.parent / OPDEF
+    before = host_compile([path], op).errors.get(path, [])
+    path.write_text(after)
+    assert host_compile([path], op).errors.get(path, []) == before

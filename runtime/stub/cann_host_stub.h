@@ -8,6 +8,12 @@
 #define OPTRACE_CANN_HOST_STUB_H
 
 #include <cstdint>  // CANN's headers bring the fixed-width types every op_host file uses
+// CANN's OpParamDef also takes std::vector lists (`DataType(dtypes.find(soc)->second)`):
+// optrace writes profiling_data's list as a vector of the template output's length.
+#if __has_include(<vector>)
+#include <vector>
+#define OPTRACE_STUB_HAS_VECTOR 1
+#endif
 
 namespace ge {
 using graphStatus = unsigned int;
@@ -78,6 +84,13 @@ public:
     template <int N> OpParamDef &Format(const ge::Format (&formats)[N]);
     template <int N> OpParamDef &FormatList(const ge::Format (&formats)[N]);
     template <int N> OpParamDef &UnknownShapeFormat(const ge::Format (&formats)[N]);
+#ifdef OPTRACE_STUB_HAS_VECTOR
+    OpParamDef &DataType(const std::vector<ge::DataType> &types);
+    OpParamDef &DataTypeList(const std::vector<ge::DataType> &types);
+    OpParamDef &Format(const std::vector<ge::Format> &formats);
+    OpParamDef &FormatList(const std::vector<ge::Format> &formats);
+    OpParamDef &UnknownShapeFormat(const std::vector<ge::Format> &formats);
+#endif
     OpParamDef &AutoContiguous();
     OpParamDef &IgnoreContiguous();
 };
