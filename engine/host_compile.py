@@ -64,20 +64,22 @@ def host_compile(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[
             (fake / name).write_text(_STD_SHIM)
         (fake / "vector").write_text(_VECTOR_SHIM)
         (fake / "initializer_list").write_text(_INIT_LIST_SHIM)
+        (fake / "tuple").write_text(_TUPLE_SHIM)
         for path in {*all_files, *files}:
             try:
                 data = path.read_bytes()
             except OSError:
                 continue
             for d in scan_includes(data):
-                shimmed = d.target in _STD_SHIMS or d.target in ("vector", "initializer_list")
+                shimmed = d.target in _STD_SHIMS or d.target in ("vector", "initializer_list", "tuple")
                 if shimmed or ".." in d.target or d.target.startswith("/"):
                     continue
                 candidates = [path.parent / d.target, *(k / d.target for k in kernel_dirs)]
                 if not any(c.exists() for c in candidates):
                     target = fake / d.target
                     target.parent.mkdir(parents=True, exist_ok=True)
-                    target.touch()
+                    # torch's headers bring std::tuple, which an adapter's returns name
+                    target.write_text("#include <tuple>\n" if d.target.startswith("torch/") else "")
         common = ["-x", "c++", "-std=c++17", "-fsyntax-only", "-ferror-limit=0", "-Wno-everything",
                   "-nostdinc", "-nostdinc++", f"-isystem{fake}"]
         dirs = [*[f"-I{d}" for d in kernel_dirs], f"-I{fake}"]
@@ -269,6 +271,15 @@ public:
     vector(initializer_list<T> values);
     unsigned long size() const;
     const T &operator[](unsigned long i) const;
+};
+}  // namespace std
+"""
+_TUPLE_SHIM = """#pragma once
+namespace std {
+template <class... T> class tuple {
+public:
+    tuple();
+    template <class... U> tuple(U &&...values);
 };
 }  // namespace std
 """

@@ -10,6 +10,7 @@ from layer_snippets import make_repo
 from typer.testing import CliRunner
 
 from optrace.cli import app
+from optrace.engine.host_compile import host_compile
 
 runner = CliRunner()
 
@@ -40,11 +41,17 @@ OPDEF = ("ops/demo_op/op_host/demo_op_def.cpp",
 def test_an_aclnn_cmd_adapter_and_a_pybind_binding_carry_the_buffer(tmp_path: Path) -> None:
     op = make_repo(tmp_path, {ADAPTER: ADAPTER_TEXT, OPDEF[0]: OPDEF[1]})
     root = op.parent.parent
+    adapter = root / ADAPTER
+    compiled_before = {e.message for e in host_compile([adapter], op).errors.get(adapter, [])}
     plan = json.loads(runner.invoke(app, ["plan", str(op), "--format", "json"]).stdout)["operators"][0]
     assert [h["file"] for h in plan["layers"]["torch_adapter"]] == [ADAPTER]
     assert runner.invoke(app, ["apply", str(op), "--write"]).exit_code == 0
     text = (root / ADAPTER).read_text()
     assert "ACLNN_CMD(aclnnDemoOp, x, y, s/*optrace<*/, profilingData/*>optrace*/);" in text
+    # the tuple the adapter now returns comes with torch's headers (absent here: shimmed)
+    assert "std::tuple</*>optrace*/at::Tensor" in text
+    compiled_after = {e.message for e in host_compile([adapter], op).errors.get(adapter, [])}
+    assert compiled_after <= compiled_before
     check = json.loads(runner.invoke(app, ["check", str(op), "--format", "json", "--no-compile"]).stdout)
     g2 = next(g for g in check["operators"][0]["gates"] if g["gate"] == "G2")
     assert g2["status"] == "pass", g2
