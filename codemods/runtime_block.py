@@ -50,9 +50,24 @@ def base_header_path(plan: Plan) -> Path:
     beside the kernel entry — never a vendored sub-kernel's `*_base.h`."""
     layers = plan.analysis.layers
     found = layers.found.get("base_header")
-    if found:
-        return found[0].path.resolve()
     beside = layers.entry.path.parent if layers.entry is not None else (layers.kernel_dir or layers.op_dir)
+    if found:
+        path = found[0].path.resolve()
+        reached = {p.resolve() for p in plan.analysis.includes.files}
+        try:
+            data = path.read_bytes()
+        except OSError:
+            data = b""
+        holds_block = _BLOCK_RE.search(data) is not None
+        # nothing but includes, guards and comments: including it brings nothing else
+        declares = re.sub(rb"(?m)^[ \t]*#.*$", b"", blank_comments(data)).strip()
+        if path in reached or holds_block or not declares:
+            return path
+        # The operator's own `<op>_base.h` that nothing the entry compiles includes, with
+        # declarations of its own: they would come along with the include (ops-nn's fused_add_rms_norm:
+        # a second BUFFER_NUM beside the sibling's, ambiguous), so the block gets a header
+        # of its own instead.
+        return (beside / f"optrace_{layers.op_name}_base.h").resolve()
     return (beside / f"{layers.op_name}_base.h").resolve()
 
 
@@ -113,7 +128,7 @@ def block_edits(plan: Plan) -> tuple[list[Edit], dict[Path, bytes]]:
             edits.append(Edit(base, at, at, _as_lines(data, at, new_block), CODEMOD,
                               "insert the runtime block"))
     else:
-        guard = f"{plan.analysis.layers.op_name.upper()}_BASE_H".encode()
+        guard = re.sub(r"\W", "_", base.name.upper()).encode()
         created[base] = (CREATED_MARK + b"\n#ifndef " + guard + b"\n#define " + guard + b"\n\n"
                          + b'#include "kernel_operator.h"\n\n' + block_for(b"") + b"\n#endif\n")
     return edits, created

@@ -550,9 +550,13 @@ def discover(op_dir: Path, repo_root: Path, config: Config) -> Layers:
         # the kernel, not unit tests (`tests/`, `test_*_tiling.cpp`) or docs.
         host_source = not (_NOT_HOST_DIRS & set(path.relative_to(op_dir).parts[:-1])) and not (
             name.startswith("test_") or name.endswith("_test.cpp"))
-        if host_source and re.search(rb"\bOpDef\b", code) and re.search(
-                rb"this->\s*(Input|Output|Attr|AICore)\s*\(", code):
-            put("op_def", path, code, rb"this->\s*Output\s*\(", "OpDef outputs")
+        # An OpDef declares its outputs in its class (`this->Output`), on per-SoC configs,
+        # or through helpers (`AddOutput(config, "y", ...)`); registered with OP_ADD. The
+        # layer is found either way, and apply refuses what it cannot locate.
+        if host_source and re.search(rb"\bOpDef\b", code) and (
+                re.search(rb"this->\s*(Input|Output|Attr|AICore)\s*\(", code)
+                or re.search(rb"\bOP_ADD\s*\(", code)):
+            put("op_def", path, code, rb"this->\s*Output\s*\(|\bOP_ADD\s*\(", "OpDef outputs")
         if (host_source and re.search(rb"InferShape|IMPL_OP_INFERSHAPE|InferDataType", code)
                 and not name.endswith(".h")):
             put("infer", path, code, rb"InferShape\w*\s*\(", "infer shape")

@@ -640,3 +640,39 @@ def test_an_entry_with_two_heads_under_ifdef_is_read_as_its_first_arm(tmp_path: 
     assert check.exit_code == 0, check.stdout
     assert runner.invoke(app, ["strip", str(root / "ops/two_heads"), "--write"]).exit_code == 0
     assert snapshot(root) == before
+
+
+def test_an_own_base_header_nothing_includes_is_left_alone(tmp_path: Path) -> None:
+    # `<op>_base.h` exists but the entry compiles a sibling's base instead: including it
+    # would bring its own BUFFER_NUM beside the sibling's (ambiguous)
+    files = {"ops/fused/op_kernel/fused.cpp": '#include "kernels.h"\n' + ENTRY_HEAD.format(op="fused")
+             + "    KernelA op;\n    op.Init(x, y, workspace);\n    op.Process();\n}\n",
+             "ops/fused/op_kernel/kernels.h": kernel_class("KernelA", "StepA"),
+             "ops/fused/op_kernel/fused_base.h": "#pragma once\nconstexpr int BUFFER_NUM = 1;\n"}
+    root = write_tree(tmp_path, files)
+    before = snapshot(root)
+    assert runner.invoke(app, ["apply", str(root / "ops/fused"), "--write"]).exit_code == 0
+    after = snapshot(root)
+    assert after["ops/fused/op_kernel/fused_base.h"] == before["ops/fused/op_kernel/fused_base.h"]
+    assert "optrace-runtime-block" in after["ops/fused/op_kernel/optrace_fused_base.h"].decode()
+    assert b'#include "optrace_fused_base.h"  // optrace' in after["ops/fused/op_kernel/kernels.h"]
+    assert runner.invoke(app, ["check", str(root / "ops/fused")]).exit_code == 0
+    assert runner.invoke(app, ["strip", str(root / "ops/fused"), "--write"]).exit_code == 0
+    assert snapshot(root) == before
+
+
+def test_an_opdef_built_through_helpers_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    files = {"ops/helped/op_kernel/helped.cpp": '#include "kernels.h"\n' + ENTRY_HEAD.format(op="helped")
+             + "    KernelA op;\n    op.Process();\n}\n",
+             "ops/helped/op_kernel/kernels.h": kernel_class("KernelA", "StepA"),
+             "ops/helped/op_host/helped_def.cpp":
+             "namespace ops {\n"
+             "template <typename C> static void AddOutput(C &c, const char *n) { c.Output(n); }\n"
+             "class Helped : public OpDef {\npublic:\n    explicit Helped(const char *name) : OpDef(name)\n"
+             '    {\n        AddOutput(*this, "y");\n    }\n};\nOP_ADD(Helped);\n}  // namespace ops\n'}
+    root = write_tree(tmp_path, files)
+    before = snapshot(root)
+    result = runner.invoke(app, ["apply", str(root / "ops/helped"), "--write"])
+    assert result.exit_code == 2
+    assert "helped_def.cpp" in result.output and "OT310 cannot locate the OpDef's outputs" in result.output
+    assert snapshot(root) == before
