@@ -35,7 +35,7 @@ from optrace.codemods.strip import CREATED_MARK, strip_bytes
 from optrace.engine.cpp import new_parser
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
 from optrace.engine.edits import Edit, line_end, line_number, line_start, newline_of
-from optrace.engine.source import DEFAULT_QUALIFIERS, normalise
+from optrace.engine.source import DEFAULT_QUALIFIERS, normalise, read_regular
 
 LINE_MARK = b"  // optrace"
 HASH_MARK = b"  # optrace"
@@ -66,7 +66,7 @@ def input_error(code: str, message: str, path: Path, data: bytes | None = None, 
 
 def clean_bytes(path: Path) -> bytes:
     """The file without optrace's insertions: what the layer codemods edit."""
-    return strip_bytes(path.read_bytes(), path)
+    return strip_bytes(read_regular(path), path)
 
 
 # --- inserted text --------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from optrace.codemods.layer_common import (
 from optrace.engine.discovery import CPP_EXTS, Layers, walk_files
 from optrace.engine.edits import line_number
 from optrace.engine.names import same_op
+from optrace.engine.source import read_regular
 
 INFER_SHAPE = "infer shape"
 INFER_DTYPE = "infer dtype"
@@ -182,7 +183,7 @@ def registrations(layers: Layers, clean: bool = True) -> list[Registration]:
 
 def _bytes(path: Path, clean: bool) -> bytes:
     try:
-        return clean_bytes(path) if clean else path.read_bytes()
+        return clean_bytes(path) if clean else read_regular(path)
     except OSError:
         return b""
 

@@ -57,6 +57,7 @@ from optrace.engine.diagnostics import InputError
 from optrace.engine.discovery import Layers, repo_index
 from optrace.engine.edits import Edit, line_start, newline_of
 from optrace.engine.plan import Plan
+from optrace.engine.source import read_regular
 
 CODEMOD = "python-callers"
 ENV_DIR = "OPTRACE_PROFILING_DIR"
@@ -448,7 +449,7 @@ def python_layer_files(layers: Layers, key: str,
     if extra:
         pattern = hint(extra)
         for path in repo_index(layers.repo_root).mentioning(*[n.encode() for n in extra]):
-            if path.suffix == ".py" and path not in files and pattern.search(path.read_bytes()):
+            if path.suffix == ".py" and path not in files and pattern.search(read_regular(path)):
                 files.append(path)
     return files
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
 from optrace.engine.source import DEFAULT_QUALIFIERS
+from optrace.runtime.regular import open_regular, user_config_path
 
 LAYER_KEYS = (
     "entry",
@@ -89,15 +90,6 @@ def trusting_config(trusted: bool = True) -> Iterator[None]:
         set_config_trust(before)
 
 
-def user_config_path() -> Path:
-    """The user-level config: `$XDG_CONFIG_HOME/optrace/config.toml`, else
-    `~/.config/optrace/config.toml` (a relative XDG_CONFIG_HOME is ignored)."""
-    base = os.environ.get("XDG_CONFIG_HOME", "")
-    if not os.path.isabs(base):
-        base = os.path.join(os.path.expanduser("~"), ".config")
-    return Path(base) / "optrace" / "config.toml"
-
-
 def trusted_repositories() -> tuple[Path, ...]:
     """`[trust] repositories` of the user-level config, as real paths (`~` expanded)."""
     path = user_config_path()
@@ -140,7 +132,8 @@ def find_config_file(repo_root: Path, op_dir: Path) -> tuple[Path, dict[str, obj
 
 def _load_toml(path: Path) -> dict[str, object]:
     try:
-        with path.open("rb") as fh:
+        # Only a regular file, within the config bound (a FIFO would block; runtime/regular.py).
+        with open_regular(path, "config") as fh:
             return tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         # Python 3.11's TOMLDecodeError has no lineno; the message carries it.
@@ -151,7 +144,7 @@ def _load_toml(path: Path) -> dict[str, object]:
         ) from exc
     except OSError as exc:
         raise InputError(
-            Diagnostic("OT001", f"cannot read: {exc.strerror}", path, 0, Severity.ERROR)
+            Diagnostic("OT001", f"cannot read: {exc.strerror or exc}", path, 0, Severity.ERROR)
         ) from exc
 
 

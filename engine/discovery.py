@@ -17,7 +17,7 @@ from pathlib import Path
 from optrace.engine.config import Config
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
 from optrace.engine.names import op_name_pattern, same_op
-from optrace.engine.source import blank_comments, decode, is_binary
+from optrace.engine.source import blank_comments, decode, is_binary, read_regular
 
 # `.inl` / `.ipp` / `.tpp` are headers by another name (template bodies included at the end of a
 # header): apply reaches them through the include graph, so strip and check must scan them.
@@ -240,7 +240,7 @@ def _read(path: Path, limit: int = SEARCH_LIMIT_BYTES) -> bytes | None:
     try:
         if path.stat().st_size > limit:
             return None
-        data = path.read_bytes()
+        data = read_regular(path)
     except OSError:
         return None
     return None if is_binary(data) else data

@@ -10,6 +10,8 @@ every line.
 
 from __future__ import annotations
 
+import os
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from importlib import resources
@@ -19,6 +21,7 @@ from clang import cindex
 
 from optrace.engine.discovery import CPP_EXTS, walk_files
 from optrace.engine.includes import scan_includes
+from optrace.engine.source import NotRegularFile, read_regular
 
 
 def stub_header() -> Path:
@@ -59,7 +62,7 @@ def host_compile(files: list[Path], op_dir: Path) -> HostCompile:
             (fake / name).write_text(_STD_SHIM)
         for path in {*all_files, *files}:
             try:
-                data = path.read_bytes()
+                data = read_regular(path)
             except OSError:
                 continue
             for d in scan_includes(data):
@@ -83,6 +86,10 @@ def host_compile(files: list[Path], op_dir: Path) -> HostCompile:
             if not _utf8(str(path)):
                 out.skipped.append((path, "its name is not UTF-8"))
                 continue
+            blocked = _irregular_include(path, kernel_dirs)
+            if blocked is not None:  # libclang would open it and wait on a FIFO for ever
+                out.skipped.append((path, f"it includes {blocked}, not a regular file"))
+                continue
             try:
                 kernel = "op_kernel" in path.parts or path.suffix == ".asc"
                 tu = index.parse(str(path), args=args if kernel else host_args)
@@ -101,6 +108,33 @@ def host_compile(files: list[Path], op_dir: Path) -> HostCompile:
                     continue
                 errors.append(HostError(loc.line, loc.column, diag.spelling))
     return out
+
+
+def _irregular_include(path: Path, include_dirs: list[Path]) -> Path | None:
+    """The first FIFO, device, socket or directory-named-as-a-file that `path`'s includes
+    (transitively, as libclang would look them up) reach; None when they are all regular."""
+    queue, seen = [path], {path}
+    while queue:
+        current = queue.pop()
+        try:
+            data = read_regular(current)
+        except NotRegularFile:
+            return current
+        except OSError:
+            continue  # unreadable or too large: libclang reports it as an error of its own
+        for d in scan_includes(data):
+            for cand in [current.parent / d.target, *(k / d.target for k in include_dirs)]:
+                try:
+                    mode = os.stat(cand).st_mode
+                except (OSError, ValueError):
+                    continue
+                if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+                    return cand
+                if stat.S_ISREG(mode) and cand not in seen:
+                    seen.add(cand)
+                    queue.append(cand)
+                break  # the first candidate that exists is the one included
+    return None
 
 
 def _utf8(text: str) -> bool:

@@ -113,6 +113,17 @@ def _emit_json(document: object, output: Path | None) -> None:
             handle.write(text.encode("utf-8"))
 
 
+def _files_read(path: Path, point_map: Path | None) -> list[Path]:
+    """What report reads (the trace, or the directory's files and its point map): an
+    output that is one of them is refused."""
+    files = [path, *([point_map] if point_map is not None else [])]
+    try:
+        files += list(path.iterdir()) if path.is_dir() else []
+    except OSError:
+        pass  # reported when it is read
+    return files
+
+
 FormatOption = Annotated[str, typer.Option("--format", help="text or json.")]
 
 
@@ -182,6 +193,12 @@ def cmd_report(
                 require_matplotlib()
             except MissingExtra as exc:
                 raise _bad_usage(str(exc)) from None
+        from optrace.runtime.atomic import output_target
+
+        read = _files_read(path.expanduser(), point_map.expanduser() if point_map else None)
+        for output in (html, png):  # refused before anything is read (runtime/atomic.py)
+            if output is not None:
+                output_target(output.expanduser(), read)
         table = load_spans(path.expanduser(), point_map.expanduser() if point_map else None, clock_mhz)
         report = build_report(table, top=top)
         if fmt == "json":

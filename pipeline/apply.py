@@ -38,6 +38,7 @@ from optrace.engine.discovery import (
 )
 from optrace.engine.edits import Edit, EditError, EditSet, apply_edits, new_contents, resolve
 from optrace.engine.plan import Plan
+from optrace.engine.source import read_regular
 from optrace.pipeline.plan import plan_operator
 
 Change = tuple[bytes | None, bytes | None]
@@ -237,7 +238,7 @@ def _layer_side(plan: Plan, mode: str, kernel_files: set[Path], prov: Provenance
     for path in about_to_read:
         try:
             if path.is_file():  # a regular file: never a FIFO's endless read
-                prov.read_digest.setdefault(path, set()).add(_digest(path.read_bytes()))
+                prov.read_digest.setdefault(path, set()).add(_digest(read_regular(path)))
         except OSError:
             pass
     layers = layer_edits(plan, mode)
@@ -250,7 +251,7 @@ def _layer_side(plan: Plan, mode: str, kernel_files: set[Path], prov: Provenance
         prov.scope.append(path)
         if not path.is_file():
             continue
-        data = path.read_bytes()
+        data = read_regular(path)
         clean = strip_bytes(data, path)
         prov.clean_digest[path] = _digest(clean)
         prov.read_digest.setdefault(path, set()).add(_digest(data))
@@ -260,11 +261,11 @@ def _layer_side(plan: Plan, mode: str, kernel_files: set[Path], prov: Provenance
     for path, content in layers.created.items():
         if not path.exists():
             created[path] = content
-        elif path.read_bytes() != content:
-            out.append(replacement(path, path.read_bytes(), content, "sizes header"))
+        elif read_regular(path) != content:
+            out.append(replacement(path, read_regular(path), content, "sizes header"))
     header = sizes_header(plan.analysis.layers).resolve()
-    if header not in layers.created and header.is_file() and is_created(header.read_bytes()):
-        deleted[header] = header.read_bytes()
+    if header not in layers.created and header.is_file() and is_created(read_regular(header)):
+        deleted[header] = read_regular(header)
     return out, created, deleted
 
 
@@ -301,7 +302,7 @@ def instrumented_operators(root: Path) -> list[Path]:
     found: set[Path] = set()
     for path in walk_files(root, KERNEL_EXTS):
         try:
-            if SCAFFOLD_BEGIN not in path.read_bytes():
+            if SCAFFOLD_BEGIN not in read_regular(path):
                 continue
         except OSError:
             continue
@@ -410,7 +411,7 @@ def _strip_file(path: Path, owned: set[Path], others: Neighbourhood) -> Change |
     """What strip does to one file, from its current bytes: the one rule both a single
     operator's computation and `rebase` use."""
     try:
-        data = path.read_bytes()
+        data = read_regular(path)
     except OSError:
         return None
     if is_created(data):
@@ -445,7 +446,7 @@ class Neighbours:
             self._kernel = {}
             for path in walk_files(self.root, KERNEL_EXTS):
                 try:
-                    scaffold = SCAFFOLD_BEGIN in path.read_bytes()
+                    scaffold = SCAFFOLD_BEGIN in read_regular(path)
                 except OSError:
                     continue
                 dirs, had = self._kernel.setdefault(resolve(path), (set(), False))
@@ -478,7 +479,7 @@ class Neighbours:
                     continue
                 dirs, _ = self._kernel[path]
                 try:
-                    self._kernel[path] = (dirs, SCAFFOLD_BEGIN in path.read_bytes())
+                    self._kernel[path] = (dirs, SCAFFOLD_BEGIN in read_regular(path))
                 except OSError:
                     self._kernel[path] = (dirs, False)
         for op_dir, (_, reads) in list(self._edits.items()):
@@ -563,7 +564,7 @@ def rebase(result: OperatorChanges, written: set[Path], changed_edits: set[Path]
                 continue
             if path in prov.kernel_files or not path.is_file():
                 return None
-            data = path.read_bytes()
+            data = read_regular(path)
             clean = strip_bytes(data, path)
             if prov.clean_digest.get(path) != _digest(clean):
                 return None
@@ -626,7 +627,7 @@ class RunCommits:
         self.changed_edits |= set(prov.edits_before or {}) | set(prov.edits_after or {})
         if prov.kind == "apply" and prov.edits_after is not None:
             try:
-                mode = recorded_mode(prov.entry.read_bytes()) or "B"
+                mode = recorded_mode(read_regular(prov.entry)) or "B"
             except OSError:
                 return
             if mode == prov.mode:  # what planning it now would give (else: planned when asked)

@@ -37,6 +37,7 @@ from optrace.engine.source import (
     blank_if0,
     decode,
     normalise,
+    read_regular,
 )
 from optrace.engine.transaction import foreign_journal, pending_journal
 from optrace.pipeline.check_plan import findings_from_plan
@@ -133,7 +134,7 @@ def check_operator(op_dir: Path, repo_root: Path | None = None, compile_safety: 
     touched: list[Path] = []
     for path in files:
         try:
-            data = path.read_bytes()
+            data = read_regular(path)
         except OSError as exc:
             report.add("OT011", f"cannot read: {exc.strerror}", path, 0)
             continue
@@ -235,7 +236,7 @@ def _check_pairs(report: CheckReport, points: list[Point]) -> None:
 
 
 def _check_file_nesting(report: CheckReport, path: Path, pts: list[Point]) -> None:
-    data = path.read_bytes()
+    data = read_regular(path)
     code = blank_if0(blank_comments(data))
     stack: list[Point] = []
     for p in pts:
@@ -346,7 +347,7 @@ def compile_check(report: CheckReport, files: list[Path], op_dir: Path) -> None:
         report.add("OT421", f"compile safety skipped for this file: {reason}", path, 0, Severity.WARNING)
     for path, errors in result.errors.items():
         report.compile_checked += 1
-        inserted, fragments = _inserted_code(path.read_bytes())
+        inserted, fragments = _inserted_code(read_regular(path))
         for err in errors:
             in_fragment = any(a <= err.column <= b for a, b in fragments.get(err.line, ()))
             if err.line in inserted or in_fragment:

@@ -73,6 +73,7 @@ from optrace.codemods.torch_schema import returns_list
 from optrace.engine.analysis import Analysis
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity, display_path
 from optrace.engine.discovery import Layers
+from optrace.engine.source import read_regular
 
 PASS = "pass"
 FAIL = "fail"
@@ -142,7 +143,7 @@ def _line(data: bytes, offset: int) -> int:
 
 def _read(path: Path) -> bytes:
     try:
-        return path.read_bytes()
+        return read_regular(path)
     except OSError:
         return b""
 
@@ -158,7 +159,7 @@ def operator_mode(analysis: Analysis) -> str:
     path = opdef_file(analysis.layers)
     if path is not None:
         try:
-            data = path.read_bytes()
+            data = read_regular(path)
             info = parse_opdef(path, data, analysis.layers.camel)
         except Exception:
             return "B"

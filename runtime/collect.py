@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from .atomic import OutputError, output_target
 from .chrome import (
     TRACE_FORMAT,
     TRACE_FORMAT_VERSION,
@@ -311,12 +312,19 @@ def collect(
             f"--labels {','.join(options.labels)}: no label of {point_map.path} is or lies below "
             f"them: nothing written"
         )
+    # Refused before anything is decoded: an output that is a rank file or the point map,
+    # a FIFO, a socket (runtime/atomic.py).
+    inputs = [path for _, path in files] + [Path(point_map.path)]
+    target = output_target(output, inputs)
+    if target.through and options.split is not None:
+        raise OutputError(output, "--split writes files beside the output: name a regular file")
     several_runs = len({n.run_key for n, _ in files}) > 1
     decode_options = DecodeOptions(options.clock_mhz, options.ignore_fingerprint)
     outcomes: list[RankOutcome] = [RankOutcome(name, path) for name, path in files]
     ranks_meta: list[dict[str, Any] | None] = [None] * len(files)
     # One process for .gz, .pftrace and --split (a rank at a time, written where it belongs).
-    one = output.name.endswith(".gz") or fmt != "json" or options.split is not None
+    # A device is written through in order: one process too.
+    one = output.name.endswith(".gz") or fmt != "json" or options.split is not None or target.through
     processes = collect_processes(options.jobs, len(files), one)
     sizes = [_size(path) for _, path in files]
     runs = rank_runs(sizes, processes)
@@ -349,7 +357,8 @@ def collect(
 
     if fmt != "json" or options.split is not None:
         outputs, events = write_files(
-            output, fmt, options.split, [path.stem for _, path in files], plan, other_data, advance)
+            output, fmt, options.split, [path.stem for _, path in files], plan, other_data, advance,
+            inputs)
         # No span in any rank: write_files wrote nothing (not even the empty parts).
         return CollectResult(output, point_map, outcomes, events, outputs, written=bool(outputs))
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from .atomic import output_target
 from .chrome import ChromeTraceWriter, RenderedRank, RowScratch
 
 JSON = "json"
@@ -116,6 +117,7 @@ def write_files(
     plan: PlanFunction,
     other_data: Callable[[list[int]], dict[str, Any]],
     advance: Callable[[int], None],
+    inputs: Sequence[Path] = (),
 ) -> tuple[list[Path], int]:
     """Plan each rank (``part_names[i]`` names rank i's file with ``--split rank``) and
     write it at once into the file it belongs to, one rank in memory; returns the files
@@ -124,7 +126,9 @@ def write_files(
     Every file is written under a temporary name and they all take their names at the
     end, together: when no rank has a span (``--labels`` / ``--cores`` kept none, or no
     point was recorded) or something fails, nothing is written and earlier outputs stay
-    as they were; with no span it returns no files."""
+    as they were; with no span it returns no files. A file that is one of ``inputs``, or
+    a FIFO / socket / directory, is refused (runtime/atomic.py); a device is written
+    through."""
     if fmt == PERFETTO:
         from .perfetto import PerfettoTraceWriter, Sequences
 
@@ -134,7 +138,9 @@ def write_files(
         writer_class, sequences = ChromeTraceWriter, None
     scratch = RowScratch()
     outputs: list[Path] = []
-    pending: list[Path] = []  # outputs[i] as written so far, renamed when all are done
+    # (temporary, file it becomes) of each regular output, renamed when all are done; a
+    # device output is written straight into (atomic.py) and has no entry.
+    pending: list[tuple[Path, Path]] = []
     events = 0
     spans = 0
     current: _Writer | None = None
@@ -144,10 +150,13 @@ def write_files(
 
     def open_file(path: Path) -> None:
         nonlocal current, size
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.part.tmp")
-        pending.append(temporary)
+        found = output_target(path, inputs)
         outputs.append(path)
-        current = writer_class(temporary, compress=path.name.endswith(".gz"))
+        into = path
+        if not found.through:  # a symlink to a regular file: the file it names is replaced
+            into = found.real.with_name(f".{found.real.name}.{os.getpid()}.{os.urandom(4).hex()}.part.tmp")
+            pending.append((into, found.real))
+        current = writer_class(into, compress=path.name.endswith(".gz"))
         current.__enter__()
         positions.clear()
         size = writer_class.opening_size()
@@ -202,8 +211,8 @@ def write_files(
             advance(1)
         close_file()
         if spans:
-            for temporary, path in zip(pending, outputs, strict=True):
-                os.replace(temporary, path)
+            for temporary, real in pending:
+                os.replace(temporary, real)
             pending.clear()
         else:
             outputs.clear()
@@ -212,7 +221,7 @@ def write_files(
         if current is not None:  # an exception: the file being written is not left behind
             error = sys.exc_info()[1] or RuntimeError("trace not finished")
             current.__exit__(type(error), error, error.__traceback__)
-        for temporary in pending:  # nothing to show, or an exception: no part is left behind
+        for temporary, _ in pending:  # nothing to show, or an exception: no part is left behind
             try:
                 os.unlink(temporary)
             except FileNotFoundError:

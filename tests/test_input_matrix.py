@@ -457,7 +457,7 @@ CASES: list[Case] = [
          "include is named"),
     Case("plan {op}", "gm-qualifier", 0, "trace tree:", "planned"),
     Case("plan {op}", "arg-loop", 2, "{op}", "refused, naming the path"),
-    Case("plan {op} -o {file}/plan.txt", "unwritable", 2, "{file}/plan.txt: OT030", "refused after "
+    Case("plan {op} -o {file}/plan.txt", "unwritable", 2, "{file}/plan.txt: OT030", "refused before "
          "planning; nothing written"),
     Case("plan {op}", "journal", N_A, "", "plan writes no journal"),
     Case("plan {op}", "clone-journal", 0, "{journal}: OT046 warning", "planned; the journal is named, "
@@ -558,7 +558,8 @@ CASES: list[Case] = [
          family="applied"),
     Case("preprocess {src} --out {out}", "gm-qualifier", 0, "8 points", "map written", family="applied"),
     Case("preprocess {src} --out {out}", "arg-loop", 2, "{src}: OT200", "refused, naming the path"),
-    Case("preprocess {src} --out {file}/out", "unwritable", 2, "{file}/out: OT206", "refused; nothing "
+    Case("preprocess {src} --out {file}/out", "unwritable", 2,
+         "{file}/out/point_map.json: OT206 cannot write: {file} is not a directory", "refused; nothing "
          "written", family="applied"),
     Case("preprocess {src} --out {out}", "journal", N_A, "", "preprocess writes no journal"),
     Case("preprocess {src} --out {out}", "clone-journal", N_A, "", "preprocess reads no journal"),
@@ -580,7 +581,8 @@ CASES: list[Case] = [
          "looping rank file is named", family="runtime"),
     Case("collect {prof} -o {out}", "arg-loop", 2, "{prof}: no such directory", "refused, naming the path",
          family="runtime"),
-    Case("collect {prof} -o {file}/trace.json", "unwritable", 2, "{file}: File exists", "refused "
+    Case("collect {prof} -o {file}/trace.json", "unwritable", 2,
+         "{file}/trace.json: cannot write: {file} is not a directory", "refused "
          "(naming the file in the way); nothing written", family="runtime"),
     Case("collect {prof} -o {out}", "journal", N_A, "", "no journal"),
     Case("collect {prof} -o {out}", "clone-journal", N_A, "", "no journal"),
@@ -620,7 +622,8 @@ CASES: list[Case] = [
          "rank file is named", family="runtime"),
     Case("report {prof}", "arg-loop", 2, "{prof}: no such file or directory", "refused, naming the path",
          family="runtime"),
-    Case("report {prof} --html {file}/r.html", "unwritable", 2, "{file}: File exists", "refused "
+    Case("report {prof} --html {file}/r.html", "unwritable", 2,
+         "{file}/r.html: cannot write: {file} is not a directory", "refused "
          "(naming the file in the way); nothing written", family="runtime"),
     Case("report {prof}", "journal", N_A, "", "no journal"),
     Case("report {prof}", "clone-journal", N_A, "", "no journal"),
