@@ -24,6 +24,7 @@ from pathlib import Path
 
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
 from optrace.engine.source import DEFAULT_QUALIFIERS
+from optrace.runtime.numbers import DENSITY_LABELS, TRIP_COUNT, NumberError, check_number
 from optrace.runtime.regular import open_regular, user_config_path
 
 LAYER_KEYS = (
@@ -212,14 +213,27 @@ def load_config(repo_root: Path, op_dir: Path) -> Config:
                 f"repositories in {user_config_path()})",
                 path, line, Severity.WARNING))
     trips = data.get("trip_counts", {})
-    if not isinstance(trips, dict) or not all(isinstance(v, int) for v in trips.values()):
+    if not isinstance(trips, dict):
         raise bad("`trip_counts` must map loop names to integers")
-    cfg.trip_counts = {str(k): int(v) for k, v in trips.items()}
+    # Every number a repository's config gives is checked finite and in its documented
+    # range (runtime/numbers.py): TOML has nan, inf and 64-bit integers.
+    try:
+        cfg.trip_counts = {str(k): int(check_number(f"`trip_counts.{k}`", v, TRIP_COUNT))
+                           for k, v in trips.items()}
+    except NumberError as exc:
+        raise bad(str(exc)) from None
     density = data.get("density", {})
-    if isinstance(density, dict):
-        cfg.density_min = int(density.get("min", cfg.density_min))
-        cfg.density_max = int(density.get("max", cfg.density_max))
-        cfg.density_target = int(density.get("target", cfg.density_target))
+    if not isinstance(density, dict):
+        raise bad("`density` must be a table")
+    try:
+        for key in ("min", "max", "target"):
+            if key in density:
+                value = int(check_number(f"`density.{key}`", density[key], DENSITY_LABELS))
+                setattr(cfg, f"density_{key}", value)
+    except NumberError as exc:
+        raise bad(str(exc)) from None
+    if not cfg.density_min <= cfg.density_max:
+        raise bad(f"`density.min` ({cfg.density_min}) must not exceed `density.max` ({cfg.density_max})")
     return cfg
 
 

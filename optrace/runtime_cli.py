@@ -17,6 +17,7 @@ from typing import Annotated
 import typer
 
 from optrace.collect_cli import failure_code, paths_as_bytes
+from optrace.runtime.numbers import CLOCK_MHZ, TOP, NumberError, check_number, check_optional
 
 EXIT_INTERNAL = 3
 
@@ -188,6 +189,11 @@ def cmd_report(
         _check_format(fmt)
         if html is not None and png is not None:
             raise _bad_usage("--png and --html are exclusive")
+        try:
+            check_optional("--clock-mhz", clock_mhz, CLOCK_MHZ)
+            check_number("--top", top, TOP)
+        except NumberError as exc:
+            raise _bad_usage(str(exc)) from None
         if png is not None:
             try:
                 require_matplotlib()

@@ -33,6 +33,7 @@ from .chrome import (
 )
 from .decode import DecodeOptions, RankDecode, decode_rank
 from .errors import ProfilingInputError
+from .numbers import RANK, RANK_OFFSET_US, check_number
 from .pointmap import POINT_MAP_NAME, PointMap, load_point_map
 from .rankfile import RankFileName, find_rank_files, read_rank_file
 from .records import FrozenRecord, Record
@@ -199,9 +200,12 @@ def parse_rank_offsets(text: str) -> dict[int, float]:
         try:
             if not sep:
                 raise ValueError
-            offsets[int(rank)] = float(value)
+            number, offset = int(rank), float(value)
         except ValueError:
             raise ValueError(f"--rank-offsets: {part!r} is not RANK=MICROSECONDS") from None
+        # Finite and in range: a NaN or 1e308 offset would put NaN / inf in every timestamp.
+        check_number(f"--rank-offsets rank {rank.strip()}", number, RANK)
+        offsets[number] = check_number(f"--rank-offsets {part.strip()!r}", offset, RANK_OFFSET_US)
     return offsets
 
 
@@ -209,7 +213,7 @@ def resolve_point_map(profiling_dir: Path, explicit: Path | None) -> Path:
     if explicit is not None:
         return explicit
     beside = profiling_dir / POINT_MAP_NAME
-    if beside.is_file():
+    if os.path.lexists(beside):  # a FIFO or a directory there is named when it is read
         return beside
     raise ProfilingInputError(
         profiling_dir, f"no {POINT_MAP_NAME} beside the rank files: pass --point-map MAP"

@@ -16,11 +16,16 @@ files that came from someone else.
 from __future__ import annotations
 
 import errno
+import gzip
+import io
+import json
+import math
 import os
 import stat
 import tomllib
+import zlib
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -47,9 +52,9 @@ class NotRegularFile(OSError):
 class TooLarge(OSError):
     """A file past the bound of its kind: refused before it is read."""
 
-    def __init__(self, path: str | Path, size: int, kind: str, bound: int) -> None:
-        super().__init__(errno.EFBIG, f"{size} bytes, past the {bound}-byte bound for a {kind} file "
-                         f"(`[limits] {kind}_bytes` in {user_config_path()})", os.fspath(path))
+    def __init__(self, path: str | Path, size: int, kind: str, bound: int, what: str = "") -> None:
+        super().__init__(errno.EFBIG, f"{size} bytes{what}, past the {bound}-byte bound for a {kind} "
+                         f"file (`[limits] {kind}_bytes` in {user_config_path()})", os.fspath(path))
 
 
 def user_config_path() -> Path:
@@ -137,3 +142,72 @@ def read_regular(path: str | Path, kind: str = "source") -> bytes:
 def check_regular(path: str | Path, kind: str) -> None:
     """Refuse ``path`` up front as :func:`open_regular` would, without reading it."""
     open_regular(path, kind).close()
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+class BadJSON(ValueError):
+    """JSON optrace will not take from someone else's file: the message says why."""
+
+
+#: Longest integer literal taken: a uint64 has 20 digits; more is no count or time.
+JSON_MAX_INT_DIGITS = 24
+
+
+def _refuse_constant(name: str) -> Any:
+    raise BadJSON(f"{name} is not a number JSON allows")
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > JSON_MAX_INT_DIGITS:
+        raise BadJSON(f"integer of {len(text.lstrip('-'))} digits (at most {JSON_MAX_INT_DIGITS})")
+    return int(text)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise BadJSON(f"{text[:40]} is out of the float range")
+    return value
+
+
+def parse_json(text: str | bytes) -> Any:
+    """JSON someone else wrote, strictly: UTF-8, no NaN / Infinity, no number past the
+    float range, integers of at most JSON_MAX_INT_DIGITS digits, nesting no deeper than
+    the parser's recursion limit (~1000; optrace's own files are 5 deep). Raises BadJSON
+    (a ValueError) saying which rule was broken."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BadJSON(f"not UTF-8: {exc}") from None
+    try:
+        return json.loads(text, parse_constant=_refuse_constant, parse_int=_bounded_int,
+                          parse_float=_finite_float)
+    except json.JSONDecodeError as exc:
+        raise BadJSON(str(exc)) from None
+    except RecursionError:  # json's scanner counts its depth against the recursion limit
+        raise BadJSON("nested too deeply") from None
+
+
+def read_maybe_gzip(path: str | Path, kind: str) -> bytes:
+    """A regular file's bytes, gunzipped when they start like gzip; the bound of ``kind``
+    holds for the file and for what it expands to (a small .gz can expand to gigabytes)."""
+    data = read_regular(path, kind)
+    if data[:2] != b"\x1f\x8b":
+        return data
+    most = limit(kind)
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as stream:
+            data = stream.read(most + 1)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise BadJSON(f"not a readable gzip file: {exc}") from None
+    if len(data) > most:
+        raise TooLarge(path, len(data), kind, most, " uncompressed")
+    return data
+
+
+def load_json(path: str | Path, kind: str) -> Any:
+    """:func:`parse_json` of a regular file within the bound of ``kind`` (gzip or not)."""
+    return parse_json(read_maybe_gzip(path, kind))

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from .atomic import output_target
 from .chrome import ChromeTraceWriter, RenderedRank, RowScratch
+from .numbers import SPLIT_BYTES, check_number
 
 JSON = "json"
 PERFETTO = "perfetto"
@@ -41,7 +42,7 @@ def parse_split(text: str) -> str | int:
     size = int(float(match[1]) * _UNITS[match[2]])
     if size < 1024:
         raise ValueError(f"--split: {text!r} is too small for a trace file (at least 1k)")
-    return size
+    return int(check_number(f"--split {text.strip()}", size, SPLIT_BYTES))
 
 
 def split_name(output: Path, part: str) -> Path:
