@@ -88,6 +88,10 @@ class _Source:
             self.module = cst.parse_module(data)
         except cst.ParserSyntaxError as exc:
             raise python_syntax_error(path, data, exc) from None
+        except (UnicodeDecodeError, LookupError, SyntaxError) as exc:  # not its declared encoding, or none
+            line = data.count(b"\n", 0, exc.start) + 1 if isinstance(exc, UnicodeDecodeError) else 1
+            raise input_error(CODE_PYTHON_SYNTAX, f"not Python source in its declared encoding: {exc}",
+                              path, line=line) from None
         self.encoding = self.module.encoding
         self.wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
         self.positions = self.wrapper.resolve(PositionProvider)

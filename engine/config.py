@@ -120,10 +120,12 @@ def find_config_file(repo_root: Path, op_dir: Path) -> tuple[Path, dict[str, obj
     """`optrace.toml` in the operator dir, then the repo root; else pyproject's table."""
     for base in (op_dir, repo_root):
         candidate = base / "optrace.toml"
-        if candidate.is_file():
+        # Not only regular files: a FIFO or a dangling link there is named (OT001), not
+        # silently taken for no config.
+        if os.path.lexists(candidate) and not candidate.is_dir():
             return candidate, _load_toml(candidate)
     pyproject = repo_root / "pyproject.toml"
-    if pyproject.is_file():
+    if os.path.lexists(pyproject) and not pyproject.is_dir():
         data = _load_toml(pyproject)
         tool = data.get("tool")
         if isinstance(tool, dict) and isinstance(tool.get("optrace"), dict):

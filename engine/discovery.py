@@ -114,7 +114,8 @@ def marked_repo_root(op_dir: Path) -> Path | None:
     """The nearest ancestor (or `op_dir` itself) a `.git` or an `optrace.toml` marks as a
     repository; None when nothing does."""
     for cand in (op_dir, *op_dir.parents):
-        if (cand / ".git").exists() or (cand / "optrace.toml").is_file():
+        marker = cand / "optrace.toml"  # any file there marks the root (a FIFO is refused when read)
+        if (cand / ".git").exists() or (os.path.lexists(marker) and not marker.is_dir()):
             return cand
     return None
 
