@@ -83,6 +83,13 @@ class _Source:
     def __init__(self, path: Path, data: bytes) -> None:
         self.path = path
         self.data = data
+        lone_cr = re.search(rb"\r(?!\n)", data)
+        if lone_cr is not None:
+            # Python (and LibCST) end a line at a lone CR too; the edits and strip's markers
+            # work line by line on LF: refused whole rather than edited half-way.
+            raise input_error(CODE_PYTHON_SYNTAX, "a line ends in a lone CR (old Mac style): optrace "
+                              "edits Python files with LF or CRLF line ends only", path,
+                              line=data.count(b"\n", 0, lone_cr.start()) + 1)
         self.starts = [0] + [m.end() for m in re.finditer(rb"\n", data)]
         try:
             self.module = cst.parse_module(data)

@@ -22,8 +22,18 @@ def test_a_python_caller_not_in_its_encoding_is_refused_not_a_crash(tmp_path: Pa
     assert "not Python source in its declared encoding" in err.value.diagnostic.message
 
 
+def test_a_python_caller_with_lone_cr_line_ends_is_refused_not_half_edited(tmp_path: Path) -> None:
+    """Found: a caller whose lines end in a lone CR (LibCST counts them as lines, the edits
+    did not) raised IndexError (exit 3), then once that was fixed, apply wrote edits strip
+    could not take back whole."""
+    with pytest.raises(InputError) as err:
+        parse_python(tmp_path / "caller.py", b"import torch\rtorch.ops._C.op(x)\r")
+    assert "lone CR" in err.value.diagnostic.message and err.value.diagnostic.line == 1
+    parse_python(tmp_path / "ok.py", b"import torch\r\ntorch.ops._C.op(x)\r\n")  # CRLF is fine
+
+
 # (seed, case) of the fuzzer's failures, fixed since: replayed exactly.
-FOUND = [(1, 73)]
+FOUND = [(1, 73), (1, 287), (1, 312)]
 
 
 @pytest.mark.parametrize(("seed", "case"), FOUND)

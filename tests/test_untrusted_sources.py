@@ -122,3 +122,27 @@ def test_config_numbers_in_range_are_taken(repo: tuple[Path, Path]) -> None:
         "[density]\nmin = 2\nmax = 40\ntarget = 12\n[trip_counts]\ngroupIdx = 8\n")
     code, out = cli("plan", str(op))
     assert code == 0, out
+
+
+@pytest.mark.parametrize("how", ["dotdot", "symlink"])
+def test_an_include_resolving_outside_the_repository_is_listed_not_read(
+    repo: tuple[Path, Path], tmp_path: Path, how: str
+) -> None:
+    _root, op = repo
+    secret = tmp_path / "outside" / "secret.h"
+    secret.parent.mkdir()
+    # Were it read, its loop and SyncAll would become trace points of the plan.
+    secret.write_text("__aicore__ inline void Leak() { for (int leakIdx = 0; leakIdx < 2; ++leakIdx) "
+                      "{ AscendC::SyncAll(); } }\n")
+    kernel = op / "op_kernel" / "demo_op.cpp"
+    calling = KERNEL.replace(b"    Compute(4);\n", b"    Compute(4);\n    Leak();\n")
+    kernel.write_bytes(calling)
+    if how == "dotdot":
+        kernel.write_bytes(calling.replace(b'"extra.h"', b'"../../../outside/secret.h"'))
+    else:
+        (op / "op_kernel" / "extra.h").symlink_to(secret)
+    code, out = cli("plan", str(op), "--format", "json")
+    assert code == 0, out
+    assert "outside the repository" in out and "leakIdx" not in out and "Leak" not in out, out
+    code, out = cli("apply", str(op), "--write")
+    assert code == 0 and b"TRACE_POINT" not in secret.read_bytes(), out
