@@ -37,7 +37,7 @@ from optrace.engine.diagnostics import InputError
 from optrace.engine.transaction import commit
 from optrace.pipeline.apply import apply_changes, strip_changes
 from optrace.pipeline.check import check_operator
-from optrace.pipeline.plan import plan_operator
+from optrace.pipeline.plan_output import plan_json, render_text
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -220,12 +220,15 @@ def run_case(case: int, seed: int, ws: Workspace, operators: list[tuple[Path, Pa
     step = "plan"
     try:
         try:
-            plan_operator(op)
-            step = "apply"
+            # apply plans first (plan_operator, exactly what `optrace plan` computes); the
+            # plan it made is rendered as `plan` and `plan --format json` render it.
             applied = apply_changes(op)
         except InputError as exc:
-            outcome.result, outcome.detail = f"refused:{step}", exc.diagnostic.format()[:200]
+            outcome.result, outcome.detail = "refused:plan/apply", exc.diagnostic.format()[:200]
             return outcome
+        assert applied.plan is not None
+        render_text(applied.plan, ("B", "fuzz"))
+        json.dumps(plan_json(applied.plan, ("B", "fuzz")))
         if not applied.changes:
             outcome.result = "no-change"
             return outcome
@@ -256,15 +259,19 @@ def run_case(case: int, seed: int, ws: Workspace, operators: list[tuple[Path, Pa
 
 
 def run(seed: int, count: int, *, budget_s: float | None = None, compile_every: int = 0,
-        progress: Callable[[Outcome], None] | None = None) -> list[Outcome]:
-    """`count` cases of run `seed` (stopping early after `budget_s` seconds)."""
+        progress: Callable[[Outcome], None] | None = None, start: int = 0) -> list[Outcome]:
+    """Cases `start` … `start + count - 1` of run `seed` (stopping early after `budget_s`
+    seconds): a long run can be split over processes, each case the same."""
     operators = fixture_operators()
-    start = time.monotonic()
+    began = time.monotonic()
     outcomes = []
-    with tempfile.TemporaryDirectory(prefix="optrace-fuzz-") as tmp:
+    # In memory when the machine has it: every case commits twice, and a commit's fsyncs
+    # on a shared disk cost more than all the parsing.
+    shm = "/dev/shm" if Path("/dev/shm").is_dir() else None
+    with tempfile.TemporaryDirectory(prefix="optrace-fuzz-", dir=shm) as tmp:
         ws = Workspace(Path(tmp))
-        for case in range(count):
-            if budget_s is not None and time.monotonic() - start > budget_s:
+        for case in range(start, start + count):
+            if budget_s is not None and time.monotonic() - began > budget_s:
                 break
             outcomes.append(run_case(case, seed, ws, operators, compile_every))
             if progress is not None:
@@ -284,6 +291,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--count", type=int, default=5000)
+    parser.add_argument("--start", type=int, default=0, help="first case number (to split a run)")
     parser.add_argument("--compile-every", type=int, default=50,
                         help="run check's libclang compile-safety pass on every Nth case (0: never)")
     args = parser.parse_args()
@@ -297,9 +305,10 @@ def main() -> int:
             print(f"  {outcome.case + 1} cases, {time.monotonic() - started:.0f} s",
                   file=sys.stderr, flush=True)
 
-    outcomes = run(args.seed, args.count, compile_every=args.compile_every, progress=tick)
+    outcomes = run(args.seed, args.count, compile_every=args.compile_every, progress=tick, start=args.start)
     report = summary(outcomes)
     report["seed"] = args.seed
+    report["first_case"] = args.start
     report["seconds"] = round(time.monotonic() - started)
     print(json.dumps(report, indent=1))
     return 1 if any(o.failed for o in outcomes) else 0
