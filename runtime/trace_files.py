@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from .atomic import output_target
+from .atomic import OutputError, output_target
 from .chrome import ChromeTraceWriter, RenderedRank, RowScratch
 from .numbers import SPLIT_BYTES, check_number
 
@@ -142,6 +142,7 @@ def write_files(
     # (temporary, file it becomes) of each regular output, renamed when all are done; a
     # device output is written straight into (atomic.py) and has no entry.
     pending: list[tuple[Path, Path]] = []
+    shown: dict[str, Path] = {}  # temporary -> the output it becomes, as the user named it
     events = 0
     spans = 0
     current: _Writer | None = None
@@ -157,6 +158,7 @@ def write_files(
         if not found.through:  # a symlink to a regular file: the file it names is replaced
             into = found.real.with_name(f".{found.real.name}.{os.getpid()}.{os.urandom(4).hex()}.part.tmp")
             pending.append((into, found.real))
+            shown[str(into)] = path
         current = writer_class(into, compress=path.name.endswith(".gz"))
         current.__enter__()
         positions.clear()
@@ -213,11 +215,23 @@ def write_files(
         close_file()
         if spans:
             for temporary, real in pending:
-                os.replace(temporary, real)
+                try:
+                    os.replace(temporary, real)
+                except OSError as exc:
+                    raise OutputError(shown[str(temporary)], f"cannot write: {exc.strerror or exc}") from None
             pending.clear()
         else:
             outputs.clear()
             events = 0
+    except OSError as exc:
+        # A part's temporary name is ours: the error names the file the user asked for.
+        if isinstance(exc, OutputError):
+            if exc.path not in shown:
+                raise
+            raise OutputError(shown[exc.path], exc.message) from None
+        if exc.filename is None and outputs:  # a write into the part failed (a full disk)
+            raise OutputError(outputs[-1], f"cannot write: {exc.strerror or exc}") from None
+        raise
     finally:
         if current is not None:  # an exception: the file being written is not left behind
             error = sys.exc_info()[1] or RuntimeError("trace not finished")

@@ -292,12 +292,20 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--count", type=int, default=5000)
     parser.add_argument("--start", type=int, default=0, help="first case number (to split a run)")
+    parser.add_argument("--log", type=Path, help="append one JSON line per case here (a run cut short "
+                        "still has its results)")
     parser.add_argument("--compile-every", type=int, default=50,
                         help="run check's libclang compile-safety pass on every Nth case (0: never)")
     args = parser.parse_args()
     started = time.monotonic()
 
+    log = args.log.open("a", encoding="utf-8") if args.log else None
+
     def tick(outcome: Outcome) -> None:
+        if log is not None:
+            fields = {k: v for k, v in outcome.__dict__.items() if k != "detail" or outcome.failed}
+            log.write(json.dumps(fields) + "\n")
+            log.flush()
         if outcome.failed:  # as it happens: a long run is worth reading before it ends
             print(f"FAIL case {outcome.case}: {outcome.result} {outcome.operator} {outcome.file} "
                   f"{outcome.mutations}\n{outcome.detail}", file=sys.stderr, flush=True)

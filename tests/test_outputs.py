@@ -330,3 +330,25 @@ def test_no_other_module_renames_files_into_place() -> None:
         if "os.replace(" in text or "mkstemp(" in text or ".write_text(" in text:
             found.add(path.relative_to(ROOT).as_posix())
     assert found <= allowed, found - allowed
+
+
+@pytest.mark.parametrize("split", [None, "rank"])
+def test_a_full_disk_during_collect_names_the_output_not_a_temporary(
+    profiling: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, split: str | None
+) -> None:
+    from optrace.runtime.chrome import EventSink
+
+    out = tmp_path / "out" / "trace.json"
+    out.parent.mkdir()
+    previous = out.with_name(f"trace.{sorted(profiling.glob('rank*.pt'))[0].stem}.json") if split else out
+    previous.write_text("the previous trace")
+
+    def full(self: object, rendered: object) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(EventSink, "write_rendered", full)
+    code, text = cli("collect", str(profiling), "-o", str(out), *(["--split", split] if split else []))
+    assert code == 2 and "No space left on device" in text and ".tmp" not in text, text
+    assert f"{previous}: cannot write" in text if split else f"{out}: cannot write" in text, text
+    assert previous.read_text() == "the previous trace"
+    assert sorted(p.name for p in out.parent.iterdir()) == [previous.name]
