@@ -264,11 +264,16 @@ def find_entries(kernel_files: list[Path]) -> list[EntryPoint]:
     entries: list[EntryPoint] = []
     for path in kernel_files:
         data = _read(path)
-        if data is None:
-            continue
-        code = blank_comments(data)
-        if not (_GLOBAL_RE.search(code) and _AICORE_RE.search(code)):
-            continue
+        if data is not None:
+            entries.extend(entries_in(path, data))
+    return entries
+
+
+def entries_in(path: Path, data: bytes) -> list[EntryPoint]:
+    """The kernel entries of one file's bytes (see :func:`find_entries`)."""
+    entries: list[EntryPoint] = []
+    code = blank_comments(data)
+    if _GLOBAL_RE.search(code) and _AICORE_RE.search(code):
         for m in _HEAD_RE.finditer(code):
             paren = code.find(b"(", m.end())
             if paren < 0:

@@ -33,6 +33,7 @@ from optrace.engine.discovery import (
     CPP_EXTS,
     KERNEL_EXTS,
     default_repo_root,
+    entries_in,
     resolve_operator_dir,
     walk_files,
 )
@@ -137,7 +138,24 @@ def apply_changes(op_dir: Path, repo_root: Path | None = None, mode: str | None 
     else:
         prov.edits_before = prov.mine
     _check_read_once(result, plan, prov)
+    _check_entry_survives(result, plan)
     return result
+
+
+def _check_entry_survives(result: OperatorChanges, plan: Plan) -> None:
+    """Refuse edits after which the kernel entry would not be found again: strip finds
+    what apply added from the entry, so such an apply could not be undone (the source
+    fuzzer found one: a statement inside the entry's parameter list)."""
+    entry = plan.analysis.layers.entry
+    assert entry is not None
+    for path, (_old, new) in result.changes.items():
+        if new is None or resolve(path) != resolve(entry.path):
+            continue
+        if not any(e.name == entry.name for e in entries_in(entry.path, new)):
+            raise InputError(Diagnostic(
+                "OT010", f"kernel entry `{entry.name}` would not be found again after the edits, so "
+                "strip could not undo them (is its parameter list plain C++?); nothing written",
+                entry.path, entry.line, Severity.ERROR))
 
 
 MODE_CHOSEN = "OT314"

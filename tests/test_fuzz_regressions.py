@@ -32,8 +32,29 @@ def test_a_python_caller_with_lone_cr_line_ends_is_refused_not_half_edited(tmp_p
     parse_python(tmp_path / "ok.py", b"import torch\r\ntorch.ops._C.op(x)\r\n")  # CRLF is fine
 
 
+def test_an_apply_strip_could_not_undo_is_refused(tmp_path: Path) -> None:
+    """Found: a TRACE_POINT inside the kernel entry's parameter list; apply wrote edits
+    after which the entry was no longer found, so strip (which starts from the entry) left
+    the build script's hook behind. Now apply refuses (OT010) and writes nothing."""
+    from typer.testing import CliRunner
+
+    from optrace.cli import app
+
+    root = tmp_path / "repo"
+    kernel = root / "demo_op" / "op_kernel"
+    kernel.mkdir(parents=True)
+    (root / "optrace.toml").write_text("")
+    source = (b'#include "kernel_operator.h"\n'
+              b'extern "C" __global__ __aicore__ void demo_op(GM_ADDR x, GM_ADDR y,TRACE_POINT("x y", E); '
+              b"GM_ADDR workspace, GM_ADDR tiling)\n{\n    AscendC::SyncAll();\n}\n")
+    (kernel / "demo_op.cpp").write_bytes(source)
+    res = CliRunner().invoke(app, ["apply", str(root / "demo_op"), "--write"])
+    assert res.exit_code == 2 and "OT010" in res.stderr and "strip could not undo" in res.stderr, res.output
+    assert (kernel / "demo_op.cpp").read_bytes() == source and not (kernel / "demo_op_base.h").exists()
+
+
 # (seed, case) of the fuzzer's failures, fixed since: replayed exactly.
-FOUND = [(1, 73), (1, 287), (1, 312)]
+FOUND = [(1, 73), (1, 287), (1, 312), (1, 389)]
 
 
 @pytest.mark.parametrize(("seed", "case"), FOUND)
