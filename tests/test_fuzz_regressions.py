@@ -53,8 +53,24 @@ def test_an_apply_strip_could_not_undo_is_refused(tmp_path: Path) -> None:
     assert (kernel / "demo_op.cpp").read_bytes() == source and not (kernel / "demo_op_base.h").exists()
 
 
+def test_a_namespace_without_its_brace_does_not_hang_the_registry_scan() -> None:
+    """Found: `namespace` followed by a long name and no `{` (a brace the mutation took)
+    made the namespace pattern backtrack exponentially; apply never finished."""
+    import threading
+
+    from optrace.codemods.op_host_registry import namespace_at
+
+    code = b"namespace " + b"optiling" * 6 + b" x\n" * 3 + b"int f() { return 0; }\n"
+    box: list[tuple[str, ...]] = []
+    worker = threading.Thread(target=lambda: box.append(namespace_at(code, len(code) - 3)), daemon=True)
+    worker.start()
+    worker.join(20)
+    assert box == [()], "namespace_at did not finish (exponential backtracking)"
+    assert namespace_at(b"namespace a::b { int x; }", 18) == ("a", "b")
+
+
 # (seed, case) of the fuzzer's failures, fixed since: replayed exactly.
-FOUND = [(1, 73), (1, 287), (1, 312), (1, 389)]
+FOUND = [(1, 73), (1, 287), (1, 312), (1, 389), (1, 2034), (1, 4489)]
 
 
 @pytest.mark.parametrize(("seed", "case"), FOUND)
