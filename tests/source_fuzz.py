@@ -24,8 +24,10 @@ import json
 import random
 import re
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections import Counter
@@ -201,9 +203,34 @@ class Outcome:
         return self.result.startswith("FAIL")
 
 
+class _Hang(BaseException):  # not caught as a failure of a step: the case itself ran out
+    """A case past its time limit (a pattern backtracking for ever: found once)."""
+
+
+def _alarm(_signum: int, _frame: object) -> None:
+    raise _Hang
+
+
 def run_case(case: int, seed: int, ws: Workspace, operators: list[tuple[Path, Path]],
-             compile_every: int = 0) -> Outcome:
-    """Case `case` of the run seeded `seed` (the same pair gives the same case)."""
+             compile_every: int = 0, limit_s: int = 120) -> Outcome:
+    """Case `case` of the run seeded `seed` (the same pair gives the same case); one that
+    runs past `limit_s` seconds is a failure too (main thread only: a SIGALRM)."""
+    timed = threading.current_thread() is threading.main_thread()
+    if timed:
+        previous = signal.signal(signal.SIGALRM, _alarm)
+        signal.alarm(limit_s)
+    try:
+        return _run_case(case, seed, ws, operators, compile_every)
+    except _Hang:
+        return Outcome(case, "?", "?", [], f"FAIL:hang past {limit_s} s")
+    finally:
+        if timed:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, previous)
+
+
+def _run_case(case: int, seed: int, ws: Workspace, operators: list[tuple[Path, Path]],
+              compile_every: int) -> Outcome:
     rng = random.Random(f"optrace-source-fuzz-{seed}-{case}")
     top, fixture_op = rng.choice(operators)
     repo = ws.repo(top)
