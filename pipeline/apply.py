@@ -39,7 +39,7 @@ from optrace.engine.discovery import (
 )
 from optrace.engine.edits import Edit, EditError, EditSet, apply_edits, new_contents, resolve
 from optrace.engine.plan import Plan
-from optrace.engine.source import read_regular
+from optrace.engine.source import blank_comments, read_regular
 from optrace.pipeline.plan import plan_operator
 
 Change = tuple[bytes | None, bytes | None]
@@ -139,7 +139,28 @@ def apply_changes(op_dir: Path, repo_root: Path | None = None, mode: str | None 
         prov.edits_before = prov.mine
     _check_read_once(result, plan, prov)
     _check_entry_survives(result, plan)
+    _check_strip_undoes(result)
     return result
+
+
+def _check_strip_undoes(result: OperatorChanges) -> None:
+    """strip ∘ apply = identity, checked before anything is written: removing every
+    optrace insertion from the new bytes must give what removing them from the old bytes
+    gives. Not so when the file's own syntax is broken where a marker goes (an unterminated
+    `/*` swallows the marker's end: found by the source fuzzer) — refused, OT048."""
+    for path, (old, new) in result.changes.items():
+        if old is None or new is None or is_created(new):
+            continue
+        # A `/*` open at the end of the file: the first `*/` optrace inserts would close it,
+        # and the file's layers would no longer be found by the strip that starts from them.
+        if path.suffix.lower() in CPP_EXTS and blank_comments(old + b"\n*/")[-2:] != b"*/":
+            raise InputError(Diagnostic(
+                "OT048", "an unterminated /* comment: optrace does not edit this file (strip could not "
+                "take the edits back); nothing written", path, 0, Severity.ERROR))
+        if strip_bytes(new, path) != strip_bytes(old, path):
+            raise InputError(Diagnostic(
+                "OT048", "strip could not take optrace's edits to this file back (an unterminated "
+                "comment or string before them?); nothing written", path, 0, Severity.ERROR))
 
 
 def _check_entry_survives(result: OperatorChanges, plan: Plan) -> None:

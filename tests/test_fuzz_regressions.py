@@ -69,8 +69,34 @@ def test_a_namespace_without_its_brace_does_not_hang_the_registry_scan() -> None
     assert namespace_at(b"namespace a::b { int x; }", 18) == ("a", "b")
 
 
+def test_a_layer_file_with_an_unterminated_comment_is_refused_not_half_stripped(tmp_path: Path) -> None:
+    """Found: a `/*` left open in the shared pybind.cpp; the first `*/` apply inserted
+    closed it, the registration was no longer found from the applied tree, and strip left
+    optrace's edits in it. Now apply refuses the operator (OT048) and writes nothing."""
+    from optrace.pipeline.apply import apply_changes
+
+    root = tmp_path / "repo"
+    kernel = root / "demo_op" / "op_kernel"
+    kernel.mkdir(parents=True)
+    (root / "optrace.toml").write_text("")
+    (kernel / "demo_op.cpp").write_bytes(
+        b'extern "C" __global__ __aicore__ void demo_op(GM_ADDR x, GM_ADDR workspace, GM_ADDR tiling)\n'
+        b"{\n    AscendC::SyncAll();\n}\n")
+    opened = b"int helper(int a /* the rest was lost\nint b);\n"
+    (kernel / "helper.cpp").write_bytes(b'#include "other.h"\n' + opened)
+    from optrace.pipeline.apply import _check_strip_undoes
+
+    changes = apply_changes(root / "demo_op")
+    changes.changes[kernel / "helper.cpp"] = (opened, opened + b"// optrace\n")
+    with pytest.raises(InputError) as err:
+        _check_strip_undoes(changes)
+    assert err.value.diagnostic.code == "OT048"
+    changes.changes[kernel / "helper.cpp"] = (b"int a; // done", b"int a; // done")
+    _check_strip_undoes(changes)  # a line comment at the end is closed: not refused
+
+
 # (seed, case) of the fuzzer's failures, fixed since: replayed exactly.
-FOUND = [(1, 73), (1, 287), (1, 312), (1, 389), (1, 2034), (1, 4489)]
+FOUND = [(1, 73), (1, 287), (1, 312), (1, 389), (1, 2034), (1, 4489), (1, 4605)]
 
 
 @pytest.mark.parametrize(("seed", "case"), FOUND)
