@@ -692,7 +692,19 @@ CASES: list[Case] = [
 ]
 
 FUZZ_RUNS = [
-    "| 1 | (running) | | | | | |",
+    "| 1 | 5,000 (cases 0–4999, split over 2–5 processes with `--start`, ~50 min on 2 shared "
+    "cores; compile safety on 100) | 4,494 | 0 | 503 | 4: cases 389, 2034, 4605 strip not the "
+    "identity; case 4489 hung | 389, 2034: a `TRACE_POINT` or a quote in the kernel entry's "
+    "parameter list — after apply the entry was not found again, so strip left the build hook "
+    "(apply now refuses, OT010); 4605: a `/*` left open in the shared pybind.cpp swallowed a "
+    "marker (apply now checks strip ∘ apply before writing, OT048); 4489: `namespace <name>` "
+    "without its `{` made the op_host registry's pattern backtrack exponentially (now "
+    "possessive). All four replay clean (`tests/test_fuzz_regressions.py`) |",
+    "| 1 (a first attempt, stopped near case 320 to restart with the fixes) | ~320 | | | | 3: "
+    "cases 73, 287, 312 exit 3 | 73: a Python caller with a byte not in its declared encoding "
+    "(UnicodeDecodeError); 287, 312: Python callers with lone-CR line ends (IndexError) — both "
+    "refused now (OT312) and replayed clean |",
+    "| 14 (CI) | 200, time-boxed to 300 s | | | | 0 | — |",
 ]
 
 # Issue 14 §3/§4: non-regular inputs and outputs that are inputs.
