@@ -43,6 +43,7 @@ from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit, line_number, line_start
 from optrace.engine.names import op_name_pattern
 from optrace.engine.plan import Plan
+from optrace.engine.source import read_regular
 
 CODEMOD = "aclnn"
 
@@ -116,7 +117,7 @@ def wrapper_names(layers: Layers, clean: bool = True) -> tuple[str, ...]:
     texts = []
     for path in aclnn_files(layers):
         try:
-            texts.append(clean_bytes(path) if clean else path.read_bytes())
+            texts.append(clean_bytes(path) if clean else read_regular(path))
         except OSError:
             continue
     names: set[str] = set()

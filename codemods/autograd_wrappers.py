@@ -55,6 +55,7 @@ from optrace.codemods.torch_adapter import (
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
+from optrace.engine.source import read_regular
 from optrace.engine.vocabulary import FRAG_CLOSE, FRAG_OPEN
 
 CODEMOD = "autograd-wrappers"
@@ -93,7 +94,7 @@ def registered_names(layers: Layers, names: Sequence[str], clean: bool = True) -
     files = [*registration_files(layers), *[f.path for f in layers.found.get("torch_adapter", [])]]
     out: set[str] = set()
     for path in dict.fromkeys(files):
-        data = clean_bytes(path) if clean else path.read_bytes()
+        data = clean_bytes(path) if clean else read_regular(path)
         for m in REGISTERED_RE.finditer(mask_keep_includes(data)):
             if m.group(1).decode() in names:
                 out.add(m.group(2).decode().split("::")[-1])
@@ -113,7 +114,7 @@ def wrappers(layers: Layers, names: Sequence[str], clean: bool = True) -> list[W
     registered = registered_names(layers, names, clean) - launchers
     out = []
     for path in wrapper_scan_files(layers):
-        data = clean_bytes(path) if clean else path.read_bytes()
+        data = clean_bytes(path) if clean else read_regular(path)
         for fn in functions(data, declarations=True):
             if fn.name in registered and fn.type_span is not None \
                     and fixed_count(data[fn.type_span[0] : fn.type_span[1]]) is not None:

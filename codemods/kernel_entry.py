@@ -26,7 +26,7 @@ from optrace.engine.cpp import FunctionDef, text_of
 from optrace.engine.discovery import CPP_EXTS, walk_files
 from optrace.engine.edits import Edit, indent_at, line_end, newline_of
 from optrace.engine.plan import Plan
-from optrace.engine.source import SourceFile, blank_comments
+from optrace.engine.source import SourceFile, blank_comments, read_regular
 from optrace.engine.vocabulary import (
     FRAG_CLOSE,
     FRAG_OPEN,
@@ -255,7 +255,7 @@ def _call_sites(plan: Plan, name: str) -> int:
     for path in files:
         parsed = an.parsed.get(path)
         try:
-            data = parsed.src.raw if parsed is not None else path.read_bytes()
+            data = parsed.src.raw if parsed is not None else read_regular(path)
         except OSError:
             continue
         if name.encode() in data:

@@ -37,7 +37,7 @@ from optrace.engine import source, vocabulary
 from optrace.engine.cpp import function_declarator, iter_nodes, new_parser
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
 from optrace.engine.edits import Edit, line_end, line_number, line_start, newline_of
-from optrace.engine.source import DEFAULT_QUALIFIERS, normalise
+from optrace.engine.source import DEFAULT_QUALIFIERS, normalise, read_regular
 from optrace.engine.vocabulary import CREATED_MARK
 
 # The markers and the buffer's names are the vocabulary's (engine/vocabulary.py, the one
@@ -71,7 +71,7 @@ def input_error(code: str, message: str, path: Path, data: bytes | None = None, 
 
 def clean_bytes(path: Path) -> bytes:
     """The file without optrace's insertions: what the layer codemods edit."""
-    return strip_bytes(path.read_bytes(), path)
+    return strip_bytes(read_regular(path), path)
 
 
 # --- inserted text --------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit, line_end, line_number, line_start, newline_of
 from optrace.engine.names import same_op
 from optrace.engine.plan import Plan
+from optrace.engine.source import read_regular
 
 CODEMOD = "op-def"
 
@@ -91,7 +92,7 @@ def opdef_file(layers: Layers) -> Path | None:
     files = [f.path for f in layers.found.get("op_def", [])]
     for path in files:
         try:
-            data = path.read_bytes()
+            data = read_regular(path)
         except OSError:
             continue
         if _op_class(mask(data), layers.op_name) is not None:

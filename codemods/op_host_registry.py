@@ -32,6 +32,7 @@ from optrace.codemods.layer_common import (
 from optrace.engine.discovery import CPP_EXTS, Layers, walk_files
 from optrace.engine.edits import line_number
 from optrace.engine.names import same_op
+from optrace.engine.source import read_regular
 
 INFER_SHAPE = "infer shape"
 INFER_DTYPE = "infer dtype"
@@ -45,7 +46,9 @@ _IMPL_RE = re.compile(rb"\b(IMPL_OP_INFERSHAPE|IMPL_OP_OPTILING|IMPL_OP)\s*\(\s*
 _CHAIN_RE = re.compile(rb"\s*\.\s*([A-Za-z_]\w*)\s*(?:<[^;(){}]*>)?\s*\(")
 _OPDEF_SET_RE = re.compile(rb"\b(SetInferShape|SetInferDataType|SetTiling)\s*\(")
 _OPDEF_CLASS_RE = re.compile(rb"class\s+([A-Za-z_]\w*)\b[^;{]*\bOpDef\b[^;{]*\{")
-_NAMESPACE_RE = re.compile(rb"\bnamespace\s+((?:[A-Za-z_]\w*\s*(?:::\s*)?)*)\{")
+# Possessive: with `\w*` and `[A-Za-z_]` free to split a name, `namespace a::bcdefgh...`
+# not followed by `{` backtracked exponentially (the source fuzzer hung on one).
+_NAMESPACE_RE = re.compile(rb"\bnamespace\s+((?:[A-Za-z_]\w*+\s*+(?:::\s*+)?)*+)\{")
 
 
 def namespace_at(code: bytes, offset: int) -> tuple[str, ...]:
@@ -189,7 +192,7 @@ def registrations(layers: Layers, clean: bool = True) -> list[Registration]:
 
 def _bytes(path: Path, clean: bool) -> bytes:
     try:
-        return clean_bytes(path) if clean else path.read_bytes()
+        return clean_bytes(path) if clean else read_regular(path)
     except OSError:
         return b""
 

@@ -88,11 +88,22 @@ class _Source:
     def __init__(self, path: Path, data: bytes) -> None:
         self.path = path
         self.data = data
+        lone_cr = re.search(rb"\r(?!\n)", data)
+        if lone_cr is not None:
+            # Python (and LibCST) end a line at a lone CR too; the edits and strip's markers
+            # work line by line on LF: refused whole rather than edited half-way.
+            raise input_error(CODE_PYTHON_SYNTAX, "a line ends in a lone CR (old Mac style): optrace "
+                              "edits Python files with LF or CRLF line ends only", path,
+                              line=data.count(b"\n", 0, lone_cr.start()) + 1)
         self.starts = [0] + [m.end() for m in re.finditer(rb"\n", data)]
         try:
             self.module = cst.parse_module(data)
         except cst.ParserSyntaxError as exc:
             raise python_syntax_error(path, data, exc) from None
+        except (UnicodeDecodeError, LookupError, SyntaxError) as exc:  # not its declared encoding, or none
+            line = data.count(b"\n", 0, exc.start) + 1 if isinstance(exc, UnicodeDecodeError) else 1
+            raise input_error(CODE_PYTHON_SYNTAX, f"not Python source in its declared encoding: {exc}",
+                              path, line=line) from None
         self.encoding = self.module.encoding
         self.wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
         self.positions = self.wrapper.resolve(PositionProvider)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from optrace.codemods.torch_adapter import torch_names
 from optrace.engine.discovery import Layers, is_sample_caller, repo_index
+from optrace.engine.source import read_regular
 
 
 def python_layer_files(layers: Layers, key: str,
@@ -24,7 +25,7 @@ def python_layer_files(layers: Layers, key: str,
     if extra:
         pattern = hint(extra)
         for path in repo_index(layers.repo_root).mentioning(*[n.encode() for n in extra]):
-            if path.suffix == ".py" and path not in files and pattern.search(path.read_bytes()):
+            if path.suffix == ".py" and path not in files and pattern.search(read_regular(path)):
                 files.append(path)
     return files
 

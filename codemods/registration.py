@@ -47,6 +47,7 @@ from optrace.engine.discovery import CPP_EXTS, Layers, repo_index
 from optrace.engine.edits import Edit, line_number
 from optrace.engine.names import op_key, op_name_pattern
 from optrace.engine.plan import Plan
+from optrace.engine.source import read_regular
 from optrace.engine.vocabulary import TORCH_LIBRARY_RE
 
 __all__ = ["Schema", "SchemaString", "parse_schema", "registration_edits", "returns_list", "schema_strings"]
@@ -72,7 +73,7 @@ def registration_files(layers: Layers) -> list[Path]:
     extra = [n for n in torch_names(layers) if n != layers.op_name]
     for path in repo_index(layers.repo_root).mentioning(*[n.encode() for n in extra]):
         if path.suffix.lower() in CPP_EXTS and path not in files and re.search(
-                TORCH_LIBRARY_RE, path.read_bytes()):
+                TORCH_LIBRARY_RE, read_regular(path)):
             files.append(path)
     return files
 
@@ -191,7 +192,7 @@ def declaration_files(layers: Layers) -> list[Path]:
         if src not in seen:
             seen.append(src)
         try:
-            data = src.read_bytes()
+            data = read_regular(src)
         except OSError:
             continue
         for m in re.finditer(rb'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', mask_keep_includes(data), re.M):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from optrace.engine.edits import Edit, line_end, newline_of
 from optrace.engine.plan import Plan
-from optrace.engine.source import blank_comments
+from optrace.engine.source import blank_comments, read_regular
 from optrace.engine.vocabulary import CREATED_MARK as STRIP_CREATED_MARK
 from optrace.engine.vocabulary import RUNTIME_BLOCK_BEGIN, RUNTIME_BLOCK_END
 
@@ -116,7 +116,7 @@ def block_edits(plan: Plan) -> tuple[list[Edit], dict[Path, bytes]]:
     created: dict[Path, bytes] = {}
     edits: list[Edit] = []
     if base.exists():
-        data = base.read_bytes()
+        data = read_regular(base)
         existing = _BLOCK_RE.search(data)
         new_block = block_for(data)
         if existing is not None:
@@ -142,7 +142,7 @@ def include_edits(plan: Plan, files_with_points: set[Path]) -> list[Edit]:
     for path in sorted(files_with_points):
         if path == base or path in included:
             continue
-        data = plan.analysis.parsed[path].src.raw if path in plan.analysis.parsed else path.read_bytes()
+        data = plan.analysis.parsed[path].src.raw if path in plan.analysis.parsed else read_regular(path)
         rel = os.path.relpath(base, path.parent).replace(os.sep, "/")
         at = _after_last_include(data)
         line = f'#include "{rel}"  // optrace'.encode() + newline_of(data)

@@ -55,6 +55,7 @@ from optrace.engine.discovery import Layers, repo_index
 from optrace.engine.edits import Edit, line_number, line_start
 from optrace.engine.names import same_op
 from optrace.engine.plan import Plan
+from optrace.engine.source import read_regular
 from optrace.engine.vocabulary import META_IMPL_RE
 from optrace.engine.vocabulary import launch_pattern as vocabulary_launch_pattern
 
@@ -286,7 +287,7 @@ def torch_adapter_edits(plan: Plan, mode: str) -> list[Edit]:
 def _instrumented_neighbour(path: Path, fn_name: str, layers: Layers) -> str | None:
     """Another kernel launched from the same adapter function that already passes a
     profiling tensor (as the file is now, with other operators' changes)."""
-    current = path.read_bytes()
+    current = read_regular(path)
     if current == strip_bytes(current, path):
         return None
     code = mask(current)

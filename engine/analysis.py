@@ -387,7 +387,9 @@ def analyse_operator(op_dir: Path, repo_root: Path | None = None) -> Analysis:
     # `optrace.toml` marks it, or the user named it): a guessed root may hold anything.
     marked = repo_root is not None or (root / ".git").exists() or (root / "optrace.toml").is_file()
     search = HeaderSearch(root, repo_index(layers.repo_root).sources) if marked else None
-    includes = build_include_graph(layers.entry.path.resolve(), include_dirs, search)
+    # Only the repository and the include dirs the config names are read (issue 14 §4).
+    includes = build_include_graph(layers.entry.path.resolve(), include_dirs, search,
+                                   allowed=(root, *config.include_dirs))
     diagnostics = list(layers.diagnostics) + list(includes.diagnostics)
     if layers.entry.path.resolve() not in includes.files:
         bad = includes.diagnostics[0] if includes.diagnostics else Diagnostic(

@@ -60,6 +60,8 @@ _TABLE: tuple[Code, ...] = (
     Code("OT045", "another optrace process holds the operator", E, "edits.md"),
     Code("OT046", "a journal this user did not record (came with the clone)", E, "edits.md"),
     Code("OT047", "a write outside the repository root", E, "edits.md"),
+    Code("OT048", "strip could not take apply's edits back (strip ∘ apply is not the identity): refused",
+         E, "faults.md"),
     # Planning rules (docs/rules.md is generated from the rules themselves).
     Code("OT101", "keep-existing-points", I, "rules.md"),
     Code("OT102", "lift-main-flow", I, "rules.md"),

@@ -24,6 +24,8 @@ from pathlib import Path
 
 from optrace.engine.diagnostics import Diagnostic, InputError
 from optrace.engine.source import DEFAULT_QUALIFIERS
+from optrace.runtime.numbers import DENSITY_LABELS, TRIP_COUNT, NumberError, check_number
+from optrace.runtime.regular import open_regular, user_config_path
 
 LAYER_KEYS = (
     "entry",
@@ -97,15 +99,6 @@ def trusting_config(trusted: bool = True) -> Iterator[None]:
         set_config_trust(before)
 
 
-def user_config_path() -> Path:
-    """The user-level config: `$XDG_CONFIG_HOME/optrace/config.toml`, else
-    `~/.config/optrace/config.toml` (a relative XDG_CONFIG_HOME is ignored)."""
-    base = os.environ.get("XDG_CONFIG_HOME", "")
-    if not os.path.isabs(base):
-        base = os.path.join(os.path.expanduser("~"), ".config")
-    return Path(base) / "optrace" / "config.toml"
-
-
 def trusted_repositories() -> tuple[Path, ...]:
     """`[trust] repositories` of the user-level config, as real paths (`~` expanded)."""
     path = user_config_path()
@@ -135,10 +128,12 @@ def find_config_file(repo_root: Path, op_dir: Path) -> tuple[Path, dict[str, obj
     """`optrace.toml` in the operator dir, then the repo root; else pyproject's table."""
     for base in (op_dir, repo_root):
         candidate = base / "optrace.toml"
-        if candidate.is_file():
+        # Not only regular files: a FIFO or a dangling link there is named (OT001), not
+        # silently taken for no config.
+        if os.path.lexists(candidate) and not candidate.is_dir():
             return candidate, _load_toml(candidate)
     pyproject = repo_root / "pyproject.toml"
-    if pyproject.is_file():
+    if os.path.lexists(pyproject) and not pyproject.is_dir():
         data = _load_toml(pyproject)
         tool = data.get("tool")
         if isinstance(tool, dict) and isinstance(tool.get("optrace"), dict):
@@ -148,7 +143,8 @@ def find_config_file(repo_root: Path, op_dir: Path) -> tuple[Path, dict[str, obj
 
 def _load_toml(path: Path) -> dict[str, object]:
     try:
-        with path.open("rb") as fh:
+        # Only a regular file, within the config bound (a FIFO would block; runtime/regular.py).
+        with open_regular(path, "config") as fh:
             return tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         # Python 3.11's TOMLDecodeError has no lineno; the message carries it.
@@ -159,7 +155,7 @@ def _load_toml(path: Path) -> dict[str, object]:
         ) from exc
     except OSError as exc:
         raise InputError(
-            Diagnostic("OT001", f"cannot read: {exc.strerror}", path, 0)
+            Diagnostic("OT001", f"cannot read: {exc.strerror or exc}", path, 0)
         ) from exc
 
 
@@ -226,14 +222,27 @@ def load_config(repo_root: Path, op_dir: Path) -> Config:
                 f"repositories in {user_config_path()})",
                 path, line))
     trips = data.get("trip_counts", {})
-    if not isinstance(trips, dict) or not all(isinstance(v, int) for v in trips.values()):
+    if not isinstance(trips, dict):
         raise bad("`trip_counts` must map loop names to integers")
-    cfg.trip_counts = {str(k): int(v) for k, v in trips.items()}
+    # Every number a repository's config gives is checked finite and in its documented
+    # range (runtime/numbers.py): TOML has nan, inf and 64-bit integers.
+    try:
+        cfg.trip_counts = {str(k): int(check_number(f"`trip_counts.{k}`", v, TRIP_COUNT))
+                           for k, v in trips.items()}
+    except NumberError as exc:
+        raise bad(str(exc)) from None
     density = data.get("density", {})
-    if isinstance(density, dict):
-        cfg.density_min = int(density.get("min", cfg.density_min))
-        cfg.density_max = int(density.get("max", cfg.density_max))
-        cfg.density_target = int(density.get("target", cfg.density_target))
+    if not isinstance(density, dict):
+        raise bad("`density` must be a table")
+    try:
+        for key in ("min", "max", "target"):
+            if key in density:
+                value = int(check_number(f"`density.{key}`", density[key], DENSITY_LABELS))
+                setattr(cfg, f"density_{key}", value)
+    except NumberError as exc:
+        raise bad(str(exc)) from None
+    if not cfg.density_min <= cfg.density_max:
+        raise bad(f"`density.min` ({cfg.density_min}) must not exceed `density.max` ({cfg.density_max})")
     naming = data.get("naming", {})
     if not isinstance(naming, dict):
         raise bad("`naming` must be a table")

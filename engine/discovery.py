@@ -18,7 +18,7 @@ from pathlib import Path
 from optrace.engine.config import Config
 from optrace.engine.diagnostics import Diagnostic, InputError
 from optrace.engine.names import op_name_pattern, same_op
-from optrace.engine.source import blank_comments, decode, is_binary, match_bracket
+from optrace.engine.source import blank_comments, decode, is_binary, match_bracket, read_regular
 from optrace.engine.vocabulary import REGISTRATION_RE, RUNTIME_BLOCK_VERSION_RE, launch_pattern
 
 # `.inl` / `.ipp` / `.tpp` are headers by another name (template bodies included at the end of a
@@ -142,7 +142,8 @@ def marked_repo_root(op_dir: Path) -> Path | None:
     """The nearest ancestor (or `op_dir` itself) a `.git` or an `optrace.toml` marks as a
     repository; None when nothing does."""
     for cand in (op_dir, *op_dir.parents):
-        if (cand / ".git").exists() or (cand / "optrace.toml").is_file():
+        marker = cand / "optrace.toml"  # any file there marks the root (a FIFO is refused when read)
+        if (cand / ".git").exists() or (os.path.lexists(marker) and not marker.is_dir()):
             return cand
     return None
 
@@ -297,7 +298,7 @@ def _read(path: Path, limit: int = SEARCH_LIMIT_BYTES) -> bytes | None:
     try:
         if path.stat().st_size > limit:
             return None
-        data = path.read_bytes()
+        data = read_regular(path)
     except OSError:
         return None
     return None if is_binary(data) else data
@@ -372,11 +373,16 @@ def find_entries(kernel_files: list[Path]) -> list[EntryPoint]:
     entries: list[EntryPoint] = []
     for path in kernel_files:
         data = _read(path)
-        if data is None:
-            continue
-        code = blank_comments(data)
-        if not _GLOBAL_RE.search(code):
-            continue
+        if data is not None:
+            entries.extend(entries_in(path, data))
+    return entries
+
+
+def entries_in(path: Path, data: bytes) -> list[EntryPoint]:
+    """The kernel entries of one file's bytes (see :func:`find_entries`)."""
+    entries: list[EntryPoint] = []
+    code = blank_comments(data)
+    if _GLOBAL_RE.search(code):
         qualifier_macros, _ = entry_macros(code)
         heads = [b"__global__", *sorted(qualifier_macros)]
         head_re = re.compile(rb"\b(?:" + b"|".join(re.escape(h) for h in heads) + rb")\b")

@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from optrace.engine.source import read_regular
+
 # Diagnostic codes (README: OT0xx is input and parsing); kept together so they are easy to audit.
 CODE_EDIT_CONFLICT = "OT040"
 CODE_EDIT_RANGE = "OT041"
@@ -112,7 +114,7 @@ def resolve(path: Path) -> Path:
 
 
 def _read_bytes(path: Path) -> bytes:
-    return path.read_bytes()
+    return read_regular(path)
 
 
 class _FileEdits:

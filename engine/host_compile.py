@@ -11,8 +11,10 @@ every line.
 from __future__ import annotations
 
 import ctypes
+import os
+import stat
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -21,6 +23,7 @@ from clang import cindex
 
 from optrace.engine.discovery import CPP_EXTS, walk_files
 from optrace.engine.includes import scan_includes
+from optrace.engine.source import NotRegularFile, read_regular
 
 
 def stub_header() -> Path:
@@ -67,7 +70,7 @@ def host_compile(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[
         (fake / "tuple").write_text(_TUPLE_SHIM)
         for path in {*all_files, *files}:
             try:
-                data = path.read_bytes()
+                data = read_regular(path)
             except OSError:
                 continue
             for d in scan_includes(data):
@@ -89,7 +92,7 @@ def host_compile(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[
         if not all(_utf8(str(a)) for a in args):
             out.skipped.extend((p, "a folder name is not UTF-8, which libclang cannot take") for p in files)
             return out
-        compile_tus(index, files, args, host_args, out, only_lines)
+        compile_tus(index, files, args, host_args, out, only_lines, kernel_dirs)
     return out
 
 
@@ -101,12 +104,15 @@ def _is_kernel(path: Path) -> bool:
 
 
 def compile_tus(index: cindex.Index, files: list[Path], args: list[str], host_args: list[str],
-                out: HostCompile, only_lines: Mapping[Path, set[int]] | None = None) -> None:
+                out: HostCompile, only_lines: Mapping[Path, set[int]] | None = None,
+                include_dirs: Sequence[Path] = ()) -> None:
     """Parse as few translation units as reach every file: sources first, each read for
     the errors of every asked-for file it includes (with the same stub: kernel or host);
     a header no source reached is parsed on its own. Parsing each header of an include
     chain alone re-parsed the chain below it every time (23 parses of one 5k-line
-    operator), and resolving every diagnostic's path was most of `check` (issue 12 §4)."""
+    operator), and resolving every diagnostic's path was most of `check` (issue 12 §4).
+    A file whose includes (looked up in its folder and `include_dirs`) reach a FIFO, device
+    or socket is skipped: libclang would open it and wait for ever (issue 14 §4)."""
     real_of: dict[str, Path | None] = {}  # libclang's file name -> the asked-for file, if any
     asked = {path.resolve(): path for path in files}
 
@@ -123,6 +129,10 @@ def compile_tus(index: cindex.Index, files: list[Path], args: list[str], host_ar
             continue
         if not _utf8(str(path)):
             out.skipped.append((path, "its name is not UTF-8"))
+            continue
+        blocked = _irregular_include(path, include_dirs)
+        if blocked is not None:  # libclang would open it and wait on a FIFO for ever
+            out.skipped.append((path, f"it includes {blocked}, not a regular file"))
             continue
         kernel = _is_kernel(path)
         try:
@@ -148,6 +158,33 @@ def compile_tus(index: cindex.Index, files: list[Path], args: list[str], host_ar
             if err not in seen[where]:
                 seen[where].add(err)
                 out.errors[where].append(err)
+
+
+def _irregular_include(path: Path, include_dirs: Sequence[Path]) -> Path | None:
+    """The first FIFO, device, socket or directory-named-as-a-file that `path`'s includes
+    (transitively, as libclang would look them up) reach; None when they are all regular."""
+    queue, seen = [path], {path}
+    while queue:
+        current = queue.pop()
+        try:
+            data = read_regular(current)
+        except NotRegularFile:
+            return current
+        except OSError:
+            continue  # unreadable or too large: libclang reports it as an error of its own
+        for d in scan_includes(data):
+            for cand in [current.parent / d.target, *(k / d.target for k in include_dirs)]:
+                try:
+                    mode = os.stat(cand).st_mode
+                except (OSError, ValueError):
+                    continue
+                if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+                    return cand
+                if stat.S_ISREG(mode) and cand not in seen:
+                    seen.add(cand)
+                    queue.append(cand)
+                break  # the first candidate that exists is the one included
+    return None
 
 
 class _Diagnostics:

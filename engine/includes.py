@@ -139,10 +139,15 @@ class HeaderSearch:
 
 
 def build_include_graph(entry: Path, include_dirs: Iterable[Path],
-                        search: HeaderSearch | None = None) -> IncludeGraph:
+                        search: HeaderSearch | None = None,
+                        allowed: Iterable[Path] | None = None) -> IncludeGraph:
     """Walk includes breadth-first from the entry file; quoted includes found neither
-    beside their includer nor in the include dirs are looked up with `search`."""
+    beside their includer nor in the include dirs are looked up with `search`. With
+    `allowed` (the repository root and the configured include dirs), an include that
+    resolves outside all of them is listed as external, never read: a cloned tree's
+    `#include "../../../../home/me/.ssh/id_rsa"` or a header linked out of the tree."""
     dirs = tuple(include_dirs)
+    fences = None if allowed is None else tuple(Path(os.path.realpath(a)) for a in allowed)
     g = IncludeGraph(root=entry)
     queue: list[Path] = [entry]
     seen: set[Path] = set()
@@ -206,6 +211,9 @@ def build_include_graph(entry: Path, include_dirs: Iterable[Path],
                         directive.line,
                     )
                 )
+                continue
+            if fences is not None and not any(resolved.is_relative_to(f) for f in fences):
+                g.external.add(f"{directive.target} (outside the repository: {resolved})")
                 continue
             g.graph.add_edge(path, resolved, line=directive.line)
             if resolved not in seen:

@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from optrace.engine.diagnostics import Diagnostic, Severity
 from optrace.engine.discovery import CPP_EXTS, walk_files
 from optrace.engine.model import TracePoint
-from optrace.engine.source import blank_comments, blank_if0, decode
+from optrace.engine.source import blank_comments, blank_if0, decode, read_regular
 from optrace.engine.vocabulary import TRACE_POINT_CALL
 from optrace.runtime.format import POINT_ID_SPACE, trace_point_hash
 
@@ -95,7 +93,7 @@ def scan(src_dir: Path) -> PointMapResult:
     digest = hashlib.sha256()
     for path in files:
         try:
-            raw = path.read_bytes()
+            raw = read_regular(path)
         except OSError as exc:
             diagnostics.append(Diagnostic("OT201", f"cannot read: {exc.strerror}", path, 0))
             continue
@@ -116,12 +114,12 @@ def scan(src_dir: Path) -> PointMapResult:
             mixes.setdefault(_CORE_MIXES[m.group(1)], (path, code.count(b"\n", 0, m.start(1)) + 1))
     if not occurrences and files:
         for path in files:
-            done = _PREPROCESSED_RE.search(blank_comments(path.read_bytes()))
+            done = _PREPROCESSED_RE.search(blank_comments(read_regular(path)))
             if done:
                 diagnostics.append(Diagnostic(
                     "OT205", "sources are already preprocessed (MoeTracing with integer ids, no "
                     "TRACE_POINT); run on a fresh copy of the sources", path,
-                    path.read_bytes().count(b"\n", 0, done.start()) + 1))
+                    read_regular(path).count(b"\n", 0, done.start()) + 1))
                 break
     keys = {(o.label, o.event) for o in occurrences}
     ids, notes = assign_ids(keys)
@@ -199,7 +197,7 @@ def rewrite_sources(result: PointMapResult) -> dict[Path, bytes]:
         by_file.setdefault(o.path, []).append(o)
     out: dict[Path, bytes] = {}
     for path in result.files:
-        raw = path.read_bytes()
+        raw = read_regular(path)
         data = raw
         for o in sorted(by_file.get(path, []), key=lambda o: o.start, reverse=True):
             data = data[: o.start] + str(result.ids[(o.label, o.event)]).encode() + data[o.end :]
@@ -209,18 +207,3 @@ def rewrite_sources(result: PointMapResult) -> dict[Path, bytes]:
         if data != raw:
             out[path] = data
     return out
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Temp file in the same folder, then rename: readers never see half a file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        if path.exists():
-            os.chmod(tmp, path.stat().st_mode & 0o7777)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

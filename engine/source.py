@@ -13,6 +13,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# Re-exported: the one bounded reader of untrusted files, for every layer above.
+from optrace.runtime.regular import NotRegularFile as NotRegularFile
+from optrace.runtime.regular import read_regular as read_regular
+
 # AscendC qualifiers that tree-sitter-cpp does not know; blanked to spaces before parsing.
 DEFAULT_QUALIFIERS: tuple[str, ...] = (
     "__aicore__",
@@ -297,7 +301,7 @@ def normalise(data: bytes, blank_words: Iterable[str]) -> bytes:
 
 def read_source(path: Path) -> SourceFile:
     """Read a file as bytes; errors propagate as OSError for the caller to locate."""
-    raw = path.read_bytes()
+    raw = read_regular(path)
     return SourceFile(path=path, raw=raw)
 
 

@@ -78,17 +78,52 @@ def _err(message: str) -> None:
     typer.echo(message, err=True)
 
 
-def _emit(rendered: str, output: Path | None) -> None:
-    """The report to `-o FILE` (exit 2 if it cannot be written), else stdout."""
+def _operator_files(op_dirs: list[Path]) -> list[Path]:
+    """Every file under the operator directories: the sources an output must not replace
+    (links not followed; a directory that cannot be listed adds nothing)."""
+    files: list[Path] = []
+    for op_dir in op_dirs:
+        for folder, _dirs, names in os.walk(op_dir):
+            files.extend(Path(folder) / name for name in names)
+    return files
+
+
+def _output_refused(output: Path | None, inputs: list[Path], code: str = "OT030") -> bool:
+    """Checked before any work: `output` is a FIFO, socket, directory or one of the
+    inputs (runtime/atomic.py) -> the message, and True."""
+    from optrace.runtime.atomic import OutputError, output_target
+
     if output is None:
-        # Paths are the user's bytes (surrogate-escaped when not UTF-8): write them back.
-        _write_stdout_bytes(rendered.encode("utf-8", "surrogateescape"))
-        return
+        return False
     try:
-        output.write_text(rendered, encoding="utf-8")
-    except OSError as exc:
-        _err(f"{output}: OT030 cannot write: {exc.strerror or exc}")
-        raise typer.Exit(EXIT_INPUT) from None
+        output_target(output, inputs)
+    except OutputError as exc:
+        _err(f"{exc.path}: {code} {exc.message}")
+        return True
+    return False
+
+
+def _write_output(output: Path, data: bytes, inputs: list[Path], code: str = "OT030") -> bool:
+    """`data` as the user-named `output` (runtime/atomic.py); False after the message
+    naming it when it could not be written (the previous file is intact)."""
+    from optrace.runtime.atomic import OutputError, write_output
+
+    try:
+        write_output(output, data, inputs=inputs)
+    except OutputError as exc:
+        _err(f"{exc.path}: {code} {exc.message}")
+        return False
+    return True
+
+
+def _emit(rendered: str, output: Path | None, inputs: list[Path]) -> None:
+    """The report to `-o FILE` (exit 2 if it cannot be written), else stdout."""
+    # Paths are the user's bytes (surrogate-escaped when not UTF-8): write them back.
+    data = rendered.encode("utf-8", "surrogateescape")
+    if output is None:
+        _write_stdout_bytes(data)
+    elif not _write_output(output, data, inputs):
+        raise typer.Exit(EXIT_INPUT)
 
 
 @dataclass
@@ -106,6 +141,7 @@ def _plan_one(op_dir: Path, repo_root: Path | None, as_json: bool, graph: Path |
     from optrace.engine.transaction import foreign_journal, pending_journal
     from optrace.pipeline.plan import plan_operator
     from optrace.pipeline.plan_output import plan_json, render_text, write_graph
+    from optrace.runtime.atomic import OutputError
 
     out = _PlanOutcome()
     try:
@@ -136,8 +172,11 @@ def _plan_one(op_dir: Path, repo_root: Path | None, as_json: bool, graph: Path |
         out.text = render_text(result, mode)
     if graph is not None:
         try:
-            write_graph(result, graph)
-        except (OSError, RuntimeError) as exc:
+            write_graph(result, graph, [*result.analysis.parsed, *_operator_files([op_dir])])
+        except OutputError as exc:
+            out.messages.append(f"{exc.path}: OT030 {exc.message}")
+            out.code = EXIT_INPUT
+        except (OSError, RuntimeError) as exc:  # Graphviz missing or failing (.svg)
             out.messages.append(f"{graph}: OT030 cannot write graph: {exc}")
             out.code = EXIT_INPUT
     return out
@@ -249,6 +288,9 @@ def plan(
             target = graph if len(op_dirs) == 1 else graph.with_name(
                 f"{graph.stem}.{op_dir.resolve().name}{graph.suffix}")
         work.append((op_dir, repo_root, as_json, target))
+    sources = _operator_files(op_dirs)
+    if any([_output_refused(output, sources), *(_output_refused(w[3], sources) for w in work)]):
+        raise typer.Exit(EXIT_INPUT)
     outcomes = _run_parallel(_plan_one, list(work), _workers(jobs, len(work)), "planning")
     code = EXIT_OK
     for outcome in outcomes:
@@ -259,7 +301,7 @@ def plan(
         rendered = plans_json([o.doc for o in outcomes if o.doc is not None])
     else:
         rendered = "\n".join(o.text for o in outcomes if o.text)
-    _emit(rendered, output)
+    _emit(rendered, output, sources)
     raise typer.Exit(code)
 
 
@@ -338,8 +380,12 @@ def _edit_command(
     if sum((write, check, patch is not None)) > 1:
         _err("optrace: --write, --check and --patch are mutually exclusive")
         return EXIT_INPUT
+    sources = _operator_files(op_dirs)
+    if _output_refused(patch, sources):  # before anything is recovered or computed
+        return EXIT_INPUT
     code = EXIT_OK
     patches: list[str] = []
+    patched: list[Path] = []  # the files the patch changes: inputs it must not replace
     mode_ = mode.value if mode else None
     # Per operator, in order: where it is and its journal. A run that died between files
     # left a journal: with --write it is finished (rolled back) before anything is
@@ -441,18 +487,15 @@ def _edit_command(
         diff = outcome.diff if outcome.diff is not None else unified_diff(result.changes, result.repo_root)
         if patch is not None:
             patches.append(diff)
+            patched.extend(result.changes)
         else:
             _write_stdout_bytes(encode_patch(diff))
     if recomputed:
         # Correct either way, but the user should know why a parallel run was slow.
         _err(f"note: computed again after earlier commits (they read files those commits "
              f"wrote, e.g. a shared kernel header): {', '.join(recomputed)}")
-    if patch is not None:
-        try:
-            patch.write_bytes(encode_patch("".join(patches)))
-        except OSError as exc:
-            _err(f"{patch}: OT030 cannot write: {exc.strerror or exc}")
-            return EXIT_INPUT
+    if patch is not None and not _write_output(patch, encode_patch("".join(patches)), sources + patched):
+        return EXIT_INPUT
     return code
 
 
@@ -603,6 +646,9 @@ def _check_command(op_dirs: list[Path], repo_root: Path | None, fmt: CheckFormat
     from optrace.engine.diagnostics import Severity
     from optrace.pipeline.check_output import render_check_text, sarif_document
 
+    sources = _operator_files(op_dirs)
+    if _output_refused(output, sources):
+        return EXIT_INPUT
     code = EXIT_OK
     reports = []
     jobs_ = [(op_dir, repo_root, compile_safety) for op_dir in op_dirs]
@@ -622,7 +668,7 @@ def _check_command(op_dirs: list[Path], repo_root: Path | None, fmt: CheckFormat
                               indent=2) + "\n"
     else:
         rendered = json.dumps(sarif_document(reports, strict), indent=2) + "\n"
-    _emit(rendered, output)
+    _emit(rendered, output, sources)
     return code
 
 
@@ -677,7 +723,8 @@ def preprocess(
     (bad label, unbalanced B/E, already-preprocessed sources) it writes nothing."""
     from optrace import __version__
     from optrace.engine.diagnostics import Severity
-    from optrace.engine.preprocess import point_map_document, rewrite_sources, scan, write_atomic
+    from optrace.engine.preprocess import point_map_document, rewrite_sources, scan
+    from optrace.runtime.atomic import OutputError, write_output
 
     if not src_dir.is_dir():
         _err(f"{src_dir}: OT200 source directory does not exist")
@@ -692,13 +739,15 @@ def preprocess(
         raise typer.Exit(EXIT_INPUT)
     doc = point_map_document(result, src_dir, f"optrace {__version__}")
     changed = rewrite_sources(result) if modify else {}
+    map_path = out / "point_map.json"
+    if _output_refused(map_path, list(result.files), "OT206"):  # e.g. --out names a source
+        raise typer.Exit(EXIT_INPUT)
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        for path, data in changed.items():
-            write_atomic(path, data)
-        write_atomic(out / "point_map.json", (json.dumps(doc, indent=1) + "\n").encode())
-    except OSError as exc:
-        _err(f"{exc.filename or out}: OT206 cannot write: {exc.strerror or exc}")
+        for path, data in changed.items():  # the build tree's sources, rewritten in place
+            write_output(path, data)
+        write_output(map_path, (json.dumps(doc, indent=1) + "\n").encode(), inputs=result.files)
+    except OutputError as exc:
+        _err(f"{exc.path}: OT206 {exc.message}")
         raise typer.Exit(EXIT_INPUT) from None
     labels = len({o.label for o in result.occurrences})
     typer.echo(f"{len(result.occurrences)} points, {labels} labels, {len(result.files)} files; "

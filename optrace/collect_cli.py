@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from optrace.runtime.errors import ProfilingInputError
+from optrace.runtime.numbers import CLOCK_MHZ, check_optional
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
@@ -172,8 +173,10 @@ def run_collect(
         except ValueError as exc:
             _err(f"optrace: {exc}")
             return EXIT_USAGE
-        if clock_mhz is not None and not clock_mhz > 0:
-            _err("optrace: --clock-mhz must be positive")
+        try:
+            check_optional("--clock-mhz", clock_mhz, CLOCK_MHZ)
+        except ValueError as exc:
+            _err(f"optrace: {exc}")
             return EXIT_USAGE
         update, stop = _progress()
         try:

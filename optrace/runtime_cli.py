@@ -17,6 +17,7 @@ from typing import Annotated
 import typer
 
 from optrace.collect_cli import failure_code, paths_as_bytes
+from optrace.runtime.numbers import CLOCK_MHZ, TOP, NumberError, check_number, check_optional
 
 EXIT_INTERNAL = 3
 
@@ -127,6 +128,17 @@ def _emit_json(document: object, output: Path | None) -> None:
             handle.write(text.encode("utf-8"))
 
 
+def _files_read(path: Path, point_map: Path | None) -> list[Path]:
+    """What report reads (the trace, or the directory's files and its point map): an
+    output that is one of them is refused."""
+    files = [path, *([point_map] if point_map is not None else [])]
+    try:
+        files += list(path.iterdir()) if path.is_dir() else []
+    except OSError:
+        pass  # reported when it is read
+    return files
+
+
 FormatOption = Annotated[str, typer.Option("--format", help="text or json.")]
 
 
@@ -191,11 +203,22 @@ def cmd_report(
 
     with _guarded():
         _check_format(fmt)
+        try:
+            check_optional("--clock-mhz", clock_mhz, CLOCK_MHZ)
+            check_number("--top", top, TOP)
+        except NumberError as exc:
+            raise _bad_usage(str(exc)) from None
         if png is not None:
             try:
                 require_matplotlib()
             except MissingExtra as exc:
                 raise _bad_usage(str(exc)) from None
+        from optrace.runtime.atomic import output_target
+
+        read = _files_read(path.expanduser(), point_map.expanduser() if point_map else None)
+        for output in (html, png):  # refused before anything is read (runtime/atomic.py)
+            if output is not None:
+                output_target(output.expanduser(), read)
         table = load_spans(path.expanduser(), point_map.expanduser() if point_map else None, clock_mhz)
         report = build_report(table, top=top)
         if fmt == "json":

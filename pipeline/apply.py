@@ -30,11 +30,13 @@ from optrace.engine.discovery import (
     CPP_EXTS,
     KERNEL_EXTS,
     default_repo_root,
+    entries_in,
     resolve_operator_dir,
     walk_files,
 )
 from optrace.engine.edits import Edit, EditError, EditSet, FileChange, apply_edits, new_contents, resolve
 from optrace.engine.plan import Plan
+from optrace.engine.source import blank_comments, read_regular
 from optrace.engine.vocabulary import SCAFFOLD_BEGIN
 from optrace.pipeline.layers import kernel_side, layer_edits, owned_files, sizes_header
 from optrace.pipeline.plan import plan_operator
@@ -131,7 +133,45 @@ def apply_changes(op_dir: Path, repo_root: Path | None = None, mode: str | None 
     else:
         prov.edits_before = prov.mine
     _check_read_once(result, plan, prov)
+    _check_entry_survives(result, plan)
+    _check_strip_undoes(result)
     return result
+
+
+def _check_strip_undoes(result: OperatorChanges) -> None:
+    """strip ∘ apply = identity, checked before anything is written: removing every
+    optrace insertion from the new bytes must give what removing them from the old bytes
+    gives. Not so when the file's own syntax is broken where a marker goes (an unterminated
+    `/*` swallows the marker's end: found by the source fuzzer) — refused, OT048."""
+    for path, (old, new) in result.changes.items():
+        if old is None or new is None or is_created(new):
+            continue
+        # A `/*` open at the end of the file: the first `*/` optrace inserts would close it,
+        # and the file's layers would no longer be found by the strip that starts from them.
+        if path.suffix.lower() in CPP_EXTS and blank_comments(old + b"\n*/")[-2:] != b"*/":
+            raise InputError(Diagnostic(
+                "OT048", "an unterminated /* comment: optrace does not edit this file (strip could not "
+                "take the edits back); nothing written", path, 0))
+        if strip_bytes(new, path) != strip_bytes(old, path):
+            raise InputError(Diagnostic(
+                "OT048", "strip could not take optrace's edits to this file back (an unterminated "
+                "comment or string before them?); nothing written", path, 0))
+
+
+def _check_entry_survives(result: OperatorChanges, plan: Plan) -> None:
+    """Refuse edits after which the kernel entry would not be found again: strip finds
+    what apply added from the entry, so such an apply could not be undone (the source
+    fuzzer found one: a statement inside the entry's parameter list)."""
+    entry = plan.analysis.layers.entry
+    assert entry is not None
+    for path, (_old, new) in result.changes.items():
+        if new is None or resolve(path) != resolve(entry.path):
+            continue
+        if not any(e.name == entry.name for e in entries_in(entry.path, new)):
+            raise InputError(Diagnostic(
+                "OT010", f"kernel entry `{entry.name}` would not be found again after the edits, so "
+                "strip could not undo them (is its parameter list plain C++?); nothing written",
+                entry.path, entry.line))
 
 
 MODE_CHOSEN = "OT314"
@@ -232,7 +272,7 @@ def _layer_side(plan: Plan, mode: str, kernel_files: set[Path], prov: Provenance
     for path in about_to_read:
         try:
             if path.is_file():  # a regular file: never a FIFO's endless read
-                prov.read_digest.setdefault(path, set()).add(_digest(path.read_bytes()))
+                prov.read_digest.setdefault(path, set()).add(_digest(read_regular(path)))
         except OSError:
             pass
     layers = layer_edits(plan, mode)
@@ -245,7 +285,7 @@ def _layer_side(plan: Plan, mode: str, kernel_files: set[Path], prov: Provenance
         prov.scope.append(path)
         if not path.is_file():
             continue
-        data = path.read_bytes()
+        data = read_regular(path)
         clean = strip_bytes(data, path)
         prov.clean_digest[path] = _digest(clean)
         prov.read_digest.setdefault(path, set()).add(_digest(data))
@@ -255,11 +295,11 @@ def _layer_side(plan: Plan, mode: str, kernel_files: set[Path], prov: Provenance
     for path, content in layers.created.items():
         if not path.exists():
             created[path] = content
-        elif path.read_bytes() != content:
-            out.append(replacement(path, path.read_bytes(), content, "sizes header"))
+        elif read_regular(path) != content:
+            out.append(replacement(path, read_regular(path), content, "sizes header"))
     header = sizes_header(plan.analysis.layers).resolve()
-    if header not in layers.created and header.is_file() and is_created(header.read_bytes()):
-        deleted[header] = header.read_bytes()
+    if header not in layers.created and header.is_file() and is_created(read_regular(header)):
+        deleted[header] = read_regular(header)
     return out, created, deleted
 
 
@@ -296,7 +336,7 @@ def instrumented_operators(root: Path) -> list[Path]:
     found: set[Path] = set()
     for path in walk_files(root, KERNEL_EXTS):
         try:
-            if SCAFFOLD_BEGIN not in path.read_bytes():
+            if SCAFFOLD_BEGIN not in read_regular(path):
                 continue
         except OSError:
             continue
@@ -405,7 +445,7 @@ def _strip_file(path: Path, owned: set[Path], others: Neighbourhood) -> FileChan
     """What strip does to one file, from its current bytes: the one rule both a single
     operator's computation and `rebase` use."""
     try:
-        data = path.read_bytes()
+        data = read_regular(path)
     except OSError:
         return None
     if is_created(data):
@@ -440,7 +480,7 @@ class Neighbours:
             self._kernel = {}
             for path in walk_files(self.root, KERNEL_EXTS):
                 try:
-                    scaffold = SCAFFOLD_BEGIN in path.read_bytes()
+                    scaffold = SCAFFOLD_BEGIN in read_regular(path)
                 except OSError:
                     continue
                 dirs, had = self._kernel.setdefault(resolve(path), (set(), False))
@@ -473,7 +513,7 @@ class Neighbours:
                     continue
                 dirs, _ = self._kernel[path]
                 try:
-                    self._kernel[path] = (dirs, SCAFFOLD_BEGIN in path.read_bytes())
+                    self._kernel[path] = (dirs, SCAFFOLD_BEGIN in read_regular(path))
                 except OSError:
                     self._kernel[path] = (dirs, False)
         for op_dir, (_, reads) in list(self._edits.items()):
@@ -558,7 +598,7 @@ def rebase(result: OperatorChanges, written: set[Path], changed_edits: set[Path]
                 continue
             if path in prov.kernel_files or not path.is_file():
                 return None
-            data = path.read_bytes()
+            data = read_regular(path)
             clean = strip_bytes(data, path)
             if prov.clean_digest.get(path) != _digest(clean):
                 return None
@@ -621,7 +661,7 @@ class RunCommits:
         self.changed_edits |= set(prov.edits_before or {}) | set(prov.edits_after or {})
         if prov.kind == "apply" and prov.edits_after is not None:
             try:
-                mode = recorded_mode(prov.entry.read_bytes()) or "B"
+                mode = recorded_mode(read_regular(prov.entry)) or "B"
             except OSError:
                 return
             if mode == prov.mode:  # what planning it now would give (else: planned when asked)

@@ -36,6 +36,7 @@ from optrace.engine.source import (
     blank_if0,
     decode,
     normalise,
+    read_regular,
 )
 from optrace.engine.transaction import foreign_journal, pending_journal
 from optrace.engine.vocabulary import (
@@ -129,7 +130,7 @@ def check_operator(op_dir: Path, repo_root: Path | None = None, compile_safety: 
     touched: list[Path] = []
     for path in files:
         try:
-            data = path.read_bytes()
+            data = read_regular(path)
         except OSError as exc:
             report.add("OT011", f"cannot read: {exc.strerror}", path, 0)
             continue
@@ -230,7 +231,7 @@ def _check_pairs(report: CheckReport, points: list[TracePoint]) -> None:
 
 
 def _check_file_nesting(report: CheckReport, path: Path, pts: list[TracePoint]) -> None:
-    data = path.read_bytes()
+    data = read_regular(path)
     code = blank_if0(blank_comments(data))
     stack: list[TracePoint] = []
     for p in pts:
@@ -330,7 +331,7 @@ def _check_kernel_g2(report: CheckReport, op_dir: Path, root: Path, analysis: An
 
 def compile_check(report: CheckReport, files: list[Path], op_dir: Path) -> None:
     """libclang on each touched file; errors on lines optrace inserted are findings."""
-    inserted_of = {path: _inserted_code(path.read_bytes()) for path in files}
+    inserted_of = {path: _inserted_code(read_regular(path)) for path in files}
     # Only errors on lines optrace inserted count: the rest are not even read.
     wanted = {path: lines | set(fragments) for path, (lines, fragments) in inserted_of.items()}
     result = host_compile(files, op_dir, wanted)

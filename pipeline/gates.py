@@ -48,6 +48,7 @@ from optrace.codemods.op_def import opdef_file, parse_opdef
 from optrace.codemods.python_files import split_callers
 from optrace.engine.analysis import Analysis
 from optrace.engine.diagnostics import Diagnostic, InputError
+from optrace.engine.source import read_regular
 from optrace.pipeline.layers import LAYERS, Evidence, Layer, Operator, layer
 
 __all__ = ["Evidence", "GateResult", "evaluate_gates", "operator_mode"]
@@ -112,7 +113,7 @@ def operator_mode(analysis: Analysis) -> str:
     path = opdef_file(analysis.layers)
     if path is not None:
         try:
-            data = path.read_bytes()
+            data = read_regular(path)
             info = parse_opdef(path, data, analysis.layers.camel)
         except Exception:
             return "B"

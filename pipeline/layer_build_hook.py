@@ -22,6 +22,7 @@ from optrace.codemods.python_files import caller_files, split_callers
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
+from optrace.engine.source import read_regular
 from optrace.pipeline.layer_model import Evidence, FileLayer, LayerModel, Operator, line_of
 
 
@@ -103,7 +104,7 @@ class BuildHookLayer(FileLayer):
 
 def _read(path: Path) -> bytes:
     try:
-        return path.read_bytes()
+        return read_regular(path)
     except OSError:
         return b""
 

@@ -18,6 +18,7 @@ from optrace.engine.cpp import FunctionDef
 from optrace.engine.discovery import CPP_EXTS, Layers, walk_files
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
+from optrace.engine.source import read_regular
 from optrace.engine.vocabulary import PROFILING_NAMES, RUNTIME_BLOCK_VERSION_RE
 from optrace.pipeline.layer_model import Evidence, FileLayer, LayerModel, line_of
 
@@ -95,7 +96,7 @@ class BaseHeaderLayer(FileLayer):
         for path in walk_files(kernel_dir, CPP_EXTS):
             if path not in found and path.suffix.lower() in (".h", ".hpp"):
                 try:
-                    if RUNTIME_BLOCK_VERSION_RE.search(path.read_bytes()):
+                    if RUNTIME_BLOCK_VERSION_RE.search(read_regular(path)):
                         found.append(path)
                 except OSError:
                     continue

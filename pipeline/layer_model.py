@@ -19,6 +19,7 @@ from optrace.engine.diagnostics import display_path
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
+from optrace.engine.source import read_regular
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ def read_files(name: str, op: Operator, files: list[Path]) -> LayerModel:
     model = LayerModel(name, op, list(files))
     for path in files:
         try:
-            model.data[path] = path.read_bytes()
+            model.data[path] = read_regular(path)
         except OSError as exc:
             model.unreadable.append(Evidence(path, 0, f"{name}: cannot read: {exc.strerror or exc}", False))
     return model

@@ -7,6 +7,7 @@ import html
 import json
 import shutil
 import subprocess
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from optrace.engine.diagnostics import display_path
 from optrace.engine.discovery import LAYER_TITLES, OPTIONAL_LAYERS
 from optrace.engine.model import Kind, Region
 from optrace.engine.plan import Plan
+from optrace.runtime.atomic import write_output
 
 PLAN_SCHEMA_VERSION = 1
 
@@ -312,16 +314,18 @@ def graph_html(plan: Plan) -> str:
     )
 
 
-def write_graph(plan: Plan, path: Path) -> None:
+def write_graph(plan: Plan, path: Path, inputs: Iterable[Path] = ()) -> None:
+    """The call graph as ``path`` (.html, .svg or .dot by its suffix), through the one
+    output helper: an input among ``inputs`` or a FIFO is refused (OutputError)."""
     suffix = path.suffix.lower()
     if suffix in (".html", ".htm"):
-        path.write_text(graph_html(plan), encoding="utf-8")
+        write_output(path, graph_html(plan).encode("utf-8"), inputs=inputs)
     elif suffix == ".svg":
         dot = shutil.which("dot")
         if dot is None:
             raise RuntimeError("SVG output needs Graphviz `dot` on PATH; use .dot or .html")
         svg = subprocess.run([dot, "-Tsvg"], input=graph_dot(plan).encode(), check=True,
                              capture_output=True).stdout
-        path.write_bytes(svg)
+        write_output(path, svg, inputs=inputs)
     else:
-        path.write_text(graph_dot(plan), encoding="utf-8")
+        write_output(path, graph_dot(plan).encode("utf-8"), inputs=inputs)

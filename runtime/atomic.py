@@ -1,35 +1,167 @@
-"""Atomic file replacement: write beside the target, then ``os.replace``.
+"""Every user-named output (``collect -o``, ``report --html/--png``, ``plan -o/--graph``,
+``check -o``, ``apply --patch``, ``preprocess --out``, ``inspect``/``compare -o``) is
+written here, so they all keep one promise: the file they replace is intact until the new
+one is complete.
 
-Ranks saving from spawned processes, or a collect interrupted half-way, must never leave
-a half-written file under the final name; a reader sees the old file or the new one.
+A regular file (or a missing one) is written beside the target and renamed over it; a
+reader sees the old file or the new one. A symlink to a regular file is written through:
+the file it points at is replaced and the link stays. A character device (``/dev/null``,
+a terminal) and the process's own streams (``/dev/stdout``, ``/dev/fd/N``) are written
+through as shell redirection does, never renamed over. FIFOs, sockets, block devices,
+directories and dangling symlinks are refused (:class:`OutputError`, exit 2), as is an
+output that is one of the command's inputs. Errors name the target, never the temporary
+file. New files get the user's umask; a replaced file keeps its permission bits (as a
+shell's ``>`` does), never set-id bits.
+
+The engine's all-or-nothing commit of source edits (engine/transaction.py) is not a
+user-named output and keeps its own journalled writer.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import re
+import stat
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from .errors import ProfilingInputError
+
+# The process's own descriptors: whatever they are (a pipe, a terminal, a file the shell
+# opened), they are written through, never replaced — as `cmd -o /dev/stdout | less` means.
+_OWN_STREAM_RE = re.compile(r"^/(?:dev/(?:stdout|stderr|fd/\d+)|proc/self/fd/\d+)$")
+
+
+class OutputError(ProfilingInputError):
+    """An output optrace will not (or could not) write; ``path`` is the target the user
+    named. A ProfilingInputError so the runtime commands print it and exit 2."""
+
+
+@dataclass(frozen=True)
+class OutputTarget:
+    """Where the bytes for a user-named ``path`` go: ``through`` is True when they are
+    written into an existing non-regular file (device, own stream) instead of renamed
+    over it; otherwise ``real`` is the regular file replaced (a symlink's target)."""
+
+    path: Path
+    real: Path
+    through: bool
+    mode: int | None  # permission bits of the file replaced; None: a new file (umask)
+
+
+def _identity(st: os.stat_result) -> tuple[int, int]:
+    return (st.st_dev, st.st_ino)
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return "not a regular file"
+
+
+def output_target(path: str | Path, inputs: Iterable[str | Path] = ()) -> OutputTarget:
+    """Check, before anything is computed or written, that ``path`` may be written;
+    raises OutputError naming ``path`` otherwise. ``inputs`` are files the command reads
+    (rank files, the point map, sources): an output that is one of them is refused."""
+    target = Path(path)
+    if _OWN_STREAM_RE.match(str(target)):
+        return OutputTarget(target, target, True, None)
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        if os.path.islink(target):
+            raise OutputError(target, "a symlink to nothing; not written (name the file itself)") from None
+        return OutputTarget(target, target, False, None)
+    except OSError as exc:
+        raise _as_output_error(target, exc, target) from None
+    if stat.S_ISCHR(st.st_mode):
+        return OutputTarget(target, target, True, None)
+    if not stat.S_ISREG(st.st_mode):
+        raise OutputError(target, f"{_kind(st.st_mode)}, not a regular file; not written")
+    for source in inputs:
+        try:
+            if _identity(os.stat(source)) == _identity(st):
+                raise OutputError(target, f"is an input of this command ({source}); not overwritten")
+        except OSError:
+            continue
+    real = Path(os.path.realpath(target)) if os.path.islink(target) else target
+    return OutputTarget(target, real, False, stat.S_IMODE(st.st_mode) & 0o777)
+
+
+def _in_the_way(target: Path) -> Path | None:
+    """The nearest ancestor of ``target`` that exists and is not a directory."""
+    for parent in target.parents:
+        if os.path.lexists(parent):
+            return None if os.path.isdir(parent) else parent
+    return None
+
+
+def _as_output_error(target: Path, exc: OSError, temporary: Path) -> OutputError:
+    """An OSError of the write, told about the target (the temporary name is ours)."""
+    blocker = _in_the_way(target) if isinstance(exc, (NotADirectoryError, FileExistsError)) else None
+    if blocker is not None:
+        return OutputError(target, f"cannot write: {blocker} is not a directory")
+    where = exc.filename
+    message = exc.strerror or str(exc)
+    if where is not None and os.fsdecode(where) not in (str(target), str(temporary)):
+        message = f"{message}: {os.fsdecode(where)}"  # e.g. a parent that is a file
+    return OutputError(target, f"cannot write: {message}")
+
 
 @contextmanager
-def atomic_output(path: str | Path, buffering: int = 1 << 20) -> Iterator[IO[bytes]]:
+def atomic_output(
+    path: str | Path, buffering: int = 1 << 20, *, inputs: Iterable[str | Path] = ()
+) -> Iterator[IO[bytes]]:
     """A binary file that becomes ``path`` when the block exits without an exception
-    (its ``name`` is the temporary file's path, for other processes writing into it)."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.parent / f".{target.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-    # "x": created here or refused (O_EXCL); the umask decides the mode as for any
-    # open() (tempfile.mkstemp would leave the final file 0600).
-    handle = open(tmp, "xb", buffering=buffering)
+    (for a regular target its ``name`` is the temporary file's path, for other processes
+    writing into it). On any failure the previous file is left as it was."""
+    found = output_target(path, inputs)
+    if found.through:
+        try:
+            # No O_CREAT, no O_TRUNC: a device or stream the process already has; O_APPEND
+            # so /dev/stdout redirected to a file continues it instead of overwriting it.
+            handle = open(found.path, "ab", buffering=buffering,
+                          opener=lambda name, _flags: os.open(name, os.O_WRONLY | os.O_APPEND))
+        except OSError as exc:
+            raise _as_output_error(found.path, exc, found.path) from None
+        with handle:
+            yield handle
+        return
+    real = found.real
+    tmp = real.parent / f".{real.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+    try:
+        real.parent.mkdir(parents=True, exist_ok=True)
+        # "x": created here or refused (O_EXCL); the umask decides the mode as for any
+        # open() (tempfile.mkstemp would leave the final file 0600).
+        handle = open(tmp, "xb", buffering=buffering)
+    except OSError as exc:
+        raise _as_output_error(found.path, exc, tmp) from None
     try:
         with handle:
             yield handle
-        os.replace(tmp, target)
-    except BaseException:
+            if found.mode is not None:
+                os.fchmod(handle.fileno(), found.mode)
+        os.replace(tmp, real)
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(exc, OSError) and not isinstance(exc, OutputError) and exc.filename in (None, str(tmp)):
+            raise _as_output_error(found.path, exc, tmp) from exc
         raise
+
+
+def write_output(path: str | Path, data: bytes, *, inputs: Iterable[str | Path] = ()) -> None:
+    """Write ``data`` as ``path``, with :func:`atomic_output`'s promises."""
+    with atomic_output(path, inputs=inputs) as handle:
+        handle.write(data)

@@ -27,7 +27,7 @@ from .align import Alignment, AlignSpec, Anchor, LabelEnds, align, label_ends
 # collect_cli reaches these through this module (one lazy import at collect's start).
 from .align import AlignmentError as AlignmentError
 from .align import parse_align as parse_align
-from .atomic import atomic_output
+from .atomic import OutputError, atomic_output, output_target
 from .chrome import (
     TRACE_FORMAT,
     TRACE_FORMAT_VERSION,
@@ -43,6 +43,7 @@ from .decode import DecodeOptions, RankDecode, decode_rank
 from .errors import MergeError as MergeError  # for the CLI (collect_cli), through this module
 from .errors import ProfilingInputError
 from .format import DEFAULT_CLOCK_MHZ, RankMeta
+from .numbers import RANK, RANK_OFFSET_US, check_number
 from .pointmap import POINT_MAP_NAME, PointMap, load_point_map
 from .pt_reader import load_pt
 from .rankfile import OPTRACE_KEY, RankFileName, find_rank_files, read_rank_file
@@ -216,11 +217,14 @@ def parse_rank_offsets(text: str) -> dict[int, float]:
         try:
             if not sep:
                 raise ValueError
-            offsets[int(rank)] = float(value)
+            number, offset = int(rank), float(value)
         except ValueError:
             raise ValueError(f"--rank-offsets: {part!r} is not RANK=MICROSECONDS") from None
-        if not math.isfinite(offsets[int(rank)]):
+        if not math.isfinite(offset):
             raise ValueError(f"--rank-offsets: {part!r}: the offset is not a finite number")
+        # Finite and in range: a NaN or 1e308 offset would put NaN / inf in every timestamp.
+        check_number(f"--rank-offsets rank {rank.strip()}", number, RANK)
+        offsets[number] = check_number(f"--rank-offsets {part.strip()!r}", offset, RANK_OFFSET_US)
     return offsets
 
 
@@ -228,7 +232,7 @@ def resolve_point_map(profiling_dir: Path, explicit: Path | None) -> Path:
     if explicit is not None:
         return explicit
     beside = profiling_dir / POINT_MAP_NAME
-    if beside.is_file():
+    if os.path.lexists(beside):  # a FIFO or a directory there is named when it is read
         return beside
     raise ProfilingInputError(
         profiling_dir, f"no {POINT_MAP_NAME} beside the rank files: pass --point-map MAP"
@@ -265,6 +269,11 @@ def _collect_merged(
     trace as read, the device trace): --merge is for a few ranks, not a cluster."""
     from . import merge  # only for --merge: a plain collect never pays its import (decimal, perfetto)
 
+    # Refused before anything is read (runtime/atomic.py): an output that is a rank file,
+    # the point map or a framework trace, a FIFO, a socket.
+    inputs = [path for _, path in files] + [resolve_point_map(profiling_dir, options.point_map)]
+    inputs += [path.expanduser() for path in options.merge]
+    target = output_target(output, inputs)
     traces = [merge.read_framework_trace(path.expanduser()) for path in options.merge]
     metas: list[RankMeta | None] = []
     clocks: list[float] = []
@@ -283,19 +292,26 @@ def _collect_merged(
     device_pids = {p: p if several_runs else name.rank for p, (name, _) in enumerate(files)}
     fmt = trace_format(output, options.format)
     compressed = output.name.endswith(".gz")
-    temporary = output.with_name(f".{output.name}.device" + (".json" if fmt == "json" else ".pftrace")
-                                 + (".gz" if compressed else ""))
+    # Beside the file it becomes; a device or stream output (written through) has no
+    # folder of its own to put it in: the system's temporary folder then.
+    scratch = Path(os.environ.get("TMPDIR") or "/tmp")  # not tempfile: collect's start-up
+    beside = scratch / output.name if target.through else target.real
+    temporary = beside.with_name(f".{beside.name}.{os.getpid()}.device"
+                                 + (".json" if fmt == "json" else ".pftrace") + (".gz" if compressed else ""))
     device_options = CollectOptions(**{name: getattr(options, name)
                                        for name in CollectOptions.__match_args__ if name != "merge"})
     try:
-        result = collect(profiling_dir, temporary, device_options, progress, plan.alignment)
+        try:
+            result = collect(profiling_dir, temporary, device_options, progress, plan.alignment)
+        except OutputError as exc:  # named as the output the user asked for, not our temporary
+            raise OutputError(output, exc.message.replace(str(temporary), str(output))) from None
         if not result.written:
             return CollectResult(output, result.point_map, result.outcomes, 0, written=False,
                                  alignment=plan.alignment)
         raw = temporary.read_bytes()
         if compressed:
             raw = gzip.decompress(raw)
-        with atomic_output(output) as handle:
+        with atomic_output(output, inputs=inputs) as handle:
             sink: Any = gzip.GzipFile(fileobj=handle, mode="wb", mtime=0) if compressed else handle
             if fmt == "json":
                 document = merge.merged_json(plan, json.loads(raw), device_pids)
@@ -436,13 +452,20 @@ def collect(
             f"--labels {','.join(options.labels)}: no label of {point_map.path} is or lies below "
             f"them: nothing written"
         )
+    # Refused before anything is decoded: an output that is a rank file or the point map,
+    # a FIFO, a socket (runtime/atomic.py).
+    inputs = [path for _, path in files] + [Path(point_map.path)]
+    target = output_target(output, inputs)
+    if target.through and options.split is not None:
+        raise OutputError(output, "--split writes files beside the output: name a regular file")
     several_runs = len({n.run_key for n, _ in files}) > 1
     decode_options = DecodeOptions(options.clock_mhz, options.ignore_fingerprint)
     alignment = placement or place_ranks(files, point_map, decode_options, options.align)
     outcomes: list[RankOutcome] = [RankOutcome(name, path) for name, path in files]
     ranks_meta: list[dict[str, Any] | None] = [None] * len(files)
     # One process for .gz, .pftrace and --split (a rank at a time, written where it belongs).
-    one = output.name.endswith(".gz") or fmt != "json" or options.split is not None
+    # A device is written through in order: one process too.
+    one = output.name.endswith(".gz") or fmt != "json" or options.split is not None or target.through
     asked = collect_processes(options.jobs, len(files), one)
     sizes = [_size(path) for _, path in files]
     processes, fewer = worth_processes(asked, sum(sizes))
@@ -481,7 +504,8 @@ def collect(
 
     if fmt != "json" or options.split is not None:
         outputs, events = write_files(
-            output, fmt, options.split, [path.stem for _, path in files], plan, other_data, advance)
+            output, fmt, options.split, [path.stem for _, path in files], plan, other_data, advance,
+            inputs)
         # No span in any rank: write_files wrote nothing (not even the empty parts).
         return CollectResult(output, point_map, outcomes, events, outputs, written=bool(outputs),
                              alignment=alignment)

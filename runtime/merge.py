@@ -34,7 +34,6 @@ threads in the rank's process when all its slices are one rank file's launches
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import re
@@ -50,6 +49,7 @@ from .decode import signed_delta
 from .errors import MergeError, ProfilingInputError
 from .format import RankMeta
 from .records import Record
+from .regular import read_maybe_gzip
 
 #: JSON numbers are exact only below this (a double's mantissa).
 FLOW_ID_LIMIT = 1 << 53
@@ -112,9 +112,8 @@ def read_framework_trace(path: Path) -> FrameworkTrace:
     """Read a Chrome / Kineto JSON trace (``.gz`` too); ``ts`` / ``dur`` become Decimals.
     Raises ProfilingInputError (``path: message``) for what is not such a trace."""
     try:
-        raw = path.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
+        # A regular file within the trace bound, its gunzipped size bounded too (regular.py).
+        raw = read_maybe_gzip(path, "trace")
         # Decimals, not doubles: an epoch in µs with ns digits has more than 53 bits.
         document = json.loads(raw, parse_float=Decimal)
     except FileNotFoundError:

@@ -11,13 +11,12 @@ Other packets are skipped. The tests check it against Perfetto's own protos.
 
 from __future__ import annotations
 
-import gzip
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from .errors import ProfilingInputError
+from .regular import BadJSON, parse_json, read_maybe_gzip
 
 _U64 = 1 << 64
 
@@ -112,16 +111,16 @@ class PerfettoSpans:
 def read_spans(path: Path) -> PerfettoSpans:
     """Raises ProfilingInputError (``path: message``) for a file that is not a readable trace."""
     try:
-        data = path.read_bytes()
-        if data[:2] == b"\x1f\x8b":
-            data = gzip.decompress(data)
+        # Regular, within the trace bound, gunzipped within it too (runtime/regular.py).
+        data = read_maybe_gzip(path, "trace")
     except FileNotFoundError:
         raise ProfilingInputError(path, "no such file") from None
-    except (OSError, EOFError) as exc:
-        raise ProfilingInputError(path, f"not a readable trace: {exc}") from None
+    except (OSError, EOFError, BadJSON) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise ProfilingInputError(path, f"not a readable trace: {why}") from None
     try:
         return _read(data)
-    except (_Truncated, UnicodeDecodeError, KeyError, json.JSONDecodeError) as exc:
+    except (_Truncated, UnicodeDecodeError, KeyError, BadJSON) as exc:
         raise ProfilingInputError(path, f"not a readable Perfetto trace: {exc}") from None
 
 
@@ -294,7 +293,7 @@ def _packet_fields(data: bytes, parts: list[tuple[int, int, int]], state: _Seque
                     elif f == 3:
                         text = _text(data, v, e)
                 if key == "optrace":
-                    found.metadata = json.loads(text)
+                    found.metadata = parse_json(text)  # strict: no NaN, no huge numbers
 
 
 def _track_descriptor(data: bytes, lo: int, hi: int, found: PerfettoSpans) -> None:

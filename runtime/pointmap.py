@@ -10,7 +10,6 @@ other when they carry the same label.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ import numpy as np
 from .errors import ProfilingInputError
 from .format import CORE_TYPES, FINGERPRINT_POINT_ID
 from .records import FrozenRecord, Record
+from .regular import BadJSON, parse_json, read_regular
 
 POINT_MAP_NAME = "point_map.json"
 
@@ -227,17 +227,19 @@ def load_point_map(path: str | Path) -> PointMap:
     """Load and validate a map; any problem is a ProfilingInputError naming the file."""
     source = str(path)
     try:
-        text = Path(path).read_bytes()
+        text = read_regular(path, "point_map")  # regular and bounded (runtime/regular.py)
     except FileNotFoundError:
         raise ProfilingInputError(source, "point map not found") from None
     except OSError as exc:
         raise ProfilingInputError(source, f"cannot read point map: {exc.strerror or exc}") from None
     try:
         try:
-            document = json.loads(text)
-        except UnicodeDecodeError:
+            document = parse_json(text)  # strict: no NaN, no huge numbers, no deep nesting
+        except BadJSON:
+            if text.isascii():
+                raise
             # Input files are bytes (cli.md): a GBK source path in the map is kept as is.
-            document = json.loads(text.decode("utf-8", "surrogateescape"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            document = parse_json(text.decode("utf-8", "surrogateescape"))
+    except BadJSON as exc:
         raise ProfilingInputError(source, f"point map is not valid JSON: {exc}") from None
     return parse_point_map(source, document)

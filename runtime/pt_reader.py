@@ -33,6 +33,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from .errors import ProfilingInputError
+from .regular import open_regular
 
 # Values from the pickle shown in a message: a few levels only, since shared references
 # can make a few hundred bytes of pickle a structure with 2**60 elements.
@@ -467,7 +468,7 @@ def load_pt(path: str | Path) -> Any:
     """The object a ``.pt`` holds, with tensors as numpy arrays; never runs pickle code."""
     source = str(path)
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path, "rank") as handle:  # a FIFO is never read (runtime/regular.py)
             # One read of the whole file: all but a few bytes of a .pt are storages the
             # caller gets anyway, and _stored_zip hands them out as slices of this buffer.
             # From the start of the file: after a read(4), CPython 3.11's read() takes

@@ -20,6 +20,7 @@ import numpy as np
 
 from .errors import ProfilingInputError
 from .format import FORMAT_VERSION, RankMeta
+from .numbers import CLOCK_MHZ, RANK, NumberError, check_number
 from .pt_reader import load_pt, shown
 from .records import FrozenRecord, Record
 
@@ -164,12 +165,14 @@ def _check_meta_types(path: Path, meta: RankMeta) -> None:
 
     for name in ("slot_words", "aic_cores", "aiv_cores", "launch"):
         value = getattr(meta, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise bad(name, "a non-negative integer")
-    if meta.clock_mhz is not None and (
-        not isinstance(meta.clock_mhz, (int, float)) or not meta.clock_mhz > 0
-    ):
-        raise bad("clock_mhz", "a positive number")
+        # Bounded too: a 2**70 from a hostile file would overflow numpy's shapes.
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= RANK.high:
+            raise bad(name, f"a non-negative integer (at most {RANK.high:g})")
+    if meta.clock_mhz is not None:
+        try:  # finite and in range: an infinite clock makes every time 0, a NaN every time NaN
+            check_number("clock_mhz", meta.clock_mhz, CLOCK_MHZ)
+        except NumberError:
+            raise bad("clock_mhz", CLOCK_MHZ.describe()) from None
     if meta.barrier is not None and not isinstance(meta.barrier, bool):
         raise bad("barrier", "true, false or null")
     if meta.fingerprint is not None and (

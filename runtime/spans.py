@@ -7,8 +7,6 @@ computed with one stack pass per track.
 
 from __future__ import annotations
 
-import gzip
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,8 +18,15 @@ from .chrome import TRACE_FORMAT
 from .collect import list_rank_files, resolve_point_map
 from .decode import DecodeOptions, decode_rank
 from .errors import ProfilingInputError
+from .numbers import CLOCK_MHZ, NumberError, Range, check_number
 from .pointmap import load_point_map
 from .rankfile import iter_rank_buffers
+from .regular import load_json, open_regular
+
+#: Timestamps and durations taken from a trace: ± 1e15 µs (31 years) — past it, sums of
+#: them stop being exact and a hostile 1e308 would turn into inf.
+TIME_US = Range(-1e15, 1e15, unit="µs")
+PERFETTO_NS_MAX = 1e18
 
 PROCESSING = "processing"
 
@@ -101,23 +106,46 @@ def _depth_and_self_time(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> 
     return depth, self_time
 
 
-def _open_text(path: Path) -> Any:
-    if path.name.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8")
+def read_trace_json(path: Path) -> dict[str, Any]:
+    """A Chrome JSON trace someone else may have made: a regular file within the trace
+    bound, strict JSON (runtime/regular.py: no NaN, no huge numbers, no deep nesting),
+    ``{"traceEvents": [...]}`` with an object or nothing as ``otherData``."""
+    try:
+        document = load_json(path, "trace")
+    except FileNotFoundError:
+        raise ProfilingInputError(path, "no such file") from None
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise ProfilingInputError(path, f"not a readable JSON trace: {why}") from None
+    if not isinstance(document, dict) or not isinstance(document.get("traceEvents"), list):
+        raise ProfilingInputError(path, 'not a Chrome trace: expected {"traceEvents": [...]}')
+    if not isinstance(document.get("otherData") or {}, dict):
+        raise ProfilingInputError(path, "otherData must be an object")
+    return document
+
+
+def checked_name(path: Path | str, value: str, what: str) -> str:
+    """A label or track name from someone else's trace: printable back as UTF-8 (no lone
+    surrogate) and without NUL (which ends a C string in every viewer downstream)."""
+    if "\x00" in value:
+        raise ProfilingInputError(path, f"{what} {value[:60]!r} holds a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ProfilingInputError(path, f"{what} {value[:60]!r} holds a lone surrogate, not text") from None
+    return value
+
+
+def _clock(path: Path | str, value: object) -> float:
+    try:
+        return check_number("clock_mhz", value, CLOCK_MHZ)
+    except NumberError as exc:
+        raise ProfilingInputError(path, f"ranks metadata: {exc}") from None
 
 
 def load_trace(path: Path) -> SpanTable:
     """Spans of a Chrome trace written by ``optrace collect``."""
-    try:
-        with _open_text(path) as handle:
-            document = json.load(handle)
-    except FileNotFoundError:
-        raise ProfilingInputError(path, "no such file") from None
-    except (OSError, EOFError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ProfilingInputError(path, f"not a readable JSON trace: {exc}") from None
-    if not isinstance(document, dict) or not isinstance(document.get("traceEvents"), list):
-        raise ProfilingInputError(path, 'not a Chrome trace: expected {"traceEvents": [...]}')
+    document = read_trace_json(path)
     other = document.get("otherData") or {}
     warnings: list[str] = []
     if other.get("format") != TRACE_FORMAT:
@@ -135,17 +163,20 @@ def load_trace(path: Path) -> SpanTable:
             continue
         phase = event.get("ph")
         if phase == "M":
-            name = (event.get("args") or {}).get("name")
+            args = event.get("args")
+            name = args.get("name") if isinstance(args, dict) else None
             if event.get("name") == "process_name" and isinstance(name, str):
-                process_names[event.get("pid")] = name
+                process_names[event.get("pid")] = checked_name(path, name, "process name")
             elif event.get("name") == "thread_name" and isinstance(name, str):
-                thread_names[(event.get("pid"), event.get("tid"))] = name
+                thread_names[(event.get("pid"), event.get("tid"))] = checked_name(path, name, "thread name")
         elif phase == "X":
             try:
-                ts, dur = float(event["ts"]), float(event["dur"])
-                label = str(event["name"])
-            except (KeyError, TypeError, ValueError):
-                raise ProfilingInputError(path, f"malformed complete event: {event!r}") from None
+                # float() takes "nan" and "inf" as strings: the range check refuses them.
+                ts = check_number("ts", float(event["ts"]), TIME_US)
+                dur = check_number("dur", float(event["dur"]), TIME_US)
+                label = checked_name(path, str(event["name"]), "label")
+            except (KeyError, TypeError, ValueError, OverflowError):
+                raise ProfilingInputError(path, f"malformed complete event: {str(event)[:200]}") from None
             key = (event.get("pid"), event.get("tid"))
             label_col.append(label_ids.setdefault(label, len(label_ids)))
             track_col.append(track_ids.setdefault(key, len(track_ids)))
@@ -161,8 +192,8 @@ def load_trace(path: Path) -> SpanTable:
         if isinstance(rank, dict):
             if isinstance(rank.get("launch"), int):
                 pid_launch[rank.get("pid")] = _launch_name(rank.get("tag"), rank["launch"])
-            if isinstance(rank.get("clock_mhz"), (int, float)):
-                settings.clock_mhz.add(float(rank["clock_mhz"]))
+            if rank.get("clock_mhz") is not None:
+                settings.clock_mhz.add(_clock(path, rank["clock_mhz"]))
             settings.barrier.add(rank.get("barrier") if isinstance(rank.get("barrier"), bool) else None)
     return SpanTable(
         source=str(path),
@@ -183,7 +214,7 @@ def load_perfetto_trace(path: Path) -> SpanTable:
     """Spans of a Perfetto protobuf trace (``.pftrace``, as ``collect`` writes it)."""
     found = perfetto_read.read_spans(path)
     warnings: list[str] = []
-    meta = found.metadata
+    meta = found.metadata if isinstance(found.metadata, dict) else {}
     if meta.get("format") != "optrace-perfetto":
         warnings.append(f"{path}: not written by optrace collect: runtime settings unknown")
     if found.unclosed:
@@ -195,6 +226,10 @@ def load_perfetto_trace(path: Path) -> SpanTable:
     start_col: list[int] = []
     end_col: list[int] = []
     for track, label, start, end in found.spans:
+        checked_name(path, label, "label")
+        if not (abs(start) <= PERFETTO_NS_MAX and abs(end) <= PERFETTO_NS_MAX):
+            raise ProfilingInputError(path, f"slice {label[:60]!r}: timestamp {max(abs(start), abs(end))} "
+                                      f"ns is past {PERFETTO_NS_MAX:g} ns (31 years)")
         label_col.append(label_ids.setdefault(label, len(label_ids)))
         track_col.append(track_ids.setdefault(track, len(track_ids)))
         start_col.append(start)
@@ -207,8 +242,8 @@ def load_perfetto_trace(path: Path) -> SpanTable:
             if isinstance(rank.get("launch"), int) and isinstance(rank.get("pid"), int):
                 # the rank table has the JSON trace's pid; a process descriptor has it plus one
                 pid_launch[rank["pid"] + 1] = _launch_name(rank.get("tag"), rank["launch"])
-            if isinstance(rank.get("clock_mhz"), (int, float)):
-                settings.clock_mhz.add(float(rank["clock_mhz"]))
+            if rank.get("clock_mhz") is not None:
+                settings.clock_mhz.add(_clock(path, rank["clock_mhz"]))
             settings.barrier.add(rank.get("barrier") if isinstance(rank.get("barrier"), bool) else None)
     starts = np.array(start_col, dtype=np.int64)
     ends = np.array(end_col, dtype=np.int64)
@@ -330,7 +365,7 @@ def is_protobuf(path: Path) -> bool:
     if path.name.endswith((".pftrace", ".pftrace.gz", ".perfetto-trace", ".pb")):
         return True
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path, "trace") as handle:  # a FIFO is never opened blocking
             head = handle.read(2)
     except OSError:
         return False

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .atomic import atomic_output, write_output
 from .format import PROF_SIZE_PER_CORE, capacity, fingerprint_word, pack_event, trace_point_hash
 from .pt_reader import load_pt
 from .pt_writer import write_pt
@@ -169,7 +170,7 @@ def write_ranks(
                                    op=op, host_clock=clocks, launch=launch)
         if (not anchors or warmup) and path is not None:
             _edit_meta(path, anchors, warmup)
-    (directory / "point_map.json").write_text(json.dumps(cluster_point_map(), indent=1) + "\n")
+    write_output(directory / "point_map.json", (json.dumps(cluster_point_map(), indent=1) + "\n").encode())
     return ClusterRun(starts, ends, epochs, list(drifts))
 
 
@@ -181,5 +182,5 @@ def _edit_meta(path: Path, anchor: bool, warmup: int) -> None:
         document["meta"]["extra"].pop("anchor", None)
     document["meta"]["extra"]["warmup"] = warmup
     document["data"] = np.array(document["data"])
-    with open(path, "wb") as handle:
+    with atomic_output(path) as handle:
         write_pt(document, handle)

@@ -17,7 +17,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from .atomic import OutputError, output_target
 from .chrome import ChromeTraceWriter, RenderedRank, RowScratch
+from .numbers import SPLIT_BYTES, check_number
 
 JSON = "json"
 PERFETTO = "perfetto"
@@ -40,7 +42,7 @@ def parse_split(text: str) -> str | int:
     size = int(float(match[1]) * _UNITS[match[2]])
     if size < 1024:
         raise ValueError(f"--split: {text!r} is too small for a trace file (at least 1k)")
-    return size
+    return int(check_number(f"--split {text.strip()}", size, SPLIT_BYTES))
 
 
 def split_name(output: Path, part: str) -> Path:
@@ -116,6 +118,7 @@ def write_files(
     plan: PlanFunction,
     other_data: Callable[[list[int]], dict[str, Any]],
     advance: Callable[[int], None],
+    inputs: Sequence[Path] = (),
 ) -> tuple[list[Path], int]:
     """Plan each rank (``part_names[i]`` names rank i's file with ``--split rank``) and
     write it at once into the file it belongs to, one rank in memory; returns the files
@@ -124,7 +127,9 @@ def write_files(
     Every file is written under a temporary name and they all take their names at the
     end, together: when no rank has a span (``--labels`` / ``--cores`` kept none, or no
     point was recorded) or something fails, nothing is written and earlier outputs stay
-    as they were; with no span it returns no files."""
+    as they were; with no span it returns no files. A file that is one of ``inputs``, or
+    a FIFO / socket / directory, is refused (runtime/atomic.py); a device is written
+    through."""
     if fmt == PERFETTO:
         from .perfetto import PerfettoTraceWriter, Sequences
 
@@ -134,7 +139,10 @@ def write_files(
         writer_class, sequences = ChromeTraceWriter, None
     scratch = RowScratch()
     outputs: list[Path] = []
-    pending: list[Path] = []  # outputs[i] as written so far, renamed when all are done
+    # (temporary, file it becomes) of each regular output, renamed when all are done; a
+    # device output is written straight into (atomic.py) and has no entry.
+    pending: list[tuple[Path, Path]] = []
+    shown: dict[str, Path] = {}  # temporary -> the output it becomes, as the user named it
     events = 0
     spans = 0
     current: _Writer | None = None
@@ -144,10 +152,14 @@ def write_files(
 
     def open_file(path: Path) -> None:
         nonlocal current, size
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.part.tmp")
-        pending.append(temporary)
+        found = output_target(path, inputs)
         outputs.append(path)
-        current = writer_class(temporary, compress=path.name.endswith(".gz"))
+        into = path
+        if not found.through:  # a symlink to a regular file: the file it names is replaced
+            into = found.real.with_name(f".{found.real.name}.{os.getpid()}.{os.urandom(4).hex()}.part.tmp")
+            pending.append((into, found.real))
+            shown[str(into)] = path
+        current = writer_class(into, compress=path.name.endswith(".gz"))
         current.__enter__()
         positions.clear()
         size = writer_class.opening_size()
@@ -202,17 +214,29 @@ def write_files(
             advance(1)
         close_file()
         if spans:
-            for temporary, path in zip(pending, outputs, strict=True):
-                os.replace(temporary, path)
+            for temporary, real in pending:
+                try:
+                    os.replace(temporary, real)
+                except OSError as exc:
+                    raise OutputError(shown[str(temporary)], f"cannot write: {exc.strerror or exc}") from None
             pending.clear()
         else:
             outputs.clear()
             events = 0
+    except OSError as exc:
+        # A part's temporary name is ours: the error names the file the user asked for.
+        if isinstance(exc, OutputError):
+            if exc.path not in shown:
+                raise
+            raise OutputError(shown[exc.path], exc.message) from None
+        if exc.filename is None and outputs:  # a write into the part failed (a full disk)
+            raise OutputError(outputs[-1], f"cannot write: {exc.strerror or exc}") from None
+        raise
     finally:
         if current is not None:  # an exception: the file being written is not left behind
             error = sys.exc_info()[1] or RuntimeError("trace not finished")
             current.__exit__(type(error), error, error.__traceback__)
-        for temporary in pending:  # nothing to show, or an exception: no part is left behind
+        for temporary, _ in pending:  # nothing to show, or an exception: no part is left behind
             try:
                 os.unlink(temporary)
             except FileNotFoundError:

@@ -8,15 +8,12 @@ run's settings from the trace's metadata.
 
 from __future__ import annotations
 
-import gzip
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 from . import perfetto_read
-from .errors import ProfilingInputError
-from .spans import is_protobuf, load_spans
+from .spans import is_protobuf, load_spans, read_trace_json
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".pftrace", ".pftrace.gz", ".perfetto-trace", ".pb")
 _DROPPED = re.compile(r"^optrace: (\d+) records")
@@ -36,19 +33,15 @@ def _drops_and_metadata(path: Path) -> tuple[dict[str, int], dict[str, Any]]:
             if match:
                 key = found.track_name(track)
                 drops[key] = drops.get(key, 0) + int(match[1])
-        return drops, found.metadata
-    opener: Any = gzip.open if path.name.endswith(".gz") else open
-    try:
-        with opener(path, "rt", encoding="utf-8") as handle:
-            document = json.load(handle)
-    except (OSError, EOFError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ProfilingInputError(path, f"not a readable JSON trace: {exc}") from None
-    events = document.get("traceEvents") if isinstance(document, dict) else None
+        return drops, found.metadata if isinstance(found.metadata, dict) else {}
+    document = read_trace_json(path)  # regular, bounded, strict JSON (spans.py)
+    events = document.get("traceEvents")
     processes: dict[Any, str] = {}
     threads: dict[tuple[Any, Any], str] = {}
     for event in events or []:
         if isinstance(event, dict) and event.get("ph") == "M":
-            title = str((event.get("args") or {}).get("name"))
+            args = event.get("args")
+            title = str(args.get("name") if isinstance(args, dict) else None)
             if event.get("name") == "process_name":
                 processes[event.get("pid")] = title
             elif event.get("name") == "thread_name":
@@ -78,7 +71,8 @@ def inspect_trace(path: Path) -> dict[str, Any]:
             "busy_us": float(dur[depth == 0].sum()) if ts.size else 0.0,
             "dropped": drops.get(name, 0),
         })
-    ranks = [r for r in meta.get("ranks") or [] if isinstance(r, dict)]
+    listed = meta.get("ranks")
+    ranks = [r for r in listed if isinstance(r, dict)] if isinstance(listed, list) else []
     return {
         "path": str(path),
         "format": meta.get("format", "unknown"),

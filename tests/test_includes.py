@@ -47,9 +47,19 @@ def test_symlink_loop_is_a_located_diagnostic(tmp_path: Path) -> None:
 def unreadable(monkeypatch: pytest.MonkeyPatch, victim: Path) -> None:
     """`victim` cannot be opened (EACCES), whoever runs the test: its mode is 0, and —
     since root (CI) reads a file of mode 0 anyway — opening it fails at `io.open`, where
-    every `Path.read_bytes` ends up, as the kernel would fail it for another user."""
+    every `Path.read_bytes` ends up, and at `os.open`, where the bounded reader of
+    untrusted files (runtime/regular.py) opens it — as the kernel would fail it for
+    another user."""
     victim.chmod(0)
     real_open = io.open
+    real_os_open = os.open
+
+    def denying_os(file: object, *args: object, **kwargs: object) -> int:
+        if isinstance(file, str | bytes | os.PathLike) and os.path.realpath(file) == os.path.realpath(victim):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(file))
+        return real_os_open(file, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", denying_os)
 
     def denying(file: object, *args: object, **kwargs: object) -> object:
         if isinstance(file, str | bytes | os.PathLike) and os.path.realpath(file) == os.path.realpath(victim):

@@ -257,6 +257,45 @@ def scene_arg_loop(tmp: Path, family: str) -> Scene:
     return Scene(tmp, {"op": loop, "src": loop, "prof": loop, "out": tmp / "out"})
 
 
+def scene_fifo(tmp: Path, family: str) -> Scene:
+    """A FIFO where a file is expected: the included extra.h (runtime: rank000.pt)."""
+    if family == "runtime":
+        scene = _profiling(tmp)
+        (scene["prof"] / "rank000.pt").unlink()
+        os.mkfifo(scene["prof"] / "rank000.pt")
+        scene.paths["fifo"] = scene["prof"] / "rank000.pt"
+        return scene
+    scene = _operator(tmp)
+    if family == "applied":
+        _apply(scene)
+    (scene["src"] / "extra.h").unlink()
+    os.mkfifo(scene["src"] / "extra.h")
+    scene.paths["fifo"] = scene["src"] / "extra.h"
+    return scene
+
+
+def scene_output_input(tmp: Path, family: str) -> Scene:
+    """The output names one of the command's inputs (preprocess: OUT/point_map.json is a
+    link to a source)."""
+    if family == "runtime":
+        return _profiling(tmp)
+    scene = _operator(tmp)
+    if family == "applied":
+        _apply(scene)
+    scene["out"].mkdir()
+    os.symlink(scene["src"] / "demo_op.cpp", scene["out"] / "point_map.json")
+    return scene
+
+
+def _input_kept(scene: Scene) -> None:
+    if "prof" in scene.paths:
+        assert (scene["prof"] / "rank000.pt").read_bytes()[:2] == b"PK"
+        assert json.loads((scene["prof"] / "point_map.json").read_bytes())["points"]
+    else:
+        data = (scene["src"] / "demo_op.cpp").read_bytes()
+        assert data == KERNEL or b"TRACE_POINT" in data, "a source was overwritten"
+
+
 def scene_unwritable(tmp: Path, family: str) -> Scene:
     if family == "runtime":
         return _profiling(tmp)
@@ -372,11 +411,14 @@ CONDITIONS = {c.key: c for c in [
               "directory), rolling a file outside the repository back", scene_clone_journal),
     Condition("rule-module", "`[rules] modules` in the repository's config (no --trust-config)",
               scene_rule_module),
+    Condition("fifo", "a FIFO where a file is expected (the included `extra.h`; runtime: `rank000.pt`)",
+              scene_fifo),
+    Condition("output-input", "the output names one of the command's inputs", scene_output_input),
 ]}
 
 PLACEHOLDERS = {"op": "OPDIR", "src": "SRC_DIR", "prof": "PROFILING_DIR", "file": "FILE", "out": "OUT",
                 "trace": "TRACE", "loop": "PROFILING_DIR/rank000.pt", "root": "REPO",
-                "journal": "REPO/.optrace/journal-OP.json"}
+                "journal": "REPO/.optrace/journal-OP.json", "fifo": "FIFO"}
 
 
 @dataclass(frozen=True)
@@ -457,7 +499,7 @@ CASES: list[Case] = [
          "include is named"),
     Case("plan {op}", "gm-qualifier", 0, "trace tree:", "planned"),
     Case("plan {op}", "arg-loop", 2, "{op}", "refused, naming the path"),
-    Case("plan {op} -o {file}/plan.txt", "unwritable", 2, "{file}/plan.txt: OT030", "refused after "
+    Case("plan {op} -o {file}/plan.txt", "unwritable", 2, "{file}/plan.txt: OT030", "refused before "
          "planning; nothing written"),
     Case("plan {op}", "journal", N_A, "", "plan writes no journal"),
     Case("plan {op}", "clone-journal", 0, "{journal}: OT046 warning", "planned; the journal is named, "
@@ -558,7 +600,8 @@ CASES: list[Case] = [
          family="applied"),
     Case("preprocess {src} --out {out}", "gm-qualifier", 0, "8 points", "map written", family="applied"),
     Case("preprocess {src} --out {out}", "arg-loop", 2, "{src}: OT200", "refused, naming the path"),
-    Case("preprocess {src} --out {file}/out", "unwritable", 2, "{file}/out: OT206", "refused; nothing "
+    Case("preprocess {src} --out {file}/out", "unwritable", 2,
+         "{file}/out/point_map.json: OT206 cannot write: {file} is not a directory", "refused; nothing "
          "written", family="applied"),
     Case("preprocess {src} --out {out}", "journal", N_A, "", "preprocess writes no journal"),
     Case("preprocess {src} --out {out}", "clone-journal", N_A, "", "preprocess reads no journal"),
@@ -580,7 +623,8 @@ CASES: list[Case] = [
          "looping rank file is named", family="runtime"),
     Case("collect {prof} -o {out}", "arg-loop", 2, "{prof}: no such directory", "refused, naming the path",
          family="runtime"),
-    Case("collect {prof} -o {file}/trace.json", "unwritable", 2, "{file}: File exists", "refused "
+    Case("collect {prof} -o {file}/trace.json", "unwritable", 2,
+         "{file}/trace.json: cannot write: {file} is not a directory", "refused "
          "(naming the file in the way); nothing written", family="runtime"),
     Case("collect {prof} -o {out}", "journal", N_A, "", "no journal"),
     Case("collect {prof} -o {out}", "clone-journal", N_A, "", "no journal"),
@@ -620,7 +664,8 @@ CASES: list[Case] = [
          "rank file is named", family="runtime"),
     Case("report {prof}", "arg-loop", 2, "{prof}: no such file or directory", "refused, naming the path",
          family="runtime"),
-    Case("report {prof} --html {file}/r.html", "unwritable", 2, "{file}: File exists", "refused "
+    Case("report {prof} --html {file}/r.html", "unwritable", 2,
+         "{file}/r.html: cannot write: {file} is not a directory", "refused "
          "(naming the file in the way); nothing written", family="runtime"),
     Case("report {prof}", "journal", N_A, "", "no journal"),
     Case("report {prof}", "clone-journal", N_A, "", "no journal"),
@@ -644,6 +689,85 @@ CASES: list[Case] = [
     Case("compare {prof} {prof}", "journal", N_A, "", "no journal"),
     Case("compare {prof} {prof}", "clone-journal", N_A, "", "no journal"),
     Case("compare {prof} {prof}", "rule-module", N_A, "", "no rules"),
+]
+
+FUZZ_RUNS = [
+    "| 1 | 5,000 (cases 0–4999, split over 2–5 processes with `--start`, ~50 min on 2 shared "
+    "cores; compile safety on 100) | 4,494 | 0 | 503 | 4: cases 389, 2034, 4605 strip not the "
+    "identity; case 4489 hung | 389, 2034: a `TRACE_POINT` or a quote in the kernel entry's "
+    "parameter list — after apply the entry was not found again, so strip left the build hook "
+    "(apply now refuses, OT010); 4605: a `/*` left open in the shared pybind.cpp swallowed a "
+    "marker (apply now checks strip ∘ apply before writing, OT048); 4489: `namespace <name>` "
+    "without its `{` made the op_host registry's pattern backtrack exponentially (now "
+    "possessive). All four replay clean (`tests/test_fuzz_regressions.py`) |",
+    "| 1 (a first attempt, stopped near case 320 to restart with the fixes) | ~320 | | | | 3: "
+    "cases 73, 287, 312 exit 3 | 73: a Python caller with a byte not in its declared encoding "
+    "(UnicodeDecodeError); 287, 312: Python callers with lone-CR line ends (IndexError) — both "
+    "refused now (OT312) and replayed clean |",
+    "| 14 (CI) | 200, time-boxed to 300 s | | | | 0 | — |",
+]
+
+# Issue 14 §3/§4: non-regular inputs and outputs that are inputs.
+CASES += [
+    Case("plan {op}", "fifo", 0, "demo_op/op_kernel/extra.h: OT011 cannot read: not a regular file (a FIFO)",
+         "planned; the FIFO is named and never opened"),
+    Case("plan {op} -o {src}/demo_op.cpp", "output-input", 2, "{src}/demo_op.cpp: OT030 is an input of this "
+         "command", "refused before planning; the source intact", check=_input_kept),
+    Case("apply {op} --write", "fifo", 0, "2 file(s) written", "applied; the FIFO is named and never opened"),
+    Case("apply {op} --patch {src}/demo_op.cpp", "output-input", 2, "{src}/demo_op.cpp: OT030 is an input",
+         "refused before anything is computed; the source intact", check=_input_kept),
+    Case("strip {op} --write", "fifo", 0, "2 file(s) written", "the original bytes; the FIFO never opened",
+         family="applied"),
+    Case("strip {op} --patch {src}/demo_op.cpp", "output-input", 2, "{src}/demo_op.cpp: OT030 is an input",
+         "refused; the source intact", family="applied", check=_input_kept),
+    Case("check {op}", "fifo", 1, "not a regular file (a FIFO)", "the FIFO is an error (OT011); compile "
+         "safety is skipped for the file including it (OT421), never opened", family="applied"),
+    Case("check {op} -o {src}/demo_op.cpp", "output-input", 2, "{src}/demo_op.cpp: OT030 is an input",
+         "refused; the source intact", family="applied", check=_input_kept),
+    Case("preprocess {src} --out {out}", "fifo", 2,
+         "extra.h: OT201 cannot read: not a regular file (a FIFO)",
+         "refused (a map without that file's points would give other ids); the FIFO never opened, nothing "
+         "written", family="applied"),
+    Case("preprocess {src} --out {out}", "output-input", 2, "{out}/point_map.json: OT206 is an input",
+         "refused; the linked source intact", family="applied", check=_input_kept),
+    Case("collect {prof} -o {out}", "fifo", 2, "{fifo}: cannot read: not a regular file (a FIFO)",
+         "rank001 collected; "
+         "the FIFO is named, never opened", family="runtime"),
+    Case("collect {prof} -o {prof}/rank001.pt", "output-input", 2, "{prof}/rank001.pt: is an input of this "
+         "command", "refused before decoding; the rank file intact", family="runtime", check=_input_kept),
+    Case("inspect {prof}", "fifo", 2, "not a regular file (a FIFO)", "rank001 shown; the FIFO named",
+         family="runtime"),
+    Case("inspect {prof}", "output-input", N_A, "", "writes only to stdout"),
+    Case("report {prof}", "fifo", 0, "{fifo}: cannot read: not a regular file (a FIFO)",
+         "reported from rank001; the "
+         "FIFO named", family="runtime"),
+    Case("report {prof} --html {prof}/point_map.json", "output-input", 2, "{prof}/point_map.json: is an "
+         "input of this command", "refused before reading; the point map intact", family="runtime",
+         check=_input_kept),
+    Case("compare {prof} {prof}", "fifo", 0, "processing", "compared from rank001", family="runtime"),
+    Case("compare {prof} {prof}", "output-input", N_A, "", "writes only to stdout"),
+]
+
+# The source fuzzer's recorded runs (tests/source_fuzz.py; issue 14 §7), rendered as the
+# table's last section. Each run: `python tests/source_fuzz.py --seed S --count N`.
+FUZZ_SECTION = [
+    "## Source fuzzer",
+    "",
+    "`tests/source_fuzz.py` mutates the fixtures' kernels, headers, host files and Python",
+    "callers — truncation at a token boundary, unbalanced braces / quotes / comments / raw",
+    "strings / `#if`, random macros, random encodings (UTF-16, BOMs, GBK, bad bytes, CR-only",
+    "and mixed line ends, NUL) — one to three mutations a case, and runs plan / apply /",
+    "check (compile safety on every 50th case) / strip on each, in-process. A case fails on",
+    "any exception but a refusal (exit 3 at the CLI) or when strip after a written apply does",
+    "not give the mutated bytes back. CI runs 200 cases of seed 14",
+    "(`tests/test_source_fuzz.py`); every failure found is replayed by",
+    "`tests/test_fuzz_regressions.py`.",
+    "",
+    "| seed | cases | applied (strip ∘ apply = identity) | no change | refused (exit 2) | failures | "
+    "found and fixed |",
+    "|---|---|---|---|---|---|---|",
+    *FUZZ_RUNS,
+    "",
 ]
 
 COMMANDS = ["plan", "apply", "strip", "check", "preprocess", "collect", "inspect", "report", "compare"]
@@ -731,7 +855,9 @@ def render_doc() -> str:
         "the argument itself a symlink loop; an output path under a regular file; the journal",
         "directory `.optrace` taken by a regular file; a journal a clone brought (not recorded in",
         "the user's state directory) that would roll a file outside the repository back with a",
-        "setuid mode; a rule module the repository's config names and ships.",
+        "setuid mode; a rule module the repository's config names and ships; a FIFO where a",
+        "file is expected; an output that names one of the command's inputs. Hostile traces,",
+        "numbers and outputs in detail: `docs/faults.md`.",
         "",
     ]
     for command in COMMANDS:
@@ -753,6 +879,7 @@ def render_doc() -> str:
             lines.append(f"| {title} | `optrace {_shown(case.command)}` | {behaviour} | {message} | "
                          f"{case.code} |")
         lines.append("")
+    lines += FUZZ_SECTION
     return "\n".join(lines)
 
 

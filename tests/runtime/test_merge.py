@@ -10,6 +10,7 @@ named "Ascend Hardware"), not copies of real files. The rank files are generated
 from __future__ import annotations
 
 import json
+import os
 from collections import defaultdict
 from decimal import Decimal
 from pathlib import Path
@@ -330,3 +331,21 @@ def test_merge_keeps_collects_other_options(tmp_path: Path) -> None:
     spans = device_spans(json.loads(out.read_text()))["rank000.pt"]
     assert {e["name"] for e in spans} == {"step barrier"}
     assert {e["tid"] - DEVICE_TID_BASE for e in spans} == {0, 1}  # the two AIC slots
+
+
+def test_merge_output_goes_through_the_one_output_helper(tmp_path: Path) -> None:
+    """--merge's output keeps runtime/atomic.py's promises (issue 14 §3): a framework
+    trace named as the output is an input (refused, intact), a FIFO is refused, a device
+    is written through; no temporary device trace is left anywhere."""
+    run = write_ranks(tmp_path / "p", [0], op="moe_distribute_dispatch", jitter=2)
+    trace = framework_trace(tmp_path / "trace_view.json", [kernel(run, 0)])
+    before = trace.read_bytes()
+    result = invoke("collect", tmp_path / "p", "-o", trace, "--merge", trace)
+    assert result.exit_code == 2 and "is an input of this command" in result.output, result.output
+    assert trace.read_bytes() == before
+    os.mkfifo(tmp_path / "fifo")
+    result = invoke("collect", tmp_path / "p", "-o", tmp_path / "fifo", "--merge", trace)
+    assert result.exit_code == 2 and "a FIFO, not a regular file" in result.output, result.output
+    result = invoke("collect", tmp_path / "p", "-o", "/dev/null", "--merge", trace)
+    assert result.exit_code == 0, result.output
+    assert not [p for p in tmp_path.iterdir() if ".device" in p.name]

@@ -1,0 +1,77 @@
+"""One check for every number a user or a file gives optrace: finite, of the right kind,
+and in its documented range (docs/faults.md lists the ranges).
+
+Options (``--clock-mhz``, ``--rank-offsets``, ``--split``, ``--expect``,
+``--fail-on-regression``, ``--align``), metadata read from rank files and traces
+(``clock_mhz``) and config budgets (``[density]``, ``trip_counts``) all pass through
+:func:`check_number`, so a NaN, an infinity, a bool posing as a number or a value a
+thousand times too large is refused with its name (exit 2), never carried into a trace,
+a division or a report. The runtime's and the engine's (engine/config.py, by pyproject's
+import contracts); stdlib only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+class NumberError(ValueError):
+    """A number out of its documented range; the message names it (the CLI: exit 2)."""
+
+
+@dataclass(frozen=True)
+class Range:
+    """A documented range: ``low`` / ``high`` inclusive unless ``*_open``; ``integer``:
+    whole numbers only."""
+
+    low: float
+    high: float
+    low_open: bool = False
+    high_open: bool = False
+    integer: bool = False
+    unit: str = ""
+
+    def describe(self) -> str:
+        left = "(" if self.low_open else "["
+        right = ")" if self.high_open else "]"
+        kind = "an integer" if self.integer else "a finite number"
+        unit = f" {self.unit}" if self.unit else ""
+        return f"{kind} in {left}{self.low:g}, {self.high:g}{right}{unit}"
+
+
+#: The documented ranges (docs/faults.md "Numbers").
+CLOCK_MHZ = Range(0.0, 100_000.0, low_open=True, unit="MHz")
+RANK_OFFSET_US = Range(-1e12, 1e12, unit="µs")  # ± about 11 days
+RANK = Range(0, 2**31 - 1, integer=True)
+SPLIT_BYTES = Range(1024, 2**50, integer=True, unit="bytes")
+EXPECT_PERCENT = Range(-100.0, 100.0, unit="%")
+REGRESSION_PERCENT = Range(0.0, 1000.0, unit="%")
+ALIGN_US = Range(0.0, 1e9, unit="µs")  # for collect's --align (issue 15) to use
+TOP = Range(0, 100_000, integer=True, unit="hotspots")
+DENSITY_LABELS = Range(1, 10_000, integer=True, unit="labels")
+TRIP_COUNT = Range(0, 2**40, integer=True)
+
+
+def check_number(name: str, value: object, bounds: Range) -> float:
+    """``value`` as a float when it is a real number (not a bool), finite, whole if
+    ``bounds.integer``, and within ``bounds``; else NumberError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise NumberError(f"{name} must be {bounds.describe()}, not {value!r}")
+    try:
+        number = float(value)
+    except OverflowError:  # an int past the float range
+        raise NumberError(f"{name} must be {bounds.describe()}, not an integer of "
+                          f"{abs(int(value)).bit_length()} bits") from None
+    ok = math.isfinite(number)
+    ok = ok and (number > bounds.low if bounds.low_open else number >= bounds.low)
+    ok = ok and (number < bounds.high if bounds.high_open else number <= bounds.high)
+    ok = ok and (not bounds.integer or number == math.floor(number))
+    if not ok:
+        raise NumberError(f"{name} must be {bounds.describe()}, not {value!r}")
+    return number
+
+
+def check_optional(name: str, value: object, bounds: Range) -> float | None:
+    """:func:`check_number` for an option that may be absent (None)."""
+    return None if value is None else check_number(name, value, bounds)

@@ -1,0 +1,213 @@
+"""Reading input files optrace did not make: only regular files, and only up to a bound.
+
+A FIFO, device, socket or directory where a header, source, rank file, point map, config
+or trace is expected is never read (reading a FIFO blocks until a writer comes, a device
+may never end): it is opened without blocking, checked on the open descriptor (no race
+with a rename) and refused as ``path: not a regular file``. A file past the bound of its
+kind is refused before a byte is read. The bounds are the user's to set, in the
+user-level config only (``[limits]`` of ``$XDG_CONFIG_HOME/optrace/config.toml``) — never
+the repository's, which a clone brings.
+
+This module is the runtime's and the engine's (engine/source.py, engine/config.py read
+through it; pyproject's import contracts allow exactly those two imports): both read
+files that came from someone else.
+"""
+
+from __future__ import annotations
+
+import errno
+import gzip
+import io
+import json
+import math
+import os
+import stat
+import tomllib
+import zlib
+from pathlib import Path
+from typing import Any, BinaryIO
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+#: Default bound per kind of input, in bytes (docs/faults.md lists them). Generous: a
+#: real generated header is 10-20 MB, a rank file of a large run a few GB, a JSON trace
+#: past 256 MB is already too big for chrome://tracing.
+DEFAULT_LIMITS: dict[str, int] = {
+    "source": 64 * MiB,  # headers, kernels, host sources, Python callers
+    "config": 1 * MiB,  # optrace.toml, pyproject.toml, the user-level config.toml
+    "point_map": 256 * MiB,
+    "rank": 32 * GiB,  # rank*.pt (read in slices, never whole)
+    "trace": 8 * GiB,  # .json / .json.gz / .pftrace given to report, compare, inspect
+}
+
+
+class NotRegularFile(OSError):
+    """Where a file was expected: a FIFO, device, socket or directory; never read."""
+
+    def __init__(self, path: str | Path, what: str) -> None:
+        super().__init__(errno.EINVAL, f"not a regular file ({what})", os.fspath(path))
+
+
+class TooLarge(OSError):
+    """A file past the bound of its kind: refused before it is read."""
+
+    def __init__(self, path: str | Path, size: int, kind: str, bound: int, what: str = "") -> None:
+        super().__init__(errno.EFBIG, f"{size} bytes{what}, past the {bound}-byte bound for a {kind} "
+                         f"file (`[limits] {kind}_bytes` in {user_config_path()})", os.fspath(path))
+
+
+def user_config_path() -> Path:
+    """The user-level config: `$XDG_CONFIG_HOME/optrace/config.toml`, else
+    `~/.config/optrace/config.toml` (a relative XDG_CONFIG_HOME is ignored)."""
+    base = os.environ.get("XDG_CONFIG_HOME", "")
+    if not os.path.isabs(base):
+        base = os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "optrace" / "config.toml"
+
+
+def _what(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return "not a file"
+
+
+_cached: tuple[tuple[str, float | None], dict[str, int]] | None = None
+
+
+def limit(kind: str) -> int:
+    """The bound for ``kind``: the user-level config's ``[limits] <kind>_bytes`` (a
+    positive integer), else :data:`DEFAULT_LIMITS`. A broken user config is not an input
+    of the command: its bad values are ignored, the defaults hold."""
+    global _cached
+    path = user_config_path()
+    key: tuple[str, float | None]
+    try:
+        key = (str(path), os.stat(path).st_mtime)
+    except OSError:
+        key = (str(path), None)
+    if _cached is None or _cached[0] != key:
+        limits = dict(DEFAULT_LIMITS)
+        if key[1] is not None:
+            try:
+                with open_regular(path, "config", bound=DEFAULT_LIMITS["config"]) as handle:
+                    table = tomllib.load(handle).get("limits", {})
+            except (OSError, tomllib.TOMLDecodeError):
+                table = {}
+            if isinstance(table, dict):
+                for name in DEFAULT_LIMITS:
+                    value = table.get(f"{name}_bytes")
+                    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                        limits[name] = value
+        _cached = (key, limits)
+    return _cached[1][kind]
+
+
+def open_regular(path: str | Path, kind: str, *, bound: int | None = None) -> BinaryIO:
+    """``path`` opened for reading if it is a regular file within the bound of ``kind``
+    (raises NotRegularFile / TooLarge, both OSErrors naming ``path``)."""
+    # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(path, _what(st.st_mode))
+        most = limit(kind) if bound is None else bound
+        if st.st_size > most:
+            raise TooLarge(path, st.st_size, kind, most)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(path: str | Path, kind: str = "source") -> bytes:
+    """The bytes of ``path`` (see :func:`open_regular`); a file that grew past the bound
+    while it was read is refused too."""
+    most = limit(kind)
+    with open_regular(path, kind) as handle:
+        data = handle.read(most + 1)
+    if len(data) > most:
+        raise TooLarge(path, len(data), kind, most)
+    return data
+
+
+def check_regular(path: str | Path, kind: str) -> None:
+    """Refuse ``path`` up front as :func:`open_regular` would, without reading it."""
+    open_regular(path, kind).close()
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+class BadJSON(ValueError):
+    """JSON optrace will not take from someone else's file: the message says why."""
+
+
+#: Longest integer literal taken: a uint64 has 20 digits; more is no count or time.
+JSON_MAX_INT_DIGITS = 24
+
+
+def _refuse_constant(name: str) -> Any:
+    raise BadJSON(f"{name} is not a number JSON allows")
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > JSON_MAX_INT_DIGITS:
+        raise BadJSON(f"integer of {len(text.lstrip('-'))} digits (at most {JSON_MAX_INT_DIGITS})")
+    return int(text)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise BadJSON(f"{text[:40]} is out of the float range")
+    return value
+
+
+def parse_json(text: str | bytes) -> Any:
+    """JSON someone else wrote, strictly: UTF-8, no NaN / Infinity, no number past the
+    float range, integers of at most JSON_MAX_INT_DIGITS digits, nesting no deeper than
+    the parser's recursion limit (~1000; optrace's own files are 5 deep). Raises BadJSON
+    (a ValueError) saying which rule was broken."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BadJSON(f"not UTF-8: {exc}") from None
+    try:
+        return json.loads(text, parse_constant=_refuse_constant, parse_int=_bounded_int,
+                          parse_float=_finite_float)
+    except json.JSONDecodeError as exc:
+        raise BadJSON(str(exc)) from None
+    except RecursionError:  # json's scanner counts its depth against the recursion limit
+        raise BadJSON("nested too deeply") from None
+
+
+def read_maybe_gzip(path: str | Path, kind: str) -> bytes:
+    """A regular file's bytes, gunzipped when they start like gzip; the bound of ``kind``
+    holds for the file and for what it expands to (a small .gz can expand to gigabytes)."""
+    data = read_regular(path, kind)
+    if data[:2] != b"\x1f\x8b":
+        return data
+    most = limit(kind)
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as stream:
+            data = stream.read(most + 1)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise BadJSON(f"not a readable gzip file: {exc}") from None
+    if len(data) > most:
+        raise TooLarge(path, len(data), kind, most, " uncompressed")
+    return data
+
+
+def load_json(path: str | Path, kind: str) -> Any:
+    """:func:`parse_json` of a regular file within the bound of ``kind`` (gzip or not)."""
+    return parse_json(read_maybe_gzip(path, kind))

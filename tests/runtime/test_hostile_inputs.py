@@ -1,0 +1,298 @@
+"""Issue 14 §4/§5: traces, rank files, point maps and numbers made by someone else.
+
+Every hostile variant ends as ``path: message`` with exit 2 — never exit 3, a traceback,
+a hang on a FIFO, or a NaN in what is printed — for report, compare and inspect on JSON
+and .pftrace, and every numeric option and metadata field is checked finite and in its
+documented range (runtime/numbers.py)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from optrace.cli import app
+from optrace.runtime.demo import write_demo
+from optrace.runtime.numbers import CLOCK_MHZ, NumberError, Range, check_number
+from optrace.runtime.regular import BadJSON, TooLarge, parse_json, read_regular
+
+NAN_RE = re.compile(r"\b(?:nan|inf|-inf|infinity)\b", re.I)
+
+
+def cli(*args: str, timeout: float = 120) -> tuple[int, str]:
+    """The CLI in a thread: a read that blocks (a FIFO) fails the test instead of hanging it."""
+    box: list[tuple[int, str]] = []
+
+    def run() -> None:
+        res = CliRunner().invoke(app, list(args))
+        crashed = res.exception is not None and not isinstance(res.exception, SystemExit)
+        box.append((3 if crashed else res.exit_code, res.stdout + res.stderr + (
+            f"\nTraceback: {res.exception!r}" if crashed else "")))
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(timeout)
+    assert box, f"optrace {' '.join(args)} did not finish in {timeout} s (a blocking read?)"
+    return box[0]
+
+
+def event(**fields: object) -> dict[str, object]:
+    return {"ph": "X", "pid": 0, "tid": 0, "name": "processing", "ts": 1.0, "dur": 2.0, **fields}
+
+
+def trace_text(events: list[object], other: object = None) -> str:
+    document: dict[str, object] = {"traceEvents": events}
+    if other is not None:
+        document["otherData"] = other
+    return json.dumps(document)
+
+
+# Each: the file's text (JSON as someone else might write it), and a word of the message.
+HOSTILE_JSON: dict[str, tuple[str, str]] = {
+    "deep-nesting": ('{"traceEvents": [' + "[" * 100_000 + "]" * 100_000 + "]}", "nested too deeply"),
+    "deep-objects": ('{"traceEvents": [' + '{"a":' * 50_000 + "1" + "}" * 50_000 + "]}",
+                     "nested too deeply"),
+    "huge-int-ts": (trace_text([event(ts=10**400)]).replace("1" + "0" * 400, "1" + "0" * 400), "digits"),
+    "huge-int-4301-digits": (trace_text([]).replace("[]", "[" + "9" * 4301 + "]"), "digits"),
+    "nan-ts": (trace_text([event()]).replace('"ts": 1.0', '"ts": NaN'), "NaN"),
+    "infinity-dur": (trace_text([event()]).replace('"dur": 2.0', '"dur": Infinity'), "Infinity"),
+    "minus-infinity": (trace_text([event()]).replace('"dur": 2.0', '"dur": -Infinity'), "Infinity"),
+    "float-overflow": (trace_text([event()]).replace('"ts": 1.0', '"ts": 1e999'), "float range"),
+    "nan-as-string": (trace_text([event(ts="nan")]), "malformed complete event"),
+    "inf-as-string": (trace_text([event(dur="inf")]), "malformed complete event"),
+    "huge-ts": (trace_text([event(ts=1e300)]), "malformed complete event"),
+    "bool-ts": (trace_text([event(ts=True), event(ts=[1])]), "malformed complete event"),
+    "other-data-list": (trace_text([event()], other=[1, 2]), "otherData must be an object"),
+    "ranks-clock-string": (trace_text([event()], other={"ranks": [{"clock_mhz": "fast"}]}), "clock_mhz"),
+    "ranks-clock-zero": (trace_text([event()], other={"ranks": [{"clock_mhz": 0}]}), "clock_mhz"),
+    "ranks-clock-huge": (trace_text([event()], other={"ranks": [{"clock_mhz": 1e300}]}), "clock_mhz"),
+    "ranks-clock-negative": (trace_text([event()], other={"ranks": [{"clock_mhz": -50}]}), "clock_mhz"),
+    "lone-surrogate-label": (trace_text([event(name="\ud800")]), "lone surrogate"),
+    "lone-low-surrogate-thread": (trace_text([
+        {"ph": "M", "name": "thread_name", "pid": 0, "tid": 0, "args": {"name": "core \udc00"}}, event()]),
+        "lone surrogate"),
+    "nul-in-label": (trace_text([event(name="proc\u0000essing")]), "NUL"),
+    "raw-nul-byte": (trace_text([event()]).replace('"processing"', '"proc\x00essing"'),
+                     "not a readable JSON"),
+    "not-utf8": (trace_text([event()]).replace('"processing"', '"\udcff"'), "not"),
+    "traceEvents-object": ('{"traceEvents": {"a": 1}}', "not a Chrome trace"),
+    "top-level-list": ("[1, 2, 3]", "not a Chrome trace"),
+    "empty-file": ("", "not a readable JSON trace"),
+}
+
+
+def write_hostile(path: Path, text: str) -> Path:
+    path.write_bytes(text.encode("utf-8", "surrogatepass"))
+    return path
+
+
+def assert_refused(code: int, out: str, path: Path, word: str) -> None:
+    assert "Traceback" not in out, out[-2000:]
+    assert code == 2, f"exit {code}:\n{out[-2000:]}"
+    assert f"{path}: " in out and word in out, out[-2000:]
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_JSON))
+@pytest.mark.parametrize("command", ["report", "compare", "inspect"])
+def test_hostile_json_traces_are_refused_with_their_path(tmp_path: Path, case: str, command: str) -> None:
+    text, word = HOSTILE_JSON[case]
+    path = write_hostile(tmp_path / "trace.json", text)
+    args = [command, str(path)] + ([str(path)] if command == "compare" else [])
+    code, out = cli(*args)
+    assert_refused(code, out, path, word)
+
+
+@pytest.mark.parametrize("case", ["nan-ts", "lone-surrogate-label", "deep-nesting"])
+def test_hostile_gzipped_json_is_refused_too(tmp_path: Path, case: str) -> None:
+    text, word = HOSTILE_JSON[case]
+    path = tmp_path / "trace.json.gz"
+    path.write_bytes(gzip.compress(text.encode("utf-8", "surrogatepass")))
+    assert_refused(*cli("report", str(path)), path, word)
+
+
+@pytest.fixture(scope="module")
+def pftrace(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    tmp = tmp_path_factory.mktemp("pf")
+    made = write_demo(tmp / "prof", ranks=1, launches=2, aic=1, seed=5, speedup=0.0)
+    out = tmp / "trace.pftrace"
+    code, text = cli("collect", str(made.directory), "-o", str(out))
+    assert code == 0, text
+    return out.read_bytes()
+
+
+def _metadata_swapped(data: bytes, replacement: bytes) -> bytes:
+    """The trace with its JSON metadata string replaced by `replacement` (same length,
+    padded with spaces, so no length prefix changes)."""
+    # The metadata is JSON with sorted keys: it opens with "alignment" (collect's rank
+    # placement, since issue 15), or with "format" in a trace from before it.
+    start = min(i for i in (data.find(b'{"alignment"'), data.find(b'{"format"')) if i >= 0)
+    depth, end = 0, start
+    for end in range(start, len(data)):
+        depth += {ord("{"): 1, ord("}"): -1}.get(data[end], 0)
+        if depth == 0:
+            break
+    original = data[start:end + 1]
+    assert len(replacement) <= len(original)
+    return data[:start] + replacement.ljust(len(original)) + data[end + 1:]
+
+
+PFTRACE_HOSTILE: dict[str, tuple[Callable[[bytes], bytes], str]] = {
+    "truncated": (lambda d: d[: len(d) // 2], "not a readable Perfetto trace"),
+    "garbage": (lambda d: b"\x0a\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff" + d[11:], "not a readable"),
+    "metadata-nan": (lambda d: _metadata_swapped(d, b'{"format": "optrace-perfetto", "x": NaN}'), "NaN"),
+    "metadata-deep": (lambda d: _metadata_swapped(d, b"[" * 20 + b"]" * 20), ""),
+    "metadata-clock-inf-string": (lambda d: _metadata_swapped(
+        d, b'{"format": "optrace-perfetto", "ranks": [{"clock_mhz": "inf"}]}'), "clock_mhz"),
+    "metadata-list": (lambda d: _metadata_swapped(d, b"[1, 2]"), ""),
+    "gzip-garbage": (lambda d: b"\x1f\x8b" + d[2:100], "not a readable"),
+}
+
+
+@pytest.mark.parametrize("case", list(PFTRACE_HOSTILE))
+@pytest.mark.parametrize("command", ["report", "compare", "inspect"])
+def test_hostile_pftrace_is_refused_or_read_never_a_crash(
+    tmp_path: Path, pftrace: bytes, case: str, command: str
+) -> None:
+    mutate, word = PFTRACE_HOSTILE[case]
+    path = tmp_path / "trace.pftrace"
+    path.write_bytes(mutate(pftrace))
+    args = [command, str(path)] + ([str(path)] if command == "compare" else [])
+    code, out = cli(*args)
+    assert "Traceback" not in out and code in (0, 2), f"exit {code}:\n{out[-2000:]}"
+    if code == 0:  # read: no NaN or infinity made it into what is shown
+        assert not NAN_RE.search(out), out
+    if word:  # a variant that must be refused
+        assert_refused(code, out, path, word)
+
+
+@pytest.mark.parametrize("command", ["report", "compare", "inspect"])
+@pytest.mark.parametrize("name", ["trace.json", "trace.pftrace"])
+def test_a_fifo_where_a_trace_is_expected_is_not_read(tmp_path: Path, command: str, name: str) -> None:
+    path = tmp_path / name
+    os.mkfifo(path)
+    args = [command, str(path)] + ([str(path)] if command == "compare" else [])
+    code, out = cli(*args, timeout=60)
+    assert code == 2 and "Traceback" not in out and str(path) in out, out
+
+
+@pytest.fixture
+def profiling(tmp_path: Path) -> Path:
+    return write_demo(tmp_path / "prof", ranks=2, launches=2, aic=1, seed=3, speedup=0.0).directory
+
+
+@pytest.mark.parametrize("victim", ["rank", "point_map"])
+def test_a_fifo_rank_file_or_point_map_is_named_not_read(
+    profiling: Path, tmp_path: Path, victim: str
+) -> None:
+    path = sorted(profiling.glob("rank*.pt"))[0] if victim == "rank" else profiling / "point_map.json"
+    path.unlink()
+    os.mkfifo(path)
+    commands = [["collect", str(profiling), "-o", str(tmp_path / "t.json")], ["report", str(profiling)]]
+    if victim == "rank":  # inspect reads rank files only
+        commands.append(["inspect", str(profiling)])
+    for args in commands:
+        code, out = cli(*args, timeout=60)
+        # report goes on with the readable ranks (exit 0) when a rank file is bad, naming it
+        assert "Traceback" not in out and code in (0, 1, 2), f"{args}: exit {code}\n{out}"
+        assert f"{path}: " in out and "not a regular file" in out, out
+
+
+@pytest.mark.parametrize("option", [
+    ["--clock-mhz", "nan"], ["--clock-mhz", "inf"], ["--clock-mhz", "-5"], ["--clock-mhz", "0"],
+    ["--clock-mhz", "1e9"], ["--rank-offsets", "0=nan"], ["--rank-offsets", "0=inf"],
+    ["--rank-offsets", "0=1e400"], ["--rank-offsets", "0=1e13"], ["--rank-offsets", "99999999999=1"],
+    ["--rank-offsets", "-1=1"], ["--split", "99999999999999G"], ["--split", "10"],
+])
+def test_collect_numeric_options_are_finite_and_in_range(
+    profiling: Path, tmp_path: Path, option: list[str]
+) -> None:
+    out_path = tmp_path / "t.json"
+    code, out = cli("collect", str(profiling), "-o", str(out_path), *option)
+    assert code == 2 and "Traceback" not in out and option[0] in out, out
+    assert not out_path.exists()
+
+
+@pytest.mark.parametrize("option", [["--clock-mhz", "nan"], ["--clock-mhz", "inf"], ["--clock-mhz", "0"],
+                                    ["--top", "-1"]])
+def test_report_numeric_options_are_checked(profiling: Path, option: list[str]) -> None:
+    code, out = cli("report", str(profiling), *option)
+    assert code == 2 and option[0] in out and "Traceback" not in out, out
+
+
+@pytest.mark.parametrize("option", [["--expect", "nan"], ["--expect", "inf"], ["--expect", "1e400"],
+                                    ["--fail-on-regression", "nan"], ["--fail-on-regression", "-1"]])
+def test_compare_numeric_options_are_checked(profiling: Path, option: list[str]) -> None:
+    code, out = cli("compare", str(profiling), str(profiling), *option)
+    assert code == 2 and option[0] in out and "Traceback" not in out, out
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0, 0.0, 1e300])
+def test_a_rank_files_clock_metadata_is_checked(profiling: Path, tmp_path: Path, value: float) -> None:
+    from optrace.runtime.pt_reader import load_pt
+    from optrace.runtime.pt_writer import write_pt
+
+    rank = sorted(profiling.glob("rank*.pt"))[0]
+    loaded = load_pt(rank)
+    loaded["meta"]["clock_mhz"] = value
+    with open(rank, "wb") as handle:
+        write_pt(loaded, handle)
+    code, out = cli("collect", str(profiling), "-o", str(tmp_path / "t.json"))
+    assert "Traceback" not in out and code in (1, 2) and f"{rank}: " in out and "clock_mhz" in out, out
+    code, out = cli("report", str(profiling))
+    assert "Traceback" not in out and not NAN_RE.search(out), out
+
+
+@pytest.mark.parametrize("text", ['{"format_version": 1, "points": {"1": {"label": "x", "line": NaN}}}',
+                                  '{"points": ' + "[" * 5000 + "]" * 5000 + "}",
+                                  '{"format_version": 1, "fingerprint": 1' + "0" * 500 + ', "points": {}}'])
+def test_a_hostile_point_map_is_named(profiling: Path, tmp_path: Path, text: str) -> None:
+    (profiling / "point_map.json").write_text(text)
+    code, out = cli("collect", str(profiling), "-o", str(tmp_path / "t.json"))
+    assert code == 2 and "Traceback" not in out and f"{profiling / 'point_map.json'}: " in out, out
+
+
+# ------------------------------------------------------------------ the building blocks
+
+
+def test_check_number_refuses_what_is_not_a_finite_number_in_range() -> None:
+    bounds = Range(0, 10, integer=True)
+    for bad in (float("nan"), float("inf"), -1, 11, 2.5, True, "3", None, 10**400):
+        with pytest.raises(NumberError, match="--x must be an integer in"):
+            check_number("--x", bad, bounds)
+    assert check_number("--x", 10, bounds) == 10.0
+    with pytest.raises(NumberError, match=r"in \(0, 100000\] MHz"):
+        check_number("--clock-mhz", 0, CLOCK_MHZ)
+
+
+def test_parse_json_is_strict() -> None:
+    for text in ("NaN", "[Infinity]", "[-Infinity]", "[1e999]", "[" + "1" * 25 + "]", "[" * 10_000):
+        with pytest.raises(BadJSON):
+            parse_json(text)
+    assert parse_json('{"a": [1, 2.5, "\\u00e9"]}') == {"a": [1, 2.5, "é"]}
+
+
+def test_read_regular_refuses_what_is_not_a_regular_file_or_too_big(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    os.mkfifo(tmp_path / "fifo")
+    for path in (tmp_path / "fifo", tmp_path, Path("/dev/null")):
+        with pytest.raises(OSError, match="not a regular file"):
+            read_regular(path)
+    big = tmp_path / "big.h"
+    big.write_bytes(b"x" * 5000)
+    config = tmp_path / "config" / "optrace" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text("[limits]\nsource_bytes = 4096\n")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    with pytest.raises(TooLarge, match="past the 4096-byte bound for a source file"):
+        read_regular(big)
+    config.write_text("[limits]\nsource_bytes = -1\n")  # nonsense is ignored: the default holds
+    os.utime(config, (1, 1))
+    assert read_regular(big) == b"x" * 5000

@@ -1,0 +1,106 @@
+"""What the source fuzzer (tests/source_fuzz.py) found, each as a minimal case and as the
+fuzzer's own case (seed, number), which replays the same bytes."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+from source_fuzz import Workspace, fixture_operators, run_case
+
+from optrace.codemods.python_callers import parse_python
+from optrace.engine.diagnostics import InputError
+
+
+@pytest.mark.parametrize("data", [b"x = '\xff'\n", b"# -*- coding: no-such-codec -*-\nx = 1\n",
+                                  "x = 1\n".encode("utf-16")])
+def test_a_python_caller_not_in_its_encoding_is_refused_not_a_crash(tmp_path: Path, data: bytes) -> None:
+    """Found: a caller with a byte that is not UTF-8 raised UnicodeDecodeError (exit 3)."""
+    with pytest.raises(InputError) as err:
+        parse_python(tmp_path / "caller.py", data)
+    assert "not Python source in its declared encoding" in err.value.diagnostic.message
+
+
+def test_a_python_caller_with_lone_cr_line_ends_is_refused_not_half_edited(tmp_path: Path) -> None:
+    """Found: a caller whose lines end in a lone CR (LibCST counts them as lines, the edits
+    did not) raised IndexError (exit 3), then once that was fixed, apply wrote edits strip
+    could not take back whole."""
+    with pytest.raises(InputError) as err:
+        parse_python(tmp_path / "caller.py", b"import torch\rtorch.ops._C.op(x)\r")
+    assert "lone CR" in err.value.diagnostic.message and err.value.diagnostic.line == 1
+    parse_python(tmp_path / "ok.py", b"import torch\r\ntorch.ops._C.op(x)\r\n")  # CRLF is fine
+
+
+def test_an_apply_strip_could_not_undo_is_refused(tmp_path: Path) -> None:
+    """Found: a TRACE_POINT inside the kernel entry's parameter list; apply wrote edits
+    after which the entry was no longer found, so strip (which starts from the entry) left
+    the build script's hook behind. Now apply refuses (OT010) and writes nothing."""
+    from typer.testing import CliRunner
+
+    from optrace.cli import app
+
+    root = tmp_path / "repo"
+    kernel = root / "demo_op" / "op_kernel"
+    kernel.mkdir(parents=True)
+    (root / "optrace.toml").write_text("")
+    source = (b'#include "kernel_operator.h"\n'
+              b'extern "C" __global__ __aicore__ void demo_op(GM_ADDR x, GM_ADDR y,TRACE_POINT("x y", E); '
+              b"GM_ADDR workspace, GM_ADDR tiling)\n{\n    AscendC::SyncAll();\n}\n")
+    (kernel / "demo_op.cpp").write_bytes(source)
+    res = CliRunner().invoke(app, ["apply", str(root / "demo_op"), "--write"])
+    assert res.exit_code == 2 and "OT010" in res.stderr and "strip could not undo" in res.stderr, res.output
+    assert (kernel / "demo_op.cpp").read_bytes() == source and not (kernel / "demo_op_base.h").exists()
+
+
+def test_a_namespace_without_its_brace_does_not_hang_the_registry_scan() -> None:
+    """Found: `namespace` followed by a long name and no `{` (a brace the mutation took)
+    made the namespace pattern backtrack exponentially; apply never finished."""
+    import threading
+
+    from optrace.codemods.op_host_registry import namespace_at
+
+    code = b"namespace " + b"optiling" * 6 + b" x\n" * 3 + b"int f() { return 0; }\n"
+    box: list[tuple[str, ...]] = []
+    worker = threading.Thread(target=lambda: box.append(namespace_at(code, len(code) - 3)), daemon=True)
+    worker.start()
+    worker.join(20)
+    assert box == [()], "namespace_at did not finish (exponential backtracking)"
+    assert namespace_at(b"namespace a::b { int x; }", 18) == ("a", "b")
+
+
+def test_a_layer_file_with_an_unterminated_comment_is_refused_not_half_stripped(tmp_path: Path) -> None:
+    """Found: a `/*` left open in the shared pybind.cpp; the first `*/` apply inserted
+    closed it, the registration was no longer found from the applied tree, and strip left
+    optrace's edits in it. Now apply refuses the operator (OT048) and writes nothing."""
+    from optrace.pipeline.apply import apply_changes
+
+    root = tmp_path / "repo"
+    kernel = root / "demo_op" / "op_kernel"
+    kernel.mkdir(parents=True)
+    (root / "optrace.toml").write_text("")
+    (kernel / "demo_op.cpp").write_bytes(
+        b'extern "C" __global__ __aicore__ void demo_op(GM_ADDR x, GM_ADDR workspace, GM_ADDR tiling)\n'
+        b"{\n    AscendC::SyncAll();\n}\n")
+    opened = b"int helper(int a /* the rest was lost\nint b);\n"
+    (kernel / "helper.cpp").write_bytes(b'#include "other.h"\n' + opened)
+    from optrace.pipeline.apply import _check_strip_undoes
+
+    changes = apply_changes(root / "demo_op")
+    changes.changes[kernel / "helper.cpp"] = (opened, opened + b"// optrace\n")
+    with pytest.raises(InputError) as err:
+        _check_strip_undoes(changes)
+    assert err.value.diagnostic.code == "OT048"
+    changes.changes[kernel / "helper.cpp"] = (b"int a; // done", b"int a; // done")
+    _check_strip_undoes(changes)  # a line comment at the end is closed: not refused
+
+
+# (seed, case) of the fuzzer's failures, fixed since: replayed exactly.
+FOUND = [(1, 73), (1, 287), (1, 312), (1, 389), (1, 2034), (1, 4489), (1, 4605)]
+
+
+@pytest.mark.parametrize(("seed", "case"), FOUND)
+def test_the_fuzzer_cases_that_failed_now_pass(seed: int, case: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        outcome = run_case(case, seed, Workspace(Path(tmp)), fixture_operators())
+    assert not outcome.failed, f"{outcome.result}: {outcome.detail}"

@@ -1,0 +1,354 @@
+"""Issue 14 §3: every user-named output goes through runtime/atomic.py and never destroys
+what it replaces — inputs refused, FIFOs and sockets refused (no hang), devices and
+symlinks written through, the target named in every error, the old file intact on any
+failure, the user's umask on new files."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from optrace.cli import app
+from optrace.runtime.atomic import OutputError, atomic_output, output_target, write_output
+from optrace.runtime.demo import write_demo
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNEL = (
+    b'#include "kernel_operator.h"\n'
+    b"__aicore__ inline void Compute(uint32_t n)\n{\n"
+    b"    for (uint32_t i = 0; i < n; ++i) {\n        AscendC::SyncAll();\n    }\n}\n"
+    b'extern "C" __global__ __aicore__ void demo_op(GM_ADDR x, GM_ADDR y, GM_ADDR workspace, '
+    b"GM_ADDR tiling)\n{\n    Compute(4);\n}\n"
+)
+
+
+def cli(*args: str) -> tuple[int, str]:
+    res = CliRunner().invoke(app, list(args))
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+    return res.exit_code, res.stdout + res.stderr
+
+
+@pytest.fixture
+def umask() -> Iterator[int]:
+    old = os.umask(0o027)
+    try:
+        yield 0o027
+    finally:
+        os.umask(old)
+
+
+@pytest.fixture
+def operator(tmp_path: Path) -> tuple[Path, Path]:
+    repo = tmp_path / "repo"
+    kernel = repo / "demo_op" / "op_kernel"
+    kernel.mkdir(parents=True)
+    (repo / "optrace.toml").write_text("")
+    (kernel / "demo_op.cpp").write_bytes(KERNEL)
+    return repo / "demo_op", kernel / "demo_op.cpp"
+
+
+@pytest.fixture
+def profiling(tmp_path: Path) -> Path:
+    return write_demo(tmp_path / "prof", ranks=1, launches=2, aic=1, seed=3, speedup=0.0).directory
+
+
+def fifo(path: Path) -> Path:
+    os.mkfifo(path)
+    return path
+
+
+# ------------------------------------------------------------------ the helper itself
+
+
+def test_a_new_file_gets_the_users_umask(tmp_path: Path, umask: int) -> None:
+    write_output(tmp_path / "new" / "out.txt", b"x")
+    assert stat.S_IMODE(os.stat(tmp_path / "new" / "out.txt").st_mode) == 0o666 & ~umask
+
+
+def test_a_replaced_file_keeps_its_permission_bits_not_set_id_bits(tmp_path: Path) -> None:
+    target = tmp_path / "out.txt"
+    target.write_bytes(b"old")
+    os.chmod(target, 0o4751)
+    write_output(target, b"new")
+    assert target.read_bytes() == b"new" and stat.S_IMODE(os.stat(target).st_mode) == 0o751
+
+
+def test_a_symlink_to_a_regular_file_is_written_through(tmp_path: Path) -> None:
+    real = tmp_path / "real.txt"
+    real.write_bytes(b"old")
+    link = tmp_path / "link.txt"
+    link.symlink_to(real)
+    write_output(link, b"new")
+    assert link.is_symlink() and real.read_bytes() == b"new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.txt", "real.txt"]
+
+
+def test_a_dangling_symlink_is_refused(tmp_path: Path) -> None:
+    link = tmp_path / "link.txt"
+    link.symlink_to(tmp_path / "elsewhere" / "x")
+    with pytest.raises(OutputError, match="symlink to nothing") as err:
+        write_output(link, b"new")
+    assert err.value.path == str(link) and not (tmp_path / "elsewhere").exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket", "directory", "link-to-fifo"])
+def test_fifos_sockets_and_directories_are_refused_never_replaced(tmp_path: Path, kind: str) -> None:
+    target = tmp_path / "out"
+    server = None
+    if kind == "fifo":
+        fifo(target)
+    elif kind == "link-to-fifo":
+        target.symlink_to(fifo(tmp_path / "pipe"))
+    elif kind == "socket":
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(str(target))
+    else:
+        target.mkdir()
+    before = os.lstat(target)
+    try:
+        with pytest.raises(OutputError, match="not a regular file") as err:
+            write_output(target, b"data")  # a FIFO would block here: it never gets opened
+    finally:
+        if server is not None:
+            server.close()
+    assert str(err.value).startswith(f"{target}: ")
+    after = os.lstat(target)
+    assert (after.st_ino, stat.S_IFMT(after.st_mode)) == (before.st_ino, stat.S_IFMT(before.st_mode))
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_dev_null_is_written_through() -> None:
+    write_output("/dev/null", b"discarded")
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+@pytest.mark.parametrize("stdout", ["pipe", "file"])
+def test_dev_stdout_is_written_through_as_by_the_shell(tmp_path: Path, stdout: str) -> None:
+    """A pipe (which os.stat calls a FIFO) or a file the shell opened: written into, after
+    what the process already wrote, never replaced."""
+    script = ("import sys; from optrace.runtime.atomic import write_output; "
+              "print('first', flush=True); write_output('/dev/stdout', b'second\\n')")
+    if stdout == "pipe":
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60, check=True)
+        assert done.stdout == b"first\nsecond\n"
+        return
+    out = tmp_path / "captured.txt"
+    with open(out, "wb") as handle:
+        subprocess.run([sys.executable, "-c", script], stdout=handle, timeout=60, check=True)
+    assert out.read_bytes() == b"first\nsecond\n"
+
+
+@pytest.mark.parametrize("how", ["same", "hard-link", "symlink"])
+def test_an_output_that_is_an_input_is_refused(tmp_path: Path, how: str) -> None:
+    source = tmp_path / "input.txt"
+    source.write_bytes(b"precious")
+    target = source
+    if how == "hard-link":
+        target = tmp_path / "other-name.txt"
+        os.link(source, target)
+    elif how == "symlink":
+        target = tmp_path / "link.txt"
+        target.symlink_to(source)
+    with pytest.raises(OutputError, match="is an input of this command"):
+        write_output(target, b"clobbered", inputs=[source])
+    assert source.read_bytes() == b"precious"
+
+
+def test_a_failed_write_keeps_the_old_file_and_names_the_target(tmp_path: Path) -> None:
+    target = tmp_path / "out.json"
+    target.write_bytes(b"old")
+    with pytest.raises(OutputError) as err, atomic_output(target) as handle:
+        handle.write(b"half")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # as a full disk does
+    assert str(err.value) == f"{target}: cannot write: No space left on device"
+    assert target.read_bytes() == b"old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]
+
+
+def test_an_exception_of_the_caller_keeps_the_old_file(tmp_path: Path) -> None:
+    target = tmp_path / "out.json"
+    target.write_bytes(b"old")
+    with pytest.raises(KeyError), atomic_output(target) as handle:
+        handle.write(b"half")
+        raise KeyError("boom")
+    assert target.read_bytes() == b"old" and len(list(tmp_path.iterdir())) == 1
+
+
+def test_a_parent_that_is_a_file_names_the_target(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    with pytest.raises(OutputError) as err:
+        write_output(blocker / "sub" / "out.txt", b"x")
+    assert err.value.path == str(blocker / "sub" / "out.txt")
+    assert ".tmp" not in str(err.value)
+
+
+def test_output_target_says_what_is_replaced(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.write_bytes(b"")
+    (tmp_path / "link").symlink_to(real)
+    found = output_target(tmp_path / "link")
+    assert (found.real, found.through) == (real, False)
+    assert output_target("/dev/stdout").through and output_target("/dev/null").through
+
+
+# ------------------------------------------------------------------ through the CLI
+
+
+def test_collect_refuses_a_rank_file_or_the_point_map_as_its_output(profiling: Path) -> None:
+    for victim in (next(profiling.glob("rank*.pt")), profiling / "point_map.json"):
+        before = victim.read_bytes()
+        code, out = cli("collect", str(profiling), "-o", str(victim))
+        assert code == 2 and f"{victim}: is an input of this command" in out, out
+        assert victim.read_bytes() == before
+
+
+def test_collect_through_a_symlink_dev_null_and_a_refused_fifo(profiling: Path, tmp_path: Path) -> None:
+    real = tmp_path / "traces" / "real.json"
+    real.parent.mkdir()
+    real.write_text("old")
+    link = tmp_path / "trace.json"
+    link.symlink_to(real)
+    assert cli("collect", str(profiling), "-o", str(link))[0] == 0
+    assert link.is_symlink() and json.loads(real.read_text())["traceEvents"]
+    assert cli("collect", str(profiling), "-o", "/dev/null", "-j", "2")[0] == 0
+    pipe = fifo(tmp_path / "pipe.json")
+    code, out = cli("collect", str(profiling), "-o", str(pipe))
+    assert code == 2 and f"{pipe}: a FIFO, not a regular file" in out, out
+    code, out = cli("collect", str(profiling), "-o", str(pipe), "--split", "rank")
+    assert code == 2 and str(pipe) in out
+    code, out = cli("collect", str(profiling), "-o", "/dev/null", "--split", "rank")
+    assert code == 2 and "/dev/null: --split" in out
+
+
+def test_collect_split_refuses_a_part_that_is_a_fifo(profiling: Path, tmp_path: Path) -> None:
+    rank = next(profiling.glob("rank*.pt")).stem
+    pipe = fifo(tmp_path / f"trace.{rank}.json")
+    code, out = cli("collect", str(profiling), "-o", str(tmp_path / "trace.json"), "--split", "rank")
+    assert code == 2 and f"{pipe}: a FIFO" in out, out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prof", pipe.name]
+
+
+def test_report_refuses_to_write_over_the_trace_it_reads(profiling: Path, tmp_path: Path) -> None:
+    trace = tmp_path / "trace.json"
+    assert cli("collect", str(profiling), "-o", str(trace))[0] == 0
+    before = trace.read_bytes()
+    code, out = cli("report", str(trace), "--html", str(trace))
+    assert code == 2 and f"{trace}: is an input of this command" in out
+    assert trace.read_bytes() == before
+    code, out = cli("report", str(profiling), "--html", str(profiling / "point_map.json"))
+    assert code == 2 and "is an input of this command" in out
+
+
+@pytest.mark.parametrize("command", [["plan", "-o"], ["check", "--no-compile", "-o"], ["apply", "--patch"],
+                                     ["strip", "--patch"], ["plan", "--graph"]])
+def test_source_commands_refuse_a_source_as_their_output(
+    operator: tuple[Path, Path], command: list[str]
+) -> None:
+    op, source = operator
+    code, out = cli(command[0], str(op), *command[1:], str(source))
+    assert code == 2 and f"{source}: OT030 is an input of this command" in out, out
+    assert source.read_bytes() == KERNEL
+
+
+@pytest.mark.parametrize("command", [["plan", "-o"], ["check", "--no-compile", "-o"], ["apply", "--patch"]])
+def test_source_commands_refuse_a_fifo_without_hanging(
+    operator: tuple[Path, Path], tmp_path: Path, command: list[str]
+) -> None:
+    op, _ = operator
+    pipe = fifo(tmp_path / "out.fifo")
+    result: list[tuple[int, str]] = []
+    worker = threading.Thread(target=lambda: result.append(cli(command[0], str(op), *command[1:], str(pipe))))
+    worker.start()
+    worker.join(timeout=120)
+    if worker.is_alive():  # release the blocked open before failing
+        os.close(os.open(pipe, os.O_RDONLY | os.O_NONBLOCK))
+        pytest.fail("the FIFO was opened: the command hung")
+    code, out = result[0]
+    assert code == 2 and f"{pipe}: OT030 a FIFO, not a regular file" in out
+
+
+def test_apply_patch_through_a_symlink(operator: tuple[Path, Path], tmp_path: Path) -> None:
+    op, source = operator
+    real = tmp_path / "patches" / "p.patch"
+    real.parent.mkdir()
+    real.write_bytes(b"an older patch\n")
+    link = tmp_path / "p.patch"
+    link.symlink_to(real)
+    assert cli("apply", str(op), "--patch", str(link))[0] == 0
+    assert link.is_symlink() and b"TRACE_POINT" in real.read_bytes()
+    assert source.read_bytes() == KERNEL
+
+
+def test_preprocess_writes_the_point_map_with_the_umask_not_0600(tmp_path: Path, umask: int) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "k.cpp").write_text('void f() { TRACE_POINT("processing", B); TRACE_POINT("processing", E); }\n')
+    out = tmp_path / "out"
+    code, text = cli("preprocess", str(src), "--out", str(out))
+    assert code == 0, text
+    assert stat.S_IMODE(os.stat(out / "point_map.json").st_mode) == 0o666 & ~umask
+
+
+def test_preprocess_refuses_a_point_map_that_is_a_source(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    source = src / "k.cpp"
+    source.write_text('void f() { TRACE_POINT("processing", B); TRACE_POINT("processing", E); }\n')
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "point_map.json").symlink_to(source)
+    before = source.read_bytes()
+    code, text = cli("preprocess", str(src), "--out", str(out))
+    assert code == 2 and f"{out / 'point_map.json'}: OT206 is an input of this command" in text, text
+    assert source.read_bytes() == before
+
+
+def test_no_other_module_renames_files_into_place() -> None:
+    """One output helper: os.replace appears only in it, in the engine's journalled
+    commit, and in collect's multi-file rename (which checks its targets with it); no
+    user-named path is written with write_text."""
+    allowed = {"runtime/atomic.py", "engine/transaction.py", "runtime/trace_files.py",
+               # files in directories these modules made themselves (a compile shim, the
+               # rule examples' scratch repositories), never a user-named path
+               "engine/host_compile.py", "pipeline/rule_examples.py"}
+    found = set()
+    folders = [ROOT / f for f in ("engine", "rules", "codemods", "runtime", "pipeline")]
+    for path in [p for f in folders for p in f.rglob("*.py")] + list((ROOT / "optrace").glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        if "os.replace(" in text or "mkstemp(" in text or ".write_text(" in text:
+            found.add(path.relative_to(ROOT).as_posix())
+    assert found <= allowed, found - allowed
+
+
+@pytest.mark.parametrize("split", [None, "rank"])
+def test_a_full_disk_during_collect_names_the_output_not_a_temporary(
+    profiling: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, split: str | None
+) -> None:
+    from optrace.runtime.chrome import EventSink
+
+    out = tmp_path / "out" / "trace.json"
+    out.parent.mkdir()
+    previous = out.with_name(f"trace.{sorted(profiling.glob('rank*.pt'))[0].stem}.json") if split else out
+    previous.write_text("the previous trace")
+
+    def full(self: object, rendered: object) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(EventSink, "write_rendered", full)
+    code, text = cli("collect", str(profiling), "-o", str(out), *(["--split", split] if split else []))
+    assert code == 2 and "No space left on device" in text and ".tmp" not in text, text
+    assert f"{previous}: cannot write" in text if split else f"{out}: cannot write" in text, text
+    assert previous.read_text() == "the previous trace"
+    assert sorted(p.name for p in out.parent.iterdir()) == [previous.name]
