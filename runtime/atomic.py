@@ -19,6 +19,7 @@ user-named output and keeps its own journalled writer.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -105,6 +106,13 @@ def _in_the_way(target: Path) -> Path | None:
     return None
 
 
+# What writing a file can fail with: those are told as the target's. Other errors raised in
+# the block (a worker that could not be forked: EAGAIN) are the block's, and pass through.
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG, errno.EROFS, errno.EPIPE,
+                           errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR, errno.EISDIR,
+                           errno.EEXIST, errno.EXDEV, errno.EBADF, errno.ENXIO, errno.EINVAL})
+
+
 def _as_output_error(target: Path, exc: OSError, temporary: Path) -> OutputError:
     """An OSError of the write, told about the target (the temporary name is ours)."""
     blocker = _in_the_way(target) if isinstance(exc, (NotADirectoryError, FileExistsError)) else None
@@ -156,9 +164,10 @@ def atomic_output(
             os.unlink(tmp)
         except FileNotFoundError:
             pass
-        if isinstance(exc, OSError) and not isinstance(exc, OutputError) and exc.filename in (None, str(tmp)):
+        if (isinstance(exc, OSError) and not isinstance(exc, OutputError) and exc.errno in _WRITE_ERRNOS
+                and exc.filename in (None, str(tmp))):
             raise _as_output_error(found.path, exc, tmp) from exc
-        raise
+        raise  # the block's own failure (a fork refused with EAGAIN, ...) is not a write error
 
 
 def write_output(path: str | Path, data: bytes, *, inputs: Iterable[str | Path] = ()) -> None:
