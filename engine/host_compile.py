@@ -68,6 +68,7 @@ def host_compile(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[
         (fake / "vector").write_text(_VECTOR_SHIM)
         (fake / "initializer_list").write_text(_INIT_LIST_SHIM)
         (fake / "tuple").write_text(_TUPLE_SHIM)
+        (fake / "optrace_c10_shim.h").write_text(_C10_SHIM)
         for path in {*all_files, *files}:
             try:
                 data = read_regular(path)
@@ -81,8 +82,9 @@ def host_compile(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[
                 if not any(c.exists() for c in candidates):
                     target = fake / d.target
                     target.parent.mkdir(parents=True, exist_ok=True)
-                    # torch's headers bring std::tuple, which an adapter's returns name
-                    target.write_text("#include <tuple>\n" if d.target.startswith("torch/") else "")
+                    # torch's headers bring std::tuple and c10::optional, which an adapter's
+                    # returns and mode A's optional buffer name
+                    target.write_text(_TORCH_SHIM if d.target.startswith("torch/") else "")
         common = ["-x", "c++", "-std=c++17", "-fsyntax-only", "-ferror-limit=0", "-Wno-everything",
                   "-nostdinc", "-nostdinc++", f"-isystem{fake}"]
         dirs = [*[f"-I{d}" for d in kernel_dirs], f"-I{fake}"]
@@ -320,3 +322,23 @@ public:
 };
 }  // namespace std
 """
+_C10_SHIM = """#pragma once
+namespace c10 {
+struct nullopt_t {
+    constexpr explicit nullopt_t(int) {}
+};
+constexpr nullopt_t nullopt{0};
+template <class T> class optional {
+public:
+    optional();
+    optional(nullopt_t);
+    template <class U> optional(U &&value);
+    bool has_value() const;
+    explicit operator bool() const;
+    T &value();
+    T &operator*();
+    T *operator->();
+};
+}  // namespace c10
+"""
+_TORCH_SHIM = '#include <tuple>\n#include "optrace_c10_shim.h"\n'

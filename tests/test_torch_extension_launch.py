@@ -58,3 +58,14 @@ def test_an_aclnn_cmd_adapter_and_a_pybind_binding_carry_the_buffer(tmp_path: Pa
     assert any("pybind11 binds `demo_op`" in e["note"] for e in g2["evidence"])
     assert runner.invoke(app, ["strip", str(op), "--write"]).exit_code == 0
     assert (root / ADAPTER).read_text() == ADAPTER_TEXT
+
+
+def test_mode_a_adapter_compiles_against_absent_torch_headers_as_before(tmp_path: Path) -> None:
+    op = make_repo(tmp_path, {ADAPTER: ADAPTER_TEXT, OPDEF[0]: OPDEF[1]})
+    adapter = op.parent.parent / ADAPTER
+    compiled_before = {e.message for e in host_compile([adapter], op).errors.get(adapter, [])}
+    assert runner.invoke(app, ["apply", str(op), "--write", "--mode", "A"]).exit_code == 0
+    text = adapter.read_text()
+    assert "c10::optional<at::Tensor> profilingData" in text  # mode A: an optional buffer
+    # c10::optional comes with torch's headers (absent here: shimmed), so nothing new
+    assert {e.message for e in host_compile([adapter], op).errors.get(adapter, [])} <= compiled_before
