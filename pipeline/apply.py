@@ -177,18 +177,26 @@ def _check_entry_survives(result: OperatorChanges, plan: Plan) -> None:
 MODE_CHOSEN = "OT314"
 
 
-def choose_mode(plan: Plan) -> tuple[str, Diagnostic]:
-    """The mode of an operator that has none recorded and none asked: B (one more return
-    value) where every layer can carry the new output, else A (an optional output, Python
-    arity unchanged), with the reason as an info diagnostic the plan and apply show."""
+def _b_refused_a_applies(plan: Plan) -> Diagnostic | None:
+    """Why mode B is refused where mode A would apply (None: B applies). Neither mode
+    applying raises B's refusal: that is the reason to fix."""
     try:
         layer_edits(plan, "B")
     except InputError as refused:
         try:
             layer_edits(plan, "A")
         except InputError:
-            raise refused from None  # neither mode: B's reason is the one to fix
-        d = refused.diagnostic
+            raise refused from None
+        return refused.diagnostic
+    return None
+
+
+def choose_mode(plan: Plan) -> tuple[str, Diagnostic]:
+    """The mode of an operator that has none recorded and none asked: B (one more return
+    value) where every layer can carry the new output, else A (an optional output, Python
+    arity unchanged), with the reason as an info diagnostic the plan and apply show."""
+    d = _b_refused_a_applies(plan)
+    if d is not None:
         return "A", Diagnostic(MODE_CHOSEN, f"mode A (profiling_data optional, Python arity unchanged): "
                                f"mode B is refused here: {d.code} {d.message}", d.path, d.line, Severity.INFO)
     entry = plan.analysis.entry_fn.src.path
@@ -198,16 +206,9 @@ def choose_mode(plan: Plan) -> tuple[str, Diagnostic]:
 
 def _refuse_b_with_hint(plan: Plan) -> None:
     """`--mode B` asked and refused: say so, and that mode A would apply when it would."""
-    try:
-        layer_edits(plan, "B")
-    except InputError as refused:
-        try:
-            layer_edits(plan, "A")
-        except InputError:
-            raise refused from None
-        d = refused.diagnostic
-        hint = Diagnostic(d.code, f"{d.message}; use --mode A", d.path, d.line, d.severity)
-        raise InputError(hint) from None
+    d = _b_refused_a_applies(plan)
+    if d is not None:
+        raise InputError(Diagnostic(d.code, f"{d.message}; use --mode A", d.path, d.line, d.severity))
 
 
 def _by_file(edits: Iterable[Edit]) -> EditsByFile:
