@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from optrace.codemods.l0op import threading
 from optrace.codemods.layer_common import (
     CODE_LAYER_SHAPE,
     PROFILING_VAR,
@@ -124,6 +125,8 @@ def wrapper_names(layers: Layers, clean: bool = True) -> tuple[str, ...]:
     own = workspace_pattern(layers.op_name)
     for data in texts:
         names.update(m.group(1).decode() for m in own.finditer(mask(data)))
+    # The l0op style: a public API under any name whose body reaches the op's launch.
+    names.update(threading(layers, clean).roots)
     grown = True
     while grown and names:
         grown = False

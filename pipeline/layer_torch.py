@@ -10,6 +10,7 @@ from typing import ClassVar
 
 from optrace.codemods.aclnn import aclnn_edits, aclnn_files, workspace_lists, wrapper_names
 from optrace.codemods.autograd_wrappers import autograd_wrapper_edits, fixed_count, wrapper_files, wrappers
+from optrace.codemods.l0op import l0op_edits, threading
 from optrace.codemods.layer_common import CppFunction, last_ident, mask, returns_in
 from optrace.codemods.registration import registration_changes, registration_files, schema_strings
 from optrace.codemods.torch_adapter import launches, torch_adapter_edits, torch_names
@@ -20,6 +21,53 @@ from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
 from optrace.engine.vocabulary import PROFILING_VAR, names_profiling
 from optrace.pipeline.layer_model import Evidence, FileLayer, LayerModel
+
+
+class L0opLayer(FileLayer):
+    NAME: ClassVar[str] = "l0op"
+    DESCRIPTION: ClassVar[str] = ("l0 launch (ADD_TO_LAUNCHER_LIST_AICORE): the profiling output last in "
+                                  "OP_OUTPUT, passed down from the aclnn API")
+
+    def find(self, layers: Layers) -> list[Path]:
+        return threading(layers).files()
+
+    def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
+        del mode  # both modes: mode A's adapter passes a null tensor down the same chain
+        return l0op_edits(plan.analysis.layers)
+
+    def verify(self, model: LayerModel) -> list[Evidence]:
+        th = threading(model.op.layers, clean=False)
+        ev: list[Evidence] = []
+        for path, data, at, message in th.errors:
+            if path in model.data:
+                ev.append(Evidence(path, data.count(b"\n", 0, at) + 1, message, False))
+        for ln in th.launches:
+            if ln.path not in model.data:
+                continue
+            data = model.data[ln.path]
+            outs = [last_ident(data[s:e]) for s, e in ln.outputs or ()]
+            if outs and names_profiling(outs[-1]):
+                ev.append(Evidence(ln.path, ln.line,
+                                   f"launch of {ln.op_type}: profiling output last in OP_OUTPUT"))
+            else:
+                ev.append(Evidence(ln.path, ln.line, f"launch of {ln.op_type}: OP_OUTPUT({', '.join(outs)}) "
+                                   "has no profiling output last", False))
+        for site in th.sites:
+            if site.path not in model.data:
+                continue
+            data = model.data[site.path]
+            pos = site.profiling_item(data)
+            kind = "call" if site.is_call else "signature"
+            if pos is None:
+                what = "argument" if site.is_call else "parameter"
+                ev.append(Evidence(site.path, site.line, f"{site.function} {kind} has no profiling {what} "
+                                   "(it reaches the launch)", False))
+            elif pos != len(site.items) - 1:
+                ev.append(Evidence(site.path, site.line, f"{site.function} {kind}: profiling output is not "
+                                   "last", False))
+            else:
+                ev.append(Evidence(site.path, site.line, f"{site.function} {kind}: profiling output last"))
+        return ev
 
 
 class AclnnLayer(FileLayer):
@@ -34,6 +82,7 @@ class AclnnLayer(FileLayer):
 
     def verify(self, model: LayerModel) -> list[Evidence]:
         names = wrapper_names(model.op.layers, clean=False)  # hand-written wrappers under any name too
+        launched = bool(threading(model.op.layers, clean=False).launches)
         ev: list[Evidence] = []
         for path, data in model.data.items():
             try:
@@ -41,6 +90,8 @@ class AclnnLayer(FileLayer):
             except InputError as exc:
                 ev.append(Evidence(path, exc.diagnostic.line, exc.diagnostic.message, False))
                 continue
+            if not lists and launched:
+                ev.extend(_foreign_api(path, data))
             for wl in lists:
                 pos = wl.profiling_item(data)
                 kind = "call" if wl.is_call else "signature"
@@ -53,6 +104,22 @@ class AclnnLayer(FileLayer):
                 else:
                     ev.append(Evidence(path, wl.line, f"{wl.function} {kind}: profiling output last"))
         return ev
+
+
+_API_RE = re.compile(rb"\b(aclnn\w*GetWorkspaceSize)\s*\(")
+
+
+def _foreign_api(path: Path, data: bytes) -> list[Evidence]:
+    """An l0op-style operator's aclnn header that declares an API none of its files define
+    (a copy of another operator's header: `aclnn_threshold_backward.h` beside `relu_grad`,
+    whose API is defined where it launches its own op): it reaches no launch of this op,
+    so no order is at stake. Said, not failed; a header that declares nothing stays
+    unread (OT452)."""
+    code = mask(data)
+    return [Evidence(path, data.count(b"\n", 0, m.start()) + 1,
+                     f"{m.group(1).decode()} is declared here and defined outside the operator: it "
+                     "reaches no launch of this op (not its wrapper)")
+            for m in _API_RE.finditer(code)]
 
 
 class TorchAdapterLayer(FileLayer):

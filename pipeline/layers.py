@@ -25,6 +25,7 @@ from optrace.pipeline.layer_python import GraphConvertersLayer, PythonCallersLay
 from optrace.pipeline.layer_torch import (
     AclnnLayer,
     AutogradWrappersLayer,
+    L0opLayer,
     RegistrationLayer,
     TorchAdapterLayer,
 )
@@ -36,8 +37,8 @@ __all__ = ["HOST_LAYERS", "KERNEL_LAYERS", "LAYERS", "Evidence", "Facts", "Kerne
 KERNEL_LAYERS: tuple[Layer, ...] = (EntryLayer(), BaseHeaderLayer())
 # The host layers in the order apply runs their codemods (and check verifies them).
 HOST_LAYERS: tuple[Layer, ...] = (
-    OpDefLayer(), InferLayer(), TilingLayer(), AclnnLayer(), TorchAdapterLayer(), RegistrationLayer(),
-    AutogradWrappersLayer(), BuildHookLayer(), PythonCallersLayer(), PythonFakesLayer(),
+    OpDefLayer(), InferLayer(), TilingLayer(), L0opLayer(), AclnnLayer(), TorchAdapterLayer(),
+    RegistrationLayer(), AutogradWrappersLayer(), BuildHookLayer(), PythonCallersLayer(), PythonFakesLayer(),
     GraphConvertersLayer(),
 )
 LAYERS: tuple[Layer, ...] = (*KERNEL_LAYERS, *HOST_LAYERS)

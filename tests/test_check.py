@@ -16,6 +16,7 @@ OPERATORS = {
     "umdk_style": "src/cam/comm_operator/ascend_kernels/moe_fused_gmm",
     "msopgen_style": "moe_token_permute",
     "direct_launch": "csrc/ops/moe_gating_topk",
+    "l0op_style": "norm/moe_norm_grad",
 }
 runner = CliRunner()
 

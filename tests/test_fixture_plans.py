@@ -24,6 +24,7 @@ OPERATORS = {
     "umdk_moe_gate_bias": FIXTURES / "umdk_style/src/cam/comm_operator/ascend_kernels/moe_gate_bias",
     "msopgen_moe_token_permute": FIXTURES / "msopgen_style/moe_token_permute",
     "direct_moe_gating_topk": FIXTURES / "direct_launch/csrc/ops/moe_gating_topk",
+    "l0op_moe_norm_grad": FIXTURES / "l0op_style/norm/moe_norm_grad",
 }
 
 

@@ -55,6 +55,16 @@ CASES = {
         "examples/run_moe_gating_topk.py",
         "tests/test_moe_gating_topk.py",
     ], ["pass", "pass", "not verifiable here", "pass", "pass"]),
+    "l0op_style": ("norm/moe_norm_grad", [
+        "norm/moe_norm_grad/op_host/moe_norm_grad_def.cpp",
+        "norm/moe_norm_grad/op_host/moe_norm_grad_infershape.cpp",
+        "norm/moe_norm_grad/op_host/optrace_moe_norm_grad_profiling.h",
+        "norm/moe_norm_grad/op_api/moe_norm_grad.cpp",  # the l0 launch and its function
+        "norm/moe_norm_grad/op_api/moe_norm_grad.h",  # the l0 prototype (defaulted)
+        "norm/moe_norm_grad/op_api/aclnn_moe_norm_backward.cpp",
+        "norm/moe_norm_grad/op_api/aclnn_moe_norm_backward.h",
+        "build.sh",
+    ], ["pass", "pass", "not verifiable here", "n/a", "n/a"]),
 }
 
 

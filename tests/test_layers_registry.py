@@ -28,8 +28,11 @@ OP = "src/cam/comm_operator/ascend_kernels/moe_fused_gmm"
 runner = CliRunner()
 
 # The order of the data, from the kernel to the Python caller (issue 12 §1).
-ORDER = ["entry", "base_header", "op_def", "infer", "tiling", "aclnn", "torch_adapter", "registration",
-         "autograd_wrappers", "build_hook", "python_callers", "python_fakes", "graph_converters"]
+ORDER = ["entry", "base_header", "op_def", "infer", "tiling", "l0op", "aclnn", "torch_adapter",
+         "registration", "autograd_wrappers", "build_hook", "python_callers", "python_fakes",
+         "graph_converters"]
+# Layers the fixture with every other layer lacks: the fixture that has them.
+OWN_FIXTURE = {"l0op": ("l0op_style", "norm/moe_norm_grad")}
 # The gate each layer's `verify` speaks for, and the gate that fails without it.
 FAILS = {"G2": "G2", "G1": "G1", "G4/G5": "G4"}
 
@@ -81,14 +84,20 @@ def test_every_layer_has_the_contract(lay: Layer) -> None:
 
 @pytest.mark.parametrize("lay", LAYERS, ids=lambda lay: lay.NAME)
 def test_a_layer_left_unedited_fails_its_gate(applied: Path, tmp_path: Path, lay: Layer) -> None:
-    repo = fresh(applied, tmp_path)
-    op = repo / OP
+    name, op_rel = OWN_FIXTURE.get(lay.NAME, (REPO, OP))
+    if name == REPO:
+        repo = fresh(applied, tmp_path)
+    else:
+        repo = tmp_path / name
+        shutil.copytree(FIXTURES / name, repo)
+        assert cli("apply", str(repo / op_rel), "--write", "--mode", "B")[0] == 0
+    op = repo / op_rel
     assert gates(op)[FAILS[lay.GATE]]["status"] == "pass"
     files = lay.find(analyse_operator(op).layers)
     assert files, f"the fixture has no {lay.NAME} layer: the test would prove nothing"
     restored = set()
     for path in files:
-        original = FIXTURES / REPO / path.resolve().relative_to(repo.resolve())
+        original = FIXTURES / name / path.resolve().relative_to(repo.resolve())
         if original.is_file() and original.read_bytes() != path.read_bytes():
             path.write_bytes(original.read_bytes())
             restored.add(path.resolve().relative_to(repo.resolve()).as_posix())

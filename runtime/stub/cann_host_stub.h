@@ -110,4 +110,21 @@ public:
 struct aclTensor;
 struct aclOpExecutor;
 
+// The l0 launch (opdev, op_api/): `ADD_TO_LAUNCHER_LIST_AICORE(Op, OP_INPUT(a, b),
+// OP_OUTPUT(y), OP_ATTR(k))`. Each list becomes a call taking its items, so an item that
+// names nothing in scope (a `profilingData` not threaded down to the launch) is an error
+// on its line, as the real macros make it.
+namespace optrace_stub {
+template <typename... Items>
+inline int LaunchList(const Items &...) { return 0; }
+}  // namespace optrace_stub
+#define OP_TYPE_REGISTER(op) static const char *const OPTRACE_STUB_CAT(optrace_stub_op_type_, op) = #op
+#define OP_INPUT(...) ::optrace_stub::LaunchList(__VA_ARGS__)
+#define OP_OUTPUT(...) ::optrace_stub::LaunchList(__VA_ARGS__)
+#define OP_ATTR(...) ::optrace_stub::LaunchList(__VA_ARGS__)
+#define OP_WORKSPACE(...) ::optrace_stub::LaunchList(__VA_ARGS__)
+#define OP_OPTION(...) ::optrace_stub::LaunchList(__VA_ARGS__)
+#define OP_EMPTY_ARG ::optrace_stub::LaunchList()
+#define ADD_TO_LAUNCHER_LIST_AICORE(op, ...) ::optrace_stub::LaunchList(__VA_ARGS__)
+
 #endif  // OPTRACE_CANN_HOST_STUB_H

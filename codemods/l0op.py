@@ -1,0 +1,275 @@
+"""l0op: the profiling output threaded from an aclnn API down to the l0 launch (gate G2).
+
+DESCRIPTION: an operator written in the l0op style (ops-nn's hand-written `op_api/`) has
+no `aclnnInner<Op>`: its public `aclnn<Api>GetWorkspaceSize` (often named for the API,
+`aclnnSiluBackward`, not the op, `SiluGrad`) calls `l0op::<Op>(..., executor)`, which
+adds the kernel launch with `ADD_TO_LAUNCHER_LIST_AICORE(<Op>, OP_INPUT(...),
+OP_OUTPUT(...), ...)`. The launch's OP_OUTPUT list is what reaches the kernel's outputs,
+so the profiling buffer has to travel that chain:
+
+- the launch: `OP_OUTPUT(y)` -> `OP_OUTPUT(y, profilingData)` (the OpDef's last output);
+- every function of the operator's op_api files that launches the op, or calls one that
+  does, gains `const aclTensor* profilingData` as its last parameter — with
+  `= nullptr` on a prototype (the l0op header), so a caller in another operator
+  (`l0op::SiluGrad` is public) still compiles and passes no buffer — and every call of it
+  in those files passes `profilingData` as its last argument;
+- the `aclnn...GetWorkspaceSize` functions the chain reaches are the roots: they take the
+  buffer where every aclnn wrapper does, right before `workspaceSize` (the aclnn layer
+  edits them: `wrapper_names` includes them).
+
+Every insertion is a `/*optrace<*/ ... /*>optrace*/` fragment. A call that leaves
+arguments to their defaults cannot take a last argument positionally: apply refuses it
+(OT313) with its line rather than bind the buffer to another parameter.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from optrace.codemods.layer_common import (
+    CODE_LAYER_SHAPE,
+    PROFILING_VAR,
+    CppFunction,
+    clean_bytes,
+    fragment,
+    functions,
+    input_error,
+    last_ident,
+    mask,
+    match_bracket,
+    split_top,
+)
+from optrace.engine.discovery import Layers
+from optrace.engine.edits import Edit, line_number
+from optrace.engine.names import op_name_re
+from optrace.engine.source import read_regular
+
+CODEMOD = "l0op"
+SOURCE_SUFFIXES = (".cpp", ".cc", ".h", ".hpp")
+LAUNCH_RE = re.compile(rb"\bADD_TO_LAUNCHER_LIST_AICORE\s*\(")
+OUTPUT_RE = re.compile(rb"OP_OUTPUT\s*\(")
+ROOT_RE = re.compile(r"^aclnn\w*GetWorkspaceSize$")
+_SKIP_DIRS = frozenset({"tests", "test", "ut", "examples", "docs", "op_kernel"})
+
+
+def l0op_files(layers: Layers) -> list[Path]:
+    """Sources in the operator's `op_api/` folders (`op_api/`, `op_host/op_api/`), the
+    aclnn wrappers among them: where an l0op launch and the calls reaching it live."""
+    out: list[Path] = []
+    for path in sorted(layers.op_dir.rglob("*")):
+        rel = path.relative_to(layers.op_dir).parts
+        if ("op_api" not in rel[:-1] or _SKIP_DIRS & set(rel[:-1]) or path.suffix not in SOURCE_SUFFIXES
+                or not path.is_file() or path.is_symlink()):
+            continue
+        out.append(path)
+    return out
+
+
+@dataclass(frozen=True)
+class Launch:
+    path: Path
+    op_type: str
+    at: int  # `ADD_TO_LAUNCHER_LIST_AICORE`
+    line: int
+    outputs: tuple[tuple[int, int], ...] | None  # the OP_OUTPUT items; None: no OP_OUTPUT
+    output_close: int  # OP_OUTPUT's `)`
+
+
+@dataclass(frozen=True)
+class Site:
+    """A parameter list (a prototype or definition) or an argument list (a call) of a
+    threaded function."""
+
+    path: Path
+    function: str
+    is_call: bool
+    has_body: bool
+    is_static: bool
+    items: tuple[tuple[int, int], ...]
+    open_at: int
+    close_at: int
+    line: int
+
+    def profiling_item(self, data: bytes) -> int | None:
+        for i, (s, e) in enumerate(self.items):
+            text = data[s:e] if self.is_call else data[s:e].split(b"=")[0]  # `... p = nullptr`
+            if "profiling" in last_ident(text).lower():
+                return i
+        return None
+
+
+@dataclass
+class Threading:
+    launches: list[Launch] = field(default_factory=list)
+    functions: set[str] = field(default_factory=set)  # gain the last parameter
+    roots: set[str] = field(default_factory=set)  # aclnn...GetWorkspaceSize reached
+    sites: list[Site] = field(default_factory=list)
+    errors: list[tuple[Path, bytes, int, str]] = field(default_factory=list)
+
+    def files(self) -> list[Path]:
+        seen: dict[Path, None] = {}
+        for path in [ln.path for ln in self.launches] + [s.path for s in self.sites]:
+            seen.setdefault(path, None)
+        return list(seen)
+
+
+def _launches(path: Path, data: bytes, code: bytes, op_name: str) -> list[Launch]:
+    own = op_name_re(op_name)
+    out = []
+    for m in LAUNCH_RE.finditer(code):
+        open_at = m.end() - 1
+        close = match_bracket(code, open_at)
+        if close < 0:
+            continue
+        args = split_top(code, open_at + 1, close)
+        if not args or not own.fullmatch(code[args[0][0] : args[0][1]].strip()):
+            continue
+        outputs: tuple[tuple[int, int], ...] | None = None
+        output_close = -1
+        for s, e in args[1:]:
+            om = OUTPUT_RE.match(code, s, e)
+            if om is None:
+                continue
+            o_open = s + om.end() - om.start() - 1
+            output_close = match_bracket(code, o_open)
+            if output_close > 0:
+                outputs = tuple(split_top(code, o_open + 1, output_close))
+            break
+        op_type = code[args[0][0] : args[0][1]].decode()
+        out.append(Launch(path, op_type, m.start(), line_number(data, m.start()), outputs, output_close))
+    return out
+
+
+def _calls(code: bytes, names: set[str], start: int, end: int, own: set[int]) -> list[tuple[str, int]]:
+    """Calls `name(` of `names` in code[start:end]: not member calls, not the parameter
+    lists of the declarations at `own` (their `(` offsets)."""
+    if not names:
+        return []
+    pattern = re.compile(rb"(?<![\w.>])(?:\w+\s*::\s*)*(" + b"|".join(
+        re.escape(n.encode()) for n in sorted(names, key=len, reverse=True)) + rb")\s*\(")
+    out = []
+    for m in pattern.finditer(code, start, end):
+        paren = m.end() - 1
+        if paren in own or code[m.start() - 2 : m.start()] == b"->":
+            continue
+        out.append((m.group(1).decode(), paren))
+    return out
+
+
+def threading(layers: Layers, clean: bool = True) -> Threading:
+    """The launch sites of the op in its op_api files, and the functions (and their
+    calls) the profiling buffer has to travel through to reach them."""
+    texts: dict[Path, bytes] = {}
+    for path in l0op_files(layers):
+        try:
+            texts[path] = clean_bytes(path) if clean else read_regular(path)
+        except OSError:
+            continue
+    result = Threading()
+    codes = {p: mask(d) for p, d in texts.items()}
+    decls = {p: functions(d, declarations=True) for p, d in texts.items()}
+    for path, data in texts.items():
+        result.launches.extend(_launches(path, data, codes[path], layers.op_name))
+    if not result.launches:
+        return result
+    # Functions enclosing a launch, then their callers, until none is added.
+    need: set[str] = set()
+    for ln in result.launches:
+        fn = _innermost(decls[ln.path], ln.at)
+        if fn is not None and not ROOT_RE.match(fn.name):
+            need.add(fn.name)
+    own_parens = {p: {fn.params_open for fn in fns} for p, fns in decls.items()}
+    grown = True
+    while grown:
+        grown = False
+        for path, fns in decls.items():
+            for fn in fns:
+                if fn.body_open < 0 or fn.name in need or fn.name in result.roots:
+                    continue
+                if not _calls(codes[path], need, fn.body_open, fn.body_close, own_parens[path]):
+                    continue
+                if ROOT_RE.match(fn.name):
+                    result.roots.add(fn.name)
+                else:
+                    need.add(fn.name)
+                    grown = True
+    result.functions = need
+    counts: dict[str, set[int]] = {}
+    for path, fns in decls.items():
+        data = texts[path]
+        for fn in fns:
+            if fn.name in need:
+                counts.setdefault(fn.name, set()).add(len(fn.params))
+                static = re.search(rb"\bstatic\b", codes[path][fn.start : fn.params_open]) is not None
+                result.sites.append(Site(path, fn.name, False, fn.body_open >= 0, static, fn.params,
+                                         fn.params_open, fn.params_close, line_number(data, fn.params_open)))
+    for path, data in texts.items():
+        code = codes[path]
+        for name, paren in _calls(code, need, 0, len(code), own_parens[path]):
+            close = match_bracket(code, paren)
+            if close < 0:
+                continue
+            items = tuple(split_top(code, paren + 1, close))
+            site = Site(path, name, True, False, False, items, paren, close, line_number(data, paren))
+            if site.profiling_item(data) is None and len(items) not in counts.get(name, set()):
+                result.errors.append((path, data, paren, f"this call of `{name}` passes {len(items)} "
+                                      f"argument(s) and leaves the rest to their defaults: the profiling "
+                                      "buffer, its new last parameter, cannot be passed positionally; "
+                                      "write the defaulted arguments out"))
+                continue
+            result.sites.append(site)
+    return result
+
+
+def _innermost(fns: list[CppFunction], offset: int) -> CppFunction | None:
+    best = None
+    for fn in fns:
+        if fn.body_open <= offset <= fn.body_close:
+            best = fn
+    return best
+
+
+def l0op_edits(layers: Layers) -> list[Edit]:
+    th = threading(layers)
+    if th.errors:
+        path, data, at, message = th.errors[0]
+        raise input_error(CODE_LAYER_SHAPE, message, path, data, at)
+    edits: list[Edit] = []
+    prototypes = {s.function for s in th.sites if not s.is_call and not s.has_body}
+    cache: dict[Path, bytes] = {}
+
+    def data_of(path: Path) -> bytes:
+        if path not in cache:
+            cache[path] = clean_bytes(path)
+        return cache[path]
+
+    for ln in th.launches:
+        data = data_of(ln.path)
+        if ln.outputs is None:
+            raise input_error(CODE_LAYER_SHAPE, f"the launch of {ln.op_type} has no OP_OUTPUT(...) to put "
+                              "the profiling output in", ln.path, data, ln.at)
+        if any("profiling" in last_ident(data[s:e]).lower() for s, e in ln.outputs):
+            continue
+        at = ln.outputs[-1][1] if ln.outputs else ln.output_close
+        text = (b", " if ln.outputs else b"") + PROFILING_VAR.encode()
+        edits.append(fragment(ln.path, at, text, CODEMOD, f"launch of {ln.op_type}: profiling output last"))
+    for site in th.sites:
+        data = data_of(site.path)
+        if site.profiling_item(data) is not None:
+            continue
+        if site.is_call:
+            text = PROFILING_VAR.encode()
+        else:
+            star = b"const aclTensor* " if b"aclTensor* " in data and b"aclTensor *" not in data \
+                else b"const aclTensor *"
+            # The default goes where other operators' callers see it: on the prototype, or
+            # on an extern definition that has none; never on both (a redefined default). A
+            # static helper's callers are all in its file, all edited.
+            default = not site.has_body or (site.function not in prototypes and not site.is_static)
+            text = star + PROFILING_VAR.encode() + (b" = nullptr" if default else b"")
+        at = site.items[-1][1] if site.items else site.open_at + 1
+        text = (b", " if site.items else b"") + text
+        edits.append(fragment(site.path, at, text, CODEMOD, f"{site.function}: profiling output"))
+    return edits

@@ -1,0 +1,144 @@
+"""The l0op layer: an aclnn API under any name -> l0 function -> ADD_TO_LAUNCHER_LIST_AICORE,
+on fixtures/l0op_style (modelled on the hand-written op_api operators of public repositories,
+where check used to fail with "aclnn not read" on every such operator)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from optrace.cli import app
+from optrace.engine.host_compile import host_compile
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+OP = "norm/moe_norm_grad"
+API = f"{OP}/op_api"
+runner = CliRunner()
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    res = runner.invoke(app, list(args))
+    return res.exit_code, res.stdout, res.stderr
+
+
+def copy(tmp: Path) -> Path:
+    repo = tmp / "l0op_style"
+    shutil.copytree(FIXTURES / "l0op_style", repo)
+    return repo
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and ".optrace" not in p.relative_to(root).parts}
+
+
+def g2(op: Path) -> dict[str, object]:
+    _, out, _ = cli("check", str(op), "--format", "json", "--no-compile")
+    doc = json.loads(out)
+    return next(g for g in doc["operators"][0]["gates"] if g["gate"] == "G2")
+
+
+def line_with(path: Path, needle: str) -> str:
+    return next(line for line in path.read_text().splitlines() if needle in line)
+
+
+def test_the_buffer_travels_from_the_api_down_to_the_launch(tmp_path: Path) -> None:
+    repo = copy(tmp_path)
+    before = snapshot(repo)
+    code, _, err = cli("apply", str(repo / OP), "--write")
+    assert code == 0, err
+    api = repo / API
+    # the launch: profiling last in OP_OUTPUT, after the OpDef's two outputs
+    assert re.search(r"OP_OUTPUT\(gradInput, gradGamma/\*optrace<\*/, profilingData/\*>optrace\*/\)",
+                     (api / "moe_norm_grad.cpp").read_text())
+    # the public l0 prototype is defaulted (other operators call it), its definition is not
+    prototype = line_with(api / "moe_norm_grad.h", "aclOpExecutor *executor")
+    assert "const aclTensor *profilingData = nullptr" in prototype
+    definition = line_with(api / "moe_norm_grad.cpp", "aclTensor *gradGamma, aclOpExecutor *executor")
+    assert "const aclTensor *profilingData/*>optrace*/" in definition
+    # a static helper has every caller in its file: a plain parameter, passed by each call
+    helper = (api / "aclnn_moe_norm_backward.cpp").read_text()
+    assert "aclOpExecutor *executor/*optrace<*/, const aclTensor *profilingData/*>optrace*/)" in helper
+    assert "uniqueExecutor.get()/*optrace<*/, profilingData/*>optrace*/);" in helper
+    # the API named for what it computes is the root: right before workspaceSize
+    assert "const aclTensor *profilingData,  // optrace" in (api / "aclnn_moe_norm_backward.h").read_text()
+    assert "/*optrace<*/const aclTensor *profilingData, /*>optrace*/uint64_t *workspaceSize" in helper
+    # the other folder calling the public l0 function is left alone (the default serves it)
+    after = snapshot(repo)
+    assert after["norm/norm_common/op_api/aclnn_moe_norm_legacy.cpp"] == \
+        before["norm/norm_common/op_api/aclnn_moe_norm_legacy.cpp"]
+    assert after[f"{API}/aclnn_moe_norm_legacy.h"] == before[f"{API}/aclnn_moe_norm_legacy.h"]
+
+    gate = g2(repo / OP)
+    assert gate["status"] == "pass"
+    claims = {(e["path"].split("/")[-1], e["note"]) for e in gate["evidence"]}  # type: ignore[union-attr]
+    assert ("moe_norm_grad.cpp", "launch of MoeNormGrad: profiling output last in OP_OUTPUT") in claims
+    assert ("moe_norm_grad.h", "MoeNormGrad signature: profiling output last") in claims
+    assert ("aclnn_moe_norm_backward.cpp", "RunNormGrad call: profiling output last") in claims
+    assert any(c.startswith("aclnnMoeNormLegacyGetWorkspaceSize is declared here and defined outside")
+               for _, c in claims)
+    # idempotent, and strip gives back every byte
+    assert cli("apply", str(repo / OP), "--check")[0] == 0
+    assert cli("strip", str(repo / OP), "--write")[0] == 0
+    assert snapshot(repo) == before
+
+
+def test_a_launch_left_without_the_buffer_fails_g2_at_its_line(tmp_path: Path) -> None:
+    repo = copy(tmp_path)
+    assert cli("apply", str(repo / OP), "--write")[0] == 0
+    l0 = repo / API / "moe_norm_grad.cpp"
+    l0.write_text(l0.read_text().replace("gradGamma/*optrace<*/, profilingData/*>optrace*/)", "gradGamma)"))
+    gate = g2(repo / OP)
+    assert gate["status"] == "fail"
+    bad = [e for e in gate["evidence"] if not e["ok"]]  # type: ignore[union-attr]
+    assert [(e["path"].split("/")[-1], e["line"]) for e in bad] == [("moe_norm_grad.cpp", 19)]
+    assert "OP_OUTPUT(gradInput, gradGamma) has no profiling output last" in bad[0]["note"]
+
+
+def test_the_threaded_files_compile_and_an_unthreaded_launch_does_not(tmp_path: Path) -> None:
+    """The host stub types the l0 launch lists: after apply, no error the sources did not
+    already have (opdev's other API is absent here); a launch naming a buffer its function
+    was never given is an error on the launch's line."""
+    repo = copy(tmp_path)
+    files = sorted((repo / API).glob("*.cpp"))
+    op_dir = repo / OP
+    before = host_compile(files, op_dir).errors
+    assert cli("apply", str(op_dir), "--write")[0] == 0
+    after = host_compile(files, op_dir).errors
+    for path in files:
+        old = {e.message for e in before[path]}
+        assert [e for e in after[path] if e.message not in old] == [], path
+    assert not any("profilingData" in e.message for errs in after.values() for e in errs)
+    l0 = repo / API / "moe_norm_grad.cpp"
+    text = l0.read_text()
+    cut = "aclOpExecutor *executor/*optrace<*/, const aclTensor *profilingData/*>optrace*/)\n{\n    L0_DFX"
+    assert cut in text
+    l0.write_text(text.replace(cut, "aclOpExecutor *executor)\n{\n    L0_DFX"))
+    errors = host_compile([l0], op_dir).errors[l0]
+    assert [(e.line, e.message) for e in errors if "profilingData" in e.message] == [
+        (19, "use of undeclared identifier 'profilingData'")]
+
+
+def test_a_call_leaving_arguments_to_their_defaults_is_refused_with_its_line(tmp_path: Path) -> None:
+    """The buffer is the last parameter: a call passing fewer arguments than the function
+    has would bind it to a defaulted parameter. Refused, nothing written."""
+    repo = copy(tmp_path)
+    header = repo / API / "moe_norm_grad.h"
+    params = "int64_t expertNum, aclTensor *gradGamma, aclOpExecutor *executor"
+    header.write_text(header.read_text().replace(params + ")", params + ", bool deterministic = false)"))
+    for name in ("moe_norm_grad.cpp",):
+        src = repo / API / name
+        src.write_text(src.read_text().replace(
+            "int64_t expertNum, aclTensor *gradGamma, aclOpExecutor *executor)\n{\n    aclTensor",
+            "int64_t expertNum, aclTensor *gradGamma, aclOpExecutor *executor, bool deterministic)\n{\n"
+            "    (void)deterministic;\n    aclTensor"))
+    before = snapshot(repo)
+    code, out, err = cli("apply", str(repo / OP), "--write")
+    assert code == 2, out + err
+    assert re.search(r"aclnn_moe_norm_backward\.cpp:22: OT313 this call of `MoeNormGrad` passes 6 argument",
+                     err), err
+    assert snapshot(repo) == before
