@@ -11,9 +11,9 @@ from typing import ClassVar
 from optrace.codemods.aclnn import aclnn_edits, aclnn_files, workspace_lists, wrapper_names
 from optrace.codemods.autograd_wrappers import autograd_wrapper_edits, fixed_count, wrapper_files, wrappers
 from optrace.codemods.l0op import l0op_edits, threading
-from optrace.codemods.layer_common import CppFunction, last_ident, mask, returns_in
+from optrace.codemods.layer_common import CppFunction, clean_bytes, last_ident, mask, returns_in
 from optrace.codemods.registration import registration_changes, registration_files, schema_strings
-from optrace.codemods.torch_adapter import launches, torch_adapter_edits, torch_names
+from optrace.codemods.torch_adapter import launches, meta_functions, torch_adapter_edits, torch_names
 from optrace.codemods.torch_schema import returns_list
 from optrace.engine.diagnostics import InputError
 from optrace.engine.discovery import Layers
@@ -128,7 +128,22 @@ class TorchAdapterLayer(FileLayer):
                                   "buffer")
 
     def find(self, layers: Layers) -> list[Path]:
-        return [f.path for f in layers.found.get("torch_adapter", [])]
+        found = [f.path for f in layers.found.get("torch_adapter", [])]
+        # Its codemod also edits the op's Meta kernels registered apart from the adapter
+        # (`torch_binding_meta.cpp`): their file is this layer's too, or strip would not
+        # visit it when no other layer happens to claim it (the source fuzzer found one:
+        # a Meta kernel whose return type no longer parsed).
+        names = torch_names(layers)
+        for layer_file in layers.found.get("registration", []):
+            if layer_file.path in found:
+                continue
+            try:
+                data = clean_bytes(layer_file.path)
+            except OSError:
+                continue
+            if meta_functions(data, names):
+                found.append(layer_file.path)
+        return found
 
     def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
         return torch_adapter_edits(plan, mode)

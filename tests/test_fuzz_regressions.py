@@ -3,6 +3,7 @@ fuzzer's own case (seed, number), which replays the same bytes."""
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -11,6 +12,8 @@ from source_fuzz import Workspace, fixture_operators, run_case
 
 from optrace.codemods.python_callers import parse_python
 from optrace.engine.diagnostics import InputError
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 
 @pytest.mark.parametrize("data", [b"x = '\xff'\n", b"# -*- coding: no-such-codec -*-\nx = 1\n",
@@ -95,7 +98,34 @@ def test_a_layer_file_with_an_unterminated_comment_is_refused_not_half_stripped(
     _check_strip_undoes(changes)  # a line comment at the end is closed: not refused
 
 
-# (seed, case) of the fuzzer's failures, fixed since: replayed exactly.
+def test_a_meta_kernel_no_other_layer_claims_is_still_stripped(tmp_path: Path) -> None:
+    """Found (seed 1, case 2645 at 5b65a61): a stray `*/` in a Meta kernel's return type
+    (`at::*/Tensor`). The torch adapter's codemod still gave the Meta kernel its
+    profiling tensor, but its file was claimed only by the autograd-wrappers layer, which
+    no longer recognised the function: strip did not visit the file and left the edits.
+    The file of a Meta kernel the adapter's codemod edits is now the adapter layer's."""
+    from typer.testing import CliRunner
+
+    from optrace.cli import app
+
+    repo = tmp_path / "scattered_torch"
+    shutil.copytree(FIXTURES / "scattered_torch", repo)
+    meta = repo / "csrc" / "torch_binding_meta.cpp"
+    text = meta.read_text()
+    assert "at::Tensor NpuTokenCountMeta(" in text
+    meta.write_text(text.replace("at::Tensor NpuTokenCountMeta(", "at::*/Tensor NpuTokenCountMeta("))
+    before = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()}
+    op = repo / "csrc" / "ops" / "moe_token_count"
+    runner = CliRunner()
+    assert runner.invoke(app, ["apply", str(op), "--write"]).exit_code == 0
+    assert meta.read_bytes() != before[meta]  # the Meta kernel was edited ...
+    assert runner.invoke(app, ["strip", str(op), "--write"]).exit_code == 0
+    assert {p: p.read_bytes() for p in repo.rglob("*") if p.is_file() and ".optrace" not in p.parts} == before
+
+
+# (seed, case) of the fuzzer's failures, fixed since, run again. A case number picks its
+# operator, file and mutation from today's fixtures, so once fixtures change it is no
+# longer the bytes that failed: the minimal cases above are the exact regressions.
 FOUND = [(1, 73), (1, 287), (1, 312), (1, 389), (1, 2034), (1, 4489), (1, 4605)]
 
 
