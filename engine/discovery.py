@@ -168,30 +168,43 @@ def walk_files(root: Path, exts: frozenset[str] | None = None) -> Iterator[Path]
     """Files under root in sorted order, skipping VCS / build dirs and symlink loops
     (a directory reached twice, a file link that loops or dangles: nothing to read)."""
     seen_dirs: set[tuple[int, int]] = set()
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+    stack = [os.fspath(root)]
+    while stack:
+        dirpath = stack.pop()
         try:
             st = os.stat(dirpath)
+            with os.scandir(dirpath) as it:
+                entries = sorted(it, key=lambda e: e.name)
         except OSError:
-            dirnames[:] = []
             continue
         key = (st.st_dev, st.st_ino)
         if key in seen_dirs:
-            dirnames[:] = []
             continue
         seen_dirs.add(key)
-        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
+        subdirs = []
         base = Path(dirpath)
-        for name in sorted(filenames):
+        for entry in entries:
+            name = entry.name
+            # The type comes from the directory listing (no system call unless a link):
+            # a repository search walks tens of thousands of files.
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                continue
+            if is_dir:
+                if name not in SKIP_DIRS and not name.startswith("."):
+                    subdirs.append(entry.path)
+                continue
             # The name is tested before a Path is made: most files of a repository are
             # not asked for, and 20k Path objects cost more than the walk itself.
             dot = name.rfind(".")
             if exts is None or (dot > 0 and name[dot:].lower() in exts) or (
                 exts is SCRIPT_EXTS and name == "CMakeLists.txt"
             ):
-                full = os.path.join(dirpath, name)
-                if os.path.islink(full) and not os.path.exists(full):
+                if entry.is_symlink() and not os.path.exists(entry.path):
                     continue  # resolving it would raise (a loop) or find nothing (dangling)
                 yield base / name
+        stack.extend(reversed(subdirs))  # depth first, in sorted order, as os.walk gave
 
 
 # Lowercased file contents RepoIndex keeps between searches; past this, files are read
@@ -296,9 +309,7 @@ def repo_index(root: Path) -> RepoIndex:
 
 def _read(path: Path, limit: int = SEARCH_LIMIT_BYTES) -> bytes | None:
     try:
-        if path.stat().st_size > limit:
-            return None
-        data = read_regular(path)
+        data = read_regular(path, bound=limit)
     except OSError:
         return None
     return None if is_binary(data) else data
