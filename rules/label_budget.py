@@ -1,19 +1,23 @@
 """OT108 label-budget: keep each core type of each variant within the density bound
-(default 30 distinct labels) by dropping the least informative regions first.
+(default 30 distinct phase and setup labels; handshakes come on top) by dropping the
+least informative regions first.
 
 Regions have a cost class (docs/rules.md "Cost classes"): **setup** (`Init`, tiling
 reads, scalar helpers, copies of a few counters outside any token / expert loop),
 **handshake** (cross-core / cross-rank waits and notifies, barriers) and **phase** (the
 work: communication and compute). Order of removal: leaf regions only (a parent becomes a
 candidate once its children are gone); every setup region before anything else — never
-a phase while setup is kept; then handshakes nested in a kept handshake; then phases —
-regions that repeat code planned elsewhere first, deeper before shallower, plain before
-hot ones, a file's last region last; then the main work of each AIV role (its send /
-recv / compute core); handshakes last of all (a wait left unbracketed hides the
-imbalance a trace is for — when even they must go, the phase around them follows). A
-region whose label another region keeps is not dropped (it would gain nothing). A
-callee's `Init` is never kept while its `Process` (or another work method) is dropped.
-Core-type bodies, the root and existing points are never removed.
+a phase while setup is kept; then phases — regions that repeat code planned elsewhere
+first, deeper before shallower, plain before hot ones, a file's last region last; then
+the main work of each AIV role (its send / recv / compute core). A handshake is never
+dropped and does not count toward the budget: a wait or notify left unbracketed hides
+the imbalance a trace is for, and trading a phase for it would hide work, so a fused
+MoE kernel keeps its phases and all of its waits (measured on UMDK's fused_deep_moe:
+docs/trials/umdk-fused-deep-moe.md). A phase holding a handshake stays with it; when
+such phases are all that is left and still too many, the budget is exceeded and OT108
+says by how much. A region whose label another region keeps is not dropped (it would
+gain nothing). A callee's `Init` is never kept while its `Process` (or another work
+method) is dropped. Core-type bodies, the root and existing points are never removed.
 
 Variants (tiling-key / `if constexpr` / `#if` arms) never run in one launch, so the
 budget holds per variant: a region counts in every variant it can run in. Why: a deep
@@ -81,16 +85,14 @@ class LabelBudget(Rule):
         Example(_example(30), tree=("processing", *(f"  step{i}" for i in range(29))),
                 finding="budget"),
         # 20 parts: 20 Inits (setup) and 20 Processes (each an expert loop with a barrier
-        # inside): 81 labels. Every Init goes before any phase (and no Init outlives its
-        # Process); handshakes go last, so once barriers must go, the part whose barrier
-        # went is dropped whole before the next barrier: 30 = 1 + 10 parts + 10 loops + 9
-        # barriers. (A budget that cannot hold every handshake says so: OT108.)
+        # inside): 61 phase / setup labels and 20 handshakes. Every Init goes before any
+        # phase (and no Init outlives its Process); what is left is phases holding a
+        # handshake, which stay with it: 41 labels, over the budget, and the plan says so.
         Example(_setup_example(20), tree=(
             "processing",
-            *[ln for i in range(10) for ln in
-              ([f"  part{i}", f"    part{i} expert", f"      part{i} expert barrier"] if i < 9
-               else [f"  part{i}", f"    part{i} expert"])],
-        ), absent=tuple(f"part{i}-init" for i in range(20)), finding="setup first"),
+            *[ln for i in range(20) for ln in
+              (f"  part{i}", f"    part{i} expert", f"      part{i} expert barrier")],
+        ), absent=tuple(f"part{i}-init" for i in range(20)), finding="they hold handshakes"),
     )
 
     def apply(self, ctx: RuleContext) -> None:
@@ -107,7 +109,9 @@ class LabelBudget(Rule):
             member[id(region)] = members[id(region)]
             for core in region.cores:
                 for v in member[id(region)]:
-                    per_core.setdefault((core, v), Counter())[region.label] += 1
+                    counted = per_core.setdefault((core, v), Counter())
+                    if region.cost != "handshake":  # handshakes come on top
+                        counted[region.label] += 1
             per_file.update(region.files())
             if parent is not None:
                 parents[id(region)] = parent
@@ -115,22 +119,15 @@ class LabelBudget(Rule):
         if not over:
             return
 
-        def nested_handshake(region: Region) -> bool:
-            parent = parents.get(id(region))
-            return region.cost == "handshake" and parent is not None and parent.cost == "handshake"
-
         def key(region: Region, order: int) -> tuple[int, ...]:
             parent = parents[id(region)]
-            # Setup goes first, whatever else holds; then handshakes inside a handshake;
-            # then a file's last point goes last (every implementation header on the
-            # path keeps a phase); repeats of code planned elsewhere first; the deepest
-            # detail first, so every phase keeps its outline; a role's main work is hot.
-            # Handshakes go last: a wait left unbracketed hides the imbalance a trace is for,
-            # and their labels repeat (`wait`, `barrier`), so keeping them costs little.
-            # An AIV role's main work (the send / recv / compute cores) is kept with them.
+            # Setup goes first, whatever else holds; then a file's last point goes last
+            # (every implementation header on the path keeps a phase); repeats of code
+            # planned elsewhere first; the deepest detail first, so every phase keeps its
+            # outline; a role's main work is hot. An AIV role's main work (the send / recv
+            # / compute cores) goes last. (Handshakes are never candidates.)
             role_main = region.role is not None and region.role != parent.role and region.cost == "phase"
-            klass = 4 if region.cost == "setup" else 3 if nested_handshake(region) else \
-                1 if role_main else 0 if region.cost == "handshake" else 2
+            klass = 4 if region.cost == "setup" else 1 if role_main else 2
             last_in_file = any(per_file[p] == 1 for p in region.files())
             valued = region.hot or (region.role is not None and region.role != parent.role)
             return (klass, 0 if last_in_file else 1, 1 if region.shared_with else 0, region.depth,
@@ -140,6 +137,8 @@ class LabelBudget(Rule):
         order = {id(r): n for n, r in enumerate(ctx.root.walk())}
 
         def push(region: Region) -> None:
+            if region.cost == "handshake":
+                return  # kept, and not counted (the docstring says why)
             if region.kind in _REMOVABLE and not region.children and id(region) in parents:
                 k = key(region, order[id(region)])
                 heapq.heappush(heap, (tuple(-x for x in k), order[id(region)], region))
@@ -209,6 +208,12 @@ class LabelBudget(Rule):
             if removed[cost]:
                 ctx.report(f"{removed[cost]} {cost} region(s) dropped to meet the {target}-label budget "
                            "(density.target; setup first)", ctx.root)
+        if over:
+            worst = max(len(per_core[k]) for k in over)
+            cores = sorted({core for core, _ in over})
+            ctx.report(f"{worst} phase / setup labels for {'/'.join(cores)}, over the {target}-label budget "
+                       "(density.target): what is left of them is kept because they hold handshakes",
+                       ctx.root)
 
 
 def launch_variants(root: Region) -> list[tuple[tuple[str, int], ...]]:

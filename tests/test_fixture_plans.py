@@ -47,9 +47,13 @@ def test_umdk_fixture_structure() -> None:
     doc = plan_json(plan_operator(OPERATORS["umdk_moe_fused_gmm"]))
     assert doc["mixed"] and doc["missing_layers"] == []
     files = set()
+    work: dict[str, set[str]] = {}  # per core type: phase / setup labels (handshakes come on top)
+    shakes: dict[str, set[str]] = {}
 
     def visit(r: dict[str, object]) -> None:
         files.add(str(r["file"]))
+        for core in r["cores"]:  # type: ignore[attr-defined]
+            (shakes if r["cost"] == "handshake" else work).setdefault(str(core), set()).add(str(r["label"]))
         if r["covers"]:
             files.add(str(r["covers"]))
         for c in r["children"]:  # type: ignore[attr-defined]
@@ -59,7 +63,8 @@ def test_umdk_fixture_structure() -> None:
     for sub in ("gemm/", "epilogue/", "raw_distributed/"):
         assert any(sub in f for f in files), sub
     counts = doc["labels_per_core"]
-    assert 10 <= counts["AIC"] <= 30 and 10 <= counts["AIV"] <= 30  # type: ignore[index]
+    assert counts["AIC"] >= 10 and counts["AIV"] >= 10  # type: ignore[index]
+    assert len(work["AIC"]) <= 30 and len(work["AIV"]) <= 30
     labels = set(doc["labels"]["AIV"]) | set(doc["labels"]["AIC"])  # type: ignore[index]
     # Phases named from the code's names, shortened: `dispatcher.Process()` -> `dispatcher`;
     # GmmDequantSwigluQuant and GmmDequant both shorten to `gmm-dequant`, so the first takes
@@ -70,10 +75,11 @@ def test_umdk_fixture_structure() -> None:
     assert all(len(label) <= 32 for label in labels)
     assert not any(label.split()[-1][-2:] in ("-2", "-3") for label in labels)  # no counter suffixes
     # One launch runs one `if constexpr (TPL_LARGE_EP)` arm: the plan lists both variants,
-    # each within the label budget on its own (issue 11 §3).
+    # each within the label budget on its own (issue 11 §3; handshakes come on top).
     variants = doc["variants"]
     assert [v["condition"] for v in variants] == ["TPL_LARGE_EP", "!(TPL_LARGE_EP)"]  # type: ignore[index]
-    assert all(n <= 30 for v in variants for n in v["labels"].values())  # type: ignore[index,union-attr]
+    assert all(n - len(shakes.get(core, ())) <= 30  # type: ignore[union-attr]
+               for v in variants for core, n in v["labels"].items())  # type: ignore[index,union-attr]
     lint = doc["lint"]
     assert lint["points_in_tile_loops"] == 0 and lint["same_span_levels"] == 0  # type: ignore[index]
     assert lint["phases_dropped_while_setup_kept"] == 0  # type: ignore[index]
