@@ -61,12 +61,17 @@ def base_header_path(plan: Plan) -> Path:
         holds_block = _BLOCK_RE.search(data) is not None
         # nothing but includes, guards and comments: including it brings nothing else
         declares = re.sub(rb"(?m)^[ \t]*#.*$", b"", blank_comments(data)).strip()
-        if path in reached or holds_block or not declares:
+        graph = plan.analysis.includes.graph
+        entry = layers.entry.path.resolve() if layers.entry is not None else None
+        direct = {p.resolve() for p in graph.predecessors(path)} if path in graph else set()
+        if holds_block or not declares or (path in reached and entry in direct):
             return path
-        # The operator's own `<op>_base.h` that nothing the entry compiles includes, with
-        # declarations of its own: they would come along with the include (ops-nn's fused_add_rms_norm:
-        # a second BUFFER_NUM beside the sibling's, ambiguous), so the block gets a header
-        # of its own instead.
+        # The operator's own `<op>_base.h` with declarations of its own that the entry does
+        # not include itself: the include apply adds to the entry and to every file with
+        # points would bring them into places and an order they were never compiled in
+        # (ops-nn's fused_add_rms_norm: a second BUFFER_NUM beside the sibling's, ambiguous;
+        # avg_pool_v2_grad: regbase code needing what its own includers define first), so
+        # the block gets a header of its own instead.
         return (beside / f"optrace_{layers.op_name}_base.h").resolve()
     return (beside / f"{layers.op_name}_base.h").resolve()
 

@@ -661,6 +661,42 @@ def test_an_own_base_header_nothing_includes_is_left_alone(tmp_path: Path) -> No
     assert snapshot(root) == before
 
 
+def test_an_own_base_header_only_a_sub_kernel_includes_is_left_alone(tmp_path: Path) -> None:
+    """`arch35/<op>_base.h` holds code one sub-kernel includes after what it needs; the
+    entry never includes it. Including it into the entry and the other files with points
+    would compile its code in an order it never was (ops-nn's avg_pool_v2_grad): the block
+    gets a header of its own, and the sub-kernel's base stays as it is."""
+    files = {"ops/pool/op_kernel/pool.cpp": '#include "arch35/simt.h"\n#include "arch35/nchw.h"\n'
+             + ENTRY_HEAD.format(op="pool")
+             + "    KernelA op;\n    op.Init(x, y, workspace);\n    op.Process();\n}\n",
+             "ops/pool/op_kernel/arch35/simt.h": kernel_class("KernelA", "StepA"),
+             "ops/pool/op_kernel/arch35/nchw.h": '#pragma once\nusing T = float;\n#include "pool_base.h"\n',
+             "ops/pool/op_kernel/arch35/pool_base.h": "#pragma once\nconstexpr T kZero = T(0);\n"}
+    root = write_tree(tmp_path, files)
+    before = snapshot(root)
+    assert runner.invoke(app, ["apply", str(root / "ops/pool"), "--write"]).exit_code == 0
+    after = snapshot(root)
+    assert after["ops/pool/op_kernel/arch35/pool_base.h"] == before["ops/pool/op_kernel/arch35/pool_base.h"]
+    assert "optrace-runtime-block" in after["ops/pool/op_kernel/optrace_pool_base.h"].decode()
+    assert b'#include "../optrace_pool_base.h"  // optrace' in after["ops/pool/op_kernel/arch35/simt.h"]
+    assert b'"arch35/pool_base.h"' not in after["ops/pool/op_kernel/pool.cpp"]
+    assert runner.invoke(app, ["check", str(root / "ops/pool")]).exit_code == 0
+    assert runner.invoke(app, ["strip", str(root / "ops/pool"), "--write"]).exit_code == 0
+    assert snapshot(root) == before
+
+
+def test_an_own_base_header_the_entry_includes_takes_the_block(tmp_path: Path) -> None:
+    files = {"ops/pool/op_kernel/pool.cpp": '#include "pool_base.h"\n#include "kernels.h"\n'
+             + ENTRY_HEAD.format(op="pool")
+             + "    KernelA op;\n    op.Init(x, y, workspace);\n    op.Process();\n}\n",
+             "ops/pool/op_kernel/kernels.h": kernel_class("KernelA", "StepA"),
+             "ops/pool/op_kernel/pool_base.h": "#pragma once\nconstexpr int BUFFER_NUM = 2;\n"}
+    root = write_tree(tmp_path, files)
+    assert runner.invoke(app, ["apply", str(root / "ops/pool"), "--write"]).exit_code == 0
+    assert "optrace-runtime-block" in (root / "ops/pool/op_kernel/pool_base.h").read_text()
+    assert not (root / "ops/pool/op_kernel/optrace_pool_base.h").exists()
+
+
 def test_an_opdef_built_through_helpers_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     files = {"ops/helped/op_kernel/helped.cpp": '#include "kernels.h"\n' + ENTRY_HEAD.format(op="helped")
              + "    KernelA op;\n    op.Process();\n}\n",
