@@ -570,6 +570,25 @@ class Planner:
                 if hot_of(word) not in ("wait", "sync"):
                     return word, callee
             copies = copies or site.name == "DataCopy"
+        worded: tuple[str, FunctionDef] | None = None
+        if not copies:
+            # The pipeline idiom, `CopyIn(i); Compute(i); CopyOut(i);`, each a few lines:
+            # one level down, a callee that is not a copy names the work (`compute`), and
+            # bulk copies make the loop a copy loop.
+            for call in fn.nodes_in(loop, ("call_expression",)):
+                for callee in self.an.call_site(fn, call).callees:
+                    if callee.body is None:
+                        continue
+                    inner = {self.an.call_site(callee, c).name
+                             for c in callee.nodes_in(callee.body, ("call_expression",))}
+                    is_copy = "DataCopy" in inner and callee.name.lower().startswith("copy")
+                    copies = copies or "DataCopy" in inner
+                    if worded is None and not is_copy and self.an.size_of(callee)[0] > 0:
+                        word = label_word(callee, fn.scope, receiver_of(fn, call), self.phase_words)
+                        if hot_of(word) not in ("wait", "sync"):
+                            worded = (word, callee)
+        if worded is not None:
+            return worded
         if copies:
             stem = "-".join(var_words(var)) if var else ""
             return (f"{stem}-copy" if stem else "copy"), None

@@ -88,7 +88,9 @@ A tile loop gets at most one region, **around the whole loop** (B before it, E a
 once per iteration of the enclosing phase loop, which carries the index): when it holds a
 wait or a notify (the handshake is bracketed at the loop's level, and the region's
 `notes` say so) or when it is a sub-step of its phase beside other regions (named by its
-first substantial callee, else `<var>-copy` for a loop of copies). OT408 (a point inside
+first substantial callee; else, for the pipeline idiom `CopyIn(i); Compute(i);
+CopyOut(i);` of small helpers, by the first helper that is not a copy — `compute`; else
+`<var>-copy` for a loop of copies, direct or one call down). OT408 (a point inside
 a tile loop) holds for every loop this classifier calls a tile loop; optrace's own points
 never trigger it. A phase loop whose body is one call is one region with it (the call's
 name, the loop's index): they cover the same span.

@@ -259,3 +259,50 @@ __aicore__ inline void SendCountsAndWait(GM_ADDR x) {
     got = labels(plan_src(tmp_path, body))
     assert "send-counts" in got and "wait-counts" not in got
     assert "send-counts wait-ready" in got  # the spin, bracketed inside the function
+
+
+def test_a_copy_in_compute_copy_out_tile_loop_is_one_region_named_by_its_work(tmp_path: Path) -> None:
+    """The AscendC pipeline idiom: a loop over tiles calling three small helpers. Not one
+    of them is substantial alone, yet the loop is the kernel's work: one region around
+    the whole loop, named by the helper that is not a copy, and never a point inside."""
+    src = """
+class KernelAdd {
+public:
+    __aicore__ inline void Process() {
+        for (int32_t tileIdx = 0; tileIdx < tileNum; ++tileIdx) {
+            CopyIn(tileIdx);
+            Compute(tileIdx);
+            CopyOut(tileIdx);
+        }
+        SyncAll();
+    }
+private:
+    __aicore__ inline void CopyIn(int32_t i) {
+        LocalTensor<half> x = inQueue.AllocTensor<half>(); DataCopy(x, xGm[i * 64], 64); inQueue.EnQue(x); }
+    __aicore__ inline void Compute(int32_t i) {
+        LocalTensor<half> x = inQueue.DeQue<half>(); LocalTensor<half> y = outQueue.AllocTensor<half>();
+        Add(y, x, x, 64); outQueue.EnQue(y); inQueue.FreeTensor(x); }
+    __aicore__ inline void CopyOut(int32_t i) {
+        LocalTensor<half> y = outQueue.DeQue<half>(); DataCopy(yGm[i * 64], y, 64); outQueue.FreeTensor(y); }
+};
+""" + ('extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {\n'
+       "    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);\n    KernelAdd op;\n    op.Process();\n}\n")
+    plan = plan_src(tmp_path, src)
+    assert [(lp.var, lp.classification) for lp in plan.loops] == [("tileIdx", "tile")]
+    tiles = [r for r in plan.root.walk() if r.tile_loop]
+    assert [r.label for r in tiles] == ["compute"]
+    assert tiles[0].anchor is not None and not tiles[0].anchor.inside and not tiles[0].children
+    assert "barrier" in {r.label for r in plan.root.walk()}
+
+
+def test_a_tile_loop_of_copies_alone_is_a_copy_region(tmp_path: Path) -> None:
+    src = """
+__aicore__ inline void CopyIn(int32_t i) { DataCopy(x, xGm[i * 64], 64); }
+__aicore__ inline void CopyOut(int32_t i) { DataCopy(yGm[i * 64], x, 64); }
+__aicore__ inline void Run() {
+    for (int32_t rowIdx = 0; rowIdx < rowNum; ++rowIdx) { CopyIn(rowIdx); CopyOut(rowIdx); }
+    SyncAll();
+}
+""" + 'extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {\n    Run();\n}\n'
+    plan = plan_src(tmp_path, src)
+    assert [r.label for r in plan.root.walk() if r.tile_loop] == ["run row-copy"]
