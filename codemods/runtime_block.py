@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 
@@ -61,19 +62,49 @@ def base_header_path(plan: Plan) -> Path:
         holds_block = _BLOCK_RE.search(data) is not None
         # nothing but includes, guards and comments: including it brings nothing else
         declares = re.sub(rb"(?m)^[ \t]*#.*$", b"", blank_comments(data)).strip()
-        graph = plan.analysis.includes.graph
-        entry = layers.entry.path.resolve() if layers.entry is not None else None
-        direct = {p.resolve() for p in graph.predecessors(path)} if path in graph else set()
-        if holds_block or not declares or (path in reached and entry in direct):
+        if holds_block or not declares or (path in reached and _includes_add_nothing(plan, path)):
             return path
-        # The operator's own `<op>_base.h` with declarations of its own that the entry does
-        # not include itself: the include apply adds to the entry and to every file with
-        # points would bring them into places and an order they were never compiled in
-        # (ops-nn's fused_add_rms_norm: a second BUFFER_NUM beside the sibling's, ambiguous;
-        # avg_pool_v2_grad: regbase code needing what its own includers define first), so
-        # the block gets a header of its own instead.
+        # The operator's own `<op>_base.h` with declarations of its own that the includes
+        # apply adds would compile somewhere it never was: unreached by the entry (ops-nn's
+        # fused_add_rms_norm: a second BUFFER_NUM beside the sibling's, ambiguous), or
+        # reached only after a file that gets points, which would then include it first,
+        # before what it needs (avg_pool_v2_grad: arch35's base after `platform.h`, which
+        # the SIMT header with points does not include). The block gets a header of its own.
         return (beside / f"optrace_{layers.op_name}_base.h").resolve()
     return (beside / f"{layers.op_name}_base.h").resolve()
+
+
+def _includes_add_nothing(plan: Plan, base: Path) -> bool:
+    """Whether every `#include` of `base` that apply adds (to the entry and each file with
+    points) comes after the preprocessor has already entered `base` — a no-op behind its
+    guard, so its code compiles where and in the order it always did. Preprocessing
+    order: a depth-first walk of the include graph from the entry, each file's includes
+    in their order; a new include in F sits at the end of F's includes, so it adds
+    nothing when `base` was entered before F's includes are done."""
+    graph = plan.analysis.includes.graph
+    entry = plan.analysis.entry_fn.src.path.resolve()
+    if entry not in graph or base not in graph:
+        return False
+    enter: dict[Path, int] = {}
+    leave: dict[Path, int] = {}
+    clock = 0
+    stack: list[tuple[Path, Iterator[Path]]] = [(entry, iter(graph.successors(entry)))]
+    enter[entry] = clock
+    while stack:
+        node, children = stack[-1]
+        child = next(children, None)
+        clock += 1
+        if child is None:
+            leave[node] = clock
+            stack.pop()
+        elif child not in enter:
+            enter[child] = clock
+            stack.append((child, iter(graph.successors(child))))
+    if base not in enter:
+        return False
+    direct = set(graph.predecessors(base))
+    with_points = {r.anchor.path.resolve() for r in plan.root.walk() if r.anchor is not None} | {entry}
+    return all(enter[base] < leave.get(f, -1) for f in with_points if f != base and f not in direct)
 
 
 def _as_lines(data: bytes, at: int, lines: bytes) -> bytes:
