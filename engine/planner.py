@@ -74,7 +74,9 @@ DEFAULT_PHASE_WORDS = frozenset(
 # Words that say nothing about what a function does: dropped from label words.
 FILLER_WORDS = frozenset(
     {"process", "run", "execute", "impl", "kernel", "func", "do", "main", "launch",
-     "exec", "forward", "and", "the", "op", "stage", "phase"}
+     "exec", "forward", "and", "the", "op", "stage", "phase",
+     # connectives say nothing alone (`RunWithTiling` was labelled `with`)
+     "with", "for", "of", "to", "by", "on", "from", "via", "using"}
 )
 # Receivers too generic to name a phase (`op.Process()`): the class names it instead.
 GENERIC_RECEIVERS = frozenset({"op", "kernel", "obj", "impl", "self", "inst", "instance", "handler",
@@ -275,7 +277,12 @@ class Planner:
         if fn is None or region.tile_loop or region.index_var:
             return False
         words = set(kebab(fn.name).split("-"))
-        if fn.name == "Init" or words & SETUP_WORDS:
+        if fn.name == "Init":
+            return True
+        # A setup word in the name (`InitTiling`, `PrepareParams`) makes a leaf setup; a
+        # region holding others is what runs them (`RunWithTiling`: Init and Process, the
+        # whole kernel), classed by what it holds.
+        if words & SETUP_WORDS and not region.children:
             return True
         # Inside a phase loop it runs per expert / group: the phase's work, not setup.
         if fn.id in self.an.phase_work or region.children or region.loop_vars:

@@ -52,15 +52,16 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
 }
 """,
             # Two calls inside: not a thin wrapper. The token loops are tile loops,
-            # bracketed around the whole loop (a barrier inside: never per token).
+            # bracketed around the whole loop (a barrier inside: never per token); each is
+            # its function's one statement, so the call's region is the loop's (OT110).
             tree=("processing", "  dispatch @inside:8", "    dispatch send-tokens @inside:2",
-                  "      dispatch send-tokens token @around:3", "    dispatch recv-tokens @inside:5",
-                  "      dispatch recv-tokens token @around:6"),
+                  "    dispatch recv-tokens @inside:5"),
         ),
     )
     INVALID = (
-        Example(_WRAPPED, tree=("processing", "  send-tokens @inside:8",
-                                "    send-tokens token-copy @around:3"),
+        # DispatchPhase wraps SendTokens, whose one statement is its token loop: one
+        # region for the three levels (the loop's copy and barrier bracketed as a whole).
+        Example(_WRAPPED, tree=("processing", "  send-tokens @inside:8"),
                 finding="merged"),
     )
 
@@ -73,7 +74,17 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
         if node.kind != Kind.CALL or len(node.children) != 1:
             return
         inner = node.children[0]
-        if inner.kind != Kind.CALL or inner.shared_with is not None:
+        if inner.kind != Kind.CALL:
+            return
+        if inner.shared_with is not None:
+            # A one-line wrapper around code planned under another caller: its one call is
+            # the same span, one level too many; the wrapper's own region stays.
+            if inner.same_span and not inner.children:
+                node.children = []
+                node.notes.append(f"its one call, `{' '.join(inner.words)}`, covers the same span "
+                                  f"(planned under `{inner.shared_with}`): one region")
+                ctx.report(f"thin wrapper `{' '.join(node.words)}` keeps its region; the call it wraps "
+                           "covers the same span", node)
             return
         outer_word = node.words[0] if node.words else ""
         inner_word = inner.words[0] if inner.words else ""

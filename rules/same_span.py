@@ -6,7 +6,9 @@ callee is one core-type body per core (`gmm` > `gmm aic`), a call whose callee's
 statement is one wait. Such a level costs two records and a depth and tells the reader
 nothing its child does not. A call made only of core-type bodies gives way to them (each
 takes the call's words: `gmm aic`, `gmm aiv`); a call whose only statement is a handshake
-becomes that handshake, under the call's name. Other same-span pairs (a thin wrapper
+becomes that handshake, under the call's name; a call whose only statement is a tile
+loop is that loop's bracket (its region, with the loop's notes; never a point inside the
+loop). Other same-span pairs (a thin wrapper
 around one call) are OT103's; the plan lint counts what is left.
 """
 
@@ -57,6 +59,24 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
 """
 
 
+_TILE_ONLY = """
+__aicore__ inline void DequantStep(uint32_t j) {
+    CrossCoreWaitFlag(FLAG_C2V);
+    Muls(d, s, scale, n); Adds(d, d, bias, n); Cast(o, d, n);
+    CrossCoreSetFlag<0x2, PIPE_MTE3>(FLAG_V2C);
+}
+__aicore__ inline void ComputeTiles(uint32_t groupIdx) {
+    for (uint32_t tileIdx = 0; tileIdx < tileNum; ++tileIdx) { DequantStep(tileIdx); }
+}
+extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
+    for (uint32_t groupIdx = 0; groupIdx < groupNum; ++groupIdx) {
+        ComputeTiles(groupIdx);
+        SyncAll();
+    }
+}
+"""
+
+
 class SameSpan(Rule):
     code = "OT110"
     name = "same-span"
@@ -81,6 +101,11 @@ class SameSpan(Rule):
             "      gmm1 aiv group row-copy @around:14",
             "      gmm1 aiv group notify-aic @around:15",
         ), finding="same span"),
+        # `ComputeTiles`' one statement is its tile loop (waits inside): the call's
+        # region brackets the loop, one level.
+        Example(_TILE_ONLY, tree=("processing", "  group @inside:11",
+                                  "    group compute-tiles @inside:7",
+                                  "    group barrier @around:13"), finding="tile loop cover the same span"),
         # `WaitDispatchDone` is its one wait: one region, in its body.
         Example(_WAIT_ONLY, tree=("processing", "  dispatch", "    dispatch expert",
                                   "      dispatch expert barrier", "    dispatch notify",
@@ -115,6 +140,16 @@ class SameSpan(Rule):
                 child.kind, child.hot, child.cost, child.flag = only.kind, only.hot, only.cost, only.flag
                 child.notes.append(f"its one statement, `{only.words[0]}`, covers the same span: one region")
                 ctx.report(f"`{' '.join(child.words)}` and `{only.words[0]}` cover the same span: one level",
+                           child)
+            elif (child.kind == Kind.CALL and only is not None and only.same_span and only.tile_loop
+                    and not only.children):
+                # A function whose one statement is a tile loop: the call is the loop's
+                # bracket (`OneTileCompute()` around its `for (j ...)` of dequant steps).
+                child.children = []
+                child.tile_loop, child.hot = True, child.hot or only.hot
+                child.notes += [f"its one statement, the tile loop `{only.words[0]}`, covers the same span: "
+                                "one region", *only.notes]
+                ctx.report(f"`{' '.join(child.words)}` and its tile loop cover the same span: one level",
                            child)
             out.append(child)
         node.children = out

@@ -103,8 +103,10 @@ __aicore__ inline void Compute() {
     # A per-token loop is a tile loop (issue 13): its barrier is bracketed around the whole
     # loop, never once per token.
     assert {lp.var: lp.classification for lp in plan.loops} == {"tokenIdx": "tile", "kIdx": "tile"}
-    token = got["send-tokens token"]
-    assert token.tile_loop and token.anchor is not None and not token.anchor.inside and token.notes
+    # SendTokens' one statement is that loop: one region, the call's (same span, OT110).
+    token = got["send-tokens"]
+    assert token.tile_loop and not token.children and any("barrier" in n or "wait" in n for n in token.notes)
+    assert not [lb for lb in got if lb.startswith("send-tokens ")]
 
 
 def test_pyproject_table_and_custom_qualifier(tmp_path: Path) -> None:
@@ -306,3 +308,35 @@ __aicore__ inline void Run() {
 """ + 'extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {\n    Run();\n}\n'
     plan = plan_src(tmp_path, src)
     assert [r.label for r in plan.root.walk() if r.tile_loop] == ["run row-copy"]
+
+
+def test_a_function_named_for_its_tiling_that_runs_the_kernel_is_not_setup(tmp_path: Path) -> None:
+    """`RunWithTiling` reads the tiling, then runs Init and Process: the whole kernel. A
+    setup word in a name makes a leaf setup, not a region holding the work (the budget
+    then dropped 13 phases of ops-nn's max_pool3_d while keeping it), and a connective
+    (`with`) is never a label alone."""
+    src = """
+class Pool {
+public:
+    __aicore__ inline void Init(GM_ADDR x) { a = 1; b = 2; }
+    __aicore__ inline void Process() {
+        for (uint32_t groupIdx = 0; groupIdx < groupNum; ++groupIdx) { Step(groupIdx); }
+        SyncAll();
+    }
+    __aicore__ inline void Step(uint32_t g) {
+        for (uint32_t k = 0; k < 4; ++k) { Mmad(a, b, c); } Add(a, b, c); Mul(a, b, c); }
+};
+__aicore__ inline void RunWithTiling(GM_ADDR x, GM_ADDR tiling) {
+    GET_TILING_DATA(tilingData, tiling);
+    Pool op;
+    op.Init(x);
+    op.Process();
+}
+""" + ('extern "C" __global__ __aicore__ void demo_op(GM_ADDR x, GM_ADDR tiling) {\n'
+       "    RunWithTiling(x, tiling);\n}\n")
+    plan = plan_src(tmp_path, src)
+    regions = {r.label: r for r in plan.root.walk()}
+    top = [r for r in plan.root.children]
+    assert [r.label for r in top] == ["tiling"] and top[0].cost == "phase" and top[0].children
+    assert "with" not in regions
+    assert regions["tiling step"].index_var == "groupIdx" and "tiling barrier" in regions
