@@ -708,6 +708,10 @@ def _search_repository(layers: Layers, op_dir: Path, put: object, sample_globs: 
     any_name = _names_alternation(names)
     # The op named in any spelling, or one of its torch names, as a whole word.
     op_word = re.compile(rb"\b(?:" + camel + rb"|" + any_name + rb")\b")
+    # A registration names the op in a string: a schema (`"ns::op(Tensor x) -> Tensor"`),
+    # an impl or def name (`"op"`), a pybind name — not anywhere in the file (ops-nn's
+    # fast_hadamard_quant registers its own op and says "Hadamard+quantize" in a message).
+    op_string = re.compile(rb"[\"'](?:\w+::)?(?:" + camel + rb"|" + any_name + rb")(?:\.\w+)?\s*[(\"']")
     reg_re = REGISTRATION_RE
     call_re = re.compile(rb"\.\s*" + any_name + rb"\s*\(")
     # Fakes name the op as a string ("ns::op", "op" for lib.impl) or as torch.ops.ns.op.
@@ -726,8 +730,8 @@ def _search_repository(layers: Layers, op_dir: Path, put: object, sample_globs: 
             code = blank_comments(data) if data is not None else b""
             if "op_kernel" not in path.parts and exec_re.search(code):
                 put("torch_adapter", path, code, exec_re.pattern, "EXEC_*_CMD call")
-            if "op_kernel" not in path.parts and reg_re.search(code) and op_word.search(code):
-                put("registration", path, code, op_word.pattern, "registers the op")
+            if "op_kernel" not in path.parts and reg_re.search(code) and op_string.search(code):
+                put("registration", path, code, op_string.pattern, "registers the op")
             continue
         if inside:
             continue
@@ -738,8 +742,8 @@ def _search_repository(layers: Layers, op_dir: Path, put: object, sample_globs: 
             code = blank_comments(data)
             if exec_re.search(code):
                 put("torch_adapter", path, code, exec_re.pattern, "EXEC_*_CMD call")
-            if reg_re.search(code) and op_word.search(code):
-                put("registration", path, code, op_word.pattern, "registers the op")
+            if reg_re.search(code) and op_string.search(code):
+                put("registration", path, code, op_string.pattern, "registers the op")
             if (path.name.lower().startswith("aclnn_") and op in path.name.encode()) or re.search(
                 rb"aclnnInner" + camel + rb"GetWorkspaceSize", code
             ):

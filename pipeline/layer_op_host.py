@@ -3,6 +3,8 @@ registered tiling function."""
 
 from __future__ import annotations
 
+import difflib
+import re
 from pathlib import Path
 from typing import ClassVar
 
@@ -97,6 +99,8 @@ class InferLayer(FileLayer):
             ev.append(Evidence(path, line_of(data, u.offset),
                                f"infer {what}: profiling_data at index {u.index}"
                                + ("" if ok else f", the OpDef has it at {index}"), ok))
+        if not ev:
+            ev.extend(_misspelt_registrations(model, layers.camel))
         for role in (INFER_SHAPE, INFER_DTYPE):
             for reg in unresolved(layers, role, clean=False):
                 ev.append(Evidence(reg.path, reg.line,
@@ -104,6 +108,25 @@ class InferLayer(FileLayer):
                                    "defined in the op's host files: nothing sets profiling_data's "
                                    f"{role.split()[1]} (write it by hand)", False))
         return ev
+
+
+_IMPL_RE = re.compile(rb"\bIMPL_OP(?:_INFERSHAPE|_OPTILING)?\s*\(\s*(\w+)\s*\)")
+
+
+def _misspelt_registrations(model: LayerModel, op_type: str) -> list[Evidence]:
+    """An infer file with no registration for the op, but one for a name a letter or two
+    away (ops-nn's masked_scatter registers `MskedScatter`): the op has no infer at run
+    time, so nothing sets profiling_data's shape — said with the name, not as unread."""
+    out = []
+    for path, data in model.data.items():
+        for m in _IMPL_RE.finditer(data):
+            name = m.group(1).decode()
+            near = difflib.SequenceMatcher(None, name.lower(), op_type.lower()).ratio() >= 0.85
+            if name != op_type and near:
+                out.append(Evidence(path, line_of(data, m.start()), f"registers its infer functions for "
+                                    f"`{name}`, not the op `{op_type}` (a misspelling?): the op has no infer "
+                                    "registered, so nothing sets profiling_data's shape", False))
+    return out
 
 
 class TilingLayer(FileLayer):

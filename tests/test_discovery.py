@@ -150,3 +150,27 @@ def test_op_host_layers_are_host_sources_not_launch_code_or_unit_tests(tmp_path:
     assert found["infer"] == ["op_host/demo_infershape.cpp"]
     assert found["tiling"] == ["op_host/op_tiling/demo_tiling.cpp"]
     assert found["op_def"] == ["op_host/demo_def.cpp"]
+
+
+def test_a_registration_is_one_naming_the_op_in_a_string_not_in_a_message(tmp_path: Path) -> None:
+    """A torch extension registering its own op (`hadamard_quant`) that says "Hadamard +
+    quantize" in a static_assert is not `quantize`'s registration; one whose schema or
+    impl names it is, in any of torch's forms."""
+    op = tmp_path / "quant/quantize"
+    (op / "op_kernel").mkdir(parents=True)
+    (op / "op_kernel/quantize.cpp").write_text(
+        'extern "C" __global__ __aicore__ void quantize(GM_ADDR x, GM_ADDR y, GM_ADDR t) {}\n')
+    other = tmp_path / "matmul/hadamard_quant/hadamard_quant.cpp"
+    other.parent.mkdir(parents=True)
+    other.write_text('static_assert(N <= 4, "Fused Hadamard+quantize UB layout exceeds usable UB.");\n'
+                     "TORCH_LIBRARY_FRAGMENT(ext, m) {\n"
+                     '    m.def("hadamard_quant(Tensor x) -> Tensor");\n}\n')
+    schema = tmp_path / "csrc/torch_binding.cpp"
+    schema.parent.mkdir(parents=True)
+    schema.write_text('TORCH_LIBRARY_FRAGMENT(_C, ops) {\n    ops.def("quantize(Tensor x) -> Tensor");\n}\n')
+    pybind = tmp_path / "csrc/pybind.cpp"
+    pybind.write_text('PYBIND11_MODULE(ext, m) {\n    m.def("quantize", &Quantize);\n}\n')
+    (tmp_path / "optrace.toml").write_text("")
+    layers = discover(op, tmp_path, Config())
+    found = sorted(f.path.relative_to(tmp_path).as_posix() for f in layers.found.get("registration", []))
+    assert found == ["csrc/pybind.cpp", "csrc/torch_binding.cpp"]

@@ -226,3 +226,23 @@ def test_the_wrapped_library_infer_compiles_and_check_sees_g2_through_it(tmp_pat
     assert gates["G2"]["status"] == "pass", gates["G2"]
     assert runner.invoke(app, ["strip", str(op), "--write"]).exit_code == 0
     assert infer.read_text() == LIBRARY_INFER
+
+
+def test_infer_registered_under_a_misspelt_name_fails_g2_naming_it(tmp_path: Path) -> None:
+    """ops-nn's masked_scatter registers its infer functions for `MskedScatter`: the op has
+    none at run time. apply leaves the file alone (nothing is registered for the op) and
+    check says why G2 fails, at the registration, instead of "infer not read"."""
+    text = BEFORE.replace("}  // namespace ge\n", "IMPL_OP_INFERSHAPE(DemOp).InferShape(InferShapeDemoOp)"
+                          ".InferDataType(InferDataTypeDemoOp);\n}  // namespace ge\n")
+    tiling = ("ops/demo_op/op_host/demo_op_tiling.cpp",  # the op's own registrations are spelt right
+              "static ge::graphStatus TilingDemoOp(gert::TilingContext *ctx) { return ge::GRAPH_SUCCESS; }\n"
+              "IMPL_OP_OPTILING(DemoOp).Tiling(TilingDemoOp);\n")
+    op = make_repo(tmp_path, {INFER: text, OPDEF[0]: OPDEF[1], tiling[0]: tiling[1]})
+    assert runner.invoke(app, ["apply", str(op), "--write"]).exit_code == 0
+    assert (op.parent.parent / INFER).read_text() == text
+    res = runner.invoke(app, ["check", str(op), "--format", "json", "--no-compile"])
+    g2 = next(g for g in json.loads(res.stdout)["operators"][0]["gates"] if g["gate"] == "G2")
+    bad = [e for e in g2["evidence"] if not e["ok"]]
+    assert g2["status"] == "fail" and len(bad) == 1
+    assert bad[0]["path"].endswith("demo_op_infer.cpp") and bad[0]["line"] == text.count("\n") - 1
+    assert "`DemOp`, not the op `DemoOp` (a misspelling?)" in bad[0]["note"]
