@@ -62,6 +62,9 @@ BOOTTIME = 6
 
 # TrackEvent.Type
 SLICE_BEGIN, SLICE_END, INSTANT = 1, 2, 3
+#: TrackEvent's flow fields (repeated fixed64): a flow starts or continues at the slice of
+#: an event carrying its id in ``flow_ids`` and ends at one carrying it in ``terminating_flow_ids``.
+FLOW_IDS, TERMINATING_FLOW_IDS = 47, 48
 SEQ_INCREMENTAL_STATE_CLEARED = 1
 
 #: Debug-annotation names, interned with these ids on every sequence.
@@ -118,6 +121,12 @@ def bytes_field(field: int, payload: bytes) -> bytes:
 
 def string_field(field: int, text: str) -> bytes:
     return _string(field, text)
+
+
+def fixed64_field(field: int, value: int) -> bytes:
+    """A ``fixed64`` field (wire type 1), as TrackEvent's ``flow_ids`` are: one per value,
+    not packed (the protos declare them plain ``repeated``, proto2)."""
+    return varint(field << 3 | 1) + value.to_bytes(8, "little")
 
 
 def packet(*fields: bytes) -> bytes:
