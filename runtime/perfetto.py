@@ -36,6 +36,8 @@ A trace is a sequence of ``Trace.packet`` (field 1), in this order:
 
 One sequence per core keeps the deltas small (a core's records are in time order) and
 its interning tables to what it uses. Times are those of the Chrome trace to the ns.
+``collect --merge`` relies on this layout (merge.py finds each launch's first span from
+a sequence's snapshot and first events, and adds flow fields to its event packets).
 """
 
 from __future__ import annotations
