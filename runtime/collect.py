@@ -318,8 +318,8 @@ def _collect_merged(
                 merge.check_finite(document)
                 merge.write_json(sink, document)
             else:
-                sink.write(raw)
-                sink.write(merge.framework_packets(plan, device_pids))
+                for chunk in merge.merged_pftrace(plan, raw, device_pids):
+                    sink.write(chunk)
             if compressed:
                 sink.close()
     finally:

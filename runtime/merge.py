@@ -28,8 +28,17 @@ lost to absolute epoch times in doubles; flow ids renumbered from 1 (< 2**53: id
 it do not survive a double); the device cores as threads ``optrace AIC 3`` of the
 process the kernel slice is on, with a flow from each kernel slice to its launch's first
 device span. ``.pftrace`` output gets the framework's slices and instants, the kernel's
-threads in the rank's process when all its slices are one rank file's launches
-(flows stay in JSON only).
+threads in the rank's process when all its slices are one rank file's launches, and the
+same flows with the same ids as TrackEvent flow fields: ``flow_ids`` on an event of the
+slice a flow starts (or goes on) from, ``terminating_flow_ids`` on one of the slice it
+ends at — each slice the one the JSON flow event binds to (the trace processor's rules:
+``s``, ``t``, ``f`` with ``bp: "e"`` the innermost slice open at its time on its thread,
+``f`` without the next slice to begin there, ``bind_id`` its own slice). The trace
+processor links a flow's events in time order and ignores an end met before its start,
+so an id goes on a slice's begin when that comes after the flow's previous event, else
+on its end (a device span starting with its kernel slice carries the end of that flow
+on its end event). The device trace is collect's own ``.pftrace``: the first span of
+each launch is found in it and its packets rewritten; counters stay in JSON only.
 """
 
 from __future__ import annotations
@@ -37,13 +46,14 @@ from __future__ import annotations
 import json
 import math
 import re
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from . import perfetto
+from . import perfetto, perfetto_read
 from .align import MERGED, Alignment, Anchor, RankPlacement
 from .decode import signed_delta
 from .errors import MergeError, ProfilingInputError
@@ -524,63 +534,490 @@ _FRAMEWORK_PID = 1 << 30
 #: its slots' (thread_uuid: process uuid + slot + 1; slots are a few hundred at most).
 _JOINED_THREADS = 1 << 19
 
-
-def _track_events(events: list[dict[str, Any]], origin: Decimal) -> list[tuple[int, int, int, str]]:
-    """(ns, order, kind, name) of one thread's slices and instants, properly nested: a
-    slice that overlaps its predecessor without nesting is cut at its parent's end (the
-    JSON viewer would move it to another track; a TrackEvent stream cannot say that)."""
-    slices = sorted(((e["ts"], -(e.get("dur") or Decimal(0)), e.get("name"))
-                     for e in events if e["ph"] == "X"), key=lambda s: (s[0], s[1]))
-    out: list[tuple[int, int, int, str]] = []
-    stack: list[int] = []  # open ends (ns)
-    for ts, negative_dur, name in slices:
-        start = _ns(ts - origin)
-        end = _ns(ts - negative_dur - origin)
-        while stack and stack[-1] <= start:
-            out.append((stack.pop(), len(out), _SLICE_END, ""))
-        if stack:
-            end = min(end, stack[-1])
-        out.append((start, len(out), _SLICE_BEGIN, str(name)))
-        stack.append(end)
-    while stack:
-        out.append((stack.pop(), len(out), _SLICE_END, ""))
-    for event in events:
-        if event["ph"] in ("i", "I") and "ts" in event:
-            out.append((_ns(event["ts"] - origin), len(out), _INSTANT, str(event.get("name"))))
-    out.sort(key=lambda item: (item[0], item[1]))
-    return out
-
-
 _SLICE_BEGIN, _SLICE_END, _INSTANT = perfetto.SLICE_BEGIN, perfetto.SLICE_END, perfetto.INSTANT
+#: Flow event phases in a flow's order (JSON flows: start, step, finish).
+_FLOW_ROLE = {"s": 0, "t": 1, "f": 2}
+#: A slice's ``bind_id`` flow by its ``flow_out`` / ``flow_in``: starts, continues, ends.
+_BIND_ROLE = {(True, False): 0, (True, True): 1, (False, True): 2}
 
 
 def _ns(value: Decimal) -> int:
     return int((value * 1000).to_integral_value())
 
 
-def framework_packets(plan: MergePlan, device_pids: dict[int, int]) -> bytes:
+class _Track:
+    """One thread's slices in begin order (by start; at one start the longer first), in
+    ns from the merged trace's 0, and the flow fields their begin and end events get.
+    ``ends``: the slices' own (what a flow event binds by, as in the JSON trace);
+    ``written``: where the track's end events are (a framework slice that overlaps its
+    predecessor without nesting is cut at its parent's end)."""
+
+    __slots__ = ("ends", "flows", "parents", "starts", "written")
+
+    def __init__(self, starts: list[int], ends: list[int], written: list[int]) -> None:
+        self.starts, self.ends, self.written = starts, ends, written
+        # Each slice's parent: the innermost slice still open where it begins (-1: none).
+        # A slice that is no ancestor has ended before a later one began, so before any
+        # time the walk up in ``enclosing`` asks about.
+        self.parents: list[int] = []
+        stack: list[int] = []
+        for k, start in enumerate(starts):
+            while stack and ends[stack[-1]] < start:
+                stack.pop()
+            self.parents.append(stack[-1] if stack else -1)
+            stack.append(k)
+        #: (slice, its end event?) -> flow fields of that event
+        self.flows: defaultdict[tuple[int, bool], bytes] = defaultdict(bytes)
+
+    def enclosing(self, ns: int) -> int | None:
+        """The slice a flow event at ``ns`` binds to when it binds to its enclosing slice
+        (``s``, ``t``, ``f`` with ``bp: "e"``): the innermost one open there, as the
+        trace processor takes the top of the track's stack — the last begun of those
+        whose span holds ``ns`` (ends included)."""
+        k = bisect_right(self.starts, ns) - 1
+        while k >= 0 and self.ends[k] < ns:
+            k = self.parents[k]
+        return k if k >= 0 else None
+
+    def following(self, ns: int) -> int | None:
+        """The slice an ``f`` without ``bp: "e"`` binds to: the next to begin (at ``ns`` or after)."""
+        k = bisect_left(self.starts, ns)
+        return k if k < len(self.starts) else None
+
+
+class _Thread(_Track):
+    """A framework thread: its complete events in begin order, its instants (ns, name)."""
+
+    __slots__ = ("events", "index", "instants")
+
+    def __init__(self, events: list[dict[str, Any]], origin: Decimal) -> None:
+        self.events = sorted((e for e in events if e["ph"] == "X"),
+                             key=lambda e: (e["ts"], -(e.get("dur") or Decimal(0))))
+        self.index = {id(event): k for k, event in enumerate(self.events)}
+        starts = [_ns(e["ts"] - origin) for e in self.events]
+        ends = [_ns(e["ts"] + (e.get("dur") or Decimal(0)) - origin) for e in self.events]
+        # A TrackEvent stream nests: a slice overlapping its predecessor without nesting
+        # ends with its parent (the JSON viewer would move it to another track; a stream
+        # cannot say that).
+        written: list[int] = []
+        open_ends: list[int] = []
+        for start, end in zip(starts, ends, strict=True):
+            while open_ends and open_ends[-1] <= start:
+                open_ends.pop()
+            written.append(min(end, open_ends[-1]) if open_ends else end)
+            open_ends.append(written[-1])
+        super().__init__(starts, ends, written)
+        self.instants = [(_ns(e["ts"] - origin), str(e.get("name"))) for e in events if e["ph"] in ("i", "I")]
+
+    def stream(self) -> list[tuple[int, int, int, str, bytes]]:
+        """(ns, order, kind, name, flow fields) of the thread's events, properly nested."""
+        out: list[tuple[int, int, int, str, bytes]] = []
+        stack: list[int] = []  # open slices
+        for k, event in enumerate(self.events):
+            start = self.starts[k]
+            while stack and self.written[stack[-1]] <= start:
+                j = stack.pop()
+                out.append((self.written[j], len(out), _SLICE_END, "", self.flows.get((j, True), b"")))
+            name = str(event.get("name"))
+            out.append((start, len(out), _SLICE_BEGIN, name, self.flows.get((k, False), b"")))
+            stack.append(k)
+        while stack:
+            j = stack.pop()
+            out.append((self.written[j], len(out), _SLICE_END, "", self.flows.get((j, True), b"")))
+        out += [(ns, len(out) + n, _INSTANT, name, b"") for n, (ns, name) in enumerate(self.instants)]
+        out.sort(key=lambda item: (item[0], item[1]))
+        return out
+
+
+class _Core(_Track):
+    """A launch's first device span (one slice) and where its begin and end packets are
+    in the device trace ((start, end) of each whole ``Trace.packet``)."""
+
+    __slots__ = ("packets",)
+
+    def __init__(self, start: int, end: int, begin: tuple[int, int], finish: tuple[int, int]) -> None:
+        super().__init__([start], [end], [end])
+        self.packets = [(begin, finish)]
+
+
+class _SequenceClock:
+    """What a packet sequence's incremental state says about times and tracks."""
+
+    __slots__ = ("base", "boot", "clock", "incremental", "track", "unit", "value")
+
+    def __init__(self) -> None:
+        self.clock = self.track = self.boot = self.value = 0
+        self.base: int | None = None  # the sequence clock's value at its snapshot
+        self.unit = 1
+        self.incremental = False
+
+    def copy(self) -> _SequenceClock:
+        out = _SequenceClock()
+        for name in self.__slots__:
+            setattr(out, name, getattr(self, name))
+        return out
+
+    def ns(self, timestamp: int) -> int:
+        """An event's time in ns (BOOTTIME), its sequence clock moved on (the events of
+        perfetto.py name no clock of their own: the sequence's default)."""
+        if not 64 <= self.clock < 128 or self.base is None:
+            return _signed(timestamp)
+        self.value = self.value + timestamp if self.incremental else timestamp
+        return self.boot + (self.value - self.base) * self.unit
+
+
+class _FirstSpan(Record):
+    """Where a device core's packet sequence begins (its first event's packet, the clock
+    before it) and the time of its first span."""
+
+    __match_args__ = ("sequence", "tid", "ns", "at", "clock")
+    __slots__ = __match_args__
+    sequence: int
+    tid: int
+    ns: int
+    at: int
+    clock: _SequenceClock
+
+    def __init__(self, sequence: int, tid: int, ns: int, at: int, clock: _SequenceClock) -> None:
+        self.sequence = sequence
+        self.tid = tid
+        self.ns = ns
+        self.at = at
+        self.clock = clock
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _varint_at(data: bytes, i: int) -> tuple[int, int]:
+    """The varint at ``data[i]`` and the offset after it."""
+    value = shift = 0
+    while True:
+        byte = data[i]
+        i += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, i
+        shift += 7
+
+
+def _packets(data: bytes, start: int = 0) -> Iterator[tuple[int, int, int]]:
+    """(start, payload start, end) of each ``Trace.packet`` of the device trace from ``start``."""
+    i, n = start, len(data)
+    while i < n:
+        if data[i] != 0x0A:
+            raise AssertionError("the device trace holds a field other than Trace.packet")
+        size = data[i + 1]
+        if size < 0x80:
+            lo = i + 2
+        else:
+            size, lo = _varint_at(data, i + 1)
+        yield i, lo, lo + size
+        i = lo + size
+
+
+#: perfetto.py writes every track event packet as [timestamp (field 8)] [sequence id
+#: (field 10)] [track_event (field 11)]: its first byte is field 8's key.
+_TIMESTAMP_KEY, _SEQUENCE_KEY = 0x40, 0x50
+
+
+def _event(data: bytes, lo: int, hi: int) -> tuple[int, int, int, int]:
+    """(timestamp, sequence id, event kind, track uuid or 0) of a track event packet."""
+    stamp, j = _varint_at(data, lo + 1)
+    if data[j] != _SEQUENCE_KEY:
+        raise AssertionError("a device track event packet not laid out as perfetto.py lays them out")
+    sequence, j = _varint_at(data, j + 1)
+    kind = track = 0
+    for field, value, end in perfetto_read.fields(data, j, hi):
+        if field == 11:  # TrackEvent
+            for f, v, _ in perfetto_read.fields(data, value, end):
+                if f == 9:
+                    kind = v
+                elif f == 11:
+                    track = v
+    return stamp, sequence, kind, track
+
+
+def _device_cores(data: bytes) -> dict[int, list[_FirstSpan]]:
+    """Each device core's first span in the .pftrace collect wrote, per process track
+    uuid. One walk over the packets: perfetto.py writes a core's descriptor, its
+    sequence's state and clock snapshot, then its events (documented there; a core's
+    events in time order), so a sequence's first event comes right after its snapshot and
+    the rest are skipped unread. (perfetto_read.py reads every span, for report and compare.)"""
+    threads: dict[int, tuple[int, int]] = {}  # thread uuid -> (process uuid, tid)
+    sequences: dict[int, _SequenceClock] = {}
+    pending: set[int] = set()  # sequences whose first event is still to come
+    firsts: list[tuple[int, int, int, _SequenceClock]] = []  # (sequence, ns, packet, clock before)
+    for at, lo, hi in _packets(data):
+        if data[lo] == _TIMESTAMP_KEY:
+            if not pending:
+                continue
+            stamp, sequence, kind, _ = _event(data, lo, hi)
+            if sequence in pending:
+                pending.discard(sequence)
+                clock = sequences[sequence]
+                before = clock.copy()
+                ns = clock.ns(stamp)
+                if kind == _SLICE_BEGIN:  # else no span (a drop marker comes after the spans)
+                    firsts.append((sequence, ns, at, before))
+            continue
+        sequence = flags = 0
+        parts: list[tuple[int, int, int]] = []
+        for field, value, end in perfetto_read.fields(data, lo, hi):
+            if field == 10:
+                sequence = value
+            elif field == 13:
+                flags = value
+            elif field in (6, 59, 60):
+                parts.append((field, value, end))
+            elif field == 11:
+                raise AssertionError("a device track event packet not laid out as perfetto.py lays them out")
+        state = sequences.get(sequence)
+        if state is None or flags & perfetto.SEQ_INCREMENTAL_STATE_CLEARED:
+            state = sequences[sequence] = _SequenceClock()
+        for field, value, end in parts:
+            if field == 60:
+                _thread_descriptor(data, value, end, threads)
+            elif field == 59:  # TracePacketDefaults: timestamp_clock_id, track_event_defaults.track_uuid
+                for f, v, e in perfetto_read.fields(data, value, end):
+                    if f == 58:
+                        state.clock = v
+                    elif f == 11:
+                        state.track = next((v2 for f2, v2, _ in perfetto_read.fields(data, v, e) if f2 == 11),
+                                           state.track)
+            else:  # ClockSnapshot: the sequence clock (ids 64-127) against BOOTTIME
+                _clock_snapshot(data, value, end, state)
+                pending.add(sequence)
+    cores: dict[int, list[_FirstSpan]] = defaultdict(list)
+    for sequence, ns, at, clock in firsts:
+        if clock.track in threads:
+            process, tid = threads[clock.track]
+            cores[process].append(_FirstSpan(sequence, tid, ns, at, clock))
+    return dict(cores)
+
+
+def _first_span(data: bytes, first: _FirstSpan) -> _Core:
+    """The slice a flow event at the core's first time binds to (as ``enclosing``): the
+    last span to begin then (the innermost of those), read from the core's first event
+    on until its end is known."""
+    clock = first.clock.copy()
+    depth = 0  # open spans
+    target: tuple[int, int, int] | None = None  # (its depth, begin packet's start, end)
+    found: _Core | None = None
+    for at, lo, hi in _packets(data, first.at):
+        if data[lo] != _TIMESTAMP_KEY:
+            continue  # other cores' descriptors and state
+        stamp, sequence, kind, _ = _event(data, lo, hi)
+        if sequence != first.sequence:
+            continue
+        ns = clock.ns(stamp)
+        if found is not None and ns > first.ns:
+            break  # no span begins at the first time any more
+        if kind == _SLICE_BEGIN:
+            if ns == first.ns:
+                target, found = (depth, at, hi), None
+            depth += 1
+        elif kind == _SLICE_END and depth:
+            depth -= 1
+            if target is not None and depth == target[0] and found is None:
+                found = _Core(first.ns, ns, (target[1], target[2]), (at, hi))
+                if ns > first.ns:
+                    break
+    if found is None:
+        raise AssertionError("a device core's first span has no end")  # collect closes every span
+    return found
+
+
+def _thread_descriptor(data: bytes, lo: int, hi: int, threads: dict[int, tuple[int, int]]) -> None:
+    uuid, parent, tid = 0, None, None
+    for field, value, end in perfetto_read.fields(data, lo, hi):
+        if field == 1:
+            uuid = value
+        elif field == 5:
+            parent = value
+        elif field == 4:
+            tid = next((v for f, v, _ in perfetto_read.fields(data, value, end) if f == 2), 0)
+    if parent is not None and tid is not None:
+        threads[uuid] = (parent, tid)
+
+
+def _clock_snapshot(data: bytes, lo: int, hi: int, state: _SequenceClock) -> None:
+    clocks: dict[int, tuple[int, int, bool]] = {}
+    for field, value, end in perfetto_read.fields(data, lo, hi):
+        if field == 1:
+            cid, stamp, unit, incremental = 0, 0, 1, False
+            for f, v, _ in perfetto_read.fields(data, value, end):
+                if f == 1:
+                    cid = v
+                elif f == 2:
+                    stamp = v
+                elif f == 3:
+                    incremental = bool(v)
+                elif f == 4:
+                    unit = v or 1
+            clocks[cid] = (stamp, unit, incremental)
+    own = [c for c in clocks if 64 <= c < 128]
+    if own and perfetto.BOOTTIME in clocks:
+        state.base, state.unit, state.incremental = clocks[own[0]]
+        state.value = state.base
+        state.boot = _signed(clocks[perfetto.BOOTTIME][0])
+
+
+def _framework_threads(plan: MergePlan) -> tuple[dict[tuple[int, Any], dict[Any, _Thread]],
+                                                 dict[tuple[int, Any, Any], str]]:
+    """The framework's threads with slices or instants, per (trace, pid) and tid, and
+    the names thread_name metadata gives them."""
+    events: dict[tuple[int, Any], dict[Any, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    names: dict[tuple[int, Any, Any], str] = {}
+    for t, trace in enumerate(plan.traces):
+        for event in trace.events:
+            pid, tid = _hashable(event.get("pid")), _hashable(event.get("tid"))
+            if event["ph"] in ("X", "i", "I") and "ts" in event:
+                events[(t, pid)][tid].append(event)
+            elif (event["ph"] == "M" and event.get("name") == "thread_name"
+                  and isinstance(event.get("args"), dict)):
+                names[(t, pid, tid)] = str(event["args"].get("name"))
+    threads = {process: {tid: _Thread(found, plan.origin_us) for tid, found in by_tid.items()}
+               for process, by_tid in events.items()}
+    return threads, names
+
+
+def _link(flow: int, slices: list[tuple[_Track, int]]) -> None:
+    """Flow ``flow`` through ``slices`` (in the flow's order) as TrackEvent flow fields:
+    ``flow_ids`` on the first's begin and on each step's, ``terminating_flow_ids`` on
+    the last's. The trace processor links an id in the order it meets the events (time)
+    and drops an end that comes before its flow's start, so a slice that does not begin
+    after the event of the slice before it carries the flow on its end event."""
+    if len(slices) < 2:
+        return  # one end alone links nothing (as in the JSON trace)
+    previous = 0
+    for n, (track, k) in enumerate(slices):
+        at_end = n > 0 and track.starts[k] <= previous
+        previous = track.written[k] if at_end else track.starts[k]
+        field = perfetto.TERMINATING_FLOW_IDS if n == len(slices) - 1 else perfetto.FLOW_IDS
+        track.flows[(k, at_end)] += perfetto.fixed64_field(field, flow)
+
+
+def _add_flows(plan: MergePlan, threads: dict[tuple[int, Any], dict[Any, _Thread]], device: bytes,
+               device_pids: dict[int, int]) -> list[_Core]:
+    """The merged JSON trace's flows on the slices they bind to there, with its ids: the
+    framework's own (as framework_events renumbers them) and one from each kernel slice
+    to its launch's first device span in ``device`` (as merged_json numbers them, after).
+    Returns those device spans."""
+    ids, next_id = _flow_ids(plan)
+    points: dict[int, list[tuple[int, int, int, _Track, int]]] = defaultdict(list)
+    order = 0
+    for t, trace in enumerate(plan.traces):
+        for event in trace.events:
+            phase = event["ph"]
+            if "ts" not in event:
+                continue
+            thread = threads.get((t, _hashable(event.get("pid"))), {}).get(_hashable(event.get("tid")))
+            if thread is None:
+                continue
+            ns = _ns(event["ts"] - plan.origin_us)
+            if phase in _FLOW_PHASES:
+                flow = ids[(t, event.get("cat"), _hashable(event.get("id", event.get("id2"))))]
+                role = _FLOW_ROLE[phase]
+                k = thread.following(ns) if phase == "f" and event.get("bp") != "e" else thread.enclosing(ns)
+            elif phase == "X" and "bind_id" in event:
+                direction = (event.get("flow_out") is True, event.get("flow_in") is True)
+                if direction not in _BIND_ROLE:
+                    continue  # no direction: the trace processor links nothing either
+                flow, role, k = ids[(t, "bind", _hashable(event["bind_id"]))], _BIND_ROLE[direction], \
+                    thread.index[id(event)]
+            else:
+                continue
+            if k is not None:
+                points[flow].append((role, ns, order, thread, k))
+                order += 1
+    for flow, found in points.items():
+        found.sort(key=lambda point: point[:3])
+        _link(flow, [(track, k) for _, _, _, track, k in found])
+    cores = _device_cores(device)
+    targets: list[_Core] = []
+    for link in plan.links:
+        device_pid = device_pids.get(link.position)
+        firsts = cores.get(perfetto.process_uuid(device_pid), []) if device_pid is not None else []
+        if not firsts:
+            continue
+        # The launch's first span: the earliest, on the lowest core at a tie (merged_json's).
+        target = _first_span(device, min(firsts, key=lambda first: (first.ns, first.tid)))
+        kernel = link.slice
+        thread = threads[(link.trace, _hashable(kernel.get("pid")))][_hashable(kernel.get("tid"))]
+        source = thread.enclosing(_ns(kernel["ts"] - plan.origin_us))
+        if source is not None:
+            _link(next_id, [(thread, source), (target, 0)])
+            targets.append(target)
+        next_id += 1
+    if next_id >= FLOW_ID_LIMIT:
+        raise MergeError(f"{next_id} flows: more than JSON numbers can number exactly")
+    return targets
+
+
+def _with_flows(data: bytes, spans: list[_Core]) -> list[bytes | memoryview]:
+    """The device trace ``data`` with the flow fields of ``spans`` written into the
+    TrackEvents of their events' packets (the rest as it is)."""
+    places: dict[tuple[int, int], bytes] = defaultdict(bytes)
+    for span in spans:
+        for (k, at_end), fields in span.flows.items():
+            places[span.packets[k][at_end]] += fields
+    view = memoryview(data)
+    chunks: list[bytes | memoryview] = []
+    at = 0
+    for (lo, hi), fields in sorted(places.items()):
+        chunks += [view[at:lo], _packet_with(data, lo, hi, fields)]
+        at = hi
+    chunks.append(view[at:])
+    return chunks
+
+
+def _packet_with(data: bytes, lo: int, hi: int, extra: bytes) -> bytes:
+    """The ``Trace.packet`` at ``data[lo:hi]`` with ``extra`` appended to its TrackEvent."""
+    ((_, packet_lo, packet_hi),) = perfetto_read.fields(data, lo, hi)
+    parts: list[bytes] = []
+    at = packet_lo
+    for field, value, end in perfetto_read.fields(data, packet_lo, packet_hi):
+        if field == 11:
+            event = data[value:end]
+            header = b"\x5a" + perfetto.varint(len(event))  # field 11, its length as perfetto.py writes it
+            if data[value - len(header) : value] != header:
+                raise AssertionError("a device track event not encoded as perfetto.py encodes them")
+            parts += [data[at : value - len(header)], perfetto.bytes_field(11, event + extra)]
+        else:
+            parts.append(data[at:end])
+        at = end
+    parts.append(data[at:packet_hi])
+    return perfetto.packet(*parts)
+
+
+def merged_pftrace(plan: MergePlan, device: bytes, device_pids: dict[int, int]) -> list[bytes | memoryview]:
+    """The merged ``.pftrace``: the device trace collect wrote (``device``, its bytes)
+    with the ends of the kernel slices' flows in its events, then the framework's
+    packets (:func:`framework_packets`), every flow of the merged JSON trace on the
+    slices it binds to there, with the same ids (``device_pids``: the device trace's
+    pid per position)."""
+    threads, names = _framework_threads(plan)
+    spans = _add_flows(plan, threads, device, device_pids)
+    return [*_with_flows(device, spans), framework_packets(plan, device_pids, threads, names)]
+
+
+def framework_packets(plan: MergePlan, device_pids: dict[int, int],
+                      threads: dict[tuple[int, Any], dict[Any, _Thread]],
+                      thread_names: dict[tuple[int, Any, Any], str]) -> bytes:
     """The framework traces' slices and instants as Perfetto packets, in the layout the
     device cores use (perfetto.py): a thread track per thread, one packet sequence per
     thread with its interned names and a clock counting ns from the merged trace's 0
     (BOOTTIME, as the device tracks'). The threads of a process whose kernel slices are
     all launches of one rank file (``device_pids``: the device trace's pid per position)
     join that rank's process, above its cores, so the device tracks sit under the kernel
-    slice; other processes get a process track of their own. Flows and counters stay in
-    the JSON output only."""
+    slice; other processes get a process track of their own. Each event carries the flow
+    fields :func:`_add_flows` gave it; counters stay in the JSON output only."""
     u, b, s = perfetto.uint_field, perfetto.bytes_field, perfetto.string_field
     joins: dict[tuple[int, Any], set[int]] = defaultdict(set)
     for link in plan.links:
         joins[(link.trace, _hashable(link.slice.get("pid")))].add(device_pids[link.position])
-    threads: dict[tuple[int, Any], dict[Any, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
-    thread_names: dict[tuple[int, Any, Any], str] = {}
-    for t, trace in enumerate(plan.traces):
-        for event in trace.events:
-            pid, tid = _hashable(event.get("pid")), _hashable(event.get("tid"))
-            if event["ph"] in ("X", "i", "I") and "ts" in event:
-                threads[(t, pid)][tid].append(event)
-            elif (event["ph"] == "M" and event.get("name") == "thread_name"
-                  and isinstance(event.get("args"), dict)):
-                thread_names[(t, pid, tid)] = str(event["args"].get("name"))
     chunks: list[bytes] = []
     sequence = _FRAMEWORK_SEQUENCE
     for process_number, ((t, pid), by_tid) in enumerate(sorted(threads.items(), key=lambda kv: str(kv[0]))):
@@ -597,15 +1034,15 @@ def framework_packets(plan: MergePlan, device_pids: dict[int, int]) -> bytes:
             name = trace.process_names.get(pid, f"pid {pid}")
             chunks.append(perfetto.packet(b(60, u(1, process_uuid) + b(3, u(1, number_pid) + s(6, name))
                                             + u(12, -1 - process_number))))
-        for thread_number, (tid, events) in enumerate(sorted(by_tid.items(), key=lambda kv: str(kv[0]))):
+        for thread_number, (tid, thread) in enumerate(sorted(by_tid.items(), key=lambda kv: str(kv[0]))):
             uuid = process_uuid + first_thread + thread_number
             thread_name = thread_names.get((t, pid, tid), f"tid {tid}")
-            thread = u(1, number_pid) + u(2, first_thread + thread_number) + s(5, thread_name)
+            descriptor = u(1, number_pid) + u(2, first_thread + thread_number) + s(5, thread_name)
             # Above the cores (ranked by slot from 0) in a rank's process.
-            descriptor = u(1, uuid) + u(5, process_uuid) + b(4, thread) + u(12, thread_number - len(by_tid))
-            chunks.append(perfetto.packet(b(60, descriptor)))
-            stream = _track_events(events, plan.origin_us)
-            names = sorted({name for _, _, kind, name in stream if kind != _SLICE_END})
+            track = u(1, uuid) + u(5, process_uuid) + b(4, descriptor) + u(12, thread_number - len(by_tid))
+            chunks.append(perfetto.packet(b(60, track)))
+            stream = thread.stream()
+            names = sorted({name for _, _, kind, name, _ in stream if kind != _SLICE_END})
             iid = {name: i + 1 for i, name in enumerate(names)}
             interned = b(12, b"".join(b(2, u(1, iid[n]) + s(2, n)) for n in names))
             defaults = b(59, u(58, perfetto.SEQUENCE_CLOCK) + b(11, u(11, uuid)))
@@ -615,8 +1052,8 @@ def framework_packets(plan: MergePlan, device_pids: dict[int, int]) -> bytes:
                       + b(1, u(1, perfetto.BOOTTIME) + u(2, 0)))
             chunks.append(perfetto.packet(u(10, sequence), b(6, clocks)))
             previous = 0
-            for ns, _, kind, name in stream:
-                body = u(9, kind) + (u(10, iid[name]) if kind != _SLICE_END else b"")
+            for ns, _, kind, name, flows in stream:
+                body = u(9, kind) + (u(10, iid[name]) if kind != _SLICE_END else b"") + flows
                 chunks.append(perfetto.packet(u(8, ns - previous), u(10, sequence), b(11, body)))
                 previous = ns
             sequence += 1

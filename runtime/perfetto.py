@@ -36,6 +36,8 @@ A trace is a sequence of ``Trace.packet`` (field 1), in this order:
 
 One sequence per core keeps the deltas small (a core's records are in time order) and
 its interning tables to what it uses. Times are those of the Chrome trace to the ns.
+``collect --merge`` relies on this layout (merge.py finds each launch's first span from
+a sequence's snapshot and first events, and adds flow fields to its event packets).
 """
 
 from __future__ import annotations
@@ -62,6 +64,9 @@ BOOTTIME = 6
 
 # TrackEvent.Type
 SLICE_BEGIN, SLICE_END, INSTANT = 1, 2, 3
+#: TrackEvent's flow fields (repeated fixed64): a flow starts or continues at the slice of
+#: an event carrying its id in ``flow_ids`` and ends at one carrying it in ``terminating_flow_ids``.
+FLOW_IDS, TERMINATING_FLOW_IDS = 47, 48
 SEQ_INCREMENTAL_STATE_CLEARED = 1
 
 #: Debug-annotation names, interned with these ids on every sequence.
@@ -118,6 +123,12 @@ def bytes_field(field: int, payload: bytes) -> bytes:
 
 def string_field(field: int, text: str) -> bytes:
     return _string(field, text)
+
+
+def fixed64_field(field: int, value: int) -> bytes:
+    """A ``fixed64`` field (wire type 1), as TrackEvent's ``flow_ids`` are: one per value,
+    not packed (the protos declare them plain ``repeated``, proto2)."""
+    return varint(field << 3 | 1) + value.to_bytes(8, "little")
 
 
 def packet(*fields: bytes) -> bytes:

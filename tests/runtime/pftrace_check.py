@@ -49,6 +49,10 @@ class Span:
     args: dict[str, Any]
     src: str | None
     order: int = 0  # the B's place among the trace's packets
+    # TrackEvent flow fields of its B and E events: flows starting or going on here, ending here
+    flow_ids: list[int] = field(default_factory=list)
+    terminating_flow_ids: list[int] = field(default_factory=list)
+    flow_ns: dict[int, int] = field(default_factory=dict)  # flow id -> time of the event carrying it
 
 
 @dataclass
@@ -112,7 +116,9 @@ def read_pftrace(path: Path) -> Parsed:
     tracks: dict[int, Track] = {}
     states: dict[int, Sequence] = {}
     spans: dict[int, list[Span]] = defaultdict(list)
-    open_spans: dict[int, list[tuple[str, int, dict[str, Any], str | None, int]]] = defaultdict(list)
+    # name, start, args, src, B's packet, its flow_ids, terminating_flow_ids, their times
+    open_spans: dict[int, list[tuple[str, int, dict[str, Any], str | None, int, list[int], list[int],
+                                     dict[int, int]]]] = defaultdict(list)
     instants: dict[int, list[tuple[str, int, dict[str, Any]]]] = defaultdict(list)
     metadata: dict[str, Any] = {}
     units: set[int] = set()
@@ -184,14 +190,19 @@ def read_pftrace(path: Path) -> Parsed:
             if event.type == SLICE_BEGIN:
                 name = state.names[event.name_iid]
                 src = state.sources[event.source_location_iid] if event.source_location_iid else None
-                open_spans[track].append((name, ns, args, src, number))
+                flows, terminating = list(event.flow_ids), list(event.terminating_flow_ids)
+                times = {flow: ns for flow in [*flows, *terminating]}
+                open_spans[track].append((name, ns, args, src, number, flows, terminating, times))
             elif event.type == SLICE_END:
                 assert open_spans[track], f"packet {number}: E without its B on track {track}"
-                name, start, b_args, src, order = open_spans[track].pop()
+                name, start, b_args, src, order, flows, terminating, times = open_spans[track].pop()
                 assert ns >= start, f"packet {number}: E before its B"
-                spans[track].append(Span(name, start, ns, b_args, src, order))
+                times.update({flow: ns for flow in [*event.flow_ids, *event.terminating_flow_ids]})
+                spans[track].append(Span(name, start, ns, b_args, src, order, flows + list(event.flow_ids),
+                                         terminating + list(event.terminating_flow_ids), times))
             else:
                 assert event.type == INSTANT
+                assert not event.flow_ids and not event.terminating_flow_ids, f"packet {number}: instant flow"
                 instants[track].append((event.name, ns, args))
         elif kind == "trace_attributes":
             for attribute in packet.trace_attributes.attribute:

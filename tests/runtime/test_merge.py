@@ -9,6 +9,7 @@ named "Ascend Hardware"), not copies of real files. The rank files are generated
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 from collections import defaultdict
@@ -288,8 +289,6 @@ def test_merge_to_pftrace_several_launches_keep_the_framework_process(tmp_path: 
 
 
 def test_one_kineto_trace_of_two_devices_matches_ranks_by_the_anchors_device(tmp_path: Path) -> None:
-    import gzip
-
     import numpy as np
 
     from optrace.runtime.pt_reader import load_pt
@@ -349,3 +348,182 @@ def test_merge_output_goes_through_the_one_output_helper(tmp_path: Path) -> None
     result = invoke("collect", tmp_path / "p", "-o", "/dev/null", "--merge", trace)
     assert result.exit_code == 0, result.output
     assert not [p for p in tmp_path.iterdir() if ".device" in p.name]
+
+
+# ----------------------------------------------------------------------------- flows in .pftrace
+
+JsonSlice = tuple[Any, int]  # ((pid, tid), place in the thread's slices by start, longer first)
+
+
+def with_flows(path: Path, kernels: list[dict[str, Any]], rank: int | None = None) -> Path:
+    """framework_trace's events, plus host threads whose flows bind every way the Trace
+    Event Format has: ``f`` without ``bp`` (the next slice to begin on its thread), a
+    ``t`` step, a finish whose enclosing slice began before the start's, one id in two
+    categories (two flows), ``bind_id`` on slices (``flow_out`` / ``flow_in``), and one
+    flow with nothing to bind at its ends (no flow at all)."""
+    framework_trace(path, kernels, rank)
+    document = json.loads(path.read_text())
+    base = Decimal(kernels[0]["ts"]) - 200
+
+    def at(us: str) -> str:
+        return str(base + Decimal(us))
+
+    def x(name: str, tid: int, ts: str, dur: str, **more: Any) -> dict[str, Any]:
+        return {"ph": "X", "cat": "user", "name": name, "pid": HOST_PID, "tid": tid, "ts": at(ts), "dur": dur,
+                **more}
+
+    def flow(ph: str, cat: str, ident: object, tid: int, ts: str, **more: Any) -> dict[str, Any]:
+        return {"ph": ph, "cat": cat, "name": "hand-off", "id": ident, "pid": HOST_PID, "tid": tid,
+                "ts": at(ts), **more}
+
+    document["traceEvents"] += [
+        {"ph": "M", "name": "thread_name", "pid": HOST_PID, "tid": 2, "args": {"name": "loader"}},
+        {"ph": "M", "name": "thread_name", "pid": HOST_PID, "tid": 3, "args": {"name": "worker"}},
+        {"ph": "M", "name": "thread_name", "pid": HOST_PID, "tid": 4, "args": {"name": "waiter"}},
+        x("enqueue", 2, "0", "10"),
+        x("long wait", 4, "1", "30"),
+        flow("s", "queue", "q1", 2, "4"),
+        flow("f", "queue", "q1", 3, "12"),  # no bp: binds to "dequeue", the next to begin there
+        x("dequeue", 3, "15", "5"),
+        x("dequeue inner", 3, "15", "2.5"),
+        flow("s", "other", "q1", 3, "16"),  # the same id in another category: a flow of its own
+        x("helper", 2, "17", "3"),
+        flow("t", "other", "q1", 2, "18"),
+        flow("f", "other", "q1", 4, "19.5", bp="e"),  # "long wait" began before "dequeue inner"
+        x("produce", 2, "40", "2", bind_id=BIG_FLOW, flow_out=True),
+        x("consume", 3, "45", "2", bind_id=BIG_FLOW, flow_in=True),
+        flow("s", "queue", 99, 2, "60"),  # nothing open on either thread: binds to no slice
+        flow("f", "queue", 99, 4, "61", bp="e"),
+    ]
+    path.write_text(json.dumps(document))
+    return path
+
+
+def json_slices(document: dict[str, Any]) -> dict[Any, list[dict[str, Any]]]:
+    """Each thread's complete events by start, the longer first at one start."""
+    threads: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+    for event in document["traceEvents"]:
+        if event["ph"] == "X":
+            threads[(event["pid"], event["tid"])].append(event)
+    return {key: sorted(found, key=lambda e: (e["ts"], -e.get("dur", 0))) for key, found in threads.items()}
+
+
+def json_flows(document: dict[str, Any]) -> dict[int, list[JsonSlice]]:
+    """The slices each flow id of a merged JSON trace links, in the flow's order, bound as
+    the trace processor binds the Trace Event Format's flows: ``s``, ``t`` and ``f`` with
+    ``bp: "e"`` to the innermost slice holding their time on their thread (the last begun
+    of those holding it), ``f`` without to the next slice to begin there, ``bind_id`` to
+    its own slice. A flow with fewer than two slices links nothing."""
+    threads = json_slices(document)
+    points: dict[int, list[tuple[int, float, int, JsonSlice]]] = defaultdict(list)
+    for order, event in enumerate(document["traceEvents"]):
+        key = (event.get("pid"), event.get("tid"))
+        slices = threads.get(key, [])
+        if event["ph"] in "stf":
+            ts = event["ts"]
+            if event["ph"] == "f" and event.get("bp") != "e":
+                found = [k for k, s in enumerate(slices) if s["ts"] >= ts][:1]
+            else:
+                found = [k for k, s in enumerate(slices) if s["ts"] <= ts <= s["ts"] + s.get("dur", 0)][-1:]
+            points[event["id"]] += [("stf".index(event["ph"]), ts, order, (key, k)) for k in found]
+        elif event["ph"] == "X" and "bind_id" in event:
+            role = {(True, False): 0, (True, True): 1, (False, True): 2}[
+                (event.get("flow_out", False), event.get("flow_in", False))]
+            k = next(k for k, s in enumerate(slices) if s is event)
+            points[event["bind_id"]].append((role, event["ts"], order, (key, k)))
+    return {flow: [p[3] for p in sorted(found, key=lambda p: p[:3])]
+            for flow, found in points.items() if len(found) >= 2}
+
+
+def pftrace_flows(parsed: Any) -> tuple[dict[int, list[tuple[int, int]]], dict[int, list[tuple[int, int]]]]:
+    """Per flow id, the slices ((track uuid, place) in B order) whose events carry it in
+    ``flow_ids`` (by start), and those carrying it in ``terminating_flow_ids``."""
+    going: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    ending: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for uuid, spans in parsed.spans.items():
+        for k, span in enumerate(spans):
+            for flow in span.flow_ids:
+                going[flow].append((uuid, k))
+            for flow in span.terminating_flow_ids:
+                ending[flow].append((uuid, k))
+    for found in going.values():
+        found.sort(key=lambda place: parsed.spans[place[0]][place[1]].start_ns)
+    return dict(going), dict(ending)
+
+
+def slice_map(document: dict[str, Any], parsed: Any) -> dict[JsonSlice, tuple[int, int]]:
+    """Each JSON slice's .pftrace slice: the same name, starting within a tick, on the
+    thread's track there — the tracks of the same thread name (the device cores' "optrace
+    AIC 0" is "AIC 0", in the rank's process; a thread with no name is "tid N") whose
+    slices are all the thread's (a thread of the JSON trace holding two launches' cores
+    is two tracks there); exactly one, and every slice of those tracks is one."""
+    tick_ns = float(TICK_US) * 1000
+    names = {(e["pid"], e["tid"]): e["args"]["name"].removeprefix("optrace ") for e in document["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "thread_name"}
+
+    def same(span: Any, event: dict[str, Any]) -> bool:
+        return span.name == event["name"] and abs(span.start_ns - event["ts"] * 1000) <= tick_ns + 1e-3
+
+    out = {}
+    for key, slices in json_slices(document).items():
+        name = names.get(key, f"tid {key[1]}")
+        tracks = [uuid for uuid, spans in parsed.spans.items() if parsed.tracks[uuid].name == name
+                  and all(any(same(span, event) for event in slices) for span in spans)]
+        assert sum(len(parsed.spans[uuid]) for uuid in tracks) == len(slices), (key, tracks)
+        for j, event in enumerate(slices):
+            found = [(uuid, k) for uuid in tracks for k, span in enumerate(parsed.spans[uuid])
+                     if same(span, event)]
+            assert len(found) == 1, (key, event, found)
+            out[(key, j)] = found[0]
+    return out
+
+
+def assert_same_flows(json_out: Path, pftrace_out: Path) -> None:
+    """The .pftrace carries the JSON trace's flows: each of its flow ids links the slices
+    the JSON trace's flow events of that id bind to (same name, track and start within a
+    tick), from a flow_ids to a terminating_flow_ids; each id is one flow, under 2**53;
+    the framework's own flows and optrace's kernel -> device flows are both there."""
+    document = json.loads(gzip.decompress(json_out.read_bytes()) if json_out.name.endswith(".gz")
+                          else json_out.read_bytes())
+    parsed = read_pftrace(pftrace_out)  # Perfetto's own protos: every field a known one
+    expected = json_flows(document)
+    going, ending = pftrace_flows(parsed)
+    assert set(going) | set(ending) == set(expected), (sorted(going), sorted(ending), sorted(expected))
+    same = slice_map(document, parsed)
+    for flow, chain in expected.items():
+        assert 0 < flow < FLOW_ID_LIMIT
+        assert len(ending[flow]) == 1, (flow, ending[flow])  # one flow per id: one end
+        got = [*going[flow], *ending[flow]]
+        assert got == [same[place] for place in chain], flow
+        # The trace processor links an id's events in time order and drops an end met
+        # before its start: here each comes after the one before.
+        times = [parsed.spans[uuid][k].flow_ns[flow] for uuid, k in got]
+        assert times == sorted(set(times)), (flow, times)
+    categories = {e["cat"] for e in document["traceEvents"] if e["ph"] in "stf" and e["id"] in expected}
+    assert "optrace" in categories and categories - {"optrace"}, categories
+
+
+@pytest.mark.parametrize("case", ["one rank", "two launches", "two ranks", "cores", "with the kernel"])
+def test_merged_pftrace_carries_the_json_traces_flows(tmp_path: Path, case: str) -> None:
+    directory = tmp_path / "p"
+    extra: list[object] = []
+    if case == "two launches":  # the framework's process joins no rank
+        runs = [write_ranks(directory, [0], op="MoeDistributeDispatch", launch=k, at=100_000 * k, seed=k)
+                for k in range(2)]
+        traces = [with_flows(tmp_path / "t.json", [kernel(r, 0) for r in runs])]
+    elif case == "two ranks":  # two traces holding the same flow ids: renumbered apart
+        run = write_ranks(directory, [0, 300], op="MoeDistributeDispatch")
+        traces = [with_flows(tmp_path / f"t{r}.json", [kernel(run, r)], rank=r) for r in (0, 1)]
+    else:
+        run = write_ranks(directory, [0], op="MoeDistributeDispatch")
+        traces = [with_flows(tmp_path / "t.json", [kernel(run, 0)])]
+        if case == "cores":  # the launch's first device span is on another core
+            extra = ["--cores", "aiv"]
+        elif case == "with the kernel":  # its first span starts with the kernel slice: the end event ends it
+            extra = ["--rank-offsets", "0=-0.6"]
+    merges = [item for trace in traces for item in ("--merge", trace)]
+    suffix = ".gz" if case == "two launches" else ""
+    for out in (tmp_path / f"merged.json{suffix}", tmp_path / f"merged.pftrace{suffix}"):
+        result = invoke("collect", directory, "-o", out, *merges, *extra)
+        assert result.exit_code == 0, result.output
+    assert_same_flows(tmp_path / f"merged.json{suffix}", tmp_path / f"merged.pftrace{suffix}")
