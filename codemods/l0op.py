@@ -41,8 +41,9 @@ from optrace.codemods.layer_common import (
     match_bracket,
     split_top,
 )
-from optrace.engine.discovery import Layers
+from optrace.engine.discovery import Layers, repo_index
 from optrace.engine.edits import Edit, line_number
+from optrace.engine.includes import scan_includes
 from optrace.engine.names import op_name_re
 from optrace.engine.source import read_regular
 
@@ -205,6 +206,16 @@ def threading(layers: Layers, clean: bool = True) -> Threading:
                 static = re.search(rb"\bstatic\b", codes[path][fn.start : fn.params_open]) is not None
                 result.sites.append(Site(path, fn.name, False, fn.body_open >= 0, static, fn.params,
                                          fn.params_open, fn.params_close, line_number(data, fn.params_open)))
+    prototyped = {s.function for s in result.sites if not s.has_body}
+    for site in list(result.sites):
+        if site.has_body and not site.is_static and site.function not in prototyped:
+            outside = _outside_prototype(layers, site.path, texts[site.path], site.function)
+            if outside is not None:
+                result.errors.append((site.path, texts[site.path], site.open_at,
+                                      f"`{site.function}` is declared in {outside}, outside the operator "
+                                      "(a header other operators include): a parameter added to its "
+                                      "definition alone would leave that declaration undefined; thread the "
+                                      "profiling buffer by hand, header included"))
     for path, data in texts.items():
         code = codes[path]
         for name, paren in _calls(code, need, 0, len(code), own_parens[path]):
@@ -221,6 +232,27 @@ def threading(layers: Layers, clean: bool = True) -> Threading:
                 continue
             result.sites.append(site)
     return result
+
+
+def _outside_prototype(layers: Layers, path: Path, data: bytes, name: str) -> str | None:
+    """Where an extern function defined in the operator is declared outside it: a header
+    the defining file includes (found by name across the repository, as the build's
+    include paths would) that declares `name`. None when no such header is found."""
+    sources = repo_index(layers.repo_root).sources
+    declared = re.compile(rb"\b" + re.escape(name.encode()) + rb"\s*\(")
+    for directive in scan_includes(data):
+        if not directive.quoted:
+            continue
+        for header in sources.get(Path(directive.target).name, []):
+            if layers.op_dir in header.parents:
+                continue
+            try:
+                text = read_regular(header)
+            except OSError:
+                continue
+            if declared.search(mask(text)):
+                return header.relative_to(layers.repo_root).as_posix()
+    return None
 
 
 def _innermost(fns: list[CppFunction], offset: int) -> CppFunction | None:
