@@ -234,7 +234,8 @@ def load_perfetto_trace(path: Path) -> SpanTable:
         track_col.append(track_ids.setdefault(track, len(track_ids)))
         start_col.append(start)
         end_col.append(end)
-    tracks = [found.track_name(uuid) for uuid in track_ids]
+    # Shown by report / inspect: no NUL, as the JSON reader's process and thread names.
+    tracks = [checked_name(path, found.track_name(uuid), "track name") for uuid in track_ids]
     settings = RunSettings()
     pid_launch: dict[Any, str] = {}
     for rank in meta.get("ranks") or []:

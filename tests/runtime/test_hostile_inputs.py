@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 from optrace.cli import app
 from optrace.runtime.demo import write_demo
 from optrace.runtime.numbers import CLOCK_MHZ, NumberError, Range, check_number
+from optrace.runtime.perfetto import SLICE_BEGIN, SLICE_END, bytes_field, packet, string_field, uint_field
 from optrace.runtime.regular import BadJSON, TooLarge, parse_json, read_regular
 
 NAN_RE = re.compile(r"\b(?:nan|inf|-inf|infinity)\b", re.I)
@@ -170,6 +171,182 @@ def test_hostile_pftrace_is_refused_or_read_never_a_crash(
         assert not NAN_RE.search(out), out
     if word:  # a variant that must be refused
         assert_refused(code, out, path, word)
+
+
+# ------------------------------------------------ .pftrace built by hand, field by field
+#
+# Built with collect's own field encoders (runtime/perfetto.py): a process and a thread
+# track, then SLICE_BEGIN / SLICE_END track events. Each variant breaks one thing.
+
+PROCESS, THREAD = 100, 101
+U64 = (1 << 64) - 1
+SURROGATE = "\ud800".encode("utf-8", "surrogatepass")  # ED A0 80: a lone surrogate's "UTF-8"
+u, b = uint_field, bytes_field
+
+
+def _descriptor(*fields: bytes) -> bytes:
+    return packet(b(60, b"".join(fields)))
+
+
+def _process(uuid: int = PROCESS, pid: int = 1, name: bytes = b"Rank 0") -> bytes:
+    return _descriptor(u(1, uuid), b(3, u(1, pid) + b(6, name)))
+
+
+def _thread(uuid: int = THREAD, parent: int = PROCESS, name: bytes = b"AIC 0") -> bytes:
+    return _descriptor(u(1, uuid), u(5, parent), b(4, u(1, 1) + u(2, 2) + b(5, name)))
+
+
+def _body(kind: int, name: bytes | None = None, track: int = THREAD, iid: int | None = None) -> bytes:
+    """A TrackEvent: its type, track and name (inline, or an interned id)."""
+    return (u(9, kind) + u(11, track) + (b(23, name) if name is not None else b"")
+            + (u(10, iid) if iid is not None else b""))
+
+
+def _event(ts: int, body: bytes, *more: bytes) -> bytes:
+    """A packet of sequence 1 holding one TrackEvent."""
+    return packet(u(8, ts), u(10, 1), *more, b(11, body))
+
+
+def _slice(start: int, end: int, name: bytes = b"processing") -> bytes:
+    return _event(start, _body(SLICE_BEGIN, name)) + _event(end, _body(SLICE_END))
+
+
+def _pf(*, process: bytes = b"Rank 0", thread: bytes = b"AIC 0", label: bytes = b"processing",
+        tail: bytes = b"") -> bytes:
+    """A well-formed trace of two slices, with its names replaced and `tail` appended."""
+    return (_process(name=process) + _thread(name=thread) + _slice(1000, 2000, label)
+            + _slice(3000, 5000, label) + tail)
+
+
+def _interned(name: bytes, iid: int = 7) -> bytes:
+    """InternedData of sequence 1: event name `iid` is `name`."""
+    return packet(u(10, 1), b(12, b(2, u(1, iid) + b(2, name))))
+
+
+def _attribute(text: bytes) -> bytes:
+    """The `optrace` trace attribute (collect's metadata) holding `text`."""
+    return packet(b(126, b(1, string_field(1, "optrace") + b(3, text))))
+
+
+def _nested(depth: int, field: int, inner: bytes = b"") -> bytes:
+    """`depth` messages each holding the next as `field` (built inside out: no recursion)."""
+    for _ in range(depth):
+        inner = b(field, inner)
+    return inner
+
+
+def _clocked(unit: int, stamps: list[int]) -> bytes:
+    """Slices on a sequence clock (id 64) whose snapshot says `unit` ns a tick, incremental."""
+    clock = b(6, b(1, u(1, 64) + u(2, 0) + u(3, 1) + u(4, unit)) + b(1, u(1, 6) + u(2, 0)))
+    kinds = [SLICE_BEGIN, SLICE_END] * len(stamps)
+    events = b"".join(_event(stamp, _body(kind, b"processing"), u(58, 64))
+                      for stamp, kind in zip(stamps, kinds[: len(stamps)], strict=True))
+    return _process() + _thread() + packet(u(10, 1), clock) + events
+
+
+# Each: the trace's bytes, and a word of the message (exit 2 naming the file).
+PFTRACE_REFUSED: dict[str, tuple[bytes, str]] = {
+    # huge integers
+    "ts-int64-max": (_process() + _thread() + _slice(1000, (1 << 63) - 1), "is past 1e+18 ns"),
+    "ts-2e18": (_process() + _thread() + _slice(2 * 10**18, 2 * 10**18 + 5), "is past 1e+18 ns"),
+    "clock-unit-u64-max": (_clocked(U64, [1, 2]), "is past 1e+18 ns"),
+    "clock-increments-sum-past": (_clocked(1, [1 << 62] * 4), "is past 1e+18 ns"),
+    # NUL and lone surrogates in names and labels
+    "nul-label": (_pf(label=b"proc\x00essing"), "label 'proc\\x00essing' holds a NUL character"),
+    "nul-thread-name": (_pf(thread=b"AIC\x000"), "track name 'Rank 0 / AIC\\x000' holds a NUL character"),
+    "nul-process-name": (_pf(process=b"Rank\x000"), "holds a NUL character"),
+    "nul-interned-name": (_process() + _thread() + _interned(b"a\x00b")
+                          + _event(10, _body(SLICE_BEGIN, iid=7)) + _event(20, _body(SLICE_END)),
+                          "holds a NUL character"),
+    "surrogate-label": (_pf(label=SURROGATE + b"processing"), "is not UTF-8"),
+    "surrogate-thread-name": (_pf(thread=b"AIC " + SURROGATE), "is not UTF-8"),
+    "surrogate-process-name": (_pf(process=SURROGATE), "is not UTF-8"),
+    "surrogate-interned-name": (_pf(tail=_interned(SURROGATE)), "is not UTF-8"),
+    "surrogate-metadata-bytes": (_pf(tail=_attribute(b'{"f": "' + SURROGATE + b'"}')), "is not UTF-8"),
+    "latin1-label": (_pf(label=b"caf\xe9"), "is not UTF-8"),
+    # wrong-typed fields (a field the reader uses, of another wire type)
+    "timestamp-as-bytes": (_pf(tail=packet(b(8, b"\x01\x02"), b(11, u(9, 3)))),
+                           "TracePacket field 8 is bytes, not a varint"),
+    "sequence-id-as-bytes": (_pf(tail=packet(u(8, 1), b(10, b"x"))), "TracePacket field 10 is bytes"),
+    "track-event-as-varint": (_pf(tail=packet(u(8, 1), u(11, 5))),
+                              "TracePacket field 11 is a varint, not bytes"),
+    "descriptor-as-varint": (_pf(tail=packet(u(60, 5))), "TracePacket field 60 is a varint"),
+    "interned-as-varint": (_pf(tail=packet(u(12, 5))), "TracePacket field 12 is a varint"),
+    "defaults-track-as-varint": (_pf(tail=packet(b(59, u(11, 7)))),
+                                 "TracePacketDefaults field 11 is a varint"),
+    "clock-as-varint": (_pf(tail=packet(b(6, u(1, 7)))), "ClockSnapshot field 1 is a varint"),
+    "attribute-as-varint": (_pf(tail=packet(b(126, u(1, 7)))), "trace attributes field 1 is a varint"),
+    "event-type-as-bytes": (_pf(tail=_event(1, b(9, b"\x01"))), "TrackEvent field 9 is bytes, not a varint"),
+    "event-name-as-varint": (_pf(tail=_event(1, u(9, 3) + u(23, 9))),
+                             "TrackEvent field 23 is a varint, not bytes"),
+    "event-track-as-fixed64": (_pf(tail=_event(1, b"\x59" + b"\x00" * 8)),
+                               "TrackEvent field 11 is a fixed64"),
+    "process-pid-as-bytes": (_pf(tail=_descriptor(u(1, 5), b(3, b(1, b"x")))),
+                             "ProcessDescriptor field 1 is bytes"),
+    "thread-name-as-varint": (_pf(tail=_descriptor(u(1, 6), b(4, u(5, 3)))),
+                              "ThreadDescriptor field 5 is a varint"),
+    # truncated varints and lengths
+    "packet-length-cut": (_pf() + b"\x0a\x85", "varint runs past the end"),
+    "packet-length-past-end": (_pf() + b"\x0a\x40\x08", "packet runs past the end of the file"),
+    "event-key-at-end": (_pf(tail=_event(5, b"\x48")), "runs past"),
+    "event-varint-cut": (_pf(tail=_event(5, b"\x48\x81")), "runs past"),
+    "event-varint-cut-mid-file": (_process() + _thread() + _event(5, b"\x48\x81\x81") + _pf(), "runs past"),
+    "event-string-past-event": (_pf(tail=_event(5, b"\xba\x01\x05ab")),
+                                "a track event's field runs past the event"),
+    "event-fixed32-cut": (_pf(tail=_event(5, b"\x25\x00")), "runs past"),
+    "varint-11-bytes": (_pf(tail=packet(b"\x40" + b"\xff" * 10 + b"\x01")), "varint longer than 10 bytes"),
+    "top-level-field-past-end": (_pf() + b"\x12\xff\x01abc", "field runs past the end of the file"),
+    "nested-length-past-message": (_pf(tail=packet(b(60, b"\x12\x09ab"))), "field runs past its message"),
+}
+
+# Each: the bytes, and the spans inspect must count (read: exit 0, no NaN anywhere).
+PFTRACE_READ: dict[str, tuple[bytes, int]] = {
+    # 3000 messages inside each other in fields the reader does not use: skipped by length.
+    "unknown-message-3000-deep": (_pf(tail=_event(6000, _body(3, b"x") + _nested(3000, 99))), 2),
+    "unknown-top-level-3000-deep": (_pf() + _nested(3000, 2), 2),
+    "descriptor-unknown-3000-deep": (_pf(tail=_descriptor(u(1, 7), _nested(3000, 30))), 2),
+    # huge integers where any value is fine: uuids, pids, interned ids, sequence ids
+    "uuid-u64-max": (_process(uuid=U64) + _thread(uuid=U64 - 1, parent=U64)
+                     + _event(10, _body(SLICE_BEGIN, b"processing", track=U64 - 1))
+                     + _event(20, _body(SLICE_END, track=U64 - 1)), 1),
+    "pid-u64-max": (_process(pid=U64) + _thread() + _slice(10, 20), 1),
+    "name-iid-u64-max": (_pf(tail=_event(6000, _body(3, iid=U64))), 2),
+    "sequence-id-u64-max": (_process() + _thread()
+                            + packet(u(8, 10), u(10, U64), b(11, _body(SLICE_BEGIN, b"processing")))
+                            + _event(20, _body(SLICE_END)), 1),
+}
+
+
+def _pf_args(command: str, path: Path) -> list[str]:
+    return [command, str(path)] + ([str(path)] if command == "compare" else [])
+
+
+@pytest.mark.parametrize("case", list(PFTRACE_REFUSED))
+@pytest.mark.parametrize("command", ["report", "compare", "inspect"])
+def test_hand_built_hostile_pftrace_is_refused_with_its_path(tmp_path: Path, case: str, command: str) -> None:
+    data, word = PFTRACE_REFUSED[case]
+    path = tmp_path / "trace.pftrace"
+    path.write_bytes(data)
+    code, out = cli(*_pf_args(command, path))
+    assert_refused(code, out, path, word)
+    assert not NAN_RE.search(out), out
+
+
+@pytest.mark.parametrize("case", list(PFTRACE_READ))
+@pytest.mark.parametrize("command", ["report", "compare", "inspect", "report-html"])
+def test_deep_or_huge_but_well_formed_pftrace_is_read(tmp_path: Path, case: str, command: str) -> None:
+    data, spans = PFTRACE_READ[case]
+    path = tmp_path / "trace.pftrace"
+    path.write_bytes(data)
+    html = tmp_path / "r.html"
+    args = ["report", str(path), "--html", str(html)] if command == "report-html" else _pf_args(command, path)
+    code, out = cli(*args)
+    assert "Traceback" not in out and code == 0, f"exit {code}:\n{out[-3000:]}"
+    assert not NAN_RE.search(out), out
+    if command == "inspect":
+        assert f" {spans} spans" in out, out
+    if command == "report-html":
+        assert html.stat().st_size > 0
 
 
 @pytest.mark.parametrize("command", ["report", "compare", "inspect"])
