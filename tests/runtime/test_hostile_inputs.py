@@ -8,6 +8,7 @@ documented range (runtime/numbers.py)."""
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import os
 import re
@@ -16,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from pftrace_check import read_pftrace
+from rt_helpers import FP, LABELS, write_point_map
 from typer.testing import CliRunner
 
 from optrace.cli import app
@@ -23,6 +26,8 @@ from optrace.runtime.demo import write_demo
 from optrace.runtime.numbers import CLOCK_MHZ, NumberError, Range, check_number
 from optrace.runtime.perfetto import SLICE_BEGIN, SLICE_END, bytes_field, packet, string_field, uint_field
 from optrace.runtime.regular import BadJSON, TooLarge, parse_json, read_regular
+from optrace.runtime.save import save_profiling_data
+from optrace.runtime.synth import SlotWriter, new_buffer
 
 NAN_RE = re.compile(r"\b(?:nan|inf|-inf|infinity)\b", re.I)
 
@@ -244,6 +249,12 @@ def _clocked(unit: int, stamps: list[int]) -> bytes:
     return _process() + _thread() + packet(u(10, 1), clock) + events
 
 
+def _deep_slices(depth: int) -> bytes:
+    begins = b"".join(_event(10 + i, _body(SLICE_BEGIN, b"processing")) for i in range(depth))
+    ends = b"".join(_event(10 * depth - i, _body(SLICE_END)) for i in range(depth))
+    return _process() + _thread() + begins + ends
+
+
 # Each: the trace's bytes, and a word of the message (exit 2 naming the file).
 PFTRACE_REFUSED: dict[str, tuple[bytes, str]] = {
     # huge integers
@@ -301,6 +312,9 @@ PFTRACE_REFUSED: dict[str, tuple[bytes, str]] = {
 
 # Each: the bytes, and the spans inspect must count (read: exit 0, no NaN anywhere).
 PFTRACE_READ: dict[str, tuple[bytes, int]] = {
+    # 40,000 slices inside each other: deeper than an int16 (report, compare, inspect and
+    # the HTML page were exit 3 past 32,767); iterative everywhere, no recursion limit.
+    "slices-40000-deep": (_deep_slices(40_000), 40_000),
     # 3000 messages inside each other in fields the reader does not use: skipped by length.
     "unknown-message-3000-deep": (_pf(tail=_event(6000, _body(3, b"x") + _nested(3000, 99))), 2),
     "unknown-top-level-3000-deep": (_pf() + _nested(3000, 2), 2),
@@ -347,6 +361,50 @@ def test_deep_or_huge_but_well_formed_pftrace_is_read(tmp_path: Path, case: str,
         assert f" {spans} spans" in out, out
     if command == "report-html":
         assert html.stat().st_size > 0
+
+
+@pytest.mark.parametrize("command", ["report", "compare", "inspect"])
+def test_a_json_trace_40000_slices_deep_is_read(tmp_path: Path, command: str) -> None:
+    """Complete events inside each other, deeper than an int16 (exit 3 past 32,767)."""
+    depth = 40_000
+    path = write_hostile(tmp_path / "trace.json", trace_text(
+        [event(ts=float(i), dur=float(2 * (depth - i))) for i in range(depth)]))
+    code, out = cli(*_pf_args(command, path))
+    assert "Traceback" not in out and code == 0 and not NAN_RE.search(out), f"exit {code}:\n{out[-3000:]}"
+
+
+def _deep_rank(directory: Path, depth: int, closed: bool) -> None:
+    """One core that opened `processing` `depth` times (and closed it as often, or never:
+    a B in a loop whose E was forgotten)."""
+    data = new_buffer(1, 4 * depth + 64)
+    writer = SlotWriter(data[0], 1000, fingerprint=FP)
+    begin, end = LABELS["processing"]
+    for i in range(depth):
+        writer.record(begin, 1000 + i)
+    for i in range(depth if closed else 0):
+        writer.record(end, 1000 + depth + i)
+    save_profiling_data(data, 0, directory, aic_cores=1, barrier=True)
+    write_point_map(directory)
+
+
+@pytest.mark.parametrize("closed", [True, False], ids=["closed", "never-closed"])
+def test_a_rank_file_nesting_40000_deep_is_collected(tmp_path: Path, closed: bool) -> None:
+    """Depths past an int16 (collect and report were exit 3): the spans nest as recorded,
+    in the JSON trace and in the .pftrace as Perfetto's own protos read it."""
+    depth = 40_000
+    prof = tmp_path / "prof"
+    _deep_rank(prof, depth, closed)
+    for name in ("t.json", "t.pftrace"):
+        code, out = cli("collect", str(prof), "-o", str(tmp_path / name))
+        # never closed: the B records are closed at the core's last timestamp and flagged (exit 1)
+        assert "Traceback" not in out and code == (0 if closed else 1), out
+    spans = sorted(read_pftrace(tmp_path / "t.pftrace").by_name()[("Rank 0", "AIC 0")],
+                   key=lambda s: (s.start_ns, -s.end_ns))
+    assert len(spans) == depth
+    assert all(a.start_ns <= b.start_ns and b.end_ns <= a.end_ns for a, b in itertools.pairwise(spans))
+    for source in (prof, tmp_path / "t.json", tmp_path / "t.pftrace"):
+        code, out = cli("report", str(source))
+        assert "Traceback" not in out and code == 0 and re.search(rf"processing\s+{depth}\s", out), out
 
 
 @pytest.mark.parametrize("command", ["report", "compare", "inspect"])
