@@ -407,6 +407,50 @@ def test_a_rank_file_nesting_40000_deep_is_collected(tmp_path: Path, closed: boo
         assert "Traceback" not in out and code == 0 and re.search(rf"processing\s+{depth}\s", out), out
 
 
+def write_json_bytes(other: dict[str, object]) -> bytes:
+    """A one-span JSON trace with `other` as its otherData (escaped as json.dumps does)."""
+    return trace_text([event()], other=other).encode()
+
+
+def _drop_marker(count: str) -> str:
+    return f"optrace: {count} records dropped (slot full)"
+
+
+# What inspect prints from a trace's instants and metadata (report and compare use neither).
+INSPECT_REFUSED: dict[str, tuple[bytes, str]] = {
+    # int() of more than 4300 digits raised ValueError: exit 3
+    "json-drop-count-5000-digits": (trace_text([event(), {"ph": "i", "pid": 0, "tid": 0, "ts": 1.0,
+                                                          "name": _drop_marker("9" * 5000)}]).encode(),
+                                    "a count of 5000 digits (at most 20)"),
+    "json-drop-count-21-digits": (trace_text([event(), {"ph": "i", "pid": 0, "tid": 0, "ts": 1.0,
+                                                        "name": _drop_marker("1" + "0" * 20)}]).encode(),
+                                  "a count of 21 digits"),
+    "pftrace-drop-count-5000-digits": (_pf(tail=_event(6000, _body(3, _drop_marker("9" * 5000).encode()))),
+                                       "a count of 5000 digits"),
+    # a lone surrogate in the format stdout cannot print: exit 3 in the text output
+    "json-format-lone-surrogate": (write_json_bytes({"format": "\ud800"}), "holds a lone surrogate"),
+    "json-format-nul": (write_json_bytes({"format": "optrace\u0000"}), "holds a NUL character"),
+    "json-format-a-list": (write_json_bytes({"format": [1, 2]}), "metadata 'format' must be a string"),
+    "pftrace-format-lone-surrogate": (_pf(tail=_attribute(b'{"format": "\\ud800"}')),
+                                      "holds a lone surrogate"),
+    "pftrace-format-number": (_pf(tail=_attribute(b'{"format": 123456789012345678901234}')),
+                              "metadata 'format' must be a string"),
+}
+
+
+@pytest.mark.parametrize("case", list(INSPECT_REFUSED))
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_what_inspect_prints_of_a_trace_is_checked(tmp_path: Path, case: str, fmt: str) -> None:
+    data, word = INSPECT_REFUSED[case]
+    path = tmp_path / ("trace.pftrace" if case.startswith("pftrace") else "trace.json")
+    path.write_bytes(data)
+    assert_refused(*cli("inspect", str(path), "--format", fmt), path, word)
+    if "drop-count-21" in case:  # one digit less is a count: read
+        path.write_bytes(data.replace(b"1" + b"0" * 20, b"1" + b"0" * 19))
+        code, out = cli("inspect", str(path), "--format", fmt)
+        assert code == 0 and "10000000000000000000" in out, out
+
+
 @pytest.mark.parametrize("command", ["report", "compare", "inspect"])
 @pytest.mark.parametrize("name", ["trace.json", "trace.pftrace"])
 def test_a_fifo_where_a_trace_is_expected_is_not_read(tmp_path: Path, command: str, name: str) -> None:
