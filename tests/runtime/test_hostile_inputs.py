@@ -493,6 +493,11 @@ def test_a_fifo_rank_file_or_point_map_is_named_not_read(
     ["--clock-mhz", "1e9"], ["--rank-offsets", "0=nan"], ["--rank-offsets", "0=inf"],
     ["--rank-offsets", "0=1e400"], ["--rank-offsets", "0=1e13"], ["--rank-offsets", "99999999999=1"],
     ["--rank-offsets", "-1=1"], ["--split", "99999999999999G"], ["--split", "10"],
+    # --align LABEL@N: N through check_number, an integer in [1, 2^24]
+    ["--align", "processing@0"], ["--align", "processing@-1"], ["--align", "processing@16777217"],
+    ["--align", "processing@99999999999999999999999"], ["--align", "processing@" + "9" * 5000],
+    ["--align", "processing@x"], ["--align", "processing@"], ["--align", "processing@2.5"],
+    ["--align", "processing@1e400"], ["--align", "processing@inf"], ["--align", "processing@nan"],
 ])
 def test_collect_numeric_options_are_finite_and_in_range(
     profiling: Path, tmp_path: Path, option: list[str]
@@ -500,7 +505,15 @@ def test_collect_numeric_options_are_finite_and_in_range(
     out_path = tmp_path / "t.json"
     code, out = cli("collect", str(profiling), "-o", str(out_path), *option)
     assert code == 2 and "Traceback" not in out and option[0] in out, out
+    if option[0] == "--align":
+        assert f"--align {option[1]!r}: N must be an integer in [1, 16777216], not " in out, out
     assert not out_path.exists()
+
+
+@pytest.mark.parametrize("n", ["1", "+1", " 1 "])
+def test_collect_align_takes_an_occurrence_in_range(profiling: Path, tmp_path: Path, n: str) -> None:
+    code, out = cli("collect", str(profiling), "-o", str(tmp_path / "t.json"), "--align", f"processing@{n}")
+    assert code == 0 and "label processing@1" in out, out
 
 
 @pytest.mark.parametrize("option", [["--clock-mhz", "nan"], ["--clock-mhz", "inf"], ["--clock-mhz", "0"],
@@ -511,10 +524,15 @@ def test_report_numeric_options_are_checked(profiling: Path, option: list[str]) 
 
 
 @pytest.mark.parametrize("option", [["--expect", "nan"], ["--expect", "inf"], ["--expect", "1e400"],
-                                    ["--fail-on-regression", "nan"], ["--fail-on-regression", "-1"]])
+                                    ["--fail-on-regression", "nan"], ["--fail-on-regression", "-1"],
+                                    ["--fail-on-regression", "inf"], ["--fail-on-regression", "+inf"],
+                                    ["--fail-on-regression", "-inf"], ["--fail-on-regression", "1000.001"],
+                                    ["--fail-on-regression", "1e9"]])
 def test_compare_numeric_options_are_checked(profiling: Path, option: list[str]) -> None:
     code, out = cli("compare", str(profiling), str(profiling), *option)
     assert code == 2 and option[0] in out and "Traceback" not in out, out
+    bounds = "[0, 1000] %" if option[0] == "--fail-on-regression" else "[-100, 100] %"
+    assert f"{option[0]} must be a finite number in {bounds}, not " in out, out
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0, 0.0, 1e300])
