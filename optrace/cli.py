@@ -494,7 +494,11 @@ def _edit_command(
         # Correct either way, but the user should know why a parallel run was slow.
         _err(f"note: computed again after earlier commits (they read files those commits "
              f"wrote, e.g. a shared kernel header): {', '.join(recomputed)}")
-    if patch is not None and not _write_output(patch, encode_patch("".join(patches)), sources + patched):
+    # No operator got as far as its diff (every one refused: a config past its bound, a
+    # link out of the root): no patch, so a patch file already there is kept, not emptied.
+    refused = code >= EXIT_INPUT and len(patches) == 0
+    if patch is not None and not refused and not _write_output(
+            patch, encode_patch("".join(patches)), sources + patched):
         return EXIT_INPUT
     return code
 

@@ -21,7 +21,6 @@ shift and residual, and the uncertainty.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,6 +28,7 @@ import numpy as np
 
 from .decode import RankDecode, signed_delta
 from .format import DEFAULT_CLOCK_MHZ, RankMeta
+from .numbers import ALIGN_OCCURRENCE, check_number
 from .pointmap import PointMap
 from .records import FrozenRecord, Record
 
@@ -39,8 +39,6 @@ MERGED = "framework trace"
 
 class AlignmentError(Exception):
     """``--align`` cannot be applied to these files (a usage problem: exit 2)."""
-#: The largest N of LABEL@N (a label does not occur more often on one core than a slot holds).
-MAX_OCCURRENCE = 1 << 24
 
 
 class AlignSpec(FrozenRecord):
@@ -60,19 +58,29 @@ class AlignSpec(FrozenRecord):
 
 
 def parse_align(text: str) -> AlignSpec:
-    """``"barrier"`` or ``"barrier@3"``; ValueError (``--align: ...``) otherwise."""
+    """``"barrier"`` or ``"barrier@3"``; ValueError (``--align ...``) otherwise. N passes
+    check_number like every number a user gives (runtime/numbers.py): an integer in
+    [1, 2^24] — not 0, negative, 2.5, 1e400, nan or a word."""
     label, at, number = text.strip().rpartition("@") if "@" in text else (text.strip(), "", "")
     label = label.strip()
     if not label:
         raise ValueError(f"--align: {text!r} has no label (expected LABEL or LABEL@N)")
     occurrence = 1
     if at:
-        if not re.fullmatch(r"\d{1,9}", number.strip()):
-            raise ValueError(f"--align: {number!r} after '@' is not an occurrence number (1, 2, ...)")
-        occurrence = int(number)
-        if not 1 <= occurrence <= MAX_OCCURRENCE:
-            raise ValueError(f"--align: occurrence {occurrence} is out of range (1 to {MAX_OCCURRENCE})")
+        occurrence = int(check_number(f"--align {text.strip()!r}: N", _as_number(number), ALIGN_OCCURRENCE))
     return AlignSpec(label, occurrence)
+
+
+def _as_number(text: str) -> object:
+    """N as written, for check_number to judge: an int, else a float ("2.5", "1e400" ->
+    inf, "nan"), else the text itself (not a number at all)."""
+    text = text.strip()
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:  # int() of more than 4300 digits too: then float() says inf
+            continue
+    return text
 
 
 class Anchor(FrozenRecord):

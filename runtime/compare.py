@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ProfilingInputError
+from .numbers import EXPECT_PERCENT, REGRESSION_PERCENT, NumberError, Range, check_optional
 from .spans import PROCESSING, SpanTable
 
 ACHIEVED = "achieved"
@@ -45,8 +46,8 @@ RESAMPLES = 10_000
 #: The bootstrap's generator is seeded: the same two runs give the same intervals.
 BOOTSTRAP_SEED = 20261201
 #: --expect and --fail-on-regression: finite, within these bounds (percent).
-EXPECT_RANGE = (-100.0, 100.0)
-REGRESSION_RANGE = (0.0, 1000.0)
+EXPECT_RANGE = EXPECT_PERCENT
+REGRESSION_RANGE = REGRESSION_PERCENT
 
 Interval = tuple[float, float]
 
@@ -55,14 +56,12 @@ class OptionError(ValueError):
     """A numeric option out of its documented range (the CLI: exit 2)."""
 
 
-def check_percent(option: str, value: float | None, bounds: tuple[float, float]) -> None:
-    if value is None:
-        return
-    low, high = bounds
-    if not math.isfinite(value) or not low <= value <= high:
-        raise OptionError(
-            f"{option} must be a finite number from {low:g} to {high:g} (percent), not {value!r}"
-        )
+def check_percent(option: str, value: float | None, bounds: Range) -> None:
+    """The one number check (runtime/numbers.py), as OptionError for compare's callers."""
+    try:
+        check_optional(option, value, bounds)
+    except NumberError as exc:
+        raise OptionError(str(exc)) from None
 
 
 def threshold_for(expect: float) -> float:

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections import Counter
 
 import numpy as np
+import numpy.typing as npt
 
 from .errors import ProfilingInputError
 from .format import (
@@ -238,6 +239,13 @@ class Nesting(Record):
         self.unmatched_e = unmatched_e
 
 
+def narrow_depth(depth: np.ndarray) -> np.ndarray:
+    """Depths as int16, which they nearly always fit, else int32: a slot of 64 Ki words
+    holds 32 Ki begins without their ends (a B in a loop whose E was forgotten, or a
+    hostile rank file), and int16 would wrap them — event_places needs them exact."""
+    return depth.astype(np.int16 if depth.size == 0 or int(depth.max()) < 1 << 15 else np.int32)
+
+
 def nest_vectorised(kinds: np.ndarray, labels: np.ndarray) -> Nesting | None:
     """Pair B/E of a well-formed sequence without a Python loop; None when malformed.
 
@@ -267,7 +275,7 @@ def nest_vectorised(kinds: np.ndarray, labels: np.ndarray) -> Nesting | None:
     return Nesting(
         begin=begin,
         end=end,
-        depth=(level[begin] - 1).astype(np.int16),
+        depth=narrow_depth(level[begin] - 1),
         status=np.zeros(begin.size, np.int8),
         unmatched_e=0,
     )
@@ -314,7 +322,7 @@ def nest_stack(kinds: np.ndarray, labels: np.ndarray) -> Nesting:
     return Nesting(
         begin=begin[order],
         end=np.array(ends, dtype=np.int64)[order],
-        depth=np.array(depths, dtype=np.int16)[order],
+        depth=narrow_depth(np.array(depths, dtype=np.int64))[order],
         status=np.array(statuses, dtype=np.int8)[order],
         unmatched_e=unmatched_e,
     )
@@ -401,7 +409,7 @@ def nest_segments(
         begin, end = begin[ok], end[ok]
     parts_begin = [begin]
     parts_end = [end]
-    parts_depth = [(level[begin] - 1).astype(np.int16)]
+    parts_depth = [narrow_depth(level[begin] - 1)]
     parts_status = [np.zeros(begin.size, np.int8)]
     unmatched = np.zeros(n_segments, dtype=np.int64)
     for seg in np.flatnonzero(~good & nonempty).tolist():
@@ -421,7 +429,7 @@ def nest_segments(
     occupied[all_begin] = True
     sorted_begin = np.flatnonzero(occupied)
 
-    def by_start(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+    def by_start(parts: list[np.ndarray], dtype: npt.DTypeLike) -> np.ndarray:
         spread: np.ndarray = np.empty(n, dtype=dtype)
         spread[all_begin] = np.concatenate(parts)
         return spread[sorted_begin]
@@ -430,7 +438,7 @@ def nest_segments(
         segment=segment[sorted_begin].astype(np.int64),  # a span's segment is its B's
         begin=sorted_begin,
         end=by_start(parts_end, np.int64),
-        depth=by_start(parts_depth, np.int16),
+        depth=by_start(parts_depth, np.result_type(*parts_depth)),  # int32 if a part needs it
         status=by_start(parts_status, np.int8),
         unmatched_e=unmatched,
     )

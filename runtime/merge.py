@@ -129,7 +129,9 @@ def read_framework_trace(path: Path) -> FrameworkTrace:
     except FileNotFoundError:
         raise ProfilingInputError(path, "no such file") from None
     except (OSError, EOFError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise ProfilingInputError(path, f"not a readable JSON trace: {exc}") from None
+        # An OSError's own text ("[Errno 27] ...: 'path'") would name the path twice.
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise ProfilingInputError(path, f"not a readable JSON trace: {why}") from None
     events = document.get("traceEvents") if isinstance(document, dict) else document
     if not isinstance(events, list):
         raise ProfilingInputError(path, "not a Chrome / Kineto trace: no traceEvents list")

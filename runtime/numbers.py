@@ -37,7 +37,11 @@ class Range:
         right = ")" if self.high_open else "]"
         kind = "an integer" if self.integer else "a finite number"
         unit = f" {self.unit}" if self.unit else ""
-        return f"{kind} in {left}{self.low:g}, {self.high:g}{right}{unit}"
+        return f"{kind} in {left}{self._bound(self.low)}, {self._bound(self.high)}{right}{unit}"
+
+    def _bound(self, value: float) -> str:
+        # An integer range says its bounds exactly (16777216, not 1.67772e+07).
+        return str(int(value)) if self.integer and float(value).is_integer() else f"{value:g}"
 
 
 #: The documented ranges (docs/faults.md "Numbers").
@@ -47,7 +51,9 @@ RANK = Range(0, 2**31 - 1, integer=True)
 SPLIT_BYTES = Range(1024, 2**50, integer=True, unit="bytes")
 EXPECT_PERCENT = Range(-100.0, 100.0, unit="%")
 REGRESSION_PERCENT = Range(0.0, 1000.0, unit="%")
-ALIGN_US = Range(0.0, 1e9, unit="µs")  # for collect's --align (issue 15) to use
+#: The N of collect's --align LABEL@N: a label does not occur more often on one core than a
+#: slot holds.
+ALIGN_OCCURRENCE = Range(1, 2**24, integer=True)
 TOP = Range(0, 100_000, integer=True, unit="hotspots")
 DENSITY_LABELS = Range(1, 10_000, integer=True, unit="labels")
 TRIP_COUNT = Range(0, 2**40, integer=True)

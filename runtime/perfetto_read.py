@@ -7,6 +7,12 @@ sequences with their incremental state (interned event names, TracePacketDefault
 sequence clocks declared by a ClockSnapshot (incremental, with a unit), SLICE_BEGIN /
 SLICE_END paired per track, and the ``optrace`` trace attribute (the run's settings).
 Other packets are skipped. The tests check it against Perfetto's own protos.
+
+Someone else's file (issue 14 §5): every read stays inside the message it belongs to, a
+field the reader uses must have its schema's wire type (a timestamp sent as bytes is
+refused, not read as no timestamp), strings must be UTF-8 (a lone surrogate's bytes
+are not), and nothing recurses: unknown fields, however deeply nested, are skipped by
+their length. Any breach is ``path: not a readable Perfetto trace: ...`` (exit 2).
 """
 
 from __future__ import annotations
@@ -21,8 +27,40 @@ from .regular import BadJSON, parse_json, read_maybe_gzip
 _U64 = 1 << 64
 
 
-class _Truncated(ValueError):
+class _Malformed(ValueError):
+    """Bytes that are not the trace format: the message says where."""
+
+
+class _Truncated(_Malformed):
     pass
+
+
+_VARINT, _LEN = 0, 2
+_WIRE = {0: "a varint", 1: "a fixed64", 2: "bytes", 5: "a fixed32"}
+
+#: (message, {field: wire type}) of what the reader takes from each message: a field
+#: of another wire type would be read as something else (an offset as a number), so it
+#: is refused. Fields the reader does not use are skipped whatever their type.
+_Schema = tuple[str, dict[int, int]]
+_PACKET: _Schema = ("TracePacket", {8: _VARINT, 10: _VARINT, 13: _VARINT, 58: _VARINT, 6: _LEN, 11: _LEN,
+                                    12: _LEN, 59: _LEN, 60: _LEN, 126: _LEN})
+_EVENT: _Schema = ("TrackEvent", {9: _VARINT, 10: _VARINT, 11: _VARINT, 23: _LEN})
+_DEFAULTS: _Schema = ("TracePacketDefaults", {58: _VARINT, 11: _LEN})
+_EVENT_DEFAULTS: _Schema = ("TrackEventDefaults", {11: _VARINT})
+_INTERNED: _Schema = ("InternedData", {2: _LEN, 3: _LEN})
+_INTERNED_NAME: _Schema = ("an interned name", {1: _VARINT, 2: _LEN})
+_DESCRIPTOR: _Schema = ("TrackDescriptor", {1: _VARINT, 2: _LEN, 3: _LEN, 4: _LEN, 5: _VARINT})
+_PROCESS: _Schema = ("ProcessDescriptor", {1: _VARINT, 6: _LEN})
+_THREAD: _Schema = ("ThreadDescriptor", {5: _LEN})
+_CLOCKS: _Schema = ("ClockSnapshot", {1: _LEN})
+_CLOCK: _Schema = ("ClockSnapshot.Clock", {1: _VARINT, 2: _VARINT, 3: _VARINT, 4: _VARINT})
+_ATTRIBUTES: _Schema = ("trace attributes", {1: _LEN})
+_ATTRIBUTE: _Schema = ("a trace attribute", {1: _LEN, 3: _LEN})
+
+
+def _wrong_wire(schema: _Schema, number: int, wire: int) -> _Malformed:
+    return _Malformed(f"{schema[0]} field {number} is {_WIRE.get(wire, f'wire type {wire}')}, "
+                      f"not {_WIRE[schema[1][number]]}")
 
 
 def _varint(data: bytes, i: int) -> tuple[int, int]:
@@ -40,13 +78,16 @@ def _varint(data: bytes, i: int) -> tuple[int, int]:
             raise _Truncated("varint longer than 10 bytes")
 
 
-def fields(data: bytes, lo: int, hi: int) -> Iterator[tuple[int, int, int]]:
+def fields(data: bytes, lo: int, hi: int, schema: _Schema | None = None) -> Iterator[tuple[int, int, int]]:
     """(field number, value, end): for a varint its value; for bytes the start offset
-    (``end`` is where they stop); fixed-width values are skipped."""
+    (``end`` is where they stop); fixed-width values are skipped. With a schema, a field
+    it names must have its wire type."""
     i = lo
     while i < hi:
         key, i = _varint(data, i)
         number, wire = key >> 3, key & 7
+        if schema is not None and schema[1].get(number, wire) != wire:
+            raise _wrong_wire(schema, number, wire)
         if wire == 0:
             value, i = _varint(data, i)
             yield number, value, i
@@ -71,7 +112,12 @@ def _signed(value: int) -> int:
 
 
 def _text(data: bytes, lo: int, hi: int) -> str:
-    return data[lo:hi].decode("utf-8", errors="replace")
+    """A string field: UTF-8, as protobuf requires (the UTF-8 form of a lone surrogate,
+    ED A0 80, is not; JSON traces refuse such names too)."""
+    try:
+        return data[lo:hi].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _Malformed(f"string {data[lo:min(hi, lo + 60)]!r} is not UTF-8 ({exc.reason})") from None
 
 
 class _Sequence:
@@ -120,7 +166,7 @@ def read_spans(path: Path) -> PerfettoSpans:
         raise ProfilingInputError(path, f"not a readable trace: {why}") from None
     try:
         return _read(data)
-    except (_Truncated, UnicodeDecodeError, KeyError, BadJSON) as exc:
+    except (_Malformed, KeyError, BadJSON) as exc:
         raise ProfilingInputError(path, f"not a readable Perfetto trace: {exc}") from None
 
 
@@ -182,6 +228,8 @@ def _read(data: bytes) -> PerfettoSpans:
                     flags = value
                 elif field == 58:
                     clock_id = value
+                elif field in _PACKET[1]:  # a message sent as a number
+                    raise _wrong_wire(_PACKET, field, wire)
             elif wire == 2:
                 length = data[j] if j < hi else 0x80
                 if length < 0x80:
@@ -191,14 +239,16 @@ def _read(data: bytes) -> PerfettoSpans:
                 if key == 0x5A:  # track_event
                     event_lo, event_hi = j, j + length
                 else:
+                    if _PACKET[1].get(key >> 3, _LEN) != _LEN:  # a number sent as bytes
+                        raise _wrong_wire(_PACKET, key >> 3, wire)
                     if other is None:
                         other = []
                     other.append((key >> 3, j, j + length))
                 j += length
-            elif wire == 1:
-                j += 8
-            elif wire == 5:
-                j += 4
+            elif wire == 1 or wire == 5:
+                if key >> 3 in _PACKET[1]:
+                    raise _wrong_wire(_PACKET, key >> 3, wire)
+                j += 8 if wire == 1 else 4
             else:
                 raise _Truncated(f"wire type {wire}")
         if j != hi:
@@ -226,16 +276,21 @@ def _read(data: bytes) -> PerfettoSpans:
 
 
 def _field_end(data: bytes, i: int) -> int:
+    """Where the top-level field at ``i`` ends (within the file, or _Truncated)."""
     key, j = _varint(data, i)
     wire = key & 7
     if wire == 0:
         return _varint(data, j)[1]
     if wire == 2:
         length, j = _varint(data, j)
-        return j + length
-    if wire in (1, 5):
-        return j + (8 if wire == 1 else 4)
-    raise _Truncated(f"wire type {wire}")
+        end = j + length
+    elif wire in (1, 5):
+        end = j + (8 if wire == 1 else 4)
+    else:
+        raise _Truncated(f"wire type {wire}")
+    if end > len(data):
+        raise _Truncated("field runs past the end of the file")
+    return end
 
 
 def _packet_fields(data: bytes, parts: list[tuple[int, int, int]], state: _Sequence,
@@ -243,18 +298,18 @@ def _packet_fields(data: bytes, parts: list[tuple[int, int, int]], state: _Seque
     """The rarer parts of a packet: defaults, interned data, descriptors, clocks, attributes."""
     by_field = {field: (lo, hi) for field, lo, hi in parts}
     if 59 in by_field:  # TracePacketDefaults
-        for field, value, end in fields(data, *by_field[59]):
+        for field, value, end in fields(data, *by_field[59], _DEFAULTS):
             if field == 58:
                 state.clock = value
             elif field == 11:
-                for f, v, _ in fields(data, value, end):
+                for f, v, _ in fields(data, value, end, _EVENT_DEFAULTS):
                     if f == 11:
                         state.track = v
     if 12 in by_field:  # InternedData
-        for field, value, end in fields(data, *by_field[12]):
+        for field, value, end in fields(data, *by_field[12], _INTERNED):
             if field in (2, 3):
                 iid, name = 0, ""
-                for f, v, e in fields(data, value, end):
+                for f, v, e in fields(data, value, end, _INTERNED_NAME):
                     if f == 1:
                         iid = v
                     elif f == 2:
@@ -264,10 +319,10 @@ def _packet_fields(data: bytes, parts: list[tuple[int, int, int]], state: _Seque
         _track_descriptor(data, *by_field[60], found)
     if 6 in by_field:  # ClockSnapshot: the sequence clock (ids 64-127) against BOOTTIME
         clocks: dict[int, tuple[int, int, bool]] = {}
-        for field, value, end in fields(data, *by_field[6]):
+        for field, value, end in fields(data, *by_field[6], _CLOCKS):
             if field == 1:
                 cid, stamp, unit, incremental = 0, 0, 1, False
-                for f, v, _ in fields(data, value, end):
+                for f, v, _ in fields(data, value, end, _CLOCK):
                     if f == 1:
                         cid = v
                     elif f == 2:
@@ -284,10 +339,10 @@ def _packet_fields(data: bytes, parts: list[tuple[int, int, int]], state: _Seque
             state.unit, state.incremental = unit, incremental
             state.boot = _signed(clocks[6][0])
     if 126 in by_field:  # trace_attributes: {key "optrace", string value: JSON}
-        for field, value, end in fields(data, *by_field[126]):
+        for field, value, end in fields(data, *by_field[126], _ATTRIBUTES):
             if field == 1:
                 key, text = "", ""
-                for f, v, e in fields(data, value, end):
+                for f, v, e in fields(data, value, end, _ATTRIBUTE):
                     if f == 1:
                         key = _text(data, v, e)
                     elif f == 3:
@@ -301,7 +356,7 @@ def _track_descriptor(data: bytes, lo: int, hi: int, found: PerfettoSpans) -> No
     process: str | None = None
     pid: int | None = None
     thread: str | None = None
-    for field, value, end in fields(data, lo, hi):
+    for field, value, end in fields(data, lo, hi, _DESCRIPTOR):
         if field == 1:
             uuid = value
         elif field == 5:
@@ -310,14 +365,14 @@ def _track_descriptor(data: bytes, lo: int, hi: int, found: PerfettoSpans) -> No
             name = _text(data, value, end)
         elif field == 3:
             process = name or ""
-            for f, v, e in fields(data, value, end):
+            for f, v, e in fields(data, value, end, _PROCESS):
                 if f == 6:
                     process = _text(data, v, e)
                 elif f == 1:
                     pid = _signed(v)  # int32, sign-extended on the wire
         elif field == 4:
             thread = ""
-            for f, v, e in fields(data, value, end):
+            for f, v, e in fields(data, value, end, _THREAD):
                 if f == 5:
                     thread = _text(data, v, e)
     if process is not None:
@@ -341,10 +396,12 @@ def _track_event(data: bytes, lo: int, hi: int, ns: int, state: _Sequence, found
             j += 1
         wire = key & 7
         if wire == 0:
-            value = data[j]
+            # Bytes past `hi` belong to the next packet (or are past the file): a varint
+            # that reaches them ends past `hi` and is refused below.
+            value = data[j] if j < hi else 0x80
             if value < 0x80:
                 j += 1
-            elif data[j + 1] < 0x80:
+            elif j + 1 < hi and data[j + 1] < 0x80:
                 value = (value & 0x7F) | data[j + 1] << 7
                 j += 2
             else:
@@ -355,19 +412,29 @@ def _track_event(data: bytes, lo: int, hi: int, ns: int, state: _Sequence, found
                 name_iid = value
             elif key == 0x58:
                 track = value
+            elif key == 0xB8:  # name (23) as a number
+                raise _wrong_wire(_EVENT, 23, wire)
         elif wire == 2:
-            length = data[j]
+            length = data[j] if j < hi else 0x80
             if length < 0x80:
                 j += 1
             else:
                 length, j = _varint(data, j)
+            if j + length > hi:
+                raise _Truncated("a track event's field runs past the event")
             if key >> 3 == 23:
                 name = _text(data, j, j + length)
+            elif key >> 3 in _EVENT[1]:  # type, name_iid or track_uuid as bytes
+                raise _wrong_wire(_EVENT, key >> 3, wire)
             j += length
         elif wire in (1, 5):
+            if key >> 3 in _EVENT[1]:
+                raise _wrong_wire(_EVENT, key >> 3, wire)
             j += 8 if wire == 1 else 4
         else:
             raise _Truncated(f"wire type {wire}")
+    if j != hi:
+        raise _Truncated("track event runs past its end")
     if kind == 1:
         open_spans.setdefault(track, []).append((name or state.names.get(name_iid, f"name {name_iid}"), ns))
     elif kind == 2:

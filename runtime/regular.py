@@ -52,8 +52,11 @@ class NotRegularFile(OSError):
 class TooLarge(OSError):
     """A file past the bound of its kind: refused before it is read."""
 
-    def __init__(self, path: str | Path, size: int, kind: str, bound: int, what: str = "") -> None:
-        super().__init__(errno.EFBIG, f"{size} bytes{what}, past the {bound}-byte bound for a {kind} "
+    def __init__(self, path: str | Path, size: int | None, kind: str, bound: int, what: str = "") -> None:
+        # size None: a read stopped one byte past the bound (a gzip stream, a file growing
+        # while read) — the whole is never read to be measured, so only "more" is known.
+        amount = f"{size} bytes" if size is not None else f"more than {bound} bytes"
+        super().__init__(errno.EFBIG, f"{amount}{what}, past the {bound}-byte bound for a {kind} "
                          f"file (`[limits] {kind}_bytes` in {user_config_path()})", os.fspath(path))
 
 
@@ -166,7 +169,7 @@ def read_regular(path: str | Path, kind: str = "source", *, bound: int | None = 
     finally:
         os.close(fd)
     if total > most:
-        raise TooLarge(path, total, kind, most)
+        raise TooLarge(path, None, kind, most)
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)  # b"" when empty
 
 
@@ -231,11 +234,13 @@ def read_maybe_gzip(path: str | Path, kind: str) -> bytes:
     most = limit(kind)
     try:
         with gzip.GzipFile(fileobj=io.BytesIO(data)) as stream:
+            # One byte past the bound tells "too big" without expanding the rest: a few
+            # KB of gzip can expand to gigabytes.
             data = stream.read(most + 1)
     except (OSError, EOFError, zlib.error) as exc:
         raise BadJSON(f"not a readable gzip file: {exc}") from None
     if len(data) > most:
-        raise TooLarge(path, len(data), kind, most, " uncompressed")
+        raise TooLarge(path, None, kind, most, " uncompressed")
     return data
 
 

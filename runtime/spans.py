@@ -51,7 +51,7 @@ class SpanTable:
     dur: np.ndarray  # float64 µs
     settings: RunSettings
     warnings: list[str] = field(default_factory=list)
-    depth: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int16))
+    depth: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
     self_time: np.ndarray = field(default_factory=lambda: np.zeros(0))
     # The kernel launch each track belongs to (index into `launches`): one launch is the
     # same (tag, launch) of every rank; `compare` resamples launches. When a loader does
@@ -79,7 +79,7 @@ def _launch_name(tag: object, launch: object) -> str:
 def _depth_and_self_time(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per span: nesting depth on its track and duration minus direct children's."""
     n = ts.size
-    depth = np.zeros(n, np.int16)
+    depth = np.zeros(n, np.int32)  # a trace may nest past int16: 40,000 slices deep is a file of 1 MB
     self_time = dur.astype(np.float64).copy()
     if n == 0:
         return depth, self_time
@@ -234,7 +234,8 @@ def load_perfetto_trace(path: Path) -> SpanTable:
         track_col.append(track_ids.setdefault(track, len(track_ids)))
         start_col.append(start)
         end_col.append(end)
-    tracks = [found.track_name(uuid) for uuid in track_ids]
+    # Shown by report / inspect: no NUL, as the JSON reader's process and thread names.
+    tracks = [checked_name(path, found.track_name(uuid), "track name") for uuid in track_ids]
     settings = RunSettings()
     pid_launch: dict[Any, str] = {}
     for rank in meta.get("ranks") or []:

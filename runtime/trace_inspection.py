@@ -13,10 +13,36 @@ from pathlib import Path
 from typing import Any
 
 from . import perfetto_read
-from .spans import is_protobuf, load_spans, read_trace_json
+from .errors import ProfilingInputError
+from .spans import checked_name, is_protobuf, load_spans, read_trace_json
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".pftrace", ".pftrace.gz", ".perfetto-trace", ".pb")
 _DROPPED = re.compile(r"^optrace: (\d+) records")
+#: Digits of a drop count: a core drops at most what it wrote (a uint64, 20 digits); int()
+#: of more than 4300 digits is a ValueError (exit 3), and a count of 400 digits no count.
+_DROP_DIGITS = 20
+
+
+def _dropped(path: Path, name: str) -> int | None:
+    """The count of collect's drop marker ``optrace: N records ...``, else None."""
+    match = _DROPPED.match(name)
+    if match is None:
+        return None
+    if len(match[1]) > _DROP_DIGITS:
+        raise ProfilingInputError(path, f"drop marker {name[:60]!r}: a count of {len(match[1])} digits "
+                                  f"(at most {_DROP_DIGITS})")
+    return int(match[1])
+
+
+def _shown_text(path: Path, meta: dict[str, Any], key: str) -> str | None:
+    """A metadata string inspect prints as text: a string without NUL or lone surrogate
+    (a surrogate made the text output exit 3: stdout cannot encode it), or absent."""
+    value = meta.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ProfilingInputError(path, f"metadata {key!r} must be a string, not {str(value)[:60]}")
+    return checked_name(path, value, f"metadata {key!r}")
 
 
 def is_trace(path: Path) -> bool:
@@ -29,10 +55,10 @@ def _drops_and_metadata(path: Path) -> tuple[dict[str, int], dict[str, Any]]:
     if is_protobuf(path):
         found = perfetto_read.read_spans(path)
         for track, name, _ in found.instants:
-            match = _DROPPED.match(name)
-            if match:
+            count = _dropped(path, name)
+            if count is not None:
                 key = found.track_name(track)
-                drops[key] = drops.get(key, 0) + int(match[1])
+                drops[key] = drops.get(key, 0) + count
         return drops, found.metadata if isinstance(found.metadata, dict) else {}
     document = read_trace_json(path)  # regular, bounded, strict JSON (spans.py)
     events = document.get("traceEvents")
@@ -48,11 +74,11 @@ def _drops_and_metadata(path: Path) -> tuple[dict[str, int], dict[str, Any]]:
                 threads[(event.get("pid"), event.get("tid"))] = title
     for event in events or []:
         if isinstance(event, dict) and event.get("ph") == "i":
-            match = _DROPPED.match(str(event.get("name", "")))
-            if match:
+            count = _dropped(path, str(event.get("name", "")))
+            if count is not None:
                 pid, tid = event.get("pid"), event.get("tid")
                 key = f"{processes.get(pid, f'pid {pid}')} / {threads.get((pid, tid), f'tid {tid}')}"
-                drops[key] = drops.get(key, 0) + int(match[1])
+                drops[key] = drops.get(key, 0) + count
     other = document.get("otherData") if isinstance(document, dict) else None
     return drops, other if isinstance(other, dict) else {}
 
@@ -75,7 +101,9 @@ def inspect_trace(path: Path) -> dict[str, Any]:
     ranks = [r for r in listed if isinstance(r, dict)] if isinstance(listed, list) else []
     return {
         "path": str(path),
-        "format": meta.get("format", "unknown"),
+        "format": _shown_text(path, meta, "format") or "unknown",
+        # JSON output only (escaped there); a path, which may hold surrogate escapes of
+        # non-UTF-8 bytes (cli.md), so not held to checked_name.
         "point_map": meta.get("point_map"),
         "ranks": len(ranks),
         "clock_mhz": sorted({r["clock_mhz"] for r in ranks if isinstance(r.get("clock_mhz"), int | float)}),

@@ -75,6 +75,7 @@ class Scene:
 
     tmp: Path
     paths: dict[str, Path] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # set while the command runs
 
     def __getitem__(self, key: str) -> Path:
         return self.paths[key]
@@ -287,6 +288,38 @@ def scene_output_input(tmp: Path, family: str) -> Scene:
     return scene
 
 
+def _padded(text: bytes, size: int, comment: bytes) -> bytes:
+    """`text` padded to exactly `size` bytes with a comment line (or JSON spaces): the
+    size is part of the message."""
+    pad = size - len(text)
+    return text + (comment + b"x" * (pad - len(comment) - 1) + b"\n" if comment else b" " * pad)
+
+
+def scene_past_bound(tmp: Path, family: str) -> Scene:
+    """Files past the bounds of their kind in the user's own `[limits]`: the repository's
+    100-byte optrace.toml past config_bytes = 64 and a 50,000-byte extra.h past
+    source_bytes = 40000; for the runtime, a 5000-byte rank000.pt past rank_bytes = 4999
+    and a 100-byte trace past trace_bytes = 64 (rank001.pt, 4 KB, is within)."""
+    config_home = tmp / "user-config"
+    (config_home / "optrace").mkdir(parents=True)
+    if family == "runtime":
+        scene = _profiling(tmp)
+        (scene["prof"] / "rank000.pt").write_bytes(_padded(b"PK", 5000, b""))
+        trace = tmp / "trace.json"
+        trace.write_bytes(_padded(b'{"traceEvents": []}', 100, b""))
+        scene.paths["trace"] = trace
+        limits = b"[limits]\nrank_bytes = 4999\ntrace_bytes = 64\n"
+    else:
+        scene = _operator(tmp, extra=_padded(b"#pragma once\n", 50_000, b"// "))
+        if family == "applied":
+            _apply(scene)
+        (scene["root"] / "optrace.toml").write_bytes(_padded(b"", 100, b"# "))
+        limits = b"[limits]\nconfig_bytes = 64\nsource_bytes = 40000\n"
+    (config_home / "optrace" / "config.toml").write_bytes(limits)
+    scene.env["XDG_CONFIG_HOME"] = str(config_home)
+    return scene
+
+
 def _input_kept(scene: Scene) -> None:
     if "prof" in scene.paths:
         assert (scene["prof"] / "rank000.pt").read_bytes()[:2] == b"PK"
@@ -414,6 +447,8 @@ CONDITIONS = {c.key: c for c in [
     Condition("fifo", "a FIFO where a file is expected (the included `extra.h`; runtime: `rank000.pt`)",
               scene_fifo),
     Condition("output-input", "the output names one of the command's inputs", scene_output_input),
+    Condition("past-bound", "a file past the bound of its kind in the user's `[limits]` (`optrace.toml`, "
+              "and for preprocess `extra.h`; runtime: `rank000.pt`, a trace)", scene_past_bound),
 ]}
 
 PLACEHOLDERS = {"op": "OPDIR", "src": "SRC_DIR", "prof": "PROFILING_DIR", "file": "FILE", "out": "OUT",
@@ -748,6 +783,33 @@ CASES += [
     Case("compare {prof} {prof}", "output-input", N_A, "", "writes only to stdout"),
 ]
 
+# Issue 14 §4: size bounds, set only by the user (tests/test_size_bounds.py has the rest:
+# point maps, .json.gz / .pftrace, gzip expansion, the repository's config ignored).
+_CONFIG_PAST = "100 bytes, past the 64-byte bound for a config file"
+CASES += [
+    Case("plan {op}", "past-bound", 2, "{root}/optrace.toml: OT001 cannot read: " + _CONFIG_PAST,
+         "refused before planning, the config never read"),
+    Case("apply {op} --write", "past-bound", 2, "{root}/optrace.toml: OT001 cannot read: " + _CONFIG_PAST,
+         "refused; nothing written", check=_input_kept),
+    Case("strip {op} --write", "past-bound", 0, "2 file(s) written", "the original bytes: strip reads no "
+         "config, and never the header past its bound", family="applied", check=_restored),
+    Case("check {op}", "past-bound", 1, "optrace.toml: OT001 cannot read: " + _CONFIG_PAST, "an error "
+         "of the check, as every finding", family="applied"),
+    Case("preprocess {src} --out {out}", "past-bound", 2,
+         "extra.h: OT201 cannot read: 50000 bytes, past the 40000-byte bound for a source file",
+         "refused (a map without that file's points would give other ids); nothing written",
+         family="applied"),
+    Case("collect {prof} -o {out}", "past-bound", 2, "{prof}/rank000.pt: cannot read: 5000 bytes, past "
+         "the 4999-byte bound for a rank file", "rank001 collected; rank000 named, never read",
+         family="runtime", check=_trace_written),
+    Case("inspect {prof}", "past-bound", 2, "rank000.pt: ERROR cannot read: 5000 bytes, past the 4999-byte "
+         "bound for a rank file", "rank001 shown; rank000 named, never read", family="runtime"),
+    Case("report {trace}", "past-bound", 2, "{trace}: not a readable JSON trace: 100 bytes, past the "
+         "64-byte bound for a trace file", "refused before reading", family="runtime"),
+    Case("compare {trace} {trace}", "past-bound", 2, "{trace}: not a readable JSON trace: 100 bytes, past "
+         "the 64-byte bound for a trace file", "refused before reading", family="runtime"),
+]
+
 # The source fuzzer's recorded runs (tests/source_fuzz.py; issue 14 §7), rendered as the
 # table's last section. Each run: `python tests/source_fuzz.py --seed S --count N`.
 FUZZ_SECTION = [
@@ -785,12 +847,21 @@ def run_case(case: Case, tmp: Path) -> tuple[Scene, int, str]:
     args = [_fill(part, scene) for part in case.command.split()]
     if case.condition == "non-utf8-path":
         # A child with a strict UTF-8 stdout, as under any UTF-8 locale.
-        env = {**os.environ, "PYTHONIOENCODING": "utf-8:strict"}
+        env = {**os.environ, **scene.env, "PYTHONIOENCODING": "utf-8:strict"}
         done = subprocess.run([sys.executable, "-m", "optrace", *args], capture_output=True, env=env,
                               timeout=300, check=False)
         output = (done.stdout + done.stderr).decode("utf-8", "surrogateescape")
         return scene, done.returncode, output
-    code, output, exc = _cli_inprocess(args)
+    saved = {key: os.environ.get(key) for key in scene.env}
+    os.environ.update(scene.env)
+    try:
+        code, output, exc = _cli_inprocess(args)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     if exc is not None:  # the real CLI turns this into exit 3 with a traceback
         return scene, 3, output + f"\nTraceback (uncaught {type(exc).__name__}: {exc})"
     return scene, code, output
@@ -856,8 +927,9 @@ def render_doc() -> str:
         "directory `.optrace` taken by a regular file; a journal a clone brought (not recorded in",
         "the user's state directory) that would roll a file outside the repository back with a",
         "setuid mode; a rule module the repository's config names and ships; a FIFO where a",
-        "file is expected; an output that names one of the command's inputs. Hostile traces,",
-        "numbers and outputs in detail: `docs/faults.md`.",
+        "file is expected; an output that names one of the command's inputs; a file past the",
+        "bound the user's config sets for its kind. Hostile traces, numbers, bounds and outputs",
+        "in detail: `docs/faults.md`.",
         "",
     ]
     for command in COMMANDS:

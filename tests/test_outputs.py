@@ -6,6 +6,7 @@ failure, the user's umask on new files."""
 from __future__ import annotations
 
 import errno
+import importlib.util
 import json
 import os
 import socket
@@ -249,6 +250,76 @@ def test_report_refuses_to_write_over_the_trace_it_reads(profiling: Path, tmp_pa
     assert trace.read_bytes() == before
     code, out = cli("report", str(profiling), "--html", str(profiling / "point_map.json"))
     assert code == 2 and "is an input of this command" in out
+
+
+# Without matplotlib `report --png` stops before it looks at its output (it says how to
+# get the extra; tests/runtime/test_analysis.py), so these need it to reach the output.
+needs_matplotlib = pytest.mark.skipif(
+    importlib.util.find_spec("matplotlib") is None,
+    reason="report --png needs matplotlib, the [report] extra (pip install 'ascend-optrace[report]'), "
+    "not installed here")
+
+
+@needs_matplotlib
+@pytest.mark.parametrize("case", ["new", "replace", "symlink", "dev-null", "the-trace", "the-point-map",
+                                  "fifo", "directory", "parent-is-a-file", "rename-fails"])
+def test_report_png_through_the_cli(
+    profiling: Path, tmp_path: Path, umask: int, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    """`report --png` gets runtime/atomic.py's promises through the CLI: a new file with
+    the umask, a replaced one keeping its permission bits, links and devices written
+    through, an input / FIFO / directory refused before anything is read, the old file
+    intact when the write fails."""
+    trace = tmp_path / "trace.json"
+    assert cli("collect", str(profiling), "-o", str(trace))[0] == 0
+    source = trace if case == "the-trace" else profiling
+    png = {"new": tmp_path / "new" / "r.png", "replace": tmp_path / "r.png", "symlink": tmp_path / "link.png",
+           "dev-null": Path("/dev/null"), "the-trace": trace, "the-point-map": profiling / "point_map.json",
+           "fifo": tmp_path / "pipe.png", "directory": tmp_path / "dir.png",
+           "parent-is-a-file": tmp_path / "a-file" / "r.png", "rename-fails": tmp_path / "r.png"}[case]
+    real = tmp_path / "real.png"
+    if case in ("replace", "rename-fails"):
+        png.write_bytes(b"the old picture")
+        os.chmod(png, 0o4751)
+    elif case == "symlink":
+        real.write_bytes(b"the old picture")
+        png.symlink_to(real)
+    elif case == "fifo":
+        os.mkfifo(png)
+    elif case == "directory":
+        png.mkdir()
+    elif case == "parent-is-a-file":
+        png.parent.write_text("a regular file")
+    if case == "rename-fails":  # the helper's own last step, as a full disk would fail it
+        def failing_rename(src: object, dst: object) -> None:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        monkeypatch.setattr(os, "replace", failing_rename)
+    kept = {p: p.read_bytes() for p in (trace, profiling / "point_map.json")}
+    code, out = cli("report", str(source), "--png", str(png))
+    assert "Traceback" not in out
+    written = png if case != "symlink" else real
+    if case in ("new", "replace", "symlink", "dev-null"):
+        assert code == 0 and f"wrote {png}" in out, out
+        if case != "dev-null":
+            assert written.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        if case == "new":
+            assert stat.S_IMODE(os.stat(png).st_mode) == 0o666 & ~umask
+        if case == "replace":
+            assert stat.S_IMODE(os.stat(png).st_mode) == 0o751  # not the set-id bit
+        if case == "symlink":
+            assert png.is_symlink()
+    else:
+        why = {"the-trace": "is an input of this command", "the-point-map": "is an input of this command",
+               "fifo": "a FIFO, not a regular file", "directory": "a directory",
+               "parent-is-a-file": f"cannot write: {png.parent} is not a directory",
+               "rename-fails": "cannot write: No space left on device"}[case]
+        assert code == 2 and f"{png}: " in out and why in out, out
+        assert "hotspots" not in out or case == "rename-fails", out  # refused before the report
+        assert ".tmp" not in out, out  # the target is named, not a temporary
+        if case == "rename-fails":
+            assert png.read_bytes() == b"the old picture"
+            assert sorted(p.name for p in tmp_path.iterdir()) == ["prof", "r.png", "trace.json"]
+    assert {p: p.read_bytes() for p in kept} == kept
 
 
 @pytest.mark.parametrize("command", [["plan", "-o"], ["check", "--no-compile", "-o"], ["apply", "--patch"],

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 from collections.abc import Callable
@@ -220,6 +221,7 @@ READ_ONLY: list[tuple[str, ...]] = [
     ("strip", "{op}", "--check"),
     ("strip", "{op}", "--patch", "{tmp}/s.patch"),
     ("check", "{op}", "--no-compile"),
+    ("check", "{op}"),  # with compile safety: libclang parses the kernel (on an instrumented tree)
 ]
 
 
@@ -255,6 +257,22 @@ def test_a_journal_that_came_with_the_clone_is_never_acted_on(world: World, atta
     assert cli("apply", str(world.op), "--write")[0] == 0
     assert cli("strip", str(world.op), "--write")[0] == 0
     assert snapshot(world.outside) == {k: v for k, v in before.items() if k.startswith(str(world.outside))}
+
+
+@pytest.mark.parametrize("attack", list(ATTACKS))
+def test_check_with_compile_safety_on_an_instrumented_clone_writes_nothing(world: World, attack: str) -> None:
+    """READ_ONLY runs `check` on a clone without trace points, where compile safety has
+    nothing to parse; here the clone comes instrumented, so libclang does parse it, and
+    still nothing anywhere changes and the journal is only named."""
+    assert cli("apply", str(world.op), "--write")[0] == 0
+    entries, backup = ATTACKS[attack](world)
+    journal = plant(world, entries, backup)
+    before = world.everything()
+    code, out, err = cli("check", str(world.op))
+    assert code in (0, 1) and "Traceback" not in out + err, out + err
+    assert re.search(r"compile-checked files: [1-9]", out + err), out + err  # libclang ran
+    assert f"{journal.name}: OT046" in out + err, out + err
+    assert world.everything() == before, "check wrote something"
 
 
 def test_another_operators_journal_in_the_clone_is_not_touched_or_read(world: World) -> None:

@@ -254,9 +254,10 @@ def test_pftrace_records_the_alignment_and_places_the_same(tmp_path: Path) -> No
 @pytest.mark.parametrize("value, message", [
     ("", "has no label"),
     ("@2", "has no label"),
-    ("step barrier@0", "out of range"),
-    ("step barrier@x", "not an occurrence number"),
-    ("step barrier@99999999999", "not an occurrence number"),
+    ("step barrier@0", r"N must be an integer in \[1, 16777216\], not 0"),
+    ("step barrier@x", "N must be an integer in .*, not 'x'"),
+    ("step barrier@99999999999", "not 99999999999"),
+    ("step barrier@2.5", "not 2.5"),
 ])
 def test_align_values_are_checked(value: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -271,7 +272,7 @@ def test_align_parses_label_and_occurrence() -> None:
 @pytest.mark.parametrize("args, message", [
     (["--align", "nope"], "--align: 'nope' is not a label of"),
     (["--align", "step barrier@9"], "--align: rank000.pt ran 'step barrier' 4 times on its busiest core"),
-    (["--align", "step@0"], "--align: occurrence 0 is out of range"),
+    (["--align", "step@0"], "--align 'step@0': N must be an integer in [1, 16777216], not 0"),
     (["--rank-offsets", "1=nan"], "--rank-offsets: '1=nan': the offset is not a finite number"),
     (["--rank-offsets", "1=inf"], "not a finite number"),
 ])

@@ -134,7 +134,7 @@ def test_fewer_than_five_launches(runs: dict[str, Path]) -> None:
 def test_numeric_options_are_checked(runs: dict[str, Path], option: str, value: str) -> None:
     result = invoke("compare", runs["before"], runs["same"], option, value)
     assert result.exit_code == 2
-    assert f"optrace: {option} must be a finite number from" in result.output
+    assert f"optrace: {option} must be a finite number in [" in result.output
     assert "label" not in result.output  # refused before comparing
 
 

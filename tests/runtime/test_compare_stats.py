@@ -11,9 +11,11 @@ import pytest
 
 from optrace.runtime.compare import (
     ACHIEVED,
+    EXPECT_RANGE,
     INCONCLUSIVE,
     NOT_ACHIEVED,
     PARTIAL,
+    REGRESSION_RANGE,
     OptionError,
     check_percent,
     compare,
@@ -22,6 +24,7 @@ from optrace.runtime.compare import (
     verdict_for_interval,
 )
 from optrace.runtime.errors import ProfilingInputError
+from optrace.runtime.numbers import Range
 from optrace.runtime.spans import RunSettings, SpanTable
 
 LABELS = [f"label{i}" for i in range(8)]
@@ -101,12 +104,11 @@ def test_verdict_on_the_interval_of_the_gain(low: float, high: float, expect: fl
 
 @pytest.mark.parametrize(
     ("option", "value", "bounds"),
-    [("--expect", math.nan, (-100.0, 100.0)), ("--expect", math.inf, (-100.0, 100.0)),
-     ("--expect", 101.0, (-100.0, 100.0)), ("--fail-on-regression", -1.0, (0.0, 1000.0)),
-     ("--fail-on-regression", 1e4, (0.0, 1000.0))],
+    [("--expect", math.nan, EXPECT_RANGE), ("--expect", math.inf, EXPECT_RANGE),
+     ("--expect", 101.0, EXPECT_RANGE), ("--fail-on-regression", -1.0, REGRESSION_RANGE),
+     ("--fail-on-regression", 1e4, REGRESSION_RANGE), ("--fail-on-regression", math.inf, REGRESSION_RANGE)],
 )
-def test_numeric_options_must_be_finite_and_in_range(option: str, value: float,
-                                                      bounds: tuple[float, float]) -> None:
+def test_numeric_options_must_be_finite_and_in_range(option: str, value: float, bounds: Range) -> None:
     with pytest.raises(OptionError, match=f"{option} must be a finite number"):
         check_percent(option, value, bounds)
 

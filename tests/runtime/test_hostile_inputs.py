@@ -8,6 +8,7 @@ documented range (runtime/numbers.py)."""
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import os
 import re
@@ -16,12 +17,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from pftrace_check import read_pftrace
+from rt_helpers import FP, LABELS, write_point_map
 from typer.testing import CliRunner
 
 from optrace.cli import app
 from optrace.runtime.demo import write_demo
 from optrace.runtime.numbers import CLOCK_MHZ, NumberError, Range, check_number
+from optrace.runtime.perfetto import SLICE_BEGIN, SLICE_END, bytes_field, packet, string_field, uint_field
 from optrace.runtime.regular import BadJSON, TooLarge, parse_json, read_regular
+from optrace.runtime.save import save_profiling_data
+from optrace.runtime.synth import SlotWriter, new_buffer
 
 NAN_RE = re.compile(r"\b(?:nan|inf|-inf|infinity)\b", re.I)
 
@@ -172,6 +178,284 @@ def test_hostile_pftrace_is_refused_or_read_never_a_crash(
         assert_refused(code, out, path, word)
 
 
+# ------------------------------------------------ .pftrace built by hand, field by field
+#
+# Built with collect's own field encoders (runtime/perfetto.py): a process and a thread
+# track, then SLICE_BEGIN / SLICE_END track events. Each variant breaks one thing.
+
+PROCESS, THREAD = 100, 101
+U64 = (1 << 64) - 1
+SURROGATE = "\ud800".encode("utf-8", "surrogatepass")  # ED A0 80: a lone surrogate's "UTF-8"
+u, b = uint_field, bytes_field
+
+
+def _descriptor(*fields: bytes) -> bytes:
+    return packet(b(60, b"".join(fields)))
+
+
+def _process(uuid: int = PROCESS, pid: int = 1, name: bytes = b"Rank 0") -> bytes:
+    return _descriptor(u(1, uuid), b(3, u(1, pid) + b(6, name)))
+
+
+def _thread(uuid: int = THREAD, parent: int = PROCESS, name: bytes = b"AIC 0") -> bytes:
+    return _descriptor(u(1, uuid), u(5, parent), b(4, u(1, 1) + u(2, 2) + b(5, name)))
+
+
+def _body(kind: int, name: bytes | None = None, track: int = THREAD, iid: int | None = None) -> bytes:
+    """A TrackEvent: its type, track and name (inline, or an interned id)."""
+    return (u(9, kind) + u(11, track) + (b(23, name) if name is not None else b"")
+            + (u(10, iid) if iid is not None else b""))
+
+
+def _event(ts: int, body: bytes, *more: bytes) -> bytes:
+    """A packet of sequence 1 holding one TrackEvent."""
+    return packet(u(8, ts), u(10, 1), *more, b(11, body))
+
+
+def _slice(start: int, end: int, name: bytes = b"processing") -> bytes:
+    return _event(start, _body(SLICE_BEGIN, name)) + _event(end, _body(SLICE_END))
+
+
+def _pf(*, process: bytes = b"Rank 0", thread: bytes = b"AIC 0", label: bytes = b"processing",
+        tail: bytes = b"") -> bytes:
+    """A well-formed trace of two slices, with its names replaced and `tail` appended."""
+    return (_process(name=process) + _thread(name=thread) + _slice(1000, 2000, label)
+            + _slice(3000, 5000, label) + tail)
+
+
+def _interned(name: bytes, iid: int = 7) -> bytes:
+    """InternedData of sequence 1: event name `iid` is `name`."""
+    return packet(u(10, 1), b(12, b(2, u(1, iid) + b(2, name))))
+
+
+def _attribute(text: bytes) -> bytes:
+    """The `optrace` trace attribute (collect's metadata) holding `text`."""
+    return packet(b(126, b(1, string_field(1, "optrace") + b(3, text))))
+
+
+def _nested(depth: int, field: int, inner: bytes = b"") -> bytes:
+    """`depth` messages each holding the next as `field` (built inside out: no recursion)."""
+    for _ in range(depth):
+        inner = b(field, inner)
+    return inner
+
+
+def _clocked(unit: int, stamps: list[int]) -> bytes:
+    """Slices on a sequence clock (id 64) whose snapshot says `unit` ns a tick, incremental."""
+    clock = b(6, b(1, u(1, 64) + u(2, 0) + u(3, 1) + u(4, unit)) + b(1, u(1, 6) + u(2, 0)))
+    kinds = [SLICE_BEGIN, SLICE_END] * len(stamps)
+    events = b"".join(_event(stamp, _body(kind, b"processing"), u(58, 64))
+                      for stamp, kind in zip(stamps, kinds[: len(stamps)], strict=True))
+    return _process() + _thread() + packet(u(10, 1), clock) + events
+
+
+def _deep_slices(depth: int) -> bytes:
+    begins = b"".join(_event(10 + i, _body(SLICE_BEGIN, b"processing")) for i in range(depth))
+    ends = b"".join(_event(10 * depth - i, _body(SLICE_END)) for i in range(depth))
+    return _process() + _thread() + begins + ends
+
+
+# Each: the trace's bytes, and a word of the message (exit 2 naming the file).
+PFTRACE_REFUSED: dict[str, tuple[bytes, str]] = {
+    # huge integers
+    "ts-int64-max": (_process() + _thread() + _slice(1000, (1 << 63) - 1), "is past 1e+18 ns"),
+    "ts-2e18": (_process() + _thread() + _slice(2 * 10**18, 2 * 10**18 + 5), "is past 1e+18 ns"),
+    "clock-unit-u64-max": (_clocked(U64, [1, 2]), "is past 1e+18 ns"),
+    "clock-increments-sum-past": (_clocked(1, [1 << 62] * 4), "is past 1e+18 ns"),
+    # NUL and lone surrogates in names and labels
+    "nul-label": (_pf(label=b"proc\x00essing"), "label 'proc\\x00essing' holds a NUL character"),
+    "nul-thread-name": (_pf(thread=b"AIC\x000"), "track name 'Rank 0 / AIC\\x000' holds a NUL character"),
+    "nul-process-name": (_pf(process=b"Rank\x000"), "holds a NUL character"),
+    "nul-interned-name": (_process() + _thread() + _interned(b"a\x00b")
+                          + _event(10, _body(SLICE_BEGIN, iid=7)) + _event(20, _body(SLICE_END)),
+                          "holds a NUL character"),
+    "surrogate-label": (_pf(label=SURROGATE + b"processing"), "is not UTF-8"),
+    "surrogate-thread-name": (_pf(thread=b"AIC " + SURROGATE), "is not UTF-8"),
+    "surrogate-process-name": (_pf(process=SURROGATE), "is not UTF-8"),
+    "surrogate-interned-name": (_pf(tail=_interned(SURROGATE)), "is not UTF-8"),
+    "surrogate-metadata-bytes": (_pf(tail=_attribute(b'{"f": "' + SURROGATE + b'"}')), "is not UTF-8"),
+    "latin1-label": (_pf(label=b"caf\xe9"), "is not UTF-8"),
+    # the metadata (collect's JSON in a trace attribute): as strict as a JSON trace
+    "metadata-5000-deep": (_pf(tail=_attribute(b"[" * 5000 + b"]" * 5000)), "nested too deeply"),
+    "metadata-401-digit-int": (_pf(tail=_attribute(b"{\"format\": 1" + b"0" * 400 + b"}")),
+                               "integer of 401 digits"),
+    "metadata-infinity": (_pf(tail=_attribute(b'{"ranks": [{"clock_mhz": Infinity}]}')), "Infinity"),
+    # wrong-typed fields (a field the reader uses, of another wire type)
+    "timestamp-as-bytes": (_pf(tail=packet(b(8, b"\x01\x02"), b(11, u(9, 3)))),
+                           "TracePacket field 8 is bytes, not a varint"),
+    "sequence-id-as-bytes": (_pf(tail=packet(u(8, 1), b(10, b"x"))), "TracePacket field 10 is bytes"),
+    "track-event-as-varint": (_pf(tail=packet(u(8, 1), u(11, 5))),
+                              "TracePacket field 11 is a varint, not bytes"),
+    "descriptor-as-varint": (_pf(tail=packet(u(60, 5))), "TracePacket field 60 is a varint"),
+    "interned-as-varint": (_pf(tail=packet(u(12, 5))), "TracePacket field 12 is a varint"),
+    "defaults-track-as-varint": (_pf(tail=packet(b(59, u(11, 7)))),
+                                 "TracePacketDefaults field 11 is a varint"),
+    "clock-as-varint": (_pf(tail=packet(b(6, u(1, 7)))), "ClockSnapshot field 1 is a varint"),
+    "attribute-as-varint": (_pf(tail=packet(b(126, u(1, 7)))), "trace attributes field 1 is a varint"),
+    "event-type-as-bytes": (_pf(tail=_event(1, b(9, b"\x01"))), "TrackEvent field 9 is bytes, not a varint"),
+    "event-name-as-varint": (_pf(tail=_event(1, u(9, 3) + u(23, 9))),
+                             "TrackEvent field 23 is a varint, not bytes"),
+    "event-track-as-fixed64": (_pf(tail=_event(1, b"\x59" + b"\x00" * 8)),
+                               "TrackEvent field 11 is a fixed64"),
+    "process-pid-as-bytes": (_pf(tail=_descriptor(u(1, 5), b(3, b(1, b"x")))),
+                             "ProcessDescriptor field 1 is bytes"),
+    "thread-name-as-varint": (_pf(tail=_descriptor(u(1, 6), b(4, u(5, 3)))),
+                              "ThreadDescriptor field 5 is a varint"),
+    # truncated varints and lengths
+    "packet-length-cut": (_pf() + b"\x0a\x85", "varint runs past the end"),
+    "packet-length-past-end": (_pf() + b"\x0a\x40\x08", "packet runs past the end of the file"),
+    "event-key-at-end": (_pf(tail=_event(5, b"\x48")), "runs past"),
+    "event-varint-cut": (_pf(tail=_event(5, b"\x48\x81")), "runs past"),
+    "event-varint-cut-mid-file": (_process() + _thread() + _event(5, b"\x48\x81\x81") + _pf(), "runs past"),
+    "event-string-past-event": (_pf(tail=_event(5, b"\xba\x01\x05ab")),
+                                "a track event's field runs past the event"),
+    "event-fixed32-cut": (_pf(tail=_event(5, b"\x25\x00")), "runs past"),
+    "varint-11-bytes": (_pf(tail=packet(b"\x40" + b"\xff" * 10 + b"\x01")), "varint longer than 10 bytes"),
+    "top-level-field-past-end": (_pf() + b"\x12\xff\x01abc", "field runs past the end of the file"),
+    "nested-length-past-message": (_pf(tail=packet(b(60, b"\x12\x09ab"))), "field runs past its message"),
+}
+
+# Each: the bytes, and the spans inspect must count (read: exit 0, no NaN anywhere).
+PFTRACE_READ: dict[str, tuple[bytes, int]] = {
+    # 40,000 slices inside each other: deeper than an int16 (report, compare, inspect and
+    # the HTML page were exit 3 past 32,767); iterative everywhere, no recursion limit.
+    "slices-40000-deep": (_deep_slices(40_000), 40_000),
+    # 3000 messages inside each other in fields the reader does not use: skipped by length.
+    "unknown-message-3000-deep": (_pf(tail=_event(6000, _body(3, b"x") + _nested(3000, 99))), 2),
+    "unknown-top-level-3000-deep": (_pf() + _nested(3000, 2), 2),
+    "descriptor-unknown-3000-deep": (_pf(tail=_descriptor(u(1, 7), _nested(3000, 30))), 2),
+    # huge integers where any value is fine: uuids, pids, interned ids, sequence ids
+    "uuid-u64-max": (_process(uuid=U64) + _thread(uuid=U64 - 1, parent=U64)
+                     + _event(10, _body(SLICE_BEGIN, b"processing", track=U64 - 1))
+                     + _event(20, _body(SLICE_END, track=U64 - 1)), 1),
+    "pid-u64-max": (_process(pid=U64) + _thread() + _slice(10, 20), 1),
+    "name-iid-u64-max": (_pf(tail=_event(6000, _body(3, iid=U64))), 2),
+    "sequence-id-u64-max": (_process() + _thread()
+                            + packet(u(8, 10), u(10, U64), b(11, _body(SLICE_BEGIN, b"processing")))
+                            + _event(20, _body(SLICE_END)), 1),
+}
+
+
+def _pf_args(command: str, path: Path) -> list[str]:
+    return [command, str(path)] + ([str(path)] if command == "compare" else [])
+
+
+@pytest.mark.parametrize("case", list(PFTRACE_REFUSED))
+@pytest.mark.parametrize("command", ["report", "compare", "inspect"])
+def test_hand_built_hostile_pftrace_is_refused_with_its_path(tmp_path: Path, case: str, command: str) -> None:
+    data, word = PFTRACE_REFUSED[case]
+    path = tmp_path / "trace.pftrace"
+    path.write_bytes(data)
+    code, out = cli(*_pf_args(command, path))
+    assert_refused(code, out, path, word)
+    assert not NAN_RE.search(out.replace(word, "")), out  # no NaN but in naming what was refused
+
+
+@pytest.mark.parametrize("case", list(PFTRACE_READ))
+@pytest.mark.parametrize("command", ["report", "compare", "inspect", "report-html"])
+def test_deep_or_huge_but_well_formed_pftrace_is_read(tmp_path: Path, case: str, command: str) -> None:
+    data, spans = PFTRACE_READ[case]
+    path = tmp_path / "trace.pftrace"
+    path.write_bytes(data)
+    html = tmp_path / "r.html"
+    args = ["report", str(path), "--html", str(html)] if command == "report-html" else _pf_args(command, path)
+    code, out = cli(*args)
+    assert "Traceback" not in out and code == 0, f"exit {code}:\n{out[-3000:]}"
+    assert not NAN_RE.search(out), out
+    if command == "inspect":
+        assert f" {spans} spans" in out, out
+    if command == "report-html":
+        assert html.stat().st_size > 0
+
+
+@pytest.mark.parametrize("command", ["report", "compare", "inspect"])
+def test_a_json_trace_40000_slices_deep_is_read(tmp_path: Path, command: str) -> None:
+    """Complete events inside each other, deeper than an int16 (exit 3 past 32,767)."""
+    depth = 40_000
+    path = write_hostile(tmp_path / "trace.json", trace_text(
+        [event(ts=float(i), dur=float(2 * (depth - i))) for i in range(depth)]))
+    code, out = cli(*_pf_args(command, path))
+    assert "Traceback" not in out and code == 0 and not NAN_RE.search(out), f"exit {code}:\n{out[-3000:]}"
+
+
+def _deep_rank(directory: Path, depth: int, closed: bool) -> None:
+    """One core that opened `processing` `depth` times (and closed it as often, or never:
+    a B in a loop whose E was forgotten)."""
+    data = new_buffer(1, 4 * depth + 64)
+    writer = SlotWriter(data[0], 1000, fingerprint=FP)
+    begin, end = LABELS["processing"]
+    for i in range(depth):
+        writer.record(begin, 1000 + i)
+    for i in range(depth if closed else 0):
+        writer.record(end, 1000 + depth + i)
+    save_profiling_data(data, 0, directory, aic_cores=1, barrier=True)
+    write_point_map(directory)
+
+
+@pytest.mark.parametrize("closed", [True, False], ids=["closed", "never-closed"])
+def test_a_rank_file_nesting_40000_deep_is_collected(tmp_path: Path, closed: bool) -> None:
+    """Depths past an int16 (collect and report were exit 3): the spans nest as recorded,
+    in the JSON trace and in the .pftrace as Perfetto's own protos read it."""
+    depth = 40_000
+    prof = tmp_path / "prof"
+    _deep_rank(prof, depth, closed)
+    for name in ("t.json", "t.pftrace"):
+        code, out = cli("collect", str(prof), "-o", str(tmp_path / name))
+        # never closed: the B records are closed at the core's last timestamp and flagged (exit 1)
+        assert "Traceback" not in out and code == (0 if closed else 1), out
+    spans = sorted(read_pftrace(tmp_path / "t.pftrace").by_name()[("Rank 0", "AIC 0")],
+                   key=lambda s: (s.start_ns, -s.end_ns))
+    assert len(spans) == depth
+    assert all(a.start_ns <= b.start_ns and b.end_ns <= a.end_ns for a, b in itertools.pairwise(spans))
+    for source in (prof, tmp_path / "t.json", tmp_path / "t.pftrace"):
+        code, out = cli("report", str(source))
+        assert "Traceback" not in out and code == 0 and re.search(rf"processing\s+{depth}\s", out), out
+
+
+def write_json_bytes(other: dict[str, object]) -> bytes:
+    """A one-span JSON trace with `other` as its otherData (escaped as json.dumps does)."""
+    return trace_text([event()], other=other).encode()
+
+
+def _drop_marker(count: str) -> str:
+    return f"optrace: {count} records dropped (slot full)"
+
+
+# What inspect prints from a trace's instants and metadata (report and compare use neither).
+INSPECT_REFUSED: dict[str, tuple[bytes, str]] = {
+    # int() of more than 4300 digits raised ValueError: exit 3
+    "json-drop-count-5000-digits": (trace_text([event(), {"ph": "i", "pid": 0, "tid": 0, "ts": 1.0,
+                                                          "name": _drop_marker("9" * 5000)}]).encode(),
+                                    "a count of 5000 digits (at most 20)"),
+    "json-drop-count-21-digits": (trace_text([event(), {"ph": "i", "pid": 0, "tid": 0, "ts": 1.0,
+                                                        "name": _drop_marker("1" + "0" * 20)}]).encode(),
+                                  "a count of 21 digits"),
+    "pftrace-drop-count-5000-digits": (_pf(tail=_event(6000, _body(3, _drop_marker("9" * 5000).encode()))),
+                                       "a count of 5000 digits"),
+    # a lone surrogate in the format stdout cannot print: exit 3 in the text output
+    "json-format-lone-surrogate": (write_json_bytes({"format": "\ud800"}), "holds a lone surrogate"),
+    "json-format-nul": (write_json_bytes({"format": "optrace\u0000"}), "holds a NUL character"),
+    "json-format-a-list": (write_json_bytes({"format": [1, 2]}), "metadata 'format' must be a string"),
+    "pftrace-format-lone-surrogate": (_pf(tail=_attribute(b'{"format": "\\ud800"}')),
+                                      "holds a lone surrogate"),
+    "pftrace-format-number": (_pf(tail=_attribute(b'{"format": 123456789012345678901234}')),
+                              "metadata 'format' must be a string"),
+}
+
+
+@pytest.mark.parametrize("case", list(INSPECT_REFUSED))
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_what_inspect_prints_of_a_trace_is_checked(tmp_path: Path, case: str, fmt: str) -> None:
+    data, word = INSPECT_REFUSED[case]
+    path = tmp_path / ("trace.pftrace" if case.startswith("pftrace") else "trace.json")
+    path.write_bytes(data)
+    assert_refused(*cli("inspect", str(path), "--format", fmt), path, word)
+    if "drop-count-21" in case:  # one digit less is a count: read
+        path.write_bytes(data.replace(b"1" + b"0" * 20, b"1" + b"0" * 19))
+        code, out = cli("inspect", str(path), "--format", fmt)
+        assert code == 0 and "10000000000000000000" in out, out
+
+
 @pytest.mark.parametrize("command", ["report", "compare", "inspect"])
 @pytest.mark.parametrize("name", ["trace.json", "trace.pftrace"])
 def test_a_fifo_where_a_trace_is_expected_is_not_read(tmp_path: Path, command: str, name: str) -> None:
@@ -209,6 +493,11 @@ def test_a_fifo_rank_file_or_point_map_is_named_not_read(
     ["--clock-mhz", "1e9"], ["--rank-offsets", "0=nan"], ["--rank-offsets", "0=inf"],
     ["--rank-offsets", "0=1e400"], ["--rank-offsets", "0=1e13"], ["--rank-offsets", "99999999999=1"],
     ["--rank-offsets", "-1=1"], ["--split", "99999999999999G"], ["--split", "10"],
+    # --align LABEL@N: N through check_number, an integer in [1, 2^24]
+    ["--align", "processing@0"], ["--align", "processing@-1"], ["--align", "processing@16777217"],
+    ["--align", "processing@99999999999999999999999"], ["--align", "processing@" + "9" * 5000],
+    ["--align", "processing@x"], ["--align", "processing@"], ["--align", "processing@2.5"],
+    ["--align", "processing@1e400"], ["--align", "processing@inf"], ["--align", "processing@nan"],
 ])
 def test_collect_numeric_options_are_finite_and_in_range(
     profiling: Path, tmp_path: Path, option: list[str]
@@ -216,7 +505,15 @@ def test_collect_numeric_options_are_finite_and_in_range(
     out_path = tmp_path / "t.json"
     code, out = cli("collect", str(profiling), "-o", str(out_path), *option)
     assert code == 2 and "Traceback" not in out and option[0] in out, out
+    if option[0] == "--align":
+        assert f"--align {option[1]!r}: N must be an integer in [1, 16777216], not " in out, out
     assert not out_path.exists()
+
+
+@pytest.mark.parametrize("n", ["1", "+1", " 1 "])
+def test_collect_align_takes_an_occurrence_in_range(profiling: Path, tmp_path: Path, n: str) -> None:
+    code, out = cli("collect", str(profiling), "-o", str(tmp_path / "t.json"), "--align", f"processing@{n}")
+    assert code == 0 and "label processing@1" in out, out
 
 
 @pytest.mark.parametrize("option", [["--clock-mhz", "nan"], ["--clock-mhz", "inf"], ["--clock-mhz", "0"],
@@ -227,10 +524,15 @@ def test_report_numeric_options_are_checked(profiling: Path, option: list[str]) 
 
 
 @pytest.mark.parametrize("option", [["--expect", "nan"], ["--expect", "inf"], ["--expect", "1e400"],
-                                    ["--fail-on-regression", "nan"], ["--fail-on-regression", "-1"]])
+                                    ["--fail-on-regression", "nan"], ["--fail-on-regression", "-1"],
+                                    ["--fail-on-regression", "inf"], ["--fail-on-regression", "+inf"],
+                                    ["--fail-on-regression", "-inf"], ["--fail-on-regression", "1000.001"],
+                                    ["--fail-on-regression", "1e9"]])
 def test_compare_numeric_options_are_checked(profiling: Path, option: list[str]) -> None:
     code, out = cli("compare", str(profiling), str(profiling), *option)
     assert code == 2 and option[0] in out and "Traceback" not in out, out
+    bounds = "[0, 1000] %" if option[0] == "--fail-on-regression" else "[-100, 100] %"
+    assert f"{option[0]} must be a finite number in {bounds}, not " in out, out
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0, 0.0, 1e300])
