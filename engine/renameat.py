@@ -7,8 +7,8 @@ instant is still there afterwards, under the other name, to be compared and swap
 `rename_noreplace(src, dst)` (`RENAME_NOREPLACE`) fails instead of replacing a file
 someone created meanwhile.
 
-Reached through ctypes: glibc >= 2.28 (and musl >= 1.2.2) export `renameat2`; with an
-older libc the raw system call is made by its number (Linux >= 3.15 has it). Where
+Reached through ctypes: glibc >= 2.28 exports `renameat2`; with a libc that does not,
+the raw system call is made by its number (Linux >= 3.15 has it). Where
 neither exists (another OS, an architecture not in `_SYSCALL_NUMBERS`), or the kernel
 or the filesystem refuses the flag (ENOSYS, EINVAL: some network and FUSE filesystems),
 `Unsupported` is raised and the caller falls back to a plain rename (docs/edits.md says

@@ -2,7 +2,11 @@
 
 `commit` checks that every file still holds the bytes the edits were planned on, records a
 journal (sha256 of old and new bytes, a backup of the old bytes) and fsyncs it, then
-replaces each file atomically (temp file in the same directory, `os.replace`, mode kept).
+replaces each file atomically (temp file in the same directory, mode kept), swapping it
+in with `renameat2(RENAME_EXCHANGE)` where the system has it (engine/renameat.py): what
+came out of the target must still be the planned-on bytes, else another program saved
+it after the check — its file goes back and the operator is refused (OT042), so a save
+is never lost to the rename (docs/edits.md, "A writer racing the commit").
 A failed write restores the files already written; a process that dies between files
 leaves the journal behind, and `recover` rolls the operator back to its old bytes.
 Rolling back (never forward) is the rule because the old bytes are the state the user
@@ -929,13 +933,15 @@ def commit(
     Paths are resolved (a symlink is written through) and written in sorted order. The
     repository root is `journal_dir`'s parent: every path must lie inside it, outside
     `.git/` and `.optrace/` (else OutsideRoot, OT047, nothing written).
-    Raises StaleSource (nothing written) when a file no longer holds `old`;
+    Raises StaleSource (nothing written) when a file no longer holds `old`, at the check
+    or when it is swapped into place (the files already written are rolled back);
     UnfinishedTransaction when operator `name` has a journal left by a crash (call
     `recover` before planning); ForeignJournal when it has a journal (or leftovers)
     optrace did not record, or `journal_dir` is a symlink (left untouched);
     TransactionBusy when another process holds the operator;
     WriteFailed when a write fails, after restoring the files already written.
-    `_before_write(path, k)` runs before the k-th file write: a hook for fault injection.
+    `_before_write(path, k)` runs after the check, before the k-th file write: a hook for
+    fault injection.
     """
     planned = _resolve(changes)
     if not planned:
