@@ -14,15 +14,16 @@ or the filesystem refuses the flag (ENOSYS, EINVAL: some network and FUSE filesy
 `Unsupported` is raised and the caller falls back to a plain rename (docs/edits.md says
 what that leaves open).
 
-Only the standard library: `ctypes` costs ~2 ms to import, `ctypes.util` (not used) ~17.
+Only the standard library: `ctypes` costs ~2 ms to import, `ctypes.util` (not used) ~17;
+libc is looked up at the first call.
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import os
-import platform
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -79,10 +80,11 @@ def _load(*, wrapper_ok: bool = True) -> tuple[_Call | None, str]:
 
         return via_libc, "libc"
     bits = ctypes.sizeof(ctypes.c_void_p) * 8
-    number = _SYSCALL_NUMBERS.get((platform.machine().lower(), bits))
+    machine = os.uname().machine
+    number = _SYSCALL_NUMBERS.get((machine.lower(), bits))
     syscall = getattr(libc, "syscall", None)
     if number is None or syscall is None:
-        return None, f"libc has no renameat2 and its system call number on {platform.machine()} is not known"
+        return None, f"libc has no renameat2 and its system call number on {machine} is not known"
     syscall.restype = ctypes.c_long
 
     def via_syscall(src: bytes, dst: bytes, flags: int) -> int:
@@ -92,18 +94,28 @@ def _load(*, wrapper_ok: bool = True) -> tuple[_Call | None, str]:
     return via_syscall, "syscall"
 
 
-_CALL, HOW = _load()
+@functools.cache
+def _loaded() -> tuple[_Call | None, str]:
+    # At the first write, not at import: `check` imports the transaction module and
+    # never writes (its start-up runs on every commit through the pre-commit hook).
+    return _load()
+
+
+def how() -> str:
+    """How renameat2 is reached here ("libc", "syscall"), or why it is not."""
+    return _loaded()[1]
 
 
 def available() -> bool:
     """True when the call exists here; a filesystem may still refuse it (`Unsupported`)."""
-    return _CALL is not None
+    return _loaded()[0] is not None
 
 
 def _renameat2(src: Path, dst: Path, flags: int) -> None:
-    if _CALL is None:
-        raise Unsupported(errno.ENOSYS, f"renameat2 is unavailable: {HOW}", str(src), None, str(dst))
-    if _CALL(os.fsencode(src), os.fsencode(dst), flags) == 0:
+    call, why = _loaded()
+    if call is None:
+        raise Unsupported(errno.ENOSYS, f"renameat2 is unavailable: {why}", str(src), None, str(dst))
+    if call(os.fsencode(src), os.fsencode(dst), flags) == 0:
         return
     code = ctypes.get_errno()
     kind = Unsupported if code in _UNSUPPORTED else OSError

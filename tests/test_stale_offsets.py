@@ -290,7 +290,7 @@ def save_in_place(path: Path, data: bytes) -> None:
 def needs_exchange(exchanges: bool) -> None:
     if not exchanges:
         pytest.skip("renameat2(RENAME_EXCHANGE) unavailable here (not Linux, a kernel before 3.15, or a "
-                    f"filesystem without it: {renameat.HOW}); commit falls back to a plain rename")
+                    f"filesystem without it: {renameat.how()}); commit falls back to a plain rename")
 
 
 def no_journal_left(journal_dir: Path) -> bool:
@@ -403,7 +403,7 @@ def test_without_renameat2_commit_falls_back_to_a_plain_rename(
     """No renameat2 (another OS, an old kernel, a filesystem that refuses the flag): the
     commit writes as before, modes and links kept — and a save between the check and the
     rename is lost, the window docs/edits.md documents for that case."""
-    monkeypatch.setattr(renameat, "_CALL", None)
+    monkeypatch.setattr(renameat, "_loaded", lambda: (None, "made unavailable by the test"))
     op, changes = small_operator(tmp_path)
     assert len(commit(changes, tmp_path / ".optrace", name="op")) == 6
     assert (op / "k" / "a.cpp").read_bytes() == b"void a() { TRACE(); }\n"
