@@ -1213,7 +1213,11 @@ def _settle(planned: Planned, aside: dict[int, tuple[int, int] | None], token: s
         path, old, _new = planned[index]
         tmp = _temp_name(path, token)
         try:
-            if _kept_bytes(tmp) == old or not os.path.lexists(tmp):
+            kept = _kept_bytes(tmp)
+        except OSError:
+            kept = None  # unreadable: not known to be the old bytes, so not ours to drop
+        try:
+            if kept == old or not os.path.lexists(tmp):
                 continue
             _put_back(path, tmp, ours)
         except OSError:

@@ -33,7 +33,7 @@ import optrace.pipeline.apply as apply_module
 from optrace.cli import app
 from optrace.engine import renameat
 from optrace.engine.edits import FileChange
-from optrace.engine.transaction import StaleSource, commit
+from optrace.engine.transaction import StaleSource, WriteFailed, commit
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 OP = "src/cam/comm_operator/ascend_kernels/moe_fused_gmm"
@@ -362,6 +362,37 @@ def test_a_writer_holding_the_file_open_across_the_exchange_keeps_its_write(
     assert after.pop(rel)[1] == WRITER
     assert after == {name: entry for name, entry in before.items() if name != rel}
     assert no_journal_left(journal_dir)
+
+
+@pytest.mark.usefixtures("needs_exchange")
+def test_a_failed_write_puts_a_writers_in_place_bytes_back_rather_than_rolling_them_back(
+    tmp_path: Path,
+) -> None:
+    """A disk error at a later file rolls the operator back; an old file kept aside that
+    a writer wrote into meanwhile is the writer's, and goes back in place first — the
+    rollback does not replace it with the backup's bytes."""
+    _op, changes = small_operator(tmp_path)
+    before = snapshot(tmp_path)
+    held: list[tuple[Path, int]] = []
+
+    def writer_then_disk_full(path: Path, index: int) -> None:
+        if index == 0:
+            held.append((path, os.open(path, os.O_RDWR)))
+        if index == 3:
+            _path, fd = held[0]
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, WRITER, 0)
+            os.close(fd)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with pytest.raises(WriteFailed) as caught:
+        commit(changes, tmp_path / ".optrace", name="op", _before_write=writer_then_disk_full)
+    assert caught.value.restored_all and "OT043 cannot write (No space left on device)" in str(caught.value)
+    after = snapshot(tmp_path)
+    rel = held[0][0].relative_to(tmp_path).as_posix()
+    assert after.pop(rel)[1] == WRITER
+    assert after == {name: entry for name, entry in before.items() if name != rel}
+    assert no_journal_left(tmp_path / ".optrace")
 
 
 @pytest.mark.usefixtures("needs_exchange")
