@@ -54,7 +54,7 @@ _TABLE: tuple[Code, ...] = (
     # The edit engine and the journal.
     Code("OT040", "two edits overlap", E, "edits.md"),
     Code("OT041", "an edit lies outside its file", E, "edits.md"),
-    Code("OT042", "a file changed while optrace was planning it", E, "edits.md"),
+    Code("OT042", "a file changed while optrace was planning or writing it", E, "edits.md"),
     Code("OT043", "a write failed; the journal rolls it back", E, "edits.md"),
     Code("OT044", "an apply / strip of this operator did not finish", E, "edits.md"),
     Code("OT045", "another optrace process holds the operator", E, "edits.md"),

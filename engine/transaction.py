@@ -2,7 +2,11 @@
 
 `commit` checks that every file still holds the bytes the edits were planned on, records a
 journal (sha256 of old and new bytes, a backup of the old bytes) and fsyncs it, then
-replaces each file atomically (temp file in the same directory, `os.replace`, mode kept).
+replaces each file atomically (temp file in the same directory, mode kept), swapping it
+in with `renameat2(RENAME_EXCHANGE)` where the system has it (engine/renameat.py): what
+came out of the target must still be the planned-on bytes, else another program saved
+it after the check — its file goes back and the operator is refused (OT042), so a save
+is never lost to the rename (docs/edits.md, "A writer racing the commit").
 A failed write restores the files already written; a process that dies between files
 leaves the journal behind, and `recover` rolls the operator back to its old bytes.
 Rolling back (never forward) is the rule because the old bytes are the state the user
@@ -40,6 +44,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from optrace.engine import renameat
 from optrace.engine.edits import FileChange
 
 # Diagnostic codes (README: OT0xx is input and parsing), next to those of engine/edits.py.
@@ -928,13 +933,15 @@ def commit(
     Paths are resolved (a symlink is written through) and written in sorted order. The
     repository root is `journal_dir`'s parent: every path must lie inside it, outside
     `.git/` and `.optrace/` (else OutsideRoot, OT047, nothing written).
-    Raises StaleSource (nothing written) when a file no longer holds `old`;
+    Raises StaleSource (nothing written) when a file no longer holds `old`, at the check
+    or when it is swapped into place (the files already written are rolled back);
     UnfinishedTransaction when operator `name` has a journal left by a crash (call
     `recover` before planning); ForeignJournal when it has a journal (or leftovers)
     optrace did not record, or `journal_dir` is a symlink (left untouched);
     TransactionBusy when another process holds the operator;
     WriteFailed when a write fails, after restoring the files already written.
-    `_before_write(path, k)` runs before the k-th file write: a hook for fault injection.
+    `_before_write(path, k)` runs after the check, before the k-th file write: a hook for
+    fault injection.
     """
     planned = _resolve(changes)
     if not planned:
@@ -1045,20 +1052,51 @@ def _write_all(
         _fail(failed[1], failed[0], entries, journal, set(), root)
         raise failed[1]
     touched: set[int] = set()
-    for index, (path, _old, new) in enumerate(planned):
-        # Counted before the write: an exception may come after os.replace.
+    # Entries whose old file sits at their temp name, exchanged (or, for a deletion, moved)
+    # out of the target: index -> (st_dev, st_ino) of our new file, None for a deletion.
+    aside: dict[int, tuple[int, int] | None] = {}
+
+    def abort(exc: BaseException, path: Path) -> None:
+        # An old file kept aside that another program wrote into since holds its bytes
+        # now: it goes back in place, and is theirs (not rolled back) from here on.
+        touched.difference_update(_settle(planned, aside, journal.token))
+        _discard_temps(entries, journal.token, keep=touched)
+        _fail(exc, path, entries, journal, touched, root)
+
+    for index, (path, old, new) in enumerate(planned):
+        # Counted before the write: an exception may come after the rename.
         touched.add(index)
         try:
             if before_write is not None:
                 before_write(path, index)
-            if new is None:
-                path.unlink()
-            else:
-                os.replace(_temp_name(path, journal.token), path)
+            _place(path, old, new, _temp_name(path, journal.token), aside, index)
         except BaseException as exc:
-            _discard_temps(entries, journal.token, keep=touched)
-            _fail(exc, path, entries, journal, touched, root)
+            if isinstance(exc, _Theirs):
+                touched.discard(index)  # the target holds the other program's file again
+            abort(exc, path)
             raise  # _fail raises for OSError; anything else propagates unchanged
+    # Every target is written. Right before each old file kept aside is discarded, its
+    # bytes are compared once more: a writer that opened the file before the exchange
+    # and wrote into it after (in place) wrote into that old file, and must not lose it.
+    for index in sorted(aside):
+        path, old, _new = planned[index]
+        tmp = _temp_name(path, journal.token)
+        try:
+            if _kept_bytes(tmp) == old or not os.path.lexists(tmp):
+                del aside[index]
+                try:
+                    tmp.unlink(missing_ok=True)
+                except OSError:
+                    pass  # a stray copy of the old bytes; the target is written all the same
+                continue
+            _put_back(path, tmp, aside[index])
+            del aside[index]
+            touched.discard(index)
+            raise _Theirs(CODE_STALE, "written to (in place) by another program while optrace was "
+                          "writing it; nothing written, plan again", path)
+        except BaseException as exc:
+            abort(exc, path)
+            raise
     # The renames and unlinks become durable before the journal goes: one fsync per
     # directory, not per file (until then a crash leaves the journal, and `recover`
     # judges each file by its bytes, old or new alike). Fsyncs were most of the time
@@ -1069,10 +1107,131 @@ def _write_all(
     _discard_journal(journal, root)
 
 
+class _Theirs(StaleSource):
+    """Another program wrote a target between the check and its write: its file was put
+    back in place (nothing of optrace's is in it) and the operator is rolled back."""
+
+
+def _kept_bytes(tmp: Path) -> bytes | None:
+    """The bytes of what an exchange took out of a target, now at its temp name; None
+    when that is not a regular file (a directory, a link or a FIFO someone put there)."""
+    try:
+        return _read_state(tmp)
+    except _NotAFile:
+        return None
+
+
+def _put_back(path: Path, tmp: Path, ours: tuple[int, int] | None) -> None:
+    """Undo the exchange (or, for a deletion, the move) of `path` with `tmp`: the target
+    gets back the file that was there, our file goes to the temp name, to be discarded.
+
+    Should yet another save land on the target between the two steps (it would replace
+    our new file there, microseconds after the first), that later save is what the
+    writer meant last: it goes back to the target, and the earlier one it supersedes is
+    left at the temp name, as the editor's own rename would have dropped it."""
+    if ours is None:  # a deletion: nothing of ours at the target
+        try:
+            renameat.rename_noreplace(tmp, path)
+        except FileExistsError:
+            pass  # created again meanwhile: the later file stays
+        except renameat.Unsupported:
+            if not os.path.lexists(path):
+                os.rename(tmp, path)
+        return
+    renameat.exchange(tmp, path)
+    try:
+        st = os.lstat(tmp)
+    except FileNotFoundError:
+        return
+    if (st.st_dev, st.st_ino) != ours:
+        renameat.exchange(tmp, path)
+
+
+def _place(
+    path: Path, old: bytes | None, new: bytes | None, tmp: Path,
+    aside: dict[int, tuple[int, int] | None], index: int,
+) -> None:
+    """Put `new` (in `tmp`, None: delete) at `path`, checking in the same step that the
+    target held `old` at that instant (docs/edits.md, "Writing: commit").
+
+    A modified file's temp file is exchanged with the target (`renameat2`
+    RENAME_EXCHANGE): the old file is then at the temp name, compared with `old`, and
+    kept there (`aside`) until the whole operator is written. A deleted file is moved to
+    its temp name the same way; a created one is renamed only if nothing is there yet.
+    When the target held something else, another program saved it after the check: its
+    file is put back and `_Theirs` (OT042) raised — or `_NotAFile` (OT043, as a failed
+    rename) when that is no regular file. Where renameat2 is unsupported, a plain rename
+    or unlink, as before it existed: a save in that window is lost."""
+    if old is None:
+        try:
+            renameat.rename_noreplace(tmp, path)
+        except FileExistsError:
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                raise _NotAFile(f"{path} is not a regular file") from None  # OT043, as os.replace
+            raise _Theirs(CODE_STALE, "was created by another program while optrace was writing it; "
+                          "nothing written, plan again", path) from None
+        except renameat.Unsupported:
+            os.replace(tmp, path)
+        return
+    ours: tuple[int, int] | None = None
+    try:
+        if new is None:
+            os.rename(path, tmp)  # no file of that name: deletions have no temp file
+        else:
+            st = os.lstat(tmp)
+            ours = (st.st_dev, st.st_ino)
+            renameat.exchange(tmp, path)
+    except renameat.Unsupported:
+        os.replace(tmp, path)
+        return
+    except FileNotFoundError:
+        if new is not None and not os.path.lexists(tmp):
+            raise  # our temp file is gone: a failed write, not a stale source
+        raise _Theirs(CODE_STALE, "was deleted by another program while optrace was writing it; "
+                      "nothing written, plan again", path) from None
+    aside[index] = ours
+    if _kept_bytes(tmp) == old:
+        return
+    try:
+        kind = os.lstat(tmp).st_mode
+    except FileNotFoundError:
+        return  # someone removed the old file from the temp name: nothing to put back
+    _put_back(path, tmp, ours)
+    del aside[index]
+    if not stat.S_ISREG(kind):
+        raise _NotAFile(f"{path} is {'a directory' if stat.S_ISDIR(kind) else 'not a regular file'}")
+    raise _Theirs(CODE_STALE, "changed by another program while optrace was writing it; "
+                  "nothing written, plan again", path)
+
+
+def _settle(planned: Planned, aside: dict[int, tuple[int, int] | None], token: str) -> set[int]:
+    """Before a rollback: the old files kept aside that someone wrote into since (in
+    place, through a descriptor opened before the exchange) go back to their targets;
+    their indices. Best effort: one that cannot be read or moved is left to the rollback."""
+    returned: set[int] = set()
+    for index, ours in sorted(aside.items()):
+        path, old, _new = planned[index]
+        tmp = _temp_name(path, token)
+        try:
+            kept = _kept_bytes(tmp)
+        except OSError:
+            kept = None  # unreadable: not known to be the old bytes, so not ours to drop
+        try:
+            if kept == old or not os.path.lexists(tmp):
+                continue
+            _put_back(path, tmp, ours)
+        except OSError:
+            continue
+        returned.add(index)
+    aside.clear()
+    return returned
+
+
 def _fail(
     exc: BaseException, path: Path, entries: list[_Entry], journal: _Journal, touched: set[int], root: Path
 ) -> None:
-    """Roll back what this run wrote, then say what happened (WriteFailed for an OSError)."""
+    """Roll back what this run wrote, then say what happened (WriteFailed for an OSError,
+    or for a file another program wrote meanwhile when the rollback is incomplete)."""
     results = _roll_back(entries, journal, touched=touched)
     # The failing file itself may be in any state (a directory put in its place): only
     # the files this run wrote must be back for the rollback to be complete.
@@ -1083,11 +1242,20 @@ def _fail(
     ]
     if not problems:
         _discard_journal(journal, root)
+    detail = "; ".join(f"{r.path}: {r.outcome.value} ({r.detail})" for r in problems)
+    if isinstance(exc, _Theirs):
+        if problems:  # its "nothing written" would not be true
+            why = exc.message.split(";")[0]
+            raise WriteFailed(
+                f"{why}; rollback incomplete: {detail}; journal kept at {journal.json_path}",
+                path,
+                restored_all=False,
+            ) from exc
+        return
     if not isinstance(exc, OSError):
         return
     reason = exc.strerror or str(exc)
     if problems:
-        detail = "; ".join(f"{r.path}: {r.outcome.value} ({r.detail})" for r in problems)
         raise WriteFailed(
             f"cannot write ({reason}); rollback incomplete: {detail}; journal kept at {journal.json_path}",
             path,

@@ -24,6 +24,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from optrace.engine import renameat
+
 # Set at import, before any test module runs optrace (some compute at import time) or a
 # module-scoped fixture forks a child that must see the same state directory.
 _HOME = tempfile.mkdtemp(prefix="optrace-test-home-")
@@ -42,6 +44,21 @@ def state_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mon
     monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
     yield home
+
+@pytest.fixture(scope="session")
+def exchanges(tmp_path_factory: pytest.TempPathFactory) -> bool:
+    """Whether `commit` swaps files with renameat2 (RENAME_EXCHANGE) here: the call exists
+    and the tests' filesystem takes it. Then every old file stays at its temp name until
+    the operator is written; elsewhere commit falls back to a plain rename."""
+    probe = tmp_path_factory.mktemp("renameat2")
+    (probe / "a").write_bytes(b"a")
+    (probe / "b").write_bytes(b"b")
+    try:
+        renameat.exchange(probe / "a", probe / "b")
+    except renameat.Unsupported:
+        return False
+    return (probe / "a").read_bytes() == b"b"
+
 
 LONG_FUZZ = os.environ.get("OPTRACE_LONG_FUZZ", "") not in ("", "0")
 

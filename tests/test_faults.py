@@ -122,8 +122,9 @@ def verdict(state: Tree, before: Tree, after: Tree) -> str:
 # One child Python imports optrace once and forks per crash: each forked process computes
 # apply_changes(op) for its repository and commits it with the fault, dying at the chosen
 # moment; the runner reports how each one ended. Faults are injected at the OS calls
-# (fsync, replace, unlink, rmtree) and through commit's _before_write hook, never by
-# patching optrace's internals.
+# (fsync, replace, unlink, rmtree, and renameat2 through engine/renameat.py, the thin
+# ctypes wrapper commit swaps files with) and through commit's _before_write hook, never
+# by patching optrace's internals.
 RUNNER = textwrap.dedent(
     """
     import json, os, shutil, sys
@@ -132,6 +133,7 @@ RUNNER = textwrap.dedent(
     from optrace.pipeline.apply import apply_changes
     from optrace.engine.discovery import default_repo_root
     from optrace.engine.transaction import commit, journal_path, recover, state_dir
+    from optrace.engine import renameat
 
     def step(op, point, k):
         journal_dir = default_repo_root(op.resolve()).resolve() / ".optrace"
@@ -165,6 +167,16 @@ RUNNER = textwrap.dedent(
 
         temp_fsyncs = []
 
+        real_exchange, real_noreplace = renameat.exchange, renameat.rename_noreplace
+
+        def exchange(a, b):  # a temp file swapped with its target: the target is written
+            real_exchange(a, b)
+            finished(b)
+
+        def rename_noreplace(src, dst):  # a created file renamed into place
+            real_noreplace(src, dst)
+            finished(dst)
+
         def fsync(fd):
             if point == "record" and os.readlink(f"/proc/self/fd/{fd}").startswith(records):
                 die()  # the journal's record is being made durable; nothing in the repository yet
@@ -196,6 +208,7 @@ RUNNER = textwrap.dedent(
                 die()
 
         os.replace, os.fsync, os.unlink, shutil.rmtree = replace, fsync, unlink, rmtree
+        renameat.exchange, renameat.rename_noreplace = exchange, rename_noreplace
         if point == "recover":
             recover(journal_dir, name)  # recovers an earlier crash, dying after k + 1 files
             die()
@@ -290,7 +303,7 @@ def test_the_subject_is_a_multi_file_apply() -> None:
                          ids=[f"{p}-{k}" for p, k, _, _ in CRASHES])
 def test_a_crash_is_recovered_to_original_or_applied_and_strip_restores(
     crashed: dict[str, tuple[Path, Path]], states: tuple[Tree, Tree], index: int,
-    crash_point: tuple[str, int, int, str],
+    crash_point: tuple[str, int, int, str], exchanges: bool,
 ) -> None:
     before, after = states
     point, k, written, recovered = crash_point
@@ -299,8 +312,14 @@ def test_a_crash_is_recovered_to_original_or_applied_and_strip_restores(
     temps = [p for p in state if ".optrace-" in p and p.endswith(".tmp")]
     assert applied_count(state, before, after) == written
     # Every temp file is written before the first rename: a crash before rename k leaves
-    # the temp files of files k on, one after rename k those of the files after it.
+    # the temp files of files k on, one after rename k those of the files after it. With
+    # renameat2, each file written before the crash that existed before it has its old
+    # bytes at its temp name too (swapped out, kept until the operator is written).
     expected_temps = {"before-write": N_FILES - k, "after-rename": N_FILES - k - 1}.get(point, 0)
+    if exchanges and point in ("before-write", "after-rename"):
+        order = sorted(map(Path, changed_files(before, after)))  # commit's order (real paths)
+        done = order[: k + (point == "after-rename")]
+        expected_temps += sum(p.as_posix() in before for p in done)
     if point == "temp-fsync":  # the writing threads got as far as they got
         assert 0 < len(temps) <= N_FILES
     else:
