@@ -165,12 +165,21 @@ def check_operator(op_dir: Path, repo_root: Path | None = None, compile_safety: 
     return report
 
 
+_CONFIG_CODES = frozenset({"OT002", "OT003", "OT004"})
+_CONFIG_NAMES = frozenset({"optrace.toml", "pyproject.toml"})
+
+
 def _analyse(report: CheckReport, op_dir: Path, root: Path) -> Analysis | None:
     try:
         return analyse_operator(op_dir, root)
     except InputError as exc:
-        if report.instrumented:
-            report.findings.append(exc.diagnostic)
+        # An operator without points that cannot be analysed is not checked (pre-commit runs
+        # check on every operator a commit touches) — but a broken configuration is the
+        # user's to hear about either way, not "not instrumented".
+        d = exc.diagnostic
+        if report.instrumented or d.code in _CONFIG_CODES or (
+                d.path is not None and d.path.name in _CONFIG_NAMES):
+            report.findings.append(d)
         return None
 
 

@@ -402,3 +402,17 @@ def test_the_repositorys_config_cannot_raise_the_bounds(
     code, out = cli("report", trace) if kind == "trace" else cli("collect", made, "-o", root / "t2.json")
     assert "Traceback" not in out and code == 2, out
     assert f"past the 100-byte bound for a {kind} file" in out, out
+
+
+@pytest.mark.parametrize("name", ["optrace.toml", "pyproject.toml"])
+def test_check_of_an_operator_without_points_still_names_a_config_past_the_bound(
+    repo: tuple[Path, Path], limits: Limits, name: str
+) -> None:
+    """Not instrumented, the operator is not checked — but its repository's config being
+    unreadable is said (exit 1), not swallowed into "not instrumented" with exit 0."""
+    root, op = repo
+    config = _big_config(root, name)
+    limits(config=200)
+    code, out = cli("check", op, "--no-compile")
+    assert "Traceback" not in out and code == 1, out
+    assert f"{name}: OT001 cannot read: {config.stat().st_size} bytes, past the 200-byte bound" in out, out
