@@ -316,14 +316,17 @@ def test_a_recorded_journal_through_a_directory_now_a_symlink_writes_nothing_out
     assert not journal.exists()  # kept for the user under unresolved/, not followed
 
 
-def test_a_recorded_journal_restores_permission_bits_only(world: World) -> None:
-    entries, backup = attack_setuid(world)
-    journal = plant(world, entries, backup)
-    record(world, journal)
+@pytest.mark.parametrize("mode", [0o6755, 0o4755, 0o2755, 0o1755, 0o7777])
+def test_a_recorded_journal_restores_permission_bits_only(world: World, mode: int) -> None:
+    """setuid, setgid and sticky bits in a journal's mode (each alone and all at once)
+    are never restored: the permission bits only."""
     kernel = world.op / "op_kernel" / "demo_op.cpp"
+    entries = [modify(kernel, kernel.read_bytes(), PWNED, 0, mode=mode)]
+    journal = plant(world, entries, PWNED)
+    record(world, journal)
     report = Transaction(world.journal_dir, world.name).recover()
     assert [f.outcome.value for f in report.files] == ["restored"]
-    assert stat.S_IMODE(os.stat(kernel).st_mode) == 0o755  # not 0o6755
+    assert stat.S_IMODE(os.stat(kernel).st_mode) == mode & 0o777
 
 
 def test_a_recorded_journal_with_damaged_backups_is_not_restored(world: World) -> None:
