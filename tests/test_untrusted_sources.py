@@ -4,6 +4,7 @@ repository's config gives is checked finite and in its documented range."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from pathlib import Path
@@ -146,3 +147,48 @@ def test_an_include_resolving_outside_the_repository_is_listed_not_read(
     assert "outside the repository" in out and "leakIdx" not in out and "Leak" not in out, out
     code, out = cli("apply", str(op), "--write")
     assert code == 0 and b"TRACE_POINT" not in secret.read_bytes(), out
+
+
+def test_a_configured_include_dir_outside_the_repository_is_read_the_rest_is_listed(
+    repo: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The configured include dirs are part of what may be read (issue 14 §4): a header
+    found there is planned; one reached through `..` beside it, outside both, is not."""
+    root, op = repo
+    third = tmp_path / "third_party" / "include"
+    third.mkdir(parents=True)
+    (third / "extra.h").write_text(
+        '#include "../../elsewhere/secret.h"\n'
+        "__aicore__ inline void Gather() { for (int expertIdx = 0; expertIdx < 2; ++expertIdx) "
+        "{ AscendC::SyncAll(); } }\n")
+    secret = tmp_path / "elsewhere" / "secret.h"
+    secret.parent.mkdir()
+    secret.write_text("__aicore__ inline void Leak() { for (int leakIdx = 0; leakIdx < 2; ++leakIdx) "
+                      "{ AscendC::SyncAll(); } }\n")
+    (root / "optrace.toml").write_text(f'include_dirs = ["{third}"]\n')
+    kernel = op / "op_kernel" / "demo_op.cpp"
+    kernel.write_bytes(KERNEL.replace(b"    Compute(4);\n", b"    Compute(4);\n    Gather();\n    Leak();\n"))
+    code, out = cli("plan", str(op), "--format", "json")
+    assert code == 0, out
+    includes = json.loads(out)["operators"][0]["includes"]
+    assert str(third / "extra.h") in includes["files"]  # the configured dir's header was read
+    assert not any("secret.h" in f for f in includes["files"])
+    assert any("secret.h" in e and "outside the repository" in e for e in includes["external"]), includes
+    assert "leakIdx" not in out
+
+
+def test_without_a_marker_an_include_outside_the_grandparent_is_listed_not_read(tmp_path: Path) -> None:
+    """No `.git` or `optrace.toml`: the grandparent of the operator directory is the root
+    for reading; an include climbing out of it is listed, never read."""
+    root = tmp_path / "unmarked" / "ops"
+    op = root / "demo_op"
+    (op / "op_kernel").mkdir(parents=True)
+    secret = tmp_path / "secret.h"
+    secret.write_text("__aicore__ inline void Leak() { for (int leakIdx = 0; leakIdx < 2; ++leakIdx) "
+                      "{ AscendC::SyncAll(); } }\n")
+    (op / "op_kernel" / "demo_op.cpp").write_bytes(
+        KERNEL.replace(b'"extra.h"', b'"../../../../secret.h"').replace(b"    Compute(4);\n",
+                                                                     b"    Compute(4);\n    Leak();\n"))
+    code, out = cli("plan", str(op), "--format", "json")
+    assert code == 0, out
+    assert "outside the repository" in out and "leakIdx" not in out, out
