@@ -727,6 +727,15 @@ CASES: list[Case] = [
 ]
 
 FUZZ_RUNS = [
+    "| 1, at optrace 34725db (today's fixtures, l0op_style among them) | 5,000 (cases 0–4999 in 2 "
+    "processes with `--start`, 25 min on 2 shared cores; compile safety on 100) | 4,462 | 0 | 538 "
+    "| **0** | — (a clean run at the final code) |",
+    "| 1, at optrace 5b65a61 | 5,000 (2 processes, 10 min) | 4,457 | 0 | 542 | 1: case 2645 strip "
+    "not the identity | a stray `*/` in a Meta kernel's return type: the adapter's codemod edited "
+    "it, but only the autograd-wrappers layer claimed its file and no longer recognised the "
+    "kernel, so strip skipped the file; the adapter layer finds it now (2c9a961, "
+    "`tests/test_fuzz_regressions.py`) |",
+    "| 2, at optrace 242473d | 2,500 (cases 0–2499, 10 min) | 2,248 | 0 | 252 | 0 | — |",
     "| 1 | 5,000 (cases 0–4999, split over 2–5 processes with `--start`, ~50 min on 2 shared "
     "cores; compile safety on 100) | 4,494 | 0 | 503 | 4: cases 389, 2034, 4605 strip not the "
     "identity; case 4489 hung | 389, 2034: a `TRACE_POINT` or a quote in the kernel entry's "
