@@ -845,20 +845,7 @@ def _thread_descriptor(data: bytes, lo: int, hi: int, threads: dict[int, tuple[i
 
 
 def _clock_snapshot(data: bytes, lo: int, hi: int, state: _SequenceClock) -> None:
-    clocks: dict[int, tuple[int, int, bool]] = {}
-    for field, value, end in perfetto_read.fields(data, lo, hi):
-        if field == 1:
-            cid, stamp, unit, incremental = 0, 0, 1, False
-            for f, v, _ in perfetto_read.fields(data, value, end):
-                if f == 1:
-                    cid = v
-                elif f == 2:
-                    stamp = v
-                elif f == 3:
-                    incremental = bool(v)
-                elif f == 4:
-                    unit = v or 1
-            clocks[cid] = (stamp, unit, incremental)
+    clocks = perfetto_read.clock_snapshot(data, lo, hi)
     own = [c for c in clocks if 64 <= c < 128]
     if own and perfetto.BOOTTIME in clocks:
         state.base, state.unit, state.incremental = clocks[own[0]]

@@ -318,20 +318,7 @@ def _packet_fields(data: bytes, parts: list[tuple[int, int, int]], state: _Seque
     if 60 in by_field:
         _track_descriptor(data, *by_field[60], found)
     if 6 in by_field:  # ClockSnapshot: the sequence clock (ids 64-127) against BOOTTIME
-        clocks: dict[int, tuple[int, int, bool]] = {}
-        for field, value, end in fields(data, *by_field[6], _CLOCKS):
-            if field == 1:
-                cid, stamp, unit, incremental = 0, 0, 1, False
-                for f, v, _ in fields(data, value, end, _CLOCK):
-                    if f == 1:
-                        cid = v
-                    elif f == 2:
-                        stamp = v
-                    elif f == 3:
-                        incremental = bool(v)
-                    elif f == 4:
-                        unit = v or 1
-                clocks[cid] = (stamp, unit, incremental)
+        clocks = clock_snapshot(data, *by_field[6])
         mine = [c for c in clocks if 64 <= c < 128]
         if mine and 6 in clocks:
             stamp, unit, incremental = clocks[mine[0]]
@@ -349,6 +336,27 @@ def _packet_fields(data: bytes, parts: list[tuple[int, int, int]], state: _Seque
                         text = _text(data, v, e)
                 if key == "optrace":
                     found.metadata = parse_json(text)  # strict: no NaN, no huge numbers
+
+
+
+def clock_snapshot(data: bytes, lo: int, hi: int) -> dict[int, tuple[int, int, bool]]:
+    """A ClockSnapshot's clocks (the message in data[lo:hi]): clock id -> (timestamp, unit
+    multiplier in ns, incremental) — read once here for the reader and the merge."""
+    clocks: dict[int, tuple[int, int, bool]] = {}
+    for field, value, end in fields(data, lo, hi, _CLOCKS):
+        if field == 1:
+            cid, stamp, unit, incremental = 0, 0, 1, False
+            for f, v, _ in fields(data, value, end, _CLOCK):
+                if f == 1:
+                    cid = v
+                elif f == 2:
+                    stamp = v
+                elif f == 3:
+                    incremental = bool(v)
+                elif f == 4:
+                    unit = v or 1
+            clocks[cid] = (stamp, unit, incremental)
+    return clocks
 
 
 def _track_descriptor(data: bytes, lo: int, hi: int, found: PerfettoSpans) -> None:
