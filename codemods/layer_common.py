@@ -459,18 +459,19 @@ def sizes_header_name(op_name: str) -> str:
 
 
 def buffer_core_type(declared: frozenset[str]) -> str | None:
-    """"AIV" / "AIC" for a kernel that declares one core type only (KERNEL_TASK_TYPE:
-    its buffer has that type's slots alone, core i in slot i), None for a mixed kernel or
-    one that declares nothing (an inferred core type is a guess: the mixed layout, which
-    holds either kind of launch)."""
+    """"AIV" / "AIC" for a kernel declared to run one core type only (its KERNEL_TASK_TYPE,
+    else its build's metadata or OpDef config: engine/core_config.py; its buffer has that
+    type's slots alone, core i in slot i), None for a mixed kernel or one nothing
+    declares (an inferred core type is a guess: the mixed layout, which holds either kind
+    of launch)."""
     return next(iter(declared)) if len(declared) == 1 else None
 
 
 _SLOTS_LINES = {
     None: b"#define OPTRACE_PROFILING_SLOTS (OPTRACE_MAX_AIC_CORES + OPTRACE_MAX_AIV_CORES)\n",
-    "AIV": b"// The kernel declares vector cores only (KERNEL_TYPE_AIV_ONLY): no AIC slots.\n"
+    "AIV": b"// The kernel runs vector cores only (as declared; see `optrace plan`): no AIC slots.\n"
            b"#define OPTRACE_PROFILING_SLOTS (OPTRACE_MAX_AIV_CORES)\n",
-    "AIC": b"// The kernel declares cube cores only (KERNEL_TYPE_AIC_ONLY): no AIV slots.\n"
+    "AIC": b"// The kernel runs cube cores only (as declared; see `optrace plan`): no AIV slots.\n"
            b"#define OPTRACE_PROFILING_SLOTS (OPTRACE_MAX_AIC_CORES)\n",
 }
 

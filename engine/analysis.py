@@ -14,6 +14,7 @@ from pathlib import Path
 from tree_sitter import Node
 
 from optrace.engine.config import Config, load_config
+from optrace.engine.core_config import CoreDeclaration, from_binary_metadata, from_kernel, from_op_host
 from optrace.engine.cpp import (
     CodeIndex,
     FunctionDef,
@@ -99,9 +100,11 @@ class Analysis:
     entry_fn: FunctionDef
     mixed: bool
     kernel_cores: frozenset[str]
-    # What the kernel's KERNEL_TASK_TYPE declarations say (empty: nothing declared, and
-    # kernel_cores is inferred): the buffer layout trusts only a declaration.
+    # What declares the core types (the kernel's KERNEL_TASK_TYPE, else its compiled
+    # metadata or OpDef config; empty: nothing does, and kernel_cores is inferred): the
+    # buffer layout trusts only a declaration.
     declared_cores: frozenset[str] = frozenset()
+    core_declaration: CoreDeclaration | None = None
     existing: list[TracePoint] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     phase_work: set[str] = field(default_factory=set)
@@ -345,34 +348,26 @@ def _collect_existing(an: Analysis) -> None:
             )
 
 
-_TASK_TYPE_RE = re.compile(rb"\bKERNEL_TYPE_(AIV_ONLY|AIC_ONLY|MIX_\w+)")
-
-
-def declared_cores(entry_src: bytes) -> frozenset[str]:
-    """What the kernel declares of itself (`KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_...)`, or
-    per tiling key): the union over its declarations. `MIX_AIC_1_0` runs cube cores only,
-    `MIX_AIV_1_0` vector cores only, `MIX_AIC_1_2` both. Empty when it declares none."""
-    declared: set[str] = set()
-    for m in _TASK_TYPE_RE.finditer(blank_comments(entry_src)):
-        kind = m.group(1)
-        if kind in (b"AIV_ONLY", b"MIX_AIV_1_0"):
-            declared.add("AIV")
-        elif kind in (b"AIC_ONLY", b"MIX_AIC_1_0"):
-            declared.add("AIC")
-        elif kind.startswith(b"MIX"):
-            declared |= {"AIC", "AIV"}
-    return frozenset(declared)
-
-
-def _kernel_cores(an_files: dict[Path, ParsedFile], entry_src: bytes) -> tuple[bool, frozenset[str]]:
-    declared = declared_cores(entry_src)
-    if declared:
-        return len(declared) > 1, frozenset(declared)
+def _kernel_cores(
+    an_files: dict[Path, ParsedFile], declared: CoreDeclaration | None
+) -> tuple[bool, frozenset[str]]:
+    if declared is not None:
+        return len(declared.cores) > 1, declared.cores
     markers = re.compile(rb"operator\s*\(\s*\)\s*<\s*(?:AscendC::)?AI[CV]|g_coreType|ASCEND_IS_AIC")
     for parsed in an_files.values():
         if markers.search(blank_comments(parsed.src.raw)):
             return True, frozenset({"AIC", "AIV"})
     return False, frozenset({"AIV"})
+
+
+def declare_cores(layers: Layers, entry_path: Path, entry_src: bytes) -> CoreDeclaration | None:
+    """What declares the kernel's core types (engine/core_config.py): the kernel, else
+    its compiled metadata, else the OpDef's config. None: nothing does."""
+    assert layers.entry is not None
+    op_host = [hit.path for hit in layers.found.get("op_def", [])]
+    return (from_kernel(entry_path, entry_src)
+            or from_binary_metadata(layers.op_dir, (layers.op_name, layers.camel, layers.entry.name))
+            or from_op_host(op_host))
 
 
 def analyse_operator(op_dir: Path, repo_root: Path | None = None) -> Analysis:
@@ -451,9 +446,11 @@ def analyse_operator(op_dir: Path, repo_root: Path | None = None) -> Analysis:
             Diagnostic("OT010", f"kernel entry `{layers.entry.name}` could not be parsed",
                        entry_path, layers.entry.line)
         )
-    mixed, cores = _kernel_cores(parsed, includes.files[entry_path].raw)
+    declaration = declare_cores(layers, entry_path, includes.files[entry_path].raw)
+    mixed, cores = _kernel_cores(parsed, declaration)
     an = Analysis(layers, config, includes, parsed, index, DiGraph(), entry_fn, mixed, cores,
-                  declared_cores(includes.files[entry_path].raw), diagnostics=diagnostics)
+                  declaration.cores if declaration is not None else frozenset(),
+                  declaration, diagnostics=diagnostics)
     _build_callgraph(an)
     _collect_existing(an)
     return an

@@ -34,7 +34,12 @@ def render_text(plan: Plan, mode: tuple[str, str] | None = None) -> str:
     out: list[str] = []
     out.append(f"operator {layers.op_name} ({display_path(layers.op_dir, root_dir)})")
     out.append(f"  repository root: {root_dir}")
-    kind = "mixed AIC/AIV" if an.mixed else "/".join(sorted(an.kernel_cores)) + " only"
+    declared = an.core_declaration
+    if declared is not None:
+        kind = declared.describe(display_path(declared.path, root_dir) if declared.path else "")
+    else:
+        kind = ("mixed AIC/AIV" if an.mixed else "/".join(sorted(an.kernel_cores)) + " only") + (
+            " (inferred from the kernel's code; nothing declares it: the buffer is laid out mixed)")
     out.append(f"  kernel: {kind}")
     if mode is not None:
         out.append(f"  mode: {mode[0]} — {mode[1]}")
@@ -216,6 +221,11 @@ def plan_json(plan: Plan, mode: tuple[str, str] | None = None) -> dict[str, obje
         "repo_root": str(root),
         "mixed": an.mixed,
         "cores": sorted(an.kernel_cores),
+        # What declared them (None: inferred, the buffer laid out mixed).
+        "cores_declared_by": None if an.core_declaration is None else {
+            "source": an.core_declaration.source, "detail": an.core_declaration.detail,
+            "file": display_path(an.core_declaration.path, root) if an.core_declaration.path else None,
+            "line": an.core_declaration.line},
         "layers": {
             key: [
                 {"file": display_path(h.path, root), "line": h.line, "detail": h.detail}

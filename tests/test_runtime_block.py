@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -120,6 +121,123 @@ def test_the_declared_core_mix_sizes_and_lays_out_the_buffer(tmp_path: Path, dec
     assert "OT420" not in check.stdout and '"compile_checked_files": 0' not in check.stdout
     assert runner.invoke(app, ["strip", str(op), "--write"]).exit_code == 0
     assert _snapshot(root) == before
+
+
+# Where the kernel declares nothing, its build says (engine/core_config.py): the compiled
+# kernels' metadata beside their binaries, else the OpDef's coreType config.
+AIVEC = "RT_DEV_BINARY_MAGIC_ELF_AIVEC"
+
+
+def _metadata(name: str, **fields: object) -> str:
+    return json.dumps({"binFileName": name, "binFileSuffix": ".o", "blockDim": -1,
+                       "kernelName": name + "_1a2b3c", **fields})
+
+
+TOKEN_OP = "moe_token_permute"
+BUILT = f"{TOKEN_OP}/build_out/op_kernel/binary/ascend910b/{TOKEN_OP}"
+
+
+@pytest.mark.parametrize(("files", "mix", "source"), [
+    ({f"{BUILT}/MoeTokenPermute_fp16.json": _metadata("MoeTokenPermute_fp16",
+                                                      magic=AIVEC,
+                                                      coreType="VectorCore")},
+     "OPTRACE_CORES_AIV_ONLY", "binary metadata"),
+    ({f"{BUILT}/MoeTokenPermute_fp16.json": _metadata("MoeTokenPermute_fp16",
+                                                      magic="RT_DEV_BINARY_MAGIC_ELF_AICUBE")},
+     "OPTRACE_CORES_AIC_ONLY", "binary metadata"),
+    # a mixed launch: declared mixed, not a guess (the code has no core-type test)
+    ({f"{BUILT}/MoeTokenPermute_fp16.json": _metadata("MoeTokenPermute_fp16", magic="RT_DEV_BINARY_MAGIC_ELF",
+                                                      coreType="MIX", taskRation="1:2", intercoreSync=1)},
+     "OPTRACE_CORES_MIXED", "binary metadata"),
+    # two binaries of one op, both vector-only; another op's binary beside them is not read
+    ({f"{BUILT}/MoeTokenPermute_fp16.json": _metadata("MoeTokenPermute_fp16", magic=AIVEC),
+      f"{BUILT}/MoeTokenPermute_bf16.json": _metadata("MoeTokenPermute_bf16", magic=AIVEC),
+      f"{BUILT}/../other/GroupedMatmul_fp16.json": _metadata("GroupedMatmul_fp16",
+                                                             magic="RT_DEV_BINARY_MAGIC_ELF")},
+     "OPTRACE_CORES_AIV_ONLY", "binary metadata"),
+    # one binary that does not say (a plain AI Core binary): no decision, laid out mixed
+    ({f"{BUILT}/MoeTokenPermute_fp16.json": _metadata("MoeTokenPermute_fp16", magic=AIVEC),
+      f"{BUILT}/MoeTokenPermute_fp32.json": _metadata("MoeTokenPermute_fp32", magic="RT_DEV_BINARY_MAGIC_ELF",
+                                                      coreType="AiCore")},
+     "OPTRACE_CORES_MIXED", None),
+    # the OpDef: every config VectorCore
+    ({"op_host_vector": "VectorCore VectorCore"}, "OPTRACE_CORES_AIV_ONLY", "op_host config"),
+    # one config that may start either kind: no decision
+    ({"op_host_vector": "VectorCore AiCore"}, "OPTRACE_CORES_MIXED", None),
+])
+def test_the_build_declares_the_core_mix_when_the_kernel_does_not(
+        tmp_path: Path, files: dict[str, str], mix: str, source: str | None) -> None:
+    root = tmp_path / "m"
+    shutil.copytree(FIXTURES / "msopgen_style", root)
+    op = root / TOKEN_OP
+    entry = op / "op_kernel" / f"{TOKEN_OP}.cpp"
+    entry.write_text(entry.read_text().replace("    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);\n", ""))
+    for rel, text in files.items():
+        if rel == "op_host_vector":
+            op_def = op / "op_host" / f"{TOKEN_OP}_def.cpp"
+            first, second = text.split()
+            op_def.write_text(op_def.read_text().replace(
+                '        this->AICore().AddConfig("ascend910b");\n'
+                '        this->AICore().AddConfig("ascend310p");\n',
+                "        OpAICoreConfig a2;\n"
+                f'        a2.DynamicCompileStaticFlag(true).ExtendCfgInfo("coreType.value", "{first}");\n'
+                '        this->AICore().AddConfig("ascend910b", a2);\n'
+                "        OpAICoreConfig p3;\n"
+                f'        p3.ExtendCfgInfo("coreType.value", "{second}");\n'
+                '        this->AICore().AddConfig("ascend310p", p3);\n'))
+            continue
+        path = (root / rel).resolve()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    plan = plan_operator(op)
+    declared = plan.analysis.core_declaration
+    assert (declared.source if declared else None) == source
+    cores = {"OPTRACE_CORES_AIV_ONLY": {"AIV"}, "OPTRACE_CORES_AIC_ONLY": {"AIC"}}.get(mix, {"AIC", "AIV"})
+    if source is not None:
+        assert set(plan.analysis.kernel_cores) == cores
+        shown = runner.invoke(app, ["plan", str(op)]).stdout
+        assert f"declared by the {source}" in shown, shown
+    before = _snapshot(root)
+    res = runner.invoke(app, ["apply", str(op), "--write"])
+    assert res.exit_code == 0, res.output
+    assert f"profiling_data, moeProfPtr, {mix});" in entry.read_text()
+    # the point map records the mix, so save / collect lay the buffer out by it
+    res = runner.invoke(app, ["preprocess", str(op / "op_kernel"), "--out", str(tmp_path / "map")])
+    assert res.exit_code == 0, res.output
+    recorded = json.loads((tmp_path / "map" / "point_map.json").read_text()).get("cores")
+    assert recorded == sorted(cores)
+    assert runner.invoke(app, ["strip", str(op), "--write"]).exit_code == 0
+    assert _snapshot(root) == before
+
+
+def test_a_kernel_declaration_wins_over_its_build_output(tmp_path: Path) -> None:
+    """The build output may be stale; the kernel's own KERNEL_TASK_TYPE is what the next
+    build compiles."""
+    root = tmp_path / "m"
+    shutil.copytree(FIXTURES / "msopgen_style", root)
+    meta = root / BUILT / "MoeTokenPermute_fp16.json"
+    meta.parent.mkdir(parents=True)
+    meta.write_text(_metadata("MoeTokenPermute_fp16", magic="RT_DEV_BINARY_MAGIC_ELF", coreType="MIX",
+                              taskRation="1:2"))
+    declared = plan_operator(root / TOKEN_OP).analysis.core_declaration
+    assert declared is not None and declared.source == "kernel" and declared.cores == {"AIV"}
+
+
+def test_metadata_linked_from_outside_the_operator_is_not_read(tmp_path: Path) -> None:
+    root = tmp_path / "m"
+    shutil.copytree(FIXTURES / "msopgen_style", root)
+    entry = root / TOKEN_OP / "op_kernel" / f"{TOKEN_OP}.cpp"
+    entry.write_text(entry.read_text().replace("    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);\n", ""))
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "MoeTokenPermute_fp16.json").write_text(
+        _metadata("MoeTokenPermute_fp16", magic=AIVEC))
+    built = root / BUILT
+    built.parent.mkdir(parents=True)
+    built.symlink_to(outside, target_is_directory=True)  # a linked directory
+    linked = root / TOKEN_OP / "MoeTokenPermute_x.json"  # a linked file
+    linked.symlink_to(outside / "MoeTokenPermute_fp16.json")
+    assert plan_operator(root / TOKEN_OP).analysis.core_declaration is None
 
 
 # The scaffold optrace v1 wrote (runtime block v1): the pointer set whatever the output,
