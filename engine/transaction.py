@@ -37,7 +37,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -626,26 +625,49 @@ def _write_temps(jobs: list[tuple[Path, bytes, int | None]], token: str) -> tupl
                 return path, exc
         return None
 
-    pool = ThreadPoolExecutor(max_workers=min(8, len(jobs)), thread_name_prefix="optrace-fsync")
-    futures: list[tuple[Path, Future[None]]] = []
+    # Plain threads, not concurrent.futures: its import (with logging's) was a twentieth
+    # of a one-operator `check`, which imports this module and never commits.
+    lock = threading.Lock()
+    queue = list(enumerate(jobs))
+    queue.reverse()  # popped from the end: in job order
+    failures: list[tuple[int, BaseException]] = []
+
+    def work() -> None:
+        while True:
+            with lock:
+                if not queue:
+                    return
+                index, (path, data, mode) = queue.pop()
+            try:
+                _write_temp(path, data, mode, token)
+            except BaseException as exc:  # reported by the caller, with its file
+                with lock:
+                    failures.append((index, exc))
+
+    threads = [threading.Thread(target=work, name=f"optrace-fsync-{k}", daemon=True)
+               for k in range(min(8, len(jobs)))]
+    started: list[threading.Thread] = []
     try:
-        for path, data, mode in jobs:
-            futures.append((path, pool.submit(_write_temp, path, data, mode, token)))
-        pool.shutdown(wait=True)
+        for thread in threads:
+            thread.start()
+            started.append(thread)
+        for thread in started:
+            thread.join()
     except BaseException as exc:  # Ctrl-C while waiting, or no thread to start
         # The writes already running must end before their temp files can be removed:
-        # wait for them, even through another Ctrl-C, then report the first one.
-        while True:
-            try:
-                pool.shutdown(wait=True, cancel_futures=True)
-                break
-            except BaseException:  # keep waiting: the rollback needs the writes ended
-                continue
+        # hand out no more, wait for them, even through another Ctrl-C, then report.
+        with lock:
+            queue.clear()
+        for thread in started:
+            while thread.is_alive():
+                try:
+                    thread.join()
+                except BaseException:  # keep waiting: the rollback needs the writes ended
+                    continue
         return jobs[0][0], exc
-    for path, future in futures:
-        failure = future.exception()
-        if failure is not None:
-            return path, failure
+    if failures:
+        index, failure = min(failures, key=lambda f: f[0])
+        return jobs[index][0], failure
     return None
 
 

@@ -69,10 +69,13 @@ def plan_lint(plan: Plan, stats: dict[str, int], path: list[str]) -> dict[str, o
     root = plan.root
     # Planned regions and those already in the source (an instrumented tree lints alike).
     regions = [r for r in root.walk() if r.kind != Kind.ROOT]
-    tile_loops = [lp for lp in plan.loops if lp.classification == "tile"]
+    # Spans by file: comparing Paths pairwise was a tenth of a check's planning.
+    tile_spans: dict[Path, list[tuple[int, int]]] = {}
+    for lp in plan.loops:
+        if lp.classification == "tile":
+            tile_spans.setdefault(lp.path, []).append((lp.start, lp.end))
     in_tile = [r for r in regions if r.anchor is not None and any(
-        lp.path == r.anchor.path and lp.start < r.anchor.start and r.anchor.end <= lp.end
-        for lp in tile_loops)]
+        start < r.anchor.start and r.anchor.end <= end for start, end in tile_spans.get(r.anchor.path, ()))]
     longest = max((r.label for r in root.walk()), key=len, default="")
     same_span = sum(1 for r, parent in root.walk_with_parent()
                     if r.same_span and parent is not None and parent.children == [r])
@@ -99,7 +102,10 @@ def _unbracketed(plan: Plan, regions: list[Region], path: list[str]) -> list[str
     an = plan.analysis
     shakes = [r for r in regions
               if r.cost == "handshake" or r.tile_loop or r.hot in ("wait", "sync", "notify")]
-    brackets = [r.anchor for r in shakes if r.anchor is not None]
+    brackets: dict[Path, list[tuple[int, int]]] = {}
+    for r in shakes:
+        if r.anchor is not None:
+            brackets.setdefault(r.anchor.path, []).append((r.anchor.start, r.anchor.end))
     # A wait function traced at its call sites brackets every handshake in its body.
     whole = {r.function for r in shakes if r.function and not r.tile_loop}
     out: list[str] = []
@@ -112,7 +118,7 @@ def _unbracketed(plan: Plan, regions: list[Region], path: list[str]) -> list[str
             if site.callees or (site.name not in BLOCKING_PRIMITIVES and site.name not in SET_PRIMITIVES):
                 continue
             at = call.start_byte
-            if not any(a.path == fn.src.path and a.start <= at < a.end for a in brackets):
+            if not any(start <= at < end for start, end in brackets.get(fn.src.path, ())):
                 where = display_path(fn.src.path, an.layers.repo_root)
                 out.append(f"{where}:{fn.src.line_of(at)} {site.name}")
     return out

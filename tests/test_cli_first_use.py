@@ -4,8 +4,10 @@ the heavy parsing / graph / numeric libraries."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +17,8 @@ from typer.testing import CliRunner
 
 from optrace import __version__
 from optrace.cli import app
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 runner = CliRunner()
 
@@ -118,3 +122,33 @@ def test_the_readme_try_it_runs_as_written(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr  # the diff carries the fixture's GBK bytes: not text
     assert "G2 output order: ✓".encode() in res.stdout
     assert {p: p.read_bytes() for p in (repo / "fixtures").rglob("*") if p.is_file()} == before
+
+
+def _check_process(*args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([sys.executable, "-m", "optrace", "check", *args], capture_output=True,
+                          check=False, timeout=120)
+
+
+def test_a_check_process_reports_in_full_and_exits_with_its_code(tmp_path: Path) -> None:
+    """`check` leaves its process without the interpreter's teardown (optrace/entry.py):
+    the report still reaches a pipe and a file whole, and the exit code is check's."""
+    repo = tmp_path / "repo"
+    shutil.copytree(FIXTURES / "msopgen_style", repo)
+    op = repo / "moe_token_permute"
+    assert subprocess.run([sys.executable, "-m", "optrace", "apply", str(op), "--write"],
+                          capture_output=True, check=False).returncode == 0
+    clean = _check_process(str(op))
+    assert clean.returncode == 0, clean.stderr
+    assert clean.stdout.decode().rstrip().endswith("0 error(s), 0 warning(s)")
+    out = tmp_path / "report.json"
+    assert _check_process(str(op), "--format", "json", "-o", str(out)).returncode == 0
+    report = json.loads(out.read_text())["operators"][0]
+    assert report["instrumented"] and report["points"] > 0 and report["findings"] == []
+    kernel = op / "op_kernel" / "moe_token_permute.cpp"
+    text = kernel.read_text()
+    end = text.rindex('TRACE_POINT("processing", "E")')
+    kernel.write_text(text[:end] + 'TRACE_POINT("unclosed", "B"); ' + text[end:])  # a B with no E
+    broken = _check_process(str(op))
+    assert broken.returncode == 1 and b"OT404" in broken.stdout, broken.stdout
+    usage = _check_process()  # no operator: a usage error
+    assert usage.returncode == 2 and b"Usage" in usage.stderr

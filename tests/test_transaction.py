@@ -10,7 +10,10 @@ import stat
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -479,20 +482,28 @@ def test_an_interrupt_while_temp_files_are_written_rolls_back(
     # the writes that started end, then everything is removed and the journal goes.
     op, journal_dir, changes = operator
     before = snapshot(op)
-    import concurrent.futures
 
-    real_shutdown = concurrent.futures.ThreadPoolExecutor.shutdown
-    calls = []
+    real_join = threading.Thread.join
+    calls: list[str] = []
 
-    def interrupted(self: concurrent.futures.ThreadPoolExecutor, wait: bool = True, **kwargs: object) -> None:
-        calls.append(kwargs)
-        if len(calls) == 1:
-            raise KeyboardInterrupt
-        real_shutdown(self, wait, **kwargs)  # type: ignore[arg-type]
+    def interrupted(self: threading.Thread, timeout: float | None = None) -> None:
+        if self.name.startswith("optrace-fsync"):
+            calls.append(self.name)
+            if len(calls) == 1:
+                raise KeyboardInterrupt  # before waiting for the first writer
+        real_join(self, timeout)
 
-    monkeypatch.setattr(concurrent.futures.ThreadPoolExecutor, "shutdown", interrupted)
+    real_write = transaction._write_temp
+
+    def slow_write(*args: Any) -> None:  # the writers are still at work when Ctrl-C comes
+        time.sleep(0.2)
+        real_write(*args)
+
+    monkeypatch.setattr(threading.Thread, "join", interrupted)
+    monkeypatch.setattr(transaction, "_write_temp", slow_write)
     with pytest.raises(KeyboardInterrupt):
         commit(changes, journal_dir, name="k")
-    assert calls[1] == {"cancel_futures": True}
+    assert len(calls) > 1  # every writer was waited for after the interrupt
+    assert not [t for t in threading.enumerate() if t.name.startswith("optrace-fsync")]
     assert snapshot(op) == before
     assert leftovers(journal_dir) == []
