@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import os
 import sys
+import traceback
 
 
 def finish(code: int) -> None:
@@ -78,18 +79,37 @@ def main() -> None:
     # compiled patterns live until exit anyway) so later passes skip it. The command
     # itself runs with the collector on.
     gc.disable()
+    if argv[:1] == ["check"]:
+        check_main()
+        return  # only when a test replaced finish
     from optrace.cli import main as full_main
 
-    if argv[:1] == ["check"]:
-        import optrace.pipeline.check_output  # noqa: F401  (what check runs, see above)
     gc.freeze()
     gc.enable()
-    if argv[:1] != ["check"]:
-        full_main()
+    full_main()
+
+
+def check_main() -> None:
+    """`check`, what pre-commit runs on every commit: its plain spellings without the CLI
+    framework (optrace/check_cli.py), and once the report is written (the process pool,
+    if any, shut down) out without freeing every module and parse tree one by one (see
+    :func:`finish`)."""
+    argv = sys.argv[2:]
+    from optrace.check_cli import fast_main
+    from optrace.pipeline import check_output  # noqa: F401  (what check runs: imported before the freeze)
+
+    gc.freeze()
+    gc.enable()
+    try:
+        code = fast_main(argv)
+    except Exception:  # as the full CLI reports it (optrace.cli.main)
+        print("optrace: OT999 internal error:\n" + traceback.format_exc(), file=sys.stderr)
+        code = 3
+    if code is not None:
+        finish(code)
         return
-    # `check` is what pre-commit runs on every commit: once its report is written (the
-    # process pool, if any, shut down), exit without freeing every module and parse tree
-    # one by one (see `finish`).
+    from optrace.cli import main as full_main
+
     try:
         full_main()
     except SystemExit as done:

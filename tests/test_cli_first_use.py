@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from optrace import __version__
+from optrace.check_cli import parse_fast
 from optrace.cli import app
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -152,3 +153,43 @@ def test_a_check_process_reports_in_full_and_exits_with_its_code(tmp_path: Path)
     assert broken.returncode == 1 and b"OT404" in broken.stdout, broken.stdout
     usage = _check_process()  # no operator: a usage error
     assert usage.returncode == 2 and b"Usage" in usage.stderr
+
+
+@pytest.mark.parametrize(("argv", "parsed"), [
+    (["a", "b"], {"op_dirs": [Path("a"), Path("b")], "fmt": "text", "jobs": None, "compile_safety": True}),
+    (["a", "--format", "json", "-j", "2", "--no-compile", "--strict"],
+     {"fmt": "json", "jobs": 2, "compile_safety": False, "strict": True}),
+    (["--format=sarif", "--output=r.sarif", "--repo-root", "r", "a"],
+     {"fmt": "sarif", "output": Path("r.sarif"), "repo_root": Path("r"), "op_dirs": [Path("a")]}),
+    (["a", "--trust-config"], {"trust_config": True}),
+    (["a", "--help"], None), (["a", "--format", "xml"], None), (["a", "-j", "0"], None),
+    (["a", "-j"], None), ([], None), (["--", "a"], None), (["a", "--bogus"], None), (["a", "-oX"], None),
+])
+def test_check_fast_parser_takes_the_plain_spellings_only(argv: list[str],
+                                                          parsed: dict[str, object] | None) -> None:
+    """What the fast path does not take the full CLI parses (help, usage errors)."""
+    got = parse_fast(argv)
+    if parsed is None:
+        assert got is None
+        return
+    assert got is not None
+    for key, value in parsed.items():
+        assert getattr(got, key) == value, key
+
+
+def test_check_without_typer_reports_as_the_full_cli(tmp_path: Path) -> None:
+    """`optrace check OP` runs without importing typer / click, and says what the full
+    CLI says, in every format."""
+    repo = tmp_path / "repo"
+    shutil.copytree(FIXTURES / "msopgen_style", repo)
+    op = repo / "moe_token_permute"
+    assert CliRunner().invoke(app, ["apply", str(op), "--write"]).exit_code == 0
+    imports = subprocess.run([sys.executable, "-X", "importtime", "-m", "optrace", "check", str(op)],
+                             capture_output=True, text=True, check=False)
+    assert imports.returncode == 0
+    assert not re.findall(r"\| +(typer|click)(\.|$)", imports.stderr, re.M)
+    for fmt in ("text", "json", "sarif"):
+        fast = _check_process(str(op), "--format", fmt, "--strict")
+        full = CliRunner().invoke(app, ["check", str(op), "--format", fmt, "--strict"])
+        assert fast.returncode == full.exit_code
+        assert fast.stdout.decode() == full.stdout, fmt

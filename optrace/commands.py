@@ -1,0 +1,192 @@
+"""The commands' bodies that need no CLI framework: `check` (what pre-commit runs on every
+commit, whose start-up counts: optrace/check_cli.py parses its plain spellings without
+typer) and the helpers every command shares — output targets, the process pool, exit
+codes. optrace/cli.py wraps them in typer commands.
+
+Exit codes (docs/cli.md): 0 clean (warnings allowed), 1 findings / changes needed,
+2 bad usage or bad input, 3 internal error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, TypeVar
+
+EXIT_OK, EXIT_FINDINGS, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+
+_T = TypeVar("_T")
+
+
+def _err(message: str) -> None:
+    """A line on stderr; a path that is not UTF-8 goes out as its own bytes."""
+    try:
+        print(message, file=sys.stderr)
+    except UnicodeEncodeError:
+        sys.stderr.flush()
+        sys.stderr.buffer.write((message + "\n").encode("utf-8", "surrogateescape"))
+        sys.stderr.flush()
+
+
+def _trust(trusted: bool) -> None:
+    """`--trust-config` for this process (and, through `_run_parallel`, its workers)."""
+    if trusted or "optrace.engine.config" in sys.modules:
+        from optrace.engine.config import set_config_trust
+
+        set_config_trust(trusted)
+
+
+def _operator_files(op_dirs: list[Path]) -> list[Path]:
+    """Every file under the operator directories: the sources an output must not replace
+    (links not followed; a directory that cannot be listed adds nothing)."""
+    files: list[Path] = []
+    for op_dir in op_dirs:
+        for folder, _dirs, names in os.walk(op_dir):
+            files.extend(Path(folder) / name for name in names)
+    return files
+
+
+def _output_refused(output: Path | None, inputs: list[Path], code: str = "OT030") -> bool:
+    """Checked before any work: `output` is a FIFO, socket, directory or one of the
+    inputs (runtime/atomic.py) -> the message, and True."""
+    from optrace.runtime.atomic import OutputError, output_target
+
+    if output is None:
+        return False
+    try:
+        output_target(output, inputs)
+    except OutputError as exc:
+        _err(f"{exc.path}: {code} {exc.message}")
+        return True
+    return False
+
+
+def _write_output(output: Path, data: bytes, inputs: list[Path], code: str = "OT030") -> bool:
+    """`data` as the user-named `output` (runtime/atomic.py); False after the message
+    naming it when it could not be written (the previous file is intact)."""
+    from optrace.runtime.atomic import OutputError, write_output
+
+    try:
+        write_output(output, data, inputs=inputs)
+    except OutputError as exc:
+        _err(f"{exc.path}: {code} {exc.message}")
+        return False
+    return True
+
+
+def _emit(rendered: str, output: Path | None, inputs: list[Path]) -> bool:
+    """The report to `-o FILE`, else stdout; False (after the message) when the file
+    could not be written: the command exits 2."""
+    # Paths are the user's bytes (surrogate-escaped when not UTF-8): write them back.
+    data = rendered.encode("utf-8", "surrogateescape")
+    if output is None:
+        _write_stdout_bytes(data)
+        return True
+    return _write_output(output, data, inputs)
+
+
+def _write_stdout_bytes(data: bytes) -> None:
+    """Diffs carry the files' own bytes (GBK comments included): write bytes, not text."""
+    sys.stdout.flush()
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is not None:
+        buffer.write(data)
+        buffer.flush()
+    else:
+        sys.stdout.write(data.decode("utf-8", errors="replace"))
+
+
+def _run_parallel(work: Callable[..., _T], jobs: list[tuple[Any, ...]], workers: int,
+                  title: str) -> list[_T]:
+    """Run `work(*job)` for every job in a process pool (each operator its own unit of
+    failure), results in job order, with a progress bar on an interactive stderr."""
+    show = sys.stderr.isatty() and len(jobs) > 3
+    results: list[_T | None] = [None] * len(jobs)
+    pool = None
+    iterator: Iterator[tuple[int, _T]]
+    if workers > 1:
+        # multiprocessing's import only for a pool: one operator (pre-commit) has none.
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        from optrace.engine.config import config_trust_flag
+
+        # Workers started another way than fork still get this command's --trust-config.
+        pool = ProcessPoolExecutor(max_workers=workers, initializer=_trust, initargs=(config_trust_flag(),))
+        futures = {pool.submit(work, *job): i for i, job in enumerate(jobs)}
+        iterator = ((futures[f], f.result()) for f in as_completed(futures))
+    else:
+        iterator = ((i, work(*job)) for i, job in enumerate(jobs))
+    if show:  # rich's import is a tenth of a one-operator check: only when a bar is drawn
+        from rich.progress import Progress
+
+        with Progress(transient=True) as progress:
+            task = progress.add_task(title, total=len(jobs))
+            for i, outcome in iterator:
+                results[i] = outcome
+                progress.advance(task)
+    else:
+        for i, outcome in iterator:
+            results[i] = outcome
+    if pool is not None:
+        pool.shutdown()
+    return [r for r in results if r is not None]
+
+
+def _workers(jobs: int | None, n: int) -> int:
+    return max(1, min(jobs or os.cpu_count() or 1, n))
+
+
+def _check_one(op_dir: Path, repo_root: Path | None, compile_safety: bool) -> tuple[Any, str, int]:
+    """(report | None, message for stderr, exit code of a failure) for one operator."""
+    from optrace.engine.diagnostics import InputError
+    from optrace.pipeline.check import check_operator
+
+    try:
+        return check_operator(op_dir, repo_root, compile_safety=compile_safety), "", EXIT_OK
+    except InputError as exc:
+        return None, exc.diagnostic.format(), EXIT_INPUT
+    except Exception:  # one broken operator must not stop the others
+        message = f"{op_dir}: OT999 internal error while checking:\n{traceback.format_exc()}"
+        return None, message, EXIT_INTERNAL
+
+
+class CheckFormat(StrEnum):
+    text = "text"
+    json = "json"
+    sarif = "sarif"
+
+
+def _check_command(op_dirs: list[Path], repo_root: Path | None, fmt: CheckFormat, output: Path | None,
+                   strict: bool, compile_safety: bool, jobs: int | None) -> int:
+    """The body of `check` (and of `pre-commit`, on the operators the files map to)."""
+    from optrace.engine.diagnostics import Severity
+    from optrace.pipeline.check_output import render_check_text, sarif_document
+
+    sources = _operator_files(op_dirs)
+    if _output_refused(output, sources):
+        return EXIT_INPUT
+    code = EXIT_OK
+    reports = []
+    jobs_ = [(op_dir, repo_root, compile_safety) for op_dir in op_dirs]
+    for report, message, failure in _run_parallel(_check_one, jobs_, _workers(jobs, len(jobs_)), "checking"):
+        if message:
+            _err(message)
+            code = max(code, failure)
+        if report is None:
+            continue
+        reports.append(report)
+        if report.worst(strict) == Severity.ERROR:
+            code = max(code, EXIT_FINDINGS)
+    if fmt == CheckFormat.text:
+        rendered = "".join(render_check_text(r, strict) for r in reports)
+    elif fmt == CheckFormat.json:
+        rendered = json.dumps({"version": 1, "operators": [r.to_json(strict) for r in reports]},
+                              indent=2) + "\n"
+    else:
+        rendered = json.dumps(sarif_document(reports, strict), indent=2) + "\n"
+    return code if _emit(rendered, output, sources) else EXIT_INPUT
