@@ -35,6 +35,10 @@ from .records import FrozenRecord, Record
 NOT_ALIGNED = "not aligned"
 #: The method of ``collect --merge`` (merge.py): each launch placed in its kernel slice.
 MERGED = "framework trace"
+#: A sync window of at least this many empty syncs' durations means the sync waited for
+#: the kernel (Anchor.sync_waited). A heuristic: a sync's latency varies, and twice the
+#: one measured leaves room for that; not validated on hardware.
+SYNC_WAITED_FACTOR = 2
 
 
 class AlignmentError(Exception):
@@ -84,10 +88,15 @@ def _as_number(text: str) -> object:
 
 
 class Anchor(FrozenRecord):
-    """One rank file's host anchor (see :func:`save.host_anchor`)."""
+    """One rank file's host anchor (see :func:`save.host_anchor`).
+
+    ``host_*_before_ns`` (the clocks read right before the device sync) and
+    ``empty_sync_ns`` (how long a second sync with nothing to wait for took) measure the
+    anchor's error; files saved by an older optrace, or without a device sync (a numpy
+    buffer, no simulated clock), lack them (None)."""
 
     __match_args__ = ("host_monotonic_ns", "host_wall_ns", "start_cycle", "end_cycle", "device_id",
-                      "host", "boot_id")
+                      "host", "boot_id", "host_monotonic_before_ns", "host_wall_before_ns", "empty_sync_ns")
     __slots__ = __match_args__
     host_monotonic_ns: int
     host_wall_ns: int
@@ -96,11 +105,17 @@ class Anchor(FrozenRecord):
     device_id: int | None
     host: str | None
     boot_id: str | None
+    host_monotonic_before_ns: int | None
+    host_wall_before_ns: int | None
+    empty_sync_ns: int | None
 
     def __init__(self, host_monotonic_ns: int, host_wall_ns: int, start_cycle: int, end_cycle: int,
-                 device_id: int | None = None, host: str | None = None, boot_id: str | None = None) -> None:
+                 device_id: int | None = None, host: str | None = None, boot_id: str | None = None,
+                 host_monotonic_before_ns: int | None = None, host_wall_before_ns: int | None = None,
+                 empty_sync_ns: int | None = None) -> None:
         for name, value in zip(self.__match_args__, (host_monotonic_ns, host_wall_ns, start_cycle, end_cycle,
-                                                      device_id, host, boot_id), strict=True):
+                                                      device_id, host, boot_id, host_monotonic_before_ns,
+                                                      host_wall_before_ns, empty_sync_ns), strict=True):
             object.__setattr__(self, name, value)
 
     @classmethod
@@ -111,7 +126,10 @@ class Anchor(FrozenRecord):
 
     @classmethod
     def from_raw(cls, raw: Any) -> Anchor | None:
-        """The anchor from the dict save wrote, or None for anything else."""
+        """The anchor from the dict save wrote, or None for anything else. The sync
+        window's fields are optional (older files lack them): one that is missing or not
+        what save writes leaves the window unknown, not the anchor unused, since the
+        placement does not rest on it."""
         if not isinstance(raw, dict):
             return None
 
@@ -127,8 +145,30 @@ class Anchor(FrozenRecord):
         device = integer("device_id", 0, 1 << 31)
         host, boot = raw.get("host"), raw.get("boot_id")
         mono, wall, start, end = (int(n) for n in numbers if n is not None)
+        window = [integer("host_monotonic_before_ns", 0, mono + 1),  # not after the reading
+                  integer("host_wall_before_ns", 0, 1 << 63), integer("empty_sync_ns", 0, 1 << 63)]
+        before_mono, before_wall, empty = window if None not in window else (None, None, None)
         return cls(mono, wall, start, end, device, host if isinstance(host, str) else None,
-                   boot if isinstance(boot, str) else None)
+                   boot if isinstance(boot, str) else None, before_mono, before_wall, empty)
+
+    @property
+    def sync_window_ns(self) -> int | None:
+        """Monotonic ns from just before the device sync to the host reading, or None
+        (not recorded). The monotonic clock, not the wall clock: NTP may step the latter."""
+        if self.host_monotonic_before_ns is None:
+            return None
+        return self.host_monotonic_ns - self.host_monotonic_before_ns
+
+    @property
+    def sync_waited(self) -> bool | None:
+        """Whether the sync waited for the kernel (None: not recorded). A sync that found
+        the device idle takes about as long as the empty one after it; one that had to
+        wait takes longer. Below SYNC_WAITED_FACTOR empty syncs the window cannot be told
+        from a sync's own latency, so the kernel may have ended before save was called."""
+        window = self.sync_window_ns
+        if window is None or self.empty_sync_ns is None:
+            return None
+        return window >= SYNC_WAITED_FACTOR * self.empty_sync_ns
 
     def host_ns(self, monotonic: bool) -> int:
         return self.host_monotonic_ns if monotonic else self.host_wall_ns

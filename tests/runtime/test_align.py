@@ -64,10 +64,13 @@ def test_save_records_an_anchor_right_after_the_sync(tmp_path: Path, monkeypatch
     fake.npu = types.SimpleNamespace(  # type: ignore[attr-defined]
         synchronize=lambda: order.append("sync"), current_device=lambda: 5)
     monkeypatch.setitem(sys.modules, "torch_npu", fake)
+    # Before the sync, after it (the anchor), after the empty sync: 150 ns then 40 ns.
+    readings = iter([123_456_639, 123_456_789, 123_456_829])
 
     def clocks() -> tuple[int, int]:
         order.append("clocks")
-        return 123_456_789, 1_700_000_000_000_000_000
+        now = next(readings)
+        return now, 1_700_000_000_000_000_000 + now
 
     data = new_buffer(3, 64)
     for slot, start in enumerate((1_000_050, 1_000_000, 1_000_020)):
@@ -76,13 +79,17 @@ def test_save_records_an_anchor_right_after_the_sync(tmp_path: Path, monkeypatch
         writer.record(8, start + 400 + slot)
     path = save_profiling_data(data, 2, tmp_path, aic_cores=1, op="MoeDistributeDispatch", host_clock=clocks)
     assert path is not None
-    assert order == ["sync", "clocks"]  # read after the sync, not before
+    # The anchor is the reading right after the sync; the ones around it measure it.
+    assert order == ["clocks", "sync", "clocks", "sync", "clocks"]
     meta = read_rank_file(path).meta
     anchor = Anchor.from_meta(meta)
     assert anchor is not None
     assert anchor.start_cycle == 1_000_000  # the earliest core's start word
     assert anchor.end_cycle == 1_000_050 + 400  # the latest record of any core
-    assert (anchor.host_monotonic_ns, anchor.host_wall_ns) == clocks()
+    assert (anchor.host_monotonic_ns, anchor.host_wall_ns) == (123_456_789, 1_700_000_000_123_456_789)
+    before = (anchor.host_monotonic_before_ns, anchor.host_wall_before_ns)
+    assert before == (123_456_639, 1_700_000_000_123_456_639)
+    assert (anchor.sync_window_ns, anchor.empty_sync_ns, anchor.sync_waited) == (150, 40, True)
     assert anchor.device_id == 5
     assert meta.extra["op"] == "MoeDistributeDispatch"
 
@@ -96,6 +103,8 @@ def test_save_without_torch_npu_has_no_device_id(tmp_path: Path, monkeypatch: py
     anchor = Anchor.from_meta(read_rank_file(path).meta)
     assert anchor is not None and anchor.device_id is None
     assert anchor.start_cycle == 500 and anchor.end_cycle == 510
+    # No device was synchronised: there is no window to measure, so none is recorded.
+    assert anchor.sync_window_ns is None and anchor.sync_waited is None
 
 
 def test_save_refuses_an_empty_op_name(tmp_path: Path) -> None:
