@@ -8,7 +8,11 @@ nothing about each other. Three sources place them, in this order:
   The sync returns just after the kernel's last record, so the rank's start sits
   ``(end - start) / clock`` before the host reading. Monotonic clocks are compared when
   every file comes from one boot of one host, wall clocks otherwise. Used only when every
-  file has one: mixing placed and unplaced ranks would look aligned and be wrong.
+  file has one: mixing placed and unplaced ranks would look aligned and be wrong. The
+  clocks are also read right before the sync: when the sync waited for the kernel, the
+  host reading is late by at most that window, so the uncertainty is the largest window
+  plus one tick (:func:`anchor_uncertainty`; none when a sync did not wait or a file
+  predates the window).
 - ``--align LABEL[@N]``: per file, the end of the N-th occurrence of LABEL on each core
   that ran it, their median; files are shifted so these coincide (refining the anchors'
   placement when there are anchors: the common time is the median of the anchored ends).
@@ -35,6 +39,10 @@ from .records import FrozenRecord, Record
 NOT_ALIGNED = "not aligned"
 #: The method of ``collect --merge`` (merge.py): each launch placed in its kernel slice.
 MERGED = "framework trace"
+#: A sync window of at least this many empty syncs' durations means the sync waited for
+#: the kernel (Anchor.sync_waited). A heuristic: a sync's latency varies, and twice the
+#: one measured leaves room for that; not validated on hardware.
+SYNC_WAITED_FACTOR = 2
 
 
 class AlignmentError(Exception):
@@ -84,10 +92,15 @@ def _as_number(text: str) -> object:
 
 
 class Anchor(FrozenRecord):
-    """One rank file's host anchor (see :func:`save.host_anchor`)."""
+    """One rank file's host anchor (see :func:`save.host_anchor`).
+
+    ``host_*_before_ns`` (the clocks read right before the device sync) and
+    ``empty_sync_ns`` (how long a second sync with nothing to wait for took) measure the
+    anchor's error; files saved by an older optrace, or without a device sync (a numpy
+    buffer, no simulated clock), lack them (None)."""
 
     __match_args__ = ("host_monotonic_ns", "host_wall_ns", "start_cycle", "end_cycle", "device_id",
-                      "host", "boot_id")
+                      "host", "boot_id", "host_monotonic_before_ns", "host_wall_before_ns", "empty_sync_ns")
     __slots__ = __match_args__
     host_monotonic_ns: int
     host_wall_ns: int
@@ -96,11 +109,17 @@ class Anchor(FrozenRecord):
     device_id: int | None
     host: str | None
     boot_id: str | None
+    host_monotonic_before_ns: int | None
+    host_wall_before_ns: int | None
+    empty_sync_ns: int | None
 
     def __init__(self, host_monotonic_ns: int, host_wall_ns: int, start_cycle: int, end_cycle: int,
-                 device_id: int | None = None, host: str | None = None, boot_id: str | None = None) -> None:
+                 device_id: int | None = None, host: str | None = None, boot_id: str | None = None,
+                 host_monotonic_before_ns: int | None = None, host_wall_before_ns: int | None = None,
+                 empty_sync_ns: int | None = None) -> None:
         for name, value in zip(self.__match_args__, (host_monotonic_ns, host_wall_ns, start_cycle, end_cycle,
-                                                      device_id, host, boot_id), strict=True):
+                                                      device_id, host, boot_id, host_monotonic_before_ns,
+                                                      host_wall_before_ns, empty_sync_ns), strict=True):
             object.__setattr__(self, name, value)
 
     @classmethod
@@ -111,7 +130,10 @@ class Anchor(FrozenRecord):
 
     @classmethod
     def from_raw(cls, raw: Any) -> Anchor | None:
-        """The anchor from the dict save wrote, or None for anything else."""
+        """The anchor from the dict save wrote, or None for anything else. The sync
+        window's fields are optional (older files lack them): one that is missing or not
+        what save writes leaves the window unknown, not the anchor unused, since the
+        placement does not rest on it."""
         if not isinstance(raw, dict):
             return None
 
@@ -127,8 +149,30 @@ class Anchor(FrozenRecord):
         device = integer("device_id", 0, 1 << 31)
         host, boot = raw.get("host"), raw.get("boot_id")
         mono, wall, start, end = (int(n) for n in numbers if n is not None)
+        window = [integer("host_monotonic_before_ns", 0, mono + 1),  # not after the reading
+                  integer("host_wall_before_ns", 0, 1 << 63), integer("empty_sync_ns", 0, 1 << 63)]
+        before_mono, before_wall, empty = window if None not in window else (None, None, None)
         return cls(mono, wall, start, end, device, host if isinstance(host, str) else None,
-                   boot if isinstance(boot, str) else None)
+                   boot if isinstance(boot, str) else None, before_mono, before_wall, empty)
+
+    @property
+    def sync_window_ns(self) -> int | None:
+        """Monotonic ns from just before the device sync to the host reading, or None
+        (not recorded). The monotonic clock, not the wall clock: NTP may step the latter."""
+        if self.host_monotonic_before_ns is None:
+            return None
+        return self.host_monotonic_ns - self.host_monotonic_before_ns
+
+    @property
+    def sync_waited(self) -> bool | None:
+        """Whether the sync waited for the kernel (None: not recorded). A sync that found
+        the device idle takes about as long as the empty one after it; one that had to
+        wait takes longer. Below SYNC_WAITED_FACTOR empty syncs the window cannot be told
+        from a sync's own latency, so the kernel may have ended before save was called."""
+        window = self.sync_window_ns
+        if window is None or self.empty_sync_ns is None:
+            return None
+        return window >= SYNC_WAITED_FACTOR * self.empty_sync_ns
 
     def host_ns(self, monotonic: bool) -> int:
         return self.host_monotonic_ns if monotonic else self.host_wall_ns
@@ -184,7 +228,7 @@ class RankPlacement(Record):
     """Where one rank file goes: ``shift_us`` at its base cycle, and what it rests on."""
 
     __match_args__ = ("file", "rank", "shift_us", "anchor_us", "label_end_us", "spread_us",
-                      "residual_us", "anchor_start_cycle", "clock_mhz")
+                      "residual_us", "anchor_start_cycle", "clock_mhz", "sync_window_us", "empty_sync_us")
     __slots__ = __match_args__
     file: str
     rank: int
@@ -195,11 +239,14 @@ class RankPlacement(Record):
     residual_us: float | None  # --align: the same over every occurrence all files ran
     anchor_start_cycle: int | None
     clock_mhz: float
+    sync_window_us: float | None  # the anchor's sync window: its host reading is late by at most this
+    empty_sync_us: float | None  # an empty sync's duration, measured after it (see Anchor.sync_waited)
 
     def __init__(self, file: str, rank: int, shift_us: float = 0.0, anchor_us: float | None = None,
                  label_end_us: float | None = None, spread_us: float | None = None,
                  residual_us: float | None = None, anchor_start_cycle: int | None = None,
-                 clock_mhz: float = DEFAULT_CLOCK_MHZ) -> None:
+                 clock_mhz: float = DEFAULT_CLOCK_MHZ, sync_window_us: float | None = None,
+                 empty_sync_us: float | None = None) -> None:
         self.file = file
         self.rank = rank
         self.shift_us = shift_us
@@ -209,6 +256,8 @@ class RankPlacement(Record):
         self.residual_us = residual_us
         self.anchor_start_cycle = anchor_start_cycle
         self.clock_mhz = clock_mhz
+        self.sync_window_us = sync_window_us
+        self.empty_sync_us = empty_sync_us
 
 
 class Alignment(Record):
@@ -256,7 +305,8 @@ class Alignment(Record):
                                      "shift_us": _rounded(placement.shift_us)}
             if placement.rank in manual:
                 entry["manual_offset_us"] = manual[placement.rank]
-            for key in ("anchor_us", "label_end_us", "spread_us", "residual_us"):
+            for key in ("anchor_us", "label_end_us", "spread_us", "residual_us", "sync_window_us",
+                        "empty_sync_us"):
                 value = getattr(placement, key)
                 if value is not None:
                     entry[key] = _rounded(value)
@@ -303,6 +353,13 @@ def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 6)
 
 
+def _host_count(anchors: Sequence[Anchor]) -> tuple[int, bool]:
+    """How many (host, boot) pairs the anchors come from, and whether their monotonic
+    clocks compare (one known boot of one known host)."""
+    hosts = {(a.host, a.boot_id) for a in anchors}
+    return len(hosts), len(hosts) == 1 and None not in next(iter(hosts))
+
+
 def place_by_anchors(
     files: Sequence[tuple[str, int]], anchors: Sequence[Anchor | None], clocks: Sequence[float]
 ) -> tuple[list[float] | None, str | None, list[str]]:
@@ -316,13 +373,60 @@ def place_by_anchors(
             notes.append(f"anchors not used: {len(missing)} of {len(files)} rank files have none ({shown})")
         return None, None, notes
     present = [a for a in anchors if a is not None]
-    hosts = {(a.host, a.boot_id) for a in present}
-    monotonic = len(hosts) == 1 and None not in next(iter(hosts))
-    clock = "monotonic, one host" if monotonic else f"wall clock, {len(hosts)} hosts or boots"
+    hosts, monotonic = _host_count(present)
+    clock = "monotonic, one host" if monotonic else f"wall clock, {hosts} hosts or boots"
     reference = present[0].host_ns(monotonic)
     starts = [a.host_ns_at_start(c, monotonic, reference) for a, c in zip(present, clocks, strict=True)]
     first = min(starts)
     return [(s - first) / 1000.0 for s in starts], clock, []
+
+
+def _listed(names: Sequence[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def anchor_uncertainty(
+    files: Sequence[tuple[str, int]], anchors: Sequence[Anchor], clocks: Sequence[float]
+) -> tuple[float | None, list[str]]:
+    """The uncertainty (µs) of the anchors' placement alone, and notes saying what it
+    rests on; None with a note naming the files when it cannot be given.
+
+    An anchor maps the kernel's last record to the host reading taken right after the
+    sync returned. When the sync waited, the kernel was still running when it was called,
+    so its last record lies between the readings before and after the sync: the rank is
+    placed late by 0 to its window, never early. Two ranks then disagree by at most the
+    larger window, plus one tick (the cycles are whole). When a sync did not wait, the
+    kernel had ended some unknown time before save was called: that rank's placement is
+    only an upper bound on its start, and no figure is given."""
+    names = [name for name, _ in files]
+    unrecorded = [n for n, a in zip(names, anchors, strict=True) if a.sync_waited is None]
+    idle = [(n, a) for n, a in zip(names, anchors, strict=True) if a.sync_waited is False]
+    notes = []
+    if unrecorded:
+        notes.append(f"no uncertainty: no sync window in {_listed(unrecorded)} (saved by an older "
+                     "optrace, or without a device sync)")
+    if idle:
+        shown = [f"{n} (window {(a.sync_window_ns or 0) / 1000:.3f} µs, empty sync "
+                 f"{(a.empty_sync_ns or 0) / 1000:.3f} µs)" for n, a in idle]
+        notes.append(
+            f"no uncertainty: the sync did not wait for the kernel of {_listed(shown)}: the kernel had "
+            "ended before save was called, so the anchor places the rank at or after its true start, "
+            "later by an unknown amount")
+    hosts, monotonic = _host_count(anchors)
+    if not monotonic:
+        notes.append(f"ranks on {hosts} hosts or boots are compared on their wall clocks: the hosts' clock "
+                     "agreement is not measured and not in the uncertainty")
+    if unrecorded or idle:
+        return None, notes
+    widest = max(range(len(anchors)), key=lambda k: anchors[k].sync_window_ns or 0)
+    window_us = (anchors[widest].sync_window_ns or 0) / 1000.0
+    tick = max(1.0 / c for c in clocks)
+    notes.insert(0, (
+        f"uncertainty: the largest host-device sync window ({names[widest]}, {window_us:.3f} µs) plus one "
+        "tick; it assumes nothing ran on the device after the kernel's last trace point (the sync waits "
+        "for untraced work or another kernel too, which add to the error) and leaves out the device "
+        "clock's rate error over the kernel's length"))
+    return window_us + tick, notes
 
 
 def align(
@@ -346,12 +450,15 @@ def align(
         for placement, anchor, shift in zip(placements, anchors, anchored, strict=True):
             placement.shift_us = placement.anchor_us = shift
             placement.anchor_start_cycle = anchor.start_cycle if anchor is not None else None
+            if anchor is not None and anchor.sync_window_ns is not None and anchor.empty_sync_ns is not None:
+                placement.sync_window_us = anchor.sync_window_ns / 1000.0
+                placement.empty_sync_us = anchor.empty_sync_ns / 1000.0
     if ends is None or spec is None:
         if anchored is None:
             return Alignment(NOT_ALIGNED, placements, notes=notes)
-        return Alignment("anchors", placements, clock=clock, notes=[
-            *notes, "anchors place ranks to within the host-device sync latency and the hosts' clock "
-            "agreement, not measured here; --align LABEL refines them"])
+        uncertainty, measured = anchor_uncertainty(files, [a for a in anchors if a is not None], clocks)
+        return Alignment("anchors", placements, clock=clock, uncertainty_us=uncertainty,
+                         notes=[*notes, *measured, "--align LABEL measures the placement and refines it"])
 
     n = spec.occurrence
     label_end = []

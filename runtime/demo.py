@@ -13,6 +13,12 @@ so ``report`` shows an imbalance and ``compare`` has launches to resample; the c
 loads are the workload and do not depend on the seed.
 ``speedup`` makes the matmuls that much faster: ``processing`` gains less, because
 dispatch and combine do not change.
+
+Every rank of a launch starts at the same time, on a simulated host whose device sync
+(:func:`synth.simulated_sync`) was called ``SYNC_WINDOW_NS`` before it returned, the
+kernel still running, and returned ``SYNC_LATENCY_NS`` after the kernel's last record:
+``collect`` places the ranks by these anchors, with an uncertainty of the window plus
+one tick.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from .format import trace_point_hash
 from .pointmap import POINT_MAP_NAME
 from .rankfile import find_rank_files
 from .save import save_profiling_data
-from .synth import SlotWriter, new_buffer
+from .synth import SlotWriter, new_buffer, simulated_sync
 
 DEMO_FINGERPRINT = 0x0D3A0DA7
 SOURCE = "op_kernel/moe_demo.h"
@@ -50,6 +56,11 @@ DISPATCH, DISPATCH_WAIT, GMM_GROUP, COMBINE_WAIT_MIN, COMBINE = 1500, 2500, 2000
 GROUPS = 4
 CV = 0.05
 LIMITS = {"ranks": (1, 64), "launches": (1, 1000), "aic": (1, 64)}
+#: The simulated host's sync: called 30 µs before it returned, 5 µs after the kernel's
+#: end; an empty sync takes 10 µs. Rank r's device counter reads RANK_EPOCH * (r + 1) at
+#: the host's monotonic HOST_ZERO_NS.
+SYNC_WINDOW_NS, SYNC_LATENCY_NS, EMPTY_SYNC_NS = 30_000, 5_000, 10_000
+RANK_EPOCH, HOST_ZERO_NS = 1_000_000, 10**12
 
 
 @dataclass(frozen=True)
@@ -122,7 +133,8 @@ def write_demo(
         dispatch_end = DISPATCH * factor[0] * load_aiv.max() + DISPATCH_WAIT * factor[1]
         for rank in range(ranks):
             data = new_buffer(aic + aiv, SLOT_WORDS)
-            start = 1_000_000 * (rank + 1) + 200_000 * launch
+            start = RANK_EPOCH * (rank + 1) + 200_000 * launch
+            last = start  # the rank's last record: what the host reading follows
             gmm_ends = []
             for core in range(aic):
                 skew = 3 * core
@@ -139,6 +151,7 @@ def write_demo(
                     writer.record(ge, t + length, extra_id=1, index=group)
                     t += length + 10
                 writer.record(e, t + 5)
+                last = max(last, t + 5)
                 gmm_ends.append(t)
             gmm_end = max(gmm_ends)
             for core in range(aiv):
@@ -163,8 +176,12 @@ def write_demo(
                 writer.record(mb, t + 5)
                 writer.record(me, t + 5 + length)
                 writer.record(_ids("processing")[1], t + 10 + length)
+                last = max(last, t + 10 + length)
+            true_ns = round((last - RANK_EPOCH * (rank + 1)) * 1000 / CLOCK_MHZ)
+            host_ns = HOST_ZERO_NS + true_ns + SYNC_LATENCY_NS
             save_profiling_data(data, rank, directory, launch=launch, aic_cores=aic, aiv_cores=aiv,
-                                barrier=True, clock_mhz=CLOCK_MHZ)
+                                barrier=True, clock_mhz=CLOCK_MHZ,
+                                host_clock=simulated_sync(host_ns, SYNC_WINDOW_NS, EMPTY_SYNC_NS))
             files += 1
     with atomic_output(directory / POINT_MAP_NAME) as handle:
         handle.write((json.dumps(point_map_document(), indent=1) + "\n").encode())

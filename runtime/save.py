@@ -31,6 +31,7 @@ from .format import DEFAULT_CLOCK_MHZ, FORMAT_VERSION, PROF_SIZE_PER_CORE, RankM
 from .pointmap import POINT_MAP_NAME, PointMap, load_point_map
 from .pt_writer import write_pt
 from .rankfile import OPTRACE_KEY, rank_file_name
+from .records import FrozenRecord
 
 _lock = threading.Lock()
 # (resolved out_dir, rank, tag) -> calls seen in this process, warm-up included.
@@ -43,24 +44,59 @@ def reset_launch_counters() -> None:
         _calls.clear()
 
 
-def _synchronize(tensor: Any) -> int | None:
-    """Wait for the device before reading the buffer (gate G4): NPU tensors only.
+class SyncClocks(FrozenRecord):
+    """The host clocks around the device sync (each a (monotonic ns, wall ns) pair).
 
-    Returns the device id the kernel ran on (the tensor's, else torch_npu's current
-    device), or None when there is no NPU (a numpy buffer in a simulation)."""
+    ``after`` is the anchor's reading. ``before`` and ``empty_sync_ns`` (how long a
+    second sync, with nothing left to wait for, took) say how late it can be: None when
+    there was no sync to measure (a numpy buffer without a simulated clock)."""
+
+    __match_args__ = ("device_id", "before", "after", "empty_sync_ns")
+    __slots__ = __match_args__
+    device_id: int | None
+    before: tuple[int, int] | None
+    after: tuple[int, int]
+    empty_sync_ns: int | None
+
+    def __init__(self, device_id: int | None, before: tuple[int, int] | None, after: tuple[int, int],
+                 empty_sync_ns: int | None) -> None:
+        for name, value in zip(self.__match_args__, (device_id, before, after, empty_sync_ns), strict=True):
+            object.__setattr__(self, name, value)
+
+
+def _synchronize(tensor: Any, host_clock: Callable[[], tuple[int, int]] | None = None) -> SyncClocks:
+    """Wait for the device before reading the buffer (gate G4): NPU tensors only, with
+    the host clocks read right before and right after it, then after an empty sync.
+
+    ``host_clock`` (a simulation's) is read as the real clocks would be: it stands for a
+    simulated sync, so its window is recorded even without an NPU. The device id is the
+    tensor's, else torch_npu's current device, else None (no NPU)."""
     device = getattr(tensor, "device", None)
     on_npu = getattr(device, "type", None) == "npu"
+    read = host_clock or host_clocks
     if not on_npu and "torch_npu" not in sys.modules:
-        return None
-    # Lazy: importing torch_npu without CANN breaks `import torch` (domain.md §6).
+        if host_clock is None:  # nothing was synchronised: a window would measure nothing
+            return SyncClocks(None, None, read(), None)
+        before = read()
+        after = read()
+        return SyncClocks(None, before, after, read()[0] - after[0])
+    # Lazy: importing torch_npu without CANN breaks `import torch` (domain.md §6). Done
+    # before the first reading: a first import takes long and would widen the window.
     import torch_npu
 
+    before = read()
     torch_npu.npu.synchronize()
+    after = read()  # at once: every statement before this adds to the anchor's error
+    # The device is idle now: this sync's length is what a sync that did not wait takes
+    # (Anchor.sync_waited). After the anchor's reading, so it does not move it.
+    torch_npu.npu.synchronize()
+    empty_sync_ns = read()[0] - after[0]
     index = getattr(device, "index", None) if on_npu else None
     if index is None:
         current = getattr(torch_npu.npu, "current_device", None)
         index = current() if current is not None else None
-    return int(index) if isinstance(index, int) and not isinstance(index, bool) else None
+    device_id = int(index) if isinstance(index, int) and not isinstance(index, bool) else None
+    return SyncClocks(device_id, before, after, empty_sync_ns)
 
 
 def host_clocks() -> tuple[int, int]:
@@ -78,12 +114,15 @@ def _boot_id() -> str | None:
 
 
 def host_anchor(
-    data: np.ndarray, aic: int, aiv: int, device_id: int | None, clocks: tuple[int, int]
+    data: np.ndarray, aic: int, aiv: int, device_id: int | None, clocks: tuple[int, int],
+    before: tuple[int, int] | None = None, empty_sync_ns: int | None = None,
 ) -> dict[str, Any] | None:
     """What places this rank on a host time axis (docs/runtime.md, "Ranks on one time
     axis"): the host clocks read right after the device sync, and the kernel's first
     start cycle and last recorded cycle in the buffer (the sync returns just after the
     kernel's end, so the last record is the device time closest to the host reading).
+    With ``before`` (the clocks read right before the sync) and ``empty_sync_ns``, the
+    window the kernel's end lies in when the sync waited for it (align.Anchor.sync_waited).
     None when no core wrote a record (nothing to place)."""
     layout = RankMeta(rank=0, slot_words=int(data.shape[1]), aic_cores=aic, aiv_cores=aiv).layout(
         int(data.shape[0]))
@@ -96,7 +135,7 @@ def host_anchor(
     ends = [signed_delta(r.last_cycle - start) for r in live if r.records and r.last_cycle is not None]
     end = (start + max(ends)) % (1 << 64) if ends else start
     monotonic_ns, wall_ns = clocks
-    return {
+    anchor: dict[str, Any] = {
         "host_monotonic_ns": int(monotonic_ns),
         "host_wall_ns": int(wall_ns),
         "start_cycle": int(start),
@@ -105,6 +144,10 @@ def host_anchor(
         "host": socket.gethostname(),
         "boot_id": _boot_id(),
     }
+    if before is not None and empty_sync_ns is not None:
+        anchor.update(host_monotonic_before_ns=int(before[0]), host_wall_before_ns=int(before[1]),
+                      empty_sync_ns=int(empty_sync_ns))
+    return anchor
 
 
 def _to_numpy(value: Any) -> np.ndarray:
@@ -194,7 +237,10 @@ def save_profiling_data(
 
     Right after the device sync the host clocks are read (``host_clock``, default
     :func:`host_clocks`: a simulation passes its own) and stored with the kernel's start
-    cycle and device id as the rank's anchor, which ``collect`` uses to place ranks.
+    cycle and device id as the rank's anchor, which ``collect`` uses to place ranks. They
+    are also read right before the sync and after a second, empty one: the window the
+    anchor's error lies in. ``host_clock`` is read three times, in that order, even
+    without an NPU (it simulates the sync).
     """
     if not isinstance(rank, int) or rank < 0:
         raise ValueError(f"rank must be a non-negative int, not {rank!r}")
@@ -212,10 +258,10 @@ def save_profiling_data(
     launch_index = call - warmup if launch is None else launch
 
     first = tensor if not isinstance(tensor, (list, tuple)) else (tensor[0] if tensor else None)
-    device_id = _synchronize(first)
-    # Read the clocks at once: every statement between the sync and this adds to the
-    # anchor's error (the copy to host below takes milliseconds for a big buffer).
-    clocks = (host_clock or host_clocks)()
+    # The clocks are read inside, around the sync: every statement between the sync and
+    # the reading adds to the anchor's error (the copy to host below takes milliseconds
+    # for a big buffer).
+    synced = _synchronize(first, host_clock)
     legacy_list = isinstance(tensor, (list, tuple))
     parts = [_to_numpy(t) for t in tensor] if legacy_list else [_to_numpy(tensor)]
     if legacy_list and len(parts) not in (1, 2):
@@ -241,7 +287,7 @@ def save_profiling_data(
 
     fingerprint = _buffer_fingerprint(data)
     extra: dict[str, Any] = {"saved_at": time.time(), "pid": os.getpid(), "warmup": warmup}
-    anchor = host_anchor(data, aic, aiv, device_id, clocks)
+    anchor = host_anchor(data, aic, aiv, synced.device_id, synced.after, synced.before, synced.empty_sync_ns)
     if anchor is not None:
         extra["anchor"] = anchor
     if op is not None:

@@ -10,6 +10,7 @@ unnoticed.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -66,6 +67,26 @@ def new_buffer(slots: int, slot_words: int = PROF_SIZE_PER_CORE) -> np.ndarray:
     return np.zeros((slots, slot_words), dtype=np.int64)
 
 
+#: The simulated host's wall clock at its monotonic clock's 0 (ns since the epoch).
+WALL_AT_MONOTONIC_ZERO_NS = 1_700_000_000 * 10**9
+
+
+def simulated_sync(host_ns: int, window_ns: int, empty_sync_ns: int) -> Callable[[], tuple[int, int]]:
+    """A ``host_clock`` for :func:`save.save_profiling_data` around a simulated device
+    sync: save reads it right before the sync (``window_ns`` before ``host_ns``), right
+    after it (``host_ns``, the anchor's reading) and after an empty sync
+    (``empty_sync_ns`` later). Monotonic ns; the wall clock counts the same time."""
+    if window_ns < 0 or empty_sync_ns < 0:
+        raise ValueError("a sync window and an empty sync's length are not negative")
+    readings: Iterator[int] = iter((host_ns - window_ns, host_ns, host_ns + empty_sync_ns))
+
+    def clock() -> tuple[int, int]:
+        now = next(readings)
+        return now, WALL_AT_MONOTONIC_ZERO_NS + now
+
+    return clock
+
+
 #: Labels of :func:`write_ranks`' program, with the line of their B point.
 CLUSTER_LABELS = {"step": 20, "step compute": 24, "step barrier": 30}
 CLUSTER_SOURCE = "op_kernel/cluster_demo.h"
@@ -104,7 +125,9 @@ def write_ranks(
     aiv: int = 4,
     jitter: int = 0,
     anchors: bool = True,
-    sync_latency_ns: int = 0,
+    sync_latency_ns: int | Sequence[int] = 0,
+    sync_windows_ns: int | Sequence[int] = 40_000,
+    empty_sync_ns: int = 15_000,
     op: str | None = None,
     clock_mhz: float = 50.0,
     seed: int = 0,
@@ -121,7 +144,11 @@ def write_ranks(
     boot), at a rate off by ``drifts[r]`` (0.001 = 1000 ppm fast). With ``anchors`` the
     rank files carry host anchors read ``sync_latency_ns`` after the last record, on one
     host's clocks (its monotonic and wall clock both count true time: true tick 0 is
-    host monotonic 1e12 ns and wall clock 1.7e18 ns). ``launch`` names the files' launch,
+    host monotonic 1e12 ns and wall clock 1.7e18 ns). The sync was called
+    ``sync_windows_ns`` before that reading (a latency within the window: the kernel was
+    still running), and an empty sync takes ``empty_sync_ns``: a window under twice that
+    reads as a sync that did not wait (align.Anchor.sync_waited). The latency and the
+    window are one value for every rank or one per rank. ``launch`` names the files' launch,
     ``at`` moves it that many ticks later in true time (several launches), ``warmup`` is
     recorded as save's warm-up count.
     """
@@ -129,11 +156,14 @@ def write_ranks(
     drifts = [0.0] * len(skews) if drifts is None else drifts
     if len(drifts) != len(skews):
         raise ValueError("one drift per rank")
+    windows = _per_rank(sync_windows_ns, len(skews), "sync window")
+    latencies = _per_rank(sync_latency_ns, len(skews), "sync latency")
     directory.mkdir(parents=True, exist_ok=True)
     ids = {label: (trace_point_hash(label, "B"), trace_point_hash(label, "E")) for label in CLUSTER_LABELS}
     tick_ns = 1000.0 / clock_mhz
     starts, ends, epochs = [], [], []
-    for rank, (skew, drift) in enumerate(zip(skews, drifts, strict=True)):
+    per_rank = zip(skews, drifts, windows, latencies, strict=True)
+    for rank, (skew, drift, window, latency) in enumerate(per_rank):
         epoch = int(rng.integers(1 << 40, 1 << 50))
 
         def device(true: int, epoch: int = epoch, drift: float = drift) -> int:
@@ -161,17 +191,21 @@ def write_ranks(
         starts.append(at + skew)
         ends.append(last)
         epochs.append(epoch)
-        host_ns = round(last * tick_ns) + sync_latency_ns + 10**12  # the host clock's own zero
-
-        def clocks(host_ns: int = host_ns) -> tuple[int, int]:
-            return host_ns, 1_700_000_000 * 10**9 + host_ns
-
+        host_ns = round(last * tick_ns) + latency + 10**12  # the host clock's own zero
+        clocks = simulated_sync(host_ns, window, empty_sync_ns)
         path = save_profiling_data(data, rank, directory, aic_cores=aic, aiv_cores=aiv, clock_mhz=clock_mhz,
                                    op=op, host_clock=clocks, launch=launch)
         if (not anchors or warmup) and path is not None:
             _edit_meta(path, anchors, warmup)
     write_output(directory / "point_map.json", (json.dumps(cluster_point_map(), indent=1) + "\n").encode())
     return ClusterRun(starts, ends, epochs, list(drifts))
+
+
+def _per_rank(value: int | Sequence[int], ranks: int, what: str) -> list[int]:
+    values = [value] * ranks if isinstance(value, int) else list(value)
+    if len(values) != ranks:
+        raise ValueError(f"one {what} per rank")
+    return values
 
 
 def _edit_meta(path: Path, anchor: bool, warmup: int) -> None:

@@ -64,10 +64,13 @@ def test_save_records_an_anchor_right_after_the_sync(tmp_path: Path, monkeypatch
     fake.npu = types.SimpleNamespace(  # type: ignore[attr-defined]
         synchronize=lambda: order.append("sync"), current_device=lambda: 5)
     monkeypatch.setitem(sys.modules, "torch_npu", fake)
+    # Before the sync, after it (the anchor), after the empty sync: 150 ns then 40 ns.
+    readings = iter([123_456_639, 123_456_789, 123_456_829])
 
     def clocks() -> tuple[int, int]:
         order.append("clocks")
-        return 123_456_789, 1_700_000_000_000_000_000
+        now = next(readings)
+        return now, 1_700_000_000_000_000_000 + now
 
     data = new_buffer(3, 64)
     for slot, start in enumerate((1_000_050, 1_000_000, 1_000_020)):
@@ -76,13 +79,17 @@ def test_save_records_an_anchor_right_after_the_sync(tmp_path: Path, monkeypatch
         writer.record(8, start + 400 + slot)
     path = save_profiling_data(data, 2, tmp_path, aic_cores=1, op="MoeDistributeDispatch", host_clock=clocks)
     assert path is not None
-    assert order == ["sync", "clocks"]  # read after the sync, not before
+    # The anchor is the reading right after the sync; the ones around it measure it.
+    assert order == ["clocks", "sync", "clocks", "sync", "clocks"]
     meta = read_rank_file(path).meta
     anchor = Anchor.from_meta(meta)
     assert anchor is not None
     assert anchor.start_cycle == 1_000_000  # the earliest core's start word
     assert anchor.end_cycle == 1_000_050 + 400  # the latest record of any core
-    assert (anchor.host_monotonic_ns, anchor.host_wall_ns) == clocks()
+    assert (anchor.host_monotonic_ns, anchor.host_wall_ns) == (123_456_789, 1_700_000_000_123_456_789)
+    before = (anchor.host_monotonic_before_ns, anchor.host_wall_before_ns)
+    assert before == (123_456_639, 1_700_000_000_123_456_639)
+    assert (anchor.sync_window_ns, anchor.empty_sync_ns, anchor.sync_waited) == (150, 40, True)
     assert anchor.device_id == 5
     assert meta.extra["op"] == "MoeDistributeDispatch"
 
@@ -96,6 +103,8 @@ def test_save_without_torch_npu_has_no_device_id(tmp_path: Path, monkeypatch: py
     anchor = Anchor.from_meta(read_rank_file(path).meta)
     assert anchor is not None and anchor.device_id is None
     assert anchor.start_cycle == 500 and anchor.end_cycle == 510
+    # No device was synchronised: there is no window to measure, so none is recorded.
+    assert anchor.sync_window_ns is None and anchor.sync_waited is None
 
 
 def test_save_refuses_an_empty_op_name(tmp_path: Path) -> None:
@@ -160,6 +169,161 @@ def test_a_rank_without_anchor_disables_them_with_a_note(tmp_path: Path) -> None
     assert alignment["method"] == "not aligned"
     assert "anchors not used: 1 of 2 rank files have none (rank001.pt)" in alignment["notes"][0]
     assert "anchors not used" in result.output
+
+
+# ----------------------------------------------------------------------------- the anchors' uncertainty
+
+WINDOWS_NS = [10_000, 35_000, 20_000, 5_000]  # per rank: the sync was called this long before it returned
+
+
+def test_anchors_uncertainty_is_the_largest_sync_window_plus_one_tick(tmp_path: Path) -> None:
+    write_ranks(tmp_path / "p", SKEWS, sync_windows_ns=WINDOWS_NS, empty_sync_ns=2_000)
+    result = invoke("collect", tmp_path / "p", "-o", tmp_path / "t.json")
+    assert result.exit_code == 0, result.output
+    alignment = trace(tmp_path / "t.json")["otherData"]["alignment"]
+    assert alignment["method"] == "anchors"
+    assert alignment["uncertainty_us"] == pytest.approx(35.0 + TICK_US, abs=1e-6)
+    assert [r["sync_window_us"] for r in alignment["ranks"]] == pytest.approx([w / 1000 for w in WINDOWS_NS])
+    assert [r["empty_sync_us"] for r in alignment["ranks"]] == pytest.approx([2.0] * 4)
+    assert alignment["notes"][0].startswith("uncertainty: the largest host-device sync window (rank001.pt, "
+                                            "35.000 µs) plus one tick")
+    assert not any("hosts' clock agreement" in note for note in alignment["notes"])  # one host
+    assert "ranks aligned by anchors, uncertainty 35.020 µs" in result.output
+    # The readings came right after the kernels' ends (latency 0): placed within one tick.
+    for entry, skew in zip(alignment["ranks"], SKEWS, strict=True):
+        assert abs(entry["shift_us"] - skew * TICK_US) <= TICK_US
+
+
+def test_the_anchors_uncertainty_bounds_late_readings(tmp_path: Path) -> None:
+    # Each host reading is late by up to its window (the sync's return latency, unknown
+    # to optrace): the ranks' placements are off by less than the reported figure.
+    latencies = [0, 30_000, 1_000, 5_000]
+    write_ranks(tmp_path / "p", SKEWS, sync_windows_ns=WINDOWS_NS, sync_latency_ns=latencies,
+                empty_sync_ns=2_000)
+    invoke("collect", tmp_path / "p", "-o", tmp_path / "t.json")
+    alignment = trace(tmp_path / "t.json")["otherData"]["alignment"]
+    shifts = [r["shift_us"] for r in alignment["ranks"]]
+    errors = [shift - skew * TICK_US for shift, skew in zip(shifts, SKEWS, strict=True)]
+    worst = max(errors) - min(errors)
+    assert worst == pytest.approx(30.0, abs=TICK_US)  # rank 1 is 30 µs late: the anchors cannot tell
+    assert worst <= alignment["uncertainty_us"]
+
+
+def test_zero_sync_windows_place_ranks_within_one_tick(tmp_path: Path) -> None:
+    write_ranks(tmp_path / "p", SKEWS, jitter=3, sync_windows_ns=0, empty_sync_ns=0)
+    invoke("collect", tmp_path / "p", "-o", tmp_path / "t.json")
+    alignment = trace(tmp_path / "t.json")["otherData"]["alignment"]
+    assert alignment["uncertainty_us"] == pytest.approx(TICK_US, abs=1e-9)
+    for entry, skew in zip(alignment["ranks"], SKEWS, strict=True):
+        assert abs(entry["shift_us"] - skew * TICK_US) <= TICK_US
+
+
+def test_a_sync_that_did_not_wait_leaves_the_anchors_without_uncertainty(tmp_path: Path) -> None:
+    # rank002's window is no longer than two empty syncs: its kernel may have ended well
+    # before save was called.
+    write_ranks(tmp_path / "p", SKEWS[:3], sync_windows_ns=[40_000, 40_000, 3_000], empty_sync_ns=2_000)
+    result = invoke("collect", tmp_path / "p", "-o", tmp_path / "t.json")
+    assert result.exit_code == 0, result.output
+    alignment = trace(tmp_path / "t.json")["otherData"]["alignment"]
+    assert alignment["method"] == "anchors"  # the ranks are still placed
+    assert alignment["uncertainty_us"] is None
+    (note,) = [n for n in alignment["notes"] if n.startswith("no uncertainty")]
+    assert "the sync did not wait for the kernel of rank002.pt (window 3.000 µs, empty sync 2.000 µs)" in note
+    assert "at or after its true start" in note
+    assert "rank000.pt" not in note and "rank001.pt" not in note
+    assert "ranks aligned by anchors\n" in result.output  # no figure printed
+    assert "note: no uncertainty: the sync did not wait" in result.output
+
+
+def test_old_anchors_without_a_sync_window_still_place_ranks(tmp_path: Path) -> None:
+    write_ranks(tmp_path / "p", SKEWS[:3])
+    for rank in (0, 2):  # as an older optrace wrote them
+        drop_anchor_fields(tmp_path / "p" / f"rank{rank:03d}.pt", "host_monotonic_before_ns",
+                           "host_wall_before_ns", "empty_sync_ns")
+    invoke("collect", tmp_path / "p", "-o", tmp_path / "t.json")
+    alignment = trace(tmp_path / "t.json")["otherData"]["alignment"]
+    assert alignment["method"] == "anchors"
+    assert alignment["uncertainty_us"] is None
+    assert ("no uncertainty: no sync window in rank000.pt, rank002.pt (saved by an older optrace, or "
+            "without a device sync)") in alignment["notes"]
+    for entry, skew in zip(alignment["ranks"], SKEWS[:3], strict=True):
+        assert abs(entry["shift_us"] - skew * TICK_US) <= TICK_US
+    assert "sync_window_us" not in alignment["ranks"][0] and alignment["ranks"][1]["sync_window_us"] == 40.0
+
+
+def drop_anchor_fields(path: Path, *keys: str) -> None:
+    from optrace.runtime.pt_reader import load_pt
+    from optrace.runtime.pt_writer import write_pt
+
+    document = load_pt(path)
+    for key in keys:
+        del document["meta"]["extra"]["anchor"][key]
+    document["data"] = np.array(document["data"])
+    with open(path, "wb") as handle:
+        write_pt(document, handle)
+
+
+@pytest.mark.parametrize("changes", [
+    {"host_monotonic_before_ns": None},
+    {"host_monotonic_before_ns": "1"},
+    {"empty_sync_ns": -1},
+    {"host_wall_before_ns": True},
+    {"host_monotonic_before_ns": 10**12 + 1},  # after the reading it precedes
+])
+def test_an_unreadable_sync_window_is_unknown_not_the_anchor(changes: dict[str, Any]) -> None:
+    raw = {"host_monotonic_ns": 10**12, "host_wall_ns": 1_700_000_000 * 10**9, "start_cycle": 5,
+           "end_cycle": 900, "host_monotonic_before_ns": 10**12 - 40_000,
+           "host_wall_before_ns": 1_700_000_000 * 10**9 - 40_000, "empty_sync_ns": 15_000}
+    good = Anchor.from_raw(raw)
+    assert good is not None and (good.sync_window_ns, good.sync_waited) == (40_000, True)
+    anchor = Anchor.from_raw({**raw, **changes})
+    assert anchor is not None and anchor.start_cycle == 5
+    assert (anchor.sync_window_ns, anchor.empty_sync_ns, anchor.sync_waited) == (None, None, None)
+
+
+@pytest.mark.parametrize("window, empty, waited", [
+    (30_000, 15_000, True), (29_999, 15_000, False), (0, 0, True), (10, 0, True), (1, 1, False)])
+def test_a_sync_waited_when_its_window_is_two_empty_syncs(window: int, empty: int, waited: bool) -> None:
+    anchor = Anchor(10**12, 10**12, 0, 100, host_monotonic_before_ns=10**12 - window,
+                    host_wall_before_ns=10**12 - window, empty_sync_ns=empty)
+    assert anchor.sync_waited is waited
+
+
+def test_anchors_on_several_hosts_give_the_figure_and_say_what_it_leaves_out(tmp_path: Path) -> None:
+    write_ranks(tmp_path / "p", SKEWS[:2], sync_windows_ns=[12_000, 8_000], empty_sync_ns=1_000)
+    for rank, host in ((0, "node-a"), (1, "node-b")):
+        rewrite_anchor(tmp_path / "p" / f"rank{rank:03d}.pt", host=host)
+    result = invoke("collect", tmp_path / "p", "-o", tmp_path / "t.pftrace")
+    assert result.exit_code == 0, result.output
+    alignment = read_pftrace(tmp_path / "t.pftrace").metadata["optrace"]["alignment"]
+    assert alignment["host_clock"] == "wall clock, 2 hosts or boots"
+    assert alignment["uncertainty_us"] == pytest.approx(12.0 + TICK_US, abs=1e-6)
+    assert ("ranks on 2 hosts or boots are compared on their wall clocks: the hosts' clock agreement is "
+            "not measured and not in the uncertainty") in alignment["notes"]
+
+
+def test_align_keeps_its_own_uncertainty_over_the_anchors(tmp_path: Path) -> None:
+    # Windows of 40 µs: the anchors' figure would be 40 µs; --align measures ~ticks.
+    write_ranks(tmp_path / "p", SKEWS[:3], jitter=1, sync_windows_ns=40_000)
+    invoke("collect", tmp_path / "p", "-o", tmp_path / "t.json", "--align", "step barrier")
+    alignment = trace(tmp_path / "t.json")["otherData"]["alignment"]
+    assert alignment["method"] == "anchors + label step barrier@1"
+    assert alignment["uncertainty_us"] <= 2 * TICK_US + 1e-9
+    assert not any("sync window" in note for note in alignment.get("notes", []))
+    # The windows are still listed per rank: the correction --align made can be held against them.
+    assert all(entry["sync_window_us"] == 40.0 for entry in alignment["ranks"])
+
+
+def test_demo_data_anchors_carry_a_sync_window(tmp_path: Path) -> None:
+    from optrace.runtime.demo import CLOCK_MHZ, SYNC_WINDOW_NS, write_demo
+
+    write_demo(tmp_path / "d", ranks=2, launches=2, aic=1)
+    invoke("collect", tmp_path / "d", "-o", tmp_path / "t.json")
+    alignment = trace(tmp_path / "t.json")["otherData"]["alignment"]
+    assert alignment["method"] == "anchors"
+    assert alignment["uncertainty_us"] == pytest.approx(SYNC_WINDOW_NS / 1000 + 1 / CLOCK_MHZ, abs=1e-6)
+    # Every rank of a launch starts together; the launches are 200,000 cycles apart.
+    assert [r["shift_us"] for r in alignment["ranks"]] == pytest.approx([0.0, 0.0, 4000.0, 4000.0], abs=1e-6)
 
 
 @pytest.mark.parametrize("anchors", [False, True])
