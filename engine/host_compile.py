@@ -50,13 +50,14 @@ class HostCompile:
     skipped: list[tuple[Path, str]] = field(default_factory=list)
 
 
-def host_compile(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[int]] | None = None
-                 ) -> HostCompile:
+def host_compile(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[int]] | None = None,
+                 contents: Mapping[Path, bytes] | None = None) -> HostCompile:
     """libclang (`-fsyntax-only`) errors of each file — read from a source's translation
     unit when it includes the file, else from the file's own — with include dirs = every
     folder of the operator (`compile_tus`). `only_lines`: per file, the only lines whose
     errors are wanted (check asks for the lines optrace inserted); others are skipped
-    before their message is read."""
+    before their message is read. `contents`: what libclang reads instead of a file's
+    bytes (same lines: engine/compile_scope.py's bodies left out), by resolved path."""
     out = HostCompile()
     index = cindex.Index.create()
     all_files = list(walk_files(op_dir, CPP_EXTS))
@@ -94,7 +95,7 @@ def host_compile(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[
         if not all(_utf8(str(a)) for a in args):
             out.skipped.extend((p, "a folder name is not UTF-8, which libclang cannot take") for p in files)
             return out
-        compile_tus(index, files, args, host_args, out, only_lines, kernel_dirs)
+        compile_tus(index, files, args, host_args, out, only_lines, kernel_dirs, contents)
     return out
 
 
@@ -107,7 +108,7 @@ def _is_kernel(path: Path) -> bool:
 
 def compile_tus(index: cindex.Index, files: list[Path], args: list[str], host_args: list[str],
                 out: HostCompile, only_lines: Mapping[Path, set[int]] | None = None,
-                include_dirs: Sequence[Path] = ()) -> None:
+                include_dirs: Sequence[Path] = (), contents: Mapping[Path, bytes] | None = None) -> None:
     """Parse as few translation units as reach every file: sources first, each read for
     the errors of every asked-for file it includes (with the same stub: kernel or host);
     a header no source reached is parsed on its own. Parsing each header of an include
@@ -123,6 +124,9 @@ def compile_tus(index: cindex.Index, files: list[Path], args: list[str], host_ar
             real_of[name] = asked.get(Path(name).resolve())
         return real_of[name]
 
+    # libclang takes these contents for the files of these names, wherever included from;
+    # as bytes (a GBK comment is not UTF-8), with names it can take.
+    unsaved = [(str(p), data) for p, data in (contents or {}).items() if _utf8(str(p))]
     seen: dict[Path, set[HostError]] = {}
     covered: set[Path] = set()
     order = sorted(files, key=lambda p: (p.suffix.lower() in _HEADER_EXTS, str(p)))
@@ -138,7 +142,7 @@ def compile_tus(index: cindex.Index, files: list[Path], args: list[str], host_ar
             continue
         kernel = _is_kernel(path)
         try:
-            tu = index.parse(str(path), args=args if kernel else host_args)
+            tu = index.parse(str(path), args=args if kernel else host_args, unsaved_files=unsaved)
         except cindex.TranslationUnitLoadError as exc:
             out.skipped.append((path, f"libclang could not load the file: {exc}"))
             continue

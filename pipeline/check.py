@@ -18,6 +18,7 @@ from pathlib import Path
 
 from optrace.codemods.runtime_block import template
 from optrace.engine.analysis import Analysis, analyse_operator
+from optrace.engine.compile_scope import blank_untouched_bodies
 from optrace.engine.cpp import new_parser
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
 from optrace.engine.discovery import (
@@ -161,7 +162,7 @@ def check_operator(op_dir: Path, repo_root: Path | None = None, compile_safety: 
     kernel_dir = analysis.layers.kernel_dir if analysis is not None else None
     kernel_files = [p for p in touched if kernel_dir is None or kernel_dir in p.parents]
     if compile_safety and kernel_files:
-        compile_check(report, kernel_files, op_dir)
+        compile_check(report, kernel_files, op_dir, analysis)
     return report
 
 
@@ -338,12 +339,19 @@ def _check_kernel_g2(report: CheckReport, op_dir: Path, root: Path, analysis: An
 # --- compile safety ------------------------------------------------------------------------
 
 
-def compile_check(report: CheckReport, files: list[Path], op_dir: Path) -> None:
-    """libclang on each touched file; errors on lines optrace inserted are findings."""
+def compile_check(report: CheckReport, files: list[Path], op_dir: Path,
+                  analysis: Analysis | None = None) -> None:
+    """libclang on each touched file; errors on lines optrace inserted are findings. With
+    the operator's analysis, the bodies no inserted line depends on are left out
+    (engine/compile_scope.py)."""
     inserted_of = {path: _inserted_code(read_regular(path)) for path in files}
     # Only errors on lines optrace inserted count: the rest are not even read.
     wanted = {path: lines | set(fragments) for path, (lines, fragments) in inserted_of.items()}
-    result = host_compile(files, op_dir, wanted)
+    contents = None
+    if analysis is not None:
+        keep = {path: _inserted_lines(pf.src.raw) for path, pf in analysis.parsed.items()}
+        contents = blank_untouched_bodies(analysis.index, analysis.parsed, keep)
+    result = host_compile(files, op_dir, wanted, contents)
     for path, reason in result.skipped:
         report.add("OT421", f"compile safety skipped for this file: {reason}", path, 0)
     for path, errors in result.errors.items():
@@ -356,6 +364,14 @@ def compile_check(report: CheckReport, files: list[Path], op_dir: Path) -> None:
 
 
 _FRAGMENT_RE = re.compile(rb"/\*optrace<\*/.*?/\*>optrace\*/")
+
+
+def _inserted_lines(data: bytes) -> set[int]:
+    """Every line holding something optrace inserted (whole or a fragment)."""
+    if b"optrace" not in data:
+        return set()
+    lines, fragments = _inserted_code(data)
+    return lines | set(fragments)
 
 
 def _inserted_code(data: bytes) -> tuple[set[int], dict[int, list[tuple[int, int]]]]:
