@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -570,9 +571,15 @@ _DEFINE_RE = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+\(?(\d+
 _ENUM_RE = re.compile(rb"\benum\b(?:\s+(?:class|struct))?(?:\s+[A-Za-z_]\w*)?(?:\s*:\s*[\w:]+)?\s*\{")
 
 
-def index_constants(data: bytes) -> dict[str, int]:
+def index_constants(data: bytes) -> Mapping[str, int]:
     """Integer constants a file can index outputs with: `constexpr T NAME = n;`,
-    `#define NAME n` and enumerators (implicit values counted as C++ does)."""
+    `#define NAME n` and enumerators (implicit values counted as C++ does). Read-only:
+    cached by content (every function of a file asks)."""
+    return _index_constants(bytes(data))
+
+
+@by_content(64)
+def _index_constants(data: bytes) -> dict[str, int]:
     code = mask(data)
     out: dict[str, int] = {}
     for m in _CONST_RE.finditer(code):
@@ -603,7 +610,7 @@ def index_constants(data: bytes) -> dict[str, int]:
     return out
 
 
-def resolve_index(expr: bytes, constants: dict[str, int]) -> int | None:
+def resolve_index(expr: bytes, constants: Mapping[str, int]) -> int | None:
     """The value of an index expression: a literal, a known name (qualified or not)."""
     text = expr.strip()
     text = re.sub(rb"^static_cast<[^>]*>\s*\((.*)\)$", rb"\1", text, flags=re.S).strip()

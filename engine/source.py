@@ -169,22 +169,25 @@ def blank_literals(data: bytes) -> bytes:
 
 
 _OPEN = {ord("("): ord(")"), ord("{"): ord("}"), ord("["): ord("]")}
+_BRACKET_RE = re.compile(rb"[()\[\]{}]")
 
 
 def match_bracket(code: bytes, open_at: int) -> int:
     """Offset of the bracket closing code[open_at] (in blanked code), or -1 when it is not
-    closed or closed by the wrong kind."""
+    closed or closed by the wrong kind. The loop visits brackets only (the regex skips
+    the rest in C): byte by byte, the gates spent a quarter of a second of `check` here
+    on one op_host file (issue 12 §4)."""
     stack: list[int] = []
-    for i in range(open_at, len(code)):
-        c = code[i]
+    for m in _BRACKET_RE.finditer(code, open_at):
+        c = code[m.start()]
         if c in _OPEN:
             stack.append(_OPEN[c])
-        elif c in (0x29, 0x7D, 0x5D):
+        else:
             if not stack or stack[-1] != c:
                 return -1
             stack.pop()
             if not stack:
-                return i
+                return m.start()
     return -1
 
 
