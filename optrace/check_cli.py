@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from optrace.collect_cli import paths_as_bytes
+from optrace.collect_cli import paths_as_bytes, split_plain
 from optrace.commands import CheckFormat, _check_command, _trust
 
 _VALUE_OPTIONS = {"--repo-root": "repo_root", "--format": "format", "-o": "output", "--output": "output",
@@ -35,28 +35,11 @@ class CheckArgs(NamedTuple):
 
 def parse_fast(argv: Sequence[str]) -> CheckArgs | None:
     """check's arguments in their plain spellings, or None for the full CLI to parse."""
-    values: dict[str, object] = {}
-    op_dirs: list[Path] = []
-    i = 0
-    while i < len(argv):
-        token = argv[i]
-        name, eq, inline = token.partition("=") if token.startswith("--") else (token, "", "")
-        if name in _VALUE_OPTIONS:
-            if eq:
-                value = inline
-            elif i + 1 < len(argv):
-                i += 1
-                value = argv[i]
-            else:
-                return None  # a missing value: the full CLI says so
-            values[_VALUE_OPTIONS[name]] = value
-        elif token in _FLAGS:
-            values[_FLAGS[token]] = True
-        elif token.startswith("-") and token != "-":
-            return None  # --help, a typo, -oFILE, --: the full CLI's business
-        else:
-            op_dirs.append(Path(token))
-        i += 1
+    split = split_plain(argv, _VALUE_OPTIONS, _FLAGS)
+    if split is None:
+        return None
+    values, positional = split
+    op_dirs = [Path(p) for p in positional]
     fmt = values.get("format", "text")
     jobs = values.get("jobs")
     if not op_dirs or fmt not in {f.value for f in CheckFormat}:

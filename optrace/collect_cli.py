@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from optrace.runtime.errors import ProfilingInputError
@@ -44,15 +44,19 @@ def paths_as_bytes() -> None:
             stream.reconfigure(errors="surrogateescape")
 
 
-def parse_fast(argv: Sequence[str]) -> dict[str, object] | None:
-    """collect's arguments in their plain spellings, or None for the full CLI to parse."""
+def split_plain(argv: Sequence[str], value_options: Mapping[str, str], flags: Mapping[str, str],
+                repeated: frozenset[str] = frozenset()) -> tuple[dict[str, object], list[str]] | None:
+    """A command's arguments in their plain spellings (`--name value`, `--name=value`,
+    `-x value`, the flags), as (values by key, positionals); None for anything else
+    (`--help`, a typo, `-oFILE`, `--`, a missing value): the full CLI's business. Keys
+    in `repeated` collect a list of paths."""
     values: dict[str, object] = {}
     positional: list[str] = []
     i = 0
     while i < len(argv):
         token = argv[i]
         name, eq, inline = token.partition("=") if token.startswith("--") else (token, "", "")
-        if name in _VALUE_OPTIONS:
+        if name in value_options:
             if eq:
                 value = inline
             elif i + 1 < len(argv):
@@ -60,20 +64,29 @@ def parse_fast(argv: Sequence[str]) -> dict[str, object] | None:
                 value = argv[i]
             else:
                 return None  # missing value: the full CLI says so
-            key = _VALUE_OPTIONS[name]
-            if key in _REPEATED:
-                repeated = values.setdefault(key, [])
-                assert isinstance(repeated, list)
-                repeated.append(Path(value))
+            key = value_options[name]
+            if key in repeated:
+                listed = values.setdefault(key, [])
+                assert isinstance(listed, list)
+                listed.append(Path(value))
             else:
                 values[key] = value
-        elif token in _FLAGS:
-            values[_FLAGS[token]] = True
+        elif token in flags:
+            values[flags[token]] = True
         elif token.startswith("-") and token != "-":
             return None  # --help, a typo, -oFILE, --: the full CLI's business
         else:
             positional.append(token)
         i += 1
+    return values, positional
+
+
+def parse_fast(argv: Sequence[str]) -> dict[str, object] | None:
+    """collect's arguments in their plain spellings, or None for the full CLI to parse."""
+    split = split_plain(argv, _VALUE_OPTIONS, _FLAGS, frozenset(_REPEATED))
+    if split is None:
+        return None
+    values, positional = split
     if len(positional) != 1 or "output" not in values:
         return None
     try:
