@@ -27,9 +27,12 @@ normal path):
 from __future__ import annotations
 
 from collections import Counter
+from typing import TYPE_CHECKING
 
 import numpy as np
-import numpy.typing as npt
+
+if TYPE_CHECKING:  # annotations only: numpy.typing's import is ~0.8 ms of collect's start-up
+    import numpy.typing as npt
 
 from .errors import ProfilingInputError
 from .format import (
