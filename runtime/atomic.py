@@ -25,11 +25,11 @@ import re
 import stat
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 from .errors import ProfilingInputError
+from .records import FrozenRecord
 
 # The process's own descriptors: whatever they are (a pipe, a terminal, a file the shell
 # opened), they are written through, never replaced — as `cmd -o /dev/stdout | less` means.
@@ -41,16 +41,22 @@ class OutputError(ProfilingInputError):
     named. A ProfilingInputError so the runtime commands print it and exit 2."""
 
 
-@dataclass(frozen=True)
-class OutputTarget:
+class OutputTarget(FrozenRecord):
     """Where the bytes for a user-named ``path`` go: ``through`` is True when they are
     written into an existing non-regular file (device, own stream) instead of renamed
-    over it; otherwise ``real`` is the regular file replaced (a symlink's target)."""
+    over it; otherwise ``real`` is the regular file replaced (a symlink's target).
+    (Not a dataclass: collect's start-up time, see records.py.)"""
 
+    __match_args__ = ("path", "real", "through", "mode")
+    __slots__ = __match_args__
     path: Path
     real: Path
     through: bool
     mode: int | None  # permission bits of the file replaced; None: a new file (umask)
+
+    def __init__(self, path: Path, real: Path, through: bool, mode: int | None) -> None:
+        for name, value in zip(self.__match_args__, (path, real, through, mode), strict=True):
+            object.__setattr__(self, name, value)
 
 
 def _identity(st: os.stat_result) -> tuple[int, int]:

@@ -836,13 +836,22 @@ def _readable(name: RankFileName, path: Path) -> bool:
 def _anchor_only(path: Path) -> tuple[Anchor | None, float | None]:
     """A rank file's anchor and clock rate, without building its buffer: a legacy file (a
     list of tensors) has neither, and reading it as a rank buffer would copy its tensors
-    into one for nothing. The file is checked when the trace is written."""
-    document = load_pt(path)
+    into one for nothing. The file is checked when the trace is written.
+
+    Only the pickle is read at first (the anchor and clock are in it): reading and
+    checksumming every storage here as well, then again when the trace is written, was
+    a tenth of a legacy collect's decoding. A file with an anchor is then read in full,
+    so that a damaged one stays out of the placement as before; one without an anchor
+    needs no more: place_ranks reads those in full itself when the placement depends on
+    them (some files have anchors), and otherwise every file starts at 0 anyway."""
+    document = load_pt(path, tensors=False)
     meta = document.get("meta") if isinstance(document, dict) and OPTRACE_KEY in document else None
     if not isinstance(meta, dict):
         return None, None
     extra = meta.get("extra")
     anchor = Anchor.from_raw(extra.get("anchor")) if isinstance(extra, dict) else None
+    if anchor is not None:
+        load_pt(path)  # raises ProfilingInputError for a damaged storage, as it always did
     clock = meta.get("clock_mhz")
     if isinstance(clock, (int, float)) and not isinstance(clock, bool) and math.isfinite(clock) and clock > 0:
         return anchor, float(clock)

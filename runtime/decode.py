@@ -27,9 +27,12 @@ normal path):
 from __future__ import annotations
 
 from collections import Counter
+from typing import TYPE_CHECKING
 
 import numpy as np
-import numpy.typing as npt
+
+if TYPE_CHECKING:  # annotations only: numpy.typing's import is ~0.8 ms of collect's start-up
+    import numpy.typing as npt
 
 from .errors import ProfilingInputError
 from .format import (
@@ -166,32 +169,37 @@ def scan_slots(data: np.ndarray, layout: SlotLayout) -> SlotScan:
     offsets = np.zeros(slots + 1, dtype=np.int64)
     np.cumsum(readable, out=offsets[1:])
 
-    starts = data[:, words - 1].view(np.uint64)
+    # The per-slot loop reads Python ints and bools: indexing a numpy array one element at
+    # a time costs ~0.1 µs each, a dozen per slot, every slot of every rank.
+    first_at = np.minimum(offsets[:-1], max(events.size - 1, 0))  # only read where n_read > 0
+    last_at = np.maximum(offsets[1:] - 1, 0)
+    fingerprints = (events[first_at] >> np.uint64(32)).tolist() if events.size else [0] * slots
+    firsts = cycles[first_at].tolist() if cycles.size else [0] * slots
+    lasts = cycles[np.minimum(last_at, max(cycles.size - 1, 0))].tolist() if cycles.size else [0] * slots
+    rows = zip(counters.tolist(), readable.tolist(), written.tolist(), corrupt.tolist(), has_fp.tolist(),
+               data[:, words - 1].view(np.uint64).tolist(), strict=True)
     reports: list[SlotReport] = []
-    for s in range(slots):
+    for s, (counter, n_read, n_written, is_corrupt, guarded, start) in enumerate(rows):
         core_type, core_index = layout.core_of(s)
-        counter = int(counters[s])
-        n_read = int(readable[s])
-        n_written = int(written[s])
         report = SlotReport(
             slot=s, core_type=core_type, core_index=core_index, counter=counter, state="ok",
-            records=n_read, dropped=0, capacity=cap, start_cycle=int(starts[s]),
+            records=n_read, dropped=0, capacity=cap, start_cycle=start,
         )
-        if corrupt[s]:
+        if is_corrupt:
             report.state = "corrupt"
             report.message = (
                 f"{report.name}: counter {counter} is negative"
                 if counter < 0
                 else f"{report.name}: counter {counter} is past what the layout can explain "
-                f"(capacity {cap}{'' if has_fp[s] else ', no overflow guard'})"
+                f"(capacity {cap}{'' if guarded else ', no overflow guard'})"
             )
         elif counter == 0:
             report.state = "unused"
-        elif n_written == 0 or (has_fp[s] and n_written == 1):
+        elif n_written == 0 or (guarded and n_written == 1):
             report.state = "empty"
         elif n_written > cap:
             report.dropped = n_written - n_read
-            if has_fp[s]:
+            if guarded:
                 report.state = "overflow"
                 report.message = (
                     f"{report.name}: {report.dropped} records dropped "
@@ -203,11 +211,11 @@ def scan_slots(data: np.ndarray, layout: SlotLayout) -> SlotScan:
                     f"{report.name}: legacy runtime overflowed ({n_written} records, capacity "
                     f"{cap}, no guard): {report.dropped} records overwritten, first {n_read} kept"
                 )
-        if has_fp[s] and n_read:
-            report.fingerprint = int(events[offsets[s]] >> np.uint64(32))
+        if guarded and n_read:
+            report.fingerprint = fingerprints[s]
         if n_read:
-            report.first_cycle = int(cycles[offsets[s]])
-            report.last_cycle = int(cycles[offsets[s + 1] - 1])
+            report.first_cycle = firsts[s]
+            report.last_cycle = lasts[s]
         reports.append(report)
     return SlotScan(layout, reports, offsets, events, cycles, has_fp)
 
@@ -373,7 +381,9 @@ def nest_segments(
     np.cumsum(counts[:-1], out=starts[1:])
     cumulative = np.cumsum(kinds, dtype=np.int64)
     before = np.where(starts > 0, cumulative[np.maximum(starts - 1, 0)] if n else 0, 0)
-    depth_after = cumulative - before[segment] if n else cumulative
+    # np.take rather than array[index] for the gathers of every record or span below:
+    # the same result, about twice as fast as numpy's general fancy indexing.
+    depth_after = cumulative - np.take(before, segment) if n else cumulative
     nonempty = counts > 0
     good = np.ones(n_segments, dtype=bool)
     if n:
@@ -402,14 +412,14 @@ def nest_segments(
     # group alternates B, E in record order (a B at level L opens depth L, only an E at
     # level L closes it) and ends with an E, so pairs are B-E of one segment and level by
     # construction; only their labels can disagree.
-    mismatch = labels[begin] != labels[end]
+    mismatch = np.take(labels, begin) != np.take(labels, end)
     if mismatch.any():  # e.g. crossing pairs: balanced depth, wrong labels
         good[np.unique(segment[begin][mismatch])] = False
         ok = good[segment[begin]]
         begin, end = begin[ok], end[ok]
     parts_begin = [begin]
     parts_end = [end]
-    parts_depth = [narrow_depth(level[begin] - 1)]
+    parts_depth = [narrow_depth(np.take(level, begin) - 1)]
     parts_status = [np.zeros(begin.size, np.int8)]
     unmatched = np.zeros(n_segments, dtype=np.int64)
     for seg in np.flatnonzero(~good & nonempty).tolist():
@@ -432,10 +442,10 @@ def nest_segments(
     def by_start(parts: list[np.ndarray], dtype: npt.DTypeLike) -> np.ndarray:
         spread: np.ndarray = np.empty(n, dtype=dtype)
         spread[all_begin] = np.concatenate(parts)
-        return spread[sorted_begin]
+        return np.take(spread, sorted_begin)
 
     return SegmentNesting(
-        segment=segment[sorted_begin].astype(np.int64),  # a span's segment is its B's
+        segment=np.take(segment, sorted_begin).astype(np.int64),  # a span's segment is its B's
         begin=sorted_begin,
         end=by_start(parts_end, np.int64),
         depth=by_start(parts_depth, np.result_type(*parts_depth)),  # int32 if a part needs it
@@ -737,8 +747,8 @@ def decode_rank(
 
     rel = (scan.cycles - base_u).view(np.int64)
     # Kinds and labels by map position; an unknown id (-1) reads the appended 0.
-    kinds_all = np.append(point_map.kinds, np.int8(0))[position]
-    labels_all = np.append(point_map.label_index, np.int32(0))[position]
+    kinds_all = np.take(np.append(point_map.kinds, np.int8(0)), position)
+    labels_all = np.take(np.append(point_map.label_index, np.int32(0)), position)
 
     roles = {str(k): str(v) for k, v in (meta.aiv_roles or {}).items()}
     slot_of = np.repeat(np.arange(buffer.slots), np.diff(scan.offsets))
@@ -766,18 +776,18 @@ def decode_rank(
     last_of_slot = np.full(buffer.slots, -1, dtype=np.int64)
     if times.size:
         last_of_slot[slot_of] = np.arange(times.size)
-    end_pos = np.where(nesting.end >= 0, nesting.end, last_of_slot[nesting.segment])
-    starts_all = times[nesting.begin]
-    ends_all = times[end_pos]
+    end_pos = np.where(nesting.end >= 0, nesting.end, np.take(last_of_slot, nesting.segment))
+    starts_all = np.take(times, nesting.begin)
+    ends_all = np.take(times, end_pos)
     b_rec = nesting.begin if kept is None else kept[nesting.begin]
     spans = RankSpans(
         slot=nesting.segment,
-        label=labels_all[b_rec],
+        label=np.take(labels_all, b_rec),
         start=starts_all,
         end=ends_all,
         depth=nesting.depth,
-        point=position[b_rec],
-        high=high_all[b_rec],
+        point=np.take(position, b_rec),
+        high=np.take(high_all, b_rec),
         status=nesting.status,
         begin_record=nesting.begin,
         end_record=end_pos,

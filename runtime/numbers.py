@@ -7,30 +7,39 @@ Options (``--clock-mhz``, ``--rank-offsets``, ``--split``, ``--expect``,
 :func:`check_number`, so a NaN, an infinity, a bool posing as a number or a value a
 thousand times too large is refused with its name (exit 2), never carried into a trace,
 a division or a report. The runtime's and the engine's (engine/config.py, by pyproject's
-import contracts); stdlib only.
+import contracts); stdlib only (records.py is too).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+
+from .records import FrozenRecord
 
 
 class NumberError(ValueError):
     """A number out of its documented range; the message names it (the CLI: exit 2)."""
 
 
-@dataclass(frozen=True)
-class Range:
+class Range(FrozenRecord):
     """A documented range: ``low`` / ``high`` inclusive unless ``*_open``; ``integer``:
-    whole numbers only."""
+    whole numbers only. (Not a dataclass: this module is on collect's start-up path, and
+    ``dataclasses`` with ``copy`` costs it ~1 ms to import; see records.py.)"""
 
+    __match_args__ = ("low", "high", "low_open", "high_open", "integer", "unit")
+    __slots__ = __match_args__
     low: float
     high: float
-    low_open: bool = False
-    high_open: bool = False
-    integer: bool = False
-    unit: str = ""
+    low_open: bool
+    high_open: bool
+    integer: bool
+    unit: str
+
+    def __init__(self, low: float, high: float, low_open: bool = False, high_open: bool = False,
+                 integer: bool = False, unit: str = "") -> None:
+        for name, value in zip(self.__match_args__, (low, high, low_open, high_open, integer, unit),
+                               strict=True):
+            object.__setattr__(self, name, value)
 
     def describe(self) -> str:
         left = "(" if self.low_open else "["

@@ -125,15 +125,16 @@ class PointMap(Record):
             self._hash = _perfect_hash(self.ids)
         modulus, table = self._hash
         if modulus == 0:  # small ids (legacy 1..N): the table is by id, -1 past the last
-            by_id: np.ndarray = table[np.minimum(point_ids, np.uint32(table.size - 1))]
+            # np.take: the same gather as table[...], about twice as fast (every record).
+            by_id: np.ndarray = np.take(table, np.minimum(point_ids, np.uint32(table.size - 1)))
             return by_id
         if table.size:  # one remainder and two gathers per record instead of a binary search
-            pos = table[np.remainder(point_ids, modulus)]
+            pos = np.take(table, np.remainder(point_ids, modulus))
         else:
             pos = np.minimum(np.searchsorted(self.ids, point_ids), self.ids.size - 1)
         # An id at a taken place but not the map's is unknown; so is one at an empty
         # place (-1 reads the last id, which lives elsewhere in the table).
-        return np.where(self.ids[pos] == point_ids, pos, -1)
+        return np.where(np.take(self.ids, pos) == point_ids, pos, -1)
 
 
 def _perfect_hash(ids: np.ndarray, largest: int = 1 << 16) -> tuple[np.uint32, np.ndarray]:

@@ -101,6 +101,19 @@ _TORCH_DTYPES: dict[str, str] = {
 }
 
 
+class Unread:
+    """A tensor of a ``.pt`` read with ``tensors=False`` (:func:`load_pt`): its storage was
+    neither read nor checked."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<tensor not read>"
+
+
+UNREAD = Unread()
+
+
 class _Storage:
     """A storage loaded from ``data/<key>``: a flat numpy array of the storage dtype."""
 
@@ -113,8 +126,11 @@ class _Storage:
 
 def _view(
     source: str, storage: Any, offset: Any, size: Any, stride: Any, dtype: np.dtype[Any] | None
-) -> np.ndarray:
-    """The tensor ``storage[offset:]`` with ``size``/``stride``, bounds-checked."""
+) -> np.ndarray | Unread:
+    """The tensor ``storage[offset:]`` with ``size``/``stride``, bounds-checked; UNREAD
+    for a storage left unread (``load_pt(tensors=False)``)."""
+    if isinstance(storage, Unread):
+        return storage
     if not isinstance(storage, _Storage):
         raise ProfilingInputError(source, "tensor without a storage (corrupt data.pkl)")
     if not (isinstance(size, tuple) and isinstance(stride, tuple) and isinstance(offset, int)):
@@ -159,7 +175,8 @@ def _view(
 class _RestrictedUnpickler(pickle.Unpickler):
     """``find_class`` allowlist + ``persistent_load`` that maps storages to numpy."""
 
-    def __init__(self, data: bytes, source: str, load_storage: Callable[[str, np.dtype[Any]], np.ndarray]):
+    def __init__(self, data: bytes, source: str,
+                 load_storage: Callable[[str, np.dtype[Any]], np.ndarray] | None):
         super().__init__(io.BytesIO(data))
         self._source = source
         self._load_storage = load_storage
@@ -171,7 +188,9 @@ class _RestrictedUnpickler(pickle.Unpickler):
             return OrderedDict
         if module == "torch._utils" and name == "_rebuild_tensor_v2":
 
-            def rebuild_v2(storage: Any, offset: Any, size: Any, stride: Any, *_rest: Any) -> np.ndarray:
+            def rebuild_v2(
+                storage: Any, offset: Any, size: Any, stride: Any, *_rest: Any
+            ) -> np.ndarray | Unread:
                 return _view(source, storage, offset, size, stride, None)
 
             return rebuild_v2
@@ -180,7 +199,7 @@ class _RestrictedUnpickler(pickle.Unpickler):
             def rebuild_v3(
                 storage: Any, offset: Any, size: Any, stride: Any, _grad: Any, _hooks: Any,
                 dtype: Any, *_rest: Any,
-            ) -> np.ndarray:
+            ) -> np.ndarray | Unread:
                 if not isinstance(dtype, _Dtype):
                     raise ProfilingInputError(source, "tensor with an unknown dtype (corrupt data.pkl)")
                 return _view(source, storage, offset, size, stride, dtype.dtype)
@@ -213,6 +232,8 @@ class _RestrictedUnpickler(pickle.Unpickler):
             raise ProfilingInputError(
                 self._source, f"tensor of type {storage_type.name} cannot be read without torch"
             )
+        if self._load_storage is None:
+            return UNREAD
         if key not in self._storages:
             array = self._load_storage(key, storage_type.dtype)
             if isinstance(numel, int) and array.size != numel:
@@ -305,7 +326,11 @@ def _benign_extra(extra: bytes) -> bool:
     return True
 
 
-def _stored_zip(data: bytes) -> _Archive | None:
+class _UncheckedMember(Exception):
+    """A member read from an archive opened with ``check_all=False`` failed its CRC-32."""
+
+
+def _stored_zip(data: bytes, *, check_all: bool = True) -> _Archive | None:
     """The members of the zip ``data`` as slices of it, or None to leave it to zipfile.
 
     zipfile costs collect's start-up 3.5 ms of imports (bz2, lzma, shutil, threading) to
@@ -318,6 +343,10 @@ def _stored_zip(data: bytes) -> _Archive | None:
     (zip64 sizes or offsets, compression, encryption, other extra fields, ...) and any
     inconsistency returns None, and zipfile reads the file: unusual and damaged archives
     behave as they did before.
+
+    ``check_all=False``: the CRC-32 of a member is checked when it is read, and a
+    mismatch raises _UncheckedMember (the caller falls back to a full read): for a
+    caller that reads the pickle only, without checksumming megabytes of storages.
     """
     size = len(data)
     end = size - _END.size
@@ -369,6 +398,7 @@ def _stored_zip(data: bytes) -> _Archive | None:
     view = memoryview(data)
     names: list[str] = []
     members: dict[str, memoryview] = {}
+    crcs: dict[str, int] = {}
     spans: list[tuple[int, int]] = []  # (local header, end of data and descriptor) per member
     declared = 0
     pos = cd_start
@@ -421,11 +451,12 @@ def _stored_zip(data: bytes) -> _Archive | None:
         elif tuple(local_sums) != (crc, csize, usize):
             return None
         member = view[start:stop]
-        if zlib.crc32(member) != crc:
+        if check_all and zlib.crc32(member) != crc:
             return None  # zipfile says which member is damaged, when the caller reads it
         name = raw_name.decode("ascii")
         names.append(name)
         members[name] = member  # a repeated name: the last one, as ZipFile.read does
+        crcs[name] = crc
         declared += usize
         spans.append((header, span_end))
     if pos != cd_end:
@@ -433,7 +464,16 @@ def _stored_zip(data: bytes) -> _Archive | None:
     spans.sort()
     if any(before[1] > after[0] for before, after in pairwise(spans)):
         return None  # overlapping members: how zip bombs stay small
-    return _Archive(names, declared, members.__getitem__)
+    if check_all:
+        return _Archive(names, declared, members.__getitem__)
+
+    def read_checked(name: str) -> memoryview:
+        member = members[name]
+        if zlib.crc32(member) != crcs[name]:
+            raise _UncheckedMember(name)
+        return member
+
+    return _Archive(names, declared, read_checked)
 
 
 def _zipfile_archive(source: str, handle: BinaryIO) -> _Archive:
@@ -464,8 +504,24 @@ def _zipfile_archive(source: str, handle: BinaryIO) -> _Archive:
     return _Archive([info.filename for info in infos], sum(info.file_size for info in infos), read)
 
 
-def load_pt(path: str | Path) -> Any:
-    """The object a ``.pt`` holds, with tensors as numpy arrays; never runs pickle code."""
+def load_pt(path: str | Path, *, tensors: bool = True) -> Any:
+    """The object a ``.pt`` holds, with tensors as numpy arrays; never runs pickle code.
+
+    ``tensors=False``: the object structure only, each tensor :data:`UNREAD` — its
+    storage is neither read into an array nor checksummed (the pickle and the zip's
+    structure are checked as in a full read). For a first look at a file that is read in
+    full later (collect's anchor pass): it may accept a file whose storages are damaged,
+    never refuse one a full read accepts.
+    """
+    if not tensors:
+        try:
+            return _load_pt(path, tensors=False)
+        except _UncheckedMember:
+            pass  # the pickle itself is damaged: the full read says so, in its own words
+    return _load_pt(path, tensors=True)
+
+
+def _load_pt(path: str | Path, *, tensors: bool) -> Any:
     source = str(path)
     try:
         with open_regular(path, "rank") as handle:  # a FIFO is never read (runtime/regular.py)
@@ -482,11 +538,11 @@ def load_pt(path: str | Path) -> Any:
                     "not a zip-format .pt file (torch < 1.6 or _use_new_zipfile_serialization="
                     "False is not supported; re-save it with a current torch)",
                 )
-            archive = _stored_zip(data)
+            archive = _stored_zip(data, check_all=tensors)
             if archive is None:
                 handle.seek(0)
                 archive = _zipfile_archive(source, handle)
-            return _load_zip(source, archive, len(data))
+            return _load_zip(source, archive, len(data), tensors=tensors)
     except ProfilingInputError:
         raise
     except _ZIP_ERRORS as exc:
@@ -495,7 +551,7 @@ def load_pt(path: str | Path) -> Any:
         raise ProfilingInputError(source, f"cannot read: {exc.strerror or exc}") from None
 
 
-def _load_zip(source: str, archive: _Archive, file_size: int) -> Any:
+def _load_zip(source: str, archive: _Archive, file_size: int, *, tensors: bool = True) -> Any:
     declared = archive.declared
     if declared > max(INFLATE_FLOOR, INFLATE_RATIO * file_size):
         raise ProfilingInputError(
@@ -527,7 +583,7 @@ def _load_zip(source: str, archive: _Archive, file_size: int) -> Any:
 
     pickled = bytes(read(pickles[0]))
     _check_memo_indices(source, pickled)
-    unpickler = _RestrictedUnpickler(pickled, source, load_storage)
+    unpickler = _RestrictedUnpickler(pickled, source, load_storage if tensors else None)
     try:
         return unpickler.load()
     except ProfilingInputError:

@@ -503,6 +503,34 @@ def test_an_unusable_rank_file_does_not_turn_the_anchors_off(tmp_path: Path) -> 
     assert abs(alignment["ranks"][1]["shift_us"] - SKEWS[1] * TICK_US) <= TICK_US
 
 
+@pytest.mark.parametrize("anchored", [True, False])
+def test_a_damaged_storage_stays_out_of_the_placement(tmp_path: Path, anchored: bool) -> None:
+    """collect's anchor pass reads only the pickle of a file without an anchor: a damaged
+    storage (found when the trace is written) must not change the others' placement."""
+    import zipfile
+
+    from optrace.runtime.pt_writer import write_pt
+
+    write_ranks(tmp_path / "p", SKEWS[:3] if anchored else SKEWS[:2])
+    if not anchored:  # a legacy file (no anchor), damaged, beside anchored ones
+        with open(tmp_path / "p" / "rank002.pt", "wb") as handle:
+            write_pt([np.zeros((2, 2048), dtype=np.int64)], handle)
+    path = tmp_path / "p" / "rank002.pt"
+    raw = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as zf:
+        info = next(i for i in zf.infolist() if "/data/" in i.filename)
+    name_len, extra_len = np.frombuffer(bytes(raw[info.header_offset + 26 : info.header_offset + 30]), "<u2")
+    raw[info.header_offset + 30 + int(name_len) + int(extra_len) + 5] ^= 0x40
+    path.write_bytes(bytes(raw))
+    result = invoke("collect", tmp_path / "p", "-o", tmp_path / "t.json")
+    assert result.exit_code == 2, result.output
+    assert "Bad CRC-32" in result.output
+    alignment = trace(tmp_path / "t.json")["otherData"]["alignment"]
+    assert alignment["method"] == "anchors"
+    assert [r["file"] for r in alignment["ranks"]] == ["rank000.pt", "rank001.pt"]
+    assert abs(alignment["ranks"][1]["shift_us"] - SKEWS[1] * TICK_US) <= TICK_US
+
+
 def test_split_traces_each_list_their_own_ranks_placement(tmp_path: Path) -> None:
     write_ranks(tmp_path / "p", SKEWS[:3])
     result = invoke("collect", tmp_path / "p", "-o", tmp_path / "t.json", "--split", "rank")

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import settings
 
 from optrace.runtime.errors import ProfilingInputError
-from optrace.runtime.pt_reader import _stored_zip, load_pt
+from optrace.runtime.pt_reader import UNREAD, _stored_zip, load_pt
 from optrace.runtime.pt_writer import write_pt
 
 DATA = Path(__file__).parent / "data"
@@ -187,6 +187,43 @@ def test_crc_mismatch_is_refused(tmp_path: Path, member: str) -> None:
     assert _stored_zip(bytes(raw)) is None
     message = refusal(tmp_path, bytes(raw))
     assert "Bad CRC-32" in message and member in message
+
+
+def test_structure_only_read(tmp_path: Path) -> None:
+    """load_pt(tensors=False): the same object with each tensor UNREAD, for the files
+    torch and pt_writer write."""
+    originals = [*writer_files(), *(path.read_bytes() for path in TORCH_FILES)]
+    for k, raw in enumerate(originals):
+        path = tmp_path / f"rank{k:03d}.pt"
+        path.write_bytes(raw)
+
+        def unread(value: Any) -> Any:
+            if isinstance(value, np.ndarray):
+                return UNREAD
+            if isinstance(value, dict):
+                return {key: unread(v) for key, v in value.items()}
+            if isinstance(value, (list, tuple)):
+                return type(value)(unread(v) for v in value)
+            return value
+
+        assert load_pt(path, tensors=False) == unread(load_pt(path))
+
+
+def test_structure_only_read_skips_storages_only(tmp_path: Path) -> None:
+    """A damaged storage is not seen without its tensors (a full read refuses the file);
+    a damaged pickle is refused either way, in the full read's words."""
+    path = tmp_path / "rank003.pt"
+    raw = writer_bytes({"optrace_profiling": 1, "meta": {"rank": 3}, "data": np.arange(64, dtype=np.int64)})
+    storage = bytearray(raw)
+    storage[member_data_offset(raw, "archive/data/0") + 3] ^= 0x40
+    path.write_bytes(bytes(storage))
+    assert load_pt(path, tensors=False) == {"optrace_profiling": 1, "meta": {"rank": 3}, "data": UNREAD}
+    assert "Bad CRC-32" in refusal(tmp_path, bytes(storage))
+    pickled = bytearray(raw)
+    pickled[member_data_offset(raw, "archive/data.pkl") + 3] ^= 0x40
+    path.write_bytes(bytes(pickled))
+    with pytest.raises(ProfilingInputError, match="Bad CRC-32"):
+        load_pt(path, tensors=False)
 
 
 @pytest.mark.parametrize("keep", [0.5, 0.9, 0.999])
