@@ -727,6 +727,8 @@ CASES: list[Case] = [
 ]
 
 FUZZ_RUNS = [
+    "| 3, at optrace a491ebb (the compile check leaving untouched bodies out, brackets matched "
+    "by a regex) | 600 (cases 0–599, 4 min; compile safety on 12) | 533 | 0 | 67 | **0** | — |",
     "| 1, at optrace 34725db (today's fixtures, l0op_style among them) | 5,000 (cases 0–4999 in 2 "
     "processes with `--start`, 25 min on 2 shared cores; compile safety on 100) | 4,462 | 0 | 538 "
     "| **0** | — (a clean run at the final code) |",
