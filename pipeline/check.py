@@ -156,7 +156,7 @@ def check_operator(op_dir: Path, repo_root: Path | None = None, compile_safety: 
     if analysis is not None:
         _check_kernel_g2(report, op_dir, root, analysis)
         # Tile-loop points, hot phases without points, density and capacity: from the plan.
-        report.findings.extend(findings_from_plan(plan_from_analysis(analysis)))
+        report.findings.extend(findings_from_plan(plan_from_analysis(analysis, lint=False)))
     # Compile safety is about kernel code (the host stub is AscendC's): host layers' files
     # are checked by the gates, not compiled here.
     kernel_dir = analysis.layers.kernel_dir if analysis is not None else None

@@ -21,7 +21,9 @@ def plan_operator(op_dir: Path, repo_root: Path | None = None) -> Plan:
     return plan_from_analysis(analysis)
 
 
-def plan_from_analysis(analysis: Analysis) -> Plan:
+def plan_from_analysis(analysis: Analysis, lint: bool = True) -> Plan:
+    """The plan of an analysed operator; `lint` false leaves its lint figures out (check
+    reads the plan's findings, not its figures about itself)."""
     planner = Planner(analysis)
     root = planner.build()
     assign_labels(root)
@@ -39,8 +41,9 @@ def plan_from_analysis(analysis: Analysis) -> Plan:
     plan.per_core = labels_per_core(root)
     plan.capacity = estimate(root, cfg.trip_counts)
     plan.variants = variants_of(root, planner.conditions)
-    path = [analysis.entry_fn.id, *(fid for fid, _ in planner.expanded)]
-    plan.lint = plan_lint(plan, ctx.stats, path)
+    if lint:
+        path = [analysis.entry_fn.id, *(fid for fid, _ in planner.expanded)]
+        plan.lint = plan_lint(plan, ctx.stats, path)
     return plan
 
 
