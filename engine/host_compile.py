@@ -270,7 +270,11 @@ def _utf8(text: str) -> bool:
 
 _STD_SHIMS = ("cstddef", "cstdint", "cstring", "functional", "stddef.h", "stdint.h", "string.h",
               "type_traits", "utility", "limits", "cstdlib", "stdlib.h", "climits", "limits.h")
+# One text for every header in _STD_SHIMS: a macro guard, not `#pragma once` alone (that
+# holds per file, and a TU including <cstddef> and <functional> defined `function` twice).
 _STD_SHIM = """#pragma once
+#ifndef OPTRACE_STD_SHIM
+#define OPTRACE_STD_SHIM
 typedef signed char int8_t; typedef short int16_t; typedef int int32_t; typedef long int64_t;
 typedef unsigned char uint8_t; typedef unsigned short uint16_t; typedef unsigned int uint32_t;
 typedef unsigned long uint64_t; typedef unsigned long size_t; typedef long ptrdiff_t;
@@ -287,6 +291,7 @@ public:
 }
 extern "C" void* memcpy(void*, const void*, size_t);
 extern "C" void* memset(void*, int, size_t);
+#endif
 """
 
 # The two standard headers an OpDef's `std::vector` lists need, no more: a list from braces

@@ -60,6 +60,19 @@ def test_kernel_files_get_the_ascendc_stub_not_the_host_one(tmp_path: Path) -> N
     assert [e.line for e in errors] == [5]  # gert is host API: unknown in a kernel
 
 
+def test_standard_headers_together_are_one_shim(tmp_path: Path) -> None:
+    """Every shimmed standard header is one text: a kernel including several of them
+    (the stub itself includes <functional>) gets each declaration once."""
+    kernel = tmp_path / "demo" / "op_kernel" / "demo.cpp"
+    kernel.parent.mkdir(parents=True)
+    kernel.write_text("#include <cstddef>\n#include <functional>\n#include <cstdint>\n"
+                      '#include "kernel_operator.h"\n'
+                      'extern "C" __global__ __aicore__ void demo(GM_ADDR x)\n{\n'
+                      "    std::function<void(int)> f = [](int) {};\n    size_t n = sizeof(int64_t);\n"
+                      "    (void)n;\n}\n")
+    assert host_compile([kernel], tmp_path / "demo").errors == {kernel: []}
+
+
 def test_fixed_width_types_come_with_the_host_stub(tmp_path: Path) -> None:
     host = tmp_path / "demo" / "op_host" / "demo_infershape.cpp"
     host.parent.mkdir(parents=True)
