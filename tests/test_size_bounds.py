@@ -12,19 +12,18 @@ optrace read a 50 GB file, nor turn it away from the user's own files.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import os
 import subprocess
-import threading
 import tracemalloc
 import zlib
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from cli_in_thread import run_cli
 
-from optrace.cli import app
 from optrace.runtime.demo import write_demo
 from optrace.runtime.regular import TooLarge, read_maybe_gzip
 
@@ -40,22 +39,8 @@ KERNEL = (
 LOWERING = "".join(f"{kind}_bytes = 1\n" for kind in ("source", "config", "point_map", "rank", "trace"))
 
 
-def cli(*args: object, timeout: float = 180) -> tuple[int, str]:
-    """The CLI in a thread (a blocking read fails the test instead of hanging it); an
-    exception that escapes is exit 3, as the console script makes it."""
-    box: list[tuple[int, str]] = []
-
-    def run() -> None:
-        res = CliRunner().invoke(app, [str(a) for a in args])
-        crashed = res.exception is not None and not isinstance(res.exception, SystemExit)
-        box.append((3 if crashed else res.exit_code, res.stdout + res.stderr + (
-            f"\nTraceback: {res.exception!r}" if crashed else "")))
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    worker.join(timeout)
-    assert box, f"optrace {' '.join(map(str, args))} did not finish in {timeout} s"
-    return box[0]
+# The CLI on a thread with a time limit (tests/cli_in_thread.py); 180 s here.
+cli = functools.partial(run_cli, timeout=180)
 
 
 def snapshot(*roots: Path) -> dict[str, bytes | None]:

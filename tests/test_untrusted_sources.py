@@ -4,15 +4,13 @@ repository's config gives is checked finite and in its documented range."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-import threading
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
-from optrace.cli import app
+from cli_in_thread import run_cli
 
 KERNEL = (
     b'#include "kernel_operator.h"\n#include "extra.h"\n'
@@ -23,20 +21,8 @@ KERNEL = (
 )
 
 
-def cli(*args: str, timeout: float = 180) -> tuple[int, str]:
-    box: list[tuple[int, str]] = []
-
-    def run() -> None:
-        res = CliRunner().invoke(app, list(args))
-        crashed = res.exception is not None and not isinstance(res.exception, SystemExit)
-        box.append((3 if crashed else res.exit_code, res.stdout + res.stderr + (
-            f"\nTraceback: {res.exception!r}" if crashed else "")))
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    worker.join(timeout)
-    assert box, f"optrace {' '.join(args)} did not finish (a blocking read?)"
-    return box[0]
+# The CLI on a thread with a time limit (tests/cli_in_thread.py); 180 s here.
+cli = functools.partial(run_cli, timeout=180)
 
 
 @pytest.fixture

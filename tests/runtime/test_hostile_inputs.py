@@ -7,21 +7,20 @@ documented range (runtime/numbers.py)."""
 
 from __future__ import annotations
 
+import functools
 import gzip
 import itertools
 import json
 import os
 import re
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from cli_in_thread import run_cli
 from pftrace_check import read_pftrace
 from rt_helpers import FP, LABELS, write_point_map
-from typer.testing import CliRunner
 
-from optrace.cli import app
 from optrace.runtime.demo import write_demo
 from optrace.runtime.numbers import CLOCK_MHZ, NumberError, Range, check_number
 from optrace.runtime.perfetto import SLICE_BEGIN, SLICE_END, bytes_field, packet, string_field, uint_field
@@ -32,21 +31,8 @@ from optrace.runtime.synth import SlotWriter, new_buffer
 NAN_RE = re.compile(r"\b(?:nan|inf|-inf|infinity)\b", re.I)
 
 
-def cli(*args: str, timeout: float = 120) -> tuple[int, str]:
-    """The CLI in a thread: a read that blocks (a FIFO) fails the test instead of hanging it."""
-    box: list[tuple[int, str]] = []
-
-    def run() -> None:
-        res = CliRunner().invoke(app, list(args))
-        crashed = res.exception is not None and not isinstance(res.exception, SystemExit)
-        box.append((3 if crashed else res.exit_code, res.stdout + res.stderr + (
-            f"\nTraceback: {res.exception!r}" if crashed else "")))
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    worker.join(timeout)
-    assert box, f"optrace {' '.join(args)} did not finish in {timeout} s (a blocking read?)"
-    return box[0]
+# The CLI on a thread with a time limit (tests/cli_in_thread.py); 120 s here.
+cli = functools.partial(run_cli, timeout=120)
 
 
 def event(**fields: object) -> dict[str, object]:
