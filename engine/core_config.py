@@ -67,16 +67,13 @@ def task_type_cores(kind: bytes) -> frozenset[str]:
 def from_kernel(path: Path | None, entry_src: bytes) -> CoreDeclaration | None:
     """The union over the kernel's KERNEL_TASK_TYPE declarations; None when it has none."""
     code = blank_comments(entry_src)
-    declared: set[str] = set()
-    first = None
-    for m in _TASK_TYPE_RE.finditer(code):
-        declared |= task_type_cores(m.group(1))
-        first = first or m
-    if not declared or first is None:
+    found = list(_TASK_TYPE_RE.finditer(code))
+    declared = {core for m in found for core in task_type_cores(m.group(1))}
+    if not declared:
         return None
-    kinds = sorted({m.group(0).decode() for m in _TASK_TYPE_RE.finditer(code)})
+    kinds = sorted({m.group(0).decode() for m in found})
     return CoreDeclaration(frozenset(declared), "kernel", ", ".join(kinds), path,
-                           code.count(b"\n", 0, first.start()) + 1)
+                           code.count(b"\n", 0, found[0].start()) + 1)
 
 
 def metadata_cores(doc: dict[str, object]) -> tuple[frozenset[str], str] | None:
