@@ -62,30 +62,40 @@ def host_compile(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[
     index = cindex.Index.create()
     all_files = list(walk_files(op_dir, CPP_EXTS))
     kernel_dirs = sorted({p.parent for p in all_files} | {op_dir} | {p.parent for p in files})
+    # The shims and stand-ins are libclang's unsaved files in an empty folder of ours, not
+    # files written there: a real operator has a hundred absent headers, and writing each
+    # (a folder, a file) was a tenth of `check` (issue 12 §4).
     with tempfile.TemporaryDirectory(prefix="optrace-stub-") as tmp:
         fake = Path(tmp)
-        for name in _STD_SHIMS:
-            (fake / name).write_text(_STD_SHIM)
-        (fake / "vector").write_text(_VECTOR_SHIM)
-        (fake / "initializer_list").write_text(_INIT_LIST_SHIM)
-        (fake / "tuple").write_text(_TUPLE_SHIM)
-        (fake / "optrace_c10_shim.h").write_text(_C10_SHIM)
+        virtual: dict[Path, bytes] = {fake / name: _STD_SHIM.encode() for name in _STD_SHIMS}
+        virtual[fake / "vector"] = _VECTOR_SHIM.encode()
+        virtual[fake / "initializer_list"] = _INIT_LIST_SHIM.encode()
+        virtual[fake / "tuple"] = _TUPLE_SHIM.encode()
+        virtual[fake / "optrace_c10_shim.h"] = _C10_SHIM.encode()
         for path in {*all_files, *files}:
             try:
                 data = read_regular(path)
             except OSError:
                 continue
             for d in scan_includes(data):
-                shimmed = d.target in _STD_SHIMS or d.target in ("vector", "initializer_list", "tuple")
-                if shimmed or ".." in d.target or d.target.startswith("/"):
+                target = fake / d.target
+                if target in virtual or ".." in d.target or d.target.startswith("/"):
                     continue
-                candidates = [path.parent / d.target, *(k / d.target for k in kernel_dirs)]
-                if not any(c.exists() for c in candidates):
-                    target = fake / d.target
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    # torch's headers bring std::tuple and c10::optional, which an adapter's
-                    # returns and mode A's optional buffer name
-                    target.write_text(_TORCH_SHIM if d.target.startswith("torch/") else "")
+                # A stand-in for every other include: the folder comes after every folder
+                # of the operator in the search order (`-I` last, `-isystem`), so libclang
+                # reads one only where the operator has no such header.
+                # torch's headers bring std::tuple and c10::optional, which an adapter's
+                # returns and mode A's optional buffer name
+                text = _TORCH_SHIM.encode() if d.target.startswith("torch/") else b""
+                if str(target) == f"{fake}/{d.target}":
+                    virtual[target] = text
+                else:
+                    # libclang matches an unsaved file by its name as spelled (`./a.h`,
+                    # `a//b.h` are not found): such a stand-in is written, where absent
+                    candidates = [path.parent / d.target, *(k / d.target for k in kernel_dirs)]
+                    if not any(c.exists() for c in candidates):
+                        target.parent.mkdir(parents=True, exist_ok=True)
+                        target.write_bytes(text)
         common = ["-x", "c++", "-std=c++17", "-fsyntax-only", "-ferror-limit=0", "-Wno-everything",
                   "-nostdinc", "-nostdinc++", f"-isystem{fake}"]
         dirs = [*[f"-I{d}" for d in kernel_dirs], f"-I{fake}"]
@@ -95,7 +105,8 @@ def host_compile(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[
         if not all(_utf8(str(a)) for a in args):
             out.skipped.extend((p, "a folder name is not UTF-8, which libclang cannot take") for p in files)
             return out
-        compile_tus(index, files, args, host_args, out, only_lines, kernel_dirs, contents)
+        compile_tus(index, files, args, host_args, out, only_lines, kernel_dirs,
+                    {**virtual, **(contents or {})})
     return out
 
 

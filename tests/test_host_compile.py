@@ -3,6 +3,7 @@ kernel files against the AscendC stub, op_host / op_api files against the CANN h
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 from optrace.engine.host_compile import host_compile
@@ -105,3 +106,29 @@ def test_headers_errors_come_from_the_source_including_them(tmp_path: Path) -> N
     only = host_compile(files, tmp_path / "demo", {kernel / "b.h": {1, 2, 3}, kernel / "a.h": {3}}).errors
     assert {p.name: [e.line for e in errs] for p, errs in only.items()} == {
         "demo.cpp": [], "a.h": [3], "b.h": [], "lone.h": []}
+
+
+def test_absent_headers_are_empty_stand_ins_and_present_ones_win(tmp_path: Path) -> None:
+    """An include the operator does not have (a submodule, CANN) is an empty stand-in,
+    whatever its spelling (`./x.h`, `a//b.h` are written as files: libclang finds an
+    unsaved file only by its name as spelled); a header the operator has is read, never
+    its stand-in, from the including file's folder or another folder of the operator;
+    nothing is left behind."""
+    kernel = tmp_path / "demo" / "op_kernel"
+    (kernel / "sub").mkdir(parents=True)
+    (tmp_path / "demo" / "common").mkdir()
+    (tmp_path / "demo" / "common" / "present.h").write_text("#pragma once\nconstexpr int PRESENT = 1;\n")
+    (kernel / "sub" / "near.h").write_text("#pragma once\nconstexpr int NEAR = 2;\n")
+    (kernel / "demo.cpp").write_text(
+        '#include "lib/absent/deep.h"\n#include "./odd//absent.h"\n#include <cann/absent.h>\n'
+        '#include "present.h"\n#include "sub/near.h"\n#include "./sub/near.h"\n'
+        '#include "kernel_operator.h"\n'
+        'extern "C" __global__ __aicore__ void demo(GM_ADDR x) { int n = PRESENT + NEAR; (void)n; }\n')
+    before = set(Path(tempfile.gettempdir()).glob("optrace-stub-*"))
+    assert host_compile([kernel / "demo.cpp"], tmp_path / "demo").errors == {kernel / "demo.cpp": []}
+    assert set(Path(tempfile.gettempdir()).glob("optrace-stub-*")) == before
+    # a header the operator has is its own, not an empty stand-in: its errors are seen
+    (tmp_path / "demo" / "common" / "present.h").write_text("#pragma once\nconstexpr int PRESENT = nope;\n")
+    errors = host_compile([kernel / "demo.cpp", tmp_path / "demo" / "common" / "present.h"],
+                          tmp_path / "demo").errors
+    assert [e.line for e in errors[tmp_path / "demo" / "common" / "present.h"]] == [2]
