@@ -32,9 +32,9 @@ from pathlib import Path
 
 from tree_sitter import Node
 
-from optrace.codemods.cache import by_content
 from optrace.codemods.strip import strip_bytes
 from optrace.engine import source, vocabulary
+from optrace.engine.cache import by_content
 from optrace.engine.cpp import function_declarator, iter_nodes, new_parser
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
 from optrace.engine.edits import Edit, line_end, line_number, line_start, newline_of
@@ -287,7 +287,7 @@ _FUNC_TYPES = frozenset({"function_definition", "declaration", "field_declaratio
 
 def functions(data: bytes, *, declarations: bool = False) -> list[CppFunction]:
     """Function definitions (and, with `declarations`, prototypes) in source order."""
-    return list(_functions(bytes(data), declarations))
+    return [fn for fn, is_def in _functions(bytes(data)) if declarations or is_def]
 
 
 _STATEMENT_WORD_RE = re.compile(rb"[()\[\]{}]|\b(?:return|break|continue)\b")
@@ -319,15 +319,15 @@ def _blank_macro_statements(text: bytes) -> bytes:
 
 
 @by_content(64)
-def _functions(data: bytes, declarations: bool) -> tuple[CppFunction, ...]:
+def _functions(data: bytes) -> tuple[tuple[CppFunction, bool], ...]:
+    # Definitions and prototypes from one parse (each with "is a definition"): callers ask
+    # for both of the same file, and a parse is most of the cost.
     text = _blank_macro_statements(normalise(data, DEFAULT_QUALIFIERS))
     tree = new_parser().parse(text)
     code = mask(data)
-    out: list[CppFunction] = []
+    out: list[tuple[CppFunction, bool]] = []
     for node in iter_nodes(tree.root_node, _FUNC_TYPES, into_lambdas=True):
         is_def = node.type == "function_definition"
-        if not is_def and not declarations:
-            continue
         fdecl = function_declarator(node)
         if fdecl is None:
             continue
@@ -351,14 +351,14 @@ def _functions(data: bytes, declarations: bool) -> tuple[CppFunction, ...]:
             body_close = match_bracket(code, body.start_byte) if code[body.start_byte] == 0x7B else -1
             if body_close < 0:
                 body_close = body.end_byte - 1
-        out.append(CppFunction(
+        out.append((CppFunction(
             qualified.split("::")[-1], qualified, start,
             (type_node.start_byte, type_node.end_byte) if type_node is not None else None,
             params, plist.start_byte, plist.end_byte - 1,
             body.start_byte if body is not None else -1, body_close,
             line_number(data, node.start_byte),
-        ))
-    out.sort(key=lambda f: f.start)
+        ), is_def))
+    out.sort(key=lambda f: f[0].start)
     return tuple(out)
 
 

@@ -29,6 +29,7 @@ from optrace.codemods.layer_common import (
     param_name,
     split_top,
 )
+from optrace.engine.cache import by_content
 from optrace.engine.discovery import CPP_EXTS, Layers, walk_files
 from optrace.engine.edits import line_number
 from optrace.engine.names import same_op
@@ -134,7 +135,10 @@ def _first_argument(data: bytes, code: bytes, open_at: int) -> tuple[str, int] |
     return re.sub(r"\s+", "", text), close
 
 
-def _registrations(path: Path, data: bytes, names: tuple[str, ...]) -> list[Registration]:
+@by_content(64)
+def _registrations(path: Path, data: bytes, names: tuple[str, ...]) -> tuple[Registration, ...]:
+    # by content: `check` asks for the registrations of the same host files once per
+    # layer and role (a dozen times an operator)
     code = mask(data)
     out: list[Registration] = []
     for m in _IMPL_RE.finditer(code):
@@ -165,7 +169,7 @@ def _registrations(path: Path, data: bytes, names: tuple[str, ...]) -> list[Regi
             if arg is not None:
                 out.append(Registration(_CHAIN_ROLES[m.group(1).decode()], arg[0], path,
                                         line_number(data, m.start()), namespace_at(code, m.start())))
-    return out
+    return tuple(out)
 
 
 def op_names(layers: Layers, files: list[Path], clean: bool = True) -> tuple[str, ...]:

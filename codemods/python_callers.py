@@ -46,7 +46,6 @@ from pathlib import Path
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, ParentNodeProvider, PositionProvider
 
-from optrace.codemods.cache import by_content
 from optrace.codemods.layer_common import (
     CODE_LAYER_SHAPE,
     CODE_PYTHON_SYNTAX,
@@ -59,6 +58,7 @@ from optrace.codemods.python_files import caller_files
 from optrace.codemods.registration import registration_files, schema_strings
 from optrace.codemods.torch_adapter import adapter_functions, hand_instrumented, torch_names
 from optrace.codemods.torch_schema import returns_list
+from optrace.engine.cache import by_content
 from optrace.engine.diagnostics import InputError
 from optrace.engine.discovery import Layers, is_sample_caller
 from optrace.engine.edits import Edit, line_start, newline_of

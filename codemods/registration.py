@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from optrace.codemods.cache import by_content
 from optrace.codemods.layer_common import (
     CODE_SCHEMA,
     PROFILING_OUTPUT,
@@ -43,6 +42,7 @@ from optrace.codemods.torch_adapter import (
     torch_names,
 )
 from optrace.codemods.torch_schema import Schema, parse_schema, returns_list
+from optrace.engine.cache import by_content
 from optrace.engine.discovery import CPP_EXTS, Layers, repo_index
 from optrace.engine.edits import Edit, line_number
 from optrace.engine.names import op_key, op_name_pattern

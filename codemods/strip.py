@@ -27,7 +27,7 @@ import binascii
 import re
 from pathlib import Path
 
-from optrace.codemods.cache import by_content
+from optrace.engine.cache import by_content
 from optrace.engine.vocabulary import (
     CREATED_MARK,
     FRAG_CLOSE,

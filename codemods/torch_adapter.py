@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from optrace.codemods.cache import by_content
 from optrace.codemods.kernel_entry import PROFILING_ARG, _is_system, _param_name, _params
 from optrace.codemods.layer_common import (
     CODE_LAYER_SHAPE,
@@ -51,6 +50,7 @@ from optrace.codemods.layer_common import (
     statement_start,
 )
 from optrace.codemods.strip import strip_bytes
+from optrace.engine.cache import by_content
 from optrace.engine.discovery import Layers, repo_index
 from optrace.engine.edits import Edit, line_number, line_start
 from optrace.engine.names import same_op

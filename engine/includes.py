@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from optrace.engine.cache import by_content
 from optrace.engine.diagnostics import Diagnostic
 from optrace.engine.graph import DiGraph
 from optrace.engine.source import (
@@ -61,12 +62,19 @@ class IncludeGraph:
 
 def scan_includes(data: bytes) -> list[IncludeDirective]:
     """Include directives outside comments and `#if 0` blocks."""
+    return list(_scan_includes(bytes(data)))
+
+
+@by_content(256)
+def _scan_includes(data: bytes) -> tuple[IncludeDirective, ...]:
+    # by content: one `check` asks it of each file several times (the include graph, the
+    # compile check's stand-ins and its include chains)
     text = blank_if0(blank_comments(data))
     out: list[IncludeDirective] = []
     for m in _INCLUDE_RE.finditer(text):
         line = text.count(b"\n", 0, m.start()) + 1
         out.append(IncludeDirective(decode(m.group(2)).strip(), m.group(1) == b'"', line))
-    return out
+    return tuple(out)
 
 
 def _safe_resolve(path: Path) -> Path | None:

@@ -73,3 +73,14 @@ def test_directive_lines_are_not_blanked() -> None:
     out = normalise(src, (*DEFAULT_QUALIFIERS, "CATLASS_DEVICE"))
     assert out.startswith(b"#ifndef CATLASS_DEVICE\n#define CATLASS_DEVICE __aicore__ inline\n")
     assert out.endswith(b"               void f();\n")
+
+
+def test_only_lines_starting_with_a_directive_keep_their_qualifiers() -> None:
+    """Indented directives and CRLF lines are directives; a qualifier on a line that has a
+    `#` further on (a stringised macro argument) is blanked like any other."""
+    src = (b"  #  if defined(__aicore__)\r\n\t#define Q __aicore__\r\n#endif\r\n"
+           b"__aicore__ void f() { S(#x); }  __aicore__ \r\n")
+    out = normalise(src, DEFAULT_QUALIFIERS)
+    lines = out.split(b"\r\n")
+    assert lines[:3] == [b"  #  if defined(__aicore__)", b"\t#define Q __aicore__", b"#endif"]
+    assert lines[3] == b"           void f() { S(#x); }             "

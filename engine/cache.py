@@ -1,11 +1,12 @@
-"""A bounded cache for what codemods derive from a file's bytes.
+"""A bounded cache for what the engine and the codemods derive from a file's bytes.
 
 Many operators of one run ask the same questions about the same shared files (a
 `pybind.cpp`, a sample calling every op), so answers are cached by content — never by
 path alone, so a file that changed between two operators is simply another key. The
 cache lives as long as the process (the CLI, or a pool worker); an entry holds a whole
 file and what was derived from it (a libcst tree is ~100x its source), so files above a
-size bound are computed every time instead of kept.
+size bound are computed every time instead of kept. One `check` asks the engine's scans
+(the includes of a file, its `#if 0` blocks) of the same file tens of times too.
 """
 
 from __future__ import annotations

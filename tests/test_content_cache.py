@@ -1,8 +1,8 @@
-"""codemods/cache.py: answers cached by content, big files never kept."""
+"""engine/cache.py: answers cached by content, big files never kept."""
 
 from __future__ import annotations
 
-from optrace.codemods.cache import by_content
+from optrace.engine.cache import by_content
 
 
 def test_cached_by_content_and_big_inputs_are_not_kept() -> None:
