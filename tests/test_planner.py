@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from optrace.engine.plan import Plan
 from optrace.pipeline.plan import plan_operator
+from optrace.rules.registry import builtin_rules
 
 
 def plan_src(tmp_path: Path, source: str, config: str = "", pyproject: str | None = None) -> Plan:
@@ -340,3 +343,30 @@ __aicore__ inline void RunWithTiling(GM_ADDR x, GM_ADDR tiling) {
     assert [r.label for r in top] == ["tiling"] and top[0].cost == "phase" and top[0].children
     assert "with" not in regions
     assert regions["tiling step"].index_var == "groupIdx" and "tiling barrier" in regions
+
+
+def test_an_installed_distribution_declaring_rules_is_loaded(tmp_path: Path) -> None:
+    """A distribution on the path whose entry_points.txt declares `optrace.rules` is
+    loaded through importlib.metadata; with none declaring it, importlib.metadata is not
+    even imported (it costs a twentieth of a pre-commit check)."""
+    site = tmp_path / "site"
+    dist = site / "team_rules-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: team-rules\nVersion: 1.0\n")
+    (site / "other-2.0.dist-info").mkdir()
+    (site / "other-2.0.dist-info" / "entry_points.txt").write_text("[console_scripts]\nother = other:main\n")
+    (site / "team_rules.py").write_text(
+        "from optrace.rules.fold_depth import FoldDepth\n"
+        "class Renamed(FoldDepth):\n    code = 'OT951'\n    name = 'from-a-distribution'\n"
+        "RULES = [Renamed]\n")
+    script = ("import sys; sys.path.insert(0, sys.argv[1])\n"
+              "from optrace.rules.registry import load_rules\n"
+              "print([r.code for r in load_rules()][-1], 'importlib.metadata' in sys.modules)\n")
+    def run() -> list[str]:
+        done = subprocess.run([sys.executable, "-c", script, str(site)], capture_output=True, text=True,
+                              check=True)
+        return done.stdout.split()
+
+    assert run() == [builtin_rules()[-1].code, "False"]
+    (dist / "entry_points.txt").write_text("[optrace.rules]\nteam = team_rules\n")
+    assert run() == ["OT951", "True"]
