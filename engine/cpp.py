@@ -8,6 +8,7 @@ namespaces, and unresolved template types are matched by name (see `CodeIndex`).
 from __future__ import annotations
 
 import bisect
+import functools
 import re
 from collections import defaultdict
 from collections.abc import Iterator
@@ -39,8 +40,10 @@ def text_of(src: SourceFile, node: Node) -> str:
     return decode(src.text[node.start_byte : node.end_byte])
 
 
+@functools.lru_cache(maxsize=4096)
 def base_type_name(spelled: str) -> str:
     """`typename Gemm::Kernel::Foo<A, B<C>>::Params const &` -> `Params`; `Foo<T>` -> `Foo`."""
+    # cached: the analysis asks it of the same few spellings thousands of times an operator
     depth = 0
     out: list[str] = []
     for ch in spelled:
@@ -63,6 +66,7 @@ def base_type_name(spelled: str) -> str:
 # occurs in a C++ name, so a candidate set travels where one base name did.
 CANDIDATE_SEP = "|"
 _CHOOSERS = ("conditional", "conditional_t", "decltype")
+_CHOOSER_RE = re.compile(r"\b(conditional_t|conditional|decltype)\s*([<(])")
 
 
 def _template_args(text: str, open_at: int) -> list[str]:
@@ -94,7 +98,7 @@ def declared_type(spelled: str) -> str:
     `conditional_t<C, A, B>` give `A|B` (nested choices flatten), `decltype(Foo<T>{})`
     every name inside it (the index keeps those that are classes). One launch runs one
     of them, so each is planned."""
-    m = re.search(r"\b(conditional_t|conditional|decltype)\s*([<(])", spelled)
+    m = _CHOOSER_RE.search(spelled) if "conditional" in spelled or "decltype" in spelled else None
     if m is None:
         return base_type_name(spelled)
     args = _template_args(spelled, m.start(2))

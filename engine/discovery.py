@@ -286,11 +286,14 @@ class RepoIndex:
             return self._answers[key]
         whole = re.compile(rb"(?<![a-z0-9_])(?:" + b"|".join(re.escape(w) for w in key)
                            + rb")(?![a-z0-9_])") if key else None
+        # The substring pre-scan needs only the words no other word contains: a file
+        # naming `aclnnfoo` names `foo` (the scans are most of a repository search).
+        least = [w for w in key if not any(o != w and o in w for o in key)]
         hits: list[Path] = []
         for path, low in zip(self.files, self._contents(), strict=True):
             if path.stem.lower().encode() in key:
                 hits.append(path)
-            elif (low is not None and whole is not None and any(w in low for w in key)
+            elif (low is not None and whole is not None and any(w in low for w in least)
                   and whole.search(low)):
                 hits.append(path)
         self._answers[key] = hits
