@@ -113,6 +113,8 @@ _TABLE: tuple[Code, ...] = (
     Code("OT453", "gate G3 (compile) fails", E, "gates.md"),
     Code("OT454", "gate G4 (run + post-process) fails", E, "gates.md"),
     Code("OT455", "gate G5 (paths) fails", E, "gates.md"),
+    Code("OT456", "a gate passes over a defect of the operator that optrace's output does not "
+         "cause (an infer registered for a misspelt op name)", W, "gates.md"),
     Code("OT999", "internal error (a bug in optrace: exit 3)", E, "diagnostics.md"),
 )
 

@@ -185,12 +185,16 @@ def _analyse(report: CheckReport, op_dir: Path, root: Path) -> Analysis | None:
 
 
 def _check_gates(report: CheckReport, analysis: Analysis) -> None:
-    """G1..G5 with their evidence; a failing gate is also an error finding."""
+    """G1..G5 with their evidence; a failing gate is also an error finding, and evidence
+    that passes with a warning a warning finding (OT456)."""
     report.gates = evaluate_gates(analysis, report.instrumented)
     for gate in report.gates:
         finding = gate.finding()
         if finding is not None:
             report.findings.append(finding)
+        for e in gate.evidence:
+            if e.warning:
+                report.add("OT456", f"gate {gate.gate} ({gate.title}): {e.note}", e.path, e.line)
 
 
 def _check_block_version(report: CheckReport, path: Path, data: bytes) -> None:

@@ -30,7 +30,7 @@ def render_check_text(report: CheckReport, strict: bool) -> str:
             for ev in gate.evidence:
                 where = display_path(ev.path, report.repo_root) + (f":{ev.line}" if ev.line else "") \
                     if ev.path else "-"
-                mark = "" if ev.ok else "  <- ✗"
+                mark = "  <- ✗" if not ev.ok else "  <- warning" if ev.warning else ""
                 lines.append(f"        {where}: {ev.note}{mark}")
     for d in report.findings:
         sev = report.effective(d, strict)

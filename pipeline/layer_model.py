@@ -31,10 +31,13 @@ class Evidence:
     note: str
     ok: bool = True
     gate: str = ""  # set for layers speaking for several gates (the callers: G4 and G5)
+    # ok for its gate, and still for the user to hear: a defect of the operator that
+    # predates optrace and that its output neither causes nor worsens (a warning, OT456)
+    warning: bool = False
 
     def to_json(self, root: Path | None) -> dict[str, object]:
         return {"path": display_path(self.path, root) if self.path else None, "line": self.line,
-                "note": self.note, "ok": self.ok}
+                "note": self.note, "ok": self.ok, "warning": self.warning}
 
 
 @dataclass
