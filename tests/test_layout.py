@@ -44,6 +44,7 @@ ALLOWED = {
     ("pipeline/layer_python.py", "optrace.codemods.python_callers"): "check start-up: imports LibCST",
     ("pipeline/layer_python.py", "optrace.codemods.python_fakes"): "check start-up: imports LibCST",
     ("pipeline/layer_python.py", "optrace.codemods.graph_converters"): "check start-up: imports LibCST",
+    ("rules/registry.py", "importlib.metadata"): "check start-up: only when a distribution declares rules",
 }
 
 
