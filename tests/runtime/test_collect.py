@@ -302,6 +302,7 @@ def test_internal_error_exits_3_without_traceback(
     assert "Traceback" not in result.output
 
 
+@pytest.mark.slow  # imports torch (~1.5 s)
 def test_torch_reader_agrees_with_numpy_reader() -> None:
     pytest.importorskip("torch")
     from optrace.runtime.pt_reader import load_pt, load_pt_with_torch

@@ -28,6 +28,10 @@ from optrace.runtime.regular import BadJSON, TooLarge, parse_json, read_regular
 from optrace.runtime.save import save_profiling_data
 from optrace.runtime.synth import SlotWriter, new_buffer
 
+# Fault injection with hostile and 40000-deep inputs: a fifth of the quick suite's time,
+# so the full suite's (CI runs it; `pytest -m "not slow"` keeps to a quarter of it).
+pytestmark = pytest.mark.slow
+
 NAN_RE = re.compile(r"\b(?:nan|inf|-inf|infinity)\b", re.I)
 
 
