@@ -35,7 +35,7 @@ from tree_sitter import Node
 from optrace.codemods.strip import strip_bytes
 from optrace.engine import source, vocabulary
 from optrace.engine.cache import by_content
-from optrace.engine.cpp import function_declarator, iter_nodes, new_parser
+from optrace.engine.cpp import NodeIndex, function_declarator, new_parser
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
 from optrace.engine.edits import Edit, line_end, line_number, line_start, newline_of
 from optrace.engine.source import DEFAULT_QUALIFIERS, normalise, read_regular
@@ -326,7 +326,9 @@ def _functions(data: bytes) -> tuple[tuple[CppFunction, bool], ...]:
     tree = new_parser().parse(text)
     code = mask(data)
     out: list[tuple[CppFunction, bool]] = []
-    for node in iter_nodes(tree.root_node, _FUNC_TYPES, into_lambdas=True):
+    # The engine's C-side index finds them (parents before what they hold, as a pre-order
+    # walk would): walking a host file's tree node by node in Python was most of this.
+    for node in NodeIndex(tree.root_node).within(tree.root_node, _FUNC_TYPES):
         is_def = node.type == "function_definition"
         fdecl = function_declarator(node)
         if fdecl is None:

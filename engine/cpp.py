@@ -128,7 +128,7 @@ INDEXED_TYPES = (
     "call_expression", "for_statement", "for_range_loop", "while_statement", "do_statement",
     "expression_statement", "declaration", "alias_declaration", "type_definition",
     "break_statement", "function_definition", "class_specifier", "struct_specifier",
-    "union_specifier",
+    "union_specifier", "field_declaration",
 )
 _QUERY = Query(_LANGUAGE, "[" + " ".join(f"({t})" for t in INDEXED_TYPES) + "] @n")
 
