@@ -183,6 +183,11 @@ def load_config(repo_root: Path, op_dir: Path) -> Config:
     base = path.parent
     cfg = Config(source=path)
     extra_quals = str_list("qualifiers")
+    for q in extra_quals:
+        # a qualifier is a word the parse blanks (`MY_DEVICE`): anything else would blank
+        # text that is not a name, or never match
+        if not re.fullmatch(r"[A-Za-z_]\w*", q):
+            raise bad(f"`qualifiers`: {q!r} is not a C++ identifier")
     cfg.qualifiers = tuple(dict.fromkeys((*DEFAULT_QUALIFIERS, *extra_quals)))
     cfg.include_dirs = tuple((base / p).resolve() for p in str_list("include_dirs"))
     cfg.sample_globs = tuple((base.resolve() / p).as_posix() for p in str_list("samples"))

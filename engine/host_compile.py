@@ -72,26 +72,27 @@ def host_compile(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[
         virtual[fake / "initializer_list"] = _INIT_LIST_SHIM.encode()
         virtual[fake / "tuple"] = _TUPLE_SHIM.encode()
         virtual[fake / "optrace_c10_shim.h"] = _C10_SHIM.encode()
-        for path in {*all_files, *files}:
+        for path in sorted({*all_files, *files}):  # in order: the same stand-ins every run
             try:
                 data = read_regular(path)
             except OSError:
                 continue
             for d in scan_includes(data):
-                target = fake / d.target
-                if target in virtual or ".." in d.target or d.target.startswith("/"):
+                if ".." in d.target or d.target.startswith("/"):
                     continue
+                target = fake / d.target
                 # A stand-in for every other include: the folder comes after every folder
                 # of the operator in the search order (`-I` last, `-isystem`), so libclang
-                # reads one only where the operator has no such header.
-                # torch's headers bring std::tuple and c10::optional, which an adapter's
-                # returns and mode A's optional buffer name
-                text = _TORCH_SHIM.encode() if d.target.startswith("torch/") else b""
+                # reads one only where the operator has no such header. A standard name
+                # keeps its shim; torch's headers bring std::tuple and c10::optional,
+                # which an adapter's returns and mode A's optional buffer name.
+                text = virtual.get(target, _TORCH_SHIM.encode() if d.target.startswith("torch/") else b"")
                 if str(target) == f"{fake}/{d.target}":
-                    virtual[target] = text
-                else:
-                    # libclang matches an unsaved file by its name as spelled (`./a.h`,
-                    # `a//b.h` are not found): such a stand-in is written, where absent
+                    virtual.setdefault(target, text)
+                elif not target.is_file():
+                    # libclang matches an unsaved file by its name as spelt: `./a.h` or
+                    # `a//b.h` would not find the stand-in of `a.h`, so a file is written
+                    # (for every odd spelling, whichever file spells it first)
                     candidates = [path.parent / d.target, *(k / d.target for k in kernel_dirs)]
                     if not any(c.exists() for c in candidates):
                         target.parent.mkdir(parents=True, exist_ok=True)

@@ -9,14 +9,15 @@ from pathlib import Path
 from typing import ClassVar
 
 from optrace.codemods.infer import infer_edits, infer_functions
-from optrace.codemods.layer_common import output_uses
+from optrace.codemods.layer_common import mask, output_uses
 from optrace.codemods.op_def import op_def_edits, opdef_file, parse_opdef
 from optrace.codemods.op_host_registry import INFER_DTYPE, INFER_SHAPE, TILING, host_functions, unresolved
 from optrace.codemods.tiling import tiling_edits, tiling_functions
 from optrace.engine.diagnostics import InputError
-from optrace.engine.discovery import Layers
+from optrace.engine.discovery import Layers, repo_index
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
+from optrace.engine.source import decode, read_regular
 from optrace.engine.vocabulary import names_profiling
 from optrace.pipeline.layer_model import Evidence, FileLayer, LayerModel, Operator, line_of, read_files
 
@@ -100,7 +101,7 @@ class InferLayer(FileLayer):
                                f"infer {what}: profiling_data at index {u.index}"
                                + ("" if ok else f", the OpDef has it at {index}"), ok))
         if not ev:
-            ev.extend(_misspelt_registrations(model, layers.camel))
+            ev.extend(_misspelt_registrations(model, layers))
         for role in (INFER_SHAPE, INFER_DTYPE):
             for reg in unresolved(layers, role, clean=False):
                 ev.append(Evidence(reg.path, reg.line,
@@ -113,19 +114,33 @@ class InferLayer(FileLayer):
 _IMPL_RE = re.compile(rb"\bIMPL_OP(?:_INFERSHAPE|_OPTILING)?\s*\(\s*(\w+)\s*\)")
 
 
-def _misspelt_registrations(model: LayerModel, op_type: str) -> list[Evidence]:
+def _misspelt_registrations(model: LayerModel, layers: Layers) -> list[Evidence]:
     """An infer file with no registration for the op, but one for a name a letter or two
     away (ops-nn's masked_scatter registers `MskedScatter`): the op has no infer at run
     time, for any of its outputs. Said with the name, as a warning (OT456), not a G2
     failure: the defect predates optrace, aclnn calls (which allocate the outputs
     themselves) run without an infer, and an error would block every commit of a
-    pre-commit `check` on a line optrace did not write; `--strict` makes it one."""
+    pre-commit `check` on a line optrace did not write; `--strict` makes it one.
+
+    Only a name that is nothing else: not the op's with a suffix (`DemoOpV2`, a sibling
+    op), not named anywhere else in the repository (another op's OpDef), and with the op
+    itself never named in these files' code (registered through a macro of the project,
+    which optrace does not read): those stay "infer not read", a G2 failure."""
+    op_type = layers.camel
+    own = re.compile(r"\b" + re.escape(op_type) + r"\b")
+    if any(own.search(decode(mask(data))) for data in model.data.values()):
+        return []
+    read = {p.resolve() for p in model.data}
     out = []
     for path, data in model.data.items():
         for m in _IMPL_RE.finditer(data):
             name = m.group(1).decode()
             near = difflib.SequenceMatcher(None, name.lower(), op_type.lower()).ratio() >= 0.85
-            if name != op_type and near:
+            versioned = name.lower().startswith(op_type.lower()) or op_type.lower().startswith(name.lower())
+            elsewhere = [f for f in repo_index(layers.repo_root).mentioning(name.encode())
+                         if f.resolve() not in read and re.search(rb"\b" + re.escape(name.encode()) + rb"\b",
+                                                              _read_or_empty(f))]
+            if name != op_type and near and not versioned and not elsewhere:
                 out.append(Evidence(path, line_of(data, m.start()), f"registers its infer functions for "
                                     f"`{name}`, not the op `{op_type}` (a misspelling?): the op has no infer "
                                     "registered, for profiling_data or any other output (graph mode cannot "
@@ -174,3 +189,10 @@ class TilingLayer(FileLayer):
                 ev.append(Evidence(host.path, host.function.line, f"tiling `{host.function.name}` does not "
                                    "describe the outputs: no order to keep"))
         return ev
+
+
+def _read_or_empty(path: Path) -> bytes:
+    try:
+        return read_regular(path)
+    except OSError:
+        return b""

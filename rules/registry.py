@@ -92,11 +92,15 @@ def _may_declare(group: str) -> bool:
     for entry in sys.path:
         try:
             with os.scandir(entry or ".") as it:
-                names = [e.name for e in it if e.name.endswith((".dist-info", ".egg-info"))]
+                listed = [(e.name, e.name.lower()) for e in it]
         except NotADirectoryError:
             return True  # a zip / egg on the path: importlib.metadata reads inside it
         except OSError:
             continue  # absent: nothing installed there
+        if entry.lower().endswith(".egg") or any(low.endswith(".egg") for _, low in listed):
+            return True  # an unpacked egg keeps its metadata in EGG-INFO/: ask importlib.metadata
+        # importlib.metadata matches these suffixes in any case (`Bar-1.0.DIST-INFO`)
+        names = [name for name, low in listed if low.endswith((".dist-info", ".egg-info"))]
         for name in names:
             try:
                 with open(os.path.join(entry or ".", name, "entry_points.txt"), "rb") as f:

@@ -179,3 +179,14 @@ def test_text_plan_reads_at_120_columns_and_says_ot020_once(tmp_path: Path) -> N
     assert "OT106" not in out
     tree = out.split("trace tree")[1].split("labels per core type")[0].splitlines()
     assert all(len(line) <= 120 for line in tree)
+
+
+def test_a_qualifier_that_is_not_an_identifier_is_refused_where_it_is_written(tmp_path: Path) -> None:
+    """Qualifiers are words the parse blanks: one that is not a C++ identifier would blank
+    text that is no name (a `#`, a newline), so the config is refused, located."""
+    op = make_op(tmp_path, "demo_op")
+    (tmp_path / "optrace.toml").write_text('# team config\nqualifiers = ["MY_DEVICE", "\\t#"]\n')
+    code, _, err = run("plan", str(op))
+    assert code == 2 and "OT003" in err and "optrace.toml:2" in err and "not a C++ identifier" in err
+    (tmp_path / "optrace.toml").write_text('qualifiers = ["MY_DEVICE"]\n')
+    assert run("plan", str(op))[0] == 0

@@ -132,3 +132,20 @@ def test_absent_headers_are_empty_stand_ins_and_present_ones_win(tmp_path: Path)
     errors = host_compile([kernel / "demo.cpp", tmp_path / "demo" / "common" / "present.h"],
                           tmp_path / "demo").errors
     assert [e.line for e in errors[tmp_path / "demo" / "common" / "present.h"]] == [2]
+
+
+def test_a_header_spelt_two_ways_is_found_both_ways(tmp_path: Path) -> None:
+    """`lib/x.h` in one source and `./lib/x.h` in another (or after it in the same one),
+    `./vector` beside `<vector>`: each spelling finds a stand-in with the same text (an
+    unsaved file answers only to its name as spelt), so no include is fatal and the
+    errors after it are still seen."""
+    kernel = tmp_path / "demo" / "op_kernel"
+    kernel.mkdir(parents=True)
+    tail = "inline int F() { return undeclared_after; }\n"
+    (kernel / "a.cpp").write_text('#include "lib/x.h"\n#include <vector>\n' + tail)
+    (kernel / "b.cpp").write_text('#include "./lib/x.h"\n#include "lib//x.h"\n#include "./vector"\n'
+                                  "inline std::vector<int> v(2, 0);\n" + tail)
+    errors = host_compile([kernel / "a.cpp", kernel / "b.cpp"], tmp_path / "demo").errors
+    got = {p.name: [(e.line, e.message) for e in errs] for p, errs in errors.items()}
+    assert got == {"a.cpp": [(3, "use of undeclared identifier 'undeclared_after'")],
+                   "b.cpp": [(5, "use of undeclared identifier 'undeclared_after'")]}

@@ -256,3 +256,33 @@ def test_infer_registered_under_a_misspelt_name_is_a_warning_naming_it(tmp_path:
     text_out = runner.invoke(app, ["check", str(op), "--no-compile"]).stdout
     assert "(a misspelling?)" in text_out and "<- warning" in text_out
     assert runner.invoke(app, ["check", str(op), "--no-compile", "--strict"]).exit_code == 1
+
+
+@pytest.mark.parametrize("case", ["sibling-version", "macro-registered", "another-op"])
+def test_a_near_name_that_is_something_else_stays_a_g2_failure(tmp_path: Path, case: str) -> None:
+    """The warning is for a misspelling only. A sibling op's registration (`DemoOpV2`)
+    beside the op's own made through a project macro, or a near name that is another
+    op of the repository (its own OpDef), leaves the op's infer unread: G2 fails, as
+    it must when optrace cannot show the infer sets profiling_data."""
+    regs = {
+        "sibling-version": "IMPL_OP_INFERSHAPE(DemoOpV2).InferShape(InferShapeDemoOp);\n",
+        "macro-registered": ("#define REG_INFER(op, s, d) IMPL_OP_INFERSHAPE(op).InferShape(s).InferDataType(d)\n"
+                             "REG_INFER(DemoOp, InferShapeDemoOp, InferDataTypeDemoOp);\n"
+                             "IMPL_OP_INFERSHAPE(DemOp).InferShape(InferShapeDemoOp);\n"),
+        "another-op": "IMPL_OP_INFERSHAPE(DemOp).InferShape(InferShapeDemoOp);\n",
+    }
+    text = BEFORE.replace("}  // namespace ge\n", regs[case] + "}  // namespace ge\n")
+    tiling = ("ops/demo_op/op_host/demo_op_tiling.cpp",  # the op registers its tiling by name
+              "static ge::graphStatus TilingDemoOp(gert::TilingContext *ctx) { return ge::GRAPH_SUCCESS; }\n"
+              "IMPL_OP_OPTILING(DemoOp).Tiling(TilingDemoOp);\n")
+    files = {INFER: text, OPDEF[0]: OPDEF[1], tiling[0]: tiling[1]}
+    if case == "another-op":
+        files["ops/dem_op/op_host/dem_op_def.cpp"] = OPDEF[1].replace("DemoOp", "DemOp")
+    op = make_repo(tmp_path, files)
+    assert runner.invoke(app, ["apply", str(op), "--write"]).exit_code == 0
+    res = runner.invoke(app, ["check", str(op), "--format", "json", "--no-compile"])
+    report = json.loads(res.stdout)["operators"][0]
+    g2 = next(g for g in report["gates"] if g["gate"] == "G2")
+    assert g2["status"] == "fail", g2
+    assert not [f for f in report["findings"] if f["code"] == "OT456"]
+    assert res.exit_code == 1

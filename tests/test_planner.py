@@ -370,3 +370,32 @@ def test_an_installed_distribution_declaring_rules_is_loaded(tmp_path: Path) -> 
     assert run() == [builtin_rules()[-1].code, "False"]
     (dist / "entry_points.txt").write_text("[optrace.rules]\nteam = team_rules\n")
     assert run() == ["OT951", "True"]
+
+
+@pytest.mark.parametrize("layout", ["DIST-INFO", "egg"])
+def test_rules_of_a_distribution_in_any_layout_importlib_metadata_reads_are_loaded(
+        tmp_path: Path, layout: str) -> None:
+    """The look before importlib.metadata misses none it finds: a `.DIST-INFO` folder
+    (matched in any case) and an unpacked egg (metadata in `EGG-INFO/`)."""
+    site = tmp_path / "site"
+    if layout == "egg":
+        egg = site / "team_rules-1.0-py3.11.egg"
+        meta, code = egg / "EGG-INFO", egg
+        path_entry = egg
+    else:
+        meta, code, path_entry = site / "Team_Rules-1.0.DIST-INFO", site, site
+    meta.mkdir(parents=True)
+    code.mkdir(parents=True, exist_ok=True)
+    (meta / ("PKG-INFO" if layout == "egg" else "METADATA")).write_text(
+        "Metadata-Version: 2.1\nName: team-rules\nVersion: 1.0\n")
+    (meta / "entry_points.txt").write_text("[optrace.rules]\nteam = team_rules\n")
+    (code / "team_rules.py").write_text(
+        "from optrace.rules.fold_depth import FoldDepth\n"
+        "class Renamed(FoldDepth):\n    code = 'OT952'\n    name = 'from-a-layout'\n"
+        "RULES = [Renamed]\n")
+    script = ("import sys; sys.path.insert(0, sys.argv[1])\n"
+              "from optrace.rules.registry import load_rules\n"
+              "print([r.code for r in load_rules()][-1])\n")
+    done = subprocess.run([sys.executable, "-c", script, str(path_entry)], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.split() == ["OT952"], done.stderr
