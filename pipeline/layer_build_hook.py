@@ -22,8 +22,7 @@ from optrace.codemods.python_files import caller_files, split_callers
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
-from optrace.engine.source import read_regular
-from optrace.pipeline.layer_model import Evidence, FileLayer, LayerModel, Operator, line_of
+from optrace.pipeline.layer_model import Evidence, FileLayer, LayerModel, Operator, line_of, read_or_empty
 
 
 class BuildHookLayer(FileLayer):
@@ -102,13 +101,6 @@ class BuildHookLayer(FileLayer):
         return ev
 
 
-def _read(path: Path) -> bytes:
-    try:
-        return read_regular(path)
-    except OSError:
-        return b""
-
-
 def _collector_link(op: Operator) -> list[Evidence]:
     """The callers hand the map to save_profiling_data, which copies it beside the ranks
     (samples and tests: library code calling the op never saves)."""
@@ -118,7 +110,7 @@ def _collector_link(op: Operator) -> list[Evidence]:
 
     out = []
     for path in callers:
-        data = _read(path)
+        data = read_or_empty(path)
         code = mask(data)
         for m in re.finditer(rb"(?:save_profiling_data|_optrace_save)\s*\(", code):
             close = match_bracket(code, m.end() - 1)

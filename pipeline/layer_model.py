@@ -121,5 +121,14 @@ class FileLayer:
         return read_files(self.NAME, op, files)
 
 
+def read_or_empty(path: Path) -> bytes:
+    """A file the gates look at beside a layer's own (a build script, a file naming a near
+    op name): its bytes, or nothing when it cannot be read."""
+    try:
+        return read_regular(path)
+    except OSError:
+        return b""
+
+
 def line_of(data: bytes, offset: int) -> int:
     return data.count(b"\n", 0, offset) + 1

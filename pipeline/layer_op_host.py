@@ -17,9 +17,17 @@ from optrace.engine.diagnostics import InputError
 from optrace.engine.discovery import Layers, repo_index
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
-from optrace.engine.source import decode, read_regular
+from optrace.engine.source import decode
 from optrace.engine.vocabulary import names_profiling
-from optrace.pipeline.layer_model import Evidence, FileLayer, LayerModel, Operator, line_of, read_files
+from optrace.pipeline.layer_model import (
+    Evidence,
+    FileLayer,
+    LayerModel,
+    Operator,
+    line_of,
+    read_files,
+    read_or_empty,
+)
 
 
 class OpDefLayer(FileLayer):
@@ -139,7 +147,7 @@ def _misspelt_registrations(model: LayerModel, layers: Layers) -> list[Evidence]
             versioned = name.lower().startswith(op_type.lower()) or op_type.lower().startswith(name.lower())
             elsewhere = [f for f in repo_index(layers.repo_root).mentioning(name.encode())
                          if f.resolve() not in read and re.search(rb"\b" + re.escape(name.encode()) + rb"\b",
-                                                              _read_or_empty(f))]
+                                                              read_or_empty(f))]
             if name != op_type and near and not versioned and not elsewhere:
                 out.append(Evidence(path, line_of(data, m.start()), f"registers its infer functions for "
                                     f"`{name}`, not the op `{op_type}` (a misspelling?): the op has no infer "
@@ -189,10 +197,3 @@ class TilingLayer(FileLayer):
                 ev.append(Evidence(host.path, host.function.line, f"tiling `{host.function.name}` does not "
                                    "describe the outputs: no order to keep"))
         return ev
-
-
-def _read_or_empty(path: Path) -> bytes:
-    try:
-        return read_regular(path)
-    except OSError:
-        return b""
