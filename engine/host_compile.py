@@ -86,7 +86,8 @@ def host_compile(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[
                 # reads one only where the operator has no such header. A standard name
                 # keeps its shim; torch's headers bring std::tuple and c10::optional,
                 # which an adapter's returns and mode A's optional buffer name.
-                text = virtual.get(target, _TORCH_SHIM.encode() if d.target.startswith("torch/") else b"")
+                torch = target.relative_to(fake).parts[:1] == ("torch",)  # `./torch/...` too
+                text = virtual.get(target, _TORCH_SHIM.encode() if torch else b"")
                 if str(target) == f"{fake}/{d.target}":
                     virtual.setdefault(target, text)
                 elif not target.is_file():
