@@ -16,12 +16,12 @@ it exists either way, zeros meaning "off".
 from __future__ import annotations
 
 import re
-from importlib import resources
 from pathlib import Path
 
 from tree_sitter import Node
 
 from optrace.codemods.layer_common import buffer_core_type
+from optrace.codemods.runtime_block import TEMPLATES
 from optrace.engine.cpp import FunctionDef, text_of
 from optrace.engine.discovery import CPP_EXTS, walk_files
 from optrace.engine.edits import Edit, indent_at, line_end, newline_of
@@ -100,7 +100,7 @@ def _param_start(data: bytes, start: int) -> int:
 def prologue_template() -> list[bytes]:
     """The scaffold's lines, from `templates/entry_scaffold.h` (`// @@prologue` to
     `// @@end`): one text for apply and for the host test that compiles it."""
-    text = resources.files("optrace.codemods").joinpath("templates/entry_scaffold.h").read_bytes()
+    text = (TEMPLATES / "entry_scaffold.h").read_bytes()
     body = text.replace(b"\r\n", b"\n").split(b"// @@prologue\n", 1)[1].split(b"// @@end", 1)[0]
     return body.rstrip(b"\n").split(b"\n")
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
-from importlib import resources
 from pathlib import Path
 
 from optrace.engine.edits import Edit, line_end, newline_of
@@ -35,8 +34,15 @@ _GUARD_RE = re.compile(
 CREATED_MARK = STRIP_CREATED_MARK + b" `optrace strip` deletes this file."
 
 
+# Beside this module, as installed (a wheel or the editable checkout alike): not through
+# importlib.resources, whose first `files()` imports zipfile and its readers, ~5 ms of the
+# start of `check` (issue 12 §4); optrace is never run from a zip (libclang reads its
+# stub headers by path).
+TEMPLATES = Path(__file__).parent / "templates"
+
+
 def template() -> bytes:
-    return resources.files("optrace.codemods").joinpath("templates/moe_tracing_runtime.h").read_bytes()
+    return (TEMPLATES / "moe_tracing_runtime.h").read_bytes()
 
 
 def block_for(data: bytes) -> bytes:

@@ -11,12 +11,12 @@ every line.
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import os
 import stat
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
 from clang import cindex
@@ -26,13 +26,27 @@ from optrace.engine.includes import scan_includes
 from optrace.engine.source import NotRegularFile, read_regular
 
 
+def _runtime_folder() -> Path:
+    """The runtime package's folder, as installed, found without importing it (the engine
+    does not import the runtime). libclang reads the stubs by path, so they are real files
+    (optrace is never run from a zip); importlib.resources' `files()` would import zipfile
+    and its readers, ~5 ms of the start of `check` (issue 12 §4)."""
+    spec = importlib.util.find_spec("optrace.runtime")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("optrace.runtime is not installed as a folder")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+STUBS = _runtime_folder() / "stub"
+
+
 def stub_header() -> Path:
-    return Path(str(resources.files("optrace.runtime").joinpath("stub/ascendc_host_stub.h")))
+    return STUBS / "ascendc_host_stub.h"
 
 
 def host_stub_header() -> Path:
     """The CANN host API names optrace's op_host / aclnn insertions use."""
-    return Path(str(resources.files("optrace.runtime").joinpath("stub/cann_host_stub.h")))
+    return STUBS / "cann_host_stub.h"
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,10 @@ from optrace.engine.diagnostics import Diagnostic, Severity
 from optrace.engine.discovery import CPP_EXTS, walk_files
 from optrace.engine.model import TracePoint
 from optrace.engine.source import blank_comments, blank_if0, decode, read_regular
-from optrace.engine.vocabulary import TRACE_POINT_CALL
+from optrace.engine.vocabulary import TRACE_POINT_CALL, label_problem
 from optrace.runtime.format import POINT_ID_SPACE, trace_point_hash
 
 MAP_FORMAT_VERSION = 1
-MAX_DEPTH = 7
 ID_SPACE = POINT_ID_SPACE  # positive int32: safe in every kernel integer type
 FINGERPRINT_ID = 0  # reserved: the runtime's fingerprint record
 
@@ -33,7 +32,6 @@ _FINGERPRINT_DEFINE_RE = re.compile(
     rb"^([ \t]*#[ \t]*define[ \t]+OPTRACE_BUILD_FINGERPRINT[ \t]+)(\S+)", re.M
 )
 _PREPROCESSED_RE = re.compile(rb"\bMoeTracing\s*(?:<[^>]*>)?\s*\(\s*\d+")
-_LABEL_RE = re.compile(r"^[a-z0-9-]+( [a-z0-9-]+)*$")
 # The core mix the entry scaffold passes to the write-back guard (runtime block
 # OPTRACE_CORES_*): it decides the buffer's slot layout, so the map records it for the
 # readers. Only the scaffold's guard declaration counts, not the block's own uses.
@@ -107,7 +105,7 @@ def scan(src_dir: Path) -> PointMapResult:
             label, event = decode(m.group(1)), decode(m.group(2))
             indexed = code[m.end() : m.end() + 40].lstrip().startswith(b",")
             occurrences.append(TracePoint(label, event, path, line, m.start(), m.end(), indexed=indexed))
-            problem = _label_problem(label, event)
+            problem = label_problem(label, event)
             if problem:
                 diagnostics.append(Diagnostic("OT202", problem, path, line))
         for m in _CORE_MIX_RE.finditer(code):
@@ -138,16 +136,6 @@ def scan(src_dir: Path) -> PointMapResult:
             "records none, so readers take the mixed layout; pass aic_cores= / aiv_cores= to "
             "save_profiling_data for the single-type kernel's buffers", path, line))
     return PointMapResult(occurrences, ids, fingerprint, files, diagnostics, cores)
-
-
-def _label_problem(label: str, event: str) -> str:
-    if event not in ("B", "E"):
-        return f'event type "{event}" must be "B" or "E"'
-    if not _LABEL_RE.match(label):
-        return f'label "{label}" must be lowercase words of [a-z0-9-] separated by single spaces'
-    if label != "processing" and len(label.split()) > MAX_DEPTH - 1:
-        return f'label "{label}" is deeper than {MAX_DEPTH} levels (processing + {MAX_DEPTH - 1})'
-    return ""
 
 
 def _check_balance(occurrences: list[TracePoint], diagnostics: list[Diagnostic]) -> None:

@@ -67,6 +67,23 @@ def names_profiling(text: str | bytes) -> bool:
 # preprocess), so they agree on what a point is.
 TRACE_POINT_CALL = rb'TRACE_POINT\s*\(\s*"((?:[^"\\\n]|\\.)*)"\s*,\s*"([^"\n]*)"\s*\)'
 
+# A label is lowercase words, one level each under the root `processing`: at most
+# MAX_DEPTH levels in all. preprocess refuses a point that breaks this, and check reports
+# it, from this one definition.
+MAX_DEPTH = 7
+_LABEL_RE = re.compile(r"^[a-z0-9-]+( [a-z0-9-]+)*$")
+
+
+def label_problem(label: str, event: str) -> str:
+    """What is wrong with a point `TRACE_POINT(label, event)`, or "" when nothing is."""
+    if event not in ("B", "E"):
+        return f'event type "{event}" must be "B" or "E"'
+    if not _LABEL_RE.match(label):
+        return f'label "{label}" must be lowercase words of [a-z0-9-] separated by single spaces'
+    if label != "processing" and len(label.split()) > MAX_DEPTH - 1:
+        return f'label "{label}" is deeper than {MAX_DEPTH} levels (processing + {MAX_DEPTH - 1})'
+    return ""
+
 # --- torch: launches and registrations ----------------------------------------------------------
 
 

@@ -103,7 +103,7 @@ class _PlanOutcome:
 
 def _plan_one(op_dir: Path, repo_root: Path | None, as_json: bool, graph: Path | None) -> _PlanOutcome:
     from optrace.engine.diagnostics import InputError, Severity
-    from optrace.engine.transaction import foreign_journal, pending_journal
+    from optrace.engine.journal import foreign_journal, pending_journal
     from optrace.pipeline.plan import plan_operator
     from optrace.pipeline.plan_output import plan_json, render_text, write_graph
     from optrace.runtime.atomic import OutputError
@@ -292,13 +292,8 @@ def _edit_command(
     from optrace.engine.diagnostics import InputError, Severity
     from optrace.engine.discovery import marked_repo_root, resolve_operator_dir, write_root
     from optrace.engine.edits import encode_patch, unified_diff
-    from optrace.engine.transaction import (
-        OutsideRoot,
-        Transaction,
-        TransactionError,
-        foreign_journal,
-        operator_journal_name,
-    )
+    from optrace.engine.journal import OutsideRoot, TransactionError, foreign_journal, operator_journal_name
+    from optrace.engine.transaction import Transaction
     from optrace.pipeline.apply import RunCommits
 
     if sum((write, check, patch is not None)) > 1:
@@ -450,7 +445,8 @@ def _with_write_locks(op_dirs: list[Path], repo_root: Path | None, write: bool, 
 
     from optrace.engine.diagnostics import InputError
     from optrace.engine.discovery import resolve_operator_dir, write_root
-    from optrace.engine.transaction import TransactionError, repository_lock
+    from optrace.engine.journal import TransactionError
+    from optrace.engine.transaction import repository_lock
 
     roots: set[Path] = set()
     for op_dir in op_dirs:

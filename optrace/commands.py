@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import traceback
 from collections.abc import Callable, Iterator
 from enum import StrEnum
 from pathlib import Path
@@ -151,6 +150,8 @@ def _check_one(op_dir: Path, repo_root: Path | None, compile_safety: bool) -> tu
     except InputError as exc:
         return None, exc.diagnostic.format(), EXIT_INPUT
     except Exception:  # one broken operator must not stop the others
+        import traceback  # only on this path: its import (linecache, tokenize) is check start-up
+
         message = f"{op_dir}: OT999 internal error while checking:\n{traceback.format_exc()}"
         return None, message, EXIT_INTERNAL
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import gc
 import os
 import sys
-import traceback
 
 
 def finish(code: int) -> None:
@@ -103,6 +102,8 @@ def check_main() -> None:
     try:
         code = fast_main(argv)
     except Exception:  # as the full CLI reports it (optrace.cli.main)
+        import traceback  # only on this path: ~4 ms of check's start-up otherwise
+
         print("optrace: OT999 internal error:\n" + traceback.format_exc(), file=sys.stderr)
         code = 3
     if code is not None:

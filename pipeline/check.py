@@ -29,8 +29,8 @@ from optrace.engine.discovery import (
     walk_files,
 )
 from optrace.engine.host_compile import host_compile
+from optrace.engine.journal import foreign_journal, pending_journal
 from optrace.engine.model import TracePoint
-from optrace.engine.preprocess import MAX_DEPTH, _label_problem
 from optrace.engine.source import (
     DEFAULT_QUALIFIERS,
     blank_comments,
@@ -39,12 +39,13 @@ from optrace.engine.source import (
     normalise,
     read_regular,
 )
-from optrace.engine.transaction import foreign_journal, pending_journal
 from optrace.engine.vocabulary import (
     INSERTED_LINE_RE,
+    MAX_DEPTH,
     PROFILING_OUTPUT,
     RUNTIME_BLOCK_VERSION_RE,
     TRACE_POINT_CALL,
+    label_problem,
 )
 from optrace.pipeline.check_plan import findings_from_plan
 from optrace.pipeline.gates import GateResult, evaluate_gates
@@ -212,7 +213,7 @@ def _check_labels(report: CheckReport, points: list[TracePoint]) -> None:
         if (p.label, p.event) in seen:
             continue
         seen.add((p.label, p.event))
-        problem = _label_problem(p.label, p.event)
+        problem = label_problem(p.label, p.event)
         if problem:
             code = "OT402" if "deeper" in problem else "OT401"
             report.add(code, problem, p.path, p.line)

@@ -137,7 +137,7 @@ def test_an_unfinished_apply_is_reported_by_check_and_plan(tmp_path: Path) -> No
     """A journal left by a crashed apply means the tree may be half-written: check says so
     (OT044, an error), plan warns; the next apply rolls it back and check is clean."""
     from optrace.engine import transaction
-    from optrace.engine.transaction import journal_path, operator_journal_name
+    from optrace.engine.journal import journal_path, operator_journal_name
 
     op = applied(tmp_path, "msopgen_style")
     repo = tmp_path / "msopgen_style"

@@ -31,13 +31,9 @@ import optrace.engine.transaction as transaction
 import optrace.pipeline.apply as apply_module
 from optrace.cli import app
 from optrace.engine.edits import FileChange
-from optrace.engine.transaction import (
-    StaleSource,
-    _read_backup,
-    commit,
-    journal_path,
-)
-from optrace.engine.transaction import operator_journal_name as _journal_name
+from optrace.engine.journal import StaleSource, journal_path
+from optrace.engine.journal import operator_journal_name as _journal_name
+from optrace.engine.transaction import _read_backup, commit
 from optrace.pipeline.apply import OperatorChanges, apply_changes
 
 pytestmark = pytest.mark.slow  # fault injection: a forked crash at every write of a real apply
@@ -129,10 +125,11 @@ RUNNER = textwrap.dedent(
     """
     import json, os, shutil, sys
     from pathlib import Path
-    from optrace.engine.transaction import operator_journal_name as _journal_name
+    from optrace.engine.journal import operator_journal_name as _journal_name
     from optrace.pipeline.apply import apply_changes
     from optrace.engine.discovery import default_repo_root
-    from optrace.engine.transaction import commit, journal_path, recover, state_dir
+    from optrace.engine.journal import journal_path, state_dir
+    from optrace.engine.transaction import commit, recover
     from optrace.engine import renameat
 
     def step(op, point, k):

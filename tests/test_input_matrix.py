@@ -357,7 +357,7 @@ def scene_clone_journal(tmp: Path, family: str) -> Scene:
     very operator, which would roll a file outside the repository back to other bytes."""
     import hashlib
 
-    from optrace.engine.transaction import journal_path, operator_journal_name
+    from optrace.engine.journal import journal_path, operator_journal_name
 
     scene = scene_unwritable(tmp, family)
     if family == "runtime":

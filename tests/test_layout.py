@@ -45,6 +45,8 @@ ALLOWED = {
     ("pipeline/layer_python.py", "optrace.codemods.python_fakes"): "check start-up: imports LibCST",
     ("pipeline/layer_python.py", "optrace.codemods.graph_converters"): "check start-up: imports LibCST",
     ("rules/registry.py", "importlib.metadata"): "check start-up: only when a distribution declares rules",
+    ("engine/config.py", "tomllib"): "check start-up: only when the repository has a config file",
+    ("runtime/regular.py", "tomllib"): "check / collect start-up: only when the user has a config",
 }
 
 

@@ -24,13 +24,8 @@ import pytest
 from typer.testing import CliRunner
 
 from optrace.cli import app
-from optrace.engine.transaction import (
-    TransactionBusy,
-    commit,
-    journal_path,
-    operator_journal_name,
-    repository_lock,
-)
+from optrace.engine.journal import TransactionBusy, journal_path, operator_journal_name
+from optrace.engine.transaction import commit, repository_lock
 
 LONG = os.environ.get("OPTRACE_LONG_FUZZ", "") not in ("", "0")
 KERNEL = (

@@ -33,7 +33,8 @@ import optrace.pipeline.apply as apply_module
 from optrace.cli import app
 from optrace.engine import renameat
 from optrace.engine.edits import FileChange
-from optrace.engine.transaction import StaleSource, WriteFailed, commit
+from optrace.engine.journal import StaleSource, WriteFailed
+from optrace.engine.transaction import commit
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 OP = "src/cam/comm_operator/ascend_kernels/moe_fused_gmm"

@@ -17,22 +17,19 @@ from typing import Any
 
 import pytest
 
+import optrace.engine.journal as journals
 import optrace.engine.transaction as transaction
 from optrace.engine.edits import FileChange
-from optrace.engine.transaction import (
+from optrace.engine.journal import (
     ForeignJournal,
-    Outcome,
     StaleSource,
-    Transaction,
     TransactionBusy,
     TransactionError,
     UnfinishedTransaction,
     WriteFailed,
-    _read_backup,
-    commit,
     journal_path,
-    recover,
 )
+from optrace.engine.transaction import Outcome, Transaction, _read_backup, commit, recover
 
 Snapshot = dict[str, tuple[str, bytes, int]]
 
@@ -50,7 +47,7 @@ def recorded(journal_dir: Path, name: str, token: str | None = None) -> Path:
     journal = journal_path(journal_dir, name)
     data = journal.read_bytes()
     token = token or str(json.loads(data).get("token", "t"))
-    transaction._remember(transaction._real_root(journal_dir), journal.name.split(".", 1)[0], token, data)
+    transaction._remember(journals._real_root(journal_dir), journal.name.split(".", 1)[0], token, data)
     return journal
 
 
@@ -245,7 +242,7 @@ def test_an_unwritable_journal_writes_nothing(
         commit(changes, journal_dir, name="k")
     assert snapshot(op) == before
     assert leftovers(journal_dir) == []
-    assert not transaction._record_path(journal_dir.parent.resolve(), "journal-k").exists()
+    assert not journals._record_path(journal_dir.parent.resolve(), "journal-k").exists()
 
 
 # --- crashes: a child process dies at the k-th write; the parent recovers
@@ -254,7 +251,8 @@ CHILD = textwrap.dedent(
     """
     import json, os, pickle, sys
     from pathlib import Path
-    from optrace.engine.transaction import commit, journal_path
+    from optrace.engine.journal import journal_path
+    from optrace.engine.transaction import commit
 
     changes, journal_dir, k = pickle.loads(Path(sys.argv[1]).read_bytes())
 
@@ -344,7 +342,7 @@ def test_recover_without_a_journal_and_orphans(tmp_path: Path, ours: bool) -> No
     assert report.clean and report.files == [] and report.journals == []
     if ours:
         assert leftovers(journal_dir) == [] and report.foreign == []
-        assert transaction._read_record(tmp_path.resolve(), "journal-k") is None
+        assert journals._read_record(tmp_path.resolve(), "journal-k") is None
     else:
         assert leftovers(journal_dir) == ["journal-k.backup", "journal-k.json.tmp"]
         assert [f.code for f in report.foreign] == ["OT046"]

@@ -27,16 +27,14 @@ from typer.testing import CliRunner
 
 import optrace.engine.transaction as transaction
 from optrace.cli import app
-from optrace.engine.transaction import (
+from optrace.engine.journal import (
     ForeignJournal,
     OutsideRoot,
-    Transaction,
-    commit,
     journal_path,
     operator_journal_name,
-    recover,
     state_dir,
 )
+from optrace.engine.transaction import Transaction, commit, recover
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 KERNEL = (
