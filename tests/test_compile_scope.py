@@ -110,3 +110,54 @@ def test_an_error_on_an_inserted_line_shown_by_an_instantiation_is_still_found(t
     assert ("OT420", "stages.h", 8) in found and all(f[1] == "scoped.cpp" for f in found if f[2] != 8)
     res = CliRunner().invoke(app, ["check", str(op), "--format", "json"])
     assert "stages.h:8" in res.stdout or '"line": 8' in res.stdout
+
+
+# A construct tree-sitter misreads (`typename T::Params {...}`, seen in UMDK's kernels) in
+# a function of the header: the file does not parse cleanly.
+BROKEN = """\
+template <typename A>
+class Quant {
+public:
+    __aicore__ inline void Broken(int n)
+    {
+        typename A::Params params;
+        params = typename A::Params {{mark}
+            n, n + 1};
+        undeclared_in_broken = 1;
+    }
+};
+
+"""
+
+
+def _with_broken(mark: str) -> str:
+    return STAGES.replace("__aicore__ inline int Helper", BROKEN.replace("{mark}", mark)
+                          + "__aicore__ inline int Helper", 1)
+
+
+def test_a_file_that_does_not_parse_cleanly_has_its_trusted_bodies_left_out(tmp_path: Path) -> None:
+    """Away from the error, a body whose braces the lexer matches as the tree does is
+    left out as in a clean file; the function with the error keeps its body."""
+    op = _operator(tmp_path, _with_broken(""))
+    an = analyse_operator(op)
+    header = next(p for p in an.parsed if p.name == "stages.h")
+    assert an.parsed[header].error_lines  # the premise: tree-sitter misreads it
+    keep = {path: _inserted_lines(pf.src.raw) for path, pf in an.parsed.items()}
+    text = blank_untouched_bodies(an.index, an.parsed, keep)[header].decode()
+    assert "undeclared_in_helper" not in text and "also_undeclared" not in text  # trusted: left out
+    assert "undeclared_in_broken = 1;" in text  # its own lines hold the error: kept
+    assert "v.Missing();  // optrace" in text and "stage_(Helper(3) + HELPER_SCALE);" in text
+    report = check_operator(op)  # and the inserted line's error is still found
+    assert any(f.code == "OT420" and f.path and f.path.name == "stages.h" and f.line == 8
+               for f in report.findings)
+
+
+def test_an_inserted_line_in_an_error_region_keeps_the_whole_file(tmp_path: Path) -> None:
+    """An inserted line on a line the tree has an error on: the function there (and so
+    what calls it) may be unknown, so nothing of the file is left out."""
+    op = _operator(tmp_path, _with_broken("  // optrace"))
+    an = analyse_operator(op)
+    header = next(p for p in an.parsed if p.name == "stages.h")
+    keep = {path: _inserted_lines(pf.src.raw) for path, pf in an.parsed.items()}
+    out = blank_untouched_bodies(an.index, an.parsed, keep)
+    assert header not in out or out[header] == an.parsed[header].src.raw
