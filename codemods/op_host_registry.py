@@ -111,8 +111,9 @@ def host_files(layers: Layers) -> list[Path]:
     every other C++ file of the operator directory outside `op_kernel/`, `op_api/` and
     its tests, examples and docs."""
     files = [f.path for key in ("op_def", "infer", "tiling") for f in layers.found.get(key, [])]
+    depth = len(layers.op_dir.parts)  # the walk's paths start with the op dir's parts
     for path in walk_files(layers.op_dir, CPP_EXTS):
-        if _NOT_HOST & set(path.relative_to(layers.op_dir).parts) or path in files:
+        if not _NOT_HOST.isdisjoint(path.parts[depth:]) or path in files:
             continue
         if path.suffix.lower() in (".cpp", ".cc", ".cxx", ".h", ".hpp"):
             files.append(path)

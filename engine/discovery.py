@@ -282,10 +282,12 @@ class RepoIndex:
         """Files naming any of `words` as a whole word (case-insensitive), or whose own
         name is one of them (`aclnn_<op>.cpp`)."""
         key = tuple(sorted({w.lower() for w in words if w}))
+        if not key:
+            return []  # no word to look for (an op with no launcher, say): no file names it
         if key in self._answers:
             return self._answers[key]
         whole = re.compile(rb"(?<![a-z0-9_])(?:" + b"|".join(re.escape(w) for w in key)
-                           + rb")(?![a-z0-9_])") if key else None
+                           + rb")(?![a-z0-9_])")
         # The substring pre-scan needs only the words no other word contains: a file
         # naming `aclnnfoo` names `foo` (the scans are most of a repository search).
         least = [w for w in key if not any(o != w and o in w for o in key)]
@@ -293,7 +295,7 @@ class RepoIndex:
         for path, low in zip(self.files, self._contents(), strict=True):
             if path.stem.lower().encode() in key:
                 hits.append(path)
-            elif (low is not None and whole is not None and any(w in low for w in least)
+            elif (low is not None and any(w in low for w in least)
                   and whole.search(low)):
                 hits.append(path)
         self._answers[key] = hits

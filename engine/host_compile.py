@@ -14,6 +14,7 @@ import ctypes
 import importlib.util
 import os
 import stat
+import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -73,6 +74,7 @@ def host_compile(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[
     before their message is read. `contents`: what libclang reads instead of a file's
     bytes (same lines: engine/compile_scope.py's bodies left out), by resolved path."""
     out = HostCompile()
+    _library_file_without_platform()
     index = cindex.Index.create()
     all_files = list(walk_files(op_dir, CPP_EXTS))
     kernel_dirs = sorted({p.parent for p in all_files} | {op_dir} | {p.parent for p in files})
@@ -124,6 +126,19 @@ def host_compile(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[
         compile_tus(index, files, args, host_args, out, only_lines, kernel_dirs,
                     {**virtual, **(contents or {})})
     return out
+
+
+def _library_file_without_platform() -> None:
+    """Name the libclang the wheel would load on Linux (`libclang.so` in its library path,
+    `LIBCLANG_LIBRARY_PATH` included), so that cindex does not import `platform` to ask
+    which system this is: that import compiles a dozen patterns, ~4 ms of `check`
+    (issue 12 §4). Elsewhere, or when the file is not there, cindex decides as before."""
+    config = cindex.Config
+    if config.loaded or config.library_file or not sys.platform.startswith("linux"):
+        return
+    candidate = os.path.join(config.library_path or "", "libclang.so")
+    if config.library_path and os.path.isfile(candidate):
+        config.set_library_file(candidate)
 
 
 _HEADER_EXTS = frozenset({".h", ".hpp", ".hh", ".hxx", ".inc", ".inl", ".ipp", ".tpp", ".tcc"})
@@ -196,25 +211,43 @@ def compile_tus(index: cindex.Index, files: list[Path], args: list[str], host_ar
 def _irregular_include(path: Path, include_dirs: Sequence[Path]) -> Path | None:
     """The first FIFO, device, socket or directory-named-as-a-file that `path`'s includes
     (transitively, as libclang would look them up) reach; None when they are all regular."""
-    queue, seen = [path], {path}
+    # Paths as strings and each candidate stat-ed once: an absent header (CANN's) is looked
+    # for in every folder of the operator, from every file that includes it. A file is
+    # followed once, by its identity: `./x.h` or `../dir/x.h` spell it anew each time.
+    dirs = [os.fspath(k) for k in include_dirs]
+    stats: dict[str, os.stat_result | None] = {}
+
+    def stat_of(cand: str) -> os.stat_result | None:
+        if cand not in stats:
+            try:
+                stats[cand] = os.stat(cand)
+            except (OSError, ValueError):
+                stats[cand] = None
+        return stats[cand]
+
+    queue, seen = [os.fspath(path)], set()
+    first = stat_of(queue[0])
+    if first is not None:
+        seen.add((first.st_dev, first.st_ino))
     while queue:
         current = queue.pop()
         try:
             data = read_regular(current)
         except NotRegularFile:
-            return current
+            return Path(current)
         except OSError:
             continue  # unreadable or too large: libclang reports it as an error of its own
+        here = os.path.dirname(current)
         for d in scan_includes(data):
-            for cand in [current.parent / d.target, *(k / d.target for k in include_dirs)]:
-                try:
-                    mode = os.stat(cand).st_mode
-                except (OSError, ValueError):
+            for folder in (here, *dirs):
+                cand = os.path.join(folder, d.target)
+                st = stat_of(cand)
+                if st is None:
                     continue
-                if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
-                    return cand
-                if stat.S_ISREG(mode) and cand not in seen:
-                    seen.add(cand)
+                if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+                    return Path(cand)
+                if stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) not in seen:
+                    seen.add((st.st_dev, st.st_ino))
                     queue.append(cand)
                 break  # the first candidate that exists is the one included
     return None

@@ -3,10 +3,11 @@ kernel files against the AscendC stub, op_host / op_api files against the CANN h
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
-from optrace.engine.host_compile import host_compile
+from optrace.engine.host_compile import _irregular_include, host_compile
 
 HOST = """\
 #include "register/op_def_registry.h"
@@ -149,3 +150,21 @@ def test_a_header_spelt_two_ways_is_found_both_ways(tmp_path: Path) -> None:
     got = {p.name: [(e.line, e.message) for e in errs] for p, errs in errors.items()}
     assert got == {"a.cpp": [(3, "use of undeclared identifier 'undeclared_after'")],
                    "b.cpp": [(5, "use of undeclared identifier 'undeclared_after'")]}
+
+
+def test_includes_spelt_anew_each_time_are_followed_once_to_the_fifo(tmp_path: Path) -> None:
+    """The FIFO guard follows a header by its identity: a header that includes itself
+    as `../inc/self.h` (a new spelling at each step) is read once, and a FIFO further
+    down the chain is still found; absent headers are looked for and passed over."""
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    (inc / "self.h").write_text('#include "../inc/self.h"\n#include "./self.h"\n#include "next.h"\n'
+                                '#include "kernel_operator.h"\n')
+    (inc / "next.h").write_text('#include "deep/pipe.h"\n')
+    (inc / "deep").mkdir()
+    src = tmp_path / "k.cpp"
+    src.write_text('#include "inc/self.h"\n')
+    assert _irregular_include(src, [tmp_path, inc]) is None  # terminates; all regular
+    os.mkfifo(inc / "deep" / "pipe.h")
+    found = _irregular_include(src, [tmp_path, inc])
+    assert found is not None and found.name == "pipe.h" and os.path.samefile(found, inc / "deep" / "pipe.h")
