@@ -103,6 +103,8 @@ def registered_names(layers: Layers, names: Sequence[str], clean: bool = True) -
 
 @dataclass(frozen=True)
 class Wrapper:
+    """A registered function (not the launcher) whose fixed-size return gains the buffer."""
+
     path: Path
     function: CppFunction
 

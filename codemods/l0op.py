@@ -70,6 +70,8 @@ def l0op_files(layers: Layers) -> list[Path]:
 
 @dataclass(frozen=True)
 class Launch:
+    """An `ADD_TO_LAUNCHER_LIST_AICORE` launch of the op and its `OP_OUTPUT` items."""
+
     path: Path
     op_type: str
     at: int  # `ADD_TO_LAUNCHER_LIST_AICORE`
@@ -103,6 +105,9 @@ class Site:
 
 @dataclass
 class Threading:
+    """How the buffer is threaded from aclnn through the l0op launcher: the launches, the functions
+    that gain the parameter and their call sites."""
+
     launches: list[Launch] = field(default_factory=list)
     functions: set[str] = field(default_factory=set)  # gain the last parameter
     roots: set[str] = field(default_factory=set)  # aclnn...GetWorkspaceSize reached

@@ -257,6 +257,9 @@ def last_ident(text: bytes) -> str:
 
 @dataclass(frozen=True)
 class CppFunction:
+    """A host-side function (definition or prototype) by byte offsets: its name, return type,
+    parameters and body."""
+
     name: str  # unqualified
     qualified: str
     start: int  # the definition (template / specifiers included)
@@ -630,6 +633,8 @@ _OUTPUT_USE_RE = re.compile(
 
 @dataclass(frozen=True)
 class OutputUse:
+    """A use of an output by index or name (`GetOutputShape(2)`) in host code."""
+
     method: str
     expr: bytes
     index: int | None

@@ -48,6 +48,8 @@ _FORMAT_RE = re.compile(rb"\b((?:ge::)?)FORMAT_[A-Z0-9_]+\b")
 
 @dataclass(frozen=True)
 class OpDefOutput:
+    """One `this->Output("...")` (or Input) statement of an OpDef."""
+
     name: str
     start: int  # `this`
     end: int  # just past the `;`
@@ -56,6 +58,8 @@ class OpDefOutput:
 
 @dataclass(frozen=True)
 class OpDefInfo:
+    """An OpDef class: its outputs, inputs and per-SoC configs, where statements go."""
+
     path: Path
     outputs: tuple[OpDefOutput, ...]
     class_line: int

@@ -260,6 +260,8 @@ class _Collector(cst.CSTVisitor):
 
 @dataclass
 class _File:
+    """One Python caller being edited: its source, what was found in it and the edits so far."""
+
     src: _Source
     found: _Collector
     edits: list[Edit] = field(default_factory=list)

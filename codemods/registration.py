@@ -59,6 +59,8 @@ _DEF_RE = re.compile(rb"\.\s*def\s*\(")
 
 @dataclass(frozen=True)
 class SchemaString:
+    """A torch schema string literal of a registration, with each character's file offset."""
+
     path: Path
     text: str
     offsets: tuple[int, ...]  # file offset of each character of text

@@ -46,6 +46,8 @@ _CONTAINERS = frozenset({"Dict", "List", "Optional", "Tuple", "Union", "Future",
 
 @dataclass(frozen=True)
 class Token:
+    """A token of a torch schema string."""
+
     kind: str  # str, num, ident, punct, end
     text: str
     start: int
@@ -77,6 +79,8 @@ class SchemaType:
 
 @dataclass(frozen=True)
 class Argument:
+    """One argument of a torch schema, with its span in the schema string."""
+
     text: str
     type: SchemaType
     name: str
@@ -88,6 +92,8 @@ class Argument:
 
 @dataclass(frozen=True)
 class Return:
+    """One return of a torch schema, with its span in the schema string."""
+
     text: str
     type: SchemaType
     name: str | None

@@ -84,6 +84,8 @@ RUNTIME_SCOPES = frozenset({"optrace_detail"})
 
 @dataclass
 class CallSite:
+    """A call in a function body: its node, the name called and the definitions it may reach."""
+
     node: Node
     name: str
     callees: list[FunctionDef]
@@ -91,6 +93,9 @@ class CallSite:
 
 @dataclass
 class Analysis:
+    """Everything planning, apply and check read of one operator: its layers, config, include
+    graph, parsed files, code index and call graph."""
+
     layers: Layers
     config: Config
     includes: IncludeGraph
@@ -177,6 +182,8 @@ class Analysis:
 
 @dataclass(frozen=True)
 class FunctionMacro:
+    """A `#define` the call graph expands: function-like (`NAME(params) body`) or object-like."""
+
     name: str
     params: tuple[str, ...]
     body: str

@@ -25,6 +25,8 @@ class Severity(StrEnum):
 
 @dataclass(frozen=True)
 class Code:
+    """One OT code of the registry: its title, severity and the docs page that explains it."""
+
     code: str
     title: str
     severity: Severity

@@ -202,6 +202,8 @@ class FunctionDef:
 
 @dataclass
 class ClassInfo:
+    """A class's member fields (name -> type) and member aliases (`using`), for resolving calls."""
+
     name: str
     fields: dict[str, str] = field(default_factory=dict)
     aliases: dict[str, str] = field(default_factory=dict)
@@ -209,6 +211,8 @@ class ClassInfo:
 
 @dataclass
 class ParsedFile:
+    """A source file, its tree-sitter tree, the lines of its parse errors and its node index."""
+
     src: SourceFile
     tree: Tree
     error_lines: list[int]

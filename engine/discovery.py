@@ -63,6 +63,8 @@ _AICORE_RE = re.compile(rb"\b__aicore__\b")
 
 @dataclass(frozen=True)
 class LayerFile:
+    """A file of one layer, where the layer was recognised in it and how."""
+
     path: Path
     line: int
     detail: str
@@ -70,6 +72,8 @@ class LayerFile:
 
 @dataclass
 class EntryPoint:
+    """The kernel entry (`__global__ __aicore__`): where it is and how it is declared."""
+
     path: Path
     line: int
     name: str
@@ -79,6 +83,8 @@ class EntryPoint:
 
 @dataclass
 class Layers:
+    """What discovery found of one operator: its names, folders, kernel entry and the files of each layer."""
+
     op_name: str
     camel: str
     op_dir: Path

@@ -52,6 +52,8 @@ def host_stub_header() -> Path:
 
 @dataclass(frozen=True)
 class HostError:
+    """One libclang error at a line and column of a compiled file."""
+
     line: int
     column: int
     message: str

@@ -35,6 +35,8 @@ LARGE_FILE_BYTES = 4 * 1024 * 1024
 
 @dataclass(frozen=True)
 class IncludeDirective:
+    """One `#include` of a file: its target as written, quoted or angled, and its line."""
+
     target: str
     quoted: bool
     line: int

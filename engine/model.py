@@ -40,6 +40,8 @@ class Anchor:
 
 @dataclass
 class Region:
+    """A node of the trace tree: its label words, kind, cores, where its points go and why."""
+
     words: list[str]
     kind: Kind
     cores: frozenset[str]
@@ -123,6 +125,8 @@ class TracePoint:
 
 @dataclass
 class LoopInfo:
+    """A loop the planner met and how it classified it (phase / tile / spin)."""
+
     path: Path
     line: int
     var: str | None

@@ -35,6 +35,8 @@ class Estimate:
 
 @dataclass
 class Plan:
+    """One operator's trace plan: the analysis it came from, the trace tree, loops, roles and findings."""
+
     analysis: Analysis
     root: Region
     loops: list[LoopInfo]

@@ -229,6 +229,9 @@ def var_words(var: str) -> list[str]:
 
 @dataclass
 class Ctx:
+    """Where the planner's walk is: the cores running this code, the role, enclosing loops and
+    variant arms."""
+
     cores: frozenset[str]
     role: str | None = None
     loop_vars: tuple[str, ...] = ()
@@ -240,6 +243,8 @@ class Ctx:
 
 @dataclass
 class Planner:
+    """The walk from the kernel entry that builds the raw trace tree (rules then shape it)."""
+
     an: Analysis
     loops: list[LoopInfo] = field(default_factory=list)
     roles: dict[str, tuple[str, int]] = field(default_factory=dict)

@@ -42,6 +42,8 @@ _CORE_MIXES = {b"MIXED": ("AIC", "AIV"), b"AIV_ONLY": ("AIV",), b"AIC_ONLY": ("A
 
 @dataclass
 class PointMapResult:
+    """What preprocess found: the points, their ids, the build fingerprint, the files scanned."""
+
     occurrences: list[TracePoint]
     ids: dict[tuple[str, str], int]
     fingerprint: int

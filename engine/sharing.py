@@ -14,6 +14,8 @@ from optrace.engine.includes import HeaderSearch, scan_includes
 
 @dataclass(frozen=True)
 class OutsideFile:
+    """A file outside the operator directory that the operator's plan reads or edits."""
+
     path: Path
     # "kernel header" (read; traced at its call sites) or a layer title (apply edits it)
     role: str

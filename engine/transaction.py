@@ -92,6 +92,8 @@ class Outcome(StrEnum):
 
 @dataclass(frozen=True)
 class RecoveredFile:
+    """What recovery did to one file of a journal."""
+
     path: Path
     outcome: Outcome
     detail: str = ""

@@ -80,6 +80,8 @@ class Provenance:
 
 @dataclass
 class OperatorChanges:
+    """What apply (or strip) would change for one operator, and why not when it cannot."""
+
     op_dir: Path
     repo_root: Path
     changes: dict[Path, FileChange] = field(default_factory=dict)

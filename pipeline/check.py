@@ -61,6 +61,8 @@ _ENABLE_RE = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+ENABLE_MOE_PROFILING[ \t]+(
 
 @dataclass
 class CheckReport:
+    """check's findings for one operator, its gates and the facts they rest on."""
+
     op_dir: Path
     repo_root: Path
     findings: list[Diagnostic] = field(default_factory=list)

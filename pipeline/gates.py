@@ -65,6 +65,8 @@ CODES = {"G1": "OT451", "G2": "OT452", "G3": "OT453", "G4": "OT454", "G5": "OT45
 
 @dataclass
 class GateResult:
+    """One gate's status (pass / fail / n/a) with its summary and evidence."""
+
     gate: str
     status: str
     summary: str

@@ -25,6 +25,8 @@ from optrace.pipeline.layer_model import Evidence, FileLayer, LayerModel, line_o
 
 @dataclass
 class KernelEdits:
+    """apply's kernel-side edits: the entry's points and scaffold, the base header's runtime block."""
+
     entry: list[Edit] = field(default_factory=list)  # trace points and the entry scaffold
     base: list[Edit] = field(default_factory=list)  # the runtime block and its includes
     created: dict[Path, bytes] = field(default_factory=dict)  # a base header the op lacked

@@ -50,6 +50,8 @@ def layer(name: str) -> Layer:
 
 @dataclass
 class LayerEdits:
+    """The edits and created files of the host layers, and the files they live in."""
+
     edits: list[Edit] = field(default_factory=list)
     created: dict[Path, bytes] = field(default_factory=dict)
     scopes: set[Path] = field(default_factory=set)  # every file the operator's layers live in

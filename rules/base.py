@@ -52,6 +52,8 @@ class Example:
 
 @dataclass
 class RuleContext:
+    """What a rule is handed: the analysis, the tree it reshapes, the loops, and where it leaves findings."""
+
     analysis: Analysis
     root: Region
     loops: list[LoopInfo]

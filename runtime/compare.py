@@ -219,6 +219,8 @@ def flag_regressions(low: np.ndarray, high: np.ndarray, percent: float) -> np.nd
 
 @dataclass(frozen=True)
 class LabelChange:
+    """One label's medians and p99s in the two runs compared, and how much it changed."""
+
     label: str
     median_before_us: float | None  # None: no span of the label in that run
     median_after_us: float | None
@@ -238,6 +240,8 @@ class LabelChange:
 
 @dataclass(frozen=True)
 class Comparison:
+    """Two runs compared label by label, with how many launches each had."""
+
     before: str
     after: str
     label: str

@@ -65,6 +65,8 @@ RANK_EPOCH, HOST_ZERO_NS = 1_000_000, 10**12
 
 @dataclass(frozen=True)
 class DemoData:
+    """What the demo wrote: its folder, rank files, launches and cores."""
+
     directory: Path
     files: int
     ranks: int

@@ -20,6 +20,8 @@ from .rankfile import find_rank_files, read_rank_file
 
 @dataclass
 class RankInspection:
+    """One rank file as `inspect` reads it: its metadata, slots, base cycle, or why it could not."""
+
     path: Path
     meta: RankMeta | None = None
     slots: list[SlotReport] | None = None

@@ -26,6 +26,8 @@ from .spans import PROCESSING, SpanTable
 
 @dataclass(frozen=True)
 class LabelStats:
+    """One label's span count, total, mean and percentiles."""
+
     label: str
     count: int
     total_us: float
@@ -40,6 +42,8 @@ class LabelStats:
 
 @dataclass(frozen=True)
 class Report:
+    """`report`'s figures for one trace: per-label statistics, hot spots and warnings."""
+
     source: str
     processing_total_us: float | None
     stats: list[LabelStats]  # in label order (hierarchy reads top-down)

@@ -41,6 +41,8 @@ class RunSettings:
 
 @dataclass
 class SpanTable:
+    """Every span of a trace as columns (numpy arrays), with the label and track tables."""
+
     source: str
     labels: list[str]
     tracks: list[str]  # "Rank 0 / AIC 3"
