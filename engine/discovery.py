@@ -19,7 +19,13 @@ from optrace.engine.config import Config
 from optrace.engine.diagnostics import Diagnostic, InputError
 from optrace.engine.names import op_name_pattern, same_op
 from optrace.engine.source import blank_comments, decode, is_binary, match_bracket, read_regular
-from optrace.engine.vocabulary import REGISTRATION_RE, RUNTIME_BLOCK_VERSION_RE, launch_pattern
+from optrace.engine.vocabulary import (
+    LAUNCH_HINT,
+    REGISTRATION_RE,
+    RUNTIME_BLOCK_VERSION_RE,
+    launch_pattern,
+    may_register,
+)
 
 # `.inl` / `.ipp` / `.tpp` are headers by another name (template bodies included at the end of a
 # header): apply reaches them through the include graph, so strip and check must scan them.
@@ -56,9 +62,17 @@ LAYER_TITLES = {
 OPTIONAL_LAYERS = frozenset({"python_fakes", "graph_converters"})
 
 _GLOBAL_RE = re.compile(rb"\b__global__\b")
-# What makes a shell / CMake script the kernels' build script.
+# What makes a shell / CMake script the kernels' build script (any case): the words, for
+# a substring test of the lowered script (a case-insensitive pattern walks it byte by
+# byte), and the pattern that finds the line to show. `ascendc` covers `ascendc_library`.
+_BUILD_WORDS = (b"op_kernel", b"ascend_kernels", b"msopgen", b"op_host", b"ascendc")
 _BUILD_RE = re.compile(rb"op_kernel|ascend_kernels|msopgen|op_host|ascendc_library|ascendc", re.I)
 _AICORE_RE = re.compile(rb"\b__aicore__\b")
+
+
+def _builds_kernels(script: bytes) -> bool:
+    low = script.lower()
+    return any(w in low for w in _BUILD_WORDS)
 
 
 @dataclass(frozen=True)
@@ -243,7 +257,7 @@ class RepoIndex:
         """Shell / CMake files that build Ascend kernels (the same for every operator)."""
         if self._build_scripts is None:
             self._build_scripts = [
-                p for p in self.scripts if _BUILD_RE.search(_read(p) or b"")
+                p for p in self.scripts if _builds_kernels(_read(p) or b"")
             ]
         return self._build_scripts
 
@@ -404,7 +418,7 @@ def entries_in(path: Path, data: bytes) -> list[EntryPoint]:
     """The kernel entries of one file's bytes (see :func:`find_entries`)."""
     entries: list[EntryPoint] = []
     code = blank_comments(data)
-    if _GLOBAL_RE.search(code):
+    if b"__global__" in code and _GLOBAL_RE.search(code):
         qualifier_macros, _ = entry_macros(code)
         heads = [b"__global__", *sorted(qualifier_macros)]
         head_re = re.compile(rb"\b(?:" + b"|".join(re.escape(h) for h in heads) + rb")\b")
@@ -452,7 +466,7 @@ def find_macro_entries(kernel_files: list[Path]) -> list[MacroEntry]:
     found: list[MacroEntry] = []
     for path in kernel_files:
         data = _read(path)
-        if data is None or not _GLOBAL_RE.search(data):
+        if data is None or b"__global__" not in data or not _GLOBAL_RE.search(data):
             continue
         code = blank_comments(data)
         _, defining = entry_macros(code)
@@ -493,7 +507,7 @@ def find_operator_dirs(root: Path) -> list[Path]:
         if op_dir is None or op_dir in found:
             continue
         data = _read(path)
-        if data is not None and _GLOBAL_RE.search(data) and find_entries([path]):
+        if data is not None and b"__global__" in data and _GLOBAL_RE.search(data) and find_entries([path]):
             found.add(op_dir)
     return sorted(found)
 
@@ -707,7 +721,7 @@ def _search_repository(layers: Layers, op_dir: Path, put: object, sample_globs: 
             continue
         data = _read(path)
         code = blank_comments(data) if data is not None else b""
-        for m in exec_re.finditer(code):
+        for m in exec_re.finditer(code) if LAUNCH_HINT in code else ():
             fn = _enclosing_function(code, m.start())
             if fn is not None:
                 launchers.add(fn)
@@ -739,9 +753,10 @@ def _search_repository(layers: Layers, op_dir: Path, put: object, sample_globs: 
             # Direct-launch projects keep the launcher (EXEC_KERNEL_CMD) in op_host/.
             data = _read(path)
             code = blank_comments(data) if data is not None else b""
-            if "op_kernel" not in path.parts and exec_re.search(code):
+            if "op_kernel" not in path.parts and LAUNCH_HINT in code and exec_re.search(code):
                 put("torch_adapter", path, code, exec_re.pattern, "EXEC_*_CMD call")
-            if "op_kernel" not in path.parts and reg_re.search(code) and op_string.search(code):
+            if ("op_kernel" not in path.parts and may_register(code) and reg_re.search(code)
+                    and op_string.search(code)):
                 put("registration", path, code, op_string.pattern, "registers the op")
             continue
         if inside:
@@ -751,9 +766,9 @@ def _search_repository(layers: Layers, op_dir: Path, put: object, sample_globs: 
             continue
         if ext in CPP_EXTS:
             code = blank_comments(data)
-            if exec_re.search(code):
+            if LAUNCH_HINT in code and exec_re.search(code):
                 put("torch_adapter", path, code, exec_re.pattern, "EXEC_*_CMD call")
-            if reg_re.search(code) and op_string.search(code):
+            if may_register(code) and reg_re.search(code) and op_string.search(code):
                 put("registration", path, code, op_string.pattern, "registers the op")
             if (path.name.lower().startswith("aclnn_") and op in path.name.encode()) or re.search(
                 rb"aclnnInner" + camel + rb"GetWorkspaceSize", code

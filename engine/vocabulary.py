@@ -98,6 +98,18 @@ def launch_pattern(op_name: str) -> re.Pattern[bytes]:
                       + rb"\b|\b(EXEC_KERNEL_CMD)\s*\(\s*" + op + rb"\b")
 
 
+# What every launch above names (`EXEC_NPU_CMD`, `ACLNN_CMD`, `EXEC_KERNEL_CMD`) and every
+# registration below (`TORCH_LIBRARY...`, `PYBIND11_MODULE`): a file without them is passed
+# over without its pattern, which, starting with `\b`, would walk the file byte by byte.
+LAUNCH_HINT = b"_CMD"
+REGISTRATION_HINTS = (b"TORCH_LIBRARY", b"PYBIND11_MODULE")
+
+
+def may_register(code: bytes) -> bool:
+    """False when `code` cannot hold a REGISTRATION_RE match (a substring test)."""
+    return any(h in code for h in REGISTRATION_HINTS)
+
+
 # A library block that defines schemas (`m.def(...)`): TORCH_LIBRARY, _FRAGMENT, _EXPAND.
 TORCH_LIBRARY_RE = re.compile(rb"\bTORCH_LIBRARY(?:_FRAGMENT|_EXPAND)?\s*\(")
 # Any registration of torch ops: the above, implementations (TORCH_LIBRARY_IMPL) and pybind.

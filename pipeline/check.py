@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 from optrace.codemods.runtime_block import template
@@ -105,6 +106,8 @@ class CheckReport:
 
 
 def scan_points(path: Path, data: bytes) -> list[TracePoint]:
+    if b"TRACE_POINT" not in data:  # every point names it (blanking only removes text)
+        return []
     code = blank_if0(blank_comments(data))
     out = []
     for m in _POINT_RE.finditer(code):
@@ -138,12 +141,15 @@ def check_operator(op_dir: Path, repo_root: Path | None = None, compile_safety: 
         except OSError as exc:
             report.add("OT011", f"cannot read: {exc.strerror}", path, 0)
             continue
-        m = _ENABLE_RE.search(data)
+        # Each pattern only where its literal occurs: a search that finds nothing walks the
+        # whole file byte by byte (no literal prefix to skip with), and most files hold
+        # none of these (issue 12 §4).
+        m = _ENABLE_RE.search(data) if b"ENABLE_MOE_PROFILING" in data else None
         if m:
             report.profiling_enabled = decode(m.group(1))
         pts = scan_points(path, data)
         all_points.extend(pts)
-        if INSERTED_LINE_RE.search(data):
+        if b"optrace" in data and INSERTED_LINE_RE.search(data):
             touched.append(path)
         _check_block_version(report, path, data)
     report.points = len(all_points)
@@ -202,11 +208,18 @@ def _check_gates(report: CheckReport, analysis: Analysis) -> None:
 
 def _check_block_version(report: CheckReport, path: Path, data: bytes) -> None:
     found = RUNTIME_BLOCK_VERSION_RE.search(data)
-    current = RUNTIME_BLOCK_VERSION_RE.search(template())
-    if found and current and int(found.group(1)) < int(current.group(1)):
+    current = _current_block_version()
+    if found and current is not None and int(found.group(1)) < current:
         report.add("OT409", f"runtime block v{decode(found.group(1))} is older than "
-                   f"v{decode(current.group(1))}; "
+                   f"v{current}; "
                    "re-run `optrace apply` to upgrade it", path, data.count(b"\n", 0, found.start()) + 1)
+
+
+@cache
+def _current_block_version() -> int | None:
+    """The version of the runtime block this optrace writes (read once, not per file)."""
+    m = RUNTIME_BLOCK_VERSION_RE.search(template())
+    return int(m.group(1)) if m else None
 
 
 def _check_labels(report: CheckReport, points: list[TracePoint]) -> None:
