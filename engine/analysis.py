@@ -36,6 +36,7 @@ from optrace.engine.source import (
     blank_comments,
     blank_conditionals,
     decode,
+    directive_matches,
     normalise,
     qualifier_macros,
 )
@@ -210,11 +211,11 @@ def scan_function_macros(code: bytes) -> list[FunctionMacro]:
     object-like ones whose body calls a method (`#define INIT_AND_PROCESS op.Init(...);
     op.Process()`): a kernel runs its class through either."""
     out = []
-    for m in _DEFINE_RE.finditer(code):
+    for m in directive_matches(_DEFINE_RE, code):
         params = tuple(p.strip() for p in decode(m.group(2)).split(",") if p.strip())
         body = re.sub(r"\\\r?\n", " ", decode(m.group(3)))
         out.append(FunctionMacro(decode(m.group(1)), params, body))
-    for m in _OBJECT_DEFINE_RE.finditer(code):
+    for m in directive_matches(_OBJECT_DEFINE_RE, code):
         if b"(" not in m.group(2) or not re.search(rb"(?:\.|->)\s*\w+\s*\(", m.group(2)):
             continue
         body = re.sub(r"\\\r?\n", " ", decode(m.group(2)))

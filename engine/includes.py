@@ -22,6 +22,7 @@ from optrace.engine.source import (
     blank_comments,
     blank_if0,
     decode,
+    directive_matches,
     is_binary,
     read_source,
 )
@@ -73,7 +74,7 @@ def _scan_includes(data: bytes) -> tuple[IncludeDirective, ...]:
     # compile check's stand-ins and its include chains)
     text = blank_if0(blank_comments(data))
     out: list[IncludeDirective] = []
-    for m in _INCLUDE_RE.finditer(text):
+    for m in directive_matches(_INCLUDE_RE, text):
         line = text.count(b"\n", 0, m.start()) + 1
         out.append(IncludeDirective(decode(m.group(2)).strip(), m.group(1) == b'"', line))
     return tuple(out)

@@ -227,6 +227,10 @@ def var_words(var: str) -> list[str]:
     return [w for w in words if w not in ("idx", "id", "index", "cnt", "num", "cur", "i")] or words
 
 
+# The value of an assignment whose `name =` was found: up to its `;`.
+_ASSIGNED_VALUE_RE = re.compile(r"\s*([^;]+);")
+
+
 @dataclass
 class Ctx:
     """Where the planner's walk is: the cores running this code, the role, enclosing loops and
@@ -451,10 +455,20 @@ class Planner:
         names = [n for n in _identifiers(text_of(fn.src, cond)) if n != var]
         body_text = text_of(fn.src, fn.body)
         seen = set(names)
+        # Each name's first `name = value;` in the body, all names in one scan (a pattern
+        # per name was compiled anew for every loop). At most one name matches at a place
+        # (`\bname\s*=`), so the scan misses none.
+        assigned: dict[str, str] = {}
+        if names:
+            alternation = "|".join(re.escape(n) for n in sorted(seen))
+            for m in re.finditer(rf"\b({alternation})\s*=", body_text):
+                if m.group(1) not in assigned:
+                    value = _ASSIGNED_VALUE_RE.match(body_text, m.end())
+                    if value:
+                        assigned[m.group(1)] = value.group(1)
         for name in list(names):
-            m = re.search(rf"\b{re.escape(name)}\s*=\s*([^;]+);", body_text)
-            if m:
-                extra = [n for n in _identifiers(m.group(1)) if n != var and n not in seen]
+            if name in assigned:
+                extra = [n for n in _identifiers(assigned[name]) if n != var and n not in seen]
                 names += extra
                 seen.update(extra)
         words: set[str] = set()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -174,6 +174,27 @@ _OPEN = {ord("("): ord(")"), ord("{"): ord("}"), ord("["): ord("]")}
 _BRACKET_RE = re.compile(rb"[()\[\]{}]")
 
 
+def directive_matches(pattern: re.Pattern[bytes], data: bytes) -> Iterator[re.Match[bytes]]:
+    """What `pattern.finditer(data)` yields, for a pattern (`re.M`) that starts
+    `^[ \t]*#`: a preprocessor directive. Tried only at the lines whose first non-blank
+    byte is `#`, found by a byte search, instead of at every byte: such a pattern has no
+    literal prefix for the regex engine to skip to, and finding nothing in a 60 KB header
+    took ~0.3 ms (issue 12 §4). Matches never overlap, as with finditer."""
+    end = 0  # where the last match ended: finditer looks on from there
+    tried = -1  # the line start tried last (a line with two `#`)
+    at = data.find(b"#")
+    while at >= 0:
+        start = data.rfind(b"\n", 0, at) + 1
+        if start >= end and start != tried and not data[start:at].strip(b" \t"):
+            tried = start
+            m = pattern.match(data, start)
+            if m is not None:
+                yield m
+                end = m.end()
+        at = data.find(b"#", max(at + 1, end))
+    return
+
+
 def match_bracket(code: bytes, open_at: int) -> int:
     """Offset of the bracket closing code[open_at] (in blanked code), or -1 when it is not
     closed or closed by the wrong kind. The loop visits brackets only (the regex skips
@@ -281,7 +302,7 @@ def qualifier_macros(data: bytes, qualifiers: Iterable[str]) -> set[str]:
     """Names `#define`d to nothing but qualifiers (e.g. `CATLASS_DEVICE`), to blank too."""
     quals = set(qualifiers)
     found: set[str] = set()
-    for m in _DEFINE_RE.finditer(blank_comments(data)):
+    for m in directive_matches(_DEFINE_RE, blank_comments(data)):
         body = decode(m.group(2)).split()
         if body and all(tok in quals or tok in _QUALIFIER_LIKE for tok in body):
             if any(tok in quals for tok in body):

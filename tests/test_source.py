@@ -1,14 +1,20 @@
 from __future__ import annotations
 
+import random
+
 from hypothesis import given
 from hypothesis import strategies as st
 
+from optrace.engine.analysis import _DEFINE_RE, _OBJECT_DEFINE_RE
+from optrace.engine.includes import _INCLUDE_RE
+from optrace.engine.source import _DEFINE_RE as NORMALISE_DEFINE_RE
 from optrace.engine.source import (
     DEFAULT_QUALIFIERS,
     SourceFile,
     blank_comments,
     blank_if0,
     decode,
+    directive_matches,
     normalise,
     qualifier_macros,
 )
@@ -84,3 +90,20 @@ def test_only_lines_starting_with_a_directive_keep_their_qualifiers() -> None:
     lines = out.split(b"\r\n")
     assert lines[:3] == [b"  #  if defined(__aicore__)", b"\t#define Q __aicore__", b"#endif"]
     assert lines[3] == b"           void f() { S(#x); }             "
+
+
+def test_directive_matches_are_what_finditer_finds() -> None:
+    """`directive_matches` tries a `^[ \\t]*#` pattern only at lines starting with `#`:
+    the same matches as finditer, on directives with continuation lines, two `#` on a
+    line, CRLF, a `#` in a comment or mid-line, and random mixtures of them."""
+    patterns = [_INCLUDE_RE, _DEFINE_RE, _OBJECT_DEFINE_RE, NORMALISE_DEFINE_RE]
+    pieces = [b"#", b" ", b"\t", b"\n", b"\r\n", b"define", b"include", b"X", b"(", b")", b"\\",
+              b"\\\n", b'"a.h"', b"<b.h>", b"  #  define Y(a) a\\\n z", b"/*#*/", b"x # y"]
+    fixed = [b'#include "a.h"\n  # define F(x) x \\\n  + 1\n#define G 1 # 2\n\t#include <b.h>\r\n',
+             b"int a; # define X 1\n#define\n#define Y\\\n#define Z 3\n", b"", b"#", b"\n#include"]
+    rnd = random.Random(12)
+    cases = fixed + [b"".join(rnd.choice(pieces) for _ in range(rnd.randint(0, 30))) for _ in range(3000)]
+    for data in cases:
+        for pattern in patterns:
+            expected = [(m.span(), m.groups()) for m in pattern.finditer(data)]
+            assert [(m.span(), m.groups()) for m in directive_matches(pattern, data)] == expected, data
