@@ -13,12 +13,8 @@ to an inserted line:
   inserted lines are checked only when instantiated) — to a fixed point; an operator,
   constructor or destructor (called without its name) is named through its class, the
   class's aliases and the members of that type;
-- it holds a preprocessor conditional: kept whole.
-
-In a file tree-sitter did not parse cleanly (a construct it misreads, such as
-`typename T::Params {...}`), a body is left out only where its bounds hold (see
-`_trusted`); a file with an inserted line on an error's lines is kept whole, since a
-function there, and so what calls it, may not be known.
+- it holds a preprocessor conditional, or the file did not parse cleanly (the body's
+  bounds could be wrong): kept whole.
 
 Directive lines inside a blanked body stay (a `#define` there may be used later).
 """
@@ -31,7 +27,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from optrace.engine.cpp import CodeIndex, FunctionDef, ParsedFile
-from optrace.engine.source import blank_comments, match_bracket
 
 _IDENT = re.compile(rb"[A-Za-z_]\w*")
 _DEDUCED = re.compile(rb"\b(?:auto|constexpr|consteval|decltype)\b")
@@ -56,53 +51,13 @@ def _names(fn: FunctionDef, index: CodeIndex, by_class: dict[str, set[bytes]]) -
     return {fn.name.encode(), *by_class[cls]}
 
 
-def _error_spans(pf: ParsedFile) -> list[tuple[int, int]]:
-    """The line spans of a tree's ERROR and MISSING nodes."""
-    spans: list[tuple[int, int]] = []
-    stack = [pf.tree.root_node]
-    while stack:
-        node = stack.pop()
-        if not node.has_error:
-            continue
-        if node.type == "ERROR" or node.is_missing:
-            spans.append((pf.src.line_of(node.start_byte), pf.src.line_of(node.end_byte)))
-            continue
-        stack.extend(node.children)
-    return spans
-
-
-def _trusted(fn: FunctionDef, spans: list[tuple[int, int]], code_of: dict[Path, bytes]) -> bool:
-    """In a file that did not parse cleanly, a function whose body's bounds hold: no error
-    on its lines or around it (no ERROR ancestor), and the lexer closes its `{` where the
-    tree does (comments blanked: a brace in a string makes it untrusted, never wrongly
-    trusted)."""
-    first, last = fn.src.line_of(fn.node.start_byte), fn.src.line_of(fn.node.end_byte)
-    if any(a <= last and first <= b for a, b in spans):
-        return False
-    parent = fn.node.parent
-    while parent is not None:
-        if parent.type == "ERROR":
-            return False
-        parent = parent.parent
-    path = fn.src.path
-    if path not in code_of:
-        code_of[path] = blank_comments(fn.src.text)
-    return match_bracket(code_of[path], fn.body.start_byte) == fn.body.end_byte - 1
-
-
 def blank_untouched_bodies(index: CodeIndex, parsed: Mapping[Path, ParsedFile],
                            keep_lines: Mapping[Path, Iterable[int]]) -> dict[Path, bytes]:
     """New contents (same length, same line breaks) of the parsed files that have a body
     to leave out; `keep_lines`: per file, the lines optrace inserted."""
+    clean = {path for path, pf in parsed.items() if not pf.error_lines}
+    functions = [fn for fn in index.functions.values() if fn.src.path in clean]
     inserted = {path: sorted(lines) for path, lines in keep_lines.items()}
-    # A file that did not parse cleanly: its error regions, and whether an inserted line
-    # lies on one (then a function there may not be known, nor what calls it: the whole
-    # file is kept). Elsewhere in it, a body is left out only when it is trusted.
-    errors = {path: _error_spans(pf) for path, pf in parsed.items() if pf.error_lines}
-    whole = {path for path, spans in errors.items()
-             if any(a <= line <= b for line in inserted.get(path, ()) for a, b in spans)}
-    functions = [fn for fn in index.functions.values() if fn.src.path in parsed and fn.src.path not in whole]
-    code_of: dict[Path, bytes] = {}
     kept: list[bool] = []
     for fn in functions:
         raw = fn.src.raw
@@ -113,8 +68,7 @@ def blank_untouched_bodies(index: CodeIndex, parsed: Mapping[Path, ParsedFile],
         keep = ((at < len(lines) and lines[at] <= fn.src.line_of(end))
                 or raw[start:start + 1] != b"{" or raw[end - 1:end] != b"}"
                 or bool(_DEDUCED.search(raw, fn.node.start_byte, start))
-                or bool(_CONDITIONAL.search(raw, start, end))
-                or (fn.src.path in errors and not _trusted(fn, errors[fn.src.path], code_of)))
+                or bool(_CONDITIONAL.search(raw, start, end)))
         kept.append(keep)
     # To a fixed point: a body naming what a kept body is called by is kept. The names
     # each body left out mentions, read once; then a walk from the kept bodies' names.

@@ -214,8 +214,10 @@ def _irregular_include(path: Path, include_dirs: Sequence[Path]) -> Path | None:
     """The first FIFO, device, socket or directory-named-as-a-file that `path`'s includes
     (transitively, as libclang would look them up) reach; None when they are all regular."""
     # Paths as strings and each candidate stat-ed once: an absent header (CANN's) is looked
-    # for in every folder of the operator, from every file that includes it. A file is
-    # followed once, by its identity: `./x.h` or `../dir/x.h` spell it anew each time.
+    # for in every folder of the operator, from every file that includes it. A header is
+    # followed once per real folder it is reached in (its quoted includes are looked up
+    # there, as libclang does: a header linked into two folders is read from both), so
+    # that `./x.h` or `../dir/x.h` do not spell it anew at every step.
     dirs = [os.fspath(k) for k in include_dirs]
     stats: dict[str, os.stat_result | None] = {}
 
@@ -227,10 +229,13 @@ def _irregular_include(path: Path, include_dirs: Sequence[Path]) -> Path | None:
                 stats[cand] = None
         return stats[cand]
 
+    def key(cand: str, st: os.stat_result) -> tuple[int, int, str]:
+        return st.st_dev, st.st_ino, os.path.realpath(os.path.dirname(cand))
+
     queue, seen = [os.fspath(path)], set()
     first = stat_of(queue[0])
     if first is not None:
-        seen.add((first.st_dev, first.st_ino))
+        seen.add(key(queue[0], first))
     while queue:
         current = queue.pop()
         try:
@@ -248,8 +253,8 @@ def _irregular_include(path: Path, include_dirs: Sequence[Path]) -> Path | None:
                     continue
                 if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
                     return Path(cand)
-                if stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) not in seen:
-                    seen.add((st.st_dev, st.st_ino))
+                if stat.S_ISREG(st.st_mode) and key(cand, st) not in seen:
+                    seen.add(key(cand, st))
                     queue.append(cand)
                 break  # the first candidate that exists is the one included
     return None

@@ -168,3 +168,20 @@ def test_includes_spelt_anew_each_time_are_followed_once_to_the_fifo(tmp_path: P
     os.mkfifo(inc / "deep" / "pipe.h")
     found = _irregular_include(src, [tmp_path, inc])
     assert found is not None and found.name == "pipe.h" and os.path.samefile(found, inc / "deep" / "pipe.h")
+
+
+def test_a_header_linked_into_two_folders_is_followed_from_both(tmp_path: Path) -> None:
+    """Quoted includes are looked up beside the spelling libclang reached a header by:
+    `dir1/a.h`, a link to `dir2/a.h`, includes `x.h`, a FIFO in dir1 and a regular file
+    in dir2. Reached first through dir2, the header is still followed from dir1."""
+    for d in ("dir1", "dir2"):
+        (tmp_path / d).mkdir()
+    (tmp_path / "dir2" / "a.h").write_text('#include "x.h"\n')
+    (tmp_path / "dir2" / "x.h").write_text("int x;\n")
+    (tmp_path / "dir1" / "a.h").symlink_to("../dir2/a.h")
+    os.mkfifo(tmp_path / "dir1" / "x.h")
+    (tmp_path / "b.h").write_text('#include "dir1/a.h"\n')
+    src = tmp_path / "m.cpp"
+    src.write_text('#include "b.h"\n#include "dir2/a.h"\n')
+    found = _irregular_include(src, [tmp_path])
+    assert found is not None and os.path.samefile(found, tmp_path / "dir1" / "x.h")
