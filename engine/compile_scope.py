@@ -14,7 +14,9 @@ to an inserted line:
   constructor or destructor (called without its name) is named through its class, the
   class's aliases and the members of that type;
 - it holds a preprocessor conditional, or the file did not parse cleanly (the body's
-  bounds could be wrong): kept whole.
+  bounds could be wrong): kept whole;
+- a free operator (`operator+`) holds a kept body: it is called without its name, so
+  nothing of the operator is left out.
 
 Directive lines inside a blanked body stay (a `#define` there may be used later).
 """
@@ -34,6 +36,11 @@ _CONDITIONAL = re.compile(rb"^[ \t]*#[ \t]*(?:if|ifdef|ifndef|elif|else|endif)\b
 _DIRECTIVE_LINE = re.compile(rb"^[ \t]*#(?:[^\n]*\\\r?\n)*[^\n]*", re.M)
 # Every byte but CR and LF becomes a space: each line keeps its number and its length.
 _BLANKS = bytes(b if b in (0x0A, 0x0D) else 0x20 for b in range(256))
+
+
+def _is_operator(name: str) -> bool:
+    """`operator+`, `operator()`, `operator int`: not a function named `operatorCount`."""
+    return name.startswith("operator") and not (name[8:9].isalnum() or name[8:9] == "_")
 
 
 def _names(fn: FunctionDef, index: CodeIndex, by_class: dict[str, set[bytes]]) -> set[bytes]:
@@ -90,6 +97,10 @@ def blank_untouched_bodies(index: CodeIndex, parsed: Mapping[Path, ParsedFile],
             if not kept[i]:
                 kept[i] = True
                 todo.extend(_names(functions[i], index, by_class))
+    # A free operator (`operator+`, a conversion) is called without its name (`a + b`):
+    # nothing says which bodies call it, so while one is kept, nothing is left out.
+    if any(keep and not fn.scope and _is_operator(fn.name) for fn, keep in zip(functions, kept, strict=True)):
+        return {}
     spans: dict[Path, list[tuple[int, int]]] = {}
     kept_spans: dict[Path, list[tuple[int, int]]] = {}
     for fn, keep in zip(functions, kept, strict=True):

@@ -155,3 +155,44 @@ def test_a_file_tree_sitter_misreads_is_compiled_whole(tmp_path: Path) -> None:
     report = check_operator(op)
     assert any(f.code == "OT420" and f.path and f.path.name == "stages.h" and f.line == 8
                for f in report.findings), [(f.code, f.path, f.line) for f in report.findings]
+
+
+FREE_OPERATOR = """\
+template <typename T>
+struct Wrap {
+    T v;
+};
+
+template <typename T>
+__aicore__ inline Wrap<T> operator+(Wrap<T> a, int b)
+{
+    a.v.Missing();  // optrace
+    return a;
+}
+
+__aicore__ inline int Helper(int n)
+{
+    return n + undeclared_in_helper;
+}
+
+class Op {
+public:
+    __aicore__ inline void Run(GM_ADDR x)
+    {
+        Wrap<int> w{1};
+        w = w + 3;
+    }
+};
+"""
+
+
+def test_a_free_operator_with_an_inserted_line_keeps_every_body(tmp_path: Path) -> None:
+    """`w + 3` calls `operator+` without naming it: the error on its inserted line shows
+    only when Run instantiates it, so no body is left out."""
+    op = _operator(tmp_path, FREE_OPERATOR)
+    an = analyse_operator(op)
+    keep = {path: _inserted_lines(pf.src.raw) for path, pf in an.parsed.items()}
+    assert blank_untouched_bodies(an.index, an.parsed, keep) == {}
+    report = check_operator(op)
+    assert any(f.code == "OT420" and f.path and f.path.name == "stages.h" and f.line == 9
+               for f in report.findings), [(f.code, f.path, f.line) for f in report.findings]
