@@ -20,9 +20,7 @@ Mode A changes nothing.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
-from pathlib import Path
 
 import libcst as cst
 
@@ -34,15 +32,13 @@ from optrace.codemods.python_callers import (
     rewrite_insertions,
 )
 from optrace.codemods.python_fakes import op_of, own_returns
-from optrace.codemods.python_files import python_layer_files
-from optrace.engine.discovery import Layers
+from optrace.codemods.python_files import converter_files
 from optrace.engine.edits import Edit
 from optrace.engine.names import same_op
 from optrace.engine.plan import Plan
 
 CODEMOD = "graph-converters"
 CONVERTER_DECORATOR = "register_fx_node_ge_converter"
-CONVERTER_HINT_RE = re.compile(rb"\bregister_fx_node_ge_converter\s*\(")
 
 
 def converters(src: PythonSource, names: Sequence[str]) -> list[cst.FunctionDef]:
@@ -153,11 +149,6 @@ def _converter_spans(src: PythonSource, fn: cst.FunctionDef, camel: str
             raise _unsupported(src, ret, fn, "a `return` that is not a tuple of the unpacked outputs")
         spans.append((*src.span(ret), [(src.span(value.elements[-1].value)[1], f", {var}".encode())]))
     return spans
-
-
-def converter_files(layers: Layers) -> list[Path]:
-    """Discovered converter files, plus files converting the op under another torch name."""
-    return python_layer_files(layers, "graph_converters", lambda _names: CONVERTER_HINT_RE)
 
 
 def graph_converter_edits(plan: Plan, mode: str) -> list[Edit]:

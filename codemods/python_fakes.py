@@ -25,7 +25,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import libcst as cst
 
@@ -45,8 +44,7 @@ from optrace.codemods.python_callers import (
     op_arity,
     rewrite_insertions,
 )
-from optrace.codemods.python_files import python_layer_files
-from optrace.engine.discovery import Layers
+from optrace.codemods.python_files import fake_files
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
 
@@ -55,7 +53,6 @@ NUMEL_NAME = "_OPTRACE_PROFILING_NUMEL"
 TORCH_ALIAS = "_optrace_torch"
 _FAKE_FUNCS = ("register_fake", "impl_abstract")
 # Discovery and the index search: a Python file that may register a fake of some op.
-FAKE_HINT_RE = re.compile(rb"\b(?:register_fake|impl_abstract)\s*\(|\bimpl\s*\([^)]*['\"]Meta['\"]")
 
 
 def op_of(node: cst.BaseExpression) -> str | None:
@@ -282,11 +279,6 @@ def _file_edits(src: PythonSource, names: Sequence[str], arity: str, core_type: 
         spans.extend(grow_return(src, ret, extra, arity) for ret in returns)
     return [constant_lines(src, alias, core_type), *rewrite_insertions(src.path, src.data, spans, CODEMOD,
                                                            "returns profiling_data")]
-
-
-def fake_files(layers: Layers) -> list[Path]:
-    """Discovered fake files, plus Python files registering one under another torch name."""
-    return python_layer_files(layers, "python_fakes", lambda _names: FAKE_HINT_RE)
 
 
 def python_fake_edits(plan: Plan, mode: str) -> list[Edit]:

@@ -3,6 +3,7 @@ parsing them: what discovery found, plus files using one of the op's other torch
 
 Apart from the codemods that parse these files with LibCST so that `check` can ask which
 files there are without importing LibCST (issue 12 §4: pre-commit runs it every commit).
+The LibCST half of the Python layers is pipeline/layer_python_cst.py.
 """
 
 from __future__ import annotations
@@ -28,6 +29,22 @@ def python_layer_files(layers: Layers, key: str,
             if path.suffix == ".py" and path not in files and pattern.search(read_regular(path)):
                 files.append(path)
     return files
+
+
+# What a file registering a fake / a torchair converter holds (the codemods read it with
+# LibCST; finding the files needs only these).
+FAKE_HINT_RE = re.compile(rb"\b(?:register_fake|impl_abstract)\s*\(|\bimpl\s*\([^)]*['\"]Meta['\"]")
+CONVERTER_HINT_RE = re.compile(rb"\bregister_fx_node_ge_converter\s*\(")
+
+
+def fake_files(layers: Layers) -> list[Path]:
+    """Discovered fake files, plus Python files registering one under another torch name."""
+    return python_layer_files(layers, "python_fakes", lambda _names: FAKE_HINT_RE)
+
+
+def converter_files(layers: Layers) -> list[Path]:
+    """Discovered converter files, plus files converting the op under another torch name."""
+    return python_layer_files(layers, "graph_converters", lambda _names: CONVERTER_HINT_RE)
 
 
 def caller_files(layers: Layers) -> list[Path]:

@@ -16,6 +16,7 @@ import importlib
 import importlib.util
 import os
 import re
+import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -141,10 +142,6 @@ def find_config_file(repo_root: Path, op_dir: Path) -> tuple[Path, dict[str, obj
 
 
 def _load_toml(path: Path) -> dict[str, object]:
-    # Imported only when a repository has a config file: ~5 ms of the start of `check`
-    # (pre-commit runs it on every commit) for the many that have none.
-    import tomllib
-
     try:
         # Only a regular file, within the config bound (a FIFO would block; runtime/regular.py).
         with open_regular(path, "config") as fh:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from optrace.python_layers import install as install_python_layers
 from optrace.runtime_cli import register as register_runtime_commands
 
 if TYPE_CHECKING:
@@ -203,6 +204,7 @@ def plan(
     from optrace.pipeline.plan_output import plans_json
 
     _trust(trust_config)
+    install_python_layers()  # LibCST, for the Python layers, at first use only
 
     as_json = fmt == PlanFormat.json
     work: list[_PlanJob] = []
@@ -295,6 +297,8 @@ def _edit_command(
     from optrace.engine.journal import OutsideRoot, TransactionError, foreign_journal, operator_journal_name
     from optrace.engine.transaction import Transaction
     from optrace.pipeline.apply import RunCommits
+
+    install_python_layers()  # LibCST, for the Python layers, at first use only
 
     if sum((write, check, patch is not None)) > 1:
         _err("optrace: --write, --check and --patch are mutually exclusive")

@@ -40,6 +40,14 @@ def _trust(trusted: bool) -> None:
         set_config_trust(trusted)
 
 
+def _worker_start(trusted: bool) -> None:
+    """What a worker of `_run_parallel` inherits from the command, however it started."""
+    from optrace.python_layers import install as install_python_layers
+
+    _trust(trusted)
+    install_python_layers()
+
+
 def _operator_files(op_dirs: list[Path]) -> list[Path]:
     """Every file under the operator directories: the sources an output must not replace
     (links not followed; a directory that cannot be listed adds nothing)."""
@@ -114,8 +122,10 @@ def _run_parallel(work: Callable[..., _T], jobs: list[tuple[Any, ...]], workers:
 
         from optrace.engine.config import config_trust_flag
 
-        # Workers started another way than fork still get this command's --trust-config.
-        pool = ProcessPoolExecutor(max_workers=workers, initializer=_trust, initargs=(config_trust_flag(),))
+        # Workers started another way than fork still get this command's --trust-config
+        # and the Python layers' LibCST half.
+        pool = ProcessPoolExecutor(max_workers=workers, initializer=_worker_start,
+                                   initargs=(config_trust_flag(),))
         futures = {pool.submit(work, *job): i for i, job in enumerate(jobs)}
         iterator = ((futures[f], f.result()) for f in as_completed(futures))
     else:
@@ -167,6 +177,9 @@ def _check_command(op_dirs: list[Path], repo_root: Path | None, fmt: CheckFormat
     """The body of `check` (and of `pre-commit`, on the operators the files map to)."""
     from optrace.engine.diagnostics import Severity
     from optrace.pipeline.check_output import render_check_text, sarif_document
+    from optrace.python_layers import install as install_python_layers
+
+    install_python_layers()  # LibCST, for the Python layers, at first use only
 
     sources = _operator_files(op_dirs)
     if _output_refused(output, sources):

@@ -1,28 +1,60 @@
 """The Python layers: samples / tests calling the op (G4, G5), library code calling it
 (G2, mode B), fake / Meta implementations and torchair converters (G2, mode B).
 
-Callers are read with the standard `ast` module. Fakes and converters are read with LibCST,
-imported (with the Python-layer codemods) only for an operator that has such files, and
-the codemods only when apply asks for their edits: `check` runs on every commit
-(pre-commit), and LibCST's import was a sixth of checking an operator (issue 12 §4).
+Callers are read with the standard `ast` module. The layers' edits, and the reading of
+fakes and converters, parse with LibCST: that half lives in pipeline/layer_python_cst.py,
+which this module does not import. LibCST and the Python-layer codemods take ~0.16 s to
+import, more than the rest of a `check`, which pre-commit runs on every commit and which
+most operators never need them for (issue 12 §4). The half is a `PythonBackend` handed in
+by whoever runs the pipeline: the CLI installs one that imports it at first use
+(optrace/python_layers.py: imports inside functions belong to the CLI package), and so does
+the test suite; without one, an operator that needs it is an error saying so.
 """
 
 from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from optrace.codemods.layer_common import PROFILING_OUTPUT
-from optrace.codemods.python_files import caller_files, split_callers
+from optrace.codemods.python_files import caller_files, converter_files, fake_files, split_callers
 from optrace.codemods.torch_adapter import torch_names
-from optrace.engine.diagnostics import InputError
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
 from optrace.pipeline.layer_model import Evidence, FileLayer, LayerModel, Operator
+
+EditsFn = Callable[[Plan, str], list[Edit]]
+EvidenceFn = Callable[[LayerModel], list[Evidence]]
+
+
+@dataclass(frozen=True)
+class PythonBackend:
+    """The LibCST half of the Python layers (see the module's docstring)."""
+
+    caller_edits: EditsFn
+    fake_edits: EditsFn
+    converter_edits: EditsFn
+    fake_evidence: EvidenceFn  # G2 evidence of the fakes: profiling_data returned last
+    converter_evidence: EvidenceFn  # G2 evidence of the converters: the last GE output
+
+
+_backend: list[PythonBackend] = []  # the one installed, if any
+
+
+def use_python_backend(backend: PythonBackend) -> None:
+    """Install the LibCST half the Python layers call (the CLI and the tests do)."""
+    _backend[:] = [backend]
+
+
+def python_backend() -> PythonBackend:
+    if not _backend:
+        raise RuntimeError("the Python layers' LibCST half is not installed: call "
+                           "optrace.python_layers.install() first (the optrace command does)")
+    return _backend[0]
 
 
 def _python_layer_absent(layers: Layers, key: str) -> bool:
@@ -46,9 +78,7 @@ class PythonCallersLayer(FileLayer):
         return caller_files(layers)
 
     def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
-        from optrace.codemods.python_callers import python_caller_edits
-
-        return python_caller_edits(plan, mode)
+        return python_backend().caller_edits(plan, mode)
 
     def verify(self, model: LayerModel) -> list[Evidence]:
         """G4 and G5 evidence of the samples and tests, G2 evidence of library code (its
@@ -85,59 +115,17 @@ class PythonFakesLayer(FileLayer):
 
     def find(self, layers: Layers) -> list[Path]:
         if _python_layer_absent(layers, self.NAME):
-            return []  # without importing LibCST
-        from optrace.codemods.python_fakes import fake_files
-
+            return []  # without a repository search
         return fake_files(layers)
 
     def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
-        from optrace.codemods.python_fakes import python_fake_edits
-
-        return python_fake_edits(plan, mode)
+        return python_backend().fake_edits(plan, mode)
 
     def verify(self, model: LayerModel) -> list[Evidence]:
-        import libcst as cst
-
-        from optrace.codemods.python_callers import PythonSource
-        from optrace.codemods.python_fakes import NUMEL_NAME, fake_sites, own_returns
-
-        names = torch_names(model.op.layers)
-        expected = _expected_returns(model.op)
-        want = "" if expected is None else f" of {expected}"
-        ev: list[Evidence] = []
-        for path, data in model.data.items():
-            try:
-                src = PythonSource(path, data)
-                sites = fake_sites(src, names)
-            except InputError as exc:
-                ev.append(Evidence(path, exc.diagnostic.line, exc.diagnostic.message, False))
-                continue
-            done: set[int] = set()
-            for site in sites:
-                if id(site.function) in done:
-                    continue
-                done.add(id(site.function))
-                for ret in own_returns(site.function):
-                    value = ret.value
-                    items = list(value.elements) if isinstance(value, (cst.Tuple, cst.List)) else []
-                    last = src.code(items[-1].value if items else value) if value is not None else ""
-                    counted = bool(items) and not any(isinstance(el, cst.StarredElement) for el in items)
-                    n = len(items) if counted else None
-                    # What apply inserts (a buffer of the shared size), or a value named for it:
-                    # not any name that happens to contain "profiling" (`profiling_enabled`).
-                    named = re.fullmatch(r"\w*profiling_data\w*", last.strip()) is not None
-                    last_ok = NUMEL_NAME in last or named
-                    count_ok = n is None or expected is None or n == expected
-                    ok = last_ok and count_ok
-                    what = f"{site.how} `{site.function.name.value}`"
-                    note = (f"{what} returns profiling_data last" + (f" ({n}{want} outputs)" if n else "")
-                            if ok else f"{what} returns {n} value(s), the op returns {expected}"
-                            if not count_ok else f"{what} does not return profiling_data last")
-                    ev.append(Evidence(path, src.line_of(ret), note, ok))
-        return ev
+        return python_backend().fake_evidence(model)
 
 
-def _expected_returns(op: Operator) -> int | None:
+def expected_returns(op: Operator) -> int | None:
     """What the Python side must return: the schema's count, else the launcher's."""
     facts = op.facts
     return facts.schema_returns if facts.schema_returns is not None else facts.adapter_returns
@@ -150,44 +138,14 @@ class GraphConvertersLayer(FileLayer):
 
     def find(self, layers: Layers) -> list[Path]:
         if _python_layer_absent(layers, self.NAME):
-            return []  # without importing LibCST
-        from optrace.codemods.graph_converters import converter_files
-
+            return []  # without a repository search
         return converter_files(layers)
 
     def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
-        from optrace.codemods.graph_converters import graph_converter_edits
-
-        return graph_converter_edits(plan, mode)
+        return python_backend().converter_edits(plan, mode)
 
     def verify(self, model: LayerModel) -> list[Evidence]:
-        from optrace.codemods.graph_converters import converters, output_names, the_call
-        from optrace.codemods.python_callers import PythonSource
-
-        layers = model.op.layers
-        names = torch_names(layers)
-        expected = _expected_returns(model.op)
-        want = "" if expected is None else f" of {expected}"
-        ev: list[Evidence] = []
-        for path, data in model.data.items():
-            try:
-                src = PythonSource(path, data)
-                fns = converters(src, names)
-            except InputError as exc:
-                ev.append(Evidence(path, exc.diagnostic.line, exc.diagnostic.message, False))
-                continue
-            for fn in fns:
-                try:
-                    call, outputs = the_call(src, fn, layers.camel)
-                except InputError as exc:
-                    ev.append(Evidence(path, exc.diagnostic.line, exc.diagnostic.message, False))
-                    continue
-                got = output_names(outputs)
-                ok = bool(got) and got[-1] == PROFILING_OUTPUT and (expected is None or len(got) == expected)
-                note = f"torchair converter `{fn.name.value}`: GE outputs {', '.join(str(g) for g in got)}"
-                tail = "" if ok else f" (want {PROFILING_OUTPUT} last{want})"
-                ev.append(Evidence(path, src.line_of(call), note + tail, ok))
-        return ev
+        return python_backend().converter_evidence(model)
 
 
 # --- reading a caller (G2 for library code, G4 / G5 for samples) ----------------------------------

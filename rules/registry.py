@@ -7,6 +7,7 @@ import importlib
 import os
 import sys
 from importlib.machinery import PathFinder
+from importlib.metadata import entry_points as installed
 from typing import Any
 
 from optrace.engine.config import rule_module_problem
@@ -71,16 +72,13 @@ def load_rules(modules: tuple[str, ...] = (), disabled: frozenset[str] = frozens
 def entry_points(group: str) -> list[Any]:
     """The installed distributions' entry points of `group` (importlib.metadata's).
 
-    importlib.metadata costs ~25 ms to import (it brings the email package), a twentieth of
-    a pre-commit `check`, and teams rarely install rule plugins: so the distributions on
-    `sys.path` are looked at first, and only when one declares the group in its
-    `entry_points.txt` (the packaging spec's file), or where they cannot be listed (a
-    zipped path entry, a finder of its own), is importlib.metadata asked."""
+    Asking importlib.metadata reads the metadata of every installed distribution, and teams
+    rarely install rule plugins: so the distributions on `sys.path` are looked at first,
+    and only when one declares the group in its `entry_points.txt` (the packaging spec's
+    file), or where they cannot be listed (a zipped path entry, a finder of its own), is
+    importlib.metadata asked."""
     if not _may_declare(group):
         return []
-    # Deferred for speed (above), not to break a cycle.
-    from importlib.metadata import entry_points as installed
-
     return list(installed(group=group))
 
 

@@ -22,6 +22,7 @@ import json
 import math
 import os
 import stat
+import tomllib
 import zlib
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -110,10 +111,6 @@ def limit(kind: str) -> int:
     if _cached is None or _cached[0] != key:
         limits = dict(DEFAULT_LIMITS)
         if key[1] is not None:
-            # Only when the user has a config: tomllib's import (its patterns, datetime) is
-            # ~5 ms of the start of `check`, which pre-commit runs on every commit.
-            import tomllib
-
             try:
                 with open_regular(path, "config", bound=DEFAULT_LIMITS["config"]) as handle:
                     table = tomllib.load(handle).get("limits", {})

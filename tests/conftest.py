@@ -25,6 +25,11 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from optrace.engine import renameat
+from optrace.python_layers import install as install_python_layers
+
+# The pipeline's Python layers are handed their LibCST half as the CLI hands it
+# (optrace/python_layers.py): tests call the pipeline directly too.
+install_python_layers()
 
 # Set at import, before any test module runs optrace (some compute at import time) or a
 # module-scoped fixture forks a child that must see the same state directory.

@@ -37,16 +37,6 @@ ALLOWED = {
     ("runtime/chrome.py", "tempfile"): "collect start-up: only where O_TMPFILE is missing",
     ("runtime/format.py", "copy"): "collect start-up: only for rare metadata values",
     ("runtime/workers.py", "traceback"): "collect start-up: only for a worker's unpicklable error",
-    # check start-up (pre-commit runs it on every commit): LibCST only for operators with
-    # Python fakes / converters (callers are read with `ast`; issue 12 §4).
-    # The gates read the Python layers through their registry entries (pipeline/layer_python.py).
-    ("pipeline/layer_python.py", "libcst"): "check start-up: only with Python fakes / converters",
-    ("pipeline/layer_python.py", "optrace.codemods.python_callers"): "check start-up: imports LibCST",
-    ("pipeline/layer_python.py", "optrace.codemods.python_fakes"): "check start-up: imports LibCST",
-    ("pipeline/layer_python.py", "optrace.codemods.graph_converters"): "check start-up: imports LibCST",
-    ("rules/registry.py", "importlib.metadata"): "check start-up: only when a distribution declares rules",
-    ("engine/config.py", "tomllib"): "check start-up: only when the repository has a config file",
-    ("runtime/regular.py", "tomllib"): "check / collect start-up: only when the user has a config",
 }
 
 

@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from optrace.cli import app
 from optrace.codemods.python_callers import python_caller_edits
 from optrace.engine.discovery import is_sample_caller
+from optrace.pipeline import layer_python
 
 REG = ("torch/reg.cpp",
        'TORCH_LIBRARY(lib, m)\n{\n    m.def("demo_op(Tensor x, int k) -> (Tensor, Tensor)");\n}\n')
@@ -178,3 +179,33 @@ def test_check_reads_callers_without_importing_libcst(tmp_path: Path) -> None:
                 if line.startswith("import time:") and "|" in line}
     assert "optrace.pipeline.gates" in imported
     assert not [m for m in imported if m.split(".")[0] == "libcst"]
+
+
+def test_check_reads_fakes_through_the_backend_the_cli_installs(tmp_path: Path) -> None:
+    """With Python fakes, the optrace command (a process of its own, not the test suite's
+    install) imports the LibCST half at first use and reads them: G2 evidence of the fake."""
+    repo = tmp_path / "repo"
+    shutil.copytree(FIXTURE.parent / "direct_launch", repo)
+    op = repo / "csrc" / "ops" / "moe_gating_topk"
+    assert runner.invoke(app, ["apply", str(op), "--write", "--mode", "B"]).exit_code == 0
+    res = subprocess.run([sys.executable, "-X", "importtime", "-m", "optrace", "check", str(op),
+                          "--no-compile", "--format", "json"], capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    gates = {g["gate"]: g for g in json.loads(res.stdout)["operators"][0]["gates"]}
+    fakes = [e for e in gates["G2"]["evidence"] if e["path"].endswith("abstract_impls.py")]  # type: ignore[union-attr]
+    assert fakes and all(e["ok"] and "returns profiling_data last" in e["note"] for e in fakes), fakes
+    imported = {line.rsplit("|", 1)[1].strip() for line in res.stderr.splitlines()
+                if line.startswith("import time:") and "|" in line}
+    assert "optrace.pipeline.layer_python_cst" in imported and "libcst" in imported
+
+
+def test_without_the_libcst_half_a_python_layer_says_what_to_install() -> None:
+    """The pipeline does not import LibCST itself: run without the backend the CLI hands
+    it, a Python layer that needs it is an error naming the call that installs it."""
+    saved = list(layer_python._backend)
+    layer_python._backend.clear()
+    try:
+        with pytest.raises(RuntimeError, match=r"optrace\.python_layers\.install\(\)"):
+            layer_python.PythonFakesLayer().edits(None, "B", None)  # type: ignore[arg-type]
+    finally:
+        layer_python._backend[:] = saved
