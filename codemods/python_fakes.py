@@ -52,7 +52,6 @@ CODEMOD = "python-fakes"
 NUMEL_NAME = "_OPTRACE_PROFILING_NUMEL"
 TORCH_ALIAS = "_optrace_torch"
 _FAKE_FUNCS = ("register_fake", "impl_abstract")
-# Discovery and the index search: a Python file that may register a fake of some op.
 
 
 def op_of(node: cst.BaseExpression) -> str | None:

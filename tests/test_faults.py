@@ -131,6 +131,8 @@ RUNNER = textwrap.dedent(
     from optrace.engine.journal import journal_path, state_dir
     from optrace.engine.transaction import commit, recover
     from optrace.engine import renameat
+    from optrace.python_layers import install
+    install()  # a process of its own: the pipeline's LibCST half, as the CLI hands it
 
     def step(op, point, k):
         journal_dir = default_repo_root(op.resolve()).resolve() / ".optrace"
