@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from optrace.python_layers import install as install_python_layers
+from optrace.deferred import install as install_deferred
 from optrace.runtime_cli import register as register_runtime_commands
 
 if TYPE_CHECKING:
@@ -204,7 +204,7 @@ def plan(
     from optrace.pipeline.plan_output import plans_json
 
     _trust(trust_config)
-    install_python_layers()  # LibCST, for the Python layers, at first use only
+    install_deferred()  # LibCST and importlib.metadata, imported at first use only
 
     as_json = fmt == PlanFormat.json
     work: list[_PlanJob] = []
@@ -298,7 +298,7 @@ def _edit_command(
     from optrace.engine.transaction import Transaction
     from optrace.pipeline.apply import RunCommits
 
-    install_python_layers()  # LibCST, for the Python layers, at first use only
+    install_deferred()  # LibCST and importlib.metadata, imported at first use only
 
     if sum((write, check, patch is not None)) > 1:
         _err("optrace: --write, --check and --patch are mutually exclusive")

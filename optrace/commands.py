@@ -42,10 +42,10 @@ def _trust(trusted: bool) -> None:
 
 def _worker_start(trusted: bool) -> None:
     """What a worker of `_run_parallel` inherits from the command, however it started."""
-    from optrace.python_layers import install as install_python_layers
+    from optrace.deferred import install as install_deferred
 
     _trust(trusted)
-    install_python_layers()
+    install_deferred()
 
 
 def _operator_files(op_dirs: list[Path]) -> list[Path]:
@@ -175,11 +175,11 @@ class CheckFormat(StrEnum):
 def _check_command(op_dirs: list[Path], repo_root: Path | None, fmt: CheckFormat, output: Path | None,
                    strict: bool, compile_safety: bool, jobs: int | None) -> int:
     """The body of `check` (and of `pre-commit`, on the operators the files map to)."""
+    from optrace.deferred import install as install_deferred
     from optrace.engine.diagnostics import Severity
     from optrace.pipeline.check_output import render_check_text, sarif_document
-    from optrace.python_layers import install as install_python_layers
 
-    install_python_layers()  # LibCST, for the Python layers, at first use only
+    install_deferred()  # LibCST and importlib.metadata, imported at first use only
 
     sources = _operator_files(op_dirs)
     if _output_refused(output, sources):

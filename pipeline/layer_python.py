@@ -7,7 +7,7 @@ which this module does not import. LibCST and the Python-layer codemods take ~0.
 import, more than the rest of a `check`, which pre-commit runs on every commit and which
 most operators never need them for (issue 12 §4). The half is a `PythonBackend` handed in
 by whoever runs the pipeline: the CLI installs one that imports it at first use
-(optrace/python_layers.py: imports inside functions belong to the CLI package), and so does
+(optrace/deferred.py: imports inside functions belong to the CLI package), and so does
 the test suite; without one, an operator that needs it is an error saying so.
 """
 
@@ -53,7 +53,7 @@ def use_python_backend(backend: PythonBackend) -> None:
 def python_backend() -> PythonBackend:
     if not _backend:
         raise RuntimeError("the Python layers' LibCST half is not installed: call "
-                           "optrace.python_layers.install() first (the optrace command does)")
+                           "optrace.deferred.install() first (the optrace command does)")
     return _backend[0]
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from collections.abc import Callable
 from importlib.machinery import PathFinder
-from importlib.metadata import entry_points as installed
 from typing import Any
 
 from optrace.engine.config import rule_module_problem
@@ -79,7 +79,22 @@ def entry_points(group: str) -> list[Any]:
     importlib.metadata asked."""
     if not _may_declare(group):
         return []
-    return list(installed(group=group))
+    if not _reader:
+        raise RuntimeError(f"a distribution on sys.path declares [{group}], and no reader of "
+                           "installed entry points is installed: call optrace.deferred.install() "
+                           "first (the optrace command does)")
+    return _reader[0](group)
+
+
+# How installed entry points are read: importlib.metadata, which costs ~11 ms to import (the
+# email package), so the CLI hands it over to be imported when asked (optrace/deferred.py).
+EntryPointsReader = Callable[[str], list[Any]]
+_reader: list[EntryPointsReader] = []
+
+
+def use_entry_points_reader(reader: EntryPointsReader) -> None:
+    """Install how installed entry points are read (the CLI and the tests do)."""
+    _reader[:] = [reader]
 
 
 def _may_declare(group: str) -> bool:

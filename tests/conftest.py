@@ -24,12 +24,12 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from optrace.deferred import install as install_deferred
 from optrace.engine import renameat
-from optrace.python_layers import install as install_python_layers
 
-# The pipeline's Python layers are handed their LibCST half as the CLI hands it
-# (optrace/python_layers.py): tests call the pipeline directly too.
-install_python_layers()
+# The pipeline's Python layers and the rule registry are handed what they import at
+# first use as the CLI hands it (optrace/deferred.py): tests call the pipeline directly too.
+install_deferred()
 
 # Set at import, before any test module runs optrace (some compute at import time) or a
 # module-scoped fixture forks a child that must see the same state directory.

@@ -35,12 +35,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from optrace.deferred import install as install_deferred
 from optrace.engine.diagnostics import InputError
 from optrace.engine.transaction import commit
 from optrace.pipeline.apply import apply_changes, strip_changes
 from optrace.pipeline.check import check_operator
 from optrace.pipeline.plan_output import plan_json, render_text
-from optrace.python_layers import install as install_python_layers
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -326,7 +326,7 @@ def main() -> int:
                         help="run check's libclang compile-safety pass on every Nth case (0: never)")
     args = parser.parse_args()
     started = time.monotonic()
-    install_python_layers()  # run as a script: the pipeline is handed its LibCST half as the CLI does
+    install_deferred()  # run as a script: the pipeline is handed its LibCST half as the CLI does
 
     log = args.log.open("a", encoding="utf-8") if args.log else None
 

@@ -131,7 +131,7 @@ RUNNER = textwrap.dedent(
     from optrace.engine.journal import journal_path, state_dir
     from optrace.engine.transaction import commit, recover
     from optrace.engine import renameat
-    from optrace.python_layers import install
+    from optrace.deferred import install
     install()  # a process of its own: the pipeline's LibCST half, as the CLI hands it
 
     def step(op, point, k):

@@ -205,7 +205,7 @@ def test_without_the_libcst_half_a_python_layer_says_what_to_install() -> None:
     saved = list(layer_python._backend)
     layer_python._backend.clear()
     try:
-        with pytest.raises(RuntimeError, match=r"optrace\.python_layers\.install\(\)"):
+        with pytest.raises(RuntimeError, match=r"optrace\.deferred\.install\(\)"):
             layer_python.PythonFakesLayer().edits(None, "B", None)  # type: ignore[arg-type]
     finally:
         layer_python._backend[:] = saved
