@@ -9,6 +9,9 @@ of an operator without fakes or converters never needs them (issue 12 §4).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
 
 import libcst as cst
 
@@ -21,20 +24,30 @@ from optrace.engine.diagnostics import InputError
 from optrace.pipeline.layer_model import Evidence, LayerModel
 from optrace.pipeline.layer_python import PythonBackend, expected_returns
 
+_T = TypeVar("_T")
 
-def fake_evidence(model: LayerModel) -> list[Evidence]:
-    """Each fake / Meta implementation returns profiling_data last, as many values as the op."""
+
+def _read_each(model: LayerModel, find: Callable[[PythonSource, list[str]], list[_T]],
+               ev: list[Evidence]) -> Iterator[tuple[Path, PythonSource, list[_T]]]:
+    """Each file of the layer parsed, with what `find` reads in it for the op's torch
+    names; a file LibCST or `find` refuses is ✗ evidence at its line instead."""
     names = torch_names(model.op.layers)
-    expected = expected_returns(model.op)
-    want = "" if expected is None else f" of {expected}"
-    ev: list[Evidence] = []
     for path, data in model.data.items():
         try:
             src = PythonSource(path, data)
-            sites = fake_sites(src, names)
+            found = find(src, names)
         except InputError as exc:
             ev.append(Evidence(path, exc.diagnostic.line, exc.diagnostic.message, False))
             continue
+        yield path, src, found
+
+
+def fake_evidence(model: LayerModel) -> list[Evidence]:
+    """Each fake / Meta implementation returns profiling_data last, as many values as the op."""
+    expected = expected_returns(model.op)
+    want = "" if expected is None else f" of {expected}"
+    ev: list[Evidence] = []
+    for path, src, sites in _read_each(model, fake_sites, ev):
         done: set[int] = set()
         for site in sites:
             if id(site.function) in done:
@@ -63,17 +76,10 @@ def fake_evidence(model: LayerModel) -> list[Evidence]:
 def converter_evidence(model: LayerModel) -> list[Evidence]:
     """Each torchair converter's custom-op call has profiling_data as its last GE output."""
     layers = model.op.layers
-    names = torch_names(layers)
     expected = expected_returns(model.op)
     want = "" if expected is None else f" of {expected}"
     ev: list[Evidence] = []
-    for path, data in model.data.items():
-        try:
-            src = PythonSource(path, data)
-            fns = converters(src, names)
-        except InputError as exc:
-            ev.append(Evidence(path, exc.diagnostic.line, exc.diagnostic.message, False))
-            continue
+    for path, src, fns in _read_each(model, converters, ev):
         for fn in fns:
             try:
                 call, outputs = the_call(src, fn, layers.camel)
