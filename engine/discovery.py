@@ -66,7 +66,7 @@ _GLOBAL_RE = re.compile(rb"\b__global__\b")
 # a substring test of the lowered script (a case-insensitive pattern walks it byte by
 # byte), and the pattern that finds the line to show. `ascendc` covers `ascendc_library`.
 _BUILD_WORDS = (b"op_kernel", b"ascend_kernels", b"msopgen", b"op_host", b"ascendc")
-_BUILD_RE = re.compile(rb"op_kernel|ascend_kernels|msopgen|op_host|ascendc_library|ascendc", re.I)
+_BUILD_RE = re.compile(b"|".join(_BUILD_WORDS), re.I)
 _AICORE_RE = re.compile(rb"\b__aicore__\b")
 
 
