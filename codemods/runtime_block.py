@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
+
+import networkx as nx
 
 from optrace.engine.edits import Edit, line_end, newline_of
 from optrace.engine.plan import Plan
@@ -93,19 +94,11 @@ def _includes_add_nothing(plan: Plan, base: Path) -> bool:
         return False
     enter: dict[Path, int] = {}
     leave: dict[Path, int] = {}
-    clock = 0
-    stack: list[tuple[Path, Iterator[Path]]] = [(entry, iter(graph.successors(entry)))]
-    enter[entry] = clock
-    while stack:
-        node, children = stack[-1]
-        child = next(children, None)
-        clock += 1
-        if child is None:
+    for clock, (_, node, kind) in enumerate(nx.dfs_labeled_edges(graph, entry)):
+        if kind == "forward":
+            enter[node] = clock
+        elif kind == "reverse":
             leave[node] = clock
-            stack.pop()
-        elif child not in enter:
-            enter[child] = clock
-            stack.append((child, iter(graph.successors(child))))
     if base not in enter:
         return False
     direct = set(graph.predecessors(base))

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import networkx as nx
 from tree_sitter import Node
 
 from optrace.engine.config import Config, load_config
@@ -29,7 +30,6 @@ from optrace.engine.cpp import (
 )
 from optrace.engine.diagnostics import Diagnostic, InputError
 from optrace.engine.discovery import Layers, default_repo_root, discover, repo_index, resolve_operator_dir
-from optrace.engine.graph import DiGraph
 from optrace.engine.includes import HeaderSearch, IncludeGraph, build_include_graph
 from optrace.engine.model import TracePoint
 from optrace.engine.source import (
@@ -102,7 +102,9 @@ class Analysis:
     includes: IncludeGraph
     parsed: dict[Path, ParsedFile]
     index: CodeIndex
-    callgraph: DiGraph[str]
+    # caller id -> callee id (FunctionDef.id); nodes carry label / file / line, edges the
+    # line of the call.
+    callgraph: nx.DiGraph
     entry_fn: FunctionDef
     mixed: bool
     kernel_cores: frozenset[str]
@@ -456,7 +458,7 @@ def analyse_operator(op_dir: Path, repo_root: Path | None = None) -> Analysis:
         )
     declaration = declare_cores(layers, entry_path, includes.files[entry_path].raw)
     mixed, cores = _kernel_cores(parsed, declaration)
-    an = Analysis(layers, config, includes, parsed, index, DiGraph(), entry_fn, mixed, cores,
+    an = Analysis(layers, config, includes, parsed, index, nx.DiGraph(), entry_fn, mixed, cores,
                   declaration.cores if declaration is not None else frozenset(),
                   declaration, diagnostics=diagnostics)
     _build_callgraph(an)
@@ -526,13 +528,13 @@ def _build_callgraph(an: Analysis) -> None:
     work: set[str] = set()
     for h in hot:
         work.add(h)
-        work |= g.ancestors(h)  # every caller of phase work holds phase work
+        work |= nx.ancestors(g, h)  # every caller of phase work holds phase work
     an.phase_work = work
     heavy: set[str] = set()
     for fid in g.nodes:
         if fid not in heavy and an.is_heavy(an.index.functions[fid]):
             heavy.add(fid)
-            heavy |= g.ancestors(fid)
+            heavy |= nx.ancestors(g, fid)
     an.heavy = heavy
     # Spin-wait answers above were given before phase work was known; ask again later.
     an._spin.clear()

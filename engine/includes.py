@@ -12,11 +12,13 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
+
+import networkx as nx
 
 from optrace.engine.cache import by_content
 from optrace.engine.diagnostics import Diagnostic
-from optrace.engine.graph import DiGraph
 from optrace.engine.source import (
     SourceFile,
     blank_comments,
@@ -48,7 +50,8 @@ class IncludeGraph:
     """Files reached from the entry (in discovery order) and the edges between them."""
 
     root: Path
-    graph: DiGraph[Path] = field(default_factory=DiGraph)
+    # Nodes are files, an edge includer -> included carries the directive's `line`.
+    graph: nx.DiGraph = field(default_factory=nx.DiGraph)
     files: dict[Path, SourceFile] = field(default_factory=dict)
     # (includer, line, spelled name) for quoted includes that could not be found.
     missing: list[tuple[Path, int, str]] = field(default_factory=list)
@@ -233,7 +236,9 @@ def build_include_graph(entry: Path, include_dirs: Iterable[Path],
     # report does not depend on hash order.
     rank = {p: i for i, p in enumerate(g.files)}
     cycles: list[list[Path]] = []
-    for cycle in g.graph.simple_cycles(20):
+    # A report names a few cycles; Johnson's search yields them lazily, so a header
+    # forest dense with cycles is not enumerated in full.
+    for cycle in islice(nx.simple_cycles(g.graph), 20):
         start = min(range(len(cycle)), key=lambda i: rank.get(cycle[i], len(rank)))
         cycles.append(cycle[start:] + cycle[:start])
     g.cycles = sorted(cycles, key=lambda c: [rank.get(p, len(rank)) for p in c])

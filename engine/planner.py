@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import networkx as nx
 from tree_sitter import Node
 
 from optrace.engine.analysis import (
@@ -296,7 +297,7 @@ class Planner:
         # Inside a phase loop it runs per expert / group: the phase's work, not setup.
         if fn.id in self.an.phase_work or region.children or region.loop_vars:
             return False
-        reach = [fn.id, *self.an.callgraph.descendants(fn.id)] if fn.id in self.an.callgraph else [fn.id]
+        reach = [fn.id, *nx.descendants(self.an.callgraph, fn.id)] if fn.id in self.an.callgraph else [fn.id]
         return not any(self.an.size_of(self.an.index.functions[f])[1] for f in reach
                        if f in self.an.index.functions)
 

@@ -11,6 +11,8 @@ from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
+import networkx as nx
+
 from optrace.engine.diagnostics import display_path
 from optrace.engine.discovery import LAYER_TITLES, OPTIONAL_LAYERS
 from optrace.engine.model import Kind, Region
@@ -298,22 +300,30 @@ def graph_dot(plan: Plan) -> str:
 
 
 def graph_html(plan: Plan) -> str:
-    """A self-contained page: the call tree as nested lists, traced nodes highlighted."""
+    """A self-contained page: the call tree as nested lists, traced nodes highlighted.
+
+    Each function is listed once, under the first caller a depth-first walk from the
+    entry meets; a later call of it is a reference line (`-> name`). Walked by networkx,
+    without recursion, so a deep or wide call graph costs its size and no more."""
     g = plan.analysis.callgraph
     traced = _traced_functions(plan)
     start = plan.analysis.entry_fn.id
 
-    def item(node: str, seen: frozenset[str]) -> str:
-        data = g.nodes[node]
-        name = html.escape(str(data.get("label", node)))
-        where = html.escape(f"{Path(str(data.get('file', ''))).name}:{data.get('line', '')}")
-        cls = "traced" if node in traced else ""
-        kids = [k for k in g.successors(node) if k not in seen]
-        inner = "".join(item(k, seen | {k}) for k in kids)
-        sub = f"<ul>{inner}</ul>" if inner else ""
-        return f'<li><span class="{cls}">{name}</span> <small>{where}</small>{sub}</li>'
+    def name_of(node: str) -> str:
+        return html.escape(str(g.nodes[node].get("label", node)))
 
-    body = item(start, frozenset({start}))
+    parts: list[str] = []
+    for caller, node, kind in nx.dfs_labeled_edges(g, start):
+        if kind == "forward":
+            data = g.nodes[node]
+            where = html.escape(f"{Path(str(data.get('file', ''))).name}:{data.get('line', '')}")
+            cls = "traced" if node in traced else ""
+            parts.append(f'<li><span class="{cls}">{name_of(node)}</span> <small>{where}</small><ul>')
+        elif kind == "reverse":
+            parts.append("</ul></li>")
+        elif kind == "nontree" and caller != node:
+            parts.append(f'<li class="ref">&rarr; {name_of(node)}</li>')
+    body = "".join(parts).replace("<ul></ul>", "")
     title = html.escape(f"optrace call graph: {plan.analysis.layers.op_name}")
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>"
