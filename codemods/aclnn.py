@@ -27,19 +27,15 @@ from optrace.codemods.layer_common import (
     CODE_LAYER_SHAPE,
     PROFILING_VAR,
     clean_bytes,
-    enclosing_function,
     fragment,
-    functions,
     input_error,
     insert_lines,
-    last_ident,
     leading_ws,
-    mask,
     match_bracket,
-    param_name,
     split_top,
     starts_line,
 )
+from optrace.engine.cpp import enclosing_function, functions, last_ident, mask, param_name
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit, line_number, line_start
 from optrace.engine.names import op_name_pattern

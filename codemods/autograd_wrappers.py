@@ -32,15 +32,11 @@ from pathlib import Path
 from optrace.codemods.layer_common import (
     CODE_LAYER_SHAPE,
     PROFILING_VAR,
-    CppFunction,
     clean_bytes,
     fragment,
-    functions,
     input_error,
-    mask,
     mask_keep_includes,
     match_bracket,
-    own_return_values,
     split_top,
 )
 from optrace.codemods.registration import declaration_files, registration_files
@@ -52,6 +48,7 @@ from optrace.codemods.torch_adapter import (
     return_type_edits,
     torch_names,
 )
+from optrace.engine.cpp import CppFunction, functions, mask, own_return_values
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan

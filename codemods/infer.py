@@ -24,18 +24,15 @@ from pathlib import Path
 from optrace.codemods.layer_common import (
     INDEX_VAR,
     NUMEL_MACRO,
-    CppFunction,
     clean_bytes,
     fragment,
     include_edit,
     indent_unit,
     insert_lines,
     leading_ws,
-    mask,
     output_uses,
     sizes_header_path,
     starts_line,
-    top_level_return,
 )
 from optrace.codemods.op_def import profiling_index
 from optrace.codemods.op_host_registry import (
@@ -47,6 +44,7 @@ from optrace.codemods.op_host_registry import (
     host_functions,
     unresolved,
 )
+from optrace.engine.cpp import CppFunction, mask, top_level_return
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit, line_start
 from optrace.engine.plan import Plan

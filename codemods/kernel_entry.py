@@ -22,7 +22,7 @@ from tree_sitter import Node
 
 from optrace.codemods.layer_common import buffer_core_type
 from optrace.codemods.runtime_block import TEMPLATES
-from optrace.engine.cpp import FunctionDef, text_of
+from optrace.engine.cpp import FunctionDef, parameter_name, text_of
 from optrace.engine.discovery import CPP_EXTS, walk_files
 from optrace.engine.edits import Edit, indent_at, line_end, newline_of
 from optrace.engine.plan import Plan
@@ -46,27 +46,7 @@ _SECTION_RE = re.compile(
 _SCAFFOLD_ARG_RE = re.compile(rb"\(void\)\s*(\w+)\s*;")  # the `#else` branch names the output
 
 
-def _params(fn: FunctionDef, declarator_owner: Node | None = None) -> list[Node]:
-    node = declarator_owner if declarator_owner is not None else fn.node
-    decl = node.child_by_field_name("declarator")
-    while decl is not None and decl.type != "function_declarator":
-        decl = decl.child_by_field_name("declarator")
-    if decl is None:
-        return []
-    plist = decl.child_by_field_name("parameters")
-    if plist is None:
-        return []
-    return [p for p in plist.named_children if p.type.endswith("parameter_declaration")]
-
-
-def _param_name(src: bytes, p: Node) -> str:
-    names = [c for c in p.named_children if c.type in ("identifier", "pointer_declarator",
-                                                         "reference_declarator")]
-    text = src[names[-1].start_byte : names[-1].end_byte].decode(errors="replace") if names else ""
-    return text.lstrip("*& ")
-
-
-def _is_system(name: str) -> bool:
+def is_system_param(name: str) -> bool:
     """The launch's trailing system arguments: the workspace and the tiling, however the
     kernel names them (`usrWorkspace`, `lstmTiling`, `tilingGM`)."""
     low = name.lower()
@@ -185,13 +165,13 @@ def entry_edits(plan: Plan, mode: str | None = None) -> list[Edit]:
         if mode is not None and m.group(1).decode() != mode:
             edits.append(Edit(path, m.start(1), m.end(1), mode.encode(), CODEMOD, "mode"))
         return edits
-    params = _params(entry)
-    names = [_param_name(data, p) for p in params]
+    params = entry.parameter_nodes()
+    names = [parameter_name(data, p) for p in params]
     arg = PROFILING_ARG
     if PROFILING_ARG in names or PROFILING_VAR in names:
         arg = PROFILING_ARG if PROFILING_ARG in names else PROFILING_VAR
     else:
-        system = next((i for i, n in enumerate(names) if _is_system(n)), None)
+        system = next((i for i, n in enumerate(names) if is_system_param(n)), None)
         e = insert_param(data, params, f"GM_ADDR {PROFILING_ARG}", system)
         if e is not None:
             edits.append(_at(e, path))
@@ -266,7 +246,7 @@ def _call_sites(plan: Plan, name: str) -> int:
 def _callee_param_edits(plan: Plan, callee: FunctionDef, pos: int) -> list[Edit]:
     """The definition's parameters, and the in-class declaration's when defined outside."""
     out: list[Edit] = []
-    targets = [(callee.src, _params(callee))]
+    targets = [(callee.src, callee.parameter_nodes())]
     if callee.scope:
         for decl in _declarations(plan, callee):
             targets.append(decl)

@@ -31,16 +31,13 @@ from pathlib import Path
 from optrace.codemods.layer_common import (
     CODE_LAYER_SHAPE,
     PROFILING_VAR,
-    CppFunction,
     clean_bytes,
     fragment,
-    functions,
     input_error,
-    last_ident,
-    mask,
     match_bracket,
     split_top,
 )
+from optrace.engine.cpp import CppFunction, functions, last_ident, mask
 from optrace.engine.discovery import Layers, repo_index
 from optrace.engine.edits import Edit, line_number
 from optrace.engine.includes import scan_includes

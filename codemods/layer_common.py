@@ -1,8 +1,9 @@
 """Shared machinery of the cross-layer codemods (op_def ... python_callers).
 
-DESCRIPTION: the host codemods' C++ scanning on top of the engine's toolkit (its lexer,
-bracket matcher and declarator descent: engine/source.py, engine/cpp.py), function lookup
-with tree-sitter, the shared profiling-size header and input errors. The markers are
+DESCRIPTION: the host codemods' byte scanning on top of the engine's C++ toolkit (its lexer
+and bracket matcher, engine/source.py; functions by byte offsets, `CppFunction`, which
+kernel and host code share, engine/cpp.py), the shared profiling-size header and input
+errors. The markers are
 engine/vocabulary.py's.
 
 Contract of every layer codemod: its edits refer to the file's *clean* bytes — the file
@@ -30,15 +31,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tree_sitter import Node
-
 from optrace.codemods.strip import strip_bytes
 from optrace.engine import source, vocabulary
 from optrace.engine.cache import by_content
-from optrace.engine.cpp import NodeIndex, function_declarator, new_parser
+from optrace.engine.cpp import mask
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
 from optrace.engine.edits import Edit, line_end, line_number, line_start, newline_of
-from optrace.engine.source import DEFAULT_QUALIFIERS, normalise, read_regular
+from optrace.engine.source import read_regular
 from optrace.engine.vocabulary import CREATED_MARK
 
 # The markers and the buffer's names are the vocabulary's (engine/vocabulary.py, the one
@@ -139,21 +138,6 @@ def starts_line(data: bytes, offset: int) -> bool:
 match_bracket = source.match_bracket  # the codemods and the gates have imported it from here
 
 
-def mask(data: bytes) -> bytes:
-    """Same length as `data`: comments and the insides of string / char literals become
-    spaces (newlines kept, quotes kept), so brackets and semicolons can be matched."""
-    return _mask(bytes(data))
-
-
-# The scans below are pure functions of a file's bytes. The layer codemods of one operator
-# (and of every operator a process computes) ask them about the same files again and
-# again — a shared pybind.cpp, an adapter — so they are cached by content: a file that
-# changed is a different key.
-@by_content(64)
-def _mask(data: bytes) -> bytes:
-    return source.blank_literals(data)
-
-
 def string_literals(data: bytes, start: int, end: int) -> list[tuple[int, int]]:
     """(start, end) of each plain string literal token in data[start:end], quotes included."""
     out = []
@@ -226,233 +210,6 @@ def statement_start(code: bytes, offset: int) -> int:
     while j < offset and code[j] in b" \t\r\n":
         j += 1
     return j
-
-
-def statement_end(code: bytes, offset: int) -> int:
-    """Offset just past the `;` ending the statement holding `offset`."""
-    depth = 0
-    for i in range(offset, len(code)):
-        c = code[i]
-        if c in (0x28, 0x7B, 0x5B):
-            depth += 1
-        elif c in (0x29, 0x7D, 0x5D):
-            depth -= 1
-            if depth < 0:
-                return i
-        elif c == 0x3B and depth == 0:
-            return i + 1
-    return len(code)
-
-
-IDENT_RE = re.compile(rb"[A-Za-z_]\w*")
-
-
-def last_ident(text: bytes) -> str:
-    names = IDENT_RE.findall(text)
-    return names[-1].decode() if names else ""
-
-
-# --- functions (tree-sitter over host code) ----------------------------------------------
-
-
-@dataclass(frozen=True)
-class CppFunction:
-    """A host-side function (definition or prototype) by byte offsets: its name, return type,
-    parameters and body."""
-
-    name: str  # unqualified
-    qualified: str
-    start: int  # the definition (template / specifiers included)
-    type_span: tuple[int, int] | None  # the return type as written
-    params: tuple[tuple[int, int], ...]  # each parameter declaration
-    params_open: int
-    params_close: int
-    body_open: int  # `{`, or -1 for a declaration
-    body_close: int
-    line: int
-
-
-def _name_of(node: Node | None, data: bytes) -> str:
-    while node is not None:
-        if node.type in ("identifier", "field_identifier", "qualified_identifier", "destructor_name",
-                         "operator_name", "template_function"):
-            return data[node.start_byte : node.end_byte].decode(errors="replace")
-        inner = node.child_by_field_name("declarator")
-        if inner is None:
-            named = [c for c in node.named_children if c.type != "parameter_list"]
-            inner = named[-1] if named else None
-        node = inner
-    return ""
-
-
-_FUNC_TYPES = frozenset({"function_definition", "declaration", "field_declaration"})
-
-
-def functions(data: bytes, *, declarations: bool = False) -> list[CppFunction]:
-    """Function definitions (and, with `declarations`, prototypes) in source order."""
-    return [fn for fn, is_def in _functions(bytes(data)) if declarations or is_def]
-
-
-_STATEMENT_WORD_RE = re.compile(rb"[()\[\]{}]|\b(?:return|break|continue)\b")
-
-
-def _blank_macro_statements(text: bytes) -> bytes:
-    """`return` / `break` / `continue` written as a macro argument (`OP_CHECK_IF(c, LOG(..),
-    return ge::GRAPH_FAILED);`) blanked, same length: tree-sitter reads such a call as
-    broken syntax and its recovery can end a function early, start one at a macro, or
-    lose the next definition. A lambda's body inside the parentheses keeps its own."""
-    code = mask(text)
-    stack: list[int] = []
-    blank: list[tuple[int, int]] = []
-    for m in _STATEMENT_WORD_RE.finditer(code):
-        c = code[m.start()]
-        if c in b"([{":
-            stack.append(c)
-        elif c in b")]}":
-            if stack:
-                stack.pop()
-        elif stack and stack[-1] == 0x28:  # right inside `(`: a macro argument
-            blank.append(m.span())
-    if not blank:
-        return text
-    out = bytearray(text)
-    for start, end in blank:
-        out[start:end] = b" " * (end - start)
-    return bytes(out)
-
-
-@by_content(64)
-def _functions(data: bytes) -> tuple[tuple[CppFunction, bool], ...]:
-    # Definitions and prototypes from one parse (each with "is a definition"): callers ask
-    # for both of the same file, and a parse is most of the cost.
-    text = _blank_macro_statements(normalise(data, DEFAULT_QUALIFIERS))
-    tree = new_parser().parse(text)
-    code = mask(data)
-    out: list[tuple[CppFunction, bool]] = []
-    # The engine's C-side index finds them (parents before what they hold, as a pre-order
-    # walk would): walking a host file's tree node by node in Python was most of this.
-    for node in NodeIndex(tree.root_node).within(tree.root_node, _FUNC_TYPES):
-        is_def = node.type == "function_definition"
-        fdecl = function_declarator(node)
-        if fdecl is None:
-            continue
-        plist = fdecl.child_by_field_name("parameters")
-        if plist is None:
-            continue
-        qualified = _name_of(fdecl.child_by_field_name("declarator"), data)
-        if not qualified:
-            continue
-        params = tuple((p.start_byte, p.end_byte) for p in plist.named_children
-                       if p.type.endswith("parameter_declaration"))
-        body = node.child_by_field_name("body") if is_def else None
-        type_node = node.child_by_field_name("type")
-        start = node.start_byte
-        if node.parent is not None and node.parent.type == "template_declaration":
-            start = node.parent.start_byte
-        body_close = -1
-        if body is not None:
-            # The brace that closes the body, matched in the bytes: error recovery inside
-            # the body (an unknown macro) may end tree-sitter's node elsewhere.
-            body_close = match_bracket(code, body.start_byte) if code[body.start_byte] == 0x7B else -1
-            if body_close < 0:
-                body_close = body.end_byte - 1
-        out.append((CppFunction(
-            qualified.split("::")[-1], qualified, start,
-            (type_node.start_byte, type_node.end_byte) if type_node is not None else None,
-            params, plist.start_byte, plist.end_byte - 1,
-            body.start_byte if body is not None else -1, body_close,
-            line_number(data, node.start_byte),
-        ), is_def))
-    out.sort(key=lambda f: f[0].start)
-    return tuple(out)
-
-
-def enclosing_function(data: bytes, offset: int) -> CppFunction | None:
-    best = None
-    for fn in functions(data):
-        if fn.body_open <= offset <= fn.body_close:
-            best = fn  # later starts are nested deeper (lambdas excluded: not definitions)
-    return best
-
-
-def param_name(data: bytes, span: tuple[int, int]) -> str:
-    text = data[span[0] : span[1]]
-    text = text.split(b"=")[0]
-    return last_ident(re.sub(rb"\[[^\]]*\]", b"", text))
-
-
-def top_level_return(code: bytes, fn: CppFunction) -> tuple[int, int] | None:
-    """(start, end) of the body's final top-level `return ...;` when nothing but
-    whitespace follows it, else None."""
-    depth = 0
-    last: tuple[int, int] | None = None
-    i = fn.body_open + 1
-    while i < fn.body_close:
-        c = code[i]
-        if c in (0x28, 0x7B, 0x5B):
-            depth += 1
-        elif c in (0x29, 0x7D, 0x5D):
-            depth -= 1
-        elif depth == 0 and c == 0x72 and code.startswith(b"return", i) and not _word(code, i - 1) \
-                and not _word(code, i + 6):
-            end = statement_end(code, i)
-            last = (i, end)
-            i = end
-            continue
-        i += 1
-    if last is None or code[last[1] : fn.body_close].strip():
-        return None
-    return last
-
-
-def _word(code: bytes, i: int) -> bool:
-    return 0 <= i < len(code) and (chr(code[i]).isalnum() or code[i] == 0x5F)
-
-
-def returns_in(code: bytes, fn: CppFunction) -> list[tuple[int, int]]:
-    """Every `return ...;` of the body (nested blocks included, lambdas too)."""
-    out = []
-    for m in re.finditer(rb"\breturn\b", code[: fn.body_close]):
-        if m.start() > fn.body_open:
-            out.append((m.start(), statement_end(code, m.start())))
-    return out
-
-
-_LAMBDA_TAIL_RE = re.compile(rb"\s*(?:mutable\s*)?(?:noexcept\s*)?(?:->\s*[^;{}()]*)?\s*\Z")
-
-
-def lambda_bodies(code: bytes, fn: CppFunction) -> list[tuple[int, int]]:
-    """Bodies of lambdas inside the function: their returns are not the function's."""
-    out = []
-    for m in re.finditer(rb"\]\s*\(", code):
-        if not fn.body_open < m.start() < fn.body_close:
-            continue
-        close = match_bracket(code, m.end() - 1)
-        brace = code.find(b"{", close) if close > 0 else -1
-        if brace < 0 or not _LAMBDA_TAIL_RE.match(code[close + 1 : brace]):
-            continue
-        end = match_bracket(code, brace)
-        if end > 0:
-            out.append((brace, end))
-    return out
-
-
-def own_return_values(code: bytes, fn: CppFunction) -> list[tuple[int, int, int]]:
-    """`(return keyword, value start, value end)` of each of the function's own returns
-    (lambdas' returns left out), the value trimmed of whitespace, without the `;`."""
-    lambdas = lambda_bodies(code, fn)
-    out = []
-    for start, end in returns_in(code, fn):
-        if any(a < start < b for a, b in lambdas):
-            continue
-        value_start = start + len(b"return")
-        while code[value_start] in b" \t\r\n":
-            value_start += 1
-        value_end = end - 1
-        while code[value_end - 1] in b" \t\r\n":
-            value_end -= 1
-        out.append((start, value_start, value_end))
-    return out
 
 
 # --- the shared profiling-size header ---------------------------------------------------------

@@ -25,10 +25,9 @@ from optrace.codemods.layer_common import (
     clean_bytes,
     input_error,
     leading_ws,
-    mask,
     match_bracket,
-    statement_end,
 )
+from optrace.engine.cpp import mask, statement_end
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit, line_end, line_number, line_start, newline_of
 from optrace.engine.names import same_op

@@ -20,16 +20,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from optrace.codemods.layer_common import (
-    CppFunction,
-    clean_bytes,
-    functions,
-    mask,
-    match_bracket,
-    param_name,
-    split_top,
-)
+from optrace.codemods.layer_common import clean_bytes, match_bracket, split_top
 from optrace.engine.cache import by_content
+from optrace.engine.cpp import CppFunction, functions, mask, param_name
 from optrace.engine.discovery import CPP_EXTS, Layers, walk_files
 from optrace.engine.edits import line_number
 from optrace.engine.names import same_op

@@ -27,9 +27,7 @@ from optrace.codemods.layer_common import (
     CODE_SCHEMA,
     PROFILING_OUTPUT,
     clean_bytes,
-    functions,
     input_error,
-    mask,
     mask_keep_includes,
     match_bracket,
     string_fragment,
@@ -43,6 +41,7 @@ from optrace.codemods.torch_adapter import (
 )
 from optrace.codemods.torch_schema import Schema, parse_schema, returns_list
 from optrace.engine.cache import by_content
+from optrace.engine.cpp import functions, mask
 from optrace.engine.discovery import CPP_EXTS, Layers, repo_index
 from optrace.engine.edits import Edit, line_number
 from optrace.engine.names import op_key, op_name_pattern

@@ -18,14 +18,7 @@ import re
 from pathlib import Path
 
 from optrace.codemods.infer import before_final_return, wrap_registered
-from optrace.codemods.layer_common import (
-    INDEX_VAR,
-    CppFunction,
-    clean_bytes,
-    indent_unit,
-    mask,
-    output_uses,
-)
+from optrace.codemods.layer_common import INDEX_VAR, clean_bytes, indent_unit, output_uses
 from optrace.codemods.op_def import profiling_index
 from optrace.codemods.op_host_registry import (
     TILING,
@@ -35,6 +28,7 @@ from optrace.codemods.op_host_registry import (
     host_functions,
     unresolved,
 )
+from optrace.engine.cpp import CppFunction, mask
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan

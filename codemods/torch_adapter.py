@@ -22,28 +22,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from optrace.codemods.kernel_entry import PROFILING_ARG, _is_system, _param_name, _params
+from optrace.codemods.kernel_entry import PROFILING_ARG, is_system_param
 from optrace.codemods.layer_common import (
     CODE_LAYER_SHAPE,
     FRAG_CLOSE,
     FRAG_OPEN,
     NUMEL_MACRO,
     PROFILING_VAR,
-    CppFunction,
     clean_bytes,
-    enclosing_function,
     fragment,
-    functions,
     include_edit,
     input_error,
     insert_lines,
-    last_ident,
     leading_ws,
-    mask,
     mask_keep_includes,
     match_bracket,
-    own_return_values,
-    param_name,
     sizes_header_path,
     split_top,
     starts_line,
@@ -51,6 +44,16 @@ from optrace.codemods.layer_common import (
 )
 from optrace.codemods.strip import strip_bytes
 from optrace.engine.cache import by_content
+from optrace.engine.cpp import (
+    CppFunction,
+    enclosing_function,
+    functions,
+    last_ident,
+    mask,
+    own_return_values,
+    param_name,
+    parameter_name,
+)
 from optrace.engine.discovery import Layers, repo_index
 from optrace.engine.edits import Edit, line_number, line_start
 from optrace.engine.names import same_op
@@ -135,10 +138,10 @@ def _impls(data: bytes) -> tuple[tuple[str, str], ...]:
 def kernel_profiling_position(plan: Plan) -> int:
     """Where the kernel entry has (or will have) profiling_data among its parameters."""
     entry = plan.analysis.entry_fn
-    names = [_param_name(entry.src.raw, p) for p in _params(entry)]
+    names = [parameter_name(entry.src.raw, p) for p in entry.parameter_nodes()]
     if PROFILING_ARG in names:
         return names.index(PROFILING_ARG)
-    return next((i for i, n in enumerate(names) if _is_system(n)), len(names))
+    return next((i for i, n in enumerate(names) if is_system_param(n)), len(names))
 
 
 def hand_instrumented(plan: Plan) -> bool:

@@ -17,8 +17,9 @@ from optrace.codemods.build_hook import (
     build_script,
     hook_command,
 )
-from optrace.codemods.layer_common import mask, match_bracket
+from optrace.codemods.layer_common import match_bracket
 from optrace.codemods.python_files import caller_files, split_callers
+from optrace.engine.cpp import mask
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from optrace.codemods.kernel_entry import _is_system, _param_name, _params, entry_edits
+from optrace.codemods.kernel_entry import entry_edits, is_system_param
 from optrace.codemods.kernel_points import point_edits
 from optrace.codemods.runtime_block import block_edits, include_edits
-from optrace.engine.cpp import FunctionDef
+from optrace.engine.cpp import FunctionDef, parameter_name
 from optrace.engine.discovery import CPP_EXTS, Layers, walk_files
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
@@ -55,12 +55,12 @@ class EntryProfiling:
 def entry_profiling(entry: FunctionDef) -> EntryProfiling:
     """The one reading of the entry's parameters for G2 (the gate's evidence and check's
     OT410 / OT411 findings)."""
-    names = [_param_name(entry.src.raw, p) for p in _params(entry)]
+    names = [parameter_name(entry.src.raw, p) for p in entry.parameter_nodes()]
     prof = next((n for n in names if n in PROFILING_NAMES), None)
     if prof is None:
         return EntryProfiling(None, None)
     i = names.index(prof)
-    return EntryProfiling(prof, i, tuple(n for n in names[i + 1 :] if not _is_system(n)))
+    return EntryProfiling(prof, i, tuple(n for n in names[i + 1 :] if not is_system_param(n)))
 
 
 class EntryLayer(FileLayer):

@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import ClassVar
 
 from optrace.codemods.infer import infer_edits, infer_functions
-from optrace.codemods.layer_common import mask, output_uses
+from optrace.codemods.layer_common import output_uses
 from optrace.codemods.op_def import op_def_edits, opdef_file, parse_opdef
 from optrace.codemods.op_host_registry import INFER_DTYPE, INFER_SHAPE, TILING, host_functions, unresolved
 from optrace.codemods.tiling import tiling_edits, tiling_functions
+from optrace.engine.cpp import mask
 from optrace.engine.diagnostics import InputError
 from optrace.engine.discovery import Layers, repo_index
 from optrace.engine.edits import Edit

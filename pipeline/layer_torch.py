@@ -11,10 +11,11 @@ from typing import ClassVar
 from optrace.codemods.aclnn import aclnn_edits, aclnn_files, workspace_lists, wrapper_names
 from optrace.codemods.autograd_wrappers import autograd_wrapper_edits, fixed_count, wrapper_files, wrappers
 from optrace.codemods.l0op import l0op_edits, threading
-from optrace.codemods.layer_common import CppFunction, clean_bytes, last_ident, mask, returns_in
+from optrace.codemods.layer_common import clean_bytes
 from optrace.codemods.registration import registration_changes, registration_files, schema_strings
 from optrace.codemods.torch_adapter import launches, meta_functions, torch_adapter_edits, torch_names
 from optrace.codemods.torch_schema import returns_list
+from optrace.engine.cpp import CppFunction, last_ident, mask, returns_in
 from optrace.engine.diagnostics import InputError
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit

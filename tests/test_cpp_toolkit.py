@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from optrace.codemods.layer_common import functions, mask, mask_keep_includes, string_literals
-from optrace.engine.cpp import CodeIndex, new_parser, parse_file
+from optrace.codemods.layer_common import mask_keep_includes, string_literals
+from optrace.engine.cpp import CodeIndex, functions, mask, new_parser, parameter_name, parse_file
 from optrace.engine.source import (
     DEFAULT_QUALIFIERS,
     SourceFile,
@@ -52,3 +52,36 @@ def test_functions_returning_references_are_found_on_both_sides() -> None:
     index = CodeIndex()
     index.add_file(parse_file(new_parser(), src))
     assert {"pick", "plain"} <= set(index.by_name)
+
+
+ONE_MODEL = b"""\
+template <typename T>
+__aicore__ inline int Scale(T *x, int n)
+{
+    return n * 2;
+}
+class Stage {
+public:
+    __aicore__ inline void Process(GM_ADDR a, const int &len) { Scale(a, len); }
+};
+extern "C" __global__ __aicore__ void one_model(GM_ADDR x, GM_ADDR workspace) { Stage s; }
+"""
+
+
+def test_kernel_and_host_functions_are_one_model(tmp_path: Path) -> None:
+    """A kernel FunctionDef's `sig` is the CppFunction host code sees for that function:
+    same name, offsets of its template, return type, parameters and body braces."""
+    path = tmp_path / "k.cpp"
+    path.write_bytes(ONE_MODEL)
+    src = SourceFile(path, ONE_MODEL, normalise(ONE_MODEL, DEFAULT_QUALIFIERS))
+    index = CodeIndex()
+    index.add_file(parse_file(new_parser(), src))
+    host = {f.name: f for f in functions(ONE_MODEL)}
+    kernel = {f.name: f for f in index.functions.values()}
+    assert set(kernel) == set(host) == {"Scale", "Process", "one_model"}
+    for name, fn in kernel.items():
+        assert fn.sig == host[name], name
+    scale = kernel["Scale"].sig
+    assert ONE_MODEL[scale.start:].startswith(b"template <typename T>")
+    assert [ONE_MODEL[a:b] for a, b in kernel["Process"].sig.params] == [b"GM_ADDR a", b"const int &len"]
+    assert [parameter_name(ONE_MODEL, p) for p in kernel["one_model"].parameter_nodes()] == ["x", "workspace"]

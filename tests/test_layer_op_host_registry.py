@@ -17,9 +17,9 @@ import pytest
 from layer_snippets import dedent, make_repo, run
 
 from optrace.codemods.infer import infer_edits
-from optrace.codemods.layer_common import functions
 from optrace.codemods.op_host_registry import INFER_DTYPE, INFER_SHAPE, TILING, host_functions, unresolved
 from optrace.codemods.tiling import tiling_edits
+from optrace.engine.cpp import functions
 from optrace.pipeline.plan import plan_operator
 
 OPDEF = ("ops/demo_op/op_host/demo_op_def.cpp",
