@@ -259,6 +259,20 @@ def _receiver_classes(an: Analysis, fn: FunctionDef, name: list[str], at: int) -
     return an.index.resolve_class(tname, fn.scope) if tname is not None else set()
 
 
+# `static_cast<Derived *>(this)`, the CRTP base's way to its derived class's steps.
+_THIS_CAST_RE = re.compile(r"\(?\s*(?:static|reinterpret)_cast\s*<\s*(?:const\s+)?([\w:]+(?:<[^()]*>)?)"
+                           r"\s*(?:const\s*)?\*\s*>\s*\(\s*this\s*\)\s*\)?")
+
+
+def _cast_classes(an: Analysis, fn: FunctionDef, spelled: str) -> set[str]:
+    """The classes `this` cast to `spelled *` may be: a template parameter of the enclosing
+    class template is the class deriving from it (CRTP), else the type itself."""
+    info = an.index.classes.get(fn.scope)
+    if info is not None and base_type_name(spelled) in info.template_params:
+        return set(an.index.derived_from(fn.scope))
+    return an.index.resolve_class(base_type_name(spelled), fn.scope)
+
+
 def resolve_call(an: Analysis, fn: FunctionDef, call: Node) -> tuple[str, list[FunctionDef]]:
     """The project functions a call expression may reach (empty for intrinsics)."""
     idx = an.index
@@ -280,8 +294,11 @@ def resolve_call(an: Analysis, fn: FunctionDef, call: Node) -> tuple[str, list[F
             name = "operator()"
         recv = text_of(src, arg).strip()
         classes: set[str] = set()
+        cast = _THIS_CAST_RE.fullmatch(recv)
         if recv == "this":
             classes = {fn.scope}
+        elif cast is not None:
+            classes = _cast_classes(an, fn, cast.group(1))
         else:
             path = [re.sub(r"\[.*?\]", "", p).strip("*&() ") for p in re.split(r"->|\.", recv.lstrip("*&("))]
             if path[0] == "this":
@@ -313,6 +330,8 @@ def resolve_call(an: Analysis, fn: FunctionDef, call: Node) -> tuple[str, list[F
                 return name, idx.methods(classes, "operator()")
         cands = idx.by_name.get(name, [])
         same_scope = [f for f in cands if f.scope == fn.scope]
+        if not same_scope and fn.scope:  # a method inherited from a base class
+            same_scope = idx.methods({fn.scope}, name)
         free = same_scope or [f for f in cands if not f.scope]
         # `SyncFunc(g)` inside namespace `gather` is gather's own when it has one.
         near = [f for f in free if fn.namespace and f.namespace == fn.namespace]
@@ -325,6 +344,12 @@ def resolve_call(an: Analysis, fn: FunctionDef, call: Node) -> tuple[str, list[F
         cands = idx.by_name.get(name, [])
         if scope and any(f.scope == scope for f in cands):
             return name, [f for f in cands if f.scope == scope]
+        # `Base::Step()` / `Derived::Step()`: the class (through an alias of the caller's
+        # class too) and what it inherits.
+        owners = idx.resolve_class(scope, fn.scope) if scope else set()
+        inherited = idx.methods(owners, name) if owners else []
+        if inherited:
+            return name, inherited
         # `gather::SyncFunc(g)`: the function of that namespace, not its namesakes
         in_ns = [f for f in cands if scope and not f.scope
                  and (f.namespace == scope or f.namespace.endswith("::" + scope))]

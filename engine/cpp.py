@@ -223,11 +223,16 @@ class FunctionDef:
 
 @dataclass
 class ClassInfo:
-    """A class's member fields (name -> type) and member aliases (`using`), for resolving calls."""
+    """A class's member fields (name -> type), member aliases (`using X = ...`), base
+    classes as spelled, template parameters and using-declarations of base members, for
+    resolving calls."""
 
     name: str
     fields: dict[str, str] = field(default_factory=dict)
     aliases: dict[str, str] = field(default_factory=dict)
+    bases: list[str] = field(default_factory=list)  # `NormBase<MoeNorm>`, in declaration order
+    template_params: list[str] = field(default_factory=list)
+    usings: dict[str, str] = field(default_factory=dict)  # `using Base::Step;`: Step -> Base
 
 
 @dataclass
@@ -544,8 +549,12 @@ class CodeIndex:
     # alias name -> target base type names (from any `using X = ...;` / typedef)
     aliases: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     _current_index: NodeIndex | None = None
+    _bases: dict[str, list[str]] = field(default_factory=dict)
+    _derived: dict[str, list[str]] = field(default_factory=dict)
 
     def add_file(self, parsed: ParsedFile) -> None:
+        self._bases.clear()
+        self._derived.clear()
         src = parsed.src
         root = parsed.tree.root_node
         assert parsed.nodes is not None
@@ -598,7 +607,23 @@ class CodeIndex:
             return
         name = base_type_name(text_of(src, name_node))
         info = self.classes.setdefault(name, ClassInfo(name))
+        for clause in node.named_children:
+            if clause.type == "base_class_clause":
+                info.bases += [text_of(src, b) for b in clause.named_children
+                               if b.type in ("type_identifier", "template_type", "qualified_identifier")]
+        if node.parent is not None and node.parent.type == "template_declaration":
+            params = node.parent.child_by_field_name("parameters")
+            for param in params.named_children if params is not None else ():
+                ident = next((c for c in param.named_children if c.type == "type_identifier"), None)
+                if ident is not None:
+                    info.template_params.append(text_of(src, ident))
         for member in body.named_children:
+            if member.type == "using_declaration":
+                qualified = next((c for c in member.named_children if c.type == "qualified_identifier"), None)
+                if qualified is not None:
+                    scope_part, _, member_name = text_of(src, qualified).rpartition("::")
+                    if scope_part and member_name:
+                        info.usings[member_name] = scope_part
             if member.type == "field_declaration":
                 type_node = member.child_by_field_name("type")
                 for decl in member.children_by_field_name("declarator"):
@@ -633,8 +658,59 @@ class CodeIndex:
             found |= self.resolve_class(type_name.rstrip("_"), scope, depth + 1)
         return found
 
-    def methods(self, classes: set[str], name: str) -> list[FunctionDef]:
-        return [f for f in self.by_name.get(name, ()) if f.scope in classes]
+    def bases_of(self, name: str) -> list[str]:
+        """The classes `name` derives from directly, resolved (class templates by their
+        name: `StepBase<Derived>` -> `StepBase`; a base named through the class's own
+        alias, `using Base = NormBase<X>; ... : public Base`, through it)."""
+        cached = self._bases.get(name)
+        if cached is None:
+            info = self.classes.get(name)
+            found: list[str] = []
+            for spelled in info.bases if info is not None else ():
+                for base in sorted(self.resolve_class(base_type_name(spelled), name)):
+                    if base != name and base not in found:
+                        found.append(base)
+            cached = self._bases[name] = found
+        return cached
+
+    def ancestry(self, name: str) -> list[str]:
+        """`name`, then its bases breadth-first (nearest first), each once: the order in
+        which C++ looks a member name up (the first class that declares it wins)."""
+        order = [name]
+        i = 0
+        while i < len(order) and len(order) < 64:
+            for base in self.bases_of(order[i]):
+                if base not in order:
+                    order.append(base)
+            i += 1
+        return order
+
+    def derived_from(self, name: str) -> list[str]:
+        """Classes that have `name` among their ancestors (CRTP: a base template's
+        `static_cast<Derived *>(this)` is one of these)."""
+        cached = self._derived.get(name)
+        if cached is None:
+            cached = self._derived[name] = sorted(
+                c for c in self.classes if c != name and name in self.ancestry(c))
+        return cached
+
+    def methods(self, classes: set[str], name: str, _via: frozenset[str] = frozenset()) -> list[FunctionDef]:
+        """The methods a call of `name` on an object of one of `classes` reaches: the
+        class's own (an override hides its bases'), else the nearest base declaring it;
+        `using Base::name;` adds that base's overloads to the class's own."""
+        out: list[FunctionDef] = []
+        for cls in sorted(classes):
+            for owner in self.ancestry(cls):
+                own = [f for f in self.by_name.get(name, ()) if f.scope == owner]
+                info = self.classes.get(owner)
+                via = info.usings.get(name) if info is not None else None
+                if via is not None and owner not in _via:  # `using` chains end; cycles do not loop
+                    for base in self.resolve_class(base_type_name(via), owner) - {owner}:
+                        own += [f for f in self.methods({base}, name, _via | {owner}) if f not in own]
+                if own:
+                    out += [f for f in own if f not in out]
+                    break
+        return out
 
 
 # Nodes that open a scope for the declarations directly inside them.

@@ -20,6 +20,7 @@ FIXTURES = ROOT / "fixtures"
 
 CASES = {
     "moe_pipeline": FIXTURES / "moe_pipeline" / "fused_moe_pipeline",
+    "class_model": FIXTURES / "class_model" / "norm" / "moe_norm_inherit",
 }
 
 
