@@ -256,21 +256,24 @@ def _receiver_classes(an: Analysis, fn: FunctionDef, name: list[str], at: int) -
     tname = an.local_type(fn, name[0], at)
     if tname is None and fn.scope in an.index.classes:
         tname = an.index.classes[fn.scope].fields.get(name[0])
-    return an.index.resolve_class(tname, fn.scope) if tname is not None else set()
+    if tname is None:
+        return set()
+    return _type_classes(an, fn, tname)
+
+
+def _type_classes(an: Analysis, fn: FunctionDef, spelled: str) -> set[str]:
+    """The classes a type spelled in fn may be: a template parameter of fn's class
+    template is a class deriving from it (CRTP: `Derived *d = static_cast<Derived *>(this)`),
+    else what the index resolves."""
+    info = an.index.classes.get(fn.scope)
+    if info is not None and base_type_name(spelled) in info.template_params:
+        return set(an.index.derived_from(fn.scope))
+    return an.index.resolve_class(spelled, fn.scope)
 
 
 # `static_cast<Derived *>(this)`, the CRTP base's way to its derived class's steps.
 _THIS_CAST_RE = re.compile(r"\(?\s*(?:static|reinterpret)_cast\s*<\s*(?:const\s+)?([\w:]+(?:<[^()]*>)?)"
                            r"\s*(?:const\s*)?\*\s*>\s*\(\s*this\s*\)\s*\)?")
-
-
-def _cast_classes(an: Analysis, fn: FunctionDef, spelled: str) -> set[str]:
-    """The classes `this` cast to `spelled *` may be: a template parameter of the enclosing
-    class template is the class deriving from it (CRTP), else the type itself."""
-    info = an.index.classes.get(fn.scope)
-    if info is not None and base_type_name(spelled) in info.template_params:
-        return set(an.index.derived_from(fn.scope))
-    return an.index.resolve_class(base_type_name(spelled), fn.scope)
 
 
 def resolve_call(an: Analysis, fn: FunctionDef, call: Node) -> tuple[str, list[FunctionDef]]:
@@ -298,7 +301,7 @@ def resolve_call(an: Analysis, fn: FunctionDef, call: Node) -> tuple[str, list[F
         if recv == "this":
             classes = {fn.scope}
         elif cast is not None:
-            classes = _cast_classes(an, fn, cast.group(1))
+            classes = _type_classes(an, fn, cast.group(1))
         else:
             path = [re.sub(r"\[.*?\]", "", p).strip("*&() ") for p in re.split(r"->|\.", recv.lstrip("*&("))]
             if path[0] == "this":

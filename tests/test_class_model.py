@@ -113,6 +113,12 @@ public:
         static_cast<Derived *>(this)->Load();
         static_cast<const Derived *>(this)->Store();
         reinterpret_cast<Derived*>(this)->Load();
+        Stage();
+    }
+    __aicore__ inline void Stage()
+    {
+        Derived *self = static_cast<Derived *>(this);
+        self->Store();
     }
 };
 class Sel : public Pipeline<Sel> {
@@ -131,7 +137,7 @@ public:
 def test_crtp_reaches_the_derived_class_of_the_base_template(tmp_path: Path) -> None:
     calls = _calls(analyse_operator(_op(tmp_path, CRTP)))
     assert {("sel_op", "Pipeline::Process"), ("Pipeline::Process", "Sel::Load"),
-            ("Pipeline::Process", "Sel::Store")} <= calls
+            ("Pipeline::Process", "Sel::Store"), ("Pipeline::Stage", "Sel::Store")} <= calls
     # Every class deriving from the template is a candidate of the cast: Other's Load too.
     assert ("Pipeline::Process", "Other::Load") in calls
 
