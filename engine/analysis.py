@@ -602,6 +602,10 @@ def is_spin_loop(an: Analysis, fn: FunctionDef, loop: Node) -> bool:
 
 
 def _is_spin_loop(an: Analysis, fn: FunctionDef, loop: Node) -> bool:
+    """A loop is a spin wait when its exit condition is re-loaded in its body from memory
+    another core or rank writes, and the body moves no payload: no nested loop, no
+    substantial call, no copy into global memory. A wait primitive, a flag read or a
+    status copy and its reduction are what such a body holds (docs/rules.md "Loops")."""
     if loop.type not in ("while_statement", "do_statement", "for_statement"):
         return False
     body = loop.child_by_field_name("body")
@@ -609,21 +613,99 @@ def _is_spin_loop(an: Analysis, fn: FunctionDef, loop: Node) -> bool:
         return False
     if fn.nodes_in(body, ("for_statement", "while_statement", "do_statement", "for_range_loop")):
         return False
+    if loop.type == "for_statement" and loop.child_by_field_name("initializer") is not None:
+        return False  # a for loop that declares its counter counts, it does not poll
     cond = loop.child_by_field_name("condition")
     cond_text = text_of(fn.src, cond) if cond is not None else ""
-    body_text = text_of(fn.src, body)
     forever = cond is None or cond_text.strip("() ") in ("true", "1", "")
-    if loop.type == "for_statement" and loop.child_by_field_name("initializer") is not None:
+    breaks = fn.nodes_in(body, ("break_statement",))
+    if forever and not breaks:
         return False
-    has_break = bool(fn.nodes_in(body, ("break_statement",)))
-    if forever and not has_break:
+    statements = fn.nodes_in(body, ("expression_statement",))
+    if len(statements) > _SPIN_MAX_STATEMENTS:
         return False
-    # Trace-point labels (optrace's own insertions) are not evidence of polling.
-    hint_text = _TRACE_ARGS.sub("", cond_text + " " + body_text)
-    if not _SPIN_HINT.search(hint_text):
+    # Trace-point labels (optrace's own insertions) are not evidence of anything.
+    body_text = _TRACE_ARGS.sub("", text_of(fn.src, body))
+    if forever:
+        # `while (true) { ...; if (flag.GetValue(0) == 1) break; }`: the exit condition is
+        # the test that breaks out.
+        cond_text = " ".join(text_of(fn.src, c) for b in breaks
+                             for c in [_enclosing_if_condition(b, body)] if c is not None)
+    if not _reloads_condition(cond_text, body_text):
         return False
     for call in fn.nodes_in(body, ("call_expression",)):
         site = an.call_site(fn, call)
         if any(an.is_substantial(c) for c in site.callees if c.id != fn.id):
             return False
-    return len(body_text) < 1200
+        if site.name in _COPY_PRIMITIVES and _writes_global(an, fn, call):
+            return False  # moves payload out: a copy loop, not a wait
+    waits = _WAIT_HINT.search(body_text) or _SPIN_HINT.search(cond_text + " " + body_text)
+    return bool(waits or _MEMORY_READ.search(cond_text))
+
+
+# A polling body is a handful of statements; a loop of fifty is doing work.
+_SPIN_MAX_STATEMENTS = 40
+_COPY_PRIMITIVES = frozenset({"DataCopy", "DataCopyPad", "DataCopyExt", "Copy", "SetValue"})
+# Wait primitives and their spellings in macros.
+_WAIT_HINT = re.compile(r"SPIN_WAIT|\b(?:PipeBarrier|WaitFlag|CrossCoreWaitFlag|IBWait|WaitEvent|"
+                        r"\w*[Ss]leep\w*|\w*[Dd]elay\w*|\w*[Ss]pin\w*)\b")
+# Reads of memory another core or rank writes: a tensor element, a cache-bypassing or
+# volatile load, an atomic.
+_MEMORY_READ = re.compile(r"\bGetValue\s*\(|\bReadGm\w*|ByPass|\bvolatile\b|\batomic\w*|"
+                          r"\bAtomic\w*|\bLoad\w*\s*\(|\bDataCacheCleanAndInvalid\b|\[[^\]]*\]")
+_NAME = re.compile(r"[A-Za-z_]\w*")
+_NOT_NAMES = frozenset({"true", "false", "static_cast", "reinterpret_cast", "const_cast", "float", "int",
+                        "uint32_t", "int32_t", "int64_t", "uint64_t", "half", "sizeof", "nullptr"})
+
+
+def _enclosing_if_condition(node: Node, limit: Node) -> Node | None:
+    parent = node.parent
+    while parent is not None and parent.id != limit.id:
+        if parent.type == "if_statement":
+            return parent.child_by_field_name("condition")
+        parent = parent.parent
+    return None
+
+
+def _reloads_condition(cond_text: str, body_text: str) -> bool:
+    """The exit condition is read anew each round from memory: it calls or reads memory
+    itself (`flag.GetValue(0) == 0`), or one of its names is assigned in the body from
+    such a read (`sumOfFlag = sumLocal.GetValue(0);`) — not counted (`i++`, `n += k`)."""
+    names = {n for n in _NAME.findall(cond_text) if n not in _NOT_NAMES}
+    for name in names:
+        counted = (r"(?:\+\+|--)\s*" + re.escape(name) + r"\b|(?<![\w.>])" + re.escape(name)
+                   + r"\s*(?:\+\+|--|[-+]=|=\s*" + re.escape(name) + r"\s*[-+])")
+        if re.search(counted, body_text):
+            return False  # a counter the loop advances: it counts rounds, it does not poll
+    if _MEMORY_READ.search(cond_text) or re.search(r"\w\s*\(", _CASTS.sub("", cond_text)):
+        return True
+    for name in names:
+        for m in re.finditer(r"(?<![\w.>])" + re.escape(name) + r"\s*=(?!=)\s*([^;]+);", body_text):
+            value = m.group(1)
+            if re.search(r"\w\s*\(|\[", value) and not re.fullmatch(
+                    r"\s*" + re.escape(name) + r"\s*[-+*/]\s*\w+\s*", value):
+                return True
+    return False
+
+
+_CASTS = re.compile(r"\b(?:static|reinterpret|const)_cast\s*<[^>]*>|\((?:float|int|uint32_t|int32_t)\)")
+
+
+def _writes_global(an: Analysis, fn: FunctionDef, call: Node) -> bool:
+    """A copy whose destination (its first argument) is global memory: a GlobalTensor or
+    a GM pointer by type, else by the house naming (`yGm_`, `outGM`, `windowOut`)."""
+    args = call.child_by_field_name("arguments")
+    first = args.named_children[0] if args is not None and args.named_children else None
+    if first is None:
+        return False
+    dest = text_of(fn.src, first)
+    name = re.split(r"[\[.(]|->", dest.strip("*& "), maxsplit=1)[0].strip()
+    if fn.src.text[call.start_byte : call.end_byte].find(b"SetValue") >= 0:
+        # `flagGm.SetValue(i, 1)`: the receiver is the destination; a flag reset is not payload.
+        return False
+    tname = an.local_type(fn, name, call.start_byte)
+    if tname is None and fn.scope in an.index.classes:
+        tname = an.index.classes[fn.scope].fields.get(name)
+    if tname is not None:
+        return "Global" in tname or "__gm__" in tname
+    return bool(re.search(r"gm|global|window", name, re.I))

@@ -106,6 +106,7 @@ _TABLE: tuple[Code, ...] = (
     Code("OT411", "profiling_data is not the last tensor output of the kernel entry", E,
          "diagnostics.md"),
     Code("OT412", "a hot phase has no points of its own", W, "diagnostics.md"),
+    Code("OT413", "a point inside a spin-wait loop (records on every poll)", E, "diagnostics.md"),
     Code("OT420", "code optrace inserted does not compile", E, "diagnostics.md"),
     Code("OT421", "compile safety skipped for a file", W, "diagnostics.md"),
     # check: the gates.
@@ -187,6 +188,9 @@ _NOTES = {
     "OT410": "Gate G2's kernel side: the entry has no `profiling_data` parameter.",
     "OT411": "Gate G2's kernel side: a tensor output comes after `profiling_data`.",
     "OT412": "A phase the plan marks hot has no points of its own (only its children's).",
+    "OT413": "A loop that polls memory another core or rank writes, moving no payload, is a spin "
+             "wait: a point inside it records on every poll and fills the slot with the wait's "
+             "noise. Its one region belongs around the whole loop.",
     "OT420": "`check` compiles the files optrace changed against the host stub header and keeps "
              "the errors on lines optrace inserted.",
     "OT421": "The compile safety check could not run on a file (no libclang, a file it cannot "

@@ -223,6 +223,47 @@ def loop_var(fn: FunctionDef, loop: Node) -> str | None:
     return None
 
 
+_INTEGRAL_RE = re.compile(
+    r"^(?:const\s+|constexpr\s+|register\s+)*(?:(?:unsigned|signed)\s+)?"
+    r"(?:u?int(?:8|16|32|64)?(?:_t)?|size_t|ssize_t|ptrdiff_t|long(?:\s+long)?|short|char|"
+    r"unsigned|signed)(?:\s+int)?$")
+
+
+def loop_index(an: Analysis, fn: FunctionDef, loop: Node) -> str | None:
+    """The index passed to the loop's points: an integral counter the loop declares
+    (`for (uint32_t e = 0; ...)`, or `for (e = 0; ...)` of an integral local, parameter or
+    member), never a value it polls; a loop that declares none gets no index."""
+    if loop.type != "for_statement":
+        return None
+    init = loop.child_by_field_name("initializer")
+    if init is None:
+        return None
+    text = text_of(fn.src, init).strip().rstrip(";")
+    if init.type == "declaration":
+        type_node = init.child_by_field_name("type")
+        type_text = text_of(fn.src, type_node).strip() if type_node is not None else ""
+        m = re.match(r"(?:[*&\s]*)([A-Za-z_]\w*)\s*(?:=\s*(.+?))?\s*(?:,|$)", text[len(type_text):].strip()
+                     if text.startswith(type_text) else "")
+        if m is None:
+            return None
+        if _INTEGRAL_RE.match(type_text.replace("AscendC::", "").replace("std::", "")):
+            return m.group(1)
+        # `auto e = 0`: integral when its initial value is an integer literal.
+        if type_text == "auto" and m.group(2) and re.fullmatch(r"\d+[uUlL]*", m.group(2).strip()):
+            return m.group(1)
+        return None
+    m = re.match(r"([A-Za-z_]\w*)\s*=(?!=)", text)
+    if m is None:
+        return None
+    name = m.group(1)
+    declared = an.local_type(fn, name, loop.start_byte)
+    if declared is None and fn.scope in an.index.classes:
+        declared = an.index.classes[fn.scope].fields.get(name)
+    if declared is not None and _INTEGRAL_RE.match(declared.replace("AscendC::", "").replace("std::", "")):
+        return name
+    return None
+
+
 def var_words(var: str) -> list[str]:
     words = kebab(var).split("-")
     return [w for w in words if w not in ("idx", "id", "index", "cnt", "num", "cur", "i")] or words
@@ -536,7 +577,8 @@ class Planner:
             return
         word = "-".join(var_words(var)) if var else "loop"
         region = self._new(parent, [word], Kind.LOOP, ctx, self._body_anchor(fn, body),
-                           f"phase loop over `{var}` in {fn.display} ({why})", index_var=var)
+                           f"phase loop over `{var}` in {fn.display} ({why})",
+                           index_var=loop_index(self.an, fn, loop))
         inner = replace(ctx, loop_vars=(*ctx.loop_vars, var or "?"))
         if body.type == "compound_statement":
             self.walk_block(fn, body, inner, region)

@@ -1,4 +1,4 @@
-"""Checks that need the plan of an instrumented tree: points inside tile loops, hot
+"""Checks that need the plan of an instrumented tree: points inside tile or spin-wait loops, hot
 phases left without points, density and buffer capacity (OT106 / OT107 as warnings).
 
 Kept apart from the per-file checks in `pipeline/check.py`: these read the call graph and
@@ -27,18 +27,25 @@ def findings_from_plan(plan: Plan) -> list[Diagnostic]:
     out: list[Diagnostic] = []
     # Tile loops per file, found once: hundreds of points times hundreds of loops compared
     # paths a third of a second on a 17k-line operator.
-    tile_loops: dict[Path, list[LoopInfo]] = {}
+    loops: dict[Path, list[LoopInfo]] = {}
     for lp in plan.loops:
-        if lp.classification == "tile":
-            tile_loops.setdefault(lp.path, []).append(lp)
+        if lp.classification in ("tile", "spin"):
+            loops.setdefault(lp.path, []).append(lp)
     for point in plan.analysis.existing:
         src = plan.analysis.parsed.get(point.path)
         if src is None:
             continue
         offset = src.src.line_starts[point.line - 1] if point.line <= len(src.src.line_starts) else 0
-        around = [lp for lp in tile_loops.get(point.path, ()) if lp.start < offset < lp.end]
+        around = [lp for lp in loops.get(point.path, ()) if lp.start < offset < lp.end]
         inside = max(around, key=lambda lp: lp.start) if around else None  # the innermost
-        if inside is not None:
+        if inside is None:
+            continue
+        if inside.classification == "spin":
+            out.append(Diagnostic(
+                "OT413", f'"{point.label}" {point.event} is inside a spin-wait loop on `{inside.var}` '
+                f"(line {inside.line}): it records on every poll; bracket the whole loop instead",
+                point.path, point.line))
+        else:
             out.append(Diagnostic(
                 "OT408", f'"{point.label}" {point.event} is inside a tile loop over `{inside.var}` '
                 f"(line {inside.line}): one record per tile distorts the timing and fills the slot",

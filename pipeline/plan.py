@@ -73,12 +73,17 @@ def plan_lint(plan: Plan, stats: dict[str, int], path: list[str]) -> dict[str, o
     # Planned regions and those already in the source (an instrumented tree lints alike).
     regions = [r for r in root.walk() if r.kind != Kind.ROOT]
     # Spans by file: comparing Paths pairwise was a tenth of a check's planning.
-    tile_spans: dict[Path, list[tuple[int, int]]] = {}
+    spans: dict[str, dict[Path, list[tuple[int, int]]]] = {"tile": {}, "spin": {}}
     for lp in plan.loops:
-        if lp.classification == "tile":
-            tile_spans.setdefault(lp.path, []).append((lp.start, lp.end))
-    in_tile = [r for r in regions if r.anchor is not None and any(
-        start < r.anchor.start and r.anchor.end <= end for start, end in tile_spans.get(r.anchor.path, ()))]
+        if lp.classification in spans:
+            spans[lp.classification].setdefault(lp.path, []).append((lp.start, lp.end))
+
+    def inside(kind: str) -> list[Region]:
+        return [r for r in regions if r.anchor is not None and any(
+            start < r.anchor.start and r.anchor.end <= end
+            for start, end in spans[kind].get(r.anchor.path, ()))]
+
+    in_tile = inside("tile")
     longest = max((r.label for r in root.walk()), key=len, default="")
     same_span = sum(1 for r, parent in root.walk_with_parent()
                     if r.same_span and parent is not None and parent.children == [r])
@@ -87,6 +92,7 @@ def plan_lint(plan: Plan, stats: dict[str, int], path: list[str]) -> dict[str, o
     unbracketed = _unbracketed(plan, regions, path)
     return {
         "points_in_tile_loops": len(in_tile),
+        "points_in_spin_loops": len(inside("spin")),
         "longest_label": longest,
         "longest_label_length": len(longest),
         "same_span_levels": same_span,

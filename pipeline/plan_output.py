@@ -121,6 +121,7 @@ def render_text(plan: Plan, mode: tuple[str, str] | None = None) -> str:
         out.append("")
         out.append("plan lint:")
         out.append(f"  points in tile loops: {lint['points_in_tile_loops']}")
+        out.append(f"  points in spin-wait loops: {lint['points_in_spin_loops']}")
         out.append(f"  longest label: {lint['longest_label_length']} ({lint['longest_label']})")
         out.append(f"  same-span levels: {lint['same_span_levels']}")
         out.append(f"  setup share: {lint['setup_share']}")

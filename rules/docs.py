@@ -63,9 +63,26 @@ before any phase, then handshakes nested in a kept handshake, and never keeps a 
 
 ### Loops
 
-A loop is a **phase loop** (points inside its body, the index passed:
-`MoeTracing(id, 0, groupIdx)`) or a **tile loop** (never a point inside). The class is
-decided, in this order, from:
+A loop is a **spin wait**, a **phase loop** (points inside its body, the index passed:
+`MoeTracing(id, 0, groupIdx)`) or a **tile loop** (never a point inside).
+
+A loop is a spin wait when its exit condition is re-loaded in its body from memory
+another core or rank writes — the condition reads memory itself (`flagGm.GetValue(0)`,
+an atomic, a volatile or cache-bypassing load), or a name in it is assigned in the body
+from such a read (`sumOfFlag = sumLocal.GetValue(0);`), not counted (`i++`, `n -= k`) —
+and the body moves no payload: no nested loop, no substantial call, no copy into global
+memory; a wait primitive (`SPIN_WAIT_CYCLES`, `PipeBarrier`, `WaitFlag`), a flag read,
+or a status copy and its reduction is what it holds. A spin wait gets one `wait` region
+around the whole loop, named by the value it waits for, with no index and no point
+inside (OT413 on a point inside one). A `for` loop that declares its counter never
+polls; a counted loop of waits (`while (stageUsed > 0) { WaitFlag(...); --stageUsed; }`)
+is a phase loop holding a wait.
+
+The index passed to a loop's points is an integral counter the loop declares
+(`for (uint32_t expertIdx = 0; ...)`, or `for (groupIdx = 0; ...)` of an integral local,
+parameter or member); a loop that declares none (a `while` loop) gets no index.
+
+Otherwise the class is decided, in this order, from:
 
 1. the trip count's source, where it is visible: the names in the loop's bound and, for a
    local bound, in its initialiser. Experts, groups, stages, ranks, layers
