@@ -635,7 +635,7 @@ def _is_spin_loop(an: Analysis, fn: FunctionDef, loop: Node) -> bool:
         return False
     for call in fn.nodes_in(body, ("call_expression",)):
         site = an.call_site(fn, call)
-        if any(an.is_substantial(c) for c in site.callees if c.id != fn.id):
+        if any(an.is_substantial(c) and not _waits_only(an, c) for c in site.callees if c.id != fn.id):
             return False
         if site.name in _COPY_PRIMITIVES and _writes_global(an, fn, call):
             return False  # moves payload out: a copy loop, not a wait
@@ -656,6 +656,15 @@ _MEMORY_READ = re.compile(r"\bGetValue\s*\(|\bReadGm\w*|ByPass|\bvolatile\b|\bat
 _NAME = re.compile(r"[A-Za-z_]\w*")
 _NOT_NAMES = frozenset({"true", "false", "static_cast", "reinterpret_cast", "const_cast", "float", "int",
                         "uint32_t", "int32_t", "int64_t", "uint64_t", "half", "sizeof", "nullptr"})
+
+
+def _waits_only(an: Analysis, fn: FunctionDef) -> bool:
+    """A wait helper (`SPIN_WAIT_CYCLES()`, `DelayCycles(n)`, `WaitFlagReady()`): named for
+    waiting and moving no data itself — calling it is part of a poll, not work."""
+    if not re.search(r"spin|wait|sleep|delay", fn.name, re.I):
+        return False
+    return not any(an.call_site(fn, c).name in _COPY_PRIMITIVES
+                   for c in fn.nodes_in(fn.body, ("call_expression",)))
 
 
 def _enclosing_if_condition(node: Node, limit: Node) -> Node | None:

@@ -464,7 +464,8 @@ class Planner:
         """(phase / tile / spin, what decided it). Trip count source first, then nesting,
         then the variable's name (docs/rules.md "Loops")."""
         if is_spin_loop(self.an, fn, loop):
-            return "spin", "polls a flag until it breaks out"
+            return "spin", ("re-loads its exit condition from memory others write; moves no "
+                            "payload")
         var = loop_var(fn, loop)
         work = self._loop_has_work(fn, loop)
         blocking = self._loop_blocks(fn, loop)

@@ -29,6 +29,14 @@ extern "C" __global__ __aicore__ void poll_op(GM_ADDR x, GM_ADDR workspace, GM_A
 
 HEADER = """\
 #pragma once
+// A delay helper as UMDK's base header writes it: polling the clock, named for waiting.
+__aicore__ inline void SPIN_WAIT_CYCLES()
+{
+    int64_t st = AscendC::GetSystemCycle();
+    while (AscendC::GetSystemCycle() - st < 1000) {
+        ;
+    }
+}
 class Poll {
 public:
     __aicore__ inline void Init(GM_ADDR x) { n_ = 4; }
