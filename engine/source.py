@@ -338,8 +338,42 @@ def normalise(data: bytes, blank_words: Iterable[str]) -> bytes:
         text = _ASCEND_IS_RE.sub(lambda m: b"(ASCENDISAI" + m.group(1) + b")", text)
     if b"LAUNCH_BOUND" in text or b"__launch_bounds__" in text:
         text = _LAUNCH_BOUND_RE.sub(lambda m: b" " * len(m.group(0)), text)
+    if b"/*" in text and b"define" in text:
+        text = _blank_define_comments(text)
     assert len(text) == len(data)
     return text
+
+
+_CONTINUED_DEFINE_RE = re.compile(rb"^[ \t]*#[ \t]*define\b[^\n]*\\\r?\n", re.M)
+_BLOCK_COMMENT_RE = re.compile(rb"/\*.*?\*/", re.S)
+
+
+def _blank_define_comments(text: bytes) -> bytes:
+    """`/* ... */` comments inside a `#define` continued over several lines, blanked
+    (newlines and the continuation backslashes kept): tree-sitter-cpp reads such a
+    comment as the end of the directive, and the function after the macro (a templated
+    kernel entry) is then lost in its error recovery."""
+    out: bytearray | None = None
+    pos = 0
+    for m in _CONTINUED_DEFINE_RE.finditer(text):
+        if m.start() < pos:
+            continue
+        end = m.end()
+        while end < len(text):
+            nl = text.find(b"\n", end)
+            stop = len(text) if nl < 0 else nl + 1
+            continued = text[end:stop].rstrip(b"\r\n").endswith(b"\\")
+            end = stop
+            if not continued:
+                break
+        pos = end
+        for c in _BLOCK_COMMENT_RE.finditer(text, m.start(), end):
+            if out is None:
+                out = bytearray(text)
+            for i in range(c.start(), c.end()):
+                if text[i] not in b"\r\n" and not (text[i] == 0x5C and text[i + 1 : i + 2] in (b"\n", b"\r")):
+                    out[i] = 0x20
+    return bytes(out) if out is not None else text
 
 
 def read_source(path: Path) -> SourceFile:

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from optrace.engine.analysis import _DEFINE_RE, _OBJECT_DEFINE_RE
+from optrace.engine.cpp import CodeIndex, new_parser, parse_file
 from optrace.engine.includes import _INCLUDE_RE
 from optrace.engine.source import _DEFINE_RE as NORMALISE_DEFINE_RE
 from optrace.engine.source import (
@@ -107,3 +109,25 @@ def test_directive_matches_are_what_finditer_finds() -> None:
         for pattern in patterns:
             expected = [(m.span(), m.groups()) for m in pattern.finditer(data)]
             assert [(m.span(), m.groups()) for m in directive_matches(pattern, data)] == expected, data
+
+
+def test_comments_inside_a_continued_define_are_blanked_for_the_parse() -> None:
+    """tree-sitter-cpp ends a multi-line `#define` at a `/* */` comment in its body and
+    loses the templated entry after it; the parse sees them blanked, offsets kept."""
+    raw = ("#define IMPL(cls, ...)          \\\n"
+           "    do {                         \\\n"
+           "        /* 创建实例 */            \\\n"
+           "        cls<__VA_ARGS__> op;     \\\n"
+           "        /* a comment over \\\n"
+           "           two lines */          \\\n"
+           "        op.Process();            \\\n"
+           "    } while (0)\n"
+           "/* outside: kept */\n"
+           "template <int8_t MODE>\n"
+           "__global__ __aicore__ void tpl_op(GM_ADDR x) { IMPL(Kernel, MODE); }\n").encode()
+    text = normalise(raw, DEFAULT_QUALIFIERS)
+    assert len(text) == len(raw) and text.count(b"\\\n") == raw.count(b"\\\n")
+    assert "创建".encode() not in text and b"two lines" not in text and b"/* outside: kept */" in text
+    index = CodeIndex()
+    index.add_file(parse_file(new_parser(), SourceFile(Path("k.cpp"), raw, text)))
+    assert [f.name for f in index.functions.values()] == ["tpl_op"]
