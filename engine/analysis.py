@@ -480,10 +480,8 @@ def analyse_operator(op_dir: Path, repo_root: Path | None = None) -> Analysis:
     entry_path = layers.entry.path.resolve()
     entry_fn = _find_entry_fn(index, entry_path, layers.entry.line, layers.entry.name)
     if entry_fn is None:
-        raise InputError(
-            Diagnostic("OT010", f"kernel entry `{layers.entry.name}` could not be parsed",
-                       entry_path, layers.entry.line)
-        )
+        raise InputError(unreadable_entry(layers.entry.name, entry_path, layers.entry.line,
+                                          parsed.get(entry_path)))
     declaration = declare_cores(layers, entry_path, includes.files[entry_path].raw)
     mixed, cores = _kernel_cores(parsed, declaration)
     an = Analysis(layers, config, includes, parsed, index, nx.DiGraph(), entry_fn, mixed, cores,
@@ -514,6 +512,26 @@ def _parse_score(pf: ParsedFile, entry_line: int) -> tuple[bool, int]:
         and (decl := f.child_by_field_name("declarator")) is not None and not decl.has_error
         for f in pf.nodes.within(pf.tree.root_node, ("function_definition",)))
     return has_entry, -len(pf.error_lines)
+
+
+def unreadable_entry(name: str, path: Path, line: int, pf: ParsedFile | None) -> Diagnostic:
+    """OT010 for an entry discovery found but the parse holds no function for: the
+    construct tree-sitter could not read, by its line and text (the first parse error at
+    or after the entry's line, else the last before it)."""
+    errors = pf.error_lines if pf is not None else []
+    after = [n for n in errors if n >= line]
+    at = after[0] if after else (errors[-1] if errors else 0)
+    if pf is None or not at:
+        return Diagnostic("OT010", f"kernel entry `{name}` is declared here but no function definition "
+                          "of that name could be read from the file", path, line)
+    start = pf.src.line_starts[at - 1]
+    end = pf.src.raw.find(b"\n", start)
+    line_bytes = pf.src.raw[start : end if end >= 0 else len(pf.src.raw)]
+    text = " ".join(line_bytes.decode("utf-8", "replace").split())
+    shown = text if len(text) <= 80 else text[:77] + "..."
+    return Diagnostic("OT010", f"kernel entry `{name}` is not read as a function: the construct at line "
+                      f"{at} does not parse (`{shown}`); rewrite it, or tell optrace the entry's shape "
+                      "in an issue with that line", path, line)
 
 
 def _find_entry_fn(index: CodeIndex, path: Path, line: int, name: str) -> FunctionDef | None:

@@ -396,7 +396,10 @@ class Planner:
             self.walk_calls(fn, node, ctx, parent)
 
     def walk_if(self, fn: FunctionDef, node: Node, ctx: Ctx, parent: Region,
-                chain: tuple[str, int] | None = None) -> None:
+                chain: tuple[str, int] | None = None, prior: tuple[str, ...] = ()) -> None:
+        """An `if`: a core-type or role test narrows the context; a variant dispatch (an
+        `if constexpr` / tiling-key chain) makes each arm a variant, labelled by what
+        selects it — its own condition after the negations of the arms before it."""
         cond = node.child_by_field_name("condition")
         cond_text = text_of(fn.src, cond) if cond is not None else ""
         core = core_of_condition(cond_text)
@@ -419,10 +422,12 @@ class Planner:
             inner_cond = cond_text.strip()
             inner_cond = inner_cond[1:-1].strip() if inner_cond.startswith("(") and inner_cond.endswith(")") \
                 else inner_cond
-            self.conditions[(chain_id, arm)] = inner_cond or "?"
+            inner_cond = " ".join(inner_cond.split()) or "?"
+            negated = tuple(f"!({c})" for c in prior)
+            self.conditions[(chain_id, arm)] = " && ".join((*negated, inner_cond))
             alt_node = node.child_by_field_name("alternative")
             if alt_node is not None and not any(c.type == "if_statement" for c in alt_node.named_children):
-                self.conditions[(chain_id, arm + 1)] = f"!({inner_cond})"
+                self.conditions[(chain_id, arm + 1)] = " && ".join((*negated, f"!({inner_cond})"))
         cons = node.child_by_field_name("consequence")
         if cons is not None and then_ctx.cores:
             self.walk_stmt(fn, cons, then_ctx, parent)
@@ -430,7 +435,7 @@ class Planner:
         if alt is not None and else_ctx.cores:
             for c in alt.named_children:
                 if dispatch and c.type == "if_statement":
-                    self.walk_if(fn, c, else_ctx, parent, (chain_id, arm + 1))
+                    self.walk_if(fn, c, else_ctx, parent, (chain_id, arm + 1), (*prior, inner_cond))
                 elif dispatch:
                     self.walk_stmt(fn, c, replace(else_ctx, variant=(*ctx.variant, (chain_id, arm + 1))),
                                    parent)
@@ -450,7 +455,7 @@ class Planner:
         ifdef = "#ifdef" if text_of(fn.src, node).lstrip().startswith("#ifdef") else "#ifndef"
         kind = {"preproc_ifdef": ifdef, "preproc_else": "#else"}.get(
             node.type, "#if" if node.type == "preproc_if" else "#elif")
-        self.conditions[(chain_id, arm)] = f"{kind} {head}".strip()
+        self.conditions[(chain_id, arm)] = " ".join(f"{kind} {head}".split())
         for child in node.named_children:
             if alt is not None and child.id == alt.id:
                 self.walk_preproc(fn, child, ctx, parent, (chain_id, arm + 1))

@@ -22,6 +22,7 @@ CASES = {
     "moe_pipeline": FIXTURES / "moe_pipeline" / "fused_moe_pipeline",
     "class_model": FIXTURES / "class_model" / "norm" / "moe_norm_inherit",
     "spin_wait": FIXTURES / "spin_wait" / "moe_combine_poll",
+    "templated_entry": FIXTURES / "templated_entry" / "matmul" / "moe_group_gemm",
 }
 
 
