@@ -514,6 +514,109 @@ def _parse_score(pf: ParsedFile, entry_line: int) -> tuple[bool, int]:
     return has_entry, -len(pf.error_lines)
 
 
+@dataclass(frozen=True)
+class Unfollowed:
+    """A call the call graph could not follow: where, what was called, and why."""
+
+    path: Path
+    line: int
+    call: str
+    why: str
+
+
+# Types whose methods are the AscendC / matmul library's, not the operator's: a call on
+# one is an intrinsic, never a call the graph should have followed.
+_LIBRARY_TYPES = re.compile(r"^(?:AscendC|matmul|Catlass|catlass|std|Act|Arch|Gemm|Epilogue)::|"
+                            r"^(?:LocalTensor|GlobalTensor|TQue|TQueBind|TPipe|TBuf|TBufPool|Matmul\w*|"
+                            r"MatmulImpl|TensorDesc|Shape|Layout\w*|DataCopy\w*Params|\w*Params|\w*Tiling\w*|"
+                            r"GM_ADDR|half|float|bfloat16_t|u?int\d+_t|int|bool|auto)\b")
+_STEP_DEPTH = 3  # the entry, the kernel class's steps, what they call
+
+
+def unfollowed_calls(an: Analysis) -> list[Unfollowed]:
+    """Calls from the entry and, three levels down, from what it reaches, that the graph
+    could not follow, each with its reason: where a trace stops short without a word."""
+    out: list[Unfollowed] = []
+    seen: set[str] = set()
+    reported: set[tuple[Path, int]] = set()
+    level = [an.entry_fn]
+    for _ in range(_STEP_DEPTH):
+        nxt: list[FunctionDef] = []
+        for fn in level:
+            if fn.id in seen:
+                continue
+            seen.add(fn.id)
+            for call in fn.nodes_in(fn.body, ("call_expression",)):
+                site = an.call_site(fn, call)
+                if site.callees:
+                    nxt.extend(c for c in site.callees if c.id not in seen)
+                    continue
+                why = _why_unfollowed(an, fn, call, site.name)
+                if why is not None:
+                    where = (fn.src.path, fn.src.line_of(call.start_byte))
+                    if where in reported:
+                        continue
+                    reported.add(where)
+                    spelled = " ".join(text_of(fn.src, call).split())
+                    spelled = spelled if len(spelled) <= 60 else spelled[:57] + "..."
+                    out.append(Unfollowed(*where, spelled, why))
+        level = nxt
+    return out
+
+
+def _why_unfollowed(an: Analysis, fn: FunctionDef, call: Node, name: str) -> str | None:
+    """Why a call with no callee is one the graph should have followed, or None for a
+    library intrinsic, a macro or a call of no type optrace knows."""
+    func = call.child_by_field_name("function")
+    if func is None or name in RUNTIME_NAMES:
+        return None
+    if func.type in ("parenthesized_expression", "pointer_expression"):
+        # `(*fn)(x)` is a call through a pointer; `(GM_ADDR)(p)` is a C-style cast.
+        if text_of(fn.src, func).strip("( ").startswith("*"):
+            return "a call through a function pointer: its target is chosen at run time"
+        return None
+    if func.type == "identifier":
+        tname = an.local_type(fn, name, call.start_byte)
+        if tname is not None and ("(*" in tname or "function" in tname or tname.endswith("*")):
+            return f"a call through the function pointer `{name}`: its target is chosen at run time"
+        return None
+    if func.type != "field_expression":
+        return None
+    arg = func.child_by_field_name("argument")
+    if arg is None:
+        return None
+    recv = text_of(fn.src, arg).strip()
+    head = re.split(r"->|\.|\[", recv.lstrip("*&("), maxsplit=1)[0].strip("() ")
+    if not head or head == "this" or "_cast" in recv:
+        return None
+    tname = an.local_type(fn, head, call.start_byte)
+    if tname is None and fn.scope in an.index.classes:
+        tname = an.index.classes[fn.scope].fields.get(head)
+    if tname is None or _LIBRARY_TYPES.search(tname.strip()):
+        return None
+    base = base_type_name(tname)
+    info = an.index.classes.get(fn.scope)
+    if info is not None and base in info.template_params:
+        return (f"a dependent name: `{head}` has the type of the template parameter `{base}`, "
+                "and no class in the files read derives from this one to bind it")
+    classes = an.index.resolve_class(tname, fn.scope)
+    if not classes:
+        if not base or not base[:1].isupper() or base.isupper():
+            return None  # a macro-made or builtin type: nothing to follow
+        # The CANN headers are absent everywhere; name the operator's own first.
+        missing = [t for _, _, t in an.includes.missing
+                   if not t.startswith(("kernel_operator", "kernel_tiling", "lib/"))]
+        absent = f" (absent headers: {', '.join(missing[:2])}{', ...' if len(missing) > 2 else ''})" \
+            if missing else ""
+        return f"the class `{base}` of `{head}` is not in the files read{absent}"
+    unresolved = [b for c in classes for b in (an.index.classes[c].bases if c in an.index.classes else [])
+                  if not an.index.resolve_class(base_type_name(b), c)]
+    if unresolved:
+        return (f"`{base}` has no method `{name}` in the files read; it may come from its base "
+                f"`{unresolved[0]}`, which is not")
+    return f"`{base}` has no method `{name}` in the files read"
+
+
 def unreadable_entry(name: str, path: Path, line: int, pf: ParsedFile | None) -> Diagnostic:
     """OT010 for an entry discovery found but the parse holds no function for: the
     construct tree-sitter could not read, by its line and text (the first parse error at

@@ -52,6 +52,8 @@ _TABLE: tuple[Code, ...] = (
     Code("OT021", "an included header is not found (absent submodule?)", I, "diagnostics.md"),
     Code("OT022", "preprocessor conditionals split the entry's statements: read as their first arm", I,
          "diagnostics.md"),
+    Code("OT023", "a call the call graph cannot follow, and why (the trace stops there)", I,
+         "diagnostics.md"),
     Code("OT030", "cannot write an output file", E, "input-matrix.md"),
     # The edit engine and the journal.
     Code("OT040", "two edits overlap", E, "edits.md"),
@@ -169,6 +171,12 @@ _NOTES = {
              "(or two heads share one parameter list) can cost tree-sitter the whole kernel entry; the "
              "entry is then read as the first arm of each conditional (offsets unchanged), and the "
              "other arms are not planned.",
+    "OT023": "A call from the kernel entry or the kernel class's steps that the call graph could "
+             "not follow: its receiver's class is not in the files read (an absent header), its "
+             "type is a template parameter no class is bound to (a dependent name), it goes "
+             "through a function pointer, or the class has no such method optrace can see. The "
+             "plan names it at the call with the reason; on a root-only or thin tree (nothing "
+             "but setup below the root) it is a warning — that call is where the trace stops.",
     "OT300": "`apply --check` / `strip --check`: the tree is not what the command would write "
              "(exit 1), as ruff's `--check`.",
     "OT302": "apply refuses to place a region's points where the code does not parse.",

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from optrace.engine.analysis import BLOCKING_PRIMITIVES, SET_PRIMITIVES, Analysis, analyse_operator
-from optrace.engine.diagnostics import display_path
+from optrace.engine.analysis import (
+    BLOCKING_PRIMITIVES,
+    SET_PRIMITIVES,
+    Analysis,
+    analyse_operator,
+    unfollowed_calls,
+)
+from optrace.engine.diagnostics import Diagnostic, Severity, display_path
 from optrace.engine.model import Kind, Region, assign_labels
 from optrace.engine.plan import Plan
 from optrace.engine.planner import Planner
@@ -37,6 +43,7 @@ def plan_from_analysis(analysis: Analysis, lint: bool = True) -> Plan:
         rule.apply(ctx)
         assign_labels(root)
     _resolve_shared(root)
+    ctx.findings.extend(stop_reasons(analysis, root))
     plan = Plan(analysis, root, planner.loops, planner.roles, ctx.findings)
     plan.per_core = labels_per_core(root)
     plan.capacity = estimate(root, cfg.trip_counts)
@@ -45,6 +52,29 @@ def plan_from_analysis(analysis: Analysis, lint: bool = True) -> Plan:
         path = [analysis.entry_fn.id, *(fid for fid, _ in planner.expanded)]
         plan.lint = plan_lint(plan, ctx.stats, path)
     return plan
+
+
+def is_thin(root: Region) -> bool:
+    """Nothing but setup below the root: the trace would time the launch and its Init."""
+    return not any(r.kind != Kind.ROOT and r.cost != "setup" for r in root.walk())
+
+
+def stop_reasons(analysis: Analysis, root: Region) -> list[Diagnostic]:
+    """OT023 for each call from the entry and its steps the call graph could not follow: a
+    note on a full tree, a warning on a thin one (that call is where the trace stops). A
+    thin tree with no such call says that what it reached holds no phase work."""
+    thin = is_thin(root)
+    severity = Severity.WARNING if thin else Severity.INFO
+    out = [Diagnostic("OT023", f"`{u.call}` is not followed: {u.why}", u.path, u.line, severity)
+           for u in unfollowed_calls(analysis)]
+    if thin and not out:
+        entry = analysis.entry_fn
+        reached = analysis.callgraph.number_of_nodes() - 1
+        out.append(Diagnostic(
+            "OT023", f"the tree stops at the root: the {reached} function(s) the entry reaches hold no "
+            "phase work optrace can see (no loop over experts / groups, no wait, no call of real size)",
+            entry.src.path, entry.line, Severity.WARNING))
+    return out
 
 
 def variants_of(root: Region, conditions: dict[tuple[str, int], str]) -> list[dict[str, object]]:

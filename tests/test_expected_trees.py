@@ -23,6 +23,7 @@ CASES = {
     "class_model": FIXTURES / "class_model" / "norm" / "moe_norm_inherit",
     "spin_wait": FIXTURES / "spin_wait" / "moe_combine_poll",
     "templated_entry": FIXTURES / "templated_entry" / "matmul" / "moe_group_gemm",
+    "unresolved_call": FIXTURES / "unresolved_call" / "moe_gate_stub",
 }
 
 

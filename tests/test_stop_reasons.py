@@ -1,0 +1,120 @@
+"""A call the call graph cannot follow is a finding (OT023) at the call, naming why; on a
+root-only or thin tree it is a warning, the place the trace stops."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from optrace.engine.diagnostics import Severity
+from optrace.pipeline.plan import is_thin, plan_operator
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURE = ROOT / "fixtures" / "unresolved_call" / "moe_gate_stub"
+
+ENTRY = """\
+#include "kernel_operator.h"
+#include "k.h"
+extern "C" __global__ __aicore__ void stop_op(GM_ADDR x, GM_ADDR workspace, GM_ADDR tiling)
+{
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
+    Stop op;
+    op.Init(x);
+    op.Process();
+}
+"""
+
+
+def _op(tmp_path: Path, header: str) -> Path:
+    op = tmp_path / "stop_op"
+    (op / "op_kernel").mkdir(parents=True)
+    (op / "op_kernel" / "stop_op.cpp").write_text(ENTRY)
+    (op / "op_kernel" / "k.h").write_text(header)
+    return op
+
+
+def _reasons(op: Path) -> list[tuple[int, str, Severity]]:
+    plan = plan_operator(op)
+    return [(d.line, d.message, d.severity) for d in plan.findings if d.code == "OT023"]
+
+
+def test_the_fixture_names_the_absent_class_and_the_function_pointer() -> None:
+    reasons = _reasons(FIXTURE)
+    assert [line for line, _, _ in reasons] == [29, 30]
+    assert "the class `Selector` of `selector` is not in the files read" in reasons[0][1]
+    assert "third_party/fast_topk/fast_topk.h" in reasons[0][1]
+    assert "function pointer" in reasons[1][1]
+    assert all(sev == Severity.INFO for _, _, sev in reasons)  # the tree is not thin
+
+
+def test_on_a_thin_tree_the_stop_is_a_warning(tmp_path: Path) -> None:
+    op = _op(tmp_path, """\
+#pragma once
+class Stop {
+public:
+    __aicore__ inline void Init(GM_ADDR x) { n_ = 1; }
+    __aicore__ inline void Process() { (*finish_)(this); }
+    void (*finish_)(Stop *) = nullptr;
+    int n_ = 0;
+};
+""")
+    plan = plan_operator(op)
+    assert is_thin(plan.root)
+    reasons = [(d.path.name, d.line, d.severity) for d in plan.findings if d.code == "OT023"]
+    assert reasons == [("k.h", 5, Severity.WARNING)]
+
+
+def test_a_dependent_name_is_named(tmp_path: Path) -> None:
+    op = _op(tmp_path, """\
+#pragma once
+template <typename Impl>
+class StopBase {
+public:
+    __aicore__ inline void Process() { impl_.Run(); }
+    Impl impl_;
+};
+class Stop : public StopBase<int> {
+public:
+    __aicore__ inline void Init(GM_ADDR x) { }
+};
+""")
+    reasons = _reasons(op)
+    assert len(reasons) == 1 and reasons[0][0] == 5
+    assert "dependent name: `impl_` has the type of the template parameter `Impl`" in reasons[0][1]
+
+
+def test_a_thin_tree_with_nothing_unfollowed_says_what_it_reached(tmp_path: Path) -> None:
+    op = _op(tmp_path, """\
+#pragma once
+class Stop {
+public:
+    __aicore__ inline void Init(GM_ADDR x) { n_ = 1; }
+    __aicore__ inline void Process() { n_ += 1; }
+    int n_ = 0;
+};
+""")
+    reasons = _reasons(op)
+    assert len(reasons) == 1 and reasons[0][2] == Severity.WARNING
+    assert "stops at the root" in reasons[0][1] and "2 function(s)" in reasons[0][1]
+
+
+def test_followed_calls_and_library_calls_are_not_findings(tmp_path: Path) -> None:
+    op = _op(tmp_path, """\
+#pragma once
+class Stop {
+public:
+    __aicore__ inline void Init(GM_ADDR x) { xGm_.SetGlobalBuffer((__gm__ float *)x); }
+    __aicore__ inline void Process()
+    {
+        for (uint32_t expertIdx = 0; expertIdx < n_; ++expertIdx) {
+            AscendC::LocalTensor<float> t = q_.AllocTensor<float>();
+            AscendC::DataCopy(t, xGm_[expertIdx], n_);
+            q_.FreeTensor(t);
+            AscendC::SyncAll();
+        }
+    }
+    AscendC::TQue<AscendC::TPosition::VECIN, 2> q_;
+    AscendC::GlobalTensor<float> xGm_;
+    uint32_t n_ = 0;
+};
+""")
+    assert _reasons(op) == []
