@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from itertools import islice
 from pathlib import Path
+
+import networkx as nx
 
 from optrace.engine.analysis import (
     BLOCKING_PRIMITIVES,
@@ -67,6 +70,20 @@ def stop_reasons(analysis: Analysis, root: Region) -> list[Diagnostic]:
     severity = Severity.WARNING if thin else Severity.INFO
     out = [Diagnostic("OT023", f"`{u.call}` is not followed: {u.why}", u.path, u.line, severity)
            for u in unfollowed_calls(analysis)]
+    g = analysis.callgraph
+    # Recursion: each function is planned once, so a call back into the chain is where
+    # its expansion stops (a few cycles named; Johnson's search yields them lazily).
+    order = {n: i for i, n in enumerate(g)}  # discovery order from the entry
+    for found in islice(nx.simple_cycles(g), 5):
+        start = min(range(len(found)), key=lambda i: order[found[i]])
+        cycle = found[start:] + found[:start]  # from the function the walk met first
+        first, back = cycle[0], cycle[-1]
+        where = Path(str(g.nodes[back].get("file", "")))
+        names = " -> ".join(str(g.nodes[n].get("label", n)) for n in (*cycle, first))
+        out.append(Diagnostic(
+            "OT023", f"recursion {names}: the call back into `{g.nodes[first].get('label', first)}` is "
+            "not followed (its body is planned once)",
+            where, int(g.edges[back, first].get("line", 0)), Severity.INFO))
     if thin and not out:
         entry = analysis.entry_fn
         reached = analysis.callgraph.number_of_nodes() - 1

@@ -118,3 +118,27 @@ public:
 };
 """)
     assert _reasons(op) == []
+
+
+def test_recursion_is_named_where_the_call_goes_back(tmp_path: Path) -> None:
+    op = _op(tmp_path, """\
+#pragma once
+class Stop {
+public:
+    __aicore__ inline void Init(GM_ADDR x) { n_ = 1; }
+    __aicore__ inline void Process() { Split(n_); }
+    __aicore__ inline void Split(int depth)
+    {
+        for (int expertIdx = 0; expertIdx < depth; ++expertIdx) {
+            AscendC::SyncAll();
+            Merge(depth - 1);
+        }
+    }
+    __aicore__ inline void Merge(int depth) { if (depth > 0) { Split(depth); } }
+    int n_ = 0;
+};
+""")
+    plan = plan_operator(op)
+    rec = [d for d in plan.findings if d.code == "OT023" and "recursion" in d.message]
+    assert len(rec) == 1 and rec[0].line == 13 and rec[0].path.name == "k.h"
+    assert "Stop::Split -> Stop::Merge -> Stop::Split" in rec[0].message
