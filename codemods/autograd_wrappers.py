@@ -41,8 +41,8 @@ from optrace.codemods.layer_common import (
 )
 from optrace.codemods.registration import declaration_files, registration_files
 from optrace.codemods.torch_adapter import (
-    _angle_close,
     adapter_functions,
+    angle_close,
     hand_instrumented,
     meta_functions,
     return_type_edits,
@@ -152,7 +152,7 @@ def _extra(path: Path, data: bytes, fn: CppFunction, counts: dict[str, int | Non
         var = m.group(2).decode()
         edits = []
         if m.group(1).startswith(b"std::tuple"):
-            edits.append(fragment(path, _angle_close(code, code.index(b"<", m.start())), b", at::Tensor",
+            edits.append(fragment(path, angle_close(code, code.index(b"<", m.start())), b", at::Tensor",
                                   CODEMOD, "result type"))
         if count is None:
             return f"{var}.back()", edits, var
@@ -184,7 +184,7 @@ def _wrapper_edits(path: Path, data: bytes, fn: CppFunction, counts: dict[str, i
         tup = re.match(rb"(?:std::)?(make_tuple|forward_as_tuple|tuple\s*<)", expr)
         if tup is not None and expr.endswith(b")"):
             if tup.group(1).startswith(b"tuple"):
-                needs.append(fragment(path, _angle_close(code, code.index(b"<", e_start)), b", at::Tensor",
+                needs.append(fragment(path, angle_close(code, code.index(b"<", e_start)), b", at::Tensor",
                                       CODEMOD, "return"))
             needs.append(fragment(path, e_end - 1, tail, CODEMOD, "return"))
             continue

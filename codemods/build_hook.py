@@ -45,7 +45,7 @@ SHELL_SUFFIXES = (".sh", ".bash")
 
 _COPY_RE = re.compile(rb"^[ \t]*(?:cp|rsync|install|cp\s+-\w+)\b([^\n#]*)$", re.M)
 _FUNC_RE = re.compile(rb"^[ \t]*(?:function[ \t]+)?([A-Za-z_][\w-]*)[ \t]*\([ \t]*\)[ \t]*\{?[ \t]*$", re.M)
-_BUILD_CMD_RE = re.compile(
+BUILD_CMD_RE = re.compile(
     rb"^[ \t]*(?:cmake\b|make\b|ninja\b|python3?\s+setup\.py|bash\s+\S*build|\./build\.sh|msopgen\b)", re.M
 )
 _SCRIPT_DIR_RE = re.compile(rb'^[ \t]*(?:local[ \t]+|export[ \t]+)?(\w+)=["\']?\$\(\s*cd\s+"?'
@@ -54,7 +54,7 @@ _SCRIPT_DIR_RE = re.compile(rb'^[ \t]*(?:local[ \t]+|export[ \t]+)?(\w+)=["\']?\
 _BUILD_DIR_RE = re.compile(rb"(?:-B[ \t]*|mkdir[ \t]+-p[ \t]+)(\"?\$\{?\w+\}?(?:/[\w./${}-]*)?\"?)")
 _CMAKE_TARGET_RE = re.compile(rb"^[ \t]*(?:add_kernels_compile|ascendc_library|add_ops_compile_options|"
                               rb"npu_op_kernel|add_library)\s*\(", re.M)
-_HOOK_BLOCK_RE = re.compile(
+HOOK_BLOCK_RE = re.compile(
     rb"^[ \t]*" + re.escape(HOOK_START) + rb"[^\n]*\n.*?^[ \t]*" + re.escape(HOOK_END) + rb"[^\r\n]*",
     re.S | re.M,
 )
@@ -83,10 +83,10 @@ def build_script(layers: Layers) -> Path | None:
             if sibling not in shell and re.search(rb"^[ \t]*cmake\b", clean_bytes(sibling), re.M):
                 shell.append(sibling)
     for path in shell:
-        if _kernel_copies(clean_bytes(path)):
+        if kernel_copies(clean_bytes(path)):
             return path
     for path in shell:
-        if _BUILD_CMD_RE.search(clean_bytes(path)):
+        if BUILD_CMD_RE.search(clean_bytes(path)):
             return path
     cmake = [p for p in scripts if p.name == "CMakeLists.txt" or p.suffix == ".cmake"]
     for candidate in cmake:
@@ -109,24 +109,24 @@ def _code_lines(data: bytes) -> list[tuple[int, bytes]]:
 _KERNEL_SRC_RE = re.compile(rb"op_kernel/?[\"']?/?\*?[\"']?$")
 
 
-def _kernel_copies(data: bytes) -> list[re.Match[bytes]]:
+def kernel_copies(data: bytes) -> list[re.Match[bytes]]:
     """`cp` / `rsync` / `install` lines copying a kernel folder (or its contents), not a
     single file such as op_kernel/CMakeLists.txt."""
     out = []
     for m in _COPY_RE.finditer(data):
-        words = _words(m.group(1))
+        words = shell_words(m.group(1))
         if len(words) >= 2 and any(_KERNEL_SRC_RE.search(w) for w in words[:-1]):
             out.append(m)
     return out
 
 
-def _words(args: bytes) -> list[bytes]:
+def shell_words(args: bytes) -> list[bytes]:
     """Shell words of a command's arguments, quotes kept, options dropped."""
     words = re.findall(rb'"[^"]*"[^\s]*|\'[^\']*\'|\S+', args)
     return [w for w in words if not w.startswith(b"-") and w not in (b"2>/dev/null", b"||", b"true")]
 
 
-def _enclosing_function(data: bytes, offset: int) -> tuple[int, int] | None:
+def enclosing_function(data: bytes, offset: int) -> tuple[int, int] | None:
     """(start, closing-brace line start) of the shell function around `offset`."""
     for m in _FUNC_RE.finditer(data, 0, offset):
         close = re.compile(rb"^\}[ \t]*$", re.M).search(data, m.end())
@@ -155,7 +155,7 @@ def _after_compound(data: bytes, offset: int) -> int:
 
 
 def _dest_dir(args: bytes) -> str | None:
-    words = _words(args)
+    words = shell_words(args)
     if len(words) < 2:
         return None
     dest = words[-1].decode(errors="replace")
@@ -174,12 +174,12 @@ def _parent(word: str) -> str:
 
 
 def shell_site(path: Path, data: bytes, layers: Layers) -> HookSite:
-    copies = _kernel_copies(data)
+    copies = kernel_copies(data)
     if copies:
         last = copies[-1]
         dest = _dest_dir(last.group(1)) or '"."'
         src = dest
-        fn = _enclosing_function(data, last.start())
+        fn = enclosing_function(data, last.start())
         if fn is not None:
             at, indent = fn[1], _body_indent(data, fn[0], fn[1])
         else:
@@ -188,7 +188,7 @@ def shell_site(path: Path, data: bytes, layers: Layers) -> HookSite:
         return HookSite(at, indent, src, out, True, f"after the kernels are copied (line "
                         f"{line_number(data, last.start())})")
     # builds from the source tree
-    build = _BUILD_CMD_RE.search(data)
+    build = BUILD_CMD_RE.search(data)
     at = line_start(data, build.start()) if build else len(data)
     indent = leading_ws(data, build.start()) if build else b""
     script_dir = _SCRIPT_DIR_RE.search(data)
@@ -467,7 +467,7 @@ def build_hook_edits(plan: Plan, mode: str) -> list[Edit]:
         lines, note = cmake_block(path, layers)
         target = _CMAKE_TARGET_RE.search(data)
         at = line_start(data, target.start()) if target else len(data)
-    foreign = _HOOK_BLOCK_RE.search(data)
+    foreign = HOOK_BLOCK_RE.search(data)
     if foreign is not None:
         # A hook block written by hand (the legacy preprocessor): replace it in place and
         # keep it for strip.

@@ -176,7 +176,7 @@ def return_type_edits(path: Path, data: bytes, type_span: tuple[int, int] | None
     text = data[start:end]
     if re.search(rb"\btuple\s*<", text):
         code = mask(data)
-        close = _angle_close(code, code.index(b"<", start))
+        close = angle_close(code, code.index(b"<", start))
         return [fragment(path, close, b", at::Tensor", codemod, "return type")]
     if re.fullmatch(rb"(?:at::|torch::)?Tensor", text.strip()):
         return [Edit(path, start, start, FRAG_OPEN + b"std::tuple<" + FRAG_CLOSE, codemod, "return type"),
@@ -187,7 +187,7 @@ def return_type_edits(path: Path, data: bytes, type_span: tuple[int, int] | None
     return []  # std::vector<at::Tensor>, an alias of it, auto: the value carries the new element
 
 
-def _angle_close(code: bytes, open_at: int) -> int:
+def angle_close(code: bytes, open_at: int) -> int:
     depth = 0
     for i in range(open_at, len(code)):
         if code[i] == 0x3C:
@@ -213,7 +213,7 @@ def return_value_edits(path: Path, data: bytes, fn: CppFunction, codemod: str) -
         call = re.match(rb"(?:std::)?(make_tuple|forward_as_tuple|tie|tuple\s*<)", expr)
         if call is not None and expr.endswith(b")"):
             if call.group(1).startswith(b"tuple"):
-                close = _angle_close(code, code.index(b"<", expr_start))
+                close = angle_close(code, code.index(b"<", expr_start))
                 edits.append(fragment(path, close, b", at::Tensor", codemod, "return"))
             edits.append(fragment(path, expr_end - 1, b", " + PROFILING_VAR.encode(), codemod, "return"))
             continue

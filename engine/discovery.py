@@ -257,7 +257,7 @@ class RepoIndex:
         """Shell / CMake files that build Ascend kernels (the same for every operator)."""
         if self._build_scripts is None:
             self._build_scripts = [
-                p for p in self.scripts if _builds_kernels(_read(p) or b"")
+                p for p in self.scripts if _builds_kernels(read_bounded(p) or b"")
             ]
         return self._build_scripts
 
@@ -290,7 +290,7 @@ class RepoIndex:
         lowered: list[bytes | None] = []
         kept = 0
         for path in self.files:
-            data = _read(path)
+            data = read_bounded(path)
             low = None if data is None else data.lower()
             kept += len(low or b"")
             lowered.append(low)
@@ -332,7 +332,7 @@ def repo_index(root: Path) -> RepoIndex:
     return _REPO_INDEXES[root]
 
 
-def _read(path: Path, limit: int = SEARCH_LIMIT_BYTES) -> bytes | None:
+def read_bounded(path: Path, limit: int = SEARCH_LIMIT_BYTES) -> bytes | None:
     try:
         data = read_regular(path, bound=limit)
     except OSError:
@@ -408,7 +408,7 @@ def find_entries(kernel_files: list[Path]) -> list[EntryPoint]:
     """
     entries: list[EntryPoint] = []
     for path in kernel_files:
-        data = _read(path)
+        data = read_bounded(path)
         if data is not None:
             entries.extend(entries_in(path, data))
     return entries
@@ -465,7 +465,7 @@ def find_macro_entries(kernel_files: list[Path]) -> list[MacroEntry]:
     its `#define` when it is not invoked in these files)."""
     found: list[MacroEntry] = []
     for path in kernel_files:
-        data = _read(path)
+        data = read_bounded(path)
         if data is None or b"__global__" not in data or not _GLOBAL_RE.search(data):
             continue
         code = blank_comments(data)
@@ -506,7 +506,7 @@ def find_operator_dirs(root: Path) -> list[Path]:
         op_dir = operator_dir_of(path, root)
         if op_dir is None or op_dir in found:
             continue
-        data = _read(path)
+        data = read_bounded(path)
         if data is not None and b"__global__" in data and _GLOBAL_RE.search(data) and find_entries([path]):
             found.add(op_dir)
     return sorted(found)
@@ -572,7 +572,7 @@ def discover(op_dir: Path, repo_root: Path, config: Config) -> Layers:
     # --- inside the operator directory ---------------------------------------------------
     camel = op_name_pattern(op_name)  # any spelling: `MoeGmmFFNGate` for moe_gmm_ffn_gate
     for path in cpp_files:
-        data = _read(path)
+        data = read_bounded(path)
         if data is None:
             continue
         name = path.name.lower()
@@ -685,7 +685,7 @@ def _torch_names(index: RepoIndex, op_name: str, launchers: set[str]) -> list[st
     if not launchers:
         return names
     for path in index.mentioning(*[n.encode() for n in launchers]):
-        data = _read(path)
+        data = read_bounded(path)
         if data is None or path.suffix.lower() not in CPP_EXTS:
             continue
         for m in _IMPL_RE.finditer(blank_comments(data)):
@@ -709,7 +709,7 @@ def _search_repository(layers: Layers, op_dir: Path, put: object, sample_globs: 
     exec_re = launch_pattern(layers.op_name)  # what the torch codemod reads as a launch
     index = repo_index(layers.repo_root)
     for path in index.build_scripts():
-        put("build_script", path, _read(path), _BUILD_RE.pattern, "copies / builds the kernels")
+        put("build_script", path, read_bounded(path), _BUILD_RE.pattern, "copies / builds the kernels")
     spelled = layers.camel.encode()  # the index is lower case: one spelling finds them all
     candidates = index.mentioning(op, spelled, b"aclnn" + spelled, b"aclnn_" + op,
                                   b"aclnnInner" + spelled + b"GetWorkspaceSize")
@@ -719,7 +719,7 @@ def _search_repository(layers: Layers, op_dir: Path, put: object, sample_globs: 
     for path in candidates:
         if path.suffix.lower() not in CPP_EXTS or "op_kernel" in path.parts:
             continue
-        data = _read(path)
+        data = read_bounded(path)
         code = blank_comments(data) if data is not None else b""
         for m in exec_re.finditer(code) if LAUNCH_HINT in code else ():
             fn = _enclosing_function(code, m.start())
@@ -751,7 +751,7 @@ def _search_repository(layers: Layers, op_dir: Path, put: object, sample_globs: 
         ext = path.suffix.lower()
         if inside and ext in CPP_EXTS:
             # Direct-launch projects keep the launcher (EXEC_KERNEL_CMD) in op_host/.
-            data = _read(path)
+            data = read_bounded(path)
             code = blank_comments(data) if data is not None else b""
             if "op_kernel" not in path.parts and LAUNCH_HINT in code and exec_re.search(code):
                 put("torch_adapter", path, code, exec_re.pattern, "EXEC_*_CMD call")
@@ -761,7 +761,7 @@ def _search_repository(layers: Layers, op_dir: Path, put: object, sample_globs: 
             continue
         if inside:
             continue
-        data = _read(path)
+        data = read_bounded(path)
         if data is None:
             continue
         if ext in CPP_EXTS:
@@ -790,7 +790,7 @@ def _search_repository(layers: Layers, op_dir: Path, put: object, sample_globs: 
         copy_re = re.compile(rb"\b(cp|rsync|copy)\b[^\n]*(op_kernel|ascend_kernels|\$\{?\w*kernel)", re.I)
 
         def score(f: LayerFile) -> tuple[int, int]:
-            data = _read(f.path) or b""
+            data = read_bounded(f.path) or b""
             s = (4 if op_word.search(data) else 0) + (2 if copy_re.search(data) else 0)
             s += 1 if f.path.suffix in (".sh", ".bash") else 0
             return (-s, len(f.path.parts))

@@ -75,11 +75,11 @@ class OutsideRoot(TransactionError):
 
 
 
-_SHA_RE = re.compile(r"[0-9a-f]{64}")
+SHA_RE = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
-class _Journal:
+class Journal:
     """The files of one operator's journal in the journal directory."""
 
     json_path: Path  # journal-<name>.json: present only while a transaction is unfinished
@@ -88,8 +88,8 @@ class _Journal:
     token: str = ""  # names this transaction's temp files, so recovery can sweep them
 
     @staticmethod
-    def at(journal_dir: Path, stem: str, token: str = "") -> _Journal:
-        return _Journal(
+    def at(journal_dir: Path, stem: str, token: str = "") -> Journal:
+        return Journal(
             journal_dir / f"{stem}.json", journal_dir / f"{stem}.backup", journal_dir / f"{stem}.lock", token
         )
 
@@ -106,11 +106,11 @@ class _Journal:
         return [p for p in (self.json_path, self.tmp_path, self.backup_dir) if os.path.lexists(p)]
 
 
-def _sha256(data: bytes | None) -> str | None:
+def sha256_of(data: bytes | None) -> str | None:
     return None if data is None else hashlib.sha256(data).hexdigest()
 
 
-def _stem(name: str) -> str:
+def journal_stem(name: str) -> str:
     # Operator names become file names: a safe alphabet without dots, so the stem of any
     # journal file is the part of its name before the first dot.
     return "journal-" + (re.sub(r"[^A-Za-z0-9_-]", "_", name) or "_")
@@ -118,7 +118,7 @@ def _stem(name: str) -> str:
 
 def journal_path(journal_dir: Path, name: str) -> Path:
     """Where the journal of operator `name` lives while its transaction is unfinished."""
-    return _Journal.at(journal_dir, _stem(name)).json_path
+    return Journal.at(journal_dir, journal_stem(name)).json_path
 
 
 def operator_journal_name(op_dir: Path) -> str:
@@ -143,28 +143,28 @@ def state_dir() -> Path:
     return Path(base) / "optrace"
 
 
-def _real_root(journal_dir: Path) -> Path:
+def real_root(journal_dir: Path) -> Path:
     """The repository root a journal directory belongs to, as its real path."""
     return Path(os.path.realpath(journal_dir.parent))
 
 
-def _record_path(root: Path, stem: str) -> Path:
+def record_path(root: Path, stem: str) -> Path:
     key = hashlib.sha256(os.fsencode(root)).hexdigest()[:32]
     return state_dir() / "journals" / f"{key}-{stem}.json"
 
 
 @dataclass(frozen=True)
-class _Record:
+class JournalRecord:
     """What the state directory says about one operator's journal in one repository."""
 
     token: str
     journal_sha256: str
 
 
-def _read_record(root: Path, stem: str) -> _Record | None:
+def read_record(root: Path, stem: str) -> JournalRecord | None:
     """The record of journal `stem` of repository `root` (a real path), if optrace made one."""
     try:
-        with open(_record_path(root, stem), "rb") as handle:
+        with open(record_path(root, stem), "rb") as handle:
             data = json.loads(handle.read(64 * 1024))
     except (OSError, ValueError):
         return None
@@ -173,12 +173,12 @@ def _read_record(root: Path, stem: str) -> _Record | None:
     token, digest = data.get("token"), data.get("journal_sha256")
     if data.get("repository") != str(root) or data.get("journal") != stem:
         return None  # bound to another repository (a hash collision) or operator
-    if not isinstance(token, str) or not isinstance(digest, str) or not _SHA_RE.fullmatch(digest):
+    if not isinstance(token, str) or not isinstance(digest, str) or not SHA_RE.fullmatch(digest):
         return None
-    return _Record(token, digest)
+    return JournalRecord(token, digest)
 
 
-def _foreign(journal: _Journal, why: str, path: Path | None = None) -> ForeignJournal:
+def journal_refusal(journal: Journal, why: str, path: Path | None = None) -> ForeignJournal:
     where = shlex.quote(str(journal.json_path.parent))
     return ForeignJournal(
         CODE_FOREIGN,
@@ -190,7 +190,7 @@ def _foreign(journal: _Journal, why: str, path: Path | None = None) -> ForeignJo
     )
 
 
-def _foreign_dir(journal_dir: Path) -> ForeignJournal:
+def foreign_dir(journal_dir: Path) -> ForeignJournal:
     return ForeignJournal(
         CODE_FOREIGN,
         f"is a symlink (to {os.path.realpath(journal_dir)}), not a journal directory optrace "
@@ -199,7 +199,7 @@ def _foreign_dir(journal_dir: Path) -> ForeignJournal:
     )
 
 
-def _journal_bytes(path: Path) -> bytes:
+def journal_bytes(path: Path) -> bytes:
     """A journal's bytes: a regular file (never a FIFO or a device), of bounded size."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
@@ -212,12 +212,12 @@ def _journal_bytes(path: Path) -> bytes:
         os.close(fd)
 
 
-def _is_ours(journal: _Journal, record: _Record | None) -> bool:
+def is_ours(journal: Journal, record: JournalRecord | None) -> bool:
     """The journal on disk is byte for byte the one optrace recorded."""
     if record is None:
         return False
     try:
-        return hashlib.sha256(_journal_bytes(journal.json_path)).hexdigest() == record.journal_sha256
+        return hashlib.sha256(journal_bytes(journal.json_path)).hexdigest() == record.journal_sha256
     except (OSError, ValueError):
         return False
 
@@ -233,16 +233,16 @@ def journal_status(journal_dir: Path, name: str) -> tuple[str, Path | None]:
             return "foreign", journal_dir
     except OSError:
         return "none", None
-    journal = _Journal.at(journal_dir, _stem(name))
+    journal = Journal.at(journal_dir, journal_stem(name))
     present = journal.leftovers()
     if not present:
         return "none", None
-    record = _read_record(_real_root(journal_dir), journal.stem)
+    record = read_record(real_root(journal_dir), journal.stem)
     if record is None:
         return "foreign", present[0]
     if not os.path.lexists(journal.json_path):
         return "none", None  # orphans of optrace's own: the next --write sweeps them
-    if _is_ours(journal, record):
+    if is_ours(journal, record):
         return "pending", journal.json_path
     return "foreign", journal.json_path
 
@@ -273,9 +273,9 @@ def foreign_journal(repo_root: Path, op_dir: Path) -> ForeignJournal | None:
         state, path = journal_status(journal_dir, name)
         if state == "foreign" and path is not None:
             if path == journal_dir:
-                return _foreign_dir(journal_dir)
-            journal = _Journal.at(journal_dir, _stem(name))
-            recorded = _read_record(_real_root(journal_dir), journal.stem) is not None
+                return foreign_dir(journal_dir)
+            journal = Journal.at(journal_dir, journal_stem(name))
+            recorded = read_record(real_root(journal_dir), journal.stem) is not None
             why = "not the journal optrace recorded" if recorded else "no record of it"
-            return _foreign(journal, why, path)
+            return journal_refusal(journal, why, path)
     return None

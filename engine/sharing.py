@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from optrace.engine.analysis import Analysis
-from optrace.engine.discovery import LAYER_TITLES, _read, operator_dir_of, repo_index
+from optrace.engine.discovery import LAYER_TITLES, operator_dir_of, read_bounded, repo_index
 from optrace.engine.includes import HeaderSearch, scan_includes
 
 
@@ -40,7 +40,7 @@ def operators_including(root: Path, headers: list[Path], own: Path) -> dict[Path
             op = operator_dir_of(includer, root)
             if op is None or op.resolve() == own.resolve():
                 continue
-            data = _read(includer)
+            data = read_bounded(includer)
             if data is None or not any(n in data for n in names):
                 continue
             for directive in scan_includes(data):

@@ -45,31 +45,31 @@ from typing import Any
 from optrace.engine import renameat
 from optrace.engine.edits import FileChange
 from optrace.engine.journal import (
-    _SHA_RE,
     CODE_BUSY,
     CODE_OUTSIDE,
     CODE_STALE,
     CODE_UNFINISHED,
     RECORD_FORMAT,
+    SHA_RE,
     ForeignJournal,
+    Journal,
+    JournalRecord,
     OutsideRoot,
     StaleSource,
     TransactionBusy,
     TransactionError,
     UnfinishedTransaction,
     WriteFailed,
-    _foreign,
-    _foreign_dir,
-    _is_ours,
-    _Journal,
-    _journal_bytes,
-    _read_record,
-    _real_root,
-    _Record,
-    _record_path,
-    _sha256,
-    _stem,
+    foreign_dir,
+    is_ours,
+    journal_bytes,
+    journal_refusal,
     journal_status,
+    journal_stem,
+    read_record,
+    real_root,
+    record_path,
+    sha256_of,
     state_dir,
 )
 
@@ -164,7 +164,7 @@ class _Entry:
             raise ValueError(f"backup {backup!r} is neither old.bin@OFFSET+LENGTH nor a file name")
         old, new, mode = data["old_sha256"], data["new_sha256"], data["mode"]
         for digest in (old, new):
-            if digest is not None and not (isinstance(digest, str) and _SHA_RE.fullmatch(digest)):
+            if digest is not None and not (isinstance(digest, str) and SHA_RE.fullmatch(digest)):
                 raise ValueError(f"{digest!r} is not a sha256")
         if old is None and new is None:
             raise ValueError("an entry with neither old nor new bytes")
@@ -192,7 +192,7 @@ class _Entry:
 def _remember(root: Path, stem: str, token: str, journal: bytes) -> None:
     """Record, durably, that the journal `journal` (its bytes) of `stem` in `root` is
     optrace's own: written before the journal, so no journal exists without its record."""
-    path = _record_path(root, stem)
+    path = record_path(root, stem)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = path.with_name(f"{path.name}.{token}.tmp")
     record = {"format": RECORD_FORMAT, "version": 1, "repository": str(root), "journal": stem,
@@ -211,7 +211,7 @@ def _remember(root: Path, stem: str, token: str, journal: bytes) -> None:
 def _forget(root: Path, stem: str) -> None:
     """Drop the record of `stem` in `root` (the journal is gone), with any temp file of it
     a crash left. Not made durable: a record without its journal is swept later."""
-    path = _record_path(root, stem)
+    path = record_path(root, stem)
     try:
         for stale in path.parent.glob(f"{glob.escape(path.name)}.*.tmp"):
             stale.unlink(missing_ok=True)
@@ -296,7 +296,7 @@ def repository_lock(root: Path, *, wait: bool = False) -> Iterator[None]:
 _held: dict[Path, tuple[int, int]] = {}  # repository -> (pid, thread) holding its write lock
 
 
-def _lock(journal: _Journal) -> int:
+def _lock(journal: Journal) -> int:
     """Take the operator's lock (one process at a time); close the fd returned to release it.
 
     flock, so the kernel releases it when the process dies: a crash never leaves it held.
@@ -306,7 +306,7 @@ def _lock(journal: _Journal) -> int:
         fd = os.open(journal.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o666)
     except OSError as exc:
         if os.path.islink(journal.lock_path):
-            raise _foreign(journal, "its lock file is a symlink", journal.lock_path) from exc
+            raise journal_refusal(journal, "its lock file is a symlink", journal.lock_path) from exc
         raise
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -527,7 +527,7 @@ def _verify(planned: Planned) -> None:
         raise StaleSource(CODE_STALE, f"{why}; nothing written, plan again", path)
 
 
-def _journal_document(journal: _Journal, name: str, entries: list[_Entry]) -> bytes:
+def _journal_document(journal: Journal, name: str, entries: list[_Entry]) -> bytes:
     document = {
         "format": JOURNAL_FORMAT,
         "version": JOURNAL_VERSION,
@@ -541,7 +541,7 @@ def _journal_document(journal: _Journal, name: str, entries: list[_Entry]) -> by
     return (json.dumps(document, indent=2) + "\n").encode("ascii")
 
 
-def _dump_journal(journal: _Journal, document: bytes) -> None:
+def _dump_journal(journal: Journal, document: bytes) -> None:
     # O_EXCL | O_NOFOLLOW: the temp file is new (leftovers were swept or refused under the
     # lock), never a link that would carry the write elsewhere.
     fd = os.open(journal.tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
@@ -556,7 +556,7 @@ def _dump_journal(journal: _Journal, document: bytes) -> None:
     _fsync_dir(journal.json_path.parent)
 
 
-def _discard_journal(journal: _Journal, root: Path) -> None:
+def _discard_journal(journal: Journal, root: Path) -> None:
     # The journal goes first: once it is gone the transaction is over, and a backup
     # directory without a journal is an orphan that `recover` sweeps; then its record.
     journal.json_path.unlink(missing_ok=True)
@@ -600,7 +600,7 @@ def _unsafe_entries(entries: list[_Entry], root: Path) -> str:
     return ""
 
 
-def _roll_back(entries: list[_Entry], journal: _Journal, *, touched: set[int] | None) -> list[RecoveredFile]:
+def _roll_back(entries: list[_Entry], journal: Journal, *, touched: set[int] | None) -> list[RecoveredFile]:
     """Put each file back to its old bytes, judging its state by sha256.
 
     `touched` lists the entries this process may have written (None: unknown, after a
@@ -611,7 +611,7 @@ def _roll_back(entries: list[_Entry], journal: _Journal, *, touched: set[int] | 
     ]
 
 
-def _restore(entry: _Entry, journal: _Journal) -> RecoveredFile:
+def _restore(entry: _Entry, journal: Journal) -> RecoveredFile:
     # Paths were resolved when the journal was written: a directory on the way that is a
     # symlink now would carry every write below elsewhere (out of the repository).
     real = os.path.realpath(entry.path.parent)
@@ -624,7 +624,7 @@ def _restore(entry: _Entry, journal: _Journal) -> RecoveredFile:
     except OSError:
         pass  # its directory is gone or is no directory: there is no temp file either
     try:
-        state = _sha256(_read_state(entry.path))
+        state = sha256_of(_read_state(entry.path))
     except _NotAFile as exc:
         return RecoveredFile(entry.path, Outcome.MODIFIED_SINCE, f"{exc}; left as is")
     except OSError as exc:
@@ -643,7 +643,7 @@ def _restore(entry: _Entry, journal: _Journal) -> RecoveredFile:
         else:
             assert entry.backup is not None
             old = _read_backup(journal.backup_dir, entry.backup)
-            if _sha256(old) != entry.old_sha256:
+            if sha256_of(old) != entry.old_sha256:
                 raise OSError(f"backup {journal.backup_dir / entry.backup} is damaged")
             # The permission bits only: never a setuid / setgid / sticky bit from a journal.
             mode = None if entry.mode is None else stat.S_IMODE(entry.mode) & 0o777
@@ -680,7 +680,7 @@ def _read_backup(backup_dir: Path, backup: str) -> bytes:
     return data
 
 
-def _prepare(journal: _Journal, name: str, planned: Planned, root: Path) -> list[_Entry]:
+def _prepare(journal: Journal, name: str, planned: Planned, root: Path) -> list[_Entry]:
     """Record the journal in the user's state directory, back up every old file and write
     the journal, durably, before any target changes.
 
@@ -698,7 +698,7 @@ def _prepare(journal: _Journal, name: str, planned: Planned, root: Path) -> list
             offset += len(old)
             mode = stat.S_IMODE(os.stat(path).st_mode)
         created = _missing_parents(path) if old is None else ()
-        entries.append(_Entry(path, _sha256(old), _sha256(new), mode, backup, created))
+        entries.append(_Entry(path, sha256_of(old), sha256_of(new), mode, backup, created))
     document = _journal_document(journal, name, entries)
     try:
         _remember(root, journal.stem, journal.token, document)
@@ -706,7 +706,7 @@ def _prepare(journal: _Journal, name: str, planned: Planned, root: Path) -> list
         _forget(root, journal.stem)
         raise WriteFailed(
             f"cannot record the journal in the state directory ({exc.strerror or exc}); nothing written",
-            _record_path(root, journal.stem),
+            record_path(root, journal.stem),
             restored_all=True,
         ) from exc
     journal.backup_dir.mkdir()
@@ -746,19 +746,19 @@ def commit(
     planned = _resolve(changes)
     if not planned:
         return []
-    root = _real_root(journal_dir)
+    root = real_root(journal_dir)
     for path, _old, _new in planned:
         why = _unsafe_path(path, root)
         if why:
             raise OutsideRoot(CODE_OUTSIDE, f"{why}; nothing written", path)
-    journal = _Journal.at(journal_dir, _stem(name), secrets.token_hex(16))
+    journal = Journal.at(journal_dir, journal_stem(name), secrets.token_hex(16))
     # The repository's write lock first (the CLI holds it already for its whole run):
     # files several operators share are never written by two processes at once, and a
     # second process is turned away naming the holder. Then the operator's lock.
     with repository_lock(root):
         try:
             if os.path.islink(journal_dir):
-                raise _foreign_dir(journal_dir)
+                raise foreign_dir(journal_dir)
             journal_dir.mkdir(parents=True, exist_ok=True)
             _ignore_in_git(journal_dir)
             lock = _lock(journal)
@@ -778,29 +778,30 @@ def commit(
     return [path for path, _old, _new in planned]
 
 
-def _check_leftovers(journal: _Journal, root: Path) -> None:
+def _check_leftovers(journal: Journal, root: Path) -> None:
     """Under the operator's lock, before a commit: a journal of optrace's own is
     unfinished (recover first); any other journal or leftover is refused, untouched;
     orphans of optrace's own (a record, backups without a journal) are swept."""
     present = journal.leftovers()
-    record = _read_record(root, journal.stem)
+    record = read_record(root, journal.stem)
     if os.path.lexists(journal.json_path):
-        if _is_ours(journal, record):
+        if is_ours(journal, record):
             raise UnfinishedTransaction(
                 CODE_UNFINISHED,
                 "an earlier optrace run did not finish writing: recover it first",
                 journal.json_path,
             )
-        raise _foreign(journal, "no record of it" if record is None else "not the journal optrace recorded")
+        why = "no record of it" if record is None else "not the journal optrace recorded"
+        raise journal_refusal(journal, why)
     if present and record is None:
-        raise _foreign(journal, "leftovers of a journal optrace has no record of", present[0])
+        raise journal_refusal(journal, "leftovers of a journal optrace has no record of", present[0])
     if present:
         _sweep(journal)
     if record is not None:
         _forget(root, journal.stem)
 
 
-def _sweep(journal: _Journal) -> None:
+def _sweep(journal: Journal) -> None:
     """Orphans of a transaction of optrace's own: a crash before its journal was in place
     (targets untouched) or after it was removed (transaction complete)."""
     try:
@@ -812,7 +813,7 @@ def _sweep(journal: _Journal) -> None:
 
 
 def _write_all(
-    journal: _Journal, name: str, planned: Planned, before_write: BeforeWrite | None, root: Path
+    journal: Journal, name: str, planned: Planned, before_write: BeforeWrite | None, root: Path
 ) -> None:
     try:
         entries = _prepare(journal, name, planned, root)
@@ -1028,7 +1029,7 @@ def _settle(planned: Planned, aside: dict[int, tuple[int, int] | None], token: s
 
 
 def _fail(
-    exc: BaseException, path: Path, entries: list[_Entry], journal: _Journal, touched: set[int], root: Path
+    exc: BaseException, path: Path, entries: list[_Entry], journal: Journal, touched: set[int], root: Path
 ) -> None:
     """Roll back what this run wrote, then say what happened (WriteFailed for an OSError,
     or for a file another program wrote meanwhile when the rollback is incomplete)."""
@@ -1083,7 +1084,7 @@ def _load(json_path: Path, data: bytes) -> tuple[str, list[_Entry], str]:
         ) from exc
 
 
-def _keep_for_user(journal: _Journal) -> Path:
+def _keep_for_user(journal: Journal) -> Path:
     """Move a journal and its backups under `unresolved/`, so the old bytes stay available
     to the user while the operator is no longer blocked by a pending journal."""
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
@@ -1123,23 +1124,23 @@ def recover(journal_dir: Path, name: str | None = None) -> RecoveryReport:
     except OSError:
         return report
     if stat.S_ISLNK(mode):
-        report.foreign.append(_foreign_dir(journal_dir))
+        report.foreign.append(foreign_dir(journal_dir))
         return report
     if not stat.S_ISDIR(mode):
         return report
-    root = _real_root(journal_dir)
+    root = real_root(journal_dir)
     if name is None:
         stems = sorted({p.name.split(".", 1)[0] for p in journal_dir.glob("journal-*")})
     else:
-        stems = [_stem(name)]
+        stems = [journal_stem(name)]
     for stem in stems:
-        journal = _Journal.at(journal_dir, stem)
-        record = _read_record(root, stem)
+        journal = Journal.at(journal_dir, stem)
+        record = read_record(root, stem)
         if record is None:
             # Not optrace's: not even a lock file is made beside it.
             present = journal.leftovers()
             if present:
-                report.foreign.append(_foreign(journal, "no record of it", present[0]))
+                report.foreign.append(journal_refusal(journal, "no record of it", present[0]))
             continue
         try:
             lock = _lock(journal)
@@ -1155,27 +1156,28 @@ def recover(journal_dir: Path, name: str | None = None) -> RecoveryReport:
     return report
 
 
-def _recover_one(journal: _Journal, record: _Record, root: Path, report: RecoveryReport) -> None:
+def _recover_one(journal: Journal, record: JournalRecord, root: Path, report: RecoveryReport) -> None:
     if not os.path.lexists(journal.json_path):
         _sweep(journal)
         _forget(root, journal.stem)
         return
     try:
-        data = _journal_bytes(journal.json_path)
+        data = journal_bytes(journal.json_path)
     except (OSError, ValueError) as exc:
-        report.foreign.append(_foreign(journal, f"it cannot be read as a journal ({exc})"))
+        report.foreign.append(journal_refusal(journal, f"it cannot be read as a journal ({exc})"))
         return
     if hashlib.sha256(data).hexdigest() != record.journal_sha256:
-        report.foreign.append(_foreign(journal, "it is not the journal optrace recorded (other bytes)"))
+        why = "it is not the journal optrace recorded (other bytes)"
+        report.foreign.append(journal_refusal(journal, why))
         return
     report.journals.append(journal.json_path)
     _name, entries, token = _load(journal.json_path, data)
     why = _unsafe_entries(entries, root) or ("" if token == record.token else "another id than recorded")
     if why:
         report.journals.remove(journal.json_path)
-        report.foreign.append(_foreign(journal, why))
+        report.foreign.append(journal_refusal(journal, why))
         return
-    journal = _Journal(journal.json_path, journal.backup_dir, journal.lock_path, token)
+    journal = Journal(journal.json_path, journal.backup_dir, journal.lock_path, token)
     results = _roll_back(entries, journal, touched=None)
     report.files.extend(results)
     outcomes = {r.outcome for r in results}

@@ -5,7 +5,7 @@ bare parse of the operator). typer and click cost some 30 ms to import and parse
 console script hands ``check`` to :func:`fast_main` first. Only the plain spellings of
 check's options are taken here; anything else (``--help``, a typo, a bad value, ``--``)
 returns None and the full CLI handles it, with its usual help and usage errors. Both run
-:func:`optrace.commands._check_command`, so they behave the same.
+:func:`optrace.commands.check_command`, so they behave the same.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from optrace.collect_cli import paths_as_bytes, split_plain
-from optrace.commands import CheckFormat, _check_command, _trust
+from optrace.commands import CheckFormat, apply_config_trust, check_command
 
 _VALUE_OPTIONS = {"--repo-root": "repo_root", "--format": "format", "-o": "output", "--output": "output",
                   "-j": "jobs", "--jobs": "jobs"}
@@ -60,9 +60,9 @@ def fast_main(argv: Sequence[str]) -> int | None:
     if args is None:
         return None
     paths_as_bytes()
-    _trust(args.trust_config)
+    apply_config_trust(args.trust_config)
     try:
-        return _check_command(args.op_dirs, args.repo_root, args.fmt, args.output, args.strict,
+        return check_command(args.op_dirs, args.repo_root, args.fmt, args.output, args.strict,
                               args.compile_safety, args.jobs)
     finally:
-        _trust(False)
+        apply_config_trust(False)

@@ -30,16 +30,16 @@ from optrace.commands import (
     EXIT_INTERNAL,
     EXIT_OK,
     CheckFormat,
-    _check_command,
-    _operator_files,
-    _output_refused,
-    _run_parallel,
-    _trust,
-    _workers,
-    _write_output,
-    _write_stdout_bytes,
+    apply_config_trust,
+    check_command,
+    operator_files,
+    output_refused,
+    run_parallel,
+    worker_count,
+    write_stdout_bytes,
+    write_user_output,
 )
-from optrace.commands import _emit as _emit_or_false
+from optrace.commands import emit as _emit_or_false
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -69,8 +69,8 @@ def _root(
     """optrace: instrument Ascend operators with trace points."""
     # --trust-config holds for one command: off before it, and off again once it ended
     # (several commands may run in one process: tests, library callers).
-    _trust(False)
-    ctx.call_on_close(lambda: _trust(False))
+    apply_config_trust(False)
+    ctx.call_on_close(lambda: apply_config_trust(False))
 
 
 _TRUST_HELP = ("Let the repository's config import the rule modules it names ([rules] modules): "
@@ -86,7 +86,7 @@ def _err(message: str) -> None:
     typer.echo(message, err=True)
 
 
-def _emit(rendered: str, output: Path | None, inputs: list[Path]) -> None:
+def emit(rendered: str, output: Path | None, inputs: list[Path]) -> None:
     """The report to `-o FILE` (exit 2 if it cannot be written), else stdout."""
     if not _emit_or_false(rendered, output, inputs):
         raise typer.Exit(EXIT_INPUT)
@@ -138,7 +138,7 @@ def _plan_one(op_dir: Path, repo_root: Path | None, as_json: bool, graph: Path |
         out.text = render_text(result, mode)
     if graph is not None:
         try:
-            write_graph(result, graph, [*result.analysis.parsed, *_operator_files([op_dir])])
+            write_graph(result, graph, [*result.analysis.parsed, *operator_files([op_dir])])
         except OutputError as exc:
             out.messages.append(f"{exc.path}: OT030 {exc.message}")
             out.code = EXIT_INPUT
@@ -203,7 +203,7 @@ def plan(
     Reads only; writes nothing unless -o / --graph are given."""
     from optrace.pipeline.plan_output import plans_json
 
-    _trust(trust_config)
+    apply_config_trust(trust_config)
     install_deferred()  # LibCST and importlib.metadata, imported at first use only
 
     as_json = fmt == PlanFormat.json
@@ -214,10 +214,10 @@ def plan(
             target = graph if len(op_dirs) == 1 else graph.with_name(
                 f"{graph.stem}.{op_dir.resolve().name}{graph.suffix}")
         work.append((op_dir, repo_root, as_json, target))
-    sources = _operator_files(op_dirs)
-    if any([_output_refused(output, sources), *(_output_refused(w[3], sources) for w in work)]):
+    sources = operator_files(op_dirs)
+    if any([output_refused(output, sources), *(output_refused(w[3], sources) for w in work)]):
         raise typer.Exit(EXIT_INPUT)
-    outcomes = _run_parallel(_plan_one, list(work), _workers(jobs, len(work)), "planning")
+    outcomes = run_parallel(_plan_one, list(work), worker_count(jobs, len(work)), "planning")
     code = EXIT_OK
     for outcome in outcomes:
         for message in outcome.messages:
@@ -227,7 +227,7 @@ def plan(
         rendered = plans_json([o.doc for o in outcomes if o.doc is not None])
     else:
         rendered = "\n".join(o.text for o in outcomes if o.text)
-    _emit(rendered, output, sources)
+    emit(rendered, output, sources)
     raise typer.Exit(code)
 
 
@@ -303,8 +303,8 @@ def _edit_command(
     if sum((write, check, patch is not None)) > 1:
         _err("optrace: --write, --check and --patch are mutually exclusive")
         return EXIT_INPUT
-    sources = _operator_files(op_dirs)
-    if _output_refused(patch, sources):  # before anything is recovered or computed
+    sources = operator_files(op_dirs)
+    if output_refused(patch, sources):  # before anything is recovered or computed
         return EXIT_INPUT
     code = EXIT_OK
     patches: list[str] = []
@@ -349,7 +349,7 @@ def _edit_command(
     render = not write and not check  # the diff (stdout or --patch): rendered by the workers
     work = [(op_dir, repo_root, compute, mode_, render) for _, _, op_dir, _ in prepared if op_dir is not None]
     title = "applying" if compute == "apply" else "stripping"
-    computed = _run_parallel(_edit_one, list(work), _workers(jobs, len(work)), title)
+    computed = run_parallel(_edit_one, list(work), worker_count(jobs, len(work)), title)
     run = RunCommits(o.result for o in computed if o.result is not None) if write else None
     pending = iter(computed)
     recomputed: list[str] = []
@@ -412,7 +412,7 @@ def _edit_command(
             patches.append(diff)
             patched.extend(result.changes)
         else:
-            _write_stdout_bytes(encode_patch(diff))
+            write_stdout_bytes(encode_patch(diff))
     if recomputed:
         # Correct either way, but the user should know why a parallel run was slow.
         _err(f"note: computed again after earlier commits (they read files those commits "
@@ -420,7 +420,7 @@ def _edit_command(
     # No operator got as far as its diff (every one refused: a config past its bound, a
     # link out of the root): no patch, so a patch file already there is kept, not emptied.
     refused = code >= EXIT_INPUT and len(patches) == 0
-    if patch is not None and not refused and not _write_output(
+    if patch is not None and not refused and not write_user_output(
             patch, encode_patch("".join(patches)), sources + patched):
         return EXIT_INPUT
     return code
@@ -490,7 +490,7 @@ def apply(
     """Instrument operators as planned, as a minimal diff: trace points (B + a scope guard
     that records the E on every exit), the runtime block in *_base.h, and the kernel
     entry scaffold with its profiling_data output. Default: print the diff, write nothing."""
-    _trust(trust_config)
+    apply_config_trust(trust_config)
     raise typer.Exit(_with_write_locks(op_dirs, repo_root, write, wait, lambda: _edit_command(
         op_dirs, repo_root, write, check, patch, "apply", mode, jobs)))
 
@@ -508,7 +508,7 @@ def strip(
 ) -> None:
     """Remove exactly what `apply` added (found by its markers), leaving the tree byte for
     byte as before; trace points written by hand stay. Default: print the diff."""
-    _trust(trust_config)
+    apply_config_trust(trust_config)
     raise typer.Exit(_with_write_locks(op_dirs, repo_root, write, wait, lambda: _edit_command(
         op_dirs, repo_root, write, check, patch, "strip", None, jobs)))
 
@@ -533,8 +533,8 @@ def check(
     `processing`, B/E pairing and nesting (every exit path), the profiling_data parameter,
     and whether the code optrace inserted compiles (libclang against the AscendC host stub).
     Each operator's summary says whether profiling is compiled in. Exit 1 on errors."""
-    _trust(trust_config)
-    raise typer.Exit(_check_command(op_dirs, repo_root, fmt, output, strict, compile_safety, jobs))
+    apply_config_trust(trust_config)
+    raise typer.Exit(check_command(op_dirs, repo_root, fmt, output, strict, compile_safety, jobs))
 
 
 @app.command("pre-commit")
@@ -563,14 +563,14 @@ def pre_commit(
     This is what the `optrace-check` pre-commit hook calls."""
     from optrace.pipeline.pre_commit import operators_for_files, repository_of
 
-    _trust(trust_config)
+    apply_config_trust(trust_config)
     cwd = Path.cwd()
     root = repository_of(cwd, repo_root)
     staged = operators_for_files(list(files or []), root, cwd)
     op_dirs = staged.sorted_operators()
     if not op_dirs:
         raise typer.Exit(EXIT_OK)
-    raise typer.Exit(_check_command(op_dirs, repo_root, fmt, None, strict, compile_safety, jobs))
+    raise typer.Exit(check_command(op_dirs, repo_root, fmt, None, strict, compile_safety, jobs))
 
 
 @app.command()
@@ -605,7 +605,7 @@ def preprocess(
     doc = point_map_document(result, src_dir, f"optrace {__version__}")
     changed = rewrite_sources(result) if modify else {}
     map_path = out / "point_map.json"
-    if _output_refused(map_path, list(result.files), "OT206"):  # e.g. --out names a source
+    if output_refused(map_path, list(result.files), "OT206"):  # e.g. --out names a source
         raise typer.Exit(EXIT_INPUT)
     try:
         for path, data in changed.items():  # the build tree's sources, rewritten in place

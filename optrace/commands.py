@@ -32,8 +32,8 @@ def _err(message: str) -> None:
         sys.stderr.flush()
 
 
-def _trust(trusted: bool) -> None:
-    """`--trust-config` for this process (and, through `_run_parallel`, its workers)."""
+def apply_config_trust(trusted: bool) -> None:
+    """`--trust-config` for this process (and, through `run_parallel`, its workers)."""
     if trusted or "optrace.engine.config" in sys.modules:
         from optrace.engine.config import set_config_trust
 
@@ -41,14 +41,14 @@ def _trust(trusted: bool) -> None:
 
 
 def _worker_start(trusted: bool) -> None:
-    """What a worker of `_run_parallel` inherits from the command, however it started."""
+    """What a worker of `run_parallel` inherits from the command, however it started."""
     from optrace.deferred import install as install_deferred
 
-    _trust(trusted)
+    apply_config_trust(trusted)
     install_deferred()
 
 
-def _operator_files(op_dirs: list[Path]) -> list[Path]:
+def operator_files(op_dirs: list[Path]) -> list[Path]:
     """Every file under the operator directories: the sources an output must not replace
     (links not followed; a directory that cannot be listed adds nothing)."""
     files: list[Path] = []
@@ -58,7 +58,7 @@ def _operator_files(op_dirs: list[Path]) -> list[Path]:
     return files
 
 
-def _output_refused(output: Path | None, inputs: list[Path], code: str = "OT030") -> bool:
+def output_refused(output: Path | None, inputs: list[Path], code: str = "OT030") -> bool:
     """Checked before any work: `output` is a FIFO, socket, directory or one of the
     inputs (runtime/atomic.py) -> the message, and True."""
     from optrace.runtime.atomic import OutputError, output_target
@@ -73,7 +73,7 @@ def _output_refused(output: Path | None, inputs: list[Path], code: str = "OT030"
     return False
 
 
-def _write_output(output: Path, data: bytes, inputs: list[Path], code: str = "OT030") -> bool:
+def write_user_output(output: Path, data: bytes, inputs: list[Path], code: str = "OT030") -> bool:
     """`data` as the user-named `output` (runtime/atomic.py); False after the message
     naming it when it could not be written (the previous file is intact)."""
     from optrace.runtime.atomic import OutputError, write_output
@@ -86,18 +86,18 @@ def _write_output(output: Path, data: bytes, inputs: list[Path], code: str = "OT
     return True
 
 
-def _emit(rendered: str, output: Path | None, inputs: list[Path]) -> bool:
+def emit(rendered: str, output: Path | None, inputs: list[Path]) -> bool:
     """The report to `-o FILE`, else stdout; False (after the message) when the file
     could not be written: the command exits 2."""
     # Paths are the user's bytes (surrogate-escaped when not UTF-8): write them back.
     data = rendered.encode("utf-8", "surrogateescape")
     if output is None:
-        _write_stdout_bytes(data)
+        write_stdout_bytes(data)
         return True
-    return _write_output(output, data, inputs)
+    return write_user_output(output, data, inputs)
 
 
-def _write_stdout_bytes(data: bytes) -> None:
+def write_stdout_bytes(data: bytes) -> None:
     """Diffs carry the files' own bytes (GBK comments included): write bytes, not text."""
     sys.stdout.flush()
     buffer = getattr(sys.stdout, "buffer", None)
@@ -108,7 +108,7 @@ def _write_stdout_bytes(data: bytes) -> None:
         sys.stdout.write(data.decode("utf-8", errors="replace"))
 
 
-def _run_parallel(work: Callable[..., _T], jobs: list[tuple[Any, ...]], workers: int,
+def run_parallel(work: Callable[..., _T], jobs: list[tuple[Any, ...]], workers: int,
                   title: str) -> list[_T]:
     """Run `work(*job)` for every job in a process pool (each operator its own unit of
     failure), results in job order, with a progress bar on an interactive stderr."""
@@ -146,7 +146,7 @@ def _run_parallel(work: Callable[..., _T], jobs: list[tuple[Any, ...]], workers:
     return [r for r in results if r is not None]
 
 
-def _workers(jobs: int | None, n: int) -> int:
+def worker_count(jobs: int | None, n: int) -> int:
     return max(1, min(jobs or os.cpu_count() or 1, n))
 
 
@@ -172,7 +172,7 @@ class CheckFormat(StrEnum):
     sarif = "sarif"
 
 
-def _check_command(op_dirs: list[Path], repo_root: Path | None, fmt: CheckFormat, output: Path | None,
+def check_command(op_dirs: list[Path], repo_root: Path | None, fmt: CheckFormat, output: Path | None,
                    strict: bool, compile_safety: bool, jobs: int | None) -> int:
     """The body of `check` (and of `pre-commit`, on the operators the files map to)."""
     from optrace.deferred import install as install_deferred
@@ -181,13 +181,14 @@ def _check_command(op_dirs: list[Path], repo_root: Path | None, fmt: CheckFormat
 
     install_deferred()  # LibCST and importlib.metadata, imported at first use only
 
-    sources = _operator_files(op_dirs)
-    if _output_refused(output, sources):
+    sources = operator_files(op_dirs)
+    if output_refused(output, sources):
         return EXIT_INPUT
     code = EXIT_OK
     reports = []
     jobs_ = [(op_dir, repo_root, compile_safety) for op_dir in op_dirs]
-    for report, message, failure in _run_parallel(_check_one, jobs_, _workers(jobs, len(jobs_)), "checking"):
+    workers = worker_count(jobs, len(jobs_))
+    for report, message, failure in run_parallel(_check_one, jobs_, workers, "checking"):
         if message:
             _err(message)
             code = max(code, failure)
@@ -203,4 +204,4 @@ def _check_command(op_dirs: list[Path], repo_root: Path | None, fmt: CheckFormat
                               indent=2) + "\n"
     else:
         rendered = json.dumps(sarif_document(reports, strict), indent=2) + "\n"
-    return code if _emit(rendered, output, sources) else EXIT_INPUT
+    return code if emit(rendered, output, sources) else EXIT_INPUT

@@ -7,15 +7,15 @@ from pathlib import Path
 from typing import ClassVar
 
 from optrace.codemods.build_hook import (
-    _BUILD_CMD_RE,
-    _HOOK_BLOCK_RE,
+    BUILD_CMD_RE,
+    HOOK_BLOCK_RE,
     SHELL_SUFFIXES,
-    _enclosing_function,
-    _kernel_copies,
-    _words,
     build_hook_edits,
     build_script,
+    enclosing_function,
     hook_command,
+    kernel_copies,
+    shell_words,
 )
 from optrace.codemods.layer_common import match_bracket
 from optrace.codemods.python_files import caller_files, split_callers
@@ -42,7 +42,7 @@ class BuildHookLayer(FileLayer):
         if not model.data:
             return []
         script, data = next(iter(model.data.items()))
-        block = next((m for m in _HOOK_BLOCK_RE.finditer(data) if b"optrace" in m.group(0)), None)
+        block = next((m for m in HOOK_BLOCK_RE.finditer(data) if b"optrace" in m.group(0)), None)
         if block is None:
             return [Evidence(script, 1, "no `# TRACE_PREPROCESSOR_HOOK_START` block running "
                              "`optrace preprocess`", False)]
@@ -69,17 +69,17 @@ class BuildHookLayer(FileLayer):
             ev.append(Evidence(script, pre_line, f"writes {pre.out.decode(errors='replace').strip(chr(34))}"
                                                  "/point_map.json"))
         rest = data[: block.start()] + data[block.end() :]
-        copies = _kernel_copies(rest) if shell else []
+        copies = kernel_copies(rest) if shell else []
         if copies:
             last = copies[-1]
             last_at = last.start() if last.start() < block.start() else last.start() + len(body)
             copy_line = line_of(data, last_at)
-            dest = (_words(last.group(1))[-1].strip(b'"\'').rstrip(b"/*").rstrip(b"/"))
-            fn_copy = _enclosing_function(data, last_at)
-            fn_hook = _enclosing_function(data, block.start())
+            dest = (shell_words(last.group(1))[-1].strip(b'"\'').rstrip(b"/*").rstrip(b"/"))
+            fn_copy = enclosing_function(data, last_at)
+            fn_hook = enclosing_function(data, block.start())
             after = last_at < block.start() and fn_copy == fn_hook
-            later = [c for c in _kernel_copies(data[block.end() :])
-                     if _enclosing_function(data, block.end() + c.start()) == fn_hook]
+            later = [c for c in kernel_copies(data[block.end() :])
+                     if enclosing_function(data, block.end() + c.start()) == fn_hook]
             ok = after and not later
             ev.append(Evidence(script, copy_line, f"kernels copied into the build tree here; the hook runs "
                                f"{'after' if ok else 'NOT after'} the last copy", ok))
@@ -91,7 +91,7 @@ class BuildHookLayer(FileLayer):
                                "--modify: ids and fingerprint go into the copy the build compiles" if modify
                                else "no --modify: the kernel records no build fingerprint", modify))
         else:
-            build = _BUILD_CMD_RE.search(data, block.end()) if shell else None
+            build = BUILD_CMD_RE.search(data, block.end()) if shell else None
             if shell:
                 ev.append(Evidence(script, line_of(data, build.start()) if build else hook_line,
                                    "builds from the source tree: the hook runs before the build command"

@@ -111,3 +111,33 @@ def test_every_dataclass_has_a_docstring() -> None:
                         and not ast.get_docstring(node)):
                     missing.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
     assert not missing, "\n".join(missing)
+
+
+def _private_imports(path: Path) -> list[str]:
+    """`from optrace.x import _name` and `module._name` of an optrace module imported by name."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out: list[str] = []
+    modules: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("optrace"):
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    out.append(f"{node.lineno}: from {node.module} import {alias.name}")
+                modules.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            modules.update(a.asname or a.name.split(".")[-1] for a in node.names if a.name.startswith("optrace"))
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
+                and node.attr.startswith("_") and not node.attr.startswith("__")):
+            out.append(f"{node.lineno}: {node.value.id}.{node.attr}")
+    return out
+
+
+def test_no_module_uses_another_modules_private_names() -> None:
+    """An underscore means module-local: what another module needs is exported under a
+    public name (tests may reach in; the package may not)."""
+    found = [f"{path.relative_to(ROOT).as_posix()}:{hit}"
+             for package in (*PACKAGES, "optrace") for path in sorted((ROOT / package).rglob("*.py"))
+             if not path.is_symlink() and path.parent.is_symlink() is False
+             for hit in _private_imports(path)]
+    assert not found, "\n".join(found)

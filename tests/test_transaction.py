@@ -47,7 +47,7 @@ def recorded(journal_dir: Path, name: str, token: str | None = None) -> Path:
     journal = journal_path(journal_dir, name)
     data = journal.read_bytes()
     token = token or str(json.loads(data).get("token", "t"))
-    transaction._remember(journals._real_root(journal_dir), journal.name.split(".", 1)[0], token, data)
+    transaction._remember(journals.real_root(journal_dir), journal.name.split(".", 1)[0], token, data)
     return journal
 
 
@@ -242,7 +242,7 @@ def test_an_unwritable_journal_writes_nothing(
         commit(changes, journal_dir, name="k")
     assert snapshot(op) == before
     assert leftovers(journal_dir) == []
-    assert not journals._record_path(journal_dir.parent.resolve(), "journal-k").exists()
+    assert not journals.record_path(journal_dir.parent.resolve(), "journal-k").exists()
 
 
 # --- crashes: a child process dies at the k-th write; the parent recovers
@@ -342,7 +342,7 @@ def test_recover_without_a_journal_and_orphans(tmp_path: Path, ours: bool) -> No
     assert report.clean and report.files == [] and report.journals == []
     if ours:
         assert leftovers(journal_dir) == [] and report.foreign == []
-        assert journals._read_record(tmp_path.resolve(), "journal-k") is None
+        assert journals.read_record(tmp_path.resolve(), "journal-k") is None
     else:
         assert leftovers(journal_dir) == ["journal-k.backup", "journal-k.json.tmp"]
         assert [f.code for f in report.foreign] == ["OT046"]
