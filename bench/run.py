@@ -2,8 +2,9 @@
 
 Runs each benchmark as its own process (same machine, same session, so ratios against
 the in-run baselines are meaningful), collects their markdown tables into
-`bench/results.md`, and rewrites the README's benchmark table between the
-`<!-- bench:start -->` / `<!-- bench:end -->` markers.
+`bench/results.md` between its `<!-- bench:start -->` / `<!-- bench:end -->` markers
+(what follows them, the dated narrative of earlier runs, is kept). The README carries
+one headline table, updated by hand from these.
 """
 
 from __future__ import annotations
@@ -51,13 +52,12 @@ def main() -> None:
     machine = f"{platform.machine()}, Python {platform.python_version()}"
     body = "\n\n".join(f"### {name}\n\n{table}" for name, table in sections)
     text = f"Measured {stamp} on {machine} by `python bench/run.py`.\n\n{body}\n"
-    (HERE / "results.md").write_text("# Benchmark results\n\n" + text)
-    if not args.quick:
-        readme = ROOT / "README.md"
-        old = readme.read_text()
-        new = re.sub(r"<!-- bench:start -->.*<!-- bench:end -->",
-                     f"<!-- bench:start -->\n{text}<!-- bench:end -->", old, flags=re.S)
-        readme.write_text(new)
+    results = HERE / "results.md"
+    block = f"<!-- bench:start -->\n{text}<!-- bench:end -->"
+    old = results.read_text() if results.exists() else ""
+    if "<!-- bench:start -->" not in old:
+        old = "# Benchmark results\n\n<!-- bench:start --><!-- bench:end -->\n\n" + old
+    results.write_text(re.sub(r"<!-- bench:start -->.*<!-- bench:end -->", lambda _: block, old, flags=re.S))
     print(text)
 
 

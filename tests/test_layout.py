@@ -125,7 +125,8 @@ def _private_imports(path: Path) -> list[str]:
                     out.append(f"{node.lineno}: from {node.module} import {alias.name}")
                 modules.add(alias.asname or alias.name)
         elif isinstance(node, ast.Import):
-            modules.update(a.asname or a.name.split(".")[-1] for a in node.names if a.name.startswith("optrace"))
+            modules.update(a.asname or a.name.split(".")[-1] for a in node.names
+                           if a.name.startswith("optrace"))
     for node in ast.walk(tree):
         if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
                 and node.attr.startswith("_") and not node.attr.startswith("__")):
