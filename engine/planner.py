@@ -88,8 +88,8 @@ SHORT_WORD = 16  # a label word longer than this keeps only its phase words
 GENERIC_METHODS = frozenset(
     {"Process", "Run", "Compute", "Execute", "operator()", "Main", "Launch", "Exec", "Forward"}
 )
-_MACRO_CALL_RE = re.compile(r"\s*([A-Z_][A-Z0-9_]*)\s*\(")
-_MACRO_BARE_RE = re.compile(r"\s*([A-Z_][A-Z0-9_]*)\s*;?\s*$")
+_MACRO_CALL_RE = re.compile(r"\s*([A-Za-z_]\w*)\s*\(")  # a name the file #defines (any case)
+_MACRO_BARE_RE = re.compile(r"\s*([A-Za-z_]\w*)\s*;?\s*$")
 # In a macro's expansion: `Type<...> var(...);` / `Type<...> var;`, and `var.Process(...)`.
 _MACRO_DECL_RE = re.compile(r"([A-Za-z_][\w:]*(?:\s*<[^;{}]*?>)?)\s+([A-Za-z_]\w*)\s*[({;=]")
 _MACRO_ALIAS_RE = re.compile(r"\busing\s+([A-Za-z_]\w*)\s*=\s*([^;]+);")

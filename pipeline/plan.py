@@ -79,9 +79,13 @@ def stop_reasons(analysis: Analysis, root: Region) -> list[Diagnostic]:
         cycle = found[start:] + found[:start]  # from the function the walk met first
         first, back = cycle[0], cycle[-1]
         where = Path(str(g.nodes[back].get("file", "")))
-        names = " -> ".join(str(g.nodes[n].get("label", n)) for n in (*cycle, first))
+        labels = [str(g.nodes[n].get("label", n)) for n in cycle]
+        # Overloads and specialisations share a name: tell them apart by their line.
+        shown = [f"{lab} (line {g.nodes[n].get('line', '?')})" if labels.count(lab) > 1 else lab
+                 for n, lab in zip(cycle, labels, strict=True)]
+        names = " -> ".join((*shown, shown[0]))
         out.append(Diagnostic(
-            "OT023", f"recursion {names}: the call back into `{g.nodes[first].get('label', first)}` is "
+            "OT023", f"recursion {names}: the call back into `{shown[0]}` is "
             "not followed (its body is planned once)",
             where, int(g.edges[back, first].get("line", 0)), Severity.INFO))
     if thin and not out:

@@ -60,3 +60,50 @@ def test_an_entry_that_cannot_be_read_names_the_construct_and_its_line(tmp_path:
     assert "line 4" in d.message and "`op.Init(x; // a construct the parse cannot read`" in d.message
     bare = unreadable_entry("broken_op", path, 2, None)
     assert bare.code == "OT010" and "no function definition" in bare.message
+
+
+def test_a_macro_named_in_lower_case_is_expanded_like_any_other(tmp_path: Path) -> None:
+    op = tmp_path / "lower_op"
+    (op / "op_kernel").mkdir(parents=True)
+    (op / "op_kernel" / "k.h").write_text("""\
+#pragma once
+template <typename T>
+class LowerKernel {
+public:
+    __aicore__ inline LowerKernel(TPipe *pipe) : pipe_(pipe) {}
+    __aicore__ inline void Init(GM_ADDR x) { xGm_.SetGlobalBuffer((__gm__ T *)x); }
+    __aicore__ inline void Process()
+    {
+        for (uint32_t expertIdx = 0; expertIdx < 8; ++expertIdx) {
+            AscendC::DataCopy(a_, xGm_[expertIdx], 16);
+            AscendC::Muls(a_, a_, (T)2, 16);
+            AscendC::SyncAll();
+        }
+    }
+    TPipe *pipe_;
+    AscendC::LocalTensor<T> a_;
+    AscendC::GlobalTensor<T> xGm_;
+};
+""")
+    (op / "op_kernel" / "lower_op.cpp").write_text("""\
+#include "kernel_operator.h"
+#include "k.h"
+#define lower_op_IMPL(INPUT_TYPE)              \\
+    do {                                       \\
+        TPipe pipe;                            \\
+        LowerKernel<INPUT_TYPE> op(&pipe);     \\
+        op.Init(x);                            \\
+        op.Process();                          \\
+    } while (0)
+extern "C" __global__ __aicore__ void lower_op(GM_ADDR x, GM_ADDR workspace, GM_ADDR tiling)
+{
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
+    lower_op_IMPL(half);
+}
+""")
+    plan = plan_operator(op)
+    regions = [r for r in plan.root.walk() if r is not plan.root]
+    # The class's own code is planned below the macro's call (without the expansion the
+    # tree is the root alone).
+    assert any(r.index_var == "expertIdx" and r.anchor is not None and r.anchor.path.name == "k.h"
+               for r in regions)
