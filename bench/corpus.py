@@ -502,7 +502,8 @@ def summarise(results: list[OperatorResult]) -> dict[str, Any]:
         "codes": dict(sorted(codes.items())),
         "lint": {
             # a length is a maximum over the corpus (the 32-character target), counts add up
-            k: (max if k.endswith("_length") else sum)(float(r.lint.get(k) or 0) for r in planned)
+            k: (max if k.endswith("_length") or k.startswith("deepest") else sum)(
+                float(r.lint.get(k) or 0) for r in planned)
             for k in lint_keys
             if all(isinstance(r.lint.get(k, 0), int | float) for r in planned)
         },

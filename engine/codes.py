@@ -48,6 +48,7 @@ _TABLE: tuple[Code, ...] = (
     Code("OT013", "very large source file", I, "input-matrix.md"),
     Code("OT014", "symlink loop or dangling link", E, "input-matrix.md"),
     Code("OT015", "not one operator directory: it holds several operators", E, "diagnostics.md"),
+    Code("OT016", "code nested deeper than the planner follows (256 levels)", E, "diagnostics.md"),
     Code("OT020", "a source file does not fully parse; analysis continues", W, "diagnostics.md"),
     Code("OT021", "an included header is not found (absent submodule?)", I, "diagnostics.md"),
     Code("OT022", "preprocessor conditionals split the entry's statements: read as their first arm", I,
@@ -171,6 +172,10 @@ _NOTES = {
              "(or two heads share one parameter list) can cost tree-sitter the whole kernel entry; the "
              "entry is then read as the first arm of each conditional (offsets unchanged), and the "
              "other arms are not planned.",
+    "OT016": "The planner walks statements one inside another — blocks, `#if` arms, loops and the "
+             "calls it follows into other functions. Past 256 levels (no real kernel comes close) "
+             "it stops with this error at the statement that crossed the bound, instead of "
+             "exhausting the interpreter's stack; nothing is written.",
     "OT023": "A call from the kernel entry or the kernel class's steps that the call graph could "
              "not follow: its receiver's class is not in the files read (an absent header), its "
              "type is a template parameter no class is bound to (a dependent name), it goes "

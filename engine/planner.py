@@ -11,6 +11,7 @@ is ever traced.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -37,6 +38,7 @@ from optrace.engine.cpp import (
     role_of_condition,
     text_of,
 )
+from optrace.engine.diagnostics import Diagnostic, InputError
 from optrace.engine.model import Anchor, Kind, LoopInfo, Region
 
 # Loops (docs/rules.md "Loops"). A loop's class is decided from its trip count's source
@@ -287,6 +289,13 @@ class Ctx:
     variant: tuple[tuple[str, int], ...] = ()
 
 
+# Statements walked one inside another. A kernel nests a few dozen (UMDK's deepest MoE
+# operator: see bench/corpus-results.md); 256 leaves room, and a file deeper than that is
+# refused at its line rather than overflowing the interpreter's stack.
+MAX_NESTING = 256
+_FRAMES_PER_LEVEL = 6  # walk frames per level at most (walk_stmt, walk_if / loop, expand, ...)
+
+
 @dataclass
 class Planner:
     """The walk from the kernel entry that builds the raw trace tree (rules then shape it)."""
@@ -301,6 +310,8 @@ class Planner:
     _consumed: set[tuple[str, int]] = field(default_factory=set)
     # (dispatch, arm) -> the condition that selects it, for the plan's variants list
     conditions: dict[tuple[str, int], str] = field(default_factory=dict)
+    nesting: int = 0  # statements being walked, one inside the other (MAX_NESTING bounds it)
+    deepest: int = 0  # the most that were (the corpus reports it against the bound)
 
     def __post_init__(self) -> None:
         self.phase_words = DEFAULT_PHASE_WORDS | frozenset(self.an.config.phase_words)
@@ -310,7 +321,16 @@ class Planner:
         fn = self.an.entry_fn
         root = Region([], Kind.ROOT, self.an.kernel_cores, self._body_anchor(fn), "kernel entry",
                       function=fn.id)
-        self.walk_block(fn, fn.body, Ctx(self.an.kernel_cores, stack=(fn.id,)), root)
+        # The walk recurses once per nested statement (blocks, `#if` arms, loops, calls
+        # followed): `MAX_NESTING` bounds it with a located error, and the interpreter's
+        # limit is raised to hold that bound (3.11 keeps Python-to-Python calls off the C
+        # stack, so the frames cost memory only).
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(limit, MAX_NESTING * _FRAMES_PER_LEVEL + limit))
+        try:
+            self.walk_block(fn, fn.body, Ctx(self.an.kernel_cores, stack=(fn.id,)), root)
+        finally:
+            sys.setrecursionlimit(limit)
         for region in root.walk():
             if region.kind == Kind.CALL and region.hot in ("wait", "sync"):
                 # A call to a wait function is that wait; the waits inside it are nested
@@ -376,6 +396,19 @@ class Planner:
     def walk_stmt(self, fn: FunctionDef, node: Node, ctx: Ctx, parent: Region) -> None:
         if (str(fn.src.path), node.start_byte) in self._consumed:
             return  # already bracketed with the statement before it (a set + wait barrier)
+        self.nesting += 1
+        self.deepest = max(self.deepest, self.nesting)
+        try:
+            if self.nesting > MAX_NESTING:
+                raise InputError(Diagnostic(
+                    "OT016", f"code nested deeper than {MAX_NESTING} levels (blocks, `#if` arms, loops "
+                    "and the calls followed into them) from the kernel entry: optrace does not plan it",
+                    fn.src.path, fn.src.line_of(node.start_byte)))
+            self._walk_stmt(fn, node, ctx, parent)
+        finally:
+            self.nesting -= 1
+
+    def _walk_stmt(self, fn: FunctionDef, node: Node, ctx: Ctx, parent: Region) -> None:
         t = node.type
         if t in _PREPROC_ARMS:
             self.walk_preproc(fn, node, ctx, parent)

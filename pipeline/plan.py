@@ -54,6 +54,7 @@ def plan_from_analysis(analysis: Analysis, lint: bool = True) -> Plan:
     if lint:
         path = [analysis.entry_fn.id, *(fid for fid, _ in planner.expanded)]
         plan.lint = plan_lint(plan, ctx.stats, path)
+        plan.lint["deepest_nesting"] = planner.deepest
     return plan
 
 

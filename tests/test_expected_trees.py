@@ -88,6 +88,7 @@ def test_lint_figures_of_the_fixture() -> None:
     assert lint == {
         "points_in_tile_loops": 0,
         "points_in_spin_loops": 0,
+        "deepest_nesting": 7,
         "longest_label": "swiglu aiv group notify-gmm2",
         "longest_label_length": 28,
         "same_span_levels": 0,
