@@ -56,9 +56,12 @@ def load_rules(modules: tuple[str, ...] = (), disabled: frozenset[str] = frozens
         problem = rule_module_problem(mod_name)
         if problem:
             raise InputError(Diagnostic("OT004", f"rule module `{mod_name}`: {problem}", None, 0))
-        classes.extend(_rules_of(importlib.import_module(mod_name)))
+        try:
+            classes.extend(_rules_of(importlib.import_module(mod_name)))
+        except (ImportError, TypeError) as exc:
+            raise InputError(Diagnostic("OT004", f"rule module `{mod_name}`: {exc}", None, 0)) from exc
     for ep in entry_points(group="optrace.rules"):
-        classes.extend(_rules_of(ep.load()))
+        classes.extend(_rules_of_entry_point(ep))
     seen: set[str] = set()
     out: list[Rule] = []
     for cls in classes:
@@ -124,10 +127,30 @@ def _may_declare(group: str) -> bool:
     return False
 
 
+def _rules_of_entry_point(ep: Any) -> list[type[Rule]]:
+    """The rules an installed distribution declares, or OT004 naming the distribution and
+    the entry point when it cannot be used (missing module, bad RULES, an import that
+    raises): a broken plugin is the user's input, not optrace's crash."""
+    dist = getattr(getattr(ep, "dist", None), "name", None) or "an installed distribution"
+    try:
+        return _rules_of(ep.load())
+    except Exception as exc:  # whatever the plugin's import raises
+        raise InputError(Diagnostic(
+            "OT004", f"rule plugin `{getattr(ep, 'name', '?')} = {getattr(ep, 'value', '?')}` of "
+            f"{dist} (entry point group optrace.rules) cannot be used: {type(exc).__name__}: {exc}; "
+            "fix or uninstall that distribution", None, 0)) from exc
+
+
 def _rules_of(obj: object) -> list[type[Rule]]:
     if isinstance(obj, type) and issubclass(obj, Rule):
         return [obj]
     rules = getattr(obj, "RULES", None)
     if rules is None:
         raise ImportError(f"{getattr(obj, '__name__', obj)!r} has no RULES list")
+    if not isinstance(rules, list | tuple):
+        raise TypeError(f"RULES of {getattr(obj, '__name__', obj)!r} is a {type(rules).__name__}, "
+                        "not a list of Rule classes")
+    bad = [r for r in rules if not (isinstance(r, type) and issubclass(r, Rule))]
+    if bad:
+        raise TypeError(f"RULES of {getattr(obj, '__name__', obj)!r} holds {bad[0]!r}, not a Rule class")
     return list(rules)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -419,3 +420,31 @@ def test_a_declaring_distribution_without_a_reader_says_what_to_install(tmp_path
               "load_rules()\n")
     done = subprocess.run([sys.executable, "-c", script, str(site)], capture_output=True, text=True)
     assert done.returncode != 0 and "optrace.deferred.install()" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("plugin, why", [
+    (None, "ModuleNotFoundError"),
+    ("RULES = 3\n", "is a int, not a list of Rule classes"),
+    ("RULES = [object]\n", "not a Rule class"),
+    ("raise RuntimeError('broken at import')\n", "RuntimeError: broken at import"),
+])
+def test_a_broken_rule_plugin_is_ot004_naming_its_distribution(tmp_path: Path, plugin: str | None,
+                                                               why: str) -> None:
+    """An installed distribution's `optrace.rules` entry point that cannot be used is the
+    user's input: OT004 naming the distribution and the entry point, exit 2 (never 3)."""
+    site = tmp_path / "site"
+    dist = site / "team_rules-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: team-rules\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[optrace.rules]\nteam = team_rules\n")
+    if plugin is not None:
+        (site / "team_rules.py").write_text(plugin)
+    op = tmp_path / "demo_op" / "op_kernel"
+    op.mkdir(parents=True)
+    (op / "demo_op.cpp").write_text('extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) { }\n')
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    done = subprocess.run([sys.executable, "-m", "optrace", "plan", str(op.parent)], capture_output=True,
+                          text=True, env=env)
+    assert done.returncode == 2, done.stderr
+    assert "OT004" in done.stderr and "team-rules" in done.stderr and "team = team_rules" in done.stderr
+    assert why in done.stderr
