@@ -101,21 +101,70 @@ def stop_reasons(analysis: Analysis, root: Region) -> list[Diagnostic]:
 
 def variants_of(root: Region, conditions: dict[tuple[str, int], str]) -> list[dict[str, object]]:
     """Each variant a launch may run, with its condition and distinct labels per core type
-    (empty when the kernel has no variant dispatch: the merged tree is the one variant)."""
-    out: list[dict[str, object]] = []
+    (empty when the kernel has no variant dispatch: the merged tree is the one variant).
+    Conditions are simplified before they are shown: a repeated conjunct once, a variant
+    whose condition contradicts itself (`A && !(A)`) left out, identical ones merged."""
     variants = launch_variants(root)
     members = variant_members(root, variants)
+    merged: dict[str, dict[str, set[str]]] = {}
     for v, arms in enumerate(variants):
         if not arms:
             continue
-        labels: dict[str, set[str]] = {}
+        condition = simplify_condition([conditions.get(arm, "?") for arm in arms])
+        if condition is None:
+            continue  # no launch can run it
+        labels = merged.setdefault(condition, {})
         for region in root.walk():
             if v in members[id(region)]:
                 for core in region.cores:
                     labels.setdefault(core, set()).add(region.label)
-        out.append({"condition": " && ".join(conditions.get(arm, "?") for arm in arms),
-                    "labels": {core: len(v) for core, v in sorted(labels.items())}})
-    return out
+    return [{"condition": condition, "labels": {core: len(v) for core, v in sorted(labels.items())}}
+            for condition, labels in merged.items()]
+
+
+def _conjuncts(text: str) -> list[str]:
+    """The top-level `&&` terms of a condition, whitespace folded, outer parentheses off."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif depth == 0 and text.startswith("&&", i):
+            out.append(text[start:i])
+            start = i + 2
+    out.append(text[start:])
+    return [_unwrap(" ".join(t.split())) for t in out if t.strip()]
+
+
+def _unwrap(term: str) -> str:
+    while term.startswith("(") and term.endswith(")") and _closes_at_end(term):
+        term = term[1:-1].strip()
+    return term
+
+
+def _closes_at_end(term: str) -> bool:
+    depth = 0
+    for i, ch in enumerate(term):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0 and i < len(term) - 1:
+            return False
+    return True
+
+
+def simplify_condition(parts: list[str]) -> str | None:
+    """The conjunction of `parts` with repeated terms once, or None when one term is the
+    negation of another (`X` and `!(X)`): that variant cannot run."""
+    terms: list[str] = []
+    for part in parts:
+        for term in _conjuncts(part):
+            if term not in terms:
+                terms.append(term)
+    positive = {t for t in terms if not t.startswith("!")}
+    negated = {_unwrap(t[1:].strip()) for t in terms if t.startswith("!")}
+    if positive & negated:
+        return None
+    return " && ".join(terms)
 
 
 def plan_lint(plan: Plan, stats: dict[str, int], path: list[str]) -> dict[str, object]:

@@ -10,7 +10,7 @@ from pathlib import Path
 from optrace.engine.analysis import unreadable_entry
 from optrace.engine.cpp import new_parser, parse_file
 from optrace.engine.source import DEFAULT_QUALIFIERS, SourceFile, normalise
-from optrace.pipeline.plan import plan_operator
+from optrace.pipeline.plan import plan_operator, simplify_condition
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATED = ROOT / "fixtures" / "templated_entry" / "matmul" / "moe_group_gemm"
@@ -18,7 +18,7 @@ TEMPLATED = ROOT / "fixtures" / "templated_entry" / "matmul" / "moe_group_gemm"
 
 def test_each_constexpr_arm_is_a_variant_labelled_by_what_selects_it() -> None:
     plan = plan_operator(TEMPLATED)
-    guard = "#if defined(__NPU_ARCH__) && (__NPU_ARCH__ == 3510)"
+    guard = "#if defined(__NPU_ARCH__) && __NPU_ARCH__ == 3510"
     assert [v["condition"] for v in plan.variants] == [
         f"{guard} && MODE == MOE_GEMM_BASIC",
         f"{guard} && !(MODE == MOE_GEMM_BASIC) && MODE == MOE_GEMM_SPLIT_K",
@@ -107,3 +107,42 @@ extern "C" __global__ __aicore__ void lower_op(GM_ADDR x, GM_ADDR workspace, GM_
     # tree is the root alone).
     assert any(r.index_var == "expertIdx" and r.anchor is not None and r.anchor.path.name == "k.h"
                for r in regions)
+
+
+def test_variant_conditions_are_simplified() -> None:
+    """No repeated conjunct, no variant whose condition contradicts itself, identical
+    variants merged (an arm nested under the same test as its parent)."""
+    assert simplify_condition(["A && B", "A", "(B)"]) == "A && B"
+    flag = "EXEC_FLAG & EXEC_FLAG_DEEP_FUSE"
+    assert simplify_condition([flag, f"!({flag})"]) is None
+    assert simplify_condition(["(A || B) && C", "!(A || B)"]) is None
+    assert simplify_condition(["!(A)", "!A", "B"]) == "!(A) && !A && B"  # spelt two ways, kept
+
+
+def test_an_arm_nested_under_its_own_test_has_no_impossible_variant(tmp_path: Path) -> None:
+    op = tmp_path / "nested_op"
+    (op / "op_kernel").mkdir(parents=True)
+    (op / "op_kernel" / "nested_op.cpp").write_text("""\
+#include "kernel_operator.h"
+__aicore__ inline void Deep()
+{ for (uint32_t expertIdx = 0; expertIdx < 4; ++expertIdx) { AscendC::SyncAll(); } }
+__aicore__ inline void Flat()
+{ for (uint32_t groupIdx = 0; groupIdx < 4; ++groupIdx) { AscendC::SyncAll(); } }
+template <int FLAG>
+__global__ __aicore__ void nested_op(GM_ADDR x, GM_ADDR tiling)
+{
+    if constexpr (FLAG & 1) {
+        if constexpr (FLAG & 1) {
+            Deep();
+        } else {
+            Flat();
+        }
+    } else {
+        Flat();
+    }
+}
+""")
+    conditions = [v["condition"] for v in plan_operator(op).variants]
+    assert all("!(FLAG & 1)" not in c or "FLAG & 1 &&" not in c for c in conditions), conditions
+    assert len(conditions) == len(set(conditions))
+    assert "FLAG & 1" in conditions and "!(FLAG & 1)" in conditions
