@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from itertools import islice
 from pathlib import Path
 
@@ -107,12 +108,15 @@ def variants_of(root: Region, conditions: dict[tuple[str, int], str]) -> list[di
     variants = launch_variants(root)
     members = variant_members(root, variants)
     merged: dict[str, dict[str, set[str]]] = {}
+    shown: dict[frozenset[tuple[str, bool]], str] = {}
     for v, arms in enumerate(variants):
         if not arms:
             continue
         condition = simplify_condition([conditions.get(arm, "?") for arm in arms])
         if condition is None:
             continue  # no launch can run it
+        key = condition_key(condition)
+        condition = shown.setdefault(key, condition)  # the first spelling of the same test
         labels = merged.setdefault(condition, {})
         for region in root.walk():
             if v in members[id(region)]:
@@ -156,15 +160,38 @@ def simplify_condition(parts: list[str]) -> str | None:
     """The conjunction of `parts` with repeated terms once, or None when one term is the
     negation of another (`X` and `!(X)`): that variant cannot run."""
     terms: list[str] = []
+    seen: set[tuple[str, bool]] = set()
     for part in parts:
         for term in _conjuncts(part):
-            if term not in terms:
+            if _truth(term) not in seen:  # `!(A)` and `!A` are one test
+                seen.add(_truth(term))
                 terms.append(term)
-    positive = {t for t in terms if not t.startswith("!")}
-    negated = {_unwrap(t[1:].strip()) for t in terms if t.startswith("!")}
-    if positive & negated:
+    truths = [_truth(t) for t in terms]
+    if {x for x, holds in truths if holds} & {x for x, holds in truths if not holds}:
         return None
     return " && ".join(terms)
+
+
+def condition_key(condition: str) -> frozenset[tuple[str, bool]]:
+    """What a simplified condition asserts, order aside: `A && B` and `B && A` are one."""
+    return frozenset(_truth(t) for t in _conjuncts(condition))
+
+
+def _truth(term: str) -> tuple[str, bool]:
+    """(the expression a term tests, whether it must hold): `!(X)`, `!X`, `(X) == 0` and
+    `X == false` say X does not hold; `X != 0` and `X == true` that it does."""
+    term = _unwrap(term)
+    if term.startswith("!") and not term.startswith("!="):
+        inner, holds = _truth(term[1:].strip())
+        return inner, not holds
+    m = re.fullmatch(r"(.+?)\s*(==|!=)\s*(0|false|nullptr)", term)
+    if m is not None:
+        inner, holds = _truth(m.group(1))
+        return inner, holds if m.group(2) == "!=" else not holds
+    m = re.fullmatch(r"(.+?)\s*==\s*true", term)
+    if m is not None:
+        return _truth(m.group(1))
+    return term, True
 
 
 def plan_lint(plan: Plan, stats: dict[str, int], path: list[str]) -> dict[str, object]:
