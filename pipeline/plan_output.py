@@ -96,8 +96,16 @@ def render_text(plan: Plan, mode: tuple[str, str] | None = None) -> str:
     _tree_lines(plan, plan.root, out, "", legend)
     out.append("")
     out.append("labels per core type:")
+    budget = plan.analysis.config.density_target
     for core, labels in plan.per_core.items():
-        out.append(f"  {core}: {len(labels)}")
+        shakes = {r.label for r in plan.root.walk() if r.cost == "handshake" and core in r.cores}
+        counted = f"  {core}: {len(labels)}"
+        if len(labels) > budget and shakes:
+            # The budget counts phases and setup only: say so wherever the total is over it.
+            counted += (f" ({len(labels) - len(shakes & set(labels))} phase / setup, budget {budget}; "
+                        f"+ {len(shakes & set(labels))} handshakes, which the budget does not count: "
+                        "every wait and notify stays bracketed)")
+        out.append(counted)
     if plan.variants:
         out.append("  per variant (one launch runs one; the budget holds per variant):")
         for v in plan.variants:

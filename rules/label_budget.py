@@ -84,6 +84,10 @@ class LabelBudget(Rule):
     INVALID = (
         Example(_example(30), tree=("processing", *(f"  step{i}" for i in range(29))),
                 finding="budget"),
+        # The region the budget drops is named, with its class and why (the last step:
+        # the deepest detail goes first, then by order).
+        Example(_example(30), absent=("step29",),
+                finding='"step29" (phase, AIV) dropped: 31 labels, budget 30 (density.target)'),
         # 20 parts: 20 Inits (setup) and 20 Processes (each an expert loop with a barrier
         # inside): 61 phase / setup labels and 20 handshakes. Every Init goes before any
         # phase (and no Init outlives its Process); what is left is phases holding a
@@ -146,7 +150,10 @@ class LabelBudget(Rule):
         def over_for(region: Region) -> bool:
             return any((core, v) in over for core in region.cores for v in member[id(region)])
 
-        def remove(region: Region) -> None:
+        def remove(region: Region, why: str) -> None:
+            # Every region the budget drops is named where it was, with its class and why.
+            ctx.report(f'"{region.label}" ({region.cost}, {"/".join(sorted(region.cores))}) dropped: {why}',
+                       region)
             parent = parents[id(region)]
             parent.children.remove(region)
             per_file.subtract(region.files())
@@ -182,11 +189,15 @@ class LabelBudget(Rule):
                 group = [r for r in ctx.root.walk() if r.label == region.label and id(r) in parents]
                 if any(r.children or r.kind not in _REMOVABLE or r.cost != region.cost for r in group):
                     continue
+            counts = sorted({len(per_core[(core, v)]) for core in region.cores for v in member[id(region)]
+                             if (core, v) in over})
+            why = (f"{counts[-1]} labels, budget {target} (density.target): setup goes first, then "
+                   "repeats of code planned elsewhere, then the deepest detail")
             for dropped in group:
                 if dropped.cost == "phase":
                     phase_variants.append({v for core in dropped.cores for v in member[id(dropped)]
                                            if (core, v) in over})
-                remove(dropped)
+                remove(dropped, why)
             fn = ctx.analysis.index.functions.get(region.function or "")
             if fn is not None and fn.scope and fn.name in _WORK_METHODS:
                 dropped_work.add(fn.scope)
@@ -196,7 +207,8 @@ class LabelBudget(Rule):
             fn = ctx.analysis.index.functions.get(region.function or "")
             if (fn is not None and fn.name == "Init" and fn.scope in dropped_work
                     and not region.children and id(region) in parents):
-                remove(region)
+                remove(region, f"the work of `{fn.scope}` was dropped, so its Init would time nothing "
+                               "a reader sees")
         ctx.stats["phases_dropped"] = removed["phase"]
         # The invariant the order gives, measured: a phase dropped from a variant whose
         # setup is still there (0 unless a setup region could not be dropped: not a leaf).
