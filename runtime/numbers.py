@@ -54,7 +54,8 @@ class Range(FrozenRecord):
 
 
 #: The documented ranges (docs/faults.md "Numbers").
-CLOCK_MHZ = Range(0.0, 100_000.0, low_open=True, unit="MHz")
+# A device clock of under 1 kHz is no clock: at 1e-300 MHz every timestamp saturates.
+CLOCK_MHZ = Range(0.001, 100_000.0, unit="MHz")
 RANK_OFFSET_US = Range(-1e12, 1e12, unit="µs")  # ± about 11 days
 RANK = Range(0, 2**31 - 1, integer=True)
 SPLIT_BYTES = Range(1024, 2**50, integer=True, unit="bytes")

@@ -480,7 +480,8 @@ def test_a_fifo_rank_file_or_point_map_is_named_not_read(
 
 @pytest.mark.parametrize("option", [
     ["--clock-mhz", "nan"], ["--clock-mhz", "inf"], ["--clock-mhz", "-5"], ["--clock-mhz", "0"],
-    ["--clock-mhz", "1e9"], ["--rank-offsets", "0=nan"], ["--rank-offsets", "0=inf"],
+    ["--clock-mhz", "1e9"], ["--clock-mhz", "1e-300"], ["--clock-mhz", "0.0001"],
+    ["--rank-offsets", "0=nan"], ["--rank-offsets", "0=inf"],
     ["--rank-offsets", "0=1e400"], ["--rank-offsets", "0=1e13"], ["--rank-offsets", "99999999999=1"],
     ["--rank-offsets", "-1=1"], ["--split", "99999999999999G"], ["--split", "10"],
     # --align LABEL@N: N through check_number, an integer in [1, 2^24]
@@ -525,7 +526,7 @@ def test_compare_numeric_options_are_checked(profiling: Path, option: list[str])
     assert f"{option[0]} must be a finite number in {bounds}, not " in out, out
 
 
-@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0, 0.0, 1e300])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0, 0.0, 1e300, 1e-300])
 def test_a_rank_files_clock_metadata_is_checked(profiling: Path, tmp_path: Path, value: float) -> None:
     from optrace.runtime.pt_reader import load_pt
     from optrace.runtime.pt_writer import write_pt
