@@ -686,12 +686,15 @@ class CodeIndex:
         return order
 
     def derived_from(self, name: str) -> list[str]:
-        """Classes that have `name` among their ancestors (CRTP: a base template's
-        `static_cast<Derived *>(this)` is one of these)."""
+        """Classes deriving from `name` the CRTP way — it among their ancestors, and one of
+        their own bases spelt with the class itself as a template argument
+        (`class Sel : public NormBase<Sel>`): a base template's `static_cast<Derived *>(this)`
+        is one of these. A class template instantiated with other arguments is not."""
         cached = self._derived.get(name)
         if cached is None:
             cached = self._derived[name] = sorted(
-                c for c in self.classes if c != name and name in self.ancestry(c))
+                c for c in self.classes if c != name and name in self.ancestry(c)
+                and any(re.search(r"<[^<>]*\b" + re.escape(c) + r"\b", b) for b in self.classes[c].bases))
         return cached
 
     def methods(self, classes: set[str], name: str, _via: frozenset[str] = frozenset()) -> list[FunctionDef]:

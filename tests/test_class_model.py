@@ -185,3 +185,29 @@ public:
     an = analyse_operator(_op(tmp_path, header))
     assert an.index.methods({"Sel"}, "Step") == []
     assert an.index.ancestry("Sel") == ["Sel", "Q", "P"]
+
+
+def test_a_template_parameter_is_a_derived_class_only_the_crtp_way(tmp_path: Path) -> None:
+    """`T impl_; impl_.Process()` in a class template instantiated with another class is
+    not a call of the deriving class's Process (only `Base<Self>` makes Self the T)."""
+    header = """\
+#pragma once
+class Other {
+public:
+    __aicore__ inline void Process() { }
+};
+template <typename T>
+class Runner {
+public:
+    __aicore__ inline void Run() { impl_.Process(); }
+    T impl_;
+};
+class Sel : public Runner<Other> {
+public:
+    __aicore__ inline void Init(GM_ADDR x) { }
+    __aicore__ inline void Process() { Run(); }
+};
+"""
+    calls = _calls(analyse_operator(_op(tmp_path, header)))
+    assert ("Sel::Process", "Runner::Run") in calls
+    assert ("Runner::Run", "Sel::Process") not in calls
