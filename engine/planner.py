@@ -95,7 +95,7 @@ _MACRO_BARE_RE = re.compile(r"\s*([A-Za-z_]\w*)\s*;?\s*$")
 # In a macro's expansion: `Type<...> var(...);` / `Type<...> var;`, and `var.Process(...)`.
 _MACRO_DECL_RE = re.compile(r"([A-Za-z_][\w:]*(?:\s*<[^;{}]*?>)?)\s+([A-Za-z_]\w*)\s*[({;=]")
 _MACRO_ALIAS_RE = re.compile(r"\busing\s+([A-Za-z_]\w*)\s*=\s*([^;]+);")
-_MACRO_WORK_RE = re.compile(r"\b([A-Za-z_]\w*)\s*(?:\.|->)\s*(Process|Run|Compute|Execute)\s*\(")
+_MACRO_WORK_RE = re.compile(r"\b([A-Za-z_]\w*)\s*(?:\.|->)\s*(\w*(?:Process|Run|Compute|Execute)\w*)\s*\(")
 # Methods that run a kernel class's work (or set it up), traced at the call site when the
 # class itself is not in the files read.
 UNSEEN_WORK_METHODS = frozenset({"Init", "Process", "Run", "Compute", "Execute", "operator()"})

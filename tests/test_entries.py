@@ -148,3 +148,41 @@ __global__ __aicore__ void nested_op(GM_ADDR x, GM_ADDR tiling)
     assert all("!(FLAG & 1)" not in c or "FLAG & 1 &&" not in c for c in conditions), conditions
     assert len(conditions) == len(set(conditions))
     assert "FLAG & 1" in conditions and "!(FLAG & 1)" in conditions
+
+
+def test_a_macro_running_a_process_of_another_name_is_followed(tmp_path: Path) -> None:
+    """`#define INIT_CUT_N_PROCESS op.Init(...); op.CutNProcess()` defined inside the entry:
+    the class's `CutNProcess` is its work (before: the tree stopped at the root)."""
+    op = tmp_path / "cut_op"
+    (op / "op_kernel").mkdir(parents=True)
+    (op / "op_kernel" / "cut_op.cpp").write_text("""\
+#include "kernel_operator.h"
+template <typename T>
+class CutKernel {
+public:
+    __aicore__ inline void Init(GM_ADDR x) { xGm_.SetGlobalBuffer((__gm__ T *)x); }
+    __aicore__ inline void CutNProcess()
+    {
+        for (uint32_t expertIdx = 0; expertIdx < 8; ++expertIdx) {
+            AscendC::DataCopy(a_, xGm_[expertIdx], 16);
+            AscendC::Muls(a_, a_, (T)2, 16);
+            AscendC::SyncAll();
+        }
+    }
+    AscendC::LocalTensor<T> a_;
+    AscendC::GlobalTensor<T> xGm_;
+};
+extern "C" __global__ __aicore__ void cut_op(GM_ADDR x, GM_ADDR workspace, GM_ADDR tiling)
+{
+#define INIT_CUT_N_PROCESS \\
+    op.Init(x);            \\
+    op.CutNProcess()
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
+    if (TILING_KEY_IS(10)) {
+        CutKernel<float> op;
+        INIT_CUT_N_PROCESS;
+    }
+}
+""")
+    plan = plan_operator(op)
+    assert any(r.index_var == "expertIdx" for r in plan.root.walk())
