@@ -6,20 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from class_op import class_op
+
 from optrace.engine.analysis import Analysis, analyse_operator
 from optrace.pipeline.plan import plan_operator
-
-ENTRY = """\
-#include "kernel_operator.h"
-#include "sel.h"
-extern "C" __global__ __aicore__ void sel_op(GM_ADDR x, GM_ADDR workspace, GM_ADDR tiling)
-{
-    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
-    Sel op;
-    op.Init(x);
-    op.Process();
-}
-"""
 
 # The issue's fifteen lines: Process comes from the base class.
 ISSUE = """\
@@ -44,11 +34,7 @@ public:
 
 
 def _op(tmp_path: Path, header: str) -> Path:
-    op = tmp_path / "sel_op"
-    (op / "op_kernel").mkdir(parents=True)
-    (op / "op_kernel" / "sel_op.cpp").write_text(ENTRY)
-    (op / "op_kernel" / "sel.h").write_text(header)
-    return op
+    return class_op(tmp_path, "sel_op", "Sel", header, "sel.h")
 
 
 def _calls(an: Analysis) -> set[tuple[str, str]]:

@@ -8,24 +8,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from class_op import class_op
 from typer.testing import CliRunner
 
 from optrace.cli import app
 from optrace.pipeline.plan import plan_operator
 
 ROOT = Path(__file__).resolve().parent.parent
-
-ENTRY = """\
-#include "kernel_operator.h"
-#include "poll.h"
-extern "C" __global__ __aicore__ void poll_op(GM_ADDR x, GM_ADDR workspace, GM_ADDR tiling)
-{
-    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
-    Poll op;
-    op.Init(x);
-    op.Process();
-}
-"""
 
 HEADER = """\
 #pragma once
@@ -113,11 +102,7 @@ CASES = {
 
 
 def _op(tmp_path: Path, loop: str) -> Path:
-    op = tmp_path / "poll_op"
-    (op / "op_kernel").mkdir(parents=True)
-    (op / "op_kernel" / "poll_op.cpp").write_text(ENTRY)
-    (op / "op_kernel" / "poll.h").write_text(HEADER.replace("{LOOP}", loop))
-    return op
+    return class_op(tmp_path, "poll_op", "Poll", HEADER.replace("{LOOP}", loop), "poll.h")
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

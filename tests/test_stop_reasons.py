@@ -5,31 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from class_op import class_op
+
 from optrace.engine.diagnostics import Severity
 from optrace.pipeline.plan import is_thin, plan_operator
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "fixtures" / "unresolved_call" / "moe_gate_stub"
 
-ENTRY = """\
-#include "kernel_operator.h"
-#include "k.h"
-extern "C" __global__ __aicore__ void stop_op(GM_ADDR x, GM_ADDR workspace, GM_ADDR tiling)
-{
-    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
-    Stop op;
-    op.Init(x);
-    op.Process();
-}
-"""
-
-
 def _op(tmp_path: Path, header: str) -> Path:
-    op = tmp_path / "stop_op"
-    (op / "op_kernel").mkdir(parents=True)
-    (op / "op_kernel" / "stop_op.cpp").write_text(ENTRY)
-    (op / "op_kernel" / "k.h").write_text(header)
-    return op
+    return class_op(tmp_path, "stop_op", "Stop", header, "k.h")
 
 
 def _reasons(op: Path) -> list[tuple[int, str, Severity]]:
