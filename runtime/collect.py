@@ -867,8 +867,19 @@ def summary_lines(result: CollectResult) -> list[str]:
     outputs = result.outputs
     wrote = str(outputs[0]) if len(outputs) == 1 else (
         f"{len(outputs)} files" + (f" ({outputs[0]} ... {outputs[-1]})" if outputs else ""))
+    # A rank file is one launch of one rank: ranks and launches are counted apart, and a
+    # core's rows once per launch (what the summary used to call ranks and cores).
+    launches: dict[tuple[str, int], int] = {}
+    for o in result.outcomes:
+        if o.decoded is not None:
+            key = (o.name.tag or "", o.name.rank)
+            launches[key] = launches.get(key, 0) + 1
+    per_rank = set(launches.values())
+    each = (f", {per_rank.pop()} launches each" if len(per_rank) == 1 and max(launches.values()) > 1
+            else f", {len(decoded)} launches in all" if len(decoded) > len(launches) else "")
+    rows = f"{cores} core rows with spans" if len(decoded) > len(launches) else f"{cores} cores with spans"
     lines = [
-        f"wrote {wrote}: {len(decoded)} ranks, {cores} cores with spans, "
+        f"wrote {wrote}: {len(launches)} ranks{each}, {rows}, "
         f"{spans} spans ({unused} unused core slots)"
     ] if result.written else []
     skipped = sum(d.skipped_records for d in decoded)

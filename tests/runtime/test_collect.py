@@ -414,3 +414,12 @@ def test_any_number_of_processes_writes_the_same_bytes(tmp_path: Path, jobs: str
     result = invoke("collect", directory, "-o", tmp_path / "t.json", "-j", jobs)
     assert result.exit_code == 2 and "rank009.pt" in result.output
     assert (tmp_path / "t.json").read_bytes() == reference.read_bytes()
+
+
+def test_the_summary_counts_ranks_and_launches_apart(tmp_path: Path) -> None:
+    """A rank file is one launch of one rank: 2 ranks x 8 launches are 2 ranks, 8 launches
+    each, and each core's row counts once per launch (before: "16 ranks, 192 cores")."""
+    assert invoke("demo-data", tmp_path / "demo").exit_code == 0
+    result = invoke("collect", tmp_path / "demo", "-o", tmp_path / "t.json")
+    assert result.exit_code == 0, result.output
+    assert "2 ranks, 8 launches each, 192 core rows with spans" in result.output
