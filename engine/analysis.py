@@ -133,6 +133,14 @@ class Analysis:
             scoped = self._scoped[fn.id] = scoped_locals(fn.src, fn)
         return local_type_at(scoped, name, offset) or fn.params.get(name)
 
+    def name_type(self, fn: FunctionDef, name: str, offset: int) -> str | None:
+        """The declared type of `name` at `offset` in fn: a local, a parameter, else a
+        member of fn's class."""
+        tname = self.local_type(fn, name, offset)
+        if tname is None and fn.scope in self.index.classes:
+            tname = self.index.classes[fn.scope].fields.get(name)
+        return tname
+
     def function_macros(self) -> dict[str, FunctionMacro]:
         """`#define NAME(params) body` of every file read, by name (the first wins)."""
         if self._macros is None:
@@ -253,9 +261,7 @@ def _receiver_classes(an: Analysis, fn: FunctionDef, name: list[str], at: int) -
     """Classes of a receiver named by a local, a parameter or a field of fn's class."""
     if not name or not name[0]:
         return set()
-    tname = an.local_type(fn, name[0], at)
-    if tname is None and fn.scope in an.index.classes:
-        tname = an.index.classes[fn.scope].fields.get(name[0])
+    tname = an.name_type(fn, name[0], at)
     if tname is None:
         return set()
     return _type_classes(an, fn, tname)
@@ -324,9 +330,7 @@ def resolve_call(an: Analysis, fn: FunctionDef, call: Node) -> tuple[str, list[F
     if func.type == "identifier":
         name = text_of(src, func)
         # `gemm(params)` on an object of a known class: its operator().
-        tname = an.local_type(fn, name, call.start_byte)
-        if tname is None and fn.scope in idx.classes:
-            tname = idx.classes[fn.scope].fields.get(name)
+        tname = an.name_type(fn, name, call.start_byte)
         if tname is not None:
             classes = idx.resolve_class(tname, fn.scope)
             if classes:
@@ -589,9 +593,7 @@ def _why_unfollowed(an: Analysis, fn: FunctionDef, call: Node, name: str) -> str
     head = re.split(r"->|\.|\[", recv.lstrip("*&("), maxsplit=1)[0].strip("() ")
     if not head or head == "this" or "_cast" in recv:
         return None
-    tname = an.local_type(fn, head, call.start_byte)
-    if tname is None and fn.scope in an.index.classes:
-        tname = an.index.classes[fn.scope].fields.get(head)
+    tname = an.name_type(fn, head, call.start_byte)
     if tname is None or _LIBRARY_TYPES.search(tname.strip()):
         return None
     base = base_type_name(tname)
@@ -766,7 +768,9 @@ def _is_spin_loop(an: Analysis, fn: FunctionDef, loop: Node) -> bool:
 
 # A polling body is a handful of statements; a loop of fifty is doing work.
 _SPIN_MAX_STATEMENTS = 40
-_COPY_PRIMITIVES = frozenset({"DataCopy", "DataCopyPad", "DataCopyExt", "Copy", "SetValue"})
+# Copies whose destination may be global memory (`flagGm.SetValue(i, 1)`, a flag write,
+# is not payload and not among them).
+_COPY_PRIMITIVES = frozenset({"DataCopy", "DataCopyPad", "DataCopyExt", "Copy"})
 # Wait primitives and their spellings in macros.
 _WAIT_HINT = re.compile(r"SPIN_WAIT|\b(?:PipeBarrier|WaitFlag|CrossCoreWaitFlag|IBWait|WaitEvent|"
                         r"\w*[Ss]leep\w*|\w*[Dd]elay\w*|\w*[Ss]pin\w*)\b")
@@ -784,8 +788,9 @@ def _waits_only(an: Analysis, fn: FunctionDef) -> bool:
     waiting and moving no data itself — calling it is part of a poll, not work."""
     if not re.search(r"spin|wait|sleep|delay", fn.name, re.I):
         return False
-    return not any(an.call_site(fn, c).name in _COPY_PRIMITIVES
-                   for c in fn.nodes_in(fn.body, ("call_expression",)))
+    # A helper that writes anything, a flag too, does more than wait.
+    writes = _COPY_PRIMITIVES | {"SetValue"}
+    return not any(an.call_site(fn, c).name in writes for c in fn.nodes_in(fn.body, ("call_expression",)))
 
 
 def _enclosing_if_condition(node: Node, limit: Node) -> Node | None:
@@ -830,12 +835,7 @@ def _writes_global(an: Analysis, fn: FunctionDef, call: Node) -> bool:
         return False
     dest = text_of(fn.src, first)
     name = re.split(r"[\[.(]|->", dest.strip("*& "), maxsplit=1)[0].strip()
-    if fn.src.text[call.start_byte : call.end_byte].find(b"SetValue") >= 0:
-        # `flagGm.SetValue(i, 1)`: the receiver is the destination; a flag reset is not payload.
-        return False
-    tname = an.local_type(fn, name, call.start_byte)
-    if tname is None and fn.scope in an.index.classes:
-        tname = an.index.classes[fn.scope].fields.get(name)
+    tname = an.name_type(fn, name, call.start_byte)
     if tname is not None:
         return "Global" in tname or "__gm__" in tname
     return bool(re.search(r"gm|global|window", name, re.I))

@@ -258,9 +258,7 @@ def loop_index(an: Analysis, fn: FunctionDef, loop: Node) -> str | None:
     if m is None:
         return None
     name = m.group(1)
-    declared = an.local_type(fn, name, loop.start_byte)
-    if declared is None and fn.scope in an.index.classes:
-        declared = an.index.classes[fn.scope].fields.get(name)
+    declared = an.name_type(fn, name, loop.start_byte)
     if declared is not None and _INTEGRAL_RE.match(declared.replace("AscendC::", "").replace("std::", "")):
         return name
     return None
