@@ -21,8 +21,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from optrace.codemods.l0op import threading
+from optrace.codemods.layer import Evidence, FileLayer, LayerModel
 from optrace.codemods.layer_common import (
     CODE_LAYER_SHAPE,
     PROFILING_VAR,
@@ -35,7 +37,14 @@ from optrace.codemods.layer_common import (
     split_top,
     starts_line,
 )
-from optrace.engine.cpp import enclosing_function, functions, last_ident, mask, param_name
+from optrace.engine.cpp import (
+    enclosing_function,
+    functions,
+    last_ident,
+    mask,
+    param_name,
+)
+from optrace.engine.diagnostics import InputError
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit, line_number, line_start
 from optrace.engine.names import op_name_pattern
@@ -184,3 +193,55 @@ def aclnn_edits(plan: Plan, mode: str) -> list[Edit]:
             else:
                 edits.append(fragment(path, start, text + b", ", CODEMOD, f"{wl.function}: profiling output"))
     return edits
+
+
+class AclnnLayer(FileLayer):
+    NAME: ClassVar[str] = "aclnn"
+    DESCRIPTION: ClassVar[str] = "aclnn wrappers: the profiling output right before workspaceSize"
+
+    def find(self, layers: Layers) -> list[Path]:
+        return aclnn_files(layers)
+
+    def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
+        return aclnn_edits(plan, mode)
+
+    def verify(self, model: LayerModel) -> list[Evidence]:
+        names = wrapper_names(model.op.layers, clean=False)  # hand-written wrappers under any name too
+        launched = bool(threading(model.op.layers, clean=False).launches)
+        ev: list[Evidence] = []
+        for path, data in model.data.items():
+            try:
+                lists = workspace_lists(path, data, names)
+            except InputError as exc:
+                ev.append(Evidence(path, exc.diagnostic.line, exc.diagnostic.message, False))
+                continue
+            if not lists and launched:
+                ev.extend(_foreign_api(path, data))
+            for wl in lists:
+                pos = wl.profiling_item(data)
+                kind = "call" if wl.is_call else "signature"
+                if pos is None:
+                    ev.append(Evidence(path, wl.line, f"{wl.function} {kind} has no profiling output "
+                                       "(stale wrapper?)", False))
+                elif pos != wl.workspace - 1:
+                    ev.append(Evidence(path, wl.line, f"{wl.function} {kind}: profiling output is not right "
+                                       "before workspaceSize", False))
+                else:
+                    ev.append(Evidence(path, wl.line, f"{wl.function} {kind}: profiling output last"))
+        return ev
+
+
+_API_RE = re.compile(rb"\b(aclnn\w*GetWorkspaceSize)\s*\(")
+
+
+def _foreign_api(path: Path, data: bytes) -> list[Evidence]:
+    """An l0op-style operator's aclnn header that declares an API none of its files define
+    (a copy of another operator's header: `aclnn_threshold_backward.h` beside `relu_grad`,
+    whose API is defined where it launches its own op): it reaches no launch of this op,
+    so no order is at stake. Said, not failed; a header that declares nothing stays
+    unread (OT452)."""
+    code = mask(data)
+    return [Evidence(path, data.count(b"\n", 0, m.start()) + 1,
+                     f"{m.group(1).decode()} is declared here and defined outside the operator: it "
+                     "reaches no launch of this op (not its wrapper)")
+            for m in _API_RE.finditer(code)]

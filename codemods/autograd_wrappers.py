@@ -28,18 +28,23 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
+from optrace.codemods.layer import Evidence, FileLayer, LayerModel
 from optrace.codemods.layer_common import (
     CODE_LAYER_SHAPE,
     PROFILING_VAR,
     clean_bytes,
+    fixed_count,
     fragment,
     input_error,
     mask_keep_includes,
     match_bracket,
-    split_top,
 )
-from optrace.codemods.registration import declaration_files, registration_files
+from optrace.codemods.registration import (
+    declaration_files,
+    registration_files,
+)
 from optrace.codemods.torch_adapter import (
     adapter_functions,
     angle_close,
@@ -53,32 +58,11 @@ from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
 from optrace.engine.source import read_regular
-from optrace.engine.vocabulary import FRAG_CLOSE, FRAG_OPEN
 
 CODEMOD = "autograd-wrappers"
 REGISTERED_RE = re.compile(rb'\.\s*(?:impl|def)\s*\(\s*"(?:\w+::)?(\w+)"\s*,[^;]*?&\s*([A-Za-z_][\w:]*)')
-_FRAGMENTS_RE = re.compile(re.escape(FRAG_OPEN) + rb"|" + re.escape(FRAG_CLOSE))
 
 
-def fixed_count(type_text: bytes) -> int | None:
-    """Elements of a fixed return type made of tensors only (`std::tuple<at::Tensor, ...>`:
-    how many; `at::Tensor`: 1), None otherwise: a type that carries any number (vector,
-    `auto`) or a tuple with other members (`int64_t`), whose new element's place optrace
-    does not guess. Fragments count (they are part of the code once applied)."""
-    plain = _FRAGMENTS_RE.sub(b"", type_text)
-    tensor = rb"\s*(?:const\s+)?(?:at::|torch::)?Tensor\s*&?\s*"
-    if re.fullmatch(tensor, plain):
-        return 1
-    m = re.search(rb"\btuple\s*<", plain)
-    if m is None:
-        return None
-    close = plain.rfind(b">")
-    if close < m.end():
-        return None
-    items = split_top(plain, m.end(), close)
-    if not items or not all(re.fullmatch(tensor, plain[a:b]) for a, b in items):
-        return None
-    return len(items)
 
 
 def wrapper_scan_files(layers: Layers) -> list[Path]:
@@ -218,3 +202,36 @@ def autograd_wrapper_edits(plan: Plan, mode: str) -> list[Edit]:
             continue
         edits.extend(_wrapper_edits(w.path, clean_bytes(w.path), w.function, counts))
     return edits
+
+
+class AutogradWrappersLayer(FileLayer):
+    NAME: ClassVar[str] = "autograd_wrappers"
+    DESCRIPTION: ClassVar[str] = "functions registered for the op besides the launcher (autograd wrappers)"
+    MODE_B_ONLY: ClassVar[bool] = True
+
+    def find(self, layers: Layers) -> list[Path]:
+        return wrapper_files(layers)
+
+    def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
+        return autograd_wrapper_edits(plan, mode)
+
+    def verify(self, model: LayerModel) -> list[Evidence]:
+        """A tensor or fixed-size tuple they return has the launcher's size."""
+        op = model.op
+        returns = op.facts.adapter_returns
+        seen: set[str] = set()
+        ev: list[Evidence] = []
+        found = wrappers(op.layers, torch_names(op.layers), clean=False)
+        for w in sorted(found, key=lambda w: w.function.body_open < 0):  # definitions first
+            fn = w.function
+            if fn.name in seen or fn.type_span is None or w.path not in model.data:
+                continue
+            seen.add(fn.name)
+            n = fixed_count(model.data[w.path][fn.type_span[0] : fn.type_span[1]])
+            if returns is None:
+                ev.append(Evidence(w.path, fn.line, f"`{fn.name}` (registered for the op): not compared, the "
+                                   "launcher returns no fixed-size tuple"))
+                continue
+            ev.append(Evidence(w.path, fn.line, f"`{fn.name}` (registered for the op) returns {n} tensor(s)"
+                               + ("" if n == returns else f", the launcher returns {returns}"), n == returns))
+        return ev

@@ -18,9 +18,22 @@ output left out in mode A, where it is OPTIONAL) is skipped, not an error.
 
 from __future__ import annotations
 
+import difflib
+import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import ClassVar
 
+from optrace.codemods.layer import (
+    Evidence,
+    FileLayer,
+    LayerModel,
+    Operator,
+    line_of,
+    not_compared,
+    read_files,
+    read_or_empty,
+)
 from optrace.codemods.layer_common import (
     INDEX_VAR,
     NUMEL_MACRO,
@@ -45,9 +58,11 @@ from optrace.codemods.op_host_registry import (
     unresolved,
 )
 from optrace.engine.cpp import CppFunction, mask, top_level_return
-from optrace.engine.discovery import Layers
+from optrace.engine.discovery import Layers, repo_index
 from optrace.engine.edits import Edit, line_start
 from optrace.engine.plan import Plan
+from optrace.engine.source import decode
+from optrace.engine.vocabulary import names_profiling
 
 CODEMOD = "infer"
 
@@ -191,3 +206,90 @@ def wrap_registered(regs: list[Registration], data: bytes, camel: str, const: by
 def _already_sets(data: bytes, fn: CppFunction, index: int) -> bool:
     """A hand-written infer that already handles the output at `index`."""
     return any(use.index == index for use in output_uses(data, fn.body_open, fn.body_close))
+
+
+class InferLayer(FileLayer):
+    NAME: ClassVar[str] = "infer"
+    DESCRIPTION: ClassVar[str] = "infer shape / dtype functions registered for the op"
+
+    def find(self, layers: Layers) -> list[Path]:
+        return [f.path for f in layers.found.get("infer", [])]
+
+    def read(self, op: Operator, files: list[Path]) -> LayerModel:
+        # The registered functions may sit in any op_host file (found through the registration).
+        targets = [t.path for t in infer_functions(op.layers, clean=False)]
+        return read_files(self.NAME, op, list(dict.fromkeys([*files, *targets])))
+
+    def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
+        return infer_edits(plan, mode)
+
+    def verify(self, model: LayerModel) -> list[Evidence]:
+        layers = model.op.layers
+        index = model.op.facts.output_index
+        ev: list[Evidence] = []
+        for target in infer_functions(layers, clean=False):  # the registered ones, never helpers
+            fn, path = target.function, target.path
+            what = "shape" if target.role == INFER_SHAPE else "dtype"
+            if index is None:
+                ev.append(not_compared(path, f"infer {what} `{fn.name}`"))
+                continue
+            data = model.data.get(path, b"")
+            uses = output_uses(data, fn.body_open, fn.body_close)
+            named = [u for u in uses if names_profiling(u.expr)]
+            hit = named or [u for u in uses if u.index == index]
+            if not hit:
+                ev.append(Evidence(path, fn.line, f"infer `{fn.name}` never sets the {what} of "
+                                   f"output {index} (profiling_data)", False))
+                continue
+            u = hit[0]
+            ok = u.index == index
+            ev.append(Evidence(path, line_of(data, u.offset),
+                               f"infer {what}: profiling_data at index {u.index}"
+                               + ("" if ok else f", the OpDef has it at {index}"), ok))
+        if not ev:
+            ev.extend(_misspelt_registrations(model, layers))
+        for role in (INFER_SHAPE, INFER_DTYPE):
+            for reg in unresolved(layers, role, clean=False):
+                ev.append(Evidence(reg.path, reg.line,
+                                   f"{role} is registered as `{reg.function or 'a lambda'}`, which is not "
+                                   "defined in the op's host files: nothing sets profiling_data's "
+                                   f"{role.split()[1]} (write it by hand)", False))
+        return ev
+
+
+_IMPL_RE = re.compile(rb"\bIMPL_OP(?:_INFERSHAPE|_OPTILING)?\s*\(\s*(\w+)\s*\)")
+
+
+def _misspelt_registrations(model: LayerModel, layers: Layers) -> list[Evidence]:
+    """An infer file with no registration for the op, but one for a name a letter or two
+    away (ops-nn's masked_scatter registers `MskedScatter`): the op has no infer at run
+    time, for any of its outputs. Said with the name, as a warning (OT456), not a G2
+    failure: the defect predates optrace, aclnn calls (which allocate the outputs
+    themselves) run without an infer, and an error would block every commit of a
+    pre-commit `check` on a line optrace did not write; `--strict` makes it one.
+
+    Only a name that is nothing else: not the op's with a suffix (`DemoOpV2`, a sibling
+    op), not named anywhere else in the repository (another op's OpDef), and with the op
+    itself never named in these files' code (registered through a macro of the project,
+    which optrace does not read): those stay "infer not read", a G2 failure."""
+    op_type = layers.camel
+    own = re.compile(r"\b" + re.escape(op_type) + r"\b")
+    if any(own.search(decode(mask(data))) for data in model.data.values()):
+        return []
+    read = {p.resolve() for p in model.data}
+    out = []
+    for path, data in model.data.items():
+        for m in _IMPL_RE.finditer(data):
+            name = m.group(1).decode()
+            near = difflib.SequenceMatcher(None, name.lower(), op_type.lower()).ratio() >= 0.85
+            versioned = name.lower().startswith(op_type.lower()) or op_type.lower().startswith(name.lower())
+            elsewhere = [f for f in repo_index(layers.repo_root).mentioning(name.encode())
+                         if f.resolve() not in read and re.search(rb"\b" + re.escape(name.encode()) + rb"\b",
+                                                              read_or_empty(f))]
+            if name != op_type and near and not versioned and not elsewhere:
+                out.append(Evidence(path, line_of(data, m.start()), f"registers its infer functions for "
+                                    f"`{name}`, not the op `{op_type}` (a misspelling?): the op has no infer "
+                                    "registered, for profiling_data or any other output (graph mode cannot "
+                                    "infer their shapes), so optrace edits none; fix the name and apply "
+                                    "again", warning=True))
+    return out

@@ -16,14 +16,18 @@ it exists either way, zeros meaning "off".
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from tree_sitter import Node
 
+from optrace.codemods.kernel_points import point_edits
+from optrace.codemods.layer import Evidence, FileLayer, LayerModel
 from optrace.codemods.layer_common import buffer_core_type
 from optrace.codemods.runtime_block import TEMPLATES
 from optrace.engine.cpp import FunctionDef, parameter_name, text_of
-from optrace.engine.discovery import CPP_EXTS, walk_files
+from optrace.engine.discovery import CPP_EXTS, Layers, walk_files
 from optrace.engine.edits import Edit, indent_at, line_end, newline_of
 from optrace.engine.plan import Plan
 from optrace.engine.source import SourceFile, blank_comments, read_regular
@@ -31,6 +35,7 @@ from optrace.engine.vocabulary import (
     FRAG_CLOSE,
     FRAG_OPEN,
     MODE_RE,
+    PROFILING_NAMES,
     PROFILING_OUTPUT,
     PROFILING_VAR,
     SCAFFOLD_BEGIN,
@@ -290,3 +295,47 @@ def _declarations(plan: Plan, fn: FunctionDef) -> list[tuple[SourceFile, list[No
 
 def _at(edit: Edit, path: Path) -> Edit:
     return Edit(path, edit.start, edit.end, edit.replacement, edit.codemod, edit.note)
+
+
+@dataclass(frozen=True)
+class EntryProfiling:
+    """Where the kernel entry takes the buffer: its parameter's name and index, and the
+    tensor parameters after it (none when it is the last output, as G2 wants)."""
+
+    name: str | None
+    index: int | None
+    after: tuple[str, ...] = ()
+
+
+def entry_profiling(entry: FunctionDef) -> EntryProfiling:
+    """The one reading of the entry's parameters for G2 (the gate's evidence and check's
+    OT410 / OT411 findings)."""
+    names = [parameter_name(entry.src.raw, p) for p in entry.parameter_nodes()]
+    prof = next((n for n in names if n in PROFILING_NAMES), None)
+    if prof is None:
+        return EntryProfiling(None, None)
+    i = names.index(prof)
+    return EntryProfiling(prof, i, tuple(n for n in names[i + 1 :] if not is_system_param(n)))
+
+
+class EntryLayer(FileLayer):
+    NAME: ClassVar[str] = "entry"
+    DESCRIPTION: ClassVar[str] = "kernel entry (__global__ __aicore__): the trace points and profiling_data"
+
+    def find(self, layers: Layers) -> list[Path]:
+        return [layers.entry.path] if layers.entry is not None else []
+
+    def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
+        return [*point_edits(plan), *entry_edits(plan, mode)]
+
+    def verify(self, model: LayerModel) -> list[Evidence]:
+        entry = model.op.analysis.entry_fn
+        found = entry_profiling(entry)
+        if found.name is None or found.index is None:
+            return [Evidence(entry.src.path, entry.line, f"kernel entry `{entry.name}` has no profiling_data",
+                             False)]
+        model.op.facts.kernel_position = found.index
+        later = found.after
+        note = (f"kernel entry: `{later[0]}` comes after `{found.name}`" if later
+                else f"kernel entry: `{found.name}` is parameter {found.index}, the last tensor output")
+        return [Evidence(entry.src.path, entry.line, note, not later)]

@@ -27,7 +27,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
+from optrace.codemods.layer import Evidence, FileLayer, LayerModel
 from optrace.codemods.layer_common import (
     CODE_LAYER_SHAPE,
     PROFILING_VAR,
@@ -42,7 +44,9 @@ from optrace.engine.discovery import Layers, repo_index
 from optrace.engine.edits import Edit, line_number
 from optrace.engine.includes import scan_includes
 from optrace.engine.names import op_name_re
+from optrace.engine.plan import Plan
 from optrace.engine.source import read_regular
+from optrace.engine.vocabulary import names_profiling
 
 CODEMOD = "l0op"
 SOURCE_SUFFIXES = (".cpp", ".cc", ".h", ".hpp")
@@ -307,3 +311,50 @@ def l0op_edits(layers: Layers) -> list[Edit]:
         text = (b", " if site.items else b"") + text
         edits.append(fragment(site.path, at, text, CODEMOD, f"{site.function}: profiling output"))
     return edits
+
+
+class L0opLayer(FileLayer):
+    NAME: ClassVar[str] = "l0op"
+    DESCRIPTION: ClassVar[str] = ("l0 launch (ADD_TO_LAUNCHER_LIST_AICORE): the profiling output last in "
+                                  "OP_OUTPUT, passed down from the aclnn API")
+
+    def find(self, layers: Layers) -> list[Path]:
+        return threading(layers).files()
+
+    def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
+        del mode  # both modes: mode A's adapter passes a null tensor down the same chain
+        return l0op_edits(plan.analysis.layers)
+
+    def verify(self, model: LayerModel) -> list[Evidence]:
+        th = threading(model.op.layers, clean=False)
+        ev: list[Evidence] = []
+        for path, data, at, message in th.errors:
+            if path in model.data:
+                ev.append(Evidence(path, data.count(b"\n", 0, at) + 1, message, False))
+        for ln in th.launches:
+            if ln.path not in model.data:
+                continue
+            data = model.data[ln.path]
+            outs = [last_ident(data[s:e]) for s, e in ln.outputs or ()]
+            if outs and names_profiling(outs[-1]):
+                ev.append(Evidence(ln.path, ln.line,
+                                   f"launch of {ln.op_type}: profiling output last in OP_OUTPUT"))
+            else:
+                ev.append(Evidence(ln.path, ln.line, f"launch of {ln.op_type}: OP_OUTPUT({', '.join(outs)}) "
+                                   "has no profiling output last", False))
+        for site in th.sites:
+            if site.path not in model.data:
+                continue
+            data = model.data[site.path]
+            pos = site.profiling_item(data)
+            kind = "call" if site.is_call else "signature"
+            if pos is None:
+                what = "argument" if site.is_call else "parameter"
+                ev.append(Evidence(site.path, site.line, f"{site.function} {kind} has no profiling {what} "
+                                   "(it reaches the launch)", False))
+            elif pos != len(site.items) - 1:
+                ev.append(Evidence(site.path, site.line, f"{site.function} {kind}: profiling output is not "
+                                   "last", False))
+            else:
+                ev.append(Evidence(site.path, site.line, f"{site.function} {kind}: profiling output last"))
+        return ev

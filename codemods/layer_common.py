@@ -413,3 +413,27 @@ def output_uses(data: bytes, start: int = 0, end: int | None = None) -> list[Out
         expr = data[items[0][0] : items[0][1]]
         out.append(OutputUse(m.group(1).decode(), expr, resolve_index(expr, constants), m.start()))
     return out
+
+
+_FRAGMENTS_RE = re.compile(re.escape(FRAG_OPEN) + rb"|" + re.escape(FRAG_CLOSE))
+
+
+def fixed_count(type_text: bytes) -> int | None:
+    """Elements of a fixed return type made of tensors only (`std::tuple<at::Tensor, ...>`:
+    how many; `at::Tensor`: 1), None otherwise: a type that carries any number (vector,
+    `auto`) or a tuple with other members (`int64_t`), whose new element's place optrace
+    does not guess. Fragments count (they are part of the code once applied)."""
+    plain = _FRAGMENTS_RE.sub(b"", type_text)
+    tensor = rb"\s*(?:const\s+)?(?:at::|torch::)?Tensor\s*&?\s*"
+    if re.fullmatch(tensor, plain):
+        return 1
+    m = re.search(rb"\btuple\s*<", plain)
+    if m is None:
+        return None
+    close = plain.rfind(b">")
+    if close < m.end():
+        return None
+    items = split_top(plain, m.end(), close)
+    if not items or not all(re.fullmatch(tensor, plain[a:b]) for a, b in items):
+        return None
+    return len(items)

@@ -17,7 +17,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
+from optrace.codemods.layer import (
+    Evidence,
+    FileLayer,
+    LayerModel,
+)
 from optrace.codemods.layer_common import (
     CODE_OPDEF_OUTPUTS,
     LINE_MARK,
@@ -28,6 +34,7 @@ from optrace.codemods.layer_common import (
     match_bracket,
 )
 from optrace.engine.cpp import mask, statement_end
+from optrace.engine.diagnostics import InputError
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit, line_end, line_number, line_start, newline_of
 from optrace.engine.names import same_op
@@ -269,3 +276,38 @@ def op_def_edits(plan: Plan, mode: str) -> list[Edit]:
                 "profiling_data, the only output (after the inputs)")
         edits.append(Edit(path, at, at, body, CODEMOD, note))
     return edits
+
+
+class OpDefLayer(FileLayer):
+    NAME: ClassVar[str] = "op_def"
+    DESCRIPTION: ClassVar[str] = "op_host OpDef: profiling_data the last output"
+
+    def find(self, layers: Layers) -> list[Path]:
+        """The file defining the op's OpDef class first, then the other files discovery
+        saw OpDef statements in."""
+        first = opdef_file(layers)
+        rest = [f.path for f in layers.found.get("op_def", [])]
+        return list(dict.fromkeys([first, *rest])) if first is not None else rest
+
+    def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
+        return op_def_edits(plan, mode)
+
+    def verify(self, model: LayerModel) -> list[Evidence]:
+        ev: list[Evidence] = []
+        for path, data in list(model.data.items())[:1]:  # the class is in the first (`find`)
+            try:
+                info = parse_opdef(path, data, model.op.layers.camel)
+            except InputError as exc:
+                ev.append(Evidence(path, exc.diagnostic.line, exc.diagnostic.message, False))
+                continue
+            pos = info.profiling_position()
+            if pos is None:
+                ev.append(Evidence(path, info.outputs[-1].line if info.outputs else info.class_line,
+                                   "OpDef has no profiling_data output", False))
+                continue
+            out = info.outputs[pos]
+            last = pos == len(info.outputs) - 1
+            ev.append(Evidence(path, out.line, f"OpDef: profiling_data is output {pos} of {len(info.outputs)}"
+                               + ("" if last else f"; `{info.outputs[-1].name}` comes after it"), last))
+            model.op.facts.output_index = pos
+        return ev

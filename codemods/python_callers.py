@@ -1,698 +1,178 @@
-"""Python callers (gates G4, G5): samples and tests receive, save and collect the buffer.
-
-DESCRIPTION: in mode B, every call of the op (`torch.ops.<ns>.<op>(...)`, or the
-extension module's `<module>.<op>(...)`) unpacks one more value, `profiling_data`; after
-the call the file's device sync runs, then `optrace.runtime.save_profiling_data(...)`
-when `OPTRACE_PROFILING_DIR` is set. Scripts with argparse get `--profiling-dir`,
-`--point-map` and `--chrome-trace`; every such path is made absolute
-(`Path(...).expanduser().resolve()`) right after parsing and exported to the
-environment, and again before each `multiprocessing.spawn` / `Process`, so workers
-started from any directory write where the user meant. After the workers join (or,
-without workers, after the calls), the parent runs the collector when a point map is
-given. Mode A keeps the op's Python arity and changes nothing here.
-
-Only samples and tests save (`engine.discovery.is_sample_caller`: tests/, examples/,
-samples/, test_*.py, *_sample.py, ..., and the config's `samples` globs). Library code
-calling the op gets the unpack and nothing else: its callers keep the old outputs, and a
-library never writes profiling files or parses options of its own.
-
-The file is read with LibCST (a syntax error is bad input: `file:line`, exit 2); the
-edits are byte edits, so formatting and comments stay as they were. Inserted lines end
-with `  # optrace`. A statement that has to change inside a line (one more unpacking
-target, or a call whose result is used in place) is rewritten as a whole and preceded by
-`# optrace-orig N BASE64` — its original bytes — which is how strip puts it back.
-
-How a call site changes:
-
-- `a, b = op(...)` (tuples, lists, starred targets): `a, b, profiling_data = op(...)`;
-- `out = op(...)`: a line after it, `out, profiling_data = out[:-1], out[-1]` (a lone
-  tensor: `out, profiling_data = out`), so `out` keeps its old arity;
-- anything else (`op(...)[0]`, `return op(...)`, an argument, a bare call): the call is
-  hoisted, `*_optrace_outputs, profiling_data = op(...)`, and the statement uses the old
-  outputs in its place;
-- a call inside a lambda or a comprehension (a benchmark's `bench(lambda: op(...))`)
-  runs later or many times: it is left as it is, and its buffer is not saved.
-"""
-
 from __future__ import annotations
 
 import ast
-import base64
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
-import libcst as cst
-from libcst.metadata import CodeRange, MetadataWrapper, ParentNodeProvider, PositionProvider
-
-from optrace.codemods.layer_common import (
-    CODE_LAYER_SHAPE,
-    CODE_PYTHON_SYNTAX,
-    HASH_MARK,
-    clean_bytes,
-    input_error,
-    marked_lines,
-)
-from optrace.codemods.python_files import caller_files
-from optrace.codemods.registration import registration_files, schema_strings
-from optrace.codemods.torch_adapter import adapter_functions, hand_instrumented, torch_names
-from optrace.codemods.torch_schema import returns_list
-from optrace.engine.cache import by_content
-from optrace.engine.diagnostics import InputError
-from optrace.engine.discovery import Layers, is_sample_caller
-from optrace.engine.edits import Edit, line_start, newline_of
+from optrace.codemods.layer import Evidence, FileLayer, LayerModel, Operator
+from optrace.codemods.python_files import caller_files, python_backend, split_callers
+from optrace.codemods.torch_adapter import torch_names
+from optrace.engine.discovery import Layers
+from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
 
-CODEMOD = "python-callers"
-ENV_DIR = "OPTRACE_PROFILING_DIR"
-ENV_MAP = "OPTRACE_POINT_MAP"
-ENV_TRACE = "OPTRACE_CHROME_TRACE"
-OS = "_optrace_os"
-PATH = "_OptracePath"
-OPTIONS = (("--profiling-dir", "profiling_dir", ENV_DIR,
-            "optrace: save the op's profiling_data here (rank files)"),
-           ("--point-map", "point_map", ENV_MAP, "optrace: the point_map.json the build hook wrote"),
-           ("--chrome-trace", "chrome_trace", ENV_TRACE,
-            "optrace: write the Chrome trace here (default: <profiling-dir>/trace.json)"))
-_RANK_NAMES = ("rank", "global_rank", "global_rank_id", "rank_id", "local_rank", "local_rank_id",
-               "ep_rank_id")
+
+class PythonCallersLayer(FileLayer):
+    NAME: ClassVar[str] = "python_callers"
+    DESCRIPTION: ClassVar[str] = ("Python callers: samples / tests sync and save after each call, absolute "
+                                  "paths; library code unpacks profiling_data")
+    GATE: ClassVar[str] = "G4/G5"
+    MODE_B_ONLY: ClassVar[bool] = True
+
+    def find(self, layers: Layers) -> list[Path]:
+        return caller_files(layers)
+
+    def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
+        return python_backend().caller_edits(plan, mode)
+
+    def verify(self, model: LayerModel) -> list[Evidence]:
+        """G4 and G5 evidence of the samples and tests, G2 evidence of library code (its
+        calls unpack profiling_data), each tagged with its gate. Samples in which nothing
+        is read fail G4 naming the layer, even when library code gave G2 evidence."""
+        names = set(torch_names(model.op.layers))
+        samples, library = _split(model.op, [p for p in model.files if p in model.data])
+        ev4: list[Evidence] = []
+        ev5: list[Evidence] = []
+        for path in samples:
+            _python_file(path, model.data[path], names, ev4, ev5)
+        if samples and not ev4 and not ev5:
+            ev4.append(_not_read(samples, "a call of the op in a sample / test"))
+        ev2: list[Evidence] = []
+        for path in library:
+            _g2_library_caller(path, model.data[path], names, ev2)
+        return [*(_tag(e, "G4") for e in ev4), *(_tag(e, "G5") for e in ev5), *(_tag(e, "G2") for e in ev2)]
 
 
-# --- source positions as bytes ------------------------------------------------------------------
+def _not_read(files: list[Path], what: str) -> Evidence:
+    shown = ", ".join(p.name for p in files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+    return Evidence(files[0], 1, f"python_callers not read: nothing in {shown} is what optrace reads as "
+                    f"{what}", False)
 
 
-class _Source:
-    """A Python file parsed by LibCST, with node spans as byte offsets."""
-
-    def __init__(self, path: Path, data: bytes) -> None:
-        self.path = path
-        self.data = data
-        lone_cr = re.search(rb"\r(?!\n)", data)
-        if lone_cr is not None:
-            # Python (and LibCST) end a line at a lone CR too; the edits and strip's markers
-            # work line by line on LF: refused whole rather than edited half-way.
-            raise input_error(CODE_PYTHON_SYNTAX, "a line ends in a lone CR (old Mac style): optrace "
-                              "edits Python files with LF or CRLF line ends only", path,
-                              line=data.count(b"\n", 0, lone_cr.start()) + 1)
-        self.starts = [0] + [m.end() for m in re.finditer(rb"\n", data)]
-        try:
-            self.module = cst.parse_module(data)
-        except cst.ParserSyntaxError as exc:
-            raise python_syntax_error(path, data, exc) from None
-        except (UnicodeDecodeError, LookupError, SyntaxError) as exc:  # not its declared encoding, or none
-            line = data.count(b"\n", 0, exc.start) + 1 if isinstance(exc, UnicodeDecodeError) else 1
-            raise input_error(CODE_PYTHON_SYNTAX, f"not Python source in its declared encoding: {exc}",
-                              path, line=line) from None
-        self.encoding = self.module.encoding
-        self.wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
-        self.positions = self.wrapper.resolve(PositionProvider)
-        self.parents = self.wrapper.resolve(ParentNodeProvider)
-        self._collected: _Collector | None = None
-        self._assigned: dict[cst.CSTNode, frozenset[str]] = {}
-
-    def collected(self) -> _Collector:
-        """The file's calls, syncs, spawns and argparse use (visited once)."""
-        if self._collected is None:
-            found = _Collector()
-            self.wrapper.visit(found)
-            self._collected = found
-        return self._collected
-
-    def assigned_names(self, node: cst.CSTNode) -> frozenset[str]:
-        """`_assigned_names(node)` of one of this file's nodes (visited once)."""
-        names = self._assigned.get(node)
-        if names is None:
-            names = self._assigned[node] = frozenset(_assigned_names(node))
-        return names
-
-    def offset(self, line: int, column: int) -> int:
-        start = self.starts[line - 1]
-        end = self.starts[line] if line < len(self.starts) else len(self.data)
-        text = self.data[start:end].decode(self.encoding, errors="surrogateescape")
-        return start + len(text[:column].encode(self.encoding, errors="surrogateescape"))
-
-    def span(self, node: cst.CSTNode) -> tuple[int, int]:
-        r: CodeRange = self.positions[node]
-        return self.offset(r.start.line, r.start.column), self.offset(r.end.line, r.end.column)
-
-    def line_of(self, node: cst.CSTNode) -> int:
-        return self.positions[node].start.line
-
-    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        return self.parents.get(node)
-
-    def code(self, node: cst.CSTNode) -> str:
-        return self.module.code_for_node(node)
-
-
-def python_syntax_error(path: Path, data: bytes, exc: cst.ParserSyntaxError) -> InputError:
-    """Located where Python itself puts it (LibCST reports the token after the mistake)."""
-    try:
-        compile(data, str(path), "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
-    except SyntaxError as err:
-        return input_error(CODE_PYTHON_SYNTAX, f"Python syntax error: {err.msg}", path, line=err.lineno or 1)
-    except ValueError:
-        pass
-    return input_error(CODE_PYTHON_SYNTAX, f"Python syntax error: {exc.message}", path, line=exc.raw_line)
-
-
-def _line_after(data: bytes, offset: int) -> int:
-    nl = data.find(b"\n", offset)
-    return len(data) if nl < 0 else nl + 1
-
-
-def _indent(data: bytes, offset: int) -> bytes:
-    start = line_start(data, offset)
-    m = re.match(rb"[ \t]*", data[start:])
-    return m.group(0) if m else b""
-
-
-PythonSource = _Source
-
-
-@by_content(8, max_bytes=256 << 10)
-def parse_python(path: Path, data: bytes) -> _Source:
-    """`data` (the bytes of `path`) parsed, shared: a sample several operators call is
-    parsed once per process while its bytes stay the same. The source is never changed
-    after parsing (codemods only read it and return edits), so sharing it is safe; a file
-    that does not parse raises every time (exceptions are not cached)."""
-    return _Source(path, data)
-
-
-# --- what the file looks like ------------------------------------------------------------------
-
-
-def dotted(node: cst.BaseExpression) -> str:
-    """`a.b.c` for a name or attribute chain, "" for anything else (a call, a subscript)."""
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        inner = dotted(node.value)
-        return f"{inner}.{node.attr.value}" if inner else ""
-    return ""
-
-
-class _Collector(cst.CSTVisitor):
-    """What a caller file holds, whichever op is asked about: one visit per parsed file
-    (`_Source.collected`), however many operators the file calls."""
-
-    def __init__(self) -> None:
-        # Every `x.name(...)` call not inside a lambda / comprehension, with its name:
-        # deferred calls (a benchmark's lambda) keep their result.
-        self.attr_calls: list[tuple[str, cst.Call]] = []
-        self.syncs: list[str] = []
-        self.spawns: list[cst.Call] = []
-        self.joins: list[cst.Call] = []
-        self.parsers: list[str] = []
-        self.parse_calls: list[cst.Call] = []
-        self.add_args: list[cst.Call] = []
-        self.options: set[str] = set()
-        self.names: set[str] = set()
-        self.deferred = 0  # inside a lambda / comprehension: the call runs later or repeatedly
-
-    def visit_Lambda(self, node: cst.Lambda) -> None:
-        self.deferred += 1
-
-    def leave_Lambda(self, original_node: cst.Lambda) -> None:
-        self.deferred -= 1
-
-    def visit_GeneratorExp(self, node: cst.GeneratorExp) -> None:
-        self.deferred += 1
-
-    def leave_GeneratorExp(self, original_node: cst.GeneratorExp) -> None:
-        self.deferred -= 1
-
-    def visit_ListComp(self, node: cst.ListComp) -> None:
-        self.deferred += 1
-
-    def leave_ListComp(self, original_node: cst.ListComp) -> None:
-        self.deferred -= 1
-
-    def visit_Name(self, node: cst.Name) -> None:
-        self.names.add(node.value)
-
-    def visit_Call(self, node: cst.Call) -> None:
-        func = dotted(node.func)
-        if isinstance(node.func, cst.Attribute) and not self.deferred:
-            self.attr_calls.append((node.func.attr.value, node))
-        if func.endswith("npu.synchronize"):
-            self.syncs.append(func)
-        if func.endswith(("spawn", "start_processes")) and ("mp" in func or "multiprocessing" in func):
-            self.spawns.append(node)
-        if func.endswith(".join") and not func.startswith(("os.path", "str", "\"")):
-            self.joins.append(node)
-        if func.endswith("ArgumentParser"):
-            self.parsers.append(func)
-        if func.endswith(".parse_args") or func.endswith(".parse_known_args"):
-            self.parse_calls.append(node)
-        if func.endswith(".add_argument"):
-            self.add_args.append(node)
-            for arg in node.args:
-                if isinstance(arg.value, cst.SimpleString) and arg.value.value.strip("'\"").startswith("--"):
-                    self.options.add(arg.value.value.strip("'\""))
-
-    def calls_of(self, op_names: Sequence[str]) -> list[cst.Call]:
-        """The op's calls (any of its names), in file order."""
-        wanted = set(op_names)
-        return [call for name, call in self.attr_calls if name in wanted]
+def _tag(e: Evidence, gate: str) -> Evidence:
+    return Evidence(e.path, e.line, e.note, e.ok, gate)
 
 
 @dataclass
-class _File:
-    """One Python caller being edited: its source, what was found in it and the edits so far."""
+class _PythonFacts:
+    """What G2 (library code) and G4 / G5 (samples) read of a Python caller: line spans of
+    the op's calls, syncs, saves, worker starts, `expanduser().resolve()` calls and
+    functions. Read with the standard `ast` module (no LibCST import for `check`)."""
 
-    src: _Source
-    found: _Collector
-    edits: list[Edit] = field(default_factory=list)
-    needs_os: bool = False
-    needs_path: bool = False
-
-
-def _statement(src: _Source, node: cst.CSTNode) -> tuple[cst.SimpleStatementLine | cst.BaseCompoundStatement,
-                                                             cst.CSTNode]:
-    """The statement line holding `node`, and the small statement inside it."""
-    child = node
-    parent = src.parent(node)
-    while parent is not None and not isinstance(parent, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
-        child = parent
-        parent = src.parent(parent)
-    if parent is None:
-        raise input_error(CODE_LAYER_SHAPE, "the op call is not inside a statement", src.path,
-                          line=src.line_of(node))
-    if isinstance(parent, cst.SimpleStatementLine):
-        owner = src.parent(parent)
-        if isinstance(owner, cst.SimpleStatementSuite):
-            raise input_error(CODE_LAYER_SHAPE, "put the op call on its own line (it shares a one-line "
-                              "block)", src.path, line=src.line_of(node))
-        if len(parent.body) != 1:
-            raise input_error(CODE_LAYER_SHAPE, "put the op call in a statement of its own (not `a; b`)",
-                              src.path, line=src.line_of(node))
-    return parent, child
+    calls: list[tuple[int, int]] = field(default_factory=list)
+    syncs: list[int] = field(default_factory=list)
+    saves: list[tuple[int, int]] = field(default_factory=list)
+    spawns: list[int] = field(default_factory=list)
+    resolves: list[int] = field(default_factory=list)
+    functions: list[tuple[int, int]] = field(default_factory=list)
 
 
-def _top_statement(src: _Source, node: cst.CSTNode) -> cst.CSTNode:
-    """The outermost statement of the enclosing function (or module) body holding node."""
-    best: cst.CSTNode = node
-    cur: cst.CSTNode | None = node
-    while cur is not None:
-        if isinstance(cur, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
-            parent = src.parent(cur)
-            body_owner = src.parent(parent) if parent is not None else None
-            best = cur
-            if isinstance(body_owner, cst.FunctionDef) or isinstance(parent, cst.Module):
-                return best
-        cur = src.parent(cur)
-    return best
+def _dotted(node: ast.expr) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    return ""
 
 
-def _enclosing_function(src: _Source, node: cst.CSTNode) -> cst.FunctionDef | None:
-    cur = src.parent(node)
-    while cur is not None and not isinstance(cur, cst.FunctionDef):
-        cur = src.parent(cur)
-    return cur
+def _calls_expanduser(node: ast.expr) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr == "expanduser" for n in ast.walk(node))
 
 
-def _assigned_names(node: cst.CSTNode) -> set[str]:
-    """Names bound by assignments inside `node`, and `self.x` attributes assigned there."""
-    names: set[str] = set()
-
-    class _Binder(cst.CSTVisitor):
-        def visit_AssignTarget(self, target: cst.AssignTarget) -> None:
-            for sub in _target_names(target.target):
-                names.add(sub)
-
-        def visit_AnnAssign(self, ann: cst.AnnAssign) -> None:
-            for sub in _target_names(ann.target):
-                names.add(sub)
-
-    node.visit(_Binder())
-    return names
+def _starts_workers(name: str) -> bool:
+    spawn = name.endswith(("spawn", "start_processes")) and ("mp" in name or "multiprocessing" in name)
+    return spawn or name.split(".")[-1] == "Process"
 
 
-def _target_names(target: cst.BaseExpression) -> list[str]:
-    if isinstance(target, cst.Name):
-        return [target.value]
-    if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name):
-        return [f"self.{target.attr.value}"] if target.value.value == "self" else []
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return [n for el in target.elements for n in _target_names(el.value)]
-    return []
-
-
-def _rank_expr(f: _File, call: cst.Call) -> str:
-    """The caller's rank: a parameter or local of the calling function, a `self.` attribute
-    the module assigns, else the RANK environment variable torch.distributed sets."""
-    fn = _enclosing_function(f.src, call)
-    if fn is not None:
-        p = fn.params
-        params = [a.name.value for a in (*p.posonly_params, *p.params, *p.kwonly_params)]
-        local = f.src.assigned_names(fn.body)
-        for name in _RANK_NAMES:
-            if name in params or name in local:
-                return name
-        if params and params[0] == "self":
-            everywhere = f.src.assigned_names(f.src.module)
-            for name in _RANK_NAMES:
-                if f"self.{name}" in everywhere:
-                    return f"self.{name}"
-    f.needs_os = True
-    return f'int({OS}.environ.get("RANK", "0"))'
-
-
-def _sync_expr(f: _File) -> str:
-    if f.found.syncs:
-        return f.found.syncs[0] + "()"
-    return "torch_npu.npu.synchronize()" if "torch_npu" in f.found.names else "torch.npu.synchronize()"
-
-
-def _save_lines(f: _File, call: cst.Call, var: str, indent: bytes, unit: bytes) -> list[bytes]:
-    f.needs_os = True
-    rank = _rank_expr(f, call)
-    # Rank files are tagged with the op (rank000_<op>.pt): a sample calling several
-    # instrumented ops keeps their buffers apart.
-    tag = ""
-    if isinstance(call.func, cst.Attribute):
-        tag = f', tag="{call.func.attr.value.replace("_", "-")}"'
-    return [
-        indent + f"if {OS}.environ.get(\"{ENV_DIR}\"):".encode(),
-        indent + unit + _sync_expr(f).encode(),
-        indent + unit + b"from optrace.runtime import save_profiling_data as _optrace_save",
-        indent + unit + f"_optrace_save({var}, {rank}, {OS}.environ[\"{ENV_DIR}\"],".encode(),
-        indent + unit + f"              point_map={OS}.environ.get(\"{ENV_MAP}\"){tag})".encode(),
-    ]
-
-
-def _collect_lines(f: _File, indent: bytes, unit: bytes) -> list[bytes]:
-    f.needs_os = True
-    env = f"{OS}.environ"
-    pad = b" " * len("_optrace_subprocess.run([")
-    return [
-        indent + f"if {env}.get(\"{ENV_DIR}\") and {env}.get(\"{ENV_MAP}\"):".encode(),
-        indent + unit + b"import subprocess as _optrace_subprocess",
-        indent + unit + b"import sys as _optrace_sys",
-        indent + unit + f"_optrace_dir = {env}[\"{ENV_DIR}\"]".encode(),
-        indent + unit + b'_optrace_subprocess.run([_optrace_sys.executable, "-m", "optrace", "collect", '
-                        b"_optrace_dir,",
-        indent + unit + pad + f"\"--point-map\", {env}[\"{ENV_MAP}\"], \"-o\",".encode(),
-        indent + unit + pad + f"{env}.get(\"{ENV_TRACE}\") or {OS}.path.join(_optrace_dir, \"trace.json\")],"
-        .encode(),
-        indent + unit + pad[:-1] + b"check=True)",
-    ]
-
-
-def _resolve_env_lines(f: _File, indent: bytes, unit: bytes) -> list[bytes]:
-    f.needs_os = f.needs_path = True
-    names = ", ".join(f'"{env}"' for _, _, env, _ in OPTIONS)
-    return [
-        indent + f"for _optrace_env in ({names}):".encode(),
-        indent + unit + f"if {OS}.environ.get(_optrace_env):".encode(),
-        indent + unit + unit + f"{OS}.environ[_optrace_env] = str({PATH}({OS}.environ[_optrace_env])"
-                               f".expanduser().resolve())".encode(),
-    ]
-
-
-def _resolve_args_lines(f: _File, args: str, indent: bytes, unit: bytes) -> list[bytes]:
-    """Each path option absolute, and exported as OPTRACE_<OPTION> for the workers."""
-    f.needs_os = f.needs_path = True
-    dests = ", ".join(f'"{dest}"' for _, dest, _, _ in OPTIONS)
-    value = f"getattr({args}, _optrace_opt)"
-    return [
-        indent + f"for _optrace_opt in ({dests}):".encode(),
-        indent + unit + f"if getattr({args}, _optrace_opt, None):".encode(),
-        indent + unit + unit + f"setattr({args}, _optrace_opt, str({PATH}({value}).expanduser().resolve()))"
-        .encode(),
-        indent + unit + unit + f"{OS}.environ[\"OPTRACE_\" + _optrace_opt.upper()] = {value}".encode(),
-    ]
-
-
-def _unit(data: bytes) -> bytes:
-    m = re.search(rb"^(?:def|class|if|for|while|with)\b[^\n]*:\s*\n([ \t]+)\S", data, re.M)
-    return m.group(1) if m else b"    "
-
-
-# --- op arity --------------------------------------------------------------------------------
-
-
-def op_arity(layers: Layers) -> str:
-    """How the op returned before optrace: "single" tensor, "tuple" or "list"."""
-    names = torch_names(layers)
-    for reg in registration_files(layers):
-        for s in schema_strings(reg, clean_bytes(reg), names):
-            if returns_list(s.schema):
-                return "list"
-            return "tuple" if s.schema.parenthesised else "single"
-    for path, fns in adapter_functions(layers).items():
-        data = clean_bytes(path)
-        for fn in fns:
-            if fn.type_span is not None:
-                text = data[fn.type_span[0] : fn.type_span[1]]
-                if b"tuple" in text:
-                    return "tuple"
-                if re.fullmatch(rb"\s*(?:at::|torch::)?Tensor\s*", text):
-                    return "single"
-                return "list"
-    return "tuple"
-
-
-# --- the codemod ---------------------------------------------------------------------------
-
-
-def mode_b_sources(plan: Plan, mode: str, files: Sequence[Path]) -> tuple[list[_Source], list[str]] | None:
-    """The shared start of the Python layers' codemods: every file is parsed first, in
-    either mode (a syntax error is bad input, named before anything of any layer is
-    written); then, in mode B and unless the kernel is instrumented by hand, the parsed
-    files and the op's torch names. None: this layer changes nothing."""
-    sources = [parse_python(path, clean_bytes(path)) for path in files]
-    if mode != "B" or hand_instrumented(plan):
+def _python_facts(path: Path, data: bytes, op_names: set[str], ev: list[Evidence]) -> _PythonFacts | None:
+    """The facts of one file; a syntax error is ✗ evidence (then None)."""
+    try:
+        tree = ast.parse(data, filename=str(path))
+    except (SyntaxError, ValueError) as exc:
+        line = getattr(exc, "lineno", None) or 0
+        ev.append(Evidence(path, line, f"Python syntax error: {getattr(exc, 'msg', exc)}", False))
         return None
-    return sources, torch_names(plan.analysis.layers)
+    facts = _PythonFacts()
+
+    def visit(node: ast.AST, deferred: bool) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            facts.functions.append((start, node.end_lineno or node.lineno))
+        elif isinstance(node, ast.Call):
+            line, end = node.lineno, node.end_lineno or node.lineno
+            name = _dotted(node.func)
+            if isinstance(node.func, ast.Attribute) and node.func.attr in op_names:
+                if not deferred:  # a lambda's / comprehension's call runs later: not saved
+                    facts.calls.append((line, end))
+            elif name.endswith("synchronize"):
+                facts.syncs.append(line)
+            elif name.split(".")[-1] in ("save_profiling_data", "_optrace_save"):
+                facts.saves.append((line, end))
+            elif _starts_workers(name):
+                facts.spawns.append(line)
+            elif name.endswith("resolve") and _calls_expanduser(node.func):
+                facts.resolves.append(line)
+        inner = deferred or isinstance(node, (ast.Lambda, ast.GeneratorExp, ast.ListComp))
+        for child in ast.iter_child_nodes(node):
+            visit(child, inner)
+
+    visit(tree, False)
+    facts.calls.sort()
+    return facts
 
 
-def python_caller_edits(plan: Plan, mode: str) -> list[Edit]:
-    layers = plan.analysis.layers
-    found = mode_b_sources(plan, mode, caller_files(layers))
-    if found is None:
-        return []
-    sources, names = found
-    arity = op_arity(layers)
-    globs = plan.analysis.config.sample_globs
-    return [edit for src in sources
-            for edit in _file_edits(src, names, arity, is_sample_caller(src.path, layers.repo_root, globs))]
+def _g2_library_caller(path: Path, data: bytes, op_names: set[str], ev: list[Evidence]) -> None:
+    """Library code calling the op (mode B): each call's statement, or the line after it,
+    takes the extra output as `profiling_data`, so the library's own callers see the old
+    outputs. Calls inside a lambda or comprehension are left as they are, as apply does."""
+    facts = _python_facts(path, data, op_names, ev)
+    if facts is None:
+        return
+    lines = data.split(b"\n")
+    for start, end in facts.calls:
+        # The unpack sits on the call's own lines (`a, b, profiling_data = op(...)`, a hoisted
+        # `*_optrace_outputs, profiling_data = op(...)`) or right after (`out, profiling_data = ...`).
+        text = b"\n".join(lines[start - 1 : end + 1])
+        ok = re.search(rb"\b(?:optrace_)?profiling_data\b", text) is not None
+        ev.append(Evidence(path, start, "library code: unpacks profiling_data (no sync / save: not a sample)"
+                           if ok else "library code: the op's extra output profiling_data is not unpacked "
+                           "here: this call returns one more value than its code expects", ok))
 
 
-def _file_edits(src: _Source, op_names: Sequence[str], arity: str, sample: bool = True) -> list[Edit]:
-    """A sample / test gets the unpack, the sync and save, its options and the collector;
-    library code (`sample` false) the unpack only: its callers see the op's old outputs,
-    and a library never writes profiling files or parses options on its own."""
-    found = src.collected()
-    calls = found.calls_of(op_names)
-    if not calls:
-        return []
-    f = _File(src, found)
-    data = src.data
-    unit = _unit(data)
-    var = "profiling_data" if "profiling_data" not in found.names else "optrace_profiling_data"
-    handled: set[int] = set()
-    collect_after: list[cst.CSTNode] = []
-    for call in calls:
-        stmt, small = _statement(src, call)
-        start = src.span(stmt)[0]
-        if start in handled:
+def _python_file(path: Path, data: bytes, op_names: set[str], ev4: list[Evidence],
+                 ev5: list[Evidence]) -> None:
+    facts = _python_facts(path, data, op_names, ev4)
+    if facts is None:
+        return
+    last = data.count(b"\n") + 1
+
+    def enclosing(line: int) -> tuple[int, int]:
+        inner = [f for f in facts.functions if f[0] <= line <= f[1]]
+        return max(inner, key=lambda f: f[0]) if inner else (1, last)
+
+    for line, _end in facts.calls:
+        scope = enclosing(line)
+        save = next((s for s in facts.saves if line < s[0] <= scope[1]), None)
+        if save is None:
+            ev4.append(Evidence(path, line, "the op's profiling buffer is never saved after this call",
+                                False))
             continue
-        handled.add(start)
-        _call_site(f, call, stmt, small, var, arity, unit, save=sample)
-        if not found.spawns and not found.joins:
-            collect_after.append(_top_statement(src, stmt))
-    if not sample:
-        _imports(f)
-        return f.edits
-    _argparse(f, unit)
-    for spawn in found.spawns:
-        stmt, _ = _statement(src, spawn)
-        at = line_start(data, src.span(stmt)[0])
-        ind = _indent(data, at)
-        f.edits.append(_lines(f, at, _resolve_env_lines(f, ind, unit), "paths absolute before spawn"))
-        collect_after.append(stmt)
-    if found.joins and not found.spawns:
-        collect_after.append(_top_statement(src, found.joins[-1]))
-    if found.parsers:  # a script run by hand: build the trace when asked to
-        seen: set[int] = set()
-        for node in collect_after:
-            end = _line_after(data, src.span(node)[1])
-            if end in seen:
-                continue
-            seen.add(end)
-            ind = _indent(data, src.span(node)[0])
-            f.edits.append(_lines(f, end, _collect_lines(f, ind, unit), "collector"))
-    _imports(f)
-    return f.edits
-
-
-def _lines(f: _File, at: int, lines: list[bytes], note: str) -> Edit:
-    return Edit(f.src.path, at, at, marked_lines(f.src.data, at, lines, HASH_MARK), CODEMOD, note)
-
-
-def _call_site(f: _File, call: cst.Call, stmt: cst.CSTNode, small: cst.CSTNode, var: str, arity: str,
-               unit: bytes, save: bool = True) -> None:
-    src, data = f.src, f.src.data
-    s_start, s_end = src.span(stmt)
-    first = line_start(data, s_start)
-    after = _line_after(data, s_end)
-    indent = _indent(data, s_start)
-    nl = newline_of(data)
-    saving = _save_lines(f, call, var, indent, unit) if save else []
-    if isinstance(small, cst.Assign) and len(small.targets) == 1 and small.value is call:
-        target = small.targets[0].target
-        if isinstance(target, (cst.Tuple, cst.List)) and target.elements:
-            last_end = src.span(target.elements[-1].value)[1]
-            end = _line_after(data, last_end)
-            _rewrite(f, first, end, data[first:last_end] + f", {var}".encode() + data[last_end:end])
-            if saving:
-                f.edits.append(_lines(f, after, saving, "sync and save"))
-            return
-        if isinstance(target, cst.Name):
-            name = target.value
-            value = name if arity == "single" else f"{name}[:-1], {name}[-1]"
-            split = f"{name}, {var} = {value}"
-            f.edits.append(_lines(f, after, [indent + split.encode(), *saving],
-                                  "unpack, sync and save" if saving else "unpack"))
-            return
-    # hoist the call; the statement uses the old outputs in its place
-    c_start, c_end = src.span(call)
-    hoisted = indent + f"*_optrace_outputs, {var} = ".encode() + data[c_start:c_end]
-    lines = [hoisted + nl] + [ln + HASH_MARK + nl for ln in saving]
-    is_bare = isinstance(small, cst.Expr) and small.value is call
-    if not is_bare:
-        old = {"single": "_optrace_outputs[0]", "list": "_optrace_outputs"}.get(
-            arity, "tuple(_optrace_outputs)")
-        rest = data[first:c_start] + old.encode() + data[c_end:after]
-        lines.append(rest)
-    _rewrite(f, first, after, b"".join(lines))
-
-
-def _rewrite(f: _File, start: int, end: int, new: bytes) -> None:
-    f.edits.append(rewrite_edit(f.src.path, f.src.data, start, end, new, CODEMOD))
-
-
-def rewrite_edit(path: Path, data: bytes, start: int, end: int, new: bytes, codemod: str,
-                 note: str = "statement rewritten") -> Edit:
-    """Replace whole lines data[start:end] by `new`, keeping the original for strip
-    (`# optrace-orig N BASE64`)."""
-    nl = newline_of(data)
-    if not new.endswith(b"\n") and end < len(data):
-        new += nl
-    count = new.count(b"\n") + (0 if new.endswith(b"\n") else 1)
-    marker = _indent(data, start) + f"# optrace-orig {count} ".encode() + base64.b64encode(data[start:end])
-    marker += nl
-    return Edit(path, start, end, marker + new, codemod, note)
-
-
-def rewrite_insertions(path: Path, data: bytes, spans: list[tuple[int, int, list[tuple[int, bytes]]]],
-                       codemod: str, note: str) -> list[Edit]:
-    """Insertions inside statements as whole-line rewrites: each (start, end, [(offset,
-    text)]) names a statement and what goes into it; statements sharing lines are
-    rewritten together, so no two rewrites overlap."""
-    groups: list[tuple[int, int, list[tuple[int, bytes]]]] = []
-    for start, end, inserts in sorted(((line_start(data, s), _line_after(data, e), ins)
-                                       for s, e, ins in spans), key=lambda g: g[0]):
-        if groups and start < groups[-1][1]:
-            first, last, prev = groups[-1]
-            groups[-1] = (first, max(last, end), prev + inserts)
+        sync = next((s for s in facts.syncs if line < s <= save[0]), None)
+        note = "device sync, then save_profiling_data" if sync else "no device sync before the save"
+        ev4.append(Evidence(path, sync or line, note, sync is not None))
+        ev4.append(Evidence(path, save[0], "saves the profiling buffer"))
+    for line in facts.spawns:
+        scope = enclosing(line)
+        before = [r for r in facts.resolves if scope[0] <= r < line]
+        if before:
+            ev5.append(Evidence(path, before[-1], f"profiling paths made absolute before the workers start "
+                                f"(line {line})"))
         else:
-            groups.append((start, end, list(inserts)))
-    edits = []
-    for start, end, inserts in groups:
-        out = bytearray()
-        pos = start
-        for at, text in sorted(inserts, key=lambda i: i[0]):
-            out += data[pos:at] + text
-            pos = at
-        out += data[pos:end]
-        edits.append(rewrite_edit(path, data, start, end, bytes(out), codemod, note))
-    return edits
+            ev5.append(Evidence(path, line, "workers start before the profiling paths are made absolute",
+                                False))
 
 
-def _argparse(f: _File, unit: bytes) -> None:
-    """The three options after the last add_argument; paths absolute right after parsing."""
-    src, data, found = f.src, f.src.data, f.found
-    if not found.parsers or not found.add_args:
-        return
-    last = found.add_args[-1]
-    stmt, _ = _statement(src, last)
-    receiver = dotted(last.func).rsplit(".", 1)[0]
-    at = _line_after(data, src.span(stmt)[1])
-    ind = _indent(data, src.span(stmt)[0])
-    lines = []
-    for flag, _dest, _env, text in OPTIONS:
-        if flag not in found.options:
-            lines.append(ind + f'{receiver}.add_argument("{flag}", default=None, help="{text}")'.encode())
-    if lines:
-        f.edits.append(_lines(f, at, lines, "profiling options"))
-    for parse in found.parse_calls:
-        stmt, small = _statement(src, parse)
-        targets = _bound_names(src, stmt, small, parse)
-        for site, name in targets:
-            end = _line_after(data, src.span(site)[1])
-            lines = _resolve_args_lines(f, name, _indent(data, src.span(site)[0]), unit)
-            f.edits.append(_lines(f, end, lines, "paths absolute after parsing"))
-
-
-def _bound_names(src: _Source, stmt: cst.CSTNode, small: cst.CSTNode,
-                 parse: cst.Call) -> Sequence[tuple[cst.CSTNode, str]]:
-    """Where the parsed namespace gets a name: `args = parser.parse_args()`, or, for
-    `return parser.parse_args()` in `def f()`, every `args = f()`."""
-    if isinstance(small, cst.Assign) and small.value is parse and len(small.targets) == 1 \
-            and isinstance(small.targets[0].target, cst.Name):
-        return [(stmt, small.targets[0].target.value)]
-    if isinstance(small, cst.Return) and small.value is parse:
-        fn = _enclosing_function(src, parse)
-        if fn is None:
-            return []
-        fn_name = fn.name.value
-        out: list[tuple[cst.CSTNode, str]] = []
-
-        class _Finder(cst.CSTVisitor):
-            def visit_Assign(self, node: cst.Assign) -> None:
-                if isinstance(node.value, cst.Call) and dotted(node.value.func) == fn_name \
-                        and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
-                    line = src.parent(node)
-                    if isinstance(line, cst.SimpleStatementLine):
-                        out.append((line, node.targets[0].target.value))
-
-        src.wrapper.visit(_Finder())
-        return out
-    return []
-
-
-def _imports(f: _File) -> None:
-    """`import os as _optrace_os` / `from pathlib import Path as _OptracePath` at the top."""
-    if not (f.needs_os or f.needs_path):
-        return
-    at = import_point(f.src)
-    lines = []
-    if f.needs_os:
-        lines.append(f"import os as {OS}".encode())
-    if f.needs_path:
-        lines.append(f"from pathlib import Path as {PATH}".encode())
-    f.edits.append(_lines(f, at, lines, "imports"))
-
-
-def import_point(src: _Source) -> int:
-    """Where lines go after the module's leading imports (and docstring)."""
-    data = src.data
-    body = src.module.body
-    at = 0
-    for i, stmt in enumerate(body):
-        if isinstance(stmt, cst.SimpleStatementLine) and all(
-                isinstance(s, (cst.Import, cst.ImportFrom)) or (i == 0 and isinstance(s, cst.Expr)
-                                                                and isinstance(s.value, cst.SimpleString))
-                for s in stmt.body):
-            at = _line_after(data, src.span(stmt)[1])
-            continue
-        if at == 0 and isinstance(stmt, cst.SimpleStatementLine):
-            at = line_start(data, src.span(stmt)[0])
-        break
-    if at == 0 and body:
-        at = line_start(data, src.span(body[0])[0])
-    return at
+def _split(op: Operator, files: list[Path]) -> tuple[list[Path], list[Path]]:
+    return split_callers(files, op.layers.repo_root, op.analysis.config.sample_globs)

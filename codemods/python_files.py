@@ -3,17 +3,22 @@ parsing them: what discovery found, plus files using one of the op's other torch
 
 Apart from the codemods that parse these files with LibCST so that `check` can ask which
 files there are without importing LibCST (issue 12 §4: pre-commit runs it every commit).
-The LibCST half of the Python layers is pipeline/layer_python_cst.py.
+The LibCST halves of the Python layers are the `*_cst.py` modules, which the CLI
+imports at first use through the `PythonBackend` defined here.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from optrace.codemods.layer import Evidence, LayerModel, Operator
 from optrace.codemods.torch_adapter import torch_names
 from optrace.engine.discovery import Layers, is_sample_caller, repo_index
+from optrace.engine.edits import Edit
+from optrace.engine.plan import Plan
 from optrace.engine.source import read_regular
 
 
@@ -62,3 +67,47 @@ def split_callers(files: Iterable[Path], repo_root: Path,
     for path in files:
         (samples if is_sample_caller(path, repo_root, globs) else library).append(path)
     return samples, library
+
+
+EditsFn = Callable[[Plan, str], list[Edit]]
+EvidenceFn = Callable[[LayerModel], list[Evidence]]
+
+
+@dataclass(frozen=True)
+class PythonBackend:
+    """The LibCST half of the Python layers (see the module's docstring)."""
+
+    caller_edits: EditsFn
+    fake_edits: EditsFn
+    converter_edits: EditsFn
+    fake_evidence: EvidenceFn  # G2 evidence of the fakes: profiling_data returned last
+    converter_evidence: EvidenceFn  # G2 evidence of the converters: the last GE output
+
+
+_backend: list[PythonBackend] = []  # the one installed, if any
+
+
+def use_python_backend(backend: PythonBackend) -> None:
+    """Install the LibCST half the Python layers call (the CLI and the tests do)."""
+    _backend[:] = [backend]
+
+
+def python_backend() -> PythonBackend:
+    if not _backend:
+        raise RuntimeError("the Python layers' LibCST half is not installed: call "
+                           "optrace.deferred.install() first (the optrace command does)")
+    return _backend[0]
+
+
+def python_layer_absent(layers: Layers, key: str) -> bool:
+    """No Python file of the layer can exist: discovery found none, and the op has no other
+    torch name the codemods would search Python files by."""
+    return not layers.found.get(key) and torch_names(layers) == [layers.op_name]
+
+
+
+
+def expected_returns(op: Operator) -> int | None:
+    """What the Python side must return: the schema's count, else the launcher's."""
+    facts = op.facts
+    return facts.schema_returns if facts.schema_returns is not None else facts.adapter_returns

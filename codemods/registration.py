@@ -22,7 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import ClassVar
 
+from optrace.codemods.layer import Evidence, FileLayer, LayerModel
 from optrace.codemods.layer_common import (
     CODE_SCHEMA,
     PROFILING_OUTPUT,
@@ -42,8 +44,9 @@ from optrace.codemods.torch_adapter import (
 from optrace.codemods.torch_schema import Schema, parse_schema, returns_list
 from optrace.engine.cache import by_content
 from optrace.engine.cpp import functions, mask
+from optrace.engine.diagnostics import InputError
 from optrace.engine.discovery import CPP_EXTS, Layers, repo_index
-from optrace.engine.edits import Edit, line_number
+from optrace.engine.edits import Edit, line_number, resolve
 from optrace.engine.names import op_key, op_name_pattern
 from optrace.engine.plan import Plan
 from optrace.engine.source import read_regular
@@ -240,3 +243,52 @@ def registration_changes(plan: Plan, mode: str) -> tuple[list[Edit], dict[Path, 
 
 def registration_edits(plan: Plan, mode: str) -> list[Edit]:
     return registration_changes(plan, mode)[0]
+
+
+class RegistrationLayer(FileLayer):
+    NAME: ClassVar[str] = "registration"
+    DESCRIPTION: ClassVar[str] = "torch registration (PYBIND11_MODULE / TORCH_LIBRARY): the schema's returns"
+    MODE_B_ONLY: ClassVar[bool] = True
+
+    def find(self, layers: Layers) -> list[Path]:
+        return registration_files(layers)
+
+    def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
+        return registration_changes(plan, mode)[0]
+
+    def owned(self, plan: Plan) -> set[Path]:
+        """The files holding the op's schema strings: registration files are often shared
+        by several operators, and only these regions of them are this op's."""
+        return {resolve(path) for path in registration_changes(plan, "A")[1]}
+
+    def verify(self, model: LayerModel) -> list[Evidence]:
+        op = model.op
+        names = torch_names(op.layers)
+        adapter_returns = op.facts.adapter_returns
+        ev: list[Evidence] = []
+        for path, data in model.data.items():
+            try:
+                strings = schema_strings(path, data, names)
+            except InputError as exc:
+                ev.append(Evidence(path, exc.diagnostic.line, exc.diagnostic.message, False))
+                continue
+            if not strings and b"PYBIND11_MODULE" in data:
+                # A pybind11 binding has no schema: the bound function's own return type
+                # (the adapter's, checked there) is what Python receives.
+                for name in names:
+                    m = re.search(rb'\.def\s*\(\s*"' + re.escape(name.encode()) + rb'"', data)
+                    if m is not None:
+                        ev.append(Evidence(path, data.count(b"\n", 0, m.start()) + 1,
+                                           f"pybind11 binds `{name}`: no schema, the adapter's return "
+                                           "type is what Python gets"))
+            for s in strings:
+                if returns_list(s.schema):
+                    ev.append(Evidence(path, s.line, "schema returns Tensor[]: the list carries the buffer"))
+                    continue
+                n = len(s.schema.returns)
+                if op.facts.schema_returns is None:
+                    op.facts.schema_returns = n
+                ok = adapter_returns is None or n == adapter_returns
+                ev.append(Evidence(path, s.line, f"schema returns {n} tensor(s)"
+                                   + ("" if ok else f", the adapter returns {adapter_returns}"), ok))
+        return ev

@@ -15,14 +15,22 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import ClassVar
 
 import networkx as nx
 
+from optrace.codemods.kernel_points import point_edits
+from optrace.codemods.layer import Evidence, FileLayer, LayerModel, line_of
+from optrace.engine.discovery import CPP_EXTS, Layers, walk_files
 from optrace.engine.edits import Edit, line_end, newline_of
 from optrace.engine.plan import Plan
 from optrace.engine.source import blank_comments, read_regular
 from optrace.engine.vocabulary import CREATED_MARK as STRIP_CREATED_MARK
-from optrace.engine.vocabulary import RUNTIME_BLOCK_BEGIN, RUNTIME_BLOCK_END
+from optrace.engine.vocabulary import (
+    RUNTIME_BLOCK_BEGIN,
+    RUNTIME_BLOCK_END,
+    RUNTIME_BLOCK_VERSION_RE,
+)
 
 CODEMOD = "runtime-block"
 _BLOCK_RE = re.compile(
@@ -192,3 +200,47 @@ def _files_including(plan: Plan, base: Path) -> set[Path]:
     if base not in graph:
         return set()
     return set(graph.predecessors(base))
+
+
+def base_header_edits(plan: Plan) -> list[Edit]:
+    """The runtime block, and its include in every kernel file that gets a point."""
+    block, _created = block_edits(plan)
+    return [*block, *include_edits(plan, points_files(plan, point_edits(plan)))]
+
+
+def points_files(plan: Plan, points: list[Edit]) -> set[Path]:
+    """The kernel files the block's include goes to: those with points, and the entry's."""
+    return {e.path for e in points} | {plan.analysis.entry_fn.src.path}
+
+
+class BaseHeaderLayer(FileLayer):
+    NAME: ClassVar[str] = "base_header"
+    DESCRIPTION: ClassVar[str] = "runtime base header (*_base.h): the device runtime filling profiling_data"
+
+    def find(self, layers: Layers) -> list[Path]:
+        """Discovery's base header, and any kernel header carrying the block (apply creates
+        `<op>_base.h` when the operator has none)."""
+        found = [f.path for f in layers.found.get("base_header", [])]
+        kernel_dir = layers.kernel_dir or layers.op_dir
+        for path in walk_files(kernel_dir, CPP_EXTS):
+            if path not in found and path.suffix.lower() in (".h", ".hpp"):
+                try:
+                    if RUNTIME_BLOCK_VERSION_RE.search(read_regular(path)):
+                        found.append(path)
+                except OSError:
+                    continue
+        return found
+
+    def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
+        return base_header_edits(plan)
+
+    def verify(self, model: LayerModel) -> list[Evidence]:
+        for path, data in model.data.items():
+            m = RUNTIME_BLOCK_VERSION_RE.search(data)
+            if m is not None:
+                return [Evidence(path, line_of(data, m.start()),
+                                 f"runtime block v{m.group(1).decode()}: the kernel writes its records "
+                                 "into profiling_data")]
+        where = ", ".join(p.name for p in model.files)
+        return [Evidence(model.files[0], 1, f"no runtime block in {where}: nothing writes the records "
+                         "into profiling_data", False)] if model.files else []

@@ -16,8 +16,18 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import ClassVar
 
 from optrace.codemods.infer import before_final_return, wrap_registered
+from optrace.codemods.layer import (
+    Evidence,
+    FileLayer,
+    LayerModel,
+    Operator,
+    line_of,
+    not_compared,
+    read_files,
+)
 from optrace.codemods.layer_common import INDEX_VAR, clean_bytes, indent_unit, output_uses
 from optrace.codemods.op_def import profiling_index
 from optrace.codemods.op_host_registry import (
@@ -32,6 +42,7 @@ from optrace.engine.cpp import CppFunction, mask
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
+from optrace.engine.vocabulary import names_profiling
 
 CODEMOD = "tiling"
 
@@ -98,3 +109,45 @@ def tiling_edits(plan: Plan, mode: str) -> list[Edit]:
     for (path, _), regs in by_statement.items():
         edits += wrap_registered(regs, clean_bytes(path), layers.camel, const)
     return edits
+
+
+class TilingLayer(FileLayer):
+    NAME: ClassVar[str] = "tiling"
+    DESCRIPTION: ClassVar[str] = "tiling function registered for the op"
+
+    def find(self, layers: Layers) -> list[Path]:
+        return [f.path for f in layers.found.get("tiling", [])]
+
+    def read(self, op: Operator, files: list[Path]) -> LayerModel:
+        targets = [t.path for t in tiling_functions(op.layers, clean=False)]
+        return read_files(self.NAME, op, list(dict.fromkeys([*files, *targets])))
+
+    def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
+        return tiling_edits(plan, mode)
+
+    def verify(self, model: LayerModel) -> list[Evidence]:
+        index = model.op.facts.output_index
+        targets = tiling_functions(model.op.layers, clean=False)  # registered, reading outputs
+        ev: list[Evidence] = []
+        for target in targets:
+            fn, path = target.function, target.path
+            if index is None:
+                ev.append(not_compared(path, f"tiling `{fn.name}`"))
+                continue
+            data = model.data.get(path, b"")
+            uses = output_uses(data, fn.body_open, fn.body_close)
+            named = [u for u in uses if names_profiling(u.expr)] or [u for u in uses if u.index == index]
+            if not named:
+                ev.append(Evidence(path, fn.line, f"tiling `{fn.name}` describes outputs but not "
+                                   f"profiling_data (output {index})", False))
+                continue
+            ok = named[0].index == index
+            ev.append(Evidence(path, line_of(data, named[0].offset),
+                               f"tiling: profiling_data at index {named[0].index}", ok))
+        if not targets:
+            # Most tiling functions never name the outputs: then there is no order to keep.
+            # Without a registered tiling function nothing was read (the gate says so).
+            for host in host_functions(model.op.layers, TILING, clean=False):
+                ev.append(Evidence(host.path, host.function.line, f"tiling `{host.function.name}` does not "
+                                   "describe the outputs: no order to keep"))
+        return ev

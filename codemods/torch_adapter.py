@@ -21,8 +21,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from optrace.codemods.kernel_entry import PROFILING_ARG, is_system_param
+from optrace.codemods.layer import Evidence, FileLayer, LayerModel
 from optrace.codemods.layer_common import (
     CODE_LAYER_SHAPE,
     FRAG_CLOSE,
@@ -30,6 +32,7 @@ from optrace.codemods.layer_common import (
     NUMEL_MACRO,
     PROFILING_VAR,
     clean_bytes,
+    fixed_count,
     fragment,
     include_edit,
     input_error,
@@ -53,13 +56,15 @@ from optrace.engine.cpp import (
     own_return_values,
     param_name,
     parameter_name,
+    returns_in,
 )
+from optrace.engine.diagnostics import InputError
 from optrace.engine.discovery import Layers, repo_index
 from optrace.engine.edits import Edit, line_number, line_start
 from optrace.engine.names import same_op
 from optrace.engine.plan import Plan
 from optrace.engine.source import read_regular
-from optrace.engine.vocabulary import META_IMPL_RE
+from optrace.engine.vocabulary import META_IMPL_RE, names_profiling
 from optrace.engine.vocabulary import launch_pattern as vocabulary_launch_pattern
 
 CODEMOD = "torch-adapter"
@@ -383,3 +388,72 @@ def _meta_edits(path: Path, data: bytes, layers: Layers) -> list[Edit]:
         edits.extend(return_type_edits(path, data, fn.type_span, CODEMOD))
         edits.extend(return_value_edits(path, data, fn, CODEMOD))
     return edits
+
+
+class TorchAdapterLayer(FileLayer):
+    NAME: ClassVar[str] = "torch_adapter"
+    DESCRIPTION: ClassVar[str] = ("torch adapter (EXEC_NPU_CMD / EXEC_KERNEL_CMD): passes and returns the "
+                                  "buffer")
+
+    def find(self, layers: Layers) -> list[Path]:
+        found = [f.path for f in layers.found.get("torch_adapter", [])]
+        # Its codemod also edits the op's Meta kernels registered apart from the adapter
+        # (`torch_binding_meta.cpp`): their file is this layer's too, or strip would not
+        # visit it when no other layer happens to claim it (the source fuzzer found one:
+        # a Meta kernel whose return type no longer parsed).
+        names = torch_names(layers)
+        for layer_file in layers.found.get("registration", []):
+            if layer_file.path in found:
+                continue
+            try:
+                data = clean_bytes(layer_file.path)
+            except OSError:
+                continue
+            if meta_functions(data, names):
+                found.append(layer_file.path)
+        return found
+
+    def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
+        return torch_adapter_edits(plan, mode)
+
+    def verify(self, model: LayerModel) -> list[Evidence]:
+        op = model.op
+        kernel_pos = op.facts.kernel_position
+        ev: list[Evidence] = []
+        for path, data in model.data.items():
+            try:
+                found = launches(path, data, op.layers)
+            except InputError as exc:
+                ev.append(Evidence(path, exc.diagnostic.line, exc.diagnostic.message, False))
+                continue
+            for ln in found:
+                names = [last_ident(data[s:e]) for s, e in ln.args]
+                direct = ln.macro == "EXEC_KERNEL_CMD"
+                want = (2 + kernel_pos) if direct and kernel_pos is not None else len(names) - 1
+                got = next((i for i, n in enumerate(names) if names_profiling(n)), None)
+                if got is None:
+                    ev.append(Evidence(path, ln.line, f"{ln.macro} does not pass a profiling tensor", False))
+                    continue
+                arg = data[ln.args[got][0] : ln.args[got][1]].strip()
+                named = re.fullmatch(rb"[A-Za-z_]\w*", arg) is not None
+                ok = got == want and named
+                ev.append(Evidence(path, ln.line, f"{ln.macro}: `{names[got]}` is argument {got}"
+                                   + ("" if got == want else f", expected {want}")
+                                   + ("" if named else " (a temporary, not a named variable)"), ok))
+                if op.mode == "B" and ln.function is not None:
+                    ev.append(self._returned(path, data, ln.function))
+                    if ln.function.type_span is not None:
+                        text = data[ln.function.type_span[0] : ln.function.type_span[1]]
+                        if re.search(rb"\btuple\s*<", text):
+                            op.facts.adapter_returns = fixed_count(text)
+        return ev
+
+    @staticmethod
+    def _returned(path: Path, data: bytes, fn: CppFunction) -> Evidence:
+        """Mode B: the launcher returns the buffer (last in its tuple, or pushed last)."""
+        rets = returns_in(mask(data), fn)
+        returned = any(names_profiling(data[s:e])
+                       for s, e in rets) or b".push_back(" + PROFILING_VAR.encode() in \
+            data[fn.body_open : fn.body_close]
+        return Evidence(path, fn.line, f"`{fn.name}` returns the profiling tensor last" if returned
+                        else f"`{fn.name}` does not return the profiling tensor (mode B)", returned)

@@ -4,7 +4,7 @@ Codemods return edits; this module collects them (conflicts and duplicates refus
 the edit engine), turns them into `{path: (old bytes | None, new bytes | None)}` and
 leaves writing to the transaction. Nothing here writes.
 
-The kernel layers edit the current bytes. The host layers (`pipeline/layers.py`: OpDef,
+The kernel layers edit the current bytes. The host layers (`codemods/registry.py`: OpDef,
 infer, tiling, aclnn, torch adapter, registration, build hook, Python callers, ...)
 edit each file's *clean* bytes — the file with optrace's insertions stripped — and this
 module reconciles: a file that is still clean takes their edits as they are; a file that

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from optrace.codemods.kernel_entry import entry_profiling
 from optrace.codemods.runtime_block import template
 from optrace.engine.analysis import Analysis, analyse_operator
 from optrace.engine.compile_scope import blank_untouched_bodies
@@ -50,7 +51,6 @@ from optrace.engine.vocabulary import (
 )
 from optrace.pipeline.check_plan import findings_from_plan
 from optrace.pipeline.gates import GateResult, evaluate_gates
-from optrace.pipeline.layer_kernel import entry_profiling
 from optrace.pipeline.plan import plan_from_analysis
 
 _POINT_RE = re.compile(

@@ -4,7 +4,7 @@ Each gate is ✓ (pass), ✗ (fail), n/a (the operator lacks the layers the gate
 "not verifiable here", with evidence as `file:line` notes. A failing gate is also an
 error finding (`OT451`..`OT455`), so `optrace check` exits 1.
 
-The gates are assembled from the layers' `verify` (`pipeline/layers.py`, one ordered
+The gates are assembled from the layers' `verify` (`codemods/registry.py`, one ordered
 registry): G1 from the build hook, G2 from every layer that carries profiling_data (and
 the Python callers that are library code), G4 and G5 from the Python callers that are
 samples / tests. A layer the operator has whose verify read nothing — its
@@ -44,12 +44,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from optrace.codemods.kernel_entry import recorded_mode
+from optrace.codemods.layer import Evidence, Layer, Operator
 from optrace.codemods.op_def import opdef_file, parse_opdef
 from optrace.codemods.python_files import split_callers
+from optrace.codemods.registry import LAYERS, layer
 from optrace.engine.analysis import Analysis
 from optrace.engine.diagnostics import Diagnostic, InputError
 from optrace.engine.source import read_regular
-from optrace.pipeline.layers import LAYERS, Evidence, Layer, Operator, layer
 
 __all__ = ["Evidence", "GateResult", "evaluate_gates", "operator_mode"]
 

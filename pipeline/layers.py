@@ -1,6 +1,6 @@
-"""The layers of an operator, in one ordered registry (issue 12 §1).
+"""What apply, strip and check do with the registered layers (codemods/registry.py).
 
-Each layer (`model.Layer`) knows its files (`find`), reads them (`read`), edits them
+Each layer (`codemods.layer.Layer`) knows its files (`find`), reads them (`read`), edits them
 (`edits`, the layer's codemod) and verifies them (`verify`, its gate evidence). Apply
 takes the host layers' edits from here, strip the files they own, and `check` assembles
 G1, G2, G4 and G5 from their `verify` (`pipeline/gates.py`). The order is the order of the
@@ -12,41 +12,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from optrace.codemods.kernel_entry import entry_edits
+from optrace.codemods.kernel_points import point_edits
 from optrace.codemods.layer_common import buffer_core_type, sizes_header_content, sizes_header_path
-from optrace.codemods.registration import registration_changes
+from optrace.codemods.registry import HOST_LAYERS, KERNEL_LAYERS, LAYERS, layer
+from optrace.codemods.runtime_block import block_edits, include_edits, points_files
 from optrace.engine.discovery import Layers
-from optrace.engine.edits import Edit, resolve
+from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
-from optrace.pipeline.layer_build_hook import BuildHookLayer
-from optrace.pipeline.layer_kernel import BaseHeaderLayer, EntryLayer, KernelEdits, kernel_side
-from optrace.pipeline.layer_model import Evidence, Facts, Layer, LayerModel, Operator
-from optrace.pipeline.layer_op_host import InferLayer, OpDefLayer, TilingLayer
-from optrace.pipeline.layer_python import GraphConvertersLayer, PythonCallersLayer, PythonFakesLayer
-from optrace.pipeline.layer_torch import (
-    AclnnLayer,
-    AutogradWrappersLayer,
-    L0opLayer,
-    RegistrationLayer,
-    TorchAdapterLayer,
-)
 
-__all__ = ["HOST_LAYERS", "KERNEL_LAYERS", "LAYERS", "Evidence", "Facts", "KernelEdits", "Layer",
-           "LayerEdits", "LayerModel", "Operator", "kernel_side", "layer", "layer_edits", "owned_files",
-           "sizes_header"]
-
-KERNEL_LAYERS: tuple[Layer, ...] = (EntryLayer(), BaseHeaderLayer())
-# The host layers in the order apply runs their codemods (and check verifies them).
-HOST_LAYERS: tuple[Layer, ...] = (
-    OpDefLayer(), InferLayer(), TilingLayer(), L0opLayer(), AclnnLayer(), TorchAdapterLayer(),
-    RegistrationLayer(), AutogradWrappersLayer(), BuildHookLayer(), PythonCallersLayer(), PythonFakesLayer(),
-    GraphConvertersLayer(),
-)
-LAYERS: tuple[Layer, ...] = (*KERNEL_LAYERS, *HOST_LAYERS)
-
-
-def layer(name: str) -> Layer:
-    return next(lay for lay in LAYERS if lay.NAME == name)
-
+__all__ = ["HOST_LAYERS", "KERNEL_LAYERS", "LAYERS", "KernelEdits", "LayerEdits", "kernel_side", "layer",
+           "layer_edits", "owned_files", "sizes_header"]
 
 @dataclass
 class LayerEdits:
@@ -60,16 +36,9 @@ class LayerEdits:
 def owned_files(plan: Plan) -> set[Path]:
     """Every file the host layers may touch for this operator (resolved): what strip
     visits outside the operator directory and apply rebuilds from clean bytes."""
-    layers = plan.analysis.layers
-    kernel_dir = layers.kernel_dir
-    _, regions = registration_changes(plan, "A")
-    scopes = {resolve(path) for path in regions}
+    scopes: set[Path] = set()
     for lay in HOST_LAYERS:
-        if isinstance(lay, RegistrationLayer):
-            continue  # shared files: only the regions above are this op's
-        for path in lay.find(layers):
-            if kernel_dir is None or kernel_dir not in path.parents:
-                scopes.add(resolve(path))
+        scopes |= lay.owned(plan)
     return scopes
 
 
@@ -88,3 +57,21 @@ def layer_edits(plan: Plan, mode: str) -> LayerEdits:
     if any(e.replacement.find(b"OPTRACE_PROFILING_NUMEL") >= 0 for e in out.edits):
         out.created[header.resolve()] = sizes_header_content(buffer_core_type(plan.analysis.declared_cores))
     return out
+
+
+@dataclass
+class KernelEdits:
+    """apply's kernel-side edits: the entry's points and scaffold, the base header's runtime block."""
+
+    entry: list[Edit] = field(default_factory=list)  # trace points and the entry scaffold
+    base: list[Edit] = field(default_factory=list)  # the runtime block and its includes
+    created: dict[Path, bytes] = field(default_factory=dict)  # a base header the op lacked
+
+
+def kernel_side(plan: Plan, mode: str | None) -> KernelEdits:
+    """Everything apply changes in the kernel: one computation for both kernel layers (the
+    includes go to the files that get points)."""
+    points = point_edits(plan)
+    entry = entry_edits(plan, mode)
+    block, created = block_edits(plan)
+    return KernelEdits([*points, *entry], [*block, *include_edits(plan, points_files(plan, points))], created)

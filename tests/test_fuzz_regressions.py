@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from source_fuzz import Workspace, fixture_operators, run_case
 
-from optrace.codemods.python_callers import parse_python
+from optrace.codemods.python_callers_cst import parse_python
 from optrace.engine.diagnostics import InputError
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from layer_snippets import make_repo, run
 
-from optrace.codemods.python_callers import python_caller_edits
+from optrace.codemods.python_callers_cst import python_caller_edits
 from optrace.runtime.format import trace_point_hash
 
 SAMPLE = '''\

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from layer_snippets import dedent, make_repo, run
 
-from optrace.codemods.python_callers import python_caller_edits
+from optrace.codemods.python_callers_cst import python_caller_edits
 from optrace.engine.diagnostics import InputError
 
 SAMPLE = "examples/demo_sample.py"

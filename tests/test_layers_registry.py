@@ -1,4 +1,4 @@
-"""The layer registry (pipeline/layers.py): one ordered list of layers, each with the one
+"""The layer registry (codemods/registry.py): one ordered list of layers, each with the one
 contract, and gates that never pass a layer they did not read.
 
 Per layer, an instrumented fixture copy where that layer alone is left as it was before
@@ -16,10 +16,12 @@ import pytest
 from typer.testing import CliRunner
 
 from optrace.cli import app
+from optrace.codemods.layer import Layer
+from optrace.codemods.registry import HOST_LAYERS, KERNEL_LAYERS, LAYERS
 from optrace.engine.analysis import analyse_operator
 from optrace.engine.discovery import LAYER_TITLES
 from optrace.engine.edits import resolve
-from optrace.pipeline.layers import HOST_LAYERS, KERNEL_LAYERS, LAYERS, Layer, kernel_side, owned_files
+from optrace.pipeline.layers import kernel_side, owned_files
 from optrace.pipeline.plan import plan_operator
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

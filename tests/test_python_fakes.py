@@ -20,9 +20,9 @@ from typer.testing import CliRunner
 
 from optrace.cli import app
 from optrace.codemods.autograd_wrappers import autograd_wrapper_edits
-from optrace.codemods.graph_converters import graph_converter_edits
+from optrace.codemods.graph_converters_cst import graph_converter_edits
 from optrace.codemods.layer_common import python_numel_expr, sizes_header_content
-from optrace.codemods.python_fakes import python_fake_edits
+from optrace.codemods.python_fakes_cst import python_fake_edits
 from optrace.engine.diagnostics import InputError
 
 REG = ("torch/reg.cpp", 'TORCH_LIBRARY(lib, m)\n{\n    m.def("demo_op(Tensor x, int k) -> (Tensor, Tensor)");\n}\n')
@@ -595,7 +595,7 @@ def test_the_default_mode_is_b_where_every_layer_carries_it(tmp_path: Path) -> N
 def test_an_autograd_function_keeps_its_arity_and_saves_the_buffer(tmp_path: Path) -> None:
     """python_callers unpacks the extra value in `forward` and saves it there, so the
     Function's outputs, its `backward` and its callers stay as they were (docs/layers.md)."""
-    from optrace.codemods.python_callers import python_caller_edits
+    from optrace.codemods.python_callers_cst import python_caller_edits
 
     text = dedent('''\
         import torch

@@ -18,9 +18,9 @@ from layer_snippets import make_repo, run
 from typer.testing import CliRunner
 
 from optrace.cli import app
-from optrace.codemods.python_callers import python_caller_edits
+from optrace.codemods import python_fakes, python_files
+from optrace.codemods.python_callers_cst import python_caller_edits
 from optrace.engine.discovery import is_sample_caller
-from optrace.pipeline import layer_python
 
 REG = ("torch/reg.cpp",
        'TORCH_LIBRARY(lib, m)\n{\n    m.def("demo_op(Tensor x, int k) -> (Tensor, Tensor)");\n}\n')
@@ -196,16 +196,16 @@ def test_check_reads_fakes_through_the_backend_the_cli_installs(tmp_path: Path) 
     assert fakes and all(e["ok"] and "returns profiling_data last" in e["note"] for e in fakes), fakes
     imported = {line.rsplit("|", 1)[1].strip() for line in res.stderr.splitlines()
                 if line.startswith("import time:") and "|" in line}
-    assert "optrace.pipeline.layer_python_cst" in imported and "libcst" in imported
+    assert "optrace.codemods.python_fakes_cst" in imported and "libcst" in imported
 
 
 def test_without_the_libcst_half_a_python_layer_says_what_to_install() -> None:
     """The pipeline does not import LibCST itself: run without the backend the CLI hands
     it, a Python layer that needs it is an error naming the call that installs it."""
-    saved = list(layer_python._backend)
-    layer_python._backend.clear()
+    saved = list(python_files._backend)
+    python_files._backend.clear()
     try:
         with pytest.raises(RuntimeError, match=r"optrace\.deferred\.install\(\)"):
-            layer_python.PythonFakesLayer().edits(None, "B", None)  # type: ignore[arg-type]
+            python_fakes.PythonFakesLayer().edits(None, "B", None)  # type: ignore[arg-type]
     finally:
-        layer_python._backend[:] = saved
+        python_files._backend[:] = saved

@@ -17,7 +17,7 @@ from typing import ClassVar, Protocol
 from optrace.engine.analysis import Analysis
 from optrace.engine.diagnostics import display_path
 from optrace.engine.discovery import Layers
-from optrace.engine.edits import Edit
+from optrace.engine.edits import Edit, resolve
 from optrace.engine.plan import Plan
 from optrace.engine.source import read_regular
 
@@ -107,6 +107,10 @@ class Layer(Protocol):
 
     def verify(self, model: LayerModel) -> list[Evidence]: ...
 
+    # The files outside the kernel directory that are this operator's to rewrite from clean
+    # bytes and to strip (resolved): apply rebuilds them, strip visits them.
+    def owned(self, plan: Plan) -> set[Path]: ...
+
 
 class FileLayer:
     """What most layers share: `read` gives the files' bytes; G2, edited in both modes.
@@ -120,6 +124,16 @@ class FileLayer:
     def read(self, op: Operator, files: list[Path]) -> LayerModel:
         return read_files(self.NAME, op, files)
 
+    def owned(self, plan: Plan) -> set[Path]:
+        """Every file `find` gives outside the kernel directory."""
+        layers = plan.analysis.layers
+        kernel_dir = layers.kernel_dir
+        return {resolve(path) for path in self.find(layers)
+                if kernel_dir is None or kernel_dir not in path.parents}
+
+    def find(self, layers: Layers) -> list[Path]:
+        raise NotImplementedError(f"layer {self.NAME} has no find")
+
 
 def read_or_empty(path: Path) -> bytes:
     """A file the gates look at beside a layer's own (a build script, a file naming a near
@@ -132,3 +146,8 @@ def read_or_empty(path: Path) -> bytes:
 
 def line_of(data: bytes, offset: int) -> int:
     return data.count(b"\n", 0, offset) + 1
+
+
+def not_compared(path: Path, what: str) -> Evidence:
+    # Without the OpDef's index there is nothing to compare this layer with: not a pass.
+    return Evidence(path, 1, f"{what}: not compared, the OpDef gives no index for profiling_data", False)
