@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from optrace.codemods.l0op import threading
-from optrace.codemods.layer import Evidence, FileLayer, LayerModel
+from optrace.codemods.layer import Evidence, FileLayer, LayerExample, LayerModel
 from optrace.codemods.layer_common import (
     CODE_LAYER_SHAPE,
     PROFILING_VAR,
@@ -195,9 +195,47 @@ def aclnn_edits(plan: Plan, mode: str) -> list[Edit]:
     return edits
 
 
+# The aclnn API forwarding to the generated inner one, and its header.
+_EXAMPLE_ACLNN_H = """\
+#include "aclnn/acl_meta.h"
+
+extern "C" aclnnStatus aclnnDemoOpGetWorkspaceSize(const aclTensor *x, const aclTensor *y,
+                                                   uint64_t *workspaceSize, aclOpExecutor **executor);
+extern "C" aclnnStatus aclnnDemoOp(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                                   aclrtStream stream);
+"""
+_EXAMPLE_ACLNN = """\
+#include "aclnn_demo_op.h"
+
+extern "C" aclnnStatus aclnnInnerDemoOpGetWorkspaceSize(const aclTensor *x, const aclTensor *y,
+                                                        uint64_t *workspaceSize, aclOpExecutor **executor);
+
+aclnnStatus aclnnDemoOpGetWorkspaceSize(const aclTensor *x, const aclTensor *y,
+                                        uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return aclnnInnerDemoOpGetWorkspaceSize(x, y, workspaceSize, executor);
+}
+"""
+
+
 class AclnnLayer(FileLayer):
     NAME: ClassVar[str] = "aclnn"
     DESCRIPTION: ClassVar[str] = "aclnn wrappers: the profiling output right before workspaceSize"
+    EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (LayerExample(
+        path="demo_op/op_api/aclnn_demo_op.cpp",
+        files={"demo_op/op_api/aclnn_demo_op.h": _EXAMPLE_ACLNN_H,
+               "demo_op/op_api/aclnn_demo_op.cpp": _EXAMPLE_ACLNN},
+        changes=(
+            ("aclnnInnerDemoOpGetWorkspaceSize(const aclTensor *x, const aclTensor *y,\n",
+             "aclnnInnerDemoOpGetWorkspaceSize(const aclTensor *x, const aclTensor *y,\n"
+             + " " * 56 + "const aclTensor *profilingData,  // optrace\n"),
+            ("aclnnStatus aclnnDemoOpGetWorkspaceSize(const aclTensor *x, const aclTensor *y,\n",
+             "aclnnStatus aclnnDemoOpGetWorkspaceSize(const aclTensor *x, const aclTensor *y,\n"
+             "                                        const aclTensor *profilingData,  // optrace\n"),
+            ("(x, y, workspaceSize, executor)",
+             "(x, y, /*optrace<*/profilingData, /*>optrace*/workspaceSize, executor)"),
+        ),
+    ),)
 
     def find(self, layers: Layers) -> list[Path]:
         return aclnn_files(layers)

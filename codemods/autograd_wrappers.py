@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from optrace.codemods.layer import Evidence, FileLayer, LayerModel
+from optrace.codemods.layer import Evidence, FileLayer, LayerExample, LayerModel
 from optrace.codemods.layer_common import (
     CODE_LAYER_SHAPE,
     PROFILING_VAR,
@@ -204,10 +204,67 @@ def autograd_wrapper_edits(plan: Plan, mode: str) -> list[Edit]:
     return edits
 
 
+# A two-output op whose autograd kernel wraps the launcher.
+_EXAMPLE_ADAPTER2 = """\
+#include <torch/extension.h>
+#include "aclnn_demo_op.h"
+#include "functions.h"
+
+std::tuple<at::Tensor, at::Tensor> demo_op(const at::Tensor &x)
+{
+    at::Tensor y = at::empty_like(x);
+    at::Tensor z = at::empty_like(x);
+    EXEC_NPU_CMD(aclnnDemoOp, x, y, z);
+    return {y, z};
+}
+"""
+_EXAMPLE_WRAPPER = """\
+#include <torch/library.h>
+#include "functions.h"
+
+std::tuple<at::Tensor, at::Tensor> demo_op_autograd(const at::Tensor &x)
+{
+    auto outputs = demo_op(x);
+    return std::make_tuple(std::get<0>(outputs), std::get<1>(outputs));
+}
+
+TORCH_LIBRARY(demo_lib, m)
+{
+    m.def("demo_op(Tensor x) -> (Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(demo_lib, PrivateUse1, m)
+{
+    m.impl("demo_op", &demo_op);
+}
+
+TORCH_LIBRARY_IMPL(demo_lib, AutogradPrivateUse1, m)
+{
+    m.impl("demo_op", &demo_op_autograd);
+}
+"""
+
+
 class AutogradWrappersLayer(FileLayer):
     NAME: ClassVar[str] = "autograd_wrappers"
     DESCRIPTION: ClassVar[str] = "functions registered for the op besides the launcher (autograd wrappers)"
     MODE_B_ONLY: ClassVar[bool] = True
+    EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (LayerExample(
+        path="csrc/registration.cpp",
+        files={
+            "csrc/demo_op_adapter.cpp": _EXAMPLE_ADAPTER2,
+            "csrc/functions.h": "#pragma once\n#include <torch/extension.h>\n\n"
+                                "std::tuple<at::Tensor, at::Tensor> demo_op(const at::Tensor &x);\n",
+            "csrc/registration.cpp": _EXAMPLE_WRAPPER,
+        },
+        changes=(
+            ("std::tuple<at::Tensor, at::Tensor> demo_op_autograd(",
+             "std::tuple<at::Tensor, at::Tensor/*optrace<*/, at::Tensor/*>optrace*/> demo_op_autograd("),
+            ("std::get<1>(outputs));",
+             "std::get<1>(outputs)/*optrace<*/, std::get<2>(outputs)/*>optrace*/);"),
+            ('-> (Tensor, Tensor)");', '-> (Tensor, Tensor"/*optrace-str<*/", Tensor"/*>optrace-str*/")");'),
+        ),
+    ),)
 
     def find(self, layers: Layers) -> list[Path]:
         return wrapper_files(layers)

@@ -34,7 +34,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from optrace.codemods.layer import Evidence, FileLayer, LayerModel, Operator, line_of, read_or_empty
+from optrace.codemods.layer import (
+    Evidence,
+    FileLayer,
+    LayerExample,
+    LayerModel,
+    Operator,
+    line_of,
+    read_or_empty,
+)
 from optrace.codemods.layer_common import clean_bytes, leading_ws, match_bracket
 from optrace.codemods.python_files import caller_files, split_callers
 from optrace.engine.cpp import mask
@@ -486,10 +494,35 @@ def build_hook_edits(plan: Plan, mode: str) -> list[Edit]:
     return [Edit(path, at, at, body, CODEMOD, note)]
 
 
+# A build that copies the kernels into its tree: the hook preprocesses the copy.
+_EXAMPLE_BUILD = """\
+#!/bin/bash
+set -e
+PROJ_DIR=$(cd "$(dirname "$0")" && pwd)
+BUILD_DIR="${PROJ_DIR}/build"
+
+mkdir -p "${BUILD_DIR}"
+cp -r "${PROJ_DIR}/demo_op/op_kernel" "${BUILD_DIR}/op_kernel"
+cmake -S "${PROJ_DIR}" -B "${BUILD_DIR}"
+cmake --build "${BUILD_DIR}" -j
+"""
+
+
 class BuildHookLayer(FileLayer):
     NAME: ClassVar[str] = "build_hook"
     DESCRIPTION: ClassVar[str] = "build hook: the build runs `optrace preprocess` on the kernels it compiles"
     GATE: ClassVar[str] = "G1"
+    EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (LayerExample(
+        path="build.sh",
+        files={"build.sh": _EXAMPLE_BUILD, "CMakeLists.txt": "project(demo)\nadd_subdirectory(demo_op)\n"},
+        changes=(('/op_kernel"\n',
+                  '/op_kernel"\n'
+                  "# TRACE_PREPROCESSOR_HOOK_START\n"
+                  "...\n"
+                  'optrace preprocess "${BUILD_DIR}/op_kernel" --out "${BUILD_DIR}" --modify || {\n'
+                  "...\n"
+                  "# TRACE_PREPROCESSOR_HOOK_END\n"),),
+    ),)
 
     def find(self, layers: Layers) -> list[Path]:
         script = build_script(layers)

@@ -3,17 +3,36 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from optrace.codemods.layer import Evidence, FileLayer, LayerModel
-from optrace.codemods.python_files import converter_files, python_backend, python_layer_absent
+from optrace.codemods.layer import EXAMPLE_TORCH, Evidence, FileLayer, LayerExample, LayerModel
+from optrace.codemods.python_files import EditsFn, EvidenceFn, converter_files, cst_half, python_layer_absent
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
+
+_EXAMPLE_CONVERTER = """\
+import torch
+from torchair.ge_concrete_graph import ge_apis as ge
+from torchair.ge_concrete_graph.fx2ge_converter import register_fx_node_ge_converter
+
+
+@register_fx_node_ge_converter(torch.ops.demo_lib.demo_op.default)
+def convert_demo_op(x, meta_outputs=None):
+    return ge.custom_op("DemoOp", inputs={"x": x}, outputs=["y"])
+"""
 
 
 class GraphConvertersLayer(FileLayer):
     NAME: ClassVar[str] = "graph_converters"
     DESCRIPTION: ClassVar[str] = "graph-mode converters (torchair): profiling_data the last GE output"
     MODE_B_ONLY: ClassVar[bool] = True
+    EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (LayerExample(
+        path="python/demo_lib/converters.py",
+        files={**EXAMPLE_TORCH, "python/demo_lib/converters.py": _EXAMPLE_CONVERTER},
+        changes=(('    return ge.custom_op("DemoOp", inputs={"x": x}, outputs=["y"])\n',
+                  "    # optrace-orig 1 ICAgIHJldHVybiBnZS5jdXN0b21fb3AoIkRlbW9PcCIsIGlucHV0cz17IngiOiB4fSwg"
+                  "b3V0cHV0cz1bInkiXSkK\n"
+                  '    return ge.custom_op("DemoOp", inputs={"x": x}, outputs=["y", "profiling_data"])\n'),),
+    ),)
 
     def find(self, layers: Layers) -> list[Path]:
         if python_layer_absent(layers, self.NAME):
@@ -21,7 +40,9 @@ class GraphConvertersLayer(FileLayer):
         return converter_files(layers)
 
     def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
-        return python_backend().converter_edits(plan, mode)
+        edits: EditsFn = cst_half(__name__).graph_converter_edits
+        return edits(plan, mode)
 
     def verify(self, model: LayerModel) -> list[Evidence]:
-        return python_backend().converter_evidence(model)
+        evidence: EvidenceFn = cst_half(__name__).converter_evidence
+        return evidence(model)

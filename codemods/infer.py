@@ -27,6 +27,7 @@ from typing import ClassVar
 from optrace.codemods.layer import (
     Evidence,
     FileLayer,
+    LayerExample,
     LayerModel,
     Operator,
     line_of,
@@ -208,9 +209,53 @@ def _already_sets(data: bytes, fn: CppFunction, index: int) -> bool:
     return any(use.index == index for use in output_uses(data, fn.body_open, fn.body_close))
 
 
+_EXAMPLE_INFER = """\
+#include "register/op_impl_registry.h"
+
+namespace ops {
+static ge::graphStatus InferShapeDemoOp(gert::InferShapeContext* context)
+{
+    const gert::Shape* xShape = context->GetInputShape(0);
+    gert::Shape* yShape = context->GetOutputShape(0);
+    *yShape = *xShape;
+    return ge::GRAPH_SUCCESS;
+}
+
+static ge::graphStatus InferDataTypeDemoOp(gert::InferDataTypeContext* context)
+{
+    context->SetOutputDataType(0, context->GetInputDataType(0));
+    return ge::GRAPH_SUCCESS;
+}
+
+IMPL_OP_INFERSHAPE(DemoOp).InferShape(InferShapeDemoOp).InferDataType(InferDataTypeDemoOp);
+}  // namespace ops
+"""
+
+
 class InferLayer(FileLayer):
     NAME: ClassVar[str] = "infer"
     DESCRIPTION: ClassVar[str] = "infer shape / dtype functions registered for the op"
+    EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (LayerExample(
+        path="demo_op/op_host/demo_op_infershape.cpp",
+        files={"demo_op/op_host/demo_op_infershape.cpp": _EXAMPLE_INFER},
+        changes=(
+            ('#include "register/op_impl_registry.h"\n',
+             '#include "register/op_impl_registry.h"\n#include "optrace_demo_op_profiling.h"  // optrace\n'),
+            ("    *yShape = *xShape;\n",
+             "    *yShape = *xShape;\n"
+             "    constexpr uint32_t optraceProfilingDataIndex = 1;  // optrace\n"
+             "    gert::Shape *optraceProfilingShape = context->GetOutputShape(optraceProfilingDataIndex);"
+             "  // optrace\n"
+             "    if (optraceProfilingShape != nullptr) {  // optrace\n"
+             "        optraceProfilingShape->SetDimNum(1);  // optrace\n"
+             "        optraceProfilingShape->SetDim(0, OPTRACE_PROFILING_NUMEL);  // optrace\n"
+             "    }  // optrace\n"),
+            ("    context->SetOutputDataType(0, context->GetInputDataType(0));\n",
+             "    context->SetOutputDataType(0, context->GetInputDataType(0));\n"
+             "    constexpr uint32_t optraceProfilingDataIndex = 1;  // optrace\n"
+             "    context->SetOutputDataType(optraceProfilingDataIndex, ge::DT_INT64);  // optrace\n"),
+        ),
+    ),)
 
     def find(self, layers: Layers) -> list[Path]:
         return [f.path for f in layers.found.get("infer", [])]

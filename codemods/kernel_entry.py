@@ -23,7 +23,7 @@ from typing import ClassVar
 from tree_sitter import Node
 
 from optrace.codemods.kernel_points import point_edits
-from optrace.codemods.layer import Evidence, FileLayer, LayerModel
+from optrace.codemods.layer import Evidence, FileLayer, LayerExample, LayerModel
 from optrace.codemods.layer_common import buffer_core_type
 from optrace.codemods.runtime_block import TEMPLATES
 from optrace.engine.cpp import FunctionDef, parameter_name, text_of
@@ -321,6 +321,41 @@ def entry_profiling(entry: FunctionDef) -> EntryProfiling:
 class EntryLayer(FileLayer):
     NAME: ClassVar[str] = "entry"
     DESCRIPTION: ClassVar[str] = "kernel entry (__global__ __aicore__): the trace points and profiling_data"
+    EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (LayerExample(
+        path="demo_op/op_kernel/demo_op.cpp",
+        changes=(
+            ('#include "kernel_operator.h"\n',
+             '#include "kernel_operator.h"\n#include "demo_op_base.h"  // optrace\n'),
+            ("        xGm.SetGlobalBuffer(",
+             '        MoeTracing(TRACE_POINT("init", "B")); OptraceEnd optraceEnd2(TRACE_POINT("init", "E"));'
+             "  // optrace\n        xGm.SetGlobalBuffer("),
+            ("        for (int32_t expertIdx",
+             '        MoeTracing(TRACE_POINT("compute", "B"));  // optrace\n        for (int32_t expertIdx'),
+            ("        }\n        AscendC::SyncAll();\n",
+             "        }\n"
+             '        MoeTracing(TRACE_POINT("compute", "E"));  // optrace\n'
+             '        MoeTracing(TRACE_POINT("barrier", "B"));  // optrace\n'
+             "        AscendC::SyncAll();\n"
+             '        MoeTracing(TRACE_POINT("barrier", "E"));  // optrace\n'),
+            ("void demo_op(GM_ADDR x, GM_ADDR y, GM_ADDR workspace, GM_ADDR tiling)\n{\n",
+             "void demo_op(GM_ADDR x, GM_ADDR y, /*optrace<*/GM_ADDR profiling_data, /*>optrace*/"
+             "GM_ADDR workspace, "
+             "GM_ADDR tiling)\n{\n"
+             "// optrace-scaffold begin mode=B\n"
+             "#if ENABLE_MOE_PROFILING\n"
+             "    int64_t moeProfBuf[PROF_SIZE_PER_CORE];\n"
+             "    int64_t* moeProfPtr = OptraceEntryBegin(profiling_data, moeProfBuf);\n"
+             "    MoeTracingFingerprint();\n"
+             '    MoeTracing(TRACE_POINT("processing", "B"));\n'
+             '    OptraceEntryEnd optraceEntryEnd(TRACE_POINT("processing", "E"), profiling_data, '
+             "moeProfPtr, "
+             "OPTRACE_CORES_MIXED);\n"
+             "#else\n"
+             "    (void)profiling_data;\n"
+             "#endif\n"
+             "// optrace-scaffold end\n"),
+        ),
+    ),)
 
     def find(self, layers: Layers) -> list[Path]:
         return [layers.entry.path] if layers.entry is not None else []

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from optrace.codemods.layer import Evidence, FileLayer, LayerModel
+from optrace.codemods.layer import Evidence, FileLayer, LayerExample, LayerModel
 from optrace.codemods.layer_common import (
     CODE_LAYER_SHAPE,
     PROFILING_VAR,
@@ -313,10 +313,52 @@ def l0op_edits(layers: Layers) -> list[Edit]:
     return edits
 
 
+# The l0 function launching the kernel, and the aclnn API calling it.
+_EXAMPLE_L0 = """\
+#include "opdev/op_dfx.h"
+
+namespace l0op {
+OP_TYPE_REGISTER(DemoOp);
+
+const aclTensor *DemoOp(const aclTensor *x, aclTensor *y, aclOpExecutor *executor)
+{
+    auto ret = ADD_TO_LAUNCHER_LIST_AICORE(DemoOp, OP_INPUT(x), OP_OUTPUT(y));
+    return ret == 0 ? y : nullptr;
+}
+}  // namespace l0op
+"""
+_EXAMPLE_L0_API = """\
+#include "opdev/op_executor.h"
+
+aclnnStatus aclnnDemoOpGetWorkspaceSize(const aclTensor *x, aclTensor *y, uint64_t *workspaceSize,
+                                        aclOpExecutor **executor)
+{
+    auto uniqueExecutor = CREATE_EXECUTOR();
+    auto out = l0op::DemoOp(x, y, uniqueExecutor.get());
+    if (out == nullptr) {
+        return ACLNN_ERR_INNER_NULLPTR;
+    }
+    *workspaceSize = uniqueExecutor->GetWorkspaceSize();
+    uniqueExecutor.ReleaseTo(executor);
+    return ACLNN_SUCCESS;
+}
+"""
+
+
 class L0opLayer(FileLayer):
     NAME: ClassVar[str] = "l0op"
     DESCRIPTION: ClassVar[str] = ("l0 launch (ADD_TO_LAUNCHER_LIST_AICORE): the profiling output last in "
                                   "OP_OUTPUT, passed down from the aclnn API")
+    EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (LayerExample(
+        path="demo_op/op_api/demo_op.cpp",
+        files={"demo_op/op_api/demo_op.cpp": _EXAMPLE_L0,
+               "demo_op/op_api/aclnn_demo_op.cpp": _EXAMPLE_L0_API},
+        changes=(
+            ("aclOpExecutor *executor)\n",
+             "aclOpExecutor *executor/*optrace<*/, const aclTensor *profilingData = nullptr/*>optrace*/)\n"),
+            ("OP_OUTPUT(y));", "OP_OUTPUT(y/*optrace<*/, profilingData/*>optrace*/));"),
+        ),
+    ),)
 
     def find(self, layers: Layers) -> list[Path]:
         return threading(layers).files()

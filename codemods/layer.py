@@ -10,6 +10,7 @@ number of tensors the adapter returns, ...) to the later ones through `Facts`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Protocol
@@ -86,6 +87,120 @@ def read_files(name: str, op: Operator, files: list[Path]) -> LayerModel:
     return model
 
 
+# The operator every layer example starts from: a kernel with one class and an OpDef, in a
+# repository of its own (`demo_op/`). An example adds the files its layer needs.
+EXAMPLE_KERNEL = """\
+#include "kernel_operator.h"
+
+class KernelDemo {
+public:
+    __aicore__ inline void Init(GM_ADDR x, GM_ADDR y, int32_t experts)
+    {
+        xGm.SetGlobalBuffer((__gm__ float*)x);
+        yGm.SetGlobalBuffer((__gm__ float*)y);
+        expertNum = experts;
+    }
+    __aicore__ inline void Process()
+    {
+        for (int32_t expertIdx = 0; expertIdx < expertNum; ++expertIdx) {
+            CopyIn(expertIdx);
+            Compute();
+            CopyOut(expertIdx);
+        }
+        AscendC::SyncAll();
+    }
+
+private:
+    __aicore__ inline void CopyIn(int32_t e) { AscendC::DataCopy(xLocal, xGm[e * 256], 256); }
+    __aicore__ inline void Compute() { AscendC::Exp(yLocal, xLocal, 256); }
+    __aicore__ inline void CopyOut(int32_t e) { AscendC::DataCopy(yGm[e * 256], yLocal, 256); }
+
+    AscendC::GlobalTensor<float> xGm, yGm;
+    AscendC::LocalTensor<float> xLocal, yLocal;
+    int32_t expertNum = 0;
+};
+
+extern "C" __global__ __aicore__ void demo_op(GM_ADDR x, GM_ADDR y, GM_ADDR workspace, GM_ADDR tiling)
+{
+    KernelDemo op;
+    op.Init(x, y, 8);
+    op.Process();
+}
+"""
+EXAMPLE_OPDEF = """\
+#include "register/op_def_registry.h"
+
+namespace ops {
+class DemoOp : public OpDef {
+public:
+    explicit DemoOp(const char* name) : OpDef(name)
+    {
+        this->Input("x").ParamType(REQUIRED).DataType({ge::DT_FLOAT}).Format({ge::FORMAT_ND});
+        this->Output("y").ParamType(REQUIRED).DataType({ge::DT_FLOAT}).Format({ge::FORMAT_ND});
+    }
+};
+OP_ADD(DemoOp);
+}  // namespace ops
+"""
+# A torch binding of the example operator: the adapter launching it, the header declaring
+# the adapter, the schema's registration (the Python layers' examples need all three).
+EXAMPLE_ADAPTER = """\
+#include <torch/extension.h>
+#include "aclnn_demo_op.h"
+#include "functions.h"
+
+at::Tensor demo_op(const at::Tensor &x)
+{
+    at::Tensor y = at::empty_like(x);
+    EXEC_NPU_CMD(aclnnDemoOp, x, y);
+    return y;
+}
+"""
+EXAMPLE_TORCH: Mapping[str, str] = {
+    "csrc/demo_op_adapter.cpp": EXAMPLE_ADAPTER,
+    "csrc/functions.h": """\
+#pragma once
+#include <torch/extension.h>
+
+at::Tensor demo_op(const at::Tensor &x);
+""",
+    "csrc/registration.cpp": """\
+#include <torch/library.h>
+#include "functions.h"
+
+TORCH_LIBRARY(demo_lib, m)
+{
+    m.def("demo_op(Tensor x) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(demo_lib, PrivateUse1, m)
+{
+    m.impl("demo_op", &demo_op);
+}
+""",
+}
+EXAMPLE_OPERATOR: Mapping[str, str] = {
+    "demo_op/op_kernel/demo_op.cpp": EXAMPLE_KERNEL,
+    "demo_op/op_host/demo_op_def.cpp": EXAMPLE_OPDEF,
+}
+
+
+@dataclass(frozen=True)
+class LayerExample:
+    """What a layer's codemod does, shown on the example operator and run as a test.
+
+    `files` are added to `EXAMPLE_OPERATOR` (or replace its files); `path` is the layer's
+    file among them. Apply in `mode` turns each `before` snippet of that file into its
+    `after` (the rest of the file unchanged); an `after` line that is only `...` stands
+    for any lines (a long generated block). Strip then gives every file back.
+    """
+
+    path: str
+    changes: tuple[tuple[str, str], ...]
+    files: Mapping[str, str] = field(default_factory=dict)
+    mode: str = "B"
+
+
 class Layer(Protocol):
     """One layer of an operator (kernel entry, OpDef, aclnn wrapper, torch adapter, ...)."""
 
@@ -96,6 +211,7 @@ class Layer(Protocol):
     GATE: ClassVar[str]
     # Only in mode B does the buffer reach it (Python fakes, converters, the schema).
     MODE_B_ONLY: ClassVar[bool]
+    EXAMPLES: ClassVar[tuple[LayerExample, ...]]  # run as tests (pipeline/layer_examples.py)
 
     def find(self, layers: Layers) -> list[Path]: ...
 
@@ -120,6 +236,7 @@ class FileLayer:
     DESCRIPTION: ClassVar[str]
     GATE: ClassVar[str] = "G2"
     MODE_B_ONLY: ClassVar[bool] = False
+    EXAMPLES: ClassVar[tuple[LayerExample, ...]] = ()
 
     def read(self, op: Operator, files: list[Path]) -> LayerModel:
         return read_files(self.NAME, op, files)

@@ -19,11 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from optrace.codemods.layer import (
-    Evidence,
-    FileLayer,
-    LayerModel,
-)
+from optrace.codemods.layer import Evidence, FileLayer, LayerExample, LayerModel
 from optrace.codemods.layer_common import (
     CODE_OPDEF_OUTPUTS,
     LINE_MARK,
@@ -281,6 +277,13 @@ def op_def_edits(plan: Plan, mode: str) -> list[Edit]:
 class OpDefLayer(FileLayer):
     NAME: ClassVar[str] = "op_def"
     DESCRIPTION: ClassVar[str] = "op_host OpDef: profiling_data the last output"
+    EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (LayerExample(
+        path="demo_op/op_host/demo_op_def.cpp",
+        changes=(('this->Output("y").ParamType(REQUIRED).DataType({ge::DT_FLOAT}).Format({ge::FORMAT_ND});\n',
+                  'this->Output("y").ParamType(REQUIRED).DataType({ge::DT_FLOAT}).Format({ge::FORMAT_ND});\n'
+                  '        this->Output("profiling_data").ParamType(REQUIRED).DataType({ge::DT_INT64})'
+                  ".Format({ge::FORMAT_ND});  // optrace\n"),),
+    ),)
 
     def find(self, layers: Layers) -> list[Path]:
         """The file defining the op's OpDef class first, then the other files discovery

@@ -6,12 +6,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from optrace.codemods.layer import Evidence, FileLayer, LayerModel, Operator
-from optrace.codemods.python_files import caller_files, python_backend, split_callers
+from optrace.codemods.layer import EXAMPLE_TORCH, Evidence, FileLayer, LayerExample, LayerModel, Operator
+from optrace.codemods.python_files import EditsFn, caller_files, cst_half, split_callers
 from optrace.codemods.torch_adapter import torch_names
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
+
+# A test calling the op: it unpacks the buffer, syncs and saves it.
+_EXAMPLE_TEST = """\
+import torch
+import torch_npu
+import demo_lib  # noqa: F401
+
+
+def test_demo_op():
+    x = torch.randn(8, 256).npu()
+    y = torch.ops.demo_lib.demo_op(x)
+    assert y.shape == x.shape
+"""
 
 
 class PythonCallersLayer(FileLayer):
@@ -20,12 +33,31 @@ class PythonCallersLayer(FileLayer):
                                   "paths; library code unpacks profiling_data")
     GATE: ClassVar[str] = "G4/G5"
     MODE_B_ONLY: ClassVar[bool] = True
+    EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (LayerExample(
+        path="tests/test_demo_op.py",
+        files={**EXAMPLE_TORCH, "tests/test_demo_op.py": _EXAMPLE_TEST},
+        changes=(
+            ("import demo_lib  # noqa: F401\n",
+             "import demo_lib  # noqa: F401\nimport os as _optrace_os  # optrace\n"),
+            ("    y = torch.ops.demo_lib.demo_op(x)\n",
+             "    y = torch.ops.demo_lib.demo_op(x)\n"
+             "    y, profiling_data = y  # optrace\n"
+             '    if _optrace_os.environ.get("OPTRACE_PROFILING_DIR"):  # optrace\n'
+             "        torch_npu.npu.synchronize()  # optrace\n"
+             "        from optrace.runtime import save_profiling_data as _optrace_save  # optrace\n"
+             '        _optrace_save(profiling_data, int(_optrace_os.environ.get("RANK", "0")), '
+             '_optrace_os.environ["OPTRACE_PROFILING_DIR"],  # optrace\n'
+             '                      point_map=_optrace_os.environ.get("OPTRACE_POINT_MAP"), tag="demo-op")'
+             "  # optrace\n"),
+        ),
+    ),)
 
     def find(self, layers: Layers) -> list[Path]:
         return caller_files(layers)
 
     def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
-        return python_backend().caller_edits(plan, mode)
+        edits: EditsFn = cst_half(__name__).python_caller_edits
+        return edits(plan, mode)
 
     def verify(self, model: LayerModel) -> list[Evidence]:
         """G4 and G5 evidence of the samples and tests, G2 evidence of library code (its

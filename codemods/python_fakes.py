@@ -3,17 +3,36 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from optrace.codemods.layer import Evidence, FileLayer, LayerModel
-from optrace.codemods.python_files import fake_files, python_backend, python_layer_absent
+from optrace.codemods.layer import EXAMPLE_TORCH, Evidence, FileLayer, LayerExample, LayerModel
+from optrace.codemods.python_files import EditsFn, EvidenceFn, cst_half, fake_files, python_layer_absent
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
+
+_EXAMPLE_FAKE = """\
+import torch
+
+
+@torch.library.register_fake("demo_lib::demo_op")
+def demo_op_fake(x):
+    return torch.empty_like(x)
+"""
 
 
 class PythonFakesLayer(FileLayer):
     NAME: ClassVar[str] = "python_fakes"
     DESCRIPTION: ClassVar[str] = "Python fake / Meta implementations: profiling_data returned last"
     MODE_B_ONLY: ClassVar[bool] = True
+    EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (LayerExample(
+        path="python/demo_lib/fakes.py",
+        files={**EXAMPLE_TORCH, "python/demo_lib/fakes.py": _EXAMPLE_FAKE},
+        changes=(
+            ("import torch\n", "import torch\n_OPTRACE_PROFILING_NUMEL = (32 + 64) * 2048  # optrace\n"),
+            ("    return torch.empty_like(x)\n",
+             "    # optrace-orig 1 ICAgIHJldHVybiB0b3JjaC5lbXB0eV9saWtlKHgpCg==\n"
+             "    return torch.empty_like(x), x.new_empty((_OPTRACE_PROFILING_NUMEL,), dtype=torch.int64)\n"),
+        ),
+    ),)
 
     def find(self, layers: Layers) -> list[Path]:
         if python_layer_absent(layers, self.NAME):
@@ -21,7 +40,9 @@ class PythonFakesLayer(FileLayer):
         return fake_files(layers)
 
     def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
-        return python_backend().fake_edits(plan, mode)
+        edits: EditsFn = cst_half(__name__).python_fake_edits
+        return edits(plan, mode)
 
     def verify(self, model: LayerModel) -> list[Evidence]:
-        return python_backend().fake_evidence(model)
+        evidence: EvidenceFn = cst_half(__name__).fake_evidence
+        return evidence(model)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 from optrace.codemods.layer import Evidence, LayerModel, Operator
 from optrace.codemods.torch_adapter import torch_names
@@ -71,32 +71,24 @@ def split_callers(files: Iterable[Path], repo_root: Path,
 
 EditsFn = Callable[[Plan, str], list[Edit]]
 EvidenceFn = Callable[[LayerModel], list[Evidence]]
+# Imports a module by its dotted name: what the CLI hands the Python layers (see above).
+ModuleLoader = Callable[[str], ModuleType]
+
+_loader: list[ModuleLoader] = []  # the one installed, if any
 
 
-@dataclass(frozen=True)
-class PythonBackend:
-    """The LibCST half of the Python layers (see the module's docstring)."""
-
-    caller_edits: EditsFn
-    fake_edits: EditsFn
-    converter_edits: EditsFn
-    fake_evidence: EvidenceFn  # G2 evidence of the fakes: profiling_data returned last
-    converter_evidence: EvidenceFn  # G2 evidence of the converters: the last GE output
+def use_cst_loader(loader: ModuleLoader) -> None:
+    """Install what imports the Python layers' LibCST halves (the CLI and the tests do)."""
+    _loader[:] = [loader]
 
 
-_backend: list[PythonBackend] = []  # the one installed, if any
-
-
-def use_python_backend(backend: PythonBackend) -> None:
-    """Install the LibCST half the Python layers call (the CLI and the tests do)."""
-    _backend[:] = [backend]
-
-
-def python_backend() -> PythonBackend:
-    if not _backend:
+def cst_half(layer_module: str) -> ModuleType:
+    """The LibCST half of the Python layer `layer_module`: the module `<layer_module>_cst`,
+    imported at its first use by the loader the CLI installed."""
+    if not _loader:
         raise RuntimeError("the Python layers' LibCST half is not installed: call "
                            "optrace.deferred.install() first (the optrace command does)")
-    return _backend[0]
+    return _loader[0](f"{layer_module}_cst")
 
 
 def python_layer_absent(layers: Layers, key: str) -> bool:

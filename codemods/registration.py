@@ -24,7 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import ClassVar
 
-from optrace.codemods.layer import Evidence, FileLayer, LayerModel
+from optrace.codemods.layer import EXAMPLE_TORCH, Evidence, FileLayer, LayerExample, LayerModel
 from optrace.codemods.layer_common import (
     CODE_SCHEMA,
     PROFILING_OUTPUT,
@@ -249,6 +249,23 @@ class RegistrationLayer(FileLayer):
     NAME: ClassVar[str] = "registration"
     DESCRIPTION: ClassVar[str] = "torch registration (PYBIND11_MODULE / TORCH_LIBRARY): the schema's returns"
     MODE_B_ONLY: ClassVar[bool] = True
+    EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (
+        LayerExample(
+            path="csrc/registration.cpp",
+            files=EXAMPLE_TORCH,
+            changes=(('-> Tensor");',
+                      '-> "/*optrace-str<*/"("/*>optrace-str*/"Tensor"/*optrace-str<*/", Tensor)"'
+                      '/*>optrace-str*/"");'),),
+        ),
+        # The header declaring the adapter gets the definition's return type.
+        LayerExample(
+            path="csrc/functions.h",
+            files=EXAMPLE_TORCH,
+            changes=(("at::Tensor demo_op(",
+                      "/*optrace<*/std::tuple</*>optrace*/at::Tensor/*optrace<*/, at::Tensor>"
+                      "/*>optrace*/ demo_op("),),
+        ),
+    )
 
     def find(self, layers: Layers) -> list[Path]:
         return registration_files(layers)

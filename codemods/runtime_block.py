@@ -20,7 +20,7 @@ from typing import ClassVar
 import networkx as nx
 
 from optrace.codemods.kernel_points import point_edits
-from optrace.codemods.layer import Evidence, FileLayer, LayerModel, line_of
+from optrace.codemods.layer import EXAMPLE_KERNEL, Evidence, FileLayer, LayerExample, LayerModel, line_of
 from optrace.engine.discovery import CPP_EXTS, Layers, walk_files
 from optrace.engine.edits import Edit, line_end, newline_of
 from optrace.engine.plan import Plan
@@ -213,9 +213,33 @@ def points_files(plan: Plan, points: list[Edit]) -> set[Path]:
     return {e.path for e in points} | {plan.analysis.entry_fn.src.path}
 
 
+# The operator's own base header (the kernel includes it): the block goes after its includes.
+_EXAMPLE_BASE = """\
+#ifndef DEMO_OP_BASE_H
+#define DEMO_OP_BASE_H
+
+#include "kernel_operator.h"
+
+constexpr int32_t DEMO_TILE = 256;
+
+#endif  // DEMO_OP_BASE_H
+"""
+
+
 class BaseHeaderLayer(FileLayer):
     NAME: ClassVar[str] = "base_header"
     DESCRIPTION: ClassVar[str] = "runtime base header (*_base.h): the device runtime filling profiling_data"
+    EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (LayerExample(
+        path="demo_op/op_kernel/demo_op_base.h",
+        files={
+            "demo_op/op_kernel/demo_op_base.h": _EXAMPLE_BASE,
+            "demo_op/op_kernel/demo_op.cpp": EXAMPLE_KERNEL.replace('#include "kernel_operator.h"\n',
+                                                                    '#include "demo_op_base.h"\n'),
+        },
+        changes=(('#include "kernel_operator.h"\n',
+                  '#include "kernel_operator.h"\n// optrace-runtime-block v2\n...\n'
+                  "// optrace-runtime-block end\n"),),
+    ),)
 
     def find(self, layers: Layers) -> list[Path]:
         """Discovery's base header, and any kernel header carrying the block (apply creates

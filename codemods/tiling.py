@@ -22,6 +22,7 @@ from optrace.codemods.infer import before_final_return, wrap_registered
 from optrace.codemods.layer import (
     Evidence,
     FileLayer,
+    LayerExample,
     LayerModel,
     Operator,
     line_of,
@@ -111,9 +112,43 @@ def tiling_edits(plan: Plan, mode: str) -> list[Edit]:
     return edits
 
 
+# A tiling function that reads an output: it describes profiling_data's too.
+_EXAMPLE_TILING = """\
+#include "register/op_impl_registry.h"
+
+namespace optiling {
+static ge::graphStatus TilingDemoOp(gert::TilingContext* context)
+{
+    auto y = context->GetOutputDesc(0);
+    if (y == nullptr || y->GetDataType() != ge::DT_FLOAT) {
+        return ge::GRAPH_FAILED;
+    }
+    context->SetBlockDim(8);
+    return ge::GRAPH_SUCCESS;
+}
+
+IMPL_OP_OPTILING(DemoOp).Tiling(TilingDemoOp);
+}  // namespace optiling
+"""
+
+
 class TilingLayer(FileLayer):
     NAME: ClassVar[str] = "tiling"
     DESCRIPTION: ClassVar[str] = "tiling function registered for the op"
+    EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (LayerExample(
+        path="demo_op/op_host/demo_op_tiling.cpp",
+        files={"demo_op/op_host/demo_op_tiling.cpp": _EXAMPLE_TILING},
+        changes=(("    context->SetBlockDim(8);\n",
+                  "    context->SetBlockDim(8);\n"
+                  "    constexpr uint32_t optraceProfilingDataIndex = 1;  // optrace\n"
+                  "    const gert::CompileTimeTensorDesc *optraceProfilingDesc = "
+                  "context->GetOutputDesc(optraceProfilingDataIndex);  // optrace\n"
+                  "    if (optraceProfilingDesc != nullptr"
+                  " && optraceProfilingDesc->GetDataType() != ge::DT_INT64) {"
+                  "  // optrace\n"
+                  "        return ge::GRAPH_FAILED;  // optrace\n"
+                  "    }  // optrace\n"),),
+    ),)
 
     def find(self, layers: Layers) -> list[Path]:
         return [f.path for f in layers.found.get("tiling", [])]

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from optrace.codemods.kernel_entry import PROFILING_ARG, is_system_param
-from optrace.codemods.layer import Evidence, FileLayer, LayerModel
+from optrace.codemods.layer import EXAMPLE_TORCH, Evidence, FileLayer, LayerExample, LayerModel
 from optrace.codemods.layer_common import (
     CODE_LAYER_SHAPE,
     FRAG_CLOSE,
@@ -394,6 +394,24 @@ class TorchAdapterLayer(FileLayer):
     NAME: ClassVar[str] = "torch_adapter"
     DESCRIPTION: ClassVar[str] = ("torch adapter (EXEC_NPU_CMD / EXEC_KERNEL_CMD): passes and returns the "
                                   "buffer")
+    EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (LayerExample(
+        path="csrc/demo_op_adapter.cpp",
+        files=EXAMPLE_TORCH,
+        changes=(
+            ('#include "functions.h"\n',
+             '#include "functions.h"\n'
+             '#include "../demo_op/op_host/optrace_demo_op_profiling.h"  // optrace\n'),
+            ("at::Tensor demo_op(",
+             "/*optrace<*/std::tuple</*>optrace*/at::Tensor/*optrace<*/, at::Tensor>/*>optrace*/"
+             " demo_op("),
+            ("    EXEC_NPU_CMD(aclnnDemoOp, x, y);\n    return y;\n",
+             "    at::Tensor profilingData = at::zeros({OPTRACE_PROFILING_NUMEL}, "
+             "x.options().dtype(at::kLong));"
+             "  // optrace\n"
+             "    EXEC_NPU_CMD(aclnnDemoOp, x, y/*optrace<*/, profilingData/*>optrace*/);\n"
+             "    return /*optrace<*/{/*>optrace*/y/*optrace<*/, profilingData}/*>optrace*/;\n"),
+        ),
+    ),)
 
     def find(self, layers: Layers) -> list[Path]:
         found = [f.path for f in layers.found.get("torch_adapter", [])]
