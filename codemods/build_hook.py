@@ -46,7 +46,7 @@ from optrace.codemods.layer import (
 from optrace.codemods.layer_common import clean_bytes, leading_ws, match_bracket
 from optrace.codemods.python_files import caller_files, split_callers
 from optrace.engine.cpp import mask
-from optrace.engine.discovery import Layers
+from optrace.engine.discovery import BUILD_RE, LayerFile, Layers, SearchContext
 from optrace.engine.edits import Edit, line_end, line_number, line_start, newline_of
 from optrace.engine.plan import Plan
 from optrace.engine.vocabulary import HOOK_END, HOOK_START
@@ -508,10 +508,16 @@ cmake --build "${BUILD_DIR}" -j
 """
 
 
+# A script copying the kernels into a build tree (ranks the build scripts found).
+_COPIES_KERNELS_RE = re.compile(rb"\b(cp|rsync|copy)\b[^\n]*(op_kernel|ascend_kernels|\$\{?\w*kernel)", re.I)
+
+
 class BuildHookLayer(FileLayer):
     NAME: ClassVar[str] = "build_hook"
     DESCRIPTION: ClassVar[str] = "build hook: the build runs `optrace preprocess` on the kernels it compiles"
     GATE: ClassVar[str] = "G1"
+    FOUND_KEY: ClassVar[str | None] = 'build_script'
+    TITLE: ClassVar[str] = 'build script'
     EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (LayerExample(
         path="build.sh",
         files={"build.sh": _EXAMPLE_BUILD, "CMakeLists.txt": "project(demo)\nadd_subdirectory(demo_op)\n"},
@@ -523,6 +529,22 @@ class BuildHookLayer(FileLayer):
                   "...\n"
                   "# TRACE_PREPROCESSOR_HOOK_END\n"),),
     ),)
+
+    def search(self, ctx: SearchContext) -> list[LayerFile]:
+        """The repository's scripts building kernels; the one that copies the kernels
+        into a build tree is where the hook goes: ranked first (names the op, copies
+        op_kernel, is a shell script), then shallower paths."""
+        scripts = [ctx.at(path, ctx.data(path), BUILD_RE.pattern, "copies / builds the kernels")
+                   for path in ctx.index.build_scripts()]
+        if len(scripts) > 1:
+            def score(f: LayerFile) -> tuple[int, int]:
+                data = ctx.data(f.path) or b""
+                s = (4 if ctx.op_word.search(data) else 0) + (2 if _COPIES_KERNELS_RE.search(data) else 0)
+                s += 1 if f.path.suffix in (".sh", ".bash") else 0
+                return (-s, len(f.path.parts))
+
+            scripts.sort(key=score)
+        return scripts
 
     def find(self, layers: Layers) -> list[Path]:
         script = build_script(layers)

@@ -1,11 +1,12 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import ClassVar
 
 from optrace.codemods.layer import EXAMPLE_TORCH, Evidence, FileLayer, LayerExample, LayerModel
 from optrace.codemods.python_files import EditsFn, EvidenceFn, converter_files, cst_half, python_layer_absent
-from optrace.engine.discovery import Layers
+from optrace.engine.discovery import LayerFile, Layers, SearchContext
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
 
@@ -25,6 +26,9 @@ class GraphConvertersLayer(FileLayer):
     NAME: ClassVar[str] = "graph_converters"
     DESCRIPTION: ClassVar[str] = "graph-mode converters (torchair): profiling_data the last GE output"
     MODE_B_ONLY: ClassVar[bool] = True
+    FOUND_KEY: ClassVar[str | None] = 'graph_converters'
+    TITLE: ClassVar[str] = 'graph-mode converters (torchair)'
+    OPTIONAL: ClassVar[bool] = True
     EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (LayerExample(
         path="python/demo_lib/converters.py",
         files={**EXAMPLE_TORCH, "python/demo_lib/converters.py": _EXAMPLE_CONVERTER},
@@ -33,6 +37,19 @@ class GraphConvertersLayer(FileLayer):
                   "b3V0cHV0cz1bInkiXSkK\n"
                   '    return ge.custom_op("DemoOp", inputs={"x": x}, outputs=["y", "profiling_data"])\n'),),
     ),)
+
+    def search(self, ctx: SearchContext) -> list[LayerFile]:
+        """Python files outside the operator registering a torchair converter of it."""
+        out: list[LayerFile] = []
+        pattern = re.compile(rb"\bregister_fx_node_ge_converter\s*\(\s*torch\.ops\.\w+\."
+                             + ctx.any_name + rb"\b")
+        for path in ctx.candidates:
+            if ctx.inside(path) or path.suffix.lower() != ".py":
+                continue
+            data = ctx.data(path)
+            if data is not None and pattern.search(data):
+                out.append(ctx.at(path, data, pattern.pattern, "torchair converter"))
+        return out
 
     def find(self, layers: Layers) -> list[Path]:
         if python_layer_absent(layers, self.NAME):

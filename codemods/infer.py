@@ -59,7 +59,7 @@ from optrace.codemods.op_host_registry import (
     unresolved,
 )
 from optrace.engine.cpp import CppFunction, mask, top_level_return
-from optrace.engine.discovery import Layers, repo_index
+from optrace.engine.discovery import LayerFile, Layers, SearchContext, is_host_source, repo_index
 from optrace.engine.edits import Edit, line_start
 from optrace.engine.plan import Plan
 from optrace.engine.source import decode
@@ -235,6 +235,8 @@ IMPL_OP_INFERSHAPE(DemoOp).InferShape(InferShapeDemoOp).InferDataType(InferDataT
 class InferLayer(FileLayer):
     NAME: ClassVar[str] = "infer"
     DESCRIPTION: ClassVar[str] = "infer shape / dtype functions registered for the op"
+    FOUND_KEY: ClassVar[str | None] = 'infer'
+    TITLE: ClassVar[str] = 'infer shape'
     EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (LayerExample(
         path="demo_op/op_host/demo_op_infershape.cpp",
         files={"demo_op/op_host/demo_op_infershape.cpp": _EXAMPLE_INFER},
@@ -256,6 +258,15 @@ class InferLayer(FileLayer):
              "    context->SetOutputDataType(optraceProfilingDataIndex, ge::DT_INT64);  // optrace\n"),
         ),
     ),)
+
+    def search(self, ctx: SearchContext) -> list[LayerFile]:
+        out: list[LayerFile] = []
+        for path in ctx.operator_cpp:
+            code = ctx.code(path)
+            if (is_host_source(path, ctx.op_dir) and not path.name.lower().endswith(".h")
+                    and re.search(rb"InferShape|IMPL_OP_INFERSHAPE|InferDataType", code)):
+                out.append(ctx.at(path, code, rb"InferShape\w*\s*\(", "infer shape"))
+        return out
 
     def find(self, layers: Layers) -> list[Path]:
         return [f.path for f in layers.found.get("infer", [])]

@@ -17,7 +17,7 @@ from typing import ClassVar, Protocol
 
 from optrace.engine.analysis import Analysis
 from optrace.engine.diagnostics import display_path
-from optrace.engine.discovery import Layers
+from optrace.engine.discovery import LayerFile, Layers, SearchContext
 from optrace.engine.edits import Edit, resolve
 from optrace.engine.plan import Plan
 from optrace.engine.source import read_regular
@@ -212,6 +212,11 @@ class Layer(Protocol):
     # Only in mode B does the buffer reach it (Python fakes, converters, the schema).
     MODE_B_ONLY: ClassVar[bool]
     EXAMPLES: ClassVar[tuple[LayerExample, ...]]  # run as tests (pipeline/layer_examples.py)
+    FOUND_KEY: ClassVar[str | None]  # discovery's key for its files (engine.discovery.LayerSearch)
+    TITLE: ClassVar[str]
+    OPTIONAL: ClassVar[bool]
+
+    def search(self, ctx: SearchContext) -> list[LayerFile]: ...
 
     def find(self, layers: Layers) -> list[Path]: ...
 
@@ -237,6 +242,16 @@ class FileLayer:
     GATE: ClassVar[str] = "G2"
     MODE_B_ONLY: ClassVar[bool] = False
     EXAMPLES: ClassVar[tuple[LayerExample, ...]] = ()
+    # Discovery: the key its files are found under (None: found through other layers'),
+    # the title plan shows, and whether an operator may lack the layer.
+    FOUND_KEY: ClassVar[str | None] = None
+    TITLE: ClassVar[str] = ""
+    OPTIONAL: ClassVar[bool] = False
+
+    def search(self, ctx: SearchContext) -> list[LayerFile]:
+        """The layer's files, discovery's part (a layer with a FOUND_KEY writes its own)."""
+        del ctx
+        return []
 
     def read(self, op: Operator, files: list[Path]) -> LayerModel:
         return read_files(self.NAME, op, files)

@@ -31,7 +31,7 @@ from optrace.codemods.layer_common import (
 )
 from optrace.engine.cpp import mask, statement_end
 from optrace.engine.diagnostics import InputError
-from optrace.engine.discovery import Layers
+from optrace.engine.discovery import LayerFile, Layers, SearchContext, is_host_source
 from optrace.engine.edits import Edit, line_end, line_number, line_start, newline_of
 from optrace.engine.names import same_op
 from optrace.engine.plan import Plan
@@ -277,6 +277,8 @@ def op_def_edits(plan: Plan, mode: str) -> list[Edit]:
 class OpDefLayer(FileLayer):
     NAME: ClassVar[str] = "op_def"
     DESCRIPTION: ClassVar[str] = "op_host OpDef: profiling_data the last output"
+    FOUND_KEY: ClassVar[str | None] = 'op_def'
+    TITLE: ClassVar[str] = 'op_host OpDef'
     EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (LayerExample(
         path="demo_op/op_host/demo_op_def.cpp",
         changes=(('this->Output("y").ParamType(REQUIRED).DataType({ge::DT_FLOAT}).Format({ge::FORMAT_ND});\n',
@@ -284,6 +286,19 @@ class OpDefLayer(FileLayer):
                   '        this->Output("profiling_data").ParamType(REQUIRED).DataType({ge::DT_INT64})'
                   ".Format({ge::FORMAT_ND});  // optrace\n"),),
     ),)
+
+    def search(self, ctx: SearchContext) -> list[LayerFile]:
+        """Host files declaring an OpDef: outputs in its class (`this->Output`), on per-SoC
+        configs or through helpers (`AddOutput(config, "y", ...)`), registered with
+        OP_ADD. Found either way; apply refuses what it cannot locate."""
+        out: list[LayerFile] = []
+        for path in ctx.operator_cpp:
+            code = ctx.code(path)
+            if is_host_source(path, ctx.op_dir) and re.search(rb"\bOpDef\b", code) and (
+                    re.search(rb"this->\s*(Input|Output|Attr|AICore)\s*\(", code)
+                    or re.search(rb"\bOP_ADD\s*\(", code)):
+                out.append(ctx.at(path, code, rb"this->\s*Output\s*\(|\bOP_ADD\s*\(", "OpDef outputs"))
+        return out
 
     def find(self, layers: Layers) -> list[Path]:
         """The file defining the op's OpDef class first, then the other files discovery

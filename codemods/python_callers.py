@@ -9,7 +9,7 @@ from typing import ClassVar
 from optrace.codemods.layer import EXAMPLE_TORCH, Evidence, FileLayer, LayerExample, LayerModel, Operator
 from optrace.codemods.python_files import EditsFn, caller_files, cst_half, split_callers
 from optrace.codemods.torch_adapter import torch_names
-from optrace.engine.discovery import Layers
+from optrace.engine.discovery import LayerFile, Layers, SearchContext, is_sample_caller
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
 
@@ -33,6 +33,8 @@ class PythonCallersLayer(FileLayer):
                                   "paths; library code unpacks profiling_data")
     GATE: ClassVar[str] = "G4/G5"
     MODE_B_ONLY: ClassVar[bool] = True
+    FOUND_KEY: ClassVar[str | None] = 'python_callers'
+    TITLE: ClassVar[str] = 'Python samples / tests'
     EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (LayerExample(
         path="tests/test_demo_op.py",
         files={**EXAMPLE_TORCH, "tests/test_demo_op.py": _EXAMPLE_TEST},
@@ -51,6 +53,21 @@ class PythonCallersLayer(FileLayer):
              "  # optrace\n"),
         ),
     ),)
+
+    def search(self, ctx: SearchContext) -> list[LayerFile]:
+        """Python files outside the operator calling it (`.op(...)` under any of its
+        torch names): samples / tests, or library code."""
+        call_re = re.compile(rb"\.\s*" + ctx.any_name + rb"\s*\(")
+        out: list[LayerFile] = []
+        for path in ctx.candidates:
+            if ctx.inside(path) or path.suffix.lower() != ".py":
+                continue
+            data = ctx.data(path)
+            if data is not None and call_re.search(data):
+                sample = is_sample_caller(path, ctx.layers.repo_root, ctx.sample_globs)
+                out.append(ctx.at(path, data, call_re.pattern, "calls the op" if sample
+                                  else "library code calling the op: unpack only"))
+        return out
 
     def find(self, layers: Layers) -> list[Path]:
         return caller_files(layers)

@@ -1,11 +1,12 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import ClassVar
 
 from optrace.codemods.layer import EXAMPLE_TORCH, Evidence, FileLayer, LayerExample, LayerModel
 from optrace.codemods.python_files import EditsFn, EvidenceFn, cst_half, fake_files, python_layer_absent
-from optrace.engine.discovery import Layers
+from optrace.engine.discovery import LayerFile, Layers, SearchContext
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
 
@@ -19,10 +20,20 @@ def demo_op_fake(x):
 """
 
 
+def _fake_re(any_name: bytes) -> re.Pattern[bytes]:
+    op_ref = (rb"(?:['\"](?:\w+::)?" + any_name + rb"(?:\.\w+)?['\"]|\btorch\.ops\.\w+\."
+              + any_name + rb"\b)")
+    return re.compile(rb"\b(?:register_fake|impl_abstract)\s*\(\s*" + op_ref
+                      + rb"|\bimpl\s*\([^)]*" + op_ref + rb"[^)]*['\"]Meta['\"]")
+
+
 class PythonFakesLayer(FileLayer):
     NAME: ClassVar[str] = "python_fakes"
     DESCRIPTION: ClassVar[str] = "Python fake / Meta implementations: profiling_data returned last"
     MODE_B_ONLY: ClassVar[bool] = True
+    FOUND_KEY: ClassVar[str | None] = 'python_fakes'
+    TITLE: ClassVar[str] = 'Python fake / Meta impls'
+    OPTIONAL: ClassVar[bool] = True
     EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (LayerExample(
         path="python/demo_lib/fakes.py",
         files={**EXAMPLE_TORCH, "python/demo_lib/fakes.py": _EXAMPLE_FAKE},
@@ -33,6 +44,19 @@ class PythonFakesLayer(FileLayer):
              "    return torch.empty_like(x), x.new_empty((_OPTRACE_PROFILING_NUMEL,), dtype=torch.int64)\n"),
         ),
     ),)
+
+    def search(self, ctx: SearchContext) -> list[LayerFile]:
+        """Python files outside the operator registering a fake / Meta implementation of
+        it: the op named as a string ("ns::op", "op" for lib.impl) or torch.ops.ns.op."""
+        out: list[LayerFile] = []
+        pattern = _fake_re(ctx.any_name)
+        for path in ctx.candidates:
+            if ctx.inside(path) or path.suffix.lower() != ".py":
+                continue
+            data = ctx.data(path)
+            if data is not None and pattern.search(data):
+                out.append(ctx.at(path, data, pattern.pattern, "fake / Meta impl of the op"))
+        return out
 
     def find(self, layers: Layers) -> list[Path]:
         if python_layer_absent(layers, self.NAME):

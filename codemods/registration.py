@@ -45,12 +45,12 @@ from optrace.codemods.torch_schema import Schema, parse_schema, returns_list
 from optrace.engine.cache import by_content
 from optrace.engine.cpp import functions, mask
 from optrace.engine.diagnostics import InputError
-from optrace.engine.discovery import CPP_EXTS, Layers, repo_index
+from optrace.engine.discovery import CPP_EXTS, LayerFile, Layers, SearchContext, repo_index
 from optrace.engine.edits import Edit, line_number, resolve
 from optrace.engine.names import op_key, op_name_pattern
 from optrace.engine.plan import Plan
 from optrace.engine.source import read_regular
-from optrace.engine.vocabulary import TORCH_LIBRARY_RE
+from optrace.engine.vocabulary import REGISTRATION_RE, TORCH_LIBRARY_RE, may_register
 
 __all__ = ["Schema", "SchemaString", "parse_schema", "registration_edits", "returns_list", "schema_strings"]
 
@@ -249,6 +249,8 @@ class RegistrationLayer(FileLayer):
     NAME: ClassVar[str] = "registration"
     DESCRIPTION: ClassVar[str] = "torch registration (PYBIND11_MODULE / TORCH_LIBRARY): the schema's returns"
     MODE_B_ONLY: ClassVar[bool] = True
+    FOUND_KEY: ClassVar[str | None] = 'registration'
+    TITLE: ClassVar[str] = 'torch registration (PYBIND11_MODULE / TORCH_LIBRARY)'
     EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (
         LayerExample(
             path="csrc/registration.cpp",
@@ -266,6 +268,21 @@ class RegistrationLayer(FileLayer):
                       "/*>optrace*/ demo_op("),),
         ),
     )
+
+    def search(self, ctx: SearchContext) -> list[LayerFile]:
+        """Files registering the op: a registration naming it in a string — a schema
+        (`"ns::op(Tensor x) -> Tensor"`), an impl or def name, a pybind name — not
+        anywhere in the file (a message may say the op's name)."""
+        op_string = re.compile(rb"[\"'](?:\w+::)?(?:" + ctx.camel + rb"|" + ctx.any_name
+                               + rb")(?:\.\w+)?\s*[(\"']")
+        out: list[LayerFile] = []
+        for path in ctx.candidates:
+            if path.suffix.lower() not in CPP_EXTS or "op_kernel" in path.parts or ctx.data(path) is None:
+                continue
+            code = ctx.code(path)
+            if may_register(code) and REGISTRATION_RE.search(code) and op_string.search(code):
+                out.append(ctx.at(path, code, op_string.pattern, "registers the op"))
+        return out
 
     def find(self, layers: Layers) -> list[Path]:
         return registration_files(layers)

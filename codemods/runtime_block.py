@@ -21,8 +21,9 @@ import networkx as nx
 
 from optrace.codemods.kernel_points import point_edits
 from optrace.codemods.layer import EXAMPLE_KERNEL, Evidence, FileLayer, LayerExample, LayerModel, line_of
-from optrace.engine.discovery import CPP_EXTS, Layers, walk_files
+from optrace.engine.discovery import CPP_EXTS, LayerFile, Layers, SearchContext, walk_files
 from optrace.engine.edits import Edit, line_end, newline_of
+from optrace.engine.names import same_op
 from optrace.engine.plan import Plan
 from optrace.engine.source import blank_comments, read_regular
 from optrace.engine.vocabulary import CREATED_MARK as STRIP_CREATED_MARK
@@ -229,6 +230,8 @@ constexpr int32_t DEMO_TILE = 256;
 class BaseHeaderLayer(FileLayer):
     NAME: ClassVar[str] = "base_header"
     DESCRIPTION: ClassVar[str] = "runtime base header (*_base.h): the device runtime filling profiling_data"
+    FOUND_KEY: ClassVar[str | None] = 'base_header'
+    TITLE: ClassVar[str] = 'runtime base header (*_base.h)'
     EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (LayerExample(
         path="demo_op/op_kernel/demo_op_base.h",
         files={
@@ -240,6 +243,27 @@ class BaseHeaderLayer(FileLayer):
                   '#include "kernel_operator.h"\n// optrace-runtime-block v2\n...\n'
                   "// optrace-runtime-block end\n"),),
     ),)
+
+    def search(self, ctx: SearchContext) -> list[LayerFile]:
+        """Only the operator's own `<op>_base.h` is its base header — or a `*_base.h`
+        already holding the runtime block (a second block would redefine it), first. A
+        vendored sub-kernel's `other_base.h` the entry happens to include is shared by
+        unrelated files: the block must not spread to them."""
+        layers = ctx.layers
+        out: list[LayerFile] = []
+        for path in ctx.operator_cpp:
+            data = ctx.data(path)
+            name = path.name.lower()
+            kernel = layers.kernel_dir
+            if data is None or not name.endswith("_base.h") or not (
+                    "op_kernel" in path.parts or (kernel is not None and kernel in path.parents)):
+                continue
+            if RUNTIME_BLOCK_VERSION_RE.search(data):
+                out.append(ctx.at(path, None, None, "holds the runtime block"))
+            elif same_op(path.name[: -len("_base.h")], layers.op_name):
+                out.append(ctx.at(path, None, None, "kernel base header"))
+        out.sort(key=lambda f: f.detail != "holds the runtime block")
+        return out
 
     def find(self, layers: Layers) -> list[Path]:
         """Discovery's base header, and any kernel header carrying the block (apply creates

@@ -40,7 +40,7 @@ from optrace.codemods.op_host_registry import (
     unresolved,
 )
 from optrace.engine.cpp import CppFunction, mask
-from optrace.engine.discovery import Layers
+from optrace.engine.discovery import LayerFile, Layers, SearchContext, is_host_source
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
 from optrace.engine.vocabulary import names_profiling
@@ -135,6 +135,8 @@ IMPL_OP_OPTILING(DemoOp).Tiling(TilingDemoOp);
 class TilingLayer(FileLayer):
     NAME: ClassVar[str] = "tiling"
     DESCRIPTION: ClassVar[str] = "tiling function registered for the op"
+    FOUND_KEY: ClassVar[str | None] = 'tiling'
+    TITLE: ClassVar[str] = 'tiling'
     EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (LayerExample(
         path="demo_op/op_host/demo_op_tiling.cpp",
         files={"demo_op/op_host/demo_op_tiling.cpp": _EXAMPLE_TILING},
@@ -149,6 +151,12 @@ class TilingLayer(FileLayer):
                   "        return ge::GRAPH_FAILED;  // optrace\n"
                   "    }  // optrace\n"),),
     ),)
+
+    def search(self, ctx: SearchContext) -> list[LayerFile]:
+        return [ctx.at(path, ctx.code(path), rb"Tiling\w*\s*\(", "tiling function")
+                for path in ctx.operator_cpp
+                if is_host_source(path, ctx.op_dir) and "tiling" in path.name.lower()
+                and path.name.lower().endswith((".cpp", ".cc")) and ctx.data(path) is not None]
 
     def find(self, layers: Layers) -> list[Path]:
         return [f.path for f in layers.found.get("tiling", [])]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,7 +30,14 @@ from optrace.engine.cpp import (
     text_of,
 )
 from optrace.engine.diagnostics import Diagnostic, InputError
-from optrace.engine.discovery import Layers, default_repo_root, discover, repo_index, resolve_operator_dir
+from optrace.engine.discovery import (
+    Layers,
+    LayerSearch,
+    default_repo_root,
+    discover,
+    repo_index,
+    resolve_operator_dir,
+)
 from optrace.engine.includes import HeaderSearch, IncludeGraph, build_include_graph
 from optrace.engine.model import TracePoint
 from optrace.engine.source import (
@@ -412,12 +420,14 @@ def declare_cores(layers: Layers, entry_path: Path, entry_src: bytes) -> CoreDec
             or from_op_host(op_host))
 
 
-def analyse_operator(op_dir: Path, repo_root: Path | None = None) -> Analysis:
-    """Discover, parse and index one operator. Raises InputError on unusable input."""
+def analyse_operator(op_dir: Path, repo_root: Path | None = None,
+                     searches: Sequence[LayerSearch] = ()) -> Analysis:
+    """Discover, parse and index one operator (its layers' files by `searches`, the
+    registry's layers: none for the kernel alone). Raises InputError on unusable input."""
     op_dir = resolve_operator_dir(op_dir)
     root = (repo_root or default_repo_root(op_dir)).resolve()
     config = load_config(root, op_dir)
-    layers = discover(op_dir, root, config)
+    layers = discover(op_dir, root, config, searches)
     assert layers.entry is not None and layers.kernel_dir is not None
     include_dirs = (*config.include_dirs, layers.kernel_dir, op_dir)
     # Headers are searched for across the repository only when it is one (a `.git` or

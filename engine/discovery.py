@@ -1,9 +1,10 @@
 """Layer discovery: which files of a repository make up one operator.
 
-Inside the operator directory files are classified by location and content; files
-outside it (torch adapter, registration, build script, Python callers) are found by
-searching the repository for the op's name. `optrace.toml` layer entries override any
-of it.
+Discovery finds the kernel entry itself; every other layer's files are that layer's own
+`search` (codemods/<layer>.py), handed a `SearchContext`: the operator's C++ files, the
+repository files naming the op (its name in any spelling, its torch names) from one
+index of the repository, and each file's bytes read once. `optrace.toml` layer entries
+override any of it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
+from typing import ClassVar, Protocol
 
 from optrace.engine.config import Config
 from optrace.engine.diagnostics import Diagnostic, InputError
@@ -21,10 +23,7 @@ from optrace.engine.names import op_name_pattern, same_op
 from optrace.engine.source import blank_comments, decode, is_binary, match_bracket, read_regular
 from optrace.engine.vocabulary import (
     LAUNCH_HINT,
-    REGISTRATION_RE,
-    RUNTIME_BLOCK_VERSION_RE,
     launch_pattern,
-    may_register,
 )
 
 # `.inl` / `.ipp` / `.tpp` are headers by another name (template bodies included at the end of a
@@ -42,31 +41,12 @@ SKIP_DIRS = frozenset(
 # Files above this size are not searched for the op name (generated blobs, logs).
 SEARCH_LIMIT_BYTES = 2 * 1024 * 1024
 
-LAYER_TITLES = {
-    "entry": "kernel entry (__global__ __aicore__)",
-    "base_header": "runtime base header (*_base.h)",
-    "op_def": "op_host OpDef",
-    "infer": "infer shape",
-    "tiling": "tiling",
-    "aclnn": "aclnn wrappers",
-    "torch_adapter": "torch adapter (EXEC_NPU_CMD / EXEC_KERNEL_CMD)",
-    "registration": "torch registration (PYBIND11_MODULE / TORCH_LIBRARY)",
-    "build_script": "build script",
-    "python_callers": "Python samples / tests",
-    "python_fakes": "Python fake / Meta impls",
-    "graph_converters": "graph-mode converters (torchair)",
-}
-
-# Layers many repositories legitimately do not have (no torch.compile / graph mode, no
-# Python fakes): shown as "none", not as MISSING, and not listed in `missing_layers`.
-OPTIONAL_LAYERS = frozenset({"python_fakes", "graph_converters"})
-
 _GLOBAL_RE = re.compile(rb"\b__global__\b")
 # What makes a shell / CMake script the kernels' build script (any case): the words, for
 # a substring test of the lowered script (a case-insensitive pattern walks it byte by
 # byte), and the pattern that finds the line to show. `ascendc` covers `ascendc_library`.
 _BUILD_WORDS = (b"op_kernel", b"ascend_kernels", b"msopgen", b"op_host", b"ascendc")
-_BUILD_RE = re.compile(b"|".join(_BUILD_WORDS), re.I)
+BUILD_RE = re.compile(b"|".join(_BUILD_WORDS), re.I)
 _AICORE_RE = re.compile(rb"\b__aicore__\b")
 
 
@@ -107,10 +87,17 @@ class Layers:
     kernel_dir: Path | None = None
     found: dict[str, list[LayerFile]] = field(default_factory=dict)
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    # What the searches looked for, in their order: key -> title, and the keys an
+    # operator may lack (no graph mode, no Python fakes) without being incomplete.
+    titles: dict[str, str] = field(default_factory=dict)
+    optional: frozenset[str] = frozenset()
 
     def missing(self) -> list[str]:
         """Layers an operator needs and does not have (optional ones are not missing)."""
-        return [k for k in LAYER_TITLES if not self.found.get(k) and k not in OPTIONAL_LAYERS]
+        return [k for k in self.titles if not self.found.get(k) and k not in self.optional]
+
+    def title(self, key: str) -> str:
+        return self.titles.get(key, key)
 
 
 # Python callers are samples and tests (G4: they sync and save the buffer) when a folder
@@ -512,8 +499,10 @@ def find_operator_dirs(root: Path) -> list[Path]:
     return sorted(found)
 
 
-def discover(op_dir: Path, repo_root: Path, config: Config) -> Layers:
-    """Classify the operator's files into layers; raises InputError without an entry."""
+def discover(op_dir: Path, repo_root: Path, config: Config, searches: Sequence[LayerSearch] = ()) -> Layers:
+    """Find the operator's kernel entry, then each layer's files by that layer's own
+    `search` (the registry's layers; none for a kernel-only analysis); raises InputError
+    without an entry. `optrace.toml` layer entries replace what a search found."""
     if not op_dir.is_dir():
         what = ("not a directory: give the operator directory (the folder holding op_kernel/)"
                 if op_dir.exists() else "operator directory does not exist")
@@ -561,58 +550,21 @@ def discover(op_dir: Path, repo_root: Path, config: Config) -> Layers:
             )
         )
 
-    def put(layer: str, path: Path, data: bytes | None, pattern: bytes | None, detail: str) -> None:
-        line = 1
-        if data is not None and pattern is not None:
-            m = re.search(pattern, data)
-            if m:
-                line = _line(data, m.start())
-        layers.found.setdefault(layer, []).append(LayerFile(path, line, detail))
-
-    # --- inside the operator directory ---------------------------------------------------
-    camel = op_name_pattern(op_name)  # any spelling: `MoeGmmFFNGate` for moe_gmm_ffn_gate
-    for path in cpp_files:
-        data = read_bounded(path)
-        if data is None:
+    # --- each layer's files: its own search (codemods/<layer>.py), in registry order -------
+    ctx = SearchContext(layers, cpp_files, config.sample_globs) if searches else None
+    for search in searches:
+        key = search.FOUND_KEY
+        if key is None:
             continue
-        name = path.name.lower()
-        code = blank_comments(data)
-        if name.endswith("_base.h") and ("op_kernel" in path.parts or (
-            layers.kernel_dir is not None and layers.kernel_dir in path.parents
-        )):
-            # Only the operator's own `<op>_base.h` is its base header — or a `*_base.h`
-            # already holding the runtime block (a second block would redefine it). A
-            # vendored sub-kernel's `other_base.h` the entry happens to include is shared
-            # by unrelated files: the block must not spread to them (issue 12 §3).
-            if RUNTIME_BLOCK_VERSION_RE.search(data):
-                put("base_header", path, None, None, "holds the runtime block")
-            elif same_op(path.name[: -len("_base.h")], op_name):
-                put("base_header", path, None, None, "kernel base header")
-        # The op_host layers are host sources: not the l0 launch code under op_api/, not
-        # the kernel, not unit tests (`tests/`, `test_*_tiling.cpp`) or docs.
-        host_source = not (_NOT_HOST_DIRS & set(path.relative_to(op_dir).parts[:-1])) and not (
-            name.startswith("test_") or name.endswith("_test.cpp"))
-        # An OpDef declares its outputs in its class (`this->Output`), on per-SoC configs,
-        # or through helpers (`AddOutput(config, "y", ...)`); registered with OP_ADD. The
-        # layer is found either way, and apply refuses what it cannot locate.
-        if host_source and re.search(rb"\bOpDef\b", code) and (
-                re.search(rb"this->\s*(Input|Output|Attr|AICore)\s*\(", code)
-                or re.search(rb"\bOP_ADD\s*\(", code)):
-            put("op_def", path, code, rb"this->\s*Output\s*\(|\bOP_ADD\s*\(", "OpDef outputs")
-        if (host_source and re.search(rb"InferShape|IMPL_OP_INFERSHAPE|InferDataType", code)
-                and not name.endswith(".h")):
-            put("infer", path, code, rb"InferShape\w*\s*\(", "infer shape")
-        if host_source and "tiling" in name and name.endswith((".cpp", ".cc")):
-            put("tiling", path, code, rb"Tiling\w*\s*\(", "tiling function")
-        if name.startswith("aclnn_") or re.search(rb"aclnnInner" + camel, code):
-            if "op_kernel" not in path.parts:
-                put("aclnn", path, code, rb"aclnn(?:Inner)?" + camel, "aclnn wrapper")
-
-    # A header already holding the block first (upgraded in place), then the op's own.
-    layers.found.get("base_header", []).sort(key=lambda f: f.detail != "holds the runtime block")
-
-    # --- the rest of the repository, by op name ------------------------------------------
-    _search_repository(layers, op_dir, put, config.sample_globs)
+        layers.titles[key] = search.TITLE
+        if search.OPTIONAL:
+            layers.optional |= {key}
+        if key == "entry":
+            continue  # found above: the kernel parse needs it first
+        assert ctx is not None
+        found = search.search(ctx)
+        if found:
+            layers.found[key] = found
 
     for key, paths in config.layers.items():
         if key == "entry":
@@ -699,101 +651,89 @@ def _names_alternation(names: list[str]) -> bytes:
     return rb"(?:" + rb"|".join(re.escape(n.encode()) for n in names) + rb")"
 
 
-def _search_repository(layers: Layers, op_dir: Path, put: object, sample_globs: Sequence[str] = ()) -> None:
-    """Torch adapter, registration, aclnn outside the op dir, build script, callers,
-    Python fakes and torchair converters — wherever they live in the repository (a
-    sibling operator's directory included), under the op's name or its torch names."""
-    assert callable(put)
-    op = layers.op_name.encode()
-    camel = op_name_pattern(layers.op_name)  # any spelling (acronyms, case)
-    exec_re = launch_pattern(layers.op_name)  # what the torch codemod reads as a launch
-    index = repo_index(layers.repo_root)
-    for path in index.build_scripts():
-        put("build_script", path, read_bounded(path), _BUILD_RE.pattern, "copies / builds the kernels")
-    spelled = layers.camel.encode()  # the index is lower case: one spelling finds them all
-    candidates = index.mentioning(op, spelled, b"aclnn" + spelled, b"aclnn_" + op,
-                                  b"aclnnInner" + spelled + b"GetWorkspaceSize")
-    # The adapters' launching functions first: the names torch registers them under are
-    # the op's names for the registration, fake and caller searches below.
-    launchers: set[str] = set()
-    for path in candidates:
-        if path.suffix.lower() not in CPP_EXTS or "op_kernel" in path.parts:
-            continue
-        data = read_bounded(path)
-        code = blank_comments(data) if data is not None else b""
-        for m in exec_re.finditer(code) if LAUNCH_HINT in code else ():
-            fn = _enclosing_function(code, m.start())
-            if fn is not None:
-                launchers.add(fn)
-    names = _torch_names(index, layers.op_name, launchers)
-    if len(names) > 1:  # files naming only a torch name join, in the index's order
-        candidates = index.mentioning(op, spelled, b"aclnn" + spelled, b"aclnn_" + op,
-                                      b"aclnnInner" + spelled + b"GetWorkspaceSize",
-                                      *[n.encode() for n in names[1:]])
-    any_name = _names_alternation(names)
-    # The op named in any spelling, or one of its torch names, as a whole word.
-    op_word = re.compile(rb"\b(?:" + camel + rb"|" + any_name + rb")\b")
-    # A registration names the op in a string: a schema (`"ns::op(Tensor x) -> Tensor"`),
-    # an impl or def name (`"op"`), a pybind name — not anywhere in the file (ops-nn's
-    # fast_hadamard_quant registers its own op and says "Hadamard+quantize" in a message).
-    op_string = re.compile(rb"[\"'](?:\w+::)?(?:" + camel + rb"|" + any_name + rb")(?:\.\w+)?\s*[(\"']")
-    reg_re = REGISTRATION_RE
-    call_re = re.compile(rb"\.\s*" + any_name + rb"\s*\(")
-    # Fakes name the op as a string ("ns::op", "op" for lib.impl) or as torch.ops.ns.op.
-    op_ref = (rb"(?:['\"](?:\w+::)?" + any_name + rb"(?:\.\w+)?['\"]|\btorch\.ops\.\w+\."
-              + any_name + rb"\b)")
-    fake_re = re.compile(rb"\b(?:register_fake|impl_abstract)\s*\(\s*" + op_ref
-                         + rb"|\bimpl\s*\([^)]*" + op_ref + rb"[^)]*['\"]Meta['\"]")
-    converter_re = re.compile(rb"\bregister_fx_node_ge_converter\s*\(\s*torch\.ops\.\w+\." + any_name
-                              + rb"\b")
-    for path in candidates:
-        inside = op_dir in path.parents
-        ext = path.suffix.lower()
-        if inside and ext in CPP_EXTS:
-            # Direct-launch projects keep the launcher (EXEC_KERNEL_CMD) in op_host/.
-            data = read_bounded(path)
-            code = blank_comments(data) if data is not None else b""
-            if "op_kernel" not in path.parts and LAUNCH_HINT in code and exec_re.search(code):
-                put("torch_adapter", path, code, exec_re.pattern, "EXEC_*_CMD call")
-            if ("op_kernel" not in path.parts and may_register(code) and reg_re.search(code)
-                    and op_string.search(code)):
-                put("registration", path, code, op_string.pattern, "registers the op")
-            continue
-        if inside:
-            continue
-        data = read_bounded(path)
-        if data is None:
-            continue
-        if ext in CPP_EXTS:
-            code = blank_comments(data)
-            if LAUNCH_HINT in code and exec_re.search(code):
-                put("torch_adapter", path, code, exec_re.pattern, "EXEC_*_CMD call")
-            if may_register(code) and reg_re.search(code) and op_string.search(code):
-                put("registration", path, code, op_string.pattern, "registers the op")
-            if (path.name.lower().startswith("aclnn_") and op in path.name.encode()) or re.search(
-                rb"aclnnInner" + camel + rb"GetWorkspaceSize", code
-            ):
-                put("aclnn", path, code, rb"aclnn(?:Inner)?" + camel, "aclnn wrapper (outside op dir)")
-        elif ext == ".py":
-            if call_re.search(data):
-                sample = is_sample_caller(path, layers.repo_root, sample_globs)
-                put("python_callers", path, data, call_re.pattern,
-                    "calls the op" if sample else "library code calling the op: unpack only")
-            if fake_re.search(data):
-                put("python_fakes", path, data, fake_re.pattern, "fake / Meta impl of the op")
-            if converter_re.search(data):
-                put("graph_converters", path, data, converter_re.pattern, "torchair converter")
-    # The script that copies the kernels into a build tree is where the hook goes: rank
-    # it first (names the op, copies op_kernel, is a shell script), then shallower paths.
-    scripts = layers.found.get("build_script", [])
-    if len(scripts) > 1:
-        copy_re = re.compile(rb"\b(cp|rsync|copy)\b[^\n]*(op_kernel|ascend_kernels|\$\{?\w*kernel)", re.I)
+# Where a host layer is never found inside the operator directory: the l0 launch code
+# (op_api/), the kernel, unit tests and docs.
+def is_host_source(path: Path, op_dir: Path) -> bool:
+    """A file of the operator's host code (OpDef, infer, tiling): not under op_kernel/,
+    op_api/, tests or docs, and not a unit test by name."""
+    name = path.name.lower()
+    return not (_NOT_HOST_DIRS & set(path.relative_to(op_dir).parts[:-1])) and not (
+        name.startswith("test_") or name.endswith("_test.cpp"))
 
-        def score(f: LayerFile) -> tuple[int, int]:
-            data = read_bounded(f.path) or b""
-            s = (4 if op_word.search(data) else 0) + (2 if copy_re.search(data) else 0)
-            s += 1 if f.path.suffix in (".sh", ".bash") else 0
-            return (-s, len(f.path.parts))
 
-        scripts.sort(key=score)
+class SearchContext:
+    """What every layer's search shares for one operator: its C/C++ files, the
+    repository's files naming it (under its name in any spelling or one of its torch
+    names), the patterns for those names, and each file's bytes read once."""
 
+    def __init__(self, layers: Layers, operator_cpp: list[Path], sample_globs: Sequence[str] = ()) -> None:
+        self.layers = layers
+        self.op_dir = layers.op_dir
+        self.operator_cpp = operator_cpp  # C/C++ files under the operator directory
+        self.sample_globs = tuple(sample_globs)
+        self.op = layers.op_name.encode()
+        self.camel = op_name_pattern(layers.op_name)  # any spelling (acronyms, case)
+        self.exec_re = launch_pattern(layers.op_name)  # what the torch codemod reads as a launch
+        self.index = repo_index(layers.repo_root)
+        self._data: dict[Path, bytes | None] = {}
+        self._code: dict[Path, bytes] = {}
+        spelled = layers.camel.encode()  # the index is lower case: one spelling finds them all
+        words = (self.op, spelled, b"aclnn" + spelled, b"aclnn_" + self.op,
+                 b"aclnnInner" + spelled + b"GetWorkspaceSize")
+        candidates = self.index.mentioning(*words)
+        # The adapters' launching functions first: the names torch registers them under
+        # are the op's names for the registration, fake and caller searches.
+        launchers: set[str] = set()
+        for path in candidates:
+            if path.suffix.lower() not in CPP_EXTS or "op_kernel" in path.parts:
+                continue
+            code = self.code(path)
+            for m in self.exec_re.finditer(code) if LAUNCH_HINT in code else ():
+                fn = _enclosing_function(code, m.start())
+                if fn is not None:
+                    launchers.add(fn)
+        self.names = _torch_names(self.index, layers.op_name, launchers)
+        if len(self.names) > 1:  # files naming only a torch name join, in the index's order
+            candidates = self.index.mentioning(*words, *[n.encode() for n in self.names[1:]])
+        self.candidates = candidates  # repository files naming the op, in the index's order
+        self.any_name = _names_alternation(self.names)
+        # The op named in any spelling, or one of its torch names, as a whole word.
+        self.op_word = re.compile(rb"\b(?:" + self.camel + rb"|" + self.any_name + rb")\b")
+
+    def data(self, path: Path) -> bytes | None:
+        """The file's bytes (None: unreadable, too large or binary), read once."""
+        if path not in self._data:
+            self._data[path] = read_bounded(path)
+        return self._data[path]
+
+    def code(self, path: Path) -> bytes:
+        """The file's bytes with comments blanked (C / C++), read once."""
+        if path not in self._code:
+            data = self.data(path)
+            self._code[path] = blank_comments(data) if data is not None else b""
+        return self._code[path]
+
+    def inside(self, path: Path) -> bool:
+        return self.op_dir in path.parents
+
+    @staticmethod
+    def at(path: Path, data: bytes | None, pattern: bytes | None, detail: str) -> LayerFile:
+        """The layer file, at the line of `pattern`'s first match in `data` (else line 1)."""
+        line = 1
+        if data is not None and pattern is not None:
+            m = re.search(pattern, data)
+            if m:
+                line = _line(data, m.start())
+        return LayerFile(path, line, detail)
+
+
+class LayerSearch(Protocol):
+    """A layer's part of discovery (each layer in codemods/ is one): the key its files are
+    found under (None: it has none, its files come from other layers'), its title, and
+    whether an operator may lack it."""
+
+    FOUND_KEY: ClassVar[str | None]
+    TITLE: ClassVar[str]
+    OPTIONAL: ClassVar[bool]
+
+    def search(self, ctx: SearchContext) -> list[LayerFile]: ...

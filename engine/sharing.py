@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from optrace.engine.analysis import Analysis
-from optrace.engine.discovery import LAYER_TITLES, operator_dir_of, read_bounded, repo_index
+from optrace.engine.discovery import operator_dir_of, read_bounded, repo_index
 from optrace.engine.includes import HeaderSearch, scan_includes
 
 
@@ -70,5 +70,5 @@ def outside_files(an: Analysis) -> list[OutsideFile]:
         for hit in hits:
             if key != "entry" and outside(hit.path) and hit.path not in seen:
                 seen.add(hit.path)
-                out.append(OutsideFile(hit.path, LAYER_TITLES.get(key, key), True))
+                out.append(OutsideFile(hit.path, layers.title(key), True))
     return out

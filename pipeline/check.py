@@ -18,6 +18,7 @@ from functools import cache
 from pathlib import Path
 
 from optrace.codemods.kernel_entry import entry_profiling
+from optrace.codemods.registry import LAYERS
 from optrace.codemods.runtime_block import template
 from optrace.engine.analysis import Analysis, analyse_operator
 from optrace.engine.compile_scope import blank_untouched_bodies
@@ -181,7 +182,7 @@ _CONFIG_NAMES = frozenset({"optrace.toml", "pyproject.toml"})
 
 def _analyse(report: CheckReport, op_dir: Path, root: Path) -> Analysis | None:
     try:
-        return analyse_operator(op_dir, root)
+        return analyse_operator(op_dir, root, LAYERS)
     except InputError as exc:
         # An operator without points that cannot be analysed is not checked (pre-commit runs
         # check on every operator a commit touches) — but a broken configuration is the
@@ -342,7 +343,7 @@ def _check_kernel_g2(report: CheckReport, op_dir: Path, root: Path, analysis: An
         an = analysis
     else:
         try:
-            an = analyse_operator(op_dir, root)
+            an = analyse_operator(op_dir, root, LAYERS)
         except InputError as exc:
             report.findings.append(exc.diagnostic)
             return

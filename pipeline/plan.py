@@ -8,6 +8,7 @@ from pathlib import Path
 
 import networkx as nx
 
+from optrace.codemods.registry import LAYERS
 from optrace.engine.analysis import (
     BLOCKING_PRIMITIVES,
     SET_PRIMITIVES,
@@ -27,7 +28,7 @@ from optrace.rules.registry import load_rules
 
 
 def plan_operator(op_dir: Path, repo_root: Path | None = None) -> Plan:
-    analysis = analyse_operator(op_dir, repo_root)
+    analysis = analyse_operator(op_dir, repo_root, LAYERS)
     return plan_from_analysis(analysis)
 
 

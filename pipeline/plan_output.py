@@ -14,7 +14,6 @@ from pathlib import Path
 import networkx as nx
 
 from optrace.engine.diagnostics import display_path
-from optrace.engine.discovery import LAYER_TITLES, OPTIONAL_LAYERS
 from optrace.engine.model import Kind, Region
 from optrace.engine.plan import Plan
 from optrace.runtime.atomic import write_output
@@ -47,10 +46,10 @@ def render_text(plan: Plan, mode: tuple[str, str] | None = None) -> str:
         out.append(f"  mode: {mode[0]} — {mode[1]}")
     out.append("")
     out.append("layers:")
-    for key, title in LAYER_TITLES.items():
+    for key, title in layers.titles.items():
         hits = layers.found.get(key, [])
         if not hits:
-            out.append(f"  - {title}: {'none (optional)' if key in OPTIONAL_LAYERS else 'MISSING'}")
+            out.append(f"  - {title}: {'none (optional)' if key in layers.optional else 'MISSING'}")
             continue
         for i, hit in enumerate(hits[:6]):
             head = f"  + {title}:" if i == 0 else "    " + " " * len(title) + " "
@@ -242,7 +241,7 @@ def plan_json(plan: Plan, mode: tuple[str, str] | None = None) -> dict[str, obje
                 {"file": display_path(h.path, root), "line": h.line, "detail": h.detail}
                 for h in layers.found.get(key, [])
             ]
-            for key in LAYER_TITLES
+            for key in layers.titles
         },
         "missing_layers": layers.missing(),
         "includes": {

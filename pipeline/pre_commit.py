@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from optrace.codemods.registry import LAYERS
 from optrace.engine.config import load_config
 from optrace.engine.diagnostics import InputError
 from optrace.engine.discovery import discover, find_operator_dirs, marked_repo_root
@@ -83,7 +84,7 @@ def operators_for_files(files: list[Path], root: Path, cwd: Path) -> StagedOpera
         wanted = set(outside)
         for op_dir in operators:
             try:
-                layers = discover(op_dir, root, load_config(root, op_dir))
+                layers = discover(op_dir, root, load_config(root, op_dir), LAYERS)
             except InputError:
                 continue  # not plannable: `check` on it would say why, but no staged file is its
             for found in layers.found.values():

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from optrace.codemods.registry import LAYERS
 from optrace.engine.config import Config
 from optrace.engine.diagnostics import InputError
 from optrace.engine.discovery import camel_case, default_repo_root, discover, find_entries, find_operator_dirs
@@ -33,7 +34,7 @@ def test_camel_and_repo_root() -> None:
 
 def test_umdk_layers_found_outside_op_dir() -> None:
     op = ROOT / "umdk_style/src/cam/comm_operator/ascend_kernels/moe_fused_gmm"
-    layers = discover(op, ROOT / "umdk_style", Config())
+    layers = discover(op, ROOT / "umdk_style", Config(), LAYERS)
     assert layers.missing() == []
     rel = {k: [h.path.relative_to(ROOT / "umdk_style").as_posix() for h in v]
            for k, v in layers.found.items()}
@@ -47,14 +48,14 @@ def test_umdk_layers_found_outside_op_dir() -> None:
 
 def test_direct_launch_launcher_inside_op_dir_and_no_opdef() -> None:
     op = ROOT / "direct_launch/csrc/ops/moe_gating_topk"
-    layers = discover(op, ROOT / "direct_launch", Config())
+    layers = discover(op, ROOT / "direct_launch", Config(), LAYERS)
     assert "op_def" in layers.missing() and "torch_adapter" not in layers.missing()
     assert layers.found["registration"][0].path.name == "torch_binding.cpp"
 
 
 def test_msopgen_has_no_torch_layer() -> None:
     op = ROOT / "msopgen_style/moe_token_permute"
-    layers = discover(op, ROOT / "msopgen_style", Config())
+    layers = discover(op, ROOT / "msopgen_style", Config(), LAYERS)
     assert {"torch_adapter", "registration", "python_callers"} <= set(layers.missing())
     assert layers.found["tiling"][0].path.parent.name == "op_tiling"
 
@@ -63,7 +64,7 @@ def test_config_layer_override(tmp_path: Path) -> None:
     op = ROOT / "msopgen_style/moe_token_permute"
     script = tmp_path / "build_ops.sh"
     script.write_text("#!/bin/sh\n")
-    layers = discover(op, ROOT / "msopgen_style", Config(layers={"build_script": (script,)}))
+    layers = discover(op, ROOT / "msopgen_style", Config(layers={"build_script": (script,)}), LAYERS)
     assert [h.path for h in layers.found["build_script"]] == [script]
 
 
@@ -103,13 +104,13 @@ def test_a_parent_of_operators_is_refused_with_their_list(tmp_path: Path) -> Non
     for parent, listed in [("norm", "rms_norm, rms_norm/tests/ut"), ("csrc", "ops/gather_x"),
                            ("ascend_kernels", "moe_a")]:
         with pytest.raises(InputError) as err:
-            discover(tmp_path / parent, tmp_path, Config())
+            discover(tmp_path / parent, tmp_path, Config(), LAYERS)
         d = err.value.diagnostic
         assert d.code == "OT015" and d.path == tmp_path / parent
         noun = "directory" if "," not in listed else "directories"
         assert f"operator {noun} below it ({listed}); give one" in d.message
     # the operator itself, holding a nested test tree, is planned
-    assert discover(tmp_path / "norm/rms_norm", tmp_path, Config()).entry is not None
+    assert discover(tmp_path / "norm/rms_norm", tmp_path, Config(), LAYERS).entry is not None
 
 
 def test_the_cli_refuses_a_parent_and_writes_nothing(tmp_path: Path) -> None:
@@ -144,7 +145,7 @@ def test_op_host_layers_are_host_sources_not_launch_code_or_unit_tests(tmp_path:
     for rel, text in files.items():
         (op / rel).parent.mkdir(parents=True, exist_ok=True)
         (op / rel).write_text(text)
-    layers = discover(op, tmp_path, Config())
+    layers = discover(op, tmp_path, Config(), LAYERS)
     found = {key: sorted(f.path.relative_to(op).as_posix() for f in hits)
              for key, hits in layers.found.items()}
     assert found["infer"] == ["op_host/demo_infershape.cpp"]
@@ -171,6 +172,6 @@ def test_a_registration_is_one_naming_the_op_in_a_string_not_in_a_message(tmp_pa
     pybind = tmp_path / "csrc/pybind.cpp"
     pybind.write_text('PYBIND11_MODULE(ext, m) {\n    m.def("quantize", &Quantize);\n}\n')
     (tmp_path / "optrace.toml").write_text("")
-    layers = discover(op, tmp_path, Config())
+    layers = discover(op, tmp_path, Config(), LAYERS)
     found = sorted(f.path.relative_to(tmp_path).as_posix() for f in layers.found.get("registration", []))
     assert found == ["csrc/pybind.cpp", "csrc/torch_binding.cpp"]

@@ -19,7 +19,6 @@ from optrace.cli import app
 from optrace.codemods.layer import Layer
 from optrace.codemods.registry import HOST_LAYERS, KERNEL_LAYERS, LAYERS
 from optrace.engine.analysis import analyse_operator
-from optrace.engine.discovery import LAYER_TITLES
 from optrace.engine.edits import resolve
 from optrace.pipeline.layers import kernel_side, owned_files
 from optrace.pipeline.plan import plan_operator
@@ -74,7 +73,8 @@ def test_the_registry_is_ordered_and_covers_discovery() -> None:
     assert LAYERS == (*KERNEL_LAYERS, *HOST_LAYERS)
     names = {lay.NAME for lay in LAYERS}
     # Every kind of file discovery classifies belongs to a layer (the build script is the hook's).
-    assert {"build_hook" if key == "build_script" else key for key in LAYER_TITLES} <= names
+    keys = [lay.FOUND_KEY for lay in LAYERS if lay.FOUND_KEY is not None]
+    assert {"build_hook" if key == "build_script" else key for key in keys} <= names
 
 
 @pytest.mark.parametrize("lay", LAYERS, ids=lambda lay: lay.NAME)
@@ -95,7 +95,7 @@ def test_a_layer_left_unedited_fails_its_gate(applied: Path, tmp_path: Path, lay
         assert cli("apply", str(repo / op_rel), "--write", "--mode", "B")[0] == 0
     op = repo / op_rel
     assert gates(op)[FAILS[lay.GATE]]["status"] == "pass"
-    files = lay.find(analyse_operator(op).layers)
+    files = lay.find(analyse_operator(op, None, LAYERS).layers)
     assert files, f"the fixture has no {lay.NAME} layer: the test would prove nothing"
     restored = set()
     for path in files:

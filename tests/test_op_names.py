@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from layer_snippets import make_repo
 
+from optrace.codemods.registry import LAYERS
 from optrace.engine.config import Config
 from optrace.engine.discovery import discover
 from optrace.engine.names import op_key, op_name_pattern, op_name_re, same_op
@@ -60,7 +61,7 @@ def test_discovery_finds_layers_spelled_with_an_acronym(tmp_path: Path) -> None:
         "api/wrap.cpp": "aclnnStatus aclnnInnerDemoOPGetWorkspaceSize(const aclTensor *x, "
                         "uint64_t *workspaceSize, aclOpExecutor **executor);\n",
     })
-    layers = discover(op, op.parent.parent, Config())
+    layers = discover(op, op.parent.parent, Config(), LAYERS)
     root = op.parent.parent
     found = {k: sorted(p.path.relative_to(root).as_posix() for p in v) for k, v in layers.found.items()}
     assert found["torch_adapter"] == ["torch/demo_op.cpp"]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from optrace.codemods.registry import LAYERS
 from optrace.codemods.strip import strip_bytes
 from optrace.codemods.torch_adapter import launches
 from optrace.engine.config import Config
@@ -49,7 +50,7 @@ def test_discovery_finds_the_adapters_the_codemod_reads(tmp_path: Path, call: st
     adapter.parent.mkdir()
     adapter.write_text(f"at::Tensor moe_demo(const at::Tensor &x) {{\n    at::Tensor out;\n    {call}\n"
                        "    return out;\n}\n")
-    layers = discover(op, repo, Config())
+    layers = discover(op, repo, Config(), LAYERS)
     found = [f.path for f in layers.found.get("torch_adapter", [])]
     read = launches(adapter, adapter.read_bytes(), layers)
     assert bool(found) == bool(read) == launch, (found, read)
