@@ -253,7 +253,7 @@ def run_baseline(directory: Path, output: Path, loader: str, algorithm: str) -> 
 
 OPTRACE_DECODE = (  # what `optrace collect` runs, timed after the imports
     "import sys, time\n"
-    "from optrace.entry import prepare_collect_process\n"
+    "from optrace.cli.start import prepare_collect_process\n"
     "prepare_collect_process()\n"
     "from pathlib import Path\n"
     "from optrace.runtime.collect import collect\n"

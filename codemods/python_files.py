@@ -87,7 +87,7 @@ def cst_half(layer_module: str) -> ModuleType:
     imported at its first use by the loader the CLI installed."""
     if not _loader:
         raise RuntimeError("the Python layers' LibCST half is not installed: call "
-                           "optrace.deferred.install() first (the optrace command does)")
+                           "optrace.cli.deferred.install() first (the optrace command does)")
     return _loader[0](f"{layer_module}_cst")
 
 

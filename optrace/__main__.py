@@ -12,7 +12,7 @@ import sys
 if sys.path and not sys.flags.safe_path and sys.path[0] in ("", os.getcwd()):
     del sys.path[0]
 
-from optrace.entry import main
+from optrace.cli.start import main
 
 if __name__ == "__main__":
     main()

@@ -84,13 +84,13 @@ def entry_points(group: str) -> list[Any]:
         return []
     if not _reader:
         raise RuntimeError(f"a distribution on sys.path declares [{group}], and no reader of "
-                           "installed entry points is installed: call optrace.deferred.install() "
+                           "installed entry points is installed: call optrace.cli.deferred.install() "
                            "first (the optrace command does)")
     return _reader[0](group)
 
 
 # How installed entry points are read: importlib.metadata, which costs ~11 ms to import (the
-# email package), so the CLI hands it over to be imported when asked (optrace/deferred.py).
+# email package), so the CLI hands it over to be imported when asked (optrace/cli/deferred.py).
 EntryPointsReader = Callable[[str], list[Any]]
 _reader: list[EntryPointsReader] = []
 

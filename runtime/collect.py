@@ -24,7 +24,7 @@ from typing import Any
 
 from .align import Alignment, AlignSpec, Anchor, LabelEnds, align, label_ends
 
-# collect_cli reaches these through this module (one lazy import at collect's start).
+# the CLI's fast collect reaches these through this module (one lazy import at collect's start).
 from .align import AlignmentError as AlignmentError
 from .align import parse_align as parse_align
 from .atomic import OutputError, atomic_output, output_target
@@ -40,7 +40,7 @@ from .chrome import (
     render_rank,
 )
 from .decode import DecodeOptions, RankDecode, decode_rank
-from .errors import MergeError as MergeError  # for the CLI (collect_cli), through this module
+from .errors import MergeError as MergeError  # for the CLI's fast collect, through this module
 from .errors import ProfilingInputError
 from .format import DEFAULT_CLOCK_MHZ, RankMeta
 from .numbers import RANK, RANK_OFFSET_US, check_number

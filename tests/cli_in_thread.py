@@ -8,7 +8,7 @@ import threading
 
 from typer.testing import CliRunner
 
-from optrace.cli import app
+from optrace.cli.app import app
 
 
 def run_cli(*args: object, timeout: float = 180) -> tuple[int, str]:

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from optrace.deferred import install as install_deferred
+from optrace.cli.deferred import install as install_deferred
 from optrace.engine import renameat
 
 # The pipeline's Python layers and the rule registry are handed what they import at

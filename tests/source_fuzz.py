@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from optrace.deferred import install as install_deferred
+from optrace.cli.deferred import install as install_deferred
 from optrace.engine.diagnostics import InputError
 from optrace.engine.transaction import commit
 from optrace.pipeline.apply import apply_changes, strip_changes

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from optrace.cli import app
+from optrace.cli.app import app
 from optrace.pipeline.plan import plan_operator
 from optrace.runtime import save_profiling_data
 

@@ -16,8 +16,8 @@ import pytest
 from typer.testing import CliRunner
 
 from optrace import __version__
-from optrace.check_cli import parse_fast
-from optrace.cli import app
+from optrace.cli.app import app
+from optrace.cli.check_fast import parse_fast
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -55,13 +55,15 @@ def _help(*args: str) -> str:
 
 @pytest.mark.parametrize("command", ["plan", "apply", "strip", "check", "preprocess", "pre-commit"])
 def test_help_wraps_between_words_at_80_columns(command: str) -> None:
-    from optrace import cli
+    from optrace.cli.app import app
 
     out = _help(command)
     assert all(len(line) <= 80 for line in out.splitlines()), out
     # Every sentence of the docstring comes out whole: the lines break only where a space
     # was (no line break kept from the source mid-sentence, no word cut).
-    fn = getattr(cli, command.replace("-", "_"))
+    names = (command, command.replace("-", "_"))
+    fn = next(c.callback for c in app.registered_commands
+              if c.callback is not None and (c.name or c.callback.__name__) in names)
     assert _words(fn.__doc__) in _words(out)
     # Square brackets are text, not markup that swallows them.
     if command in ("plan", "apply", "check"):

@@ -19,7 +19,7 @@ REGISTRY = ROOT / "engine" / "codes.py"
 
 def source_files() -> list[Path]:
     files = [p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))]
-    files += [p for p in sorted((ROOT / "optrace").glob("*.py")) if not p.is_symlink()]
+    files += [p for folder in ("optrace", "optrace/cli") for p in sorted((ROOT / folder).glob("*.py"))]
     return [p for p in files if p != REGISTRY]
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from optrace.cli import app
+from optrace.cli.app import app
 from optrace.engine.analysis import analyse_operator
 from optrace.engine.compile_scope import blank_untouched_bodies
 from optrace.pipeline.check import _inserted_lines, check_operator

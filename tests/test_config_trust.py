@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from optrace.cli import app
+from optrace.cli.app import app
 from optrace.engine.config import config_trust_flag, load_config, trusting_config, user_config_path
 
 KERNEL = (

@@ -116,7 +116,7 @@ def test_a_parent_of_operators_is_refused_with_their_list(tmp_path: Path) -> Non
 def test_the_cli_refuses_a_parent_and_writes_nothing(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from optrace.cli import app
+    from optrace.cli.app import app
 
     _operator_forest(tmp_path)
     before = sorted(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())

@@ -60,7 +60,7 @@ def test_own_points_never_sit_in_a_tile_loop_and_strip_restores(tmp_path: Path) 
     strip gives the original bytes back."""
     from typer.testing import CliRunner
 
-    from optrace.cli import app
+    from optrace.cli.app import app
 
     repo = tmp_path / "repo"
     shutil.copytree(FIXTURES / "moe_pipeline", repo)

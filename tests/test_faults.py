@@ -29,7 +29,7 @@ from typer.testing import CliRunner
 
 import optrace.engine.transaction as transaction
 import optrace.pipeline.apply as apply_module
-from optrace.cli import app
+from optrace.cli.app import app
 from optrace.engine.edits import FileChange
 from optrace.engine.journal import StaleSource, journal_path
 from optrace.engine.journal import operator_journal_name as _journal_name
@@ -131,7 +131,7 @@ RUNNER = textwrap.dedent(
     from optrace.engine.journal import journal_path, state_dir
     from optrace.engine.transaction import commit, recover
     from optrace.engine import renameat
-    from optrace.deferred import install
+    from optrace.cli.deferred import install
     install()  # a process of its own: the pipeline's LibCST half, as the CLI hands it
 
     def step(op, point, k):

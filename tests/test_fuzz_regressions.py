@@ -41,7 +41,7 @@ def test_an_apply_strip_could_not_undo_is_refused(tmp_path: Path) -> None:
     the build script's hook behind. Now apply refuses (OT010) and writes nothing."""
     from typer.testing import CliRunner
 
-    from optrace.cli import app
+    from optrace.cli.app import app
 
     root = tmp_path / "repo"
     kernel = root / "demo_op" / "op_kernel"
@@ -106,7 +106,7 @@ def test_a_meta_kernel_no_other_layer_claims_is_still_stripped(tmp_path: Path) -
     The file of a Meta kernel the adapter's codemod edits is now the adapter layer's."""
     from typer.testing import CliRunner
 
-    from optrace.cli import app
+    from optrace.cli.app import app
 
     repo = tmp_path / "scattered_torch"
     shutil.copytree(FIXTURES / "scattered_torch", repo)

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from optrace.cli import app
+from optrace.cli.app import app
 from optrace.codemods.strip import strip_bytes
 from optrace.codemods.torch_schema import parse_schema
 

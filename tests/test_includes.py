@@ -84,7 +84,7 @@ def test_an_unreadable_header_is_named_by_plan_and_check(
 ) -> None:
     from typer.testing import CliRunner
 
-    from optrace.cli import app
+    from optrace.cli.app import app
 
     repo = tmp_path / "repo"
     write(repo / "optrace.toml", "")

@@ -97,7 +97,7 @@ def _operator(tmp: Path, name: str = "repo", extra: bytes = b"// nothing here\n"
 def _cli_inprocess(args: list[str]) -> tuple[int, str, BaseException | None]:
     from typer.testing import CliRunner
 
-    from optrace.cli import app
+    from optrace.cli.app import app
 
     res = CliRunner().invoke(app, args)
     exc = None if res.exception is None or isinstance(res.exception, SystemExit) else res.exception

@@ -11,7 +11,7 @@ import pytest
 from layer_snippets import make_repo, run
 from typer.testing import CliRunner
 
-from optrace.cli import app
+from optrace.cli.app import app
 from optrace.codemods.infer import infer_edits
 from optrace.codemods.layer_common import index_constants, output_uses, resolve_index
 from optrace.engine.host_compile import host_compile

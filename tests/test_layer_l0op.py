@@ -11,7 +11,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from optrace.cli import app
+from optrace.cli.app import app
 from optrace.engine.host_compile import host_compile
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

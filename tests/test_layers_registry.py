@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from optrace.cli import app
+from optrace.cli.app import app
 from optrace.codemods.layer import Layer
 from optrace.codemods.registry import HOST_LAYERS, KERNEL_LAYERS, LAYERS
 from optrace.engine.analysis import analyse_operator

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from optrace.cli import app
+from optrace.cli.app import app
 from optrace.engine.journal import TransactionBusy, journal_path, operator_journal_name
 from optrace.engine.transaction import commit, repository_lock
 

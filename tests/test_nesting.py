@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from optrace.cli import app
+from optrace.cli.app import app
 from optrace.engine.diagnostics import InputError
 from optrace.engine.planner import MAX_NESTING
 from optrace.pipeline.plan import plan_operator

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from optrace.cli import app
+from optrace.cli.app import app
 from optrace.runtime.atomic import OutputError, atomic_output, output_target, write_output
 from optrace.runtime.demo import write_demo
 
@@ -396,7 +396,7 @@ def test_no_other_module_renames_files_into_place() -> None:
                "engine/host_compile.py", "pipeline/rule_examples.py"}
     found = set()
     folders = [ROOT / f for f in ("engine", "rules", "codemods", "runtime", "pipeline")]
-    for path in [p for f in folders for p in f.rglob("*.py")] + list((ROOT / "optrace").glob("*.py")):
+    for path in [p for f in folders for p in f.rglob("*.py")] + list((ROOT / "optrace").rglob("*.py")):
         text = path.read_text(encoding="utf-8")
         if "os.replace(" in text or "mkstemp(" in text or ".write_text(" in text:
             found.add(path.relative_to(ROOT).as_posix())

@@ -363,7 +363,7 @@ def test_an_installed_distribution_declaring_rules_is_loaded(tmp_path: Path) -> 
         "RULES = [Renamed]\n")
     script = ("import sys; sys.path.insert(0, sys.argv[1])\n"
               "import optrace.rules.registry as registry\n"
-              "from optrace.deferred import installed_entry_points\n"
+              "from optrace.cli.deferred import installed_entry_points\n"
               "asked = []\n"
               "registry.use_entry_points_reader(lambda g: asked.append(g) or installed_entry_points(g))\n"
               "print([r.code for r in registry.load_rules()][-1], bool(asked))\n")
@@ -399,7 +399,7 @@ def test_rules_of_a_distribution_in_any_layout_importlib_metadata_reads_are_load
         "class Renamed(FoldDepth):\n    code = 'OT952'\n    name = 'from-a-layout'\n"
         "RULES = [Renamed]\n")
     script = ("import sys; sys.path.insert(0, sys.argv[1])\n"
-              "from optrace.deferred import install; install()  # as the CLI does\n"
+              "from optrace.cli.deferred import install; install()  # as the CLI does\n"
               "from optrace.rules.registry import load_rules\n"
               "print([r.code for r in load_rules()][-1])\n")
     done = subprocess.run([sys.executable, "-c", script, str(path_entry)], capture_output=True, text=True,
@@ -409,7 +409,7 @@ def test_rules_of_a_distribution_in_any_layout_importlib_metadata_reads_are_load
 
 def test_a_declaring_distribution_without_a_reader_says_what_to_install(tmp_path: Path) -> None:
     """The registry does not import importlib.metadata itself (the CLI hands it a reader,
-    optrace/deferred.py): run without it, a distribution declaring rules is an error
+    optrace/cli/deferred.py): run without it, a distribution declaring rules is an error
     naming the call, never rules silently left out."""
     site = tmp_path / "site"
     dist = site / "team_rules-1.0.dist-info"
@@ -419,7 +419,7 @@ def test_a_declaring_distribution_without_a_reader_says_what_to_install(tmp_path
               "from optrace.rules.registry import load_rules\n"
               "load_rules()\n")
     done = subprocess.run([sys.executable, "-c", script, str(site)], capture_output=True, text=True)
-    assert done.returncode != 0 and "optrace.deferred.install()" in done.stderr, done.stderr
+    assert done.returncode != 0 and "optrace.cli.deferred.install()" in done.stderr, done.stderr
 
 
 @pytest.mark.parametrize("plugin, why", [

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from optrace.cli import app
+from optrace.cli.app import app
 from optrace.pipeline.pre_commit import operators_for_files
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -18,7 +18,7 @@ import pytest
 from layer_snippets import dedent, make_repo, run
 from typer.testing import CliRunner
 
-from optrace.cli import app
+from optrace.cli.app import app
 from optrace.codemods.autograd_wrappers import autograd_wrapper_edits
 from optrace.codemods.graph_converters_cst import graph_converter_edits
 from optrace.codemods.layer_common import python_numel_expr, sizes_header_content

@@ -17,7 +17,7 @@ import pytest
 from layer_snippets import make_repo, run
 from typer.testing import CliRunner
 
-from optrace.cli import app
+from optrace.cli.app import app
 from optrace.codemods import python_fakes, python_files
 from optrace.codemods.python_callers_cst import python_caller_edits
 from optrace.engine.discovery import is_sample_caller
@@ -207,7 +207,7 @@ def test_without_the_libcst_half_a_python_layer_says_what_to_install() -> None:
     saved = list(python_files._loader)
     python_files._loader.clear()
     try:
-        with pytest.raises(RuntimeError, match=r"optrace\.deferred\.install\(\)"):
+        with pytest.raises(RuntimeError, match=r"optrace\.cli\.deferred\.install\(\)"):
             python_fakes.PythonFakesLayer().edits(None, "B", None)  # type: ignore[arg-type]
     finally:
         python_files._loader[:] = saved

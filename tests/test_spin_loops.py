@@ -11,7 +11,7 @@ import pytest
 from class_op import class_op
 from typer.testing import CliRunner
 
-from optrace.cli import app
+from optrace.cli.app import app
 from optrace.pipeline.plan import plan_operator
 
 ROOT = Path(__file__).resolve().parent.parent

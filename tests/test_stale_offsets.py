@@ -30,7 +30,7 @@ import pytest
 from typer.testing import CliRunner
 
 import optrace.pipeline.apply as apply_module
-from optrace.cli import app
+from optrace.cli.app import app
 from optrace.engine import renameat
 from optrace.engine.edits import FileChange
 from optrace.engine.journal import StaleSource, WriteFailed

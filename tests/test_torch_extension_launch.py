@@ -9,7 +9,7 @@ from pathlib import Path
 from layer_snippets import make_repo
 from typer.testing import CliRunner
 
-from optrace.cli import app
+from optrace.cli.app import app
 from optrace.engine.host_compile import host_compile
 
 runner = CliRunner()

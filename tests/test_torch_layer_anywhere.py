@@ -12,7 +12,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from optrace.cli import app
+from optrace.cli.app import app
 
 runner = CliRunner()
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "scattered_torch"

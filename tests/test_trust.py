@@ -26,7 +26,7 @@ import pytest
 from typer.testing import CliRunner
 
 import optrace.engine.transaction as transaction
-from optrace.cli import app
+from optrace.cli.app import app
 from optrace.engine.journal import (
     ForeignJournal,
     OutsideRoot,

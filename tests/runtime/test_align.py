@@ -19,7 +19,7 @@ import pytest
 from pftrace_check import read_pftrace
 from typer.testing import CliRunner
 
-from optrace.cli import app
+from optrace.cli.app import app
 from optrace.runtime.align import AlignSpec, Anchor, parse_align
 from optrace.runtime.rankfile import read_rank_file
 from optrace.runtime.save import reset_launch_counters, save_profiling_data
@@ -450,7 +450,7 @@ def test_bad_alignment_options_exit_2(tmp_path: Path, args: list[str], message: 
 
 
 def test_fast_path_takes_align(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from optrace.collect_cli import fast_main
+    from optrace.cli.collect_fast import fast_main
 
     write_ranks(tmp_path / "p", SKEWS[:2], anchors=False)
     code = fast_main([str(tmp_path / "p"), "-o", str(tmp_path / "t.json"), "--align=step barrier@2"])

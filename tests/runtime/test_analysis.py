@@ -12,7 +12,7 @@ import pytest
 from rt_helpers import LABELS, well_formed_core, write_point_map
 from typer.testing import CliRunner
 
-from optrace.cli import app
+from optrace.cli.app import app
 from optrace.runtime.compare import ACHIEVED, NOT_ACHIEVED, PARTIAL, verdict_for
 from optrace.runtime.errors import ProfilingInputError
 from optrace.runtime.format import RankMeta

@@ -14,7 +14,7 @@ import pytest
 from rt_helpers import FP, rank_buffer, write_point_map
 from typer.testing import CliRunner
 
-from optrace.cli import app
+from optrace.cli.app import app
 from optrace.runtime.format import pack_event
 from optrace.runtime.pt_writer import write_pt
 from optrace.runtime.save import reset_launch_counters, save_profiling_data
@@ -327,9 +327,9 @@ def _entry(argv: list[str], cwd: Path) -> tuple[int, bool, str, str]:
     imported, stdout, stderr."""
     code = (
         "import sys\n"
-        "import optrace.entry\n"
-        "from optrace.entry import main\n"
-        "optrace.entry.finish = sys.exit  # the real one leaves by os._exit: no marker\n"
+        "import optrace.cli.start\n"
+        "from optrace.cli.start import main\n"
+        "optrace.cli.start.finish = sys.exit  # the real one leaves by os._exit: no marker\n"
         f"sys.argv = ['optrace', *{argv!r}]\n"
         "try:\n"
         "    main()\n"
@@ -394,7 +394,7 @@ def test_the_console_script_exits_with_collects_code_and_its_output(tmp_path: Pa
 
 
 def test_parse_fast_spellings() -> None:
-    from optrace.collect_cli import parse_fast
+    from optrace.cli.collect_fast import parse_fast
 
     parsed = parse_fast(["d", "--output=t.json", "--point-map", "m.json", "--ignore-fingerprint",
                          "--clock-mhz", "100", "-j", "2"])

@@ -9,8 +9,8 @@ import pytest
 from rt_helpers import rank_buffer, write_point_map
 from typer.testing import CliRunner
 
-from optrace.cli import app
-from optrace.collect_cli import run_collect
+from optrace.cli.app import app
+from optrace.cli.collect_fast import run_collect
 from optrace.runtime.save import reset_launch_counters, save_profiling_data
 from optrace.runtime.synth import new_buffer
 

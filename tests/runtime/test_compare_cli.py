@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from optrace.cli import app
+from optrace.cli.app import app
 from optrace.runtime.compare import INCONCLUSIVE, NOT_ACHIEVED, compare
 from optrace.runtime.demo import LABELS, write_demo
 from optrace.runtime.rankfile import find_rank_files

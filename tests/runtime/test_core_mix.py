@@ -13,7 +13,7 @@ import pytest
 from rt_helpers import point_map_document, rank_buffer
 from typer.testing import CliRunner
 
-from optrace.cli import app
+from optrace.cli.app import app
 from optrace.codemods.layer_common import python_numel_expr, sizes_header_content
 from optrace.runtime.format import PROF_SIZE_PER_CORE, SlotLayout, layout_for_cores
 from optrace.runtime.pointmap import parse_point_map

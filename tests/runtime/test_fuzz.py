@@ -37,7 +37,7 @@ from hypothesis import settings
 from rt_helpers import FP, LABELS, point_map, well_formed_core, write_point_map
 from typer.testing import CliRunner
 
-from optrace.cli import app
+from optrace.cli.app import app
 from optrace.runtime.decode import STATUS_NAMES, DecodeOptions, RankDecode, decode_rank
 from optrace.runtime.errors import ProfilingInputError
 from optrace.runtime.format import RankMeta, capacity, fingerprint_word, pack_event

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from optrace.cli import app
+from optrace.cli.app import app
 from optrace.runtime import save_profiling_data
 from optrace.runtime.format import PROF_SIZE_PER_CORE, capacity, trace_point_hash
 

@@ -21,7 +21,7 @@ import pytest
 from pftrace_check import read_pftrace
 from typer.testing import CliRunner
 
-from optrace.cli import app
+from optrace.cli.app import app
 from optrace.engine.names import op_key as engine_op_key
 from optrace.runtime.merge import DEVICE_TID_BASE, FLOW_ID_LIMIT, op_key, same_op
 from optrace.runtime.save import reset_launch_counters
@@ -263,7 +263,7 @@ def test_merge_refuses_what_it_cannot_place(tmp_path: Path, case: str, message: 
 
 
 def test_fast_path_takes_merge(tmp_path: Path) -> None:
-    from optrace.collect_cli import parse_fast
+    from optrace.cli.collect_fast import parse_fast
 
     parsed = parse_fast(["p", "-o", "m.json", "--merge", "a.json", "--merge=b.json"])
     assert parsed is not None and parsed["merge"] == [Path("a.json"), Path("b.json")]

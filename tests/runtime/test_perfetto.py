@@ -23,8 +23,8 @@ from pftrace_check import read_json, read_pftrace, same_spans
 from rt_helpers import FP, LABELS, rank_buffer, well_formed_core, write_point_map
 from typer.testing import CliRunner
 
-from optrace.cli import app
-from optrace.collect_cli import parse_fast, run_collect
+from optrace.cli.app import app
+from optrace.cli.collect_fast import parse_fast, run_collect
 from optrace.runtime import perfetto
 from optrace.runtime.decode import decode_rank
 from optrace.runtime.pointmap import load_point_map
@@ -100,7 +100,7 @@ def test_the_fast_path_writes_pftrace_without_protobuf_or_typer(tmp_path: Path) 
     directory = profiling_dir(tmp_path, ranks=1)
     code = (
         "import sys\n"
-        "from optrace.collect_cli import fast_main\n"
+        "from optrace.cli.collect_fast import fast_main\n"
         f"code = fast_main([{str(directory)!r}, '-o', {str(tmp_path / 't.pftrace')!r}])\n"
         "heavy = ('google', 'perfetto', 'typer', 'click')\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy), code)\n"

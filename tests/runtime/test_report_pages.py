@@ -20,7 +20,7 @@ import pytest
 from browser import Browser, find_chromium
 from typer.testing import CliRunner
 
-from optrace.cli import app
+from optrace.cli.app import app
 from optrace.runtime.report import build_report, nice_ticks, render_html, time_unit, timeline_bins
 from optrace.runtime.spans import RunSettings, SpanTable, load_spans
 

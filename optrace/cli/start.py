@@ -1,6 +1,6 @@
 """The console script's entry point: ``collect`` skips the CLI framework's import.
 
-See ``optrace.collect_cli``: collect's speed is promised from process start, and
+See ``optrace.cli.collect_fast``: collect's speed is promised from process start, and
 typer / click / rich / pydantic would be a third of it. Every other command, and any
 collect invocation the fast parser does not recognise, runs the full CLI.
 """
@@ -65,7 +65,7 @@ def main() -> None:
     argv = sys.argv[1:]
     if argv[:1] == ["collect"]:
         prepare_collect_process()
-        from optrace.collect_cli import fast_main
+        from optrace.cli.collect_fast import fast_main
 
         code = fast_main(argv[1:])
         if code is not None:
@@ -81,7 +81,7 @@ def main() -> None:
     if argv[:1] == ["check"]:
         check_main()
         return  # only when a test replaced finish
-    from optrace.cli import main as full_main
+    from optrace.cli.app import main as full_main
 
     gc.freeze()
     gc.enable()
@@ -90,11 +90,11 @@ def main() -> None:
 
 def check_main() -> None:
     """`check`, what pre-commit runs on every commit: its plain spellings without the CLI
-    framework (optrace/check_cli.py), and once the report is written (the process pool,
+    framework (check_fast.py), and once the report is written (the process pool,
     if any, shut down) out without freeing every module and parse tree one by one (see
     :func:`finish`)."""
     argv = sys.argv[2:]
-    from optrace.check_cli import fast_main
+    from optrace.cli.check_fast import fast_main
     from optrace.pipeline import check_output  # noqa: F401  (what check runs: imported before the freeze)
 
     gc.freeze()
@@ -109,7 +109,7 @@ def check_main() -> None:
     if code is not None:
         finish(code)
         return
-    from optrace.cli import main as full_main
+    from optrace.cli.app import main as full_main
 
     try:
         full_main()

@@ -1,7 +1,5 @@
-"""The commands' bodies that need no CLI framework: `check` (what pre-commit runs on every
-commit, whose start-up counts: optrace/check_cli.py parses its plain spellings without
-typer) and the helpers every command shares — output targets, the process pool, exit
-codes. optrace/cli.py wraps them in typer commands.
+"""What every command shares, without the CLI framework: exit codes, output targets, the
+process pool, the help of shared options.
 
 Exit codes (docs/cli.md): 0 clean (warnings allowed), 1 findings / changes needed,
 2 bad usage or bad input, 3 internal error.
@@ -9,7 +7,6 @@ Exit codes (docs/cli.md): 0 clean (warnings allowed), 1 findings / changes neede
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -22,7 +19,7 @@ EXIT_OK, EXIT_FINDINGS, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 _T = TypeVar("_T")
 
 
-def _err(message: str) -> None:
+def err(message: str) -> None:
     """A line on stderr; a path that is not UTF-8 goes out as its own bytes."""
     try:
         print(message, file=sys.stderr)
@@ -42,7 +39,7 @@ def apply_config_trust(trusted: bool) -> None:
 
 def _worker_start(trusted: bool) -> None:
     """What a worker of `run_parallel` inherits from the command, however it started."""
-    from optrace.deferred import install as install_deferred
+    from optrace.cli.deferred import install as install_deferred
 
     apply_config_trust(trusted)
     install_deferred()
@@ -68,7 +65,7 @@ def output_refused(output: Path | None, inputs: list[Path], code: str = "OT030")
     try:
         output_target(output, inputs)
     except OutputError as exc:
-        _err(f"{exc.path}: {code} {exc.message}")
+        err(f"{exc.path}: {code} {exc.message}")
         return True
     return False
 
@@ -81,7 +78,7 @@ def write_user_output(output: Path, data: bytes, inputs: list[Path], code: str =
     try:
         write_output(output, data, inputs=inputs)
     except OutputError as exc:
-        _err(f"{exc.path}: {code} {exc.message}")
+        err(f"{exc.path}: {code} {exc.message}")
         return False
     return True
 
@@ -150,20 +147,6 @@ def worker_count(jobs: int | None, n: int) -> int:
     return max(1, min(jobs or os.cpu_count() or 1, n))
 
 
-def _check_one(op_dir: Path, repo_root: Path | None, compile_safety: bool) -> tuple[Any, str, int]:
-    """(report | None, message for stderr, exit code of a failure) for one operator."""
-    from optrace.engine.diagnostics import InputError
-    from optrace.pipeline.check import check_operator
-
-    try:
-        return check_operator(op_dir, repo_root, compile_safety=compile_safety), "", EXIT_OK
-    except InputError as exc:
-        return None, exc.diagnostic.format(), EXIT_INPUT
-    except Exception:  # one broken operator must not stop the others
-        import traceback  # only on this path: its import (linecache, tokenize) is check start-up
-
-        message = f"{op_dir}: OT999 internal error while checking:\n{traceback.format_exc()}"
-        return None, message, EXIT_INTERNAL
 
 
 class CheckFormat(StrEnum):
@@ -172,36 +155,8 @@ class CheckFormat(StrEnum):
     sarif = "sarif"
 
 
-def check_command(op_dirs: list[Path], repo_root: Path | None, fmt: CheckFormat, output: Path | None,
-                   strict: bool, compile_safety: bool, jobs: int | None) -> int:
-    """The body of `check` (and of `pre-commit`, on the operators the files map to)."""
-    from optrace.deferred import install as install_deferred
-    from optrace.engine.diagnostics import Severity
-    from optrace.pipeline.check_output import render_check_text, sarif_document
+TRUST_HELP = ("Let the repository's config import the rule modules it names ([rules] modules): "
+               "running code a clone brings. Without it they are skipped, and the plan says so.")
 
-    install_deferred()  # LibCST and importlib.metadata, imported at first use only
 
-    sources = operator_files(op_dirs)
-    if output_refused(output, sources):
-        return EXIT_INPUT
-    code = EXIT_OK
-    reports = []
-    jobs_ = [(op_dir, repo_root, compile_safety) for op_dir in op_dirs]
-    workers = worker_count(jobs, len(jobs_))
-    for report, message, failure in run_parallel(_check_one, jobs_, workers, "checking"):
-        if message:
-            _err(message)
-            code = max(code, failure)
-        if report is None:
-            continue
-        reports.append(report)
-        if report.worst(strict) == Severity.ERROR:
-            code = max(code, EXIT_FINDINGS)
-    if fmt == CheckFormat.text:
-        rendered = "".join(render_check_text(r, strict) for r in reports)
-    elif fmt == CheckFormat.json:
-        rendered = json.dumps({"version": 1, "operators": [r.to_json(strict) for r in reports]},
-                              indent=2) + "\n"
-    else:
-        rendered = json.dumps(sarif_document(reports, strict), indent=2) + "\n"
-    return code if emit(rendered, output, sources) else EXIT_INPUT
+JOBS_HELP = "Worker processes for several operators (default: all cores)."

@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from optrace.collect_cli import failure_code, paths_as_bytes
+from optrace.cli.collect_fast import failure_code, paths_as_bytes
 from optrace.runtime.numbers import CLOCK_MHZ, TOP, NumberError, check_number, check_optional
 
 EXIT_INTERNAL = 3
@@ -29,7 +29,7 @@ def _err(message: str) -> None:
 @contextmanager
 def _guarded() -> Iterator[None]:
     """Bad input -> ``path: message`` and exit 2; anything unexpected -> exit 3
-    (`collect_cli.failure_code`, which the fast collect path uses too)."""
+    (`collect_fast.failure_code`, which the fast collect path uses too)."""
     paths_as_bytes()
     try:
         yield
@@ -106,7 +106,7 @@ def cmd_collect(
     ] = None,
 ) -> None:
     """Decode rank files into a Chrome / Perfetto trace."""
-    from optrace.collect_cli import run_collect
+    from optrace.cli.collect_fast import run_collect
 
     raise typer.Exit(run_collect(
         profiling_dir, output, point_map=point_map, clock_mhz=clock_mhz, ranks=ranks, cores=cores,

@@ -2,7 +2,7 @@
 
 collect is the command users run in loops and CI jobs on big profiling directories, and
 the one whose speed is promised end to end (process start to trace written). typer,
-click, rich and pydantic cost about 0.1 s to import, a third of a typical collect, so the
+click, rich and pydantic cost a third of a typical collect to import, so the
 console script hands ``collect`` to :func:`fast_main` before importing any of them. The
 fast path only accepts the plain spellings of collect's options; anything else (``--help``,
 a typo, ``-oFILE``, ``--``) returns None and the full CLI handles it, with its usual help

@@ -1,0 +1,133 @@
+"""``optrace check`` without the CLI framework.
+
+check is what the pre-commit hook runs on every commit, so its start-up counts; typer and
+click cost more to import and parse than the rest of a small check, so the console
+script hands ``check`` to :func:`fast_main` first. Only the plain spellings of
+check's options are taken here; anything else (``--help``, a typo, a bad value, ``--``)
+returns None and the full CLI handles it, with its usual help and usage errors. Both run
+:func:`check_command`, so they behave the same.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from optrace.cli.collect_fast import paths_as_bytes, split_plain
+from optrace.cli.common import (
+    EXIT_FINDINGS,
+    EXIT_INPUT,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    CheckFormat,
+    apply_config_trust,
+    emit,
+    err,
+    operator_files,
+    output_refused,
+    run_parallel,
+    worker_count,
+)
+
+_VALUE_OPTIONS = {"--repo-root": "repo_root", "--format": "format", "-o": "output", "--output": "output",
+                  "-j": "jobs", "--jobs": "jobs"}
+_FLAGS = {"--strict": "strict", "--no-compile": "no_compile", "--trust-config": "trust_config"}
+
+
+class CheckArgs(NamedTuple):
+    op_dirs: list[Path]
+    repo_root: Path | None
+    fmt: CheckFormat
+    output: Path | None
+    strict: bool
+    compile_safety: bool
+    jobs: int | None
+    trust_config: bool
+
+
+def parse_fast(argv: Sequence[str]) -> CheckArgs | None:
+    """check's arguments in their plain spellings, or None for the full CLI to parse."""
+    split = split_plain(argv, _VALUE_OPTIONS, _FLAGS)
+    if split is None:
+        return None
+    values, positional = split
+    op_dirs = [Path(p) for p in positional]
+    fmt = values.get("format", "text")
+    jobs = values.get("jobs")
+    if not op_dirs or fmt not in {f.value for f in CheckFormat}:
+        return None
+    if jobs is not None and not (isinstance(jobs, str) and jobs.isdigit() and int(jobs) >= 1):
+        return None  # not a positive integer: the full CLI's usage error
+    repo_root, output = values.get("repo_root"), values.get("output")
+    return CheckArgs(op_dirs, Path(str(repo_root)) if repo_root is not None else None, CheckFormat(str(fmt)),
+                     Path(str(output)) if output is not None else None, bool(values.get("strict")),
+                     not values.get("no_compile"), int(str(jobs)) if jobs is not None else None,
+                     bool(values.get("trust_config")))
+
+
+def fast_main(argv: Sequence[str]) -> int | None:
+    """Run check from its arguments (those after ``check``) and return its exit code, or
+    None when the full CLI should parse them."""
+    args = parse_fast(argv)
+    if args is None:
+        return None
+    paths_as_bytes()
+    apply_config_trust(args.trust_config)
+    try:
+        return check_command(args.op_dirs, args.repo_root, args.fmt, args.output, args.strict,
+                              args.compile_safety, args.jobs)
+    finally:
+        apply_config_trust(False)
+
+
+def _check_one(op_dir: Path, repo_root: Path | None, compile_safety: bool) -> tuple[Any, str, int]:
+    """(report | None, message for stderr, exit code of a failure) for one operator."""
+    from optrace.engine.diagnostics import InputError
+    from optrace.pipeline.check import check_operator
+
+    try:
+        return check_operator(op_dir, repo_root, compile_safety=compile_safety), "", EXIT_OK
+    except InputError as exc:
+        return None, exc.diagnostic.format(), EXIT_INPUT
+    except Exception:  # one broken operator must not stop the others
+        import traceback  # only on this path: its import (linecache, tokenize) is check start-up
+
+        message = f"{op_dir}: OT999 internal error while checking:\n{traceback.format_exc()}"
+        return None, message, EXIT_INTERNAL
+
+
+def check_command(op_dirs: list[Path], repo_root: Path | None, fmt: CheckFormat, output: Path | None,
+                   strict: bool, compile_safety: bool, jobs: int | None) -> int:
+    """The body of `check` (and of `pre-commit`, on the operators the files map to)."""
+    from optrace.cli.deferred import install as install_deferred
+    from optrace.engine.diagnostics import Severity
+    from optrace.pipeline.check_output import render_check_text, sarif_document
+
+    install_deferred()  # LibCST and importlib.metadata, imported at first use only
+
+    sources = operator_files(op_dirs)
+    if output_refused(output, sources):
+        return EXIT_INPUT
+    code = EXIT_OK
+    reports = []
+    jobs_ = [(op_dir, repo_root, compile_safety) for op_dir in op_dirs]
+    workers = worker_count(jobs, len(jobs_))
+    for report, message, failure in run_parallel(_check_one, jobs_, workers, "checking"):
+        if message:
+            err(message)
+            code = max(code, failure)
+        if report is None:
+            continue
+        reports.append(report)
+        if report.worst(strict) == Severity.ERROR:
+            code = max(code, EXIT_FINDINGS)
+    if fmt == CheckFormat.text:
+        rendered = "".join(render_check_text(r, strict) for r in reports)
+    elif fmt == CheckFormat.json:
+        rendered = json.dumps({"version": 1, "operators": [r.to_json(strict) for r in reports]},
+                              indent=2) + "\n"
+    else:
+        rendered = json.dumps(sarif_document(reports, strict), indent=2) + "\n"
+    return code if emit(rendered, output, sources) else EXIT_INPUT

@@ -1,0 +1,325 @@
+"""`optrace apply` and `optrace strip`: compute every operator's changes (in parallel),
+then report them — a diff, a patch, a check — or commit each operator as a transaction
+of its own, under the repository's write lock."""
+
+from __future__ import annotations
+
+import os
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from optrace.cli.common import (
+    EXIT_FINDINGS,
+    EXIT_INPUT,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    JOBS_HELP,
+    TRUST_HELP,
+    apply_config_trust,
+    err,
+    operator_files,
+    output_refused,
+    run_parallel,
+    worker_count,
+    write_stdout_bytes,
+    write_user_output,
+)
+from optrace.cli.deferred import install as install_deferred
+
+
+class Mode(StrEnum):
+    A = "A"
+    B = "B"
+
+
+@dataclass
+class _EditOutcome:
+    """What computing apply / strip for one operator produced, as plain data (crosses
+    process boundaries): its changes (without the plan), or the message of its failure."""
+
+    result: Any = None  # OperatorChanges
+    message: str = ""
+    code: int = EXIT_OK
+    diff: str | None = None  # the result's patch, when asked for (then `changes` stays behind)
+
+
+def _edit_one(op_dir: Path, repo_root: Path | None, compute: str, mode: str | None,
+              want_diff: bool = False) -> _EditOutcome:
+    from optrace.engine.diagnostics import InputError
+    from optrace.engine.edits import EditError, unified_diff
+    from optrace.pipeline import apply as apply_module
+
+    try:
+        result = (apply_module.apply_changes(op_dir, repo_root, mode) if compute == "apply"
+                  else apply_module.strip_changes(op_dir, repo_root))
+    except InputError as exc:
+        return _EditOutcome(message=exc.diagnostic.format(), code=EXIT_INPUT)
+    except EditError as exc:
+        return _EditOutcome(message=f"{exc}", code=EXIT_INTERNAL)
+    except Exception:  # one broken operator must not stop the others
+        return _EditOutcome(message=f"{op_dir}: OT999 internal error while computing {compute}:\n"
+                            f"{traceback.format_exc()}", code=EXIT_INTERNAL)
+    result.plan = None  # parse trees do not cross processes, and nothing below needs them
+    if want_diff:
+        # The diff of a run that writes nothing is rendered where the operator was
+        # computed (in parallel); only its text crosses back. Should rendering fail, the
+        # changes go back instead and the caller renders (and fails) as it always did.
+        try:
+            diff = unified_diff(result.changes, result.repo_root)
+        except Exception:  # reported by the caller, as it always was
+            return _EditOutcome(result)
+        result.changes, result.provenance = {}, None
+        return _EditOutcome(result, diff=diff)
+    return _EditOutcome(result)
+
+
+def _edit_command(
+    op_dirs: list[Path], repo_root: Path | None, write: bool, check: bool, patch: Path | None,
+    compute: str, mode: Mode | None = None, jobs: int | None = None,
+) -> int:
+    """The shared body of apply / strip: diff (default), --write, --check or --patch.
+
+    Every operator is computed first, in a process pool, against the tree as it is; then,
+    in the order given, each is reported and (--write) committed as its own transaction.
+    Without --write nothing is written, so the outputs are those of computing the
+    operators one after another. With --write an operator's result may be stale once an
+    earlier one committed (a shared pybind.cpp, sample or build script): `RunCommits`
+    rebases it onto the files as they are now — exactly what computing it now gives — or,
+    when that cannot be known, it is computed again here. So the tree ends byte for byte
+    as with one operator at a time."""
+    from optrace.engine.diagnostics import InputError, Severity
+    from optrace.engine.discovery import marked_repo_root, resolve_operator_dir, write_root
+    from optrace.engine.edits import encode_patch, unified_diff
+    from optrace.engine.journal import OutsideRoot, TransactionError, foreign_journal, operator_journal_name
+    from optrace.engine.transaction import Transaction
+    from optrace.pipeline.apply import RunCommits
+
+    install_deferred()  # LibCST and importlib.metadata, imported at first use only
+
+    if sum((write, check, patch is not None)) > 1:
+        err("optrace: --write, --check and --patch are mutually exclusive")
+        return EXIT_INPUT
+    sources = operator_files(op_dirs)
+    if output_refused(patch, sources):  # before anything is recovered or computed
+        return EXIT_INPUT
+    code = EXIT_OK
+    patches: list[str] = []
+    patched: list[Path] = []  # the files the patch changes: inputs it must not replace
+    mode_ = mode.value if mode else None
+    # Per operator, in order: where it is and its journal. A run that died between files
+    # left a journal: with --write it is finished (rolled back) before anything is
+    # computed; its messages are shown when the operator's turn comes. A run that writes
+    # nothing recovers nothing: it refuses an operator optrace left half-written. A
+    # journal optrace did not record (a clone's) is never acted on.
+    prepared: list[tuple[list[str], int, Path | None, Transaction | None]] = []
+    for op_dir in op_dirs:
+        try:
+            op_dir = resolve_operator_dir(op_dir)
+        except InputError as exc:
+            prepared.append(([exc.diagnostic.format()], EXIT_INPUT, None, None))
+            continue
+        root = write_root(op_dir, repo_root).resolve()
+        txn = Transaction(root / ".optrace", operator_journal_name(op_dir))
+        if not write:
+            state, path = txn.status()
+            if state == "pending":
+                prepared.append(([f"{path}: OT044 an apply / strip of this operator did not finish; "
+                                  "its files may be half-written. This command writes nothing: run "
+                                  "`optrace apply --write` or `optrace strip --write` on it (each rolls "
+                                  "the unfinished one back first), then run this again"],
+                                 EXIT_INPUT, None, None))
+                continue
+            foreign = foreign_journal(root, op_dir) if state == "foreign" else None
+            notes = [] if foreign is None else [f"{foreign.path}: {foreign.code} warning: {foreign.message}"]
+            prepared.append((notes, EXIT_OK, op_dir, txn))
+            continue
+        try:
+            report = txn.recover()
+        except TransactionError as exc:
+            prepared.append(([str(exc)], EXIT_INPUT, None, None))
+            continue
+        if report.foreign:
+            prepared.append(([*report.messages(), *map(str, report.foreign)], EXIT_INPUT, None, None))
+            continue
+        prepared.append((report.messages(), EXIT_OK, op_dir, txn))
+    render = not write and not check  # the diff (stdout or --patch): rendered by the workers
+    work = [(op_dir, repo_root, compute, mode_, render) for _, _, op_dir, _ in prepared if op_dir is not None]
+    title = "applying" if compute == "apply" else "stripping"
+    computed = run_parallel(_edit_one, list(work), worker_count(jobs, len(work)), title)
+    run = RunCommits(o.result for o in computed if o.result is not None) if write else None
+    pending = iter(computed)
+    recomputed: list[str] = []
+    for messages, failure, resolved, journal in prepared:
+        for message in messages:
+            err(message)
+        code = max(code, failure)
+        if resolved is None or journal is None:
+            continue
+        outcome = next(pending)
+        if run is not None and outcome.result is not None:
+            rebased = run.rebase(outcome.result)
+            # Not rebasable: compute it again, now, after the earlier commits.
+            if rebased is None:
+                recomputed.append(outcome.result.name)
+            outcome = (_EditOutcome(rebased) if rebased is not None
+                       else _edit_one(resolved, repo_root, compute, mode_))
+        if outcome.result is None:
+            err(outcome.message)
+            code = max(code, outcome.code)
+            continue
+        result = outcome.result
+        for d in result.diagnostics:
+            if d.severity == Severity.ERROR:
+                err(d.format(result.repo_root))
+        if check:
+            if result.changes:
+                for path in sorted(result.changes):
+                    err(f"{_rel(path, result.repo_root)}: OT300 would change ({compute})")
+                code = max(code, EXIT_FINDINGS)
+            continue
+        if write:
+            assert run is not None
+            try:
+                written = journal.commit(result.changes)
+            except TransactionError as exc:
+                err(str(exc))
+                if isinstance(exc, OutsideRoot) and repo_root is None and marked_repo_root(resolved) is None:
+                    err(f"{resolved}: note: no .git or optrace.toml marks a repository above this operator, "
+                         "so --write edits files inside its directory only; pass --repo-root DIR to let "
+                         "it edit the files it found in DIR")
+                code = max(code, EXIT_INPUT)
+                continue
+            run.committed(result, written)
+            typer.echo(f"{result.name}: {len(written)} file(s) written")
+            continue
+        if outcome.diff is None:
+            # One behaviour for diff, --patch and --write: a file outside the root (a
+            # source linked out of it, a layer file the config names) is refused, by name.
+            real_root = os.path.realpath(result.repo_root)
+            outside = sorted(p for p in result.changes
+                             if not Path(os.path.realpath(p)).is_relative_to(real_root))
+            if outside:
+                err(f"{outside[0]}: OT047 outside the repository root {result.repo_root}; not shown, "
+                     "nothing written (--repo-root DIR to widen the root)")
+                code = max(code, EXIT_INPUT)
+                continue
+        diff = outcome.diff if outcome.diff is not None else unified_diff(result.changes, result.repo_root)
+        if patch is not None:
+            patches.append(diff)
+            patched.extend(result.changes)
+        else:
+            write_stdout_bytes(encode_patch(diff))
+    if recomputed:
+        # Correct either way, but the user should know why a parallel run was slow.
+        err(f"note: computed again after earlier commits (they read files those commits "
+             f"wrote, e.g. a shared kernel header): {', '.join(recomputed)}")
+    # No operator got as far as its diff (every one refused: a config past its bound, a
+    # link out of the root): no patch, so a patch file already there is kept, not emptied.
+    refused = code >= EXIT_INPUT and len(patches) == 0
+    if patch is not None and not refused and not write_user_output(
+            patch, encode_patch("".join(patches)), sources + patched):
+        return EXIT_INPUT
+    return code
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
+
+
+_WRITE_HELP = "Apply the changes (atomically per operator)."
+
+
+_WAIT_HELP = ("With --write: wait for another optrace process writing the same repository, "
+              "instead of stopping at once (OT045).")
+
+
+def _with_write_locks(op_dirs: list[Path], repo_root: Path | None, write: bool, wait: bool,
+                      run: Callable[[], int]) -> int:
+    """`run()` holding the write lock of every repository a --write run writes (taken in
+    sorted order, before anything is recovered or computed, released after the last
+    commit); another process holding one: OT045 naming it, nothing done — or --wait."""
+    if not write:
+        return run()
+    from contextlib import ExitStack
+
+    from optrace.engine.diagnostics import InputError
+    from optrace.engine.discovery import resolve_operator_dir, write_root
+    from optrace.engine.journal import TransactionError
+    from optrace.engine.transaction import repository_lock
+
+    roots: set[Path] = set()
+    for op_dir in op_dirs:
+        try:
+            roots.add(write_root(resolve_operator_dir(op_dir), repo_root).resolve())
+        except InputError:
+            continue  # reported by the run itself
+    with ExitStack() as locks:
+        try:
+            for root in sorted(roots):
+                locks.enter_context(repository_lock(root, wait=wait))
+        except TransactionError as exc:
+            err(str(exc))
+            return EXIT_INPUT
+        return run()
+
+
+_CHECK_HELP = "Write nothing; exit 1 when the tree differs from what this command would leave."
+
+
+_PATCH_HELP = "Write the changes as a patch `git apply` accepts, and nothing else."
+
+
+def apply(
+    op_dirs: Annotated[list[Path], typer.Argument(help="Operator directories.")],
+    mode: Annotated[
+        Mode | None,
+        typer.Option(help="B (default): profiling_data is a required output, one more return value. "
+                     "A: optional output, Python arity unchanged. Recorded in the tree; "
+                     "re-applying without --mode keeps it."),
+    ] = None,
+    repo_root: Annotated[Path | None, typer.Option(help="Repository root (see `plan`).")] = None,
+    write: Annotated[bool, typer.Option("--write", help=_WRITE_HELP)] = False,
+    check: Annotated[bool, typer.Option("--check", help=_CHECK_HELP)] = False,
+    patch: Annotated[Path | None, typer.Option("--patch", help=_PATCH_HELP)] = None,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help=JOBS_HELP)] = None,
+    trust_config: Annotated[bool, typer.Option("--trust-config", help=TRUST_HELP)] = False,
+    wait: Annotated[bool, typer.Option("--wait", help=_WAIT_HELP)] = False,
+) -> None:
+    """Instrument operators as planned, as a minimal diff: trace points (B + a scope guard
+    that records the E on every exit), the runtime block in *_base.h, and the kernel
+    entry scaffold with its profiling_data output. Default: print the diff, write nothing."""
+    apply_config_trust(trust_config)
+    raise typer.Exit(_with_write_locks(op_dirs, repo_root, write, wait, lambda: _edit_command(
+        op_dirs, repo_root, write, check, patch, "apply", mode, jobs)))
+
+
+def strip(
+    op_dirs: Annotated[list[Path], typer.Argument(help="Operator directories.")],
+    repo_root: Annotated[Path | None, typer.Option(help="Repository root (see `plan`).")] = None,
+    write: Annotated[bool, typer.Option("--write", help=_WRITE_HELP)] = False,
+    check: Annotated[bool, typer.Option("--check", help=_CHECK_HELP)] = False,
+    patch: Annotated[Path | None, typer.Option("--patch", help=_PATCH_HELP)] = None,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help=JOBS_HELP)] = None,
+    trust_config: Annotated[bool, typer.Option("--trust-config", help=TRUST_HELP)] = False,
+    wait: Annotated[bool, typer.Option("--wait", help=_WAIT_HELP)] = False,
+) -> None:
+    """Remove exactly what `apply` added (found by its markers), leaving the tree byte for
+    byte as before; trace points written by hand stay. Default: print the diff."""
+    apply_config_trust(trust_config)
+    raise typer.Exit(_with_write_locks(op_dirs, repo_root, write, wait, lambda: _edit_command(
+        op_dirs, repo_root, write, check, patch, "strip", None, jobs)))
+
+
+def register(app: typer.Typer) -> None:
+    """Add `apply` and `strip` to the application."""
+    app.command()(apply)
+    app.command()(strip)

@@ -1,0 +1,182 @@
+"""`optrace plan`: the trace tree each operator would get, its layers and warnings,
+planned in parallel for several operators; reads only."""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from optrace.engine.plan import Plan
+from optrace.cli.common import (
+    EXIT_INPUT,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    TRUST_HELP,
+    apply_config_trust,
+    err,
+    operator_files,
+    output_refused,
+    run_parallel,
+    worker_count,
+)
+from optrace.cli.common import emit as _emit_or_false
+from optrace.cli.deferred import install as install_deferred
+
+
+def emit(rendered: str, output: Path | None, inputs: list[Path]) -> None:
+    """The report to `-o FILE` (exit 2 if it cannot be written), else stdout."""
+    if not _emit_or_false(rendered, output, inputs):
+        raise typer.Exit(EXIT_INPUT)
+
+
+class PlanFormat(StrEnum):
+    text = "text"
+    json = "json"
+
+
+@dataclass
+class _PlanOutcome:
+    """What planning one operator produced, as plain data (crosses process boundaries)."""
+
+    text: str = ""
+    doc: dict[str, object] | None = None
+    messages: list[str] = field(default_factory=list)
+    code: int = EXIT_OK
+
+
+def _plan_one(op_dir: Path, repo_root: Path | None, as_json: bool, graph: Path | None) -> _PlanOutcome:
+    from optrace.engine.diagnostics import InputError, Severity
+    from optrace.engine.journal import foreign_journal, pending_journal
+    from optrace.pipeline.plan import plan_operator
+    from optrace.pipeline.plan_output import plan_json, render_text, write_graph
+    from optrace.runtime.atomic import OutputError
+
+    out = _PlanOutcome()
+    try:
+        result = plan_operator(op_dir, repo_root)
+    except InputError as exc:
+        out.messages.append(exc.diagnostic.format())
+        out.code = EXIT_INPUT
+        return out
+    except Exception:  # one broken operator must not stop the others
+        out.messages.append(f"{op_dir}: OT999 internal error while planning:\n{traceback.format_exc()}")
+        out.code = EXIT_INTERNAL
+        return out
+    # stderr carries what needs attention; notes (info) stay in the plan itself.
+    root = result.analysis.layers.repo_root
+    pending = pending_journal(root, result.analysis.layers.op_dir)
+    if pending is not None:
+        out.messages.append(f"{pending}: OT044 warning: an apply / strip of this operator did not "
+                            "finish; the plan may show half-written code (the next apply / strip "
+                            "--write rolls it back first)")
+    foreign = foreign_journal(root, result.analysis.layers.op_dir)
+    if foreign is not None:
+        out.messages.append(f"{foreign.path}: {foreign.code} warning: {foreign.message}")
+    out.messages.extend(d.format(root) for d in result.diagnostics if d.severity != Severity.INFO)
+    mode = _plan_mode(result)
+    if as_json:
+        out.doc = plan_json(result, mode)
+    else:
+        out.text = render_text(result, mode)
+    if graph is not None:
+        try:
+            write_graph(result, graph, [*result.analysis.parsed, *operator_files([op_dir])])
+        except OutputError as exc:
+            out.messages.append(f"{exc.path}: OT030 {exc.message}")
+            out.code = EXIT_INPUT
+        except (OSError, RuntimeError) as exc:  # Graphviz missing or failing (.svg)
+            out.messages.append(f"{graph}: OT030 cannot write graph: {exc}")
+            out.code = EXIT_INPUT
+    return out
+
+
+def _plan_mode(plan: Plan) -> tuple[str, str]:
+    """The mode `apply` would use, and why: recorded in the tree, else chosen per operator."""
+    from optrace.codemods.kernel_entry import recorded_mode
+    from optrace.engine.diagnostics import InputError
+    from optrace.pipeline.apply import choose_mode
+
+    recorded = recorded_mode(plan.analysis.entry_fn.src.raw)
+    if recorded is not None:
+        return recorded, "recorded in the instrumented tree"
+    try:
+        mode, why = choose_mode(plan)
+    except InputError as exc:
+        d = exc.diagnostic
+        return "none", f"apply would refuse: {d.format(plan.analysis.layers.repo_root)}"
+    reason = why.message.split(": ", 1)[1]
+    if mode == "A":
+        reason += f" ({why.location(plan.analysis.layers.repo_root)})"
+    return mode, reason
+
+
+_PlanJob = tuple[Path, Path | None, bool, Path | None]
+
+
+def plan(
+    op_dirs: Annotated[
+        list[Path], typer.Argument(help="Operator directories (e.g. ascend_kernels/<op>).")
+    ],
+    repo_root: Annotated[
+        Path | None,
+        typer.Option(help="Repository to search for the op's other layers (default: the "
+                     "nearest ancestor with .git or optrace.toml)."),
+    ] = None,
+    fmt: Annotated[PlanFormat, typer.Option("--format", help="text or json.")] = PlanFormat.text,
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="Write here, not stdout.")
+    ] = None,
+    graph: Annotated[
+        Path | None,
+        typer.Option(help="Write the call graph: .dot, .html (self-contained) or .svg "
+                     "(needs Graphviz). With several operators, one file each."),
+    ] = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option("--jobs", "-j", min=1,
+                     help="Worker processes for several operators (default: all cores)."),
+    ] = None,
+    trust_config: Annotated[bool, typer.Option("--trust-config", help=TRUST_HELP)] = False,
+) -> None:
+    """Show the trace tree optrace would instrument: layers found and missing, the
+    include tree, per-core-type labels with each point's file:line, and warnings.
+    Reads only; writes nothing unless -o / --graph are given."""
+    from optrace.pipeline.plan_output import plans_json
+
+    apply_config_trust(trust_config)
+    install_deferred()  # LibCST and importlib.metadata, imported at first use only
+
+    as_json = fmt == PlanFormat.json
+    work: list[_PlanJob] = []
+    for op_dir in op_dirs:
+        target = None
+        if graph is not None:
+            target = graph if len(op_dirs) == 1 else graph.with_name(
+                f"{graph.stem}.{op_dir.resolve().name}{graph.suffix}")
+        work.append((op_dir, repo_root, as_json, target))
+    sources = operator_files(op_dirs)
+    if any([output_refused(output, sources), *(output_refused(w[3], sources) for w in work)]):
+        raise typer.Exit(EXIT_INPUT)
+    outcomes = run_parallel(_plan_one, list(work), worker_count(jobs, len(work)), "planning")
+    code = EXIT_OK
+    for outcome in outcomes:
+        for message in outcome.messages:
+            err(message)
+        code = max(code, outcome.code)
+    if as_json:
+        rendered = plans_json([o.doc for o in outcomes if o.doc is not None])
+    else:
+        rendered = "\n".join(o.text for o in outcomes if o.text)
+    emit(rendered, output, sources)
+    raise typer.Exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `plan` to the application."""
+    app.command()(plan)

@@ -1,0 +1,69 @@
+"""`optrace preprocess`: the build step turning TRACE_POINT labels into ids and writing
+point_map.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from optrace.cli.common import (
+    EXIT_INPUT,
+    EXIT_OK,
+    err,
+    output_refused,
+)
+
+
+def preprocess(
+    src_dir: Annotated[Path, typer.Argument(help="Kernel sources (the build tree's copy).")],
+    out: Annotated[Path, typer.Option("--out", help="Folder to write point_map.json into.")],
+    modify: Annotated[
+        bool,
+        typer.Option("--modify", help="Rewrite each TRACE_POINT(...) in SRC_DIR with its id and "
+                     "set OPTRACE_BUILD_FINGERPRINT (meant for the build-tree copy)."),
+    ] = False,
+) -> None:
+    """Build step: turn TRACE_POINT labels into stable integer ids and write
+    point_map.json (with the build fingerprint). Writes by default; on any error
+    (bad label, unbalanced B/E, already-preprocessed sources) it writes nothing."""
+    from optrace import __version__
+    from optrace.engine.diagnostics import Severity
+    from optrace.engine.preprocess import point_map_document, rewrite_sources, scan
+    from optrace.runtime.atomic import OutputError, write_output
+
+    if not src_dir.is_dir():
+        err(f"{src_dir}: OT200 source directory does not exist")
+        raise typer.Exit(EXIT_INPUT)
+    src_dir = src_dir.resolve()
+    result = scan(src_dir)
+    for d in result.diagnostics:
+        if d.severity != Severity.INFO:
+            err(d.format(src_dir))
+    if not result.ok:
+        err(f"{src_dir}: OT200 nothing written")
+        raise typer.Exit(EXIT_INPUT)
+    doc = point_map_document(result, src_dir, f"optrace {__version__}")
+    changed = rewrite_sources(result) if modify else {}
+    map_path = out / "point_map.json"
+    if output_refused(map_path, list(result.files), "OT206"):  # e.g. --out names a source
+        raise typer.Exit(EXIT_INPUT)
+    try:
+        for path, data in changed.items():  # the build tree's sources, rewritten in place
+            write_output(path, data)
+        write_output(map_path, (json.dumps(doc, indent=1) + "\n").encode(), inputs=result.files)
+    except OutputError as exc:
+        err(f"{exc.path}: OT206 {exc.message}")
+        raise typer.Exit(EXIT_INPUT) from None
+    labels = len({o.label for o in result.occurrences})
+    typer.echo(f"{len(result.occurrences)} points, {labels} labels, {len(result.files)} files; "
+               f"fingerprint 0x{result.fingerprint:08x}; wrote {out / 'point_map.json'}"
+               + (f"; rewrote {len(changed)} file(s)" if modify else ""))
+    raise typer.Exit(EXIT_OK)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `preprocess` to the application."""
+    app.command()(preprocess)
