@@ -148,3 +148,16 @@ def test_no_module_uses_another_modules_private_names() -> None:
              if not path.is_symlink() and path.parent.is_symlink() is False
              for hit in _private_imports(path)]
     assert not found, "\n".join(found)
+
+
+def test_cli_functions_parse_call_and_print_in_a_screenful() -> None:
+    """A command of optrace/cli parses, calls and prints: no function body (its signature
+    of typer options aside) longer than 60 lines; longer work belongs below the CLI."""
+    long = []
+    for path in sorted((ROOT / "optrace" / "cli").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_bytes())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                body = node.end_lineno - node.body[0].lineno + 1 if node.end_lineno else 0
+                if body > 60:
+                    long.append(f"{path.name}:{node.lineno} {node.name} ({body} lines)")
+    assert not long, long

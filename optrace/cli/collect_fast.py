@@ -15,9 +15,14 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from optrace.runtime.errors import ProfilingInputError
 from optrace.runtime.numbers import CLOCK_MHZ, check_optional
+
+if TYPE_CHECKING:  # imported at call time (collect's start-up; tests replace it)
+    from optrace.runtime.collect import CollectOptions, CollectResult
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
@@ -156,37 +161,10 @@ def run_collect(
     paths_as_bytes()
     try:
         try:
-            if format is not None:
-                collect_module.trace_format(output, format)  # says which formats there are
-            if merge and split is not None:
-                raise ValueError("--merge writes one trace: it cannot be used with --split")
-            if merge and align is not None:
-                raise ValueError("--merge places each launch in its kernel slice: "
-                                 "it cannot be used with --align")
-            if split is not None:
-                from optrace.runtime.trace_files import parse_split
-
-                split_value: str | int | None = parse_split(split)
-            else:
-                split_value = None
-            options = collect_module.CollectOptions(
-                point_map=point_map.expanduser() if point_map else None,
-                clock_mhz=clock_mhz,
-                ranks=collect_module.parse_int_set(ranks, "--ranks") if ranks else None,
-                cores=collect_module.parse_core_filter(cores) if cores else None,
-                labels=[s for s in labels.split(",") if s.strip()] if labels else None,
-                rank_offsets_us=collect_module.parse_rank_offsets(rank_offsets) if rank_offsets else {},
-                ignore_fingerprint=ignore_fingerprint,
-                jobs=jobs,
-                format=format,
-                split=split_value,
-                align=collect_module.parse_align(align) if align is not None else None,
-                merge=tuple(path.expanduser() for path in merge or ()),
-            )
-        except ValueError as exc:
-            _err(f"optrace: {exc}")
-            return EXIT_USAGE
-        try:
+            options = _options(collect_module, output, point_map=point_map, clock_mhz=clock_mhz, ranks=ranks,
+                               cores=cores, labels=labels, rank_offsets=rank_offsets,
+                               ignore_fingerprint=ignore_fingerprint, jobs=jobs, format=format, split=split,
+                               align=align, merge=merge)
             check_optional("--clock-mhz", clock_mhz, CLOCK_MHZ)
         except ValueError as exc:
             _err(f"optrace: {exc}")
@@ -202,23 +180,62 @@ def run_collect(
             return EXIT_USAGE
         finally:
             stop()
-        for line in collect_module.summary_lines(result):
-            print(line)
-        for line in collect_module.note_lines(result):
-            print(line)
-        for error in result.errors:
-            _err(str(error))
-        if not result.written:
-            decoded = sum(o.decoded is not None for o in result.outcomes)
-            kept = " kept by --labels / --cores" if labels or cores else ""
-            _err(f"optrace: warning: {profiling_dir}: no span{kept} in {decoded} decoded rank "
-                 f"file{'s' if decoded != 1 else ''}: nothing written to {output}")
+        _print_result(collect_module, result, profiling_dir, output, filtered=bool(labels or cores))
         return result.exit_code
     except BaseException as exc:
         code = failure_code(exc)
         if code is None:
             raise
         return code
+
+
+def _options(collect_module: ModuleType, output: Path, *, point_map: Path | None, clock_mhz: float | None,
+             ranks: str | None, cores: str | None, labels: str | None, rank_offsets: str | None,
+             ignore_fingerprint: bool, jobs: int | None, format: str | None, split: str | None,
+             align: str | None, merge: Sequence[Path] | None) -> CollectOptions:
+    """collect's options from the command's; ValueError says what is wrong with one."""
+    if format is not None:
+        collect_module.trace_format(output, format)  # says which formats there are
+    if merge and split is not None:
+        raise ValueError("--merge writes one trace: it cannot be used with --split")
+    if merge and align is not None:
+        raise ValueError("--merge places each launch in its kernel slice: it cannot be used with --align")
+    split_value: str | int | None = None
+    if split is not None:
+        from optrace.runtime.trace_files import parse_split
+
+        split_value = parse_split(split)
+    options: CollectOptions = collect_module.CollectOptions(
+        point_map=point_map.expanduser() if point_map else None,
+        clock_mhz=clock_mhz,
+        ranks=collect_module.parse_int_set(ranks, "--ranks") if ranks else None,
+        cores=collect_module.parse_core_filter(cores) if cores else None,
+        labels=[s for s in labels.split(",") if s.strip()] if labels else None,
+        rank_offsets_us=collect_module.parse_rank_offsets(rank_offsets) if rank_offsets else {},
+        ignore_fingerprint=ignore_fingerprint,
+        jobs=jobs,
+        format=format,
+        split=split_value,
+        align=collect_module.parse_align(align) if align is not None else None,
+        merge=tuple(path.expanduser() for path in merge or ()),
+    )
+    return options
+
+
+def _print_result(collect_module: ModuleType, result: CollectResult, profiling_dir: Path, output: Path,
+                  filtered: bool) -> None:
+    """The summary and notes on stdout; the ranks' errors, and an empty trace, on stderr."""
+    for line in collect_module.summary_lines(result):
+        print(line)
+    for line in collect_module.note_lines(result):
+        print(line)
+    for error in result.errors:
+        _err(str(error))
+    if not result.written:
+        decoded = sum(o.decoded is not None for o in result.outcomes)
+        kept = " kept by --labels / --cores" if filtered else ""
+        _err(f"optrace: warning: {profiling_dir}: no span{kept} in {decoded} decoded rank "
+             f"file{'s' if decoded != 1 else ''}: nothing written to {output}")
 
 
 def failure_code(exc: BaseException) -> int | None:

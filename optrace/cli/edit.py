@@ -7,10 +7,10 @@ from __future__ import annotations
 import os
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -31,6 +31,10 @@ from optrace.cli.common import (
     write_user_output,
 )
 from optrace.cli.deferred import install as install_deferred
+
+if TYPE_CHECKING:  # the pipeline is imported when a command runs, not with `optrace --help`
+    from optrace.engine.transaction import Transaction
+    from optrace.pipeline.apply import RunCommits
 
 
 class Mode(StrEnum):
@@ -79,10 +83,55 @@ def _edit_one(op_dir: Path, repo_root: Path | None, compute: str, mode: str | No
     return _EditOutcome(result)
 
 
-def _edit_command(
-    op_dirs: list[Path], repo_root: Path | None, write: bool, check: bool, patch: Path | None,
-    compute: str, mode: Mode | None = None, jobs: int | None = None,
-) -> int:
+@dataclass
+class _Prepared:
+    """One operator of the run before anything is computed: what to tell the user first,
+    the exit code so far, and — when it goes on — where it is and its transaction."""
+
+    messages: list[str]
+    code: int = EXIT_OK
+    op_dir: Path | None = None
+    journal: Transaction | None = None
+
+
+def _prepare(op_dir: Path, repo_root: Path | None, write: bool) -> _Prepared:
+    """Where the operator is and its journal. A run that died between files left a
+    journal: with --write it is finished (rolled back) before anything is computed; its
+    messages are shown when the operator's turn comes. A run that writes nothing recovers
+    nothing: it refuses an operator optrace left half-written. A journal optrace did not
+    record (a clone's) is never acted on."""
+    from optrace.engine.diagnostics import InputError
+    from optrace.engine.discovery import resolve_operator_dir, write_root
+    from optrace.engine.journal import TransactionError, foreign_journal, operator_journal_name
+    from optrace.engine.transaction import Transaction
+
+    try:
+        op_dir = resolve_operator_dir(op_dir)
+    except InputError as exc:
+        return _Prepared([exc.diagnostic.format()], EXIT_INPUT)
+    root = write_root(op_dir, repo_root).resolve()
+    txn = Transaction(root / ".optrace", operator_journal_name(op_dir))
+    if not write:
+        state, path = txn.status()
+        if state == "pending":
+            return _Prepared([f"{path}: OT044 an apply / strip of this operator did not finish; its files "
+                              "may be half-written. This command writes nothing: run `optrace apply --write` "
+                              "or `optrace strip --write` on it (each rolls the unfinished one back first), "
+                              "then run this again"], EXIT_INPUT)
+        foreign = foreign_journal(root, op_dir) if state == "foreign" else None
+        notes = [] if foreign is None else [f"{foreign.path}: {foreign.code} warning: {foreign.message}"]
+        return _Prepared(notes, EXIT_OK, op_dir, txn)
+    try:
+        report = txn.recover()
+    except TransactionError as exc:
+        return _Prepared([str(exc)], EXIT_INPUT)
+    if report.foreign:
+        return _Prepared([*report.messages(), *map(str, report.foreign)], EXIT_INPUT)
+    return _Prepared(report.messages(), EXIT_OK, op_dir, txn)
+
+
+@dataclass
+class _EditRun:
     """The shared body of apply / strip: diff (default), --write, --check or --patch.
 
     Every operator is computed first, in a process pool, against the tree as it is; then,
@@ -93,111 +142,92 @@ def _edit_command(
     rebases it onto the files as they are now — exactly what computing it now gives — or,
     when that cannot be known, it is computed again here. So the tree ends byte for byte
     as with one operator at a time."""
-    from optrace.engine.diagnostics import InputError, Severity
-    from optrace.engine.discovery import marked_repo_root, resolve_operator_dir, write_root
-    from optrace.engine.edits import encode_patch, unified_diff
-    from optrace.engine.journal import OutsideRoot, TransactionError, foreign_journal, operator_journal_name
-    from optrace.engine.transaction import Transaction
-    from optrace.pipeline.apply import RunCommits
 
-    install_deferred()  # LibCST and importlib.metadata, imported at first use only
+    compute: str  # "apply" or "strip"
+    repo_root: Path | None
+    write: bool
+    check: bool
+    patch: Path | None
+    mode: str | None = None
+    code: int = EXIT_OK
+    patches: list[str] = field(default_factory=list)
+    patched: list[Path] = field(default_factory=list)  # what the patch changes: inputs it must not replace
+    recomputed: list[str] = field(default_factory=list)
+    commits: RunCommits | None = None
 
-    if sum((write, check, patch is not None)) > 1:
-        err("optrace: --write, --check and --patch are mutually exclusive")
-        return EXIT_INPUT
-    sources = operator_files(op_dirs)
-    if output_refused(patch, sources):  # before anything is recovered or computed
-        return EXIT_INPUT
-    code = EXIT_OK
-    patches: list[str] = []
-    patched: list[Path] = []  # the files the patch changes: inputs it must not replace
-    mode_ = mode.value if mode else None
-    # Per operator, in order: where it is and its journal. A run that died between files
-    # left a journal: with --write it is finished (rolled back) before anything is
-    # computed; its messages are shown when the operator's turn comes. A run that writes
-    # nothing recovers nothing: it refuses an operator optrace left half-written. A
-    # journal optrace did not record (a clone's) is never acted on.
-    prepared: list[tuple[list[str], int, Path | None, Transaction | None]] = []
-    for op_dir in op_dirs:
-        try:
-            op_dir = resolve_operator_dir(op_dir)
-        except InputError as exc:
-            prepared.append(([exc.diagnostic.format()], EXIT_INPUT, None, None))
-            continue
-        root = write_root(op_dir, repo_root).resolve()
-        txn = Transaction(root / ".optrace", operator_journal_name(op_dir))
-        if not write:
-            state, path = txn.status()
-            if state == "pending":
-                prepared.append(([f"{path}: OT044 an apply / strip of this operator did not finish; "
-                                  "its files may be half-written. This command writes nothing: run "
-                                  "`optrace apply --write` or `optrace strip --write` on it (each rolls "
-                                  "the unfinished one back first), then run this again"],
-                                 EXIT_INPUT, None, None))
-                continue
-            foreign = foreign_journal(root, op_dir) if state == "foreign" else None
-            notes = [] if foreign is None else [f"{foreign.path}: {foreign.code} warning: {foreign.message}"]
-            prepared.append((notes, EXIT_OK, op_dir, txn))
-            continue
-        try:
-            report = txn.recover()
-        except TransactionError as exc:
-            prepared.append(([str(exc)], EXIT_INPUT, None, None))
-            continue
-        if report.foreign:
-            prepared.append(([*report.messages(), *map(str, report.foreign)], EXIT_INPUT, None, None))
-            continue
-        prepared.append((report.messages(), EXIT_OK, op_dir, txn))
-    render = not write and not check  # the diff (stdout or --patch): rendered by the workers
-    work = [(op_dir, repo_root, compute, mode_, render) for _, _, op_dir, _ in prepared if op_dir is not None]
-    title = "applying" if compute == "apply" else "stripping"
-    computed = run_parallel(_edit_one, list(work), worker_count(jobs, len(work)), title)
-    run = RunCommits(o.result for o in computed if o.result is not None) if write else None
-    pending = iter(computed)
-    recomputed: list[str] = []
-    for messages, failure, resolved, journal in prepared:
-        for message in messages:
-            err(message)
-        code = max(code, failure)
-        if resolved is None or journal is None:
-            continue
-        outcome = next(pending)
-        if run is not None and outcome.result is not None:
-            rebased = run.rebase(outcome.result)
-            # Not rebasable: compute it again, now, after the earlier commits.
-            if rebased is None:
-                recomputed.append(outcome.result.name)
+    def run(self, op_dirs: list[Path], jobs: int | None) -> int:
+        sources = operator_files(op_dirs)
+        if output_refused(self.patch, sources):  # before anything is recovered or computed
+            return EXIT_INPUT
+        prepared = [_prepare(op_dir, self.repo_root, self.write) for op_dir in op_dirs]
+        render = not self.write and not self.check  # the diff (stdout or --patch): rendered by the workers
+        work = [(p.op_dir, self.repo_root, self.compute, self.mode, render) for p in prepared if p.op_dir]
+        title = "applying" if self.compute == "apply" else "stripping"
+        outcomes = run_parallel(_edit_one, list(work), worker_count(jobs, len(work)), title)
+        if self.write:
+            from optrace.pipeline.apply import RunCommits
+
+            self.commits = RunCommits(o.result for o in outcomes if o.result is not None)
+        pending = iter(outcomes)
+        for item in prepared:
+            for message in item.messages:
+                err(message)
+            self.code = max(self.code, item.code)
+            if item.op_dir is not None and item.journal is not None:
+                self._report(item.op_dir, item.journal, next(pending))
+        return self._finish(sources)
+
+    def _report(self, op_dir: Path, journal: Transaction, outcome: _EditOutcome) -> None:
+        """One operator's turn: its errors, then --check's findings, its commit, or its diff."""
+        from optrace.engine.diagnostics import Severity
+
+        if self.commits is not None and outcome.result is not None:
+            rebased = self.commits.rebase(outcome.result)
+            if rebased is None:  # not rebasable: compute it again, now, after the earlier commits
+                self.recomputed.append(outcome.result.name)
             outcome = (_EditOutcome(rebased) if rebased is not None
-                       else _edit_one(resolved, repo_root, compute, mode_))
+                       else _edit_one(op_dir, self.repo_root, self.compute, self.mode))
         if outcome.result is None:
             err(outcome.message)
-            code = max(code, outcome.code)
-            continue
+            self.code = max(self.code, outcome.code)
+            return
         result = outcome.result
         for d in result.diagnostics:
             if d.severity == Severity.ERROR:
                 err(d.format(result.repo_root))
-        if check:
+        if self.check:
+            for path in sorted(result.changes):
+                err(f"{_rel(path, result.repo_root)}: OT300 would change ({self.compute})")
             if result.changes:
-                for path in sorted(result.changes):
-                    err(f"{_rel(path, result.repo_root)}: OT300 would change ({compute})")
-                code = max(code, EXIT_FINDINGS)
-            continue
-        if write:
-            assert run is not None
-            try:
-                written = journal.commit(result.changes)
-            except TransactionError as exc:
-                err(str(exc))
-                if isinstance(exc, OutsideRoot) and repo_root is None and marked_repo_root(resolved) is None:
-                    err(f"{resolved}: note: no .git or optrace.toml marks a repository above this operator, "
-                         "so --write edits files inside its directory only; pass --repo-root DIR to let "
-                         "it edit the files it found in DIR")
-                code = max(code, EXIT_INPUT)
-                continue
-            run.committed(result, written)
-            typer.echo(f"{result.name}: {len(written)} file(s) written")
-            continue
+                self.code = max(self.code, EXIT_FINDINGS)
+        elif self.write:
+            self._commit(op_dir, journal, result)
+        else:
+            self._show(outcome)
+
+    def _commit(self, op_dir: Path, journal: Transaction, result: Any) -> None:
+        from optrace.engine.discovery import marked_repo_root
+        from optrace.engine.journal import OutsideRoot, TransactionError
+
+        assert self.commits is not None
+        try:
+            written = journal.commit(result.changes)
+        except TransactionError as exc:
+            err(str(exc))
+            if isinstance(exc, OutsideRoot) and self.repo_root is None and marked_repo_root(op_dir) is None:
+                err(f"{op_dir}: note: no .git or optrace.toml marks a repository above this operator, so "
+                    "--write edits files inside its directory only; pass --repo-root DIR to let it edit the "
+                    "files it found in DIR")
+            self.code = max(self.code, EXIT_INPUT)
+            return
+        self.commits.committed(result, written)
+        typer.echo(f"{result.name}: {len(written)} file(s) written")
+
+    def _show(self, outcome: _EditOutcome) -> None:
+        """The diff on stdout, or kept for --patch."""
+        from optrace.engine.edits import encode_patch, unified_diff
+
+        result = outcome.result
         if outcome.diff is None:
             # One behaviour for diff, --patch and --write: a file outside the root (a
             # source linked out of it, a layer file the config names) is refused, by name.
@@ -206,26 +236,43 @@ def _edit_command(
                              if not Path(os.path.realpath(p)).is_relative_to(real_root))
             if outside:
                 err(f"{outside[0]}: OT047 outside the repository root {result.repo_root}; not shown, "
-                     "nothing written (--repo-root DIR to widen the root)")
-                code = max(code, EXIT_INPUT)
-                continue
+                    "nothing written (--repo-root DIR to widen the root)")
+                self.code = max(self.code, EXIT_INPUT)
+                return
         diff = outcome.diff if outcome.diff is not None else unified_diff(result.changes, result.repo_root)
-        if patch is not None:
-            patches.append(diff)
-            patched.extend(result.changes)
+        if self.patch is not None:
+            self.patches.append(diff)
+            self.patched.extend(result.changes)
         else:
             write_stdout_bytes(encode_patch(diff))
-    if recomputed:
-        # Correct either way, but the user should know why a parallel run was slow.
-        err(f"note: computed again after earlier commits (they read files those commits "
-             f"wrote, e.g. a shared kernel header): {', '.join(recomputed)}")
-    # No operator got as far as its diff (every one refused: a config past its bound, a
-    # link out of the root): no patch, so a patch file already there is kept, not emptied.
-    refused = code >= EXIT_INPUT and len(patches) == 0
-    if patch is not None and not refused and not write_user_output(
-            patch, encode_patch("".join(patches)), sources + patched):
+
+    def _finish(self, sources: list[Path]) -> int:
+        from optrace.engine.edits import encode_patch
+
+        if self.recomputed:
+            # Correct either way, but the user should know why a parallel run was slow.
+            err(f"note: computed again after earlier commits (they read files those commits wrote, e.g. a "
+                f"shared kernel header): {', '.join(self.recomputed)}")
+        # No operator got as far as its diff (every one refused: a config past its bound, a
+        # link out of the root): no patch, so a patch file already there is kept, not emptied.
+        refused = self.code >= EXIT_INPUT and len(self.patches) == 0
+        if self.patch is not None and not refused and not write_user_output(
+                self.patch, encode_patch("".join(self.patches)), sources + self.patched):
+            return EXIT_INPUT
+        return self.code
+
+
+def _edit_command(
+    op_dirs: list[Path], repo_root: Path | None, write: bool, check: bool, patch: Path | None,
+    compute: str, mode: Mode | None = None, jobs: int | None = None,
+) -> int:
+    """apply / strip in one of their four ways (see `_EditRun`)."""
+    install_deferred()  # LibCST and importlib.metadata, imported at first use only
+    if sum((write, check, patch is not None)) > 1:
+        err("optrace: --write, --check and --patch are mutually exclusive")
         return EXIT_INPUT
-    return code
+    run = _EditRun(compute, repo_root, write, check, patch, mode.value if mode else None)
+    return run.run(op_dirs, jobs)
 
 
 def _rel(path: Path, root: Path) -> str:
