@@ -22,6 +22,7 @@ from pathlib import Path
 
 from tree_sitter import Node
 
+from optrace.engine.codes import OT302
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
 from optrace.engine.edits import Edit, indent_at, line_end, line_start, newline_of
 from optrace.engine.model import Kind, Region
@@ -153,7 +154,7 @@ def point_edits(plan: Plan) -> list[Edit]:
             # Points next to code the parser could not read could land mid-expression:
             # refuse the whole apply (nothing is written) and say where.
             raise InputError(Diagnostic(
-                "OT302", f'cannot place the points of "{region.label}": the code there does not parse',
+                OT302, f'cannot place the points of "{region.label}": the code there does not parse',
                 anchor.path, anchor.line, Severity.ERROR))
         if node is None and not anchor.inside:
             # A run of statements (a function split into its send and its wait part):

@@ -34,6 +34,7 @@ from pathlib import Path
 from optrace.codemods.strip import strip_bytes
 from optrace.engine import source, vocabulary
 from optrace.engine.cache import by_content
+from optrace.engine.codes import OT310, OT311, OT312, OT313
 from optrace.engine.cpp import mask
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
 from optrace.engine.edits import Edit, line_end, line_number, line_start, newline_of
@@ -55,10 +56,10 @@ NUMEL_MACRO = vocabulary.NUMEL_MACRO
 INDEX_VAR = vocabulary.INDEX_VAR
 
 # Input errors of the layer codemods (README: OT3xx is apply / strip).
-CODE_OPDEF_OUTPUTS = "OT310"
-CODE_SCHEMA = "OT311"
-CODE_PYTHON_SYNTAX = "OT312"
-CODE_LAYER_SHAPE = "OT313"
+CODE_OPDEF_OUTPUTS = OT310
+CODE_SCHEMA = OT311
+CODE_PYTHON_SYNTAX = OT312
+CODE_LAYER_SHAPE = OT313
 
 
 def input_error(code: str, message: str, path: Path, data: bytes | None = None, offset: int = 0,

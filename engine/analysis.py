@@ -15,6 +15,7 @@ from pathlib import Path
 import networkx as nx
 from tree_sitter import Node
 
+from optrace.engine.codes import OT010, OT011, OT020, OT021, OT022
 from optrace.engine.config import Config, load_config
 from optrace.engine.core_config import CoreDeclaration, from_binary_metadata, from_kernel, from_op_host
 from optrace.engine.cpp import (
@@ -440,7 +441,7 @@ def analyse_operator(op_dir: Path, repo_root: Path | None = None,
     diagnostics = list(layers.diagnostics) + list(includes.diagnostics)
     if layers.entry.path.resolve() not in includes.files:
         bad = includes.diagnostics[0] if includes.diagnostics else Diagnostic(
-            "OT011", "cannot read the kernel entry", layers.entry.path, 0
+            OT011, "cannot read the kernel entry", layers.entry.path, 0
         )
         raise InputError(bad)
 
@@ -467,7 +468,7 @@ def analyse_operator(op_dir: Path, repo_root: Path | None = None,
             union = parse_file(parser, src)
             if _parse_score(union, entry_line) > _parse_score(pf, entry_line):
                 diagnostics.append(Diagnostic(
-                    "OT022", "preprocessor conditionals split the entry's statements here: read "
+                    OT022, "preprocessor conditionals split the entry's statements here: read "
                     "as the first arm of each conditional (the other arms are not planned)",
                     path, _split_at(union, entry_line) or pf.error_lines[0]))
                 pf = union
@@ -477,7 +478,7 @@ def analyse_operator(op_dir: Path, repo_root: Path | None = None,
         if pf.error_lines:
             diagnostics.append(
                 Diagnostic(
-                    "OT020",
+                    OT020,
                     f"does not fully parse ({len(pf.error_lines)} region(s)); "
                     "analysis continues with what parsed",
                     path,
@@ -487,7 +488,7 @@ def analyse_operator(op_dir: Path, repo_root: Path | None = None,
         index.add_file(pf)
     for includer, line, target in includes.missing:
         diagnostics.append(
-            Diagnostic("OT021", f"header not found: \"{target}\" (absent submodule?)", includer,
+            Diagnostic(OT021, f"header not found: \"{target}\" (absent submodule?)", includer,
                        line)
         )
 
@@ -637,14 +638,14 @@ def unreadable_entry(name: str, path: Path, line: int, pf: ParsedFile | None) ->
     after = [n for n in errors if n >= line]
     at = after[0] if after else (errors[-1] if errors else 0)
     if pf is None or not at:
-        return Diagnostic("OT010", f"kernel entry `{name}` is declared here but no function definition "
+        return Diagnostic(OT010, f"kernel entry `{name}` is declared here but no function definition "
                           "of that name could be read from the file", path, line)
     start = pf.src.line_starts[at - 1]
     end = pf.src.raw.find(b"\n", start)
     line_bytes = pf.src.raw[start : end if end >= 0 else len(pf.src.raw)]
     text = " ".join(line_bytes.decode("utf-8", "replace").split())
     shown = text if len(text) <= 80 else text[:77] + "..."
-    return Diagnostic("OT010", f"kernel entry `{name}` is not read as a function: the construct at line "
+    return Diagnostic(OT010, f"kernel entry `{name}` is not read as a function: the construct at line "
                       f"{at} does not parse (`{shown}`); rewrite it, or tell optrace the entry's shape "
                       "in an issue with that line", path, line)
 

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from optrace.engine.codes import OT001, OT002, OT003, OT004, OT005
 from optrace.engine.diagnostics import Diagnostic, InputError
 from optrace.engine.source import DEFAULT_QUALIFIERS
 from optrace.runtime.numbers import DENSITY_LABELS, TRIP_COUNT, NumberError, check_number
@@ -108,7 +109,7 @@ def trusted_repositories() -> tuple[Path, ...]:
     trust = data.get("trust", {})
     repos = trust.get("repositories", []) if isinstance(trust, dict) else None
     if not isinstance(repos, list) or not all(isinstance(r, str) for r in repos):
-        raise InputError(Diagnostic("OT003", "`trust.repositories` must be a list of paths", path,
+        raise InputError(Diagnostic(OT003, "`trust.repositories` must be a list of paths", path,
                                     _key_line(path, "repositories")))
     return tuple(Path(os.path.realpath(os.path.expanduser(r))) for r in repos if r)
 
@@ -151,11 +152,11 @@ def _load_toml(path: Path) -> dict[str, object]:
         m = re.search(r"at line (\d+)", str(exc))
         line = int(getattr(exc, "lineno", 0) or (m.group(1) if m else 0))
         raise InputError(
-            Diagnostic("OT002", f"invalid TOML: {exc}", path, line)
+            Diagnostic(OT002, f"invalid TOML: {exc}", path, line)
         ) from exc
     except OSError as exc:
         raise InputError(
-            Diagnostic("OT001", f"cannot read: {exc.strerror or exc}", path, 0)
+            Diagnostic(OT001, f"cannot read: {exc.strerror or exc}", path, 0)
         ) from exc
 
 
@@ -168,7 +169,7 @@ def load_config(repo_root: Path, op_dir: Path) -> Config:
     def bad(message: str) -> InputError:
         key = re.search(r"`([\w.]+)`", message)
         return InputError(
-            Diagnostic("OT003", message, path, _key_line(path, key.group(1)) if key else 0)
+            Diagnostic(OT003, message, path, _key_line(path, key.group(1)) if key else 0)
         )
 
     def str_list(key: str) -> list[str]:
@@ -216,12 +217,12 @@ def load_config(repo_root: Path, op_dir: Path) -> Config:
             for module in modules:
                 problem = rule_module_problem(module)
                 if problem:
-                    raise InputError(Diagnostic("OT004", f"rule module `{module}`: {problem}", path, line))
+                    raise InputError(Diagnostic(OT004, f"rule module `{module}`: {problem}", path, line))
             cfg.rule_modules = modules
         else:
             cfg.skipped_rule_modules = modules
             cfg.diagnostics.append(Diagnostic(
-                "OT005",
+                OT005,
                 f"rule modules not loaded: {', '.join(modules)} (a repository's config runs no code "
                 f"unless you trust it: pass --trust-config, or list the repository under [trust] "
                 f"repositories in {user_config_path()})",

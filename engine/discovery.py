@@ -17,6 +17,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import ClassVar, Protocol
 
+from optrace.engine.codes import OT001, OT010, OT014, OT015
 from optrace.engine.config import Config
 from optrace.engine.diagnostics import Diagnostic, InputError
 from optrace.engine.names import op_name_pattern, same_op
@@ -134,13 +135,13 @@ def resolve_operator_dir(op_dir: Path) -> Path:
     try:
         resolved = op_dir.resolve(strict=True)
     except RuntimeError:  # Python 3.11 raises this for a symlink loop
-        raise InputError(Diagnostic("OT014", "operator directory is a symlink loop", op_dir, 0)) from None
+        raise InputError(Diagnostic(OT014, "operator directory is a symlink loop", op_dir, 0)) from None
     except OSError:
-        raise InputError(Diagnostic("OT001", "operator directory does not exist", op_dir, 0)) from None
+        raise InputError(Diagnostic(OT001, "operator directory does not exist", op_dir, 0)) from None
     if not resolved.is_dir():
         # A file given where a directory is expected (`plan kernel.cpp`): say that, since
         # "does not exist" sends the user looking for a typo in a path that is right.
-        raise InputError(Diagnostic("OT001", "not a directory: give the operator directory "
+        raise InputError(Diagnostic(OT001, "not a directory: give the operator directory "
                                     "(the folder holding op_kernel/)", op_dir, 0))
     return resolved
 
@@ -506,7 +507,7 @@ def discover(op_dir: Path, repo_root: Path, config: Config, searches: Sequence[L
     if not op_dir.is_dir():
         what = ("not a directory: give the operator directory (the folder holding op_kernel/)"
                 if op_dir.exists() else "operator directory does not exist")
-        raise InputError(Diagnostic("OT001", what, op_dir, 0))
+        raise InputError(Diagnostic(OT001, what, op_dir, 0))
     if "entry" not in config.layers:
         refuse_parent_of_operators(op_dir)
     op_name = op_dir.name
@@ -536,13 +537,13 @@ def discover(op_dir: Path, repo_root: Path, config: Config, searches: Sequence[L
         if by_macro:
             m = by_macro[0]
             raise InputError(Diagnostic(
-                "OT010",
+                OT010,
                 f"the kernel entry is defined by the macro `{m.macro}`: its body is the macro's "
                 "text, shared by every use, where no trace point can go; write this entry out "
                 "as a function (the macro can stay for the others)", m.path, m.line))
         raise InputError(
             Diagnostic(
-                "OT010",
+                OT010,
                 "no kernel entry (`__global__ __aicore__` function definition) found under "
                 "the operator directory",
                 op_dir,
@@ -582,7 +583,7 @@ def refuse_parent_of_operators(op_dir: Path) -> None:
     shown = [p.relative_to(op_dir.resolve()).as_posix() for p in found]
     listing = ", ".join(shown[:20]) + (f" and {len(shown) - 20} more" if len(shown) > 20 else "")
     raise InputError(Diagnostic(
-        "OT015", f"not one operator directory: it holds {len(found)} operator director"
+        OT015, f"not one operator directory: it holds {len(found)} operator director"
         f"{'y' if len(found) == 1 else 'ies'} below it ({listing}); give one of them", op_dir, 0))
 
 

@@ -31,11 +31,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from optrace.engine.codes import OT040, OT041
 from optrace.engine.source import read_regular
 
 # Diagnostic codes (README: OT0xx is input and parsing); kept together so they are easy to audit.
-CODE_EDIT_CONFLICT = "OT040"
-CODE_EDIT_RANGE = "OT041"
+CODE_EDIT_CONFLICT = OT040
+CODE_EDIT_RANGE = OT041
 
 # A file's change: (old, new); None for a file that does not exist on that side.
 FileChange = tuple[bytes | None, bytes | None]

@@ -18,6 +18,7 @@ from pathlib import Path
 import networkx as nx
 
 from optrace.engine.cache import by_content
+from optrace.engine.codes import OT011, OT012, OT013, OT014
 from optrace.engine.diagnostics import Diagnostic
 from optrace.engine.source import (
     SourceFile,
@@ -174,18 +175,18 @@ def build_include_graph(entry: Path, include_dirs: Iterable[Path],
             src = read_source(path)
         except OSError as exc:
             g.diagnostics.append(
-                Diagnostic("OT011", f"cannot read: {exc.strerror or exc}", path, 0)
+                Diagnostic(OT011, f"cannot read: {exc.strerror or exc}", path, 0)
             )
             continue
         if is_binary(src.raw):
             g.diagnostics.append(
-                Diagnostic("OT012", "binary file (NUL bytes), not parsed", path, 0)
+                Diagnostic(OT012, "binary file (NUL bytes), not parsed", path, 0)
             )
             continue
         if len(src.raw) > LARGE_FILE_BYTES:
             g.diagnostics.append(
                 Diagnostic(
-                    "OT013",
+                    OT013,
                     f"very large source ({len(src.raw) // (1024 * 1024)} MiB)",
                     path,
                     0,
@@ -209,7 +210,7 @@ def build_include_graph(entry: Path, include_dirs: Iterable[Path],
             if resolved is None:
                 g.diagnostics.append(
                     Diagnostic(
-                        "OT014",
+                        OT014,
                         f"include `{directive.target}` is a symlink loop or dangling link",
                         path,
                         directive.line,
@@ -219,7 +220,7 @@ def build_include_graph(entry: Path, include_dirs: Iterable[Path],
             if resolved.is_dir():
                 g.diagnostics.append(
                     Diagnostic(
-                        "OT011",
+                        OT011,
                         f"include `{directive.target}` names a directory",
                         path,
                         directive.line,

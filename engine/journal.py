@@ -20,13 +20,15 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from optrace.engine.codes import OT042, OT043, OT044, OT045, OT046, OT047
+
 # Diagnostic codes (README: OT0xx is input and parsing), next to those of engine/edits.py.
-CODE_STALE = "OT042"
-CODE_WRITE = "OT043"
-CODE_UNFINISHED = "OT044"
-CODE_BUSY = "OT045"
-CODE_FOREIGN = "OT046"
-CODE_OUTSIDE = "OT047"
+CODE_STALE = OT042
+CODE_WRITE = OT043
+CODE_UNFINISHED = OT044
+CODE_BUSY = OT045
+CODE_FOREIGN = OT046
+CODE_OUTSIDE = OT047
 
 RECORD_FORMAT = "optrace-journal-record"
 # A journal is read only when recorded; even then, never more than this (a journal is a

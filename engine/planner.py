@@ -29,6 +29,7 @@ from optrace.engine.analysis import (
     split_arguments,
     vf_target,
 )
+from optrace.engine.codes import OT016
 from optrace.engine.cpp import (
     CANDIDATE_SEP,
     LOOP_TYPES,
@@ -399,7 +400,7 @@ class Planner:
         try:
             if self.nesting > MAX_NESTING:
                 raise InputError(Diagnostic(
-                    "OT016", f"code nested deeper than {MAX_NESTING} levels (blocks, `#if` arms, loops "
+                    OT016, f"code nested deeper than {MAX_NESTING} levels (blocks, `#if` arms, loops "
                     "and the calls followed into them) from the kernel entry: optrace does not plan it",
                     fn.src.path, fn.src.line_of(node.start_byte)))
             self._walk_stmt(fn, node, ctx, parent)

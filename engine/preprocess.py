@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from optrace.engine.codes import OT201, OT202, OT203, OT204, OT205, OT207
 from optrace.engine.diagnostics import Diagnostic, Severity
 from optrace.engine.discovery import CPP_EXTS, walk_files
 from optrace.engine.model import TracePoint
@@ -95,7 +96,7 @@ def scan(src_dir: Path) -> PointMapResult:
         try:
             raw = read_regular(path)
         except OSError as exc:
-            diagnostics.append(Diagnostic("OT201", f"cannot read: {exc.strerror}", path, 0))
+            diagnostics.append(Diagnostic(OT201, f"cannot read: {exc.strerror}", path, 0))
             continue
         digest.update(path.relative_to(src_dir).as_posix().encode() + b"\0" + raw + b"\0")
         code = blank_if0(blank_comments(raw))
@@ -109,7 +110,7 @@ def scan(src_dir: Path) -> PointMapResult:
             occurrences.append(TracePoint(label, event, path, line, m.start(), m.end(), indexed=indexed))
             problem = label_problem(label, event)
             if problem:
-                diagnostics.append(Diagnostic("OT202", problem, path, line))
+                diagnostics.append(Diagnostic(OT202, problem, path, line))
         for m in _CORE_MIX_RE.finditer(code):
             mixes.setdefault(_CORE_MIXES[m.group(1)], (path, code.count(b"\n", 0, m.start(1)) + 1))
     if not occurrences and files:
@@ -117,14 +118,14 @@ def scan(src_dir: Path) -> PointMapResult:
             done = _PREPROCESSED_RE.search(blank_comments(read_regular(path)))
             if done:
                 diagnostics.append(Diagnostic(
-                    "OT205", "sources are already preprocessed (MoeTracing with integer ids, no "
+                    OT205, "sources are already preprocessed (MoeTracing with integer ids, no "
                     "TRACE_POINT); run on a fresh copy of the sources", path,
                     read_regular(path).count(b"\n", 0, done.start()) + 1))
                 break
     keys = {(o.label, o.event) for o in occurrences}
     ids, notes = assign_ids(keys)
     for note in notes:
-        diagnostics.append(Diagnostic("OT203", note, None, 0))
+        diagnostics.append(Diagnostic(OT203, note, None, 0))
     _check_balance(occurrences, diagnostics)
     digest.update(json.dumps(sorted((k[0], k[1], v) for k, v in ids.items())).encode())
     fingerprint = int.from_bytes(digest.digest()[:4], "big") or 1
@@ -134,7 +135,7 @@ def scan(src_dir: Path) -> PointMapResult:
         shown = ", ".join("/".join(mix) + f" ({p.relative_to(src_dir).as_posix()}:{ln})"
                           for mix, (p, ln) in sorted(mixes.items(), key=lambda kv: kv[1]))
         diagnostics.append(Diagnostic(
-            "OT207", f"kernel entries with different core mixes in one map ({shown}): the map "
+            OT207, f"kernel entries with different core mixes in one map ({shown}): the map "
             "records none, so readers take the mixed layout; pass aic_cores= / aiv_cores= to "
             "save_profiling_data for the single-type kernel's buffers", path, line))
     return PointMapResult(occurrences, ids, fingerprint, files, diagnostics, cores)
@@ -151,7 +152,7 @@ def _check_balance(occurrences: list[TracePoint], diagnostics: list[Diagnostic])
         if kinds != {"B", "E"}:
             missing = "E" if "B" in kinds else "B"
             o = first[label]
-            diagnostics.append(Diagnostic("OT204", f'label "{label}" has no "{missing}" point',
+            diagnostics.append(Diagnostic(OT204, f'label "{label}" has no "{missing}" point',
                                           o.path, o.line))
 
 

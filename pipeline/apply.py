@@ -25,6 +25,7 @@ from typing import Protocol
 
 from optrace.codemods.kernel_entry import recorded_mode
 from optrace.codemods.strip import is_created, strip_bytes
+from optrace.engine.codes import OT010, OT042, OT048, OT314
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
 from optrace.engine.discovery import (
     CPP_EXTS,
@@ -152,11 +153,11 @@ def _check_strip_undoes(result: OperatorChanges) -> None:
         # and the file's layers would no longer be found by the strip that starts from them.
         if path.suffix.lower() in CPP_EXTS and blank_comments(old + b"\n*/")[-2:] != b"*/":
             raise InputError(Diagnostic(
-                "OT048", "an unterminated /* comment: optrace does not edit this file (strip could not "
+                OT048, "an unterminated /* comment: optrace does not edit this file (strip could not "
                 "take the edits back); nothing written", path, 0))
         if strip_bytes(new, path) != strip_bytes(old, path):
             raise InputError(Diagnostic(
-                "OT048", "strip could not take optrace's edits to this file back (an unterminated "
+                OT048, "strip could not take optrace's edits to this file back (an unterminated "
                 "comment or string before them?); nothing written", path, 0))
 
 
@@ -171,12 +172,12 @@ def _check_entry_survives(result: OperatorChanges, plan: Plan) -> None:
             continue
         if not any(e.name == entry.name for e in entries_in(entry.path, new)):
             raise InputError(Diagnostic(
-                "OT010", f"kernel entry `{entry.name}` would not be found again after the edits, so "
+                OT010, f"kernel entry `{entry.name}` would not be found again after the edits, so "
                 "strip could not undo them (is its parameter list plain C++?); nothing written",
                 entry.path, entry.line))
 
 
-MODE_CHOSEN = "OT314"
+MODE_CHOSEN = OT314
 
 
 def _b_refused_a_applies(plan: Plan) -> Diagnostic | None:
@@ -241,7 +242,7 @@ def _check_read_once(result: OperatorChanges, plan: Plan, prov: Provenance) -> N
             continue
         expected = set(prov.read_digest.get(path, ())) | ({parsed[path]} if path in parsed else set())
         if expected and expected != {_digest(old)}:
-            raise InputError(Diagnostic("OT042", "changed while optrace was planning it; nothing written, "
+            raise InputError(Diagnostic(OT042, "changed while optrace was planning it; nothing written, "
                                         "plan again", path, 0))
 
 

@@ -21,6 +21,26 @@ from optrace.codemods.kernel_entry import entry_profiling
 from optrace.codemods.registry import LAYERS
 from optrace.codemods.runtime_block import template
 from optrace.engine.analysis import Analysis, analyse_operator
+from optrace.engine.codes import (
+    OT002,
+    OT003,
+    OT004,
+    OT011,
+    OT044,
+    OT401,
+    OT402,
+    OT403,
+    OT404,
+    OT405,
+    OT406,
+    OT407,
+    OT409,
+    OT410,
+    OT411,
+    OT420,
+    OT421,
+    OT456,
+)
 from optrace.engine.compile_scope import blank_untouched_bodies
 from optrace.engine.cpp import new_parser
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
@@ -127,7 +147,7 @@ def check_operator(op_dir: Path, repo_root: Path | None = None, compile_safety: 
     report = CheckReport(op_dir, root)
     pending = pending_journal(root, op_dir)
     if pending is not None:
-        report.add("OT044", "an apply / strip of this operator did not finish: the tree may be "
+        report.add(OT044, f"{OT044.summary}: the tree may be "
                    "half-written; run `optrace apply --write` or `optrace strip --write` on it (it "
                    "rolls the unfinished one back first), then check again", pending, 0)
     foreign = foreign_journal(root, op_dir)
@@ -140,7 +160,7 @@ def check_operator(op_dir: Path, repo_root: Path | None = None, compile_safety: 
         try:
             data = read_regular(path)
         except OSError as exc:
-            report.add("OT011", f"cannot read: {exc.strerror}", path, 0)
+            report.add(OT011, f"cannot read: {exc.strerror}", path, 0)
             continue
         # Each pattern only where its literal occurs: a search that finds nothing walks the
         # whole file byte by byte (no literal prefix to skip with), and most files hold
@@ -176,7 +196,7 @@ def check_operator(op_dir: Path, repo_root: Path | None = None, compile_safety: 
     return report
 
 
-_CONFIG_CODES = frozenset({"OT002", "OT003", "OT004"})
+_CONFIG_CODES = frozenset({OT002, OT003, OT004})
 _CONFIG_NAMES = frozenset({"optrace.toml", "pyproject.toml"})
 
 
@@ -204,14 +224,14 @@ def _check_gates(report: CheckReport, analysis: Analysis) -> None:
             report.findings.append(finding)
         for e in gate.evidence:
             if e.warning:
-                report.add("OT456", f"gate {gate.gate} ({gate.title}): {e.note}", e.path, e.line)
+                report.add(OT456, f"gate {gate.gate} ({gate.title}): {e.note}", e.path, e.line)
 
 
 def _check_block_version(report: CheckReport, path: Path, data: bytes) -> None:
     found = RUNTIME_BLOCK_VERSION_RE.search(data)
     current = _current_block_version()
     if found and current is not None and int(found.group(1)) < current:
-        report.add("OT409", f"runtime block v{decode(found.group(1))} is older than "
+        report.add(OT409, f"runtime block v{decode(found.group(1))} is older than "
                    f"v{current}; "
                    "re-run `optrace apply` to upgrade it", path, data.count(b"\n", 0, found.start()) + 1)
 
@@ -231,12 +251,12 @@ def _check_labels(report: CheckReport, points: list[TracePoint]) -> None:
         seen.add((p.label, p.event))
         problem = label_problem(p.label, p.event)
         if problem:
-            code = "OT402" if "deeper" in problem else "OT401"
+            code = OT402 if "deeper" in problem else OT401
             report.add(code, problem, p.path, p.line)
     labels = {p.label for p in points}
     if "processing" not in labels:
         first = points[0]
-        report.add("OT403", 'no root point "processing" (the kernel entry scaffold is missing)',
+        report.add(OT403, 'no root point "processing" (the kernel entry scaffold is missing)',
                    first.path, first.line)
     deep = [lb for lb in labels if lb != "processing" and len(lb.split()) > MAX_DEPTH - 1]
     del deep  # reported per point above
@@ -250,10 +270,10 @@ def _check_pairs(report: CheckReport, points: list[TracePoint]) -> None:
     for label in sorted(set(begins) | set(ends)):
         if begins[label] and not ends[label]:
             p = next(p for p in points if p.label == label)
-            report.add("OT404", f'"{label}" has a B and no E anywhere', p.path, p.line)
+            report.add(OT404, f'"{label}" has a B and no E anywhere', p.path, p.line)
         elif ends[label] and not begins[label]:
             p = next(p for p in points if p.label == label)
-            report.add("OT404", f'"{label}" has an E and no B anywhere', p.path, p.line)
+            report.add(OT404, f'"{label}" has an E and no B anywhere', p.path, p.line)
     by_file: dict[Path, list[TracePoint]] = {}
     for p in points:
         by_file.setdefault(p.path, []).append(p)
@@ -274,7 +294,7 @@ def _check_file_nesting(report: CheckReport, path: Path, pts: list[TracePoint]) 
             if stack and stack[-1].label == p.label:
                 stack.pop()
             else:
-                report.add("OT405", f'scope guard for "{p.label}" does not follow its B', path, p.line)
+                report.add(OT405, f'scope guard for "{p.label}" does not follow its B', path, p.line)
             continue
         if not stack:
             continue  # an E for a B in another file (a region spanning a call): checked globally
@@ -283,7 +303,7 @@ def _check_file_nesting(report: CheckReport, path: Path, pts: list[TracePoint]) 
             _check_exits_between(report, path, code, b, p)
         elif any(q.label == p.label for q in stack):
             inner = stack[-1]
-            report.add("OT406", f'"{p.label}" ends while "{inner.label}" (line {inner.line}) is still open: '
+            report.add(OT406, f'"{p.label}" ends while "{inner.label}" (line {inner.line}) is still open: '
                        "regions must nest", path, p.line)
             while stack and stack[-1].label != p.label:
                 stack.pop()
@@ -332,7 +352,7 @@ def _check_exits_between(report: CheckReport, path: Path, code: bytes, b: TraceP
         if closing in code[max(b.start, node.start_byte - 240) : node.start_byte]:
             continue
         keyword = node.type.split("_")[0]
-        report.add("OT407", f'`{keyword}` leaves "{b.label}" (B at line {b.line}) without its E',
+        report.add(OT407, f'`{keyword}` leaves "{b.label}" (B at line {b.line}) without its E',
                    path, code.count(b"\n", 0, node.start_byte) + 1)
 
 
@@ -350,10 +370,10 @@ def _check_kernel_g2(report: CheckReport, op_dir: Path, root: Path, analysis: An
     entry = an.entry_fn
     found = entry_profiling(entry)
     if found.name is None:
-        report.add("OT410", f"kernel entry `{entry.name}` has no `{PROFILING_OUTPUT}` parameter (gate G2)",
+        report.add(OT410, f"kernel entry `{entry.name}` has no `{PROFILING_OUTPUT}` parameter (gate G2)",
                    entry.src.path, entry.line)
     elif found.after:
-        report.add("OT411", f"`{found.name}` must be the last tensor output, but `{found.after[0]}` comes "
+        report.add(OT411, f"`{found.name}` must be the last tensor output, but `{found.after[0]}` comes "
                    "after it (gate G2)", entry.src.path, entry.line)
 
 
@@ -374,14 +394,14 @@ def compile_check(report: CheckReport, files: list[Path], op_dir: Path,
         contents = blank_untouched_bodies(analysis.index, analysis.parsed, keep)
     result = host_compile(files, op_dir, wanted, contents)
     for path, reason in result.skipped:
-        report.add("OT421", f"compile safety skipped for this file: {reason}", path, 0)
+        report.add(OT421, f"compile safety skipped for this file: {reason}", path, 0)
     for path, errors in result.errors.items():
         report.compile_checked += 1
         inserted, fragments = inserted_of[path]
         for err in errors:
             in_fragment = any(a <= err.column <= b for a, b in fragments.get(err.line, ()))
             if err.line in inserted or in_fragment:
-                report.add("OT420", f"inserted code does not compile: {err.message}", path, err.line)
+                report.add(OT420, f"inserted code does not compile: {err.message}", path, err.line)
 
 
 _FRAGMENT_RE = re.compile(rb"/\*optrace<\*/.*?/\*>optrace\*/")

@@ -78,7 +78,7 @@ def _rule(code: str) -> dict[str, object]:
     known = CODES.get(code)
     if known is None:  # a team's own rule code
         return {"id": code}
-    return {"id": code, "shortDescription": {"text": known.title},
+    return {"id": code, "shortDescription": {"text": known.summary},
             "defaultConfiguration": {"level": _LEVEL[known.severity]},
             # The page in the repository (the project has no published docs URL to point to).
             "properties": {"doc": f"docs/{known.doc}"}}

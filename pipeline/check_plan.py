@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from optrace.engine.codes import OT106, OT107, OT408, OT412, OT413
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
 from optrace.engine.model import Kind, LoopInfo
 from optrace.engine.plan import Plan
@@ -42,21 +43,21 @@ def findings_from_plan(plan: Plan) -> list[Diagnostic]:
             continue
         if inside.classification == "spin":
             out.append(Diagnostic(
-                "OT413", f'"{point.label}" {point.event} is inside a spin-wait loop on `{inside.var}` '
+                OT413, f'"{point.label}" {point.event} is inside a spin-wait loop on `{inside.var}` '
                 f"(line {inside.line}): it records on every poll; bracket the whole loop instead",
                 point.path, point.line))
         else:
             out.append(Diagnostic(
-                "OT408", f'"{point.label}" {point.event} is inside a tile loop over `{inside.var}` '
+                OT408, f'"{point.label}" {point.event} is inside a tile loop over `{inside.var}` '
                 f"(line {inside.line}): one record per tile distorts the timing and fills the slot",
                 point.path, point.line))
     instrumented = bool(plan.analysis.existing)
     for region in plan.root.walk():
         if instrumented and region.hot and region.kind not in (Kind.EXISTING, Kind.ROOT) and region.anchor:
             out.append(Diagnostic(
-                "OT412", f'hot phase "{region.label}" ({region.hot}) has no points of its own',
+                OT412, f'hot phase "{region.label}" ({region.hot}) has no points of its own',
                 region.anchor.path, region.anchor.line))
     for d in plan.findings:
-        if d.code in ("OT106", "OT107") and d.severity == Severity.WARNING:
+        if d.code in (OT106, OT107) and d.severity == Severity.WARNING:
             out.append(d)
     return out

@@ -49,6 +49,7 @@ from optrace.codemods.op_def import opdef_file, parse_opdef
 from optrace.codemods.python_files import split_callers
 from optrace.codemods.registry import LAYERS, layer
 from optrace.engine.analysis import Analysis
+from optrace.engine.codes import OT451, OT452, OT453, OT454, OT455
 from optrace.engine.diagnostics import Diagnostic, InputError
 from optrace.engine.source import read_regular
 
@@ -61,7 +62,7 @@ NOT_VERIFIABLE = "not verifiable here"
 SYMBOLS = {PASS: "✓", FAIL: "✗", NA: "n/a", NOT_VERIFIABLE: "not verifiable here"}
 TITLES = {"G1": "preprocess", "G2": "output order", "G3": "compile", "G4": "run + post-process",
           "G5": "paths"}
-CODES = {"G1": "OT451", "G2": "OT452", "G3": "OT453", "G4": "OT454", "G5": "OT455"}
+CODES = {"G1": OT451, "G2": OT452, "G3": OT453, "G4": OT454, "G5": OT455}
 
 
 @dataclass

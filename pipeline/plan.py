@@ -16,6 +16,7 @@ from optrace.engine.analysis import (
     analyse_operator,
     unfollowed_calls,
 )
+from optrace.engine.codes import OT023
 from optrace.engine.diagnostics import Diagnostic, Severity, display_path
 from optrace.engine.model import Kind, Region, assign_labels
 from optrace.engine.plan import Plan
@@ -71,7 +72,7 @@ def stop_reasons(analysis: Analysis, root: Region) -> list[Diagnostic]:
     thin tree with no such call says that what it reached holds no phase work."""
     thin = is_thin(root)
     severity = Severity.WARNING if thin else Severity.INFO
-    out = [Diagnostic("OT023", f"`{u.call}` is not followed: {u.why}", u.path, u.line, severity)
+    out = [Diagnostic(OT023, f"`{u.call}` is not followed: {u.why}", u.path, u.line, severity)
            for u in unfollowed_calls(analysis)]
     g = analysis.callgraph
     # Recursion: each function is planned once, so a call back into the chain is where
@@ -88,14 +89,14 @@ def stop_reasons(analysis: Analysis, root: Region) -> list[Diagnostic]:
                  for n, lab in zip(cycle, labels, strict=True)]
         names = " -> ".join((*shown, shown[0]))
         out.append(Diagnostic(
-            "OT023", f"recursion {names}: the call back into `{shown[0]}` is "
+            OT023, f"recursion {names}: the call back into `{shown[0]}` is "
             "not followed (its body is planned once)",
             where, int(g.edges[back, first].get("line", 0)), Severity.INFO))
     if thin and not out:
         entry = analysis.entry_fn
         reached = analysis.callgraph.number_of_nodes() - 1
         out.append(Diagnostic(
-            "OT023", f"the tree stops at the root: the {reached} function(s) the entry reaches hold no "
+            OT023, f"the tree stops at the root: the {reached} function(s) the entry reaches hold no "
             "phase work optrace can see (no loop over experts / groups, no wait, no call of real size)",
             entry.src.path, entry.line, Severity.WARNING))
     return out

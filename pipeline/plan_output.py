@@ -13,6 +13,7 @@ from pathlib import Path
 
 import networkx as nx
 
+from optrace.engine.codes import OT020, OT021
 from optrace.engine.diagnostics import display_path
 from optrace.engine.model import Kind, Region
 from optrace.engine.plan import Plan
@@ -141,13 +142,13 @@ def render_text(plan: Plan, mode: tuple[str, str] | None = None) -> str:
                       if unbracketed else ""))
     diags = plan.diagnostics
     # Missing headers are already listed with the include tree.
-    diags = [d for d in diags if d.code != "OT021"]
+    diags = [d for d in diags if d.code != OT021]
     # One partial-parse warning, naming every file: the same sentence per file is noise.
-    partial = [d for d in diags if d.code == "OT020"]
+    partial = [d for d in diags if d.code == OT020]
     if len(partial) > 1:
         others = ", ".join(f"{display_path(d.path, root_dir)}:{d.line}" for d in partial[1:] if d.path)
         first = replace(partial[0], message=f"{partial[0].message} (also: {others})")
-        diags = [first if d is partial[0] else d for d in diags if d.code != "OT020" or d is partial[0]]
+        diags = [first if d is partial[0] else d for d in diags if d.code != OT020 or d is partial[0]]
     if diags:
         out.append("")
         out.append("findings:")

@@ -12,6 +12,7 @@ arms: per dispatch, the arm that needs most.
 
 from __future__ import annotations
 
+from optrace.engine.codes import OT107
 from optrace.engine.diagnostics import Severity
 from optrace.engine.model import Region
 from optrace.engine.plan import SLOT_CAPACITY, Estimate
@@ -90,7 +91,7 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
 
 
 class Capacity(Rule):
-    code = "OT107"
+    code = OT107
     name = "capacity"
     VALID = (Example(_LOOP, tree=("processing", "  group @inside:3", "    group barrier @around:4"),
                      config="[trip_counts]\ngroupIdx = 16\n"),

@@ -13,6 +13,7 @@ distort what they measure.
 
 from __future__ import annotations
 
+from optrace.engine.codes import OT106
 from optrace.engine.diagnostics import Severity
 from optrace.engine.model import Region
 from optrace.rules.base import Example, Rule, RuleContext
@@ -34,7 +35,7 @@ _DEFS = "\n".join(f"__aicore__ inline void Phase{i}() {{ for (uint32_t groupIdx 
 
 
 class Density(Rule):
-    code = "OT106"
+    code = OT106
     name = "density"
     VALID = (
         Example(

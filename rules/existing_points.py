@@ -7,13 +7,14 @@ traces and comparisons. Existing pairs appear in the tree as `existing` regions.
 
 from __future__ import annotations
 
+from optrace.engine.codes import OT101
 from optrace.engine.diagnostics import Severity
 from optrace.engine.model import Anchor, Kind, Region
 from optrace.rules.base import Example, Rule, RuleContext
 
 
 class KeepExistingPoints(Rule):
-    code = "OT101"
+    code = OT101
     name = "keep-existing-points"
     VALID = (
         Example(

@@ -7,6 +7,7 @@ call chains are implementation detail of one phase.
 
 from __future__ import annotations
 
+from optrace.engine.codes import OT104
 from optrace.engine.model import Region, assign_labels
 from optrace.rules.base import Example, Rule, RuleContext
 
@@ -17,7 +18,7 @@ _CHAIN = "\n".join(
 
 
 class FoldDepth(Rule):
-    code = "OT104"
+    code = OT104
     name = "fold-depth"
     VALID = (
         Example(

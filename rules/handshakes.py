@@ -13,6 +13,7 @@ partner, the trace reads as the pipeline it is.
 
 from __future__ import annotations
 
+from optrace.engine.codes import OT109
 from optrace.engine.model import Kind, Region, assign_labels
 from optrace.rules.base import Example, Rule, RuleContext
 
@@ -67,7 +68,7 @@ _ROLE_WORDS = frozenset({"wait", "notify", "barrier", "sync", "set", "done", "fl
 
 
 class HandshakePartners(Rule):
-    code = "OT109"
+    code = OT109
     name = "handshake-partners"
     VALID = (
         # A function that sends, then waits: two regions (never one labelled as a wait).

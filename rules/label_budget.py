@@ -31,6 +31,7 @@ import heapq
 from collections import Counter
 from pathlib import Path
 
+from optrace.engine.codes import OT108
 from optrace.engine.model import Kind, Region, assign_labels
 from optrace.rules.base import Example, Rule, RuleContext
 
@@ -74,7 +75,7 @@ def _variant_example(n: int) -> str:
 
 
 class LabelBudget(Rule):
-    code = "OT108"
+    code = OT108
     name = "label-budget"
     VALID = (
         Example(_example(5), tree=("processing", *(f"  step{i}" for i in range(5)))),

@@ -7,6 +7,7 @@ Why: every kernel's entry does `op.Init(...); op.Process();`. A `process` level 
 
 from __future__ import annotations
 
+from optrace.engine.codes import OT102
 from optrace.engine.model import Kind
 from optrace.rules.base import Example, Rule, RuleContext
 
@@ -30,7 +31,7 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
 
 
 class LiftMainFlow(Rule):
-    code = "OT102"
+    code = OT102
     name = "lift-main-flow"
     VALID = (
         Example(

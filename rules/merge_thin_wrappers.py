@@ -9,6 +9,7 @@ caller's name for the phase. Core-type bodies (`aic` / `aiv`) are never merged a
 
 from __future__ import annotations
 
+from optrace.engine.codes import OT103
 from optrace.engine.model import Kind, Region
 from optrace.rules.base import Example, Rule, RuleContext
 
@@ -32,7 +33,7 @@ _KEEP_INNER = ("wait", "sync", "notify", "send", "recv")
 
 
 class MergeThinWrappers(Rule):
-    code = "OT103"
+    code = OT103
     name = "merge-thin-wrappers"
     VALID = (
         Example(

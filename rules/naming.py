@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 
+from optrace.engine.codes import OT105
 from optrace.engine.diagnostics import Severity
 from optrace.engine.model import Region, assign_labels
 from optrace.rules.base import Example, Rule, RuleContext
@@ -45,7 +46,7 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
 
 
 class Naming(Rule):
-    code = "OT105"
+    code = OT105
     name = "naming"
     VALID = (
         # Long names shortened to their phase words (`dispatch`), else their first two

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from importlib.machinery import PathFinder
 from typing import Any
 
+from optrace.engine.codes import OT004
 from optrace.engine.config import rule_module_problem
 from optrace.engine.diagnostics import Diagnostic, InputError
 from optrace.rules import (
@@ -55,11 +56,11 @@ def load_rules(modules: tuple[str, ...] = (), disabled: frozenset[str] = frozens
     for mod_name in modules:
         problem = rule_module_problem(mod_name)
         if problem:
-            raise InputError(Diagnostic("OT004", f"rule module `{mod_name}`: {problem}", None, 0))
+            raise InputError(Diagnostic(OT004, f"rule module `{mod_name}`: {problem}", None, 0))
         try:
             classes.extend(_rules_of(importlib.import_module(mod_name)))
         except (ImportError, TypeError) as exc:
-            raise InputError(Diagnostic("OT004", f"rule module `{mod_name}`: {exc}", None, 0)) from exc
+            raise InputError(Diagnostic(OT004, f"rule module `{mod_name}`: {exc}", None, 0)) from exc
     for ep in entry_points(group="optrace.rules"):
         classes.extend(_rules_of_entry_point(ep))
     seen: set[str] = set()
@@ -136,7 +137,7 @@ def _rules_of_entry_point(ep: Any) -> list[type[Rule]]:
         return _rules_of(ep.load())
     except Exception as exc:  # whatever the plugin's import raises
         raise InputError(Diagnostic(
-            "OT004", f"rule plugin `{getattr(ep, 'name', '?')} = {getattr(ep, 'value', '?')}` of "
+            OT004, f"rule plugin `{getattr(ep, 'name', '?')} = {getattr(ep, 'value', '?')}` of "
             f"{dist} (entry point group optrace.rules) cannot be used: {type(exc).__name__}: {exc}; "
             "fix or uninstall that distribution", None, 0)) from exc
 

@@ -14,6 +14,7 @@ around one call) are OT103's; the plan lint counts what is left.
 
 from __future__ import annotations
 
+from optrace.engine.codes import OT110
 from optrace.engine.model import Kind, Region
 from optrace.rules.base import Example, Rule, RuleContext
 
@@ -78,7 +79,7 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
 
 
 class SameSpan(Rule):
-    code = "OT110"
+    code = OT110
     name = "same-span"
     VALID = (
         Example(_WAIT_ONLY.replace("    CrossCoreWaitFlag(FLAG_DISPATCH);\n",

@@ -3,6 +3,10 @@ every registered code is emitted and documented, and the registry drives severit
 
 from __future__ import annotations
 
+import ast
+import io
+import re
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -78,3 +82,18 @@ def test_a_diagnostic_takes_its_default_severity_from_the_registry() -> None:
 def test_lookup_names_an_unregistered_code() -> None:
     with pytest.raises(KeyError, match="OT998"):
         lookup("OT998")
+
+
+def test_no_call_site_spells_a_code_as_a_string() -> None:
+    """Codes are typed: a call site names the registry's object (`OT044`, `f"{OT044} ..."`),
+    never the bare string "OT044" (docstrings and comments may name codes)."""
+    bare = re.compile(r"(?<!\{)\bOT\d{3}\b")
+    found = []
+    for path in source_files():
+        src = path.read_text(encoding="utf-8")
+        docs = {node.lineno for node in ast.walk(ast.parse(src))
+                if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
+        for tok in tokenize.generate_tokens(io.StringIO(src).readline):
+            if tok.type == tokenize.STRING and tok.start[0] not in docs and bare.search(tok.string):
+                found.append(f"{path.relative_to(ROOT)}:{tok.start[0]}: {tok.string[:60]}")
+    assert not found, found

@@ -14,6 +14,7 @@ import typer
 
 from optrace.cli import check, edit, plan, preprocess, runtime
 from optrace.cli.common import EXIT_INTERNAL, EXIT_OK, apply_config_trust, err
+from optrace.engine.codes import OT999
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -60,5 +61,5 @@ def main() -> None:
     except SystemExit:
         raise
     except Exception:
-        err("optrace: OT999 internal error:\n" + traceback.format_exc())
+        err(f"optrace: {OT999} internal error:\n" + traceback.format_exc())
         sys.exit(EXIT_INTERNAL)

@@ -30,6 +30,7 @@ from optrace.cli.common import (
     run_parallel,
     worker_count,
 )
+from optrace.engine.codes import OT999
 
 _VALUE_OPTIONS = {"--repo-root": "repo_root", "--format": "format", "-o": "output", "--output": "output",
                   "-j": "jobs", "--jobs": "jobs"}
@@ -94,7 +95,7 @@ def _check_one(op_dir: Path, repo_root: Path | None, compile_safety: bool) -> tu
     except Exception:  # one broken operator must not stop the others
         import traceback  # only on this path: its import (linecache, tokenize) is check start-up
 
-        message = f"{op_dir}: OT999 internal error while checking:\n{traceback.format_exc()}"
+        message = f"{op_dir}: {OT999} internal error while checking:\n{traceback.format_exc()}"
         return None, message, EXIT_INTERNAL
 
 

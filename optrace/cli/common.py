@@ -14,6 +14,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
+from optrace.engine.codes import OT030
+
 EXIT_OK, EXIT_FINDINGS, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 
 _T = TypeVar("_T")
@@ -55,7 +57,7 @@ def operator_files(op_dirs: list[Path]) -> list[Path]:
     return files
 
 
-def output_refused(output: Path | None, inputs: list[Path], code: str = "OT030") -> bool:
+def output_refused(output: Path | None, inputs: list[Path], code: str = OT030) -> bool:
     """Checked before any work: `output` is a FIFO, socket, directory or one of the
     inputs (runtime/atomic.py) -> the message, and True."""
     from optrace.runtime.atomic import OutputError, output_target
@@ -70,7 +72,7 @@ def output_refused(output: Path | None, inputs: list[Path], code: str = "OT030")
     return False
 
 
-def write_user_output(output: Path, data: bytes, inputs: list[Path], code: str = "OT030") -> bool:
+def write_user_output(output: Path, data: bytes, inputs: list[Path], code: str = OT030) -> bool:
     """`data` as the user-named `output` (runtime/atomic.py); False after the message
     naming it when it could not be written (the previous file is intact)."""
     from optrace.runtime.atomic import OutputError, write_output

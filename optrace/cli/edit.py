@@ -31,6 +31,7 @@ from optrace.cli.common import (
     write_user_output,
 )
 from optrace.cli.deferred import install as install_deferred
+from optrace.engine.codes import OT044, OT045, OT047, OT300, OT999
 
 if TYPE_CHECKING:  # the pipeline is imported when a command runs, not with `optrace --help`
     from optrace.engine.transaction import Transaction
@@ -67,7 +68,7 @@ def _edit_one(op_dir: Path, repo_root: Path | None, compute: str, mode: str | No
     except EditError as exc:
         return _EditOutcome(message=f"{exc}", code=EXIT_INTERNAL)
     except Exception:  # one broken operator must not stop the others
-        return _EditOutcome(message=f"{op_dir}: OT999 internal error while computing {compute}:\n"
+        return _EditOutcome(message=f"{op_dir}: {OT999} internal error while computing {compute}:\n"
                             f"{traceback.format_exc()}", code=EXIT_INTERNAL)
     result.plan = None  # parse trees do not cross processes, and nothing below needs them
     if want_diff:
@@ -114,7 +115,7 @@ def _prepare(op_dir: Path, repo_root: Path | None, write: bool) -> _Prepared:
     if not write:
         state, path = txn.status()
         if state == "pending":
-            return _Prepared([f"{path}: OT044 an apply / strip of this operator did not finish; its files "
+            return _Prepared([f"{path}: {OT044} {OT044.summary}; its files "
                               "may be half-written. This command writes nothing: run `optrace apply --write` "
                               "or `optrace strip --write` on it (each rolls the unfinished one back first), "
                               "then run this again"], EXIT_INPUT)
@@ -197,7 +198,7 @@ class _EditRun:
                 err(d.format(result.repo_root))
         if self.check:
             for path in sorted(result.changes):
-                err(f"{_rel(path, result.repo_root)}: OT300 would change ({self.compute})")
+                err(f"{_rel(path, result.repo_root)}: {OT300} would change ({self.compute})")
             if result.changes:
                 self.code = max(self.code, EXIT_FINDINGS)
         elif self.write:
@@ -235,7 +236,7 @@ class _EditRun:
             outside = sorted(p for p in result.changes
                              if not Path(os.path.realpath(p)).is_relative_to(real_root))
             if outside:
-                err(f"{outside[0]}: OT047 outside the repository root {result.repo_root}; not shown, "
+                err(f"{outside[0]}: {OT047} outside the repository root {result.repo_root}; not shown, "
                     "nothing written (--repo-root DIR to widen the root)")
                 self.code = max(self.code, EXIT_INPUT)
                 return
@@ -286,7 +287,7 @@ _WRITE_HELP = "Apply the changes (atomically per operator)."
 
 
 _WAIT_HELP = ("With --write: wait for another optrace process writing the same repository, "
-              "instead of stopping at once (OT045).")
+              f"instead of stopping at once ({OT045}).")
 
 
 def _with_write_locks(op_dirs: list[Path], repo_root: Path | None, write: bool, wait: bool,

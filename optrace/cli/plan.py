@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from optrace.engine.codes import OT030, OT044, OT999
+
 if TYPE_CHECKING:
     from optrace.engine.plan import Plan
 from optrace.cli.common import (
@@ -65,16 +67,15 @@ def _plan_one(op_dir: Path, repo_root: Path | None, as_json: bool, graph: Path |
         out.code = EXIT_INPUT
         return out
     except Exception:  # one broken operator must not stop the others
-        out.messages.append(f"{op_dir}: OT999 internal error while planning:\n{traceback.format_exc()}")
+        out.messages.append(f"{op_dir}: {OT999} internal error while planning:\n{traceback.format_exc()}")
         out.code = EXIT_INTERNAL
         return out
     # stderr carries what needs attention; notes (info) stay in the plan itself.
     root = result.analysis.layers.repo_root
     pending = pending_journal(root, result.analysis.layers.op_dir)
     if pending is not None:
-        out.messages.append(f"{pending}: OT044 warning: an apply / strip of this operator did not "
-                            "finish; the plan may show half-written code (the next apply / strip "
-                            "--write rolls it back first)")
+        out.messages.append(f"{pending}: {OT044} warning: {OT044.summary}; the plan may show "
+                            "half-written code (the next apply / strip --write rolls it back first)")
     foreign = foreign_journal(root, result.analysis.layers.op_dir)
     if foreign is not None:
         out.messages.append(f"{foreign.path}: {foreign.code} warning: {foreign.message}")
@@ -88,10 +89,10 @@ def _plan_one(op_dir: Path, repo_root: Path | None, as_json: bool, graph: Path |
         try:
             write_graph(result, graph, [*result.analysis.parsed, *operator_files([op_dir])])
         except OutputError as exc:
-            out.messages.append(f"{exc.path}: OT030 {exc.message}")
+            out.messages.append(f"{exc.path}: {OT030} {exc.message}")
             out.code = EXIT_INPUT
         except (OSError, RuntimeError) as exc:  # Graphviz missing or failing (.svg)
-            out.messages.append(f"{graph}: OT030 cannot write graph: {exc}")
+            out.messages.append(f"{graph}: {OT030} cannot write graph: {exc}")
             out.code = EXIT_INPUT
     return out
 

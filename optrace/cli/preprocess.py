@@ -15,6 +15,7 @@ from optrace.cli.common import (
     err,
     output_refused,
 )
+from optrace.engine.codes import OT200, OT206
 
 
 def preprocess(
@@ -35,7 +36,7 @@ def preprocess(
     from optrace.runtime.atomic import OutputError, write_output
 
     if not src_dir.is_dir():
-        err(f"{src_dir}: OT200 source directory does not exist")
+        err(f"{src_dir}: {OT200} source directory does not exist")
         raise typer.Exit(EXIT_INPUT)
     src_dir = src_dir.resolve()
     result = scan(src_dir)
@@ -43,19 +44,19 @@ def preprocess(
         if d.severity != Severity.INFO:
             err(d.format(src_dir))
     if not result.ok:
-        err(f"{src_dir}: OT200 nothing written")
+        err(f"{src_dir}: {OT200} nothing written")
         raise typer.Exit(EXIT_INPUT)
     doc = point_map_document(result, src_dir, f"optrace {__version__}")
     changed = rewrite_sources(result) if modify else {}
     map_path = out / "point_map.json"
-    if output_refused(map_path, list(result.files), "OT206"):  # e.g. --out names a source
+    if output_refused(map_path, list(result.files), OT206):  # e.g. --out names a source
         raise typer.Exit(EXIT_INPUT)
     try:
         for path, data in changed.items():  # the build tree's sources, rewritten in place
             write_output(path, data)
         write_output(map_path, (json.dumps(doc, indent=1) + "\n").encode(), inputs=result.files)
     except OutputError as exc:
-        err(f"{exc.path}: OT206 {exc.message}")
+        err(f"{exc.path}: {OT206} {exc.message}")
         raise typer.Exit(EXIT_INPUT) from None
     labels = len({o.label for o in result.occurrences})
     typer.echo(f"{len(result.occurrences)} points, {labels} labels, {len(result.files)} files; "

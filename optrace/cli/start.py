@@ -101,10 +101,12 @@ def check_main() -> None:
     gc.enable()
     try:
         code = fast_main(argv)
-    except Exception:  # as the full CLI reports it (optrace.cli.main)
-        import traceback  # only on this path: ~4 ms of check's start-up otherwise
+    except Exception:  # as the full CLI reports it (optrace.cli.app.main)
+        import traceback  # only on this path: it would cost check's start-up otherwise
 
-        print("optrace: OT999 internal error:\n" + traceback.format_exc(), file=sys.stderr)
+        from optrace.engine.codes import OT999
+
+        print(f"optrace: {OT999} internal error:\n" + traceback.format_exc(), file=sys.stderr)
         code = 3
     if code is not None:
         finish(code)
