@@ -45,7 +45,7 @@ from optrace.engine.cpp import (
     param_name,
 )
 from optrace.engine.diagnostics import InputError
-from optrace.engine.discovery import CPP_EXTS, LayerFile, Layers, SearchContext
+from optrace.engine.discovery import LayerFile, Layers, SearchContext
 from optrace.engine.edits import Edit, line_number, line_start
 from optrace.engine.names import op_name_pattern
 from optrace.engine.plan import Plan
@@ -221,8 +221,8 @@ aclnnStatus aclnnDemoOpGetWorkspaceSize(const aclTensor *x, const aclTensor *y,
 class AclnnLayer(FileLayer):
     NAME: ClassVar[str] = "aclnn"
     DESCRIPTION: ClassVar[str] = "aclnn wrappers: the profiling output right before workspaceSize"
-    FOUND_KEY: ClassVar[str | None] = 'aclnn'
-    TITLE: ClassVar[str] = 'aclnn wrappers'
+    FOUND_KEY: ClassVar[str | None] = "aclnn"
+    TITLE: ClassVar[str] = "aclnn wrappers"
     EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (LayerExample(
         path="demo_op/op_api/aclnn_demo_op.cpp",
         files={"demo_op/op_api/aclnn_demo_op.h": _EXAMPLE_ACLNN_H,
@@ -250,10 +250,9 @@ class AclnnLayer(FileLayer):
                 continue
             if path.name.lower().startswith("aclnn_") or re.search(rb"aclnnInner" + camel, code):
                 out.append(ctx.at(path, code, rb"aclnn(?:Inner)?" + camel, "aclnn wrapper"))
-        for path in ctx.candidates:
-            if ctx.inside(path) or path.suffix.lower() not in CPP_EXTS or ctx.data(path) is None:
+        for path, code in ctx.cpp_candidates():
+            if ctx.inside(path):
                 continue
-            code = ctx.code(path)
             if (path.name.lower().startswith("aclnn_") and ctx.op in path.name.encode()) or re.search(
                     rb"aclnnInner" + camel + rb"GetWorkspaceSize", code):
                 out.append(ctx.at(path, code, rb"aclnn(?:Inner)?" + camel, "aclnn wrapper (outside op dir)"))

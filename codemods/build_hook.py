@@ -516,8 +516,8 @@ class BuildHookLayer(FileLayer):
     NAME: ClassVar[str] = "build_hook"
     DESCRIPTION: ClassVar[str] = "build hook: the build runs `optrace preprocess` on the kernels it compiles"
     GATE: ClassVar[str] = "G1"
-    FOUND_KEY: ClassVar[str | None] = 'build_script'
-    TITLE: ClassVar[str] = 'build script'
+    FOUND_KEY: ClassVar[str | None] = "build_script"
+    TITLE: ClassVar[str] = "build script"
     EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (LayerExample(
         path="build.sh",
         files={"build.sh": _EXAMPLE_BUILD, "CMakeLists.txt": "project(demo)\nadd_subdirectory(demo_op)\n"},

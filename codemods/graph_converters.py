@@ -26,8 +26,8 @@ class GraphConvertersLayer(FileLayer):
     NAME: ClassVar[str] = "graph_converters"
     DESCRIPTION: ClassVar[str] = "graph-mode converters (torchair): profiling_data the last GE output"
     MODE_B_ONLY: ClassVar[bool] = True
-    FOUND_KEY: ClassVar[str | None] = 'graph_converters'
-    TITLE: ClassVar[str] = 'graph-mode converters (torchair)'
+    FOUND_KEY: ClassVar[str | None] = "graph_converters"
+    TITLE: ClassVar[str] = "graph-mode converters (torchair)"
     OPTIONAL: ClassVar[bool] = True
     EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (LayerExample(
         path="python/demo_lib/converters.py",
@@ -40,16 +40,10 @@ class GraphConvertersLayer(FileLayer):
 
     def search(self, ctx: SearchContext) -> list[LayerFile]:
         """Python files outside the operator registering a torchair converter of it."""
-        out: list[LayerFile] = []
         pattern = re.compile(rb"\bregister_fx_node_ge_converter\s*\(\s*torch\.ops\.\w+\."
                              + ctx.any_name + rb"\b")
-        for path in ctx.candidates:
-            if ctx.inside(path) or path.suffix.lower() != ".py":
-                continue
-            data = ctx.data(path)
-            if data is not None and pattern.search(data):
-                out.append(ctx.at(path, data, pattern.pattern, "torchair converter"))
-        return out
+        return [ctx.at(path, data, pattern.pattern, "torchair converter")
+                for path, data in ctx.python_candidates() if pattern.search(data)]
 
     def find(self, layers: Layers) -> list[Path]:
         if python_layer_absent(layers, self.NAME):

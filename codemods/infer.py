@@ -235,8 +235,8 @@ IMPL_OP_INFERSHAPE(DemoOp).InferShape(InferShapeDemoOp).InferDataType(InferDataT
 class InferLayer(FileLayer):
     NAME: ClassVar[str] = "infer"
     DESCRIPTION: ClassVar[str] = "infer shape / dtype functions registered for the op"
-    FOUND_KEY: ClassVar[str | None] = 'infer'
-    TITLE: ClassVar[str] = 'infer shape'
+    FOUND_KEY: ClassVar[str | None] = "infer"
+    TITLE: ClassVar[str] = "infer shape"
     EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (LayerExample(
         path="demo_op/op_host/demo_op_infershape.cpp",
         files={"demo_op/op_host/demo_op_infershape.cpp": _EXAMPLE_INFER},

@@ -321,8 +321,8 @@ def entry_profiling(entry: FunctionDef) -> EntryProfiling:
 class EntryLayer(FileLayer):
     NAME: ClassVar[str] = "entry"
     DESCRIPTION: ClassVar[str] = "kernel entry (__global__ __aicore__): the trace points and profiling_data"
-    FOUND_KEY: ClassVar[str | None] = 'entry'
-    TITLE: ClassVar[str] = 'kernel entry (__global__ __aicore__)'
+    FOUND_KEY: ClassVar[str | None] = "entry"
+    TITLE: ClassVar[str] = "kernel entry (__global__ __aicore__)"
     EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (LayerExample(
         path="demo_op/op_kernel/demo_op.cpp",
         changes=(

@@ -277,8 +277,8 @@ def op_def_edits(plan: Plan, mode: str) -> list[Edit]:
 class OpDefLayer(FileLayer):
     NAME: ClassVar[str] = "op_def"
     DESCRIPTION: ClassVar[str] = "op_host OpDef: profiling_data the last output"
-    FOUND_KEY: ClassVar[str | None] = 'op_def'
-    TITLE: ClassVar[str] = 'op_host OpDef'
+    FOUND_KEY: ClassVar[str | None] = "op_def"
+    TITLE: ClassVar[str] = "op_host OpDef"
     EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (LayerExample(
         path="demo_op/op_host/demo_op_def.cpp",
         changes=(('this->Output("y").ParamType(REQUIRED).DataType({ge::DT_FLOAT}).Format({ge::FORMAT_ND});\n',

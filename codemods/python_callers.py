@@ -33,8 +33,8 @@ class PythonCallersLayer(FileLayer):
                                   "paths; library code unpacks profiling_data")
     GATE: ClassVar[str] = "G4/G5"
     MODE_B_ONLY: ClassVar[bool] = True
-    FOUND_KEY: ClassVar[str | None] = 'python_callers'
-    TITLE: ClassVar[str] = 'Python samples / tests'
+    FOUND_KEY: ClassVar[str | None] = "python_callers"
+    TITLE: ClassVar[str] = "Python samples / tests"
     EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (LayerExample(
         path="tests/test_demo_op.py",
         files={**EXAMPLE_TORCH, "tests/test_demo_op.py": _EXAMPLE_TEST},
@@ -59,11 +59,8 @@ class PythonCallersLayer(FileLayer):
         torch names): samples / tests, or library code."""
         call_re = re.compile(rb"\.\s*" + ctx.any_name + rb"\s*\(")
         out: list[LayerFile] = []
-        for path in ctx.candidates:
-            if ctx.inside(path) or path.suffix.lower() != ".py":
-                continue
-            data = ctx.data(path)
-            if data is not None and call_re.search(data):
+        for path, data in ctx.python_candidates():
+            if call_re.search(data):
                 sample = is_sample_caller(path, ctx.layers.repo_root, ctx.sample_globs)
                 out.append(ctx.at(path, data, call_re.pattern, "calls the op" if sample
                                   else "library code calling the op: unpack only"))

@@ -31,8 +31,8 @@ class PythonFakesLayer(FileLayer):
     NAME: ClassVar[str] = "python_fakes"
     DESCRIPTION: ClassVar[str] = "Python fake / Meta implementations: profiling_data returned last"
     MODE_B_ONLY: ClassVar[bool] = True
-    FOUND_KEY: ClassVar[str | None] = 'python_fakes'
-    TITLE: ClassVar[str] = 'Python fake / Meta impls'
+    FOUND_KEY: ClassVar[str | None] = "python_fakes"
+    TITLE: ClassVar[str] = "Python fake / Meta impls"
     OPTIONAL: ClassVar[bool] = True
     EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (LayerExample(
         path="python/demo_lib/fakes.py",
@@ -48,15 +48,9 @@ class PythonFakesLayer(FileLayer):
     def search(self, ctx: SearchContext) -> list[LayerFile]:
         """Python files outside the operator registering a fake / Meta implementation of
         it: the op named as a string ("ns::op", "op" for lib.impl) or torch.ops.ns.op."""
-        out: list[LayerFile] = []
         pattern = _fake_re(ctx.any_name)
-        for path in ctx.candidates:
-            if ctx.inside(path) or path.suffix.lower() != ".py":
-                continue
-            data = ctx.data(path)
-            if data is not None and pattern.search(data):
-                out.append(ctx.at(path, data, pattern.pattern, "fake / Meta impl of the op"))
-        return out
+        return [ctx.at(path, data, pattern.pattern, "fake / Meta impl of the op")
+                for path, data in ctx.python_candidates() if pattern.search(data)]
 
     def find(self, layers: Layers) -> list[Path]:
         if python_layer_absent(layers, self.NAME):

@@ -249,8 +249,8 @@ class RegistrationLayer(FileLayer):
     NAME: ClassVar[str] = "registration"
     DESCRIPTION: ClassVar[str] = "torch registration (PYBIND11_MODULE / TORCH_LIBRARY): the schema's returns"
     MODE_B_ONLY: ClassVar[bool] = True
-    FOUND_KEY: ClassVar[str | None] = 'registration'
-    TITLE: ClassVar[str] = 'torch registration (PYBIND11_MODULE / TORCH_LIBRARY)'
+    FOUND_KEY: ClassVar[str | None] = "registration"
+    TITLE: ClassVar[str] = "torch registration (PYBIND11_MODULE / TORCH_LIBRARY)"
     EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (
         LayerExample(
             path="csrc/registration.cpp",
@@ -275,14 +275,9 @@ class RegistrationLayer(FileLayer):
         anywhere in the file (a message may say the op's name)."""
         op_string = re.compile(rb"[\"'](?:\w+::)?(?:" + ctx.camel + rb"|" + ctx.any_name
                                + rb")(?:\.\w+)?\s*[(\"']")
-        out: list[LayerFile] = []
-        for path in ctx.candidates:
-            if path.suffix.lower() not in CPP_EXTS or "op_kernel" in path.parts or ctx.data(path) is None:
-                continue
-            code = ctx.code(path)
-            if may_register(code) and REGISTRATION_RE.search(code) and op_string.search(code):
-                out.append(ctx.at(path, code, op_string.pattern, "registers the op"))
-        return out
+        return [ctx.at(path, code, op_string.pattern, "registers the op")
+                for path, code in ctx.cpp_candidates()
+                if may_register(code) and REGISTRATION_RE.search(code) and op_string.search(code)]
 
     def find(self, layers: Layers) -> list[Path]:
         return registration_files(layers)

@@ -230,8 +230,8 @@ constexpr int32_t DEMO_TILE = 256;
 class BaseHeaderLayer(FileLayer):
     NAME: ClassVar[str] = "base_header"
     DESCRIPTION: ClassVar[str] = "runtime base header (*_base.h): the device runtime filling profiling_data"
-    FOUND_KEY: ClassVar[str | None] = 'base_header'
-    TITLE: ClassVar[str] = 'runtime base header (*_base.h)'
+    FOUND_KEY: ClassVar[str | None] = "base_header"
+    TITLE: ClassVar[str] = "runtime base header (*_base.h)"
     EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (LayerExample(
         path="demo_op/op_kernel/demo_op_base.h",
         files={

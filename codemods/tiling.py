@@ -135,8 +135,8 @@ IMPL_OP_OPTILING(DemoOp).Tiling(TilingDemoOp);
 class TilingLayer(FileLayer):
     NAME: ClassVar[str] = "tiling"
     DESCRIPTION: ClassVar[str] = "tiling function registered for the op"
-    FOUND_KEY: ClassVar[str | None] = 'tiling'
-    TITLE: ClassVar[str] = 'tiling'
+    FOUND_KEY: ClassVar[str | None] = "tiling"
+    TITLE: ClassVar[str] = "tiling"
     EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (LayerExample(
         path="demo_op/op_host/demo_op_tiling.cpp",
         files={"demo_op/op_host/demo_op_tiling.cpp": _EXAMPLE_TILING},

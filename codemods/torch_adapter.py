@@ -59,7 +59,7 @@ from optrace.engine.cpp import (
     returns_in,
 )
 from optrace.engine.diagnostics import InputError
-from optrace.engine.discovery import CPP_EXTS, LayerFile, Layers, SearchContext, repo_index
+from optrace.engine.discovery import LayerFile, Layers, SearchContext, repo_index
 from optrace.engine.edits import Edit, line_number, line_start
 from optrace.engine.names import same_op
 from optrace.engine.plan import Plan
@@ -394,8 +394,8 @@ class TorchAdapterLayer(FileLayer):
     NAME: ClassVar[str] = "torch_adapter"
     DESCRIPTION: ClassVar[str] = ("torch adapter (EXEC_NPU_CMD / EXEC_KERNEL_CMD): passes and returns the "
                                   "buffer")
-    FOUND_KEY: ClassVar[str | None] = 'torch_adapter'
-    TITLE: ClassVar[str] = 'torch adapter (EXEC_NPU_CMD / EXEC_KERNEL_CMD)'
+    FOUND_KEY: ClassVar[str | None] = "torch_adapter"
+    TITLE: ClassVar[str] = "torch adapter (EXEC_NPU_CMD / EXEC_KERNEL_CMD)"
     EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (LayerExample(
         path="csrc/demo_op_adapter.cpp",
         files=EXAMPLE_TORCH,
@@ -418,14 +418,9 @@ class TorchAdapterLayer(FileLayer):
     def search(self, ctx: SearchContext) -> list[LayerFile]:
         """Files launching the op (EXEC_NPU_CMD / EXEC_KERNEL_CMD) anywhere in the
         repository; direct-launch projects keep the launcher in op_host/."""
-        out: list[LayerFile] = []
-        for path in ctx.candidates:
-            if path.suffix.lower() not in CPP_EXTS or "op_kernel" in path.parts or ctx.data(path) is None:
-                continue
-            code = ctx.code(path)
-            if LAUNCH_HINT in code and ctx.exec_re.search(code):
-                out.append(ctx.at(path, code, ctx.exec_re.pattern, "EXEC_*_CMD call"))
-        return out
+        return [ctx.at(path, code, ctx.exec_re.pattern, "EXEC_*_CMD call")
+                for path, code in ctx.cpp_candidates()
+                if LAUNCH_HINT in code and ctx.exec_re.search(code)]
 
     def find(self, layers: Layers) -> list[Path]:
         found = [f.path for f in layers.found.get("torch_adapter", [])]

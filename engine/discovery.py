@@ -717,6 +717,22 @@ class SearchContext:
     def inside(self, path: Path) -> bool:
         return self.op_dir in path.parents
 
+    def cpp_candidates(self) -> Iterator[tuple[Path, bytes]]:
+        """The C/C++ files naming the op outside op_kernel/, with their code (comments
+        blanked)."""
+        for path in self.candidates:
+            readable = self.data(path) is not None
+            if path.suffix.lower() in CPP_EXTS and "op_kernel" not in path.parts and readable:
+                yield path, self.code(path)
+
+    def python_candidates(self) -> Iterator[tuple[Path, bytes]]:
+        """The Python files outside the operator directory naming it, with their bytes."""
+        for path in self.candidates:
+            if not self.inside(path) and path.suffix.lower() == ".py":
+                data = self.data(path)
+                if data is not None:
+                    yield path, data
+
     @staticmethod
     def at(path: Path, data: bytes | None, pattern: bytes | None, detail: str) -> LayerFile:
         """The layer file, at the line of `pattern`'s first match in `data` (else line 1)."""
