@@ -90,10 +90,13 @@ def test_removing_a_layer_leaves_the_rest_of_the_suite_green(tmp_path: Path) -> 
     kept = [ln for ln in lines if cls not in ln]
     assert len(lines) - len(kept) == 2, "one import and one registry line"
     registry.write_text("".join(kept), encoding="utf-8")
-    # The layer's own tests: those naming it.
-    words = re.compile(rf"{layer.NAME}|{cls}|{module.stem}")
+    # The layer's own tests: those naming it, and those comparing with golden output that
+    # shows it (a plan lists every layer by its title, present or not).
+    words = re.compile(rf"{layer.NAME}|{cls}|{module.stem}|{re.escape(layer.TITLE)}")
+    goldens = [p for p in sorted((copy / "tests" / "golden").rglob("*")) if p.is_file()
+               and words.search(p.read_text(encoding="utf-8", errors="replace"))]
     own = [p for p in sorted((copy / "tests").rglob("test_*.py"))
-           if words.search(p.read_text(encoding="utf-8"))]
+           if words.search(text := p.read_text(encoding="utf-8")) or (goldens and "golden" in text)]
     assert own, "the layer has tests of its own"
     env = {**os.environ, "PYTHONPATH": str(copy)}
     args = [sys.executable, "-m", "pytest", "-q", "-x", "-m", "not slow", "-p", "no:cacheprovider",
