@@ -1,6 +1,6 @@
 """The layer contract: what every layer of an operator is, and what its verify returns.
 
-A layer (issue 12 §1) has one shape, `Layer`: a NAME and a DESCRIPTION; `find` — its files
+A layer has one shape, `Layer`: a NAME and a DESCRIPTION; `find` — its files
 (from discovery and the codemod's own search); `read` — the files as they are, for
 `verify`; `edits` — what apply changes in it (the codemod's edits of the clean bytes);
 `verify` — the gate facts it proves, as `file:line` evidence. Layers verify in the

@@ -2,7 +2,7 @@
 parsing them: what discovery found, plus files using one of the op's other torch names.
 
 Apart from the codemods that parse these files with LibCST so that `check` can ask which
-files there are without importing LibCST (issue 12 §4: pre-commit runs it every commit).
+files there are without importing LibCST (pre-commit runs it on every commit).
 The LibCST halves of the Python layers are the `*_cst.py` modules, which the CLI
 imports at first use through the `PythonBackend` defined here.
 """

@@ -435,7 +435,7 @@ def analyse_operator(op_dir: Path, repo_root: Path | None = None,
     # `optrace.toml` marks it, or the user named it): a guessed root may hold anything.
     marked = repo_root is not None or (root / ".git").exists() or (root / "optrace.toml").is_file()
     search = HeaderSearch(root, repo_index(layers.repo_root).sources) if marked else None
-    # Only the repository and the include dirs the config names are read (issue 14 §4).
+    # Only the repository and the include dirs the config names are read.
     includes = build_include_graph(layers.entry.path.resolve(), include_dirs, search,
                                    allowed=(root, *config.include_dirs))
     diagnostics = list(layers.diagnostics) + list(includes.diagnostics)

@@ -1,5 +1,5 @@
 """What the compile check needs libclang to read: function bodies optrace did not touch
-are left out (issue 12 §4).
+are left out.
 
 `check` reports errors on the lines optrace inserted, nothing else. Function bodies are
 nearly all of libclang's work on a kernel (a 6k-line operator: 0.14 s with them, 0.02 s

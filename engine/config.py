@@ -3,7 +3,7 @@
 Everything auto-detected can be overridden here; the schema is documented in
 docs/config.md.
 
-A repository's config is data, never authority (issue 14): its `[rules] modules` are
+A repository's config is data, never authority: its `[rules] modules` are
 imported only when the user trusts it — `--trust-config` (`trusting_config`), or the
 repository listed under `[trust] repositories` in the user-level config
 (`user_config_path()`, outside every repository). Otherwise they are skipped and the

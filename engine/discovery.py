@@ -168,7 +168,7 @@ def default_repo_root(op_dir: Path) -> Path:
 def write_root(op_dir: Path, repo_root: Path | None) -> Path:
     """Where `--write` may edit files and keeps its journal (`.optrace/`): `--repo-root`
     when given, else the marked repository, else the operator directory alone — an
-    unmarked grandparent is some unrelated tree above a copied operator (issue 14)."""
+    unmarked grandparent is some unrelated tree above a copied operator."""
     return repo_root or marked_repo_root(op_dir) or op_dir
 
 

@@ -31,7 +31,7 @@ def _runtime_folder() -> Path:
     """The runtime package's folder, as installed, found without importing it (the engine
     does not import the runtime). libclang reads the stubs by path, so they are real files
     (optrace is never run from a zip); importlib.resources' `files()` would import zipfile
-    and its readers, ~5 ms of the start of `check` (issue 12 §4)."""
+    and its readers, ~5 ms of the start of `check`."""
     spec = importlib.util.find_spec("optrace.runtime")
     if spec is None or not spec.submodule_search_locations:
         raise ImportError("optrace.runtime is not installed as a folder")
@@ -82,7 +82,7 @@ def host_compile(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[
     kernel_dirs = sorted({p.parent for p in all_files} | {op_dir} | {p.parent for p in files})
     # The shims and stand-ins are libclang's unsaved files in an empty folder of ours, not
     # files written there: a real operator has a hundred absent headers, and writing each
-    # (a folder, a file) was a tenth of `check` (issue 12 §4).
+    # (a folder, a file) was a tenth of `check`.
     with tempfile.TemporaryDirectory(prefix="optrace-stub-") as tmp:
         fake = Path(tmp)
         virtual: dict[Path, bytes] = {fake / name: _STD_SHIM.encode() for name in _STD_SHIMS}
@@ -133,8 +133,8 @@ def host_compile(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[
 def _library_file_without_platform() -> None:
     """Name the libclang the wheel would load on Linux (`libclang.so` in its library path,
     `LIBCLANG_LIBRARY_PATH` included), so that cindex does not import `platform` to ask
-    which system this is: that import compiles a dozen patterns, ~4 ms of `check`
-    (issue 12 §4). Elsewhere, or when the file is not there, cindex decides as before."""
+    which system this is: that import compiles a dozen patterns, a noticeable part of
+    `check`. Elsewhere, or when the file is not there, cindex decides as before."""
     config = cindex.Config
     if config.loaded or config.library_file or not sys.platform.startswith("linux"):
         return
@@ -157,9 +157,9 @@ def compile_tus(index: cindex.Index, files: list[Path], args: list[str], host_ar
     the errors of every asked-for file it includes (with the same stub: kernel or host);
     a header no source reached is parsed on its own. Parsing each header of an include
     chain alone re-parsed the chain below it every time (23 parses of one 5k-line
-    operator), and resolving every diagnostic's path was most of `check` (issue 12 §4).
+    operator), and resolving every diagnostic's path was most of `check`.
     A file whose includes (looked up in its folder and `include_dirs`) reach a FIFO, device
-    or socket is skipped: libclang would open it and wait for ever (issue 14 §4)."""
+    or socket is skipped: libclang would open it and wait for ever."""
     real_of: dict[str, Path | None] = {}  # libclang's file name -> the asked-for file, if any
     asked = {path.resolve(): path for path in files}
 

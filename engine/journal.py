@@ -4,8 +4,8 @@ of engine/transaction.py.
 `check` (what pre-commit runs) and the read-only commands ask only whether an operator
 has an unfinished journal of optrace's own (`pending_journal`) or one it did not record
 (`foreign_journal`); they never write. This module answers that without the writing
-machinery (locks, threads, temp files: a tenth of the imports `check` paid for nothing,
-issue 12 §4). What a journal holds and when it is trusted: engine/transaction.py's
+machinery (locks, threads, temp files: a tenth of the imports `check` paid for nothing).
+What a journal holds and when it is trusted: engine/transaction.py's
 docstring and docs/edits.md.
 """
 

@@ -44,7 +44,7 @@ class Plan:
     findings: list[Diagnostic] = field(default_factory=list)
     per_core: dict[str, list[str]] = field(default_factory=dict)
     capacity: list[Estimate] = field(default_factory=list)
-    # The plan lint (issue 13): the tool's own figures about its tree, see pipeline/plan.py.
+    # The plan lint: the tool's own figures about its tree, see pipeline/plan.py.
     lint: dict[str, object] = field(default_factory=dict)
     # Variants one launch may run (tiling-key / `if constexpr` / `#if` arms): condition and
     # distinct labels per core type of each; the label budget holds per variant.

@@ -179,7 +179,7 @@ def directive_matches(pattern: re.Pattern[bytes], data: bytes) -> Iterator[re.Ma
     `^[ \t]*#`: a preprocessor directive. Tried only at the lines whose first non-blank
     byte is `#`, found by a byte search, instead of at every byte: such a pattern has no
     literal prefix for the regex engine to skip to, and finding nothing in a 60 KB header
-    took ~0.3 ms (issue 12 §4). Matches never overlap, as with finditer."""
+    took ~0.3 ms. Matches never overlap, as with finditer."""
     end = 0  # where the last match ended: finditer looks on from there
     tried = -1  # the line start tried last (a line with two `#`)
     at = data.find(b"#")
@@ -199,7 +199,7 @@ def match_bracket(code: bytes, open_at: int) -> int:
     """Offset of the bracket closing code[open_at] (in blanked code), or -1 when it is not
     closed or closed by the wrong kind. The loop visits brackets only (the regex skips
     the rest in C): byte by byte, the gates spent a quarter of a second of `check` here
-    on one op_host file (issue 12 §4)."""
+    on one op_host file."""
     stack: list[int] = []
     for m in _BRACKET_RE.finditer(code, open_at):
         c = code[m.start()]

@@ -12,7 +12,7 @@ leaves the journal behind, and `recover` rolls the operator back to its old byte
 Rolling back (never forward) is the rule because the old bytes are the state the user
 last saw and reviewed, and every file's old bytes are in the backups; see docs/edits.md.
 
-A repository's content is data, never authority (issue 14): a journal is acted on only
+A repository's content is data, never authority: a journal is acted on only
 when the user's state directory (`state_dir()`, outside the repository) records its id
 and the sha256 of its bytes for this repository's real path; any other journal — one
 that came with a clone, a copy, or an older optrace — is refused (OT046) and left

@@ -3,7 +3,7 @@
 `python -m` puts the current directory first on `sys.path`: run inside a cloned
 repository, any module of that repository named like one optrace imports (a rule module
 its config names, `typer.py`, `numpy.py`) would be imported from there — code execution
-by accident. It is taken off before anything else is imported (issue 14).
+by accident. It is taken off before anything else is imported.
 """
 
 import os

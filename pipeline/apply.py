@@ -235,7 +235,7 @@ def _check_read_once(result: OperatorChanges, plan: Plan, prov: Provenance) -> N
     since the layer codemods read it) would take its edits at stale offsets. Every read
     of a changed file during the computation must have seen the bytes `new_contents`
     read; the commit then compares the disk with these same bytes (OT042), so a change
-    at any moment after the first read is refused, never written over (issue 14)."""
+    at any moment after the first read is refused, never written over."""
     parsed = {resolve(path): _digest(pf.src.raw) for path, pf in plan.analysis.parsed.items()}
     for path, (old, _new) in sorted(result.changes.items()):
         if old is None:

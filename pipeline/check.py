@@ -164,7 +164,7 @@ def check_operator(op_dir: Path, repo_root: Path | None = None, compile_safety: 
             continue
         # Each pattern only where its literal occurs: a search that finds nothing walks the
         # whole file byte by byte (no literal prefix to skip with), and most files hold
-        # none of these (issue 12 §4).
+        # none of these.
         m = _ENABLE_RE.search(data) if b"ENABLE_MOE_PROFILING" in data else None
         if m:
             report.profiling_enabled = decode(m.group(1))

@@ -9,7 +9,7 @@ package, or list it in `[rules] modules` of `optrace.toml` / `[tool.optrace.rule
 module exposes `RULES`.
 
 Importing a module is running its code, so a repository's config does not get to do it
-on its own (issue 14): `[rules] modules` are imported only when the user trusts that
+on its own: `[rules] modules` are imported only when the user trusts that
 config — `--trust-config`, or the repository listed under `[trust] repositories` in the
 user-level config (`~/.config/optrace/config.toml`) — and only from the installed
 `sys.path` (`python -m optrace` drops the current directory from it). Untrusted, they are

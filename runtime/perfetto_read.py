@@ -8,7 +8,7 @@ sequence clocks declared by a ClockSnapshot (incremental, with a unit), SLICE_BE
 SLICE_END paired per track, and the ``optrace`` trace attribute (the run's settings).
 Other packets are skipped. The tests check it against Perfetto's own protos.
 
-Someone else's file (issue 14 §5): every read stays inside the message it belongs to, a
+Someone else's file: every read stays inside the message it belongs to, a
 field the reader uses must have its schema's wire type (a timestamp sent as bytes is
 refused, not read as no timestamp), strings must be UTF-8 (a lone surrogate's bytes
 are not), and nothing recurses: unknown fields, however deeply nested, are skipped by

@@ -73,10 +73,9 @@ def main() -> None:
             return  # only when a test replaced finish
         gc.enable()  # the full CLI below is an ordinary Python program
     # The commands import some 250 modules, and the collector's passes over what the
-    # imports create were 30 of a one-operator `check`'s 40 ms of collection (issue 12
-    # §4): import with it off, then freeze what was imported (modules, classes,
-    # compiled patterns live until exit anyway) so later passes skip it. The command
-    # itself runs with the collector on.
+    # imports create were most of a one-operator `check`'s collection: import with it
+    # off, then freeze what was imported (modules, classes, compiled patterns live until
+    # exit anyway) so later passes skip it. The command itself runs with the collector on.
     gc.disable()
     if argv[:1] == ["check"]:
         check_main()
