@@ -44,6 +44,9 @@ def main() -> None:
     if (HERE / "bench_perfetto.py").exists():
         perfetto_args = ["--ranks", "2,4", "--runs", "2", "--no-encoders"] if args.quick else []
         sections.append(("collect: .pftrace and JSON", run("bench_perfetto.py", *perfetto_args)))
+    records_args = ["--rounds", "5"] if args.quick else []
+    sections.append(("records: @dataclass against collect's start-up",
+                     run("bench_records.py", *records_args)))
     compare_args = ["--seeds", "50"] if args.quick else []
     sections.append(("compare as a CI gate", run("bench_compare.py", *compare_args)))
     scaling_args = ["--operators", "5,10,20", "--ranks", "1,2,4"] if args.quick else []

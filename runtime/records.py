@@ -1,9 +1,11 @@
 """Bases for plain record classes: ``repr``, ``==``, ``hash`` and pickling from their fields.
 
-What the runtime's record types used of ``@dataclass``, without its import-time cost
-(dataclasses exec generated source, ~0.4 ms a class). A subclass names its fields in
-constructor order in ``__match_args__`` (as a dataclass does; ``__reduce__`` passes them
-positionally), sets ``__slots__ = __match_args__`` and writes its own ``__init__``.
+What the runtime's record types used of ``@dataclass``, without its import-time cost:
+dataclasses generate and exec source for every class, a share of collect's start-up that
+bench/bench_records.py measures against it in one run (why these are not dataclasses).
+A subclass names its fields in constructor order in ``__match_args__`` (as a dataclass
+does; ``__reduce__`` passes them positionally), sets ``__slots__ = __match_args__`` and
+writes its own ``__init__``.
 """
 
 from __future__ import annotations
