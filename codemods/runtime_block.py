@@ -45,8 +45,8 @@ CREATED_MARK = STRIP_CREATED_MARK + b" `optrace strip` deletes this file."
 
 
 # Beside this module, as installed (a wheel or the editable checkout alike): not through
-# importlib.resources, whose first `files()` imports zipfile and its readers, ~5 ms of the
-# start of `check`; optrace is never run from a zip (libclang reads its
+# importlib.resources, whose first `files()` imports zipfile and its readers, a noticeable
+# cost at the start of `check`; optrace is never run from a zip (libclang reads its
 # stub headers by path).
 TEMPLATES = Path(__file__).parent / "templates"
 

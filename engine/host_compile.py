@@ -31,7 +31,7 @@ def _runtime_folder() -> Path:
     """The runtime package's folder, as installed, found without importing it (the engine
     does not import the runtime). libclang reads the stubs by path, so they are real files
     (optrace is never run from a zip); importlib.resources' `files()` would import zipfile
-    and its readers, ~5 ms of the start of `check`."""
+    and its readers, a noticeable cost at the start of `check`."""
     spec = importlib.util.find_spec("optrace.runtime")
     if spec is None or not spec.submodule_search_locations:
         raise ImportError("optrace.runtime is not installed as a folder")

@@ -14,8 +14,8 @@ or the filesystem refuses the flag (ENOSYS, EINVAL: some network and FUSE filesy
 `Unsupported` is raised and the caller falls back to a plain rename (docs/edits.md says
 what that leaves open).
 
-Only the standard library: `ctypes` costs ~2 ms to import, `ctypes.util` (not used) ~17;
-libc is looked up at the first call.
+Only the standard library: `ctypes` is cheap to import, `ctypes.util` (not used) costs many
+times more; libc is looked up at the first call.
 """
 
 from __future__ import annotations

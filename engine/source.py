@@ -178,8 +178,8 @@ def directive_matches(pattern: re.Pattern[bytes], data: bytes) -> Iterator[re.Ma
     """What `pattern.finditer(data)` yields, for a pattern (`re.M`) that starts
     `^[ \t]*#`: a preprocessor directive. Tried only at the lines whose first non-blank
     byte is `#`, found by a byte search, instead of at every byte: such a pattern has no
-    literal prefix for the regex engine to skip to, and finding nothing in a 60 KB header
-    took ~0.3 ms. Matches never overlap, as with finditer."""
+    literal prefix for the regex engine to skip to, so even finding nothing in a 60 KB
+    header tried it at every byte. Matches never overlap, as with finditer."""
     end = 0  # where the last match ended: finditer looks on from there
     tried = -1  # the line start tried last (a line with two `#`)
     at = data.find(b"#")
@@ -198,8 +198,8 @@ def directive_matches(pattern: re.Pattern[bytes], data: bytes) -> Iterator[re.Ma
 def match_bracket(code: bytes, open_at: int) -> int:
     """Offset of the bracket closing code[open_at] (in blanked code), or -1 when it is not
     closed or closed by the wrong kind. The loop visits brackets only (the regex skips
-    the rest in C): byte by byte, the gates spent a quarter of a second of `check` here
-    on one op_host file."""
+    the rest in C): byte by byte, the gates spent a large part of `check` here on one
+    op_host file."""
     stack: list[int] = []
     for m in _BRACKET_RE.finditer(code, open_at):
         c = code[m.start()]
@@ -216,7 +216,7 @@ def match_bracket(code: bytes, open_at: int) -> int:
 
 _IF_LITERAL_RE = re.compile(rb"^[ \t]*#[ \t]*if[ \t]+[01]\b", re.M)
 # The same without the line start: it begins with a literal, which the regex engine skips
-# to, where `^` is tried at every byte (~15x slower on a file that has none).
+# to, where `^` is tried at every byte (far slower on a file that has none).
 _IF_LITERAL_HINT = re.compile(rb"#[ \t]*if[ \t]+[01]\b")
 
 

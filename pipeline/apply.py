@@ -21,7 +21,7 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from optrace.codemods.kernel_entry import recorded_mode
 from optrace.codemods.strip import is_created, strip_bytes
@@ -264,8 +264,16 @@ def _layer_file(path: Path, data: bytes, clean: bytes, mine: list[Edit], kernel_
     return [replacement(path, data, target, "layers")] if target != data else []
 
 
-def _layer_side(plan: Plan, mode: str, kernel_files: set[Path], prov: Provenance
-                ) -> tuple[list[Edit], dict[Path, bytes], dict[Path, bytes]]:
+class _LayerSide(NamedTuple):
+    """The host layers' part of one apply: edits of the current bytes, files to create and
+    files to delete."""
+
+    edits: list[Edit]
+    created: dict[Path, bytes]
+    deleted: dict[Path, bytes]
+
+
+def _layer_side(plan: Plan, mode: str, kernel_files: set[Path], prov: Provenance) -> _LayerSide:
     """Edits of the current bytes, files to create and files to delete (other layers)."""
     # What the layer codemods are about to read and may edit, as it is now (`_check_read_once`).
     about_to_read = {resolve(f.path) for fs in plan.analysis.layers.found.values() for f in fs}
@@ -304,7 +312,7 @@ def _layer_side(plan: Plan, mode: str, kernel_files: set[Path], prov: Provenance
     header = sizes_header(plan.analysis.layers).resolve()
     if header not in layers.created and header.is_file() and is_created(read_regular(header)):
         deleted[header] = read_regular(header)
-    return out, created, deleted
+    return _LayerSide(out, created, deleted)
 
 
 class OtherOperators:

@@ -90,8 +90,9 @@ def entry_points(group: str) -> list[Any]:
     return _reader[0](group)
 
 
-# How installed entry points are read: importlib.metadata, which costs ~11 ms to import (the
-# email package), so the CLI hands it over to be imported when asked (optrace/cli/deferred.py).
+# How installed entry points are read: importlib.metadata, which is slow to import (it
+# pulls in the email package), so the CLI hands it over to be imported when asked
+# (optrace/cli/deferred.py).
 EntryPointsReader = Callable[[str], list[Any]]
 _reader: list[EntryPointsReader] = []
 

@@ -1,6 +1,6 @@
 """Ranks on one time axis: where each rank file's timeline starts in the trace.
 
-Each device counts cycles from its own boot (domain.md §9), so two ranks' raw times say
+Each device counts cycles from its own boot (docs/runtime.md), so two ranks' raw times say
 nothing about each other. Three sources place them, in this order:
 
 - **anchors** (written by :func:`save.save_profiling_data`): the host clocks read right

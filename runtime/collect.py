@@ -353,11 +353,11 @@ def collect_processes(jobs: int | None, files: int, compress: bool) -> int:
     :mod:`workers`; :func:`worth_processes` may then take fewer).
 
     Default one: more only pay where the CPUs really run side by side. On the 2-vCPU
-    benchmark machine two busy processes each ran at half speed (a plain Python loop:
-    0.19 s alone, 0.38 s beside another), and ``-j 2`` was slower than one process
-    (0.10-0.13 s against 0.08 s of decoding and writing). 0 asks for one per CPU this
-    process may use, at most 4. One for ``.gz`` output (a gzip stream is one sequence,
-    compressed in order), and where :func:`workers.can_fork` says no."""
+    benchmark machine two busy processes each ran at half speed (a plain Python loop took
+    twice as long beside another), and ``-j 2`` was slower than one process at decoding
+    and writing. 0 asks for one per CPU this process may use, at most 4. One for ``.gz``
+    output (a gzip stream is one sequence, compressed in order), and where
+    :func:`workers.can_fork` says no."""
     if compress or not can_fork() or jobs is None:
         return 1
     if jobs == 0:
@@ -381,8 +381,8 @@ def idle_cpus() -> float:
     return max(0.0, cpus - load)
 
 
-#: Rank-file bytes below which one process does it all: the work (~0.1 s) is too small
-#: for the forks and the hand-over between processes to pay.
+#: Rank-file bytes below which one process does it all: the work is too small for the
+#: forks and the hand-over between processes to pay.
 MIN_PARALLEL_BYTES = 16 << 20
 
 

@@ -11,12 +11,12 @@ its inputs, its data placement and its neighbours' traffic: they are not indepen
 samples). With fewer than :data:`MIN_LAUNCHES` launches in a run there is no interval:
 point estimates only, and the output says so.
 
-The verdict (domain.md §7) is taken on the interval of the gain (the relative reduction
-of the median) of ``--label``: with T = max(expected / 2, 1) %, *achieved* when its lower
-bound >= T, *not achieved* when its upper bound <= 0, *partial* when it lies inside
-(0, T), *inconclusive* otherwise. With point estimates the interval is the one value,
-which is the seed's rule. ``--fail-on-regression PCT`` flags a label when the interval of
-its median change lies above 0 and its lower bound exceeds PCT.
+The verdict (docs/runtime.md, "compare") is taken on the interval of the gain (the
+relative reduction of the median) of ``--label``: with T = max(expected / 2, 1) %,
+*achieved* when its lower bound >= T, *not achieved* when its upper bound <= 0, *partial*
+when it lies inside (0, T), *inconclusive* otherwise. With point estimates the interval
+is the one value, which is the seed's rule. ``--fail-on-regression PCT`` flags a label
+when the interval of its median change lies above 0 and its lower bound exceeds PCT.
 
 Runs recorded with different runtime settings (clock rate, barrier on / off) measure
 different things and are refused.

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:  # annotations only: numpy.typing's import is ~0.8 ms of collect's start-up
+if TYPE_CHECKING:  # annotations only: numpy.typing's import would add to collect's start-up
     import numpy.typing as npt
 
 from .errors import ProfilingInputError
@@ -56,8 +56,8 @@ STATUS_NAMES = {STATUS_OK: "ok", STATUS_CLOSED_BY_PARENT: "closed_by_parent", ST
 _U64 = 1 << 64
 
 
-# Plain classes, not dataclasses: defining a dataclass execs generated code (~0.4 ms each),
-# paid at every `optrace collect` start; this module imports in 0.4 ms instead of 3.5 ms (measured).
+# Plain classes, not dataclasses: defining a dataclass execs generated code, paid at every
+# `optrace collect` start, which made this module's import several times slower.
 class SlotReport(Record):
     """What one slot's counter and records say, before any point map is involved."""
 
@@ -170,7 +170,7 @@ def scan_slots(data: np.ndarray, layout: SlotLayout) -> SlotScan:
     np.cumsum(readable, out=offsets[1:])
 
     # The per-slot loop reads Python ints and bools: indexing a numpy array one element at
-    # a time costs ~0.1 µs each, a dozen per slot, every slot of every rank.
+    # a time is slow, and would be done a dozen times per slot, every slot of every rank.
     first_at = np.minimum(offsets[:-1], max(events.size - 1, 0))  # only read where n_read > 0
     last_at = np.maximum(offsets[1:] - 1, 0)
     fingerprints = (events[first_at] >> np.uint64(32)).tolist() if events.size else [0] * slots

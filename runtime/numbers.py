@@ -24,7 +24,7 @@ class NumberError(ValueError):
 class Range(FrozenRecord):
     """A documented range: ``low`` / ``high`` inclusive unless ``*_open``; ``integer``:
     whole numbers only. (Not a dataclass: this module is on collect's start-up path, and
-    ``dataclasses`` with ``copy`` costs it ~1 ms to import; see records.py.)"""
+    importing ``dataclasses`` with ``copy`` would add to it; see records.py.)"""
 
     __match_args__ = ("low", "high", "low_open", "high_open", "integer", "unit")
     __slots__ = __match_args__

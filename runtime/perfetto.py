@@ -5,8 +5,8 @@ natively, about a fifth of the Chrome JSON's bytes. The messages are those of Pe
 ``perfetto_trace.proto`` (field numbers below); they are encoded here, the packets of a
 whole rank at once with numpy, rather than built one message object per event with the
 ``protobuf`` runtime: bench/results.md has both measured (the same messages; the library
-way ~100x slower, 15x the whole JSON collect, plus 41 ms of imports). Tests parse every
-trace back with the official protos.
+way far slower, longer than the whole JSON collect many times over, plus its imports).
+Tests parse every trace back with the official protos.
 
 A trace is a sequence of ``Trace.packet`` (field 1), in this order:
 
@@ -467,7 +467,8 @@ class _Interning:
         found = self.cache.get(key)
         if found is None:
             points = np.flatnonzero(used)
-            # sorted(set()), not np.unique: that imports numpy.ma (~8 ms of a cold collect)
+            # sorted(set()), not np.unique: that imports numpy.ma, a noticeable part of a
+            # cold collect
             labels = sorted(set(self.point_map.label_index[points].tolist()))
             entries = [self.annotations, *(self.names[i] for i in labels)]
             entries += [self.sources[p] for p in points.tolist()]

@@ -23,8 +23,8 @@ from .regular import BadJSON, parse_json, read_regular
 POINT_MAP_NAME = "point_map.json"
 
 
-# Plain classes, not dataclasses: defining a dataclass execs generated code (~0.4 ms each),
-# paid at every `optrace collect` start; this module imports in 0.15 ms instead of 1.4 ms (measured).
+# Plain classes, not dataclasses: defining a dataclass execs generated code, paid at every
+# `optrace collect` start, which made this module's import several times slower.
 class Point(FrozenRecord):
     __match_args__ = ("point_id", "label", "event_type", "file", "line", "event_id", "indexed")
     __slots__ = __match_args__
@@ -145,7 +145,7 @@ def _perfect_hash(ids: np.ndarray, largest: int = 1 << 16) -> tuple[np.uint32, n
     up to ``largest`` places or the map has over 192 points (then a sorted search: the
     tries would cost more than they save). A build's ids are a few dozen (two per label,
     30 labels by default): legacy ids 1..N fit at once, hashed ones within a few hundred
-    tries (60 ids: 0.6 ms, 192: 6 ms), tried 256 moduli at a time."""
+    tries, tried 256 moduli at a time."""
     n = ids.size
     values = ids.astype(np.int64)
     if int(values.max()) < largest:  # modulus 0: a table by id itself, no remainder

@@ -333,16 +333,16 @@ class _UncheckedMember(Exception):
 def _stored_zip(data: bytes, *, check_all: bool = True) -> _Archive | None:
     """The members of the zip ``data`` as slices of it, or None to leave it to zipfile.
 
-    zipfile costs collect's start-up 3.5 ms of imports (bz2, lzma, shutil, threading) to
-    read what torch.save and pt_writer write: one disk, stored members (data descriptors
-    allowed), 32-bit sizes and offsets, an optional archive comment, and the zip64 end
-    record torch adds to every file. This reads exactly that. Each member is checked as
-    zipfile checks what it reads (CRC-32 against the central directory) and more strictly:
-    the local header and any data descriptor agree with the central directory, every member
-    lies inside the file, before the directory, without overlapping another. Anything else
-    (zip64 sizes or offsets, compression, encryption, other extra fields, ...) and any
-    inconsistency returns None, and zipfile reads the file: unusual and damaged archives
-    behave as they did before.
+    zipfile's imports (bz2, lzma, shutil, threading) are a noticeable part of collect's
+    start-up, only to read what torch.save and pt_writer write: one disk, stored members
+    (data descriptors allowed), 32-bit sizes and offsets, an optional archive comment, and
+    the zip64 end record torch adds to every file. This reads exactly that. Each member is
+    checked as zipfile checks what it reads (CRC-32 against the central directory) and
+    more strictly: the local header and any data descriptor agree with the central
+    directory, every member lies inside the file, before the directory, without
+    overlapping another. Anything else (zip64 sizes or offsets, compression, encryption,
+    other extra fields, ...) and any inconsistency returns None, and zipfile reads the
+    file: unusual and damaged archives behave as they did before.
 
     ``check_all=False``: the CRC-32 of a member is checked when it is read, and a
     mismatch raises _UncheckedMember (the caller falls back to a full read): for a
@@ -596,11 +596,12 @@ def _check_memo_indices(source: str, pickled: bytes) -> None:
     """Refuse a memo index no pickle of this size can need, before unpickling.
 
     CPython's C unpickler sizes its memo table by the largest index a PUT names: a 1 KB
-    data.pkl naming index 2**30 costs gigabytes and seconds. Each memo entry takes at least
-    one opcode, so an index past the pickle's length only comes from a damaged file.
+    data.pkl naming index 2**30 costs gigabytes of memory and a long stall. Each memo
+    entry takes at least one opcode, so an index past the pickle's length only comes from
+    a damaged file.
     """
-    # Imported on first use, not with the module: 0.7 ms that `import optrace.runtime.collect`
-    # no longer pays up front (a collect run still pays it at its first rank file).
+    # Imported on first use, not with the module: `import optrace.runtime.collect` no longer
+    # pays for it up front (a collect run still pays it at its first rank file).
     import pickletools
 
     try:

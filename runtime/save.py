@@ -80,8 +80,8 @@ def _synchronize(tensor: Any, host_clock: Callable[[], tuple[int, int]] | None =
         before = read()
         after = read()
         return SyncClocks(None, before, after, read()[0] - after[0])
-    # Lazy: importing torch_npu without CANN breaks `import torch` (domain.md §6). Done
-    # before the first reading: a first import takes long and would widen the window.
+    # Lazy: importing torch_npu without CANN breaks `import torch`. Done before the
+    # first reading: a first import takes long and would widen the window.
     import torch_npu
 
     before = read()
@@ -259,8 +259,8 @@ def save_profiling_data(
 
     first = tensor if not isinstance(tensor, (list, tuple)) else (tensor[0] if tensor else None)
     # The clocks are read inside, around the sync: every statement between the sync and
-    # the reading adds to the anchor's error (the copy to host below takes milliseconds
-    # for a big buffer).
+    # the reading adds to the anchor's error (the copy to host below is slow for a
+    # big buffer).
     synced = _synchronize(first, host_clock)
     legacy_list = isinstance(tensor, (list, tuple))
     parts = [_to_numpy(t) for t in tensor] if legacy_list else [_to_numpy(tensor)]

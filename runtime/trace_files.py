@@ -1,11 +1,12 @@
 """Which trace files ``collect`` writes: the format, ``--split``, the JSON size warning.
 
 The Chrome JSON trace is for small runs: chrome://tracing struggles past ~256 MB of it
-(domain.md §9), so collect warns when a JSON file would pass :data:`JSON_WARN_BYTES`,
-before it is written, and says to write ``.pftrace`` or ``--split``. ``--split rank``
-writes one file per rank file; ``--split SIZE`` fills each file with consecutive ranks
-up to SIZE bytes (one rank larger than SIZE gets a file of its own, with a warning).
-Each file is a complete trace of its ranks, with their metadata.
+(docs/runtime.md, "Big runs"), so collect warns when a JSON file would pass
+:data:`JSON_WARN_BYTES`, before it is written, and says to write ``.pftrace`` or
+``--split``. ``--split rank`` writes one file per rank file; ``--split SIZE`` fills each
+file with consecutive ranks up to SIZE bytes (one rank larger than SIZE gets a file of
+its own, with a warning). Each file is a complete trace of its ranks, with their
+metadata.
 """
 
 from __future__ import annotations

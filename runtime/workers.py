@@ -4,7 +4,7 @@ collect splits its rank files into consecutive runs and gives each run but the f
 a forked child (threads do not pay: the Python between numpy calls holds the GIL, and
 measured on 2 cores two threads were no faster than one). A fork shares everything the
 parent imported and built (numpy, the point map) at no cost, which a spawned process
-would import again (~0.1 s, half a typical collect).
+would import again (about half a typical collect).
 
 fork() is only used where it is safe: on Linux, and when no other thread runs (a lock a
 thread holds at the moment of the fork stays held forever in the child). The child never

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from optrace.cli.collect_fast import paths_as_bytes, split_plain
 from optrace.cli.common import (
@@ -31,6 +31,9 @@ from optrace.cli.common import (
     worker_count,
 )
 from optrace.engine.codes import OT999
+
+if TYPE_CHECKING:  # the pipeline is imported when an operator is checked
+    from optrace.pipeline.check import CheckReport
 
 _VALUE_OPTIONS = {"--repo-root": "repo_root", "--format": "format", "-o": "output", "--output": "output",
                   "-j": "jobs", "--jobs": "jobs"}
@@ -83,20 +86,28 @@ def fast_main(argv: Sequence[str]) -> int | None:
         apply_config_trust(False)
 
 
-def _check_one(op_dir: Path, repo_root: Path | None, compile_safety: bool) -> tuple[Any, str, int]:
-    """(report | None, message for stderr, exit code of a failure) for one operator."""
+class _CheckOutcome(NamedTuple):
+    """One operator's check, as plain data (crosses process boundaries): its report, or
+    the message for stderr and the exit code of its failure."""
+
+    report: CheckReport | None
+    message: str
+    code: int
+
+
+def _check_one(op_dir: Path, repo_root: Path | None, compile_safety: bool) -> _CheckOutcome:
     from optrace.engine.diagnostics import InputError
     from optrace.pipeline.check import check_operator
 
     try:
-        return check_operator(op_dir, repo_root, compile_safety=compile_safety), "", EXIT_OK
+        return _CheckOutcome(check_operator(op_dir, repo_root, compile_safety=compile_safety), "", EXIT_OK)
     except InputError as exc:
-        return None, exc.diagnostic.format(), EXIT_INPUT
+        return _CheckOutcome(None, exc.diagnostic.format(), EXIT_INPUT)
     except Exception:  # one broken operator must not stop the others
         import traceback  # only on this path: its import (linecache, tokenize) is check start-up
 
         message = f"{op_dir}: {OT999} internal error while checking:\n{traceback.format_exc()}"
-        return None, message, EXIT_INTERNAL
+        return _CheckOutcome(None, message, EXIT_INTERNAL)
 
 
 def check_command(op_dirs: list[Path], repo_root: Path | None, fmt: CheckFormat, output: Path | None,

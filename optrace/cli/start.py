@@ -14,9 +14,9 @@ import sys
 
 def finish(code: int) -> None:
     """Exit once collect is done, skipping interpreter teardown (freeing every module and
-    array one by one costs ~10 ms, a twentieth of a typical collect). Safe here: the
-    trace is closed and renamed, the worker threads joined, and nothing registers atexit
-    work on this path; stdout and stderr are flushed first."""
+    array one by one costs a twentieth of a typical collect). Safe here: the trace is
+    closed and renamed, the worker threads joined, and nothing registers atexit work on
+    this path; stdout and stderr are flushed first."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -31,10 +31,9 @@ def keep_freed_memory() -> None:
     By default a block over 128 KiB is mmap-ed and, once freed, unmapped; the next one
     comes back as fresh zeroed pages, one page fault each. collect allocates and frees
     some 10 MB of arrays per rank, and those faults and unmaps were a third of its time
-    (perf: ``clear_page``, ``unmap_page_range``; decoding and writing the benchmark's 8
-    ranks took 96-109 ms without this, 61-75 ms with it, six runs each). Peak
-    memory does not grow: the same blocks are reused rank after rank. Only for this
-    short-lived process (the settings are process-wide); other C libraries keep theirs.
+    (perf: ``clear_page``, ``unmap_page_range``). Peak memory does not grow: the same
+    blocks are reused rank after rank. Only for this short-lived process (the settings
+    are process-wide); other C libraries keep theirs.
     """
     try:
         import ctypes  # numpy imports it anyway
@@ -50,13 +49,13 @@ def keep_freed_memory() -> None:
 def prepare_collect_process() -> None:
     """Settings for a process that runs one collect and exits (see :func:`main`)."""
     # No cyclic garbage collector in this short process: its passes over the objects
-    # numpy's import creates were ~15 ms of a 0.2 s collect. Reference counting
+    # numpy's import creates were a noticeable part of a collect. Reference counting
     # still frees every array and row block; the decoder makes no cycles per rank
     # (peak memory over 64 ranks is the same with and without it).
     gc.disable()
     # collect does no linear algebra, but numpy's import starts an OpenBLAS thread
-    # per CPU, which spin for a while and took ~0.1 s of CPU from collect's own
-    # worker processes on 2 cores (perf stat: 0.30 s CPU for a 0.2 s run).
+    # per CPU, which spin for a while and, on 2 cores, took a large share of the CPU
+    # from collect's own worker processes (perf stat).
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     keep_freed_memory()
 
