@@ -142,4 +142,4 @@ def check_command(op_dirs: list[Path], repo_root: Path | None, fmt: CheckFormat,
                               indent=2) + "\n"
     else:
         rendered = json.dumps(sarif_document(reports, strict), indent=2) + "\n"
-    return code if emit(rendered, output, sources) else EXIT_INPUT
+    return code if emit(rendered, output, sources, text=fmt == CheckFormat.text) else EXIT_INPUT

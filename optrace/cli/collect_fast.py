@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from optrace.runtime.errors import ProfilingInputError
 from optrace.runtime.numbers import CLOCK_MHZ, check_optional
+from optrace.runtime.terminal import safe_text
 
 if TYPE_CHECKING:  # imported at call time (collect's start-up; tests replace it)
     from optrace.runtime.collect import CollectOptions, CollectResult
@@ -38,7 +39,7 @@ _FLAGS = {"--ignore-fingerprint": "ignore_fingerprint"}
 
 
 def _err(message: str) -> None:
-    print(message, file=sys.stderr)
+    print(safe_text(message), file=sys.stderr)
 
 
 def paths_as_bytes() -> None:
@@ -226,9 +227,9 @@ def _print_result(collect_module: ModuleType, result: CollectResult, profiling_d
                   filtered: bool) -> None:
     """The summary and notes on stdout; the ranks' errors, and an empty trace, on stderr."""
     for line in collect_module.summary_lines(result):
-        print(line)
+        print(safe_text(line))
     for line in collect_module.note_lines(result):
-        print(line)
+        print(safe_text(line))
     for error in result.errors:
         _err(str(error))
     if not result.written:

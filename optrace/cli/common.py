@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from optrace.engine.codes import OT030
+from optrace.runtime.terminal import safe_text
 
 EXIT_OK, EXIT_FINDINGS, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -22,12 +23,14 @@ _T = TypeVar("_T")
 
 
 def err(message: str) -> None:
-    """A line on stderr; a path that is not UTF-8 goes out as its own bytes."""
+    """A line on stderr, safe for a terminal: what came from input data (labels, file
+    names; a name that is not UTF-8 shows its bytes as `\\xff`) cannot act on it."""
+    text = safe_text(message)
     try:
-        print(message, file=sys.stderr)
-    except UnicodeEncodeError:
+        print(text, file=sys.stderr)
+    except UnicodeEncodeError:  # a stderr that cannot encode a `✓`
         sys.stderr.flush()
-        sys.stderr.buffer.write((message + "\n").encode("utf-8", "surrogateescape"))
+        sys.stderr.buffer.write((text + "\n").encode("utf-8", "backslashreplace"))
         sys.stderr.flush()
 
 
@@ -85,10 +88,13 @@ def write_user_output(output: Path, data: bytes, inputs: list[Path], code: str =
     return True
 
 
-def emit(rendered: str, output: Path | None, inputs: list[Path]) -> bool:
+def emit(rendered: str, output: Path | None, inputs: list[Path], *, text: bool = False) -> bool:
     """The report to `-o FILE`, else stdout; False (after the message) when the file
-    could not be written: the command exits 2."""
-    # Paths are the user's bytes (surrogate-escaped when not UTF-8): write them back.
+    could not be written: the command exits 2. A text report (`text`) is made safe for a
+    terminal; JSON and SARIF keep their own escaping."""
+    if text:
+        rendered = safe_text(rendered)
+    # JSON's paths are the user's bytes (surrogate-escaped when not UTF-8): write them back.
     data = rendered.encode("utf-8", "surrogateescape")
     if output is None:
         write_stdout_bytes(data)

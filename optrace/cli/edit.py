@@ -5,6 +5,7 @@ of its own, under the repository's write lock."""
 from __future__ import annotations
 
 import os
+import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from optrace.cli.common import (
 )
 from optrace.cli.deferred import install as install_deferred
 from optrace.engine.codes import OT044, OT045, OT047, OT300, OT999
+from optrace.runtime.terminal import safe_text
 
 if TYPE_CHECKING:  # the pipeline is imported when a command runs, not with `optrace --help`
     from optrace.engine.transaction import Transaction
@@ -222,7 +224,7 @@ class _EditRun:
             self.code = max(self.code, EXIT_INPUT)
             return
         self.commits.committed(result, written)
-        typer.echo(f"{result.name}: {len(written)} file(s) written")
+        typer.echo(safe_text(f"{result.name}: {len(written)} file(s) written"))
 
     def _show(self, outcome: _EditOutcome) -> None:
         """The diff on stdout, or kept for --patch."""
@@ -244,6 +246,8 @@ class _EditRun:
         if self.patch is not None:
             self.patches.append(diff)
             self.patched.extend(result.changes)
+        elif sys.stdout.isatty():  # shown, not piped into `git apply`: safe for the terminal
+            write_stdout_bytes(encode_patch(safe_text(diff)))
         else:
             write_stdout_bytes(encode_patch(diff))
 

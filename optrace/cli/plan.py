@@ -31,9 +31,9 @@ from optrace.cli.common import emit as _emit_or_false
 from optrace.cli.deferred import install as install_deferred
 
 
-def emit(rendered: str, output: Path | None, inputs: list[Path]) -> None:
+def emit(rendered: str, output: Path | None, inputs: list[Path], text: bool) -> None:
     """The report to `-o FILE` (exit 2 if it cannot be written), else stdout."""
-    if not _emit_or_false(rendered, output, inputs):
+    if not _emit_or_false(rendered, output, inputs, text=text):
         raise typer.Exit(EXIT_INPUT)
 
 
@@ -174,7 +174,7 @@ def plan(
         rendered = plans_json([o.doc for o in outcomes if o.doc is not None])
     else:
         rendered = "\n".join(o.text for o in outcomes if o.text)
-    emit(rendered, output, sources)
+    emit(rendered, output, sources, text=not as_json)
     raise typer.Exit(code)
 
 

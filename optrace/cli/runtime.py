@@ -18,12 +18,13 @@ import typer
 
 from optrace.cli.collect_fast import failure_code, paths_as_bytes
 from optrace.runtime.numbers import CLOCK_MHZ, TOP, NumberError, check_number, check_optional
+from optrace.runtime.terminal import safe_text
 
 EXIT_INTERNAL = 3
 
 
 def _err(message: str) -> None:
-    print(message, file=sys.stderr)
+    print(safe_text(message), file=sys.stderr)
 
 
 @contextmanager
@@ -163,13 +164,13 @@ def cmd_inspect(
             if fmt == "json":
                 _emit_json(found, None)
             else:
-                sys.stdout.write(format_trace_text(found))
+                sys.stdout.write(safe_text(format_trace_text(found)))
             raise typer.Exit(0)
         results = inspect_path(path.expanduser())
         if fmt == "json":
             _emit_json(inspection_json(results), None)
         else:
-            sys.stdout.write(format_text(results))
+            sys.stdout.write(safe_text(format_text(results)))
         for result in results:
             if result.error is not None:
                 _err(str(result.error))
@@ -224,13 +225,13 @@ def cmd_report(
         if fmt == "json":
             _emit_json(report_json(report), None)
         else:
-            sys.stdout.write(format_text(report))
+            sys.stdout.write(safe_text(format_text(report)))
         if html is not None:
             write_html(table, report, html.expanduser())
-            print(f"wrote {html}")
+            print(safe_text(f"wrote {html}"))
         if png is not None:
             write_png(table, report, png.expanduser())
-            print(f"wrote {png}")
+            print(safe_text(f"wrote {png}"))
 
 
 def cmd_compare(
@@ -277,7 +278,7 @@ def cmd_compare(
         if fmt == "json":
             _emit_json(comparison_json(result), None)
         else:
-            sys.stdout.write(format_text(result))
+            sys.stdout.write(safe_text(format_text(result)))
         raise typer.Exit(1 if result.failed else 0)
 
 
