@@ -192,7 +192,7 @@ def compile_tus(index: cindex.Index, files: list[Path], args: list[str], host_ar
             continue
         reached = {path}
         for inc in tu.get_includes():
-            other = target(inc.include.name)
+            other = target(_api().file_name(inc.include))
             if other is not None and other not in covered and _is_kernel(other) == kernel:
                 reached.add(other)
         covered |= reached
@@ -286,7 +286,28 @@ class _Diagnostics:
         self.spelling.restype = cindex._CXString
         self.dispose = raw["clang_disposeDiagnostic"]
         self.dispose.argtypes, self.dispose.restype = [ctypes.c_void_p], None
-        self.file_name = lib.clang_getFileName
+        # A file's name as the bytes libclang holds (the binding decodes them as strict
+        # UTF-8, and a name that is not UTF-8 would raise): decoded as the file system does.
+        self.raw_name = raw["clang_getFileName"]
+        self.raw_name.argtypes, self.raw_name.restype = [ctypes.c_void_p], cindex._CXString
+        self.cstring = raw["clang_getCString"]
+        self.cstring.argtypes, self.cstring.restype = [cindex._CXString], ctypes.c_char_p
+        self.dispose_string = raw["clang_disposeString"]
+        self.dispose_string.argtypes, self.dispose_string.restype = [cindex._CXString], None
+        del lib
+
+    def file_name(self, file: cindex.File) -> str:
+        name = self.raw_name(file)
+        try:
+            return os.fsdecode(self.cstring(name) or b"")
+        finally:
+            self.dispose_string(name)
+
+
+def _api() -> _Diagnostics:
+    if not _DIAGNOSTICS:
+        _DIAGNOSTICS.append(_Diagnostics())
+    return _DIAGNOSTICS[0]
 
 
 _DIAGNOSTICS: list[_Diagnostics] = []
@@ -297,9 +318,7 @@ def _errors(tu: cindex.TranslationUnit, where: Callable[[str], Path | None],
     """The translation unit's errors in the files `where` maps a name to (and, with
     `only_lines`, on those lines), straight from libclang's C API; each file's name is
     asked once, by its handle."""
-    if not _DIAGNOSTICS:
-        _DIAGNOSTICS.append(_Diagnostics())
-    api = _DIAGNOSTICS[0]
+    api = _api()
     handle = ctypes.c_void_p()
     line, column, offset = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_uint()
     by_handle: dict[int, Path | None] = {}

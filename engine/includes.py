@@ -24,7 +24,6 @@ from optrace.engine.source import (
     SourceFile,
     blank_comments,
     blank_if0,
-    decode,
     directive_matches,
     is_binary,
     read_source,
@@ -80,7 +79,9 @@ def _scan_includes(data: bytes) -> tuple[IncludeDirective, ...]:
     out: list[IncludeDirective] = []
     for m in directive_matches(_INCLUDE_RE, text):
         line = text.count(b"\n", 0, m.start()) + 1
-        out.append(IncludeDirective(decode(m.group(2)).strip(), m.group(1) == b'"', line))
+        # The target names a file: decoded as the file system decodes names (bytes that
+        # are not UTF-8 round-trip as surrogates), so `evil\xff.h` finds its file.
+        out.append(IncludeDirective(os.fsdecode(m.group(2)).strip(), m.group(1) == b'"', line))
     return tuple(out)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,7 +99,7 @@ def scan(src_dir: Path) -> PointMapResult:
         except OSError as exc:
             diagnostics.append(Diagnostic(OT201, f"cannot read: {exc.strerror}", path, 0))
             continue
-        digest.update(path.relative_to(src_dir).as_posix().encode() + b"\0" + raw + b"\0")
+        digest.update(os.fsencode(path.relative_to(src_dir).as_posix()) + b"\0" + raw + b"\0")
         code = blank_if0(blank_comments(raw))
         for m in _POINT_RE.finditer(code):
             line = code.count(b"\n", 0, m.start()) + 1
