@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
+import multiprocessing
 import os
+import resource
+import signal
 import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 from clang import cindex
@@ -65,6 +69,93 @@ class HostCompile:
 
     errors: dict[Path, list[HostError]] = field(default_factory=dict)
     skipped: list[tuple[Path, str]] = field(default_factory=list)
+
+
+# libclang runs in a child process: a file can crash it (a template nested 10,000 deep
+# overflows its stack) or make it run away, and neither may take `check` down with it.
+COMPILE_SECONDS = 300.0  # per child
+COMPILE_BYTES = 4 << 30  # address space a child may add to what it inherits
+
+
+def host_compile_bounded(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[int]] | None = None,
+                         contents: Mapping[Path, bytes] | None = None, *, seconds: float = COMPILE_SECONDS,
+                         memory: int = COMPILE_BYTES) -> HostCompile:
+    """`host_compile` in a child process with a time and a memory bound. When the child
+    crashes or hits a bound, each file is compiled again in a child of its own, so the
+    files that compile keep their errors and the one that crashed is named (skipped, with
+    why) instead of the process dying with it."""
+    outcome = _in_child(files, op_dir, only_lines, contents, seconds, memory)
+    if isinstance(outcome, HostCompile):
+        return outcome
+    if len(files) == 1:
+        return HostCompile(skipped=[(files[0], outcome)])
+    merged = HostCompile()
+    for path in files:
+        one = _in_child([path], op_dir, only_lines, contents, seconds, memory)
+        if isinstance(one, HostCompile):
+            merged.errors.update(one.errors)
+            merged.skipped.extend(one.skipped)
+        else:
+            merged.skipped.append((path, one))
+    return merged
+
+
+def _vm_size() -> int:
+    """This process's address space in bytes (0 where /proc does not say)."""
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _child(send: Connection, files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[int]] | None,
+           contents: Mapping[Path, bytes] | None, memory: int) -> None:
+    try:
+        limit = _vm_size() + memory
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    except (ValueError, OSError):
+        pass  # no bound to set here: the time bound still holds
+    try:
+        result: HostCompile | str = host_compile(files, op_dir, only_lines, contents)
+    except MemoryError:
+        result = f"the compile check needed more than its {memory >> 20} MiB"
+    except Exception as exc:  # reported for the file, as a crash is
+        result = f"the compile check failed: {type(exc).__name__}: {exc}"
+    send.send(result)
+    send.close()
+
+
+def _in_child(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[int]] | None,
+              contents: Mapping[Path, bytes] | None, seconds: float, memory: int) -> HostCompile | str:
+    """The child's HostCompile, or why there is none."""
+    ctx = multiprocessing.get_context("fork")  # libclang and the inputs without a re-import
+    receive, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_child, args=(send, files, op_dir, only_lines, contents, memory), daemon=True)
+    child.start()
+    send.close()
+    outcome: HostCompile | str | None = None
+    try:
+        if receive.poll(seconds):
+            outcome = receive.recv()
+        else:
+            outcome = f"the compile check took longer than {seconds:g} s"
+    except EOFError:
+        pass  # the child died before it answered: its exit status says how
+    finally:
+        receive.close()
+    child.join(5.0)
+    if child.is_alive():
+        child.kill()
+        child.join()
+    if outcome is None:
+        code = child.exitcode or 0
+        how = signal.Signals(-code).name if code < 0 and -code in signal.valid_signals() else f"exit {code}"
+        outcome = f"the compile check crashed ({how}) on this file or a header it includes"
+    return outcome
 
 
 def host_compile(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[int]] | None = None,

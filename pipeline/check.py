@@ -51,7 +51,7 @@ from optrace.engine.discovery import (
     resolve_operator_dir,
     walk_files,
 )
-from optrace.engine.host_compile import host_compile
+from optrace.engine.host_compile import host_compile_bounded
 from optrace.engine.journal import foreign_journal, pending_journal
 from optrace.engine.model import TracePoint
 from optrace.engine.source import (
@@ -392,7 +392,7 @@ def compile_check(report: CheckReport, files: list[Path], op_dir: Path,
     if analysis is not None:
         keep = {path: _inserted_lines(pf.src.raw) for path, pf in analysis.parsed.items()}
         contents = blank_untouched_bodies(analysis.index, analysis.parsed, keep)
-    result = host_compile(files, op_dir, wanted, contents)
+    result = host_compile_bounded(files, op_dir, wanted, contents)
     for path, reason in result.skipped:
         report.add(OT421, f"compile safety skipped for this file: {reason}", path, 0)
     for path, errors in result.errors.items():

@@ -1,0 +1,73 @@
+"""libclang runs in a child process with a time and a memory bound: a file that crashes it
+(templates nested 10,000 deep overflow its stack) or a bound it hits is a finding naming
+the file (OT421), never `check` dying with exit 139 or 3; the other files keep their
+errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from optrace.cli.app import app
+from optrace.engine.host_compile import host_compile_bounded
+
+runner = CliRunner()
+DEEP = 10_000
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _deep_header(kernel: Path) -> Path:
+    return _write(kernel / "deep.h", "#pragma once\ntemplate <typename T> struct W { T v; };\n"
+                  f"using Deep = {'W<' * DEEP}int{'>' * DEEP};\n")
+
+
+def test_check_survives_a_header_that_crashes_libclang(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    kernel = repo / "demo_op" / "op_kernel"
+    _deep_header(kernel)
+    _write(kernel / "demo_op.cpp", '#include "deep.h"\n'
+           'extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {\n'
+           "    for (int expertIdx = 0; expertIdx < 8; ++expertIdx) {\n        DataCopy(x, x, 8);\n    }\n"
+           "    SyncAll();\n}\n")
+    (repo / ".git").mkdir()
+    assert runner.invoke(app, ["apply", str(repo / "demo_op"), "--write"]).exit_code == 0
+    res = runner.invoke(app, ["check", str(repo / "demo_op")])
+    assert res.exit_code == 0, res.stdout + res.stderr
+    assert "OT421" in res.stdout and "the compile check crashed (SIG" in res.stdout, res.stdout
+    assert "demo_op.cpp" in res.stdout
+
+
+def test_a_crash_costs_only_its_own_file(tmp_path: Path) -> None:
+    kernel = tmp_path / "op" / "op_kernel"
+    _deep_header(kernel)
+    crashing = _write(kernel / "a.cpp", '#include "deep.h"\nint a = 1;\n')
+    broken = _write(kernel / "b.cpp", "int b = undeclared_name;\n")
+    result = host_compile_bounded([crashing, broken], tmp_path / "op")
+    assert [p for p, _ in result.skipped] == [crashing]
+    assert "crashed" in result.skipped[0][1]
+    assert [e.line for e in result.errors[broken]] == [1]
+
+
+def test_the_time_bound_is_a_skipped_file_not_a_hang(tmp_path: Path) -> None:
+    source = _write(tmp_path / "op" / "op_kernel" / "k.cpp", "int k = 1;\n")
+    result = host_compile_bounded([source], tmp_path / "op", seconds=0.0)
+    assert result.skipped == [(source, "the compile check took longer than 0 s")]
+
+
+def test_the_memory_bound_is_a_skipped_file(tmp_path: Path) -> None:
+    source = _write(tmp_path / "op" / "op_kernel" / "k.cpp", "int k = 1;\n")
+    result = host_compile_bounded([source], tmp_path / "op", memory=1 << 20)
+    assert [p for p, _ in result.skipped] == [source]
+    assert any(w in result.skipped[0][1] for w in ("needed more than", "crashed", "failed")), result.skipped
+
+
+def test_within_its_bounds_the_child_gives_the_errors(tmp_path: Path) -> None:
+    source = _write(tmp_path / "op" / "op_kernel" / "k.cpp", "int k = 1;\nint j = nope;\n")
+    result = host_compile_bounded([source], tmp_path / "op")
+    assert not result.skipped and [e.line for e in result.errors[source]] == [2]
