@@ -228,7 +228,9 @@ _NOTES = {
     "OT420": "`check` compiles the files optrace changed against the host stub header and keeps "
              "the errors on lines optrace inserted.",
     "OT421": "The compile safety check could not run on a file (no libclang, a file it cannot "
-             "parse); the reason is named.",
+             "parse); the reason is named. libclang runs in a child process with a time and a "
+             "memory bound: a file that crashes it (a template nested thousands deep) or hits a "
+             "bound is named here, and the other files are still checked.",
     "OT999": "An exception optrace did not expect: the traceback is printed, exit 3. Please "
              "report it.",
 }
