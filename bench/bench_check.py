@@ -1,6 +1,6 @@
 """`optrace check` of one instrumented operator against a bare tree-sitter parse of its files.
 
-This is what the pre-commit hook runs on every commit (issue 12 §4): its CPU time as a
+This is what the pre-commit hook runs on every commit: its CPU time as a
 ratio of a bare tree-sitter parse of the same C / C++ files, both in their own process
 (interpreter start-up included), measured in the same run, alternating, best of N. The
 operator is generated deterministically (`forest.py`, seed 7): a UMDK-style 1C2V MoE

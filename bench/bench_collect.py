@@ -1,6 +1,6 @@
 """Benchmark: `optrace collect` against a decoder written like the legacy helper.
 
-Workload (issue 5): 8 ranks x 72 cores (24 AIC + 48 AIV) x ~1000 records, legacy layout
+Workload: 8 ranks x 72 cores (24 AIC + 48 AIV) x ~1000 records, legacy layout
 (``rank{NNN}.pt`` = ``[aic_tensor, aiv_tensor]``, 2048 int64 words per slot).
 
 Measured, each in its own child process (wall time from process start to trace written;

@@ -1,6 +1,6 @@
 """`optrace compare` as a CI gate: how often `--fail-on-regression 0` flags a label of two
 runs from the same distribution (A/A), and how often it catches a planted regression
-(power), with the generator of issue 15 §3 — per-launch times log-normal with 5 %
+(power), with this generator — per-launch times log-normal with 5 %
 coefficient of variation, 8 labels — at 20 launches per run and fewer. Also the time of
 one comparison's statistics (8 labels, 20 launches, 10,000 resamples).
 

@@ -12,7 +12,7 @@
    import time and its install size.
 
 Usage: python bench/bench_perfetto.py [--ranks 8,64,512] [--runs 10] [--checkout] [--keep DIR]
-Prints markdown tables. Targets (issue 15): <= 20 bytes per record at 8 ranks, time <= the
+Prints markdown tables. Targets: <= 20 bytes per record at 8 ranks, time <= the
 JSON path's, peak memory at 512 ranks <= 1.5x the 8-rank figure.
 """
 

@@ -1,4 +1,4 @@
-"""The source fuzzer (issue 14 §7): real-looking kernels and host files from our fixtures,
+"""The source fuzzer: real-looking kernels and host files from our fixtures,
 mutated the way a half-saved editor buffer, a merge gone wrong or another encoding would
 leave them, then plan / apply / strip / check on each, in-process.
 

@@ -1,6 +1,6 @@
 """The runtime block goes into the operator's own `<op>_base.h` (created beside the entry
-when absent), never into a vendored sub-kernel's `*_base.h` the entry happens to include
-(issue 12 §3): fixture `vendored_base`, apply / strip / check."""
+when absent), never into a vendored sub-kernel's `*_base.h` the entry happens to include:
+fixture `vendored_base`, apply / strip / check."""
 
 from __future__ import annotations
 

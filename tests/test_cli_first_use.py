@@ -1,4 +1,4 @@
-"""What a new user meets first (issue 12 §5 and the start-up part of §4): `--version`,
+"""What a new user meets first: `--version`,
 `plan FILE`, help that wraps between words, and an `optrace --help` that imports none of
 the heavy parsing / graph / numeric libraries."""
 

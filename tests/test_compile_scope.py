@@ -1,5 +1,5 @@
 """The compile check leaves out function bodies no inserted line depends on
-(engine/compile_scope.py, issue 12 §4) — and still reports every error on an inserted
+(engine/compile_scope.py) — and still reports every error on an inserted
 line, including one that shows only when a template is instantiated from a body that
 holds no inserted line."""
 

@@ -1,7 +1,7 @@
 """Plans of our MoE fixtures against trees written by hand before the planner ran on them
 (fixtures/<name>/expected_tree.txt): labels, nesting, core types, placement and index.
 
-The expected trees are the review artefact of issue 13: a performance engineer's tree for
+The expected trees are the review artefact: a performance engineer's tree for
 each fixture. A change in the planner that alters one must change the file, in review.
 """
 

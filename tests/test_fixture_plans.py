@@ -75,7 +75,7 @@ def test_umdk_fixture_structure() -> None:
     assert all(len(label) <= 32 for label in labels)
     assert not any(label.split()[-1][-2:] in ("-2", "-3") for label in labels)  # no counter suffixes
     # One launch runs one `if constexpr (TPL_LARGE_EP)` arm: the plan lists both variants,
-    # each within the label budget on its own (issue 11 §3; handshakes come on top).
+    # each within the label budget on its own (handshakes come on top).
     variants = doc["variants"]
     assert [v["condition"] for v in variants] == ["TPL_LARGE_EP", "!(TPL_LARGE_EP)"]  # type: ignore[index]
     assert all(n - len(shakes.get(core, ())) <= 30  # type: ignore[union-attr]

@@ -1,6 +1,6 @@
 """Host layers that hold on real code: apply, check (G1 / G2 evidence), apply again, strip.
 
-One small msopgen-style operator of our own carries every construct issue 12 met on real
+One small msopgen-style operator of our own carries every construct met on real
 operators: an OpDef spelled with an acronym (`DemoOP` for demo_op), infer / tiling
 functions named only through their registrations beside helpers taking the same
 context, a hand-written aclnn wrapper forwarding through a helper to an `extern "C"`

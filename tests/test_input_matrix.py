@@ -827,7 +827,7 @@ CASES += [
          "the 64-byte bound for a trace file", "refused before reading", family="runtime"),
 ]
 
-# The source fuzzer's recorded runs (tests/source_fuzz.py; issue 14 §7), rendered as the
+# The source fuzzer's recorded runs (tests/source_fuzz.py), rendered as the
 # table's last section. Each run: `python tests/source_fuzz.py --seed S --count N`.
 FUZZ_SECTION = [
     "## Source fuzzer",

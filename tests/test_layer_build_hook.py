@@ -138,7 +138,7 @@ def test_messages_and_comments_are_not_the_command(block: str, cmake: bool) -> N
 
 
 def test_the_block_apply_writes_reads_back(tmp_path: Path) -> None:
-    # CMake block: `--out` sits on a continuation line of execute_process (issue 12: OT451).
+    # CMake block: `--out` sits on a continuation line of execute_process (OT451).
     text = "project(x)\nascendc_library(k STATIC ${CMAKE_CURRENT_SOURCE_DIR}/ops/demo_op/op_kernel/demo_op.cpp)\n"
     op = make_repo(tmp_path, {"CMakeLists.txt": text, "build/build.sh": COPYING})
     block = "\n".join(hook_lines(run(build_hook_edits, op)["build/build.sh"])).encode()

@@ -1,4 +1,4 @@
-"""Cross-layer apply / check / strip on whole fixture repositories (issue 4's "done when").
+"""Cross-layer apply / check / strip on whole fixture repositories.
 
 On each fixture: `apply --write` changes every layer the operator has; `check` shows G1,
 G2, G4, G5 ✓ where the layers exist (n/a otherwise) and G3 "not verifiable here"; a

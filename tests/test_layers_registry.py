@@ -28,7 +28,7 @@ REPO = "umdk_style"  # the fixture with every layer
 OP = "src/cam/comm_operator/ascend_kernels/moe_fused_gmm"
 runner = CliRunner()
 
-# The order of the data, from the kernel to the Python caller (issue 12 §1).
+# The order of the data, from the kernel to the Python caller.
 ORDER = ["entry", "base_header", "op_def", "infer", "tiling", "l0op", "aclnn", "torch_adapter",
          "registration", "autograd_wrappers", "build_hook", "python_callers", "python_fakes",
          "graph_converters"]

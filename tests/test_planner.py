@@ -104,7 +104,7 @@ __aicore__ inline void Compute() {
     assert got["send-tokens"].role == "(isSendCore)"
     assert got["compute"].role == "!((isSendCore))"
     assert not [lb for lb in got if lb.startswith("compute ")]  # nothing in the k loop
-    # A per-token loop is a tile loop (issue 13): its barrier is bracketed around the whole
+    # A per-token loop is a tile loop: its barrier is bracketed around the whole
     # loop, never once per token.
     assert {lp.var: lp.classification for lp in plan.loops} == {"tokenIdx": "tile", "kIdx": "tile"}
     # SendTokens' one statement is that loop: one region, the call's (same span, OT110).

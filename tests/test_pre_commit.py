@@ -1,4 +1,4 @@
-"""The `optrace-check` pre-commit hook (issue 12 §3, issue 14 §6): an optrace subcommand
+"""The `optrace-check` pre-commit hook: an optrace subcommand
 given the staged files as arguments — no shell, so no file name can break it or run
 anything — that checks the operators those files belong to, host-layer files included."""
 

@@ -1,4 +1,4 @@
-"""A production module is not a sample (issue 12 §3): Python callers under tests/,
+"""A production module is not a sample: Python callers under tests/,
 examples/, samples/, named test_*.py / *_sample.py, or matched by the config's `samples`
 globs sync and save the buffer; library code calling the op gets the unpack only — its
 callers keep the op's old outputs, and it never writes profiling files. Fixture

@@ -1,4 +1,4 @@
-"""The torch layer is found wherever it lives (issue 12 §3): fixture `scattered_torch` —
+"""The torch layer is found wherever it lives: fixture `scattered_torch` —
 the launcher in a sibling operator's directory, the torch op named apart from the kernel
 (`npu_gating_topk` launching `moe_gating_topk`), its schema in `torch_binding.cpp` and its
 Meta kernel registered in `torch_binding_meta.cpp`. Not "no torch layer": every piece is

@@ -138,7 +138,7 @@ def test_an_include_resolving_outside_the_repository_is_listed_not_read(
 def test_a_configured_include_dir_outside_the_repository_is_read_the_rest_is_listed(
     repo: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    """The configured include dirs are part of what may be read (issue 14 §4): a header
+    """The configured include dirs are part of what may be read: a header
     found there is planned; one reached through `..` beside it, outside both, is not."""
     root, op = repo
     third = tmp_path / "third_party" / "include"

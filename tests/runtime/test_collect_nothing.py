@@ -1,4 +1,4 @@
-"""collect with nothing to show (issue 15 §6): `--labels` that match nothing, or a run that
+"""collect with nothing to show: `--labels` that match nothing, or a run that
 decodes to no span — a warning on stderr, nothing written, exit 1."""
 
 from __future__ import annotations

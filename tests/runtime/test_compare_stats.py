@@ -1,5 +1,5 @@
 """`compare`'s statistics: launches as the unit, bootstrap intervals, the verdict on an
-interval, the regression gate — and its A/A false-positive rate and power (issue 15 §3)."""
+interval, the regression gate — and its A/A false-positive rate and power."""
 
 from __future__ import annotations
 

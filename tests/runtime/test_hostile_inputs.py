@@ -127,7 +127,7 @@ def _metadata_swapped(data: bytes, replacement: bytes) -> bytes:
     """The trace with its JSON metadata string replaced by `replacement` (same length,
     padded with spaces, so no length prefix changes)."""
     # The metadata is JSON with sorted keys: it opens with "alignment" (collect's rank
-    # placement, since issue 15), or with "format" in a trace from before it.
+    # placement), or with "format" in a trace from before it.
     start = min(i for i in (data.find(b'{"alignment"'), data.find(b'{"format"')) if i >= 0)
     depth, end = 0, start
     for end in range(start, len(data)):

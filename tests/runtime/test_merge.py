@@ -1,4 +1,4 @@
-"""`collect --merge TRACE_VIEW.json` (issue 15 §4): the device tracks inside a framework
+"""`collect --merge TRACE_VIEW.json`: the device tracks inside a framework
 trace. The framework traces here are small ones written for these tests from the Chrome
 Trace Event / Kineto format (a `traceEvents` list of `ph` X / M / s / f events, µs
 timestamps; torch_npu's `trace_view.json` writes `ts` as strings and a device process
@@ -333,7 +333,7 @@ def test_merge_keeps_collects_other_options(tmp_path: Path) -> None:
 
 
 def test_merge_output_goes_through_the_one_output_helper(tmp_path: Path) -> None:
-    """--merge's output keeps runtime/atomic.py's promises (issue 14 §3): a framework
+    """--merge's output keeps runtime/atomic.py's promises: a framework
     trace named as the output is an input (refused, intact), a FIFO is refused, a device
     is written through; no temporary device trace is left anywhere."""
     run = write_ranks(tmp_path / "p", [0], op="moe_distribute_dispatch", jitter=2)
