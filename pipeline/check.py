@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from tree_sitter import Node, Tree
+
 from optrace.codemods.kernel_entry import entry_profiling
 from optrace.codemods.registry import LAYERS
 from optrace.codemods.runtime_block import template
@@ -267,12 +269,14 @@ def _check_pairs(report: CheckReport, points: list[TracePoint]) -> None:
     closed (by an explicit E or a guard) and Es close the most recent open B."""
     begins = Counter(p.label for p in points if p.event == "B")
     ends = Counter(p.label for p in points if p.event == "E")
+    first: dict[str, TracePoint] = {}
+    for p in points:
+        first.setdefault(p.label, p)
     for label in sorted(set(begins) | set(ends)):
+        p = first[label]
         if begins[label] and not ends[label]:
-            p = next(p for p in points if p.label == label)
             report.add(OT404, f'"{label}" has a B and no E anywhere', p.path, p.line)
         elif ends[label] and not begins[label]:
-            p = next(p for p in points if p.label == label)
             report.add(OT404, f'"{label}" has an E and no B anywhere', p.path, p.line)
     by_file: dict[Path, list[TracePoint]] = {}
     for p in points:
@@ -285,14 +289,17 @@ def _check_file_nesting(report: CheckReport, path: Path, pts: list[TracePoint]) 
     data = read_regular(path)
     code = blank_if0(blank_comments(data))
     stack: list[TracePoint] = []
+    open_labels: Counter[str] = Counter()  # the labels on the stack: `in` without a scan
+    parsed: list[Tree] = []  # the file's parse, made at the first pair that needs it
     for p in pts:
         if p.event == "B":
             stack.append(p)
+            open_labels[p.label] += 1
             continue
         if p.guard:
             # `MoeTracing(B); OptraceEnd g(E);` closes when the scope closes: pair it now.
             if stack and stack[-1].label == p.label:
-                stack.pop()
+                open_labels[stack.pop().label] -= 1
             else:
                 report.add(OT405, f'scope guard for "{p.label}" does not follow its B', path, p.line)
             continue
@@ -300,29 +307,48 @@ def _check_file_nesting(report: CheckReport, path: Path, pts: list[TracePoint]) 
             continue  # an E for a B in another file (a region spanning a call): checked globally
         if stack[-1].label == p.label:
             b = stack.pop()
-            _check_exits_between(report, path, code, b, p)
-        elif any(q.label == p.label for q in stack):
+            open_labels[b.label] -= 1
+            _check_exits_between(report, path, code, b, p, parsed)
+        elif open_labels[p.label] > 0:
             inner = stack[-1]
             report.add(OT406, f'"{p.label}" ends while "{inner.label}" (line {inner.line}) is still open: '
                        "regions must nest", path, p.line)
             while stack and stack[-1].label != p.label:
-                stack.pop()
-            stack.pop()
+                open_labels[stack.pop().label] -= 1
+            open_labels[stack.pop().label] -= 1
     del stack
 
 
 _EXIT_RE = re.compile(rb"\b(return|break|continue)\b")
 
 
-def _check_exits_between(report: CheckReport, path: Path, code: bytes, b: TracePoint, e: TracePoint) -> None:
+def _children_between(node: Node, start: int, end: int) -> list[Node]:
+    """The node's children that overlap [start, end), found by the cursor (not by listing
+    every child: a function body of thousands of statements is walked once per pair)."""
+    cursor = node.walk()
+    if cursor.goto_first_child_for_byte(start) is None:
+        return []
+    out = []
+    while cursor.node is not None and cursor.node.start_byte < end:
+        out.append(cursor.node)
+        if not cursor.goto_next_sibling():
+            break
+    return out
+
+
+def _check_exits_between(report: CheckReport, path: Path, code: bytes, b: TracePoint, e: TracePoint,
+                         parsed: list[Tree]) -> None:
     """An explicit B ... E pair with a return, or a break / continue whose loop (or switch)
     encloses the pair, between them leaves the region without its E. A break that stays
     inside (it ends a loop nested in the region) is fine; scope guards never have this
-    problem."""
+    problem. `parsed` holds the file's parse once a pair needed it (one parse a file), and
+    only the nodes inside the pair are visited: work linear in the points, not their square."""
     segment = code[b.start : e.start]
     if not _EXIT_RE.search(segment):
         return
-    tree = new_parser().parse(normalise(code, DEFAULT_QUALIFIERS))
+    if not parsed:
+        parsed.append(new_parser().parse(normalise(code, DEFAULT_QUALIFIERS)))
+    tree = parsed[0]
     stack = [tree.root_node.descendant_for_byte_range(b.start, e.start) or tree.root_node]
     while stack and stack[0].parent is not None and not (
         stack[0].start_byte <= b.start and stack[0].end_byte >= e.start
@@ -332,7 +358,7 @@ def _check_exits_between(report: CheckReport, path: Path, code: bytes, b: TraceP
         node = stack.pop()
         if node.end_byte <= b.start or node.start_byte >= e.start:
             continue
-        stack.extend(node.children)
+        stack.extend(_children_between(node, b.start, e.start))
         if node.type not in ("return_statement", "break_statement", "continue_statement"):
             continue
         if not b.start < node.start_byte < e.start:

@@ -156,3 +156,33 @@ def test_an_unfinished_apply_is_reported_by_check_and_plan(tmp_path: Path) -> No
     assert cli("apply", str(op), "--write")[0] == 0  # recovers the (empty) journal first
     assert not journal.exists()
     assert cli("check", str(op), "--no-compile")[0] == 0
+
+
+def test_many_pairs_with_exits_are_each_reported_from_one_parse(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hand-written pairs with a `return` between B and E: each is OT407, and the file is
+    parsed once for all of them (it was parsed again per pair: 1,000 pairs took over a
+    minute), visiting only the nodes inside each pair."""
+    import optrace.pipeline.check as check_module
+
+    n = 300
+    kernel = tmp_path / "repo" / "demo_op" / "op_kernel"
+    kernel.mkdir(parents=True)
+    (tmp_path / "repo" / ".git").mkdir()
+    body = "".join(f'    MoeTracing(TRACE_POINT("p{i}", "B"));\n    if (x) {{ return; }}\n'
+                   f'    MoeTracing(TRACE_POINT("p{i}", "E"));\n' for i in range(n))
+    (kernel / "demo_op.cpp").write_text(
+        'extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {\n' + body + "}\n", encoding="utf-8")
+    parses = []
+    real = check_module.new_parser
+
+    def counting():  # type: ignore[no-untyped-def]
+        parses.append(1)
+        return real()
+
+    monkeypatch.setattr(check_module, "new_parser", counting)
+    report = check_module.check_operator(tmp_path / "repo" / "demo_op", compile_safety=False)
+    found = [d for d in report.findings if d.code == "OT407"]
+    assert len(found) == n
+    assert sorted(d.line for d in found) == [3 + 3 * i for i in range(n)]
+    assert len(parses) == 1
