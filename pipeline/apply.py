@@ -194,17 +194,26 @@ def _b_refused_a_applies(plan: Plan) -> Diagnostic | None:
     return None
 
 
-def choose_mode(plan: Plan) -> tuple[str, Diagnostic]:
+class ModeChoice(NamedTuple):
+    """The mode apply would choose ("A" or "B"), and why, as the info finding it shows."""
+
+    mode: str
+    why: Diagnostic
+
+
+def choose_mode(plan: Plan) -> ModeChoice:
     """The mode of an operator that has none recorded and none asked: B (one more return
     value) where every layer can carry the new output, else A (an optional output, Python
     arity unchanged), with the reason as an info diagnostic the plan and apply show."""
     d = _b_refused_a_applies(plan)
     if d is not None:
-        return "A", Diagnostic(MODE_CHOSEN, f"mode A (profiling_data optional, Python arity unchanged): "
-                               f"mode B is refused here: {d.code} {d.message}", d.path, d.line, Severity.INFO)
+        return ModeChoice("A", Diagnostic(MODE_CHOSEN, f"mode A (profiling_data optional, Python arity "
+                                          f"unchanged): mode B is refused here: {d.code} {d.message}",
+                                          d.path, d.line, Severity.INFO))
     entry = plan.analysis.entry_fn.src.path
-    return "B", Diagnostic(MODE_CHOSEN, "mode B (profiling_data is the last output of the op): every "
-                           "layer can carry it", entry, plan.analysis.entry_fn.line, Severity.INFO)
+    return ModeChoice("B", Diagnostic(MODE_CHOSEN, "mode B (profiling_data is the last output of the op): "
+                                      "every layer can carry it", entry, plan.analysis.entry_fn.line,
+                                      Severity.INFO))
 
 
 def _refuse_b_with_hint(plan: Plan) -> None:

@@ -10,6 +10,7 @@ import subprocess
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 import networkx as nx
 
@@ -28,7 +29,14 @@ def _loc(plan: Plan, path: Path | None, line: int) -> str:
     return f"{display_path(path, plan.analysis.layers.repo_root)}:{line}"
 
 
-def render_text(plan: Plan, mode: tuple[str, str] | None = None) -> str:
+class PlannedMode(NamedTuple):
+    """The mode apply would use for the plan's operator, and why (recorded, or chosen)."""
+
+    mode: str
+    reason: str
+
+
+def render_text(plan: Plan, mode: PlannedMode | None = None) -> str:
     """The plan for a reader; `mode` is (mode, why) as apply would choose it."""
     an = plan.analysis
     layers = an.layers
@@ -44,7 +52,7 @@ def render_text(plan: Plan, mode: tuple[str, str] | None = None) -> str:
             " (inferred from the kernel's code; nothing declares it: the buffer is laid out mixed)")
     out.append(f"  kernel: {kind}")
     if mode is not None:
-        out.append(f"  mode: {mode[0]} — {mode[1]}")
+        out.append(f"  mode: {mode.mode} — {mode.reason}")
     out.append("")
     out.append("layers:")
     for key, title in layers.titles.items():
@@ -221,12 +229,12 @@ def region_json(plan: Plan, region: Region) -> dict[str, object]:
     }
 
 
-def plan_json(plan: Plan, mode: tuple[str, str] | None = None) -> dict[str, object]:
+def plan_json(plan: Plan, mode: PlannedMode | None = None) -> dict[str, object]:
     an = plan.analysis
     layers = an.layers
     root = layers.repo_root
     return {
-        **({"mode": mode[0], "mode_reason": mode[1]} if mode is not None else {}),
+        **({"mode": mode.mode, "mode_reason": mode.reason} if mode is not None else {}),
         "name": layers.op_name,
         "op_dir": display_path(layers.op_dir, root),
         "repo_root": str(root),

@@ -15,6 +15,7 @@ from optrace.engine.codes import OT030, OT044, OT999
 
 if TYPE_CHECKING:
     from optrace.engine.plan import Plan
+    from optrace.pipeline.plan_output import PlannedMode
 from optrace.cli.common import (
     EXIT_INPUT,
     EXIT_INTERNAL,
@@ -97,24 +98,25 @@ def _plan_one(op_dir: Path, repo_root: Path | None, as_json: bool, graph: Path |
     return out
 
 
-def _plan_mode(plan: Plan) -> tuple[str, str]:
+def _plan_mode(plan: Plan) -> PlannedMode:
     """The mode `apply` would use, and why: recorded in the tree, else chosen per operator."""
     from optrace.codemods.kernel_entry import recorded_mode
     from optrace.engine.diagnostics import InputError
     from optrace.pipeline.apply import choose_mode
+    from optrace.pipeline.plan_output import PlannedMode
 
     recorded = recorded_mode(plan.analysis.entry_fn.src.raw)
     if recorded is not None:
-        return recorded, "recorded in the instrumented tree"
+        return PlannedMode(recorded, "recorded in the instrumented tree")
     try:
         mode, why = choose_mode(plan)
     except InputError as exc:
         d = exc.diagnostic
-        return "none", f"apply would refuse: {d.format(plan.analysis.layers.repo_root)}"
+        return PlannedMode("none", f"apply would refuse: {d.format(plan.analysis.layers.repo_root)}")
     reason = why.message.split(": ", 1)[1]
     if mode == "A":
         reason += f" ({why.location(plan.analysis.layers.repo_root)})"
-    return mode, reason
+    return PlannedMode(mode, reason)
 
 
 _PlanJob = tuple[Path, Path | None, bool, Path | None]
