@@ -40,7 +40,7 @@ from optrace.engine.diagnostics import InputError
 from optrace.engine.transaction import commit
 from optrace.pipeline.apply import apply_changes, strip_changes
 from optrace.pipeline.check import check_operator
-from optrace.pipeline.plan_output import plan_json, render_text
+from optrace.pipeline.plan_output import PlannedMode, plan_json, render_text
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -255,8 +255,8 @@ def _run_case(case: int, seed: int, ws: Workspace, operators: list[tuple[Path, P
             outcome.result, outcome.detail = "refused:plan/apply", exc.diagnostic.format()[:200]
             return outcome
         assert applied.plan is not None
-        render_text(applied.plan, ("B", "fuzz"))
-        json.dumps(plan_json(applied.plan, ("B", "fuzz")))
+        render_text(applied.plan, PlannedMode("B", "fuzz"))
+        json.dumps(plan_json(applied.plan, PlannedMode("B", "fuzz")))
         if not applied.changes:
             outcome.result = "no-change"
             return outcome
