@@ -10,6 +10,7 @@ every line.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib.util
 import multiprocessing
@@ -22,6 +23,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 from clang import cindex
@@ -113,14 +115,14 @@ def _vm_size() -> int:
 
 
 def _child(send: Connection, files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[int]] | None,
-           contents: Mapping[Path, bytes] | None, memory: int) -> None:
+           contents: Mapping[Path, bytes] | None, memory: int, stub_dir: Path) -> None:
     try:
         limit = _vm_size() + memory
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     except (ValueError, OSError):
         pass  # no bound to set here: the time bound still holds
     try:
-        result: HostCompile | str = host_compile(files, op_dir, only_lines, contents)
+        result: HostCompile | str = host_compile(files, op_dir, only_lines, contents, stub_dir=stub_dir)
     except MemoryError:
         result = f"the compile check needed more than its {memory >> 20} MiB"
     except Exception as exc:  # reported for the file, as a crash is
@@ -134,8 +136,15 @@ def _in_child(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[int
     """The child's HostCompile, or why there is none."""
     ctx = multiprocessing.get_context("fork")  # libclang and the inputs without a re-import
     receive, send = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=_child, args=(send, files, op_dir, only_lines, contents, memory), daemon=True)
-    child.start()
+    # The stand-ins' folder is the parent's: a child that crashes cannot leave it behind.
+    with tempfile.TemporaryDirectory(prefix="optrace-stub-") as stub_dir:
+        child = ctx.Process(target=_child, args=(send, files, op_dir, only_lines, contents, memory,
+                                                 Path(stub_dir)), daemon=True)
+        child.start()
+        return _outcome(child, receive, send, seconds)
+
+
+def _outcome(child: BaseProcess, receive: Connection, send: Connection, seconds: float) -> HostCompile | str:
     send.close()
     outcome: HostCompile | str | None = None
     try:
@@ -159,13 +168,15 @@ def _in_child(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[int
 
 
 def host_compile(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[int]] | None = None,
-                 contents: Mapping[Path, bytes] | None = None) -> HostCompile:
+                 contents: Mapping[Path, bytes] | None = None, stub_dir: Path | None = None) -> HostCompile:
     """libclang (`-fsyntax-only`) errors of each file — read from a source's translation
     unit when it includes the file, else from the file's own — with include dirs = every
     folder of the operator (`compile_tus`). `only_lines`: per file, the only lines whose
     errors are wanted (check asks for the lines optrace inserted); others are skipped
     before their message is read. `contents`: what libclang reads instead of a file's
-    bytes (same lines: engine/compile_scope.py's bodies left out), by resolved path."""
+    bytes (same lines: engine/compile_scope.py's bodies left out), by resolved path.
+    `stub_dir`: an empty folder for the stand-ins, which its caller removes (else one of
+    its own, removed here)."""
     out = HostCompile()
     _library_file_without_platform()
     index = cindex.Index.create()
@@ -174,8 +185,9 @@ def host_compile(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[
     # The shims and stand-ins are libclang's unsaved files in an empty folder of ours, not
     # files written there: a real operator has a hundred absent headers, and writing each
     # (a folder, a file) was a tenth of `check`.
-    with tempfile.TemporaryDirectory(prefix="optrace-stub-") as tmp:
-        fake = Path(tmp)
+    with contextlib.ExitStack() as stack:
+        fake = stub_dir if stub_dir is not None else Path(
+            stack.enter_context(tempfile.TemporaryDirectory(prefix="optrace-stub-")))
         virtual: dict[Path, bytes] = {fake / name: _STD_SHIM.encode() for name in _STD_SHIMS}
         virtual[fake / "vector"] = _VECTOR_SHIM.encode()
         virtual[fake / "initializer_list"] = _INIT_LIST_SHIM.encode()

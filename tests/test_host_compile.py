@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 from optrace.engine.host_compile import _irregular_include, host_compile
 
@@ -125,9 +126,11 @@ def test_absent_headers_are_empty_stand_ins_and_present_ones_win(tmp_path: Path)
         '#include "present.h"\n#include "sub/near.h"\n#include "./sub/near.h"\n'
         '#include "kernel_operator.h"\n'
         'extern "C" __global__ __aicore__ void demo(GM_ADDR x) { int n = PRESENT + NEAR; (void)n; }\n')
-    before = set(Path(tempfile.gettempdir()).glob("optrace-stub-*"))
-    assert host_compile([kernel / "demo.cpp"], tmp_path / "demo").errors == {kernel / "demo.cpp": []}
-    assert set(Path(tempfile.gettempdir()).glob("optrace-stub-*")) == before
+    private = tmp_path / "tmp"  # this call's temporary folders only, not other processes'
+    private.mkdir()
+    with mock.patch.object(tempfile, "tempdir", str(private)):
+        assert host_compile([kernel / "demo.cpp"], tmp_path / "demo").errors == {kernel / "demo.cpp": []}
+    assert not list(private.iterdir())
     # a header the operator has is its own, not an empty stand-in: its errors are seen
     (tmp_path / "demo" / "common" / "present.h").write_text("#pragma once\nconstexpr int PRESENT = nope;\n")
     errors = host_compile([kernel / "demo.cpp", tmp_path / "demo" / "common" / "present.h"],
