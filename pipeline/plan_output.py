@@ -351,18 +351,22 @@ def graph_html(plan: Plan) -> str:
     )
 
 
-def write_graph(plan: Plan, path: Path, inputs: Iterable[Path] = ()) -> None:
-    """The call graph as ``path`` (.html, .svg or .dot by its suffix), through the one
-    output helper: an input among ``inputs`` or a FIFO is refused (OutputError)."""
+def graph_bytes(plan: Plan, path: Path) -> bytes:
+    """The call graph as ``path``'s suffix asks: .html, .svg (Graphviz's ``dot``; raises
+    RuntimeError without it) or .dot."""
     suffix = path.suffix.lower()
     if suffix in (".html", ".htm"):
-        write_output(path, graph_html(plan).encode("utf-8"), inputs=inputs)
-    elif suffix == ".svg":
+        return graph_html(plan).encode("utf-8")
+    if suffix == ".svg":
         dot = shutil.which("dot")
         if dot is None:
             raise RuntimeError("SVG output needs Graphviz `dot` on PATH; use .dot or .html")
-        svg = subprocess.run([dot, "-Tsvg"], input=graph_dot(plan).encode(), check=True,
-                             capture_output=True).stdout
-        write_output(path, svg, inputs=inputs)
-    else:
-        write_output(path, graph_dot(plan).encode("utf-8"), inputs=inputs)
+        return subprocess.run([dot, "-Tsvg"], input=graph_dot(plan).encode(), check=True,
+                              capture_output=True).stdout
+    return graph_dot(plan).encode("utf-8")
+
+
+def write_graph(plan: Plan, path: Path, inputs: Iterable[Path] = ()) -> None:
+    """The call graph as ``path`` (:func:`graph_bytes`), through the one output helper:
+    an input among ``inputs`` or a FIFO is refused (OutputError)."""
+    write_output(path, graph_bytes(plan, path), inputs=inputs)

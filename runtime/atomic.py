@@ -4,8 +4,9 @@ written here, so they all keep one promise: the file they replace is intact unti
 one is complete.
 
 A regular file (or a missing one) is written beside the target and renamed over it; a
-reader sees the old file or the new one. A symlink to a regular file is written through:
-the file it points at is replaced and the link stays. A character device (``/dev/null``,
+reader sees the old file or the new one. A symlink is never followed: it is refused, as a
+file the command reads is (any file read through runtime/regular.py in this process, or
+handed over by its workers, by device and inode). A character device (``/dev/null``,
 a terminal) and the process's own streams (``/dev/stdout``, ``/dev/fd/N``) are written
 through as shell redirection does, never renamed over. FIFOs, sockets, block devices,
 directories and dangling symlinks are refused (:class:`OutputError`, exit 2), as is an
@@ -30,6 +31,7 @@ from typing import IO
 
 from .errors import ProfilingInputError
 from .records import FrozenRecord
+from .regular import file_read_as
 
 # The process's own descriptors: whatever they are (a pipe, a terminal, a file the shell
 # opened), they are written through, never replaced — as `cmd -o /dev/stdout | less` means.
@@ -75,10 +77,14 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def output_target(path: str | Path, inputs: Iterable[str | Path] = ()) -> OutputTarget:
+def output_target(
+    path: str | Path, inputs: Iterable[str | Path] = (), *, rewrite: bool = False
+) -> OutputTarget:
     """Check, before anything is computed or written, that ``path`` may be written;
     raises OutputError naming ``path`` otherwise. ``inputs`` are files the command reads
-    (rank files, the point map, sources): an output that is one of them is refused."""
+    (rank files, the point map, sources): an output that is one of them is refused, as is
+    any file the running command read — unless ``rewrite``: the output is the file read,
+    rewritten on purpose (`preprocess --modify`)."""
     target = Path(path)
     if _OWN_STREAM_RE.match(str(target)):
         return OutputTarget(target, target, True, None)
@@ -94,14 +100,22 @@ def output_target(path: str | Path, inputs: Iterable[str | Path] = ()) -> Output
         return OutputTarget(target, target, True, None)
     if not stat.S_ISREG(st.st_mode):
         raise OutputError(target, f"{_kind(st.st_mode)}, not a regular file; not written")
+    # Identity after links are resolved: a hard link or a symlink to an input is the input.
     for source in inputs:
         try:
             if _identity(os.stat(source)) == _identity(st):
                 raise OutputError(target, f"is an input of this command ({source}); not overwritten")
         except OSError:
             continue
-    real = Path(os.path.realpath(target)) if os.path.islink(target) else target
-    return OutputTarget(target, real, False, stat.S_IMODE(st.st_mode) & 0o777)
+    read_as = None if rewrite else file_read_as(_identity(st))
+    if read_as is not None:
+        raise OutputError(target, f"is an input of this command ({read_as}); not overwritten")
+    if os.path.islink(target):
+        # Not followed: a link a clone or another user planted (`trace.json -> ~/.bashrc`)
+        # would have the file it points at replaced by what was meant for the link's name.
+        raise OutputError(target, f"is a symbolic link (to {os.readlink(target)}); not written through "
+                          "(name the file itself, or remove the link)")
+    return OutputTarget(target, target, False, stat.S_IMODE(st.st_mode) & 0o777)
 
 
 def _in_the_way(target: Path) -> Path | None:
@@ -133,12 +147,12 @@ def _as_output_error(target: Path, exc: OSError, temporary: Path) -> OutputError
 
 @contextmanager
 def atomic_output(
-    path: str | Path, buffering: int = 1 << 20, *, inputs: Iterable[str | Path] = ()
+    path: str | Path, buffering: int = 1 << 20, *, inputs: Iterable[str | Path] = (), rewrite: bool = False
 ) -> Iterator[IO[bytes]]:
     """A binary file that becomes ``path`` when the block exits without an exception
     (for a regular target its ``name`` is the temporary file's path, for other processes
     writing into it). On any failure the previous file is left as it was."""
-    found = output_target(path, inputs)
+    found = output_target(path, inputs, rewrite=rewrite)
     if found.through:
         try:
             # No O_CREAT, no O_TRUNC: a device or stream the process already has; O_APPEND
@@ -176,7 +190,8 @@ def atomic_output(
         raise  # the block's own failure (a fork refused with EAGAIN, ...) is not a write error
 
 
-def write_output(path: str | Path, data: bytes, *, inputs: Iterable[str | Path] = ()) -> None:
+def write_output(path: str | Path, data: bytes, *, inputs: Iterable[str | Path] = (),
+                 rewrite: bool = False) -> None:
     """Write ``data`` as ``path``, with :func:`atomic_output`'s promises."""
-    with atomic_output(path, inputs=inputs) as handle:
+    with atomic_output(path, inputs=inputs, rewrite=rewrite) as handle:
         handle.write(data)

@@ -24,6 +24,8 @@ import os
 import stat
 import tomllib
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -82,6 +84,70 @@ def _config_path_str() -> str:
     return _config_path[1]
 
 
+#: While a command runs (:func:`track_files_read`), every file this process read through
+#: this module: its identity (device, inode) -> the path it was read as. An output of the
+#: command must never be one of them (runtime/atomic.py): whatever a command reads — a
+#: host layer found anywhere in the repository, a config, a header — is a source, and a
+#: `-o` / `--patch` / `--graph` naming it would lose it. None outside a command: a library
+#: caller (a training script saving rank files, a test) reads and rewrites its own files.
+_read: dict[tuple[int, int], str] | None = None
+
+
+def _note_read(st: os.stat_result, path: str | Path) -> None:
+    if _read is not None:
+        _read.setdefault((st.st_dev, st.st_ino), os.fsdecode(path))
+
+
+def track_files_read(on: bool) -> None:
+    """A command starts (on) or ends (off): from none read. Several commands may run in
+    one process (tests, library callers): an earlier one's inputs are not this one's, and
+    their inodes may have been reused since."""
+    global _read
+    _read = {} if on else None
+
+
+def file_read_as(identity: tuple[int, int]) -> str | None:
+    """The path a file of this identity was read as by the command running, or None."""
+    return None if _read is None else _read.get(identity)
+
+
+def take_files_read() -> dict[tuple[int, int], str]:
+    """What this process read so far, emptied: a worker hands it to the parent that
+    writes the outputs (:func:`add_files_read`)."""
+    if _read is None:
+        return {}
+    taken = dict(_read)
+    _read.clear()
+    return taken
+
+
+def add_files_read(files: dict[tuple[int, int], str]) -> None:
+    """Files a worker process read, as if this process had read them."""
+    if _read is not None:
+        for identity, path in files.items():
+            _read.setdefault(identity, path)
+
+
+#: Bytes read in place of a file's own, by identity: apply reads the tree it is about to
+#: write with the strip and check commands' own code before it writes a byte
+#: (:func:`overlaid`). Empty outside that check.
+_overlay: dict[tuple[int, int], bytes] = {}
+
+
+@contextmanager
+def overlaid(files: dict[tuple[int, int], bytes]) -> Iterator[None]:
+    """While the block runs, :func:`read_regular` of a file with one of these identities
+    returns the bytes given for it instead of the file's (links and other spellings of
+    the path included: the identity is the file's)."""
+    if _overlay:
+        raise RuntimeError("overlaid() does not nest")
+    _overlay.update(files)
+    try:
+        yield
+    finally:
+        _overlay.clear()
+
+
 def _what(mode: int) -> str:
     if stat.S_ISFIFO(mode):
         return "a FIFO"
@@ -137,6 +203,7 @@ def open_regular(path: str | Path, kind: str, *, bound: int | None = None) -> Bi
         most = limit(kind) if bound is None else bound
         if st.st_size > most:
             raise TooLarge(path, st.st_size, kind, most)
+        _note_read(st, path)
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
@@ -158,6 +225,13 @@ def read_regular(path: str | Path, kind: str = "source", *, bound: int | None = 
             raise NotRegularFile(path, _what(st.st_mode))
         if st.st_size > most:
             raise TooLarge(path, st.st_size, kind, most)
+        _note_read(st, path)
+        if _overlay:
+            instead = _overlay.get((st.st_dev, st.st_ino))
+            if instead is not None:
+                if len(instead) > most:
+                    raise TooLarge(path, len(instead), kind, most)
+                return instead
         chunks: list[bytes] = []
         total = 0
         while total <= most:  # to the end of the file: it may have grown since the fstat

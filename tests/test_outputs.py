@@ -1,14 +1,14 @@
 """Issue 14 §3: every user-named output goes through runtime/atomic.py and never destroys
-what it replaces — inputs refused, FIFOs and sockets refused (no hang), devices and
-symlinks written through, the target named in every error, the old file intact on any
+what it replaces — inputs refused, FIFOs, sockets and symlinks refused (no hang, no file
+replaced behind a link), devices written through, the target named in every error, the old file intact on any
 failure, the user's umask on new files."""
 
 from __future__ import annotations
 
 import errno
 import importlib.util
-import json
 import os
+import shutil
 import socket
 import stat
 import subprocess
@@ -85,13 +85,15 @@ def test_a_replaced_file_keeps_its_permission_bits_not_set_id_bits(tmp_path: Pat
     assert target.read_bytes() == b"new" and stat.S_IMODE(os.stat(target).st_mode) == 0o751
 
 
-def test_a_symlink_to_a_regular_file_is_written_through(tmp_path: Path) -> None:
+def test_a_symlink_is_refused_and_the_file_it_points_at_kept(tmp_path: Path) -> None:
     real = tmp_path / "real.txt"
     real.write_bytes(b"old")
     link = tmp_path / "link.txt"
     link.symlink_to(real)
-    write_output(link, b"new")
-    assert link.is_symlink() and real.read_bytes() == b"new"
+    with pytest.raises(OutputError, match="is a symbolic link") as err:
+        write_output(link, b"new")
+    assert err.value.path == str(link)
+    assert link.is_symlink() and real.read_bytes() == b"old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.txt", "real.txt"]
 
 
@@ -198,9 +200,9 @@ def test_a_parent_that_is_a_file_names_the_target(tmp_path: Path) -> None:
 def test_output_target_says_what_is_replaced(tmp_path: Path) -> None:
     real = tmp_path / "real"
     real.write_bytes(b"")
-    (tmp_path / "link").symlink_to(real)
-    found = output_target(tmp_path / "link")
-    assert (found.real, found.through) == (real, False)
+    os.chmod(real, 0o640)
+    found = output_target(real)
+    assert (found.real, found.through, found.mode) == (real, False, 0o640)
     assert output_target("/dev/stdout").through and output_target("/dev/null").through
 
 
@@ -215,14 +217,15 @@ def test_collect_refuses_a_rank_file_or_the_point_map_as_its_output(profiling: P
         assert victim.read_bytes() == before
 
 
-def test_collect_through_a_symlink_dev_null_and_a_refused_fifo(profiling: Path, tmp_path: Path) -> None:
+def test_collect_refuses_a_symlink_and_a_fifo_and_writes_dev_null(profiling: Path, tmp_path: Path) -> None:
     real = tmp_path / "traces" / "real.json"
     real.parent.mkdir()
     real.write_text("old")
     link = tmp_path / "trace.json"
     link.symlink_to(real)
-    assert cli("collect", str(profiling), "-o", str(link))[0] == 0
-    assert link.is_symlink() and json.loads(real.read_text())["traceEvents"]
+    code, out = cli("collect", str(profiling), "-o", str(link))
+    assert code == 2 and f"{link}: is a symbolic link" in out, out
+    assert link.is_symlink() and real.read_text() == "old"
     assert cli("collect", str(profiling), "-o", "/dev/null", "-j", "2")[0] == 0
     pipe = fifo(tmp_path / "pipe.json")
     code, out = cli("collect", str(profiling), "-o", str(pipe))
@@ -267,8 +270,8 @@ def test_report_png_through_the_cli(
     profiling: Path, tmp_path: Path, umask: int, monkeypatch: pytest.MonkeyPatch, case: str
 ) -> None:
     """`report --png` gets runtime/atomic.py's promises through the CLI: a new file with
-    the umask, a replaced one keeping its permission bits, links and devices written
-    through, an input / FIFO / directory refused before anything is read, the old file
+    the umask, a replaced one keeping its permission bits, devices written
+    through, an input / FIFO / directory / symlink refused before anything is read, the old file
     intact when the write fails."""
     trace = tmp_path / "trace.json"
     assert cli("collect", str(profiling), "-o", str(trace))[0] == 0
@@ -297,8 +300,8 @@ def test_report_png_through_the_cli(
     kept = {p: p.read_bytes() for p in (trace, profiling / "point_map.json")}
     code, out = cli("report", str(source), "--png", str(png))
     assert "Traceback" not in out
-    written = png if case != "symlink" else real
-    if case in ("new", "replace", "symlink", "dev-null"):
+    written = png
+    if case in ("new", "replace", "dev-null"):
         assert code == 0 and f"wrote {png}" in out, out
         if case != "dev-null":
             assert written.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -306,10 +309,9 @@ def test_report_png_through_the_cli(
             assert stat.S_IMODE(os.stat(png).st_mode) == 0o666 & ~umask
         if case == "replace":
             assert stat.S_IMODE(os.stat(png).st_mode) == 0o751  # not the set-id bit
-        if case == "symlink":
-            assert png.is_symlink()
     else:
         why = {"the-trace": "is an input of this command", "the-point-map": "is an input of this command",
+               "symlink": "is a symbolic link",
                "fifo": "a FIFO, not a regular file", "directory": "a directory",
                "parent-is-a-file": f"cannot write: {png.parent} is not a directory",
                "rename-fails": "cannot write: No space left on device"}[case]
@@ -318,6 +320,8 @@ def test_report_png_through_the_cli(
         assert ".tmp" not in out, out  # the target is named, not a temporary
         if case == "rename-fails":
             assert png.read_bytes() == b"the old picture"
+        if case == "symlink":
+            assert png.is_symlink() and real.read_bytes() == b"the old picture"
             assert sorted(p.name for p in tmp_path.iterdir()) == ["prof", "r.png", "trace.json"]
     assert {p: p.read_bytes() for p in kept} == kept
 
@@ -350,16 +354,73 @@ def test_source_commands_refuse_a_fifo_without_hanging(
     assert code == 2 and f"{pipe}: OT030 a FIFO, not a regular file" in out
 
 
-def test_apply_patch_through_a_symlink(operator: tuple[Path, Path], tmp_path: Path) -> None:
+def test_apply_patch_refuses_a_symlink(operator: tuple[Path, Path], tmp_path: Path) -> None:
     op, source = operator
     real = tmp_path / "patches" / "p.patch"
     real.parent.mkdir()
     real.write_bytes(b"an older patch\n")
     link = tmp_path / "p.patch"
     link.symlink_to(real)
-    assert cli("apply", str(op), "--patch", str(link))[0] == 0
-    assert link.is_symlink() and b"TRACE_POINT" in real.read_bytes()
+    code, out = cli("apply", str(op), "--patch", str(link))
+    assert code == 2 and f"{link}: OT030 is a symbolic link" in out, out
+    assert link.is_symlink() and real.read_bytes() == b"an older patch\n"
     assert source.read_bytes() == KERNEL
+
+
+UMDK = Path(__file__).resolve().parents[1] / "fixtures" / "umdk_style"
+UMDK_OP = Path("src/cam/comm_operator/ascend_kernels/moe_fused_gmm")
+#: Host-layer files of the bundled operator, outside its directory: every one is read by
+#: plan, check, apply and strip (discovery finds them), so none may be an output.
+HOST_FILES = ["src/cam/comm_operator/pybind/pybind.cpp", "src/cam/comm_operator/pybind/moe_fused_gmm.cpp",
+              "src/cam/examples/moe_fused_gmm_sample.py", "build/cam/comm_operator/compile_ascend_proj.sh",
+              "optrace.toml"]
+
+
+@pytest.fixture(scope="module")
+def umdk_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("umdk") / "repo"
+    shutil.copytree(UMDK, root, symlinks=True)
+    return root
+
+
+@pytest.mark.parametrize("victim", HOST_FILES)
+@pytest.mark.parametrize("command", [["plan", "-o"], ["check", "--no-compile", "-o"], ["apply", "--patch"],
+                                     ["strip", "--patch"], ["plan", "--graph"],
+                                     ["plan", "-j", "2", "--graph"]])
+def test_no_output_replaces_a_host_layer_file_or_the_config(
+    umdk_copy: Path, command: list[str], victim: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outside the operator directory too: a file any part of the run read (found by
+    discovery, the config) is refused by identity, through a hard link as well, and the
+    run writes nothing."""
+    monkeypatch.chdir(umdk_copy)
+    before = {p: p.read_bytes() for p in umdk_copy.rglob("*") if p.is_file()}
+    for target in (Path(victim), Path("alias-of-" + Path(victim).name)):
+        if target.name.startswith("alias-of-"):
+            os.link(victim, target)
+        try:
+            code, out = cli(command[0], str(UMDK_OP), *command[1:], str(target))
+        finally:
+            if target.name.startswith("alias-of-"):
+                target.unlink()
+        assert code == 2 and f"{target}: OT030 is an input of this command" in out, out
+        after = {p: p.read_bytes() for p in umdk_copy.rglob("*") if p.is_file()}
+        assert after == before  # nothing written: no graph, no patch, no report
+
+
+def test_an_output_beside_the_sources_is_still_written(
+    umdk_copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(umdk_copy)
+    graph = "src/cam/comm_operator/pybind/graph.dot"
+    code, out = cli("plan", str(UMDK_OP), "-o", "plan.txt", "--graph", graph)
+    try:
+        assert code == 0, out
+        assert "moe_fused_gmm" in Path("plan.txt").read_text()
+        assert Path(graph).read_text().startswith("digraph")
+    finally:
+        Path("plan.txt").unlink(missing_ok=True)
+        Path(graph).unlink(missing_ok=True)
 
 
 def test_preprocess_writes_the_point_map_with_the_umask_not_0600(tmp_path: Path, umask: int) -> None:

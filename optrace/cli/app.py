@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from optrace.cli import check, edit, plan, preprocess, runtime
-from optrace.cli.common import EXIT_INTERNAL, EXIT_OK, apply_config_trust, err
+from optrace.cli.common import EXIT_INTERNAL, EXIT_OK, end_command, err, start_command
 from optrace.engine.codes import OT999
 
 app = typer.Typer(
@@ -44,8 +44,8 @@ def _root(
     """optrace: instrument Ascend operators with trace points."""
     # --trust-config holds for one command: off before it, and off again once it ended
     # (several commands may run in one process: tests, library callers).
-    apply_config_trust(False)
-    ctx.call_on_close(lambda: apply_config_trust(False))
+    start_command(False)
+    ctx.call_on_close(end_command)
 
 
 # The order of `optrace --help`: the instrumenting commands, then the build step and the

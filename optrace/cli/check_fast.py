@@ -22,12 +22,13 @@ from optrace.cli.common import (
     EXIT_INTERNAL,
     EXIT_OK,
     CheckFormat,
-    apply_config_trust,
     emit,
+    end_command,
     err,
     operator_files,
     output_refused,
     run_parallel,
+    start_command,
     worker_count,
 )
 from optrace.engine.codes import OT999
@@ -78,12 +79,12 @@ def fast_main(argv: Sequence[str]) -> int | None:
     if args is None:
         return None
     paths_as_bytes()
-    apply_config_trust(args.trust_config)
+    start_command(args.trust_config)
     try:
         return check_command(args.op_dirs, args.repo_root, args.fmt, args.output, args.strict,
                               args.compile_safety, args.jobs)
     finally:
-        apply_config_trust(False)
+        end_command()
 
 
 class _CheckOutcome(NamedTuple):

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from optrace.runtime.errors import ProfilingInputError
 from optrace.runtime.numbers import CLOCK_MHZ, check_optional
+from optrace.runtime.regular import track_files_read
 from optrace.runtime.terminal import safe_text
 
 if TYPE_CHECKING:  # imported at call time (collect's start-up; tests replace it)
@@ -116,7 +117,11 @@ def fast_main(argv: Sequence[str]) -> int | None:
     parsed = parse_fast(argv)
     if parsed is None:
         return None
-    return run_collect(**parsed)  # type: ignore[arg-type]
+    track_files_read(True)  # a command of its own (see cli/common.start_command)
+    try:
+        return run_collect(**parsed)  # type: ignore[arg-type]
+    finally:
+        track_files_read(False)
 
 
 def _progress() -> tuple[Callable[[int, int], None] | None, Callable[[], None]]:

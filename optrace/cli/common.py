@@ -42,11 +42,31 @@ def apply_config_trust(trusted: bool) -> None:
         set_config_trust(trusted)
 
 
+def start_command(trusted: bool) -> None:
+    """What every command sets up first: the config's trust for this command, and the
+    files it reads tracked from none (its outputs must not replace one of them)."""
+    from optrace.runtime.regular import track_files_read
+
+    apply_config_trust(trusted)
+    track_files_read(True)
+
+
+def end_command() -> None:
+    """Undo :func:`start_command`: several commands may run in one process (tests,
+    library callers), and outside a command nothing is tracked."""
+    from optrace.runtime.regular import track_files_read
+
+    apply_config_trust(False)
+    track_files_read(False)
+
+
 def _worker_start(trusted: bool) -> None:
     """What a worker of `run_parallel` inherits from the command, however it started."""
     from optrace.cli.deferred import install as install_deferred
+    from optrace.runtime.regular import track_files_read
 
     apply_config_trust(trusted)
+    track_files_read(True)  # a worker started afresh (not forked) tracks what it reads too
     install_deferred()
 
 
@@ -131,8 +151,8 @@ def run_parallel(work: Callable[..., _T], jobs: list[tuple[Any, ...]], workers: 
         # and the Python layers' LibCST half.
         pool = ProcessPoolExecutor(max_workers=workers, initializer=_worker_start,
                                    initargs=(config_trust_flag(),))
-        futures = {pool.submit(work, *job): i for i, job in enumerate(jobs)}
-        iterator = ((futures[f], f.result()) for f in as_completed(futures))
+        futures = {pool.submit(_in_worker, work, *job): i for i, job in enumerate(jobs)}
+        iterator = ((futures[f], _from_worker(f.result())) for f in as_completed(futures))
     else:
         iterator = ((i, work(*job)) for i, job in enumerate(jobs))
     if show:  # rich's import is a tenth of a one-operator check: only when a bar is drawn
@@ -149,6 +169,23 @@ def run_parallel(work: Callable[..., _T], jobs: list[tuple[Any, ...]], workers: 
     if pool is not None:
         pool.shutdown()
     return [r for r in results if r is not None]
+
+
+def _in_worker(work: Callable[..., _T], *job: Any) -> tuple[_T, dict[tuple[int, int], str]]:
+    """`work(*job)` in a worker, with the files it read: the outputs the parent writes
+    must not replace any of them (runtime/atomic.py)."""
+    from optrace.runtime.regular import take_files_read
+
+    result = work(*job)
+    return result, take_files_read()
+
+
+def _from_worker(outcome: tuple[_T, dict[tuple[int, int], str]]) -> _T:
+    from optrace.runtime.regular import add_files_read
+
+    result, read = outcome
+    add_files_read(read)
+    return result
 
 
 def worker_count(jobs: int | None, n: int) -> int:

@@ -27,6 +27,7 @@ from optrace.cli.common import (
     output_refused,
     run_parallel,
     worker_count,
+    write_user_output,
 )
 from optrace.cli.common import emit as _emit_or_false
 from optrace.cli.deferred import install as install_deferred
@@ -51,15 +52,14 @@ class _PlanOutcome:
     doc: dict[str, object] | None = None
     messages: list[str] = field(default_factory=list)
     code: int = EXIT_OK
+    graph: tuple[Path, bytes] | None = None  # written by the parent, after every operator is read
 
 
 def _plan_one(op_dir: Path, repo_root: Path | None, as_json: bool, graph: Path | None) -> _PlanOutcome:
     from optrace.engine.diagnostics import InputError, Severity
     from optrace.engine.journal import foreign_journal, pending_journal
     from optrace.pipeline.plan import plan_operator
-    from optrace.pipeline.plan_output import plan_json, render_text, write_graph
-    from optrace.runtime.atomic import OutputError
-
+    from optrace.pipeline.plan_output import graph_bytes, plan_json, render_text
     out = _PlanOutcome()
     try:
         result = plan_operator(op_dir, repo_root)
@@ -88,10 +88,7 @@ def _plan_one(op_dir: Path, repo_root: Path | None, as_json: bool, graph: Path |
         out.text = render_text(result, mode)
     if graph is not None:
         try:
-            write_graph(result, graph, [*result.analysis.parsed, *operator_files([op_dir])])
-        except OutputError as exc:
-            out.messages.append(f"{exc.path}: {OT030} {exc.message}")
-            out.code = EXIT_INPUT
+            out.graph = (graph, graph_bytes(result, graph))
         except (OSError, RuntimeError) as exc:  # Graphviz missing or failing (.svg)
             out.messages.append(f"{graph}: {OT030} cannot write graph: {exc}")
             out.code = EXIT_INPUT
@@ -172,6 +169,15 @@ def plan(
         for message in outcome.messages:
             err(message)
         code = max(code, outcome.code)
+    # Here, not in the workers: every operator's files are read by now, and no output may
+    # replace one of them (a host layer another operator found, say). All are checked
+    # before any is written: a refused one leaves nothing written.
+    graphs = [o.graph for o in outcomes if o.graph is not None]
+    if any([output_refused(output, sources), *(output_refused(g[0], sources) for g in graphs)]):
+        raise typer.Exit(EXIT_INPUT)
+    for target, data in graphs:
+        if not write_user_output(target, data, sources):
+            code = max(code, EXIT_INPUT)
     if as_json:
         rendered = plans_json([o.doc for o in outcomes if o.doc is not None])
     else:

@@ -53,7 +53,7 @@ def preprocess(
         raise typer.Exit(EXIT_INPUT)
     try:
         for path, data in changed.items():  # the build tree's sources, rewritten in place
-            write_output(path, data)
+            write_output(path, data, rewrite=True)
         write_output(map_path, (json.dumps(doc, indent=1) + "\n").encode(), inputs=result.files)
     except OutputError as exc:
         err(f"{exc.path}: {OT206} {exc.message}")
