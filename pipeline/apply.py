@@ -25,7 +25,7 @@ from typing import NamedTuple, Protocol
 
 from optrace.codemods.kernel_entry import recorded_mode
 from optrace.codemods.strip import is_created, strip_bytes
-from optrace.engine.codes import OT010, OT042, OT048, OT314
+from optrace.engine.codes import OT010, OT042, OT047, OT048, OT314
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
 from optrace.engine.discovery import (
     CPP_EXTS,
@@ -37,8 +37,9 @@ from optrace.engine.discovery import (
 )
 from optrace.engine.edits import Edit, EditError, EditSet, FileChange, apply_edits, new_contents, resolve
 from optrace.engine.plan import Plan
-from optrace.engine.source import blank_comments, read_regular
+from optrace.engine.source import blank_comments, overlaid, read_regular
 from optrace.engine.vocabulary import SCAFFOLD_BEGIN
+from optrace.pipeline.check import check_operator
 from optrace.pipeline.layers import kernel_side, layer_edits, owned_files, sizes_header
 from optrace.pipeline.plan import plan_operator
 
@@ -100,6 +101,10 @@ def apply_changes(op_dir: Path, repo_root: Path | None = None, mode: str | None 
     every other layer it has. `mode` None keeps the mode recorded in the tree (else B)."""
     plan = plan_operator(op_dir, repo_root)
     root = plan.analysis.layers.repo_root
+    for linked in (d for d in plan.diagnostics if d.code == OT047):
+        # A header of the tree linked out of it: the diff, --patch and --write would all
+        # instrument a tree that is not the one the build compiles.
+        raise InputError(Diagnostic(OT047, f"{linked.message}; nothing written", linked.path, linked.line))
     recorded = recorded_mode(plan.analysis.entry_fn.src.raw)
     chosen: Diagnostic | None = None
     if mode is None and recorded is None:
@@ -142,10 +147,11 @@ def apply_changes(op_dir: Path, repo_root: Path | None = None, mode: str | None 
 
 
 def _check_strip_undoes(result: OperatorChanges) -> None:
-    """strip ∘ apply = identity, checked before anything is written: removing every
-    optrace insertion from the new bytes must give what removing them from the old bytes
-    gives. Not so when the file's own syntax is broken where a marker goes (an unterminated
-    `/*` swallows the marker's end: found by the source fuzzer) — refused, OT048."""
+    """strip ∘ apply = identity, checked before anything is written, by the commands that
+    will read the tree: `strip` and `check` themselves run on the tree as it would be
+    (the new bytes read in place of the old ones, :func:`overlaid`). What either cannot
+    read — too deep for strip's plan, a marker swallowed by an unterminated `/*` (found by
+    the source fuzzer) — apply does not write: OT048, nothing written."""
     for path, (old, new) in result.changes.items():
         if old is None or new is None or is_created(new):
             continue
@@ -155,7 +161,37 @@ def _check_strip_undoes(result: OperatorChanges) -> None:
             raise InputError(Diagnostic(
                 OT048, "an unterminated /* comment: optrace does not edit this file (strip could not "
                 "take the edits back); nothing written", path, 0))
-        if strip_bytes(new, path) != strip_bytes(old, path):
+    changed = {p: (old, new) for p, (old, new) in result.changes.items()
+               if old is not None and new is not None and not is_created(new)}
+    if not changed:
+        return
+    instead: dict[tuple[int, int], bytes] = {}
+    for path, (_old, new) in changed.items():
+        try:
+            st = path.stat()
+        except OSError:
+            continue  # gone since it was read: the commit refuses it (OT042)
+        instead[(st.st_dev, st.st_ino)] = new
+    entry = result.plan.analysis.entry_fn.src.path if result.plan is not None else result.op_dir
+    with overlaid(instead):
+        try:
+            undone = strip_changes(result.op_dir, result.repo_root)
+            check_operator(result.op_dir, result.repo_root, compile_safety=False)
+        except InputError as exc:
+            raise InputError(Diagnostic(
+                OT048, f"strip and check could not read the instrumented tree ({exc.diagnostic.format()}); "
+                "nothing written", exc.diagnostic.path, exc.diagnostic.line)) from None
+        except RecursionError:
+            raise InputError(Diagnostic(
+                OT048, "strip and check could not read the instrumented tree (nested too deeply); "
+                "nothing written", entry, 0)) from None
+    # What strip gives on the tree as it is: the old bytes, unless optrace's lines are in
+    # them already (this operator instrumented before, or another one sharing the file).
+    before = (strip_changes(result.op_dir, result.repo_root).changes
+              if any(b"optrace" in old for old, _new in changed.values()) else {})
+    for path, (old, new) in changed.items():
+        back = undone.changes.get(path, (new, new))[1]
+        if back != before.get(path, (old, old))[1]:
             raise InputError(Diagnostic(
                 OT048, "strip could not take optrace's edits to this file back (an unterminated "
                 "comment or string before them?); nothing written", path, 0))

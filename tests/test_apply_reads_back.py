@@ -1,0 +1,111 @@
+"""apply reads back what it is about to write with the strip and check commands' own code
+(the new bytes read in place of the old ones) and writes nothing they could not read: the
+promise that `strip` undoes `apply` is checked on the tree as it would be, not on a
+separate path."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+import optrace.pipeline.apply as apply_module
+from optrace.cli.app import app
+from optrace.engine.codes import OT016
+from optrace.engine.diagnostics import Diagnostic, InputError
+from optrace.pipeline.apply import apply_changes
+from optrace.runtime import regular
+from optrace.runtime.regular import overlaid, read_regular
+
+UMDK = Path(__file__).resolve().parents[1] / "fixtures" / "umdk_style"
+OP = Path("src/cam/comm_operator/ascend_kernels/moe_fused_gmm")
+
+
+def _tree(tmp_path: Path) -> tuple[Path, dict[Path, bytes]]:
+    root = tmp_path / "repo"
+    shutil.copytree(UMDK, root, symlinks=True)
+    return root, {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def _files(root: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in root.rglob("*") if p.is_file() and ".optrace" not in p.parts}
+
+
+def test_overlaid_bytes_are_read_under_every_name_of_the_file(tmp_path: Path) -> None:
+    real = tmp_path / "k.cpp"
+    real.write_bytes(b"old")
+    (tmp_path / "link.cpp").symlink_to(real)
+    os.link(real, tmp_path / "hard.cpp")
+    st = real.stat()
+    with overlaid({(st.st_dev, st.st_ino): b"new"}):
+        assert {read_regular(tmp_path / n) for n in ("k.cpp", "link.cpp", "hard.cpp")} == {b"new"}
+    assert read_regular(real) == b"old" and real.read_bytes() == b"old"
+
+
+def test_apply_runs_strip_and_check_on_the_tree_it_would_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The strip the check runs sees the instrumented bytes: every file apply changes is
+    read back (under the overlay) with its new content."""
+    root, _ = _tree(tmp_path)
+    seen: dict[str, bytes] = {}
+    real_strip = apply_module.strip_changes
+
+    def watching(op_dir: Path, repo_root: Path | None = None) -> Any:
+        if regular._overlay:  # the read-back, not the baseline
+            for identity, data in regular._overlay.items():
+                seen[str(identity)] = data
+        return real_strip(op_dir, repo_root)
+
+    monkeypatch.setattr(apply_module, "strip_changes", watching)
+    result = apply_changes(root / OP, root)
+    changed = [new for old, new in result.changes.values() if old is not None and new is not None]
+    assert changed and sorted(seen.values()) == sorted(changed)
+
+
+@pytest.mark.parametrize("failure", ["strip-plan-too-deep", "recursion"])
+def test_what_strip_cannot_read_apply_does_not_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: str
+) -> None:
+    """Strip's plan of the instrumented tree fails (as a tree nested past the bound, or a
+    parser's recursion, would make it): apply --write exits 2 with OT048, and every file
+    is as it was; the tree's own strip and check still work."""
+    root, before = _tree(tmp_path)
+    real_plan = apply_module.plan_operator
+
+    def plan_that_fails_on_the_new_tree(op_dir: Path, repo_root: Path | None = None) -> Any:
+        if regular._overlay:
+            if failure == "recursion":
+                raise RecursionError("maximum recursion depth exceeded")
+            raise InputError(Diagnostic(OT016, "code nested deeper than 256 levels", op_dir / "x.cpp", 3))
+        return real_plan(op_dir, repo_root)
+
+    monkeypatch.setattr(apply_module, "plan_operator", plan_that_fails_on_the_new_tree)
+    monkeypatch.chdir(root)
+    result = CliRunner().invoke(app, ["apply", str(OP), "--write"])
+    assert result.exit_code == 2, result.output
+    assert "OT048" in result.output + result.stderr and "Traceback" not in result.output + result.stderr
+    assert _files(root) == before
+
+
+def test_a_kernel_nested_600_deep_is_refused_by_every_command_and_nothing_written(tmp_path: Path) -> None:
+    root, _ = _tree(tmp_path)
+    entry = root / OP / "op_kernel" / "moe_fused_gmm.cpp"
+    text = entry.read_text()
+    start = text.index("    icache_preload(4);\n")
+    end = text.index("\n}\n", start)
+    entry.write_text(text[:start] + "{" * 600 + "\n" + text[start:end] + "\n" + "}" * 600 + text[end:])
+    before = _files(root)
+    for command, code in ((["plan"], 2), (["apply", "--write"], 2), (["apply"], 2),
+                          (["check", "--no-compile"], None), (["strip"], 0), (["strip", "--write"], 0)):
+        result = CliRunner().invoke(app, [*command, str(root / OP)])
+        out = result.output + result.stderr
+        assert "Traceback" not in out and "RecursionError" not in out, (command, out)
+        assert result.exit_code in ((0, 1) if code is None else (code,)), (command, result.exit_code, out)
+        if code == 2:
+            assert "OT016" in out, (command, out)
+    assert _files(root) == before
