@@ -18,8 +18,8 @@ from pathlib import Path
 import networkx as nx
 
 from optrace.engine.cache import by_content
-from optrace.engine.codes import OT011, OT012, OT013, OT014
-from optrace.engine.diagnostics import Diagnostic
+from optrace.engine.codes import OT011, OT012, OT013, OT014, OT047
+from optrace.engine.diagnostics import Diagnostic, Severity
 from optrace.engine.source import (
     SourceFile,
     blank_comments,
@@ -230,6 +230,14 @@ def build_include_graph(entry: Path, include_dirs: Iterable[Path],
                 continue
             if fences is not None and not any(resolved.is_relative_to(f) for f in fences):
                 g.external.add(f"{directive.target} (outside the repository: {resolved})")
+                spelled = Path(os.path.abspath(found))
+                if any(spelled.is_relative_to(f) for f in fences):
+                    # In the tree by its name, outside it by its link: never read, so its
+                    # points are not planned and apply's edits for it would go elsewhere.
+                    # A warning here; apply refuses it (nothing written).
+                    g.diagnostics.append(Diagnostic(
+                        OT047, f"`{directive.target}` is a symlink to a file outside the repository "
+                        f"({resolved}): optrace neither reads nor edits it", spelled, 0, Severity.WARNING))
                 continue
             g.graph.add_edge(path, resolved, line=directive.line)
             if resolved not in seen:

@@ -563,6 +563,34 @@ def test_a_source_symlinked_out_of_the_root_is_not_written(world: World) -> None
         assert code == 2 and f"{world.outside / 'demo_op.cpp'}: OT047" in err and out == ""
 
 
+def test_a_header_symlinked_out_of_the_root_is_refused_not_treated_as_external(
+    tmp_path: Path, state_home: Path
+) -> None:
+    """A kernel header that lives in the operator directory by its name and outside the
+    repository by its link: never read (a clone's link must not make optrace read a file
+    of the user's), so apply would instrument a tree the build does not compile. The plan
+    warns; the diff, --patch and --write refuse it by name (OT047, exit 2, nothing
+    written)."""
+    repo = tmp_path / "repo"
+    shutil.copytree(FIXTURES / "umdk_style", repo)
+    kernel = repo / "src" / "cam" / "comm_operator" / "ascend_kernels" / "moe_fused_gmm" / "op_kernel"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shutil.move(kernel / "moe_fused_gmm.h", outside / "moe_fused_gmm.h")
+    (kernel / "moe_fused_gmm.h").symlink_to(outside / "moe_fused_gmm.h")
+    op = kernel.parent
+    before = snapshot(tmp_path)
+    code, out, err = cli("plan", str(op))
+    assert code == 0 and "moe_fused_gmm.h: OT047 `moe_fused_gmm.h` is a symlink to a file outside" in err, err
+    patch = tmp_path / "p.patch"
+    for extra in (("--write",), (), ("--patch", str(patch))):
+        code, out, err = cli("apply", str(op), *extra)
+        assert code == 2 and f"{kernel / 'moe_fused_gmm.h'}: OT047" in err, (extra, err)
+        assert "nothing written" in err
+        assert out == "" and "Traceback" not in err
+    assert snapshot(tmp_path) == before and not patch.exists()
+
+
 def test_a_layer_file_the_config_names_outside_the_root_is_not_written(
     tmp_path: Path, state_home: Path
 ) -> None:
