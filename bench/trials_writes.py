@@ -92,30 +92,53 @@ def kill_trials(count: int, work: Path, env: dict[str, str]) -> list[dict[str, o
             raise SystemExit(f"apply --write failed on the fixture: {done.stderr.decode()}")
     full = sorted(times)[1]
     results: list[dict[str, object]] = []
-    for i in range(count):
-        for moved in (False, True):
-            place = work / f"kill{i}{'m' if moved else ''}"
-            repo = fresh(place)
-            before = snapshot(repo)
-            delay = full * (0.3 + 0.8 * (i + 0.5) / count)  # 30 % .. 110 % of the run
-            proc = subprocess.Popen([*OPTRACE, "apply", str(OP), "--write"], cwd=repo, env=env,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            time.sleep(delay)
-            proc.send_signal(signal.SIGKILL)
-            killed = proc.wait() == -signal.SIGKILL
-            if moved:
-                target = place / "moved"
-                repo.rename(target)
-                repo = target
-            recovery = run(["strip", str(OP), "--write"], repo, env)
-            after = snapshot(repo)
-            lost, stray = compare(before, after)
-            results.append({"trial": i, "moved": moved, "delay_s": round(delay, 3), "killed": killed,
-                            "recovery_exit": recovery.returncode, "bytes_lost": lost, "stray_files": stray,
-                            "dead_journals": dead_journals(repo),
-                            "strays": sorted(r for r in after if r not in before)[:5]})
-            shutil.rmtree(place, ignore_errors=True)
+    for phase in ("anytime", "commit"):
+        for i in range(count):
+            for moved in (False, True):
+                results.append(_kill_once(work / f"kill-{phase}{i}{'m' if moved else ''}", env, phase,
+                                          full, i, count, moved))
     return results
+
+
+def _kill_once(place: Path, env: dict[str, str], phase: str, full: float, i: int, count: int,
+               moved: bool) -> dict[str, object]:
+    """One trial: `anytime` kills after a delay spread over 30-110 % of the uninterrupted
+    run; `commit` watches for the journal to appear in `.optrace/` (the commit has begun:
+    temp files are being written and swapped in) and kills 0-40 ms after it."""
+    repo = fresh(place)
+    before = snapshot(repo)
+    proc = subprocess.Popen([*OPTRACE, "apply", str(OP), "--write"], cwd=repo, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    journal_dir = repo / ".optrace"
+    if phase == "anytime":
+        delay = full * (0.3 + 0.8 * (i + 0.5) / count)
+        time.sleep(delay)
+    else:
+        delay = 0.040 * i / max(1, count - 1)
+        deadline = time.perf_counter() + 60
+        while proc.poll() is None and time.perf_counter() < deadline:
+            try:
+                if any(n.startswith("journal-") and not n.endswith(".lock") for n in os.listdir(journal_dir)):
+                    break
+            except FileNotFoundError:
+                pass
+            time.sleep(0.0005)
+        time.sleep(delay)
+    proc.send_signal(signal.SIGKILL)
+    killed = proc.wait() == -signal.SIGKILL
+    if moved:
+        target = place / "moved"
+        repo.rename(target)
+        repo = target
+    recovery = run(["strip", str(OP), "--write"], repo, env)
+    after = snapshot(repo)
+    lost, stray = compare(before, after)
+    result: dict[str, object] = {
+        "phase": phase, "trial": i, "moved": moved, "delay_s": round(delay, 4), "killed": killed,
+        "recovery_exit": recovery.returncode, "bytes_lost": lost, "stray_files": stray,
+        "dead_journals": dead_journals(repo), "strays": sorted(r for r in after if r not in before)[:5]}
+    shutil.rmtree(place, ignore_errors=True)
+    return result
 
 
 def _mount(point: Path, size: int) -> None:
@@ -178,7 +201,8 @@ def disk_trials(count: int, work: Path, env: dict[str, str]) -> list[dict[str, o
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--kills", type=int, default=12, help="kill -9 trials (each also run with a move)")
+    parser.add_argument("--kills", type=int, default=12,
+                        help="kill -9 trials per phase (any time, in the commit), each also with a move")
     parser.add_argument("--sizes", type=int, default=18, help="disk-full sizes")
     parser.add_argument("--json", type=Path, help="write every trial here")
     args = parser.parse_args()
@@ -187,16 +211,18 @@ def main() -> int:
         env = {**os.environ, "XDG_STATE_HOME": str(work / "state"), "XDG_CACHE_HOME": str(work / "cache")}
         kills = kill_trials(args.kills, work, env)
         disk = disk_trials(args.sizes, work, env)
-    print("| trials | killed mid-run | repository moved | bytes lost | stray files | dead journals "
+    print("| killed | trials | killed mid-run | repository moved | bytes lost | stray files | dead journals "
           "| recovery exit |")
-    print("|---|---|---|---|---|---|---|")
-    for moved in (False, True):
-        rows = [r for r in kills if r["moved"] is moved]
+    print("|---|---|---|---|---|---|---|---|")
+    for phase, moved in ((p, m) for p in ("anytime", "commit") for m in (False, True)):
+        rows = [r for r in kills if r["moved"] is moved and r["phase"] == phase]
 
         def total(key: str, rows: list[dict[str, object]] = rows) -> int:
             return sum(int(str(r[key])) for r in rows)
 
-        print(f"| {len(rows)} | {sum(1 for r in rows if r['killed'])} | {'yes' if moved else 'no'} | "
+        when = "any time (30-110 % of the run)" if phase == "anytime" else "in the commit (0-40 ms in)"
+        killed = sum(1 for r in rows if r["killed"])
+        print(f"| {when} | {len(rows)} | {killed} | {'yes' if moved else 'no'} | "
               f"{total('bytes_lost')} | {total('stray_files')} | {total('dead_journals')} | "
               f"{', '.join(sorted({str(r['recovery_exit']) for r in rows}))} |")
     print()
