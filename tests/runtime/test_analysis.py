@@ -14,12 +14,14 @@ from typer.testing import CliRunner
 
 from optrace.cli.app import app
 from optrace.runtime.compare import ACHIEVED, NOT_ACHIEVED, PARTIAL, verdict_for
+from optrace.runtime.demo import write_demo
 from optrace.runtime.errors import ProfilingInputError
 from optrace.runtime.format import RankMeta
 from optrace.runtime.report import build_report
 from optrace.runtime.save import reset_launch_counters, save_profiling_data
 from optrace.runtime.spans import SpanTable, load_spans, load_trace
 from optrace.runtime.synth import SlotWriter, new_buffer
+from optrace.runtime.trace_inspection import inspect_trace
 
 
 @pytest.fixture(autouse=True)
@@ -70,6 +72,24 @@ def test_inspect_json_and_drops(tmp_path: Path) -> None:
     assert result.exit_code == 0
     slot = json.loads(result.output)[0]["slots"][0]
     assert (slot["state"], slot["records"], slot["dropped"], slot["fingerprint"]) == ("overflow", 7, 14, 7)
+
+
+@pytest.mark.parametrize("suffix", [".json", ".pftrace"])
+def test_inspect_trace_per_track_figures_equal_each_tracks_own_spans(tmp_path: Path, suffix: str) -> None:
+    """The grouped one-pass figures are those of each track's spans taken alone."""
+    write_demo(tmp_path / "demo", ranks=2, launches=3, aic=2, seed=3)
+    trace = tmp_path / f"t{suffix}"
+    assert invoke("collect", tmp_path / "demo", "-o", trace).exit_code == 0
+    found = inspect_trace(trace)
+    table = load_spans(trace)
+    assert len(found["tracks"]) == len(table.tracks) > 4
+    for index, row in enumerate(found["tracks"]):
+        mine = table.track == index
+        ts, dur, depth = table.ts[mine], table.dur[mine], table.depth[mine]
+        assert row["spans"] == ts.size > 0
+        assert row["first_us"] == pytest.approx(float(ts.min()))
+        assert row["last_us"] == pytest.approx(float((ts + dur).max()))
+        assert row["busy_us"] == pytest.approx(float(dur[depth == 0].sum()))
 
 
 def test_inspect_bad_file(tmp_path: Path) -> None:
