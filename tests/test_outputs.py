@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from full_disk import fill_disk
 from typer.testing import CliRunner
 
 from optrace.cli.app import app
@@ -423,3 +424,100 @@ def test_a_full_disk_during_collect_names_the_output_not_a_temporary(
     assert f"{previous}: cannot write" in text if split else f"{out}: cannot write" in text, text
     assert previous.read_text() == "the previous trace"
     assert sorted(p.name for p in out.parent.iterdir()) == [previous.name]
+
+
+def _split_run(tmp_path: Path, split: str, suffix: str) -> tuple[Path, list[Path]]:
+    """Three rank files; the output and the parts a whole `collect --split` makes of them."""
+    profiling = write_demo(tmp_path / "prof3", ranks=1, launches=3, aic=1, seed=3, speedup=0.0).directory
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    code, text = cli("collect", str(profiling), "-o", str(clean / f"trace{suffix}"), "--split", split)
+    assert code == 0, text
+    parts = sorted(clean.iterdir())
+    assert len(parts) == 3, parts
+    return profiling, parts
+
+
+@pytest.mark.parametrize("suffix", [".json", ".pftrace.gz"])
+@pytest.mark.parametrize("split", ["1k", "rank"])
+def test_a_full_disk_at_any_point_of_collect_split_names_the_part_never_a_temporary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, split: str, suffix: str
+) -> None:
+    """ENOSPC from the write system call (tests/full_disk.py) at the first byte, inside a
+    part, at the first byte of the second part and at the last byte of all: the error
+    names the part being written as the user will see it, never `.….part.tmp`; the parts
+    of an earlier run stay as they were, no temporary is left, and a rerun on a disk with
+    room writes them all."""
+    profiling, parts = _split_run(tmp_path, split, suffix)
+    sizes = [p.stat().st_size for p in parts]
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    total = sum(sizes)
+    out = tmp_path / "out"
+    out.mkdir()
+    output = out / f"trace{suffix}"
+    for part in parts:  # an earlier run's parts
+        (out / part.name).write_bytes(b"the previous part")
+    disk = fill_disk(monkeypatch, None)
+    for budget in (0, sizes[0] // 2, starts[1], total - 1):
+        disk.left, disk.used = budget, 0
+        code, text = cli("collect", str(profiling), "-o", str(output), "--split", split)
+        failing = out / parts[max(i for i, start in enumerate(starts) if start <= budget)].name
+        assert code == 2, (budget, text)
+        assert f"{failing}: cannot write: No space left on device" in text, (budget, text)
+        assert ".tmp" not in text, (budget, text)
+        assert sorted(p.name for p in out.iterdir()) == [p.name for p in parts], budget
+        assert all((out / p.name).read_bytes() == b"the previous part" for p in parts), budget
+    disk.left = None
+    code, text = cli("collect", str(profiling), "-o", str(output), "--split", split)
+    assert code == 0, text
+    assert [(out / p.name).stat().st_size for p in parts] == sizes
+
+
+@pytest.mark.parametrize("which", ["first", "last"])
+def test_a_part_that_cannot_take_its_name_is_named_not_its_temporary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, which: str
+) -> None:
+    """Every part is complete and the renames into place begin (the last step): a rename
+    failing names the part it was to become."""
+    profiling, parts = _split_run(tmp_path, "1k", ".json")
+    out = tmp_path / "out"
+    out.mkdir()
+    renames: list[str] = []
+    real_replace = os.replace
+
+    def replace(src: str | Path, dst: str | Path) -> None:
+        if ".tmp" not in Path(dst).name:  # a part's own name, not the temporary it is written as
+            renames.append(Path(dst).name)
+            if which == "first" or len(renames) == len(parts):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    code, text = cli("collect", str(profiling), "-o", str(out / "trace.json"), "--split", "1k")
+    assert code == 2 and f"{out / renames[-1]}: cannot write: No space left on device" in text, text
+    assert ".tmp" not in text, text
+    # The parts renamed before the failing one are the new run's: what is left is whole
+    # traces, never a temporary.
+    assert all(".tmp" not in p.name for p in out.iterdir())
+
+
+@pytest.mark.parametrize("suffix", [".json.gz", ".pftrace.gz"])
+def test_a_gzipped_trace_does_not_carry_its_temporary_name(
+    profiling: Path, tmp_path: Path, suffix: str
+) -> None:
+    """gzip puts the name of the file it writes into its header, and that file is the
+    temporary one (`gunzip -N` would restore it): no name, so the same run gives the
+    same bytes too."""
+    made = []
+    for run in ("a", "b"):
+        output = tmp_path / run / f"trace{suffix}"
+        output.parent.mkdir()
+        assert cli("collect", str(profiling), "-o", str(output))[0] == 0
+        parts = tmp_path / run / "parts"
+        parts.mkdir()
+        assert cli("collect", str(profiling), "-o", str(parts / f"trace{suffix}"), "--split", "rank")[0] == 0
+        made.append([output.read_bytes(), *(p.read_bytes() for p in sorted(parts.iterdir()))])
+    for data in made[0]:
+        assert data[:2] == b"\x1f\x8b" and not data[3] & 0x08, data[:40]  # FNAME: no name stored
+        assert b".tmp" not in data[:200]
+    assert made[0] == made[1]
