@@ -9,9 +9,10 @@ the file it points at is replaced and the link stays. A character device (``/dev
 a terminal) and the process's own streams (``/dev/stdout``, ``/dev/fd/N``) are written
 through as shell redirection does, never renamed over. FIFOs, sockets, block devices,
 directories and dangling symlinks are refused (:class:`OutputError`, exit 2), as is an
-output that is one of the command's inputs. Errors name the target, never the temporary
-file. New files get the user's umask; a replaced file keeps its permission bits (as a
-shell's ``>`` does), never set-id bits.
+output that is one of the command's inputs, and any symlink when the caller rewrites a
+file in place (``follow_symlinks=False``: ``preprocess --modify``). Errors name the
+target, never the temporary file. New files get the user's umask; a replaced file keeps
+its permission bits (as a shell's ``>`` does), never set-id bits.
 
 The engine's all-or-nothing commit of source edits (engine/transaction.py) is not a
 user-named output and keeps its own journalled writer.
@@ -75,11 +76,17 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def output_target(path: str | Path, inputs: Iterable[str | Path] = ()) -> OutputTarget:
+def output_target(
+    path: str | Path, inputs: Iterable[str | Path] = (), *, follow_symlinks: bool = True
+) -> OutputTarget:
     """Check, before anything is computed or written, that ``path`` may be written;
     raises OutputError naming ``path`` otherwise. ``inputs`` are files the command reads
-    (rank files, the point map, sources): an output that is one of them is refused."""
+    (rank files, the point map, sources): an output that is one of them is refused.
+    ``follow_symlinks=False``: a symlink at ``path`` is refused, not written through (a
+    file rewritten in place whose link would lead the write elsewhere)."""
     target = Path(path)
+    if not follow_symlinks and os.path.islink(target):
+        raise OutputError(target, "a symlink, not a regular file; not written through")
     if _OWN_STREAM_RE.match(str(target)):
         return OutputTarget(target, target, True, None)
     try:
@@ -133,12 +140,14 @@ def _as_output_error(target: Path, exc: OSError, temporary: Path) -> OutputError
 
 @contextmanager
 def atomic_output(
-    path: str | Path, buffering: int = 1 << 20, *, inputs: Iterable[str | Path] = ()
+    path: str | Path, buffering: int = 1 << 20, *, inputs: Iterable[str | Path] = (),
+    follow_symlinks: bool = True,
 ) -> Iterator[IO[bytes]]:
     """A binary file that becomes ``path`` when the block exits without an exception
     (for a regular target its ``name`` is the temporary file's path, for other processes
-    writing into it). On any failure the previous file is left as it was."""
-    found = output_target(path, inputs)
+    writing into it). On any failure the previous file is left as it was.
+    ``follow_symlinks``: see :func:`output_target`."""
+    found = output_target(path, inputs, follow_symlinks=follow_symlinks)
     if found.through:
         try:
             # No O_CREAT, no O_TRUNC: a device or stream the process already has; O_APPEND
@@ -176,7 +185,9 @@ def atomic_output(
         raise  # the block's own failure (a fork refused with EAGAIN, ...) is not a write error
 
 
-def write_output(path: str | Path, data: bytes, *, inputs: Iterable[str | Path] = ()) -> None:
+def write_output(
+    path: str | Path, data: bytes, *, inputs: Iterable[str | Path] = (), follow_symlinks: bool = True
+) -> None:
     """Write ``data`` as ``path``, with :func:`atomic_output`'s promises."""
-    with atomic_output(path, inputs=inputs) as handle:
+    with atomic_output(path, inputs=inputs, follow_symlinks=follow_symlinks) as handle:
         handle.write(data)
