@@ -19,12 +19,15 @@ import pytest
 
 
 class FullDisk:
-    """The bytes the disk still takes (``left``) and the bytes written so far (``used``);
-    ``None``: unbounded, to measure what a run writes."""
+    """The bytes the disk still takes (``left``; ``None``: unbounded, to measure what a
+    run writes), the bytes written so far (``used``), and every file opened, in order,
+    with the bytes written into it (``files``: a file rewritten in place, as zip does
+    its headers, counts every write)."""
 
     def __init__(self, budget: int | None) -> None:
         self.left = budget
         self.used = 0
+        self.files: list[tuple[str, list[int]]] = []
 
     def take(self, wanted: int) -> int:
         """How many of ``wanted`` bytes fit; raises ENOSPC when none does."""
@@ -46,9 +49,15 @@ def fill_disk(monkeypatch: pytest.MonkeyPatch, budget: int | None) -> FullDisk:
     real_open = builtins.open
 
     class _Raw(io.FileIO):
+        def __init__(self, file: Any, mode: str) -> None:
+            super().__init__(file, mode)
+            self.counted = [0]
+            disk.files.append((os.fsdecode(file), self.counted))
+
         def write(self, data: Any) -> int:
             view = memoryview(data).cast("B")
             granted = disk.take(len(view))
+            self.counted[0] += granted
             return super().write(view[:granted]) if granted else 0
 
     def full_open(file: Any, mode: str = "r", buffering: int = -1, *args: Any, **kwargs: Any) -> Any:
