@@ -309,13 +309,24 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
 
 def _as_directory_error(target: Path, temporary: Path, exc: OSError | OutputError) -> OutputError:
     """An error of :func:`atomic_directory` told about ``target`` (or the file under it
-    being written), never about the temporary directory."""
+    being written), never about the temporary directory — however the block named it:
+    as given, or resolved (``save_profiling_data`` resolves its directory)."""
+    # Its parent still exists when this runs: realpath resolves it like the block did.
+    spellings = sorted({str(temporary), os.path.abspath(temporary), os.path.realpath(temporary)},
+                       key=len, reverse=True)
+
     def shown(where: str | bytes) -> Path:
         inside = Path(os.fsdecode(where))
-        return target / inside.relative_to(temporary) if inside.is_relative_to(temporary) else inside
+        for spelling in spellings:
+            if inside.is_relative_to(spelling):
+                return target / inside.relative_to(spelling)
+        return inside
 
     if isinstance(exc, OutputError):
-        return OutputError(shown(exc.path), exc.message.replace(str(temporary), str(target)))
+        message = exc.message
+        for spelling in spellings:  # the longest first: a relative one is inside the others
+            message = message.replace(spelling, str(target))
+        return OutputError(shown(exc.path), message)
     if exc.filename is None:  # a write into a file (a full disk)
         return OutputError(target, f"cannot write: {exc.strerror or exc}")
     where = shown(exc.filename)

@@ -616,7 +616,8 @@ def _demo_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[FullD
     return disk, writes
 
 
-@pytest.mark.parametrize("target_is", ["new", "new-with-parents", "empty", "holding-other-files"])
+@pytest.mark.parametrize("target_is", [
+    "new", "new-relative", "new-with-parents", "empty", "holding-other-files"])
 def test_demo_data_on_a_full_disk_changes_nothing_and_a_rerun_works(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target_is: str
 ) -> None:
@@ -630,6 +631,9 @@ def test_demo_data_on_a_full_disk_changes_nothing_and_a_rerun_works(
     work = tmp_path / "work"
     work.mkdir()
     target = work / "a" / "b" / "demo" if target_is == "new-with-parents" else work / "demo"
+    if target_is == "new-relative":  # as typed: the message names it so, not the resolved temporary
+        monkeypatch.chdir(work)
+        target = Path("demo")
     if target_is in ("empty", "holding-other-files"):
         target.mkdir()
     if target_is == "holding-other-files":
