@@ -100,6 +100,8 @@ OT205 = Code("OT205", "sources are already preprocessed", E, "preprocess.md")
 OT206 = Code("OT206", "cannot write the point map or a source", E, "preprocess.md")
 OT207 = Code("OT207", "kernel entries with different core mixes in one map: none recorded", W,
              "preprocess.md")
+OT208 = Code("OT208", "`--modify` would rewrite a file that is a symlink or lies outside SRC_DIR: "
+             "nothing written", E, "preprocess.md")
 # apply: what it would change and what it refuses.
 OT300 = Code("OT300", "`--check`: the operator would change", E, "diagnostics.md")
 OT302 = Code("OT302", "cannot place a region's points: the code there does not parse", E, "diagnostics.md")
@@ -140,9 +142,9 @@ _TABLE: tuple[Code, ...] = (
     OT001, OT002, OT003, OT004, OT005, OT010, OT011, OT012, OT013, OT014, OT015, OT016, OT020, OT021,
     OT022, OT023, OT030, OT040, OT041, OT042, OT043, OT044, OT045, OT046, OT047, OT048, OT101, OT102,
     OT103, OT104, OT105, OT106, OT107, OT108, OT109, OT110, OT200, OT201, OT202, OT203, OT204, OT205,
-    OT206, OT207, OT300, OT302, OT310, OT311, OT312, OT313, OT314, OT401, OT402, OT403, OT404, OT405,
-    OT406, OT407, OT408, OT409, OT410, OT411, OT412, OT413, OT420, OT421, OT451, OT452, OT453, OT454,
-    OT455, OT456, OT999,
+    OT206, OT207, OT208, OT300, OT302, OT310, OT311, OT312, OT313, OT314, OT401, OT402, OT403, OT404,
+    OT405, OT406, OT407, OT408, OT409, OT410, OT411, OT412, OT413, OT420, OT421, OT451, OT452, OT453,
+    OT454, OT455, OT456, OT999,
 )
 
 CODES: dict[str, Code] = {c.code: c for c in _TABLE}

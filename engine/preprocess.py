@@ -5,7 +5,8 @@ renumbers nothing else; the rare hash collision is resolved deterministically (s
 keys probe upward). Comments and `#if 0` blocks are never read. The map carries a build
 fingerprint (over every scanned source and the map itself); `--modify` writes the same
 value into `OPTRACE_BUILD_FINGERPRINT`, which the runtime records in each slot, so a map
-from another build is detected for sure (docs/preprocess.md).
+from another build is detected for sure (docs/preprocess.md). `--modify` rewrites only
+regular files whose real location is inside the tree it was given (`modify_refusals`).
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from optrace.engine.codes import OT201, OT202, OT203, OT204, OT205, OT207
+from optrace.engine.codes import OT201, OT202, OT203, OT204, OT205, OT207, OT208
 from optrace.engine.diagnostics import Diagnostic, Severity
 from optrace.engine.discovery import CPP_EXTS, walk_files
 from optrace.engine.model import TracePoint
@@ -199,3 +201,27 @@ def rewrite_sources(result: PointMapResult) -> dict[Path, bytes]:
         if data != raw:
             out[path] = data
     return out
+
+
+def modify_refusals(paths: Iterable[Path], src_dir: Path) -> list[Diagnostic]:
+    """The files `--modify` must not rewrite, one OT208 each; ``src_dir`` resolved.
+
+    A build tree made of links (`cp -s`, a header linked in from the checked-in sources,
+    a directory linked from elsewhere) reaches files that are not the build tree's own:
+    rewriting one writes ids into the sources the tree was copied from. So a symlink,
+    and a file whose real location is outside ``src_dir``, are refused; the caller
+    writes nothing when any is (a hard link is a file of the tree: rewritten by a
+    rename, it leaves the other name's bytes alone)."""
+    refused: list[Diagnostic] = []
+    for path in paths:
+        if os.path.islink(path):
+            refused.append(Diagnostic(
+                OT208, f"a symlink (to {os.path.realpath(path)}): --modify rewrites only regular files "
+                "inside the tree it is given; copy the file into the build tree", path, 0))
+            continue
+        real = Path(os.path.realpath(path))
+        if not real.is_relative_to(src_dir):
+            refused.append(Diagnostic(
+                OT208, f"really {real}, outside {src_dir} (through a linked directory): --modify "
+                "rewrites only regular files inside the tree it is given", path, 0))
+    return refused

@@ -10,9 +10,14 @@ handed over by its workers, by device and inode). A character device (``/dev/nul
 a terminal) and the process's own streams (``/dev/stdout``, ``/dev/fd/N``) are written
 through as shell redirection does, never renamed over. FIFOs, sockets, block devices,
 directories and dangling symlinks are refused (:class:`OutputError`, exit 2), as is an
-output that is one of the command's inputs. Errors name the target, never the temporary
-file. New files get the user's umask; a replaced file keeps its permission bits (as a
-shell's ``>`` does), never set-id bits.
+output that is one of the command's inputs (``rewrite``: a file the command read and
+rewrites in place on purpose, ``preprocess --modify``, which still never goes through a
+link). Errors name the target, never the temporary file. New files get the user's umask; a replaced file keeps
+its permission bits (as a shell's ``>`` does), never set-id bits.
+
+A user-named output directory (``demo-data DIR``) is written by :func:`atomic_directory`:
+whole or not at all, with the same promises (no symlink followed, errors naming the
+target).
 
 The engine's all-or-nothing commit of source edits (engine/transaction.py) is not a
 user-named output and keeps its own journalled writer.
@@ -195,3 +200,143 @@ def write_output(path: str | Path, data: bytes, *, inputs: Iterable[str | Path] 
     """Write ``data`` as ``path``, with :func:`atomic_output`'s promises."""
     with atomic_output(path, inputs=inputs, rewrite=rewrite) as handle:
         handle.write(data)
+
+
+def _remove_tree(path: Path) -> None:
+    """Remove a directory this module made, with what is in it (links not followed)."""
+    try:
+        entries = list(os.scandir(path))
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            _remove_tree(Path(entry.path))
+        else:
+            try:
+                os.unlink(entry.path)
+            except FileNotFoundError:
+                pass
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        pass
+
+
+def _move_in(source: Path, target: Path) -> None:
+    """``source`` (a file of ours) becomes ``target``, never over anything there: a hard
+    link fails on an existing name, whatever it is (a symlink is not followed)."""
+    try:
+        os.link(source, target, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK):
+            raise
+        # A filesystem without hard links: checked, then renamed (a rename does not
+        # follow a link at the target either; only a name made in between is replaced).
+        if os.path.lexists(target):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(target)) from None
+        os.rename(source, target)
+    else:
+        os.unlink(source)
+
+
+def _made_parents(target: Path) -> list[Path]:
+    """The missing ancestors of ``target``, outermost first (to make, and to remove
+    again when the write fails)."""
+    missing = []
+    for parent in target.parents:
+        if os.path.lexists(parent):
+            break
+        missing.append(parent)
+    return missing[::-1]
+
+
+@contextmanager
+def atomic_directory(path: str | Path) -> Iterator[Path]:
+    """A temporary directory for the block to fill; when it exits without an exception
+    its files become ``path``'s, all of them, and on any failure nothing of ``path``
+    changes: what was made (the temporary, parents made for it) is removed.
+
+    ``path`` missing: the temporary is made beside it and renamed into place, so the
+    directory appears whole or not at all. ``path`` an existing directory: the temporary
+    is made inside it (it keeps its inode, owner and mode, a shell inside it stays
+    there, and its parent need not be writable), and each file is moved in under its
+    name, never over anything already there; a failure removes the ones moved. A
+    symlink at ``path`` is refused, not followed, as is anything but a directory.
+    Errors name ``path`` or the file under it, never the temporary."""
+    target = Path(path)
+    try:
+        st: os.stat_result | None = os.lstat(target)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise _as_output_error(target, exc, target) from None
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        raise OutputError(target, "a symlink; not followed (name the directory itself)")
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        kind = "a regular file" if stat.S_ISREG(st.st_mode) else _kind(st.st_mode)
+        raise OutputError(target, f"{kind}, not a directory; not written")
+    suffix = f"{os.getpid()}.{os.urandom(4).hex()}.tmp"
+    parents = _made_parents(target) if st is None else []
+    temporary = target.parent / f".{target.name}.{suffix}" if st is None else target / f".optrace.{suffix}"
+    made: list[Path] = []
+    moved: list[Path] = []
+    try:
+        for parent in parents:
+            os.mkdir(parent)
+            made.append(parent)
+        os.mkdir(temporary)  # the user's umask decides its mode, as for any new directory
+        yield temporary
+        if st is None:
+            if os.path.lexists(target):  # made in the meantime: not replaced
+                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(target))
+            os.rename(temporary, target)
+        else:
+            for name in sorted(os.listdir(temporary)):
+                _move_in(temporary / name, target / name)
+                moved.append(target / name)
+            os.rmdir(temporary)
+    except BaseException as exc:
+        for done in moved:
+            try:
+                os.unlink(done)
+            except FileNotFoundError:
+                pass
+        _remove_tree(temporary)
+        for parent in reversed(made):
+            try:
+                os.rmdir(parent)
+            except OSError:
+                pass  # something else was put there meanwhile: not ours to remove
+        if isinstance(exc, (OSError, OutputError)):
+            raise _as_directory_error(target, temporary, exc) from None
+        raise
+
+
+def _as_directory_error(target: Path, temporary: Path, exc: OSError | OutputError) -> OutputError:
+    """An error of :func:`atomic_directory` told about ``target`` (or the file under it
+    being written), never about the temporary directory — however the block named it:
+    as given, or resolved (``save_profiling_data`` resolves its directory)."""
+    # Its parent still exists when this runs: realpath resolves it like the block did.
+    spellings = sorted({str(temporary), os.path.abspath(temporary), os.path.realpath(temporary)},
+                       key=len, reverse=True)
+
+    def shown(where: str | bytes) -> Path:
+        inside = Path(os.fsdecode(where))
+        for spelling in spellings:
+            if inside.is_relative_to(spelling):
+                return target / inside.relative_to(spelling)
+        return inside
+
+    if isinstance(exc, OutputError):
+        message = exc.message
+        for spelling in spellings:  # the longest first: a relative one is inside the others
+            message = message.replace(spelling, str(target))
+        return OutputError(shown(exc.path), message)
+    if exc.filename is None:  # a write into a file (a full disk)
+        return OutputError(target, f"cannot write: {exc.strerror or exc}")
+    where = shown(exc.filename)
+    if not where.is_relative_to(target):  # a parent in the way, or not writable
+        return _as_output_error(target, exc, temporary)
+    if isinstance(exc, FileExistsError):
+        return OutputError(where, "is there already; not overwritten")
+    return OutputError(where, f"cannot write: {exc.strerror or exc}")

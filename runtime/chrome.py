@@ -645,7 +645,9 @@ class ChromeTraceWriter:
         if self.compress:
             import gzip  # only for .gz output (start-up time of plain collects)
 
-            gz = gzip.GzipFile(fileobj=self._raw, mode="wb", compresslevel=3, mtime=0)
+            # No name in the header (gzip would take the temporary's): `gunzip -N` must not
+            # restore it, and the same trace gives the same bytes, as mtime=0 does.
+            gz = gzip.GzipFile(filename="", fileobj=self._raw, mode="wb", compresslevel=3, mtime=0)
             out = cast(IO[bytes], gz)
         self._out = out
         out.write(_OPENING)

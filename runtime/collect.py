@@ -312,7 +312,9 @@ def _collect_merged(
         if compressed:
             raw = gzip.decompress(raw)
         with atomic_output(output, inputs=inputs) as handle:
-            sink: Any = gzip.GzipFile(fileobj=handle, mode="wb", mtime=0) if compressed else handle
+            # No name in the header: it would be the temporary's (see chrome.py).
+            sink: Any = (gzip.GzipFile(filename="", fileobj=handle, mode="wb", mtime=0) if compressed
+                         else handle)
             if fmt == "json":
                 document = merge.merged_json(plan, json.loads(raw), device_pids)
                 merge.check_finite(document)

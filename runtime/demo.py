@@ -25,16 +25,17 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .atomic import atomic_output
-from .errors import ProfilingInputError
+from .atomic import OutputError, atomic_directory, atomic_output
 from .format import trace_point_hash
 from .pointmap import POINT_MAP_NAME
-from .rankfile import find_rank_files
+from .rankfile import find_rank_files, rank_file_name
 from .save import save_profiling_data
 from .synth import SlotWriter, new_buffer, simulated_sync
 
@@ -111,13 +112,52 @@ def write_demo(
     speedup: float = 0.0,
 ) -> DemoData:
     """Write ``ranks`` x ``launches`` rank files (``aic`` AIC and 2 x ``aic`` AIV cores
-    each) and their point map into ``directory``, which must hold no rank files yet."""
+    each) and their point map into ``directory``: a new directory, or one holding no rank
+    files and none of the names written (not a symlink to one). All of them or none:
+    they are written into a temporary directory and moved into place at the end
+    (:func:`atomic.atomic_directory`); on any failure ``directory`` is as it was, and
+    the error names it (or the file under it), never the temporary."""
     check_demo_options(ranks, launches, aic, speedup)
-    if directory.exists() and not directory.is_dir():
-        raise ProfilingInputError(directory, "not a directory")
-    if directory.is_dir() and find_rank_files(directory):
-        raise ProfilingInputError(directory, "already holds rank files: choose an empty or new directory")
-    directory.mkdir(parents=True, exist_ok=True)
+    _check_target(directory, [rank_file_name(rank, None, launch)
+                              for launch in range(launches) for rank in range(ranks)] + [POINT_MAP_NAME])
+    with atomic_directory(directory) as into:
+        files = _write_files(into, ranks, launches, aic, seed, speedup)
+    return DemoData(directory, files, ranks, launches, aic, 2 * aic)
+
+
+def _check_target(directory: Path, names: list[str]) -> None:
+    """Before anything is computed: ``directory`` is new, or a directory (not a link to
+    one) with no rank files and nothing at the names demo-data writes (a FIFO, a
+    directory, a link planted at point_map.json would otherwise be opened, written
+    into or followed)."""
+    try:
+        st = os.lstat(directory)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise OutputError(directory, f"cannot read: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise OutputError(directory, "a symlink; not followed (name the directory itself)")
+    if not stat.S_ISDIR(st.st_mode):
+        raise OutputError(directory, "not a directory")
+    if find_rank_files(directory):
+        raise OutputError(directory, "already holds rank files: choose an empty or new directory")
+    for name in names:
+        try:
+            mode = os.lstat(directory / name).st_mode
+        except FileNotFoundError:
+            continue
+        kind = next((what for test, what in _KINDS if test(mode)), "something")
+        raise OutputError(directory / name, f"{kind} is there already; not overwritten: choose an "
+                          "empty or new directory")
+
+
+_KINDS = ((stat.S_ISLNK, "a symlink"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISREG, "a file"))
+
+
+def _write_files(directory: Path, ranks: int, launches: int, aic: int, seed: int, speedup: float) -> int:
+    """The rank files and the point map, into ``directory``; returns the rank files written."""
     rng = np.random.default_rng(seed)
     sigma = math.sqrt(math.log1p(CV * CV))
     aiv = 2 * aic
@@ -187,4 +227,4 @@ def write_demo(
             files += 1
     with atomic_output(directory / POINT_MAP_NAME) as handle:
         handle.write((json.dumps(point_map_document(), indent=1) + "\n").encode())
-    return DemoData(directory, files, ranks, launches, aic, aiv)
+    return files

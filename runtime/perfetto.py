@@ -648,7 +648,9 @@ class PerfettoTraceWriter:
         if self.compress:  # the trace processor and UI read gzipped traces
             import gzip
 
-            self._out = cast(IO[bytes], gzip.GzipFile(fileobj=self._raw, mode="wb", compresslevel=3, mtime=0))
+            # No name in the header (it would be the temporary's): see chrome.py.
+            self._out = cast(IO[bytes], gzip.GzipFile(filename="", fileobj=self._raw, mode="wb",
+                                                      compresslevel=3, mtime=0))
         self._write(root_descriptor())
         return self
 

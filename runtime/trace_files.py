@@ -168,15 +168,17 @@ def write_files(
     def close_file() -> None:
         nonlocal current, events
         if current is not None:
+            # No longer ours to clean up whatever its exit does: a flush failing on a full
+            # disk removes the temporary itself (atomic.py), and a second exit would only
+            # raise that error again over the one reported.
+            closing, current = current, None
             try:
-                current.close(other_data(positions))
+                closing.close(other_data(positions))
             except BaseException as exc:
-                current.__exit__(type(exc), exc, exc.__traceback__)
-                current = None
+                closing.__exit__(type(exc), exc, exc.__traceback__)
                 raise
-            current.__exit__(None, None, None)
-            events += current.events
-            current = None
+            closing.__exit__(None, None, None)
+            events += closing.events
 
     try:
         if split is None:
@@ -224,22 +226,43 @@ def write_files(
         else:
             outputs.clear()
             events = 0
-    except OSError as exc:
+    except (OSError, OutputError) as exc:
         # A part's temporary name is ours: the error names the file the user asked for.
-        if isinstance(exc, OutputError):
-            if exc.path not in shown:
-                raise
-            raise OutputError(shown[exc.path], exc.message) from None
-        if exc.filename is None and outputs:  # a write into the part failed (a full disk)
-            raise OutputError(outputs[-1], f"cannot write: {exc.strerror or exc}") from None
-        raise
+        # (OutputError is not an OSError: atomic.py's own, e.g. a flush failing on close.)
+        told = _as_part_error(exc, shown, outputs)
+        if told is None:
+            raise
+        raise told from None
     finally:
         if current is not None:  # an exception: the file being written is not left behind
             error = sys.exc_info()[1] or RuntimeError("trace not finished")
-            current.__exit__(type(error), error, error.__traceback__)
+            try:
+                current.__exit__(type(error), error, error.__traceback__)
+            except Exception:  # the error reported is the first one (above)
+                pass
         for temporary, _ in pending:  # nothing to show, or an exception: no part is left behind
             try:
                 os.unlink(temporary)
             except FileNotFoundError:
                 pass
     return outputs, events
+
+
+def _as_part_error(
+    exc: OSError | OutputError, shown: dict[str, Path], outputs: list[Path]
+) -> OutputError | None:
+    """``exc`` told about the part the user will get instead of its temporary name; None
+    when it is about neither (raised as it is)."""
+    if isinstance(exc, OutputError):
+        if exc.path not in shown:
+            return None
+        message = exc.message
+        for temporary, part in shown.items():
+            message = message.replace(temporary, str(part))
+        return OutputError(shown[exc.path], message)
+    where = os.fsdecode(exc.filename) if exc.filename is not None else None
+    if where in shown:  # e.g. its temporary could not be opened
+        return OutputError(shown[where], f"cannot write: {exc.strerror or exc}")
+    if where is None and outputs:  # a write into the part failed (a full disk)
+        return OutputError(outputs[-1], f"cannot write: {exc.strerror or exc}")
+    return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import importlib.util
 import os
+import re
 import shutil
 import socket
 import stat
@@ -18,6 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_in_thread import run_cli
+from full_disk import FullDisk, fill_disk
 from typer.testing import CliRunner
 
 from optrace.cli.app import app
@@ -484,3 +487,277 @@ def test_a_full_disk_during_collect_names_the_output_not_a_temporary(
     assert f"{previous}: cannot write" in text if split else f"{out}: cannot write" in text, text
     assert previous.read_text() == "the previous trace"
     assert sorted(p.name for p in out.parent.iterdir()) == [previous.name]
+
+
+def _split_run(tmp_path: Path, split: str, suffix: str) -> tuple[Path, list[Path]]:
+    """Three rank files; the output and the parts a whole `collect --split` makes of them."""
+    profiling = write_demo(tmp_path / "prof3", ranks=1, launches=3, aic=1, seed=3, speedup=0.0).directory
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    code, text = cli("collect", str(profiling), "-o", str(clean / f"trace{suffix}"), "--split", split)
+    assert code == 0, text
+    parts = sorted(clean.iterdir())
+    assert len(parts) == 3, parts
+    return profiling, parts
+
+
+@pytest.mark.parametrize("suffix", [".json", ".pftrace.gz"])
+@pytest.mark.parametrize("split", ["1k", "rank"])
+def test_a_full_disk_at_any_point_of_collect_split_names_the_part_never_a_temporary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, split: str, suffix: str
+) -> None:
+    """ENOSPC from the write system call (tests/full_disk.py) at the first byte, inside a
+    part, at the first byte of the second part and at the last byte of all: the error
+    names the part being written as the user will see it, never `.….part.tmp`; the parts
+    of an earlier run stay as they were, no temporary is left, and a rerun on a disk with
+    room writes them all."""
+    profiling, parts = _split_run(tmp_path, split, suffix)
+    sizes = [p.stat().st_size for p in parts]
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    total = sum(sizes)
+    out = tmp_path / "out"
+    out.mkdir()
+    output = out / f"trace{suffix}"
+    for part in parts:  # an earlier run's parts
+        (out / part.name).write_bytes(b"the previous part")
+    disk = fill_disk(monkeypatch, None)
+    for budget in (0, sizes[0] // 2, starts[1], total - 1):
+        disk.left, disk.used = budget, 0
+        code, text = cli("collect", str(profiling), "-o", str(output), "--split", split)
+        failing = out / parts[max(i for i, start in enumerate(starts) if start <= budget)].name
+        assert code == 2, (budget, text)
+        assert f"{failing}: cannot write: No space left on device" in text, (budget, text)
+        assert ".tmp" not in text, (budget, text)
+        assert sorted(p.name for p in out.iterdir()) == [p.name for p in parts], budget
+        assert all((out / p.name).read_bytes() == b"the previous part" for p in parts), budget
+    disk.left = None
+    code, text = cli("collect", str(profiling), "-o", str(output), "--split", split)
+    assert code == 0, text
+    assert [(out / p.name).stat().st_size for p in parts] == sizes
+
+
+@pytest.mark.parametrize("which", ["first", "last"])
+def test_a_part_that_cannot_take_its_name_is_named_not_its_temporary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, which: str
+) -> None:
+    """Every part is complete and the renames into place begin (the last step): a rename
+    failing names the part it was to become."""
+    profiling, parts = _split_run(tmp_path, "1k", ".json")
+    out = tmp_path / "out"
+    out.mkdir()
+    renames: list[str] = []
+    real_replace = os.replace
+
+    def replace(src: str | Path, dst: str | Path) -> None:
+        if ".tmp" not in Path(dst).name:  # a part's own name, not the temporary it is written as
+            renames.append(Path(dst).name)
+            if which == "first" or len(renames) == len(parts):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    code, text = cli("collect", str(profiling), "-o", str(out / "trace.json"), "--split", "1k")
+    assert code == 2 and f"{out / renames[-1]}: cannot write: No space left on device" in text, text
+    assert ".tmp" not in text, text
+    # The parts renamed before the failing one are the new run's: what is left is whole
+    # traces, never a temporary.
+    assert all(".tmp" not in p.name for p in out.iterdir())
+
+
+@pytest.mark.parametrize("suffix", [".json.gz", ".pftrace.gz"])
+def test_a_gzipped_trace_does_not_carry_its_temporary_name(
+    profiling: Path, tmp_path: Path, suffix: str
+) -> None:
+    """gzip puts the name of the file it writes into its header, and that file is the
+    temporary one (`gunzip -N` would restore it): no name, so the same run gives the
+    same bytes too."""
+    made = []
+    for run in ("a", "b"):
+        output = tmp_path / run / f"trace{suffix}"
+        output.parent.mkdir()
+        assert cli("collect", str(profiling), "-o", str(output))[0] == 0
+        parts = tmp_path / run / "parts"
+        parts.mkdir()
+        assert cli("collect", str(profiling), "-o", str(parts / f"trace{suffix}"), "--split", "rank")[0] == 0
+        made.append([output.read_bytes(), *(p.read_bytes() for p in sorted(parts.iterdir()))])
+    for data in made[0]:
+        assert data[:2] == b"\x1f\x8b" and not data[3] & 0x08, data[:40]  # FNAME: no name stored
+        assert b".tmp" not in data[:200]
+    assert made[0] == made[1]
+
+
+# ------------------------------------------------------------------ demo-data: all or nothing
+
+DEMO = ("--ranks", "2", "--launches", "2", "--aic", "1")
+DEMO_NAMES = ["rank000.pt", "rank001.pt", "rank000_launch1.pt", "rank001_launch1.pt"]  # as written
+
+
+def tree(*roots: Path) -> dict[str, object]:
+    """Every entry under the roots (the roots' own listings included): links as links,
+    files byte for byte — a temporary left behind counts as a difference."""
+    found: dict[str, object] = {}
+    for root in roots:
+        for dirpath, dirnames, filenames in os.walk(root):
+            for name in dirnames + filenames:
+                path = Path(dirpath) / name
+                if path.is_symlink():
+                    found[str(path)] = ("link", os.readlink(path))
+                elif stat.S_ISREG(path.lstat().st_mode):
+                    found[str(path)] = ("file", path.read_bytes())
+                else:
+                    found[str(path)] = ("other", stat.S_IFMT(path.lstat().st_mode))
+    return found
+
+
+def demo_written(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+@pytest.mark.parametrize("planted", [
+    "fifo", "directory", "symlink", "dangling-symlink", "rank-file-directory"])
+def test_demo_data_refuses_what_is_planted_at_its_names_and_writes_nothing(
+    tmp_path: Path, planted: str
+) -> None:
+    """Before: a FIFO or a directory at point_map.json failed after 2-6 rank files were
+    written (and a rerun was refused: rank files there); a symlink there was followed and
+    the file outside overwritten (exit 0). Now each is refused before anything is
+    written, and once it is gone a rerun writes the whole directory."""
+    target = tmp_path / "demo"
+    target.mkdir()
+    outside = tmp_path / "outside.json"
+    outside.write_text("the user's file")
+    place = target / ("rank000_launch1.pt" if planted == "rank-file-directory" else "point_map.json")
+    if planted == "fifo":
+        os.mkfifo(place)
+    elif planted in ("directory", "rank-file-directory"):
+        place.mkdir()
+    elif planted == "symlink":
+        place.symlink_to(outside)
+    else:
+        place.symlink_to(tmp_path / "nothing-here.json")
+    before = tree(tmp_path)
+    code, text = run_cli("demo-data", target, *DEMO, timeout=60)
+    assert code == 2, text
+    assert f"{place}: " in text and "is there already; not overwritten" in text, text
+    assert ".tmp" not in text
+    assert tree(tmp_path) == before
+    assert outside.read_text() == "the user's file"
+    if place.is_dir() and not place.is_symlink():
+        place.rmdir()
+    else:
+        place.unlink()
+    code, text = run_cli("demo-data", target, *DEMO, timeout=60)
+    assert code == 0, text
+    assert len([n for n in demo_written(target) if n.endswith(".pt")]) == 4
+    assert "point_map.json" in demo_written(target)
+
+
+def test_demo_data_does_not_follow_a_symlink_at_the_target(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "demo").symlink_to(elsewhere, target_is_directory=True)
+    code, text = cli("demo-data", str(tmp_path / "demo"), *DEMO)
+    assert code == 2 and f"{tmp_path / 'demo'}: a symlink; not followed" in text, text
+    assert list(elsewhere.iterdir()) == []
+    (tmp_path / "file").write_text("x")
+    code, text = cli("demo-data", str(tmp_path / "file"), *DEMO)
+    assert code == 2 and f"{tmp_path / 'file'}: not a directory" in text, text
+
+
+def _demo_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[FullDisk, list[tuple[str, int]]]:
+    """The files a demo-data run writes, in order, with the bytes written into each (the
+    zip format rewrites its headers: more than the file's size), on a disk with room."""
+    disk = fill_disk(monkeypatch, None)
+    clean = tmp_path / "clean"
+    assert cli("demo-data", str(clean), *DEMO)[0] == 0
+    # Each is written under a temporary name beside itself: `.NAME.PID.RANDOM.tmp`.
+    writes = [(re.sub(r"^\.(.*)\.\d+\.[0-9a-f]{8}\.tmp$", r"\1", Path(name).name), counted[0])
+              for name, counted in disk.files]
+    assert [name for name, _ in writes] == [*DEMO_NAMES, "point_map.json"]
+    return disk, writes
+
+
+@pytest.mark.parametrize("target_is", [
+    "new", "new-relative", "new-with-parents", "empty", "holding-other-files"])
+def test_demo_data_on_a_full_disk_changes_nothing_and_a_rerun_works(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target_is: str
+) -> None:
+    """ENOSPC from the write system call (tests/full_disk.py) in the first rank file,
+    after two, in the last one and at the point map's last byte: exit 2 naming the
+    file under the target (never the temporary directory), the target as it was (not
+    made, or empty / its files as they were; parents made for it removed), and a rerun
+    with room writes everything. Before: 2-6 rank files were left and the rerun refused."""
+    disk, writes = _demo_writes(tmp_path, monkeypatch)
+    names, sizes = [name for name, _ in writes], [size for _, size in writes]
+    work = tmp_path / "work"
+    work.mkdir()
+    target = work / "a" / "b" / "demo" if target_is == "new-with-parents" else work / "demo"
+    if target_is == "new-relative":  # as typed: the message names it so, not the resolved temporary
+        monkeypatch.chdir(work)
+        target = Path("demo")
+    if target_is in ("empty", "holding-other-files"):
+        target.mkdir()
+    if target_is == "holding-other-files":
+        (target / "README").write_text("the user's notes")
+    before = tree(work)
+    for budget in (0, sizes[0] // 2, sizes[0] + sizes[1], sum(sizes[:3]) + 7, sum(sizes) - 1):
+        disk.left = budget
+        code, text = cli("demo-data", str(target), *DEMO)
+        failing = names[max(i for i in range(len(sizes)) if sum(sizes[:i]) <= budget)]
+        assert code == 2, (budget, text)
+        assert f"{target / failing}: cannot write: No space left on device" in text, (budget, text)
+        assert ".tmp" not in text, (budget, text)
+        assert tree(work) == before, budget
+    disk.left = None
+    code, text = cli("demo-data", str(target), *DEMO)
+    assert code == 0, text
+    kept = ["README"] if target_is == "holding-other-files" else []
+    assert sorted([*names, *kept]) == demo_written(target)
+
+
+@pytest.mark.parametrize("target_is", ["new", "empty"])
+def test_demo_data_failing_to_move_its_files_into_place_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target_is: str
+) -> None:
+    """The last step fails: the temporary directory's rename onto a new target, or (into
+    an existing directory) the third file's move. The files moved already are taken
+    back: the target is as it was, and the error names it or the file."""
+    target = tmp_path / "demo"
+    if target_is == "empty":
+        target.mkdir()
+    before = tree(tmp_path)
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    if target_is == "new":
+        def rename(src: object, dst: object) -> None:
+            raise OSError(full.errno, full.strerror, src, None, dst)
+        monkeypatch.setattr(os, "rename", rename)
+        shown = f"{target}: cannot write: No space left on device"
+    else:
+        moved: list[object] = []
+        real_link = os.link
+
+        def link(src: object, dst: object, **kwargs: object) -> None:
+            moved.append(dst)
+            if len(moved) == 3:
+                raise OSError(full.errno, full.strerror, src, None, dst)
+            real_link(src, dst, **kwargs)  # type: ignore[arg-type]
+        monkeypatch.setattr(os, "link", link)
+        shown = "rank000_launch1.pt: cannot write: No space left on device"
+    code, text = cli("demo-data", str(target), *DEMO)
+    assert code == 2 and shown in text and ".tmp" not in text, text
+    assert tree(tmp_path) == before
+
+
+def test_demo_data_into_the_current_directory_keeps_that_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An existing directory is filled in place, not replaced: a shell inside it (here,
+    the working directory) still sees the files."""
+    target = tmp_path / "demo"
+    target.mkdir(mode=0o750)
+    inode = target.stat().st_ino
+    monkeypatch.chdir(target)
+    code, text = cli("demo-data", ".", *DEMO)
+    assert code == 0, text
+    assert demo_written(Path(".")) == sorted([*DEMO_NAMES, "point_map.json"])
+    assert target.stat().st_ino == inode and stat.S_IMODE(target.stat().st_mode) == 0o750

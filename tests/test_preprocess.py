@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from typer.testing import CliRunner
 
 from optrace.cli.app import app
 from optrace.engine import preprocess as pp
+from optrace.runtime.atomic import OutputError, write_output
 
 runner = CliRunner()
 
@@ -164,3 +166,80 @@ def test_entries_with_different_core_mixes_record_none_and_warn(tmp_path: Path) 
     assert code == 0
     assert "OT207" in err and "a.cpp:3" in err and "b.cpp:3" in err
     assert "cores" not in json.loads((tmp_path / "out" / "point_map.json").read_text())
+
+
+def snapshot(*roots: Path) -> dict[str, tuple[str, object]]:
+    """Every entry under the roots, links as links (never followed), files byte for byte."""
+    found: dict[str, tuple[str, object]] = {}
+    for root in roots:
+        for dirpath, dirnames, filenames in os.walk(root):
+            for name in dirnames + filenames:
+                path = Path(dirpath) / name
+                if path.is_symlink():
+                    found[str(path)] = ("link", os.readlink(path))
+                elif path.is_dir():
+                    found[str(path)] = ("dir", path.stat().st_mode)
+                else:
+                    found[str(path)] = ("file", (path.read_bytes(), path.stat().st_mode))
+    return found
+
+
+@pytest.mark.parametrize("case", ["header-linked-out", "header-linked-in", "directory-linked-out"])
+def test_modify_refuses_a_file_that_is_a_symlink_or_outside_the_tree(tmp_path: Path, case: str) -> None:
+    """A build tree whose header is a link to the checked-in one (or reaches it through a
+    linked directory): --modify would write ids into the checked-in sources. Refused with
+    OT208 naming the file, exit 2, and nothing written: not the other sources of the tree,
+    not the map."""
+    src = make_src(tmp_path / "build")
+    checked = tmp_path / "checked"
+    checked.mkdir()
+    header = 'MoeTracing(TRACE_POINT("shared", "B"));\nMoeTracing(TRACE_POINT("shared", "E"));\n'
+    if case == "header-linked-out":
+        (checked / "shared.h").write_text(header)
+        (src / "shared.h").symlink_to(checked / "shared.h")
+        named = "shared.h"
+    elif case == "header-linked-in":
+        (src / "real").mkdir()
+        (src / "real" / "shared.h").write_text(header)
+        (src / "shared.h").symlink_to(Path("real") / "shared.h")
+        named = "shared.h"
+    else:
+        (checked / "include").mkdir()
+        (checked / "include" / "shared.h").write_text(header)
+        (src / "include").symlink_to(checked / "include", target_is_directory=True)
+        named = "include/shared.h"
+    before = snapshot(tmp_path)
+    code, out, err = run("preprocess", str(src), "--out", str(tmp_path / "out"), "--modify")
+    assert code == 2, (out, err)
+    assert f"{named}: OT208 " in err and "nothing written" in err, err
+    assert ("a symlink" if case != "directory-linked-out" else "outside") in err, err
+    assert snapshot(tmp_path) == before
+    assert not (tmp_path / "out").exists()
+    # Without --modify nothing is rewritten: the linked file is read like the others.
+    code, _, err = run("preprocess", str(src), "--out", str(tmp_path / "out"))
+    assert code == 0, err
+    doc = json.loads((tmp_path / "out" / "point_map.json").read_text())
+    assert any(p["label"] == "shared" for p in doc["points"].values())
+
+
+def test_modify_rewrites_a_hard_linked_file_without_touching_the_other_name(tmp_path: Path) -> None:
+    """A hard link (a `cp -al` build tree) is a regular file of the tree: rewritten by a
+    rename, so the checked-in name keeps its bytes."""
+    src = make_src(tmp_path / "build")
+    checked = tmp_path / "checked.cpp"
+    os.link(src / "k.cpp", checked)
+    code, _, err = run("preprocess", str(src), "--out", str(tmp_path / "out"), "--modify")
+    assert code == 0, err
+    assert checked.read_text() == KERNEL
+    assert "TRACE_POINT(\"dispatch aiv\"" not in (src / "k.cpp").read_text()
+
+
+def test_a_rewrite_in_place_is_never_written_through_a_link(tmp_path: Path) -> None:
+    """The write itself refuses a link (made after --modify checked the files)."""
+    target = tmp_path / "checked.h"
+    target.write_bytes(b"checked in")
+    (tmp_path / "link.h").symlink_to(target)
+    with pytest.raises(OutputError, match="symbolic link"):
+        write_output(tmp_path / "link.h", b"ids", rewrite=True)
+    assert target.read_bytes() == b"checked in" and (tmp_path / "link.h").is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checked.h", "link.h"]

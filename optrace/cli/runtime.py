@@ -283,7 +283,8 @@ def cmd_compare(
 
 
 def cmd_demo_data(
-    directory: Annotated[Path, typer.Argument(help="New or empty directory to write the rank files into.")],
+    directory: Annotated[Path, typer.Argument(
+        help="New directory, or one without rank files, to write them into (not a symlink to one).")],
     ranks: Annotated[int, typer.Option("--ranks", help="Ranks (1-64).")] = 2,
     launches: Annotated[int, typer.Option("--launches", help="Launches per rank (1-1000).")] = 8,
     aic: Annotated[int, typer.Option("--aic", help="AIC cores per rank (1-64); twice as many AIV.")] = 4,
