@@ -11,12 +11,14 @@ its inputs, its data placement and its neighbours' traffic: they are not indepen
 samples). With fewer than :data:`MIN_LAUNCHES` launches in a run there is no interval:
 point estimates only, and the output says so.
 
-The verdict (docs/runtime.md, "compare") is taken on the interval of the gain (the
-relative reduction of the median) of ``--label``: with T = max(expected / 2, 1) %,
+One sign convention wherever a user reads (text, JSON, ``--expect``): a **gain** is the
+relative reduction of a time, positive = faster. The verdict (docs/runtime.md, "compare")
+is taken on the interval of the gain of the median of ``--label``: with T = max(expected / 2, 1) %,
 *achieved* when its lower bound >= T, *not achieved* when its upper bound <= 0, *partial*
 when it lies inside (0, T), *inconclusive* otherwise. With point estimates the interval
-is the one value, which is the seed's rule. ``--fail-on-regression PCT`` flags a label
-when the interval of its median change lies above 0 and its lower bound exceeds PCT.
+is the one value, which is the seed's rule; the output prints the rule it applied with the
+numbers. ``--fail-on-regression PCT`` flags a label when the interval of its median's gain
+lies below 0 and its upper bound is below −PCT (it got slower by more than PCT).
 
 Runs recorded with different runtime settings (clock rate, barrier on / off) measure
 different things and are refused.
@@ -237,6 +239,24 @@ class LabelChange:
         """Relative reduction of the median in percent (positive = faster)."""
         return None if self.median_change is None else -self.median_change
 
+    @property
+    def gain_interval(self) -> Interval | None:
+        return _negated(self.median_interval)
+
+    @property
+    def p99_gain(self) -> float | None:
+        return None if self.p99_change is None else -self.p99_change
+
+    @property
+    def p99_gain_interval(self) -> Interval | None:
+        return _negated(self.p99_interval)
+
+
+def _negated(interval: Interval | None) -> Interval | None:
+    """The interval of the gain from that of the change: one sign convention everywhere
+    a user reads (text, JSON, --expect): positive = less time, faster."""
+    return None if interval is None else (-interval[1], -interval[0])
+
 
 @dataclass(frozen=True)
 class Comparison:
@@ -260,6 +280,32 @@ class Comparison:
     @property
     def threshold(self) -> float | None:
         return None if self.expect is None else threshold_for(self.expect)
+
+    @property
+    def rule(self) -> str | None:
+        """The verdict's rule with this comparison's numbers, e.g. `lower bound 17.9 % ≥
+        max(20 / 2, 1) = 10 %`; None without --expect."""
+        if self.expect is None or self.verdict is None:
+            return None
+        t = threshold_for(self.expect)
+        limit = f"max({abs(self.expect):g} / 2, 1) = {t:g} %"
+        if self.gain_interval is None:
+            low = high = self.gain
+            lower = upper = "gain"
+        else:
+            low, high = self.gain_interval
+            lower, upper = "lower bound", "upper bound"
+        if self.verdict == ACHIEVED:
+            return f"{lower} {low:.1f} % ≥ {limit}"
+        if self.verdict == NOT_ACHIEVED:
+            return f"{upper} {high:.1f} % ≤ 0 %"
+        if self.verdict == PARTIAL:
+            return (f"{lower} {low:.1f} % > 0 % and {upper} {high:.1f} % < {limit}" if lower != upper
+                    else f"0 % < gain {low:.1f} % < {limit}")
+        # Straddles 0 (neither all ≤ 0 nor all > 0) or T.
+        where = "0 %" if low < 0 else f"{t:g} %"
+        return (f"interval [{low:.1f}, {high:.1f}] % straddles {where} "
+                f"(achieved needs its lower bound ≥ {limit})")
 
     @property
     def failed(self) -> bool:
@@ -369,9 +415,7 @@ def compare(
         ))
     chosen = next(c for c in changes if c.label == label)
     gain = chosen.gain if chosen.gain is not None else 0.0
-    gain_interval = None
-    if chosen.median_interval is not None:
-        gain_interval = (-chosen.median_interval[1], -chosen.median_interval[0])
+    gain_interval = chosen.gain_interval
     verdict = None
     if expect is not None:
         low, high = gain_interval if gain_interval is not None else (gain, gain)
@@ -433,18 +477,19 @@ def _change(change: LabelChange, value: float | None, before: float | None, afte
 def format_text(result: Comparison) -> str:
     lines = [f"before: {result.before} ({result.launches_before} launches)",
              f"after:  {result.after} ({result.launches_after} launches)", ""]
-    what = "time per launch: the slowest core's total of the label; median (p50) and p99 over launches"
+    what = ("time per launch: the slowest core's total of the label; median (p50) and p99 over launches;\n"
+            "gain: how much less time after than before, in % of before (positive = faster)")
     if result.intervals:
-        what += f";\n[brackets]: {100 * CONFIDENCE:g} % bootstrap interval of the change, resampling launches"
+        what += f";\n[brackets]: {100 * CONFIDENCE:g} % bootstrap interval of the gain, resampling launches"
     lines += [what, ""]
-    rows = [("label", "p50 before", "p50 after", "Δp50", "", "p99 before", "p99 after", "Δp99", "")]
+    rows = [("label", "p50 before", "p50 after", "gain p50", "", "p99 before", "p99 after", "gain p99", "")]
     for c in result.changes:
         rows.append((
             c.label + (" !" if c.regression else ""),
             _us(c.median_before_us), _us(c.median_after_us),
-            _change(c, c.median_change, c.median_before_us, c.median_after_us), _interval(c.median_interval),
+            _change(c, c.gain, c.median_before_us, c.median_after_us), _interval(c.gain_interval),
             _us(c.p99_before_us), _us(c.p99_after_us),
-            _change(c, c.p99_change, c.p99_before_us, c.p99_after_us), _interval(c.p99_interval),
+            _change(c, c.p99_gain, c.p99_before_us, c.p99_after_us), _interval(c.p99_gain_interval),
         ))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for n, row in enumerate(rows):
@@ -453,20 +498,20 @@ def format_text(result: Comparison) -> str:
         lines.append("  ".join(cells).rstrip())
         if n == 0:
             lines.append("-" * len(lines[-1]))
-    gain = f"gain on '{result.label}': {result.gain:+.2f}%"
+    gain = f"gain on '{result.label}': {result.gain:+.1f} %"
     if result.gain_interval is not None:
-        gain += f" [{result.gain_interval[0]:+.2f}, {result.gain_interval[1]:+.2f}]"
-    lines += ["", gain + " (reduction of the median time per launch)"]
-    if result.expect is not None and result.threshold is not None:
-        bound = "the interval's lower bound" if result.gain_interval is not None else "the gain"
-        lines.append(f"expected -{abs(result.expect):g}%: {result.verdict} "
-                     f"(achieved needs {bound} >= {result.threshold:g}%)")
+        gain += f" [{result.gain_interval[0]:+.1f}, {result.gain_interval[1]:+.1f}]"
+    lines += ["", gain + " (less median time per launch; positive = faster)"]
+    if result.expect is not None and result.rule is not None:
+        lines.append(f"expected gain {abs(result.expect):g} %: {result.verdict}: {result.rule}")
     if result.fail_on_regression is not None:
-        gate = f"regression gate {result.fail_on_regression:g}%: "
+        gate = f"regression gate {result.fail_on_regression:g} %: "
+        rule = (f"a label fails when its gain's interval lies below 0 and its upper bound below "
+                f"-{result.fail_on_regression:g} %")
         if result.regressions:
-            gate += "FAILED: " + ", ".join(result.regressions) + " (marked !)"
+            gate += "FAILED: " + ", ".join(result.regressions) + f" (marked !; {rule})"
         else:
-            gate += "passed (no label slower with its interval above the gate)"
+            gate += f"passed ({rule}: none does)"
         lines.append(gate)
     lines += [f"note: {n}" for n in result.notes]
     return "\n".join(lines) + "\n"
@@ -487,22 +532,24 @@ def comparison_json(result: Comparison) -> dict[str, Any]:
             {"confidence": CONFIDENCE, "method": "percentile bootstrap, resampling launches",
              "resamples": RESAMPLES, "seed": BOOTSTRAP_SEED} if result.intervals else None
         ),
+        "sign": "gain: positive = less time after than before (faster), in % of before",
         "gain_percent": result.gain,
         "gain_interval": _json_interval(result.gain_interval),
-        "expect_percent": result.expect,
+        "expect_percent": None if result.expect is None else abs(result.expect),
         "threshold_percent": result.threshold,
         "verdict": result.verdict,
+        "rule": result.rule,
         "fail_on_regression_percent": result.fail_on_regression,
         "regressions": result.regressions,
         "labels": [
             {"label": c.label,
              "median_before_us": c.median_before_us, "median_after_us": c.median_after_us,
-             "median_change_percent": c.median_change,
-             "median_change_interval": _json_interval(c.median_interval),
+             "median_gain_percent": c.gain,
+             "median_gain_interval": _json_interval(c.gain_interval),
              "p99_before_us": c.p99_before_us, "p99_after_us": c.p99_after_us,
-             "p99_change_percent": c.p99_change,
-             "p99_change_interval": _json_interval(c.p99_interval),
-             "gain_percent": c.gain, "regression": c.regression}
+             "p99_gain_percent": c.p99_gain,
+             "p99_gain_interval": _json_interval(c.p99_gain_interval),
+             "regression": c.regression}
             for c in result.changes
         ],
         "notes": result.notes,

@@ -68,14 +68,23 @@ def test_expected_gain_achieved_with_intervals(runs: dict[str, Path]) -> None:
     result = invoke("compare", runs["before"], runs["faster"], "--expect", "20")
     assert result.exit_code == 0, result.output
     assert "before: " in result.output and "(8 launches)" in result.output
-    assert "expected -20%: achieved (achieved needs the interval's lower bound >= 10%)" in result.output
+    # One sign: the gain is positive in the table, the summary, the expectation and JSON,
+    # and the verdict prints the rule it applied with its numbers.
+    low = json.loads(invoke("compare", runs["before"], runs["faster"], "--expect", "20",
+                            "--format", "json").output)["gain_interval"][0]
+    assert f"expected gain 20 %: achieved: lower bound {low:.1f} % ≥ max(20 / 2, 1) = 10 %" in result.output
+    table = next(line for line in result.output.splitlines() if line.startswith("processing gmm"))
+    assert table.split()[4].startswith("+")  # 30 % faster: a positive gain
+    assert "-" not in result.output.split("gain on 'processing':")[1].splitlines()[0]
     document = json.loads(invoke("compare", runs["before"], runs["faster"], "--expect", "20",
                                  "--format", "json").output)
     assert document["verdict"] == "achieved" and document["launches"] == {"before": 8, "after": 8}
     low, high = document["gain_interval"]
     assert 10 <= low <= document["gain_percent"] <= high
     gmm = next(row for row in document["labels"] if row["label"] == "processing gmm")
-    assert gmm["median_change_interval"][1] < -20  # the matmuls: 30 % faster
+    assert gmm["median_gain_interval"][0] > 20  # the matmuls: 30 % faster
+    assert document["expect_percent"] == 20 and "≥" in document["rule"]
+    assert document["sign"].startswith("gain")
     assert document["intervals"]["resamples"] == 10_000
 
 
@@ -85,21 +94,23 @@ def test_no_change_is_not_achieved_or_inconclusive_and_exits_1(runs: dict[str, P
     assert json.loads(result.output)["verdict"] in (NOT_ACHIEVED, INCONCLUSIVE)
     # expecting 1 % of a run that did not change: the interval straddles 0
     result = invoke("compare", runs["before"], runs["same"], "--expect", "1")
-    assert result.exit_code == 1 and "expected -1%: inconclusive" in result.output
+    assert result.exit_code == 1 and "expected gain 1 %: inconclusive: interval [" in result.output
+    assert "straddles 0 %" in result.output
 
 
 def test_fail_on_regression(runs: dict[str, Path]) -> None:
     # faster -> before: the matmuls ~43 % slower, processing ~24 %
     result = invoke("compare", runs["faster"], runs["before"], "--fail-on-regression", "5")
     assert result.exit_code == 1
-    assert "regression gate 5%: FAILED: processing, processing combine wait, processing gmm" in result.output
+    assert "regression gate 5 %: FAILED: processing, processing combine wait, processing gmm" in result.output
+    assert "upper bound below -5 %" in result.output
     assert "processing gmm !" in result.output
     document = json.loads(invoke("compare", runs["faster"], runs["before"], "--fail-on-regression", "5",
                                  "--format", "json").output)
     assert document["regressions"] == ["processing", "processing combine wait", "processing gmm"]
     assert invoke("compare", runs["faster"], runs["before"], "--fail-on-regression", "60").exit_code == 0
     passed = invoke("compare", runs["before"], runs["same"], "--fail-on-regression", "0")
-    assert passed.exit_code == 0 and "regression gate 0%: passed" in passed.output
+    assert passed.exit_code == 0 and "regression gate 0 %: passed" in passed.output
 
 
 def test_trace_and_directory_give_the_same_launches(runs: dict[str, Path], tmp_path: Path) -> None:
