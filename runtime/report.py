@@ -13,7 +13,6 @@ from __future__ import annotations
 import html
 import io
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from .atomic import atomic_output
-from .spans import PROCESSING, SpanTable
+from .spans import PROCESSING, RunCounts, SpanTable, rank_of_track, run_counts
 
 
 @dataclass(frozen=True)
@@ -45,6 +44,7 @@ class Report:
     """`report`'s figures for one trace: per-label statistics, hot spots and warnings."""
 
     source: str
+    counts: RunCounts
     processing_total_us: float | None
     stats: list[LabelStats]  # in label order (hierarchy reads top-down)
     hotspots: list[LabelStats]  # by self time, descending
@@ -92,6 +92,7 @@ def build_report(table: SpanTable, top: int = 10) -> Report:
     hotspots = sorted(stats, key=lambda s: s.self_us, reverse=True)[:top]
     return Report(
         source=table.source,
+        counts=run_counts(table),
         processing_total_us=processing_total,
         stats=stats,
         hotspots=hotspots,
@@ -110,7 +111,7 @@ def _us(value: float) -> str:
 
 def format_text(report: Report) -> str:
     width = max([len(s.label) for s in report.stats] + [5])
-    lines = [f"report for {report.source}"]
+    lines = [f"report for {report.source}: {report.counts.text()}"]
     if report.processing_total_us is not None:
         lines.append(f"processing total (all cores): {_us(report.processing_total_us)}")
     header = (f"{'label':<{width}}  {'count':>7}  {'total':>12}  {'mean':>11}  {'p50':>11}  "
@@ -223,21 +224,12 @@ def per_process_self(table: SpanTable, matrix: np.ndarray) -> tuple[np.ndarray, 
     """``per_track_self`` summed over the cores of each rank, its launches together
     ("Rank 0" of "Rank 0 launch 3 / AIC 3"; a process not named by rank stands alone)."""
     names: dict[str, int] = {}
-    group = np.array([names.setdefault(_rank_of(t), len(names)) for t in table.tracks] or [0],
+    group = np.array([names.setdefault(rank_of_track(t), len(names)) for t in table.tracks] or [0],
                      dtype=np.int64)
     summed = np.zeros((len(names), matrix.shape[1]))
     if len(table.tracks):
         np.add.at(summed, group[: len(table.tracks)], matrix)
     return summed, list(names)
-
-
-def _rank_of(track: str) -> str:
-    process = track.split(" / ", 1)[0]
-    found = _RANK.match(process)
-    return found.group(0) if found else process
-
-
-_RANK = re.compile(r"Rank \d+(?!\S)")
 
 
 def timeline_bins(table: SpanTable, tracks: int, phases: list[str],
@@ -379,7 +371,7 @@ def render_html(table: SpanTable, report: Report) -> str:
         f"<td>{'' if s.share is None else f'{100 * s.share:.1f}%'}</td><td>{s.imbalance:.2f}</td></tr>"
         for s in report.stats
     )
-    summary = f"{len(table.label)} spans on {len(table.tracks)} cores of {len(processes)} ranks"
+    summary = report.counts.text()
     if report.processing_total_us is not None:
         summary += f"; processing total (all cores) {_us(report.processing_total_us)}"
     warnings = (f"<p>{len(report.warnings)} warnings (see the text report).</p>" if report.warnings else "")

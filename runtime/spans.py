@@ -7,6 +7,7 @@ computed with one stack pass per track.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,42 @@ class SpanTable:
             self.depth, self.self_time = _depth_and_self_time(self.track, self.ts, self.dur)
         if self.track_launch.size != len(self.tracks):
             self.launches, self.track_launch = _launches_by_process(self.tracks)
+
+
+@dataclass(frozen=True)
+class RunCounts:
+    """What a trace or directory holds, counted the way a cluster user reads it: ranks,
+    launches (a (tag, launch) of every rank), cores (a rank's cores, whatever the number of
+    launches), core × launch rows (the tracks of a per-launch layout) and spans."""
+
+    ranks: int
+    launches: int
+    cores: int
+    rows: int
+    spans: int
+
+    def text(self) -> str:
+        each = f" × {self.launches} launches" if self.launches > 1 else ""
+        return f"{self.ranks} ranks{each} · {self.cores} cores · {self.spans} spans"
+
+
+_RANK = re.compile(r"Rank \d+(?!\S)")
+
+
+def rank_of_track(track: str) -> str:
+    """The rank a track's process is, its launches together: `Rank 3` of `Rank 3 (moe,
+    launch 2) / AIC 1` or `Rank 3 launch 2 / AIC 1`; a process not named by rank stands
+    alone."""
+    process = track.split(" / ", 1)[0]
+    found = _RANK.match(process)
+    return found.group(0) if found else process
+
+
+def run_counts(table: SpanTable) -> RunCounts:
+    ranks = {rank_of_track(t) for t in table.tracks}
+    cores = {(rank_of_track(t), t.split(" / ", 1)[1] if " / " in t else "") for t in table.tracks}
+    return RunCounts(len(ranks), max(1, len(table.launches)) if table.tracks else 0, len(cores),
+                     len(table.tracks), int(table.ts.size))
 
 
 def _launches_by_process(tracks: list[str]) -> tuple[list[str], np.ndarray]:

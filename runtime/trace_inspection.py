@@ -16,7 +16,7 @@ import numpy as np
 
 from . import perfetto_read
 from .errors import ProfilingInputError
-from .spans import checked_name, is_protobuf, load_spans, read_trace_json
+from .spans import checked_name, is_protobuf, load_spans, read_trace_json, run_counts
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".pftrace", ".pftrace.gz", ".perfetto-trace", ".pb")
 _DROPPED = re.compile(r"^optrace: (\d+) records")
@@ -92,7 +92,7 @@ def inspect_trace(path: Path) -> dict[str, Any]:
     # span per track: a cluster's trace has hundreds of thousands of tracks.
     n = len(table.tracks)
     track = table.track.astype(np.intp, copy=False)
-    counts = np.bincount(track, minlength=n)
+    per_track = np.bincount(track, minlength=n)
     first = np.full(n, np.inf)
     np.minimum.at(first, track, table.ts)
     last = np.full(n, -np.inf)
@@ -100,7 +100,7 @@ def inspect_trace(path: Path) -> dict[str, Any]:
     busy = np.bincount(track, weights=np.where(table.depth == 0, table.dur, 0.0), minlength=n)
     tracks = []
     for index, name in enumerate(table.tracks):
-        spans = int(counts[index])
+        spans = int(per_track[index])
         tracks.append({
             "track": name, "spans": spans,
             "first_us": float(first[index]) if spans else None,
@@ -108,6 +108,7 @@ def inspect_trace(path: Path) -> dict[str, Any]:
             "busy_us": float(busy[index]) if spans else 0.0,
             "dropped": drops.get(name, 0),
         })
+    counts = run_counts(table)
     listed = meta.get("ranks")
     ranks = [r for r in listed if isinstance(r, dict)] if isinstance(listed, list) else []
     return {
@@ -116,7 +117,11 @@ def inspect_trace(path: Path) -> dict[str, Any]:
         # JSON output only (escaped there); a path, which may hold surrogate escapes of
         # non-UTF-8 bytes (cli.md), so not held to checked_name.
         "point_map": meta.get("point_map"),
-        "ranks": len(ranks),
+        # A rank file is one launch of one rank: ranks, launches and cores counted apart.
+        "ranks": counts.ranks,
+        "launches": counts.launches,
+        "cores": counts.cores,
+        "rank_files": len(ranks),
         "clock_mhz": sorted({r["clock_mhz"] for r in ranks if isinstance(r.get("clock_mhz"), int | float)}),
         "tracks": tracks,
         "spans": int(table.ts.size),
@@ -127,7 +132,9 @@ def inspect_trace(path: Path) -> dict[str, Any]:
 
 def format_trace_text(found: dict[str, Any]) -> str:
     clocks = ", ".join(f"{c:g} MHz" for c in found["clock_mhz"]) or "unknown"
-    lines = [f"{found['path']}: {found['format']} trace · {found['ranks']} ranks · clock {clocks}"]
+    each = f" × {found['launches']} launches" if found["launches"] > 1 else ""
+    lines = [f"{found['path']}: {found['format']} trace · {found['ranks']} ranks{each} · "
+             f"{found['cores']} cores · clock {clocks}"]
     width = max([len(t["track"]) for t in found["tracks"]] + [5])
     lines.append(f"  {'track':<{width}} {'spans':>7} {'first µs':>12} {'last µs':>12} {'busy µs':>12} "
                  f"{'dropped':>7}")
