@@ -908,4 +908,6 @@ def note_lines(result: CollectResult) -> list[str]:
         if outcome.decoded is not None:
             for note in outcome.decoded.notes:
                 notes.setdefault(note, []).append(outcome.path.name)
-    return [f"note: {note} ({', '.join(files)})" for note, files in notes.items()]
+    # A cluster's note names a few of its files, not thousands.
+    return [f"note: {note} ({', '.join(files[:4])}{f' and {len(files) - 4} more' if len(files) > 4 else ''})"
+            for note, files in notes.items()]

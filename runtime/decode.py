@@ -44,6 +44,7 @@ from .format import (
     capacity,
     layout_for_cores,
 )
+from .labelpaths import disagreement, outside_parent
 from .pointmap import PointMap
 from .rankfile import RankBuffer
 from .records import FrozenRecord, Record
@@ -816,6 +817,9 @@ def decode_rank(
                 status=spans.status[lo:hi],
             )
         )
+    for child, parent, _count in outside_parent(point_map.labels, spans.label, spans.slot, spans.start,
+                                                spans.end):
+        notes.append(disagreement(child, parent))
     if unmatched_e:
         issues.append(f"{unmatched_e} E records without an open B of the same label (dropped)")
     if repaired:

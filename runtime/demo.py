@@ -7,7 +7,7 @@ files are what an instrumented operator leaves behind. The program they describe
 1C2V MoE layer: per launch, every AIV core dispatches its tokens and waits for the
 others' (``dispatch`` > ``dispatch wait``), the AIC cores run the grouped matmuls once
 the tokens are there (``gmm``, one indexed span per expert group), and the AIV cores wait
-for them and combine (``combine wait``, ``combine``). Phase times vary from launch to
+for them and combine (``combine`` > ``combine wait``). Phase times vary from launch to
 launch (log-normal, 5 % coefficient of variation) and some cores are busier than others,
 so ``report`` shows an imbalance and ``compare`` has launches to resample; the core
 loads are the workload and do not depend on the seed.
@@ -209,13 +209,15 @@ def _write_files(directory: Path, ranks: int, launches: int, aic: int, seed: int
                 t = max(start + int(dispatch_end), t + send + 10)
                 writer.record(we, t)
                 writer.record(_ids("processing dispatch")[1], t + 5)
+                # `combine wait` is the start of `combine`, as its label path says (and
+                # `dispatch wait` of `dispatch`): the names and the nesting agree.
+                mb, me = _ids("processing combine")
+                writer.record(mb, t + 8)
                 cb, ce = _ids("processing combine wait")
                 writer.record(cb, t + 10)
                 t = max(gmm_end + 20, t + 10 + COMBINE_WAIT_MIN)
                 writer.record(ce, t)
-                mb, me = _ids("processing combine")
                 length = int(COMBINE * factor[3] * load_aiv[rank, core])
-                writer.record(mb, t + 5)
                 writer.record(me, t + 5 + length)
                 writer.record(_ids("processing")[1], t + 10 + length)
                 last = max(last, t + 10 + length)

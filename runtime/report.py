@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from .atomic import atomic_output
+from .labelpaths import disagreement, outside_parent
 from .spans import PROCESSING, RunCounts, SpanTable, rank_of_track, run_counts
 
 
@@ -97,7 +98,9 @@ def build_report(table: SpanTable, top: int = 10) -> Report:
         stats=stats,
         hotspots=hotspots,
         busy_self_us=float(table.self_time.sum()),
-        warnings=list(table.warnings),
+        warnings=[*table.warnings,
+                  *(f"{disagreement(child, parent)} ({count} spans)" for child, parent, count in
+                    outside_parent(table.labels, table.label, table.track, table.ts, table.ts + table.dur))],
     )
 
 

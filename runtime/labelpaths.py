@@ -1,0 +1,68 @@
+"""Label paths against nesting: a label names its parent (``processing combine wait`` is a
+part of ``processing combine``, the longest other label its words start with), and a
+span whose parent label exists should lie inside a span of it on the same core. Where it
+does not, the trace says one thing by its names and another by its nesting — a reader
+believes the names — so ``collect`` and ``report`` say so.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def label_parents(labels: list[str]) -> list[int]:
+    """Per label, the index of its parent label (the longest other label that is a
+    prefix of it at a word boundary), or -1."""
+    index = {label: i for i, label in enumerate(labels)}
+    parents: list[int] = []
+    for label in labels:
+        words = label.split(" ")
+        parent = -1
+        for cut in range(len(words) - 1, 0, -1):
+            found = index.get(" ".join(words[:cut]))
+            if found is not None:
+                parent = found
+                break
+        parents.append(parent)
+    return parents
+
+
+def outside_parent(
+    labels: list[str], label: np.ndarray, track: np.ndarray, start: np.ndarray, end: np.ndarray
+) -> list[tuple[str, str, int]]:
+    """(child, parent, spans) for every label with spans that lie inside no span of its
+    parent label on their track: one vectorised search per (child, parent) pair."""
+    if label.size == 0:
+        return []
+    parents = label_parents(labels)
+    present = set(np.unique(label).tolist())
+    # One key orders spans by track, then start: track × width + (start - lo).
+    lo = float(np.min(start))
+    width = float(np.max(end)) - lo + 1.0
+    key = track.astype(np.float64) * width + (start.astype(np.float64) - lo)
+    out: list[tuple[str, str, int]] = []
+    for child in sorted(present):
+        parent = parents[child] if 0 <= child < len(parents) else -1
+        if parent < 0:
+            continue
+        if parent not in present:
+            continue  # the parent not recorded at all (another variant of the kernel): no claim
+        theirs = np.flatnonzero(label == parent)
+        # Only on cores that ran the parent: a core whose role has no such phase is not
+        # contradicted by a child it runs alone.
+        mine = (label == child) & np.isin(track, np.unique(track[theirs]))
+        order = theirs[np.argsort(key[theirs], kind="stable")]
+        at = np.searchsorted(key[order], key[mine], side="right") - 1
+        found = order[np.maximum(at, 0)]
+        inside = (at >= 0) & (track[found] == track[mine]) & (end[found] >= end[mine])
+        missing = int(np.count_nonzero(~inside))
+        if missing:
+            out.append((labels[child], labels[parent], missing))
+    return out
+
+
+def disagreement(child: str, parent: str) -> str:
+    """The words collect's note and report's warning use (no count: notes of several
+    rank files group by their text)."""
+    return (f"label path and nesting disagree: '{child}' spans lie outside '{parent}', which "
+            "their label names as their parent")

@@ -1,0 +1,86 @@
+"""A label's path names its parent; collect and report say where the nesting disagrees,
+and the demo's names and nesting agree."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rt_helpers import LABELS as RT_LABELS
+from rt_helpers import write_point_map
+from typer.testing import CliRunner
+
+from optrace.cli.app import app
+from optrace.runtime.demo import write_demo
+from optrace.runtime.labelpaths import label_parents, outside_parent
+from optrace.runtime.save import save_profiling_data
+from optrace.runtime.spans import load_spans
+from optrace.runtime.synth import SlotWriter, new_buffer
+
+LABELS = ["processing", "processing combine", "processing combine wait", "processing gmm", "setup"]
+
+
+def invoke(*args: Any) -> Any:
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def test_the_parent_is_the_longest_label_the_words_start_with() -> None:
+    assert label_parents(LABELS) == [-1, 0, 1, 0, -1]
+    assert label_parents(["a b c", "a"]) == [1, -1]  # `a b` is no label: `a` is the parent
+    assert label_parents(["processing", "processingx"]) == [-1, -1]  # words, not characters
+
+
+def _spans(rows: list[tuple[int, int, float, float]]) -> tuple[np.ndarray, ...]:
+    label, track, start, end = (np.array(c) for c in zip(*rows, strict=True))
+    return label.astype(np.int32), track.astype(np.int32), start.astype(np.float64), end.astype(np.float64)
+
+
+def test_a_child_outside_its_parent_is_counted_inside_or_elsewhere_is_not() -> None:
+    rows = [
+        (0, 0, 0, 100), (1, 0, 10, 50), (2, 0, 12, 20),  # nested as named
+        (2, 0, 55, 60),  # `combine wait` after `combine` ended: outside
+        (1, 1, 0, 10), (2, 1, 20, 30),  # another core: outside its own `combine`
+        (2, 2, 0, 5),  # a core that never ran `combine`: no claim
+        (3, 0, 60, 70),  # `gmm` inside `processing`
+    ]
+    assert outside_parent(LABELS, *_spans(rows)) == [("processing combine wait", "processing combine", 2)]
+    # A parent recorded nowhere (another variant of the kernel): nothing to say.
+    assert outside_parent(LABELS, *_spans([(2, 0, 0, 5), (0, 0, 0, 9)])) == []
+
+
+def test_the_demo_nests_as_it_names_and_a_sibling_layout_is_reported(tmp_path: Path) -> None:
+    write_demo(tmp_path / "demo", ranks=2, launches=2, aic=2)
+    table = load_spans(tmp_path / "demo")
+    assert outside_parent(table.labels, table.label, table.track, table.ts, table.ts + table.dur) == []
+    collected = invoke("collect", tmp_path / "demo", "-o", tmp_path / "t.json")
+    assert collected.exit_code == 0 and "disagree" not in collected.output
+    assert "disagree" not in invoke("report", tmp_path / "demo").output
+    # The same trace with `combine wait` moved after `combine`: named inside, laid outside.
+    wait = table.labels.index("processing combine wait")
+    combine = table.labels.index("processing combine")
+    moved = table.label == wait
+    table.ts[moved] += (table.ts + table.dur)[table.label == combine].max() + 1.0
+    assert outside_parent(table.labels, table.label, table.track, table.ts, table.ts + table.dur)[0][:2] == (
+        "processing combine wait", "processing combine")
+
+
+def test_collect_and_report_say_so_on_rank_files_laid_apart_from_their_names(tmp_path: Path) -> None:
+    """`processing dispatch wait` recorded after `processing dispatch` ended, on every core."""
+    directory = tmp_path / "prof"
+    data = new_buffer(2, 64)
+    for slot in range(2):
+        writer = SlotWriter(data[slot], 1000, fingerprint=None)
+        pb, pe = RT_LABELS["processing"]
+        db, de = RT_LABELS["processing dispatch"]
+        wb, we = RT_LABELS["processing dispatch wait"]
+        for kind, at in ((pb, 1000), (db, 1010), (de, 1020), (wb, 1030), (we, 1040), (pe, 1050)):
+            writer.record(kind, at)
+    save_profiling_data(data, 0, directory, aic_cores=2, barrier=True, clock_mhz=50.0)
+    write_point_map(directory, fingerprint=None)
+    said = ("label path and nesting disagree: 'processing dispatch wait' spans lie outside "
+            "'processing dispatch', which their label names as their parent")
+    collected = invoke("collect", directory, "-o", tmp_path / "t.json")
+    assert collected.exit_code == 0 and f"note: {said} (rank000.pt)" in collected.output, collected.output
+    assert f"{said} (2 spans)" in invoke("report", directory).output
+    assert f"{said} (2 spans)" in invoke("report", tmp_path / "t.json").output
