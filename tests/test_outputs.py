@@ -323,9 +323,9 @@ def test_report_png_through_the_cli(
         assert ".tmp" not in out, out  # the target is named, not a temporary
         if case == "rename-fails":
             assert png.read_bytes() == b"the old picture"
+            assert sorted(p.name for p in tmp_path.iterdir()) == ["prof", "r.png", "trace.json"]
         if case == "symlink":
             assert png.is_symlink() and real.read_bytes() == b"the old picture"
-            assert sorted(p.name for p in tmp_path.iterdir()) == ["prof", "r.png", "trace.json"]
     assert {p: p.read_bytes() for p in kept} == kept
 
 
