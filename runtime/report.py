@@ -126,10 +126,14 @@ def format_text(report: Report) -> str:
             f"{s.label:<{width}}  {s.count:>7}  {_us(s.total_us):>12}  {_us(s.mean_us):>11}  "
             f"{_us(s.p50_us):>11}  {_us(s.p99_us):>11}  {share}  {s.imbalance:5.2f}"
         )
+    lines += ["imbal: imbalance, the busiest core's total of the label over the mean core's "
+              "(1.00: every core the same)"]
     lines += ["", "hotspots (self time: children excluded)"]
+    hot = max([len(self_time_name(s.label)) for s in report.hotspots] + [width])
     for rank, s in enumerate(report.hotspots, 1):
         busy = 100 * s.self_us / report.busy_self_us if report.busy_self_us else 0.0
-        lines.append(f"{rank:>3}. {s.label:<{width}}  {_us(s.self_us):>12}  {busy:5.1f}% of busy time"
+        name = self_time_name(s.label)
+        lines.append(f"{rank:>3}. {name:<{hot}}  {_us(s.self_us):>12}  {busy:5.1f}% of busy time"
                      + (f"  (imbalance {s.imbalance:.2f})" if s.imbalance >= 1.2 else ""))
     if report.warnings:
         lines += ["", f"{len(report.warnings)} warnings:"] + [f"  {w}" for w in report.warnings[:20]]
@@ -214,13 +218,24 @@ def _phase_columns(table: SpanTable, phases: list[str]) -> np.ndarray:
     return np.array([index.get(label, len(phases)) for label in table.labels] or [0], dtype=np.int64)
 
 
+#: What the self time of the outermost span is: time inside ``processing`` that no traced
+#: phase covers. A bar labelled ``processing`` read as "processing took this long".
+UNTRACED = "untraced"
+
+
+def self_time_name(label: str) -> str:
+    """How a label's self time is named on a chart or in a hot-spot list."""
+    return UNTRACED if label == PROCESSING else label
+
+
 def per_track_self(table: SpanTable, labels: list[str]) -> tuple[np.ndarray, list[str]]:
-    """[tracks, len(labels)+1] self time per track for the given labels, then 'other'."""
+    """[tracks, len(labels)+1] self time per track for the given labels, then 'other'
+    (names as the charts show them: ``processing``'s self time is untraced time)."""
     column = _phase_columns(table, labels)
     matrix = np.zeros((len(table.tracks), len(labels) + 1))
     if table.label.size:
         np.add.at(matrix, (table.track, column[table.label]), table.self_time)
-    return matrix, [*labels, "other"]
+    return matrix, [*map(self_time_name, labels), "other"]
 
 
 def per_process_self(table: SpanTable, matrix: np.ndarray) -> tuple[np.ndarray, list[str]]:
@@ -323,7 +338,8 @@ def _hotspot_chart(report: Report) -> str:
                      f'width="{_PLOT_W * s.self_us / axis.end_us:.2f}" height="{_ROW_H - 3}">'
                      f"<title>{html.escape(s.label)}: {_us(s.self_us)} ({share:.1f} % of busy time)"
                      "</title></rect>")
-    return _svg_chart("hotspots", "self time per label", [s.label for s in report.hotspots], axis, marks)
+    return _svg_chart("hotspots", "self time per label", [self_time_name(s.label) for s in report.hotspots],
+                      axis, marks)
 
 
 def _timeline_chart(table: SpanTable, rows: list[str], phases: list[str]) -> str:
@@ -357,13 +373,21 @@ def render_html(table: SpanTable, report: Report) -> str:
     shown = min(len(table.tracks), _MAX_TRACKS)
     core_rows = table.tracks[:shown]
     by_process, processes = per_process_self(table, matrix)
-    more = (f"<p>Showing the first {shown} of {len(table.tracks)} cores (the rank chart sums all).</p>"
+    what = "core × launch rows" if report.counts.launches > 1 else "cores"
+    more = (f"<p>Showing the first {shown} of {len(table.tracks)} {what} (the rank chart sums all). "
+            "Every row: <code>optrace inspect</code>; other rows: collect a part "
+            "(<code>optrace collect --ranks R --cores C</code>) and report that trace.</p>"
             if shown < len(table.tracks) else "")
-    legend = "".join(f'<span class="key"><i class="k{j}"></i>{html.escape(n)}</span>'
-                     for j, n in enumerate(names))
+    keys = "".join(f'<span class="key"><i class="k{j}"></i>{html.escape(n)}</span>'
+                   for j, n in enumerate(names))
+    legend = f'<div class="keys">{keys}</div>'
+
+    def with_key(chart: str) -> str:  # the legend beside the chart it explains, not a screen away
+        return f'<div class="with-key">{chart}{legend}</div>'
+
     style_keys = "".join(f".k{j}{{fill:{c};background:{c}}}" for j, c in enumerate(colours))
     hot_rows = "".join(
-        f"<tr><td>{rank}</td><td>{html.escape(s.label)}</td><td>{_us(s.self_us)}</td>"
+        f"<tr><td>{rank}</td><td>{html.escape(self_time_name(s.label))}</td><td>{_us(s.self_us)}</td>"
         f"<td>{100 * s.self_us / report.busy_self_us if report.busy_self_us else 0.0:.1f}%</td>"
         f"<td>{s.imbalance:.2f}</td></tr>"
         for rank, s in enumerate(report.hotspots, 1)
@@ -387,22 +411,30 @@ td:first-child,th:first-child,.hot td:nth-child(2),.hot th:nth-child(2){{text-al
 svg text{{font:11px system-ui,sans-serif;fill:#222}} .axis line{{stroke:#444}} .grid line{{stroke:#e4e4e4}}
 .axis-title{{font-weight:600}} .key{{margin-right:14px;white-space:nowrap}}
 .key i{{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}}
+.with-key{{display:flex;align-items:flex-start;gap:12px}} .with-key svg{{flex:none}}
+.keys{{display:flex;flex-direction:column;gap:3px;position:sticky;top:8px}} .def{{color:#555;max-width:900px}}
 {style_keys}
 </style></head><body>
 <h1>optrace report</h1><p>{html.escape(report.source)}</p><p>{summary}</p>{warnings}
 <h2>Hotspots (self time: children excluded)</h2>
+<p class="def">Self time: a span's time minus its child spans'; <i>{html.escape(UNTRACED)}</i> is
+time inside <code>processing</code> that no traced phase covers. Imbalance: the busiest
+core's total of the label over the mean core's (1.00: every core the same).</p>
 {_hotspot_chart(report)}
 <table class="hot"><tr><th>#</th><th>label</th><th>self time</th><th>of busy time</th><th>imbalance</th></tr>
 {hot_rows}</table>
-<h2>Self time per rank, by phase</h2><p>{legend}</p>
-{_stacked_bars("per-rank", "self time per rank by phase", processes, by_process, names,
-                "self time, all cores of the rank")}
+<h2>Self time per rank, by phase</h2>
+{with_key(_stacked_bars("per-rank", "self time per rank by phase", processes, by_process, names,
+                        "self time, all cores of the rank"))}
 <h2>Self time per core, by phase</h2>{more}
-{_stacked_bars("per-core", "self time per core by phase", core_rows, matrix[:shown], names, "self time")}
+{with_key(_stacked_bars("per-core", "self time per core by phase", core_rows, matrix[:shown], names,
+                        "self time"))}
 <h2>Timeline per core</h2>
-<p>{TIMELINE_BINS} bins per core, each coloured by the label with the most self time in it.</p>
-{_timeline_chart(table, core_rows, phases)}
+<p>{TIMELINE_BINS} bins per core, each coloured by the label with the most self time in it.</p>{more}
+{with_key(_timeline_chart(table, core_rows, phases))}
 <h2>Labels</h2>
+<p class="def">Total: the label's spans summed over every core; share: of <code>processing</code>'s
+total; imbalance: the busiest core's total of the label over the mean core's.</p>
 <table><tr><th>label</th><th>count</th><th>total</th><th>mean</th><th>p50</th><th>p99</th><th>share</th><th>imbalance</th></tr>
 {rows}</table>
 </body></html>

@@ -21,7 +21,15 @@ from browser import Browser, find_chromium
 from typer.testing import CliRunner
 
 from optrace.cli.app import app
-from optrace.runtime.report import build_report, nice_ticks, render_html, time_unit, timeline_bins
+from optrace.runtime.report import (
+    UNTRACED,
+    build_report,
+    nice_ticks,
+    render_html,
+    self_time_name,
+    time_unit,
+    timeline_bins,
+)
 from optrace.runtime.spans import RunSettings, SpanTable, load_spans
 
 FIXTURE_OP = (Path(__file__).parents[2] / "fixtures" / "umdk_style" / "src" / "cam" / "comm_operator"
@@ -176,7 +184,12 @@ def test_every_chart_has_axes_units_scale_and_a_hotspot_section(tmp_path: Path) 
     for chart in charts.values():
         check_axes(chart)
         assert chart["rects"] > 0
-    assert charts["hotspots"]["rows"] == [s.label for s in report.hotspots]
+    # `processing`'s self time is time no phase covers: named so, not "processing".
+    assert charts["hotspots"]["rows"] == [self_time_name(s.label) for s in report.hotspots]
+    assert "processing" not in charts["hotspots"]["rows"] and UNTRACED in page
+    # Every figure's meaning where it appears, and a legend beside each chart it colours.
+    assert "Imbalance: the busiest" in page and "Self time: a span's time minus" in page
+    assert page.count('<div class="with-key">') == 3
     assert charts["per-rank"]["rows"] == ["Rank 0", "Rank 1"]
     assert charts["per-core"]["rows"] == table.tracks == charts["timeline"]["rows"]
     # the scale covers the data: the last tick is at or past the biggest value
@@ -185,7 +198,7 @@ def test_every_chart_has_axes_units_scale_and_a_hotspot_section(tmp_path: Path) 
     assert largest * {"µs": 1, "ms": 1e3, "s": 1e6}[unit] >= report.hotspots[0].self_us
     assert "<h2>Hotspots (self time: children excluded)</h2>" in page
     for s in report.hotspots:
-        assert f"<td>{s.label}</td>" in page
+        assert f"<td>{self_time_name(s.label)}</td>" in page
 
 
 def test_html_stays_under_1_mb_for_8_ranks() -> None:
@@ -193,7 +206,7 @@ def test_html_stays_under_1_mb_for_8_ranks() -> None:
     assert table.label.size > 250_000  # one rectangle each would be ~40 MB of SVG
     page = render_html(table, build_report(table)).encode()
     assert len(page) <= 1_000_000, len(page)
-    assert "Showing the first 96 of 576 cores" in page.decode()
+    assert page.decode().count("Showing the first 96 of 576 ") == 2  # the core charts and the timeline
     charts = {c["id"]: c for c in parse_charts(page.decode())}
     assert len(charts["per-rank"]["rows"]) == 8
     # twice the spans (two launches' worth on the same cores): the page does not grow
