@@ -12,17 +12,23 @@ leaves the journal behind, and `recover` rolls the operator back to its old byte
 Rolling back (never forward) is the rule because the old bytes are the state the user
 last saw and reviewed, and every file's old bytes are in the backups; see docs/edits.md.
 
-A repository's content is data, never authority: a journal is acted on only
-when the user's state directory (`state_dir()`, outside the repository) records its id
-and the sha256 of its bytes for this repository's real path; any other journal — one
-that came with a clone, a copy, or an older optrace — is refused (OT046) and left
-untouched. Even a recorded journal is followed only inside the repository root, outside
-`.git/` and `.optrace/`, through no symlink, with backups whose hashes match, and modes
-masked to the permission bits. `commit` writes nothing outside the root (OT047).
+A repository's content is data, never authority: a journal is acted on only when the
+user's state directory (`state_dir()`, outside the repository) records its id and the
+sha256 of its bytes for this repository — keyed by the repository's random id
+(`.optrace/id`), so the record is found again after the repository moves, and bound to
+the root it was written at, so a copy of the tree is not the repository while the
+original is still there; any other journal — one that came with a clone, a copy, or an
+older optrace — is refused (OT046) and left untouched. Paths in a journal are relative
+to the root, and every temp file a commit makes beside a source is named in the journal
+before it exists: recovery, wherever the repository is now, removes them all. Even a
+recorded journal is followed only inside the repository root, outside `.git/` and
+`.optrace/`, through no symlink, with backups whose hashes match, and modes masked to
+the permission bits. `commit` writes nothing outside the root (OT047).
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import glob
 import hashlib
@@ -50,10 +56,11 @@ from optrace.engine.journal import (
     CODE_STALE,
     CODE_UNFINISHED,
     RECORD_FORMAT,
+    REPOSITORY_ID,
     SHA_RE,
+    TOKEN_RE,
     ForeignJournal,
     Journal,
-    JournalRecord,
     OutsideRoot,
     StaleSource,
     TransactionBusy,
@@ -61,20 +68,27 @@ from optrace.engine.journal import (
     UnfinishedTransaction,
     WriteFailed,
     foreign_dir,
-    is_ours,
+    foreign_id,
     journal_bytes,
     journal_refusal,
     journal_status,
     journal_stem,
-    read_record,
+    operator_journal_names,
+    own_record,
+    read_records,
+    read_repository_id,
     real_root,
     record_path,
+    refusal_reason,
     sha256_of,
     state_dir,
 )
 
 JOURNAL_FORMAT = "optrace-journal"
-JOURNAL_VERSION = 2  # 2: old bytes in one archive (`backup` = old.bin@OFFSET+LENGTH); 1 still read
+# 3: paths relative to the repository root (a moved repository recovers), each entry
+# naming its temp file; 2: old bytes in one archive (`backup` = old.bin@OFFSET+LENGTH),
+# absolute paths; 1: a backup file per entry. All three are read.
+JOURNAL_VERSION = 3
 UNRESOLVED_DIR = "unresolved"
 
 # A file's change: (old, new); None for a file that does not exist on that side.
@@ -141,24 +155,32 @@ class _Entry:
     mode: int | None  # the old file's permission bits; None for a created file
     backup: str | None  # where the old bytes are in the backup directory (see _read_backup)
     created_dirs: tuple[Path, ...] = ()  # parents made for a created file, outermost first
+    # The one temp file a transaction ever makes for this file (new bytes waiting, or old
+    # bytes kept aside), named in the journal before it exists; None in journals before 3.
+    temp: Path | None = None
 
     @property
     def action(self) -> str:
         return "create" if self.old_sha256 is None else "delete" if self.new_sha256 is None else "modify"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, root: Path) -> dict[str, Any]:
+        """The entry with its paths relative to `root` (checked inside it by commit)."""
         return {
-            "path": str(self.path),
+            "path": str(self.path.relative_to(root)),
+            "temp": None if self.temp is None else str(self.temp.relative_to(root)),
             "action": self.action,
             "old_sha256": self.old_sha256,
             "new_sha256": self.new_sha256,
             "mode": self.mode,
             "backup": self.backup,
-            "created_dirs": [str(p) for p in self.created_dirs],
+            "created_dirs": [str(p.relative_to(root)) for p in self.created_dirs],
         }
 
     @staticmethod
-    def from_json(data: dict[str, Any]) -> _Entry:
+    def from_json(data: dict[str, Any], root: Path | None) -> _Entry:
+        """An entry as a journal holds it; `root`: its paths are relative to it (version 3),
+        None: absolute (versions 1 and 2). Joined, not normalised: a `..` or an absolute
+        path stays one, for `_unsafe_entries` to refuse."""
         backup = data["backup"]
         if backup is not None and not _BACKUP_RE.fullmatch(str(backup)):
             raise ValueError(f"backup {backup!r} is neither old.bin@OFFSET+LENGTH nor a file name")
@@ -173,53 +195,124 @@ class _Entry:
         if mode is not None and (type(mode) is not int or not 0 <= mode <= 0o7777):
             raise ValueError(f"mode {mode!r} is not a file mode")
         dirs = data.get("created_dirs", ())
+        temp = data.get("temp") if root is not None else None
         if not isinstance(data["path"], str) or not isinstance(dirs, list | tuple) or not all(
             isinstance(d, str) for d in dirs
-        ):
+        ) or (root is not None and not isinstance(temp, str)):
             raise ValueError("paths must be strings")
+
+        def at(text: str) -> Path:
+            return Path(text if root is None else os.path.join(root, text))
+
         return _Entry(
-            path=Path(data["path"]),
+            path=at(data["path"]),
             old_sha256=old,
             new_sha256=new,
             mode=mode,
             backup=backup,
-            created_dirs=tuple(Path(p) for p in dirs),
+            created_dirs=tuple(at(p) for p in dirs),
+            temp=None if temp is None else at(temp),
         )
 
 
 
 
-def _remember(root: Path, stem: str, token: str, journal: bytes) -> None:
-    """Record, durably, that the journal `journal` (its bytes) of `stem` in `root` is
-    optrace's own: written before the journal, so no journal exists without its record."""
-    path = record_path(root, stem)
+def _remember(journal_dir: Path, stem: str, token: str, journal: bytes) -> Path:
+    """Record, durably, that the journal `journal` (its bytes) of `stem` in `journal_dir`
+    is optrace's own: written before the journal, so no journal exists without its
+    record. Keyed by the repository's id (made now if it has none), so the record is
+    found again after the repository moves; it keeps the root it was written at, so a
+    copy of the tree (same id) is told apart while the original is still there. The
+    record's path."""
+    if not TOKEN_RE.fullmatch(token):
+        raise ValueError(f"{token!r} cannot name a record")
+    repo_id = _repository_id(journal_dir)
+    root = real_root(journal_dir)
+    path = record_path(repo_id, stem, token)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = path.with_name(f"{path.name}.{token}.tmp")
-    record = {"format": RECORD_FORMAT, "version": 1, "repository": str(root), "journal": stem,
-              "token": token, "journal_sha256": hashlib.sha256(journal).hexdigest(),
+    record = {"format": RECORD_FORMAT, "version": 2, "repository_id": repo_id, "root": str(root),
+              "journal": stem, "token": token, "journal_sha256": hashlib.sha256(journal).hexdigest(),
               "pid": os.getpid(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    # ensure_ascii (the default): a root that is not UTF-8 is escaped, the bytes are ASCII.
+    data = (json.dumps(record, indent=1) + "\n").encode("ascii")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
-        os.write(fd, (json.dumps(record, indent=1) + "\n").encode("ascii"))
+        os.write(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
     _fsync_dir(path.parent)
+    return path
 
 
-def _forget(root: Path, stem: str) -> None:
-    """Drop the record of `stem` in `root` (the journal is gone), with any temp file of it
-    a crash left. Not made durable: a record without its journal is swept later."""
-    path = record_path(root, stem)
+def _forget(*records: Path) -> None:
+    """Drop records (their journal is gone), with any temp file of them a crash left. Not
+    made durable: a record without its journal is swept later."""
+    for path in records:
+        try:
+            for stale in path.parent.glob(f"{glob.escape(path.name)}.*.tmp"):
+                stale.unlink(missing_ok=True)
+            path.unlink(missing_ok=True)
+        except OSError:
+            pass  # swept by the next run of this operator
+
+
+def _repository_id(journal_dir: Path) -> str:
+    """The repository's id (`journal.read_repository_id`), made by its first commit: 128
+    random bits in `journal_dir/id`, written to a new temp file (O_EXCL | O_NOFOLLOW),
+    made durable, then linked to its name — never replacing one that is there, so an id
+    made meanwhile (another user's run) stays and is the one used. One there that is not
+    an id optrace made (a link, a FIFO, other bytes) is refused (OT046), never replaced."""
     try:
-        for stale in path.parent.glob(f"{glob.escape(path.name)}.*.tmp"):
-            stale.unlink(missing_ok=True)
-        path.unlink(missing_ok=True)
-    except OSError:
-        pass  # swept by the next run of this operator
+        return read_repository_id(journal_dir)
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError) as exc:
+        raise foreign_id(journal_dir, exc) from exc
+    new = secrets.token_hex(16)
+    tmp = journal_dir / f"{REPOSITORY_ID}.{new}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+        try:
+            os.write(fd, f"{new}\n".encode("ascii"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            _link_new(tmp, journal_dir / REPOSITORY_ID)
+        finally:
+            tmp.unlink(missing_ok=True)
+        _fsync_dir(journal_dir)
+        return read_repository_id(journal_dir)
+    except ValueError as exc:
+        raise foreign_id(journal_dir, exc) from exc
+    except OSError as exc:
+        if os.path.islink(journal_dir / REPOSITORY_ID):
+            raise foreign_id(journal_dir, exc) from exc
+        raise WriteFailed(f"cannot make the repository's id ({exc.strerror or exc}); nothing written",
+                          journal_dir / REPOSITORY_ID, restored_all=True) from exc
 
 
+def _link_new(src: Path, dst: Path) -> None:
+    """Give the file `src` the name `dst` too, unless `dst` exists (then nothing). A hard
+    link never replaces; where the filesystem has none, a rename that does not replace."""
+    try:
+        os.link(src, dst)
+        return
+    except FileExistsError:
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EMLINK):
+            raise
+    try:
+        renameat.rename_noreplace(src, dst)
+    except FileExistsError:
+        pass
+    except renameat.Unsupported:
+        if not os.path.lexists(dst):  # the last resort: a plain rename, checked just before
+            os.rename(src, dst)
 
 
 def _holder(fd: int) -> str:
@@ -527,7 +620,7 @@ def _verify(planned: Planned) -> None:
         raise StaleSource(CODE_STALE, f"{why}; nothing written, plan again", path)
 
 
-def _journal_document(journal: Journal, name: str, entries: list[_Entry]) -> bytes:
+def _journal_document(journal: Journal, name: str, entries: list[_Entry], root: Path) -> bytes:
     document = {
         "format": JOURNAL_FORMAT,
         "version": JOURNAL_VERSION,
@@ -535,7 +628,7 @@ def _journal_document(journal: Journal, name: str, entries: list[_Entry]) -> byt
         "pid": os.getpid(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "token": journal.token,
-        "files": [entry.to_json() for entry in entries],
+        "files": [entry.to_json(root) for entry in entries],
     }
     # ensure_ascii (the default): a non-UTF-8 path is escaped, the bytes are ASCII.
     return (json.dumps(document, indent=2) + "\n").encode("ascii")
@@ -556,13 +649,13 @@ def _dump_journal(journal: Journal, document: bytes) -> None:
     _fsync_dir(journal.json_path.parent)
 
 
-def _discard_journal(journal: Journal, root: Path) -> None:
+def _discard_journal(journal: Journal, *records: Path) -> None:
     # The journal goes first: once it is gone the transaction is over, and a backup
     # directory without a journal is an orphan that `recover` sweeps; then its record.
     journal.json_path.unlink(missing_ok=True)
     _fsync_dir(journal.json_path.parent)
     shutil.rmtree(journal.backup_dir, ignore_errors=True)
-    _forget(root, journal.stem)
+    _forget(*records)
 
 
 def _unsafe_path(path: Path, root: Path) -> str:
@@ -584,7 +677,7 @@ def _unsafe_path(path: Path, root: Path) -> str:
     return ""
 
 
-def _unsafe_entries(entries: list[_Entry], root: Path) -> str:
+def _unsafe_entries(entries: list[_Entry], root: Path, token: str) -> str:
     """The first reason a journal's entries cannot be followed, or ""."""
     seen: set[Path] = set()
     for entry in entries:
@@ -592,6 +685,8 @@ def _unsafe_entries(entries: list[_Entry], root: Path) -> str:
             why = _unsafe_path(path, root)
             if why:
                 return f"it names {path}, {why}"
+        if entry.temp is not None and entry.temp != _temp_name(entry.path, token):
+            return f"it names {entry.temp} as the temp file of {entry.path}, which is not its temp name"
         if entry.path in seen:
             return f"it names {entry.path} twice"
         seen.add(entry.path)
@@ -619,8 +714,9 @@ def _restore(entry: _Entry, journal: Journal) -> RecoveredFile:
         return RecoveredFile(entry.path, Outcome.MODIFIED_SINCE,
                              f"a directory on its path is now a symlink (to {real}); left as is")
     try:
-        # A temp file of this transaction, left by a crash in the middle of writing it.
-        _temp_name(entry.path, journal.token).unlink(missing_ok=True)
+        # A temp file of this transaction, left by a crash: new bytes not yet in place, or
+        # old bytes kept aside (their copy is in the backups).
+        (entry.temp or _temp_name(entry.path, journal.token)).unlink(missing_ok=True)
     except OSError:
         pass  # its directory is gone or is no directory: there is no temp file either
     try:
@@ -698,15 +794,17 @@ def _prepare(journal: Journal, name: str, planned: Planned, root: Path) -> list[
             offset += len(old)
             mode = stat.S_IMODE(os.stat(path).st_mode)
         created = _missing_parents(path) if old is None else ()
-        entries.append(_Entry(path, sha256_of(old), sha256_of(new), mode, backup, created))
-    document = _journal_document(journal, name, entries)
+        # The temp file is named here, in the journal, before it is made: whatever a
+        # crash leaves of it, recovery removes (in a moved repository too).
+        temp = _temp_name(path, journal.token)
+        entries.append(_Entry(path, sha256_of(old), sha256_of(new), mode, backup, created, temp))
+    document = _journal_document(journal, name, entries, root)
     try:
-        _remember(root, journal.stem, journal.token, document)
+        _remember(journal.json_path.parent, journal.stem, journal.token, document)
     except OSError as exc:
-        _forget(root, journal.stem)
         raise WriteFailed(
             f"cannot record the journal in the state directory ({exc.strerror or exc}); nothing written",
-            record_path(root, journal.stem),
+            state_dir() / "journals",
             restored_all=True,
         ) from exc
     journal.backup_dir.mkdir()
@@ -769,36 +867,36 @@ def commit(
                 restored_all=True,
             ) from exc
         try:
-            _check_leftovers(journal, root)
+            _check_leftovers(journal)
             # Checked under the locks: no other optrace process can write between check and write.
             _verify(planned)
-            _write_all(journal, name, planned, _before_write, root)
+            record = record_path(_repository_id(journal_dir), journal.stem, journal.token)
+            _write_all(journal, name, planned, _before_write, root, record)
         finally:
             os.close(lock)
     return [path for path, _old, _new in planned]
 
 
-def _check_leftovers(journal: Journal, root: Path) -> None:
+def _check_leftovers(journal: Journal) -> None:
     """Under the operator's lock, before a commit: a journal of optrace's own is
     unfinished (recover first); any other journal or leftover is refused, untouched;
-    orphans of optrace's own (a record, backups without a journal) are swept."""
+    orphans of optrace's own (records, backups without a journal) are swept."""
     present = journal.leftovers()
-    record = read_record(root, journal.stem)
+    records = read_records(journal.json_path.parent, journal.stem)
+    mine = [r.path for r in records if not r.copy_of]
     if os.path.lexists(journal.json_path):
-        if is_ours(journal, record):
+        if own_record(journal, records) is not None:
             raise UnfinishedTransaction(
                 CODE_UNFINISHED,
                 "an earlier optrace run did not finish writing: recover it first",
                 journal.json_path,
             )
-        why = "no record of it" if record is None else "not the journal optrace recorded"
-        raise journal_refusal(journal, why)
-    if present and record is None:
+        raise journal_refusal(journal, refusal_reason(journal, records))
+    if present and not mine:
         raise journal_refusal(journal, "leftovers of a journal optrace has no record of", present[0])
     if present:
         _sweep(journal)
-    if record is not None:
-        _forget(root, journal.stem)
+    _forget(*mine)
 
 
 def _sweep(journal: Journal) -> None:
@@ -813,7 +911,7 @@ def _sweep(journal: Journal) -> None:
 
 
 def _write_all(
-    journal: Journal, name: str, planned: Planned, before_write: BeforeWrite | None, root: Path
+    journal: Journal, name: str, planned: Planned, before_write: BeforeWrite | None, root: Path, record: Path
 ) -> None:
     try:
         entries = _prepare(journal, name, planned, root)
@@ -824,7 +922,7 @@ def _write_all(
             journal.tmp_path.unlink(missing_ok=True)
         except OSError:
             pass  # not ours to clean (a directory?): the error below says what failed
-        _forget(root, journal.stem)
+        _forget(record)
         raise WriteFailed(
             f"cannot write the journal ({exc.strerror or exc}); nothing written",
             journal.json_path,
@@ -850,7 +948,7 @@ def _write_all(
         )
     if failed is not None:
         _discard_temps(entries, journal.token, keep=set())
-        _fail(failed[1], failed[0], entries, journal, set(), root)
+        _fail(failed[1], failed[0], entries, journal, set(), record)
         raise failed[1]
     touched: set[int] = set()
     # Entries whose old file sits at their temp name, exchanged (or, for a deletion, moved)
@@ -862,7 +960,7 @@ def _write_all(
         # now: it goes back in place, and is theirs (not rolled back) from here on.
         touched.difference_update(_settle(planned, aside, journal.token))
         _discard_temps(entries, journal.token, keep=touched)
-        _fail(exc, path, entries, journal, touched, root)
+        _fail(exc, path, entries, journal, touched, record)
 
     for index, (path, old, new) in enumerate(planned):
         # Counted before the write: an exception may come after the rename.
@@ -905,7 +1003,7 @@ def _write_all(
     made = {d.parent for entry in entries for d in entry.created_dirs}  # new directories' entries
     for directory in sorted({path.parent for path, _old, _new in planned} | made):
         _fsync_dir(directory)
-    _discard_journal(journal, root)
+    _discard_journal(journal, record)
 
 
 class _Theirs(StaleSource):
@@ -1029,7 +1127,7 @@ def _settle(planned: Planned, aside: dict[int, tuple[int, int] | None], token: s
 
 
 def _fail(
-    exc: BaseException, path: Path, entries: list[_Entry], journal: Journal, touched: set[int], root: Path
+    exc: BaseException, path: Path, entries: list[_Entry], journal: Journal, touched: set[int], record: Path
 ) -> None:
     """Roll back what this run wrote, then say what happened (WriteFailed for an OSError,
     or for a file another program wrote meanwhile when the rollback is incomplete)."""
@@ -1042,7 +1140,7 @@ def _fail(
         if r.outcome is Outcome.FAILED or (r.outcome is Outcome.MODIFIED_SINCE and r.path != path)
     ]
     if not problems:
-        _discard_journal(journal, root)
+        _discard_journal(journal, record)
     detail = "; ".join(f"{r.path}: {r.outcome.value} ({r.detail})" for r in problems)
     if isinstance(exc, _Theirs):
         if problems:  # its "nothing written" would not be true
@@ -1070,12 +1168,17 @@ def _fail(
     ) from exc
 
 
-def _load(json_path: Path, data: bytes) -> tuple[str, list[_Entry], str]:
+def _load(json_path: Path, data: bytes, root: Path) -> tuple[str, list[_Entry], str]:
+    """The journal's name, entries (their paths on `root`, the repository's real path
+    now: a version 3 journal's are relative to it) and token."""
     try:
         document = json.loads(data.decode("utf-8"))
-        if document.get("format") != JOURNAL_FORMAT or document.get("version") not in (1, JOURNAL_VERSION):
-            raise ValueError(f"not an optrace journal of version 1 or {JOURNAL_VERSION}")
-        return str(document["name"]), [_Entry.from_json(f) for f in document["files"]], str(document["token"])
+        version = document.get("version")
+        if document.get("format") != JOURNAL_FORMAT or version not in (1, 2, JOURNAL_VERSION):
+            raise ValueError(f"not an optrace journal of version 1 to {JOURNAL_VERSION}")
+        base = root if version >= 3 else None
+        entries = [_Entry.from_json(f, base) for f in document["files"]]
+        return str(document["name"]), entries, str(document["token"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise TransactionError(
             CODE_UNFINISHED,
@@ -1104,11 +1207,12 @@ def recover(journal_dir: Path, name: str | None = None) -> RecoveryReport:
     """Roll back every unfinished transaction in `journal_dir` (or only operator `name`'s).
 
     Only journals optrace recorded in the user's state directory for this repository
-    (`journal_dir`'s parent, as a real path), byte for byte as recorded, are acted on;
-    any other journal or leftover — and a `journal_dir` that is a symlink — is listed in
-    `report.foreign` and left untouched (nothing is written next to it either). A
-    recorded journal whose entries leave the repository root, enter `.git/` or
-    `.optrace/`, or are not normal absolute paths is refused the same way.
+    (by its id, `journal_dir/id`: wherever it has moved since; not for a copy of it while
+    the original is still where the journal was written), byte for byte as recorded, are
+    acted on; any other journal or leftover — and a `journal_dir` that is a symlink — is
+    listed in `report.foreign` and left untouched (nothing is written next to it either).
+    A recorded journal whose entries leave the repository root (its real path now),
+    enter `.git/` or `.optrace/`, or are not normal paths is refused the same way.
 
     Each file of a journal is identified by sha256 as old (left), new (restored from the
     backup, or removed if it was created) or neither (edited since, or reached through a
@@ -1128,19 +1232,18 @@ def recover(journal_dir: Path, name: str | None = None) -> RecoveryReport:
         return report
     if not stat.S_ISDIR(mode):
         return report
-    root = real_root(journal_dir)
     if name is None:
         stems = sorted({p.name.split(".", 1)[0] for p in journal_dir.glob("journal-*")})
     else:
         stems = [journal_stem(name)]
     for stem in stems:
         journal = Journal.at(journal_dir, stem)
-        record = read_record(root, stem)
-        if record is None:
-            # Not optrace's: not even a lock file is made beside it.
+        records = read_records(journal_dir, stem)
+        if all(r.copy_of for r in records):
+            # Not this tree's: not even a lock file is made beside it.
             present = journal.leftovers()
             if present:
-                report.foreign.append(journal_refusal(journal, "no record of it", present[0]))
+                report.foreign.append(journal_refusal(journal, refusal_reason(journal, records), present[0]))
             continue
         try:
             lock = _lock(journal)
@@ -1150,29 +1253,40 @@ def recover(journal_dir: Path, name: str | None = None) -> RecoveryReport:
             report.foreign.append(exc)
             continue
         try:
-            _recover_one(journal, record, root, report)
+            _recover_one(journal, report)
         finally:
             os.close(lock)
     return report
 
 
-def _recover_one(journal: Journal, record: JournalRecord, root: Path, report: RecoveryReport) -> None:
+def _recover_one(journal: Journal, report: RecoveryReport) -> None:
+    journal_dir = journal.json_path.parent
+    root = real_root(journal_dir)
+    # Read again under the operator's lock: the records of a transaction that ended
+    # meanwhile are gone.
+    records = read_records(journal_dir, journal.stem)
+    mine = [r.path for r in records if not r.copy_of]
     if not os.path.lexists(journal.json_path):
-        _sweep(journal)
-        _forget(root, journal.stem)
+        if mine:
+            _sweep(journal)
+            _forget(*mine)
         return
     try:
         data = journal_bytes(journal.json_path)
     except (OSError, ValueError) as exc:
         report.foreign.append(journal_refusal(journal, f"it cannot be read as a journal ({exc})"))
         return
-    if hashlib.sha256(data).hexdigest() != record.journal_sha256:
-        why = "it is not the journal optrace recorded (other bytes)"
+    digest = hashlib.sha256(data).hexdigest()
+    record = next((r for r in records if not r.copy_of and r.journal_sha256 == digest), None)
+    if record is None:
+        why = ("it is not the journal optrace recorded (other bytes)" if mine
+               else refusal_reason(journal, records))
         report.foreign.append(journal_refusal(journal, why))
         return
     report.journals.append(journal.json_path)
-    _name, entries, token = _load(journal.json_path, data)
-    why = _unsafe_entries(entries, root) or ("" if token == record.token else "another id than recorded")
+    _name, entries, token = _load(journal.json_path, data, root)
+    why = _unsafe_entries(entries, root, token) or (
+        "" if token == record.token else "another id than recorded")
     if why:
         report.journals.remove(journal.json_path)
         report.foreign.append(journal_refusal(journal, why))
@@ -1192,17 +1306,29 @@ def _recover_one(journal: Journal, record: JournalRecord, root: Path, report: Re
                                               f"cannot move the journal to {UNRESOLVED_DIR}/: {exc}"))
             report.kept.append(journal.json_path)
             return
-        _forget(root, journal.stem)
+        _forget(*mine)
         return
-    _discard_journal(journal, root)
+    # Every record of this tree for the operator goes: the one of this journal, and any
+    # an earlier crash left without its journal.
+    _discard_journal(journal, *mine)
 
 
 @dataclass(frozen=True)
 class Transaction:
-    """The journal directory and operator name, for callers that prefer an object."""
+    """The journal directory and operator name, for callers that prefer an object.
+    `legacy`: other names a journal of this operator may have (one an earlier optrace
+    wrote): recovered and reported too; commits use `name`."""
 
     journal_dir: Path
     name: str = "edits"
+    legacy: tuple[str, ...] = ()
+
+    @staticmethod
+    def of_operator(op_dir: Path, root: Path) -> Transaction:
+        """The transaction of operator `op_dir` in repository `root` (its journal in
+        `root/.optrace/`), under every name its journal may have."""
+        name, *legacy = operator_journal_names(op_dir, root)
+        return Transaction(root / ".optrace", name, tuple(legacy))
 
     def commit(
         self, changes: Mapping[Path, FileChange], *, _before_write: BeforeWrite | None = None
@@ -1211,9 +1337,22 @@ class Transaction:
         return commit(changes, self.journal_dir, name=self.name, _before_write=_before_write)
 
     def recover(self) -> RecoveryReport:
-        """See `recover`; only this operator's journal."""
-        return recover(self.journal_dir, self.name)
+        """See `recover`; only this operator's journal (under each of its names)."""
+        report = recover(self.journal_dir, self.name)
+        for name in self.legacy:
+            more = recover(self.journal_dir, name)
+            report.journals += more.journals
+            report.files += more.files
+            report.kept += more.kept
+            report.foreign += more.foreign
+        return report
 
     def status(self) -> tuple[str, Path | None]:
-        """See `journal_status`; reads only."""
-        return journal_status(self.journal_dir, self.name)
+        """See `journal_status`; reads only. A pending journal under any of the operator's
+        names first, then a foreign one."""
+        states = [journal_status(self.journal_dir, name) for name in (self.name, *self.legacy)]
+        for wanted in ("pending", "foreign"):
+            for state, path in states:
+                if state == wanted:
+                    return state, path
+        return "none", None

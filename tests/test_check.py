@@ -141,14 +141,14 @@ def test_an_unfinished_apply_is_reported_by_check_and_plan(tmp_path: Path) -> No
 
     op = applied(tmp_path, "msopgen_style")
     repo = tmp_path / "msopgen_style"
-    journal = journal_path(repo / ".optrace", operator_journal_name(op))
+    journal = journal_path(repo / ".optrace", operator_journal_name(op, repo))
     journal.write_text(json.dumps({"format": "optrace-journal", "version": 1, "name": "x", "pid": 1,
                                    "started": "", "token": "t", "files": []}))
     # Not recorded in the user's state directory (a clone's): a warning, never acted on.
     code, out, _ = cli("check", str(op), "--no-compile")
     assert code == 0 and "OT046" in out and "OT044" not in out
     # Recorded, as optrace records the journals it writes: the operator's own crash.
-    transaction._remember(repo.resolve(), journal.name.split(".")[0], "t", journal.read_bytes())
+    transaction._remember(repo / ".optrace", journal.name.split(".")[0], "t", journal.read_bytes())
     code, out, _ = cli("check", str(op), "--no-compile")
     assert code == 1 and "OT044" in out and "did not finish" in out
     code, _, err = cli("plan", str(op))

@@ -65,10 +65,10 @@ def journals(repo: Path) -> list[str]:
     directory = repo / ".optrace"
     if not directory.is_dir():
         return []
-    # A lock file may stay: it is flock'ed while a process writes, empty otherwise; the
-    # `.gitignore` hides both from git.
+    # A lock file may stay: it is flock'ed while a process writes, empty otherwise; so does
+    # the repository's `id` (its records' key); the `.gitignore` hides them from git.
     return sorted(p.name for p in directory.iterdir()
-                  if not p.name.endswith(".lock") and p.name != ".gitignore")
+                  if not p.name.endswith(".lock") and p.name not in (".gitignore", "id"))
 
 
 def cli(*args: str) -> tuple[int, str, str]:
@@ -136,12 +136,12 @@ RUNNER = textwrap.dedent(
 
     def step(op, point, k):
         journal_dir = default_repo_root(op.resolve()).resolve() / ".optrace"
-        name = _journal_name(op)  # the journal the CLI looks for
+        name = _journal_name(op, journal_dir.parent)  # the journal the CLI looks for
         journal = journal_path(journal_dir, name)
         backups = journal.with_suffix(".backup")
         records = str(state_dir())  # where optrace records the journals it writes
         if point == "recover":  # the files of the earlier, unfinished transaction
-            targets = {Path(f["path"]) for f in json.loads(journal.read_text())["files"]}
+            targets = {journal_dir.parent / f["path"] for f in json.loads(journal.read_text())["files"]}
         else:
             changes = apply_changes(op).changes
             targets = {Path(os.path.realpath(p)) for p in changes}
@@ -382,13 +382,13 @@ def test_a_file_edited_after_a_crash_is_left_alone_and_reported(
 ) -> None:
     before, after = states
     repo, op = crashed["edited"]
-    journal = json.loads(journal_path(repo / ".optrace", _journal_name(op)).read_text())
-    first = Path(journal["files"][0]["path"])
+    journal = json.loads(journal_path(repo / ".optrace", _journal_name(op, repo)).read_text())
+    first = repo.resolve() / journal["files"][0]["path"]  # relative to the root
     rel = first.relative_to(repo).as_posix()
     assert first.read_bytes() == after[rel]  # written before the crash
     edited = first.read_bytes() + b"// the user's own line\n"
     first.write_bytes(edited)
-    report = transaction.Transaction(repo / ".optrace", _journal_name(op)).recover()  # as --write does
+    report = transaction.Transaction(repo / ".optrace", _journal_name(op, repo)).recover()  # as --write does
     assert f"{first}: modified-since (neither the old nor the new bytes; left as is)" in report.messages()
     state = tree(repo)
     # Every other file is back to its original bytes; the edited one is the user's.
@@ -512,7 +512,7 @@ def test_a_source_changed_after_planning_writes_nothing(
     goes stale by appearing): the commit refuses, and nothing else is written."""
     before, _after = states
     repo, op = fresh_repo(tmp_path)
-    name = _journal_name(op)
+    name = _journal_name(op, repo)
     journal_dir = repo / ".optrace"
     result = apply_changes(op)  # planned on these bytes ...
     for path in sorted(result.changes):

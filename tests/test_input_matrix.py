@@ -364,7 +364,7 @@ def scene_clone_journal(tmp: Path, family: str) -> Scene:
         return scene
     victim = tmp / "victim.txt"
     victim.write_bytes(VICTIM)
-    journal = journal_path(scene["root"] / ".optrace", operator_journal_name(scene["op"]))
+    journal = journal_path(scene["root"] / ".optrace", operator_journal_name(scene["op"], scene["root"]))
     journal.parent.mkdir(exist_ok=True)
     backup = journal.with_suffix(".backup")
     backup.mkdir()

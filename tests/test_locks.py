@@ -231,7 +231,7 @@ def test_a_lock_file_hard_linked_to_a_users_file_is_not_truncated(
     precious = tmp_path / "precious.txt"
     precious.write_text("the user's file\n")
     (root / ".optrace").mkdir()
-    lock = journal_path(root / ".optrace", operator_journal_name(op)).with_suffix(".lock")
+    lock = journal_path(root / ".optrace", operator_journal_name(op, root)).with_suffix(".lock")
     os.link(precious, lock)
     assert cli("apply", str(op), "--write")[0] == 0
     assert precious.read_text() == "the user's file\n"

@@ -295,7 +295,8 @@ def needs_exchange(exchanges: bool) -> None:
 
 
 def no_journal_left(journal_dir: Path) -> bool:
-    return not [p for p in journal_dir.iterdir() if not p.name.endswith(".lock") and p.name != ".gitignore"]
+    return not [p for p in journal_dir.iterdir()
+                if not p.name.endswith(".lock") and p.name not in (".gitignore", "id")]
 
 
 @pytest.mark.usefixtures("needs_exchange")

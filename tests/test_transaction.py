@@ -35,10 +35,10 @@ Snapshot = dict[str, tuple[str, bytes, int]]
 
 
 def leftovers(journal_dir: Path) -> list[str]:
-    """What a finished transaction leaves in the journal directory, besides its lock file
-    and the `.gitignore` that hides both from git."""
+    """What a finished transaction leaves in the journal directory, besides its lock file,
+    the repository's `id` (both stay) and the `.gitignore` that hides them from git."""
     return sorted(p.name for p in journal_dir.iterdir()
-                  if not p.name.endswith(".lock") and p.name != ".gitignore")
+                  if not p.name.endswith(".lock") and p.name not in (".gitignore", "id"))
 
 
 def recorded(journal_dir: Path, name: str, token: str | None = None) -> Path:
@@ -47,7 +47,7 @@ def recorded(journal_dir: Path, name: str, token: str | None = None) -> Path:
     journal = journal_path(journal_dir, name)
     data = journal.read_bytes()
     token = token or str(json.loads(data).get("token", "t"))
-    transaction._remember(journals.real_root(journal_dir), journal.name.split(".", 1)[0], token, data)
+    transaction._remember(journal_dir, journal.name.split(".", 1)[0], token, data)
     return journal
 
 
@@ -242,7 +242,7 @@ def test_an_unwritable_journal_writes_nothing(
         commit(changes, journal_dir, name="k")
     assert snapshot(op) == before
     assert leftovers(journal_dir) == []
-    assert not journals.record_path(journal_dir.parent.resolve(), "journal-k").exists()
+    assert journals.read_records(journal_dir, "journal-k") == []
 
 
 # --- crashes: a child process dies at the k-th write; the parent recovers
@@ -308,7 +308,7 @@ def test_recover_leaves_a_file_edited_since_and_keeps_its_backup(
     before = snapshot(op)
     crash_at(3, changes, journal_dir, tmp_path)
     journal = json.loads(journal_path(journal_dir, "k").read_text())
-    first_written = Path(journal["files"][0]["path"])
+    first_written = journal_dir.parent.resolve() / journal["files"][0]["path"]  # relative to the root
     first_written.write_bytes(b"// the user's own edit\n")
 
     report = recover(journal_dir, "k")
@@ -337,12 +337,12 @@ def test_recover_without_a_journal_and_orphans(tmp_path: Path, ours: bool) -> No
     (journal_dir / "journal-k.backup" / "0").write_bytes(b"old")
     (journal_dir / "journal-k.json.tmp").write_bytes(b"{")
     if ours:  # a crash between the record and the journal's rename
-        transaction._remember(tmp_path.resolve(), "journal-k", "t", b"{")
+        transaction._remember(journal_dir, "journal-k", "t", b"{")
     report = recover(journal_dir)
     assert report.clean and report.files == [] and report.journals == []
     if ours:
         assert leftovers(journal_dir) == [] and report.foreign == []
-        assert journals.read_record(tmp_path.resolve(), "journal-k") is None
+        assert journals.read_records(journal_dir, "journal-k") == []
     else:
         assert leftovers(journal_dir) == ["journal-k.backup", "journal-k.json.tmp"]
         assert [f.code for f in report.foreign] == ["OT046"]

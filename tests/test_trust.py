@@ -64,6 +64,8 @@ def snapshot(*roots: Path) -> Snapshot:
                     out[str(path)] = ("link", os.readlink(path).encode(), 0)
                 elif stat.S_ISDIR(st.st_mode):
                     out[str(path)] = ("dir", b"", stat.S_IMODE(st.st_mode))
+                elif not stat.S_ISREG(st.st_mode):  # a FIFO a test planted: never opened
+                    out[str(path)] = ("other", b"", stat.S_IMODE(st.st_mode))
                 else:
                     out[str(path)] = ("file", path.read_bytes(), stat.S_IMODE(st.st_mode))
     return out
@@ -97,7 +99,7 @@ class World:
 
     @property
     def name(self) -> str:
-        return operator_journal_name(self.op)
+        return operator_journal_name(self.op, self.repo)
 
     def everything(self, *, locks: bool = True) -> Snapshot:
         """Every byte of the world; `locks=False` leaves out the write lock a `--write`
@@ -112,6 +114,11 @@ class World:
 
 @pytest.fixture
 def world(tmp_path: Path, state_home: Path) -> World:
+    return make_world(tmp_path, state_home)
+
+
+def make_world(tmp_path: Path, home: Path) -> World:
+    """The world of the `world` fixture, for other modules (tests/test_journal_move.py)."""
     repo = tmp_path / "clone"
     kernel = repo / "demo_op" / "op_kernel"
     kernel.mkdir(parents=True)
@@ -124,7 +131,7 @@ def world(tmp_path: Path, state_home: Path) -> World:
     (outside / "empty").mkdir(parents=True)
     (outside / "victim.txt").write_text("a file outside the repository\n")
     (outside / "setuid").write_text("")
-    return World(tmp_path, repo.resolve(), (repo / "demo_op").resolve(), outside.resolve(), state_home)
+    return World(tmp_path, repo.resolve(), (repo / "demo_op").resolve(), outside.resolve(), home)
 
 
 # --- hostile journals ------------------------------------------------------------------------
@@ -206,7 +213,7 @@ def plant(w: World, entries: list[Entry], backup: bytes, token: str = "c0ffee",
 
 def record(w: World, journal: Path, token: str = "c0ffee") -> None:
     """What optrace records for a journal it wrote itself (the state directory says "ours")."""
-    transaction._remember(w.repo, journal.name.split(".", 1)[0], token, journal.read_bytes())
+    transaction._remember(w.journal_dir, journal.name.split(".", 1)[0], token, journal.read_bytes())
 
 
 READ_ONLY: list[tuple[str, ...]] = [
@@ -379,7 +386,9 @@ def test_a_crash_is_recorded_in_the_state_directory_not_the_repository(world: Wo
     records = list((world.home / "state" / "optrace" / "journals").iterdir())
     assert len(records) == 1
     data = json.loads(records[0].read_text())
-    assert data["repository"] == str(world.repo) and data["journal"] == journal.name.split(".")[0]
+    # Keyed by the repository's id (in its .optrace/), bound to the root it was written at.
+    assert data["repository_id"] == (world.journal_dir / "id").read_text().strip()
+    assert data["root"] == str(world.repo) and data["journal"] == journal.name.split(".")[0]
     assert data["journal_sha256"] == sha(journal.read_bytes())
     assert data["token"] == json.loads(journal.read_text())["token"] and len(data["token"]) == 32
     code, _, err = cli("strip", str(world.op), "--write")
@@ -403,32 +412,32 @@ def test_read_only_commands_recover_nothing_and_write_nothing(world: World) -> N
 
 
 def test_a_journal_copied_into_another_tree_is_foreign_there(world: World) -> None:
-    """`cp -a` of a tree with a crashed apply: the record binds the journal to the real
-    path of the repository it was written in; the copy is refused, the original recovers."""
+    """`cp -a` of a tree with a crashed apply: the copy carries the repository's id and the
+    journal under the very name its operator looks for (names are relative to the root),
+    but the record keeps the path it was written at, and that path still holds the
+    repository: the copy's journal is refused (OT046, naming the original), nothing in
+    either tree changes, and the original recovers. Then the copy's journal has no record
+    at all. (Before the id, the copy's operator looked for another journal name and wrote
+    its half-applied files without a word; refusing is at least as safe.)"""
     journal = crash(world, at=1)
     original = snapshot(world.repo)
     copy = world.tmp / "copy"
     shutil.copytree(world.repo, copy, symlinks=True)
     copy_op = copy / "demo_op"
-    # As copied, the journal carries the original operator's name (and names the
-    # original's files): the copy's operator has none; the copied one is not touched.
-    copied = copy / ".optrace" / journal.name
-    code, _, err = cli("strip", str(copy_op), "--write")
-    assert code == 0 and "restored" not in err, err
-    assert snapshot(world.repo) == original and copied.exists()
-    assert [f.code for f in recover(copy / ".optrace").foreign] == ["OT046"]
-    # Renamed to the copy's operator (a clone at a guessed path): refused, untouched.
-    shutil.rmtree(copy)
-    shutil.copytree(world.repo, copy, symlinks=True)
-    mine = journal_path(copy / ".optrace", operator_journal_name(copy_op))
-    for leftover in (copy / ".optrace").glob(journal.name.split(".")[0] + ".*"):
-        leftover.rename(leftover.with_name(leftover.name.replace(journal.name.split(".")[0], mine.stem)))
+    copied = journal_path(copy / ".optrace", operator_journal_name(copy_op, copy))
+    assert copied.name == journal.name and (copy / ".optrace" / "id").exists()
     before = snapshot(copy)
-    code, _, err = cli("strip", str(copy_op), "--write")
-    assert code == 2 and f"{mine}: OT046" in err and "no record of it" in err
-    assert snapshot(copy) == before and snapshot(world.repo) == original
+    for verb in ("strip", "apply"):
+        code, _, err = cli(verb, str(copy_op), "--write")
+        assert code == 2 and f"{copied}: OT046" in err, err
+        assert f"the journal of the repository at {world.repo}, which is still there" in err, err
+        assert snapshot(copy) == before and snapshot(world.repo) == original
+    assert [f.code for f in recover(copy / ".optrace").foreign] == ["OT046"]
     assert cli("strip", str(world.op), "--write")[0] == 0
     assert (world.op / "op_kernel" / "demo_op.cpp").read_bytes() == KERNEL
+    code, _, err = cli("strip", str(copy_op), "--write")
+    assert code == 2 and f"{copied}: OT046" in err and "no record of it" in err
+    assert snapshot(copy) == before
 
 
 @pytest.mark.parametrize("how", ["path-out", "token", "appended"])
@@ -487,7 +496,7 @@ def test_a_gitignore_link_in_the_journal_directory_is_left_alone(world: World) -
 def test_an_unresolved_link_does_not_carry_a_kept_journal_out(world: World) -> None:
     journal = crash(world, at=1)
     (world.journal_dir / "unresolved").symlink_to(world.outside)
-    first = Path(json.loads(journal.read_text())["files"][0]["path"])
+    first = world.repo / json.loads(journal.read_text())["files"][0]["path"]  # relative to the root
     first.write_bytes(first.read_bytes() + b"// the user's edit\n")
     outside = snapshot(world.outside)
     code, _, err = cli("strip", str(world.op), "--write")
@@ -529,7 +538,9 @@ def test_an_unwritable_state_directory_writes_nothing(world: World) -> None:
     assert code == 2 and "OT043 cannot record the journal in the state directory" in err
     after = snapshot(world.repo)
     assert {k: v for k, v in after.items() if "/.optrace" not in k} == before
-    assert [p.name for p in world.journal_dir.iterdir() if not p.name.endswith(".lock")] == [".gitignore"]
+    # The repository's id is made before its first record (the record is keyed by it).
+    assert sorted(p.name for p in world.journal_dir.iterdir() if not p.name.endswith(".lock")) == [
+        ".gitignore", "id"]
 
 
 # --- writes outside the root -------------------------------------------------------------------

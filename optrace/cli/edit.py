@@ -105,7 +105,7 @@ def _prepare(op_dir: Path, repo_root: Path | None, write: bool) -> _Prepared:
     record (a clone's) is never acted on."""
     from optrace.engine.diagnostics import InputError
     from optrace.engine.discovery import resolve_operator_dir, write_root
-    from optrace.engine.journal import TransactionError, foreign_journal, operator_journal_name
+    from optrace.engine.journal import TransactionError, foreign_journal
     from optrace.engine.transaction import Transaction
 
     try:
@@ -113,7 +113,7 @@ def _prepare(op_dir: Path, repo_root: Path | None, write: bool) -> _Prepared:
     except InputError as exc:
         return _Prepared([exc.diagnostic.format()], EXIT_INPUT)
     root = write_root(op_dir, repo_root).resolve()
-    txn = Transaction(root / ".optrace", operator_journal_name(op_dir))
+    txn = Transaction.of_operator(op_dir, root)
     if not write:
         state, path = txn.status()
         if state == "pending":
