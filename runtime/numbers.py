@@ -67,6 +67,9 @@ ALIGN_OCCURRENCE = Range(1, 2**24, integer=True)
 TOP = Range(0, 100_000, integer=True, unit="hotspots")
 DENSITY_LABELS = Range(1, 10_000, integer=True, unit="labels")
 TRIP_COUNT = Range(0, 2**40, integer=True)
+#: Timestamps and durations in a trace: ± 1e15 µs (31 years) — past it, sums of them stop
+#: being exact and a hostile 1e308 would turn into inf.
+TIME_US = Range(-1e15, 1e15, unit="µs")
 
 
 def check_number(name: str, value: object, bounds: Range) -> float:
