@@ -21,10 +21,11 @@ import io
 import json
 import math
 import os
+import re
 import stat
 import tomllib
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -280,23 +281,67 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def parse_json(text: str | bytes) -> Any:
+#: Where a JSON text may hold a lone surrogate: only a \uD800-\uDFFF escape makes one
+#: (bytes that are not UTF-8 are refused before), so a text without one is not walked.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _lone_surrogate(document: Any) -> str | None:
+    """A string (or key) of ``document`` holding a lone surrogate, or None. A
+    loop, not recursion: the document may be nested as deep as the parser allows."""
+    stack = [document]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return value
+    return None
+
+
+def parse_json(text: str | bytes, *, parse_float: Callable[[str], Any] | None = None,
+               text_only: bool = False) -> Any:
     """JSON someone else wrote, strictly: UTF-8, no NaN / Infinity, no number past the
     float range, integers of at most JSON_MAX_INT_DIGITS digits, nesting no deeper than
     the parser's recursion limit (~1000; optrace's own files are 5 deep). Raises BadJSON
-    (a ValueError) saying which rule was broken."""
+    (a ValueError) saying which rule was broken.
+
+    ``parse_float``: what a number with a fraction or exponent becomes (a Decimal, for
+    exact timestamps), once it is known to be within the float range. ``text_only``:
+    a lone surrogate in any string or key is refused too (a ``\\ud800`` escape decodes
+    to one; it cannot be written as UTF-8 again). Not the default: optrace's own traces
+    keep the surrogate escapes of file names that are not UTF-8."""
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise BadJSON(f"not UTF-8: {exc}") from None
+    number: Callable[[str], Any] = _finite_float
+    if parse_float is not None:
+        exact = parse_float
+
+        def number(literal: str) -> Any:
+            _finite_float(literal)
+            return exact(literal)
+
     try:
-        return json.loads(text, parse_constant=_refuse_constant, parse_int=_bounded_int,
-                          parse_float=_finite_float)
+        document = json.loads(text, parse_constant=_refuse_constant, parse_int=_bounded_int,
+                              parse_float=number)
     except json.JSONDecodeError as exc:
         raise BadJSON(str(exc)) from None
     except RecursionError:  # json's scanner counts its depth against the recursion limit
         raise BadJSON("nested too deeply") from None
+    if text_only and _SURROGATE_ESCAPE.search(text):
+        found = _lone_surrogate(document)
+        if found is not None:
+            raise BadJSON(f"string {found[:60]!r} holds a lone surrogate, not text")
+    return document
 
 
 def read_maybe_gzip(path: str | Path, kind: str) -> bytes:
