@@ -44,12 +44,32 @@ DEFAULT_LIMITS: dict[str, int] = {
     "trace": 8 * GiB,  # .json / .json.gz / .pftrace given to report, compare, inspect
 }
 
+#: A gzipped input expands to at most this many times its own size (`[limits] gzip_ratio`),
+#: whatever its kind's bound: deflate expands up to a thousand times, and parsed as JSON
+#: each expanded byte can cost 25 bytes of memory (a `{},` is an empty dict) — an 85 KB
+#: `.json.gz` took 2.2 GB. At 64 the worst 85 KB costs about 200 MB; optrace's own gzipped
+#: traces expand 10-20 times (a demo cluster's JSON 15, gzip -9 of it 22).
+DEFAULT_GZIP_RATIO = 64
+#: ... and to at least this much however small the file: a tiny gzip's header weighs
+#: more than its content, and a MiB parses to little.
+GZIP_FLOOR = 1 * MiB
+
 
 class NotRegularFile(OSError):
     """Where a file was expected: a FIFO, device, socket or directory; never read."""
 
     def __init__(self, path: str | Path, what: str) -> None:
         super().__init__(errno.EINVAL, f"not a regular file ({what})", os.fspath(path))
+
+
+class TooExpanded(OSError):
+    """A gzip expanding to more than `[limits] gzip_ratio` times its own size: refused
+    once expanded one byte past that, never whole."""
+
+    def __init__(self, path: str | Path, size: int, most: int, ratio: int) -> None:
+        super().__init__(errno.EFBIG, f"more than {most} bytes uncompressed from {size} bytes of gzip, "
+                         f"past {ratio} times its size (`[limits] gzip_ratio` in {user_config_path()})",
+                         os.fspath(path))
 
 
 class TooLarge(OSError):
@@ -164,10 +184,9 @@ def _what(mode: int) -> str:
 _cached: tuple[tuple[str, float | None], dict[str, int]] | None = None
 
 
-def limit(kind: str) -> int:
-    """The bound for ``kind``: the user-level config's ``[limits] <kind>_bytes`` (a
-    positive integer), else :data:`DEFAULT_LIMITS`. A broken user config is not an input
-    of the command: its bad values are ignored, the defaults hold."""
+def _limits() -> dict[str, int]:
+    """The user's `[limits]` (``<kind>_bytes``, ``gzip_ratio``) over the defaults, read
+    again when the user config changes."""
     global _cached
     path = _config_path_str()
     key: tuple[str, float | None]
@@ -176,7 +195,8 @@ def limit(kind: str) -> int:
     except OSError:
         key = (path, None)
     if _cached is None or _cached[0] != key:
-        limits = dict(DEFAULT_LIMITS)
+        limits = {f"{name}_bytes": value for name, value in DEFAULT_LIMITS.items()}
+        limits["gzip_ratio"] = DEFAULT_GZIP_RATIO
         if key[1] is not None:
             try:
                 with open_regular(path, "config", bound=DEFAULT_LIMITS["config"]) as handle:
@@ -184,12 +204,25 @@ def limit(kind: str) -> int:
             except (OSError, tomllib.TOMLDecodeError):
                 table = {}
             if isinstance(table, dict):
-                for name in DEFAULT_LIMITS:
-                    value = table.get(f"{name}_bytes")
+                for name in limits:
+                    value = table.get(name)
                     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
                         limits[name] = value
         _cached = (key, limits)
-    return _cached[1][kind]
+    return _cached[1]
+
+
+def limit(kind: str) -> int:
+    """The bound for ``kind``: the user-level config's ``[limits] <kind>_bytes`` (a
+    positive integer), else :data:`DEFAULT_LIMITS`. A broken user config is not an input
+    of the command: its bad values are ignored, the defaults hold."""
+    return _limits()[f"{kind}_bytes"]
+
+
+def gzip_ratio() -> int:
+    """How many times its own size a gzipped input may expand to: the user-level
+    config's ``[limits] gzip_ratio`` (a positive integer), else :data:`DEFAULT_GZIP_RATIO`."""
+    return _limits()["gzip_ratio"]
 
 
 def open_regular(path: str | Path, kind: str, *, bound: int | None = None) -> BinaryIO:
@@ -346,21 +379,26 @@ def parse_json(text: str | bytes, *, parse_float: Callable[[str], Any] | None = 
 
 def read_maybe_gzip(path: str | Path, kind: str) -> bytes:
     """A regular file's bytes, gunzipped when they start like gzip; the bound of ``kind``
-    holds for the file and for what it expands to (a small .gz can expand to gigabytes)."""
+    holds for the file and for what it expands to (a small .gz can expand to gigabytes),
+    and so does ``[limits] gzip_ratio`` times the file's size (:data:`DEFAULT_GZIP_RATIO`)."""
     data = read_regular(path, kind)
     if data[:2] != b"\x1f\x8b":
         return data
     most = limit(kind)
+    ratio = gzip_ratio()
+    allowed = min(most, max(ratio * len(data), GZIP_FLOOR))
     try:
         with gzip.GzipFile(fileobj=io.BytesIO(data)) as stream:
             # One byte past the bound tells "too big" without expanding the rest: a few
             # KB of gzip can expand to gigabytes.
-            data = stream.read(most + 1)
+            expanded = stream.read(allowed + 1)
     except (OSError, EOFError, zlib.error) as exc:
         raise BadJSON(f"not a readable gzip file: {exc}") from None
-    if len(data) > most:
-        raise TooLarge(path, None, kind, most, " uncompressed")
-    return data
+    if len(expanded) > allowed:
+        if allowed == most:
+            raise TooLarge(path, None, kind, most, " uncompressed")
+        raise TooExpanded(path, len(data), allowed, ratio)
+    return expanded
 
 
 def load_json(path: str | Path, kind: str) -> Any:
