@@ -56,10 +56,11 @@ from typing import Any
 from . import perfetto, perfetto_read
 from .align import MERGED, Alignment, Anchor, RankPlacement
 from .decode import signed_delta
-from .errors import MergeError, ProfilingInputError
+from .errors import MergeError, ProfilingInputError, checked_id, checked_name, shown
 from .format import RankMeta
+from .numbers import DEVICE_ID, FRAMEWORK_TS_US, RANK, TIME_US, NumberError, Range, check_number
 from .records import Record
-from .regular import read_maybe_gzip
+from .regular import JSON_MAX_INT_DIGITS, parse_json, read_maybe_gzip
 
 #: JSON numbers are exact only below this (a double's mantissa).
 FLOW_ID_LIMIT = 1 << 53
@@ -105,30 +106,87 @@ class FrameworkTrace(Record):
         self.process_names = process_names
 
 
-def _number(path: Path, index: int, key: str, value: Any) -> Decimal:
-    """A timestamp or duration: a JSON number or a numeric string, finite."""
+#: A framework slice's duration: what a trace holds (numbers.TIME_US), never negative.
+DURATION_US = Range(0.0, TIME_US.high, unit="µs")
+_DEVICE_KEYS = ("device", "Device Id", "device_id", "Device_id")
+
+
+def _number(path: Path, index: int, key: str, value: Any, bounds: Range) -> Decimal:
+    """A timestamp or duration: a JSON number or a numeric string, finite and within
+    ``bounds`` (checked before any arithmetic: ``"1e999999999"`` is a finite Decimal)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str, Decimal)):
-        raise ProfilingInputError(path, f"event {index}: {key} {value!r} is not a number")
+        raise ProfilingInputError(path, f"event {index}: {key} {shown(value)} is not a number")
     try:
         number = Decimal(value.strip()) if isinstance(value, str) else Decimal(value)
     except InvalidOperation:
-        raise ProfilingInputError(path, f"event {index}: {key} {value!r} is not a number") from None
+        raise ProfilingInputError(path, f"event {index}: {key} {shown(value)} is not a number") from None
     if not number.is_finite():
-        raise ProfilingInputError(path, f"event {index}: {key} {value!r} is not a finite number")
+        raise ProfilingInputError(path, f"event {index}: {key} {shown(value)} is not a finite number")
+    try:
+        check_number(key, float(number), bounds)  # float(): inf past the float range
+    except NumberError:
+        raise ProfilingInputError(path, f"event {index}: {key} {shown(value)} must be "
+                                  f"{bounds.describe()}") from None
     return number
+
+
+def _device_value(value: Any) -> int | None:
+    """A device id as _device_of takes it: an integer, or a string of ASCII digits (alone,
+    str.isdigit takes '²', which int() refuses) no longer than a JSON integer may be."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= JSON_MAX_INT_DIGITS:
+        return int(value)
+    return None
+
+
+def _check_event(path: Path, index: int, event: dict[str, Any]) -> None:
+    """What the merge reads of an event, and what it writes back for optrace's readers:
+    ts / dur numbers in range (as Decimals), pid / tid ids, names text without NUL, a
+    complete event with its ts, dur and name, device ids in range."""
+    if "ts" in event:
+        event["ts"] = _number(path, index, "ts", event["ts"], FRAMEWORK_TS_US)
+    if "dur" in event:
+        event["dur"] = _number(path, index, "dur", event["dur"], DURATION_US)
+    for key in ("pid", "tid"):
+        checked_id(path, event.get(key), f"event {index}: {key}")
+    name = event.get("name")
+    if isinstance(name, str):
+        checked_name(path, name, f"event {index}: name")
+    if event["ph"] == "X" and not ("ts" in event and "dur" in event and isinstance(name, str)):
+        # report and compare refuse a complete event without them in the merged trace
+        raise ProfilingInputError(path, f"event {index}: a complete event ('X') needs a ts, a dur "
+                                  "and a name (a string)")
+    args = event.get("args")
+    if isinstance(args, dict):
+        if event["ph"] == "M" and isinstance(args.get("name"), str):  # a process or thread name
+            checked_name(path, args["name"], f"event {index}: args.name")
+        for key in _DEVICE_KEYS:
+            raw = args.get(key)
+            device = _device_value(raw)
+            if device is None and not (isinstance(raw, str) and raw.isascii() and raw.isdigit()):
+                continue  # no device id (absent, a name): _device_of passes it by too
+            try:
+                check_number(key, device, DEVICE_ID)  # None: digits past a JSON integer's
+            except NumberError:
+                raise ProfilingInputError(path, f"event {index}: args.{key} {shown(raw)} must be "
+                                          f"{DEVICE_ID.describe()}") from None
 
 
 def read_framework_trace(path: Path) -> FrameworkTrace:
     """Read a Chrome / Kineto JSON trace (``.gz`` too); ``ts`` / ``dur`` become Decimals.
-    Raises ProfilingInputError (``path: message``) for what is not such a trace."""
+    Raises ProfilingInputError (``path: message``) for what is not such a trace, or holds
+    what optrace would not read back in the merged trace (:func:`_check_event`)."""
     try:
         # A regular file within the trace bound, its gunzipped size bounded too (regular.py).
         raw = read_maybe_gzip(path, "trace")
-        # Decimals, not doubles: an epoch in µs with ns digits has more than 53 bits.
-        document = json.loads(raw, parse_float=Decimal)
+        # Strict (no NaN, no number past the float range or of 25 digits, no lone
+        # surrogate: a .pftrace's strings are UTF-8); Decimals, not doubles: an epoch in
+        # µs with ns digits has more than 53 bits.
+        document = parse_json(raw, parse_float=Decimal, text_only=True)
     except FileNotFoundError:
         raise ProfilingInputError(path, "no such file") from None
-    except (OSError, EOFError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+    except (OSError, EOFError, ValueError) as exc:
         # An OSError's own text ("[Errno 27] ...: 'path'") would name the path twice.
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise ProfilingInputError(path, f"not a readable JSON trace: {why}") from None
@@ -137,23 +195,21 @@ def read_framework_trace(path: Path) -> FrameworkTrace:
         raise ProfilingInputError(path, "not a Chrome / Kineto trace: no traceEvents list")
     rank = None
     info = document.get("distributedInfo") if isinstance(document, dict) else None
-    if isinstance(info, dict) and isinstance(info.get("rank"), int) and not isinstance(info["rank"], bool):
-        rank = info["rank"]
+    if isinstance(info, dict) and info.get("rank") is not None:
+        try:
+            rank = int(check_number("distributedInfo.rank", info["rank"], RANK))
+        except NumberError as exc:
+            raise ProfilingInputError(path, str(exc)) from None
     process_names: dict[Any, str] = {}
     kept = []
     for index, event in enumerate(events):
         if not isinstance(event, dict) or not isinstance(event.get("ph"), str):
             raise ProfilingInputError(path, f"event {index} is not an object with a 'ph'")
-        if "ts" in event:
-            event["ts"] = _number(path, index, "ts", event["ts"])
-        if "dur" in event:
-            event["dur"] = _number(path, index, "dur", event["dur"])
-            if event["dur"] < 0:
-                raise ProfilingInputError(path, f"event {index}: negative dur")
+        _check_event(path, index, event)
         if event["ph"] == "M" and event.get("name") == "process_name":
             name = (event.get("args") or {}).get("name") if isinstance(event.get("args"), dict) else None
             if isinstance(name, str):
-                process_names[_hashable(event.get("pid"))] = name
+                process_names[event.get("pid")] = name
         kept.append(event)
     return FrameworkTrace(path, kept, rank, process_names)
 
@@ -168,12 +224,10 @@ def _device_of(event: dict[str, Any]) -> int | None:
     args = event.get("args")
     if not isinstance(args, dict):
         return None
-    for key in ("device", "Device Id", "device_id", "Device_id"):
-        value = args.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
+    for key in _DEVICE_KEYS:
+        value = _device_value(args.get(key))
+        if value is not None:
             return value
-        if isinstance(value, str) and value.isdigit():
-            return int(value)
     return None
 
 
@@ -325,6 +379,7 @@ def plan_merge(
     # Metadata events carry a ts of 0 or the trace's start, if any: not a time on the axis.
     times = [e["ts"] for trace in traces for e in trace.events if "ts" in e and e["ph"] != "M"]
     origin = min([*times, *(link.start_us for link in links)], default=Decimal(0))
+    _check_extent(traces, origin)
     placements = [RankPlacement(name, rank, clock_mhz=c)
                   for (name, rank, _), c in zip(files, clocks, strict=True)]
     for link in links:
@@ -338,6 +393,19 @@ def plan_merge(
     alignment = Alignment(MERGED, placements, notes=notes,
                           clock="framework trace (kernel slices; anchors choose and place within them)")
     return MergePlan(traces, links, origin, alignment)
+
+
+def _check_extent(traces: list[FrameworkTrace], origin: Decimal) -> None:
+    """Every event within numbers.TIME_US of the merged trace's 0 (its earliest event):
+    report, compare and the .pftrace reader refuse a time past it, so it is not written."""
+    for trace in traces:
+        for index, event in enumerate(trace.events):
+            if "ts" in event and event["ph"] != "M":
+                end = event["ts"] + event.get("dur", Decimal(0)) - origin
+                if end > TIME_US.high:
+                    raise ProfilingInputError(trace.path, f"event {index}: ends {float(end):g} µs after the "
+                                              f"earliest framework event (at {origin} µs), past the "
+                                              f"{TIME_US.high:g} µs a trace holds")
 
 
 def _first_slice(slices: list[tuple[int, dict[str, Any]]], positions: list[int], starts: list[Decimal | None],
@@ -382,10 +450,14 @@ def _flow_ids(plan: MergePlan) -> tuple[dict[tuple[int, Any, Any], int], int]:
     return ids, len(ids) + 1
 
 
+def _flow_key(t: int, event: dict[str, Any]) -> tuple[int, Any, Any]:
+    """A flow event's flow: its trace, category and id (any JSON value, as a key)."""
+    return t, _hashable(event.get("cat")), _hashable(event.get("id", event.get("id2")))
+
+
 def _flow_keys(t: int, event: dict[str, Any]) -> Iterator[tuple[int, Any, Any]]:
     if event["ph"] in _FLOW_PHASES:
-        ident = event.get("id", event.get("id2"))
-        yield t, event.get("cat"), _hashable(ident)
+        yield _flow_key(t, event)
     for key in ("bind_id",):
         if key in event:
             yield t, "bind", _hashable(event[key])
@@ -404,7 +476,7 @@ def framework_events(plan: MergePlan) -> Iterator[dict[str, Any]]:
                 out["dur"] = _us(out["dur"])
             if out["ph"] in _FLOW_PHASES:
                 out.pop("id2", None)
-                out["id"] = ids[(t, event.get("cat"), _hashable(event.get("id", event.get("id2"))))]
+                out["id"] = ids[_flow_key(t, event)]
             if "bind_id" in out:
                 out["bind_id"] = ids[(t, "bind", _hashable(event["bind_id"]))]
             if len(plan.traces) > 1 and "pid" in out:
@@ -907,7 +979,7 @@ def _add_flows(plan: MergePlan, threads: dict[tuple[int, Any], dict[Any, _Thread
                 continue
             ns = _ns(event["ts"] - plan.origin_us)
             if phase in _FLOW_PHASES:
-                flow = ids[(t, event.get("cat"), _hashable(event.get("id", event.get("id2"))))]
+                flow = ids[_flow_key(t, event)]
                 role = _FLOW_ROLE[phase]
                 k = thread.following(ns) if phase == "f" and event.get("bp") != "e" else thread.enclosing(ns)
             elif phase == "X" and "bind_id" in event:

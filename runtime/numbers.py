@@ -67,6 +67,15 @@ ALIGN_OCCURRENCE = Range(1, 2**24, integer=True)
 TOP = Range(0, 100_000, integer=True, unit="hotspots")
 DENSITY_LABELS = Range(1, 10_000, integer=True, unit="labels")
 TRIP_COUNT = Range(0, 2**40, integer=True)
+#: Timestamps and durations in a trace: ± 1e15 µs (31 years) — past it, sums of them stop
+#: being exact and a hostile 1e308 would turn into inf.
+TIME_US = Range(-1e15, 1e15, unit="µs")
+#: A framework trace's timestamps (collect --merge): wall-clock µs since the epoch
+#: (1.7e15 now), or from any origin, within ± 1e16 µs (317 years). The merged trace
+#: counts from its earliest event, within TIME_US.
+FRAMEWORK_TS_US = Range(-1e16, 1e16, unit="µs")
+#: A device id in a framework trace's args (an int32: Kineto writes -1 for the host).
+DEVICE_ID = Range(-(2**31), 2**31 - 1, integer=True)
 
 
 def check_number(name: str, value: object, bounds: Range) -> float:

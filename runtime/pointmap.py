@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ProfilingInputError
+from .errors import ProfilingInputError, checked_name
 from .format import CORE_TYPES, FINGERPRINT_POINT_ID
 from .records import FrozenRecord, Record
 from .regular import BadJSON, parse_json, read_regular
@@ -183,6 +183,9 @@ def _entry(path: str, key: str, raw: Any) -> Point:
     label = raw.get("label")
     if not isinstance(label, str) or not label.strip():
         raise bad("missing 'label'")
+    # Written into every trace and report: a lone surrogate cannot be written as UTF-8 (a
+    # .pftrace's strings), and a NUL ends the label in every viewer downstream.
+    checked_name(path, label, f"point {key!r}: label")
     event_type = raw.get("event_type")
     if event_type not in ("B", "E"):
         raise bad(f"'event_type' must be \"B\" or \"E\", not {event_type!r}")

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import io
 import pickle
-import reprlib
 import struct
 import warnings
 import zlib
@@ -32,18 +31,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from .errors import ProfilingInputError
+from .errors import ProfilingInputError, shown
 from .regular import open_regular
-
-# Values from the pickle shown in a message: a few levels only, since shared references
-# can make a few hundred bytes of pickle a structure with 2**60 elements.
-_SHORT = reprlib.Repr()
-_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother = 3, 80, 80
-
-
-def shown(value: Any) -> str:
-    """``repr(value)``, bounded in size and time whatever the value is."""
-    return _SHORT.repr(value)
 
 
 class _StorageType:

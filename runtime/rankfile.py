@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ProfilingInputError
+from .errors import ProfilingInputError, checked_name, shown
 from .format import FORMAT_VERSION, RankMeta
 from .numbers import CLOCK_MHZ, RANK, NumberError, check_number
-from .pt_reader import load_pt, shown
+from .pt_reader import load_pt
 from .records import FrozenRecord, Record
 
 RANK_FILE_RE = re.compile(
@@ -185,6 +185,8 @@ def _check_meta_types(path: Path, meta: RankMeta) -> None:
         raise bad("typed_layout", "true or false")
     if meta.tag is not None and not isinstance(meta.tag, str):
         raise bad("tag", "a string or null")
+    if meta.tag is not None:  # shown by inspect and in launch names
+        checked_name(path, meta.tag, "metadata field 'tag'")
 
 
 def rank_buffer_from_object(path: Path, obj: Any, rank: int) -> RankBuffer:

@@ -21,10 +21,11 @@ import io
 import json
 import math
 import os
+import re
 import stat
 import tomllib
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -43,12 +44,32 @@ DEFAULT_LIMITS: dict[str, int] = {
     "trace": 8 * GiB,  # .json / .json.gz / .pftrace given to report, compare, inspect
 }
 
+#: A gzipped input expands to at most this many times its own size (`[limits] gzip_ratio`),
+#: whatever its kind's bound: deflate expands up to a thousand times, and parsed as JSON
+#: each expanded byte can cost 25 bytes of memory (a `{},` is an empty dict) — an 85 KB
+#: `.json.gz` took 2.2 GB. At 64 the worst 85 KB costs about 200 MB; optrace's own gzipped
+#: traces expand 10-20 times (a demo cluster's JSON 15, gzip -9 of it 22).
+DEFAULT_GZIP_RATIO = 64
+#: ... and to at least this much however small the file: a tiny gzip's header weighs
+#: more than its content, and a MiB parses to little.
+GZIP_FLOOR = 1 * MiB
+
 
 class NotRegularFile(OSError):
     """Where a file was expected: a FIFO, device, socket or directory; never read."""
 
     def __init__(self, path: str | Path, what: str) -> None:
         super().__init__(errno.EINVAL, f"not a regular file ({what})", os.fspath(path))
+
+
+class TooExpanded(OSError):
+    """A gzip expanding to more than `[limits] gzip_ratio` times its own size: refused
+    once expanded one byte past that, never whole."""
+
+    def __init__(self, path: str | Path, size: int, most: int, ratio: int) -> None:
+        super().__init__(errno.EFBIG, f"more than {most} bytes uncompressed from {size} bytes of gzip, "
+                         f"past {ratio} times its size (`[limits] gzip_ratio` in {user_config_path()})",
+                         os.fspath(path))
 
 
 class TooLarge(OSError):
@@ -163,10 +184,9 @@ def _what(mode: int) -> str:
 _cached: tuple[tuple[str, float | None], dict[str, int]] | None = None
 
 
-def limit(kind: str) -> int:
-    """The bound for ``kind``: the user-level config's ``[limits] <kind>_bytes`` (a
-    positive integer), else :data:`DEFAULT_LIMITS`. A broken user config is not an input
-    of the command: its bad values are ignored, the defaults hold."""
+def _limits() -> dict[str, int]:
+    """The user's `[limits]` (``<kind>_bytes``, ``gzip_ratio``) over the defaults, read
+    again when the user config changes."""
     global _cached
     path = _config_path_str()
     key: tuple[str, float | None]
@@ -175,7 +195,8 @@ def limit(kind: str) -> int:
     except OSError:
         key = (path, None)
     if _cached is None or _cached[0] != key:
-        limits = dict(DEFAULT_LIMITS)
+        limits = {f"{name}_bytes": value for name, value in DEFAULT_LIMITS.items()}
+        limits["gzip_ratio"] = DEFAULT_GZIP_RATIO
         if key[1] is not None:
             try:
                 with open_regular(path, "config", bound=DEFAULT_LIMITS["config"]) as handle:
@@ -183,12 +204,25 @@ def limit(kind: str) -> int:
             except (OSError, tomllib.TOMLDecodeError):
                 table = {}
             if isinstance(table, dict):
-                for name in DEFAULT_LIMITS:
-                    value = table.get(f"{name}_bytes")
+                for name in limits:
+                    value = table.get(name)
                     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
                         limits[name] = value
         _cached = (key, limits)
-    return _cached[1][kind]
+    return _cached[1]
+
+
+def limit(kind: str) -> int:
+    """The bound for ``kind``: the user-level config's ``[limits] <kind>_bytes`` (a
+    positive integer), else :data:`DEFAULT_LIMITS`. A broken user config is not an input
+    of the command: its bad values are ignored, the defaults hold."""
+    return _limits()[f"{kind}_bytes"]
+
+
+def gzip_ratio() -> int:
+    """How many times its own size a gzipped input may expand to: the user-level
+    config's ``[limits] gzip_ratio`` (a positive integer), else :data:`DEFAULT_GZIP_RATIO`."""
+    return _limits()["gzip_ratio"]
 
 
 def open_regular(path: str | Path, kind: str, *, bound: int | None = None) -> BinaryIO:
@@ -280,42 +314,91 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def parse_json(text: str | bytes) -> Any:
+#: Where a JSON text may hold a lone surrogate: only a \uD800-\uDFFF escape makes one
+#: (bytes that are not UTF-8 are refused before), so a text without one is not walked.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _lone_surrogate(document: Any) -> str | None:
+    """A string (or key) of ``document`` holding a lone surrogate, or None. A
+    loop, not recursion: the document may be nested as deep as the parser allows."""
+    stack = [document]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return value
+    return None
+
+
+def parse_json(text: str | bytes, *, parse_float: Callable[[str], Any] | None = None,
+               text_only: bool = False) -> Any:
     """JSON someone else wrote, strictly: UTF-8, no NaN / Infinity, no number past the
     float range, integers of at most JSON_MAX_INT_DIGITS digits, nesting no deeper than
     the parser's recursion limit (~1000; optrace's own files are 5 deep). Raises BadJSON
-    (a ValueError) saying which rule was broken."""
+    (a ValueError) saying which rule was broken.
+
+    ``parse_float``: what a number with a fraction or exponent becomes (a Decimal, for
+    exact timestamps), once it is known to be within the float range. ``text_only``:
+    a lone surrogate in any string or key is refused too (a ``\\ud800`` escape decodes
+    to one; it cannot be written as UTF-8 again). Not the default: optrace's own traces
+    keep the surrogate escapes of file names that are not UTF-8."""
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise BadJSON(f"not UTF-8: {exc}") from None
+    number: Callable[[str], Any] = _finite_float
+    if parse_float is not None:
+        exact = parse_float
+
+        def number(literal: str) -> Any:
+            _finite_float(literal)
+            return exact(literal)
+
     try:
-        return json.loads(text, parse_constant=_refuse_constant, parse_int=_bounded_int,
-                          parse_float=_finite_float)
+        document = json.loads(text, parse_constant=_refuse_constant, parse_int=_bounded_int,
+                              parse_float=number)
     except json.JSONDecodeError as exc:
         raise BadJSON(str(exc)) from None
     except RecursionError:  # json's scanner counts its depth against the recursion limit
         raise BadJSON("nested too deeply") from None
+    if text_only and _SURROGATE_ESCAPE.search(text):
+        found = _lone_surrogate(document)
+        if found is not None:
+            raise BadJSON(f"string {found[:60]!r} holds a lone surrogate, not text")
+    return document
 
 
 def read_maybe_gzip(path: str | Path, kind: str) -> bytes:
     """A regular file's bytes, gunzipped when they start like gzip; the bound of ``kind``
-    holds for the file and for what it expands to (a small .gz can expand to gigabytes)."""
+    holds for the file and for what it expands to (a small .gz can expand to gigabytes),
+    and so does ``[limits] gzip_ratio`` times the file's size (:data:`DEFAULT_GZIP_RATIO`)."""
     data = read_regular(path, kind)
     if data[:2] != b"\x1f\x8b":
         return data
     most = limit(kind)
+    ratio = gzip_ratio()
+    allowed = min(most, max(ratio * len(data), GZIP_FLOOR))
     try:
         with gzip.GzipFile(fileobj=io.BytesIO(data)) as stream:
             # One byte past the bound tells "too big" without expanding the rest: a few
             # KB of gzip can expand to gigabytes.
-            data = stream.read(most + 1)
+            expanded = stream.read(allowed + 1)
     except (OSError, EOFError, zlib.error) as exc:
         raise BadJSON(f"not a readable gzip file: {exc}") from None
-    if len(data) > most:
-        raise TooLarge(path, None, kind, most, " uncompressed")
-    return data
+    if len(expanded) > allowed:
+        if allowed == most:
+            raise TooLarge(path, None, kind, most, " uncompressed")
+        raise TooExpanded(path, len(data), allowed, ratio)
+    return expanded
 
 
 def load_json(path: str | Path, kind: str) -> Any:

@@ -18,15 +18,12 @@ from . import perfetto_read
 from .chrome import TRACE_FORMAT
 from .collect import list_rank_files, resolve_point_map
 from .decode import DecodeOptions, decode_rank
-from .errors import ProfilingInputError
-from .numbers import CLOCK_MHZ, NumberError, Range, check_number
+from .errors import ProfilingInputError, checked_id, checked_name, shown
+from .numbers import CLOCK_MHZ, RANK, TIME_US, NumberError, check_number
 from .pointmap import load_point_map
 from .rankfile import iter_rank_buffers
 from .regular import load_json, open_regular
 
-#: Timestamps and durations taken from a trace: ± 1e15 µs (31 years) — past it, sums of
-#: them stop being exact and a hostile 1e308 would turn into inf.
-TIME_US = Range(-1e15, 1e15, unit="µs")
 PERFETTO_NS_MAX = 1e18
 
 PROCESSING = "processing"
@@ -163,23 +160,45 @@ def read_trace_json(path: Path) -> dict[str, Any]:
     return document
 
 
-def checked_name(path: Path | str, value: str, what: str) -> str:
-    """A label or track name from someone else's trace: printable back as UTF-8 (no lone
-    surrogate) and without NUL (which ends a C string in every viewer downstream)."""
-    if "\x00" in value:
-        raise ProfilingInputError(path, f"{what} {value[:60]!r} holds a NUL character")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ProfilingInputError(path, f"{what} {value[:60]!r} holds a lone surrogate, not text") from None
-    return value
-
-
 def _clock(path: Path | str, value: object) -> float:
     try:
         return check_number("clock_mhz", value, CLOCK_MHZ)
     except NumberError as exc:
         raise ProfilingInputError(path, f"ranks metadata: {exc}") from None
+
+
+def event_ids(path: Path | str, index: int, event: dict[str, Any]) -> tuple[Any, Any]:
+    """The (pid, tid) of the ``index``-th event: each an integer, a string or absent."""
+    return (checked_id(path, event.get("pid"), f"event {index}: pid"),
+            checked_id(path, event.get("tid"), f"event {index}: tid"))
+
+
+def rank_entries(path: Path | str, other: dict[str, Any]) -> list[dict[str, Any]]:
+    """The trace's ``ranks`` metadata (collect's table of rank files): a list of objects
+    whose ``pid`` is an id, ``tag`` a text string or null and ``launch`` a launch
+    number or absent; anything else is refused, naming the field."""
+    listed = other.get("ranks")
+    if listed is None:
+        return []
+    if not isinstance(listed, list):
+        raise ProfilingInputError(path, f"ranks metadata must be a list, not {shown(listed)}")
+    for n, rank in enumerate(listed):
+        if not isinstance(rank, dict):
+            raise ProfilingInputError(path, f"ranks metadata: entry {n} must be an object, "
+                                      f"not {shown(rank)}")
+        checked_id(path, rank.get("pid"), f"ranks metadata: entry {n}: pid")
+        tag = rank.get("tag")
+        if tag is not None and not isinstance(tag, str):
+            raise ProfilingInputError(path, f"ranks metadata: entry {n}: tag must be a string or null, "
+                                      f"not {shown(tag)}")
+        if isinstance(tag, str):
+            checked_name(path, tag, f"ranks metadata: entry {n}: tag")
+        if rank.get("launch") is not None:
+            try:
+                check_number(f"ranks metadata: entry {n}: launch", rank["launch"], RANK)
+            except NumberError as exc:
+                raise ProfilingInputError(path, str(exc)) from None
+    return listed
 
 
 def load_trace(path: Path) -> SpanTable:
@@ -197,17 +216,18 @@ def load_trace(path: Path) -> SpanTable:
     track_col: list[int] = []
     ts_col: list[float] = []
     dur_col: list[float] = []
-    for event in document["traceEvents"]:
+    for index, event in enumerate(document["traceEvents"]):
         if not isinstance(event, dict):
             continue
         phase = event.get("ph")
         if phase == "M":
             args = event.get("args")
             name = args.get("name") if isinstance(args, dict) else None
+            pid, tid = event_ids(path, index, event)
             if event.get("name") == "process_name" and isinstance(name, str):
-                process_names[event.get("pid")] = checked_name(path, name, "process name")
+                process_names[pid] = checked_name(path, name, "process name")
             elif event.get("name") == "thread_name" and isinstance(name, str):
-                thread_names[(event.get("pid"), event.get("tid"))] = checked_name(path, name, "thread name")
+                thread_names[(pid, tid)] = checked_name(path, name, "thread name")
         elif phase == "X":
             try:
                 # float() takes "nan" and "inf" as strings: the range check refuses them.
@@ -216,7 +236,7 @@ def load_trace(path: Path) -> SpanTable:
                 label = checked_name(path, str(event["name"]), "label")
             except (KeyError, TypeError, ValueError, OverflowError):
                 raise ProfilingInputError(path, f"malformed complete event: {str(event)[:200]}") from None
-            key = (event.get("pid"), event.get("tid"))
+            key = event_ids(path, index, event)
             label_col.append(label_ids.setdefault(label, len(label_ids)))
             track_col.append(track_ids.setdefault(key, len(track_ids)))
             ts_col.append(ts)
@@ -227,13 +247,12 @@ def load_trace(path: Path) -> SpanTable:
         tracks[index] = f"{process} / {thread_names.get((pid, tid), f'tid {tid}')}"
     settings = RunSettings()
     pid_launch: dict[Any, str] = {}
-    for rank in other.get("ranks") or []:
-        if isinstance(rank, dict):
-            if isinstance(rank.get("launch"), int):
-                pid_launch[rank.get("pid")] = _launch_name(rank.get("tag"), rank["launch"])
-            if rank.get("clock_mhz") is not None:
-                settings.clock_mhz.add(_clock(path, rank["clock_mhz"]))
-            settings.barrier.add(rank.get("barrier") if isinstance(rank.get("barrier"), bool) else None)
+    for rank in rank_entries(path, other):
+        if rank.get("launch") is not None:
+            pid_launch[rank.get("pid")] = _launch_name(rank.get("tag"), rank["launch"])
+        if rank.get("clock_mhz") is not None:
+            settings.clock_mhz.add(_clock(path, rank["clock_mhz"]))
+        settings.barrier.add(rank.get("barrier") if isinstance(rank.get("barrier"), bool) else None)
     return SpanTable(
         source=str(path),
         labels=list(label_ids),
@@ -277,14 +296,13 @@ def load_perfetto_trace(path: Path) -> SpanTable:
     tracks = [checked_name(path, found.track_name(uuid), "track name") for uuid in track_ids]
     settings = RunSettings()
     pid_launch: dict[Any, str] = {}
-    for rank in meta.get("ranks") or []:
-        if isinstance(rank, dict):
-            if isinstance(rank.get("launch"), int) and isinstance(rank.get("pid"), int):
-                # the rank table has the JSON trace's pid; a process descriptor has it plus one
-                pid_launch[rank["pid"] + 1] = _launch_name(rank.get("tag"), rank["launch"])
-            if rank.get("clock_mhz") is not None:
-                settings.clock_mhz.add(_clock(path, rank["clock_mhz"]))
-            settings.barrier.add(rank.get("barrier") if isinstance(rank.get("barrier"), bool) else None)
+    for rank in rank_entries(path, meta):
+        if rank.get("launch") is not None and isinstance(rank.get("pid"), int):
+            # the rank table has the JSON trace's pid; a process descriptor has it plus one
+            pid_launch[rank["pid"] + 1] = _launch_name(rank.get("tag"), rank["launch"])
+        if rank.get("clock_mhz") is not None:
+            settings.clock_mhz.add(_clock(path, rank["clock_mhz"]))
+        settings.barrier.add(rank.get("barrier") if isinstance(rank.get("barrier"), bool) else None)
     starts = np.array(start_col, dtype=np.int64)
     ends = np.array(end_col, dtype=np.int64)
     order = np.lexsort((-ends, starts, np.array(track_col, dtype=np.int64))) if starts.size else starts

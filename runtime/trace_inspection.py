@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from . import perfetto_read
-from .errors import ProfilingInputError
-from .spans import checked_name, is_protobuf, load_spans, read_trace_json, run_counts
+from .errors import ProfilingInputError, checked_name
+from .spans import event_ids, is_protobuf, load_spans, read_trace_json, run_counts
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".pftrace", ".pftrace.gz", ".perfetto-trace", ".pb")
 _DROPPED = re.compile(r"^optrace: (\d+) records")
@@ -66,19 +66,20 @@ def _drops_and_metadata(path: Path) -> tuple[dict[str, int], dict[str, Any]]:
     events = document.get("traceEvents")
     processes: dict[Any, str] = {}
     threads: dict[tuple[Any, Any], str] = {}
-    for event in events or []:
+    for index, event in enumerate(events or []):
         if isinstance(event, dict) and event.get("ph") == "M":
             args = event.get("args")
             title = str(args.get("name") if isinstance(args, dict) else None)
+            pid, tid = event_ids(path, index, event)
             if event.get("name") == "process_name":
-                processes[event.get("pid")] = title
+                processes[pid] = title
             elif event.get("name") == "thread_name":
-                threads[(event.get("pid"), event.get("tid"))] = title
-    for event in events or []:
+                threads[(pid, tid)] = title
+    for index, event in enumerate(events or []):
         if isinstance(event, dict) and event.get("ph") == "i":
             count = _dropped(path, str(event.get("name", "")))
             if count is not None:
-                pid, tid = event.get("pid"), event.get("tid")
+                pid, tid = event_ids(path, index, event)
                 key = f"{processes.get(pid, f'pid {pid}')} / {threads.get((pid, tid), f'tid {tid}')}"
                 drops[key] = drops.get(key, 0) + count
     other = document.get("otherData") if isinstance(document, dict) else None
