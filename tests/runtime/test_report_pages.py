@@ -217,6 +217,14 @@ def test_html_stays_under_1_mb_for_8_ranks() -> None:
 # ----------------------------------------------------------------------------- in a browser
 
 
+def keep_artifact(name: str, data: bytes, tmp_path: Path) -> None:
+    """A screenshot a reviewer can look at: into $OPTRACE_ARTIFACTS (.ci/run sets it),
+    else beside the test's other files."""
+    folder = Path(os.environ.get("OPTRACE_ARTIFACTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_bytes(data)
+
+
 @pytest.fixture(scope="module")
 def browser() -> Any:
     executable = find_chromium()
@@ -258,6 +266,7 @@ def test_report_page_in_chromium(browser: Any, tmp_path: Path) -> None:
     png = page.screenshot()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     assert page.drawn_fraction(png) > 0.05  # text, bars and axes: far from a blank page
+    keep_artifact("report-page.png", png, tmp_path)
 
 
 @pytest.mark.slow
@@ -273,6 +282,7 @@ def test_plan_graph_page_in_chromium(browser: Any, tmp_path: Path) -> None:
     assert shown >= 3 and traced >= 1  # the call tree is drawn, traced functions marked
     png = page.screenshot()
     assert page.drawn_fraction(png) > 0.01
+    keep_artifact("plan-graph-page.png", png, tmp_path)
 
 
 @pytest.mark.slow
