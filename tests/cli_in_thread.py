@@ -5,6 +5,7 @@ an exception that escapes is exit 3, as the console script makes it."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 from typer.testing import CliRunner
 
@@ -26,3 +27,10 @@ def run_cli(*args: object, timeout: float = 180) -> tuple[int, str]:
     worker.join(timeout)
     assert box, f"optrace {' '.join(map(str, args))} did not finish in {timeout} s (a blocking read?)"
     return box[0]
+
+
+def assert_refused(code: int, out: str, path: Path, words: str) -> None:
+    """Refused as bad input: exit 2, the file named, no traceback."""
+    assert "Traceback" not in out and "internal error" not in out, out[-2000:]
+    assert code == 2, f"exit {code}:\n{out[-2000:]}"
+    assert f"{path}: " in out and words in out, out[-2000:]

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_faults import Tree, tree
 from test_trust import KERNEL, PWNED, World, cli, crash, make_world, plant, record, snapshot
 from typer.testing import CliRunner
 
@@ -42,27 +43,10 @@ from optrace.engine.journal import (
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 OP = "src/cam/comm_operator/ascend_kernels/moe_fused_gmm"
 
-Tree = dict[str, bytes | None]  # relative path -> bytes (None: a directory)
-
-
 def fresh_repo(tmp: Path, name: str = "repo") -> tuple[Path, Path]:
     repo = tmp / name
     shutil.copytree(FIXTURES / "umdk_style", repo)
     return repo.resolve(), repo.resolve() / OP
-
-
-def tree(root: Path) -> Tree:
-    """Every file and directory under `root` but the journal directory, dotfiles included
-    (a stray temp file is a difference)."""
-    out: Tree = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        here = Path(dirpath)
-        dirnames[:] = [d for d in dirnames if not (here == root and d == ".optrace")]
-        for name in dirnames:
-            out[(here / name).relative_to(root).as_posix()] = None
-        for name in filenames:
-            out[(here / name).relative_to(root).as_posix()] = (here / name).read_bytes()
-    return out
 
 
 def strays(root: Path) -> list[str]:

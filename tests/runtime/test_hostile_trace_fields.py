@@ -15,19 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_in_thread import run_cli
+from cli_in_thread import assert_refused, run_cli
 
 from optrace.runtime import pt_writer
 from optrace.runtime.demo import write_demo
 from optrace.runtime.pt_reader import load_pt
 
 cli = functools.partial(run_cli, timeout=120)
-
-
-def assert_refused(code: int, out: str, path: Path, words: str) -> None:
-    assert "Traceback" not in out and "internal error" not in out, out[-2000:]
-    assert code == 2, f"exit {code}:\n{out[-2000:]}"
-    assert f"{path}: " in out and words in out, out[-2000:]
 
 
 @pytest.fixture(scope="module")
