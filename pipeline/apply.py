@@ -173,18 +173,21 @@ def _check_strip_undoes(result: OperatorChanges) -> None:
             continue  # gone since it was read: the commit refuses it (OT042)
         instead[(st.st_dev, st.st_ino)] = new
     entry = result.plan.analysis.entry_fn.src.path if result.plan is not None else result.op_dir
+    failure: Diagnostic | None = None
     with overlaid(instead):
         try:
             undone = strip_changes(result.op_dir, result.repo_root)
             check_operator(result.op_dir, result.repo_root, compile_safety=False)
         except InputError as exc:
-            raise InputError(Diagnostic(
+            failure = Diagnostic(
                 OT048, f"strip and check could not read the instrumented tree ({exc.diagnostic.format()}); "
-                "nothing written", exc.diagnostic.path, exc.diagnostic.line)) from None
+                "nothing written", exc.diagnostic.path, exc.diagnostic.line)
         except RecursionError:
-            raise InputError(Diagnostic(
-                OT048, "strip and check could not read the instrumented tree (nested too deeply); "
-                "nothing written", entry, 0)) from None
+            failure = Diagnostic(OT048, "strip and check could not read the instrumented tree (nested too "
+                                 "deeply); nothing written", entry, 0)
+    if failure is not None:  # checked outside the overlay: the disk's own bytes
+        _refuse_if_changed(changed)
+        raise InputError(failure)
     # What strip gives on the tree as it is: the old bytes, unless optrace's lines are in
     # them already (this operator instrumented before, or another one sharing the file).
     before = (strip_changes(result.op_dir, result.repo_root).changes
@@ -192,9 +195,24 @@ def _check_strip_undoes(result: OperatorChanges) -> None:
     for path, (old, new) in changed.items():
         back = undone.changes.get(path, (new, new))[1]
         if back != before.get(path, (old, old))[1]:
+            _refuse_if_changed(changed)
             raise InputError(Diagnostic(
                 OT048, "strip could not take optrace's edits to this file back (an unterminated "
                 "comment or string before them?); nothing written", path, 0))
+
+
+def _refuse_if_changed(changed: dict[Path, tuple[bytes, bytes]]) -> None:
+    """OT042 when a file apply read has changed on disk since: another program saved it
+    while apply computed (an editor renames a new file over it, so the read-back found
+    the other program's file, not apply's bytes). Not strip's failure: plan again."""
+    for path, (old, _new) in sorted(changed.items()):
+        try:
+            current = read_regular(path)
+        except OSError:
+            current = None
+        if current != old:
+            raise InputError(Diagnostic(OT042, "changed while optrace was planning it; nothing written, "
+                                        "plan again", path, 0))
 
 
 def _check_entry_survives(result: OperatorChanges, plan: Plan) -> None:

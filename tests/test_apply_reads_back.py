@@ -109,3 +109,31 @@ def test_a_kernel_nested_600_deep_is_refused_by_every_command_and_nothing_writte
         if code == 2:
             assert "OT016" in out, (command, out)
     assert _files(root) == before
+
+
+def test_a_save_during_the_read_back_is_a_stale_source_not_strips_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another program saves a file apply changes, as editors do (a new file renamed over
+    it), while the read-back runs: the overlay, keyed by the old file's identity, does not
+    cover the new file, so strip reads the other program's bytes. That is OT042 (plan
+    again), not OT048 — and nothing is written."""
+    root, _ = _tree(tmp_path)
+    header = root / OP / "op_kernel" / "moe_fused_gmm_base.h"
+    real_strip = apply_module.strip_changes
+    saved: list[bytes] = []
+
+    def saving_first(op_dir: Path, repo_root: Path | None = None) -> Any:
+        if regular._overlay and not saved:
+            saved.append(b"// saved by an editor\n" + header.read_bytes())
+            fresh = header.with_name(header.name + ".editor")
+            fresh.write_bytes(saved[0])
+            os.replace(fresh, header)
+        return real_strip(op_dir, repo_root)
+
+    monkeypatch.setattr(apply_module, "strip_changes", saving_first)
+    before = _files(root)
+    with pytest.raises(InputError) as info:
+        apply_changes(root / OP, root)
+    assert info.value.diagnostic.code == "OT042" and info.value.diagnostic.path == header
+    assert _files(root) == {**before, header: saved[0]}
