@@ -225,9 +225,17 @@ def blank_if0(data: bytes) -> bytes:
     """Blank `#if 0` ... `#endif` (and `#else` arms of `#if 1`) so dead code is never read.
 
     Only literal 0/1 conditions are decided; everything else is kept, since both arms of a
-    real `#if` may be compiled depending on the build.
+    real `#if` may be compiled depending on the build. The directive lines of a decided
+    conditional go with its dead arms: keeping some of them (the `#endif` of an `#if 0` /
+    `#else`, or the `#if 1` of an `#if 1` / `#else`) would leave the parser an unmatched
+    directive, and the statements around it unparsed. An `#elif X` after a dead `#if 0`
+    is where the conditional starts for the build, so it becomes `#if  X`, same length.
     """
     return _blank_if0(bytes(data))
+
+
+# The states of an open conditional in _blank_if0.
+_KEPT, _LIVE, _DEAD, _TAKEN = 0, 1, 2, 3  # undecided; decided: this arm live, dead, done
 
 
 @by_content(256)
@@ -237,27 +245,36 @@ def _blank_if0(data: bytes) -> bytes:
     if not _IF_LITERAL_HINT.search(data) or not _IF_LITERAL_RE.search(data):
         return data
     out = bytearray(data)
-    # Stack of (dead?, decided-by-literal?) per open conditional.
-    stack: list[tuple[bool, bool]] = []
+    stack: list[int] = []  # the state of each open conditional, innermost last
     pos = 0
     for line in data.splitlines(keepends=True):
+        dead_around = any(state in (_DEAD, _TAKEN) for state in stack)
+        blank = dead_around
         stripped = line.strip()
-        dead_here = any(d for d, _ in stack)
         if stripped.startswith(b"#"):
             directive = stripped[1:].lstrip()
+            literal = re.match(rb"(?:el)?if\s+([01])\b", directive)
             if directive.startswith((b"if", b"ifdef", b"ifndef")):
-                literal = re.match(rb"if\s+([01])\b", directive)
-                if literal:
-                    stack.append((literal.group(1) == b"0", True))
-                else:
-                    stack.append((False, False))
-            elif directive.startswith(b"el") and stack:
-                dead, decided = stack[-1]
-                if decided:
-                    stack[-1] = (not dead, True)
+                stack.append(_KEPT if not literal else _LIVE if literal.group(1) == b"1" else _DEAD)
+                blank = blank or stack[-1] != _KEPT
+            elif directive.startswith(b"el") and stack and stack[-1] != _KEPT:
+                blank = True
+                if stack[-1] == _LIVE:
+                    stack[-1] = _TAKEN
+                elif stack[-1] == _DEAD and directive.startswith(b"else"):
+                    stack[-1] = _LIVE
+                elif stack[-1] == _DEAD and literal:
+                    stack[-1] = _LIVE if literal.group(1) == b"1" else _DEAD
+                elif stack[-1] == _DEAD and not any(s in (_DEAD, _TAKEN) for s in stack[:-1]):
+                    # `#elif X` after a dead `#if 0`: now `#if  X`
+                    stack[-1] = _KEPT
+                    blank = False
+                    at = pos + line.index(b"elif")
+                    out[at : at + 4] = b"if  "
             elif directive.startswith(b"endif") and stack:
-                stack.pop()
-        if dead_here or any(d for d, _ in stack):
+                closed = stack.pop()
+                blank = blank or closed != _KEPT
+        if blank or any(state in (_DEAD, _TAKEN) for state in stack):
             for i in range(pos, pos + len(line)):
                 if out[i] not in (0x0A, 0x0D):
                     out[i] = 0x20
