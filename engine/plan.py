@@ -8,6 +8,7 @@ writers read it. Planning itself (analysis -> raw tree -> rules) is `pipeline/pl
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from optrace.engine.analysis import Analysis
 from optrace.engine.diagnostics import Diagnostic, Severity
@@ -50,12 +51,17 @@ class Plan:
     # distinct labels per core type of each; the label budget holds per variant.
     variants: list[dict[str, object]] = field(default_factory=list)
     _outside: list[OutsideFile] | None = None
+    # The files (resolved) apply's host-layer edits touch in the mode it would use, once
+    # that mode is known (the CLI's plan works it out): what "edited" marks. None: unknown.
+    layer_edited: frozenset[Path] | None = None
 
     def outside_files(self) -> list[OutsideFile]:
         """Files read or edited outside the operator directory, with the other operators
         including them; computed when asked (it may read the repository's sources)."""
         if self._outside is None:
-            self._outside = outside_files(self.analysis)
+            anchors = {r.anchor.path for r in self.root.walk() if r.anchor is not None}
+            edited = None if self.layer_edited is None else self.layer_edited | {p.resolve() for p in anchors}
+            self._outside = outside_files(self.analysis, edited)
         return self._outside
 
     @property

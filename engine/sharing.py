@@ -53,22 +53,35 @@ def operators_including(root: Path, headers: list[Path], own: Path) -> dict[Path
     return {h: tuple(sorted(found[h.resolve()])) for h in headers}
 
 
-def outside_files(an: Analysis) -> list[OutsideFile]:
-    """Kernel headers the plan reads from outside the operator directory (their code is
-    measured at the call site, never edited) and layer files apply would edit there."""
+def outside_files(an: Analysis, edited: frozenset[Path] | None = None) -> list[OutsideFile]:
+    """Kernel headers the plan reads from outside the operator directory and the layer
+    files found there. `edited` (resolved paths): the files apply edits in the mode it
+    would use — a file is marked edited exactly when it is one of them; a layer file found
+    and not edited is left out (a repository's every build script can be "found"). None:
+    apply's edits are not known, and every layer file found is listed as apply's."""
     layers = an.layers
     op_dir = layers.op_dir.resolve()
 
     def outside(p: Path) -> bool:
         return not p.resolve().is_relative_to(op_dir)
 
+    def edits(p: Path) -> bool:
+        return edited is None or p.resolve() in edited
+
     headers = [p for p in an.includes.files if outside(p)]
     shared = operators_including(layers.repo_root, headers, layers.op_dir) if headers else {}
-    out = [OutsideFile(p, "kernel header", False, shared.get(p, ())) for p in headers]
+    out = [OutsideFile(p, "kernel header", edited is not None and edits(p), shared.get(p, ()))
+           for p in headers]
     seen = set(headers)
     for key, hits in layers.found.items():
         for hit in hits:
-            if key != "entry" and outside(hit.path) and hit.path not in seen:
+            if key != "entry" and outside(hit.path) and hit.path not in seen and edits(hit.path):
                 seen.add(hit.path)
                 out.append(OutsideFile(hit.path, layers.title(key), True))
+    # Files a layer edits without having been found under its key (the header declaring
+    # an adapter, the build script that compiles the kernel).
+    listed = {p.resolve() for p in seen}
+    for path in sorted(edited or ()):
+        if outside(path) and path not in listed:
+            out.append(OutsideFile(path, "host file", True))
     return out

@@ -40,7 +40,7 @@ from optrace.engine.plan import Plan
 from optrace.engine.source import blank_comments, overlaid, read_regular
 from optrace.engine.vocabulary import SCAFFOLD_BEGIN
 from optrace.pipeline.check import check_operator
-from optrace.pipeline.layers import kernel_side, layer_edits, owned_files, sizes_header
+from optrace.pipeline.layers import LayerEdits, kernel_side, layer_edits, owned_files, sizes_header
 from optrace.pipeline.plan import plan_operator
 
 EditsByFile = dict[Path, list[Edit]]
@@ -108,7 +108,7 @@ def apply_changes(op_dir: Path, repo_root: Path | None = None, mode: str | None 
     recorded = recorded_mode(plan.analysis.entry_fn.src.raw)
     chosen: Diagnostic | None = None
     if mode is None and recorded is None:
-        mode, chosen = choose_mode(plan)
+        mode, chosen, _edited = choose_mode(plan)
     elif mode == "B" and recorded != "B":
         _refuse_b_with_hint(plan)
     kernel_edits = kernel_side(plan, mode)  # the entry and base header layers
@@ -234,45 +234,52 @@ def _check_entry_survives(result: OperatorChanges, plan: Plan) -> None:
 MODE_CHOSEN = OT314
 
 
-def _b_refused_a_applies(plan: Plan) -> Diagnostic | None:
-    """Why mode B is refused where mode A would apply (None: B applies). Neither mode
-    applying raises B's refusal: that is the reason to fix."""
+def _b_refused_a_applies(plan: Plan) -> tuple[Diagnostic | None, LayerEdits]:
+    """Why mode B is refused where mode A would apply (None: B applies), and the layer
+    edits of the mode that applies. Neither mode applying raises B's refusal: that is the
+    reason to fix."""
     try:
-        layer_edits(plan, "B")
+        return None, layer_edits(plan, "B")
     except InputError as refused:
         try:
-            layer_edits(plan, "A")
+            edits = layer_edits(plan, "A")
         except InputError:
             raise refused from None
-        return refused.diagnostic
-    return None
+        return refused.diagnostic, edits
 
 
 class ModeChoice(NamedTuple):
-    """The mode apply would choose ("A" or "B"), and why, as the info finding it shows."""
+    """The mode apply would choose ("A" or "B"), why, as the info finding it shows, and the
+    files its host-layer edits touch (the plan marks them "edited")."""
 
     mode: str
     why: Diagnostic
+    edited: frozenset[Path] = frozenset()
+
+
+def edited_files(edits: LayerEdits) -> frozenset[Path]:
+    """The files (resolved) a mode's host-layer edits change or create."""
+    return frozenset({resolve(e.path) for e in edits.edits} | {resolve(p) for p in edits.created})
 
 
 def choose_mode(plan: Plan) -> ModeChoice:
     """The mode of an operator that has none recorded and none asked: B (one more return
     value) where every layer can carry the new output, else A (an optional output, Python
     arity unchanged), with the reason as an info diagnostic the plan and apply show."""
-    d = _b_refused_a_applies(plan)
+    d, edits = _b_refused_a_applies(plan)
     if d is not None:
         return ModeChoice("A", Diagnostic(MODE_CHOSEN, f"mode A (profiling_data optional, Python arity "
                                           f"unchanged): mode B is refused here: {d.code} {d.message}",
-                                          d.path, d.line, Severity.INFO))
+                                          d.path, d.line, Severity.INFO), edited_files(edits))
     entry = plan.analysis.entry_fn.src.path
     return ModeChoice("B", Diagnostic(MODE_CHOSEN, "mode B (profiling_data is the last output of the op): "
                                       "every layer can carry it", entry, plan.analysis.entry_fn.line,
-                                      Severity.INFO))
+                                      Severity.INFO), edited_files(edits))
 
 
 def _refuse_b_with_hint(plan: Plan) -> None:
     """`--mode B` asked and refused: say so, and that mode A would apply when it would."""
-    d = _b_refused_a_applies(plan)
+    d, _edits = _b_refused_a_applies(plan)
     if d is not None:
         raise InputError(Diagnostic(d.code, f"{d.message}; use --mode A", d.path, d.line, d.severity))
 

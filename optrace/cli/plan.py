@@ -99,14 +99,19 @@ def _plan_mode(plan: Plan) -> PlannedMode:
     """The mode `apply` would use, and why: recorded in the tree, else chosen per operator."""
     from optrace.codemods.kernel_entry import recorded_mode
     from optrace.engine.diagnostics import InputError
-    from optrace.pipeline.apply import choose_mode
+    from optrace.pipeline.apply import choose_mode, edited_files
+    from optrace.pipeline.layers import layer_edits
     from optrace.pipeline.plan_output import PlannedMode
 
     recorded = recorded_mode(plan.analysis.entry_fn.src.raw)
     if recorded is not None:
+        try:
+            plan.layer_edited = edited_files(layer_edits(plan, recorded))
+        except InputError:
+            pass  # the marks stay unknown; check says what is wrong with the tree
         return PlannedMode(recorded, "recorded in the instrumented tree")
     try:
-        mode, why = choose_mode(plan)
+        mode, why, plan.layer_edited = choose_mode(plan)
     except InputError as exc:
         d = exc.diagnostic
         return PlannedMode("none", f"apply would refuse: {d.format(plan.analysis.layers.repo_root)}")
