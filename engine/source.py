@@ -182,17 +182,21 @@ def directive_matches(pattern: re.Pattern[bytes], data: bytes) -> Iterator[re.Ma
     literal prefix for the regex engine to skip to, so even finding nothing in a 60 KB
     header tried it at every byte. Matches never overlap, as with finditer."""
     end = 0  # where the last match ended: finditer looks on from there
-    tried = -1  # the line start tried last (a line with two `#`)
     at = data.find(b"#")
     while at >= 0:
         start = data.rfind(b"\n", 0, at) + 1
-        if start >= end and start != tried and not data[start:at].strip(b" \t"):
-            tried = start
+        if start >= end and not data[start:at].strip(b" \t"):
             m = pattern.match(data, start)
             if m is not None:
                 yield m
                 end = m.end()
-        at = data.find(b"#", max(at + 1, end))
+        # No later `#` of this line starts a directive (this one is before it): on from the
+        # next line. Looking at each `#` of a line, each looking back to the line's start,
+        # was quadratic in a long line of them.
+        line_end = data.find(b"\n", at)
+        if line_end < 0:
+            return
+        at = data.find(b"#", max(line_end, end))
     return
 
 
@@ -230,6 +234,9 @@ def blank_if0(data: bytes) -> bytes:
     return _blank_if0(bytes(data))
 
 
+_NOT_EOL_RE = re.compile(rb"[^\n\r]")
+
+
 @by_content(256)
 def _blank_if0(data: bytes) -> bytes:
     # by content: one `check` asks it of each file several times over (includes, parse,
@@ -237,30 +244,30 @@ def _blank_if0(data: bytes) -> bytes:
     if not _IF_LITERAL_HINT.search(data) or not _IF_LITERAL_RE.search(data):
         return data
     out = bytearray(data)
-    # Stack of (dead?, decided-by-literal?) per open conditional.
+    # Stack of (dead?, decided-by-literal?) per open conditional, and how many of them are
+    # dead (counted, not searched for on every line: nesting thousands deep is input).
     stack: list[tuple[bool, bool]] = []
+    dead_levels = 0
     pos = 0
     for line in data.splitlines(keepends=True):
         stripped = line.strip()
-        dead_here = any(d for d, _ in stack)
+        dead_here = dead_levels > 0
         if stripped.startswith(b"#"):
             directive = stripped[1:].lstrip()
             if directive.startswith((b"if", b"ifdef", b"ifndef")):
                 literal = re.match(rb"if\s+([01])\b", directive)
-                if literal:
-                    stack.append((literal.group(1) == b"0", True))
-                else:
-                    stack.append((False, False))
+                dead = literal is not None and literal.group(1) == b"0"
+                stack.append((dead, literal is not None))
+                dead_levels += dead
             elif directive.startswith(b"el") and stack:
                 dead, decided = stack[-1]
                 if decided:
                     stack[-1] = (not dead, True)
+                    dead_levels += 1 if not dead else -1
             elif directive.startswith(b"endif") and stack:
-                stack.pop()
-        if dead_here or any(d for d, _ in stack):
-            for i in range(pos, pos + len(line)):
-                if out[i] not in (0x0A, 0x0D):
-                    out[i] = 0x20
+                dead_levels -= stack.pop()[0]
+        if dead_here or dead_levels > 0:
+            out[pos : pos + len(line)] = _NOT_EOL_RE.sub(b" ", line)
         pos += len(line)
     return bytes(out)
 

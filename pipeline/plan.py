@@ -111,6 +111,13 @@ def variants_of(root: Region, conditions: dict[tuple[str, int], str]) -> list[di
     members = variant_members(root, variants)
     merged: dict[str, dict[str, set[str]]] = {}
     shown: dict[frozenset[tuple[str, bool]], str] = {}
+    # Each variant's labels per core type, from one walk (a walk per variant was the
+    # square of the tree's size).
+    per_variant: list[dict[str, set[str]]] = [{} for _ in variants]
+    for region in root.walk():
+        for v in members[id(region)]:
+            for core in region.cores:
+                per_variant[v].setdefault(core, set()).add(region.label)
     for v, arms in enumerate(variants):
         if not arms:
             continue
@@ -120,10 +127,8 @@ def variants_of(root: Region, conditions: dict[tuple[str, int], str]) -> list[di
         key = condition_key(condition)
         condition = shown.setdefault(key, condition)  # the first spelling of the same test
         labels = merged.setdefault(condition, {})
-        for region in root.walk():
-            if v in members[id(region)]:
-                for core in region.cores:
-                    labels.setdefault(core, set()).add(region.label)
+        for core, found in per_variant[v].items():
+            labels.setdefault(core, set()).update(found)
     return [{"condition": condition, "labels": {core: len(v) for core, v in sorted(labels.items())}}
             for condition, labels in merged.items()]
 
