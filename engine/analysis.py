@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -687,19 +687,24 @@ def _build_callgraph(an: Analysis) -> None:
         for loop in fn.nodes_in(fn.body, ("while_statement", "do_statement", "for_statement",)):
             if is_spin_loop(an, fn, loop):
                 hot.add(fn.id)
-    work: set[str] = set()
-    for h in hot:
-        work.add(h)
-        work |= nx.ancestors(g, h)  # every caller of phase work holds phase work
-    an.phase_work = work
-    heavy: set[str] = set()
-    for fid in g.nodes:
-        if fid not in heavy and an.is_heavy(an.index.functions[fid]):
-            heavy.add(fid)
-            heavy |= nx.ancestors(g, fid)
-    an.heavy = heavy
+    an.phase_work = _with_callers(g, hot)  # every caller of phase work holds phase work
+    an.heavy = _with_callers(g, [fid for fid in g.nodes if an.is_heavy(an.index.functions[fid])])
     # Spin-wait answers above were given before phase work was known; ask again later.
     an._spin.clear()
+
+
+def _with_callers(g: nx.DiGraph, seeds: Iterable[str]) -> set[str]:
+    """The seeds and every function calling one of them, directly or not: one walk up
+    the graph from all of them (a walk per seed went over the same callers again and
+    again)."""
+    out = set(seeds)
+    todo = list(out)
+    while todo:
+        for caller in g.predecessors(todo.pop()):
+            if caller not in out:
+                out.add(caller)
+                todo.append(caller)
+    return out
 
 
 def _has_content(an: Analysis, fn: FunctionDef) -> bool:
