@@ -17,6 +17,7 @@ profiling parameter are left alone.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -253,7 +254,7 @@ class AclnnLayer(FileLayer):
         for path, code in ctx.cpp_candidates():
             if ctx.inside(path):
                 continue
-            if (path.name.lower().startswith("aclnn_") and ctx.op in path.name.encode()) or re.search(
+            if (path.name.lower().startswith("aclnn_") and ctx.op in os.fsencode(path.name)) or re.search(
                     rb"aclnnInner" + camel + rb"GetWorkspaceSize", code):
                 out.append(ctx.at(path, code, rb"aclnn(?:Inner)?" + camel, "aclnn wrapper (outside op dir)"))
         return out

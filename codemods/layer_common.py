@@ -305,7 +305,7 @@ _INCLUDE_RE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*[<"][^>"\n]+[>"][^\n]*$',
 def include_edit(path: Path, data: bytes, header: Path, codemod: str) -> Edit | None:
     """`#include "<relative header>"  // optrace` after the file's last include."""
     rel = os.path.relpath(header, path.parent).replace(os.sep, "/")
-    if re.search(rb'#[ \t]*include[ \t]*"[^"]*' + re.escape(header.name.encode()) + rb'"', data):
+    if re.search(rb'#[ \t]*include[ \t]*"[^"]*' + re.escape(os.fsencode(header.name)) + rb'"', data):
         return None
     last = None
     for m in _INCLUDE_RE.finditer(mask_keep_includes(data)):

@@ -123,10 +123,57 @@ def test_a_meta_kernel_no_other_layer_claims_is_still_stripped(tmp_path: Path) -
     assert {p: p.read_bytes() for p in repo.rglob("*") if p.is_file() and ".optrace" not in p.parts} == before
 
 
+def test_a_host_file_named_in_bytes_is_searched_not_a_crash(tmp_path: Path) -> None:
+    """Found (seed 14, case 24, when names that are not UTF-8 joined the fuzzer): an op_api
+    file named with bytes `\\xff\\xfe`; the repository search encoded every file's name as
+    UTF-8 (UnicodeEncodeError, exit 3). Names are compared as the file system's bytes now."""
+    import os
+
+    from typer.testing import CliRunner
+
+    from optrace.cli.app import app
+
+    repo = tmp_path / "stale_aclnn"
+    shutil.copytree(FIXTURES / "stale_aclnn", repo)
+    op = repo / "ops" / "moe_stale_wrapper"
+    wrapper = op / "op_api" / "aclnn_moe_stale_wrapper.cpp"
+    renamed = Path(os.fsdecode(os.fsencode(wrapper.parent) + b"/aclnn_moe_stale_wrapper\xff\xfe.cpp"))
+    wrapper.rename(renamed)
+    res = CliRunner().invoke(app, ["plan", str(op)])
+    assert res.exit_code == 0 and "Traceback" not in res.output, res.output
+
+
+def test_an_operator_directory_named_in_bytes_is_refused_by_name(tmp_path: Path) -> None:
+    """Found with the one above: an operator directory whose own name is not UTF-8 (it
+    names the operator's functions in every layer) crashed plan, apply, check and strip on
+    the name's encoding. plan / apply refuse it (OT001, exit 2); strip and check have
+    nothing of optrace's to find in it."""
+    import os
+
+    from typer.testing import CliRunner
+
+    from optrace.cli.app import app
+
+    root = tmp_path / "repo"
+    (root / ".git").mkdir(parents=True)
+    op = Path(os.fsdecode(os.fsencode(root) + b"/demo\xffop"))
+    (op / "op_kernel").mkdir(parents=True)
+    (op / "op_kernel" / "k.cpp").write_bytes(
+        b'extern "C" __global__ __aicore__ void demo_op(GM_ADDR x)\n{\n    SyncAll();\n}\n')
+    runner = CliRunner()
+    for command in (["plan"], ["apply", "--write"]):
+        res = runner.invoke(app, [*command, str(op)])
+        assert res.exit_code == 2 and "OT001" in res.stderr and "is not UTF-8 text" in res.stderr, res.output
+        assert "\\xff" in res.stderr and "\udcff" not in res.stderr
+    for command in (["strip", "--write"], ["check"]):
+        res = runner.invoke(app, [*command, str(op)])
+        assert res.exit_code == 0 and "Traceback" not in res.output, res.output
+
+
 # (seed, case) of the fuzzer's failures, fixed since, run again. A case number picks its
 # operator, file and mutation from today's fixtures, so once fixtures change it is no
 # longer the bytes that failed: the minimal cases above are the exact regressions.
-FOUND = [(1, 73), (1, 287), (1, 312), (1, 389), (1, 2034), (1, 4489), (1, 4605)]
+FOUND = [(1, 73), (1, 287), (1, 312), (1, 389), (1, 2034), (1, 4489), (1, 4605), (14, 24)]
 
 
 @pytest.mark.parametrize(("seed", "case"), FOUND)
