@@ -41,6 +41,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fuzz_tally import tally
+
 from optrace.cli.deferred import install as install_deferred
 from optrace.engine.diagnostics import InputError
 from optrace.engine.discovery import forget_repo_indexes
@@ -418,6 +420,17 @@ def summary(outcomes: list[Outcome]) -> dict[str, object]:
             "failures": [o.__dict__ for o in outcomes if o.failed][:20]}
 
 
+def exit_of(outcome: Outcome) -> int | str:
+    """The case's outcome as a fuzz figure (tests/fuzz_tally.py): 0 (planned, applied,
+    checked and stripped back, or nothing to change), 2 (refused as bad input), a hang, or
+    a crash (any other failure: an exception, or strip not giving the bytes back)."""
+    if outcome.result.startswith("FAIL:hang"):
+        return "hang"
+    if outcome.failed:
+        return "crash"
+    return 2 if outcome.result.startswith("refused") else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=1)
@@ -445,7 +458,15 @@ def main() -> int:
             print(f"  {outcome.case + 1} cases, {time.monotonic() - started:.0f} s",
                   file=sys.stderr, flush=True)
 
-    outcomes = run(args.seed, args.count, compile_every=args.compile_every, progress=tick, start=args.start)
+    with tally("source fuzzer: mutated fixture operators through plan, apply, check, strip",
+               "an operator with one to three mutations") as counts:
+
+        def counted(outcome: Outcome) -> None:
+            counts.count(exit_of(outcome))
+            tick(outcome)
+
+        outcomes = run(args.seed, args.count, compile_every=args.compile_every, progress=counted,
+                       start=args.start)
     report = summary(outcomes)
     report["seed"] = args.seed
     report["first_case"] = args.start
