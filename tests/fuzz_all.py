@@ -99,13 +99,13 @@ def main() -> int:
     for i, test in enumerate(RUNTIME_TESTS):
         commands.append(([sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
                           test], logs / f"runtime-{i}.out"))
+    revision = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                              text=True, check=False).stdout.strip()  # the code the run starts with
     started = time.monotonic()
     with ThreadPoolExecutor(args.jobs) as pool:
         codes = list(pool.map(lambda c: _run(c[0], env, c[1]), commands))
     lines = [json.loads(line) for line in tallies.read_text(encoding="utf-8").splitlines() if line.strip()]
     figures = merged(lines)
-    revision = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                              text=True, check=False).stdout.strip()
     report = {
         "commit": revision, "date": datetime.date.today().isoformat(), "scale": args.scale, "jobs": args.jobs,
         "command": f"nice -n 10 python tests/fuzz_all.py --scale {args.scale} --jobs {args.jobs}",

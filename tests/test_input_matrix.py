@@ -29,6 +29,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "input-matrix.md"
+FUZZ_FIGURES = ROOT / "tests" / "data" / "fuzz_figures.json"  # tests/fuzz_all.py writes it
 LONG = os.environ.get("OPTRACE_LONG_FUZZ", "") not in ("", "0")
 
 # --------------------------------------------------------------------------- inputs
@@ -835,8 +836,13 @@ FUZZ_SECTION = [
     "`tests/source_fuzz.py` mutates the fixtures' kernels, headers, host files and Python",
     "callers — truncation at a token boundary, unbalanced braces / quotes / comments / raw",
     "strings / `#if`, random macros, random encodings (UTF-16, BOMs, GBK, bad bytes, CR-only",
-    "and mixed line ends, NUL) — one to three mutations a case, and runs plan / apply /",
-    "check (compile safety on every 50th case) / strip on each, in-process. A case fails on",
+    "and mixed line ends, NUL), and the classes of input that once crashed optrace or blew",
+    "its time up: deep nesting (`#if 1`, braces, loops, parentheses, templates 64 to 5,000",
+    "levels), repeated content (the file N times over, a stretch pasted again, a line by the",
+    "thousand), what crashes the compile check (templates nested 10,000 deep, 100,000 line",
+    "continuations: such a case runs compile safety) and a file name that is not UTF-8 (its",
+    "includes spelled so) — one to three mutations a case, and runs plan / apply / check",
+    "(compile safety on every 50th case, 40th in CI) / strip on each, in-process. A case fails on",
     "any exception but a refusal (exit 3 at the CLI) or when strip after a written apply does",
     "not give the mutated bytes back. CI runs 200 cases of seed 14",
     "(`tests/test_source_fuzz.py`); every failure found is replayed by",
@@ -1003,8 +1009,43 @@ def render_doc() -> str:
                          f"{case.code} |")
         lines.append("")
     lines += FUZZ_SECTION
+    lines += figures_section()
     lines += WRITES_SECTION
     return "\n".join(lines)
+
+
+def figures_section() -> list[str]:
+    """Every fuzzer's figures at N times its CI size, from tests/data/fuzz_figures.json."""
+    if not FUZZ_FIGURES.exists():
+        return []
+    run = json.loads(FUZZ_FIGURES.read_text(encoding="utf-8"))
+    scale = run["scale"]
+    lines = [
+        "", f"## Every fuzzer at {scale}× its CI size", "",
+        f"`{run['command']}` at optrace {run['commit']} ({run['date']}, {run['minutes']} min on 2 shared",
+        "cores): each fuzzer at "
+        f"{scale} times the inputs CI gives it (`OPTRACE_FUZZ_SCALE={scale}`; the source fuzzer",
+        f"{scale} × 200 cases of seed 14). An input's exit is what the command — or the CLI around the",
+        "function a fuzzer calls in-process — exits with: 0 clean or read, 1 findings, 2 refused as",
+        "bad input. A crash is exit 3, a traceback, an exception other than a refusal, or a broken",
+        "promise (strip ∘ apply not the identity); a hang is an input past its time bound (the",
+        "source fuzzer: 120 s a case; the runtime fuzzers: 5 s an input, 30–60 s a command).",
+        "`tests/fuzz_all.py` runs them and writes the figures (`tests/data/fuzz_figures.json`),",
+        "`tests/fuzz_tally.py` counts them.", "",
+        "| fuzzer | one input | inputs | exit 0 | exit 1 | exit 2 | crashes | hangs | seconds |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    total = {"inputs": 0, "crashes": 0, "hangs": 0}
+    for fuzzer in run["fuzzers"]:
+        exits = fuzzer["exits"]
+        lines.append(f"| {fuzzer['fuzzer']} | {fuzzer['what']} | {fuzzer['inputs']:,} | "
+                     + " | ".join(f"{exits.get(code, 0):,}" for code in ("0", "1", "2"))
+                     + f" | {fuzzer['crashes']} | {fuzzer['hangs']} | {fuzzer['seconds']:,} |")
+        for key in total:
+            total[key] += fuzzer[key]
+    lines += ["", f"In all: {total['inputs']:,} inputs, **{total['crashes']} crashes, "
+              f"{total['hangs']} hangs**."]
+    return lines
 
 
 def test_the_committed_table_is_current() -> None:
