@@ -3,10 +3,12 @@ cost <= 2.3x the time.
 
 The cases, each the shape of input that once blew up (a plan or check that took minutes):
 
-- **repeated header**: `plan` of an operator whose kernel includes a ~78 KB header
+- **repeated header**: `plan` of an operator whose kernel includes a ~75 KB header
   (include guard, macros, a class template of ~40 methods dispatched by tiling mode, loops,
   `if constexpr` arms, barriers — `kernel_header()` below, our own generator) written N
   times over into one file, as a bad merge or a generated file can leave it;
+- **repeated instrumented header**: `check` of the same after `apply --write` (60 points),
+  the instrumented header written N times over;
 - **distinct header**: `plan` of one header holding N such classes, each renamed, all
   reached from the entry's tiling-key arms;
 - **unpaired points**: `check` of a kernel with N hand-written B points and no E;
@@ -218,6 +220,17 @@ def repeated_header(root: Path, n: int) -> Path:
                             "demo_op.cpp": _entry("demo_op", "moe_norm_grad.h", ["MoeNormGrad"])})
 
 
+def instrumented_header(root: Path, n: int) -> Path:
+    """The header of `repeated_header` instrumented by `optrace apply --write` (60 points),
+    then written N times over: what `check` reads when the paste comes after apply."""
+    one = repeated_header(root.parent / f"{root.name}-one", 1)
+    subprocess.run([sys.executable, "-m", "optrace", "apply", str(one), "--write"], check=True,
+                   capture_output=True)
+    header = (one / "op_kernel" / "moe_norm_grad.h").read_text(encoding="utf-8")
+    return _operator(root, {"moe_norm_grad.h": header * n,
+                            "demo_op.cpp": (one / "op_kernel" / "demo_op.cpp").read_text(encoding="utf-8")})
+
+
 def distinct_header(root: Path, n: int) -> Path:
     classes = [f"MoeNormGrad{i}" for i in range(n)]
     text = "".join(kernel_header(cls, guard=f"MOE_NORM_GRAD_{i}_H") for i, cls in enumerate(classes))
@@ -279,8 +292,10 @@ class Case:
 
 
 CASES = [
-    Case("repeated header", "plan", repeated_header, 10, "copies of a 78 KB header"),
-    Case("distinct header", "plan", distinct_header, 10, "78 KB classes, all reached"),
+    Case("repeated header", "plan", repeated_header, 10, "copies of a 75 KB header"),
+    Case("repeated instrumented header", "check", instrumented_header, 10,
+         "copies of the 75 KB header, instrumented"),
+    Case("distinct header", "plan", distinct_header, 10, "75 KB classes, all reached"),
     Case("unpaired points", "check", unpaired_points, 2000, "B points without E"),
     Case("pairs with exits", "check", pairs_with_exits, 2000, "B / E pairs, a return inside"),
     Case("nesting", "plan", nesting, 120, f"`#if` levels in each of {NESTED_FUNCTIONS} functions"),

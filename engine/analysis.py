@@ -384,15 +384,22 @@ def _collect_existing(an: Analysis) -> None:
         by_file.setdefault(fn.src.path, []).append(fn)
     for path, parsed in an.parsed.items():
         code = blank_comments(parsed.src.raw)
-        functions = by_file.get(path, [])
+        # The innermost body holding each point (bodies nest or are apart): one sweep over
+        # the bodies by where they start, as the points come in order, with the bodies
+        # still open on a stack — asking every function for every point was quadratic.
+        functions = sorted(by_file.get(path, []), key=lambda f: (f.body.start_byte, -f.body.end_byte))
+        open_bodies: list[FunctionDef] = []
+        next_fn = 0
         for m in _EXISTING_RE.finditer(code):
             if m.group(2) not in (b"B", b"E"):
                 continue  # not a point planning can pair; check reports it (OT401)
             line = parsed.src.line_of(m.start())
-            owner = None
-            for fn in functions:  # the last one holding it, as the index orders them
-                if fn.body.start_byte <= m.start() < fn.body.end_byte:
-                    owner = fn.id
+            while next_fn < len(functions) and functions[next_fn].body.start_byte <= m.start():
+                open_bodies.append(functions[next_fn])
+                next_fn += 1
+            while open_bodies and open_bodies[-1].body.end_byte <= m.start():
+                open_bodies.pop()
+            owner = open_bodies[-1].id if open_bodies else None
             an.existing.append(
                 TracePoint(decode(m.group(1)), decode(m.group(2)), path, line, m.start(), m.end(),
                            function=owner)
