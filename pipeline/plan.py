@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
 import re
-from itertools import islice
+from itertools import accumulate, islice
 from pathlib import Path
 
 import networkx as nx
@@ -212,11 +213,26 @@ def plan_lint(plan: Plan, stats: dict[str, int], path: list[str]) -> dict[str, o
     for lp in plan.loops:
         if lp.classification in spans:
             spans[lp.classification].setdefault(lp.path, []).append((lp.start, lp.end))
+    # Per file, the loops by start and the furthest end among those starting so far: a
+    # region is inside a loop when one starting before it ends at or after its end (one
+    # bisection a region, not a look at every loop of its file).
+    reach: dict[str, dict[Path, tuple[list[int], list[int]]]] = {}
+    for kind, by_path in spans.items():
+        for file, loops in by_path.items():
+            loops.sort()
+            ends = list(accumulate((end for _, end in loops), max))
+            reach.setdefault(kind, {})[file] = ([start for start, _ in loops], ends)
 
     def inside(kind: str) -> list[Region]:
-        return [r for r in regions if r.anchor is not None and any(
-            start < r.anchor.start and r.anchor.end <= end
-            for start, end in spans[kind].get(r.anchor.path, ()))]
+        out = []
+        for r in regions:
+            if r.anchor is None or r.anchor.path not in reach.get(kind, {}):
+                continue
+            starts, ends = reach[kind][r.anchor.path]
+            before = bisect.bisect_left(starts, r.anchor.start)
+            if before and ends[before - 1] >= r.anchor.end:
+                out.append(r)
+        return out
 
     in_tile = inside("tile")
     longest = max((r.label for r in root.walk()), key=len, default="")
