@@ -45,7 +45,7 @@ def operators_including(root: Path, headers: list[Path], own: Path) -> dict[Path
             if data is None or not any(n in data for n in names):
                 continue
             for directive in scan_includes(data):
-                if not directive.quoted or directive.target.rsplit("/", 1)[-1].encode() not in names:
+                if not directive.quoted or os.fsencode(directive.target.rsplit("/", 1)[-1]) not in names:
                     continue
                 local = includer.parent / directive.target
                 target = local if local.exists() else search.find(directive.target, includer)

@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from source_fuzz import Workspace, fixture_operators, run_case
+from source_fuzz import Workspace, fixture_operators, rename_non_utf8, run_case
 
 from optrace.codemods.python_callers_cst import parse_python
 from optrace.engine.diagnostics import InputError
@@ -173,7 +173,7 @@ def test_an_operator_directory_named_in_bytes_is_refused_by_name(tmp_path: Path)
 # (seed, case) of the fuzzer's failures, fixed since, run again. A case number picks its
 # operator, file and mutation from today's fixtures, so once fixtures change it is no
 # longer the bytes that failed: the minimal cases above are the exact regressions.
-FOUND = [(1, 73), (1, 287), (1, 312), (1, 389), (1, 2034), (1, 4489), (1, 4605), (14, 24)]
+FOUND = [(1, 73), (1, 287), (1, 312), (1, 389), (1, 2034), (1, 4489), (1, 4605), (14, 24), (14, 1130)]
 
 
 @pytest.mark.parametrize(("seed", "case"), FOUND)
@@ -181,3 +181,47 @@ def test_the_fuzzer_cases_that_failed_now_pass(seed: int, case: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         outcome = run_case(case, seed, Workspace(Path(tmp)), fixture_operators())
     assert not outcome.failed, f"{outcome.result}: {outcome.detail}"
+
+
+def test_a_utf16_base_header_is_refused_not_half_written(tmp_path: Path) -> None:
+    """Found (seed 14, case 1120 of the 10x run): the operator's `*_base.h` saved as UTF-16
+    (then pasted over itself: 20 s a case). apply wrote the runtime block's UTF-8 lines
+    in front of the UTF-16 text — a file no compiler reads, and every later parse of it
+    slow (tree-sitter on NUL bytes). Now apply refuses it (OT012) and writes nothing."""
+    from typer.testing import CliRunner
+
+    from optrace.cli.app import app
+
+    root = tmp_path / "repo"
+    kernel = root / "demo_op" / "op_kernel"
+    kernel.mkdir(parents=True)
+    (root / ".git").mkdir()
+    base = kernel / "demo_op_base.h"
+    base.write_bytes("#pragma once\nconstexpr int DEMO_GROUPS = 4;\n".encode("utf-16"))
+    (kernel / "demo_op.cpp").write_bytes(
+        b'#include "demo_op_base.h"\nextern "C" __global__ __aicore__ void demo_op(GM_ADDR x)\n{\n'
+        b"    for (int expertIdx = 0; expertIdx < 8; ++expertIdx) {\n        DataCopy(x, x, 8);\n    }\n"
+        b"    SyncAll();\n}\n")
+    before = {p: p.read_bytes() for p in kernel.iterdir()}
+    res = CliRunner().invoke(app, ["apply", str(root / "demo_op"), "--write"])
+    assert res.exit_code == 2 and "OT012" in res.stderr and "demo_op_base.h" in res.stderr, res.output
+    assert {p: p.read_bytes() for p in kernel.iterdir()} == before
+
+
+def test_a_shared_header_named_in_bytes_is_matched_not_a_crash(tmp_path: Path) -> None:
+    """Found (seed 14, case 1130 of the 10x run): a header two operators include, renamed
+    with bytes that are not UTF-8 (and its includes with it). The search for the other
+    operators including it encoded the include's name as UTF-8 (exit 3); names are the
+    file system's bytes there too now, and the other operator is found."""
+    import random
+
+    from typer.testing import CliRunner
+
+    from optrace.cli.app import app
+
+    repo = tmp_path / "shared_norm"
+    shutil.copytree(FIXTURES / "shared_norm", repo)
+    rename_non_utf8(random.Random(1), repo, "norm/rms_norm/op_kernel/rms_norm_kernel.h")
+    res = CliRunner().invoke(app, ["plan", str(repo / "norm" / "rms_norm_v2")])
+    assert res.exit_code == 0 and "Traceback" not in res.output, res.output
+    assert "rms_norm_kernel" in res.stdout and "\\x" in res.stdout
