@@ -29,18 +29,19 @@ def by_content(maxsize: int, max_bytes: int = 1 << 20,
 
     def wrap(fn: Callable[P, R]) -> Callable[P, R]:
         cached = functools.lru_cache(maxsize=maxsize)(fn)
-        large = functools.lru_cache(maxsize=big)(fn) if big else fn
+        kept = functools.lru_cache(maxsize=big)(fn)  # maxsize 0: nothing kept
 
         @functools.wraps(fn)
         def call(*args: P.args, **kwargs: P.kwargs) -> R:
             size = sum(len(a) for a in (*args, *kwargs.values()) if isinstance(a, bytes))
-            result: R = cast(Callable[P, R], large if size > max_bytes else cached)(*args, **kwargs)
+            if size > max_bytes and not big:
+                return fn(*args, **kwargs)
+            result: R = cast(Callable[P, R], kept if size > max_bytes else cached)(*args, **kwargs)
             return result
 
         def cache_clear() -> None:
             cached.cache_clear()
-            if big:
-                large.cache_clear()  # type: ignore[attr-defined]
+            kept.cache_clear()
 
         call.cache_clear = cache_clear  # type: ignore[attr-defined]
         return call
