@@ -219,6 +219,29 @@ def match_bracket(code: bytes, open_at: int) -> int:
     return -1
 
 
+def bracket_closes(code: bytes) -> dict[int, int]:
+    """`match_bracket` of every opening bracket of `code`, from one pass: offset of the
+    bracket -> offset of the one closing it, or -1. (A bracket closed by the wrong kind
+    leaves every bracket still open then without its close, as their own scans would.)"""
+    out: dict[int, int] = {}
+    stack: list[tuple[int, int]] = []  # (offset, the closing byte it wants)
+    for m in _BRACKET_RE.finditer(code):
+        c = code[m.start()]
+        if c in _OPEN:
+            stack.append((m.start(), _OPEN[c]))
+        elif stack:
+            at, wants = stack.pop()
+            if wants == c:
+                out[at] = m.start()
+            else:
+                for left, _ in (*stack, (at, wants)):
+                    out[left] = -1
+                stack.clear()
+    for left, _ in stack:
+        out[left] = -1
+    return out
+
+
 _IF_LITERAL_RE = re.compile(rb"^[ \t]*#[ \t]*if[ \t]+[01]\b", re.M)
 # The same without the line start: it begins with a literal, which the regex engine skips
 # to, where `^` is tried at every byte (far slower on a file that has none).

@@ -301,6 +301,11 @@ class Outcome:
         return self.result.startswith("FAIL")
 
 
+# Past this a case is a hang: above every bound optrace sets itself (the compile check's
+# child and its retries: 2 x 60 s), with room for a loaded machine.
+CASE_SECONDS = 300
+
+
 class _Hang(BaseException):  # not caught as a failure of a step: the case itself ran out
     """A case past its time limit (a pattern backtracking for ever: found once)."""
 
@@ -310,7 +315,7 @@ def _alarm(_signum: int, _frame: object) -> None:
 
 
 def run_case(case: int, seed: int, ws: Workspace, operators: list[tuple[Path, Path]],
-             compile_every: int = 0, limit_s: int = 120) -> Outcome:
+             compile_every: int = 0, limit_s: int = CASE_SECONDS) -> Outcome:
     """Case `case` of the run seeded `seed` (the same pair gives the same case); one that
     runs past `limit_s` seconds is a failure too (main thread only: a SIGALRM)."""
     timed = threading.current_thread() is threading.main_thread()

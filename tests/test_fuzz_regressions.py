@@ -225,3 +225,15 @@ def test_a_shared_header_named_in_bytes_is_matched_not_a_crash(tmp_path: Path) -
     res = CliRunner().invoke(app, ["plan", str(repo / "norm" / "rms_norm_v2")])
     assert res.exit_code == 0 and "Traceback" not in res.output, res.output
     assert "rms_norm_kernel" in res.stdout and "\\x" in res.stdout
+
+
+@pytest.mark.slow  # libclang runs to the compile check's bounds: about two minutes
+def test_a_header_libclang_cannot_finish_costs_check_at_most_two_bounds() -> None:
+    """Found (seed 14, case 352 of the 10x run): a template nested a few hundred deep, cut
+    off mid-way (`W<W<W<...` to the end of the file). libclang ran to the memory bound and
+    on; check's child hit its 300 s bound, then the same file's retry another 300 s. The
+    bound is 60 s now, the retries share one more: the case ends inside the fuzzer's
+    limit, the file skipped and named (OT421)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        outcome = run_case(352, 14, Workspace(Path(tmp)), fixture_operators())
+    assert not outcome.failed, f"{outcome.result}: {outcome.detail}"

@@ -1029,7 +1029,7 @@ def figures_section() -> list[str]:
         "function a fuzzer calls in-process — exits with: 0 clean or read, 1 findings, 2 refused as",
         "bad input. A crash is exit 3, a traceback, an exception other than a refusal, or a broken",
         "promise (strip ∘ apply not the identity); a hang is an input past its time bound (the",
-        "source fuzzer: 120 s a case; the runtime fuzzers: 5 s an input, 30–60 s a command).",
+        "source fuzzer: 300 s a case; the runtime fuzzers: 5 s an input, 30–60 s a command).",
         "`tests/fuzz_all.py` runs them and writes the figures (`tests/data/fuzz_figures.json`),",
         "`tests/fuzz_tally.py` counts them.", "",
         "| fuzzer | one input | inputs | exit 0 | exit 1 | exit 2 | crashes | hangs | seconds |",

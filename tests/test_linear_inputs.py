@@ -186,3 +186,33 @@ def test_variants_and_their_members_are_the_definitions() -> None:
         variants = launch_variants(root)
         assert variants == _reference_variants(root)
         assert variant_members(root, variants) == _reference_members(root, variants)
+
+
+# --------------------------------------------------------------------------- namespaces
+
+
+def _reference_namespace_at(code: bytes, offset: int) -> tuple[str, ...]:
+    """The definition, namespace by namespace (each matched anew: cubic on a pasted file)."""
+    import re
+
+    from optrace.engine.source import match_bracket
+
+    pattern = re.compile(rb"\bnamespace\s+((?:[A-Za-z_]\w*+\s*+(?:::\s*+)?)*+)\{")
+    out: list[str] = []
+    for m in pattern.finditer(code, 0, offset):
+        close = match_bracket(code, m.end() - 1)
+        if m.end() <= offset and (close < 0 or offset < close):
+            out.extend(p for p in re.split(r"\s*::\s*", m.group(1).decode().strip()) if p)
+    return tuple(out)
+
+
+def test_namespaces_found_once_a_file_are_the_definitions() -> None:
+    from optrace.codemods.op_host_registry import namespace_at
+
+    rng = random.Random(32)
+    parts = [b"namespace a {", b"namespace b::c {", b"namespace {", b"}", b"(", b")", b"[", b"]", b"{",
+             b" x ", b"namespace d", b"\n"]
+    for _ in range(2000):
+        code = b"".join(rng.choice(parts) for _ in range(rng.randint(0, 25)))
+        for offset in range(0, len(code) + 1, 3):
+            assert namespace_at(code, offset) == _reference_namespace_at(code, offset), (code, offset)
