@@ -38,6 +38,7 @@ from optrace.codemods.layer_common import (
     split_top,
     starts_line,
 )
+from optrace.engine.codes import OT024
 from optrace.engine.cpp import (
     enclosing_function,
     functions,
@@ -45,7 +46,7 @@ from optrace.engine.cpp import (
     mask,
     param_name,
 )
-from optrace.engine.diagnostics import InputError
+from optrace.engine.diagnostics import Diagnostic, InputError, Severity
 from optrace.engine.discovery import LayerFile, Layers, SearchContext
 from optrace.engine.edits import Edit, line_number, line_start
 from optrace.engine.names import op_name_pattern
@@ -150,6 +151,14 @@ def wrapper_names(layers: Layers, clean: bool = True) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
+def names_op(path: Path, op_name: str) -> bool:
+    """Whether `aclnn_<name>.*` is named for the op: the names equal in normal form (lower
+    case, underscores dropped: `aclnn_matmul_v3` for `mat_mul_v3`). A name that holds the
+    op's among other words is another operator's (`aclnn_add_rms_norm` is not `rms_norm`'s)."""
+    stem = path.name.split(".")[0].lower().removeprefix("aclnn_")
+    return stem.replace("_", "") == op_name.lower().replace("_", "")
+
+
 def aclnn_files(layers: Layers) -> list[Path]:
     """The discovered wrappers, plus `pregen/.../aclnn_<op>.{h,cpp}` (older UMDK trees keep
     them in `ascend_kernels/pregen/build_out/autogen/`, which repository search skips as a
@@ -167,12 +176,28 @@ def aclnn_files(layers: Layers) -> list[Path]:
     return found
 
 
+def unthreadable(layers: Layers, files: list[Path], names: Sequence[str], clean: bool = True) -> bool:
+    """aclnn files found, and none is a wrapper of this op optrace can thread the buffer
+    through: no `...GetWorkspaceSize` of the op's and no launch of the op in its l0op
+    files (`aclnn_matmul.cpp` in `mat_mul_v3/op_api/`, a public API reaching the op
+    through shared code). Mode B would leave the output short of the public API."""
+    return bool(files) and not names and not threading(layers, clean).launches
+
+
 def aclnn_edits(plan: Plan, mode: str) -> list[Edit]:
-    del mode  # the parameter exists in both modes (mode A passes a null tensor)
+    # The parameter exists in both modes (mode A passes a null tensor).
     layers = plan.analysis.layers
     edits: list[Edit] = []
     names = wrapper_names(layers)
-    for path in aclnn_files(layers):
+    files = aclnn_files(layers)
+    if mode == "B" and unthreadable(layers, files, names):
+        more = f" and {len(files) - 3} more" if len(files) > 3 else ""
+        shown = ", ".join(p.name for p in files[:3]) + more
+        raise InputError(Diagnostic(
+            CODE_LAYER_SHAPE, f"no aclnn wrapper of this op in {shown}: none declares its "
+            "...GetWorkspaceSize or reaches its launch, so profilingData cannot be threaded to the "
+            "public API (mode A needs no wrapper)", files[0], 1))
+    for path in files:
         data = clean_bytes(path)
         star = b"const aclTensor* " if b"aclTensor* " in data and b"aclTensor *" not in data \
             else b"const aclTensor *"
@@ -254,9 +279,15 @@ class AclnnLayer(FileLayer):
         for path, code in ctx.cpp_candidates():
             if ctx.inside(path):
                 continue
-            if (path.name.lower().startswith("aclnn_") and ctx.op in os.fsencode(path.name)) or re.search(
+            named = path.name.lower().startswith("aclnn_")
+            if (named and names_op(path, ctx.layers.op_name)) or re.search(
                     rb"aclnnInner" + camel + rb"GetWorkspaceSize", code):
                 out.append(ctx.at(path, code, rb"aclnn(?:Inner)?" + camel, "aclnn wrapper (outside op dir)"))
+            elif named and ctx.op in os.fsencode(path.name.lower()):
+                ctx.layers.diagnostics.append(Diagnostic(
+                    OT024, f"{path.name} is not taken as this op's aclnn wrapper: its name is another "
+                    f"operator's (`{ctx.layers.op_name}` among other words); name it under [layers] "
+                    "aclnn in optrace.toml if it is this op's", path, 1, Severity.INFO))
         return out
 
     def find(self, layers: Layers) -> list[Path]:
@@ -268,6 +299,12 @@ class AclnnLayer(FileLayer):
     def verify(self, model: LayerModel) -> list[Evidence]:
         names = wrapper_names(model.op.layers, clean=False)  # hand-written wrappers under any name too
         launched = bool(threading(model.op.layers, clean=False).launches)
+        files = list(model.data)
+        if model.op.mode != "B" and unthreadable(model.op.layers, files, names, clean=False):
+            return [Evidence(path, 1, f"mode {model.op.mode}: no wrapper of this op here (no "
+                             "...GetWorkspaceSize of the op's, no launch of it): the profiling output "
+                             "does not pass through it")
+                    for path in files]
         ev: list[Evidence] = []
         for path, data in model.data.items():
             try:

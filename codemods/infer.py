@@ -263,7 +263,9 @@ class InferLayer(FileLayer):
         out: list[LayerFile] = []
         for path in ctx.operator_cpp:
             code = ctx.code(path)
+            # A graph fusion pass runs InferShape on the nodes it builds: it registers none.
             if (is_host_source(path, ctx.op_dir) and not path.name.lower().endswith(".h")
+                    and "fusion_pass" not in path.parts
                     and re.search(rb"InferShape|IMPL_OP_INFERSHAPE|InferDataType", code)):
                 out.append(ctx.at(path, code, rb"InferShape\w*\s*\(", "infer shape"))
         return out
@@ -314,6 +316,7 @@ class InferLayer(FileLayer):
 
 
 _IMPL_RE = re.compile(rb"\bIMPL_OP(?:_INFERSHAPE|_OPTILING)?\s*\(\s*(\w+)\s*\)")
+_TILING_REG_RE = re.compile(rb"\bIMPL_OP_OPTILING\s*\(\s*\w+\s*\)")
 
 
 def _misspelt_registrations(model: LayerModel, layers: Layers) -> list[Evidence]:
@@ -327,21 +330,31 @@ def _misspelt_registrations(model: LayerModel, layers: Layers) -> list[Evidence]
     Only a name that is nothing else: not the op's with a suffix (`DemoOpV2`, a sibling
     op), not named anywhere else in the repository (another op's OpDef), and with the op
     itself never named in these files' code (registered through a macro of the project,
-    which optrace does not read): those stay "infer not read", a G2 failure."""
+    which optrace does not read): those stay "infer not read", a G2 failure. A name far
+    from the op's that another file of the repository names is another operator's infer
+    kept in this folder: said, and passing, since this op has no infer to order."""
     op_type = layers.camel
     own = re.compile(r"\b" + re.escape(op_type) + r"\b")
-    if any(own.search(decode(mask(data))) for data in model.data.values()):
-        return []
+    # A tiling file read beside the infer ones (it says InferShape somewhere) names the op
+    # for its tiling: not where a project macro would register the op's infer.
+    named = any(own.search(decode(mask(data))) for data in model.data.values()
+                if not _TILING_REG_RE.search(data))
     read = {p.resolve() for p in model.data}
     out = []
     for path, data in model.data.items():
-        for m in _IMPL_RE.finditer(data):
+        for m in _IMPL_RE.finditer(data) if not named else ():
             name = m.group(1).decode()
             near = difflib.SequenceMatcher(None, name.lower(), op_type.lower()).ratio() >= 0.85
             versioned = name.lower().startswith(op_type.lower()) or op_type.lower().startswith(name.lower())
             elsewhere = [f for f in repo_index(layers.repo_root).mentioning(name.encode())
                          if f.resolve() not in read and re.search(rb"\b" + re.escape(name.encode()) + rb"\b",
                                                               read_or_empty(f))]
+            if name != op_type and not near and elsewhere:
+                # Another operator's infer kept in this folder (`PReluGrad`'s beside the op
+                # `PReluGradUpdate`): not this op's, so no order of its outputs is at stake.
+                out.append(Evidence(path, line_of(data, m.start()), f"registers the infer functions of "
+                                    f"`{name}`, another operator (named in {elsewhere[0].name}), not "
+                                    f"`{op_type}`'s: this op registers none here, so optrace edits none"))
             if name != op_type and near and not versioned and not elsewhere:
                 out.append(Evidence(path, line_of(data, m.start()), f"registers its infer functions for "
                                     f"`{name}`, not the op `{op_type}` (a misspelling?): the op has no infer "

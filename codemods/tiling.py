@@ -193,4 +193,9 @@ class TilingLayer(FileLayer):
             for host in host_functions(model.op.layers, TILING, clean=False):
                 ev.append(Evidence(host.path, host.function.line, f"tiling `{host.function.name}` does not "
                                    "describe the outputs: no order to keep"))
+        if not ev and model.data and not any(output_uses(data) for data in model.data.values()):
+            # Tiling code registered elsewhere (a shared template) that never reads an output
+            # here: nothing in these files has an order to keep, and apply edits none.
+            ev.extend(Evidence(path, 1, "tiling code that reads no output: no order to keep")
+                      for path in model.data)
         return ev

@@ -67,6 +67,8 @@ OT022 = Code("OT022", "preprocessor conditionals split the entry's statements: r
              "diagnostics.md")
 OT023 = Code("OT023", "a call the call graph cannot follow, and why (the trace stops there)", I,
              "diagnostics.md")
+OT024 = Code("OT024", "a host file named like the op names another operator: not taken (a near miss)", I,
+             "diagnostics.md")
 OT030 = Code("OT030", "cannot write an output file", E, "input-matrix.md")
 # The edit engine and the journal.
 OT040 = Code("OT040", "two edits overlap", E, "edits.md")
@@ -140,7 +142,7 @@ OT999 = Code("OT999", "internal error (a bug in optrace: exit 3)", E, "diagnosti
 
 _TABLE: tuple[Code, ...] = (
     OT001, OT002, OT003, OT004, OT005, OT010, OT011, OT012, OT013, OT014, OT015, OT016, OT020, OT021,
-    OT022, OT023, OT030, OT040, OT041, OT042, OT043, OT044, OT045, OT046, OT047, OT048, OT101, OT102,
+    OT022, OT023, OT024, OT030, OT040, OT041, OT042, OT043, OT044, OT045, OT046, OT047, OT048, OT101, OT102,
     OT103, OT104, OT105, OT106, OT107, OT108, OT109, OT110, OT200, OT201, OT202, OT203, OT204, OT205,
     OT206, OT207, OT208, OT300, OT302, OT310, OT311, OT312, OT313, OT314, OT401, OT402, OT403, OT404,
     OT405, OT406, OT407, OT408, OT409, OT410, OT411, OT412, OT413, OT420, OT421, OT451, OT452, OT453,
@@ -199,6 +201,11 @@ _NOTES = {
              "calls it follows into other functions. Past 256 levels (no real kernel comes close) "
              "it stops with this error at the statement that crossed the bound, instead of "
              "exhausting the interpreter's stack; nothing is written.",
+    "OT024": "A host file outside the operator directory whose name holds the op's name among "
+             "other words (`aclnn_add_rms_norm.h` for the op `rms_norm`, `aclnn_fused_sgd.h` for "
+             "`sgd`) is another operator's: a file is the op's when its name, in normal form "
+             "(lower case, without underscores), is the op's. The plan lists each near miss so a "
+             "file that is the op's after all can be named in the config.",
     "OT023": "A call from the kernel entry or the kernel class's steps that the call graph could "
              "not follow: its receiver's class is not in the files read (an absent header), its "
              "type is a template parameter no class is bound to (a dependent name), it goes "

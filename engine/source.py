@@ -252,11 +252,18 @@ def blank_if0(data: bytes) -> bytes:
     """Blank `#if 0` ... `#endif` (and `#else` arms of `#if 1`) so dead code is never read.
 
     Only literal 0/1 conditions are decided; everything else is kept, since both arms of a
-    real `#if` may be compiled depending on the build.
+    real `#if` may be compiled depending on the build. The directive lines of a decided
+    conditional go with its dead arms: keeping some of them (the `#endif` of an `#if 0` /
+    `#else`, or the `#if 1` of an `#if 1` / `#else`) would leave the parser an unmatched
+    directive, and the statements around it unparsed. An `#elif X` after a dead `#if 0`
+    is where the conditional starts for the build, so it becomes `#if  X`, same length.
     """
     return _blank_if0(bytes(data))
 
 
+# The states of an open conditional in _blank_if0.
+_KEPT, _LIVE, _DEAD, _TAKEN = 0, 1, 2, 3  # undecided; decided: this arm live, dead, done
+_GONE = (_DEAD, _TAKEN)  # the states whose lines are blanked
 _NOT_EOL_RE = re.compile(rb"[^\n\r]")
 
 
@@ -267,29 +274,42 @@ def _blank_if0(data: bytes) -> bytes:
     if not _IF_LITERAL_HINT.search(data) or not _IF_LITERAL_RE.search(data):
         return data
     out = bytearray(data)
-    # Stack of (dead?, decided-by-literal?) per open conditional, and how many of them are
-    # dead (counted, not searched for on every line: nesting thousands deep is input).
-    stack: list[tuple[bool, bool]] = []
-    dead_levels = 0
+    stack: list[int] = []  # the state of each open conditional, innermost last
+    # How many of them are dead or done: counted, not searched for on every line (nesting
+    # thousands deep is input, and the search made the pass its square).
+    gone = 0
     pos = 0
     for line in data.splitlines(keepends=True):
+        blank = gone > 0
         stripped = line.strip()
-        dead_here = dead_levels > 0
         if stripped.startswith(b"#"):
             directive = stripped[1:].lstrip()
+            literal = re.match(rb"(?:el)?if\s+([01])\b", directive)
             if directive.startswith((b"if", b"ifdef", b"ifndef")):
-                literal = re.match(rb"if\s+([01])\b", directive)
-                dead = literal is not None and literal.group(1) == b"0"
-                stack.append((dead, literal is not None))
-                dead_levels += dead
-            elif directive.startswith(b"el") and stack:
-                dead, decided = stack[-1]
-                if decided:
-                    stack[-1] = (not dead, True)
-                    dead_levels += 1 if not dead else -1
+                stack.append(_KEPT if not literal else _LIVE if literal.group(1) == b"1" else _DEAD)
+                gone += stack[-1] in _GONE
+                blank = blank or stack[-1] != _KEPT
+            elif directive.startswith(b"el") and stack and stack[-1] != _KEPT:
+                blank = True
+                was = stack[-1]
+                if was == _LIVE:
+                    stack[-1] = _TAKEN
+                elif was == _DEAD and directive.startswith(b"else"):
+                    stack[-1] = _LIVE
+                elif was == _DEAD and literal:
+                    stack[-1] = _LIVE if literal.group(1) == b"1" else _DEAD
+                elif was == _DEAD and gone == 1:  # no dead one around it
+                    # `#elif X` after a dead `#if 0`: now `#if  X`
+                    stack[-1] = _KEPT
+                    blank = False
+                    at = pos + line.index(b"elif")
+                    out[at : at + 4] = b"if  "
+                gone += (stack[-1] in _GONE) - (was in _GONE)
             elif directive.startswith(b"endif") and stack:
-                dead_levels -= stack.pop()[0]
-        if dead_here or dead_levels > 0:
+                closed = stack.pop()
+                gone -= closed in _GONE
+                blank = blank or closed != _KEPT
+        if blank or gone > 0:
             out[pos : pos + len(line)] = _NOT_EOL_RE.sub(b" ", line)
         pos += len(line)
     return bytes(out)

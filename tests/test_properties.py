@@ -367,9 +367,22 @@ def _simple() -> Program:
                                                          ("exit", "return", False)], None)])
 
 
+def _break_beside_decided_conditionals() -> Program:
+    """A loop with a `break` and `#if 0` / `#else` and `#if 1` / `#else` arms: check blanks the
+    decided conditionals before it parses, and once left an `#endif` without its `#if`, so
+    the loop did not parse and its `break` seemed to leave the region around it (OT407)."""
+    plain = ("plain", "acc += 1U;")
+    body = [plain, ("if", "acc > 3U", [plain, ("exit", "break", False)], None),
+            ("pp", "0", [("for", "groupIdx", "4U", [plain]), plain], [plain, plain]),
+            ("pp", "1", [plain, ("pp", "1", [plain, ("plain", "AscendC::SyncAll();")], []), plain], [])]
+    fn = Function("Dispatch0", False, False, [plain, ("for", "nIdx", "4U", body)])
+    return Program([fn], None, [("call", fn)])
+
+
 @settings(max_examples=max(10, BUDGET // 2), suppress_health_check=SLOW)
 @given(program=programs(), style=styles)
 @example(program=_simple(), style=Style())
+@example(program=_break_beside_decided_conditionals(), style=Style(final_newline=False))
 @example(program=_simple(), style=Style("\r\n", "\t", True, False))
 def test_generated_kernels_round_trip(tmp_path_factory: pytest.TempPathFactory, program: Program,
                                       style: Style) -> None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -53,6 +54,39 @@ def test_if0_blocks_are_dead_and_if1_else_is_dead() -> None:
     src = b"#if 0\n#include \"a.h\"\n#endif\n#if 1\nkeep;\n#else\ndrop;\n#endif\n"
     out = blank_if0(src)
     assert b"a.h" not in out and b"keep" in out and b"drop" not in out
+
+
+def _directives(text: bytes) -> list[bytes]:
+    return [line.strip().split()[0] for line in text.splitlines() if line.strip().startswith(b"#")]
+
+
+@pytest.mark.parametrize("src, kept, gone", [
+    # `#if 0` / `#else`: its `#endif` goes with the `#if 0` (kept alone it is unmatched)
+    (b"#if 0\nx;\n#else\ny;\n#endif\n", [b"y;"], [b"x;", b"#endif"]),
+    # `#if 1` / `#else`: the `#if 1` goes with its dead `#else` arm and `#endif`
+    (b"#if 1\ny;\n#else\nx;\n#endif\nz;\n", [b"y;", b"z;"], [b"x;", b"#if"]),
+    # nested live conditionals with empty dead arms
+    (b"#if 1\na;\n#if 1\nb;\n#else\n#endif\nc;\n#else\n#endif\nd;\n", [b"a;", b"b;", b"c;", b"d;"], [b"#"]),
+    # `#elif X` after a dead `#if 0` is where the build's conditional starts
+    (b"#if 0\nx;\n#elif FOO\ny;\n#else\nz;\n#endif\n", [b"#if   FOO", b"y;", b"z;", b"#endif"], [b"x;"]),
+    (b"#if 0\nx;\n#elif 1\ny;\n#else\nz;\n#endif\n", [b"y;"], [b"x;", b"z;", b"#"]),
+    # an undecided conditional keeps every directive
+    (b"#ifdef FOO\nx;\n#else\ny;\n#endif\n", [b"#ifdef FOO", b"#else", b"#endif", b"x;", b"y;"], []),
+])
+def test_decided_conditionals_leave_matched_directives(src: bytes, kept: list[bytes],
+                                                       gone: list[bytes]) -> None:
+    """What survives blanking parses as C++: every kept `#if` has its kept `#endif`."""
+    out = blank_if0(src)
+    assert len(out) == len(src)
+    for text in kept:
+        assert text in out
+    for text in gone:
+        assert text not in out
+    depth = 0
+    for directive in _directives(out):
+        depth += directive.startswith(b"#if") - (directive == b"#endif")
+        assert depth >= 0
+    assert depth == 0
 
 
 def test_qualifier_macros_detected() -> None:
