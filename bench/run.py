@@ -51,6 +51,8 @@ def main() -> None:
     sections.append(("compare as a CI gate", run("bench_compare.py", *compare_args)))
     scaling_args = ["--operators", "5,10,20", "--ranks", "1,2,4"] if args.quick else []
     sections.append(("scaling", run("bench_scaling.py", *scaling_args)))
+    linear_args = ["--scale", "0.2", "--rounds", "1"] if args.quick else []
+    sections.append(("linear in the input", run("bench_linear.py", *linear_args)))
     stamp = datetime.date.today().isoformat()
     machine = f"{platform.machine()}, Python {platform.python_version()}"
     body = "\n\n".join(f"### {name}\n\n{table}" for name, table in sections)

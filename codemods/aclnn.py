@@ -17,6 +17,7 @@ profiling parameter are left alone.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -282,7 +283,7 @@ class AclnnLayer(FileLayer):
             if (named and names_op(path, ctx.layers.op_name)) or re.search(
                     rb"aclnnInner" + camel + rb"GetWorkspaceSize", code):
                 out.append(ctx.at(path, code, rb"aclnn(?:Inner)?" + camel, "aclnn wrapper (outside op dir)"))
-            elif named and ctx.op in path.name.lower().encode():
+            elif named and ctx.op in os.fsencode(path.name.lower()):
                 ctx.layers.diagnostics.append(Diagnostic(
                     OT024, f"{path.name} is not taken as this op's aclnn wrapper: its name is another "
                     f"operator's (`{ctx.layers.op_name}` among other words); name it under [layers] "

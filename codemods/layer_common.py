@@ -107,6 +107,11 @@ def string_fragment(path: Path, at: int, text: bytes, codemod: str, note: str = 
 
 def indent_unit(data: bytes) -> bytes:
     """One level of indentation as the file writes it (tab, or the smallest space step)."""
+    return _indent_unit(bytes(data))
+
+
+@by_content(64, big=2)  # asked once an edit: hundreds of times of one file
+def _indent_unit(data: bytes) -> bytes:
     steps: dict[int, int] = {}
     tabs = 0
     for m in re.finditer(rb"^([ \t]+)\S", data, re.M):
@@ -305,7 +310,7 @@ _INCLUDE_RE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*[<"][^>"\n]+[>"][^\n]*$',
 def include_edit(path: Path, data: bytes, header: Path, codemod: str) -> Edit | None:
     """`#include "<relative header>"  // optrace` after the file's last include."""
     rel = os.path.relpath(header, path.parent).replace(os.sep, "/")
-    if re.search(rb'#[ \t]*include[ \t]*"[^"]*' + re.escape(header.name.encode()) + rb'"', data):
+    if re.search(rb'#[ \t]*include[ \t]*"[^"]*' + re.escape(os.fsencode(header.name)) + rb'"', data):
         return None
     last = None
     for m in _INCLUDE_RE.finditer(mask_keep_includes(data)):
@@ -341,7 +346,7 @@ def index_constants(data: bytes) -> Mapping[str, int]:
     return _index_constants(bytes(data))
 
 
-@by_content(64)
+@by_content(64, big=2)  # the last two large files too: every function of a file asks
 def _index_constants(data: bytes) -> dict[str, int]:
     code = mask(data)
     out: dict[str, int] = {}

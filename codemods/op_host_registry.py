@@ -17,6 +17,7 @@ helper is called, a registered entry point is not.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from optrace.engine.cpp import CppFunction, functions, mask, param_name
 from optrace.engine.discovery import CPP_EXTS, Layers, walk_files
 from optrace.engine.edits import line_number
 from optrace.engine.names import same_op
-from optrace.engine.source import read_regular
+from optrace.engine.source import bracket_closes, read_regular
 
 INFER_SHAPE = "infer shape"
 INFER_DTYPE = "infer dtype"
@@ -47,13 +48,37 @@ _NAMESPACE_RE = re.compile(rb"\bnamespace\s+((?:[A-Za-z_]\w*+\s*+(?:::\s*+)?)*+)
 
 def namespace_at(code: bytes, offset: int) -> tuple[str, ...]:
     """The named namespaces around `offset` of masked code, outermost first (anonymous
-    ones are transparent)."""
-    out: list[str] = []
-    for m in _NAMESPACE_RE.finditer(code, 0, offset):
-        close = match_bracket(code, m.end() - 1)
-        if m.end() <= offset and (close < 0 or offset < close):
-            out.extend(p for p in re.split(r"\s*::\s*", m.group(1).decode().strip()) if p)
-    return tuple(out)
+    ones are transparent): those whose `{` is before it and not closed by then (or never
+    closed)."""
+    ends, spans = _namespaces(code)
+    at = bisect_right(ends, offset) - 1  # the last namespace opened before `offset`
+    while at >= 0 and 0 <= spans[at][1] <= offset:  # closed by then: look further out
+        at = spans[at][2]
+    out: list[tuple[str, ...]] = []
+    while at >= 0:  # what holds it holds `offset` too
+        out.append(spans[at][0])
+        at = spans[at][2]
+    return tuple(name for names in reversed(out) for name in names)
+
+
+@by_content(64, big=2)
+def _namespaces(code: bytes) -> tuple[list[int], list[tuple[tuple[str, ...], int, int]]]:
+    """Each namespace of a file, in order: where its head ends (just past the `{`), and
+    (its names, the offset of its closing `}` or -1, the index of the namespace holding
+    it or -1). Found once a file: each function asking for its namespaces, each of them
+    matched anew, was cubic in a file pasted over itself."""
+    closes = bracket_closes(code)
+    ends: list[int] = []
+    spans: list[tuple[tuple[str, ...], int, int]] = []
+    open_ones: list[int] = []  # indexes of the namespaces not closed yet, outermost first
+    for m in _NAMESPACE_RE.finditer(code):
+        while open_ones and 0 <= spans[open_ones[-1]][1] < m.end():
+            open_ones.pop()
+        names = tuple(p for p in re.split(r"\s*::\s*", m.group(1).decode().strip()) if p)
+        spans.append((names, closes.get(m.end() - 1, -1), open_ones[-1] if open_ones else -1))
+        ends.append(m.end())
+        open_ones.append(len(spans) - 1)
+    return ends, spans
 
 
 @dataclass(frozen=True)

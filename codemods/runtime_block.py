@@ -21,6 +21,8 @@ import networkx as nx
 
 from optrace.codemods.kernel_points import point_edits
 from optrace.codemods.layer import EXAMPLE_KERNEL, Evidence, FileLayer, LayerExample, LayerModel, line_of
+from optrace.engine.codes import OT012
+from optrace.engine.diagnostics import Diagnostic, InputError
 from optrace.engine.discovery import CPP_EXTS, LayerFile, Layers, SearchContext, walk_files
 from optrace.engine.edits import Edit, line_end, newline_of
 from optrace.engine.names import same_op
@@ -161,6 +163,11 @@ def block_edits(plan: Plan) -> tuple[list[Edit], dict[Path, bytes]]:
     edits: list[Edit] = []
     if base.exists():
         data = read_regular(base)
+        if b"\x00" in data:
+            # Not text optrace can write into (UTF-16, say): the block's UTF-8 lines would
+            # leave a file no compiler reads. (The analysis leaves such a file out too.)
+            raise InputError(Diagnostic(OT012, "binary file (NUL bytes: UTF-16?): the runtime block is not "
+                                        "written into it; save it as UTF-8", base, 0))
         existing = _BLOCK_RE.search(data)
         new_block = block_for(data)
         if existing is not None:

@@ -102,8 +102,9 @@ def strip_bytes(data: bytes, path: Path | None = None) -> bytes:
 
 
 # Keyed by content (and language): a file shared by several operators (a pybind.cpp, a
-# sample) is stripped once per process for as long as its bytes stay the same.
-@by_content(64)
+# sample) is stripped once per process for as long as its bytes stay the same; the last
+# two files past the cache's size bound too (one apply asks the same file hundreds of times).
+@by_content(64, big=2)
 def _strip_kind(kind: str, data: bytes) -> bytes:
     if kind == "python":
         return _strip_hash_lines(_restore_python(data))

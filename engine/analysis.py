@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -384,15 +384,22 @@ def _collect_existing(an: Analysis) -> None:
         by_file.setdefault(fn.src.path, []).append(fn)
     for path, parsed in an.parsed.items():
         code = blank_comments(parsed.src.raw)
-        functions = by_file.get(path, [])
+        # The innermost body holding each point (bodies nest or are apart): one sweep over
+        # the bodies by where they start, as the points come in order, with the bodies
+        # still open on a stack — asking every function for every point was quadratic.
+        functions = sorted(by_file.get(path, []), key=lambda f: (f.body.start_byte, -f.body.end_byte))
+        open_bodies: list[FunctionDef] = []
+        next_fn = 0
         for m in _EXISTING_RE.finditer(code):
             if m.group(2) not in (b"B", b"E"):
                 continue  # not a point planning can pair; check reports it (OT401)
             line = parsed.src.line_of(m.start())
-            owner = None
-            for fn in functions:  # the last one holding it, as the index orders them
-                if fn.body.start_byte <= m.start() < fn.body.end_byte:
-                    owner = fn.id
+            while next_fn < len(functions) and functions[next_fn].body.start_byte <= m.start():
+                open_bodies.append(functions[next_fn])
+                next_fn += 1
+            while open_bodies and open_bodies[-1].body.end_byte <= m.start():
+                open_bodies.pop()
+            owner = open_bodies[-1].id if open_bodies else None
             an.existing.append(
                 TracePoint(decode(m.group(1)), decode(m.group(2)), path, line, m.start(), m.end(),
                            function=owner)
@@ -687,19 +694,24 @@ def _build_callgraph(an: Analysis) -> None:
         for loop in fn.nodes_in(fn.body, ("while_statement", "do_statement", "for_statement",)):
             if is_spin_loop(an, fn, loop):
                 hot.add(fn.id)
-    work: set[str] = set()
-    for h in hot:
-        work.add(h)
-        work |= nx.ancestors(g, h)  # every caller of phase work holds phase work
-    an.phase_work = work
-    heavy: set[str] = set()
-    for fid in g.nodes:
-        if fid not in heavy and an.is_heavy(an.index.functions[fid]):
-            heavy.add(fid)
-            heavy |= nx.ancestors(g, fid)
-    an.heavy = heavy
+    an.phase_work = _with_callers(g, hot)  # every caller of phase work holds phase work
+    an.heavy = _with_callers(g, [fid for fid in g.nodes if an.is_heavy(an.index.functions[fid])])
     # Spin-wait answers above were given before phase work was known; ask again later.
     an._spin.clear()
+
+
+def _with_callers(g: nx.DiGraph, seeds: Iterable[str]) -> set[str]:
+    """The seeds and every function calling one of them, directly or not: one walk up
+    the graph from all of them (a walk per seed went over the same callers again and
+    again)."""
+    out = set(seeds)
+    todo = list(out)
+    while todo:
+        for caller in g.predecessors(todo.pop()):
+            if caller not in out:
+                out.add(caller)
+                todo.append(caller)
+    return out
 
 
 def _has_content(an: Analysis, fn: FunctionDef) -> bool:

@@ -57,6 +57,17 @@ def _names(fn: FunctionDef, index: CodeIndex, by_class: dict[str, set[bytes]]) -
     return {fn.name.encode(), *by_class[cls]}
 
 
+def _holds_one(spans: list[tuple[int, int]], first: int, end: int) -> bool:
+    """Whether one of the sorted `spans` from index `first` on (those starting at or after
+    a body's start) lies within the body ending at `end`."""
+    for a, b in spans[first:]:
+        if a > end:
+            return False
+        if b <= end:
+            return True
+    return False
+
+
 def blank_untouched_bodies(index: CodeIndex, parsed: Mapping[Path, ParsedFile],
                            keep_lines: Mapping[Path, Iterable[int]]) -> dict[Path, bytes]:
     """New contents (same length, same line breaks) of the parsed files that have a body
@@ -108,9 +119,12 @@ def blank_untouched_bodies(index: CodeIndex, parsed: Mapping[Path, ParsedFile],
     out: dict[Path, bytes] = {}
     for path, blanks in spans.items():
         data = bytearray(parsed[path].src.raw)
-        inner = kept_spans.get(path, [])
+        # Kept bodies in order, each body looked up by where it starts: scanning all of
+        # them for each body left out grew with the square of the functions.
+        inner = sorted(kept_spans.get(path, []))
+        starts = [a for a, _ in inner]
         for start, end in blanks:
-            if any(start <= a and b <= end for a, b in inner):
+            if _holds_one(inner, bisect_left(starts, start), end):
                 continue  # a kept function inside this body (a local class's method)
             part = bytes(data[start:end])
             directives = [(m.start(), m.end()) for m in _DIRECTIVE_LINE.finditer(part)]

@@ -30,6 +30,7 @@ from optrace.engine.source import (
     match_bracket,
     normalise,
 )
+from optrace.engine.vocabulary import FRAG_CLOSE, FRAG_OPEN, LINE_MARK
 
 _LANGUAGE = Language(tree_sitter_cpp.language())
 
@@ -539,12 +540,56 @@ def iter_nodes(node: Node, types: frozenset[str] | set[str], *, into_lambdas: bo
         stack.extend(reversed(n.children))
 
 
+_OWN_FRAGMENT_RE = re.compile(re.escape(FRAG_OPEN) + rb".*?" + re.escape(FRAG_CLOSE), re.S)
+_SPACE_RE = re.compile(rb"\s+")
+
+
+def definition_key(src: SourceFile, node: Node) -> bytes:
+    """What makes two function definitions the same code: their text (optrace's own
+    insertions and whitespace left out, so an instrumented copy is still the same) and
+    every head around it — template parameters, class and namespace heads, and the
+    preprocessor arm it sits in. Two definitions with one key are one function written
+    twice (a header pasted over itself, a guarded header repeated): at most one of them
+    can be compiled."""
+    start = node.start_byte
+    heads: list[bytes] = []
+    parent = node.parent
+    if parent is not None and parent.type == "template_declaration":
+        start = parent.start_byte
+    while parent is not None:
+        if parent.type in _CLASS_TYPES or parent.type == "namespace_definition":
+            body = parent.child_by_field_name("body")
+            head_end = body.start_byte if body is not None else parent.end_byte
+            heads.append(src.text[parent.start_byte : head_end])
+        elif parent.type == "template_declaration":
+            params = parent.child_by_field_name("parameters")
+            if params is not None:
+                heads.append(src.text[params.start_byte : params.end_byte])
+        elif parent.type.startswith("preproc_"):  # the arm's directive line: `#if A`, `#elif B`, `#else`
+            end = src.text.find(b"\n", parent.start_byte, parent.end_byte)
+            heads.append(src.text[parent.start_byte : end if end >= 0 else parent.end_byte])
+        parent = parent.parent
+    own = src.text[start : node.end_byte]
+    if LINE_MARK in own:
+        own = b"\n".join(line for line in own.split(b"\n") if LINE_MARK not in line)
+    if FRAG_OPEN in own:
+        own = _OWN_FRAGMENT_RE.sub(b"", own)
+    return _SPACE_RE.sub(b"", b"\0".join([*heads, own]))
+
+
 @dataclass
 class CodeIndex:
-    """Every function and class of the parsed files, looked up by unqualified name."""
+    """Every function and class of the parsed files, looked up by unqualified name.
+
+    A definition that repeats an earlier one (`definition_key`) is in `functions` but not
+    in `by_name`: no call reaches it, so the planner follows one body where the input
+    pasted the same function N times (following all N made every call fan out N ways,
+    and the plan's work grow with the square of the input)."""
 
     functions: dict[str, FunctionDef] = field(default_factory=dict)
     by_name: dict[str, list[FunctionDef]] = field(default_factory=lambda: defaultdict(list))
+    twins: dict[str, FunctionDef] = field(default_factory=dict)  # a repeat's id -> the first definition
+    _keys: dict[bytes, FunctionDef] = field(default_factory=dict)
     classes: dict[str, ClassInfo] = field(default_factory=dict)
     # alias name -> target base type names (from any `using X = ...;` / typedef)
     aliases: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
@@ -598,6 +643,11 @@ class CodeIndex:
         fn = FunctionDef(fid, name, scope, core, src, node, body, _param_types(src, declarator),
                          self._current_index, _enclosing_namespace(node, src))
         self.functions[fid] = fn
+        key = definition_key(src, node)
+        first = self._keys.setdefault(key, fn)
+        if first is not fn:
+            self.twins[fid] = first
+            return
         self.by_name[name].append(fn)
 
     def _add_class(self, src: SourceFile, node: Node) -> None:
@@ -855,7 +905,7 @@ def mask(data: bytes) -> bytes:
 # (and of every operator a process computes) ask them about the same files again and
 # again — a shared pybind.cpp, an adapter — so they are cached by content: a file that
 # changed is a different key.
-@by_content(64)
+@by_content(64, big=2)
 def _mask(data: bytes) -> bytes:
     return blank_literals(data)
 
@@ -992,10 +1042,11 @@ def _blank_macro_statements(text: bytes) -> bytes:
     return bytes(out)
 
 
-@by_content(64)
+@by_content(64, big=2)
 def _functions(data: bytes) -> tuple[tuple[CppFunction, bool], ...]:
     # Definitions and prototypes from one parse (each with "is a definition"): callers ask
-    # for both of the same file, and a parse is most of the cost.
+    # for both of the same file, and a parse is most of the cost — the last two large files
+    # too (offsets only are kept; one apply asked a 1.2 MB header fifty times).
     text = _blank_macro_statements(normalise(data, DEFAULT_QUALIFIERS))
     tree = new_parser().parse(text)
     code = mask(data)

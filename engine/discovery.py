@@ -301,7 +301,7 @@ class RepoIndex:
         least = [w for w in key if not any(o != w and o in w for o in key)]
         hits: list[Path] = []
         for path, low in zip(self.files, self._contents(), strict=True):
-            if path.stem.lower().encode() in key:
+            if os.fsencode(path.stem.lower()) in key:
                 hits.append(path)
             elif (low is not None and any(w in low for w in least)
                   and whole.search(low)):
@@ -318,6 +318,12 @@ def repo_index(root: Path) -> RepoIndex:
     if root not in _REPO_INDEXES:
         _REPO_INDEXES[root] = RepoIndex.build(root)
     return _REPO_INDEXES[root]
+
+
+def forget_repo_indexes() -> None:
+    """Drop the indexes built so far: for a process that runs on a tree again after
+    changing its files (the source fuzzer), which would otherwise search the old ones."""
+    _REPO_INDEXES.clear()
 
 
 def read_bounded(path: Path, limit: int = SEARCH_LIMIT_BYTES) -> bytes | None:
@@ -511,6 +517,12 @@ def discover(op_dir: Path, repo_root: Path, config: Config, searches: Sequence[L
     if "entry" not in config.layers:
         refuse_parent_of_operators(op_dir)
     op_name = op_dir.name
+    if op_name != os.fsencode(op_name).decode("utf-8", "replace"):
+        # The directory's name is the operator's: it spells the functions, classes and
+        # files of every layer, which are text. (A name of bytes elsewhere on the path is
+        # fine: paths round-trip as bytes.)
+        raise InputError(Diagnostic(OT001, "the operator directory's name is not UTF-8 text: it names "
+                                    "the operator in every layer; rename the directory", op_dir, 0))
     layers = Layers(op_name, camel_case(op_name), op_dir, repo_root)
     op_files = list(walk_files(op_dir))
     cpp_files = [p for p in op_files if p.suffix.lower() in CPP_EXTS]
@@ -672,7 +684,7 @@ class SearchContext:
         self.op_dir = layers.op_dir
         self.operator_cpp = operator_cpp  # C/C++ files under the operator directory
         self.sample_globs = tuple(sample_globs)
-        self.op = layers.op_name.encode()
+        self.op = os.fsencode(layers.op_name)
         self.camel = op_name_pattern(layers.op_name)  # any spelling (acronyms, case)
         self.exec_re = launch_pattern(layers.op_name)  # what the torch codemod reads as a launch
         self.index = repo_index(layers.repo_root)

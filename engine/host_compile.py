@@ -20,6 +20,7 @@ import signal
 import stat
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -75,7 +76,10 @@ class HostCompile:
 
 # libclang runs in a child process: a file can crash it (a template nested 10,000 deep
 # overflows its stack) or make it run away, and neither may take `check` down with it.
-COMPILE_SECONDS = 300.0  # per child
+# A real operator's files compile in seconds against the stand-in headers; a file past a
+# minute is one libclang cannot finish (an unclosed template thousands deep runs until the
+# memory bound, then on).
+COMPILE_SECONDS = 60.0  # the batch's child; the retries after it share as much again
 COMPILE_BYTES = 4 << 30  # address space a child may add to what it inherits
 
 
@@ -85,15 +89,24 @@ def host_compile_bounded(files: list[Path], op_dir: Path, only_lines: Mapping[Pa
     """`host_compile` in a child process with a time and a memory bound. When the child
     crashes or hits a bound, each file is compiled again in a child of its own, so the
     files that compile keep their errors and the one that crashed is named (skipped, with
-    why) instead of the process dying with it."""
+    why) instead of the process dying with it. The retries share one more `seconds`: the
+    file that ran past the bound in the batch runs past it alone too, and each retry with
+    a bound of its own made a check of N files take N + 1 times it. A file left when the
+    time is spent is skipped, and says so: at most twice `seconds` in all."""
     outcome = _in_child(files, op_dir, only_lines, contents, seconds, memory)
     if isinstance(outcome, HostCompile):
         return outcome
     if len(files) == 1:
         return HostCompile(skipped=[(files[0], outcome)])
     merged = HostCompile()
+    deadline = time.monotonic() + seconds
     for path in files:
-        one = _in_child([path], op_dir, only_lines, contents, seconds, memory)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            merged.skipped.append((path, f"the compile check ran out of time ({seconds:g} s for the files "
+                                         "of a batch that failed) before this file"))
+            continue
+        one = _in_child([path], op_dir, only_lines, contents, round(left, 1), memory)
         if isinstance(one, HostCompile):
             merged.errors.update(one.errors)
             merged.skipped.extend(one.skipped)

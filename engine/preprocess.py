@@ -103,8 +103,10 @@ def scan(src_dir: Path) -> PointMapResult:
             continue
         digest.update(os.fsencode(path.relative_to(src_dir).as_posix()) + b"\0" + raw + b"\0")
         code = blank_if0(blank_comments(raw))
+        line, counted = 1, 0  # counted on from the last point: from 0 each time was quadratic
         for m in _POINT_RE.finditer(code):
-            line = code.count(b"\n", 0, m.start()) + 1
+            line += code.count(b"\n", counted, m.start())
+            counted = m.start()
             line_start = code.rfind(b"\n", 0, m.start()) + 1
             if code[line_start:m.start()].lstrip().startswith(b"#"):
                 continue  # inside a macro definition: not a point of its own

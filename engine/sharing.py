@@ -4,6 +4,7 @@ to change, so the reviewer sees, before any write, what is shared and with whom.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +34,7 @@ def operators_including(root: Path, headers: list[Path], own: Path) -> dict[Path
     index = repo_index(root)
     search = HeaderSearch(root, index.sources)
     wanted = {h.resolve() for h in headers}
-    names = {h.name.encode() for h in headers}
+    names = {os.fsencode(h.name) for h in headers}
     found: dict[Path, set[Path]] = {h.resolve(): set() for h in headers}
     for paths in index.sources.values():
         for includer in paths:
@@ -44,7 +45,7 @@ def operators_including(root: Path, headers: list[Path], own: Path) -> dict[Path
             if data is None or not any(n in data for n in names):
                 continue
             for directive in scan_includes(data):
-                if not directive.quoted or directive.target.rsplit("/", 1)[-1].encode() not in names:
+                if not directive.quoted or os.fsencode(directive.target.rsplit("/", 1)[-1]) not in names:
                     continue
                 local = includer.parent / directive.target
                 target = local if local.exists() else search.find(directive.target, includer)

@@ -182,17 +182,21 @@ def directive_matches(pattern: re.Pattern[bytes], data: bytes) -> Iterator[re.Ma
     literal prefix for the regex engine to skip to, so even finding nothing in a 60 KB
     header tried it at every byte. Matches never overlap, as with finditer."""
     end = 0  # where the last match ended: finditer looks on from there
-    tried = -1  # the line start tried last (a line with two `#`)
     at = data.find(b"#")
     while at >= 0:
         start = data.rfind(b"\n", 0, at) + 1
-        if start >= end and start != tried and not data[start:at].strip(b" \t"):
-            tried = start
+        if start >= end and not data[start:at].strip(b" \t"):
             m = pattern.match(data, start)
             if m is not None:
                 yield m
                 end = m.end()
-        at = data.find(b"#", max(at + 1, end))
+        # No later `#` of this line starts a directive (this one is before it): on from the
+        # next line. Looking at each `#` of a line, each looking back to the line's start,
+        # was quadratic in a long line of them.
+        line_end = data.find(b"\n", at)
+        if line_end < 0:
+            return
+        at = data.find(b"#", max(line_end, end))
     return
 
 
@@ -213,6 +217,29 @@ def match_bracket(code: bytes, open_at: int) -> int:
             if not stack:
                 return m.start()
     return -1
+
+
+def bracket_closes(code: bytes) -> dict[int, int]:
+    """`match_bracket` of every opening bracket of `code`, from one pass: offset of the
+    bracket -> offset of the one closing it, or -1. (A bracket closed by the wrong kind
+    leaves every bracket still open then without its close, as their own scans would.)"""
+    out: dict[int, int] = {}
+    stack: list[tuple[int, int]] = []  # (offset, the closing byte it wants)
+    for m in _BRACKET_RE.finditer(code):
+        c = code[m.start()]
+        if c in _OPEN:
+            stack.append((m.start(), _OPEN[c]))
+        elif stack:
+            at, wants = stack.pop()
+            if wants == c:
+                out[at] = m.start()
+            else:
+                for left, _ in (*stack, (at, wants)):
+                    out[left] = -1
+                stack.clear()
+    for left, _ in stack:
+        out[left] = -1
+    return out
 
 
 _IF_LITERAL_RE = re.compile(rb"^[ \t]*#[ \t]*if[ \t]+[01]\b", re.M)
@@ -236,6 +263,8 @@ def blank_if0(data: bytes) -> bytes:
 
 # The states of an open conditional in _blank_if0.
 _KEPT, _LIVE, _DEAD, _TAKEN = 0, 1, 2, 3  # undecided; decided: this arm live, dead, done
+_GONE = (_DEAD, _TAKEN)  # the states whose lines are blanked
+_NOT_EOL_RE = re.compile(rb"[^\n\r]")
 
 
 @by_content(256)
@@ -246,38 +275,42 @@ def _blank_if0(data: bytes) -> bytes:
         return data
     out = bytearray(data)
     stack: list[int] = []  # the state of each open conditional, innermost last
+    # How many of them are dead or done: counted, not searched for on every line (nesting
+    # thousands deep is input, and the search made the pass its square).
+    gone = 0
     pos = 0
     for line in data.splitlines(keepends=True):
-        dead_around = any(state in (_DEAD, _TAKEN) for state in stack)
-        blank = dead_around
+        blank = gone > 0
         stripped = line.strip()
         if stripped.startswith(b"#"):
             directive = stripped[1:].lstrip()
             literal = re.match(rb"(?:el)?if\s+([01])\b", directive)
             if directive.startswith((b"if", b"ifdef", b"ifndef")):
                 stack.append(_KEPT if not literal else _LIVE if literal.group(1) == b"1" else _DEAD)
+                gone += stack[-1] in _GONE
                 blank = blank or stack[-1] != _KEPT
             elif directive.startswith(b"el") and stack and stack[-1] != _KEPT:
                 blank = True
-                if stack[-1] == _LIVE:
+                was = stack[-1]
+                if was == _LIVE:
                     stack[-1] = _TAKEN
-                elif stack[-1] == _DEAD and directive.startswith(b"else"):
+                elif was == _DEAD and directive.startswith(b"else"):
                     stack[-1] = _LIVE
-                elif stack[-1] == _DEAD and literal:
+                elif was == _DEAD and literal:
                     stack[-1] = _LIVE if literal.group(1) == b"1" else _DEAD
-                elif stack[-1] == _DEAD and not any(s in (_DEAD, _TAKEN) for s in stack[:-1]):
+                elif was == _DEAD and gone == 1:  # no dead one around it
                     # `#elif X` after a dead `#if 0`: now `#if  X`
                     stack[-1] = _KEPT
                     blank = False
                     at = pos + line.index(b"elif")
                     out[at : at + 4] = b"if  "
+                gone += (stack[-1] in _GONE) - (was in _GONE)
             elif directive.startswith(b"endif") and stack:
                 closed = stack.pop()
+                gone -= closed in _GONE
                 blank = blank or closed != _KEPT
-        if blank or any(state in (_DEAD, _TAKEN) for state in stack):
-            for i in range(pos, pos + len(line)):
-                if out[i] not in (0x0A, 0x0D):
-                    out[i] = 0x20
+        if blank or gone > 0:
+            out[pos : pos + len(line)] = _NOT_EOL_RE.sub(b" ", line)
         pos += len(line)
     return bytes(out)
 

@@ -133,9 +133,11 @@ def scan_points(path: Path, data: bytes) -> list[TracePoint]:
         return []
     code = blank_if0(blank_comments(data))
     out = []
+    line, counted = 1, 0  # lines counted up to `counted`, on from the last match (not from 0 each time)
     for m in _POINT_RE.finditer(code):
         head = m.group(1)
-        line = code.count(b"\n", 0, m.start()) + 1
+        line += code.count(b"\n", counted, m.start())
+        counted = m.start()
         guard = head.startswith((b"OptraceEnd", b"OptraceEntryEnd"))
         label, event = decode(m.group(2)), decode(m.group(3))
         out.append(TracePoint(label, event, path, line, m.start(), m.end(), guard=guard))
@@ -379,7 +381,7 @@ def _check_exits_between(report: CheckReport, path: Path, code: bytes, b: TraceP
             continue
         keyword = node.type.split("_")[0]
         report.add(OT407, f'`{keyword}` leaves "{b.label}" (B at line {b.line}) without its E',
-                   path, code.count(b"\n", 0, node.start_byte) + 1)
+                   path, b.line + code.count(b"\n", b.start, node.start_byte))
 
 
 def _check_kernel_g2(report: CheckReport, op_dir: Path, root: Path, analysis: Analysis | None = None) -> None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
 import re
-from itertools import islice
+from itertools import accumulate, islice
 from pathlib import Path
 
 import networkx as nx
@@ -111,6 +112,13 @@ def variants_of(root: Region, conditions: dict[tuple[str, int], str]) -> list[di
     members = variant_members(root, variants)
     merged: dict[str, dict[str, set[str]]] = {}
     shown: dict[frozenset[tuple[str, bool]], str] = {}
+    # Each variant's labels per core type, from one walk (a walk per variant was the
+    # square of the tree's size).
+    per_variant: list[dict[str, set[str]]] = [{} for _ in variants]
+    for region in root.walk():
+        for v in members[id(region)]:
+            for core in region.cores:
+                per_variant[v].setdefault(core, set()).add(region.label)
     for v, arms in enumerate(variants):
         if not arms:
             continue
@@ -120,10 +128,8 @@ def variants_of(root: Region, conditions: dict[tuple[str, int], str]) -> list[di
         key = condition_key(condition)
         condition = shown.setdefault(key, condition)  # the first spelling of the same test
         labels = merged.setdefault(condition, {})
-        for region in root.walk():
-            if v in members[id(region)]:
-                for core in region.cores:
-                    labels.setdefault(core, set()).add(region.label)
+        for core, found in per_variant[v].items():
+            labels.setdefault(core, set()).update(found)
     return [{"condition": condition, "labels": {core: len(v) for core, v in sorted(labels.items())}}
             for condition, labels in merged.items()]
 
@@ -207,11 +213,26 @@ def plan_lint(plan: Plan, stats: dict[str, int], path: list[str]) -> dict[str, o
     for lp in plan.loops:
         if lp.classification in spans:
             spans[lp.classification].setdefault(lp.path, []).append((lp.start, lp.end))
+    # Per file, the loops by start and the furthest end among those starting so far: a
+    # region is inside a loop when one starting before it ends at or after its end (one
+    # bisection a region, not a look at every loop of its file).
+    reach: dict[str, dict[Path, tuple[list[int], list[int]]]] = {}
+    for kind, by_path in spans.items():
+        for file, loops in by_path.items():
+            loops.sort()
+            ends = list(accumulate((end for _, end in loops), max))
+            reach.setdefault(kind, {})[file] = ([start for start, _ in loops], ends)
 
     def inside(kind: str) -> list[Region]:
-        return [r for r in regions if r.anchor is not None and any(
-            start < r.anchor.start and r.anchor.end <= end
-            for start, end in spans[kind].get(r.anchor.path, ()))]
+        out = []
+        for r in regions:
+            if r.anchor is None or r.anchor.path not in reach.get(kind, {}):
+                continue
+            starts, ends = reach[kind][r.anchor.path]
+            before = bisect.bisect_left(starts, r.anchor.start)
+            if before and ends[before - 1] >= r.anchor.end:
+                out.append(r)
+        return out
 
     in_tile = inside("tile")
     longest = max((r.label for r in root.walk()), key=len, default="")

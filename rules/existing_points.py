@@ -45,15 +45,18 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
         if not existing:
             return
         begins: dict[str, list[object]] = {}
+        ends_of: dict[str, list[object]] = {}  # grouped once: a search per label was quadratic
         for p in existing:
             if p.event == "B":
                 begins.setdefault(p.label, []).append(p)
+            elif p.event == "E":
+                ends_of.setdefault(p.label, []).append(p)
         planned: dict[str, list[Region]] = {}
         for r in ctx.root.walk():
             planned.setdefault(r.label, []).append(r)
         for label, points in sorted(begins.items()):
             first = points[0]
-            ends = [p for p in existing if p.label == label and p.event == "E"]
+            ends = ends_of.get(label, [])
             assert hasattr(first, "path")
             end_line = max((p.line for p in ends), default=first.line)  # type: ignore[attr-defined]
             anchor = Anchor(first.path, 0, 0, first.line, end_line, inside=False)  # type: ignore[attr-defined]

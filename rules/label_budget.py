@@ -110,8 +110,16 @@ class LabelBudget(Rule):
         parents: dict[int, Region] = {}
         member: dict[int, list[int]] = {}
         members = variant_members(ctx.root, variants)
+        # Dropped regions leave their parent's list at the end (`gone`; a parent's live
+        # children counted meanwhile): taking each out of a list as it went, comparing
+        # regions field by field, grew with the square of a wide tree.
+        live: dict[int, int] = {}
+        gone: set[int] = set()
+        by_label: dict[str, list[Region]] = {}
         for region, parent in ctx.root.walk_with_parent():
             member[id(region)] = members[id(region)]
+            live[id(region)] = len(region.children)
+            by_label.setdefault(region.label, []).append(region)
             for core in region.cores:
                 for v in member[id(region)]:
                     counted = per_core.setdefault((core, v), Counter())
@@ -144,7 +152,7 @@ class LabelBudget(Rule):
         def push(region: Region) -> None:
             if region.cost == "handshake":
                 return  # kept, and not counted (the docstring says why)
-            if region.kind in _REMOVABLE and not region.children and id(region) in parents:
+            if region.kind in _REMOVABLE and not live[id(region)] and id(region) in parents:
                 k = key(region, order[id(region)])
                 heapq.heappush(heap, (tuple(-x for x in k), order[id(region)], region))
 
@@ -156,7 +164,8 @@ class LabelBudget(Rule):
             ctx.report(f'"{region.label}" ({region.cost}, {"/".join(sorted(region.cores))}) dropped: {why}',
                        region)
             parent = parents[id(region)]
-            parent.children.remove(region)
+            gone.add(id(region))
+            live[id(parent)] -= 1
             per_file.subtract(region.files())
             for core in region.cores:
                 for v in member[id(region)]:
@@ -165,8 +174,12 @@ class LabelBudget(Rule):
                     if counts[region.label] == 0:
                         del counts[region.label]
             removed[region.cost] += 1
-            if not parent.children:
+            if not live[id(parent)]:
                 push(parent)
+
+        def prune() -> None:
+            for region in {id(parents[g]): parents[g] for g in gone}.values():
+                region.children[:] = [c for c in region.children if id(c) not in gone]
 
         for region in ctx.root.walk():
             push(region)
@@ -175,8 +188,7 @@ class LabelBudget(Rule):
         phase_variants: list[set[int]] = []  # the over-budget variants each dropped phase left
         while over and heap:
             neg, n, region = heapq.heappop(heap)
-            if region.children or not over_for(region) or id(region) not in parents \
-                    or region not in parents[id(region)].children:
+            if live[id(region)] or id(region) in gone or id(region) not in parents or not over_for(region):
                 continue
             current = key(region, n)
             if tuple(-x for x in current) != neg:
@@ -187,8 +199,8 @@ class LabelBudget(Rule):
                                               for v in member[id(region)] if (core, v) in over):
                 # Its label stays with other regions: dropping it alone gains nothing, so
                 # the label goes with all its regions (when they are all leaves) or stays.
-                group = [r for r in ctx.root.walk() if r.label == region.label and id(r) in parents]
-                if any(r.children or r.kind not in _REMOVABLE or r.cost != region.cost for r in group):
+                group = [r for r in by_label[region.label] if id(r) in parents and id(r) not in gone]
+                if any(live[id(r)] or r.kind not in _REMOVABLE or r.cost != region.cost for r in group):
                     continue
             counts = sorted({len(per_core[(core, v)]) for core in region.cores for v in member[id(region)]
                              if (core, v) in over})
@@ -202,14 +214,17 @@ class LabelBudget(Rule):
             fn = ctx.analysis.index.functions.get(region.function or "")
             if fn is not None and fn.scope and fn.name in _WORK_METHODS:
                 dropped_work.add(fn.scope)
-            over = {k for k in over if len(per_core[k]) > target}
+            touched = {(core, v) for r in group for core in r.cores for v in member[id(r)]}
+            over -= {k for k in touched & over if len(per_core[k]) <= target}
+        prune()
         # A class whose work is gone keeps no Init: its setup would time nothing a reader sees.
         for region in list(ctx.root.walk()):
             fn = ctx.analysis.index.functions.get(region.function or "")
             if (fn is not None and fn.name == "Init" and fn.scope in dropped_work
-                    and not region.children and id(region) in parents):
+                    and not live[id(region)] and id(region) in parents):
                 remove(region, f"the work of `{fn.scope}` was dropped, so its Init would time nothing "
                                "a reader sees")
+        prune()
         ctx.stats["phases_dropped"] = removed["phase"]
         # The invariant the order gives, measured: a phase dropped from a variant whose
         # setup is still there (0 unless a setup region could not be dropped: not a leaf).
@@ -233,29 +248,61 @@ def launch_variants(root: Region) -> list[tuple[tuple[str, int], ...]]:
     """The variants one launch may run: each maximal combination of variant arms the
     regions sit in (a region outside every dispatch runs in all). One, `()`, when the
     kernel has no variant dispatch."""
-    tuples = {t for r in root.walk() for t in (r.variant, *r.also_variants) if t}
-    maximal = [t for t in tuples
-               if not any(o != t and set(t) < set(o) for o in tuples)]
+    tuples = {t: frozenset(t) for r in root.walk() for t in (r.variant, *r.also_variants) if t}
+    # A combination is maximal unless another holds all its arms: the candidates are the
+    # combinations holding its rarest arm (comparing every pair grew with the square of
+    # the combinations, and a header pasted N times over has N^2 of them).
+    holding: dict[tuple[str, int], list[frozenset[tuple[str, int]]]] = {}
+    for arms in tuples.values():
+        for arm in arms:
+            holding.setdefault(arm, []).append(arms)
+    maximal = []
+    for t, arms in tuples.items():
+        rarest = min(arms, key=lambda arm: len(holding[arm]))
+        if not any(arms < other for other in holding[rarest]):
+            maximal.append(t)
     return sorted(maximal) or [()]
-
-
-def _compatible(variant: tuple[tuple[str, int], ...], arms: tuple[tuple[str, int], ...]) -> bool:
-    chosen = dict(arms)
-    return all(chosen.get(d, a) == a for d, a in variant)
 
 
 def variant_members(root: Region, variants: list[tuple[tuple[str, int], ...]]) -> dict[int, list[int]]:
     """id(region) -> the indexes of the variants it runs in: those its own arms allow, and
     those of other call sites reaching an ancestor's code (one function reached from two
-    variants is planned once and counts in both)."""
+    variants is planned once and counts in both).
+
+    A combination of arms allows a variant unless the variant picks another arm of one of
+    its dispatches; the variants each combination allows are a bit set, computed once per
+    combination."""
+    choosing: dict[tuple[str, int], int] = {}  # (dispatch, arm) -> the variants choosing it
+    deciding: dict[str, int] = {}  # dispatch -> the variants choosing any of its arms
+    for v, arms in enumerate(variants):
+        for dispatch, arm in dict(arms).items():
+            choosing[(dispatch, arm)] = choosing.get((dispatch, arm), 0) | 1 << v
+            deciding[dispatch] = deciding.get(dispatch, 0) | 1 << v
+    every = (1 << len(variants)) - 1
+    allowed: dict[tuple[tuple[str, int], ...], int] = {}
+
+    def allows(combination: tuple[tuple[str, int], ...]) -> int:
+        mask = allowed.get(combination)
+        if mask is None:
+            mask = every
+            for dispatch, arm in combination:
+                mask &= choosing.get((dispatch, arm), 0) | (every & ~deciding.get(dispatch, 0))
+            allowed[combination] = mask
+        return mask
+
     out: dict[int, list[int]] = {}
-
-    def visit(node: Region, inherited: list[tuple[tuple[str, int], ...]]) -> None:
-        extra = [*inherited, *node.also_variants]
-        out[id(node)] = [v for v, arms in enumerate(variants)
-                         if _compatible(node.variant, arms) or any(_compatible(t, arms) for t in extra)]
-        for child in node.children:
-            visit(child, extra)
-
-    visit(root, [])
+    todo: list[tuple[Region, int]] = [(root, 0)]
+    while todo:
+        node, inherited = todo.pop()
+        extra = inherited
+        for combination in node.also_variants:
+            extra |= allows(combination)
+        mask = allows(node.variant) | extra
+        members = []
+        while mask:
+            low = mask & -mask
+            members.append(low.bit_length() - 1)
+            mask ^= low
+        out[id(node)] = members
+        todo.extend((child, extra) for child in node.children)
     return out

@@ -474,7 +474,9 @@ def _zipfile_archive(source: str, handle: BinaryIO) -> _Archive:
     """
     import zipfile  # here only: most of collect's import time otherwise (see _stored_zip)
 
-    errors = (zipfile.BadZipFile, zipfile.LargeZipFile, *_ZIP_ERRORS)
+    # ValueError / OverflowError: an offset in the directory past what a seek takes
+    # ("cannot fit 'int' into an offset-sized integer"), found by the archive fuzzer.
+    errors = (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OverflowError, *_ZIP_ERRORS)
     try:
         zf = zipfile.ZipFile(handle)
         infos = zf.infolist()

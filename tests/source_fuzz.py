@@ -4,9 +4,14 @@ leave them, then plan / apply / strip / check on each, in-process.
 
 Mutations: truncation at a token boundary, an unbalanced brace, quote, comment or raw
 string, an unbalanced or stray `#if` / `#else` / `#endif`, random macros (definitions
-that open braces, calls that hide a statement, attributes), and random encodings (UTF-16
+that open braces, calls that hide a statement, attributes), random encodings (UTF-16
 with BOM, a UTF-8 BOM, GBK text, bytes no encoding has, CR-only or mixed line ends, a NUL
-byte) — one to three per case, on one source of one operator.
+byte), deep nesting (`#if 1`, braces, loops, parentheses, templates 64 to 5,000 levels
+deep), repeated content (the file N times over, a stretch pasted again, a line by the
+thousand), what crashes the compile check (templates nested 10,000 deep, 100,000 line
+continuations: those cases run compile safety), and a name that is not UTF-8 (the file
+renamed with GBK / Latin-1 / invalid bytes, its includes spelled so) — one to three per
+case, on one source of one operator.
 
 A case passes when no step raises anything but a refusal (`InputError`: exit 2 at the
 CLI) — so exit 3 and tracebacks are failures — and, whenever apply wrote, strip gives the
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
 import shutil
@@ -35,8 +41,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fuzz_tally import tally
+
 from optrace.cli.deferred import install as install_deferred
 from optrace.engine.diagnostics import InputError
+from optrace.engine.discovery import forget_repo_indexes
 from optrace.engine.transaction import commit
 from optrace.pipeline.apply import apply_changes, strip_changes
 from optrace.pipeline.check import check_operator
@@ -130,10 +139,97 @@ def random_encoding(rng: random.Random, data: bytes) -> bytes:
     return text.encode("latin-1", "replace")
 
 
+def _two_line_starts(rng: random.Random, data: bytes) -> tuple[int, int]:
+    starts = [0] + [m.end() for m in re.finditer(rb"\n", data)]
+    i = rng.randrange(len(starts))
+    return starts[i], starts[rng.randrange(i, len(starts))]
+
+
+NESTING_DEPTHS = [64, 255, 256, 257, 1000, 5000]
+
+
+def deep_nesting(rng: random.Random, data: bytes) -> bytes:
+    """Nesting around a stretch of the file: `#if 1`, braces, loops (the planner's bound is
+    256 levels), or one expression of nested parentheses or templates."""
+    depth = rng.choice(NESTING_DEPTHS)
+    kind = rng.choice(["if", "brace", "loop", "paren", "template"])
+    if kind in ("paren", "template"):
+        inner = (b"(" * depth + b"1" + b")" * depth if kind == "paren"
+                 else b"std::vector<" * depth + b"int" + b">" * depth)
+        return _at_line_start(rng, data, b"auto optraceFuzzDeep = " + inner + b";\n")
+    open_, close = {"if": (b"#if 1\n", b"#endif\n"), "brace": (b"{\n", b"}\n"),
+                    "loop": (b"for (uint32_t expertIdx = 0; expertIdx < 4; ++expertIdx) {\n", b"}\n")}[kind]
+    start, end = _two_line_starts(rng, data)
+    if rng.random() < 0.15:  # unbalanced as well
+        return data[:start] + open_ * depth + data[start:]
+    return data[:start] + open_ * depth + data[start:end] + close * depth + data[end:]
+
+
+REPEAT_BYTES = 2_000_000  # what a repeated file may grow to (a case stays within seconds)
+
+
+def repeat_content(rng: random.Random, data: bytes) -> bytes:
+    """Content written again: the whole file N times over (a bad merge, a generator run
+    twice), a stretch of it (a function pasted again), or one line many times (hand-written
+    points by the thousand)."""
+    kind = rng.choice(["file", "stretch", "line"])
+    if kind == "file":
+        times = max(2, min(rng.choice([2, 3, 10, 40]), REPEAT_BYTES // max(1, len(data))))
+        return data * times
+    start, end = _two_line_starts(rng, data)
+    if kind == "line":
+        end = data.find(b"\n", start) + 1 or len(data)
+        times = rng.choice([100, 1000, 5000])
+    else:
+        times = rng.choice([2, 5, 20])
+    times = max(2, min(times, REPEAT_BYTES // max(1, end - start)))
+    return data[:end] + data[start:end] * (times - 1) + data[end:]
+
+
+def compile_crash(rng: random.Random, data: bytes) -> bytes:
+    """What overflows libclang's stack or drags it out: a template nested thousands deep,
+    a macro of 100,000 line continuations. Cases holding it run check's compile safety."""
+    if rng.random() < 0.5:
+        n = rng.choice([2_000, 10_000])
+        text = (b"template <typename T> struct OptraceFuzzW { T v; };\nusing OptraceFuzzDeep = "
+                + b"OptraceFuzzW<" * n + b"int" + b">" * n + b";\n")
+    else:
+        text = b"#define OPTRACE_FUZZ_LONG \\\n" + b"    1 + \\\n" * 100_000 + b"    1\n"
+    return _at_line_start(rng, data, text)
+
+
 MUTATIONS: dict[str, Callable[[random.Random, bytes], bytes]] = {
     "truncate": truncate, "brace": unbalance_brace, "quote": unbalance_quote, "if": unbalance_if,
-    "macro": random_macro, "encoding": random_encoding,
+    "macro": random_macro, "encoding": random_encoding, "nesting": deep_nesting, "repeat": repeat_content,
+    "compile-crash": compile_crash,
 }
+
+# Names that are not UTF-8, as a GBK or Latin-1 checkout leaves them on a UTF-8 system.
+NAME_BYTES = [b"\xff\xfe", "分组".encode("gbk"), b"\xe9t\xe9", b"\x80"]
+
+
+def rename_non_utf8(rng: random.Random, repo: Path, target: str) -> str:
+    """The tree mutation: the target file renamed with bytes that are not UTF-8 in its
+    name, and every include of it in the repository spelled with the new name. Returns
+    the new name (relative, as the workspace's snapshot spells it)."""
+    old = repo / target
+    raw = os.fsencode(old.name)
+    stem, dot, suffix = raw.rpartition(b".")
+    new_name = (stem + rng.choice(NAME_BYTES) + dot + suffix) if dot else raw + rng.choice(NAME_BYTES)
+    new = Path(os.fsdecode(os.fsencode(old.parent) + b"/" + new_name))
+    os.rename(old, new)
+    include = re.compile(rb'(#\s*include\s*"(?:[^"\n]*/)?)' + re.escape(raw) + rb'"')
+    for path in repo.rglob("*"):
+        if path.is_file() and not path.is_symlink() and path.suffix in SOURCE_SUFFIXES:
+            data = path.read_bytes()
+            if raw in data:
+                changed = include.sub(lambda m: m.group(1) + new_name + b'"', data)
+                if changed != data:
+                    path.write_bytes(changed)
+    return new.relative_to(repo).as_posix()
+
+
+TREE_MUTATIONS = {"non-utf8-name": rename_non_utf8}
 
 # --------------------------------------------------------------------------- operators
 
@@ -175,6 +271,7 @@ class Workspace:
         return copy
 
     def restore(self, top: Path) -> None:
+        forget_repo_indexes()  # the next case's files are not this one's
         copy = self.copies[top]
         want = self.pristine[top]
         now = _snapshot(copy)
@@ -204,6 +301,11 @@ class Outcome:
         return self.result.startswith("FAIL")
 
 
+# Past this a case is a hang: above every bound optrace sets itself (the compile check's
+# child and its retries: 2 x 60 s), with room for a loaded machine.
+CASE_SECONDS = 300
+
+
 class _Hang(BaseException):  # not caught as a failure of a step: the case itself ran out
     """A case past its time limit (a pattern backtracking for ever: found once)."""
 
@@ -213,7 +315,7 @@ def _alarm(_signum: int, _frame: object) -> None:
 
 
 def run_case(case: int, seed: int, ws: Workspace, operators: list[tuple[Path, Path]],
-             compile_every: int = 0, limit_s: int = 120) -> Outcome:
+             compile_every: int = 0, limit_s: int = CASE_SECONDS) -> Outcome:
     """Case `case` of the run seeded `seed` (the same pair gives the same case); one that
     runs past `limit_s` seconds is a failure too (main thread only: a SIGALRM)."""
     timed = threading.current_thread() is threading.main_thread()
@@ -238,12 +340,18 @@ def _run_case(case: int, seed: int, ws: Workspace, operators: list[tuple[Path, P
     op = repo / fixture_op.relative_to(top)
     sources = sorted(rel for rel in ws.pristine[top] if rel.endswith(SOURCE_SUFFIXES))
     target = rng.choice(sources)
-    names = [rng.choice(list(MUTATIONS)) for _ in range(rng.choice([1, 1, 1, 2, 3]))]
+    kinds = [*MUTATIONS, *TREE_MUTATIONS]
+    names = [rng.choice(kinds) for _ in range(rng.choice([1, 1, 1, 2, 3]))]
     data = ws.pristine[top][target]
     for name in names:
-        data = MUTATIONS[name](rng, data)
+        if name in MUTATIONS:
+            data = MUTATIONS[name](rng, data)
     outcome = Outcome(case, fixture_op.relative_to(top.parent).as_posix(), target, names, "")
     (repo / target).write_bytes(data)
+    for name in names:
+        if name in TREE_MUTATIONS and (repo / target).exists():
+            target = TREE_MUTATIONS[name](rng, repo, target)
+    compile_every = 1 if "compile-crash" in names else compile_every
     mutated = _snapshot(repo)
     step = "plan"
     try:
@@ -263,11 +371,13 @@ def _run_case(case: int, seed: int, ws: Workspace, operators: list[tuple[Path, P
         step = "apply --write"
         commit(applied.changes, repo / ".optrace", name="fuzz")
         step = "check"
+        forget_repo_indexes()  # each step a process of its own, as at the CLI: none sees another's reads
         try:
             check_operator(op, compile_safety=bool(compile_every) and case % compile_every == 0)
         except InputError as exc:  # a refusal of the applied tree: allowed, reported
             outcome.detail = f"check refused: {exc.diagnostic.format()[:200]}"
         step = "strip"
+        forget_repo_indexes()
         stripped = strip_changes(op)  # an InputError here is a failure: apply wrote
         step = "strip --write"
         commit(stripped.changes, repo / ".optrace", name="fuzz")
@@ -315,6 +425,17 @@ def summary(outcomes: list[Outcome]) -> dict[str, object]:
             "failures": [o.__dict__ for o in outcomes if o.failed][:20]}
 
 
+def exit_of(outcome: Outcome) -> int | str:
+    """The case's outcome as a fuzz figure (tests/fuzz_tally.py): 0 (planned, applied,
+    checked and stripped back, or nothing to change), 2 (refused as bad input), a hang, or
+    a crash (any other failure: an exception, or strip not giving the bytes back)."""
+    if outcome.result.startswith("FAIL:hang"):
+        return "hang"
+    if outcome.failed:
+        return "crash"
+    return 2 if outcome.result.startswith("refused") else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=1)
@@ -342,7 +463,15 @@ def main() -> int:
             print(f"  {outcome.case + 1} cases, {time.monotonic() - started:.0f} s",
                   file=sys.stderr, flush=True)
 
-    outcomes = run(args.seed, args.count, compile_every=args.compile_every, progress=tick, start=args.start)
+    with tally("source fuzzer: mutated fixture operators through plan, apply, check, strip",
+               "an operator with one to three mutations") as counts:
+
+        def counted(outcome: Outcome) -> None:
+            counts.count(exit_of(outcome))
+            tick(outcome)
+
+        outcomes = run(args.seed, args.count, compile_every=args.compile_every, progress=counted,
+                       start=args.start)
     report = summary(outcomes)
     report["seed"] = args.seed
     report["first_case"] = args.start

@@ -82,3 +82,17 @@ def test_within_its_bounds_the_child_gives_the_errors(tmp_path: Path) -> None:
     source = _write(tmp_path / "op" / "op_kernel" / "k.cpp", "int k = 1;\nint j = nope;\n")
     result = host_compile_bounded([source], tmp_path / "op")
     assert not result.skipped and [e.line for e in result.errors[source]] == [2]
+
+
+def test_the_retries_after_a_bound_share_one_more_bound(tmp_path: Path) -> None:
+    """A batch past its time bound is retried file by file within one more bound, not one
+    each (a file libclang cannot finish made a check of N files last N + 1 bounds); a file
+    left when it is spent is skipped and says so."""
+    import time
+
+    files = [_write(tmp_path / "op" / "op_kernel" / f"k{i}.cpp", f"int k{i} = 1;\n") for i in range(3)]
+    started = time.monotonic()
+    result = host_compile_bounded(files, tmp_path / "op", seconds=0.0)
+    assert time.monotonic() - started < 30
+    assert [p for p, _ in result.skipped] == files and not result.errors
+    assert all("ran out of time" in why for _, why in result.skipped), result.skipped

@@ -29,6 +29,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "input-matrix.md"
+FUZZ_FIGURES = ROOT / "tests" / "data" / "fuzz_figures.json"  # tests/fuzz_all.py writes it
 LONG = os.environ.get("OPTRACE_LONG_FUZZ", "") not in ("", "0")
 
 # --------------------------------------------------------------------------- inputs
@@ -727,6 +728,23 @@ CASES: list[Case] = [
 ]
 
 FUZZ_RUNS = [
+    "| 14, at optrace dc84b16 (the new classes: deep nesting, repeated content, compile-check "
+    "crashes, names that are not UTF-8 — ~300 cases each; `tests/fuzz_all.py --scale 10`) | 2,000 "
+    "(cases 0–1999 in 2 processes, 7.5 min; compile safety on 40 and on every compile-crash case) "
+    "| 1,774 | 0 | 226 | **0** | — (a clean run at the final code) |",
+    "| 14, at optrace dd8a0a6 (the same, the first 10× run) | 2,000 (2 processes, 36 min on a loaded "
+    "machine) | 1,767 | 0 | 226 | 7 hangs past the then 120 s a case (352, 354, 405, 458, 1692, 1854 "
+    "among them) | 352: a template cut off a few hundred levels deep kept libclang busy to the compile "
+    "check's 300 s bound, then its retry another 300 s (the bound is 60 s now, the retries share one "
+    "more); 1854: an op_host file pasted over itself had its namespaces matched anew for each "
+    "function (cubic; now found once a file); 354–1692: multi-MB host files stripped, parsed and "
+    "scanned hundreds of times by one apply (the last two large files' answers are kept now: "
+    "25–90 s became 3–13 s). An earlier pass of the run (8a623bc) found case 1130, a shared header "
+    "named in bytes (exit 3), and case 1120, the runtime block written into a UTF-16 base header "
+    "(now OT012). All replay clean (`tests/test_fuzz_regressions.py`) |",
+    "| 14, at optrace 8093905 (the new classes' first 200 cases) | 200 | 174 | 0 | 26 | 1: case 24 "
+    "exit 3 | an op_api file named with bytes `\\xff\\xfe`: the repository search encoded file "
+    "names as UTF-8; an operator directory named in bytes crashed the same way (now OT001) |",
     "| 6, at optrace 347cd24 (check's patterns behind literal pre-checks, directives matched only "
     "at lines starting with `#`, the Python layers' LibCST half handed in by the CLI) | 2,000 "
     "(cases 0–1999, 4.4 min; compile safety on 40) | 1,804 | 0 | 196 | **0** | — |",
@@ -835,8 +853,13 @@ FUZZ_SECTION = [
     "`tests/source_fuzz.py` mutates the fixtures' kernels, headers, host files and Python",
     "callers — truncation at a token boundary, unbalanced braces / quotes / comments / raw",
     "strings / `#if`, random macros, random encodings (UTF-16, BOMs, GBK, bad bytes, CR-only",
-    "and mixed line ends, NUL) — one to three mutations a case, and runs plan / apply /",
-    "check (compile safety on every 50th case) / strip on each, in-process. A case fails on",
+    "and mixed line ends, NUL), and the classes of input that once crashed optrace or blew",
+    "its time up: deep nesting (`#if 1`, braces, loops, parentheses, templates 64 to 5,000",
+    "levels), repeated content (the file N times over, a stretch pasted again, a line by the",
+    "thousand), what crashes the compile check (templates nested 10,000 deep, 100,000 line",
+    "continuations: such a case runs compile safety) and a file name that is not UTF-8 (its",
+    "includes spelled so) — one to three mutations a case, and runs plan / apply / check",
+    "(compile safety on every 50th case, 40th in CI) / strip on each, in-process. A case fails on",
     "any exception but a refusal (exit 3 at the CLI) or when strip after a written apply does",
     "not give the mutated bytes back. CI runs 200 cases of seed 14",
     "(`tests/test_source_fuzz.py`); every failure found is replayed by",
@@ -1003,8 +1026,53 @@ def render_doc() -> str:
                          f"{case.code} |")
         lines.append("")
     lines += FUZZ_SECTION
+    lines += figures_section()
     lines += WRITES_SECTION
     return "\n".join(lines)
+
+
+def figures_section() -> list[str]:
+    """Every fuzzer's figures at N times its CI size, from tests/data/fuzz_figures.json."""
+    if not FUZZ_FIGURES.exists():
+        return []
+    run = json.loads(FUZZ_FIGURES.read_text(encoding="utf-8"))
+    scale = run["scale"]
+    lines = [
+        "", f"## Every fuzzer at {scale}× its CI size", "",
+        f"`{run['command']}` at optrace {run['commit']} ({run['date']}, {run['minutes']} min on 2 shared",
+        "cores): each fuzzer at "
+        f"{scale} times the inputs CI gives it (`OPTRACE_FUZZ_SCALE={scale}`; the source fuzzer",
+        f"{scale} × 200 cases of seed 14). An input's exit is what the command — or the CLI around the",
+        "function a fuzzer calls in-process — exits with: 0 clean or read, 1 findings, 2 refused as",
+        "bad input. A crash is exit 3, a traceback, an exception other than a refusal, or a broken",
+        "promise (strip ∘ apply not the identity); a hang is an input past its time bound (the",
+        "source fuzzer: 300 s a case; the runtime fuzzers: 5 s an input, 30–60 s a command).",
+        "`tests/fuzz_all.py` runs them and writes the figures (`tests/data/fuzz_figures.json`),",
+        "`tests/fuzz_tally.py` counts them.", "",
+        "| fuzzer | one input | inputs | exit 0 | exit 1 | exit 2 | crashes | hangs | seconds |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    total = {"inputs": 0, "crashes": 0, "hangs": 0}
+    for fuzzer in run["fuzzers"]:
+        exits = fuzzer["exits"]
+        lines.append(f"| {fuzzer['fuzzer']} | {fuzzer['what']} | {fuzzer['inputs']:,} | "
+                     + " | ".join(f"{exits.get(code, 0):,}" for code in ("0", "1", "2"))
+                     + f" | {fuzzer['crashes']} | {fuzzer['hangs']} | {fuzzer['seconds']:,} |")
+        for key in total:
+            total[key] += fuzzer[key]
+    lines += ["", f"In all: {total['inputs']:,} inputs, **{total['crashes']} crashes, "
+              f"{total['hangs']} hangs**.", "", *FIGURES_BEFORE]
+    return lines
+
+
+# What the earlier ten-times runs found (each fixed, with its test), shown under the table.
+FIGURES_BEFORE = [
+    "The first ten-times run (optrace dd8a0a6, 36 min on a loaded machine) found: the archive",
+    "fuzzer, 1 crash at archive 4,256 of its sequence (a zip directory offset too large to seek",
+    "to: ValueError, exit 3 — now refused, named:",
+    "`tests/runtime/test_pt_zip.py::test_a_directory_offset_past_what_a_seek_takes_is_refused`);",
+    "the source fuzzer, 7 hangs (its table above). The other fuzzers were clean then too.",
+]
 
 
 def test_the_committed_table_is_current() -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from fuzz_tally import SCALE, Tally, tally
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rt_helpers import FP, LABELS, point_map, rank_buffer, well_formed_core
@@ -314,14 +316,21 @@ def test_any_sequence_nests_properly(items: list[tuple[int, int]]) -> None:
 # ----------------------------------------------------------------------------- robustness
 
 
+@pytest.fixture(scope="module")
+def random_buffer_tally() -> Iterator[Tally]:
+    with tally("decoder: random buffers (hypothesis)", "a buffer decoded") as counts:
+        yield counts
+
+
 @pytest.mark.slow  # fuzzing: 150 random buffers
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.integers(1, 4),
     st.sampled_from([8, 9, 16, 33]),
     st.data(),
 )
-def test_random_buffers_decode_or_raise_our_error(slots: int, words: int, data: st.DataObject) -> None:
+def test_random_buffers_decode_or_raise_our_error(random_buffer_tally: Tally, slots: int, words: int,
+                                                  data: st.DataObject) -> None:
     values = data.draw(
         st.lists(
             st.one_of(
@@ -338,8 +347,13 @@ def test_random_buffers_decode_or_raise_our_error(slots: int, words: int, data: 
     try:
         decoded = decode_rank(buffer, point_map())
     except ProfilingInputError as exc:
+        random_buffer_tally.count(2)
         assert exc.path == "rank007.pt"
         return
+    except Exception:
+        random_buffer_tally.count("crash")
+        raise
+    random_buffer_tally.count(0)
     for core in decoded.cores:
         assert (core.end >= core.start).all()
         assert core.start.size == core.label.size == core.depth.size

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from fuzz_tally import SCALE, Tally, tally
 from hypothesis import settings
 from rt_helpers import FP, LABELS, point_map, well_formed_core, write_point_map
 from typer.testing import CliRunner
@@ -50,7 +51,8 @@ from optrace.runtime.synth import SlotWriter, new_buffer
 
 pytestmark = pytest.mark.slow  # fuzzing: tens of thousands of mutated buffers and rank files
 
-CASES = settings.default.max_examples * 100  # 10,000 by default; 200,000 with OPTRACE_LONG_FUZZ=1
+# 10,000 by default; 200,000 with OPTRACE_LONG_FUZZ=1; times OPTRACE_FUZZ_SCALE (tests/fuzz_tally.py)
+CASES = settings.default.max_examples * 100 * SCALE
 SEED = int(os.environ.get("OPTRACE_FUZZ_SEED", "20250601"))
 CASE_SECONDS = 5.0  # far above what a case takes (well under a millisecond): a hang, not a slow case
 DATA = Path(__file__).parent / "data"
@@ -220,37 +222,42 @@ def random_meta(rng: np.random.Generator, rank: int, slots: int, words: int) -> 
 def test_decoder_survives_10000_mutated_buffers(tmp_path: Path) -> None:
     rng = np.random.default_rng(SEED)
     failures = Failures(tmp_path / "failures")
-    refused = decoded_ok = 0
     slowest = 0.0
-    for case in range(CASES):
-        slots = int(rng.integers(1, 7))
-        words = int(rng.choice([4, 5, 6, 8, 9, 16, 33, 64]))
-        rank = int(rng.integers(0, 1000))
-        data = base_slots(rng, slots, words)
-        mutate_buffer(rng, data)
-        buffer = RankBuffer(Path(f"rank{rank:03d}.pt"), random_meta(rng, rank, slots, words), data)
-        map_name = list(MAPS)[int(rng.integers(0, len(MAPS)))]
-        options = DecodeOptions(
-            clock_mhz=[None, 50.0, 1e-6][int(rng.integers(0, 3))],
-            ignore_fingerprint=bool(rng.random() < 0.3),
-        )
-        started = time.perf_counter()
-        try:
-            with time_bound():
-                decoded = decode_rank(buffer, MAPS[map_name], options)
-                assert_decoded_well(decoded, slots, MAPS[map_name])
-        except ProfilingInputError as exc:
-            # The one documented refusal: a point map from another build.
-            if exc.path != str(buffer.path) or "another build" not in exc.message:
-                failures.add(case, f"unexpected refusal: {exc}", data.tobytes())
-            refused += 1
-        except Exception as exc:  # any other exception is the bug we look for
-            failures.add(case, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}",
-                         data.tobytes())
-        else:
-            decoded_ok += 1
-        slowest = max(slowest, time.perf_counter() - started)
+    with tally("decoder: mutated device buffers", "a buffer decoded") as counts:
+        for case in range(CASES):
+            slots = int(rng.integers(1, 7))
+            words = int(rng.choice([4, 5, 6, 8, 9, 16, 33, 64]))
+            rank = int(rng.integers(0, 1000))
+            data = base_slots(rng, slots, words)
+            mutate_buffer(rng, data)
+            buffer = RankBuffer(Path(f"rank{rank:03d}.pt"), random_meta(rng, rank, slots, words), data)
+            map_name = list(MAPS)[int(rng.integers(0, len(MAPS)))]
+            options = DecodeOptions(
+                clock_mhz=[None, 50.0, 1e-6][int(rng.integers(0, 3))],
+                ignore_fingerprint=bool(rng.random() < 0.3),
+            )
+            started = time.perf_counter()
+            try:
+                with time_bound():
+                    decoded = decode_rank(buffer, MAPS[map_name], options)
+                    assert_decoded_well(decoded, slots, MAPS[map_name])
+            except ProfilingInputError as exc:
+                # The one documented refusal: a point map from another build.
+                if exc.path != str(buffer.path) or "another build" not in exc.message:
+                    failures.add(case, f"unexpected refusal: {exc}", data.tobytes())
+                counts.count(2)
+            except CaseTimeout as exc:
+                failures.add(case, str(exc), data.tobytes())
+                counts.count("hang")
+            except Exception as exc:  # any other exception is the bug we look for
+                failures.add(case, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}",
+                             data.tobytes())
+                counts.count("crash")
+            else:
+                counts.count(0)
+            slowest = max(slowest, time.perf_counter() - started)
     failures.check()
+    refused, decoded_ok = counts.outcomes["2"], counts.outcomes["0"]
     assert refused > CASES // 100 and decoded_ok > CASES // 2  # both paths really exercised
     assert slowest < CASE_SECONDS
 
@@ -401,34 +408,39 @@ def test_readers_survive_10000_mutated_pt_files(tmp_path: Path) -> None:
     failures = Failures(tmp_path / "failures")
     pmap = point_map(FP)
     path = tmp_path / "rank007.pt"
-    outcomes = {"read": 0, "refused": 0}
     slowest = 0.0
-    for case in range(CASES):
-        _name, raw = bases[int(rng.integers(0, len(bases)))]
-        for _ in range(int(rng.integers(1, 3))):
-            raw = mutate_pt(rng, raw)
-        path.write_bytes(raw)
-        started = time.perf_counter()
-        try:
-            with time_bound():
-                buffer = read_rank_file(path)
-                assert buffer.meta.rank == 7  # the file name wins
-                decoded = decode_rank(buffer, pmap, DecodeOptions(ignore_fingerprint=True))
-                assert_decoded_well(decoded, buffer.slots, pmap)
-                if case % 10 == 0:  # what `optrace inspect` prints, text and JSON
-                    inspected = inspect_file(path)
-                    format_text([inspected])
-                    json.dumps(inspection_json([inspected]), default=str)
-        except ProfilingInputError as exc:
-            if exc.path != str(path) or not exc.message:
-                failures.add(case, f"refusal without the file: {exc!r}", raw)
-            outcomes["refused"] += 1
-        except Exception as exc:  # any other exception is the bug we look for
-            failures.add(case, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=6)}", raw)
-        else:
-            outcomes["read"] += 1
-        slowest = max(slowest, time.perf_counter() - started)
+    with tally("rank files: mutated .pt archives", "a file read, decoded and inspected") as counts:
+        for case in range(CASES):
+            _name, raw = bases[int(rng.integers(0, len(bases)))]
+            for _ in range(int(rng.integers(1, 3))):
+                raw = mutate_pt(rng, raw)
+            path.write_bytes(raw)
+            started = time.perf_counter()
+            try:
+                with time_bound():
+                    buffer = read_rank_file(path)
+                    assert buffer.meta.rank == 7  # the file name wins
+                    decoded = decode_rank(buffer, pmap, DecodeOptions(ignore_fingerprint=True))
+                    assert_decoded_well(decoded, buffer.slots, pmap)
+                    if case % 10 == 0:  # what `optrace inspect` prints, text and JSON
+                        inspected = inspect_file(path)
+                        format_text([inspected])
+                        json.dumps(inspection_json([inspected]), default=str)
+            except ProfilingInputError as exc:
+                if exc.path != str(path) or not exc.message:
+                    failures.add(case, f"refusal without the file: {exc!r}", raw)
+                counts.count(2)
+            except CaseTimeout as exc:
+                failures.add(case, str(exc), raw)
+                counts.count("hang")
+            except Exception as exc:  # any other exception is the bug we look for
+                failures.add(case, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=6)}", raw)
+                counts.count("crash")
+            else:
+                counts.count(0)
+            slowest = max(slowest, time.perf_counter() - started)
     failures.check()
+    outcomes = {"read": counts.outcomes["0"], "refused": counts.outcomes["2"]}
     assert outcomes["read"] > CASES // 50 and outcomes["refused"] > CASES // 4, outcomes
     assert slowest < CASE_SECONDS
 
@@ -472,30 +484,38 @@ def test_metadata_of_any_shape_is_read_or_refused(tmp_path: Path) -> None:
     data = base_slots(np.random.default_rng(0), 4, 16)
     good = {"slot_words": 16, "aic_cores": 2, "aiv_cores": 2, "format_version": 1, "clock_mhz": 50.0,
             "barrier": True, "fingerprint": FP, "aiv_roles": {}, "extra": {}}
-    for case in range(CASES // 10):
-        meta: dict[str, Any] = dict(good)
-        for key in rng.choice(META_KEYS, size=int(rng.integers(1, 4)), replace=False).tolist():
-            meta[key] = random_value(rng)
-        top: Any = {"optrace_profiling": random_value(rng) if rng.random() < 0.1 else 1, "meta": meta,
-                    "data": data if rng.random() < 0.9 else random_value(rng)}
-        try:
-            raw = pt_bytes(top)
-        except (TypeError, ValueError):
-            continue  # a value the writer refuses (the reader gets no such file from us)
-        path.write_bytes(raw)
-        try:
-            with time_bound():
-                buffer = read_rank_file(path)
-                decoded = decode_rank(buffer, point_map(None))
-                assert_decoded_well(decoded, buffer.slots, point_map(None))
-                inspected = inspect_file(path)
-                format_text([inspected])
-                json.dumps(inspection_json([inspected]), default=str)
-        except ProfilingInputError as exc:
-            if exc.path != str(path):
-                failures.add(case, f"refusal without the file: {exc!r}", raw)
-        except Exception as exc:  # any other exception is the bug we look for
-            failures.add(case, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=6)}", raw)
+    with tally("rank files: metadata of any shape", "a file read, decoded and inspected") as counts:
+        for case in range(CASES // 10):
+            meta: dict[str, Any] = dict(good)
+            for key in rng.choice(META_KEYS, size=int(rng.integers(1, 4)), replace=False).tolist():
+                meta[key] = random_value(rng)
+            top: Any = {"optrace_profiling": random_value(rng) if rng.random() < 0.1 else 1, "meta": meta,
+                        "data": data if rng.random() < 0.9 else random_value(rng)}
+            try:
+                raw = pt_bytes(top)
+            except (TypeError, ValueError):
+                continue  # a value the writer refuses (the reader gets no such file from us)
+            path.write_bytes(raw)
+            try:
+                with time_bound():
+                    buffer = read_rank_file(path)
+                    decoded = decode_rank(buffer, point_map(None))
+                    assert_decoded_well(decoded, buffer.slots, point_map(None))
+                    inspected = inspect_file(path)
+                    format_text([inspected])
+                    json.dumps(inspection_json([inspected]), default=str)
+            except ProfilingInputError as exc:
+                if exc.path != str(path):
+                    failures.add(case, f"refusal without the file: {exc!r}", raw)
+                counts.count(2)
+            except CaseTimeout as exc:
+                failures.add(case, str(exc), raw)
+                counts.count("hang")
+            except Exception as exc:  # any other exception is the bug we look for
+                failures.add(case, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=6)}", raw)
+                counts.count("crash")
+            else:
+                counts.count(0)
     failures.check()
 
 
@@ -773,47 +793,68 @@ def test_fuzzed_profiling_directories_through_the_cli(tmp_path: Path) -> None:
     bases = valid_objects(rng)
     failures = Failures(tmp_path / "failures")
     runs = max(20, CASES // 250)
-    for run in range(runs):
-        directory = tmp_path / f"prof{run}"
-        directory.mkdir()
-        write_point_map(directory, FP if rng.random() < 0.5 else None)
-        files = []
-        for rank in range(int(rng.integers(1, 4))):
-            raw = bases[int(rng.integers(0, len(bases)))][1]
-            if rng.random() < 0.7:
-                raw = mutate_pt(rng, raw)
-            path = directory / f"rank{rank:03d}.pt"
-            path.write_bytes(raw)
-            files.append(path)
-        out = tmp_path / f"trace{run}.json"
-        with time_bound(30), warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            collected = runner.invoke(app, ["collect", str(directory), "-o", str(out),
-                                            "--ignore-fingerprint"])
-            inspected = runner.invoke(app, ["inspect", str(directory), "--format", "json"])
-            reported = runner.invoke(app, ["report", str(directory), "--format", "json"])
-            compared = runner.invoke(app, ["compare", str(directory), str(directory)])
-        for warning in caught:  # numpy overflow warnings would reach the user's terminal
-            if "/runtime/" in warning.filename:
-                failures.add(run, f"warning: {warning.filename}:{warning.lineno}: {warning.message}",
-                             b"".join(p.read_bytes() for p in files))
-        for what, res in (("collect", collected), ("inspect", inspected), ("report", reported),
-                          ("compare", compared)):
-            if res.exit_code not in (0, 1, 2) or "Traceback" in res.output or "internal error" in res.stderr:
-                failures.add(run, f"{what} exit {res.exit_code}: {res.output[-2000:]}",
-                             b"".join(p.read_bytes() for p in files))
-        if collected.exit_code in (0, 1, 2) and out.exists():
-            try:
-                json.loads(out.read_text(), parse_constant=_no_constants)
-            except ValueError as exc:
-                failures.add(run, f"collect wrote invalid JSON: {exc}", out.read_bytes()[:100_000])
-        for path in files:
-            try:
-                read_rank_file(path)
-            except ProfilingInputError:
-                if str(path) not in collected.stderr:
-                    failures.add(run, f"collect did not name {path}: {collected.stderr}", path.read_bytes())
+    with tally("rank files through the CLI: collect, inspect, report, compare",
+               "a command on a profiling directory of mutated files") as counts:
+        for run in range(runs):
+            _cli_run(rng, bases, tmp_path, run, failures, counts)
     failures.check()
+
+
+def _cli_run(rng: np.random.Generator, bases: list[tuple[str, bytes]], tmp_path: Path, run: int,
+             failures: Failures, counts: Tally) -> None:
+    directory = tmp_path / f"prof{run}"
+    directory.mkdir()
+    write_point_map(directory, FP if rng.random() < 0.5 else None)
+    files = []
+    for rank in range(int(rng.integers(1, 4))):
+        raw = bases[int(rng.integers(0, len(bases)))][1]
+        if rng.random() < 0.7:
+            raw = mutate_pt(rng, raw)
+        path = directory / f"rank{rank:03d}.pt"
+        path.write_bytes(raw)
+        files.append(path)
+    out = tmp_path / f"trace{run}.json"
+    commands = {"collect": ["collect", str(directory), "-o", str(out), "--ignore-fingerprint"],
+                "inspect": ["inspect", str(directory), "--format", "json"],
+                "report": ["report", str(directory), "--format", "json"],
+                "compare": ["compare", str(directory), str(directory)]}
+    results = {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for what, args in commands.items():
+            try:
+                with time_bound(30):
+                    results[what] = runner.invoke(app, args)
+            except CaseTimeout as exc:
+                failures.add(run, f"{what}: {exc}", b"".join(p.read_bytes() for p in files))
+                counts.count("hang")
+    for warning in caught:  # numpy overflow warnings would reach the user's terminal
+        if "/runtime/" in warning.filename:
+            failures.add(run, f"warning: {warning.filename}:{warning.lineno}: {warning.message}",
+                         b"".join(p.read_bytes() for p in files))
+    for what, res in results.items():
+        uncaught = not isinstance(res.exception, (SystemExit, type(None)))  # CliRunner's exit 1 for it
+        if (res.exit_code not in (0, 1, 2) or uncaught or "Traceback" in res.output
+                or "internal error" in res.stderr):
+            failures.add(run, f"{what} exit {res.exit_code}: {res.output[-2000:]}",
+                         b"".join(p.read_bytes() for p in files))
+            counts.count("crash")
+        else:
+            counts.count(res.exit_code)
+    collected = results.get("collect")
+    if collected is None:
+        return
+    if collected.exit_code in (0, 1, 2) and out.exists():
+        try:
+            json.loads(out.read_text(), parse_constant=_no_constants)
+        except ValueError as exc:
+            failures.add(run, f"collect wrote invalid JSON: {exc}", out.read_bytes()[:100_000])
+    for path in files:
+        try:
+            read_rank_file(path)
+        except ProfilingInputError:
+            if str(path) not in collected.stderr:
+                failures.add(run, f"collect did not name {path}: {collected.stderr}", path.read_bytes())
 
 
 def test_corrupt_cycle_counts_and_the_slowest_clock_still_give_a_valid_trace(tmp_path: Path) -> None:

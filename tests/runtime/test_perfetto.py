@@ -12,11 +12,13 @@ from __future__ import annotations
 import gzip
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from fuzz_tally import SCALE, Tally, tally
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pftrace_check import read_json, read_pftrace, same_spans
@@ -221,11 +223,17 @@ def core_records(draw: st.DrawFn) -> list[tuple[int, int, int]]:
     return records
 
 
+@pytest.fixture(scope="module")
+def round_trip_tally() -> Iterator[Tally]:
+    with tally("collect: generated ranks to .json and .pftrace", "a collect of a generated rank") as counts:
+        yield counts
+
+
 @pytest.mark.slow  # fuzzing: 40 generated ranks collected and parsed back
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                 HealthCheck.too_slow])
+@settings(max_examples=40 * SCALE, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(cores=st.lists(core_records(), min_size=1, max_size=5), data=st.data())
-def test_any_decoded_rank_round_trips(tmp_path_factory: pytest.TempPathFactory,
+def test_any_decoded_rank_round_trips(tmp_path_factory: pytest.TempPathFactory, round_trip_tally: Tally,
                                       cores: list[list[tuple[int, int, int]]], data: st.DataObject) -> None:
     """Whatever the decoder made of a buffer (repairs, drops, empty cores), the
     .pftrace parses back and holds the JSON trace's spans."""
@@ -245,6 +253,10 @@ def test_any_decoded_rank_round_trips(tmp_path_factory: pytest.TempPathFactory,
     json_out, pf_out = tmp_path / "t.json", tmp_path / "t.pftrace"
     a = invoke("collect", directory, "-o", json_out, *labels)
     b = invoke("collect", directory, "-o", pf_out, *labels)
+    for result in (a, b):
+        uncaught = not isinstance(result.exception, (SystemExit, type(None)))
+        crashed = result.exit_code not in (0, 1, 2) or uncaught
+        round_trip_tally.count("crash" if crashed else result.exit_code)
     assert a.exit_code == b.exit_code and a.exit_code in (0, 1), (a.output, b.output)
     if "nothing written" in a.stderr:  # no span decoded or kept: neither format writes a trace
         assert "nothing written" in b.stderr and not json_out.exists() and not pf_out.exists()
