@@ -161,7 +161,7 @@ def render_text(plan: Plan, mode: PlannedMode | None = None) -> str:
         out.append("")
         out.append("findings:")
         for d in diags:
-            out.append(f"  {d.format(root_dir)}  [{d.severity.value}]")
+            out.append(f"  {d.format()}  [{d.severity.value}]")
     return "\n".join(out) + "\n"
 
 
@@ -351,17 +351,35 @@ def graph_html(plan: Plan) -> str:
     )
 
 
+# The graph's formats by suffix: written by optrace, or drawn by Graphviz's `dot`.
+GRAPH_OWN = (".dot", ".gv", ".html", ".htm")
+GRAPH_DRAWN = (".svg", ".png")
+
+
+def graph_refusal(path: Path) -> str | None:
+    """Why `--graph path` cannot be written here, naming the suffixes that can; None when
+    it can. Asked before any operator is planned: a wrong suffix costs nothing."""
+    suffix = path.suffix.lower()
+    if suffix in GRAPH_OWN or (suffix in GRAPH_DRAWN and shutil.which("dot") is not None):
+        return None
+    usable = ", ".join(GRAPH_OWN + (GRAPH_DRAWN if shutil.which("dot") is not None else ()))
+    if suffix in GRAPH_DRAWN:
+        return f"{suffix} is drawn by Graphviz's `dot`, which is not on PATH; without it: {usable}"
+    return f"the graph's format is chosen by its suffix ({suffix or 'none given'}): use {usable}" + (
+        "" if shutil.which("dot") is not None else f" ({', '.join(GRAPH_DRAWN)} with Graphviz installed)")
+
+
 def graph_bytes(plan: Plan, path: Path) -> bytes:
-    """The call graph as ``path``'s suffix asks: .html, .svg (Graphviz's ``dot``; raises
-    RuntimeError without it) or .dot."""
+    """The call graph as ``path``'s suffix asks (see :func:`graph_refusal`): .html, .dot,
+    or .svg / .png drawn by Graphviz's ``dot`` (RuntimeError without it)."""
     suffix = path.suffix.lower()
     if suffix in (".html", ".htm"):
         return graph_html(plan).encode("utf-8")
-    if suffix == ".svg":
+    if suffix in GRAPH_DRAWN:
         dot = shutil.which("dot")
         if dot is None:
-            raise RuntimeError("SVG output needs Graphviz `dot` on PATH; use .dot or .html")
-        return subprocess.run([dot, "-Tsvg"], input=graph_dot(plan).encode(), check=True,
+            raise RuntimeError(graph_refusal(path))
+        return subprocess.run([dot, f"-T{suffix[1:]}"], input=graph_dot(plan).encode(), check=True,
                               capture_output=True).stdout
     return graph_dot(plan).encode("utf-8")
 

@@ -44,7 +44,7 @@ def preprocess(
     result = scan(src_dir)
     for d in result.diagnostics:
         if d.severity != Severity.INFO:
-            err(d.format(src_dir))
+            err(d.format())
     if not result.ok:
         err(f"{src_dir}: {OT200} nothing written")
         raise typer.Exit(EXIT_INPUT)
@@ -53,7 +53,7 @@ def preprocess(
     # Every file to rewrite is checked before the first is written: none or all.
     refused = modify_refusals(changed, src_dir)
     for d in refused:
-        err(d.format(src_dir))
+        err(d.format())
     if refused:
         err(f"{src_dir}: {OT200} nothing written")
         raise typer.Exit(EXIT_INPUT)
