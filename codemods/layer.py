@@ -280,9 +280,11 @@ def line_of(data: bytes, offset: int) -> int:
     return data.count(b"\n", 0, offset) + 1
 
 
-def output_ordinal(index: int) -> str:
+def output_ordinal(index: int | None) -> str:
     """An output as evidence names it: counted from 1, as `output 3 of 3` is, with the
     index the C++ code uses (`GetOutputShape(2)`) beside it."""
+    if index is None:  # an index expression the reader could not evaluate
+        return "an output whose index is not a constant"
     return f"output {index + 1} (index {index})"
 
 

@@ -334,3 +334,49 @@ def test_a_run_over_several_operators_ends_on_its_count(applied: Path, tmp_path:
     assert code == 1 and err.splitlines()[-1] == "2 operators: 1 would change, 1 unchanged, 0 failed"
     code, out, err = cli("apply", bias, "--write")
     assert code == 0 and "operators:" not in out + err  # one operator: no count
+
+
+# --- the plan at 120 columns ------------------------------------------------------------------
+
+
+def test_the_plan_reads_at_120_columns_with_the_toolkits_headers_counted(tmp_path: Path) -> None:
+    repo = tmp_path / "umdk"
+    shutil.copytree(FIXTURES / "umdk_style", repo)
+    op = repo / UMDK_OPS / "moe_fused_gmm"
+    # A long name, as real kernels have them (UMDK's fused_deep_moe has this one).
+    long_dir = op / "op_kernel" / "moe_fused_gmm" / "gemm" / "kernel"
+    long_name = "grouped_matmul_slice_m_per_token_dequant_swiglu_quant_multistage_workspace.h"
+    (long_dir / "grouped_matmul_dequant_swiglu_quant.h").rename(long_dir / long_name)
+    for path in op.rglob("*.h"):
+        text = path.read_bytes()
+        path.write_bytes(text.replace(b"grouped_matmul_dequant_swiglu_quant.h", long_name.encode()))
+    code, before, _ = cli("plan", op)
+    assert code == 0
+    assert 'not found: "catlass/catlass.hpp"' in before  # no submodule says catlass is the toolkit's
+    (repo / ".gitmodules").write_text('[submodule "third_party/catlass"]\n\tpath = third_party/catlass\n'
+                                      "\turl = https://example.invalid/catlass.git\n")
+    code, out, err = cli("plan", op)
+    assert code == 0, err
+    long = [line for line in out.splitlines() if len(line) > 120]
+    assert not long, long
+    assert "not found: 4 header(s) of the toolkit, 2 in a submodule not checked out, 2 under CANN's " \
+           "include roots (as expected here; --format json lists them)" in " ".join(out.split())
+    assert "not found: \"" not in out
+    _, doc, _ = cli("plan", op, "--format", "json")
+    missing = json.loads(doc)["operators"][0]["includes"]["missing"]
+    assert sorted(m["header"] for m in missing) == ["catlass/arch/arch.hpp", "catlass/catlass.hpp",
+                                                   "lib/matmul_intf.h", "lib/matmul_intf.h"]
+    tree = out.split("trace tree:")[1].split("\nlabels per core type")[0].splitlines()[1:]
+    assert "hot=" not in out and tree
+    classes = {"root", "phase", "setup", "wait", "notify", "barrier", "existing"}
+    for line in tree:
+        if line.startswith("      "):  # a continuation of a wrapped line
+            continue
+        m = re.match(r"\s*(\S.*?) \[[A-Z+]+\] (\w+): (.+?)  @ ", line)
+        assert m and m.group(2) in classes, line
+    for expected in ("group [AIC] phase: loop over `groupIdx`  @ ", "barrier: SyncAll  @ ",
+                     "wait: CrossCoreWaitFlag `dispatchDone`  @ ",
+                     "notify: CrossCoreSetFlag `dispatchDone`  @ ",
+                     "setup: call `Init`  @ ", "phase: tile loop over `loopIdx`, whole  @ ",
+                     "processing [AIC+AIV] root: kernel entry  @ [1]:"):
+        assert expected in out, expected

@@ -113,10 +113,11 @@ def _plan_mode(plan: Plan) -> PlannedMode:
         mode, why = choose_mode(plan)
     except InputError as exc:
         d = exc.diagnostic
-        return PlannedMode("none", f"apply would refuse: {d.format()}")
+        # The plan names files relative to the repository root (JSON too): so does its mode.
+        return PlannedMode("none", f"apply would refuse: {d.format(plan.analysis.layers.repo_root)}")
     reason = why.message.split(": ", 1)[1]
     if mode == "A":
-        reason += f" ({why.location()})"
+        reason += f" ({why.location(plan.analysis.layers.repo_root)})"
     return PlannedMode(mode, reason)
 
 
