@@ -108,8 +108,11 @@ def wrap(lines: list[str], width: int = TEXT_WIDTH) -> list[str]:
     for line in lines:
         indent = " " * (len(line) - len(line.lstrip(" ")))
         while len(line) > width:
-            field = line.rfind("  ", len(indent) + 1, width + 1)
-            if field <= len(indent):
+            # After the line's own leading spaces (a continuation's are deeper): a break
+            # there would only move text right.
+            lead = len(line) - len(line.lstrip(" "))
+            field = line.rfind("  ", lead + 1, width + 1)
+            if field <= lead:
                 break
             out.append(line[:field])
             line = f"{indent}    {line[field:].lstrip(' ')}"

@@ -17,10 +17,13 @@ from typing import Any
 
 import pytest
 import typer
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from optrace.cli.app import app
 from optrace.engine.diagnostics import shown_path
+from optrace.pipeline.plan_text import wrap
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -380,3 +383,14 @@ def test_the_plan_reads_at_120_columns_with_the_toolkits_headers_counted(tmp_pat
                      "setup: call `Init`  @ ", "phase: tile loop over `loopIdx`, whole  @ ",
                      "processing [AIC+AIV] root: kernel entry  @ [1]:"):
         assert expected in out, expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet=" ab/[]:", max_size=60), max_size=12), st.integers(0, 12))
+def test_wrapping_keeps_every_word_and_ends(words: list[str], indent: int) -> None:
+    """Any line: wrapped within the width unless one word is longer, every word kept in
+    order, and it terminates (a continuation never breaks inside its own indent)."""
+    line = " " * indent + "  ".join(words)
+    out = wrap([line], 30)
+    assert " ".join(" ".join(out).split()) == " ".join(line.split())
+    assert all(len(o) <= 30 or " " not in o.strip() for o in out), out
