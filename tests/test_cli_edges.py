@@ -394,3 +394,32 @@ def test_wrapping_keeps_every_word_and_ends(words: list[str], indent: int) -> No
     out = wrap([line], 30)
     assert " ".join(" ".join(out).split()) == " ".join(line.split())
     assert all(len(o) <= 30 or " " not in o.strip() for o in out), out
+
+
+# --- the README's walk-through ------------------------------------------------------------------
+
+
+def _demo_block() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    block = next(b for b in re.findall(r"```sh\n(.*?)```", text, re.S) if "demo-data" in b)
+    return [line.split("#", 1)[0].strip() for line in block.splitlines() if line.split("#", 1)[0].strip()]
+
+
+def test_the_readme_demo_writes_outside_the_clone() -> None:
+    lines = _demo_block()
+    scratch = next(line for line in lines if line.startswith("D="))[2:]
+    assert Path(scratch).is_absolute() and not Path(scratch).is_relative_to(ROOT)
+    for line in lines[1:]:
+        paths = [w for w in line.split()[2:] if "/" in w]
+        assert paths and all(p.startswith("$D/") for p in paths), line
+
+
+@pytest.mark.slow
+def test_the_readme_demo_runs_as_written(tmp_path: Path) -> None:
+    script = "\n".join(_demo_block()).replace(".venv/bin/optrace", f"{sys.executable} -m optrace")
+    script = re.sub(r"^D=.*$", f"D={tmp_path / 'demo'}", script, flags=re.M)
+    res = subprocess.run(["sh", "-e", "-c", script], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "achieved" in res.stdout
+    assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == ["after", "before", "before.json",
+                                                                    "report.html"]
