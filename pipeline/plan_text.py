@@ -119,7 +119,8 @@ def wrap(lines: list[str], width: int = TEXT_WIDTH) -> list[str]:
         if len(line) <= width:
             out.append(line)
             continue
-        out.extend(textwrap.wrap(line.strip(" "), width=width, initial_indent=indent,
+        leading = " " * (len(line) - len(line.lstrip(" ")))  # deeper than `indent` once continued
+        out.extend(textwrap.wrap(line.strip(" "), width=width, initial_indent=leading,
                                  subsequent_indent=indent + "    ", break_long_words=False,
                                  break_on_hyphens=False) or [line])
     return out

@@ -394,6 +394,8 @@ def test_wrapping_keeps_every_word_and_ends(words: list[str], indent: int) -> No
     out = wrap([line], 30)
     assert " ".join(" ".join(out).split()) == " ".join(line.split())
     assert all(len(o) <= 30 or " " not in o.strip() for o in out), out
+    # Continuations sit four deeper than the line they continue.
+    assert all(o.startswith(" " * (indent + 4)) for o in out[1:] if o.strip()), out
 
 
 # --- the README's walk-through ------------------------------------------------------------------
