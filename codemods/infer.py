@@ -32,6 +32,7 @@ from optrace.codemods.layer import (
     Operator,
     line_of,
     not_compared,
+    output_ordinal,
     read_files,
     read_or_empty,
 )
@@ -297,13 +298,13 @@ class InferLayer(FileLayer):
             hit = named or [u for u in uses if u.index == index]
             if not hit:
                 ev.append(Evidence(path, fn.line, f"infer `{fn.name}` never sets the {what} of "
-                                   f"output {index} (profiling_data)", False))
+                                   f"profiling_data, {output_ordinal(index)}", False))
                 continue
             u = hit[0]
             ok = u.index == index
             ev.append(Evidence(path, line_of(data, u.offset),
-                               f"infer {what}: profiling_data at index {u.index}"
-                               + ("" if ok else f", the OpDef has it at {index}"), ok))
+                               f"infer {what}: profiling_data is {output_ordinal(u.index)}"
+                               + ("" if ok else f", the OpDef has it as output {index + 1}"), ok))
         if not ev:
             ev.extend(_misspelt_registrations(model, layers))
         for role in (INFER_SHAPE, INFER_DTYPE):

@@ -374,5 +374,5 @@ class EntryLayer(FileLayer):
         model.op.facts.kernel_position = found.index
         later = found.after
         note = (f"kernel entry: `{later[0]}` comes after `{found.name}`" if later
-                else f"kernel entry: `{found.name}` is parameter {found.index}, the last tensor output")
+                else f"kernel entry: `{found.name}` is parameter {found.index + 1}, the last tensor output")
         return [Evidence(entry.src.path, entry.line, note, not later)]

@@ -280,6 +280,14 @@ def line_of(data: bytes, offset: int) -> int:
     return data.count(b"\n", 0, offset) + 1
 
 
+def output_ordinal(index: int | None) -> str:
+    """An output as evidence names it: counted from 1, as `output 3 of 3` is, with the
+    index the C++ code uses (`GetOutputShape(2)`) beside it."""
+    if index is None:  # an index expression the reader could not evaluate
+        return "an output whose index is not a constant"
+    return f"output {index + 1} (index {index})"
+
+
 def not_compared(path: Path, what: str) -> Evidence:
     # Without the OpDef's index there is nothing to compare this layer with: not a pass.
     return Evidence(path, 1, f"{what}: not compared, the OpDef gives no index for profiling_data", False)

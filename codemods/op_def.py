@@ -325,7 +325,8 @@ class OpDefLayer(FileLayer):
                 continue
             out = info.outputs[pos]
             last = pos == len(info.outputs) - 1
-            ev.append(Evidence(path, out.line, f"OpDef: profiling_data is output {pos} of {len(info.outputs)}"
-                               + ("" if last else f"; `{info.outputs[-1].name}` comes after it"), last))
+            after = "" if last else f"; `{info.outputs[-1].name}` comes after it"
+            ev.append(Evidence(path, out.line, f"OpDef: profiling_data is output {pos + 1} of "
+                               f"{len(info.outputs)}{after}", last))
             model.op.facts.output_index = pos
         return ev

@@ -27,6 +27,7 @@ from optrace.codemods.layer import (
     Operator,
     line_of,
     not_compared,
+    output_ordinal,
     read_files,
 )
 from optrace.codemods.layer_common import INDEX_VAR, clean_bytes, indent_unit, output_uses
@@ -182,11 +183,11 @@ class TilingLayer(FileLayer):
             named = [u for u in uses if names_profiling(u.expr)] or [u for u in uses if u.index == index]
             if not named:
                 ev.append(Evidence(path, fn.line, f"tiling `{fn.name}` describes outputs but not "
-                                   f"profiling_data (output {index})", False))
+                                   f"profiling_data, {output_ordinal(index)}", False))
                 continue
             ok = named[0].index == index
             ev.append(Evidence(path, line_of(data, named[0].offset),
-                               f"tiling: profiling_data at index {named[0].index}", ok))
+                               f"tiling: profiling_data is {output_ordinal(named[0].index)}", ok))
         if not targets:
             # Most tiling functions never name the outputs: then there is no order to keep.
             # Without a registered tiling function nothing was read (the gate says so).

@@ -464,8 +464,8 @@ class TorchAdapterLayer(FileLayer):
                 arg = data[ln.args[got][0] : ln.args[got][1]].strip()
                 named = re.fullmatch(rb"[A-Za-z_]\w*", arg) is not None
                 ok = got == want and named
-                ev.append(Evidence(path, ln.line, f"{ln.macro}: `{names[got]}` is argument {got}"
-                                   + ("" if got == want else f", expected {want}")
+                ev.append(Evidence(path, ln.line, f"{ln.macro}: `{names[got]}` is argument {got + 1}"
+                                   + ("" if got == want else f", expected {want + 1}")
                                    + ("" if named else " (a temporary, not a named variable)"), ok))
                 if op.mode == "B" and ln.function is not None:
                     ev.append(self._returned(path, data, ln.function))

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from optrace.engine.codes import Severity, default_severity
 
-__all__ = ["Diagnostic", "InputError", "Severity", "display_path"]
+__all__ = ["Diagnostic", "InputError", "Severity", "display_path", "shown_path"]
 
 
 @dataclass(frozen=True, init=False)
@@ -33,9 +34,11 @@ class Diagnostic:
         object.__setattr__(self, "severity", severity if severity is not None else default_severity(code))
 
     def location(self, root: Path | None = None) -> str:
+        """Where: relative to `root` when given (as machine output names files), else as
+        a person reads it, relative to the working directory (`shown_path`)."""
         if self.path is None:
             return "<optrace>"
-        shown = display_path(self.path, root)
+        shown = display_path(self.path, root) if root is not None else shown_path(self.path)
         return f"{shown}:{self.line}" if self.line else shown
 
     def format(self, root: Path | None = None) -> str:
@@ -67,3 +70,22 @@ def display_path(path: Path, root: Path | None) -> str:
         except ValueError:
             pass
     return path.as_posix()
+
+
+def shown_path(path: Path | str) -> str:
+    """A path as text output shows it: relative to the working directory when inside it
+    (a path the user can paste from where they ran optrace), else absolute. Machine
+    output (JSON, SARIF) keeps `display_path`'s repository-relative paths instead."""
+    full = Path(os.path.abspath(path))
+    try:
+        cwd = Path.cwd()
+    except OSError:  # the working directory was removed: nothing to be relative to
+        return full.as_posix()
+    # The working directory as the shell spells it ($PWD, through a link) and as the
+    # kernel does; operator directories are resolved, so either may be the prefix.
+    for base in {cwd, Path(os.path.realpath(cwd))}:
+        if full == base:
+            return "."
+        if full.is_relative_to(base):
+            return full.relative_to(base).as_posix()
+    return full.as_posix()

@@ -586,6 +586,14 @@ def discover(op_dir: Path, repo_root: Path, config: Config, searches: Sequence[L
     return layers
 
 
+def is_no_operator(d: Diagnostic, op_dir: Path) -> bool:
+    """Whether a refusal says `op_dir` is no operator at all: no kernel entry anywhere
+    under it (OT010 located at the directory itself, not at an entry that does not
+    parse), or a folder holding several (OT015). Every command refuses such a directory,
+    exit 2, even those that report an operator without trace points and carry on."""
+    return d.path == op_dir and d.code in (OT010, OT015)
+
+
 def refuse_parent_of_operators(op_dir: Path) -> None:
     """A folder holding operators (`ascend_kernels/`, `csrc/`) is not one: taking the first
     kernel entry found below it would instrument an arbitrary one of them."""

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from optrace.engine.codes import OT042, OT043, OT044, OT045, OT046, OT047
+from optrace.engine.diagnostics import shown_path
 
 # Diagnostic codes (README: OT0xx is input and parsing), next to those of engine/edits.py.
 CODE_STALE = OT042
@@ -44,7 +45,7 @@ class TransactionError(Exception):
         self.code = code
         self.message = message
         self.path = path
-        super().__init__(f"{path}: {code} {message}")
+        super().__init__(f"{shown_path(path)}: {code} {message}")
 
 
 class StaleSource(TransactionError):

@@ -25,13 +25,14 @@ from typing import NamedTuple, Protocol
 
 from optrace.codemods.kernel_entry import recorded_mode
 from optrace.codemods.strip import is_created, strip_bytes
-from optrace.engine.codes import OT010, OT042, OT047, OT048, OT314
+from optrace.engine.codes import OT010, OT015, OT042, OT047, OT048, OT314
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
 from optrace.engine.discovery import (
     CPP_EXTS,
     KERNEL_EXTS,
     default_repo_root,
     entries_in,
+    is_no_operator,
     resolve_operator_dir,
     walk_files,
 )
@@ -490,10 +491,14 @@ def strip_changes(op_dir: Path, repo_root: Path | None = None) -> OperatorChange
     prov = Provenance("strip", op_dir.name, op_dir.resolve(), op_dir.resolve(), op_dir, "B")
     result = OperatorChanges(op_dir, root, provenance=prov)
     owned: set[Path] = set()
+    no_entry: InputError | None = None
     try:
         plan = plan_operator(op_dir, repo_root)
-    except InputError:
-        pass  # no kernel entry any more: the operator directory is all there is to strip
+    except InputError as exc:
+        if exc.diagnostic.code == OT015:
+            raise  # a folder of operators: stripping it would strip every one below
+        # No kernel entry any more: the operator directory is all there is to strip.
+        no_entry = exc if is_no_operator(exc.diagnostic, op_dir) else None
     else:
         owned = set(owned_files(plan))
         # For a multi-operator run (see `rebase`): what the plan read, and the edits the
@@ -520,6 +525,8 @@ def strip_changes(op_dir: Path, repo_root: Path | None = None) -> OperatorChange
         change = _strip_file(path, owned, others)
         if change is not None:
             result.changes[path] = change
+    if no_entry is not None and not result.changes:
+        raise no_entry  # no entry and nothing optrace wrote: not an operator, as plan says
     return result
 
 

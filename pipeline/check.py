@@ -49,6 +49,7 @@ from optrace.engine.diagnostics import Diagnostic, InputError, Severity
 from optrace.engine.discovery import (
     CPP_EXTS,
     default_repo_root,
+    is_no_operator,
     refuse_parent_of_operators,
     resolve_operator_dir,
     walk_files,
@@ -212,6 +213,8 @@ def _analyse(report: CheckReport, op_dir: Path, root: Path) -> Analysis | None:
         # check on every operator a commit touches) — but a broken configuration is the
         # user's to hear about either way, not "not instrumented".
         d = exc.diagnostic
+        if not report.instrumented and is_no_operator(d, op_dir):
+            raise  # no kernel entry under it: no operator to call "not instrumented"
         if report.instrumented or d.code in _CONFIG_CODES or (
                 d.path is not None and d.path.name in _CONFIG_NAMES):
             report.findings.append(d)

@@ -1,7 +1,10 @@
 """`optrace check` reports as text, and as SARIF 2.1.0 for code-scanning tools.
 
-Gates G1–G5 come after an operator's summary line, one line each with ✓ / ✗ / n/a /
-not verifiable here and the evidence (`file:line`) underneath. In SARIF every gate is a
+Text puts what needs fixing first: the errors and warnings of every operator go to stderr
+(`check_errors_text`) before the report is written. The report then gives each
+operator's summary line and gates G1–G5, one line each with ✓ / ✗ / n/a / not
+verifiable here; a failing gate shows the evidence that fails it (`file:line`), and
+`--verbose` all of it, passing evidence and notes included. In SARIF every gate is a
 result whose `kind` says pass / fail / notApplicable / review (not verifiable here); a
 failing gate is also an error-level finding of its own code (OT451..OT455).
 """
@@ -10,34 +13,49 @@ from __future__ import annotations
 
 from optrace import __version__
 from optrace.engine.codes import CODES
-from optrace.engine.diagnostics import Severity, display_path
+from optrace.engine.diagnostics import Severity, display_path, shown_path
 from optrace.pipeline.check import CheckReport
 
 
-def render_check_text(report: CheckReport, strict: bool) -> str:
-    rel = display_path(report.op_dir, report.repo_root)
+def check_errors_text(reports: list[CheckReport], strict: bool) -> str:
+    """What needs fixing, for stderr ahead of anything else: every operator's errors, then
+    its warnings, one `path:line: CODE message [severity]` line each."""
+    lines = []
+    for report in reports:
+        for wanted in (Severity.ERROR, Severity.WARNING):
+            lines += [f"{d.format()}  [{wanted.value}]" for d in report.findings
+                      if report.effective(d, strict) == wanted]
+    return "".join(line + "\n" for line in lines)
+
+
+def render_check_text(report: CheckReport, strict: bool, verbose: bool = False) -> str:
+    """One operator for a reader: its summary, one line per gate (with the evidence that
+    fails it; all of it with `verbose`), and the count of errors and warnings, which
+    `check_errors_text` lists. `verbose` adds the notes (info findings)."""
     lines = []
     if not report.instrumented:
-        lines.append(f"{rel}: not instrumented (no trace points)")
+        lines.append(f"{shown_path(report.op_dir)}: not instrumented (no trace points)")
     else:
         state = {"1": "ON", "0": "off"}.get(report.profiling_enabled, report.profiling_enabled)
-        lines.append(f"{rel}: {report.points} points, {report.labels} labels; profiling compiled in: "
-                     f"{state} (ENABLE_MOE_PROFILING); compile-checked files: {report.compile_checked}")
-    if report.gates:
-        lines.append("  gates:")
-        for gate in report.gates:
-            lines.append(f"    {gate.gate} {gate.title}: {gate.symbol}  {gate.summary}")
-            for ev in gate.evidence:
-                where = display_path(ev.path, report.repo_root) + (f":{ev.line}" if ev.line else "") \
-                    if ev.path else "-"
+        lines.append(f"{shown_path(report.op_dir)}: {report.points} points, {report.labels} labels; "
+                     f"profiling compiled in: {state} (ENABLE_MOE_PROFILING); compile-checked files: "
+                     f"{report.compile_checked}")
+    if not report.instrumented and report.gates and not verbose:
+        lines.append(f"  {report.gates[0].gate}–{report.gates[-1].gate}: n/a  not instrumented")
+    for gate in report.gates if report.instrumented or verbose else []:
+        lines.append(f"  {gate.gate} {gate.title}: {gate.symbol}  {gate.summary}")
+        for ev in gate.evidence:
+            if verbose or not ev.ok:
+                where = (shown_path(ev.path) + (f":{ev.line}" if ev.line else "")) if ev.path else "-"
                 mark = "  <- ✗" if not ev.ok else "  <- warning" if ev.warning else ""
-                lines.append(f"        {where}: {ev.note}{mark}")
-    for d in report.findings:
-        sev = report.effective(d, strict)
-        lines.append(f"  {d.format(report.repo_root)}  [{sev.value}]")
+                lines.append(f"      {where}: {ev.note}{mark}")
+    if verbose:
+        lines += [f"  {d.format()}  [info]" for d in report.findings
+                  if report.effective(d, strict) == Severity.INFO]
     errors = sum(1 for d in report.findings if report.effective(d, strict) == Severity.ERROR)
     warnings = sum(1 for d in report.findings if report.effective(d, strict) == Severity.WARNING)
-    lines.append(f"  {errors} error(s), {warnings} warning(s)")
+    lines.append(f"  {errors} error(s), {warnings} warning(s)" + (" (listed first, on stderr)"
+                                                                   if errors + warnings else ""))
     return "\n".join(lines) + "\n"
 
 

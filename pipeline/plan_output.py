@@ -7,7 +7,7 @@ import html
 import json
 import shutil
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
@@ -16,8 +16,9 @@ import networkx as nx
 
 from optrace.engine.codes import OT020, OT021
 from optrace.engine.diagnostics import display_path
-from optrace.engine.model import Kind, Region
+from optrace.engine.model import Region
 from optrace.engine.plan import Plan
+from optrace.pipeline.plan_text import region_summary, submodule_names, toolkit_origin, wrap
 from optrace.runtime.atomic import write_output
 
 PLAN_SCHEMA_VERSION = 1
@@ -66,18 +67,18 @@ def render_text(plan: Plan, mode: PlannedMode | None = None) -> str:
         if len(hits) > 6:
             out.append(f"    ... and {len(hits) - 6} more")
     out.append("")
+    # Each file once, in a legend; other lines say `[n]:line` (readable at 120 columns).
+    legend = _file_legend(plan)
+
+    def ref(path: Path | None, line: int) -> str:
+        return f"[{legend[path]}]:{line}" if path in legend else _loc(plan, path, line)
+
     inc = an.includes
     out.append(
         f"include tree: {len(inc.files)} files reached from the entry, "
         f"{len(inc.missing)} quoted header(s) not found, {len(inc.external)} external"
     )
-    first_seen: dict[str, tuple[Path, int, int]] = {}
-    for includer, line, target in inc.missing:
-        where, ln, n = first_seen.get(target, (includer, line, 0))
-        first_seen[target] = (where, ln, n + 1)
-    for target, (where, ln, n) in first_seen.items():
-        more = f" and {n - 1} more" if n > 1 else ""
-        out.append(f"  not found: \"{target}\" ({_loc(plan, where, ln)}{more})")
+    out.extend(_not_found_lines(plan, ref))
     for cycle in inc.cycles[:5]:
         out.append("  cycle: " + " -> ".join(display_path(p, root_dir) for p in cycle))
     outside = plan.outside_files()
@@ -91,8 +92,6 @@ def render_text(plan: Plan, mode: PlannedMode | None = None) -> str:
                       if f.included_by else "")
             out.append(f"  {display_path(f.path, root_dir)}  {what}{shared}")
     out.append("")
-    # Each file once, in a legend; tree lines say `[n]:line` (readable at 120 columns).
-    legend = _file_legend(plan)
     if len(legend) <= 1:
         out.append("files: " + ", ".join(f"[{n}] {display_path(f, root_dir)}" for f, n in legend.items()))
     else:
@@ -100,7 +99,7 @@ def render_text(plan: Plan, mode: PlannedMode | None = None) -> str:
         for file, n in legend.items():
             out.append(f"  [{n}] {_short(file, layers.op_dir, root_dir)}")
         out.append("")
-    out.append("trace tree:")
+    out.append("trace tree:  (label [core types] class: why  @ [file]:line)")
     _tree_lines(plan, plan.root, out, "", legend)
     out.append("")
     out.append("labels per core type:")
@@ -125,8 +124,7 @@ def render_text(plan: Plan, mode: PlannedMode | None = None) -> str:
         out.append("")
         out.append("AIV roles:")
         for role, (path, line) in plan.roles.items():
-            known = legend.get(Path(path))
-            out.append(f"  {role}  ({f'[{known}]:{line}' if known else _loc(plan, Path(path), line)})")
+            out.append(f"  {role}  ({ref(Path(path), line)})")
     phase = sum(1 for lp in plan.loops if lp.classification == "phase")
     tile = sum(1 for lp in plan.loops if lp.classification == "tile")
     spin = sum(1 for lp in plan.loops if lp.classification == "spin")
@@ -154,15 +152,42 @@ def render_text(plan: Plan, mode: PlannedMode | None = None) -> str:
     # One partial-parse warning, naming every file: the same sentence per file is noise.
     partial = [d for d in diags if d.code == OT020]
     if len(partial) > 1:
-        others = ", ".join(f"{display_path(d.path, root_dir)}:{d.line}" for d in partial[1:] if d.path)
+        others = ", ".join(ref(d.path, d.line) for d in partial[1:] if d.path)
         first = replace(partial[0], message=f"{partial[0].message} (also: {others})")
         diags = [first if d is partial[0] else d for d in diags if d.code != OT020 or d is partial[0]]
     if diags:
         out.append("")
         out.append("findings:")
         for d in diags:
-            out.append(f"  {d.format(root_dir)}  [{d.severity.value}]")
-    return "\n".join(out) + "\n"
+            out.append(f"  {ref(d.path, d.line) if d.path else '<optrace>'}: {d.code} {d.message}  "
+                       f"[{d.severity.value}]")
+    return "\n".join(wrap(out)) + "\n"
+
+
+def _not_found_lines(plan: Plan, ref: Callable[[Path | None, int], str]) -> list[str]:
+    """The quoted headers the repository lacks: the project's one line each (a gap worth
+    a look), the toolkit's — a submodule not checked out, CANN's include roots — one
+    line with their count (JSON lists every one)."""
+    submodules = submodule_names(plan.analysis.layers.repo_root)
+    first_seen: dict[str, tuple[Path, int, int]] = {}
+    toolkit: dict[str, int] = {}
+    for includer, line, target in plan.analysis.includes.missing:
+        origin = toolkit_origin(target, submodules)
+        if origin is not None:
+            toolkit[origin] = toolkit.get(origin, 0) + 1
+            continue
+        where, ln, n = first_seen.get(target, (includer, line, 0))
+        first_seen[target] = (where, ln, n + 1)
+    out = []
+    if toolkit:
+        kinds = (("submodule", "in a submodule not checked out"), ("CANN", "under CANN's include roots"))
+        parts = [(f"{toolkit[o]} " if len(toolkit) > 1 else "") + what for o, what in kinds if o in toolkit]
+        out.append(f"  not found: {sum(toolkit.values())} header(s) of the toolkit, {', '.join(parts)} (as "
+                   "expected here; --format json lists them)")
+    for target, (where, ln, n) in first_seen.items():
+        more = f" and {n - 1} more" if n > 1 else ""
+        out.append(f"  not found: \"{target}\" ({ref(where, ln)}{more})")
+    return out
 
 
 def _short(path: Path, op_dir: Path, root: Path) -> str:
@@ -174,27 +199,27 @@ def _short(path: Path, op_dir: Path, root: Path) -> str:
 
 
 def _file_legend(plan: Plan) -> dict[Path, int]:
+    """Each file the text names by line, numbered: the trace tree's first (in tree order),
+    then those only the include tree, the roles and the findings name."""
     files: dict[Path, int] = {}
-    for region in plan.root.walk():
-        if region.anchor is not None and region.anchor.path not in files:
-            files[region.anchor.path] = len(files) + 1
+    named = [r.anchor.path for r in plan.root.walk() if r.anchor is not None]
+    submodules = submodule_names(plan.analysis.layers.repo_root)
+    named += [includer for includer, _line, target in plan.analysis.includes.missing
+              if toolkit_origin(target, submodules) is None]
+    named += [Path(path) for path, _line in plan.roles.values()]
+    # The findings the text lists (a missing header's is in the include tree instead).
+    named += [d.path for d in plan.diagnostics if d.path is not None and d.code != OT021 and d.path.is_file()]
+    for path in named:
+        if path not in files:
+            files[path] = len(files) + 1
     return files
 
 
 def _tree_lines(plan: Plan, region: Region, out: list[str], indent: str, legend: dict[Path, int]) -> None:
     cores = "+".join(sorted(region.cores))
-    bits = [region.label, f"[{cores}]"]
-    if region.index_var:
-        bits.append(f"index={region.index_var}")
-    if region.hot:
-        bits.append(f"hot={region.hot}")
-    if region.kind in (Kind.EXISTING,):
-        bits.append("existing")
-    if region.cost != "phase" and region.kind not in (Kind.ROOT, Kind.EXISTING):
-        bits.append(region.cost)
     anchor = region.anchor
     loc = f"[{legend[anchor.path]}]:{anchor.line}" if anchor else "-"
-    line = f"{indent}{' '.join(bits)}  @ {loc}"
+    line = f"{indent}{region.label} [{cores}] {region_summary(region)}  @ {loc}"
     if region.role:
         line += f"  role: {region.role}"
     if region.shared_with:
@@ -351,17 +376,35 @@ def graph_html(plan: Plan) -> str:
     )
 
 
+# The graph's formats by suffix: written by optrace, or drawn by Graphviz's `dot`.
+GRAPH_OWN = (".dot", ".gv", ".html", ".htm")
+GRAPH_DRAWN = (".svg", ".png")
+
+
+def graph_refusal(path: Path) -> str | None:
+    """Why `--graph path` cannot be written here, naming the suffixes that can; None when
+    it can. Asked before any operator is planned: a wrong suffix costs nothing."""
+    suffix = path.suffix.lower()
+    if suffix in GRAPH_OWN or (suffix in GRAPH_DRAWN and shutil.which("dot") is not None):
+        return None
+    usable = ", ".join(GRAPH_OWN + (GRAPH_DRAWN if shutil.which("dot") is not None else ()))
+    if suffix in GRAPH_DRAWN:
+        return f"{suffix} is drawn by Graphviz's `dot`, which is not on PATH; without it: {usable}"
+    return f"the graph's format is chosen by its suffix ({suffix or 'none given'}): use {usable}" + (
+        "" if shutil.which("dot") is not None else f" ({', '.join(GRAPH_DRAWN)} with Graphviz installed)")
+
+
 def graph_bytes(plan: Plan, path: Path) -> bytes:
-    """The call graph as ``path``'s suffix asks: .html, .svg (Graphviz's ``dot``; raises
-    RuntimeError without it) or .dot."""
+    """The call graph as ``path``'s suffix asks (see :func:`graph_refusal`): .html, .dot,
+    or .svg / .png drawn by Graphviz's ``dot`` (RuntimeError without it)."""
     suffix = path.suffix.lower()
     if suffix in (".html", ".htm"):
         return graph_html(plan).encode("utf-8")
-    if suffix == ".svg":
+    if suffix in GRAPH_DRAWN:
         dot = shutil.which("dot")
         if dot is None:
-            raise RuntimeError("SVG output needs Graphviz `dot` on PATH; use .dot or .html")
-        return subprocess.run([dot, "-Tsvg"], input=graph_dot(plan).encode(), check=True,
+            raise RuntimeError(graph_refusal(path))
+        return subprocess.run([dot, f"-T{suffix[1:]}"], input=graph_dot(plan).encode(), check=True,
                               capture_output=True).stdout
     return graph_dot(plan).encode("utf-8")
 

@@ -129,8 +129,8 @@ def test_sarif_and_strict(tmp_path: Path) -> None:
     assert rules["OT409"]["shortDescription"]["text"] == "the runtime block is older than this optrace"
     assert rules["OT409"]["defaultConfiguration"]["level"] == "warning"
     assert rules["OT452"]["properties"]["doc"] == "docs/gates.md"
-    code, out, _ = cli("check", str(op), "--strict")
-    assert code == 1 and "OT409" in out and "[error]" in out
+    code, _, err = cli("check", str(op), "--strict")
+    assert code == 1 and "OT409" in err and "[error]" in err
 
 
 def test_an_unfinished_apply_is_reported_by_check_and_plan(tmp_path: Path) -> None:
@@ -145,12 +145,12 @@ def test_an_unfinished_apply_is_reported_by_check_and_plan(tmp_path: Path) -> No
     journal.write_text(json.dumps({"format": "optrace-journal", "version": 1, "name": "x", "pid": 1,
                                    "started": "", "token": "t", "files": []}))
     # Not recorded in the user's state directory (a clone's): a warning, never acted on.
-    code, out, _ = cli("check", str(op), "--no-compile")
-    assert code == 0 and "OT046" in out and "OT044" not in out
+    code, out, err = cli("check", str(op), "--no-compile")
+    assert code == 0 and "OT046" in err and "OT044" not in out + err
     # Recorded, as optrace records the journals it writes: the operator's own crash.
     transaction._remember(repo / ".optrace", journal.name.split(".")[0], "t", journal.read_bytes())
-    code, out, _ = cli("check", str(op), "--no-compile")
-    assert code == 1 and "OT044" in out and "did not finish" in out
+    code, out, err = cli("check", str(op), "--no-compile")
+    assert code == 1 and "OT044" in err and "did not finish" in err
     code, _, err = cli("plan", str(op))
     assert code == 0 and "OT044 warning" in err
     assert cli("apply", str(op), "--write")[0] == 0  # recovers the (empty) journal first

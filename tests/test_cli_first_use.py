@@ -152,7 +152,7 @@ def test_a_check_process_reports_in_full_and_exits_with_its_code(tmp_path: Path)
     end = text.rindex('TRACE_POINT("processing", "E")')
     kernel.write_text(text[:end] + 'TRACE_POINT("unclosed", "B"); ' + text[end:])  # a B with no E
     broken = _check_process(str(op))
-    assert broken.returncode == 1 and b"OT404" in broken.stdout, broken.stdout
+    assert broken.returncode == 1 and b"OT404" in broken.stderr, broken.stderr
     usage = _check_process()  # no operator: a usage error
     assert usage.returncode == 2 and b"Usage" in usage.stderr
 

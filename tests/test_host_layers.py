@@ -254,17 +254,17 @@ def test_apply_check_reapply_strip(tmp_path: Path) -> None:
     g = gates(op)
     assert g["G1"]["status"] == "pass" and g["G2"]["status"] == "pass", json.dumps(g, indent=1)
     notes = {(p.split("/")[-1], line, note) for p, line, note, _ok in evidence(g["G2"])}
-    assert {("demo_op_def.cpp", 10, "OpDef: profiling_data is output 2 of 3"),
-            ("demo_op_infershape.cpp", 23, "infer shape: profiling_data at index 2"),
-            ("demo_op_infershape.cpp", 36, "infer dtype: profiling_data at index 2"),
-            ("demo_op_tiling.cpp", 13, "tiling: profiling_data at index 2"),
+    assert {("demo_op_def.cpp", 10, "OpDef: profiling_data is output 3 of 3"),
+            ("demo_op_infershape.cpp", 23, "infer shape: profiling_data is output 3 (index 2)"),
+            ("demo_op_infershape.cpp", 36, "infer dtype: profiling_data is output 3 (index 2)"),
+            ("demo_op_tiling.cpp", 13, "tiling: profiling_data is output 3 (index 2)"),
             ("aclnn_demo_op.cpp", 2, "aclnnInnerDemoOPGetWorkspaceSize signature: profiling output last"),
             ("aclnn_demo_op.cpp", 6, "Forward signature: profiling output last"),
             ("aclnn_demo_op.cpp", 10, "aclnnInnerDemoOPGetWorkspaceSize call: profiling output last"),
             ("aclnn_demo_op.cpp", 13, "aclnnDemoOPGetWorkspaceSize signature: profiling output last"),
             ("aclnn_demo_op.cpp", 16, "Forward call: profiling output last"),
             ("aclnn_demo_op.h", 2, "aclnnDemoOPGetWorkspaceSize signature: profiling output last"),
-            ("demo_op.cpp", 8, "EXEC_NPU_CMD: `profilingData` is argument 5"),
+            ("demo_op.cpp", 8, "EXEC_NPU_CMD: `profilingData` is argument 6"),
             ("registration.cpp", 4, "schema returns 3 tensor(s)")} <= notes, sorted(notes)
     g1 = {(p, line, note) for p, line, note, _ok in evidence(g["G1"])}
     assert ("CMakeLists.txt", 9, "writes ${CMAKE_BINARY_DIR}/point_map.json") in g1
@@ -321,8 +321,8 @@ def test_an_infer_left_unedited_fails_g2_at_the_registered_function(tmp_path: Pa
     path = op / "op_host/demo_op_infershape.cpp"
     path.write_bytes(strip_bytes(path.read_bytes()))
     assert failing(gates(op)["G2"]) == [
-        ("demo_op_infershape.cpp", 14, "infer `InferShape4DemoOp` never sets the shape of output 2 (profiling_data)"),
-        ("demo_op_infershape.cpp", 24, "infer `InferDtype4DemoOp` never sets the dtype of output 2 (profiling_data)"),
+        ("demo_op_infershape.cpp", 14, "infer `InferShape4DemoOp` never sets the shape of profiling_data, output 3 (index 2)"),
+        ("demo_op_infershape.cpp", 24, "infer `InferDtype4DemoOp` never sets the dtype of profiling_data, output 3 (index 2)"),
     ]
 
 
@@ -346,7 +346,7 @@ def test_a_tiling_left_unedited_fails_g2(tmp_path: Path) -> None:
     path = op / "op_host/demo_op_tiling.cpp"
     path.write_bytes(strip_bytes(path.read_bytes()))
     assert failing(gates(op)["G2"]) == [
-        ("demo_op_tiling.cpp", 8, "tiling `DemoTiling` describes outputs but not profiling_data (output 2)")]
+        ("demo_op_tiling.cpp", 8, "tiling `DemoTiling` describes outputs but not profiling_data, output 3 (index 2)")]
 
 
 @pytest.mark.parametrize(("old", "new", "note"), [
@@ -402,7 +402,7 @@ def test_an_opdef_without_outputs_gets_profiling_data_as_its_only_output(tmp_pat
             '.Format({ge::FORMAT_ND, ge::FORMAT_ND});  // optrace\n        this->AICore()') in opdef
     g2 = gates(op)["G2"]
     assert g2["status"] == "pass", json.dumps(g2, indent=1)
-    assert ("demo_op_def.cpp", 8, "OpDef: profiling_data is output 0 of 1") in [
+    assert ("demo_op_def.cpp", 8, "OpDef: profiling_data is output 1 of 1") in [
         (p.split("/")[-1], line, note) for p, line, note, _ok in evidence(g2)]
     assert cli("apply", str(op), "--check")[0] == 0
     # Left unedited, the OpDef fails G2 at its class.

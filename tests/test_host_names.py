@@ -130,4 +130,4 @@ def test_the_op_own_infer_stays_read(tmp_path: Path) -> None:
     """The unchanged operator: its own infer is still what G2 reads (the new rules take nothing away)."""
     op = make(tmp_path)
     g = _apply_then_check(op)
-    assert any(note.startswith("infer shape: profiling_data at index 2") for _p, _l, note, _ok in evidence(g["G2"]))
+    assert any(note.startswith("infer shape: profiling_data is output 3 (index 2)") for _p, _l, note, _ok in evidence(g["G2"]))

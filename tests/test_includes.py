@@ -95,7 +95,7 @@ def test_an_unreadable_header_is_named_by_plan_and_check(
     res = CliRunner().invoke(app, ["plan", str(repo / "demo_op")])
     assert res.exit_code == 0 and "op_kernel/x.h: OT011 cannot read: Permission denied" in res.stderr
     res = CliRunner().invoke(app, ["check", str(repo / "demo_op"), "--no-compile"])
-    assert "x.h: OT011 cannot read: Permission denied" in res.stdout
+    assert "x.h: OT011 cannot read: Permission denied" in res.stderr
 
 
 def test_binary_header_is_reported_not_parsed(tmp_path: Path) -> None:

@@ -571,7 +571,8 @@ CASES: list[Case] = [
          "module, never imported", check=_not_imported),
     # ---- strip (on an applied tree where there is one)
     Case("strip {op} --write", "missing", 2, "{op}: OT001", "refused"),
-    Case("strip {op} --write", "empty", 0, "0 file(s) written", "nothing optrace added: nothing to do"),
+    Case("strip {op} --write", "empty", 2, "{op}: OT010", "no kernel entry and nothing optrace wrote: "
+         "refused, as plan refuses it"),
     Case("strip {op} --write", "non-utf8", 0, "2 file(s) written", "the original bytes, every one",
          family="applied", check=_restored),
     Case("strip {op} --write", "non-utf8-path", 0, "2 file(s) written", "the original bytes",
@@ -599,7 +600,8 @@ CASES: list[Case] = [
          "never imported", family="applied", check=_not_imported),
     # ---- check (on an applied tree where there is one)
     Case("check {op}", "missing", 2, "{op}: OT001", "refused"),
-    Case("check {op}", "empty", 0, "not instrumented", "reported as not instrumented"),
+    Case("check {op}", "empty", 2, "{op}: OT010", "no kernel entry: refused (an operator without "
+         "points is reported as not instrumented, exit 0)"),
     Case("check {op}", "non-utf8", 0, "0 error(s)", "clean; compile safety parses the file as bytes",
          family="applied"),
     Case("check {op}", "non-utf8-path", 0, "0 error(s)", "clean", family="applied"),

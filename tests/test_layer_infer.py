@@ -253,8 +253,10 @@ def test_infer_registered_under_a_misspelt_name_is_a_warning_naming_it(tmp_path:
     found = [f for f in report["findings"] if f["code"] == "OT456"]
     assert [(f["severity"], f["line"]) for f in found] == [("warning", line)], report["findings"]
     assert res.exit_code == 0, res.stdout
-    text_out = runner.invoke(app, ["check", str(op), "--no-compile"]).stdout
-    assert "(a misspelling?)" in text_out and "<- warning" in text_out
+    text = runner.invoke(app, ["check", str(op), "--no-compile"])
+    assert "OT456" in text.stderr and "(a misspelling?)" in text.stderr and "(a misspelling?)" not in text.stdout
+    verbose = runner.invoke(app, ["check", str(op), "--no-compile", "-v"]).stdout
+    assert "(a misspelling?)" in verbose and "<- warning" in verbose
     assert runner.invoke(app, ["check", str(op), "--no-compile", "--strict"]).exit_code == 1
 
 

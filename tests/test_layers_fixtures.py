@@ -135,10 +135,11 @@ def test_mode_switches_rewrite_only_what_depends_on_the_mode(tmp_path: Path, nam
 
 def test_profiling_data_in_the_middle_fails_g2(tmp_path: Path) -> None:
     op = copy(tmp_path, "broken_output_order") / "ops" / "moe_mid_profile"
-    code, out, _ = cli("check", str(op), "--no-compile")
+    code, out, err = cli("check", str(op), "--no-compile")
     assert code == 1
-    assert "ops/moe_mid_profile/op_host/moe_mid_profile.cpp:35: OpDef: profiling_data is output 1 of 3" in out
-    assert "OT452" in out
+    # The failing evidence under its gate; the finding first, on stderr.
+    assert "ops/moe_mid_profile/op_host/moe_mid_profile.cpp:35: OpDef: profiling_data is output 2 of 3" in out
+    assert "OT452" in err and "OT452" not in out
     assert gates(op)["G2"]["status"] == "fail"
 
 

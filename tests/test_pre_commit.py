@@ -5,6 +5,7 @@ anything — that checks the operators those files belong to, host-layer files i
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -37,7 +38,8 @@ HOSTILE = [
 
 
 def _hook() -> dict[str, object]:
-    yaml = pytest.importorskip("yaml")
+    yaml = pytest.importorskip("yaml", reason="PyYAML is not installed (pre-commit, in the [test] extra, "
+                               "brings it)")
     hooks = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
     hook: dict[str, object] = next(h for h in hooks if h["id"] == "optrace-check")
     return hook
@@ -136,3 +138,92 @@ def test_the_installed_hook_runs_without_a_shell_on_hostile_names(tmp_path: Path
     assert res.returncode == 0, res.stderr
     assert res.stdout.count(f"{OP_REL}: not instrumented") == 1
     assert not (repo / "PWNED").exists()
+
+
+# --- the README's configurations, run by pre-commit itself ----------------------------------------
+
+README = ROOT / "README.md"
+
+
+def _readme_configs() -> list[str]:
+    section = README.read_text().split("### Pre-commit", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```yaml\n(.*?)```", section, re.S)
+
+
+def _pre_commit() -> str:
+    found = shutil.which("pre-commit", path=str(Path(sys.executable).parent)) or shutil.which("pre-commit")
+    if found is None:
+        pytest.skip("pre-commit is not installed (the [test] extra brings it)")
+    return found
+
+
+def _committed_repo(tmp_path: Path, config: str) -> Path:
+    """The fixture as a git repository with `config` as its .pre-commit-config.yaml."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    repo = _repo(tmp_path)
+    (repo / ".pre-commit-config.yaml").write_text(config)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "-c", "commit.gpgsign=false"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "-C", str(repo), "add", "-A"], check=True)
+    subprocess.run([*git, "-C", str(repo), "commit", "-qm", "fixture"], check=True)
+    return repo
+
+
+def _hook_run(repo: Path, tmp_path: Path, *files: str) -> subprocess.CompletedProcess[str]:
+    """`pre-commit run --files ...` as a user runs it, optrace on PATH as installed."""
+    env = {**os.environ, "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home"),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return subprocess.run([_pre_commit(), "run", "--files", *files], cwd=repo, env=env, capture_output=True,
+                          text=True, check=False, timeout=600)
+
+
+def _break(repo: Path) -> str:
+    """An instrumented operator with a begin left without its end: the hook must block."""
+    assert runner.invoke(app, ["apply", str(repo / OP_REL), "--write"]).exit_code == 0
+    rel = f"{OP_REL}/op_kernel/moe_gating_topk.cpp"
+    kernel = repo / rel
+    kernel.write_text(kernel.read_text().replace("{", '{\n    MoeTracing(TRACE_POINT("unclosed", "B"));', 1))
+    return rel
+
+
+def test_the_readme_shows_a_config_that_runs_as_written_and_one_pinned_to_a_commit() -> None:
+    local, pinned = _readme_configs()
+    assert "repo: local" in local and "<" not in local
+    assert re.search(r"^\s+rev: [0-9a-f]{40}$", pinned, re.M) and "<tag>" not in README.read_text()
+    hook = _hook()
+    for key in ("entry", "pass_filenames", "require_serial"):
+        assert f"{key}: {str(hook[key]).lower() if isinstance(hook[key], bool) else hook[key]}" in local
+
+
+@pytest.mark.slow
+def test_the_readmes_local_config_runs_as_written(tmp_path: Path) -> None:
+    repo = _committed_repo(tmp_path, _readme_configs()[0])
+    kernel = f"{OP_REL}/op_kernel/moe_gating_topk.cpp"
+    passed = _hook_run(repo, tmp_path, kernel)
+    assert passed.returncode == 0 and "optrace check" in passed.stdout and "Passed" in passed.stdout, \
+        passed.stdout + passed.stderr
+    broken = _break(repo)
+    blocked = _hook_run(repo, tmp_path, broken)
+    assert blocked.returncode == 1, blocked.stdout
+    output = blocked.stdout.split("- exit code: 1", 1)[1].strip().splitlines()
+    # The error is the first line of what the hook says.
+    assert output[0].startswith(f"{broken}:") and 'OT404 "unclosed" has a B and no E' in output[0], output
+
+
+@pytest.mark.slow
+def test_the_readmes_pinned_config_installs_this_repository_and_runs(tmp_path: Path) -> None:
+    """The second form, with this checkout as the repository and its HEAD as `rev`:
+    pre-commit builds its own environment from .pre-commit-hooks.yaml (pip, from the
+    package index)."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("this checkout is not a git repository (the pinned form needs a commit)")
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    config = re.sub(r"(?m)^(\s+)rev: [0-9a-f]{40}$", rf"\g<1>rev: {head}", _readme_configs()[1])
+    config = re.sub(r"(?m)^(\s+- repo: ).*$", rf"\g<1>{ROOT}", config)
+    repo = _committed_repo(tmp_path, config)
+    broken = _break(repo)
+    blocked = _hook_run(repo, tmp_path, broken)
+    assert blocked.returncode == 1 and 'OT404 "unclosed" has a B and no E' in blocked.stdout, \
+        blocked.stdout + blocked.stderr

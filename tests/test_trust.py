@@ -668,7 +668,7 @@ def test_without_a_marked_repository_an_operator_alone_is_written_with_its_journ
     assert cli("strip", str(op), "--write")[0] == 0
     crash(w, at=0)
     assert "OT044 warning" in cli("plan", str(op))[2]
-    assert "OT044" in cli("check", str(op), "--no-compile")[1]
+    assert "OT044" in cli("check", str(op), "--no-compile")[2]
     assert cli("strip", str(op), "--write")[0] == 0
     assert (op / "op_kernel" / "demo_op.cpp").read_bytes() == KERNEL
 

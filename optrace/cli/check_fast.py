@@ -11,6 +11,7 @@ returns None and the full CLI handles it, with its usual help and usage errors. 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -28,17 +29,20 @@ from optrace.cli.common import (
     operator_files,
     output_refused,
     run_parallel,
+    run_summary,
     start_command,
     worker_count,
 )
 from optrace.engine.codes import OT999
+from optrace.engine.diagnostics import shown_path
 
 if TYPE_CHECKING:  # the pipeline is imported when an operator is checked
     from optrace.pipeline.check import CheckReport
 
 _VALUE_OPTIONS = {"--repo-root": "repo_root", "--format": "format", "-o": "output", "--output": "output",
                   "-j": "jobs", "--jobs": "jobs"}
-_FLAGS = {"--strict": "strict", "--no-compile": "no_compile", "--trust-config": "trust_config"}
+_FLAGS = {"--strict": "strict", "--no-compile": "no_compile", "--trust-config": "trust_config",
+          "-v": "verbose", "--verbose": "verbose"}
 
 
 class CheckArgs(NamedTuple):
@@ -50,6 +54,7 @@ class CheckArgs(NamedTuple):
     compile_safety: bool
     jobs: int | None
     trust_config: bool
+    verbose: bool = False
 
 
 def parse_fast(argv: Sequence[str]) -> CheckArgs | None:
@@ -69,7 +74,7 @@ def parse_fast(argv: Sequence[str]) -> CheckArgs | None:
     return CheckArgs(op_dirs, Path(str(repo_root)) if repo_root is not None else None, CheckFormat(str(fmt)),
                      Path(str(output)) if output is not None else None, bool(values.get("strict")),
                      not values.get("no_compile"), int(str(jobs)) if jobs is not None else None,
-                     bool(values.get("trust_config")))
+                     bool(values.get("trust_config")), bool(values.get("verbose")))
 
 
 def fast_main(argv: Sequence[str]) -> int | None:
@@ -82,7 +87,7 @@ def fast_main(argv: Sequence[str]) -> int | None:
     start_command(args.trust_config)
     try:
         return check_command(args.op_dirs, args.repo_root, args.fmt, args.output, args.strict,
-                              args.compile_safety, args.jobs)
+                              args.compile_safety, args.jobs, args.verbose)
     finally:
         end_command()
 
@@ -107,40 +112,52 @@ def _check_one(op_dir: Path, repo_root: Path | None, compile_safety: bool) -> _C
     except Exception:  # one broken operator must not stop the others
         import traceback  # only on this path: its import (linecache, tokenize) is check start-up
 
-        message = f"{op_dir}: {OT999} internal error while checking:\n{traceback.format_exc()}"
+        message = f"{shown_path(op_dir)}: {OT999} internal error while checking:\n{traceback.format_exc()}"
         return _CheckOutcome(None, message, EXIT_INTERNAL)
 
 
 def check_command(op_dirs: list[Path], repo_root: Path | None, fmt: CheckFormat, output: Path | None,
-                   strict: bool, compile_safety: bool, jobs: int | None) -> int:
-    """The body of `check` (and of `pre-commit`, on the operators the files map to)."""
+                   strict: bool, compile_safety: bool, jobs: int | None, verbose: bool = False) -> int:
+    """The body of `check` (and of `pre-commit`, on the operators the files map to). As
+    text, what needs fixing comes first: the operators that could not be checked and every
+    error and warning go to stderr, flushed, before the report (summary and one line per
+    gate; `verbose`: the passing evidence and notes too) is written. JSON and SARIF hold
+    everything."""
     from optrace.cli.deferred import install as install_deferred
     from optrace.engine.diagnostics import Severity
-    from optrace.pipeline.check_output import render_check_text, sarif_document
+    from optrace.pipeline.check_output import check_errors_text
 
     install_deferred()  # LibCST and importlib.metadata, imported at first use only
 
     sources = operator_files(op_dirs)
     if output_refused(output, sources):
         return EXIT_INPUT
-    code = EXIT_OK
-    reports = []
     jobs_ = [(op_dir, repo_root, compile_safety) for op_dir in op_dirs]
-    workers = worker_count(jobs, len(jobs_))
-    for report, message, failure in run_parallel(_check_one, jobs_, workers, "checking"):
-        if message:
-            err(message)
-            code = max(code, failure)
-        if report is None:
-            continue
-        reports.append(report)
-        if report.worst(strict) == Severity.ERROR:
-            code = max(code, EXIT_FINDINGS)
+    outcomes = run_parallel(_check_one, jobs_, worker_count(jobs, len(jobs_)), "checking")
+    reports = [o.report for o in outcomes if o.report is not None]
+    code = max([EXIT_OK, *(o.code for o in outcomes)])
+    if any(r.worst(strict) == Severity.ERROR for r in reports):
+        code = max(code, EXIT_FINDINGS)
+    findings = check_errors_text(reports, strict) if fmt == CheckFormat.text else ""
+    for message in [o.message for o in outcomes if o.message] + findings.splitlines():
+        err(message)
+    sys.stderr.flush()  # before the report: a reader (or a hook's log) sees the errors first
+    rendered = _render(reports, fmt, strict, verbose)
+    if output is not None and findings:
+        rendered = findings + rendered  # a report file stands alone: the errors head it
+    written = emit(rendered, output, sources, text=fmt == CheckFormat.text)
+    if len(op_dirs) > 1:
+        failing = sum(1 for r in reports if r.worst(strict) == Severity.ERROR)
+        err(run_summary(len(op_dirs), [(len(reports) - failing, "passed"), (failing, "with errors"),
+                                       (len(outcomes) - len(reports), "not checked")]))
+    return code if written else EXIT_INPUT
+
+
+def _render(reports: list[CheckReport], fmt: CheckFormat, strict: bool, verbose: bool) -> str:
+    from optrace.pipeline.check_output import render_check_text, sarif_document
+
     if fmt == CheckFormat.text:
-        rendered = "".join(render_check_text(r, strict) for r in reports)
-    elif fmt == CheckFormat.json:
-        rendered = json.dumps({"version": 1, "operators": [r.to_json(strict) for r in reports]},
-                              indent=2) + "\n"
-    else:
-        rendered = json.dumps(sarif_document(reports, strict), indent=2) + "\n"
-    return code if emit(rendered, output, sources, text=fmt == CheckFormat.text) else EXIT_INPUT
+        return "".join(render_check_text(r, strict, verbose) for r in reports)
+    if fmt == CheckFormat.json:
+        return json.dumps({"version": 1, "operators": [r.to_json(strict) for r in reports]}, indent=2) + "\n"
+    return json.dumps(sarif_document(reports, strict), indent=2) + "\n"

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from optrace.engine.codes import OT030
+from optrace.engine.diagnostics import shown_path
 from optrace.runtime.terminal import safe_text
 
 EXIT_OK, EXIT_FINDINGS, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
@@ -90,7 +91,7 @@ def output_refused(output: Path | None, inputs: list[Path], code: str = OT030) -
     try:
         output_target(output, inputs)
     except OutputError as exc:
-        err(f"{exc.path}: {code} {exc.message}")
+        err(f"{shown_path(exc.path)}: {code} {exc.message}")
         return True
     return False
 
@@ -103,7 +104,7 @@ def write_user_output(output: Path, data: bytes, inputs: list[Path], code: str =
     try:
         write_output(output, data, inputs=inputs)
     except OutputError as exc:
-        err(f"{exc.path}: {code} {exc.message}")
+        err(f"{shown_path(exc.path)}: {code} {exc.message}")
         return False
     return True
 
@@ -188,6 +189,12 @@ def _from_worker(outcome: tuple[_T, dict[tuple[int, int], str]]) -> _T:
     return result
 
 
+def run_summary(total: int, counts: list[tuple[int, str]]) -> str:
+    """The closing line of a run over several operators, e.g. `40 operators: 38 planned,
+    2 failed` (on stderr, after everything else: stdout carries plans, diffs and JSON)."""
+    return f"{total} operators: " + ", ".join(f"{n} {what}" for n, what in counts)
+
+
 def worker_count(jobs: int | None, n: int) -> int:
     return max(1, min(jobs or os.cpu_count() or 1, n))
 
@@ -205,3 +212,7 @@ TRUST_HELP = ("Let the repository's config import the rule modules it names ([ru
 
 
 JOBS_HELP = "Worker processes for several operators (default: all cores)."
+
+
+REPO_ROOT_HELP = ("Repository to search for the operator's other layers, and the bound of what "
+                  "--write may edit (default: the nearest ancestor with .git or optrace.toml).")

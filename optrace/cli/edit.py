@@ -21,18 +21,21 @@ from optrace.cli.common import (
     EXIT_INTERNAL,
     EXIT_OK,
     JOBS_HELP,
+    REPO_ROOT_HELP,
     TRUST_HELP,
     apply_config_trust,
     err,
     operator_files,
     output_refused,
     run_parallel,
+    run_summary,
     worker_count,
     write_stdout_bytes,
     write_user_output,
 )
 from optrace.cli.deferred import install as install_deferred
 from optrace.engine.codes import OT044, OT045, OT047, OT300, OT999
+from optrace.engine.diagnostics import shown_path
 from optrace.runtime.terminal import safe_text
 
 if TYPE_CHECKING:  # the pipeline is imported when a command runs, not with `optrace --help`
@@ -70,8 +73,8 @@ def _edit_one(op_dir: Path, repo_root: Path | None, compute: str, mode: str | No
     except EditError as exc:
         return _EditOutcome(message=f"{exc}", code=EXIT_INTERNAL)
     except Exception:  # one broken operator must not stop the others
-        return _EditOutcome(message=f"{op_dir}: {OT999} internal error while computing {compute}:\n"
-                            f"{traceback.format_exc()}", code=EXIT_INTERNAL)
+        return _EditOutcome(message=f"{shown_path(op_dir)}: {OT999} internal error while computing "
+                            f"{compute}:\n{traceback.format_exc()}", code=EXIT_INTERNAL)
     result.plan = None  # parse trees do not cross processes, and nothing below needs them
     if want_diff:
         # The diff of a run that writes nothing is rendered where the operator was
@@ -117,12 +120,13 @@ def _prepare(op_dir: Path, repo_root: Path | None, write: bool) -> _Prepared:
     if not write:
         state, path = txn.status()
         if state == "pending":
-            return _Prepared([f"{path}: {OT044} {OT044.summary}; its files "
+            return _Prepared([f"{shown_path(path or root)}: {OT044} {OT044.summary}; its files "
                               "may be half-written. This command writes nothing: run `optrace apply --write` "
                               "or `optrace strip --write` on it (each rolls the unfinished one back first), "
                               "then run this again"], EXIT_INPUT)
         foreign = foreign_journal(root, op_dir) if state == "foreign" else None
-        notes = [] if foreign is None else [f"{foreign.path}: {foreign.code} warning: {foreign.message}"]
+        notes = ([] if foreign is None else
+                 [f"{shown_path(foreign.path)}: {foreign.code} warning: {foreign.message}"])
         return _Prepared(notes, EXIT_OK, op_dir, txn)
     try:
         report = txn.recover()
@@ -157,6 +161,9 @@ class _EditRun:
     patched: list[Path] = field(default_factory=list)  # what the patch changes: inputs it must not replace
     recomputed: list[str] = field(default_factory=list)
     commits: RunCommits | None = None
+    # How each operator ended: "changed" (a diff, a patch, --check's finding, a commit),
+    # "unchanged" or "failed"; the run's closing line counts them.
+    ends: list[str] = field(default_factory=list)
 
     def run(self, op_dirs: list[Path], jobs: int | None) -> int:
         sources = operator_files(op_dirs)
@@ -178,6 +185,8 @@ class _EditRun:
             self.code = max(self.code, item.code)
             if item.op_dir is not None and item.journal is not None:
                 self._report(item.op_dir, item.journal, next(pending))
+            else:
+                self.ends.append("failed")
         return self._finish(sources)
 
     def _report(self, op_dir: Path, journal: Transaction, outcome: _EditOutcome) -> None:
@@ -193,16 +202,18 @@ class _EditRun:
         if outcome.result is None:
             err(outcome.message)
             self.code = max(self.code, outcome.code)
+            self.ends.append("failed")
             return
         result = outcome.result
         for d in result.diagnostics:
             if d.severity == Severity.ERROR:
-                err(d.format(result.repo_root))
+                err(d.format())
         if self.check:
             for path in sorted(result.changes):
-                err(f"{_rel(path, result.repo_root)}: {OT300} would change ({self.compute})")
+                err(f"{shown_path(path)}: {OT300} would change ({self.compute})")
             if result.changes:
                 self.code = max(self.code, EXIT_FINDINGS)
+            self.ends.append("changed" if result.changes else "unchanged")
         elif self.write:
             self._commit(op_dir, journal, result)
         else:
@@ -218,11 +229,13 @@ class _EditRun:
         except TransactionError as exc:
             err(str(exc))
             if isinstance(exc, OutsideRoot) and self.repo_root is None and marked_repo_root(op_dir) is None:
-                err(f"{op_dir}: note: no .git or optrace.toml marks a repository above this operator, so "
-                    "--write edits files inside its directory only; pass --repo-root DIR to let it edit the "
-                    "files it found in DIR")
+                err(f"{shown_path(op_dir)}: note: no .git or optrace.toml marks a repository above this "
+                    "operator, so --write edits files inside its directory only; pass --repo-root DIR to "
+                    "let it edit the files it found in DIR")
             self.code = max(self.code, EXIT_INPUT)
+            self.ends.append("failed")
             return
+        self.ends.append("changed" if written else "unchanged")
         self.commits.committed(result, written)
         typer.echo(safe_text(f"{result.name}: {len(written)} file(s) written"))
 
@@ -238,11 +251,14 @@ class _EditRun:
             outside = sorted(p for p in result.changes
                              if not Path(os.path.realpath(p)).is_relative_to(real_root))
             if outside:
-                err(f"{outside[0]}: {OT047} outside the repository root {result.repo_root}; not shown, "
-                    "nothing written (--repo-root DIR to widen the root)")
+                err(f"{shown_path(outside[0])}: {OT047} outside the repository root "
+                    f"{shown_path(result.repo_root)}; not shown, nothing written (--repo-root DIR to widen "
+                    "the root)")
                 self.code = max(self.code, EXIT_INPUT)
+                self.ends.append("failed")
                 return
         diff = outcome.diff if outcome.diff is not None else unified_diff(result.changes, result.repo_root)
+        self.ends.append("changed" if diff else "unchanged")
         if self.patch is not None:
             self.patches.append(diff)
             self.patched.extend(result.changes)
@@ -263,7 +279,12 @@ class _EditRun:
         refused = self.code >= EXIT_INPUT and len(self.patches) == 0
         if self.patch is not None and not refused and not write_user_output(
                 self.patch, encode_patch("".join(self.patches)), sources + self.patched):
-            return EXIT_INPUT
+            self.code = EXIT_INPUT
+        if len(self.ends) > 1:  # the last line of a run over several operators
+            changed = "written" if self.write else "would change" if self.check else "with changes"
+            err(run_summary(len(self.ends), [(self.ends.count("changed"), changed),
+                                             (self.ends.count("unchanged"), "unchanged"),
+                                             (self.ends.count("failed"), "failed")]))
         return self.code
 
 
@@ -278,13 +299,6 @@ def _edit_command(
         return EXIT_INPUT
     run = _EditRun(compute, repo_root, write, check, patch, mode.value if mode else None)
     return run.run(op_dirs, jobs)
-
-
-def _rel(path: Path, root: Path) -> str:
-    try:
-        return path.relative_to(root).as_posix()
-    except ValueError:
-        return str(path)
 
 
 _WRITE_HELP = "Apply the changes (atomically per operator)."
@@ -334,11 +348,12 @@ def apply(
     op_dirs: Annotated[list[Path], typer.Argument(help="Operator directories.")],
     mode: Annotated[
         Mode | None,
-        typer.Option(help="B (default): profiling_data is a required output, one more return value. "
-                     "A: optional output, Python arity unchanged. Recorded in the tree; "
-                     "re-applying without --mode keeps it."),
+        typer.Option(help="B: profiling_data is a required output, one more return value. A: an "
+                     "optional output, Python arity unchanged. Default: the mode recorded in the "
+                     "instrumented tree, else chosen per operator (B when every layer can carry "
+                     "the output, else A; `plan` shows which and why)."),
     ] = None,
-    repo_root: Annotated[Path | None, typer.Option(help="Repository root (see `plan`).")] = None,
+    repo_root: Annotated[Path | None, typer.Option(help=REPO_ROOT_HELP)] = None,
     write: Annotated[bool, typer.Option("--write", help=_WRITE_HELP)] = False,
     check: Annotated[bool, typer.Option("--check", help=_CHECK_HELP)] = False,
     patch: Annotated[Path | None, typer.Option("--patch", help=_PATCH_HELP)] = None,
@@ -356,7 +371,7 @@ def apply(
 
 def strip(
     op_dirs: Annotated[list[Path], typer.Argument(help="Operator directories.")],
-    repo_root: Annotated[Path | None, typer.Option(help="Repository root (see `plan`).")] = None,
+    repo_root: Annotated[Path | None, typer.Option(help=REPO_ROOT_HELP)] = None,
     write: Annotated[bool, typer.Option("--write", help=_WRITE_HELP)] = False,
     check: Annotated[bool, typer.Option("--check", help=_CHECK_HELP)] = False,
     patch: Annotated[Path | None, typer.Option("--patch", help=_PATCH_HELP)] = None,

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from optrace.engine.codes import OT030, OT044, OT999
+from optrace.engine.diagnostics import shown_path
 
 if TYPE_CHECKING:
     from optrace.engine.plan import Plan
@@ -20,12 +21,14 @@ from optrace.cli.common import (
     EXIT_INPUT,
     EXIT_INTERNAL,
     EXIT_OK,
+    JOBS_HELP,
     TRUST_HELP,
     apply_config_trust,
     err,
     operator_files,
     output_refused,
     run_parallel,
+    run_summary,
     worker_count,
     write_user_output,
 )
@@ -68,19 +71,20 @@ def _plan_one(op_dir: Path, repo_root: Path | None, as_json: bool, graph: Path |
         out.code = EXIT_INPUT
         return out
     except Exception:  # one broken operator must not stop the others
-        out.messages.append(f"{op_dir}: {OT999} internal error while planning:\n{traceback.format_exc()}")
+        out.messages.append(f"{shown_path(op_dir)}: {OT999} internal error while planning:\n"
+                            f"{traceback.format_exc()}")
         out.code = EXIT_INTERNAL
         return out
     # stderr carries what needs attention; notes (info) stay in the plan itself.
     root = result.analysis.layers.repo_root
     pending = pending_journal(root, result.analysis.layers.op_dir)
     if pending is not None:
-        out.messages.append(f"{pending}: {OT044} warning: {OT044.summary}; the plan may show "
+        out.messages.append(f"{shown_path(pending)}: {OT044} warning: {OT044.summary}; the plan may show "
                             "half-written code (the next apply / strip --write rolls it back first)")
     foreign = foreign_journal(root, result.analysis.layers.op_dir)
     if foreign is not None:
-        out.messages.append(f"{foreign.path}: {foreign.code} warning: {foreign.message}")
-    out.messages.extend(d.format(root) for d in result.diagnostics if d.severity != Severity.INFO)
+        out.messages.append(f"{shown_path(foreign.path)}: {foreign.code} warning: {foreign.message}")
+    out.messages.extend(d.format() for d in result.diagnostics if d.severity != Severity.INFO)
     mode = _plan_mode(result)
     if as_json:
         out.doc = plan_json(result, mode)
@@ -90,7 +94,7 @@ def _plan_one(op_dir: Path, repo_root: Path | None, as_json: bool, graph: Path |
         try:
             out.graph = (graph, graph_bytes(result, graph))
         except (OSError, RuntimeError) as exc:  # Graphviz missing or failing (.svg)
-            out.messages.append(f"{graph}: {OT030} cannot write graph: {exc}")
+            out.messages.append(f"{shown_path(graph)}: {OT030} cannot write graph: {exc}")
             out.code = EXIT_INPUT
     return out
 
@@ -114,6 +118,7 @@ def _plan_mode(plan: Plan) -> PlannedMode:
         mode, why, plan.layer_edited = choose_mode(plan)
     except InputError as exc:
         d = exc.diagnostic
+        # The plan names files relative to the repository root (JSON too): so does its mode.
         return PlannedMode("none", f"apply would refuse: {d.format(plan.analysis.layers.repo_root)}")
     reason = why.message.split(": ", 1)[1]
     if mode == "A":
@@ -130,31 +135,33 @@ def plan(
     ],
     repo_root: Annotated[
         Path | None,
-        typer.Option(help="Repository to search for the op's other layers (default: the "
+        typer.Option(help="Repository to search for the operator's other layers (default: the "
                      "nearest ancestor with .git or optrace.toml)."),
     ] = None,
-    fmt: Annotated[PlanFormat, typer.Option("--format", help="text or json.")] = PlanFormat.text,
+    fmt: Annotated[PlanFormat, typer.Option("--format", help="text (for review) or json (everything; "
+                                            "docs/plan-schema.md).")] = PlanFormat.text,
     output: Annotated[
         Path | None, typer.Option("-o", "--output", help="Write here, not stdout.")
     ] = None,
     graph: Annotated[
         Path | None,
-        typer.Option(help="Write the call graph: .dot, .html (self-contained) or .svg "
-                     "(needs Graphviz). With several operators, one file each."),
+        typer.Option(help="Write the call graph, its format by the suffix: .dot / .gv, .html "
+                     "(self-contained), or .svg / .png (drawn by Graphviz's dot, when installed). "
+                     "With several operators, one file each (the op name before the suffix)."),
     ] = None,
-    jobs: Annotated[
-        int | None,
-        typer.Option("--jobs", "-j", min=1,
-                     help="Worker processes for several operators (default: all cores)."),
-    ] = None,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help=JOBS_HELP)] = None,
     trust_config: Annotated[bool, typer.Option("--trust-config", help=TRUST_HELP)] = False,
 ) -> None:
     """Show the trace tree optrace would instrument: layers found and missing, the
     include tree, per-core-type labels with each point's file:line, and warnings.
     Reads only; writes nothing unless -o / --graph are given."""
-    from optrace.pipeline.plan_output import plans_json
+    from optrace.pipeline.plan_output import graph_refusal, plans_json
 
     apply_config_trust(trust_config)
+    refusal = graph_refusal(graph) if graph is not None else None
+    if graph is not None and refusal is not None:  # before any work: nothing planned, nothing written
+        err(f"{shown_path(graph)}: {OT030} {refusal}")
+        raise typer.Exit(EXIT_INPUT)
     install_deferred()  # LibCST and importlib.metadata, imported at first use only
 
     as_json = fmt == PlanFormat.json
@@ -188,6 +195,9 @@ def plan(
     else:
         rendered = "\n".join(o.text for o in outcomes if o.text)
     emit(rendered, output, sources, text=not as_json)
+    if len(op_dirs) > 1:
+        failed = sum(1 for o in outcomes if o.code >= EXIT_INPUT)
+        err(run_summary(len(op_dirs), [(len(op_dirs) - failed, "planned"), (failed, "failed")]))
     raise typer.Exit(code)
 
 

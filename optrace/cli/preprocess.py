@@ -16,6 +16,7 @@ from optrace.cli.common import (
     output_refused,
 )
 from optrace.engine.codes import OT200, OT206
+from optrace.engine.diagnostics import shown_path
 
 
 def preprocess(
@@ -38,24 +39,24 @@ def preprocess(
     from optrace.runtime.atomic import OutputError, write_output
 
     if not src_dir.is_dir():
-        err(f"{src_dir}: {OT200} source directory does not exist")
+        err(f"{shown_path(src_dir)}: {OT200} source directory does not exist")
         raise typer.Exit(EXIT_INPUT)
     src_dir = src_dir.resolve()
     result = scan(src_dir)
     for d in result.diagnostics:
         if d.severity != Severity.INFO:
-            err(d.format(src_dir))
+            err(d.format())
     if not result.ok:
-        err(f"{src_dir}: {OT200} nothing written")
+        err(f"{shown_path(src_dir)}: {OT200} nothing written")
         raise typer.Exit(EXIT_INPUT)
     doc = point_map_document(result, src_dir, f"optrace {__version__}")
     changed = rewrite_sources(result) if modify else {}
     # Every file to rewrite is checked before the first is written: none or all.
     refused = modify_refusals(changed, src_dir)
     for d in refused:
-        err(d.format(src_dir))
+        err(d.format())
     if refused:
-        err(f"{src_dir}: {OT200} nothing written")
+        err(f"{shown_path(src_dir)}: {OT200} nothing written")
         raise typer.Exit(EXIT_INPUT)
     map_path = out / "point_map.json"
     if output_refused(map_path, list(result.files), OT206):  # e.g. --out names a source
@@ -66,11 +67,11 @@ def preprocess(
             write_output(path, data, rewrite=True)
         write_output(map_path, (json.dumps(doc, indent=1) + "\n").encode(), inputs=result.files)
     except OutputError as exc:
-        err(f"{exc.path}: {OT206} {exc.message}")
+        err(f"{shown_path(exc.path)}: {OT206} {exc.message}")
         raise typer.Exit(EXIT_INPUT) from None
     labels = len({o.label for o in result.occurrences})
     typer.echo(f"{len(result.occurrences)} points, {labels} labels, {len(result.files)} files; "
-               f"fingerprint 0x{result.fingerprint:08x}; wrote {out / 'point_map.json'}"
+               f"fingerprint 0x{result.fingerprint:08x}; wrote {shown_path(out / 'point_map.json')}"
                + (f"; rewrote {len(changed)} file(s)" if modify else ""))
     raise typer.Exit(EXIT_OK)
 

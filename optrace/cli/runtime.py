@@ -22,6 +22,9 @@ from optrace.runtime.terminal import safe_text
 
 EXIT_INTERNAL = 3
 
+# What report / inspect / compare read as a trace (runtime/spans.py): collect's outputs.
+_TRACE_SUFFIXES = ".json / .json.gz / .pftrace"
+
 
 def _err(message: str) -> None:
     print(safe_text(message), file=sys.stderr)
@@ -58,10 +61,12 @@ def cmd_collect(
     ] = None,
     clock_mhz: Annotated[
         float | None,
-        typer.Option("--clock-mhz", help="System counter rate. Default: the rank file's, else 50."),
+        typer.Option("--clock-mhz", help="System counter rate in MHz. Default: the rank file's, else 50."),
     ] = None,
-    ranks: Annotated[str | None, typer.Option("--ranks", help="e.g. 0,2-3")] = None,
-    cores: Annotated[str | None, typer.Option("--cores", help="e.g. aic,aiv0-7")] = None,
+    ranks: Annotated[str | None, typer.Option("--ranks", help="Ranks to decode, e.g. 0,2-3 (default: "
+                                                 "all).")] = None,
+    cores: Annotated[str | None, typer.Option("--cores", help="Cores to decode, e.g. aic,aiv0-7 (default: "
+                                                 "all).")] = None,
     labels: Annotated[
         str | None, typer.Option("--labels", help="Comma-separated labels; their sub-labels too.")
     ] = None,
@@ -149,7 +154,8 @@ def _check_format(fmt: str) -> None:
 
 
 def cmd_inspect(
-    path: Annotated[Path, typer.Argument(help="A rank file, a profiling directory or a trace.")],
+    path: Annotated[Path, typer.Argument(help="A rank file, a profiling directory or a trace "
+                                         f"({_TRACE_SUFFIXES}).")],
     fmt: FormatOption = "text",
 ) -> None:
     """Per-core records, fill %, drops, first / last cycle of rank files (of a trace: per track)."""
@@ -178,7 +184,7 @@ def cmd_inspect(
 
 
 def cmd_report(
-    path: Annotated[Path, typer.Argument(help="A trace (.json / .json.gz) or a profiling directory.")],
+    path: Annotated[Path, typer.Argument(help=f"A trace ({_TRACE_SUFFIXES}) or a profiling directory.")],
     point_map: Annotated[
         Path | None, typer.Option("--point-map", help="For a profiling directory (default: beside it).")
     ] = None,
@@ -186,7 +192,9 @@ def cmd_report(
         "--html", help="Write a self-contained HTML page (with --png: both).")] = None,
     png: Annotated[Path | None, typer.Option(
         "--png", help="Write the bar charts as a PNG (needs the [report] extra).")] = None,
-    clock_mhz: Annotated[float | None, typer.Option("--clock-mhz")] = None,
+    clock_mhz: Annotated[float | None, typer.Option(
+        "--clock-mhz", help="For a profiling directory: the system counter rate in MHz (default: the "
+        "rank file's, else 50). A trace already holds times.")] = None,
     top: Annotated[int, typer.Option("--top", help="Hotspots to list.")] = 10,
     fmt: FormatOption = "text",
 ) -> None:
@@ -235,8 +243,9 @@ def cmd_report(
 
 
 def cmd_compare(
-    before: Annotated[Path, typer.Argument(help="Trace or profiling directory before the change.")],
-    after: Annotated[Path, typer.Argument(help="Trace or profiling directory after the change.")],
+    before: Annotated[Path, typer.Argument(help=f"Trace ({_TRACE_SUFFIXES}) or profiling directory before "
+                                           "the change.")],
+    after: Annotated[Path, typer.Argument(help="The same, after the change.")],
     expect: Annotated[
         float | None, typer.Option("--expect", help="Expected gain in % (30 for -30 %).")
     ] = None,

@@ -304,7 +304,7 @@ def test_internal_error_exits_3_without_traceback(
 
 @pytest.mark.slow  # imports torch (~1.5 s)
 def test_torch_reader_agrees_with_numpy_reader() -> None:
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="torch is not installed (the [test] extra pins a CPU build)")
     from optrace.runtime.pt_reader import load_pt, load_pt_with_torch
 
     for name in ("rank000_legacy.pt", "rank002_torchdict.pt"):
