@@ -204,17 +204,39 @@ __aicore__ inline void MoeExpertFfnComputeStage(GM_ADDR x) {
     for (uint32_t groupIdx = 0; groupIdx < groupNum; ++groupIdx) { SyncAll(); }
 }
 """ + 'extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {\n    MoeExpertFfnComputeStage(x);\n}\n'
-    # A long name with no phase word keeps its first two words ...
-    assert "moe-expert" in labels(plan_src(tmp_path / "a", src))
-    # ... a configured phase word is the telling one.
+    # A name over the limit with no phase word keeps its first two words ...
+    assert "moe-expert group barrier" in labels(plan_src(tmp_path / "a", src))
+    # ... a configured phase word is the telling one (with the word next to it).
     configured = plan_src(tmp_path / "b", src, config='[naming]\nphase_words = ["ffn"]\n')
-    assert "ffn group barrier" in labels(configured)
+    assert "ffn-compute group barrier" in labels(configured)
+    # Within the limit a name is whole (less its fillers: `stage`).
+    assert "moe-expert-ffn-compute group" in labels(plan_src(tmp_path / "d", src.replace(
+        "{ SyncAll(); }", "{ Foo(groupIdx); SyncAll(); }"), config="[naming]\nmax_length = 40\n"))
     # A limit below any sensible label is refused where it is written.
     from optrace.engine.diagnostics import InputError
 
     with pytest.raises(InputError) as exc:
         plan_src(tmp_path / "c", src, config="[naming]\nmax_length = 4\n")
     assert "max_length" in exc.value.diagnostic.message
+
+
+def test_naming_config_adds_fillers_and_short_forms(tmp_path: Path) -> None:
+    src = """
+__aicore__ inline void CommunicateHelperTokens(GM_ADDR x) {
+    for (uint32_t groupIdx = 0; groupIdx < groupNum; ++groupIdx) { Foo(groupIdx); SyncAll(); }
+}
+""" + 'extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {\n    CommunicateHelperTokens(x);\n}\n'
+    # The default list has `communicate` -> `comm`; the repository's config adds a filler
+    # and a short form of its own.
+    assert "comm-helper-tokens group" in labels(plan_src(tmp_path / "a", src))
+    config = '[naming]\nfiller_words = ["helper"]\nshort_words = { tokens = "toks" }\n'
+    assert "comm-toks group" in labels(plan_src(tmp_path / "b", src, config=config))
+    from optrace.engine.diagnostics import InputError
+
+    for bad in ('short_words = { tokens = "Toks!" }', 'filler_words = ["two words"]', "short_words = 3"):
+        with pytest.raises(InputError) as exc:
+            plan_src(tmp_path / f"c{len(bad)}", src, config=f"[naming]\n{bad}\n")
+        assert exc.value.diagnostic.message.startswith(f"`naming.{bad.split()[0]}`")
 
 
 def test_tile_loop_class_comes_from_the_trip_count_source(tmp_path: Path) -> None:
@@ -240,14 +262,14 @@ __aicore__ inline void Run(GM_ADDR x) {
 
 
 def test_a_function_that_sends_and_waits_is_never_named_a_wait() -> None:
-    from optrace.engine.planner import pure_wait, shorten
+    from optrace.engine.words import pure_wait, shorten
 
     assert pure_wait("WaitDispatch") and shorten("WaitDispatch") == "wait-dispatch"
     assert not pure_wait("SetWaitTpStatusAndDisPatch")
     assert "wait" not in shorten("SetWaitTpStatusAndDisPatch").split("-")
     assert not pure_wait("SendCountsAndWait") and shorten("SendCountsAndWait") == "send-counts"
-    # long names keep their phase words; fillers go
-    assert shorten("MoeTokenDispatchProcess") == "dispatch"
+    # long names keep their phase words (with the word next to them); fillers go
+    assert shorten("MoeTokenDispatchProcess") == "token-dispatch"
     assert shorten("GroupedMatmulDequantSwigluQuant") == "matmul-dequant"
 
 
