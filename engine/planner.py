@@ -853,19 +853,18 @@ class Planner:
     def _next_call(self, fn: FunctionDef, stmt: Node, step: int) -> str:
         """The function called nearest before (-1) or after (1) a statement in its block —
         the step a handshake ends or starts, when that step has no region: an operator
-        function, else an AscendC call that moves or computes data."""
+        function of real size, or a call that moves or computes data (not a flag, queue or
+        buffer chore)."""
         node = stmt.prev_named_sibling if step < 0 else stmt.next_named_sibling
-        api = ""
         while node is not None:
             calls = fn.nodes_in(node, ("call_expression",))
             for call in (reversed(calls) if step < 0 else calls):
                 site = self.an.call_site(fn, call)
-                if site.callees:
+                if any(self.an.is_substantial(c) for c in site.callees) or (
+                        site.name and not _HOUSEKEEPING_RE.match(site.name)):
                     return site.name
-                if not api and site.name and not _HOUSEKEEPING_RE.match(site.name):
-                    api = site.name
             node = node.prev_named_sibling if step < 0 else node.next_named_sibling
-        return api
+        return ""
 
     def _waits_on(self, fn: FunctionDef, stmt: Node, flag: str) -> bool:
         calls = fn.nodes_in(stmt, ("call_expression",)) if stmt.type == "expression_statement" else []

@@ -17,7 +17,9 @@ runs whole, `CpGM2GMPingPong` -> `cp-gm2gm-ping-pong`; long words short, `initia
   launch, are told apart by how they differ, in this order: a word of the full name the
   other lacks; the AIV role they run in; the flag a handshake waits on or sets; the phase a
   barrier or notify ends (a wait: the phase it starts) — `barrier-gmm1`, `barrier-combine`;
-  the condition they run under (`exit` on an early return). Siblings calling one function
+  `exit` on an early return's path; where the step it ends has no region, the call beside
+  it; `loop` for a loop beside a call of the same step; the condition it runs under; what
+  it does first. Siblings calling one function
   in one role are the same step run again and keep one label (said as a finding), as do
   the arms of a variant dispatch (one launch runs one).
 - **A phase and its handshakes use one name.** A handshake named after a phase (OT109's
@@ -259,6 +261,7 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
         self.cuts: list[tuple[Region, int, str]] = []  # (region, word, before) of each cut kept
         self.dropped: list[tuple[Region, int, list[str]]] = []  # words less what ancestors said
         self.limit = cfg.label_max
+        self.told: list[tuple[str, str, list[Region]]] = []  # siblings told apart, said at the end
         self._name(ctx.root, [])
         self._follow_partners()
         assign_labels(ctx.root)
@@ -266,6 +269,9 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
         self._follow_partners()
         assign_labels(ctx.root)
         self._relax()
+        for key, how, done in self.told:  # with the labels as they are in the end
+            ctx.report(f"{len(done)} sibling region(s) `{key}` told apart by {how}: "
+                       + ", ".join(f"`{m.label}`" for m in done), done[0])
         ctx.stats["regions_folded_for_length"] = 0  # lifted, never folded (see the docstring)
 
     # --- words ----------------------------------------------------------------------------
@@ -347,6 +353,7 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
         ways = ((self._by_name, "a word of its full name the others lack"),
                 (self._by_class, "its class"), (self._by_role, "the AIV role it runs in"),
                 (self._by_flag, "the flag it waits on or sets"), (self._by_phase, "the phase each ends"),
+                (self._by_exit, "the early return it runs on"),
                 (self._by_neighbour, "the call next to it"), (self._by_kind, "loop or call"),
                 (self._by_branch, "the condition it runs under"),
                 (self._by_first_child, "what each does first"))
@@ -374,8 +381,7 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
                     m.words = [f"{first.split('-')[0]}-{word}", *rest]
                 else:
                     m.words = [f"{first}-{word}", *rest]
-            self.ctx.report(f"{len(done)} sibling region(s) `{key}` told apart by {how}: "
-                            + ", ".join(f"`{' '.join(m.words)}`" for m in done), done[0])
+            self.told.append((key, how, done))
             pending = [m for m in pending if not any(m is d for d in done)]
             keys = {id(m): sibling_key(" ".join(m.words)) for m in node.children}
             pending = [m for m in pending if any(
@@ -396,7 +402,7 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
     def _by_name(self, node: Region, m: Region, pending: list[Region],
                  said: list[str]) -> tuple[str, Region | None] | None:
         """A word of its full name that the others' lack (`gmm-dequant` / `gmm-swiglu`)."""
-        if not m.full_word:
+        if not m.full_word or m.function is None:  # a function's name (not a primitive's)
             return None
         theirs = {p for o in pending if o is not m and not same_step(m, o) for p in o.full_word.split("-")}
         word = self._word([p for p in m.full_word.split("-") if p not in theirs], m, said, 1)
@@ -472,16 +478,20 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
             return None
         return ("loop", None) if "loop" not in {*said, *_parts(m)} else None
 
+    def _by_exit(self, node: Region, m: Region, pending: list[Region],
+                 said: list[str]) -> tuple[str, Region | None] | None:
+        """A step on an early return's path (`if (...) { SyncAll(); return; }`): `exit`."""
+        if m.branch != "return" or "exit" in {*said, *_parts(m)}:
+            return None
+        return "exit", None
+
     def _by_branch(self, node: Region, m: Region, pending: list[Region],
                    said: list[str]) -> tuple[str, Region | None] | None:
-        """The condition it runs under: `exit` on an early return, else the words of the
-        condition it needs to hold (an else arm says nothing of its own: its sibling takes
-        the word)."""
+        """The words of the condition it needs to hold (an else arm says nothing of its own:
+        its sibling takes the word)."""
         branch = _positive(m.branch)
-        if not branch:
+        if not branch or branch == "return":
             return None
-        if branch == "return":
-            return ("exit", None) if "exit" not in {*said, *_parts(m)} else None
         theirs = {p for o in pending if o is not m and _positive(o.branch)
                   for p in _condition_parts(o.branch)}
         word = self._word(_condition_parts(branch), m, said, theirs=theirs)
