@@ -73,8 +73,11 @@ class Region:
     branch: str = ""
     # A handshake's neighbours in its block: the functions called nearest before and after
     # it (the step it ends or starts when that step has no region of its own); a tile
-    # loop's: ("", the last other function it calls).
+    # loop's: (its variable, the last other function it calls).
     between: tuple[str, str] = ("", "")
+    # A handshake's flag argument as written, its counter dropped, when it is not a
+    # constant (`ctx.V2CEvent + 1` -> `ctx.V2CEvent`): one family of flags, one step run again.
+    signal: str = ""
     tile_loop: bool = False  # bracketed around a whole tile loop (never inside it)
     same_span: bool = False  # the only work of its parent's body: one level too many
     children: list[Region] = field(default_factory=list)

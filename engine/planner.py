@@ -84,7 +84,7 @@ GENERIC_METHODS = frozenset(
 )
 # AscendC calls that neither move nor compute data: never what a handshake is named after.
 _HOUSEKEEPING_RE = re.compile(r"(Set|Get|Pipe|Sync|Wait|Cross|Duplicate|Free|Alloc|EnQue|DeQue|Enque|Deque|"
-                              r"Init|Reset|static_cast|reinterpret_cast|sizeof)")
+                              r"Init|Reset|static_cast|reinterpret_cast|sizeof|dim3$)")
 _MACRO_CALL_RE = re.compile(r"\s*([A-Za-z_]\w*)\s*\(")  # a name the file #defines (any case)
 _MACRO_BARE_RE = re.compile(r"\s*([A-Za-z_]\w*)\s*;?\s*$")
 # In a macro's expansion: `Type<...> var(...);` / `Type<...> var;`, and `var.Process(...)`.
@@ -427,7 +427,7 @@ class Planner:
             negated = tuple(f"!({c})" for c in prior)
             self.conditions[(chain_id, arm)] = " && ".join((*negated, inner_cond))
             alt_node = node.child_by_field_name("alternative")
-            if alt_node is not None and not any(c.type == "if_statement" for c in alt_node.named_children):
+            if alt_node is not None and not any(self._chains_on(fn, c) for c in alt_node.named_children):
                 self.conditions[(chain_id, arm + 1)] = " && ".join((*negated, f"!({inner_cond})"))
         cons = node.child_by_field_name("consequence")
         if core is None and role is None:
@@ -440,13 +440,25 @@ class Planner:
         alt = node.child_by_field_name("alternative")
         if alt is not None and else_ctx.cores:
             for c in alt.named_children:
-                if dispatch and c.type == "if_statement":
+                if dispatch and self._chains_on(fn, c):
                     self.walk_if(fn, c, else_ctx, parent, (chain_id, arm + 1), (*prior, inner_cond))
                 elif dispatch:
                     self.walk_stmt(fn, c, replace(else_ctx, variant=(*ctx.variant, (chain_id, arm + 1))),
                                    parent)
                 else:
                     self.walk_stmt(fn, c, else_ctx, parent)
+
+    @staticmethod
+    def _chains_on(fn: FunctionDef, node: Node) -> bool:
+        """An `else if` that is itself a variant test (`else if constexpr (...)`): the chain
+        goes on. A plain `else if (...)` ends it — the whole else is the variant's last arm."""
+        if node.type != "if_statement":
+            return False
+        cond = node.child_by_field_name("condition")
+        cond_text = text_of(fn.src, cond) if cond is not None else ""
+        head = fn.src.text[node.start_byte:cond.end_byte if cond is not None else node.start_byte]
+        return (core_of_condition(cond_text) is None and role_of_condition(cond_text) is None
+                and is_variant_dispatch(head.decode("utf-8", "replace")))
 
     def walk_preproc(self, fn: FunctionDef, node: Node, ctx: Ctx, parent: Region,
                      chain: tuple[str, int] | None = None) -> None:
@@ -637,7 +649,7 @@ class Planner:
                            f"tile loop over `{var}` in {fn.display}, bracketed as a whole",
                            hot=hot_of(word or ""), tile_loop=True,
                            covers=callee.src.path if callee is not None else None,
-                           between=("", others[-1] if others else ""))
+                           between=(var or "", others[-1] if others else ""))
         if blocking:
             region.notes.append("waits inside this tile loop: bracketed at the loop's level, "
                                 "no per-iteration region")
@@ -692,7 +704,8 @@ class Planner:
                         target := vf_target(text_of(fn.src, call).encode())):
                     region = self._new(parent, [label_kebab(target)], Kind.CALL, ctx,
                                        self._stmt_anchor(fn, stmt),
-                                       f"launch of the vector function `{target}`")
+                                       f"launch of the vector function `{target}`",
+                                       full_word=label_kebab(target))
                     region.notes.append("a SIMT / vector function runs per thread: measured at its "
                                         "launch, no point inside it")
                 elif region is None and self._unseen_work(fn, call, site.name):
@@ -700,7 +713,7 @@ class Planner:
                     region = self._new(parent, [label_kebab(site.name)], Kind.CALL, ctx,
                                        self._stmt_anchor(fn, stmt),
                                        f"call to `{spelled}` whose class is not in the files read "
-                                       "(an absent header)")
+                                       "(an absent header)", full_word=label_kebab(site.name))
                     region.notes.append("traced at the call site: its code was not found")
                 continue
             callees = [c for c in site.callees if c.core is None or c.core in ctx.cores]
@@ -782,7 +795,7 @@ class Planner:
             # the launch's work, measured at the macro's call (as `_unseen_work` does).
             region = self._new(parent, [label_kebab(unseen[0])], Kind.CALL, ctx, self._stmt_anchor(fn, stmt),
                                f"`{name}(...)` runs `{unseen[0]}`, whose class is not in the files read "
-                               "(an absent header)")
+                               "(an absent header)", full_word=label_kebab(unseen[0]))
             region.notes.append("traced at the macro's call: the class's code was not found")
             return True
         if not bodies:
@@ -840,9 +853,11 @@ class Planner:
             anchor = Anchor(fn.src.path, stmt.start_byte, after.end_byte, anchor.line,
                             fn.src.line_of(after.end_byte), inside=False)
             kind, word, hot, flag = Kind.SYNC, "barrier", "sync", None
+        args = call.child_by_field_name("arguments")
+        written = " ".join(text_of(fn.src, args).split())[1:-1] if args is not None and flag is None else ""
         region = self._new(parent, [word], kind, ctx, anchor,
                            f"{name} in {fn.display}", hot=hot, cost="handshake", flag=flag,
-                           full_word=label_kebab(name),
+                           full_word=label_kebab(name), signal=_flag_family(written),
                            between=(self._next_call(fn, stmt, -1), self._next_call(fn, stmt, 1)))
         if flag is None and kind == Kind.WAIT:
             m = re.match(r"[A-Za-z_]\w*", text_of(fn.src, call.child_by_field_name("arguments") or call)
@@ -860,6 +875,10 @@ class Planner:
             calls = fn.nodes_in(node, ("call_expression",))
             for call in (reversed(calls) if step < 0 else calls):
                 site = self.an.call_site(fn, call)
+                if site.name in VF_LAUNCHERS:  # a vector function's launch: the function it runs
+                    target = vf_target(text_of(fn.src, call).encode())
+                    if target:
+                        return target
                 if any(self.an.is_substantial(c) for c in site.callees) or (
                         site.name and not _HOUSEKEEPING_RE.match(site.name)):
                     return site.name
@@ -981,6 +1000,13 @@ def _executable(body: Node) -> list[Node]:
             continue
         out.append(child)
     return out
+
+
+def _flag_family(written: str) -> str:
+    """A non-constant flag argument without its counter (`ctx.V2CEvent + 1` and
+    `ctx.V2CEvent` -> `ctx.V2CEvent`, `flags[2]` -> `flags[]`): flags of one family."""
+    text = re.sub(r"\[\s*\d+\s*\]", "[]", written)
+    return re.sub(r"\s*[-+]\s*\d+\s*$", "", text).strip()
 
 
 def _unparen(text: str) -> str:

@@ -354,7 +354,8 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
                 (self._by_class, "its class"), (self._by_role, "the AIV role it runs in"),
                 (self._by_flag, "the flag it waits on or sets"), (self._by_phase, "the phase each ends"),
                 (self._by_exit, "the early return it runs on"),
-                (self._by_neighbour, "the call next to it"), (self._by_kind, "loop or call"),
+                (self._by_neighbour, "the call next to it"), (self._by_var, "its loop variable"),
+                (self._by_kind, "loop or call"),
                 (self._by_branch, "the condition it runs under"),
                 (self._by_first_child, "what each does first"))
         key = sibling_key(" ".join(members[0].words))
@@ -421,7 +422,7 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
         """Methods of one name in different classes: a word of its class's name the others'
         lack."""
         scope = self._scope(m)
-        scopes = {self._scope(o) for o in pending if o is not m}
+        scopes = {self._scope(o) for o in pending if o is not m and not same_step(m, o)}
         if not scope or scope in scopes:
             return None
         theirs = {p for o in scopes for p in label_kebab(o).split("-")}
@@ -458,18 +459,27 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
                       said: list[str]) -> tuple[str, Region | None] | None:
         """Where the step it ends (starts) has no region: the function its block calls
         there; a tile loop: the last other function it calls."""
-        before, after = m.between
-        if m.hot in _HANDSHAKE_HOT:
-            call = after if m.hot == "wait" else before
-            if not call and after:  # nothing before it in its block: the step it starts
+        call = _neighbour(m)
+        if not call:
+            after = m.between[1]
+            if m.hot in _HANDSHAKE_HOT and m.hot != "wait" and after:  # nothing before it: what it starts
                 return self._pair(["pre", *label_name(after, self.vocab).split("-")], m, said)
-        else:
-            call = after
-        return self._pair(label_name(call, self.vocab).split("-"), m, said) if call else None
+            return None
+        theirs = {p for o in pending if o is not m
+                  for p in label_name(_neighbour(o), self.vocab).split("-") if p}
+        return self._pair(label_name(call, self.vocab).split("-"), m, said, theirs)
 
-    def _pair(self, parts: list[str], m: Region, said: list[str]) -> tuple[str, Region | None] | None:
-        word = self._word(parts, m, said, 3 if parts[:1] == ["pre"] else 2)
+    def _pair(self, parts: list[str], m: Region, said: list[str],
+              theirs: set[str] | frozenset[str] = frozenset()) -> tuple[str, Region | None] | None:
+        word = self._word(parts, m, said, 3 if parts[:1] == ["pre"] else 2, theirs)
         return (word, None) if word else None
+
+    def _by_var(self, node: Region, m: Region, pending: list[Region],
+                said: list[str]) -> tuple[str, Region | None] | None:
+        """A tile loop by its variable (`dim0-loop` / `dim1-loop`)."""
+        if not m.tile_loop or not m.between[0]:
+            return None
+        return self._pair(label_kebab(m.between[0], glue=False).split("-"), m, said)
 
     def _by_kind(self, node: Region, m: Region, pending: list[Region],
                  said: list[str]) -> tuple[str, Region | None] | None:
@@ -691,6 +701,15 @@ def _parents(root: Region) -> list[tuple[int, Region]]:
     return [(id(r), p) for r, p in root.walk_with_parent() if p is not None]
 
 
+def _neighbour(region: Region) -> str:
+    """The call a handshake is named by when the step it ends (a wait: starts) has no
+    region; for a tile loop, the last other function it calls."""
+    before, after = region.between
+    if region.hot in _HANDSHAKE_HOT:
+        return after if region.hot == "wait" else before
+    return after if region.tile_loop else ""
+
+
 def _positive(branch: str) -> str:
     """The condition a branch needs to hold, or "" when it holds only as a negation
     (`!(x)` -> "", `!(!x)` -> `x`, `#else` -> "")."""
@@ -732,10 +751,19 @@ def sibling_key(label: str) -> str:
 
 
 def same_step(a: Region, b: Region) -> bool:
-    """One function called twice in one role, one flag set (or waited on) twice, or two arms
-    of a variant dispatch: the same step (or never in one launch), which may share a label."""
-    return (a.exclusive_with(b) or (a.function is not None and a.function == b.function and a.role == b.role)
-            or (a.flag is not None and a.flag == b.flag and a.hot == b.hot))
+    """One function called twice in one role, one flag (or family of flags) set or waited on
+    again, or two arms of a variant dispatch: the same step (or never in one launch), which
+    may share a label."""
+    if a.exclusive_with(b) or (a.flag is not None and a.flag == b.flag and a.hot == b.hot) or (
+            a.signal and a.signal == b.signal and a.hot == b.hot):
+        return True
+    if a.role != b.role:
+        return False
+    # one function; or, where no function was found (an absent class's `op.Process()`, a
+    # vector function launched), one name
+    return (a.function is not None and a.function == b.function) or (
+        a.function is None is b.function and a.kind == b.kind == Kind.CALL and bool(a.full_word)
+        and a.full_word == b.full_word)
 
 
 def sibling_clashes(root: Region) -> list[Region]:

@@ -470,3 +470,25 @@ def test_a_broken_rule_plugin_is_ot004_naming_its_distribution(tmp_path: Path, p
     assert done.returncode == 2, done.stderr
     assert "OT004" in done.stderr and "team-rules" in done.stderr and "team = team_rules" in done.stderr
     assert why in done.stderr
+
+
+def test_flags_of_one_family_are_one_step_and_a_barrier_is_named_by_the_call_it_ends(tmp_path: Path) -> None:
+    """`CrossCoreSetFlag(evt + 1)` ... `(evt + 3)` differ by a counter only: one step run
+    again, one label. Barriers between calls that have no region of their own (too small)
+    are named by the call each ends (by what tells them apart)."""
+    src = HEAD + """    if ASCEND_IS_AIV {
+        CrossCoreSetFlag<0x2, PIPE_MTE2>(ctx.evt);
+        CrossCoreSetFlag<0x2, PIPE_MTE2>(ctx.evt + 1);
+        CrossCoreSetFlag<0x2, PIPE_MTE2>(ctx.evt + 2);
+        ScaleRows(x);
+        SyncAll();
+        ShiftRows(x);
+        SyncAll();
+    }
+}
+"""
+    plan = plan_src(tmp_path, src)
+    got = {r.label for r in plan.root.walk()}
+    # (the words the other lacks: `rows` tells nothing apart)
+    assert {"notify aiv", "barrier-scale aiv", "barrier-shift aiv"} <= got, got
+    assert plan.lint["sibling_label_clashes"] == 0
