@@ -19,6 +19,11 @@ says by how much. A region whose label another region keeps is not dropped (it w
 gain nothing). A callee's `Init` is never kept while its `Process` (or another work
 method) is dropped. Core-type bodies, the root and existing points are never removed.
 
+Every region the budget drops is named where it was (an OT108 finding) and listed in the
+plan — text ("dropped by the label budget") and JSON (`dropped`: label, file, line,
+class, cores, why); the per-core summary says which rule let a count stand over the
+budget (handshakes on top; phases kept because they hold handshakes).
+
 Variants (tiling-key / `if constexpr` / `#if` arms) never run in one launch, so the
 budget holds per variant: a region counts in every variant it can run in. Why: a deep
 operator offers hundreds of candidate regions, but a trace with more than ~30 labels per

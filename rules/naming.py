@@ -14,23 +14,30 @@ runs whole, `CpGM2GMPingPong` -> `cp-gm2gm-ping-pong`; long words short, `initia
   they are all the name has: then its phase words).
 - **Distinct regions, distinct names.** Siblings whose labels say the same, counters
   ignored (`barrier-2`, `wait 3`, `second`), that are different code able to run in one
-  launch, are told apart by how they differ, in this order: a word of the full name the
-  other lacks; the AIV role they run in; the flag a handshake waits on or sets; the phase a
-  barrier or notify ends (a wait: the phase it starts) — `barrier-gmm1`, `barrier-combine`;
-  `exit` on an early return's path; where the step it ends has no region, the call beside
-  it; `loop` for a loop beside a call of the same step; the condition it runs under; what
-  it does first. Siblings calling one function
-  in one role are the same step run again and keep one label (said as a finding), as do
-  the arms of a variant dispatch (one launch runs one).
-- **A phase and its handshakes use one name.** A handshake named after a phase (OT109's
-  partner, or the phase a barrier ends) follows that phase's final word.
-- **The limit.** A label over `naming.max_length` is shortened: the longest word of its
-  path first (the deepest on a tie), each step to its phase words (at most two), its first
-  two words, then one — never into a name a sibling has, a phase's word on every core type
-  at once, a handshake's partner word by shortening the partner. A label no cut fits
-  keeps a short label of its own: the region moves up to the nearest ancestor under
-  which its own words fit (its time still nests there), with an OT105 warning — a region
-  is never folded away for its name.
+  launch, are told apart by how they differ, in this order: a word of the function's
+  full name the others lack; its class; the AIV role; the flag a handshake waits on or
+  sets; the phase a barrier or notify ends (a wait: the phase it starts) —
+  `barrier-gmm1`, `barrier-combine`; `exit` on an early return's path; where the step it
+  ends has no region, the call beside it (a tile loop: the last other call in it); a
+  tile loop's variable; `loop` for a loop beside a call of the same step; the condition
+  it runs under; what it does first. The same step run again keeps one label: one
+  function called in one role, one flag (or family of flags, `evt` / `evt + 1`) set or
+  waited on again, calls of one name whose code was not found, the arms of a variant
+  dispatch (one launch runs one). Siblings nothing tells apart keep their label, and
+  the plan says so; the plan lint counts them.
+- **A phase and its handshakes use one name.** A handshake named after a level-2 phase
+  (OT109's partner, or the phase a level-2 barrier ends) follows that phase's final word,
+  less the words its own label already has.
+- **The limit.** A label over `naming.max_length` is shortened one cut at a time: the
+  longest word on its path first (the deepest on a tie), the phase's word last; each cut
+  the gentlest left — two of its phase words, a phase word with its neighbour, its first
+  two words, then one word (a word holding a phase word only to a phase word) — never
+  into a name a sibling has, a phase's word on every core type at once, a handshake's
+  partner word by cutting the partner. Cuts that a later cut made needless are given
+  back, and so are words dropped as repeats of an ancestor's word that a cut removed. A
+  label no cut fits keeps a short label of its own: the region moves up to the nearest
+  ancestor under which its own words fit (its time still nests there), with an OT105
+  warning — a region is never folded away for its name.
 """
 
 from __future__ import annotations
