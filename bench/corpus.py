@@ -67,6 +67,8 @@ print(n)
 """
 
 DIAG_RE = re.compile(r"\b(OT\d{3})\b")
+# The plan lint's name figures (OT105), each a column of the report.
+NAME_LINT = ("labels_with_repeated_word", "sibling_label_clashes", "regions_folded_for_length")
 TRACEBACK = "Traceback (most recent call last)"
 
 
@@ -555,6 +557,15 @@ def targets(s: dict[str, Any]) -> list[tuple[str, str, bool]]:
             s["lint"].get("points_in_spin_loops", 1) == 0,
         ),
     ]
+    names = [s["lint"].get(k) for k in NAME_LINT]
+    rows.append(
+        (
+            "names: 0 labels with a repeated word / 0 siblings sharing a label (counters ignored) "
+            "/ 0 regions folded by OT105",
+            " / ".join("?" if n is None else f"{n:g}" for n in names),
+            all(n == 0 for n in names),
+        )
+    )
     if s["plan_ratio_median"] is not None:
         rows.append(
             (
@@ -574,11 +585,12 @@ def line_for(i: int, n: int, r: OperatorResult) -> str:
         return "T/O" if s.timeout else f"{s.rc}{'!' if s.traceback else ''}"
 
     labels = " ".join(f"{k}:{v}" for k, v in sorted(r.labels_per_core.items())) or "-"
+    names = "/".join(str(r.lint.get(k, "-")) for k in NAME_LINT)
     ident = {True: "same", False: "DIFF", None: "-"}[r.identical]
     plan_s = r.steps["plan"].secs if "plan" in r.steps else 0.0
     return (
         f"[{i:>4}/{n}] {r.op:<60} plan {st('plan')} {plan_s:5.1f}s  apply {st('apply')}  "
-        f"check {st('check')}  strip {st('strip')} {ident}  labels {labels}"
+        f"check {st('check')}  strip {st('strip')} {ident}  labels {labels}  names {names}"
         + (f"  FAIL: {'; '.join(r.failures)}" if r.failures else "")
     )
 
@@ -622,6 +634,13 @@ def render_md(name: str, meta: dict[str, Any], s: dict[str, Any], results: list[
     for r in thin:
         out.append(f"- `{r.op}`" + ("" if r.stop_reasons else ": **no reason given**"))
         out += [f"  - {reason[:240]}" for reason in r.stop_reasons[:5]]
+    out.append("")
+    named = [r for r in results if any(r.lint.get(k) for k in NAME_LINT)]
+    out += [f"### Names: labels with a repeated word / siblings sharing a label / folded by OT105 "
+            f"({len(named)} operators not 0)", ""]
+    if not named:
+        out.append("None.")
+    out += [f"- `{r.op}`: " + " / ".join(str(r.lint.get(k, "?")) for k in NAME_LINT) for r in named]
     out.append("")
     spins = [(r.op, loop) for r in results for loop in r.spin_loops]
     out += [f"### Loops classified as spin waits ({len(spins)})", ""]

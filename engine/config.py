@@ -65,8 +65,12 @@ class Config:
     # `[naming] max_length`: a whole label (the TRACE_POINT string) at most this long.
     label_max: int = 32
     # `[naming] phase_words`: words added to the default list that marks phase work and is
-    # preferred when a name is shortened (engine/planner.py DEFAULT_PHASE_WORDS).
+    # preferred when a name is shortened (engine/words.py DEFAULT_PHASE_WORDS).
     phase_words: tuple[str, ...] = ()
+    # `[naming] filler_words` / `short_words`: words dropped from names, and long words'
+    # short forms, added to engine/words.py's FILLER_WORDS / DEFAULT_SHORT_WORDS.
+    filler_words: tuple[str, ...] = ()
+    short_words: dict[str, str] = field(default_factory=dict)
     # `samples`: more Python files that are samples / tests (fnmatch globs, absolute, `*`
     # crossing directories), beside the built-in tests/, examples/, samples/, test_*.py ...
     sample_globs: tuple[str, ...] = ()
@@ -256,11 +260,27 @@ def load_config(repo_root: Path, op_dir: Path) -> Config:
     if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
         raise bad("`naming.phase_words` must be a list of words")
     cfg.phase_words = tuple(w.lower() for w in words)
+    fillers = naming.get("filler_words", [])
+    if not isinstance(fillers, list) or not all(isinstance(w, str) and _WORD_RE.fullmatch(w)
+                                                 for w in fillers):
+        raise bad("`naming.filler_words` must be a list of lowercase words ([a-z0-9])")
+    cfg.filler_words = tuple(fillers)
+    short = naming.get("short_words", {})
+    if not isinstance(short, dict) or not all(
+            isinstance(v, str) and _WORD_RE.fullmatch(v) and _PHRASE_RE.fullmatch(k)
+            for k, v in short.items()):
+        raise bad("`naming.short_words` must map lowercase words (or hyphenated phrases) to a short "
+                  "lowercase word, e.g. { communication = \"comm\" }")
+    cfg.short_words = dict(short)
     max_length = naming.get("max_length", cfg.label_max)
     if not isinstance(max_length, int) or max_length < 12:
         raise bad("`naming.max_length` must be an integer of at least 12")
     cfg.label_max = max_length
     return cfg
+
+
+_WORD_RE = re.compile(r"[a-z0-9]+")
+_PHRASE_RE = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
 
 
 # The rule framework's base class, named rather than imported: engine never imports rules.

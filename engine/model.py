@@ -64,6 +64,20 @@ class Region:
     cost: str = "phase"
     full_word: str = ""  # the name a shortened word came from (tells colliding siblings apart)
     flag: str | None = None  # a handshake's flag / event id where it is a constant (partner matching)
+    # The phase a handshake is named after (its partner, or the phase a barrier ends): its
+    # word follows that phase's name as the naming rule shapes it.
+    partner: Region | None = field(default=None, compare=False, repr=False)
+    # The innermost condition its statement runs under in its own function (`if` or `#if`
+    # arm; `!(...)` for an else arm, `return` when the arm ends by returning): what tells
+    # it apart from a sibling doing the same thing.
+    branch: str = ""
+    # A handshake's neighbours in its block: the functions called nearest before and after
+    # it (the step it ends or starts when that step has no region of its own); a tile
+    # loop's: (its variable, the last other function it calls).
+    between: tuple[str, str] = ("", "")
+    # A handshake's flag argument as written, its counter dropped, when it is not a
+    # constant (`ctx.V2CEvent + 1` -> `ctx.V2CEvent`): one family of flags, one step run again.
+    signal: str = ""
     tile_loop: bool = False  # bracketed around a whole tile loop (never inside it)
     same_span: bool = False  # the only work of its parent's body: one level too many
     children: list[Region] = field(default_factory=list)
@@ -105,6 +119,19 @@ def assign_labels(root: Region) -> None:
             visit(c, words)
 
     visit(root, [])
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """A region the label budget (OT108) dropped: its label, where its points would have
+    gone, its cost class and core types, and why."""
+
+    label: str
+    path: Path | None
+    line: int
+    cost: str
+    cores: tuple[str, ...]
+    why: str
 
 
 @dataclass(frozen=True)

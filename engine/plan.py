@@ -12,7 +12,7 @@ from pathlib import Path
 
 from optrace.engine.analysis import Analysis
 from optrace.engine.diagnostics import Diagnostic, Severity
-from optrace.engine.model import LoopInfo, Region
+from optrace.engine.model import Dropped, LoopInfo, Region
 from optrace.engine.sharing import OutsideFile, outside_files
 
 SLOT_CAPACITY = 1023  # records per core slot
@@ -50,6 +50,11 @@ class Plan:
     # Variants one launch may run (tiling-key / `if constexpr` / `#if` arms): condition and
     # distinct labels per core type of each; the label budget holds per variant.
     variants: list[dict[str, object]] = field(default_factory=list)
+    # The regions the label budget dropped (OT108), each named.
+    dropped: list[Dropped] = field(default_factory=list)
+    # Per core type, the phase / setup labels one launch keeps when that is over the budget
+    # (what is left holds handshakes, which the budget keeps).
+    over_budget: dict[str, int] = field(default_factory=dict)
     _outside: list[OutsideFile] | None = None
     # The files (resolved) apply's host-layer edits touch in the mode it would use, once
     # that mode is known (the CLI's plan works it out): what "edited" marks. None: unknown.

@@ -41,6 +41,14 @@ from optrace.engine.cpp import (
 )
 from optrace.engine.diagnostics import Diagnostic, InputError
 from optrace.engine.model import Anchor, Kind, LoopInfo, Region
+from optrace.engine.words import (
+    DEFAULT_VOCABULARY,
+    FILLER_WORDS,
+    Vocabulary,
+    label_kebab,
+    label_name,
+    pure_wait,
+)
 
 # Loops (docs/rules.md "Loops"). A loop's class is decided from its trip count's source
 # where it is visible (the bound's names, and the initialiser of a local bound), then from
@@ -66,31 +74,17 @@ TILE_LOOP_WORDS = frozenset(
      "chunk", "topk", "bs"}
 )
 PHASE_LOOP_WORDS = PHASE_TRIP_WORDS | {"step"}
-# Phase words (docs/rules.md "Names"): they mark phase work and are kept first when a name
-# is shortened; `[naming] phase_words` adds to them. Not a vocabulary labels must use:
-# words still come from the code's own names.
-DEFAULT_PHASE_WORDS = frozenset(
-    {"dispatch", "combine", "gmm", "gmm1", "gmm2", "gemm", "matmul", "mmad", "swiglu", "quant",
-     "dequant", "unpermute", "permute", "routing", "route", "send", "recv", "barrier", "wait",
-     "notify", "alltoall", "all2all", "epilogue", "gather", "scatter", "reduce", "softmax",
-     "topk", "sort", "norm", "finalize", "copy", "init"}
-)
-# Words that say nothing about what a function does: dropped from label words.
-FILLER_WORDS = frozenset(
-    {"process", "run", "execute", "impl", "kernel", "func", "do", "main", "launch",
-     "exec", "forward", "and", "the", "op", "stage", "phase",
-     # connectives say nothing alone (`RunWithTiling` was labelled `with`)
-     "with", "for", "of", "to", "by", "on", "from", "via", "using"}
-)
 # Receivers too generic to name a phase (`op.Process()`): the class names it instead.
 GENERIC_RECEIVERS = frozenset({"op", "kernel", "obj", "impl", "self", "inst", "instance", "handler",
                                "this", "tmp", "k", "p"})
 # Names of setup work: initialisation, tiling and parameter reads.
 SETUP_WORDS = frozenset({"init", "setup", "tiling", "params", "param", "prepare", "config", "configure"})
-SHORT_WORD = 16  # a label word longer than this keeps only its phase words
 GENERIC_METHODS = frozenset(
     {"Process", "Run", "Compute", "Execute", "operator()", "Main", "Launch", "Exec", "Forward"}
 )
+# AscendC calls that neither move nor compute data: never what a handshake is named after.
+_HOUSEKEEPING_RE = re.compile(r"(Set|Get|Pipe|Sync|Wait|Cross|Duplicate|Free|Alloc|EnQue|DeQue|Enque|Deque|"
+                              r"Init|Reset|static_cast|reinterpret_cast|sizeof|dim3$)")
 _MACRO_CALL_RE = re.compile(r"\s*([A-Za-z_]\w*)\s*\(")  # a name the file #defines (any case)
 _MACRO_BARE_RE = re.compile(r"\s*([A-Za-z_]\w*)\s*;?\s*$")
 # In a macro's expansion: `Type<...> var(...);` / `Type<...> var;`, and `var.Process(...)`.
@@ -118,43 +112,14 @@ def is_variant_dispatch(head: str) -> bool:
     return _VARIANT_RE.search(head) is not None
 
 
-def shorten(name: str, phase_words: frozenset[str] = DEFAULT_PHASE_WORDS, limit: int = SHORT_WORD) -> str:
-    """A label word from a code name: its kebab words without fillers (`process`, `impl`,
-    ...); when still longer than `limit`, only its phase words (at most two, in order),
-    else its first two words. `GroupedMatmulDequantSwigluQuant` -> `matmul-dequant`,
-    `MoeTokenDispatch` -> `dispatch`, `SendCounts` -> `send-counts`."""
-    words = kebab(name).split("-")
-    kept = [w for w in words if w not in FILLER_WORDS] or words
-    if not pure_wait(name) and "wait" in kept and len(kept) > 1:
-        # `SetWaitTpStatusAndDispatch` sends and waits: named by what it sends, never
-        # as a wait (the wait inside it is its own region).
-        kept = [w for w in kept if w != "wait"]
-    word = "-".join(kept)
-    if len(word) <= limit:
-        return word
-    phase = [w for w in kept if w in phase_words or w.rstrip("0123456789") in phase_words]
-    picked = phase[:2] if phase else kept[:2]
-    word = "-".join(picked)
-    return word if len(word) <= limit else picked[0][:limit]
-
-
-_SENDING = frozenset({"set", "send", "notify", "put", "write", "publish"})
-
-
-def pure_wait(name: str) -> bool:
-    """A function whose name says it only waits (`WaitDispatch`), not one that also
-    sends (`SetWaitTpStatusAndDispatch`, `SendCountsAndWait`)."""
-    words = set(kebab(name).split("-"))
-    return "wait" in words and not words & _SENDING
-
-
 def label_word(fn: FunctionDef, caller_scope: str = "", receiver: str | None = None,
-               phase_words: frozenset[str] = DEFAULT_PHASE_WORDS) -> str:
+               vocab: Vocabulary = DEFAULT_VOCABULARY) -> str:
     """The label word for a call to fn: its own name, or — for generic method names
     called on another class's object (`dispatch_.Process()`) — the object's name, or the
-    class's when the object's says nothing (`op`)."""
+    class's when the object's says nothing (`op`). Whole: the naming rule (OT105)
+    shortens a label only when it is over the limit."""
     source = label_source(fn, caller_scope, receiver)
-    word = shorten(source, phase_words)
+    word = label_name(source, vocab)
     return f"{word}-init" if fn.name == "Init" and source != fn.name else word
 
 
@@ -266,7 +231,7 @@ def loop_index(an: Analysis, fn: FunctionDef, loop: Node) -> str | None:
 
 
 def var_words(var: str) -> list[str]:
-    words = kebab(var).split("-")
+    words = label_kebab(var, glue=False).split("-")
     return [w for w in words if w not in ("idx", "id", "index", "cnt", "num", "cur", "i")] or words
 
 
@@ -286,6 +251,8 @@ class Ctx:
     # The variant arms this code runs under: (dispatch, arm) for each enclosing tiling-key
     # / `if constexpr` / preprocessor branch; one launch runs one arm of each dispatch.
     variant: tuple[tuple[str, int], ...] = ()
+    # The innermost condition within the current function (Region.branch).
+    branch: str = ""
 
 
 # Statements walked one inside another. A kernel nests a few dozen (UMDK's deepest MoE
@@ -305,7 +272,7 @@ class Planner:
     expanded: dict[tuple[str, frozenset[str]], Region] = field(default_factory=dict)
     _blocks: dict[tuple[str, int, int], bool] = field(default_factory=dict)
     _inside: dict[Path, bool] = field(default_factory=dict)
-    phase_words: frozenset[str] = DEFAULT_PHASE_WORDS
+    vocab: Vocabulary = DEFAULT_VOCABULARY
     _consumed: set[tuple[str, int]] = field(default_factory=set)
     # (dispatch, arm) -> the condition that selects it, for the plan's variants list
     conditions: dict[tuple[str, int], str] = field(default_factory=dict)
@@ -313,7 +280,8 @@ class Planner:
     deepest: int = 0  # the most that were (the corpus reports it against the bound)
 
     def __post_init__(self) -> None:
-        self.phase_words = DEFAULT_PHASE_WORDS | frozenset(self.an.config.phase_words)
+        cfg = self.an.config
+        self.vocab = Vocabulary.of(cfg.phase_words, cfg.filler_words, cfg.short_words)
 
     # --- entry --------------------------------------------------------------------
     def build(self) -> Region:
@@ -376,7 +344,8 @@ class Planner:
         if self.an.mixed and ctx.cores != parent.cores and len(ctx.cores) == 1 and kind != Kind.BODY:
             words = [*words, next(iter(ctx.cores)).lower()]
         region = Region(words, kind, ctx.cores, anchor, reason, role=ctx.role,
-                        loop_vars=ctx.loop_vars, variant=ctx.variant, **kw)  # type: ignore[arg-type]
+                        loop_vars=ctx.loop_vars, variant=ctx.variant, branch=ctx.branch,
+                        **kw)  # type: ignore[arg-type]
         parent.children.append(region)
         return region
 
@@ -458,21 +427,38 @@ class Planner:
             negated = tuple(f"!({c})" for c in prior)
             self.conditions[(chain_id, arm)] = " && ".join((*negated, inner_cond))
             alt_node = node.child_by_field_name("alternative")
-            if alt_node is not None and not any(c.type == "if_statement" for c in alt_node.named_children):
+            if alt_node is not None and not any(self._chains_on(fn, c) for c in alt_node.named_children):
                 self.conditions[(chain_id, arm + 1)] = " && ".join((*negated, f"!({inner_cond})"))
         cons = node.child_by_field_name("consequence")
+        if core is None and role is None:
+            # What tells a region under this `if` apart from a sibling doing the same thing.
+            plain = _unparen(" ".join(cond_text.split())) or "?"
+            then_ctx = replace(then_ctx, branch="return" if _ends_in_return(cons) else plain)
+            else_ctx = replace(else_ctx, branch=f"!({plain})")
         if cons is not None and then_ctx.cores:
             self.walk_stmt(fn, cons, then_ctx, parent)
         alt = node.child_by_field_name("alternative")
         if alt is not None and else_ctx.cores:
             for c in alt.named_children:
-                if dispatch and c.type == "if_statement":
+                if dispatch and self._chains_on(fn, c):
                     self.walk_if(fn, c, else_ctx, parent, (chain_id, arm + 1), (*prior, inner_cond))
                 elif dispatch:
                     self.walk_stmt(fn, c, replace(else_ctx, variant=(*ctx.variant, (chain_id, arm + 1))),
                                    parent)
                 else:
                     self.walk_stmt(fn, c, else_ctx, parent)
+
+    @staticmethod
+    def _chains_on(fn: FunctionDef, node: Node) -> bool:
+        """An `else if` that is itself a variant test (`else if constexpr (...)`): the chain
+        goes on. A plain `else if (...)` ends it — the whole else is the variant's last arm."""
+        if node.type != "if_statement":
+            return False
+        cond = node.child_by_field_name("condition")
+        cond_text = text_of(fn.src, cond) if cond is not None else ""
+        head = fn.src.text[node.start_byte:cond.end_byte if cond is not None else node.start_byte]
+        return (core_of_condition(cond_text) is None and role_of_condition(cond_text) is None
+                and is_variant_dispatch(head.decode("utf-8", "replace")))
 
     def walk_preproc(self, fn: FunctionDef, node: Node, ctx: Ctx, parent: Region,
                      chain: tuple[str, int] | None = None) -> None:
@@ -481,13 +467,14 @@ class Planner:
         alt = node.child_by_field_name("alternative")
         skip = {n.id for n in (node.child_by_field_name("condition"), node.child_by_field_name("name"))
                 if n is not None}
-        inner = replace(ctx, variant=(*ctx.variant, (chain_id, arm)))
         cond = node.child_by_field_name("condition") or node.child_by_field_name("name")
         head = text_of(fn.src, cond).strip() if cond is not None else ""
         ifdef = "#ifdef" if text_of(fn.src, node).lstrip().startswith("#ifdef") else "#ifndef"
         kind = {"preproc_ifdef": ifdef, "preproc_else": "#else"}.get(
             node.type, "#if" if node.type == "preproc_if" else "#elif")
         self.conditions[(chain_id, arm)] = " ".join(f"{kind} {head}".split())
+        inner = replace(ctx, variant=(*ctx.variant, (chain_id, arm)),
+                        branch=self.conditions[(chain_id, arm)] if kind in ("#if", "#ifdef", "#elif") else "")
         for child in node.named_children:
             if alt is not None and child.id == alt.id:
                 self.walk_preproc(fn, child, ctx, parent, (chain_id, arm + 1))
@@ -655,10 +642,14 @@ class Planner:
         if word is None and not blocking:
             return
         stem = "-".join(var_words(var)) if var else "loop"
+        # The last other function it calls tells it from a loop named after the same one.
+        called = [self.an.call_site(fn, c) for c in fn.nodes_in(loop, ("call_expression",))]
+        others = [c.name for c in called if c.callees and (callee is None or c.name != callee.name)]
         region = self._new(parent, [word or stem], Kind.LOOP, ctx, self._stmt_anchor(fn, loop),
                            f"tile loop over `{var}` in {fn.display}, bracketed as a whole",
                            hot=hot_of(word or ""), tile_loop=True,
-                           covers=callee.src.path if callee is not None else None)
+                           covers=callee.src.path if callee is not None else None,
+                           between=(var or "", others[-1] if others else ""))
         if blocking:
             region.notes.append("waits inside this tile loop: bracketed at the loop's level, "
                                 "no per-iteration region")
@@ -673,7 +664,7 @@ class Planner:
             for callee in site.callees:
                 if not self.an.is_substantial(callee):
                     continue
-                word = label_word(callee, fn.scope, receiver_of(fn, call), self.phase_words)
+                word = label_word(callee, fn.scope, receiver_of(fn, call), self.vocab)
                 if hot_of(word) not in ("wait", "sync"):
                     return word, callee
             copies = copies or site.name == "DataCopy"
@@ -691,7 +682,7 @@ class Planner:
                     is_copy = "DataCopy" in inner and callee.name.lower().startswith("copy")
                     copies = copies or "DataCopy" in inner
                     if worded is None and not is_copy and self.an.size_of(callee)[0] > 0:
-                        word = label_word(callee, fn.scope, receiver_of(fn, call), self.phase_words)
+                        word = label_word(callee, fn.scope, receiver_of(fn, call), self.vocab)
                         if hot_of(word) not in ("wait", "sync"):
                             worded = (word, callee)
         if worded is not None:
@@ -711,16 +702,18 @@ class Planner:
                     self._blocking(fn, stmt, call, site.name, ctx, parent)
                 elif region is None and site.name in VF_LAUNCHERS and (
                         target := vf_target(text_of(fn.src, call).encode())):
-                    region = self._new(parent, [kebab(target)], Kind.CALL, ctx, self._stmt_anchor(fn, stmt),
-                                       f"launch of the vector function `{target}`")
+                    region = self._new(parent, [label_kebab(target)], Kind.CALL, ctx,
+                                       self._stmt_anchor(fn, stmt),
+                                       f"launch of the vector function `{target}`",
+                                       full_word=label_kebab(target))
                     region.notes.append("a SIMT / vector function runs per thread: measured at its "
                                         "launch, no point inside it")
                 elif region is None and self._unseen_work(fn, call, site.name):
                     spelled = text_of(fn.src, call).split("(")[0].strip()
-                    region = self._new(parent, [kebab(site.name)], Kind.CALL, ctx,
+                    region = self._new(parent, [label_kebab(site.name)], Kind.CALL, ctx,
                                        self._stmt_anchor(fn, stmt),
                                        f"call to `{spelled}` whose class is not in the files read "
-                                       "(an absent header)")
+                                       "(an absent header)", full_word=label_kebab(site.name))
                     region.notes.append("traced at the call site: its code was not found")
                 continue
             callees = [c for c in site.callees if c.core is None or c.core in ctx.cores]
@@ -735,7 +728,7 @@ class Planner:
                 return
             if region is None:
                 first = bodies[0]
-                word = label_word(first, fn.scope, receiver_of(fn, call), self.phase_words)
+                word = label_word(first, fn.scope, receiver_of(fn, call), self.vocab)
                 # A function called from one place is traced inside its own body, so its
                 # header carries the points; shared callees are traced at each call site.
                 single = (len(bodies) == 1 and first.core is None
@@ -744,7 +737,8 @@ class Planner:
                 region = self._new(parent, [word], Kind.CALL, ctx, anchor,
                                    f"call to {first.display} ({_where(first)})",
                                    function=first.id, hot=hot_of(word), covers=first.src.path,
-                                   full_word=kebab(label_source(first, fn.scope, receiver_of(fn, call))))
+                                   full_word=label_kebab(label_source(first, fn.scope,
+                                                                      receiver_of(fn, call))))
             outside = [c for c in bodies if not self.inside(c)]
             if outside:
                 # Code of another operator or a shared library: its own points would be
@@ -799,15 +793,15 @@ class Planner:
         if not bodies and unseen:
             # The class the macro runs is in a header that is absent: its time is still
             # the launch's work, measured at the macro's call (as `_unseen_work` does).
-            region = self._new(parent, [kebab(unseen[0])], Kind.CALL, ctx, self._stmt_anchor(fn, stmt),
+            region = self._new(parent, [label_kebab(unseen[0])], Kind.CALL, ctx, self._stmt_anchor(fn, stmt),
                                f"`{name}(...)` runs `{unseen[0]}`, whose class is not in the files read "
-                               "(an absent header)")
+                               "(an absent header)", full_word=label_kebab(unseen[0]))
             region.notes.append("traced at the macro's call: the class's code was not found")
             return True
         if not bodies:
             return False
         first = bodies[0]
-        region = self._new(parent, [label_word(first, fn.scope, None, self.phase_words)], Kind.CALL, ctx,
+        region = self._new(parent, [label_word(first, fn.scope, None, self.vocab)], Kind.CALL, ctx,
                            self._stmt_anchor(fn, stmt), f"call to {first.display} through macro "
                            f"`{name}` ({_where(first)})", function=first.id, covers=first.src.path)
         region.notes.append(f"`{name}(...)` expanded with its definition: traced at the macro's call")
@@ -859,13 +853,37 @@ class Planner:
             anchor = Anchor(fn.src.path, stmt.start_byte, after.end_byte, anchor.line,
                             fn.src.line_of(after.end_byte), inside=False)
             kind, word, hot, flag = Kind.SYNC, "barrier", "sync", None
+        args = call.child_by_field_name("arguments")
+        written = " ".join(text_of(fn.src, args).split())[1:-1] if args is not None and flag is None else ""
         region = self._new(parent, [word], kind, ctx, anchor,
-                           f"{name} in {fn.display}", hot=hot, cost="handshake", flag=flag)
+                           f"{name} in {fn.display}", hot=hot, cost="handshake", flag=flag,
+                           full_word=label_kebab(name), signal=_flag_family(written),
+                           between=(self._next_call(fn, stmt, -1), self._next_call(fn, stmt, 1)))
         if flag is None and kind == Kind.WAIT:
             m = re.match(r"[A-Za-z_]\w*", text_of(fn.src, call.child_by_field_name("arguments") or call)
                          .strip("() "))
             if m:
                 region.notes.append(f"flag `{m.group(0)}` is not a constant: partner unknown")
+
+    def _next_call(self, fn: FunctionDef, stmt: Node, step: int) -> str:
+        """The function called nearest before (-1) or after (1) a statement in its block —
+        the step a handshake ends or starts, when that step has no region: an operator
+        function of real size, or a call that moves or computes data (not a flag, queue or
+        buffer chore)."""
+        node = stmt.prev_named_sibling if step < 0 else stmt.next_named_sibling
+        while node is not None:
+            calls = fn.nodes_in(node, ("call_expression",))
+            for call in (reversed(calls) if step < 0 else calls):
+                site = self.an.call_site(fn, call)
+                if site.name in VF_LAUNCHERS:  # a vector function's launch: the function it runs
+                    target = vf_target(text_of(fn.src, call).encode())
+                    if target:
+                        return target
+                if any(self.an.is_substantial(c) for c in site.callees) or (
+                        site.name and not _HOUSEKEEPING_RE.match(site.name)):
+                    return site.name
+            node = node.prev_named_sibling if step < 0 else node.next_named_sibling
+        return ""
 
     def _waits_on(self, fn: FunctionDef, stmt: Node, flag: str) -> bool:
         calls = fn.nodes_in(stmt, ("call_expression",)) if stmt.type == "expression_statement" else []
@@ -876,7 +894,7 @@ class Planner:
         """A function named for sending and waiting (`SendCountsAndWait`) whose body sends
         and then blocks: two regions in its body, `send-...` around the work before the
         wait and `wait-...` around the wait — never one region labelled as a wait."""
-        words = kebab(callee.name).split("-")
+        words = label_kebab(callee.name).split("-")
         if "wait" not in words or not self.inside(callee) or self.an.call_counts.get(callee.id, 0) != 1:
             return False
         rest = [w for w in words if w not in ("wait", "and", "for", "then") and w not in FILLER_WORDS]
@@ -898,8 +916,8 @@ class Planner:
                              src.line_of(waits[0].start_byte), src.line_of(waits[-1].end_byte), inside=False)
         action = {"send", "set", "notify", "put", "write", "dispatch", "publish"}
         what = [w for w in rest if w not in action] or rest
-        send_word = shorten("-".join(rest), self.phase_words)
-        wait_word = "wait-" + shorten("-".join(what), self.phase_words)
+        send_word = label_name("-".join(rest), self.vocab)
+        wait_word = "wait-" + label_name("-".join(what), self.vocab)
         why = f"{callee.display} ({_where(callee)}) sends, then waits: split in two"
         self._new(parent, [send_word], Kind.CALL, ctx, send_anchor, why, function=callee.id,
                   hot=hot_of(send_word), covers=src.path)
@@ -956,7 +974,7 @@ class Planner:
             region.notes.append(f"{callee.display} is planned under its first caller")
             return
         self.expanded[key] = region
-        inner = replace(ctx, stack=(*ctx.stack, callee.id))
+        inner = replace(ctx, stack=(*ctx.stack, callee.id), branch="")
         before = len(region.children)
         self.walk_block(callee, callee.body, inner, region)
         self._drop_sole_tile_region(region)
@@ -982,6 +1000,35 @@ def _executable(body: Node) -> list[Node]:
             continue
         out.append(child)
     return out
+
+
+def _flag_family(written: str) -> str:
+    """A non-constant flag argument without its counter (`ctx.V2CEvent + 1` and
+    `ctx.V2CEvent` -> `ctx.V2CEvent`, `flags[2]` -> `flags[]`): flags of one family."""
+    text = re.sub(r"\[\s*\d+\s*\]", "[]", written)
+    return re.sub(r"\s*[-+]\s*\d+\s*$", "", text).strip()
+
+
+def _unparen(text: str) -> str:
+    """`(a && b)` -> `a && b`; `(a) && (b)` stays."""
+    while text.startswith("(") and text.endswith(")"):
+        depth = 0
+        for i, ch in enumerate(text):
+            depth += {"(": 1, ")": -1}.get(ch, 0)
+            if depth == 0 and i < len(text) - 1:
+                return text
+        text = text[1:-1].strip()
+    return text
+
+
+def _ends_in_return(arm: Node | None) -> bool:
+    """An `if` arm whose last statement returns (an early exit)."""
+    if arm is None:
+        return False
+    if arm.type == "return_statement":
+        return True
+    stmts = [c for c in arm.named_children if c.type != "comment"] if arm.type == "compound_statement" else []
+    return bool(stmts) and stmts[-1].type == "return_statement"
 
 
 def _descendants(node: Node) -> list[Node]:

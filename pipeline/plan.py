@@ -26,6 +26,7 @@ from optrace.rules.base import RuleContext
 from optrace.rules.capacity import estimate
 from optrace.rules.density import labels_per_core
 from optrace.rules.label_budget import launch_variants, variant_members
+from optrace.rules.naming import name_lint
 from optrace.rules.registry import load_rules
 
 
@@ -55,6 +56,10 @@ def plan_from_analysis(analysis: Analysis, lint: bool = True) -> Plan:
     plan.per_core = labels_per_core(root)
     plan.capacity = estimate(root, cfg.trip_counts)
     plan.variants = variants_of(root, planner.conditions)
+    plan.dropped = ctx.dropped
+    target = cfg.density_target
+    plan.over_budget = {key.split(":", 1)[1]: n for key, n in ctx.stats.items()
+                        if key.startswith("budget_kept:") and n > target}
     if lint:
         path = [analysis.entry_fn.id, *(fid for fid, _ in planner.expanded)]
         plan.lint = plan_lint(plan, ctx.stats, path)
@@ -252,6 +257,8 @@ def plan_lint(plan: Plan, stats: dict[str, int], path: list[str]) -> dict[str, o
         "phases_dropped_while_setup_kept": stats.get("phases_dropped_while_setup_kept", 0),
         "unbracketed_handshakes": unbracketed,
         "handshakes_not_bracketed": len(unbracketed),  # the count, for corpus summaries
+        # Names (OT105): each 0 on a plan that reads well.
+        **name_lint(root, stats),
     }
 
 

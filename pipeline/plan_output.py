@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import networkx as nx
 
-from optrace.engine.codes import OT020, OT021
+from optrace.engine.codes import OT020, OT021, OT108
 from optrace.engine.diagnostics import display_path
 from optrace.engine.model import Region
 from optrace.engine.plan import Plan
@@ -105,14 +105,7 @@ def render_text(plan: Plan, mode: PlannedMode | None = None) -> str:
     out.append("labels per core type:")
     budget = plan.analysis.config.density_target
     for core, labels in plan.per_core.items():
-        shakes = {r.label for r in plan.root.walk() if r.cost == "handshake" and core in r.cores}
-        counted = f"  {core}: {len(labels)}"
-        if len(labels) > budget and shakes:
-            # The budget counts phases and setup only: say so wherever the total is over it.
-            counted += (f" ({len(labels) - len(shakes & set(labels))} phase / setup, budget {budget}; "
-                        f"+ {len(shakes & set(labels))} handshakes, which the budget does not count: "
-                        "every wait and notify stays bracketed)")
-        out.append(counted)
+        out.append(f"  {core}: {len(labels)}{_over_budget(plan, core, labels, budget)}")
     if plan.variants:
         out.append("  per variant (one launch runs one; the budget holds per variant):")
         for v in plan.variants:
@@ -120,6 +113,14 @@ def render_text(plan: Plan, mode: PlannedMode | None = None) -> str:
             out.append(f"    {v['condition']}: {counts}")
     for est in plan.capacity:
         out.append(f"  {est.core} records per launch: {est.text()}")
+    if plan.dropped:
+        out.append("")
+        out.append(f"dropped by the label budget ({len(plan.dropped)}, {OT108}; setup first, then repeats "
+                   "of code planned elsewhere, then the deepest detail):")
+        for drop in plan.dropped:
+            known = legend.get(drop.path) if drop.path is not None else None
+            at = f"[{known}]:{drop.line}" if known else _loc(plan, drop.path, drop.line)
+            out.append(f"  {drop.label} [{'+'.join(drop.cores)}] {drop.cost}  @ {at}  — {drop.why}")
     if plan.roles:
         out.append("")
         out.append("AIV roles:")
@@ -188,6 +189,27 @@ def _not_found_lines(plan: Plan, ref: Callable[[Path | None, int], str]) -> list
         more = f" and {n - 1} more" if n > 1 else ""
         out.append(f"  not found: \"{target}\" ({ref(where, ln)}{more})")
     return out
+
+
+def _over_budget(plan: Plan, core: str, labels: list[str], budget: int) -> str:
+    """Why a core type's count may stand over the label budget: the rule that allowed it,
+    with the numbers (the budget counts phase and setup labels per launch)."""
+    if len(labels) <= budget:
+        return ""
+    shakes = {r.label for r in plan.root.walk() if r.cost == "handshake" and core in r.cores} & set(labels)
+    work = len(labels) - len(shakes)
+    why = [f"{work} phase / setup, budget {budget} (density.target)"]
+    if shakes:
+        why.append(f"+ {len(shakes)} handshakes, which the budget does not count: every wait and notify "
+                   "stays bracketed")
+    kept = plan.over_budget.get(core)
+    if kept is not None:
+        why.append(f"one launch keeps {kept} phase / setup labels, {kept - budget} over the budget: what is "
+                   f"left holds handshakes, and a phase holding a handshake stays with it ({OT108})")
+    elif work > budget:
+        why.append("the budget holds per variant, and no one launch runs more than "
+                   f"{budget} of them (see per variant)")
+    return " (" + "; ".join(why) + ")"
 
 
 def _short(path: Path, op_dir: Path, root: Path) -> str:
@@ -296,6 +318,12 @@ def plan_json(plan: Plan, mode: PlannedMode | None = None) -> dict[str, object]:
         "labels_per_core": {core: len(labels) for core, labels in plan.per_core.items()},
         "labels": plan.per_core,
         "variants": plan.variants,
+        "dropped": [
+            {"label": d.label, "file": display_path(d.path, root) if d.path else None, "line": d.line,
+             "class": d.cost, "cores": list(d.cores), "why": d.why}
+            for d in plan.dropped
+        ],
+        "over_budget": plan.over_budget,
         "lint": plan.lint,
         "capacity": [
             {"core": e.core, "records": e.records, "unknown_loops": list(e.unknown_loops)}

@@ -40,6 +40,14 @@ def check_example(rule: type[Rule], example: Example, valid: bool, extra_config:
                 + "\nexpected\n" + "\n".join(want))
         own = [d.message for d in plan.findings if d.code == rule.code]
         where = f"{rule.code} {rule.name} {'VALID' if valid else 'INVALID'} example"
+        if example.dropped:
+            got_dropped = [d.label for d in plan.dropped]
+            assert got_dropped == list(example.dropped), (
+                f"{where}: the budget dropped {got_dropped}, expected {list(example.dropped)}")
+        if example.variants:
+            got_variants = [str(v["condition"]) for v in plan.variants]
+            assert got_variants == list(example.variants), (
+                f"{where}: variants {got_variants}, expected {list(example.variants)}")
         missing = [lb for lb in example.labels if lb not in labels]
         assert not missing, f"{where}: labels {missing} not planned; planned {sorted(labels)}"
         present = [lb for lb in example.absent if lb in labels]

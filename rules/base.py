@@ -27,7 +27,7 @@ from typing import ClassVar
 
 from optrace.engine.analysis import Analysis
 from optrace.engine.diagnostics import Diagnostic, Severity
-from optrace.engine.model import LoopInfo, Region
+from optrace.engine.model import Dropped, LoopInfo, Region
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,9 @@ class Example:
     `config` is `optrace.toml` text for the example's repository. `tree`, when given, is
     the whole expected tree, one region a line, nested by two spaces a level; a line may
     end in ` @inside:<line>` / ` @around:<line>` to state where its points go (the line
-    of the example's source, 1-based).
+    of the example's source, 1-based). `dropped`, when given, is every label the label
+    budget drops, in the order it drops them; `variants` the plan's variant conditions, in
+    order, as the plan shows them.
     """
 
     source: str
@@ -48,6 +50,8 @@ class Example:
     absent: tuple[str, ...] = ()
     finding: str = ""
     config: str = ""
+    dropped: tuple[str, ...] = ()
+    variants: tuple[str, ...] = ()
 
 
 @dataclass
@@ -61,6 +65,8 @@ class RuleContext:
     current: str = ""
     # Figures rules leave for the plan lint (e.g. the budget's dropped regions by class).
     stats: dict[str, int] = field(default_factory=dict)
+    # The regions the label budget dropped, each named (the plan lists them).
+    dropped: list[Dropped] = field(default_factory=list)
 
     def report(self, message: str, region: Region | None = None,
                severity: Severity = Severity.INFO, line: int = 0) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from optrace.engine.codes import OT005, OT105, OT108, OT109, OT408, OT413
+from optrace.engine.words import DEFAULT_PHASE_WORDS, DEFAULT_SHORT_WORDS, FILLER_WORDS
 from optrace.rules.registry import builtin_rules
 
 HEADER = f"""# Planning rules
@@ -32,6 +33,12 @@ check_rule_examples(YourRule, extra_config='[rules]\\nmodules = ["team_rules"]\\
 ```
 """
 
+
+# The default word lists, as engine/words.py defines them.
+_FILLERS = ", ".join(f"`{w}`" for w in sorted(FILLER_WORDS))
+_SHORTS = ", ".join(f"`{k}` -> `{v}`" for k, v in sorted(DEFAULT_SHORT_WORDS.items(),
+                                                        key=lambda kv: ("-" not in kv[0], kv[0])))
+_PHASE = ", ".join(f"`{w}`" for w in sorted(DEFAULT_PHASE_WORDS))
 
 PLANNER = f"""
 ## How the planner chooses regions
@@ -124,20 +131,40 @@ matched). A function that sends and then waits (`SendCountsAndWait`) is split in
 
 A label is the whole `TRACE_POINT` string: `processing`, or `<phase> <aic|aiv> [<sub>...]`
 (`gmm1 aic`, `gmm1 aic group matmul`, `dispatch aiv copy-tokens`); its depth is 1 + its
-number of words, at most 7 (typical trees read in 3-4 levels). Words come from the code's
-own names: the called function's, or for a generic method (`Process`, `Run`,
-`operator()`) the object's (`dispatch_.Process()` -> `dispatch`), or its class's when the
-object's name says nothing (`op`). A word drops fillers (`process`, `impl`, `kernel`,
-`stage`, ...); longer than 16 characters, it keeps its phase words (at most two), else its
-first two words: `GroupedMatmulDequantSwigluQuant` -> `matmul-dequant`, `MoeTokenDispatch`
--> `dispatch`. Phase words (default: dispatch, combine, gmm, gemm, matmul, mmad, swiglu,
-quant, dequant, unpermute, permute, routing, send, recv, barrier, wait, notify, alltoall,
-epilogue, gather, scatter, reduce, softmax, topk, sort, norm, finalize, copy, init) are
-not a vocabulary labels must use: they only say which words tell the most. Add words with
-`[naming] phase_words = ["moe-ffn"]`; the whole label is at most `[naming] max_length`
-characters (default 32; {OT105} cuts words, else reports). A callee reached from two
-phases is traced at its call sites, one label per phase (`gmm1 aic group finalize`,
-`gmm2 aic group finalize`). Siblings never get counter suffixes.
+number of words, at most 7 (typical trees read in 3-4 levels). Its words are what
+splitting it on spaces and hyphens gives. They come from the code's own names: the called
+function's, or for a generic method (`Process`, `Run`, `operator()`) the object's
+(`dispatch_.Process()` -> `dispatch`), or its class's when the object's name says nothing
+(`op`). A name is split at case changes with acronyms and digit runs kept whole
+(`CpGM2GMPingPong` -> `cp-gm2gm-ping-pong`, `GMM1Finished` -> `gmm1-finished`), a single
+letter joined to its neighbour (`MaxPoolW` -> `max-poolw`); long words take their short
+form and filler words are dropped (the lists below); a name is whole unless its label is
+over the limit. Then {OT105} keeps labels from repeating a word, tells distinct siblings
+apart, and shortens a label over `[naming] max_length` (default 32) — its rule text below
+says how.
+
+Filler words, dropped from names (a name made of nothing else keeps them):
+{_FILLERS}.
+
+Short forms of long words (phrases first):
+{_SHORTS}.
+
+Phase words, kept first when a word is cut: {_PHASE}. They are not a vocabulary labels
+must use: they only say which words tell the most.
+
+`optrace.toml` adds to each list:
+
+```toml
+[naming]
+phase_words = ["ffn"]                       # kept first when a word is cut
+filler_words = ["helper"]                   # dropped from names
+short_words = {{ communication = "comm" }}    # long word (or phrase) -> short form
+max_length = 32                             # the whole label, at most
+```
+
+A callee reached from two phases is traced at its call sites, one label per phase
+(`gmm1 aic group finalize`, `gmm2 aic group finalize`). Siblings never get counter
+suffixes.
 """
 
 

@@ -47,13 +47,14 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) { Level1(); }
                 "          level1 level2 level3 level4 barrier",
                 "          level1 level2 level3 level4 level5",
                 "            level1 level2 level3 level4 level5 barrier",
-                # depth 7: Level6's own barriers and Level7.. fold into it
+                # depth 7: Level6's own barriers and Level7.. fold into it; each level's
+                # second barrier is named by the phase it ends (OT105)
                 "            level1 level2 level3 level4 level5 level6",
-                "            level1 level2 level3 level4 level5 barrier",
-                "          level1 level2 level3 level4 barrier",
-                "        level1 level2 level3 barrier",
-                "      level1 level2 barrier",
-                "    level1 barrier",
+                "            level1 level2 level3 level4 level5 barrier-level6",
+                "          level1 level2 level3 level4 barrier-level5",
+                "        level1 level2 level3 barrier-level4",
+                "      level1 level2 barrier-level3",
+                "    level1 barrier-level2",
             ),
             config="[naming]\nmax_length = 64\n",
             finding="folded",

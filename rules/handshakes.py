@@ -96,7 +96,7 @@ class HandshakePartners(Rule):
             for region in top.walk():
                 phase_of[id(region)] = top
         shakes = [r for r in ctx.root.walk() if r.flag is not None and r.hot in ("wait", "notify")]
-        renames: list[tuple[Region, str]] = []
+        renames: list[tuple[Region, str, Region | None]] = []
         order = {id(r): n for n, r in enumerate(ctx.root.walk())}
         for region in shakes:
             role = "wait" if region.hot == "wait" else "notify"
@@ -108,15 +108,19 @@ class HandshakePartners(Rule):
                 continue
             # One flag reused along the sequence: the partner is the nearest use of it.
             partner = min(partners, key=lambda p: abs(order[id(p)] - order[id(region)]))
-            word = self._partner_word(ctx.root, region, partner, phase_of)
+            word, phase = self._partner_word(ctx.root, region, partner, phase_of)
             if word:
-                renames.append((region, f"{role}-{word}"))
-        # Named from the words as planned, all at once: a renamed partner is not a phase.
-        for region, word in renames:
+                renames.append((region, f"{role}-{word}", phase))
+        # Named from the words as planned, all at once: a renamed partner is not a phase. The
+        # partner phase is kept with the handshake: the naming rule (OT105) makes the word
+        # follow that phase's final name.
+        for region, word, phase in renames:
             region.words = [word, *region.words[1:]]
+            region.partner = phase
 
     @staticmethod
-    def _partner_word(root: Region, region: Region, partner: Region, phase_of: dict[int, Region]) -> str:
+    def _partner_word(root: Region, region: Region, partner: Region,
+                      phase_of: dict[int, Region]) -> tuple[str, Region | None]:
         own = phase_of.get(id(region))
         theirs = phase_of.get(id(partner))
         if theirs is partner and partner.cost == "handshake":
@@ -131,13 +135,11 @@ class HandshakePartners(Rule):
             theirs = near[0] if near else theirs
         own_word = own.words[0] if own is not None and own.words else ""
         if theirs is not None and theirs is not own and theirs.kind != Kind.ROOT and theirs.words:
-            # The partner is named, not described: a long phase word gives its first part,
-            # and role words (`wait-dispatch` -> `dispatch`) are not a partner's name.
-            parts = [p for p in theirs.words[0].split("-") if p not in _ROLE_WORDS]
-            word = "-".join(parts)
-            word = parts[0] if len(word) > 10 and parts else word
+            # The partner is named by its phase's name (role words, `wait-dispatch` ->
+            # `dispatch`, are not a partner's name).
+            word = "-".join(p for p in theirs.words[0].split("-") if p not in _ROLE_WORDS)
             if word and word != own_word:
-                return word
+                return word, theirs
         if partner.cores != region.cores and len(partner.cores) == 1:
-            return next(iter(partner.cores)).lower()
-        return ""
+            return next(iter(partner.cores)).lower(), None
+        return "", None

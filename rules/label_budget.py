@@ -19,6 +19,11 @@ says by how much. A region whose label another region keeps is not dropped (it w
 gain nothing). A callee's `Init` is never kept while its `Process` (or another work
 method) is dropped. Core-type bodies, the root and existing points are never removed.
 
+Every region the budget drops is named where it was (an OT108 finding) and listed in the
+plan — text ("dropped by the label budget") and JSON (`dropped`: label, file, line,
+class, cores, why); the per-core summary says which rule let a count stand over the
+budget (handshakes on top; phases kept because they hold handshakes).
+
 Variants (tiling-key / `if constexpr` / `#if` arms) never run in one launch, so the
 budget holds per variant: a region counts in every variant it can run in. Why: a deep
 operator offers hundreds of candidate regions, but a trace with more than ~30 labels per
@@ -32,7 +37,7 @@ from collections import Counter
 from pathlib import Path
 
 from optrace.engine.codes import OT108
-from optrace.engine.model import Kind, Region, assign_labels
+from optrace.engine.model import Dropped, Kind, Region, assign_labels
 from optrace.rules.base import Example, Rule, RuleContext
 
 _REMOVABLE = (Kind.CALL, Kind.LOOP, Kind.WAIT, Kind.SYNC)
@@ -74,6 +79,37 @@ def _variant_example(n: int) -> str:
             f"    if (TILING_KEY_IS(1)) {{\n{arms[0]}\n    }} else {{\n{arms[1]}\n    }}\n}}\n")
 
 
+_CONTRADICTIONS = """
+__aicore__ inline void Deep(GM_ADDR x) {
+    for (uint32_t expertIdx = 0; expertIdx < expertNum; ++expertIdx) { SyncAll(); }
+}
+__aicore__ inline void Flat(GM_ADDR x) {
+    for (uint32_t groupIdx = 0; groupIdx < groupNum; ++groupIdx) { SyncAll(); }
+}
+__aicore__ inline void Tail(GM_ADDR x) {
+    for (uint32_t rankIdx = 0; rankIdx < rankNum; ++rankIdx) { SyncAll(); }
+}
+__aicore__ inline void Extra(GM_ADDR x) {
+    for (uint32_t stageIdx = 0; stageIdx < stageNum; ++stageIdx) { SyncAll(); }
+}
+template <int FLAG>
+__global__ __aicore__ void demo_op(GM_ADDR x) {
+    if constexpr (FLAG & 1) {
+        if constexpr (FLAG & 1) {
+            Deep(x);
+        } else {
+            Flat(x);
+        }
+    } else {
+        Tail(x);
+    }
+    if constexpr (FLAG & 1) {
+        Extra(x);
+    }
+}
+"""
+
+
 class LabelBudget(Rule):
     code = OT108
     name = "label-budget"
@@ -81,14 +117,25 @@ class LabelBudget(Rule):
         Example(_example(5), tree=("processing", *(f"  step{i}" for i in range(5)))),
         # 2 x 20 labels, 21 per launch: within the budget of each variant.
         Example(_variant_example(20), labels=("arm0-step0", "arm0-step19", "arm1-step0", "arm1-step19")),
+        # The budget holds per variant, and variants are shown as a launch can select them:
+        # `FLAG & 1 && FLAG & 1` once (a repeated test), `FLAG & 1 && !(FLAG & 1)` (`Flat`'s
+        # arm) never (no launch runs it), and `Extra`'s arm, which asserts the same test as
+        # `Deep`'s, merged with it. Each region is still planned (one tree, all arms).
+        Example(_CONTRADICTIONS, tree=(
+            "processing",
+            "  deep @inside:2", "    deep expert @inside:3", "      deep expert barrier @around:3",
+            "  flat @inside:5", "    flat group @inside:6", "      flat group barrier @around:6",
+            "  tail @inside:8", "    tail rank @inside:9", "      tail rank barrier @around:9",
+            "  extra @inside:11", "    extra stage @inside:12", "      extra stage barrier @around:12",
+        ), variants=("FLAG & 1", "!(FLAG & 1)")),
     )
     INVALID = (
         Example(_example(30), tree=("processing", *(f"  step{i}" for i in range(29))),
                 finding="budget"),
         # The region the budget drops is named, with its class and why (the last step:
         # the deepest detail goes first, then by order).
-        Example(_example(30), absent=("step29",),
-                finding='"step29" (phase, AIV) dropped: 31 labels, budget 30 (density.target)'),
+        Example(_example(30), absent=("step29",), dropped=("step29",),
+                finding='"step29" (phase, AIV) dropped: 31 labels in one launch, budget 30'),
         # 20 parts: 20 Inits (setup) and 20 Processes (each an expert loop with a barrier
         # inside): 61 phase / setup labels and 20 handshakes. Every Init goes before any
         # phase (and no Init outlives its Process); what is left is phases holding a
@@ -97,7 +144,8 @@ class LabelBudget(Rule):
             "processing",
             *[ln for i in range(20) for ln in
               (f"  part{i}", f"    part{i} expert", f"      part{i} expert barrier")],
-        ), absent=tuple(f"part{i}-init" for i in range(20)), finding="they hold handshakes"),
+        ), dropped=tuple(f"part{i}-init" for i in reversed(range(20))),
+            finding="they hold handshakes"),
     )
 
     def apply(self, ctx: RuleContext) -> None:
@@ -131,6 +179,7 @@ class LabelBudget(Rule):
         over = {key for key, c in per_core.items() if len(c) > target}
         if not over:
             return
+        ctx.stats["budget_over"] = 1
 
         def key(region: Region, order: int) -> tuple[int, ...]:
             parent = parents[id(region)]
@@ -163,6 +212,10 @@ class LabelBudget(Rule):
             # Every region the budget drops is named where it was, with its class and why.
             ctx.report(f'"{region.label}" ({region.cost}, {"/".join(sorted(region.cores))}) dropped: {why}',
                        region)
+            anchor = region.anchor
+            ctx.dropped.append(Dropped(region.label, anchor.path if anchor else None,
+                                       anchor.line if anchor else 0, region.cost,
+                                       tuple(sorted(region.cores)), why))
             parent = parents[id(region)]
             gone.add(id(region))
             live[id(parent)] -= 1
@@ -204,8 +257,7 @@ class LabelBudget(Rule):
                     continue
             counts = sorted({len(per_core[(core, v)]) for core in region.cores for v in member[id(region)]
                              if (core, v) in over})
-            why = (f"{counts[-1]} labels, budget {target} (density.target): setup goes first, then "
-                   "repeats of code planned elsewhere, then the deepest detail")
+            why = f"{counts[-1]} labels in one launch, budget {target} (density.target)"
             for dropped in group:
                 if dropped.cost == "phase":
                     phase_variants.append({v for core in dropped.cores for v in member[id(dropped)]
@@ -236,6 +288,9 @@ class LabelBudget(Rule):
             if removed[cost]:
                 ctx.report(f"{removed[cost]} {cost} region(s) dropped to meet the {target}-label budget "
                            "(density.target; setup first)", ctx.root)
+        for core in {core for core, _ in per_core}:
+            # What one launch of each core type counts against the budget after the drops.
+            ctx.stats[f"budget_kept:{core}"] = max(len(c) for (k, _), c in per_core.items() if k == core)
         if over:
             worst = max(len(per_core[k]) for k in over)
             cores = sorted({core for core, _ in over})

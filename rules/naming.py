@@ -1,20 +1,43 @@
-"""OT105 naming: labels are lowercase `[a-z0-9-]` words, at most `naming.max_length`
-characters in all (default 32), and siblings are told apart by what they are, never by a
-counter.
+"""OT105 naming: labels an expert keeps — no word said twice, distinct regions told
+apart by how they differ, at most `naming.max_length` characters (default 32), and no
+region lost for its name.
 
 A label is the whole `TRACE_POINT` string, `<phase> <aic|aiv> [<sub>...]`: what a reader
-sees in the trace. Words come from the code's own names, shortened by the planner (fillers
-such as `process` / `impl` dropped; a long name keeps its phase words). A label still over
-the limit has its words cut to their first part — its own, then its ancestors' from the
-deepest up, the phase's level-2 word last (on both core types) — never into a name a
-sibling already has; one still over folds into its parent (reported), so the limit
-always holds. Two siblings calling
-one function are one phase (both arms of an `if constexpr`); siblings in different
-variants (tiling-key / `#if` arms) share a label (one launch runs one arm). Two
-different functions shortened to one word are told apart by a word of the full name the
-other lacks (`gmm-swiglu` / `gmm-dequant`). Other siblings of one name keep it — they are the same kind of
-step run one after another — and the rule says so: no `-2` suffix, which would tell the
-reader nothing; distinct waits are named by their partner (OT109).
+sees in the trace; its words are what splitting it on spaces and hyphens gives. Words come
+from the code's own names (engine/words.py: split at case changes with acronyms and digit
+runs whole, `CpGM2GMPingPong` -> `cp-gm2gm-ping-pong`; long words short, `initialize` ->
+`init`; fillers such as `process` / `impl` dropped). This rule then makes them read:
+
+- **No word twice.** A region drops the words its label already has (`read-buf
+  read-buf-weighted-sum` -> `read-buf weighted-sum`), a single letter is never a word, and
+  a phase word (level 2) does not repeat the operator's own name words (kept only when
+  they are all the name has: then its phase words).
+- **Distinct regions, distinct names.** Siblings whose labels say the same, counters
+  ignored (`barrier-2`, `wait 3`, `second`), that are different code able to run in one
+  launch, are told apart by how they differ, in this order: a word of the function's
+  full name the others lack; its class; the AIV role; the flag a handshake waits on or
+  sets; the phase a barrier or notify ends (a wait: the phase it starts) —
+  `barrier-gmm1`, `barrier-combine`; `exit` on an early return's path; where the step it
+  ends has no region, the call beside it (a tile loop: the last other call in it); a
+  tile loop's variable; `loop` for a loop beside a call of the same step; the condition
+  it runs under; what it does first. The same step run again keeps one label: one
+  function called in one role, one flag (or family of flags, `evt` / `evt + 1`) set or
+  waited on again, calls of one name whose code was not found, the arms of a variant
+  dispatch (one launch runs one). Siblings nothing tells apart keep their label, and
+  the plan says so; the plan lint counts them.
+- **A phase and its handshakes use one name.** A handshake named after a level-2 phase
+  (OT109's partner, or the phase a level-2 barrier ends) follows that phase's final word,
+  less the words its own label already has.
+- **The limit.** A label over `naming.max_length` is shortened one cut at a time: the
+  longest word on its path first (the deepest on a tie), the phase's word last; each cut
+  the gentlest left — two of its phase words, a phase word with its neighbour, its first
+  two words, then one word (a word holding a phase word only to a phase word) — never
+  into a name a sibling has, a phase's word on every core type at once, a handshake's
+  partner word by cutting the partner. Cuts that a later cut made needless are given
+  back, and so are words dropped as repeats of an ancestor's word that a cut removed. A
+  label no cut fits keeps a short label of its own: the region moves up to the nearest
+  ancestor under which its own words fit (its time still nests there), with an OT105
+  warning — a region is never folded away for its name.
 """
 
 from __future__ import annotations
@@ -23,11 +46,23 @@ import re
 
 from optrace.engine.codes import OT105
 from optrace.engine.diagnostics import Severity
-from optrace.engine.model import Region, assign_labels
+from optrace.engine.model import Kind, Region, assign_labels
+from optrace.engine.words import Vocabulary, label_kebab, label_name, reductions
 from optrace.rules.base import Example, Rule, RuleContext
 
 _BAD = re.compile(r"[^a-z0-9-]+")
+_CORE_WORDS = frozenset({"aic", "aiv"})
+_ROLE_WORDS = frozenset({"wait", "notify", "barrier"})
+# Words of a condition or a flag's name that tell nothing apart.
+_PLAIN_WORDS = frozenset(
+    {"ascend", "ascendc", "get", "is", "idx", "id", "index", "num", "flag", "flags", "exec", "tpl",
+     "enable", "enabled", "mode", "key", "tiling", "if", "ifdef", "ifndef", "elif", "else", "defined",
+     "true", "false", "event", "evt", "value", "has", "use", "need", "constexpr", "static", "cast",
+     "uint32", "int32", "uint64", "int64", "size", "sizeof", "nullptr", "this", "std", "params"}
+)
+_HANDSHAKE_HOT = ("wait", "sync", "notify")
 
+# A name longer than any label allows, called in an expert loop.
 _LONG = """
 __aicore__ inline void DispatchTokensToAllRanksWithQuantisation(GM_ADDR x) {
     for (uint32_t expertIdx = 0; expertIdx < expertNum; ++expertIdx) {
@@ -43,25 +78,133 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
     DispatchTokensToAllRanksWithQuantisation(x);
 }
 """
+_STUTTER = """
+__aicore__ inline void CpGM2GMPingPong(GM_ADDR dst, GM_ADDR src) {
+    for (uint32_t tileIdx = 0; tileIdx < tileNum; ++tileIdx) {
+        DataCopy(dst, src, len); Adds(dst, dst, 1, len); Muls(dst, dst, 2, len);
+    }
+}
+__aicore__ inline void LocalCalculationECReshape(GM_ADDR x) {
+    for (uint32_t tileIdx = 0; tileIdx < tileNum; ++tileIdx) {
+        Muls(x, x, 2, len); Adds(x, x, 1, len); Cast(x, x, len);
+    }
+}
+__aicore__ inline void ShareToShareSlice(GM_ADDR x) {
+    for (uint32_t tileIdx = 0; tileIdx < tileNum; ++tileIdx) {
+        DataCopy(x, x, len); Adds(x, x, 1, len); Muls(x, x, 2, len);
+    }
+}
+__aicore__ inline void ReadBufferAndWeightedSum(GM_ADDR x) {
+    for (uint32_t tokenIdx = 0; tokenIdx < tokenNum; ++tokenIdx) {
+        DataCopy(x, x, len); Muls(x, x, 2, len); Adds(x, x, 1, len);
+    }
+}
+__aicore__ inline void ReadBufferFromRemote(GM_ADDR x) {
+    ReadBufferAndWeightedSum(x);
+    SyncAll();
+}
+__aicore__ inline void DemoDispatchProcess(GM_ADDR x) {
+    CpGM2GMPingPong(x, x);
+    LocalCalculationECReshape(x);
+    ShareToShareSlice(x);
+}
+extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
+    DemoDispatchProcess(x);
+    ReadBufferFromRemote(x);
+}
+"""
+
+_FOUR_BARRIERS = """
+__aicore__ inline void QuantTokens(GM_ADDR x) {
+    for (uint32_t t = 0; t < tileNum; ++t) { Muls(x, x, 2, n); Cast(x, x, n); Adds(x, x, 1, n); }
+}
+__aicore__ inline void SendTokens(GM_ADDR x) {
+    for (uint32_t t = 0; t < tokenNum; ++t) { DataCopy(x, x, n); Adds(x, x, 1, n); Muls(x, x, 2, n); }
+}
+__aicore__ inline void RecvTokens(GM_ADDR x) {
+    for (uint32_t t = 0; t < tokenNum; ++t) { DataCopy(x, x, n); Adds(x, x, 1, n); Muls(x, x, 2, n); }
+}
+__aicore__ inline void Gmm1(GM_ADDR x) {
+    for (uint32_t t = 0; t < tileNum; ++t) { Mmad(x, x, x, n); Adds(x, x, 1, n); Muls(x, x, 2, n); }
+}
+extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
+    QuantTokens(x);
+    SyncAll();
+    SendTokens(x);
+    SyncAll();
+    RecvTokens(x);
+    SyncAll();
+    Gmm1(x);
+    SyncAll();
+}
+"""
+
+_ROLES = """
+__aicore__ inline void Exchange(GM_ADDR x) {
+    for (uint32_t rankIdx = 0; rankIdx < rankNum; ++rankIdx) { DataCopy(x, x, len); SyncAll(); }
+}
+extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
+    if (isSendCore) {
+        Exchange(x);
+    }
+    if (isRecvCore) {
+        Exchange(x);
+    }
+}
+"""
+
+_ORDINALS = """
+__aicore__ inline void SortIndices(GM_ADDR x) {
+    for (uint32_t t = 0; t < tileNum; ++t) { Sort(x, x, n); Adds(x, x, 1, n); Muls(x, x, 2, n); }
+}
+__aicore__ inline void ScatterValues(GM_ADDR x) {
+    for (uint32_t t = 0; t < tileNum; ++t) { Muls(x, x, 2, n); Adds(x, x, 1, n); Cast(x, x, n); }
+}
+__aicore__ inline void FirstStep(GM_ADDR x) { SortIndices(x); SyncAll(); }
+__aicore__ inline void SecondStep(GM_ADDR x) { ScatterValues(x); SyncAll(); }
+extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
+    FirstStep(x);
+    SecondStep(x);
+}
+"""
 
 
 class Naming(Rule):
     code = OT105
     name = "naming"
     VALID = (
-        # Long names shortened to their phase words (`dispatch`), else their first two
-        # words (`prepare-expert`); within a 64-character limit nothing is cut further.
+        # Words: acronyms and digit runs whole (`cp-gm2gm-ping-pong`), a lone letter kept
+        # with its word (`ec-reshape`), long words short (`calculation` -> `calc`, `buffer`
+        # -> `buf`), fillers dropped (`process`, `to`, `and`, `from`), the operator's own
+        # name (`demo`) not repeated as a phase word, and no word twice in a label
+        # (`share-to-share-slice` -> `share-slice`; `read-buf-weighted-sum` under
+        # `read-buf-remote` -> `weighted-sum`).
+        Example(_STUTTER, tree=(
+            "processing",
+            "  dispatch @inside:26",
+            "    dispatch cp-gm2gm-ping-pong @inside:2",
+            "    dispatch local-calc-ec-reshape @inside:7",
+            "    dispatch share-slice @inside:12",
+            "  read-buf-remote @inside:22",
+            "    read-buf-remote weighted-sum @inside:17",
+            "    read-buf-remote barrier @around:24",
+        )),
+        # The limit: the longest words are cut first, the phase's word last and to its
+        # phase words (`dispatch-tokens-all-ranks-quant` -> `dispatch-quant` -> `dispatch`),
+        # and a cut that a later cut made needless is given back.
         Example(_LONG, tree=(
             "processing",
             "  dispatch @inside:2",
             "    dispatch expert @inside:3",
-            "      dispatch expert prepare-expert @inside:8",
-            "        dispatch expert prepare-expert token-copy @around:9",
-            "        dispatch expert prepare-expert barrier @around:10",
+            "      dispatch expert prepare @inside:8",
+            "        dispatch expert prepare copy @around:9",
+            "        dispatch expert prepare barrier @around:10",
             "      dispatch expert barrier @around:5",
-        ), config="[naming]\nmax_length = 64\n"),
+        )),
     )
     INVALID = (
+        # Nothing tells two barriers apart (no phase, no call around them): one label,
+        # and the plan says so.
         Example(
             """
 extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
@@ -72,128 +215,582 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
             tree=("processing", "  barrier @around:3", "  barrier @around:4"),
             finding="repeats",
         ),
-        # Over 24 characters: words are cut to their first part, the region's own first
-        # (`token-copy` -> `token`), then its ancestors' but the phase's (`prepare-expert`
-        # -> `prepare`, which renames its subtree); `dispatch expert prepare token` (29)
-        # and `... barrier` still do not fit and fold into `dispatch expert prepare`.
+        # No cut fits 24 characters: a region keeps a short label of its own under the
+        # nearest ancestor where it fits (`copy` under `expert`; the callee's barrier under
+        # `dispatch`, as `dispatch expert barrier` is the loop's own) — never folded away.
         Example(_LONG, tree=(
             "processing",
-            "  dispatch",
-            "    dispatch expert",
+            "  dispatch @inside:2",
+            "    dispatch expert @inside:3",
             "      dispatch expert prepare @inside:8",
-            "      dispatch expert barrier",
-        ), config="[naming]\nmax_length = 24\n", finding="folded into its parent"),
+            "      dispatch expert copy @around:9",
+            "      dispatch expert barrier @around:5",
+            "    dispatch barrier @around:10",
+        ), config="[naming]\nmax_length = 24\n", finding="a region of its own"),
+        # Four barriers after four phases: each named by the phase it ends.
+        Example(_FOUR_BARRIERS, tree=(
+            "processing",
+            "  quant-tokens @inside:2",
+            "  barrier-quant-tokens @around:16",
+            "  send-tokens @inside:5",
+            "  barrier-send-tokens @around:18",
+            "  recv-tokens @inside:8",
+            "  barrier-recv-tokens @around:20",
+            "  gmm1 @inside:11",
+            "  barrier-gmm1 @around:22",
+        ), finding="told apart by the phase each ends"),
+        # One function called in two AIV roles: named by its role.
+        Example(_ROLES, tree=(
+            "processing",
+            "  exchange-send @around:7",
+            "    exchange-send rank @inside:3",
+            "      exchange-send rank barrier @around:3",
+            "  exchange-recv @around:10",
+        ), finding="told apart by the AIV role"),
+        # Names that differ by an ordinal only say the same: told apart by what they do.
+        Example(_ORDINALS, tree=(
+            "processing",
+            "  first-step-sort @inside:8",
+            "    first-step-sort indices @inside:2",
+            "    first-step-sort barrier @around:8",
+            "  second-step-scatter @inside:9",
+            "    second-step-scatter values @inside:5",
+            "    second-step-scatter barrier @around:9",
+        ), finding="told apart by what each does first"),
     )
 
     def apply(self, ctx: RuleContext) -> None:
-        self._visit(ctx, ctx.root)
+        cfg = ctx.analysis.config
+        self.vocab = Vocabulary.of(cfg.phase_words, cfg.filler_words, cfg.short_words)
+        op_name = ctx.analysis.layers.op_name if ctx.analysis.layers is not None else ""
+        self.op_parts = frozenset(label_kebab(op_name).split("-")) - {""}
+        self.ctx = ctx
+        self.cuts: list[tuple[Region, int, str]] = []  # (region, word, before) of each cut kept
+        self.dropped: list[tuple[Region, int, list[str]]] = []  # words less what ancestors said
+        self.limit = cfg.label_max
+        self.told: list[tuple[str, str, list[Region]]] = []  # siblings told apart, said at the end
+        self._name(ctx.root, [])
+        self._follow_partners()
         assign_labels(ctx.root)
-        limit = ctx.analysis.config.label_max
-        folded: set[int] = set()
-        for region, chain in _chains(ctx.root, []):
-            if any(id(r) in folded for r in [*chain, region]):
-                continue
-            if len(_label(region, chain)) > limit and not self._fit(ctx, region, chain, limit):
-                folded.add(id(region))
+        self._fit(ctx.root, [], cfg.label_max)
+        self._follow_partners()
         assign_labels(ctx.root)
+        self._relax()
+        for key, how, done in self.told:  # with the labels as they are in the end
+            ctx.report(f"{len(done)} sibling region(s) `{key}` told apart by {how}: "
+                       + ", ".join(f"`{m.label}`" for m in done), done[0])
+        ctx.stats["regions_folded_for_length"] = 0  # lifted, never folded (see the docstring)
 
-    def _visit(self, ctx: RuleContext, node: Region) -> None:
-        same: dict[str, list[Region]] = {}
-        functions: dict[str, str | None] = {}
-        reported: set[str] = set()
-        for n, child in enumerate(node.children):
-            clean = [_BAD.sub("-", w.lower()).strip("-") or "phase" for w in child.words]
-            child.words = clean
-            key = " ".join(clean)
-            # Two calls of one function are one phase (e.g. both arms of `if constexpr`);
-            # variants (tiling-key / `#if` arms) never run in one launch: each arm's
-            # `init` / `process` is that variant's, under one label.
-            fine = key not in same or (child.function is not None and functions.get(key) == child.function) \
-                or all(child.exclusive_with(o) for o in same[key])
-            if not fine and self._tell_apart(node, child, same[key]):
-                # Renamed (this sibling or the earlier one): index the siblings again.
-                same.clear()
-                for sib in node.children[:n]:
-                    same.setdefault(" ".join(sib.words), []).append(sib)
-                key = " ".join(child.words)
-                fine = key not in same
-            functions.setdefault(key, child.function)
-            same.setdefault(key, []).append(child)
-            if not fine and key not in reported:
-                reported.add(key)
-                ctx.report(f"sibling label `{key}` repeats: the same kind of step run again, one "
-                           "label (no counter suffix)", child)
-            self._visit(ctx, child)
+    # --- words ----------------------------------------------------------------------------
+
+    def _name(self, node: Region, said: list[str]) -> None:
+        """Top-down: each child's words without repeats, then siblings told apart."""
+        for child in node.children:
+            self._clean(child, said)
+        for _ in range(3):  # a word given to tell two apart may meet a third sibling
+            if not self._distinct(node, said):
+                break
+        for child in node.children:
+            self._name(child, [*said, *_parts(child)])
+
+    def _clean(self, region: Region, said: list[str]) -> None:
+        seen = set(said)
+        words: list[str] = []
+        for i, word in enumerate(region.words):
+            original = [p for p in self.vocab.parts(_BAD.sub("-", word.lower()).strip("-")) if p]
+            phase = i == 0 and not said  # a level-2 region's first word: the phase word
+            keep = self._keep(region, phase, original, seen)
+            whole = self._keep(region, phase, original, {p for w in words for p in w.split("-")})
+            if not keep and i == 0:
+                keep = self._fallback(region, seen, original)
+            if keep:
+                if keep != whole:  # words its ancestors had: given back if a cut frees them
+                    self.dropped.append((region, len(words), whole))
+                words.append("-".join(keep))
+                seen.update(keep)
+        region.words = words or region.words[:1]
+
+    def _keep(self, region: Region, phase: bool, original: list[str], seen: set[str]) -> list[str]:
+        keep = list(dict.fromkeys(p for p in original if len(p) > 1 and p not in seen))
+        keep = [p for p in keep if p not in self.vocab.fillers] or keep
+        if phase and self.op_parts and keep and region.partner is None:
+            # The operator's name is said by the trace itself: a phase word does not repeat
+            # it; one made of nothing else keeps its phase words, else its last word.
+            own = [p for p in keep if p not in self.op_parts]
+            keep = own or [p for p in keep if self.vocab.is_phase(p)][:2] or keep[-1:]
+        return keep
+
+    def _fallback(self, region: Region, seen: set[str], original: list[str]) -> list[str]:
+        """A word all of whose parts the label already has: a part of the full name it
+        does not, else what kind of region it is."""
+        full = [p for p in self.vocab.parts(region.full_word) if len(p) > 1 and p not in seen
+                and p not in self.vocab.fillers and p not in _PLAIN_WORDS]
+        if full:
+            return full[:2]
+        kind = {Kind.LOOP: "loop", Kind.WAIT: "wait", Kind.CALL: "call"}.get(region.kind)
+        if region.kind == Kind.SYNC:
+            kind = "notify" if region.hot == "notify" else "barrier"
+        for word in (kind, "step"):
+            if word and word not in seen:
+                return [word]
+        return original[:1]
+
+    # --- distinct siblings ------------------------------------------------------------------
+
+    def _distinct(self, node: Region, said: list[str]) -> bool:
+        """Tell apart siblings that say the same (counters ignored); True when a word was given."""
+        groups: dict[str, list[Region]] = {}
+        for child in node.children:
+            groups.setdefault(sibling_key(" ".join(child.words)), []).append(child)
+        changed = False
+        for key, members in groups.items():
+            clash = [m for m in members if any(not same_step(m, o) for o in members if o is not m)]
+            if len(clash) < 2:
+                continue
+            left = self._tell_apart(node, clash, said)
+            changed = changed or len(left) < len(clash)
+            if len(left) > 1:
+                self.ctx.report(f"sibling label `{key}` repeats: nothing in the code tells these "
+                                f"{len(left)} regions apart (no counter suffix)", left[1])
+        return changed
+
+    def _tell_apart(self, node: Region, members: list[Region], said: list[str]) -> list[Region]:
+        """Give each clashing sibling the word that says how it differs; the ones left alike."""
+        pending = list(members)
+        ways = ((self._by_name, "a word of its full name the others lack"),
+                (self._by_class, "its class"), (self._by_role, "the AIV role it runs in"),
+                (self._by_flag, "the flag it waits on or sets"), (self._by_phase, "the phase each ends"),
+                (self._by_exit, "the early return it runs on"),
+                (self._by_neighbour, "the call next to it"), (self._by_var, "its loop variable"),
+                (self._by_kind, "loop or call"),
+                (self._by_branch, "the condition it runs under"),
+                (self._by_first_child, "what each does first"))
+        key = sibling_key(" ".join(members[0].words))
+        for way, how in ways:
+            if len(pending) < 2:
+                break
+            values = {id(m): way(node, m, pending, said) for m in pending}
+            done: list[Region] = []
+            for m in pending:
+                value = values[id(m)]
+                if value is not None and all(
+                        same_step(m, o) or values[id(o)] is None or values[id(o)][0] != value[0]  # type: ignore[index]
+                        for o in pending if o is not m):
+                    done.append(m)
+            if not done:
+                continue
+            for m in done:
+                word, partner = values[id(m)]  # type: ignore[misc]
+                first, *rest = m.words
+                if partner is not None:
+                    # Named after a phase of its own level: its word follows that phase's
+                    # name (a sibling step's name is its word as it is now).
+                    m.partner = partner if any(p is partner for p in self.ctx.root.children) else None
+                    m.words = [f"{first.split('-')[0]}-{word}", *rest]
+                else:
+                    m.words = [f"{first}-{word}", *rest]
+            self.told.append((key, how, done))
+            pending = [m for m in pending if not any(m is d for d in done)]
+            keys = {id(m): sibling_key(" ".join(m.words)) for m in node.children}
+            pending = [m for m in pending if any(
+                o is not m and keys[id(o)] == keys[id(m)] and not same_step(m, o) for o in node.children)]
+        return pending
+
+    def _word(self, parts: list[str], m: Region, said: list[str], at_most: int = 2,
+              theirs: frozenset[str] | set[str] = frozenset()) -> str | None:
+        """Up to `at_most` of `parts` that say something and are not in the label yet — the
+        ones `theirs` (the other siblings' words of the same kind) lack first."""
+        seen = {*said, *_parts(m), *self.op_parts}
+        keep = [p for p in dict.fromkeys(self.vocab.parts("-".join(parts)))
+                if len(p) > 1 and p not in seen and p not in self.vocab.fillers and p not in _PLAIN_WORDS
+                and not _COUNTER.fullmatch(p)]
+        own = [p for p in keep if p not in theirs]
+        return "-".join((own or keep)[:at_most]) or None
+
+    def _by_name(self, node: Region, m: Region, pending: list[Region],
+                 said: list[str]) -> tuple[str, Region | None] | None:
+        """A word of its full name that the others' lack (`gmm-dequant` / `gmm-swiglu`)."""
+        if not m.full_word or m.function is None:  # a function's name (not a primitive's)
+            return None
+        theirs = {p for o in pending if o is not m and not same_step(m, o) for p in o.full_word.split("-")}
+        word = self._word([p for p in m.full_word.split("-") if p not in theirs], m, said, 1)
+        return (word, None) if word else None
+
+    def _by_role(self, node: Region, m: Region, pending: list[Region],
+                 said: list[str]) -> tuple[str, Region | None] | None:
+        if not m.role or m.role.startswith("!") or all(o.role == m.role for o in pending if o is not m):
+            return None
+        theirs = {p for o in pending if o is not m and o.role for p in _condition_parts(o.role)}
+        word = self._word(_condition_parts(m.role), m, said, theirs=theirs)
+        return (word, None) if word else None
+
+    def _by_class(self, node: Region, m: Region, pending: list[Region],
+                  said: list[str]) -> tuple[str, Region | None] | None:
+        """Methods of one name in different classes: a word of its class's name the others'
+        lack."""
+        scope = self._scope(m)
+        scopes = {self._scope(o) for o in pending if o is not m and not same_step(m, o)}
+        if not scope or scope in scopes:
+            return None
+        theirs = {p for o in scopes for p in label_kebab(o).split("-")}
+        word = self._word([p for p in label_kebab(scope).split("-") if p not in theirs], m, said, 1)
+        return (word, None) if word else None
+
+    def _scope(self, m: Region) -> str:
+        fn = self.ctx.analysis.index.functions.get(m.function or "")
+        return fn.scope.split("::")[-1] if fn is not None and fn.scope else ""
+
+    def _by_flag(self, node: Region, m: Region, pending: list[Region],
+                 said: list[str]) -> tuple[str, Region | None] | None:
+        if not m.flag:
+            return None
+        word = self._word(label_kebab(m.flag.split("::")[-1]).split("-"), m, said)
+        return (word, None) if word else None
+
+    def _by_phase(self, node: Region, m: Region, pending: list[Region],
+                  said: list[str]) -> tuple[str, Region | None] | None:
+        """A barrier or notify by the phase it ends (the sibling before it), a wait by the
+        one it starts (the sibling after it); where that step has no region, by the
+        function its block calls there."""
+        if m.hot not in _HANDSHAKE_HOT or m.partner is not None:
+            return None
+        at = node.children.index(m)
+        side = node.children[at + 1:] if m.hot == "wait" else node.children[:at][::-1]
+        phase = next((s for s in side if s.cost != "handshake" and s.cores & m.cores and s.words), None)
+        if phase is not None:
+            word = self._word([p for p in phase.words[0].split("-") if p not in _ROLE_WORDS], m, said)
+            return (word, phase) if word else None
+        return None
+
+    def _by_neighbour(self, node: Region, m: Region, pending: list[Region],
+                      said: list[str]) -> tuple[str, Region | None] | None:
+        """Where the step it ends (starts) has no region: the function its block calls
+        there; a tile loop: the last other function it calls."""
+        call = _neighbour(m)
+        if not call:
+            after = m.between[1]
+            if m.hot in _HANDSHAKE_HOT and m.hot != "wait" and after:  # nothing before it: what it starts
+                return self._pair(["pre", *label_name(after, self.vocab).split("-")], m, said)
+            return None
+        theirs = {p for o in pending if o is not m
+                  for p in label_name(_neighbour(o), self.vocab).split("-") if p}
+        return self._pair(label_name(call, self.vocab).split("-"), m, said, theirs)
+
+    def _pair(self, parts: list[str], m: Region, said: list[str],
+              theirs: set[str] | frozenset[str] = frozenset()) -> tuple[str, Region | None] | None:
+        word = self._word(parts, m, said, 3 if parts[:1] == ["pre"] else 2, theirs)
+        return (word, None) if word else None
+
+    def _by_var(self, node: Region, m: Region, pending: list[Region],
+                said: list[str]) -> tuple[str, Region | None] | None:
+        """A tile loop by its variable (`dim0-loop` / `dim1-loop`)."""
+        if not m.tile_loop or not m.between[0]:
+            return None
+        return self._pair(label_kebab(m.between[0], glue=False).split("-"), m, said)
+
+    def _by_kind(self, node: Region, m: Region, pending: list[Region],
+                 said: list[str]) -> tuple[str, Region | None] | None:
+        """A loop of a step beside a call of it: `compute-loop` / `compute`."""
+        if m.kind != Kind.LOOP or all(o.kind == Kind.LOOP for o in pending if o is not m):
+            return None
+        return ("loop", None) if "loop" not in {*said, *_parts(m)} else None
+
+    def _by_exit(self, node: Region, m: Region, pending: list[Region],
+                 said: list[str]) -> tuple[str, Region | None] | None:
+        """A step on an early return's path (`if (...) { SyncAll(); return; }`): `exit`."""
+        if m.branch != "return" or "exit" in {*said, *_parts(m)}:
+            return None
+        return "exit", None
+
+    def _by_branch(self, node: Region, m: Region, pending: list[Region],
+                   said: list[str]) -> tuple[str, Region | None] | None:
+        """The words of the condition it needs to hold (an else arm says nothing of its own:
+        its sibling takes the word)."""
+        branch = _positive(m.branch)
+        if not branch or branch == "return":
+            return None
+        theirs = {p for o in pending if o is not m and _positive(o.branch)
+                  for p in _condition_parts(o.branch)}
+        word = self._word(_condition_parts(branch), m, said, theirs=theirs)
+        return (word, None) if word else None
+
+    def _by_first_child(self, node: Region, m: Region, pending: list[Region],
+                        said: list[str]) -> tuple[str, Region | None] | None:
+        """What it does first."""
+        if not m.children or not m.children[0].words:
+            return None
+        word = self._word(m.children[0].words[0].split("-"), m, said, 1)
+        return (word, None) if word else None
+
+    # --- handshakes follow their phase --------------------------------------------------------
+
+    def _follow_partners(self) -> None:
+        """A handshake named after a phase takes that phase's word as it is now (less the words
+        its own label already has)."""
+        for region, said in _with_said(self.ctx.root, []):
+            if region.partner is None or not region.words:
+                continue
+            role = region.words[0].split("-")[0]
+            theirs = [p for p in region.partner.words[0].split("-")] if region.partner.words else []
+            keep = [p for p in theirs if p not in _ROLE_WORDS and p not in said and p != role]
+            if keep:
+                region.words = ["-".join([role, *keep]), *region.words[1:]]
+
+    # --- the limit ----------------------------------------------------------------------------
+
+    def _fit(self, node: Region, chain: list[Region], limit: int) -> None:
+        for child in list(node.children):
+            path = [*chain, child]
+            if len(_label(path)) > limit and not self._fit_one(path, limit):
+                self._lift(child, node, chain, limit)
+                continue
+            self._fit(child, path, limit)
+
+    def _fit_one(self, path: list[Region], limit: int) -> bool:
+        """Cut words on the path until the label fits; when no cut makes it fit, every cut
+        made for it is undone (False)."""
+        undo: list[tuple[Region, int, str]] = []
+        while len(_label(path)) > limit:
+            if not self._cut(path, undo):
+                for target, i, word in reversed(undo):
+                    target.words[i] = word
+                self._follow_partners()
+                assign_labels(self.ctx.root)
+                return False
+        self.cuts += undo
+        return True
+
+    def _cut(self, path: list[Region], undo: list[tuple[Region, int, str]]) -> bool:
+        """One step shorter: the longest word on the path (the deepest on a tie; the phase's
+        word last) to its next shorter form no sibling has. False when no word can be cut."""
+        parents = dict(_parents(self.ctx.root))
+        options: list[tuple[bool, int, int, Region, int]] = []
+        for depth, node in enumerate(path):
+            for i, word in enumerate(node.words):
+                if word in _CORE_WORDS or "-" not in word:
+                    continue
+                if i == 0 and node.partner is not None:
+                    # A handshake's partner word is the partner's: shortening the phase
+                    # shortens every handshake named after it.
+                    partner = node.partner
+                    if partner.words and "-" in partner.words[0] and id(partner) in parents:
+                        options.append((True, len(partner.words[0]), depth, partner, 0))
+                    continue
+                phase = i == 0 and parents.get(id(node)) is self.ctx.root
+                options.append((phase, len(word), depth, node, i))
+        options.sort(key=lambda o: (o[0], -o[1], -o[2]))
+        for _, _, _, node, i in options:
+            parent = parents.get(id(node))
+            if parent is None:
+                continue
+            old = node.words[i]
+            targets = [node]
+            if parent is self.ctx.root and i == 0:  # one phase, one name on every core type
+                targets += [s for s in parent.children if s is not node and s.words and s.words[0] == old]
+            for form in reductions(old, self.vocab, keep_phase=True):
+                if self._free(parent, targets, i, form):
+                    for target in targets:
+                        undo.append((target, i, target.words[i]))
+                        target.words[i] = form
+                    self._follow_partners()
+                    assign_labels(self.ctx.root)
+                    return True
+        return False
 
     @staticmethod
-    def _tell_apart(node: Region, child: Region, others: list[Region]) -> bool:
-        """Two different functions shortened to one word (`GmmDequantSwigluQuant` and
-        `GmmDequant` -> `gmm-dequant`): the one whose full name has a word the other's
-        lacks takes it as its second part (`gmm-swiglu`) — on every sibling of that name,
-        so both core types of one phase keep one word."""
-        for mine, theirs in ((child, others[0]), (others[0], child)):
-            if not mine.full_word or not theirs.full_word or mine.full_word == theirs.full_word:
-                continue
-            extra = [w for w in mine.full_word.split("-") if w not in theirs.full_word.split("-")]
-            if not extra:
-                continue
-            old = mine.words[0]
-            new = f"{old.split('-')[0]}-{extra[0]}"
-            for sib in node.children:
-                if sib.words and sib.words[0] == old and sib.full_word == mine.full_word:
-                    sib.words = [new, *sib.words[1:]]
-            return True
-        return False
+    def _free(parent: Region, targets: list[Region], i: int, form: str) -> bool:
+        for target in targets:
+            words = [*target.words[:i], form, *target.words[i + 1:]]
+            key = sibling_key(" ".join(words))
+            if any(s not in targets and not same_step(s, target) and sibling_key(" ".join(s.words)) == key
+                   for s in parent.children):
+                return False
+        return True
 
-    def _fit(self, ctx: RuleContext, region: Region, chain: list[Region], limit: int) -> bool:
-        """Cut words to their first part: the region's own, then its ancestors' from the
-        deepest up, then the phase's level-2 word (on every level-2 region of that phase,
-        both core types) — never into a name a sibling already has. A region still over the
-        limit is folded into its parent (which then covers its time): the limit holds.
-        False when folded."""
-        parents = [ctx.root, *chain]
-        undo: list[tuple[Region, int, str]] = []
-        for depth in range(len(chain), -1, -1):
-            node = region if depth == len(chain) else chain[depth]
-            siblings = parents[depth].children
-            for i in range(len(node.words) - 1, -1, -1):
-                if len(_label(region, chain)) <= limit:
-                    return True
-                parts = node.words[i].split("-")
-                if len(parts) == 1:
-                    continue
-                cut = [*node.words[:i], parts[0], *node.words[i + 1:]]
-                if any(s is not node and s.words == cut and s.function != node.function
-                       and not (s.hot == node.hot and node.hot in ("wait", "sync", "notify"))
-                       for s in siblings):
-                    continue  # two different phases of one name would tell the reader nothing
-                old = node.words[i]
-                targets = [node]
-                if depth == 0 and i == 0:  # one phase, one name on every core type
-                    targets += [s for s in siblings if s is not node and s.words and s.words[0] == old]
-                for target in targets:
-                    undo.append((target, i, target.words[i]))
-                    target.words[i] = parts[0]
-        label = _label(region, chain)
-        if len(label) <= limit:
-            return True
-        for target, i, old_word in reversed(undo):  # cuts that did not help are undone
-            target.words[i] = old_word
-        parent = chain[-1] if chain else ctx.root
-        if region in parent.children:
+    def _lift(self, region: Region, parent: Region, chain: list[Region], limit: int) -> None:
+        """No cut fits: the region keeps its own words under the nearest ancestor where they
+        fit (its time nests there too), never folded away; at its phase at the highest, and
+        there its own words are cut to what fits."""
+        before = _label([*chain, region])
+        key = sibling_key(" ".join(region.words))
+        at = parent.children.index(region)
+        # Ancestors from the grandparent up; the phase (level 2) the highest.
+        for k in range(len(chain) - 2, -1, -1):
+            anc, below = chain[k], chain[k + 1]
+            if any(sibling_key(" ".join(c.words)) == key and not same_step(c, region) for c in anc.children):
+                continue
             parent.children.remove(region)
-            parent.notes.append(f"`{label}` folded in: longer than {limit} characters")
-            ctx.report(f"label `{label}` is longer than {limit} characters (naming.max_length): "
-                       "folded into its parent", parent, Severity.WARNING)
-        return False
+            anc.children.insert(anc.children.index(below) + 1, region)
+            assign_labels(self.ctx.root)
+            path = [*chain[:k + 1], region]
+            if len(_label(path)) > limit and not self._fit_one(path, limit):
+                anc.children.remove(region)
+                parent.children.insert(at, region)
+                assign_labels(self.ctx.root)
+                continue
+            self.ctx.report(f"label `{before}` is longer than {limit} characters (naming.max_length) with "
+                            f"every word cut: kept as `{region.label}`, a region of its own under "
+                            f"`{anc.label}`", region, Severity.WARNING)
+            self.ctx.stats["labels_lifted"] = self.ctx.stats.get("labels_lifted", 0) + 1
+            self._fit(region, path, limit)
+            return
+        # Not even under its phase: its own words cut to what fits, never dropped.
+        room = limit - len(_label(chain)) - 1
+        words = [w.split("-")[0] for w in region.words]
+        while len(words) > 1 and len(" ".join(words)) > room:
+            words.pop()
+        region.words = [w[:max(room, 1)] for w in words] or region.words
+        assign_labels(self.ctx.root)
+        self.ctx.report(f"label `{before}` is longer than {limit} characters (naming.max_length) with "
+                        f"every word cut: its own words cut to `{region.label}`", region, Severity.WARNING)
+        self._fit(region, [*chain, region], limit)
+
+    # --- no cut that is not needed ---------------------------------------------------------
+
+    def _relax(self) -> None:
+        """Labels are fitted one at a time, so a word cut for one label may have been cut
+        again for a later one, and a word's ancestor may have lost the word it repeated:
+        give back every cut and every dropped word that still fits (latest cuts first)."""
+        score = self._score()
+        root = self.ctx.root
+        said = {id(r): words for r, words in _with_said(root, [])}
+        attempts: list[tuple[Region, int, str]] = [*reversed(self.cuts)]
+        for region, i, whole in self.dropped:
+            if i < len(region.words) and id(region) in said:
+                now = {*said[id(region)], *(p for w in region.words[:i] for p in w.split("-"))}
+                extra = [p for p in region.words[i].split("-") if p not in whole]
+                attempts.append((region, i, "-".join([*(p for p in whole if p not in now), *extra])))
+        for region, i, form in attempts:
+            if i >= len(region.words) or region.words[i] == form:
+                continue
+            targets = [region]
+            if i == 0 and region in root.children:  # one phase, one name on every core type
+                targets += [s for s in root.children if s is not region and s.words[:1] == region.words[:1]]
+            before = [(t, t.words[i]) for t in targets]
+            for t in targets:
+                t.words[i] = form
+            self._follow_partners()
+            assign_labels(root)
+            new = self._score()
+            if new is not None and score is not None and new <= score:
+                score = new
+                continue
+            for t, word in before:
+                t.words[i] = word
+            self._follow_partners()
+            assign_labels(root)
+
+    def _score(self) -> tuple[int, int] | None:
+        """(labels repeating a word, siblings sharing a label), or None when one is too long."""
+        labels = [r.label for r in self.ctx.root.walk()]
+        if any(len(lb) > self.limit for lb in labels[1:]):
+            return None
+        return sum(1 for lb in labels if repeats_a_word(lb)), len(sibling_clashes(self.ctx.root))
 
 
-def _label(region: Region, chain: list[Region]) -> str:
-    return " ".join(w for r in [*chain, region] for w in r.words)
+def _parts(region: Region) -> list[str]:
+    return [p for w in region.words for p in w.split("-")]
 
 
-def _chains(node: Region, chain: list[Region]) -> list[tuple[Region, list[Region]]]:
-    out = [(node, chain)]
+def _label(path: list[Region]) -> str:
+    return " ".join(w for r in path for w in r.words)
+
+
+def _with_said(node: Region, said: list[str]) -> list[tuple[Region, list[str]]]:
+    out: list[tuple[Region, list[str]]] = []
     for child in node.children:
-        out += _chains(child, [*chain, node] if node.words else chain)
+        out.append((child, said))
+        out += _with_said(child, [*said, *_parts(child)])
     return out
+
+
+def _parents(root: Region) -> list[tuple[int, Region]]:
+    return [(id(r), p) for r, p in root.walk_with_parent() if p is not None]
+
+
+def _neighbour(region: Region) -> str:
+    """The call a handshake is named by when the step it ends (a wait: starts) has no
+    region; for a tile loop, the last other function it calls."""
+    before, after = region.between
+    if region.hot in _HANDSHAKE_HOT:
+        return after if region.hot == "wait" else before
+    return after if region.tile_loop else ""
+
+
+def _positive(branch: str) -> str:
+    """The condition a branch needs to hold, or "" when it holds only as a negation
+    (`!(x)` -> "", `!(!x)` -> `x`, `#else` -> "")."""
+    text = branch.strip()
+    negated = False
+    while text.startswith("!") and not text.startswith("!="):
+        text = text[1:].strip()
+        while text.startswith("(") and text.endswith(")"):
+            text = text[1:-1].strip()
+        negated = not negated
+    return "" if negated or not text or text.startswith("#else") else text
+
+
+def _condition_parts(condition: str) -> list[str]:
+    """The words of the names in a condition (`isShareQuantCore` -> share, quant, core)."""
+    return [p for name in re.findall(r"[A-Za-z_]\w*", condition) for p in label_kebab(name).split("-")]
+
+
+# --- the plan lint's figures about names ------------------------------------------------------
+
+# A counter says nothing about how two regions differ: `barrier-2`, `wait 3`, `second`.
+_COUNTER = re.compile(r"\d+|\d+(st|nd|rd|th)|first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|"
+                      r"tenth")
+
+
+def label_words(label: str) -> list[str]:
+    """A label's words: what splitting on spaces and hyphens gives."""
+    return [w for w in re.split(r"[ -]+", label) if w]
+
+
+def repeats_a_word(label: str) -> bool:
+    words = label_words(label)
+    return len(words) != len(set(words))
+
+
+def sibling_key(label: str) -> str:
+    """What a label says once counters are ignored (`barrier-2`, `barrier 3` -> `barrier`)."""
+    return " ".join(w for w in label_words(label) if not _COUNTER.fullmatch(w))
+
+
+def same_step(a: Region, b: Region) -> bool:
+    """One function called twice in one role, one flag (or family of flags) set or waited on
+    again, or two arms of a variant dispatch: the same step (or never in one launch), which
+    may share a label."""
+    if a.exclusive_with(b) or (a.flag is not None and a.flag == b.flag and a.hot == b.hot) or (
+            a.signal and a.signal == b.signal and a.hot == b.hot):
+        return True
+    if a.role != b.role:
+        return False
+    # one function; or, where no function was found (an absent class's `op.Process()`, a
+    # vector function launched), one name
+    return (a.function is not None and a.function == b.function) or (
+        a.function is None is b.function and a.kind == b.kind == Kind.CALL and bool(a.full_word)
+        and a.full_word == b.full_word)
+
+
+def sibling_clashes(root: Region) -> list[Region]:
+    """Regions that share a label with a sibling (counters ignored) and are different code
+    that can run in one launch."""
+    out: list[Region] = []
+    for node in root.walk():
+        keys = [sibling_key(c.label) for c in node.children]
+        for i, child in enumerate(node.children):
+            if any(j != i and keys[j] == keys[i] and not same_step(child, other)
+                   for j, other in enumerate(node.children)):
+                out.append(child)
+    return out
+
+
+def name_lint(root: Region, stats: dict[str, int]) -> dict[str, int]:
+    """The plan lint's figures about names: each is 0 on a plan that reads well."""
+    labels = {r.label for r in root.walk()}
+    return {
+        "labels_with_repeated_word": sum(1 for lb in labels if repeats_a_word(lb)),
+        "sibling_label_clashes": len(sibling_clashes(root)),
+        "regions_folded_for_length": stats.get("regions_folded_for_length", 0),
+    }

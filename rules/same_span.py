@@ -85,9 +85,10 @@ class SameSpan(Rule):
         Example(_WAIT_ONLY.replace("    CrossCoreWaitFlag(FLAG_DISPATCH);\n",
                                    "    CrossCoreWaitFlag(FLAG_DISPATCH);\n    SyncAll();\n"),
                 tree=("processing", "  dispatch", "    dispatch expert", "      dispatch expert barrier",
-                      "    dispatch notify", "  wait-dispatch @inside:2",
-                      "    wait-dispatch wait-dispatch @around:3",
-                      "    wait-dispatch barrier @around:4")),
+                      "    dispatch notify", "  wait-dispatch-done @inside:2",
+                      # the wait says nothing its parent does not (OT105): named by its primitive
+                      "    wait-dispatch-done cross-core @around:3",
+                      "    wait-dispatch-done barrier @around:4")),
     )
     INVALID = (
         # `gmm1` (a thin wrapper merged with the `gemm(x)` call, OT103) is, on each core,

@@ -186,3 +186,33 @@ extern "C" __global__ __aicore__ void cut_op(GM_ADDR x, GM_ADDR workspace, GM_AD
 """)
     plan = plan_operator(op)
     assert any(r.index_var == "expertIdx" for r in plan.root.walk())
+
+
+def test_a_plain_else_if_ends_a_variant_chain_as_its_last_arm(tmp_path: Path) -> None:
+    """`if constexpr (A) {...} else if (b) {...}`: the plain `else if` is the chain's else
+    arm (variant `!(A)`), so its regions never share a launch with A's — the same step in
+    both arms keeps one label, and no variant holds both."""
+    op = tmp_path / "chain_op"
+    (op / "op_kernel").mkdir(parents=True)
+    (op / "op_kernel" / "chain_op.cpp").write_text("""\
+#include "kernel_operator.h"
+template <int MODE>
+__global__ __aicore__ void chain_op(GM_ADDR x, GM_ADDR tiling)
+{
+    if constexpr (MODE == 1) {
+        Sched sch;
+        sch.Init(x);
+        sch.Process();
+    } else if (approximate == 2) {
+        Sched sch;
+        sch.Init(x);
+        sch.Process();
+    }
+}
+""")
+    plan = plan_operator(op)
+    conditions = [v["condition"] for v in plan.variants]
+    assert conditions == ["MODE == 1", "!(MODE == 1)"], conditions
+    process = [r for r in plan.root.walk() if r.label == "process"]
+    assert len(process) == 2 and process[0].exclusive_with(process[1])
+    assert plan.lint["sibling_label_clashes"] == 0

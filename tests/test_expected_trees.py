@@ -24,11 +24,15 @@ CASES = {
     "spin_wait": FIXTURES / "spin_wait" / "moe_combine_poll",
     "templated_entry": FIXTURES / "templated_entry" / "matmul" / "moe_group_gemm",
     "unresolved_call": FIXTURES / "unresolved_call" / "moe_gate_stub",
+    "naming_stutter": FIXTURES / "naming_stutter" / "moe_token_dispatch",
+    "phase_barriers": FIXTURES / "phase_barriers" / "moe_phase_barriers",
+    "budget_drops": FIXTURES / "budget_drops" / "moe_many_phases",
+    "variant_flags": FIXTURES / "variant_flags" / "moe_variant_flags",
 }
 
 
-def expected_lines(name: str) -> list[str]:
-    text = (FIXTURES / name / "expected_tree.txt").read_text(encoding="utf-8")
+def expected_lines(name: str, file: str = "expected_tree.txt") -> list[str]:
+    text = (FIXTURES / name / file).read_text(encoding="utf-8")
     return [ln.rstrip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
 
 
@@ -52,6 +56,39 @@ def test_plan_equals_expected_tree(name: str) -> None:
     plan = plan_operator(op_dir)
     got = tree_lines(plan.root, op_dir)
     assert got == expected_lines(name), "\n".join(got)
+
+
+def test_the_budget_drops_what_was_written_down_and_names_it() -> None:
+    """The regions the budget drops, in order, with their class and place (text and JSON)."""
+    from optrace.pipeline.plan_output import plan_json, render_text
+
+    op_dir = CASES["budget_drops"]
+    plan = plan_operator(op_dir)
+    got = [f"{d.label} [{'+'.join(d.cores)}] {d.cost} "
+           f"{d.path.resolve().relative_to(op_dir.resolve()).as_posix() if d.path else '-'}:{d.line}"
+           for d in plan.dropped]
+    assert got == expected_lines("budget_drops", "expected_dropped.txt")
+    doc = plan_json(plan)
+    assert [(d["label"], d["class"]) for d in doc["dropped"]] == [  # type: ignore[union-attr]
+        ("prepare-params", "setup"), ("init", "setup"), ("norm-scores", "phase"), ("score-experts", "phase")]
+    assert all(d["file"] and d["line"] and d["why"] for d in doc["dropped"])  # type: ignore[union-attr]
+    text = render_text(plan)
+    assert "dropped by the label budget (4, OT108" in text
+    assert "  norm-scores [AIV] phase  @ " in text
+    assert plan.lint["phases_dropped"] == 2 and plan.lint["phases_dropped_while_setup_kept"] == 0
+
+
+def test_variant_conditions_are_the_ones_written_down() -> None:
+    plan = plan_operator(CASES["variant_flags"])
+    assert [v["condition"] for v in plan.variants] == expected_lines("variant_flags", "expected_variants.txt")
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_labels_never_stutter_clash_or_fold(name: str) -> None:
+    """The plan lint's name figures: 0 on every fixture with an expected tree."""
+    lint = plan_operator(CASES[name]).lint
+    assert (lint["labels_with_repeated_word"], lint["sibling_label_clashes"],
+            lint["regions_folded_for_length"]) == (0, 0, 0)
 
 
 def test_own_points_never_sit_in_a_tile_loop_and_strip_restores(tmp_path: Path) -> None:
@@ -97,4 +134,7 @@ def test_lint_figures_of_the_fixture() -> None:
         "phases_dropped_while_setup_kept": 0,
         "unbracketed_handshakes": [],
         "handshakes_not_bracketed": 0,
+        "labels_with_repeated_word": 0,
+        "sibling_label_clashes": 0,
+        "regions_folded_for_length": 0,
     }

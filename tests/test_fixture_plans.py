@@ -66,14 +66,18 @@ def test_umdk_fixture_structure() -> None:
     assert counts["AIC"] >= 10 and counts["AIV"] >= 10  # type: ignore[index]
     assert len(work["AIC"]) <= 30 and len(work["AIV"]) <= 30
     labels = set(doc["labels"]["AIV"]) | set(doc["labels"]["AIC"])  # type: ignore[index]
-    # Phases named from the code's names, shortened: `dispatcher.Process()` -> `dispatcher`;
-    # GmmDequantSwigluQuant and GmmDequant both shorten to `gmm-dequant`, so the first takes
-    # the word the second lacks (`gmm-swiglu`); each core type's body is the phase's level.
+    # Phases named from the code's names: `dispatcher.Process()` -> `dispatcher`;
+    # GmmDequantSwigluQuant and GmmDequant without the operator's own word (`gmm`, of
+    # moe_fused_gmm), cut to a phase word where a label needs it: `swiglu` and `dequant`;
+    # each core type's body is the phase's level, and the handshakes follow those names.
     assert "dispatcher aiv" in labels
-    assert "gmm-swiglu aic" in labels and "gmm-swiglu aiv" in labels
-    assert "gmm-swiglu aic group" in labels
+    assert "swiglu aic" in labels and "swiglu aiv" in labels
+    assert "swiglu aic group" in labels and "dequant aic group" in labels
+    assert "notify-swiglu aiv" in labels
     assert all(len(label) <= 32 for label in labels)
     assert not any(label.split()[-1][-2:] in ("-2", "-3") for label in labels)  # no counter suffixes
+    lint = plan_operator(OPERATORS["umdk_moe_fused_gmm"]).lint
+    assert (lint["labels_with_repeated_word"], lint["sibling_label_clashes"]) == (0, 0)
     # One launch runs one `if constexpr (TPL_LARGE_EP)` arm: the plan lists both variants,
     # each within the label budget on its own (handshakes come on top).
     variants = doc["variants"]

@@ -204,17 +204,39 @@ __aicore__ inline void MoeExpertFfnComputeStage(GM_ADDR x) {
     for (uint32_t groupIdx = 0; groupIdx < groupNum; ++groupIdx) { SyncAll(); }
 }
 """ + 'extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {\n    MoeExpertFfnComputeStage(x);\n}\n'
-    # A long name with no phase word keeps its first two words ...
-    assert "moe-expert" in labels(plan_src(tmp_path / "a", src))
-    # ... a configured phase word is the telling one.
+    # A name over the limit with no phase word keeps its first two words ...
+    assert "moe-expert group barrier" in labels(plan_src(tmp_path / "a", src))
+    # ... a configured phase word is the telling one (with the word next to it).
     configured = plan_src(tmp_path / "b", src, config='[naming]\nphase_words = ["ffn"]\n')
-    assert "ffn group barrier" in labels(configured)
+    assert "ffn-compute group barrier" in labels(configured)
+    # Within the limit a name is whole (less its fillers: `stage`).
+    assert "moe-expert-ffn-compute group" in labels(plan_src(tmp_path / "d", src.replace(
+        "{ SyncAll(); }", "{ Foo(groupIdx); SyncAll(); }"), config="[naming]\nmax_length = 40\n"))
     # A limit below any sensible label is refused where it is written.
     from optrace.engine.diagnostics import InputError
 
     with pytest.raises(InputError) as exc:
         plan_src(tmp_path / "c", src, config="[naming]\nmax_length = 4\n")
     assert "max_length" in exc.value.diagnostic.message
+
+
+def test_naming_config_adds_fillers_and_short_forms(tmp_path: Path) -> None:
+    src = """
+__aicore__ inline void CommunicateHelperTokens(GM_ADDR x) {
+    for (uint32_t groupIdx = 0; groupIdx < groupNum; ++groupIdx) { Foo(groupIdx); SyncAll(); }
+}
+""" + 'extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {\n    CommunicateHelperTokens(x);\n}\n'
+    # The default list has `communicate` -> `comm`; the repository's config adds a filler
+    # and a short form of its own.
+    assert "comm-helper-tokens group" in labels(plan_src(tmp_path / "a", src))
+    config = '[naming]\nfiller_words = ["helper"]\nshort_words = { tokens = "toks" }\n'
+    assert "comm-toks group" in labels(plan_src(tmp_path / "b", src, config=config))
+    from optrace.engine.diagnostics import InputError
+
+    for bad in ('short_words = { tokens = "Toks!" }', 'filler_words = ["two words"]', "short_words = 3"):
+        with pytest.raises(InputError) as exc:
+            plan_src(tmp_path / f"c{len(bad)}", src, config=f"[naming]\n{bad}\n")
+        assert exc.value.diagnostic.message.startswith(f"`naming.{bad.split()[0]}`")
 
 
 def test_tile_loop_class_comes_from_the_trip_count_source(tmp_path: Path) -> None:
@@ -240,14 +262,14 @@ __aicore__ inline void Run(GM_ADDR x) {
 
 
 def test_a_function_that_sends_and_waits_is_never_named_a_wait() -> None:
-    from optrace.engine.planner import pure_wait, shorten
+    from optrace.engine.words import pure_wait, shorten
 
     assert pure_wait("WaitDispatch") and shorten("WaitDispatch") == "wait-dispatch"
     assert not pure_wait("SetWaitTpStatusAndDisPatch")
     assert "wait" not in shorten("SetWaitTpStatusAndDisPatch").split("-")
     assert not pure_wait("SendCountsAndWait") and shorten("SendCountsAndWait") == "send-counts"
-    # long names keep their phase words; fillers go
-    assert shorten("MoeTokenDispatchProcess") == "dispatch"
+    # long names keep their phase words (with the word next to them); fillers go
+    assert shorten("MoeTokenDispatchProcess") == "token-dispatch"
     assert shorten("GroupedMatmulDequantSwigluQuant") == "matmul-dequant"
 
 
@@ -448,3 +470,25 @@ def test_a_broken_rule_plugin_is_ot004_naming_its_distribution(tmp_path: Path, p
     assert done.returncode == 2, done.stderr
     assert "OT004" in done.stderr and "team-rules" in done.stderr and "team = team_rules" in done.stderr
     assert why in done.stderr
+
+
+def test_flags_of_one_family_are_one_step_and_a_barrier_is_named_by_the_call_it_ends(tmp_path: Path) -> None:
+    """`CrossCoreSetFlag(evt + 1)` ... `(evt + 3)` differ by a counter only: one step run
+    again, one label. Barriers between calls that have no region of their own (too small)
+    are named by the call each ends (by what tells them apart)."""
+    src = HEAD + """    if ASCEND_IS_AIV {
+        CrossCoreSetFlag<0x2, PIPE_MTE2>(ctx.evt);
+        CrossCoreSetFlag<0x2, PIPE_MTE2>(ctx.evt + 1);
+        CrossCoreSetFlag<0x2, PIPE_MTE2>(ctx.evt + 2);
+        ScaleRows(x);
+        SyncAll();
+        ShiftRows(x);
+        SyncAll();
+    }
+}
+"""
+    plan = plan_src(tmp_path, src)
+    got = {r.label for r in plan.root.walk()}
+    # (the words the other lacks: `rows` tells nothing apart)
+    assert {"notify aiv", "barrier-scale aiv", "barrier-shift aiv"} <= got, got
+    assert plan.lint["sibling_label_clashes"] == 0

@@ -29,10 +29,11 @@ def test_codes_are_unique_and_documented() -> None:
 def test_a_disabled_rule_does_not_run(tmp_path: Path) -> None:
     from optrace.rules.naming import Naming
 
-    ex = Naming.INVALID[1]  # a label over 32 characters, which OT105 would cut
+    ex = Naming.INVALID[1]  # labels over the limit, which OT105 would cut
     plan = plan_example(ex, tmp_path, '[rules]\ndisable = ["OT105"]\n')
     assert not [d for d in plan.findings if d.code == "OT105"]
-    assert "dispatch expert prepare-expert token-copy" in {r.label for r in plan.root.walk()}
+    assert ("dispatch-tokens-all-ranks-quant expert prepare-expert-windows-every-remote-rank token-copy"
+            in {r.label for r in plan.root.walk()})
 
 
 TEAM_RULE = '''
@@ -83,3 +84,22 @@ def test_rules_doc_is_current() -> None:
     doc = Path(__file__).resolve().parent.parent / "docs" / "rules.md"
     assert doc.read_text(encoding="utf-8") == render(), (
         "docs/rules.md is stale: python -m optrace.rules.docs > docs/rules.md")
+
+
+def test_the_per_core_line_says_which_rule_let_a_count_over_the_budget(tmp_path: Path) -> None:
+    """Phases kept because they hold handshakes: the plan says so, with the numbers, in text
+    and JSON, and lists every region it dropped."""
+    from optrace.pipeline.plan_output import plan_json, render_text
+    from optrace.rules.label_budget import LabelBudget
+
+    ex = LabelBudget.INVALID[2]  # 20 parts: Inits dropped, phases holding barriers kept
+    plan = plan_example(ex, tmp_path)
+    assert plan.over_budget == {"AIV": 41}
+    text = render_text(plan)
+    line = next(ln for ln in text.splitlines() if ln.startswith("  AIV: "))
+    assert "41 phase / setup, budget 30" in line and "+ 20 handshakes" in line
+    assert "11 over the budget: what is left holds handshakes" in line
+    assert f"dropped by the label budget (20, {LabelBudget.code}" in text
+    doc = plan_json(plan)
+    assert doc["over_budget"] == {"AIV": 41}
+    assert [d["label"] for d in doc["dropped"]] == [f"part{i}-init" for i in reversed(range(20))]  # type: ignore[union-attr]
