@@ -63,6 +63,7 @@ class SpanTable:
     # A trace's launch slices per trace track ("Rank 0 / AIC 1"): their starts and ends
     # (µs) and the names of their rows in ``tracks`` (empty without launch slices).
     launch_rows: dict[str, tuple[list[float], list[float], list[str]]] = field(default_factory=dict)
+    trace_tracks: int = -1  # the trace's tracks with spans (-1: one per row)
 
     def row_at(self, track: str, ts: float) -> str:
         """The row of a trace track at time ``ts`` (µs): its launch's, or the track itself."""
@@ -78,6 +79,8 @@ class SpanTable:
             self.depth, self.self_time = _depth_and_self_time(self.track, self.ts, self.dur)
         if self.track_launch.size != len(self.tracks):
             self.launches, self.track_launch = _launches_by_process(self.tracks)
+        if self.trace_tracks < 0:
+            self.trace_tracks = len(self.tracks)
 
 
 @dataclass(frozen=True)
@@ -287,6 +290,7 @@ def load_trace(path: Path) -> SpanTable:
         launches=rows.launches,
         track_launch=rows.track_launch,
         launch_rows=rows.by_track,
+        trace_tracks=int(np.unique(np.array(track_col, dtype=np.int64)).size),
     )
 
 
@@ -364,6 +368,7 @@ def load_perfetto_trace(path: Path) -> SpanTable:
         launches=rows.launches,
         track_launch=rows.track_launch,
         launch_rows=rows.by_track,
+        trace_tracks=int(np.unique(np.array(track_col, dtype=np.int64)).size),
     )
 
 
@@ -437,22 +442,32 @@ def launch_rows(
     for k in ranked.tolist():
         _, process_name, thread = real[int(pair_track[k])]
         launch = int(pair_launch[k])
-        names.append(f"{process_name} ({launches[launch]}) / {thread}" if several and launch < from_slices
-                     else f"{process_name} / {thread}")
+        shown = with_launch(process_name, launches[launch]) if several and launch < from_slices \
+            else process_name
+        names.append(f"{shown} / {thread}")
     by_track: dict[str, tuple[list[float], list[float], list[str]]] = {}
     for k in np.lexsort((s_start, s_track)).tolist():
         t = int(s_track[k])
         found = np.searchsorted(pairs, t * width + int(s_launch[k]))
         if found < pairs.size and pairs[found] == t * width + int(s_launch[k]):
             shown = names[int(place[found])]
-        else:  # a launch slice holding no span: no row of its own
-            shown = f"{real[t][1]} / {real[t][2]}"
+        else:  # a launch slice holding no span (a core that only dropped records)
+            shown = f"{with_launch(real[t][1], launches[int(s_launch[k])])} / {real[t][2]}" if several \
+                else f"{real[t][1]} / {real[t][2]}"
         starts, ends, named = by_track.setdefault(f"{real[t][1]} / {real[t][2]}", ([], [], []))
         starts.append(float(s_start[k]))
         ends.append(float(s_end[k]))
         named.append(shown)
     return LaunchRows(place[row].astype(np.int32), names, launches, pair_launch[ranked].astype(np.int32),
                       by_track)
+
+
+def with_launch(process: str, launch: str) -> str:
+    """A row's process: ``Rank 0 (launch 3)``; ``Rank 0 (node-a, launch 3)`` for
+    ``Rank 0 (node-a)``."""
+    if process.endswith(")") and " (" in process:
+        return f"{process[:-1]}, {launch})"
+    return f"{process} ({launch})"
 
 
 def _held_by(track: np.ndarray, ts: np.ndarray, end: np.ndarray, s_track: np.ndarray, s_start: np.ndarray,
