@@ -1,7 +1,10 @@
-"""Ranks on one time axis: where each rank file's timeline starts in the trace.
+"""Ranks on one time axis: where each rank's timeline starts in the trace.
 
 Each device counts cycles from its own boot (docs/runtime.md), so two ranks' raw times say
-nothing about each other. Three sources place them, in this order:
+nothing about each other; a rank's launches lie on its timeline by their cycles
+(:mod:`launches`), and the rank is placed by its first launch (collect gives :func:`align`
+one entry a rank, that launch's file; ``--merge`` one a file). Three sources place them,
+in this order:
 
 - **anchors** (written by :func:`save.save_profiling_data`): the host clocks read right
   after the device sync, with the kernel's first start cycle and its last recorded cycle.
@@ -18,7 +21,7 @@ nothing about each other. Three sources place them, in this order:
   placement when there are anchors: the common time is the median of the anchored ends).
 - ``--rank-offsets``: a manual correction added last.
 
-Without anchors or ``--align`` every file starts at 0 and the method is "not aligned".
+Without anchors or ``--align`` every rank starts at 0 and the method is "not aligned".
 The result (:class:`Alignment`) also goes into the trace's metadata: method, per-file
 shift and residual, and the uncertainty.
 """

@@ -98,7 +98,8 @@ class Parsed:
         """Per track, its spans and launch slices together, in B order."""
         out: dict[int, list[Span]] = {}
         for uuid in {*self.spans, *self.launches}:
-            out[uuid] = sorted([*self.spans.get(uuid, []), *self.launches.get(uuid, [])], key=lambda s: s.order)
+            both = [*self.spans.get(uuid, []), *self.launches.get(uuid, [])]
+            out[uuid] = sorted(both, key=lambda s: s.order)
         return out
 
     def threads_in_order(self, process: str) -> list[str]:
@@ -207,7 +208,7 @@ def read_pftrace(path: Path) -> Parsed:
                 args[name] = getattr(annotation, value)
             if event.type == SLICE_BEGIN:
                 launch = [state.categories[iid] for iid in event.category_iids] == [LAUNCH]
-                assert launch == event.HasField("name"), f"packet {number}: a launch slice has its name inline"
+                assert launch == event.HasField("name"), f"packet {number}: a launch slice's name is inline"
                 name = event.name if launch else state.names[event.name_iid]
                 src = state.sources[event.source_location_iid] if event.source_location_iid else None
                 flows, terminating = list(event.flow_ids), list(event.terminating_flow_ids)
@@ -285,7 +286,8 @@ def same_spans(pftrace: Path, json_trace: Path, tick_ns: float | dict[str, float
         slices = got_launches[key]
         assert [s.name for s in slices] == [e["name"] for e in events], key
         for span, event in zip(slices, events, strict=True):
-            assert abs(span.start_ns - event["ts"] * 1000) <= tick + 1e-6 * abs(span.start_ns), (key, span, event)
+            slack = tick + 1e-6 * abs(span.start_ns)
+            assert abs(span.start_ns - event["ts"] * 1000) <= slack, (key, span, event)
             assert abs((span.end_ns - span.start_ns) - event["dur"] * 1000) <= tick, (key, span, event)
     for key, events in expected.items():
         # Both formats hold ns: a tick shorter than 1 ns is compared to the ns.

@@ -43,7 +43,8 @@ def trace(path: Path) -> dict[str, Any]:
     return document
 
 
-def barrier_ends(document: dict[str, Any], occurrence: int = 1, launch: str | None = None) -> dict[int, float]:
+def barrier_ends(document: dict[str, Any], occurrence: int = 1,
+                 launch: str | None = None) -> dict[int, float]:
     """Per pid: the median over its cores of the end of the occurrence-th "step barrier"
     (of the launch slice named ``launch`` on its core, when given)."""
     windows = {(e["pid"], e["tid"]): (e["ts"], e["ts"] + e["dur"]) for e in document["traceEvents"]

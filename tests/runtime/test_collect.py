@@ -81,7 +81,8 @@ def test_gzip_output_and_filters(tmp_path: Path) -> None:
     assert {e["tid"] for e in spans} == {3, 4}  # slots of AIV 1 and AIV 2
     assert {e["name"] for e in spans} == {"processing dispatch", "processing dispatch wait"}
     launches = [e for e in events(out) if e.get("cat") == "optrace.launch"]
-    assert {(e["pid"], e["tid"], e["name"]) for e in launches} == {(p, t, "launch 0") for p in (1, 2) for t in (3, 4)}
+    assert {(e["pid"], e["tid"], e["name"]) for e in launches} == {
+        (pid, tid, "launch 0") for pid in (1, 2) for tid in (3, 4)}
 
 
 def test_clock_override(tmp_path: Path) -> None:
@@ -127,7 +128,8 @@ def test_several_launches_share_their_rank_process(tmp_path: Path) -> None:
     write_point_map(directory)
     result = invoke("collect", directory, "-o", tmp_path / "t.json")
     assert result.exit_code == 0, result.output
-    assert "1 launch laid end to end" in result.output and "rank000_launch1.pt: its cycles overlap rank000.pt's" in result.output
+    assert "1 launch laid end to end" in result.output
+    assert "rank000_launch1.pt: its cycles overlap rank000.pt's" in result.output
     names = {e["args"]["name"] for e in events(tmp_path / "t.json") if e.get("name") == "process_name"}
     assert names == {"Rank 0"}
     launches = [e for e in events(tmp_path / "t.json") if e.get("cat") == "optrace.launch"]
