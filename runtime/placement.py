@@ -36,6 +36,9 @@ from .pt_reader import load_pt
 from .rankfile import OPTRACE_KEY, RankFileName, read_rank_file
 from .records import Record
 
+#: The furthest a file's origin goes from the trace's 0 (ns; about 73 years).
+ORIGIN_LIMIT_NS = 1 << 61
+
 #: A host name shown in a rank's process name: what hostnames are made of, nothing a
 #: viewer or a reader would trip on (the anchor's text comes from the file).
 _HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
@@ -123,7 +126,10 @@ class Placement(Record):
             found = self.facts[reference].range
             base = found.base if found is not None else decoded.base_cycle
             shift_us = self.alignment.offset_at(self.unit_of[position], base, self.facts[reference].clock_mhz)
-        return round(shift_us * 1000.0) + round(manual_us * 1000.0) + place.offset_ns
+        origin = round(shift_us * 1000.0) + round(manual_us * 1000.0) + place.offset_ns
+        # Corrupt cycles can put a launch ~2**63 ticks away and the next one after it:
+        # saturated, as the writers saturate times, so that a time plus it fits an int64.
+        return max(-ORIGIN_LIMIT_NS, min(origin, ORIGIN_LIMIT_NS))
 
     def host(self, rank: int) -> str | None:
         """The rank's host, as its first anchor naming one says (None: not known)."""

@@ -446,17 +446,22 @@ def launch_rows(
             else process_name
         names.append(f"{shown} / {thread}")
     by_track: dict[str, tuple[list[float], list[float], list[str]]] = {}
-    for k in np.lexsort((s_start, s_track)).tolist():
-        t = int(s_track[k])
-        found = np.searchsorted(pairs, t * width + int(s_launch[k]))
-        if found < pairs.size and pairs[found] == t * width + int(s_launch[k]):
-            shown = names[int(place[found])]
+    order = np.lexsort((s_start, s_track))
+    keys = s_track[order] * width + s_launch[order]
+    found = np.minimum(np.searchsorted(pairs, keys), max(pairs.size - 1, 0))
+    has_row = pairs[found] == keys if pairs.size else np.zeros(keys.size, dtype=bool)
+    rows_of = np.where(has_row, place[found], -1).tolist()
+    columns = (order.tolist(), s_track[order].tolist(), s_start[order].tolist(), s_end[order].tolist())
+    for k, t, begins, finishes, row_of in zip(*columns, rows_of, strict=True):
+        track_name = f"{real[t][1]} / {real[t][2]}"
+        if row_of >= 0:
+            shown = names[row_of]
         else:  # a launch slice holding no span (a core that only dropped records)
             shown = f"{with_launch(real[t][1], launches[int(s_launch[k])])} / {real[t][2]}" if several \
-                else f"{real[t][1]} / {real[t][2]}"
-        starts, ends, named = by_track.setdefault(f"{real[t][1]} / {real[t][2]}", ([], [], []))
-        starts.append(float(s_start[k]))
-        ends.append(float(s_end[k]))
+                else track_name
+        starts, ends, named = by_track.setdefault(track_name, ([], [], []))
+        starts.append(begins)
+        ends.append(finishes)
         named.append(shown)
     return LaunchRows(place[row].astype(np.int32), names, launches, pair_launch[ranked].astype(np.int32),
                       by_track)
