@@ -337,3 +337,31 @@ def test_the_version_1_samples_are_what_main_wrote() -> None:
     assert not any(e.get("cat") == LAUNCH_CATEGORY for e in json_trace(V1["json"])["traceEvents"])
     assert len(perfetto_read.read_spans(V1["pftrace"]).processes) == 6
 
+
+
+def test_ranks_on_several_hosts_name_them(tmp_path: Path) -> None:
+    """A rank's process names its host when the anchors say the ranks ran on several (a
+    name that is not a host name is left out); rows and the per-rank sums still group by
+    rank."""
+    from optrace.runtime.pt_reader import load_pt
+    from optrace.runtime.pt_writer import write_pt
+    from optrace.runtime.spans import rank_of_track, run_counts
+
+    directory = tmp_path / "d"
+    write_demo(directory, ranks=3, launches=2, aic=1, seed=0)
+    for path in sorted(directory.glob("rank*.pt")):
+        rank = int(path.name[4:7])
+        document = load_pt(path)
+        document["meta"]["extra"]["anchor"]["host"] = ["node-a", "node-b.cluster", "bad host\x00"][rank]
+        document["data"] = np.array(document["data"])
+        with open(path, "wb") as handle:
+            write_pt(document, handle)
+    for out in (tmp_path / "t.json", tmp_path / "t.pftrace"):
+        assert invoke("collect", directory, "-o", out).exit_code == 0
+        table = load_spans(out)
+        assert table.tracks[0] == "Rank 0 (node-a, launch 0) / AIC 0"
+        assert {rank_of_track(t) for t in table.tracks} == {"Rank 0", "Rank 1", "Rank 2"}
+        assert run_counts(table).text().startswith("3 ranks × 2 launches · 9 cores")
+    parsed = read_pftrace(tmp_path / "t.pftrace")
+    processes = sorted(t.name for t in parsed.tracks.values() if t.kind == "process")
+    assert processes == ["Rank 0 (node-a)", "Rank 1 (node-b.cluster)", "Rank 2"]
