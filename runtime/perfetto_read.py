@@ -46,7 +46,8 @@ _WIRE = {0: "a varint", 1: "a fixed64", 2: "bytes", 5: "a fixed32"}
 _Schema = tuple[str, dict[int, int]]
 _PACKET: _Schema = ("TracePacket", {8: _VARINT, 10: _VARINT, 13: _VARINT, 58: _VARINT, 6: _LEN, 11: _LEN,
                                     12: _LEN, 59: _LEN, 60: _LEN, 126: _LEN})
-_EVENT: _Schema = ("TrackEvent", {3: _VARINT, 9: _VARINT, 10: _VARINT, 11: _VARINT, 22: _LEN, 23: _LEN})
+# category_iids (3) is a repeated varint, which a producer may pack (bytes): read either way.
+_EVENT: _Schema = ("TrackEvent", {9: _VARINT, 10: _VARINT, 11: _VARINT, 22: _LEN, 23: _LEN})
 _DEFAULTS: _Schema = ("TracePacketDefaults", {58: _VARINT, 11: _LEN})
 _EVENT_DEFAULTS: _Schema = ("TrackEventDefaults", {11: _VARINT})
 _INTERNED: _Schema = ("InternedData", {1: _LEN, 2: _LEN, 3: _LEN})
@@ -443,6 +444,13 @@ def _track_event(data: bytes, lo: int, hi: int, ns: int, state: _Sequence, found
                 name = _text(data, j, j + length)
             elif key >> 3 == 22:
                 launch = launch or _text(data, j, j + length) == LAUNCH_CATEGORY
+            elif key == 0x1A:  # category_iids, packed
+                k = j
+                while k < j + length:
+                    iid, k = _varint(data, k)
+                    launch = launch or state.categories.get(iid) == LAUNCH_CATEGORY
+                if k != j + length:
+                    raise _Truncated("packed category ids run past their field")
             elif key >> 3 in _EVENT[1]:  # type, name_iid, track_uuid or a category iid as bytes
                 raise _wrong_wire(_EVENT, key >> 3, wire)
             j += length

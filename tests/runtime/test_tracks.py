@@ -365,3 +365,37 @@ def test_ranks_on_several_hosts_name_them(tmp_path: Path) -> None:
     parsed = read_pftrace(tmp_path / "t.pftrace")
     processes = sorted(t.name for t in parsed.tracks.values() if t.kind == "process")
     assert processes == ["Rank 0 (node-a)", "Rank 1 (node-b.cluster)", "Rank 2"]
+
+
+@pytest.mark.parametrize("category", ["packed iids", "inline name"])
+def test_the_pftrace_reader_tells_launch_slices_by_their_category_however_written(
+    tmp_path: Path, category: str
+) -> None:
+    """Another producer may pack the category ids or name the category inline: a launch
+    slice is one either way; a slice of another category is a span."""
+    from optrace.runtime import perfetto as pf
+
+    u, b, s = pf.uint_field, pf.bytes_field, pf.string_field
+    process = pf.packet(b(60, u(1, 1 << 20) + b(3, u(1, 1) + s(6, "Rank 0"))))
+    thread = pf.packet(b(60, u(1, (1 << 20) + 1) + u(5, 1 << 20) + b(4, u(1, 1) + u(2, 1) + s(5, "AIC 0"))))
+    interned = b(12, b(1, u(1, 1) + s(2, "optrace.launch")) + b(1, u(1, 2) + s(2, "other"))
+                 + b(2, u(1, 1) + s(2, "processing")))
+    state = pf.packet(u(10, 1), u(13, 1), b(59, u(58, 64) + b(11, u(11, (1 << 20) + 1))), interned)
+    clocks = b(1, u(1, 64) + u(2, 0) + u(3, 1) + u(4, 1)) + b(1, u(1, 6) + u(2, 1000))
+    clock = pf.packet(u(10, 1), b(6, clocks))
+    launch_category = b"\x1a\x01\x01" if category == "packed iids" else s(22, "optrace.launch")
+
+    def event(delta: int, body: bytes) -> bytes:
+        return pf.packet(u(8, delta), u(10, 1), b(11, body))
+
+    events = [event(0, launch_category + u(9, 1) + s(23, "launch 0")),
+              event(5, u(9, 1) + u(10, 1)), event(10, u(9, 2)),
+              event(1, u(3, 2) + u(9, 1) + s(23, "marker")), event(1, u(9, 2)),
+              event(4, u(9, 2))]
+    path = tmp_path / "other.pftrace"
+    path.write_bytes(pf.root_descriptor() + process + thread + state + clock + b"".join(events))
+    found = perfetto_read.read_spans(path)
+    assert [(name, start, end) for _, name, start, end in found.launches] == [("launch 0", 1000, 1021)]
+    assert sorted(name for _, name, _, _ in found.spans) == ["marker", "processing"]
+    table = load_spans(path)
+    assert table.launches == ["launch 0"] and sorted(table.labels) == ["marker", "processing"]
