@@ -20,7 +20,7 @@ from .chrome import TRACE_FORMAT
 from .collect import list_rank_files, resolve_point_map
 from .decode import DecodeOptions, decode_rank
 from .errors import ProfilingInputError, checked_id, checked_name, shown
-from .launches import LAUNCH_CATEGORY
+from .launches import LAUNCH_CATEGORY, launch_name
 from .numbers import CLOCK_MHZ, RANK, TIME_US, NumberError, check_number
 from .pointmap import load_point_map
 from .rankfile import iter_rank_buffers
@@ -104,9 +104,9 @@ _RANK = re.compile(r"Rank \d+(?!\S)")
 
 
 def rank_of_track(track: str) -> str:
-    """The rank a track's process is, its launches together: `Rank 3` of `Rank 3 (moe,
-    launch 2) / AIC 1` or `Rank 3 launch 2 / AIC 1`; a process not named by rank stands
-    alone."""
+    """The rank a row's process is, its launches together: `Rank 3` of `Rank 3 (moe,
+    launch 2) / AIC 1` or `Rank 3 (node-a, launch 2) / AIC 1`; a process not named by rank
+    stands alone."""
     process = track.split(" / ", 1)[0]
     found = _RANK.match(process)
     return found.group(0) if found else process
@@ -527,9 +527,10 @@ def load_profiling_dir(
         settings.clock_mhz.add(decoded.clock_mhz)
         settings.barrier.add(decoded.meta.barrier)
         warnings.extend(f"{decoded.path}: {issue}" for issue in decoded.issues)
-        rank_name = f"Rank {name.rank}" + (f" launch {name.launch}" if several_runs else "")
-        if several_runs and name.tag:
-            rank_name += f" {name.tag}"
+        # Rows named as a trace's (launch_rows): `Rank 0 (moe, launch 3) / AIC 1`.
+        rank_name = f"Rank {name.rank}"
+        if several_runs:
+            rank_name = with_launch(rank_name, launch_name(name.tag, name.launch))
         launch = launch_ids.setdefault(_launch_name(name.tag, name.launch), len(launch_ids))
         for core in decoded.cores:
             track = len(tracks)
