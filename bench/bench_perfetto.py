@@ -139,6 +139,7 @@ def library_trace(decoded: list[Any], point_map: Any) -> bytes:
                 state.interned_data.event_names.add(iid=label + 1, name=point_map.labels[label])
             for name, iid in perfetto.ANNOTATIONS.items():
                 state.interned_data.debug_annotation_names.add(iid=iid, name=name)
+            state.interned_data.event_categories.add(iid=perfetto.LAUNCH_CATEGORY_IID, name="optrace.launch")
             for position in points.tolist():
                 p = point_map.points[int(point_map.ids[position])]
                 state.interned_data.source_locations.add(
@@ -151,6 +152,10 @@ def library_trace(decoded: list[Any], point_map: Any) -> bytes:
             lo = int(np.searchsorted(spans.slot, core.slot))
             first, last = 2 * lo, 2 * (lo + core.start.size)
             previous = int(time_of[first])
+            launch = trace.packet.add()  # the launch's slice around the core's spans
+            launch.timestamp, launch.trusted_packet_sequence_id = 0, sequence
+            launch.track_event.type, launch.track_event.name = 1, "launch 0"
+            launch.track_event.category_iids.append(perfetto.LAUNCH_CATEGORY_IID)
             for event in range(first, last):
                 span = int(span_of[event])
                 now = int(time_of[event])
@@ -167,6 +172,8 @@ def library_trace(decoded: list[Any], point_map: Any) -> bytes:
                         packet.track_event.debug_annotations.add(name_iid=1, int_value=high >> 8)
                 else:
                     packet.track_event.type = 2
+            end = trace.packet.add()
+            end.timestamp, end.trusted_packet_sequence_id, end.track_event.type = 0, sequence, 2
     return bytes(trace.SerializeToString())
 
 

@@ -1,7 +1,10 @@
-"""Ranks on one time axis: where each rank file's timeline starts in the trace.
+"""Ranks on one time axis: where each rank's timeline starts in the trace.
 
 Each device counts cycles from its own boot (docs/runtime.md), so two ranks' raw times say
-nothing about each other. Three sources place them, in this order:
+nothing about each other; a rank's launches lie on its timeline by their cycles
+(:mod:`launches`), and the rank is placed by its first launch (collect gives :func:`align`
+one entry a rank, that launch's file; ``--merge`` one a file). Three sources place them,
+in this order:
 
 - **anchors** (written by :func:`save.save_profiling_data`): the host clocks read right
   after the device sync, with the kernel's first start cycle and its last recorded cycle.
@@ -18,7 +21,7 @@ nothing about each other. Three sources place them, in this order:
   placement when there are anchors: the common time is the median of the anchored ends).
 - ``--rank-offsets``: a manual correction added last.
 
-Without anchors or ``--align`` every file starts at 0 and the method is "not aligned".
+Without anchors or ``--align`` every rank starts at 0 and the method is "not aligned".
 The result (:class:`Alignment`) also goes into the trace's metadata: method, per-file
 shift and residual, and the uncertainty.
 """
@@ -186,18 +189,22 @@ class Anchor(FrozenRecord):
 
 
 class LabelEnds(Record):
-    """The ends (µs from the rank's base cycle) of every occurrence of a label, per core."""
+    """The ends (µs from the rank's base cycle) of every occurrence of a label, per core
+    (``slots``: each core's slot, to join the launches of one rank core by core)."""
 
-    __match_args__ = ("per_core", "clock_mhz", "base_cycle")
+    __match_args__ = ("per_core", "clock_mhz", "base_cycle", "slots")
     __slots__ = __match_args__
     per_core: list[np.ndarray]  # one sorted-by-start array per core that ran the label
     clock_mhz: float
     base_cycle: int | None  # the decoded rank's base cycle, which the ends count from
+    slots: list[int]
 
-    def __init__(self, per_core: list[np.ndarray], clock_mhz: float, base_cycle: int | None = None) -> None:
+    def __init__(self, per_core: list[np.ndarray], clock_mhz: float, base_cycle: int | None = None,
+                 slots: list[int] | None = None) -> None:
         self.per_core = per_core
         self.clock_mhz = clock_mhz
         self.base_cycle = base_cycle
+        self.slots = list(range(len(per_core))) if slots is None else slots
 
     def occurrences(self) -> int:
         """How many times the label ran on the core that ran it most."""
@@ -208,6 +215,19 @@ class LabelEnds(Record):
         return np.array([a[occurrence - 1] for a in self.per_core if a.size >= occurrence], dtype=np.float64)
 
 
+def joined_ends(parts: Sequence[tuple[LabelEnds, float]]) -> LabelEnds:
+    """A rank's launches as one timeline: each launch's ends moved by its offset (µs from
+    the first launch's base), core by core, in time order. The first part's clock and base."""
+    per_slot: dict[int, list[np.ndarray]] = {}
+    for found, offset_us in parts:
+        for slot, ends in zip(found.slots, found.per_core, strict=True):
+            per_slot.setdefault(slot, []).append(ends + offset_us)
+    slots = sorted(per_slot)
+    first = parts[0][0]
+    return LabelEnds([np.sort(np.concatenate(per_slot[s])) for s in slots], first.clock_mhz, first.base_cycle,
+                     slots)
+
+
 def label_ends(decoded: RankDecode, point_map: PointMap, label: str) -> LabelEnds:
     """Every occurrence of ``label`` in a decoded rank, per core, in start order."""
     clock = decoded.clock_mhz
@@ -216,12 +236,14 @@ def label_ends(decoded: RankDecode, point_map: PointMap, label: str) -> LabelEnd
     except ValueError:
         return LabelEnds([], clock, decoded.base_cycle)
     per_core = []
+    slots = []
     for core in decoded.cores:
         mask = core.label == index
         if mask.any():
             order = np.argsort(core.start[mask], kind="stable")
             per_core.append(core.end[mask][order].astype(np.float64) / clock)
-    return LabelEnds(per_core, clock, decoded.base_cycle)
+            slots.append(core.slot)
+    return LabelEnds(per_core, clock, decoded.base_cycle, slots)
 
 
 class RankPlacement(Record):
@@ -289,10 +311,14 @@ class Alignment(Record):
         """The shift of a decoded file's times (µs). Anchored shifts are taken at the
         anchor's start cycle; the decoder's base may lie after it (a corrupt slot left
         out), so the difference is added."""
+        return self.offset_at(position, decoded.base_cycle, decoded.clock_mhz)
+
+    def offset_at(self, position: int, base_cycle: int, clock_mhz: float) -> float:
+        """:meth:`offset_us` of a file whose decoder counts from ``base_cycle``."""
         placement = self.placements[position]
         shift = placement.shift_us
         if placement.label_end_us is None and placement.anchor_start_cycle is not None:
-            shift += signed_delta(decoded.base_cycle - placement.anchor_start_cycle) / decoded.clock_mhz
+            shift += signed_delta(base_cycle - placement.anchor_start_cycle) / clock_mhz
         return shift
 
     def metadata(self, positions: Sequence[int], manual: dict[int, float]) -> dict[str, Any]:

@@ -1,10 +1,15 @@
 """Streamed Chrome / Perfetto trace writer (``.json`` or ``.json.gz``).
 
-One pid per rank ("Rank N"), one tid per core ("AIC 3", "AIV 17 (send)"), ``ph: "X"``
-complete events, properly nested per track because :mod:`decode` nests them, with
-process / thread names and sort indices. Events are formatted and written core by core,
-so memory is bounded by one core's spans, whatever the trace size. The file appears
-atomically (temporary file in the same directory, then ``os.replace``).
+One pid per rank ("Rank N", the rank's number), one tid per core (its slot: "AIC 3",
+"AIV 17 (send)"), ``ph: "X"`` complete events, properly nested per track because
+:mod:`decode` nests them. Each rank file is one launch: on every core it has, a
+top-level ``launch K`` slice (category :data:`launches.LAUNCH_CATEGORY`, from the
+launch's first span to its last end on any core) holds its spans; a rank's launches
+follow each other on the same tracks (:mod:`launches`). The process and thread names
+and sort indices come last, once per rank and core, from what was written (so a file
+is formatted alone, whichever process writes it). Events are formatted and written rank
+file by rank file, so memory is bounded by one file's spans, whatever the trace size.
+The file appears atomically (temporary file in the same directory, then ``os.replace``).
 """
 
 from __future__ import annotations
@@ -21,11 +26,14 @@ import numpy as np
 
 from .atomic import atomic_output
 from .decode import STATUS_CLOSED_BY_PARENT, STATUS_UNCLOSED, CoreTimeline, RankDecode
+from .launches import LAUNCH_CATEGORY
 from .pointmap import PointMap
 from .records import Record
 
 TRACE_FORMAT = "optrace-chrome"
-TRACE_FORMAT_VERSION = 1
+#: 2: one process per rank, launches as ``launch K`` slices on its core threads (1: one
+#: process per rank file, the launch of each pid in the metadata's rank table).
+TRACE_FORMAT_VERSION = 2
 
 CoreFilter = Callable[[str, int], bool]
 
@@ -345,28 +353,35 @@ def _rows_words(
 
 
 class RenderedRank(Record):
-    """One rank's event rows, produced lazily block by block (so only one block of
+    """One rank file's event rows, produced lazily block by block (so only one block of
     formatted rows is in memory), each chunk a run of complete rows without the trailing
     separator (the writer puts ",\n" between chunks). ``events``, ``spans``, and the
     ``size`` in bytes and number of ``chunks_count`` of what ``chunks`` will produce
     (all non-empty) are known before any row is formatted: collect's processes write
-    side by side into one file from them. (Not a dataclass: see records.py.)"""
+    side by side into one file from them. ``tracks``: (slot, name) of each core with
+    events; ``launch_ns``: the launch slice's start and end. (Not a dataclass: see
+    records.py.)"""
 
-    __match_args__ = ("chunks", "events", "spans", "size", "chunk_count")
+    __match_args__ = ("chunks", "events", "spans", "size", "chunk_count", "tracks", "launch_ns")
     __slots__ = __match_args__
     chunks: Iterator[bytes | np.ndarray]
     events: int
     spans: int
     size: int
     chunk_count: int
+    tracks: list[tuple[int, str]]
+    launch_ns: tuple[int, int]
 
     def __init__(self, chunks: Iterator[bytes | np.ndarray], events: int = 0, spans: int = 0, size: int = 0,
-                 chunk_count: int = 0) -> None:
+                 chunk_count: int = 0, tracks: list[tuple[int, str]] | None = None,
+                 launch_ns: tuple[int, int] = (0, 0)) -> None:
         self.chunks = chunks
         self.events = events
         self.spans = spans
         self.size = size
         self.chunk_count = chunk_count
+        self.tracks = [] if tracks is None else tracks
+        self.launch_ns = launch_ns
 
 
 def _metadata_row(pid: int, name: str, sort_index: int, tid: int | None = None) -> bytes:
@@ -379,19 +394,49 @@ def _metadata_row(pid: int, name: str, sort_index: int, tid: int | None = None) 
     ).encode()
 
 
+def name_rows(processes: list[tuple[int, str, list[tuple[int, str]]]]) -> bytes:
+    """The process and thread names (and sort indices) of ``processes``: (pid, name,
+    [(tid, thread name)]) each; b"" for none. Four events a process, two a thread."""
+    rows = []
+    for pid, name, threads in processes:
+        rows.append(_metadata_row(pid, name, pid))
+        rows += [_metadata_row(pid, thread, tid, tid=tid) for tid, thread in threads]
+    return b",\n".join(rows)
+
+
+def us_text(q: int) -> str:
+    """Thousandths of a µs as the trace writes times: ``-12.345``."""
+    return f"{'-' if q < 0 else ''}{abs(q) // 1000}.{abs(q) % 1000:03d}"
+
+
+def launch_extent(decoded: RankDecode) -> tuple[int, int]:
+    """The launch's first start and last end in ticks from its base (0, 0: no span)."""
+    spans = decoded.spans
+    if not spans.start.size:
+        return 0, 0
+    return int(spans.start.min()), int(spans.end.max())
+
+
+def _launch_rows(pid: int, tids: list[int], start_q: int, end_q: int, name: str, file: str) -> list[bytes]:
+    tail = (f',"ts":{us_text(start_q)},"dur":{us_text(end_q - start_q)},"name":{json.dumps(name)},'
+            f'"cat":"{LAUNCH_CATEGORY}","args":{{"file":{json.dumps(file)}}}}}')
+    return [f'{{"ph":"X","pid":{pid},"tid":{tid}{tail}'.encode() for tid in tids]
+
+
 def render_rank(
     pid: int,
-    process_name: str,
     decoded: RankDecode,
     point_map: PointMap,
     *,
+    launch: str = "launch 0",
     labels: list[str] | None = None,
     core_filter: CoreFilter | None = None,
-    offset_us: float = 0.0,
+    origin_ns: int = 0,
     scratch: RowScratch | None = None,
 ) -> RenderedRank:
-    """A rank's metadata, span rows and drop markers, as bytes formatted on demand (a
-    chunk is valid until the next one is asked for: rows are built in ``scratch``)."""
+    """A rank file's launch slices, span rows and drop markers, as bytes formatted on
+    demand (a chunk is valid until the next one is asked for: rows are built in
+    ``scratch``); ``origin_ns``: where its base cycle is in the trace."""
     label_ok = None
     if labels:
         matcher = label_matcher(labels)
@@ -406,18 +451,26 @@ def render_rank(
     drops = [slot for slot in decoded.slots
              if slot.dropped and (core_filter is None or core_filter(slot.core_type, slot.core_index))]
     spans = sum(c.start.size if k is None else k.size for c, k in selected)
+    first, last = launch_extent(decoded)
+    scale = 1000.0 / decoded.clock_mhz
+    with np.errstate(over="ignore", invalid="ignore"):  # saturated by _quantised
+        start_q, end_q = (int(q) + origin_ns for q in _quantised(np.array([first, last]) * scale))
 
-    # The process's and every core's name rows as one chunk: two Python-level writes per
-    # core (row and separator) were ~1,200 calls for the benchmark's 8 ranks.
-    names = [_metadata_row(pid, process_name, pid)]
-    names += [_metadata_row(pid, core.name, core.slot, tid=core.slot) for core, _ in selected]
-    head = [b",\n".join(names)]
+    names = {core.slot: core.name for core, _ in selected}
+    for slot in drops:
+        names.setdefault(slot.slot, slot.name)
+    tracks = sorted(names.items())
+    # The launch slices as one chunk: two Python-level writes per core (row and
+    # separator) were ~1,200 calls for the benchmark's 8 ranks.
+    head = [b",\n".join(_launch_rows(pid, [t for t, _ in tracks], start_q, end_q, launch,
+                                     Path(decoded.path).name))] if tracks else []
     blocks: list[_Block] = []
     if selected:
         everything = len(selected) == len(decoded.cores) and all(k is None for _, k in selected)
         columns = _all_columns(decoded) if everything else _selected_columns(selected)
-        blocks = _row_blocks(pid, columns, point_map, decoded.clock_mhz, offset_us)
-    tail = [_drop_marker(pid, slot.slot, slot.dropped, slot.state, decoded, offset_us) for slot in drops]
+        blocks = _row_blocks(pid, columns, point_map, decoded.clock_mhz, origin_ns)
+    tail = [_drop_marker(pid, slot.slot, slot.dropped, slot.state, decoded, origin_ns, first)
+            for slot in drops]
     rows = scratch or RowScratch()
 
     def chunks() -> Iterator[bytes | np.ndarray]:
@@ -427,8 +480,8 @@ def render_rank(
         yield from tail
 
     size = sum(map(len, head)) + sum(b.size for b in blocks) + sum(map(len, tail))
-    return RenderedRank(chunks(), 2 + 2 * len(selected) + spans + len(drops), spans, size,
-                        len(head) + len(blocks) + len(tail))
+    return RenderedRank(chunks(), len(tracks) + spans + len(drops), spans, size,
+                        len(head) + len(blocks) + len(tail), tracks, (start_q, end_q))
 
 
 _Columns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -483,15 +536,18 @@ def _row_blocks(
     columns: _Columns,
     point_map: PointMap,
     clock_mhz: float,
-    offset_us: float,
+    origin_ns: int,
 ) -> list[_Block]:
     """All span events of a rank as blocks of fixed-width rows, no per-span Python."""
     tid, start, end, point, status, high_word = columns
     high = high_word.astype(np.int64)
     scale = 1000.0 / clock_mhz  # thousandths of a µs (ns): 3 decimals of the µs value
     with np.errstate(over="ignore", invalid="ignore"):  # saturated by _quantised
-        ts_q = _quantised(start * scale + offset_us * 1000.0)
-        dur_q = _quantised((end - start) * scale)
+        # Each time rounded to ns, then moved by the origin (whole ns): the .pftrace's
+        # times, whose clock counts ns when a tick is not a whole number of them. The end
+        # rounded as the start is: a span ends inside its launch's slice.
+        ts_q = _quantised(start * scale) + origin_ns
+        dur_q = _quantised(end * scale) + origin_ns - ts_q
     tails, indexed = _point_columns(point_map)
     # A loop's first iteration has index 0 and extraId 0 (high word 0): the map says
     # which points carry an index, so it is shown as index 0, not left out.
@@ -525,15 +581,20 @@ def _point_columns(point_map: PointMap) -> tuple[np.ndarray, np.ndarray]:
     return cached[1], cached[2]
 
 
+def drop_tick(decoded: RankDecode, slot: int, first: int) -> int:
+    """Where a slot's drop marker goes: the end of its last span, inside its launch
+    (``first``: the launch's start tick, for a core without a span)."""
+    core = next((c for c in decoded.cores if c.slot == slot), None)
+    return max(int(core.end.max()), first) if core is not None and core.end.size else first
+
+
 def _drop_marker(
-    pid: int, tid: int, dropped: int, state: str, decoded: RankDecode, offset_us: float
+    pid: int, tid: int, dropped: int, state: str, decoded: RankDecode, origin_ns: int, first: int
 ) -> bytes:
-    core = next((c for c in decoded.cores if c.slot == tid), None)
-    at = float(core.end.max()) if core is not None and core.end.size else 0.0
+    at = drop_tick(decoded, tid, first)
     what = "dropped (slot full)" if state == "overflow" else "overwritten (legacy overflow)"
     with np.errstate(over="ignore", invalid="ignore"):  # saturated by _quantised
-        at_q = np.array([at]) * (1000.0 / decoded.clock_mhz) + offset_us * 1000.0
-        ts = int(_quantised(at_q)[0]) / 1000
+        ts = (int(_quantised(np.array([at]) * (1000.0 / decoded.clock_mhz))[0]) + origin_ns) / 1000
     return json.dumps(
         {"name": f"optrace: {dropped} records {what}", "ph": "i", "s": "t", "pid": pid,
          "tid": tid, "ts": ts},
@@ -618,9 +679,12 @@ def copy_bytes(source: int, target: int, size: int) -> None:
 _OPENING = b'{"traceEvents":[\n'
 
 
-def _closing(other_data: dict[str, Any]) -> bytes:
+def _closing(other_data: dict[str, Any], names: bytes = b"", leading: bool = True) -> bytes:
+    """The end of the document: the name rows (after ",\n" when ``leading``: events
+    came before), then the metadata."""
     tail = {"displayTimeUnit": "ns", "otherData": other_data}
-    return b"\n]," + json.dumps(tail, separators=(",", ":"))[1:].encode("utf-8") + b"\n"
+    rows = (b",\n" if leading else b"") + names if names else b""
+    return rows + b"\n]," + json.dumps(tail, separators=(",", ":"))[1:].encode("utf-8") + b"\n"
 
 
 class ChromeTraceWriter:
@@ -728,14 +792,17 @@ class ChromeTraceWriter:
         return rendered.size + 2 * rendered.chunk_count - (2 if first and rendered.chunk_count else 0)
 
     @staticmethod
-    def closing_size(other_data: dict[str, Any]) -> int:
-        """Bytes :meth:`close` writes for ``other_data`` (uncompressed)."""
-        return len(_closing(other_data))
+    def closing_size(other_data: dict[str, Any], names: bytes = b"") -> int:
+        """Bytes :meth:`close` writes for ``other_data`` and ``names`` (uncompressed)."""
+        return len(_closing(other_data, names))
 
-    def close(self, other_data: dict[str, Any]) -> None:
-        """Finish the JSON document; it replaces ``path`` when the ``with`` block ends."""
+    def close(self, other_data: dict[str, Any], names: bytes = b"") -> None:
+        """Finish the JSON document (``names``: :func:`name_rows` of what it holds); it
+        replaces ``path`` when the ``with`` block ends."""
         assert self._out is not None and self._raw is not None
-        self._out.write(_closing(other_data))
+        if names:
+            self.sink.events += names.count(b'"ph":"M"')
+        self._out.write(_closing(other_data, names, self.sink.wrote))
         if self._out is not self._raw:
             self._out.close()  # flushes the gzip trailer; the raw file closes on exit
         self._closed = True

@@ -1,8 +1,10 @@
 """``optrace collect``: a profiling directory (rank files + point map) to a Chrome trace.
 
-Rank files are read, decoded and formatted one after another and streamed into the trace
-in rank order, a block of rows at a time, so memory stays at about one rank's buffer and
-rows per process. Several processes (``-j N``; the default is one) take consecutive runs
+A first pass places every rank file (:mod:`placement`: the ranks against each other, each
+rank's launches one after the other on its tracks). Then the files are read, decoded and
+formatted one after another and streamed into the trace rank by rank, each rank's
+launches in time order, a block of rows at a time, so memory stays at about one rank
+file's buffer and rows per process. Several processes (``-j N``; the default is one) take consecutive runs
 of rank files, a bounded block of them at a time, and fall back to one process where they
 would not gain; the trace has the same bytes whatever their number. A rank file that
 cannot be used is reported (``path: message``) and the other ranks are still written.
@@ -22,7 +24,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from .align import Alignment, AlignSpec, Anchor, LabelEnds, align, label_ends
+from .align import Alignment, AlignSpec
 
 # the CLI's fast collect reaches these through this module (one lazy import at collect's start).
 from .align import AlignmentError as AlignmentError
@@ -37,16 +39,18 @@ from .chrome import (
     RenderedRank,
     RowScratch,
     label_matcher,
+    name_rows,
     render_rank,
 )
 from .decode import DecodeOptions, RankDecode, decode_rank
 from .errors import MergeError as MergeError  # for the CLI's fast collect, through this module
 from .errors import ProfilingInputError
 from .format import DEFAULT_CLOCK_MHZ, RankMeta
+from .launches import launch_name
 from .numbers import RANK, RANK_OFFSET_US, check_number
+from .placement import Placement, place_ranks, rank_process_name
 from .pointmap import POINT_MAP_NAME, PointMap, load_point_map
-from .pt_reader import load_pt
-from .rankfile import OPTRACE_KEY, RankFileName, find_rank_files, read_rank_file
+from .rankfile import RankFileName, find_rank_files, read_rank_file
 from .records import FrozenRecord, Record
 from .trace_files import SizeWatch, write_files
 from .workers import Channel, Ticks, Worker, can_fork
@@ -98,7 +102,7 @@ class CollectOptions(FrozenRecord):
 class RankOutcome(Record):
     """One rank file's contribution to the trace (or why it has none)."""
 
-    __match_args__ = ("name", "path", "decoded", "error", "spans_written", "cores_written")
+    __match_args__ = ("name", "path", "decoded", "error", "spans_written", "cores_written", "tracks")
     __slots__ = __match_args__
     name: RankFileName
     path: Path
@@ -106,6 +110,7 @@ class RankOutcome(Record):
     error: ProfilingInputError | None
     spans_written: int
     cores_written: int  # decoded.cores is emptied once they are in the trace
+    tracks: list[tuple[int, str]]  # (slot, name) of the cores it wrote events on
 
     def __init__(
         self,
@@ -115,6 +120,7 @@ class RankOutcome(Record):
         error: ProfilingInputError | None = None,
         spans_written: int = 0,
         cores_written: int = 0,
+        tracks: list[tuple[int, str]] | None = None,
     ) -> None:
         self.name = name
         self.path = path
@@ -122,6 +128,7 @@ class RankOutcome(Record):
         self.error = error
         self.spans_written = spans_written
         self.cores_written = cores_written
+        self.tracks = [] if tracks is None else tracks
 
 
 class NothingToWrite(Exception):
@@ -130,19 +137,22 @@ class NothingToWrite(Exception):
 
 
 class CollectResult(Record):
-    __match_args__ = ("output", "point_map", "outcomes", "events", "outputs", "written", "alignment")
+    __match_args__ = ("output", "point_map", "outcomes", "events", "outputs", "written", "alignment",
+                      "launch_notes")
     __slots__ = __match_args__
     output: Path
     point_map: PointMap
-    outcomes: list[RankOutcome]
+    outcomes: list[RankOutcome]  # in the order the files were written
     events: int
     outputs: list[Path]  # the files written: [output], or its parts with --split; [] if none
     written: bool  # False: no span decoded (or kept by --labels / --cores), no trace written
-    alignment: Alignment | None  # where each rank file was placed (None: not computed)
+    alignment: Alignment | None  # where each rank was placed (None: not computed)
+    launch_notes: list[str]  # launches their cycles do not place (laid end to end)
 
     def __init__(
         self, output: Path, point_map: PointMap, outcomes: list[RankOutcome], events: int,
         outputs: list[Path] | None = None, written: bool = True, alignment: Alignment | None = None,
+        launch_notes: list[str] | None = None,
     ) -> None:
         self.output = output
         self.point_map = point_map
@@ -151,6 +161,7 @@ class CollectResult(Record):
         self.outputs = ([output] if written else []) if outputs is None else outputs
         self.written = written
         self.alignment = alignment
+        self.launch_notes = [] if launch_notes is None else launch_notes
 
     @property
     def errors(self) -> list[ProfilingInputError]:
@@ -287,9 +298,9 @@ def _collect_merged(
         clocks.append(float(clock or DEFAULT_CLOCK_MHZ))
     named = [(path.name, name.rank, name.launch) for name, path in files]
     plan = merge.plan_merge(traces, named, metas, clocks)
-    several_runs = len({n.run_key for n, _ in files}) > 1
-    # The pids collect gives the rank files (see plan in collect).
-    device_pids = {p: p if several_runs else name.rank for p, (name, _) in enumerate(files)}
+    # Where collect writes each file's launch: its rank's process (pid: the rank), its slices.
+    device_launches = {p: (name.rank, launch_name(name.tag, name.launch))
+                       for p, (name, _) in enumerate(files)}
     fmt = trace_format(output, options.format)
     compressed = output.name.endswith(".gz")
     # Beside the file it becomes; a device or stream output (written through) has no
@@ -307,7 +318,7 @@ def _collect_merged(
             raise OutputError(output, exc.message.replace(str(temporary), str(output))) from None
         if not result.written:
             return CollectResult(output, result.point_map, result.outcomes, 0, written=False,
-                                 alignment=plan.alignment)
+                                 alignment=plan.alignment, launch_notes=result.launch_notes)
         raw = temporary.read_bytes()
         if compressed:
             raw = gzip.decompress(raw)
@@ -316,25 +327,18 @@ def _collect_merged(
             sink: Any = (gzip.GzipFile(filename="", fileobj=handle, mode="wb", mtime=0) if compressed
                          else handle)
             if fmt == "json":
-                document = merge.merged_json(plan, json.loads(raw), device_pids)
+                document = merge.merged_json(plan, json.loads(raw), device_launches)
                 merge.check_finite(document)
                 merge.write_json(sink, document)
             else:
-                for chunk in merge.merged_pftrace(plan, raw, device_pids):
+                for chunk in merge.merged_pftrace(plan, raw, device_launches):
                     sink.write(chunk)
             if compressed:
                 sink.close()
     finally:
         temporary.unlink(missing_ok=True)
     return CollectResult(output, result.point_map, result.outcomes, result.events, [output],
-                         alignment=plan.alignment)
-
-
-def _process_name(name: RankFileName, several_runs: bool) -> str:
-    if not several_runs:
-        return f"Rank {name.rank}"
-    parts = [p for p in (name.tag, f"launch {name.launch}" if name.launch else None) if p]
-    return f"Rank {name.rank} ({', '.join(parts) or 'launch 0'})"
+                         alignment=plan.alignment, launch_notes=result.launch_notes)
 
 
 #: Output names that select the Perfetto protobuf format (``--format`` overrides).
@@ -460,9 +464,10 @@ def collect(
     target = output_target(output, inputs)
     if target.through and options.split is not None:
         raise OutputError(output, "--split writes files beside the output: name a regular file")
-    several_runs = len({n.run_key for n, _ in files}) > 1
     decode_options = DecodeOptions(options.clock_mhz, options.ignore_fingerprint)
-    alignment = placement or place_ranks(files, point_map, decode_options, options.align)
+    placed = place_ranks(files, point_map, decode_options, options.align, placement)
+    files = placed.files  # rank by rank, each rank's launches in time order
+    alignment = placed.alignment
     outcomes: list[RankOutcome] = [RankOutcome(name, path) for name, path in files]
     ranks_meta: list[dict[str, Any] | None] = [None] * len(files)
     # One process for .gz, .pftrace and --split (a rank at a time, written where it belongs).
@@ -483,14 +488,10 @@ def collect(
             progress(finished, len(files))
 
     def plan(position: int, scratch: RowScratch, sequences: Any = None) -> RenderedRank | None:
-        """Read, decode and lay out one rank (sizes known, rows not yet formatted);
-        ``sequences``: Perfetto output's packet sequence ids (None: Chrome JSON)."""
-        outcome = outcomes[position]
-        pid = position if several_runs else outcome.name.rank
+        """Read, decode and lay out one rank file (sizes known, rows not yet formatted);
+        ``sequences``: Perfetto output's packet sequences (None: Chrome JSON)."""
         rendered, ranks_meta[position] = _plan_rank(
-            outcome, pid, several_runs, point_map, decode_options, options, scratch, sequences,
-            functools.partial(alignment.offset_us, position),
-        )
+            outcomes[position], placed, position, point_map, decode_options, options, scratch, sequences)
         return rendered
 
     def other_data(positions: Iterable[int]) -> dict[str, Any]:
@@ -498,19 +499,30 @@ def collect(
         return {
             "format": TRACE_FORMAT,
             "version": TRACE_FORMAT_VERSION,
+            "layout": "a process per rank, a thread per core, launches as slices",
             "point_map": str(point_map.path),
             "point_map_fingerprint": point_map.fingerprint,
             "ranks": [ranks_meta[p] for p in written],
-            "alignment": alignment.metadata(written, options.rank_offsets_us),
+            "alignment": placed.alignment_metadata(written, options.rank_offsets_us),
         }
 
+    def names(positions: Iterable[int]) -> bytes:
+        """The process and thread names of the ranks and cores written (JSON's last rows)."""
+        threads: dict[int, dict[int, str]] = {}
+        for p in positions:
+            for slot, name in outcomes[p].tracks:
+                threads.setdefault(outcomes[p].name.rank, {}).setdefault(slot, name)
+        return name_rows([(rank, rank_process_name(rank, placed.host(rank)), sorted(cores.items()))
+                          for rank, cores in threads.items()])
+
+    notes = placed.notes()
     if fmt != "json" or options.split is not None:
         outputs, events = write_files(
             output, fmt, options.split, [path.stem for _, path in files], plan, other_data, advance,
-            inputs)
+            inputs, [name.rank for name, _ in files], names)
         # No span in any rank: write_files wrote nothing (not even the empty parts).
         return CollectResult(output, point_map, outcomes, events, outputs, written=bool(outputs),
-                             alignment=alignment)
+                             alignment=alignment, launch_notes=notes)
 
     watch = SizeWatch(output, sum(sizes))
 
@@ -536,13 +548,13 @@ def collect(
                                       sum(sizes[block.start : block.stop]))
             if not any(o.spans_written for o in outcomes):
                 raise _NoSpans  # leaves the block: the temporary file is removed
-            writer.close(other_data(range(len(files))))
+            writer.close(other_data(range(len(files))), names(range(len(files))))
         return writer.events
 
     try:
         events = write(processes)
     except _NoSpans:
-        return CollectResult(output, point_map, outcomes, 0, written=False)
+        return CollectResult(output, point_map, outcomes, 0, written=False, launch_notes=notes)
     except LayoutMismatch as exc:  # a bug, and nothing was written: once more, simply
         print(f"optrace: internal error: {exc}; collecting again in one process", file=sys.stderr)
         outcomes[:] = [RankOutcome(name, path) for name, path in files]
@@ -551,8 +563,8 @@ def collect(
         try:
             events = write(1)
         except _NoSpans:
-            return CollectResult(output, point_map, outcomes, 0, written=False)
-    return CollectResult(output, point_map, outcomes, events, alignment=alignment)
+            return CollectResult(output, point_map, outcomes, 0, written=False, launch_notes=notes)
+    return CollectResult(output, point_map, outcomes, events, alignment=alignment, launch_notes=notes)
 
 
 class _NoSpans(Exception):
@@ -721,16 +733,15 @@ def _size(path: Path) -> int:
 
 def _plan_rank(
     outcome: RankOutcome,
-    pid: int,
-    several_runs: bool,
+    placed: Placement,
+    position: int,
     point_map: PointMap,
     decode_options: DecodeOptions,
     options: CollectOptions,
     scratch: RowScratch,
     sequences: Any = None,
-    placed: Callable[[RankDecode], float] | None = None,
 ) -> tuple[RenderedRank | None, dict[str, Any] | None]:
-    """Read, decode and lay out one rank: its rows to write (formatted as they are
+    """Read, decode and lay out one rank file: its rows to write (formatted as they are
     written) or, given Perfetto ``sequences``, its packets; and its entry of the trace's
     rank table; (None, None) when the file could not be used (``outcome.error`` says why)."""
     name = outcome.name
@@ -740,31 +751,28 @@ def _plan_rank(
         outcome.error = exc
         return None, None
     outcome.decoded = decoded
-    # The placement (anchors, --align) first, then --rank-offsets as a manual correction.
-    offset_us = (placed(decoded) if placed is not None else 0.0) + options.rank_offsets_us.get(name.rank, 0.0)
+    # The placement (anchors, --align, the launch's place in its rank), then --rank-offsets
+    # as a manual correction.
+    origin_ns = placed.origin_ns(position, decoded, options.rank_offsets_us.get(name.rank, 0.0))
+    launch = launch_name(name.tag, name.launch)
     if sequences is not None:
         from . import perfetto  # only for .pftrace: a JSON collect never pays its import
 
-        rendered = perfetto.render_rank(pid, _process_name(name, several_runs), decoded, point_map, sequences,
-                                        labels=options.labels, core_filter=options.cores, offset_us=offset_us)
+        rendered = perfetto.render_rank(
+            name.rank, rank_process_name(name.rank, placed.host(name.rank)), decoded, point_map, sequences,
+            launch=launch, labels=options.labels, core_filter=options.cores, origin_ns=origin_ns,
+            unit_ns=placed.unit_ns[position])
     else:
-        rendered = render_rank(
-            pid,
-            _process_name(name, several_runs),
-            decoded,
-            point_map,
-            labels=options.labels,
-            core_filter=options.cores,
-            offset_us=offset_us,
-            scratch=scratch,
-        )
+        rendered = render_rank(name.rank, decoded, point_map, launch=launch, labels=options.labels,
+                               core_filter=options.cores, origin_ns=origin_ns, scratch=scratch)
     outcome.spans_written = rendered.spans
+    outcome.tracks = rendered.tracks
     # The rows keep what they need: keep the counts, not the rank's span arrays, so a
     # collect of many ranks holds one rank's spans per process instead of every rank's.
     outcome.cores_written = len(decoded.cores)
     decoded.release_spans()
     meta = {
-        "pid": pid,
+        "pid": name.rank,
         "rank": name.rank,
         "tag": name.tag,
         "launch": name.launch,
@@ -774,103 +782,22 @@ def _plan_rank(
         "fingerprint": decoded.fingerprint,
         "legacy": decoded.meta.legacy,
         "skipped_records": decoded.skipped_records,
+        **placed.launch_metadata(position),
     }
     return rendered, meta
-
-
-def place_ranks(
-    files: list[tuple[RankFileName, Path]], point_map: PointMap, decode_options: DecodeOptions,
-    spec: AlignSpec | None,
-) -> Alignment:
-    """Where each rank file's timeline starts (:mod:`align`): a first pass over the files
-    that reads their anchors and, for ``--align``, decodes them to find the label (the
-    second pass, writing the trace, decodes them again: one rank in memory at a time).
-    A file that cannot be read here is left at 0; writing reports it."""
-    if spec is not None and spec.label not in point_map.labels:
-        raise AlignmentError(f"--align: {spec.label!r} is not a label of {point_map.path}")
-    usable: list[int] = []
-    anchors: list[Anchor | None] = []
-    clocks: list[float] = []
-    ends: list[LabelEnds] = []
-    for position, (name, path) in enumerate(files):
-        try:
-            if spec is not None:
-                buffer = read_rank_file(path, name.rank)
-                decoded = decode_rank(buffer, point_map, decode_options)
-                ends.append(label_ends(decoded, point_map, spec.label))
-                anchor, clock = Anchor.from_meta(buffer.meta), buffer.meta.clock_mhz
-            else:
-                anchor, clock = _anchor_only(path)
-        except ProfilingInputError:
-            continue
-        usable.append(position)
-        anchors.append(anchor)
-        clocks.append(float(decode_options.clock_mhz or clock or DEFAULT_CLOCK_MHZ))
-    if spec is None and any(anchors) and not all(anchors):
-        # A file without an anchor turns the anchors off for all, unless it is unusable
-        # anyway (reported when the trace is written): only those are read in full.
-        kept = [k for k, (position, anchor) in enumerate(zip(usable, anchors, strict=True))
-                if anchor is not None or _readable(*files[position])]
-        usable, anchors = [usable[k] for k in kept], [anchors[k] for k in kept]
-        clocks = [clocks[k] for k in kept]
-    names = [(files[p][1].name, files[p][0].rank) for p in usable]
-    groups = [files[p][0].run_key for p in usable]
-    placed = (align(names, anchors, clocks, ends if spec is not None else None, spec, groups)
-              if usable else None)
-    everyone = align([(path.name, name.rank) for name, path in files], [None] * len(files),
-                     [DEFAULT_CLOCK_MHZ] * len(files))
-    if placed is None:
-        return everyone
-    for position, placement in zip(usable, placed.placements, strict=True):
-        everyone.placements[position] = placement
-    placed.placements = everyone.placements
-    return placed
-
-
-def _readable(name: RankFileName, path: Path) -> bool:
-    try:
-        read_rank_file(path, name.rank)
-    except ProfilingInputError:
-        return False
-    return True
-
-
-def _anchor_only(path: Path) -> tuple[Anchor | None, float | None]:
-    """A rank file's anchor and clock rate, without building its buffer: a legacy file (a
-    list of tensors) has neither, and reading it as a rank buffer would copy its tensors
-    into one for nothing. The file is checked when the trace is written.
-
-    Only the pickle is read at first (the anchor and clock are in it): reading and
-    checksumming every storage here as well, then again when the trace is written, was
-    a tenth of a legacy collect's decoding. A file with an anchor is then read in full,
-    so that a damaged one stays out of the placement as before; one without an anchor
-    needs no more: place_ranks reads those in full itself when the placement depends on
-    them (some files have anchors), and otherwise every file starts at 0 anyway."""
-    document = load_pt(path, tensors=False)
-    meta = document.get("meta") if isinstance(document, dict) and OPTRACE_KEY in document else None
-    if not isinstance(meta, dict):
-        return None, None
-    extra = meta.get("extra")
-    anchor = Anchor.from_raw(extra.get("anchor")) if isinstance(extra, dict) else None
-    if anchor is not None:
-        load_pt(path)  # raises ProfilingInputError for a damaged storage, as it always did
-    clock = meta.get("clock_mhz")
-    if isinstance(clock, (int, float)) and not isinstance(clock, bool) and math.isfinite(clock) and clock > 0:
-        return anchor, float(clock)
-    return anchor, None
 
 
 def summary_lines(result: CollectResult) -> list[str]:
     """The human summary: what was written, then every skipped record with its reason."""
     spans = sum(o.spans_written for o in result.outcomes)
     decoded = [o.decoded for o in result.outcomes if o.decoded is not None]
-    cores = sum(o.cores_written for o in result.outcomes)
+    # The trace's tracks: a rank's cores, whatever the number of its launches.
+    cores = len({(o.name.rank, slot) for o in result.outcomes for slot, _ in o.tracks})
     unused = sum(d.unused_slots for d in decoded)
     outputs = result.outputs
     wrote = str(outputs[0]) if len(outputs) == 1 else (
         f"{len(outputs)} files" + (f" ({outputs[0]} ... {outputs[-1]})" if outputs else ""))
-    # A rank file is one launch of one rank: ranks and launches are counted apart, and a
-    # core's rows once per launch (what the summary used to call ranks and cores).
+    # A rank file is one launch of one rank: ranks and launches are counted apart.
     launches: dict[tuple[str, int], int] = {}
     for o in result.outcomes:
         if o.decoded is not None:
@@ -879,11 +806,12 @@ def summary_lines(result: CollectResult) -> list[str]:
     per_rank = set(launches.values())
     each = (f", {per_rank.pop()} launches each" if len(per_rank) == 1 and max(launches.values()) > 1
             else f", {len(decoded)} launches in all" if len(decoded) > len(launches) else "")
-    rows = f"{cores} core rows with spans" if len(decoded) > len(launches) else f"{cores} cores with spans"
     lines = [
-        f"wrote {wrote}: {len(launches)} ranks{each}, {rows}, "
+        f"wrote {wrote}: {len(launches)} ranks{each}, {cores} cores with spans, "
         f"{spans} spans ({unused} unused core slots)"
     ] if result.written else []
+    if result.written:
+        lines += result.launch_notes
     skipped = sum(d.skipped_records for d in decoded)
     if skipped:
         dropped = sum(d.dropped for d in decoded)

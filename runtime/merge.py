@@ -58,6 +58,7 @@ from .align import MERGED, Alignment, Anchor, RankPlacement
 from .decode import signed_delta
 from .errors import MergeError, ProfilingInputError, checked_id, checked_name, shown
 from .format import RankMeta
+from .launches import LAUNCH_CATEGORY
 from .numbers import DEVICE_ID, FRAMEWORK_TS_US, RANK, TIME_US, NumberError, Range, check_number
 from .records import Record
 from .regular import JSON_MAX_INT_DIGITS, parse_json, read_maybe_gzip
@@ -502,44 +503,64 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
-def merged_json(plan: MergePlan, device: dict[str, Any], device_pids: dict[int, Any]) -> dict[str, Any]:
-    """The merged Chrome trace: the framework's events, then the device's, folded into
-    the process each launch's kernel slice is on, and a flow from slice to launch.
-    ``device``: the device trace collect wrote; ``device_pids``: its pid per position."""
+def merged_json(plan: MergePlan, device: dict[str, Any],
+                device_launches: dict[int, tuple[int, str]]) -> dict[str, Any]:
+    """The merged Chrome trace: the framework's events, then the device's, each launch's
+    folded into the process its kernel slice is on, and a flow from slice to launch.
+    ``device``: the device trace collect wrote; ``device_launches``: each position's
+    (pid, launch slice name) there — a rank's process holds all its launches, each
+    event's launch is the launch slice on its thread that holds it."""
     events = list(framework_events(plan))
     _, next_id = _flow_ids(plan)
-    link_of = {link.position: link for link in plan.links}
-    pid_to_link = {device_pids[p]: link for p, link in link_of.items() if p in device_pids}
-    first_span: dict[Any, dict[str, Any]] = {}
-    names: dict[tuple[Any, Any], str] = {}
-    for event in device.get("traceEvents", []):
-        link = pid_to_link.get(event.get("pid"))
+    link_of: dict[tuple[Any, str], Link] = {device_launches[link.position]: link for link in plan.links
+                                            if link.position in device_launches}
+    device_events = device.get("traceEvents", [])
+    thread_rows: dict[tuple[Any, Any], list[dict[str, Any]]] = defaultdict(list)
+    launches: dict[tuple[Any, Any], list[tuple[Any, Any, str]]] = defaultdict(list)
+    for event in device_events:
+        key = (event.get("pid"), event.get("tid"))
+        if event["ph"] == "M" and event.get("name") in ("thread_name", "thread_sort_index"):
+            thread_rows[key].append(event)
+        elif event["ph"] == "X" and event.get("cat") == LAUNCH_CATEGORY:
+            launches[key].append((event["ts"], event["ts"] + event["dur"], event["name"]))
+    for found in launches.values():
+        found.sort()
+
+    def link_at(event: dict[str, Any]) -> Link | None:
+        found = launches.get((event.get("pid"), event.get("tid")), [])
+        k = bisect_right(found, (event["ts"], math.inf)) - 1
+        if k < 0 or event["ts"] > found[k][1]:
+            return None
+        return link_of.get((event.get("pid"), found[k][2]))
+
+    first_span: dict[int, dict[str, Any]] = {}  # per link (its position): its earliest slice
+    named: set[tuple[Any, Any]] = set()
+    for event in device_events:
+        if event["ph"] == "M" or "ts" not in event:
+            continue  # process metadata: the device tracks live in the framework's process now
+        link = link_at(event)
         if link is None:
             continue
         target = _target_pid(plan, link)
-        if event["ph"] == "M":
-            if event.get("name") in ("thread_name", "thread_sort_index"):
-                moved = dict(event, pid=target, tid=DEVICE_TID_BASE + int(event["tid"]))
-                if event["name"] == "thread_name":
-                    moved["args"] = {"name": f"optrace {event['args']['name']}"}
-                    name = moved["args"]["name"]
-                    if names.setdefault((target, moved["tid"]), name) != name:
-                        continue  # another launch of the rank named this core already
-                else:
-                    moved["args"] = {"sort_index": DEVICE_TID_BASE + int(event["args"]["sort_index"])}
+        tid = DEVICE_TID_BASE + int(event["tid"])
+        if (target, tid) not in named:  # the core's name, in each process its launches go to
+            named.add((target, tid))
+            for row in thread_rows.get((event.get("pid"), event.get("tid")), []):
+                moved = dict(row, pid=target, tid=tid)
+                moved["args"] = ({"name": f"optrace {row['args']['name']}"} if row["name"] == "thread_name"
+                                 else {"sort_index": DEVICE_TID_BASE + int(row["args"]["sort_index"])})
                 events.append(moved)
-            continue  # process metadata: the device tracks live in the framework's process now
-        moved = dict(event, pid=target, tid=DEVICE_TID_BASE + int(event["tid"]))
+        moved = dict(event, pid=target, tid=tid)
         moved.setdefault("args", {})
         if isinstance(moved["args"], dict):
             moved["args"] = {**moved["args"], "launch_file": device_file(plan, link)}
         events.append(moved)
         if event["ph"] == "X":
-            best = first_span.get(event["pid"])
-            if best is None or (event["ts"], event["tid"]) < (best["ts"], best["tid"] - DEVICE_TID_BASE):
-                first_span[event["pid"]] = dict(moved, tid=moved["tid"])
-    for device_pid, link in pid_to_link.items():
-        span = first_span.get(device_pid)
+            best = first_span.get(link.position)
+            if best is None or (event["ts"], tid) < (best["ts"], best["tid"]):
+                first_span[link.position] = moved
+    for link in plan.links:
+        span = first_span.get(link.position)
         if span is None:
             continue
         kernel = link.slice
@@ -813,28 +834,30 @@ def _event(data: bytes, lo: int, hi: int) -> tuple[int, int, int, int]:
     return stamp, sequence, kind, track
 
 
-def _device_cores(data: bytes) -> dict[int, list[_FirstSpan]]:
-    """Each device core's first span in the .pftrace collect wrote, per process track
-    uuid. One walk over the packets: perfetto.py writes a core's descriptor, its
-    sequence's state and clock snapshot, then its events (documented there; a core's
-    events in time order), so a sequence's first event comes right after its snapshot and
-    the rest are skipped unread. (perfetto_read.py reads every span, for report and compare.)"""
+def _device_launches(data: bytes) -> dict[tuple[int, str], list[_FirstSpan]]:
+    """Where each launch begins on each of its cores in the .pftrace collect wrote, per
+    (process track uuid, launch slice name). One walk over the packets: perfetto.py
+    writes a core's descriptor, its sequence's state and clock snapshot, then per launch
+    its launch slice's begin, events and end (documented there), so every event packet
+    moves its sequence's clock on and only a launch's begin is read further.
+    (perfetto_read.py reads every span, for report and compare.)"""
     threads: dict[int, tuple[int, int]] = {}  # thread uuid -> (process uuid, tid)
     sequences: dict[int, _SequenceClock] = {}
-    pending: set[int] = set()  # sequences whose first event is still to come
-    firsts: list[tuple[int, int, int, _SequenceClock]] = []  # (sequence, ns, packet, clock before)
+    begins: list[tuple[str, int, int, int, _SequenceClock]] = []  # (name, sequence, ns, packet, clock before)
     for at, lo, hi in _packets(data):
         if data[lo] == _TIMESTAMP_KEY:
-            if not pending:
-                continue
-            stamp, sequence, kind, _ = _event(data, lo, hi)
-            if sequence in pending:
-                pending.discard(sequence)
-                clock = sequences[sequence]
-                before = clock.copy()
-                ns = clock.ns(stamp)
-                if kind == _SLICE_BEGIN:  # else no span (a drop marker comes after the spans)
-                    firsts.append((sequence, ns, at, before))
+            stamp, j = _varint_at(data, lo + 1)
+            if data[j] != _SEQUENCE_KEY:
+                raise AssertionError("a device track event packet not laid out as perfetto.py lays them out")
+            sequence, j = _varint_at(data, j + 1)
+            clock = sequences[sequence]
+            # A launch's begin: its TrackEvent opens with the category iid (perfetto.py).
+            before = clock.copy() if data[j] == 0x5A and data[_varint_at(data, j + 1)[1]] == 0x18 else None
+            ns = clock.ns(stamp)
+            if before is not None:
+                name = _event_name(data, j, hi)
+                if name is not None:
+                    begins.append((name, sequence, ns, at, before))
             continue
         sequence = flags = 0
         parts: list[tuple[int, int, int]] = []
@@ -862,13 +885,22 @@ def _device_cores(data: bytes) -> dict[int, list[_FirstSpan]]:
                                            state.track)
             else:  # ClockSnapshot: the sequence clock (ids 64-127) against BOOTTIME
                 _clock_snapshot(data, value, end, state)
-                pending.add(sequence)
-    cores: dict[int, list[_FirstSpan]] = defaultdict(list)
-    for sequence, ns, at, clock in firsts:
+    launches: dict[tuple[int, str], list[_FirstSpan]] = defaultdict(list)
+    for name, sequence, ns, at, clock in begins:
         if clock.track in threads:
             process, tid = threads[clock.track]
-            cores[process].append(_FirstSpan(sequence, tid, ns, at, clock))
-    return dict(cores)
+            launches[(process, name)].append(_FirstSpan(sequence, tid, ns, at, clock))
+    return dict(launches)
+
+
+def _event_name(data: bytes, lo: int, hi: int) -> str | None:
+    """The inline name of the TrackEvent (field 11) at ``data[lo:hi]``, if it has one."""
+    for field, value, end in perfetto_read.fields(data, lo, hi):
+        if field == 11:
+            for f, v, e in perfetto_read.fields(data, value, end):
+                if f == 23:
+                    return bytes(data[v:e]).decode("utf-8")
+    return None
 
 
 def _first_span(data: bytes, first: _FirstSpan) -> _Core:
@@ -961,7 +993,7 @@ def _link(flow: int, slices: list[tuple[_Track, int]]) -> None:
 
 
 def _add_flows(plan: MergePlan, threads: dict[tuple[int, Any], dict[Any, _Thread]], device: bytes,
-               device_pids: dict[int, int]) -> list[_Core]:
+               device_launches: dict[int, tuple[int, str]]) -> list[_Core]:
     """The merged JSON trace's flows on the slices they bind to there, with its ids: the
     framework's own (as framework_events renumbers them) and one from each kernel slice
     to its launch's first device span in ``device`` (as merged_json numbers them, after).
@@ -996,14 +1028,14 @@ def _add_flows(plan: MergePlan, threads: dict[tuple[int, Any], dict[Any, _Thread
     for flow, found in points.items():
         found.sort(key=lambda point: point[:3])
         _link(flow, [(track, k) for _, _, _, track, k in found])
-    cores = _device_cores(device)
+    launches = _device_launches(device)
     targets: list[_Core] = []
     for link in plan.links:
-        device_pid = device_pids.get(link.position)
-        firsts = cores.get(perfetto.process_uuid(device_pid), []) if device_pid is not None else []
+        launch = device_launches.get(link.position)
+        firsts = launches.get((perfetto.process_uuid(launch[0]), launch[1]), []) if launch is not None else []
         if not firsts:
             continue
-        # The launch's first span: the earliest, on the lowest core at a tie (merged_json's).
+        # The launch's first slice: the earliest, on the lowest core at a tie (merged_json's).
         target = _first_span(device, min(firsts, key=lambda first: (first.ns, first.tid)))
         kernel = link.slice
         thread = threads[(link.trace, _hashable(kernel.get("pid")))][_hashable(kernel.get("tid"))]
@@ -1053,32 +1085,33 @@ def _packet_with(data: bytes, lo: int, hi: int, extra: bytes) -> bytes:
     return perfetto.packet(*parts)
 
 
-def merged_pftrace(plan: MergePlan, device: bytes, device_pids: dict[int, int]) -> list[bytes | memoryview]:
+def merged_pftrace(plan: MergePlan, device: bytes,
+                   device_launches: dict[int, tuple[int, str]]) -> list[bytes | memoryview]:
     """The merged ``.pftrace``: the device trace collect wrote (``device``, its bytes)
     with the ends of the kernel slices' flows in its events, then the framework's
     packets (:func:`framework_packets`), every flow of the merged JSON trace on the
-    slices it binds to there, with the same ids (``device_pids``: the device trace's
-    pid per position)."""
+    slices it binds to there, with the same ids (``device_launches``: the device trace's
+    pid and launch slice name per position)."""
     threads, names = _framework_threads(plan)
-    spans = _add_flows(plan, threads, device, device_pids)
-    return [*_with_flows(device, spans), framework_packets(plan, device_pids, threads, names)]
+    spans = _add_flows(plan, threads, device, device_launches)
+    return [*_with_flows(device, spans), framework_packets(plan, device_launches, threads, names)]
 
 
-def framework_packets(plan: MergePlan, device_pids: dict[int, int],
+def framework_packets(plan: MergePlan, device_launches: dict[int, tuple[int, str]],
                       threads: dict[tuple[int, Any], dict[Any, _Thread]],
                       thread_names: dict[tuple[int, Any, Any], str]) -> bytes:
     """The framework traces' slices and instants as Perfetto packets, in the layout the
     device cores use (perfetto.py): a thread track per thread, one packet sequence per
     thread with its interned names and a clock counting ns from the merged trace's 0
     (BOOTTIME, as the device tracks'). The threads of a process whose kernel slices are
-    all launches of one rank file (``device_pids``: the device trace's pid per position)
+    all launches of one rank (``device_launches``: the device trace's pid and launch per position)
     join that rank's process, above its cores, so the device tracks sit under the kernel
     slice; other processes get a process track of their own. Each event carries the flow
     fields :func:`_add_flows` gave it; counters stay in the JSON output only."""
     u, b, s = perfetto.uint_field, perfetto.bytes_field, perfetto.string_field
     joins: dict[tuple[int, Any], set[int]] = defaultdict(set)
     for link in plan.links:
-        joins[(link.trace, _hashable(link.slice.get("pid")))].add(device_pids[link.position])
+        joins[(link.trace, _hashable(link.slice.get("pid")))].add(device_launches[link.position][0])
     chunks: list[bytes] = []
     sequence = _FRAMEWORK_SEQUENCE
     for process_number, ((t, pid), by_tid) in enumerate(sorted(threads.items(), key=lambda kv: str(kv[0]))):

@@ -12,32 +12,45 @@ A trace is a sequence of ``Trace.packet`` (field 1), in this order:
 
 - a root TrackDescriptor (uuid 0) asking for explicit process and thread order;
 - per rank, a process TrackDescriptor ("Rank 0", ``sibling_order_rank``; pid: the JSON
-  trace's plus one, as pid and tid 0 are the idle process and thread to Perfetto);
-- per core, a thread TrackDescriptor ("AIC 3", tid: the slot plus one, ranked by slot, so
-  AIC first), then the core's own packet sequence (``trusted_packet_sequence_id``):
+  trace's plus one, as pid and tid 0 are the idle process and thread to Perfetto),
+  then its rank files (launches) in time order (:mod:`launches`);
+- per launch and core, when the core is new to the rank: its thread TrackDescriptor
+  ("AIC 3", tid: the slot plus one, ranked by slot, so AIC first) and the start of its
+  own packet sequence (``trusted_packet_sequence_id``), which all the rank's launches
+  on that core then use:
 
   1. incremental state cleared; TracePacketDefaults: timestamps on the sequence clock 64,
      events on the core's track; InternedData: the event names (labels) and source
-     locations (the B points' ``file:line``) the core uses, the debug-annotation names;
-  2. a ClockSnapshot: clock 64 counts device ticks (``is_incremental``,
+     locations (the B points' ``file:line``) the core uses, the debug-annotation names,
+     the launch slices' category (:data:`launches.LAUNCH_CATEGORY`, iid 1);
+  2. a ClockSnapshot: clock 64 counts ticks of the rank's unit (``is_incremental``,
      ``unit_multiplier_ns`` = 1000 / clock MHz: 20 ns at 50 MHz, 1 ns at 1 GHz) and its
-     0 is BOOTTIME = the core's first event in ns (plus ``--rank-offsets``; a negative one
-     as its 64-bit two's complement, which the trace processor reads as an int64). A
-     clock whose tick is not a whole number of ns is written in ns instead (rounded, unit 1);
-  3. a SLICE_BEGIN / SLICE_END packet per span's B / E, in record order, each timestamp
+     0 is BOOTTIME = the launch's start in ns (its placement and ``--rank-offsets``; a
+     negative one as its 64-bit two's complement, which the trace processor reads as an
+     int64). A clock whose tick is not a whole number of ns, or a rank whose launches
+     differ in it, counts ns instead (rounded, unit 1);
+
+  a core seen in an earlier launch gets an InternedData packet for what it had not
+  used yet, if anything; then, every launch:
+
+  3. the launch's SLICE_BEGIN (its name inline, ``launch 3``, and the category), at the
+     launch's first span on any core;
+  4. a SLICE_BEGIN / SLICE_END packet per span's B / E, in record order, each timestamp
      the ticks since the previous packet of the sequence, names by interned id, the loop
      index (and a non-zero extraId) and the decoder's flags (``unclosed``,
      ``closed_by_parent``) as debug annotations;
-  4. when the slot overflowed, an INSTANT "optrace: N records dropped ..." with the count
-     as the annotation ``dropped`` (and in the thread track's description).
+  5. when the slot overflowed, an INSTANT "optrace: N records dropped ..." with the count
+     as the annotation ``dropped`` (and in the thread track's description);
+  6. the launch's SLICE_END, at its last end on any core.
 
 - last, ``trace_attributes`` {key "optrace", string value: the JSON document the Chrome
   trace keeps in ``otherData``: format, point map, per-rank clock, barrier, fingerprint}.
 
-One sequence per core keeps the deltas small (a core's records are in time order) and
-its interning tables to what it uses. Times are those of the Chrome trace to the ns.
-``collect --merge`` relies on this layout (merge.py finds each launch's first span from
-a sequence's snapshot and first events, and adds flow fields to its event packets).
+One sequence per core and rank keeps the deltas small (a core's records are in time
+order, and so are the rank's launches) and its interning tables to what it uses; what
+a track costs is paid once per core, not once per launch. Times are those of the Chrome
+trace to the ns. ``collect --merge`` relies on this layout (merge.py finds each launch's
+begin on every core, and adds flow fields to its event packets).
 """
 
 from __future__ import annotations
@@ -51,12 +64,14 @@ from typing import IO, Any, cast
 import numpy as np
 
 from .atomic import atomic_output
-from .chrome import CoreFilter, RenderedRank, label_matcher
-from .decode import STATUS_CLOSED_BY_PARENT, STATUS_UNCLOSED, RankDecode
+from .chrome import CoreFilter, RenderedRank, drop_tick, label_matcher, launch_extent
+from .decode import STATUS_CLOSED_BY_PARENT, STATUS_UNCLOSED, RankDecode, SlotReport
+from .launches import LAUNCH_CATEGORY
 from .pointmap import PointMap
 
 PERFETTO_FORMAT = "optrace-perfetto"
-PERFETTO_FORMAT_VERSION = 1
+#: 2: one process per rank, launches as slices (see chrome.TRACE_FORMAT_VERSION).
+PERFETTO_FORMAT_VERSION = 2
 
 #: The sequence-scoped clock (ids 64-127 are a sequence's own) events are stamped with.
 SEQUENCE_CLOCK = 64
@@ -69,6 +84,8 @@ SLICE_BEGIN, SLICE_END, INSTANT = 1, 2, 3
 FLOW_IDS, TERMINATING_FLOW_IDS = 47, 48
 SEQ_INCREMENTAL_STATE_CLEARED = 1
 
+#: The interned id of the launch slices' category on every sequence.
+LAUNCH_CATEGORY_IID = 1
 #: Debug-annotation names, interned with these ids on every sequence.
 ANNOTATIONS = {"index": 1, "extraId": 2, "unclosed": 3, "closed_by_parent": 4, "dropped": 5}
 _FLAG_IID = {STATUS_UNCLOSED: ANNOTATIONS["unclosed"],
@@ -251,7 +268,7 @@ def encode_events(
     first_b: np.ndarray,
     track: np.ndarray, track_sequence: np.ndarray, point: np.ndarray, point_name: np.ndarray,
     point_source: np.ndarray, indexed: np.ndarray, index: np.ndarray, extra: np.ndarray, status: np.ndarray,
-    stream_ticks: np.ndarray | None = None,
+    stream_ticks: np.ndarray | None = None, first_delta: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The B and E packets of a rank's spans: the bytes, and the end offset of each
     event's packet (``ends[k]``: bytes up to and including event k). Per span: the places
@@ -259,7 +276,9 @@ def encode_events(
     ``track_sequence`` has), its B point (whose interned name and source location ids
     ``point_name`` / ``point_source`` have, 0: none) and its annotations. ``stream_ticks``:
     the times of all events in stream order when known (the decoder's records, in time
-    order per core), instead of ``ticks_b`` / ``ticks_e``.
+    order per core), instead of ``ticks_b`` / ``ticks_e``. ``first_delta``: the
+    timestamp of each core's first event (at ``first_b``), the ticks since the packet
+    before it on its sequence (default 0).
 
     Packets of one layout (kind of event, timestamp length) have one width: each layout
     is built as a matrix, column by column, and stored in one pass."""
@@ -281,7 +300,7 @@ def encode_events(
     if n:
         delta[0] = 0
         np.subtract(ticks[1:].view(np.uint64), ticks[:-1].view(np.uint64), out=delta[1:])
-        delta[first_b] = 0  # a sequence's first event sits on its clock snapshot
+        delta[first_b] = 0 if first_delta is None else first_delta  # after its launch's begin
     timestamp_length = varint_length(delta)
 
     ws = _width(track_sequence)
@@ -412,16 +431,43 @@ def _keep_places(
 # ----------------------------------------------------------------------------- ranks
 
 
+class _CoreSequence:
+    """A core's packet sequence in one trace file: its id, the BOOTTIME (ns) of its
+    clock's 0 and the unit it counts, the clock's value at its last packet, and the
+    labels and points its interning tables hold."""
+
+    __slots__ = ("boot_ns", "id", "labels", "last", "points", "unit")
+
+    def __init__(self, sequence: int, boot_ns: int, unit: int, points: int) -> None:
+        self.id = sequence
+        self.boot_ns = boot_ns
+        self.unit = unit
+        self.last = 0
+        self.labels: set[int] = set()
+        self.points = np.zeros(points, dtype=bool)
+
+
 class Sequences:
-    """Packet sequence ids of one trace file, handed out in the order ranks are laid out."""
+    """Packet sequences of one trace file, handed out as ranks are laid out, and what the
+    rank being written already has in it (its process track, its cores' sequences): a
+    rank's files come one after the other."""
 
     def __init__(self) -> None:
         self.next = 1
+        self.rank: int | None = None
+        self.cores: dict[int, _CoreSequence] = {}
 
     def take(self, count: int) -> int:
         first = self.next
         self.next += count
         return first
+
+    def enter(self, pid: int) -> bool:
+        """Make ``pid`` the rank being written; True when it is new to the file."""
+        if pid == self.rank:
+            return False
+        self.rank, self.cores = pid, {}
+        return True
 
 
 def clock_unit_ns(clock_mhz: float) -> int | None:
@@ -456,13 +502,27 @@ class _Interning:
             self.label_iid = np.ones(1, np.int64)
         self.annotations = b"".join(_bytes(3, _uint(1, iid) + _string(2, name))
                                     for name, iid in ANNOTATIONS.items())
+        self.annotations += _bytes(1, _uint(1, LAUNCH_CATEGORY_IID) + _string(2, LAUNCH_CATEGORY))
         self.cache: dict[bytes, bytes] = {}
         self.thread_names: dict[str, bytes] = {}
+
+    def more(self, used: np.ndarray, sequence: _CoreSequence) -> bytes:
+        """TracePacket.interned_data of what a later launch uses on a core and its
+        sequence does not have yet (b"": nothing); the sequence has it then."""
+        new = used & ~sequence.points
+        if not new.any():
+            return b""
+        points = np.flatnonzero(new)
+        labels = sorted(set(self.point_map.label_index[points].tolist()) - sequence.labels)
+        sequence.points |= new
+        sequence.labels.update(labels)
+        entries = [self.names[i] for i in labels] + [self.sources[p] for p in points.tolist()]
+        return _bytes(12, b"".join(entries))
 
     def data(self, used: np.ndarray) -> bytes:
         """TracePacket.interned_data for a core whose spans open at the points ``used``
         says (bool per map position): their labels and source locations, the annotation
-        names."""
+        names, the launch category."""
         key = used.tobytes()
         found = self.cache.get(key)
         if found is None:
@@ -502,12 +562,17 @@ def render_rank(
     point_map: PointMap,
     sequences: Sequences,
     *,
+    launch: str = "launch 0",
     labels: list[str] | None = None,
     core_filter: CoreFilter | None = None,
-    offset_us: float = 0.0,
+    origin_ns: int = 0,
+    unit_ns: int | None = None,
 ) -> RenderedRank:
-    """A rank's packets: its process track, then per core its track, sequence header,
-    events and drop marker, encoded at once (``size`` is exact, ``chunks`` the bytes)."""
+    """A rank file's packets (see the module's doc), encoded at once (``size`` is exact,
+    ``chunks`` the bytes): the rank's process track if new to the file, then per core its
+    track and sequence if new to the rank, its launch slice, events and drop marker.
+    ``origin_ns``: where the file's base cycle is in the trace; ``unit_ns``: the unit the
+    rank's sequences count (None: a rank of one file, its clock's tick)."""
     spans = decoded.spans
     mask: np.ndarray | None = None
     if core_filter is not None:
@@ -528,16 +593,20 @@ def render_rank(
     names = {c.slot: c.name for c in decoded.cores}
     span_slots = slot[np.flatnonzero(np.diff(slot, prepend=-1))] if slot.size else slot
     tracks = sorted(set(span_slots.tolist()) | set(drops))
-    first_sequence = sequences.take(len(tracks))
     interning = _interning(point_map)
-    unit = clock_unit_ns(decoded.clock_mhz)
-    offset_ns = round(offset_us * 1000.0)
+    tick = clock_unit_ns(decoded.clock_mhz)
+    unit = tick if unit_ns is None or unit_ns == tick else None  # None: the clocks count ns
 
+    first, last = launch_extent(decoded)
     start, end = pick(spans.start), pick(spans.end)
     stream = spans.record_time if selected is None and records_are_events(decoded) else None
+    drop_at = {k: drop_tick(decoded, k, first) for k in drops}
     if unit is None:  # a tick is not a whole number of ns: the sequence clock counts ns
         start, end = _in_ns(start, decoded.clock_mhz), _in_ns(end, decoded.clock_mhz)
         stream = None if stream is None else _in_ns(stream, decoded.clock_mhz)
+        first, last = (int(t) for t in _in_ns(np.array([first, last]), decoded.clock_mhz))
+        drop_at = {k: int(_in_ns(np.array([t]), decoded.clock_mhz)[0]) for k, t in drop_at.items()}
+    step = unit or 1
     track_of = np.zeros(max(tracks, default=0) + 1, dtype=np.int64)
     track_of[tracks] = np.arange(len(tracks))
     span_track = track_of[slot]
@@ -546,66 +615,107 @@ def render_rank(
     high = pick(spans.high).astype(np.int64)
     indexed = (high != 0) | interning.indexed[point]
     point_source = np.where(interning.has_source, np.arange(1, interning.has_source.size + 1), 0)
+
+    chunks: list[bytes | np.ndarray] = []
+    packets = 0
+    if sequences.enter(pid):
+        process = _bytes(3, _uint(1, pid + 1) + _string(6, process_name))
+        chunks.append(_track_descriptor(_uint(1, process_uuid(pid)), process, _uint(12, pid)))
+        packets += 1
+    used = np.zeros((len(tracks), max(point_map.ids.size, 1)), dtype=bool)
+    used[span_track, point] = True
+    track_sequence = np.zeros(len(tracks), dtype=np.int64)
+    heads: list[bytes] = []
+    for k, track_slot in enumerate(tracks):
+        core = sequences.cores.get(track_slot)
+        if core is None:
+            core = sequences.cores[track_slot] = _CoreSequence(
+                sequences.take(1), origin_ns + first * step, step, used.shape[1])
+            heads.append(_core_start(pid, track_slot, names.get(track_slot), drops.get(track_slot), core,
+                                     interning, used[k]))
+            packets += 3
+        else:
+            more = interning.more(used[k], core)
+            heads.append(_interned_packet(core.id, more))
+            packets += 1 if more else 0
+        track_sequence[k] = core.id
+    span_lo = np.searchsorted(slot, np.array(tracks, dtype=np.int64), side="left")
+    span_hi = np.searchsorted(slot, np.array(tracks, dtype=np.int64), side="right")
+    with_spans = span_hi > span_lo
+    first_event = np.array([int(start[lo]) - first for lo, has in zip(span_lo.tolist(), with_spans.tolist(),
+                                                                       strict=True) if has], dtype=np.int64)
     encoded, ends = encode_events(
         None if stream is not None else start, None if stream is not None else end, b_at, e_at, b_at[firsts],
-        span_track, np.arange(len(tracks)) + first_sequence, point, interning.label_iid, point_source,
-        indexed, high >> 8, high & 0xFF, pick(spans.status), stream)
-
-    chunks: list[bytes | np.ndarray] = [_track_descriptor(
-        _uint(1, process_uuid(pid)), _bytes(3, _uint(1, pid + 1) + _string(6, process_name)), _uint(12, pid))]
-    track_slots = np.array(tracks, dtype=np.int64)
-    span_lo = np.searchsorted(slot, track_slots, side="left")
-    span_hi = np.searchsorted(slot, track_slots, side="right")
-    with_spans = span_hi > span_lo
+        span_track, track_sequence, point, interning.label_iid, point_source,
+        indexed, high >> 8, high & 0xFF, pick(spans.status), stream, first_event.view(np.uint64))
+    packets += int(ends.size)
     # A core's bytes: spans lo..hi-1 are its own, their events are places 2 lo .. 2 hi - 1.
     ends_with_zero = np.concatenate([[0], ends])
     byte_lo = ends_with_zero[2 * span_lo].tolist()
     byte_hi = ends_with_zero[2 * span_hi].tolist()
-    first_tick = [int(start[lo]) if has else 0 for lo, has in zip(span_lo.tolist(), with_spans.tolist(),
-                                                                  strict=True)]
-    boot = [tick * (unit or 1) + offset_ns for tick in first_tick]  # BOOTTIME of each clock's 0
-    used = np.zeros((len(tracks), max(point_map.ids.size, 1)), dtype=bool)
-    used[span_track, point] = True
-    packets = int(ends.size)
-    parent = _uint(5, process_uuid(pid))
-    pid_field = _uint(1, pid + 1)  # pid / tid 0 are the idle process / thread to Perfetto
-    clock = _bytes(1, _uint(1, SEQUENCE_CLOCK) + _uint(2, 0) + _uint(3, 1) + _uint(4, unit or 1))
-    v = varint
+    begin_event = _bytes(11, _uint(3, LAUNCH_CATEGORY_IID) + _uint(9, SLICE_BEGIN) + _string(23, launch))
+    end_event = _bytes(11, _uint(9, SLICE_END))
     for k, track_slot in enumerate(tracks):
-        # Written out by hand (this runs once per core): the thread TrackDescriptor; the
-        # sequence's first packet (state cleared, defaults: clock 64 and this track,
-        # interned data); its ClockSnapshot. Field numbers as in root_descriptor & co.
-        sequence = v(first_sequence + k)
-        uuid = v(thread_uuid(pid, track_slot))
-        slot_number = v(track_slot)
-        drop = drops.get(track_slot)
-        name = names.get(track_slot) or (drop.name if drop is not None else str(track_slot))
-        message = _drop_message(drop.dropped, drop.state) if drop is not None else ""
-        thread = pid_field + b"\x10" + v(track_slot + 1) + interning.name_field(name)
-        descriptor = b"\x08" + uuid + parent + b"\x22" + v(len(thread)) + thread + b"\x60" + slot_number
-        if message:
-            descriptor += _string(14, message)
-        td = b"\xe2\x03" + v(len(descriptor)) + descriptor
-        state = (b"\x50" + sequence + b"\x68\x01\xda\x03" + v(len(uuid) + 6) + b"\xd0\x03\x40\x5a"
-                 + v(len(uuid) + 1) + b"\x58" + uuid + interning.data(used[k]))
-        boot_clock = b"\x08\x06\x10" + v(boot[k])
-        snapshot = clock + b"\x0a" + v(len(boot_clock)) + boot_clock
-        clock_packet = b"\x50" + sequence + b"\x32" + v(len(snapshot)) + snapshot
-        chunks.append(b"\x0a" + v(len(td)) + td + b"\x0a" + v(len(state)) + state
-                      + b"\x0a" + v(len(clock_packet)) + clock_packet)
+        core = sequences.cores[track_slot]
+        sequence = b"\x50" + varint(core.id)
+        # This file's tick 0 on the core's clock: a whole number of its units after the
+        # launch before ends (launches.py); only saturated corrupt times could make it
+        # less, and they start where that one ends.
+        here = max((origin_ns - core.boot_ns) // step, core.last - first)
+        chunks.append(heads[k] + packet(_uint(8, here + first - core.last), sequence, begin_event))
+        lo, hi = int(span_lo[k]), int(span_hi[k])
+        at = int(end[lo:hi].max()) if hi > lo else first  # the sequence's last packet so far
         if byte_hi[k] > byte_lo[k]:
             chunks.append(encoded[byte_lo[k] : byte_hi[k]])
+        drop = drops.get(track_slot)
         if drop is not None:
-            lo, hi = int(span_lo[k]), int(span_hi[k])
-            last_tick = int(end[lo:hi].max()) if hi > lo else 0
-            at = _drop_tick(decoded, track_slot, unit)
+            mark = max(drop_at[track_slot], at)
             chunks.append(packet(
-                _uint(8, max(at - last_tick, 0)), b"\x50", sequence,
-                _bytes(11, _uint(9, INSTANT) + _string(23, message)
+                _uint(8, mark - at), sequence,
+                _bytes(11, _uint(9, INSTANT) + _string(23, _drop_message(drop.dropped, drop.state))
                        + _bytes(4, _uint(1, ANNOTATIONS["dropped"]) + _uint(4, drop.dropped)))))
             packets += 1
+            at = mark
+        chunks.append(packet(_uint(8, max(last, at) - at), sequence, end_event))
+        packets += 2
+        core.last = here + max(last, at)
     size = sum(len(c) for c in chunks)
-    return RenderedRank(iter(chunks), packets + 3 * len(tracks) + 1, int(slot.size), size, len(chunks))
+    return RenderedRank(iter(chunks), packets, int(slot.size), size, len(chunks),
+                        [(t, names.get(t) or (drops[t].name if t in drops else str(t))) for t in tracks],
+                        (origin_ns + first * step, origin_ns + last * step))
+
+
+def _interned_packet(sequence: int, interned: bytes) -> bytes:
+    """A packet of the sequence holding only ``interned`` (b"": none)."""
+    return packet(b"\x50" + varint(sequence), interned) if interned else b""
+
+
+def _core_start(pid: int, slot: int, name: str | None, drop: SlotReport | None, core: _CoreSequence,
+                interning: _Interning, used: np.ndarray) -> bytes:
+    """A core new to its rank: its thread TrackDescriptor, its sequence's first packet
+    (state cleared, defaults: clock 64 and this track, interned data) and ClockSnapshot.
+    Written out by hand (once per core); field numbers as in root_descriptor & co."""
+    v = varint
+    sequence = v(core.id)
+    uuid = v(thread_uuid(pid, slot))
+    name = name or (drop.name if drop is not None else str(slot))
+    message = _drop_message(drop.dropped, drop.state) if drop is not None else ""
+    thread = _uint(1, pid + 1) + b"\x10" + v(slot + 1) + interning.name_field(name)
+    descriptor = b"\x08" + uuid + _uint(5, process_uuid(pid)) + b"\x22" + v(len(thread)) + thread \
+        + b"\x60" + v(slot)
+    if message:
+        descriptor += _string(14, message)
+    td = b"\xe2\x03" + v(len(descriptor)) + descriptor
+    core.points |= used
+    core.labels.update(interning.point_map.label_index[np.flatnonzero(used)].tolist())
+    state = (b"\x50" + sequence + b"\x68\x01\xda\x03" + v(len(uuid) + 6) + b"\xd0\x03\x40\x5a"
+             + v(len(uuid) + 1) + b"\x58" + uuid + interning.data(used))
+    clock = _bytes(1, _uint(1, SEQUENCE_CLOCK) + _uint(2, 0) + _uint(3, 1) + _uint(4, core.unit))
+    boot_clock = b"\x08\x06\x10" + v(core.boot_ns)
+    snapshot = clock + b"\x0a" + v(len(boot_clock)) + boot_clock
+    clock_packet = b"\x50" + sequence + b"\x32" + v(len(snapshot)) + snapshot
+    return (b"\x0a" + v(len(td)) + td + b"\x0a" + v(len(state)) + state
+            + b"\x0a" + v(len(clock_packet)) + clock_packet)
 
 
 def _in_ns(ticks: np.ndarray, clock_mhz: float) -> np.ndarray:
@@ -616,13 +726,6 @@ def _in_ns(ticks: np.ndarray, clock_mhz: float) -> np.ndarray:
 def _drop_message(dropped: int, state: str) -> str:
     what = "dropped (slot full)" if state == "overflow" else "overwritten (legacy overflow)"
     return f"optrace: {dropped} records {what}"
-
-
-def _drop_tick(decoded: RankDecode, slot: int, unit: int | None) -> int:
-    """Where a slot's drop marker goes (the end of its last span, as in JSON)."""
-    core = next((c for c in decoded.cores if c.slot == slot), None)
-    at = int(core.end.max()) if core is not None and core.end.size else 0
-    return at if unit is not None else round(at * 1000.0 / decoded.clock_mhz)
 
 
 # ----------------------------------------------------------------------------- writer
@@ -686,11 +789,12 @@ class PerfettoTraceWriter:
         return rendered.size
 
     @staticmethod
-    def closing_size(other_data: dict[str, Any]) -> int:
+    def closing_size(other_data: dict[str, Any], names: bytes = b"") -> int:
         return len(trace_attributes(_metadata(other_data)))
 
-    def close(self, other_data: dict[str, Any]) -> None:
-        """The metadata packet; the file replaces ``path`` when the ``with`` block ends."""
+    def close(self, other_data: dict[str, Any], names: bytes = b"") -> None:
+        """The metadata packet (``names``: JSON's, not used: the tracks are named where
+        they begin); the file replaces ``path`` when the ``with`` block ends."""
         self._write(trace_attributes(_metadata(other_data)))
         if self._out is not self._raw:
             assert self._out is not None

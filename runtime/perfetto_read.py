@@ -5,7 +5,8 @@ A small reader of the protobuf wire format in plain Python — no ``protobuf``, 
 that other TrackEvent producers use): thread / process track descriptors, packet
 sequences with their incremental state (interned event names, TracePacketDefaults),
 sequence clocks declared by a ClockSnapshot (incremental, with a unit), SLICE_BEGIN /
-SLICE_END paired per track, and the ``optrace`` trace attribute (the run's settings).
+SLICE_END paired per track (the ``launch K`` slices told apart by their category), and
+the ``optrace`` trace attribute (the run's settings).
 Other packets are skipped. The tests check it against Perfetto's own protos.
 
 Someone else's file: every read stays inside the message it belongs to, a
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ProfilingInputError
+from .launches import LAUNCH_CATEGORY
 from .regular import BadJSON, parse_json, read_maybe_gzip
 
 _U64 = 1 << 64
@@ -44,10 +46,11 @@ _WIRE = {0: "a varint", 1: "a fixed64", 2: "bytes", 5: "a fixed32"}
 _Schema = tuple[str, dict[int, int]]
 _PACKET: _Schema = ("TracePacket", {8: _VARINT, 10: _VARINT, 13: _VARINT, 58: _VARINT, 6: _LEN, 11: _LEN,
                                     12: _LEN, 59: _LEN, 60: _LEN, 126: _LEN})
-_EVENT: _Schema = ("TrackEvent", {9: _VARINT, 10: _VARINT, 11: _VARINT, 23: _LEN})
+# category_iids (3) is a repeated varint, which a producer may pack (bytes): read either way.
+_EVENT: _Schema = ("TrackEvent", {9: _VARINT, 10: _VARINT, 11: _VARINT, 22: _LEN, 23: _LEN})
 _DEFAULTS: _Schema = ("TracePacketDefaults", {58: _VARINT, 11: _LEN})
 _EVENT_DEFAULTS: _Schema = ("TrackEventDefaults", {11: _VARINT})
-_INTERNED: _Schema = ("InternedData", {2: _LEN, 3: _LEN})
+_INTERNED: _Schema = ("InternedData", {1: _LEN, 2: _LEN, 3: _LEN})
 _INTERNED_NAME: _Schema = ("an interned name", {1: _VARINT, 2: _LEN})
 _DESCRIPTOR: _Schema = ("TrackDescriptor", {1: _VARINT, 2: _LEN, 3: _LEN, 4: _LEN, 5: _VARINT})
 _PROCESS: _Schema = ("ProcessDescriptor", {1: _VARINT, 6: _LEN})
@@ -121,12 +124,13 @@ def _text(data: bytes, lo: int, hi: int) -> str:
 
 
 class _Sequence:
-    __slots__ = ("annotation_names", "base", "boot", "clock", "incremental", "names", "track", "unit",
-                 "value")
+    __slots__ = ("annotation_names", "base", "boot", "categories", "clock", "incremental", "names", "track",
+                 "unit", "value")
 
     def __init__(self) -> None:
         self.names: dict[int, str] = {}
         self.annotation_names: dict[int, str] = {}
+        self.categories: dict[int, str] = {}
         self.clock = 0
         self.track = 0
         self.unit = 1
@@ -137,13 +141,15 @@ class _Sequence:
 
 
 class PerfettoSpans:
-    """What :func:`read_spans` found: named tracks and their spans in ns."""
+    """What :func:`read_spans` found: named tracks and their spans in ns; the launch
+    slices (category :data:`launches.LAUNCH_CATEGORY`) apart from the spans."""
 
     def __init__(self) -> None:
         self.processes: dict[int, str] = {}  # process track uuid -> name
         self.process_pids: dict[int, int] = {}  # process track uuid -> its descriptor's pid
         self.threads: dict[int, tuple[int | None, str]] = {}  # track uuid -> (parent uuid, name)
         self.spans: list[tuple[int, str, int, int]] = []  # (track uuid, name, start ns, end ns)
+        self.launches: list[tuple[int, str, int, int]] = []  # the launch slices, as the spans
         self.instants: list[tuple[int, str, int]] = []  # (track uuid, name, ns)
         self.metadata: dict[str, Any] = {}
         self.unclosed = 0
@@ -176,7 +182,7 @@ def _read(data: bytes) -> PerfettoSpans:
     :func:`fields`."""
     found = PerfettoSpans()
     sequences: dict[int, _Sequence] = {}
-    open_spans: dict[int, list[tuple[str, int]]] = {}
+    open_spans: dict[int, list[tuple[str, int, bool]]] = {}
     n = len(data)
     i = 0
     state = _Sequence()
@@ -305,16 +311,17 @@ def _packet_fields(data: bytes, parts: list[tuple[int, int, int]], state: _Seque
                 for f, v, _ in fields(data, value, end, _EVENT_DEFAULTS):
                     if f == 11:
                         state.track = v
-    if 12 in by_field:  # InternedData
+    if 12 in by_field:  # InternedData: event categories, event names, annotation names
+        tables = {1: state.categories, 2: state.names, 3: state.annotation_names}
         for field, value, end in fields(data, *by_field[12], _INTERNED):
-            if field in (2, 3):
+            if field in tables:
                 iid, name = 0, ""
                 for f, v, e in fields(data, value, end, _INTERNED_NAME):
                     if f == 1:
                         iid = v
                     elif f == 2:
                         name = _text(data, v, e)
-                (state.names if field == 2 else state.annotation_names)[iid] = name
+                tables[field][iid] = name
     if 60 in by_field:
         _track_descriptor(data, *by_field[60], found)
     if 6 in by_field:  # ClockSnapshot: the sequence clock (ids 64-127) against BOOTTIME
@@ -392,9 +399,10 @@ def _track_descriptor(data: bytes, lo: int, hi: int, found: PerfettoSpans) -> No
 
 
 def _track_event(data: bytes, lo: int, hi: int, ns: int, state: _Sequence, found: PerfettoSpans,
-                 open_spans: dict[int, list[tuple[str, int]]]) -> None:
+                 open_spans: dict[int, list[tuple[str, int, bool]]]) -> None:
     kind, name_iid, track = 0, 0, state.track
     name = ""
+    launch = False  # a launch slice: its category says so
     j = lo
     while j < hi:
         key = data[j]
@@ -420,8 +428,10 @@ def _track_event(data: bytes, lo: int, hi: int, ns: int, state: _Sequence, found
                 name_iid = value
             elif key == 0x58:
                 track = value
-            elif key == 0xB8:  # name (23) as a number
-                raise _wrong_wire(_EVENT, 23, wire)
+            elif key == 0x18:  # category_iids
+                launch = launch or state.categories.get(value) == LAUNCH_CATEGORY
+            elif key in (0xB8, 0xB0):  # name (23) or categories (22) as a number
+                raise _wrong_wire(_EVENT, key >> 3, wire)
         elif wire == 2:
             length = data[j] if j < hi else 0x80
             if length < 0x80:
@@ -432,7 +442,16 @@ def _track_event(data: bytes, lo: int, hi: int, ns: int, state: _Sequence, found
                 raise _Truncated("a track event's field runs past the event")
             if key >> 3 == 23:
                 name = _text(data, j, j + length)
-            elif key >> 3 in _EVENT[1]:  # type, name_iid or track_uuid as bytes
+            elif key >> 3 == 22:
+                launch = launch or _text(data, j, j + length) == LAUNCH_CATEGORY
+            elif key == 0x1A:  # category_iids, packed
+                k = j
+                while k < j + length:
+                    iid, k = _varint(data, k)
+                    launch = launch or state.categories.get(iid) == LAUNCH_CATEGORY
+                if k != j + length:
+                    raise _Truncated("packed category ids run past their field")
+            elif key >> 3 in _EVENT[1]:  # type, name_iid, track_uuid or a category iid as bytes
                 raise _wrong_wire(_EVENT, key >> 3, wire)
             j += length
         elif wire in (1, 5):
@@ -444,11 +463,12 @@ def _track_event(data: bytes, lo: int, hi: int, ns: int, state: _Sequence, found
     if j != hi:
         raise _Truncated("track event runs past its end")
     if kind == 1:
-        open_spans.setdefault(track, []).append((name or state.names.get(name_iid, f"name {name_iid}"), ns))
+        open_spans.setdefault(track, []).append((name or state.names.get(name_iid, f"name {name_iid}"), ns,
+                                                 launch))
     elif kind == 2:
         stack = open_spans.get(track)
         if stack:
-            label, start = stack.pop()
-            found.spans.append((track, label, start, ns))
+            label, start, is_launch = stack.pop()
+            (found.launches if is_launch else found.spans).append((track, label, start, ns))
     elif kind == 3:
         found.instants.append((track, name or state.names.get(name_iid, f"name {name_iid}"), ns))

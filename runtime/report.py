@@ -240,7 +240,7 @@ def per_track_self(table: SpanTable, labels: list[str]) -> tuple[np.ndarray, lis
 
 def per_process_self(table: SpanTable, matrix: np.ndarray) -> tuple[np.ndarray, list[str]]:
     """``per_track_self`` summed over the cores of each rank, its launches together
-    ("Rank 0" of "Rank 0 launch 3 / AIC 3"; a process not named by rank stands alone)."""
+    ("Rank 0" of "Rank 0 (launch 3) / AIC 3"; a process not named by rank stands alone)."""
     names: dict[str, int] = {}
     group = np.array([names.setdefault(rank_of_track(t), len(names)) for t in table.tracks] or [0],
                      dtype=np.int64)

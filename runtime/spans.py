@@ -8,6 +8,7 @@ computed with one stack pass per track.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from .chrome import TRACE_FORMAT
 from .collect import list_rank_files, resolve_point_map
 from .decode import DecodeOptions, decode_rank
 from .errors import ProfilingInputError, checked_id, checked_name, shown
+from .launches import LAUNCH_CATEGORY, launch_name
 from .numbers import CLOCK_MHZ, RANK, TIME_US, NumberError, check_number
 from .pointmap import load_point_map
 from .rankfile import iter_rank_buffers
@@ -43,7 +45,7 @@ class SpanTable:
 
     source: str
     labels: list[str]
-    tracks: list[str]  # "Rank 0 / AIC 3"
+    tracks: list[str]  # rows: a core's spans of one launch ("Rank 0 (launch 2) / AIC 3")
     processes: int  # ranks (x launches) the spans come from
     label: np.ndarray  # int32 index into labels
     track: np.ndarray  # int32 index into tracks
@@ -58,12 +60,27 @@ class SpanTable:
     # not say, each process ("Rank 0" in "Rank 0 / AIC 3") is its own launch.
     launches: list[str] = field(default_factory=list)
     track_launch: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    # A trace's launch slices per trace track ("Rank 0 / AIC 1"): their starts and ends
+    # (µs) and the names of their rows in ``tracks`` (empty without launch slices).
+    launch_rows: dict[str, tuple[list[float], list[float], list[str]]] = field(default_factory=dict)
+    trace_tracks: int = -1  # the trace's tracks with spans (-1: one per row)
+
+    def row_at(self, track: str, ts: float) -> str:
+        """The row of a trace track at time ``ts`` (µs): its launch's, or the track itself."""
+        found = self.launch_rows.get(track)
+        if found is None:
+            return track
+        starts, ends, names = found
+        k = bisect_right(starts, ts + LAUNCH_SLACK_US) - 1
+        return names[k] if k >= 0 and ts <= ends[k] + LAUNCH_SLACK_US else track
 
     def __post_init__(self) -> None:
         if self.depth.size != self.ts.size:
             self.depth, self.self_time = _depth_and_self_time(self.track, self.ts, self.dur)
         if self.track_launch.size != len(self.tracks):
             self.launches, self.track_launch = _launches_by_process(self.tracks)
+        if self.trace_tracks < 0:
+            self.trace_tracks = len(self.tracks)
 
 
 @dataclass(frozen=True)
@@ -87,9 +104,9 @@ _RANK = re.compile(r"Rank \d+(?!\S)")
 
 
 def rank_of_track(track: str) -> str:
-    """The rank a track's process is, its launches together: `Rank 3` of `Rank 3 (moe,
-    launch 2) / AIC 1` or `Rank 3 launch 2 / AIC 1`; a process not named by rank stands
-    alone."""
+    """The rank a row's process is, its launches together: `Rank 3` of `Rank 3 (moe,
+    launch 2) / AIC 1` or `Rank 3 (node-a, launch 2) / AIC 1`; a process not named by rank
+    stands alone."""
     process = track.split(" / ", 1)[0]
     found = _RANK.match(process)
     return found.group(0) if found else process
@@ -216,6 +233,7 @@ def load_trace(path: Path) -> SpanTable:
     track_col: list[int] = []
     ts_col: list[float] = []
     dur_col: list[float] = []
+    launch_slices: list[tuple[int, float, float, str]] = []
     for index, event in enumerate(document["traceEvents"]):
         if not isinstance(event, dict):
             continue
@@ -236,15 +254,16 @@ def load_trace(path: Path) -> SpanTable:
                 label = checked_name(path, str(event["name"]), "label")
             except (KeyError, TypeError, ValueError, OverflowError):
                 raise ProfilingInputError(path, f"malformed complete event: {str(event)[:200]}") from None
-            key = event_ids(path, index, event)
+            track = track_ids.setdefault(event_ids(path, index, event), len(track_ids))
+            if event.get("cat") == LAUNCH_CATEGORY:  # a launch, not a span
+                launch_slices.append((track, ts, ts + dur, label))
+                continue
             label_col.append(label_ids.setdefault(label, len(label_ids)))
-            track_col.append(track_ids.setdefault(key, len(track_ids)))
+            track_col.append(track)
             ts_col.append(ts)
             dur_col.append(dur)
-    tracks = [""] * len(track_ids)
-    for (pid, tid), index in track_ids.items():
-        process = process_names.get(pid, f"pid {pid}")
-        tracks[index] = f"{process} / {thread_names.get((pid, tid), f'tid {tid}')}"
+    real = [(pid, process_names.get(pid, f"pid {pid}"), thread_names.get((pid, tid), f"tid {tid}"))
+            for (pid, tid) in track_ids]
     settings = RunSettings()
     pid_launch: dict[Any, str] = {}
     for rank in rank_entries(path, other):
@@ -253,18 +272,25 @@ def load_trace(path: Path) -> SpanTable:
         if rank.get("clock_mhz") is not None:
             settings.clock_mhz.add(_clock(path, rank["clock_mhz"]))
         settings.barrier.add(rank.get("barrier") if isinstance(rank.get("barrier"), bool) else None)
+    ts_all = np.array(ts_col, dtype=np.float64)
+    dur_all = np.array(dur_col, dtype=np.float64)
+    rows = launch_rows(np.array(track_col, dtype=np.int64), ts_all, ts_all + dur_all, real, launch_slices,
+                       [pid_launch.get(pid) for pid, _, _ in real])
     return SpanTable(
         source=str(path),
         labels=list(label_ids),
-        tracks=tracks,
+        tracks=rows.names,
         processes=max(len({pid for pid, _ in track_ids}), 1),
         label=np.array(label_col, dtype=np.int32),
-        track=np.array(track_col, dtype=np.int32),
-        ts=np.array(ts_col, dtype=np.float64),
-        dur=np.array(dur_col, dtype=np.float64),
+        track=rows.track,
+        ts=ts_all,
+        dur=dur_all,
         settings=settings,
         warnings=warnings,
-        **_trace_launches(track_ids, process_names, pid_launch),
+        launches=rows.launches,
+        track_launch=rows.track_launch,
+        launch_rows=rows.by_track,
+        trace_tracks=int(np.unique(np.array(track_col, dtype=np.int64)).size),
     )
 
 
@@ -283,17 +309,26 @@ def load_perfetto_trace(path: Path) -> SpanTable:
     track_col: list[int] = []
     start_col: list[int] = []
     end_col: list[int] = []
-    for track, label, start, end in found.spans:
+
+    def checked(label: str, start: int, end: int) -> None:
         checked_name(path, label, "label")
         if not (abs(start) <= PERFETTO_NS_MAX and abs(end) <= PERFETTO_NS_MAX):
             raise ProfilingInputError(path, f"slice {label[:60]!r}: timestamp {max(abs(start), abs(end))} "
                                       f"ns is past {PERFETTO_NS_MAX:g} ns (31 years)")
+
+    for track, label, start, end in found.spans:
+        checked(label, start, end)
         label_col.append(label_ids.setdefault(label, len(label_ids)))
         track_col.append(track_ids.setdefault(track, len(track_ids)))
         start_col.append(start)
         end_col.append(end)
+    launch_slices: list[tuple[int, float, float, str]] = []
+    for track, label, start, end in found.launches:
+        checked(label, start, end)
+        track_id = track_ids.setdefault(track, len(track_ids))
+        launch_slices.append((track_id, start / 1000.0, end / 1000.0, label))
     # Shown by report / inspect: no NUL, as the JSON reader's process and thread names.
-    tracks = [checked_name(path, found.track_name(uuid), "track name") for uuid in track_ids]
+    names = [checked_name(path, found.track_name(uuid), "track name") for uuid in track_ids]
     settings = RunSettings()
     pid_launch: dict[Any, str] = {}
     for rank in rank_entries(path, meta):
@@ -305,39 +340,162 @@ def load_perfetto_trace(path: Path) -> SpanTable:
         settings.barrier.add(rank.get("barrier") if isinstance(rank.get("barrier"), bool) else None)
     starts = np.array(start_col, dtype=np.int64)
     ends = np.array(end_col, dtype=np.int64)
-    order = np.lexsort((-ends, starts, np.array(track_col, dtype=np.int64))) if starts.size else starts
     parents = {uuid: found.threads.get(uuid, (None, ""))[0] for uuid in track_ids}
-    processes = set(parents.values())
-    # Launches as in a JSON trace, keyed by process track: the rank table's (tag, launch)
-    # through the process descriptor's pid, else each process its own launch.
-    process_launch = {uuid: pid_launch[pid] for uuid, pid in found.process_pids.items() if pid in pid_launch}
-    launches = _trace_launches({(parents[uuid], uuid): index for uuid, index in track_ids.items()},
-                               dict(found.processes), process_launch)
+    # Without launch slices (a trace written before them), each process's launch as in a
+    # JSON trace: the rank table's (tag, launch) through the process descriptor's pid.
+    real: list[tuple[Any, str, str]] = []
+    fallback: list[str | None] = []
+    for uuid, name in zip(track_ids, names, strict=True):
+        process, _, thread = name.partition(" / ")
+        real.append((parents[uuid], process, thread))
+        parent = parents[uuid]
+        pid = found.process_pids.get(parent) if parent is not None else None
+        fallback.append(pid_launch.get(pid) if pid is not None else None)
+    rows = launch_rows(np.array(track_col, dtype=np.int64), starts / 1000.0, ends / 1000.0, real,
+                       launch_slices, fallback)
+    order = np.lexsort((-ends, starts, rows.track)) if starts.size else starts
     return SpanTable(
         source=str(path),
         labels=list(label_ids),
-        tracks=tracks,
-        processes=max(len(processes), 1),
+        tracks=rows.names,
+        processes=max(len(set(parents.values())), 1),
         label=np.array(label_col, dtype=np.int32)[order],
-        track=np.array(track_col, dtype=np.int32)[order],
+        track=rows.track[order],
         ts=starts[order] / 1000.0,
         dur=(ends - starts)[order] / 1000.0,
         settings=settings,
         warnings=warnings,
-        **launches,
+        launches=rows.launches,
+        track_launch=rows.track_launch,
+        launch_rows=rows.by_track,
+        trace_tracks=int(np.unique(np.array(track_col, dtype=np.int64)).size),
     )
 
 
-def _trace_launches(
-    track_ids: dict[tuple[Any, Any], int], process_names: dict[Any, str], pid_launch: dict[Any, str]
-) -> dict[str, Any]:
-    """Launch of each track: from collect's rank table (tag, launch), else one per process."""
-    ids: dict[str, int] = {}
-    column = [0] * len(track_ids)
-    for (pid, _tid), index in track_ids.items():
-        key = pid_launch.get(pid) or f"process {process_names.get(pid, pid)}"
-        column[index] = ids.setdefault(key, len(ids))
-    return {"launches": list(ids), "track_launch": np.array(column, dtype=np.int32)}
+#: Slack (µs) of a span's end against its launch slice's: JSON's float µs (the trace's
+#: times are whole ns, so nothing real falls within it).
+LAUNCH_SLACK_US = 5e-4
+
+
+class LaunchRows:
+    """A trace's spans by row (:func:`launch_rows`): ``track``, each span's row;
+    ``names``, each row's name; ``track_launch``, each row's launch (an index into
+    ``launches``); ``by_track``, each trace track's launch slices: their starts, ends
+    (µs) and rows' names."""
+
+    def __init__(self, track: np.ndarray, names: list[str], launches: list[str], track_launch: np.ndarray,
+                 by_track: dict[str, tuple[list[float], list[float], list[str]]]) -> None:
+        self.track = track
+        self.names = names
+        self.launches = launches
+        self.track_launch = track_launch
+        self.by_track = by_track
+
+
+def launch_rows(
+    track: np.ndarray, ts: np.ndarray, end: np.ndarray, real: list[tuple[Any, str, str]],
+    slices: list[tuple[int, float, float, str]], fallback: list[str | None],
+) -> LaunchRows:
+    """The spans of a trace by row: a trace track's spans of one launch each.
+
+    ``track``: each span's track in the trace (an index into ``real``: (process key,
+    process name, thread name) each); ``slices``: the launch slices (track, start, end,
+    name; µs like ``ts`` and ``end``). A span belongs to the launch slice on its track
+    that holds it; rows are named ``Rank 0 (launch 3) / AIC 1`` when there are several
+    launches, and come rank by rank, each rank's launches in time order. A trace without
+    launch slices (written before traces had them: a process per rank file) keeps its
+    tracks as rows, each in its process's launch: ``fallback`` (the rank table's, per
+    track) or the process itself."""
+    launch_ids: dict[str, int] = {}
+    if not slices:
+        column = [launch_ids.setdefault(fallback[k] or f"process {process}", len(launch_ids))
+                  for k, (_, process, _) in enumerate(real)]
+        names = [f"{process} / {thread}" for _, process, thread in real]
+        return LaunchRows(track.astype(np.int32), names, list(launch_ids), np.array(column, dtype=np.int32),
+                          {})
+    s_track = np.array([t for t, _, _, _ in slices], dtype=np.int64)
+    s_start = np.array([a for _, a, _, _ in slices], dtype=np.float64)
+    s_end = np.array([b for _, _, b, _ in slices], dtype=np.float64)
+    s_launch = np.array([launch_ids.setdefault(n, len(launch_ids)) for _, _, _, n in slices], dtype=np.int64)
+    from_slices = len(launch_ids)
+    span_launch = _held_by(track, ts, end, s_track, s_start, s_end, s_launch)
+    if (span_launch < 0).any():  # outside every launch slice: its process's own launch
+        for k in np.unique(track[span_launch < 0]).tolist():
+            own = launch_ids.setdefault(f"process {real[k][1]}", len(launch_ids))
+            span_launch[(track == k) & (span_launch < 0)] = own
+    width = len(launch_ids) + 1
+    pairs, row = np.unique(track * width + span_launch, return_inverse=True)
+    pair_track, pair_launch = pairs // width, pairs % width
+    processes: dict[Any, int] = {}
+    for key, _, _ in real:
+        processes.setdefault(_hashable(key), len(processes))
+    process = np.array([processes[_hashable(real[k][0])] for k in pair_track.tolist()], dtype=np.int64)
+    first = np.full(len(launch_ids), np.inf)  # each launch's start: rows in time order
+    np.minimum.at(first, s_launch, s_start)
+    np.minimum.at(first, span_launch, ts)
+    ranked = np.lexsort((pair_track, pair_launch, first[pair_launch], process))
+    place = np.empty_like(ranked)
+    place[ranked] = np.arange(ranked.size)
+    launches = list(launch_ids)
+    several = from_slices > 1
+    names = []
+    for k in ranked.tolist():
+        _, process_name, thread = real[int(pair_track[k])]
+        launch = int(pair_launch[k])
+        shown = with_launch(process_name, launches[launch]) if several and launch < from_slices \
+            else process_name
+        names.append(f"{shown} / {thread}")
+    by_track: dict[str, tuple[list[float], list[float], list[str]]] = {}
+    order = np.lexsort((s_start, s_track))
+    keys = s_track[order] * width + s_launch[order]
+    found = np.minimum(np.searchsorted(pairs, keys), max(pairs.size - 1, 0))
+    has_row = pairs[found] == keys if pairs.size else np.zeros(keys.size, dtype=bool)
+    rows_of = np.where(has_row, place[found], -1).tolist()
+    columns = (order.tolist(), s_track[order].tolist(), s_start[order].tolist(), s_end[order].tolist())
+    for k, t, begins, finishes, row_of in zip(*columns, rows_of, strict=True):
+        track_name = f"{real[t][1]} / {real[t][2]}"
+        if row_of >= 0:
+            shown = names[row_of]
+        else:  # a launch slice holding no span (a core that only dropped records)
+            shown = f"{with_launch(real[t][1], launches[int(s_launch[k])])} / {real[t][2]}" if several \
+                else track_name
+        starts, ends, named = by_track.setdefault(track_name, ([], [], []))
+        starts.append(begins)
+        ends.append(finishes)
+        named.append(shown)
+    return LaunchRows(place[row].astype(np.int32), names, launches, pair_launch[ranked].astype(np.int32),
+                      by_track)
+
+
+def with_launch(process: str, launch: str) -> str:
+    """A row's process: ``Rank 0 (launch 3)``; ``Rank 0 (node-a, launch 3)`` for
+    ``Rank 0 (node-a)``."""
+    if process.endswith(")") and " (" in process:
+        return f"{process[:-1]}, {launch})"
+    return f"{process} ({launch})"
+
+
+def _held_by(track: np.ndarray, ts: np.ndarray, end: np.ndarray, s_track: np.ndarray, s_start: np.ndarray,
+             s_end: np.ndarray, s_launch: np.ndarray) -> np.ndarray:
+    """Each span's launch: of the slice on its track that holds it, else -1. Slices and
+    spans sorted together (track, time, a slice before a span at its time): the slice
+    holding a span is the last one before it on its track."""
+    n = s_track.size
+    order = np.lexsort((np.concatenate([np.zeros(n), np.ones(ts.size)]), np.concatenate([s_start, ts]),
+                        np.concatenate([s_track, track])))
+    last = np.where(order < n, np.arange(order.size), -1)
+    np.maximum.accumulate(last, out=last)
+    at = np.flatnonzero(order >= n)
+    span = order[at] - n
+    slice_ = np.where(last[at] >= 0, order[np.maximum(last[at], 0)], 0)
+    held = (last[at] >= 0) & (s_track[slice_] == track[span]) & (end[span] <= s_end[slice_] + LAUNCH_SLACK_US)
+    out = np.full(ts.size, -1, dtype=np.int64)
+    out[span[held]] = s_launch[slice_[held]]
+    return out
+
+
+def _hashable(value: Any) -> Any:
+    return value if value is None or isinstance(value, (int, str)) else repr(value)
 
 
 def load_profiling_dir(
@@ -369,9 +527,10 @@ def load_profiling_dir(
         settings.clock_mhz.add(decoded.clock_mhz)
         settings.barrier.add(decoded.meta.barrier)
         warnings.extend(f"{decoded.path}: {issue}" for issue in decoded.issues)
-        rank_name = f"Rank {name.rank}" + (f" launch {name.launch}" if several_runs else "")
-        if several_runs and name.tag:
-            rank_name += f" {name.tag}"
+        # Rows named as a trace's (launch_rows): `Rank 0 (moe, launch 3) / AIC 1`.
+        rank_name = f"Rank {name.rank}"
+        if several_runs:
+            rank_name = with_launch(rank_name, launch_name(name.tag, name.launch))
         launch = launch_ids.setdefault(_launch_name(name.tag, name.launch), len(launch_ids))
         for core in decoded.cores:
             track = len(tracks)

@@ -3,10 +3,10 @@
 The Chrome JSON trace is for small runs: chrome://tracing struggles past ~256 MB of it
 (docs/runtime.md, "Big runs"), so collect warns when a JSON file would pass
 :data:`JSON_WARN_BYTES`, before it is written, and says to write ``.pftrace`` or
-``--split``. ``--split rank`` writes one file per rank file; ``--split SIZE`` fills each
-file with consecutive ranks up to SIZE bytes (one rank larger than SIZE gets a file of
-its own, with a warning). Each file is a complete trace of its ranks, with their
-metadata.
+``--split``. ``--split rank`` writes one file per rank (all its launches); ``--split SIZE``
+fills each file with consecutive rank files (launches) up to SIZE bytes (one larger
+than SIZE gets a file of its own, with a warning). Each file is a complete trace of its ranks, with their
+metadata (a rank whose launches do not fit in one file continues in the next).
 """
 
 from __future__ import annotations
@@ -99,13 +99,13 @@ class _Writer(Protocol):
     def __enter__(self) -> Any: ...
     def __exit__(self, *exc: Any) -> None: ...
     def write_rendered(self, rendered: RenderedRank) -> int: ...
-    def close(self, other_data: dict[str, Any]) -> None: ...
+    def close(self, other_data: dict[str, Any], names: bytes = b"") -> None: ...
     @staticmethod
     def opening_size() -> int: ...
     @staticmethod
     def rank_size(rendered: RenderedRank, first: bool) -> int: ...
     @staticmethod
-    def closing_size(other_data: dict[str, Any]) -> int: ...
+    def closing_size(other_data: dict[str, Any], names: bytes = b"") -> int: ...
 
 
 PlanFunction = Callable[[int, RowScratch, Any], "RenderedRank | None"]
@@ -120,10 +120,15 @@ def write_files(
     other_data: Callable[[list[int]], dict[str, Any]],
     advance: Callable[[int], None],
     inputs: Sequence[Path] = (),
+    ranks: Sequence[int] | None = None,
+    names: Callable[[list[int]], bytes] | None = None,
 ) -> tuple[list[Path], int]:
-    """Plan each rank (``part_names[i]`` names rank i's file with ``--split rank``) and
-    write it at once into the file it belongs to, one rank in memory; returns the files
-    written and their events. ``.pftrace`` with no split is one file too.
+    """Plan each rank file (``part_names[i]`` names file i in warnings; ``ranks[i]``: its
+    rank, whose number names its file with ``--split rank``, a rank's files one after the
+    other) and write it at once into the file it belongs to, one rank file in memory;
+    returns the files written and their events. ``.pftrace`` with no split is one file
+    too. ``names``: the JSON name rows of the files at some positions
+    (:func:`chrome.name_rows`), written last.
 
     Every file is written under a temporary name and they all take their names at the
     end, together: when no rank has a span (``--labels`` / ``--cores`` kept none, or no
@@ -135,9 +140,10 @@ def write_files(
         from .perfetto import PerfettoTraceWriter, Sequences
 
         writer_class: Any = PerfettoTraceWriter
-        sequences: Any = Sequences()  # unique in every file (ids need only be unique per file)
+        fresh: Callable[[], Any] = Sequences  # a file's own: its ranks' tracks and sequences
     else:
-        writer_class, sequences = ChromeTraceWriter, None
+        writer_class, fresh = ChromeTraceWriter, lambda: None
+    sequences = fresh()
     scratch = RowScratch()
     outputs: list[Path] = []
     # (temporary, file it becomes) of each regular output, renamed when all are done; a
@@ -151,8 +157,9 @@ def write_files(
     size = 0
     warned = False
 
-    def open_file(path: Path) -> None:
-        nonlocal current, size
+    def open_file(path: Path, state: Any = None) -> None:
+        """``state``: the Perfetto sequences a rank file was laid out against for it."""
+        nonlocal current, size, sequences
         found = output_target(path, inputs)
         outputs.append(path)
         into = path
@@ -164,6 +171,10 @@ def write_files(
         current.__enter__()
         positions.clear()
         size = writer_class.opening_size()
+        sequences = fresh() if state is None else state
+
+    def tail(at: list[int]) -> bytes:
+        return names(at) if names is not None and fmt != PERFETTO else b""
 
     def close_file() -> None:
         nonlocal current, events
@@ -173,7 +184,7 @@ def write_files(
             # raise that error again over the one reported.
             closing, current = current, None
             try:
-                closing.close(other_data(positions))
+                closing.close(other_data(positions), tail(positions))
             except BaseException as exc:
                 closing.__exit__(type(exc), exc, exc.__traceback__)
                 raise
@@ -182,25 +193,37 @@ def write_files(
 
     try:
         if split is None:
-            open_file(output)
+            open_file(output, sequences)
+        file_rank: int | None = None  # --split rank: the rank of the file being written
+        rank_of = list(ranks) if ranks is not None else list(range(len(part_names)))
         for position, part in enumerate(part_names):
-            rendered = plan(position, scratch, sequences)
+            rank = rank_of[position]
+            starts = split == "rank" and (current is None or file_rank != rank)
+            # A new file's first rank file is laid out against that file's (empty) tracks.
+            state = fresh() if starts else sequences
+            rendered = plan(position, scratch, state)
             if rendered is None:
                 advance(1)
                 continue
-            if split == "rank":
+            if starts:
                 close_file()
-                open_file(split_name(output, part))
+                open_file(split_name(output, f"rank{rank:03d}"), state)
+                file_rank = rank
             elif isinstance(split, int):
                 first = current is None or not positions
+                grown_to = [*positions, position]
                 grown = size + writer_class.rank_size(rendered, first) \
-                    + writer_class.closing_size(other_data([*positions, position]))
+                    + writer_class.closing_size(other_data(grown_to), tail(grown_to))
                 if current is None or (positions and grown > split):
-                    close_file()
-                    open_file(split_name(output, f"part{len(outputs):03d}"))
+                    again = current is not None  # laid out against the file before, whose tracks
+                    close_file()                  # this one does not have: once more
+                    open_file(split_name(output, f"part{len(outputs):03d}"), None if again else state)
                     first = True
+                    if again:
+                        rendered = plan(position, scratch, sequences)
+                        assert rendered is not None
                 alone = writer_class.opening_size() + writer_class.rank_size(rendered, True) \
-                    + writer_class.closing_size(other_data([position]))
+                    + writer_class.closing_size(other_data([position]), tail([position]))
                 if first and alone > split:
                     warn(f"{outputs[-1]}: rank file {part} alone needs {alone} bytes, more than "
                          f"--split {split}: it gets a file of its own")

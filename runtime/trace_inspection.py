@@ -1,9 +1,11 @@
-"""``optrace inspect TRACE``: what a trace written by ``collect`` holds, track by track.
+"""``optrace inspect TRACE``: what a trace written by ``collect`` holds, row by row.
 
 For a ``.json`` / ``.json.gz`` or ``.pftrace`` trace (rank files have their own view in
-:mod:`inspection`): per track its spans, first start and last end, busy time (its
-top-level spans) and the records its core dropped (the trace's drop markers), and the
-run's settings from the trace's metadata.
+:mod:`inspection`): per row — a core's spans of one launch, its launch slice on the core's
+track (a trace of several launches has ``Rank 0 (launch 3) / AIC 1``) — its spans, first
+start and last end, busy time (its top-level spans) and the records its core dropped (the
+trace's drop markers, in the launch that holds them), and the run's settings from the
+trace's metadata.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import numpy as np
 
 from . import perfetto_read
 from .errors import ProfilingInputError, checked_name
-from .spans import event_ids, is_protobuf, load_spans, read_trace_json, run_counts
+from .spans import SpanTable, event_ids, is_protobuf, load_spans, read_trace_json, run_counts
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".pftrace", ".pftrace.gz", ".perfetto-trace", ".pb")
 _DROPPED = re.compile(r"^optrace: (\d+) records")
@@ -51,15 +53,16 @@ def is_trace(path: Path) -> bool:
     return path.is_file() and (path.name.endswith(TRACE_SUFFIXES) or is_protobuf(path))
 
 
-def _drops_and_metadata(path: Path) -> tuple[dict[str, int], dict[str, Any]]:
-    """Dropped records per track name ("Rank 0 / AIC 3"), and the trace's metadata."""
+def _drops_and_metadata(path: Path, table: SpanTable) -> tuple[dict[str, int], dict[str, Any]]:
+    """Dropped records per row name ("Rank 0 (launch 3) / AIC 3": the row of the drop
+    marker's track at its time), and the trace's metadata."""
     drops: dict[str, int] = {}
     if is_protobuf(path):
         found = perfetto_read.read_spans(path)
-        for track, name, _ in found.instants:
+        for track, name, ns in found.instants:
             count = _dropped(path, name)
             if count is not None:
-                key = found.track_name(track)
+                key = table.row_at(found.track_name(track), ns / 1000.0)
                 drops[key] = drops.get(key, 0) + count
         return drops, found.metadata if isinstance(found.metadata, dict) else {}
     document = read_trace_json(path)  # regular, bounded, strict JSON (spans.py)
@@ -81,6 +84,9 @@ def _drops_and_metadata(path: Path) -> tuple[dict[str, int], dict[str, Any]]:
             if count is not None:
                 pid, tid = event_ids(path, index, event)
                 key = f"{processes.get(pid, f'pid {pid}')} / {threads.get((pid, tid), f'tid {tid}')}"
+                at = event.get("ts")
+                if isinstance(at, int | float) and not isinstance(at, bool):
+                    key = table.row_at(key, float(at))
                 drops[key] = drops.get(key, 0) + count
     other = document.get("otherData") if isinstance(document, dict) else None
     return drops, other if isinstance(other, dict) else {}
@@ -88,7 +94,7 @@ def _drops_and_metadata(path: Path) -> tuple[dict[str, int], dict[str, Any]]:
 
 def inspect_trace(path: Path) -> dict[str, Any]:
     table = load_spans(path)
-    drops, meta = _drops_and_metadata(path)
+    drops, meta = _drops_and_metadata(path, table)
     # One pass over the spans for every track (grouped reductions), not one scan of every
     # span per track: a cluster's trace has hundreds of thousands of tracks.
     n = len(table.tracks)
@@ -124,6 +130,9 @@ def inspect_trace(path: Path) -> dict[str, Any]:
         "cores": counts.cores,
         "rank_files": len(ranks),
         "clock_mhz": sorted({r["clock_mhz"] for r in ranks if isinstance(r.get("clock_mhz"), int | float)}),
+        # The trace's own tracks (a rank's cores: ranks x cores); "tracks" lists rows, a
+        # core's spans of one launch each.
+        "trace_tracks": table.trace_tracks,
         "tracks": tracks,
         "spans": int(table.ts.size),
         "dropped": sum(drops.values()),
@@ -146,8 +155,10 @@ def format_trace_text(found: dict[str, Any]) -> str:
     for t in found["tracks"]:
         lines.append(f"  {t['track']:<{width}} {t['spans']:>7} {number(t['first_us']):>12} "
                      f"{number(t['last_us']):>12} {number(t['busy_us']):>12} {t['dropped']:>7}")
-    lines.append(f"  {len(found['tracks'])} tracks, {found['spans']} spans, "
-                 f"{found['dropped']} records dropped")
+    rows, tracks = len(found["tracks"]), f"{found['trace_tracks']} tracks"
+    if rows != found["trace_tracks"]:
+        tracks += f" ({rows} core × launch rows)"
+    lines.append(f"  {tracks}, {found['spans']} spans, {found['dropped']} records dropped")
     lines += [f"  warning: {w}" for w in found["warnings"]]
     return "\n".join(lines) + "\n"
 

@@ -240,7 +240,7 @@ def test_collect_refuses_a_symlink_and_a_fifo_and_writes_dev_null(profiling: Pat
 
 
 def test_collect_split_refuses_a_part_that_is_a_fifo(profiling: Path, tmp_path: Path) -> None:
-    rank = next(profiling.glob("rank*.pt")).stem
+    rank = next(profiling.glob("rank*.pt")).name[:7]  # a part per rank: "rank000", all its launches
     pipe = fifo(tmp_path / f"trace.{rank}.json")
     code, out = cli("collect", str(profiling), "-o", str(tmp_path / "trace.json"), "--split", "rank")
     assert code == 2 and f"{pipe}: a FIFO" in out, out
@@ -504,8 +504,11 @@ def test_a_full_disk_during_collect_names_the_output_not_a_temporary(
 
 
 def _split_run(tmp_path: Path, split: str, suffix: str) -> tuple[Path, list[Path]]:
-    """Three rank files; the output and the parts a whole `collect --split` makes of them."""
-    profiling = write_demo(tmp_path / "prof3", ranks=1, launches=3, aic=1, seed=3, speedup=0.0).directory
+    """Three rank files (three ranks for `--split rank`, a part per rank; three launches of
+    one rank by size); the output and the parts a whole `collect --split` makes of them."""
+    ranks, launches = (3, 1) if split == "rank" else (1, 3)
+    profiling = write_demo(tmp_path / "prof3", ranks=ranks, launches=launches, aic=1, seed=3,
+                           speedup=0.0).directory
     clean = tmp_path / "clean"
     clean.mkdir()
     code, text = cli("collect", str(profiling), "-o", str(clean / f"trace{suffix}"), "--split", split)

@@ -107,8 +107,8 @@ def cmd_collect(
     ] = None,
     split: Annotated[
         str | None,
-        typer.Option("--split", help="rank: one file per rank file; SIZE (e.g. 256M): files of at most "
-                     "SIZE bytes, each a whole trace (trace.rank000.json, trace.part000.json)."),
+        typer.Option("--split", help="rank: one file per rank, all its launches; SIZE (e.g. 256M): files of "
+                     "at most SIZE bytes, each a whole trace (trace.rank000.json, trace.part000.json)."),
     ] = None,
 ) -> None:
     """Decode rank files into a Chrome / Perfetto trace."""

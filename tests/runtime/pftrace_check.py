@@ -5,7 +5,8 @@ message definitions (the ``perfetto`` package's ``perfetto_trace_pb2``, parsed b
 ``protobuf``), and applies the trace format's rules as the trace processor does:
 incremental state per packet sequence (cleared by SEQ_INCREMENTAL_STATE_CLEARED),
 TracePacketDefaults, interning tables, sequence-scoped incremental clocks with a unit,
-clock snapshots to BOOTTIME, B/E pairing per track.
+clock snapshots to BOOTTIME, B/E pairing per track. The ``launch K`` slices (category
+``optrace.launch``) are kept apart from the spans, in both formats.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb  # [test] in
 
 SLICE_BEGIN, SLICE_END, INSTANT = 1, 2, 3
 BOOTTIME = 6
+LAUNCH = "optrace.launch"
 SEQ_INCREMENTAL_STATE_CLEARED = 1
 
 
@@ -60,6 +62,7 @@ class Sequence:
     names: dict[int, str] = field(default_factory=dict)
     annotation_names: dict[int, str] = field(default_factory=dict)
     sources: dict[int, str] = field(default_factory=dict)
+    categories: dict[int, str] = field(default_factory=dict)
     clock_id: int | None = None
     track: int | None = None
     unit: int | None = None
@@ -78,6 +81,7 @@ class Parsed:
     metadata: dict[str, Any]
     units: set[int]
     sequences: int
+    launches: dict[int, list[Span]] = field(default_factory=dict)  # the launch slices, per track
 
     def track_name(self, uuid: int) -> tuple[str, str]:
         thread = self.tracks[uuid]
@@ -86,6 +90,17 @@ class Parsed:
 
     def by_name(self) -> dict[tuple[str, str], list[Span]]:
         return {self.track_name(uuid): spans for uuid, spans in self.spans.items()}
+
+    def launches_by_name(self) -> dict[tuple[str, str], list[Span]]:
+        return {self.track_name(uuid): spans for uuid, spans in self.launches.items()}
+
+    def slices(self) -> dict[int, list[Span]]:
+        """Per track, its spans and launch slices together, in B order."""
+        out: dict[int, list[Span]] = {}
+        for uuid in {*self.spans, *self.launches}:
+            both = [*self.spans.get(uuid, []), *self.launches.get(uuid, [])]
+            out[uuid] = sorted(both, key=lambda s: s.order)
+        return out
 
     def threads_in_order(self, process: str) -> list[str]:
         threads = [t for t in self.tracks.values()
@@ -118,7 +133,8 @@ def read_pftrace(path: Path) -> Parsed:
     spans: dict[int, list[Span]] = defaultdict(list)
     # name, start, args, src, B's packet, its flow_ids, terminating_flow_ids, their times
     open_spans: dict[int, list[tuple[str, int, dict[str, Any], str | None, int, list[int], list[int],
-                                     dict[int, int]]]] = defaultdict(list)
+                                     dict[int, int], bool]]] = defaultdict(list)
+    launches: dict[int, list[Span]] = defaultdict(list)
     instants: dict[int, list[tuple[str, int, dict[str, Any]]]] = defaultdict(list)
     metadata: dict[str, Any] = {}
     units: set[int] = set()
@@ -146,6 +162,9 @@ def read_pftrace(path: Path) -> Parsed:
             for entry in data.source_locations:
                 assert entry.iid and entry.iid not in state.sources
                 state.sources[entry.iid] = f"{entry.file_name}:{entry.line_number}"
+            for entry in data.event_categories:
+                assert entry.iid and entry.iid not in state.categories
+                state.categories[entry.iid] = entry.name
         kind = packet.WhichOneof("data")
         if kind == "track_descriptor":
             d = packet.track_descriptor
@@ -188,18 +207,21 @@ def read_pftrace(path: Path) -> Parsed:
                 value = annotation.WhichOneof("value")
                 args[name] = getattr(annotation, value)
             if event.type == SLICE_BEGIN:
-                name = state.names[event.name_iid]
+                launch = [state.categories[iid] for iid in event.category_iids] == [LAUNCH]
+                assert launch == event.HasField("name"), f"packet {number}: a launch slice's name is inline"
+                name = event.name if launch else state.names[event.name_iid]
                 src = state.sources[event.source_location_iid] if event.source_location_iid else None
                 flows, terminating = list(event.flow_ids), list(event.terminating_flow_ids)
                 times = {flow: ns for flow in [*flows, *terminating]}
-                open_spans[track].append((name, ns, args, src, number, flows, terminating, times))
+                open_spans[track].append((name, ns, args, src, number, flows, terminating, times, launch))
             elif event.type == SLICE_END:
                 assert open_spans[track], f"packet {number}: E without its B on track {track}"
-                name, start, b_args, src, order, flows, terminating, times = open_spans[track].pop()
+                name, start, b_args, src, order, flows, terminating, times, launch = open_spans[track].pop()
                 assert ns >= start, f"packet {number}: E before its B"
                 times.update({flow: ns for flow in [*event.flow_ids, *event.terminating_flow_ids]})
-                spans[track].append(Span(name, start, ns, b_args, src, order, flows + list(event.flow_ids),
-                                         terminating + list(event.terminating_flow_ids), times))
+                (launches if launch else spans)[track].append(Span(
+                    name, start, ns, b_args, src, order, flows + list(event.flow_ids),
+                    terminating + list(event.terminating_flow_ids), times))
             else:
                 assert event.type == INSTANT
                 assert not event.flow_ids and not event.terminating_flow_ids, f"packet {number}: instant flow"
@@ -213,13 +235,19 @@ def read_pftrace(path: Path) -> Parsed:
     assert not any(open_spans.values()), "B without its E"
     for uuid in spans:  # spans came out in E order; the JSON trace lists them by their B
         spans[uuid].sort(key=lambda s: s.order)
-    return Parsed(len(trace.packet), tracks, dict(spans), dict(instants), metadata, units, len(states))
+    for uuid in launches:
+        launches[uuid].sort(key=lambda s: s.order)
+    return Parsed(len(trace.packet), tracks, dict(spans), dict(instants), metadata, units, len(states),
+                  dict(launches))
 
 
 JsonTracks = dict[tuple[str, str], list[dict[str, Any]]]
 
 
-def read_json(path: Path) -> tuple[JsonTracks, list[dict[str, Any]], dict[str, Any]]:
+def read_json(path: Path, launches: JsonTracks | None = None) -> tuple[JsonTracks, list[dict[str, Any]],
+                                                                     dict[str, Any]]:
+    """Spans per (process, thread) name, instants, otherData; the launch slices into
+    ``launches`` when given (left out otherwise)."""
     opener: Any = gzip.open if path.name.endswith(".gz") else open
     with opener(path, "rt") as handle:
         document = json.load(handle)
@@ -233,7 +261,10 @@ def read_json(path: Path) -> tuple[JsonTracks, list[dict[str, Any]], dict[str, A
     tracks: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     instants = []
     for e in document["traceEvents"]:
-        if e["ph"] == "X":
+        if e["ph"] == "X" and e.get("cat") == LAUNCH:
+            if launches is not None:
+                launches.setdefault((processes[e["pid"]], threads[(e["pid"], e["tid"])]), []).append(e)
+        elif e["ph"] == "X":
             tracks[(processes[e["pid"]], threads[(e["pid"], e["tid"])])].append(e)
         elif e["ph"] == "i":
             instants.append(e)
@@ -244,9 +275,20 @@ def same_spans(pftrace: Path, json_trace: Path, tick_ns: float | dict[str, float
     """The .pftrace holds the JSON trace's spans: per track the same names in the same
     order, starts and durations within one tick (``tick_ns``, or per process name)."""
     parsed = read_pftrace(pftrace)
-    expected, json_instants, other = read_json(json_trace)
+    json_launches: JsonTracks = {}
+    expected, json_instants, other = read_json(json_trace, json_launches)
     got = parsed.by_name()
     assert set(got) == set(expected), (sorted(set(got) ^ set(expected)))[:5]
+    got_launches = parsed.launches_by_name()
+    assert set(got_launches) == set(json_launches), (sorted(set(got_launches) ^ set(json_launches)))[:5]
+    for key, events in json_launches.items():
+        tick = max(1.0, tick_ns if isinstance(tick_ns, float | int) else tick_ns[key[0]])
+        slices = got_launches[key]
+        assert [s.name for s in slices] == [e["name"] for e in events], key
+        for span, event in zip(slices, events, strict=True):
+            slack = tick + 1e-6 * abs(span.start_ns)
+            assert abs(span.start_ns - event["ts"] * 1000) <= slack, (key, span, event)
+            assert abs((span.end_ns - span.start_ns) - event["dur"] * 1000) <= tick, (key, span, event)
     for key, events in expected.items():
         # Both formats hold ns: a tick shorter than 1 ns is compared to the ns.
         tick = max(1.0, tick_ns if isinstance(tick_ns, float | int) else tick_ns[key[0]])

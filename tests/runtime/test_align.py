@@ -43,12 +43,19 @@ def trace(path: Path) -> dict[str, Any]:
     return document
 
 
-def barrier_ends(document: dict[str, Any], occurrence: int = 1) -> dict[int, float]:
-    """Per pid: the median over its cores of the end of the occurrence-th "step barrier"."""
+def barrier_ends(document: dict[str, Any], occurrence: int = 1,
+                 launch: str | None = None) -> dict[int, float]:
+    """Per pid: the median over its cores of the end of the occurrence-th "step barrier"
+    (of the launch slice named ``launch`` on its core, when given)."""
+    windows = {(e["pid"], e["tid"]): (e["ts"], e["ts"] + e["dur"]) for e in document["traceEvents"]
+               if e["ph"] == "X" and e.get("cat") == "optrace.launch" and e["name"] == launch}
     per_core: dict[tuple[int, int], list[tuple[float, float]]] = defaultdict(list)
     for event in document["traceEvents"]:
         if event["ph"] == "X" and event["name"] == "step barrier":
-            per_core[(event["pid"], event["tid"])].append((event["ts"], event["ts"] + event["dur"]))
+            key = (event["pid"], event["tid"])
+            if launch is not None and not windows[key][0] <= event["ts"] <= windows[key][1]:
+                continue
+            per_core[key].append((event["ts"], event["ts"] + event["dur"]))
     ends: dict[int, list[float]] = defaultdict(list)
     for (pid, _), spans in per_core.items():
         ends[pid].append(sorted(spans)[occurrence - 1][1])
@@ -319,11 +326,19 @@ def test_demo_data_anchors_carry_a_sync_window(tmp_path: Path) -> None:
 
     write_demo(tmp_path / "d", ranks=2, launches=2, aic=1)
     invoke("collect", tmp_path / "d", "-o", tmp_path / "t.json")
-    alignment = trace(tmp_path / "t.json")["otherData"]["alignment"]
+    document = trace(tmp_path / "t.json")
+    alignment = document["otherData"]["alignment"]
     assert alignment["method"] == "anchors"
     assert alignment["uncertainty_us"] == pytest.approx(SYNC_WINDOW_NS / 1000 + 1 / CLOCK_MHZ, abs=1e-6)
-    # Every rank of a launch starts together; the launches are 200,000 cycles apart.
-    assert [r["shift_us"] for r in alignment["ranks"]] == pytest.approx([0.0, 0.0, 4000.0, 4000.0], abs=1e-6)
+    # The ranks are placed by their first launches, which start together; each rank's
+    # second launch where its cycles put it, 200,000 cycles later.
+    assert [r["shift_us"] for r in alignment["ranks"]] == pytest.approx([0.0, 0.0], abs=1e-6)
+    starts = {(e["pid"], e["name"]) for e in document["traceEvents"] if e.get("cat") == "optrace.launch"}
+    assert starts == {(0, "launch 0"), (0, "launch 1"), (1, "launch 0"), (1, "launch 1")}
+    for pid in (0, 1):
+        first, second = (min(e["ts"] for e in document["traceEvents"] if e.get("cat") == "optrace.launch"
+                             and (e["pid"], e["name"]) == (pid, name)) for name in ("launch 0", "launch 1"))
+        assert second - first == pytest.approx(200_000 / CLOCK_MHZ, abs=1e-6)
 
 
 @pytest.mark.parametrize("anchors", [False, True])
@@ -543,18 +558,21 @@ def test_split_traces_each_list_their_own_ranks_placement(tmp_path: Path) -> Non
         assert abs(entry["shift_us"] - SKEWS[rank] * TICK_US) <= TICK_US
 
 
-def test_align_with_several_launches_aligns_each_and_keeps_them_apart(tmp_path: Path) -> None:
+def test_align_with_several_launches_moves_each_rank_as_a_whole(tmp_path: Path) -> None:
     directory = tmp_path / "p"
-    for launch in range(2):
-        write_ranks(directory, SKEWS[:3], launch=launch, at=100_000 * launch, seed=launch, jitter=1)
+    for launch in range(2):  # one seed: each rank's device counts from one boot
+        write_ranks(directory, SKEWS[:3], launch=launch, at=100_000 * launch, jitter=1)
     result = invoke("collect", directory, "-o", tmp_path / "t.json", "--align", "step barrier")
     assert result.exit_code == 0, result.output
     document = trace(tmp_path / "t.json")
-    ends = barrier_ends(document)
-    pids = {r["file"]: r["pid"] for r in document["otherData"]["ranks"]}
-    first = [ends[pids[f"rank{r:03d}.pt"]] for r in range(3)]
-    second = [ends[pids[f"rank{r:03d}_launch1.pt"]] for r in range(3)]
-    assert max(first) - min(first) <= TICK_US and max(second) - min(second) <= TICK_US
-    # The anchors' 100,000 ticks between the launches stay (within the residual).
+    # One shift a rank: the label's first occurrence (launch 0's) lines the ranks up, and
+    # each rank's launch 1 stays where its cycles put it, so it lines up as well.
+    assert len(document["otherData"]["alignment"]["ranks"]) == 3
+    assert {r["placed"] for r in document["otherData"]["ranks"]} == {"first", "cycles"}
+    first = list(barrier_ends(document, launch="launch 0").values())
+    second = list(barrier_ends(document, launch="launch 1").values())
+    assert len(first) == len(second) == 3
+    assert max(first) - min(first) <= TICK_US and max(second) - min(second) <= 2 * TICK_US
+    # The cycles' 100,000 ticks between the launches stay.
     apart = float(np.median(second)) - float(np.median(first))
     assert apart == pytest.approx(100_000 * TICK_US, abs=2 * TICK_US)

@@ -46,6 +46,11 @@ def events(path: Path) -> list[dict[str, Any]]:
         return list(json.load(handle)["traceEvents"])
 
 
+def span_events(path: Path) -> list[dict[str, Any]]:
+    """The spans: complete events other than the launch slices."""
+    return [e for e in events(path) if e["ph"] == "X" and e.get("cat") != "optrace.launch"]
+
+
 def test_collect_writes_a_chrome_trace(tmp_path: Path) -> None:
     directory = profiling_dir(tmp_path)
     result = invoke("collect", directory, "-o", tmp_path / "t.json")
@@ -71,10 +76,13 @@ def test_gzip_output_and_filters(tmp_path: Path) -> None:
     result = invoke("collect", directory, "-o", out, "--ranks", "1-2", "--cores", "aiv1-2",
                     "--labels", "processing dispatch")
     assert result.exit_code == 0, result.output
-    spans = [e for e in events(out) if e["ph"] == "X"]
+    spans = span_events(out)
     assert {e["pid"] for e in spans} == {1, 2}
     assert {e["tid"] for e in spans} == {3, 4}  # slots of AIV 1 and AIV 2
     assert {e["name"] for e in spans} == {"processing dispatch", "processing dispatch wait"}
+    launches = [e for e in events(out) if e.get("cat") == "optrace.launch"]
+    assert {(e["pid"], e["tid"], e["name"]) for e in launches} == {
+        (pid, tid, "launch 0") for pid in (1, 2) for tid in (3, 4)}
 
 
 def test_clock_override(tmp_path: Path) -> None:
@@ -113,14 +121,19 @@ def events_after(tmp_path: Path, directory: Path, name: str, *options: str) -> l
     return events(tmp_path / name)
 
 
-def test_several_launches_get_their_own_process(tmp_path: Path) -> None:
+def test_several_launches_share_their_rank_process(tmp_path: Path) -> None:
     directory = tmp_path / "prof"
-    for _ in range(2):
+    for _ in range(2):  # the same cycles twice: the second cannot be placed by them
         save_profiling_data(rank_buffer().data, 0, directory, aic_cores=2)
     write_point_map(directory)
-    assert invoke("collect", directory, "-o", tmp_path / "t.json").exit_code == 0
+    result = invoke("collect", directory, "-o", tmp_path / "t.json")
+    assert result.exit_code == 0, result.output
+    assert "1 launch laid end to end" in result.output
+    assert "rank000_launch1.pt: its cycles overlap rank000.pt's" in result.output
     names = {e["args"]["name"] for e in events(tmp_path / "t.json") if e.get("name") == "process_name"}
-    assert names == {"Rank 0 (launch 0)", "Rank 0 (launch 1)"}
+    assert names == {"Rank 0"}
+    launches = [e for e in events(tmp_path / "t.json") if e.get("cat") == "optrace.launch"]
+    assert {e["name"] for e in launches if e["tid"] == 0} == {"launch 0", "launch 1"}
 
 
 def test_skipped_records_exit_1_with_reasons(tmp_path: Path) -> None:
@@ -282,8 +295,7 @@ def test_rows_written_in_several_blocks_stay_valid_json(
     monkeypatch.setattr(chrome, "_ROWS_PER_BLOCK", 5)  # the rank's 42 spans span 9 blocks
     directory = profiling_dir(tmp_path, ranks=1)
     assert invoke("collect", directory, "-o", tmp_path / "t.json").exit_code == 0
-    spans = [e for e in events(tmp_path / "t.json") if e["ph"] == "X"]
-    assert len(spans) == 42
+    assert len(span_events(tmp_path / "t.json")) == 42
 
 
 def test_internal_error_exits_3_without_traceback(
@@ -418,8 +430,9 @@ def test_any_number_of_processes_writes_the_same_bytes(tmp_path: Path, jobs: str
 
 def test_the_summary_counts_ranks_and_launches_apart(tmp_path: Path) -> None:
     """A rank file is one launch of one rank: 2 ranks x 8 launches are 2 ranks, 8 launches
-    each, and each core's row counts once per launch (before: "16 ranks, 192 cores")."""
+    each, and a rank's cores are its tracks whatever the launches (before: "16 ranks, 192
+    cores", then "192 core rows")."""
     assert invoke("demo-data", tmp_path / "demo").exit_code == 0
     result = invoke("collect", tmp_path / "demo", "-o", tmp_path / "t.json")
     assert result.exit_code == 0, result.output
-    assert "2 ranks, 8 launches each, 192 core rows with spans" in result.output
+    assert "2 ranks, 8 launches each, 24 cores with spans" in result.output

@@ -307,8 +307,8 @@ def test_a_rendered_rank_knows_its_size_before_formatting(
     decoded = decode_rank(buffer, point_map())
     assert any(s.dropped for s in decoded.slots)
     rendered = chrome.render_rank(
-        0, "Rank 0", decoded, point_map(), labels=options.get("labels"), core_filter=options.get("cores"),
-        offset_us=options.get("rank_offsets_us", {}).get(0, 0.0),
+        0, decoded, point_map(), labels=options.get("labels"), core_filter=options.get("cores"),
+        origin_ns=round(options.get("rank_offsets_us", {}).get(0, 0.0) * 1000),
     )
     size, count = rendered.size, rendered.chunk_count
     chunks = [bytes(c) for c in rendered.chunks]

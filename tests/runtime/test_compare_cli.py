@@ -169,14 +169,14 @@ def test_the_documented_demo_gives_the_documented_output(
 
 @pytest.mark.parametrize("name", ["before.pftrace", "before.pftrace.gz"])
 def test_a_pftrace_gives_the_same_launches(runs: dict[str, Path], tmp_path: Path, name: str) -> None:
-    """The .pftrace's rank table (its `optrace` attribute) names each process's launch, as
-    a JSON trace's otherData does: compare resamples the same 8 launches, not 16 processes."""
+    """The .pftrace's launch slices name each span's launch, as a JSON trace's do: compare
+    resamples the same 8 launches of 2 rank processes."""
     trace = tmp_path / name
     assert invoke("collect", runs["before"], "-o", trace).exit_code == 0
     json_trace = tmp_path / "before.json"
     assert invoke("collect", runs["before"], "-o", json_trace).exit_code == 0
     from_pftrace, from_json = load_spans(trace), load_spans(json_trace)
-    assert len(from_pftrace.launches) == 8 and from_pftrace.processes == 16
+    assert len(from_pftrace.launches) == 8 and from_pftrace.processes == 2
     from_dir = load_spans(runs["before"])
     assert sorted(from_pftrace.launches) == sorted(from_json.launches) == sorted(from_dir.launches)
     a = compare(from_pftrace, load_spans(runs["faster"]), expect=20)
@@ -187,7 +187,7 @@ def test_a_pftrace_gives_the_same_launches(runs: dict[str, Path], tmp_path: Path
     assert a.gain_interval == pytest.approx(b.gain_interval, abs=0.05)
 
 
-def test_a_pftrace_without_rank_table_has_a_launch_per_process(
+def test_a_pftrace_without_launch_slices_or_rank_table_has_a_launch_per_process(
     runs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from optrace.runtime import perfetto_read
@@ -195,8 +195,9 @@ def test_a_pftrace_without_rank_table_has_a_launch_per_process(
     trace = tmp_path / "before.pftrace"
     assert invoke("collect", runs["before"], "-o", trace).exit_code == 0
     found = perfetto_read.read_spans(trace)
-    assert sorted(found.process_pids.values()) == list(range(1, 17))  # the JSON pid plus one
-    found.metadata = {}  # as a trace from another producer: no rank table
+    assert sorted(found.process_pids.values()) == [1, 2]  # the JSON pid (the rank) plus one
+    found.metadata = {}  # as a trace from another producer: no rank table, no launch slices
+    found.launches = []
     monkeypatch.setattr(perfetto_read, "read_spans", lambda path: found)
     table = load_spans(trace)
-    assert len(table.launches) == 16 == table.processes  # each process its own launch
+    assert len(table.launches) == 2 == table.processes  # each process its own launch

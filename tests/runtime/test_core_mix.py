@@ -46,12 +46,12 @@ def collect(profiling: Path, out: Path, *extra: str) -> dict[str, Any]:
 
 
 def tracks(trace: dict[str, Any]) -> dict[str, list[str]]:
-    """Thread name -> span names, in order."""
+    """Thread name -> span names, in order (the launch slices left out)."""
     names = {(e["pid"], e["tid"]): e["args"]["name"] for e in trace["traceEvents"]
              if e["ph"] == "M" and e["name"] == "thread_name"}
     out: dict[str, list[str]] = {}
     for e in trace["traceEvents"]:
-        if e["ph"] == "X":
+        if e["ph"] == "X" and e.get("cat") != "optrace.launch":
             out.setdefault(names[(e["pid"], e["tid"])], []).append(e["name"])
     return out
 

@@ -82,7 +82,7 @@ def test_atomic_output_leaves_nothing_on_failure(tmp_path: Path) -> None:
 
 def test_writer_without_close_writes_nothing(tmp_path: Path) -> None:
     with ChromeTraceWriter(tmp_path / "t.json") as writer:
-        writer.write_rendered(render_rank(0, "Rank 0", decode_rank(rank_buffer(), point_map()), point_map()))
+        writer.write_rendered(render_rank(0, decode_rank(rank_buffer(), point_map()), point_map()))
     assert list(tmp_path.iterdir()) == []
 
 

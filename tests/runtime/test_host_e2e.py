@@ -128,9 +128,10 @@ def collect(profiling: Path, out: Path, *extra: str) -> Any:
 
 
 def spans_by_track(trace: dict[str, Any]) -> dict[tuple[int, int], list[dict[str, Any]]]:
+    """Per (pid, tid): its spans (the launch slices left out)."""
     tracks: dict[tuple[int, int], list[dict[str, Any]]] = {}
     for event in trace["traceEvents"]:
-        if event["ph"] == "X":
+        if event["ph"] == "X" and event.get("cat") != "optrace.launch":
             tracks.setdefault((event["pid"], event["tid"]), []).append(event)
     return tracks
 

@@ -81,11 +81,13 @@ def framework_trace(path: Path, kernels: list[dict[str, Any]], rank: int | None 
     return path
 
 
-def device_spans(document: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """The device's spans in the merged trace, per launch file."""
+def device_spans(document: dict[str, Any], launches: bool = False) -> dict[str, list[dict[str, Any]]]:
+    """The device's spans in the merged trace, per launch file (with its launch slices:
+    ``launches``)."""
     out: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for event in document["traceEvents"]:
-        if event["ph"] == "X" and isinstance(event.get("tid"), int) and event["tid"] >= DEVICE_TID_BASE:
+        if event["ph"] == "X" and isinstance(event.get("tid"), int) and event["tid"] >= DEVICE_TID_BASE \
+                and (launches or event.get("cat") != "optrace.launch"):
             out[event["args"]["launch_file"]].append(event)
     return out
 
@@ -269,7 +271,10 @@ def test_fast_path_takes_merge(tmp_path: Path) -> None:
     assert parsed is not None and parsed["merge"] == [Path("a.json"), Path("b.json")]
 
 
-def test_merge_to_pftrace_several_launches_keep_the_framework_process(tmp_path: Path) -> None:
+def test_merge_to_pftrace_lays_the_framework_beside_a_ranks_launches(tmp_path: Path) -> None:
+    """Two launches of rank 0 are one process, "Rank 0": the framework's process whose
+    kernel slices they are joins it (with a process per launch file, it joined neither),
+    and each launch's slice and spans lie inside its kernel slice."""
     directory = tmp_path / "p"
     runs = [write_ranks(directory, [0], op="MoeDistributeDispatch", launch=k, at=100_000 * k, seed=k)
             for k in range(2)]
@@ -279,13 +284,19 @@ def test_merge_to_pftrace_several_launches_keep_the_framework_process(tmp_path: 
     assert result.exit_code == 0, result.output
     parsed = read_pftrace(out)
     by_name = parsed.by_name()
-    kernels = by_name[("Ascend Hardware", "Stream 7")]  # two launch files: joined to neither
+    assert {t.name for t in parsed.tracks.values() if t.kind == "process"} == {"Rank 0", "Python"}
+    kernels = by_name[("Rank 0", "Stream 7")]
+    assert parsed.threads_in_order("Rank 0")[0] == "Stream 7"
     assert [k.name for k in kernels] == ["MoeDistributeDispatch"] * 2
-    for k, process in enumerate(["Rank 0 (launch 0)", "Rank 0 (launch 1)"]):
-        spans = [s for (name, _), found in by_name.items() if name == process for s in found]
-        assert spans
-        assert kernels[k].start_ns <= min(s.start_ns for s in spans)
-        assert max(s.end_ns for s in spans) <= kernels[k].end_ns
+    cores = [name for name in parsed.threads_in_order("Rank 0") if name != "Stream 7"]
+    assert cores == ["AIC 0", "AIC 1", "AIV 0", "AIV 1", "AIV 2", "AIV 3"]
+    for core in cores:
+        launches = parsed.launches_by_name()[("Rank 0", core)]
+        assert [s.name for s in launches] == ["launch 0", "launch 1"]
+        for k, launch in enumerate(launches):
+            assert kernels[k].start_ns <= launch.start_ns and launch.end_ns <= kernels[k].end_ns
+            spans = [s for s in by_name[("Rank 0", core)] if launch.start_ns <= s.start_ns <= launch.end_ns]
+            assert spans and max(s.end_ns for s in spans) <= launch.end_ns
 
 
 def test_one_kineto_trace_of_two_devices_matches_ranks_by_the_anchors_device(tmp_path: Path) -> None:
@@ -440,14 +451,15 @@ def pftrace_flows(parsed: Any) -> tuple[dict[int, list[tuple[int, int]]], dict[i
     ``flow_ids`` (by start), and those carrying it in ``terminating_flow_ids``."""
     going: dict[int, list[tuple[int, int]]] = defaultdict(list)
     ending: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for uuid, spans in parsed.spans.items():
+    slices = parsed.slices()
+    for uuid, spans in slices.items():
         for k, span in enumerate(spans):
             for flow in span.flow_ids:
                 going[flow].append((uuid, k))
             for flow in span.terminating_flow_ids:
                 ending[flow].append((uuid, k))
     for found in going.values():
-        found.sort(key=lambda place: parsed.spans[place[0]][place[1]].start_ns)
+        found.sort(key=lambda place: slices[place[0]][place[1]].start_ns)
     return dict(going), dict(ending)
 
 
@@ -465,13 +477,14 @@ def slice_map(document: dict[str, Any], parsed: Any) -> dict[JsonSlice, tuple[in
         return span.name == event["name"] and abs(span.start_ns - event["ts"] * 1000) <= tick_ns + 1e-3
 
     out = {}
+    everything = parsed.slices()  # the launch slices too: a flow may bind to one
     for key, slices in json_slices(document).items():
         name = names.get(key, f"tid {key[1]}")
-        tracks = [uuid for uuid, spans in parsed.spans.items() if parsed.tracks[uuid].name == name
+        tracks = [uuid for uuid, spans in everything.items() if parsed.tracks[uuid].name == name
                   and all(any(same(span, event) for event in slices) for span in spans)]
-        assert sum(len(parsed.spans[uuid]) for uuid in tracks) == len(slices), (key, tracks)
+        assert sum(len(everything[uuid]) for uuid in tracks) == len(slices), (key, tracks)
         for j, event in enumerate(slices):
-            found = [(uuid, k) for uuid in tracks for k, span in enumerate(parsed.spans[uuid])
+            found = [(uuid, k) for uuid in tracks for k, span in enumerate(everything[uuid])
                      if same(span, event)]
             assert len(found) == 1, (key, event, found)
             out[(key, j)] = found[0]
@@ -497,7 +510,7 @@ def assert_same_flows(json_out: Path, pftrace_out: Path) -> None:
         assert got == [same[place] for place in chain], flow
         # The trace processor links an id's events in time order and drops an end met
         # before its start: here each comes after the one before.
-        times = [parsed.spans[uuid][k].flow_ns[flow] for uuid, k in got]
+        times = [parsed.slices()[uuid][k].flow_ns[flow] for uuid, k in got]
         assert times == sorted(set(times)), (flow, times)
     categories = {e["cat"] for e in document["traceEvents"] if e["ph"] in "stf" and e["id"] in expected}
     assert "optrace" in categories and categories - {"optrace"}, categories
@@ -507,7 +520,7 @@ def assert_same_flows(json_out: Path, pftrace_out: Path) -> None:
 def test_merged_pftrace_carries_the_json_traces_flows(tmp_path: Path, case: str) -> None:
     directory = tmp_path / "p"
     extra: list[object] = []
-    if case == "two launches":  # the framework's process joins no rank
+    if case == "two launches":  # one rank's: the framework's process joins it
         runs = [write_ranks(directory, [0], op="MoeDistributeDispatch", launch=k, at=100_000 * k, seed=k)
                 for k in range(2)]
         traces = [with_flows(tmp_path / "t.json", [kernel(r, 0) for r in runs])]

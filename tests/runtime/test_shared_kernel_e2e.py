@@ -104,7 +104,8 @@ def spans(trace: dict[str, Any]) -> dict[str, list[str]]:
     names = {(e["pid"], e["tid"]): e["args"]["name"] for e in trace["traceEvents"]
              if e["ph"] == "M" and e["name"] == "thread_name"}
     out: dict[str, list[str]] = {}
-    for e in sorted((e for e in trace["traceEvents"] if e["ph"] == "X"), key=lambda e: e["ts"]):
+    spans_only = (e for e in trace["traceEvents"] if e["ph"] == "X" and e.get("cat") != "optrace.launch")
+    for e in sorted(spans_only, key=lambda e: e["ts"]):
         out.setdefault(names[(e["pid"], e["tid"])], []).append(e["name"])
     return out
 
