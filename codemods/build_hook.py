@@ -21,13 +21,13 @@ Where it goes:
 The block carries `# optrace-hook v1`, which is what `strip` looks for; the block is
 the same for every operator of the script (it preprocesses the whole build-tree copy),
 so instrumenting several operators adds one block, and re-applying rewrites it in
-place. A hook block someone else wrote is replaced in place and kept, base64-encoded, in
-`# optrace-orig-block`, so strip gives it back byte for byte.
+place. A hook block someone else wrote is turned off where it stands, each of its lines
+behind `# optrace-off: ` (still readable in the diff), with optrace's block above it;
+strip takes the prefix away, so it gives it back byte for byte.
 """
 
 from __future__ import annotations
 
-import base64
 import os
 import re
 from dataclasses import dataclass
@@ -49,7 +49,7 @@ from optrace.engine.cpp import mask
 from optrace.engine.discovery import BUILD_RE, LayerFile, Layers, SearchContext
 from optrace.engine.edits import Edit, line_end, line_number, line_start, newline_of
 from optrace.engine.plan import Plan
-from optrace.engine.vocabulary import HOOK_END, HOOK_START
+from optrace.engine.vocabulary import HOOK_END, HOOK_START, OFF_MARK
 
 CODEMOD = "build-hook"
 HOOK_VERSION = b"# optrace-hook v1"
@@ -481,13 +481,12 @@ def build_hook_edits(plan: Plan, mode: str) -> list[Edit]:
         at = line_start(data, target.start()) if target else len(data)
     foreign = HOOK_BLOCK_RE.search(data)
     if foreign is not None:
-        # A hook block written by hand (the legacy preprocessor): replace it in place and
-        # keep it for strip.
-        keep = b"# optrace-orig-block " + base64.b64encode(foreign.group(0))
-        indent = leading_ws(data, foreign.start())
-        body = nl.join([lines[0], indent + keep, *lines[1:]])
+        # A hook block written by hand (the legacy preprocessor): ours takes its place and
+        # it stays below, commented out line by line, for strip to turn back on.
+        off = b"\n".join(OFF_MARK + ln for ln in foreign.group(0).split(b"\n"))
+        body = nl.join(lines) + nl + off
         return [Edit(path, line_start(data, foreign.start()), foreign.end(), body, CODEMOD,
-                     "replace the hook block")]
+                     "turn off the hand-written hook block, add optrace's")]
     body = nl.join(lines) + nl
     if at == len(data) and data and not data.endswith(b"\n"):
         body = nl + body[: -len(nl)]

@@ -33,8 +33,7 @@ class GraphConvertersLayer(FileLayer):
         path="python/demo_lib/converters.py",
         files={**EXAMPLE_TORCH, "python/demo_lib/converters.py": _EXAMPLE_CONVERTER},
         changes=(('    return ge.custom_op("DemoOp", inputs={"x": x}, outputs=["y"])\n',
-                  "    # optrace-orig 1 ICAgIHJldHVybiBnZS5jdXN0b21fb3AoIkRlbW9PcCIsIGlucHV0cz17IngiOiB4fSwg"
-                  "b3V0cHV0cz1bInkiXSkK\n"
+                  "    # optrace-edit 1\n"
                   '    return ge.custom_op("DemoOp", inputs={"x": x}, outputs=["y", "profiling_data"])\n'),),
     ),)
 

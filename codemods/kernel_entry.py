@@ -327,10 +327,11 @@ class EntryLayer(FileLayer):
         path="demo_op/op_kernel/demo_op.cpp",
         changes=(
             ('#include "kernel_operator.h"\n',
-             '#include "kernel_operator.h"\n#include "demo_op_base.h"  // optrace\n'),
+             '#include "kernel_operator.h"\n#include "optrace_runtime.h"  // optrace\n'),
             ("        xGm.SetGlobalBuffer(",
-             '        MoeTracing(TRACE_POINT("init", "B")); OptraceEnd optraceEnd2(TRACE_POINT("init", "E"));'
-             "  // optrace\n        xGm.SetGlobalBuffer("),
+             '        MoeTracing(TRACE_POINT("init", "B"));  // optrace\n'
+             '        OptraceEnd optraceEnd2(TRACE_POINT("init", "E"));  // optrace\n'
+             "        xGm.SetGlobalBuffer("),
             ("        for (int32_t expertIdx",
              '        MoeTracing(TRACE_POINT("compute", "B"));  // optrace\n        for (int32_t expertIdx'),
             ("        }\n        AscendC::SyncAll();\n",

@@ -37,10 +37,16 @@ def point_args(label: str, event: str, index: str | None) -> str:
     return f"{args}, 0, {index}" if index else args
 
 
-def begin_and_guard(region: Region, depth: int) -> bytes:
+def begin_and_guard_lines(region: Region, depth: int) -> tuple[bytes, bytes]:
+    """The B point and the scope guard, as two statements: each goes on a line of its own
+    where the code has lines to give (a reviewer reads them at 120 columns)."""
     index = region.index_var
-    return (f"MoeTracing({point_args(region.label, 'B', index)}); "
-            f"OptraceEnd optraceEnd{depth}({point_args(region.label, 'E', index)});").encode()
+    return (f"MoeTracing({point_args(region.label, 'B', index)});".encode(),
+            f"OptraceEnd optraceEnd{depth}({point_args(region.label, 'E', index)});".encode())
+
+
+def begin_and_guard(region: Region, depth: int) -> bytes:
+    return b" ".join(begin_and_guard_lines(region, depth))
 
 
 def _unparsed(node: Node, inside: bool) -> bool:
@@ -60,8 +66,8 @@ def _node_at(plan: Plan, path: Path, start: int, end: int) -> Node | None:
     return node
 
 
-def _inside_the_block(data: bytes, block: Node, content: bytes) -> Edit | None:
-    """After the `{` of a block: a new line when the brace ends its line, else a fragment."""
+def _inside_the_block(data: bytes, block: Node, lines: tuple[bytes, bytes]) -> Edit | None:
+    """After the `{` of a block: new lines when the brace ends its line, else a fragment."""
     brace_end = block.start_byte + 1
     rest_of_line = data[brace_end : line_end(data, brace_end)].strip()
     newline = newline_of(data)
@@ -74,9 +80,9 @@ def _inside_the_block(data: bytes, block: Node, content: bytes) -> Edit | None:
             base = indent_at(data, block.start_byte)
             indent = base + (b"\t" if base.startswith(b"\t") else b"    ")
         at = line_end(data, brace_end, include_newline=True)
-        return Edit(Path(), at, at, indent + content + LINE_MARK + newline, CODEMOD)
+        return Edit(Path(), at, at, b"".join(indent + ln + LINE_MARK + newline for ln in lines), CODEMOD)
     # The separating space is part of the fragment, so strip takes it back too.
-    return Edit(Path(), brace_end, brace_end, FRAG_OPEN + b" " + content + FRAG_CLOSE, CODEMOD)
+    return Edit(Path(), brace_end, brace_end, FRAG_OPEN + b" " + b" ".join(lines) + FRAG_CLOSE, CODEMOD)
 
 
 _LOOPS = ("for_statement", "while_statement", "do_statement", "for_range_loop")
@@ -109,25 +115,29 @@ def _around_statement(data: bytes, stmt: Node, region: Region, depth: int) -> li
     label, index = region.label, region.index_var
     begin = f"MoeTracing({point_args(label, 'B', index)});".encode()
     end = f"MoeTracing({point_args(label, 'E', index)});".encode()
-    own_line = (
-        parent is not None
-        and parent.type == "compound_statement"
-        and stmt.type != "return_statement"
-        and not _can_leave_early(stmt)
-        and not data[line_start(data, stmt.start_byte) : stmt.start_byte].strip()
-        and not data[stmt.end_byte : line_end(data, stmt.end_byte)].strip()
-    )
-    if own_line:
-        newline = newline_of(data)
-        indent = indent_at(data, stmt.start_byte)
-        before = line_start(data, stmt.start_byte)
-        after = line_end(data, stmt.end_byte, include_newline=True)
-        tail = b"" if data[:after].endswith(b"\n") else newline
+    alone = (not data[line_start(data, stmt.start_byte) : stmt.start_byte].strip()
+             and not data[stmt.end_byte : line_end(data, stmt.end_byte)].strip())
+    newline = newline_of(data)
+    indent = indent_at(data, stmt.start_byte)
+    before = line_start(data, stmt.start_byte)
+    after = line_end(data, stmt.end_byte, include_newline=True)
+    tail = b"" if data[:after].endswith(b"\n") else newline
+    if alone and parent is not None and parent.type == "compound_statement" and (
+            stmt.type != "return_statement" and not _can_leave_early(stmt)):
         return [
             Edit(Path(), before, before, indent + begin + LINE_MARK + newline, CODEMOD),
             Edit(Path(), after, after, tail + indent + end + LINE_MARK + newline, CODEMOD),
         ]
-    # Not alone on its lines, not in a block, or a return: braces and a scope guard.
+    if alone:
+        # Not in a block, or a way out of the region: braces and a scope guard, each on a
+        # line of its own around the statement's lines.
+        opening = b"".join(indent + ln + LINE_MARK + newline
+                           for ln in (b"{", *begin_and_guard_lines(region, depth)))
+        return [
+            Edit(Path(), before, before, opening, CODEMOD),
+            Edit(Path(), after, after, tail + indent + b"}" + LINE_MARK + newline, CODEMOD),
+        ]
+    # Sharing its line with other code: braces and a scope guard inside the line.
     guard = begin_and_guard(region, depth)
     return [
         Edit(Path(), stmt.start_byte, stmt.start_byte, FRAG_OPEN + b"{ " + guard + b" " + FRAG_CLOSE,
@@ -166,7 +176,7 @@ def point_edits(plan: Plan) -> list[Edit]:
         if node is None:
             continue
         if anchor.inside:
-            edit = _inside_the_block(data, node, begin_and_guard(region, region.depth))
+            edit = _inside_the_block(data, node, begin_and_guard_lines(region, region.depth))
             if edit is not None:
                 edits.append(_at(edit, anchor.path))
         else:

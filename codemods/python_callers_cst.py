@@ -20,7 +20,8 @@ The file is read with LibCST (a syntax error is bad input: `file:line`, exit 2);
 edits are byte edits, so formatting and comments stay as they were. Inserted lines end
 with `  # optrace`. A statement that has to change inside a line (one more unpacking
 target, or a call whose result is used in place) is rewritten as a whole and preceded by
-`# optrace-orig N BASE64` — its original bytes — which is how strip puts it back.
+`# optrace-edit N`; strip undoes it by its shape (the added target goes, the hoisted call
+goes back where its placeholder stands), nothing of the original kept in a comment.
 
 How a call site changes:
 
@@ -37,7 +38,6 @@ How a call site changes:
 from __future__ import annotations
 
 import ast
-import base64
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -65,6 +65,7 @@ from optrace.engine.diagnostics import InputError
 from optrace.engine.discovery import Layers, is_sample_caller
 from optrace.engine.edits import Edit, line_start, newline_of
 from optrace.engine.plan import Plan
+from optrace.engine.vocabulary import EDIT_MARK, HOIST_NAME
 
 CODEMOD = "python-callers"
 ENV_DIR = "OPTRACE_PROFILING_DIR"
@@ -560,14 +561,17 @@ def _call_site(f: _File, call: cst.Call, stmt: cst.CSTNode, small: cst.CSTNode, 
             f.edits.append(_lines(f, after, [indent + split.encode(), *saving],
                                   "unpack, sync and save" if saving else "unpack"))
             return
-    # hoist the call; the statement uses the old outputs in its place
+    # hoist the call; the statement uses the old outputs in its place (strip puts the
+    # hoisted call back where the placeholder stands: its structural inverse)
     c_start, c_end = src.span(call)
-    hoisted = indent + f"*_optrace_outputs, {var} = ".encode() + data[c_start:c_end]
+    hoisted = indent + f"*{HOIST_NAME}, {var} = ".encode() + data[c_start:c_end]
     lines = [hoisted + nl] + [ln + HASH_MARK + nl for ln in saving]
     is_bare = isinstance(small, cst.Expr) and small.value is call
-    if not is_bare:
-        old = {"single": "_optrace_outputs[0]", "list": "_optrace_outputs"}.get(
-            arity, "tuple(_optrace_outputs)")
+    if is_bare and data[first:c_start] == indent and data[c_end:after] in (nl, b""):
+        pass  # the call was the whole line: the hoisted call is the statement again
+    else:
+        old = HOIST_NAME if is_bare else {"single": f"{HOIST_NAME}[0]", "list": HOIST_NAME}.get(
+            arity, f"tuple({HOIST_NAME})")
         rest = data[first:c_start] + old.encode() + data[c_end:after]
         lines.append(rest)
     _rewrite(f, first, after, b"".join(lines))
@@ -579,14 +583,17 @@ def _rewrite(f: _File, start: int, end: int, new: bytes) -> None:
 
 def rewrite_edit(path: Path, data: bytes, start: int, end: int, new: bytes, codemod: str,
                  note: str = "statement rewritten") -> Edit:
-    """Replace whole lines data[start:end] by `new`, keeping the original for strip
-    (`# optrace-orig N BASE64`)."""
+    """Replace whole lines data[start:end] by `new` under a `# optrace-edit N` line (N:
+    lines of the rewrite). Nothing of the original is kept: what optrace adds inside a
+    statement is one of a few shapes (a last element named profiling_data, a
+    `new_empty((_OPTRACE_PROFILING_NUMEL,), ...)` value, a hoisted call) that strip takes
+    out again (`codemods/strip.py`); apply checks that strip gives `data` back before it
+    writes."""
     nl = newline_of(data)
     if not new.endswith(b"\n") and end < len(data):
         new += nl
     count = new.count(b"\n") + (0 if new.endswith(b"\n") else 1)
-    marker = _indent(data, start) + f"# optrace-orig {count} ".encode() + base64.b64encode(data[start:end])
-    marker += nl
+    marker = _indent(data, start) + EDIT_MARK + f" {count}".encode() + nl
     return Edit(path, start, end, marker + new, codemod, note)
 
 

@@ -40,7 +40,7 @@ class PythonFakesLayer(FileLayer):
         changes=(
             ("import torch\n", "import torch\n_OPTRACE_PROFILING_NUMEL = (32 + 64) * 2048  # optrace\n"),
             ("    return torch.empty_like(x)\n",
-             "    # optrace-orig 1 ICAgIHJldHVybiB0b3JjaC5lbXB0eV9saWtlKHgpCg==\n"
+             "    # optrace-edit 1\n"
              "    return torch.empty_like(x), x.new_empty((_OPTRACE_PROFILING_NUMEL,), dtype=torch.int64)\n"),
         ),
     ),)

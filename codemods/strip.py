@@ -9,12 +9,20 @@ Other languages (chosen by the file name):
 
 - C++ string literals: `"/*optrace-str<*/", Tensor"/*>optrace-str*/"` spliced into a
   literal (it closes and reopens it) goes, quotes included.
-- Python: lines ending in `  # optrace` go; `# optrace-orig N BASE64` and the N lines
-  after it (a statement optrace rewrote) become the original bytes again.
+- Python: lines ending in `  # optrace` go; the N lines after `# optrace-edit N` (a
+  statement optrace rewrote) lose what optrace put inside them, recognised by its shape:
+  a last element `profiling_data` (or `optrace_profiling_data`, or the string
+  `"profiling_data"`), a last value `<t>.new_empty((_OPTRACE_PROFILING_NUMEL,), ...)` (with
+  the `(*x, ...)` / `[*x, ...]` around a returned sequence), and a call hoisted into
+  `*_optrace_outputs, profiling_data = call` goes back where `_optrace_outputs` stands.
+  Nothing of the original is kept in a comment: apply checks, before it writes, that
+  this gives every byte back. (`# optrace-orig N BASE64`, an older optrace's record of
+  the original, is still read.)
 - Build scripts (shell, CMake): the hook block from `# TRACE_PREPROCESSOR_HOOK_START`
   to `# TRACE_PREPROCESSOR_HOOK_END` goes when it carries optrace's `# optrace-hook`
-  line (a hook block someone else wrote stays), or turns back into the block it replaced
-  (`# optrace-orig-block BASE64`); lines ending in `  # optrace` go.
+  line (a hook block someone else wrote stays); lines optrace commented out
+  (`# optrace-off: <line>`, a hand-written hook block it took over) are themselves again;
+  lines ending in `  # optrace` go.
 
 Markers rather than a manifest: a manifest goes stale as soon as someone edits the file;
 markers travel with the code they mark.
@@ -24,18 +32,23 @@ from __future__ import annotations
 
 import base64
 import binascii
+import io
 import re
+import tokenize
 from pathlib import Path
 
 from optrace.engine.cache import by_content
 from optrace.engine.vocabulary import (
     CREATED_MARK,
+    EDIT_MARK,
     FRAG_CLOSE,
     FRAG_OPEN,
     HASH_MARK,
+    HOIST_NAME,
     HOOK_END,
     HOOK_START,
     LINE_MARK,
+    OFF_MARK,
     RUNTIME_BLOCK_BEGIN,
     RUNTIME_BLOCK_END,
     SCAFFOLD_BEGIN,
@@ -78,6 +91,16 @@ _HOOK_RE = re.compile(
     rb"^[ \t]*" + re.escape(HOOK_END) + rb"[^\r\n]*)(\r?\n)?", re.S | re.M
 )
 _ORIG_BLOCK_RE = re.compile(rb"# optrace-orig-block ([A-Za-z0-9+/=]*)")
+_OFF_RE = re.compile(rb"^" + re.escape(OFF_MARK), re.M)
+_PY_EDIT_RE = re.compile(rb"^[ \t]*" + re.escape(EDIT_MARK) + rb" (\d+)\r?\n", re.M)
+# What optrace inserts inside a Python statement, each one's inverse a deletion.
+_NEW_EMPTY = rb"\w+(?:\.\w+)*\.new_empty\(\(_OPTRACE_PROFILING_NUMEL,\), dtype=\w+\.int64\)"
+_WRAPPED_RE = re.compile(rb"([(\[])\*(.+), " + _NEW_EMPTY + rb"([)\]])", re.S)
+_TAIL_RE = re.compile(rb", (?:" + _NEW_EMPTY
+                      + rb"|(?:optrace_)?profiling_data(?!\w)|\"profiling_data\"|'profiling_data')")
+_HOIST_RE = re.compile(rb"[ \t]*\*" + HOIST_NAME.encode() + rb", \w+ = ")
+_PLACEHOLDER_RE = re.compile(rb"tuple\(" + HOIST_NAME.encode() + rb"\)|"
+                             + HOIST_NAME.encode() + rb"(?:\[0\])?")
 SCRIPT_SUFFIXES = frozenset({".sh", ".bash", ".cmake"})
 
 
@@ -118,28 +141,69 @@ def _strip_hash_lines(data: bytes) -> bytes:
 
 
 def _restore_python(data: bytes) -> bytes:
-    """`# optrace-orig N B64` + the N rewritten lines -> the original bytes."""
+    """`# optrace-edit N` + the N rewritten lines -> the statement as it was (and an
+    older optrace's `# optrace-orig N B64` + its N lines -> the bytes it kept)."""
     out: list[bytes] = []
     pos = 0
     while True:
-        m = _PY_ORIG_RE.search(data, pos)
+        edit = _PY_EDIT_RE.search(data, pos)
+        orig = _PY_ORIG_RE.search(data, pos)
+        m = min((x for x in (edit, orig) if x is not None), key=lambda x: x.start(), default=None)
         if m is None:
             break
-        try:
-            original = base64.b64decode(m.group(2), validate=True)
-        except (binascii.Error, ValueError):
-            out.append(data[pos : m.end()])
-            pos = m.end()
-            continue
         end = m.end()
         for _ in range(int(m.group(1))):
             nl = data.find(b"\n", end)
             end = len(data) if nl < 0 else nl + 1
+        if m is edit:
+            original = _undo_statement(data[m.end() : end])
+        else:
+            try:
+                original = base64.b64decode(m.group(2), validate=True)
+            except (binascii.Error, ValueError):
+                out.append(data[pos : m.end()])
+                pos = m.end()
+                continue
         out.append(data[pos : m.start()])
         out.append(original)
         pos = end
     out.append(data[pos:])
     return b"".join(out)
+
+
+def _undo_statement(lines: bytes) -> bytes:
+    """The inverse of a statement rewrite: its inserted lines out, a hoisted call back in
+    its placeholder's place, then the inserted elements out."""
+    lines = _strip_hash_lines(lines)
+    hoist = _HOIST_RE.match(lines)
+    if hoist is not None:
+        end = _logical_line_end(lines)
+        call = lines[hoist.end() : end].rstrip(b"\r\n")
+        rest = lines[end:]
+        place = _PLACEHOLDER_RE.search(rest)
+        if place is None:  # a bare call alone on its line: it is the statement again
+            indent = lines[: hoist.end()].split(b"*", 1)[0]
+            return indent + lines[hoist.end() :]
+        return rest[: place.start()] + call + rest[place.end() :]
+    lines = _WRAPPED_RE.sub(lambda m: m.group(2), lines)
+    return _TAIL_RE.sub(b"", lines)
+
+
+def _logical_line_end(text: bytes) -> int:
+    """Offset just past the first logical Python line of `text` (its NEWLINE token):
+    brackets and strings spanning lines are one line."""
+    starts = [0]
+    for line in text.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text.decode("latin-1")).readline):
+            if tok.type == tokenize.NEWLINE:
+                row, col = tok.end
+                return min(starts[row - 1] + col, len(text))
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    nl = text.find(b"\n")
+    return len(text) if nl < 0 else nl + 1
 
 
 def _strip_hook(data: bytes) -> bytes:
@@ -148,13 +212,13 @@ def _strip_hook(data: bytes) -> bytes:
         if b"optrace-hook" not in body:
             return m.group(0)
         orig = _ORIG_BLOCK_RE.search(body)
-        if orig is not None:
+        if orig is not None:  # an older optrace kept the block it replaced here
             return (m.group(1) or b"") + base64.b64decode(orig.group(1)) + (m.group(3) or b"")
         if m.group(3) is not None:
             return m.group(1) or b""
         return b""
 
-    return _HOOK_RE.sub(block, data)
+    return _OFF_RE.sub(b"", _HOOK_RE.sub(block, data))
 
 
 def _strip_cpp(data: bytes) -> bytes:

@@ -28,6 +28,9 @@ SCAFFOLD_BEGIN = b"// optrace-scaffold begin"  # the kernel entry's prologue, `m
 SCAFFOLD_END = b"// optrace-scaffold end"
 RUNTIME_BLOCK_BEGIN = b"// optrace-runtime-block v"  # + its version
 RUNTIME_BLOCK_END = b"// optrace-runtime-block end"
+EDIT_MARK = b"# optrace-edit"  # + N: the next N Python lines are a statement optrace rewrote
+HOIST_NAME = "_optrace_outputs"  # a hoisted call's old outputs, where the call stood
+OFF_MARK = b"# optrace-off: "  # a build script's line optrace turned into a comment
 HOOK_START = b"# TRACE_PREPROCESSOR_HOOK_START"  # the build hook block
 HOOK_END = b"# TRACE_PREPROCESSOR_HOOK_END"
 

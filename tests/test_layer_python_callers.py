@@ -56,7 +56,7 @@ from pathlib import Path as _OptracePath  # optrace
 
 def worker(rank, args):
     # keep this comment
-    # optrace-orig 1 ICAgIHksIG4gPSB0b3JjaC5vcHMubGliLmRlbW9fb3AoCg==
+    # optrace-edit 1
     y, n, profiling_data = torch.ops.lib.demo_op(
         torch.ones(4).npu())  # and this one
     if _optrace_os.environ.get("OPTRACE_PROFILING_DIR"):  # optrace

@@ -36,8 +36,8 @@ def fakes(tmp: Path, text: str, reg: tuple[str, str] = REG) -> dict[str, str]:
 
 
 def body(after: str) -> str:
-    """The file without its `# optrace-orig` lines (what a reader sees run)."""
-    return "".join(ln for ln in after.splitlines(keepends=True) if "# optrace-orig" not in ln)
+    """The file without its `# optrace-edit` lines (what a reader sees run)."""
+    return "".join(ln for ln in after.splitlines(keepends=True) if "# optrace-edit" not in ln)
 
 
 # --- the size: one source of truth ---------------------------------------------------------
@@ -79,7 +79,7 @@ def test_register_fake_tuple_returns_grow(tmp_path: Path) -> None:
                         x.new_empty((0,)), x.new_empty((_OPTRACE_PROFILING_NUMEL,), dtype=torch.int64))  # empty
             return x.new_empty(x.shape), x.new_empty((k,)), x.new_empty((_OPTRACE_PROFILING_NUMEL,), dtype=torch.int64)
         ''')
-    assert after.count("# optrace-orig") == 2
+    assert after.count("# optrace-edit") == 2
     ast.parse(after)
 
 

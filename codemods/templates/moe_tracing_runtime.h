@@ -1,6 +1,6 @@
-// optrace-runtime-block v2
-// MoeTracing device runtime, inserted by `optrace apply` into the operator's *_base.h.
-// `optrace strip` removes everything from the line above to `optrace-runtime-block end`.
+// optrace-runtime-block v3
+// MoeTracing device runtime, written whole by `optrace apply` beside the kernel entry and
+// included from the operator's *_base.h; the same bytes for every operator at one version.
 // Record layout: optrace docs/buffer-format.md. It keeps the legacy layout (readers of
 // hand-instrumented kernels still work) and adds two things:
 //   - a reserved first record per slot: point id 0, build fingerprint in the high word;
@@ -9,8 +9,8 @@
 // A launch given no buffer (profiling_data == nullptr) records nothing: the entry
 // scaffold leaves the per-core pointer null, and then no point reads the clock, waits
 // on a barrier or writes (one binary serves traced and untraced runs).
-#ifndef OPTRACE_RUNTIME_BLOCK_V2
-#define OPTRACE_RUNTIME_BLOCK_V2
+#ifndef OPTRACE_RUNTIME_BLOCK_V3
+#define OPTRACE_RUNTIME_BLOCK_V3
 
 #ifndef ENABLE_MOE_PROFILING
 #define ENABLE_MOE_PROFILING 1
@@ -307,5 +307,5 @@ struct OptraceEntryEnd {
 };
 #endif
 
-#endif  // OPTRACE_RUNTIME_BLOCK_V2
+#endif  // OPTRACE_RUNTIME_BLOCK_V3
 // optrace-runtime-block end
