@@ -319,9 +319,10 @@ class BaseHeaderLayer(FileLayer):
                                      "kernel writes its records into profiling_data")]
                 mine = RUNTIME_BLOCK_VERSION_RE.search(expected)
                 if m is not None and mine is not None and m.group(1) != mine.group(1):
-                    return [Evidence(path, 1, f"runtime header v{version} is not this optrace's "
-                                     f"v{mine.group(1).decode()}: re-run `optrace apply` to rewrite it",
-                                     False)]
+                    # another version, not an edit: check's OT409 says to upgrade it
+                    return [Evidence(path, 1, f"runtime header v{version} (this optrace writes "
+                                     f"v{mine.group(1).decode()}): the kernel writes its records into "
+                                     "profiling_data")]
                 return [Evidence(path, 1, "runtime header edited since optrace generated it: re-run "
                                  "`optrace apply` to rewrite it (edit the template, not the copy)", False)]
         for path, data in model.data.items():

@@ -1,6 +1,7 @@
-"""The runtime block goes into the operator's own `<op>_base.h` (created beside the entry
-when absent), never into a vendored sub-kernel's `*_base.h` the entry happens to include:
-fixture `vendored_base`, apply / strip / check."""
+"""The runtime is one generated header beside the entry, included from the operator's own
+`<op>_base.h` (or, without one, from each file with points), never from a vendored
+sub-kernel's `*_base.h` the entry happens to include: fixture `vendored_base`, apply /
+strip / check."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from optrace.cli.app import app
-from optrace.codemods.runtime_block import template
+from optrace.codemods.runtime_block import runtime_header_content, template
 
 runner = CliRunner()
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "vendored_base"
@@ -37,25 +38,26 @@ def test_the_plan_does_not_take_a_vendored_base_header_for_the_operators() -> No
     assert "base_header" in op["missing_layers"]
 
 
-def test_apply_creates_the_operators_base_header_beside_the_entry(tmp_path: Path) -> None:
+def test_apply_writes_the_runtime_header_beside_the_entry_and_no_base_header(tmp_path: Path) -> None:
     repo = _copy(tmp_path)
     before = _tree(repo)
     kernel = repo / OP_REL / "op_kernel"
     res = runner.invoke(app, ["apply", str(repo / OP_REL), "--write"])
     assert res.exit_code == 0, res.stderr
-    own = kernel / "moe_norm_route_base.h"
-    assert template() in own.read_bytes()
+    header = kernel / "optrace_runtime.h"
+    assert header.read_bytes() == runtime_header_content()
+    assert not (kernel / "moe_norm_route_base.h").exists()  # no base header of its own: none made
     after = _tree(repo)
     # The vendored sub-kernel's files are byte for byte as they were: no block, no include.
     for rel in ("rms_norm_base.h", "rms_norm.h", "add_rms_norm.h"):
         key = f"{OP_REL}/op_kernel/sub_kernels/{rel}"
         assert after[key] == before[key], rel
     assert sum(b"optrace-runtime-block v" in data for data in after.values()) == 1
-    # The files with points include the operator's own header.
+    # The files with points include the runtime header themselves.
     for name in ("moe_norm_route.cpp", "moe_norm_route_kernel.h"):
         data = (kernel / name).read_text()
         if "TRACE_POINT" in data:
-            assert '#include "moe_norm_route_base.h"  // optrace' in data, name
+            assert '#include "optrace_runtime.h"  // optrace' in data, name
     # check reads it as a clean instrumented operator.
     res = runner.invoke(app, ["check", str(repo / OP_REL), "--no-compile", "--format", "json"])
     assert res.exit_code == 0, res.stdout
@@ -67,18 +69,48 @@ def test_apply_creates_the_operators_base_header_beside_the_entry(tmp_path: Path
     assert runner.invoke(app, ["apply", str(repo / OP_REL), "--check"]).exit_code == 0
     assert runner.invoke(app, ["strip", str(repo / OP_REL), "--write"]).exit_code == 0
     assert _tree(repo) == before
-    assert not own.exists()
+    assert not header.exists()
 
 
-def test_an_existing_own_base_header_takes_the_block_not_the_vendored_one(tmp_path: Path) -> None:
+def test_check_fails_an_edited_runtime_header_and_apply_rewrites_it(tmp_path: Path) -> None:
+    repo = _copy(tmp_path)
+    assert runner.invoke(app, ["apply", str(repo / OP_REL), "--write"]).exit_code == 0
+    header = repo / OP_REL / "op_kernel" / "optrace_runtime.h"
+    header.write_bytes(header.read_bytes().replace(b"#define PROF_SIZE_PER_CORE 2048",
+                                                   b"#define PROF_SIZE_PER_CORE 1024"))
+    res = runner.invoke(app, ["check", str(repo / OP_REL), "--no-compile", "--format", "json"])
+    assert res.exit_code == 1, res.stdout
+    g2 = next(g for g in json.loads(res.stdout)["operators"][0]["gates"] if g["gate"] == "G2")
+    assert g2["status"] == "fail" and "runtime header edited" in res.stdout
+    assert runner.invoke(app, ["apply", str(repo / OP_REL), "--write"]).exit_code == 0
+    assert header.read_bytes() == runtime_header_content()
+
+
+def test_two_operators_get_the_same_runtime_header_bytes(tmp_path: Path) -> None:
+    """One generated file for every operator and repository: a reviewer reads it once."""
+    repo = _copy(tmp_path)
+    assert runner.invoke(app, ["apply", str(repo / OP_REL), "--write"]).exit_code == 0
+    other = tmp_path / "other"
+    shutil.copytree(FIXTURE.parent / "msopgen_style", other)
+    assert runner.invoke(app, ["apply", str(other / "moe_token_permute"), "--write"]).exit_code == 0
+    first = (repo / OP_REL / "op_kernel" / "optrace_runtime.h").read_bytes()
+    second = (other / "moe_token_permute" / "op_kernel" / "optrace_runtime.h").read_bytes()
+    assert first == second == runtime_header_content()
+    assert b"moe" not in first.split(b"\n", 1)[0]  # nothing of an operator in it
+
+
+def test_an_existing_own_base_header_includes_the_runtime_not_the_vendored_one(tmp_path: Path) -> None:
     repo = _copy(tmp_path)
     kernel = repo / OP_REL / "op_kernel"
     # The operator's own base header, spelled in another case: still the operator's.
     own = kernel / "MoeNormRoute_base.h"
     own.write_text("#pragma once\n#include \"kernel_operator.h\"\n")
+    entry = kernel / "moe_norm_route.cpp"
+    entry.write_text('#include "MoeNormRoute_base.h"\n' + entry.read_text())
     before = _tree(repo)
     assert runner.invoke(app, ["apply", str(repo / OP_REL), "--write"]).exit_code == 0
-    assert template() in own.read_bytes()
+    assert own.read_text() == ('#pragma once\n#include "kernel_operator.h"\n'
+                               '#include "optrace_runtime.h"  // optrace\n')
     assert not (kernel / "moe_norm_route_base.h").exists()
     vendored = f"{OP_REL}/op_kernel/sub_kernels/rms_norm_base.h"
     assert _tree(repo)[vendored] == before[vendored]
@@ -86,17 +118,17 @@ def test_an_existing_own_base_header_takes_the_block_not_the_vendored_one(tmp_pa
     assert _tree(repo) == before
 
 
-def test_a_block_already_in_a_vendored_header_is_upgraded_there_never_doubled(tmp_path: Path) -> None:
-    """A tree instrumented by an older optrace (or by hand) holds the block in the vendored
-    header: a second block elsewhere would define MoeTracing twice. It stays and is kept
-    current; nothing is created."""
+def test_a_block_an_older_optrace_pasted_becomes_the_include_never_doubled(tmp_path: Path) -> None:
+    """A tree instrumented by an older optrace holds the runtime pasted into a header (here
+    the vendored one): a second definition beside the generated header would define
+    MoeTracing twice. The pasted block becomes the one-line include."""
     repo = _copy(tmp_path)
     kernel = repo / OP_REL / "op_kernel"
     vendored = kernel / "sub_kernels" / "rms_norm_base.h"
-    old_block = template().replace(b"optrace-runtime-block v2", b"optrace-runtime-block v0", 1)
+    old_block = template().replace(b"optrace-runtime-block v3", b"optrace-runtime-block v0", 1)
     assert old_block != template()  # an older block than the one apply writes
     vendored.write_bytes(vendored.read_bytes().replace(b"#endif\n", old_block + b"#endif\n"))
     assert runner.invoke(app, ["apply", str(repo / OP_REL), "--write"]).exit_code == 0
-    assert template() in vendored.read_bytes() and old_block not in vendored.read_bytes()
-    assert not (kernel / "moe_norm_route_base.h").exists()
+    assert old_block not in vendored.read_bytes()
+    assert b'#include "../optrace_runtime.h"  // optrace\n#endif\n' in vendored.read_bytes()
     assert sum(b"optrace-runtime-block v" in d for d in _tree(repo).values()) == 1

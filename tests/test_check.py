@@ -113,8 +113,8 @@ def test_g2_profiling_param_missing_or_misplaced(tmp_path: Path) -> None:
 
 def test_sarif_and_strict(tmp_path: Path) -> None:
     op = applied(tmp_path, "direct_launch")
-    base = op / "op_kernel" / "moe_gating_topk_base.h"
-    old = base.read_text().replace("// optrace-runtime-block v2", "// optrace-runtime-block v0", 1)
+    base = op / "op_kernel" / "optrace_runtime.h"
+    old = base.read_text().replace("// optrace-runtime-block v3", "// optrace-runtime-block v0", 1)
     base.write_text(old)
     code, out, _ = cli("check", str(op), "--format", "sarif")
     assert code == 0

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from optrace.cli.app import app
-from optrace.codemods.runtime_block import template
+from optrace.codemods.runtime_block import runtime_header_content, template
 from optrace.pipeline.plan import plan_operator
 
 runner = CliRunner()
@@ -18,25 +18,40 @@ runner = CliRunner()
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 
-def test_older_block_is_upgraded_in_place(tmp_path: Path) -> None:
+def test_an_older_runtime_header_is_rewritten_whole(tmp_path: Path) -> None:
     shutil.copytree(FIXTURES / "msopgen_style", tmp_path / "m")
     op = tmp_path / "m" / "moe_token_permute"
     runner = CliRunner()
     assert runner.invoke(app, ["apply", str(op), "--write"]).exit_code == 0
-    base = op / "op_kernel" / "moe_token_permute_base.h"
-    current = base.read_bytes()
-    block = template()
-    assert block in current
-    # An "older optrace" left a v0 block with different content.
-    old_block = block.replace(b"optrace-runtime-block v2", b"optrace-runtime-block v0", 1).replace(
-        b"#define PROF_SIZE_PER_CORE 2048", b"#define PROF_SIZE_PER_CORE 1024")
-    base.write_bytes(current.replace(block, old_block))
+    header = op / "op_kernel" / "optrace_runtime.h"
+    current = header.read_bytes()
+    assert current == runtime_header_content()
+    # An "older optrace" wrote a v0 header with different content.
+    header.write_bytes(current.replace(b"optrace-runtime-block v3", b"optrace-runtime-block v0", 1).replace(
+        b"#define PROF_SIZE_PER_CORE 2048", b"#define PROF_SIZE_PER_CORE 1024"))
     res = runner.invoke(app, ["apply", str(op)])
     assert res.exit_code == 0
-    assert "-// optrace-runtime-block v0" in res.stdout and "+// optrace-runtime-block v2" in res.stdout
+    assert "-// optrace-runtime-block v0" in res.stdout and "+// optrace-runtime-block v3" in res.stdout
     assert runner.invoke(app, ["apply", str(op), "--write"]).exit_code == 0
-    assert base.read_bytes() == current  # exactly the current block, the rest untouched
+    assert header.read_bytes() == current
     assert runner.invoke(app, ["apply", str(op), "--check"]).exit_code == 0
+
+
+def test_a_pasted_block_of_an_older_optrace_becomes_the_include(tmp_path: Path) -> None:
+    shutil.copytree(FIXTURES / "msopgen_style", tmp_path / "m")
+    op = tmp_path / "m" / "moe_token_permute"
+    base = op / "op_kernel" / "moe_token_permute_base.h"
+    before = base.read_bytes()
+    assert runner.invoke(app, ["apply", str(op), "--write"]).exit_code == 0
+    applied = base.read_bytes()
+    include = b'#include "optrace_runtime.h"  // optrace\n'
+    assert include in applied
+    old_block = template().replace(b"optrace-runtime-block v3", b"optrace-runtime-block v2", 1)
+    base.write_bytes(applied.replace(include, old_block))
+    assert runner.invoke(app, ["apply", str(op), "--write"]).exit_code == 0
+    assert base.read_bytes() == applied
+    assert runner.invoke(app, ["strip", str(op), "--write"]).exit_code == 0
+    assert base.read_bytes() == before
 
 
 def test_the_block_is_included_before_the_first_point_not_after_a_trailing_include(tmp_path: Path) -> None:
@@ -66,7 +81,7 @@ def test_the_block_is_included_before_the_first_point_not_after_a_trailing_inclu
     before = (kernel / "norm_grad.h").read_bytes()
     assert runner.invoke(app, ["apply", str(tmp_path / "norm_grad"), "--write"]).exit_code == 0
     text = (kernel / "norm_grad.h").read_text()
-    include = text.index('#include "norm_grad_base.h"  // optrace\n')
+    include = text.index('#include "optrace_runtime.h"  // optrace\n')
     assert text.index("MoeTracing(") > include
     assert text[:include].endswith('#include "kernel_operator.h"\n')
     res = runner.invoke(app, ["check", str(tmp_path / "norm_grad"), "--format", "json"])
