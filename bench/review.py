@@ -64,7 +64,8 @@ class Row:
 
 
 def _run(cmd: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, errors="replace", timeout=600)
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, errors="replace",
+                          timeout=600)
 
 
 def _git(cwd: Path, *args: str) -> str:
@@ -154,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="optrace-review-") as tmp:
         env["XDG_STATE_HOME"] = str(Path(tmp) / "state")
         rows: list[Row] = []
-        jobs = [(args.umdk, "umdk", op) for op in UMDK_OPS] + [(args.ops_nn, "ops-nn", op) for op in args.ops_nn_ops]
+        jobs = [(args.umdk, "umdk", op) for op in UMDK_OPS]
+        jobs += [(args.ops_nn, "ops-nn", op) for op in args.ops_nn_ops]
         for repo, name, op in jobs:
             if not repo.exists():
                 print(f"{name}: {repo} not found, skipped", file=sys.stderr)

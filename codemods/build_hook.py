@@ -237,8 +237,8 @@ def shell_block(site: HookSite, nl: bytes) -> list[bytes]:
         HOOK_VERSION + f": runs `optrace preprocess` on {what} and writes".encode(),
         b"# point_map.json beside the build output (`optrace strip` removes this block).",
         b"if ! command -v optrace >/dev/null 2>&1; then",
-        b'    echo "ERROR: optrace is not installed, but the kernels are instrumented: '
-        b'pip install ascend-optrace (or run optrace strip)" >&2',
+        b'    echo "ERROR: optrace is not installed and the kernels are instrumented: '
+        b'pip install ascend-optrace" >&2',
         b"    exit 1",
         b"fi",
         f"optrace preprocess {site.src} --out {site.out}{modify} || {{".encode(),

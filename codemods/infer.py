@@ -189,10 +189,10 @@ def wrap_registered(regs: list[Registration], data: bytes, camel: str, const: by
         elif reg.role == INFER_DTYPE:
             sets = [f"context->SetOutputDataType({INDEX_VAR}, ge::DT_INT64);".encode()]
         else:  # tiling: the same description check an edited tiling function gets
-            sets = [b"const gert::CompileTimeTensorDesc *optraceProfilingDesc = "
+            sets = [b"const gert::CompileTimeTensorDesc *optraceDesc = "
                     b"context->GetOutputDesc(" + INDEX_VAR.encode() + b");",
-                    b"if (optraceProfilingDesc != nullptr && "
-                    b"optraceProfilingDesc->GetDataType() != ge::DT_INT64) {",
+                    b"if (optraceDesc != nullptr && "
+                    b"optraceDesc->GetDataType() != ge::DT_INT64) {",
                     unit + b"return ge::GRAPH_FAILED;", b"}"]
         body = [const, f"ge::graphStatus optraceStatus = {reg.function}(context);".encode(),
                 b"if (optraceStatus != ge::GRAPH_SUCCESS) {", unit + b"return optraceStatus;", b"}",

@@ -66,8 +66,9 @@ def _node_at(plan: Plan, path: Path, start: int, end: int) -> Node | None:
     return node
 
 
-def _inside_the_block(data: bytes, block: Node, lines: tuple[bytes, bytes]) -> Edit | None:
-    """After the `{` of a block: new lines when the brace ends its line, else a fragment."""
+def _inside_the_block(data: bytes, block: Node, content: bytes) -> Edit | None:
+    """After the `{` of a block: a new line when the brace ends its line, else a fragment."""
+    lines = content.split(b"\n")  # statements, one a line where the code has lines to give
     brace_end = block.start_byte + 1
     rest_of_line = data[brace_end : line_end(data, brace_end)].strip()
     newline = newline_of(data)
@@ -176,7 +177,7 @@ def point_edits(plan: Plan) -> list[Edit]:
         if node is None:
             continue
         if anchor.inside:
-            edit = _inside_the_block(data, node, begin_and_guard_lines(region, region.depth))
+            edit = _inside_the_block(data, node, b"\n".join(begin_and_guard_lines(region, region.depth)))
             if edit is not None:
                 edits.append(_at(edit, anchor.path))
         else:

@@ -63,7 +63,7 @@ from optrace.codemods.torch_schema import returns_list
 from optrace.engine.cache import by_content
 from optrace.engine.diagnostics import InputError
 from optrace.engine.discovery import Layers, is_sample_caller
-from optrace.engine.edits import Edit, line_start, newline_of
+from optrace.engine.edits import REVIEW_WIDTH, Edit, line_start, newline_of
 from optrace.engine.plan import Plan
 from optrace.engine.vocabulary import EDIT_MARK, HOIST_NAME
 
@@ -395,12 +395,13 @@ def _collect_lines(f: _File, indent: bytes, unit: bytes) -> list[bytes]:
         indent + unit + b"import subprocess as _optrace_subprocess",
         indent + unit + b"import sys as _optrace_sys",
         indent + unit + f"_optrace_dir = {env}[\"{ENV_DIR}\"]".encode(),
+        indent + unit + f"_optrace_map = {env}[\"{ENV_MAP}\"]".encode(),
+        indent + unit + f"_optrace_out = {env}.get(\"{ENV_TRACE}\")".encode(),
+        indent + unit + f"_optrace_out = _optrace_out or {OS}.path.join(_optrace_dir, \"trace.json\")"
+        .encode(),
         indent + unit + b'_optrace_subprocess.run([_optrace_sys.executable, "-m", "optrace", "collect", '
                         b"_optrace_dir,",
-        indent + unit + pad + f"\"--point-map\", {env}[\"{ENV_MAP}\"], \"-o\",".encode(),
-        indent + unit + pad + f"{env}.get(\"{ENV_TRACE}\") or {OS}.path.join(_optrace_dir, \"trace.json\")],"
-        .encode(),
-        indent + unit + pad[:-1] + b"check=True)",
+        indent + unit + pad + b'"--point-map", _optrace_map, "-o", _optrace_out], check=True)',
     ]
 
 
@@ -410,8 +411,9 @@ def _resolve_env_lines(f: _File, indent: bytes, unit: bytes) -> list[bytes]:
     return [
         indent + f"for _optrace_env in ({names}):".encode(),
         indent + unit + f"if {OS}.environ.get(_optrace_env):".encode(),
-        indent + unit + unit + f"{OS}.environ[_optrace_env] = str({PATH}({OS}.environ[_optrace_env])"
-                               f".expanduser().resolve())".encode(),
+        indent + unit + unit + f"_optrace_path = {PATH}({OS}.environ[_optrace_env])".encode(),
+        indent + unit + unit + f"{OS}.environ[_optrace_env] = str(_optrace_path.expanduser().resolve())"
+        .encode(),
     ]
 
 
@@ -423,7 +425,8 @@ def _resolve_args_lines(f: _File, args: str, indent: bytes, unit: bytes) -> list
     return [
         indent + f"for _optrace_opt in ({dests}):".encode(),
         indent + unit + f"if getattr({args}, _optrace_opt, None):".encode(),
-        indent + unit + unit + f"setattr({args}, _optrace_opt, str({PATH}({value}).expanduser().resolve()))"
+        indent + unit + unit + f"_optrace_path = {PATH}({value})".encode(),
+        indent + unit + unit + f"setattr({args}, _optrace_opt, str(_optrace_path.expanduser().resolve()))"
         .encode(),
         indent + unit + unit + f"{OS}.environ[\"OPTRACE_\" + _optrace_opt.upper()] = {value}".encode(),
     ]
@@ -635,7 +638,13 @@ def _argparse(f: _File, unit: bytes) -> None:
     lines = []
     for flag, _dest, _env, text in OPTIONS:
         if flag not in found.options:
-            lines.append(ind + f'{receiver}.add_argument("{flag}", default=None, help="{text}")'.encode())
+            line = ind + f'{receiver}.add_argument("{flag}", default=None, help="{text}")'.encode()
+            if len(line + HASH_MARK) > REVIEW_WIDTH:  # the help on a line of its own
+                head = ind + f'{receiver}.add_argument('.encode()
+                line = head + f'"{flag}", default=None,'.encode()
+                lines.append(line)
+                line = b" " * len(head) + f'help="{text}")'.encode()
+            lines.append(line)
     if lines:
         f.edits.append(_lines(f, at, lines, "profiling options"))
     for parse in found.parse_calls:

@@ -75,7 +75,8 @@ _INLINE_SCAFFOLD_RE = re.compile(
 # Only lines with code before the marker: a user's own comment line `// optrace` stays.
 _LINE_RE = re.compile(rb"^(?![ \t]*//)[^\n]*\S" + re.escape(LINE_MARK) + rb"\r?\n", re.M)
 _LAST_LINE_RE = re.compile(rb"\r?\n(?![ \t]*//)[^\n]*\S" + re.escape(LINE_MARK) + rb"\Z")
-_FRAGMENT_RE = re.compile(re.escape(FRAG_OPEN) + rb".*?" + re.escape(FRAG_CLOSE))
+# A fragment may hold line breaks (a parameter apply put on a line of its own).
+_FRAGMENT_RE = re.compile(re.escape(FRAG_OPEN) + rb".*?" + re.escape(FRAG_CLOSE), re.S)
 
 
 def is_created(data: bytes) -> bool:

@@ -92,10 +92,10 @@ def tiling_edits(plan: Plan, mode: str) -> list[Edit]:
                   failure: bytes | None = failure) -> list[bytes]:
             return [
                 ind + f"constexpr uint32_t {INDEX_VAR} = {index};".encode(),
-                ind + f"const gert::CompileTimeTensorDesc *optraceProfilingDesc = "
+                ind + f"const gert::CompileTimeTensorDesc *optraceDesc = "
                       f"{ctx}->GetOutputDesc({INDEX_VAR});".encode(),
-                ind + b"if (optraceProfilingDesc != nullptr && "
-                      b"optraceProfilingDesc->GetDataType() != ge::DT_INT64) {",
+                ind + b"if (optraceDesc != nullptr && "
+                      b"optraceDesc->GetDataType() != ge::DT_INT64) {",
                 ind + unit + b"return" + (b" " + failure if failure is not None else b"") + b";",
                 ind + b"}",
             ]
@@ -144,10 +144,10 @@ class TilingLayer(FileLayer):
         changes=(("    context->SetBlockDim(8);\n",
                   "    context->SetBlockDim(8);\n"
                   "    constexpr uint32_t optraceProfilingDataIndex = 1;  // optrace\n"
-                  "    const gert::CompileTimeTensorDesc *optraceProfilingDesc = "
+                  "    const gert::CompileTimeTensorDesc *optraceDesc = "
                   "context->GetOutputDesc(optraceProfilingDataIndex);  // optrace\n"
-                  "    if (optraceProfilingDesc != nullptr"
-                  " && optraceProfilingDesc->GetDataType() != ge::DT_INT64) {"
+                  "    if (optraceDesc != nullptr"
+                  " && optraceDesc->GetDataType() != ge::DT_INT64) {"
                   "  // optrace\n"
                   "        return ge::GRAPH_FAILED;  // optrace\n"
                   "    }  // optrace\n"),),

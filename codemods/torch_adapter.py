@@ -60,11 +60,11 @@ from optrace.engine.cpp import (
 )
 from optrace.engine.diagnostics import InputError
 from optrace.engine.discovery import LayerFile, Layers, SearchContext, repo_index
-from optrace.engine.edits import Edit, line_number, line_start
+from optrace.engine.edits import REVIEW_WIDTH, Edit, line_number, line_start
 from optrace.engine.names import same_op
 from optrace.engine.plan import Plan
 from optrace.engine.source import read_regular
-from optrace.engine.vocabulary import LAUNCH_HINT, META_IMPL_RE, names_profiling
+from optrace.engine.vocabulary import LAUNCH_HINT, LINE_MARK, META_IMPL_RE, names_profiling
 from optrace.engine.vocabulary import launch_pattern as vocabulary_launch_pattern
 
 CODEMOD = "torch-adapter"
@@ -381,10 +381,13 @@ def _meta_edits(path: Path, data: bytes, layers: Layers) -> list[Edit]:
         first = fn.body_open + 1
         while code[first] in b" \t\r\n":
             first += 1
-        decl = (f"at::Tensor {PROFILING_VAR} = at::empty({{{NUMEL_MACRO}}}, "
-                f"{tensor}.options().dtype(at::kLong).device(at::kMeta));").encode()
-        edits.append(insert_lines(path, data, line_start(data, first), [leading_ws(data, first) + decl],
-                                  CODEMOD, "meta profiling tensor"))
+        indent = leading_ws(data, first)
+        options = f"{tensor}.options().dtype(at::kLong).device(at::kMeta));".encode()
+        decl = [indent + f"at::Tensor {PROFILING_VAR} = at::empty({{{NUMEL_MACRO}}}, ".encode() + options]
+        if len(decl[0] + LINE_MARK) > REVIEW_WIDTH:  # the options on a line of their own
+            decl = [decl[0][: -len(options) - 1], indent + b"    " + options]
+        edits.append(insert_lines(path, data, line_start(data, first), decl, CODEMOD,
+                                  "meta profiling tensor"))
         edits.extend(return_type_edits(path, data, fn.type_span, CODEMOD))
         edits.extend(return_value_edits(path, data, fn, CODEMOD))
     return edits

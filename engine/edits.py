@@ -33,6 +33,7 @@ from pathlib import Path
 
 from optrace.engine.codes import OT040, OT041
 from optrace.engine.source import read_regular
+from optrace.engine.vocabulary import FRAG_CLOSE, FRAG_OPEN
 
 # Diagnostic codes (README: OT0xx is input and parsing); kept together so they are easy to audit.
 CODE_EDIT_CONFLICT = OT040
@@ -224,14 +225,64 @@ def apply_edits(original: bytes, edits: Iterable[Edit]) -> bytes:
                 edit.path,
                 line_number(original, len(original)),
             )
+    wrapped = _wrap_wide_fragments(original, file_edits.edits)
     pieces: list[bytes] = []
     position = 0
     for edit in file_edits.edits:
         pieces.append(original[position : edit.start])
-        pieces.append(edit.replacement)
+        pieces.append(wrapped.get(id(edit), edit.replacement))
         position = edit.end
     pieces.append(original[position:])
     return b"".join(pieces)
+
+
+# A reviewer reads the patch at this width: a line optrace's fragments would take past
+# it (one that was within it before) gets its new parameter or argument on a line of its
+# own, the fragment's markers around the line breaks, so strip still takes exactly it.
+REVIEW_WIDTH = 120
+
+
+def _wrap_wide_fragments(original: bytes, edits: list[Edit]) -> dict[int, bytes]:
+    """{id(edit): replacement} for the fragment insertions to put on lines of their own."""
+    by_line: dict[int, list[Edit]] = {}
+    for edit in edits:
+        r = edit.replacement
+        if (edit.is_insertion and r.startswith(FRAG_OPEN) and r.endswith(FRAG_CLOSE)
+                and b"\n" not in r and FRAG_OPEN not in r[len(FRAG_OPEN) :]):
+            by_line.setdefault(line_start(original, edit.start), []).append(edit)
+    out: dict[int, bytes] = {}
+    for start, on_line in by_line.items():
+        end = line_end(original, start)
+        old_width = end - start
+        width = old_width + sum(len(e.replacement) for e in on_line
+                                if start <= e.start <= end and e.is_insertion)
+        if old_width > REVIEW_WIDTH or width <= REVIEW_WIDTH:
+            continue
+        nl = newline_of(original)
+        for edit in on_line:
+            body = edit.replacement[len(FRAG_OPEN) : -len(FRAG_CLOSE)]
+            indent = _continuation_indent(original, start, edit.start)
+            if body.startswith(b", ") and b"profiling" in body.lower():
+                out[id(edit)] = FRAG_OPEN + b"," + nl + indent + body[2:] + FRAG_CLOSE
+            elif body.endswith(b", ") and b"profiling" in body.lower():
+                out[id(edit)] = FRAG_OPEN + nl + indent + body.rstrip() + nl + indent + FRAG_CLOSE
+    return out
+
+
+def _continuation_indent(data: bytes, start: int, at: int) -> bytes:
+    """Where a parameter list's next line starts: after the innermost `(` still open on
+    this line before `at`, else under the line's own first character."""
+    line = data[start:at]
+    opened: list[int] = []
+    for i, c in enumerate(line):
+        if c == ord("("):
+            opened.append(i)
+        elif c == ord(")") and opened:
+            opened.pop()
+    leading = indent_at(data, start)
+    if opened and opened[-1] + 1 <= REVIEW_WIDTH // 2:
+        return b" " * (opened[-1] + 1)
+    return leading
 
 
 def new_contents(

@@ -451,13 +451,17 @@ def _inserted_code(data: bytes) -> tuple[set[int], dict[int, list[tuple[int, int
     lines: set[int] = set()
     fragments: dict[int, list[tuple[int, int]]] = {}
     inside = False
+    in_fragment = False  # a fragment spanning lines (a parameter put on a line of its own)
     for n, line in enumerate(data.split(b"\n"), 1):
-        if not inside and b"optrace" not in line:
+        if not inside and not in_fragment and b"optrace" not in line:
             continue  # most lines: one substring test instead of three and two regexes
         if b"optrace-scaffold begin" in line or b"optrace-runtime-block v" in line:
             inside = True
-        if inside or re.search(rb"  // optrace\r?$", line):
+        if inside or in_fragment or re.search(rb"  // optrace\r?$", line):
             lines.add(n)
+        opened, closed = line.rfind(b"/*optrace<*/"), line.rfind(b"/*>optrace*/")
+        if opened >= 0 or closed >= 0:
+            in_fragment = opened > closed
         for m in _FRAGMENT_RE.finditer(line):
             fragments.setdefault(n, []).append((m.start() + 1, m.end()))
         if b"optrace-scaffold end" in line or b"optrace-runtime-block end" in line:

@@ -164,8 +164,8 @@ TILING_AFTER = TILING_BEFORE.replace("""\
 """, """\
     context->SetBlockDim(8);
     constexpr uint32_t optraceProfilingDataIndex = 1;  // optrace
-    const gert::CompileTimeTensorDesc *optraceProfilingDesc = context->GetOutputDesc(optraceProfilingDataIndex);  // optrace
-    if (optraceProfilingDesc != nullptr && optraceProfilingDesc->GetDataType() != ge::DT_INT64) {  // optrace
+    const gert::CompileTimeTensorDesc *optraceDesc = context->GetOutputDesc(optraceProfilingDataIndex);  // optrace
+    if (optraceDesc != nullptr && optraceDesc->GetDataType() != ge::DT_INT64) {  // optrace
         return ge::GRAPH_FAILED;  // optrace
     }  // optrace
     return ge::GRAPH_SUCCESS;
@@ -245,7 +245,7 @@ def test_the_opdef_registers_the_old_way_and_lookup_follows_namespaces(tmp_path:
     assert [(f.function.name, f.function.line) for f in host_functions(layers, INFER_DTYPE)] == [("InferDataType", 7)]
     assert [(f.function.name, f.function.line) for f in host_functions(layers, TILING)] == [("TilingFunc", 9)]
     after = run(tiling_edits, op)[TILING_CPP]
-    assert after.index("optraceProfilingDesc") > after.index("}  // namespace arch35")
+    assert after.index("optraceDesc") > after.index("}  // namespace arch35")
 
 
 def test_impl_op_chains_and_unresolved_registrations(tmp_path: Path) -> None:

@@ -70,26 +70,31 @@ def worker(rank, args):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--world-size", type=int, default=2)
-    parser.add_argument("--profiling-dir", default=None, help="optrace: save the op's profiling_data here (rank files)")  # optrace
+    parser.add_argument("--profiling-dir", default=None,  # optrace
+                        help="optrace: save the op's profiling_data here (rank files)")  # optrace
     parser.add_argument("--point-map", default=None, help="optrace: the point_map.json the build hook wrote")  # optrace
-    parser.add_argument("--chrome-trace", default=None, help="optrace: write the Chrome trace here (default: <profiling-dir>/trace.json)")  # optrace
+    parser.add_argument("--chrome-trace", default=None,  # optrace
+                        help="optrace: write the Chrome trace here (default: <profiling-dir>/trace.json)")  # optrace
     args = parser.parse_args()
     for _optrace_opt in ("profiling_dir", "point_map", "chrome_trace"):  # optrace
         if getattr(args, _optrace_opt, None):  # optrace
-            setattr(args, _optrace_opt, str(_OptracePath(getattr(args, _optrace_opt)).expanduser().resolve()))  # optrace
+            _optrace_path = _OptracePath(getattr(args, _optrace_opt))  # optrace
+            setattr(args, _optrace_opt, str(_optrace_path.expanduser().resolve()))  # optrace
             _optrace_os.environ["OPTRACE_" + _optrace_opt.upper()] = getattr(args, _optrace_opt)  # optrace
     for _optrace_env in ("OPTRACE_PROFILING_DIR", "OPTRACE_POINT_MAP", "OPTRACE_CHROME_TRACE"):  # optrace
         if _optrace_os.environ.get(_optrace_env):  # optrace
-            _optrace_os.environ[_optrace_env] = str(_OptracePath(_optrace_os.environ[_optrace_env]).expanduser().resolve())  # optrace
+            _optrace_path = _OptracePath(_optrace_os.environ[_optrace_env])  # optrace
+            _optrace_os.environ[_optrace_env] = str(_optrace_path.expanduser().resolve())  # optrace
     mp.spawn(worker, args=(args,), nprocs=args.world_size, join=True)
     if _optrace_os.environ.get("OPTRACE_PROFILING_DIR") and _optrace_os.environ.get("OPTRACE_POINT_MAP"):  # optrace
         import subprocess as _optrace_subprocess  # optrace
         import sys as _optrace_sys  # optrace
         _optrace_dir = _optrace_os.environ["OPTRACE_PROFILING_DIR"]  # optrace
+        _optrace_map = _optrace_os.environ["OPTRACE_POINT_MAP"]  # optrace
+        _optrace_out = _optrace_os.environ.get("OPTRACE_CHROME_TRACE")  # optrace
+        _optrace_out = _optrace_out or _optrace_os.path.join(_optrace_dir, "trace.json")  # optrace
         _optrace_subprocess.run([_optrace_sys.executable, "-m", "optrace", "collect", _optrace_dir,  # optrace
-                                 "--point-map", _optrace_os.environ["OPTRACE_POINT_MAP"], "-o",  # optrace
-                                 _optrace_os.environ.get("OPTRACE_CHROME_TRACE") or _optrace_os.path.join(_optrace_dir, "trace.json")],  # optrace
-                                check=True)  # optrace
+                                 "--point-map", _optrace_map, "-o", _optrace_out], check=True)  # optrace
 
 
 if __name__ == "__main__":

@@ -37,8 +37,8 @@ static ge::graphStatus DemoOpTilingFunc(gert::TilingContext *context)
     }
     context->SetBlockDim(8);
     constexpr uint32_t optraceProfilingDataIndex = 1;  // optrace
-    const gert::CompileTimeTensorDesc *optraceProfilingDesc = context->GetOutputDesc(optraceProfilingDataIndex);  // optrace
-    if (optraceProfilingDesc != nullptr && optraceProfilingDesc->GetDataType() != ge::DT_INT64) {  // optrace
+    const gert::CompileTimeTensorDesc *optraceDesc = context->GetOutputDesc(optraceProfilingDataIndex);  // optrace
+    if (optraceDesc != nullptr && optraceDesc->GetDataType() != ge::DT_INT64) {  // optrace
         return ge::GRAPH_FAILED;  // optrace
     }  // optrace
     return ge::GRAPH_SUCCESS;

@@ -107,6 +107,6 @@ def test_meta_kernels_return_the_extra_output_too(tmp_path: Path) -> None:
                      "TORCH_LIBRARY_IMPL(ns, Meta, m)\n{\n    m.impl(\"demo_op\", &demo_op_meta);\n}\n")
     op = make_repo(tmp_path, {ADAPTER: text})
     after = run(torch_adapter_edits, op, "B")[ADAPTER]
-    assert ("    at::Tensor profilingData = at::empty({OPTRACE_PROFILING_NUMEL}, "
-            "x.options().dtype(at::kLong).device(at::kMeta));  // optrace\n"
+    assert ("    at::Tensor profilingData = at::empty({OPTRACE_PROFILING_NUMEL},  // optrace\n"
+            "        x.options().dtype(at::kLong).device(at::kMeta));  // optrace\n"
             "    return {at::empty_like(x), at::empty({k}, x.options())/*optrace<*/, profilingData/*>optrace*/};") in after
