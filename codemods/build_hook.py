@@ -47,7 +47,7 @@ from optrace.codemods.layer_common import clean_bytes, leading_ws, match_bracket
 from optrace.codemods.python_files import caller_files, split_callers
 from optrace.engine.cpp import mask
 from optrace.engine.discovery import BUILD_RE, LayerFile, Layers, SearchContext
-from optrace.engine.edits import Edit, line_end, line_number, line_start, newline_of
+from optrace.engine.edits import REVIEW_WIDTH, Edit, line_end, line_number, line_start, newline_of
 from optrace.engine.plan import Plan
 from optrace.engine.vocabulary import HOOK_END, HOOK_START, OFF_MARK
 
@@ -247,6 +247,10 @@ def shell_block(site: HookSite, nl: bytes) -> list[bytes]:
         b"}",
         HOOK_END,
     ]
+    at = lines.index(f"optrace preprocess {site.src} --out {site.out}{modify} || {{".encode())
+    if len(i + lines[at]) > REVIEW_WIDTH:  # long paths: `--out` on a continuation line
+        lines[at : at + 1] = [f"optrace preprocess {site.src} \\".encode(),
+                              f"    --out {site.out}{modify} || {{".encode()]
     return [i + ln if ln else ln for ln in lines]
 
 

@@ -32,7 +32,7 @@ from optrace.codemods.layer_common import (
 from optrace.engine.cpp import mask, statement_end
 from optrace.engine.diagnostics import InputError
 from optrace.engine.discovery import LayerFile, Layers, SearchContext, is_host_source
-from optrace.engine.edits import Edit, line_end, line_number, line_start, newline_of
+from optrace.engine.edits import REVIEW_WIDTH, Edit, line_end, line_number, line_start, newline_of
 from optrace.engine.names import same_op
 from optrace.engine.plan import Plan
 from optrace.engine.source import read_regular
@@ -231,6 +231,16 @@ def _statement_text(data: bytes, code: bytes, out: OpDefOutput, param_type: str)
     return [ln.rstrip() for ln in lines if ln.strip() and not ln.lstrip().startswith((b"//", b"/*", b"*"))]
 
 
+def _at_width(line: bytes) -> list[bytes]:
+    """A copied line the line mark would take past the review width: its brace list on a
+    continuation line (`.Format({` / `    ge::FORMAT_ND, ...})`)."""
+    brace = line.find(b"({")
+    if len(line + LINE_MARK) <= REVIEW_WIDTH or brace < 0:
+        return [line]
+    indent = line[: len(line) - len(line.lstrip())]
+    return [line[: brace + 2], indent + b"    " + line[brace + 2 :].lstrip()]
+
+
 def op_def_edits(plan: Plan, mode: str) -> list[Edit]:
     """Edits (on the clean bytes) adding profiling_data as the OpDef's last output."""
     layers = plan.analysis.layers
@@ -263,7 +273,7 @@ def op_def_edits(plan: Plan, mode: str) -> list[Edit]:
                   if outs[-1] is not template and PROFILING_OUTPUT not in [o.name for o in outs]]
     edits = []
     for tpl in templates:
-        lines = _statement_text(data, code, tpl, param_type)
+        lines = [part for line in _statement_text(data, code, tpl, param_type) for part in _at_width(line)]
         at = line_end(data, tpl.end - 1, include_newline=True)
         body = b"".join(line + LINE_MARK + nl for line in lines)
         if not data[:at].endswith(b"\n"):

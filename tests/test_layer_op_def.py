@@ -71,8 +71,9 @@ def test_one_line_outputs_and_missing_param_type(tmp_path: Path) -> None:
         """)
     op = make_repo(tmp_path, {OPDEF: before})
     after = run(op_def_edits, op, "A")[OPDEF]
-    assert ('        this->Output("profiling_data").ParamType(OPTIONAL).DataType({DT_INT64, DT_INT64, DT_INT64})'
-            '.Format({FORMAT_ND, FORMAT_ND, FORMAT_ND});  // optrace\n') in after
+    # past 120 columns as one line: the brace list goes on a continuation line
+    assert ('        this->Output("profiling_data").ParamType(OPTIONAL).DataType({  // optrace\n'
+            '            DT_INT64, DT_INT64, DT_INT64}).Format({FORMAT_ND, FORMAT_ND, FORMAT_ND});  // optrace\n') in after
 
 
 def test_hand_written_profiling_output_is_left_alone(tmp_path: Path) -> None:
@@ -120,12 +121,12 @@ OP_ADD(DemoOp);
 def test_an_opdef_without_outputs_gets_profiling_data_as_its_only_output(tmp_path: Path) -> None:
     # Written like the last input (its list lengths), right after the inputs.
     op = make_repo(tmp_path, {OPDEF: NO_OUTPUTS})
-    added = ('        this->Output("profiling_data").ParamType(REQUIRED).DataType({ge::DT_INT64, ge::DT_INT64})'
-             '.Format({ge::FORMAT_ND, ge::FORMAT_ND});  // optrace\n')
+    added = ('        this->Output("profiling_data").ParamType(REQUIRED).DataType({  // optrace\n'
+             '            ge::DT_INT64, ge::DT_INT64}).Format({ge::FORMAT_ND, ge::FORMAT_ND});  // optrace\n')
     after = NO_OUTPUTS.replace('        this->Attr("k")', added + '        this->Attr("k")')
     assert run(op_def_edits, op, "B") == {OPDEF: after}
-    assert run(op_def_edits, op, "A") == {OPDEF: after.replace("ParamType(REQUIRED).DataType({ge::DT_INT64",
-                                                               "ParamType(OPTIONAL).DataType({ge::DT_INT64")}
+    assert run(op_def_edits, op, "A") == {OPDEF: after.replace("ParamType(REQUIRED).DataType({",
+                                                               "ParamType(OPTIONAL).DataType({")}
 
 
 def test_an_opdef_without_inputs_or_outputs_gets_one_before_its_configuration(tmp_path: Path) -> None:
