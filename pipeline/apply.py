@@ -40,6 +40,7 @@ from optrace.engine.edits import Edit, EditError, EditSet, FileChange, apply_edi
 from optrace.engine.plan import Plan
 from optrace.engine.source import blank_comments, overlaid, read_regular
 from optrace.engine.vocabulary import SCAFFOLD_BEGIN
+from optrace.pipeline.apply_summary import summary_lines
 from optrace.pipeline.check import check_operator
 from optrace.pipeline.layers import LayerEdits, kernel_side, layer_edits, owned_files, sizes_header
 from optrace.pipeline.plan import plan_operator
@@ -91,6 +92,7 @@ class OperatorChanges:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     plan: Plan | None = None
     provenance: Provenance | None = None
+    summary: list[str] = field(default_factory=list)  # apply's screen before its diff
 
     @property
     def name(self) -> str:
@@ -130,6 +132,10 @@ def apply_changes(op_dir: Path, repo_root: Path | None = None, mode: str | None 
         result.changes[path] = (None, content)
     for path, content in deleted.items():
         result.changes[path] = (content, None)
+    why = (chosen.message.split(": ", 1)[-1] if chosen is not None else
+           "recorded in the tree" if recorded is not None and mode is None else "asked (--mode)")
+    result.summary = summary_lines(plan, effective, why, result.changes, editset,
+                                   {*created, *layer_created})
     # What a multi-operator run needs to rebase this result (see `rebase`): everything the
     # computation read except the layer files `rebase` re-derives.
     prov.kernel_reads = frozenset(resolve(p) for p in plan.analysis.parsed)

@@ -259,6 +259,10 @@ class _EditRun:
                 return
         diff = outcome.diff if outcome.diff is not None else unified_diff(result.changes, result.repo_root)
         self.ends.append("changed" if diff else "unchanged")
+        if diff and result.summary:
+            # What the diff does, before it: on stderr, so a diff piped into `git apply`
+            # stays a patch.
+            err("\n".join(safe_text(line) for line in result.summary))
         if self.patch is not None:
             self.patches.append(diff)
             self.patched.extend(result.changes)
@@ -362,8 +366,10 @@ def apply(
     wait: Annotated[bool, typer.Option("--wait", help=_WAIT_HELP)] = False,
 ) -> None:
     """Instrument operators as planned, as a minimal diff: trace points (B + a scope guard
-    that records the E on every exit), the runtime block in *_base.h, and the kernel
-    entry scaffold with its profiling_data output. Default: print the diff, write nothing."""
+    that records the E on every exit), the generated runtime header beside the entry
+    (included from *_base.h), and the kernel entry scaffold with its profiling_data output.
+    Default: a summary (mode, files by layer, points, labels per core type) on stderr, then
+    the diff, writing nothing."""
     apply_config_trust(trust_config)
     raise typer.Exit(_with_write_locks(op_dirs, repo_root, write, wait, lambda: _edit_command(
         op_dirs, repo_root, write, check, patch, "apply", mode, jobs)))
