@@ -341,8 +341,10 @@ class EntryLayer(FileLayer):
              "        AscendC::SyncAll();\n"
              '        MoeTracing(TRACE_POINT("barrier", "E"));  // optrace\n'),
             ("void demo_op(GM_ADDR x, GM_ADDR y, GM_ADDR workspace, GM_ADDR tiling)\n{\n",
-             "void demo_op(GM_ADDR x, GM_ADDR y, /*optrace<*/GM_ADDR profiling_data, /*>optrace*/"
-             "GM_ADDR workspace, "
+             # past 120 columns on one line: the parameter on a line of its own, in its fragment
+             "void demo_op(GM_ADDR x, GM_ADDR y, /*optrace<*/\n"
+             + " " * len('extern "C" __global__ __aicore__ void demo_op(') + "GM_ADDR profiling_data,\n"
+             + " " * len('extern "C" __global__ __aicore__ void demo_op(') + "/*>optrace*/GM_ADDR workspace, "
              "GM_ADDR tiling)\n{\n"
              "// optrace-scaffold begin mode=B\n"
              "#if ENABLE_MOE_PROFILING\n"

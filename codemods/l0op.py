@@ -354,8 +354,9 @@ class L0opLayer(FileLayer):
         files={"demo_op/op_api/demo_op.cpp": _EXAMPLE_L0,
                "demo_op/op_api/aclnn_demo_op.cpp": _EXAMPLE_L0_API},
         changes=(
-            ("aclOpExecutor *executor)\n",
-             "aclOpExecutor *executor/*optrace<*/, const aclTensor *profilingData = nullptr/*>optrace*/)\n"),
+            ("aclOpExecutor *executor)\n",  # past 120 columns on one line: wrapped in its fragment
+             "aclOpExecutor *executor/*optrace<*/,\n" + " " * len("const aclTensor *DemoOp(")
+             + "const aclTensor *profilingData = nullptr/*>optrace*/)\n"),
             ("OP_OUTPUT(y));", "OP_OUTPUT(y/*optrace<*/, profilingData/*>optrace*/));"),
         ),
     ),)

@@ -62,9 +62,13 @@ def test_the_same_in_mode_a(tmp_path: Path) -> None:
 def test_a_parameter_inside_a_line_is_a_fragment(tmp_path: Path) -> None:
     op = make_repo(tmp_path, {HEADER: "aclnnStatus aclnnDemoOpGetWorkspaceSize(const aclTensor *x, "
                                       "uint64_t *workspaceSize, aclOpExecutor **executor);\n"})
+    # One line past 120 columns with it: the parameter on a line of its own, inside the
+    # fragment, under the first parameter.
+    pad = " " * len("aclnnStatus aclnnDemoOpGetWorkspaceSize(")
     assert run(aclnn_edits, op)[HEADER] == (
-        "aclnnStatus aclnnDemoOpGetWorkspaceSize(const aclTensor *x, /*optrace<*/const aclTensor "
-        "*profilingData, /*>optrace*/uint64_t *workspaceSize, aclOpExecutor **executor);\n")
+        "aclnnStatus aclnnDemoOpGetWorkspaceSize(const aclTensor *x, /*optrace<*/\n"
+        f"{pad}const aclTensor *profilingData,\n"
+        f"{pad}/*>optrace*/uint64_t *workspaceSize, aclOpExecutor **executor);\n")
 
 
 @pytest.mark.parametrize("rel", ["ops/pregen/build_out/autogen/aclnn_demo_op.h",
@@ -72,9 +76,11 @@ def test_a_parameter_inside_a_line_is_a_fragment(tmp_path: Path) -> None:
 def test_pregen_autogen_wrappers_beside_or_inside_the_op(tmp_path: Path, rel: str) -> None:
     op = make_repo(tmp_path, {rel: "aclnnStatus aclnnDemoOpGetWorkspaceSize(const aclTensor* x, "
                                     "uint64_t* workspaceSize, aclOpExecutor** executor);\n"})
+    pad = " " * len("aclnnStatus aclnnDemoOpGetWorkspaceSize(")
     assert run(aclnn_edits, op)[rel] == (
-        "aclnnStatus aclnnDemoOpGetWorkspaceSize(const aclTensor* x, /*optrace<*/const aclTensor* "
-        "profilingData, /*>optrace*/uint64_t* workspaceSize, aclOpExecutor** executor);\n")
+        "aclnnStatus aclnnDemoOpGetWorkspaceSize(const aclTensor* x, /*optrace<*/\n"
+        f"{pad}const aclTensor* profilingData,\n"
+        f"{pad}/*>optrace*/uint64_t* workspaceSize, aclOpExecutor** executor);\n")
 
 
 def test_a_wrapper_that_already_has_the_output_is_left_alone(tmp_path: Path) -> None:
@@ -126,13 +132,17 @@ extern "C" aclnnStatus aclnnInnerDemoOPGetWorkspaceSize(const aclTensor *x, cons
                                                         const aclTensor *profilingData,  // optrace
                                                         uint64_t *workspaceSize, aclOpExecutor **executor);
 
-static aclnnStatus Forward(const aclTensor *x, const aclTensor *y, /*optrace<*/const aclTensor *profilingData, /*>optrace*/uint64_t *workspaceSize,
+static aclnnStatus Forward(const aclTensor *x, const aclTensor *y, /*optrace<*/
+                           const aclTensor *profilingData,
+                           /*>optrace*/uint64_t *workspaceSize,
                            aclOpExecutor **executor)
 {
     return aclnnInnerDemoOPGetWorkspaceSize(x, y, /*optrace<*/profilingData, /*>optrace*/workspaceSize, executor);
 }
 
-aclnnStatus aclnnDemoGetWorkspaceSize(const aclTensor *x, const aclTensor *y, /*optrace<*/const aclTensor *profilingData, /*>optrace*/uint64_t *workspaceSize,
+aclnnStatus aclnnDemoGetWorkspaceSize(const aclTensor *x, const aclTensor *y, /*optrace<*/
+                                      const aclTensor *profilingData,
+                                      /*>optrace*/uint64_t *workspaceSize,
                                       aclOpExecutor **executor)
 {
     if (x == nullptr) {

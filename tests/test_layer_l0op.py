@@ -42,8 +42,15 @@ def g2(op: Path) -> dict[str, object]:
     return next(g for g in doc["operators"][0]["gates"] if g["gate"] == "G2")
 
 
+def unwrapped(text: str) -> str:
+    """The text with each fragment apply put on lines of its own (its line would have run
+    past 120 columns) joined back into one line, as the checks below read them."""
+    text = re.sub(r"/\*optrace<\*/,\n\s+", "/*optrace<*/, ", text)
+    return re.sub(r"/\*optrace<\*/\n\s+([^\n]*),\n\s+/\*>optrace\*/", r"/*optrace<*/\1, /*>optrace*/", text)
+
+
 def line_with(path: Path, needle: str) -> str:
-    return next(line for line in path.read_text().splitlines() if needle in line)
+    return next(line for line in unwrapped(path.read_text()).splitlines() if needle in line)
 
 
 def test_the_buffer_travels_from_the_api_down_to_the_launch(tmp_path: Path) -> None:
@@ -54,14 +61,14 @@ def test_the_buffer_travels_from_the_api_down_to_the_launch(tmp_path: Path) -> N
     api = repo / API
     # the launch: profiling last in OP_OUTPUT, after the OpDef's two outputs
     assert re.search(r"OP_OUTPUT\(gradInput, gradGamma/\*optrace<\*/, profilingData/\*>optrace\*/\)",
-                     (api / "moe_norm_grad.cpp").read_text())
+                     unwrapped((api / "moe_norm_grad.cpp").read_text()))
     # the public l0 prototype is defaulted (other operators call it), its definition is not
     prototype = line_with(api / "moe_norm_grad.h", "aclOpExecutor *executor")
     assert "const aclTensor *profilingData = nullptr" in prototype
     definition = line_with(api / "moe_norm_grad.cpp", "aclTensor *gradGamma, aclOpExecutor *executor")
     assert "const aclTensor *profilingData/*>optrace*/" in definition
     # a static helper has every caller in its file: a plain parameter, passed by each call
-    helper = (api / "aclnn_moe_norm_backward.cpp").read_text()
+    helper = unwrapped((api / "aclnn_moe_norm_backward.cpp").read_text())
     assert "aclOpExecutor *executor/*optrace<*/, const aclTensor *profilingData/*>optrace*/)" in helper
     assert "uniqueExecutor.get()/*optrace<*/, profilingData/*>optrace*/);" in helper
     # the API named for what it computes is the root: right before workspaceSize
@@ -91,7 +98,8 @@ def test_a_launch_left_without_the_buffer_fails_g2_at_its_line(tmp_path: Path) -
     repo = copy(tmp_path)
     assert cli("apply", str(repo / OP), "--write")[0] == 0
     l0 = repo / API / "moe_norm_grad.cpp"
-    l0.write_text(l0.read_text().replace("gradGamma/*optrace<*/, profilingData/*>optrace*/)", "gradGamma)"))
+    l0.write_text(unwrapped(l0.read_text()).replace("gradGamma/*optrace<*/, profilingData/*>optrace*/)",
+                                                    "gradGamma)"))
     gate = g2(repo / OP)
     assert gate["status"] == "fail"
     bad = [e for e in gate["evidence"] if not e["ok"]]  # type: ignore[union-attr]
@@ -114,7 +122,7 @@ def test_the_threaded_files_compile_and_an_unthreaded_launch_does_not(tmp_path: 
         assert [e for e in after[path] if e.message not in old] == [], path
     assert not any("profilingData" in e.message for errs in after.values() for e in errs)
     l0 = repo / API / "moe_norm_grad.cpp"
-    text = l0.read_text()
+    text = unwrapped(l0.read_text())
     cut = "aclOpExecutor *executor/*optrace<*/, const aclTensor *profilingData/*>optrace*/)\n{\n    L0_DFX"
     assert cut in text
     l0.write_text(text.replace(cut, "aclOpExecutor *executor)\n{\n    L0_DFX"))
