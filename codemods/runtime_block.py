@@ -80,23 +80,28 @@ def runtime_header_path(plan: Plan) -> Path:
     return (beside / RUNTIME_HEADER).resolve()
 
 
-def base_header_path(plan: Plan) -> Path | None:
+def base_header_path(plan: Plan, with_points: set[Path] | None = None) -> Path | None:
     """The header that includes the runtime: a kernel header holding an older optrace's
-    pasted block (it becomes the include), else the operator's own `<op>_base.h` when the
-    entry's includes reach it; None when there is neither (files with points then include
-    the runtime header themselves) — never a vendored sub-kernel's `*_base.h`."""
+    pasted block (it becomes the include), else the operator's own `<op>_base.h` when a
+    file with points (or the entry) includes it; None otherwise (files with points then
+    include the runtime header themselves) — never a vendored sub-kernel's `*_base.h`,
+    nor a base header only code without points includes (its code would gain an include
+    for nothing)."""
     found = plan.analysis.layers.found.get("base_header")
     if not found:
         return None
     path = found[0].path.resolve()
-    reached = {p.resolve() for p in plan.analysis.includes.files}
     try:
         data = path.read_bytes()
     except OSError:
         return None
-    if _BLOCK_RE.search(data) is not None or path in reached:
+    if _BLOCK_RE.search(data) is not None:
         return path
-    return None
+    if with_points is None:
+        with_points = points_files(plan, point_edits(plan))
+    graph = plan.analysis.includes.graph
+    includers = {p.resolve() for p in graph.predecessors(path)} if path in graph else set()
+    return path if includers & {p.resolve() for p in with_points} else None
 
 
 def _as_lines(data: bytes, at: int, lines: bytes) -> bytes:
@@ -171,9 +176,10 @@ def _include_line(data: bytes, at: int, from_dir: Path, header: Path) -> bytes:
     return _as_lines(data, at, f'#include "{rel}"'.encode() + LINE_MARK + newline_of(data))
 
 
-def block_edits(plan: Plan) -> tuple[list[Edit], dict[Path, bytes]]:
+def block_edits(plan: Plan, with_points: set[Path] | None = None) -> tuple[list[Edit], dict[Path, bytes]]:
     """Edits to existing files (the base header's include, an older block replaced by it,
-    a runtime header rewritten), and new files to create: {path: content}."""
+    a runtime header rewritten), and new files to create: {path: content}. `with_points`:
+    the files that get points (computed when not given)."""
     header = runtime_header_path(plan)
     content = runtime_header_content()
     created: dict[Path, bytes] = {}
@@ -184,7 +190,7 @@ def block_edits(plan: Plan) -> tuple[list[Edit], dict[Path, bytes]]:
             edits.append(Edit(header, 0, len(data), content, CODEMOD, "rewrite the runtime header"))
     else:
         created[header] = content
-    base = base_header_path(plan)
+    base = base_header_path(plan, with_points)
     if base is None:
         return edits, created
     data = read_regular(base)
@@ -210,7 +216,7 @@ def include_edits(plan: Plan, files_with_points: set[Path]) -> list[Edit]:
     """`#include "optrace_runtime.h"  // optrace` in each file with points that includes
     neither it nor the base header outside every `#if`."""
     header = runtime_header_path(plan)
-    base = base_header_path(plan)
+    base = base_header_path(plan, files_with_points)
     covered = {header} | ({base} if base is not None else set())
     edits: list[Edit] = []
     for path in sorted(files_with_points):
@@ -228,8 +234,9 @@ def include_edits(plan: Plan, files_with_points: set[Path]) -> list[Edit]:
 def base_header_edits(plan: Plan) -> list[Edit]:
     """The base header's include of the runtime, and the include in every kernel file
     with a point that does not see it."""
-    block, _created = block_edits(plan)
-    return [*block, *include_edits(plan, points_files(plan, point_edits(plan)))]
+    with_points = points_files(plan, point_edits(plan))
+    block, _created = block_edits(plan, with_points)
+    return [*block, *include_edits(plan, with_points)]
 
 
 def points_files(plan: Plan, points: list[Edit]) -> set[Path]:

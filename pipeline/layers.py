@@ -73,5 +73,6 @@ def kernel_side(plan: Plan, mode: str | None) -> KernelEdits:
     includes go to the files that get points)."""
     points = point_edits(plan)
     entry = entry_edits(plan, mode)
-    block, created = block_edits(plan)
-    return KernelEdits([*points, *entry], [*block, *include_edits(plan, points_files(plan, points))], created)
+    with_points = points_files(plan, points)
+    block, created = block_edits(plan, with_points)
+    return KernelEdits([*points, *entry], [*block, *include_edits(plan, with_points)], created)

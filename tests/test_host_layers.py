@@ -247,7 +247,7 @@ def test_apply_check_reapply_strip(tmp_path: Path) -> None:
         "CMakeLists.txt", f"{OP}/op_host/demo_op_def.cpp", f"{OP}/op_host/demo_op_infershape.cpp",
         f"{OP}/op_host/demo_op_tiling.cpp", f"{OP}/op_host/op_api/aclnn_demo_op.cpp",
         f"{OP}/op_host/op_api/aclnn_demo_op.h", f"{OP}/op_host/optrace_demo_op_profiling.h",
-        f"{OP}/op_kernel/demo_op.cpp", f"{OP}/op_kernel/demo_op_base.h",
+        f"{OP}/op_kernel/demo_op.cpp", f"{OP}/op_kernel/optrace_runtime.h",
         "torch/demo_op.cpp", "torch/functions.h", "torch/registration.cpp"])
     code, out, err = cli("check", str(op), "--no-compile")
     assert code == 0, out + err
@@ -259,10 +259,10 @@ def test_apply_check_reapply_strip(tmp_path: Path) -> None:
             ("demo_op_infershape.cpp", 36, "infer dtype: profiling_data is output 3 (index 2)"),
             ("demo_op_tiling.cpp", 13, "tiling: profiling_data is output 3 (index 2)"),
             ("aclnn_demo_op.cpp", 2, "aclnnInnerDemoOPGetWorkspaceSize signature: profiling output last"),
-            ("aclnn_demo_op.cpp", 6, "Forward signature: profiling output last"),
-            ("aclnn_demo_op.cpp", 10, "aclnnInnerDemoOPGetWorkspaceSize call: profiling output last"),
-            ("aclnn_demo_op.cpp", 13, "aclnnDemoOPGetWorkspaceSize signature: profiling output last"),
-            ("aclnn_demo_op.cpp", 16, "Forward call: profiling output last"),
+            ("aclnn_demo_op.cpp", 8, "Forward signature: profiling output last"),
+            ("aclnn_demo_op.cpp", 12, "aclnnInnerDemoOPGetWorkspaceSize call: profiling output last"),
+            ("aclnn_demo_op.cpp", 15, "aclnnDemoOPGetWorkspaceSize signature: profiling output last"),
+            ("aclnn_demo_op.cpp", 20, "Forward call: profiling output last"),
             ("aclnn_demo_op.h", 2, "aclnnDemoOPGetWorkspaceSize signature: profiling output last"),
             ("demo_op.cpp", 8, "EXEC_NPU_CMD: `profilingData` is argument 6"),
             ("registration.cpp", 4, "schema returns 3 tensor(s)")} <= notes, sorted(notes)
@@ -313,7 +313,7 @@ def test_an_aclnn_helper_left_unedited_fails_g2(tmp_path: Path) -> None:
     break_file(op, f"{OP}/op_host/op_api/aclnn_demo_op.cpp",
                "                           const aclTensor *profilingData,  // optrace\n", "")
     assert failing(gates(op)["G2"]) == [
-        ("aclnn_demo_op.cpp", 6, "Forward signature has no profiling output (stale wrapper?)")]
+        ("aclnn_demo_op.cpp", 8, "Forward signature has no profiling output (stale wrapper?)")]
 
 
 def test_an_infer_left_unedited_fails_g2_at_the_registered_function(tmp_path: Path) -> None:
@@ -398,8 +398,9 @@ def test_an_opdef_without_outputs_gets_profiling_data_as_its_only_output(tmp_pat
     code, _, err = cli("apply", str(op), "--write")
     assert code == 0, err  # not OT310
     opdef = (op / "op_host/demo_op_def.cpp").read_text()
-    assert ('        this->Output("profiling_data").ParamType(REQUIRED).DataType({ge::DT_INT64, ge::DT_INT64})'
-            '.Format({ge::FORMAT_ND, ge::FORMAT_ND});  // optrace\n        this->AICore()') in opdef
+    assert ('        this->Output("profiling_data").ParamType(REQUIRED).DataType({  // optrace\n'
+            '            ge::DT_INT64, ge::DT_INT64}).Format({ge::FORMAT_ND, ge::FORMAT_ND});  // optrace\n'
+            '        this->AICore()') in opdef
     g2 = gates(op)["G2"]
     assert g2["status"] == "pass", json.dumps(g2, indent=1)
     assert ("demo_op_def.cpp", 8, "OpDef: profiling_data is output 1 of 1") in [
