@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
                     apply_cpu.append(last_cpu[0])
                     apply_mem = mem
                 written = sum(1 for op in ops
-                              if (copy / op.name / "op_kernel" / f"{op.name}_base.h").is_file())
+                              if (copy / op.name / "op_kernel" / "optrace_runtime.h").is_file())
                 shutil.rmtree(copy)
     result = {
         "operators": args.operators, "planned": planned, "lines": lines, "bytes": size,

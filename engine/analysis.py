@@ -84,7 +84,7 @@ HOT_WORDS = ("dequant", "deq", "quant", "wait", "sync", "send", "recv", "receive
 _EXISTING_RE = re.compile(rb"MoeTracing\s*(?:<[^>]*>)?\s*\(\s*" + TRACE_POINT_CALL)
 
 
-# The optrace device runtime itself (inserted into *_base.h by apply) is not operator
+# The optrace device runtime itself (the header apply writes beside the entry) is not operator
 # code: its functions are never call targets and its calls never count as statements,
 # so planning an instrumented tree gives the same plan as before (apply is idempotent).
 RUNTIME_NAMES = frozenset({"MoeTracing", "MoeTracingFingerprint", "SetMoeProfilePtr", "OptraceEntryBegin",
