@@ -457,13 +457,19 @@ def _inserted_code(data: bytes) -> tuple[set[int], dict[int, list[tuple[int, int
             continue  # most lines: one substring test instead of three and two regexes
         if b"optrace-scaffold begin" in line or b"optrace-runtime-block v" in line:
             inside = True
-        if inside or in_fragment or re.search(rb"  // optrace\r?$", line):
+        closed = line.find(b"/*>optrace*/") if in_fragment else -1
+        if inside or (in_fragment and closed < 0) or re.search(rb"  // optrace\r?$", line):
             lines.add(n)
-        opened, closed = line.rfind(b"/*optrace<*/"), line.rfind(b"/*>optrace*/")
-        if opened >= 0 or closed >= 0:
-            in_fragment = opened > closed
-        for m in _FRAGMENT_RE.finditer(line):
+        elif in_fragment:  # the fragment's last line: inserted up to its close, original after
+            fragments.setdefault(n, []).append((1, closed + len(b"/*>optrace*/")))
+        for m in _FRAGMENT_RE.finditer(line, closed + 1 if closed >= 0 else 0):
             fragments.setdefault(n, []).append((m.start() + 1, m.end()))
+        opened, last_close = line.rfind(b"/*optrace<*/"), line.rfind(b"/*>optrace*/")
+        if opened > last_close:  # opened here, closed on a later line
+            fragments.setdefault(n, []).append((opened + 1, len(line)))
+            in_fragment = True
+        elif last_close >= 0:
+            in_fragment = False
         if b"optrace-scaffold end" in line or b"optrace-runtime-block end" in line:
             inside = False
     return lines, fragments

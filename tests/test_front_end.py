@@ -706,6 +706,29 @@ def test_an_own_base_header_the_entry_includes_takes_the_block(tmp_path: Path) -
     assert "optrace-runtime-block" in (root / "ops/pool/op_kernel/optrace_runtime.h").read_text()
 
 
+def test_a_base_header_included_in_one_arm_only_does_not_leave_the_other_without_the_runtime(
+        tmp_path: Path) -> None:
+    """The entry includes its base header inside `#if` only; its points (and the kernel
+    header's) compile under the other arm too: the runtime's include goes outside every
+    `#if`, in each file with points, so `check` compiles them all (no OT420)."""
+    files = {"ops/arm/op_kernel/arm.cpp": '#if defined(USE_BASE)\n#include "arm_base.h"\n#endif\n'
+             '#include "kernels.h"\n' + ENTRY_HEAD.format(op="arm")
+             + "    KernelA op;\n    op.Init(x, y, workspace);\n    op.Process();\n}\n",
+             "ops/arm/op_kernel/kernels.h": kernel_class("KernelA", "StepA"),
+             "ops/arm/op_kernel/arm_base.h": "#pragma once\nconstexpr int BUFFER_NUM = 2;\n"}
+    root = write_tree(tmp_path, files)
+    before = snapshot(root)
+    assert runner.invoke(app, ["apply", str(root / "ops/arm"), "--write"]).exit_code == 0
+    entry = (root / "ops/arm/op_kernel/arm.cpp").read_text()
+    assert entry.startswith('#if defined(USE_BASE)\n#include "arm_base.h"\n#endif\n#include "kernels.h"\n'
+                            '#include "optrace_runtime.h"  // optrace\n')
+    assert '#include "optrace_runtime.h"  // optrace' in (root / "ops/arm/op_kernel/kernels.h").read_text()
+    check = runner.invoke(app, ["check", str(root / "ops/arm"), "--format", "json"])
+    assert "OT420" not in check.stdout and '"compile_checked_files": 0' not in check.stdout
+    assert runner.invoke(app, ["strip", str(root / "ops/arm"), "--write"]).exit_code == 0
+    assert snapshot(root) == before
+
+
 def test_an_opdef_built_through_helpers_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     files = {"ops/helped/op_kernel/helped.cpp": '#include "kernels.h"\n' + ENTRY_HEAD.format(op="helped")
              + "    KernelA op;\n    op.Process();\n}\n",

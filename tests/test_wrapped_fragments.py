@@ -1,0 +1,57 @@
+"""A profiling parameter that would take its line past 120 columns goes on a line of its
+own inside its fragment; strip takes exactly the fragment back, and check attributes only
+the fragment's columns to optrace (the original code after it stays the user's)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from optrace.codemods.strip import strip_bytes
+from optrace.engine.edits import REVIEW_WIDTH, Edit, apply_edits
+from optrace.engine.vocabulary import FRAG_CLOSE, FRAG_OPEN
+from optrace.pipeline.check import _inserted_code
+
+PARAM = FRAG_OPEN + b"const aclTensor *profilingData, " + FRAG_CLOSE
+ARG = FRAG_OPEN + b", profilingData" + FRAG_CLOSE
+
+
+def _insert(data: bytes, before: bytes, text: bytes) -> bytes:
+    at = data.index(before)
+    return apply_edits(data, [Edit(Path("x.cpp"), at, at, text, "aclnn")])
+
+
+def test_a_parameter_past_the_width_goes_on_its_own_line_and_strip_takes_it_back() -> None:
+    head = b"aclnnStatus aclnnDemoGetWorkspaceSize(const aclTensor *x, const aclTensor *y, "
+    data = head + b"uint64_t *workspaceSize,\n" + b" " * 38 + b"aclOpExecutor **executor);\n"
+    assert len(data.split(b"\n")[0]) <= REVIEW_WIDTH < len(data.split(b"\n")[0]) + len(PARAM)
+    new = _insert(data, b"uint64_t", PARAM)
+    pad = b" " * len(b"aclnnStatus aclnnDemoGetWorkspaceSize(")
+    assert new.startswith(head + FRAG_OPEN + b"\n" + pad + b"const aclTensor *profilingData,\n" + pad
+                          + FRAG_CLOSE + b"uint64_t *workspaceSize,\n")
+    assert max(len(ln) for ln in new.split(b"\n")) <= REVIEW_WIDTH
+    assert strip_bytes(new, Path("x.cpp")) == data
+    # an argument after the last one: the comma stays on the line, the name goes below
+    call = b"    return aclnnInner(" + b", ".join(bytes([c]) * 3 for c in range(97, 116)) + b");\n"
+    assert len(call) - 1 <= REVIEW_WIDTH < len(call) - 1 + len(ARG)
+    new = _insert(call, b");", ARG)
+    pad = b" " * len(b"    return aclnnInner(")
+    assert new == call.replace(b");", FRAG_OPEN + b",\n" + pad + b"profilingData" + FRAG_CLOSE + b");")
+    assert strip_bytes(new, Path("x.cpp")) == call
+
+
+def test_short_lines_and_lines_already_past_the_width_keep_the_fragment_inline() -> None:
+    short = b"void f(int x, uint64_t *workspaceSize);\n"
+    assert _insert(short, b"uint64_t", PARAM) == short.replace(b"uint64_t", PARAM + b"uint64_t")
+    long = b"void f(" + b"int a, " * 20 + b"uint64_t *workspaceSize);\n"
+    assert len(long) > REVIEW_WIDTH
+    assert _insert(long, b"uint64_t", PARAM) == long.replace(b"uint64_t", PARAM + b"uint64_t")
+
+
+def test_check_blames_only_the_fragment_of_a_wrapped_line() -> None:
+    data = (b"void f(int x, " + FRAG_OPEN + b"\n       const aclTensor *profilingData,\n       " + FRAG_CLOSE
+            + b"int workspace, &tilingData);\n")
+    lines, fragments = _inserted_code(data)
+    assert lines == {2}  # the parameter's own line is wholly optrace's
+    assert fragments[1] == [(len(b"void f(int x, ") + 1, len(data.split(b"\n")[0]))]
+    close_end = len(b"       " + FRAG_CLOSE)
+    assert fragments[3] == [(1, close_end)]  # `int workspace, &tilingData)` stays the user's
