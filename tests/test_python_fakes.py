@@ -398,7 +398,8 @@ def wrapped(tmp: Path, wrapper: str) -> dict[str, str]:
     std::tuple<at::Tensor, at::Tensor/*optrace<*/, at::Tensor/*>optrace*/> demo_op_autograd(const at::Tensor &x)
     {
         auto [y, z/*optrace<*/, profilingData/*>optrace*/] = demo_op_impl(x);
-        return std::tuple<at::Tensor, at::Tensor/*optrace<*/, at::Tensor/*>optrace*/>(y, z/*optrace<*/, profilingData/*>optrace*/);
+        return std::tuple<at::Tensor, at::Tensor/*optrace<*/, at::Tensor/*>optrace*/>(y, z/*optrace<*/,
+                                                  profilingData/*>optrace*/);
     }
     '''),
     ('''\
