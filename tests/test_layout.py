@@ -33,7 +33,7 @@ ALLOWED = {
     ("runtime/perfetto.py", "gzip"): "collect start-up: only for .gz output",
     ("runtime/collect.py", "runtime.perfetto"): "collect start-up: the .pftrace writer (~5 ms)",
     ("runtime/collect.py", "runtime.merge"): "collect start-up: only for --merge",
-    ("runtime/trace_files.py", "runtime.perfetto"): "collect start-up: only for .pftrace",
+    ("runtime/formats.py", "runtime.perfetto"): "collect start-up: only for .pftrace",
     ("runtime/chrome.py", "tempfile"): "collect start-up: only where O_TMPFILE is missing",
     ("runtime/format.py", "copy"): "collect start-up: only for rare metadata values",
     ("runtime/workers.py", "traceback"): "collect start-up: only for a worker's unpicklable error",
