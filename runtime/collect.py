@@ -456,8 +456,15 @@ def collect(
     # Refused before anything is decoded: an output that is a rank file or the point map,
     # a FIFO, a socket (runtime/atomic.py).
     inputs = [path for _, path in files] + [Path(point_map.path)]
-    target = output_target(output, inputs)
-    if target.through and options.split is not None:
+    dataset: Any = None
+    if fmt.directory:
+        from . import dataset  # only for --format parquet: DuckDB, an optional dependency
+
+        dataset.check_output(output, inputs)
+        through = False
+    else:
+        through = output_target(output, inputs).through
+    if through and options.split is not None:
         raise OutputError(output, "--split writes files beside the output: name a regular file")
     decode_options = DecodeOptions(options.clock_mhz, options.ignore_fingerprint)
     placed = place_ranks(files, point_map, decode_options, options.align, placement)
@@ -467,7 +474,7 @@ def collect(
     ranks_meta: list[dict[str, Any] | None] = [None] * len(files)
     # One process for .gz, .pftrace and --split (a rank at a time, written where it belongs).
     # A device is written through in order: one process too.
-    one = output.name.endswith(".gz") or not fmt.side_by_side or options.split is not None or target.through
+    one = output.name.endswith(".gz") or not fmt.side_by_side or options.split is not None or through
     asked = collect_processes(options.jobs, len(files), one)
     sizes = [_size(path) for _, path in files]
     processes, fewer = worth_processes(asked, sum(sizes))
@@ -511,6 +518,11 @@ def collect(
                           for rank, cores in threads.items()])
 
     notes = placed.notes()
+    if dataset is not None:
+        written = dataset.write_dataset(output, placed, outcomes, ranks_meta, point_map, decode_options,
+                                        options, advance)
+        return CollectResult(output, point_map, outcomes, written, written=bool(written), alignment=alignment,
+                             launch_notes=notes)
     if not fmt.side_by_side or options.split is not None:
         outputs, events = write_files(
             output, fmt, options.split, [path.stem for _, path in files], plan, other_data, advance,
@@ -766,7 +778,13 @@ def _plan_rank(
     # collect of many ranks holds one rank's spans per process instead of every rank's.
     outcome.cores_written = len(decoded.cores)
     decoded.release_spans()
-    meta = {
+    return rendered, rank_entry(outcome, decoded, placed, position)
+
+
+def rank_entry(outcome: RankOutcome, decoded: RankDecode, placed: Placement, position: int) -> dict[str, Any]:
+    """A rank file's entry of the trace's rank table (the dataset's metadata too)."""
+    name = outcome.name
+    return {
         "pid": name.rank,
         "rank": name.rank,
         "tag": name.tag,
@@ -779,7 +797,6 @@ def _plan_rank(
         "skipped_records": decoded.skipped_records,
         **placed.launch_metadata(position),
     }
-    return rendered, meta
 
 
 def summary_lines(result: CollectResult) -> list[str]:

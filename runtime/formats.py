@@ -11,6 +11,8 @@ pays for the Perfetto encoder, nor a trace for DuckDB (collect's start-up).
 - ``json``: Chrome JSON (``.json``, ``.json.gz``); the only one written by several
   processes side by side (``-j``) and warned about past chrome://tracing's size.
 - ``perfetto``: Perfetto's protobuf (``.pftrace``, ``.pftrace.gz``, ``.perfetto-trace``).
+- ``parquet``: a directory of Parquet files, a folder per rank (runtime/dataset.py);
+  asked for by ``--format parquet`` or an output name ending in ``.parquet``.
 """
 
 from __future__ import annotations
@@ -65,7 +67,10 @@ PERFETTO = OutputFormat("perfetto", (".pftrace.gz", ".pftrace", ".perfetto-trace
                         side_by_side=False, size_warning=False, directory=False,
                         describe="Perfetto protobuf (.pftrace)")
 #: Every format, in the order --help lists them; the default (an unknown name) is the first.
-FORMATS: tuple[OutputFormat, ...] = (JSON, PERFETTO)
+PARQUET = OutputFormat("parquet", (".parquet",), None, side_by_side=False, size_warning=False,
+                       directory=True, describe="a Parquet dataset (a directory, a folder per rank)")
+
+FORMATS: tuple[OutputFormat, ...] = (JSON, PERFETTO, PARQUET)
 BY_NAME = {f.name: f for f in FORMATS}
 
 #: Trace-file names --split knows (``trace.json`` -> ``trace.rank000.json``); ``.pb`` is
@@ -74,7 +79,7 @@ SPLIT_SUFFIXES = (*JSON.suffixes, *PERFETTO.suffixes, ".pb")
 
 
 def names() -> str:
-    """``json or perfetto``."""
+    """``json, perfetto or parquet``."""
     listed = [f.name for f in FORMATS]
     return f"{', '.join(listed[:-1])} or {listed[-1]}"
 

@@ -54,7 +54,8 @@ def _bad_usage(message: str) -> typer.Exit:
 def cmd_collect(
     profiling_dir: Annotated[Path, typer.Argument(help="Directory holding rank*.pt files.")],
     output: Annotated[Path, typer.Option(
-        "-o", "--output", help="Trace to write: .json / .json.gz (Chrome JSON) or .pftrace (Perfetto)."
+        "-o", "--output", help="Trace to write: .json / .json.gz (Chrome JSON) or .pftrace (Perfetto); "
+        "with --format parquet a directory (a Parquet dataset, a folder per rank)."
     )],
     point_map: Annotated[
         Path | None, typer.Option("--point-map", help="Default: point_map.json beside the rank files.")
@@ -103,7 +104,8 @@ def cmd_collect(
                      ".pftrace and --split."),
     ] = None,
     fmt: Annotated[
-        str | None, typer.Option("--format", help="json or perfetto. Default: by the output's name.")
+        str | None, typer.Option("--format", help="json, perfetto or parquet (needs the [query] extra). "
+                                 "Default: by the output's name.")
     ] = None,
     split: Annotated[
         str | None,
