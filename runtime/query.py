@@ -121,7 +121,7 @@ def dataset_files(directory: Path) -> list[Path]:
     return [path for _, path in sorted(found)]
 
 
-def _sql_text(text: str) -> str:
+def sql_text(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
@@ -131,11 +131,11 @@ def connect(directory: Path) -> Any:
     files = [os.path.abspath(p) for p in dataset_files(directory)]
     connection = duckdb.connect()
     try:
-        connection.execute(f"SET allowed_paths = [{', '.join(map(_sql_text, files))}]")
+        connection.execute(f"SET allowed_paths = [{', '.join(map(sql_text, files))}]")
         connection.execute("SET enable_external_access = false")
         connection.execute("SET lock_configuration = true")
         connection.execute(
-            f"CREATE VIEW spans AS SELECT * FROM read_parquet([{', '.join(map(_sql_text, files))}], "
+            f"CREATE VIEW spans AS SELECT * FROM read_parquet([{', '.join(map(sql_text, files))}], "
             f"hive_partitioning = true, hive_types = {{'{PARTITION}': INTEGER}})")
     except BaseException:
         connection.close()
