@@ -147,3 +147,11 @@ def test_not_a_dataset(data: Path, tmp_path: Path) -> None:
     (newer / dataset.MARKER).write_text(json.dumps({"version": dataset.SCHEMA_VERSION + 1}))
     code, _, err = query(str(newer), "SELECT 1")
     assert code == 2 and "a newer optrace wrote it" in err
+
+
+def test_spark_straggler_is_the_preset_in_spark_sql() -> None:
+    """docs/runtime.md's Spark SQL is the preset with Spark's spellings, nothing else."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "runtime.md").read_text()
+    spark = (PRESETS["straggler"][1].replace("arg_max(", "max_by(")
+             .replace("USING (label, launch)", "ON p.label = t.label AND p.launch = t.launch"))
+    assert f'spark.sql("""\n{spark}\n""")' in docs
