@@ -53,20 +53,24 @@ SELECT count(DISTINCT rank), count(DISTINCT (tag, launch)), count(DISTINCT (rank
 FROM spans"""
 
 # Spans whose label names a parent label (label_paths: child -> parent) that lie inside
-# no span of it on their row, on rows that ran the parent (labelpaths.outside_parent).
+# no span of it on their row, on rows that ran the parent (labelpaths.outside_parent: the
+# parent span starting last at or before the child must end at or after it — an ASOF join).
+_KEY = "rank, coalesce(tag, '') AS tag, launch, core_type, core"
+_SAME = " AND ".join(f"k.{c} = q.{c}" for c in ("rank", "tag", "launch", "core_type", "core", "parent"))
 _OUTSIDE = f"""\
-WITH kids AS (
-    SELECT s.*, p.parent FROM spans s JOIN label_paths p ON s.label = p.child),
-parents AS (
-    SELECT {_ROW}, label, start_ns, end_ns FROM spans WHERE label IN (SELECT parent FROM label_paths))
-SELECT k.label, k.parent, count(*) FROM kids k
-WHERE EXISTS (SELECT 1 FROM parents q WHERE q.label = k.parent AND q.rank = k.rank
-              AND q.tag IS NOT DISTINCT FROM k.tag AND q.launch = k.launch
-              AND q.core_type = k.core_type AND q.core = k.core)
-  AND NOT EXISTS (SELECT 1 FROM parents q WHERE q.label = k.parent AND q.rank = k.rank
-              AND q.tag IS NOT DISTINCT FROM k.tag AND q.launch = k.launch
-              AND q.core_type = k.core_type AND q.core = k.core
-              AND q.start_ns <= k.start_ns AND q.end_ns >= k.end_ns)
+WITH parents AS (
+    SELECT {_KEY}, label AS parent, start_ns, end_ns FROM spans
+    WHERE label IN (SELECT parent FROM label_paths)),
+ran AS (
+    SELECT DISTINCT rank, tag, launch, core_type, core, parent FROM parents),
+kids AS (
+    SELECT {_KEY.replace("rank,", "s.rank,")}, s.label, p.parent, s.start_ns, s.end_ns
+    FROM spans s JOIN label_paths p ON s.label = p.child),
+claimed AS (
+    SELECT k.* FROM kids k SEMI JOIN ran q ON {_SAME})
+SELECT k.label, k.parent, count(*) FROM claimed k
+ASOF LEFT JOIN parents q ON {_SAME} AND k.start_ns >= q.start_ns
+WHERE q.end_ns IS NULL OR q.end_ns < k.end_ns
 GROUP BY k.label, k.parent ORDER BY k.label"""
 
 # Per launch (tag, launch) and label: the largest per-core total; the launches in the

@@ -25,6 +25,11 @@ from .dataset import MARKER, PART_NAME, PARTITION, SCHEMA_VERSION, is_dataset, r
 from .errors import ProfilingInputError
 from .regular import load_json
 
+#: DuckDB's memory (its buffer manager; hash tables and sorts past it spill to disk):
+#: ``OPTRACE_DUCKDB_MEMORY`` overrides it (DuckDB's spelling: 2GB, 500MB).
+MEMORY_LIMIT = "512MB"
+MEMORY_ENV = "OPTRACE_DUCKDB_MEMORY"
+
 #: Rows fetched from DuckDB at a time when streaming CSV / JSON out.
 BATCH = 10_000
 
@@ -131,6 +136,10 @@ def connect(directory: Path) -> Any:
     files = [os.path.abspath(p) for p in dataset_files(directory)]
     connection = duckdb.connect()
     try:
+        # No progress bar on stderr (DuckDB draws one for a long query, terminal or not);
+        # the memory DuckDB may hold, past which it spills to its temporary files.
+        connection.execute("SET enable_progress_bar = false")
+        connection.execute(f"SET memory_limit = {sql_text(os.environ.get(MEMORY_ENV) or MEMORY_LIMIT)}")
         connection.execute(f"SET allowed_paths = [{', '.join(map(sql_text, files))}]")
         connection.execute("SET enable_external_access = false")
         connection.execute("SET lock_configuration = true")

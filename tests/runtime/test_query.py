@@ -155,3 +155,12 @@ def test_spark_straggler_is_the_preset_in_spark_sql() -> None:
     spark = (PRESETS["straggler"][1].replace("arg_max(", "max_by(")
              .replace("USING (label, launch)", "ON p.label = t.label AND p.launch = t.launch"))
     assert f'spark.sql("""\n{spark}\n""")' in docs
+
+
+def test_duckdb_memory_is_capped(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sql = "SELECT current_setting('memory_limit') AS m, current_setting('enable_progress_bar') AS bar"
+    _, out, _ = query(str(data / "ds"), sql, "--format", "json")
+    assert json.loads(out) == [{"m": "488.2 MiB", "bar": False}]
+    monkeypatch.setenv("OPTRACE_DUCKDB_MEMORY", "100MB")
+    _, out, _ = query(str(data / "ds"), sql, "--format", "json")
+    assert json.loads(out)[0]["m"] == "95.3 MiB"
