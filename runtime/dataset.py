@@ -21,15 +21,14 @@ import json
 import os
 import re
 import stat
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from .atomic import OutputError, atomic_directory
+from .atomic import OutputError, replace_directory
 from .chrome import _quantised, label_matcher
 from .collect import CollectOptions, RankOutcome, rank_entry
 from .decode import STATUS_NAMES, DecodeOptions, RankDecode, decode_rank
@@ -111,48 +110,6 @@ def check_output(output: Path, inputs: Sequence[Path]) -> None:
     inside = [p for p in inputs if Path(os.path.abspath(p)).is_relative_to(os.path.abspath(output))]
     if inside:
         raise OutputError(output, f"holds an input ({inside[0]}); not written")
-
-
-@contextmanager
-def _replacing(output: Path) -> Iterator[Path]:
-    """A temporary directory that becomes ``output`` whole: a new or empty one through
-    :func:`atomic.atomic_directory`; an earlier dataset is moved aside, the new one
-    renamed in, and the old one removed."""
-    if not (os.path.isdir(output) and os.listdir(output)):
-        with atomic_directory(output) as into:
-            yield into
-        return
-    suffix = f"{os.getpid()}.{os.urandom(4).hex()}"
-    temporary = output.parent / f".{output.name}.{suffix}.tmp"
-    aside = output.parent / f".{output.name}.{suffix}.old"
-    try:
-        os.mkdir(temporary)
-    except OSError as exc:
-        raise OutputError(output, f"cannot write: {exc.strerror or exc}") from None
-    try:
-        yield temporary
-        os.rename(output, aside)
-        try:
-            os.rename(temporary, output)
-        except OSError:
-            os.rename(aside, output)
-            raise
-    except BaseException as exc:
-        _remove(temporary)
-        if isinstance(exc, OSError):
-            raise OutputError(output, f"cannot write: {exc.strerror or exc}") from None
-        raise
-    _remove(aside)
-
-
-def _remove(path: Path) -> None:
-    for entry in sorted(path.rglob("*"), key=lambda p: len(p.parts), reverse=True) if path.exists() else []:
-        if entry.is_dir() and not entry.is_symlink():
-            entry.rmdir()
-        else:
-            entry.unlink()
-    if path.exists():
-        path.rmdir()
 
 
 def parent_positions(slot: np.ndarray, depth: np.ndarray) -> np.ndarray:
@@ -272,7 +229,7 @@ def _write(duckdb: ModuleType, output: Path, placed: Placement, outcomes: list[R
            options: CollectOptions, advance: Callable[[int], None]) -> int:
     spans = 0
     map_text = json.dumps(point_map_document(point_map), sort_keys=True)
-    with _replacing(output) as into:
+    with replace_directory(output) as into:
         connection = duckdb.connect()
         try:
             for rank, group in itertools.groupby(range(len(outcomes)), key=lambda p: outcomes[p].name.rank):
