@@ -23,6 +23,7 @@ from .errors import ProfilingInputError, checked_id, checked_name, shown
 from .launches import LAUNCH_CATEGORY, launch_name
 from .numbers import CLOCK_MHZ, RANK, TIME_US, NumberError, check_number
 from .pointmap import load_point_map
+from .progress import reading
 from .rankfile import iter_rank_buffers
 from .regular import load_json, open_regular
 
@@ -294,41 +295,51 @@ def load_trace(path: Path) -> SpanTable:
     )
 
 
-def load_perfetto_trace(path: Path) -> SpanTable:
-    """Spans of a Perfetto protobuf trace (``.pftrace``, as ``collect`` writes it)."""
-    found = perfetto_read.read_spans(path)
+def load_perfetto_trace(path: Path, found: perfetto_read.PerfettoSpans | None = None) -> SpanTable:
+    """Spans of a Perfetto protobuf trace (``.pftrace``, as ``collect`` writes it), or of
+    what :func:`perfetto_read.read_spans` found in it."""
+    if found is None:
+        progress = reading(path)
+        try:
+            found = perfetto_read.read_spans(path, progress.update)
+        finally:
+            progress.close()
     warnings: list[str] = []
     meta = found.metadata if isinstance(found.metadata, dict) else {}
     if meta.get("format") != "optrace-perfetto":
         warnings.append(f"{path}: not written by optrace collect: runtime settings unknown")
     if found.unclosed:
         warnings.append(f"{path}: {found.unclosed} slice begins without their end (left out)")
-    label_ids: dict[str, int] = {}
-    track_ids: dict[int, int] = {}
-    label_col: list[int] = []
-    track_col: list[int] = []
-    start_col: list[int] = []
-    end_col: list[int] = []
-
-    def checked(label: str, start: int, end: int) -> None:
-        checked_name(path, label, "label")
-        if not (abs(start) <= PERFETTO_NS_MAX and abs(end) <= PERFETTO_NS_MAX):
-            raise ProfilingInputError(path, f"slice {label[:60]!r}: timestamp {max(abs(start), abs(end))} "
-                                      f"ns is past {PERFETTO_NS_MAX:g} ns (31 years)")
-
-    for track, label, start, end in found.spans:
-        checked(label, start, end)
-        label_col.append(label_ids.setdefault(label, len(label_ids)))
-        track_col.append(track_ids.setdefault(track, len(track_ids)))
-        start_col.append(start)
-        end_col.append(end)
+    # Labels and tracks numbered in the order the spans first name them (then the launch
+    # slices' tracks), each name checked once.
+    used, first = np.unique(found.span_name, return_index=True)
+    used = used[np.argsort(first)]
+    for k in used.tolist():
+        checked_name(path, found.names[k], "label")
+    label_of = np.zeros(len(found.names), np.int32)
+    label_of[used] = np.arange(used.size, dtype=np.int32)
+    past = (np.abs(found.span_start) > PERFETTO_NS_MAX) | (np.abs(found.span_end) > PERFETTO_NS_MAX)
+    if past.any():
+        k = int(np.argmax(past))
+        name = found.names[int(found.span_name[k])]
+        _past_bound(path, name, int(found.span_start[k]), int(found.span_end[k]))
+    seen, first = np.unique(found.span_track, return_index=True)
+    seen = seen[np.argsort(first)]
+    track_ids: dict[int, int] = {found.track_uuids[k]: n for n, k in enumerate(seen.tolist())}
+    dense = np.zeros(len(found.track_uuids), np.int64)
+    dense[seen] = np.arange(seen.size)
     launch_slices: list[tuple[int, float, float, str]] = []
     for track, label, start, end in found.launches:
-        checked(label, start, end)
+        checked_name(path, label, "label")
+        if not (abs(start) <= PERFETTO_NS_MAX and abs(end) <= PERFETTO_NS_MAX):
+            _past_bound(path, label, start, end)
         track_id = track_ids.setdefault(track, len(track_ids))
         launch_slices.append((track_id, start / 1000.0, end / 1000.0, label))
     # Shown by report / inspect: no NUL, as the JSON reader's process and thread names.
     names = [checked_name(path, found.track_name(uuid), "track name") for uuid in track_ids]
+    label_col = label_of[found.span_name]
+    track_col = dense[found.span_track]
+    starts, ends = found.span_start, found.span_end
     settings = RunSettings()
     pid_launch: dict[Any, str] = {}
     for rank in rank_entries(path, meta):
@@ -338,8 +349,6 @@ def load_perfetto_trace(path: Path) -> SpanTable:
         if rank.get("clock_mhz") is not None:
             settings.clock_mhz.add(_clock(path, rank["clock_mhz"]))
         settings.barrier.add(rank.get("barrier") if isinstance(rank.get("barrier"), bool) else None)
-    starts = np.array(start_col, dtype=np.int64)
-    ends = np.array(end_col, dtype=np.int64)
     parents = {uuid: found.threads.get(uuid, (None, ""))[0] for uuid in track_ids}
     # Without launch slices (a trace written before them), each process's launch as in a
     # JSON trace: the rank table's (tag, launch) through the process descriptor's pid.
@@ -351,15 +360,15 @@ def load_perfetto_trace(path: Path) -> SpanTable:
         parent = parents[uuid]
         pid = found.process_pids.get(parent) if parent is not None else None
         fallback.append(pid_launch.get(pid) if pid is not None else None)
-    rows = launch_rows(np.array(track_col, dtype=np.int64), starts / 1000.0, ends / 1000.0, real,
+    rows = launch_rows(track_col, starts / 1000.0, ends / 1000.0, real,
                        launch_slices, fallback)
     order = np.lexsort((-ends, starts, rows.track)) if starts.size else starts
     return SpanTable(
         source=str(path),
-        labels=list(label_ids),
+        labels=[found.names[k] for k in used.tolist()],
         tracks=rows.names,
         processes=max(len(set(parents.values())), 1),
-        label=np.array(label_col, dtype=np.int32)[order],
+        label=label_col[order],
         track=rows.track[order],
         ts=starts[order] / 1000.0,
         dur=(ends - starts)[order] / 1000.0,
@@ -368,8 +377,13 @@ def load_perfetto_trace(path: Path) -> SpanTable:
         launches=rows.launches,
         track_launch=rows.track_launch,
         launch_rows=rows.by_track,
-        trace_tracks=int(np.unique(np.array(track_col, dtype=np.int64)).size),
+        trace_tracks=int(seen.size),
     )
+
+
+def _past_bound(path: Path, label: str, start: int, end: int) -> None:
+    raise ProfilingInputError(path, f"slice {label[:60]!r}: timestamp {max(abs(start), abs(end))} "
+                              f"ns is past {PERFETTO_NS_MAX:g} ns (31 years)")
 
 
 #: Slack (µs) of a span's end against its launch slice's: JSON's float µs (the trace's
