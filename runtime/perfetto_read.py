@@ -144,6 +144,10 @@ class _Sequence:
         self.value = 0
 
 
+#: Track events as columns: track (index of its uuid), type, ns, name (index), launch?
+_EventColumns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
 class PerfettoSpans:
     """What :func:`read_spans` found: named tracks and their spans in ns; the launch
     slices (category :data:`launches.LAUNCH_CATEGORY`) apart from the spans.
@@ -166,6 +170,8 @@ class PerfettoSpans:
         self.instants: list[tuple[int, str, int]] = []  # (track uuid, name, ns)
         self.metadata: dict[str, Any] = {}
         self.unclosed = 0
+        self._open: _EventColumns | None = None  # begins still open after the last chunk
+        self._columns: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
 
     @property
     def spans(self) -> list[tuple[int, str, int, int]]:
@@ -173,6 +179,68 @@ class PerfettoSpans:
         columns = (self.span_track.tolist(), self.span_name.tolist(), self.span_start.tolist(),
                    self.span_end.tolist())
         return [(uuids[t], names[k], a, b) for t, k, a, b in zip(*columns, strict=True)]
+
+    def pair(self, events: _Events) -> None:
+        """The chunk's SLICE_BEGIN / SLICE_END paired per track as a stack would (an end
+        with nothing open is dropped, an end closes the innermost begin open on its
+        track), the begins left open carried to the next chunk: they are the stacks.
+        With a track's events in order, its open-slice depth is a walk clamped at 0 (its
+        running sum less the sum's lowest point so far); a begin that raises the depth to
+        d pairs with the next end on its track that lowers it from d."""
+        chunks, events.chunks = events.chunks, []
+        if self._open is not None:
+            chunks.insert(0, self._open)
+            self._open = None
+        if not chunks:
+            return
+        track, kind, ns, name, launch = (np.concatenate(column) for column in zip(*chunks, strict=True))
+        for k in np.flatnonzero(kind == 3).tolist():
+            self.instants.append((events.track_uuids[int(track[k])], events.names[int(name[k])], int(ns[k])))
+        slices = np.flatnonzero(kind != 3)
+        if slices.size == 0:
+            return
+        order = slices[np.argsort(track[slices], kind="stable")]  # by track, in file order
+        t = track[order]
+        step = np.where(kind[order] == 1, 1, -1).astype(np.int64)
+        m = order.size
+        new_track = np.ones(m, bool)
+        new_track[1:] = t[1:] != t[:-1]
+        total = np.cumsum(step)
+        first = np.maximum.accumulate(np.where(new_track, np.arange(m), 0))  # each track's first event
+        running = total - (total - step)[first]  # the running sum within the track
+        offset = (np.cumsum(new_track) - 1) * (2 * m + 2)  # keeps the tracks' minima apart
+        lowest = np.minimum(np.minimum.accumulate(running - offset) + offset, 0)
+        depth = running - lowest  # slices open after each event
+        depth_before = np.where(new_track, 0, np.roll(depth, 1))
+        is_begin = step > 0
+        level = np.where(is_begin, depth, depth_before)
+        kept = np.flatnonzero(is_begin | (depth_before > 0))  # an end with nothing open is dropped
+        ranked = kept[np.lexsort((kept, level[kept], t[kept]))]
+        b, e = ranked[:-1], ranked[1:]
+        pair = is_begin[b] & ~is_begin[e] & (t[b] == t[e]) & (level[b] == level[e])
+        paired = np.zeros(m, bool)
+        paired[b[pair]] = True
+        left = np.sort(order[is_begin & ~paired])
+        if left.size:
+            self._open = (track[left], kind[left], ns[left], name[left], launch[left])
+        b, e = order[b[pair]], order[e[pair]]
+        by_end = np.argsort(e, kind="stable")  # spans in the order their ends come
+        b, e = b[by_end], e[by_end]
+        spans = ~launch[b]
+        self._columns.append((track[b[spans]].astype(np.int32), name[b[spans]].astype(np.int32),
+                              ns[b[spans]], ns[e[spans]]))
+        for k in np.flatnonzero(~spans).tolist():
+            self.launches.append((events.track_uuids[int(track[b[k]])], events.names[int(name[b[k]])],
+                                  int(ns[b[k]]), int(ns[e[k]])))
+
+    def finish(self, events: _Events) -> None:
+        self.track_uuids, self.names = events.track_uuids, events.names
+        self.unclosed = int(self._open[0].size) if self._open is not None else 0
+        self._open = None
+        if self._columns:
+            columns = [np.concatenate(c) for c in zip(*self._columns, strict=True)]
+            self.span_track, self.span_name, self.span_start, self.span_end = columns
+        self._columns = []
 
     def track_name(self, uuid: int) -> str:
         parent, name = self.threads.get(uuid, (None, f"track {uuid}"))
@@ -197,20 +265,13 @@ def read_spans(path: Path, progress: Callable[[int, int], None] | None = None) -
         raise ProfilingInputError(path, f"not a readable Perfetto trace: {exc}") from None
 
 
-#: Track events of this many packets or more are decoded as columns (below it, a call
-#: per packet costs less than numpy's per-call overhead).
-_BATCH = 8
-#: Event packets between progress calls.
-_PROGRESS_EVERY = 1 << 18
-
-
 class _Events:
     """Every track event's (track, type, ns, name, launch?) in file order, as chunks of
     columns: the batches decoded with numpy and the events read one at a time between
     them."""
 
     def __init__(self) -> None:
-        self.chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self.chunks: list[_EventColumns] = []
         self.one: list[tuple[int, int, int, int, bool]] = []
         self.track_ids: dict[int, int] = {}
         self.track_uuids: list[int] = []
@@ -252,57 +313,54 @@ _I64 = (1 << 63) - 1
 
 
 def _read(data: bytes, progress: Callable[[int, int], None] | None = None) -> PerfettoSpans:
-    """One pass over the packets. Runs of track-event packets laid out as ``collect``
-    writes them (timestamp, sequence id, then the event: a name id and annotations, or
-    just its type) are found by a short loop and decoded together as columns
-    (:func:`_event_batch`); every other packet, and an event packet of any other
-    layout, is read field by field here."""
+    """One pass over the packets, a chunk at a time. A short loop finds the packets and
+    notes the short ones (``0x0A len<128``), which may be track events of ``collect``'s
+    layout; a chunk of them is decoded as columns (:func:`_chunk`), every
+    other packet read field by field in its place, and the chunk's slices paired (open
+    ones carried to the next chunk): memory is a chunk's columns and the spans."""
     found = PerfettoSpans()
     events = _Events()
     sequences: dict[int, _Sequence] = {}
     n = len(data)
     buffer = np.frombuffer(data, dtype=np.uint8)
     i = 0
-    state = _Sequence()
-    current_seq = -1
-    batch: list[int] = []
-    reported = 0
+    candidates: list[int] = []
+    others: list[int] = []  # starts of the other packets, in order
     while i < n:
-        try:  # a run of event packets: [0x0A len<128] [0x40 timestamp] ...
+        try:  # a run of short packets, [0x0A len<128] ...: event packets, most likely
             while True:
-                if data[i] != 0x0A or data[i + 1] >= 0x80 or data[i + 2] != 0x40:
+                if data[i] != 0x0A:
                     break
-                batch.append(i)
-                i += 2 + data[i + 1]
+                size = data[i + 1]
+                if size >= 0x80:
+                    break
+                candidates.append(i)
+                i += 2 + size
         except IndexError:  # at (or past) the end of the file
             pass
         if i > n:
             raise _Truncated("packet runs past the end of the file")
-        if batch:
-            if len(batch) >= _BATCH:
-                starts = np.array(batch, dtype=np.int64)
-                _event_batch(data, buffer, starts, sequences, found, events)
+        if i < n:
+            if data[i] != 0x0A:  # not Trace.packet (field 1, bytes): skip the field
+                end = _field_end(data, i)
+                for _ in fields(data, i, end):
+                    pass
+                i = end
             else:
-                for start in batch:
-                    current_seq, state = _packet(data, start, sequences, current_seq, state, found, events)
-            if progress is not None and i - reported > _PROGRESS_EVERY * 16:
-                progress(i, n)
-                reported = i
-            batch = []
-            current_seq = -1  # the batch may have made new sequences
-        if i >= n:
-            break
-        if data[i] != 0x0A:  # not Trace.packet (field 1, bytes): skip the field
-            for _ in fields(data, i, _field_end(data, i)):
-                pass
-            i = _field_end(data, i)
-            continue
-        current_seq, state = _packet(data, i, sequences, current_seq, state, found, events)
-        size = data[i + 1] if i + 1 < n else 0x80
-        i = i + 2 + size if size < 0x80 else sum(_varint(data, i + 1))
-    events.flush_one()
-    _pair(events, found)
+                others.append(i)
+                size = data[i + 1] if i + 1 < n else 0x80
+                i = i + 2 + size if size < 0x80 else sum(_varint(data, i + 1))
+        if len(candidates) >= _CHUNK or i >= n:
+            _chunk(data, buffer, candidates, others, sequences, found, events)
+            candidates, others = [], []
+            if progress is not None:
+                progress(min(i, n), n)
+    found.finish(events)
     return found
+
+
+#: Candidate event packets decoded as columns at once.
+_CHUNK = 1 << 19
 
 
 def _packet(data: bytes, i: int, sequences: dict[int, _Sequence], current_seq: int, state: _Sequence,
@@ -397,44 +455,74 @@ def _packet(data: bytes, i: int, sequences: dict[int, _Sequence], current_seq: i
 
 def _varints(buffer: np.ndarray, at: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The varints starting at ``at`` (each before its ``hi``): values, where each ends,
-    and whether it ended in bounds within 10 bytes."""
-    value = np.zeros(at.size, np.uint64)
-    end = at.copy()
-    done = np.zeros(at.size, bool)
-    last = buffer.size - 1
-    for k in range(10):
-        where = at + k
-        byte = buffer[np.minimum(where, last)]
-        active = ~done & (where < hi)
-        value |= np.where(active, (byte & 0x7F).astype(np.uint64) << np.uint64(7 * k), np.uint64(0))
-        ended = active & (byte < 0x80)
-        end[ended] = where[ended] + 1
-        done |= ended
-        if done.all():
+    and whether it ended in bounds within 10 bytes. Byte k is read only for the varints
+    still going after k bytes (most end after one or two)."""
+    first = _byte(buffer, at)
+    value = (first & 0x7F).astype(np.uint64)
+    done = (first < 0x80) & (at < hi)
+    end = at + 1
+    going = np.flatnonzero((first >= 0x80) & (at + 1 < hi))
+    for k in range(1, 10):
+        if going.size == 0:
             break
+        where = at[going] + k
+        byte = _byte(buffer, where)
+        value[going] |= (byte & 0x7F).astype(np.uint64) << np.uint64(7 * k)
+        ended = byte < 0x80
+        end[going[ended]] = where[ended] + 1
+        done[going[ended]] = True
+        more = ~ended & (where + 1 < hi[going])
+        going = going[more]
     return value, end, done
 
 
 def _byte(buffer: np.ndarray, at: np.ndarray) -> np.ndarray:
     """buffer[at], 0xFF (no field key the fast layout accepts) past the end."""
-    inside = at < buffer.size
-    return np.where(inside, buffer[np.where(inside, at, 0)], 0xFF)
+    last = buffer.size - 1
+    if at.size and int(at.max()) <= last:
+        return np.asarray(buffer[at])
+    return np.where(at <= last, buffer[np.minimum(at, last)], 0xFF)
 
 
-def _event_batch(data: bytes, buffer: np.ndarray, starts: np.ndarray, sequences: dict[int, _Sequence],
-                 found: PerfettoSpans, events: _Events) -> None:
-    """Packets at ``starts`` (each ``0x0A len<128 0x40``), in order: those of
-    ``collect``'s layout decoded as columns, any other read one by one in its place."""
+def _chunk(data: bytes, buffer: np.ndarray, candidates: list[int], others: list[int],
+           sequences: dict[int, _Sequence], found: PerfettoSpans, events: _Events) -> None:
+    """Packets in file order: ``candidates`` (each ``0x0A len<128``), those of
+    ``collect``'s layout decoded as columns, and the rest — ``others`` and candidates of
+    any other layout — read one by one in their place; then the chunk's slices paired."""
+    starts = np.array(candidates, dtype=np.int64)
+    stamp, seq, begin, name, fast = _parse_events(buffer, starts)
+    odd = np.flatnonzero(~fast)
+    # Where the fast runs stop: before an other packet (its place among the candidates),
+    # or at an odd candidate (skipped over); in file order.
+    places = np.searchsorted(starts, np.array(others, dtype=np.int64)).tolist()
+    stops = sorted([*zip(others, places, [False] * len(others), strict=True),
+                    *((int(starts[k]), k, True) for k in odd.tolist())])
+    state = _Sequence()
+    lo = 0
+    for start, k, is_candidate in [*stops, (-1, starts.size, False)]:
+        if k > lo:
+            _event_columns(stamp[lo:k], seq[lo:k], begin[lo:k], name[lo:k], sequences, events)
+        if start >= 0:
+            _, state = _packet(data, start, sequences, -1, state, found, events)
+        lo = k + 1 if is_candidate else k
+    events.flush_one()
+    found.pair(events)
+
+
+def _parse_events(buffer: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The fields of the packets at ``starts`` as ``collect`` lays event packets out:
+    timestamps, sequence ids, whether a begin, name ids, and whether the packet is of
+    that layout at all (a SLICE_BEGIN or a SLICE_END and nothing the reader uses else)."""
     hi = starts + 2 + buffer[starts + 1].astype(np.int64)
     stamp, at, ok = _varints(buffer, starts + 3, hi)
-    ok &= _byte(buffer, at) == 0x50  # trusted_packet_sequence_id
+    ok &= (_byte(buffer, starts + 2) == 0x40) & (_byte(buffer, at) == 0x50)  # timestamp, sequence id
     seq, at, seq_ok = _varints(buffer, at + 1, hi)
     ok &= seq_ok & (_byte(buffer, at) == 0x5A) & (_byte(buffer, at + 1) < 0x80)  # track_event, short
     lo = at + 2
     ok &= lo + _byte(buffer, at + 1) == hi
     # SLICE_END: [0x48 02], nothing else
     end = ok & (hi - lo == 2) & (_byte(buffer, lo) == 0x48) & (_byte(buffer, lo + 1) == SLICE_END)
-    # SLICE_BEGIN: [0x50 name_iid] then source location and annotations, [0x48 01] last
+    # SLICE_BEGIN: [0x50 name_iid], source location and annotations, [0x48 01] last
     begin = ok & ~end & (_byte(buffer, lo) == 0x50)
     name, at, name_ok = _varints(buffer, lo + 1, hi)
     begin &= name_ok
@@ -448,17 +536,7 @@ def _event_batch(data: bytes, buffer: np.ndarray, starts: np.ndarray, sequences:
         begin &= ~source | source_ok
         at = np.where(source, after_source, np.where(annotation, at + 2 + _byte(buffer, at + 1), at))
     begin &= (at + 2 == hi) & (_byte(buffer, at) == 0x48) & (_byte(buffer, at + 1) == SLICE_BEGIN)
-    fast = begin | end
-    odd = np.flatnonzero(~fast).tolist()
-    state = _Sequence()
-    lo_k = 0
-    for stop in [*odd, starts.size]:
-        if stop > lo_k:
-            _event_columns(stamp[lo_k:stop], seq[lo_k:stop], begin[lo_k:stop], name[lo_k:stop], sequences,
-                           events)
-        if stop < starts.size:
-            _, state = _packet(data, int(starts[stop]), sequences, -1, state, found, events)
-        lo_k = stop + 1
+    return stamp, seq, begin, name, begin | end
 
 
 def _event_columns(stamp: np.ndarray, seq: np.ndarray, begin: np.ndarray, name: np.ndarray,
@@ -513,59 +591,6 @@ def _times(ticks: np.ndarray, state: _Sequence) -> np.ndarray:
         state.value = state.value + tick if state.incremental else tick
         out.append(max(-_I64, min(_I64, boot + (state.value - base) * unit)))
     return np.array(out, np.int64)
-
-
-def _pair(events: _Events, found: PerfettoSpans) -> None:
-    """SLICE_BEGIN / SLICE_END paired per track as a stack would: an end with nothing
-    open is dropped, an end closes the innermost begin open on its track. With every
-    track's events in order, a track's open-slice depth is a walk clamped at 0 (its
-    running sum less the running sum's lowest point so far); a begin that raises the
-    depth to d pairs with the next end, on its track, that lowers it from d."""
-    found.track_uuids, found.names = events.track_uuids, events.names
-    if not events.chunks:
-        return
-    track, kind, ns, name, launch = (np.concatenate(column) for column in zip(*events.chunks, strict=True))
-    events.chunks = []
-    slices = np.flatnonzero(kind != 3)
-    for k in np.flatnonzero(kind == 3).tolist():
-        found.instants.append((events.track_uuids[int(track[k])], events.names[int(name[k])], int(ns[k])))
-    order = slices[np.argsort(track[slices], kind="stable")]  # by track, in file order
-    t = track[order]
-    step = np.where(kind[order] == 1, 1, -1).astype(np.int64)
-    m = order.size
-    if m == 0:
-        return
-    new_track = np.ones(m, bool)
-    new_track[1:] = t[1:] != t[:-1]
-    group = np.cumsum(new_track) - 1
-    total = np.cumsum(step)
-    first = np.maximum.accumulate(np.where(new_track, np.arange(m), 0))  # each track's first event
-    running = total - (total - step)[first]  # the running sum within the track
-    # its lowest point so far (0 at the track's start): groups kept apart by an offset
-    offset = group * (2 * m + 2)
-    lowest = np.minimum.accumulate(running - offset) + offset
-    lowest = np.minimum(lowest, 0)
-    depth = running - lowest  # open slices after each event
-    depth_before = np.where(new_track, 0, np.roll(depth, 1))
-    is_begin = step > 0
-    closes = ~is_begin & (depth_before > 0)
-    level = np.where(is_begin, depth, depth_before)
-    keep = is_begin | closes
-    kept = np.flatnonzero(keep)
-    ranked = kept[np.lexsort((kept, level[kept], t[kept]))]
-    b, e = ranked[:-1], ranked[1:]
-    pair = is_begin[b] & ~is_begin[e] & (t[b] == t[e]) & (level[b] == level[e])
-    b, e = order[b[pair]], order[e[pair]]
-    found.unclosed = int(is_begin.sum()) - int(pair.sum())
-    by_end = np.argsort(e, kind="stable")
-    b, e = b[by_end], e[by_end]
-    as_launch = launch[b]
-    spans = ~as_launch
-    found.span_track, found.span_name = track[b[spans]], name[b[spans]]
-    found.span_start, found.span_end = ns[b[spans]], ns[e[spans]]
-    launches = np.flatnonzero(as_launch)
-    found.launches = [(events.track_uuids[int(track[b[k]])], events.names[int(name[b[k]])], int(ns[b[k]]),
-                       int(ns[e[k]])) for k in launches.tolist()]
 
 
 def _field_end(data: bytes, i: int) -> int:

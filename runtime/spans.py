@@ -130,8 +130,91 @@ def _launch_name(tag: object, launch: object) -> str:
     return ", ".join(p for p in (tag if isinstance(tag, str) and tag else None, f"launch {launch}") if p)
 
 
+#: A span's end within this (µs) of a later span's start: the later one is not inside it.
+_NEST_EPS = 1e-9
+
+
 def _depth_and_self_time(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per span: nesting depth on its track and duration minus direct children's."""
+    """Per span: nesting depth on its track and duration minus direct children's.
+
+    What a stack per track gives, spans in (track, start, longest first) order: a span's
+    parent is the innermost span before it still open at its start (ending more than
+    :data:`_NEST_EPS` after it). Columns at once where the spans nest (:func:`_nested`),
+    the stack walked span by span otherwise."""
+    found = _nested(track, ts, dur)
+    return found if found is not None else _depth_and_self_time_walked(track, ts, dur)
+
+
+def _nested(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Depth and self time as columns, or None where the spans may not nest.
+
+    When every span longer than 2 ε ends no later than the span it starts inside (the
+    spans of a track are a laminar family), the spans open at a span's start are a chain
+    of its ancestors, so its depth is a count — the spans before it on its track less
+    those ended (within ε) by its start — and its parent is the last span before it one
+    level up. Checked here: each span ends by its parent's end; anything else (a span
+    overlapping another's end, a span of no length) is None."""
+    n = ts.size
+    if n == 0:
+        return np.zeros(0, np.int32), dur.astype(np.float64).copy()
+    if not (dur > 2 * _NEST_EPS).all():
+        return None
+    order = _order(track, ts, dur)
+    t, start = track[order].astype(np.int64), ts[order]
+    end = start + dur[order]
+    new_track = np.ones(n, bool)
+    new_track[1:] = t[1:] != t[:-1]
+    first = np.maximum.accumulate(np.where(new_track, np.arange(n), 0))  # each track's first span
+    # Spans of the track ended by each start (end <= start + ε): times ranked together,
+    # an end before a start at the same time; then ends counted by (track, rank).
+    rank = np.empty(2 * n, np.int64)
+    rank[np.argsort(np.concatenate([end, start + _NEST_EPS]), kind="stable")] = np.arange(2 * n)
+    ends = np.sort(t * (2 * n) + rank[:n])
+    ended_by = np.searchsorted(ends, t * (2 * n) + rank[n:])
+    # Within the track: none of its spans ends by its first start (each longer than 2 ε).
+    ended_by -= ended_by[first]
+    depth = np.arange(n) - first - ended_by
+    if (depth < 0).any():
+        return None
+    # The parent: the last span before, on the track, one level up.
+    levels = int(depth.max()) + 2
+    if (int(t.max()) + 1) * levels * (n + 1) >= 1 << 62:
+        return None
+    key = (t * levels + depth) * (n + 1) + np.arange(n)
+    ranked = np.sort(key)
+    child = np.flatnonzero(depth > 0)
+    probe = (t[child] * levels + depth[child] - 1) * (n + 1) + child
+    k = np.searchsorted(ranked, probe) - 1
+    parent_key = ranked[np.maximum(k, 0)]
+    parent = parent_key % (n + 1)
+    if ((k < 0) | (parent_key // (n + 1) != probe // (n + 1))).any():
+        return None
+    if (end[child] > end[parent]).any() or (start[child] >= end[parent] - _NEST_EPS).any():
+        return None
+    self_sorted = dur[order].astype(np.float64) - np.bincount(parent, weights=dur[order][child], minlength=n)
+    depth_out = np.empty(n, np.int32)
+    depth_out[order] = depth
+    self_time = np.empty(n, np.float64)
+    self_time[order] = np.maximum(self_sorted, 0.0)
+    return depth_out, self_time
+
+
+def _order(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Spans by (track, start, longest first): parents before their children (the
+    trace readers' tables are in that order already, checked in one pass)."""
+    n = ts.size
+    same_start = ts[1:] == ts[:-1]
+    in_track = (ts[1:] > ts[:-1]) | same_start & (dur[1:] <= dur[:-1])
+    later = (track[1:] > track[:-1]) | (track[1:] == track[:-1]) & in_track
+    if later.all():
+        return np.arange(n)
+    return np.lexsort((-dur, ts, track))
+
+
+def _depth_and_self_time_walked(
+    track: np.ndarray, ts: np.ndarray, dur: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_depth_and_self_time`, a stack walked span by span (spans that may not nest)."""
     n = ts.size
     depth = np.zeros(n, np.int32)  # a trace may nest past int16: 40,000 slices deep is a file of 1 MB
     self_time = dur.astype(np.float64).copy()
@@ -145,7 +228,7 @@ def _depth_and_self_time(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> 
     current = None
     depth_list = [0] * n
     self_list = list(durs)
-    eps = 1e-9
+    eps = _NEST_EPS
     for i in range(n):
         if tracks[i] != current:
             current, stack = tracks[i], []
@@ -219,9 +302,10 @@ def rank_entries(path: Path | str, other: dict[str, Any]) -> list[dict[str, Any]
     return listed
 
 
-def load_trace(path: Path) -> SpanTable:
-    """Spans of a Chrome trace written by ``optrace collect``."""
-    document = read_trace_json(path)
+def load_trace(path: Path, document: dict[str, Any] | None = None) -> SpanTable:
+    """Spans of a Chrome trace written by ``optrace collect`` (or of its document, read)."""
+    if document is None:
+        document = read_trace_json(path)
     other = document.get("otherData") or {}
     warnings: list[str] = []
     if other.get("format") != TRACE_FORMAT:
