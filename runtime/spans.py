@@ -23,7 +23,7 @@ from .errors import ProfilingInputError, checked_id, checked_name, shown
 from .launches import LAUNCH_CATEGORY, launch_name
 from .numbers import CLOCK_MHZ, RANK, TIME_US, NumberError, check_number
 from .pointmap import load_point_map
-from .progress import reading
+from .progress import Progress, reading
 from .rankfile import iter_rank_buffers
 from .regular import load_json, open_regular
 
@@ -319,7 +319,11 @@ def load_trace(path: Path, document: dict[str, Any] | None = None) -> SpanTable:
     ts_col: list[float] = []
     dur_col: list[float] = []
     launch_slices: list[tuple[int, float, float, str]] = []
-    for index, event in enumerate(document["traceEvents"]):
+    told = reading(path)
+    events = document["traceEvents"]
+    for index, event in enumerate(events):
+        if not index & 0xFFFF:
+            told.update(index, len(events))
         if not isinstance(event, dict):
             continue
         phase = event.get("ph")
@@ -347,6 +351,7 @@ def load_trace(path: Path, document: dict[str, Any] | None = None) -> SpanTable:
             track_col.append(track)
             ts_col.append(ts)
             dur_col.append(dur)
+    told.close()
     real = [(pid, process_names.get(pid, f"pid {pid}"), thread_names.get((pid, tid), f"tid {tid}"))
             for (pid, tid) in track_ids]
     settings = RunSettings()
@@ -613,7 +618,9 @@ def load_profiling_dir(
     warnings: list[str] = []
     several_runs = len({n.run_key for n, _ in files}) > 1
     processes = 0
-    for name, _file, loaded in iter_rank_buffers(files):
+    told = Progress(f"decoding {path}")
+    for done, (name, _file, loaded) in enumerate(iter_rank_buffers(files)):
+        told.update(done, len(files))
         try:
             if isinstance(loaded, ProfilingInputError):
                 raise loaded
@@ -638,6 +645,7 @@ def load_profiling_dir(
             track_col.append(np.full(core.label.size, track, dtype=np.int32))
             ts_col.append(core.start / decoded.clock_mhz)
             dur_col.append((core.end - core.start) / decoded.clock_mhz)
+    told.close()
     if processes == 0:
         raise ProfilingInputError(path, "no rank file could be decoded: " + "; ".join(warnings))
 
