@@ -11,7 +11,8 @@ processes, sampled every ms). Targets (the cluster-traces issue): inspect and re
 within 2x collect, compare within 2x the collect of both inputs, peak memory at 512 ranks
 <= 1.5x the 8-rank figure.
 
-Usage: python bench/bench_readers.py [--ranks 8,64,512] [--runs 3] [--checkout]
+Usage: python bench/bench_readers.py [--ranks 8,64,512] [--runs 3] [--kinds pftrace,directory,json]
+       [--checkout]
 Prints markdown tables (bench/results.md keeps them, with this command).
 """
 
@@ -35,7 +36,7 @@ from bench_perfetto import best_times  # noqa: E402
 JSON_READERS_UP_TO = 64
 
 
-def readers(work: Path, ranks: int, runs: int, script: list[str]) -> dict[str, Any]:
+def readers(work: Path, ranks: int, runs: int, script: list[str], kinds: list[str]) -> dict[str, Any]:
     data = work / f"r{ranks}"
     data.mkdir(exist_ok=True)
     records = generate(data, ranks, 72) * ranks * 72
@@ -49,6 +50,7 @@ def readers(work: Path, ranks: int, runs: int, script: list[str]) -> dict[str, A
     inputs: dict[str, Path] = {"pftrace": traces["pftrace"], "directory": data}
     if ranks <= JSON_READERS_UP_TO:
         inputs["json"] = traces["json"]
+    inputs = {kind: path for kind, path in inputs.items() if kind in kinds}
     out = work / "reader.out"
     row: dict[str, Any] = {"ranks": ranks, "records": records, "runs": n, "collect": timings, "readers": {}}
     for kind, source in inputs.items():
@@ -107,6 +109,7 @@ def main() -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ranks", default="8,64,512")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--kinds", default="pftrace,directory,json", help="inputs the readers are timed on")
     parser.add_argument("--checkout", action="store_true", help="run the source tree, not an installed wheel")
     args = parser.parse_args()
     sizes = [int(x) for x in args.ranks.split(",")]
@@ -118,7 +121,10 @@ def main() -> int:
             script = [sys.executable, "-m", "optrace"]
         else:
             script = [installed[1]]
-        rows = [readers(work, ranks, args.runs, script) for ranks in sizes]
+        rows = []
+        for ranks in sizes:  # each size's table as soon as it is measured (a run takes long)
+            rows.append(readers(work, ranks, args.runs, script, args.kinds.split(",")))
+            print(table(rows[-1:]), "\n", flush=True)
     print(table(rows))
     return 0
 
