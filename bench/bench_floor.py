@@ -121,7 +121,8 @@ def main() -> int:
                 wall, cpu = t["wall"] / floor["wall"], t["cpu"] / floor["cpu"]
                 verdict = "met" if max(wall, cpu) <= 1.3 else "NOT met"
                 shown = "" if name == "floor" else f"{verdict} (<= 1.3x)"
-                out.append(f"| {name} | {t['wall']:.3f} | {t['cpu']:.3f} | {wall:.2f}x | {cpu:.2f}x | {shown} |")
+                out.append(f"| {name} | {t['wall']:.3f} | {t['cpu']:.3f} | {wall:.2f}x | {cpu:.2f}x "
+                           f"| {shown} |")
         fair = torch_python(args.torch_python)
         loader = "torch" if fair else "numpy"
         fair_json, own_json = work / "fair.json", work / "own.json"
