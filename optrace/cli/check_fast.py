@@ -37,7 +37,7 @@ from optrace.engine.codes import OT999
 from optrace.engine.diagnostics import shown_path
 
 if TYPE_CHECKING:  # the pipeline is imported when an operator is checked
-    from optrace.pipeline.check import CheckReport
+    from optrace.pipeline.check_report import CheckReport
 
 _VALUE_OPTIONS = {"--repo-root": "repo_root", "--format": "format", "-o": "output", "--output": "output",
                   "-j": "jobs", "--jobs": "jobs"}
