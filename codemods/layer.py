@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Protocol
 
-from optrace.codemods.evidence import Evidence
+from optrace.codemods.evidence import Evidence as Evidence  # the layers name it from here
 from optrace.engine.analysis import Analysis
 from optrace.engine.discovery import LayerFile, Layers, SearchContext
 from optrace.engine.edits import Edit, resolve
