@@ -8,8 +8,8 @@ when nothing it was derived from changed:
 
 - its *name* digests what is not a file of the repository: optrace's version and a
   fingerprint of its installed modules (size and mtime of each, so an edited checkout
-  misses too), the Python version, the installed distributions (names in site-packages:
-  a rule plugin added or upgraded), the operator directory, `--repo-root`,
+  misses too), the Python version, the distributions installed on sys.path (a rule
+  plugin added or upgraded), the operator directory, `--repo-root`,
   `--no-compile`, `--trust-config`, the user config's bytes, and the CANN toolchain G3
   reports;
 - the entry lists what the check read and looked at — recorded while it ran (a Python
@@ -40,6 +40,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from optrace import __version__
@@ -93,9 +94,20 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         rec.files.add(os.path.abspath(os.fsdecode(path)))
     elif event in ("os.scandir", "os.listdir"):
         path = args[0]
-        if isinstance(path, int):
+        if isinstance(path, int) or _by_importer(sys._getframe(1)):
             return
         rec.dirs.add(os.path.abspath(os.fsdecode(path if path is not None else ".")))
+
+
+# Directories listed by these are no input of the check: the import system finding a
+# module, and the search for rule plugins (rules/registry.py) on sys.path, which the
+# entry's name covers instead (`_distributions`).
+_LISTING_NOT_AN_INPUT = frozenset({"importlib._bootstrap_external", "importlib.metadata",
+                                   "optrace.rules.registry"})
+
+
+def _by_importer(frame: FrameType) -> bool:
+    return frame.f_globals.get("__name__") in _LISTING_NOT_AN_INPUT
 
 
 @contextmanager
@@ -165,6 +177,22 @@ def _code_fingerprint() -> bytes:
     return "\n".join(parts).encode("utf-8", "surrogateescape")
 
 
+def _distributions() -> bytes:
+    """The distributions installed on sys.path (their metadata directories and .pth
+    files, versions in their names): a rule plugin or a library added, removed or
+    upgraded is another name."""
+    parts = []
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            parts.append(entry + "\0?")
+            continue
+        found = sorted(n for n in names if n.lower().endswith((".dist-info", ".egg-info", ".egg", ".pth")))
+        parts.append("\0".join([entry, *found]))
+    return "\n".join(parts).encode("utf-8", "surrogateescape")
+
+
 def _file_digest(path: str) -> str | None:
     """The digest of a file's bytes; None for none (missing, not regular, unreadable)."""
     try:
@@ -205,12 +233,9 @@ def entry_name(op_dir: Path, repo_root: Path | None, compile_safety: bool) -> st
     config = sys.modules.get("optrace.engine.config")
     trusted = bool(config is not None and config.config_trust_flag())
     user_config = _file_digest(os.fspath(user_config_path())) or "-"
-    distributions = []
-    for d in _site_dirs():
-        distributions.append(d + "\0" + "\0".join(sorted(os.listdir(d))))
     return digest(
         FORMAT.encode(), str(SCHEMA).encode(), __version__.encode(), sys.version.encode(),
-        _code_fingerprint(), "\n".join(distributions).encode("utf-8", "surrogateescape"),
+        _code_fingerprint(), _distributions(),
         os.fsencode(op_dir), os.fsencode(repo_root) if repo_root is not None else b"-",
         b"compile" if compile_safety else b"no-compile", b"trusted" if trusted else b"untrusted",
         user_config.encode(), (cann_toolchain() or "-").encode("utf-8", "surrogateescape"))
