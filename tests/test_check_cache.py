@@ -327,3 +327,26 @@ def test_a_distribution_installed_on_the_path_misses(repo: Path, runs: list[Path
     (site / "optrace_rules_extra-1.0.dist-info").mkdir()  # a rule plugin, say
     _check(repo)
     assert len(runs) == 2
+
+
+def test_pre_commit_takes_the_same_entries(repo: Path, runs: list[Path]) -> None:
+    staged = str(repo / KERNEL)
+    first = _cli("pre-commit", "--repo-root", str(repo), "--", staged)
+    second = _cli("pre-commit", "--repo-root", str(repo), "--", staged)
+    assert first == second and first[0] == 0 and len(runs) == 1
+    _cli("pre-commit", "--repo-root", str(repo), "--no-cache", "--", staged)
+    assert len(runs) == 2
+
+
+def test_checks_in_worker_processes_keep_and_take_entries(repo: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    shutil.copytree(repo, other)
+    command = [sys.executable, "-m", "optrace", "check", "--jobs", "2", "--format", "json",
+               str(repo / OP_REL), str(other / OP_REL)]
+    cold = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert cold.returncode == 0, cold.stderr
+    written = {p.name: p.stat().st_ino for p in _entries()}  # a rewrite is a new file
+    assert len(written) == 2
+    warm = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert (warm.returncode, warm.stdout) == (cold.returncode, cold.stdout)
+    assert {p.name: p.stat().st_ino for p in _entries()} == written  # taken, not written again
