@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 import optrace.pipeline.check as check_module
 from optrace.cli import check_cache
 from optrace.cli.app import app
+from optrace.engine.journal import Journal, _operator_journals, journal_stem
 from optrace.pipeline.check_report import CheckReport
 from optrace.runtime.usercache import cache_root
 
@@ -350,3 +351,12 @@ def test_checks_in_worker_processes_keep_and_take_entries(repo: Path, tmp_path: 
     warm = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
     assert (warm.returncode, warm.stdout) == (cold.returncode, cold.stdout)
     assert {p.name: p.stat().st_ino for p in _entries()} == written  # taken, not written again
+
+
+def test_a_journal_appearing_misses(repo: Path, runs: list[Path]) -> None:
+    first = _check(repo)
+    journal_dir, name = _operator_journals(repo, (repo / OP_REL).resolve())[0]
+    assert journal_dir.is_dir()  # apply --write left it (its .gitignore)
+    Journal.at(journal_dir, journal_stem(name)).json_path.write_text("{}")  # not optrace's
+    after = _check(repo)
+    assert len(runs) == 2 and after != first and "journal" in after[1]

@@ -318,7 +318,10 @@ def store(found: Lookup, rec: Recording, report: CheckReport) -> bool:
         except OSError:
             pass
         files[path] = _file_digest(path)
-    dirs = {path: _listing_digest(path) for path in sorted(rec.dirs)
+    listed = rec.dirs | {os.fspath(d / ".optrace") for d in (report.repo_root, report.op_dir)}
+    # (the journal directories: check looks up journal files there by name, and a journal
+    # appearing — an apply that did not finish — must reach the report)
+    dirs = {path: _listing_digest(path) for path in sorted(listed)
             if not os.path.join(path, "").startswith(own) and os.path.basename(path) != "__pycache__"}
     probes = [[os.fspath(d), _probe(os.fspath(d))] for d in (found.op_dir, *found.op_dir.parents)]
     document = {
