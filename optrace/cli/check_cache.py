@@ -43,6 +43,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import optrace
 from optrace import __version__
 from optrace.codemods.evidence import Evidence
 from optrace.engine.diagnostics import Diagnostic, Severity
@@ -134,8 +135,6 @@ def _own_dirs() -> tuple[str, ...]:
     """Python's library and installed packages and optrace's own package: what the entry's
     name covers (versions, fingerprint, distributions), so never listed as inputs. Both
     spellings of each (a checkout's subpackages are symlinks)."""
-    import optrace
-
     paths = sysconfig.get_paths()
     package = os.path.dirname(os.path.abspath(optrace.__file__))
     roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
@@ -156,8 +155,6 @@ def _site_dirs() -> list[str]:
 def _code_fingerprint() -> bytes:
     """Size and mtime of every file of optrace's package (its subpackages followed), so a
     changed checkout of the same version is another name."""
-    import optrace
-
     package = os.path.dirname(os.path.abspath(optrace.__file__))
     parts: list[str] = []
     stack = [package]
