@@ -43,13 +43,15 @@ def cache_root() -> Path:
 
 
 def digest(*parts: bytes) -> str:
-    """A 128-bit BLAKE2b of the parts, each length-prefixed (no two sequences of parts
-    give the same bytes), as hex."""
-    h = hashlib.blake2b(digest_size=16)
+    """SHA-256 of the parts, each length-prefixed (no two sequences of parts give the
+    same bytes), as 32 hex digits (128 bits). SHA-256: most CPUs hash it in hardware
+    (x86 SHA-NI, Arm's SHA2 extensions), 1.5x BLAKE2b's speed here; a check digests
+    every file it read, a whole repository's when discovery searched it."""
+    h = hashlib.sha256()
     for part in parts:
         h.update(len(part).to_bytes(8, "little"))
         h.update(part)
-    return h.hexdigest()
+    return h.hexdigest()[:32]
 
 
 def entry_path(kind: str, name: str) -> Path:

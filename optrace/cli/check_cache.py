@@ -13,7 +13,7 @@ when nothing it was derived from changed:
   `--no-compile`, `--trust-config`, the user config's bytes, and the CANN toolchain G3
   reports;
 - the entry lists what the check read and looked at — recorded while it ran (a Python
-  audit hook, per thread): the bytes digest of every file it opened for reading (kernel
+  audit hook, per thread): the digest (SHA-256) of every file it opened for reading (kernel
   files, the headers they include, host layers, build scripts, the repository config;
   a module it imported by its source), the names in every directory it listed (a new or
   deleted file discovery would find), and whether a repository marker (`.git`,
@@ -80,6 +80,10 @@ _hook_lock = threading.Lock()
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
+    # Called for every audited event of the process (tens of thousands a check): the
+    # event's name is tested first, the thread's recording only then.
+    if event != "open" and event != "os.scandir" and event != "os.listdir":
+        return
     rec: Recording | None = getattr(_local, "recording", None)
     if rec is None:
         return
