@@ -15,30 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Protocol
 
+from optrace.codemods.evidence import Evidence as Evidence  # the layers name it from here
 from optrace.engine.analysis import Analysis
-from optrace.engine.diagnostics import display_path
 from optrace.engine.discovery import LayerFile, Layers, SearchContext
 from optrace.engine.edits import Edit, resolve
 from optrace.engine.plan import Plan
 from optrace.engine.source import read_regular
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """One fact a gate rests on, at a place: ok, or what is wrong there."""
-
-    path: Path | None
-    line: int
-    note: str
-    ok: bool = True
-    gate: str = ""  # set for layers speaking for several gates (the callers: G4 and G5)
-    # ok for its gate, and still for the user to hear: a defect of the operator that
-    # predates optrace and that its output neither causes nor worsens (a warning, OT456)
-    warning: bool = False
-
-    def to_json(self, root: Path | None) -> dict[str, object]:
-        return {"path": display_path(self.path, root) if self.path else None, "line": self.line,
-                "note": self.note, "ok": self.ok, "warning": self.warning}
 
 
 @dataclass
