@@ -100,22 +100,24 @@ def _plan_one(op_dir: Path, repo_root: Path | None, as_json: bool, graph: Path |
 
 
 def _plan_mode(plan: Plan) -> PlannedMode:
-    """The mode `apply` would use, and why: recorded in the tree, else chosen per operator."""
+    """The mode `apply` would use, and why: recorded in the tree, else chosen per operator
+    by the probe (`probe_mode`: apply's choice, its reason and its edited files, without
+    the Python layers' LibCST edits)."""
     from optrace.codemods.kernel_entry import recorded_mode
     from optrace.engine.diagnostics import InputError
-    from optrace.pipeline.apply import choose_mode, edited_files
-    from optrace.pipeline.layers import layer_edits
+    from optrace.pipeline.apply import probe_mode
+    from optrace.pipeline.layers import layer_carries
     from optrace.pipeline.plan_output import PlannedMode
 
     recorded = recorded_mode(plan.analysis.entry_fn.src.raw)
     if recorded is not None:
         try:
-            plan.layer_edited = edited_files(layer_edits(plan, recorded))
+            plan.layer_edited = layer_carries(plan, recorded)
         except InputError:
             pass  # the marks stay unknown; check says what is wrong with the tree
         return PlannedMode(recorded, "recorded in the instrumented tree")
     try:
-        mode, why, plan.layer_edited = choose_mode(plan)
+        mode, why, plan.layer_edited = probe_mode(plan)
     except InputError as exc:
         d = exc.diagnostic
         # The plan names files relative to the repository root (JSON too): so does its mode.
