@@ -36,6 +36,7 @@ install_deferred()
 _HOME = tempfile.mkdtemp(prefix="optrace-test-home-")
 os.environ["XDG_STATE_HOME"] = os.path.join(_HOME, "state")
 os.environ["XDG_CONFIG_HOME"] = os.path.join(_HOME, "config")
+os.environ["XDG_CACHE_HOME"] = os.path.join(_HOME, "cache")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
