@@ -13,7 +13,7 @@ from source_fuzz import fixture_operators
 from optrace.codemods.layer import EXAMPLE_OPERATOR, EXAMPLE_TORCH
 from optrace.engine.diagnostics import Diagnostic, InputError
 from optrace.engine.plan import Plan
-from optrace.pipeline.apply import ModeChoice, choose_mode, probe_mode
+from optrace.pipeline.apply import ModeChoice, choose_mode, edited_files, probe_mode
 from optrace.pipeline.layers import layer_carries, layer_edits
 from optrace.pipeline.plan import plan_operator
 
@@ -38,7 +38,6 @@ def _same(plan: Plan) -> None:
                 layer_carries(plan, mode)
             assert raised.value.diagnostic == exc.diagnostic
             continue
-        from optrace.pipeline.apply import edited_files
         assert layer_carries(plan, mode) == edited_files(edits)
 
 
