@@ -221,12 +221,16 @@ def walk_files(root: Path, exts: frozenset[str] | None = None) -> Iterator[Path]
 # file has none. A kind's name carries its version (engine/index_cache.py).
 WORDS_KIND = "words1"
 _WORD_RE = re.compile(rb"[a-z0-9_]+")
+# Every byte to itself lowered if it can be part of a word, else to a space: the words
+# are then the file's `split()` (C speed; a regular expression's findall was twice as slow).
+_TO_WORDS = bytes(low if low in b"abcdefghijklmnopqrstuvwxyz0123456789_" else 32
+                  for low in bytes(range(256)).lower())
 
 
 def _words(data: bytes | None) -> str:
     if data is None:
         return ""
-    return "\n" + "\n".join(sorted({w.decode("ascii") for w in _WORD_RE.findall(data.lower())})) + "\n"
+    return (b"\n" + b"\n".join(set(data.translate(_TO_WORDS).split())) + b"\n").decode("ascii")
 
 
 def _builds(data: bytes | None) -> str:
