@@ -66,6 +66,27 @@ for name in sys.stdin.read().splitlines():
 print(n)
 """
 
+# plan's mode probe against apply's edit-computing choice, on the tree as planned (before
+# apply writes): "same", or both answers.
+PROBE_CHECK = r"""
+import sys
+from pathlib import Path
+from optrace.cli.deferred import install
+from optrace.engine.diagnostics import InputError
+from optrace.pipeline.apply import choose_mode, probe_mode
+from optrace.pipeline.plan import plan_operator
+install()
+plan = plan_operator(Path(sys.argv[1]))
+def outcome(decide):
+    try:
+        m = decide(plan)
+    except InputError as exc:
+        return ("refused", exc.diagnostic.format(), [])
+    return (m.mode, m.why.format(), sorted(map(str, m.edited)))
+probed, computed = outcome(probe_mode), outcome(choose_mode)
+print("same" if probed == computed else f"probe {probed} / edits {computed}")
+"""
+
 DIAG_RE = re.compile(r"\b(OT\d{3})\b")
 # The plan lint's name figures (OT105), each a column of the report.
 NAME_LINT = ("labels_with_repeated_word", "sibling_label_clashes", "regions_folded_for_length")
@@ -112,6 +133,8 @@ class OperatorResult:
     check_errors: list[str] = field(default_factory=list)
     parse_secs: float | None = None
     plan_ratio: float | None = None
+    probe_same: bool | None = None  # plan's mode probe gave apply's choice (None: not compared)
+    probe_diff: str = ""
     failures: list[str] = field(default_factory=list)
 
 
@@ -346,6 +369,12 @@ def run_operator(op_rel: str, scratch: Path, timeout: float, compile_diff: bool)
                 max(left(), 1.0),
                 data="\n".join(str(scratch / f) for f in read_files),
             )
+            probe, said = run([sys.executable, "-c", PROBE_CHECK, op_rel], scratch, max(left(), 1.0))
+            if probe.rc == 0:
+                res.probe_same = said.strip() == "same"
+                res.probe_diff = "" if res.probe_same else said.strip()[:400]
+                if not res.probe_same:
+                    res.failures.append("mode probe differs from apply's choice")
             if bare.rc == 0 and bare.secs > 0:
                 res.parse_secs = bare.secs
                 res.plan_ratio = step.secs / bare.secs
@@ -606,6 +635,8 @@ def line_for(i: int, n: int, r: OperatorResult) -> str:
         f"[{i:>4}/{n}] {r.op:<60} plan {st('plan')} {plan_s:5.1f}s  apply {st('apply')}  "
         f"check {st('check')}  strip {st('strip')} {ident}  labels {labels}  names {names}"
         + (f"  edited-marks-differ {len(r.edited_differs)}" if r.edited_differs else "")
+
+        + {True: "  probe same", False: "  probe DIFF", None: ""}[r.probe_same]
         + (f"  FAIL: {'; '.join(r.failures)}" if r.failures else "")
     )
 

@@ -56,13 +56,11 @@ from optrace.codemods.layer_common import (
     input_error,
     marked_lines,
 )
-from optrace.codemods.python_files import caller_files
-from optrace.codemods.registration import registration_files, schema_strings
-from optrace.codemods.torch_adapter import adapter_functions, hand_instrumented, torch_names
-from optrace.codemods.torch_schema import returns_list
+from optrace.codemods.python_files import caller_files, op_arity
+from optrace.codemods.torch_adapter import hand_instrumented, torch_names
 from optrace.engine.cache import by_content
 from optrace.engine.diagnostics import InputError
-from optrace.engine.discovery import Layers, is_sample_caller
+from optrace.engine.discovery import is_sample_caller
 from optrace.engine.edits import Edit, line_start, newline_of
 from optrace.engine.plan import Plan
 
@@ -431,30 +429,6 @@ def _resolve_args_lines(f: _File, args: str, indent: bytes, unit: bytes) -> list
 def _unit(data: bytes) -> bytes:
     m = re.search(rb"^(?:def|class|if|for|while|with)\b[^\n]*:\s*\n([ \t]+)\S", data, re.M)
     return m.group(1) if m else b"    "
-
-
-# --- op arity --------------------------------------------------------------------------------
-
-
-def op_arity(layers: Layers) -> str:
-    """How the op returned before optrace: "single" tensor, "tuple" or "list"."""
-    names = torch_names(layers)
-    for reg in registration_files(layers):
-        for s in schema_strings(reg, clean_bytes(reg), names):
-            if returns_list(s.schema):
-                return "list"
-            return "tuple" if s.schema.parenthesised else "single"
-    for path, fns in adapter_functions(layers).items():
-        data = clean_bytes(path)
-        for fn in fns:
-            if fn.type_span is not None:
-                text = data[fn.type_span[0] : fn.type_span[1]]
-                if b"tuple" in text:
-                    return "tuple"
-                if re.fullmatch(rb"\s*(?:at::|torch::)?Tensor\s*", text):
-                    return "single"
-                return "list"
-    return "tuple"
 
 
 # --- the codemod ---------------------------------------------------------------------------

@@ -9,13 +9,17 @@ imports at first use through the `PythonBackend` defined here.
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import ModuleType
 
 from optrace.codemods.layer import Evidence, LayerModel, Operator
-from optrace.codemods.torch_adapter import torch_names
+from optrace.codemods.layer_common import clean_bytes
+from optrace.codemods.registration import registration_files, schema_strings
+from optrace.codemods.torch_adapter import adapter_functions, torch_names
+from optrace.codemods.torch_schema import returns_list
 from optrace.engine.discovery import Layers, is_sample_caller, repo_index
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
@@ -67,6 +71,43 @@ def split_callers(files: Iterable[Path], repo_root: Path,
     for path in files:
         (samples if is_sample_caller(path, repo_root, globs) else library).append(path)
     return samples, library
+
+
+def op_arity(layers: Layers) -> str:
+    """How the op returned before optrace: "single" tensor, "tuple" or "list"."""
+    names = torch_names(layers)
+    for reg in registration_files(layers):
+        for s in schema_strings(reg, clean_bytes(reg), names):
+            if returns_list(s.schema):
+                return "list"
+            return "tuple" if s.schema.parenthesised else "single"
+    for path, fns in adapter_functions(layers).items():
+        data = clean_bytes(path)
+        for fn in fns:
+            if fn.type_span is not None:
+                text = data[fn.type_span[0] : fn.type_span[1]]
+                if b"tuple" in text:
+                    return "tuple"
+                if re.fullmatch(rb"\s*(?:at::|torch::)?Tensor\s*", text):
+                    return "single"
+                return "list"
+    return "tuple"
+
+
+def parsed_by_ast(files: Iterable[Path]) -> list[tuple[Path, bytes, ast.Module]] | None:
+    """The files' clean bytes parsed by the standard `ast` (no LibCST): what a layer's
+    `carries` reads. None when one does not parse or ends a line in a lone CR, which
+    the codemods refuse: then their own LibCST parse names the error."""
+    trees: list[tuple[Path, bytes, ast.Module]] = []
+    for path in files:
+        data = clean_bytes(path)
+        if re.search(rb"\r(?!\n)", data):
+            return None
+        try:
+            trees.append((path, data, ast.parse(data, filename=str(path))))
+        except (SyntaxError, ValueError, UnicodeDecodeError, LookupError):
+            return None
+    return trees
 
 
 EditsFn = Callable[[Plan, str], list[Edit]]
