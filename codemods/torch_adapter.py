@@ -473,7 +473,22 @@ class TorchAdapterLayer(FileLayer):
                         text = data[ln.function.type_span[0] : ln.function.type_span[1]]
                         if re.search(rb"\btuple\s*<", text):
                             op.facts.adapter_returns = fixed_count(text)
+            if op.mode == "B":
+                ev.extend(self._meta_kernels(path, data, torch_names(op.layers)))
         return ev
+
+    @classmethod
+    def _meta_kernels(cls, path: Path, data: bytes, names: Sequence[str]) -> list[Evidence]:
+        """Mode B: the op's Meta kernels (here or in a registration file of their own) return
+        the buffer too, or fake tensors (torch.compile, the abstract path) would see one
+        output fewer than the device kernel gives."""
+        metas = set(meta_functions(data, names))
+        out = []
+        for fn in functions(data):
+            if fn.name in metas and fn.body_open >= 0:
+                e = cls._returned(path, data, fn)
+                out.append(Evidence(path, e.line, f"Meta kernel {e.note}", e.ok))
+        return out
 
     @staticmethod
     def _returned(path: Path, data: bytes, fn: CppFunction) -> Evidence:
