@@ -138,7 +138,7 @@ def test_a_meta_kernel_left_unedited_fails_g2(tmp_path: Path) -> None:
     assert cli("apply", str(op), "--write")[0] == 0
     meta.write_bytes(before)  # as if the Meta file had not been found
     code, out, err = cli("check", str(op), "--no-compile")
-    assert code == 1
+    assert code == 1, out + err
     g = gates(op)
     bad = [(p, n) for p, _l, n, ok in evidence(g["G2"]) if not ok]
     assert bad and all(p.endswith("moe_expert_scale_meta.cpp") for p, _n in bad), bad
