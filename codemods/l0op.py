@@ -341,7 +341,16 @@ def l0op_edits(layers: Layers, mode: str = "B") -> list[Edit]:
         edits.append(fragment(ln.path, at, text, CODEMOD, f"launch of {ln.op_type}: profiling output last"))
     for site in th.sites:
         data = data_of(site.path)
-        if site.profiling_item(data) is not None:
+        pos = site.profiling_item(data)
+        if pos is not None:
+            if pos != len(site.items) - 1:
+                # Written by hand, not last: the other lists would get it last (G2 on
+                # apply's own output).
+                s, e = site.items[pos]
+                raise input_error(CODE_LAYER_SHAPE, f"`{site.function}` already takes "
+                                  f"`{data[s:e].decode(errors='replace').strip()}` here, not last where "
+                                  "optrace puts it in its other declarations and calls: move it there (or "
+                                  "remove it) by hand", site.path, data, s)
             continue
         if site.is_call:
             text = PROFILING_VAR.encode()
