@@ -171,3 +171,47 @@ def test_another_extensions_registration_naming_the_op_is_said_and_left(tmp_path
     notes = [(n, ok) for p, _l, n, ok in evidence(g["G2"]) if p.endswith("scale_v2_torch.cpp")]
     assert notes == [("registers `moe_expert_scale_v2`, not this op (its names: moe_expert_scale): another "
                       "operator's registration, left as it is", True)], notes
+
+
+META_APART = """\
+// The Meta kernel's body, registered from torch_binding.cpp.
+#include <ATen/ATen.h>
+
+namespace fused_ops {
+at::Tensor ExpertScaleMeta(const at::Tensor &x, const at::Tensor &scale)
+{
+    return at::empty_like(x);
+}
+}  // namespace fused_ops
+"""
+BINDING_WITH_META = """\
+#include <torch/extension.h>
+#include <torch/library.h>
+#include "ops.h"
+
+namespace fused_ops {
+at::Tensor ExpertScaleMeta(const at::Tensor &x, const at::Tensor &scale);
+}
+
+TORCH_LIBRARY(_C, ops)
+{
+    ops.def("moe_expert_scale(Tensor x, Tensor scale) -> Tensor");
+    ops.impl("moe_expert_scale", torch::kPrivateUse1, &fused_ops::moe_expert_scale);
+}
+
+TORCH_LIBRARY_IMPL(_C, Meta, m)
+{
+    m.impl("moe_expert_scale", &fused_ops::ExpertScaleMeta);
+}
+"""
+
+
+def test_a_meta_kernel_defined_apart_from_its_registration_is_found_and_edited(tmp_path: Path) -> None:
+    """Registered by the op's name in the binding, defined in `*_meta.cpp`: the definition
+    is found by the registered function's name and gets the extra output; the declaration
+    beside the registration follows (the registration layer's header rule)."""
+    repo = _copy(tmp_path)
+    g = _apply_check_strip(repo, {"csrc/moe_expert_scale_meta.cpp": META_APART,
+                                  "csrc/torch_binding.cpp": BINDING_WITH_META})
+    assert any(p.endswith("moe_expert_scale_meta.cpp") and "Meta kernel `ExpertScaleMeta` returns" in n and ok
+               for p, _l, n, ok in evidence(g["G2"])), evidence(g["G2"])
