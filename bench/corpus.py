@@ -635,7 +635,6 @@ def line_for(i: int, n: int, r: OperatorResult) -> str:
         f"[{i:>4}/{n}] {r.op:<60} plan {st('plan')} {plan_s:5.1f}s  apply {st('apply')}  "
         f"check {st('check')}  strip {st('strip')} {ident}  labels {labels}  names {names}"
         + (f"  edited-marks-differ {len(r.edited_differs)}" if r.edited_differs else "")
-
         + {True: "  probe same", False: "  probe DIFF", None: ""}[r.probe_same]
         + (f"  FAIL: {'; '.join(r.failures)}" if r.failures else "")
     )

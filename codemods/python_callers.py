@@ -24,6 +24,7 @@ from optrace.codemods.python_files import (
     op_arity,
     parsed_by_ast,
     split_callers,
+    starts_workers,
 )
 from optrace.codemods.torch_adapter import hand_instrumented, torch_names
 from optrace.engine.discovery import LayerFile, Layers, SearchContext, is_sample_caller
@@ -169,11 +170,6 @@ def _calls_expanduser(node: ast.expr) -> bool:
     return any(isinstance(n, ast.Attribute) and n.attr == "expanduser" for n in ast.walk(node))
 
 
-def _starts_workers(name: str) -> bool:
-    spawn = name.endswith(("spawn", "start_processes")) and ("mp" in name or "multiprocessing" in name)
-    return spawn or name.split(".")[-1] == "Process"
-
-
 def _python_facts(path: Path, data: bytes, op_names: set[str], ev: list[Evidence]) -> _PythonFacts | None:
     """The facts of one file; a syntax error is ✗ evidence (then None)."""
     try:
@@ -198,7 +194,7 @@ def _python_facts(path: Path, data: bytes, op_names: set[str], ev: list[Evidence
                 facts.syncs.append(line)
             elif name.split(".")[-1] in ("save_profiling_data", "_optrace_save"):
                 facts.saves.append((line, end))
-            elif _starts_workers(name):
+            elif starts_workers(name):
                 facts.spawns.append(line)
             elif name.endswith("resolve") and _calls_expanduser(node.func):
                 facts.resolves.append(line)

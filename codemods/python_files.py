@@ -62,6 +62,30 @@ def caller_files(layers: Layers) -> list[Path]:
         rb"\.\s*(?:" + b"|".join(re.escape(n.encode()) for n in names) + rb")\s*\("))
 
 
+# The calls that start worker processes. Workers inherit the environment but may run
+# from another directory, so apply makes the profiling paths absolute before each, and G5
+# checks that it did: both ask `starts_workers`, so check accepts what apply writes.
+# `name` is the callee's dotted name; a chain through a call
+# (`mp.get_context("spawn").Process`) is given by its tail, `.Process`.
+_SPAWNERS = ("spawn", "start_processes")
+_WORKER_CLASSES = ("Process", "Pool", "ProcessPoolExecutor")
+
+
+def starts_workers(name: str) -> bool:
+    """`torch.multiprocessing.spawn` / `mp.start_processes`, or a `Process` / `Pool` /
+    `ProcessPoolExecutor` being made (of `multiprocessing`, its context, or imported bare)."""
+    last = name.rsplit(".", 1)[-1]
+    if last in _SPAWNERS:
+        return "mp" in name or "multiprocessing" in name
+    return last in _WORKER_CLASSES
+
+
+def workers_block(name: str) -> bool:
+    """Whether the call returns only once its workers are done (`spawn(..., join=True)`, the
+    default): a Process or a Pool runs on until it is joined."""
+    return name.rsplit(".", 1)[-1] in _SPAWNERS
+
+
 def split_callers(files: Iterable[Path], repo_root: Path,
                   globs: Sequence[str] = ()) -> tuple[list[Path], list[Path]]:
     """Callers as (samples and tests, library code): only samples sync and save the buffer;
