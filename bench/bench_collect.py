@@ -28,7 +28,9 @@ decode time), peak memory the highest of min(3, runs) sampled runs.
 
 Usage: python bench/bench_collect.py [--ranks 8] [--cores 72] [--runs 5] [--torch-python PY]
        [--keep DIR]
-Prints a markdown table. Targets: >= 50x faster end to end, <= 20 % of the peak memory.
+Prints a markdown table. Target: <= 20 % of the peak memory. (The ">= 50x end to end" target
+is retired: bench_floor.py measures what bounds the command — its floor, and decoding
+alone against the fair loop.)
 """
 
 from __future__ import annotations
@@ -561,8 +563,8 @@ def main() -> None:
               f"| {base['out']:.2f} s / {optrace['out']:.3f} s | {decode_speed:.0f}x "
               f"| {base['pss_kb'] / mb:.0f} MB / {optrace['pss_kb'] / mb:.0f} MB "
               f"| **{100 * memory:.0f} %** |")
-        verdicts.append(f"{name}: >= 50x {'met' if speed >= 50 else 'NOT met'}, "
-                        f"<= 20 % memory {'met' if memory <= 0.2 else 'NOT met'}")
+        verdicts.append(f"{name}: <= 20 % memory {'met' if memory <= 0.2 else 'NOT met'} (end to end "
+                        f"{speed:.0f}x: no target; bench_floor.py has collect's floor and the decoding)")
     print()
     print(f"peak memory = the highest sum of PSS over a command's processes, sampled every ms "
           f"(optrace: up to {optrace['processes']} processes, largest alone "

@@ -66,6 +66,27 @@ for name in sys.stdin.read().splitlines():
 print(n)
 """
 
+# plan's mode probe against apply's edit-computing choice, on the tree as planned (before
+# apply writes): "same", or both answers.
+PROBE_CHECK = r"""
+import sys
+from pathlib import Path
+from optrace.cli.deferred import install
+from optrace.engine.diagnostics import InputError
+from optrace.pipeline.apply import choose_mode, probe_mode
+from optrace.pipeline.plan import plan_operator
+install()
+plan = plan_operator(Path(sys.argv[1]))
+def outcome(decide):
+    try:
+        m = decide(plan)
+    except InputError as exc:
+        return ("refused", exc.diagnostic.format(), [])
+    return (m.mode, m.why.format(), sorted(map(str, m.edited)))
+probed, computed = outcome(probe_mode), outcome(choose_mode)
+print("same" if probed == computed else f"probe {probed} / edits {computed}")
+"""
+
 DIAG_RE = re.compile(r"\b(OT\d{3})\b")
 # The plan lint's name figures (OT105), each a column of the report.
 NAME_LINT = ("labels_with_repeated_word", "sibling_label_clashes", "regions_folded_for_length")
@@ -101,6 +122,10 @@ class OperatorResult:
     lint: dict[str, Any] = field(default_factory=dict)
     written_inside: list[str] = field(default_factory=list)
     written_outside: list[str] = field(default_factory=list)
+    # files outside the operator the plan marks "edited", and how they differ from what
+    # apply wrote there (`+f`: written, not marked; `-f`: marked, not written)
+    edited_marked: list[str] = field(default_factory=list)
+    edited_differs: list[str] = field(default_factory=list)
     identical: bool | None = None
     not_restored: list[str] = field(default_factory=list)
     compiled_files: int = 0
@@ -108,6 +133,8 @@ class OperatorResult:
     check_errors: list[str] = field(default_factory=list)
     parse_secs: float | None = None
     plan_ratio: float | None = None
+    probe_same: bool | None = None  # plan's mode probe gave apply's choice (None: not compared)
+    probe_diff: str = ""
     failures: list[str] = field(default_factory=list)
 
 
@@ -324,6 +351,7 @@ def run_operator(op_rel: str, scratch: Path, timeout: float, compile_diff: bool)
             res.partial_parses = codes.get("OT020", 0)
             res.mode = doc.get("mode")
             res.lint = dict(doc.get("lint", {}))
+            res.edited_marked = sorted(o["file"] for o in doc.get("outside", []) if o.get("edited"))
             entry = doc.get("layers", {}).get("entry") or []
             if entry:
                 res.entry_calls = entry_calls(scratch / entry[0]["file"], entry[0]["line"])
@@ -341,6 +369,12 @@ def run_operator(op_rel: str, scratch: Path, timeout: float, compile_diff: bool)
                 max(left(), 1.0),
                 data="\n".join(str(scratch / f) for f in read_files),
             )
+            probe, said = run([sys.executable, "-c", PROBE_CHECK, op_rel], scratch, max(left(), 1.0))
+            if probe.rc == 0:
+                res.probe_same = said.strip() == "same"
+                res.probe_diff = "" if res.probe_same else said.strip()[:400]
+                if not res.probe_same:
+                    res.failures.append("mode probe differs from apply's choice")
             if bare.rc == 0 and bare.secs > 0:
                 res.parse_secs = bare.secs
                 res.plan_ratio = step.secs / bare.secs
@@ -358,6 +392,9 @@ def run_operator(op_rel: str, scratch: Path, timeout: float, compile_diff: bool)
             (res.written_inside if (scratch / path).is_relative_to(op_dir) else res.written_outside).append(
                 path
             )
+        marked, wrote = set(res.edited_marked), set(res.written_outside)
+        res.edited_differs = [f"+{p}" for p in sorted(wrote - marked)]
+        res.edited_differs += [f"-{p}" for p in sorted(marked - wrote)]
         cpp_written = [
             scratch / p for p in written if Path(p).suffix.lower() in CPP_EXTS and (scratch / p).is_file()
         ]
@@ -489,6 +526,7 @@ def summarise(results: list[OperatorResult]) -> dict[str, Any]:
         "modes": dict(Counter(r.mode or "?" for r in applied)),
         "strip_identical": sum(1 for r in applied if r.identical),
         "written_outside": sum(1 for r in applied if r.written_outside),
+        "edited_differs": sum(1 for r in applied if r.edited_differs),
         "compile_regressions": sum(1 for r in applied if r.new_compile_errors),
         "check_errors_on_own_output": sum(1 for r in applied if r.check_errors),
         "apply_check_after_strip_ok": sum(
@@ -532,6 +570,11 @@ def targets(s: dict[str, Any]) -> list[tuple[str, str, bool]]:
             "0 operators where check errs on optrace's output",
             str(s["check_errors_on_own_output"]),
             s["check_errors_on_own_output"] == 0,
+        ),
+        (
+            "the plan's \"edited\" marks = apply's diff outside the operator (operators that differ)",
+            f"{s.get('edited_differs', '?')} of {applied}",
+            s.get("edited_differs") == 0,
         ),
         (
             "plan exits 0 on >= 99.5 %",
@@ -591,6 +634,8 @@ def line_for(i: int, n: int, r: OperatorResult) -> str:
     return (
         f"[{i:>4}/{n}] {r.op:<60} plan {st('plan')} {plan_s:5.1f}s  apply {st('apply')}  "
         f"check {st('check')}  strip {st('strip')} {ident}  labels {labels}  names {names}"
+        + (f"  edited-marks-differ {len(r.edited_differs)}" if r.edited_differs else "")
+        + {True: "  probe same", False: "  probe DIFF", None: ""}[r.probe_same]
         + (f"  FAIL: {'; '.join(r.failures)}" if r.failures else "")
     )
 
@@ -627,6 +672,14 @@ def render_md(name: str, meta: dict[str, Any], s: dict[str, Any], results: list[
         + ".",
         "",
     ]
+    differs = [r for r in results if r.edited_differs]
+    if differs:
+        out += [f"### The plan's \"edited\" marks against apply's diff ({len(differs)} differ)", "",
+                "`+file`: apply wrote it, the plan did not mark it; `-file`: marked, not written.", ""]
+        out += [f"- `{r.op}`: " + ", ".join(f"`{d}`" for d in r.edited_differs[:6])
+                + (f" (+{len(r.edited_differs) - 6} more)" if len(r.edited_differs) > 6 else "")
+                for r in differs]
+        out.append("")
     thin = [r for r in results if (r.root_only or r.thin) and r.entry_calls]
     out += [f"### Root-only or thin trees ({len(thin)}), with the reasons the plan gives", ""]
     if not thin:

@@ -44,6 +44,11 @@ def main() -> None:
     if (HERE / "bench_perfetto.py").exists():
         perfetto_args = ["--ranks", "2,4", "--runs", "2", "--no-encoders"] if args.quick else []
         sections.append(("collect: .pftrace and JSON", run("bench_perfetto.py", *perfetto_args)))
+    floor_args = ["--rounds", "1", "--ranks", "2", "--parts", "floor,formats"] if args.quick else []
+    sections.append(("collect: its floor, decoding, .pftrace against JSON",
+                     run("bench_floor.py", *floor_args)))
+    readers_args = ["--ranks", "2,4", "--runs", "1"] if args.quick else []
+    sections.append(("readers: inspect, report, compare", run("bench_readers.py", *readers_args)))
     records_args = ["--rounds", "5"] if args.quick else []
     sections.append(("records: @dataclass against collect's start-up",
                      run("bench_records.py", *records_args)))

@@ -202,7 +202,17 @@ def aclnn_edits(plan: Plan, mode: str) -> list[Edit]:
         star = b"const aclTensor* " if b"aclTensor* " in data and b"aclTensor *" not in data \
             else b"const aclTensor *"
         for wl in workspace_lists(path, data, names):
-            if wl.profiling_item(data) is not None:
+            pos = wl.profiling_item(data)
+            if pos is not None:
+                if pos != wl.workspace - 1:
+                    # Written by hand elsewhere in the list: adding ours to the other lists
+                    # would leave this one disagreeing with them (G2 on apply's own output).
+                    s, e = wl.items[pos]
+                    raise input_error(CODE_LAYER_SHAPE, f"{wl.function} already takes "
+                                      f"`{data[s:e].decode(errors='replace').strip()}` here, not right "
+                                      "before workspaceSize where optrace puts it in its other "
+                                      "declarations and calls: move it there (or remove it) by hand",
+                                      path, data, s)
                 continue
             if wl.is_call:
                 caller = enclosing_function(data, wl.open_at)

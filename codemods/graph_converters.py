@@ -4,8 +4,24 @@ import re
 from pathlib import Path
 from typing import ClassVar
 
-from optrace.codemods.layer import EXAMPLE_TORCH, Evidence, FileLayer, LayerExample, LayerModel
-from optrace.codemods.python_files import EditsFn, EvidenceFn, converter_files, cst_half, python_layer_absent
+from optrace.codemods.layer import (
+    EXAMPLE_TORCH,
+    Carry,
+    Evidence,
+    FileLayer,
+    LayerExample,
+    LayerModel,
+    carry_of,
+)
+from optrace.codemods.python_files import (
+    EditsFn,
+    EvidenceFn,
+    converter_files,
+    cst_half,
+    parsed_by_ast,
+    python_layer_absent,
+)
+from optrace.codemods.torch_adapter import hand_instrumented
 from optrace.engine.discovery import LayerFile, Layers, SearchContext
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
@@ -52,6 +68,16 @@ class GraphConvertersLayer(FileLayer):
     def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
         edits: EditsFn = cst_half(__name__).graph_converter_edits
         return edits(plan, mode)
+
+    def carries(self, plan: Plan, mode: str) -> Carry:
+        """Nothing without files; in mode A (or a kernel instrumented by hand) nothing once
+        the files parse (`ast`, no LibCST); else the edits computed."""
+        files = self.find(plan.analysis.layers)
+        if not files:
+            return Carry()
+        if (mode != "B" or hand_instrumented(plan)) and parsed_by_ast(files) is not None:
+            return Carry()
+        return carry_of(self.edits(plan, mode, None))
 
     def verify(self, model: LayerModel) -> list[Evidence]:
         evidence: EvidenceFn = cst_half(__name__).converter_evidence

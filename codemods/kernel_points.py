@@ -18,11 +18,13 @@ removes exactly those bytes, so points written by hand stay.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from tree_sitter import Node
 
 from optrace.engine.codes import OT302
+from optrace.engine.cpp import ParsedFile
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
 from optrace.engine.edits import Edit, indent_at, line_end, line_start, newline_of
 from optrace.engine.model import Kind, Region
@@ -56,14 +58,28 @@ def _unparsed(node: Node, inside: bool) -> bool:
     return node.has_error
 
 
-def _node_at(plan: Plan, path: Path, start: int, end: int) -> Node | None:
-    parsed = plan.analysis.parsed.get(path)
-    if parsed is None:
-        return None
+def unplaceable(parsed: Mapping[Path, ParsedFile], region: Region) -> bool:
+    """Whether the region's points cannot go where it is anchored: the code there did not
+    parse (planning moves such a region's time to its nearest placeable parent)."""
+    anchor = region.anchor
+    if anchor is None or region.kind in (Kind.EXISTING, Kind.ROOT) or anchor.path not in parsed:
+        return False
+    node = _node_in(parsed[anchor.path], anchor.start, anchor.end)
+    return node is not None and _unparsed(node, anchor.inside)
+
+
+def _node_in(parsed: ParsedFile, start: int, end: int) -> Node | None:
     node: Node | None = parsed.tree.root_node.descendant_for_byte_range(start, end)
     while node is not None and (node.start_byte, node.end_byte) != (start, end):
         node = node.parent
     return node
+
+
+def _node_at(plan: Plan, path: Path, start: int, end: int) -> Node | None:
+    parsed = plan.analysis.parsed.get(path)
+    if parsed is None:
+        return None
+    return _node_in(parsed, start, end)
 
 
 def _inside_the_block(data: bytes, block: Node, content: bytes) -> Edit | None:
@@ -162,8 +178,9 @@ def point_edits(plan: Plan) -> list[Edit]:
         data = parsed.src.raw
         node = _node_at(plan, anchor.path, anchor.start, anchor.end)
         if node is not None and _unparsed(node, anchor.inside):
-            # Points next to code the parser could not read could land mid-expression:
-            # refuse the whole apply (nothing is written) and say where.
+            # Points next to code the parser could not read could land mid-expression.
+            # Planning moved every such region to a placeable parent (`unplaceable`);
+            # one reaching here anyway refuses the whole apply (nothing is written).
             raise InputError(Diagnostic(
                 OT302, f'cannot place the points of "{region.label}": the code there does not parse',
                 anchor.path, anchor.line, Severity.ERROR))

@@ -114,6 +114,8 @@ class Threading:
     roots: set[str] = field(default_factory=set)  # aclnn...GetWorkspaceSize reached
     sites: list[Site] = field(default_factory=list)
     errors: list[tuple[Path, bytes, int, str]] = field(default_factory=list)
+    # A shared l0 function other operators call too: mode B only is refused.
+    shared: list[tuple[Path, bytes, int, str]] = field(default_factory=list)
 
     def files(self) -> list[Path]:
         seen: dict[Path, None] = {}
@@ -215,13 +217,29 @@ def threading(layers: Layers, clean: bool = True) -> Threading:
     prototyped = {s.function for s in result.sites if not s.has_body}
     for site in list(result.sites):
         if site.has_body and not site.is_static and site.function not in prototyped:
-            outside = _outside_prototype(layers, site.path, texts[site.path], site.function)
-            if outside is not None:
+            shared = _outside_prototype(layers, site.path, texts[site.path], site.function, len(site.items),
+                                        clean)
+            if shared is None:
+                continue
+            header, declared = shared
+            rel = header.relative_to(layers.repo_root).as_posix()
+            if not declared:
                 result.errors.append((site.path, texts[site.path], site.open_at,
-                                      f"`{site.function}` is declared in {outside}, outside the operator "
-                                      "(a header other operators include): a parameter added to its "
-                                      "definition alone would leave that declaration undefined; thread the "
-                                      "profiling buffer by hand, header included"))
+                                      f"`{site.function}` is declared in {rel}, outside the operator, with "
+                                      "another parameter list: optrace cannot tell which declaration this "
+                                      "definition is; thread the profiling buffer by hand, header included"))
+                continue
+            # The shared header's declaration is threaded too (with `= nullptr`): the
+            # definition and its declaration stay one function, other includers compile.
+            result.sites.extend(declared)
+            prototyped.add(site.function)
+            caller = _caller_elsewhere(layers, site.function, header)
+            if caller is not None:
+                result.shared.append((site.path, texts[site.path], site.open_at,
+                                      f"`{site.function}` is declared in {rel}, outside the operator, and "
+                                      f"{caller} calls it too: in mode B that call would launch the op "
+                                      "without the profiling output it requires (mode A: the output is "
+                                      "optional, that call passes none)"))
     for path, data in texts.items():
         code = codes[path]
         for name, paren in _calls(code, need, 0, len(code), own_parens[path]):
@@ -240,10 +258,14 @@ def threading(layers: Layers, clean: bool = True) -> Threading:
     return result
 
 
-def _outside_prototype(layers: Layers, path: Path, data: bytes, name: str) -> str | None:
+def _outside_prototype(layers: Layers, path: Path, data: bytes, name: str, arity: int,
+                       clean: bool) -> tuple[Path, list[Site]] | None:
     """Where an extern function defined in the operator is declared outside it: a header
     the defining file includes (found by name across the repository, as the build's
-    include paths would) that declares `name`. None when no such header is found."""
+    include paths would) that declares `name`, and its declarations of `name` with the
+    definition's number of parameters (none: a declaration optrace cannot match), read
+    as the definition was (`clean`: as before optrace). None when no such header is
+    found."""
     sources = repo_index(layers.repo_root).sources
     declared = re.compile(rb"\b" + re.escape(name.encode()) + rb"\s*\(")
     for directive in scan_includes(data):
@@ -257,7 +279,30 @@ def _outside_prototype(layers: Layers, path: Path, data: bytes, name: str) -> st
             except OSError:
                 continue
             if declared.search(mask(text)):
-                return header.relative_to(layers.repo_root).as_posix()
+                text = clean_bytes(header) if clean else text
+                sites = [Site(header, name, False, False, False, fn.params, fn.params_open, fn.params_close,
+                              line_number(text, fn.params_open))
+                         for fn in functions(text, declarations=True)
+                         if fn.name == name and fn.body_open < 0 and len(fn.params) == arity]
+                return header, sites
+    return None
+
+
+def _caller_elsewhere(layers: Layers, name: str, header: Path) -> str | None:
+    """A file outside the operator (its shared header aside) that calls `name`: another
+    operator's code reaching the shared l0 function. None: every call is this operator's."""
+    call = re.compile(rb"(?<![\w.>])" + re.escape(name.encode()) + rb"\s*\(")
+    for path in repo_index(layers.repo_root).mentioning(name.encode()):
+        if path == header or layers.op_dir in path.parents or path.suffix not in SOURCE_SUFFIXES:
+            continue
+        try:
+            code = mask(read_regular(path))
+        except OSError:
+            continue
+        m = call.search(code)
+        if m is not None:
+            line = code.count(b"\n", 0, m.start()) + 1
+            return f"{path.relative_to(layers.repo_root).as_posix()}:{line}"
     return None
 
 
@@ -269,10 +314,11 @@ def _innermost(fns: list[CppFunction], offset: int) -> CppFunction | None:
     return best
 
 
-def l0op_edits(layers: Layers) -> list[Edit]:
+def l0op_edits(layers: Layers, mode: str = "B") -> list[Edit]:
     th = threading(layers)
-    if th.errors:
-        path, data, at, message = th.errors[0]
+    refused = th.errors + (th.shared if mode == "B" else [])
+    if refused:
+        path, data, at, message = refused[0]
         raise input_error(CODE_LAYER_SHAPE, message, path, data, at)
     edits: list[Edit] = []
     prototypes = {s.function for s in th.sites if not s.is_call and not s.has_body}
@@ -295,7 +341,16 @@ def l0op_edits(layers: Layers) -> list[Edit]:
         edits.append(fragment(ln.path, at, text, CODEMOD, f"launch of {ln.op_type}: profiling output last"))
     for site in th.sites:
         data = data_of(site.path)
-        if site.profiling_item(data) is not None:
+        pos = site.profiling_item(data)
+        if pos is not None:
+            if pos != len(site.items) - 1:
+                # Written by hand, not last: the other lists would get it last (G2 on
+                # apply's own output).
+                s, e = site.items[pos]
+                raise input_error(CODE_LAYER_SHAPE, f"`{site.function}` already takes "
+                                  f"`{data[s:e].decode(errors='replace').strip()}` here, not last where "
+                                  "optrace puts it in its other declarations and calls: move it there (or "
+                                  "remove it) by hand", site.path, data, s)
             continue
         if site.is_call:
             text = PROFILING_VAR.encode()
@@ -365,13 +420,13 @@ class L0opLayer(FileLayer):
         return threading(layers).files()
 
     def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
-        del mode  # both modes: mode A's adapter passes a null tensor down the same chain
-        return l0op_edits(plan.analysis.layers)
+        # Both modes: mode A's adapter passes a null tensor down the same chain.
+        return l0op_edits(plan.analysis.layers, mode)
 
     def verify(self, model: LayerModel) -> list[Evidence]:
         th = threading(model.op.layers, clean=False)
         ev: list[Evidence] = []
-        for path, data, at, message in th.errors:
+        for path, data, at, message in th.errors + (th.shared if model.op.mode == "B" else []):
             if path in model.data:
                 ev.append(Evidence(path, data.count(b"\n", 0, at) + 1, message, False))
         for ln in th.launches:

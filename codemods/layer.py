@@ -3,7 +3,9 @@
 A layer has one shape, `Layer`: a NAME and a DESCRIPTION; `find` — its files
 (from discovery and the codemod's own search); `read` — the files as they are, for
 `verify`; `edits` — what apply changes in it (the codemod's edits of the clean bytes);
-`verify` — the gate facts it proves, as `file:line` evidence. Layers verify in the
+`verify` — the gate facts it proves, as `file:line` evidence; `carries` — whether a mode
+can go through it and which files that mode's edits touch, without the edits where they
+cost (plan's mode probe). Layers verify in the
 registry's order and hand what they learnt (the OpDef's index of profiling_data, the
 number of tensors the adapter returns, ...) to the later ones through `Facts`.
 """
@@ -15,30 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Protocol
 
+from optrace.codemods.evidence import Evidence as Evidence  # the layers name it from here
 from optrace.engine.analysis import Analysis
-from optrace.engine.diagnostics import display_path
 from optrace.engine.discovery import LayerFile, Layers, SearchContext
 from optrace.engine.edits import Edit, resolve
 from optrace.engine.plan import Plan
 from optrace.engine.source import read_regular
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """One fact a gate rests on, at a place: ok, or what is wrong there."""
-
-    path: Path | None
-    line: int
-    note: str
-    ok: bool = True
-    gate: str = ""  # set for layers speaking for several gates (the callers: G4 and G5)
-    # ok for its gate, and still for the user to hear: a defect of the operator that
-    # predates optrace and that its output neither causes nor worsens (a warning, OT456)
-    warning: bool = False
-
-    def to_json(self, root: Path | None) -> dict[str, object]:
-        return {"path": display_path(self.path, root) if self.path else None, "line": self.line,
-                "note": self.note, "ok": self.ok, "warning": self.warning}
 
 
 @dataclass
@@ -49,6 +33,26 @@ class Facts:
     output_index: int | None = None  # of profiling_data among the OpDef's outputs
     adapter_returns: int | None = None  # tensors the launcher returns (a fixed-size tuple)
     schema_returns: int | None = None  # returns of the op's schema
+
+
+@dataclass(frozen=True)
+class Carry:
+    """What a mode does to one layer, as `carries` answers it: the files its edits would
+    change (resolved), and whether they use the op's sizes header (created if missing)."""
+
+    edited: frozenset[Path] = frozenset()
+    sizes_header: bool = False
+
+
+def carry_of(edits: list[Edit]) -> Carry:
+    """The `Carry` of computed edits."""
+    return Carry(frozenset(resolve(e.path) for e in edits),
+                 any(e.replacement.find(SIZES_MACRO) >= 0 for e in edits))
+
+
+# What an edit names when it needs the op's sizes header (`OPTRACE_PROFILING_NUMEL`, the
+# Python fakes' `_OPTRACE_PROFILING_NUMEL` included).
+SIZES_MACRO = b"OPTRACE_PROFILING_NUMEL"
 
 
 @dataclass
@@ -228,6 +232,11 @@ class Layer(Protocol):
 
     def verify(self, model: LayerModel) -> list[Evidence]: ...
 
+    # Whether `mode` goes through this layer (InputError as `edits` raises it, the same
+    # diagnostic) and what it edits: plan's mode probe. Equal to `carry_of(edits(...))`;
+    # a layer whose edits cost (LibCST) answers from a cheaper reading of its files.
+    def carries(self, plan: Plan, mode: str) -> Carry: ...
+
     # The files outside the kernel directory that are this operator's to rewrite from clean
     # bytes and to strip (resolved): apply rebuilds them, strip visits them.
     def owned(self, plan: Plan) -> set[Path]: ...
@@ -255,6 +264,13 @@ class FileLayer:
 
     def read(self, op: Operator, files: list[Path]) -> LayerModel:
         return read_files(self.NAME, op, files)
+
+    def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
+        raise NotImplementedError(f"layer {self.NAME} has no edits")
+
+    def carries(self, plan: Plan, mode: str) -> Carry:
+        """The layer's edits computed: a byte-level codemod costs a few milliseconds."""
+        return carry_of(self.edits(plan, mode, None))
 
     def owned(self, plan: Plan) -> set[Path]:
         """Every file `find` gives outside the kernel directory."""

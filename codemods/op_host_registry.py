@@ -154,17 +154,15 @@ def _first_argument(data: bytes, code: bytes, open_at: int) -> tuple[str, int] |
     return re.sub(r"\s+", "", text), close
 
 
-@by_content(64)
-def _registrations(path: Path, data: bytes, names: tuple[str, ...]) -> tuple[Registration, ...]:
-    # by content: `check` asks for the registrations of the same host files once per
-    # layer and role (a dozen times an operator)
-    code = mask(data)
-    out: list[Registration] = []
+def _chains(data: bytes, code: bytes, names: tuple[str, ...]) -> list[tuple[int, str, str, int, int]]:
+    """The `IMPL_OP...(Op).Role(fn)` chains of the op: (the macro's offset, role, function
+    as written, the role call's offset, the argument's end), the last one per role."""
+    out: list[tuple[int, str, str, int, int]] = []
     for m in _IMPL_RE.finditer(code):
         if not any(same_op(m.group(2).decode().split("::")[-1], n) for n in names):
             continue
         pos = m.end()
-        chain: dict[str, Registration] = {}
+        chain: dict[str, tuple[int, str, str, int, int]] = {}
         while True:
             call = _CHAIN_RE.match(code, pos)
             if call is None:
@@ -175,10 +173,76 @@ def _registrations(path: Path, data: bytes, names: tuple[str, ...]) -> tuple[Reg
             role = _CHAIN_ROLES.get(call.group(1).decode())
             if role is not None and not call.group(1).startswith(b"Set"):
                 # The builder's setters keep the last function a chain gives a role.
-                chain[role] = Registration(role, arg[0], path, line_number(data, call.start()),
-                                           namespace_at(code, m.start()), m.start(), arg[1])
+                chain[role] = (m.start(), role, arg[0], call.start(), arg[1])
             pos = arg[1] + 1
         out.extend(chain.values())
+    return out
+
+
+_DEFINE_RE = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)\(([^()\n]*)\)", re.M)
+
+
+def _registering_macros(data: bytes) -> dict[str, tuple[list[str], bytes, int, int]]:
+    """Function-like macros of the file whose body registers (`#define REG(op, fn)
+    IMPL_OP_OPTILING(op).Tiling(fn)`): name -> (parameters, body, the define's span)."""
+    out: dict[str, tuple[list[str], bytes, int, int]] = {}
+    for m in _DEFINE_RE.finditer(data):
+        end = m.end()
+        while True:  # the body runs on over backslash-newlines
+            nl = data.find(b"\n", end)
+            if nl < 0:
+                nl = len(data)
+                break
+            if data[:nl].rstrip(b"\r").endswith(b"\\"):
+                end = nl + 1
+                continue
+            break
+        body = re.sub(rb"\\\r?\n", b" ", data[m.end() : nl])
+        if _IMPL_RE.search(body):
+            params = [p.strip().decode(errors="replace") for p in m.group(2).split(b",")]
+            out[m.group(1).decode()] = (params, body, m.start(), nl)
+    return out
+
+
+def _macro_chains(data: bytes, code: bytes, names: tuple[str, ...]) -> list[tuple[int, str, str]]:
+    """Registrations written through a macro of the file (ops-nn's
+    `IMPL_OP_OPTILING_LEGACY(Op, TilingFunc, ParseFunc, CompileInfo)`): each use expanded
+    (its arguments for the parameters, token-wise) and read like a chain. (the use's
+    offset, role, function)."""
+    out = []
+    macros = _registering_macros(data)
+    for name, (params, body, define_start, define_end) in macros.items():
+        for use in re.finditer(rb"\b" + re.escape(name.encode()) + rb"\s*\(", code):
+            if define_start <= use.start() < define_end:
+                continue  # the #define itself
+            close = match_bracket(code, use.end() - 1)
+            if close < 0:
+                continue
+            args = [data[s:e].strip() for s, e in split_top(code, use.end(), close)]
+            if len(args) != len(params):
+                continue
+            expanded = _substitute(body, dict(zip(params, args, strict=True)))
+            for _at, role, function, _call, _end in _chains(expanded, mask(expanded), names):
+                out.append((use.start(), role, function))
+    return out
+
+
+def _substitute(body: bytes, by_param: dict[str, bytes]) -> bytes:
+    """A macro body with its parameters replaced, token by token."""
+    return re.sub(rb"\b[A-Za-z_]\w*\b", lambda t: by_param.get(t.group(0).decode(), t.group(0)), body)
+
+
+@by_content(64)
+def _registrations(path: Path, data: bytes, names: tuple[str, ...]) -> tuple[Registration, ...]:
+    # by content: `check` asks for the registrations of the same host files once per
+    # layer and role (a dozen times an operator)
+    code = mask(data)
+    out: list[Registration] = [
+        Registration(role, function, path, line_number(data, call), namespace_at(code, at), at, end)
+        for at, role, function, call, end in _chains(data, code, names)]
+    # Through a macro: no statement of ours to wrap (an unresolved one stays unwrapped).
+    out.extend(Registration(role, function, path, line_number(data, at), namespace_at(code, at))
+               for at, role, function in _macro_chains(data, code, names))
     for cls in _OPDEF_CLASS_RE.finditer(code):
         if not any(same_op(cls.group(1).decode(), n) for n in names):
             continue

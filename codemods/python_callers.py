@@ -6,11 +6,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from optrace.codemods.layer import EXAMPLE_TORCH, Evidence, FileLayer, LayerExample, LayerModel, Operator
-from optrace.codemods.python_files import EditsFn, caller_files, cst_half, split_callers
-from optrace.codemods.torch_adapter import torch_names
+from optrace.codemods.layer import (
+    EXAMPLE_TORCH,
+    Carry,
+    Evidence,
+    FileLayer,
+    LayerExample,
+    LayerModel,
+    Operator,
+    carry_of,
+)
+from optrace.codemods.layer_common import CODE_LAYER_SHAPE, input_error
+from optrace.codemods.python_files import (
+    EditsFn,
+    caller_files,
+    cst_half,
+    op_arity,
+    parsed_by_ast,
+    split_callers,
+    starts_workers,
+)
+from optrace.codemods.torch_adapter import hand_instrumented, torch_names
 from optrace.engine.discovery import LayerFile, Layers, SearchContext, is_sample_caller
-from optrace.engine.edits import Edit
+from optrace.engine.edits import Edit, resolve
 from optrace.engine.plan import Plan
 
 # A test calling the op: it unpacks the buffer, syncs and saves it.
@@ -73,6 +91,31 @@ class PythonCallersLayer(FileLayer):
         edits: EditsFn = cst_half(__name__).python_caller_edits
         return edits(plan, mode)
 
+    def carries(self, plan: Plan, mode: str) -> Carry:
+        """What the codemod would do, read with the standard `ast` (no LibCST, no
+        metadata): the same refusals in the same order — a file that does not parse
+        (then the codemod's own parse names the error), an op call sharing its line with
+        another statement — and, in mode B, every file calling the op is edited (each call is unpacked)."""
+        layers = plan.analysis.layers
+        trees = parsed_by_ast(caller_files(layers))
+        if trees is None:
+            return carry_of(self.edits(plan, mode, None))  # the codemod's parse names the error
+        if mode != "B" or hand_instrumented(plan) or not trees:
+            return Carry()
+        names = set(torch_names(layers))
+        op_arity(layers)  # what the codemod reads of the schema first (and may refuse)
+        globs = plan.analysis.config.sample_globs
+        edited: set[Path] = set()
+        for path, data, tree in trees:
+            calls, spawns = _probe_calls(tree, names)
+            if not calls:
+                continue
+            sample = is_sample_caller(path, layers.repo_root, globs)
+            for node, stmt, body in [*calls, *(spawns if sample else [])]:
+                _probe_statement(path, data, node, stmt, body, body is not tree.body)
+            edited.add(resolve(path))
+        return Carry(frozenset(edited))
+
     def verify(self, model: LayerModel) -> list[Evidence]:
         """G4 and G5 evidence of the samples and tests, G2 evidence of library code (its
         calls unpack profiling_data), each tagged with its gate. Samples in which nothing
@@ -127,11 +170,6 @@ def _calls_expanduser(node: ast.expr) -> bool:
     return any(isinstance(n, ast.Attribute) and n.attr == "expanduser" for n in ast.walk(node))
 
 
-def _starts_workers(name: str) -> bool:
-    spawn = name.endswith(("spawn", "start_processes")) and ("mp" in name or "multiprocessing" in name)
-    return spawn or name.split(".")[-1] == "Process"
-
-
 def _python_facts(path: Path, data: bytes, op_names: set[str], ev: list[Evidence]) -> _PythonFacts | None:
     """The facts of one file; a syntax error is ✗ evidence (then None)."""
     try:
@@ -156,7 +194,7 @@ def _python_facts(path: Path, data: bytes, op_names: set[str], ev: list[Evidence
                 facts.syncs.append(line)
             elif name.split(".")[-1] in ("save_profiling_data", "_optrace_save"):
                 facts.saves.append((line, end))
-            elif _starts_workers(name):
+            elif starts_workers(name):
                 facts.spawns.append(line)
             elif name.endswith("resolve") and _calls_expanduser(node.func):
                 facts.resolves.append(line)
@@ -222,3 +260,71 @@ def _python_file(path: Path, data: bytes, op_names: set[str], ev4: list[Evidence
 
 def _split(op: Operator, files: list[Path]) -> tuple[list[Path], list[Path]]:
     return split_callers(files, op.layers.repo_root, op.analysis.config.sample_globs)
+
+
+# What LibCST's collector counts as deferred: a call inside one of these keeps its result.
+_DEFERRED = (ast.Lambda, ast.GeneratorExp, ast.ListComp)
+_Site = tuple[ast.Call, ast.stmt, list[ast.stmt]]
+
+
+def _probe_calls(tree: ast.Module, names: set[str]) -> tuple[list[_Site], list[_Site]]:
+    """The op's calls (`x.name(...)`, not deferred) and the worker starts, in source
+    order (as the codemod's visitor meets them), each with its innermost statement and
+    the statement list holding it."""
+    calls: list[_Site] = []
+    spawns: list[_Site] = []
+
+    def visit(node: ast.AST, stmt: ast.stmt | None, body: list[ast.stmt], deferred: int) -> None:
+        if isinstance(node, ast.Call) and stmt is not None:
+            func = _dotted(node.func)
+            if isinstance(node.func, ast.Attribute) and not deferred and node.func.attr in names:
+                calls.append((node, stmt, body))
+            if func.endswith(("spawn", "start_processes")) and ("mp" in func or "multiprocessing" in func):
+                spawns.append((node, stmt, body))
+        deferred += isinstance(node, _DEFERRED)
+        for _field, value in ast.iter_fields(node):
+            if isinstance(value, list):
+                for item in value:
+                    if isinstance(item, ast.stmt):
+                        visit(item, item, value, deferred)
+                    elif isinstance(item, ast.AST):
+                        visit(item, stmt, body, deferred)
+            elif isinstance(value, ast.AST):
+                visit(value, stmt, body, deferred)
+
+    visit(tree, None, tree.body, 0)
+    return calls, spawns
+
+
+def _probe_statement(path: Path, data: bytes, call: ast.Call, stmt: ast.stmt, body: list[ast.stmt],
+                     block: bool) -> None:
+    """The codemod's refusal of a call's statement: one sharing its line with another
+    (`a; y = op()`). As in LibCST's tree, a statement of a one-line block (`if x: y =
+    op()`) belongs to its compound statement, as does a call in a compound statement's
+    header: those are fine. `block`: `body` is a compound statement's, not the module's."""
+    if not _is_simple(stmt):
+        return
+    first = body[0]
+    line_start = _offset(data, first.lineno, 0)
+    if block and data[line_start : line_start + first.col_offset].strip():
+        return  # the block follows its header on the line
+    at = next(i for i, s in enumerate(body) if s is stmt)
+    before = body[at - 1] if at > 0 else None
+    after = body[at + 1] if at + 1 < len(body) else None
+    if (before is not None and before.end_lineno == stmt.lineno) or (
+            after is not None and after.lineno == stmt.end_lineno):
+        raise input_error(CODE_LAYER_SHAPE, "put the op call in a statement of its own (not `a; b`)",
+                          path, line=call.lineno)
+
+
+def _is_simple(stmt: ast.stmt) -> bool:
+    return not isinstance(stmt, (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try,
+                                 ast.TryStar, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Match))
+
+
+def _offset(data: bytes, line: int, col: int) -> int:
+    """The byte offset of (line counted from 1, UTF-8 byte column)."""
+    at = 0
+    for _ in range(line - 1):
+        at = data.index(b"\n", at) + 1
+    return at + col

@@ -6,10 +6,13 @@ the call the file's device sync runs, then `optrace.runtime.save_profiling_data(
 when `OPTRACE_PROFILING_DIR` is set. Scripts with argparse get `--profiling-dir`,
 `--point-map` and `--chrome-trace`; every such path is made absolute
 (`Path(...).expanduser().resolve()`) right after parsing and exported to the
-environment, and again before each `multiprocessing.spawn` / `Process`, so workers
-started from any directory write where the user meant. After the workers join (or,
-without workers, after the calls), the parent runs the collector when a point map is
-given. Mode A keeps the op's Python arity and changes nothing here.
+environment, and again before each call starting workers (`torch.multiprocessing.spawn`,
+`mp.start_processes`, a `multiprocessing` `Process` / `Pool` / `ProcessPoolExecutor`:
+`python_files.starts_workers`, what G5 checks too), so workers started from any
+directory write where the user meant. After the workers are done (a blocking spawn or a
+`with Pool(...)` block, else their last `join()`; without workers, after the calls), the
+parent runs the collector when a point map is given. Mode A keeps the op's Python arity
+and changes nothing here.
 
 Only samples and tests save (`engine.discovery.is_sample_caller`: tests/, examples/,
 samples/, test_*.py, *_sample.py, ..., and the config's `samples` globs). Library code
@@ -56,13 +59,11 @@ from optrace.codemods.layer_common import (
     input_error,
     marked_lines,
 )
-from optrace.codemods.python_files import caller_files
-from optrace.codemods.registration import registration_files, schema_strings
-from optrace.codemods.torch_adapter import adapter_functions, hand_instrumented, torch_names
-from optrace.codemods.torch_schema import returns_list
+from optrace.codemods.python_files import caller_files, op_arity, starts_workers, workers_block
+from optrace.codemods.torch_adapter import hand_instrumented, torch_names
 from optrace.engine.cache import by_content
 from optrace.engine.diagnostics import InputError
-from optrace.engine.discovery import Layers, is_sample_caller
+from optrace.engine.discovery import is_sample_caller
 from optrace.engine.edits import REVIEW_WIDTH, Edit, line_start, newline_of
 from optrace.engine.plan import Plan
 from optrace.engine.vocabulary import EDIT_MARK, HOIST_NAME
@@ -196,6 +197,15 @@ def dotted(node: cst.BaseExpression) -> str:
     return ""
 
 
+def callee_name(node: cst.BaseExpression) -> str:
+    """The dotted name of a callee, a chain through a call given by its tail
+    (`mp.get_context("spawn").Process` -> `.Process`), as `starts_workers` reads it."""
+    name = dotted(node)
+    if not name and isinstance(node, cst.Attribute):
+        return "." + node.attr.value
+    return name
+
+
 class _Collector(cst.CSTVisitor):
     """What a caller file holds, whichever op is asked about: one visit per parsed file
     (`_Source.collected`), however many operators the file calls."""
@@ -241,7 +251,7 @@ class _Collector(cst.CSTVisitor):
             self.attr_calls.append((node.func.attr.value, node))
         if func.endswith("npu.synchronize"):
             self.syncs.append(func)
-        if func.endswith(("spawn", "start_processes")) and ("mp" in func or "multiprocessing" in func):
+        if starts_workers(callee_name(node.func)):
             self.spawns.append(node)
         if func.endswith(".join") and not func.startswith(("os.path", "str", "\"")):
             self.joins.append(node)
@@ -292,6 +302,32 @@ def _statement(src: _Source, node: cst.CSTNode) -> tuple[cst.SimpleStatementLine
             raise input_error(CODE_LAYER_SHAPE, "put the op call in a statement of its own (not `a; b`)",
                               src.path, line=src.line_of(node))
     return parent, child
+
+
+def _outer_statement(src: _Source, node: cst.CSTNode) -> cst.SimpleStatementLine | cst.BaseCompoundStatement:
+    """The statement holding node that lines can be inserted before: its statement line, or
+    the compound statement whose header holds it (`if mp.spawn(...):`, a one-line block
+    `if rank: mp.spawn(...)`), and for an `elif` / `else` branch the whole `if`."""
+    cur: cst.CSTNode | None = node
+    while cur is not None and not isinstance(cur, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+        cur = src.parent(cur)
+    if cur is None:
+        raise input_error(CODE_LAYER_SHAPE, "the call is not inside a statement", src.path,
+                          line=src.line_of(node))
+    stmt: cst.SimpleStatementLine | cst.BaseCompoundStatement = cur
+    while True:
+        parent = src.parent(stmt)
+        if isinstance(parent, cst.SimpleStatementSuite):  # `if x: mp.spawn(...)`: before the `if`
+            up = src.parent(parent)
+            while up is not None and not isinstance(up, cst.BaseCompoundStatement):
+                up = src.parent(up)  # through an `else:` / `except:` to its statement
+            if up is None:
+                return stmt
+            stmt = up
+        elif isinstance(stmt, cst.If) and isinstance(parent, cst.If):
+            stmt = parent  # an `elif`: before its `if`
+        else:
+            return stmt
 
 
 def _top_statement(src: _Source, node: cst.CSTNode) -> cst.CSTNode:
@@ -437,30 +473,6 @@ def _unit(data: bytes) -> bytes:
     return m.group(1) if m else b"    "
 
 
-# --- op arity --------------------------------------------------------------------------------
-
-
-def op_arity(layers: Layers) -> str:
-    """How the op returned before optrace: "single" tensor, "tuple" or "list"."""
-    names = torch_names(layers)
-    for reg in registration_files(layers):
-        for s in schema_strings(reg, clean_bytes(reg), names):
-            if returns_list(s.schema):
-                return "list"
-            return "tuple" if s.schema.parenthesised else "single"
-    for path, fns in adapter_functions(layers).items():
-        data = clean_bytes(path)
-        for fn in fns:
-            if fn.type_span is not None:
-                text = data[fn.type_span[0] : fn.type_span[1]]
-                if b"tuple" in text:
-                    return "tuple"
-                if re.fullmatch(rb"\s*(?:at::|torch::)?Tensor\s*", text):
-                    return "single"
-                return "list"
-    return "tuple"
-
-
 # --- the codemod ---------------------------------------------------------------------------
 
 
@@ -514,14 +526,33 @@ def _file_edits(src: _Source, op_names: Sequence[str], arity: str, sample: bool 
         _imports(f)
         return f.edits
     _argparse(f, unit)
+    starts: set[int] = set()
+    done: list[cst.CSTNode] = []  # where workers are known to be finished
+    running = False  # a Process / Pool started outside a `with`: its workers run until joined
     for spawn in found.spawns:
-        stmt, _ = _statement(src, spawn)
+        stmt = _outer_statement(src, spawn)
         at = line_start(data, src.span(stmt)[0])
+        if at in starts:
+            continue
+        starts.add(at)
         ind = _indent(data, at)
-        f.edits.append(_lines(f, at, _resolve_env_lines(f, ind, unit), "paths absolute before spawn"))
-        collect_after.append(stmt)
-    if found.joins and not found.spawns:
-        collect_after.append(_top_statement(src, found.joins[-1]))
+        f.edits.append(_lines(f, at, _resolve_env_lines(f, ind, unit),
+                              "paths absolute before the workers start"))
+        if workers_block(callee_name(spawn.func)) or isinstance(stmt, cst.With):
+            done.append(stmt)
+        else:
+            running = True
+    if found.joins and (running or not found.spawns):
+        done.append(_top_statement(src, found.joins[-1]))
+    elif running:
+        done.extend(_outer_statement(src, s) for s in found.spawns)
+    # One collector per function, after its last workers: every rank's file is there by then.
+    last: dict[int, cst.CSTNode] = {}
+    for node in done:
+        key = id(_enclosing_function(src, node))
+        if key not in last or src.span(node)[1] > src.span(last[key])[1]:
+            last[key] = node
+    collect_after.extend(last.values())
     if found.parsers:  # a script run by hand: build the trace when asked to
         seen: set[int] = set()
         for node in collect_after:

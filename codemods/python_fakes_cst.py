@@ -42,11 +42,10 @@ from optrace.codemods.python_callers_cst import (
     dotted,
     import_point,
     mode_b_sources,
-    op_arity,
     read_each,
     rewrite_insertions,
 )
-from optrace.codemods.python_files import expected_returns, fake_files
+from optrace.codemods.python_files import expected_returns, fake_files, op_arity
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
 

@@ -9,13 +9,17 @@ imports at first use through the `PythonBackend` defined here.
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import ModuleType
 
 from optrace.codemods.layer import Evidence, LayerModel, Operator
-from optrace.codemods.torch_adapter import torch_names
+from optrace.codemods.layer_common import clean_bytes
+from optrace.codemods.registration import registration_files, schema_strings
+from optrace.codemods.torch_adapter import adapter_functions, torch_names
+from optrace.codemods.torch_schema import returns_list
 from optrace.engine.discovery import Layers, is_sample_caller, repo_index
 from optrace.engine.edits import Edit
 from optrace.engine.plan import Plan
@@ -58,6 +62,30 @@ def caller_files(layers: Layers) -> list[Path]:
         rb"\.\s*(?:" + b"|".join(re.escape(n.encode()) for n in names) + rb")\s*\("))
 
 
+# The calls that start worker processes. Workers inherit the environment but may run
+# from another directory, so apply makes the profiling paths absolute before each, and G5
+# checks that it did: both ask `starts_workers`, so check accepts what apply writes.
+# `name` is the callee's dotted name; a chain through a call
+# (`mp.get_context("spawn").Process`) is given by its tail, `.Process`.
+_SPAWNERS = ("spawn", "start_processes")
+_WORKER_CLASSES = ("Process", "Pool", "ProcessPoolExecutor")
+
+
+def starts_workers(name: str) -> bool:
+    """`torch.multiprocessing.spawn` / `mp.start_processes`, or a `Process` / `Pool` /
+    `ProcessPoolExecutor` being made (of `multiprocessing`, its context, or imported bare)."""
+    last = name.rsplit(".", 1)[-1]
+    if last in _SPAWNERS:
+        return "mp" in name or "multiprocessing" in name
+    return last in _WORKER_CLASSES
+
+
+def workers_block(name: str) -> bool:
+    """Whether the call returns only once its workers are done (`spawn(..., join=True)`, the
+    default): a Process or a Pool runs on until it is joined."""
+    return name.rsplit(".", 1)[-1] in _SPAWNERS
+
+
 def split_callers(files: Iterable[Path], repo_root: Path,
                   globs: Sequence[str] = ()) -> tuple[list[Path], list[Path]]:
     """Callers as (samples and tests, library code): only samples sync and save the buffer;
@@ -67,6 +95,43 @@ def split_callers(files: Iterable[Path], repo_root: Path,
     for path in files:
         (samples if is_sample_caller(path, repo_root, globs) else library).append(path)
     return samples, library
+
+
+def op_arity(layers: Layers) -> str:
+    """How the op returned before optrace: "single" tensor, "tuple" or "list"."""
+    names = torch_names(layers)
+    for reg in registration_files(layers):
+        for s in schema_strings(reg, clean_bytes(reg), names):
+            if returns_list(s.schema):
+                return "list"
+            return "tuple" if s.schema.parenthesised else "single"
+    for path, fns in adapter_functions(layers).items():
+        data = clean_bytes(path)
+        for fn in fns:
+            if fn.type_span is not None:
+                text = data[fn.type_span[0] : fn.type_span[1]]
+                if b"tuple" in text:
+                    return "tuple"
+                if re.fullmatch(rb"\s*(?:at::|torch::)?Tensor\s*", text):
+                    return "single"
+                return "list"
+    return "tuple"
+
+
+def parsed_by_ast(files: Iterable[Path]) -> list[tuple[Path, bytes, ast.Module]] | None:
+    """The files' clean bytes parsed by the standard `ast` (no LibCST): what a layer's
+    `carries` reads. None when one does not parse or ends a line in a lone CR, which
+    the codemods refuse: then their own LibCST parse names the error."""
+    trees: list[tuple[Path, bytes, ast.Module]] = []
+    for path in files:
+        data = clean_bytes(path)
+        if re.search(rb"\r(?!\n)", data):
+            return None
+        try:
+            trees.append((path, data, ast.parse(data, filename=str(path))))
+        except (SyntaxError, ValueError, UnicodeDecodeError, LookupError):
+            return None
+    return trees
 
 
 EditsFn = Callable[[Plan, str], list[Edit]]

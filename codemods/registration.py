@@ -245,6 +245,33 @@ def registration_edits(plan: Plan, mode: str) -> list[Edit]:
     return registration_changes(plan, mode)[0]
 
 
+_REGISTERED_RE = re.compile(rb'\.(?:def|impl)\s*\(\s*(?:TORCH_SELECTIVE_SCHEMA\s*\(\s*)?"')
+_NAME_RE = re.compile(rb"(?:\w+::)?(\w+)")
+
+
+def _no_schema_here(path: Path, data: bytes, names: Sequence[str]) -> list[Evidence]:
+    """A file found for the op that holds no schema of it: one registering only its
+    kernels for a dispatch key (`TORCH_LIBRARY_IMPL(ns, Meta, m)`: the torch adapter
+    layer's part), or another operator's registration naming this op in a string. Either
+    way nothing here carries the op's outputs: said, not failed."""
+    registered = []
+    for m in _REGISTERED_RE.finditer(mask(data)):  # outside comments and strings
+        name = _NAME_RE.match(data, m.end())
+        if name is not None:
+            registered.append((name.group(1).decode(), data.count(b"\n", 0, m.start()) + 1))
+    if not registered:
+        return []
+    mine = [(n, line) for n, line in registered if n in names]
+    if mine:
+        return [Evidence(path, mine[0][1], f"registers kernels of `{mine[0][0]}` for a dispatch key, "
+                         "no schema (the schema is in the op's registration file)")]
+    others = sorted({n for n, _ in registered})
+    more = f" and {len(others) - 3} more" if len(others) > 3 else ""
+    shown = ", ".join(f"`{n}`" for n in others[:3]) + more
+    return [Evidence(path, registered[0][1], f"registers {shown}, not this op (its names: "
+                     f"{', '.join(names)}): another operator's registration, left as it is")]
+
+
 class RegistrationLayer(FileLayer):
     NAME: ClassVar[str] = "registration"
     DESCRIPTION: ClassVar[str] = "torch registration (PYBIND11_MODULE / TORCH_LIBRARY): the schema's returns"
@@ -310,6 +337,8 @@ class RegistrationLayer(FileLayer):
                         ev.append(Evidence(path, data.count(b"\n", 0, m.start()) + 1,
                                            f"pybind11 binds `{name}`: no schema, the adapter's return "
                                            "type is what Python gets"))
+            if not strings and b"PYBIND11_MODULE" not in data:
+                ev.extend(_no_schema_here(path, data, names))
             for s in strings:
                 if returns_list(s.schema):
                     ev.append(Evidence(path, s.line, "schema returns Tensor[]: the list carries the buffer"))

@@ -59,7 +59,7 @@ from optrace.engine.cpp import (
     returns_in,
 )
 from optrace.engine.diagnostics import InputError
-from optrace.engine.discovery import LayerFile, Layers, SearchContext, repo_index
+from optrace.engine.discovery import CPP_EXTS, LayerFile, Layers, SearchContext, repo_index
 from optrace.engine.edits import REVIEW_WIDTH, Edit, line_number, line_start
 from optrace.engine.names import same_op
 from optrace.engine.plan import Plan
@@ -246,6 +246,7 @@ def torch_adapter_edits(plan: Plan, mode: str) -> list[Edit]:
     host = [f.path for key in ("infer", "op_def", "torch_adapter") for f in layers.found.get(key, [])]
     header = sizes_header_path(layers.op_dir, host)
     kernel_pos = kernel_profiling_position(plan)
+    metas = meta_kernel_files(layers) if mode == "B" else {}
     for layer_file in layers.found.get("torch_adapter", []):
         path = layer_file.path
         data = clean_bytes(path)
@@ -269,7 +270,7 @@ def torch_adapter_edits(plan: Plan, mode: str) -> list[Edit]:
                 done.add(fn.start)
                 edits.extend(return_type_edits(path, data, fn.type_span, CODEMOD))
                 edits.extend(return_value_edits(path, data, fn, CODEMOD))
-        meta = _meta_edits(path, data, layers) if mode == "B" else []
+        meta = _meta_edits(path, data, metas.get(path, set())) if mode == "B" else []
         if mode == "B" and (done or meta):
             # First: insertions at one offset concatenate in order, and a function may
             # start where the include goes (a file without includes).
@@ -278,17 +279,18 @@ def torch_adapter_edits(plan: Plan, mode: str) -> list[Edit]:
                 edits.insert(first, inc)
         edits.extend(meta)
     if mode == "B":
-        # Meta kernels registered apart from the adapter (`torch_binding_meta.cpp`).
+        # Meta kernels registered or defined apart from the adapter (`torch_binding_meta.cpp`).
         adapters = {f.path for f in layers.found.get("torch_adapter", [])}
-        for layer_file in layers.found.get("registration", []):
-            path = layer_file.path
+        for path, names in metas.items():
             if path in adapters:
                 continue
             data = clean_bytes(path)
-            meta = _meta_edits(path, data, layers)
-            if meta:
+            meta = _meta_edits(path, data, names)
+            if any(e.note == "meta profiling tensor" for e in meta):  # it names the size macro
                 inc = include_edit(path, data, header, CODEMOD)
-                edits.extend([inc, *meta] if inc is not None else meta)
+                if inc is not None:
+                    edits.append(inc)
+            edits.extend(meta)
     return edits
 
 
@@ -364,14 +366,63 @@ def meta_functions(data: bytes, op_names: Sequence[str]) -> list[str]:
     return names
 
 
-def _meta_edits(path: Path, data: bytes, layers: Layers) -> list[Edit]:
-    names = set(meta_functions(data, torch_names(layers)))
+def meta_kernel_files(layers: Layers) -> dict[Path, set[str]]:
+    """The op's Meta kernels by the file defining them. They are registered
+    (`TORCH_LIBRARY_IMPL(ns, Meta, m)`, by the op's registered names) in the adapter's file
+    or a registration file, and defined there or in another source naming them (the
+    function in a `*_meta.cpp`, registered from the binding): that file is edited, or the
+    fake-tensor path would keep the old outputs."""
+    names = torch_names(layers)
+    out: dict[Path, set[str]] = {}
+    seen: set[Path] = set()
+    for layer_file in [*layers.found.get("torch_adapter", []), *layers.found.get("registration", [])]:
+        path = layer_file.path
+        if path in seen:
+            continue
+        seen.add(path)
+        try:
+            data = clean_bytes(path)
+        except OSError:
+            continue
+        metas = set(meta_functions(data, names))
+        if not metas:
+            continue
+        here = metas & {fn.name for fn in functions(data) if fn.body_open >= 0}
+        if here:
+            out.setdefault(path, set()).update(here)
+        for name in sorted(metas - here):
+            where = _defined_elsewhere(layers, name, path)
+            if where is not None:
+                out.setdefault(where, set()).add(name)
+                out.setdefault(path, set()).add(name)  # its declaration here grows alike
+    return out
+
+
+def _defined_elsewhere(layers: Layers, name: str, registering: Path) -> Path | None:
+    """The C++ source defining `name` (a Meta kernel registered in `registering`), the
+    registering file's folder first; None when no source defines it."""
+    found = [p for p in repo_index(layers.repo_root).mentioning(name.encode())
+             if p != registering and p.suffix in CPP_EXTS]
+    for path in sorted(found, key=lambda p: (p.parent != registering.parent, p.as_posix())):
+        try:
+            data = clean_bytes(path)
+        except OSError:
+            continue
+        if any(fn.name == name and fn.body_open >= 0 for fn in functions(data)):
+            return path
+    return None
+
+
+def _meta_edits(path: Path, data: bytes, names: set[str]) -> list[Edit]:
     if not names:
         return []
     code = mask(data)
     edits: list[Edit] = []
-    for fn in functions(data):
-        if fn.name not in names or fn.body_open < 0:
+    for fn in functions(data, declarations=True):
+        if fn.name not in names:
+            continue
+        if fn.body_open < 0:  # a declaration of one defined elsewhere: its return type
+            edits.extend(return_type_edits(path, data, fn.type_span, CODEMOD))
             continue
         if re.search(rb"\b" + PROFILING_VAR.encode() + rb"\b", code[fn.body_open : fn.body_close]):
             continue
@@ -431,16 +482,7 @@ class TorchAdapterLayer(FileLayer):
         # (`torch_binding_meta.cpp`): their file is this layer's too, or strip would not
         # visit it when no other layer happens to claim it (the source fuzzer found one:
         # a Meta kernel whose return type no longer parsed).
-        names = torch_names(layers)
-        for layer_file in layers.found.get("registration", []):
-            if layer_file.path in found:
-                continue
-            try:
-                data = clean_bytes(layer_file.path)
-            except OSError:
-                continue
-            if meta_functions(data, names):
-                found.append(layer_file.path)
+        found.extend(path for path in meta_kernel_files(layers) if path not in found)
         return found
 
     def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
@@ -450,6 +492,7 @@ class TorchAdapterLayer(FileLayer):
         op = model.op
         kernel_pos = op.facts.kernel_position
         ev: list[Evidence] = []
+        metas: dict[Path, set[str]] | None = None
         for path, data in model.data.items():
             try:
                 found = launches(path, data, op.layers)
@@ -476,7 +519,23 @@ class TorchAdapterLayer(FileLayer):
                         text = data[ln.function.type_span[0] : ln.function.type_span[1]]
                         if re.search(rb"\btuple\s*<", text):
                             op.facts.adapter_returns = fixed_count(text)
+            if op.mode == "B":
+                if metas is None:
+                    metas = meta_kernel_files(op.layers)
+                ev.extend(self._meta_kernels(path, data, metas.get(path, set())))
         return ev
+
+    @classmethod
+    def _meta_kernels(cls, path: Path, data: bytes, metas: set[str]) -> list[Evidence]:
+        """Mode B: the op's Meta kernels defined here (wherever they are registered) return
+        the buffer too, or fake tensors (torch.compile, the abstract path) would see one
+        output fewer than the device kernel gives."""
+        out = []
+        for fn in functions(data):
+            if fn.name in metas and fn.body_open >= 0:
+                e = cls._returned(path, data, fn)
+                out.append(Evidence(path, e.line, f"Meta kernel {e.note}", e.ok))
+        return out
 
     @staticmethod
     def _returned(path: Path, data: bytes, fn: CppFunction) -> Evidence:

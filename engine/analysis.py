@@ -126,6 +126,8 @@ class Analysis:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     phase_work: set[str] = field(default_factory=set)
     heavy: set[str] = field(default_factory=set)  # heavy itself or calls something heavy
+    hot: set[str] = field(default_factory=set)  # handshakes, hot names with content, spin loops
+    walked: set[str] = field(default_factory=set)  # functions whose calls are in the graph
     # function id -> number of call sites reaching it (over reachable code)
     call_counts: dict[str, int] = field(default_factory=dict)
     _calls: dict[tuple[str, int, int, str], CallSite] = field(default_factory=dict)
@@ -158,6 +160,36 @@ class Analysis:
                 for macro in scan_function_macros(blank_comments(parsed.src.raw)):
                     self._macros.setdefault(macro.name, macro)
         return self._macros
+
+    def macro_work(self, name: str) -> tuple[int, bool]:
+        """(statements, holds a loop) of a function-like macro's definition, macros it
+        uses followed a few levels deep; (0, False) for a name no file defines."""
+        stmts, has_loop = 0, False
+        seen: set[str] = set()
+        todo = [name]
+        macros = self.function_macros()
+        while todo and len(seen) < _MACRO_WORK_DEPTH:
+            macro = macros.get(todo.pop())
+            if macro is None or macro.name in seen:
+                continue
+            seen.add(macro.name)
+            body = _DO_WHILE_0_RE.sub(";", macro.body)
+            stmts += body.count(";")
+            has_loop = has_loop or _LOOP_RE.search(body) is not None
+            todo += [m.group(1) for m in _MACRO_USE_RE.finditer(body) if m.group(1) in macros]
+        return stmts, has_loop
+
+    def add_macro_calls(self, caller: FunctionDef, callees: list[FunctionDef]) -> None:
+        """Calls a macro's expansion makes (`INIT_AND_PROCESS;` running `op.Process()`):
+        edges in the call graph like any call, so what they reach counts as reached and
+        their loops and waits make the caller's work."""
+        new = [c for c in callees if not self.callgraph.has_edge(caller.id, c.id) and c.id != caller.id]
+        if not new:
+            return
+        for callee in new:
+            self.callgraph.add_edge(caller.id, callee.id, line=caller.line)
+            self.call_counts[callee.id] = self.call_counts.get(callee.id, 0) + 1
+        _extend_callgraph(self, [c for c in new if c.id not in self.walked])
 
     def call_site(self, fn: FunctionDef, call: Node) -> CallSite:
         key = (str(fn.src.path), call.start_byte, call.end_byte, fn.id)
@@ -194,10 +226,27 @@ class Analysis:
                         stmts += 1
                     if vf_target(fn.src.text[node.start_byte : node.end_byte]):
                         has_loop = True  # a launch of a thread grid: a loop in all but name
+                    elif (m := _MACRO_STMT_RE.match(fn.src.text, node.start_byte)) is not None:
+                        # `PROCESS_TILES(tiling);`: a macro whose definition holds the loop
+                        # is the function's work, written elsewhere
+                        # (a macro of a few statements and no loop, a pipe sync, stays one)
+                        more, looped = self.macro_work(m.group(1).decode(errors="replace"))
+                        if looped:
+                            stmts += more
+                            has_loop = True
                 else:
                     has_loop = True
             cached = self._sizes[fn.id] = (stmts, has_loop)
         return cached
+
+
+# A statement that is a call of an upper-case name: a macro, by the usual spelling.
+_MACRO_STMT_RE = re.compile(rb"[ \t]*([A-Z_][A-Z0-9_]*)[ \t]*\(")
+_MACRO_USE_RE = re.compile(r"\b([A-Z_][A-Z0-9_]*)\s*\(")
+_LOOP_RE = re.compile(r"\b(?:for|while)\s*\(")
+# `do { ... } while (0)` wraps a macro's statements; its `while` is not a loop
+_DO_WHILE_0_RE = re.compile(r"\}\s*while\s*\(\s*(?:0|false)\s*\)")
+_MACRO_WORK_DEPTH = 8  # macros followed through one macro's definition
 
 
 @dataclass(frozen=True)
@@ -260,6 +309,9 @@ def split_arguments(text: str) -> list[str]:
     if "".join(cur).strip():
         args.append("".join(cur).strip())
     return args
+
+
+_TEMPLATE_KEYWORD_RE = re.compile(r"::\s*template\s+")
 
 
 def callee_name(src_text: str) -> str:
@@ -353,7 +405,8 @@ def resolve_call(an: Analysis, fn: FunctionDef, call: Node) -> tuple[str, list[F
         near = [f for f in free if fn.namespace and f.namespace == fn.namespace]
         return name, near or free
     if func.type in ("qualified_identifier", "template_function"):
-        spelled = text_of(src, func)
+        # `Base::template Step(this)`: the keyword that tells a dependent name is a template
+        spelled = _TEMPLATE_KEYWORD_RE.sub("::", text_of(src, func))
         name = callee_name(spelled)
         scope_part = spelled.split("<")[0]
         scope = scope_part.split("::")[-2] if scope_part.count("::") >= 1 else ""
@@ -665,10 +718,16 @@ def _find_entry_fn(index: CodeIndex, path: Path, line: int, name: str) -> Functi
 
 def _build_callgraph(an: Analysis) -> None:
     """Edges caller -> callee over every reachable function; marks phase work."""
+    _extend_callgraph(an, [an.entry_fn])
+
+
+def _extend_callgraph(an: Analysis, roots: list[FunctionDef]) -> None:
+    """Walk the calls from `roots` into the graph (functions already in it are not walked
+    again), then mark phase work and heavy functions over the whole graph."""
     g = an.callgraph
-    hot: set[str] = set()
-    todo = [an.entry_fn]
-    seen: set[str] = set()
+    hot = an.hot
+    todo = list(roots)
+    seen = an.walked
     while todo:
         fn = todo.pop()
         if fn.id in seen:

@@ -69,6 +69,8 @@ OT023 = Code("OT023", "a call the call graph cannot follow, and why (the trace s
              "diagnostics.md")
 OT024 = Code("OT024", "a host file named like the op names another operator: not taken (a near miss)", I,
              "diagnostics.md")
+OT025 = Code("OT025", "a region's code does not parse: its time moves to the nearest region that can be "
+             "placed", W, "diagnostics.md")
 OT030 = Code("OT030", "cannot write an output file", E, "input-matrix.md")
 # The edit engine and the journal.
 OT040 = Code("OT040", "two edits overlap", E, "edits.md")
@@ -142,11 +144,11 @@ OT999 = Code("OT999", "internal error (a bug in optrace: exit 3)", E, "diagnosti
 
 _TABLE: tuple[Code, ...] = (
     OT001, OT002, OT003, OT004, OT005, OT010, OT011, OT012, OT013, OT014, OT015, OT016, OT020, OT021,
-    OT022, OT023, OT024, OT030, OT040, OT041, OT042, OT043, OT044, OT045, OT046, OT047, OT048, OT101, OT102,
-    OT103, OT104, OT105, OT106, OT107, OT108, OT109, OT110, OT200, OT201, OT202, OT203, OT204, OT205,
-    OT206, OT207, OT208, OT300, OT302, OT310, OT311, OT312, OT313, OT314, OT401, OT402, OT403, OT404,
-    OT405, OT406, OT407, OT408, OT409, OT410, OT411, OT412, OT413, OT420, OT421, OT451, OT452, OT453,
-    OT454, OT455, OT456, OT999,
+    OT022, OT023, OT024, OT025, OT030, OT040, OT041, OT042, OT043, OT044, OT045, OT046, OT047, OT048,
+    OT101, OT102, OT103, OT104, OT105, OT106, OT107, OT108, OT109, OT110, OT200, OT201, OT202, OT203,
+    OT204, OT205, OT206, OT207, OT208, OT300, OT302, OT310, OT311, OT312, OT313, OT314, OT401, OT402,
+    OT403, OT404, OT405, OT406, OT407, OT408, OT409, OT410, OT411, OT412, OT413, OT420, OT421, OT451,
+    OT452, OT453, OT454, OT455, OT456, OT999,
 )
 
 CODES: dict[str, Code] = {c.code: c for c in _TABLE}
@@ -214,7 +216,14 @@ _NOTES = {
              "but setup below the root) it is a warning — that call is where the trace stops.",
     "OT300": "`apply --check` / `strip --check`: the tree is not what the command would write "
              "(exit 1), as ruff's `--check`.",
-    "OT302": "apply refuses to place a region's points where the code does not parse.",
+    "OT025": "A region bracketing code tree-sitter misreads (a macro that takes a type, "
+             "`CALL_OP_IMPL(int, 0)`) could get its points mid-expression. The plan leaves it out: "
+             "its time is counted in the nearest region around it that can be placed (the kernel "
+             "entry at worst), its children that parse move up keeping their labels, and the "
+             "warning names both places. Only the kernel entry itself refuses the operator.",
+    "OT302": "apply refuses to place a region's points where the code does not parse. Planning "
+             "moves every such region to a parent that can be placed first (OT025), so this is "
+             "left for a region planning could not see.",
     "OT401": "`check` reads every TRACE_POINT in the operator's files; a label outside "
              "lowercase `[a-z0-9-]` words, or an event other than B / E, is reported.",
     "OT402": "Labels nest by `-`-separated levels; one deeper than 7 is reported.",

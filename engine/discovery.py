@@ -20,6 +20,7 @@ from typing import ClassVar, Protocol
 from optrace.engine.codes import OT001, OT010, OT014, OT015
 from optrace.engine.config import Config
 from optrace.engine.diagnostics import Diagnostic, InputError
+from optrace.engine.index_cache import ContentStore
 from optrace.engine.names import op_name_pattern, same_op
 from optrace.engine.source import blank_comments, decode, is_binary, match_bracket, read_regular
 from optrace.engine.vocabulary import (
@@ -215,20 +216,37 @@ def walk_files(root: Path, exts: frozenset[str] | None = None) -> Iterator[Path]
         stack.extend(reversed(subdirs))  # depth first, in sorted order, as os.walk gave
 
 
-# Lowercased file contents RepoIndex keeps between searches; past this, files are read
-# again for each search instead (a repository larger than this is rare).
-_MENTION_CACHE_BYTES = 512 * 1024 * 1024
+# What the index keeps of a searchable file: the words it names (maximal runs of
+# `[a-z0-9_]` of its lowered bytes), one per line; an unreadable, binary or too large
+# file has none. A kind's name carries its version (engine/index_cache.py).
+WORDS_KIND = "words1"
+_WORD_RE = re.compile(rb"[a-z0-9_]+")
+# Every byte to itself lowered if it can be part of a word, else to a space: the words
+# are then the file's `split()` (C speed; a regular expression's findall was twice as slow).
+_TO_WORDS = bytes(low if low in b"abcdefghijklmnopqrstuvwxyz0123456789_" else 32
+                  for low in bytes(range(256)).lower())
+
+
+def _words(data: bytes | None) -> str:
+    if data is None:
+        return ""
+    return (b"\n" + b"\n".join(set(data.translate(_TO_WORDS).split())) + b"\n").decode("ascii")
+
+
+def _builds(data: bytes | None) -> str:
+    return "1" if _builds_kernels(data or b"") else "0"
 
 
 @dataclass
 class RepoIndex:
     """One walk over a repository: its searchable files, build scripts and C++ sources.
 
-    Planning asks "which files name this op?" a few times per operator. Each question is
-    answered by one substring scan of the files' lowercased bytes (C speed), then a
-    whole-word check of the few hits: a word index of every file costs ~10x that to build
-    and is only worth it for many operators, and the contents are kept between questions
-    (up to a bound) so planning many operators reads each file once.
+    Planning asks "which files name this op?" a few times per operator. Each file's
+    words are derived once and kept in the user cache by content hash
+    (engine/index_cache.py): a later run over the same repository reads no file again,
+    only those that changed. A question is then a substring test of each file's word
+    list (C speed); a word that is not a plain identifier falls back to scanning the
+    files' bytes.
     """
 
     root: Path
@@ -237,16 +255,23 @@ class RepoIndex:
     # Every C/C++ file by its name, kernel sources included: where an include that is not
     # found beside its includer may be (`../other_op/...` of a flattened build tree).
     sources: dict[str, list[Path]] = field(default_factory=dict)
+    store: ContentStore | None = None
     _build_scripts: list[Path] | None = None
-    _lowered: list[bytes | None] | None = None
+    _words: list[str] | None = None
     _answers: dict[tuple[bytes, ...], list[Path]] = field(default_factory=dict)
+
+    def content(self) -> ContentStore:
+        """The store of what is derived from this repository's files (opened once)."""
+        if self.store is None:
+            self.store = ContentStore.open(read_bounded)
+        return self.store
 
     def build_scripts(self) -> list[Path]:
         """Shell / CMake files that build Ascend kernels (the same for every operator)."""
         if self._build_scripts is None:
-            self._build_scripts = [
-                p for p in self.scripts if _builds_kernels(read_bounded(p) or b"")
-            ]
+            store = self.content()
+            self._build_scripts = [p for p in self.scripts if store.derived(p, "builds1", _builds) == "1"]
+            store.flush()
         return self._build_scripts
 
     @classmethod
@@ -272,19 +297,24 @@ class RepoIndex:
             index.files.append(path)
         return index
 
-    def _contents(self) -> list[bytes | None]:
-        if self._lowered is not None:
-            return self._lowered
-        lowered: list[bytes | None] = []
-        kept = 0
-        for path in self.files:
-            data = read_bounded(path)
-            low = None if data is None else data.lower()
-            kept += len(low or b"")
-            lowered.append(low)
-        if kept <= _MENTION_CACHE_BYTES:
-            self._lowered = lowered
-        return lowered
+    def walked(self) -> set[str]:
+        """Every path the walk kept (the cache drops its rows of other files under the root)."""
+        out = {os.fsdecode(p) for p in (*self.files, *self.scripts)}
+        out |= {os.fsdecode(p) for paths in self.sources.values() for p in paths}
+        return out
+
+    def warm(self) -> None:
+        """Derive what every operator's search asks of the files now (words, build
+        scripts): for a parent process about to start workers."""
+        self._contents()
+        self.build_scripts()
+
+    def _contents(self) -> list[str]:
+        if self._words is None:
+            store = self.content()
+            self._words = [store.derived(path, WORDS_KIND, _words) for path in self.files]
+            store.flush((self.root, self.walked()))
+        return self._words
 
     def mentioning(self, *words: bytes) -> list[Path]:
         """Files naming any of `words` as a whole word (case-insensitive), or whose own
@@ -294,18 +324,23 @@ class RepoIndex:
             return []  # no word to look for (an op with no launcher, say): no file names it
         if key in self._answers:
             return self._answers[key]
-        whole = re.compile(rb"(?<![a-z0-9_])(?:" + b"|".join(re.escape(w) for w in key)
-                           + rb")(?![a-z0-9_])")
-        # The substring pre-scan needs only the words no other word contains: a file
-        # naming `aclnnfoo` names `foo` (the scans are most of a repository search).
-        least = [w for w in key if not any(o != w and o in w for o in key)]
         hits: list[Path] = []
-        for path, low in zip(self.files, self._contents(), strict=True):
-            if os.fsencode(path.stem.lower()) in key:
-                hits.append(path)
-            elif (low is not None and any(w in low for w in least)
-                  and whole.search(low)):
-                hits.append(path)
+        if all(_WORD_RE.fullmatch(w) for w in key):
+            # A plain word is named as a whole word exactly when it is one of the file's words.
+            wanted = ["\n" + w.decode("ascii") + "\n" for w in key]
+            for path, listed in zip(self.files, self._contents(), strict=True):
+                if os.fsencode(path.stem.lower()) in key or any(w in listed for w in wanted):
+                    hits.append(path)
+        else:
+            whole = re.compile(rb"(?<![a-z0-9_])(?:" + b"|".join(re.escape(w) for w in key)
+                               + rb")(?![a-z0-9_])")
+            for path in self.files:
+                if os.fsencode(path.stem.lower()) in key:
+                    hits.append(path)
+                    continue
+                data = read_bounded(path)
+                if data is not None and whole.search(data.lower()):
+                    hits.append(path)
         self._answers[key] = hits
         return hits
 

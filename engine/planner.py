@@ -708,12 +708,12 @@ class Planner:
                                        full_word=label_kebab(target))
                     region.notes.append("a SIMT / vector function runs per thread: measured at its "
                                         "launch, no point inside it")
-                elif region is None and self._unseen_work(fn, call, site.name):
+                elif region is None and (unseen := self._unseen_work(fn, call, site.name)):
                     spelled = text_of(fn.src, call).split("(")[0].strip()
-                    region = self._new(parent, [label_kebab(site.name)], Kind.CALL, ctx,
+                    region = self._new(parent, [label_kebab(unseen)], Kind.CALL, ctx,
                                        self._stmt_anchor(fn, stmt),
                                        f"call to `{spelled}` whose class is not in the files read "
-                                       "(an absent header)", full_word=label_kebab(site.name))
+                                       "(an absent header)", full_word=label_kebab(unseen))
                     region.notes.append("traced at the call site: its code was not found")
                 continue
             callees = [c for c in site.callees if c.core is None or c.core in ctx.cores]
@@ -800,6 +800,7 @@ class Planner:
             return True
         if not bodies:
             return False
+        self.an.add_macro_calls(fn, bodies)
         first = bodies[0]
         region = self._new(parent, [label_word(first, fn.scope, None, self.vocab)], Kind.CALL, ctx,
                            self._stmt_anchor(fn, stmt), f"call to {first.display} through macro "
@@ -814,23 +815,36 @@ class Planner:
 
     def _entry_work(self, fn: FunctionDef) -> bool:
         stmts, has_loop = self.an.size_of(fn)
-        return has_loop or stmts >= 2
+        if has_loop or stmts >= 2:
+            return True
+        # one call of a library kernel whose header is absent (`gemm(params);`) is work
+        return any(self._unseen_work(fn, call, self.an.call_site(fn, call).name)
+                   for call in fn.nodes_in(fn.body, ("call_expression",)))
 
-    def _unseen_work(self, fn: FunctionDef, call: Node, name: str) -> bool:
+    def _unseen_work(self, fn: FunctionDef, call: Node, name: str) -> str:
         """`op.Process()` / `op.Init(...)` on a local object whose class is nowhere in the
-        files read (a kernel library's header is absent): the launch's work happens there,
-        so the call is measured where it is made. Objects of AscendC's own types
-        (`TPipe pipe; pipe.Init()`) are not work of the operator."""
-        if name not in UNSEEN_WORK_METHODS:
-            return False
+        files read (a kernel library's header is absent), or `kernel(params)` running such
+        an object's `operator()`: the launch's work happens there, so the call is measured
+        where it is made. Objects of AscendC's own types (`TPipe pipe; pipe.Init()`) are
+        not work of the operator. The word to label it with, or "" when it is no such call."""
         func = call.child_by_field_name("function")
-        recv = func.child_by_field_name("argument") if func is not None else None
-        if func is None or func.type != "field_expression" or recv is None or recv.type != "identifier":
-            return False
+        if func is None:
+            return ""
+        recv: Node | None
+        if func.type == "identifier":
+            # a local object called: its class's `operator()`, named by the class
+            word, recv = "", func
+        elif name in UNSEEN_WORK_METHODS and func.type == "field_expression":
+            word, recv = name, func.child_by_field_name("argument")
+        else:
+            return ""
+        if recv is None or recv.type != "identifier":
+            return ""
         tname = self.an.local_type(fn, text_of(fn.src, recv), call.start_byte)
-        if tname is None or tname in ASCENDC_TYPES or tname.startswith("AscendC"):
-            return False
-        return not self.an.index.resolve_class(tname, fn.scope)
+        if (tname is None or tname in ASCENDC_TYPES or tname.startswith("AscendC")
+                or tname in ("auto", "decltype") or self.an.index.resolve_class(tname, fn.scope)):
+            return ""
+        return word or tname.split("<")[0].split("::")[-1]
 
     def _blocking(self, fn: FunctionDef, stmt: Node, call: Node, name: str, ctx: Ctx,
                   parent: Region) -> None:

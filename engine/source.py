@@ -391,8 +391,46 @@ def normalise(data: bytes, blank_words: Iterable[str]) -> bytes:
         text = _LAUNCH_BOUND_RE.sub(lambda m: b" " * len(m.group(0)), text)
     if b"/*" in text and b"define" in text:
         text = _blank_define_comments(text)
+    if b"if " in text:
+        text = _parenthesise_macro_conditions(text)
     assert len(text) == len(data)
     return text
+
+
+# `if TILING_KEY_IS (KEY) {`: a macro that expands to the parenthesised condition
+_MACRO_CONDITION_RE = re.compile(rb"(?<![#\w])if([ \t]+)([A-Z_][A-Z0-9_]*)([ \t]*)\(")
+
+
+def _parenthesise_macro_conditions(text: bytes) -> bytes:
+    """`if TILING_KEY_IS (KEY) {` rewritten as `if(TILING_KEY_IS(KEY)) {` in the same
+    length — the blank after `if` becomes the `(`, one blank between the macro and its
+    argument list or after it makes room for the `)` — so tree-sitter reads the `if`
+    and its block instead of recovering from an error around the whole entry. The
+    statement's first and last bytes keep their offsets; a condition with no blank to
+    spare is left as written."""
+    out: bytearray | None = None
+    for m in _MACRO_CONDITION_RE.finditer(text):
+        close = match_bracket(text, m.end() - 1)
+        if close < 0:
+            continue
+        gap = m.group(3)
+        after = close + 1
+        if gap:
+            # `if TILING_KEY_IS (KEY)` -> `if(TILING_KEY_IS(KEY))`: the gap moves to the end
+            args = text[m.end() - 1 : after]
+            new = b"(" + m.group(1)[1:] + m.group(2) + args + b")" + gap[1:]
+            start = m.start(1)
+        elif text[after : after + 1] in (b" ", b"\t"):
+            args = text[m.end() - 1 : after]
+            new = b"(" + m.group(1)[1:] + m.group(2) + args + b")"
+            start, after = m.start(1), after + 1
+        else:
+            continue
+        if out is None:
+            out = bytearray(text)
+        out[start:after] = new
+        assert len(out) == len(text)
+    return bytes(out) if out is not None else text
 
 
 _CONTINUED_DEFINE_RE = re.compile(rb"^[ \t]*#[ \t]*define\b[^\n]*\\\r?\n", re.M)

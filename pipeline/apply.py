@@ -18,10 +18,10 @@ anything is written.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, TypeVar
 
 from optrace.codemods.kernel_entry import recorded_mode
 from optrace.codemods.strip import is_created, strip_bytes
@@ -42,7 +42,14 @@ from optrace.engine.source import blank_comments, overlaid, read_regular
 from optrace.engine.vocabulary import SCAFFOLD_BEGIN
 from optrace.pipeline.apply_summary import summary_lines
 from optrace.pipeline.check import check_operator
-from optrace.pipeline.layers import LayerEdits, kernel_side, layer_edits, owned_files, sizes_header
+from optrace.pipeline.layers import (
+    LayerEdits,
+    kernel_side,
+    layer_carries,
+    layer_edits,
+    owned_files,
+    sizes_header,
+)
 from optrace.pipeline.plan import plan_operator
 
 EditsByFile = dict[Path, list[Edit]]
@@ -241,18 +248,21 @@ def _check_entry_survives(result: OperatorChanges, plan: Plan) -> None:
 MODE_CHOSEN = OT314
 
 
-def _b_refused_a_applies(plan: Plan) -> tuple[Diagnostic | None, LayerEdits]:
-    """Why mode B is refused where mode A would apply (None: B applies), and the layer
-    edits of the mode that applies. Neither mode applying raises B's refusal: that is the
-    reason to fix."""
+_T = TypeVar("_T")
+
+
+def _b_refused_a_applies(plan: Plan, of_mode: Callable[[Plan, str], _T]) -> tuple[Diagnostic | None, _T]:
+    """Why mode B is refused where mode A would apply (None: B applies), and what
+    `of_mode` gives for the mode that applies (the layer edits, or the probe's edited
+    files). Neither mode applying raises B's refusal: that is the reason to fix."""
     try:
-        return None, layer_edits(plan, "B")
+        return None, of_mode(plan, "B")
     except InputError as refused:
         try:
-            edits = layer_edits(plan, "A")
+            found = of_mode(plan, "A")
         except InputError:
             raise refused from None
-        return refused.diagnostic, edits
+        return refused.diagnostic, found
 
 
 class ModeChoice(NamedTuple):
@@ -273,20 +283,32 @@ def choose_mode(plan: Plan) -> ModeChoice:
     """The mode of an operator that has none recorded and none asked: B (one more return
     value) where every layer can carry the new output, else A (an optional output, Python
     arity unchanged), with the reason as an info diagnostic the plan and apply show."""
-    d, edits = _b_refused_a_applies(plan)
+    d, edits = _b_refused_a_applies(plan, layer_edits)
+    return _mode_choice(plan, d, edited_files(edits))
+
+
+def probe_mode(plan: Plan) -> ModeChoice:
+    """`choose_mode`'s answer — the same mode, reason and edited files — from each
+    layer's `carries` (`layer_carries`): what plan shows, without computing the Python
+    layers' LibCST edits. apply computes the edits it writes with `choose_mode`."""
+    d, edited = _b_refused_a_applies(plan, layer_carries)
+    return _mode_choice(plan, d, edited)
+
+
+def _mode_choice(plan: Plan, d: Diagnostic | None, edited: frozenset[Path]) -> ModeChoice:
     if d is not None:
         return ModeChoice("A", Diagnostic(MODE_CHOSEN, f"mode A (profiling_data optional, Python arity "
                                           f"unchanged): mode B is refused here: {d.code} {d.message}",
-                                          d.path, d.line, Severity.INFO), edited_files(edits))
+                                          d.path, d.line, Severity.INFO), edited)
     entry = plan.analysis.entry_fn.src.path
     return ModeChoice("B", Diagnostic(MODE_CHOSEN, "mode B (profiling_data is the last output of the op): "
                                       "every layer can carry it", entry, plan.analysis.entry_fn.line,
-                                      Severity.INFO), edited_files(edits))
+                                      Severity.INFO), edited)
 
 
 def _refuse_b_with_hint(plan: Plan) -> None:
     """`--mode B` asked and refused: say so, and that mode A would apply when it would."""
-    d, _edits = _b_refused_a_applies(plan)
+    d, _edited = _b_refused_a_applies(plan, layer_carries)
     if d is not None:
         raise InputError(Diagnostic(d.code, f"{d.message}; use --mode A", d.path, d.line, d.severity))
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
@@ -45,7 +44,7 @@ from optrace.engine.codes import (
 )
 from optrace.engine.compile_scope import blank_untouched_bodies
 from optrace.engine.cpp import new_parser
-from optrace.engine.diagnostics import Diagnostic, InputError, Severity
+from optrace.engine.diagnostics import InputError, Severity
 from optrace.engine.discovery import (
     CPP_EXTS,
     default_repo_root,
@@ -74,7 +73,8 @@ from optrace.engine.vocabulary import (
     label_problem,
 )
 from optrace.pipeline.check_plan import findings_from_plan
-from optrace.pipeline.gates import GateResult, evaluate_gates
+from optrace.pipeline.check_report import CheckReport
+from optrace.pipeline.gates import evaluate_gates
 from optrace.pipeline.plan import plan_from_analysis
 
 _POINT_RE = re.compile(
@@ -82,51 +82,6 @@ _POINT_RE = re.compile(
     + TRACE_POINT_CALL
 )
 _ENABLE_RE = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+ENABLE_MOE_PROFILING[ \t]+(\S+)", re.M)
-
-
-@dataclass
-class CheckReport:
-    """check's findings for one operator, its gates and the facts they rest on."""
-
-    op_dir: Path
-    repo_root: Path
-    findings: list[Diagnostic] = field(default_factory=list)
-    instrumented: bool = False
-    profiling_enabled: str = "n/a"
-    points: int = 0
-    labels: int = 0
-    compile_checked: int = 0
-    gates: list[GateResult] = field(default_factory=list)
-
-    def add(self, code: str, message: str, path: Path | None, line: int,
-            severity: Severity | None = None) -> None:
-        # No severity: the code's default from the registry (engine/codes.py).
-        self.findings.append(Diagnostic(code, message, path, line, severity))
-
-    def effective(self, d: Diagnostic, strict: bool) -> Severity:
-        return Severity.ERROR if strict and d.severity == Severity.WARNING else d.severity
-
-    def to_json(self, strict: bool) -> dict[str, object]:
-        return {
-            "op_dir": self.op_dir.relative_to(self.repo_root).as_posix()
-            if self.op_dir.is_relative_to(self.repo_root) else str(self.op_dir),
-            "instrumented": self.instrumented,
-            "profiling_enabled": self.profiling_enabled,
-            "points": self.points,
-            "labels": self.labels,
-            "compile_checked_files": self.compile_checked,
-            "findings": [{**d.to_json(self.repo_root), "severity": self.effective(d, strict).value}
-                         for d in self.findings],
-            "gates": [g.to_json(self.repo_root) for g in self.gates],
-        }
-
-    def worst(self, strict: bool) -> Severity | None:
-        sev = [d.severity for d in self.findings if d.severity != Severity.INFO]
-        if not sev:
-            return None
-        if Severity.ERROR in sev or strict:
-            return Severity.ERROR
-        return Severity.WARNING
 
 
 def scan_points(path: Path, data: bytes) -> list[TracePoint]:

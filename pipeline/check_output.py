@@ -14,7 +14,7 @@ from __future__ import annotations
 from optrace import __version__
 from optrace.engine.codes import CODES
 from optrace.engine.diagnostics import Severity, display_path, shown_path
-from optrace.pipeline.check import CheckReport
+from optrace.pipeline.check_report import CheckReport
 
 
 def check_errors_text(reports: list[CheckReport], strict: bool) -> str:

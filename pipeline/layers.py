@@ -18,11 +18,11 @@ from optrace.codemods.layer_common import buffer_core_type, sizes_header_content
 from optrace.codemods.registry import HOST_LAYERS, KERNEL_LAYERS, LAYERS, layer
 from optrace.codemods.runtime_block import block_edits, include_edits, points_files
 from optrace.engine.discovery import Layers
-from optrace.engine.edits import Edit
+from optrace.engine.edits import Edit, resolve
 from optrace.engine.plan import Plan
 
 __all__ = ["HOST_LAYERS", "KERNEL_LAYERS", "LAYERS", "KernelEdits", "LayerEdits", "kernel_side", "layer",
-           "layer_edits", "owned_files", "sizes_header"]
+           "layer_carries", "layer_edits", "owned_files", "sizes_header"]
 
 @dataclass
 class LayerEdits:
@@ -57,6 +57,21 @@ def layer_edits(plan: Plan, mode: str) -> LayerEdits:
     if any(e.replacement.find(b"OPTRACE_PROFILING_NUMEL") >= 0 for e in out.edits):
         out.created[header.resolve()] = sizes_header_content(buffer_core_type(plan.analysis.declared_cores))
     return out
+
+
+def layer_carries(plan: Plan, mode: str) -> frozenset[Path]:
+    """What `layer_edits(plan, mode)` would edit and create (resolved), and the same
+    InputError where it raises one, asked of each layer's `carries`: the mode probe of
+    plan, which computes no LibCST edits."""
+    edited: set[Path] = set()
+    header = False
+    for lay in HOST_LAYERS:
+        carry = lay.carries(plan, mode)
+        edited |= carry.edited
+        header = header or carry.sizes_header
+    if header:
+        edited.add(resolve(sizes_header(plan.analysis.layers)))
+    return frozenset(edited)
 
 
 @dataclass

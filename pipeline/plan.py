@@ -9,6 +9,7 @@ from pathlib import Path
 
 import networkx as nx
 
+from optrace.codemods.kernel_points import unplaceable
 from optrace.codemods.registry import LAYERS
 from optrace.engine.analysis import (
     BLOCKING_PRIMITIVES,
@@ -17,7 +18,7 @@ from optrace.engine.analysis import (
     analyse_operator,
     unfollowed_calls,
 )
-from optrace.engine.codes import OT023
+from optrace.engine.codes import OT023, OT025
 from optrace.engine.diagnostics import Diagnostic, Severity, display_path
 from optrace.engine.model import Kind, Region, assign_labels
 from optrace.engine.plan import Plan
@@ -51,6 +52,7 @@ def plan_from_analysis(analysis: Analysis, lint: bool = True) -> Plan:
         rule.apply(ctx)
         assign_labels(root)
     _resolve_shared(root)
+    ctx.findings.extend(fold_unplaceable(analysis, root))
     ctx.findings.extend(stop_reasons(analysis, root))
     plan = Plan(analysis, root, planner.loops, planner.roles, ctx.findings)
     plan.per_core = labels_per_core(root)
@@ -65,6 +67,44 @@ def plan_from_analysis(analysis: Analysis, lint: bool = True) -> Plan:
         plan.lint = plan_lint(plan, ctx.stats, path)
         plan.lint["deepest_nesting"] = planner.deepest
     return plan
+
+
+def fold_unplaceable(analysis: Analysis, root: Region) -> list[Diagnostic]:
+    """Regions whose code does not parse (a macro taking a type, say: its points could
+    land mid-expression) are taken out of the tree: their time is counted in the nearest
+    parent that can be placed, and their children, which may parse, move up to it keeping
+    their labels. One warning each, naming both places. The root (the entry) is placed by
+    the entry scaffold, never here."""
+    out: list[Diagnostic] = []
+    root_dir = analysis.layers.repo_root
+
+    def where(region: Region) -> str:
+        a = region.anchor
+        return f"{display_path(a.path, root_dir)}:{a.line}" if a is not None else "the kernel entry"
+
+    def visit(node: Region) -> None:
+        kept: list[Region] = []
+        queue = list(node.children)
+        while queue:
+            child = queue.pop(0)
+            if unplaceable(analysis.parsed, child):
+                out.append(Diagnostic(
+                    OT025, f'the points of "{child.label}" cannot be placed at {where(child)}: the code '
+                    f'there does not parse; its time is counted in "{node.label}" ({where(node)})',
+                    child.anchor.path if child.anchor else None, child.anchor.line if child.anchor else 0,
+                    Severity.WARNING))
+                for grand in child.children:
+                    grand.words = [*child.words, *grand.words]
+                queue[:0] = child.children  # placed in its stead, in order
+                continue
+            kept.append(child)
+            visit(child)
+        node.children = kept
+
+    visit(root)
+    if out:
+        assign_labels(root)
+    return out
 
 
 def is_thin(root: Region) -> bool:

@@ -53,23 +53,23 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
         root = ctx.root
         new_children = []
         main_classes: set[str] = set()
+        # A main flow kept whole (it has no phases of its own) is kept whole at every call.
+        kept_whole = {c.function for c in root.children if c.shared_with is None and not c.children}
         for child in root.children:
             fn = ctx.analysis.index.functions.get(child.function or "")
-            if (
-                child.kind == Kind.CALL
-                and fn is not None
-                and fn.name in _MAIN_METHODS
-                and fn.scope
-                and child.cores == root.cores
+            main = (child.kind == Kind.CALL and fn is not None and fn.name in _MAIN_METHODS
+                    and bool(fn.scope) and child.cores == root.cores)
+            if main and fn is not None:
+                main_classes.add(fn.scope)
+            if main and fn is not None and (
                 # A class whose code is not planned here (outside the operator) is one
                 # region; a second call of the planned one has its phases already.
-                and (child.children or child.shared_with)
+                child.children or (child.shared_with and child.function not in kept_whole)
             ):
                 ctx.report(f"`{fn.display}` is the main flow: its phases lifted to level 2", child)
                 for grandchild in child.children:
                     grandchild.also_variants += child.also_variants  # still run in those launches
                 new_children.extend(child.children)
-                main_classes.add(fn.scope)
             else:
                 new_children.append(child)
         root.children = new_children

@@ -17,7 +17,8 @@ its permission bits (as a shell's ``>`` does), never set-id bits.
 
 A user-named output directory (``demo-data DIR``) is written by :func:`atomic_directory`:
 whole or not at all, with the same promises (no symlink followed, errors naming the
-target).
+target). A dataset (``collect -o DIR --format parquet``) replaces an earlier one
+whole: :func:`replace_directory`.
 
 The engine's all-or-nothing commit of source edits (engine/transaction.py) is not a
 user-named output and keeps its own journalled writer.
@@ -340,3 +341,47 @@ def _as_directory_error(target: Path, temporary: Path, exc: OSError | OutputErro
     if isinstance(exc, FileExistsError):
         return OutputError(where, "is there already; not overwritten")
     return OutputError(where, f"cannot write: {exc.strerror or exc}")
+
+
+@contextmanager
+def replace_directory(path: str | Path) -> Iterator[Path]:
+    """A temporary directory for the block to fill, which becomes ``path`` whole (a
+    dataset: ``collect --format parquet``). A new or empty ``path``: through
+    :func:`atomic_directory`. An existing one (the caller checked it holds only what it
+    replaces): the temporary is made beside it, and once complete the old directory is
+    renamed aside, the new one renamed in and the old one removed; until then ``path``
+    is untouched, and on any failure the temporary is removed. A symlink is refused."""
+    target = Path(path)
+    try:
+        st: os.stat_result | None = os.lstat(target)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise _as_output_error(target, exc, target) from None
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        raise OutputError(target, "a symlink; not followed (name the directory itself)")
+    if st is None or (stat.S_ISDIR(st.st_mode) and not os.listdir(target)):
+        with atomic_directory(target) as into:
+            yield into
+        return
+    suffix = f"{os.getpid()}.{os.urandom(4).hex()}"
+    temporary = target.parent / f".{target.name}.{suffix}.tmp"
+    aside = target.parent / f".{target.name}.{suffix}.old"
+    try:
+        os.mkdir(temporary)
+    except OSError as exc:
+        raise _as_output_error(target, exc, temporary) from None
+    try:
+        yield temporary
+        os.rename(target, aside)
+        try:
+            os.rename(temporary, target)
+        except OSError:
+            os.rename(aside, target)  # the old one back: the target never goes missing for good
+            raise
+    except BaseException as exc:
+        _remove_tree(temporary)
+        if isinstance(exc, OSError):
+            raise _as_directory_error(target, temporary, exc) from None
+        raise
+    _remove_tree(aside)

@@ -46,6 +46,8 @@ from .decode import DecodeOptions, RankDecode, decode_rank
 from .errors import MergeError as MergeError  # for the CLI's fast collect, through this module
 from .errors import ProfilingInputError
 from .format import DEFAULT_CLOCK_MHZ, RankMeta
+from .formats import PERFETTO
+from .formats import output_format as output_format  # the CLI's fast collect checks --format
 from .launches import launch_name
 from .numbers import RANK, RANK_OFFSET_US, check_number
 from .placement import Placement, place_ranks, rank_process_name
@@ -73,7 +75,7 @@ class CollectOptions(FrozenRecord):
     rank_offsets_us: dict[int, float]
     ignore_fingerprint: bool
     jobs: int | None  # processes (see collect_processes); None: 1, 0: one per CPU (<= 4)
-    format: str | None  # "json" | "perfetto"; None: by the output's name (trace_format)
+    format: str | None  # a name of formats.FORMATS; None: by the output's name (formats.output_format)
     split: str | int | None  # "rank", a size in bytes (trace_files.parse_split), None: one file
     align: AlignSpec | None  # --align LABEL[@N]
     merge: tuple[Path, ...]  # --merge: framework traces to write the device tracks into
@@ -301,14 +303,15 @@ def _collect_merged(
     # Where collect writes each file's launch: its rank's process (pid: the rank), its slices.
     device_launches = {p: (name.rank, launch_name(name.tag, name.launch))
                        for p, (name, _) in enumerate(files)}
-    fmt = trace_format(output, options.format)
+    fmt = output_format(output, options.format)
+    assert fmt.merge_suffix is not None  # refused with the options (cli/collect_fast.py)
     compressed = output.name.endswith(".gz")
     # Beside the file it becomes; a device or stream output (written through) has no
     # folder of its own to put it in: the system's temporary folder then.
     scratch = Path(os.environ.get("TMPDIR") or "/tmp")  # not tempfile: collect's start-up
     beside = scratch / output.name if target.through else target.real
     temporary = beside.with_name(f".{beside.name}.{os.getpid()}.device"
-                                 + (".json" if fmt == "json" else ".pftrace") + (".gz" if compressed else ""))
+                                 + fmt.merge_suffix + (".gz" if compressed else ""))
     device_options = CollectOptions(**{name: getattr(options, name)
                                        for name in CollectOptions.__match_args__ if name != "merge"})
     try:
@@ -326,7 +329,7 @@ def _collect_merged(
             # No name in the header: it would be the temporary's (see chrome.py).
             sink: Any = (gzip.GzipFile(filename="", fileobj=handle, mode="wb", mtime=0) if compressed
                          else handle)
-            if fmt == "json":
+            if fmt is not PERFETTO:
                 document = merge.merged_json(plan, json.loads(raw), device_launches)
                 merge.check_finite(document)
                 merge.write_json(sink, document)
@@ -341,17 +344,9 @@ def _collect_merged(
                          alignment=plan.alignment, launch_notes=result.launch_notes)
 
 
-#: Output names that select the Perfetto protobuf format (``--format`` overrides).
-PERFETTO_SUFFIXES = (".pftrace", ".pftrace.gz", ".perfetto-trace")
-
-
 def trace_format(output: Path, requested: str | None) -> str:
-    """``json`` or ``perfetto``: as asked, else by the output's name (``.pftrace``)."""
-    if requested is not None:
-        if requested not in ("json", "perfetto"):
-            raise ValueError(f"--format must be json or perfetto, not {requested!r}")
-        return requested
-    return "perfetto" if output.name.endswith(PERFETTO_SUFFIXES) else "json"
+    """The name of the output's format (:mod:`formats`): as asked, else by its name."""
+    return output_format(output, requested).name
 
 
 def collect_processes(jobs: int | None, files: int, compress: bool) -> int:
@@ -448,7 +443,7 @@ def collect(
     in the result instead.
     """
     options = options or CollectOptions()
-    fmt = trace_format(output, options.format)
+    fmt = output_format(output, options.format)
     files = _selected_files(profiling_dir, options)
     point_map = load_point_map(resolve_point_map(profiling_dir, options.point_map))
     if options.merge and placement is None:
@@ -461,8 +456,15 @@ def collect(
     # Refused before anything is decoded: an output that is a rank file or the point map,
     # a FIFO, a socket (runtime/atomic.py).
     inputs = [path for _, path in files] + [Path(point_map.path)]
-    target = output_target(output, inputs)
-    if target.through and options.split is not None:
+    dataset: Any = None
+    if fmt.directory:
+        from . import dataset  # only for --format parquet: DuckDB, an optional dependency
+
+        dataset.check_output(output, inputs)
+        through = False
+    else:
+        through = output_target(output, inputs).through
+    if through and options.split is not None:
         raise OutputError(output, "--split writes files beside the output: name a regular file")
     decode_options = DecodeOptions(options.clock_mhz, options.ignore_fingerprint)
     placed = place_ranks(files, point_map, decode_options, options.align, placement)
@@ -472,7 +474,7 @@ def collect(
     ranks_meta: list[dict[str, Any] | None] = [None] * len(files)
     # One process for .gz, .pftrace and --split (a rank at a time, written where it belongs).
     # A device is written through in order: one process too.
-    one = output.name.endswith(".gz") or fmt != "json" or options.split is not None or target.through
+    one = output.name.endswith(".gz") or not fmt.side_by_side or options.split is not None or through
     asked = collect_processes(options.jobs, len(files), one)
     sizes = [_size(path) for _, path in files]
     processes, fewer = worth_processes(asked, sum(sizes))
@@ -516,7 +518,12 @@ def collect(
                           for rank, cores in threads.items()])
 
     notes = placed.notes()
-    if fmt != "json" or options.split is not None:
+    if dataset is not None:
+        written = dataset.write_dataset(output, placed, outcomes, ranks_meta, point_map, decode_options,
+                                        options, advance)
+        return CollectResult(output, point_map, outcomes, written, written=bool(written), alignment=alignment,
+                             launch_notes=notes)
+    if not fmt.side_by_side or options.split is not None:
         outputs, events = write_files(
             output, fmt, options.split, [path.stem for _, path in files], plan, other_data, advance,
             inputs, [name.rank for name, _ in files], names)
@@ -771,7 +778,13 @@ def _plan_rank(
     # collect of many ranks holds one rank's spans per process instead of every rank's.
     outcome.cores_written = len(decoded.cores)
     decoded.release_spans()
-    meta = {
+    return rendered, rank_entry(outcome, decoded, placed, position)
+
+
+def rank_entry(outcome: RankOutcome, decoded: RankDecode, placed: Placement, position: int) -> dict[str, Any]:
+    """A rank file's entry of the trace's rank table (the dataset's metadata too)."""
+    name = outcome.name
+    return {
         "pid": name.rank,
         "rank": name.rank,
         "tag": name.tag,
@@ -784,7 +797,6 @@ def _plan_rank(
         "skipped_records": decoded.skipped_records,
         **placed.launch_metadata(position),
     }
-    return rendered, meta
 
 
 def summary_lines(result: CollectResult) -> list[str]:

@@ -34,7 +34,7 @@ import numpy as np
 
 from .errors import ProfilingInputError
 from .numbers import EXPECT_PERCENT, REGRESSION_PERCENT, NumberError, Range, check_optional
-from .spans import PROCESSING, SpanTable
+from .spans import PROCESSING, RunSettings, SpanTable
 
 ACHIEVED = "achieved"
 PARTIAL = "partial"
@@ -121,6 +121,24 @@ def launch_times(table: SpanTable) -> LaunchTimes:
         processes.setdefault(int(table.track_launch[t]), set()).add(table.tracks[t].split(" / ", 1)[0])
     ranks = [len(processes[k]) for k in np.flatnonzero(used).tolist()]
     return LaunchTimes(list(table.labels), values[used], present, ranks)
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    """A run whose launch times were computed where its spans are (a dataset, in DuckDB:
+    runtime/dataset_stats.py) instead of from a table of every span."""
+
+    source: str
+    settings: RunSettings
+    warnings: list[str]
+    times: LaunchTimes
+
+
+Run = SpanTable | MeasuredRun
+
+
+def _launch_times(run: Run) -> LaunchTimes:
+    return run.times if isinstance(run, MeasuredRun) else launch_times(run)
 
 
 # --------------------------------------------------------------------------- statistics
@@ -313,7 +331,7 @@ class Comparison:
         return (self.verdict not in (None, ACHIEVED)) or bool(self.regressions)
 
 
-def check_settings(before: SpanTable, after: SpanTable) -> list[str]:
+def check_settings(before: Run, after: Run) -> list[str]:
     """Refuse different clock / barrier settings; notes where they cannot be verified."""
     notes: list[str] = []
     b, a = before.settings, after.settings
@@ -355,8 +373,8 @@ def _opt(value: float, keep: bool) -> float | None:
 
 
 def compare(
-    before: SpanTable,
-    after: SpanTable,
+    before: Run,
+    after: Run,
     label: str = PROCESSING,
     expect: float | None = None,
     fail_on_regression: float | None = None,
@@ -366,7 +384,7 @@ def compare(
     check_percent("--expect", expect, EXPECT_RANGE)
     check_percent("--fail-on-regression", fail_on_regression, REGRESSION_RANGE)
     notes = check_settings(before, after)
-    times_b, times_a = launch_times(before), launch_times(after)
+    times_b, times_a = _launch_times(before), _launch_times(after)
     labels = sorted(
         {lab for lab, p in zip(times_b.labels, times_b.present, strict=True) if p}
         | {lab for lab, p in zip(times_a.labels, times_a.present, strict=True) if p}

@@ -18,15 +18,19 @@ their length. Any breach is ``path: not a readable Perfetto trace: ...`` (exit 2
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from .errors import ProfilingInputError
 from .launches import LAUNCH_CATEGORY
 from .regular import BadJSON, parse_json, read_maybe_gzip
 
 _U64 = 1 << 64
+#: TrackEvent.Type (perfetto.py writes them)
+SLICE_BEGIN, SLICE_END = 1, 2
 
 
 class _Malformed(ValueError):
@@ -140,19 +144,103 @@ class _Sequence:
         self.value = 0
 
 
+#: Track events as columns: track (index of its uuid), type, ns, name (index), launch?
+_EventColumns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
 class PerfettoSpans:
     """What :func:`read_spans` found: named tracks and their spans in ns; the launch
-    slices (category :data:`launches.LAUNCH_CATEGORY`) apart from the spans."""
+    slices (category :data:`launches.LAUNCH_CATEGORY`) apart from the spans.
+
+    The spans are columns (a cluster's trace has tens of millions): ``span_track``
+    indexes ``track_uuids``, ``span_name`` indexes ``names``; ``spans`` gives them as
+    (track uuid, name, start ns, end ns) tuples, in the order their ends come."""
 
     def __init__(self) -> None:
         self.processes: dict[int, str] = {}  # process track uuid -> name
         self.process_pids: dict[int, int] = {}  # process track uuid -> its descriptor's pid
         self.threads: dict[int, tuple[int | None, str]] = {}  # track uuid -> (parent uuid, name)
-        self.spans: list[tuple[int, str, int, int]] = []  # (track uuid, name, start ns, end ns)
-        self.launches: list[tuple[int, str, int, int]] = []  # the launch slices, as the spans
+        self.track_uuids: list[int] = []
+        self.names: list[str] = []
+        self.span_track = np.zeros(0, np.int64)
+        self.span_name = np.zeros(0, np.int64)
+        self.span_start = np.zeros(0, np.int64)
+        self.span_end = np.zeros(0, np.int64)
+        self.launches: list[tuple[int, str, int, int]] = []  # the launch slices: (uuid, name, start, end)
         self.instants: list[tuple[int, str, int]] = []  # (track uuid, name, ns)
         self.metadata: dict[str, Any] = {}
         self.unclosed = 0
+        self._open: _EventColumns | None = None  # begins still open after the last chunk
+        self._columns: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+
+    @property
+    def spans(self) -> list[tuple[int, str, int, int]]:
+        uuids, names = self.track_uuids, self.names
+        columns = (self.span_track.tolist(), self.span_name.tolist(), self.span_start.tolist(),
+                   self.span_end.tolist())
+        return [(uuids[t], names[k], a, b) for t, k, a, b in zip(*columns, strict=True)]
+
+    def pair(self, events: _Events) -> None:
+        """The chunk's SLICE_BEGIN / SLICE_END paired per track as a stack would (an end
+        with nothing open is dropped, an end closes the innermost begin open on its
+        track), the begins left open carried to the next chunk: they are the stacks.
+        With a track's events in order, its open-slice depth is a walk clamped at 0 (its
+        running sum less the sum's lowest point so far); a begin that raises the depth to
+        d pairs with the next end on its track that lowers it from d."""
+        chunks, events.chunks = events.chunks, []
+        if self._open is not None:
+            chunks.insert(0, self._open)
+            self._open = None
+        if not chunks:
+            return
+        track, kind, ns, name, launch = (np.concatenate(column) for column in zip(*chunks, strict=True))
+        for k in np.flatnonzero(kind == 3).tolist():
+            self.instants.append((events.track_uuids[int(track[k])], events.names[int(name[k])], int(ns[k])))
+        slices = np.flatnonzero(kind != 3)
+        if slices.size == 0:
+            return
+        order = slices[np.argsort(track[slices], kind="stable")]  # by track, in file order
+        t = track[order]
+        step = np.where(kind[order] == 1, 1, -1).astype(np.int64)
+        m = order.size
+        new_track = np.ones(m, bool)
+        new_track[1:] = t[1:] != t[:-1]
+        total = np.cumsum(step)
+        first = np.maximum.accumulate(np.where(new_track, np.arange(m), 0))  # each track's first event
+        running = total - (total - step)[first]  # the running sum within the track
+        offset = (np.cumsum(new_track) - 1) * (2 * m + 2)  # keeps the tracks' minima apart
+        lowest = np.minimum(np.minimum.accumulate(running - offset) + offset, 0)
+        depth = running - lowest  # slices open after each event
+        depth_before = np.where(new_track, 0, np.roll(depth, 1))
+        is_begin = step > 0
+        level = np.where(is_begin, depth, depth_before)
+        kept = np.flatnonzero(is_begin | (depth_before > 0))  # an end with nothing open is dropped
+        ranked = kept[np.lexsort((kept, level[kept], t[kept]))]
+        b, e = ranked[:-1], ranked[1:]
+        pair = is_begin[b] & ~is_begin[e] & (t[b] == t[e]) & (level[b] == level[e])
+        paired = np.zeros(m, bool)
+        paired[b[pair]] = True
+        left = np.sort(order[is_begin & ~paired])
+        if left.size:
+            self._open = (track[left], kind[left], ns[left], name[left], launch[left])
+        b, e = order[b[pair]], order[e[pair]]
+        by_end = np.argsort(e, kind="stable")  # spans in the order their ends come
+        b, e = b[by_end], e[by_end]
+        spans = ~launch[b]
+        self._columns.append((track[b[spans]].astype(np.int32), name[b[spans]].astype(np.int32),
+                              ns[b[spans]], ns[e[spans]]))
+        for k in np.flatnonzero(~spans).tolist():
+            self.launches.append((events.track_uuids[int(track[b[k]])], events.names[int(name[b[k]])],
+                                  int(ns[b[k]]), int(ns[e[k]])))
+
+    def finish(self, events: _Events) -> None:
+        self.track_uuids, self.names = events.track_uuids, events.names
+        self.unclosed = int(self._open[0].size) if self._open is not None else 0
+        self._open = None
+        if self._columns:
+            columns = [np.concatenate(c) for c in zip(*self._columns, strict=True)]
+            self.span_track, self.span_name, self.span_start, self.span_end = columns
+        self._columns = []
 
     def track_name(self, uuid: int) -> str:
         parent, name = self.threads.get(uuid, (None, f"track {uuid}"))
@@ -160,8 +248,9 @@ class PerfettoSpans:
         return f"{process} / {name}"
 
 
-def read_spans(path: Path) -> PerfettoSpans:
-    """Raises ProfilingInputError (``path: message``) for a file that is not a readable trace."""
+def read_spans(path: Path, progress: Callable[[int, int], None] | None = None) -> PerfettoSpans:
+    """Raises ProfilingInputError (``path: message``) for a file that is not a readable
+    trace. ``progress(bytes read, bytes in all)`` is called as the packets go by."""
     try:
         # Regular, within the trace bound, gunzipped within it too (runtime/regular.py).
         data = read_maybe_gzip(path, "trace")
@@ -171,114 +260,337 @@ def read_spans(path: Path) -> PerfettoSpans:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise ProfilingInputError(path, f"not a readable trace: {why}") from None
     try:
-        return _read(data)
+        return _read(data, progress)
     except (_Malformed, KeyError, BadJSON) as exc:
         raise ProfilingInputError(path, f"not a readable Perfetto trace: {exc}") from None
 
 
-def _read(data: bytes) -> PerfettoSpans:
-    """One pass over the packets. Track events are most of them: their fields are read
-    inline here (single-byte varints first); everything else goes through
-    :func:`fields`."""
+class _Events:
+    """Every track event's (track, type, ns, name, launch?) in file order, as chunks of
+    columns: the batches decoded with numpy and the events read one at a time between
+    them."""
+
+    def __init__(self) -> None:
+        self.chunks: list[_EventColumns] = []
+        self.one: list[tuple[int, int, int, int, bool]] = []
+        self.track_ids: dict[int, int] = {}
+        self.track_uuids: list[int] = []
+        self.name_ids: dict[str, int] = {}
+        self.names: list[str] = []
+
+    def track(self, uuid: int) -> int:
+        found = self.track_ids.get(uuid)
+        if found is None:
+            found = self.track_ids[uuid] = len(self.track_uuids)
+            self.track_uuids.append(uuid)
+        return found
+
+    def name(self, text: str) -> int:
+        found = self.name_ids.get(text)
+        if found is None:
+            found = self.name_ids[text] = len(self.names)
+            self.names.append(text)
+        return found
+
+    def add_one(self, uuid: int, kind: int, ns: int, name: str, launch: bool) -> None:
+        # A time past int64 is refused downstream anyway (PERFETTO_NS_MAX): kept past it.
+        ns = max(-_I64, min(_I64, ns))
+        self.one.append((self.track(uuid), kind, ns, self.name(name) if kind != 2 else -1, launch))
+
+    def flush_one(self) -> None:
+        if self.one:
+            track, kind, ns, name, launch = zip(*self.one, strict=True)
+            self.chunks.append((np.array(track, np.int64), np.array(kind, np.int8), np.array(ns, np.int64),
+                                np.array(name, np.int64), np.array(launch, bool)))
+            self.one = []
+
+    def add_columns(self, track: np.ndarray, kind: np.ndarray, ns: np.ndarray, name: np.ndarray) -> None:
+        self.flush_one()
+        self.chunks.append((track, kind, ns, name, np.zeros(track.size, bool)))
+
+
+_I64 = (1 << 63) - 1
+
+
+def _read(data: bytes, progress: Callable[[int, int], None] | None = None) -> PerfettoSpans:
+    """One pass over the packets, a chunk at a time. A short loop finds the packets and
+    notes the short ones (``0x0A len<128``), which may be track events of ``collect``'s
+    layout; a chunk of them is decoded as columns (:func:`_chunk`), every
+    other packet read field by field in its place, and the chunk's slices paired (open
+    ones carried to the next chunk): memory is a chunk's columns and the spans."""
     found = PerfettoSpans()
+    events = _Events()
     sequences: dict[int, _Sequence] = {}
-    open_spans: dict[int, list[tuple[str, int, bool]]] = {}
     n = len(data)
+    buffer = np.frombuffer(data, dtype=np.uint8)
     i = 0
-    state = _Sequence()
-    current_seq = -1
+    candidates: list[int] = []
+    others: list[int] = []  # starts of the other packets, in order
     while i < n:
-        if data[i] != 0x0A:  # not Trace.packet (field 1, bytes): skip the field
-            for _ in fields(data, i, _field_end(data, i)):
-                pass
-            i = _field_end(data, i)
-            continue
-        size = data[i + 1] if i + 1 < n else 0x80
-        if size < 0x80:
-            lo = i + 2
-        else:
-            size, lo = _varint(data, i + 1)
-        hi = lo + size
-        if hi > n:
+        try:  # a run of short packets, [0x0A len<128] ...: event packets, most likely
+            while True:
+                if data[i] != 0x0A:
+                    break
+                size = data[i + 1]
+                if size >= 0x80:
+                    break
+                candidates.append(i)
+                i += 2 + size
+        except IndexError:  # at (or past) the end of the file
+            pass
+        if i > n:
             raise _Truncated("packet runs past the end of the file")
-        i = hi
-        timestamp: int | None = None
-        clock_id = 0
-        seq_id = 0
-        flags = 0
-        event_lo = event_hi = -1
-        other: list[tuple[int, int, int]] | None = None
-        j = lo
-        while j < hi:  # the packet's fields
-            key = data[j]
-            if key >= 0x80:
-                key, j = _varint(data, j)
+        if i < n:
+            if data[i] != 0x0A:  # not Trace.packet (field 1, bytes): skip the field
+                end = _field_end(data, i)
+                for _ in fields(data, i, end):
+                    pass
+                i = end
             else:
-                j += 1
-            wire = key & 7
-            if wire == 0:
-                value = data[j] if j < hi else 0x80
-                if value < 0x80:
-                    j += 1
-                elif j + 1 < hi and data[j + 1] < 0x80:
-                    value = (value & 0x7F) | data[j + 1] << 7
-                    j += 2
-                else:
-                    value, j = _varint(data, j)
-                field = key >> 3
-                if field == 8:
-                    timestamp = value
-                elif field == 10:
-                    seq_id = value
-                elif field == 13:
-                    flags = value
-                elif field == 58:
-                    clock_id = value
-                elif field in _PACKET[1]:  # a message sent as a number
-                    raise _wrong_wire(_PACKET, field, wire)
-            elif wire == 2:
-                length = data[j] if j < hi else 0x80
-                if length < 0x80:
-                    j += 1
-                else:
-                    length, j = _varint(data, j)
-                if key == 0x5A:  # track_event
-                    event_lo, event_hi = j, j + length
-                else:
-                    if _PACKET[1].get(key >> 3, _LEN) != _LEN:  # a number sent as bytes
-                        raise _wrong_wire(_PACKET, key >> 3, wire)
-                    if other is None:
-                        other = []
-                    other.append((key >> 3, j, j + length))
-                j += length
-            elif wire == 1 or wire == 5:
-                if key >> 3 in _PACKET[1]:
-                    raise _wrong_wire(_PACKET, key >> 3, wire)
-                j += 8 if wire == 1 else 4
-            else:
-                raise _Truncated(f"wire type {wire}")
-        if j != hi:
-            raise _Truncated("packet runs past its end")
-        if flags & 1:
-            sequences[seq_id] = _Sequence()
-            current_seq = -1
-        if seq_id != current_seq:
-            found_state = sequences.get(seq_id)
-            if found_state is None:
-                found_state = sequences[seq_id] = _Sequence()
-            state, current_seq = found_state, seq_id
-        if other is not None:
-            _packet_fields(data, other, state, found)
-        if event_lo >= 0 and timestamp is not None:
-            clock = clock_id or state.clock
-            if 64 <= clock < 128 and state.base is not None:
-                state.value = state.value + timestamp if state.incremental else timestamp
-                ns = state.boot + (state.value - state.base) * state.unit
-            else:
-                ns = _signed(timestamp)
-            _track_event(data, event_lo, event_hi, ns, state, found, open_spans)
-    found.unclosed = sum(len(stack) for stack in open_spans.values())
+                others.append(i)
+                size = data[i + 1] if i + 1 < n else 0x80
+                i = i + 2 + size if size < 0x80 else sum(_varint(data, i + 1))
+        if len(candidates) >= _CHUNK or i >= n:
+            _chunk(data, buffer, candidates, others, sequences, found, events)
+            candidates, others = [], []
+            if progress is not None:
+                progress(min(i, n), n)
+    found.finish(events)
     return found
+
+
+#: Candidate event packets decoded as columns at once.
+_CHUNK = 1 << 19
+
+
+def _packet(data: bytes, i: int, sequences: dict[int, _Sequence], current_seq: int, state: _Sequence,
+            found: PerfettoSpans, events: _Events) -> tuple[int, _Sequence]:
+    """One packet at ``i``, field by field: the sequence it was on, and its state."""
+    n = len(data)
+    size = data[i + 1] if i + 1 < n else 0x80
+    if size < 0x80:
+        lo = i + 2
+    else:
+        size, lo = _varint(data, i + 1)
+    hi = lo + size
+    if hi > n:
+        raise _Truncated("packet runs past the end of the file")
+    timestamp: int | None = None
+    clock_id = 0
+    seq_id = 0
+    flags = 0
+    event_lo = event_hi = -1
+    other: list[tuple[int, int, int]] | None = None
+    j = lo
+    while j < hi:  # the packet's fields
+        key = data[j]
+        if key >= 0x80:
+            key, j = _varint(data, j)
+        else:
+            j += 1
+        wire = key & 7
+        if wire == 0:
+            value = data[j] if j < hi else 0x80
+            if value < 0x80:
+                j += 1
+            elif j + 1 < hi and data[j + 1] < 0x80:
+                value = (value & 0x7F) | data[j + 1] << 7
+                j += 2
+            else:
+                value, j = _varint(data, j)
+            field = key >> 3
+            if field == 8:
+                timestamp = value
+            elif field == 10:
+                seq_id = value
+            elif field == 13:
+                flags = value
+            elif field == 58:
+                clock_id = value
+            elif field in _PACKET[1]:  # a message sent as a number
+                raise _wrong_wire(_PACKET, field, wire)
+        elif wire == 2:
+            length = data[j] if j < hi else 0x80
+            if length < 0x80:
+                j += 1
+            else:
+                length, j = _varint(data, j)
+            if key == 0x5A:  # track_event
+                event_lo, event_hi = j, j + length
+            else:
+                if _PACKET[1].get(key >> 3, _LEN) != _LEN:  # a number sent as bytes
+                    raise _wrong_wire(_PACKET, key >> 3, wire)
+                if other is None:
+                    other = []
+                other.append((key >> 3, j, j + length))
+            j += length
+        elif wire == 1 or wire == 5:
+            if key >> 3 in _PACKET[1]:
+                raise _wrong_wire(_PACKET, key >> 3, wire)
+            j += 8 if wire == 1 else 4
+        else:
+            raise _Truncated(f"wire type {wire}")
+    if j != hi:
+        raise _Truncated("packet runs past its end")
+    if flags & 1:
+        sequences[seq_id] = _Sequence()
+        current_seq = -1
+    if seq_id != current_seq:
+        found_state = sequences.get(seq_id)
+        if found_state is None:
+            found_state = sequences[seq_id] = _Sequence()
+        state, current_seq = found_state, seq_id
+    if other is not None:
+        _packet_fields(data, other, state, found)
+    if event_lo >= 0 and timestamp is not None:
+        clock = clock_id or state.clock
+        if 64 <= clock < 128 and state.base is not None:
+            state.value = state.value + timestamp if state.incremental else timestamp
+            ns = state.boot + (state.value - state.base) * state.unit
+        else:
+            ns = _signed(timestamp)
+        _track_event(data, event_lo, event_hi, ns, state, found, events)
+    return current_seq, state
+
+
+def _varints(buffer: np.ndarray, at: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The varints starting at ``at`` (each before its ``hi``): values, where each ends,
+    and whether it ended in bounds within 10 bytes. Byte k is read only for the varints
+    still going after k bytes (most end after one or two)."""
+    first = _byte(buffer, at)
+    value = (first & 0x7F).astype(np.uint64)
+    done = (first < 0x80) & (at < hi)
+    end = at + 1
+    going = np.flatnonzero((first >= 0x80) & (at + 1 < hi))
+    for k in range(1, 10):
+        if going.size == 0:
+            break
+        where = at[going] + k
+        byte = _byte(buffer, where)
+        value[going] |= (byte & 0x7F).astype(np.uint64) << np.uint64(7 * k)
+        ended = byte < 0x80
+        end[going[ended]] = where[ended] + 1
+        done[going[ended]] = True
+        more = ~ended & (where + 1 < hi[going])
+        going = going[more]
+    return value, end, done
+
+
+def _byte(buffer: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """buffer[at], 0xFF (no field key the fast layout accepts) past the end."""
+    last = buffer.size - 1
+    if at.size and int(at.max()) <= last:
+        return np.asarray(buffer[at])
+    return np.where(at <= last, buffer[np.minimum(at, last)], 0xFF)
+
+
+def _chunk(data: bytes, buffer: np.ndarray, candidates: list[int], others: list[int],
+           sequences: dict[int, _Sequence], found: PerfettoSpans, events: _Events) -> None:
+    """Packets in file order: ``candidates`` (each ``0x0A len<128``), those of
+    ``collect``'s layout decoded as columns, and the rest — ``others`` and candidates of
+    any other layout — read one by one in their place; then the chunk's slices paired."""
+    starts = np.array(candidates, dtype=np.int64)
+    stamp, seq, begin, name, fast = _parse_events(buffer, starts)
+    odd = np.flatnonzero(~fast)
+    # Where the fast runs stop: before an other packet (its place among the candidates),
+    # or at an odd candidate (skipped over); in file order.
+    places = np.searchsorted(starts, np.array(others, dtype=np.int64)).tolist()
+    stops = sorted([*zip(others, places, [False] * len(others), strict=True),
+                    *((int(starts[k]), k, True) for k in odd.tolist())])
+    state = _Sequence()
+    lo = 0
+    for start, k, is_candidate in [*stops, (-1, starts.size, False)]:
+        if k > lo:
+            _event_columns(stamp[lo:k], seq[lo:k], begin[lo:k], name[lo:k], sequences, events)
+        if start >= 0:
+            _, state = _packet(data, start, sequences, -1, state, found, events)
+        lo = k + 1 if is_candidate else k
+    events.flush_one()
+    found.pair(events)
+
+
+def _parse_events(buffer: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The fields of the packets at ``starts`` as ``collect`` lays event packets out:
+    timestamps, sequence ids, whether a begin, name ids, and whether the packet is of
+    that layout at all (a SLICE_BEGIN or a SLICE_END and nothing the reader uses else)."""
+    hi = starts + 2 + buffer[starts + 1].astype(np.int64)
+    stamp, at, ok = _varints(buffer, starts + 3, hi)
+    ok &= (_byte(buffer, starts + 2) == 0x40) & (_byte(buffer, at) == 0x50)  # timestamp, sequence id
+    seq, at, seq_ok = _varints(buffer, at + 1, hi)
+    ok &= seq_ok & (_byte(buffer, at) == 0x5A) & (_byte(buffer, at + 1) < 0x80)  # track_event, short
+    lo = at + 2
+    ok &= lo + _byte(buffer, at + 1) == hi
+    # SLICE_END: [0x48 02], nothing else
+    end = ok & (hi - lo == 2) & (_byte(buffer, lo) == 0x48) & (_byte(buffer, lo + 1) == SLICE_END)
+    # SLICE_BEGIN: [0x50 name_iid], source location and annotations, [0x48 01] last
+    begin = ok & ~end & (_byte(buffer, lo) == 0x50)
+    name, at, name_ok = _varints(buffer, lo + 1, hi)
+    begin &= name_ok
+    for _ in range(4):  # source_location_iid (field 34, varint), debug_annotations (4, bytes)
+        key = _byte(buffer, at)
+        source = begin & (key == 0x90) & (_byte(buffer, at + 1) == 0x02)
+        annotation = begin & (key == 0x22) & (_byte(buffer, at + 1) < 0x80)
+        if not (source.any() or annotation.any()):
+            break
+        _, after_source, source_ok = _varints(buffer, at + 2, hi)
+        begin &= ~source | source_ok
+        at = np.where(source, after_source, np.where(annotation, at + 2 + _byte(buffer, at + 1), at))
+    begin &= (at + 2 == hi) & (_byte(buffer, at) == 0x48) & (_byte(buffer, at + 1) == SLICE_BEGIN)
+    return stamp, seq, begin, name, begin | end
+
+
+def _event_columns(stamp: np.ndarray, seq: np.ndarray, begin: np.ndarray, name: np.ndarray,
+                   sequences: dict[int, _Sequence], events: _Events) -> None:
+    """Events of collect's layout (each on a sequence, no clock of its own, on the
+    sequence's default track): their times from the sequence clocks, names from the
+    sequences' interned names."""
+    m = stamp.size
+    ns = np.empty(m, np.int64)
+    track = np.empty(m, np.int64)
+    name_id = np.full(m, -1, np.int64)
+    seqs = np.unique(seq)
+    for sequence in seqs.tolist():
+        rows = np.flatnonzero(seq == sequence) if seqs.size > 1 else np.arange(m)
+        state = sequences.get(sequence)
+        if state is None:
+            state = sequences[sequence] = _Sequence()
+        track[rows] = events.track(state.track)
+        ns[rows] = _times(stamp[rows], state)
+        opens = rows[begin[rows]]
+        if opens.size:
+            iids, where = np.unique(name[opens], return_inverse=True)
+            ids = [events.name(state.names.get(iid, f"name {iid}")) for iid in iids.tolist()]
+            name_id[opens] = np.array(ids, np.int64)[where]
+    events.add_columns(track, np.where(begin, 1, 2).astype(np.int8), ns, name_id)
+
+
+_SAFE = 1 << 62
+
+
+def _times(ticks: np.ndarray, state: _Sequence) -> np.ndarray:
+    """ns of a sequence's events (the packets' timestamps ``ticks``, in order), as the
+    packet-by-packet reader reckons them; the sequence's clock value moved on. In int64
+    where every intermediate fits, else in Python integers."""
+    if not (64 <= state.clock < 128 and state.base is not None):
+        return ticks.view(np.int64)  # the timestamp as a signed 64-bit number (_signed)
+    base, unit, boot = state.base, state.unit, state.boot
+    if state.incremental:
+        if int(ticks.max()) < 1 << 40 and ticks.size < 1 << 20:  # the sum stays under 2**60
+            rel = np.cumsum(ticks.astype(np.int64))
+            start = state.value - base
+            if (abs(start) + int(rel[-1])) * unit + abs(boot) < _SAFE:
+                state.value += int(rel[-1])
+                return (rel + start) * unit + boot
+    elif int(ticks.max()) < _SAFE:
+        low, high = int(ticks.min()), int(ticks.max())
+        if max(abs(low - base), abs(high - base)) * unit + abs(boot) < _SAFE:
+            state.value = int(ticks[-1])
+            return (ticks.astype(np.int64) - base) * unit + boot
+    out = []
+    for tick in ticks.tolist():
+        state.value = state.value + tick if state.incremental else tick
+        out.append(max(-_I64, min(_I64, boot + (state.value - base) * unit)))
+    return np.array(out, np.int64)
 
 
 def _field_end(data: bytes, i: int) -> int:
@@ -399,7 +711,7 @@ def _track_descriptor(data: bytes, lo: int, hi: int, found: PerfettoSpans) -> No
 
 
 def _track_event(data: bytes, lo: int, hi: int, ns: int, state: _Sequence, found: PerfettoSpans,
-                 open_spans: dict[int, list[tuple[str, int, bool]]]) -> None:
+                 events: _Events) -> None:
     kind, name_iid, track = 0, 0, state.track
     name = ""
     launch = False  # a launch slice: its category says so
@@ -463,12 +775,8 @@ def _track_event(data: bytes, lo: int, hi: int, ns: int, state: _Sequence, found
     if j != hi:
         raise _Truncated("track event runs past its end")
     if kind == 1:
-        open_spans.setdefault(track, []).append((name or state.names.get(name_iid, f"name {name_iid}"), ns,
-                                                 launch))
+        events.add_one(track, 1, ns, name or state.names.get(name_iid, f"name {name_iid}"), launch)
     elif kind == 2:
-        stack = open_spans.get(track)
-        if stack:
-            label, start, is_launch = stack.pop()
-            (found.launches if is_launch else found.spans).append((track, label, start, ns))
+        events.add_one(track, 2, ns, "", False)
     elif kind == 3:
-        found.instants.append((track, name or state.names.get(name_iid, f"name {name_iid}"), ns))
+        events.add_one(track, 3, ns, name or state.names.get(name_iid, f"name {name_iid}"), False)

@@ -42,6 +42,7 @@ DEFAULT_LIMITS: dict[str, int] = {
     "point_map": 256 * MiB,
     "rank": 32 * GiB,  # rank*.pt (read in slices, never whole)
     "trace": 8 * GiB,  # .json / .json.gz / .pftrace given to report, compare, inspect
+    "cache": 64 * MiB,  # the whole user cache directory (runtime/usercache.py), and so each entry
 }
 
 #: A gzipped input expands to at most this many times its own size (`[limits] gzip_ratio`),

@@ -23,6 +23,7 @@ from .errors import ProfilingInputError, checked_id, checked_name, shown
 from .launches import LAUNCH_CATEGORY, launch_name
 from .numbers import CLOCK_MHZ, RANK, TIME_US, NumberError, check_number
 from .pointmap import load_point_map
+from .progress import Progress, reading
 from .rankfile import iter_rank_buffers
 from .regular import load_json, open_regular
 
@@ -129,8 +130,91 @@ def _launch_name(tag: object, launch: object) -> str:
     return ", ".join(p for p in (tag if isinstance(tag, str) and tag else None, f"launch {launch}") if p)
 
 
+#: A span's end within this (µs) of a later span's start: the later one is not inside it.
+_NEST_EPS = 1e-9
+
+
 def _depth_and_self_time(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per span: nesting depth on its track and duration minus direct children's."""
+    """Per span: nesting depth on its track and duration minus direct children's.
+
+    What a stack per track gives, spans in (track, start, longest first) order: a span's
+    parent is the innermost span before it still open at its start (ending more than
+    :data:`_NEST_EPS` after it). Columns at once where the spans nest (:func:`_nested`),
+    the stack walked span by span otherwise."""
+    found = _nested(track, ts, dur)
+    return found if found is not None else _depth_and_self_time_walked(track, ts, dur)
+
+
+def _nested(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Depth and self time as columns, or None where the spans may not nest.
+
+    When every span longer than 2 ε ends no later than the span it starts inside (the
+    spans of a track are a laminar family), the spans open at a span's start are a chain
+    of its ancestors, so its depth is a count — the spans before it on its track less
+    those ended (within ε) by its start — and its parent is the last span before it one
+    level up. Checked here: each span ends by its parent's end; anything else (a span
+    overlapping another's end, a span of no length) is None."""
+    n = ts.size
+    if n == 0:
+        return np.zeros(0, np.int32), dur.astype(np.float64).copy()
+    if not (dur > 2 * _NEST_EPS).all():
+        return None
+    order = _order(track, ts, dur)
+    t, start = track[order].astype(np.int64), ts[order]
+    end = start + dur[order]
+    new_track = np.ones(n, bool)
+    new_track[1:] = t[1:] != t[:-1]
+    first = np.maximum.accumulate(np.where(new_track, np.arange(n), 0))  # each track's first span
+    # Spans of the track ended by each start (end <= start + ε): times ranked together,
+    # an end before a start at the same time; then ends counted by (track, rank).
+    rank = np.empty(2 * n, np.int64)
+    rank[np.argsort(np.concatenate([end, start + _NEST_EPS]), kind="stable")] = np.arange(2 * n)
+    ends = np.sort(t * (2 * n) + rank[:n])
+    ended_by = np.searchsorted(ends, t * (2 * n) + rank[n:])
+    # Within the track: none of its spans ends by its first start (each longer than 2 ε).
+    ended_by -= ended_by[first]
+    depth = np.arange(n) - first - ended_by
+    if (depth < 0).any():
+        return None
+    # The parent: the last span before, on the track, one level up.
+    levels = int(depth.max()) + 2
+    if (int(t.max()) + 1) * levels * (n + 1) >= 1 << 62:
+        return None
+    key = (t * levels + depth) * (n + 1) + np.arange(n)
+    ranked = np.sort(key)
+    child = np.flatnonzero(depth > 0)
+    probe = (t[child] * levels + depth[child] - 1) * (n + 1) + child
+    k = np.searchsorted(ranked, probe) - 1
+    parent_key = ranked[np.maximum(k, 0)]
+    parent = parent_key % (n + 1)
+    if ((k < 0) | (parent_key // (n + 1) != probe // (n + 1))).any():
+        return None
+    if (end[child] > end[parent]).any() or (start[child] >= end[parent] - _NEST_EPS).any():
+        return None
+    self_sorted = dur[order].astype(np.float64) - np.bincount(parent, weights=dur[order][child], minlength=n)
+    depth_out = np.empty(n, np.int32)
+    depth_out[order] = depth
+    self_time = np.empty(n, np.float64)
+    self_time[order] = np.maximum(self_sorted, 0.0)
+    return depth_out, self_time
+
+
+def _order(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Spans by (track, start, longest first): parents before their children (the
+    trace readers' tables are in that order already, checked in one pass)."""
+    n = ts.size
+    same_start = ts[1:] == ts[:-1]
+    in_track = (ts[1:] > ts[:-1]) | same_start & (dur[1:] <= dur[:-1])
+    later = (track[1:] > track[:-1]) | (track[1:] == track[:-1]) & in_track
+    if later.all():
+        return np.arange(n)
+    return np.lexsort((-dur, ts, track))
+
+
+def _depth_and_self_time_walked(
+    track: np.ndarray, ts: np.ndarray, dur: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_depth_and_self_time`, a stack walked span by span (spans that may not nest)."""
     n = ts.size
     depth = np.zeros(n, np.int32)  # a trace may nest past int16: 40,000 slices deep is a file of 1 MB
     self_time = dur.astype(np.float64).copy()
@@ -144,7 +228,7 @@ def _depth_and_self_time(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> 
     current = None
     depth_list = [0] * n
     self_list = list(durs)
-    eps = 1e-9
+    eps = _NEST_EPS
     for i in range(n):
         if tracks[i] != current:
             current, stack = tracks[i], []
@@ -218,9 +302,10 @@ def rank_entries(path: Path | str, other: dict[str, Any]) -> list[dict[str, Any]
     return listed
 
 
-def load_trace(path: Path) -> SpanTable:
-    """Spans of a Chrome trace written by ``optrace collect``."""
-    document = read_trace_json(path)
+def load_trace(path: Path, document: dict[str, Any] | None = None) -> SpanTable:
+    """Spans of a Chrome trace written by ``optrace collect`` (or of its document, read)."""
+    if document is None:
+        document = read_trace_json(path)
     other = document.get("otherData") or {}
     warnings: list[str] = []
     if other.get("format") != TRACE_FORMAT:
@@ -234,7 +319,11 @@ def load_trace(path: Path) -> SpanTable:
     ts_col: list[float] = []
     dur_col: list[float] = []
     launch_slices: list[tuple[int, float, float, str]] = []
-    for index, event in enumerate(document["traceEvents"]):
+    told = reading(path)
+    events = document["traceEvents"]
+    for index, event in enumerate(events):
+        if not index & 0xFFFF:
+            told.update(index, len(events))
         if not isinstance(event, dict):
             continue
         phase = event.get("ph")
@@ -262,6 +351,7 @@ def load_trace(path: Path) -> SpanTable:
             track_col.append(track)
             ts_col.append(ts)
             dur_col.append(dur)
+    told.close()
     real = [(pid, process_names.get(pid, f"pid {pid}"), thread_names.get((pid, tid), f"tid {tid}"))
             for (pid, tid) in track_ids]
     settings = RunSettings()
@@ -294,41 +384,51 @@ def load_trace(path: Path) -> SpanTable:
     )
 
 
-def load_perfetto_trace(path: Path) -> SpanTable:
-    """Spans of a Perfetto protobuf trace (``.pftrace``, as ``collect`` writes it)."""
-    found = perfetto_read.read_spans(path)
+def load_perfetto_trace(path: Path, found: perfetto_read.PerfettoSpans | None = None) -> SpanTable:
+    """Spans of a Perfetto protobuf trace (``.pftrace``, as ``collect`` writes it), or of
+    what :func:`perfetto_read.read_spans` found in it."""
+    if found is None:
+        progress = reading(path)
+        try:
+            found = perfetto_read.read_spans(path, progress.update)
+        finally:
+            progress.close()
     warnings: list[str] = []
     meta = found.metadata if isinstance(found.metadata, dict) else {}
     if meta.get("format") != "optrace-perfetto":
         warnings.append(f"{path}: not written by optrace collect: runtime settings unknown")
     if found.unclosed:
         warnings.append(f"{path}: {found.unclosed} slice begins without their end (left out)")
-    label_ids: dict[str, int] = {}
-    track_ids: dict[int, int] = {}
-    label_col: list[int] = []
-    track_col: list[int] = []
-    start_col: list[int] = []
-    end_col: list[int] = []
-
-    def checked(label: str, start: int, end: int) -> None:
-        checked_name(path, label, "label")
-        if not (abs(start) <= PERFETTO_NS_MAX and abs(end) <= PERFETTO_NS_MAX):
-            raise ProfilingInputError(path, f"slice {label[:60]!r}: timestamp {max(abs(start), abs(end))} "
-                                      f"ns is past {PERFETTO_NS_MAX:g} ns (31 years)")
-
-    for track, label, start, end in found.spans:
-        checked(label, start, end)
-        label_col.append(label_ids.setdefault(label, len(label_ids)))
-        track_col.append(track_ids.setdefault(track, len(track_ids)))
-        start_col.append(start)
-        end_col.append(end)
+    # Labels and tracks numbered in the order the spans first name them (then the launch
+    # slices' tracks), each name checked once.
+    used, first = np.unique(found.span_name, return_index=True)
+    used = used[np.argsort(first)]
+    for k in used.tolist():
+        checked_name(path, found.names[k], "label")
+    label_of = np.zeros(len(found.names), np.int32)
+    label_of[used] = np.arange(used.size, dtype=np.int32)
+    past = (np.abs(found.span_start) > PERFETTO_NS_MAX) | (np.abs(found.span_end) > PERFETTO_NS_MAX)
+    if past.any():
+        k = int(np.argmax(past))
+        name = found.names[int(found.span_name[k])]
+        _past_bound(path, name, int(found.span_start[k]), int(found.span_end[k]))
+    seen, first = np.unique(found.span_track, return_index=True)
+    seen = seen[np.argsort(first)]
+    track_ids: dict[int, int] = {found.track_uuids[k]: n for n, k in enumerate(seen.tolist())}
+    dense = np.zeros(len(found.track_uuids), np.int64)
+    dense[seen] = np.arange(seen.size)
     launch_slices: list[tuple[int, float, float, str]] = []
     for track, label, start, end in found.launches:
-        checked(label, start, end)
+        checked_name(path, label, "label")
+        if not (abs(start) <= PERFETTO_NS_MAX and abs(end) <= PERFETTO_NS_MAX):
+            _past_bound(path, label, start, end)
         track_id = track_ids.setdefault(track, len(track_ids))
         launch_slices.append((track_id, start / 1000.0, end / 1000.0, label))
     # Shown by report / inspect: no NUL, as the JSON reader's process and thread names.
     names = [checked_name(path, found.track_name(uuid), "track name") for uuid in track_ids]
+    label_col = label_of[found.span_name]
+    track_col = dense[found.span_track]
+    starts, ends = found.span_start, found.span_end
     settings = RunSettings()
     pid_launch: dict[Any, str] = {}
     for rank in rank_entries(path, meta):
@@ -338,8 +438,6 @@ def load_perfetto_trace(path: Path) -> SpanTable:
         if rank.get("clock_mhz") is not None:
             settings.clock_mhz.add(_clock(path, rank["clock_mhz"]))
         settings.barrier.add(rank.get("barrier") if isinstance(rank.get("barrier"), bool) else None)
-    starts = np.array(start_col, dtype=np.int64)
-    ends = np.array(end_col, dtype=np.int64)
     parents = {uuid: found.threads.get(uuid, (None, ""))[0] for uuid in track_ids}
     # Without launch slices (a trace written before them), each process's launch as in a
     # JSON trace: the rank table's (tag, launch) through the process descriptor's pid.
@@ -351,15 +449,15 @@ def load_perfetto_trace(path: Path) -> SpanTable:
         parent = parents[uuid]
         pid = found.process_pids.get(parent) if parent is not None else None
         fallback.append(pid_launch.get(pid) if pid is not None else None)
-    rows = launch_rows(np.array(track_col, dtype=np.int64), starts / 1000.0, ends / 1000.0, real,
+    rows = launch_rows(track_col, starts / 1000.0, ends / 1000.0, real,
                        launch_slices, fallback)
     order = np.lexsort((-ends, starts, rows.track)) if starts.size else starts
     return SpanTable(
         source=str(path),
-        labels=list(label_ids),
+        labels=[found.names[k] for k in used.tolist()],
         tracks=rows.names,
         processes=max(len(set(parents.values())), 1),
-        label=np.array(label_col, dtype=np.int32)[order],
+        label=label_col[order],
         track=rows.track[order],
         ts=starts[order] / 1000.0,
         dur=(ends - starts)[order] / 1000.0,
@@ -368,8 +466,13 @@ def load_perfetto_trace(path: Path) -> SpanTable:
         launches=rows.launches,
         track_launch=rows.track_launch,
         launch_rows=rows.by_track,
-        trace_tracks=int(np.unique(np.array(track_col, dtype=np.int64)).size),
+        trace_tracks=int(seen.size),
     )
+
+
+def _past_bound(path: Path, label: str, start: int, end: int) -> None:
+    raise ProfilingInputError(path, f"slice {label[:60]!r}: timestamp {max(abs(start), abs(end))} "
+                              f"ns is past {PERFETTO_NS_MAX:g} ns (31 years)")
 
 
 #: Slack (µs) of a span's end against its launch slice's: JSON's float µs (the trace's
@@ -515,7 +618,9 @@ def load_profiling_dir(
     warnings: list[str] = []
     several_runs = len({n.run_key for n, _ in files}) > 1
     processes = 0
-    for name, _file, loaded in iter_rank_buffers(files):
+    told = Progress(f"decoding {path}")
+    for done, (name, _file, loaded) in enumerate(iter_rank_buffers(files)):
+        told.update(done, len(files))
         try:
             if isinstance(loaded, ProfilingInputError):
                 raise loaded
@@ -540,6 +645,7 @@ def load_profiling_dir(
             track_col.append(np.full(core.label.size, track, dtype=np.int32))
             ts_col.append(core.start / decoded.clock_mhz)
             dur_col.append((core.end - core.start) / decoded.clock_mhz)
+    told.close()
     if processes == 0:
         raise ProfilingInputError(path, "no rank file could be decoded: " + "; ".join(warnings))
 

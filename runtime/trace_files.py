@@ -19,17 +19,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .atomic import OutputError, output_target
-from .chrome import ChromeTraceWriter, RenderedRank, RowScratch
+from .chrome import RenderedRank, RowScratch
+from .formats import JSON, SPLIT_SUFFIXES, OutputFormat
 from .numbers import SPLIT_BYTES, check_number
-
-JSON = "json"
-PERFETTO = "perfetto"
-FORMATS = (JSON, PERFETTO)
 
 #: A JSON trace past this many bytes gets a warning (chrome://tracing's practical limit).
 JSON_WARN_BYTES = 256 << 20
 
-_SUFFIXES = (".json.gz", ".json", ".pftrace.gz", ".pftrace", ".perfetto-trace", ".pb")
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 
@@ -49,7 +45,7 @@ def parse_split(text: str) -> str | int:
 def split_name(output: Path, part: str) -> Path:
     """``trace.json`` -> ``trace.<part>.json`` (``.json.gz``, ``.pftrace`` likewise)."""
     name = output.name
-    suffix = next((s for s in _SUFFIXES if name.endswith(s) and len(name) > len(s)), output.suffix)
+    suffix = next((s for s in SPLIT_SUFFIXES if name.endswith(s) and len(name) > len(s)), output.suffix)
     return output.with_name(f"{name[: len(name) - len(suffix)]}.{part}{suffix}")
 
 
@@ -113,7 +109,7 @@ PlanFunction = Callable[[int, RowScratch, Any], "RenderedRank | None"]
 
 def write_files(
     output: Path,
-    fmt: str,
+    fmt: OutputFormat,
     split: str | int | None,
     part_names: Sequence[str],
     plan: PlanFunction,
@@ -136,13 +132,7 @@ def write_files(
     as they were; with no span it returns no files. A file that is one of ``inputs``, or
     a FIFO / socket / directory, is refused (runtime/atomic.py); a device is written
     through."""
-    if fmt == PERFETTO:
-        from .perfetto import PerfettoTraceWriter, Sequences
-
-        writer_class: Any = PerfettoTraceWriter
-        fresh: Callable[[], Any] = Sequences  # a file's own: its ranks' tracks and sequences
-    else:
-        writer_class, fresh = ChromeTraceWriter, lambda: None
+    writer_class, fresh = fmt.writer()
     sequences = fresh()
     scratch = RowScratch()
     outputs: list[Path] = []
@@ -174,7 +164,7 @@ def write_files(
         sequences = fresh() if state is None else state
 
     def tail(at: list[int]) -> bytes:
-        return names(at) if names is not None and fmt != PERFETTO else b""
+        return names(at) if names is not None and fmt is JSON else b""
 
     def close_file() -> None:
         nonlocal current, events
@@ -229,7 +219,7 @@ def write_files(
                          f"--split {split}: it gets a file of its own")
             assert current is not None
             first = not positions
-            if fmt != PERFETTO and not warned:  # once a run, before the bytes are written
+            if fmt.size_warning and not warned:  # once a run, before the bytes are written
                 grown = size + writer_class.rank_size(rendered, first)
                 if grown > JSON_WARN_BYTES >= size:
                     warned = True

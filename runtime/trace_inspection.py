@@ -18,7 +18,17 @@ import numpy as np
 
 from . import perfetto_read
 from .errors import ProfilingInputError, checked_name
-from .spans import SpanTable, event_ids, is_protobuf, load_spans, read_trace_json, run_counts
+from .progress import reading
+from .spans import (
+    SpanTable,
+    event_ids,
+    is_protobuf,
+    load_perfetto_trace,
+    load_spans,
+    load_trace,
+    read_trace_json,
+    run_counts,
+)
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".pftrace", ".pftrace.gz", ".perfetto-trace", ".pb")
 _DROPPED = re.compile(r"^optrace: (\d+) records")
@@ -53,19 +63,25 @@ def is_trace(path: Path) -> bool:
     return path.is_file() and (path.name.endswith(TRACE_SUFFIXES) or is_protobuf(path))
 
 
-def _drops_and_metadata(path: Path, table: SpanTable) -> tuple[dict[str, int], dict[str, Any]]:
-    """Dropped records per row name ("Rank 0 (launch 3) / AIC 3": the row of the drop
-    marker's track at its time), and the trace's metadata."""
+def _drops_and_metadata(path: Path) -> tuple[SpanTable, dict[str, int], dict[str, Any]]:
+    """The trace's spans, its dropped records per row name ("Rank 0 (launch 3) / AIC 3":
+    the row of the drop marker's track at its time) and its metadata: the file read once."""
     drops: dict[str, int] = {}
     if is_protobuf(path):
-        found = perfetto_read.read_spans(path)
+        progress = reading(path)
+        try:
+            found = perfetto_read.read_spans(path, progress.update)
+        finally:
+            progress.close()
+        table = load_perfetto_trace(path, found)
         for track, name, ns in found.instants:
             count = _dropped(path, name)
             if count is not None:
                 key = table.row_at(found.track_name(track), ns / 1000.0)
                 drops[key] = drops.get(key, 0) + count
-        return drops, found.metadata if isinstance(found.metadata, dict) else {}
+        return table, drops, found.metadata if isinstance(found.metadata, dict) else {}
     document = read_trace_json(path)  # regular, bounded, strict JSON (spans.py)
+    table = load_trace(path, document)
     events = document.get("traceEvents")
     processes: dict[Any, str] = {}
     threads: dict[tuple[Any, Any], str] = {}
@@ -89,12 +105,13 @@ def _drops_and_metadata(path: Path, table: SpanTable) -> tuple[dict[str, int], d
                     key = table.row_at(key, float(at))
                 drops[key] = drops.get(key, 0) + count
     other = document.get("otherData") if isinstance(document, dict) else None
-    return drops, other if isinstance(other, dict) else {}
+    return table, drops, other if isinstance(other, dict) else {}
 
 
 def inspect_trace(path: Path) -> dict[str, Any]:
-    table = load_spans(path)
-    drops, meta = _drops_and_metadata(path, table)
+    if path.is_dir() or not path.exists() or path.suffix == ".pt":
+        load_spans(path)  # not a trace file: refused there, with its message
+    table, drops, meta = _drops_and_metadata(path)
     # One pass over the spans for every track (grouped reductions), not one scan of every
     # span per track: a cluster's trace has hundreds of thousands of tracks.
     n = len(table.tracks)

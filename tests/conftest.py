@@ -4,6 +4,9 @@ No test touches the real home: the user's state directory (where optrace records
 journals it writes, `$XDG_STATE_HOME/optrace`) and config directory (the user-level
 `config.toml` that may trust repositories) point into a temporary directory for the whole
 session, subprocesses included; tests that need a fresh one use the `state_home` fixture.
+The cache directory (`$XDG_CACHE_HOME/optrace`, where check keeps its reports) is a fresh
+one for every test: a test that patches optrace's internals must not be answered from
+another test's run.
 
 Two settings profiles: ``optrace-ci`` (the default: hypothesis' own example counts, no
 deadline — CI machines are slow and shared) and ``optrace-long`` (many more examples),
@@ -36,10 +39,16 @@ install_deferred()
 _HOME = tempfile.mkdtemp(prefix="optrace-test-home-")
 os.environ["XDG_STATE_HOME"] = os.path.join(_HOME, "state")
 os.environ["XDG_CONFIG_HOME"] = os.path.join(_HOME, "config")
+os.environ["XDG_CACHE_HOME"] = os.path.join(_HOME, "cache")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(_HOME, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
 
 
 @pytest.fixture

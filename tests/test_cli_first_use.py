@@ -85,7 +85,7 @@ def test_help_imports_no_heavy_library() -> None:
     imported = {line.rsplit("|", 1)[1].strip() for line in res.stderr.splitlines()
                 if line.startswith("import time:") and "|" in line}
     assert "optrace.cli" in imported  # the measurement saw the CLI itself
-    heavy = ("libcst", "networkx", "numpy", "tree_sitter", "clang", "rich.markdown")
+    heavy = ("libcst", "networkx", "numpy", "tree_sitter", "clang", "rich.markdown", "duckdb")
     found = sorted(m for m in imported if m.split(".")[0] in heavy or m == "rich.markdown"
                    or m.startswith("rich.markdown."))
     assert found == []

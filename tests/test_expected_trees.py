@@ -28,6 +28,7 @@ CASES = {
     "phase_barriers": FIXTURES / "phase_barriers" / "moe_phase_barriers",
     "budget_drops": FIXTURES / "budget_drops" / "moe_many_phases",
     "variant_flags": FIXTURES / "variant_flags" / "moe_variant_flags",
+    "macro_work": FIXTURES / "macro_work" / "activation" / "moe_tile_glu",
 }
 
 
@@ -56,6 +57,16 @@ def test_plan_equals_expected_tree(name: str) -> None:
     plan = plan_operator(op_dir)
     got = tree_lines(plan.root, op_dir)
     assert got == expected_lines(name), "\n".join(got)
+
+
+def test_a_class_run_by_a_macro_from_another_operators_folder_is_the_kernels_work() -> None:
+    """`INIT_AND_RUN;` running a class whose header is in another operator's folder: its
+    calls enter the call graph, so each arm's region is a phase and the tree is not thin."""
+    op_dir = FIXTURES / "macro_work" / "norm" / "moe_scale_norm_v2"
+    plan = plan_operator(op_dir)
+    assert tree_lines(plan.root, op_dir) == expected_lines("macro_work", "expected_tree_v2.txt")
+    assert [r.cost for r in plan.root.children] == ["phase", "phase"]
+    assert not [d for d in plan.diagnostics if d.code == "OT023"]
 
 
 def test_the_budget_drops_what_was_written_down_and_names_it() -> None:

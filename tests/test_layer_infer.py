@@ -262,10 +262,11 @@ def test_infer_registered_under_a_misspelt_name_is_a_warning_naming_it(tmp_path:
 
 @pytest.mark.parametrize("case", ["sibling-version", "macro-registered", "another-op"])
 def test_a_near_name_that_is_something_else_stays_a_g2_failure(tmp_path: Path, case: str) -> None:
-    """The warning is for a misspelling only. A sibling op's registration (`DemoOpV2`)
-    beside the op's own made through a project macro, or a near name that is another
-    op of the repository (its own OpDef), leaves the op's infer unread: G2 fails, as
-    it must when optrace cannot show the infer sets profiling_data."""
+    """The warning is for a misspelling only. A sibling op's registration (`DemoOpV2`),
+    or a near name that is another op of the repository (its own OpDef), leaves the op's
+    infer unread: G2 fails, as it must when optrace cannot show the infer sets
+    profiling_data. Beside the op's own registration made through a project macro (read
+    by expanding it) the near name changes nothing: G2 passes, no warning."""
     regs = {
         "sibling-version": "IMPL_OP_INFERSHAPE(DemoOpV2).InferShape(InferShapeDemoOp);\n",
         "macro-registered": ("#define REG_INFER(op, s, d) IMPL_OP_INFERSHAPE(op).InferShape(s).InferDataType(d)\n"
@@ -285,6 +286,12 @@ def test_a_near_name_that_is_something_else_stays_a_g2_failure(tmp_path: Path, c
     res = runner.invoke(app, ["check", str(op), "--format", "json", "--no-compile"])
     report = json.loads(res.stdout)["operators"][0]
     g2 = next(g for g in report["gates"] if g["gate"] == "G2")
-    assert g2["status"] == "fail", g2
     assert not [f for f in report["findings"] if f["code"] == "OT456"]
+    if case == "macro-registered":
+        # The project macro is expanded: `REG_INFER(DemoOp, ...)` is the op's own
+        # registration, read and edited; the near name beside it is not warned about.
+        assert g2["status"] == "pass", g2
+        assert res.exit_code == 0
+        return
+    assert g2["status"] == "fail", g2
     assert res.exit_code == 1

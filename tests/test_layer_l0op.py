@@ -152,18 +152,22 @@ def test_a_call_leaving_arguments_to_their_defaults_is_refused_with_its_line(tmp
     assert snapshot(repo) == before
 
 
-def test_an_l0_function_declared_in_a_shared_header_is_refused_naming_it(tmp_path: Path) -> None:
+def test_an_l0_function_declared_in_a_shared_header_with_another_parameter_list_is_refused(
+        tmp_path: Path) -> None:
     """The l0 function's prototype lives in a header other operators include (ops-nn's
-    `common/inc/op_api/gather_v2.h`): a parameter added to the definition alone would
-    define a new overload and leave the declared one undefined at link time. Refused,
-    naming the header; nothing written."""
+    `common/inc/op_api/gather_v2.h`), and it does not match the definition: a parameter
+    added to the definition alone would define a new overload and leave the declared one
+    undefined at link time. Refused, naming the header; nothing written. (A matching
+    declaration is threaded: tests/test_shared_l0_header.py.)"""
     repo = copy(tmp_path)
     api = repo / API
     shared = repo / "common" / "inc" / "op_api" / "moe_norm_grad.h"
     shared.parent.mkdir(parents=True)
     (api / "moe_norm_grad.h").rename(shared)
+    shared.write_text(shared.read_text().replace("int64_t expertNum, ", ""))
     before = snapshot(repo)
     code, out, err = cli("apply", str(repo / OP), "--write")
     assert code == 2, out + err
-    assert "OT313 `MoeNormGrad` is declared in common/inc/op_api/moe_norm_grad.h, outside the operator" in err
+    assert ("OT313 `MoeNormGrad` is declared in common/inc/op_api/moe_norm_grad.h, outside the operator, "
+            "with another parameter list") in err
     assert snapshot(repo) == before

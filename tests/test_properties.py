@@ -508,6 +508,14 @@ COVERED_ELSEWHERE = {
     "direct_launch/csrc/ops/moe_gating_topk",
 }
 
+# Fixtures where mode B is refused by design, with the refusal's words: there, mode B must
+# be refused (nothing written) and mode A round-trips.
+MODE_B_REFUSED = {
+    "shared_l0_header/norm/moe_norm_grad":
+        "declared in common/inc/op_api/moe_norm_grad.h, outside the operator, and "
+        "norm/norm_common/op_api/aclnn_moe_norm_legacy.cpp:12 calls it too",
+}
+
 FIXTURE_STYLES = {
     "as-is": None,
     "crlf-bom-tabs": Style("\r\n", "\t", True),
@@ -527,6 +535,12 @@ def test_every_fixture_round_trips(tmp_path: Path, name: str, mode: str, style_n
     if style is not None:
         restyle(repo, style)
     before = snapshot(repo)
+    if mode == "B" and name in MODE_B_REFUSED:
+        with pytest.raises(InputError) as refused:
+            apply_changes(op, mode=mode)
+        assert MODE_B_REFUSED[name] in refused.value.diagnostic.message
+        assert snapshot(repo) == before
+        return
     first = apply_changes(op, mode=mode)
     write(first.changes, repo / ".optrace")
     assert apply_changes(op).changes == {}  # re-apply without --mode keeps the recorded one

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from optrace.cli import check, edit, plan, preprocess, runtime
+from optrace.cli import check, edit, plan, preprocess, query, runtime
 from optrace.cli.common import EXIT_INTERNAL, EXIT_OK, end_command, err, start_command
 from optrace.engine.codes import OT999
 
@@ -49,8 +49,8 @@ def _root(
 
 
 # The order of `optrace --help`: the instrumenting commands, then the build step and the
-# runtime's.
-for module in (plan, edit, check, preprocess, runtime):
+# runtime's, and SQL over a collected dataset.
+for module in (plan, edit, check, preprocess, runtime, query):
     module.register(app)
 
 

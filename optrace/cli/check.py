@@ -24,6 +24,8 @@ _NO_COMPILE_HELP = ("Skip the compile-safety pass (libclang on the kernel files 
                     "against the AscendC host stub); the other checks still run.")
 _VERBOSE_HELP = "Text: also each gate's passing evidence (file:line) and the notes (info findings)."
 _STRICT_HELP = "Warnings count as errors (exit 1)."
+_NO_CACHE_HELP = ("Neither take nor keep reports in the user cache ($XDG_CACHE_HOME/optrace, else "
+                  "~/.cache/optrace), where a report is kept until a file it read changes.")
 
 
 def check(
@@ -40,6 +42,7 @@ def check(
         typer.Option("--jobs", "-j", min=1, help=JOBS_HELP),
     ] = None,
     trust_config: Annotated[bool, typer.Option("--trust-config", help=TRUST_HELP)] = False,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help=_NO_CACHE_HELP)] = False,
 ) -> None:
     """Check an operator's trace points and gates G1–G5, as optrace left them or as
     written by hand: label syntax and depth, the root `processing`, B/E pairing and
@@ -49,9 +52,11 @@ def check(
     verifiable here), G4 run + post-process and G5 paths (the Python callers), each with
     file:line evidence. Each operator's summary says whether profiling is compiled in.
     A directory that is no operator is refused (exit 2); an operator without trace points
-    is reported as such (exit 0). Exit 1 on errors."""
+    is reported as such (exit 0). Exit 1 on errors. A report is kept in the user cache and
+    taken from it while no file it read (nor optrace, nor the config) changed."""
     apply_config_trust(trust_config)
-    raise typer.Exit(check_command(op_dirs, repo_root, fmt, output, strict, not no_compile, jobs, verbose))
+    raise typer.Exit(check_command(op_dirs, repo_root, fmt, output, strict, not no_compile, jobs, verbose,
+                                   not no_cache))
 
 
 def pre_commit(
@@ -71,6 +76,7 @@ def pre_commit(
     verbose: Annotated[bool, typer.Option("-v", "--verbose", help=_VERBOSE_HELP)] = False,
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help=JOBS_HELP)] = None,
     trust_config: Annotated[bool, typer.Option("--trust-config", help=TRUST_HELP)] = False,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help=_NO_CACHE_HELP)] = False,
 ) -> None:
     """Run `check` on the operators the given files belong to: a file inside an operator
     directory belongs to it; any other file (pybind, a sample, the build script, a wrapper
@@ -85,7 +91,8 @@ def pre_commit(
     op_dirs = staged.sorted_operators()
     if not op_dirs:
         raise typer.Exit(EXIT_OK)
-    raise typer.Exit(check_command(op_dirs, repo_root, fmt, None, strict, not no_compile, jobs, verbose))
+    raise typer.Exit(check_command(op_dirs, repo_root, fmt, None, strict, not no_compile, jobs, verbose,
+                                   not no_cache))
 
 
 def register(app: typer.Typer) -> None:

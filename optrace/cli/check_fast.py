@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
+from optrace.cli import check_cache
 from optrace.cli.collect_fast import paths_as_bytes, split_plain
 from optrace.cli.common import (
     EXIT_FINDINGS,
@@ -36,13 +37,13 @@ from optrace.cli.common import (
 from optrace.engine.codes import OT999
 from optrace.engine.diagnostics import shown_path
 
-if TYPE_CHECKING:  # the pipeline is imported when an operator is checked
-    from optrace.pipeline.check import CheckReport
+if TYPE_CHECKING:
+    from optrace.pipeline.check_report import CheckReport
 
 _VALUE_OPTIONS = {"--repo-root": "repo_root", "--format": "format", "-o": "output", "--output": "output",
                   "-j": "jobs", "--jobs": "jobs"}
 _FLAGS = {"--strict": "strict", "--no-compile": "no_compile", "--trust-config": "trust_config",
-          "-v": "verbose", "--verbose": "verbose"}
+          "-v": "verbose", "--verbose": "verbose", "--no-cache": "no_cache"}
 
 
 class CheckArgs(NamedTuple):
@@ -55,6 +56,7 @@ class CheckArgs(NamedTuple):
     jobs: int | None
     trust_config: bool
     verbose: bool = False
+    cache: bool = True
 
 
 def parse_fast(argv: Sequence[str]) -> CheckArgs | None:
@@ -74,7 +76,8 @@ def parse_fast(argv: Sequence[str]) -> CheckArgs | None:
     return CheckArgs(op_dirs, Path(str(repo_root)) if repo_root is not None else None, CheckFormat(str(fmt)),
                      Path(str(output)) if output is not None else None, bool(values.get("strict")),
                      not values.get("no_compile"), int(str(jobs)) if jobs is not None else None,
-                     bool(values.get("trust_config")), bool(values.get("verbose")))
+                     bool(values.get("trust_config")), bool(values.get("verbose")),
+                     not values.get("no_cache"))
 
 
 def fast_main(argv: Sequence[str]) -> int | None:
@@ -87,7 +90,7 @@ def fast_main(argv: Sequence[str]) -> int | None:
     start_command(args.trust_config)
     try:
         return check_command(args.op_dirs, args.repo_root, args.fmt, args.output, args.strict,
-                              args.compile_safety, args.jobs, args.verbose)
+                              args.compile_safety, args.jobs, args.verbose, args.cache)
     finally:
         end_command()
 
@@ -101,12 +104,28 @@ class _CheckOutcome(NamedTuple):
     code: int
 
 
-def _check_one(op_dir: Path, repo_root: Path | None, compile_safety: bool) -> _CheckOutcome:
+def _check_one(op_dir: Path, repo_root: Path | None, compile_safety: bool,
+               cache: bool = True) -> _CheckOutcome:
+    """One operator's check: from the user cache when nothing it read changed
+    (check_cache.py), else run and, on success, kept there."""
     from optrace.engine.diagnostics import InputError
+
+    found = _cached(op_dir, repo_root, compile_safety) if cache else None
+    if found is not None and found.report is not None:
+        return _CheckOutcome(found.report, "", EXIT_OK)
+    from optrace.cli.deferred import install as install_deferred
     from optrace.pipeline.check import check_operator
 
+    install_deferred()  # LibCST and importlib.metadata, imported at first use only
+
     try:
-        return _CheckOutcome(check_operator(op_dir, repo_root, compile_safety=compile_safety), "", EXIT_OK)
+        if found is None:
+            report = check_operator(op_dir, repo_root, compile_safety=compile_safety)
+        else:
+            with check_cache.recording() as read:
+                report = check_operator(op_dir, repo_root, compile_safety=compile_safety)
+            _keep(found, read, report)
+        return _CheckOutcome(report, "", EXIT_OK)
     except InputError as exc:
         return _CheckOutcome(None, exc.diagnostic.format(), EXIT_INPUT)
     except Exception:  # one broken operator must not stop the others
@@ -116,23 +135,37 @@ def _check_one(op_dir: Path, repo_root: Path | None, compile_safety: bool) -> _C
         return _CheckOutcome(None, message, EXIT_INTERNAL)
 
 
+def _cached(op_dir: Path, repo_root: Path | None, compile_safety: bool) -> check_cache.Lookup | None:
+    """The operator's cache entry; None when it has none (or the cache cannot be read:
+    it is an optimisation, never a reason for check to fail)."""
+    try:
+        return check_cache.lookup(op_dir, repo_root, compile_safety)
+    except (OSError, ValueError):
+        return None
+
+
+def _keep(found: check_cache.Lookup, read: check_cache.Recording, report: CheckReport) -> None:
+    try:
+        check_cache.store(found, read, report)
+    except (OSError, ValueError):
+        pass  # not kept: the next check runs again
+
+
 def check_command(op_dirs: list[Path], repo_root: Path | None, fmt: CheckFormat, output: Path | None,
-                   strict: bool, compile_safety: bool, jobs: int | None, verbose: bool = False) -> int:
+                   strict: bool, compile_safety: bool, jobs: int | None, verbose: bool = False,
+                   cache: bool = True) -> int:
     """The body of `check` (and of `pre-commit`, on the operators the files map to). As
     text, what needs fixing comes first: the operators that could not be checked and every
     error and warning go to stderr, flushed, before the report (summary and one line per
     gate; `verbose`: the passing evidence and notes too) is written. JSON and SARIF hold
-    everything."""
-    from optrace.cli.deferred import install as install_deferred
+    everything. `cache`: take and keep each operator's report in the user cache."""
     from optrace.engine.diagnostics import Severity
     from optrace.pipeline.check_output import check_errors_text
-
-    install_deferred()  # LibCST and importlib.metadata, imported at first use only
 
     sources = operator_files(op_dirs)
     if output_refused(output, sources):
         return EXIT_INPUT
-    jobs_ = [(op_dir, repo_root, compile_safety) for op_dir in op_dirs]
+    jobs_ = [(op_dir, repo_root, compile_safety, cache) for op_dir in op_dirs]
     outcomes = run_parallel(_check_one, jobs_, worker_count(jobs, len(jobs_)), "checking")
     reports = [o.report for o in outcomes if o.report is not None]
     code = max([EXIT_OK, *(o.code for o in outcomes)])

@@ -200,8 +200,11 @@ def _options(collect_module: ModuleType, output: Path, *, point_map: Path | None
              ignore_fingerprint: bool, jobs: int | None, format: str | None, split: str | None,
              align: str | None, merge: Sequence[Path] | None) -> CollectOptions:
     """collect's options from the command's; ValueError says what is wrong with one."""
-    if format is not None:
-        collect_module.trace_format(output, format)  # says which formats there are
+    fmt = collect_module.output_format(output, format)  # says which formats there are
+    if merge and fmt.merge_suffix is None:
+        raise ValueError(f"--merge writes one trace: it cannot write {fmt.describe}")
+    if split is not None and fmt.directory:
+        raise ValueError(f"--split splits a trace file: {fmt.describe} is a file per rank already")
     if merge and split is not None:
         raise ValueError("--merge writes one trace: it cannot be used with --split")
     if merge and align is not None:

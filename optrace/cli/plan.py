@@ -100,22 +100,24 @@ def _plan_one(op_dir: Path, repo_root: Path | None, as_json: bool, graph: Path |
 
 
 def _plan_mode(plan: Plan) -> PlannedMode:
-    """The mode `apply` would use, and why: recorded in the tree, else chosen per operator."""
+    """The mode `apply` would use, and why: recorded in the tree, else chosen per operator
+    by the probe (`probe_mode`: apply's choice, its reason and its edited files, without
+    the Python layers' LibCST edits)."""
     from optrace.codemods.kernel_entry import recorded_mode
     from optrace.engine.diagnostics import InputError
-    from optrace.pipeline.apply import choose_mode, edited_files
-    from optrace.pipeline.layers import layer_edits
+    from optrace.pipeline.apply import probe_mode
+    from optrace.pipeline.layers import layer_carries
     from optrace.pipeline.plan_output import PlannedMode
 
     recorded = recorded_mode(plan.analysis.entry_fn.src.raw)
     if recorded is not None:
         try:
-            plan.layer_edited = edited_files(layer_edits(plan, recorded))
+            plan.layer_edited = layer_carries(plan, recorded)
         except InputError:
             pass  # the marks stay unknown; check says what is wrong with the tree
         return PlannedMode(recorded, "recorded in the instrumented tree")
     try:
-        mode, why, plan.layer_edited = choose_mode(plan)
+        mode, why, plan.layer_edited = probe_mode(plan)
     except InputError as exc:
         d = exc.diagnostic
         # The plan names files relative to the repository root (JSON too): so does its mode.
@@ -127,6 +129,27 @@ def _plan_mode(plan: Plan) -> PlannedMode:
 
 
 _PlanJob = tuple[Path, Path | None, bool, Path | None]
+
+
+def _index_once(op_dirs: list[Path], repo_root: Path | None, workers: int, no_cache: bool) -> None:
+    """One repository index per run: with workers, built here first, so they find it in
+    the user cache (and, forked, in memory) instead of each walking and reading the
+    repository again. A directory that is no operator is left for its worker to refuse."""
+    from optrace.engine.diagnostics import InputError
+    from optrace.engine.discovery import default_repo_root, repo_index, resolve_operator_dir
+    from optrace.engine.index_cache import set_enabled
+
+    set_enabled(not no_cache)
+    if workers < 2:
+        return
+    roots: set[Path] = set()
+    for op_dir in op_dirs:
+        try:
+            roots.add((repo_root or default_repo_root(resolve_operator_dir(op_dir))).resolve())
+        except InputError:
+            continue
+    for root in sorted(roots):
+        repo_index(root).warm()
 
 
 def plan(
@@ -151,6 +174,8 @@ def plan(
     ] = None,
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help=JOBS_HELP)] = None,
     trust_config: Annotated[bool, typer.Option("--trust-config", help=TRUST_HELP)] = False,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the repository "
+                                           "index's user cache ($XDG_CACHE_HOME/optrace).")] = False,
 ) -> None:
     """Show the trace tree optrace would instrument: layers found and missing, the
     include tree, per-core-type labels with each point's file:line, and warnings.
@@ -175,7 +200,9 @@ def plan(
     sources = operator_files(op_dirs)
     if any([output_refused(output, sources), *(output_refused(w[3], sources) for w in work)]):
         raise typer.Exit(EXIT_INPUT)
-    outcomes = run_parallel(_plan_one, list(work), worker_count(jobs, len(work)), "planning")
+    workers = worker_count(jobs, len(work))
+    _index_once(op_dirs, repo_root, workers, no_cache)
+    outcomes = run_parallel(_plan_one, list(work), workers, "planning")
     code = EXIT_OK
     for outcome in outcomes:
         for message in outcome.messages:

@@ -24,6 +24,7 @@ EXIT_INTERNAL = 3
 
 # What report / inspect / compare read as a trace (runtime/spans.py): collect's outputs.
 _TRACE_SUFFIXES = ".json / .json.gz / .pftrace"
+_DATASET = "a dataset (collect --format parquet)"
 
 
 def _err(message: str) -> None:
@@ -54,7 +55,8 @@ def _bad_usage(message: str) -> typer.Exit:
 def cmd_collect(
     profiling_dir: Annotated[Path, typer.Argument(help="Directory holding rank*.pt files.")],
     output: Annotated[Path, typer.Option(
-        "-o", "--output", help="Trace to write: .json / .json.gz (Chrome JSON) or .pftrace (Perfetto)."
+        "-o", "--output", help="Trace to write: .json / .json.gz (Chrome JSON) or .pftrace (Perfetto); "
+        "with --format parquet a directory (a Parquet dataset, a folder per rank)."
     )],
     point_map: Annotated[
         Path | None, typer.Option("--point-map", help="Default: point_map.json beside the rank files.")
@@ -103,7 +105,8 @@ def cmd_collect(
                      ".pftrace and --split."),
     ] = None,
     fmt: Annotated[
-        str | None, typer.Option("--format", help="json or perfetto. Default: by the output's name.")
+        str | None, typer.Option("--format", help="json, perfetto or parquet (needs the [query] extra). "
+                                 "Default: by the output's name.")
     ] = None,
     split: Annotated[
         str | None,
@@ -184,7 +187,8 @@ def cmd_inspect(
 
 
 def cmd_report(
-    path: Annotated[Path, typer.Argument(help=f"A trace ({_TRACE_SUFFIXES}) or a profiling directory.")],
+    path: Annotated[Path, typer.Argument(help=f"A trace ({_TRACE_SUFFIXES}), a profiling directory or "
+                                         f"{_DATASET}.")],
     point_map: Annotated[
         Path | None, typer.Option("--point-map", help="For a profiling directory (default: beside it).")
     ] = None,
@@ -223,7 +227,20 @@ def cmd_report(
             except MissingExtra as exc:
                 raise _bad_usage(str(exc)) from None
         from optrace.runtime.atomic import output_target
+        from optrace.runtime.dataset import is_dataset
 
+        if is_dataset(path.expanduser()):
+            if html is not None or png is not None:
+                raise _bad_usage(f"{path}: --html / --png draw every span of a trace or a profiling "
+                                 "directory; of a dataset, report prints its statistics (computed in DuckDB)")
+            from optrace.runtime.dataset_stats import dataset_report
+
+            found = dataset_report(path.expanduser(), top=top)
+            if fmt == "json":
+                _emit_json(report_json(found), None)
+            else:
+                sys.stdout.write(safe_text(format_text(found)))
+            return
         read = _files_read(path.expanduser(), point_map.expanduser() if point_map else None)
         for output in (html, png):  # refused before anything is read (runtime/atomic.py)
             if output is not None:
@@ -243,8 +260,8 @@ def cmd_report(
 
 
 def cmd_compare(
-    before: Annotated[Path, typer.Argument(help=f"Trace ({_TRACE_SUFFIXES}) or profiling directory before "
-                                           "the change.")],
+    before: Annotated[Path, typer.Argument(help=f"Trace ({_TRACE_SUFFIXES}), profiling directory or "
+                                           f"{_DATASET} before the change.")],
     after: Annotated[Path, typer.Argument(help="The same, after the change.")],
     expect: Annotated[
         float | None, typer.Option("--expect", help="Expected gain in % (30 for -30 %).")
@@ -266,13 +283,14 @@ def cmd_compare(
     from optrace.runtime.compare import (
         EXPECT_RANGE,
         REGRESSION_RANGE,
+        MeasuredRun,
         OptionError,
         check_percent,
         compare,
         comparison_json,
         format_text,
     )
-    from optrace.runtime.spans import load_spans
+    from optrace.runtime.spans import SpanTable, load_spans
 
     with _guarded():
         _check_format(fmt)
@@ -282,7 +300,17 @@ def cmd_compare(
         except OptionError as exc:
             raise _bad_usage(str(exc)) from None
         pmap = point_map.expanduser() if point_map else None
-        result = compare(load_spans(before.expanduser(), pmap), load_spans(after.expanduser(), pmap),
+        from optrace.runtime.dataset import is_dataset
+
+        def run(path: Path) -> SpanTable | MeasuredRun:
+            """A dataset's launch times computed in DuckDB; a trace's or directory's from its spans."""
+            if is_dataset(path):
+                from optrace.runtime.dataset_stats import dataset_run
+
+                return dataset_run(path)
+            return load_spans(path, pmap)
+
+        result = compare(run(before.expanduser()), run(after.expanduser()),
                          label=label, expect=expect, fail_on_regression=fail_on_regression)
         if fmt == "json":
             _emit_json(comparison_json(result), None)

@@ -198,6 +198,6 @@ def test_a_pftrace_without_launch_slices_or_rank_table_has_a_launch_per_process(
     assert sorted(found.process_pids.values()) == [1, 2]  # the JSON pid (the rank) plus one
     found.metadata = {}  # as a trace from another producer: no rank table, no launch slices
     found.launches = []
-    monkeypatch.setattr(perfetto_read, "read_spans", lambda path: found)
+    monkeypatch.setattr(perfetto_read, "read_spans", lambda path, progress=None: found)
     table = load_spans(trace)
     assert len(table.launches) == 2 == table.processes  # each process its own launch

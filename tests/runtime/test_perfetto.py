@@ -90,7 +90,7 @@ def test_cli_choices_of_format(tmp_path: Path) -> None:
     assert invoke("collect", directory, "-o", tmp_path / "b.pftrace", "--format", "json").exit_code == 0
     assert read_json(tmp_path / "b.pftrace")[0]
     result = invoke("collect", directory, "-o", tmp_path / "c.x", "--format", "protobuf")
-    assert result.exit_code == 2 and "json or perfetto" in result.output
+    assert result.exit_code == 2 and "json, perfetto or parquet" in result.output
     assert parse_fast(["d", "-o", "t.pftrace", "--format", "perfetto", "--split", "rank"]) == {
         "profiling_dir": Path("d"), "output": Path("t.pftrace"), "format": "perfetto", "split": "rank"}
 

@@ -1,0 +1,179 @@
+"""A user cache of what is derived from a file's bytes, keyed by their content hash.
+
+The repository index (engine/discovery.py) derives a little from each of a repository's
+tens of thousands of files — the words a file names, whether a script builds kernels,
+what a source includes — and a second run over the same repository should not read
+them again. This store keeps, per file path, the file's stat signature and the sha256 of
+its bytes, and per (content hash, kind) the derived value as text: a file whose
+signature is unchanged is not read at all; a changed file is read and hashed, and only
+a content never seen before is derived again (a file moved or copied is not).
+
+The store is one SQLite file in the user's cache directory (`$XDG_CACHE_HOME/optrace`,
+else `~/.cache/optrace`): data only, never pickle, so a cache restored by CI is read as
+any input is. Every value carries a checksum: a corrupt or foreign row is ignored and
+derived again; a database that cannot be opened or read is set aside and rebuilt. Writes
+happen in one transaction (`flush`), so concurrent runs and a run killed half-way leave
+either the old or the new rows, never half of one. `--no-cache` (`set_enabled(False)`)
+keeps everything in memory for the run.
+
+Other derived data (check's per-operator results) can use the same store under their own
+`kind`; a kind's name should carry the version of what derives it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+_SCHEMA = 1
+_enabled = [os.environ.get("OPTRACE_NO_CACHE", "") in ("", "0")]
+
+Signature = tuple[int, int, int, int]  # size, mtime_ns, ctime_ns, inode
+
+
+def set_enabled(enabled: bool) -> None:
+    """Use the user cache (True, the default) or nothing but memory (`--no-cache`). The
+    environment carries it to worker processes started another way than fork."""
+    _enabled[0] = enabled
+    os.environ["OPTRACE_NO_CACHE"] = "" if enabled else "1"
+
+
+def cache_dir() -> Path:
+    """`$XDG_CACHE_HOME/optrace`, else `~/.cache/optrace`."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "optrace"
+
+
+def signature(st: os.stat_result) -> Signature:
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
+def _check(kind: str, sha: str, value: str) -> str:
+    text = f"{_SCHEMA}\0{kind}\0{sha}\0{value}"
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+class ContentStore:
+    """Values derived from files' bytes, by content hash; see the module's docstring.
+
+    `derived(path, kind, derive)` answers from the store when it can, else reads the file
+    once (`read`), calls `derive(bytes or None)` and keeps the answer for `flush`."""
+
+    def __init__(self, db: Path | None, read: Callable[[Path], bytes | None]) -> None:
+        self.db = db
+        self._read = read
+        self._paths: dict[str, tuple[Signature, str]] = {}
+        self._values: dict[tuple[str, str], str] = {}
+        self._new_paths: dict[str, tuple[Signature, str]] = {}
+        self._new_values: dict[tuple[str, str], str] = {}
+        self.hits = 0
+        self.misses = 0
+        if db is not None:
+            self._load(db)
+
+    @classmethod
+    def open(cls, read: Callable[[Path], bytes | None], name: str = "index") -> ContentStore:
+        """The store `<cache dir>/<name>.sqlite`, or one in memory when the cache is off."""
+        return cls(cache_dir() / f"{name}.sqlite" if _enabled[0] else None, read)
+
+    def _connect(self, db: Path) -> sqlite3.Connection:
+        con = sqlite3.connect(db, timeout=30, isolation_level=None)
+        con.execute("PRAGMA journal_mode=WAL")
+        con.execute("CREATE TABLE IF NOT EXISTS paths (path TEXT PRIMARY KEY, size INTEGER, mtime INTEGER, "
+                    "ctime INTEGER, ino INTEGER, sha TEXT)")
+        con.execute("CREATE TABLE IF NOT EXISTS vals (sha TEXT, kind TEXT, value TEXT, chk TEXT, "
+                    "PRIMARY KEY (sha, kind))")
+        return con
+
+    def _load(self, db: Path) -> None:
+        if not db.exists():
+            return
+        try:
+            con = self._connect(db)
+            try:
+                for path, size, mtime, ctime, ino, sha in con.execute("SELECT * FROM paths"):
+                    if isinstance(path, str) and isinstance(sha, str):
+                        self._paths[path] = ((size, mtime, ctime, ino), sha)
+                for sha, kind, value, chk in con.execute("SELECT * FROM vals"):
+                    if isinstance(value, str) and chk == _check(kind, sha, value):
+                        self._values[(sha, kind)] = value  # else corrupt: derived again
+            finally:
+                con.close()
+        except sqlite3.Error:  # not a database, or a damaged one: set aside, rebuilt
+            self._paths.clear()
+            self._values.clear()
+            self._discard(db)
+
+    @staticmethod
+    def _discard(db: Path) -> None:
+        for suffix in ("", "-wal", "-shm"):
+            try:
+                os.unlink(f"{db}{suffix}")
+            except OSError:
+                pass
+
+    def derived(self, path: Path, kind: str, derive: Callable[[bytes | None], str],
+                st: os.stat_result | None = None) -> str:
+        """`derive(bytes)` of the file, from the store when its content was seen."""
+        key = os.fsdecode(path)
+        data: bytes | None = None
+        read = False
+        try:
+            sig = signature(st or os.stat(path))
+        except OSError:
+            return derive(None)
+        known = self._new_paths.get(key) or self._paths.get(key)
+        if known is not None and known[0] == sig:
+            sha = known[1]
+        else:
+            data, read = self._read(path), True
+            sha = hashlib.sha256(data).hexdigest() if data is not None else "-"
+            self._new_paths[key] = (sig, sha)
+        value = self._new_values.get((sha, kind))
+        if value is None:
+            value = self._values.get((sha, kind))
+        if value is not None:
+            self.hits += 1
+            return value
+        self.misses += 1
+        if not read:
+            data = self._read(path)
+        value = derive(data)
+        self._new_values[(sha, kind)] = value
+        return value
+
+    def flush(self, seen_under: tuple[Path, set[str]] | None = None) -> None:
+        """Write what this run derived, in one transaction. `seen_under` (a root and
+        the paths walked under it): rows of files under it that are gone are dropped,
+        and values no path refers to any more."""
+        if self.db is None or not (self._new_paths or self._new_values or seen_under):
+            return
+        try:
+            self.db.parent.mkdir(parents=True, exist_ok=True)
+            con = self._connect(self.db)
+            try:
+                con.execute("BEGIN IMMEDIATE")
+                con.executemany("INSERT OR REPLACE INTO paths VALUES (?, ?, ?, ?, ?, ?)",
+                                [(p, *sig, sha) for p, (sig, sha) in self._new_paths.items()])
+                con.executemany("INSERT OR REPLACE INTO vals VALUES (?, ?, ?, ?)",
+                                [(sha, kind, v, _check(kind, sha, v))
+                                 for (sha, kind), v in self._new_values.items()])
+                if seen_under is not None:
+                    root, seen = seen_under
+                    prefix = os.fsdecode(root).rstrip("/") + "/"
+                    gone = [p for p in self._paths if p.startswith(prefix) and p not in seen]
+                    con.executemany("DELETE FROM paths WHERE path = ?", [(p,) for p in gone])
+                    if gone:
+                        con.execute("DELETE FROM vals WHERE sha NOT IN (SELECT sha FROM paths)")
+                con.execute("COMMIT")
+            finally:
+                con.close()
+        except (sqlite3.Error, OSError):
+            return  # a cache that cannot be written is only slower next time
+        self._paths.update(self._new_paths)
+        self._values.update(self._new_values)
+        self._new_paths.clear()
+        self._new_values.clear()

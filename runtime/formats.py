@@ -1,0 +1,94 @@
+"""collect's output formats: one entry each, instead of ``"json"`` / ``"perfetto"`` spread
+over collect and its writers.
+
+An entry says which output names select it (``--format`` overrides), how its trace is
+written (the writer class and the per-file state it lays ranks out against), how its
+files are read back, and what ``--merge`` does with it (the suffix of the device trace
+collected beside the output before both are merged; None: it cannot be merged). The
+writers are imported when a collect uses them, not with this module: a JSON collect never
+pays for the Perfetto encoder, nor a trace for DuckDB (collect's start-up).
+
+- ``json``: Chrome JSON (``.json``, ``.json.gz``); the only one written by several
+  processes side by side (``-j``) and warned about past chrome://tracing's size.
+- ``perfetto``: Perfetto's protobuf (``.pftrace``, ``.pftrace.gz``, ``.perfetto-trace``).
+- ``parquet``: a directory of Parquet files, a folder per rank (runtime/dataset.py);
+  asked for by ``--format parquet`` or an output name ending in ``.parquet``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .chrome import ChromeTraceWriter
+from .records import FrozenRecord
+
+
+class OutputFormat(FrozenRecord):
+    __match_args__ = ("name", "suffixes", "merge_suffix", "side_by_side", "size_warning", "directory",
+                      "describe")
+    __slots__ = __match_args__
+    name: str  # --format's value
+    suffixes: tuple[str, ...]  # output names that select it (and that --split keeps last)
+    merge_suffix: str | None  # --merge: the device trace's temporary suffix; None: refused
+    side_by_side: bool  # several processes may write one file (-j): Chrome JSON's rows
+    size_warning: bool  # warned about past chrome://tracing's limit (trace_files.JSON_WARN_BYTES)
+    directory: bool  # the output is a directory of files (a dataset), not a trace file
+    describe: str  # for --help and errors
+
+    def __init__(self, name: str, suffixes: tuple[str, ...], merge_suffix: str | None, side_by_side: bool,
+                 size_warning: bool, directory: bool, describe: str) -> None:
+        values = (name, suffixes, merge_suffix, side_by_side, size_warning, directory, describe)
+        for field, value in zip(self.__match_args__, values, strict=True):
+            object.__setattr__(self, field, value)
+
+    def writer(self) -> tuple[Any, Callable[[], Any]]:
+        """(the trace writer class, a new file's layout state) — trace formats only."""
+        if self.name == PERFETTO.name:
+            from .perfetto import PerfettoTraceWriter, Sequences  # only for .pftrace (start-up)
+
+            return PerfettoTraceWriter, Sequences  # a file's own: its ranks' tracks and sequences
+        if self.name == JSON.name:
+            return ChromeTraceWriter, _no_state
+        raise ValueError(f"{self.name} is not written as a trace file")
+
+    def matches(self, output: Path) -> bool:
+        return output.name.endswith(self.suffixes)
+
+
+def _no_state() -> None:
+    return None
+
+
+JSON = OutputFormat("json", (".json.gz", ".json"), ".json", side_by_side=True, size_warning=True,
+                    directory=False, describe="Chrome JSON (.json, .json.gz)")
+PERFETTO = OutputFormat("perfetto", (".pftrace.gz", ".pftrace", ".perfetto-trace"), ".pftrace",
+                        side_by_side=False, size_warning=False, directory=False,
+                        describe="Perfetto protobuf (.pftrace)")
+#: Every format, in the order --help lists them; the default (an unknown name) is the first.
+PARQUET = OutputFormat("parquet", (".parquet",), None, side_by_side=False, size_warning=False,
+                       directory=True, describe="a Parquet dataset (a directory, a folder per rank)")
+
+FORMATS: tuple[OutputFormat, ...] = (JSON, PERFETTO, PARQUET)
+BY_NAME = {f.name: f for f in FORMATS}
+
+#: Trace-file names --split knows (``trace.json`` -> ``trace.rank000.json``); ``.pb`` is
+#: a Perfetto trace read back, never chosen by its name.
+SPLIT_SUFFIXES = (*JSON.suffixes, *PERFETTO.suffixes, ".pb")
+
+
+def names() -> str:
+    """``json, perfetto or parquet``."""
+    listed = [f.name for f in FORMATS]
+    return f"{', '.join(listed[:-1])} or {listed[-1]}"
+
+
+def output_format(output: Path, requested: str | None) -> OutputFormat:
+    """The format asked for (``--format``), else the one the output's name selects, else JSON."""
+    if requested is not None:
+        found = BY_NAME.get(requested)
+        if found is None:
+            raise ValueError(f"--format must be {names()}, not {requested!r}")
+        return found
+    return next((f for f in FORMATS if f.matches(output)), JSON)

@@ -1,0 +1,257 @@
+"""``optrace query DIR "SQL"``: DuckDB over a dataset ``collect --format parquet`` wrote.
+
+The dataset is the table ``spans`` (runtime/dataset.py's columns, ``rank`` from the
+folder names). The query reads the dataset and nothing else: DuckDB is told the
+dataset's files (``allowed_paths``), then external access is switched off
+(``enable_external_access = false``: no other file, no URL, no extension, no COPY ... TO)
+and the configuration locked, so the SQL cannot switch it back on. A few questions ship
+as named queries (:data:`PRESETS`, documented with their SQL in docs/runtime.md).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import re
+import stat
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from .dataset import MARKER, PART_NAME, PARTITION, SCHEMA_VERSION, is_dataset, require_duckdb
+from .errors import ProfilingInputError
+from .regular import load_json
+
+#: DuckDB's memory (its buffer manager; hash tables and sorts past it spill to disk):
+#: ``OPTRACE_DUCKDB_MEMORY`` overrides it (DuckDB's spelling: 2GB, 500MB).
+MEMORY_LIMIT = "512MB"
+MEMORY_ENV = "OPTRACE_DUCKDB_MEMORY"
+
+#: Rows fetched from DuckDB at a time when streaming CSV / JSON out.
+BATCH = 10_000
+
+#: Named queries: ``--preset NAME``. Each reads only ``spans``.
+PRESETS: dict[str, tuple[str, str]] = {
+    "straggler": (
+        "Per label and rank: its time per launch against the median rank's, the worst launch, "
+        "and the first launch it was more than 10 % slower (the slowest 20)",
+        """\
+WITH per_rank AS (
+    SELECT label, launch, rank, sum(dur_ns) AS ns
+    FROM spans GROUP BY label, launch, rank),
+typical AS (
+    SELECT label, launch, median(ns) AS median_ns
+    FROM per_rank GROUP BY label, launch),
+ratio AS (
+    SELECT p.label, p.rank, p.launch, p.ns / t.median_ns AS x
+    FROM per_rank p JOIN typical t USING (label, launch)
+    WHERE t.median_ns > 0)
+SELECT label, rank,
+       round(median(x), 3) AS vs_median,
+       round(max(x), 3) AS worst,
+       arg_max(launch, x) AS worst_launch,
+       min(launch) FILTER (WHERE x > 1.1) AS slow_since
+FROM ratio
+GROUP BY label, rank
+ORDER BY vs_median DESC, worst DESC, label, rank
+LIMIT 20""",
+    ),
+    "imbalance": (
+        "Per label and core type: each core's time per launch, its mean, p99 and maximum over "
+        "every core of every rank, and the maximum against the mean",
+        """\
+WITH per_core AS (
+    SELECT label, core_type, rank, launch, core, sum(dur_ns) AS ns
+    FROM spans GROUP BY label, core_type, rank, launch, core)
+SELECT label, core_type,
+       count(DISTINCT rank) AS ranks,
+       round(avg(ns) / 1e3, 3) AS mean_us,
+       round(quantile_cont(ns, 0.99) / 1e3, 3) AS p99_us,
+       round(max(ns) / 1e3, 3) AS max_us,
+       round(max(ns) / avg(ns), 3) AS max_vs_mean
+FROM per_core
+GROUP BY label, core_type
+ORDER BY max_vs_mean DESC, label, core_type""",
+    ),
+    "phases": (
+        "Per label: its spans, total time, mean, median and p99 duration, outer labels first",
+        """\
+SELECT label, min(depth) AS depth,
+       count(*) AS spans,
+       round(sum(dur_ns) / 1e6, 3) AS total_ms,
+       round(avg(dur_ns) / 1e3, 3) AS mean_us,
+       round(quantile_cont(dur_ns, 0.5) / 1e3, 3) AS p50_us,
+       round(quantile_cont(dur_ns, 0.99) / 1e3, 3) AS p99_us
+FROM spans
+GROUP BY label
+ORDER BY depth, total_ms DESC, label""",
+    ),
+}
+
+OUTPUT_FORMATS = ("text", "csv", "json")
+
+
+class QueryError(ProfilingInputError):
+    """The SQL failed (a syntax error, an unknown column, a file it may not read): exit 2."""
+
+
+_PART_DIR = re.compile(rf"{PARTITION}=(\d+)")
+
+
+def dataset_files(directory: Path) -> list[Path]:
+    """The dataset's Parquet files (regular files, no link followed), rank by rank."""
+    if not directory.exists():
+        raise ProfilingInputError(directory, "no such directory")
+    if not is_dataset(directory):
+        raise ProfilingInputError(directory, f"not an optrace dataset (no {MARKER}): write one with "
+                                  "`optrace collect PROFILING_DIR -o DIR --format parquet`")
+    document = load_json(directory / MARKER, "config")  # a small JSON file: config's bound
+    version = document.get("version") if isinstance(document, dict) else None
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise ProfilingInputError(directory / MARKER, f"dataset version {version!r}: this optrace reads "
+                                  f"version {SCHEMA_VERSION} and older (a newer optrace wrote it)")
+    found: list[tuple[int, Path]] = []
+    for entry in os.scandir(directory):
+        match = _PART_DIR.fullmatch(entry.name)
+        if match is None or not entry.is_dir(follow_symlinks=False):
+            continue
+        for part in os.scandir(entry.path):
+            if part.name.endswith(".parquet") and stat.S_ISREG(part.stat(follow_symlinks=False).st_mode):
+                found.append((int(match[1]), Path(part.path)))
+    if not found:
+        raise ProfilingInputError(directory, f"no {PARTITION}=N/{PART_NAME} files in the dataset")
+    return [path for _, path in sorted(found)]
+
+
+def sql_text(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def connect(directory: Path) -> Any:
+    """A DuckDB connection where ``spans`` is the dataset and nothing else can be read."""
+    duckdb = require_duckdb(directory)
+    files = [os.path.abspath(p) for p in dataset_files(directory)]
+    connection = duckdb.connect()
+    try:
+        # No progress bar on stderr (DuckDB draws one for a long query, terminal or not);
+        # the memory DuckDB may hold, past which it spills to its temporary files.
+        connection.execute("SET enable_progress_bar = false")
+        connection.execute(f"SET memory_limit = {sql_text(os.environ.get(MEMORY_ENV) or MEMORY_LIMIT)}")
+        connection.execute(f"SET allowed_paths = [{', '.join(map(sql_text, files))}]")
+        connection.execute("SET enable_external_access = false")
+        connection.execute("SET lock_configuration = true")
+        connection.execute(
+            f"CREATE VIEW spans AS SELECT * FROM read_parquet([{', '.join(map(sql_text, files))}], "
+            f"hive_partitioning = true, hive_types = {{'{PARTITION}': INTEGER}})")
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
+class Result:
+    """A query's column names and its rows, fetched in batches."""
+
+    def __init__(self, cursor: Any) -> None:
+        self.cursor = cursor
+        self.columns: list[str] = [d[0] for d in cursor.description or []]
+
+    def batches(self) -> Iterator[list[tuple[Any, ...]]]:
+        while rows := self.cursor.fetchmany(BATCH):
+            yield rows
+
+
+def run(connection: Any, sql: str, directory: Path) -> Result:
+    """The query's result; QueryError (``DIR: the query failed: ...``) with DuckDB's message."""
+    duckdb = require_duckdb(directory)
+    try:
+        return Result(connection.execute(sql))
+    except duckdb.Error as exc:
+        raise QueryError(directory, f"the query failed: {str(exc).strip()}") from None
+
+
+def query_sql(sql: str | None, preset: str | None) -> str:
+    """The SQL to run: as given, or a preset's; ValueError for neither, both, an unknown one."""
+    if (sql is None) == (preset is None):
+        raise ValueError("give the SQL or --preset NAME (not both)")
+    if preset is not None:
+        if preset not in PRESETS:
+            raise ValueError(f"--preset must be {', '.join(PRESETS)}, not {preset!r}")
+        return PRESETS[preset][1]
+    assert sql is not None
+    return sql
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else str(value)
+    return str(value)
+
+
+def _json_value(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    return str(value)  # Decimal, dates, blobs: as DuckDB prints them
+
+
+def write_result(result: Result, fmt: str, out: TextIO) -> int:
+    """The rows as text (an aligned table), CSV or JSON (a list of objects); returns their number."""
+    rows = 0
+    if fmt == "csv":
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(result.columns)
+        for batch in result.batches():
+            writer.writerows([[("" if v is None else v) for v in row] for row in batch])
+            rows += len(batch)
+        return rows
+    if fmt == "json":
+        out.write("[")
+        for batch in result.batches():
+            for row in batch:
+                item = {c: _json_value(v) for c, v in zip(result.columns, row, strict=True)}
+                out.write(("\n  " if not rows else ",\n  ") + json.dumps(item, ensure_ascii=False))
+                rows += 1
+        out.write("\n]\n" if rows else "]\n")
+        return rows
+    table = [[_cell(v) for v in row] for batch in result.batches() for row in batch]
+    out.write(format_table(result.columns, table))
+    return len(table)
+
+
+def format_table(columns: Sequence[str], table: list[list[str]]) -> str:
+    """Columns padded to their widest cell, numbers to the right; the row count last."""
+    widths = [max([len(c), *(len(r[i]) for r in table)]) for i, c in enumerate(columns)]
+    numeric = [all(_is_number(r[i]) for r in table) and bool(table) for i in range(len(columns))]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.rjust(w) if n else c.ljust(w)
+                         for c, w, n in zip(cells, widths, numeric, strict=True)).rstrip()
+
+    buffer = io.StringIO()
+    buffer.write(line(columns) + "\n")
+    buffer.write(line(["-" * w for w in widths]) + "\n")
+    for row in table:
+        buffer.write(line(row) + "\n")
+    buffer.write(f"({len(table)} row{'s' if len(table) != 1 else ''})\n")
+    return buffer.getvalue()
+
+
+def _is_number(text: str) -> bool:
+    if text == "NULL":
+        return True
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True

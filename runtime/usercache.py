@@ -1,0 +1,140 @@
+"""The user's cache directory: what optrace derived once and may take again, as data.
+
+`$XDG_CACHE_HOME/optrace` (an absolute XDG_CACHE_HOME only, as the XDG spec says), else
+`~/.cache/optrace`. It is user state: never inside a repository, never committed, safe to
+delete at any time (`rm -rf ~/.cache/optrace`): whatever is missing is derived again.
+
+Each user of the cache owns a *kind* (a subdirectory: `check/`, ...) and names its entries
+by a hex digest it computes from what the entry depends on. An entry is one JSON document
+(never pickle: a cache a CI job restored, or a shared home, is read like any other input);
+:func:`read_entry` gives the parsed document or None — missing, unreadable, past the bound,
+not JSON — and the caller validates the rest (an entry of another version, another
+machine's or a corrupt one is ignored and written again). Writes are atomic (a temporary
+file beside the entry, renamed over it): concurrent runs each see a whole entry or none,
+the last writer wins. The whole directory is kept under `[limits] cache_bytes` of the user
+config (:data:`~optrace.runtime.regular.DEFAULT_LIMITS`): after a write, the entries used
+least recently (their modification time, refreshed on each hit) are removed first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .regular import limit, read_regular
+
+_NAME_RE = re.compile(r"[0-9a-f]{16,128}")
+_KIND_RE = re.compile(r"[a-z][a-z0-9-]{0,31}")
+_SUFFIX = ".json"
+
+
+def cache_root() -> Path:
+    """`$XDG_CACHE_HOME/optrace`, else `~/.cache/optrace` (a relative XDG_CACHE_HOME is
+    ignored, as for the config and state directories)."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):
+        base = os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "optrace"
+
+
+def digest(*parts: bytes) -> str:
+    """SHA-256 of the parts, each length-prefixed (no two sequences of parts give the
+    same bytes), as 32 hex digits (128 bits). SHA-256: most CPUs hash it in hardware
+    (x86 SHA-NI, Arm's SHA2 extensions), 1.5x BLAKE2b's speed here; a check digests
+    every file it read, a whole repository's when discovery searched it."""
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    return h.hexdigest()[:32]
+
+
+def entry_path(kind: str, name: str) -> Path:
+    """Where entry `name` of `kind` lives. Both are checked: they become a path."""
+    if not _KIND_RE.fullmatch(kind) or not _NAME_RE.fullmatch(name):
+        raise ValueError(f"not a cache entry name: {kind!r}/{name!r}")
+    return cache_root() / kind / (name + _SUFFIX)
+
+
+def read_entry(kind: str, name: str) -> Any | None:
+    """The JSON document of the entry, or None when there is none to take (missing,
+    unreadable, not a regular file, past the bound, not JSON). A hit refreshes the entry's
+    modification time: the size bound removes the least recently used first."""
+    path = entry_path(kind, name)
+    try:
+        data = read_regular(path, "cache")
+    except OSError:
+        return None
+    try:
+        document = json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+    try:
+        os.utime(path)
+    except OSError:
+        pass  # a read-only cache still answers
+    return document
+
+
+def write_entry(kind: str, name: str, document: object) -> bool:
+    """Write the entry atomically, then keep the cache under its bound. False when it was
+    not written (the directory cannot be made or written, or the entry alone is past the
+    bound): the cache is an optimisation, never a reason for a command to fail."""
+    path = entry_path(kind, name)
+    # ASCII: a path that is not UTF-8 is kept as the escapes of its surrogates
+    data = json.dumps(document, separators=(",", ":"), allow_nan=False).encode("ascii")
+    bound = limit("cache")
+    if len(data) > bound:
+        return False
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=_SUFFIX, dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+    except OSError:
+        return False
+    prune(bound)
+    return True
+
+
+def prune(bound: int) -> None:
+    """Remove the least recently used entries (of every kind) until the cache holds at
+    most `bound` bytes. Another run removing the same entry at the same time is fine."""
+    root = cache_root()
+    entries: list[tuple[int, int, str]] = []
+    try:
+        kinds = [e.path for e in os.scandir(root) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return
+    for kind_dir in kinds:
+        try:
+            with os.scandir(kind_dir) as it:
+                for entry in it:
+                    if entry.name.endswith(_SUFFIX) and entry.is_file(follow_symlinks=False):
+                        st = entry.stat(follow_symlinks=False)
+                        entries.append((st.st_mtime_ns, st.st_size, entry.path))
+        except OSError:
+            continue
+    total = sum(size for _, size, _ in entries)
+    for _, size, path in sorted(entries):
+        if total <= bound:
+            break
+        try:
+            os.unlink(path)
+        except OSError:
+            continue
+        total -= size
+

@@ -1,0 +1,362 @@
+"""check's user cache: a hit answers as the check would, every kind of input change misses.
+
+The operator is the UMDK-style fixture, instrumented once per module; each test copies it
+and has a cache directory of its own (tests/conftest.py). Whether the analysis ran is seen
+by counting calls of `check_operator`, which a hit never makes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import optrace.pipeline.check as check_module
+from optrace.cli import check_cache
+from optrace.cli.app import app
+from optrace.engine.journal import Journal, _operator_journals, journal_stem
+from optrace.pipeline.check_report import CheckReport
+from optrace.runtime.usercache import cache_root
+
+FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "umdk_style"
+OP_REL = "src/cam/comm_operator/ascend_kernels/moe_fused_gmm"
+KERNEL = f"{OP_REL}/op_kernel/moe_fused_gmm.cpp"
+HEADER = f"{OP_REL}/op_kernel/moe_fused_gmm/utils/device_macros.h"  # moe_fused_gmm.h includes it
+HOST = f"{OP_REL}/op_host/moe_fused_gmm.cpp"
+SAMPLE = "src/cam/examples/moe_fused_gmm_sample.py"
+UNIT_TEST = "test/cam/ut/moe_fused_gmm/test_moe_fused_gmm.py"
+
+
+def _cli(*args: str) -> tuple[int, str, str]:
+    res = CliRunner().invoke(app, list(args))
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+    return res.exit_code, res.stdout, res.stderr
+
+
+@pytest.fixture(scope="module")
+def instrumented(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repo = tmp_path_factory.mktemp("instrumented") / "repo"
+    shutil.copytree(FIXTURE, repo)
+    code, out, err = _cli("apply", str(repo / OP_REL), "--write")
+    assert code == 0, out + err
+    return repo
+
+
+@pytest.fixture
+def repo(instrumented: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "repo"
+    shutil.copytree(instrumented, copy)
+    return copy
+
+
+@pytest.fixture
+def runs(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The operators the analysis ran on (a hit adds none)."""
+    calls: list[Path] = []
+    real = check_module.check_operator
+
+    def counted(op_dir: Path, *args: object, **kwargs: object) -> CheckReport:
+        calls.append(op_dir)
+        return real(op_dir, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(check_module, "check_operator", counted)
+    return calls
+
+
+def _check(repo: Path, *extra: str) -> tuple[int, str, str]:
+    return _cli("check", str(repo / OP_REL), "--format", "json", *extra)
+
+
+def _entries() -> list[Path]:
+    return sorted((cache_root() / "check").glob("*.json"))
+
+
+def test_a_second_check_is_a_hit_with_the_same_exit_and_output(repo: Path, runs: list[Path]) -> None:
+    for fmt in ("text", "json", "sarif"):
+        runs.clear()
+        first = _cli("check", str(repo / OP_REL), "--format", fmt, "--verbose")
+        second = _cli("check", str(repo / OP_REL), "--format", fmt, "--verbose")
+        assert len(runs) == (1 if fmt == "text" else 0), fmt  # json and sarif: text's entry
+        assert first == second and first[0] == 0
+    assert len(_entries()) == 1
+
+
+def test_a_hit_with_findings_exits_1_with_the_same_findings(repo: Path, runs: list[Path]) -> None:
+    kernel = repo / KERNEL
+    data = kernel.read_bytes()
+    end = data.index(b'"E")')  # the first E: its B is left open
+    start = data.rindex(b"\n", 0, end)
+    kernel.write_bytes(data[:start] + data[data.index(b"\n", end):])
+    first = _cli("check", str(repo / OP_REL))
+    second = _cli("check", str(repo / OP_REL))
+    assert len(runs) == 1
+    assert first == second and first[0] == 1 and "OT404" in first[2], first
+    strict = _cli("check", str(repo / OP_REL), "--strict", "--format", "sarif")
+    assert len(runs) == 1 and strict[0] == 1  # --strict is the rendering's: the same entry
+
+
+def _append(path: Path, text: bytes = b"\n// a comment\n") -> Callable[[Path], None]:
+    def change(repo: Path) -> None:
+        with open(repo / path, "ab") as handle:
+            handle.write(text)
+    return change
+
+
+def _new_sample(repo: Path) -> None:
+    shutil.copy(repo / SAMPLE, repo / "src/cam/examples/moe_fused_gmm_sample_two.py")
+
+
+def _new_header(repo: Path) -> None:
+    (repo / OP_REL / "op_kernel" / "moe_fused_gmm" / "utils" / "extra.h").write_text("#pragma once\n")
+
+
+def _deleted_caller(repo: Path) -> None:
+    (repo / UNIT_TEST).unlink()
+
+
+def _deleted_header(repo: Path) -> None:
+    (repo / HEADER).unlink()
+
+
+def _config(repo: Path) -> None:
+    with open(repo / "optrace.toml", "a") as handle:
+        handle.write('qualifiers = ["__aicore__", "__gm__"]\n')
+
+
+def _user_config(repo: Path) -> None:
+    path = Path(os.environ["XDG_CONFIG_HOME"]) / "optrace" / "config.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("[limits]\nsource_bytes = 67108864\n")
+
+
+def _marker_above(repo: Path) -> None:
+    (repo / "src" / "optrace.toml").write_text("")  # a nearer repository root for the operator
+
+
+CHANGES: dict[str, Callable[[Path], None]] = {
+    "kernel file": _append(Path(KERNEL)),
+    "header the entry includes": _append(Path(HEADER)),
+    "host layer file": _append(Path(HOST)),
+    "python caller": _append(Path(SAMPLE), b"\n# a comment\n"),
+    "new file discovery finds": _new_sample,
+    "new header": _new_header,
+    "deleted caller": _deleted_caller,
+    "deleted header": _deleted_header,
+    "repository config": _config,
+    "user config": _user_config,
+    "repository marker": _marker_above,
+}
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+@pytest.mark.usefixtures("state_home")  # the user config's change stays this test's
+def test_every_kind_of_input_change_misses(repo: Path, runs: list[Path], change: str) -> None:
+    _check(repo)
+    assert _check(repo) and len(runs) == 1  # a hit before the change
+    CHANGES[change](repo)
+    after = _check(repo)
+    assert len(runs) == 2, f"{change}: taken from the cache"
+    assert after == _check(repo, "--no-cache")  # and the miss is the check's own answer
+    again = _check(repo)
+    assert len(runs) == 3 and again == after  # the new entry is taken
+
+
+@pytest.mark.parametrize("option", ["--no-compile", "--trust-config", "--repo-root"])
+def test_options_the_report_depends_on_are_part_of_the_key(repo: Path, runs: list[Path], option: str) -> None:
+    _check(repo)
+    extra = (option, str(repo)) if option == "--repo-root" else (option,)
+    _check(repo, *extra)
+    assert len(runs) == 2
+    _check(repo, *extra)
+    assert len(runs) == 2
+
+
+def test_another_optrace_version_misses(repo: Path, runs: list[Path],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    _check(repo)
+    monkeypatch.setattr(check_cache, "__version__", "999.0")
+    _check(repo)
+    assert len(runs) == 2
+
+
+def test_an_edited_optrace_module_misses(repo: Path, runs: list[Path],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    _check(repo)
+    real = check_cache._code_fingerprint
+    monkeypatch.setattr(check_cache, "_code_fingerprint", lambda: real() + b"\nengine/cpp.py\x00edited")
+    _check(repo)
+    assert len(runs) == 2
+
+
+def test_a_cann_toolchain_appearing_misses(repo: Path, runs: list[Path], tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    first = _check(repo)
+    (tmp_path / "cann").mkdir()
+    monkeypatch.setenv("ASCEND_HOME_PATH", str(tmp_path / "cann"))
+    second = _check(repo)
+    assert len(runs) == 2 and "CANN found at" in second[1] and "CANN found at" not in first[1]
+
+
+CORRUPT: dict[str, Callable[[dict[str, object]], bytes]] = {
+    "not JSON": lambda doc: b"\x00\xffnot json",
+    "truncated": lambda doc: json.dumps(doc).encode()[:-40],
+    "foreign format": lambda doc: json.dumps({**doc, "format": "something-else"}).encode(),
+    "other schema": lambda doc: json.dumps({**doc, "schema": 0}).encode(),
+    "other name": lambda doc: json.dumps({**doc, "name": "0" * 32}).encode(),
+    "a count as a string": lambda doc: json.dumps(
+        {**doc, "report": {**doc["report"], "points": "12"}}).encode(),  # type: ignore[dict-item]
+    "a flag as a number": lambda doc: json.dumps(
+        {**doc, "report": {**doc["report"], "instrumented": 1}}).encode(),  # type: ignore[dict-item]
+    "an unknown gate": lambda doc: json.dumps(
+        {**doc, "report": {**doc["report"], "gates": [["G9", "pass", "", []]]}}).encode(),  # type: ignore[dict-item]
+    "a relative input path": lambda doc: json.dumps({**doc, "files": [["rel.h", None]]}).encode(),
+    "a list for an object": lambda doc: json.dumps([doc]).encode(),
+}
+
+
+@pytest.mark.parametrize("damage", list(CORRUPT))
+def test_a_corrupt_or_foreign_entry_is_ignored_and_rebuilt(repo: Path, runs: list[Path], damage: str) -> None:
+    first = _check(repo)
+    [entry] = _entries()
+    entry.write_bytes(CORRUPT[damage](json.loads(entry.read_bytes())))
+    assert _check(repo) == first and len(runs) == 2
+    json.loads(entry.read_bytes())  # written whole again
+    assert _check(repo) == first and len(runs) == 2
+
+
+def test_no_cache_neither_reads_nor_writes(repo: Path, runs: list[Path]) -> None:
+    _check(repo, "--no-cache")
+    assert _entries() == [] and len(runs) == 1
+    _check(repo)
+    _check(repo, "--no-cache")
+    assert len(runs) == 3
+
+
+@pytest.mark.usefixtures("state_home")  # the bound set here stays this test's
+def test_the_user_bound_keeps_the_cache_small(repo: Path, runs: list[Path], tmp_path: Path) -> None:
+    _check(repo)
+    [entry] = _entries()
+    size = entry.stat().st_size
+    other = tmp_path / "other"
+    shutil.copytree(repo, other)
+    config = Path(os.environ["XDG_CONFIG_HOME"]) / "optrace" / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(f"[limits]\ncache_bytes = {size + size // 2}\n")
+    _check(other)  # its own entry: the older one goes
+    assert len(_entries()) == 1 and len(runs) == 2
+    _check(other)
+    assert len(runs) == 2
+    config.write_text(f"[limits]\ncache_bytes = {size // 2}\n")  # smaller than one entry: none kept
+    _check(repo)
+    code, out, _ = _check(repo)
+    assert len(runs) == 4 and code == 0 and json.loads(out)["operators"]
+
+
+def test_a_file_changed_while_the_check_runs_keeps_no_entry(repo: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    real = check_module.check_operator
+
+    def edits_meanwhile(op_dir: Path, *args: object, **kwargs: object) -> CheckReport:
+        report = real(op_dir, *args, **kwargs)  # type: ignore[arg-type]
+        _append(Path(HOST))(repo)  # after it was read: the report may be of the old bytes
+        return report
+
+    monkeypatch.setattr(check_module, "check_operator", edits_meanwhile)
+    _check(repo)
+    assert _entries() == []
+
+
+def test_an_unwritable_cache_does_not_fail_the_check(repo: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))  # its optrace/ cannot be made
+    code, out, err = _check(repo)
+    assert code == 0 and "Traceback" not in err and json.loads(out)["operators"]
+
+
+def _run(repo: Path, script: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", script, str(repo / OP_REL)], capture_output=True, text=True,
+                          env=os.environ.copy(), timeout=300, check=False)
+
+
+HIT_IMPORTS = """
+import sys
+from optrace.cli.check_fast import fast_main
+code = fast_main([sys.argv[1]])
+sys.stdout.flush()
+heavy = sorted(m for m in ("networkx", "tree_sitter", "libcst", "optrace.engine.analysis")
+               if m in sys.modules)
+print("IMPORTED", heavy, code)
+"""
+
+
+def test_a_hit_imports_neither_the_parser_nor_networkx(repo: Path) -> None:
+    cold = _run(repo, HIT_IMPORTS)
+    assert "'networkx'" in cold.stdout and "'tree_sitter'" in cold.stdout, cold.stdout + cold.stderr
+    warm = _run(repo, HIT_IMPORTS)
+    assert "IMPORTED [] 0" in warm.stdout, warm.stdout + warm.stderr
+    assert warm.stdout.split("IMPORTED")[0] == cold.stdout.split("IMPORTED")[0]
+
+
+def test_concurrent_checks_share_the_cache_safely(repo: Path) -> None:
+    command = [sys.executable, "-m", "optrace", "check", str(repo / OP_REL), "--format", "json"]
+    procs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    results = [(*p.communicate(timeout=300), p.returncode) for p in procs]
+    assert len({r[0] for r in results}) == 1 and {r[2] for r in results} == {0}, results
+    [entry] = _entries()  # one whole entry, no temporary file left
+    assert json.loads(entry.read_bytes())["format"] == check_cache.FORMAT
+    assert [p.name for p in entry.parent.iterdir()] == [entry.name]
+
+
+def test_a_distribution_installed_on_the_path_misses(repo: Path, runs: list[Path], tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    _check(repo)
+    _check(repo)
+    assert len(runs) == 1
+    (site / "optrace_rules_extra-1.0.dist-info").mkdir()  # a rule plugin, say
+    _check(repo)
+    assert len(runs) == 2
+
+
+def test_pre_commit_takes_the_same_entries(repo: Path, runs: list[Path]) -> None:
+    staged = str(repo / KERNEL)
+    first = _cli("pre-commit", "--repo-root", str(repo), "--", staged)
+    second = _cli("pre-commit", "--repo-root", str(repo), "--", staged)
+    assert first == second and first[0] == 0 and len(runs) == 1
+    _cli("pre-commit", "--repo-root", str(repo), "--no-cache", "--", staged)
+    assert len(runs) == 2
+
+
+def test_checks_in_worker_processes_keep_and_take_entries(repo: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    shutil.copytree(repo, other)
+    command = [sys.executable, "-m", "optrace", "check", "--jobs", "2", "--format", "json",
+               str(repo / OP_REL), str(other / OP_REL)]
+    cold = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert cold.returncode == 0, cold.stderr
+    written = {p.name: p.stat().st_ino for p in _entries()}  # a rewrite is a new file
+    assert len(written) == 2
+    warm = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert (warm.returncode, warm.stdout) == (cold.returncode, cold.stdout)
+    assert {p.name: p.stat().st_ino for p in _entries()} == written  # taken, not written again
+
+
+def test_a_journal_appearing_misses(repo: Path, runs: list[Path]) -> None:
+    first = _check(repo)
+    journal_dir, name = _operator_journals(repo, (repo / OP_REL).resolve())[0]
+    assert journal_dir.is_dir()  # apply --write left it (its .gitignore)
+    Journal.at(journal_dir, journal_stem(name)).json_path.write_text("{}")  # not optrace's
+    after = _check(repo)
+    assert len(runs) == 2 and after != first and "journal" in after[1]

@@ -1,0 +1,165 @@
+"""The repository index's user cache (engine/index_cache.py): a second run reads it and
+no file; a changed, new or deleted file updates its rows only; a corrupt row or
+database is rebuilt; and what discovery finds is the same with it, without it and with
+`--no-cache`."""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from optrace.cli.app import app
+from optrace.engine import index_cache
+from optrace.engine.discovery import RepoIndex, read_bounded
+from optrace.engine.index_cache import ContentStore
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    index_cache.set_enabled(True)
+    return tmp_path / "cache" / "optrace" / "index.sqlite"
+
+
+def _repo(root: Path) -> Path:
+    files = {
+        "ops/foo_op/op_kernel/foo_op.cpp": "extern \"C\" __global__ __aicore__ void foo_op(GM_ADDR x) {}\n",
+        "ops/foo_op/op_host/foo_op_def.cpp": "OP_ADD(FooOp);\n",
+        "torch/adapter.cpp": "at::Tensor foo_op(x) { EXEC_NPU_CMD(aclnnFooOp, x); }\n",
+        "torch/other.cpp": "// bar_op only\n",
+        "tests/test_foo.py": "torch.ops.lib.foo_op(x)\n",
+        "build.sh": "cmake op_kernel\n",
+        "tools/run.sh": "echo hi\n",
+    }
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def _answers(root: Path) -> tuple[list[Path], ...]:
+    index = RepoIndex.build(root)
+    return (index.mentioning(b"foo_op"), index.mentioning(b"FooOp", b"aclnnFooOp"),
+            index.mentioning(b"bar_op"), index.mentioning(b"foo-op"), index.build_scripts())
+
+
+def _store_of(root: Path) -> ContentStore:
+    index = RepoIndex.build(root)
+    index.mentioning(b"foo_op")
+    index.build_scripts()
+    assert index.store is not None
+    return index.store
+
+
+def test_second_run_reads_the_cache_and_no_file(cache_home: Path, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    root = _repo(tmp_path / "repo")
+    first = _store_of(root)
+    assert first.misses > 0 and cache_home.is_file()
+    read: list[Path] = []
+
+    def counting(path: Path) -> bytes | None:
+        read.append(path)
+        return read_bounded(path)
+
+    monkeypatch.setattr("optrace.engine.discovery.read_bounded", counting)
+    second = _store_of(root)
+    assert second.misses == 0 and second.hits == first.misses
+    assert read == []  # nothing read: every signature matched
+
+
+def test_changed_new_and_deleted_files_update(cache_home: Path, tmp_path: Path) -> None:
+    root = _repo(tmp_path / "repo")
+    _store_of(root)
+    (root / "torch/other.cpp").write_text("// now foo_op too\n")
+    (root / "torch/new.cpp").write_text("void f() { foo_op(); }\n")
+    (root / "tests/test_foo.py").unlink()
+    store = _store_of(root)
+    assert store.misses == 2  # the changed file and the new one, nothing else
+    names = {p.name for p in RepoIndex.build(root).mentioning(b"foo_op")}
+    assert names == {"adapter.cpp", "other.cpp", "new.cpp"}
+    con = sqlite3.connect(cache_home)
+    paths = {row[0] for row in con.execute("SELECT path FROM paths")}
+    con.close()
+    assert str(root / "tests/test_foo.py") not in paths and str(root / "torch/new.cpp") in paths
+
+
+def test_same_answers_with_and_without_cache(cache_home: Path, tmp_path: Path) -> None:
+    root = _repo(tmp_path / "repo")
+    cold = _answers(root)
+    warm = _answers(root)
+    index_cache.set_enabled(False)
+    try:
+        uncached = _answers(root)
+    finally:
+        index_cache.set_enabled(True)
+    assert cold == warm == uncached
+    assert [p.name for p in cold[0]] == ["test_foo.py", "adapter.cpp"]
+    assert [p.name for p in cold[1]] == ["foo_op_def.cpp", "adapter.cpp"]
+    assert [p.name for p in cold[2]] == ["other.cpp"]
+    assert cold[3] == []
+    assert [p.name for p in cold[4]] == ["build.sh"]
+
+
+def _scan(index: RepoIndex, *words: bytes) -> list[Path]:
+    # The search as a whole-word scan of every file's lowered bytes (the index's meaning).
+    key = sorted({w.lower() for w in words})
+    whole = re.compile(rb"(?<![a-z0-9_])(?:" + b"|".join(map(re.escape, key)) + rb")(?![a-z0-9_])")
+    return [p for p in index.files if os.fsencode(p.stem.lower()) in key
+            or whole.search((read_bounded(p) or b"").lower())]
+
+
+WORDS = st.text(alphabet="abcFO_9-", min_size=1, max_size=6)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(texts=st.lists(st.text(alphabet="abcFO_9-. \n()", max_size=40), min_size=1, max_size=5),
+       words=st.lists(WORDS, min_size=1, max_size=3))
+def test_words_answer_as_a_whole_word_scan(cache_home: Path, tmp_path_factory: pytest.TempPathFactory,
+                                           texts: list[str], words: list[str]) -> None:
+    root = tmp_path_factory.mktemp("r")
+    for i, text in enumerate(texts):
+        (root / f"f{i}.cpp").write_text(text)
+    index = RepoIndex.build(root)
+    encoded = [w.encode() for w in words]
+    assert index.mentioning(*encoded) == _scan(index, *encoded)
+
+
+def test_a_corrupt_row_is_derived_again(cache_home: Path, tmp_path: Path) -> None:
+    root = _repo(tmp_path / "repo")
+    expected = _answers(root)
+    con = sqlite3.connect(cache_home)
+    con.execute("UPDATE vals SET value = ?", ("\nfoo_op\n",))  # every file 'names' foo_op, unchecked
+    con.commit()
+    con.close()
+    assert _answers(root) == expected
+    assert _store_of(root).misses == 0  # rebuilt and written back by the run before
+
+
+def test_a_corrupt_database_is_rebuilt(cache_home: Path, tmp_path: Path) -> None:
+    root = _repo(tmp_path / "repo")
+    expected = _answers(root)
+    cache_home.write_bytes(b"not a database" * 100)
+    for suffix in ("-wal", "-shm"):
+        Path(f"{cache_home}{suffix}").unlink(missing_ok=True)
+    assert _answers(root) == expected
+    assert _store_of(root).misses == 0
+
+
+def test_no_cache_writes_nothing(cache_home: Path, tmp_path: Path) -> None:
+    root = _repo(tmp_path / "repo")
+    (root / ".git").mkdir()
+    res = runner.invoke(app, ["plan", "--no-cache", str(root / "ops/foo_op")])
+    index_cache.set_enabled(True)
+    assert res.exit_code in (0, 1, 2), res.stderr
+    assert not cache_home.exists()
+    os.environ.pop("OPTRACE_NO_CACHE", None)
