@@ -156,16 +156,19 @@ class ContentStore:
             con = self._connect(self.db)
             try:
                 con.execute("BEGIN IMMEDIATE")
+                # A name or value that is not valid Unicode (a file named in bytes) is
+                # not stored: SQLite's text is UTF-8. It is derived again on each run.
                 con.executemany("INSERT OR REPLACE INTO paths VALUES (?, ?, ?, ?, ?, ?)",
-                                [(p, *sig, sha) for p, (sig, sha) in self._new_paths.items()])
+                                [(p, *sig, sha) for p, (sig, sha) in self._new_paths.items()
+                                 if _storable(p)])
                 con.executemany("INSERT OR REPLACE INTO vals VALUES (?, ?, ?, ?)",
                                 [(sha, kind, v, _check(kind, sha, v))
-                                 for (sha, kind), v in self._new_values.items()])
+                                 for (sha, kind), v in self._new_values.items() if _storable(v)])
                 if seen_under is not None:
                     root, seen = seen_under
                     prefix = os.fsdecode(root).rstrip("/") + "/"
                     gone = [p for p in self._paths if p.startswith(prefix) and p not in seen]
-                    con.executemany("DELETE FROM paths WHERE path = ?", [(p,) for p in gone])
+                    con.executemany("DELETE FROM paths WHERE path = ?", [(p,) for p in gone if _storable(p)])
                     if gone:
                         con.execute("DELETE FROM vals WHERE sha NOT IN (SELECT sha FROM paths)")
                 con.execute("COMMIT")
@@ -177,3 +180,13 @@ class ContentStore:
         self._values.update(self._new_values)
         self._new_paths.clear()
         self._new_values.clear()
+
+
+def _storable(text: str) -> bool:
+    """Text SQLite can hold: no lone surrogates (bytes a file name or file held that are
+    not UTF-8, decoded with surrogateescape)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

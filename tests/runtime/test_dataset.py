@@ -17,7 +17,7 @@ from optrace.runtime.demo import write_demo
 from optrace.runtime.errors import ProfilingInputError
 from optrace.runtime.spans import load_trace
 
-duckdb = pytest.importorskip("duckdb")
+duckdb = pytest.importorskip("duckdb", reason="DuckDB is the [query] extra (the [test] extra brings it)")
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from optrace.runtime.demo import write_demo
 from optrace.runtime.report import build_report, format_text, report_json
 from optrace.runtime.spans import load_spans
 
-duckdb = pytest.importorskip("duckdb")
+duckdb = pytest.importorskip("duckdb", reason="DuckDB is the [query] extra (the [test] extra brings it)")
 runner = CliRunner()
 
 

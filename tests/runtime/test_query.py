@@ -20,7 +20,7 @@ from optrace.runtime.collect import CollectOptions, collect
 from optrace.runtime.demo import write_demo
 from optrace.runtime.query import PRESETS
 
-pytest.importorskip("duckdb")
+pytest.importorskip("duckdb", reason="DuckDB is the [query] extra (the [test] extra brings it)")
 runner = CliRunner()
 
 
