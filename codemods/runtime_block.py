@@ -171,6 +171,30 @@ def _includes_unconditionally(path: Path, data: bytes, targets: set[Path]) -> bo
     return False
 
 
+_OWN_POINT_RE = re.compile(rb"TRACE_POINT\s*\([^\n]*" + re.escape(LINE_MARK))
+
+
+def _points_without_runtime(header: Path, model: LayerModel) -> list[tuple[Path, int]]:
+    """Kernel files with optrace's own points (beside the generated header or below it)
+    that include neither it nor a base header that includes it, outside every `#if`:
+    what apply writes always has one of the two, so a missing one was edited away."""
+    runtime = header.resolve()
+    covered = {runtime} | {p.resolve() for p, d in model.data.items()
+                           if p.resolve() != runtime and _includes_unconditionally(p, d, {runtime})}
+    out = []
+    for path in walk_files(header.parent, CPP_EXTS):
+        if path.resolve() in covered:
+            continue
+        try:
+            data = read_regular(path)
+        except OSError:
+            continue
+        m = _OWN_POINT_RE.search(data)
+        if m is not None and not _includes_unconditionally(path, data, covered):
+            out.append((path, line_of(data, m.start())))
+    return out
+
+
 def _include_line(data: bytes, at: int, from_dir: Path, header: Path) -> bytes:
     rel = os.path.relpath(header, from_dir).replace(os.sep, "/")
     return _as_lines(data, at, f'#include "{rel}"'.encode() + LINE_MARK + newline_of(data))
@@ -322,6 +346,16 @@ class BaseHeaderLayer(FileLayer):
                 m = RUNTIME_BLOCK_VERSION_RE.search(data)
                 version = m.group(1).decode() if m else "?"
                 if data == expected:
+                    unseen = _points_without_runtime(path, model)
+                    if unseen:
+                        # the base headers that no longer bring the runtime, then the files left without it
+                        lost = [Evidence(b, 1, f"base header without the include of {RUNTIME_HEADER}", False)
+                                for b in model.files if b.resolve() != path.resolve()
+                                and b in model.data and not _includes_unconditionally(b, model.data[b],
+                                                                                      {path.resolve()})]
+                        why = ("optrace's points here, and no include of the runtime header outside every "
+                               "`#if`, here or through a base header: re-run `optrace apply`")
+                        return lost + [Evidence(p, line, why, False) for p, line in unseen]
                     return [Evidence(path, 1, f"runtime header v{version}, as this optrace writes it: the "
                                      "kernel writes its records into profiling_data")]
                 mine = RUNTIME_BLOCK_VERSION_RE.search(expected)
