@@ -199,6 +199,10 @@ def point_edits(plan: Plan) -> list[Edit]:
                 edits.append(_at(edit, anchor.path))
         else:
             edits.extend(_at(e, anchor.path) for e in _around_statement(data, node, region, region.depth))
+    # Where one region ends and the next begins at the same offset (two statements, one
+    # after the other), the E goes first: insertions at one offset are written in the
+    # order given, and the tree's order of siblings is not always the source's.
+    edits.sort(key=lambda e: (str(e.path), e.start, e.end, 1 if b', "B")' in e.replacement else 0))
     return edits
 
 

@@ -128,7 +128,8 @@ def _head(data: bytes) -> list[tuple[int, int, bytes]]:
         directive = stripped[1:].lstrip()
         if directive.startswith(b"if"):
             # The head's first `#ifndef X` followed by `#define X` is the include guard.
-            guard = first_if and _GUARD_RE.match(code, pos) is not None
+            # (matched on the rest: `^` does not match at `pos` after a byte-order mark)
+            guard = first_if and _GUARD_RE.match(code[pos:]) is not None
             first_if = False
             depth += 0 if guard else 1
         elif directive.startswith(b"endif"):
