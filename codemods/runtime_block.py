@@ -145,11 +145,19 @@ def _after_last_include(data: bytes) -> int:
     conditional. An include further down (a file ending in `#include "impl_bf16.h"`) is
     after code that may already carry points."""
     best, best_depth = None, None
-    for pos, depth, line in _head(data):
+    head = _head(data)
+    for pos, depth, line in head:
         directive = line.strip()[1:].lstrip()
         if directive.startswith(b"include") and _INCLUDE_RE.match(line) and (best_depth is None or
                                                                              depth <= best_depth):
             best, best_depth = pos + len(line.rstrip(b"\r\n")), depth
+    if best is not None and best_depth:
+        # Every include is in an `#if` / `#else` arm: after the `#endif` that closes them,
+        # so the code of every arm sees the runtime (an include in the last arm only
+        # leaves the others' points without it).
+        for pos, depth, line in head:
+            if pos > best and depth == 0 and line.strip()[1:].lstrip().startswith(b"endif"):
+                return line_end(data, pos + len(line.rstrip(b"\r\n")), include_newline=True)
     if best is not None:
         return line_end(data, best, include_newline=True)
     guard = _GUARD_RE.search(data)

@@ -132,3 +132,65 @@ def test_a_block_an_older_optrace_pasted_becomes_the_include_never_doubled(tmp_p
     assert old_block not in vendored.read_bytes()
     assert b'#include "../optrace_runtime.h"  // optrace\n#endif\n' in vendored.read_bytes()
     assert sum(b"optrace-runtime-block v" in d for d in _tree(repo).values()) == 1
+
+
+ARMED_ENTRY = """\
+#if defined(__NPU_ARCH__) && (__NPU_ARCH__ == 3510)
+#include "kernel_operator.h"
+#include "arch35/steps.h"
+#else
+#include "kernel_operator.h"
+#include "steps.h"
+#endif
+
+extern "C" __global__ __aicore__ void armed_op(GM_ADDR x, GM_ADDR workspace, GM_ADDR tiling)
+{
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
+#if defined(__NPU_ARCH__) && (__NPU_ARCH__ == 3510)
+    Steps op;
+    op.Init(x);
+    op.Process();
+#else
+    Steps op;
+    op.Init(x);
+    op.Process();
+#endif
+}
+"""
+STEPS = """\
+#pragma once
+class Steps {
+public:
+    __aicore__ inline void Init(GM_ADDR x) { n_ = 4; }
+    __aicore__ inline void Process() { Copy(); AscendC::SyncAll(); Copy(); }
+private:
+    __aicore__ inline void Copy()
+    { for (int i = 0; i < n_; ++i) { AscendC::DataCopy(a_, b_, n_); a_ += 1; b_ += 1; } }
+    int n_ = 0;
+    AscendC::LocalTensor<float> a_;
+    AscendC::LocalTensor<float> b_;
+};
+"""
+
+
+def test_an_entry_whose_includes_are_all_in_arch_arms_includes_the_runtime_after_them(tmp_path: Path) -> None:
+    """Every include of the entry in an `#if` / `#else` arm: the runtime's include goes
+    after the `#endif`, so the points of every arm see it, and check accepts the output
+    (it was put in the last arm, and check's reach test failed G2 on apply's output)."""
+    repo = tmp_path / "repo"
+    op = repo / "armed_op"
+    kernel = op / "op_kernel"
+    (kernel / "arch35").mkdir(parents=True)
+    (repo / "optrace.toml").write_text("# a repository of one operator\n")
+    (kernel / "armed_op.cpp").write_text(ARMED_ENTRY)
+    (kernel / "steps.h").write_text(STEPS)
+    (kernel / "arch35" / "steps.h").write_text(STEPS)
+    before = _tree(tmp_path)
+    res = runner.invoke(app, ["apply", str(op), "--write", "--mode", "A"])
+    assert res.exit_code == 0, res.stderr
+    entry = (kernel / "armed_op.cpp").read_text()
+    assert entry.index('#include "optrace_runtime.h"') > entry.index("#endif"), entry
+    res = runner.invoke(app, ["check", str(op), "--no-compile"])
+    assert res.exit_code == 0, res.stdout + res.stderr
+    assert runner.invoke(app, ["strip", str(op), "--write"]).exit_code == 0
+    assert _tree(tmp_path) == before
