@@ -145,7 +145,7 @@ def test_applying_one_operator_leaves_the_other_running_as_before(tmp_path: Path
     assert sorted(tracks) == [f"AIV {i}" for i in range(CORES)]
     for names in tracks.values():
         # the shared class is one region at v2's call site; v2's own step has its points
-        assert names == ["processing", "rms-norm-init", "rms-norm", "finalize", "finalize barrier"], names
+        assert names == ["processing", "init", "norm", "finalize", "finalize barrier"], names
 
     assert runner.invoke(app, ["strip", str(v2_dir), "--write"]).exit_code == 0
     assert snapshot(repo) == before
