@@ -34,7 +34,7 @@ ALLOWED = {
     ("runtime/collect.py", "runtime.perfetto"): "collect start-up: the .pftrace writer (~5 ms)",
     ("runtime/collect.py", "runtime.merge"): "collect start-up: only for --merge",
     ("runtime/collect.py", "runtime.dataset"): "optional ([query] extra): only for --format parquet",
-    ("runtime/dataset.py", "duckdb"): "optional ([query] extra)",
+    ("runtime/query.py", "duckdb"): "optional ([query] extra): a dataset is written and read with it",
     ("runtime/formats.py", "runtime.perfetto"): "collect start-up: only for .pftrace",
     ("runtime/chrome.py", "tempfile"): "collect start-up: only where O_TMPFILE is missing",
     ("runtime/format.py", "copy"): "collect start-up: only for rare metadata values",

@@ -203,6 +203,7 @@ def cmd_report(
     fmt: FormatOption = "text",
 ) -> None:
     """Per-label statistics, imbalance and hotspots; optionally a picture."""
+    from optrace.runtime.formats import load_spans
     from optrace.runtime.report import (
         MissingExtra,
         build_report,
@@ -212,7 +213,6 @@ def cmd_report(
         write_html,
         write_png,
     )
-    from optrace.runtime.spans import load_spans
 
     with _guarded():
         _check_format(fmt)
@@ -227,7 +227,7 @@ def cmd_report(
             except MissingExtra as exc:
                 raise _bad_usage(str(exc)) from None
         from optrace.runtime.atomic import output_target
-        from optrace.runtime.dataset import is_dataset
+        from optrace.runtime.query import is_dataset
 
         if is_dataset(path.expanduser()):
             if html is not None or png is not None:
@@ -290,7 +290,8 @@ def cmd_compare(
         comparison_json,
         format_text,
     )
-    from optrace.runtime.spans import SpanTable, load_spans
+    from optrace.runtime.formats import load_spans
+    from optrace.runtime.spans import SpanTable
 
     with _guarded():
         _check_format(fmt)
@@ -300,7 +301,7 @@ def cmd_compare(
         except OptionError as exc:
             raise _bad_usage(str(exc)) from None
         pmap = point_map.expanduser() if point_map else None
-        from optrace.runtime.dataset import is_dataset
+        from optrace.runtime.query import is_dataset
 
         def run(path: Path) -> SpanTable | MeasuredRun:
             """A dataset's launch times computed in DuckDB; a trace's or directory's from its spans."""

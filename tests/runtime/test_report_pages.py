@@ -21,6 +21,7 @@ from browser import Browser, find_chromium
 from typer.testing import CliRunner
 
 from optrace.cli.app import app
+from optrace.runtime.formats import load_spans
 from optrace.runtime.report import (
     UNTRACED,
     build_report,
@@ -30,7 +31,7 @@ from optrace.runtime.report import (
     time_unit,
     timeline_bins,
 )
-from optrace.runtime.spans import RunSettings, SpanTable, load_spans
+from optrace.runtime.spans import RunSettings, SpanTable
 
 FIXTURE_OP = (Path(__file__).parents[2] / "fixtures" / "umdk_style" / "src" / "cam" / "comm_operator"
               / "ascend_kernels" / "moe_fused_gmm")
