@@ -166,8 +166,13 @@ def cmd_inspect(
 
     with _guarded():
         _check_format(fmt)
+        from optrace.runtime.query import is_dataset
         from optrace.runtime.trace_inspection import format_trace_text, inspect_trace, is_trace
 
+        if is_dataset(path.expanduser()):
+            # Its files hold spans, not the rank files' slots and drops inspect reports.
+            raise _bad_usage(f"{path}: a Parquet dataset: inspect reads rank files and traces; `optrace "
+                             f"report {path}` and `optrace query {path} --preset phases` read a dataset")
         if is_trace(path.expanduser()):
             found = inspect_trace(path.expanduser())
             if fmt == "json":

@@ -132,3 +132,11 @@ def test_the_datasets_reader_gives_the_traces_spans(runs: Path) -> None:
     expected, found = report_json(build_report(from_trace)), report_json(build_report(from_dataset))
     expected.pop("source"), found.pop("source")
     _close(expected, found)
+
+
+def test_inspect_on_a_dataset_says_what_reads_one(runs: Path) -> None:
+    """inspect reports rank files' slots and drops, which a dataset does not hold: exit 2
+    naming the commands that read it, not "no rank*.pt files"."""
+    result = runner.invoke(app, ["inspect", str(runs / "before.ds")])
+    assert result.exit_code == 2
+    assert "a Parquet dataset" in result.stderr and "optrace report" in result.stderr
