@@ -95,6 +95,9 @@ class Site:
     open_at: int
     close_at: int
     line: int
+    # A call leaving trailing parameters to their defaults: those defaults, written out
+    # before the profiling buffer (which, last, can only be passed positionally).
+    defaults: tuple[bytes, ...] = ()
 
     def profiling_item(self, data: bytes) -> int | None:
         for i, (s, e) in enumerate(self.items):
@@ -206,11 +209,13 @@ def threading(layers: Layers, clean: bool = True) -> Threading:
                     grown = True
     result.functions = need
     counts: dict[str, set[int]] = {}
+    tails: dict[str, set[tuple[bytes | None, ...]]] = {}  # each declaration's default per parameter
     for path, fns in decls.items():
         data = texts[path]
         for fn in fns:
             if fn.name in need:
                 counts.setdefault(fn.name, set()).add(len(fn.params))
+                tails.setdefault(fn.name, set()).add(tuple(_default(data[s:e]) for s, e in fn.params))
                 static = re.search(rb"\bstatic\b", codes[path][fn.start : fn.params_open]) is not None
                 result.sites.append(Site(path, fn.name, False, fn.body_open >= 0, static, fn.params,
                                          fn.params_open, fn.params_close, line_number(data, fn.params_open)))
@@ -232,6 +237,9 @@ def threading(layers: Layers, clean: bool = True) -> Threading:
             # The shared header's declaration is threaded too (with `= nullptr`): the
             # definition and its declaration stay one function, other includers compile.
             result.sites.extend(declared)
+            shown = clean_bytes(header) if clean else read_regular(header)
+            for decl in declared:  # where a call's defaults are stated
+                tails.setdefault(decl.function, set()).add(tuple(_default(shown[s:e]) for s, e in decl.items))
             prototyped.add(site.function)
             caller = _caller_elsewhere(layers, site.function, header)
             if caller is not None:
@@ -249,13 +257,36 @@ def threading(layers: Layers, clean: bool = True) -> Threading:
             items = tuple(split_top(code, paren + 1, close))
             site = Site(path, name, True, False, False, items, paren, close, line_number(data, paren))
             if site.profiling_item(data) is None and len(items) not in counts.get(name, set()):
-                result.errors.append((path, data, paren, f"this call of `{name}` passes {len(items)} "
-                                      f"argument(s) and leaves the rest to their defaults: the profiling "
-                                      "buffer, its new last parameter, cannot be passed positionally; "
-                                      "write the defaulted arguments out"))
-                continue
+                written = _written_out(tails.get(name, set()), len(items))
+                if written is None:
+                    result.errors.append((path, data, paren, f"this call of `{name}` passes {len(items)} "
+                                          "argument(s) and leaves the rest to defaults that no declaration "
+                                          "in the operator's op_api files states plainly (or two state "
+                                          "differently): the profiling buffer, its new last parameter, "
+                                          "cannot be passed positionally; write the defaulted arguments out"))
+                    continue
+                site = Site(path, name, True, False, False, items, paren, close, line_number(data, paren),
+                            written)
             result.sites.append(site)
     return result
+
+
+def _default(param: bytes) -> bytes | None:
+    """`bool transpose = false` -> `false`; None without a default, or with a comment in
+    it (written into a call, a `//` would swallow the rest of the line)."""
+    _, eq, value = param.partition(b"=")
+    if not eq or not value.strip() or b"//" in value or b"/*" in value:
+        return None
+    return b" ".join(value.split())
+
+
+def _written_out(tails: set[tuple[bytes | None, ...]], passed: int) -> tuple[bytes, ...] | None:
+    """The defaults of the parameters after the first `passed`, as the declarations give
+    them: one text per parameter, the same in every declaration that has them all (an
+    overload set declares them alike); None when none does, or two disagree."""
+    found = {tuple(d for d in tail[passed:] if d is not None) for tail in tails
+             if len(tail) > passed and None not in tail[passed:]}
+    return next(iter(found)) if len(found) == 1 else None
 
 
 def _outside_prototype(layers: Layers, path: Path, data: bytes, name: str, arity: int,
@@ -353,7 +384,7 @@ def l0op_edits(layers: Layers, mode: str = "B") -> list[Edit]:
                                   "remove it) by hand", site.path, data, s)
             continue
         if site.is_call:
-            text = PROFILING_VAR.encode()
+            text = b", ".join((*site.defaults, PROFILING_VAR.encode()))
         else:
             star = b"const aclTensor* " if b"aclTensor* " in data and b"aclTensor *" not in data \
                 else b"const aclTensor *"
