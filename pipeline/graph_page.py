@@ -148,7 +148,7 @@ def box_lines(box: Box) -> list[tuple[str, str]]:
     room = chars_in(inner, SMALL)
     where = fit_middle(box.where, room)
     left = room - len(where) - 2
-    lines.append(("where", (fit_middle(scope, left) + "  " if scope and left >= 6 else "") + where))
+    lines.append(("where", (fit_middle(scope, left) + "  " if scope and left >= 12 else "") + where))
     if box.labels:
         more = f" (+{len(box.labels) - 1})" if len(box.labels) > 1 else ""
         lines.append(("label", "◆ " + fit(box.labels[0], room - 2 - len(more)) + more))
