@@ -109,6 +109,8 @@ class Box:
 
 @dataclass
 class Layout:
+    """The boxes in preorder with where they go: columns, the width, the gutter's lanes."""
+
     boxes: list[Box]
     extra: list[tuple[int, int, int]]  # calls off the tree: (caller, callee, gutter lane)
     step: float  # px between columns
