@@ -90,8 +90,9 @@ class Box:
     labels: list[str] = field(default_factory=list)  # trace labels measuring it
     inside: list[str] = field(default_factory=list)  # labels of the points in its body
     callers: list[str] = field(default_factory=list)  # callers other than its tree parent
+    index: int = 0  # its place in the preorder (the boxes' list)
     depth: int = 0
-    parent: int | None = None  # index (preorder) of the tree parent
+    parent: int | None = None  # index of the tree parent
     last: int = 0  # index of the last box of its subtree (itself when a leaf)
     lines: list[tuple[str, str]] = field(default_factory=list)  # (css class, text), fitted
     group: bool = False  # heads a group: traced, with callees
@@ -104,8 +105,6 @@ class Box:
     def height(self) -> int:
         return TOP_PAD + LINE * len(self.lines) + 4
 
-    index_hint: int = 0  # its own index, set with `last`
-
 
 @dataclass
 class Layout:
@@ -115,6 +114,7 @@ class Layout:
     extra: list[tuple[int, int, int]]  # calls off the tree: (caller, callee, gutter lane)
     step: float  # px between columns
     width: float  # of the drawing
+    right: float  # x of the rightmost box's right edge
     gutter: float  # x of the gutter's first lane
 
     def x(self, i: int) -> float:
@@ -158,7 +158,7 @@ def box_lines(box: Box) -> list[tuple[str, str]]:
         # Inside a traced function its own label is every point's prefix: said once.
         own = box.labels[0] + " " if box.labels else "\0"
         words = ", ".join(label.removeprefix(own) for label in box.inside)
-        lines.append(("inside", fit(f"{len(box.inside)} inside: {words}", room)))
+        lines.append(("inside", fit(f"points inside: {words}", room)))
     return lines
 
 
@@ -179,7 +179,7 @@ def make_boxes(g: nx.DiGraph, start: str, describe: Mapping[str, Box]) -> list[B
     index = {n: i for i, n in enumerate(order)}
     boxes = [describe[n] for n in order]
     for i, box in enumerate(boxes):
-        box.index_hint = i
+        box.index = i
         box.last = i
         up = parent.get(box.node)
         box.parent = index[up] if up is not None else None
@@ -191,10 +191,11 @@ def make_boxes(g: nx.DiGraph, start: str, describe: Mapping[str, Box]) -> list[B
         assert up_i is not None
         boxes[up_i].last = max(boxes[up_i].last, boxes[i].last)
     for box in boxes:
-        box.group = box.traced and box.last > box.index_hint and box.parent is not None
+        box.group = box.traced and box.last > box.index and box.parent is not None
         box.lines = box_lines(box)
         if box.group:
-            box.lines.append(("toggle", f"▾ {box.last - box.index_hint} below"))
+            below = box.last - box.index
+            box.lines.append(("toggle", f"▾ {below} function{'s' if below > 1 else ''} below"))
     return boxes
 
 
@@ -222,7 +223,7 @@ def arrange(g: nx.DiGraph, boxes: list[Box]) -> Layout:
     room = MAX_WIDTH - 2 * MARGIN - gutter - BOX_W
     step = min(MAX_STEP, room / deepest) if deepest else MAX_STEP
     right = MARGIN + deepest * step + BOX_W
-    return Layout(boxes, placed, step, right + gutter + MARGIN, right + 12)
+    return Layout(boxes, placed, step, right + gutter + MARGIN, right, right + 12)
 
 
 def stack(boxes: list[Box], collapsed: Iterable[int] = ()) -> dict[int, float]:
@@ -456,7 +457,7 @@ def render(title: str, subtitle: str, layout: Layout) -> str:
              f'height="{height:.0f}" viewBox="0 0 {layout.width:.0f} {height:.0f}" role="img">',
              '<defs><marker id="arrow" viewBox="0 0 6 6" refX="6" refY="3" markerWidth="6" '
              'markerHeight="6" orient="auto"><path d="M6 0L0 3L6 6z" fill="#b9a0d0"/></marker></defs>']
-    right = layout.gutter - 12
+    right = layout.right
     for i, box in enumerate(boxes):
         if box.group:
             x = layout.x(i) - 4

@@ -57,7 +57,7 @@ def check_layout(layout: Layout, collapsed: set[int]) -> None:
     assert layout.width <= MAX_WIDTH
     rects = [(layout.x(i), ys[i], layout.x(i) + BOX_W, ys[i] + boxes[i].height) for i in ys]
     for left, top, right, bottom in rects:
-        assert 0 <= left and right <= layout.gutter - 12 < layout.width, (left, right, layout.width)
+        assert 0 <= left and right <= layout.right < layout.gutter <= layout.width, (left, right)
         assert bottom > top
     # Rows in order, none sharing a y: no two boxes overlap, whatever their columns.
     ordered = sorted(rects, key=lambda r: r[1])
