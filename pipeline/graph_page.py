@@ -278,16 +278,15 @@ def _cores(plan: Plan, g: nx.DiGraph, traced: Mapping[str, set[str]]) -> dict[st
         elif node == an.entry_fn.id:
             known[node] = (set(an.kernel_cores), "the kernel")
     cores = {n: known.get(n, (set(), "its callers")) for n in g.nodes}
-    changed = True
-    while changed:
-        changed = False
-        for node in g.nodes:
-            if node in known:
+    # A worklist: a function is looked at again only when a caller's core types grew.
+    todo = list(g.nodes)
+    while todo:
+        node = todo.pop()
+        for callee in g.successors(node):
+            if callee in known or cores[node][0] <= cores[callee][0]:
                 continue
-            merged = set().union(*(cores[c][0] for c in g.predecessors(node)))
-            if merged - cores[node][0]:
-                cores[node] = (cores[node][0] | merged, "its callers")
-                changed = True
+            cores[callee] = (cores[callee][0] | cores[node][0], "its callers")
+            todo.append(callee)
     return cores
 
 

@@ -145,6 +145,12 @@ def test_boxes_say_what_the_plan_says() -> None:
     assert specialised == {"AIC": "AIC", "AIV": "AIV"}
     entry = boxes[0]
     assert entry.node == plan.analysis.entry_fn.id and entry.cores == "AIC+AIV"
+    # Any other function runs where its callers run: under one core type's body, that one.
+    inherited = [b for b in boxes if b.cores_from == "its callers"]
+    for box in inherited:
+        callers = set().union(*(set(by_node[c].cores.split("+")) for c in g.predecessors(box.node)))
+        assert set(box.cores.split("+")) == callers, box.full
+    assert {b.cores for b in inherited} >= {"AIC", "AIV", "AIC+AIV"}
     groups = [i for i, b in enumerate(boxes) if b.group]
     assert len(groups) >= 4 and all(boxes[i].traced and boxes[i].last > i for i in groups)
     # Points inside a function: the plan's loops and waits, on the function holding them.
