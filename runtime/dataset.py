@@ -31,11 +31,11 @@ import numpy as np
 from .atomic import OutputError, replace_directory
 from .chrome import _quantised, label_matcher
 from .collect import CollectOptions, RankOutcome, rank_entry
+from .dataset_layout import MARKER, PART_NAME, PARTITION, SCHEMA_VERSION, is_dataset, require_duckdb
 from .decode import STATUS_NAMES, DecodeOptions, RankDecode, decode_rank
 from .errors import ProfilingInputError
 from .placement import Placement
 from .pointmap import PointMap
-from .query import MARKER, PART_NAME, PARTITION, SCHEMA_VERSION, is_dataset, require_duckdb
 from .rankfile import read_rank_file
 
 #: (column, DuckDB type, meaning): one row per span. ``rank`` is the partition's (the

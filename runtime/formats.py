@@ -20,19 +20,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .chrome import ChromeTraceWriter
+from .dataset_layout import is_dataset
 from .errors import ProfilingInputError
-from .query import is_dataset, load_dataset
 from .records import FrozenRecord
 from .regular import open_regular
-from .spans import SpanTable, load_perfetto_trace, load_profiling_dir, load_trace
+
+if TYPE_CHECKING:
+    from .spans import SpanTable
 
 
 class OutputFormat(FrozenRecord):
     __match_args__ = ("name", "suffixes", "merge_suffix", "side_by_side", "size_warning", "directory",
-                      "describe", "recognises", "reader")
+                      "describe", "recognises")
     __slots__ = __match_args__
     name: str  # --format's value
     suffixes: tuple[str, ...]  # output names that select it (and that --split keeps last)
@@ -42,13 +44,11 @@ class OutputFormat(FrozenRecord):
     directory: bool  # the output is a directory of files (a dataset), not a trace file
     describe: str  # for --help and errors
     recognises: Callable[[Path], bool]  # an input of this format (by its name or its first bytes)
-    reader: Callable[[Path], SpanTable]  # its spans, read back (report, compare, inspect, pages)
 
     def __init__(self, name: str, suffixes: tuple[str, ...], merge_suffix: str | None, side_by_side: bool,
-                 size_warning: bool, directory: bool, describe: str, recognises: Callable[[Path], bool],
-                 reader: Callable[[Path], SpanTable]) -> None:
-        values = (name, suffixes, merge_suffix, side_by_side, size_warning, directory, describe, recognises,
-                  reader)
+                 size_warning: bool, directory: bool, describe: str,
+                 recognises: Callable[[Path], bool]) -> None:
+        values = (name, suffixes, merge_suffix, side_by_side, size_warning, directory, describe, recognises)
         for field, value in zip(self.__match_args__, values, strict=True):
             object.__setattr__(self, field, value)
 
@@ -61,6 +61,17 @@ class OutputFormat(FrozenRecord):
         if self.name == JSON.name:
             return ChromeTraceWriter, _no_state
         raise ValueError(f"{self.name} is not written as a trace file")
+
+    def reader(self) -> Callable[[Path], SpanTable]:
+        """Its spans, read back (report, compare, inspect, the pages). Imported when an
+        input is read, not with this module: a collect never pays for the readers."""
+        if self.name == PARQUET.name:
+            from .query import load_dataset  # DuckDB's reader, the [query] extra
+
+            return load_dataset
+        from . import spans
+
+        return spans.load_perfetto_trace if self.name == PERFETTO.name else spans.load_trace
 
     def matches(self, output: Path) -> bool:
         return output.name.endswith(self.suffixes)
@@ -88,14 +99,13 @@ def is_protobuf(path: Path) -> bool:
 
 JSON = OutputFormat("json", (".json.gz", ".json"), ".json", side_by_side=True, size_warning=True,
                     directory=False, describe="Chrome JSON (.json, .json.gz)",
-                    recognises=_any_file, reader=load_trace)  # what is no other format's is read as JSON
+                    recognises=_any_file)  # what is no other format's is read as JSON
 PERFETTO = OutputFormat("perfetto", (".pftrace.gz", ".pftrace", ".perfetto-trace"), ".pftrace",
                         side_by_side=False, size_warning=False, directory=False,
-                        describe="Perfetto protobuf (.pftrace)", recognises=is_protobuf,
-                        reader=load_perfetto_trace)
+                        describe="Perfetto protobuf (.pftrace)", recognises=is_protobuf)
 PARQUET = OutputFormat("parquet", (".parquet",), None, side_by_side=False, size_warning=False,
                        directory=True, describe="a Parquet dataset (a directory, a folder per rank)",
-                       recognises=is_dataset, reader=load_dataset)
+                       recognises=is_dataset)
 
 #: Every format, in the order --help lists them; the default (an unknown name) is the first.
 FORMATS: tuple[OutputFormat, ...] = (JSON, PERFETTO, PARQUET)
@@ -142,5 +152,7 @@ def load_spans(path: Path, point_map: Path | None = None, clock_mhz: float | Non
         )
     found = input_format(path)
     if found is None:
+        from .spans import load_profiling_dir  # with the readers (collect's start-up)
+
         return load_profiling_dir(path, point_map, clock_mhz)
-    return found.reader(path)
+    return found.reader()(path)

@@ -19,41 +19,15 @@ import re
 import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any, TextIO
 
 import numpy as np
 
+from .dataset_layout import MARKER, PART_NAME, PARTITION, SCHEMA_VERSION, is_dataset, require_duckdb
 from .errors import ProfilingInputError
 from .launches import launch_name
 from .regular import load_json
 from .spans import RunSettings, SpanTable, with_launch
-
-#: Bumped when a column changes meaning or goes; a new column is added without a bump.
-SCHEMA_VERSION = 1
-MARKER = "_optrace_dataset.json"
-PARTITION = "rank"
-PART_NAME = "part-0.parquet"
-
-EXTRA = "ascend-optrace[query]"
-
-
-def require_duckdb(path: Path) -> ModuleType:
-    """DuckDB, or ``path: ... needs the [query] extra`` (exit 2)."""
-    try:
-        import duckdb  # the [query] extra
-    except ImportError:
-        raise ProfilingInputError(path, f"a Parquet dataset needs DuckDB: pip install '{EXTRA}'") from None
-    return duckdb
-
-
-def is_dataset(path: Path) -> bool:
-    """A directory ``collect --format parquet`` wrote (its marker file is there)."""
-    try:
-        return stat.S_ISREG(os.lstat(path / MARKER).st_mode)
-    except OSError:
-        return False
-
 
 #: DuckDB's memory (its buffer manager; hash tables and sorts past it spill to disk):
 #: ``OPTRACE_DUCKDB_MEMORY`` overrides it (DuckDB's spelling: 2GB, 500MB).

@@ -166,7 +166,7 @@ def cmd_inspect(
 
     with _guarded():
         _check_format(fmt)
-        from optrace.runtime.query import is_dataset
+        from optrace.runtime.dataset_layout import is_dataset
         from optrace.runtime.trace_inspection import format_trace_text, inspect_trace, is_trace
 
         if is_dataset(path.expanduser()):
@@ -232,7 +232,7 @@ def cmd_report(
             except MissingExtra as exc:
                 raise _bad_usage(str(exc)) from None
         from optrace.runtime.atomic import output_target
-        from optrace.runtime.query import is_dataset
+        from optrace.runtime.dataset_layout import is_dataset
 
         if is_dataset(path.expanduser()):
             if html is not None or png is not None:
@@ -306,7 +306,7 @@ def cmd_compare(
         except OptionError as exc:
             raise _bad_usage(str(exc)) from None
         pmap = point_map.expanduser() if point_map else None
-        from optrace.runtime.query import is_dataset
+        from optrace.runtime.dataset_layout import is_dataset
 
         def run(path: Path) -> SpanTable | MeasuredRun:
             """A dataset's launch times computed in DuckDB; a trace's or directory's from its spans."""

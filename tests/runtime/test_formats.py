@@ -78,7 +78,7 @@ def test_each_format_declares_how_it_is_recognised_and_read(tmp_path: Path) -> N
         collect(tmp_path / "demo", out, CollectOptions(format=f.name))
         written[f.name] = out
         assert formats.input_format(out) is f
-        assert f.reader(out).ts.size == formats.load_spans(out).ts.size > 0
+        assert f.reader()(out).ts.size == formats.load_spans(out).ts.size > 0
     # a Perfetto trace under another name is known by its first bytes; a folder of rank
     # files is no format's (load_spans decodes it)
     renamed = tmp_path / "trace.bin"
