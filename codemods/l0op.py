@@ -52,6 +52,7 @@ CODEMOD = "l0op"
 SOURCE_SUFFIXES = (".cpp", ".cc", ".h", ".hpp")
 LAUNCH_RE = re.compile(rb"\bADD_TO_LAUNCHER_LIST_AICORE\s*\(")
 OUTPUT_RE = re.compile(rb"OP_OUTPUT\s*\(")
+INPUT_RE = re.compile(rb"OP_INPUT\s*\(")
 ROOT_RE = re.compile(r"^aclnn\w*GetWorkspaceSize$")
 _SKIP_DIRS = frozenset({"tests", "test", "ut", "examples", "docs", "op_kernel"})
 
@@ -79,6 +80,9 @@ class Launch:
     line: int
     outputs: tuple[tuple[int, int], ...] | None  # the OP_OUTPUT items; None: no OP_OUTPUT
     output_close: int  # OP_OUTPUT's `)`
+    # Where an `OP_OUTPUT(...)` argument goes when the launch has none (an op that only
+    # reads and checks its inputs): after its `OP_INPUT(...)` argument; -1 without one.
+    after_inputs: int = -1
 
 
 @dataclass(frozen=True)
@@ -140,6 +144,7 @@ def _launches(path: Path, data: bytes, code: bytes, op_name: str) -> list[Launch
             continue
         outputs: tuple[tuple[int, int], ...] | None = None
         output_close = -1
+        after_inputs = next((e for s, e in args[1:] if INPUT_RE.match(code, s, e)), -1)
         for s, e in args[1:]:
             om = OUTPUT_RE.match(code, s, e)
             if om is None:
@@ -150,7 +155,8 @@ def _launches(path: Path, data: bytes, code: bytes, op_name: str) -> list[Launch
                 outputs = tuple(split_top(code, o_open + 1, output_close))
             break
         op_type = code[args[0][0] : args[0][1]].decode()
-        out.append(Launch(path, op_type, m.start(), line_number(data, m.start()), outputs, output_close))
+        out.append(Launch(path, op_type, m.start(), line_number(data, m.start()), outputs, output_close,
+                          after_inputs))
     return out
 
 
@@ -363,8 +369,13 @@ def l0op_edits(layers: Layers, mode: str = "B") -> list[Edit]:
     for ln in th.launches:
         data = data_of(ln.path)
         if ln.outputs is None:
-            raise input_error(CODE_LAYER_SHAPE, f"the launch of {ln.op_type} has no OP_OUTPUT(...) to put "
-                              "the profiling output in", ln.path, data, ln.at)
+            if ln.after_inputs < 0:
+                raise input_error(CODE_LAYER_SHAPE, f"the launch of {ln.op_type} has neither OP_OUTPUT(...) "
+                                  "nor OP_INPUT(...) to put the profiling output after", ln.path, data, ln.at)
+            # An op without outputs: the profiling output is its only one, after its inputs.
+            edits.append(fragment(ln.path, ln.after_inputs, b", OP_OUTPUT(" + PROFILING_VAR.encode() + b")",
+                                  CODEMOD, f"launch of {ln.op_type}: the profiling output, its only output"))
+            continue
         if any("profiling" in last_ident(data[s:e]).lower() for s, e in ln.outputs):
             continue
         at = ln.outputs[-1][1] if ln.outputs else ln.output_close

@@ -179,6 +179,25 @@ def test_a_call_leaving_arguments_to_defaults_two_overloads_state_apart_is_refus
     assert snapshot(repo) == before
 
 
+def test_a_launch_without_outputs_gets_the_profiling_output_after_its_inputs(tmp_path: Path) -> None:
+    """An op that only reads and checks its inputs launches with OP_INPUT and OP_ATTR, no
+    OP_OUTPUT: the profiling output becomes its only one, an `OP_OUTPUT(profilingData)`
+    argument after the inputs (it was refused: "no OP_OUTPUT(...) to put it in"); G2 reads
+    it there, strip takes it back."""
+    repo = copy(tmp_path)
+    src = repo / API / "moe_norm_grad.cpp"
+    src.write_text(src.read_text().replace(" " * 43 + "OP_OUTPUT(gradInput, gradGamma),\n", "", 1))
+    before = snapshot(repo)
+    code, out, err = cli("apply", str(repo / OP), "--write")
+    assert code == 0, out + err
+    launch = unwrapped(src.read_text())
+    assert re.search(r"OP_INPUT\(gradOutput, x, rstd\)/\*optrace<\*/,\s*"
+                     r"OP_OUTPUT\(profilingData\)/\*>optrace\*/,", launch), launch
+    assert g2(repo / OP)["status"] == "pass"
+    assert cli("strip", str(repo / OP), "--write")[0] == 0
+    assert snapshot(repo) == before
+
+
 def test_an_l0_function_declared_in_a_shared_header_with_another_parameter_list_is_refused(
         tmp_path: Path) -> None:
     """The l0 function's prototype lives in a header other operators include (ops-nn's
