@@ -56,6 +56,15 @@ class OpDefOutput:
     start: int  # `this`
     end: int  # just past the `;`
     line: int
+    # An output declared in a loop over a list of names (`for (auto n : kOut) {
+    # this->Output(n)...; }`): where that loop starts and ends. What goes after the output
+    # goes after the loop, once.
+    loop: tuple[int, int] | None = None
+
+    @property
+    def after(self) -> int:
+        """Just past the statement, or past the loop declaring it."""
+        return self.loop[1] if self.loop is not None else self.end
 
 
 @dataclass(frozen=True)
@@ -108,7 +117,7 @@ def opdef_file(layers: Layers) -> Path | None:
 
 def _named_statements(path: Path, data: bytes, code: bytes, kind: bytes, lo: int, hi: int,
                       strict: bool = True, receiver: bytes = rb"\bthis\s*->") -> list[OpDefOutput]:
-    out = []
+    out: list[OpDefOutput] = []
     for m in re.finditer(receiver + rb"\s*" + kind + rb"\s*\(", code[:hi]):
         if m.start() < lo:
             continue
@@ -117,6 +126,12 @@ def _named_statements(path: Path, data: bytes, code: bytes, kind: bytes, lo: int
         name = re.fullmatch(rb'"([^"\\]*)"', arg)
         if name is None and not strict:
             name = re.fullmatch(rb"(.*)", arg, re.S)  # an input only lends its layout
+        looped = _loop_names(data, code, arg, m.start(), lo) if name is None else None
+        if looped is not None:
+            names, loop = looped
+            end = statement_end(code, m.start())
+            out.extend(OpDefOutput(n, m.start(), end, line_number(data, m.start()), loop) for n in names)
+            continue
         if name is None:
             raise input_error(CODE_OPDEF_OUTPUTS, "cannot locate the OpDef's outputs: "
                               f"`this->{kind.decode()}({arg.decode(errors='replace')})` does not name the "
@@ -124,6 +139,32 @@ def _named_statements(path: Path, data: bytes, code: bytes, kind: bytes, lo: int
         end = statement_end(code, m.start())
         out.append(OpDefOutput(name.group(1).decode(), m.start(), end, line_number(data, m.start())))
     return out
+
+
+_RANGE_FOR_RE = re.compile(rb"\bfor\s*\(\s*(?:const\s+)?(?:auto|char\s*(?:const\s*)?\*|std::string)"
+                           rb"\s*[&*]?\s*([A-Za-z_]\w*)\s*:\s*([A-Za-z_]\w*)\s*\)\s*\{")
+
+
+def _loop_names(data: bytes, code: bytes, arg: bytes, at: int,
+                lo: int) -> tuple[list[str], tuple[int, int]] | None:
+    """`this->Output(n)` in `for (auto n : kOut) { ... }` over `kOut[] = {"y1", "y2"}`:
+    the names in order and the loop's (start, end past its `}`); None otherwise."""
+    if re.fullmatch(rb"[A-Za-z_]\w*", arg) is None:
+        return None
+    for m in reversed(list(_RANGE_FOR_RE.finditer(code, lo, at))):
+        close = match_bracket(code, m.end() - 1)
+        if m.group(1) != arg or close < at:
+            continue
+        array = re.compile(rb"\b" + re.escape(m.group(2)) + rb"\s*\[\s*\d*\s*\]\s*=\s*\{([^{}]*)\}")
+        listed = next(reversed(list(array.finditer(code, 0, m.start()))), None)  # the nearest before
+        if listed is None:
+            return None
+        text = data[listed.start(1) : listed.end(1)]
+        names = re.findall(rb'"([^"\\]*)"', text)
+        if not names or re.fullmatch(rb'\s*"[^"\\]*"(?:\s*,\s*"[^"\\]*")*\s*,?\s*', text) is None:
+            return None  # not a plain list of string literals
+        return [n.decode() for n in names], (m.start(), close + 1)
+    return None
 
 
 def parse_opdef(path: Path, data: bytes, camel: str) -> OpDefInfo:
@@ -224,8 +265,12 @@ def _statement_text(data: bytes, code: bytes, out: OpDefOutput, param_type: str)
         pieces.append(b".ParamType(OPTIONAL)")
     pieces.append(data[pos : out.end])  # whitespace / newline before the `;`, and the `;`
     text = b"".join(pieces)
-    indent = leading_ws(data, out.start)
+    indent = leading_ws(data, out.loop[0] if out.loop is not None else out.start)
     lines = (indent + text).replace(b"\r\n", b"\n").split(b"\n")
+    if out.loop is not None:
+        # out of the loop's body: its continuation lines one body's indent to the left
+        deeper = len(leading_ws(data, out.start)) - len(indent)
+        lines = lines[:1] + [ln[min(deeper, len(ln) - len(ln.lstrip())):] for ln in lines[1:]]
     # The template's comments describe its own dtypes, not profiling_data's; a line that
     # is only a comment would also not carry the line mark strip looks for.
     return [ln.rstrip() for ln in lines if ln.strip() and not ln.lstrip().startswith((b"//", b"/*", b"*"))]
@@ -274,7 +319,7 @@ def op_def_edits(plan: Plan, mode: str) -> list[Edit]:
     edits = []
     for tpl in templates:
         lines = [part for line in _statement_text(data, code, tpl, param_type) for part in _at_width(line)]
-        at = line_end(data, tpl.end - 1, include_newline=True)
+        at = line_end(data, tpl.after - 1, include_newline=True)
         body = b"".join(line + LINE_MARK + nl for line in lines)
         if not data[:at].endswith(b"\n"):
             body = nl + body[: -len(nl)]
