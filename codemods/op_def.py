@@ -56,14 +56,16 @@ class OpDefOutput:
     start: int  # `this`
     end: int  # just past the `;`
     line: int
-    # An output declared in a loop over a list of names (`for (auto n : kOut) {
-    # this->Output(n)...; }`): where that loop starts and ends. What goes after the output
-    # goes after the loop, once.
+    # An output whose statement takes its name from a variable: where the statement that
+    # names it starts and ends — a loop over a list of names (`for (auto n : kOut) {
+    # this->Output(n)...; }`), or a call of a helper lambda (`cfgOutput("y");` of `auto
+    # cfgOutput = [this](const char* n) { this->Output(n)...; };`). What goes after the
+    # output goes after that statement, once, at its indent.
     loop: tuple[int, int] | None = None
 
     @property
     def after(self) -> int:
-        """Just past the statement, or past the loop declaring it."""
+        """Just past the statement, or past the loop or call naming it."""
         return self.loop[1] if self.loop is not None else self.end
 
 
@@ -126,11 +128,11 @@ def _named_statements(path: Path, data: bytes, code: bytes, kind: bytes, lo: int
         name = re.fullmatch(rb'"([^"\\]*)"', arg)
         if name is None and not strict:
             name = re.fullmatch(rb"(.*)", arg, re.S)  # an input only lends its layout
-        looped = _loop_names(data, code, arg, m.start(), lo) if name is None else None
-        if looped is not None:
-            names, loop = looped
+        named = (_loop_names(data, code, arg, m.start(), lo) or _helper_names(data, code, arg, m.start(), hi)
+                 if name is None else None)
+        if named is not None:
             end = statement_end(code, m.start())
-            out.extend(OpDefOutput(n, m.start(), end, line_number(data, m.start()), loop) for n in names)
+            out.extend(OpDefOutput(n, m.start(), end, line_number(data, site[0]), site) for n, site in named)
             continue
         if name is None:
             raise input_error(CODE_OPDEF_OUTPUTS, "cannot locate the OpDef's outputs: "
@@ -145,10 +147,37 @@ _RANGE_FOR_RE = re.compile(rb"\bfor\s*\(\s*(?:const\s+)?(?:auto|char\s*(?:const\
                            rb"\s*[&*]?\s*([A-Za-z_]\w*)\s*:\s*([A-Za-z_]\w*)\s*\)\s*\{")
 
 
+_LAMBDA_RE = re.compile(rb"\bauto\s+([A-Za-z_]\w*)\s*=\s*\[[^\]]*\]\s*\(\s*(?:const\s+)?"
+                        rb"(?:char\s*(?:const\s*)?\*|std::string\s*&?|auto)\s*([A-Za-z_]\w*)\s*\)[^{;]*\{")
+_NAME_ARG_RE = re.compile(rb'\s*\(\s*"([^"\\]*)"\s*\)\s*;')
+
+
+def _helper_names(data: bytes, code: bytes, arg: bytes, at: int,
+                  hi: int) -> list[tuple[str, tuple[int, int]]] | None:
+    """`this->Output(n)` in a helper lambda (`auto cfgOutput = [this](const char* n) {
+    ... };`) called with string literals (`cfgOutput("y");`): each call's name and the
+    call statement's (start, end); None otherwise (a call with anything but a literal too)."""
+    for m in reversed(list(_LAMBDA_RE.finditer(code, 0, at))):
+        close = match_bracket(code, m.end() - 1)
+        if m.group(2) != arg or close < at:
+            continue
+        calls = list(re.finditer(rb"(?<![\w.>])" + re.escape(m.group(1)) + rb"\s*\(", code[:hi]))
+        found = []
+        for call in calls:
+            if call.start() < close:
+                continue
+            literal = _NAME_ARG_RE.match(data, call.end() - 1)
+            if literal is None:
+                return None
+            found.append((literal.group(1).decode(), (call.start(), literal.end())))
+        return found or None
+    return None
+
+
 def _loop_names(data: bytes, code: bytes, arg: bytes, at: int,
-                lo: int) -> tuple[list[str], tuple[int, int]] | None:
+                lo: int) -> list[tuple[str, tuple[int, int]]] | None:
     """`this->Output(n)` in `for (auto n : kOut) { ... }` over `kOut[] = {"y1", "y2"}`:
-    the names in order and the loop's (start, end past its `}`); None otherwise."""
+    each name in order with the loop's (start, end past its `}`); None otherwise."""
     if re.fullmatch(rb"[A-Za-z_]\w*", arg) is None:
         return None
     for m in reversed(list(_RANGE_FOR_RE.finditer(code, lo, at))):
@@ -163,7 +192,7 @@ def _loop_names(data: bytes, code: bytes, arg: bytes, at: int,
         names = re.findall(rb'"([^"\\]*)"', text)
         if not names or re.fullmatch(rb'\s*"[^"\\]*"(?:\s*,\s*"[^"\\]*")*\s*,?\s*', text) is None:
             return None  # not a plain list of string literals
-        return [n.decode() for n in names], (m.start(), close + 1)
+        return [(n.decode(), (m.start(), close + 1)) for n in names]
     return None
 
 
