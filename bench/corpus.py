@@ -737,18 +737,50 @@ def update_results_md(name: str, section: str) -> None:
     RESULTS_MD.write_text(text, encoding="utf-8")
 
 
-def render_saved(report_path: Path) -> int:
-    """The results section of a saved report (a run made with --no-md, or on another day)."""
-    report = json.loads(report_path.read_text(encoding="utf-8"))
+def _shown_args(argv: list[str], opdirs: list[str]) -> list[str]:
+    """The command's arguments, a long list of operators said by its count and ends."""
+    if len(opdirs) <= 10:
+        return argv
+    listed = set(opdirs)
+    kept = [a for a in argv if a not in listed]
+    at = next((i for i, a in enumerate(argv) if a in listed), len(kept))
+    return [*kept[:at], f"<{len(opdirs)} operators: {opdirs[0]} ... {opdirs[-1]}>", *kept[at:]]
+
+
+def _short_command(command: str) -> str:
+    """A saved command with its operator list (the words between the repository and the
+    first option) said by its count and ends when long."""
+    words = command.split()
+    head = 3  # python bench/corpus.py REPO
+    end = next((i for i in range(head + 1, len(words)) if words[i].startswith("-")), len(words))
+    ops = words[head + 1 : end]
+    return " ".join(words[: head + 1] + _shown_args(ops, ops) + words[end:])
+
+
+def render_saved(report_paths: list[Path]) -> int:
+    """The results section of saved reports (runs made with --no-md, or on another day).
+    Several reports of one repository at one commit of it and of optrace (a run split in
+    parts, each writing its report as it ends) are rendered as one run."""
+    reports = [json.loads(p.read_text(encoding="utf-8")) for p in report_paths]
+    metas = [r["meta"] for r in reports]
+    keys = {(m["repo"], m["commit"], m["optrace"]) for m in metas}
+    if len(keys) != 1:
+        print(f"reports of different runs (repository, its commit, optrace): {sorted(keys)}", file=sys.stderr)
+        return 2
     results = []
-    for op in report["operators"]:
-        steps = {k: Step(**v) for k, v in op.pop("steps").items()}
-        results.append(OperatorResult(**op, steps=steps))
+    for report in reports:
+        for op in report["operators"]:
+            steps = {k: Step(**v) for k, v in op.pop("steps").items()}
+            results.append(OperatorResult(**op, steps=steps))
+    results.sort(key=lambda r: r.op)
     summary = summarise(results)
-    summary["plan_only"] = report["summary"].get("plan_only", False)
-    meta = report["meta"]
+    summary["plan_only"] = any(r["summary"].get("plan_only", False) for r in reports)
+    meta = dict(metas[0])
+    if len(reports) > 1:
+        meta["selection"] = " + ".join(m["selection"] for m in metas) + f" ({len(results)} in all)"
+        meta["command"] = "; ".join(_short_command(m["command"]) for m in metas)
     update_results_md(meta["repo"], render_md(meta["repo"], meta, summary, results))
-    print(f"{RESULTS_MD}: section {meta['repo']} from {report_path}")
+    print(f"{RESULTS_MD}: section {meta['repo']} from {', '.join(map(str, report_paths))}")
     return 0 if all(ok for _, _, ok in targets(summary)) else 1
 
 
@@ -770,8 +802,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-md", action="store_true", help="do not refresh bench/corpus-results.md")
     ap.add_argument("--plan-only", action="store_true",
                     help="run plan alone (tree, lint, ratio to a bare parse): no apply, check or strip")
-    ap.add_argument("--render", type=Path, metavar="REPORT",
-                    help="only refresh bench/corpus-results.md from a saved JSON report")
+    ap.add_argument("--render", type=Path, metavar="REPORT", nargs="+",
+                    help="only refresh bench/corpus-results.md from saved JSON reports (the parts of "
+                    "one run, e.g. --jobs split over several commands, are rendered as one)")
     args = ap.parse_args(argv)
     if args.render is not None:
         return render_saved(args.render)
@@ -836,7 +869,8 @@ def main(argv: list[str] | None = None) -> int:
         "optrace": optrace_commit,
         "date": time.strftime("%Y-%m-%d"),
         "selection": selection,
-        "command": "python bench/corpus.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": "python bench/corpus.py " + " ".join(_shown_args(sys.argv[1:] if argv is None else argv,
+                                                                  args.opdirs)),
     }
     report = {"meta": meta, "summary": summary, "operators": [asdict(r) for r in results]}
     out = args.json or HERE / "corpus" / f"{name}.json"
