@@ -751,10 +751,10 @@ def _short_command(command: str) -> str:
     """A saved command with its operator list (the words between the repository and the
     first option) said by its count and ends when long."""
     words = command.split()
-    head = 3  # python bench/corpus.py REPO
-    end = next((i for i in range(head + 1, len(words)) if words[i].startswith("-")), len(words))
-    ops = words[head + 1 : end]
-    return " ".join(words[: head + 1] + _shown_args(ops, ops) + words[end:])
+    repo = 2  # python bench/corpus.py REPO
+    end = next((i for i in range(repo + 1, len(words)) if words[i].startswith("-")), len(words))
+    ops = words[repo + 1 : end]
+    return " ".join(words[: repo + 1] + _shown_args(ops, ops) + words[end:])
 
 
 def render_saved(report_paths: list[Path]) -> int:
