@@ -469,7 +469,9 @@ class Planner:
             self.conditions[(chain_id, arm)] = " && ".join((*negated, inner_cond))
             alt_node = node.child_by_field_name("alternative")
             if alt_node is not None and not any(self._chains_on(fn, c) for c in alt_node.named_children):
-                self.conditions[(chain_id, arm + 1)] = " && ".join((*negated, f"!({inner_cond})"))
+                # the last arm: none of the tests held, each said
+                self.conditions[(chain_id, arm + 1)] = " && ".join(
+                    (*(f"!({c})" for c in prior), f"!({inner_cond})"))
         cons = node.child_by_field_name("consequence")
         if core is None and role is None:
             # What tells a region under this `if` apart from a sibling doing the same thing.
@@ -1075,17 +1077,20 @@ def _unparen(text: str) -> str:
     return text
 
 
-_KEY_TEST = re.compile(r"^\s*TILING_KEY_IS\s*\(\s*(\w+)\s*\)\s*$|"
-                       r"^\s*(\w*[Tt]iling_?[Kk]ey\w*|\w*[Tt]iling_?[Kk]ey\w*\(\s*\))\s*==\s*(\w+)\s*$")
+_KEY_IS = re.compile(r"^TILING_KEY_IS\s*\(\s*(\w+)\s*\)$")
+# `<expression> == <constant>`: a number, an ALL_CAPS name or an enumerator (`Mode::A`)
+_EQ_CONSTANT = re.compile(r"^([^=&|!<>?]+?)\s*==\s*(\d+[uUlL]*|[A-Z][A-Z0-9_]*|(?:\w+::)+\w+)$")
 
 
 def _key_constant(condition: str) -> tuple[str, str] | None:
-    """(key, constant) of a test of the tiling key against one constant
-    (`TILING_KEY_IS(3)`, `tilingKey == 7`); None for any other condition."""
-    m = _KEY_TEST.match(_unparen(condition.strip()))
-    if m is None:
-        return None
-    return ("TILING_KEY_IS", m.group(1)) if m.group(1) else (m.group(2), m.group(3))
+    """(key, constant) of a test of one key against one constant (`TILING_KEY_IS(3)`,
+    `tilingKey == 7`, `sizeof(T) == SIZE_32`); None for any other condition."""
+    text = " ".join(_unparen(condition.strip()).split())
+    m = _KEY_IS.match(text)
+    if m is not None:
+        return "TILING_KEY_IS", m.group(1)
+    m = _EQ_CONSTANT.match(text)
+    return (m.group(1).strip(), m.group(2)) if m is not None else None
 
 
 def _other_constant(a: str, b: str) -> bool:

@@ -45,6 +45,7 @@ from __future__ import annotations
 import re
 
 from optrace.engine.codes import OT105
+from optrace.engine.cpp import FunctionDef
 from optrace.engine.diagnostics import Severity
 from optrace.engine.model import Kind, Region, assign_labels
 from optrace.engine.words import Vocabulary, label_kebab, label_name, reductions
@@ -269,6 +270,9 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
         self.dropped: list[tuple[Region, int, list[str]]] = []  # words less what ancestors said
         self.limit = cfg.label_max
         self.told: list[tuple[str, str, list[Region]]] = []  # siblings told apart, said at the end
+        self.left: list[tuple[str, list[Region]]] = []  # siblings nothing told apart (one level)
+        self.sources = {parsed.src.path: parsed.src for parsed in ctx.analysis.parsed.values()}
+        self.calls_of: dict[str, list[str]] = {}  # code text -> the calls it makes (memo)
         self._name(ctx.root, [])
         self._follow_partners()
         assign_labels(ctx.root)
@@ -290,6 +294,11 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
         for _ in range(3):  # a word given to tell two apart may meet a third sibling
             if not self._distinct(node, said):
                 break
+        # said once, after the last round (a barrier named after a phase is told apart
+        # once that phase is)
+        for key, left in self.left:
+            self.ctx.report(f"sibling label `{key}` repeats: nothing in the code tells these "
+                            f"{len(left)} regions apart (no counter suffix)", left[1])
         for child in node.children:
             self._name(child, [*said, *_parts(child)])
 
@@ -343,6 +352,7 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
         for child in node.children:
             groups.setdefault(sibling_key(" ".join(child.words)), []).append(child)
         changed = False
+        self.left = []
         for key, members in groups.items():
             clash = [m for m in members if any(not same_step(m, o) for o in members if o is not m)]
             if len(clash) < 2:
@@ -350,8 +360,7 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
             left = self._tell_apart(node, clash, said)
             changed = changed or len(left) < len(clash)
             if len(left) > 1:
-                self.ctx.report(f"sibling label `{key}` repeats: nothing in the code tells these "
-                                f"{len(left)} regions apart (no counter suffix)", left[1])
+                self.left.append((key, left))
         return changed
 
     def _tell_apart(self, node: Region, members: list[Region], said: list[str]) -> list[Region]:
@@ -361,10 +370,13 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
                 (self._by_class, "its class"), (self._by_role, "the AIV role it runs in"),
                 (self._by_flag, "the flag it waits on or sets"), (self._by_phase, "the phase each ends"),
                 (self._by_exit, "the early return it runs on"),
-                (self._by_neighbour, "the call next to it"), (self._by_var, "its loop variable"),
-                (self._by_kind, "loop or call"),
+                (self._by_neighbour, "the call next to it"),
+                (self._by_next, "the step it comes before"), (self._by_var, "its loop variable"),
+                (self._by_kind, "loop or call"), (self._by_bound, "what its loop runs up to"),
+                (self._by_writes, "what its loop accumulates"),
                 (self._by_branch, "the condition it runs under"),
-                (self._by_first_child, "what each does first"))
+                (self._by_first_child, "what each does first"),
+                (self._by_code, "a call in its code the others lack"))
         key = sibling_key(" ".join(members[0].words))
         for way, how in ways:
             if len(pending) < 2:
@@ -389,6 +401,7 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
                     m.words = [f"{first.split('-')[0]}-{word}", *rest]
                 else:
                     m.words = [f"{first}-{word}", *rest]
+                    m.told = word
             self.told.append((key, how, done))
             pending = [m for m in pending if not any(m is d for d in done)]
             keys = {id(m): sibling_key(" ".join(m.words)) for m in node.children}
@@ -472,9 +485,142 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
             if m.hot in _HANDSHAKE_HOT and m.hot != "wait" and after:  # nothing before it: what it starts
                 return self._pair(["pre", *label_name(after, self.vocab).split("-")], m, said)
             return None
+        names = [label_name(_neighbour(o), self.vocab).split("-") for o in pending]
+        if all(_neighbour(o) for o in pending) and len({tuple(n) for n in names}) == len(names):
+            # each by its own neighbour: what all of them share says nothing
+            # (`compute-global-mean` / `compute-global-var` -> `mean` / `var`)
+            common = set.intersection(*(set(n) for n in names))
+            parts = [p for p in label_name(call, self.vocab).split("-") if p not in common]
+            if parts:
+                return self._pair(parts, m, said)
         theirs = {p for o in pending if o is not m
                   for p in label_name(_neighbour(o), self.vocab).split("-") if p}
         return self._pair(label_name(call, self.vocab).split("-"), m, said, theirs)
+
+    def _by_next(self, node: Region, m: Region, pending: list[Region],
+                 said: list[str]) -> tuple[str, Region | None] | None:
+        """A barrier or notify whose step before says nothing of its own: by the function
+        its block calls next (`pre-calc-weight`)."""
+        after = m.between[1]
+        if m.hot not in _HANDSHAKE_HOT or m.hot == "wait" or not after:
+            return None
+        common = set.intersection(*(set(label_name(o.between[1], self.vocab).split("-")) for o in pending))
+        parts = [p for p in label_name(after, self.vocab).split("-") if p not in common]
+        return self._pair(["pre", *parts], m, said) if parts else None
+
+    def _by_bound(self, node: Region, m: Region, pending: list[Region],
+                  said: list[str]) -> tuple[str, Region | None] | None:
+        """A loop by what it runs up to, less what all the loops share (a main loop and
+        its tail: `i < headNum` / `i < tailNum` -> `head` / `tail`)."""
+        if m.kind != Kind.LOOP:
+            return None
+        common = set.intersection(*(set(self._bound_parts(o)) for o in pending))
+        parts = [p for p in self._bound_parts(m) if p not in common]
+        return self._pair(parts, m, said) if parts else None
+
+    def _by_writes(self, node: Region, m: Region, pending: list[Region],
+                   said: list[str]) -> tuple[str, Region | None] | None:
+        """A loop by what it accumulates: a name declared outside it that it assigns and
+        the others do not (`lo` / `cnt-less`)."""
+        if m.kind != Kind.LOOP:
+            return None
+        theirs = {w for o in pending if o is not m and not same_step(m, o) for w in self._loop_writes(o)}
+        for name in self._loop_writes(m):
+            if name in theirs:
+                continue
+            word = self._word(label_kebab(name).split("-"), m, said)
+            if word:
+                return word, None
+        return None
+
+    def _bound_parts(self, m: Region) -> list[str]:
+        """The words of a loop's bound: the names in its test, less its own variable."""
+        header = _loop_header(self._text(m, header=True))
+        if header is None:
+            return []
+        test, own = header
+        names = [n for n in re.findall(r"[A-Za-z_]\w*", test) if n not in own and n not in _NOT_CALLS]
+        parts = [p for n in names for p in label_kebab(n).split("-")]
+        return [p for p in dict.fromkeys(parts) if len(p) > 1 and p not in _PLAIN_WORDS
+                and not _COUNTER.fullmatch(p)]
+
+    def _loop_writes(self, m: Region) -> list[str]:
+        a = m.anchor
+        src = self.sources.get(a.path) if a is not None else None
+        if a is None or src is None:
+            return []
+        # the code before the loop in its own function: where an accumulator is declared
+        fns = [fn for fn in self.ctx.analysis.index.functions.values()
+               if fn.src.path == a.path and fn.node.start_byte <= a.start < fn.node.end_byte]
+        if not fns:
+            return []
+        start = max(fn.node.start_byte for fn in fns)
+        header = _loop_header(self._text(m, header=True))
+        counters = header[1] if header is not None else set()
+        return [n for n in _writes(self._text(m), src.text[start:a.start].decode("utf-8", "replace"))
+                if n not in counters]
+
+    def _by_code(self, node: Region, m: Region, pending: list[Region],
+                 said: list[str]) -> tuple[str, Region | None] | None:
+        """What its code does that the others' does not: the first call in it (or, for a
+        handshake, in the step it ends) that none of them makes."""
+        mine = self._step_calls(node, m)
+        theirs = {c for o in pending if o is not m and not same_step(m, o) for c in self._step_calls(node, o)}
+        for call in mine:
+            if call in theirs:
+                continue
+            word = self._word(label_name(call, self.vocab).split("-"), m, said)
+            if word:
+                return word, None
+        return None
+
+    def _step_calls(self, node: Region, m: Region) -> list[str]:
+        if m.hot not in _HANDSHAKE_HOT:
+            return self._calls(self._text(m))
+        # a handshake: the step it ends (a wait: starts)
+        at = node.children.index(m)
+        side = node.children[at + 1:] if m.hot == "wait" else node.children[:at][::-1]
+        step = next((s for s in side if s.cost != "handshake" and s.cores & m.cores), None)
+        if step is not None:
+            return self._calls(self._text(step))
+        name = m.between[1] if m.hot == "wait" else m.between[0]
+        fns = self.ctx.analysis.index.by_name.get(name, []) if name else []
+        return [name, *self._calls(_body_text(fns[0]))] if fns else ([name] if name else [])
+
+    def _text(self, m: Region, header: bool = False) -> str:
+        """The code a region measures: its callee's body, else its own span (with the loop
+        header before a loop body when `header`)."""
+        fn = self.ctx.analysis.index.functions.get(m.function or "")
+        if fn is not None and not header:
+            return _body_text(fn)
+        a = m.anchor
+        src = self.sources.get(a.path) if a is not None else None
+        if a is None or src is None:
+            return ""
+        start = a.start
+        if header and a.inside:  # the span is the loop's body: its header is just before it
+            before = src.text[max(0, start - 600):start].decode("utf-8", "replace")
+            found = list(re.finditer(r"\b(for|while)\s*\(", before))
+            return before[found[-1].start():] + "{" if found else ""
+        return src.text[start:a.end].decode("utf-8", "replace")
+
+    def _calls(self, code: str, depth: int = 1) -> list[str]:
+        """The functions a piece of code calls, in order, and (one level down) the ones those
+        of the operator's own call."""
+        memo = self.calls_of.get(code) if depth else None
+        if memo is not None:
+            return memo
+        out: list[str] = []
+        for name in _call_names(code):
+            if name in out:
+                continue
+            out.append(name)
+            fns = self.ctx.analysis.index.by_name.get(name, [])
+            if depth and fns:
+                out += [c for c in self._calls(_body_text(fns[0]), depth - 1) if c not in out]
+        if depth:
+            self.calls_of[code] = out
+        return out
 
     def _pair(self, parts: list[str], m: Region, said: list[str],
               theirs: set[str] | frozenset[str] = frozenset()) -> tuple[str, Region | None] | None:
@@ -533,8 +679,9 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
             role = region.words[0].split("-")[0]
             theirs = [p for p in region.partner.words[0].split("-")] if region.partner.words else []
             keep = [p for p in theirs if p not in _ROLE_WORDS and p not in said and p != role]
+            told = [p for p in region.told.split("-") if p and p not in keep and p not in said and p != role]
             if keep:
-                region.words = ["-".join([role, *keep]), *region.words[1:]]
+                region.words = ["-".join([role, *keep, *told]), *region.words[1:]]
 
     # --- the limit ----------------------------------------------------------------------------
 
@@ -715,6 +862,71 @@ def _neighbour(region: Region) -> str:
     if region.hot in _HANDSHAKE_HOT:
         return after if region.hot == "wait" else before
     return after if region.tile_loop else ""
+
+
+# Names before `(` that are not calls that say what code does: keywords, casts, and the
+# queue / buffer bookkeeping every step does.
+_NOT_CALLS = frozenset({
+    "if", "for", "while", "switch", "return", "sizeof", "static_cast", "reinterpret_cast", "const_cast",
+    "dynamic_cast", "decltype", "alignof", "min", "max", "Min", "Max", "AllocTensor", "FreeTensor", "EnQue",
+    "DeQue", "Get", "GetValue", "SetValue", "GetPhyAddr", "GetBlockIdx", "GetBlockNum", "PipeBarrier",
+    "SetFlag", "WaitFlag", "CeilDiv", "CeilAlign", "uint32_t", "int32_t", "uint64_t", "int64_t", "float",
+    "half", "dim3", "asc_vf_call"})
+_CALL = re.compile(r"\b([A-Za-z_]\w*)\s*(?:<(?:[^<>;{}()]|<[^<>;{}()]*>)*>)?\s*\(")
+_VF_CALL = re.compile(r"\basc_vf_call\s*<\s*([A-Za-z_]\w*)")
+
+
+def _call_names(code: str) -> list[str]:
+    """The names a piece of code calls, in order (a vector function launched by
+    `asc_vf_call<F>` as F)."""
+    found = [(m.start(), m.group(1)) for m in _CALL.finditer(code)]
+    found += [(m.start(), m.group(1)) for m in _VF_CALL.finditer(code)]
+    return [n for _, n in sorted(found) if n not in _NOT_CALLS and not n.isupper()]
+
+
+_ASSIGNED = re.compile(r"(?<![\w.>])([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)?(?:[-+*/|&^]|<<|>>)?=(?!=)")
+
+
+_DESTINATION = re.compile(r"\b[A-Z]\w*\s*(?:<[^;{}()]*>)?\s*\(\s*([A-Za-z_]\w*)")
+
+
+def _writes(code: str, before: str) -> list[str]:
+    """The names a piece of code assigns that were there before it (not its own locals),
+    in order."""
+    known = set(re.findall(r"[A-Za-z_]\w*", before))
+    # its own locals and the counters of loops inside it say nothing of what it computes
+    own = set(re.findall(r"[\w>*&]\s+([A-Za-z_]\w*)\s*(?:=|;|\[)", code))
+    own |= set(re.findall(r",\s*([A-Za-z_]\w*)\s*=(?!=)", code))  # `int a = 0, b = 1;`
+    own |= {n for init in re.findall(r"\bfor\s*\(([^;]*);", code)
+            for n in re.findall(r"([A-Za-z_]\w*)\s*=", init)}
+    # assigned, or the destination of a vector instruction (`Add(dst, a, b, n)`)
+    found = sorted([(m.start(), m.group(1)) for m in _ASSIGNED.finditer(code)]
+                   + [(m.start(), m.group(1)) for m in _DESTINATION.finditer(code)])
+    return list(dict.fromkeys(n for _, n in found if n in known and n not in own and n not in _NOT_CALLS))
+
+
+def _body_text(fn: FunctionDef) -> str:
+    return fn.src.text[fn.body.start_byte:fn.body.end_byte].decode("utf-8", "replace")
+
+
+def _loop_header(code: str) -> tuple[str, set[str]] | None:
+    """A loop's test and its own variables (`for (i = a; i < n; ++i)` -> (`i < n`, {i}))."""
+    m = re.match(r"\s*(for|while)\s*\(", code)
+    if m is None:
+        return None
+    depth, i = 1, m.end()
+    while i < len(code) and depth:
+        depth += {"(": 1, ")": -1}.get(code[i], 0)
+        i += 1
+    inner = code[m.end():i - 1]
+    if m.group(1) == "while":
+        return inner, set()
+    parts = inner.split(";")
+    if len(parts) != 3:
+        return None
+    init, test, step = parts
+    own = set(re.findall(r"([A-Za-z_]\w*)\s*(?:=|:)", init)) | set(re.findall(r"[A-Za-z_]\w*", step))
+    return test, own
 
 
 def _positive(branch: str) -> str:
