@@ -43,6 +43,7 @@ runs whole, `CpGM2GMPingPong` -> `cp-gm2gm-ping-pong`; long words short, `initia
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from optrace.engine.codes import OT105
 from optrace.engine.cpp import FunctionDef
@@ -273,6 +274,10 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
         self.left: list[tuple[str, list[Region]]] = []  # siblings nothing told apart (one level)
         self.sources = {parsed.src.path: parsed.src for parsed in ctx.analysis.parsed.values()}
         self.calls_of: dict[str, list[str]] = {}  # code text -> the calls it makes (memo)
+        self.memo: dict[tuple[str, int], list[str]] = {}  # (what, id(region)) -> found (memo)
+        self.spans: dict[Path, list[tuple[int, int]]] = {}  # file -> its functions' byte spans
+        for fn in ctx.analysis.index.functions.values():
+            self.spans.setdefault(fn.src.path, []).append((fn.node.start_byte, fn.node.end_byte))
         self._name(ctx.root, [])
         self._follow_partners()
         assign_labels(ctx.root)
@@ -353,7 +358,10 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
             groups.setdefault(sibling_key(" ".join(child.words)), []).append(child)
         changed = False
         self.left = []
-        for key, members in groups.items():
+        # steps before the handshakes between them: a barrier is named after the step it
+        # ends as that step is once told apart
+        order = sorted(groups.items(), key=lambda kv: all(m.hot in _HANDSHAKE_HOT for m in kv[1]))
+        for key, members in order:
             clash = [m for m in members if any(not same_step(m, o) for o in members if o is not m)]
             if len(clash) < 2:
                 continue
@@ -399,10 +407,12 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
                     # name (a sibling step's name is its word as it is now).
                     m.partner = partner if any(p is partner for p in self.ctx.root.children) else None
                     m.words = [f"{first.split('-')[0]}-{word}", *rest]
+                    # its name as it will read (later rounds group by it)
+                    self._follow(m, said)
                 else:
                     m.words = [f"{first}-{word}", *rest]
                     m.told = word
-            self.told.append((key, how, done))
+            self.told.append((key or " ".join(members[0].words), how, done))
             pending = [m for m in pending if not any(m is d for d in done)]
             keys = {id(m): sibling_key(" ".join(m.words)) for m in node.children}
             pending = [m for m in pending if any(
@@ -467,13 +477,28 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
         function its block calls there."""
         if m.hot not in _HANDSHAKE_HOT or m.partner is not None:
             return None
-        at = node.children.index(m)
-        side = node.children[at + 1:] if m.hot == "wait" else node.children[:at][::-1]
-        phase = next((s for s in side if s.cost != "handshake" and s.cores & m.cores and s.words), None)
+        phase = self._phase_of(node, m)
         if phase is not None:
-            word = self._word([p for p in phase.words[0].split("-") if p not in _ROLE_WORDS], m, said)
+            parts = _phase_parts(phase)
+            word = self._word(parts, m, said)
+            # phases whose words start alike (`gather-sum` / `gather-sum-ordered`): by what
+            # this one's has that theirs do not
+            rivals = [_phase_parts(s) for o in pending if o is not m and not same_step(m, o)
+                      and (s := self._phase_of(node, o)) is not None
+                      and self._word(_phase_parts(s), o, said) == word]
+            own = [p for p in parts if not all(p in r for r in rivals)] if rivals else []
+            word = (self._word(own, m, said) if own else None) or word
             return (word, phase) if word else None
         return None
+
+    @staticmethod
+    def _phase_of(node: Region, m: Region) -> Region | None:
+        """The step a handshake ends (a wait: starts) when it has a region."""
+        if m.hot not in _HANDSHAKE_HOT:
+            return None
+        at = node.children.index(m)
+        side = node.children[at + 1:] if m.hot == "wait" else node.children[:at][::-1]
+        return next((s for s in side if s.cost != "handshake" and s.cores & m.cores and s.words), None)
 
     def _by_neighbour(self, node: Region, m: Region, pending: list[Region],
                       said: list[str]) -> tuple[str, Region | None] | None:
@@ -485,17 +510,17 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
             if m.hot in _HANDSHAKE_HOT and m.hot != "wait" and after:  # nothing before it: what it starts
                 return self._pair(["pre", *label_name(after, self.vocab).split("-")], m, said)
             return None
-        names = [label_name(_neighbour(o), self.vocab).split("-") for o in pending]
-        if all(_neighbour(o) for o in pending) and len({tuple(n) for n in names}) == len(names):
-            # each by its own neighbour: what all of them share says nothing
-            # (`compute-global-mean` / `compute-global-var` -> `mean` / `var`)
-            common = set.intersection(*(set(n) for n in names))
-            parts = [p for p in label_name(call, self.vocab).split("-") if p not in common]
-            if parts:
-                return self._pair(parts, m, said)
+        parts = label_name(call, self.vocab).split("-")
         theirs = {p for o in pending if o is not m
                   for p in label_name(_neighbour(o), self.vocab).split("-") if p}
-        return self._pair(label_name(call, self.vocab).split("-"), m, said, theirs)
+        found = self._pair(parts, m, said, theirs)
+        # neighbours whose names would read alike (`compute-global-mean` / `-var` /
+        # `-mean-ordered`): by the words of its own that some of theirs lack
+        rivals = [label_name(n, self.vocab).split("-") for o in pending
+                  if o is not m and (n := _neighbour(o)) and n != call
+                  and self._pair(label_name(n, self.vocab).split("-"), o, said, theirs) == found]
+        own = [p for p in parts if not all(p in r for r in rivals)] if rivals else []
+        return (self._pair(own, m, said) if own else None) or found
 
     def _by_next(self, node: Region, m: Region, pending: list[Region],
                  said: list[str]) -> tuple[str, Region | None] | None:
@@ -504,9 +529,11 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
         after = m.between[1]
         if m.hot not in _HANDSHAKE_HOT or m.hot == "wait" or not after:
             return None
-        common = set.intersection(*(set(label_name(o.between[1], self.vocab).split("-")) for o in pending))
-        parts = [p for p in label_name(after, self.vocab).split("-") if p not in common]
-        return self._pair(["pre", *parts], m, said) if parts else None
+        parts = label_name(after, self.vocab).split("-")
+        rivals = [label_name(o.between[1], self.vocab).split("-") for o in pending
+                  if o is not m and o.between[1] and o.between[1] != after]
+        own = [p for p in parts if not all(p in r for r in rivals)] if rivals else parts
+        return self._pair(["pre", *own], m, said) if own else None
 
     def _by_bound(self, node: Region, m: Region, pending: list[Region],
                   said: list[str]) -> tuple[str, Region | None] | None:
@@ -514,8 +541,9 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
         its tail: `i < headNum` / `i < tailNum` -> `head` / `tail`)."""
         if m.kind != Kind.LOOP:
             return None
-        common = set.intersection(*(set(self._bound_parts(o)) for o in pending))
-        parts = [p for p in self._bound_parts(m) if p not in common]
+        # digits ignored: bounds `loop1` / `loop2` say nothing apart
+        common = set.intersection(*({_undigit(p) for p in self._bound_parts(o)} for o in pending))
+        parts = [p for p in self._bound_parts(m) if _undigit(p) and _undigit(p) not in common]
         return self._pair(parts, m, said) if parts else None
 
     def _by_writes(self, node: Region, m: Region, pending: list[Region],
@@ -535,30 +563,48 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
 
     def _bound_parts(self, m: Region) -> list[str]:
         """The words of a loop's bound: the names in its test, less its own variable."""
+        found = self.memo.get(("bound", id(m)))
+        if found is None:
+            found = self.memo[("bound", id(m))] = self._find_bound_parts(m)
+        return found
+
+    def _find_bound_parts(self, m: Region) -> list[str]:
         header = _loop_header(self._text(m, header=True))
         if header is None:
             return []
         test, own = header
-        names = [n for n in re.findall(r"[A-Za-z_]\w*", test) if n not in own and n not in _NOT_CALLS]
+        before = self._before(m)
+        names: list[str] = []
+        for name in re.findall(r"[A-Za-z_]\w*", test):
+            if name in own or name in _NOT_CALLS:
+                continue
+            # a local set just before the loop: what it was set from (`loop2 = hasTail`)
+            found = re.findall(rf"\b{re.escape(name)}\s*=(?!=)([^;]*);", before)
+            names += re.findall(r"[A-Za-z_]\w*", found[-1]) if found else [name]
         parts = [p for n in names for p in label_kebab(n).split("-")]
         return [p for p in dict.fromkeys(parts) if len(p) > 1 and p not in _PLAIN_WORDS
                 and not _COUNTER.fullmatch(p)]
 
-    def _loop_writes(self, m: Region) -> list[str]:
+    def _before(self, m: Region) -> str:
+        """The code before a region in its own function (where its loop's accumulators
+        and bounds are declared)."""
         a = m.anchor
         src = self.sources.get(a.path) if a is not None else None
         if a is None or src is None:
-            return []
-        # the code before the loop in its own function: where an accumulator is declared
-        fns = [fn for fn in self.ctx.analysis.index.functions.values()
-               if fn.src.path == a.path and fn.node.start_byte <= a.start < fn.node.end_byte]
-        if not fns:
-            return []
-        start = max(fn.node.start_byte for fn in fns)
+            return ""
+        start = max((s for s, e in self.spans.get(a.path, []) if s <= a.start < e), default=a.start)
+        return src.text[start:a.start].decode("utf-8", "replace")
+
+    def _loop_writes(self, m: Region) -> list[str]:
+        found = self.memo.get(("writes", id(m)))
+        if found is None:
+            found = self.memo[("writes", id(m))] = self._find_loop_writes(m)
+        return found
+
+    def _find_loop_writes(self, m: Region) -> list[str]:
         header = _loop_header(self._text(m, header=True))
         counters = header[1] if header is not None else set()
-        return [n for n in _writes(self._text(m), src.text[start:a.start].decode("utf-8", "replace"))
-                if n not in counters]
+        return [n for n in _writes(self._text(m), self._before(m)) if n not in counters]
 
     def _by_code(self, node: Region, m: Region, pending: list[Region],
                  said: list[str]) -> tuple[str, Region | None] | None:
@@ -575,6 +621,12 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
         return None
 
     def _step_calls(self, node: Region, m: Region) -> list[str]:
+        found = self.memo.get(("calls", id(m)))
+        if found is None:
+            found = self.memo[("calls", id(m))] = self._find_step_calls(node, m)
+        return found
+
+    def _find_step_calls(self, node: Region, m: Region) -> list[str]:
         if m.hot not in _HANDSHAKE_HOT:
             return self._calls(self._text(m))
         # a handshake: the step it ends (a wait: starts)
@@ -674,14 +726,18 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
         """A handshake named after a phase takes that phase's word as it is now (less the words
         its own label already has)."""
         for region, said in _with_said(self.ctx.root, []):
-            if region.partner is None or not region.words:
-                continue
-            role = region.words[0].split("-")[0]
-            theirs = [p for p in region.partner.words[0].split("-")] if region.partner.words else []
-            keep = [p for p in theirs if p not in _ROLE_WORDS and p not in said and p != role]
-            told = [p for p in region.told.split("-") if p and p not in keep and p not in said and p != role]
-            if keep:
-                region.words = ["-".join([role, *keep, *told]), *region.words[1:]]
+            self._follow(region, said)
+
+    @staticmethod
+    def _follow(region: Region, said: list[str]) -> None:
+        if region.partner is None or not region.words:
+            return
+        role = region.words[0].split("-")[0]
+        theirs = [p for p in region.partner.words[0].split("-")] if region.partner.words else []
+        keep = [p for p in theirs if p not in _ROLE_WORDS and p not in said and p != role]
+        told = [p for p in region.told.split("-") if p and p not in keep and p not in said and p != role]
+        if keep:
+            region.words = ["-".join([role, *keep, *told]), *region.words[1:]]
 
     # --- the limit ----------------------------------------------------------------------------
 
@@ -884,7 +940,8 @@ def _call_names(code: str) -> list[str]:
     return [n for _, n in sorted(found) if n not in _NOT_CALLS and not n.isupper()]
 
 
-_ASSIGNED = re.compile(r"(?<![\w.>])([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)?(?:[-+*/|&^]|<<|>>)?=(?!=)")
+_ASSIGNED = re.compile(r"(?<![\w.>])([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)?(?:(?:[-+*/|&^]|<<|>>)?=(?!=)|\+\+|--)"
+                       r"|(?:\+\+|--)\s*([A-Za-z_]\w*)")
 
 
 _DESTINATION = re.compile(r"\b[A-Z]\w*\s*(?:<[^;{}()]*>)?\s*\(\s*([A-Za-z_]\w*)")
@@ -900,9 +957,17 @@ def _writes(code: str, before: str) -> list[str]:
     own |= {n for init in re.findall(r"\bfor\s*\(([^;]*);", code)
             for n in re.findall(r"([A-Za-z_]\w*)\s*=", init)}
     # assigned, or the destination of a vector instruction (`Add(dst, a, b, n)`)
-    found = sorted([(m.start(), m.group(1)) for m in _ASSIGNED.finditer(code)]
+    found = sorted([(m.start(), m.group(1) or m.group(2)) for m in _ASSIGNED.finditer(code)]
                    + [(m.start(), m.group(1)) for m in _DESTINATION.finditer(code)])
     return list(dict.fromkeys(n for _, n in found if n in known and n not in own and n not in _NOT_CALLS))
+
+
+def _phase_parts(phase: Region) -> list[str]:
+    return [p for p in phase.words[0].split("-") if p not in _ROLE_WORDS]
+
+
+def _undigit(part: str) -> str:
+    return re.sub(r"\d+", "", part)
 
 
 def _body_text(fn: FunctionDef) -> str:

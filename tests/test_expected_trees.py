@@ -30,6 +30,7 @@ CASES = {
     "variant_flags": FIXTURES / "variant_flags" / "moe_variant_flags",
     "macro_work": FIXTURES / "macro_work" / "activation" / "moe_tile_glu",
     "key_chains": FIXTURES / "key_chains" / "moe_key_chain",
+    "step_names": FIXTURES / "step_names" / "moe_step_names",
 }
 
 
@@ -104,7 +105,7 @@ def test_a_run_of_key_tests_that_return_is_one_dispatch() -> None:
     expected = [ln.rstrip() for ln in text.splitlines() if ln.strip() and not ln.startswith("# ")]
     assert [v["condition"] for v in plan.variants] == expected
     inits = [r for r in plan.root.children if r.label == "init"]
-    assert len(inits) == 5 and all(a.exclusive_with(b) for a in inits for b in inits if a is not b)
+    assert len(inits) == 6 and all(a.exclusive_with(b) for a in inits for b in inits if a is not b)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
