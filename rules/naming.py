@@ -18,16 +18,27 @@ runs whole, `CpGM2GMPingPong` -> `cp-gm2gm-ping-pong`; long words short, `initia
   full name the others lack; its class; the AIV role; the flag a handshake waits on or
   sets; the phase a barrier or notify ends (a wait: the phase it starts) —
   `barrier-gmm1`, `barrier-combine`; `exit` on an early return's path; where the step it
-  ends has no region, the call beside it (a tile loop: the last other call in it); a
-  tile loop's variable; `loop` for a loop beside a call of the same step; the condition
-  it runs under; what it does first. The same step run again keeps one label: one
+  ends has no region, the call beside it (a tile loop: the last other call in it); where
+  two end the same call, the step each comes before (`barrier-pre-calc-weight`); a tile
+  loop's variable; `loop` for a loop beside a call of the same step; what a loop runs up
+  to (a main loop and its tail: `tail`; a bound `loop2` by what it was set from; digits
+  alone never tell two loops apart); what a loop accumulates (`below` / `equal`); the
+  condition it runs under; what it does first; a call in its code the others lack
+  (`first-sort` / `second-gather` for `FirstStep` / `SecondStep`). Where the names that
+  would tell them apart read alike (`compute-global-mean` / `compute-global-var` /
+  `gather-sum` / `gather-sum-ordered`), each takes the words of its own that some of the
+  others lack (`mean` / `var`; `ordered`). Steps are told apart before the handshakes
+  between them, so a barrier is named after the step as that step ends up named. The
+  same step run again keeps one label: one
   function called in one role, one flag (or family of flags, `evt` / `evt + 1`) set or
   waited on again, calls of one name whose code was not found, the arms of a variant
   dispatch (one launch runs one). Siblings nothing tells apart keep their label, and
   the plan says so; the plan lint counts them.
 - **A phase and its handshakes use one name.** A handshake named after a level-2 phase
   (OT109's partner, or the phase a level-2 barrier ends) follows that phase's final word,
-  less the words its own label already has.
+  less the words its own label already has, and keeps the word that told it apart from a
+  sibling (two notifies of one phase by their flags: `notify-release-v2c-ping` /
+  `notify-release-v2c-pong`).
 - **The limit.** A label over `naming.max_length` is shortened one cut at a time: the
   longest word on its path first (the deepest on a tie), the phase's word last; each cut
   the gentlest left — two of its phase words, a phase word with its neighbour, its first
