@@ -361,11 +361,11 @@ class Planner:
         self.walk_seq(fn, node.named_children, ctx, parent)
 
     def walk_seq(self, fn: FunctionDef, stmts: list[Node], ctx: Ctx, parent: Region) -> None:
-        """Statements in order (a block's, a `#if` arm's). A run of variant tests with no `else` is one
-        dispatch when no two of its arms can run in one launch: each arm but the last
-        returns (`if (TILING_KEY_IS(1)) { ...; return; } if (TILING_KEY_IS(2)) ...`), or
-        they test different constants of one key. What follows a run whose every arm
-        returns runs only when none matched: that run's last arm."""
+        """Statements in order (a block's, a `#if` arm's). A run of variant tests with no
+        `else` is one dispatch when no two of its arms can run in one launch: each arm but
+        the last returns (`if (TILING_KEY_IS(1)) { ...; return; } if (TILING_KEY_IS(2))
+        ...`), or they test one expression against different constants. What follows a run
+        whose every arm returns runs only when none matched: that run's last arm."""
         run: _Run | None = None
         for i, child in enumerate(stmts):
             test = self._open_variant_test(fn, child)
@@ -382,9 +382,7 @@ class Planner:
                 # the rest of the block is the run's fall-through arm
                 arm = (run.chain_id, len(run.arms))
                 self.conditions[arm] = " && ".join(f"!({c})" for c, _ in run.arms)
-                rest = replace(ctx, variant=(*ctx.variant, arm))
-                for later in stmts[i:]:
-                    self.walk_stmt(fn, later, rest, parent)
+                self.walk_seq(fn, stmts[i:], replace(ctx, variant=(*ctx.variant, arm)), parent)
                 return
             if child.type != "comment":
                 run = None
@@ -1094,14 +1092,15 @@ def _key_constant(condition: str) -> tuple[str, str] | None:
 
 
 def _other_constant(a: str, b: str) -> bool:
-    """Two tests of one tiling key against different constants: never both true."""
+    """Two tests of one expression against different constants: never both true (constants
+    told apart by their spelling: two names for one value would be read as two)."""
     ka, kb = _key_constant(a), _key_constant(b)
     return ka is not None and kb is not None and ka[0] == kb[0] and ka[1] != kb[1]
 
 
 @dataclass
 class _Run:
-    """A run of variant `if`s with no `else` in one block (Planner.walk_block)."""
+    """A run of variant `if`s with no `else` in one block (Planner.walk_seq)."""
 
     chain_id: str
     arms: list[tuple[str, bool]] = field(default_factory=list)  # (condition, returns)

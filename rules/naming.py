@@ -648,7 +648,8 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
             return self._calls(self._text(step))
         name = m.between[1] if m.hot == "wait" else m.between[0]
         fns = self.ctx.analysis.index.by_name.get(name, []) if name else []
-        return [name, *self._calls(_body_text(fns[0]))] if fns else ([name] if name else [])
+        # one definition of that name: its code (several: which one runs is not known here)
+        return [name, *self._calls(_body_text(fns[0]))] if len(fns) == 1 else ([name] if name else [])
 
     def _text(self, m: Region, header: bool = False) -> str:
         """The code a region measures: its callee's body, else its own span (with the loop
@@ -679,7 +680,7 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
                 continue
             out.append(name)
             fns = self.ctx.analysis.index.by_name.get(name, [])
-            if depth and fns:
+            if depth and len(fns) == 1:
                 out += [c for c in self._calls(_body_text(fns[0]), depth - 1) if c not in out]
         if depth:
             self.calls_of[code] = out
