@@ -303,7 +303,8 @@ def new_errors(before: set[tuple[str, str, str]], after: set[tuple[str, str, str
             if (f, m) not in messages or "'" not in m]
 
 
-def run_operator(op_rel: str, scratch: Path, timeout: float, compile_diff: bool) -> OperatorResult:
+def run_operator(op_rel: str, scratch: Path, timeout: float, compile_diff: bool,
+                 plan_only: bool = False) -> OperatorResult:
     parts = Path(op_rel).parts
     category = "/".join(parts[:2]) if parts[0] == "experimental" and len(parts) > 2 else parts[0]
     res = OperatorResult(op_rel, category)
@@ -378,7 +379,7 @@ def run_operator(op_rel: str, scratch: Path, timeout: float, compile_diff: bool)
             if bare.rc == 0 and bare.secs > 0:
                 res.parse_secs = bare.secs
                 res.plan_ratio = step.secs / bare.secs
-        if step.rc != 0:
+        if step.rc != 0 or plan_only:
             return res
 
         # 2. apply --write, in the default mode (optrace chooses per operator)
@@ -600,6 +601,10 @@ def targets(s: dict[str, Any]) -> list[tuple[str, str, bool]]:
             s["lint"].get("points_in_spin_loops", 1) == 0,
         ),
     ]
+    if s.get("plan_only"):
+        # apply, check and strip were not run: only what the plan says is measured
+        rows = [r for r in rows if not r[0].startswith(("strip", "0 compile", "0 operators where check",
+                                                        "the plan's \"edited\"", "apply exits"))]
     names = [s["lint"].get(k) for k in NAME_LINT]
     rows.append(
         (
@@ -740,6 +745,7 @@ def render_saved(report_path: Path) -> int:
         steps = {k: Step(**v) for k, v in op.pop("steps").items()}
         results.append(OperatorResult(**op, steps=steps))
     summary = summarise(results)
+    summary["plan_only"] = report["summary"].get("plan_only", False)
     meta = report["meta"]
     update_results_md(meta["repo"], render_md(meta["repo"], meta, summary, results))
     print(f"{RESULTS_MD}: section {meta['repo']} from {report_path}")
@@ -762,6 +768,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="JSON report (default bench/corpus/<name>.json)")
     ap.add_argument("--no-compile", action="store_true", help="skip the before/after host compile")
     ap.add_argument("--no-md", action="store_true", help="do not refresh bench/corpus-results.md")
+    ap.add_argument("--plan-only", action="store_true",
+                    help="run plan alone (tree, lint, ratio to a bare parse): no apply, check or strip")
     ap.add_argument("--render", type=Path, metavar="REPORT",
                     help="only refresh bench/corpus-results.md from a saved JSON report")
     args = ap.parse_args(argv)
@@ -798,7 +806,7 @@ def main(argv: list[str] | None = None) -> int:
         def work(op: str) -> OperatorResult:
             scratch = scratches.get()
             try:
-                r = run_operator(op, scratch, args.timeout, not args.no_compile)
+                r = run_operator(op, scratch, args.timeout, not args.no_compile, args.plan_only)
             except Exception as exc:  # the harness itself: report, keep going
                 r = OperatorResult(op, Path(op).parts[0], failures=[f"harness: {type(exc).__name__}: {exc}"])
                 try:
@@ -816,6 +824,7 @@ def main(argv: list[str] | None = None) -> int:
             list(pool.map(work, ops))
     results.sort(key=lambda r: r.op)
     summary = summarise(results)
+    summary["plan_only"] = args.plan_only
     print()
     for t, m, ok in targets(summary):
         print(f"  {'ok ' if ok else 'NO '} {t}: {m}")

@@ -127,17 +127,35 @@ def _can_leave_early(stmt: Node) -> bool:
     return False
 
 
+def _statement_end(stmt: Node) -> int:
+    """Where the statement ends, its `;` included. A macro call with a type among its
+    arguments (`RUN_IMPL(Kernel, float);`) is an error node to tree-sitter and its `;` an
+    empty statement of its own; the macro's body may be `do { ... } while (0)`, which needs
+    that `;` on the same side of the braces apply writes."""
+    after = stmt.next_sibling
+    if stmt.type == "ERROR" and after is not None and after.type == "expression_statement" and \
+            after.named_child_count == 0 and after.end_byte - after.start_byte == 1:
+        return after.end_byte
+    return stmt.end_byte
+
+
 def _around_statement(data: bytes, stmt: Node, region: Region, depth: int) -> list[Edit]:
+    # The statement itself, not a node of the same span inside it (an error node's
+    # declarator): its parent says whether it stands in a block.
+    while stmt.parent is not None and (stmt.parent.start_byte, stmt.parent.end_byte) == (
+            stmt.start_byte, stmt.end_byte) and stmt.parent.type != "translation_unit":
+        stmt = stmt.parent
     parent = stmt.parent
     label, index = region.label, region.index_var
     begin = f"MoeTracing({point_args(label, 'B', index)});".encode()
     end = f"MoeTracing({point_args(label, 'E', index)});".encode()
+    stmt_end = _statement_end(stmt)
     alone = (not data[line_start(data, stmt.start_byte) : stmt.start_byte].strip()
-             and not data[stmt.end_byte : line_end(data, stmt.end_byte)].strip())
+             and not data[stmt_end : line_end(data, stmt_end)].strip())
     newline = newline_of(data)
     indent = indent_at(data, stmt.start_byte)
     before = line_start(data, stmt.start_byte)
-    after = line_end(data, stmt.end_byte, include_newline=True)
+    after = line_end(data, stmt_end, include_newline=True)
     tail = b"" if data[:after].endswith(b"\n") else newline
     if alone and parent is not None and parent.type == "compound_statement" and (
             stmt.type != "return_statement" and not _can_leave_early(stmt)):
@@ -159,7 +177,7 @@ def _around_statement(data: bytes, stmt: Node, region: Region, depth: int) -> li
     return [
         Edit(Path(), stmt.start_byte, stmt.start_byte, FRAG_OPEN + b"{ " + guard + b" " + FRAG_CLOSE,
              CODEMOD),
-        Edit(Path(), stmt.end_byte, stmt.end_byte, FRAG_OPEN + b" }" + FRAG_CLOSE, CODEMOD),
+        Edit(Path(), stmt_end, stmt_end, FRAG_OPEN + b" }" + FRAG_CLOSE, CODEMOD),
     ]
 
 

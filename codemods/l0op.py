@@ -52,6 +52,7 @@ CODEMOD = "l0op"
 SOURCE_SUFFIXES = (".cpp", ".cc", ".h", ".hpp")
 LAUNCH_RE = re.compile(rb"\bADD_TO_LAUNCHER_LIST_AICORE\s*\(")
 OUTPUT_RE = re.compile(rb"OP_OUTPUT\s*\(")
+INPUT_RE = re.compile(rb"OP_INPUT\s*\(")
 ROOT_RE = re.compile(r"^aclnn\w*GetWorkspaceSize$")
 _SKIP_DIRS = frozenset({"tests", "test", "ut", "examples", "docs", "op_kernel"})
 
@@ -79,6 +80,9 @@ class Launch:
     line: int
     outputs: tuple[tuple[int, int], ...] | None  # the OP_OUTPUT items; None: no OP_OUTPUT
     output_close: int  # OP_OUTPUT's `)`
+    # Where an `OP_OUTPUT(...)` argument goes when the launch has none (an op that only
+    # reads and checks its inputs): after its `OP_INPUT(...)` argument; -1 without one.
+    after_inputs: int = -1
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,9 @@ class Site:
     open_at: int
     close_at: int
     line: int
+    # A call leaving trailing parameters to their defaults: those defaults, written out
+    # before the profiling buffer (which, last, can only be passed positionally).
+    defaults: tuple[bytes, ...] = ()
 
     def profiling_item(self, data: bytes) -> int | None:
         for i, (s, e) in enumerate(self.items):
@@ -137,6 +144,7 @@ def _launches(path: Path, data: bytes, code: bytes, op_name: str) -> list[Launch
             continue
         outputs: tuple[tuple[int, int], ...] | None = None
         output_close = -1
+        after_inputs = next((e for s, e in args[1:] if INPUT_RE.match(code, s, e)), -1)
         for s, e in args[1:]:
             om = OUTPUT_RE.match(code, s, e)
             if om is None:
@@ -147,7 +155,8 @@ def _launches(path: Path, data: bytes, code: bytes, op_name: str) -> list[Launch
                 outputs = tuple(split_top(code, o_open + 1, output_close))
             break
         op_type = code[args[0][0] : args[0][1]].decode()
-        out.append(Launch(path, op_type, m.start(), line_number(data, m.start()), outputs, output_close))
+        out.append(Launch(path, op_type, m.start(), line_number(data, m.start()), outputs, output_close,
+                          after_inputs))
     return out
 
 
@@ -206,11 +215,13 @@ def threading(layers: Layers, clean: bool = True) -> Threading:
                     grown = True
     result.functions = need
     counts: dict[str, set[int]] = {}
+    tails: dict[str, set[tuple[bytes | None, ...]]] = {}  # each declaration's default per parameter
     for path, fns in decls.items():
         data = texts[path]
         for fn in fns:
             if fn.name in need:
                 counts.setdefault(fn.name, set()).add(len(fn.params))
+                tails.setdefault(fn.name, set()).add(tuple(_default(data[s:e]) for s, e in fn.params))
                 static = re.search(rb"\bstatic\b", codes[path][fn.start : fn.params_open]) is not None
                 result.sites.append(Site(path, fn.name, False, fn.body_open >= 0, static, fn.params,
                                          fn.params_open, fn.params_close, line_number(data, fn.params_open)))
@@ -232,6 +243,9 @@ def threading(layers: Layers, clean: bool = True) -> Threading:
             # The shared header's declaration is threaded too (with `= nullptr`): the
             # definition and its declaration stay one function, other includers compile.
             result.sites.extend(declared)
+            shown = clean_bytes(header) if clean else read_regular(header)
+            for decl in declared:  # where a call's defaults are stated
+                tails.setdefault(decl.function, set()).add(tuple(_default(shown[s:e]) for s, e in decl.items))
             prototyped.add(site.function)
             caller = _caller_elsewhere(layers, site.function, header)
             if caller is not None:
@@ -249,13 +263,36 @@ def threading(layers: Layers, clean: bool = True) -> Threading:
             items = tuple(split_top(code, paren + 1, close))
             site = Site(path, name, True, False, False, items, paren, close, line_number(data, paren))
             if site.profiling_item(data) is None and len(items) not in counts.get(name, set()):
-                result.errors.append((path, data, paren, f"this call of `{name}` passes {len(items)} "
-                                      f"argument(s) and leaves the rest to their defaults: the profiling "
-                                      "buffer, its new last parameter, cannot be passed positionally; "
-                                      "write the defaulted arguments out"))
-                continue
+                written = _written_out(tails.get(name, set()), len(items))
+                if written is None:
+                    result.errors.append((path, data, paren, f"this call of `{name}` passes {len(items)} "
+                                          "argument(s) and leaves the rest to defaults that no declaration "
+                                          "in the operator's op_api files states plainly (or two state "
+                                          "differently): the profiling buffer, its new last parameter, "
+                                          "cannot be passed positionally; write the defaulted arguments out"))
+                    continue
+                site = Site(path, name, True, False, False, items, paren, close, line_number(data, paren),
+                            written)
             result.sites.append(site)
     return result
+
+
+def _default(param: bytes) -> bytes | None:
+    """`bool transpose = false` -> `false`; None without a default, or with a comment in
+    it (written into a call, a `//` would swallow the rest of the line)."""
+    _, eq, value = param.partition(b"=")
+    if not eq or not value.strip() or b"//" in value or b"/*" in value:
+        return None
+    return b" ".join(value.split())
+
+
+def _written_out(tails: set[tuple[bytes | None, ...]], passed: int) -> tuple[bytes, ...] | None:
+    """The defaults of the parameters after the first `passed`, as the declarations give
+    them: one text per parameter, the same in every declaration that has them all (an
+    overload set declares them alike); None when none does, or two disagree."""
+    found = {tuple(d for d in tail[passed:] if d is not None) for tail in tails
+             if len(tail) > passed and None not in tail[passed:]}
+    return next(iter(found)) if len(found) == 1 else None
 
 
 def _outside_prototype(layers: Layers, path: Path, data: bytes, name: str, arity: int,
@@ -332,8 +369,13 @@ def l0op_edits(layers: Layers, mode: str = "B") -> list[Edit]:
     for ln in th.launches:
         data = data_of(ln.path)
         if ln.outputs is None:
-            raise input_error(CODE_LAYER_SHAPE, f"the launch of {ln.op_type} has no OP_OUTPUT(...) to put "
-                              "the profiling output in", ln.path, data, ln.at)
+            if ln.after_inputs < 0:
+                raise input_error(CODE_LAYER_SHAPE, f"the launch of {ln.op_type} has neither OP_OUTPUT(...) "
+                                  "nor OP_INPUT(...) to put the profiling output after", ln.path, data, ln.at)
+            # An op without outputs: the profiling output is its only one, after its inputs.
+            edits.append(fragment(ln.path, ln.after_inputs, b", OP_OUTPUT(" + PROFILING_VAR.encode() + b")",
+                                  CODEMOD, f"launch of {ln.op_type}: the profiling output, its only output"))
+            continue
         if any("profiling" in last_ident(data[s:e]).lower() for s, e in ln.outputs):
             continue
         at = ln.outputs[-1][1] if ln.outputs else ln.output_close
@@ -353,7 +395,7 @@ def l0op_edits(layers: Layers, mode: str = "B") -> list[Edit]:
                                   "remove it) by hand", site.path, data, s)
             continue
         if site.is_call:
-            text = PROFILING_VAR.encode()
+            text = b", ".join((*site.defaults, PROFILING_VAR.encode()))
         else:
             star = b"const aclTensor* " if b"aclTensor* " in data and b"aclTensor *" not in data \
                 else b"const aclTensor *"

@@ -56,6 +56,17 @@ class OpDefOutput:
     start: int  # `this`
     end: int  # just past the `;`
     line: int
+    # An output whose statement takes its name from a variable: where the statement that
+    # names it starts and ends — a loop over a list of names (`for (auto n : kOut) {
+    # this->Output(n)...; }`), or a call of a helper lambda (`cfgOutput("y");` of `auto
+    # cfgOutput = [this](const char* n) { this->Output(n)...; };`). What goes after the
+    # output goes after that statement, once, at its indent.
+    loop: tuple[int, int] | None = None
+
+    @property
+    def after(self) -> int:
+        """Just past the statement, or past the loop or call naming it."""
+        return self.loop[1] if self.loop is not None else self.end
 
 
 @dataclass(frozen=True)
@@ -108,7 +119,7 @@ def opdef_file(layers: Layers) -> Path | None:
 
 def _named_statements(path: Path, data: bytes, code: bytes, kind: bytes, lo: int, hi: int,
                       strict: bool = True, receiver: bytes = rb"\bthis\s*->") -> list[OpDefOutput]:
-    out = []
+    out: list[OpDefOutput] = []
     for m in re.finditer(receiver + rb"\s*" + kind + rb"\s*\(", code[:hi]):
         if m.start() < lo:
             continue
@@ -117,6 +128,12 @@ def _named_statements(path: Path, data: bytes, code: bytes, kind: bytes, lo: int
         name = re.fullmatch(rb'"([^"\\]*)"', arg)
         if name is None and not strict:
             name = re.fullmatch(rb"(.*)", arg, re.S)  # an input only lends its layout
+        named = (_loop_names(data, code, arg, m.start(), lo) or _helper_names(data, code, arg, m.start(), hi)
+                 if name is None else None)
+        if named is not None:
+            end = statement_end(code, m.start())
+            out.extend(OpDefOutput(n, m.start(), end, line_number(data, site[0]), site) for n, site in named)
+            continue
         if name is None:
             raise input_error(CODE_OPDEF_OUTPUTS, "cannot locate the OpDef's outputs: "
                               f"`this->{kind.decode()}({arg.decode(errors='replace')})` does not name the "
@@ -124,6 +141,59 @@ def _named_statements(path: Path, data: bytes, code: bytes, kind: bytes, lo: int
         end = statement_end(code, m.start())
         out.append(OpDefOutput(name.group(1).decode(), m.start(), end, line_number(data, m.start())))
     return out
+
+
+_RANGE_FOR_RE = re.compile(rb"\bfor\s*\(\s*(?:const\s+)?(?:auto|char\s*(?:const\s*)?\*|std::string)"
+                           rb"\s*[&*]?\s*([A-Za-z_]\w*)\s*:\s*([A-Za-z_]\w*)\s*\)\s*\{")
+
+
+_LAMBDA_RE = re.compile(rb"\bauto\s+([A-Za-z_]\w*)\s*=\s*\[[^\]]*\]\s*\(\s*(?:const\s+)?"
+                        rb"(?:char\s*(?:const\s*)?\*|std::string\s*&?|auto)\s*([A-Za-z_]\w*)\s*\)[^{;]*\{")
+_NAME_ARG_RE = re.compile(rb'\s*\(\s*"([^"\\]*)"\s*\)\s*;')
+
+
+def _helper_names(data: bytes, code: bytes, arg: bytes, at: int,
+                  hi: int) -> list[tuple[str, tuple[int, int]]] | None:
+    """`this->Output(n)` in a helper lambda (`auto cfgOutput = [this](const char* n) {
+    ... };`) called with string literals (`cfgOutput("y");`): each call's name and the
+    call statement's (start, end); None otherwise (a call with anything but a literal too)."""
+    for m in reversed(list(_LAMBDA_RE.finditer(code, 0, at))):
+        close = match_bracket(code, m.end() - 1)
+        if m.group(2) != arg or close < at:
+            continue
+        calls = list(re.finditer(rb"(?<![\w.>])" + re.escape(m.group(1)) + rb"\s*\(", code[:hi]))
+        found = []
+        for call in calls:
+            if call.start() < close:
+                continue
+            literal = _NAME_ARG_RE.match(data, call.end() - 1)
+            if literal is None:
+                return None
+            found.append((literal.group(1).decode(), (call.start(), literal.end())))
+        return found or None
+    return None
+
+
+def _loop_names(data: bytes, code: bytes, arg: bytes, at: int,
+                lo: int) -> list[tuple[str, tuple[int, int]]] | None:
+    """`this->Output(n)` in `for (auto n : kOut) { ... }` over `kOut[] = {"y1", "y2"}`:
+    each name in order with the loop's (start, end past its `}`); None otherwise."""
+    if re.fullmatch(rb"[A-Za-z_]\w*", arg) is None:
+        return None
+    for m in reversed(list(_RANGE_FOR_RE.finditer(code, lo, at))):
+        close = match_bracket(code, m.end() - 1)
+        if m.group(1) != arg or close < at:
+            continue
+        array = re.compile(rb"\b" + re.escape(m.group(2)) + rb"\s*\[\s*\d*\s*\]\s*=\s*\{([^{}]*)\}")
+        listed = next(reversed(list(array.finditer(code, 0, m.start()))), None)  # the nearest before
+        if listed is None:
+            return None
+        text = data[listed.start(1) : listed.end(1)]
+        names = re.findall(rb'"([^"\\]*)"', text)
+        if not names or re.fullmatch(rb'\s*"[^"\\]*"(?:\s*,\s*"[^"\\]*")*\s*,?\s*', text) is None:
+            return None  # not a plain list of string literals
+        return [(n.decode(), (m.start(), close + 1)) for n in names]
+    return None
 
 
 def parse_opdef(path: Path, data: bytes, camel: str) -> OpDefInfo:
@@ -224,8 +294,12 @@ def _statement_text(data: bytes, code: bytes, out: OpDefOutput, param_type: str)
         pieces.append(b".ParamType(OPTIONAL)")
     pieces.append(data[pos : out.end])  # whitespace / newline before the `;`, and the `;`
     text = b"".join(pieces)
-    indent = leading_ws(data, out.start)
+    indent = leading_ws(data, out.loop[0] if out.loop is not None else out.start)
     lines = (indent + text).replace(b"\r\n", b"\n").split(b"\n")
+    if out.loop is not None:
+        # out of the loop's body: its continuation lines one body's indent to the left
+        deeper = len(leading_ws(data, out.start)) - len(indent)
+        lines = lines[:1] + [ln[min(deeper, len(ln) - len(ln.lstrip())):] for ln in lines[1:]]
     # The template's comments describe its own dtypes, not profiling_data's; a line that
     # is only a comment would also not carry the line mark strip looks for.
     return [ln.rstrip() for ln in lines if ln.strip() and not ln.lstrip().startswith((b"//", b"/*", b"*"))]
@@ -274,7 +348,7 @@ def op_def_edits(plan: Plan, mode: str) -> list[Edit]:
     edits = []
     for tpl in templates:
         lines = [part for line in _statement_text(data, code, tpl, param_type) for part in _at_width(line)]
-        at = line_end(data, tpl.end - 1, include_newline=True)
+        at = line_end(data, tpl.after - 1, include_newline=True)
         body = b"".join(line + LINE_MARK + nl for line in lines)
         if not data[:at].endswith(b"\n"):
             body = nl + body[: -len(nl)]

@@ -139,18 +139,24 @@ def _head(data: bytes) -> list[tuple[int, int, bytes]]:
     return out
 
 
-def _after_last_include(data: bytes) -> int:
-    """Where an include of the runtime goes: after the last `#include` of the file's head
-    at the shallowest `#if` depth there, so it precedes every use and is not made
-    conditional. An include further down (a file ending in `#include "impl_bf16.h"`) is
-    after code that may already carry points."""
+def _last_head_include(head: list[tuple[int, int, bytes]]) -> tuple[int | None, int | None]:
+    """(end of the line, `#if` depth) of the head's last include at its shallowest depth."""
     best, best_depth = None, None
-    head = _head(data)
     for pos, depth, line in head:
         directive = line.strip()[1:].lstrip()
         if directive.startswith(b"include") and _INCLUDE_RE.match(line) and (best_depth is None or
                                                                              depth <= best_depth):
             best, best_depth = pos + len(line.rstrip(b"\r\n")), depth
+    return best, best_depth
+
+
+def _after_last_include(data: bytes) -> int:
+    """Where an include of the runtime goes: after the last `#include` of the file's head
+    at the shallowest `#if` depth there, so it precedes every use and is not made
+    conditional. An include further down (a file ending in `#include "impl_bf16.h"`) is
+    after code that may already carry points."""
+    head = _head(data)
+    best, best_depth = _last_head_include(head)
     if best is not None and best_depth:
         # Every include is in an `#if` / `#else` arm: after the `#endif` that closes them,
         # so the code of every arm sees the runtime (an include in the last arm only
@@ -158,6 +164,9 @@ def _after_last_include(data: bytes) -> int:
         for pos, depth, line in head:
             if pos > best and depth == 0 and line.strip()[1:].lstrip().startswith(b"endif"):
                 return line_end(data, pos + len(line.rstrip(b"\r\n")), include_newline=True)
+        closing = _endif_past_declarations(data, best, best_depth)
+        if closing is not None:
+            return closing
     if best is not None:
         return line_end(data, best, include_newline=True)
     guard = _GUARD_RE.search(data)
@@ -166,13 +175,55 @@ def _after_last_include(data: bytes) -> int:
     return 0
 
 
+# What may stand between an arm's last include and its `#endif` without holding code a
+# point could be in: directives (a `#define` with its continuation lines), `using` and
+# namespace aliases, blank lines.
+_DECLARATION_ONLY_RE = re.compile(rb"(?:using\b[^;{}]*|namespace\s+\w+\s*=[^;{}]*);")
+
+
+def _endif_past_declarations(data: bytes, start: int, depth: int) -> int | None:
+    """The end of the line of the `#endif` closing the arms an include at `start` sits in
+    (`depth` deep), when only directives, `using` declarations and namespace aliases come
+    between (`using namespace X;`, a `#define` of the launch macro): after it the include
+    precedes every point of every arm. None when code that may hold points comes first."""
+    code = blank_comments(data)
+    pos = line_end(code, start, include_newline=True)
+    continued = False
+    while pos < len(code):
+        end = line_end(code, pos, include_newline=True)
+        line = code[pos:end].strip()
+        if continued or line.startswith(b"#"):
+            directive = line[1:].lstrip() if not continued else b""
+            if directive.startswith(b"if"):
+                depth += 1
+            elif directive.startswith(b"endif"):
+                depth -= 1
+                if depth == 0:
+                    return end
+            continued = line.endswith(b"\\")
+        elif line and _DECLARATION_ONLY_RE.fullmatch(line) is None:
+            return None
+        pos = end
+    return None
+
+
 def _includes_unconditionally(path: Path, data: bytes, targets: set[Path]) -> bool:
     """Whether the file includes one of `targets` in its head outside every `#if` (its
     include guard aside): an include in one arm leaves code compiled under the other
     without the runtime."""
-    for _pos, depth, line in _head(data):
+    head = _head(data)
+    lines = [line for _pos, depth, line in head if not depth]
+    best, best_depth = _last_head_include(head)
+    closing = _endif_past_declarations(data, best, best_depth) if best is not None and best_depth else None
+    if closing is not None:
+        # the includes apply writes after the `#endif` closing the head's arms
+        for line in data[closing:].splitlines()[:8]:
+            if line.strip() and not _QUOTED_INCLUDE_RE.match(line):
+                break
+            lines.append(line)
+    for line in lines:
         m = _QUOTED_INCLUDE_RE.match(line)
-        if m is None or depth:
+        if m is None:
             continue
         name = m.group(1).decode("utf-8", "replace")
         if (path.parent / name).resolve() in targets:

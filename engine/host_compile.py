@@ -484,6 +484,18 @@ typedef unsigned long uintptr_t; typedef long intptr_t;
 namespace std {
 using ::int8_t; using ::int16_t; using ::int32_t; using ::int64_t; using ::uint8_t;
 using ::uint16_t; using ::uint32_t; using ::uint64_t; using ::size_t; using ::ptrdiff_t;
+// The type traits kernels test their element type with: a class whose member is
+// `static constexpr bool kIsInt32 = std::is_same_v<T, int32_t>;` must not leave, by the
+// parser's recovery, a member named `int32_t` hiding the type in the whole class.
+template <class A, class B> struct is_same { static constexpr bool value = false; };
+template <class A> struct is_same<A, A> { static constexpr bool value = true; };
+template <class A, class B> inline constexpr bool is_same_v = is_same<A, B>::value;
+template <bool C, class T = void> struct enable_if {};
+template <class T> struct enable_if<true, T> { typedef T type; };
+template <bool C, class T = void> using enable_if_t = typename enable_if<C, T>::type;
+template <bool C, class T, class F> struct conditional { typedef T type; };
+template <class T, class F> struct conditional<false, T, F> { typedef F type; };
+template <bool C, class T, class F> using conditional_t = typename conditional<C, T, F>::type;
 template <class F> class function;
 template <class R, class... A> class function<R(A...)> {
 public:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import html
 import json
 import shutil
 import subprocess
@@ -12,12 +11,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
-import networkx as nx
-
 from optrace.engine.codes import OT020, OT021, OT108
 from optrace.engine.diagnostics import display_path
 from optrace.engine.model import Region
 from optrace.engine.plan import Plan
+from optrace.pipeline.graph_page import graph_html
 from optrace.pipeline.plan_text import region_summary, submodule_names, toolkit_origin, wrap
 from optrace.runtime.atomic import write_output
 
@@ -367,41 +365,6 @@ def graph_dot(plan: Plan) -> str:
         lines.append(f"  {ids[a]} -> {ids[b]};")
     lines.append("}")
     return "\n".join(lines) + "\n"
-
-
-def graph_html(plan: Plan) -> str:
-    """A self-contained page: the call tree as nested lists, traced nodes highlighted.
-
-    Each function is listed once, under the first caller a depth-first walk from the
-    entry meets; a later call of it is a reference line (`-> name`). Walked by networkx,
-    without recursion, so a deep or wide call graph costs its size and no more."""
-    g = plan.analysis.callgraph
-    traced = _traced_functions(plan)
-    start = plan.analysis.entry_fn.id
-
-    def name_of(node: str) -> str:
-        return html.escape(str(g.nodes[node].get("label", node)))
-
-    parts: list[str] = []
-    for caller, node, kind in nx.dfs_labeled_edges(g, start):
-        if kind == "forward":
-            data = g.nodes[node]
-            where = html.escape(f"{Path(str(data.get('file', ''))).name}:{data.get('line', '')}")
-            cls = "traced" if node in traced else ""
-            parts.append(f'<li><span class="{cls}">{name_of(node)}</span> <small>{where}</small><ul>')
-        elif kind == "reverse":
-            parts.append("</ul></li>")
-        elif kind == "nontree" and caller != node:
-            parts.append(f'<li class="ref">&rarr; {name_of(node)}</li>')
-    body = "".join(parts).replace("<ul></ul>", "")
-    title = html.escape(f"optrace call graph: {plan.analysis.layers.op_name}")
-    return (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>"
-        "body{font-family:monospace;font-size:13px} ul{list-style:none;border-left:1px solid #ccc;"
-        "margin-left:1em;padding-left:1em} .traced{background:#ffd27f;font-weight:bold}"
-        f"</style></head><body><h1>{title}</h1><p>highlighted: functions the plan traces</p>"
-        f"<ul>{body}</ul></body></html>\n"
-    )
 
 
 # The graph's formats by suffix: written by optrace, or drawn by Graphviz's `dot`.

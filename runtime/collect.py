@@ -51,8 +51,8 @@ from .formats import output_format as output_format  # the CLI's fast collect ch
 from .launches import launch_name
 from .numbers import RANK, RANK_OFFSET_US, check_number
 from .placement import Placement, place_ranks, rank_process_name
-from .pointmap import POINT_MAP_NAME, PointMap, load_point_map
-from .rankfile import RankFileName, find_rank_files, read_rank_file
+from .pointmap import PointMap, load_point_map, resolve_point_map
+from .rankfile import RankFileName, list_rank_files, read_rank_file
 from .records import FrozenRecord, Record
 from .trace_files import SizeWatch, write_files
 from .workers import Channel, Ticks, Worker, can_fork
@@ -239,28 +239,6 @@ def parse_rank_offsets(text: str) -> dict[int, float]:
         check_number(f"--rank-offsets rank {rank.strip()}", number, RANK)
         offsets[number] = check_number(f"--rank-offsets {part.strip()!r}", offset, RANK_OFFSET_US)
     return offsets
-
-
-def resolve_point_map(profiling_dir: Path, explicit: Path | None) -> Path:
-    if explicit is not None:
-        return explicit
-    beside = profiling_dir / POINT_MAP_NAME
-    if os.path.lexists(beside):  # a FIFO or a directory there is named when it is read
-        return beside
-    raise ProfilingInputError(
-        profiling_dir, f"no {POINT_MAP_NAME} beside the rank files: pass --point-map MAP"
-    )
-
-
-def list_rank_files(profiling_dir: Path) -> list[tuple[RankFileName, Path]]:
-    if not profiling_dir.exists():
-        raise ProfilingInputError(profiling_dir, "no such directory")
-    if not profiling_dir.is_dir():
-        raise ProfilingInputError(profiling_dir, "not a directory (expected a profiling directory)")
-    files = find_rank_files(profiling_dir)
-    if not files:
-        raise ProfilingInputError(profiling_dir, "no rank*.pt files")
-    return files
 
 
 def _selected_files(profiling_dir: Path, options: CollectOptions) -> list[tuple[RankFileName, Path]]:

@@ -31,17 +31,12 @@ import numpy as np
 from .atomic import OutputError, replace_directory
 from .chrome import _quantised, label_matcher
 from .collect import CollectOptions, RankOutcome, rank_entry
+from .dataset_layout import MARKER, PART_NAME, PARTITION, SCHEMA_VERSION, is_dataset, require_duckdb
 from .decode import STATUS_NAMES, DecodeOptions, RankDecode, decode_rank
 from .errors import ProfilingInputError
 from .placement import Placement
 from .pointmap import PointMap
 from .rankfile import read_rank_file
-
-#: Bumped when a column changes meaning or goes; a new column is added without a bump.
-SCHEMA_VERSION = 1
-MARKER = "_optrace_dataset.json"
-PARTITION = "rank"
-PART_NAME = "part-0.parquet"
 
 #: (column, DuckDB type, meaning): one row per span. ``rank`` is the partition's (the
 #: folder name), not stored in the files, as Hive-style readers expect.
@@ -59,26 +54,6 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("loop_index", "INTEGER", "the loop iteration a span of an indexed point records, else NULL"),
     ("status", "VARCHAR", "ok, closed_by_parent (its E was missing) or unclosed"),
 )
-EXTRA = "ascend-optrace[query]"
-
-
-def require_duckdb(path: Path) -> ModuleType:
-    """DuckDB, or ``path: ... needs the [query] extra`` (exit 2)."""
-    try:
-        import duckdb  # the [query] extra
-    except ImportError:
-        raise ProfilingInputError(path, f"a Parquet dataset needs DuckDB: pip install '{EXTRA}'") from None
-    return duckdb
-
-
-def is_dataset(path: Path) -> bool:
-    """A directory ``collect --format parquet`` wrote (its marker file is there)."""
-    try:
-        return stat.S_ISREG(os.lstat(path / MARKER).st_mode)
-    except OSError:
-        return False
-
-
 _PARTITION_RE = re.compile(rf"{PARTITION}=\d+")
 
 

@@ -15,8 +15,6 @@ same data (tests/runtime/test_dataset_stats.py):
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +22,9 @@ import numpy as np
 
 from .compare import LaunchTimes, MeasuredRun
 from .labelpaths import disagreement, label_parents
-from .query import connect, dataset_files, sql_text
+from .query import connect, run_settings
 from .report import LabelStats, Report
-from .spans import PROCESSING, RunCounts, RunSettings
+from .spans import PROCESSING, RunCounts
 
 _ROW = "rank, tag, launch, core_type, core"
 
@@ -148,7 +146,7 @@ def dataset_run(directory: Path) -> MeasuredRun:
     try:
         per_launch = connection.execute(_LAUNCHES).fetchall()
         order = connection.execute(_LAUNCH_ORDER).fetchall()
-        metadata = _kv(connection, directory, "optrace_ranks")
+        settings = run_settings(connection, directory)
     finally:
         connection.close()
     launches = [(tag, launch) for tag, launch, _, _, _ in order]
@@ -158,20 +156,5 @@ def dataset_run(directory: Path) -> MeasuredRun:
     values = np.zeros((len(launches), len(labels)))
     for tag, launch, label, ns in per_launch:
         values[where[(tag, launch)], column[label]] = ns / 1e3
-    settings = RunSettings()
-    for text in metadata:
-        for entry in json.loads(text):
-            if entry.get("clock_mhz") is not None:
-                settings.clock_mhz.add(float(entry["clock_mhz"]))
-            barrier = entry.get("barrier")
-            settings.barrier.add(barrier if isinstance(barrier, bool) else None)
     times = LaunchTimes(labels, values, np.ones(len(labels), dtype=bool), [int(r[3]) for r in order])
     return MeasuredRun(str(directory), settings, [], times)
-
-
-def _kv(connection: Any, directory: Path, key: str) -> list[str]:
-    """The value of ``key`` in every file's key-value metadata (files the connection may read)."""
-    listed = ", ".join(sql_text(os.path.abspath(f)) for f in dataset_files(directory))
-    rows = connection.execute(f"SELECT decode(value) FROM parquet_kv_metadata([{listed}]) "
-                              f"WHERE decode(key) = {sql_text(key)}").fetchall()
-    return [row[0] for row in rows]

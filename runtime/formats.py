@@ -3,7 +3,8 @@ over collect and its writers.
 
 An entry says which output names select it (``--format`` overrides), how its trace is
 written (the writer class and the per-file state it lays ranks out against), how its
-files are read back, and what ``--merge`` does with it (the suffix of the device trace
+files are recognised and read back (``recognises`` / ``reader``: :func:`load_spans` asks
+the entries in turn), and what ``--merge`` does with it (the suffix of the device trace
 collected beside the output before both are merged; None: it cannot be merged). The
 writers are imported when a collect uses them, not with this module: a JSON collect never
 pays for the Perfetto encoder, nor a trace for DuckDB (collect's start-up).
@@ -19,15 +20,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .chrome import ChromeTraceWriter
+from .dataset_layout import is_dataset
+from .errors import ProfilingInputError
 from .records import FrozenRecord
+from .regular import open_regular
+
+if TYPE_CHECKING:
+    from .spans import SpanTable
 
 
 class OutputFormat(FrozenRecord):
     __match_args__ = ("name", "suffixes", "merge_suffix", "side_by_side", "size_warning", "directory",
-                      "describe")
+                      "describe", "recognises")
     __slots__ = __match_args__
     name: str  # --format's value
     suffixes: tuple[str, ...]  # output names that select it (and that --split keeps last)
@@ -36,10 +43,12 @@ class OutputFormat(FrozenRecord):
     size_warning: bool  # warned about past chrome://tracing's limit (trace_files.JSON_WARN_BYTES)
     directory: bool  # the output is a directory of files (a dataset), not a trace file
     describe: str  # for --help and errors
+    recognises: Callable[[Path], bool]  # an input of this format (by its name or its first bytes)
 
     def __init__(self, name: str, suffixes: tuple[str, ...], merge_suffix: str | None, side_by_side: bool,
-                 size_warning: bool, directory: bool, describe: str) -> None:
-        values = (name, suffixes, merge_suffix, side_by_side, size_warning, directory, describe)
+                 size_warning: bool, directory: bool, describe: str,
+                 recognises: Callable[[Path], bool]) -> None:
+        values = (name, suffixes, merge_suffix, side_by_side, size_warning, directory, describe, recognises)
         for field, value in zip(self.__match_args__, values, strict=True):
             object.__setattr__(self, field, value)
 
@@ -53,6 +62,17 @@ class OutputFormat(FrozenRecord):
             return ChromeTraceWriter, _no_state
         raise ValueError(f"{self.name} is not written as a trace file")
 
+    def reader(self) -> Callable[[Path], SpanTable]:
+        """Its spans, read back (report, compare, inspect, the pages). Imported when an
+        input is read, not with this module: a collect never pays for the readers."""
+        if self.name == PARQUET.name:
+            from .query import load_dataset  # DuckDB's reader, the [query] extra
+
+            return load_dataset
+        from . import spans
+
+        return spans.load_perfetto_trace if self.name == PERFETTO.name else spans.load_trace
+
     def matches(self, output: Path) -> bool:
         return output.name.endswith(self.suffixes)
 
@@ -61,16 +81,36 @@ def _no_state() -> None:
     return None
 
 
+def _any_file(path: Path) -> bool:
+    return True
+
+
+def is_protobuf(path: Path) -> bool:
+    """A Perfetto trace: named so, or starting like one (a packet, field 1, not JSON)."""
+    if path.name.endswith((".pftrace", ".pftrace.gz", ".perfetto-trace", ".pb")):
+        return True
+    try:
+        with open_regular(path, "trace") as handle:  # a FIFO is never opened blocking
+            head = handle.read(2)
+    except OSError:
+        return False
+    return head[:1] == b"\x0a"
+
+
 JSON = OutputFormat("json", (".json.gz", ".json"), ".json", side_by_side=True, size_warning=True,
-                    directory=False, describe="Chrome JSON (.json, .json.gz)")
+                    directory=False, describe="Chrome JSON (.json, .json.gz)",
+                    recognises=_any_file)  # what is no other format's is read as JSON
 PERFETTO = OutputFormat("perfetto", (".pftrace.gz", ".pftrace", ".perfetto-trace"), ".pftrace",
                         side_by_side=False, size_warning=False, directory=False,
-                        describe="Perfetto protobuf (.pftrace)")
-#: Every format, in the order --help lists them; the default (an unknown name) is the first.
+                        describe="Perfetto protobuf (.pftrace)", recognises=is_protobuf)
 PARQUET = OutputFormat("parquet", (".parquet",), None, side_by_side=False, size_warning=False,
-                       directory=True, describe="a Parquet dataset (a directory, a folder per rank)")
+                       directory=True, describe="a Parquet dataset (a directory, a folder per rank)",
+                       recognises=is_dataset)
 
+#: Every format, in the order --help lists them; the default (an unknown name) is the first.
 FORMATS: tuple[OutputFormat, ...] = (JSON, PERFETTO, PARQUET)
+#: The order an input is recognised in: the catch-all (JSON) last.
+_RECOGNISED = (PARQUET, PERFETTO, JSON)
 BY_NAME = {f.name: f for f in FORMATS}
 
 #: Trace-file names --split knows (``trace.json`` -> ``trace.rank000.json``); ``.pb`` is
@@ -92,3 +132,27 @@ def output_format(output: Path, requested: str | None) -> OutputFormat:
             raise ValueError(f"--format must be {names()}, not {requested!r}")
         return found
     return next((f for f in FORMATS if f.matches(output)), JSON)
+
+
+def input_format(path: Path) -> OutputFormat | None:
+    """The format ``path`` holds; None for a directory that is no dataset (rank files)."""
+    if path.is_dir():
+        return PARQUET if PARQUET.recognises(path) else None
+    return next(f for f in _RECOGNISED if not f.directory and f.recognises(path))
+
+
+def load_spans(path: Path, point_map: Path | None = None, clock_mhz: float | None = None) -> SpanTable:
+    """Every span of a profiling directory (decoded from its rank files), a dataset or a
+    trace file (.json / .json.gz, .pftrace), read by its format's reader."""
+    if not path.exists():
+        raise ProfilingInputError(path, "no such file or directory")
+    if path.suffix == ".pt":
+        raise ProfilingInputError(
+            path, "expected a trace or a profiling directory (`optrace inspect` reads .pt files)"
+        )
+    found = input_format(path)
+    if found is None:
+        from .spans import load_profiling_dir  # with the readers (collect's start-up)
+
+        return load_profiling_dir(path, point_map, clock_mhz)
+    return found.reader()(path)

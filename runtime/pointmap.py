@@ -10,6 +10,7 @@ other when they carry the same label.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -247,3 +248,14 @@ def load_point_map(path: str | Path) -> PointMap:
     except BadJSON as exc:
         raise ProfilingInputError(source, f"point map is not valid JSON: {exc}") from None
     return parse_point_map(source, document)
+
+
+def resolve_point_map(profiling_dir: Path, explicit: Path | None) -> Path:
+    if explicit is not None:
+        return explicit
+    beside = profiling_dir / POINT_MAP_NAME
+    if os.path.lexists(beside):  # a FIFO or a directory there is named when it is read
+        return beside
+    raise ProfilingInputError(
+        profiling_dir, f"no {POINT_MAP_NAME} beside the rank files: pass --point-map MAP"
+    )

@@ -21,9 +21,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from .dataset import MARKER, PART_NAME, PARTITION, SCHEMA_VERSION, is_dataset, require_duckdb
+import numpy as np
+
+from .dataset_layout import MARKER, PART_NAME, PARTITION, SCHEMA_VERSION, is_dataset, require_duckdb
 from .errors import ProfilingInputError
+from .launches import launch_name
 from .regular import load_json
+from .spans import RunSettings, SpanTable, with_launch
 
 #: DuckDB's memory (its buffer manager; hash tables and sorts past it spill to disk):
 #: ``OPTRACE_DUCKDB_MEMORY`` overrides it (DuckDB's spelling: 2GB, 500MB).
@@ -150,6 +154,75 @@ def connect(directory: Path) -> Any:
         connection.close()
         raise
     return connection
+
+
+def kv_metadata(connection: Any, directory: Path, key: str) -> list[str]:
+    """The value of ``key`` in every file's key-value metadata (files the connection may read)."""
+    listed = ", ".join(sql_text(os.path.abspath(f)) for f in dataset_files(directory))
+    rows = connection.execute(f"SELECT decode(value) FROM parquet_kv_metadata([{listed}]) "
+                              f"WHERE decode(key) = {sql_text(key)}").fetchall()
+    return [row[0] for row in rows]
+
+
+def run_settings(connection: Any, directory: Path) -> RunSettings:
+    """The clock and barrier setting each launch was recorded with (its rank table entry)."""
+    settings = RunSettings()
+    for text in kv_metadata(connection, directory, "optrace_ranks"):
+        for entry in json.loads(text):
+            if entry.get("clock_mhz") is not None:
+                settings.clock_mhz.add(float(entry["clock_mhz"]))
+            barrier = entry.get("barrier")
+            settings.barrier.add(barrier if isinstance(barrier, bool) else None)
+    return settings
+
+
+# A row of the table: one core of one launch of one rank, as a trace lays them out.
+_ROWS = """\
+SELECT DISTINCT rank, coalesce(tag, '') AS tag, launch, core_type, core FROM spans
+ORDER BY rank, tag, launch, core_type, core"""
+_LABELS = "SELECT DISTINCT label FROM spans ORDER BY label"
+_SPANS = """\
+SELECT dense_rank() OVER (ORDER BY rank, coalesce(tag, ''), launch, core_type, core) - 1 AS row,
+       dense_rank() OVER (ORDER BY label) - 1 AS label_id, start_ns, end_ns
+FROM spans ORDER BY row, start_ns, end_ns DESC"""
+
+
+def load_dataset(directory: Path) -> SpanTable:
+    """Every span of a dataset in memory, its rows named as a trace's (``Rank 0 / AIC 1``;
+    ``Rank 0 (launch 3) / AIC 1`` where it holds several launches): what ``inspect`` and the
+    pages read. ``report`` and ``compare`` compute on a dataset in DuckDB instead, in
+    DuckDB's memory, whatever the number of spans."""
+    connection = connect(directory)
+    try:
+        rows = connection.execute(_ROWS).fetchall()
+        labels = [label for label, in connection.execute(_LABELS).fetchall()]
+        columns = connection.execute(_SPANS).fetchnumpy()
+        settings = run_settings(connection, directory)
+    finally:
+        connection.close()
+    several = len({(tag, launch) for _, tag, launch, _, _ in rows}) > 1
+    launch_ids: dict[str, int] = {}
+    tracks: list[str] = []
+    track_launch: list[int] = []
+    for rank, tag, launch, core_type, core in rows:
+        process = f"Rank {rank}"
+        launch_id = launch_name(tag or None, launch)
+        tracks.append(f"{with_launch(process, launch_id) if several else process} / {core_type} {core}")
+        track_launch.append(launch_ids.setdefault(launch_id, len(launch_ids)))
+    starts = np.asarray(columns["start_ns"], dtype=np.float64)
+    return SpanTable(
+        source=str(directory),
+        labels=labels,
+        tracks=tracks,
+        processes=len({(rank, tag, launch) for rank, tag, launch, _, _ in rows}),
+        label=np.asarray(columns["label_id"], dtype=np.int32),
+        track=np.asarray(columns["row"], dtype=np.int32),
+        ts=starts / 1000.0,
+        dur=(np.asarray(columns["end_ns"], dtype=np.float64) - starts) / 1000.0,
+        settings=settings,
+        launches=list(launch_ids),
+        track_launch=np.array(track_launch, dtype=np.int32),
+    )
 
 
 class Result:

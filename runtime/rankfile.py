@@ -260,3 +260,14 @@ def iter_rank_buffers(
             yield name, path, read_rank_file(path, name.rank)
         except ProfilingInputError as exc:
             yield name, path, exc
+
+
+def list_rank_files(profiling_dir: Path) -> list[tuple[RankFileName, Path]]:
+    if not profiling_dir.exists():
+        raise ProfilingInputError(profiling_dir, "no such directory")
+    if not profiling_dir.is_dir():
+        raise ProfilingInputError(profiling_dir, "not a directory (expected a profiling directory)")
+    files = find_rank_files(profiling_dir)
+    if not files:
+        raise ProfilingInputError(profiling_dir, "no rank*.pt files")
+    return files

@@ -17,15 +17,14 @@ import numpy as np
 
 from . import perfetto_read
 from .chrome import TRACE_FORMAT
-from .collect import list_rank_files, resolve_point_map
 from .decode import DecodeOptions, decode_rank
 from .errors import ProfilingInputError, checked_id, checked_name, shown
 from .launches import LAUNCH_CATEGORY, launch_name
 from .numbers import CLOCK_MHZ, RANK, TIME_US, NumberError, check_number
-from .pointmap import load_point_map
+from .pointmap import load_point_map, resolve_point_map
 from .progress import Progress, reading
-from .rankfile import iter_rank_buffers
-from .regular import load_json, open_regular
+from .rankfile import iter_rank_buffers, list_rank_files
+from .regular import load_json
 
 PERFETTO_NS_MAX = 1e18
 
@@ -666,30 +665,3 @@ def load_profiling_dir(
         launches=list(launch_ids),
         track_launch=np.array(track_launch, dtype=np.int32),
     )
-
-
-def load_spans(path: Path, point_map: Path | None = None, clock_mhz: float | None = None) -> SpanTable:
-    """A profiling directory, or a trace file (.json / .json.gz, .pftrace)."""
-    if path.is_dir():
-        return load_profiling_dir(path, point_map, clock_mhz)
-    if not path.exists():
-        raise ProfilingInputError(path, "no such file or directory")
-    if path.suffix == ".pt":
-        raise ProfilingInputError(
-            path, "expected a trace or a profiling directory (`optrace inspect` reads .pt files)"
-        )
-    if is_protobuf(path):
-        return load_perfetto_trace(path)
-    return load_trace(path)
-
-
-def is_protobuf(path: Path) -> bool:
-    """A Perfetto trace: named so, or starting like one (a packet, field 1, not JSON)."""
-    if path.name.endswith((".pftrace", ".pftrace.gz", ".perfetto-trace", ".pb")):
-        return True
-    try:
-        with open_regular(path, "trace") as handle:  # a FIFO is never opened blocking
-            head = handle.read(2)
-    except OSError:
-        return False
-    return head[:1] == b"\x0a"

@@ -18,13 +18,12 @@ import numpy as np
 
 from . import perfetto_read
 from .errors import ProfilingInputError, checked_name
+from .formats import is_protobuf, load_spans
 from .progress import reading
 from .spans import (
     SpanTable,
     event_ids,
-    is_protobuf,
     load_perfetto_trace,
-    load_spans,
     load_trace,
     read_trace_json,
     run_counts,

@@ -9,6 +9,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from optrace.cli.app import app
@@ -157,6 +158,14 @@ extern "C" __global__ __aicore__ void armed_op(GM_ADDR x, GM_ADDR workspace, GM_
 #endif
 }
 """
+# The same arms, each going on past its includes with a `using` and a launch macro before
+# the `#endif` (ops-nn's pooling kernels): the head ends at the `using`, the include still
+# goes after the `#endif`.
+ARMED_ENTRY_WITH_DECLARATIONS = ARMED_ENTRY.replace(
+    '#include "steps.h"\n#endif\n',
+    '#include "steps.h"\n\nusing namespace AscendC;\nnamespace ops = AscendC;\n\n'
+    "#define RUN_STEPS(op)  \\\n    do {           \\\n        op.Init(x); \\\n"
+    "        op.Process();  \\\n    } while (0)\n#endif\n")
 STEPS = """\
 #pragma once
 class Steps {
@@ -173,16 +182,21 @@ private:
 """
 
 
-def test_an_entry_whose_includes_are_all_in_arch_arms_includes_the_runtime_after_them(tmp_path: Path) -> None:
+@pytest.mark.parametrize("entry", [ARMED_ENTRY, ARMED_ENTRY_WITH_DECLARATIONS],
+                         ids=["includes", "declarations"])
+def test_an_entry_whose_includes_are_all_in_arch_arms_includes_the_runtime_after_them(tmp_path: Path,
+                                                                                      entry: str) -> None:
     """Every include of the entry in an `#if` / `#else` arm: the runtime's include goes
     after the `#endif`, so the points of every arm see it, and check accepts the output
-    (it was put in the last arm, and check's reach test failed G2 on apply's output)."""
+    (it was put in the last arm, and check's reach test failed G2 on apply's output).
+    Declarations and a launch macro after the includes, inside the arm, hold no points:
+    the include still goes after the `#endif` (ops-nn max_pool3d_grad_with_argmax)."""
     repo = tmp_path / "repo"
     op = repo / "armed_op"
     kernel = op / "op_kernel"
     (kernel / "arch35").mkdir(parents=True)
     (repo / "optrace.toml").write_text("# a repository of one operator\n")
-    (kernel / "armed_op.cpp").write_text(ARMED_ENTRY)
+    (kernel / "armed_op.cpp").write_text(entry)
     (kernel / "steps.h").write_text(STEPS)
     (kernel / "arch35" / "steps.h").write_text(STEPS)
     before = _tree(tmp_path)

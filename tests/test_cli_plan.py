@@ -110,7 +110,7 @@ def test_output_file_and_graphs_per_operator(tmp_path: Path) -> None:
     assert code == 0 and out == ""
     assert len(json.loads(out_file.read_text())["operators"]) == 2
     html_a = (tmp_path / "g.op_a.html").read_text()
-    assert "<html>" in html_a and 'class="traced"' in html_a
+    assert "<html>" in html_a and '<g class="node traced' in html_a and "<svg" in html_a
     assert (tmp_path / "g.op_b.html").exists()
     code, _, _ = run("plan", str(a), "--graph", str(tmp_path / "g.dot"))
     dot = (tmp_path / "g.dot").read_text()

@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from test_host_layers import cli, snapshot
 
 from optrace.engine.model import Region
 from optrace.pipeline.plan import plan_operator
@@ -163,3 +164,26 @@ def test_lint_figures_of_the_fixture() -> None:
         "sibling_label_clashes": 0,
         "regions_folded_for_length": 0,
     }
+
+
+def test_a_macro_call_with_a_type_argument_is_bracketed_with_its_semicolon(tmp_path: Path) -> None:
+    """`RUN_SCALE_NORM(ScaleNormRows, float);` is an error node and a lone `;` to
+    tree-sitter: the points go on lines of their own around the whole statement, so the
+    macro's `do { ... } while (0)` keeps its `;` and check compiles what apply wrote."""
+    repo = tmp_path / "macro_work"
+    shutil.copytree(FIXTURES / "macro_work", repo)
+    op_dir = repo / "norm" / "moe_scale_norm_v3"
+    plan = plan_operator(op_dir)
+    assert tree_lines(plan.root, op_dir) == expected_lines("macro_work", "expected_tree_v3.txt")
+    before = snapshot(repo)
+    code, _, err = cli("apply", str(op_dir), "--write")
+    assert code == 0, err
+    entry = (op_dir / "op_kernel" / "moe_scale_norm_v3.cpp").read_text()
+    for arm in ("half", "float"):
+        assert (f'MoeTracing(TRACE_POINT("rows", "B"));  // optrace\n'
+                f"        RUN_SCALE_NORM(ScaleNormRows, {arm});\n"
+                f'        MoeTracing(TRACE_POINT("rows", "E"));  // optrace\n') in entry
+    code, out, err = cli("check", str(op_dir))  # compile safety included
+    assert code == 0, out + err
+    assert cli("strip", str(op_dir), "--write")[0] == 0
+    assert snapshot(repo) == before

@@ -64,10 +64,12 @@ def test_cycles_reported_are_bounded_on_a_dense_include_graph(tmp_path: Path) ->
     assert all(order.index(c[0]) == min(order.index(p) for p in c) for c in g.cycles)
 
 
-def test_graph_page_lists_each_function_once_and_later_calls_as_references(tmp_path: Path) -> None:
+def test_graph_page_draws_each_function_once_and_later_calls_as_other_edges(tmp_path: Path) -> None:
     plan = plan_operator(_op(tmp_path))
     page = graph_html(plan)
-    # Mid is called from Top and from Stage: listed once, referenced once.
-    assert page.count(">Mid</span>") == 1 and page.count("&rarr; Mid") == 1
-    assert page.count(">Leaf</span>") == 1
-    assert page.count("<ul>") == page.count("</ul>")
+    # Mid is called from Top and from Stage: one box (under Top, called first), one edge
+    # off the tree (from Stage); Leaf, called from Mid and Top, likewise.
+    assert page.count('<text class="name" x="8" y="15">Mid</text>') == 1
+    assert page.count('<text class="name" x="8" y="15">Leaf</text>') == 1
+    assert page.count('class="extra"') == 2
+    assert page.count('<g class="node') == 5  # chain_op, Top, Mid, Leaf, Stage

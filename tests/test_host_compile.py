@@ -188,3 +188,21 @@ def test_a_header_linked_into_two_folders_is_followed_from_both(tmp_path: Path) 
     src.write_text('#include "b.h"\n#include "dir2/a.h"\n')
     found = _irregular_include(src, [tmp_path])
     assert found is not None and os.path.samefile(found, tmp_path / "dir1" / "x.h")
+
+
+def test_type_traits_a_kernel_class_tests_its_type_with_are_known(tmp_path: Path) -> None:
+    """`static constexpr bool kIsInt32 = std::is_same_v<T, int32_t>;` in a kernel class:
+    without the trait the parser's recovery declared a member named `int32_t`, and every
+    later `int32_t` in the class — optrace's `TRACE_POINT` cast among them — was "unknown
+    type name" (check's OT420 on apply's own output)."""
+    kernel = tmp_path / "demo" / "op_kernel" / "demo.h"
+    kernel.parent.mkdir(parents=True)
+    kernel.write_text('#include <type_traits>\n#include "kernel_operator.h"\n'
+                      "template <typename T>\nclass Demo {\npublic:\n"
+                      "    static constexpr bool kIsInt32 = std::is_same_v<T, int32_t>;\n"
+                      "    using Acc = std::conditional_t<kIsInt32, int64_t, float>;\n"
+                      "    template <typename U = T, std::enable_if_t<std::is_same<U, T>::value, int> = 0>\n"
+                      "    __aicore__ inline void Process()\n"
+                      "    {\n        int32_t id = static_cast<int32_t>(1);\n        (void)id;\n    }\n"
+                      "};\n")
+    assert host_compile([kernel], tmp_path / "demo").errors == {kernel: []}

@@ -131,24 +131,70 @@ def test_the_threaded_files_compile_and_an_unthreaded_launch_does_not(tmp_path: 
         (19, "use of undeclared identifier 'profilingData'")]
 
 
-def test_a_call_leaving_arguments_to_their_defaults_is_refused_with_its_line(tmp_path: Path) -> None:
-    """The buffer is the last parameter: a call passing fewer arguments than the function
-    has would bind it to a defaulted parameter. Refused, nothing written."""
-    repo = copy(tmp_path)
+def _defaulted(repo: Path, default: str) -> None:
+    """MoeNormGrad gains a last parameter with a default, which the API's call leaves out."""
     header = repo / API / "moe_norm_grad.h"
     params = "int64_t expertNum, aclTensor *gradGamma, aclOpExecutor *executor"
-    header.write_text(header.read_text().replace(params + ")", params + ", bool deterministic = false)"))
-    for name in ("moe_norm_grad.cpp",):
-        src = repo / API / name
-        src.write_text(src.read_text().replace(
-            "int64_t expertNum, aclTensor *gradGamma, aclOpExecutor *executor)\n{\n    aclTensor",
-            "int64_t expertNum, aclTensor *gradGamma, aclOpExecutor *executor, bool deterministic)\n{\n"
-            "    (void)deterministic;\n    aclTensor"))
+    header.write_text(header.read_text().replace(params + ")", params + f", bool deterministic = {default})"))
+    src = repo / API / "moe_norm_grad.cpp"
+    src.write_text(src.read_text().replace(
+        "int64_t expertNum, aclTensor *gradGamma, aclOpExecutor *executor)\n{\n    aclTensor",
+        "int64_t expertNum, aclTensor *gradGamma, aclOpExecutor *executor, bool deterministic)\n{\n"
+        "    (void)deterministic;\n    aclTensor"))
+
+
+def test_a_call_leaving_arguments_to_their_defaults_gets_them_written_out(tmp_path: Path) -> None:
+    """The buffer is the last parameter: a call passing fewer arguments than the function
+    has would bind it to a defaulted parameter. The defaults the declaration states are
+    written out before it, inside the fragment (strip takes both back); check passes."""
+    repo = copy(tmp_path)
+    _defaulted(repo, "false")
+    before = snapshot(repo)
+    code, out, err = cli("apply", str(repo / OP), "--write")
+    assert code == 0, out + err
+    call = unwrapped((repo / API / "aclnn_moe_norm_backward.cpp").read_text())
+    assert re.search(r"l0op::MoeNormGrad\(gradOutputContiguous, [^;]*executor/\*optrace<\*/, false, "
+                     r"profilingData/\*>optrace\*/\);", call), call
+    assert g2(repo / OP)["status"] == "pass"
+    assert cli("strip", str(repo / OP), "--write")[0] == 0
+    assert snapshot(repo) == before
+
+
+def test_a_call_leaving_arguments_to_defaults_two_overloads_state_apart_is_refused(tmp_path: Path) -> None:
+    """Two overloads of one arity with other defaults (told apart by an earlier parameter's
+    type, which optrace does not resolve): which defaults the call takes is not known.
+    Refused with the call's line, nothing written."""
+    repo = copy(tmp_path)
+    _defaulted(repo, "false")
+    header = repo / API / "moe_norm_grad.h"
+    header.write_text(header.read_text().replace("}  // namespace l0op", (
+        "const aclTensor *MoeNormGrad(const aclTensor *gradOutput, const aclTensor *x,\n"
+        "    const aclTensor *rstd, int64_t expertNum, const aclTensor *gradGamma,\n"
+        "    aclOpExecutor *executor, int64_t mode = 0);\n}  // namespace l0op")))
     before = snapshot(repo)
     code, out, err = cli("apply", str(repo / OP), "--write")
     assert code == 2, out + err
     assert re.search(r"aclnn_moe_norm_backward\.cpp:22: OT313 this call of `MoeNormGrad` passes 6 argument",
                      err), err
+    assert snapshot(repo) == before
+
+
+def test_a_launch_without_outputs_gets_the_profiling_output_after_its_inputs(tmp_path: Path) -> None:
+    """An op that only reads and checks its inputs launches with OP_INPUT and OP_ATTR, no
+    OP_OUTPUT: the profiling output becomes its only one, an `OP_OUTPUT(profilingData)`
+    argument after the inputs (it was refused: "no OP_OUTPUT(...) to put it in"); G2 reads
+    it there, strip takes it back."""
+    repo = copy(tmp_path)
+    src = repo / API / "moe_norm_grad.cpp"
+    src.write_text(src.read_text().replace(" " * 43 + "OP_OUTPUT(gradInput, gradGamma),\n", "", 1))
+    before = snapshot(repo)
+    code, out, err = cli("apply", str(repo / OP), "--write")
+    assert code == 0, out + err
+    launch = unwrapped(src.read_text())
+    assert re.search(r"OP_INPUT\(gradOutput, x, rstd\)/\*optrace<\*/,\s*"
+                     r"OP_OUTPUT\(profilingData\)/\*>optrace\*/,", launch), launch
+    assert g2(repo / OP)["status"] == "pass"
+    assert cli("strip", str(repo / OP), "--write")[0] == 0
     assert snapshot(repo) == before
 
 

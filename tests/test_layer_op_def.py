@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from layer_snippets import dedent, make_repo, run
 
-from optrace.codemods.op_def import op_def_edits
+from optrace.codemods.op_def import op_def_edits, parse_opdef
 from optrace.engine.diagnostics import InputError
 from optrace.engine.host_compile import host_compile
 
@@ -95,6 +95,88 @@ def test_outputs_that_cannot_be_located_are_bad_input(tmp_path: Path) -> None:
         run(op_def_edits, op, "B")
     assert caught.value.diagnostic.code == "OT310"
     assert caught.value.diagnostic.line == 4
+
+
+LOOPED = """\
+namespace ops {
+class DemoOp : public OpDef {
+public:
+    explicit DemoOp(const char *name) : OpDef(name)
+    {
+        this->Input("x").ParamType(REQUIRED).DataType({ge::DT_FLOAT}).Format({ge::FORMAT_ND});
+        static const char *kOutputs[] = {"y", "mean"};
+        for (auto n : kOutputs) {
+            this->Output(n)
+                .ParamType(REQUIRED)
+                .DataType({ge::DT_FLOAT})
+                .Format({ge::FORMAT_ND});
+        }
+        this->AICore().AddConfig("ascend910b");
+    }
+};
+OP_ADD(DemoOp);
+}  // namespace ops
+"""
+
+
+def test_outputs_declared_in_a_loop_over_names_get_profiling_data_after_the_loop(tmp_path: Path) -> None:
+    """`for (auto n : kOutputs) { this->Output(n)...; }` over a list of string literals:
+    the outputs are the list's names in order, and profiling_data goes after the loop,
+    once, at the loop's indent (it was OT310: "does not name the output with a string
+    literal"). A loop over anything else stays OT310 (the test above)."""
+    op = make_repo(tmp_path, {OPDEF: LOOPED})
+    after = run(op_def_edits, op, "B")[OPDEF]
+    assert after == LOOPED.replace("""                .Format({ge::FORMAT_ND});
+        }
+""", """                .Format({ge::FORMAT_ND});
+        }
+        this->Output("profiling_data")  // optrace
+            .ParamType(REQUIRED)  // optrace
+            .DataType({ge::DT_INT64})  // optrace
+            .Format({ge::FORMAT_ND});  // optrace
+""")
+    info = parse_opdef(op / "op_host" / "demo_op_def.cpp", after.encode(), "DemoOp")
+    assert [o.name for o in info.outputs] == ["y", "mean", "profiling_data"]
+
+
+HELPER = """\
+namespace ops {
+class DemoOp : public OpDef {
+public:
+    explicit DemoOp(const char *name) : OpDef(name)
+    {
+        auto addOutput = [this](const char *n) -> void {
+            this->Output(n)
+                .ParamType(REQUIRED)
+                .DataType({ge::DT_FLOAT, ge::DT_FLOAT16})
+                .Format({ge::FORMAT_ND, ge::FORMAT_ND});
+        };
+        this->Input("x").ParamType(REQUIRED).DataType({ge::DT_FLOAT, ge::DT_FLOAT16}).Format({ge::FORMAT_ND, ge::FORMAT_ND});
+        addOutput("y");
+        addOutput("state");
+        this->Attr("lr").Float();
+    }
+};
+OP_ADD(DemoOp);
+}  // namespace ops
+"""
+
+
+def test_outputs_declared_by_a_helper_lambda_get_profiling_data_after_its_last_call(tmp_path: Path) -> None:
+    """`auto addOutput = [this](const char *n) { this->Output(n)...; };` called with
+    literals: the outputs are the calls' names, and profiling_data goes after the last
+    call, as a copy of the helper's statement at the call's indent (it was OT310)."""
+    op = make_repo(tmp_path, {OPDEF: HELPER})
+    after = run(op_def_edits, op, "B")[OPDEF]
+    assert after == HELPER.replace("""        addOutput("state");
+""", """        addOutput("state");
+        this->Output("profiling_data")  // optrace
+            .ParamType(REQUIRED)  // optrace
+            .DataType({ge::DT_INT64, ge::DT_INT64})  // optrace
+            .Format({ge::FORMAT_ND, ge::FORMAT_ND});  // optrace
+""")
+    info = parse_opdef(op / "op_host" / "demo_op_def.cpp", after.encode(), "DemoOp")
+    assert [o.name for o in info.outputs] == ["y", "state", "profiling_data"]
 
 
 NO_OUTPUTS = """\

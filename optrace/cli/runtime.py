@@ -166,8 +166,13 @@ def cmd_inspect(
 
     with _guarded():
         _check_format(fmt)
+        from optrace.runtime.dataset_layout import is_dataset
         from optrace.runtime.trace_inspection import format_trace_text, inspect_trace, is_trace
 
+        if is_dataset(path.expanduser()):
+            # Its files hold spans, not the rank files' slots and drops inspect reports.
+            raise _bad_usage(f"{path}: a Parquet dataset: inspect reads rank files and traces; `optrace "
+                             f"report {path}` and `optrace query {path} --preset phases` read a dataset")
         if is_trace(path.expanduser()):
             found = inspect_trace(path.expanduser())
             if fmt == "json":
@@ -203,6 +208,7 @@ def cmd_report(
     fmt: FormatOption = "text",
 ) -> None:
     """Per-label statistics, imbalance and hotspots; optionally a picture."""
+    from optrace.runtime.formats import load_spans
     from optrace.runtime.report import (
         MissingExtra,
         build_report,
@@ -212,7 +218,6 @@ def cmd_report(
         write_html,
         write_png,
     )
-    from optrace.runtime.spans import load_spans
 
     with _guarded():
         _check_format(fmt)
@@ -227,7 +232,7 @@ def cmd_report(
             except MissingExtra as exc:
                 raise _bad_usage(str(exc)) from None
         from optrace.runtime.atomic import output_target
-        from optrace.runtime.dataset import is_dataset
+        from optrace.runtime.dataset_layout import is_dataset
 
         if is_dataset(path.expanduser()):
             if html is not None or png is not None:
@@ -290,7 +295,8 @@ def cmd_compare(
         comparison_json,
         format_text,
     )
-    from optrace.runtime.spans import SpanTable, load_spans
+    from optrace.runtime.formats import load_spans
+    from optrace.runtime.spans import SpanTable
 
     with _guarded():
         _check_format(fmt)
@@ -300,7 +306,7 @@ def cmd_compare(
         except OptionError as exc:
             raise _bad_usage(str(exc)) from None
         pmap = point_map.expanduser() if point_map else None
-        from optrace.runtime.dataset import is_dataset
+        from optrace.runtime.dataset_layout import is_dataset
 
         def run(path: Path) -> SpanTable | MeasuredRun:
             """A dataset's launch times computed in DuckDB; a trace's or directory's from its spans."""

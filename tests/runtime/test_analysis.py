@@ -17,9 +17,10 @@ from optrace.runtime.compare import ACHIEVED, NOT_ACHIEVED, PARTIAL, verdict_for
 from optrace.runtime.demo import write_demo
 from optrace.runtime.errors import ProfilingInputError
 from optrace.runtime.format import RankMeta
+from optrace.runtime.formats import load_spans
 from optrace.runtime.report import build_report
 from optrace.runtime.save import reset_launch_counters, save_profiling_data
-from optrace.runtime.spans import SpanTable, load_spans, load_trace
+from optrace.runtime.spans import SpanTable, load_trace
 from optrace.runtime.synth import SlotWriter, new_buffer
 from optrace.runtime.trace_inspection import inspect_trace
 

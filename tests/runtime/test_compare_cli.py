@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from optrace.cli.app import app
 from optrace.runtime.compare import INCONCLUSIVE, NOT_ACHIEVED, compare
 from optrace.runtime.demo import LABELS, write_demo
+from optrace.runtime.formats import load_spans
 from optrace.runtime.rankfile import find_rank_files
-from optrace.runtime.spans import load_spans
 
 
 def invoke(*args: Any) -> Any:

@@ -17,8 +17,8 @@ from optrace.runtime.collect import CollectOptions, collect
 from optrace.runtime.compare import compare, comparison_json, launch_times
 from optrace.runtime.dataset_stats import dataset_report, dataset_run
 from optrace.runtime.demo import write_demo
+from optrace.runtime.formats import load_spans
 from optrace.runtime.report import build_report, format_text, report_json
-from optrace.runtime.spans import load_spans
 
 duckdb = pytest.importorskip("duckdb", reason="DuckDB is the [query] extra (the [test] extra brings it)")
 runner = CliRunner()
@@ -118,3 +118,25 @@ def test_label_path_warning(tmp_path: Path) -> None:
     found = dataset_report(out)
     assert found.warnings == ["label path and nesting disagree: 'processing gmm' spans lie outside "
                               "'processing', which their label names as their parent (1 spans)"]
+
+
+def test_the_datasets_reader_gives_the_traces_spans(runs: Path) -> None:
+    """The registry's reader for Parquet: the same spans, rows and launches as the trace
+    of the same data, so a page or ``inspect`` reads a dataset as it reads a trace."""
+    from_trace = load_spans(runs / "before.json")
+    from_dataset = load_spans(runs / "before.ds")
+    assert from_dataset.ts.size == from_trace.ts.size
+    assert sorted(from_dataset.launches) == sorted(from_trace.launches)
+    assert from_dataset.settings == from_trace.settings
+    assert from_dataset.depth.max() == from_trace.depth.max()
+    expected, found = report_json(build_report(from_trace)), report_json(build_report(from_dataset))
+    expected.pop("source"), found.pop("source")
+    _close(expected, found)
+
+
+def test_inspect_on_a_dataset_says_what_reads_one(runs: Path) -> None:
+    """inspect reports rank files' slots and drops, which a dataset does not hold: exit 2
+    naming the commands that read it, not "no rank*.pt files"."""
+    result = runner.invoke(app, ["inspect", str(runs / "before.ds")])
+    assert result.exit_code == 2
+    assert "a Parquet dataset" in result.stderr and "optrace report" in result.stderr

@@ -65,3 +65,23 @@ def test_split_names_keep_every_known_suffix() -> None:
     assert split_name(Path("t.pftrace.gz"), "rank001").name == "t.rank001.pftrace.gz"
     assert split_name(Path("t.json.gz"), "part000").name == "t.part000.json.gz"
     assert split_name(Path("t.pb"), "rank000").name == "t.rank000.pb"
+
+
+def test_each_format_declares_how_it_is_recognised_and_read(tmp_path: Path) -> None:
+    """One entry per format says its suffixes, writer, merge and reader: load_spans reads
+    through the entry that recognises the input, never by a suffix list of its own."""
+    write_demo(tmp_path / "demo", ranks=2, launches=2, aic=1, seed=0)
+    pytest.importorskip("duckdb", reason="DuckDB is the [query] extra (the [test] extra brings it)")
+    written = {}
+    for f in formats.FORMATS:
+        out = tmp_path / f"t{f.suffixes[-1]}"
+        collect(tmp_path / "demo", out, CollectOptions(format=f.name))
+        written[f.name] = out
+        assert formats.input_format(out) is f
+        assert f.reader()(out).ts.size == formats.load_spans(out).ts.size > 0
+    # a Perfetto trace under another name is known by its first bytes; a folder of rank
+    # files is no format's (load_spans decodes it)
+    renamed = tmp_path / "trace.bin"
+    renamed.write_bytes(written["perfetto"].read_bytes())
+    assert formats.input_format(renamed) is formats.PERFETTO
+    assert formats.input_format(tmp_path / "demo") is None

@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 from optrace.cli.app import app
 from optrace.runtime.demo import write_demo
+from optrace.runtime.formats import load_spans
 from optrace.runtime.labelpaths import label_parents, outside_parent
 from optrace.runtime.save import save_profiling_data
-from optrace.runtime.spans import load_spans
 from optrace.runtime.synth import SlotWriter, new_buffer
 
 LABELS = ["processing", "processing combine", "processing combine wait", "processing gmm", "setup"]

@@ -9,6 +9,7 @@ it. They are marked slow (a browser start takes a second or more on a shared mac
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from html.parser import HTMLParser
@@ -19,8 +20,12 @@ import numpy as np
 import pytest
 from browser import Browser, find_chromium
 from typer.testing import CliRunner
+from wide_kernel import write_wide_kernel
 
 from optrace.cli.app import app
+from optrace.pipeline.graph_page import plan_boxes, stack
+from optrace.pipeline.plan import plan_operator
+from optrace.runtime.formats import load_spans
 from optrace.runtime.report import (
     UNTRACED,
     build_report,
@@ -30,7 +35,7 @@ from optrace.runtime.report import (
     time_unit,
     timeline_bins,
 )
-from optrace.runtime.spans import RunSettings, SpanTable, load_spans
+from optrace.runtime.spans import RunSettings, SpanTable
 
 FIXTURE_OP = (Path(__file__).parents[2] / "fixtures" / "umdk_style" / "src" / "cam" / "comm_operator"
               / "ascend_kernels" / "moe_fused_gmm")
@@ -269,20 +274,87 @@ def test_report_page_in_chromium(browser: Any, tmp_path: Path) -> None:
     keep_artifact("report-page.png", png, tmp_path)
 
 
+# Per box shown: its rectangle, its core badge and each text's bounds, as the page lays
+# them out; and whether the document scrolls sideways.
+GRAPH_GEOMETRY = """(() => {
+  const edges = e => { const b = e.getBoundingClientRect(); return [b.left, b.top, b.right, b.bottom]; };
+  const de = document.documentElement;
+  const boxes = [...document.querySelectorAll('g.node')].filter(g => g.style.display !== 'none')
+    .map(g => ({id: +g.id.slice(1), box: edges(g.querySelector('rect.box')),
+                badge: g.querySelector('rect.core') ? edges(g.querySelector('rect.core')) : null,
+                texts: [...g.querySelectorAll('text')].map(t => [t.getAttribute('class'), t.textContent,
+                                                                ...edges(t)])}));
+  const svg = document.getElementById('graph');
+  return {scroll: de.scrollWidth, client: de.clientWidth, boxes: boxes,
+          scale: svg.getBoundingClientRect().width / +svg.getAttribute('width'),
+          traced: document.querySelectorAll('g.node.traced').length};
+})()"""
+
+
+def check_graph_page(page: Any, boxes: list[Any], label: str) -> dict[str, Any]:
+    """What the issue asks of the page at the window's size, read from the page: no
+    horizontal scroll (nor a drawing scaled down to fit), no two boxes overlapping, every
+    text inside its box (the name left of the core badge); the boxes shown and their tops."""
+    seen = page.evaluate(GRAPH_GEOMETRY)
+    assert seen["scroll"] <= seen["client"], (label, seen["scroll"], seen["client"])
+    # Drawn at its own size: the page scales a drawing too wide for a narrower window down,
+    # which would hide a layout too wide for this one.
+    assert abs(seen["scale"] - 1) < 1e-3, (label, seen["scale"])
+    rects = sorted(seen["boxes"], key=lambda b: b["box"][1])
+    for a, b in itertools.combinations(rects, 2):
+        (l1, t1, r1, b1), (l2, t2, r2, b2) = a["box"], b["box"]
+        assert min(r1, r2) <= max(l1, l2) or min(b1, b2) <= max(t1, t2), (label, a["id"], b["id"])
+    for shown in seen["boxes"]:
+        left, top, right, bottom = shown["box"]
+        assert right <= seen["client"], (label, shown["id"], right)
+        for cls, text, tl, tt, tr, tb in shown["texts"]:
+            assert tr > tl, (label, text)  # drawn, with a font
+            assert left - 0.5 <= tl and tr <= right + 0.5 and top - 0.5 <= tt and tb <= bottom + 0.5, \
+                (label, shown["id"], cls, text, (tl, tt, tr, tb), shown["box"])
+            if cls == "name" and shown["badge"]:
+                assert tr <= shown["badge"][0], (label, text)
+    # The script stacks the rows as the layout in Python does.
+    tops = {b["id"]: b["box"][1] for b in seen["boxes"]}
+    return {"tops": tops, "count": len(tops), "traced": seen["traced"]}
+
+
+def graph_pages(tmp_path: Path) -> list[tuple[str, Path]]:
+    return [("plan-graph-page", FIXTURE_OP),
+            ("plan-graph-page-wide", write_wide_kernel(tmp_path / "wide", stages=4, fanout=2, depth=6))]
+
+
 @pytest.mark.slow
 def test_plan_graph_page_in_chromium(browser: Any, tmp_path: Path) -> None:
-    result = invoke("plan", FIXTURE_OP, "--graph", tmp_path / "g.html")
-    assert result.exit_code == 0, result.output
-    page = browser.new_page()
-    page.load(tmp_path / "g.html")
-    shown = page.evaluate("""[...document.querySelectorAll('li > span')].filter(s => {
-        const b = s.getBoundingClientRect(); return b.width > 0 && b.height > 0; }).length""")
-    traced = page.evaluate("document.querySelectorAll('span.traced').length")
-    assert page.errors() == []
-    assert shown >= 3 and traced >= 1  # the call tree is drawn, traced functions marked
-    png = page.screenshot()
-    assert page.drawn_fraction(png) > 0.01
-    keep_artifact("plan-graph-page.png", png, tmp_path)
+    """At 1400 x 900, expanded, with every group collapsed, and with one group opened
+    again: the UMDK-style fixture and a generated kernel deeper and wider than it, whose
+    names are longer than any box."""
+    for name, op in graph_pages(tmp_path):
+        target = tmp_path / f"{name}.html"
+        result = invoke("plan", op, "--graph", target)
+        assert result.exit_code == 0, result.output
+        _g, boxes = plan_boxes(plan_operator(op))
+        groups = {i for i, b in enumerate(boxes) if b.group}
+        page = browser.new_page()
+        page.load(target, width=1400, height=900)
+        expanded = check_graph_page(page, boxes, f"{name} expanded")
+        assert expanded["count"] == len(boxes) and expanded["traced"] >= 4
+        page.evaluate("document.getElementById('collapse-all').click()")
+        collapsed = check_graph_page(page, boxes, f"{name} collapsed")
+        python = stack(boxes, groups)
+        assert set(collapsed["tops"]) == set(python) and collapsed["count"] < len(boxes)
+        first = min(collapsed["tops"])
+        for i, top in collapsed["tops"].items():  # the same rows, the same gaps
+            assert abs((top - collapsed["tops"][first]) - (python[i] - python[first])) < 0.6, (name, i)
+        png = page.screenshot()
+        assert page.drawn_fraction(png) > 0.01
+        keep_artifact(f"{name}.png", png, tmp_path)
+        # A click on a group's head opens it: its members come back, still apart.
+        head = min(groups)
+        page.evaluate(f"document.getElementById('n{head}').dispatchEvent(new MouseEvent('click'))")
+        opened = check_graph_page(page, boxes, f"{name} one group open")
+        assert set(opened["tops"]) == set(stack(boxes, groups - {head}))
+        assert opened["count"] > collapsed["count"]
+        assert page.errors() == []
 
 
 @pytest.mark.slow

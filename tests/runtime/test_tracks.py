@@ -23,10 +23,10 @@ from optrace.cli.app import app
 from optrace.runtime import perfetto_read
 from optrace.runtime.compare import compare
 from optrace.runtime.demo import CLOCK_MHZ, write_demo
+from optrace.runtime.formats import load_spans
 from optrace.runtime.launches import LAUNCH_CATEGORY, LAUNCH_GAP_NS
 from optrace.runtime.report import build_report, report_json
 from optrace.runtime.save import reset_launch_counters, save_profiling_data
-from optrace.runtime.spans import load_spans
 from optrace.runtime.trace_inspection import inspect_trace
 
 DATA = Path(__file__).parent / "data"
