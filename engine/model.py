@@ -63,6 +63,9 @@ class Region:
     # (Init, tiling reads, scalar helpers, copies of a few counters); the budget drops setup first.
     cost: str = "phase"
     full_word: str = ""  # the name a shortened word came from (tells colliding siblings apart)
+    # The word the naming rule added to tell it from a sibling (`ping` of `notify-ping`):
+    # kept when its name follows a partner phase's.
+    told: str = ""
     flag: str | None = None  # a handshake's flag / event id where it is a constant (partner matching)
     # The phase a handshake is named after (its partner, or the phase a barrier ends): its
     # word follows that phase's name as the naming rule shapes it.

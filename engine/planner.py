@@ -358,8 +358,46 @@ class Planner:
 
     # --- statements -----------------------------------------------------------------
     def walk_block(self, fn: FunctionDef, node: Node, ctx: Ctx, parent: Region) -> None:
-        for child in node.named_children:
+        self.walk_seq(fn, node.named_children, ctx, parent)
+
+    def walk_seq(self, fn: FunctionDef, stmts: list[Node], ctx: Ctx, parent: Region) -> None:
+        """Statements in order (a block's, a `#if` arm's). A run of variant tests with no
+        `else` is one dispatch when no two of its arms can run in one launch: each arm but
+        the last returns (`if (TILING_KEY_IS(1)) { ...; return; } if (TILING_KEY_IS(2))
+        ...`), or they test one expression against different constants. What follows a run
+        whose every arm returns runs only when none matched: that run's last arm."""
+        run: _Run | None = None
+        for i, child in enumerate(stmts):
+            test = self._open_variant_test(fn, child)
+            if test is not None:
+                cond, returns = test
+                if run is not None and run.joins(cond):
+                    self.walk_if(fn, child, ctx, parent, (run.chain_id, len(run.arms)), run.unimplied(cond))
+                else:
+                    run = _Run(f"{fn.src.path}:{child.start_byte}")
+                    self.walk_if(fn, child, ctx, parent)
+                run.arms.append((cond, returns))
+                continue
+            if run is not None and run.all_return() and child.type != "comment":
+                # the rest of the block is the run's fall-through arm
+                arm = (run.chain_id, len(run.arms))
+                self.conditions[arm] = " && ".join(f"!({c})" for c, _ in run.arms)
+                self.walk_seq(fn, stmts[i:], replace(ctx, variant=(*ctx.variant, arm)), parent)
+                return
+            if child.type != "comment":
+                run = None
             self.walk_stmt(fn, child, ctx, parent)
+
+    def _open_variant_test(self, fn: FunctionDef, node: Node) -> tuple[str, bool] | None:
+        """(condition, whether its arm returns) of an `if` that is a variant test with no
+        `else`; None for any other statement."""
+        if node.type != "if_statement" or node.child_by_field_name("alternative") is not None:
+            return None
+        if not self._chains_on(fn, node):
+            return None
+        cond = node.child_by_field_name("condition")
+        text = _unparen(" ".join(text_of(fn.src, cond).split())) if cond is not None else ""
+        return text or "?", _ends_in_return(node.child_by_field_name("consequence"))
 
     def walk_stmt(self, fn: FunctionDef, node: Node, ctx: Ctx, parent: Region) -> None:
         if (str(fn.src.path), node.start_byte) in self._consumed:
@@ -424,11 +462,14 @@ class Planner:
             inner_cond = inner_cond[1:-1].strip() if inner_cond.startswith("(") and inner_cond.endswith(")") \
                 else inner_cond
             inner_cond = " ".join(inner_cond.split()) or "?"
-            negated = tuple(f"!({c})" for c in prior)
+            # a test of another constant of the same key is implied: not said again
+            negated = tuple(f"!({c})" for c in prior if not _other_constant(c, inner_cond))
             self.conditions[(chain_id, arm)] = " && ".join((*negated, inner_cond))
             alt_node = node.child_by_field_name("alternative")
             if alt_node is not None and not any(self._chains_on(fn, c) for c in alt_node.named_children):
-                self.conditions[(chain_id, arm + 1)] = " && ".join((*negated, f"!({inner_cond})"))
+                # the last arm: none of the tests held, each said
+                self.conditions[(chain_id, arm + 1)] = " && ".join(
+                    (*(f"!({c})" for c in prior), f"!({inner_cond})"))
         cons = node.child_by_field_name("consequence")
         if core is None and role is None:
             # What tells a region under this `if` apart from a sibling doing the same thing.
@@ -475,11 +516,10 @@ class Planner:
         self.conditions[(chain_id, arm)] = " ".join(f"{kind} {head}".split())
         inner = replace(ctx, variant=(*ctx.variant, (chain_id, arm)),
                         branch=self.conditions[(chain_id, arm)] if kind in ("#if", "#ifdef", "#elif") else "")
-        for child in node.named_children:
-            if alt is not None and child.id == alt.id:
-                self.walk_preproc(fn, child, ctx, parent, (chain_id, arm + 1))
-            elif child.id not in skip:
-                self.walk_stmt(fn, child, inner, parent)
+        body = [c for c in node.named_children if c.id not in skip and (alt is None or c.id != alt.id)]
+        self.walk_seq(fn, body, inner, parent)
+        if alt is not None:
+            self.walk_preproc(fn, alt, ctx, parent, (chain_id, arm + 1))
 
     def classify_loop(self, fn: FunctionDef, loop: Node) -> str:
         return self.classify_loop_why(fn, loop)[0]
@@ -1033,6 +1073,49 @@ def _unparen(text: str) -> str:
                 return text
         text = text[1:-1].strip()
     return text
+
+
+_KEY_IS = re.compile(r"^TILING_KEY_IS\s*\(\s*(\w+)\s*\)$")
+# `<expression> == <constant>`: a number, an ALL_CAPS name or an enumerator (`Mode::A`)
+_EQ_CONSTANT = re.compile(r"^([^=&|!<>?]+?)\s*==\s*(\d+[uUlL]*|[A-Z][A-Z0-9_]*|(?:\w+::)+\w+)$")
+
+
+def _key_constant(condition: str) -> tuple[str, str] | None:
+    """(key, constant) of a test of one key against one constant (`TILING_KEY_IS(3)`,
+    `tilingKey == 7`, `sizeof(T) == SIZE_32`); None for any other condition."""
+    text = " ".join(_unparen(condition.strip()).split())
+    m = _KEY_IS.match(text)
+    if m is not None:
+        return "TILING_KEY_IS", m.group(1)
+    m = _EQ_CONSTANT.match(text)
+    return (m.group(1).strip(), m.group(2)) if m is not None else None
+
+
+def _other_constant(a: str, b: str) -> bool:
+    """Two tests of one expression against different constants: never both true (constants
+    told apart by their spelling: two names for one value would be read as two)."""
+    ka, kb = _key_constant(a), _key_constant(b)
+    return ka is not None and kb is not None and ka[0] == kb[0] and ka[1] != kb[1]
+
+
+@dataclass
+class _Run:
+    """A run of variant `if`s with no `else` in one block (Planner.walk_seq)."""
+
+    chain_id: str
+    arms: list[tuple[str, bool]] = field(default_factory=list)  # (condition, returns)
+
+    def joins(self, cond: str) -> bool:
+        """A test no earlier arm can run beside: each earlier one returns or tests another
+        constant of the same key."""
+        return all(returns or _other_constant(c, cond) for c, returns in self.arms)
+
+    def unimplied(self, cond: str) -> tuple[str, ...]:
+        """The earlier arms' conditions, less those `cond` already rules out."""
+        return tuple(c for c, _ in self.arms if not _other_constant(c, cond))
+
+    def all_return(self) -> bool:
+        return bool(self.arms) and all(returns for _, returns in self.arms)
 
 
 def _ends_in_return(arm: Node | None) -> bool:

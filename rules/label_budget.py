@@ -25,7 +25,14 @@ class, cores, why); the per-core summary says which rule let a count stand over 
 budget (handshakes on top; phases kept because they hold handshakes).
 
 Variants (tiling-key / `if constexpr` / `#if` arms) never run in one launch, so the
-budget holds per variant: a region counts in every variant it can run in. Why: a deep
+budget holds per variant: a region counts in every variant it can run in. A run of
+variant tests with no `else` is one dispatch when no two of its arms can run in one
+launch: each earlier arm returns (`if (TILING_KEY_IS(1)) { ...; return; }
+if (TILING_KEY_IS(2)) ...`; what follows a run whose arms all return is its last arm), or
+they test one expression against different constants (`TILING_KEY_IS(n)`, `tilingKey ==
+n`, `if constexpr (sizeof(T) == SIZE_32)` / `SIZE_64`). A variant's condition leaves out
+the negation of a test of another constant of the same key (`KEY(2)`, not `!(KEY(1)) &&
+KEY(2)`); constants are told apart by their spelling. Why: a deep
 operator offers hundreds of candidate regions, but a trace with more than ~30 labels per
 core type is unreadable and eats the 1023-record slot.
 """

@@ -18,16 +18,27 @@ runs whole, `CpGM2GMPingPong` -> `cp-gm2gm-ping-pong`; long words short, `initia
   full name the others lack; its class; the AIV role; the flag a handshake waits on or
   sets; the phase a barrier or notify ends (a wait: the phase it starts) —
   `barrier-gmm1`, `barrier-combine`; `exit` on an early return's path; where the step it
-  ends has no region, the call beside it (a tile loop: the last other call in it); a
-  tile loop's variable; `loop` for a loop beside a call of the same step; the condition
-  it runs under; what it does first. The same step run again keeps one label: one
+  ends has no region, the call beside it (a tile loop: the last other call in it); where
+  two end the same call, the step each comes before (`barrier-pre-calc-weight`); a tile
+  loop's variable; `loop` for a loop beside a call of the same step; what a loop runs up
+  to (a main loop and its tail: `tail`; a bound `loop2` by what it was set from; digits
+  alone never tell two loops apart); what a loop accumulates (`below` / `equal`); the
+  condition it runs under; what it does first; a call in its code the others lack
+  (`first-sort` / `second-gather` for `FirstStep` / `SecondStep`). Where the names that
+  would tell them apart read alike (`compute-global-mean` / `compute-global-var` /
+  `gather-sum` / `gather-sum-ordered`), each takes the words of its own that some of the
+  others lack (`mean` / `var`; `ordered`). Steps are told apart before the handshakes
+  between them, so a barrier is named after the step as that step ends up named. The
+  same step run again keeps one label: one
   function called in one role, one flag (or family of flags, `evt` / `evt + 1`) set or
   waited on again, calls of one name whose code was not found, the arms of a variant
   dispatch (one launch runs one). Siblings nothing tells apart keep their label, and
   the plan says so; the plan lint counts them.
 - **A phase and its handshakes use one name.** A handshake named after a level-2 phase
   (OT109's partner, or the phase a level-2 barrier ends) follows that phase's final word,
-  less the words its own label already has.
+  less the words its own label already has, and keeps the word that told it apart from a
+  sibling (two notifies of one phase by their flags: `notify-release-v2c-ping` /
+  `notify-release-v2c-pong`).
 - **The limit.** A label over `naming.max_length` is shortened one cut at a time: the
   longest word on its path first (the deepest on a tie), the phase's word last; each cut
   the gentlest left — two of its phase words, a phase word with its neighbour, its first
@@ -43,8 +54,10 @@ runs whole, `CpGM2GMPingPong` -> `cp-gm2gm-ping-pong`; long words short, `initia
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from optrace.engine.codes import OT105
+from optrace.engine.cpp import FunctionDef
 from optrace.engine.diagnostics import Severity
 from optrace.engine.model import Kind, Region, assign_labels
 from optrace.engine.words import Vocabulary, label_kebab, label_name, reductions
@@ -269,6 +282,13 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
         self.dropped: list[tuple[Region, int, list[str]]] = []  # words less what ancestors said
         self.limit = cfg.label_max
         self.told: list[tuple[str, str, list[Region]]] = []  # siblings told apart, said at the end
+        self.left: list[tuple[str, list[Region]]] = []  # siblings nothing told apart (one level)
+        self.sources = {parsed.src.path: parsed.src for parsed in ctx.analysis.parsed.values()}
+        self.calls_of: dict[str, list[str]] = {}  # code text -> the calls it makes (memo)
+        self.memo: dict[tuple[str, int], list[str]] = {}  # (what, id(region)) -> found (memo)
+        self.spans: dict[Path, list[tuple[int, int]]] = {}  # file -> its functions' byte spans
+        for fn in ctx.analysis.index.functions.values():
+            self.spans.setdefault(fn.src.path, []).append((fn.node.start_byte, fn.node.end_byte))
         self._name(ctx.root, [])
         self._follow_partners()
         assign_labels(ctx.root)
@@ -290,6 +310,11 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
         for _ in range(3):  # a word given to tell two apart may meet a third sibling
             if not self._distinct(node, said):
                 break
+        # said once, after the last round (a barrier named after a phase is told apart
+        # once that phase is)
+        for key, left in self.left:
+            self.ctx.report(f"sibling label `{key}` repeats: nothing in the code tells these "
+                            f"{len(left)} regions apart (no counter suffix)", left[1])
         for child in node.children:
             self._name(child, [*said, *_parts(child)])
 
@@ -343,15 +368,18 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
         for child in node.children:
             groups.setdefault(sibling_key(" ".join(child.words)), []).append(child)
         changed = False
-        for key, members in groups.items():
+        self.left = []
+        # steps before the handshakes between them: a barrier is named after the step it
+        # ends as that step is once told apart
+        order = sorted(groups.items(), key=lambda kv: all(m.hot in _HANDSHAKE_HOT for m in kv[1]))
+        for key, members in order:
             clash = [m for m in members if any(not same_step(m, o) for o in members if o is not m)]
             if len(clash) < 2:
                 continue
             left = self._tell_apart(node, clash, said)
             changed = changed or len(left) < len(clash)
             if len(left) > 1:
-                self.ctx.report(f"sibling label `{key}` repeats: nothing in the code tells these "
-                                f"{len(left)} regions apart (no counter suffix)", left[1])
+                self.left.append((key, left))
         return changed
 
     def _tell_apart(self, node: Region, members: list[Region], said: list[str]) -> list[Region]:
@@ -361,10 +389,13 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
                 (self._by_class, "its class"), (self._by_role, "the AIV role it runs in"),
                 (self._by_flag, "the flag it waits on or sets"), (self._by_phase, "the phase each ends"),
                 (self._by_exit, "the early return it runs on"),
-                (self._by_neighbour, "the call next to it"), (self._by_var, "its loop variable"),
-                (self._by_kind, "loop or call"),
+                (self._by_neighbour, "the call next to it"),
+                (self._by_next, "the step it comes before"), (self._by_var, "its loop variable"),
+                (self._by_kind, "loop or call"), (self._by_bound, "what its loop runs up to"),
+                (self._by_writes, "what its loop accumulates"),
                 (self._by_branch, "the condition it runs under"),
-                (self._by_first_child, "what each does first"))
+                (self._by_first_child, "what each does first"),
+                (self._by_code, "a call in its code the others lack"))
         key = sibling_key(" ".join(members[0].words))
         for way, how in ways:
             if len(pending) < 2:
@@ -387,9 +418,12 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
                     # name (a sibling step's name is its word as it is now).
                     m.partner = partner if any(p is partner for p in self.ctx.root.children) else None
                     m.words = [f"{first.split('-')[0]}-{word}", *rest]
+                    # its name as it will read (later rounds group by it)
+                    self._follow(m, said)
                 else:
                     m.words = [f"{first}-{word}", *rest]
-            self.told.append((key, how, done))
+                    m.told = word
+            self.told.append((key or " ".join(members[0].words), how, done))
             pending = [m for m in pending if not any(m is d for d in done)]
             keys = {id(m): sibling_key(" ".join(m.words)) for m in node.children}
             pending = [m for m in pending if any(
@@ -454,13 +488,28 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
         function its block calls there."""
         if m.hot not in _HANDSHAKE_HOT or m.partner is not None:
             return None
-        at = node.children.index(m)
-        side = node.children[at + 1:] if m.hot == "wait" else node.children[:at][::-1]
-        phase = next((s for s in side if s.cost != "handshake" and s.cores & m.cores and s.words), None)
+        phase = self._phase_of(node, m)
         if phase is not None:
-            word = self._word([p for p in phase.words[0].split("-") if p not in _ROLE_WORDS], m, said)
+            parts = _phase_parts(phase)
+            word = self._word(parts, m, said)
+            # phases whose words start alike (`gather-sum` / `gather-sum-ordered`): by what
+            # this one's has that theirs do not
+            rivals = [_phase_parts(s) for o in pending if o is not m and not same_step(m, o)
+                      and (s := self._phase_of(node, o)) is not None
+                      and self._word(_phase_parts(s), o, said) == word]
+            own = [p for p in parts if not all(p in r for r in rivals)] if rivals else []
+            word = (self._word(own, m, said) if own else None) or word
             return (word, phase) if word else None
         return None
+
+    @staticmethod
+    def _phase_of(node: Region, m: Region) -> Region | None:
+        """The step a handshake ends (a wait: starts) when it has a region."""
+        if m.hot not in _HANDSHAKE_HOT:
+            return None
+        at = node.children.index(m)
+        side = node.children[at + 1:] if m.hot == "wait" else node.children[:at][::-1]
+        return next((s for s in side if s.cost != "handshake" and s.cores & m.cores and s.words), None)
 
     def _by_neighbour(self, node: Region, m: Region, pending: list[Region],
                       said: list[str]) -> tuple[str, Region | None] | None:
@@ -472,9 +521,170 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
             if m.hot in _HANDSHAKE_HOT and m.hot != "wait" and after:  # nothing before it: what it starts
                 return self._pair(["pre", *label_name(after, self.vocab).split("-")], m, said)
             return None
+        parts = label_name(call, self.vocab).split("-")
         theirs = {p for o in pending if o is not m
                   for p in label_name(_neighbour(o), self.vocab).split("-") if p}
-        return self._pair(label_name(call, self.vocab).split("-"), m, said, theirs)
+        found = self._pair(parts, m, said, theirs)
+        # neighbours whose names would read alike (`compute-global-mean` / `-var` /
+        # `-mean-ordered`): by the words of its own that some of theirs lack
+        rivals = [label_name(n, self.vocab).split("-") for o in pending
+                  if o is not m and (n := _neighbour(o)) and n != call
+                  and self._pair(label_name(n, self.vocab).split("-"), o, said, theirs) == found]
+        own = [p for p in parts if not all(p in r for r in rivals)] if rivals else []
+        return (self._pair(own, m, said) if own else None) or found
+
+    def _by_next(self, node: Region, m: Region, pending: list[Region],
+                 said: list[str]) -> tuple[str, Region | None] | None:
+        """A barrier or notify whose step before says nothing of its own: by the function
+        its block calls next (`pre-calc-weight`)."""
+        after = m.between[1]
+        if m.hot not in _HANDSHAKE_HOT or m.hot == "wait" or not after:
+            return None
+        parts = label_name(after, self.vocab).split("-")
+        rivals = [label_name(o.between[1], self.vocab).split("-") for o in pending
+                  if o is not m and o.between[1] and o.between[1] != after]
+        own = [p for p in parts if not all(p in r for r in rivals)] if rivals else parts
+        return self._pair(["pre", *own], m, said) if own else None
+
+    def _by_bound(self, node: Region, m: Region, pending: list[Region],
+                  said: list[str]) -> tuple[str, Region | None] | None:
+        """A loop by what it runs up to, less what all the loops share (a main loop and
+        its tail: `i < headNum` / `i < tailNum` -> `head` / `tail`)."""
+        if m.kind != Kind.LOOP:
+            return None
+        # digits ignored: bounds `loop1` / `loop2` say nothing apart
+        common = set.intersection(*({_undigit(p) for p in self._bound_parts(o)} for o in pending))
+        parts = [p for p in self._bound_parts(m) if _undigit(p) and _undigit(p) not in common]
+        return self._pair(parts, m, said) if parts else None
+
+    def _by_writes(self, node: Region, m: Region, pending: list[Region],
+                   said: list[str]) -> tuple[str, Region | None] | None:
+        """A loop by what it accumulates: a name declared outside it that it assigns and
+        the others do not (`lo` / `cnt-less`)."""
+        if m.kind != Kind.LOOP:
+            return None
+        theirs = {w for o in pending if o is not m and not same_step(m, o) for w in self._loop_writes(o)}
+        for name in self._loop_writes(m):
+            if name in theirs:
+                continue
+            word = self._word(label_kebab(name).split("-"), m, said)
+            if word:
+                return word, None
+        return None
+
+    def _bound_parts(self, m: Region) -> list[str]:
+        """The words of a loop's bound: the names in its test, less its own variable."""
+        found = self.memo.get(("bound", id(m)))
+        if found is None:
+            found = self.memo[("bound", id(m))] = self._find_bound_parts(m)
+        return found
+
+    def _find_bound_parts(self, m: Region) -> list[str]:
+        header = _loop_header(self._text(m, header=True))
+        if header is None:
+            return []
+        test, own = header
+        before = self._before(m)
+        names: list[str] = []
+        for name in re.findall(r"[A-Za-z_]\w*", test):
+            if name in own or name in _NOT_CALLS:
+                continue
+            # a local set just before the loop: what it was set from (`loop2 = hasTail`)
+            found = re.findall(rf"\b{re.escape(name)}\s*=(?!=)([^;]*);", before)
+            names += re.findall(r"[A-Za-z_]\w*", found[-1]) if found else [name]
+        parts = [p for n in names for p in label_kebab(n).split("-")]
+        return [p for p in dict.fromkeys(parts) if len(p) > 1 and p not in _PLAIN_WORDS
+                and not _COUNTER.fullmatch(p)]
+
+    def _before(self, m: Region) -> str:
+        """The code before a region in its own function (where its loop's accumulators
+        and bounds are declared)."""
+        a = m.anchor
+        src = self.sources.get(a.path) if a is not None else None
+        if a is None or src is None:
+            return ""
+        start = max((s for s, e in self.spans.get(a.path, []) if s <= a.start < e), default=a.start)
+        return src.text[start:a.start].decode("utf-8", "replace")
+
+    def _loop_writes(self, m: Region) -> list[str]:
+        found = self.memo.get(("writes", id(m)))
+        if found is None:
+            found = self.memo[("writes", id(m))] = self._find_loop_writes(m)
+        return found
+
+    def _find_loop_writes(self, m: Region) -> list[str]:
+        header = _loop_header(self._text(m, header=True))
+        counters = header[1] if header is not None else set()
+        return [n for n in _writes(self._text(m), self._before(m)) if n not in counters]
+
+    def _by_code(self, node: Region, m: Region, pending: list[Region],
+                 said: list[str]) -> tuple[str, Region | None] | None:
+        """What its code does that the others' does not: the first call in it (or, for a
+        handshake, in the step it ends) that none of them makes."""
+        mine = self._step_calls(node, m)
+        theirs = {c for o in pending if o is not m and not same_step(m, o) for c in self._step_calls(node, o)}
+        for call in mine:
+            if call in theirs:
+                continue
+            word = self._word(label_name(call, self.vocab).split("-"), m, said)
+            if word:
+                return word, None
+        return None
+
+    def _step_calls(self, node: Region, m: Region) -> list[str]:
+        found = self.memo.get(("calls", id(m)))
+        if found is None:
+            found = self.memo[("calls", id(m))] = self._find_step_calls(node, m)
+        return found
+
+    def _find_step_calls(self, node: Region, m: Region) -> list[str]:
+        if m.hot not in _HANDSHAKE_HOT:
+            return self._calls(self._text(m))
+        # a handshake: the step it ends (a wait: starts)
+        at = node.children.index(m)
+        side = node.children[at + 1:] if m.hot == "wait" else node.children[:at][::-1]
+        step = next((s for s in side if s.cost != "handshake" and s.cores & m.cores), None)
+        if step is not None:
+            return self._calls(self._text(step))
+        name = m.between[1] if m.hot == "wait" else m.between[0]
+        fns = self.ctx.analysis.index.by_name.get(name, []) if name else []
+        # one definition of that name: its code (several: which one runs is not known here)
+        return [name, *self._calls(_body_text(fns[0]))] if len(fns) == 1 else ([name] if name else [])
+
+    def _text(self, m: Region, header: bool = False) -> str:
+        """The code a region measures: its callee's body, else its own span (with the loop
+        header before a loop body when `header`)."""
+        fn = self.ctx.analysis.index.functions.get(m.function or "")
+        if fn is not None and not header:
+            return _body_text(fn)
+        a = m.anchor
+        src = self.sources.get(a.path) if a is not None else None
+        if a is None or src is None:
+            return ""
+        start = a.start
+        if header and a.inside:  # the span is the loop's body: its header is just before it
+            before = src.text[max(0, start - 600):start].decode("utf-8", "replace")
+            found = list(re.finditer(r"\b(for|while)\s*\(", before))
+            return before[found[-1].start():] + "{" if found else ""
+        return src.text[start:a.end].decode("utf-8", "replace")
+
+    def _calls(self, code: str, depth: int = 1) -> list[str]:
+        """The functions a piece of code calls, in order, and (one level down) the ones those
+        of the operator's own call."""
+        memo = self.calls_of.get(code) if depth else None
+        if memo is not None:
+            return memo
+        out: list[str] = []
+        for name in _call_names(code):
+            if name in out:
+                continue
+            out.append(name)
+            fns = self.ctx.analysis.index.by_name.get(name, [])
+            if depth and len(fns) == 1:
+                out += [c for c in self._calls(_body_text(fns[0]), depth - 1) if c not in out]
+        if depth:
+            self.calls_of[code] = out
+        return out
 
     def _pair(self, parts: list[str], m: Region, said: list[str],
               theirs: set[str] | frozenset[str] = frozenset()) -> tuple[str, Region | None] | None:
@@ -528,13 +738,18 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
         """A handshake named after a phase takes that phase's word as it is now (less the words
         its own label already has)."""
         for region, said in _with_said(self.ctx.root, []):
-            if region.partner is None or not region.words:
-                continue
-            role = region.words[0].split("-")[0]
-            theirs = [p for p in region.partner.words[0].split("-")] if region.partner.words else []
-            keep = [p for p in theirs if p not in _ROLE_WORDS and p not in said and p != role]
-            if keep:
-                region.words = ["-".join([role, *keep]), *region.words[1:]]
+            self._follow(region, said)
+
+    @staticmethod
+    def _follow(region: Region, said: list[str]) -> None:
+        if region.partner is None or not region.words:
+            return
+        role = region.words[0].split("-")[0]
+        theirs = [p for p in region.partner.words[0].split("-")] if region.partner.words else []
+        keep = [p for p in theirs if p not in _ROLE_WORDS and p not in said and p != role]
+        told = [p for p in region.told.split("-") if p and p not in keep and p not in said and p != role]
+        if keep:
+            region.words = ["-".join([role, *keep, *told]), *region.words[1:]]
 
     # --- the limit ----------------------------------------------------------------------------
 
@@ -715,6 +930,80 @@ def _neighbour(region: Region) -> str:
     if region.hot in _HANDSHAKE_HOT:
         return after if region.hot == "wait" else before
     return after if region.tile_loop else ""
+
+
+# Names before `(` that are not calls that say what code does: keywords, casts, and the
+# queue / buffer bookkeeping every step does.
+_NOT_CALLS = frozenset({
+    "if", "for", "while", "switch", "return", "sizeof", "static_cast", "reinterpret_cast", "const_cast",
+    "dynamic_cast", "decltype", "alignof", "min", "max", "Min", "Max", "AllocTensor", "FreeTensor", "EnQue",
+    "DeQue", "Get", "GetValue", "SetValue", "GetPhyAddr", "GetBlockIdx", "GetBlockNum", "PipeBarrier",
+    "SetFlag", "WaitFlag", "CeilDiv", "CeilAlign", "uint32_t", "int32_t", "uint64_t", "int64_t", "float",
+    "half", "dim3", "asc_vf_call"})
+_CALL = re.compile(r"\b([A-Za-z_]\w*)\s*(?:<(?:[^<>;{}()]|<[^<>;{}()]*>)*>)?\s*\(")
+_VF_CALL = re.compile(r"\basc_vf_call\s*<\s*([A-Za-z_]\w*)")
+
+
+def _call_names(code: str) -> list[str]:
+    """The names a piece of code calls, in order (a vector function launched by
+    `asc_vf_call<F>` as F)."""
+    found = [(m.start(), m.group(1)) for m in _CALL.finditer(code)]
+    found += [(m.start(), m.group(1)) for m in _VF_CALL.finditer(code)]
+    return [n for _, n in sorted(found) if n not in _NOT_CALLS and not n.isupper()]
+
+
+_ASSIGNED = re.compile(r"(?<![\w.>])([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)?(?:(?:[-+*/|&^]|<<|>>)?=(?!=)|\+\+|--)"
+                       r"|(?:\+\+|--)\s*([A-Za-z_]\w*)")
+
+
+_DESTINATION = re.compile(r"\b[A-Z]\w*\s*(?:<[^;{}()]*>)?\s*\(\s*([A-Za-z_]\w*)")
+
+
+def _writes(code: str, before: str) -> list[str]:
+    """The names a piece of code assigns that were there before it (not its own locals),
+    in order."""
+    known = set(re.findall(r"[A-Za-z_]\w*", before))
+    # its own locals and the counters of loops inside it say nothing of what it computes
+    own = set(re.findall(r"[\w>*&]\s+([A-Za-z_]\w*)\s*(?:=|;|\[)", code))
+    own |= set(re.findall(r",\s*([A-Za-z_]\w*)\s*=(?!=)", code))  # `int a = 0, b = 1;`
+    own |= {n for init in re.findall(r"\bfor\s*\(([^;]*);", code)
+            for n in re.findall(r"([A-Za-z_]\w*)\s*=", init)}
+    # assigned, or the destination of a vector instruction (`Add(dst, a, b, n)`)
+    found = sorted([(m.start(), m.group(1) or m.group(2)) for m in _ASSIGNED.finditer(code)]
+                   + [(m.start(), m.group(1)) for m in _DESTINATION.finditer(code)])
+    return list(dict.fromkeys(n for _, n in found if n in known and n not in own and n not in _NOT_CALLS))
+
+
+def _phase_parts(phase: Region) -> list[str]:
+    return [p for p in phase.words[0].split("-") if p not in _ROLE_WORDS]
+
+
+def _undigit(part: str) -> str:
+    return re.sub(r"\d+", "", part)
+
+
+def _body_text(fn: FunctionDef) -> str:
+    return fn.src.text[fn.body.start_byte:fn.body.end_byte].decode("utf-8", "replace")
+
+
+def _loop_header(code: str) -> tuple[str, set[str]] | None:
+    """A loop's test and its own variables (`for (i = a; i < n; ++i)` -> (`i < n`, {i}))."""
+    m = re.match(r"\s*(for|while)\s*\(", code)
+    if m is None:
+        return None
+    depth, i = 1, m.end()
+    while i < len(code) and depth:
+        depth += {"(": 1, ")": -1}.get(code[i], 0)
+        i += 1
+    inner = code[m.end():i - 1]
+    if m.group(1) == "while":
+        return inner, set()
+    parts = inner.split(";")
+    if len(parts) != 3:
+        return None
+    init, test, step = parts
+    own = set(re.findall(r"([A-Za-z_]\w*)\s*(?:=|:)", init)) | set(re.findall(r"[A-Za-z_]\w*", step))
+    return test, own
 
 
 def _positive(branch: str) -> str:

@@ -30,6 +30,8 @@ CASES = {
     "budget_drops": FIXTURES / "budget_drops" / "moe_many_phases",
     "variant_flags": FIXTURES / "variant_flags" / "moe_variant_flags",
     "macro_work": FIXTURES / "macro_work" / "activation" / "moe_tile_glu",
+    "key_chains": FIXTURES / "key_chains" / "moe_key_chain",
+    "step_names": FIXTURES / "step_names" / "moe_step_names",
 }
 
 
@@ -93,6 +95,18 @@ def test_the_budget_drops_what_was_written_down_and_names_it() -> None:
 def test_variant_conditions_are_the_ones_written_down() -> None:
     plan = plan_operator(CASES["variant_flags"])
     assert [v["condition"] for v in plan.variants] == expected_lines("variant_flags", "expected_variants.txt")
+
+
+def test_a_run_of_key_tests_that_return_is_one_dispatch() -> None:
+    """`if (KEY(1)) { ...; return; } if (KEY(2)) {...}`: one launch runs one arm, so each
+    class's `Init` may be `init`; a test of another constant is not said as a negation."""
+    plan = plan_operator(CASES["key_chains"])
+    text = (FIXTURES / "key_chains" / "expected_variants.txt").read_text(encoding="utf-8")
+    # conditions here start with `#if` / `#else`: only `# ` lines are comments
+    expected = [ln.rstrip() for ln in text.splitlines() if ln.strip() and not ln.startswith("# ")]
+    assert [v["condition"] for v in plan.variants] == expected
+    inits = [r for r in plan.root.children if r.label == "init"]
+    assert len(inits) == 6 and all(a.exclusive_with(b) for a in inits for b in inits if a is not b)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -172,14 +172,24 @@ def _two_loops(exclusive: str | None) -> str:
                        + second + "    }\n}\n")
     if exclusive == "#if":
         return HEAD + "#if defined(SOC_A)\n" + first + "#else\n" + second + "#endif\n}\n"
+    if exclusive == "return":  # what follows a key test that returns runs only without it
+        return HEAD + "    if (TILING_KEY_IS(1)) {\n" + first + "        return;\n    }\n" + second + "}\n"
+    if exclusive == "constants":  # one expression against two constants, no `else`
+        return HEAD + ("    if constexpr (sizeof(DTYPE_X) == SIZE_2) {\n" + first + "    }\n"
+                       "    if constexpr (sizeof(DTYPE_X) == SIZE_4) {\n" + second + "    }\n}\n")
+    if exclusive == "two-flags":  # two different tests: both may hold in one launch
+        return HEAD + ("    if constexpr (FLAG_A) {\n" + first + "    }\n"
+                       "    if constexpr (FLAG_B) {\n" + second + "    }\n}\n")
     return HEAD + "    {\n" + first + second + "    }\n}\n"
 
 
-@pytest.mark.parametrize("dispatch", ["if", "#if"])
+@pytest.mark.parametrize("dispatch", ["if", "#if", "return", "constants"])
 def test_capacity_is_the_largest_variant_not_the_sum(tmp_path: Path, dispatch: str) -> None:
     config = "[trip_counts]\ngroupIdx = 200\n"
     exclusive = plan_src(tmp_path / "a", _two_loops(dispatch), config=config)
     assert all(len(r.variant) == 1 for r in exclusive.root.children)  # two arms of one dispatch
+    first, second = exclusive.root.children[0], exclusive.root.children[-1]
+    assert first.exclusive_with(second)
     aiv = next(e for e in exclusive.capacity if e.core == "AIV")
     # one launch runs one arm: fingerprint + processing + (loop + barrier) x 200
     assert aiv.unknown_loops == () and aiv.records == 1 + 2 + 2 * 200 + 2 * 200
@@ -188,6 +198,13 @@ def test_capacity_is_the_largest_variant_not_the_sum(tmp_path: Path, dispatch: s
     both = plan_src(tmp_path / "b", _two_loops(None), config=config)
     assert next(e for e in both.capacity if e.core == "AIV").records == 1 + 2 + 4 * (2 * 200)
     assert [d.code for d in both.diagnostics if d.code == "OT107"]
+
+
+def test_two_tests_of_different_flags_without_else_may_both_run(tmp_path: Path) -> None:
+    plan = plan_src(tmp_path, _two_loops("two-flags"), config="[trip_counts]\ngroupIdx = 200\n")
+    first, second = plan.root.children[0], plan.root.children[-1]
+    assert not first.exclusive_with(second)
+    assert next(e for e in plan.capacity if e.core == "AIV").records == 1 + 2 + 4 * (2 * 200)
 
 
 def test_capacity_takes_the_unknown_loops_of_every_variant(tmp_path: Path) -> None:
