@@ -757,7 +757,7 @@ def _short_command(command: str) -> str:
     return " ".join(words[: repo + 1] + _shown_args(ops, ops) + words[end:])
 
 
-def render_saved(report_paths: list[Path]) -> int:
+def render_saved(report_paths: list[Path], section: str | None = None) -> int:
     """The results section of saved reports (runs made with --no-md, or on another day).
     Several reports of one repository at one commit of it and of optrace (a run split in
     parts, each writing its report as it ends) are rendered as one run."""
@@ -779,8 +779,9 @@ def render_saved(report_paths: list[Path]) -> int:
     if len(reports) > 1:
         meta["selection"] = " + ".join(m["selection"] for m in metas) + f" ({len(results)} in all)"
         meta["command"] = "; ".join(_short_command(m["command"]) for m in metas)
-    update_results_md(meta["repo"], render_md(meta["repo"], meta, summary, results))
-    print(f"{RESULTS_MD}: section {meta['repo']} from {', '.join(map(str, report_paths))}")
+    name = section or meta["repo"]
+    update_results_md(name, render_md(name, meta, summary, results))
+    print(f"{RESULTS_MD}: section {name} from {', '.join(map(str, report_paths))}")
     return 0 if all(ok for _, _, ok in targets(summary)) else 1
 
 
@@ -807,7 +808,7 @@ def main(argv: list[str] | None = None) -> int:
                     "one run, e.g. --jobs split over several commands, are rendered as one)")
     args = ap.parse_args(argv)
     if args.render is not None:
-        return render_saved(args.render)
+        return render_saved(args.render, args.name)  # --name: the section, beside the repository's own
 
     repo = args.repo.resolve()
     name = args.name or (repo.parent.name if repo.name == "repo" else repo.name)
