@@ -22,7 +22,9 @@ method) is dropped. Core-type bodies, the root and existing points are never rem
 Every region the budget drops is named where it was (an OT108 finding) and listed in the
 plan — text ("dropped by the label budget") and JSON (`dropped`: label, file, line,
 class, cores, why); the per-core summary says which rule let a count stand over the
-budget (handshakes on top; phases kept because they hold handshakes).
+budget (handshakes on top; phases kept because they hold handshakes; phases kept beside
+setup regions that hold handshakes — such a setup region never goes, so neither does a
+phase of its launch: a phase never goes while setup stays).
 
 Variants (tiling-key / `if constexpr` / `#if` arms) never run in one launch, so the
 budget holds per variant: a region counts in every variant it can run in. A run of
@@ -68,6 +70,22 @@ def _setup_example(n: int) -> str:
         f"h = 8; }}\n"
         f"    __aicore__ inline void Process() {{ for (uint32_t expertIdx = 0; expertIdx < expertNum; "
         f"++expertIdx) {{ SyncAll(); }} }}\n}};" for i in range(n))
+    calls = "\n".join(f"        part{i}_.Init(x);\n        part{i}_.Process();" for i in range(n))
+    members = "\n".join(f"    Part{i} part{i}_;" for i in range(n))
+    return (classes + "\nclass Kernel {\npublic:\n    __aicore__ inline void Process(GM_ADDR x) {\n"
+            + calls + "\n    }\n" + members + "\n};\n"
+            'extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {\n'
+            "    Kernel op;\n    op.Process(x);\n}\n")
+
+
+def _pinned_setup_example(n: int) -> str:
+    """n parts whose `Init` (setup) ends on a barrier (a handshake: never dropped), each
+    `Process` a loop over groups (work)."""
+    classes = "\n".join(
+        f"class Part{i} {{\npublic:\n"
+        f"    __aicore__ inline void Init(GM_ADDR x) {{ a = 1; b = 2; c = 3; SyncAll(); }}\n"
+        f"    __aicore__ inline void Process() {{ for (uint32_t groupIdx = 0; groupIdx < groupNum; "
+        f"++groupIdx) {{ Foo(groupIdx); }} Bar(); Baz(); }}\n}};" for i in range(n))
     calls = "\n".join(f"        part{i}_.Init(x);\n        part{i}_.Process();" for i in range(n))
     members = "\n".join(f"    Part{i} part{i}_;" for i in range(n))
     return (classes + "\nclass Kernel {\npublic:\n    __aicore__ inline void Process(GM_ADDR x) {\n"
@@ -153,6 +171,11 @@ class LabelBudget(Rule):
               (f"  part{i}", f"    part{i} expert", f"      part{i} expert barrier")],
         ), dropped=tuple(f"part{i}-init" for i in reversed(range(20))),
             finding="they hold handshakes"),
+        # 16 parts whose Init ends on a barrier: those setup regions can never go (their
+        # handshake stays), so no phase goes either — a phase never goes while setup
+        # stays; the budget is exceeded and the plan says why.
+        Example(_pinned_setup_example(16), labels=("part0", "part15"),
+                finding="a phase never goes while setup stays"),
     )
 
     def apply(self, ctx: RuleContext) -> None:
@@ -187,6 +210,18 @@ class LabelBudget(Rule):
         if not over:
             return
         ctx.stats["budget_over"] = 1
+        # Setup regions that can never go: they hold a handshake (never dropped), so they
+        # never become leaves. Their launch keeps its phases too: a phase never goes while
+        # setup stays; the budget is exceeded instead, and the plan says why.
+        pinned: set[tuple[str, int]] = set()
+
+        def holds_handshake(region: Region) -> bool:
+            return any(r.cost == "handshake" for r in region.walk() if r is not region)
+
+        for region in ctx.root.walk():
+            if region.cost == "setup" and region is not ctx.root and holds_handshake(region):
+                pinned.update((core, v) for core in region.cores for v in member[id(region)])
+        kept_for_setup = 0
 
         def key(region: Region, order: int) -> tuple[int, ...]:
             parent = parents[id(region)]
@@ -254,6 +289,10 @@ class LabelBudget(Rule):
             if tuple(-x for x in current) != neg:
                 push(region)  # its key dropped since it was queued (a file became last)
                 continue
+            if region.cost == "phase" and any((core, v) in pinned for core in region.cores
+                                              for v in member[id(region)] if (core, v) in over):
+                kept_for_setup += 1
+                continue
             group = [region]
             if region.cost != "setup" and all(per_core[(core, v)][region.label] > 1 for core in region.cores
                                               for v in member[id(region)] if (core, v) in over):
@@ -285,8 +324,8 @@ class LabelBudget(Rule):
                                "a reader sees")
         prune()
         ctx.stats["phases_dropped"] = removed["phase"]
-        # The invariant the order gives, measured: a phase dropped from a variant whose
-        # setup is still there (0 unless a setup region could not be dropped: not a leaf).
+        # The invariant, measured: a phase dropped from a variant whose setup is still there
+        # (0: setup goes first, and a setup region that cannot go keeps its launch's phases).
         kept_setup = {v for r in ctx.root.walk() if r.cost == "setup" for v in member.get(id(r), [])}
         ctx.stats["phases_dropped_while_setup_kept"] = sum(1 for vs in phase_variants if vs & kept_setup)
         ctx.stats["setup_dropped"] = removed["setup"]
@@ -301,9 +340,12 @@ class LabelBudget(Rule):
         if over:
             worst = max(len(per_core[k]) for k in over)
             cores = sorted({core for core, _ in over})
+            why = "they hold handshakes"
+            if kept_for_setup:
+                why += (f"; {kept_for_setup} phase(s) kept beside setup regions that hold handshakes "
+                        "(a phase never goes while setup stays)")
             ctx.report(f"{worst} phase / setup labels for {'/'.join(cores)}, over the {target}-label budget "
-                       "(density.target): what is left of them is kept because they hold handshakes",
-                       ctx.root)
+                       f"(density.target): what is left of them is kept because {why}", ctx.root)
 
 
 def launch_variants(root: Region) -> list[tuple[tuple[str, int], ...]]:
