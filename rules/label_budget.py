@@ -61,15 +61,16 @@ def _example(n: int) -> str:
     return defs + '\nextern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {\n' + calls + "\n}\n"
 
 
-def _setup_example(n: int) -> str:
+def _setup_example(n: int, init: str = "a = 1; b = 2; c = 3; d = 4; e = 5; f = 6; g = 7; h = 8;",
+                   process: str = "for (uint32_t expertIdx = 0; expertIdx < expertNum; ++expertIdx) "
+                                  "{ SyncAll(); }") -> str:
     """n phases, each with its own helper class's `Init` (setup) and `Process` (work),
-    run by the kernel class's `Process`."""
+    run by the kernel class's `Process`: by default an Init of scalars and an expert loop
+    holding a barrier."""
     classes = "\n".join(
         f"class Part{i} {{\npublic:\n"
-        f"    __aicore__ inline void Init(GM_ADDR x) {{ a = 1; b = 2; c = 3; d = 4; e = 5; f = 6; g = 7; "
-        f"h = 8; }}\n"
-        f"    __aicore__ inline void Process() {{ for (uint32_t expertIdx = 0; expertIdx < expertNum; "
-        f"++expertIdx) {{ SyncAll(); }} }}\n}};" for i in range(n))
+        f"    __aicore__ inline void Init(GM_ADDR x) {{ {init} }}\n"
+        f"    __aicore__ inline void Process() {{ {process} }}\n}};" for i in range(n))
     calls = "\n".join(f"        part{i}_.Init(x);\n        part{i}_.Process();" for i in range(n))
     members = "\n".join(f"    Part{i} part{i}_;" for i in range(n))
     return (classes + "\nclass Kernel {\npublic:\n    __aicore__ inline void Process(GM_ADDR x) {\n"
@@ -81,17 +82,9 @@ def _setup_example(n: int) -> str:
 def _pinned_setup_example(n: int) -> str:
     """n parts whose `Init` (setup) ends on a barrier (a handshake: never dropped), each
     `Process` a loop over groups (work)."""
-    classes = "\n".join(
-        f"class Part{i} {{\npublic:\n"
-        f"    __aicore__ inline void Init(GM_ADDR x) {{ a = 1; b = 2; c = 3; SyncAll(); }}\n"
-        f"    __aicore__ inline void Process() {{ for (uint32_t groupIdx = 0; groupIdx < groupNum; "
-        f"++groupIdx) {{ Foo(groupIdx); }} Bar(); Baz(); }}\n}};" for i in range(n))
-    calls = "\n".join(f"        part{i}_.Init(x);\n        part{i}_.Process();" for i in range(n))
-    members = "\n".join(f"    Part{i} part{i}_;" for i in range(n))
-    return (classes + "\nclass Kernel {\npublic:\n    __aicore__ inline void Process(GM_ADDR x) {\n"
-            + calls + "\n    }\n" + members + "\n};\n"
-            'extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {\n'
-            "    Kernel op;\n    op.Process(x);\n}\n")
+    return _setup_example(n, init="a = 1; b = 2; c = 3; SyncAll();",
+                          process="for (uint32_t groupIdx = 0; groupIdx < groupNum; ++groupIdx) "
+                                  "{ Foo(groupIdx); } Bar(); Baz();")
 
 
 def _variant_example(n: int) -> str:
