@@ -926,6 +926,10 @@ class Planner:
         buffer chore)."""
         node = stmt.prev_named_sibling if step < 0 else stmt.next_named_sibling
         while node is not None:
+            if (node.text or b"").lstrip().startswith((b"MoeTracing", b"OptraceEnd")):
+                # optrace's own points: an instrumented tree names its steps as the original
+                node = node.prev_named_sibling if step < 0 else node.next_named_sibling
+                continue
             calls = fn.nodes_in(node, ("call_expression",))
             for call in (reversed(calls) if step < 0 else calls):
                 site = self.an.call_site(fn, call)
