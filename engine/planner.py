@@ -305,7 +305,22 @@ class Planner:
                 region.cost = "handshake"
             elif region.kind in (Kind.CALL, Kind.LOOP) and region.cost == "phase" and self.is_setup(region):
                 region.cost = "setup"
+        self._setup_holds_setup(root)
         return root
+
+    @staticmethod
+    def _setup_holds_setup(root: Region) -> None:
+        """What a setup region runs is setup too (its waits stay handshakes): `Init` calling
+        a `PrepareScalars` with a loop of strides below is one setup step, not a phase inside
+        setup — else the budget, which drops leaves only and setup first, would have to drop
+        that phase while its `Init` stays."""
+        stack = [(root, False)]
+        while stack:
+            region, in_setup = stack.pop()
+            if in_setup and region.cost == "phase" and region.kind in (Kind.CALL, Kind.LOOP):
+                region.cost = "setup"
+            below = in_setup or (region.cost == "setup" and region is not root)
+            stack.extend((child, below) for child in region.children)
 
     def is_setup(self, region: Region) -> bool:
         """Setup (docs/rules.md "Cost classes"): an `Init` / tiling / parameter read, or a

@@ -62,7 +62,9 @@ used by the label budget ({OT108}):
 - **setup** — `Init`, tiling reads, parameter init, scalar helpers, copies of a few
   scalars or counters outside any token / expert loop. Evidence: a function named `Init`
   / `*Tiling*` / `*Param*` / `Setup` / `Prepare` / `Config`, or one outside every phase
-  loop with no loop anywhere below it and no wait.
+  loop with no loop anywhere below it and no wait. What a setup region runs is setup too,
+  loops included (an `Init` calling `PrepareScalars` that fills stride tables), except its
+  waits and barriers, which stay handshakes.
 
 "Copy is hot" (domain notes) means bulk data movement: a copy of a few counters with no
 loop is setup, a token loop of copies is a phase. The budget drops every setup region

@@ -63,13 +63,13 @@ def _example(n: int) -> str:
 
 def _setup_example(n: int, init: str = "a = 1; b = 2; c = 3; d = 4; e = 5; f = 6; g = 7; h = 8;",
                    process: str = "for (uint32_t expertIdx = 0; expertIdx < expertNum; ++expertIdx) "
-                                  "{ SyncAll(); }") -> str:
+                                  "{ SyncAll(); }", helpers: str = "") -> str:
     """n phases, each with its own helper class's `Init` (setup) and `Process` (work),
     run by the kernel class's `Process`: by default an Init of scalars and an expert loop
-    holding a barrier."""
+    holding a barrier. `helpers`: more methods of each part."""
     classes = "\n".join(
         f"class Part{i} {{\npublic:\n"
-        f"    __aicore__ inline void Init(GM_ADDR x) {{ {init} }}\n"
+        f"    __aicore__ inline void Init(GM_ADDR x) {{ {init} }}\n{helpers}"
         f"    __aicore__ inline void Process() {{ {process} }}\n}};" for i in range(n))
     calls = "\n".join(f"        part{i}_.Init(x);\n        part{i}_.Process();" for i in range(n))
     members = "\n".join(f"    Part{i} part{i}_;" for i in range(n))
@@ -85,6 +85,36 @@ def _pinned_setup_example(n: int) -> str:
     return _setup_example(n, init="a = 1; b = 2; c = 3; SyncAll();",
                           process="for (uint32_t groupIdx = 0; groupIdx < groupNum; ++groupIdx) "
                                   "{ Foo(groupIdx); } Bar(); Baz();")
+
+
+def _nested_setup_example(n: int) -> str:
+    """n parts whose `Init` runs a `PrepareScalars` that holds two helpers with a loop
+    each (a region with children: a phase by what it holds, but run by setup) and a
+    `UbInit`; each `Process` a loop over groups (work)."""
+    helpers = """    __aicore__ inline void PrepareScalars() {
+        roundDepth = sD * (depthOut - 1) + 1; roundWidth = sW * (widthOut - 1) + 1;
+        tail = widthOut - roundWidth; partHw = RoundUp(partW, blockLen) * partH;
+        PrepareBaseScalars();
+        PrepareStrides();
+    }
+    __aicore__ inline void PrepareBaseScalars() {
+        for (uint32_t i = 0; i < 4; ++i) { strides[i] = roundDepth * i; }
+        blockLen = roundWidth * 8; alignedLen = (blockLen + 31) / 32 * 32;
+    }
+    __aicore__ inline void PrepareStrides() {
+        for (uint32_t i = 0; i < 4; ++i) { outStrides[i] = tail * i; }
+        outLen = tail * 8; outAligned = (outLen + 31) / 32 * 32;
+    }
+    __aicore__ inline void UbInit() {
+        for (uint32_t q = 0; q < queueNum; ++q) { pipe->InitBuffer(queues[q], 2, alignedLen); }
+        pipe->InitBuffer(inQueue, 2, alignedLen); pipe->InitBuffer(tmpBuf, outAligned);
+    }
+"""
+    return _setup_example(
+        n, init="xGm.SetGlobalBuffer((__gm__ float*)x); PrepareScalars(); UbInit();",
+        process="for (uint32_t groupIdx = 0; groupIdx < groupNum; ++groupIdx) "
+                "{ Foo(groupIdx); } Bar(); Baz();",
+        helpers=helpers)
 
 
 def _variant_example(n: int) -> str:
@@ -169,6 +199,21 @@ class LabelBudget(Rule):
         # stays; the budget is exceeded and the plan says why.
         Example(_pinned_setup_example(16), labels=("part0", "part15"),
                 finding="a phase never goes while setup stays"),
+        # 12 parts whose Init runs `PrepareScalars` (holding two helpers with loops) and
+        # `UbInit`: 73 labels with `processing`. What setup runs is setup, so the whole
+        # Init subtree goes before any phase: the helpers first (deepest), then `ub` and
+        # `prepare` from the last part back, until 30 are left; every part's work stays.
+        Example(_nested_setup_example(12), tree=(
+            "processing",
+            *[ln for i in range(12) for ln in
+              ((f"  part{i}-init", f"    part{i}-init prepare", f"    part{i}-init ub", f"  part{i}")
+               if i < 2 else (f"  part{i}-init", f"    part{i}-init prepare", f"  part{i}") if i == 2
+               else (f"  part{i}-init", f"  part{i}"))],
+        ), dropped=(
+            *[f"part{i}-init prepare {w}" for i in reversed(range(12)) for w in ("strides", "base-scalars")],
+            *[f"part{i}-init {w}" for i in reversed(range(3, 12)) for w in ("ub", "prepare")],
+            "part2-init ub",
+        ), finding="(setup, AIV) dropped"),
     )
 
     def apply(self, ctx: RuleContext) -> None:
