@@ -94,6 +94,7 @@ _MACRO_WORK_RE = re.compile(r"\b([A-Za-z_]\w*)\s*(?:\.|->)\s*(\w*(?:Process|Run|
 # Methods that run a kernel class's work (or set it up), traced at the call site when the
 # class itself is not in the files read.
 UNSEEN_WORK_METHODS = frozenset({"Init", "Process", "Run", "Compute", "Execute", "operator()"})
+WORK_METHODS = UNSEEN_WORK_METHODS - {"Init"}  # the methods that do a class's work
 # AscendC framework objects a kernel declares next to its own class.
 ASCENDC_TYPES = frozenset({"TPipe", "TQue", "TQueBind", "TBuf", "GlobalTensor", "LocalTensor",
                            "TBufPool", "TSCM", "ListTensorDesc", "DataCopyParams", "Matmul"})
@@ -308,15 +309,18 @@ class Planner:
         self._setup_holds_setup(root)
         return root
 
-    @staticmethod
-    def _setup_holds_setup(root: Region) -> None:
+    def _setup_holds_setup(self, root: Region) -> None:
         """What a setup region runs is setup too (its waits stay handshakes): `Init` calling
         a `PrepareScalars` with a loop of strides below is one setup step, not a phase inside
         setup — else the budget, which drops leaves only and setup first, would have to drop
-        that phase while its `Init` stays."""
+        that phase while its `Init` stays. A work method called from there (an `Init` that
+        ends in `Process()`) is still the work, and so is all it runs."""
         stack = [(root, False)]
         while stack:
             region, in_setup = stack.pop()
+            fn = self.an.index.functions.get(region.function or "")
+            if fn is not None and fn.name in WORK_METHODS:
+                in_setup = False
             if in_setup and region.cost == "phase" and region.kind in (Kind.CALL, Kind.LOOP):
                 region.cost = "setup"
             below = in_setup or (region.cost == "setup" and region is not root)

@@ -509,3 +509,48 @@ def test_flags_of_one_family_are_one_step_and_a_barrier_is_named_by_the_call_it_
     # (the words the other lacks: `rows` tells nothing apart)
     assert {"notify aiv", "barrier-scale aiv", "barrier-shift aiv"} <= got, got
     assert plan.lint["sibling_label_clashes"] == 0
+
+
+SETUP_THEN_WORK = """
+class Op {
+public:
+    __aicore__ inline void Init(GM_ADDR x) {
+        xGm.SetGlobalBuffer((__gm__ float*)x);
+        PrepareStrides();
+        Process();
+    }
+private:
+    __aicore__ inline void PrepareStrides() {
+        roundLen = (len + 31) / 32 * 32; tail = len - roundLen;
+        PrepareTail();
+        PrepareHead();
+    }
+    __aicore__ inline void PrepareTail() {
+        for (uint32_t i = 0; i < 4; ++i) { tails[i] = len * i; }
+        tailLen = len * 8; tailAligned = (tailLen + 31) / 32 * 32;
+    }
+    __aicore__ inline void PrepareHead() {
+        for (uint32_t i = 0; i < 4; ++i) { heads[i] = len * i; }
+        headLen = len * 8; headAligned = (headLen + 31) / 32 * 32;
+    }
+    __aicore__ inline void Process() {
+        for (uint32_t groupIdx = 0; groupIdx < groupNum; ++groupIdx) { Compute(groupIdx); SyncAll(); }
+    }
+};
+extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
+    Op op;
+    op.Init(x);
+}
+"""
+
+
+def test_what_setup_runs_is_setup_but_not_the_work_it_calls(tmp_path: Path) -> None:
+    # `PrepareStrides` holds regions (a phase by what it holds, alone) but runs inside
+    # `Init`: setup. The `Process` an Init ends on is the kernel's work, barrier and all.
+    plan = plan_src(tmp_path, SETUP_THEN_WORK)
+    cost = {r.label: r.cost for r in plan.root.walk()}
+    prepare = [r for r in plan.root.walk() if r.label.endswith("strides")]
+    assert prepare and all(r.cost == "setup" and r.children for r in prepare), cost
+    work = [lb for lb in cost if "group" in lb and "barrier" not in lb]
+    assert work and all(cost[lb] == "phase" for lb in work), cost
+    assert any(c == "handshake" for c in cost.values()), cost
