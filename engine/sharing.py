@@ -38,15 +38,22 @@ def operators_including(root: Path, headers: list[Path], own: Path) -> dict[Path
     wanted = {h.resolve() for h in headers}
     names = {os.fsencode(h.name) for h in headers}
     found: dict[Path, set[Path]] = {h.resolve(): set() for h in headers}
+    own_real = own.resolve()
+    # One resolve per operator directory, not per source: a repository has ~10k sources.
+    real: dict[Path, Path] = {}
     for paths in index.sources.values():
         for includer in paths:
-            op = operator_dir_of(includer, root)
-            if op is None or op.resolve() == own.resolve():
-                continue
             # Only a file including one of the names by a quoted directive is read (what
             # each source includes is kept in the user cache by content hash).
             listed = store.derived(includer, INCLUDES_KIND, _included_names).split("\n")
             if not names & {os.fsencode(n) for n in listed}:
+                continue
+            op = operator_dir_of(includer, root)
+            if op is None:
+                continue
+            if op not in real:
+                real[op] = op.resolve()
+            if real[op] == own_real:
                 continue
             data = read_bounded(includer)
             if data is None:
