@@ -614,6 +614,14 @@ def targets(s: dict[str, Any]) -> list[tuple[str, str, bool]]:
             all(n == 0 for n in names),
         )
     )
+    kept = s["lint"].get("phases_dropped_while_setup_kept")
+    rows.append(
+        (
+            "the label budget drops no phase while setup is kept (phases so dropped)",
+            "?" if kept is None else f"{kept:g}",
+            kept == 0,
+        )
+    )
     if s["plan_ratio_median"] is not None:
         rows.append(
             (
