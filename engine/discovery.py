@@ -263,7 +263,7 @@ class RepoIndex:
     def content(self) -> ContentStore:
         """The store of what is derived from this repository's files (opened once)."""
         if self.store is None:
-            self.store = ContentStore.open(read_bounded)
+            self.store = ContentStore.open(read_bounded, under=self.root)
         return self.store
 
     def build_scripts(self) -> list[Path]:

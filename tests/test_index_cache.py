@@ -77,6 +77,23 @@ def test_second_run_reads_the_cache_and_no_file(cache_home: Path, tmp_path: Path
     assert read == []  # nothing read: every signature matched
 
 
+def test_a_run_loads_its_own_folder_and_a_copy_derives_nothing_again(cache_home: Path,
+                                                                     tmp_path: Path) -> None:
+    # Two clones of one repository (a corpus run's scratch copies, a user's worktrees):
+    # each run loads only the rows under the folder it indexes, and the copy's files,
+    # read and hashed once, find the values the first clone derived.
+    first = _repo(tmp_path / "repo")
+    derived = _store_of(first).misses
+    copy = _repo(tmp_path / "repo-copy")
+    store = _store_of(copy)
+    assert derived > 0 and store.misses == 0 and store.hits == derived
+    again = _store_of(copy)
+    assert again.misses == 0
+    assert again._paths and all(p.startswith(f"{copy}/") for p in again._paths)
+    # A folder whose name extends the other's ("repo" / "repo-copy") is not under it.
+    assert all(p.startswith(f"{first}/") for p in _store_of(first)._paths)
+
+
 def test_changed_new_and_deleted_files_update(cache_home: Path, tmp_path: Path) -> None:
     root = _repo(tmp_path / "repo")
     _store_of(root)
