@@ -131,12 +131,35 @@ def _head(data: bytes) -> list[tuple[int, int, bytes]]:
             # (matched on the rest: `^` does not match at `pos` after a byte-order mark)
             guard = first_if and _GUARD_RE.match(code[pos:]) is not None
             first_if = False
-            depth += 0 if guard else 1
+            # An `#if` closed by the file's last line (a kernel built for one
+            # architecture only) holds all the file's code, as a guard does: what is
+            # included inside it reaches every point.
+            depth += 0 if guard or _wraps_the_rest(code, pos + len(line)) else 1
         elif directive.startswith(b"endif"):
             depth = max(0, depth - 1)
         out.append((pos, depth, line))
         pos += len(line)
     return out
+
+
+def _wraps_the_rest(code: bytes, start: int) -> bool:
+    """Whether the `#if` whose line ends at `start` is closed by an `#endif` with nothing
+    but blank lines after it (`code`: comments blanked)."""
+    depth = 1
+    pos = start
+    while pos < len(code):
+        end = line_end(code, pos, include_newline=True)
+        line = code[pos:end].strip()
+        if line.startswith(b"#"):
+            directive = line[1:].lstrip()
+            if directive.startswith(b"if"):
+                depth += 1
+            elif directive.startswith(b"endif"):
+                depth -= 1
+                if depth == 0:
+                    return not code[end:].strip()
+        pos = end
+    return False
 
 
 def _last_head_include(head: list[tuple[int, int, bytes]]) -> tuple[int | None, int | None]:

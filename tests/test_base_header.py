@@ -208,3 +208,54 @@ def test_an_entry_whose_includes_are_all_in_arch_arms_includes_the_runtime_after
     assert res.exit_code == 0, res.stdout + res.stderr
     assert runner.invoke(app, ["strip", str(op), "--write"]).exit_code == 0
     assert _tree(tmp_path) == before
+
+
+# A kernel built for one architecture only: the whole file, includes and code, inside one
+# `#if` closed by the file's last line (ops-nn's arch35-only matmul kernels).
+WRAPPED_ENTRY = """\
+// Built for one architecture only.
+#if defined(__NPU_ARCH__) && (__NPU_ARCH__ == 3510)
+
+#include "kernel_operator.h"
+#include "steps.h"
+
+using namespace AscendC;
+
+extern "C" __global__ __aicore__ void wrapped_op(GM_ADDR x, GM_ADDR workspace, GM_ADDR tiling)
+{
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
+    Steps op;
+    op.Init(x);
+    op.Process();
+}
+
+#endif  // __NPU_ARCH__ == 3510
+"""
+
+
+def test_a_file_wrapped_whole_in_one_if_includes_the_runtime_inside_it(tmp_path: Path) -> None:
+    """The `#if` that opens before the first include and closes at the file's end holds
+    every point the file can have: an include inside it, after the last include, reaches
+    them all, like an include guard. check accepts it (G2 failed on apply's own output),
+    a second apply writes nothing, strip restores every byte."""
+    repo = tmp_path / "repo"
+    op = repo / "wrapped_op"
+    kernel = op / "op_kernel"
+    kernel.mkdir(parents=True)
+    (repo / "optrace.toml").write_text("# a repository of one operator\n")
+    (kernel / "wrapped_op.cpp").write_text(WRAPPED_ENTRY)
+    (kernel / "steps.h").write_text(STEPS)
+    before = _tree(tmp_path)
+    res = runner.invoke(app, ["apply", str(op), "--write", "--mode", "A"])
+    assert res.exit_code == 0, res.stderr
+    entry = (kernel / "wrapped_op.cpp").read_text()
+    assert entry.count('#include "optrace_runtime.h"') == 1, entry
+    at = entry.index('#include "optrace_runtime.h"')
+    assert entry.index('#include "steps.h"') < at < entry.index("using")
+    res = runner.invoke(app, ["check", str(op), "--no-compile"])
+    assert res.exit_code == 0, res.stdout + res.stderr
+    applied = _tree(tmp_path)
+    assert runner.invoke(app, ["apply", str(op), "--write", "--mode", "A"]).exit_code == 0
+    assert _tree(tmp_path) == applied
+    assert runner.invoke(app, ["strip", str(op), "--write"]).exit_code == 0
+    assert _tree(tmp_path) == before
