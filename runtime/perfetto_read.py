@@ -544,11 +544,11 @@ def _packet(data: bytes, i: int, sequences: dict[int, _Sequence], current_seq: i
     return current_seq, state
 
 
-def _varints(buffer: np.ndarray, at: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _varints(read: _Reader, at: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The varints starting at ``at`` (each before its ``hi``): values, where each ends,
     and whether it ended in bounds within 10 bytes. Byte k is read only for the varints
     still going after k bytes (most end after one or two)."""
-    first = _byte(buffer, at)
+    first = read(at)
     value = (first & 0x7F).astype(np.uint64)
     done = (first < 0x80) & (at < hi)
     end = at + 1
@@ -557,7 +557,7 @@ def _varints(buffer: np.ndarray, at: np.ndarray, hi: np.ndarray) -> tuple[np.nda
         if going.size == 0:
             break
         where = at[going] + k
-        byte = _byte(buffer, where)
+        byte = read(where)
         value[going] |= (byte & 0x7F).astype(np.uint64) << np.uint64(7 * k)
         ended = byte < 0x80
         end[going[ended]] = where[ended] + 1
@@ -567,12 +567,21 @@ def _varints(buffer: np.ndarray, at: np.ndarray, hi: np.ndarray) -> tuple[np.nda
     return value, end, done
 
 
+_Reader = Callable[[np.ndarray], np.ndarray]
+
+
 def _byte(buffer: np.ndarray, at: np.ndarray) -> np.ndarray:
     """buffer[at], 0xFF (no field key the fast layout accepts) past the end."""
     last = buffer.size - 1
     if at.size and int(at.max()) <= last:
         return np.asarray(buffer[at])
     return np.where(at <= last, buffer[np.minimum(at, last)], 0xFF)
+
+
+#: Bytes past a packet's start that :func:`_parse_events` may read: the packet (up to
+#: 129) and, for a packet not of collect's layout, a few varints and annotation lengths
+#: past its end (at most 4 x 131 and 10 more).
+_REACH = 1024
 
 
 def _chunk(data: bytes, buffer: np.ndarray, starts: np.ndarray, others: list[int],
@@ -603,29 +612,44 @@ def _parse_events(buffer: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, .
     """The fields of the packets at ``starts`` as ``collect`` lays event packets out:
     timestamps, sequence ids, whether a begin, name ids, and whether the packet is of
     that layout at all (a SLICE_BEGIN or a SLICE_END and nothing the reader uses else)."""
+    # Packets whose reach is inside the file are read without a bounds check (a pass
+    # over the indices each read, a good part of this function's time); the last few
+    # of the file with one.
+    inside = int(np.searchsorted(starts, buffer.size - _REACH))
+    if inside == starts.size:
+        return _parse_layout(buffer, buffer.__getitem__, starts)
+    if inside == 0:
+        return _parse_layout(buffer, lambda at: _byte(buffer, at), starts)
+    head = _parse_layout(buffer, buffer.__getitem__, starts[:inside])
+    tail = _parse_layout(buffer, lambda at: _byte(buffer, at), starts[inside:])
+    return tuple(np.concatenate(pair) for pair in zip(head, tail, strict=True))
+
+
+def _parse_layout(buffer: np.ndarray, read: _Reader, starts: np.ndarray) -> tuple[np.ndarray, ...]:
+    """:func:`_parse_events` with ``read(at)``: buffer[at], 0xFF past the end."""
     hi = starts + 2 + buffer[starts + 1].astype(np.int64)
-    stamp, at, ok = _varints(buffer, starts + 3, hi)
-    ok &= (_byte(buffer, starts + 2) == 0x40) & (_byte(buffer, at) == 0x50)  # timestamp, sequence id
-    seq, at, seq_ok = _varints(buffer, at + 1, hi)
-    ok &= seq_ok & (_byte(buffer, at) == 0x5A) & (_byte(buffer, at + 1) < 0x80)  # track_event, short
+    stamp, at, ok = _varints(read, starts + 3, hi)
+    ok &= (read(starts + 2) == 0x40) & (read(at) == 0x50)  # timestamp, sequence id
+    seq, at, seq_ok = _varints(read, at + 1, hi)
+    ok &= seq_ok & (read(at) == 0x5A) & (read(at + 1) < 0x80)  # track_event, short
     lo = at + 2
-    ok &= lo + _byte(buffer, at + 1) == hi
+    ok &= lo + read(at + 1) == hi
     # SLICE_END: [0x48 02], nothing else
-    end = ok & (hi - lo == 2) & (_byte(buffer, lo) == 0x48) & (_byte(buffer, lo + 1) == SLICE_END)
+    end = ok & (hi - lo == 2) & (read(lo) == 0x48) & (read(lo + 1) == SLICE_END)
     # SLICE_BEGIN: [0x50 name_iid], source location and annotations, [0x48 01] last
-    begin = ok & ~end & (_byte(buffer, lo) == 0x50)
-    name, at, name_ok = _varints(buffer, lo + 1, hi)
+    begin = ok & ~end & (read(lo) == 0x50)
+    name, at, name_ok = _varints(read, lo + 1, hi)
     begin &= name_ok
     for _ in range(4):  # source_location_iid (field 34, varint), debug_annotations (4, bytes)
-        key = _byte(buffer, at)
-        source = begin & (key == 0x90) & (_byte(buffer, at + 1) == 0x02)
-        annotation = begin & (key == 0x22) & (_byte(buffer, at + 1) < 0x80)
+        key = read(at)
+        source = begin & (key == 0x90) & (read(at + 1) == 0x02)
+        annotation = begin & (key == 0x22) & (read(at + 1) < 0x80)
         if not (source.any() or annotation.any()):
             break
-        _, after_source, source_ok = _varints(buffer, at + 2, hi)
+        _, after_source, source_ok = _varints(read, at + 2, hi)
         begin &= ~source | source_ok
-        at = np.where(source, after_source, np.where(annotation, at + 2 + _byte(buffer, at + 1), at))
-    begin &= (at + 2 == hi) & (_byte(buffer, at) == 0x48) & (_byte(buffer, at + 1) == SLICE_BEGIN)
+        at = np.where(source, after_source, np.where(annotation, at + 2 + read(at + 1), at))
+    begin &= (at + 2 == hi) & (read(at) == 0x48) & (read(at + 1) == SLICE_BEGIN)
     return stamp, seq, begin, name, begin | end
 
 
