@@ -201,9 +201,14 @@ class PerfettoSpans:
         slices = np.flatnonzero(kind != 3)
         if slices.size == 0:
             return
-        order = slices[_stable_order(track[slices])]  # by track, in file order
-        t = track[order]
-        step = np.where(kind[order] == 1, 1, -1).astype(np.int64)
+        if slices.size == track.size and bool((track[1:] >= track[:-1]).all()):
+            order = slices  # in order by track already (a launch per rank: each core's events in a row)
+            t, kinds = track, kind
+        else:
+            order = slices[_stable_order(track[slices])]  # by track, in file order
+            t, kinds = track[order], kind[order]
+        is_begin = kinds == 1
+        step = is_begin.astype(np.int64) * 2 - 1
         m = order.size
         new_track = np.ones(m, bool)
         new_track[1:] = t[1:] != t[:-1]
@@ -214,21 +219,27 @@ class PerfettoSpans:
         lowest = np.minimum(np.minimum.accumulate(running - offset) + offset, 0)
         depth = running - lowest  # slices open after each event
         depth_before = np.where(new_track, 0, np.roll(depth, 1))
-        is_begin = step > 0
         level = np.where(is_begin, depth, depth_before)
         kept = np.flatnonzero(is_begin | (depth_before > 0))  # an end with nothing open is dropped
         levels = int(level.max()) + 1
-        # by (track, level, place): one key, as the tracks are few and the levels too
-        ranked = kept[_stable_order(t[kept] * levels + level[kept])] if int(t[-1]) < _I64 // (2 * levels) \
-            else kept[np.lexsort((kept, level[kept], t[kept]))]
-        b, e = ranked[:-1], ranked[1:]
-        pair = is_begin[b] & ~is_begin[e] & (t[b] == t[e]) & (level[b] == level[e])
+        if int(t[-1]) < _I64 // (2 * levels):
+            # by (track, level, place): one key, as the tracks are few and the levels too
+            key = t[kept] * levels + level[kept]
+            by_key = _stable_order(key)
+            ranked, key = kept[by_key], key[by_key]
+            same = key[:-1] == key[1:]
+        else:
+            ranked = kept[np.lexsort((kept, level[kept], t[kept]))]
+            same = (t[ranked[:-1]] == t[ranked[1:]]) & (level[ranked[:-1]] == level[ranked[1:]])
+        opens = is_begin[ranked]
+        pair = opens[:-1] & ~opens[1:] & same
+        b, e = ranked[:-1][pair], ranked[1:][pair]
         paired = np.zeros(m, bool)
-        paired[b[pair]] = True
+        paired[b] = True
         left = _in_order(order[is_begin & ~paired], track.size)
         if left.size:
             self._open = (track[left], kind[left], ns[left], name[left], launch[left])
-        b, e = order[b[pair]], order[e[pair]]
+        b, e = order[b], order[e]
         by_end = _places_in_order(e, track.size)  # spans in the order their ends come
         b, e = b[by_end], e[by_end]
         spans = ~launch[b]
