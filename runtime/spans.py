@@ -164,25 +164,26 @@ def _nested(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndar
     new_track = np.ones(n, bool)
     new_track[1:] = t[1:] != t[:-1]
     first = np.maximum.accumulate(np.where(new_track, np.arange(n), 0))  # each track's first span
-    # Spans of the track ended by each start (end <= start + ε): times ranked together,
-    # an end before a start at the same time; then ends counted by (track, rank).
-    by_time = np.argsort(np.concatenate([end, start + _NEST_EPS]), kind="stable")
-    if t[0] >= 0 and t[-1] < 1 << 16:
-        # The same count, the events put in order by track in 16 bits (numpy sorts them
-        # by radix, keeping their time order): ends counted along them, no sort of keys.
-        events = by_time[np.argsort(t[by_time % n].astype(np.uint16), kind="stable")]
-        is_end = events < n
-        ends_before: np.ndarray = np.cumsum(is_end) - is_end
+    # Spans of the track ended by each start (end <= start + ε).
+    heads = np.flatnonzero(new_track).tolist()
+    if t[0] >= 0 and t[-1] < 1 << 16 and len(heads) <= max(64, n >> 8):
+        # A track's starts are in order already: its ends sorted (by time, then by track
+        # in 16 bits, which numpy sorts by radix keeping the time order) are counted up
+        # to each start by a search in the track's own part, no sort of 2n times.
+        by_end = np.argsort(end, kind="stable")
+        ends = end[by_end[np.argsort(t[by_end].astype(np.uint16), kind="stable")]]
         ended_by = np.empty(n, np.int64)
-        starts_at = np.flatnonzero(~is_end)
-        ended_by[events[starts_at] - n] = ends_before[starts_at]
-    else:
+        reach = start + _NEST_EPS
+        for lo, hi in zip(heads, [*heads[1:], n], strict=True):
+            ended_by[lo:hi] = np.searchsorted(ends[lo:hi], reach[lo:hi], side="right")
+    else:  # times ranked together, an end before a start at the same time; then ends
+        # counted by (track, rank)
         rank = np.empty(2 * n, np.int64)
-        rank[by_time] = np.arange(2 * n)
+        rank[np.argsort(np.concatenate([end, start + _NEST_EPS]), kind="stable")] = np.arange(2 * n)
         ends = np.sort(t * (2 * n) + rank[:n])
         ended_by = np.searchsorted(ends, t * (2 * n) + rank[n:])
-    # Within the track: none of its spans ends by its first start (each longer than 2 ε).
-    ended_by -= ended_by[first]
+        # Within the track: none of its spans ends by its first start (each longer than 2 ε).
+        ended_by -= ended_by[first]
     depth = np.arange(n) - first - ended_by
     if (depth < 0).any():
         return None
@@ -618,17 +619,43 @@ def with_launch(process: str, launch: str) -> str:
 
 def _held_by(track: np.ndarray, ts: np.ndarray, end: np.ndarray, s_track: np.ndarray, s_start: np.ndarray,
              s_end: np.ndarray, s_launch: np.ndarray) -> np.ndarray:
-    """Each span's launch: of the slice on its track that holds it, else -1. Slices and
-    spans sorted together (track, time, a slice before a span at its time): the slice
-    holding a span is the last one before it on its track."""
+    """Each span's launch: of the slice on its track that holds it, else -1. The slice
+    holding a span is the last one on its track starting by the span's start (of those
+    starting together, the last given)."""
+    out = np.full(ts.size, -1, dtype=np.int64)
+    if not (ts.size and s_track.size):
+        return out
+    small = int(track.min()) >= 0 and int(track.max()) < 1 << 16
+    by_track = np.argsort(track.astype(np.uint16), kind="stable") if small else None
+    heads = np.flatnonzero(np.diff(track[by_track], prepend=-1)).tolist() if by_track is not None else []
+    if by_track is None or len(heads) > max(64, ts.size >> 8):
+        return _held_by_sorted(track, ts, end, s_track, s_start, s_end, s_launch)
+    # A track's spans at once: a search among its slices (a few), no sort of every time
+    listed: dict[int, list[int]] = {}
+    for k in np.lexsort((s_start, s_track)).tolist():
+        listed.setdefault(int(s_track[k]), []).append(k)
+    slices = {t: np.array(ks, dtype=np.int64) for t, ks in listed.items()}
+    slot = np.full(ts.size, -1, dtype=np.int64)  # the slice starting last by each span's start
+    for lo, hi in zip(heads, [*heads[1:], ts.size], strict=True):
+        spans = by_track[lo:hi]
+        mine = slices.get(int(track[spans[0]]))
+        if mine is not None:
+            k = np.searchsorted(s_start[mine], ts[spans], side="right") - 1
+            slot[spans] = np.where(k >= 0, mine[np.maximum(k, 0)], -1)
+    held = np.flatnonzero(slot >= 0)
+    held = held[end[held] <= s_end[slot[held]] + LAUNCH_SLACK_US]
+    out[held] = s_launch[slot[held]]
+    return out
+
+
+def _held_by_sorted(track: np.ndarray, ts: np.ndarray, end: np.ndarray, s_track: np.ndarray,
+                    s_start: np.ndarray, s_end: np.ndarray, s_launch: np.ndarray) -> np.ndarray:
+    """:func:`_held_by` of spans on many tracks: slices and spans sorted together (track,
+    time, a slice before a span at its time): the slice holding a span is the last one
+    before it on its track."""
     n = s_track.size
-    # np.lexsort((slice or span, time, track)) in two sorts: by time (stable: a slice, put
-    # first, before a span at its time), then by track, in 16 bits where they fit (numpy
-    # sorts those by radix)
-    order = np.argsort(np.concatenate([s_start, ts]), kind="stable")
-    tracks = np.concatenate([s_track, track])[order]
-    small = tracks.size and int(tracks.min()) >= 0 and int(tracks.max()) < 1 << 16
-    order = order[np.argsort(tracks.astype(np.uint16) if small else tracks, kind="stable")]
+    order = np.lexsort((np.concatenate([np.zeros(n), np.ones(ts.size)]), np.concatenate([s_start, ts]),
+                        np.concatenate([s_track, track])))
     last = np.where(order < n, np.arange(order.size), -1)
     np.maximum.accumulate(last, out=last)
     at = np.flatnonzero(order >= n)
