@@ -416,8 +416,7 @@ def load_perfetto_trace(path: Path, found: perfetto_read.PerfettoSpans | None = 
         warnings.append(f"{path}: {found.unclosed} slice begins without their end (left out)")
     # Labels and tracks numbered in the order the spans first name them (then the launch
     # slices' tracks), each name checked once.
-    used, first = np.unique(found.span_name, return_index=True)
-    used = used[np.argsort(first)]
+    used = _by_first_use(found.span_name, len(found.names))
     for k in used.tolist():
         checked_name(path, found.names[k], "label")
     label_of = np.zeros(len(found.names), np.int32)
@@ -427,8 +426,7 @@ def load_perfetto_trace(path: Path, found: perfetto_read.PerfettoSpans | None = 
         k = int(np.argmax(past))
         name = found.names[int(found.span_name[k])]
         _past_bound(path, name, int(found.span_start[k]), int(found.span_end[k]))
-    seen, first = np.unique(found.span_track, return_index=True)
-    seen = seen[np.argsort(first)]
+    seen = _by_first_use(found.span_track, len(found.track_uuids))
     track_ids: dict[int, int] = {found.track_uuids[k]: n for n, k in enumerate(seen.tolist())}
     dense = np.zeros(len(found.track_uuids), np.int64)
     dense[seen] = np.arange(seen.size)
@@ -509,6 +507,27 @@ def _by_row_start_longest(row: np.ndarray, start: np.ndarray, end: np.ndarray) -
     return order
 
 
+def _by_first_use(ids: np.ndarray, size: int) -> np.ndarray:
+    """The distinct ids (each in range(size)) in the order they first come: what
+    np.unique(ids, return_index=True) gives put in order of the index, without a sort of
+    the ids (they are a table's rows: a few thousand names or tracks for a million spans)."""
+    first = np.full(size, ids.size, np.int64)
+    np.minimum.at(first, ids, np.arange(ids.size))
+    used = np.flatnonzero(first < ids.size)
+    return used[np.argsort(first[used])]
+
+
+def _unique_small(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(keys, return_inverse=True) of non-negative keys: by a table where the
+    keys are few enough (rows x launches), else by np.unique's sort."""
+    if keys.size and int(keys.min()) >= 0 and int(keys.max()) < max(1 << 16, 4 * keys.size):
+        present = np.flatnonzero(np.bincount(keys))
+        table = np.zeros(int(present[-1]) + 1, np.int64)
+        table[present] = np.arange(present.size)
+        return present.astype(keys.dtype), table[keys]
+    return np.unique(keys, return_inverse=True)
+
+
 def _past_bound(path: Path, label: str, start: int, end: int) -> None:
     raise ProfilingInputError(path, f"slice {label[:60]!r}: timestamp {max(abs(start), abs(end))} "
                               f"ns is past {PERFETTO_NS_MAX:g} ns (31 years)")
@@ -566,7 +585,7 @@ def launch_rows(
             own = launch_ids.setdefault(f"process {real[k][1]}", len(launch_ids))
             span_launch[(track == k) & (span_launch < 0)] = own
     width = len(launch_ids) + 1
-    pairs, row = np.unique(track * width + span_launch, return_inverse=True)
+    pairs, row = _unique_small(track * width + span_launch)
     pair_track, pair_launch = pairs // width, pairs % width
     processes: dict[Any, int] = {}
     for key, _, _ in real:
