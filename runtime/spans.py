@@ -158,33 +158,42 @@ def _nested(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndar
         return np.zeros(0, np.int32), dur.astype(np.float64).copy()
     if not (dur > 2 * _NEST_EPS).all():
         return None
+    # The readers' tables are in order already: then no copy of the columns (at a million
+    # spans each column is 8 MB, and this function's peak memory is its temporaries).
     order = _order(track, ts, dur)
-    t, start = track[order].astype(np.int64), ts[order]
-    end = start + dur[order]
+    t = track.astype(np.int64) if order is None else track[order].astype(np.int64)
+    start = ts if order is None else ts[order]
+    span = dur if order is None else dur[order]
+    end = start + span
     new_track = np.ones(n, bool)
     new_track[1:] = t[1:] != t[:-1]
     first = np.maximum.accumulate(np.where(new_track, np.arange(n), 0))  # each track's first span
     # Spans of the track ended by each start (end <= start + ε).
     heads = np.flatnonzero(new_track).tolist()
+    del new_track
     if t[0] >= 0 and t[-1] < 1 << 16 and len(heads) <= max(64, n >> 8):
         # A track's starts are in order already: its ends sorted (by time, then by track
         # in 16 bits, which numpy sorts by radix keeping the time order) are counted up
         # to each start by a search in the track's own part, no sort of 2n times.
         by_end = np.argsort(end, kind="stable")
-        ends = end[by_end[np.argsort(t[by_end].astype(np.uint16), kind="stable")]]
+        by_end = by_end[np.argsort(t[by_end].astype(np.uint16), kind="stable")]
+        ends = end[by_end]
+        del by_end
         ended_by = np.empty(n, np.int64)
-        reach = start + _NEST_EPS
         for lo, hi in zip(heads, [*heads[1:], n], strict=True):
-            ended_by[lo:hi] = np.searchsorted(ends[lo:hi], reach[lo:hi], side="right")
+            ended_by[lo:hi] = np.searchsorted(ends[lo:hi], start[lo:hi] + _NEST_EPS, side="right")
     else:  # times ranked together, an end before a start at the same time; then ends
         # counted by (track, rank)
         rank = np.empty(2 * n, np.int64)
         rank[np.argsort(np.concatenate([end, start + _NEST_EPS]), kind="stable")] = np.arange(2 * n)
         ends = np.sort(t * (2 * n) + rank[:n])
         ended_by = np.searchsorted(ends, t * (2 * n) + rank[n:])
+        del rank
         # Within the track: none of its spans ends by its first start (each longer than 2 ε).
         ended_by -= ended_by[first]
+    del ends
     depth = np.arange(n) - first - ended_by
+    del first, ended_by
     if (depth < 0).any():
         return None
     # The parent: the last span before, on the track, one level up.
@@ -195,18 +204,27 @@ def _nested(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndar
     if group.min() >= 0 and group.max() < 1 << 16:  # sorted by radix, as above
         by_group = np.argsort(group.astype(np.uint16), kind="stable")
         ranked = group[by_group] * (n + 1) + by_group
+        del by_group
     else:
         ranked = np.sort(group * (n + 1) + np.arange(n))
+    del group
     child = np.flatnonzero(depth > 0)
     probe = (t[child] * levels + depth[child] - 1) * (n + 1) + child
+    del t
     k = np.searchsorted(ranked, probe) - 1
     parent_key = ranked[np.maximum(k, 0)]
+    del ranked
     parent = parent_key % (n + 1)
     if ((k < 0) | (parent_key // (n + 1) != probe // (n + 1))).any():
         return None
+    del k, parent_key, probe
     if (end[child] > end[parent]).any() or (start[child] >= end[parent] - _NEST_EPS).any():
         return None
-    self_sorted = dur[order].astype(np.float64) - np.bincount(parent, weights=dur[order][child], minlength=n)
+    del end
+    self_sorted = span.astype(np.float64) - np.bincount(parent, weights=span[child], minlength=n)
+    del parent, child
+    if order is None:
+        return depth.astype(np.int32), np.maximum(self_sorted, 0.0)
     depth_out = np.empty(n, np.int32)
     depth_out[order] = depth
     self_time = np.empty(n, np.float64)
@@ -214,15 +232,14 @@ def _nested(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndar
     return depth_out, self_time
 
 
-def _order(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
-    """Spans by (track, start, longest first): parents before their children (the
-    trace readers' tables are in that order already, checked in one pass)."""
-    n = ts.size
+def _order(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> np.ndarray | None:
+    """Spans by (track, start, longest first): parents before their children; None when
+    they are in that order already (the trace readers' tables are: checked in one pass)."""
     same_start = ts[1:] == ts[:-1]
     in_track = (ts[1:] > ts[:-1]) | same_start & (dur[1:] <= dur[:-1])
     later = (track[1:] > track[:-1]) | (track[1:] == track[:-1]) & in_track
     if later.all():
-        return np.arange(n)
+        return None
     return np.lexsort((-dur, ts, track))
 
 
