@@ -661,26 +661,26 @@ def _held_by(track: np.ndarray, ts: np.ndarray, end: np.ndarray, s_track: np.nda
     out = np.full(ts.size, -1, dtype=np.int64)
     if not (ts.size and s_track.size):
         return out
-    small = int(track.min()) >= 0 and int(track.max()) < 1 << 16
-    by_track = np.argsort(track.astype(np.uint16), kind="stable") if small else None
-    heads = np.flatnonzero(np.diff(track[by_track], prepend=-1)).tolist() if by_track is not None else []
-    if by_track is None or len(heads) > max(64, ts.size >> 8):
+    k = s_track.size
+    by_start = np.lexsort((s_start, s_track))  # the slices by (track, start, as given)
+    top = max(int(track.max()), int(s_track.max())) + 1
+    if int(track.min()) < 0 or int(s_track.min()) < 0 or top > max(1 << 16, 4 * (ts.size + k)):
         return _held_by_sorted(track, ts, end, s_track, s_start, s_end, s_launch)
-    # A track's spans at once: a search among its slices (a few), no sort of every time
-    listed: dict[int, list[int]] = {}
-    for k in np.lexsort((s_start, s_track)).tolist():
-        listed.setdefault(int(s_track[k]), []).append(k)
-    slices = {t: np.array(ks, dtype=np.int64) for t, ks in listed.items()}
-    slot = np.full(ts.size, -1, dtype=np.int64)  # the slice starting last by each span's start
-    for lo, hi in zip(heads, [*heads[1:], ts.size], strict=True):
-        spans = by_track[lo:hi]
-        mine = slices.get(int(track[spans[0]]))
-        if mine is not None:
-            k = np.searchsorted(s_start[mine], ts[spans], side="right") - 1
-            slot[spans] = np.where(k >= 0, mine[np.maximum(k, 0)], -1)
-    held = np.flatnonzero(slot >= 0)
-    held = held[end[held] <= s_end[slot[held]] + LAUNCH_SLACK_US]
-    out[held] = s_launch[slot[held]]
+    count = np.bincount(s_track, minlength=top)  # slices on each track
+    if int(count.max()) > 64:
+        return _held_by_sorted(track, ts, end, s_track, s_start, s_end, s_launch)
+    # A track's slices are a few (one a launch): the slices of its track starting by each
+    # span's start counted one rank at a time over every span, no sort of the spans.
+    first = np.concatenate([[0], np.cumsum(count)[:-1]])[track]  # its track's first slice
+    mine = count[track]
+    started = np.zeros(ts.size, np.int64)
+    for rank in range(int(mine.max())):
+        slice_ = by_start[np.minimum(first + rank, k - 1)]
+        started += (mine > rank) & (s_start[slice_] <= ts)
+    held = np.flatnonzero(started > 0)
+    slot = by_start[first[held] + started[held] - 1]
+    inside = end[held] <= s_end[slot] + LAUNCH_SLACK_US
+    out[held[inside]] = s_launch[slot[inside]]
     return out
 
 
