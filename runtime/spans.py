@@ -171,17 +171,13 @@ def _nested(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndar
     # Spans of the track ended by each start (end <= start + ε).
     heads = np.flatnonzero(new_track).tolist()
     del new_track
-    if t[0] >= 0 and t[-1] < 1 << 16 and len(heads) <= max(64, n >> 8):
-        # A track's starts are in order already: its ends sorted (by time, then by track
-        # in 16 bits, which numpy sorts by radix keeping the time order) are counted up
-        # to each start by a search in the track's own part, no sort of 2n times.
-        by_end = np.argsort(end, kind="stable")
-        by_end = by_end[np.argsort(t[by_end].astype(np.uint16), kind="stable")]
-        ends = end[by_end]
-        del by_end
+    if len(heads) <= max(64, n >> 8):
+        # A track's starts are in order already: its ends, sorted (values only: a track at
+        # a time, no argsort of every time), are counted up to each start by a search.
         ended_by = np.empty(n, np.int64)
         for lo, hi in zip(heads, [*heads[1:], n], strict=True):
-            ended_by[lo:hi] = np.searchsorted(ends[lo:hi], start[lo:hi] + _NEST_EPS, side="right")
+            ends = np.sort(end[lo:hi])
+            ended_by[lo:hi] = np.searchsorted(ends, start[lo:hi] + _NEST_EPS, side="right")
     else:  # times ranked together, an end before a start at the same time; then ends
         # counted by (track, rank)
         rank = np.empty(2 * n, np.int64)
