@@ -18,6 +18,7 @@ their length. Any breach is ``path: not a readable Perfetto trace: ...`` (exit 2
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -172,6 +173,7 @@ class PerfettoSpans:
         self.unclosed = 0
         self._open: _EventColumns | None = None  # begins still open after the last chunk
         self._columns: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self._interned: dict[bytes, list[tuple[int, int, str]]] = {}  # see _packet_fields
 
     @property
     def spans(self) -> list[tuple[int, str, int, int]]:
@@ -199,9 +201,14 @@ class PerfettoSpans:
         slices = np.flatnonzero(kind != 3)
         if slices.size == 0:
             return
-        order = slices[np.argsort(track[slices], kind="stable")]  # by track, in file order
-        t = track[order]
-        step = np.where(kind[order] == 1, 1, -1).astype(np.int64)
+        if slices.size == track.size and bool((track[1:] >= track[:-1]).all()):
+            order = slices  # in order by track already (a launch per rank: each core's events in a row)
+            t, kinds = track, kind
+        else:
+            order = slices[_stable_order(track[slices])]  # by track, in file order
+            t, kinds = track[order], kind[order]
+        is_begin = kinds == 1
+        step = is_begin.astype(np.int64) * 2 - 1
         m = order.size
         new_track = np.ones(m, bool)
         new_track[1:] = t[1:] != t[:-1]
@@ -212,19 +219,28 @@ class PerfettoSpans:
         lowest = np.minimum(np.minimum.accumulate(running - offset) + offset, 0)
         depth = running - lowest  # slices open after each event
         depth_before = np.where(new_track, 0, np.roll(depth, 1))
-        is_begin = step > 0
         level = np.where(is_begin, depth, depth_before)
         kept = np.flatnonzero(is_begin | (depth_before > 0))  # an end with nothing open is dropped
-        ranked = kept[np.lexsort((kept, level[kept], t[kept]))]
-        b, e = ranked[:-1], ranked[1:]
-        pair = is_begin[b] & ~is_begin[e] & (t[b] == t[e]) & (level[b] == level[e])
+        levels = int(level.max()) + 1
+        if int(t[-1]) < _I64 // (2 * levels):
+            # by (track, level, place): one key, as the tracks are few and the levels too
+            key = t[kept] * levels + level[kept]
+            by_key = _stable_order(key)
+            ranked, key = kept[by_key], key[by_key]
+            same = key[:-1] == key[1:]
+        else:
+            ranked = kept[np.lexsort((kept, level[kept], t[kept]))]
+            same = (t[ranked[:-1]] == t[ranked[1:]]) & (level[ranked[:-1]] == level[ranked[1:]])
+        opens = is_begin[ranked]
+        pair = opens[:-1] & ~opens[1:] & same
+        b, e = ranked[:-1][pair], ranked[1:][pair]
         paired = np.zeros(m, bool)
-        paired[b[pair]] = True
-        left = np.sort(order[is_begin & ~paired])
+        paired[b] = True
+        left = _in_order(order[is_begin & ~paired], track.size)
         if left.size:
             self._open = (track[left], kind[left], ns[left], name[left], launch[left])
-        b, e = order[b[pair]], order[e[pair]]
-        by_end = np.argsort(e, kind="stable")  # spans in the order their ends come
+        b, e = order[b], order[e]
+        by_end = _places_in_order(e, track.size)  # spans in the order their ends come
         b, e = b[by_end], e[by_end]
         spans = ~launch[b]
         self._columns.append((track[b[spans]].astype(np.int32), name[b[spans]].astype(np.int32),
@@ -234,6 +250,7 @@ class PerfettoSpans:
                                   int(ns[b[k]]), int(ns[e[k]])))
 
     def finish(self, events: _Events) -> None:
+        self._interned = {}
         self.track_uuids, self.names = events.track_uuids, events.names
         self.unclosed = int(self._open[0].size) if self._open is not None else 0
         self._open = None
@@ -246,6 +263,28 @@ class PerfettoSpans:
         parent, name = self.threads.get(uuid, (None, f"track {uuid}"))
         process = self.processes.get(parent, f"process {parent}") if parent is not None else "?"
         return f"{process} / {name}"
+
+
+def _stable_order(key: np.ndarray) -> np.ndarray:
+    """np.argsort(key, kind="stable") of non-negative keys: in 16 bits where they fit
+    (numpy sorts those by radix, several times faster)."""
+    if key.size and int(key.max()) < 1 << 16:
+        return np.argsort(key.astype(np.uint16), kind="stable")
+    return np.argsort(key, kind="stable")
+
+
+def _in_order(places: np.ndarray, size: int) -> np.ndarray:
+    """np.sort of distinct places in range(size), by marking them (no sort)."""
+    marked = np.zeros(size, bool)
+    marked[places] = True
+    return np.flatnonzero(marked)
+
+
+def _places_in_order(places: np.ndarray, size: int) -> np.ndarray:
+    """np.argsort of distinct places in range(size), by scattering them (no sort)."""
+    slot = np.full(size, -1, np.int64)
+    slot[places] = np.arange(places.size)
+    return slot[slot >= 0]
 
 
 def read_spans(path: Path, progress: Callable[[int, int], None] | None = None) -> PerfettoSpans:
@@ -317,17 +356,24 @@ def _read(data: bytes, progress: Callable[[int, int], None] | None = None) -> Pe
     notes the short ones (``0x0A len<128``), which may be track events of ``collect``'s
     layout; a chunk of them is decoded as columns (:func:`_chunk`), every
     other packet read field by field in its place, and the chunk's slices paired (open
-    ones carried to the next chunk): memory is a chunk's columns and the spans."""
+    ones carried to the next chunk): memory is a chunk's columns and the spans.
+
+    A long run of short packets (a core's events: a thousand or more in a row) is found
+    by :func:`_short_run` with numpy instead, from the same bytes to the same packets:
+    stepping through them here was most of the reader's time."""
     found = PerfettoSpans()
     events = _Events()
     sequences: dict[int, _Sequence] = {}
     n = len(data)
     buffer = np.frombuffer(data, dtype=np.uint8)
     i = 0
-    candidates: list[int] = []
+    runs: list[np.ndarray] = []  # the candidates in file order: runs found as columns ...
+    candidates: list[int] = []  # ... and those stepped to since the last run
+    count = 0  # candidates in the chunk
     others: list[int] = []  # starts of the other packets, in order
     while i < n:
         try:  # a run of short packets, [0x0A len<128] ...: event packets, most likely
+            stepped = 0
             while True:
                 if data[i] != 0x0A:
                     break
@@ -336,6 +382,14 @@ def _read(data: bytes, progress: Callable[[int, int], None] | None = None) -> Pe
                     break
                 candidates.append(i)
                 i += 2 + size
+                stepped += 1
+                if stepped == _STEPPED:  # a long run: its rest as columns
+                    stepped = 0
+                    run, i = _short_run(buffer, i)
+                    if run.size:
+                        count += len(candidates) + run.size
+                        runs += [np.array(candidates, np.int64), run]
+                        candidates = []
         except IndexError:  # at (or past) the end of the file
             pass
         if i > n:
@@ -350,17 +404,67 @@ def _read(data: bytes, progress: Callable[[int, int], None] | None = None) -> Pe
                 others.append(i)
                 size = data[i + 1] if i + 1 < n else 0x80
                 i = i + 2 + size if size < 0x80 else sum(_varint(data, i + 1))
-        if len(candidates) >= _CHUNK or i >= n:
-            _chunk(data, buffer, candidates, others, sequences, found, events)
-            candidates, others = [], []
+        if count + len(candidates) >= _CHUNK or i >= n:
+            starts = np.concatenate([*runs, np.array(candidates, np.int64)])
+            _chunk(data, buffer, starts, others, sequences, found, events)
+            runs, candidates, others, count = [], [], [], 0
             if progress is not None:
                 progress(min(i, n), n)
     found.finish(events)
     return found
 
 
-#: Candidate event packets decoded as columns at once.
-_CHUNK = 1 << 19
+#: Short packets stepped through one by one before the rest of their run is found as
+#: columns: a call of :func:`_short_run` costs about as much as stepping through a
+#: hundred, so a short run (another producer's, one between two long packets) is not
+#: charged for it.
+_STEPPED = 64
+#: Bytes :func:`_short_run` looks at first (a core's events of a launch are ~15 KB in
+#: collect's traces), growing 4x a window up to the last.
+_WINDOW_FIRST, _WINDOW_LAST = 1 << 14, 1 << 20
+
+
+def _short_run(buffer: np.ndarray, i: int) -> tuple[np.ndarray, int]:
+    """The run of short packets ``0x0A len<128 0x40`` (a Trace.packet whose first field
+    is a timestamp: collect's event packets) from ``i`` on, as the loop in :func:`_read`
+    steps through them, and where the run stops: the start of the first packet not of
+    that form (or past the end of the file: the caller refuses it).
+
+    In a window, every byte that could start such a packet is a candidate and knows
+    where its packet would end; where each candidate's end is the next candidate (no
+    stray ``0A xx 40`` inside a packet) the run is those candidates as they are, and
+    the chain is followed by hand only across the others: a few jumps a window."""
+    n = buffer.size
+    pieces: list[np.ndarray] = []
+    window = _WINDOW_FIRST
+    while i + 2 < n and buffer[i] == 0x0A and buffer[i + 1] < 0x80 and buffer[i + 2] == 0x40:
+        stop = min(n - 2, i + window)  # starts looked at: i .. stop - 1
+        width = stop - i
+        seg = buffer[i : stop + 2]
+        starts = (seg[:width] == 0x0A) & (seg[1 : width + 1] < 0x80) & (seg[2 : width + 2] == 0x40)
+        at = np.flatnonzero(starts)
+        after = at + 2 + seg[at + 1]  # where each candidate's packet ends
+        breaks = np.flatnonzero(after[:-1] != at[1:]).tolist()
+        breaks.append(at.size - 1)
+        k = 0  # at[0] == 0: the packet at i
+        while True:
+            last = breaks[bisect_left(breaks, k)]  # the chain is at[k .. last]
+            pieces.append(at[k : last + 1] + i)
+            step = int(after[last])
+            if last == at.size - 1 or step >= width:
+                break  # on to the next window
+            k = int(np.searchsorted(at, step))
+            if k == at.size or int(at[k]) != step:
+                return np.concatenate(pieces), i + step  # the run stops inside the window
+        i += step
+        window = min(4 * window, _WINDOW_LAST)
+    return (np.concatenate(pieces) if pieces else np.zeros(0, np.int64)), i
+
+
+#: Candidate event packets decoded as columns at once: a chunk's few dozen temporary
+#: columns stay around a MB each (1 << 19 made them 4 MB: a third more peak memory, and
+#: twice the system time, in page faults, of a reader at 8 ranks; no less user time).
+_CHUNK = 1 << 17
 
 
 def _packet(data: bytes, i: int, sequences: dict[int, _Sequence], current_seq: int, state: _Sequence,
@@ -453,11 +557,11 @@ def _packet(data: bytes, i: int, sequences: dict[int, _Sequence], current_seq: i
     return current_seq, state
 
 
-def _varints(buffer: np.ndarray, at: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _varints(read: _Reader, at: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The varints starting at ``at`` (each before its ``hi``): values, where each ends,
     and whether it ended in bounds within 10 bytes. Byte k is read only for the varints
     still going after k bytes (most end after one or two)."""
-    first = _byte(buffer, at)
+    first = read(at)
     value = (first & 0x7F).astype(np.uint64)
     done = (first < 0x80) & (at < hi)
     end = at + 1
@@ -466,7 +570,7 @@ def _varints(buffer: np.ndarray, at: np.ndarray, hi: np.ndarray) -> tuple[np.nda
         if going.size == 0:
             break
         where = at[going] + k
-        byte = _byte(buffer, where)
+        byte = read(where)
         value[going] |= (byte & 0x7F).astype(np.uint64) << np.uint64(7 * k)
         ended = byte < 0x80
         end[going[ended]] = where[ended] + 1
@@ -474,6 +578,9 @@ def _varints(buffer: np.ndarray, at: np.ndarray, hi: np.ndarray) -> tuple[np.nda
         more = ~ended & (where + 1 < hi[going])
         going = going[more]
     return value, end, done
+
+
+_Reader = Callable[[np.ndarray], np.ndarray]
 
 
 def _byte(buffer: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -484,12 +591,17 @@ def _byte(buffer: np.ndarray, at: np.ndarray) -> np.ndarray:
     return np.where(at <= last, buffer[np.minimum(at, last)], 0xFF)
 
 
-def _chunk(data: bytes, buffer: np.ndarray, candidates: list[int], others: list[int],
+#: Bytes past a packet's start that :func:`_parse_events` may read: the packet (up to
+#: 129) and, for a packet not of collect's layout, a few varints and annotation lengths
+#: past its end (at most 4 x 131 and 10 more).
+_REACH = 1024
+
+
+def _chunk(data: bytes, buffer: np.ndarray, starts: np.ndarray, others: list[int],
            sequences: dict[int, _Sequence], found: PerfettoSpans, events: _Events) -> None:
-    """Packets in file order: ``candidates`` (each ``0x0A len<128``), those of
+    """Packets in file order: ``starts``, the candidates (each ``0x0A len<128``), those of
     ``collect``'s layout decoded as columns, and the rest — ``others`` and candidates of
     any other layout — read one by one in their place; then the chunk's slices paired."""
-    starts = np.array(candidates, dtype=np.int64)
     stamp, seq, begin, name, fast = _parse_events(buffer, starts)
     odd = np.flatnonzero(~fast)
     # Where the fast runs stop: before an other packet (its place among the candidates),
@@ -513,29 +625,44 @@ def _parse_events(buffer: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, .
     """The fields of the packets at ``starts`` as ``collect`` lays event packets out:
     timestamps, sequence ids, whether a begin, name ids, and whether the packet is of
     that layout at all (a SLICE_BEGIN or a SLICE_END and nothing the reader uses else)."""
+    # Packets whose reach is inside the file are read without a bounds check (a pass
+    # over the indices each read, a good part of this function's time); the last few
+    # of the file with one.
+    inside = int(np.searchsorted(starts, buffer.size - _REACH))
+    if inside == starts.size:
+        return _parse_layout(buffer, buffer.__getitem__, starts)
+    if inside == 0:
+        return _parse_layout(buffer, lambda at: _byte(buffer, at), starts)
+    head = _parse_layout(buffer, buffer.__getitem__, starts[:inside])
+    tail = _parse_layout(buffer, lambda at: _byte(buffer, at), starts[inside:])
+    return tuple(np.concatenate(pair) for pair in zip(head, tail, strict=True))
+
+
+def _parse_layout(buffer: np.ndarray, read: _Reader, starts: np.ndarray) -> tuple[np.ndarray, ...]:
+    """:func:`_parse_events` with ``read(at)``: buffer[at], 0xFF past the end."""
     hi = starts + 2 + buffer[starts + 1].astype(np.int64)
-    stamp, at, ok = _varints(buffer, starts + 3, hi)
-    ok &= (_byte(buffer, starts + 2) == 0x40) & (_byte(buffer, at) == 0x50)  # timestamp, sequence id
-    seq, at, seq_ok = _varints(buffer, at + 1, hi)
-    ok &= seq_ok & (_byte(buffer, at) == 0x5A) & (_byte(buffer, at + 1) < 0x80)  # track_event, short
+    stamp, at, ok = _varints(read, starts + 3, hi)
+    ok &= (read(starts + 2) == 0x40) & (read(at) == 0x50)  # timestamp, sequence id
+    seq, at, seq_ok = _varints(read, at + 1, hi)
+    ok &= seq_ok & (read(at) == 0x5A) & (read(at + 1) < 0x80)  # track_event, short
     lo = at + 2
-    ok &= lo + _byte(buffer, at + 1) == hi
+    ok &= lo + read(at + 1) == hi
     # SLICE_END: [0x48 02], nothing else
-    end = ok & (hi - lo == 2) & (_byte(buffer, lo) == 0x48) & (_byte(buffer, lo + 1) == SLICE_END)
+    end = ok & (hi - lo == 2) & (read(lo) == 0x48) & (read(lo + 1) == SLICE_END)
     # SLICE_BEGIN: [0x50 name_iid], source location and annotations, [0x48 01] last
-    begin = ok & ~end & (_byte(buffer, lo) == 0x50)
-    name, at, name_ok = _varints(buffer, lo + 1, hi)
+    begin = ok & ~end & (read(lo) == 0x50)
+    name, at, name_ok = _varints(read, lo + 1, hi)
     begin &= name_ok
     for _ in range(4):  # source_location_iid (field 34, varint), debug_annotations (4, bytes)
-        key = _byte(buffer, at)
-        source = begin & (key == 0x90) & (_byte(buffer, at + 1) == 0x02)
-        annotation = begin & (key == 0x22) & (_byte(buffer, at + 1) < 0x80)
+        key = read(at)
+        source = begin & (key == 0x90) & (read(at + 1) == 0x02)
+        annotation = begin & (key == 0x22) & (read(at + 1) < 0x80)
         if not (source.any() or annotation.any()):
             break
-        _, after_source, source_ok = _varints(buffer, at + 2, hi)
+        _, after_source, source_ok = _varints(read, at + 2, hi)
         begin &= ~source | source_ok
-        at = np.where(source, after_source, np.where(annotation, at + 2 + _byte(buffer, at + 1), at))
-    begin &= (at + 2 == hi) & (_byte(buffer, at) == 0x48) & (_byte(buffer, at + 1) == SLICE_BEGIN)
+        at = np.where(source, after_source, np.where(annotation, at + 2 + read(at + 1), at))
+    begin &= (at + 2 == hi) & (read(at) == 0x48) & (read(at + 1) == SLICE_BEGIN)
     return stamp, seq, begin, name, begin | end
 
 
@@ -545,12 +672,23 @@ def _event_columns(stamp: np.ndarray, seq: np.ndarray, begin: np.ndarray, name: 
     sequence's default track): their times from the sequence clocks, names from the
     sequences' interned names."""
     m = stamp.size
+    one = int(seq[0]) == int(seq[-1]) and bool((seq == seq[0]).all())  # collect's runs: one sequence
+    if one:
+        state = sequences.get(int(seq[0]))
+        if state is None:
+            state = sequences[int(seq[0])] = _Sequence()
+        ns = _times(stamp, state)
+        track = np.full(m, events.track(state.track), np.int64)
+        name_id = np.full(m, -1, np.int64)
+        _name_ids(name, begin, state, events, name_id)
+        events.add_columns(track, np.where(begin, 1, 2).astype(np.int8), ns, name_id)
+        return
     ns = np.empty(m, np.int64)
     track = np.empty(m, np.int64)
     name_id = np.full(m, -1, np.int64)
     seqs = np.unique(seq)
     for sequence in seqs.tolist():
-        rows = np.flatnonzero(seq == sequence) if seqs.size > 1 else np.arange(m)
+        rows = np.flatnonzero(seq == sequence)
         state = sequences.get(sequence)
         if state is None:
             state = sequences[sequence] = _Sequence()
@@ -562,6 +700,25 @@ def _event_columns(stamp: np.ndarray, seq: np.ndarray, begin: np.ndarray, name: 
             ids = [events.name(state.names.get(iid, f"name {iid}")) for iid in iids.tolist()]
             name_id[opens] = np.array(ids, np.int64)[where]
     events.add_columns(track, np.where(begin, 1, 2).astype(np.int8), ns, name_id)
+
+
+def _name_ids(name: np.ndarray, begin: np.ndarray, state: _Sequence, events: _Events,
+              out: np.ndarray) -> None:
+    """``out`` at the begins: the events' name ids of their interned names (``name``)."""
+    opens = np.flatnonzero(begin)
+    if not opens.size:
+        return
+    iids = name[opens]
+    top = int(iids.max())
+    if top < 1 << 16:  # interned ids are small: a table of them, not a sort
+        present = np.flatnonzero(np.bincount(iids.astype(np.int64), minlength=top + 1))
+        table = np.zeros(top + 1, np.int64)
+        table[present] = [events.name(state.names.get(iid, f"name {iid}")) for iid in present.tolist()]
+        out[opens] = table[iids.astype(np.int64)]
+        return
+    unique, where = np.unique(iids, return_inverse=True)
+    ids = [events.name(state.names.get(iid, f"name {iid}")) for iid in unique.tolist()]
+    out[opens] = np.array(ids, np.int64)[where]
 
 
 _SAFE = 1 << 62
@@ -624,16 +781,18 @@ def _packet_fields(data: bytes, parts: list[tuple[int, int, int]], state: _Seque
                     if f == 11:
                         state.track = v
     if 12 in by_field:  # InternedData: event categories, event names, annotation names
-        tables = {1: state.categories, 2: state.names, 3: state.annotation_names}
-        for field, value, end in fields(data, *by_field[12], _INTERNED):
-            if field in tables:
-                iid, name = 0, ""
-                for f, v, e in fields(data, value, end, _INTERNED_NAME):
-                    if f == 1:
-                        iid = v
-                    elif f == 2:
-                        name = _text(data, v, e)
-                tables[field][iid] = name
+        lo, hi = by_field[12]
+        # collect writes the same interned data on every core that uses the same points
+        # (hundreds of cores a rank, a few KB each): read once, as the entries it sets.
+        content = data[lo:hi] if hi - lo >= _INTERNED_CACHED else None
+        entries = found._interned.get(content) if content is not None else None
+        if entries is None:
+            entries = _interned(data, lo, hi)
+            if content is not None and len(found._interned) < _INTERNED_KEPT:
+                found._interned[content] = entries
+        tables = (state.categories, state.names, state.annotation_names)
+        for field, iid, name in entries:
+            tables[field - 1][iid] = name
     if 60 in by_field:
         _track_descriptor(data, *by_field[60], found)
     if 6 in by_field:  # ClockSnapshot: the sequence clock (ids 64-127) against BOOTTIME
@@ -656,6 +815,27 @@ def _packet_fields(data: bytes, parts: list[tuple[int, int, int]], state: _Seque
                 if key == "optrace":
                     found.metadata = parse_json(text)  # strict: no NaN, no huge numbers
 
+
+
+#: InternedData of this many bytes or more is read once per distinct content, for at
+#: most this many contents (the rest read each time: memory stays a few MB).
+_INTERNED_CACHED, _INTERNED_KEPT = 256, 64
+
+
+def _interned(data: bytes, lo: int, hi: int) -> list[tuple[int, int, str]]:
+    """(table: 1 categories, 2 event names, 3 annotation names; iid; name) of the
+    InternedData in data[lo:hi], in order (a later entry of an iid replaces it)."""
+    entries = []
+    for field, value, end in fields(data, lo, hi, _INTERNED):
+        if field in (1, 2, 3):
+            iid, name = 0, ""
+            for f, v, e in fields(data, value, end, _INTERNED_NAME):
+                if f == 1:
+                    iid = v
+                elif f == 2:
+                    name = _text(data, v, e)
+            entries.append((field, iid, name))
+    return entries
 
 
 def clock_snapshot(data: bytes, lo: int, hi: int) -> dict[int, tuple[int, int, bool]]:

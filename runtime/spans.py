@@ -158,39 +158,69 @@ def _nested(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndar
         return np.zeros(0, np.int32), dur.astype(np.float64).copy()
     if not (dur > 2 * _NEST_EPS).all():
         return None
+    # The readers' tables are in order already: then no copy of the columns (at a million
+    # spans each column is 8 MB, and this function's peak memory is its temporaries).
     order = _order(track, ts, dur)
-    t, start = track[order].astype(np.int64), ts[order]
-    end = start + dur[order]
+    t = track.astype(np.int64) if order is None else track[order].astype(np.int64)
+    start = ts if order is None else ts[order]
+    span = dur if order is None else dur[order]
+    end = start + span
     new_track = np.ones(n, bool)
     new_track[1:] = t[1:] != t[:-1]
     first = np.maximum.accumulate(np.where(new_track, np.arange(n), 0))  # each track's first span
-    # Spans of the track ended by each start (end <= start + ε): times ranked together,
-    # an end before a start at the same time; then ends counted by (track, rank).
-    rank = np.empty(2 * n, np.int64)
-    rank[np.argsort(np.concatenate([end, start + _NEST_EPS]), kind="stable")] = np.arange(2 * n)
-    ends = np.sort(t * (2 * n) + rank[:n])
-    ended_by = np.searchsorted(ends, t * (2 * n) + rank[n:])
-    # Within the track: none of its spans ends by its first start (each longer than 2 ε).
-    ended_by -= ended_by[first]
+    # Spans of the track ended by each start (end <= start + ε).
+    heads = np.flatnonzero(new_track).tolist()
+    del new_track
+    if len(heads) <= max(64, n >> 8):
+        # A track's starts are in order already: its ends, sorted (values only: a track at
+        # a time, no argsort of every time), are counted up to each start by a search.
+        ended_by = np.empty(n, np.int64)
+        for lo, hi in zip(heads, [*heads[1:], n], strict=True):
+            ends = np.sort(end[lo:hi])
+            ended_by[lo:hi] = np.searchsorted(ends, start[lo:hi] + _NEST_EPS, side="right")
+    else:  # times ranked together, an end before a start at the same time; then ends
+        # counted by (track, rank)
+        rank = np.empty(2 * n, np.int64)
+        rank[np.argsort(np.concatenate([end, start + _NEST_EPS]), kind="stable")] = np.arange(2 * n)
+        ends = np.sort(t * (2 * n) + rank[:n])
+        ended_by = np.searchsorted(ends, t * (2 * n) + rank[n:])
+        del rank
+        # Within the track: none of its spans ends by its first start (each longer than 2 ε).
+        ended_by -= ended_by[first]
+    del ends
     depth = np.arange(n) - first - ended_by
+    del first, ended_by
     if (depth < 0).any():
         return None
     # The parent: the last span before, on the track, one level up.
     levels = int(depth.max()) + 2
     if (int(t.max()) + 1) * levels * (n + 1) >= 1 << 62:
         return None
-    key = (t * levels + depth) * (n + 1) + np.arange(n)
-    ranked = np.sort(key)
+    group = t * levels + depth
+    if group.min() >= 0 and group.max() < 1 << 16:  # sorted by radix, as above
+        by_group = np.argsort(group.astype(np.uint16), kind="stable")
+        ranked = group[by_group] * (n + 1) + by_group
+        del by_group
+    else:
+        ranked = np.sort(group * (n + 1) + np.arange(n))
+    del group
     child = np.flatnonzero(depth > 0)
     probe = (t[child] * levels + depth[child] - 1) * (n + 1) + child
+    del t
     k = np.searchsorted(ranked, probe) - 1
     parent_key = ranked[np.maximum(k, 0)]
+    del ranked
     parent = parent_key % (n + 1)
     if ((k < 0) | (parent_key // (n + 1) != probe // (n + 1))).any():
         return None
+    del k, parent_key, probe
     if (end[child] > end[parent]).any() or (start[child] >= end[parent] - _NEST_EPS).any():
         return None
-    self_sorted = dur[order].astype(np.float64) - np.bincount(parent, weights=dur[order][child], minlength=n)
+    del end
+    self_sorted = span.astype(np.float64) - np.bincount(parent, weights=span[child], minlength=n)
+    del parent, child
+    if order is None:
+        return depth.astype(np.int32), np.maximum(self_sorted, 0.0)
     depth_out = np.empty(n, np.int32)
     depth_out[order] = depth
     self_time = np.empty(n, np.float64)
@@ -198,15 +228,14 @@ def _nested(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndar
     return depth_out, self_time
 
 
-def _order(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
-    """Spans by (track, start, longest first): parents before their children (the
-    trace readers' tables are in that order already, checked in one pass)."""
-    n = ts.size
+def _order(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> np.ndarray | None:
+    """Spans by (track, start, longest first): parents before their children; None when
+    they are in that order already (the trace readers' tables are: checked in one pass)."""
     same_start = ts[1:] == ts[:-1]
     in_track = (ts[1:] > ts[:-1]) | same_start & (dur[1:] <= dur[:-1])
     later = (track[1:] > track[:-1]) | (track[1:] == track[:-1]) & in_track
     if later.all():
-        return np.arange(n)
+        return None
     return np.lexsort((-dur, ts, track))
 
 
@@ -400,8 +429,7 @@ def load_perfetto_trace(path: Path, found: perfetto_read.PerfettoSpans | None = 
         warnings.append(f"{path}: {found.unclosed} slice begins without their end (left out)")
     # Labels and tracks numbered in the order the spans first name them (then the launch
     # slices' tracks), each name checked once.
-    used, first = np.unique(found.span_name, return_index=True)
-    used = used[np.argsort(first)]
+    used = _by_first_use(found.span_name, len(found.names))
     for k in used.tolist():
         checked_name(path, found.names[k], "label")
     label_of = np.zeros(len(found.names), np.int32)
@@ -411,8 +439,7 @@ def load_perfetto_trace(path: Path, found: perfetto_read.PerfettoSpans | None = 
         k = int(np.argmax(past))
         name = found.names[int(found.span_name[k])]
         _past_bound(path, name, int(found.span_start[k]), int(found.span_end[k]))
-    seen, first = np.unique(found.span_track, return_index=True)
-    seen = seen[np.argsort(first)]
+    seen = _by_first_use(found.span_track, len(found.track_uuids))
     track_ids: dict[int, int] = {found.track_uuids[k]: n for n, k in enumerate(seen.tolist())}
     dense = np.zeros(len(found.track_uuids), np.int64)
     dense[seen] = np.arange(seen.size)
@@ -450,7 +477,7 @@ def load_perfetto_trace(path: Path, found: perfetto_read.PerfettoSpans | None = 
         fallback.append(pid_launch.get(pid) if pid is not None else None)
     rows = launch_rows(track_col, starts / 1000.0, ends / 1000.0, real,
                        launch_slices, fallback)
-    order = np.lexsort((-ends, starts, rows.track)) if starts.size else starts
+    order = _by_row_start_longest(rows.track, starts, ends)
     return SpanTable(
         source=str(path),
         labels=[found.names[k] for k in used.tolist()],
@@ -467,6 +494,51 @@ def load_perfetto_trace(path: Path, found: perfetto_read.PerfettoSpans | None = 
         launch_rows=rows.by_track,
         trace_tracks=int(seen.size),
     )
+
+
+def _by_row_start_longest(row: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """np.lexsort((-end, start, row)) of integer times: one sort of (row, start) as one
+    integer key where it fits (a third of the work), then the spans of one row and start
+    put longest first (ties kept in order, as lexsort keeps them)."""
+    if not start.size:
+        return start
+    low, high = int(start.min()), int(start.max())
+    rows = int(row.max()) + 1
+    if row.min() < 0 or rows * (high - low + 1) >= 1 << 62:
+        return np.lexsort((-end, start, row))
+    key = row.astype(np.int64) * (high - low + 1) + (start - low)
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    tie = key[1:] == key[:-1]
+    if tie.any():
+        within = np.zeros(key.size, bool)  # in a run of one (row, start)
+        within[1:] |= tie
+        within[:-1] |= tie
+        at = np.flatnonzero(within)
+        run = np.cumsum(np.concatenate([[True], ~tie]))[at]
+        order[at] = order[at][np.lexsort((-end[order[at]], run))]
+    return order
+
+
+def _by_first_use(ids: np.ndarray, size: int) -> np.ndarray:
+    """The distinct ids (each in range(size)) in the order they first come: what
+    np.unique(ids, return_index=True) gives put in order of the index, without a sort of
+    the ids (they are a table's rows: a few thousand names or tracks for a million spans)."""
+    first = np.full(size, ids.size, np.int64)
+    np.minimum.at(first, ids, np.arange(ids.size))
+    used = np.flatnonzero(first < ids.size)
+    return used[np.argsort(first[used])]
+
+
+def _unique_small(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(keys, return_inverse=True) of non-negative keys: by a table where the
+    keys are few enough (rows x launches), else by np.unique's sort."""
+    if keys.size and int(keys.min()) >= 0 and int(keys.max()) < max(1 << 16, 4 * keys.size):
+        present = np.flatnonzero(np.bincount(keys))
+        table = np.zeros(int(present[-1]) + 1, np.int64)
+        table[present] = np.arange(present.size)
+        return present.astype(keys.dtype), table[keys]
+    return np.unique(keys, return_inverse=True)
 
 
 def _past_bound(path: Path, label: str, start: int, end: int) -> None:
@@ -526,7 +598,7 @@ def launch_rows(
             own = launch_ids.setdefault(f"process {real[k][1]}", len(launch_ids))
             span_launch[(track == k) & (span_launch < 0)] = own
     width = len(launch_ids) + 1
-    pairs, row = np.unique(track * width + span_launch, return_inverse=True)
+    pairs, row = _unique_small(track * width + span_launch)
     pair_track, pair_launch = pairs // width, pairs % width
     processes: dict[Any, int] = {}
     for key, _, _ in real:
@@ -579,9 +651,40 @@ def with_launch(process: str, launch: str) -> str:
 
 def _held_by(track: np.ndarray, ts: np.ndarray, end: np.ndarray, s_track: np.ndarray, s_start: np.ndarray,
              s_end: np.ndarray, s_launch: np.ndarray) -> np.ndarray:
-    """Each span's launch: of the slice on its track that holds it, else -1. Slices and
-    spans sorted together (track, time, a slice before a span at its time): the slice
-    holding a span is the last one before it on its track."""
+    """Each span's launch: of the slice on its track that holds it, else -1. The slice
+    holding a span is the last one on its track starting by the span's start (of those
+    starting together, the last given)."""
+    out = np.full(ts.size, -1, dtype=np.int64)
+    if not (ts.size and s_track.size):
+        return out
+    k = s_track.size
+    by_start = np.lexsort((s_start, s_track))  # the slices by (track, start, as given)
+    top = max(int(track.max()), int(s_track.max())) + 1
+    if int(track.min()) < 0 or int(s_track.min()) < 0 or top > max(1 << 16, 4 * (ts.size + k)):
+        return _held_by_sorted(track, ts, end, s_track, s_start, s_end, s_launch)
+    count = np.bincount(s_track, minlength=top)  # slices on each track
+    if int(count.max()) > 64:
+        return _held_by_sorted(track, ts, end, s_track, s_start, s_end, s_launch)
+    # A track's slices are a few (one a launch): the slices of its track starting by each
+    # span's start counted one rank at a time over every span, no sort of the spans.
+    first = np.concatenate([[0], np.cumsum(count)[:-1]])[track]  # its track's first slice
+    mine = count[track]
+    started = np.zeros(ts.size, np.int64)
+    for rank in range(int(mine.max())):
+        slice_ = by_start[np.minimum(first + rank, k - 1)]
+        started += (mine > rank) & (s_start[slice_] <= ts)
+    held = np.flatnonzero(started > 0)
+    slot = by_start[first[held] + started[held] - 1]
+    inside = end[held] <= s_end[slot] + LAUNCH_SLACK_US
+    out[held[inside]] = s_launch[slot[inside]]
+    return out
+
+
+def _held_by_sorted(track: np.ndarray, ts: np.ndarray, end: np.ndarray, s_track: np.ndarray,
+                    s_start: np.ndarray, s_end: np.ndarray, s_launch: np.ndarray) -> np.ndarray:
+    """:func:`_held_by` of spans on many tracks: slices and spans sorted together (track,
+    time, a slice before a span at its time): the slice holding a span is the last one
+    before it on its track."""
     n = s_track.size
     order = np.lexsort((np.concatenate([np.zeros(n), np.ones(ts.size)]), np.concatenate([s_start, ts]),
                         np.concatenate([s_track, track])))

@@ -262,3 +262,227 @@ def test_inspect_reads_its_trace_once(demo_pftrace: Path, tmp_path: Path,
         assert result.exit_code == 0, result.output
         assert "2 ranks × 3 launches" in result.output
     assert reads == [str(demo_pftrace), str(json_trace)]
+
+
+# ----------------------------------------------------------------------------- runs of short packets
+#
+# _read finds a long run of collect's short event packets with numpy (_short_run). These
+# check it finds the same packets as stepping through them one by one, on traces made
+# to trip it (stray "0A xx 40" bytes inside packets, runs across its windows, a packet
+# running past the file), and that a corrupted packet inside a run is refused as before.
+
+
+def stepped_through(data: bytes) -> tuple[list[int], list[int]]:
+    """The candidates (``0x0A len<128``) and other packets, stepping one packet at a time
+    (the loop _read had before it found runs with numpy)."""
+    short: list[int] = []
+    other: list[int] = []
+    i = 0
+    while i < len(data):
+        if data[i] == 0x0A and i + 1 < len(data) and data[i + 1] < 0x80:
+            short.append(i)
+            i += 2 + data[i + 1]
+        else:
+            assert data[i] == 0x0A  # these traces hold packets only
+            other.append(i)
+            size, j = perfetto_read._varint(data, i + 1)
+            i = j + size
+    return short, other
+
+
+def packets_seen(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], list[int], Any]:
+    """The candidates and other packets _read hands to _chunk, and what it read."""
+    short: list[int] = []
+    other: list[int] = []
+    chunk = perfetto_read._chunk
+
+    def seen(data: bytes, buffer: np.ndarray, starts: np.ndarray, others: list[int], *rest: Any) -> None:
+        short.extend(starts.tolist())
+        other.extend(others)
+        chunk(data, buffer, starts, others, *rest)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(perfetto_read, "_chunk", seen)
+        found = read_all(path)
+    return short, other, found
+
+
+def _tricky(rng: np.random.Generator, tracks: int, events: int) -> bytes:
+    """_stream's trace with timestamps of 10 (0x0A) and sequence ids of 64 (0x40): event
+    packets holding "0A 50 40" (a short packet of 80 bytes, if it were one), between
+    long packets (interned data of 130 bytes and more) and short ones of other fields."""
+    u, b, s = pf.uint_field, pf.bytes_field, pf.string_field
+    out = [pf.packet(b(60, u(1, 1 << 20) + b(3, u(1, 1) + s(6, "Rank 0"))))]
+    for track in range(tracks):
+        seq = 64 + track * 17  # 64: the byte 0x40
+        uuid = (1 << 20) + 1 + track
+        out.append(pf.packet(b(60, u(1, uuid) + u(5, 1 << 20) + b(4, u(1, 1) + u(2, track + 1)))))
+        names = b"".join(b(2, u(1, iid) + s(2, f"name {iid} " + "x" * int(rng.integers(0, 60))))
+                         for iid in range(1, 4))
+        out.append(pf.packet(u(10, seq), u(13, 1), b(59, u(58, 64) + b(11, u(11, uuid))), b(12, names)))
+        clocks = b(1, u(1, 64) + u(2, 0) + u(3, 1) + u(4, 2)) + b(1, u(1, 6) + u(2, 1000 * (track + 1)))
+        out.append(pf.packet(u(10, seq), b(6, clocks)))
+    seqs = [64 + track * 17 for track in range(tracks)]
+    for _ in range(events):
+        seq = seqs[int(rng.integers(tracks))]
+        delta = int(rng.choice([10, 10, 1, 0x0A0A, 300, 70_000]))
+        if rng.random() < 0.5:
+            body = u(10, int(rng.integers(1, 4))) + (u(34, 5) if rng.random() < 0.3 else b"") + u(9, 1)
+        else:
+            body = u(9, 2)
+        out.append(pf.packet(u(8, delta), u(10, seq), b(11, body)))
+        if rng.random() < 0.01:  # a long packet in the run: the run stops there
+            out.append(pf.packet(u(10, seq), b(12, b(2, u(1, 9) + s(2, "y" * 140)))))
+        if rng.random() < 0.01:  # a short packet not starting with a timestamp
+            out.append(pf.packet(u(10, seq), b(12, b(2, u(1, 9) + s(2, "z")))))
+    return b"".join(out)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_runs_found_as_columns_are_the_packets_stepped_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    path = tmp_path / "t.pftrace"
+    data = _tricky(rng, tracks=int(rng.integers(1, 4)), events=int(rng.integers(200, 3000)))
+    path.write_bytes(data)
+    expected_short, expected_other = stepped_through(data)
+    assert any(data[k + 3 : k + 6] == b"\x0a\x50\x40" for k in expected_short)  # the stray candidates
+    with monkeypatch.context() as patch:
+        patch.setattr(perfetto_read, "_STEPPED", 1 << 30)  # no run found as columns
+        slow = packets_seen(path, patch)
+    assert slow[:2] == (expected_short, expected_other)
+    runs: list[int] = []
+    short_run = perfetto_read._short_run
+
+    def counted(buffer: np.ndarray, i: int) -> tuple[np.ndarray, int]:
+        found, end = short_run(buffer, i)
+        runs.append(found.size)
+        return found, end
+
+    monkeypatch.setattr(perfetto_read, "_short_run", counted)
+    # windows of a few packets: runs cross them, and stray candidates sit at their ends
+    monkeypatch.setattr(perfetto_read, "_STEPPED", int(rng.integers(1, 8)))
+    monkeypatch.setattr(perfetto_read, "_WINDOW_FIRST", int(rng.integers(3, 40)))
+    monkeypatch.setattr(perfetto_read, "_WINDOW_LAST", int(rng.integers(40, 300)))
+    monkeypatch.setattr(perfetto_read, "_CHUNK", int(rng.integers(50, 2000)))
+    fast = packets_seen(path, monkeypatch)
+    assert sum(runs) > len(expected_short) // 2  # most packets were found as columns
+    assert fast == slow
+
+
+def test_runs_found_as_columns_on_collected_traces(demo_pftrace: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The packets, and what is read, with runs found as columns from their second packet
+    on, or never."""
+    for path in (demo_pftrace, DATA / "trace_v1.pftrace"):
+        with monkeypatch.context() as patch:
+            patch.setattr(perfetto_read, "_STEPPED", 1 << 30)
+            slow = packets_seen(path, patch)
+        with monkeypatch.context() as patch:
+            patch.setattr(perfetto_read, "_STEPPED", 1)
+            patch.setattr(perfetto_read, "_WINDOW_FIRST", 64)
+            fast = packets_seen(path, patch)
+        assert fast == slow
+        assert slow[0] == stepped_through(path.read_bytes())[0]
+
+
+def _refusal(path: Path, monkeypatch: pytest.MonkeyPatch, stepped: int) -> str:
+    with monkeypatch.context() as patch:
+        patch.setattr(perfetto_read, "_STEPPED", stepped)
+        patch.setattr(perfetto_read, "_WINDOW_FIRST", 64)
+        with pytest.raises(perfetto_read.ProfilingInputError) as refused:
+            perfetto_read.read_spans(path)
+    return str(refused.value)
+
+
+def test_a_corrupted_packet_inside_a_run_is_refused_as_before(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(3)
+    data = _tricky(rng, tracks=2, events=2000)
+    short, _ = stepped_through(data)
+    # SLICE_END packets of a 1-byte timestamp: [0A 08 40 ts 50 seq 5A 02 48 02]
+    middle = [k for k in short[len(short) // 3 : 2 * len(short) // 3] if data[k + 1] == 8]
+    at = middle[len(middle) // 2]
+    assert data[at + 6 : at + 10] == b"\x5a\x02\x48\x02"
+    cases = {
+        # the event's type field as wire type 7: refused where the packet is read
+        "wire type": data[: at + 8] + b"\x4f" + data[at + 9 :],
+        # the packet's length past the file's end: the run stops there
+        "past the end": data[: at + 1] + b"\x7f" + data[at + 2 : at + 60],
+        # cut inside a packet of the run
+        "cut": data[: at + 5],
+        # the track event's length past its packet
+        "past the packet": data[: at + 7] + b"\x09" + data[at + 8 :],
+    }
+    messages = {}
+    for case, corrupted in cases.items():
+        path = tmp_path / f"{case}.pftrace"
+        path.write_bytes(corrupted)
+        message = _refusal(path, monkeypatch, 1 << 30)  # stepped through, as before runs
+        assert message == _refusal(path, monkeypatch, 1)
+        assert message == _refusal(path, monkeypatch, 64)
+        assert message.startswith(f"{path}: not a readable Perfetto trace: ")
+        messages[case] = message.split(": not a readable Perfetto trace: ")[1]
+    assert messages["wire type"] == "wire type 7"
+    assert messages["past the end"] == messages["cut"] == "packet runs past the end of the file"
+    assert messages["past the packet"] == "packet runs past its end"
+
+
+# ----------------------------------------------------------------------------- the span table's sorts
+
+
+def test_row_start_longest_order_is_the_lexsort() -> None:
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        n = int(rng.integers(0, 60))
+        row = rng.integers(0, int(rng.integers(1, 5)), n).astype(np.int32)
+        start = rng.integers(0, int(rng.integers(1, 30)), n).astype(np.int64) * 1000  # ties, often
+        end = start + rng.integers(1, 5, n) * 1000
+        expected = np.lexsort((-end, start, row)) if n else start
+        assert spans._by_row_start_longest(row, start, end).tolist() == expected.tolist()
+    far = np.array([0, 1 << 62, 5], np.int64)  # (row, start) not one integer: the lexsort itself
+    row = np.array([1, 0, 1], np.int32)
+    expected = np.lexsort((-(far + 1), far, row))
+    assert spans._by_row_start_longest(row, far, far + 1).tolist() == expected.tolist()
+
+
+@pytest.mark.parametrize("many_tracks", [False, True])
+def test_launch_slices_holding_spans_as_when_sorted_together(many_tracks: bool) -> None:
+    """A track's spans searched among its slices, as slices and spans sorted together
+    find them (spans outside every slice, on a track without slices, slices starting
+    together, a span starting as a slice does)."""
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        tracks = int(rng.integers(1, 6)) + (300 if many_tracks else 0)
+        k = int(rng.integers(1, 8))  # launch_rows has slices (or does not call it)
+        s_track = rng.integers(0, tracks, k)
+        s_start = rng.integers(0, 20, k).astype(np.float64)
+        s_end = s_start + rng.integers(0, 10, k)
+        s_launch = rng.integers(0, 3, k)
+        n = int(rng.integers(0, 80))
+        track = rng.integers(0, tracks, n)
+        ts = rng.integers(0, 25, n).astype(np.float64)
+        end = ts + rng.integers(0, 6, n)
+        expected = spans._held_by_sorted(track, ts, end, s_track, s_start, s_end, s_launch)
+        got = spans._held_by(track, ts, end, s_track, s_start, s_end, s_launch)
+        assert got.tolist() == expected.tolist()
+
+
+def test_nesting_on_many_tracks_or_far_track_ids_is_the_stack_walk() -> None:
+    """The other ways _nested counts: tracks past 16 bits, more tracks than spans / 256."""
+    rng = np.random.default_rng(9)
+    columns = 0
+    for trial in range(60):
+        track, ts, dur = _laminar(rng, int(rng.integers(150, 250)))
+        # times in 1/1024 units: exact in floats, so touching siblings do not overlap
+        ts, dur = np.round(ts * 1000) / 1024, np.round(dur * 1000) / 1024
+        assert np.unique(track).size > 64
+        if trial % 2:
+            track = track.astype(np.int64) + (1 << 16)
+        walked = spans._depth_and_self_time_walked(track, ts, dur)
+        depth, self_time = spans._depth_and_self_time(track, ts, dur)
+        assert (depth == walked[0]).all()
+        assert np.allclose(self_time, walked[1])
+        columns += spans._nested(track, ts, dur) is not None
+    assert columns == 60
