@@ -100,6 +100,8 @@ class ContentStore:
     def _load(self, db: Path) -> None:
         if not db.exists():
             return
+        if self.under is not None and not _storable(os.fsdecode(self.under)):
+            return  # a folder named in bytes that are not UTF-8: none of its rows is stored
         try:
             con = self._connect(db)
             try:

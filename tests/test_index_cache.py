@@ -180,3 +180,19 @@ def test_no_cache_writes_nothing(cache_home: Path, tmp_path: Path) -> None:
     assert res.exit_code in (0, 1, 2), res.stderr
     assert not cache_home.exists()
     os.environ.pop("OPTRACE_NO_CACHE", None)
+
+
+def test_a_folder_named_in_bytes_that_are_not_utf8_is_indexed_again_each_run(
+        cache_home: Path, tmp_path: Path) -> None:
+    # SQLite's text is UTF-8: rows of such a folder are never stored, and the load that
+    # selects a folder's rows by name must not try to encode it (CI: OT999 on check/strip
+    # of an operator under `repo-<GBK bytes>`).
+    _store_of(_repo(tmp_path / "plain"))  # the store exists with rows of another folder
+    odd = _repo(Path(os.fsdecode(os.fsencode(str(tmp_path)) + b"/repo-\xb7\xd6\xd7\xe9")))
+    for _ in range(2):
+        store = _store_of(odd)  # its files' contents were seen: found by hash, not derived
+        assert store.misses == 0 and store.hits > 0
+    assert _answers(odd) == _answers(odd)
+    con = sqlite3.connect(cache_home)
+    assert all(row[0].startswith(str(tmp_path / "plain")) for row in con.execute("SELECT path FROM paths"))
+    con.close()
