@@ -17,6 +17,14 @@ happen in one transaction (`flush`), so concurrent runs and a run killed half-wa
 either the old or the new rows, never half of one. `--no-cache` (`set_enabled(False)`)
 keeps everything in memory for the run.
 
+The store shares the user cache's size bound (`[limits] cache_bytes`): it keeps itself
+under half of it (runtime/usercache.py keeps the JSON entries under the rest). Each
+folder a run walks whole is recorded with the time; when the store grows past its share,
+the rows of folders that no longer exist go first (a corpus run's scratch copies), then
+rows under no recorded folder (a store written before folders were recorded), then the
+folders indexed least recently, until it is under three quarters of its share; the file
+is then compacted.
+
 Other derived data (check's per-operator results) can use the same store under their own
 `kind`; a kind's name should carry the version of what derives it.
 """
@@ -26,8 +34,12 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
+import time
 from collections.abc import Callable
 from pathlib import Path
+
+from optrace.runtime.regular import limit
+from optrace.runtime.usercache import cache_root
 
 _SCHEMA = 1
 _enabled = [os.environ.get("OPTRACE_NO_CACHE", "") in ("", "0")]
@@ -43,9 +55,13 @@ def set_enabled(enabled: bool) -> None:
 
 
 def cache_dir() -> Path:
-    """`$XDG_CACHE_HOME/optrace`, else `~/.cache/optrace`."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "optrace"
+    """`$XDG_CACHE_HOME/optrace`, else `~/.cache/optrace`: the user cache's directory."""
+    return cache_root()
+
+
+def store_bound() -> int:
+    """The bytes the store may take: half of the user cache's bound."""
+    return limit("cache") // 2
 
 
 def signature(st: os.stat_result) -> Signature:
@@ -95,6 +111,8 @@ class ContentStore:
                     "ctime INTEGER, ino INTEGER, sha TEXT)")
         con.execute("CREATE TABLE IF NOT EXISTS vals (sha TEXT, kind TEXT, value TEXT, chk TEXT, "
                     "PRIMARY KEY (sha, kind))")
+        # The folders walked whole, with when (ns): what the size bound removes by.
+        con.execute("CREATE TABLE IF NOT EXISTS roots (root TEXT PRIMARY KEY, used INTEGER)")
         return con
 
     def _load(self, db: Path) -> None:
@@ -209,6 +227,7 @@ class ContentStore:
                 con.executemany("INSERT OR REPLACE INTO vals VALUES (?, ?, ?, ?)",
                                 [(sha, kind, v, _check(kind, sha, v))
                                  for (sha, kind), v in self._new_values.items() if _storable(v)])
+                prefix = None
                 if seen_under is not None:
                     root, seen = seen_under
                     prefix = os.fsdecode(root).rstrip("/") + "/"
@@ -216,7 +235,14 @@ class ContentStore:
                     con.executemany("DELETE FROM paths WHERE path = ?", [(p,) for p in gone if _storable(p)])
                     if gone:
                         con.execute("DELETE FROM vals WHERE sha NOT IN (SELECT sha FROM paths)")
+                    if _storable(prefix):
+                        con.execute("INSERT OR REPLACE INTO roots VALUES (?, ?)", (prefix, time.time_ns()))
                 con.execute("COMMIT")
+                try:
+                    if _used_bytes(con) > store_bound():
+                        _shrink(con, prefix, store_bound() * 3 // 4)
+                except sqlite3.Error:
+                    pass  # another run holds it: what this run wrote stands, the next shrinks
             finally:
                 con.close()
         except (sqlite3.Error, OSError):
@@ -225,6 +251,49 @@ class ContentStore:
         self._values.update(self._new_values)
         self._new_paths.clear()
         self._new_values.clear()
+
+
+def _used_bytes(con: sqlite3.Connection) -> int:
+    """The bytes the database's pages hold (free pages left by deletions not counted)."""
+    pages = con.execute("PRAGMA page_count").fetchone()[0]
+    free = con.execute("PRAGMA freelist_count").fetchone()[0]
+    size: int = con.execute("PRAGMA page_size").fetchone()[0]
+    return int((pages - free) * size)
+
+
+def _shrink(con: sqlite3.Connection, keep: str | None, target: int) -> None:
+    """Remove rows until the pages in use are at most `target` bytes, in the order the
+    module's docstring gives; the folder this run indexed (`keep`) is removed last and
+    only if nothing else is left. Then compact the file. Another run holding the
+    database makes this run give up: the next one shrinks it."""
+    roots = [(r, u) for r, u in con.execute("SELECT root, used FROM roots ORDER BY used, root")
+             if isinstance(r, str) and r.endswith("/")]
+    dead = [r for r, _ in roots if r != keep and not os.path.isdir(r)]
+    live = [r for r, _ in roots if r != keep and r not in dead]
+    steps: list[list[str] | None] = [dead, None] + [[r] for r in live]
+    if keep is not None:
+        steps.append([keep])
+    known = tuple(r for r, _ in roots)
+    for step in steps:
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            if step is None:  # rows under no recorded folder
+                stray = [(p,) for (p,) in con.execute("SELECT path FROM paths")
+                         if not (isinstance(p, str) and p.startswith(known))]
+                con.executemany("DELETE FROM paths WHERE path = ?", stray)
+            else:
+                for root in step:
+                    con.execute("DELETE FROM paths WHERE path >= ? AND path < ?", (root, root[:-1] + "0"))
+                    con.execute("DELETE FROM roots WHERE root = ?", (root,))
+            con.execute("DELETE FROM vals WHERE sha NOT IN (SELECT sha FROM paths)")
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        if _used_bytes(con) <= target:
+            break
+    con.execute("VACUUM")
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
 def _storable(text: str) -> bool:

@@ -13,7 +13,9 @@ machine's or a corrupt one is ignored and written again). Writes are atomic (a t
 file beside the entry, renamed over it): concurrent runs each see a whole entry or none,
 the last writer wins. The whole directory is kept under `[limits] cache_bytes` of the user
 config (:data:`~optrace.runtime.regular.DEFAULT_LIMITS`): after a write, the entries used
-least recently (their modification time, refreshed on each hit) are removed first.
+least recently (their modification time, refreshed on each hit) are removed first, until
+they fit in what the files at the top (the repository index's store, which bounds itself
+to half) leave.
 """
 
 from __future__ import annotations
@@ -116,7 +118,14 @@ def prune(bound: int) -> None:
     root = cache_root()
     entries: list[tuple[int, int, str]] = []
     try:
-        kinds = [e.path for e in os.scandir(root) if e.is_dir(follow_symlinks=False)]
+        listing = list(os.scandir(root))
+        kinds = [e.path for e in listing if e.is_dir(follow_symlinks=False)]
+        # The repository index's store (engine/index_cache.py: `index.sqlite` and its
+        # journal files) keeps itself under half the bound; entries get what it leaves,
+        # and never less than the other half (a bound smaller than an empty database).
+        files = sum(e.stat(follow_symlinks=False).st_size for e in listing
+                    if e.is_file(follow_symlinks=False))
+        bound -= min(files, bound // 2)
     except OSError:
         return
     for kind_dir in kinds:

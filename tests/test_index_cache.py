@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -196,3 +197,49 @@ def test_a_folder_named_in_bytes_that_are_not_utf8_is_indexed_again_each_run(
     con = sqlite3.connect(cache_home)
     assert all(row[0].startswith(str(tmp_path / "plain")) for row in con.execute("SELECT path FROM paths"))
     con.close()
+
+
+def _sized_repo(root: Path, tag: str, files: int = 60) -> Path:
+    # Each repository's files hold their own words: its values are its own rows.
+    for i in range(files):
+        path = root / "torch" / f"adapter{i}.cpp"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"void {tag}_kernel_{i}() {{ {tag}_call_{i}(); }} // {tag * 40}\n")
+    return root
+
+
+def _rows(db: Path) -> set[str]:
+    con = sqlite3.connect(db)
+    try:
+        return {row[0] for row in con.execute("SELECT path FROM paths")}
+    finally:
+        con.close()
+
+
+def test_the_store_keeps_under_its_share_of_the_bound_dropping_gone_then_old_folders(
+        cache_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repos = {tag: _sized_repo(tmp_path / tag, tag) for tag in ("aaa", "bbb", "ccc", "ddd")}
+    for tag in ("bbb", "ccc", "aaa"):  # aaa, indexed last, is gone before the older bbb
+        _store_of(repos[tag])
+    con = sqlite3.connect(cache_home)
+    one = index_cache._used_bytes(con) / 3  # the pages one folder's rows take
+    # A row a store of an earlier version wrote, under no recorded folder.
+    con.execute("INSERT INTO paths VALUES (?, 1, 1, 1, 1, ?)", (str(tmp_path / "old/x.cpp"), "-"))
+    con.close()
+    shutil.rmtree(repos["aaa"])  # a scratch copy removed: its rows go first
+    bound = int(one * 3.5)  # the next run goes past it; under 3/4 of it two folders fit
+    monkeypatch.setattr(index_cache, "store_bound", lambda: bound)
+    assert _store_of(repos["ddd"]).misses > 0
+    left = {Path(p).relative_to(tmp_path).parts[0] for p in _rows(cache_home)}
+    assert left == {"ccc", "ddd"}  # gone, stray, then least recently indexed (bbb)
+    assert cache_home.stat().st_size <= bound  # compacted: the file, not only its pages
+    assert _store_of(repos["ccc"]).misses == 0  # what is left still answers
+
+
+def test_a_bound_below_one_folder_keeps_the_store_small_and_the_answers_right(
+        cache_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(index_cache, "store_bound", lambda: 1)
+    root = _sized_repo(tmp_path / "repo", "eee")
+    _store_of(root)
+    assert _rows(cache_home) == set()
+    assert _answers(root) == _answers(root)
