@@ -1,6 +1,8 @@
 """Runtime commands (collect, inspect, report, compare, demo-data) for the optrace CLI.
 
-Thin: parse arguments, call the runtime modules, print, choose the exit code. Exit codes
+Thin: parse arguments, call the runtime modules, print, choose the exit code. The
+readers' bodies (inspect, report, compare) are readers_fast.py's, which the console
+script runs without typer for their plain spellings. Exit codes
 (cli.md): 0 ok, 1 records skipped (collect) / a verdict other than achieved or a flagged
 regression (compare --expect / --fail-on-regression), 2 bad input (printed as
 ``path: message``, no traceback), 3 internal error.
@@ -17,7 +19,7 @@ from typing import Annotated
 import typer
 
 from optrace.cli.collect_fast import failure_code, paths_as_bytes
-from optrace.runtime.numbers import CLOCK_MHZ, TOP, NumberError, check_number, check_optional
+from optrace.cli.readers_fast import run_compare, run_inspect, run_report
 from optrace.runtime.terminal import safe_text
 
 EXIT_INTERNAL = 3
@@ -124,36 +126,7 @@ def cmd_collect(
     ))
 
 
-def _emit_json(document: object, output: Path | None) -> None:
-    import json
-
-    text = json.dumps(document, indent=2, default=str) + "\n"
-    if output is None:
-        sys.stdout.write(text)
-    else:
-        from optrace.runtime.atomic import atomic_output
-
-        with atomic_output(output.expanduser()) as handle:
-            handle.write(text.encode("utf-8"))
-
-
-def _files_read(path: Path, point_map: Path | None) -> list[Path]:
-    """What report reads (the trace, or the directory's files and its point map): an
-    output that is one of them is refused."""
-    files = [path, *([point_map] if point_map is not None else [])]
-    try:
-        files += list(path.iterdir()) if path.is_dir() else []
-    except OSError:
-        pass  # reported when it is read
-    return files
-
-
 FormatOption = Annotated[str, typer.Option("--format", help="text or json.")]
-
-
-def _check_format(fmt: str) -> None:
-    if fmt not in ("text", "json"):
-        raise _bad_usage(f"--format must be text or json, not {fmt!r}")
 
 
 def cmd_inspect(
@@ -162,33 +135,7 @@ def cmd_inspect(
     fmt: FormatOption = "text",
 ) -> None:
     """Per-core records, fill %, drops, first / last cycle of rank files (of a trace: per track)."""
-    from optrace.runtime.inspection import format_text, inspect_path, inspection_json
-
-    with _guarded():
-        _check_format(fmt)
-        from optrace.runtime.dataset_layout import is_dataset
-        from optrace.runtime.trace_inspection import format_trace_text, inspect_trace, is_trace
-
-        if is_dataset(path.expanduser()):
-            # Its files hold spans, not the rank files' slots and drops inspect reports.
-            raise _bad_usage(f"{path}: a Parquet dataset: inspect reads rank files and traces; `optrace "
-                             f"report {path}` and `optrace query {path} --preset phases` read a dataset")
-        if is_trace(path.expanduser()):
-            found = inspect_trace(path.expanduser())
-            if fmt == "json":
-                _emit_json(found, None)
-            else:
-                sys.stdout.write(safe_text(format_trace_text(found)))
-            raise typer.Exit(0)
-        results = inspect_path(path.expanduser())
-        if fmt == "json":
-            _emit_json(inspection_json(results), None)
-        else:
-            sys.stdout.write(safe_text(format_text(results)))
-        for result in results:
-            if result.error is not None:
-                _err(str(result.error))
-        raise typer.Exit(2 if any(r.error for r in results) else 0)
+    raise typer.Exit(run_inspect(path, fmt))
 
 
 def cmd_report(
@@ -208,60 +155,8 @@ def cmd_report(
     fmt: FormatOption = "text",
 ) -> None:
     """Per-label statistics, imbalance and hotspots; optionally a picture."""
-    from optrace.runtime.formats import load_spans
-    from optrace.runtime.report import (
-        MissingExtra,
-        build_report,
-        format_text,
-        report_json,
-        require_matplotlib,
-        write_html,
-        write_png,
-    )
-
-    with _guarded():
-        _check_format(fmt)
-        try:
-            check_optional("--clock-mhz", clock_mhz, CLOCK_MHZ)
-            check_number("--top", top, TOP)
-        except NumberError as exc:
-            raise _bad_usage(str(exc)) from None
-        if png is not None:
-            try:
-                require_matplotlib()
-            except MissingExtra as exc:
-                raise _bad_usage(str(exc)) from None
-        from optrace.runtime.atomic import output_target
-        from optrace.runtime.dataset_layout import is_dataset
-
-        if is_dataset(path.expanduser()):
-            if html is not None or png is not None:
-                raise _bad_usage(f"{path}: --html / --png draw every span of a trace or a profiling "
-                                 "directory; of a dataset, report prints its statistics (computed in DuckDB)")
-            from optrace.runtime.dataset_stats import dataset_report
-
-            found = dataset_report(path.expanduser(), top=top)
-            if fmt == "json":
-                _emit_json(report_json(found), None)
-            else:
-                sys.stdout.write(safe_text(format_text(found)))
-            return
-        read = _files_read(path.expanduser(), point_map.expanduser() if point_map else None)
-        for output in (html, png):  # refused before anything is read (runtime/atomic.py)
-            if output is not None:
-                output_target(output.expanduser(), read)
-        table = load_spans(path.expanduser(), point_map.expanduser() if point_map else None, clock_mhz)
-        report = build_report(table, top=top)
-        if fmt == "json":
-            _emit_json(report_json(report), None)
-        else:
-            sys.stdout.write(safe_text(format_text(report)))
-        if html is not None:
-            write_html(table, report, html.expanduser())
-            print(safe_text(f"wrote {html}"))
-        if png is not None:
-            write_png(table, report, png.expanduser())
-            print(safe_text(f"wrote {png}"))
+    raise typer.Exit(run_report(path, point_map=point_map, html=html, png=png, clock_mhz=clock_mhz,
+                                top=top, fmt=fmt))
 
 
 def cmd_compare(
@@ -285,44 +180,8 @@ def cmd_compare(
 ) -> None:
     """Per-label changes with bootstrap intervals over launches; with --expect, the verdict
     (exit 0 achieved, 1 otherwise); --fail-on-regression PCT: a CI gate."""
-    from optrace.runtime.compare import (
-        EXPECT_RANGE,
-        REGRESSION_RANGE,
-        MeasuredRun,
-        OptionError,
-        check_percent,
-        compare,
-        comparison_json,
-        format_text,
-    )
-    from optrace.runtime.formats import load_spans
-    from optrace.runtime.spans import SpanTable
-
-    with _guarded():
-        _check_format(fmt)
-        try:
-            check_percent("--expect", expect, EXPECT_RANGE)
-            check_percent("--fail-on-regression", fail_on_regression, REGRESSION_RANGE)
-        except OptionError as exc:
-            raise _bad_usage(str(exc)) from None
-        pmap = point_map.expanduser() if point_map else None
-        from optrace.runtime.dataset_layout import is_dataset
-
-        def run(path: Path) -> SpanTable | MeasuredRun:
-            """A dataset's launch times computed in DuckDB; a trace's or directory's from its spans."""
-            if is_dataset(path):
-                from optrace.runtime.dataset_stats import dataset_run
-
-                return dataset_run(path)
-            return load_spans(path, pmap)
-
-        result = compare(run(before.expanduser()), run(after.expanduser()),
-                         label=label, expect=expect, fail_on_regression=fail_on_regression)
-        if fmt == "json":
-            _emit_json(comparison_json(result), None)
-        else:
-            sys.stdout.write(safe_text(format_text(result)))
-        raise typer.Exit(1 if result.failed else 0)
+    raise typer.Exit(run_compare(before, after, expect=expect, label=label, point_map=point_map,
+                                 fail_on_regression=fail_on_regression, fmt=fmt))
 
 
 def cmd_demo_data(

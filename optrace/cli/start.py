@@ -1,8 +1,10 @@
-"""The console script's entry point: ``collect`` skips the CLI framework's import.
+"""The console script's entry point: ``collect``, the readers and ``check`` skip the CLI
+framework's import.
 
 See ``optrace.cli.collect_fast``: collect's speed is promised from process start, and
-typer / click / rich / pydantic would be a third of it. Every other command, and any
-collect invocation the fast parser does not recognise, runs the full CLI.
+typer / click / rich / pydantic would be a third of it; the readers' (inspect, report,
+compare: readers_fast.py) is promised against collect's. Every other command, and any
+invocation the fast parsers do not recognise, runs the full CLI.
 """
 
 from __future__ import annotations
@@ -75,6 +77,15 @@ def main() -> None:
     # imports create were most of a one-operator `check`'s collection: import with it
     # off, then freeze what was imported (modules, classes, compiled patterns live until
     # exit anyway) so later passes skip it. The command itself runs with the collector on.
+    if argv[:1] and argv[0] in ("inspect", "report", "compare"):
+        prepare_collect_process()  # a reader is such a process too (readers_fast.py)
+        from optrace.cli.readers_fast import fast_main as reader_main
+
+        code = reader_main(argv[0], argv[1:])
+        if code is not None:
+            finish(code)
+            return  # only when a test replaced finish
+        gc.enable()
     gc.disable()
     if argv[:1] == ["check"]:
         check_main()
