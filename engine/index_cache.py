@@ -23,7 +23,8 @@ folder a run walks whole is recorded with the time; when the store grows past it
 the rows of folders that no longer exist go first (a corpus run's scratch copies), then
 rows under no recorded folder (a store written before folders were recorded), then the
 folders indexed least recently, until it is under three quarters of its share; the file
-is then compacted.
+is then compacted. The folder the run indexed is kept even when it alone is past the
+share: dropping it would make every run over it derive everything again.
 
 Other derived data (check's per-operator results) can use the same store under their own
 `kind`; a kind's name should carry the version of what derives it.
@@ -240,7 +241,8 @@ class ContentStore:
                 con.execute("COMMIT")
                 try:
                     if _used_bytes(con) > store_bound():
-                        _shrink(con, prefix, store_bound() * 3 // 4)
+                        _shrink(con, prefix if prefix and _storable(prefix) else None,
+                                store_bound() * 3 // 4)
                 except sqlite3.Error:
                     pass  # another run holds it: what this run wrote stands, the next shrinks
             finally:
@@ -263,35 +265,48 @@ def _used_bytes(con: sqlite3.Connection) -> int:
 
 def _shrink(con: sqlite3.Connection, keep: str | None, target: int) -> None:
     """Remove rows until the pages in use are at most `target` bytes, in the order the
-    module's docstring gives; the folder this run indexed (`keep`) is removed last and
-    only if nothing else is left. Then compact the file. Another run holding the
-    database makes this run give up: the next one shrinks it."""
-    roots = [(r, u) for r, u in con.execute("SELECT root, used FROM roots ORDER BY used, root")
-             if isinstance(r, str) and r.endswith("/")]
-    dead = [r for r, _ in roots if r != keep and not os.path.isdir(r)]
-    live = [r for r, _ in roots if r != keep and r not in dead]
-    steps: list[list[str] | None] = [dead, None] + [[r] for r in live]
-    if keep is not None:
-        steps.append([keep])
-    known = tuple(r for r, _ in roots)
-    for step in steps:
+    module's docstring gives, then compact the file. The folder this run indexed (`keep`)
+    and any folder recorded inside it or around it are kept: their rows are this run's.
+    Each step reads the recorded folders again inside its transaction (another run may
+    have recorded or refreshed one since); a database another run holds longer than a
+    second makes this run stop where it is: the next one goes on."""
+    con.execute("PRAGMA busy_timeout = 1000")
+
+    def ours(root: str) -> bool:
+        return keep is not None and (keep.startswith(root) or root.startswith(keep))
+
+    strays_done = False
+    while _used_bytes(con) > target:
         con.execute("BEGIN IMMEDIATE")
         try:
-            if step is None:  # rows under no recorded folder
+            roots = [r for (r,) in con.execute("SELECT root FROM roots ORDER BY used, root")
+                     if isinstance(r, str) and r.endswith("/")]
+            others = [r for r in roots if not ours(r)]
+            dead = [r for r in others if not os.path.isdir(r)]
+            if dead:
+                victims: list[str] | None = dead
+            elif not strays_done:  # rows under no recorded folder
+                victims, strays_done = None, True
+            elif others:
+                victims = others[:1]
+            else:
+                con.execute("COMMIT")
+                break  # only this run's folder is left: kept, over the bound if it must
+            if victims is None:
+                known = tuple(roots)
                 stray = [(p,) for (p,) in con.execute("SELECT path FROM paths")
                          if not (isinstance(p, str) and p.startswith(known))]
                 con.executemany("DELETE FROM paths WHERE path = ?", stray)
             else:
-                for root in step:
+                for root in victims:
                     con.execute("DELETE FROM paths WHERE path >= ? AND path < ?", (root, root[:-1] + "0"))
                     con.execute("DELETE FROM roots WHERE root = ?", (root,))
             con.execute("DELETE FROM vals WHERE sha NOT IN (SELECT sha FROM paths)")
             con.execute("COMMIT")
         except BaseException:
-            con.execute("ROLLBACK")
+            if con.in_transaction:  # SQLite may have rolled back already (a full disk)
+                con.execute("ROLLBACK")
             raise
-        if _used_bytes(con) <= target:
-            break
     con.execute("VACUUM")
     con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 

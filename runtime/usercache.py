@@ -120,14 +120,19 @@ def prune(bound: int) -> None:
     try:
         listing = list(os.scandir(root))
         kinds = [e.path for e in listing if e.is_dir(follow_symlinks=False)]
-        # The repository index's store (engine/index_cache.py: `index.sqlite` and its
-        # journal files) keeps itself under half the bound; entries get what it leaves,
-        # and never less than the other half (a bound smaller than an empty database).
-        files = sum(e.stat(follow_symlinks=False).st_size for e in listing
-                    if e.is_file(follow_symlinks=False))
-        bound -= min(files, bound // 2)
     except OSError:
         return
+    # The repository index's store (engine/index_cache.py: `index.sqlite` and its
+    # journal files) keeps itself under half the bound; entries get what it leaves,
+    # and never less than the other half (a bound smaller than an empty database).
+    files = 0
+    for e in listing:
+        try:
+            if e.is_file(follow_symlinks=False):
+                files += e.stat(follow_symlinks=False).st_size
+        except OSError:
+            continue  # gone since the listing (SQLite removes its -wal / -shm on close)
+    bound -= min(files, bound // 2)
     for kind_dir in kinds:
         try:
             with os.scandir(kind_dir) as it:

@@ -236,10 +236,59 @@ def test_the_store_keeps_under_its_share_of_the_bound_dropping_gone_then_old_fol
     assert _store_of(repos["ccc"]).misses == 0  # what is left still answers
 
 
-def test_a_bound_below_one_folder_keeps_the_store_small_and_the_answers_right(
+def test_the_folder_a_run_indexed_is_kept_even_past_the_bound(
         cache_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _store_of(_sized_repo(tmp_path / "other", "fff"))
     monkeypatch.setattr(index_cache, "store_bound", lambda: 1)
     root = _sized_repo(tmp_path / "repo", "eee")
     _store_of(root)
-    assert _rows(cache_home) == set()
+    assert _rows(cache_home) and all(p.startswith(f"{root}/") for p in _rows(cache_home))
+    assert _store_of(root).misses == 0  # a second run derives nothing again
     assert _answers(root) == _answers(root)
+
+
+def test_folders_around_or_inside_the_indexed_one_are_its_rows(
+        cache_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A repository and a folder inside it both indexed whole (a sub-project searched as
+    # its own root): shrinking for one does not delete the other's range, which holds it.
+    _store_of(_sized_repo(tmp_path / "x", "xxx"))
+    outer = _sized_repo(tmp_path / "r", "rrr")
+    inner = _sized_repo(outer / "sub", "sss")
+    _store_of(outer)
+    monkeypatch.setattr(index_cache, "store_bound", lambda: 1)
+    store = _store_of(inner)
+    left = _rows(cache_home)
+    assert left and all(p.startswith(f"{outer}/") for p in left)
+    assert any(p.startswith(f"{inner}/") for p in left)
+    assert store.misses == 0 and _store_of(inner).misses == 0
+
+
+def test_a_folder_named_in_bytes_that_are_not_utf8_survives_a_shrink(
+        cache_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _store_of(_sized_repo(tmp_path / "plain", "ggg"))
+    monkeypatch.setattr(index_cache, "store_bound", lambda: 1)
+    odd = _sized_repo(Path(os.fsdecode(os.fsencode(str(tmp_path)) + b"/repo-\xb7\xd6")), "hhh")
+    assert _store_of(odd).misses > 0  # no error: its name is never bound into a query
+    assert _rows(cache_home) == set()  # the other folder went; this one is never stored
+
+
+def test_check_entries_get_what_the_index_leaves_and_at_least_half(
+        cache_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from optrace.runtime import usercache
+
+    monkeypatch.setattr(usercache, "limit", lambda kind: 1 << 30)
+    names = [f"{i:032x}" for i in range(10)]
+    for name in names:
+        assert usercache.write_entry("check", name, {"pad": "x" * 1000})
+    size = usercache.entry_path("check", names[0]).stat().st_size
+    index = cache_home  # the store's file, beside check/
+    index.write_bytes(b"\0" * (3 * size))
+
+    def kept() -> int:
+        return sum(usercache.entry_path("check", n).exists() for n in names)
+
+    usercache.prune(8 * size)  # the index takes 3 entries' room of 8: 5 entries stay
+    assert kept() == 5
+    index.write_bytes(b"\0" * (100 * size))
+    usercache.prune(4 * size)  # an index past its half leaves the entries their half: 2
+    assert kept() == 2
