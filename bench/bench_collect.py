@@ -420,7 +420,7 @@ def compile_bytecode() -> None:
     import compileall
     import importlib.util
 
-    for name in ("optrace", "optrace.runtime"):
+    for name in ("optrace", "optrace.cli", "optrace.runtime"):  # cli: the fast paths live there
         spec = importlib.util.find_spec(name)
         for location in (spec.submodule_search_locations or []) if spec else []:
             compileall.compile_dir(location, maxlevels=0, quiet=1)
