@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -98,3 +100,28 @@ def rank_buffer(
 
 def as_array(values: list[int]) -> np.ndarray:
     return np.array(values, dtype=np.int64)
+
+
+def run_entry(argv: list[str], cwd: Path) -> tuple[int, bool, str, str]:
+    """The console script's entry (optrace.cli.start.main) in a fresh interpreter: exit
+    code, whether typer was imported, stdout, stderr. `finish` is replaced by sys.exit:
+    the real one leaves by os._exit, which would skip the marker printed last."""
+    code = (
+        "import sys\n"
+        "import optrace.cli.start\n"
+        "from optrace.cli.start import main\n"
+        "optrace.cli.start.finish = sys.exit\n"
+        f"sys.argv = ['optrace', *{argv!r}]\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit as exc:\n"
+        "    code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)\n"
+        "else:\n"
+        "    code = 0\n"
+        "sys.stdout.flush()\n"
+        "print('\\nMARK', 'TYPER' if 'typer' in sys.modules else 'NO-TYPER', code)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd)
+    out, _, mark = done.stdout.rpartition("\nMARK ")
+    marker, exit_code = mark.split()
+    return int(exit_code), marker == "TYPER", out, done.stderr

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from rt_helpers import FP, rank_buffer, write_point_map
+from rt_helpers import FP, rank_buffer, run_entry, write_point_map
 from typer.testing import CliRunner
 
 from optrace.cli.app import app
@@ -334,33 +334,11 @@ def test_unwritable_output_is_bad_input(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "Traceback" not in result.output
 
 
-def _entry(argv: list[str], cwd: Path) -> tuple[int, bool, str, str]:
-    """Run the console script's entry in a fresh interpreter: exit code, whether typer was
-    imported, stdout, stderr."""
-    code = (
-        "import sys\n"
-        "import optrace.cli.start\n"
-        "from optrace.cli.start import main\n"
-        "optrace.cli.start.finish = sys.exit  # the real one leaves by os._exit: no marker\n"
-        f"sys.argv = ['optrace', *{argv!r}]\n"
-        "try:\n"
-        "    main()\n"
-        "except SystemExit as exc:\n"
-        "    code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)\n"
-        "else:\n"
-        "    code = 0\n"
-        "print('TYPER' if 'typer' in sys.modules else 'NO-TYPER', code)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd)
-    marker, exit_code = done.stdout.strip().splitlines()[-1].split()
-    return int(exit_code), marker == "TYPER", done.stdout, done.stderr
-
-
 def test_collect_runs_without_the_cli_framework(tmp_path: Path) -> None:
     """The console script hands plain collect invocations to the fast path: same trace,
     same summary and exit code as the typer command, and typer is never imported."""
     directory = profiling_dir(tmp_path, ranks=2)
-    code, typer_loaded, out, err = _entry(["collect", str(directory), "-o", str(tmp_path / "fast.json"),
+    code, typer_loaded, out, err = run_entry(["collect", str(directory), "-o", str(tmp_path / "fast.json"),
                                           "--ranks=0-1", "--labels", "processing dispatch", "-j", "0"],
                                          tmp_path)
     assert (code, typer_loaded, err) == (0, False, "")
@@ -383,7 +361,7 @@ def test_collect_arguments_the_fast_path_leaves_to_typer(
     tmp_path: Path, argv: list[str], typer_expected: bool, exit_code: int
 ) -> None:
     directory = profiling_dir(tmp_path, ranks=1)
-    code, typer_loaded, out, err = _entry(["collect", str(directory), *argv], tmp_path)
+    code, typer_loaded, out, err = run_entry(["collect", str(directory), *argv], tmp_path)
     assert (typer_loaded, code) == (typer_expected, exit_code)
     if argv == ["--help"]:
         assert "--point-map" in out and "--jobs" in out

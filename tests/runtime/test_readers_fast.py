@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from rt_helpers import run_entry
 from typer.testing import CliRunner
 
 from optrace.cli.app import app
@@ -26,30 +27,6 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
         assert run_collect(root / name, root / f"{name}.pftrace") == 0
         assert run_collect(root / name, root / f"{name}.json") == 0
     return root
-
-
-def _entry(argv: list[str], cwd: Path) -> tuple[int, bool, str, str]:
-    """The console script's entry in a fresh interpreter: exit code, whether typer was
-    imported, stdout (without the marker line), stderr."""
-    code = (
-        "import sys\n"
-        "import optrace.cli.start\n"
-        "from optrace.cli.start import main\n"
-        "optrace.cli.start.finish = sys.exit  # the real one leaves by os._exit: no marker\n"
-        f"sys.argv = ['optrace', *{argv!r}]\n"
-        "try:\n"
-        "    main()\n"
-        "except SystemExit as exc:\n"
-        "    code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)\n"
-        "else:\n"
-        "    code = 0\n"
-        "sys.stdout.flush()\n"
-        "print('\\nMARK', 'TYPER' if 'typer' in sys.modules else 'NO-TYPER', code)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd)
-    out, _, mark = done.stdout.rpartition("\nMARK ")
-    marker, exit_code = mark.split()
-    return int(exit_code), marker == "TYPER", out, done.stderr
 
 
 FAST_CASES = [
@@ -72,7 +49,7 @@ FAST_CASES = [
 @pytest.mark.parametrize("argv", FAST_CASES, ids=lambda a: "-".join(a).replace("/", "_"))
 def test_a_plain_spelling_runs_without_typer_as_the_typer_command_does(
         data: Path, argv: list[str], tmp_path: Path) -> None:
-    code, typer_loaded, out, err = _entry(argv, data)
+    code, typer_loaded, out, err = run_entry(argv, data)
     assert not typer_loaded
     page = data / "page.html"
     fast_page = page.read_bytes() if page.exists() else None
@@ -99,7 +76,7 @@ def test_a_plain_spelling_runs_without_typer_as_the_typer_command_does(
 ])
 def test_what_the_fast_parser_does_not_know_goes_to_typer(data: Path, argv: list[str],
                                                           exit_code: int) -> None:
-    code, typer_loaded, out, err = _entry(argv, data)
+    code, typer_loaded, out, err = run_entry(argv, data)
     assert (typer_loaded, code) == (True, exit_code)
     if "--help" in argv:
         assert "--html" in out and "--top" in out
