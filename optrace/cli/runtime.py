@@ -22,8 +22,6 @@ from optrace.cli.collect_fast import failure_code, paths_as_bytes
 from optrace.cli.readers_fast import run_compare, run_inspect, run_report
 from optrace.runtime.terminal import safe_text
 
-EXIT_INTERNAL = 3
-
 # What report / inspect / compare read as a trace (runtime/spans.py): collect's outputs.
 _TRACE_SUFFIXES = ".json / .json.gz / .pftrace"
 _DATASET = "a dataset (collect --format parquet)"
