@@ -9,6 +9,7 @@ override any of it.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Iterator, Sequence
@@ -315,6 +316,20 @@ class RepoIndex:
             self._words = [store.derived(path, WORDS_KIND, _words) for path in self.files]
             store.flush((self.root, self.walked()))
         return self._words
+
+    def state(self) -> str:
+        """A digest of everything the index answers from: the paths the walk kept and the
+        content hash of each file it derives from (searchable files, build scripts). Two
+        runs with the same state get the same answers to every question, so a result
+        derived from them (plan's cache) depends on the index only through this."""
+        self.warm()
+        store = self.content()
+        h = hashlib.sha256()
+        for path in (*self.files, *self.scripts):
+            h.update(os.fsencode(path) + b"\0" + (store.sha_of(path) or "?").encode() + b"\n")
+        for name in sorted(self.sources):
+            h.update(b"".join(os.fsencode(p) + b"\n" for p in self.sources[name]))
+        return h.hexdigest()
 
     def mentioning(self, *words: bytes) -> list[Path]:
         """Files naming any of `words` as a whole word (case-insensitive), or whose own

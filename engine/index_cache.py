@@ -206,6 +206,13 @@ class ContentStore:
         self._new_values[(sha, kind)] = value
         return value
 
+    def sha_of(self, path: Path) -> str | None:
+        """The content hash `derived` last took for the file (None: never asked this run;
+        "-": unreadable)."""
+        key = os.fsdecode(path)
+        known = self._new_paths.get(key) or self._paths.get(key)
+        return known[1] if known is not None else None
+
     def flush(self, seen_under: tuple[Path, set[str]] | None = None) -> None:
         """Write what this run derived, in one transaction. `seen_under` (a root and
         the paths walked under it): rows of files under it that are gone are dropped,

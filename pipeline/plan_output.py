@@ -16,10 +16,10 @@ from optrace.engine.diagnostics import display_path
 from optrace.engine.model import Region
 from optrace.engine.plan import Plan
 from optrace.pipeline.graph_page import graph_html
+from optrace.pipeline.plan_doc import PLAN_SCHEMA_VERSION
 from optrace.pipeline.plan_text import region_summary, submodule_names, toolkit_origin, wrap
 from optrace.runtime.atomic import write_output
 
-PLAN_SCHEMA_VERSION = 1
 
 
 def _loc(plan: Plan, path: Path | None, line: int) -> str:
@@ -338,10 +338,6 @@ def plan_json(plan: Plan, mode: PlannedMode | None = None) -> dict[str, object]:
         ],
         "diagnostics": [d.to_json(root) for d in plan.diagnostics],
     }
-
-
-def plans_json(plans: list[dict[str, object]]) -> str:
-    return json.dumps({"version": PLAN_SCHEMA_VERSION, "operators": plans}, indent=2) + "\n"
 
 
 # --- call graph -------------------------------------------------------------------------

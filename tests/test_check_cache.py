@@ -16,22 +16,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from cache_changes import CHANGES, FIXTURE, HOST, KERNEL, OP_REL, append
 from typer.testing import CliRunner
 
 import optrace.pipeline.check as check_module
-from optrace.cli import check_cache
+from optrace.cli import check_cache, result_cache
 from optrace.cli.app import app
 from optrace.engine.journal import Journal, _operator_journals, journal_stem
 from optrace.pipeline.check_report import CheckReport
 from optrace.runtime.usercache import cache_root
-
-FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "umdk_style"
-OP_REL = "src/cam/comm_operator/ascend_kernels/moe_fused_gmm"
-KERNEL = f"{OP_REL}/op_kernel/moe_fused_gmm.cpp"
-HEADER = f"{OP_REL}/op_kernel/moe_fused_gmm/utils/device_macros.h"  # moe_fused_gmm.h includes it
-HOST = f"{OP_REL}/op_host/moe_fused_gmm.cpp"
-SAMPLE = "src/cam/examples/moe_fused_gmm_sample.py"
-UNIT_TEST = "test/cam/ut/moe_fused_gmm/test_moe_fused_gmm.py"
 
 
 def _cli(*args: str) -> tuple[int, str, str]:
@@ -102,59 +95,6 @@ def test_a_hit_with_findings_exits_1_with_the_same_findings(repo: Path, runs: li
     assert len(runs) == 1 and strict[0] == 1  # --strict is the rendering's: the same entry
 
 
-def _append(path: Path, text: bytes = b"\n// a comment\n") -> Callable[[Path], None]:
-    def change(repo: Path) -> None:
-        with open(repo / path, "ab") as handle:
-            handle.write(text)
-    return change
-
-
-def _new_sample(repo: Path) -> None:
-    shutil.copy(repo / SAMPLE, repo / "src/cam/examples/moe_fused_gmm_sample_two.py")
-
-
-def _new_header(repo: Path) -> None:
-    (repo / OP_REL / "op_kernel" / "moe_fused_gmm" / "utils" / "extra.h").write_text("#pragma once\n")
-
-
-def _deleted_caller(repo: Path) -> None:
-    (repo / UNIT_TEST).unlink()
-
-
-def _deleted_header(repo: Path) -> None:
-    (repo / HEADER).unlink()
-
-
-def _config(repo: Path) -> None:
-    with open(repo / "optrace.toml", "a") as handle:
-        handle.write('qualifiers = ["__aicore__", "__gm__"]\n')
-
-
-def _user_config(repo: Path) -> None:
-    path = Path(os.environ["XDG_CONFIG_HOME"]) / "optrace" / "config.toml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("[limits]\nsource_bytes = 67108864\n")
-
-
-def _marker_above(repo: Path) -> None:
-    (repo / "src" / "optrace.toml").write_text("")  # a nearer repository root for the operator
-
-
-CHANGES: dict[str, Callable[[Path], None]] = {
-    "kernel file": _append(Path(KERNEL)),
-    "header the entry includes": _append(Path(HEADER)),
-    "host layer file": _append(Path(HOST)),
-    "python caller": _append(Path(SAMPLE), b"\n# a comment\n"),
-    "new file discovery finds": _new_sample,
-    "new header": _new_header,
-    "deleted caller": _deleted_caller,
-    "deleted header": _deleted_header,
-    "repository config": _config,
-    "user config": _user_config,
-    "repository marker": _marker_above,
-}
-
-
 @pytest.mark.parametrize("change", list(CHANGES))
 @pytest.mark.usefixtures("state_home")  # the user config's change stays this test's
 def test_every_kind_of_input_change_misses(repo: Path, runs: list[Path], change: str) -> None:
@@ -181,7 +121,7 @@ def test_options_the_report_depends_on_are_part_of_the_key(repo: Path, runs: lis
 def test_another_optrace_version_misses(repo: Path, runs: list[Path],
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     _check(repo)
-    monkeypatch.setattr(check_cache, "__version__", "999.0")
+    monkeypatch.setattr(result_cache, "__version__", "999.0")
     _check(repo)
     assert len(runs) == 2
 
@@ -189,8 +129,8 @@ def test_another_optrace_version_misses(repo: Path, runs: list[Path],
 def test_an_edited_optrace_module_misses(repo: Path, runs: list[Path],
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     _check(repo)
-    real = check_cache._code_fingerprint
-    monkeypatch.setattr(check_cache, "_code_fingerprint", lambda: real() + b"\nengine/cpp.py\x00edited")
+    real = result_cache._code_fingerprint
+    monkeypatch.setattr(result_cache, "_code_fingerprint", lambda: real() + b"\nengine/cpp.py\x00edited")
     _check(repo)
     assert len(runs) == 2
 
@@ -211,11 +151,11 @@ CORRUPT: dict[str, Callable[[dict[str, object]], bytes]] = {
     "other schema": lambda doc: json.dumps({**doc, "schema": 0}).encode(),
     "other name": lambda doc: json.dumps({**doc, "name": "0" * 32}).encode(),
     "a count as a string": lambda doc: json.dumps(
-        {**doc, "report": {**doc["report"], "points": "12"}}).encode(),  # type: ignore[dict-item]
+        {**doc, "payload": {**doc["payload"], "points": "12"}}).encode(),  # type: ignore[dict-item]
     "a flag as a number": lambda doc: json.dumps(
-        {**doc, "report": {**doc["report"], "instrumented": 1}}).encode(),  # type: ignore[dict-item]
+        {**doc, "payload": {**doc["payload"], "instrumented": 1}}).encode(),  # type: ignore[dict-item]
     "an unknown gate": lambda doc: json.dumps(
-        {**doc, "report": {**doc["report"], "gates": [["G9", "pass", "", []]]}}).encode(),  # type: ignore[dict-item]
+        {**doc, "payload": {**doc["payload"], "gates": [["G9", "pass", "", []]]}}).encode(),  # type: ignore[dict-item]
     "a relative input path": lambda doc: json.dumps({**doc, "files": [["rel.h", None]]}).encode(),
     "a list for an object": lambda doc: json.dumps([doc]).encode(),
 }
@@ -266,7 +206,7 @@ def test_a_file_changed_while_the_check_runs_keeps_no_entry(repo: Path,
 
     def edits_meanwhile(op_dir: Path, *args: object, **kwargs: object) -> CheckReport:
         report = real(op_dir, *args, **kwargs)  # type: ignore[arg-type]
-        _append(Path(HOST))(repo)  # after it was read: the report may be of the old bytes
+        append(Path(HOST))(repo)  # after it was read: the report may be of the old bytes
         return report
 
     monkeypatch.setattr(check_module, "check_operator", edits_meanwhile)

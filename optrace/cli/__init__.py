@@ -11,7 +11,9 @@
 - `check_fast`, `collect_fast`, `readers_fast`: the framework-free parsers and bodies of
   check, collect and the readers, shared with their typer commands;
 - `common`: exit codes, output targets, the process pool, option help shared by commands;
-- `deferred`: what the pipeline imports at first use (LibCST, importlib.metadata).
+- `deferred`: what the pipeline imports at first use (LibCST, importlib.metadata);
+- `result_cache`, with `check_cache` and `plan_cache`: what check and plan derived per
+  operator, kept in the user cache while nothing it was derived from changed.
 """
 
 from __future__ import annotations

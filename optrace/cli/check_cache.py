@@ -3,246 +3,38 @@ costs a read of their files rather than their analysis.
 
 What one operator's check derived (its report: findings, gates and the facts they rest
 on, computed from the parsed structure, the include and call graphs and the plan) is an
-entry of the user cache (runtime/usercache.py, kind ``check``). An entry is taken only
-when nothing it was derived from changed:
-
-- its *name* digests what is not a file of the repository: optrace's version and a
-  fingerprint of its installed modules (size and mtime of each, so an edited checkout
-  misses too), the Python version, the distributions installed on sys.path (a rule
-  plugin added or upgraded), the operator directory, `--repo-root`,
-  `--no-compile`, `--trust-config`, the user config's bytes, and the CANN toolchain G3
-  reports;
-- the entry lists what the check read and looked at — recorded while it ran (a Python
-  audit hook, per thread): the digest (SHA-256) of every file it opened for reading (kernel
-  files, the headers they include, host layers, build scripts, the repository config;
-  a module it imported by its source), the names in every directory it listed (a new or
-  deleted file discovery would find), and whether a repository marker (`.git`,
-  `optrace.toml`, `pyproject.toml`) exists in each directory above the operator. All of
-  them are read again and compared on a lookup: one differing is a miss.
-
-Python's own files and optrace's are left out of that list: the name covers them. A
-miss runs the check as before and writes the entry again, unless a file it read was
-modified while it ran. A hit rebuilds the report (pipeline/check_report.py) from the
-entry without importing the parser, the layers or networkx. Entries are validated as any
-input: one that does not have exactly the expected shape is ignored and rebuilt.
+entry of the user cache (kind ``check``), taken back while nothing it was derived from
+changed (result_cache.py: what an entry's name covers, what is recorded while the check
+runs and compared on a lookup). Besides what every entry's name holds, a check's holds
+`--no-compile`. A hit rebuilds the report (pipeline/check_report.py) from the entry
+without importing the parser, the layers or networkx.
 """
 
 from __future__ import annotations
 
 import os
-import site
-import stat
-import sys
-import sysconfig
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
-import optrace
-from optrace import __version__
+from optrace.cli import result_cache
+from optrace.cli.result_cache import Recording, recording
 from optrace.codemods.evidence import Evidence
 from optrace.engine.diagnostics import Diagnostic, Severity
 from optrace.pipeline.check_report import CheckReport
-from optrace.pipeline.gate_result import SYMBOLS, TITLES, GateResult, cann_toolchain
-from optrace.runtime.regular import read_regular, user_config_path
-from optrace.runtime.usercache import digest, read_entry, write_entry
+from optrace.pipeline.gate_result import SYMBOLS, TITLES, GateResult
+
+__all__ = ["FORMAT", "KIND", "Lookup", "Recording", "entry_name", "lookup", "recording", "store"]
 
 KIND = "check"
 FORMAT = "optrace-check-cache"
-SCHEMA = 1
-_MARKERS = (".git", "optrace.toml", "pyproject.toml")
-# A file modified this close to (or after) the start of the check may have been read
-# before the change: its entry is not written. Filesystem timestamps are taken from a
-# coarse clock (a few milliseconds behind the real time).
-_MODIFIED_SLACK_NS = 10_000_000
-
-
-# --- recording what a check reads ------------------------------------------------------------
-
-
-@dataclass
-class Recording:
-    """The paths opened for reading and the directories listed by one thread's check."""
-
-    files: set[str] = field(default_factory=set)
-    dirs: set[str] = field(default_factory=set)
-    started_ns: int = field(default_factory=time.time_ns)
-
-
-_local = threading.local()
-_hooked = False
-_hook_lock = threading.Lock()
-
-
-def _audit(event: str, args: tuple[Any, ...]) -> None:
-    # Called for every audited event of the process (tens of thousands a check): the
-    # event's name is tested first, the thread's recording only then.
-    if event != "open" and event != "os.scandir" and event != "os.listdir":
-        return
-    rec: Recording | None = getattr(_local, "recording", None)
-    if rec is None:
-        return
-    if event == "open":
-        path, mode, flags = args
-        if isinstance(path, int) or path is None:
-            return
-        if isinstance(flags, int):
-            if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC):
-                return
-        elif isinstance(mode, str) and any(c in mode for c in "wax+"):
-            return
-        rec.files.add(os.path.abspath(os.fsdecode(path)))
-    elif event in ("os.scandir", "os.listdir"):
-        path = args[0]
-        if isinstance(path, int) or _by_importer(sys._getframe(1)):
-            return
-        rec.dirs.add(os.path.abspath(os.fsdecode(path if path is not None else ".")))
-
-
-# Directories listed by these are no input of the check: the import system finding a
-# module, and the search for rule plugins (rules/registry.py) on sys.path, which the
-# entry's name covers instead (`_distributions`).
-_LISTING_NOT_AN_INPUT = frozenset({"importlib._bootstrap_external", "importlib.metadata",
-                                   "optrace.rules.registry"})
-
-
-def _by_importer(frame: FrameType) -> bool:
-    return frame.f_globals.get("__name__") in _LISTING_NOT_AN_INPUT
-
-
-@contextmanager
-def recording() -> Iterator[Recording]:
-    """Record what this thread opens for reading and lists while the block runs. The hook
-    stays (an audit hook cannot be removed) but does nothing for a thread not recording."""
-    global _hooked
-    with _hook_lock:
-        if not _hooked:
-            sys.addaudithook(_audit)
-            _hooked = True
-    rec = Recording()
-    _local.recording = rec
-    try:
-        yield rec
-    finally:
-        _local.recording = None
-
-
-# --- what the entry's name covers ------------------------------------------------------------
-
-
-def _own_dirs() -> tuple[str, ...]:
-    """Python's library and installed packages and optrace's own package: what the entry's
-    name covers (versions, fingerprint, distributions), so never listed as inputs. Both
-    spellings of each (a checkout's subpackages are symlinks)."""
-    paths = sysconfig.get_paths()
-    package = os.path.dirname(os.path.abspath(optrace.__file__))
-    roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
-    roots.update(_site_dirs())
-    roots.add(package)
-    roots.update(os.path.realpath(e.path) for e in os.scandir(package) if e.is_dir())
-    roots.update(p for p in sys.path if p.endswith(".zip"))
-    return tuple(sorted({os.path.join(r, "") for r in roots}
-                        | {os.path.join(os.path.realpath(r), "") for r in roots}))
-
-
-def _site_dirs() -> list[str]:
-    dirs = list(site.getsitepackages()) if hasattr(site, "getsitepackages") else []
-    user = site.getusersitepackages() if hasattr(site, "getusersitepackages") else None
-    return [d for d in [*dirs, *([user] if user else [])] if os.path.isdir(d)]
-
-
-def _code_fingerprint() -> bytes:
-    """Size and mtime of every file of optrace's package (its subpackages followed), so a
-    changed checkout of the same version is another name."""
-    package = os.path.dirname(os.path.abspath(optrace.__file__))
-    parts: list[str] = []
-    stack = [package]
-    while stack:
-        top = stack.pop()
-        try:
-            with os.scandir(top) as it:
-                for entry in sorted(it, key=lambda e: e.name):
-                    if entry.is_dir():
-                        if entry.name != "__pycache__":
-                            stack.append(entry.path)
-                    elif not entry.name.endswith(".pyc"):
-                        st = entry.stat()
-                        parts.append(f"{entry.path}\0{st.st_size}\0{st.st_mtime_ns}")
-        except OSError:
-            parts.append(f"{top}\0?")
-    return "\n".join(parts).encode("utf-8", "surrogateescape")
-
-
-def _distributions() -> bytes:
-    """The distributions installed on sys.path (their metadata directories and .pth
-    files, versions in their names): a rule plugin or a library added, removed or
-    upgraded is another name."""
-    parts = []
-    for entry in sys.path:
-        try:
-            names = os.listdir(entry or ".")
-        except OSError:
-            parts.append(entry + "\0?")
-            continue
-        found = sorted(n for n in names if n.lower().endswith((".dist-info", ".egg-info", ".egg", ".pth")))
-        parts.append("\0".join([entry, *found]))
-    return "\n".join(parts).encode("utf-8", "surrogateescape")
-
-
-def _file_digest(path: str) -> str | None:
-    """The digest of a file's bytes; None for none (missing, not regular, unreadable)."""
-    try:
-        return digest(read_regular(path, "source"))
-    except OSError:
-        return None
-
-
-def _listing_digest(path: str) -> str | None:
-    try:
-        names = sorted(os.listdir(path))
-    except OSError:
-        return None
-    return digest(*(os.fsencode(n) for n in names))
-
-
-def _probe(directory: str) -> str:
-    """Which repository markers a directory holds, and as what: d(irectory), f(ile),
-    l(ink, then what it points to), o(ther), -(none). Discovery finds the repository
-    root by them and the config by name: neither is a file read nor a listing."""
-    states = []
-    for name in _MARKERS:
-        path = os.path.join(directory, name)
-        try:
-            mode = os.lstat(path).st_mode
-        except OSError:
-            states.append("-")
-            continue
-        if stat.S_ISLNK(mode):
-            states.append("l" + ("d" if os.path.isdir(path) else "f" if os.path.isfile(path) else "-"))
-        else:
-            states.append("d" if stat.S_ISDIR(mode) else "f" if stat.S_ISREG(mode) else "o")
-    return ",".join(states)
+SCHEMA = 2
 
 
 def entry_name(op_dir: Path, repo_root: Path | None, compile_safety: bool) -> str:
     """The entry's name: everything the check depends on that is not a file it read."""
-    config = sys.modules.get("optrace.engine.config")
-    trusted = bool(config is not None and config.config_trust_flag())
-    user_config = _file_digest(os.fspath(user_config_path())) or "-"
-    return digest(
-        FORMAT.encode(), str(SCHEMA).encode(), __version__.encode(), sys.version.encode(),
-        _code_fingerprint(), _distributions(),
-        os.fsencode(op_dir), os.fsencode(repo_root) if repo_root is not None else b"-",
-        b"compile" if compile_safety else b"no-compile", b"trusted" if trusted else b"untrusted",
-        user_config.encode(), (cann_toolchain() or "-").encode("utf-8", "surrogateescape"))
-
-
-# --- the entry ---------------------------------------------------------------------------------
+    return result_cache.entry_name(FORMAT, SCHEMA, op_dir, repo_root,
+                                   b"compile" if compile_safety else b"no-compile")
 
 
 @dataclass
@@ -257,80 +49,29 @@ class Lookup:
 def lookup(op_dir: Path, repo_root: Path | None, compile_safety: bool) -> Lookup | None:
     """The operator's cached report if nothing it was derived from changed; None when the
     operator cannot be cached (not a directory: the check says why)."""
-    real = Path(os.path.realpath(op_dir))
-    if not real.is_dir():
+    dirs = result_cache.real_dirs(op_dir, repo_root)
+    if dirs is None:
         return None
-    root = Path(os.path.realpath(repo_root)) if repo_root is not None else None
+    real, root = dirs
     name = entry_name(real, root, compile_safety)
-    document = read_entry(KIND, name)
-    report = _still_valid(document, name) if document is not None else None
+    found = result_cache.lookup(KIND, FORMAT, SCHEMA, name, real)
+    report = None
+    if found.payload is not None:
+        try:
+            report = report_from_json(found.payload)
+        except (KeyError, TypeError, ValueError):
+            report = None
     return Lookup(name, real, report)
-
-
-def _still_valid(document: Any, name: str) -> CheckReport | None:
-    """The entry's report, if the entry has the expected shape and every input it lists
-    is as it was; else None."""
-    try:
-        if not (isinstance(document, dict) and document.get("format") == FORMAT
-                and document.get("schema") == SCHEMA and document.get("name") == name):
-            return None
-        for path, state in _pairs(document["probes"], str):
-            if _probe(path) != state:
-                return None
-        for path, want in _pairs(document["dirs"], (str, type(None))):
-            if _listing_digest(path) != want:
-                return None
-        for path, want in _pairs(document["files"], (str, type(None))):
-            if _file_digest(path) != want:
-                return None
-        return report_from_json(document["report"])
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
-def _pairs(value: Any, kinds: type | tuple[type, ...]) -> list[tuple[str, Any]]:
-    if not isinstance(value, list):
-        raise TypeError("not a list")
-    out = []
-    for item in value:
-        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
-                and os.path.isabs(item[0]) and isinstance(item[1], kinds)):
-            raise TypeError("not a [path, value] pair")
-        out.append((item[0], item[1]))
-    return out
 
 
 def store(found: Lookup, rec: Recording, report: CheckReport) -> bool:
     """Write the entry of a check that ran while `rec` recorded; False when it was not
     (a file it read changed while it ran, or the cache cannot be written)."""
-    own = _own_dirs()
-    files: dict[str, str | None] = {}
-    for path in sorted(rec.files):
-        head, tail = os.path.split(path)
-        if tail.endswith(".pyc") and os.path.basename(head) == "__pycache__":
-            # A module imported from its bytecode: what it says is its source's.
-            path = os.path.join(os.path.dirname(head), tail.split(".", 1)[0] + ".py")
-        if os.path.join(path, "").startswith(own) or path in files:
-            continue
-        try:
-            st = os.stat(path)
-            if st.st_mtime_ns >= rec.started_ns - _MODIFIED_SLACK_NS:
-                return False
-        except OSError:
-            pass
-        files[path] = _file_digest(path)
-    listed = rec.dirs | {os.fspath(d / ".optrace") for d in (report.repo_root, report.op_dir)}
-    # (the journal directories: check looks up journal files there by name, and a journal
-    # appearing — an apply that did not finish — must reach the report)
-    dirs = {path: _listing_digest(path) for path in sorted(listed)
-            if not os.path.join(path, "").startswith(own) and os.path.basename(path) != "__pycache__"}
-    probes = [[os.fspath(d), _probe(os.fspath(d))] for d in (found.op_dir, *found.op_dir.parents)]
-    document = {
-        "format": FORMAT, "schema": SCHEMA, "name": found.name, "optrace": __version__,
-        "probes": probes, "dirs": [[p, d] for p, d in dirs.items()],
-        "files": [[p, d] for p, d in files.items()], "report": report_to_json(report),
-    }
-    return write_entry(KIND, found.name, document)
+    # The journal directories: check looks up journal files there by name, and a journal
+    # appearing (an apply that did not finish) must reach the report.
+    journals = [d / ".optrace" for d in (report.repo_root, report.op_dir)]
+    return result_cache.store(KIND, FORMAT, result_cache.Lookup(found.name, found.op_dir), rec,
+                              report_to_json(report), SCHEMA, journals)
 
 
 # --- the report as data ----------------------------------------------------------------------

@@ -15,8 +15,10 @@ from optrace.engine.codes import OT030, OT044, OT999
 from optrace.engine.diagnostics import shown_path
 
 if TYPE_CHECKING:
+    from optrace.cli.plan_cache import PlanEntry
     from optrace.engine.plan import Plan
     from optrace.pipeline.plan_output import PlannedMode
+from optrace.cli import plan_cache, result_cache
 from optrace.cli.common import (
     EXIT_INPUT,
     EXIT_INTERNAL,
@@ -58,7 +60,23 @@ class _PlanOutcome:
     graph: tuple[Path, bytes] | None = None  # written by the parent, after every operator is read
 
 
-def _plan_one(op_dir: Path, repo_root: Path | None, as_json: bool, graph: Path | None) -> _PlanOutcome:
+def _plan_one(op_dir: Path, repo_root: Path | None, as_json: bool, graph: Path | None,
+              entry: PlanEntry | None = None) -> _PlanOutcome:
+    """One operator's plan; with `entry` (its missed cache entry), planned while what it
+    reads is recorded, and kept in the cache when it succeeded."""
+    if entry is None:
+        return _planned(op_dir, repo_root, as_json, graph)
+    with plan_cache.recording() as rec:
+        out = _planned(op_dir, repo_root, as_json, graph)
+    if out.code == EXIT_OK and out.graph is None:
+        try:
+            plan_cache.store(entry, rec, None if as_json else out.text, out.doc, out.messages)
+        except (OSError, ValueError):
+            pass  # not kept: the next plan runs again
+    return out
+
+
+def _planned(op_dir: Path, repo_root: Path | None, as_json: bool, graph: Path | None) -> _PlanOutcome:
     from optrace.engine.diagnostics import InputError, Severity
     from optrace.engine.journal import foreign_journal, pending_journal
     from optrace.pipeline.plan import plan_operator
@@ -131,6 +149,33 @@ def _plan_mode(plan: Plan) -> PlannedMode:
 _PlanJob = tuple[Path, Path | None, bool, Path | None]
 
 
+def _cached_or_planned(work: list[_PlanJob], repo_root: Path | None, as_json: bool, jobs: int | None,
+                       use_cache: bool) -> list[_PlanOutcome]:
+    """Each operator's outcome, in order: from the user cache where nothing its plan read
+    changed (looked up here, in one process: a hit costs a read of its files), planned
+    in parallel otherwise (and then kept)."""
+    entries: list[PlanEntry | None] = [None] * len(work)
+    done: dict[int, _PlanOutcome] = {}
+    if use_cache:
+        shared = result_cache.shared_name_part()
+        for i, (op_dir, _root, _json, _graph) in enumerate(work):
+            try:
+                entry = plan_cache.lookup(op_dir, repo_root, as_json, shared)
+            except (OSError, ValueError):
+                entry = None  # the cache is an optimisation, never a reason to fail
+            if entry is not None and entry.hit:
+                done[i] = _PlanOutcome(entry.text or "", entry.doc, list(entry.messages))
+            else:
+                entries[i] = entry
+    todo = [i for i in range(len(work)) if i not in done]
+    if todo:
+        install_deferred()  # LibCST and importlib.metadata, imported at first use only
+    planned = run_parallel(_plan_one, [(*work[i], entries[i]) for i in todo],
+                           worker_count(jobs, len(todo)), "planning") if todo else []
+    done.update(zip(todo, planned, strict=True))
+    return [done[i] for i in range(len(work))]
+
+
 def _index_once(op_dirs: list[Path], repo_root: Path | None, workers: int, no_cache: bool) -> None:
     """One repository index per run: with workers, built here first, so they find it in
     the user cache (and, forked, in memory) instead of each walking and reading the
@@ -180,14 +225,16 @@ def plan(
     """Show the trace tree optrace would instrument: layers found and missing, the
     include tree, per-core-type labels with each point's file:line, and warnings.
     Reads only; writes nothing unless -o / --graph are given."""
-    from optrace.pipeline.plan_output import graph_refusal, plans_json
+    from optrace.pipeline.plan_doc import plans_json
 
     apply_config_trust(trust_config)
-    refusal = graph_refusal(graph) if graph is not None else None
-    if graph is not None and refusal is not None:  # before any work: nothing planned, nothing written
-        err(f"{shown_path(graph)}: {OT030} {refusal}")
-        raise typer.Exit(EXIT_INPUT)
-    install_deferred()  # LibCST and importlib.metadata, imported at first use only
+    if graph is not None:  # before any work: nothing planned, nothing written
+        from optrace.pipeline.plan_output import graph_refusal
+
+        refusal = graph_refusal(graph)
+        if refusal is not None:
+            err(f"{shown_path(graph)}: {OT030} {refusal}")
+            raise typer.Exit(EXIT_INPUT)
 
     as_json = fmt == PlanFormat.json
     work: list[_PlanJob] = []
@@ -202,7 +249,7 @@ def plan(
         raise typer.Exit(EXIT_INPUT)
     workers = worker_count(jobs, len(work))
     _index_once(op_dirs, repo_root, workers, no_cache)
-    outcomes = run_parallel(_plan_one, list(work), workers, "planning")
+    outcomes = _cached_or_planned(work, repo_root, as_json, jobs, use_cache=not no_cache and graph is None)
     code = EXIT_OK
     for outcome in outcomes:
         for message in outcome.messages:

@@ -1,0 +1,221 @@
+"""plan's user cache: a hit prints what the plan would, every kind of input change misses.
+
+The operator is the UMDK-style fixture (as the user has it: not instrumented); each test
+copies it and has a cache directory of its own (tests/conftest.py). Whether the operator
+was planned is seen by counting calls of `plan_operator`, which a hit never makes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cache_changes import CHANGES, FIXTURE, KERNEL, OP_REL, append
+from typer.testing import CliRunner
+
+import optrace.pipeline.plan as plan_module
+from optrace.cli import result_cache
+from optrace.cli.app import app
+from optrace.engine.discovery import forget_repo_indexes
+from optrace.engine.plan import Plan
+from optrace.runtime.usercache import cache_root
+
+
+def _cli(*args: str) -> tuple[int, str, str]:
+    forget_repo_indexes()  # each command a process of its own, as the user runs them
+    res = CliRunner().invoke(app, list(args))
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+    return res.exit_code, res.stdout, res.stderr
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    copy = tmp_path / "repo"
+    shutil.copytree(FIXTURE, copy)
+    return copy
+
+
+@pytest.fixture
+def runs(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The operators planned (a hit adds none)."""
+    calls: list[Path] = []
+    real = plan_module.plan_operator
+
+    def counted(op_dir: Path, *args: object, **kwargs: object) -> Plan:
+        calls.append(op_dir)
+        return real(op_dir, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(plan_module, "plan_operator", counted)
+    return calls
+
+
+def _plan(repo: Path, *extra: str) -> tuple[int, str, str]:
+    return _cli("plan", str(repo / OP_REL), *extra)
+
+
+def _entries() -> list[Path]:
+    return sorted((cache_root() / "plan").glob("*.json"))
+
+
+def test_a_second_plan_is_a_hit_with_the_same_exit_and_output(repo: Path, runs: list[Path]) -> None:
+    for fmt in ("text", "json"):
+        runs.clear()
+        first = _plan(repo, "--format", fmt)
+        second = _plan(repo, "--format", fmt)
+        assert len(runs) == 1, fmt  # the second is a hit
+        assert first == second and first[0] == 0
+        assert "OT105" in first[2]  # warnings for stderr are given back too
+    assert len(_entries()) == 2  # one per form of output
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+@pytest.mark.usefixtures("state_home")  # the user config's change stays this test's
+def test_every_kind_of_input_change_misses(repo: Path, runs: list[Path], change: str) -> None:
+    _plan(repo)
+    assert _plan(repo) and len(runs) == 1  # a hit before the change
+    CHANGES[change](repo)
+    after = _plan(repo)
+    assert len(runs) == 2, f"{change}: taken from the cache"
+    assert after == _plan(repo, "--no-cache")  # and the miss is the plan's own answer
+    again = _plan(repo)
+    assert len(runs) == 3 and again == after  # the new entry is taken
+
+
+def test_a_searchable_file_changed_anywhere_in_the_repository_misses(repo: Path, runs: list[Path]) -> None:
+    # A host source of another folder: only the repository index reads it (for its words).
+    other = repo / "src" / "cam" / "elsewhere" / "registry.cpp"
+    other.parent.mkdir(parents=True)
+    other.write_text("// nothing yet\n")
+    _plan(repo)
+    _plan(repo)
+    assert len(runs) == 1
+    other.write_text('// registers "moe_fused_gmm" now\n')
+    _plan(repo)
+    assert len(runs) == 2
+
+
+@pytest.mark.parametrize("option", ["--repo-root", "--trust-config", "--format"])
+def test_options_the_output_depends_on_are_part_of_the_key(repo: Path, runs: list[Path], option: str) -> None:
+    _plan(repo)
+    extra = {"--repo-root": (option, str(repo)), "--format": (option, "json")}.get(option, (option,))
+    _plan(repo, *extra)
+    assert len(runs) == 2
+
+
+def test_another_working_directory_misses(repo: Path, runs: list[Path],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    _plan(repo)
+    monkeypatch.chdir(repo)  # stderr's paths are relative to it
+    here = _plan(repo)
+    assert len(runs) == 2 and here == _plan(repo, "--no-cache")
+
+
+def test_another_optrace_misses(repo: Path, runs: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    _plan(repo)
+    monkeypatch.setattr(result_cache, "__version__", "999.0")
+    _plan(repo)
+    real = result_cache._code_fingerprint
+    monkeypatch.setattr(result_cache, "_code_fingerprint", lambda: real() + b"\nengine/planner.py\x00edited")
+    _plan(repo)
+    assert len(runs) == 3
+
+
+def test_a_graph_is_drawn_from_a_plan_never_from_the_cache(repo: Path, runs: list[Path],
+                                                            tmp_path: Path) -> None:
+    _plan(repo)
+    code, _, err = _plan(repo, "--graph", str(tmp_path / "g.dot"))
+    assert code == 0 and len(runs) == 2, err
+    assert (tmp_path / "g.dot").read_text().startswith("digraph")
+
+
+def test_a_failed_plan_is_not_kept(tmp_path: Path, runs: list[Path]) -> None:
+    (tmp_path / "notes").mkdir()
+    assert _cli("plan", str(tmp_path / "notes"))[0] == 2
+    assert _entries() == []
+
+
+@pytest.mark.parametrize("damage", ["not JSON", "a number for the text", "a dropped message list",
+                                    "another index"])
+def test_a_corrupt_or_foreign_entry_is_ignored_and_rebuilt(repo: Path, runs: list[Path], damage: str) -> None:
+    first = _plan(repo)
+    [entry] = _entries()
+    doc = json.loads(entry.read_bytes())
+    if damage == "not JSON":
+        entry.write_bytes(b"\x00{")
+    elif damage == "a number for the text":
+        entry.write_text(json.dumps({**doc, "payload": {**doc["payload"], "text": 12}}))
+    elif damage == "a dropped message list":
+        entry.write_text(json.dumps({**doc, "payload": {"text": doc["payload"]["text"], "doc": None}}))
+    else:
+        entry.write_text(json.dumps({**doc, "extra": {"index": "0" * 64}}))
+    assert _plan(repo) == first and len(runs) == 2
+    assert _plan(repo) == first and len(runs) == 2  # written whole again, then taken
+
+
+def test_no_cache_neither_reads_nor_writes(repo: Path, runs: list[Path]) -> None:
+    _plan(repo, "--no-cache")
+    assert _entries() == [] and len(runs) == 1
+    _plan(repo)
+    _plan(repo, "--no-cache")
+    assert len(runs) == 3
+
+
+def test_a_file_changed_while_the_plan_runs_keeps_no_entry(repo: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    real = plan_module.plan_operator
+
+    def edits_meanwhile(op_dir: Path, *args: object, **kwargs: object) -> Plan:
+        plan = real(op_dir, *args, **kwargs)  # type: ignore[arg-type]
+        append(Path(KERNEL))(repo)  # after it was read: the plan may be of the old bytes
+        return plan
+
+    monkeypatch.setattr(plan_module, "plan_operator", edits_meanwhile)
+    _plan(repo)
+    assert _entries() == []
+
+
+HIT_IMPORTS = """
+import sys
+from optrace.cli.app import app
+try:
+    app(["plan", sys.argv[1]])
+except SystemExit as exc:
+    code = exc.code
+sys.stdout.flush()
+heavy = sorted(m for m in ("networkx", "tree_sitter", "libcst", "optrace.engine.analysis")
+               if m in sys.modules)
+print("IMPORTED", heavy, code)
+"""
+
+
+def _run(repo: Path, script: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", script, str(repo / OP_REL)], capture_output=True, text=True,
+                          env=os.environ.copy(), timeout=300, check=False)
+
+
+def test_a_hit_imports_neither_the_parser_nor_networkx(repo: Path) -> None:
+    cold = _run(repo, HIT_IMPORTS)
+    assert "'networkx'" in cold.stdout and "'tree_sitter'" in cold.stdout, cold.stdout + cold.stderr
+    warm = _run(repo, HIT_IMPORTS)
+    assert "IMPORTED [] 0" in warm.stdout, warm.stdout + warm.stderr
+    assert warm.stdout.split("IMPORTED")[0] == cold.stdout.split("IMPORTED")[0]
+    assert warm.stderr == cold.stderr
+
+
+def test_plans_in_worker_processes_keep_and_take_entries(repo: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    shutil.copytree(repo, other)
+    command = [sys.executable, "-m", "optrace", "plan", "--jobs", "2", str(repo / OP_REL),
+               str(other / OP_REL)]
+    cold = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert cold.returncode == 0, cold.stderr
+    written = {p.name: p.stat().st_ino for p in _entries()}  # a rewrite is a new file
+    assert len(written) == 2
+    warm = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert (warm.returncode, warm.stdout, warm.stderr) == (cold.returncode, cold.stdout, cold.stderr)
+    assert {p.name: p.stat().st_ino for p in _entries()} == written  # taken, not written again
