@@ -665,6 +665,17 @@ def _held_by(track: np.ndarray, ts: np.ndarray, end: np.ndarray, s_track: np.nda
     count = np.bincount(s_track, minlength=top)  # slices on each track
     if int(count.max()) > 64:
         return _held_by_sorted(track, ts, end, s_track, s_start, s_end, s_launch)
+    if int(count.max()) == 1:
+        # One slice a track (a trace's launches each on tracks of their own, or one
+        # launch): each span's slice is its track's, looked up, no count over ranks. A
+        # track without a slice points at a sentinel past the end that holds nothing.
+        slot_of = np.full(top, k, np.int64)
+        slot_of[s_track] = np.arange(k)
+        slot = slot_of[track]
+        begins = np.append(s_start, np.inf)[slot]
+        finishes = np.append(s_end + LAUNCH_SLACK_US, -np.inf)[slot]
+        inside = (begins <= ts) & (end <= finishes)
+        return np.where(inside, np.append(s_launch, -1)[slot], -1)
     # A track's slices are a few (one a launch): the slices of its track starting by each
     # span's start counted one rank at a time over every span, no sort of the spans.
     first = np.concatenate([[0], np.cumsum(count)[:-1]])[track]  # its track's first slice

@@ -448,15 +448,19 @@ def test_row_start_longest_order_is_the_lexsort() -> None:
 
 
 @pytest.mark.parametrize("many_tracks", [False, True])
-def test_launch_slices_holding_spans_as_when_sorted_together(many_tracks: bool) -> None:
+@pytest.mark.parametrize("one_a_track", [False, True])
+def test_launch_slices_holding_spans_as_when_sorted_together(many_tracks: bool, one_a_track: bool) -> None:
     """A track's spans searched among its slices, as slices and spans sorted together
     find them (spans outside every slice, on a track without slices, slices starting
-    together, a span starting as a slice does)."""
+    together, a span starting as a slice does; one slice a track, a trace's usual shape)."""
     rng = np.random.default_rng(5)
     for _ in range(200):
         tracks = int(rng.integers(1, 6)) + (300 if many_tracks else 0)
         k = int(rng.integers(1, 8))  # launch_rows has slices (or does not call it)
         s_track = rng.integers(0, tracks, k)
+        if one_a_track:
+            s_track = rng.permutation(tracks)[:k]
+            k = s_track.size
         s_start = rng.integers(0, 20, k).astype(np.float64)
         s_end = s_start + rng.integers(0, 10, k)
         s_launch = rng.integers(0, 3, k)
