@@ -46,7 +46,7 @@ from optrace.codemods.layer import (
 from optrace.codemods.layer_common import clean_bytes, leading_ws, match_bracket
 from optrace.codemods.python_files import caller_files, split_callers
 from optrace.engine.cpp import mask
-from optrace.engine.discovery import BUILD_RE, LayerFile, Layers, SearchContext
+from optrace.engine.discovery import BUILD_RE, LayerFile, Layers, SearchContext, repo_index
 from optrace.engine.edits import REVIEW_WIDTH, Edit, line_end, line_number, line_start, newline_of
 from optrace.engine.plan import Plan
 from optrace.engine.vocabulary import HOOK_END, HOOK_START, OFF_MARK
@@ -89,9 +89,17 @@ def build_script(layers: Layers) -> Path | None:
     else a CMake file."""
     scripts = [f.path for f in layers.found.get("build_script", [])]
     shell = [p for p in scripts if p.suffix in SHELL_SUFFIXES]
-    # A CMake project is usually driven by a build.sh beside it that runs cmake.
+    # A CMake project is usually driven by a build.sh beside it that runs cmake. Its
+    # siblings come from the repository's walk (a repository may have a CMake file in
+    # each of a thousand folders: listing them all again for every operator cost more
+    # than the rest of its build-hook search).
+    index = repo_index(layers.repo_root)
     for cmake_file in [p for p in scripts if p.suffix not in SHELL_SUFFIXES]:
-        for sibling in sorted(cmake_file.parent.glob("*.sh")):
+        walked = index.scripts_in(cmake_file.parent)
+        siblings = [p for p in walked if p.name.endswith(".sh") and not p.name.startswith(".")] \
+            if walked is not None \
+            else sorted(cmake_file.parent.glob("*.sh"))
+        for sibling in siblings:
             if sibling not in shell and re.search(rb"^[ \t]*cmake\b", clean_bytes(sibling), re.M):
                 shell.append(sibling)
     for path in shell:

@@ -260,6 +260,8 @@ class RepoIndex:
     _build_scripts: list[Path] | None = None
     _words: list[str] | None = None
     _answers: dict[tuple[bytes, ...], list[Path]] = field(default_factory=dict)
+    _scripts_by_folder: dict[Path, list[Path]] | None = None
+    _hashed: frozenset[str] | None = None
 
     def content(self) -> ContentStore:
         """The store of what is derived from this repository's files (opened once)."""
@@ -316,6 +318,23 @@ class RepoIndex:
             self._words = [store.derived(path, WORDS_KIND, _words) for path in self.files]
             store.flush((self.root, self.walked()))
         return self._words
+
+    def scripts_in(self, folder: Path) -> list[Path] | None:
+        """The scripts the walk kept directly in `folder`, sorted by name (a CMake file's
+        shell siblings, without listing its folder again for every operator); None for
+        a folder where the walk kept none (not walked: a config's own script, say)."""
+        if self._scripts_by_folder is None:
+            self._scripts_by_folder = {}
+            for path in self.scripts:
+                self._scripts_by_folder.setdefault(path.parent, []).append(path)
+        found = self._scripts_by_folder.get(folder)
+        return sorted(found, key=lambda p: p.name) if found is not None else None
+
+    def hashed(self) -> frozenset[str]:
+        """The files whose content hashes `state` holds (searchable files, scripts)."""
+        if self._hashed is None:
+            self._hashed = frozenset(os.fsdecode(p) for p in (*self.files, *self.scripts))
+        return self._hashed
 
     def state(self) -> str:
         """A digest of everything the index answers from: the paths the walk kept and the

@@ -15,6 +15,7 @@ HEADER = f"{OP_REL}/op_kernel/moe_fused_gmm/utils/device_macros.h"  # moe_fused_
 HOST = f"{OP_REL}/op_host/moe_fused_gmm.cpp"
 SAMPLE = "src/cam/examples/moe_fused_gmm_sample.py"
 UNIT_TEST = "test/cam/ut/moe_fused_gmm/test_moe_fused_gmm.py"
+BUILD = "build/cam/comm_operator/compile_ascend_proj.sh"
 
 
 def append(path: Path, text: bytes = b"\n// a comment\n") -> Callable[[Path], None]:
@@ -60,6 +61,7 @@ CHANGES: dict[str, Callable[[Path], None]] = {
     "header the entry includes": append(Path(HEADER)),
     "host layer file": append(Path(HOST)),
     "python caller": append(Path(SAMPLE), b"\n# a comment\n"),
+    "build script": append(Path(BUILD), b"\n# a comment\n"),
     "new file discovery finds": _new_sample,
     "new header": _new_header,
     "deleted caller": _deleted_caller,

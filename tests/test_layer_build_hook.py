@@ -152,3 +152,26 @@ def test_the_block_apply_writes_reads_back(tmp_path: Path) -> None:
     block = "\n".join(hook_lines(run(build_hook_edits, op)["CMakeLists.txt"])).encode()
     cmd = hook_command(block, cmake=True)
     assert cmd is not None and cmd.out == b"${CMAKE_BINARY_DIR}" and not cmd.modify
+
+
+DRIVER = '#!/bin/bash\nset -e\ncd "$(dirname "$0")"\ncmake -S . -B out\ncmake --build out\n'
+CMAKE = "project(x)\nascendc_library(k STATIC ${CMAKE_CURRENT_SOURCE_DIR}/../ops/demo_op/op_kernel/demo_op.cpp)\n"
+
+
+def test_the_shell_script_beside_a_cmake_file_that_runs_cmake_takes_the_hook(tmp_path: Path) -> None:
+    """The CMake file is what builds the kernels; the script beside it running cmake (a
+    sibling the repository's walk kept) drives it, and gets the hook."""
+    op = make_repo(tmp_path, {"proj/CMakeLists.txt": CMAKE, "proj/drive.sh": DRIVER,
+                              "proj/.hidden.sh": DRIVER})
+    after = run(build_hook_edits, op)
+    assert list(after) == ["proj/drive.sh"], list(after)
+    assert after["proj/drive.sh"].index("TRACE_PREPROCESSOR_HOOK_END") < after["proj/drive.sh"].index("cmake -S")
+
+
+def test_a_configured_cmake_file_the_walk_skips_still_finds_its_driver(tmp_path: Path) -> None:
+    """A build file the config names in a folder the repository's walk leaves out (a dot
+    folder): its siblings are listed from the folder itself."""
+    op = make_repo(tmp_path, {".build/CMakeLists.txt": CMAKE, ".build/drive.sh": DRIVER})
+    (tmp_path / "repo" / "optrace.toml").write_text('[layers]\nbuild_script = [".build/CMakeLists.txt"]\n')
+    after = run(build_hook_edits, op)
+    assert list(after) == [".build/drive.sh"], list(after)

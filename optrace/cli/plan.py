@@ -158,15 +158,16 @@ def _cached_or_planned(work: list[_PlanJob], repo_root: Path | None, as_json: bo
     done: dict[int, _PlanOutcome] = {}
     if use_cache:
         shared = result_cache.shared_name_part()
-        for i, (op_dir, _root, _json, _graph) in enumerate(work):
-            try:
-                entry = plan_cache.lookup(op_dir, repo_root, as_json, shared)
-            except (OSError, ValueError):
-                entry = None  # the cache is an optimisation, never a reason to fail
-            if entry is not None and entry.hit:
-                done[i] = _PlanOutcome(entry.text or "", entry.doc, list(entry.messages))
-            else:
-                entries[i] = entry
+        with result_cache.lookups():  # inputs the operators share are read once
+            for i, (op_dir, _root, _json, _graph) in enumerate(work):
+                try:
+                    entry = plan_cache.lookup(op_dir, repo_root, as_json, shared)
+                except (OSError, ValueError):
+                    entry = None  # the cache is an optimisation, never a reason to fail
+                if entry is not None and entry.hit:
+                    done[i] = _PlanOutcome(entry.text or "", entry.doc, list(entry.messages))
+                else:
+                    entries[i] = entry
     todo = [i for i in range(len(work)) if i not in done]
     if todo:
         install_deferred()  # LibCST and importlib.metadata, imported at first use only

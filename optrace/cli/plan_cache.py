@@ -45,7 +45,7 @@ class PlanEntry(NamedTuple):
 
     found: result_cache.Lookup
     extra: dict[str, str]
-    journals: tuple[Path, Path]
+    root: Path
     text: str | None = None
     doc: dict[str, object] | None = None
     messages: tuple[str, ...] = ()
@@ -73,12 +73,11 @@ def lookup(op_dir: Path, repo_root: Path | None, as_json: bool, shared: bytes) -
         os.fsencode(os.getcwd()), os.fsencode(op_dir), os.fsencode(repo_root) if repo_root else b"-",
         shared=shared)
     found = result_cache.lookup(KIND, FORMAT, SCHEMA, name, real, extra)
-    journals = (root / ".optrace", real / ".optrace")
     payload = _payload(found.payload, as_json)
     if payload is None:
-        return PlanEntry(found, extra, journals)
+        return PlanEntry(found, extra, root)
     text, doc, messages = payload
-    return PlanEntry(found, extra, journals, text, doc, messages)
+    return PlanEntry(found, extra, root, text, doc, messages)
 
 
 _Payload = tuple[str | None, dict[str, object] | None, tuple[str, ...]]
@@ -104,4 +103,9 @@ def store(entry: PlanEntry, rec: Recording, text: str | None, doc: dict[str, obj
           messages: list[str]) -> bool:
     """Keep what the plan printed (`text`, or `doc` for JSON), planned while `rec` recorded."""
     payload = {"text": text, "doc": doc, "messages": messages}
-    return result_cache.store(KIND, FORMAT, entry.found, rec, payload, SCHEMA, entry.journals, entry.extra)
+    # The journal directories are looked up by name (a journal appearing must miss); the
+    # files the index hashed are covered by its state, not listed one by one (a
+    # repository's thousand build scripts, which every operator's build-hook search reads).
+    journals = (entry.root / ".optrace", entry.found.op_dir / ".optrace")
+    return result_cache.store(KIND, FORMAT, entry.found, rec, payload, SCHEMA, journals, entry.extra,
+                              repo_index(entry.root).hashed())

@@ -35,7 +35,7 @@ import sys
 import sysconfig
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -187,15 +187,45 @@ def _distributions() -> bytes:
     return "\n".join(parts).encode("utf-8", "surrogateescape")
 
 
-def _file_digest(path: str) -> str | None:
-    """The digest of a file's bytes; None for none (missing, not regular, unreadable)."""
+# While a command looks its operators' entries up (one pass, before any of them runs),
+# what it has digested: operators of one repository share most inputs (its build
+# scripts, its folders), which are then read once per run, not once per operator.
+_seen: list[dict[tuple[str, str], str | None]] = []
+
+
+@contextmanager
+def lookups() -> Iterator[None]:
+    """Digest each input once while the block looks entries up."""
+    _seen.append({})
+    try:
+        yield
+    finally:
+        _seen.pop()
+
+
+def _remembered(kind: str, path: str, compute: Callable[[str], str | None]) -> str | None:
+    if not _seen:
+        return compute(path)
+    memo = _seen[-1]
+    key = (kind, path)
+    if key not in memo:
+        memo[key] = compute(path)
+    return memo[key]
+
+
+def _read_digest(path: str) -> str | None:
     try:
         return digest(read_regular(path, "source"))
     except OSError:
         return None
 
 
-def _listing_digest(path: str) -> str | None:
+def _file_digest(path: str) -> str | None:
+    """The digest of a file's bytes; None for none (missing, not regular, unreadable)."""
+    return _remembered("file", path, _read_digest)
+
+
+def _names_digest(path: str) -> str | None:
     try:
         names = sorted(os.listdir(path))
     except OSError:
@@ -203,7 +233,15 @@ def _listing_digest(path: str) -> str | None:
     return digest(*(os.fsencode(n) for n in names))
 
 
+def _listing_digest(path: str) -> str | None:
+    return _remembered("dir", path, _names_digest)
+
+
 def _probe(directory: str) -> str:
+    return _remembered("probe", directory, _markers)  # type: ignore[return-value]
+
+
+def _markers(directory: str) -> str:
     """Which repository markers a directory holds, and as what: d(irectory), f(ile),
     l(ink, then what it points to), o(ther), -(none). Discovery finds the repository
     root by them and the config by name: neither is a file read nor a listing."""
@@ -308,11 +346,13 @@ def _pairs(value: Any, kinds: type | tuple[type, ...]) -> list[tuple[str, Any]]:
 
 
 def store(kind: str, fmt: str, found: Lookup, rec: Recording, payload: object,
-          schema: int, listed: Iterable[Path] = (), extra: dict[str, str] | None = None) -> bool:
+          schema: int, listed: Iterable[Path] = (), extra: dict[str, str] | None = None,
+          covered: Collection[str] = ()) -> bool:
     """Write the entry of a command that ran while `rec` recorded; False when it was not
     (a file it read changed while it ran, or the cache cannot be written). `listed`:
     directories looked up by name that are inputs as the listed ones are (a journal
-    appearing there must miss)."""
+    appearing there must miss). `covered`: files whose bytes an `extra` input already
+    stands for (plan: the repository index's state holds their content hashes)."""
     own = _own_dirs()
     files: dict[str, str | None] = {}
     for path in sorted(rec.files):
@@ -320,7 +360,7 @@ def store(kind: str, fmt: str, found: Lookup, rec: Recording, payload: object,
         if tail.endswith(".pyc") and os.path.basename(head) == "__pycache__":
             # A module imported from its bytecode: what it says is its source's.
             path = os.path.join(os.path.dirname(head), tail.split(".", 1)[0] + ".py")
-        if os.path.join(path, "").startswith(own) or path in files:
+        if os.path.join(path, "").startswith(own) or path in files or path in covered:
             continue
         try:
             st = os.stat(path)
