@@ -84,6 +84,30 @@ def _included_names(data: bytes | None) -> str:
                               for m in _QUOTED_INCLUDE_RE.finditer(data)}))
 
 
+class _Resolver:
+    """`os.path.realpath` of many paths sharing folders: a path is its folder's real path
+    (remembered) joined with its name, resolved further only when that is a link: one
+    `lstat` a path, not one per component, and strings, not Path objects. A repository's
+    every build script is a layer hit (a thousand in ops-nn, each in a folder of its
+    own), and resolving each whole took half of a plan's time."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, str] = {}
+
+    def __call__(self, path: str) -> str:
+        known = self._seen.get(path)
+        if known is not None:
+            return known
+        head, name = os.path.split(path)
+        if name in ("", ".", "..") or not os.path.isabs(path) or head == path:
+            real = os.path.realpath(path)
+        else:
+            joined = os.path.join(self(head), name)
+            real = os.path.realpath(joined) if os.path.islink(joined) else joined
+        self._seen[path] = real
+        return real
+
+
 def outside_files(an: Analysis, edited: frozenset[Path] | None = None) -> list[OutsideFile]:
     """Kernel headers the plan reads from outside the operator directory and the layer
     files found there. `edited` (resolved paths): the files apply edits in the mode it
@@ -91,13 +115,15 @@ def outside_files(an: Analysis, edited: frozenset[Path] | None = None) -> list[O
     and not edited is left out (a repository's every build script can be "found"). None:
     apply's edits are not known, and every layer file found is listed as apply's."""
     layers = an.layers
-    op_dir = layers.op_dir.resolve()
+    inside = os.path.join(os.fspath(layers.op_dir.resolve()), "")
+    real = _Resolver()
+    edited_real = {os.fspath(p) for p in edited} if edited is not None else None
 
     def outside(p: Path) -> bool:
-        return not p.resolve().is_relative_to(op_dir)
+        return not os.path.join(real(os.fspath(p)), "").startswith(inside)
 
     def edits(p: Path) -> bool:
-        return edited is None or p.resolve() in edited
+        return edited_real is None or real(os.fspath(p)) in edited_real
 
     headers = [p for p in an.includes.files if outside(p)]
     shared = operators_including(layers.repo_root, headers, layers.op_dir) if headers else {}
@@ -111,7 +137,7 @@ def outside_files(an: Analysis, edited: frozenset[Path] | None = None) -> list[O
                 out.append(OutsideFile(hit.path, layers.title(key), True))
     # Files a layer edits without having been found under its key (the header declaring
     # an adapter, the build script that compiles the kernel).
-    listed = {p.resolve() for p in seen}
+    listed = {Path(real(os.fspath(p))) for p in seen}
     for path in sorted(edited or ()):
         if outside(path) and path not in listed:
             out.append(OutsideFile(path, "host file", True))

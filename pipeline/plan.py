@@ -122,10 +122,15 @@ def stop_reasons(analysis: Analysis, root: Region) -> list[Diagnostic]:
            for u in unfollowed_calls(analysis)]
     g = analysis.callgraph
     # Recursion: each function is planned once, so a call back into the chain is where
-    # its expansion stops (a few cycles named; Johnson's search yields them lazily).
-    order = {n: i for i, n in enumerate(g)}  # discovery order from the entry
-    for found in islice(nx.simple_cycles(g), 5):
-        start = min(range(len(found)), key=lambda i: order[found[i]])
+    # its expansion stops (a few cycles named; Johnson's search yields them lazily). It
+    # searches with the nodes numbered in discovery order from the entry: on the
+    # functions' names it picks components' first nodes from sets of strings, whose
+    # order changes from one process to the next, and so did the cycles named.
+    nodes = list(g)  # discovery order from the entry
+    numbered = nx.relabel_nodes(g, {n: i for i, n in enumerate(nodes)})
+    for found_ids in islice(nx.simple_cycles(numbered), 5):
+        found = [nodes[i] for i in found_ids]
+        start = min(range(len(found)), key=lambda i: found_ids[i])
         cycle = found[start:] + found[:start]  # from the function the walk met first
         first, back = cycle[0], cycle[-1]
         where = Path(str(g.nodes[back].get("file", "")))
