@@ -21,13 +21,11 @@ from typer.testing import CliRunner
 import optrace.pipeline.plan as plan_module
 from optrace.cli import result_cache
 from optrace.cli.app import app
-from optrace.engine.discovery import forget_repo_indexes
 from optrace.engine.plan import Plan
 from optrace.runtime.usercache import cache_root
 
 
 def _cli(*args: str) -> tuple[int, str, str]:
-    forget_repo_indexes()  # each command a process of its own, as the user runs them
     res = CliRunner().invoke(app, list(args))
     assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
     return res.exit_code, res.stdout, res.stderr

@@ -44,12 +44,17 @@ def apply_config_trust(trusted: bool) -> None:
 
 
 def start_command(trusted: bool) -> None:
-    """What every command sets up first: the config's trust for this command, and the
-    files it reads tracked from none (its outputs must not replace one of them)."""
+    """What every command sets up first: the config's trust for this command, the files
+    it reads tracked from none (its outputs must not replace one of them), and no
+    repository index left from an earlier command of the process (tests, library
+    callers): each command searches the repository as it is when it starts."""
     from optrace.runtime.regular import track_files_read
 
     apply_config_trust(trusted)
     track_files_read(True)
+    discovery = sys.modules.get("optrace.engine.discovery")  # not imported: nothing to forget
+    if discovery is not None:
+        discovery.forget_repo_indexes()
 
 
 def end_command() -> None:
