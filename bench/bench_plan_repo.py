@@ -35,22 +35,11 @@ from pathlib import Path
 
 from optrace.engine.discovery import CPP_EXTS, find_operator_dirs
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_plan_ops import BARE_PARSE  # the same bare parse as the per-operator bench
+
 _INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"([^"\n]+)"', re.M)
 
-BARE_PARSE = r"""
-import sys
-import tree_sitter_cpp
-from tree_sitter import Language, Parser
-parser = Parser(Language(tree_sitter_cpp.language()))
-n = 0
-for name in sys.stdin.read().splitlines():
-    try:
-        data = open(name, "rb").read()
-    except OSError:
-        continue
-    n += len(parser.parse(data).root_node.children)
-print(n)
-"""
 
 
 def operators(repo: Path) -> list[Path]:

@@ -1,5 +1,6 @@
-"""The input changes every cached result must miss on (check's and plan's caches), made
-to a copy of the UMDK-style fixture."""
+"""What the tests of check's and plan's caches share: the CLI run in-process, a count of
+the operators actually analysed, and the input changes every cached result must miss on,
+made to a copy of the UMDK-style fixture."""
 
 from __future__ import annotations
 
@@ -7,6 +8,13 @@ import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from optrace.cli.app import app
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "umdk_style"
 OP_REL = "src/cam/comm_operator/ascend_kernels/moe_fused_gmm"
@@ -16,6 +24,25 @@ HOST = f"{OP_REL}/op_host/moe_fused_gmm.cpp"
 SAMPLE = "src/cam/examples/moe_fused_gmm_sample.py"
 UNIT_TEST = "test/cam/ut/moe_fused_gmm/test_moe_fused_gmm.py"
 BUILD = "build/cam/comm_operator/compile_ascend_proj.sh"
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    res = CliRunner().invoke(app, list(args))
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+    return res.exit_code, res.stdout, res.stderr
+
+
+def counted_calls(monkeypatch: pytest.MonkeyPatch, module: ModuleType, name: str) -> list[Path]:
+    """The operators `module.name` (the analysis a hit skips) is called on from now."""
+    calls: list[Path] = []
+    real = getattr(module, name)
+
+    def counted(op_dir: Path, *args: Any, **kwargs: Any) -> Any:
+        calls.append(op_dir)
+        return real(op_dir, *args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
 
 
 def append(path: Path, text: bytes = b"\n// a comment\n") -> Callable[[Path], None]:

@@ -16,28 +16,20 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cache_changes import CHANGES, FIXTURE, HOST, KERNEL, OP_REL, append
-from typer.testing import CliRunner
+from cache_changes import CHANGES, FIXTURE, HOST, KERNEL, OP_REL, append, cli, counted_calls
 
 import optrace.pipeline.check as check_module
 from optrace.cli import check_cache, result_cache
-from optrace.cli.app import app
 from optrace.engine.journal import Journal, _operator_journals, journal_stem
 from optrace.pipeline.check_report import CheckReport
 from optrace.runtime.usercache import cache_root
-
-
-def _cli(*args: str) -> tuple[int, str, str]:
-    res = CliRunner().invoke(app, list(args))
-    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
-    return res.exit_code, res.stdout, res.stderr
 
 
 @pytest.fixture(scope="module")
 def instrumented(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("instrumented") / "repo"
     shutil.copytree(FIXTURE, repo)
-    code, out, err = _cli("apply", str(repo / OP_REL), "--write")
+    code, out, err = cli("apply", str(repo / OP_REL), "--write")
     assert code == 0, out + err
     return repo
 
@@ -52,19 +44,11 @@ def repo(instrumented: Path, tmp_path: Path) -> Path:
 @pytest.fixture
 def runs(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """The operators the analysis ran on (a hit adds none)."""
-    calls: list[Path] = []
-    real = check_module.check_operator
-
-    def counted(op_dir: Path, *args: object, **kwargs: object) -> CheckReport:
-        calls.append(op_dir)
-        return real(op_dir, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(check_module, "check_operator", counted)
-    return calls
+    return counted_calls(monkeypatch, check_module, "check_operator")
 
 
 def _check(repo: Path, *extra: str) -> tuple[int, str, str]:
-    return _cli("check", str(repo / OP_REL), "--format", "json", *extra)
+    return cli("check", str(repo / OP_REL), "--format", "json", *extra)
 
 
 def _entries() -> list[Path]:
@@ -74,8 +58,8 @@ def _entries() -> list[Path]:
 def test_a_second_check_is_a_hit_with_the_same_exit_and_output(repo: Path, runs: list[Path]) -> None:
     for fmt in ("text", "json", "sarif"):
         runs.clear()
-        first = _cli("check", str(repo / OP_REL), "--format", fmt, "--verbose")
-        second = _cli("check", str(repo / OP_REL), "--format", fmt, "--verbose")
+        first = cli("check", str(repo / OP_REL), "--format", fmt, "--verbose")
+        second = cli("check", str(repo / OP_REL), "--format", fmt, "--verbose")
         assert len(runs) == (1 if fmt == "text" else 0), fmt  # json and sarif: text's entry
         assert first == second and first[0] == 0
     assert len(_entries()) == 1
@@ -87,11 +71,11 @@ def test_a_hit_with_findings_exits_1_with_the_same_findings(repo: Path, runs: li
     end = data.index(b'"E")')  # the first E: its B is left open
     start = data.rindex(b"\n", 0, end)
     kernel.write_bytes(data[:start] + data[data.index(b"\n", end):])
-    first = _cli("check", str(repo / OP_REL))
-    second = _cli("check", str(repo / OP_REL))
+    first = cli("check", str(repo / OP_REL))
+    second = cli("check", str(repo / OP_REL))
     assert len(runs) == 1
     assert first == second and first[0] == 1 and "OT404" in first[2], first
-    strict = _cli("check", str(repo / OP_REL), "--strict", "--format", "sarif")
+    strict = cli("check", str(repo / OP_REL), "--strict", "--format", "sarif")
     assert len(runs) == 1 and strict[0] == 1  # --strict is the rendering's: the same entry
 
 
@@ -273,10 +257,10 @@ def test_a_distribution_installed_on_the_path_misses(repo: Path, runs: list[Path
 
 def test_pre_commit_takes_the_same_entries(repo: Path, runs: list[Path]) -> None:
     staged = str(repo / KERNEL)
-    first = _cli("pre-commit", "--repo-root", str(repo), "--", staged)
-    second = _cli("pre-commit", "--repo-root", str(repo), "--", staged)
+    first = cli("pre-commit", "--repo-root", str(repo), "--", staged)
+    second = cli("pre-commit", "--repo-root", str(repo), "--", staged)
     assert first == second and first[0] == 0 and len(runs) == 1
-    _cli("pre-commit", "--repo-root", str(repo), "--no-cache", "--", staged)
+    cli("pre-commit", "--repo-root", str(repo), "--no-cache", "--", staged)
     assert len(runs) == 2
 
 

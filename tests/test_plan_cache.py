@@ -15,20 +15,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from cache_changes import CHANGES, FIXTURE, KERNEL, OP_REL, append
-from typer.testing import CliRunner
+from cache_changes import CHANGES, FIXTURE, KERNEL, OP_REL, append, cli, counted_calls
 
 import optrace.pipeline.plan as plan_module
 from optrace.cli import result_cache
-from optrace.cli.app import app
 from optrace.engine.plan import Plan
 from optrace.runtime.usercache import cache_root
-
-
-def _cli(*args: str) -> tuple[int, str, str]:
-    res = CliRunner().invoke(app, list(args))
-    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
-    return res.exit_code, res.stdout, res.stderr
 
 
 @pytest.fixture
@@ -41,19 +33,11 @@ def repo(tmp_path: Path) -> Path:
 @pytest.fixture
 def runs(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """The operators planned (a hit adds none)."""
-    calls: list[Path] = []
-    real = plan_module.plan_operator
-
-    def counted(op_dir: Path, *args: object, **kwargs: object) -> Plan:
-        calls.append(op_dir)
-        return real(op_dir, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(plan_module, "plan_operator", counted)
-    return calls
+    return counted_calls(monkeypatch, plan_module, "plan_operator")
 
 
 def _plan(repo: Path, *extra: str) -> tuple[int, str, str]:
-    return _cli("plan", str(repo / OP_REL), *extra)
+    return cli("plan", str(repo / OP_REL), *extra)
 
 
 def _entries() -> list[Path]:
@@ -133,7 +117,7 @@ def test_a_graph_is_drawn_from_a_plan_never_from_the_cache(repo: Path, runs: lis
 
 def test_a_failed_plan_is_not_kept(tmp_path: Path, runs: list[Path]) -> None:
     (tmp_path / "notes").mkdir()
-    assert _cli("plan", str(tmp_path / "notes"))[0] == 2
+    assert cli("plan", str(tmp_path / "notes"))[0] == 2
     assert _entries() == []
 
 
