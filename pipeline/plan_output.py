@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 from collections.abc import Callable, Iterable
@@ -16,10 +15,8 @@ from optrace.engine.diagnostics import display_path
 from optrace.engine.model import Region
 from optrace.engine.plan import Plan
 from optrace.pipeline.graph_page import graph_html
-from optrace.pipeline.plan_doc import PLAN_SCHEMA_VERSION
 from optrace.pipeline.plan_text import region_summary, submodule_names, toolkit_origin, wrap
 from optrace.runtime.atomic import write_output
-
 
 
 def _loc(plan: Plan, path: Path | None, line: int) -> str:
