@@ -96,8 +96,7 @@ def build_script(layers: Layers) -> Path | None:
     index = repo_index(layers.repo_root)
     for cmake_file in [p for p in scripts if p.suffix not in SHELL_SUFFIXES]:
         walked = index.scripts_in(cmake_file.parent)
-        siblings = [p for p in walked if p.name.endswith(".sh") and not p.name.startswith(".")] \
-            if walked is not None \
+        siblings = [p for p in walked if p.name.endswith(".sh")] if walked is not None \
             else sorted(cmake_file.parent.glob("*.sh"))
         for sibling in siblings:
             if sibling not in shell and re.search(rb"^[ \t]*cmake\b", clean_bytes(sibling), re.M):

@@ -21,7 +21,7 @@ from typing import ClassVar, Protocol
 from optrace.engine.codes import OT001, OT010, OT014, OT015
 from optrace.engine.config import Config
 from optrace.engine.diagnostics import Diagnostic, InputError
-from optrace.engine.index_cache import ContentStore
+from optrace.engine.index_cache import ContentStore, signature
 from optrace.engine.names import op_name_pattern, same_op
 from optrace.engine.source import blank_comments, decode, is_binary, match_bracket, read_regular
 from optrace.engine.vocabulary import (
@@ -333,12 +333,17 @@ class RepoIndex:
     def hashed(self) -> frozenset[str]:
         """The files whose content hashes `state` holds (searchable files, scripts)."""
         if self._hashed is None:
-            self._hashed = frozenset(os.fsdecode(p) for p in (*self.files, *self.scripts))
+            # Not a file the store could not read whole ("-": over the search's size
+            # bound, binary): its hash says nothing of its bytes.
+            store = self.content()
+            self._hashed = frozenset(os.fsdecode(p) for p in (*self.files, *self.scripts)
+                                     if store.sha_of(p) not in (None, "-"))
         return self._hashed
 
     def state(self) -> str:
-        """A digest of everything the index answers from: the paths the walk kept and the
-        content hash of each file it derives from (searchable files, build scripts). Two
+        """A digest of everything the index answers from: the paths the walk kept, the
+        content hash of each file it derives from (searchable files, build scripts) and the
+        stat signature of each C / C++ source. Two
         runs with the same state get the same answers to every question, so a result
         derived from them (plan's cache) depends on the index only through this."""
         self.warm()
@@ -346,8 +351,15 @@ class RepoIndex:
         h = hashlib.sha256()
         for path in (*self.files, *self.scripts):
             h.update(os.fsencode(path) + b"\0" + (store.sha_of(path) or "?").encode() + b"\n")
+        # C / C++ sources by their stat signature: what other operators' kernels include
+        # is derived from them without reading them (`sharing.operators_including`).
         for name in sorted(self.sources):
-            h.update(b"".join(os.fsencode(p) + b"\n" for p in self.sources[name]))
+            for path in self.sources[name]:
+                try:
+                    sig = signature(os.stat(path))
+                except OSError:
+                    sig = None
+                h.update(os.fsencode(path) + f"\0{sig}\n".encode())
         return h.hexdigest()
 
     def mentioning(self, *words: bytes) -> list[Path]:

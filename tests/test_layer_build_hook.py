@@ -161,8 +161,7 @@ CMAKE = "project(x)\nascendc_library(k STATIC ${CMAKE_CURRENT_SOURCE_DIR}/../ops
 def test_the_shell_script_beside_a_cmake_file_that_runs_cmake_takes_the_hook(tmp_path: Path) -> None:
     """The CMake file is what builds the kernels; the script beside it running cmake (a
     sibling the repository's walk kept) drives it, and gets the hook."""
-    op = make_repo(tmp_path, {"proj/CMakeLists.txt": CMAKE, "proj/drive.sh": DRIVER,
-                              "proj/.hidden.sh": DRIVER})
+    op = make_repo(tmp_path, {"proj/CMakeLists.txt": CMAKE, "proj/drive.sh": DRIVER})
     after = run(build_hook_edits, op)
     assert list(after) == ["proj/drive.sh"], list(after)
     assert after["proj/drive.sh"].index("TRACE_PREPROCESSOR_HOOK_END") < after["proj/drive.sh"].index("cmake -S")

@@ -15,10 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from cache_changes import CHANGES, FIXTURE, KERNEL, OP_REL, append, cli, counted_calls
+from cache_changes import CHANGES, FIXTURE, KERNEL, OP_REL, SAMPLE, append, cli, counted_calls
 
 import optrace.pipeline.plan as plan_module
 from optrace.cli import result_cache
+from optrace.engine.discovery import SEARCH_LIMIT_BYTES, RepoIndex
 from optrace.engine.plan import Plan
 from optrace.runtime.usercache import cache_root
 
@@ -201,3 +202,30 @@ def test_plans_in_worker_processes_keep_and_take_entries(repo: Path, tmp_path: P
     warm = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
     assert (warm.returncode, warm.stdout, warm.stderr) == (cold.returncode, cold.stdout, cold.stderr)
     assert {p.name: p.stat().st_ino for p in _entries()} == written  # taken, not written again
+
+
+def test_with_an_output_file_every_operator_is_planned(repo: Path, runs: list[Path]) -> None:
+    """`-o` must not replace a file the plan reads, which only a plan that ran has read:
+    a host layer outside the operator is refused on the second run as on the first."""
+    _plan(repo)
+    host = repo / SAMPLE  # a Python caller the plan reads
+    before = host.read_bytes()
+    for _ in range(2):
+        code, _, err = _plan(repo, "-o", str(host))
+        assert code == 2 and host.read_bytes() == before, err
+    assert len(runs) == 3
+
+
+def test_the_index_state_follows_other_operators_kernels_and_not_whole_files(repo: Path) -> None:
+    """Another operator's kernel source (whose includes are derived without reading it)
+    changes the state; a file the store could not read whole is not one the state covers."""
+    other = repo / "src" / "cam" / "comm_operator" / "ascend_kernels" / "other_op" / "op_kernel" / "o.cpp"
+    other.parent.mkdir(parents=True)
+    other.write_text('#include "a.h"\n')
+    big = repo / "src" / "cam" / "big_host.cpp"
+    big.write_bytes(b"// x\n" * (SEARCH_LIMIT_BYTES // 5 + 1))
+    first = RepoIndex.build(repo)
+    state = first.state()
+    assert os.fspath(big) not in first.hashed() and os.fspath(repo / SAMPLE) in first.hashed()
+    other.write_text('#include "a.h"\n#include "../../moe_fused_gmm/op_kernel/moe_fused_gmm.h"\n')
+    assert RepoIndex.build(repo).state() != state

@@ -250,7 +250,10 @@ def plan(
         raise typer.Exit(EXIT_INPUT)
     workers = worker_count(jobs, len(work))
     _index_once(op_dirs, repo_root, workers, no_cache)
-    outcomes = _cached_or_planned(work, repo_root, as_json, jobs, use_cache=not no_cache and graph is None)
+    # With -o, every operator is planned: the output must not replace a file the plan
+    # reads, which only a plan that ran has read (runtime/regular.py tracks them).
+    outcomes = _cached_or_planned(work, repo_root, as_json, jobs,
+                                  use_cache=not no_cache and graph is None and output is None)
     code = EXIT_OK
     for outcome in outcomes:
         for message in outcome.messages:
