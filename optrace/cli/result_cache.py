@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import optrace
 from optrace import __version__
@@ -190,7 +190,8 @@ def _distributions() -> bytes:
 # While a command looks its operators' entries up (one pass, before any of them runs),
 # what it has digested: operators of one repository share most inputs (its build
 # scripts, its folders), which are then read once per run, not once per operator.
-_seen: list[dict[tuple[str, str], str | None]] = []
+_seen: list[dict[tuple[str, str], object]] = []
+_T = TypeVar("_T")
 
 
 @contextmanager
@@ -203,14 +204,14 @@ def lookups() -> Iterator[None]:
         _seen.pop()
 
 
-def _remembered(kind: str, path: str, compute: Callable[[str], str | None]) -> str | None:
+def _remembered(kind: str, path: str, compute: Callable[[str], _T]) -> _T:
     if not _seen:
         return compute(path)
     memo = _seen[-1]
     key = (kind, path)
     if key not in memo:
         memo[key] = compute(path)
-    return memo[key]
+    return cast(_T, memo[key])
 
 
 def _read_digest(path: str) -> str | None:
@@ -238,7 +239,7 @@ def _listing_digest(path: str) -> str | None:
 
 
 def _probe(directory: str) -> str:
-    return _remembered("probe", directory, _markers)  # type: ignore[return-value]
+    return _remembered("probe", directory, _markers)
 
 
 def _markers(directory: str) -> str:
