@@ -255,7 +255,15 @@ class PerfettoSpans:
         self.unclosed = int(self._open[0].size) if self._open is not None else 0
         self._open = None
         if self._columns:
-            columns = [np.concatenate(c) for c in zip(*self._columns, strict=True)]
+            # A column at a time, its pieces let go as it is joined: the spans once more
+            # than their columns at the peak, not twice.
+            pieces = [list(c) for c in zip(*self._columns, strict=True)]
+            self._columns = []
+            columns = []
+            for k, column in enumerate(pieces):
+                columns.append(np.concatenate(column))
+                pieces[k] = []
+                del column
             self.span_track, self.span_name, self.span_start, self.span_end = columns
         self._columns = []
 
@@ -299,9 +307,12 @@ def read_spans(path: Path, progress: Callable[[int, int], None] | None = None) -
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise ProfilingInputError(path, f"not a readable trace: {why}") from None
     try:
-        return _read(data, progress)
+        found, events = _read(data, progress)
     except (_Malformed, KeyError, BadJSON) as exc:
         raise ProfilingInputError(path, f"not a readable Perfetto trace: {exc}") from None
+    del data  # the file's bytes gone before the spans' columns are joined: a lower peak
+    found.finish(events)
+    return found
 
 
 class _Events:
@@ -351,7 +362,7 @@ class _Events:
 _I64 = (1 << 63) - 1
 
 
-def _read(data: bytes, progress: Callable[[int, int], None] | None = None) -> PerfettoSpans:
+def _read(data: bytes, progress: Callable[[int, int], None] | None = None) -> tuple[PerfettoSpans, _Events]:
     """One pass over the packets, a chunk at a time. A short loop finds the packets and
     notes the short ones (``0x0A len<128``), which may be track events of ``collect``'s
     layout; a chunk of them is decoded as columns (:func:`_chunk`), every
@@ -410,8 +421,7 @@ def _read(data: bytes, progress: Callable[[int, int], None] | None = None) -> Pe
             runs, candidates, others, count = [], [], [], 0
             if progress is not None:
                 progress(min(i, n), n)
-    found.finish(events)
-    return found
+    return found, events
 
 
 #: Short packets stepped through one by one before the rest of their run is found as

@@ -161,59 +161,46 @@ def _nested(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndar
     # The readers' tables are in order already: then no copy of the columns (at a million
     # spans each column is 8 MB, and this function's peak memory is its temporaries).
     order = _order(track, ts, dur)
-    t = track.astype(np.int64) if order is None else track[order].astype(np.int64)
+    t = track if order is None else track[order]
     start = ts if order is None else ts[order]
     span = dur if order is None else dur[order]
     end = start + span
     new_track = np.ones(n, bool)
-    new_track[1:] = t[1:] != t[:-1]
-    first = np.maximum.accumulate(np.where(new_track, np.arange(n), 0))  # each track's first span
-    # Spans of the track ended by each start (end <= start + ε).
+    np.not_equal(t[1:], t[:-1], out=new_track[1:])
     heads = np.flatnonzero(new_track).tolist()
-    del new_track
+    # Spans of the track ended by each start (end <= start + ε); depth: the spans before
+    # it on its track less those.
     if len(heads) <= max(64, n >> 8):
+        del new_track
         # A track's starts are in order already: its ends, sorted (values only: a track at
         # a time, no argsort of every time), are counted up to each start by a search.
-        ended_by = np.empty(n, np.int64)
+        depth = np.empty(n, np.int64)
         for lo, hi in zip(heads, [*heads[1:], n], strict=True):
             ends = np.sort(end[lo:hi])
-            ended_by[lo:hi] = np.searchsorted(ends, start[lo:hi] + _NEST_EPS, side="right")
+            depth[lo:hi] = np.arange(hi - lo) - np.searchsorted(ends, start[lo:hi] + _NEST_EPS, side="right")
+            del ends
     else:  # times ranked together, an end before a start at the same time; then ends
         # counted by (track, rank)
+        first = np.maximum.accumulate(np.where(new_track, np.arange(n), 0))  # each track's first span
+        del new_track
+        t64 = t.astype(np.int64)
         rank = np.empty(2 * n, np.int64)
         rank[np.argsort(np.concatenate([end, start + _NEST_EPS]), kind="stable")] = np.arange(2 * n)
-        ends = np.sort(t * (2 * n) + rank[:n])
-        ended_by = np.searchsorted(ends, t * (2 * n) + rank[n:])
-        del rank
+        ends = np.sort(t64 * (2 * n) + rank[:n])
+        ended_by = np.searchsorted(ends, t64 * (2 * n) + rank[n:])
+        del rank, ends, t64
         # Within the track: none of its spans ends by its first start (each longer than 2 ε).
         ended_by -= ended_by[first]
-    del ends
-    depth = np.arange(n) - first - ended_by
-    del first, ended_by
+        depth = np.arange(n) - first - ended_by
+        del first, ended_by
     if (depth < 0).any():
         return None
     # The parent: the last span before, on the track, one level up.
-    levels = int(depth.max()) + 2
-    if (int(t.max()) + 1) * levels * (n + 1) >= 1 << 62:
-        return None
-    group = t * levels + depth
-    if group.min() >= 0 and group.max() < 1 << 16:  # sorted by radix, as above
-        by_group = np.argsort(group.astype(np.uint16), kind="stable")
-        ranked = group[by_group] * (n + 1) + by_group
-        del by_group
-    else:
-        ranked = np.sort(group * (n + 1) + np.arange(n))
-    del group
     child = np.flatnonzero(depth > 0)
-    probe = (t[child] * levels + depth[child] - 1) * (n + 1) + child
+    parent = _parents(t, depth, child)
     del t
-    k = np.searchsorted(ranked, probe) - 1
-    parent_key = ranked[np.maximum(k, 0)]
-    del ranked
-    parent = parent_key % (n + 1)
-    if ((k < 0) | (parent_key // (n + 1) != probe // (n + 1))).any():
+    if parent is None:
         return None
-    del k, parent_key, probe
     if (end[child] > end[parent]).any() or (start[child] >= end[parent] - _NEST_EPS).any():
         return None
     del end
@@ -226,6 +213,55 @@ def _nested(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndar
     self_time = np.empty(n, np.float64)
     self_time[order] = np.maximum(self_sorted, 0.0)
     return depth_out, self_time
+
+
+#: Nesting this shallow or less: each level's parents found by one scan of the spans.
+_SCANNED_LEVELS = 24
+
+
+def _parents(t: np.ndarray, depth: np.ndarray, child: np.ndarray) -> np.ndarray | None:
+    """Each child's parent, spans in (track, start, longest first) order: the last span
+    before it, on its track, one level up; None when there is none.
+
+    Shallow nesting (a kernel's phases, a few levels): per level, the last span of the
+    level above so far, carried forward by a running maximum — a few sequential passes,
+    no search. Deeper: (track, level, place) as one sorted key, searched."""
+    n = depth.size
+    levels = int(depth.max()) + 1
+    if levels <= _SCANNED_LEVELS:
+        parent_of = np.full(n, -1, np.int64)
+        place = np.arange(n)
+        for level in range(1, levels):
+            last = np.where(depth == level - 1, place, -1)
+            np.maximum.accumulate(last, out=last)
+            mine = depth == level
+            parent_of[mine] = last[mine]
+            del last, mine
+        parent = parent_of[child]
+        del parent_of, place
+        # none before it one level up, or the last such span on an earlier track
+        if (parent < 0).any() or (t[parent] != t[child]).any():
+            return None
+        return parent
+    levels += 1
+    t64 = t.astype(np.int64)
+    if (int(t64.max()) + 1) * levels * (n + 1) >= 1 << 62:
+        return None
+    group = t64 * levels + depth
+    if group.min() >= 0 and group.max() < 1 << 16:  # sorted by radix
+        by_group = np.argsort(group.astype(np.uint16), kind="stable")
+        ranked = group[by_group] * (n + 1) + by_group
+        del by_group
+    else:
+        ranked = np.sort(group * (n + 1) + np.arange(n))
+    del group
+    probe = (t64[child] * levels + depth[child] - 1) * (n + 1) + child
+    k = np.searchsorted(ranked, probe) - 1
+    parent_key = ranked[np.maximum(k, 0)]
+    del ranked
+    if ((k < 0) | (parent_key // (n + 1) != probe // (n + 1))).any():
+        return None
+    return parent_key % (n + 1)
 
 
 def _order(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> np.ndarray | None:
@@ -477,16 +513,30 @@ def load_perfetto_trace(path: Path, found: perfetto_read.PerfettoSpans | None = 
         fallback.append(pid_launch.get(pid) if pid is not None else None)
     rows = launch_rows(track_col, starts / 1000.0, ends / 1000.0, real,
                        launch_slices, fallback)
+    del track_col
     order = _by_row_start_longest(rows.track, starts, ends)
+    labels = [found.names[k] for k in used.tolist()]
+    # The table's columns, and nothing else of the trace's, held while the table works
+    # out its nesting (this reader's peak memory).
+    label, row = label_col[order], rows.track[order]
+    del label_col, found
+    rows.track = row
+    start_ns, dur_ns = starts[order], ends[order]
+    del order, starts, ends
+    dur_ns -= start_ns
+    ts = start_ns / 1000.0
+    del start_ns
+    dur = dur_ns / 1000.0
+    del dur_ns
     return SpanTable(
         source=str(path),
-        labels=[found.names[k] for k in used.tolist()],
+        labels=labels,
         tracks=rows.names,
         processes=max(len(set(parents.values())), 1),
-        label=label_col[order],
-        track=rows.track[order],
-        ts=starts[order] / 1000.0,
-        dur=(ends - starts)[order] / 1000.0,
+        label=label,
+        track=row,
+        ts=ts,
+        dur=dur,
         settings=settings,
         warnings=warnings,
         launches=rows.launches,
@@ -592,13 +642,21 @@ def launch_rows(
     s_end = np.array([b for _, _, b, _ in slices], dtype=np.float64)
     s_launch = np.array([launch_ids.setdefault(n, len(launch_ids)) for _, _, _, n in slices], dtype=np.int64)
     from_slices = len(launch_ids)
-    span_launch = _held_by(track, ts, end, s_track, s_start, s_end, s_launch)
-    if (span_launch < 0).any():  # outside every launch slice: its process's own launch
-        for k in np.unique(track[span_launch < 0]).tolist():
+    # What follows is said of units: the spans themselves, or — when every span of a
+    # track lies in the one launch of that track (a trace's usual shape) — the tracks,
+    # each standing for its spans (a track's sums, no column over every span).
+    per_track = _launch_by_track(track, ts, end, s_track, s_start, s_end, s_launch)
+    if per_track is None:
+        unit_track, unit_first, span_unit = track, ts, None
+        unit_launch = _held_by(track, ts, end, s_track, s_start, s_end, s_launch)
+    else:
+        unit_track, unit_launch, unit_first, span_unit = per_track
+    if (unit_launch < 0).any():  # outside every launch slice: its process's own launch
+        for k in np.unique(unit_track[unit_launch < 0]).tolist():
             own = launch_ids.setdefault(f"process {real[k][1]}", len(launch_ids))
-            span_launch[(track == k) & (span_launch < 0)] = own
+            unit_launch[(unit_track == k) & (unit_launch < 0)] = own
     width = len(launch_ids) + 1
-    pairs, row = _unique_small(track * width + span_launch)
+    pairs, row = _unique_small(unit_track * width + unit_launch)
     pair_track, pair_launch = pairs // width, pairs % width
     processes: dict[Any, int] = {}
     for key, _, _ in real:
@@ -606,7 +664,7 @@ def launch_rows(
     process = np.array([processes[_hashable(real[k][0])] for k in pair_track.tolist()], dtype=np.int64)
     first = np.full(len(launch_ids), np.inf)  # each launch's start: rows in time order
     np.minimum.at(first, s_launch, s_start)
-    np.minimum.at(first, span_launch, ts)
+    np.minimum.at(first, unit_launch, unit_first)
     ranked = np.lexsort((pair_track, pair_launch, first[pair_launch], process))
     place = np.empty_like(ranked)
     place[ranked] = np.arange(ranked.size)
@@ -619,7 +677,7 @@ def launch_rows(
         shown = with_launch(process_name, launches[launch]) if several and launch < from_slices \
             else process_name
         names.append(f"{shown} / {thread}")
-    by_track: dict[str, tuple[list[float], list[float], list[str]]] = {}
+    slices_by_track: dict[str, tuple[list[float], list[float], list[str]]] = {}
     order = np.lexsort((s_start, s_track))
     keys = s_track[order] * width + s_launch[order]
     found = np.minimum(np.searchsorted(pairs, keys), max(pairs.size - 1, 0))
@@ -633,12 +691,14 @@ def launch_rows(
         else:  # a launch slice holding no span (a core that only dropped records)
             shown = f"{with_launch(real[t][1], launches[int(s_launch[k])])} / {real[t][2]}" if several \
                 else track_name
-        starts, ends, named = by_track.setdefault(track_name, ([], [], []))
+        starts, ends, named = slices_by_track.setdefault(track_name, ([], [], []))
         starts.append(begins)
         ends.append(finishes)
         named.append(shown)
-    return LaunchRows(place[row].astype(np.int32), names, launches, pair_launch[ranked].astype(np.int32),
-                      by_track)
+    span_row = place[row].astype(np.int32)
+    if span_unit is not None:
+        span_row = span_row[span_unit]
+    return LaunchRows(span_row, names, launches, pair_launch[ranked].astype(np.int32), slices_by_track)
 
 
 def with_launch(process: str, launch: str) -> str:
@@ -689,6 +749,53 @@ def _held_by(track: np.ndarray, ts: np.ndarray, end: np.ndarray, s_track: np.nda
     inside = end[held] <= s_end[slot] + LAUNCH_SLACK_US
     out[held[inside]] = s_launch[slot[inside]]
     return out
+
+
+def _launch_by_track(track: np.ndarray, ts: np.ndarray, end: np.ndarray, s_track: np.ndarray,
+                     s_start: np.ndarray, s_end: np.ndarray, s_launch: np.ndarray,
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """What :func:`_held_by` finds, said of tracks, where it is one launch a track: each
+    track with spans (in order), its launch (-1: no slice on it), its first span's start,
+    and each span's place among those tracks. None where a track has several slices, or
+    some of its spans lie in its slice and some do not (then it is said span by span).
+
+    Every span of a track lies in the track's one slice exactly when the earliest start
+    and the latest end of them do: per-track minima and maxima, no column per span
+    beyond the one lookup of each span's place."""
+    if not (ts.size and s_track.size) or int(track.min()) < 0 or int(s_track.min()) < 0:
+        return None
+    top = max(int(track.max()), int(s_track.max())) + 1
+    if top > max(1 << 16, 4 * (ts.size + s_track.size)):
+        return None
+    count = np.bincount(s_track, minlength=top)
+    if int(count.max()) != 1:
+        return None
+    spans_on = np.bincount(track, minlength=top)
+    low = np.full(top, np.inf)
+    np.minimum.at(low, track, ts)
+    high = np.full(top, -np.inf)
+    np.maximum.at(high, track, end)
+    begins = np.full(top, np.inf)
+    begins[s_track] = s_start
+    finishes = np.full(top, -np.inf)
+    finishes[s_track] = s_end + LAUNCH_SLACK_US
+    launch = np.full(top, -1, np.int64)
+    launch[s_track] = s_launch
+    used = np.flatnonzero(spans_on)
+    inside = (begins[used] <= low[used]) & (high[used] <= finishes[used])
+    # A track with a slice has all its spans in it, or none of them (checked span by span
+    # otherwise); NaN times compare false both ways and go the per-span way.
+    if not inside.all():
+        sliced = count[used] > 0
+        if (sliced & ~inside).any():
+            return None
+    if used.size == top:
+        place = track
+    else:
+        where = np.zeros(top, np.int64)
+        where[used] = np.arange(used.size)
+        place = where[track]
+    return used, np.where(inside, launch[used], -1), low[used], place
 
 
 def _held_by_sorted(track: np.ndarray, ts: np.ndarray, end: np.ndarray, s_track: np.ndarray,

@@ -173,7 +173,11 @@ def _laminar(rng: np.random.Generator, tracks: int) -> tuple[np.ndarray, np.ndar
     return (np.array(track, np.int32)[order], np.array(ts)[order], np.array(dur)[order])
 
 
-def test_nesting_as_columns_is_the_stack_walk() -> None:
+@pytest.mark.parametrize("scanned", [0, 2, spans._SCANNED_LEVELS])
+def test_nesting_as_columns_is_the_stack_walk(scanned: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parents found level by level (shallow nesting) or by a search (deeper), as the
+    stack walk finds them."""
+    monkeypatch.setattr(spans, "_SCANNED_LEVELS", scanned)
     rng = np.random.default_rng(7)
     columns = 0
     for trial in range(400):
@@ -473,8 +477,56 @@ def test_launch_slices_holding_spans_as_when_sorted_together(many_tracks: bool, 
         assert got.tolist() == expected.tolist()
 
 
-def test_nesting_on_many_tracks_or_far_track_ids_is_the_stack_walk() -> None:
+@pytest.mark.parametrize("shape", ["one launch a track", "some tracks without", "spans outside", "several"])
+def test_launch_rows_said_of_tracks_are_those_said_of_spans(shape: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows found a track at a time (every span of a track in its one launch slice) are
+    the rows found span by span: names, launches, each span's row, the slices' rows; and
+    where a track's spans fall partly outside its slice, or a track has several, the
+    per-track way steps aside."""
+    rng = np.random.default_rng(11)
+    took = 0
+    for _ in range(150):
+        tracks = int(rng.integers(1, 40))
+        real = [(f"p{t % 3}", f"Rank {t % 3}", f"AIV {t}") for t in range(tracks)]
+        sliced = rng.permutation(tracks)[: tracks if shape != "some tracks without" else max(1, tracks // 2)]
+        if shape == "several":
+            sliced = np.concatenate([sliced, sliced[:1]])
+        s_start = rng.integers(0, 50, sliced.size).astype(np.float64)
+        s_end = s_start + rng.integers(20, 40, sliced.size)
+        names = [f"launch {int(x)}" for x in rng.integers(0, 3, sliced.size)]
+        slices = [(int(t), float(a), float(b), n) for t, a, b, n in zip(sliced, s_start, s_end, names, strict=True)]
+        n = int(rng.integers(1, 200))
+        track = rng.integers(0, tracks, n)
+        begin_of = dict(zip(sliced.tolist(), s_start.tolist(), strict=False))
+        ts = np.array([begin_of.get(int(t), 0.0) + float(rng.integers(0, 10)) for t in track])
+        end = ts + rng.integers(0, 10, n)
+        if shape == "spans outside":
+            end[rng.random(n) < 0.05] += 100
+        fallback: list[str | None] = [None] * tracks
+        got = spans.launch_rows(track, ts, end, real, slices, fallback)
+        with monkeypatch.context() as patch:
+            patch.setattr(spans, "_launch_by_track", lambda *a: None)
+            expected = spans.launch_rows(track, ts, end, real, slices, fallback)
+        took += spans._launch_by_track(track, ts, end, *_slice_columns(slices, got.launches)) is not None
+        assert got.names == expected.names and got.launches == expected.launches
+        assert got.track.tolist() == expected.track.tolist()
+        assert got.track_launch.tolist() == expected.track_launch.tolist()
+        assert got.by_track == expected.by_track
+    # the per-track way is taken where it applies, and only there
+    assert (took > 100) == (shape in ("one launch a track", "some tracks without")), took
+
+
+def _slice_columns(slices: list[tuple[int, float, float, str]], launches: list[str]) -> tuple[np.ndarray, ...]:
+    ids = {name: k for k, name in enumerate(launches)}
+    return (np.array([t for t, _, _, _ in slices], np.int64), np.array([a for _, a, _, _ in slices]),
+            np.array([b for _, _, b, _ in slices]), np.array([ids[n] for _, _, _, n in slices], np.int64))
+
+
+@pytest.mark.parametrize("scanned", [0, spans._SCANNED_LEVELS])
+def test_nesting_on_many_tracks_or_far_track_ids_is_the_stack_walk(scanned: int,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """The other ways _nested counts: tracks past 16 bits, more tracks than spans / 256."""
+    monkeypatch.setattr(spans, "_SCANNED_LEVELS", scanned)
     rng = np.random.default_rng(9)
     columns = 0
     for trial in range(60):
