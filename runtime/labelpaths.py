@@ -31,15 +31,23 @@ def outside_parent(
     labels: list[str], label: np.ndarray, track: np.ndarray, start: np.ndarray, end: np.ndarray
 ) -> list[tuple[str, str, int]]:
     """(child, parent, spans) for every label with spans that lie inside no span of its
-    parent label on their track: one vectorised search per (child, parent) pair."""
+    parent label on their track: one vectorised search per (child, parent) pair, over
+    the spans of those two labels (grouped by label once, in their order)."""
     if label.size == 0:
         return []
     parents = label_parents(labels)
-    present = set(np.unique(label).tolist())
+    base = min(int(label.min()), 0)  # a label id below 0 (none named): counted, never a child
+    ids = label.astype(np.int64) - base
+    counts = np.bincount(ids)
+    present = set((np.flatnonzero(counts) + base).tolist())
+    # Each label's spans, in their order: a stable sort by label (by radix where the ids fit
+    # in 16 bits, as they do: a trace's labels are a few hundred).
+    by_label = np.argsort(ids.astype(np.uint16) if counts.size <= 1 << 16 else ids, kind="stable")
+    del ids
+    bounds = np.concatenate([[0], np.cumsum(counts)])
     # One key orders spans by track, then start: track × width + (start - lo).
     lo = float(np.min(start))
     width = float(np.max(end)) - lo + 1.0
-    key = track.astype(np.float64) * width + (start.astype(np.float64) - lo)
     out: list[tuple[str, str, int]] = []
     for child in sorted(present):
         parent = parents[child] if 0 <= child < len(parents) else -1
@@ -47,12 +55,16 @@ def outside_parent(
             continue
         if parent not in present:
             continue  # the parent not recorded at all (another variant of the kernel): no claim
-        theirs = np.flatnonzero(label == parent)
+        theirs = by_label[bounds[parent - base] : bounds[parent - base + 1]]
+        children = by_label[bounds[child - base] : bounds[child - base + 1]]
         # Only on cores that ran the parent: a core whose role has no such phase is not
         # contradicted by a child it runs alone.
-        mine = (label == child) & np.isin(track, np.unique(track[theirs]))
-        order = theirs[np.argsort(key[theirs], kind="stable")]
-        at = np.searchsorted(key[order], key[mine], side="right") - 1
+        mine = children[np.isin(track[children], np.unique(track[theirs]))]
+        key_theirs = track[theirs].astype(np.float64) * width + (start[theirs].astype(np.float64) - lo)
+        by_key = np.argsort(key_theirs, kind="stable")
+        order, keys = theirs[by_key], key_theirs[by_key]
+        key_mine = track[mine].astype(np.float64) * width + (start[mine].astype(np.float64) - lo)
+        at = np.searchsorted(keys, key_mine, side="right") - 1
         found = order[np.maximum(at, 0)]
         inside = (at >= 0) & (track[found] == track[mine]) & (end[found] >= end[mine])
         missing = int(np.count_nonzero(~inside))

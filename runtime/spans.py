@@ -575,7 +575,15 @@ def _by_first_use(ids: np.ndarray, size: int) -> np.ndarray:
     np.unique(ids, return_index=True) gives put in order of the index, without a sort of
     the ids (they are a table's rows: a few thousand names or tracks for a million spans)."""
     first = np.full(size, ids.size, np.int64)
-    np.minimum.at(first, ids, np.arange(ids.size))
+    changes = ids[1:] != ids[:-1]
+    if ids.size and np.count_nonzero(changes) < ids.size >> 3:
+        # An id first comes where the one before differs (or at 0): only those places
+        # looked at — a few per track for a table's tracks, whose spans come in runs.
+        at = np.concatenate([np.zeros(1, np.int64), np.flatnonzero(changes) + 1])
+        np.minimum.at(first, ids[at], at)
+    else:
+        np.minimum.at(first, ids, np.arange(ids.size))
+    del changes
     used = np.flatnonzero(first < ids.size)
     return used[np.argsort(first[used])]
 

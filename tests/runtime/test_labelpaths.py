@@ -49,6 +49,44 @@ def test_a_child_outside_its_parent_is_counted_inside_or_elsewhere_is_not() -> N
     assert outside_parent(LABELS, *_spans([(2, 0, 0, 5), (0, 0, 0, 9)])) == []
 
 
+def _outside_by_hand(labels: list[str], rows: list[tuple[int, int, float, float]]) -> list[tuple[str, str, int]]:
+    """The rule span by span: a child span (its parent label recorded, on a core that ran
+    it) is outside when the last parent span starting by its start on its core (of those
+    starting together, the last) does not end by its end."""
+    parents = label_parents(labels)
+    out = []
+    for child in sorted({r[0] for r in rows}):
+        parent = parents[child] if 0 <= child < len(parents) else -1
+        theirs = [r for r in rows if r[0] == parent]
+        if parent < 0 or not theirs:
+            continue
+        cores = {r[1] for r in theirs}
+        missing = 0
+        for _, core, start, end in (r for r in rows if r[0] == child and r[1] in cores):
+            before = [r for r in theirs if r[1] == core and r[2] <= start]
+            missing += not (before and before[-1][3] >= end)
+        if missing:
+            out.append((labels[child], labels[parent], missing))
+    return out
+
+
+def test_outside_parent_is_the_rule_span_by_span() -> None:
+    """Random spans (labels unnamed too, parents that overlap one another, cores without
+    the parent) counted as the rule says, over the label groups."""
+    rng = np.random.default_rng(4)
+    for trial in range(300):
+        n = int(rng.integers(1, 50))
+        rows = [(int(rng.integers(-1 if trial % 4 == 0 else 0, len(LABELS))), int(rng.integers(0, 3)),
+                 float(a), float(a + rng.integers(0, 12))) for a in rng.integers(0, 40, n)]
+        rows.sort(key=lambda r: (r[1], r[2]))  # the hand rule's "last" is by (core, start), as given
+        shuffled = [rows[k] for k in rng.permutation(n)]
+        # the order of the spans given does not matter but for ties, which the sort keeps
+        expected = _outside_by_hand(LABELS, rows)
+        assert outside_parent(LABELS, *_spans(rows)) == expected
+        if len({(r[1], r[2]) for r in rows if r[0] >= 0}) == len([r for r in rows if r[0] >= 0]):
+            assert outside_parent(LABELS, *_spans(shuffled)) == expected
+
+
 def test_the_demo_nests_as_it_names_and_a_sibling_layout_is_reported(tmp_path: Path) -> None:
     write_demo(tmp_path / "demo", ranks=2, launches=2, aic=2)
     table = load_spans(tmp_path / "demo")

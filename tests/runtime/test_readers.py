@@ -436,6 +436,19 @@ def test_a_corrupted_packet_inside_a_run_is_refused_as_before(tmp_path: Path,
 # ----------------------------------------------------------------------------- the span table's sorts
 
 
+def test_ids_by_first_use_are_np_unique_in_order_of_first_place() -> None:
+    rng = np.random.default_rng(12)
+    for _ in range(300):
+        size = int(rng.integers(1, 30))
+        n = int(rng.integers(0, 80))
+        runs = int(rng.choice([4, 40]))  # short runs, and long ones as a table's tracks have
+        ids = np.repeat(rng.integers(0, size, n), rng.integers(1, runs, n))
+        if rng.random() < 0.5:
+            ids = rng.permutation(ids)
+        unique, first = np.unique(ids, return_index=True)
+        assert spans._by_first_use(ids, size).tolist() == unique[np.argsort(first)].tolist()
+
+
 def test_row_start_longest_order_is_the_lexsort() -> None:
     rng = np.random.default_rng(11)
     for _ in range(300):
