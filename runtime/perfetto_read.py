@@ -129,8 +129,8 @@ def _text(data: bytes, lo: int, hi: int) -> str:
 
 
 class _Sequence:
-    __slots__ = ("annotation_names", "base", "boot", "categories", "clock", "incremental", "names", "track",
-                 "unit", "value")
+    __slots__ = ("annotation_names", "base", "boot", "categories", "clock", "incremental", "names", "table",
+                 "track", "unit", "value")
 
     def __init__(self) -> None:
         self.names: dict[int, str] = {}
@@ -143,6 +143,9 @@ class _Sequence:
         self.base: int | None = None  # the sequence clock's value at the snapshot
         self.boot = 0  # BOOTTIME (ns) at the snapshot
         self.value = 0
+        # Interned name id -> the reader's name id (-1: not interned), built when first
+        # needed and dropped when the names change (see _name_table).
+        self.table: np.ndarray | None = None
 
 
 #: Track events as columns: track (index of its uuid), type, ns, name (index), launch?
@@ -353,10 +356,6 @@ class _Events:
             self.chunks.append((np.array(track, np.int64), np.array(kind, np.int8), np.array(ns, np.int64),
                                 np.array(name, np.int64), np.array(launch, bool)))
             self.one = []
-
-    def add_columns(self, track: np.ndarray, kind: np.ndarray, ns: np.ndarray, name: np.ndarray) -> None:
-        self.flush_one()
-        self.chunks.append((track, kind, ns, name, np.zeros(track.size, bool)))
 
 
 _I64 = (1 << 63) - 1
@@ -611,7 +610,13 @@ def _chunk(data: bytes, buffer: np.ndarray, starts: np.ndarray, others: list[int
            sequences: dict[int, _Sequence], found: PerfettoSpans, events: _Events) -> None:
     """Packets in file order: ``starts``, the candidates (each ``0x0A len<128``), those of
     ``collect``'s layout decoded as columns, and the rest — ``others`` and candidates of
-    any other layout — read one by one in their place; then the chunk's slices paired."""
+    any other layout — read one by one in their place; then the chunk's slices paired.
+
+    The runs of column packets between the others (a core's events, mostly) are gone
+    through in order, as the others are read, for what they take from their sequence —
+    its clock, track and names, as they stand then — and moved its clock on; their
+    columns are then computed for the whole chunk at once (:class:`_Runs`), the events
+    read one by one set in their places among them."""
     stamp, seq, begin, name, fast = _parse_events(buffer, starts)
     odd = np.flatnonzero(~fast)
     # Where the fast runs stop: before an other packet (its place among the candidates),
@@ -619,16 +624,201 @@ def _chunk(data: bytes, buffer: np.ndarray, starts: np.ndarray, others: list[int
     places = np.searchsorted(starts, np.array(others, dtype=np.int64)).tolist()
     stops = sorted([*zip(others, places, [False] * len(others), strict=True),
                     *((int(starts[k]), k, True) for k in odd.tolist())])
+    stops.append((-1, starts.size, False))
+    runs = _Runs(stamp, seq, begin, name, stops)
     state = _Sequence()
     lo = 0
-    for start, k, is_candidate in [*stops, (-1, starts.size, False)]:
+    for start, k, is_candidate in stops:
         if k > lo:
-            _event_columns(stamp[lo:k], seq[lo:k], begin[lo:k], name[lo:k], sequences, events)
+            runs.take(lo, k, sequences, events)
         if start >= 0:
+            before = len(events.one)
             _, state = _packet(data, start, sequences, -1, state, found, events)
+            runs.ones(len(events.one) - before)
         lo = k + 1 if is_candidate else k
-    events.flush_one()
+    runs.finish(events)
     found.pair(events)
+
+
+class _Runs:
+    """A chunk's runs of column packets (``[lo, k)`` of its candidates), each read on one
+    sequence's state as it stands at the run's place in the file: per run a few numbers
+    (its track, the clock's offset, unit and origin, its name table), the columns of all
+    of them at the end, in one go; a run that does not fit (several sequences, a clock
+    past int64, names past a table) computed on its own, as before."""
+
+    def __init__(self, stamp: np.ndarray, seq: np.ndarray, begin: np.ndarray, name: np.ndarray,
+                 stops: list[tuple[int, int, bool]]) -> None:
+        self.stamp, self.seq, self.begin, self.name = stamp, seq, begin, name
+        # Each run's sum, lowest and highest timestamp and whether it is on one sequence,
+        # reduced over all runs at once (the runs are known from the stops).
+        bounds: list[int] = []
+        lo = 0
+        for _, k, is_candidate in stops:
+            if k > lo:
+                bounds += (lo, k)
+            lo = k + 1 if is_candidate else k
+        self.sums: dict[int, tuple[int, int, int, bool]] = {}
+        if bounds:
+            at = np.array(bounds, np.int64)
+            lows, highs = at[0::2], at[1::2]
+            padded = np.append(stamp, np.zeros(1, stamp.dtype))
+            # the sums in uint64, as the ticks are: only trusted below where they cannot wrap
+            total = np.add.reduceat(padded, at)[0::2]
+            top = np.maximum.reduceat(padded, at)[0::2]
+            low = np.minimum.reduceat(padded, at)[0::2]
+            # on one sequence: no place inside the run where it differs from the one before
+            changes = np.flatnonzero(seq[1:] != seq[:-1]) + 1
+            one = np.ones(lows.size, bool)
+            if changes.size:
+                after = np.searchsorted(changes, lows, side="right")  # the first change past lo
+                one = (after == changes.size) | (changes[np.minimum(after, changes.size - 1)] >= highs)
+            columns = (total.tolist(), top.tolist(), low.tolist(), one.tolist())
+            self.sums = dict(zip(lows.tolist(), zip(*columns, strict=True), strict=True))
+        # per run taken: candidates [lo, k), track id, clock (0 raw, 1 incremental from
+        # `offset`, 2 absolute less `offset`), unit, origin (ns), its name table
+        self.lo: list[int] = []
+        self.hi: list[int] = []
+        self.track: list[int] = []
+        self.clock: list[int] = []
+        self.offset: list[int] = []
+        self.unit: list[int] = []
+        self.origin: list[int] = []
+        self.tables: list[np.ndarray] = []
+        self.own: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}  # run -> its columns
+        self.taken = 0  # column events so far
+        self.one_at: list[int] = []  # per event read one by one: column events before it
+
+    def ones(self, count: int) -> None:
+        self.one_at += [self.taken] * count
+
+    def take(self, lo: int, k: int, sequences: dict[int, _Sequence], events: _Events) -> None:
+        run = len(self.lo)
+        self.lo.append(lo)
+        self.hi.append(k)
+        self.taken += k - lo
+        total, top, low, one = self.sums[lo]
+        state = sequences.get(int(self.seq[lo])) if one else None
+        if one and state is None:
+            state = sequences[int(self.seq[lo])] = _Sequence()
+        table = _name_table(state, events) if state is not None else None
+        # (the plan moves the sequence's clock on: made only for a run computed here)
+        plan = _clock_plan(state, k - lo, total, top, low, int(self.stamp[k - 1])) \
+            if state is not None and table is not None else None
+        if state is None or table is None or plan is None:
+            # several sequences, names past a table, or a clock only Python's integers hold
+            self.own[run] = _event_columns(self.stamp[lo:k], self.seq[lo:k], self.begin[lo:k],
+                                           self.name[lo:k], sequences, events)
+            for column in (self.track, self.clock, self.offset, self.unit, self.origin):
+                column.append(0)
+            self.tables.append(_NO_TABLE)
+            return
+        clock, offset, unit, origin = plan
+        self.track.append(events.track(state.track))
+        self.clock.append(clock)
+        self.offset.append(offset)
+        self.unit.append(unit)
+        self.origin.append(origin)
+        self.tables.append(table)
+
+    def finish(self, events: _Events) -> None:
+        """The runs' columns, with the events read one by one set among them."""
+        if not self.lo:
+            events.flush_one()
+            return
+        lo = np.array(self.lo, np.int64)
+        size = np.array(self.hi, np.int64) - lo
+        m = int(size.sum())
+        run_of = np.repeat(np.arange(lo.size), size)
+        first = np.cumsum(size) - size  # each run's first place among the columns
+        at = lo[run_of] + (np.arange(m) - first[run_of])  # each column event's candidate
+        ticks = self.stamp[at]
+        begin = self.begin[at]
+        clock = np.array(self.clock, np.int8)[run_of]
+        ns = ticks.view(np.int64).copy()  # raw: the timestamp as a signed 64-bit number
+        unit = np.array(self.unit, np.int64)[run_of]
+        origin = np.array(self.origin, np.int64)[run_of]
+        offset = np.array(self.offset, np.int64)[run_of]
+        rising = clock == 1
+        if rising.any():  # within each run, the running sum of its ticks from its offset
+            running = np.cumsum(np.where(rising, ticks.astype(np.int64), 0))
+            before = running[first] - np.where(rising[first], ticks[first].astype(np.int64), 0)
+            ns[rising] = ((running - before[run_of] + offset) * unit + origin)[rising]
+        fixed = clock == 2
+        if fixed.any():
+            ns[fixed] = ((ticks.astype(np.int64) - offset) * unit + origin)[fixed]
+        # names: each run's table, one after another
+        lengths = np.array([t.size for t in self.tables], np.int64)
+        joined = np.concatenate(self.tables)
+        start_of = (np.cumsum(lengths) - lengths)[run_of]
+        iid = self.name[at]
+        inside = iid < lengths[run_of].astype(np.uint64)
+        name_id = np.full(m, -1, np.int64)
+        opens = np.flatnonzero(begin & inside)
+        name_id[opens] = joined[start_of[opens] + iid[opens].astype(np.int64)]
+        computed = np.ones(lo.size, bool)  # a run computed on its own has its names
+        computed[list(self.own)] = False
+        unnamed = np.flatnonzero(begin & (name_id < 0) & computed[run_of])
+        for k in unnamed.tolist():  # not interned on its sequence: named by its id
+            name_id[k] = events.name(f"name {int(iid[k])}")
+        track = np.array(self.track, np.int64)[run_of]
+        kind = np.where(begin, 1, 2).astype(np.int8)
+        for run, (r_track, r_kind, r_ns, r_name) in self.own.items():
+            place = slice(int(first[run]), int(first[run] + size[run]))
+            track[place], kind[place], ns[place], name_id[place] = r_track, r_kind, r_ns, r_name
+        launch = np.zeros(m, bool)
+        if self.one_at:
+            ones = events.one
+            events.one = []
+            where = np.array(self.one_at, np.int64)
+            o_track, o_kind, o_ns, o_name, o_launch = zip(*ones, strict=True)
+            track = np.insert(track, where, np.array(o_track, np.int64))
+            kind = np.insert(kind, where, np.array(o_kind, np.int8))
+            ns = np.insert(ns, where, np.array(o_ns, np.int64))
+            name_id = np.insert(name_id, where, np.array(o_name, np.int64))
+            launch = np.insert(launch, where, np.array(o_launch, bool))
+        events.flush_one()
+        events.chunks.append((track, kind, ns, name_id, launch))
+
+
+#: A run computed on its own has no table.
+_NO_TABLE = np.zeros(0, np.int64)
+
+
+def _name_table(state: _Sequence, events: _Events) -> np.ndarray | None:
+    """The sequence's interned event names as the reader's name ids, by interned id (-1:
+    none), or None when the ids are too large for a table."""
+    if state.table is None:
+        top = max(state.names, default=-1)
+        if top >= 1 << 16 or min(state.names, default=0) < 0:
+            return None
+        table = np.full(top + 1, -1, np.int64)
+        for iid in sorted(state.names):
+            table[iid] = events.name(state.names[iid])
+        state.table = table
+    return state.table
+
+
+def _clock_plan(state: _Sequence, size: int, total: int, top: int, low: int,
+                last: int) -> tuple[int, int, int, int] | None:
+    """How a run of ``size`` events on ``state`` turns its timestamps into ns, as
+    :func:`_times` does, with the run's sum, highest, lowest and last tick: (clock: 0 raw,
+    1 incremental, 2 absolute; offset; unit; origin), the sequence's clock moved on; None
+    where an intermediate could pass int64 (then :func:`_times`, in Python integers)."""
+    if not (64 <= state.clock < 128 and state.base is not None):
+        return 0, 0, 1, 0
+    base, unit, boot = state.base, state.unit, state.boot
+    if state.incremental:
+        if top < 1 << 40 and size < 1 << 20:  # the sum (exact: under 2**60) stays in int64
+            start = state.value - base
+            if (abs(start) + total) * unit + abs(boot) < _SAFE:
+                state.value += total
+                return 1, start, unit, boot
+        return None
+    if top < _SAFE and max(abs(low - base), abs(top - base)) * unit + abs(boot) < _SAFE:
+        state.value = last
+        return 2, base, unit, boot
+    return None
 
 
 def _parse_events(buffer: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -677,7 +867,8 @@ def _parse_layout(buffer: np.ndarray, read: _Reader, starts: np.ndarray) -> tupl
 
 
 def _event_columns(stamp: np.ndarray, seq: np.ndarray, begin: np.ndarray, name: np.ndarray,
-                   sequences: dict[int, _Sequence], events: _Events) -> None:
+                   sequences: dict[int, _Sequence], events: _Events,
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Events of collect's layout (each on a sequence, no clock of its own, on the
     sequence's default track): their times from the sequence clocks, names from the
     sequences' interned names."""
@@ -691,8 +882,7 @@ def _event_columns(stamp: np.ndarray, seq: np.ndarray, begin: np.ndarray, name: 
         track = np.full(m, events.track(state.track), np.int64)
         name_id = np.full(m, -1, np.int64)
         _name_ids(name, begin, state, events, name_id)
-        events.add_columns(track, np.where(begin, 1, 2).astype(np.int8), ns, name_id)
-        return
+        return track, np.where(begin, 1, 2).astype(np.int8), ns, name_id
     ns = np.empty(m, np.int64)
     track = np.empty(m, np.int64)
     name_id = np.full(m, -1, np.int64)
@@ -709,7 +899,7 @@ def _event_columns(stamp: np.ndarray, seq: np.ndarray, begin: np.ndarray, name: 
             iids, where = np.unique(name[opens], return_inverse=True)
             ids = [events.name(state.names.get(iid, f"name {iid}")) for iid in iids.tolist()]
             name_id[opens] = np.array(ids, np.int64)[where]
-    events.add_columns(track, np.where(begin, 1, 2).astype(np.int8), ns, name_id)
+    return track, np.where(begin, 1, 2).astype(np.int8), ns, name_id
 
 
 def _name_ids(name: np.ndarray, begin: np.ndarray, state: _Sequence, events: _Events,
@@ -803,6 +993,7 @@ def _packet_fields(data: bytes, parts: list[tuple[int, int, int]], state: _Seque
         tables = (state.categories, state.names, state.annotation_names)
         for field, iid, name in entries:
             tables[field - 1][iid] = name
+        state.table = None
     if 60 in by_field:
         _track_descriptor(data, *by_field[60], found)
     if 6 in by_field:  # ClockSnapshot: the sequence clock (ids 64-127) against BOOTTIME

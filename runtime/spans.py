@@ -237,7 +237,7 @@ def _parents(t: np.ndarray, depth: np.ndarray, child: np.ndarray) -> np.ndarray 
             mine = depth == level
             parent_of[mine] = last[mine]
             del last, mine
-        parent = parent_of[child]
+        parent: np.ndarray = parent_of[child]
         del parent_of, place
         # none before it one level up, or the last such span on an earlier track
         if (parent < 0).any() or (t[parent] != t[child]).any():
@@ -261,7 +261,8 @@ def _parents(t: np.ndarray, depth: np.ndarray, child: np.ndarray) -> np.ndarray 
     del ranked
     if ((k < 0) | (parent_key // (n + 1) != probe // (n + 1))).any():
         return None
-    return parent_key % (n + 1)
+    found: np.ndarray = parent_key % (n + 1)
+    return found
 
 
 def _order(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> np.ndarray | None:

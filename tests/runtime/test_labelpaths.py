@@ -49,7 +49,10 @@ def test_a_child_outside_its_parent_is_counted_inside_or_elsewhere_is_not() -> N
     assert outside_parent(LABELS, *_spans([(2, 0, 0, 5), (0, 0, 0, 9)])) == []
 
 
-def _outside_by_hand(labels: list[str], rows: list[tuple[int, int, float, float]]) -> list[tuple[str, str, int]]:
+Row = tuple[int, int, float, float]
+
+
+def _outside_by_hand(labels: list[str], rows: list[Row]) -> list[tuple[str, str, int]]:
     """The rule span by span: a child span (its parent label recorded, on a core that ran
     it) is outside when the last parent span starting by its start on its core (of those
     starting together, the last) does not end by its end."""

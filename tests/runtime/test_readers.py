@@ -151,6 +151,70 @@ def test_begins_and_ends_pair_as_a_stack_per_track(tmp_path: Path, monkeypatch: 
     assert slow.spans == expected and slow.unclosed == unclosed
 
 
+def _blocks(rng: np.random.Generator) -> bytes:
+    """Sequences written a block at a time (collect's shape: a core's events in a row),
+    each on its own clock — none (raw timestamps), incremental, absolute — with what makes
+    a run leave the common way: a tick past 2**40, interned ids past 16 bits, names
+    interned again between two runs, begins naming ids never interned, events with a name
+    of their own (read one by one), a sequence coming back after another's block."""
+    u, b, s = pf.uint_field, pf.bytes_field, pf.string_field
+    out = [pf.packet(b(60, u(1, 1 << 20) + b(3, u(1, 1) + s(6, "Rank 0"))))]
+    sequences = int(rng.integers(1, 5))
+    modes = [str(rng.choice(["raw", "incremental", "absolute"])) for _ in range(sequences)]
+    clock = [0] * sequences
+    for block in range(int(rng.integers(1, 8))):
+        q = int(rng.integers(sequences))
+        uuid = (1 << 20) + 1 + q
+        big = bool(rng.random() < 0.2)
+        first_iid = (1 << 16) if big else 1
+        names = {first_iid + k: f"n{k}.{block}" for k in range(3)}
+        interned = b(12, b"".join(b(2, u(1, iid) + s(2, name)) for iid, name in names.items()))
+        if clock[q] == 0 or rng.random() < 0.3:  # (again) from the start: descriptor, defaults, clock
+            thread = b(4, u(1, 1) + u(2, q + 1) + s(5, f"AIC {q}"))
+            out.append(pf.packet(b(60, u(1, uuid) + u(5, 1 << 20) + thread)))
+            out.append(pf.packet(u(10, q + 1), u(13, 1), b(59, u(58, 64) + b(11, u(11, uuid))), interned))
+            clock[q] = 1000 * (q + 1)
+            if modes[q] != "raw":
+                mine = u(1, 64) + u(2, clock[q]) + u(4, 3) + (u(3, 1) if modes[q] == "incremental" else b"")
+                out.append(pf.packet(u(10, q + 1), b(6, b(1, mine) + b(1, u(1, 6) + u(2, 7 * q)))))
+        else:  # names interned again on the running sequence
+            out.append(pf.packet(u(10, q + 1), interned))
+        for _ in range(int(rng.integers(1, 120))):
+            delta = int(rng.choice([1, 3, 700, 1 << 41])) if rng.random() < 0.05 else int(rng.integers(0, 50))
+            clock[q] += delta
+            stamp = delta if modes[q] == "incremental" else clock[q]
+            roll = rng.random()
+            if roll < 0.45:
+                iid = int(rng.choice([*names, 9]))
+                body = u(10, iid) + u(9, 1)
+            elif roll < 0.5:
+                body = s(23, "own name") + u(9, 1)
+            else:
+                body = u(9, 2)
+            out.append(pf.packet(u(8, stamp), u(10, q + 1), b(11, body)))
+    return b"".join(out)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_runs_on_their_sequences_read_as_packet_by_packet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          seed: int) -> None:
+    """Runs of column packets on one sequence each, their columns computed for a whole
+    chunk at once, read what the packet-by-packet reader reads, in whole and small chunks."""
+    rng = np.random.default_rng(100 + seed)
+    path = tmp_path / "t.pftrace"
+    path.write_bytes(_blocks(rng))
+    with monkeypatch.context() as patch:
+        packet_by_packet(patch)
+        expected = perfetto_read.read_spans(path)
+    for chunk in (1 << 17, int(rng.integers(1, 40))):
+        with monkeypatch.context() as patch:
+            patch.setattr(perfetto_read, "_CHUNK", chunk)
+            found = perfetto_read.read_spans(path)
+        assert found.spans == expected.spans  # ends' order kept too
+        assert (found.unclosed, found.launches, found.instants) == (expected.unclosed, expected.launches,
+                                                                     expected.instants)
+
+
 def _laminar(rng: np.random.Generator, tracks: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     ts: list[float] = []
     dur: list[float] = []
@@ -491,7 +555,8 @@ def test_launch_slices_holding_spans_as_when_sorted_together(many_tracks: bool, 
 
 
 @pytest.mark.parametrize("shape", ["one launch a track", "some tracks without", "spans outside", "several"])
-def test_launch_rows_said_of_tracks_are_those_said_of_spans(shape: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_launch_rows_said_of_tracks_are_those_said_of_spans(shape: str,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """Rows found a track at a time (every span of a track in its one launch slice) are
     the rows found span by span: names, launches, each span's row, the slices' rows; and
     where a track's spans fall partly outside its slice, or a track has several, the
@@ -507,7 +572,8 @@ def test_launch_rows_said_of_tracks_are_those_said_of_spans(shape: str, monkeypa
         s_start = rng.integers(0, 50, sliced.size).astype(np.float64)
         s_end = s_start + rng.integers(20, 40, sliced.size)
         names = [f"launch {int(x)}" for x in rng.integers(0, 3, sliced.size)]
-        slices = [(int(t), float(a), float(b), n) for t, a, b, n in zip(sliced, s_start, s_end, names, strict=True)]
+        slices = [(int(t), float(a), float(b), n)
+                  for t, a, b, n in zip(sliced, s_start, s_end, names, strict=True)]
         n = int(rng.integers(1, 200))
         track = rng.integers(0, tracks, n)
         begin_of = dict(zip(sliced.tolist(), s_start.tolist(), strict=False))
@@ -529,7 +595,10 @@ def test_launch_rows_said_of_tracks_are_those_said_of_spans(shape: str, monkeypa
     assert (took > 100) == (shape in ("one launch a track", "some tracks without")), took
 
 
-def _slice_columns(slices: list[tuple[int, float, float, str]], launches: list[str]) -> tuple[np.ndarray, ...]:
+Slice = tuple[int, float, float, str]
+
+
+def _slice_columns(slices: list[Slice], launches: list[str]) -> tuple[np.ndarray, ...]:
     ids = {name: k for k, name in enumerate(launches)}
     return (np.array([t for t, _, _, _ in slices], np.int64), np.array([a for _, a, _, _ in slices]),
             np.array([b for _, _, b, _ in slices]), np.array([ids[n] for _, _, _, n in slices], np.int64))
