@@ -381,6 +381,9 @@ def _read(data: bytes, progress: Callable[[int, int], None] | None = None) -> tu
     candidates: list[int] = []  # ... and those stepped to since the last run
     count = 0  # candidates in the chunk
     others: list[int] = []  # starts of the other packets, in order
+    # Packets stepped through before a run is looked for as columns: fewer right after a
+    # long run (the next core's events follow its few descriptor packets).
+    quota = _STEPPED
     while i < n:
         try:  # a run of short packets, [0x0A len<128] ...: event packets, most likely
             stepped = 0
@@ -393,9 +396,10 @@ def _read(data: bytes, progress: Callable[[int, int], None] | None = None) -> tu
                 candidates.append(i)
                 i += 2 + size
                 stepped += 1
-                if stepped == _STEPPED:  # a long run: its rest as columns
+                if stepped >= quota:  # a long run: its rest as columns
                     stepped = 0
                     run, i = _short_run(buffer, i)
+                    quota = _STEPPED_AFTER_LONG if run.size >= _LONG_RUN else _STEPPED
                     if run.size:
                         count += len(candidates) + run.size
                         runs += [np.array(candidates, np.int64), run]
@@ -428,6 +432,8 @@ def _read(data: bytes, progress: Callable[[int, int], None] | None = None) -> tu
 #: hundred, so a short run (another producer's, one between two long packets) is not
 #: charged for it.
 _STEPPED = 64
+#: ... and after a run of this many or more (a core's events), this many.
+_LONG_RUN, _STEPPED_AFTER_LONG = 256, 2
 #: Bytes :func:`_short_run` looks at first (a core's events of a launch are ~15 KB in
 #: collect's traces), growing 4x a window up to the last.
 _WINDOW_FIRST, _WINDOW_LAST = 1 << 14, 1 << 20

@@ -431,6 +431,7 @@ def test_runs_found_as_columns_are_the_packets_stepped_through(
     monkeypatch.setattr(perfetto_read, "_short_run", counted)
     # windows of a few packets: runs cross them, and stray candidates sit at their ends
     monkeypatch.setattr(perfetto_read, "_STEPPED", int(rng.integers(1, 8)))
+    monkeypatch.setattr(perfetto_read, "_LONG_RUN", int(rng.integers(1, 300)))  # then fewer steps
     monkeypatch.setattr(perfetto_read, "_WINDOW_FIRST", int(rng.integers(3, 40)))
     monkeypatch.setattr(perfetto_read, "_WINDOW_LAST", int(rng.integers(40, 300)))
     monkeypatch.setattr(perfetto_read, "_CHUNK", int(rng.integers(50, 2000)))
