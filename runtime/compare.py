@@ -34,7 +34,7 @@ import numpy as np
 
 from .errors import ProfilingInputError
 from .numbers import EXPECT_PERCENT, REGRESSION_PERCENT, NumberError, Range, check_optional
-from .spans import PROCESSING, RunSettings, SpanTable
+from .spans import PROCESSING, RunSettings, SpanTable, unique_small
 
 ACHIEVED = "achieved"
 PARTIAL = "partial"
@@ -107,7 +107,7 @@ def launch_times(table: SpanTable) -> LaunchTimes:
     n_labels = len(table.labels)
     # Per (core, label) present: the label's total on that core; sparse, as a big run
     # has ~10^6 cores and dozens of labels.
-    pairs, inverse = np.unique(table.track.astype(np.int64) * n_labels + table.label, return_inverse=True)
+    pairs, inverse = unique_small(table.track.astype(np.int64) * n_labels + table.label)
     totals = np.bincount(inverse.ravel(), weights=table.dur, minlength=pairs.size)
     track, label = pairs // n_labels, pairs % n_labels
     launch = table.track_launch[track]

@@ -589,7 +589,7 @@ def _by_first_use(ids: np.ndarray, size: int) -> np.ndarray:
     return used[np.argsort(first[used])]
 
 
-def _unique_small(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def unique_small(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """np.unique(keys, return_inverse=True) of non-negative keys: by a table where the
     keys are few enough (rows x launches), else by np.unique's sort."""
     if keys.size and int(keys.min()) >= 0 and int(keys.max()) < max(1 << 16, 4 * keys.size):
@@ -665,7 +665,7 @@ def launch_rows(
             own = launch_ids.setdefault(f"process {real[k][1]}", len(launch_ids))
             unit_launch[(unit_track == k) & (unit_launch < 0)] = own
     width = len(launch_ids) + 1
-    pairs, row = _unique_small(unit_track * width + unit_launch)
+    pairs, row = unique_small(unit_track * width + unit_launch)
     pair_track, pair_launch = pairs // width, pairs % width
     processes: dict[Any, int] = {}
     for key, _, _ in real:
