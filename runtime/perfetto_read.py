@@ -456,8 +456,8 @@ def _short_run(buffer: np.ndarray, i: int) -> tuple[np.ndarray, int]:
         stop = min(n - 2, i + window)  # starts looked at: i .. stop - 1
         width = stop - i
         seg = buffer[i : stop + 2]
-        starts = (seg[:width] == 0x0A) & (seg[1 : width + 1] < 0x80) & (seg[2 : width + 2] == 0x40)
-        at = np.flatnonzero(starts)
+        at = np.flatnonzero(seg[:width] == 0x0A)  # then the next two bytes of those only
+        at = at[(seg[at + 1] < 0x80) & (seg[at + 2] == 0x40)]
         after = at + 2 + seg[at + 1]  # where each candidate's packet ends
         breaks = np.flatnonzero(after[:-1] != at[1:]).tolist()
         breaks.append(at.size - 1)
