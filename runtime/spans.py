@@ -571,6 +571,10 @@ def _by_row_start_longest(row: np.ndarray, start: np.ndarray, end: np.ndarray) -
     return order
 
 
+#: Places of the first block :func:`_by_first_use` looks through (then twice as many).
+_FIRST_BLOCK = 1 << 14
+
+
 def _by_first_use(ids: np.ndarray, size: int) -> np.ndarray:
     """The distinct ids (each in range(size)) in the order they first come: what
     np.unique(ids, return_index=True) gives put in order of the index, without a sort of
@@ -582,8 +586,17 @@ def _by_first_use(ids: np.ndarray, size: int) -> np.ndarray:
         # looked at — a few per track for a table's tracks, whose spans come in runs.
         at = np.concatenate([np.zeros(1, np.int64), np.flatnonzero(changes) + 1])
         np.minimum.at(first, ids[at], at)
-    else:
-        np.minimum.at(first, ids, np.arange(ids.size))
+    elif ids.size:
+        # Ids that change at almost every place (a table's labels): the first places of
+        # those present are found in the first blocks, growing, until none is missing.
+        missing = int(np.count_nonzero(np.bincount(ids, minlength=size)))
+        lo, block = 0, _FIRST_BLOCK
+        while missing and lo < ids.size:
+            seen, where = np.unique(ids[lo : lo + block], return_index=True)
+            new = first[seen] == ids.size
+            first[seen[new]] = where[new] + lo
+            missing -= int(np.count_nonzero(new))
+            lo, block = lo + block, 2 * block
     del changes
     used = np.flatnonzero(first < ids.size)
     return used[np.argsort(first[used])]
