@@ -512,8 +512,7 @@ def load_perfetto_trace(path: Path, found: perfetto_read.PerfettoSpans | None = 
         parent = parents[uuid]
         pid = found.process_pids.get(parent) if parent is not None else None
         fallback.append(pid_launch.get(pid) if pid is not None else None)
-    rows = launch_rows(track_col, starts / 1000.0, ends / 1000.0, real,
-                       launch_slices, fallback)
+    rows = launch_rows(track_col, starts, ends, real, launch_slices, fallback, per_us=1000.0)
     del track_col
     order = _by_row_start_longest(rows.track, starts, ends)
     labels = [found.names[k] for k in used.tolist()]
@@ -640,7 +639,7 @@ class LaunchRows:
 
 def launch_rows(
     track: np.ndarray, ts: np.ndarray, end: np.ndarray, real: list[tuple[Any, str, str]],
-    slices: list[tuple[int, float, float, str]], fallback: list[str | None],
+    slices: list[tuple[int, float, float, str]], fallback: list[str | None], per_us: float = 1.0,
 ) -> LaunchRows:
     """The spans of a trace by row: a trace track's spans of one launch each.
 
@@ -651,7 +650,8 @@ def launch_rows(
     launches, and come rank by rank, each rank's launches in time order. A trace without
     launch slices (written before traces had them: a process per rank file) keeps its
     tracks as rows, each in its process's launch: ``fallback`` (the rank table's, per
-    track) or the process itself."""
+    track) or the process itself. ``ts`` and ``end`` are in units ``per_us`` to the µs
+    (a trace's ns: divided a track at a time where that is enough, not span by span)."""
     launch_ids: dict[str, int] = {}
     if not slices:
         column = [launch_ids.setdefault(fallback[k] or f"process {process}", len(launch_ids))
@@ -667,8 +667,10 @@ def launch_rows(
     # What follows is said of units: the spans themselves, or — when every span of a
     # track lies in the one launch of that track (a trace's usual shape) — the tracks,
     # each standing for its spans (a track's sums, no column over every span).
-    per_track = _launch_by_track(track, ts, end, s_track, s_start, s_end, s_launch)
+    per_track = _launch_by_track(track, ts, end, s_track, s_start, s_end, s_launch, per_us)
     if per_track is None:
+        if per_us != 1.0:
+            ts, end = ts / per_us, end / per_us
         unit_track, unit_first, span_unit = track, ts, None
         unit_launch = _held_by(track, ts, end, s_track, s_start, s_end, s_launch)
     else:
@@ -774,7 +776,7 @@ def _held_by(track: np.ndarray, ts: np.ndarray, end: np.ndarray, s_track: np.nda
 
 
 def _launch_by_track(track: np.ndarray, ts: np.ndarray, end: np.ndarray, s_track: np.ndarray,
-                     s_start: np.ndarray, s_end: np.ndarray, s_launch: np.ndarray,
+                     s_start: np.ndarray, s_end: np.ndarray, s_launch: np.ndarray, per_us: float = 1.0,
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """What :func:`_held_by` finds, said of tracks, where it is one launch a track: each
     track with spans (in order), its launch (-1: no slice on it), its first span's start,
@@ -793,10 +795,15 @@ def _launch_by_track(track: np.ndarray, ts: np.ndarray, end: np.ndarray, s_track
     if int(count.max()) != 1:
         return None
     spans_on = np.bincount(track, minlength=top)
+    # Each track's earliest start and latest end, in µs: a monotonic division of the
+    # extremes is the extreme of the divided times.
     low = np.full(top, np.inf)
     np.minimum.at(low, track, ts)
     high = np.full(top, -np.inf)
     np.maximum.at(high, track, end)
+    if per_us != 1.0:
+        low /= per_us
+        high /= per_us
     begins = np.full(top, np.inf)
     begins[s_track] = s_start
     finishes = np.full(top, -np.inf)

@@ -587,6 +587,11 @@ def test_launch_rows_said_of_tracks_are_those_said_of_spans(shape: str,
             end[rng.random(n) < 0.05] += 100
         fallback: list[str | None] = [None] * tracks
         got = spans.launch_rows(track, ts, end, real, slices, fallback)
+        # the times in ns, divided by launch_rows (a track at a time where it can)
+        in_ns = spans.launch_rows(track, (ts * 1000).astype(np.int64), (end * 1000).astype(np.int64), real,
+                                  slices, fallback, per_us=1000.0)
+        assert in_ns.names == got.names and in_ns.by_track == got.by_track
+        assert in_ns.track.tolist() == got.track.tolist()
         with monkeypatch.context() as patch:
             patch.setattr(spans, "_launch_by_track", lambda *a: None)
             expected = spans.launch_rows(track, ts, end, real, slices, fallback)
