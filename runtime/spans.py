@@ -797,13 +797,10 @@ def _launch_by_track(track: np.ndarray, ts: np.ndarray, end: np.ndarray, s_track
     spans_on = np.bincount(track, minlength=top)
     # Each track's earliest start and latest end, in µs: a monotonic division of the
     # extremes is the extreme of the divided times.
-    low = np.full(top, np.inf)
-    np.minimum.at(low, track, ts)
-    high = np.full(top, -np.inf)
-    np.maximum.at(high, track, end)
-    if per_us != 1.0:
-        low /= per_us
-        high /= per_us
+    # (in the times' own type: ufunc.at is fast only without a cast, and a monotonic
+    # conversion of the extremes is the extreme of the converted times)
+    low = _extremes(np.minimum, track, ts, top) / per_us
+    high = _extremes(np.maximum, track, end, top) / per_us
     begins = np.full(top, np.inf)
     begins[s_track] = s_start
     finishes = np.full(top, -np.inf)
@@ -825,6 +822,22 @@ def _launch_by_track(track: np.ndarray, ts: np.ndarray, end: np.ndarray, s_track
         where[used] = np.arange(used.size)
         place = where[track]
     return used, np.where(inside, launch[used], -1), low[used], place
+
+
+def _extremes(ufunc: np.ufunc, track: np.ndarray, values: np.ndarray, top: int) -> np.ndarray:
+    """Per track (of ``top``), the least (``np.minimum``) or greatest (``np.maximum``) of
+    its values, as float64; a track without values holds the identity (±inf)."""
+    lowest = ufunc is np.minimum
+    if values.dtype.kind in "iu":
+        info = np.iinfo(values.dtype)
+        out = np.full(top, info.max if lowest else info.min, values.dtype)
+        ufunc.at(out, track, values)
+        found = out.astype(np.float64)
+        found[np.bincount(track, minlength=top) == 0] = np.inf if lowest else -np.inf
+        return found
+    out = np.full(top, np.inf if lowest else -np.inf, np.float64)
+    ufunc.at(out, track, values)
+    return out
 
 
 def _held_by_sorted(track: np.ndarray, ts: np.ndarray, end: np.ndarray, s_track: np.ndarray,
