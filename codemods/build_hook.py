@@ -520,6 +520,14 @@ cmake --build "${BUILD_DIR}" -j
 
 # A script copying the kernels into a build tree (ranks the build scripts found).
 _COPIES_KERNELS_RE = re.compile(rb"\b(cp|rsync|copy)\b[^\n]*(op_kernel|ascend_kernels|\$\{?\w*kernel)", re.I)
+# What ranks a build script whatever the operator, kept by content in the index's store:
+# the line the search shows it at, and whether it copies the kernels ("<line> <0|1>").
+_RANK_KIND = "build-hook-rank1"
+
+
+def _rank_facts(data: bytes | None) -> str:
+    line = SearchContext.at(Path(), data, BUILD_RE.pattern, "").line
+    return f"{line} {1 if data is not None and _COPIES_KERNELS_RE.search(data) else 0}"
 
 
 class BuildHookLayer(FileLayer):
@@ -544,12 +552,22 @@ class BuildHookLayer(FileLayer):
         """The repository's scripts building kernels; the one that copies the kernels
         into a build tree is where the hook goes: ranked first (names the op, copies
         op_kernel, is a shell script), then shallower paths."""
-        scripts = [ctx.at(path, ctx.data(path), BUILD_RE.pattern, "copies / builds the kernels")
-                   for path in ctx.index.build_scripts()]
+        # Every operator asks this of the same scripts (~1,500 in ops-nn): what does not
+        # depend on the operator is derived once per script content (the store: a script
+        # apply edited is read again), and the op's names are looked up in the scripts'
+        # words (`build_scripts_naming_op`) instead of searching every script's bytes.
+        paths = ctx.index.build_scripts()
+        store = ctx.index.content()
+        facts = [store.derived(path, _RANK_KIND, _rank_facts).split(" ") for path in paths]
+        store.flush()
+        scripts = [LayerFile(path, int(line), "copies / builds the kernels")
+                   for path, (line, _) in zip(paths, facts, strict=True)]
         if len(scripts) > 1:
+            named = ctx.build_scripts_naming_op()
+            copies = {path for path, (_, copy) in zip(paths, facts, strict=True) if copy == "1"}
+
             def score(f: LayerFile) -> tuple[int, int]:
-                data = ctx.data(f.path) or b""
-                s = (4 if ctx.op_word.search(data) else 0) + (2 if _COPIES_KERNELS_RE.search(data) else 0)
+                s = (4 if f.path in named else 0) + (2 if f.path in copies else 0)
                 s += 1 if f.path.suffix in (".sh", ".bash") else 0
                 return (-s, len(f.path.parts))
 

@@ -238,6 +238,27 @@ def _builds(data: bytes | None) -> str:
     return "1" if _builds_kernels(data or b"") else "0"
 
 
+# What the index keeps of a build script: the words it names as a bytes regular expression
+# sees them — its maximal runs of `\w` (`[A-Za-z0-9_]`), case kept — one per line, sorted.
+# A pattern `\b(?:...)\b` whose alternatives match only word bytes matches a script exactly
+# when it matches one of these words whole (`SearchContext.build_scripts_naming_op`).
+SCRIPT_WORDS_KIND = "script-words1"
+_TO_WORD_BYTES = bytes(b if b in b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_" else 32
+                       for b in range(256))
+
+
+def _script_words(data: bytes | None) -> str:
+    if data is None:
+        return ""
+    return b"\n".join(sorted(set(data.translate(_TO_WORD_BYTES).split()))).decode("ascii")
+
+
+def word_key(word: bytes) -> bytes:
+    """A word's normal form for the build scripts' word index: lower case, no `_`. Every
+    spelling `op_name_pattern` matches of a name has the normal form of the name."""
+    return word.replace(b"_", b"").lower()
+
+
 @dataclass
 class RepoIndex:
     """One walk over a repository: its searchable files, build scripts and C++ sources.
@@ -262,6 +283,10 @@ class RepoIndex:
     _answers: dict[tuple[bytes, ...], list[Path]] = field(default_factory=dict)
     _scripts_by_folder: dict[Path, list[Path]] | None = None
     _hashed: frozenset[str] | None = None
+    # The build scripts' words (`build_script_words`): what each script's entry held when
+    # it was indexed, and the scripts naming each word, by the word's normal form.
+    _script_words_of: dict[Path, str] = field(default_factory=dict)
+    _scripts_by_word: dict[bytes, dict[bytes, set[Path]]] = field(default_factory=dict)
 
     def content(self) -> ContentStore:
         """The store of what is derived from this repository's files (opened once)."""
@@ -276,6 +301,39 @@ class RepoIndex:
             self._build_scripts = [p for p in self.scripts if store.derived(p, "builds1", _builds) == "1"]
             store.flush()
         return self._build_scripts
+
+    def build_script_words(self) -> dict[bytes, dict[bytes, set[Path]]]:
+        """The words the build scripts name now (`SCRIPT_WORDS_KIND`): normal form
+        (`word_key`) -> word -> the scripts naming it. Every operator's build-hook search
+        asks this of the same ~1,500 scripts of a large repository: each script's words
+        are derived once per content (in the user cache), and each call costs one `stat`
+        a script — a script apply edited since the last call (a new signature) is read
+        again and its entries replaced, so no answer is older than the script's bytes."""
+        store = self.content()
+        by_word = self._scripts_by_word
+        derived = False
+        for path in self.build_scripts():
+            listed = store.derived(path, SCRIPT_WORDS_KIND, _script_words)
+            before = self._script_words_of.get(path)
+            if listed == before:
+                continue
+            derived = True
+            if before:
+                for word in before.encode("ascii").split(b"\n"):
+                    key = word_key(word)
+                    naming = by_word[key][word]
+                    naming.discard(path)
+                    if not naming:
+                        del by_word[key][word]
+                        if not by_word[key]:
+                            del by_word[key]
+            if listed:
+                for word in listed.encode("ascii").split(b"\n"):
+                    by_word.setdefault(word_key(word), {}).setdefault(word, set()).add(path)
+            self._script_words_of[path] = listed
+        if derived:
+            store.flush()
+        return by_word
 
     @classmethod
     def build(cls, root: Path) -> RepoIndex:
@@ -311,6 +369,7 @@ class RepoIndex:
         scripts): for a parent process about to start workers."""
         self._contents()
         self.build_scripts()
+        self.build_script_words()
 
     def _contents(self) -> list[str]:
         if self._words is None:
@@ -749,6 +808,10 @@ def _torch_names(index: RepoIndex, op_name: str, launchers: set[str]) -> list[st
     return names
 
 
+# A name `op_word` spells with word bytes only (`build_scripts_naming_op`).
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_]+")
+
+
 def _names_alternation(names: list[str]) -> bytes:
     return rb"(?:" + rb"|".join(re.escape(n.encode()) for n in names) + rb")"
 
@@ -801,6 +864,33 @@ class SearchContext:
         self.any_name = _names_alternation(self.names)
         # The op named in any spelling, or one of its torch names, as a whole word.
         self.op_word = re.compile(rb"\b(?:" + self.camel + rb"|" + self.any_name + rb")\b")
+        # Names that are plain identifiers: the normal forms of the words `op_word` matches
+        # (see `build_scripts_naming_op`); None when a name is not one.
+        plain = all(_PLAIN_NAME.fullmatch(n) for n in self.names)
+        self._word_keys = frozenset(word_key(n.encode()) for n in self.names) if plain else None
+
+    def build_scripts_naming_op(self) -> set[Path]:
+        """The repository's build scripts in which `op_word` finds a match.
+
+        Without reading them: when the op's names are plain identifiers, each alternative
+        of `op_word` matches one word byte or more and nothing else (`op_name_pattern`
+        spells a name as each letter in either case, its digits and `_*` between them; a
+        torch name is itself). A match between two `\\b` of nothing but word bytes is a
+        maximal run of them, so `op_word` matches a script exactly when it matches one of
+        the script's words whole (`RepoIndex.build_script_words`), and that word has the
+        normal form (`word_key`) of one of the names: only those words are tried. A name
+        that is not plain (a `-`, a letter outside ASCII) has every script searched, as
+        before: only the directory's name can be one (torch names are `\\w+`), and with
+        it searched in every script, its plain torch names cost nothing more there."""
+        if self._word_keys is None:
+            return {p for p in self.index.build_scripts() if self.op_word.search(self.data(p) or b"")}
+        by_word = self.index.build_script_words()
+        found: set[Path] = set()
+        for key in self._word_keys:
+            for word, scripts in by_word.get(key, {}).items():
+                if self.op_word.fullmatch(word):
+                    found |= scripts
+        return found
 
     def data(self, path: Path) -> bytes | None:
         """The file's bytes (None: unreadable, too large or binary), read once."""

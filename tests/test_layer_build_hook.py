@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import os
+import random
 import shutil
 import subprocess
 from pathlib import Path
@@ -11,8 +13,17 @@ from pathlib import Path
 import pytest
 from layer_snippets import make_repo, run
 
-from optrace.codemods.build_hook import build_hook_edits, hook_command
+from optrace.codemods.build_hook import _COPIES_KERNELS_RE, BuildHookLayer, build_hook_edits, hook_command
 from optrace.codemods.strip import strip_bytes
+from optrace.engine.discovery import (
+    BUILD_RE,
+    LayerFile,
+    Layers,
+    SearchContext,
+    _script_words,
+    camel_case,
+    word_key,
+)
 
 COPYING = """\
 #!/bin/bash
@@ -174,3 +185,103 @@ def test_a_configured_cmake_file_the_walk_skips_still_finds_its_driver(tmp_path:
     (tmp_path / "repo" / "optrace.toml").write_text('[layers]\nbuild_script = [".build/CMakeLists.txt"]\n')
     after = run(build_hook_edits, op)
     assert list(after) == [".build/drive.sh"], list(after)
+
+
+# --- ranking the repository's build scripts (issue #30: per run, not per operator) -----
+
+RANKED = {
+    # the op in CamelCase, in a comment of a script that only builds
+    "a/build_camel.sh": "#!/bin/bash\n# builds the DemoOp kernels\ncmake --build op_kernel\n",
+    # in snake case, in a CMake file deeper down
+    "b/deep/er/ops.cmake": "ascendc_library(demo_op STATIC x.cpp)\n",
+    # only inside longer words: never the op
+    "c/substring.sh": "#!/bin/bash\n# op_kernel of demo_op_v2, MyDemoOpGrad, _demo_op, demo_opx\ncmake .\n",
+    # copies the kernels, CRLF line ends, names nothing
+    "d/copy.sh": "#!/bin/bash\r\nset -e\r\ncp -r \"${SRC}/op_kernel\" \"${DST}\"\r\n",
+    # the op spelled with its acronyms and a `-` or a non-ASCII letter around it
+    "e/CMakeLists.txt": "add_subdirectory(op_host) # DEMO_OP-stuff \u00e9DemoOP\u00e9\n",
+    # builds, names nothing
+    "f/g/h/CMakeLists.txt": "add_subdirectory(op_host)\n",
+    # copies the kernels and names the op next to a CR
+    "copy_named.sh": "#!/bin/bash\r\ncp -r op_kernel/* \"${DST}\"\r\n# demo_op\r\n",
+}
+
+
+def _context(op_dir: Path, name: str = "demo_op") -> SearchContext:
+    root = op_dir.parent.parent
+    return SearchContext(Layers(name, camel_case(name), op_dir, root), [])
+
+
+def _regex_ranking(ctx: SearchContext) -> list[LayerFile]:
+    """The ranking as the search made it before it kept anything per run: every script
+    read and searched with `op_word` and `_COPIES_KERNELS_RE` for every operator."""
+    scripts = [ctx.at(path, ctx.data(path), BUILD_RE.pattern, "copies / builds the kernels")
+               for path in ctx.index.build_scripts()]
+
+    def score(f: LayerFile) -> tuple[int, int]:
+        data = ctx.data(f.path) or b""
+        s = (4 if ctx.op_word.search(data) else 0) + (2 if _COPIES_KERNELS_RE.search(data) else 0)
+        s += 1 if f.path.suffix in (".sh", ".bash") else 0
+        return (-s, len(f.path.parts))
+
+    return sorted(scripts, key=score)
+
+
+def _ranked(ctx: SearchContext) -> list[str]:
+    root = ctx.layers.repo_root
+    return [f"{f.path.relative_to(root).as_posix()}:{f.line}" for f in BuildHookLayer().search(ctx)]
+
+
+def test_the_build_scripts_rank_as_a_regex_search_of_each_ranks_them(tmp_path: Path) -> None:
+    op = make_repo(tmp_path, RANKED)
+    ctx = _context(op)
+    assert ctx._word_keys == {b"demoop"}
+    assert BuildHookLayer().search(ctx) == _regex_ranking(ctx)
+    # the op named (4) + copies (2) + shell (1), then the shallower path first
+    assert _ranked(ctx) == ["copy_named.sh:2", "a/build_camel.sh:3", "e/CMakeLists.txt:1",
+                            "b/deep/er/ops.cmake:1", "d/copy.sh:3", "c/substring.sh:2",
+                            "f/g/h/CMakeLists.txt:1"]
+    # a name that is not a plain identifier: every script searched, the same ranking
+    odd = _context(op, "demo-op")
+    assert odd._word_keys is None
+    assert BuildHookLayer().search(odd) == _regex_ranking(odd)
+
+
+@pytest.mark.parametrize("name", ["demo_op", "gather_v2", "_lead", "ab__c", "x"])
+def test_the_words_answer_what_a_search_of_the_bytes_answers(tmp_path: Path, name: str) -> None:
+    """`op_word` finds a match in some bytes exactly when it matches one of their words
+    whole, among the words of the names' normal form."""
+    op = make_repo(tmp_path, {})
+    ctx = _context(op, name)
+    keys = ctx._word_keys
+    assert keys is not None
+    rng = random.Random(name)
+    pieces = [name, name.upper(), camel_case(name), name.replace("_", ""), "_", "__", "-", " ", "x",
+              "9", "\r\n", "\u00e9", "$", "Op", "v2", "/"]
+    for _ in range(3000):
+        data = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 6))).encode()
+        words = _script_words(data).encode().split(b"\n")
+        by_words = any(ctx.op_word.fullmatch(w) for w in words if word_key(w) in keys)
+        assert by_words == bool(ctx.op_word.search(data)), data
+
+
+def test_a_build_script_edited_in_the_run_is_ranked_by_its_new_bytes(tmp_path: Path) -> None:
+    """Apply edits a build script between two operators of one command (the same index):
+    the next search ranks it by what it holds now."""
+    op = make_repo(tmp_path, RANKED)
+    root = tmp_path / "repo"
+    before = _context(op)
+    assert _ranked(before)[-1] == "f/g/h/CMakeLists.txt:1"
+    # as apply writes: a new file put in place of the old one
+    target = root / "f/g/h/CMakeLists.txt"
+    tmp = target.with_name(".optrace-tmp")
+    tmp.write_bytes(b"# DemoOp\ncp -r op_kernel/ build/\n")
+    os.replace(tmp, target)
+    # and one rewritten in place (another size)
+    (root / "c/substring.sh").write_bytes(b"#!/bin/bash\n\n\n# op_kernel of DEMO_OP\ncmake .\n")
+    after = _context(op)
+    assert after.index is before.index
+    assert BuildHookLayer().search(after) == _regex_ranking(after)
+    assert _ranked(after) == ["copy_named.sh:2", "f/g/h/CMakeLists.txt:2", "a/build_camel.sh:3",
+                              "c/substring.sh:4", "e/CMakeLists.txt:1", "b/deep/er/ops.cmake:1",
+                              "d/copy.sh:3"]
