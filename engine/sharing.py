@@ -37,6 +37,7 @@ def operators_including(root: Path, headers: list[Path], own: Path) -> dict[Path
     search = HeaderSearch(root, index.sources)
     wanted = {h.resolve() for h in headers}
     names = {os.fsencode(h.name) for h in headers}
+    listed_names = {h.name for h in headers}  # as `_included_names` lists them (fsdecoded)
     found: dict[Path, set[Path]] = {h.resolve(): set() for h in headers}
     own_real = own.resolve()
     # One resolve per operator directory, not per source: a repository has ~10k sources.
@@ -45,8 +46,8 @@ def operators_including(root: Path, headers: list[Path], own: Path) -> dict[Path
         for includer in paths:
             # Only a file including one of the names by a quoted directive is read (what
             # each source includes is kept in the user cache by content hash).
-            listed = store.derived(includer, INCLUDES_KIND, _included_names).split("\n")
-            if not names & {os.fsencode(n) for n in listed}:
+            listed = store.derived(includer, INCLUDES_KIND, _included_names)
+            if listed_names.isdisjoint(listed.split("\n")):
                 continue
             op = operator_dir_of(includer, root)
             if op is None:
@@ -108,6 +109,15 @@ class _Resolver:
         return real
 
 
+def _identity(path: str) -> tuple[int, int] | None:
+    """The file's device and inode (None: no file there, or none that can be stat'ed)."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
+
+
 def outside_files(an: Analysis, edited: frozenset[Path] | None = None) -> list[OutsideFile]:
     """Kernel headers the plan reads from outside the operator directory and the layer
     files found there. `edited` (resolved paths): the files apply edits in the mode it
@@ -118,12 +128,22 @@ def outside_files(an: Analysis, edited: frozenset[Path] | None = None) -> list[O
     inside = os.path.join(os.fspath(layers.op_dir.resolve()), "")
     real = _Resolver()
     edited_real = {os.fspath(p) for p in edited} if edited is not None else None
+    # The edited files by identity: a path that is a file resolves to one of them only
+    # when it is that file (one `stat` tells; a path that is no file is resolved). A
+    # repository's every build script is a layer hit, and resolving each of them, for
+    # every operator, took a fifth of a plan.
+    edited_ids = {_identity(p) for p in edited_real} if edited_real is not None else set()
 
     def outside(p: Path) -> bool:
         return not os.path.join(real(os.fspath(p)), "").startswith(inside)
 
     def edits(p: Path) -> bool:
-        return edited_real is None or real(os.fspath(p)) in edited_real
+        if edited_real is None:
+            return True
+        ident = _identity(os.fspath(p))
+        if ident is not None and ident not in edited_ids:
+            return False
+        return real(os.fspath(p)) in edited_real
 
     headers = [p for p in an.includes.files if outside(p)]
     shared = operators_including(layers.repo_root, headers, layers.op_dir) if headers else {}
@@ -132,7 +152,7 @@ def outside_files(an: Analysis, edited: frozenset[Path] | None = None) -> list[O
     seen = set(headers)
     for key, hits in layers.found.items():
         for hit in hits:
-            if key != "entry" and outside(hit.path) and hit.path not in seen and edits(hit.path):
+            if key != "entry" and hit.path not in seen and edits(hit.path) and outside(hit.path):
                 seen.add(hit.path)
                 out.append(OutsideFile(hit.path, layers.title(key), True))
     # Files a layer edits without having been found under its key (the header declaring
