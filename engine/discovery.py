@@ -369,7 +369,10 @@ class RepoIndex:
         scripts): for a parent process about to start workers."""
         self._contents()
         self.build_scripts()
-        self.build_script_words()
+        if not self._script_words_of:
+            # Once: each build-hook search brings them up to date (a `stat` a script),
+            # and `state` warms the index for every operator plan's cache looks up.
+            self.build_script_words()
 
     def _contents(self) -> list[str]:
         if self._words is None:
