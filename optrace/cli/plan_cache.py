@@ -67,7 +67,11 @@ def lookup(op_dir: Path, repo_root: Path | None, as_json: bool, shared: bytes) -
         root = (repo_root or default_repo_root(resolve_operator_dir(op_dir))).resolve()
     except (InputError, OSError):
         return None
-    extra = {"index": repo_index(root).state()}
+    # Once per run (all lookups are one pass, before anything is planned): the state
+    # hashes every searched file's signature and stats every C / C++ source, and taking
+    # it again for each operator was most of a run answered from the cache.
+    index = repo_index(root)
+    extra = {"index": result_cache.remembered("index-state", os.fsdecode(root), lambda _: index.state())}
     name = result_cache.entry_name(
         FORMAT, SCHEMA, real, root, b"json" if as_json else b"text",
         os.fsencode(os.getcwd()), os.fsencode(op_dir), os.fsencode(repo_root) if repo_root else b"-",

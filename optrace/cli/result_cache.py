@@ -204,6 +204,12 @@ def lookups() -> Iterator[None]:
         _seen.pop()
 
 
+def remembered(kind: str, key: str, compute: Callable[[str], _T]) -> _T:
+    """`compute(key)` once while `lookups()` is open (every time outside it): for an
+    input every operator's entry names, such as the repository index's state."""
+    return _remembered(kind, key, compute)
+
+
 def _remembered(kind: str, path: str, compute: Callable[[str], _T]) -> _T:
     if not _seen:
         return compute(path)
