@@ -229,3 +229,23 @@ def test_the_index_state_follows_other_operators_kernels_and_not_whole_files(rep
     assert os.fspath(big) not in first.hashed() and os.fspath(repo / SAMPLE) in first.hashed()
     other.write_text('#include "a.h"\n#include "../../moe_fused_gmm/op_kernel/moe_fused_gmm.h"\n')
     assert RepoIndex.build(repo).state() != state
+
+
+def test_the_index_state_is_taken_once_per_run(repo: Path, runs: list[Path],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every operator's entry names the repository index's state: the lookups take it
+    once per run, not once per operator (it stats every file the index searches)."""
+    states: list[Path] = []
+    real = RepoIndex.state
+
+    def counted(self: RepoIndex) -> str:
+        states.append(self.root)
+        return real(self)
+
+    monkeypatch.setattr(RepoIndex, "state", counted)
+    ops = [str(repo / OP_REL), str(repo / OP_REL.replace("moe_fused_gmm", "moe_gate_bias"))]
+    first = cli("plan", *ops, "--format", "json", "--jobs", "1")
+    assert len(states) == 1 and len(runs) == 2
+    second = cli("plan", *ops, "--format", "json", "--jobs", "1")
+    assert len(states) == 2 and len(runs) == 2  # both hits
+    assert first == second and first[0] in (0, 1)
