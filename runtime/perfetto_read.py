@@ -129,8 +129,8 @@ def _text(data: bytes, lo: int, hi: int) -> str:
 
 
 class _Sequence:
-    __slots__ = ("annotation_names", "base", "boot", "categories", "clock", "incremental", "names", "table",
-                 "track", "unit", "value")
+    __slots__ = ("annotation_names", "base", "boot", "categories", "clock", "incremental", "names",
+                 "names_key", "table", "track", "unit", "value")
 
     def __init__(self) -> None:
         self.names: dict[int, str] = {}
@@ -146,6 +146,9 @@ class _Sequence:
         # Interned name id -> the reader's name id (-1: not interned), built when first
         # needed and dropped when the names change (see _name_table).
         self.table: np.ndarray | None = None
+        # The interned data all of `names` came from, when one packet's (then the table
+        # of another sequence with the same data serves: collect interns per core).
+        self.names_key: bytes | None = None
 
 
 #: Track events as columns: track (index of its uuid), type, ns, name (index), launch?
@@ -330,6 +333,7 @@ class _Events:
         self.track_uuids: list[int] = []
         self.name_ids: dict[str, int] = {}
         self.names: list[str] = []
+        self.tables: dict[bytes, np.ndarray] = {}  # name tables by interned data (_name_table)
 
     def track(self, uuid: int) -> int:
         found = self.track_ids.get(uuid)
@@ -735,39 +739,41 @@ class _Runs:
         lo = np.array(self.lo, np.int64)
         size = np.array(self.hi, np.int64) - lo
         m = int(size.sum())
-        run_of = np.repeat(np.arange(lo.size), size)
         first = np.cumsum(size) - size  # each run's first place among the columns
-        at = lo[run_of] + (np.arange(m) - first[run_of])  # each column event's candidate
+        at = np.arange(m) + np.repeat(lo - first, size)  # each column event's candidate
         ticks = self.stamp[at]
         begin = self.begin[at]
-        clock = np.array(self.clock, np.int8)[run_of]
+        clock = np.array(self.clock, np.int8)
         ns = ticks.view(np.int64).copy()  # raw: the timestamp as a signed 64-bit number
-        unit = np.array(self.unit, np.int64)[run_of]
-        origin = np.array(self.origin, np.int64)[run_of]
-        offset = np.array(self.offset, np.int64)[run_of]
-        rising = clock == 1
-        if rising.any():  # within each run, the running sum of its ticks from its offset
-            running = np.cumsum(np.where(rising, ticks.astype(np.int64), 0))
-            before = running[first] - np.where(rising[first], ticks[first].astype(np.int64), 0)
-            ns[rising] = ((running - before[run_of] + offset) * unit + origin)[rising]
-        fixed = clock == 2
-        if fixed.any():
-            ns[fixed] = ((ticks.astype(np.int64) - offset) * unit + origin)[fixed]
+        unit = np.array(self.unit, np.int64)
+        origin = np.array(self.origin, np.int64)
+        offset = np.array(self.offset, np.int64)
+        if (clock == 1).any():  # within each run, the running sum of its ticks from its offset
+            rising = np.repeat(clock == 1, size)
+            step = np.where(rising, ticks.view(np.int64), 0)  # ticks under 2**40 there
+            running = np.cumsum(step)
+            before = running[first] - step[first]
+            rel = running - np.repeat(before - offset, size)
+            ns[rising] = (rel * np.repeat(unit, size) + np.repeat(origin, size))[rising]
+        if (clock == 2).any():
+            fixed = np.repeat(clock == 2, size)
+            ns[fixed] = ((ticks.view(np.int64) - np.repeat(offset, size)) * np.repeat(unit, size)
+                         + np.repeat(origin, size))[fixed]
         # names: each run's table, one after another
         lengths = np.array([t.size for t in self.tables], np.int64)
         joined = np.concatenate(self.tables)
-        start_of = (np.cumsum(lengths) - lengths)[run_of]
         iid = self.name[at]
-        inside = iid < lengths[run_of].astype(np.uint64)
+        inside = iid < np.repeat(lengths, size).astype(np.uint64)
         name_id = np.full(m, -1, np.int64)
         opens = np.flatnonzero(begin & inside)
+        start_of = np.repeat(np.cumsum(lengths) - lengths, size)
         name_id[opens] = joined[start_of[opens] + iid[opens].astype(np.int64)]
         computed = np.ones(lo.size, bool)  # a run computed on its own has its names
         computed[list(self.own)] = False
-        unnamed = np.flatnonzero(begin & (name_id < 0) & computed[run_of])
+        unnamed = np.flatnonzero(begin & (name_id < 0) & np.repeat(computed, size))
         for k in unnamed.tolist():  # not interned on its sequence: named by its id
             name_id[k] = events.name(f"name {int(iid[k])}")
-        track = np.array(self.track, np.int64)[run_of]
+        track = np.repeat(np.array(self.track, np.int64), size)
         kind = np.where(begin, 1, 2).astype(np.int8)
         for run, (r_track, r_kind, r_ns, r_name) in self.own.items():
             place = slice(int(first[run]), int(first[run] + size[run]))
@@ -795,12 +801,17 @@ def _name_table(state: _Sequence, events: _Events) -> np.ndarray | None:
     """The sequence's interned event names as the reader's name ids, by interned id (-1:
     none), or None when the ids are too large for a table."""
     if state.table is None:
-        top = max(state.names, default=-1)
-        if top >= 1 << 16 or min(state.names, default=0) < 0:
-            return None
-        table = np.full(top + 1, -1, np.int64)
-        for iid in sorted(state.names):
-            table[iid] = events.name(state.names[iid])
+        key = state.names_key
+        table = events.tables.get(key) if key is not None else None
+        if table is None:
+            top = max(state.names, default=-1)
+            if top >= 1 << 16 or min(state.names, default=0) < 0:
+                return None
+            table = np.full(top + 1, -1, np.int64)
+            for iid in sorted(state.names):
+                table[iid] = events.name(state.names[iid])
+            if key is not None and len(events.tables) < _INTERNED_KEPT:
+                events.tables[key] = table
         state.table = table
     return state.table
 
@@ -997,9 +1008,11 @@ def _packet_fields(data: bytes, parts: list[tuple[int, int, int]], state: _Seque
             if content is not None and len(found._interned) < _INTERNED_KEPT:
                 found._interned[content] = entries
         tables = (state.categories, state.names, state.annotation_names)
+        fresh = not state.names
         for field, iid, name in entries:
             tables[field - 1][iid] = name
         state.table = None
+        state.names_key = content if fresh and content is not None else None
     if 60 in by_field:
         _track_descriptor(data, *by_field[60], found)
     if 6 in by_field:  # ClockSnapshot: the sequence clock (ids 64-127) against BOOTTIME
