@@ -180,6 +180,7 @@ class PerfettoSpans:
         self._open: _EventColumns | None = None  # begins still open after the last chunk
         self._columns: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self._interned: dict[bytes, list[tuple[int, int, str]]] = {}  # see _packet_fields
+        self._clocks: dict[bytes, dict[int, tuple[int, int, bool]]] = {}  # see _packet_fields
 
     @property
     def spans(self) -> list[tuple[int, str, int, int]]:
@@ -257,6 +258,7 @@ class PerfettoSpans:
 
     def finish(self, events: _Events) -> None:
         self._interned = {}
+        self._clocks = {}
         self.track_uuids, self.names = events.track_uuids, events.names
         self.unclosed = int(self._open[0].size) if self._open is not None else 0
         self._open = None
@@ -1016,7 +1018,15 @@ def _packet_fields(data: bytes, parts: list[tuple[int, int, int]], state: _Seque
     if 60 in by_field:
         _track_descriptor(data, *by_field[60], found)
     if 6 in by_field:  # ClockSnapshot: the sequence clock (ids 64-127) against BOOTTIME
-        clocks = clock_snapshot(data, *by_field[6])
+        # read once per content (collect writes the same snapshot on a rank's every core;
+        # a few dozen bytes: a longer one is read each time, memory stays small)
+        lo, hi = by_field[6]
+        content = data[lo:hi] if hi - lo <= _INTERNED_CACHED else None
+        clocks = found._clocks.get(content) if content is not None else None  # (only read below)
+        if clocks is None:
+            clocks = clock_snapshot(data, lo, hi)
+            if content is not None and len(found._clocks) < _INTERNED_KEPT:
+                found._clocks[content] = clocks
         mine = [c for c in clocks if 64 <= c < 128]
         if mine and 6 in clocks:
             stamp, unit, incremental = clocks[mine[0]]
