@@ -57,12 +57,32 @@ def outside_parent(
             continue  # the parent not recorded at all (another variant of the kernel): no claim
         theirs = by_label[bounds[parent - base] : bounds[parent - base + 1]]
         children = by_label[bounds[child - base] : bounds[child - base + 1]]
+        theirs_track = track[theirs]
+        per_core = np.bincount(theirs_track) if theirs_track.size and int(theirs_track.min()) >= 0 else None
+        if per_core is not None and int(per_core.max()) == 1:
+            # One span of the parent a core (a kernel's `processing`): each child's is its
+            # core's, looked up — the last parent span starting by the child's start there.
+            slot = np.full(per_core.size, -1, np.int64)
+            slot[theirs_track] = theirs
+            child_track = track[children]
+            ran = child_track < per_core.size
+            ran[ran] = slot[child_track[ran]] >= 0  # only on cores that ran the parent
+            mine = children[ran]
+            found = slot[child_track[ran]]
+            inside = (start[found] <= start[mine]) & (end[found] >= end[mine])
+            missing = int(np.count_nonzero(~inside))
+            if missing:
+                out.append((labels[child], labels[parent], missing))
+            continue
         # Only on cores that ran the parent: a core whose role has no such phase is not
         # contradicted by a child it runs alone.
         mine = children[np.isin(track[children], np.unique(track[theirs]))]
         key_theirs = track[theirs].astype(np.float64) * width + (start[theirs].astype(np.float64) - lo)
-        by_key = np.argsort(key_theirs, kind="stable")
-        order, keys = theirs[by_key], key_theirs[by_key]
+        if bool((key_theirs[1:] >= key_theirs[:-1]).all()):  # a table in (track, start) order
+            order, keys = theirs, key_theirs
+        else:
+            by_key = np.argsort(key_theirs, kind="stable")
+            order, keys = theirs[by_key], key_theirs[by_key]
         key_mine = track[mine].astype(np.float64) * width + (start[mine].astype(np.float64) - lo)
         at = np.searchsorted(keys, key_mine, side="right") - 1
         found = order[np.maximum(at, 0)]
