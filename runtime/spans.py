@@ -174,7 +174,7 @@ def _nested(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndar
         del new_track
         # A track's starts are in order already: its ends, sorted (values only: a track at
         # a time, no argsort of every time), are counted up to each start by a search.
-        depth = np.empty(n, np.int64)
+        depth = np.empty(n, np.int32)  # (a depth is below n; int32 as the table keeps it)
         for lo, hi in zip(heads, [*heads[1:], n], strict=True):
             ends = np.sort(end[lo:hi])
             depth[lo:hi] = np.arange(hi - lo) - np.searchsorted(ends, start[lo:hi] + _NEST_EPS, side="right")
@@ -191,7 +191,7 @@ def _nested(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndar
         del rank, ends, t64
         # Within the track: none of its spans ends by its first start (each longer than 2 ε).
         ended_by -= ended_by[first]
-        depth = np.arange(n) - first - ended_by
+        depth = (np.arange(n) - first - ended_by).astype(np.int32)
         del first, ended_by
     if (depth < 0).any():
         return None
@@ -207,7 +207,7 @@ def _nested(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndar
     self_sorted = span.astype(np.float64) - np.bincount(parent, weights=span[child], minlength=n)
     del parent, child
     if order is None:
-        return depth.astype(np.int32), np.maximum(self_sorted, 0.0)
+        return depth, np.maximum(self_sorted, 0.0)
     depth_out = np.empty(n, np.int32)
     depth_out[order] = depth
     self_time = np.empty(n, np.float64)
@@ -229,8 +229,9 @@ def _parents(t: np.ndarray, depth: np.ndarray, child: np.ndarray) -> np.ndarray 
     n = depth.size
     levels = int(depth.max()) + 1
     if levels <= _SCANNED_LEVELS:
-        parent_of = np.full(n, -1, np.int64)
-        place = np.arange(n)
+        index = np.int32 if n < 1 << 31 else np.int64  # half the memory each pass goes over
+        parent_of = np.full(n, -1, index)
+        place = np.arange(n, dtype=index)
         for level in range(1, levels):
             last = np.where(depth == level - 1, place, -1)
             np.maximum.accumulate(last, out=last)
