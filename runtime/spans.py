@@ -521,7 +521,7 @@ def load_perfetto_trace(path: Path, found: perfetto_read.PerfettoSpans | None = 
     # out its nesting (this reader's peak memory).
     label, row = label_col[order], rows.track[order]
     del label_col, found
-    rows.track = row
+    rows.track = row  # (its unsorted column let go)
     start_ns, dur_ns = starts[order], ends[order]
     del order, starts, ends
     dur_ns -= start_ns
