@@ -45,6 +45,7 @@ from optrace.codemods.layer import (
 )
 from optrace.codemods.layer_common import clean_bytes, leading_ws, match_bracket
 from optrace.codemods.python_files import caller_files, split_callers
+from optrace.engine.cache import once
 from optrace.engine.cpp import mask
 from optrace.engine.discovery import BUILD_RE, LayerFile, Layers, SearchContext, repo_index
 from optrace.engine.edits import REVIEW_WIDTH, Edit, line_end, line_number, line_start, newline_of
@@ -86,7 +87,12 @@ class HookSite:
 
 def build_script(layers: Layers) -> Path | None:
     """The script to hook: a shell script that copies the kernels, else one that builds,
-    else a CMake file."""
+    else a CMake file. (Once in an `unchanged_files` stretch: mode B's and mode A's
+    build-hook edits are the same.)"""
+    return once(("build_script", id(layers)), lambda: _build_script(layers), layers)
+
+
+def _build_script(layers: Layers) -> Path | None:
     scripts = [f.path for f in layers.found.get("build_script", [])]
     shell = [p for p in scripts if p.suffix in SHELL_SUFFIXES]
     # A CMake project is usually driven by a build.sh beside it that runs cmake. Its

@@ -39,6 +39,7 @@ from optrace.codemods.layer_common import (
     match_bracket,
     split_top,
 )
+from optrace.engine.cache import once
 from optrace.engine.cpp import CppFunction, functions, last_ident, mask
 from optrace.engine.discovery import Layers, repo_index
 from optrace.engine.edits import Edit, line_number
@@ -178,7 +179,13 @@ def _calls(code: bytes, names: set[str], start: int, end: int, own: set[int]) ->
 
 def threading(layers: Layers, clean: bool = True) -> Threading:
     """The launch sites of the op in its op_api files, and the functions (and their
-    calls) the profiling buffer has to travel through to reach them."""
+    calls) the profiling buffer has to travel through to reach them. Found once in an
+    `unchanged_files` stretch (the l0op and aclnn layers both ask); read it, never
+    change it."""
+    return once(("l0op threading", id(layers), clean), lambda: _threading(layers, clean), layers)
+
+
+def _threading(layers: Layers, clean: bool) -> Threading:
     texts: dict[Path, bytes] = {}
     for path in l0op_files(layers):
         try:

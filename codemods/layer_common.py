@@ -33,7 +33,7 @@ from pathlib import Path
 
 from optrace.codemods.strip import strip_bytes
 from optrace.engine import source, vocabulary
-from optrace.engine.cache import by_content
+from optrace.engine.cache import by_content, once
 from optrace.engine.codes import OT310, OT311, OT312, OT313
 from optrace.engine.cpp import mask
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
@@ -71,8 +71,9 @@ def input_error(code: str, message: str, path: Path, data: bytes | None = None, 
 
 
 def clean_bytes(path: Path) -> bytes:
-    """The file without optrace's insertions: what the layer codemods edit."""
-    return strip_bytes(read_regular(path), path)
+    """The file without optrace's insertions: what the layer codemods edit (read once in
+    an `unchanged_files` stretch: the layers of one operator read its files many times)."""
+    return once(("clean_bytes", path), lambda: strip_bytes(read_regular(path), path))
 
 
 # --- inserted text --------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from optrace.codemods.layer_common import clean_bytes, match_bracket, split_top
-from optrace.engine.cache import by_content
+from optrace.engine.cache import by_content, once
 from optrace.engine.cpp import CppFunction, functions, mask, param_name
 from optrace.engine.discovery import CPP_EXTS, Layers, walk_files
 from optrace.engine.edits import line_number
@@ -127,7 +127,12 @@ _NOT_HOST = frozenset({"op_kernel", "op_api", "tests", "test", "examples", "docs
 def host_files(layers: Layers) -> list[Path]:
     """C++ sources of the op's host side: the discovered OpDef / infer / tiling files and
     every other C++ file of the operator directory outside `op_kernel/`, `op_api/` and
-    its tests, examples and docs."""
+    its tests, examples and docs. (Walked once in an `unchanged_files` stretch: the
+    infer, tiling and aclnn layers each ask, a dozen times an operator.)"""
+    return list(once(("host_files", id(layers)), lambda: _host_files(layers), layers))
+
+
+def _host_files(layers: Layers) -> list[Path]:
     files = [f.path for key in ("op_def", "infer", "tiling") for f in layers.found.get(key, [])]
     depth = len(layers.op_dir.parts)  # the walk's paths start with the op dir's parts
     for path in walk_files(layers.op_dir, CPP_EXTS):
@@ -269,6 +274,10 @@ def op_names(layers: Layers, files: list[Path], clean: bool = True) -> tuple[str
 
 def registrations(layers: Layers, clean: bool = True) -> list[Registration]:
     """Every registration of the op's infer / tiling functions in its host files."""
+    return list(once(("registrations", id(layers), clean), lambda: _all_registrations(layers, clean), layers))
+
+
+def _all_registrations(layers: Layers, clean: bool) -> list[Registration]:
     files = host_files(layers)
     names = op_names(layers, files, clean)
     out: list[Registration] = []
@@ -296,6 +305,11 @@ def host_functions(layers: Layers, role: str, clean: bool = True) -> list[HostFu
     the functions its registrations name, in the host files; without any registration
     of the op, the functions taking the role's context that no function of those files
     calls."""
+    return list(once(("host_functions", id(layers), role, clean),
+                     lambda: _host_functions(layers, role, clean), layers))
+
+
+def _host_functions(layers: Layers, role: str, clean: bool) -> list[HostFunction]:
     files = host_files(layers)
     regs = registrations(layers, clean)
     texts = {path: _bytes(path, clean) for path in files}

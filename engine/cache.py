@@ -7,12 +7,21 @@ cache lives as long as the process (the CLI, or a pool worker); an entry holds a
 file and what was derived from it (a libcst tree is ~100x its source), so files above a
 size bound are computed every time instead of kept. One `check` asks the engine's scans
 (the includes of a file, its `#if 0` blocks) of the same file tens of times too.
+
+`unchanged_files()` marks a stretch of work in which this process writes no file (plan's
+mode probe: every layer's `carries` in mode B, then in A): inside it, `once` keeps what
+is derived from the files by path (an operator directory's walk, its host sources'
+registrations, a file's clean bytes) for the rest of the stretch, since nothing can have
+changed them but another program. Outside one, `once` computes every time: apply, which
+writes, keeps nothing by path.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
 from typing import ParamSpec, TypeVar, cast
 
 P = ParamSpec("P")
@@ -47,3 +56,43 @@ def by_content(maxsize: int, max_bytes: int = 1 << 20,
         return call
 
     return wrap
+
+
+class _Stretch(threading.local):
+    """The answers `once` keeps while `unchanged_files` runs (per thread), and the objects
+    their keys name by identity (kept alive, so an id is not reused meanwhile)."""
+
+    values: dict[Hashable, object] | None = None
+    pinned: list[object]
+
+
+_stretch = _Stretch()
+
+
+@contextmanager
+def unchanged_files() -> Iterator[None]:
+    """A stretch in which this process writes no file: `once` keeps its answers until it
+    ends. Nested: the outermost stretch is the one that keeps them."""
+    if _stretch.values is not None:
+        yield
+        return
+    _stretch.values, _stretch.pinned = {}, []
+    try:
+        yield
+    finally:
+        _stretch.values, _stretch.pinned = None, []
+
+
+def once(key: Hashable, compute: Callable[[], R], *pin: object) -> R:
+    """`compute()`, kept under `key` for the rest of the `unchanged_files` stretch (outside
+    one: computed every time). `pin`: objects `key` names by `id`. An exception is not
+    kept: it is raised again by computing again."""
+    values = _stretch.values
+    if values is None:
+        return compute()
+    if key in values:
+        return cast(R, values[key])
+    value = compute()
+    values[key] = value
+    _stretch.pinned.extend(pin)
+    return value

@@ -25,6 +25,7 @@ from typing import NamedTuple, Protocol, TypeVar
 
 from optrace.codemods.kernel_entry import recorded_mode
 from optrace.codemods.strip import is_created, strip_bytes
+from optrace.engine.cache import unchanged_files
 from optrace.engine.codes import OT010, OT015, OT042, OT047, OT048, OT314
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
 from optrace.engine.discovery import (
@@ -290,8 +291,11 @@ def choose_mode(plan: Plan) -> ModeChoice:
 def probe_mode(plan: Plan) -> ModeChoice:
     """`choose_mode`'s answer — the same mode, reason and edited files — from each
     layer's `carries` (`layer_carries`): what plan shows, without computing the Python
-    layers' LibCST edits. apply computes the edits it writes with `choose_mode`."""
-    d, edited = _b_refused_a_applies(plan, layer_carries)
+    layers' LibCST edits. apply computes the edits it writes with `choose_mode`. Mode A
+    after a refused B finds what both modes read from the files once (`unchanged_files`:
+    the probe writes nothing)."""
+    with unchanged_files():
+        d, edited = _b_refused_a_applies(plan, layer_carries)
     return _mode_choice(plan, d, edited)
 
 

@@ -17,6 +17,7 @@ from optrace.codemods.kernel_points import point_edits
 from optrace.codemods.layer_common import buffer_core_type, sizes_header_content, sizes_header_path
 from optrace.codemods.registry import HOST_LAYERS, KERNEL_LAYERS, LAYERS, layer
 from optrace.codemods.runtime_block import block_edits, include_edits, points_files
+from optrace.engine.cache import unchanged_files
 from optrace.engine.discovery import Layers
 from optrace.engine.edits import Edit, resolve
 from optrace.engine.plan import Plan
@@ -62,13 +63,16 @@ def layer_edits(plan: Plan, mode: str) -> LayerEdits:
 def layer_carries(plan: Plan, mode: str) -> frozenset[Path]:
     """What `layer_edits(plan, mode)` would edit and create (resolved), and the same
     InputError where it raises one, asked of each layer's `carries`: the mode probe of
-    plan, which computes no LibCST edits."""
+    plan, which computes no LibCST edits. It writes nothing: what the layers derive from
+    the files by path (the operator's host sources, their registrations, the l0op chain,
+    the build script) is found once (`unchanged_files`), not by each layer again."""
     edited: set[Path] = set()
     header = False
-    for lay in HOST_LAYERS:
-        carry = lay.carries(plan, mode)
-        edited |= carry.edited
-        header = header or carry.sizes_header
+    with unchanged_files():
+        for lay in HOST_LAYERS:
+            carry = lay.carries(plan, mode)
+            edited |= carry.edited
+            header = header or carry.sizes_header
     if header:
         edited.add(resolve(sizes_header(plan.analysis.layers)))
     return frozenset(edited)

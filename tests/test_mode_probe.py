@@ -1,23 +1,41 @@
 """plan's mode probe (`probe_mode`, each layer's `carries`) gives apply's choice
 (`choose_mode`, the layers' edits computed): the same mode, the same reason at the same
 place, the same edited files, or the same refusal — on every fixture operator, and on
-caller files written to hit each refusal the Python callers' codemod has."""
+caller files written to hit each refusal the Python callers' codemod has. What the probe
+keeps while it runs (`unchanged_files`) is gone when it returns: the next plan sees a
+file changed in between."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from source_fuzz import fixture_operators
+from source_fuzz import FIXTURES, fixture_operators
 
+from optrace.codemods import op_host_registry
 from optrace.codemods.layer import EXAMPLE_OPERATOR, EXAMPLE_TORCH
+from optrace.codemods.layer_common import clean_bytes
+from optrace.codemods.registry import layer
+from optrace.engine.cache import once, unchanged_files
 from optrace.engine.diagnostics import Diagnostic, InputError
 from optrace.engine.plan import Plan
 from optrace.pipeline.apply import ModeChoice, choose_mode, edited_files, probe_mode
 from optrace.pipeline.layers import layer_carries, layer_edits
 from optrace.pipeline.plan import plan_operator
 
-OPERATORS = {op.relative_to(top.parent).as_posix(): (top, op) for top, op in fixture_operators()}
+
+def _every_fixture_operator() -> list[tuple[Path, Path]]:
+    """`fixture_operators`, and the operators of the fixtures without an `op_kernel/`
+    folder (a kernel source beside the op's other files): every fixture is compared."""
+    found = fixture_operators()
+    covered = {top for top, _ in found}
+    for top in sorted(p for p in FIXTURES.iterdir() if p.is_dir() and p not in covered):
+        found.extend((top, src.parent) for src in sorted(top.rglob("*.cpp"))
+                     if b"__global__" in src.read_bytes())
+    return found
+
+
+OPERATORS = {op.relative_to(top.parent).as_posix(): (top, op) for top, op in _every_fixture_operator()}
 
 
 def _outcome(decide: object, plan: Plan) -> ModeChoice | Diagnostic:
@@ -109,3 +127,63 @@ def test_refusals_are_seen(tmp_path: Path) -> None:
     plan = _example(tmp_path / "2", _HEAD + CALLERS["plain"])
     assert probe_mode(plan).mode == "B"
     assert (tmp_path / "2/tests/test_demo_op.py").resolve() in probe_mode(plan).edited
+
+
+def test_every_fixture_is_compared() -> None:
+    assert {top.name for top, _ in OPERATORS.values()} >= {p.name for p in FIXTURES.iterdir() if p.is_dir()}
+
+
+def test_once_keeps_only_inside_a_stretch() -> None:
+    calls: list[int] = []
+
+    def compute() -> int:
+        calls.append(1)
+        return len(calls)
+
+    assert (once("k", compute), once("k", compute)) == (1, 2)  # apply: nothing kept
+    with unchanged_files():
+        assert (once("k", compute), once("k", compute)) == (3, 3)
+        with unchanged_files():  # nested: the outer stretch keeps it
+            assert once("k", compute) == 3
+        assert once("k", compute) == 3
+    assert once("k", compute) == 4
+
+
+def _l0op_example(tmp_path: Path) -> Path:
+    for rel, text in {**EXAMPLE_OPERATOR, **layer("l0op").EXAMPLES[0].files}.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    (tmp_path / "optrace.toml").write_text("")
+    return tmp_path / "demo_op"
+
+
+def test_the_next_probe_sees_a_file_changed_after_one(tmp_path: Path) -> None:
+    # The probe reads each file once (its clean bytes, the l0op chain, the host sources'
+    # walk): the next plan must read them again. A launch taken out of the op_api file
+    # between two plans takes both op_api files out of the edited ones, and a host source
+    # added is walked.
+    op = _l0op_example(tmp_path)
+    launch = op / "op_api/demo_op.cpp"
+    plan = plan_operator(op, tmp_path)
+    assert launch.resolve() in probe_mode(plan).edited
+    _same(plan)
+    launch.write_text(launch.read_text().replace("ADD_TO_LAUNCHER_LIST_AICORE(", "LaunchLater("))
+    extra = op / "op_host/demo_op_tiling.cpp"
+    extra.write_text("int Helper() { return 0; }\n")
+    plan = plan_operator(op, tmp_path)
+    choice = probe_mode(plan)
+    assert choice.mode == "B" and launch.resolve() not in choice.edited
+    assert extra in op_host_registry.host_files(plan.analysis.layers)
+    _same(plan)
+
+
+def test_a_stretch_reads_a_file_once(tmp_path: Path) -> None:
+    # What the stretch promises its callers, and why it is for work that writes nothing.
+    path = tmp_path / "a.cpp"
+    path.write_bytes(b"int a;\n")
+    with unchanged_files():
+        assert clean_bytes(path) == b"int a;\n"
+        path.write_bytes(b"int b;\n")
+        assert clean_bytes(path) == b"int a;\n"
+    assert clean_bytes(path) == b"int b;\n"
