@@ -94,20 +94,32 @@ def build_script(layers: Layers) -> Path | None:
 
 def _build_script(layers: Layers) -> Path | None:
     scripts = [f.path for f in layers.found.get("build_script", [])]
-    shell = [p for p in scripts if p.suffix in SHELL_SUFFIXES]
+    shell: list[Path] = []
+    other: list[Path] = []
+    for p in scripts:
+        (shell if p.suffix in SHELL_SUFFIXES else other).append(p)
+    # The first found shell script that copies the kernels is the answer whatever the
+    # CMake files' siblings below are (they come after it): they are looked for only
+    # when none does (a repository's every build script is found, a thousand CMake files
+    # in ops-nn, and their siblings were a fifth of an operator's mode probe).
+    for path in shell:
+        if kernel_copies(clean_bytes(path)):
+            return path
+    found = len(shell)
     # A CMake project is usually driven by a build.sh beside it that runs cmake. Its
     # siblings come from the repository's walk (a repository may have a CMake file in
     # each of a thousand folders: listing them all again for every operator cost more
     # than the rest of its build-hook search).
     index = repo_index(layers.repo_root)
-    for cmake_file in [p for p in scripts if p.suffix not in SHELL_SUFFIXES]:
-        walked = index.scripts_in(cmake_file.parent)
-        siblings = [p for p in walked if p.name.endswith(".sh")] if walked is not None \
-            else sorted(cmake_file.parent.glob("*.sh"))
+    listed = set(shell)
+    for cmake_file in other:
+        walked = index.shell_scripts_in(os.path.dirname(os.fspath(cmake_file)))
+        siblings = walked if walked is not None else sorted(cmake_file.parent.glob("*.sh"))
         for sibling in siblings:
-            if sibling not in shell and re.search(rb"^[ \t]*cmake\b", clean_bytes(sibling), re.M):
+            if sibling not in listed and re.search(rb"^[ \t]*cmake\b", clean_bytes(sibling), re.M):
                 shell.append(sibling)
-    for path in shell:
+                listed.add(sibling)
+    for path in shell[found:]:
         if kernel_copies(clean_bytes(path)):
             return path
     for path in shell:

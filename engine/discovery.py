@@ -281,7 +281,7 @@ class RepoIndex:
     _build_scripts: list[Path] | None = None
     _words: list[str] | None = None
     _answers: dict[tuple[bytes, ...], list[Path]] = field(default_factory=dict)
-    _scripts_by_folder: dict[Path, list[Path]] | None = None
+    _scripts_by_folder: dict[str, tuple[Path, ...]] | None = None
     _hashed: frozenset[str] | None = None
     # The build scripts' words (`build_script_words`): what each script's entry held when
     # it was indexed, and the scripts naming each word, by the word's normal form.
@@ -381,16 +381,21 @@ class RepoIndex:
             store.flush((self.root, self.walked()))
         return self._words
 
-    def scripts_in(self, folder: Path) -> list[Path] | None:
-        """The scripts the walk kept directly in `folder`, sorted by name (a CMake file's
-        shell siblings, without listing its folder again for every operator); None for
-        a folder where the walk kept none (not walked: a config's own script, say)."""
+    def shell_scripts_in(self, folder: Path | str) -> tuple[Path, ...] | None:
+        """The `.sh` scripts the walk kept directly in `folder`, sorted by name (a CMake
+        file's shell siblings, without listing its folder again for every operator); None
+        for a folder where the walk kept no script at all (not walked: a config's own
+        script, say). Sorted once, by the folder's text: every operator's build-hook edits
+        ask it of each of a thousand folders (a `Path`'s hash and parent cost more than
+        the rest)."""
         if self._scripts_by_folder is None:
-            self._scripts_by_folder = {}
+            by_folder: dict[str, list[Path]] = {}
             for path in self.scripts:
-                self._scripts_by_folder.setdefault(path.parent, []).append(path)
-        found = self._scripts_by_folder.get(folder)
-        return sorted(found, key=lambda p: p.name) if found is not None else None
+                by_folder.setdefault(os.fspath(path.parent), []).append(path)
+            self._scripts_by_folder = {folder: tuple(sorted((p for p in paths if p.name.endswith(".sh")),
+                                                            key=lambda p: p.name))
+                                       for folder, paths in by_folder.items()}
+        return self._scripts_by_folder.get(os.fspath(folder))
 
     def hashed(self) -> frozenset[str]:
         """The files whose content hashes `state` holds (searchable files, scripts)."""
