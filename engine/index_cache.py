@@ -28,6 +28,12 @@ share: dropping it would make every run over it derive everything again.
 
 Other derived data (check's per-operator results) can use the same store under their own
 `kind`; a kind's name should carry the version of what derives it.
+
+A command that writes no file it reads (plan) runs in a `reading_only()` phase: there the
+store takes each file's stat signature once for the phase, not at every question (plan
+asks it of the repository's ~10k C / C++ sources for every operator with a header outside
+its folder, of the build scripts for every operator). Outside a phase (apply, strip,
+check) every question stats the file, so a file written in between is read again.
 """
 
 from __future__ import annotations
@@ -36,7 +42,8 @@ import hashlib
 import os
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from optrace.runtime.regular import limit
@@ -46,6 +53,36 @@ _SCHEMA = 1
 _enabled = [os.environ.get("OPTRACE_NO_CACHE", "") in ("", "0")]
 
 Signature = tuple[int, int, int, int]  # size, mtime_ns, ctime_ns, inode
+
+
+class Phase:
+    """A stretch of a command in which this process writes no file it reads (a token:
+    what is remembered for one phase is compared by identity)."""
+
+
+_phase: list[Phase | None] = [None]
+
+
+@contextmanager
+def reading_only() -> Iterator[Phase]:
+    """Run the block as a phase that writes no file it reads (`plan`): each file's
+    signature is taken once (`ContentStore.derived`), and `phase()` lets others keep what
+    they derive for as long. Nested: the outer phase goes on. Worker processes forked
+    inside it go on with it."""
+    current = _phase[0]
+    if current is not None:
+        yield current
+        return
+    _phase[0] = token = Phase()
+    try:
+        yield token
+    finally:
+        _phase[0] = None
+
+
+def phase() -> Phase | None:
+    """The `reading_only` phase running now (None: files may be written in between)."""
+    return _phase[0]
 
 
 def set_enabled(enabled: bool) -> None:
@@ -95,6 +132,9 @@ class ContentStore:
         self._new_values: dict[tuple[str, str], str] = {}
         self.hits = 0
         self.misses = 0
+        # Signatures taken in the current `reading_only` phase (and which phase that is).
+        self._phase: Phase | None = None
+        self._phase_sigs: dict[str, Signature] = {}
         if db is not None:
             self._load(db)
 
@@ -176,14 +216,27 @@ class ContentStore:
 
     def derived(self, path: Path, kind: str, derive: Callable[[bytes | None], str],
                 st: os.stat_result | None = None) -> str:
-        """`derive(bytes)` of the file, from the store when its content was seen."""
+        """`derive(bytes)` of the file, from the store when its content was seen. In a
+        `reading_only` phase the file's signature is taken once for the phase."""
         key = os.fsdecode(path)
         data: bytes | None = None
         read = False
-        try:
-            sig = signature(st or os.stat(path))
-        except OSError:
-            return derive(None)
+        current = _phase[0]
+        if current is not None and st is None:
+            if self._phase is not current:
+                self._phase, self._phase_sigs = current, {}
+            known_sig = self._phase_sigs.get(key)
+            if known_sig is None:
+                try:
+                    known_sig = self._phase_sigs[key] = signature(os.stat(path))
+                except OSError:
+                    return derive(None)
+            sig = known_sig
+        else:
+            try:
+                sig = signature(st or os.stat(path))
+            except OSError:
+                return derive(None)
         known = self._new_paths.get(key) or self._paths.get(key)
         if known is not None and known[0] == sig:
             sha = known[1]

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from optrace.engine.analysis import Analysis
-from optrace.engine.discovery import operator_dir_of, read_bounded, repo_index
+from optrace.engine.discovery import RepoIndex, operator_dir_of, read_bounded, repo_index
 from optrace.engine.includes import HeaderSearch, scan_includes
+from optrace.engine.index_cache import Phase, phase
 
 
 @dataclass(frozen=True)
@@ -42,32 +43,57 @@ def operators_including(root: Path, headers: list[Path], own: Path) -> dict[Path
     own_real = own.resolve()
     # One resolve per operator directory, not per source: a repository has ~10k sources.
     real: dict[Path, Path] = {}
-    for paths in index.sources.values():
-        for includer in paths:
-            # Only a file including one of the names by a quoted directive is read (what
-            # each source includes is kept in the user cache by content hash).
-            listed = store.derived(includer, INCLUDES_KIND, _included_names)
-            if listed_names.isdisjoint(listed.split("\n")):
+    for includer in _naming(index, listed_names):
+        op = operator_dir_of(includer, root)
+        if op is None:
+            continue
+        if op not in real:
+            real[op] = op.resolve()
+        if real[op] == own_real:
+            continue
+        data = read_bounded(includer)
+        if data is None:
+            continue
+        for directive in scan_includes(data):
+            if not directive.quoted or os.fsencode(directive.target.rsplit("/", 1)[-1]) not in names:
                 continue
-            op = operator_dir_of(includer, root)
-            if op is None:
-                continue
-            if op not in real:
-                real[op] = op.resolve()
-            if real[op] == own_real:
-                continue
-            data = read_bounded(includer)
-            if data is None:
-                continue
-            for directive in scan_includes(data):
-                if not directive.quoted or os.fsencode(directive.target.rsplit("/", 1)[-1]) not in names:
-                    continue
-                local = includer.parent / directive.target
-                target = local if local.exists() else search.find(directive.target, includer)
-                if target is not None and target.resolve() in wanted:
-                    found[target.resolve()].add(op)
+            local = includer.parent / directive.target
+            target = local if local.exists() else search.find(directive.target, includer)
+            if target is not None and target.resolve() in wanted:
+                found[target.resolve()].add(op)
     store.flush()
     return {h: tuple(sorted(found[h.resolve()])) for h in headers}
+
+
+def _naming(index: RepoIndex, names: set[str]) -> list[Path]:
+    """The C / C++ sources that may include one of `names` by a quoted directive, in the
+    index's order: only those are read (what each source includes is kept in the user
+    cache by content hash). In a `reading_only` phase (plan) the names every source
+    lists are gathered once for the phase, by name, instead of asking the store about
+    each of a repository's ~10k sources for every operator with a header outside its
+    folder; otherwise every source is asked (apply may have written one)."""
+    store = index.content()
+    current = phase()
+    if current is None:
+        return [includer for paths in index.sources.values() for includer in paths
+                if not names.isdisjoint(store.derived(includer, INCLUDES_KIND, _included_names).split("\n"))]
+    known = _BY_NAME.get(index.root)
+    if known is None or known[0] is not current or known[1] is not index:
+        by_name: dict[str, list[int]] = {}
+        order: list[Path] = []
+        for paths in index.sources.values():
+            for includer in paths:
+                for name in store.derived(includer, INCLUDES_KIND, _included_names).split("\n"):
+                    by_name.setdefault(name, []).append(len(order))
+                order.append(includer)
+        known = _BY_NAME[index.root] = (current, index, by_name, order)
+    _, _, by_name, order = known
+    return [order[i] for i in sorted({i for name in names for i in by_name.get(name, ())})]
+
+
+# Per repository root: the phase and the index its table was gathered in, each listed
+# name's sources (by their place in the index's order), and that order.
+_BY_NAME: dict[Path, tuple[Phase, RepoIndex, dict[str, list[int]], list[Path]]] = {}
 
 
 INCLUDES_KIND = "quoted-includes1"

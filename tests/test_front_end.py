@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from optrace.cli.app import app
 from optrace.engine.host_compile import host_compile
+from optrace.engine.index_cache import reading_only
 from optrace.engine.model import Region
 from optrace.engine.plan import Plan
 from optrace.pipeline.plan import plan_operator
@@ -218,6 +219,34 @@ def test_plan_lists_the_files_outside_the_operator_and_who_else_includes_them(tm
          "included_by": ["norm/rms_norm", "norm/rms_norm_grad"]}]
     # an operator with nothing outside says nothing about it
     assert plan_operator(root / "norm/rms_norm").outside_files() == []
+
+
+def test_a_second_plan_in_the_process_sees_an_include_added_in_between(tmp_path: Path) -> None:
+    # plan runs in a `reading_only` phase: the index's store takes each source's signature
+    # once for it, and the names the sources include are gathered once for it. The next
+    # phase of the same process (the same repository index: no command in between forgets
+    # it), and work outside any phase (apply's), take them again: a source that starts
+    # including the header in between is an includer for them.
+    files = dict(SIBLING)
+    files["norm/rms_norm_grad/op_kernel/rms_norm_grad.cpp"] = (
+        ENTRY_HEAD.format(op="rms_norm_grad") + "    Process();\n}\n")
+    root = write_tree(tmp_path, files)
+
+    def included_by() -> list[str]:
+        [shared] = plan_operator(root / "norm/rms_norm_v2").outside_files()
+        return [p.name for p in shared.included_by]
+
+    with reading_only():
+        assert included_by() == included_by() == ["rms_norm"]
+    grad = root / "norm/rms_norm_grad/op_kernel/rms_norm_grad.cpp"
+    grad.write_text('#include "../../rms_norm/op_kernel/rms_norm_kernel.h"\n' + grad.read_text())
+    with reading_only():
+        assert included_by() == ["rms_norm", "rms_norm_grad"]
+    grad.write_text(grad.read_text().split("\n", 1)[1])
+    assert included_by() == ["rms_norm"]
+    # and through the command, each run its own phase
+    res = runner.invoke(app, ["plan", str(root / "norm/rms_norm_v2"), "--format", "json", "--no-cache"])
+    assert json.loads(res.stdout)["operators"][0]["outside"][0]["included_by"] == ["norm/rms_norm"]
 
 
 def test_apply_of_one_operator_leaves_the_siblings_files_and_strip_restores(tmp_path: Path) -> None:

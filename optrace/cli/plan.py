@@ -13,6 +13,7 @@ import typer
 
 from optrace.engine.codes import OT030, OT044, OT999
 from optrace.engine.diagnostics import shown_path
+from optrace.engine.index_cache import reading_only
 
 if TYPE_CHECKING:
     from optrace.cli.plan_cache import PlanEntry
@@ -249,11 +250,15 @@ def plan(
     if any([output_refused(output, sources), *(output_refused(w[3], sources) for w in work)]):
         raise typer.Exit(EXIT_INPUT)
     workers = worker_count(jobs, len(work))
-    _index_once(op_dirs, repo_root, workers, no_cache)
-    # With -o, every operator is planned: the output must not replace a file the plan
-    # reads, which only a plan that ran has read (runtime/regular.py tracks them).
-    outcomes = _cached_or_planned(work, repo_root, as_json, jobs,
-                                  use_cache=not no_cache and graph is None and output is None)
+    # plan writes no file it reads (its outputs, written below, are refused over any of
+    # them): the index's store takes each file's signature once for the run, not at every
+    # operator's question (index_cache.reading_only; forked workers go on with it).
+    with reading_only():
+        _index_once(op_dirs, repo_root, workers, no_cache)
+        # With -o, every operator is planned: the output must not replace a file the plan
+        # reads, which only a plan that ran has read (runtime/regular.py tracks them).
+        outcomes = _cached_or_planned(work, repo_root, as_json, jobs,
+                                      use_cache=not no_cache and graph is None and output is None)
     code = EXIT_OK
     for outcome in outcomes:
         for message in outcome.messages:
