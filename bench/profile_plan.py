@@ -2,8 +2,9 @@
 the repository index built and brought up to date first (as a run over many operators
 has it), each operator planned once untimed (imports and first-use costs out), then
 again under cProfile — `plan_operator`, the mode probe and the text, as `optrace plan`
-does for each operator. Top N by cumulative and by own time: what bench/results.md cites
-as what is left of a cold plan over a repository (issue #30).
+does for each operator, in one `reading_only` phase as a `plan` run is. Top N by
+cumulative and by own time: what bench/results.md cites as what is left of a cold plan
+over a repository (issue #30).
 
 Usage: python bench/profile_plan.py OPDIR... [--repo-root R] [--top 40]
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 from optrace.cli.deferred import install
 from optrace.cli.plan import _plan_mode
 from optrace.engine.discovery import default_repo_root, repo_index
+from optrace.engine.index_cache import reading_only
 from optrace.pipeline.plan import plan_operator
 from optrace.pipeline.plan_output import render_text
 
@@ -32,11 +34,16 @@ def main() -> int:
     install()
     ops = [op.resolve() for op in args.ops]
     root = (args.repo_root or default_repo_root(ops[0])).resolve()
+    with reading_only():  # as `optrace plan` runs: no file it reads is written
+        return _profile(ops, args.repo_root, root, args.top)
+
+
+def _profile(ops: list[Path], repo_root: Path | None, root: Path, top: int) -> int:
     repo_index(root).warm()
 
     def plan_all() -> None:
         for op in ops:
-            plan = plan_operator(op, args.repo_root)
+            plan = plan_operator(op, repo_root)
             render_text(plan, _plan_mode(plan))
 
     plan_all()
@@ -45,8 +52,8 @@ def main() -> int:
     plan_all()
     profile.disable()
     stats = pstats.Stats(profile)
-    stats.sort_stats("cumulative").print_stats(args.top)
-    stats.sort_stats("tottime").print_stats(args.top // 2)
+    stats.sort_stats("cumulative").print_stats(top)
+    stats.sort_stats("tottime").print_stats(top // 2)
     return 0
 
 
