@@ -77,9 +77,13 @@ def test_outside_parent_is_the_rule_span_by_span() -> None:
     """Random spans (labels unnamed too, parents that overlap one another, cores without
     the parent) counted as the rule says, over the label groups."""
     rng = np.random.default_rng(4)
+    # Track ids as a table's rows (0, 1, 2), and ids no table of rows has (negative, past
+    # 2**24): the parent's cores are looked up one way or the other.
+    track_ids = ([0, 1, 2], [-3, 7, 1 << 25], [5, -1, 0])
     for trial in range(300):
         n = int(rng.integers(1, 50))
-        rows = [(int(rng.integers(-1 if trial % 4 == 0 else 0, len(LABELS))), int(rng.integers(0, 3)),
+        cores = track_ids[trial % len(track_ids)]
+        rows = [(int(rng.integers(-1 if trial % 4 == 0 else 0, len(LABELS))), cores[int(rng.integers(0, 3))],
                  float(a), float(a + rng.integers(0, 12))) for a in rng.integers(0, 40, n)]
         rows.sort(key=lambda r: (r[1], r[2]))  # the hand rule's "last" is by (core, start), as given
         shuffled = [rows[k] for k in rng.permutation(n)]
@@ -125,3 +129,27 @@ def test_collect_and_report_say_so_on_rank_files_laid_apart_from_their_names(tmp
     assert collected.exit_code == 0 and f"note: {said} (rank000.pt)" in collected.output, collected.output
     assert f"{said} (2 spans)" in invoke("report", directory).output
     assert f"{said} (2 spans)" in invoke("report", tmp_path / "t.json").output
+
+
+def test_a_collect_checks_label_paths_without_importing_numpy_ma(tmp_path: Path) -> None:
+    """np.unique's first call imports numpy.ma (~14 ms, a sixth of a cold collect of the
+    8-rank benchmark): the label-path check of a collect goes without it, on a demo run
+    (several `processing` spans a core: the search path) and on ids no table of rows has."""
+    import subprocess
+    import sys
+
+    write_demo(tmp_path / "demo", ranks=2, launches=3, aic=2)
+    code = (
+        "import sys\n"
+        "import numpy as np\n"
+        "from optrace.cli.collect_fast import fast_main\n"
+        "from optrace.runtime.labelpaths import outside_parent\n"
+        f"code = fast_main([{str(tmp_path / 'demo')!r}, '-o', {str(tmp_path / 't.json')!r}])\n"
+        "f = lambda *c: np.array(c, np.float64)\n"
+        "found = outside_parent(['a', 'a b'], np.array([0, 0, 1, 1]), np.array([-2, -2, 9, -2]),\n"
+        "                       f(0, 10, 1, 11), f(5, 20, 2, 12))\n"
+        "print('numpy.ma' in sys.modules, code, found)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "False 0 []"
