@@ -117,7 +117,9 @@ def launch_times(table: SpanTable) -> LaunchTimes:
     used[launch] = True
     present = np.bincount(table.label, minlength=n_labels) > 0
     processes: dict[int, set[str]] = {}
-    for t in np.unique(track).tolist():
+    # the pairs are sorted, so their tracks are: each once (not np.unique, which imports
+    # numpy.ma on its first call)
+    for t in track[np.flatnonzero(np.diff(track, prepend=-1))].tolist():
         processes.setdefault(int(table.track_launch[t]), set()).add(table.tracks[t].split(" / ", 1)[0])
     ranks = [len(processes[k]) for k in np.flatnonzero(used).tolist()]
     return LaunchTimes(list(table.labels), values[used], present, ranks)

@@ -21,7 +21,7 @@ import numpy as np
 
 from .atomic import atomic_output
 from .labelpaths import disagreement, outside_parent
-from .spans import PROCESSING, RunCounts, SpanTable, rank_of_track, run_counts
+from .spans import PROCESSING, RunCounts, SpanTable, percentiles, rank_of_track, run_counts
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def build_report(table: SpanTable, top: int = 10) -> Report:
         dur = table.dur[rows]
         tracks = table.track[rows]
         per_track = np.bincount(tracks, weights=dur)
-        p50, p99 = (float(v) for v in np.percentile(dur, [50, 99]))  # one partition for both
+        p50, p99 = percentiles(dur, (50, 99))  # one partition for both
         per_track = per_track[per_track > 0] if (per_track > 0).any() else per_track[:1]
         mean_track = float(per_track.mean()) if per_track.size else 0.0
         total = float(dur.sum())
