@@ -5,17 +5,20 @@
 delete at any time (`rm -rf ~/.cache/optrace`): whatever is missing is derived again.
 
 Each user of the cache owns a *kind* (a subdirectory: `check/`, ...) and names its entries
-by a hex digest it computes from what the entry depends on. An entry is one JSON document
-(never pickle: a cache a CI job restored, or a shared home, is read like any other input);
-:func:`read_entry` gives the parsed document or None — missing, unreadable, past the bound,
-not JSON — and the caller validates the rest (an entry of another version, another
-machine's or a corrupt one is ignored and written again). Writes are atomic (a temporary
-file beside the entry, renamed over it): concurrent runs each see a whole entry or none,
-the last writer wins. The whole directory is kept under `[limits] cache_bytes` of the user
-config (:data:`~optrace.runtime.regular.DEFAULT_LIMITS`): after a write, the entries used
-least recently (their modification time, refreshed on each hit) are removed first, until
-they fit in what the files at the top (the repository index's store, which bounds itself
-to half) leave.
+by a hex digest it computes from what the entry depends on. An entry is one JSON document,
+zlib-compressed (never pickle: a cache a CI job restored, or a shared home, is read like
+any other input; compressed because an entry is mostly absolute paths, digests and a
+plan's JSON, which shrink 5-8x: a whole repository's plans fit the bound, not half of
+them); :func:`read_entry` gives the parsed document or None — missing, unreadable, past
+the bound (compressed or expanded), not zlib, not JSON — and the caller validates the
+rest (an entry of another version, another machine's or a corrupt one is ignored and
+written again). Writes are atomic (a temporary file beside the entry, renamed over it):
+concurrent runs each see a whole entry or none, the last writer wins. The whole directory
+is kept under `[limits] cache_bytes` of the user config
+(:data:`~optrace.runtime.regular.DEFAULT_LIMITS`): after a write, the entries used least
+recently (their modification time, refreshed on each hit) are removed first, until they
+fit in what the files at the top (the repository index's store, which bounds itself to
+half) leave; an earlier version's plain `.json` entries are counted and removed alike.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import json
 import os
 import re
 import tempfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +36,12 @@ from .regular import limit, read_regular
 
 _NAME_RE = re.compile(r"[0-9a-f]{16,128}")
 _KIND_RE = re.compile(r"[a-z][a-z0-9-]{0,31}")
-_SUFFIX = ".json"
+_SUFFIX = ".json.z"  # zlib-compressed JSON
+_LEGACY_SUFFIX = ".json"  # an earlier version's entries, plain JSON: pruned, never read
+#: An entry's JSON is kept, and read, only within this many times the bound (its bytes on
+#: disk are within the bound itself): JSON of paths and digests compresses 5-10x, and an
+#: entry that would expand past it is no entry (a crafted one cannot take the memory).
+EXPANDED = 32
 
 
 def cache_root() -> Path:
@@ -72,9 +81,8 @@ def read_entry(kind: str, name: str) -> Any | None:
         data = read_regular(path, "cache")
     except OSError:
         return None
-    try:
-        document = json.loads(data)
-    except (ValueError, RecursionError):
+    document = decode_entry(data, limit("cache") * EXPANDED)
+    if document is None:
         return None
     try:
         os.utime(path)
@@ -83,14 +91,43 @@ def read_entry(kind: str, name: str) -> Any | None:
     return document
 
 
+def encode_entry(document: object) -> bytes:
+    """An entry's bytes: the document as compact JSON, zlib level 1 (a millisecond for a
+    plan's)."""
+    return zlib.compress(_json_bytes(document), 1)
+
+
+def _json_bytes(document: object) -> bytes:
+    # ASCII: a path that is not UTF-8 is kept as the escapes of its surrogates
+    return json.dumps(document, separators=(",", ":"), allow_nan=False).encode("ascii")
+
+
+def decode_entry(data: bytes, bound: int) -> Any | None:
+    """The document in an entry's bytes; None when they are not zlib, expand past
+    `bound` bytes or are not JSON."""
+    unpack = zlib.decompressobj()
+    try:
+        text = unpack.decompress(data, bound)
+    except zlib.error:
+        return None
+    if not unpack.eof or unpack.unconsumed_tail or unpack.unused_data:
+        return None  # cut short, past the bound, or more after the stream
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
 def write_entry(kind: str, name: str, document: object) -> bool:
     """Write the entry atomically, then keep the cache under its bound. False when it was
     not written (the directory cannot be made or written, or the entry alone is past the
     bound): the cache is an optimisation, never a reason for a command to fail."""
     path = entry_path(kind, name)
-    # ASCII: a path that is not UTF-8 is kept as the escapes of its surrogates
-    data = json.dumps(document, separators=(",", ":"), allow_nan=False).encode("ascii")
+    text = _json_bytes(document)
     bound = limit("cache")
+    if len(text) > bound * EXPANDED:  # what read_entry would not expand
+        return False
+    data = zlib.compress(text, 1)
     if len(data) > bound:
         return False
     try:
@@ -137,7 +174,8 @@ def prune(bound: int) -> None:
         try:
             with os.scandir(kind_dir) as it:
                 for entry in it:
-                    if entry.name.endswith(_SUFFIX) and entry.is_file(follow_symlinks=False):
+                    if (entry.name.endswith((_SUFFIX, _LEGACY_SUFFIX)) and not entry.name.startswith(".tmp-")
+                            and entry.is_file(follow_symlinks=False)):
                         st = entry.stat(follow_symlinks=False)
                         entries.append((st.st_mtime_ns, st.st_size, entry.path))
         except OSError:

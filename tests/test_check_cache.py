@@ -12,8 +12,10 @@ import os
 import shutil
 import subprocess
 import sys
+import zlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cache_changes import CHANGES, FIXTURE, HOST, KERNEL, OP_REL, append, cli, counted_calls
@@ -22,7 +24,7 @@ import optrace.pipeline.check as check_module
 from optrace.cli import check_cache, result_cache
 from optrace.engine.journal import Journal, _operator_journals, journal_stem
 from optrace.pipeline.check_report import CheckReport
-from optrace.runtime.usercache import cache_root
+from optrace.runtime.usercache import cache_root, decode_entry, encode_entry
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +54,7 @@ def _check(repo: Path, *extra: str) -> tuple[int, str, str]:
 
 
 def _entries() -> list[Path]:
-    return sorted((cache_root() / "check").glob("*.json"))
+    return sorted((cache_root() / "check").glob("*.json.z"))
 
 
 def test_a_second_check_is_a_hit_with_the_same_exit_and_output(repo: Path, runs: list[Path]) -> None:
@@ -128,20 +130,25 @@ def test_a_cann_toolchain_appearing_misses(repo: Path, runs: list[Path], tmp_pat
     assert len(runs) == 2 and "CANN found at" in second[1] and "CANN found at" not in first[1]
 
 
+def _read(entry: Path) -> Any:
+    return decode_entry(entry.read_bytes(), 1 << 30)
+
+
 CORRUPT: dict[str, Callable[[dict[str, object]], bytes]] = {
-    "not JSON": lambda doc: b"\x00\xffnot json",
-    "truncated": lambda doc: json.dumps(doc).encode()[:-40],
-    "foreign format": lambda doc: json.dumps({**doc, "format": "something-else"}).encode(),
-    "other schema": lambda doc: json.dumps({**doc, "schema": 0}).encode(),
-    "other name": lambda doc: json.dumps({**doc, "name": "0" * 32}).encode(),
-    "a count as a string": lambda doc: json.dumps(
-        {**doc, "payload": {**doc["payload"], "points": "12"}}).encode(),  # type: ignore[dict-item]
-    "a flag as a number": lambda doc: json.dumps(
-        {**doc, "payload": {**doc["payload"], "instrumented": 1}}).encode(),  # type: ignore[dict-item]
-    "an unknown gate": lambda doc: json.dumps(
-        {**doc, "payload": {**doc["payload"], "gates": [["G9", "pass", "", []]]}}).encode(),  # type: ignore[dict-item]
-    "a relative input path": lambda doc: json.dumps({**doc, "files": [["rel.h", None]]}).encode(),
-    "a list for an object": lambda doc: json.dumps([doc]).encode(),
+    "not zlib": lambda doc: b"\x00\xffnot zlib",
+    "not JSON": lambda doc: zlib.compress(b"\x00\xffnot json"),
+    "truncated": lambda doc: encode_entry(doc)[:-40],
+    "foreign format": lambda doc: encode_entry({**doc, "format": "something-else"}),
+    "other schema": lambda doc: encode_entry({**doc, "schema": 0}),
+    "other name": lambda doc: encode_entry({**doc, "name": "0" * 32}),
+    "a count as a string": lambda doc: encode_entry(
+        {**doc, "payload": {**doc["payload"], "points": "12"}}),  # type: ignore[dict-item]
+    "a flag as a number": lambda doc: encode_entry(
+        {**doc, "payload": {**doc["payload"], "instrumented": 1}}),  # type: ignore[dict-item]
+    "an unknown gate": lambda doc: encode_entry(
+        {**doc, "payload": {**doc["payload"], "gates": [["G9", "pass", "", []]]}}),  # type: ignore[dict-item]
+    "a relative input path": lambda doc: encode_entry({**doc, "files": [["rel.h", None]]}),
+    "a list for an object": lambda doc: encode_entry([doc]),
 }
 
 
@@ -149,9 +156,9 @@ CORRUPT: dict[str, Callable[[dict[str, object]], bytes]] = {
 def test_a_corrupt_or_foreign_entry_is_ignored_and_rebuilt(repo: Path, runs: list[Path], damage: str) -> None:
     first = _check(repo)
     [entry] = _entries()
-    entry.write_bytes(CORRUPT[damage](json.loads(entry.read_bytes())))
+    entry.write_bytes(CORRUPT[damage](_read(entry)))
     assert _check(repo) == first and len(runs) == 2
-    json.loads(entry.read_bytes())  # written whole again
+    assert _read(entry)  # written whole again
     assert _check(repo) == first and len(runs) == 2
 
 
@@ -238,7 +245,7 @@ def test_concurrent_checks_share_the_cache_safely(repo: Path) -> None:
     results = [(*p.communicate(timeout=300), p.returncode) for p in procs]
     assert len({r[0] for r in results}) == 1 and {r[2] for r in results} == {0}, results
     [entry] = _entries()  # one whole entry, no temporary file left
-    assert json.loads(entry.read_bytes())["format"] == check_cache.FORMAT
+    assert _read(entry)["format"] == check_cache.FORMAT
     assert [p.name for p in entry.parent.iterdir()] == [entry.name]
 
 

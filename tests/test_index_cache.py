@@ -5,6 +5,7 @@ database is rebuilt; and what discovery finds is the same with it, without it an
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -292,3 +293,45 @@ def test_check_entries_get_what_the_index_leaves_and_at_least_half(
     index.write_bytes(b"\0" * (100 * size))
     usercache.prune(4 * size)  # an index past its half leaves the entries their half: 2
     assert kept() == 2
+
+
+def test_an_entry_is_compressed_json_and_what_would_expand_too_far_is_none(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Entries are zlib-compressed JSON (a plan's shrinks 5-8x: all of a repository's fit
+    the bound); what is not zlib, expands past EXPANDED times the bound, is cut short or
+    has bytes after its stream is no entry; a document past that is not written."""
+    import zlib
+
+    from optrace.runtime import usercache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(usercache, "limit", lambda kind: 4096)
+    name = "ab" * 16
+    document = {"files": [[f"/repo/src/file_{i}.h", "0" * 32] for i in range(300)]}
+    assert usercache.write_entry("plan", name, document)
+    path = usercache.entry_path("plan", name)
+    data = path.read_bytes()
+    assert path.name.endswith(".json.z") and len(data) <= 4096 < len(json.dumps(document))
+    assert usercache.read_entry("plan", name) == document
+    bomb = zlib.compress(b"[" + b"0," * (4096 * usercache.EXPANDED) + b"0]")
+    for stored in (bomb, data[:-8], data + b"x", json.dumps(document).encode(), b"\x78\x01junk"):
+        path.write_bytes(stored)
+        assert usercache.read_entry("plan", name) is None
+    assert not usercache.write_entry("plan", name, {"pad": "x" * (4096 * usercache.EXPANDED)})
+
+
+def test_an_earlier_versions_plain_entries_are_pruned_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from optrace.runtime import usercache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(usercache, "limit", lambda kind: 1 << 30)
+    legacy = tmp_path / "optrace" / "check" / ("cd" * 16 + ".json")
+    legacy.parent.mkdir(parents=True)
+    legacy.write_bytes(b"{}" + b" " * 5000)
+    os.utime(legacy, (1, 1))  # used long ago
+    names = [f"{i:032x}" for i in range(3)]
+    for name in names:
+        assert usercache.write_entry("check", name, {"pad": "x" * 1000})
+    usercache.prune(5000)
+    assert not legacy.exists() and all(usercache.entry_path("check", n).exists() for n in names)

@@ -7,7 +7,6 @@ was planned is seen by counting calls of `plan_operator`, which a hit never make
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -21,7 +20,7 @@ import optrace.pipeline.plan as plan_module
 from optrace.cli import result_cache
 from optrace.engine.discovery import SEARCH_LIMIT_BYTES, RepoIndex
 from optrace.engine.plan import Plan
-from optrace.runtime.usercache import cache_root
+from optrace.runtime.usercache import cache_root, decode_entry, encode_entry
 
 
 @pytest.fixture
@@ -42,7 +41,7 @@ def _plan(repo: Path, *extra: str) -> tuple[int, str, str]:
 
 
 def _entries() -> list[Path]:
-    return sorted((cache_root() / "plan").glob("*.json"))
+    return sorted((cache_root() / "plan").glob("*.json.z"))
 
 
 def test_a_second_plan_is_a_hit_with_the_same_exit_and_output(repo: Path, runs: list[Path]) -> None:
@@ -127,15 +126,15 @@ def test_a_failed_plan_is_not_kept(tmp_path: Path, runs: list[Path]) -> None:
 def test_a_corrupt_or_foreign_entry_is_ignored_and_rebuilt(repo: Path, runs: list[Path], damage: str) -> None:
     first = _plan(repo)
     [entry] = _entries()
-    doc = json.loads(entry.read_bytes())
+    doc = decode_entry(entry.read_bytes(), 1 << 30)
     if damage == "not JSON":
         entry.write_bytes(b"\x00{")
     elif damage == "a number for the text":
-        entry.write_text(json.dumps({**doc, "payload": {**doc["payload"], "text": 12}}))
+        entry.write_bytes(encode_entry({**doc, "payload": {**doc["payload"], "text": 12}}))
     elif damage == "a dropped message list":
-        entry.write_text(json.dumps({**doc, "payload": {"text": doc["payload"]["text"], "doc": None}}))
+        entry.write_bytes(encode_entry({**doc, "payload": {"text": doc["payload"]["text"], "doc": None}}))
     else:
-        entry.write_text(json.dumps({**doc, "extra": {"index": "0" * 64}}))
+        entry.write_bytes(encode_entry({**doc, "extra": {"index": "0" * 64}}))
     assert _plan(repo) == first and len(runs) == 2
     assert _plan(repo) == first and len(runs) == 2  # written whole again, then taken
 
