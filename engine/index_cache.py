@@ -299,6 +299,12 @@ class ContentStore:
                     if _storable(prefix):
                         con.execute("INSERT OR REPLACE INTO roots VALUES (?, ?)", (prefix, time.time_ns()))
                 con.execute("COMMIT")
+                # The folder kept past the bound is this store's own, whichever flush
+                # goes past it: a flush of values alone (the sources' include names an
+                # operator with a header outside its folder derives: 13k rows on ops-nn)
+                # had shrunk the folder being searched away, so every run began cold.
+                if prefix is None and self.under is not None:
+                    prefix = os.fsdecode(self.under).rstrip("/") + "/"
                 try:
                     if _used_bytes(con) > store_bound():
                         _shrink(con, prefix if prefix and _storable(prefix) else None,
@@ -336,6 +342,7 @@ def _shrink(con: sqlite3.Connection, keep: str | None, target: int) -> None:
         return keep is not None and (keep.startswith(root) or root.startswith(keep))
 
     strays_done = False
+    changes = con.total_changes
     while _used_bytes(con) > target:
         con.execute("BEGIN IMMEDIATE")
         try:
@@ -367,8 +374,10 @@ def _shrink(con: sqlite3.Connection, keep: str | None, target: int) -> None:
             if con.in_transaction:  # SQLite may have rolled back already (a full disk)
                 con.execute("ROLLBACK")
             raise
-    con.execute("VACUUM")
-    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    if con.total_changes > changes:  # rows went (a folder kept over the bound alone: no
+        # compaction at every flush, a VACUUM rewrites the whole file)
+        con.execute("VACUUM")
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
 def _storable(text: str) -> bool:

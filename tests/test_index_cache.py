@@ -248,6 +248,26 @@ def test_the_folder_a_run_indexed_is_kept_even_past_the_bound(
     assert _answers(root) == _answers(root)
 
 
+def test_a_flush_of_values_alone_keeps_its_folder_past_the_bound(
+        cache_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A flush with no walk behind it (the include names `operators_including` derives
+    for a plan) past the bound keeps the store's own folder, as the walk's flush does: it
+    had deleted the folder being searched, so every run over ops-nn began cold."""
+    other = _sized_repo(tmp_path / "other", "fff")
+    _store_of(other)
+    root = _sized_repo(tmp_path / "repo", "eee")
+    store = _store_of(root)
+    monkeypatch.setattr(index_cache, "store_bound", lambda: 1)
+    for path in sorted((root / "torch").iterdir()):
+        store.derived(path, "sizes-test", lambda data: str(len(data or b"")))
+    store.flush()
+    left = _rows(cache_home)
+    assert left and all(p.startswith(f"{root}/") for p in left)  # the other folder went
+    again = _store_of(root)
+    assert again.misses == 0
+    assert again.derived(root / "torch" / "adapter0.cpp", "sizes-test", lambda data: "x") != "x"
+
+
 def test_folders_around_or_inside_the_indexed_one_are_its_rows(
         cache_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A repository and a folder inside it both indexed whole (a sub-project searched as
