@@ -39,9 +39,9 @@ _KIND_RE = re.compile(r"[a-z][a-z0-9-]{0,31}")
 _SUFFIX = ".json.z"  # zlib-compressed JSON
 _LEGACY_SUFFIX = ".json"  # an earlier version's entries, plain JSON: pruned, never read
 #: An entry's JSON is kept, and read, only within this many times the bound (its bytes on
-#: disk are within the bound itself): JSON of paths and digests compresses 5-10x, and an
-#: entry that would expand past it is no entry (a crafted one cannot take the memory).
-EXPANDED = 32
+#: disk are within the bound itself): a plan's is a few hundred KB, and an entry that
+#: would expand past it is no entry (a crafted one cannot take the memory).
+EXPANDED = 4
 
 
 def cache_root() -> Path:

@@ -325,19 +325,19 @@ def test_an_entry_is_compressed_json_and_what_would_expand_too_far_is_none(
     from optrace.runtime import usercache
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setattr(usercache, "limit", lambda kind: 4096)
+    monkeypatch.setattr(usercache, "limit", lambda kind: 8192)
     name = "ab" * 16
-    document = {"files": [[f"/repo/src/file_{i}.h", "0" * 32] for i in range(300)]}
+    document = {"files": [[f"/repo/src/file_{i}.h", "0" * 32] for i in range(200)]}
     assert usercache.write_entry("plan", name, document)
     path = usercache.entry_path("plan", name)
     data = path.read_bytes()
-    assert path.name.endswith(".json.z") and len(data) <= 4096 < len(json.dumps(document))
+    assert path.name.endswith(".json.z") and len(data) <= 8192 < len(json.dumps(document))
     assert usercache.read_entry("plan", name) == document
-    bomb = zlib.compress(b"[" + b"0," * (4096 * usercache.EXPANDED) + b"0]")
+    bomb = zlib.compress(b"[" + b"0," * (8192 * usercache.EXPANDED) + b"0]")
     for stored in (bomb, data[:-8], data + b"x", json.dumps(document).encode(), b"\x78\x01junk"):
         path.write_bytes(stored)
         assert usercache.read_entry("plan", name) is None
-    assert not usercache.write_entry("plan", name, {"pad": "x" * (4096 * usercache.EXPANDED)})
+    assert not usercache.write_entry("plan", name, {"pad": "x" * (8192 * usercache.EXPANDED)})
 
 
 def test_an_earlier_versions_plain_entries_are_pruned_first(
