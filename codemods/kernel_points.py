@@ -47,10 +47,6 @@ def begin_and_guard_lines(region: Region, depth: int) -> tuple[bytes, bytes]:
             f"OptraceEnd optraceEnd{depth}({point_args(region.label, 'E', index)});".encode())
 
 
-def begin_and_guard(region: Region, depth: int) -> bytes:
-    return b" ".join(begin_and_guard_lines(region, depth))
-
-
 def _unparsed(node: Node, inside: bool) -> bool:
     """A bracketed statement with a parse error in it, or a block whose braces did not parse."""
     if inside:
@@ -94,12 +90,21 @@ def _inside_the_block(data: bytes, block: Node, content: bytes) -> Edit | None:
         if first is not None and data.count(b"\n", brace_end, first.start_byte) >= 1:
             indent = indent_at(data, first.start_byte)
         else:
-            base = indent_at(data, block.start_byte)
-            indent = base + (b"\t" if base.startswith(b"\t") else b"    ")
+            indent = _deeper(indent_at(data, block.start_byte))
         at = line_end(data, brace_end, include_newline=True)
         return Edit(Path(), at, at, b"".join(indent + ln + LINE_MARK + newline for ln in lines), CODEMOD)
-    # The separating space is part of the fragment, so strip takes it back too.
-    return Edit(Path(), brace_end, brace_end, FRAG_OPEN + b" " + b" ".join(lines) + FRAG_CLOSE, CODEMOD)
+    # Code after the brace on its line (`{ Copy(); }`): the statements on lines of their
+    # own all the same, inside one fragment that ends where that code resumes (on a line
+    # of its own, indented): strip takes the line breaks back with it.
+    inner = _deeper(indent_at(data, block.start_byte))
+    return Edit(Path(), brace_end, brace_end,
+                FRAG_OPEN + b"".join(newline + inner + ln for ln in lines) + newline + inner + FRAG_CLOSE,
+                CODEMOD)
+
+
+def _deeper(indent: bytes) -> bytes:
+    """One indentation step past `indent`, in the file's own character."""
+    return indent + (b"\t" if indent.startswith(b"\t") else b"    ")
 
 
 _LOOPS = ("for_statement", "while_statement", "do_statement", "for_range_loop")
@@ -172,12 +177,15 @@ def _around_statement(data: bytes, stmt: Node, region: Region, depth: int) -> li
             Edit(Path(), before, before, opening, CODEMOD),
             Edit(Path(), after, after, tail + indent + b"}" + LINE_MARK + newline, CODEMOD),
         ]
-    # Sharing its line with other code: braces and a scope guard inside the line.
-    guard = begin_and_guard(region, depth)
+    # Sharing its line with other code (`if (n) Sync(); else Wait();`): braces and a
+    # scope guard all the same, the brace ending the line, B and the guard a line each,
+    # the statement on a line of its own and the closing brace on the next — inside two
+    # fragments whose line breaks strip takes back, so the line is its old self again.
+    inner = _deeper(indent)
+    opening = FRAG_OPEN + b"{" + b"".join(newline + inner + ln for ln in begin_and_guard_lines(region, depth))
     return [
-        Edit(Path(), stmt.start_byte, stmt.start_byte, FRAG_OPEN + b"{ " + guard + b" " + FRAG_CLOSE,
-             CODEMOD),
-        Edit(Path(), stmt_end, stmt_end, FRAG_OPEN + b" }" + FRAG_CLOSE, CODEMOD),
+        Edit(Path(), stmt.start_byte, stmt.start_byte, opening + newline + inner + FRAG_CLOSE, CODEMOD),
+        Edit(Path(), stmt_end, stmt_end, FRAG_OPEN + newline + indent + b"}" + FRAG_CLOSE, CODEMOD),
     ]
 
 
