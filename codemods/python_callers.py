@@ -65,8 +65,8 @@ class PythonCallersLayer(FileLayer):
              '    if _optrace_os.environ.get("OPTRACE_PROFILING_DIR"):  # optrace\n'
              "        torch_npu.npu.synchronize()  # optrace\n"
              "        from optrace.runtime import save_profiling_data as _optrace_save  # optrace\n"
-             '        _optrace_save(profiling_data, int(_optrace_os.environ.get("RANK", "0")), '
-             '_optrace_os.environ["OPTRACE_PROFILING_DIR"],  # optrace\n'
+             '        _optrace_save(profiling_data, int(_optrace_os.environ.get("RANK", "0")),  # optrace\n'
+             '                      _optrace_os.environ["OPTRACE_PROFILING_DIR"],  # optrace\n'
              '                      point_map=_optrace_os.environ.get("OPTRACE_POINT_MAP"), tag="demo-op")'
              "  # optrace\n"),
         ),

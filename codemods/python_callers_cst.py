@@ -413,19 +413,50 @@ def _save_lines(f: _File, call: cst.Call, var: str, indent: bytes, unit: bytes) 
     tag = ""
     if isinstance(call.func, cst.Attribute):
         tag = f', tag="{call.func.attr.value.replace("_", "-")}"'
+    args = [var, rank, f'{OS}.environ["{ENV_DIR}"]', f'point_map={OS}.environ.get("{ENV_MAP}")']
     return [
         indent + f"if {OS}.environ.get(\"{ENV_DIR}\"):".encode(),
         indent + unit + _sync_expr(f).encode(),
         indent + unit + b"from optrace.runtime import save_profiling_data as _optrace_save",
-        indent + unit + f"_optrace_save({var}, {rank}, {OS}.environ[\"{ENV_DIR}\"],".encode(),
-        indent + unit + f"              point_map={OS}.environ.get(\"{ENV_MAP}\"){tag})".encode(),
+        *packed(indent + unit + b"_optrace_save(", [*args, *([tag[2:]] if tag else [])], ")", unit),
     ]
+
+
+#: A line optrace adds to a Python file ends within this column, its `  # optrace` mark
+#: included: a reviewer reads the patch at 120 columns.
+_PY_WIDTH = REVIEW_WIDTH - len(HASH_MARK)
+
+
+def packed(head: bytes, items: list[str], close: str, unit: bytes) -> list[bytes]:
+    """`head` (`    name(`) and its comma-separated `items`, then `close`, as lines of
+    at most _PY_WIDTH columns: items packed in order, the next lines under the opening
+    bracket (a hanging indent of two units past the line's own where that is past the
+    middle). An item longer than the width alone stands on a line of its own."""
+    lead = head[: len(head) - len(head.lstrip())]
+    cont = b" " * len(head) if len(head) <= _PY_WIDTH // 2 else lead + unit + unit
+    lines: list[bytes] = []
+    line = head if len(head) <= _PY_WIDTH // 2 else None
+    if line is None:
+        lines.append(head)
+    for k, item in enumerate(items):
+        piece = (item + ("," if k < len(items) - 1 else close)).encode()
+        if line is None:
+            line = cont + piece
+        elif line == head:
+            line += piece
+        elif len(line) + 1 + len(piece) > _PY_WIDTH:
+            lines.append(line)
+            line = cont + piece
+        else:
+            line += b" " + piece
+    if line is not None:
+        lines.append(line)
+    return lines
 
 
 def _collect_lines(f: _File, indent: bytes, unit: bytes) -> list[bytes]:
     f.needs_os = True
     env = f"{OS}.environ"
-    pad = b" " * len("_optrace_subprocess.run([")
     return [
         indent + f"if {env}.get(\"{ENV_DIR}\") and {env}.get(\"{ENV_MAP}\"):".encode(),
         indent + unit + b"import subprocess as _optrace_subprocess",
@@ -435,9 +466,9 @@ def _collect_lines(f: _File, indent: bytes, unit: bytes) -> list[bytes]:
         indent + unit + f"_optrace_out = {env}.get(\"{ENV_TRACE}\")".encode(),
         indent + unit + f"_optrace_out = _optrace_out or {OS}.path.join(_optrace_dir, \"trace.json\")"
         .encode(),
-        indent + unit + b'_optrace_subprocess.run([_optrace_sys.executable, "-m", "optrace", "collect", '
-                        b"_optrace_dir,",
-        indent + unit + pad + b'"--point-map", _optrace_map, "-o", _optrace_out], check=True)',
+        *packed(indent + unit + b"_optrace_subprocess.run([",
+                ["_optrace_sys.executable", '"-m"', '"optrace"', '"collect"', "_optrace_dir", '"--point-map"',
+                 "_optrace_map", '"-o"', "_optrace_out"], "], check=True)", unit),
     ]
 
 

@@ -197,3 +197,29 @@ def test_a_call_inside_a_lambda_is_left_alone(tmp_path: Path) -> None:
     text = "def f(x):\n    t = bench(lambda: torch.ops.lib.demo_op(x))[0]\n    return [torch.ops.lib.demo_op(y) for y in x]\n"
     op = make_repo(tmp_path, {"tests/test_demo.py": text, REG[0]: REG[1]})
     assert run(python_caller_edits, op, "B") == {}
+
+
+def test_added_lines_keep_within_120_columns_at_any_depth(tmp_path: Path) -> None:
+    """A call deep in a test (five levels in, a long operator name, no rank in sight):
+    the save's arguments are laid out on as many lines as it takes, under its bracket,
+    each line within 120 columns with its mark; the file still parses and strips back
+    (`run` checks the strip)."""
+    reg = ("torch/reg.cpp", 'TORCH_LIBRARY(a_rather_long_library_name, m)\n{\n'
+           '    m.def("demo_op(Tensor x) -> (Tensor, Tensor)");\n}\n')
+    text = dedent("""\
+        import pytest
+
+
+        class TestDemo:
+            def test_demo(self, cases):
+                for case in cases:
+                    with case.context():
+                        if case.enabled:
+                            first_output_tensor, second_output_tensor = torch.ops.a_rather_long_library_name.demo_op(x)
+        """)
+    op = make_repo(tmp_path, {"tests/test_demo.py": text, reg[0]: reg[1]})
+    after = run(python_caller_edits, op, "B")["tests/test_demo.py"]
+    added = [line for line in after.splitlines() if line.endswith("# optrace")]
+    assert any("_optrace_save(" in line for line in added)
+    assert all(len(line) <= 120 for line in added), [line for line in added if len(line) > 120]
+    ast.parse(after)
