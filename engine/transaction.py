@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from optrace.engine import renameat
+from optrace.engine.diagnostics import shown_path
 from optrace.engine.edits import FileChange
 from optrace.engine.journal import (
     CODE_BUSY,
@@ -669,7 +670,7 @@ def _unsafe_path(path: Path, root: Path) -> str:
     except ValueError:
         parts = ()
     if not parts:
-        return f"outside the repository root {root}"
+        return f"outside the repository root {shown_path(root)}"  # as text output shows paths
     if any(part.lower() == ".git" for part in parts):
         return "inside .git/"
     if parts[0] == ".optrace":

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from optrace.engine.codes import OT020, OT021, OT108
-from optrace.engine.diagnostics import display_path
+from optrace.engine.diagnostics import display_path, shown_path
 from optrace.engine.model import Region
 from optrace.engine.plan import Plan
 from optrace.pipeline.graph_page import graph_html
@@ -39,7 +39,7 @@ def render_text(plan: Plan, mode: PlannedMode | None = None) -> str:
     root_dir = layers.repo_root
     out: list[str] = []
     out.append(f"operator {layers.op_name} ({display_path(layers.op_dir, root_dir)})")
-    out.append(f"  repository root: {root_dir}")
+    out.append(f"  repository root: {shown_path(root_dir)}")  # relative to where optrace runs
     declared = an.core_declaration
     if declared is not None:
         kind = declared.describe(display_path(declared.path, root_dir) if declared.path else "")
@@ -50,7 +50,9 @@ def render_text(plan: Plan, mode: PlannedMode | None = None) -> str:
     if mode is not None:
         out.append(f"  mode: {mode.mode} — {mode.reason}")
     out.append("")
-    out.append("layers:")
+    # A file under the operator directory relative to it, as the file legend has them:
+    # ops-nn's paths from the root are past 120 columns on their own.
+    out.append(f"layers (those under {display_path(layers.op_dir, root_dir)}/ relative to it):")
     for key, title in layers.titles.items():
         hits = layers.found.get(key, [])
         if not hits:
@@ -58,7 +60,7 @@ def render_text(plan: Plan, mode: PlannedMode | None = None) -> str:
             continue
         for i, hit in enumerate(hits[:6]):
             head = f"  + {title}:" if i == 0 else "    " + " " * len(title) + " "
-            out.append(f"{head} {display_path(hit.path, root_dir)}:{hit.line}  {hit.detail}")
+            out.append(f"{head} {_short(hit.path, layers.op_dir, root_dir)}:{hit.line}  {hit.detail}")
         if len(hits) > 6:
             out.append(f"    ... and {len(hits) - 6} more")
     out.append("")

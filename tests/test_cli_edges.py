@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 
 from optrace.cli.app import app
 from optrace.engine.diagnostics import shown_path
+from optrace.engine.transaction import _unsafe_path
 from optrace.pipeline.plan_text import wrap
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -319,6 +320,10 @@ def test_every_command_names_files_relative_to_where_it_runs(applied: Path, tmp_
         code, _, err = cli(command, docs.resolve())
         assert code == 2 and err.startswith("docs-here: OT010"), (command, err)
     assert cli("plan", rel, "--graph", repo / "g.txt")[2].startswith("g.txt: OT030")
+    # The plan's root and a write refused outside it, as the other paths: from the root, "."
+    assert "\n  repository root: .\n" in cli("plan", rel)[1]
+    monkeypatch.chdir(repo.parent)
+    assert _unsafe_path(tmp_path / "x.h", repo.resolve()) == f"outside the repository root {repo.name}"
 
 
 def test_a_run_over_several_operators_ends_on_its_count(applied: Path, tmp_path: Path) -> None:

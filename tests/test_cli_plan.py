@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -194,3 +195,20 @@ def test_a_qualifier_that_is_not_an_identifier_is_refused_where_it_is_written(tm
     assert code == 2 and "OT003" in err and "optrace.toml:2" in err and "not a C++ identifier" in err
     (tmp_path / "optrace.toml").write_text('qualifiers = ["MY_DEVICE"]\n')
     assert run("plan", str(op))[0] == 0
+
+
+def test_a_deep_operators_layers_read_at_120_columns(tmp_path: Path) -> None:
+    """An operator four folders down with long file names (ops-nn's op_host/op_tiling/...
+    paths from the root run past 120 columns on their own): the layers list names its
+    files relative to the operator, as the file legend does."""
+    msopgen = Path(__file__).resolve().parent.parent / "fixtures" / "msopgen_style"
+    deep = tmp_path / "repo" / "experimental" / "a_category_with_a_long_name" / "moe_token_permute"
+    shutil.copytree(msopgen / "moe_token_permute", deep)
+    long_name = "moe_token_permute_definition_of_every_output_shape_and_dtype_def.cpp"
+    opdef = deep / "op_host" / "moe_token_permute_def.cpp"
+    opdef.rename(opdef.with_name(long_name))
+    (tmp_path / "repo" / "optrace.toml").write_text("")
+    code, out, _ = run("plan", str(deep))
+    assert code == 0, out
+    assert f"  + infer shape: op_host/{long_name}:" in out, out  # the OpDef's file registers it
+    assert [line for line in out.splitlines() if len(line) > 120] == []

@@ -6,6 +6,7 @@ tests/test_fixture_plans.py`, then review the diff like any other code change.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -29,8 +30,11 @@ OPERATORS = {
 
 
 def rendered(op_dir: Path) -> str:
-    plan = plan_operator(op_dir)
-    return render_text(plan).replace(str(plan.analysis.layers.repo_root), "<repo>")
+    # From the operator's directory: the root above it is shown whole (text output shows
+    # paths relative to where it runs), then named <repo>, wherever pytest runs.
+    with contextlib.chdir(op_dir):
+        plan = plan_operator(op_dir)
+        return render_text(plan).replace(str(plan.analysis.layers.repo_root), "<repo>")
 
 
 @pytest.mark.parametrize("name", sorted(OPERATORS))
