@@ -14,7 +14,8 @@ name of the new output. What the converter returns follows:
 Any other shape (no `custom_op(..., outputs=[...])`, several GE ops without one named
 after the op, a return that is not one of the above) is refused with OT313 (`file:line`,
 exit 2, nothing written): a guessed graph would differ from the eager op. Rewritten
-statements are preceded by `# optrace-orig N BASE64`, which is how strip restores them.
+statements are preceded by `# optrace-edit N` (N lines of the rewrite follow): strip takes
+out what optrace added to them by its shape (its structural inverse), nothing encoded.
 Mode A changes nothing.
 """
 

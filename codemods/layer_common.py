@@ -18,8 +18,8 @@ Markers (what `strip` removes):
   the literal, `"/*optrace-str<*/", Tensor"/*>optrace-str*/"` (adjacent literals concatenate),
   and strip removes it with both quotes.
 - Python and shell: a whole inserted line ends with `  # optrace`; a rewritten Python
-  statement is preceded by `# optrace-orig N BASE64` (the original bytes, N = lines of the
-  rewrite that follow).
+  statement is preceded by `# optrace-edit N` (N = lines of the rewrite that follow; strip
+  takes out what optrace added by its shape: nothing of the original is encoded).
 - Build scripts: the hook block between `# TRACE_PREPROCESSOR_HOOK_START` / `_END`.
 """
 

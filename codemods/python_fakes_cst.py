@@ -13,8 +13,9 @@ Return forms: `return a, b` and `return (a, b)` gain `, buffer`; `return [a, b]`
 list; any other value (`return a`, `return tuple(outs)`) becomes `a, buffer` when the op
 returned one tensor, else `(*value, buffer)` (`[*value, buffer]` for a `Tensor[]` op).
 Every `return` of the function changes (nested functions and lambdas are not its returns).
-Each rewritten statement is preceded by `# optrace-orig N BASE64` (strip restores it);
-added lines end with `  # optrace`.
+Each rewritten statement is preceded by `# optrace-edit N` (N lines of the rewrite follow;
+strip takes out what was added by its shape, nothing encoded); added lines end with
+`  # optrace`.
 
 Refused (OT313): a registration naming a function this file does not define, a fake
 without parameters, a bare `return`.

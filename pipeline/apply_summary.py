@@ -16,6 +16,7 @@ from pathlib import Path
 from optrace.engine.diagnostics import shown_path
 from optrace.engine.edits import Edit, FileChange
 from optrace.engine.plan import Plan
+from optrace.pipeline.plan_text import wrap
 
 _POINT_RE = re.compile(rb'TRACE_POINT\s*\(\s*"(?:[^"\\\n]|\\.)*"\s*,\s*"B"\s*\)')
 MAX_FILES = 24
@@ -73,4 +74,4 @@ def summary_lines(plan: Plan, mode: str, why: str, changes: dict[Path, FileChang
     if plan.per_core:
         lines.append("labels per core type: " + ", ".join(
             f"{core} {len(labels)}" for core, labels in sorted(plan.per_core.items())))
-    return lines
+    return wrap(lines)  # at 120 columns, as the plan: a refusal's reason, a path outside

@@ -26,6 +26,15 @@ def test_the_summary_names_mode_layers_points_and_labels(tmp_path: Path,
     res = CliRunner().invoke(app, ["apply", OP])
     assert res.exit_code == 0, res.stderr
     summary = res.stderr.splitlines()
+    assert all(len(line) <= 120 for line in summary)  # read at 120 columns, as the plan
+    # a row past 120 columns goes on with its path on a line of its own, four deeper
+    joined: list[str] = []
+    for line in summary:
+        if line.startswith("      ") and joined:
+            joined[-1] += "  " + line.strip()
+        else:
+            joined.append(line)
+    summary = joined
     assert summary[0].startswith("moe_fused_gmm: mode B: ")
     diffed = re.findall(r"^\+\+\+ b/(\S+)", res.stdout, re.M)
     assert summary[1].startswith(f"{len(diffed)} file(s), by layer (paths under ")
