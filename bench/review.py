@@ -1,6 +1,6 @@
 """What a reviewer reads: the size and shape of the patch `optrace apply` writes.
 
-    python bench/review.py [--umdk REPO] [--ops-nn REPO [OPDIR...]] [--optrace-src DIR] [--md]
+    python bench/review.py [--umdk REPO] [--ops-nn REPO] [OPDIR...] [--corpus SAMPLE.json] [--optrace-src DIR]
 
 On a scratch clone of each repository (`git clone --shared`, no end-of-line conversion,
 nothing reaches REPO) it runs `optrace apply OPDIR --write` and `optrace plan OPDIR` per
@@ -13,20 +13,24 @@ operator, each a fresh process, and measures from `git diff` and the untracked f
   `+N gen`);
 - added lines over 120 columns, less those that were already over 120 before the edit
   (a line whose optrace fragments taken out is one of the file's old long lines);
-- opaque payloads: added lines holding a run of 40+ base64 characters (encoded data in a
-  comment or a string);
+- opaque payloads: added lines holding a run of 40+ base64 characters that is no
+  identifier (a `+`, `/` or `=` in it, or digits, capitals and small letters five each or
+  more: encoded data in a comment or a string, not `aclnnInnerSomeOpGetWorkspaceSize`);
 - plan lines over 120 columns (`plan`'s text output).
 
 Defaults: UMDK's five operators under src/cam/comm_operator/ascend_kernels/ and the
 ops-nn sample named below (a kernel with op_host, op_api and a test harness), from the
-read-only mirrors. `--optrace-src DIR` runs another checkout's optrace (a main worktree,
-for before / after in one run). Sizes, not times: the machine's load does not matter.
+read-only mirrors; `--corpus bench/corpus/ops-nn-quick30.json` measures the ops-nn operators
+of a committed corpus sample instead, and a last row sums them. `--optrace-src DIR` runs
+another checkout's optrace (a main worktree, for before / after in one run). Sizes, not
+times: the machine's load does not matter.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import re
 import subprocess
@@ -124,7 +128,16 @@ def finish(rows: list[Row]) -> None:
             r.added += len(added)
             old_long = r.old_long.get(path, set())
             r.wide += sum(len(ln) > WIDTH and _FRAGMENT_RE.sub("", ln) not in old_long for ln in added)
-            r.payloads += sum(_B64_RE.search(ln) is not None for ln in added)
+            r.payloads += sum(any(_opaque(m.group()) for m in _B64_RE.finditer(ln)) for ln in added)
+
+
+def _opaque(run: str) -> bool:
+    """A run of base64 characters that is encoded data, not a long identifier."""
+    if any(c in run for c in "+/="):
+        return True
+    digits = sum(c.isdigit() for c in run)
+    upper = sum(c.isupper() for c in run)
+    return digits >= 5 and upper >= 5 and len(run) - digits - upper >= 5
 
 
 def table(rows: list[Row]) -> str:
@@ -138,6 +151,13 @@ def table(rows: list[Row]) -> str:
         gen = f" (+{r.generated} gen)" if r.generated else ""
         out.append(f"| {r.repo} | {op} | {r.added} | {r.files}{gen} | {r.wide} | {r.payloads} | "
                    f"{r.plan_wide} / {r.plan_lines} |")
+    corpus = [r for r in rows if r.repo == "ops-nn"]
+    if len(corpus) > len(OPS_NN_OPS):  # a corpus sample: its sums
+        ok = [r for r in corpus if r.status == "ok"]
+        out.append(f"| ops-nn, all {len(corpus)} ({len(ok)} applied) | | {sum(r.added for r in ok)} | "
+                   f"{sum(r.files for r in ok)} | {sum(r.wide for r in ok)} "
+                   f"({sum(r.wide > 0 for r in ok)} operators) | {sum(r.payloads for r in ok)} | "
+                   f"{sum(r.plan_wide for r in corpus)} / {sum(r.plan_lines for r in corpus)} |")
     return "\n".join(out)
 
 
@@ -146,9 +166,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--umdk", type=Path, default=UMDK)
     ap.add_argument("--ops-nn", type=Path, default=OPS_NN)
     ap.add_argument("ops_nn_ops", nargs="*", default=list(OPS_NN_OPS), help="ops-nn operator directories")
+    ap.add_argument("--corpus", type=Path, default=None,
+                    help="a corpus sample (bench/corpus/*.json): its ops-nn operators, not the default two")
     ap.add_argument("--optrace-src", type=Path, default=None,
                     help="a checkout whose optrace runs instead of the installed one")
     args = ap.parse_args(argv)
+    if args.corpus is not None:
+        args.ops_nn_ops = [o["op"] for o in json.loads(args.corpus.read_text())["operators"]]
     env = dict(os.environ)
     if args.optrace_src is not None:
         env["PYTHONPATH"] = str(args.optrace_src.resolve()) + os.pathsep + env.get("PYTHONPATH", "")
