@@ -111,8 +111,9 @@ def measure(repo: Path, name: str, op: str, env: dict[str, str], scratch: Path) 
     return row
 
 
-def finish(rows: list[Row]) -> None:
-    """Counts, a created file left out when another operator's run created the same bytes."""
+def finish(rows: list[Row], show_wide: bool = False) -> None:
+    """Counts, a created file left out when another operator's run created the same bytes;
+    `show_wide`: each added line past 120 columns named on stderr."""
     digests: dict[str, set[tuple[str, str]]] = {}
     for r in rows:
         for data in r.created.values():
@@ -127,7 +128,10 @@ def finish(rows: list[Row]) -> None:
             r.files += 1
             r.added += len(added)
             old_long = r.old_long.get(path, set())
-            r.wide += sum(len(ln) > WIDTH and _FRAGMENT_RE.sub("", ln) not in old_long for ln in added)
+            wide = [ln for ln in added if len(ln) > WIDTH and _FRAGMENT_RE.sub("", ln) not in old_long]
+            r.wide += len(wide)
+            for ln in wide if show_wide else ():
+                print(f"{r.repo} {r.op}: {path}: {len(ln)} columns: {ln.strip()[:160]}", file=sys.stderr)
             r.payloads += sum(any(_opaque(m.group()) for m in _B64_RE.finditer(ln)) for ln in added)
 
 
@@ -168,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("ops_nn_ops", nargs="*", default=list(OPS_NN_OPS), help="ops-nn operator directories")
     ap.add_argument("--corpus", type=Path, default=None,
                     help="a corpus sample (bench/corpus/*.json): its ops-nn operators, not the default two")
+    ap.add_argument("--show-wide", action="store_true", help="name each added line past 120 columns")
     ap.add_argument("--optrace-src", type=Path, default=None,
                     help="a checkout whose optrace runs instead of the installed one")
     args = ap.parse_args(argv)
@@ -187,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             rows.append(measure(repo, name, op, env, Path(tmp)))
             print(f"measured {name} {op}", file=sys.stderr)
-        finish(rows)
+        finish(rows, args.show_wide)
     print(table(rows))
     return 0
 
