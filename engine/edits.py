@@ -32,8 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from optrace.engine.codes import OT040, OT041
+from optrace.engine.layout import REVIEW_WIDTH as REVIEW_WIDTH  # the width codemods lay their text out at
+from optrace.engine.layout import statements, wrap_line
 from optrace.engine.source import read_regular
-from optrace.engine.vocabulary import FRAG_CLOSE, FRAG_OPEN
+from optrace.engine.vocabulary import FRAG_CLOSE, FRAG_OPEN, LINE_MARK
 
 # Diagnostic codes (README: OT0xx is input and parsing); kept together so they are easy to audit.
 CODE_EDIT_CONFLICT = OT040
@@ -226,6 +228,10 @@ def apply_edits(original: bytes, edits: Iterable[Edit]) -> bytes:
                 line_number(original, len(original)),
             )
     wrapped = _wrap_wide_fragments(original, file_edits.edits)
+    for edit in file_edits.edits:
+        laid = _wrap_wide_lines(wrapped.get(id(edit), edit.replacement))
+        if laid is not None:
+            wrapped[id(edit)] = laid
     pieces: list[bytes] = []
     position = 0
     for edit in file_edits.edits:
@@ -236,10 +242,11 @@ def apply_edits(original: bytes, edits: Iterable[Edit]) -> bytes:
     return b"".join(pieces)
 
 
-# A reviewer reads the patch at this width: a line optrace's fragments would take past
-# it (one that was within it before) gets its new parameter or argument on a line of its
-# own, the fragment's markers around the line breaks, so strip still takes exactly it.
-REVIEW_WIDTH = 120
+# A reviewer reads the patch at this width (engine/layout.py): a line optrace's fragments
+# would take past it (one that was within it before) gets its new parameter or argument
+# on a line of its own, or its statements a line each, the fragment's markers around the
+# line breaks, so strip still takes exactly it; a whole inserted line past it breaks
+# into marked lines.
 
 
 def _wrap_wide_fragments(original: bytes, edits: list[Edit]) -> dict[int, bytes]:
@@ -266,7 +273,45 @@ def _wrap_wide_fragments(original: bytes, edits: list[Edit]) -> dict[int, bytes]
                 out[id(edit)] = FRAG_OPEN + b"," + nl + indent + body[2:] + FRAG_CLOSE
             elif body.endswith(b", ") and b"profiling" in body.lower():
                 out[id(edit)] = FRAG_OPEN + nl + indent + body.rstrip() + nl + indent + FRAG_CLOSE
+            elif (lines := statements(body)) is not None:
+                # `int f() { /*optrace<*/a; b; /*>optrace*/return x; }`: a statement a line,
+                # one step in from the line's own indent; the code after the fragment goes
+                # on where the closing marker ends its line
+                step = _step(original)
+                inner = indent_at(original, start) + step
+                laid = b"".join(nl + inner + step * level + text for level, text in lines)
+                out[id(edit)] = FRAG_OPEN + laid + nl + inner + FRAG_CLOSE
     return out
+
+
+def _step(data: bytes) -> bytes:
+    """One indentation step in the file's own character."""
+    return b"\t" if b"\n\t" in data[:65536] and b"\n    " not in data[:65536] else b"    "
+
+
+def _wrap_wide_lines(replacement: bytes) -> bytes | None:
+    """The replacement with each whole C / C++ line it adds (one ending with the line
+    mark) past the review width broken into marked lines (engine/layout.py); None when
+    none is."""
+    if LINE_MARK not in replacement:
+        return None
+    pieces = replacement.splitlines(keepends=True)
+    out: list[bytes] = []
+    changed = False
+    for piece in pieces:
+        body = piece.rstrip(b"\r\n")
+        ending = piece[len(body) :]
+        if (len(body) > REVIEW_WIDTH and body.endswith(LINE_MARK) and FRAG_OPEN not in body
+                and not body.lstrip().startswith(b"#")):
+            lines = wrap_line(body[: -len(LINE_MARK)], REVIEW_WIDTH - len(LINE_MARK))
+            if len(lines) > 1:
+                nl = ending or b"\n"
+                head = b"".join(line + LINE_MARK + nl for line in lines[:-1])
+                out.append(head + lines[-1] + LINE_MARK + ending)
+                changed = True
+                continue
+        out.append(piece)
+    return b"".join(out) if changed else None
 
 
 def _continuation_indent(data: bytes, start: int, at: int) -> bytes:

@@ -142,20 +142,26 @@ def test_an_infer_that_already_sets_the_output_is_left_alone(tmp_path: Path) -> 
 
 def test_one_line_bodies_get_the_lines_as_one_fragment(tmp_path: Path) -> None:
     """`{ return GRAPH_SUCCESS; }` on the function's own line: no line to insert before,
-    so the statements go in front of the return on that line (strip takes them back)."""
+    so the statements go in front of the return as one fragment (strip takes them back);
+    past 120 columns, a statement a line inside it (engine/layout.py), else on the line."""
     text = ("using namespace ge;\n"
             "static ge::graphStatus InferShapeDemo(gert::InferShapeContext* context) { return GRAPH_SUCCESS; }\n"
             "static ge::graphStatus InferDataTypeDemo(gert::InferDataTypeContext* context) { }\n"
             "IMPL_OP_INFERSHAPE(DemoOp).InferShape(InferShapeDemo).InferDataType(InferDataTypeDemo);\n")
     op = make_repo(tmp_path, {INFER: text, OPDEF[0]: OPDEF[1]})
     after = run(infer_edits, op)[INFER]
-    assert ("(gert::InferShapeContext* context) { /*optrace<*/constexpr uint32_t optraceProfilingDataIndex = 2; "
-            "gert::Shape *optraceProfilingShape = context->GetOutputShape(optraceProfilingDataIndex); "
-            "if (optraceProfilingShape != nullptr) { optraceProfilingShape->SetDimNum(1); "
-            "optraceProfilingShape->SetDim(0, OPTRACE_PROFILING_NUMEL); } /*>optrace*/return GRAPH_SUCCESS; }\n"
-            ) in after
-    assert ("(gert::InferDataTypeContext* context) { /*optrace<*/ constexpr uint32_t optraceProfilingDataIndex = 2; "
-            "context->SetOutputDataType(optraceProfilingDataIndex, ge::DT_INT64); /*>optrace*/}\n") in after
+    assert ("(gert::InferShapeContext* context) { /*optrace<*/\n"
+            "    constexpr uint32_t optraceProfilingDataIndex = 2;\n"
+            "    gert::Shape *optraceProfilingShape = context->GetOutputShape(optraceProfilingDataIndex);\n"
+            "    if (optraceProfilingShape != nullptr) {\n"
+            "        optraceProfilingShape->SetDimNum(1);\n"
+            "        optraceProfilingShape->SetDim(0, OPTRACE_PROFILING_NUMEL);\n"
+            "    }\n"
+            "    /*>optrace*/return GRAPH_SUCCESS; }\n") in after
+    assert ("(gert::InferDataTypeContext* context) { /*optrace<*/\n"
+            "    constexpr uint32_t optraceProfilingDataIndex = 2;\n"
+            "    context->SetOutputDataType(optraceProfilingDataIndex, ge::DT_INT64);\n"
+            "    /*>optrace*/}\n") in after
 
 
 LIBRARY_INFER = """\

@@ -4,6 +4,7 @@ the fragment's columns to optrace (the original code after it stays the user's).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from optrace.codemods.strip import strip_bytes
@@ -55,3 +56,48 @@ def test_check_blames_only_the_fragment_of_a_wrapped_line() -> None:
     assert fragments[1] == [(len(b"void f(int x, ") + 1, len(data.split(b"\n")[0]))]
     close_end = len(b"       " + FRAG_CLOSE)
     assert fragments[3] == [(1, close_end)]  # `int workspace, &tilingData)` stays the user's
+
+
+def test_statements_in_a_fragment_past_the_width_go_a_line_each() -> None:
+    """A one-line function that gets statements before its return (an infer function):
+    a statement a line inside the fragment, the block's braces on lines of their own, the
+    return where the closing marker ends; strip takes the fragment and its breaks back."""
+    data = (b"static ge::graphStatus InferShapeDemo(gert::InferShapeContext* context) "
+            b"{ return GRAPH_SUCCESS; }\n")
+    body = (b"constexpr uint32_t idx = 0; gert::Shape *shape = context->GetOutputShape(idx); "
+            b"if (shape != nullptr) { shape->SetDimNum(1); shape->SetDim(0, 8); } ")
+    new = _insert(data, b"return", FRAG_OPEN + body + FRAG_CLOSE)
+    assert new.split(b"\n")[1:8] == [
+        b"    constexpr uint32_t idx = 0;", b"    gert::Shape *shape = context->GetOutputShape(idx);",
+        b"    if (shape != nullptr) {", b"        shape->SetDimNum(1);", b"        shape->SetDim(0, 8);",
+        b"    }", b"    " + FRAG_CLOSE + b"return GRAPH_SUCCESS; }"]
+    assert max(len(ln) for ln in new.split(b"\n")) <= REVIEW_WIDTH
+    assert strip_bytes(new, Path("x.cpp")) == data
+    # a fragment that is no run of whole statements stays inline
+    assert _insert(data, b"return", FRAG_OPEN + b"(void)0, " + FRAG_CLOSE).count(b"\n") == 1
+
+
+def test_a_whole_inserted_line_past_the_width_breaks_into_marked_lines() -> None:
+    """At an assignment's `=`, before a call chain's `.`, after a `,` in brackets; never in a
+    string; a line with a comment or a preprocessor line left whole; strip removes each
+    marked piece."""
+    data = b"void f()\n{\n    Run();\n}\n"
+    chain = (b"        this->Output(\"profiling_data\").ParamType(REQUIRED).DataType({ge::DT_INT64})"
+             b".Format({ge::FORMAT_ND}).UnknownShapeFormat({ge::FORMAT_ND});  // optrace\n")
+    assign = (b"    const gert::CompileTimeTensorDesc *optraceDescriptor = tilingContextGen->GetOutputDesc("
+              b"optraceProfilingDataIndex);  // optrace\n")
+    text = (b"    Log(\"a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r, s, t, u, v, w, x, y, z\", "
+            b"theFirstValue, theSecondValue);  // optrace\n")
+    directive = b"#include \"" + b"x" * 120 + b".h\"  // optrace\n"
+    for line in (chain, assign, text, directive):
+        new = _insert(data, b"    Run", line)
+        added = [ln for ln in new.split(b"\n") if ln.endswith(b"// optrace")]
+        def tokens(text: bytes) -> bytes:
+            return re.sub(rb"\s+", b"", text)
+        assert tokens(b"".join(ln[: -len(b"  // optrace")] for ln in added)) == tokens(line.split(b"  //")[0])
+        if line is directive:
+            assert len(added) == 1
+        else:
+            assert len(added) > 1 and max(len(ln) for ln in added) <= REVIEW_WIDTH, added
+        assert strip_bytes(new, Path("x.cpp")) == data
+    assert b'"a, b, c' in _insert(data, b"    Run", text)  # the literal whole
