@@ -30,15 +30,16 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
 from optrace.codemods.layer import (
     Evidence,
-    FileLayer,
     LayerExample,
     LayerModel,
+    LocatingLayer,
     Operator,
     line_of,
     read_or_empty,
@@ -491,13 +492,34 @@ def _cmake_words(code: bytes, start: int, end: int) -> list[tuple[int, bytes]]:
     return [(m.start(), m.group(0)) for m in _CMAKE_WORD_RE.finditer(code, start, end)]
 
 
-def build_hook_edits(plan: Plan, mode: str) -> list[Edit]:
+@dataclass(frozen=True)
+class HookTarget:
+    """The build script the hook goes into, as before optrace (located: the hook's place
+    in it and its text are `render_hook`'s). The hook never names the sizes macro."""
+
+    path: Path
+    data: bytes
+    sizes: bool = False
+
+
+def locate_hook(plan: Plan, mode: str) -> list[HookTarget]:
+    """The script to hook, if the search found one: the same in both modes, never refused."""
     del mode  # the hook is the same in both modes
-    layers = plan.analysis.layers
-    path = build_script(layers)
-    if path is None:
-        return []
-    data = clean_bytes(path)
+    path = build_script(plan.analysis.layers)
+    return [] if path is None else [HookTarget(path, clean_bytes(path))]
+
+
+def build_hook_edits(plan: Plan, mode: str) -> list[Edit]:
+    return render_hook(plan, locate_hook(plan, mode))
+
+
+def render_hook(plan: Plan, located: Sequence[HookTarget]) -> list[Edit]:
+    """The hook block, at its place in each located script (one at most)."""
+    return [edit for target in located for edit in _hook_edits(plan.analysis.layers, target)]
+
+
+def _hook_edits(layers: Layers, located: HookTarget) -> list[Edit]:
+    path, data = located.path, located.data
     nl = newline_of(data)
     if path.suffix in SHELL_SUFFIXES or path.suffix not in (".cmake", ".txt"):
         site = shell_site(path, data, layers)
@@ -548,7 +570,7 @@ def _rank_facts(data: bytes | None) -> str:
     return f"{line} {1 if data is not None and _COPIES_KERNELS_RE.search(data) else 0}"
 
 
-class BuildHookLayer(FileLayer):
+class BuildHookLayer(LocatingLayer[HookTarget]):
     NAME: ClassVar[str] = "build_hook"
     DESCRIPTION: ClassVar[str] = "build hook: the build runs `optrace preprocess` on the kernels it compiles"
     GATE: ClassVar[str] = "G1"
@@ -596,8 +618,11 @@ class BuildHookLayer(FileLayer):
         script = build_script(layers)
         return [script] if script is not None else []
 
-    def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
-        return build_hook_edits(plan, mode)
+    def locate(self, plan: Plan, mode: str) -> list[HookTarget]:
+        return locate_hook(plan, mode)
+
+    def render(self, plan: Plan, mode: str, located: Sequence[HookTarget]) -> list[Edit]:
+        return render_hook(plan, located)
 
     def verify(self, model: LayerModel) -> list[Evidence]:
         if not model.data:

@@ -12,10 +12,10 @@ number of tensors the adapter returns, ...) to the later ones through `Facts`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Protocol
+from typing import ClassVar, Generic, Protocol, TypeVar
 
 from optrace.codemods.evidence import Evidence as Evidence  # the layers name it from here
 from optrace.engine.analysis import Analysis
@@ -48,6 +48,23 @@ def carry_of(edits: list[Edit]) -> Carry:
     """The `Carry` of computed edits."""
     return Carry(frozenset(resolve(e.path) for e in edits),
                  any(e.replacement.find(SIZES_MACRO) >= 0 for e in edits))
+
+
+class Located(Protocol):
+    """One edit (or a few, of one file) a layer's codemod will make, found and not written
+    yet (`LocatingLayer.locate`): its file, and whether its text names the sizes macro."""
+
+    @property
+    def path(self) -> Path: ...
+
+    @property
+    def sizes(self) -> bool: ...
+
+
+def carry_of_located(located: Iterable[Located]) -> Carry:
+    """The `Carry` of located edits: what `carry_of` gives once they are rendered."""
+    found = list(located)
+    return Carry(frozenset(resolve(t.path) for t in found), any(t.sizes for t in found))
 
 
 # What an edit names when it needs the op's sizes header (`OPTRACE_PROFILING_NUMEL`, the
@@ -281,6 +298,34 @@ class FileLayer:
 
     def find(self, layers: Layers) -> list[Path]:
         raise NotImplementedError(f"layer {self.NAME} has no find")
+
+
+L = TypeVar("L", bound=Located)
+
+
+class LocatingLayer(FileLayer, Generic[L]):
+    """A layer whose codemod is two steps. `locate` finds what the mode edits — the
+    anchors, read from the clean bytes, and every check that refuses the mode (the
+    InputError `edits` raises) — and `render` writes those edits' text from what it found,
+    refusing nothing. `edits` is `render(locate())`; `carries` is answered from `locate`
+    alone, so plan's mode probe writes no edit text (issue #30). Each located item renders
+    to at least one edit, all in its `path`, naming the sizes macro exactly when its
+    `sizes` says so: `carries` equals `carry_of(edits)` (tests/test_mode_probe.py checks
+    it per layer on every fixture)."""
+
+    def locate(self, plan: Plan, mode: str) -> Sequence[L]:
+        raise NotImplementedError(f"layer {self.NAME} locates nothing")
+
+    def render(self, plan: Plan, mode: str, located: Sequence[L]) -> list[Edit]:
+        raise NotImplementedError(f"layer {self.NAME} renders nothing")
+
+    def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
+        del model
+        return self.render(plan, mode, self.locate(plan, mode))
+
+    def carries(self, plan: Plan, mode: str) -> Carry:
+        """What `locate` found: no edit rendered."""
+        return carry_of_located(self.locate(plan, mode))
 
 
 def read_or_empty(path: Path) -> bytes:

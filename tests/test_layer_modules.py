@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from optrace.codemods.layer import Layer
+from optrace.codemods.layer import Layer, LocatingLayer
 from optrace.codemods.registry import LAYERS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,13 +33,15 @@ def _module_file(layer: Layer) -> Path:
 @pytest.mark.parametrize("layer", LAYERS, ids=lambda lay: lay.NAME)
 def test_a_layer_is_one_class_in_its_own_module(layer: Layer) -> None:
     """The class lives in codemods/, alone: no other layer class in its module, and its
-    contract (find, edits, verify) written there, not inherited from elsewhere."""
+    contract (find, edits — or locate and render, whose `edits` is the base's
+    render(locate()) — and verify) written there, not inherited from elsewhere."""
     cls = type(layer)
     path = _module_file(layer)
     assert path.parent == (ROOT / "codemods").resolve(), path
     others = [lay.NAME for lay in LAYERS if lay is not layer and _module_file(lay) == path]
     assert not others, f"{path.name} holds layers {others} too"
-    for method in ("find", "edits", "verify"):
+    codemod = ("locate", "render") if isinstance(layer, LocatingLayer) else ("edits",)
+    for method in ("find", *codemod, "verify"):
         assert method in cls.__dict__, f"{cls.__name__}.{method} is not written in {path.name}"
 
 
