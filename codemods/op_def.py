@@ -15,11 +15,12 @@ with `  // optrace`.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from optrace.codemods.layer import Evidence, FileLayer, LayerExample, LayerModel
+from optrace.codemods.layer import Evidence, LayerExample, LayerModel, LocatingLayer
 from optrace.codemods.layer_common import (
     CODE_OPDEF_OUTPUTS,
     LINE_MARK,
@@ -315,8 +316,24 @@ def _at_width(line: bytes) -> list[bytes]:
     return [line[: brace + 2], indent + b"    " + line[brace + 2 :].lstrip()]
 
 
-def op_def_edits(plan: Plan, mode: str) -> list[Edit]:
-    """Edits (on the clean bytes) adding profiling_data as the OpDef's last output."""
+@dataclass(frozen=True)
+class OpDefTarget:
+    """Where profiling_data's statement goes in the OpDef (located; its text is
+    `render_op_def`'s): after `template`, the statement it copies (the last output, or a
+    per-SoC config's, or the last input), or, without one, before the class's first
+    statement. Its text never names the sizes macro."""
+
+    path: Path
+    data: bytes  # the clean bytes
+    info: OpDefInfo
+    template: OpDefOutput | None
+    sizes: bool = False
+
+
+def locate_op_def(plan: Plan, mode: str) -> list[OpDefTarget]:
+    """The OpDef's statements profiling_data goes after (none: no OpDef, or one that has
+    it already). Raises the InputError of an OpDef whose outputs cannot be located."""
+    del mode  # the same place in both modes (the ParamType differs)
     layers = plan.analysis.layers
     path = opdef_file(layers)
     if path is None:
@@ -325,28 +342,44 @@ def op_def_edits(plan: Plan, mode: str) -> list[Edit]:
     info = parse_opdef(path, data, layers.op_name)
     if info.profiling_position() is not None:
         return []  # written by hand: G2 checks its position, nothing to add
-    code = mask(data)
-    param_type = "OPTIONAL" if mode == "A" else "REQUIRED"
-    nl = newline_of(data)
     template = info.outputs[-1] if info.outputs else info.inputs[-1] if info.inputs else None
     if template is None:
-        # No inputs, no outputs: profiling_data is the only tensor, one dtype, before the
-        # class's first statement (its Attr / AICore configuration).
-        # Qualified always: `ge::DT_INT64` compiles with or without `using namespace ge`,
-        # the bare name only with it (an OpDef file that names no dtype has none).
-        ge = b"ge::"
-        at = line_start(data, info.first_statement)
-        line = (leading_ws(data, info.first_statement) + b'this->Output("' + PROFILING_OUTPUT.encode()
-                + b'").ParamType(' + param_type.encode() + b").DataType({" + ge + b"DT_INT64}).Format({" + ge
-                + b"FORMAT_ND}).UnknownShapeFormat({" + ge + b"FORMAT_ND});")
-        return [Edit(path, at, at, line + LINE_MARK + nl, CODEMOD, "profiling_data, the only output")]
+        return [OpDefTarget(path, data, info, None)]
     templates = [template]
     # every per-SoC config gets it after its own last output (the first config's outputs
     # stand for the op's when the class has no `this->Output`: then `template` is one)
     templates += [outs[-1] for _name, outs in info.configs
                   if outs[-1] is not template and PROFILING_OUTPUT not in [o.name for o in outs]]
+    return [OpDefTarget(path, data, info, tpl) for tpl in templates]
+
+
+def op_def_edits(plan: Plan, mode: str) -> list[Edit]:
+    """Edits (on the clean bytes) adding profiling_data as the OpDef's last output."""
+    return render_op_def(mode, locate_op_def(plan, mode))
+
+
+def render_op_def(mode: str, located: Sequence[OpDefTarget]) -> list[Edit]:
+    """profiling_data's statement at each located place: a copy of the template's,
+    REQUIRED in mode B, OPTIONAL in mode A."""
+    param_type = "OPTIONAL" if mode == "A" else "REQUIRED"
     edits = []
-    for tpl in templates:
+    for target in located:
+        path, data, info, tpl = target.path, target.data, target.info, target.template
+        nl = newline_of(data)
+        if tpl is None:
+            # No inputs, no outputs: profiling_data is the only tensor, one dtype, before the
+            # class's first statement (its Attr / AICore configuration).
+            # Qualified always: `ge::DT_INT64` compiles with or without `using namespace ge`,
+            # the bare name only with it (an OpDef file that names no dtype has none).
+            ge = b"ge::"
+            at = line_start(data, info.first_statement)
+            line = (leading_ws(data, info.first_statement) + b'this->Output("' + PROFILING_OUTPUT.encode()
+                    + b'").ParamType(' + param_type.encode() + b").DataType({" + ge + b"DT_INT64}).Format({"
+                    + ge + b"FORMAT_ND}).UnknownShapeFormat({" + ge + b"FORMAT_ND});")
+            edits.append(Edit(path, at, at, line + LINE_MARK + nl, CODEMOD,
+                              "profiling_data, the only output"))
+            continue
+        code = mask(data)
         lines = [part for line in _statement_text(data, code, tpl, param_type) for part in _at_width(line)]
         at = line_end(data, tpl.after - 1, include_newline=True)
         body = b"".join(line + LINE_MARK + nl for line in lines)
@@ -358,7 +391,7 @@ def op_def_edits(plan: Plan, mode: str) -> list[Edit]:
     return edits
 
 
-class OpDefLayer(FileLayer):
+class OpDefLayer(LocatingLayer[OpDefTarget]):
     NAME: ClassVar[str] = "op_def"
     DESCRIPTION: ClassVar[str] = "op_host OpDef: profiling_data the last output"
     FOUND_KEY: ClassVar[str | None] = "op_def"
@@ -391,8 +424,11 @@ class OpDefLayer(FileLayer):
         rest = [f.path for f in layers.found.get("op_def", [])]
         return list(dict.fromkeys([first, *rest])) if first is not None else rest
 
-    def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
-        return op_def_edits(plan, mode)
+    def locate(self, plan: Plan, mode: str) -> list[OpDefTarget]:
+        return locate_op_def(plan, mode)
+
+    def render(self, plan: Plan, mode: str, located: Sequence[OpDefTarget]) -> list[Edit]:
+        return render_op_def(mode, located)
 
     def verify(self, model: LayerModel) -> list[Evidence]:
         ev: list[Evidence] = []
