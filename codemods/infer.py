@@ -20,15 +20,16 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
 from optrace.codemods.layer import (
     Evidence,
-    FileLayer,
     LayerExample,
     LayerModel,
+    LocatingLayer,
     Operator,
     line_of,
     not_compared,
@@ -102,29 +103,83 @@ def infer_functions(layers: Layers, clean: bool = True) -> list[HostFunction]:
     return host_functions(layers, INFER_SHAPE, clean) + host_functions(layers, INFER_DTYPE, clean)
 
 
-def infer_edits(plan: Plan, mode: str) -> list[Edit]:
+@dataclass(frozen=True)
+class InferTarget:
+    """One place the infer codemod writes (located; the lines are `render_infer`'s): a
+    registered infer function of the op that does not set profiling_data's output yet
+    (before its final `return`), or the registration statement of functions the op
+    registers but does not define (wrappers before it: `wrap_registered`). `index` is
+    profiling_data's output index, `header` the sizes header a shape's file includes."""
+
+    path: Path
+    data: bytes  # the clean bytes
+    index: int
+    header: Path
+    function: HostFunction | None = None
+    registrations: tuple[Registration, ...] = ()
+
+    @property
+    def sizes(self) -> bool:
+        """Setting the shape names the sizes macro (`[OPTRACE_PROFILING_NUMEL]`); the dtype does not."""
+        roles = [self.function.role] if self.function is not None else [r.role for r in self.registrations]
+        return INFER_SHAPE in roles
+
+
+def locate_infer(plan: Plan, mode: str) -> list[InferTarget]:
+    """The registered infer functions to edit, then the registrations to wrap. Raises
+    what the OpDef's reading raises (profiling_data's index)."""
     del mode  # the shape is the same in both modes (mode A's optional output may be null)
     layers = plan.analysis.layers
     targets = infer_functions(layers)
     files = list(dict.fromkeys([f.path for f in layers.found.get("infer", [])] + [t.path for t in targets]))
-    edits: list[Edit] = []
     wrapped = [r for role in (INFER_SHAPE, INFER_DTYPE) for r in unresolved(layers, role)
                if r.function and r.statement >= 0]
     if not targets and not wrapped:
-        return edits
+        return []
     index = infer_index(plan, files)
     header_for = sizes_header_path(layers.op_dir, files)
-    const = f"constexpr uint32_t {INDEX_VAR} = {index};".encode()
-    included: set[Path] = set()
+    out: list[InferTarget] = []
     for target in targets:
-        path, fn, ctx = target.path, target.function, target.context
-        data = clean_bytes(path)
-        if _already_sets(data, fn, index):
+        data = clean_bytes(target.path)
+        if not _already_sets(data, target.function, index):
+            out.append(InferTarget(target.path, data, index, header_for, function=target))
+    by_statement: dict[tuple[Path, int], list[Registration]] = {}
+    for reg in wrapped:
+        by_statement.setdefault((reg.path, reg.statement), []).append(reg)
+    for (path, _), regs in by_statement.items():
+        out.append(InferTarget(path, clean_bytes(path), index, header_for, registrations=tuple(regs)))
+    return out
+
+
+def infer_edits(plan: Plan, mode: str) -> list[Edit]:
+    return render_infer(plan, locate_infer(plan, mode))
+
+
+def render_infer(plan: Plan, located: Sequence[InferTarget]) -> list[Edit]:
+    """The shape / dtype lines of each located function, the wrappers of each located
+    registration, and the sizes header's include once in each file that sets the shape."""
+    camel = plan.analysis.layers.camel
+    edits: list[Edit] = []
+    included: set[Path] = set()
+    for located_at in located:
+        path, data, header_for = located_at.path, located_at.data, located_at.header
+        const = f"constexpr uint32_t {INDEX_VAR} = {located_at.index};".encode()
+        target = located_at.function
+        if target is None:
+            regs = list(located_at.registrations)
+            edits += wrap_registered(regs, data, camel, const)
+            if any(r.role == INFER_SHAPE for r in regs) and path not in included:
+                included.add(path)
+                inc = include_edit(path, data, header_for, CODEMOD)
+                if inc is not None:
+                    edits.append(inc)
             continue
+        fn, ctx = target.function, target.context
         if target.role == INFER_SHAPE:
             unit = indent_unit(data)
 
-            def shape_lines(ind: bytes, ctx: str = ctx, unit: bytes = unit) -> list[bytes]:
+            def shape_lines(ind: bytes, ctx: str = ctx, unit: bytes = unit,
+                            const: bytes = const) -> list[bytes]:
                 return [
                     ind + const,
                     ind + f"gert::Shape *optraceProfilingShape = "
@@ -141,21 +196,10 @@ def infer_edits(plan: Plan, mode: str) -> list[Edit]:
             if inc is not None:
                 edits.append(inc)
         else:
-            def dtype_lines(ind: bytes, ctx: str = ctx) -> list[bytes]:
+            def dtype_lines(ind: bytes, ctx: str = ctx, const: bytes = const) -> list[bytes]:
                 return [ind + const, ind + f"{ctx}->SetOutputDataType({INDEX_VAR}, ge::DT_INT64);".encode()]
 
             edits.append(before_final_return(path, data, fn, dtype_lines, CODEMOD, "profiling_data dtype"))
-    by_statement: dict[tuple[Path, int], list[Registration]] = {}
-    for reg in wrapped:
-        by_statement.setdefault((reg.path, reg.statement), []).append(reg)
-    for (path, _), regs in by_statement.items():
-        data = clean_bytes(path)
-        edits += wrap_registered(regs, data, layers.camel, const)
-        if any(r.role == INFER_SHAPE for r in regs) and path not in included:
-            included.add(path)
-            inc = include_edit(path, data, header_for, CODEMOD)
-            if inc is not None:
-                edits.append(inc)
     return edits
 
 
@@ -233,7 +277,7 @@ IMPL_OP_INFERSHAPE(DemoOp).InferShape(InferShapeDemoOp).InferDataType(InferDataT
 """
 
 
-class InferLayer(FileLayer):
+class InferLayer(LocatingLayer[InferTarget]):
     NAME: ClassVar[str] = "infer"
     DESCRIPTION: ClassVar[str] = "infer shape / dtype functions registered for the op"
     FOUND_KEY: ClassVar[str | None] = "infer"
@@ -279,8 +323,11 @@ class InferLayer(FileLayer):
         targets = [t.path for t in infer_functions(op.layers, clean=False)]
         return read_files(self.NAME, op, list(dict.fromkeys([*files, *targets])))
 
-    def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
-        return infer_edits(plan, mode)
+    def locate(self, plan: Plan, mode: str) -> list[InferTarget]:
+        return locate_infer(plan, mode)
+
+    def render(self, plan: Plan, mode: str, located: Sequence[InferTarget]) -> list[Edit]:
+        return render_infer(plan, located)
 
     def verify(self, model: LayerModel) -> list[Evidence]:
         layers = model.op.layers

@@ -15,15 +15,17 @@ looks at outputs is left alone (nothing there depends on output positions).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
 from optrace.codemods.infer import before_final_return, wrap_registered
 from optrace.codemods.layer import (
     Evidence,
-    FileLayer,
     LayerExample,
     LayerModel,
+    LocatingLayer,
     Operator,
     line_of,
     not_compared,
@@ -73,23 +75,66 @@ def failure_value(data: bytes, fn: CppFunction) -> bytes | None:
     return m.group(1) if m else b"ge::GRAPH_FAILED"
 
 
-def tiling_edits(plan: Plan, mode: str) -> list[Edit]:
+@dataclass(frozen=True)
+class TilingTarget:
+    """One place the tiling codemod writes (located; the check is `render_tiling`'s): a
+    registered tiling function reading outputs but not profiling_data's (before its final
+    `return`), or the registration statement of tiling functions registered from a
+    library (a wrapper before it). Its text never names the sizes macro."""
+
+    path: Path
+    data: bytes  # the clean bytes
+    index: int  # profiling_data's OpDef index
+    function: HostFunction | None = None
+    registrations: tuple[Registration, ...] = ()
+    sizes: bool = False
+
+
+def locate_tiling(plan: Plan, mode: str) -> list[TilingTarget]:
+    """The tiling functions to edit, then the registrations to wrap (none without an
+    OpDef). Raises what the OpDef's reading raises (profiling_data's index)."""
     del mode  # the description is the same in both modes (the check tolerates absence)
     layers = plan.analysis.layers
     index = profiling_index(plan)
     if index is None:
         return []  # no OpDef: nothing positions the output
-    edits: list[Edit] = []
+    out: list[TilingTarget] = []
     for target in tiling_functions(layers):
-        path, fn, ctx = target.path, target.function, target.context
-        data = clean_bytes(path)
-        if any(use.index == index for use in output_uses(data, fn.body_open, fn.body_close)):
+        fn = target.function
+        data = clean_bytes(target.path)
+        if not any(use.index == index for use in output_uses(data, fn.body_open, fn.body_close)):
+            out.append(TilingTarget(target.path, data, index, function=target))
+    # A tiling registered from a library (`ConvTilingFunc`): what it reads is unknown, so
+    # a wrapper at the registration adds the description check after it.
+    by_statement: dict[tuple[Path, int], list[Registration]] = {}
+    for reg in unresolved(layers, TILING):
+        if reg.function and reg.statement >= 0:
+            by_statement.setdefault((reg.path, reg.statement), []).append(reg)
+    for (path, _), regs in by_statement.items():
+        out.append(TilingTarget(path, clean_bytes(path), index, registrations=tuple(regs)))
+    return out
+
+
+def tiling_edits(plan: Plan, mode: str) -> list[Edit]:
+    return render_tiling(plan, locate_tiling(plan, mode))
+
+
+def render_tiling(plan: Plan, located: Sequence[TilingTarget]) -> list[Edit]:
+    """The description check in each located function, a wrapper at each located registration."""
+    edits: list[Edit] = []
+    for located_at in located:
+        path, data, index = located_at.path, located_at.data, located_at.index
+        target = located_at.function
+        if target is None:
+            const = f"constexpr uint32_t {INDEX_VAR} = {index};".encode()
+            edits += wrap_registered(list(located_at.registrations), data, plan.analysis.layers.camel, const)
             continue
+        fn, ctx = target.function, target.context
         unit = indent_unit(data)
         failure = failure_value(data, fn)
 
         def lines(ind: bytes, ctx: str = ctx, unit: bytes = unit,
-                  failure: bytes | None = failure) -> list[bytes]:
+                  failure: bytes | None = failure, index: int = index) -> list[bytes]:
             return [
                 ind + f"constexpr uint32_t {INDEX_VAR} = {index};".encode(),
                 ind + f"const gert::CompileTimeTensorDesc *optraceDesc = "
@@ -101,15 +146,6 @@ def tiling_edits(plan: Plan, mode: str) -> list[Edit]:
             ]
 
         edits.append(before_final_return(path, data, fn, lines, CODEMOD, "profiling_data description"))
-    # A tiling registered from a library (`ConvTilingFunc`): what it reads is unknown, so
-    # a wrapper at the registration adds the description check after it.
-    by_statement: dict[tuple[Path, int], list[Registration]] = {}
-    for reg in unresolved(layers, TILING):
-        if reg.function and reg.statement >= 0:
-            by_statement.setdefault((reg.path, reg.statement), []).append(reg)
-    const = f"constexpr uint32_t {INDEX_VAR} = {index};".encode()
-    for (path, _), regs in by_statement.items():
-        edits += wrap_registered(regs, clean_bytes(path), layers.camel, const)
     return edits
 
 
@@ -133,7 +169,7 @@ IMPL_OP_OPTILING(DemoOp).Tiling(TilingDemoOp);
 """
 
 
-class TilingLayer(FileLayer):
+class TilingLayer(LocatingLayer[TilingTarget]):
     NAME: ClassVar[str] = "tiling"
     DESCRIPTION: ClassVar[str] = "tiling function registered for the op"
     FOUND_KEY: ClassVar[str | None] = "tiling"
@@ -166,8 +202,11 @@ class TilingLayer(FileLayer):
         targets = [t.path for t in tiling_functions(op.layers, clean=False)]
         return read_files(self.NAME, op, list(dict.fromkeys([*files, *targets])))
 
-    def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
-        return tiling_edits(plan, mode)
+    def locate(self, plan: Plan, mode: str) -> list[TilingTarget]:
+        return locate_tiling(plan, mode)
+
+    def render(self, plan: Plan, mode: str, located: Sequence[TilingTarget]) -> list[Edit]:
+        return render_tiling(plan, located)
 
     def verify(self, model: LayerModel) -> list[Evidence]:
         index = model.op.facts.output_index
