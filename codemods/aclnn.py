@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from optrace.codemods.l0op import threading
-from optrace.codemods.layer import Evidence, FileLayer, LayerExample, LayerModel
+from optrace.codemods.layer import Evidence, LayerExample, LayerModel, LocatingLayer
 from optrace.codemods.layer_common import (
     CODE_LAYER_SHAPE,
     PROFILING_VAR,
@@ -184,10 +184,23 @@ def unthreadable(layers: Layers, files: list[Path], names: Sequence[str], clean:
     return bool(files) and not names and not threading(layers, clean).launches
 
 
-def aclnn_edits(plan: Plan, mode: str) -> list[Edit]:
+@dataclass(frozen=True)
+class AclnnTarget:
+    """A `...GetWorkspaceSize` list the buffer joins, right before workspaceSize (located;
+    the parameter's line or fragment is `render_aclnn`'s). Never the sizes macro."""
+
+    path: Path
+    data: bytes  # the clean bytes
+    wl: WorkspaceList
+    sizes: bool = False
+
+
+def locate_aclnn(plan: Plan, mode: str) -> list[AclnnTarget]:
+    """Every list of the op's wrappers without the buffer. Raises what refuses the mode:
+    no wrapper to thread it through (mode B), a list without workspaceSize, a profiling
+    parameter written by hand elsewhere, a caller without workspaceSize to put it before."""
     # The parameter exists in both modes (mode A passes a null tensor).
     layers = plan.analysis.layers
-    edits: list[Edit] = []
     names = wrapper_names(layers)
     files = aclnn_files(layers)
     if mode == "B" and unthreadable(layers, files, names):
@@ -197,10 +210,9 @@ def aclnn_edits(plan: Plan, mode: str) -> list[Edit]:
             CODE_LAYER_SHAPE, f"no aclnn wrapper of this op in {shown}: none declares its "
             "...GetWorkspaceSize or reaches its launch, so profilingData cannot be threaded to the "
             "public API (mode A needs no wrapper)", files[0], 1))
+    out: list[AclnnTarget] = []
     for path in files:
         data = clean_bytes(path)
-        star = b"const aclTensor* " if b"aclTensor* " in data and b"aclTensor *" not in data \
-            else b"const aclTensor *"
         for wl in workspace_lists(path, data, names):
             pos = wl.profiling_item(data)
             if pos is not None:
@@ -220,14 +232,31 @@ def aclnn_edits(plan: Plan, mode: str) -> list[Edit]:
                     raise input_error(CODE_LAYER_SHAPE, f"`{caller.name}` calls {wl.function} but has no "
                                       "workspaceSize parameter to put profilingData before: add the "
                                       "parameter by hand", path, data, wl.open_at)
-            start = wl.items[wl.workspace][0]
-            text = PROFILING_VAR.encode() if wl.is_call else star + PROFILING_VAR.encode()
-            if starts_line(data, start):
-                edits.append(insert_lines(path, data, line_start(data, start),
-                                          [leading_ws(data, start) + text + b","], CODEMOD,
-                                          f"{wl.function}: profiling output"))
-            else:
-                edits.append(fragment(path, start, text + b", ", CODEMOD, f"{wl.function}: profiling output"))
+            out.append(AclnnTarget(path, data, wl))
+    return out
+
+
+def aclnn_edits(plan: Plan, mode: str) -> list[Edit]:
+    return render_aclnn(locate_aclnn(plan, mode))
+
+
+def render_aclnn(located: Sequence[AclnnTarget]) -> list[Edit]:
+    """`profilingData` (an argument) or `const aclTensor *profilingData` (a parameter, the
+    file's pointer style) before each located workspaceSize: a line of its own where
+    workspaceSize starts one, else a fragment."""
+    edits: list[Edit] = []
+    for target in located:
+        path, data, wl = target.path, target.data, target.wl
+        star = b"const aclTensor* " if b"aclTensor* " in data and b"aclTensor *" not in data \
+            else b"const aclTensor *"
+        start = wl.items[wl.workspace][0]
+        text = PROFILING_VAR.encode() if wl.is_call else star + PROFILING_VAR.encode()
+        if starts_line(data, start):
+            edits.append(insert_lines(path, data, line_start(data, start),
+                                      [leading_ws(data, start) + text + b","], CODEMOD,
+                                      f"{wl.function}: profiling output"))
+        else:
+            edits.append(fragment(path, start, text + b", ", CODEMOD, f"{wl.function}: profiling output"))
     return edits
 
 
@@ -254,7 +283,7 @@ aclnnStatus aclnnDemoOpGetWorkspaceSize(const aclTensor *x, const aclTensor *y,
 """
 
 
-class AclnnLayer(FileLayer):
+class AclnnLayer(LocatingLayer[AclnnTarget]):
     NAME: ClassVar[str] = "aclnn"
     DESCRIPTION: ClassVar[str] = "aclnn wrappers: the profiling output right before workspaceSize"
     FOUND_KEY: ClassVar[str | None] = "aclnn"
@@ -303,8 +332,11 @@ class AclnnLayer(FileLayer):
     def find(self, layers: Layers) -> list[Path]:
         return aclnn_files(layers)
 
-    def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
-        return aclnn_edits(plan, mode)
+    def locate(self, plan: Plan, mode: str) -> list[AclnnTarget]:
+        return locate_aclnn(plan, mode)
+
+    def render(self, plan: Plan, mode: str, located: Sequence[AclnnTarget]) -> list[Edit]:
+        return render_aclnn(located)
 
     def verify(self, model: LayerModel) -> list[Evidence]:
         names = wrapper_names(model.op.layers, clean=False)  # hand-written wrappers under any name too

@@ -25,11 +25,12 @@ arguments to their defaults cannot take a last argument positionally: apply refu
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from optrace.codemods.layer import Evidence, FileLayer, LayerExample, LayerModel
+from optrace.codemods.layer import Evidence, LayerExample, LayerModel, LocatingLayer
 from optrace.codemods.layer_common import (
     CODE_LAYER_SHAPE,
     PROFILING_VAR,
@@ -358,38 +359,45 @@ def _innermost(fns: list[CppFunction], offset: int) -> CppFunction | None:
     return best
 
 
-def l0op_edits(layers: Layers, mode: str = "B") -> list[Edit]:
+@dataclass(frozen=True)
+class L0opTarget:
+    """One list the buffer joins (located; the fragment is `render_l0op`'s): a launch's
+    OP_OUTPUT (or, without one, a new OP_OUTPUT after its OP_INPUT), or a threaded
+    function's parameter or argument list. `default`: a parameter list that takes
+    `= nullptr` (where other operators' callers see it). Never the sizes macro."""
+
+    path: Path
+    data: bytes  # the clean bytes
+    launch: Launch | None = None
+    site: Site | None = None
+    default: bool = False
+    sizes: bool = False
+
+
+def locate_l0op(layers: Layers, mode: str = "B") -> list[L0opTarget]:
+    """The launches and threaded lists that lack the buffer, in the order the codemod
+    writes them. Raises what refuses the mode: a definition optrace cannot match to its
+    declaration, a call leaving defaults it cannot write out, a shared l0 function
+    another operator calls (mode B), a launch with neither OP_OUTPUT nor OP_INPUT, a
+    profiling parameter written by hand elsewhere than last."""
     th = threading(layers)
     refused = th.errors + (th.shared if mode == "B" else [])
     if refused:
         path, data, at, message = refused[0]
         raise input_error(CODE_LAYER_SHAPE, message, path, data, at)
-    edits: list[Edit] = []
+    out: list[L0opTarget] = []
     prototypes = {s.function for s in th.sites if not s.is_call and not s.has_body}
-    cache: dict[Path, bytes] = {}
-
-    def data_of(path: Path) -> bytes:
-        if path not in cache:
-            cache[path] = clean_bytes(path)
-        return cache[path]
-
     for ln in th.launches:
-        data = data_of(ln.path)
+        data = clean_bytes(ln.path)
         if ln.outputs is None:
             if ln.after_inputs < 0:
                 raise input_error(CODE_LAYER_SHAPE, f"the launch of {ln.op_type} has neither OP_OUTPUT(...) "
                                   "nor OP_INPUT(...) to put the profiling output after", ln.path, data, ln.at)
-            # An op without outputs: the profiling output is its only one, after its inputs.
-            edits.append(fragment(ln.path, ln.after_inputs, b", OP_OUTPUT(" + PROFILING_VAR.encode() + b")",
-                                  CODEMOD, f"launch of {ln.op_type}: the profiling output, its only output"))
+        elif any("profiling" in last_ident(data[s:e]).lower() for s, e in ln.outputs):
             continue
-        if any("profiling" in last_ident(data[s:e]).lower() for s, e in ln.outputs):
-            continue
-        at = ln.outputs[-1][1] if ln.outputs else ln.output_close
-        text = (b", " if ln.outputs else b"") + PROFILING_VAR.encode()
-        edits.append(fragment(ln.path, at, text, CODEMOD, f"launch of {ln.op_type}: profiling output last"))
+        out.append(L0opTarget(ln.path, data, launch=ln))
     for site in th.sites:
-        data = data_of(site.path)
+        data = clean_bytes(site.path)
         pos = site.profiling_item(data)
         if pos is not None:
             if pos != len(site.items) - 1:
@@ -401,16 +409,45 @@ def l0op_edits(layers: Layers, mode: str = "B") -> list[Edit]:
                                   "optrace puts it in its other declarations and calls: move it there (or "
                                   "remove it) by hand", site.path, data, s)
             continue
+        # The default goes where other operators' callers see it: on the prototype, or on
+        # an extern definition that has none; never on both (a redefined default). A
+        # static helper's callers are all in its file, all edited.
+        default = not site.is_call and (not site.has_body or (site.function not in prototypes
+                                                              and not site.is_static))
+        out.append(L0opTarget(site.path, data, site=site, default=default))
+    return out
+
+
+def l0op_edits(layers: Layers, mode: str = "B") -> list[Edit]:
+    return render_l0op(locate_l0op(layers, mode))
+
+
+def render_l0op(located: Sequence[L0opTarget]) -> list[Edit]:
+    """`profilingData` in each located list: last (after the defaults a call leaves
+    out), its type and default on a parameter list, an OP_OUTPUT of its own for a launch
+    without outputs."""
+    edits: list[Edit] = []
+    for target in located:
+        data, ln, site = target.data, target.launch, target.site
+        if ln is not None:
+            what = f"launch of {ln.op_type}"
+            if ln.outputs is None:
+                # An op without outputs: the profiling output is its only one, after its inputs.
+                only = b", OP_OUTPUT(" + PROFILING_VAR.encode() + b")"
+                edits.append(fragment(ln.path, ln.after_inputs, only, CODEMOD,
+                                      f"{what}: the profiling output, its only output"))
+                continue
+            at = ln.outputs[-1][1] if ln.outputs else ln.output_close
+            text = (b", " if ln.outputs else b"") + PROFILING_VAR.encode()
+            edits.append(fragment(ln.path, at, text, CODEMOD, f"{what}: profiling output last"))
+            continue
+        assert site is not None
         if site.is_call:
             text = b", ".join((*site.defaults, PROFILING_VAR.encode()))
         else:
             star = b"const aclTensor* " if b"aclTensor* " in data and b"aclTensor *" not in data \
                 else b"const aclTensor *"
-            # The default goes where other operators' callers see it: on the prototype, or
-            # on an extern definition that has none; never on both (a redefined default). A
-            # static helper's callers are all in its file, all edited.
-            default = not site.has_body or (site.function not in prototypes and not site.is_static)
-            text = star + PROFILING_VAR.encode() + (b" = nullptr" if default else b"")
+            text = star + PROFILING_VAR.encode() + (b" = nullptr" if target.default else b"")
         at = site.items[-1][1] if site.items else site.open_at + 1
         text = (b", " if site.items else b"") + text
         edits.append(fragment(site.path, at, text, CODEMOD, f"{site.function}: profiling output"))
@@ -449,7 +486,7 @@ aclnnStatus aclnnDemoOpGetWorkspaceSize(const aclTensor *x, aclTensor *y, uint64
 """
 
 
-class L0opLayer(FileLayer):
+class L0opLayer(LocatingLayer[L0opTarget]):
     NAME: ClassVar[str] = "l0op"
     DESCRIPTION: ClassVar[str] = ("l0 launch (ADD_TO_LAUNCHER_LIST_AICORE): the profiling output last in "
                                   "OP_OUTPUT, passed down from the aclnn API")
@@ -468,9 +505,12 @@ class L0opLayer(FileLayer):
     def find(self, layers: Layers) -> list[Path]:
         return threading(layers).files()
 
-    def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
+    def locate(self, plan: Plan, mode: str) -> list[L0opTarget]:
         # Both modes: mode A's adapter passes a null tensor down the same chain.
-        return l0op_edits(plan.analysis.layers, mode)
+        return locate_l0op(plan.analysis.layers, mode)
+
+    def render(self, plan: Plan, mode: str, located: Sequence[L0opTarget]) -> list[Edit]:
+        return render_l0op(located)
 
     def verify(self, model: LayerModel) -> list[Evidence]:
         th = threading(model.op.layers, clean=False)
