@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from optrace.codemods.kernel_entry import PROFILING_ARG, is_system_param
-from optrace.codemods.layer import EXAMPLE_TORCH, Evidence, FileLayer, LayerExample, LayerModel
+from optrace.codemods.layer import EXAMPLE_TORCH, Evidence, LayerExample, LayerModel, LocatingLayer
 from optrace.codemods.layer_common import (
     CODE_LAYER_SHAPE,
     FRAG_CLOSE,
@@ -173,23 +173,36 @@ def first_tensor_param(data: bytes, fn: CppFunction) -> str | None:
 # --- returning one more tensor ---------------------------------------------------------------
 
 
-def return_type_edits(path: Path, data: bytes, type_span: tuple[int, int] | None, codemod: str) -> list[Edit]:
-    """The declared return type with one more `at::Tensor` (a vector type stays as is)."""
+def return_type_growth(path: Path, data: bytes, type_span: tuple[int, int] | None) -> str | None:
+    """How the declared return type takes one more `at::Tensor`: "tuple" (one more
+    element), "tensor" (a lone tensor becomes a pair), None (no type; a vector, an alias
+    of one, `auto`: the value carries the new element). Raises for `void`."""
     if type_span is None:
-        return []
+        return None
     start, end = type_span
     text = data[start:end]
     if re.search(rb"\btuple\s*<", text):
-        code = mask(data)
-        close = angle_close(code, code.index(b"<", start))
-        return [fragment(path, close, b", at::Tensor", codemod, "return type")]
+        return "tuple"
     if re.fullmatch(rb"(?:at::|torch::)?Tensor", text.strip()):
-        return [Edit(path, start, start, FRAG_OPEN + b"std::tuple<" + FRAG_CLOSE, codemod, "return type"),
-                fragment(path, end, b", at::Tensor>", codemod, "return type")]
+        return "tensor"
     if text.strip() == b"void":
         raise input_error(CODE_LAYER_SHAPE, "mode B returns profiling_data, but the adapter returns "
                           "void: use --mode A", path, data, start)
-    return []  # std::vector<at::Tensor>, an alias of it, auto: the value carries the new element
+    return None  # std::vector<at::Tensor>, an alias of it, auto: the value carries the new element
+
+
+def return_type_edits(path: Path, data: bytes, type_span: tuple[int, int] | None, codemod: str) -> list[Edit]:
+    """The declared return type with one more `at::Tensor` (a vector type stays as is)."""
+    growth = return_type_growth(path, data, type_span)
+    if growth is None or type_span is None:
+        return []
+    start, end = type_span
+    if growth == "tuple":
+        code = mask(data)
+        close = angle_close(code, code.index(b"<", start))
+        return [fragment(path, close, b", at::Tensor", codemod, "return type")]
+    return [Edit(path, start, start, FRAG_OPEN + b"std::tuple<" + FRAG_CLOSE, codemod, "return type"),
+            fragment(path, end, b", at::Tensor>", codemod, "return type")]
 
 
 def angle_close(code: bytes, open_at: int) -> int:
@@ -204,54 +217,116 @@ def angle_close(code: bytes, open_at: int) -> int:
     return len(code)
 
 
-def return_value_edits(path: Path, data: bytes, fn: CppFunction, codemod: str) -> list[Edit]:
-    """Every `return` of the function hands profilingData back as the last value."""
+def returned_values(path: Path, data: bytes, fn: CppFunction) -> list[tuple[str, int, int, int]]:
+    """Each of the function's own returns and how it hands profilingData back last:
+    `(how, return keyword, value start, value end)`, how being "braces" (`{a, b}`),
+    "tuple" (`std::tuple<...>(...)`), "call" (`make_tuple` / `forward_as_tuple` /
+    `tie`), "push" (a returned vector: a `push_back` line before the return) or "wrap" (a
+    value becomes `{value, profilingData}`). Raises for a returned vector optrace cannot
+    append to."""
     code = mask(data)
-    edits: list[Edit] = []
+    out: list[tuple[str, int, int, int]] = []
     vector = fn.type_span is not None and not re.search(
         rb"\btuple\s*<|^\s*(?:at::|torch::)?Tensor\s*$", data[fn.type_span[0] : fn.type_span[1]])
     for start, expr_start, expr_end in own_return_values(code, fn):
         expr = code[expr_start:expr_end]
         if expr.startswith(b"{") and match_bracket(code, expr_start) == expr_end - 1:
-            edits.append(fragment(path, expr_end - 1, b", " + PROFILING_VAR.encode(), codemod, "return"))
+            out.append(("braces", start, expr_start, expr_end))
             continue
         call = re.match(rb"(?:std::)?(make_tuple|forward_as_tuple|tie|tuple\s*<)", expr)
         if call is not None and expr.endswith(b")"):
-            if call.group(1).startswith(b"tuple"):
-                close = angle_close(code, code.index(b"<", expr_start))
-                edits.append(fragment(path, close, b", at::Tensor", codemod, "return"))
-            edits.append(fragment(path, expr_end - 1, b", " + PROFILING_VAR.encode(), codemod, "return"))
+            how = "tuple" if call.group(1).startswith(b"tuple") else "call"
+            out.append((how, start, expr_start, expr_end))
             continue
         if vector:
             if not re.fullmatch(rb"[A-Za-z_]\w*", expr) or not starts_line(data, start):
                 raise input_error(CODE_LAYER_SHAPE, "cannot append profiling_data to this returned vector",
                                   path, data, start)
-            edits.append(insert_lines(path, data, line_start(data, start), [
-                leading_ws(data, start) + expr + b".push_back(" + PROFILING_VAR.encode() + b");"],
-                codemod, "return"))
+            out.append(("push", start, expr_start, expr_end))
             continue
-        edits.append(Edit(path, expr_start, expr_start, FRAG_OPEN + b"{" + FRAG_CLOSE, codemod, "return"))
-        edits.append(fragment(path, expr_end, b", " + PROFILING_VAR.encode() + b"}", codemod, "return"))
+        out.append(("wrap", start, expr_start, expr_end))
+    return out
+
+
+def return_value_edits(path: Path, data: bytes, fn: CppFunction, codemod: str) -> list[Edit]:
+    """Every `return` of the function hands profilingData back as the last value."""
+    code = mask(data)
+    edits: list[Edit] = []
+    for how, start, expr_start, expr_end in returned_values(path, data, fn):
+        if how == "tuple":
+            close = angle_close(code, code.index(b"<", expr_start))
+            edits.append(fragment(path, close, b", at::Tensor", codemod, "return"))
+        if how in ("braces", "tuple", "call"):
+            edits.append(fragment(path, expr_end - 1, b", " + PROFILING_VAR.encode(), codemod, "return"))
+        elif how == "push":
+            edits.append(insert_lines(path, data, line_start(data, start), [
+                leading_ws(data, start) + code[expr_start:expr_end] + b".push_back(" + PROFILING_VAR.encode()
+                + b");"], codemod, "return"))
+        else:
+            edits.append(Edit(path, expr_start, expr_start, FRAG_OPEN + b"{" + FRAG_CLOSE, codemod, "return"))
+            edits.append(fragment(path, expr_end, b", " + PROFILING_VAR.encode() + b"}", codemod, "return"))
     return edits
 
 
 # --- the codemod ---------------------------------------------------------------------------------
 
 
-def torch_adapter_edits(plan: Plan, mode: str) -> list[Edit]:
+@dataclass(frozen=True)
+class LaunchSite:
+    """A launch without the profiling tensor: the statement its declaration goes before,
+    the tensor whose options it takes (mode B), and whether the launcher's return type
+    and returns grow here (mode B, its function's first launch)."""
+
+    launch: Launch
+    function: CppFunction
+    statement: int
+    tensor: str | None
+    returns: bool
+
+
+@dataclass(frozen=True)
+class MetaSite:
+    """A Meta kernel of the op that returns the buffer too (mode B): a declaration whose
+    return type grows (`tensor` None), or a definition allocating it from `tensor`."""
+
+    function: CppFunction
+    tensor: str | None
+
+
+@dataclass(frozen=True)
+class AdapterTarget:
+    """One file the torch adapter codemod writes (located; the text is
+    `render_torch_adapter`'s): its launches, its Meta kernels, and whether the sizes
+    header's include goes first. Mode B's tensor and a Meta kernel's name the size macro."""
+
+    path: Path
+    data: bytes  # the clean bytes
+    launches: tuple[LaunchSite, ...]
+    metas: tuple[MetaSite, ...]
+    include: bool
+    mode: str
+
+    @property
+    def sizes(self) -> bool:
+        return (self.mode == "B" and bool(self.launches)) or any(m.tensor is not None for m in self.metas)
+
+
+def locate_torch_adapter(plan: Plan, mode: str) -> list[AdapterTarget]:
+    """The adapter files with launches to give the tensor, then (mode B) the files
+    defining the op's Meta kernels apart. Raises what refuses the mode: a launch outside a
+    function or sharing its line, a launcher that also launches an instrumented kernel,
+    and in mode B one without a tensor parameter, returning void, or returning a vector
+    it cannot append to (a Meta kernel's returns alike)."""
     layers = plan.analysis.layers
     if hand_instrumented(plan):
         return []
-    edits: list[Edit] = []
-    host = [f.path for key in ("infer", "op_def", "torch_adapter") for f in layers.found.get(key, [])]
-    header = sizes_header_path(layers.op_dir, host)
-    kernel_pos = kernel_profiling_position(plan)
+    out: list[AdapterTarget] = []
     metas = meta_kernel_files(layers) if mode == "B" else {}
     for layer_file in layers.found.get("torch_adapter", []):
         path = layer_file.path
         data = clean_bytes(path)
         done: set[int] = set()
-        first = len(edits)
+        sites: list[LaunchSite] = []
         for launch in launches(path, data, layers):
             if any("profiling" in last_ident(data[s:e]).lower() for s, e in launch.args):
                 continue
@@ -265,19 +340,16 @@ def torch_adapter_edits(plan: Plan, mode: str) -> list[Edit]:
                                   "instrumented: one torch op returning the profiling buffers of two "
                                   "kernels is not supported (strip the other operator first)", path, data,
                                   launch.start)
-            edits.extend(_launch_edits(path, data, launch, fn, mode, kernel_pos))
-            if mode == "B" and fn.start not in done:
+            stmt, tensor = _launch_site(path, data, launch, fn, mode)
+            grows = mode == "B" and fn.start not in done
+            if grows:
                 done.add(fn.start)
-                edits.extend(return_type_edits(path, data, fn.type_span, CODEMOD))
-                edits.extend(return_value_edits(path, data, fn, CODEMOD))
-        meta = _meta_edits(path, data, metas.get(path, set())) if mode == "B" else []
-        if mode == "B" and (done or meta):
-            # First: insertions at one offset concatenate in order, and a function may
-            # start where the include goes (a file without includes).
-            inc = include_edit(path, data, header, CODEMOD)
-            if inc is not None:
-                edits.insert(first, inc)
-        edits.extend(meta)
+                return_type_growth(path, data, fn.type_span)
+                returned_values(path, data, fn)
+            sites.append(LaunchSite(launch, fn, stmt, tensor, grows))
+        meta = _meta_sites(path, data, metas.get(path, set())) if mode == "B" else []
+        if sites or meta:
+            out.append(AdapterTarget(path, data, tuple(sites), tuple(meta), mode == "B", mode))
     if mode == "B":
         # Meta kernels registered or defined apart from the adapter (`torch_binding_meta.cpp`).
         adapters = {f.path for f in layers.found.get("torch_adapter", [])}
@@ -285,12 +357,38 @@ def torch_adapter_edits(plan: Plan, mode: str) -> list[Edit]:
             if path in adapters:
                 continue
             data = clean_bytes(path)
-            meta = _meta_edits(path, data, names)
-            if any(e.note == "meta profiling tensor" for e in meta):  # it names the size macro
-                inc = include_edit(path, data, header, CODEMOD)
-                if inc is not None:
-                    edits.append(inc)
-            edits.extend(meta)
+            meta = _meta_sites(path, data, names)
+            if meta:  # a definition names the size macro: the header's include goes first
+                out.append(AdapterTarget(path, data, (), tuple(meta), any(m.tensor is not None for m in meta),
+                                         mode))
+    return out
+
+
+def torch_adapter_edits(plan: Plan, mode: str) -> list[Edit]:
+    return render_torch_adapter(plan, mode, locate_torch_adapter(plan, mode))
+
+
+def render_torch_adapter(plan: Plan, mode: str, located: Sequence[AdapterTarget]) -> list[Edit]:
+    """Each located file's sizes include (first: insertions at one offset concatenate in
+    order, and a function may start where the include goes), its launches' tensor, the
+    launchers' returns (mode B), then its Meta kernels."""
+    layers = plan.analysis.layers
+    host = [f.path for key in ("infer", "op_def", "torch_adapter") for f in layers.found.get(key, [])]
+    header = sizes_header_path(layers.op_dir, host)
+    kernel_pos = kernel_profiling_position(plan)
+    edits: list[Edit] = []
+    for target in located:
+        path, data = target.path, target.data
+        if target.include:
+            inc = include_edit(path, data, header, CODEMOD)
+            if inc is not None:
+                edits.append(inc)
+        for site in target.launches:
+            edits.extend(_launch_edits(path, data, site, mode, kernel_pos))
+            if site.returns:
+                edits.extend(return_type_edits(path, data, site.function.type_span, CODEMOD))
+                edits.extend(return_value_edits(path, data, site.function, CODEMOD))
+        edits.extend(_meta_edits(path, data, target.metas))
     return edits
 
 
@@ -318,22 +416,31 @@ def _instrumented_neighbour(path: Path, fn_name: str, layers: Layers) -> str | N
     return None
 
 
-def _launch_edits(path: Path, data: bytes, launch: Launch, fn: CppFunction, mode: str,
-                  kernel_pos: int) -> list[Edit]:
-    code = mask(data)
-    stmt = statement_start(code, launch.start)
+def _launch_site(path: Path, data: bytes, launch: Launch, fn: CppFunction,
+                 mode: str) -> tuple[int, str | None]:
+    """Where the launch's statement starts and (mode B) the tensor parameter the buffer
+    takes its device and options from; raises when the statement shares its line or
+    (mode B) the function has no tensor parameter."""
+    stmt = statement_start(mask(data), launch.start)
     if not starts_line(data, stmt):
         raise input_error(CODE_LAYER_SHAPE, f"`{launch.macro}` shares its line with other code", path, data,
                           launch.start)
+    if mode != "B":
+        return stmt, None
+    tensor = first_tensor_param(data, fn)
+    if tensor is None:
+        raise input_error(CODE_LAYER_SHAPE, f"`{fn.name}` has no tensor parameter to take the device "
+                          "and options of profiling_data from", path, data, launch.start)
+    return stmt, tensor
+
+
+def _launch_edits(path: Path, data: bytes, site: LaunchSite, mode: str, kernel_pos: int) -> list[Edit]:
+    launch, stmt = site.launch, site.statement
     indent = leading_ws(data, stmt)
     direct = launch.macro == "EXEC_KERNEL_CMD"
     if mode == "B":
-        tensor = first_tensor_param(data, fn)
-        if tensor is None:
-            raise input_error(CODE_LAYER_SHAPE, f"`{fn.name}` has no tensor parameter to take the device "
-                              "and options of profiling_data from", path, data, launch.start)
         decl = (f"at::Tensor {PROFILING_VAR} = at::zeros({{{NUMEL_MACRO}}}, "
-                f"{tensor}.options().dtype(at::kLong));")
+                f"{site.tensor}.options().dtype(at::kLong));")
     elif direct:
         decl = f"void *{PROFILING_VAR} = nullptr;  // mode A: no profiling buffer"
     else:
@@ -413,27 +520,45 @@ def _defined_elsewhere(layers: Layers, name: str, registering: Path) -> Path | N
     return None
 
 
-def _meta_edits(path: Path, data: bytes, names: set[str]) -> list[Edit]:
+def _meta_sites(path: Path, data: bytes, names: set[str]) -> list[MetaSite]:
+    """The Meta kernels named `names` here that change: declarations whose return type
+    grows, definitions without the buffer that have a tensor parameter. Raises what
+    their return type or returns refuse."""
     if not names:
         return []
     code = mask(data)
-    edits: list[Edit] = []
+    out: list[MetaSite] = []
     for fn in functions(data, declarations=True):
         if fn.name not in names:
             continue
         if fn.body_open < 0:  # a declaration of one defined elsewhere: its return type
-            edits.extend(return_type_edits(path, data, fn.type_span, CODEMOD))
+            if return_type_growth(path, data, fn.type_span) is not None:
+                out.append(MetaSite(fn, None))
             continue
         if re.search(rb"\b" + PROFILING_VAR.encode() + rb"\b", code[fn.body_open : fn.body_close]):
             continue
         tensor = first_tensor_param(data, fn)
         if tensor is None:
             continue
+        return_type_growth(path, data, fn.type_span)
+        returned_values(path, data, fn)
+        out.append(MetaSite(fn, tensor))
+    return out
+
+
+def _meta_edits(path: Path, data: bytes, sites: Sequence[MetaSite]) -> list[Edit]:
+    code = mask(data)
+    edits: list[Edit] = []
+    for site in sites:
+        fn = site.function
+        if site.tensor is None:
+            edits.extend(return_type_edits(path, data, fn.type_span, CODEMOD))
+            continue
         first = fn.body_open + 1
         while code[first] in b" \t\r\n":
             first += 1
         indent = leading_ws(data, first)
-        options = f"{tensor}.options().dtype(at::kLong).device(at::kMeta));".encode()
+        options = f"{site.tensor}.options().dtype(at::kLong).device(at::kMeta));".encode()
         decl = [indent + f"at::Tensor {PROFILING_VAR} = at::empty({{{NUMEL_MACRO}}}, ".encode() + options]
         if len(decl[0] + LINE_MARK) > REVIEW_WIDTH:  # the options on a line of their own
             decl = [decl[0][: -len(options) - 1], indent + b"    " + options]
@@ -444,7 +569,7 @@ def _meta_edits(path: Path, data: bytes, names: set[str]) -> list[Edit]:
     return edits
 
 
-class TorchAdapterLayer(FileLayer):
+class TorchAdapterLayer(LocatingLayer[AdapterTarget]):
     NAME: ClassVar[str] = "torch_adapter"
     DESCRIPTION: ClassVar[str] = ("torch adapter (EXEC_NPU_CMD / EXEC_KERNEL_CMD): passes and returns the "
                                   "buffer")
@@ -485,8 +610,11 @@ class TorchAdapterLayer(FileLayer):
         found.extend(path for path in meta_kernel_files(layers) if path not in found)
         return found
 
-    def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
-        return torch_adapter_edits(plan, mode)
+    def locate(self, plan: Plan, mode: str) -> list[AdapterTarget]:
+        return locate_torch_adapter(plan, mode)
+
+    def render(self, plan: Plan, mode: str, located: Sequence[AdapterTarget]) -> list[Edit]:
+        return render_torch_adapter(plan, mode, located)
 
     def verify(self, model: LayerModel) -> list[Evidence]:
         op = model.op
