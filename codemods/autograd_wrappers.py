@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from optrace.codemods.layer import Evidence, FileLayer, LayerExample, LayerModel
+from optrace.codemods.layer import Evidence, LayerExample, LayerModel, LocatingLayer
 from optrace.codemods.layer_common import (
     CODE_LAYER_SHAPE,
     PROFILING_VAR,
@@ -51,6 +51,7 @@ from optrace.codemods.torch_adapter import (
     hand_instrumented,
     meta_functions,
     return_type_edits,
+    return_type_growth,
     torch_names,
 )
 from optrace.engine.cpp import CppFunction, functions, mask, own_return_values
@@ -119,62 +120,79 @@ def _launcher_counts(layers: Layers) -> dict[str, int | None]:
     return out
 
 
-def _extra(path: Path, data: bytes, fn: CppFunction, counts: dict[str, int | None]
-           ) -> tuple[str | None, list[Edit], str | None]:
-    """(the profiling element's expression, edits making it available, the result
-    variable) from the launcher call in the wrapper's body; (None, [], None) when absent."""
+Insertion = tuple[int, bytes, str]  # (offset, text, note): a fragment to insert
+
+
+def _extra(data: bytes, fn: CppFunction, counts: dict[str, int | None]
+           ) -> tuple[str | None, list[Insertion], str | None]:
+    """(the profiling element's expression, the insertions making it available, the
+    result variable) from the launcher call in the wrapper's body; (None, [], None) when
+    absent."""
     code = mask(data)
     alts = b"|".join(re.escape(n.encode()) for n in counts)
     call = rb"\s*=\s*(?:[\w:]+::)?(" + alts + rb")\s*\("
     var_re = re.compile(rb"(\bauto\b|\bstd::tuple\s*<)[^;=()]*?&{0,2}\s*([A-Za-z_]\w*)" + call)
     bind_re = re.compile(rb"\bauto\s*&{0,2}\s*\[([^\]]*)\]" + call)
     for m in bind_re.finditer(code, fn.body_open, fn.body_close):
-        return PROFILING_VAR, [fragment(path, m.end(1), b", " + PROFILING_VAR.encode(), CODEMOD,
-                                        "binding")], None
+        return PROFILING_VAR, [(m.end(1), b", " + PROFILING_VAR.encode(), "binding")], None
     for m in var_re.finditer(code, fn.body_open, fn.body_close):
         count = counts.get(m.group(3).decode())
         var = m.group(2).decode()
-        edits = []
+        setup: list[Insertion] = []
         if m.group(1).startswith(b"std::tuple"):
-            edits.append(fragment(path, angle_close(code, code.index(b"<", m.start())), b", at::Tensor",
-                                  CODEMOD, "result type"))
+            setup.append((angle_close(code, code.index(b"<", m.start())), b", at::Tensor", "result type"))
         if count is None:
-            return f"{var}.back()", edits, var
+            return f"{var}.back()", setup, var
         if count == 1:
             return None, [], None  # the launcher's lone tensor becomes a pair: its uses change
-        return f"std::get<{count}>({var})", edits, var
+        return f"std::get<{count}>({var})", setup, var
     return None, [], None
 
 
-def _wrapper_edits(path: Path, data: bytes, fn: CppFunction, counts: dict[str, int | None]) -> list[Edit]:
-    edits = return_type_edits(path, data, fn.type_span, CODEMOD)
+@dataclass(frozen=True)
+class WrapperTarget:
+    """A registered wrapper that changes (located; the fragments are `render_wrappers`'s):
+    whether its return type grows, the insertions making the launcher's profiling element
+    available, and each return that takes it — `(how, value start, value end)`, how
+    being "braces", "tuple" (`std::tuple<...>(...)`), "call" (`make_tuple`, ...) or
+    "lone" (a tensor becomes `{x, extra}`). Never the sizes macro."""
+
+    path: Path
+    data: bytes  # the clean bytes
+    function: CppFunction
+    grows: bool
+    setup: tuple[Insertion, ...] = ()
+    returns: tuple[tuple[str, int, int], ...] = ()
+    extra: str | None = None
+    sizes: bool = False
+
+
+def _wrapper_target(path: Path, data: bytes, fn: CppFunction, counts: dict[str, int | None]) -> WrapperTarget:
+    """What changes in one wrapper; raises for a return that cannot take the element, or
+    returns needing it when the launcher's result is not found."""
+    grows = return_type_growth(path, data, fn.type_span) is not None
     if fn.body_open < 0:
-        return edits
+        return WrapperTarget(path, data, fn, grows)
     code = mask(data)
-    extra, setup, var = _extra(path, data, fn, counts)
+    extra, setup, var = _extra(data, fn, counts)
     lone = fixed_count(data[fn.type_span[0] : fn.type_span[1]]) == 1 if fn.type_span else False
     launcher_call = re.compile(rb"(?:[\w:]+::)?(?:" + b"|".join(re.escape(n.encode()) for n in counts)
                                + rb")\s*\(")
-    needs: list[Edit] = []
+    needs: list[tuple[str, int, int]] = []
     for start, e_start, e_end in own_return_values(code, fn):
         expr = code[e_start:e_end]
         if (var is not None and expr == var.encode()) or (
                 launcher_call.match(expr) and match_bracket(code, code.index(b"(", e_start)) == e_end - 1):
             continue  # the launcher's value: it carries profiling_data already
-        tail = f", {extra}".encode()
         if expr.startswith(b"{") and match_bracket(code, e_start) == e_end - 1:
-            needs.append(fragment(path, e_end - 1, tail, CODEMOD, "return"))
+            needs.append(("braces", e_start, e_end))
             continue
         tup = re.match(rb"(?:std::)?(make_tuple|forward_as_tuple|tuple\s*<)", expr)
         if tup is not None and expr.endswith(b")"):
-            if tup.group(1).startswith(b"tuple"):
-                needs.append(fragment(path, angle_close(code, code.index(b"<", e_start)), b", at::Tensor",
-                                      CODEMOD, "return"))
-            needs.append(fragment(path, e_end - 1, tail, CODEMOD, "return"))
+            needs.append(("tuple" if tup.group(1).startswith(b"tuple") else "call", e_start, e_end))
             continue
         if lone:
-            needs.append(fragment(path, e_start, b"{", CODEMOD, "return"))
-            needs.append(fragment(path, e_end, tail + b"}", CODEMOD, "return"))
+            needs.append(("lone", e_start, e_end))
             continue
         raise input_error(CODE_LAYER_SHAPE, f"`{fn.name}` is registered for the op and returns a fixed "
                           "tuple, but this return cannot take profiling_data", path, data, start)
@@ -182,10 +200,30 @@ def _wrapper_edits(path: Path, data: bytes, fn: CppFunction, counts: dict[str, i
         raise input_error(CODE_LAYER_SHAPE, f"`{fn.name}` is registered for the op and returns a fixed "
                           "tuple, but optrace cannot tell where it gets the launcher's profiling tensor "
                           "(`auto r = launcher(...)` / `auto [a, b] = launcher(...)`)", path, data, fn.start)
-    return [*edits, *setup, *needs]  # a binding / typed result must take the new element anyway
+    # a binding / typed result must take the new element anyway
+    return WrapperTarget(path, data, fn, grows, tuple(setup), tuple(needs), extra)
 
 
-def autograd_wrapper_edits(plan: Plan, mode: str) -> list[Edit]:
+def _wrapper_edits(target: WrapperTarget) -> list[Edit]:
+    path, data = target.path, target.data
+    edits = return_type_edits(path, data, target.function.type_span, CODEMOD)
+    edits += [fragment(path, at, text, CODEMOD, note) for at, text, note in target.setup]
+    code = mask(data)
+    tail = f", {target.extra}".encode()
+    for how, e_start, e_end in target.returns:
+        if how == "tuple":
+            edits.append(fragment(path, angle_close(code, code.index(b"<", e_start)), b", at::Tensor",
+                                  CODEMOD, "return"))
+        if how == "lone":
+            edits.append(fragment(path, e_start, b"{", CODEMOD, "return"))
+            edits.append(fragment(path, e_end, tail + b"}", CODEMOD, "return"))
+        else:
+            edits.append(fragment(path, e_end - 1, tail, CODEMOD, "return"))
+    return edits
+
+
+def locate_wrappers(plan: Plan, mode: str) -> list[WrapperTarget]:
+    """Mode B: the registered wrappers (Meta kernels aside) that change."""
     layers = plan.analysis.layers
     if mode != "B" or hand_instrumented(plan):
         return []
@@ -196,12 +234,23 @@ def autograd_wrapper_edits(plan: Plan, mode: str) -> list[Edit]:
     # Meta kernels registered for the op are the torch adapter codemod's (a meta-device
     # profiling tensor of their own): they call no launcher to take one from.
     metas = {fn for path in wrapper_scan_files(layers) for fn in meta_functions(clean_bytes(path), names)}
-    edits: list[Edit] = []
+    out: list[WrapperTarget] = []
     for w in wrappers(layers, names):
         if w.function.name in metas:
             continue
-        edits.extend(_wrapper_edits(w.path, clean_bytes(w.path), w.function, counts))
-    return edits
+        target = _wrapper_target(w.path, clean_bytes(w.path), w.function, counts)
+        if target.grows or target.setup or target.returns:
+            out.append(target)
+    return out
+
+
+def autograd_wrapper_edits(plan: Plan, mode: str) -> list[Edit]:
+    return render_wrappers(locate_wrappers(plan, mode))
+
+
+def render_wrappers(located: Sequence[WrapperTarget]) -> list[Edit]:
+    """Each located wrapper's return type, the launcher result's new element, its returns."""
+    return [edit for target in located for edit in _wrapper_edits(target)]
 
 
 # A two-output op whose autograd kernel wraps the launcher.
@@ -245,7 +294,7 @@ TORCH_LIBRARY_IMPL(demo_lib, AutogradPrivateUse1, m)
 """
 
 
-class AutogradWrappersLayer(FileLayer):
+class AutogradWrappersLayer(LocatingLayer[WrapperTarget]):
     NAME: ClassVar[str] = "autograd_wrappers"
     DESCRIPTION: ClassVar[str] = "functions registered for the op besides the launcher (autograd wrappers)"
     MODE_B_ONLY: ClassVar[bool] = True
@@ -269,8 +318,11 @@ class AutogradWrappersLayer(FileLayer):
     def find(self, layers: Layers) -> list[Path]:
         return wrapper_files(layers)
 
-    def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
-        return autograd_wrapper_edits(plan, mode)
+    def locate(self, plan: Plan, mode: str) -> list[WrapperTarget]:
+        return locate_wrappers(plan, mode)
+
+    def render(self, plan: Plan, mode: str, located: Sequence[WrapperTarget]) -> list[Edit]:
+        return render_wrappers(located)
 
     def verify(self, model: LayerModel) -> list[Evidence]:
         """A tensor or fixed-size tuple they return has the launcher's size."""

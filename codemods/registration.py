@@ -24,7 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import ClassVar
 
-from optrace.codemods.layer import EXAMPLE_TORCH, Evidence, FileLayer, LayerExample, LayerModel
+from optrace.codemods.layer import EXAMPLE_TORCH, Evidence, LayerExample, LayerModel, LocatingLayer
 from optrace.codemods.layer_common import (
     CODE_SCHEMA,
     PROFILING_OUTPUT,
@@ -39,6 +39,7 @@ from optrace.codemods.torch_adapter import (
     adapter_functions,
     hand_instrumented,
     return_type_edits,
+    return_type_growth,
     torch_names,
 )
 from optrace.codemods.torch_schema import Schema, parse_schema, returns_list
@@ -210,21 +211,36 @@ def declaration_files(layers: Layers) -> list[Path]:
 Region = tuple[int, int]
 
 
-def registration_changes(plan: Plan, mode: str) -> tuple[list[Edit], dict[Path, list[Region]]]:
-    """Edits (on clean bytes), and the regions of each file that belong to this op: its
-    schema strings and its adapter's declared return types. Registration files are often
-    shared by several operators; only these regions are this op's to rewrite or strip."""
+@dataclass(frozen=True)
+class RegistrationTarget:
+    """A schema string whose returns take one more `Tensor`, or a declaration of the
+    launcher whose return type grows (located; the fragments are `render_registration`'s).
+    Never the sizes macro."""
+
+    path: Path
+    data: bytes  # the clean bytes
+    schema: SchemaString | None = None
+    type_span: tuple[int, int] | None = None
+    sizes: bool = False
+
+
+def _registration_scan(plan: Plan, mode: str) -> tuple[list[RegistrationTarget], dict[Path, list[Region]]]:
+    """What mode B changes (nothing in mode A, or for a kernel instrumented by hand), and
+    the regions of each file that belong to this op: its schema strings and its adapter's
+    declared return types. Registration files are often shared by several operators; only
+    these regions are this op's to rewrite or strip. Raises for a schema of the op that
+    does not parse (both modes) and a declaration returning void (mode B)."""
     layers = plan.analysis.layers
-    edits: list[Edit] = []
+    targets: list[RegistrationTarget] = []
     regions: dict[Path, list[Region]] = {}
-    skip = hand_instrumented(plan)
+    edit = mode == "B" and not hand_instrumented(plan)
     names = torch_names(layers)
     for reg_path in registration_files(layers):
         data = clean_bytes(reg_path)
         for s in schema_strings(reg_path, data, names):
             regions.setdefault(reg_path, []).append((s.offsets[0] - 1, s.offsets[-1] + 2))
-            if mode == "B" and not skip:
-                edits.extend(_schema_edits(s))
+            if edit and not returns_list(s.schema):  # `-> Tensor[]` carries the new element
+                targets.append(RegistrationTarget(reg_path, data, schema=s))
     adapters = adapter_functions(layers)
     launchers = {fn.name for fns in adapters.values() for fn in fns}
     definitions = {fn.start for fns in adapters.values() for fn in fns}
@@ -236,9 +252,32 @@ def registration_changes(plan: Plan, mode: str) -> tuple[list[Edit], dict[Path, 
             if path in adapters and fn.start in definitions:
                 continue
             regions.setdefault(path, []).append((fn.type_span[0], fn.type_span[1]))
-            if mode == "B" and not skip:
-                edits.extend(return_type_edits(path, data, fn.type_span, CODEMOD))
-    return edits, regions
+            if edit and return_type_growth(path, data, fn.type_span) is not None:
+                targets.append(RegistrationTarget(path, data, type_span=fn.type_span))
+    return targets, regions
+
+
+def locate_registration(plan: Plan, mode: str) -> list[RegistrationTarget]:
+    return _registration_scan(plan, mode)[0]
+
+
+def render_registration(located: Sequence[RegistrationTarget]) -> list[Edit]:
+    """One more return in each located schema string, one more tensor in each located
+    declaration's return type."""
+    edits: list[Edit] = []
+    for target in located:
+        if target.schema is not None:
+            edits.extend(_schema_edits(target.schema))
+        else:
+            edits.extend(return_type_edits(target.path, target.data, target.type_span, CODEMOD))
+    return edits
+
+
+def registration_changes(plan: Plan, mode: str) -> tuple[list[Edit], dict[Path, list[Region]]]:
+    """Edits (on clean bytes), and the regions of each file that belong to this op
+    (`_registration_scan`)."""
+    targets, regions = _registration_scan(plan, mode)
+    return render_registration(targets), regions
 
 
 def registration_edits(plan: Plan, mode: str) -> list[Edit]:
@@ -272,7 +311,7 @@ def _no_schema_here(path: Path, data: bytes, names: Sequence[str]) -> list[Evide
                      f"{', '.join(names)}): another operator's registration, left as it is")]
 
 
-class RegistrationLayer(FileLayer):
+class RegistrationLayer(LocatingLayer[RegistrationTarget]):
     NAME: ClassVar[str] = "registration"
     DESCRIPTION: ClassVar[str] = "torch registration (PYBIND11_MODULE / TORCH_LIBRARY): the schema's returns"
     MODE_B_ONLY: ClassVar[bool] = True
@@ -309,13 +348,16 @@ class RegistrationLayer(FileLayer):
     def find(self, layers: Layers) -> list[Path]:
         return registration_files(layers)
 
-    def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]:
-        return registration_changes(plan, mode)[0]
+    def locate(self, plan: Plan, mode: str) -> list[RegistrationTarget]:
+        return locate_registration(plan, mode)
+
+    def render(self, plan: Plan, mode: str, located: Sequence[RegistrationTarget]) -> list[Edit]:
+        return render_registration(located)
 
     def owned(self, plan: Plan) -> set[Path]:
         """The files holding the op's schema strings: registration files are often shared
         by several operators, and only these regions of them are this op's."""
-        return {resolve(path) for path in registration_changes(plan, "A")[1]}
+        return {resolve(path) for path in _registration_scan(plan, "A")[1]}
 
     def verify(self, model: LayerModel) -> list[Evidence]:
         op = model.op
