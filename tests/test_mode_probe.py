@@ -115,7 +115,8 @@ def _nothing_rendered(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 
 def test_the_migrated_layers_locate_and_render() -> None:
     # The byte-level C++ codemods whose probe was their edits computed.
-    assert {lay.NAME for lay in LOCATING} >= {"op_def", "infer", "tiling", "l0op", "aclnn", "build_hook"}
+    assert {lay.NAME for lay in LOCATING} >= {"op_def", "infer", "tiling", "l0op", "aclnn", "torch_adapter",
+                                              "registration", "autograd_wrappers", "build_hook"}
 
 
 def _fixture_plan(name: str) -> Plan:
@@ -318,6 +319,18 @@ static ge::graphStatus TilingDemoOp(gert::TilingContext *context)
 }
 IMPL_OP_OPTILING(DemoOp).Tiling(TilingDemoOp);
 """
+_ADAPTER = """\
+#include <torch/extension.h>
+#include "functions.h"
+
+at::Tensor demo_op(const at::Tensor &x)
+{
+    at::Tensor y = at::empty_like(x);
+    EXEC_NPU_CMD(aclnnDemoOp, x, y);
+    return y;
+}
+"""
+_WRAPPED = {rel: text for rel, text in layer("autograd_wrappers").EXAMPLES[0].files.items()}
 _ACLNN = "ops/demo_op/op_api/aclnn_demo_op.cpp"
 _L0_FILE = "ops/demo_op/op_api/demo_op.cpp"
 _DEF = "ops/demo_op/op_host/demo_op_def.cpp"
@@ -368,6 +381,28 @@ REFUSALS: dict[str, tuple[str, dict[str, str], str | None, str]] = {
                 return aclnnInnerDemoOpGetWorkspaceSize(x, &size, &exec);
             }
             """)}, None, "`OneShot` calls aclnnInnerDemoOpGetWorkspaceSize but has no workspaceSize"),
+    "torch_adapter: returns void (mode B)": (
+        "torch_adapter", {"csrc/adapter.cpp": _ADAPTER.replace("at::Tensor demo_op(", "void demo_op(")
+                          .replace("    return y;\n", "")}, "A", "the adapter returns void"),
+    "torch_adapter: no tensor parameter (mode B)": (
+        "torch_adapter", {"csrc/adapter.cpp": _ADAPTER.replace("const at::Tensor &x", "const TensorList &x")},
+        "A", "`demo_op` has no tensor parameter"),
+    "torch_adapter: a launch sharing its line": (
+        "torch_adapter", {"csrc/adapter.cpp": _ADAPTER.replace("x);\n    EXEC", "x); EXEC")}, None,
+        "`EXEC_NPU_CMD` shares its line with other code"),
+    "registration: a schema that does not parse": (
+        "registration", {"csrc/adapter.cpp": _ADAPTER,
+                         "csrc/registration.cpp": 'TORCH_LIBRARY(demo_lib, m)\n{\n'
+                                                  '    m.def("demo_op(Tensor x) -> (Tensor");\n}\n'}, None,
+        "the schema of `demo_op` does not parse"),
+    "registration: a declaration returning void (mode B)": (
+        "registration", {"csrc/adapter.cpp": _ADAPTER,
+                         "csrc/functions.h": "void demo_op(const at::Tensor &x);\n"},
+        "A", "the adapter returns void"),
+    "autograd_wrappers: a return that cannot take the buffer (mode B)": (
+        "autograd_wrappers", {**_WRAPPED, "csrc/registration.cpp": _WRAPPED["csrc/registration.cpp"].replace(
+            "return std::make_tuple(std::get<0>(outputs), std::get<1>(outputs));", "return Swap(outputs);")},
+        "A", "`demo_op_autograd` is registered for the op and returns a fixed tuple, but this return cannot"),
     "l0op: a shared l0 function another operator calls (mode B)": (
         "l0op", {}, "A",
         "`MoeNormGrad` is declared in common/inc/op_api/moe_norm_grad.h, outside the operator"),
