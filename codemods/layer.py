@@ -250,8 +250,9 @@ class Layer(Protocol):
     def verify(self, model: LayerModel) -> list[Evidence]: ...
 
     # Whether `mode` goes through this layer (InputError as `edits` raises it, the same
-    # diagnostic) and what it edits: plan's mode probe. Equal to `carry_of(edits(...))`;
-    # a layer whose edits cost (LibCST) answers from a cheaper reading of its files.
+    # diagnostic) and what it edits: plan's mode probe. Equal to `carry_of(edits(...))`,
+    # answered without writing the edits: a byte-level layer from its `locate`
+    # (`LocatingLayer`), a Python layer from the standard `ast` where it can.
     def carries(self, plan: Plan, mode: str) -> Carry: ...
 
     # The files outside the kernel directory that are this operator's to rewrite from clean
@@ -286,7 +287,8 @@ class FileLayer:
         raise NotImplementedError(f"layer {self.NAME} has no edits")
 
     def carries(self, plan: Plan, mode: str) -> Carry:
-        """The layer's edits computed: a byte-level codemod costs a few milliseconds."""
+        """The layer's edits computed (the kernel layers, which plan's probe does not ask;
+        the host layers locate, `LocatingLayer`, or read their Python files with `ast`)."""
         return carry_of(self.edits(plan, mode, None))
 
     def owned(self, plan: Plan) -> set[Path]:
