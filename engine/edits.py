@@ -266,12 +266,15 @@ def _wrap_wide_fragments(original: bytes, edits: list[Edit]) -> dict[int, bytes]
         if old_width > REVIEW_WIDTH or width <= REVIEW_WIDTH:
             continue
         nl = newline_of(original)
+        text = original[start:end]
+        if text.lstrip().startswith(b"#") or text.rstrip().endswith(b"\\"):
+            continue  # a directive or a macro's line: a line break would end it
         for edit in on_line:
             body = edit.replacement[len(FRAG_OPEN) : -len(FRAG_CLOSE)]
             indent = _continuation_indent(original, start, edit.start)
-            if body.startswith(b", ") and b"profiling" in body.lower():
+            if body.startswith(b", "):  # a parameter, an argument, a type (`tuple<A, B, C>`)
                 out[id(edit)] = FRAG_OPEN + b"," + nl + indent + body[2:] + FRAG_CLOSE
-            elif body.endswith(b", ") and b"profiling" in body.lower():
+            elif body.endswith(b", "):
                 out[id(edit)] = FRAG_OPEN + nl + indent + body.rstrip() + nl + indent + FRAG_CLOSE
             elif (lines := statements(body)) is not None:
                 # `int f() { /*optrace<*/a; b; /*>optrace*/return x; }`: a statement a line,
@@ -316,7 +319,7 @@ def _wrap_wide_lines(replacement: bytes) -> bytes | None:
 
 def _continuation_indent(data: bytes, start: int, at: int) -> bytes:
     """Where a parameter list's next line starts: after the innermost `(` still open on
-    this line before `at`, else under the line's own first character."""
+    this line before `at`, else two steps past the line's own indent."""
     line = data[start:at]
     opened: list[int] = []
     for i, c in enumerate(line):
@@ -327,7 +330,7 @@ def _continuation_indent(data: bytes, start: int, at: int) -> bytes:
     leading = indent_at(data, start)
     if opened and opened[-1] + 1 <= REVIEW_WIDTH // 2:
         return b" " * (opened[-1] + 1)
-    return leading
+    return leading + b"        "  # a continuation, two steps in
 
 
 def new_contents(

@@ -74,7 +74,7 @@ def test_statements_in_a_fragment_past_the_width_go_a_line_each() -> None:
     assert max(len(ln) for ln in new.split(b"\n")) <= REVIEW_WIDTH
     assert strip_bytes(new, Path("x.cpp")) == data
     # a fragment that is no run of whole statements stays inline
-    assert _insert(data, b"return", FRAG_OPEN + b"(void)0, " + FRAG_CLOSE).count(b"\n") == 1
+    assert _insert(data, b"GRAPH_SUCCESS", FRAG_OPEN + b"0 + " + FRAG_CLOSE).count(b"\n") == 1
 
 
 def test_a_whole_inserted_line_past_the_width_breaks_into_marked_lines() -> None:
@@ -101,3 +101,17 @@ def test_a_whole_inserted_line_past_the_width_breaks_into_marked_lines() -> None
             assert len(added) > 1 and max(len(ln) for ln in added) <= REVIEW_WIDTH, added
         assert strip_bytes(new, Path("x.cpp")) == data
     assert b'"a, b, c' in _insert(data, b"    Run", text)  # the literal whole
+
+
+def test_any_element_a_fragment_adds_past_the_width_goes_below_and_a_macro_line_stays() -> None:
+    """A type grown by one (`std::tuple<A, B, C>` of a torch adapter's return) takes the new
+    element to the next line as a parameter does; a directive or a macro continuation line
+    keeps it inline (a line break would end it)."""
+    head = b"std::tuple<at::Tensor, at::Tensor"
+    data = head + b"> moe_fused_gmm_impl(const at::Tensor &x, const at::Tensor &expert_ids,\n    int k);\n"
+    new = _insert(data, b"> moe_fused", FRAG_OPEN + b", at::Tensor" + FRAG_CLOSE)
+    assert new.startswith(head + FRAG_OPEN + b",\n        at::Tensor" + FRAG_CLOSE + b"> moe_fused_gmm_impl(")
+    assert max(len(ln) for ln in new.split(b"\n")) <= REVIEW_WIDTH
+    assert strip_bytes(new, Path("x.cpp")) == data
+    macro = b"#define RUN(x) Launch(" + b"a, " * 30 + b"x)\n"
+    assert _insert(macro, b"x)\n", FRAG_OPEN + b"profilingData, " + FRAG_CLOSE).count(b"\n") == 1
