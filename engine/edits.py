@@ -272,6 +272,11 @@ def _wrap_wide_fragments(original: bytes, edits: list[Edit]) -> dict[int, bytes]
         for edit in on_line:
             body = edit.replacement[len(FRAG_OPEN) : -len(FRAG_CLOSE)]
             indent = _continuation_indent(original, start, edit.start)
+            rest = len(original[edit.start : end].rstrip()) + len(FRAG_CLOSE)
+            if len(indent) + len(body) + rest > REVIEW_WIDTH:
+                # aligned under a bracket far right, the line the fragment ends on would
+                # run past the width itself: two steps past the line's own indent instead
+                indent = indent_at(original, start) + b"        "
             if body.startswith(b", "):  # a parameter, an argument, a type (`tuple<A, B, C>`)
                 out[id(edit)] = FRAG_OPEN + b"," + nl + indent + body[2:] + FRAG_CLOSE
             elif body.endswith(b", "):

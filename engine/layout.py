@@ -68,8 +68,8 @@ def _breaks(code: bytes) -> list[tuple[int, int]]:
             out.append((i, 1))
         elif c == 0x2D and code[i + 1 : i + 2] == b">" and depth == 0 and i > 0 and code[i - 1] == 0x29:
             out.append((i, 1))
-        elif c == 0x2C and depth >= 1 and code[i + 1 : i + 2] == b" ":  # `f(a, b)`
-            out.append((i + 2, 2))
+        elif c == 0x2C and code[i + 1 : i + 2] == b" ":  # `f(a, b)`; a list's own next line
+            out.append((i + 2, 2 if depth >= 1 else 3))
     return out
 
 

@@ -115,3 +115,18 @@ def test_any_element_a_fragment_adds_past_the_width_goes_below_and_a_macro_line_
     assert strip_bytes(new, Path("x.cpp")) == data
     macro = b"#define RUN(x) Launch(" + b"a, " * 30 + b"x)\n"
     assert _insert(macro, b"x)\n", FRAG_OPEN + b"profilingData, " + FRAG_CLOSE).count(b"\n") == 1
+
+
+def test_a_bracket_far_right_gives_its_continuation_two_steps_in() -> None:
+    """Aligned under a `(` at column 57 or so, the line the fragment ends on would pass 120
+    columns itself (the rest of the parameter list after the closing marker): the
+    continuation goes two steps past the line's own indent instead."""
+    head = b"extern \"C\" __global__ __aicore__ void fused_kernel_entry("
+    data = head + b"GM_ADDR x, GM_ADDR workspace, GM_ADDR tiling, GM_ADDR lastname)\n"
+    assert len(head) <= REVIEW_WIDTH // 2 and len(data) - 1 <= REVIEW_WIDTH
+    new = _insert(data, b"GM_ADDR workspace", FRAG_OPEN + b"GM_ADDR profiling_data, " + FRAG_CLOSE)
+    assert new.split(b"\n")[1:3] == [b"        GM_ADDR profiling_data,",
+                                     b"        " + FRAG_CLOSE + b"GM_ADDR workspace, GM_ADDR tiling, "
+                                     b"GM_ADDR lastname)"]
+    assert max(len(ln) for ln in new.split(b"\n")) <= REVIEW_WIDTH
+    assert strip_bytes(new, Path("x.cpp")) == data
