@@ -224,7 +224,8 @@ def test_an_opdef_without_inputs_or_outputs_gets_one_before_its_configuration(tm
     assert run(op_def_edits, op, "B") == {OPDEF: before.replace(
         '        this->Attr("k")',
         '        this->Output("profiling_data").ParamType(REQUIRED).DataType({ge::DT_INT64})'
-        '.Format({ge::FORMAT_ND}).UnknownShapeFormat({ge::FORMAT_ND});  // optrace\n        this->Attr("k")')}
+        '.Format({ge::FORMAT_ND})  // optrace\n'  # past 120 columns: the chain goes on below
+        '                .UnknownShapeFormat({ge::FORMAT_ND});  // optrace\n        this->Attr("k")')}
 
 
 def test_an_opdef_with_nothing_to_anchor_on_is_bad_input(tmp_path: Path) -> None:
@@ -262,8 +263,9 @@ def test_outputs_declared_on_per_soc_configs_get_profiling_data_in_each(tmp_path
     after = run(op_def_edits, op)[OPDEF]  # strips back (run checks it)
     assert after == CONFIGS.replace(
         "        this->AICore().AddConfig(\"soc_a\", cfgA);\n",
-        '        cfgA.Output("profiling_data").ParamType(REQUIRED).DataType(std::vector<ge::DataType>('
-        "(kCountTypes.find(soc)->second).size(), ge::DT_INT64));  // optrace\n"
+        '        cfgA.Output("profiling_data").ParamType(REQUIRED)  // optrace\n'
+        "                .DataType(std::vector<ge::DataType>((kCountTypes.find(soc)->second).size(), ge::DT_INT64));"
+        "  // optrace\n"
         '        this->AICore().AddConfig("soc_a", cfgA);\n').replace(
         "        this->AICore().AddConfig(\"soc_b\", cfgB);\n",
         '        cfgB.Output("profiling_data").ParamType(REQUIRED).DataType({ge::DT_INT64});  // optrace\n'
