@@ -269,17 +269,25 @@ def _wrap_wide_fragments(original: bytes, edits: list[Edit]) -> dict[int, bytes]
         text = original[start:end]
         if text.lstrip().startswith(b"#") or text.rstrip().endswith(b"\\"):
             continue  # a directive or a macro's line: a line break would end it
+        # A line that gets the profiling parameter or argument: that one goes below, which
+        # is enough as a rule; another element on it (a type) stays where it is.
+        profiling = any(b"profiling" in e.replacement.lower() for e in on_line)
         for edit in on_line:
             body = edit.replacement[len(FRAG_OPEN) : -len(FRAG_CLOSE)]
             indent = _continuation_indent(original, start, edit.start)
-            rest = len(original[edit.start : end].rstrip()) + len(FRAG_CLOSE)
-            if len(indent) + len(body) + rest > REVIEW_WIDTH:
+            rest = len(original[edit.start : end].rstrip()) + len(FRAG_CLOSE)  # what the marker ends
+            longest = len(body) - 2 + rest if body.startswith(b", ") else max(len(body.rstrip()), rest)
+            if len(indent) + longest > REVIEW_WIDTH:
                 # aligned under a bracket far right, the line the fragment ends on would
                 # run past the width itself: two steps past the line's own indent instead
                 indent = indent_at(original, start) + b"        "
-            if body.startswith(b", "):  # a parameter, an argument, a type (`tuple<A, B, C>`)
+            # The profiling parameter or argument always goes below; another element (a
+            # type: `tuple<A, B, C>`) only where that brings its lines within the width.
+            mine = b"profiling" in body.lower()
+            below = mine or (not profiling and len(indent) + longest <= REVIEW_WIDTH)
+            if body.startswith(b", ") and below:
                 out[id(edit)] = FRAG_OPEN + b"," + nl + indent + body[2:] + FRAG_CLOSE
-            elif body.endswith(b", "):
+            elif body.endswith(b", ") and below:
                 out[id(edit)] = FRAG_OPEN + nl + indent + body.rstrip() + nl + indent + FRAG_CLOSE
             elif (lines := statements(body)) is not None:
                 # `int f() { /*optrace<*/a; b; /*>optrace*/return x; }`: a statement a line,

@@ -264,7 +264,7 @@ def test_apply_check_reapply_strip(tmp_path: Path) -> None:
             ("aclnn_demo_op.cpp", 15, "aclnnDemoOPGetWorkspaceSize signature: profiling output last"),
             ("aclnn_demo_op.cpp", 20, "Forward call: profiling output last"),
             ("aclnn_demo_op.h", 2, "aclnnDemoOPGetWorkspaceSize signature: profiling output last"),
-            ("demo_op.cpp", 8, "EXEC_NPU_CMD: `profilingData` is argument 6"),
+            ("demo_op.cpp", 9, "EXEC_NPU_CMD: `profilingData` is argument 6"),  # below the wrapped type
             ("registration.cpp", 4, "schema returns 3 tensor(s)")} <= notes, sorted(notes)
     g1 = {(p, line, note) for p, line, note, _ok in evidence(g["G1"])}
     assert ("CMakeLists.txt", 9, "writes ${CMAKE_BINARY_DIR}/point_map.json") in g1

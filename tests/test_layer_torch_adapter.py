@@ -29,7 +29,8 @@ AFTER_B = """\
 #include "pytorch_npu_helper.hpp"
 #include "../ops/demo_op/optrace_demo_op_profiling.h"  // optrace
 
-std::tuple<at::Tensor, at::Tensor/*optrace<*/, at::Tensor/*>optrace*/> demo_op_impl(const c10::optional<at::Tensor> &bias, const at::Tensor &x, int64_t k)
+std::tuple<at::Tensor, at::Tensor/*optrace<*/,
+        at::Tensor/*>optrace*/> demo_op_impl(const c10::optional<at::Tensor> &bias, const at::Tensor &x, int64_t k)
 {
     at::Tensor y = at::empty_like(x);
     at::Tensor n = at::empty({k}, x.options());

@@ -11,6 +11,7 @@ gets the launcher's extra output, on the meta device."""
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 from pathlib import Path
 
@@ -122,8 +123,8 @@ def test_meta_kernel_in_its_own_file_gets_the_extra_output(tmp_path: Path) -> No
     assert cli("apply", str(op), "--write")[0] == 0
     meta = (repo / "csrc/moe_expert_scale_meta.cpp").read_text()
     launcher = (op / "op_host/moe_expert_scale.cpp").read_text()
-    for text in (meta, launcher):
-        assert "std::tuple</*>optrace*/at::Tensor/*optrace<*/, at::Tensor>" in text
+    for text in (meta, launcher):  # the grown type, wherever the review width breaks it
+        assert "std::tuple</*>optrace*/at::Tensor/*optrace<*/, at::Tensor>" in re.sub(r",\s+", ", ", text)
     assert "device(at::kMeta)" in meta and "profilingData}" in meta
     g = gates(op)
     assert g["G2"]["status"] == "pass"
