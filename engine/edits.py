@@ -277,10 +277,12 @@ def _wrap_wide_fragments(original: bytes, edits: list[Edit]) -> dict[int, bytes]
             indent = _continuation_indent(original, start, edit.start)
             rest = len(original[edit.start : end].rstrip()) + len(FRAG_CLOSE)  # what the marker ends
             longest = len(body) - 2 + rest if body.startswith(b", ") else max(len(body.rstrip()), rest)
-            if len(indent) + longest > REVIEW_WIDTH:
-                # aligned under a bracket far right, the line the fragment ends on would
-                # run past the width itself: two steps past the line's own indent instead
-                indent = indent_at(original, start) + b"        "
+            # Under the open bracket; where there is none, or aligned there the line the
+            # fragment ends on would itself run past the width: two steps past the line's
+            # own indent, else the line's own indent, whichever first keeps it within.
+            own = indent_at(original, start)
+            tries = ([indent] if indent != own else []) + [own + b"        ", own]
+            indent = next((i for i in tries if len(i) + longest <= REVIEW_WIDTH), own)
             # The profiling parameter or argument always goes below; another element (a
             # type: `tuple<A, B, C>`) only where that brings its lines within the width.
             mine = b"profiling" in body.lower()
@@ -332,7 +334,7 @@ def _wrap_wide_lines(replacement: bytes) -> bytes | None:
 
 def _continuation_indent(data: bytes, start: int, at: int) -> bytes:
     """Where a parameter list's next line starts: after the innermost `(` still open on
-    this line before `at`, else two steps past the line's own indent."""
+    this line before `at`, else under the line's own first character."""
     line = data[start:at]
     opened: list[int] = []
     for i, c in enumerate(line):
@@ -343,7 +345,7 @@ def _continuation_indent(data: bytes, start: int, at: int) -> bytes:
     leading = indent_at(data, start)
     if opened and opened[-1] + 1 <= REVIEW_WIDTH // 2:
         return b" " * (opened[-1] + 1)
-    return leading + b"        "  # a continuation, two steps in
+    return leading
 
 
 def new_contents(
