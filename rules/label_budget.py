@@ -372,7 +372,9 @@ class LabelBudget(Rule):
             if removed[cost]:
                 ctx.report(f"{removed[cost]} {cost} region(s) dropped to meet the {target}-label budget "
                            "(density.target; setup first)", ctx.root)
-        for core in {core for core, _ in per_core}:
+        # Sorted: a set of strings iterates in the hash seed's order, and these keys reach the
+        # plan's JSON (`over_budget`) in this order — the same plan must print the same bytes.
+        for core in sorted({core for core, _ in per_core}):
             # What one launch of each core type counts against the budget after the drops.
             ctx.stats[f"budget_kept:{core}"] = max(len(c) for (k, _), c in per_core.items() if k == core)
         if over:

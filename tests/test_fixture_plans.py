@@ -9,6 +9,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -104,9 +107,6 @@ def test_umdk_fixture_structure() -> None:
 
 @pytest.mark.slow  # plans a fixture in three child processes, each under its own hash seed
 def test_plan_does_not_depend_on_hash_seed() -> None:
-    import subprocess
-    import sys
-
     op = OPERATORS["umdk_moe_fused_gmm"]
     outs = []
     for seed in ("1", "2", "3"):
@@ -115,3 +115,22 @@ def test_plan_does_not_depend_on_hash_seed() -> None:
                              capture_output=True, env=env, check=True)
         outs.append(res.stdout)
     assert outs[0] == outs[1] == outs[2]
+
+
+@pytest.mark.slow  # copies a fixture and plans it in four child processes, each under its own hash seed
+def test_over_budget_lists_core_types_in_one_order_whatever_the_hash_seed(tmp_path: Path) -> None:
+    """A budget both core types stay over (2 labels, the fixture's AIC and AIV keep 6 each):
+    `over_budget` came out in a set's order, AIV before AIC under some seeds."""
+    repo = tmp_path / "repo"
+    shutil.copytree(FIXTURES / "umdk_style", repo)
+    (repo / "optrace.toml").write_text("[density]\nmin = 1\nmax = 2\ntarget = 2\n")
+    op = repo / OPERATORS["umdk_moe_fused_gmm"].relative_to(FIXTURES / "umdk_style")
+    outs = []
+    for seed in ("1", "2", "3", "4"):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+        command = [sys.executable, "-m", "optrace", "plan", str(op), "--format", "json", "--no-cache"]
+        res = subprocess.run(command, capture_output=True, env=env, check=False, cwd=tmp_path)
+        outs.append(res.stdout)
+        over = json.loads(res.stdout)["operators"][0]["over_budget"]
+        assert list(over) == ["AIC", "AIV"], (seed, over)
+    assert len(set(outs)) == 1
