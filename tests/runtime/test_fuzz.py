@@ -39,6 +39,7 @@ from rt_helpers import FP, LABELS, point_map, well_formed_core, write_point_map
 from typer.testing import CliRunner
 
 from optrace.cli.app import app
+from optrace.runtime import pt_reader
 from optrace.runtime.decode import STATUS_NAMES, DecodeOptions, RankDecode, decode_rank
 from optrace.runtime.errors import ProfilingInputError
 from optrace.runtime.format import RankMeta, capacity, fingerprint_word, pack_event
@@ -626,6 +627,34 @@ def test_hostile_tensor_shapes_and_values_are_refused_fast(tmp_path: Path, name:
         read_rank_file(path)
     assert caught.value.path == str(path) and len(str(caught.value)) < 2000
     assert time.perf_counter() - started < 1.0
+
+
+def test_a_pickle_walked_once_is_trusted_for_its_bytes_only(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank files of one run share their data.pkl: its opcodes are walked once, the next
+    file with the same bytes is not walked again, and a file whose pickle differs (the
+    memo bomb) is walked and refused even after a sound one was remembered."""
+    monkeypatch.setattr(pt_reader, "_SOUND_PICKLES", set())
+    walked: list[int] = []
+    walk = pt_reader._memo_indices_damaged
+
+    def counting(source: str, pickled: bytes) -> bool:
+        walked.append(len(pickled))
+        return walk(source, pickled)
+
+    monkeypatch.setattr(pt_reader, "_memo_indices_damaged", counting)
+    sound = pt_bytes([base_slots(np.random.default_rng(3), 2, 16)])
+    for rank in range(3):
+        (tmp_path / f"rank00{rank}.pt").write_bytes(sound)
+        assert read_rank_file(tmp_path / f"rank00{rank}.pt").data.shape == (2, 16)
+    assert len(walked) == 1
+    (pkl, storages), message = HOSTILE_TENSORS["memo index 2**30 (LONG_BINPUT)"]
+    _pt_from_pickle(tmp_path / "rank009.pt", pkl, storages)
+    with pytest.raises(ProfilingInputError, match=message):
+        read_rank_file(tmp_path / "rank009.pt")
+    with pytest.raises(ProfilingInputError, match=message):  # refused again: never remembered
+        read_rank_file(tmp_path / "rank009.pt")
+    assert len(walked) == 3
 
 
 def test_a_zip_bomb_is_refused_before_it_is_inflated(tmp_path: Path) -> None:
