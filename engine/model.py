@@ -112,16 +112,25 @@ class Region:
 
 
 def assign_labels(root: Region) -> None:
-    """Recompute every label and depth from the words on the path from the root."""
+    """Recompute every label and depth from the words on the path from the root.
 
-    def visit(node: Region, prefix: list[str]) -> None:
-        words = [*prefix, *node.words]
-        node.label = " ".join(words) if words else ROOT_LABEL
-        node.depth = 1 + len(words)
-        for c in node.children:
-            visit(c, words)
-
-    visit(root, [])
+    A loop over a stack, not a recursion, and the label built from the parent's text rather
+    than from a list of every word above: naming calls this after every cut it tries
+    (thousands of times on a kernel with many phases). ``count`` (the words above and here)
+    decides the root's label and the separator, as the list did, so a word that is the
+    empty string still counts."""
+    todo: list[tuple[Region, str, int]] = [(root, "", 0)]
+    while todo:
+        node, text, count = todo.pop()
+        words = node.words
+        if words:
+            own = " ".join(words)
+            text = f"{text} {own}" if count else own
+            count += len(words)
+        node.label = text if count else ROOT_LABEL
+        node.depth = 1 + count
+        for child in node.children:
+            todo.append((child, text, count))
 
 
 @dataclass(frozen=True)

@@ -737,7 +737,7 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
     def _follow_partners(self) -> None:
         """A handshake named after a phase takes that phase's word as it is now (less the words
         its own label already has)."""
-        for region, said in _with_said(self.ctx.root, []):
+        for region, said in _partnered_with_said(self.ctx.root):
             self._follow(region, said)
 
     @staticmethod
@@ -916,6 +916,28 @@ def _with_said(node: Region, said: list[str]) -> list[tuple[Region, list[str]]]:
     for child in node.children:
         out.append((child, said))
         out += _with_said(child, [*said, *_parts(child)])
+    return out
+
+
+def _partnered_with_said(root: Region) -> list[tuple[Region, list[str]]]:
+    """What ``_with_said`` gives, for the regions with a partner only (the only ones
+    ``_follow`` renames), every ``said`` taken before any is renamed. Naming calls this
+    after every cut it tries, so it does not build every region's ``said`` (a list copy a
+    region: a 65-phase kernel spent half its plan here): ancestors are kept on one stack
+    and read where a partnered region needs them."""
+    out: list[tuple[Region, list[str]]] = []
+    chain: list[Region] = []
+
+    def visit(node: Region) -> None:
+        for child in node.children:
+            if child.partner is not None:
+                out.append((child, [p for r in chain for w in r.words for p in w.split("-")]))
+            if child.children:
+                chain.append(child)
+                visit(child)
+                chain.pop()
+
+    visit(root)
     return out
 
 
