@@ -868,6 +868,7 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
         give back every cut and every dropped word that still fits (latest cuts first)."""
         score = self._score()
         root = self.ctx.root
+        parents = dict(_parents(root))  # giving words back moves no region
         said = {id(r): words for r, words in _with_said(root, [])}
         attempts: list[tuple[Region, int, str]] = [*reversed(self.cuts)]
         for region, i, whole in self.dropped:
@@ -881,6 +882,8 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
             targets = [region]
             if i == 0 and region in root.children:  # one phase, one name on every core type
                 targets += [s for s in root.children if s is not region and s.words[:1] == region.words[:1]]
+            if self._sure_too_long(targets, i, form, parents):
+                continue  # what trying it would find, without renaming and relabelling twice
             before = [(t, t.words[i]) for t in targets]
             for t in targets:
                 t.words[i] = form
@@ -894,6 +897,30 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
                 t.words[i] = word
             self._follow_partners()
             assign_labels(root)
+
+    def _sure_too_long(self, targets: list[Region], i: int, form: str, parents: dict[int, Region]) -> bool:
+        """Whether giving ``form`` back to word ``i`` of ``targets`` is sure to take a label
+        past the limit, so that ``_score`` would refuse it. Following renames only regions
+        with a partner, so where neither a target nor any region above it has one, the
+        target's label and those of the regions below it, down to the first that has one,
+        grow by exactly the word's growth: known from the labels as they are, before
+        anything is renamed. Most attempts on a kernel with many phases end here."""
+        for target in targets:
+            if target.partner is not None:
+                continue
+            node = target
+            while (parent := parents.get(id(node))) is not None and parent.partner is None:
+                node = parent
+            if parent is not None:
+                continue  # under a region that follows a phase: its words may change
+            room = self.limit - (len(form) - len(target.words[i]))
+            todo = [target]
+            while todo:
+                region = todo.pop()
+                if len(region.label) > room:
+                    return True
+                todo.extend(c for c in region.children if c.partner is None)
+        return False
 
     def _score(self) -> tuple[int, int] | None:
         """(labels repeating a word, siblings sharing a label), or None when one is too long."""
