@@ -130,7 +130,7 @@ class Analysis:
     walked: set[str] = field(default_factory=set)  # functions whose calls are in the graph
     # function id -> number of call sites reaching it (over reachable code)
     call_counts: dict[str, int] = field(default_factory=dict)
-    _calls: dict[tuple[str, int, int, str], CallSite] = field(default_factory=dict)
+    _calls: dict[tuple[Path, int, int, str], CallSite] = field(default_factory=dict)
     _sizes: dict[str, tuple[int, bool]] = field(default_factory=dict)
     _spin: dict[tuple[str, int, int], bool] = field(default_factory=dict)
     _scoped: dict[str, dict[str, list[LocalDecl]]] = field(default_factory=dict)
@@ -192,7 +192,9 @@ class Analysis:
         _extend_callgraph(self, [c for c in new if c.id not in self.walked])
 
     def call_site(self, fn: FunctionDef, call: Node) -> CallSite:
-        key = (str(fn.src.path), call.start_byte, call.end_byte, fn.id)
+        # The path itself, not its text: a Path keeps its hash, str() of it is built anew
+        # (this runs for every call of every walk, millions of times on a large forest).
+        key = (fn.src.path, call.start_byte, call.end_byte, fn.id)
         site = self._calls.get(key)
         if site is None:
             name, callees = resolve_call(self, fn, call)

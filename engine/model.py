@@ -110,6 +110,18 @@ class Region:
         for c in self.children:
             yield from c.walk_with_parent(self)
 
+    def regions(self) -> list[Region]:
+        """This region and every one below it, in ``walk``'s order, as a list built by a
+        loop: for code that reads the tree many times over and changes nothing while it
+        reads (``walk``'s generators nest one level a region)."""
+        out: list[Region] = []
+        todo = [self]
+        while todo:
+            node = todo.pop()
+            out.append(node)
+            todo.extend(reversed(node.children))
+        return out
+
 
 def assign_labels(root: Region) -> None:
     """Recompute every label and depth from the words on the path from the root.

@@ -924,7 +924,7 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
 
     def _score(self) -> tuple[int, int] | None:
         """(labels repeating a word, siblings sharing a label), or None when one is too long."""
-        labels = [r.label for r in self.ctx.root.walk()]
+        labels = [r.label for r in self.ctx.root.regions()]
         if any(len(lb) > self.limit for lb in labels[1:]):
             return None
         return sum(1 for lb in labels if repeats_a_word(lb)), len(sibling_clashes(self.ctx.root))
@@ -969,7 +969,7 @@ def _partnered_with_said(root: Region) -> list[tuple[Region, list[str]]]:
 
 
 def _parents(root: Region) -> list[tuple[int, Region]]:
-    return [(id(r), p) for r, p in root.walk_with_parent() if p is not None]
+    return [(id(c), r) for r in root.regions() for c in r.children]
 
 
 def _neighbour(region: Region) -> str:
