@@ -13,11 +13,13 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from optrace.pipeline.plan import plan_operator
 from optrace.pipeline.plan_output import plan_json, render_text
+from optrace.rules.naming import Naming
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -134,3 +136,24 @@ def test_over_budget_lists_core_types_in_one_order_whatever_the_hash_seed(tmp_pa
         over = json.loads(res.stdout)["operators"][0]["over_budget"]
         assert list(over) == ["AIC", "AIV"], (seed, over)
     assert len(set(outs)) == 1
+
+
+def test_naming_skips_only_the_cuts_it_would_refuse(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Naming does not try giving back a cut that is sure to take a label past the limit;
+    trying every one of them instead (the check answering no) must give the same plan, and
+    on this fixture the check does answer yes (19 of its 26 questions)."""
+    op = OPERATORS["umdk_moe_fused_gmm"]
+    answers: list[bool] = []
+    sure = Naming._sure_too_long
+
+    def counted(self: Naming, *args: Any) -> bool:
+        answer = sure(self, *args)
+        answers.append(answer)
+        return answer
+
+    monkeypatch.setattr(Naming, "_sure_too_long", counted)
+    skipping = json.dumps(plan_json(plan_operator(op)))
+    assert True in answers and False in answers
+    monkeypatch.setattr(Naming, "_sure_too_long", lambda self, *args: False)
+    trying = json.dumps(plan_json(plan_operator(op)))
+    assert skipping == trying
