@@ -51,7 +51,7 @@ from optrace.pipeline.layers import (
     owned_files,
     sizes_header,
 )
-from optrace.pipeline.plan import plan_operator
+from optrace.pipeline.plan import AnalysedOnce, plan_operator
 
 EditsByFile = dict[Path, list[Edit]]
 
@@ -191,8 +191,10 @@ def _check_strip_undoes(result: OperatorChanges) -> None:
     failure: Diagnostic | None = None
     with overlaid(instead):
         try:
-            undone = strip_changes(result.op_dir, result.repo_root)
-            check_operator(result.op_dir, result.repo_root, compile_safety=False)
+            # Both read the same bytes: one analysis and one plan of them serve both.
+            shared = AnalysedOnce(resolve_operator_dir(result.op_dir), result.repo_root)
+            undone = strip_changes(result.op_dir, result.repo_root, shared)
+            check_operator(result.op_dir, result.repo_root, compile_safety=False, shared=shared)
         except InputError as exc:
             failure = Diagnostic(
                 OT048, f"strip and check could not read the instrumented tree ({exc.diagnostic.format()}); "
@@ -513,11 +515,13 @@ def _common_suffix(a: bytes, b: bytes, limit: int) -> int:
     return lo
 
 
-def strip_changes(op_dir: Path, repo_root: Path | None = None) -> OperatorChanges:
+def strip_changes(op_dir: Path, repo_root: Path | None = None,
+                  shared: AnalysedOnce | None = None) -> OperatorChanges:
     """Everything `optrace strip` would change: marked insertions out, created files gone,
     in the operator directory and in the operator's files elsewhere (torch layer, build
     script, Python callers). A file other instrumented operators also changed keeps their
-    changes (it is rebuilt from its clean bytes with their edits)."""
+    changes (it is rebuilt from its clean bytes with their edits). `shared`: the plan as
+    another reader of the same bytes made it (apply's proof)."""
     op_dir = resolve_operator_dir(op_dir)
     root = (repo_root or default_repo_root(op_dir)).resolve()
     prov = Provenance("strip", op_dir.name, op_dir.resolve(), op_dir.resolve(), op_dir, "B")
@@ -525,7 +529,7 @@ def strip_changes(op_dir: Path, repo_root: Path | None = None) -> OperatorChange
     owned: set[Path] = set()
     no_entry: InputError | None = None
     try:
-        plan = plan_operator(op_dir, repo_root)
+        plan = shared.plan() if shared is not None else plan_operator(op_dir, repo_root)
     except InputError as exc:
         if exc.diagnostic.code == OT015:
             raise  # a folder of operators: stripping it would strip every one below

@@ -75,7 +75,7 @@ from optrace.engine.vocabulary import (
 from optrace.pipeline.check_plan import findings_from_plan
 from optrace.pipeline.check_report import CheckReport
 from optrace.pipeline.gates import evaluate_gates
-from optrace.pipeline.plan import plan_from_analysis
+from optrace.pipeline.plan import AnalysedOnce, plan_from_analysis
 
 _POINT_RE = re.compile(
     rb"\b(MoeTracing\s*(?:<[^>]*>)?\s*\(|OptraceEnd\s+\w+\s*\(|OptraceEntryEnd\s+\w+\s*\()\s*"
@@ -100,7 +100,10 @@ def scan_points(path: Path, data: bytes) -> list[TracePoint]:
     return out
 
 
-def check_operator(op_dir: Path, repo_root: Path | None = None, compile_safety: bool = True) -> CheckReport:
+def check_operator(op_dir: Path, repo_root: Path | None = None, compile_safety: bool = True,
+                   shared: AnalysedOnce | None = None) -> CheckReport:
+    """`shared`: the operator's analysis and plan as another reader of the same bytes made
+    them (apply's proof), instead of making them again."""
     op_dir = resolve_operator_dir(op_dir)
     refuse_parent_of_operators(op_dir)
     root = (repo_root or default_repo_root(op_dir)).resolve()
@@ -136,7 +139,7 @@ def check_operator(op_dir: Path, repo_root: Path | None = None, compile_safety: 
     report.points = len(all_points)
     report.labels = len({p.label for p in all_points})
     report.instrumented = bool(all_points)
-    analysis = _analyse(report, op_dir, root)
+    analysis = _analyse(report, op_dir, root, shared)
     if analysis is not None:
         _check_gates(report, analysis)
     if not all_points:
@@ -146,7 +149,8 @@ def check_operator(op_dir: Path, repo_root: Path | None = None, compile_safety: 
     if analysis is not None:
         _check_kernel_g2(report, op_dir, root, analysis)
         # Tile-loop points, hot phases without points, density and capacity: from the plan.
-        report.findings.extend(findings_from_plan(plan_from_analysis(analysis, lint=False)))
+        plan = shared.plan() if shared is not None else plan_from_analysis(analysis, lint=False)
+        report.findings.extend(findings_from_plan(plan))
     # Compile safety is about kernel code (the host stub is AscendC's): host layers' files
     # are checked by the gates, not compiled here.
     kernel_dir = analysis.layers.kernel_dir if analysis is not None else None
@@ -160,9 +164,9 @@ _CONFIG_CODES = frozenset({OT002, OT003, OT004})
 _CONFIG_NAMES = frozenset({"optrace.toml", "pyproject.toml"})
 
 
-def _analyse(report: CheckReport, op_dir: Path, root: Path) -> Analysis | None:
+def _analyse(report: CheckReport, op_dir: Path, root: Path, shared: AnalysedOnce | None) -> Analysis | None:
     try:
-        return analyse_operator(op_dir, root, LAYERS)
+        return shared.analysis() if shared is not None else analyse_operator(op_dir, root, LAYERS)
     except InputError as exc:
         # An operator without points that cannot be analysed is not checked (pre-commit runs
         # check on every operator a commit touches) — but a broken configuration is the

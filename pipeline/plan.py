@@ -36,6 +36,42 @@ def plan_operator(op_dir: Path, repo_root: Path | None = None) -> Plan:
     return plan_from_analysis(analysis)
 
 
+class AnalysedOnce:
+    """One operator's analysis and plan, each computed at most once, for several readers
+    of the same tree: apply proves its result by running strip and check on the tree as it
+    would be, and both start from an analysis of those same bytes and a plan of it (an
+    operator was analysed three times and planned twice per apply). A failure is kept and
+    raised again to each reader, so each handles it as it does on its own. The plan leaves
+    out its lint figures: neither strip nor check reads them."""
+
+    def __init__(self, op_dir: Path, repo_root: Path | None) -> None:
+        self._op_dir = op_dir
+        self._repo_root = repo_root
+        self._analysis: Analysis | Exception | None = None
+        self._plan: Plan | Exception | None = None
+
+    def analysis(self) -> Analysis:
+        if self._analysis is None:
+            try:
+                self._analysis = analyse_operator(self._op_dir, self._repo_root, LAYERS)
+            except Exception as exc:  # kept for the next reader, whatever it is
+                self._analysis = exc
+        if isinstance(self._analysis, Exception):
+            raise self._analysis
+        return self._analysis
+
+    def plan(self) -> Plan:
+        if self._plan is None:
+            analysis = self.analysis()  # its failure is the analysis's, not the plan's
+            try:
+                self._plan = plan_from_analysis(analysis, lint=False)
+            except Exception as exc:
+                self._plan = exc
+        if isinstance(self._plan, Exception):
+            raise self._plan
+        return self._plan
+
+
 def plan_from_analysis(analysis: Analysis, lint: bool = True) -> Plan:
     """The plan of an analysed operator; `lint` false leaves its lint figures out (check
     reads the plan's findings, not its figures about itself)."""

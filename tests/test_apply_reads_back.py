@@ -14,6 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 import optrace.pipeline.apply as apply_module
+import optrace.pipeline.check as check_module
+import optrace.pipeline.plan as plan_module
 from optrace.cli.app import app
 from optrace.engine.codes import OT016
 from optrace.engine.diagnostics import Diagnostic, InputError
@@ -55,11 +57,11 @@ def test_apply_runs_strip_and_check_on_the_tree_it_would_write(
     seen: dict[str, bytes] = {}
     real_strip = apply_module.strip_changes
 
-    def watching(op_dir: Path, repo_root: Path | None = None) -> Any:
+    def watching(*args: Any, **kwargs: Any) -> Any:
         if regular._overlay:  # the read-back, not the baseline
             for identity, data in regular._overlay.items():
                 seen[str(identity)] = data
-        return real_strip(op_dir, repo_root)
+        return real_strip(*args, **kwargs)
 
     monkeypatch.setattr(apply_module, "strip_changes", watching)
     result = apply_changes(root / OP, root)
@@ -67,24 +69,52 @@ def test_apply_runs_strip_and_check_on_the_tree_it_would_write(
     assert changed and sorted(seen.values()) == sorted(changed)
 
 
+def test_strip_and_check_share_one_analysis_and_one_plan_of_the_tree_apply_would_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """apply's read-back analyses and plans the instrumented tree once, for strip and
+    check both (it was analysed twice and planned twice there), and what it proves is
+    unchanged: the same changes as without the read-back's sharing."""
+    root, _ = _tree(tmp_path)
+    calls: list[str] = []
+
+    def counting(name: str, real: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if regular._overlay:
+                calls.append(name)
+            return real(*args, **kwargs)
+        return call
+
+    for module in (plan_module, check_module):
+        monkeypatch.setattr(module, "analyse_operator", counting("analyse", module.analyse_operator))
+        monkeypatch.setattr(module, "plan_from_analysis", counting("plan", module.plan_from_analysis))
+    result = apply_changes(root / OP, root)
+    assert sorted(calls) == ["analyse", "plan"]
+    monkeypatch.undo()
+    monkeypatch.setattr(apply_module, "_check_strip_undoes", lambda _result: None)
+    unproved = apply_changes(root / OP, root)
+    assert result.changes == unproved.changes and result.changes
+
+
 @pytest.mark.parametrize("failure", ["strip-plan-too-deep", "recursion"])
 def test_what_strip_cannot_read_apply_does_not_write(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: str
 ) -> None:
-    """Strip's plan of the instrumented tree fails (as a tree nested past the bound, or a
-    parser's recursion, would make it): apply --write exits 2 with OT048, and every file
-    is as it was; the tree's own strip and check still work."""
+    """The plan of the instrumented tree that strip and check share fails (as a tree
+    nested past the bound, or a parser's recursion, would make it): apply --write exits 2
+    with OT048, and every file is as it was; the tree's own strip and check still work."""
     root, before = _tree(tmp_path)
-    real_plan = apply_module.plan_operator
+    real_plan = plan_module.plan_from_analysis
 
-    def plan_that_fails_on_the_new_tree(op_dir: Path, repo_root: Path | None = None) -> Any:
+    def plan_that_fails_on_the_new_tree(analysis: Any, lint: bool = True) -> Any:
         if regular._overlay:
             if failure == "recursion":
                 raise RecursionError("maximum recursion depth exceeded")
-            raise InputError(Diagnostic(OT016, "code nested deeper than 256 levels", op_dir / "x.cpp", 3))
-        return real_plan(op_dir, repo_root)
+            raise InputError(Diagnostic(OT016, "code nested deeper than 256 levels",
+                                        analysis.layers.op_dir / "x.cpp", 3))
+        return real_plan(analysis, lint)
 
-    monkeypatch.setattr(apply_module, "plan_operator", plan_that_fails_on_the_new_tree)
+    monkeypatch.setattr(plan_module, "plan_from_analysis", plan_that_fails_on_the_new_tree)
     monkeypatch.chdir(root)
     result = CliRunner().invoke(app, ["apply", str(OP), "--write"])
     assert result.exit_code == 2, result.output
@@ -123,13 +153,13 @@ def test_a_save_during_the_read_back_is_a_stale_source_not_strips_failure(
     real_strip = apply_module.strip_changes
     saved: list[bytes] = []
 
-    def saving_first(op_dir: Path, repo_root: Path | None = None) -> Any:
+    def saving_first(*args: Any, **kwargs: Any) -> Any:
         if regular._overlay and not saved:
             saved.append(b"// saved by an editor\n" + header.read_bytes())
             fresh = header.with_name(header.name + ".editor")
             fresh.write_bytes(saved[0])
             os.replace(fresh, header)
-        return real_strip(op_dir, repo_root)
+        return real_strip(*args, **kwargs)
 
     monkeypatch.setattr(apply_module, "strip_changes", saving_first)
     before = _files(root)
