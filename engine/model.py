@@ -131,7 +131,20 @@ def assign_labels(root: Region) -> None:
     (thousands of times on a kernel with many phases). ``count`` (the words above and here)
     decides the root's label and the separator, as the list did, so a word that is the
     empty string still counts."""
-    todo: list[tuple[Region, str, int]] = [(root, "", 0)]
+    _label_below(root, "", 0)
+
+
+def relabel_below(node: Region, parent: Region) -> None:
+    """What ``assign_labels`` of the whole tree gives ``node`` and the regions below it,
+    from ``parent``'s label and depth as they are: for a change of words that touches only
+    ``node``'s subtree, where every label outside it is already right (naming cuts one word
+    at a time, thousands of times on a kernel with many phases)."""
+    count = parent.depth - 1  # the words above and in `parent`
+    _label_below(node, parent.label if count else "", count)
+
+
+def _label_below(top: Region, text: str, count: int) -> None:
+    todo: list[tuple[Region, str, int]] = [(top, text, count)]
     while todo:
         node, text, count = todo.pop()
         words = node.words

@@ -54,12 +54,13 @@ runs whole, `CpGM2GMPingPong` -> `cp-gm2gm-ping-pong`; long words short, `initia
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from pathlib import Path
 
 from optrace.engine.codes import OT105
 from optrace.engine.cpp import FunctionDef
 from optrace.engine.diagnostics import Severity
-from optrace.engine.model import Kind, Region, assign_labels
+from optrace.engine.model import Kind, Region, assign_labels, relabel_below
 from optrace.engine.words import Vocabulary, label_kebab, label_name, reductions
 from optrace.rules.base import Example, Rule, RuleContext
 
@@ -292,6 +293,8 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
         self._name(ctx.root, [])
         self._follow_partners()
         assign_labels(ctx.root)
+        # Each region's parent while `_fit` runs, None when a region has moved (`_lift`).
+        self._parent_of: dict[int, Region] | None = None
         self._fit(ctx.root, [], cfg.label_max)
         self._follow_partners()
         assign_labels(ctx.root)
@@ -734,22 +737,41 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
 
     # --- handshakes follow their phase --------------------------------------------------------
 
-    def _follow_partners(self) -> None:
+    def _follow_partners(self) -> list[Region]:
         """A handshake named after a phase takes that phase's word as it is now (less the words
-        its own label already has)."""
-        for region, said in _partnered_with_said(self.ctx.root):
-            self._follow(region, said)
+        its own label already has). Returns the regions whose words changed."""
+        return [region for region, said in _partnered_with_said(self.ctx.root) if self._follow(region, said)]
 
     @staticmethod
-    def _follow(region: Region, said: list[str]) -> None:
+    def _follow(region: Region, said: list[str]) -> bool:
         if region.partner is None or not region.words:
-            return
+            return False
         role = region.words[0].split("-")[0]
         theirs = [p for p in region.partner.words[0].split("-")] if region.partner.words else []
         keep = [p for p in theirs if p not in _ROLE_WORDS and p not in said and p != role]
         told = [p for p in region.told.split("-") if p and p not in keep and p not in said and p != role]
-        if keep:
-            region.words = ["-".join([role, *keep, *told]), *region.words[1:]]
+        if not keep:
+            return False
+        word = "-".join([role, *keep, *told])
+        changed = word != region.words[0]
+        region.words = [word, *region.words[1:]]
+        return changed
+
+    def _parents_now(self) -> dict[int, Region]:
+        if self._parent_of is None:
+            self._parent_of = dict(_parents(self.ctx.root))
+        return self._parent_of
+
+    def _relabel(self, changed: list[Region], parents: dict[int, Region]) -> None:
+        """Labels after words of `changed` (only) changed: each one's subtree relabelled from
+        its parent's label, the shallowest first, so that a parent is right before the
+        regions below it read it (depths do not change: a word is replaced, never added)."""
+        for region in sorted(changed, key=lambda r: r.depth):
+            parent = parents.get(id(region))
+            if parent is None:  # the root, or a region no longer in the tree: all of it
+                assign_labels(self.ctx.root)
+                return
+            relabel_below(region, parent)
 
     # --- the limit ----------------------------------------------------------------------------
 
@@ -778,7 +800,7 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
     def _cut(self, path: list[Region], undo: list[tuple[Region, int, str]]) -> bool:
         """One step shorter: the longest word on the path (the deepest on a tie; the phase's
         word last) to its next shorter form no sibling has. False when no word can be cut."""
-        parents = dict(_parents(self.ctx.root))
+        parents = self._parents_now()
         options: list[tuple[bool, int, int, Region, int]] = []
         for depth, node in enumerate(path):
             for i, word in enumerate(node.words):
@@ -807,8 +829,7 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
                     for target in targets:
                         undo.append((target, i, target.words[i]))
                         target.words[i] = form
-                    self._follow_partners()
-                    assign_labels(self.ctx.root)
+                    self._relabel([*targets, *self._follow_partners()], parents)
                     return True
         return False
 
@@ -836,11 +857,13 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
                 continue
             parent.children.remove(region)
             anc.children.insert(anc.children.index(below) + 1, region)
+            self._parent_of = None
             assign_labels(self.ctx.root)
             path = [*chain[:k + 1], region]
             if len(_label(path)) > limit and not self._fit_one(path, limit):
                 anc.children.remove(region)
                 parent.children.insert(at, region)
+                self._parent_of = None
                 assign_labels(self.ctx.root)
                 continue
             self.ctx.report(f"label `{before}` is longer than {limit} characters (naming.max_length) with "
@@ -887,16 +910,14 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
             before = [(t, t.words[i]) for t in targets]
             for t in targets:
                 t.words[i] = form
-            self._follow_partners()
-            assign_labels(root)
+            self._relabel([*targets, *self._follow_partners()], parents)
             new = self._score()
             if new is not None and score is not None and new <= score:
                 score = new
                 continue
             for t, word in before:
                 t.words[i] = word
-            self._follow_partners()
-            assign_labels(root)
+            self._relabel([*targets, *self._follow_partners()], parents)
 
     def _sure_too_long(self, targets: list[Region], i: int, form: str, parents: dict[int, Region]) -> bool:
         """Whether giving ``form`` back to word ``i`` of ``targets`` is sure to take a label
@@ -1090,6 +1111,7 @@ def repeats_a_word(label: str) -> bool:
     return len(words) != len(set(words))
 
 
+@lru_cache(maxsize=1 << 16)  # naming asks for every sibling's key at every cut it tries
 def sibling_key(label: str) -> str:
     """What a label says once counters are ignored (`barrier-2`, `barrier 3` -> `barrier`)."""
     return " ".join(w for w in label_words(label) if not _COUNTER.fullmatch(w))
