@@ -118,8 +118,12 @@ def apply_changes(op_dir: Path, repo_root: Path | None = None, mode: str | None 
         raise InputError(Diagnostic(OT047, f"{linked.message}; nothing written", linked.path, linked.line))
     recorded = recorded_mode(plan.analysis.entry_fn.src.raw)
     chosen: Diagnostic | None = None
+    # The layer files as they are before any layer codemod reads them (`_check_read_once`).
+    read_before = _layer_digests(plan)
+    edits: LayerEdits | None = None  # the chosen mode's layer edits: computed once
     if mode is None and recorded is None:
-        mode, chosen, _edited = choose_mode(plan)
+        choice, edits = _choose(plan)
+        mode, chosen = choice.mode, choice.why
     elif mode == "B" and recorded != "B":
         _refuse_b_with_hint(plan)
     kernel_edits = kernel_side(plan, mode)  # the entry and base header layers
@@ -130,7 +134,8 @@ def apply_changes(op_dir: Path, repo_root: Path | None = None, mode: str | None 
     own_dir = plan.analysis.layers.op_dir.resolve()
     prov = Provenance("apply", plan.analysis.layers.op_name, own_dir, own_dir,
                       resolve(plan.analysis.entry_fn.src.path), effective, kernel_files=kernel_files)
-    layer_side, layer_created, deleted = _layer_side(plan, effective, kernel_files, prov)
+    prov.read_digest = read_before
+    layer_side, layer_created, deleted = _layer_side(plan, effective, kernel_files, prov, edits)
     editset = EditSet([*kernel, *layer_side])
     result = OperatorChanges(op_dir.resolve(), root, plan=plan,
                              diagnostics=[*plan.diagnostics, *([chosen] if chosen else [])], provenance=prov)
@@ -286,8 +291,13 @@ def choose_mode(plan: Plan) -> ModeChoice:
     """The mode of an operator that has none recorded and none asked: B (one more return
     value) where every layer can carry the new output, else A (an optional output, Python
     arity unchanged), with the reason as an info diagnostic the plan and apply show."""
+    return _choose(plan)[0]
+
+
+def _choose(plan: Plan) -> tuple[ModeChoice, LayerEdits]:
+    """`choose_mode`'s answer and the chosen mode's layer edits (apply writes them)."""
     d, edits = _b_refused_a_applies(plan, layer_edits)
-    return _mode_choice(plan, d, edited_files(edits))
+    return _mode_choice(plan, d, edited_files(edits)), edits
 
 
 def probe_mode(plan: Plan) -> ModeChoice:
@@ -378,21 +388,30 @@ class _LayerSide(NamedTuple):
     deleted: dict[Path, bytes]
 
 
-def _layer_side(plan: Plan, mode: str, kernel_files: set[Path], prov: Provenance) -> _LayerSide:
-    """Edits of the current bytes, files to create and files to delete (other layers)."""
-    # What the layer codemods are about to read and may edit, as it is now (`_check_read_once`).
+def _layer_digests(plan: Plan) -> dict[Path, set[str]]:
+    """What the layer codemods are about to read and may edit, as it is now: the digest of
+    each file (`_check_read_once` compares it with what `_layer_side` reads after them)."""
     about_to_read = {resolve(f.path) for fs in plan.analysis.layers.found.values() for f in fs}
     try:
         about_to_read |= owned_files(plan)
     except (InputError, EditError, OSError):
-        pass  # the codemods below report it
+        pass  # the codemods report it
+    digests: dict[Path, set[str]] = {}
     for path in about_to_read:
         try:
             if path.is_file():  # a regular file: never a FIFO's endless read
-                prov.read_digest.setdefault(path, set()).add(_digest(read_regular(path)))
+                digests.setdefault(path, set()).add(_digest(read_regular(path)))
         except OSError:
             pass
-    layers = layer_edits(plan, mode)
+    return digests
+
+
+def _layer_side(plan: Plan, mode: str, kernel_files: set[Path], prov: Provenance,
+                edits: LayerEdits | None = None) -> _LayerSide:
+    """Edits of the current bytes, files to create and files to delete (other layers).
+    `edits`: the layer edits of `mode` when choosing the mode computed them already; the
+    digests of the files before they were computed are in `prov.read_digest`."""
+    layers = edits if edits is not None else layer_edits(plan, mode)
     by_file = _by_file(layers.edits)
     prov.mine = by_file
     others = OtherOperators(plan.analysis.layers.repo_root, plan.analysis.layers.op_dir)
@@ -546,7 +565,9 @@ def strip_changes(op_dir: Path, repo_root: Path | None = None,
         prov.reads = {resolve(f.path) for fs in plan.analysis.layers.found.values() for f in fs}
         prov.mode = recorded_mode(plan.analysis.entry_fn.src.raw) or "B"
         try:
-            prov.edits_before = _by_file(layer_edits(plan, prov.mode).edits)
+            # Only a multi-operator run reads them (`rebase`); apply's proof, which shares
+            # its plan (`shared`), reads the changes alone.
+            prov.edits_before = _by_file(layer_edits(plan, prov.mode).edits) if shared is None else {}
         except (InputError, EditError, OSError):
             prov.edits_before = {}  # as `OtherOperators` treats a broken neighbour
     prov.owned = owned

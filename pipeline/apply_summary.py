@@ -36,23 +36,31 @@ _RANK = {name: i for i, (_codemod, name) in enumerate(_LAYERS)}
 def summary_lines(plan: Plan, mode: str, why: str, changes: dict[Path, FileChange], edits: Iterable[Edit],
                   generated: Iterable[Path]) -> list[str]:
     """The summary of one operator's apply, as lines (no trailing newline)."""
+    resolved: dict[Path, Path] = {}  # each spelling resolved once (thousands of edits, a few files)
+
+    def real(path: Path) -> Path:
+        found = resolved.get(path)
+        if found is None:
+            found = resolved[path] = path.resolve()
+        return found
+
     by_path: dict[Path, set[str]] = {}
     for e in edits:
-        by_path.setdefault(e.path.resolve(), set()).add(_NAME.get(e.codemod, e.codemod))
-    made = {p.resolve() for p in generated}
+        by_path.setdefault(real(e.path), set()).add(_NAME.get(e.codemod, e.codemod))
+    made = {real(p) for p in generated}
     op_dir = plan.analysis.layers.op_dir.resolve()
     rows: list[tuple[int, str, str, str]] = []
     for path, (old, new) in changes.items():
-        layers = sorted(by_path.get(path.resolve(), set()), key=lambda n: _RANK.get(n, len(_RANK)))
+        layers = sorted(by_path.get(real(path), set()), key=lambda n: _RANK.get(n, len(_RANK)))
         if new is None:
             layer = "deleted"
-        elif old is None and (path.resolve() in made or not layers):
+        elif old is None and (real(path) in made or not layers):
             layer = "generated"
         else:
             layer = ", ".join(layers) or "other"
         rank = _RANK.get(layers[0], len(_RANK)) if layers and layer not in ("generated", "deleted") else 99
         added = len(_POINT_RE.findall(new or b"")) - len(_POINT_RE.findall(old or b""))
-        where = (path.resolve().relative_to(op_dir).as_posix() if path.resolve().is_relative_to(op_dir)
+        where = (real(path).relative_to(op_dir).as_posix() if real(path).is_relative_to(op_dir)
                  else shown_path(path))
         rows.append((rank, layer, where, f"{added} point{'s' if added != 1 else ''}" if added > 0 else ""))
     rows.sort()

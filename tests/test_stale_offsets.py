@@ -92,9 +92,10 @@ def test_a_file_edited_while_apply_computes_is_refused_not_mangled(
 
     def someone_edits_then(*args: Any, **kwargs: Any) -> Any:
         out = real(*args, **kwargs) if hooked == "layer_edits" else None
-        # Once, in the call that computes this operator's edits (not a call that only
-        # looks, e.g. to choose a mode, nor another operator's).
-        if not edits and (hooked == "new_contents" or sys._getframe(1).f_code.co_name == "_layer_side"):
+        # Once, in the call that computes this operator's edits (choosing the mode computes
+        # them where none is recorded; not another operator's).
+        if not edits and (hooked == "new_contents" or sys._getframe(1).f_code.co_name in (
+                "_layer_side", "_b_refused_a_applies")):
             path.write_bytes(LINE + path.read_bytes())
             edits.append(1)
         return out if hooked == "layer_edits" else real(*args, **kwargs)
