@@ -25,6 +25,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from bench_collect import compile_tree  # noqa: E402
 from bench_plan import PEAK  # noqa: E402
 from forest import write_forest  # noqa: E402
 
@@ -68,6 +69,8 @@ def main() -> int:
             start, _, stop = args.take.partition(":")
             ops = ops[int(start or 0): int(stop) if stop else None]
         sides = {"before": str(args.before.resolve()), "after": str(HERE.parent)}
+        for checkout in sides.values():  # each as an installed copy has it: bytecode written
+            compile_tree(Path(checkout) / "optrace")
         cpu: dict[str, list[float]] = {"parse": [], "before": [], "after": []}
         outputs = {name: Path(tmp) / f"{name}.json" for name in sides}
         for _ in range(args.rounds):

@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_collect import compile_bytecode
 from forest import write_forest
 
 BARE_PARSE = r"""
@@ -92,6 +93,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--no-apply", action="store_true", help="plan only")
     args = ap.parse_args(argv)
+    compile_bytecode()  # as an installed copy has it (PYTHONDONTWRITEBYTECODE: from source)
     with tempfile.TemporaryDirectory(prefix="optrace-forest-") as tmp:
         root = Path(tmp)
         ops, lines = write_forest(root, args.operators)

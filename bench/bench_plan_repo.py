@@ -36,6 +36,7 @@ from pathlib import Path
 from optrace.engine.discovery import CPP_EXTS, find_operator_dirs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_collect import compile_bytecode
 from bench_plan_ops import BARE_PARSE  # the same bare parse as the per-operator bench
 
 _INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"([^"\n]+)"', re.M)
@@ -139,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, help="the first N operators only (a quick try)")
     ap.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args(argv)
+    compile_bytecode()  # as an installed copy has it (PYTHONDONTWRITEBYTECODE: from source)
     repo = args.repo.resolve()
     ops = operators(repo)[: args.limit]
     started = time.perf_counter()
