@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from optrace.cli.app import app
-from optrace.engine import index_cache
+from optrace.engine import discovery, index_cache
 from optrace.engine.discovery import RepoIndex, read_bounded
 from optrace.engine.index_cache import ContentStore
 
@@ -140,17 +140,26 @@ def _scan(index: RepoIndex, *words: bytes) -> list[Path]:
 WORDS = st.text(alphabet="abcFO_9-", min_size=1, max_size=6)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(texts=st.lists(st.text(alphabet="abcFO_9-. \n()", max_size=40), min_size=1, max_size=5),
-       words=st.lists(WORDS, min_size=1, max_size=3))
+       words=st.lists(WORDS, min_size=1, max_size=3), named=st.booleans(), indexed=st.booleans())
 def test_words_answer_as_a_whole_word_scan(cache_home: Path, tmp_path_factory: pytest.TempPathFactory,
-                                           texts: list[str], words: list[str]) -> None:
+                                           texts: list[str], words: list[str], named: bool,
+                                           indexed: bool) -> None:
+    """The same answer from the files' words scanned and, once a run has asked enough
+    (`indexed`), from the words indexed; a file named by a word (`named`) is found by name."""
     root = tmp_path_factory.mktemp("r")
     for i, text in enumerate(texts):
         (root / f"f{i}.cpp").write_text(text)
+    if named:
+        (root / f"{words[0]}.h").write_text("int x;\n")
     index = RepoIndex.build(root)
+    if indexed:
+        index._scans = discovery._SCANS_BEFORE_INDEX  # as after that many scans
     encoded = [w.encode() for w in words]
     assert index.mentioning(*encoded) == _scan(index, *encoded)
+    assert (index._word_files is not None) is (indexed and all(re.fullmatch(rb"[a-z0-9_]+", w.lower())
+                                                                for w in encoded))
 
 
 def test_a_corrupt_row_is_derived_again(cache_home: Path, tmp_path: Path) -> None:
