@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from optrace.engine.codes import Severity, default_severity
 
@@ -65,6 +65,14 @@ class InputError(Exception):
 def display_path(path: Path, root: Path | None) -> str:
     """Paths relative to the repository root when inside it, POSIX-style."""
     if root is not None:
+        # The common case by text (a plan's JSON shows ~1,000 paths an operator of a large
+        # repository, and `relative_to` splits both paths into parts every time): both
+        # absolute POSIX paths, which pathlib keeps normalised, `path` strictly below `root`.
+        if isinstance(path, PurePosixPath) and isinstance(root, PurePosixPath):
+            text, top = str(path), str(root)
+            if top.startswith("/") and not top.startswith("//") and len(top) > 1 and \
+                    text.startswith(top) and text[len(top):len(top) + 1] == "/":
+                return text[len(top) + 1:]
         try:
             return path.relative_to(root).as_posix()
         except ValueError:
