@@ -19,11 +19,14 @@ import optrace.pipeline.plan as plan_module
 from optrace.cli.app import app
 from optrace.engine.codes import OT016
 from optrace.engine.diagnostics import Diagnostic, InputError
+from optrace.engine.transaction import commit
 from optrace.pipeline.apply import apply_changes
+from optrace.pipeline.check import check_operator
 from optrace.runtime import regular
 from optrace.runtime.regular import overlaid, read_regular
 
-UMDK = Path(__file__).resolve().parents[1] / "fixtures" / "umdk_style"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+UMDK = FIXTURES / "umdk_style"
 OP = Path("src/cam/comm_operator/ascend_kernels/moe_fused_gmm")
 
 
@@ -94,6 +97,25 @@ def test_strip_and_check_share_one_analysis_and_one_plan_of_the_tree_apply_would
     monkeypatch.setattr(apply_module, "_check_strip_undoes", lambda _result: None)
     unproved = apply_changes(root / OP, root)
     assert result.changes == unproved.changes and result.changes
+
+
+@pytest.mark.parametrize("op", ["norm/moe_scale_norm_v2", "norm/moe_scale_norm_v3"])
+def test_check_after_the_shared_plan_reports_what_check_alone_reports(tmp_path: Path, op: str) -> None:
+    """The read-back's check reads an analysis that strip's plan has already walked — and
+    planning adds call-graph edges where a macro's expansion makes calls (`add_macro_calls`:
+    these kernels run their phases through macros). Its gates and findings are the ones
+    check makes on its own analysis of the same instrumented tree."""
+    root = tmp_path / "macro_work"
+    shutil.copytree(FIXTURES / "macro_work", root)
+    op_dir = root / op
+    commit(apply_changes(op_dir, root).changes, root / ".optrace", name="apply")
+    alone = check_operator(op_dir, root, compile_safety=False)
+    shared = plan_module.AnalysedOnce(op_dir.resolve(), root)
+    edges = shared.analysis().callgraph.number_of_edges()
+    shared.plan()
+    assert shared.analysis().callgraph.number_of_edges() > edges  # planning did add some
+    after = check_operator(op_dir, root, compile_safety=False, shared=shared)
+    assert alone.instrumented and after.to_json(strict=True) == alone.to_json(strict=True)
 
 
 @pytest.mark.parametrize("failure", ["strip-plan-too-deep", "recursion"])
