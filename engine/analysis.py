@@ -135,6 +135,9 @@ class Analysis:
     _spin: dict[tuple[str, int, int], bool] = field(default_factory=dict)
     _scoped: dict[str, dict[str, list[LocalDecl]]] = field(default_factory=dict)
     _macros: dict[str, FunctionMacro] | None = None
+    # (text, calling class) -> what a qualified call resolves to (`_resolve_qualified`):
+    # most calls of a kernel are `AscendC::DataCopy(...)`-like, the same few texts.
+    _qualified: dict[tuple[str, str], tuple[str, tuple[FunctionDef, ...]]] = field(default_factory=dict)
 
     # --- per-function facts ---------------------------------------------------------
     def local_type(self, fn: FunctionDef, name: str, offset: int) -> str | None:
@@ -407,28 +410,40 @@ def resolve_call(an: Analysis, fn: FunctionDef, call: Node) -> tuple[str, list[F
         near = [f for f in free if fn.namespace and f.namespace == fn.namespace]
         return name, near or free
     if func.type in ("qualified_identifier", "template_function"):
-        # `Base::template Step(this)`: the keyword that tells a dependent name is a template
-        spelled = _TEMPLATE_KEYWORD_RE.sub("::", text_of(src, func))
-        name = callee_name(spelled)
-        scope_part = spelled.split("<")[0]
-        scope = scope_part.split("::")[-2] if scope_part.count("::") >= 1 else ""
-        cands = idx.by_name.get(name, [])
-        if scope and any(f.scope == scope for f in cands):
-            return name, [f for f in cands if f.scope == scope]
-        # `Base::Step()` / `Derived::Step()`: the class (through an alias of the caller's
-        # class too) and what it inherits.
-        owners = idx.resolve_class(scope, fn.scope) if scope else set()
-        inherited = idx.methods(owners, name) if owners else []
-        if inherited:
-            return name, inherited
-        # `gather::SyncFunc(g)`: the function of that namespace, not its namesakes
-        in_ns = [f for f in cands if scope and not f.scope
-                 and (f.namespace == scope or f.namespace.endswith("::" + scope))]
-        if in_ns:
-            return name, in_ns
-        same = [f for f in cands if f.scope in ("", fn.scope)]
-        return name, same
+        key = (text_of(src, func), fn.scope)
+        known = an._qualified.get(key)
+        if known is None:
+            name, found = _resolve_qualified(an, *key)
+            known = an._qualified[key] = (name, tuple(found))
+        return known[0], list(known[1])
     return "", []
+
+
+def _resolve_qualified(an: Analysis, text: str, caller_scope: str) -> tuple[str, list[FunctionDef]]:
+    """What a call of a qualified name (`ns::F`, `Base::template Step<T>`) reaches, from
+    its text and the calling function's class alone."""
+    idx = an.index
+    # `Base::template Step(this)`: the keyword that tells a dependent name is a template
+    spelled = _TEMPLATE_KEYWORD_RE.sub("::", text)
+    name = callee_name(spelled)
+    scope_part = spelled.split("<")[0]
+    scope = scope_part.split("::")[-2] if scope_part.count("::") >= 1 else ""
+    cands = idx.by_name.get(name, [])
+    if scope and any(f.scope == scope for f in cands):
+        return name, [f for f in cands if f.scope == scope]
+    # `Base::Step()` / `Derived::Step()`: the class (through an alias of the caller's
+    # class too) and what it inherits.
+    owners = idx.resolve_class(scope, caller_scope) if scope else set()
+    inherited = idx.methods(owners, name) if owners else []
+    if inherited:
+        return name, inherited
+    # `gather::SyncFunc(g)`: the function of that namespace, not its namesakes
+    in_ns = [f for f in cands if scope and not f.scope
+             and (f.namespace == scope or f.namespace.endswith("::" + scope))]
+    if in_ns:
+        return name, in_ns
+    same = [f for f in cands if f.scope in ("", caller_scope)]
+    return name, same
 
 
 def _collect_existing(an: Analysis) -> None:

@@ -197,3 +197,37 @@ public:
     calls = _calls(analyse_operator(_op(tmp_path, header)))
     assert ("Sel::Process", "Runner::Run") in calls
     assert ("Runner::Run", "Sel::Process") not in calls
+
+
+
+TWO_FILLS = """\
+#pragma once
+class Left {
+public:
+    __aicore__ inline void Run() { Fill<float>(); }
+    template <typename T>
+    __aicore__ inline void Fill() { for (int i = 0; i < 4; ++i) { AscendC::SyncAll(); } }
+};
+class Right {
+public:
+    __aicore__ inline void Run() { Fill<float>(); }
+    template <typename T>
+    __aicore__ inline void Fill() { for (int i = 0; i < 4; ++i) { AscendC::PipeBarrier(); } }
+};
+class Sel {
+public:
+    __aicore__ inline void Init(GM_ADDR x) { }
+    __aicore__ inline void Process() { left_.Run(); right_.Run(); }
+    Left left_;
+    Right right_;
+};
+"""
+
+
+def test_one_template_call_text_resolves_by_the_calling_class(tmp_path: Path) -> None:
+    """`Fill<float>()` written the same in two classes that each have a `Fill`: each
+    reaches its own (a call of a template or qualified name is resolved once per text and
+    calling class, not once per text)."""
+    calls = _calls(analyse_operator(_op(tmp_path, TWO_FILLS)))
+    assert {("Left::Run", "Left::Fill"), ("Right::Run", "Right::Fill")} <= calls
+    assert not {("Left::Run", "Right::Fill"), ("Right::Run", "Left::Fill")} & calls
