@@ -21,6 +21,7 @@ from tree_sitter import Node
 from optrace.engine.analysis import (
     BLOCKING_PRIMITIVES,
     HOT_WORDS,
+    RUNTIME_NAMES,
     SET_PRIMITIVES,
     VF_LAUNCHERS,
     Analysis,
@@ -82,6 +83,10 @@ SETUP_WORDS = frozenset({"init", "setup", "tiling", "params", "param", "prepare"
 GENERIC_METHODS = frozenset(
     {"Process", "Run", "Compute", "Execute", "operator()", "Main", "Launch", "Exec", "Forward"}
 )
+# optrace's own calls in an instrumented tree (`MoeTracing(TRACE_POINT("x", "B"))`, the
+# entry's scaffold): never the step a handshake is named after, so a tree plans as the
+# original did.
+_OWN_CALLS = RUNTIME_NAMES | {"TRACE_POINT", "OptraceEnd"}
 # AscendC calls that neither move nor compute data: never what a handshake is named after.
 _HOUSEKEEPING_RE = re.compile(r"(Set|Get|Pipe|Sync|Wait|Cross|Duplicate|Free|Alloc|EnQue|DeQue|Enque|Deque|"
                               r"Init|Reset|static_cast|reinterpret_cast|sizeof|dim3$)")
@@ -952,6 +957,8 @@ class Planner:
             calls = fn.nodes_in(node, ("call_expression",))
             for call in (reversed(calls) if step < 0 else calls):
                 site = self.an.call_site(fn, call)
+                if site.name in _OWN_CALLS:
+                    continue  # optrace's points inside a block before it (a traced `if`)
                 if site.name in VF_LAUNCHERS:  # a vector function's launch: the function it runs
                     target = vf_target(text_of(fn.src, call).encode())
                     if target:

@@ -379,8 +379,18 @@ def _break_beside_decided_conditionals() -> Program:
     return Program([fn], None, [("call", fn)])
 
 
+def _barrier_after_a_traced_if() -> Program:
+    """Found by this property (a random seed of the README's test run): a barrier after an
+    `if` holding a barrier of its own. On the instrumented tree the second barrier was named
+    after the nearest call before it — `TRACE_POINT`, inside the traced `if` — so a second
+    apply added a `barrier-trace-point` region inside `barrier`: apply was not idempotent."""
+    sync = ("plain", "AscendC::SyncAll();")
+    return Program([], None, [("if", "acc > 3U", [sync], None), sync])
+
+
 @settings(max_examples=max(10, BUDGET // 2), suppress_health_check=SLOW)
 @given(program=programs(), style=styles)
+@example(program=_barrier_after_a_traced_if(), style=Style(final_newline=False))
 @example(program=_simple(), style=Style())
 @example(program=_break_beside_decided_conditionals(), style=Style(final_newline=False))
 @example(program=_simple(), style=Style("\r\n", "\t", True, False))
