@@ -27,6 +27,7 @@ different things and are refused.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +35,8 @@ import numpy as np
 
 from .errors import ProfilingInputError
 from .numbers import EXPECT_PERCENT, REGRESSION_PERCENT, NumberError, Range, check_optional
-from .spans import PROCESSING, RunSettings, SpanTable, unique_small
+from .rollup import LaunchRollup
+from .spans import PROCESSING, Closing, RunSettings, SpanTable
 
 ACHIEVED = "achieved"
 PARTIAL = "partial"
@@ -104,25 +106,15 @@ class LaunchTimes:
 def launch_times(table: SpanTable) -> LaunchTimes:
     """Per launch and label: the largest per-core total of the label over the launch's
     cores (0 in a launch where no core ran it). Launches without any span are left out."""
-    n_labels = len(table.labels)
-    # Per (core, label) present: the label's total on that core; sparse, as a big run
-    # has ~10^6 cores and dozens of labels.
-    pairs, inverse = unique_small(table.track.astype(np.int64) * n_labels + table.label)
-    totals = np.bincount(inverse.ravel(), weights=table.dur, minlength=pairs.size)
-    track, label = pairs // n_labels, pairs % n_labels
-    launch = table.track_launch[track]
-    values = np.zeros((len(table.launches), n_labels))
-    np.maximum.at(values, (launch, label), totals)
-    used = np.zeros(len(table.launches), dtype=bool)
-    used[launch] = True
-    present = np.bincount(table.label, minlength=n_labels) > 0
-    processes: dict[int, set[str]] = {}
-    # the pairs are sorted, so their tracks are: each once (not np.unique, which imports
-    # numpy.ma on its first call)
-    for t in track[np.flatnonzero(np.diff(track, prepend=-1))].tolist():
-        processes.setdefault(int(table.track_launch[t]), set()).add(table.tracks[t].split(" / ", 1)[0])
-    ranks = [len(processes[k]) for k in np.flatnonzero(used).tolist()]
-    return LaunchTimes(list(table.labels), values[used], present, ranks)
+    rollup = LaunchRollup()
+    rollup.add(table)
+    return times_of(rollup)
+
+
+def times_of(rollup: LaunchRollup) -> LaunchTimes:
+    """The launch times of what ``rollup`` was given (a rank at a time or all at once)."""
+    labels, values, present, ranks = rollup.times()
+    return LaunchTimes(labels, values, present, ranks)
 
 
 @dataclass(frozen=True)
@@ -137,6 +129,15 @@ class MeasuredRun:
 
 
 Run = SpanTable | MeasuredRun
+
+
+def measured_run(chunks: Iterable[SpanTable], closing: Closing) -> MeasuredRun:
+    """A run's launch times from its spans read a rank at a time (spans.Closing complete
+    once ``chunks`` are)."""
+    rollup = LaunchRollup()
+    for table in chunks:
+        rollup.add(table)
+    return MeasuredRun(closing.source, closing.settings, closing.warnings, times_of(rollup))
 
 
 def _launch_times(run: Run) -> LaunchTimes:

@@ -18,7 +18,7 @@ pays for the Perfetto encoder, nor a trace for DuckDB (collect's start-up).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +29,7 @@ from .records import FrozenRecord
 from .regular import open_regular
 
 if TYPE_CHECKING:
-    from .spans import SpanTable
+    from .spans import Closing, SpanTable
 
 
 class OutputFormat(FrozenRecord):
@@ -139,6 +139,20 @@ def input_format(path: Path) -> OutputFormat | None:
     if path.is_dir():
         return PARQUET if PARQUET.recognises(path) else None
     return next(f for f in _RECOGNISED if not f.directory and f.recognises(path))
+
+
+def span_chunks(path: Path, point_map: Path | None = None,
+                clock_mhz: float | None = None) -> tuple[Iterator[SpanTable], Closing]:
+    """The spans of what :func:`load_spans` reads, a rank at a time where its format
+    allows (a profiling directory: a rank file at a time), else as one table; the
+    source's closing is complete once the tables are (runtime/rollup.py sums them)."""
+    if path.is_dir() and input_format(path) is None and path.suffix != ".pt":
+        from .spans import profiling_dir_chunks  # with the readers (collect's start-up)
+
+        return profiling_dir_chunks(path, point_map, clock_mhz)
+    from .spans import whole_table_chunks
+
+    return whole_table_chunks(load_spans(path, point_map, clock_mhz))
 
 
 def load_spans(path: Path, point_map: Path | None = None, clock_mhz: float | None = None) -> SpanTable:

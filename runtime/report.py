@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 import io
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,24 +21,10 @@ from typing import Any
 import numpy as np
 
 from .atomic import atomic_output
-from .labelpaths import disagreement, outside_parent
-from .spans import PROCESSING, RunCounts, SpanTable, percentiles, rank_of_track, run_counts
+from .rollup import LabelStats, PageData, ReportRollup
+from .spans import PROCESSING, Closing, RunCounts, SpanTable, rank_of_track
 
-
-@dataclass(frozen=True)
-class LabelStats:
-    """One label's span count, total, mean and percentiles."""
-
-    label: str
-    count: int
-    total_us: float
-    mean_us: float
-    p50_us: float
-    p99_us: float
-    self_us: float
-    share: float | None  # of the processing total; None without a processing span
-    imbalance: float  # max over mean of per-track totals
-    tracks: int
+__all__ = ["LabelStats", "PageData", "Report", "build_report", "report_of"]
 
 
 @dataclass(frozen=True)
@@ -53,63 +40,35 @@ class Report:
     warnings: list[str]
 
 
-def _groups(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sort order, unique keys and group boundaries of an integer column (ids of labels:
-    a count of each, and a sort by radix where they fit in 16 bits)."""
-    if keys.size and int(keys.min()) >= 0 and int(keys.max()) < 1 << 16:
-        order = np.argsort(keys.astype(np.uint16), kind="stable")
-        counts = np.bincount(keys)
-        values = np.flatnonzero(counts)
-        bounds = np.concatenate([[0], np.cumsum(counts[values])])
-        return order, values, bounds
-    order = np.argsort(keys, kind="stable")
-    values, starts = np.unique(keys[order], return_index=True)
-    bounds = np.append(starts, keys.size)
-    return order, values, bounds
-
-
 def build_report(table: SpanTable, top: int = 10) -> Report:
-    stats: list[LabelStats] = []
-    processing = table.labels.index(PROCESSING) if PROCESSING in table.labels else None
-    processing_total = float(table.dur[table.label == processing].sum()) if processing is not None else None
-    if processing_total == 0.0:
-        processing_total = None
-    order, values, bounds = _groups(table.label)
-    for i, label_index in enumerate(values.tolist()):
-        rows = order[bounds[i] : bounds[i + 1]]
-        dur = table.dur[rows]
-        tracks = table.track[rows]
-        per_track = np.bincount(tracks, weights=dur)
-        p50, p99 = percentiles(dur, (50, 99))  # one partition for both
-        per_track = per_track[per_track > 0] if (per_track > 0).any() else per_track[:1]
-        mean_track = float(per_track.mean()) if per_track.size else 0.0
-        total = float(dur.sum())
-        stats.append(
-            LabelStats(
-                label=table.labels[label_index],
-                count=int(rows.size),
-                total_us=total,
-                mean_us=float(dur.mean()),
-                p50_us=p50,
-                p99_us=p99,
-                self_us=float(table.self_time[rows].sum()),
-                share=total / processing_total if processing_total else None,
-                imbalance=float(per_track.max() / mean_track) if mean_track > 0 else 1.0,
-                tracks=int(np.count_nonzero(np.bincount(tracks))),
-            )
-        )
-    stats.sort(key=lambda s: s.label)
-    hotspots = sorted(stats, key=lambda s: s.self_us, reverse=True)[:top]
+    """report's figures of a table holding every span (one chunk)."""
+    rollup = ReportRollup()
+    rollup.add(table)
+    return report_of(rollup, table.source, table.warnings, top)
+
+
+def rolled_report(chunks: Iterable[SpanTable], closing: Closing, top: int = 10,
+                  page: bool = False) -> tuple[Report, PageData | None]:
+    """report's figures of a source read a rank at a time (spans.Closing complete once
+    ``chunks`` are), and with ``page`` what its page and PNG draw."""
+    rollup = ReportRollup(page_rows=_MAX_TRACKS if page else None)
+    for table in chunks:
+        rollup.add(table)
+    return report_of(rollup, closing.source, closing.warnings, top), rollup.page() if page else None
+
+
+def report_of(rollup: ReportRollup, source: str, warnings: list[str], top: int = 10) -> Report:
+    """report's figures of what ``rollup`` was given, a rank at a time or all at once;
+    ``warnings``: the source's own (the label-path check's follow)."""
+    processing_total, stats, hotspots = rollup.stats(top)
     return Report(
-        source=table.source,
-        counts=run_counts(table),
+        source=source,
+        counts=rollup.rows.counts(),
         processing_total_us=processing_total,
         stats=stats,
         hotspots=hotspots,
-        busy_self_us=float(table.self_time.sum()),
-        warnings=[*table.warnings,
-                  *(f"{disagreement(child, parent)} ({count} spans)" for child, parent, count in
-                    outside_parent(table.labels, table.label, table.track, table.ts, table.ts + table.dur))],
+        busy_self_us=rollup.busy_self,
+        warnings=[*warnings, *rollup.label_path_warnings()],
     )
 
 
@@ -237,25 +196,35 @@ def self_time_name(label: str) -> str:
     return UNTRACED if label == PROCESSING else label
 
 
-def per_track_self(table: SpanTable, labels: list[str]) -> tuple[np.ndarray, list[str]]:
-    """[tracks, len(labels)+1] self time per track for the given labels, then 'other'
+def page_of(table: SpanTable | PageData) -> PageData:
+    """What the page draws of a table holding every span (a page's data passes through)."""
+    if isinstance(table, PageData):
+        return table
+    rollup = ReportRollup(page_rows=_MAX_TRACKS)
+    rollup.add(table)
+    return rollup.page()
+
+
+def per_track_self(page: PageData, labels: list[str]) -> tuple[np.ndarray, list[str]]:
+    """[rows, len(labels)+1] self time per row for the given labels, then 'other'
     (names as the charts show them: ``processing``'s self time is untraced time)."""
-    column = _phase_columns(table, labels)
-    matrix = np.zeros((len(table.tracks), len(labels) + 1))
-    if table.label.size:
-        np.add.at(matrix, (table.track, column[table.label]), table.self_time)
+    index = {label: i for i, label in enumerate(labels)}
+    column = np.array([index.get(label, len(labels)) for label in page.labels] or [0], dtype=np.int64)
+    matrix = np.zeros((len(page.tracks), len(labels) + 1))
+    if page.self_us.size:
+        np.add.at(matrix, (page.self_row, column[page.self_label]), page.self_us)
     return matrix, [*map(self_time_name, labels), "other"]
 
 
-def per_process_self(table: SpanTable, matrix: np.ndarray) -> tuple[np.ndarray, list[str]]:
+def per_process_self(page: PageData, matrix: np.ndarray) -> tuple[np.ndarray, list[str]]:
     """``per_track_self`` summed over the cores of each rank, its launches together
     ("Rank 0" of "Rank 0 (launch 3) / AIC 3"; a process not named by rank stands alone)."""
     names: dict[str, int] = {}
-    group = np.array([names.setdefault(rank_of_track(t), len(names)) for t in table.tracks] or [0],
+    group = np.array([names.setdefault(rank_of_track(t), len(names)) for t in page.tracks] or [0],
                      dtype=np.int64)
     summed = np.zeros((len(names), matrix.shape[1]))
-    if len(table.tracks):
-        np.add.at(summed, group[: len(table.tracks)], matrix)
+    if len(page.tracks):
+        np.add.at(summed, group[: len(page.tracks)], matrix)
     return summed, list(names)
 
 
@@ -372,21 +341,22 @@ def _timeline_chart(table: SpanTable, rows: list[str], phases: list[str]) -> str
     return _svg_chart("timeline", "timeline per core", rows, axis, marks)
 
 
-def render_html(table: SpanTable, report: Report) -> str:
+def render_html(data: SpanTable | PageData, report: Report) -> str:
     """The report page: summary, hotspots, self time per rank and per core by phase, a
     binned timeline per core, the label table. Self-contained (inline SVG and CSS, no
     script, no external asset)."""
+    page = page_of(data)
     phases = _phase_order(report)
-    matrix, names = per_track_self(table, phases)
+    matrix, names = per_track_self(page, phases)
     colours = [*(_PALETTE[i % len(_PALETTE)] for i in range(len(phases))), _OTHER_COLOUR]
-    shown = min(len(table.tracks), _MAX_TRACKS)
-    core_rows = table.tracks[:shown]
-    by_process, processes = per_process_self(table, matrix)
+    shown = min(len(page.tracks), _MAX_TRACKS)
+    core_rows = page.tracks[:shown]
+    by_process, processes = per_process_self(page, matrix)
     what = "core × launch rows" if report.counts.launches > 1 else "cores"
-    more = (f"<p>Showing the first {shown} of {len(table.tracks)} {what} (the rank chart sums all). "
+    more = (f"<p>Showing the first {shown} of {len(page.tracks)} {what} (the rank chart sums all). "
             "Every row: <code>optrace inspect</code>; other rows: collect a part "
             "(<code>optrace collect --ranks R --cores C</code>) and report that trace.</p>"
-            if shown < len(table.tracks) else "")
+            if shown < len(page.tracks) else "")
     keys = "".join(f'<span class="key"><i class="k{j}"></i>{html.escape(n)}</span>'
                    for j, n in enumerate(names))
     legend = f'<div class="keys">{keys}</div>'
@@ -440,7 +410,7 @@ core's total of the label over the mean core's (1.00: every core the same).</p>
                         "self time"))}
 <h2>Timeline per core</h2>
 <p>{TIMELINE_BINS} bins per core, each coloured by the label with the most self time in it.</p>{more}
-{with_key(_timeline_chart(table, core_rows, phases))}
+{with_key(_timeline_chart(page.shown, core_rows, phases))}
 <h2>Labels</h2>
 <p class="def">Total: the label's spans summed over every core; share: of <code>processing</code>'s
 total; imbalance: the busiest core's total of the label over the mean core's.</p>
@@ -450,9 +420,9 @@ total; imbalance: the busiest core's total of the label over the mean core's.</p
 """
 
 
-def write_html(table: SpanTable, report: Report, path: Path) -> None:
+def write_html(data: SpanTable | PageData, report: Report, path: Path) -> None:
     """The self-contained HTML page (:func:`render_html`)."""
-    write_output(path, render_html(table, report).encode("utf-8", "replace"))  # non-UTF-8 path: U+FFFD
+    write_output(path, render_html(data, report).encode("utf-8", "replace"))  # non-UTF-8 path: U+FFFD
 
 
 def write_output(path: Path, data: bytes) -> None:
@@ -475,7 +445,7 @@ def require_matplotlib() -> None:
         )
 
 
-def render_png(table: SpanTable, report: Report) -> bytes:
+def render_png(data: SpanTable | PageData, report: Report) -> bytes:
     """The HTML page's three bar charts as one PNG (needs the ``[report]`` extra): hotspots,
     self time per rank and per core by phase, each with its time axis in µs, ms or s."""
     require_matplotlib()
@@ -484,10 +454,11 @@ def render_png(table: SpanTable, report: Report) -> bytes:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    page = page_of(data)
     phases = _phase_order(report)
-    matrix, names = per_track_self(table, phases)
-    by_process, processes = per_process_self(table, matrix)
-    shown = min(len(table.tracks), _MAX_TRACKS)
+    matrix, names = per_track_self(page, phases)
+    by_process, processes = per_process_self(page, matrix)
+    shown = min(len(page.tracks), _MAX_TRACKS)
     colours = [*(_PALETTE[i % len(_PALETTE)] for i in range(len(phases))), _OTHER_COLOUR]
     heights = [max(1.5, 0.22 * n + 1.0) for n in (len(report.hotspots), len(processes), shown)]
     fig, axes = plt.subplots(3, 1, figsize=(11, sum(heights) + 1), height_ratios=heights)
@@ -498,8 +469,8 @@ def render_png(table: SpanTable, report: Report) -> bytes:
     axes[0].set_title("hotspots (self time: children excluded)")
     for ax, rows, values, title in (
         (axes[1], processes, by_process, "self time per rank by phase"),
-        (axes[2], table.tracks[:shown], matrix[:shown], "self time per core by phase"
-         + (f" (first {shown} of {len(table.tracks)})" if shown < len(table.tracks) else "")),
+        (axes[2], page.tracks[:shown], matrix[:shown], "self time per core by phase"
+         + (f" (first {shown} of {len(page.tracks)})" if shown < len(page.tracks) else "")),
     ):
         unit, scale = time_unit(float(values.sum(axis=1).max()) if values.size else 0.0)
         left = np.zeros(len(rows))
@@ -523,5 +494,5 @@ def render_png(table: SpanTable, report: Report) -> bytes:
     return buffer.getvalue()
 
 
-def write_png(table: SpanTable, report: Report, path: Path) -> None:
-    write_output(path, render_png(table, report))
+def write_png(data: SpanTable | PageData, report: Report, path: Path) -> None:
+    write_output(path, render_png(data, report))

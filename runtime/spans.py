@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 from bisect import bisect_right
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -890,12 +891,107 @@ def _hashable(value: Any) -> Any:
     return value if value is None or isinstance(value, (int, str)) else repr(value)
 
 
+@dataclass
+class Closing:
+    """What a source of span tables knows after its last one: the run's settings and
+    warnings (in the order a table of every span lists them) and its processes."""
+
+    source: str
+    settings: RunSettings = field(default_factory=RunSettings)
+    warnings: list[str] = field(default_factory=list)
+    processes: int = 0
+
+
+@dataclass
+class _RankSpans:
+    """One rank file's spans as a table's columns: its rows (``Rank 0 / AIC 1``, a core
+    each), the launch they are in, and per span its label, row (from 0), start, duration."""
+
+    tracks: list[str]
+    launch: str
+    label: list[np.ndarray]
+    track: list[np.ndarray]
+    ts: list[np.ndarray]
+    dur: list[np.ndarray]
+
+
+def _rank_spans(path: Path, point_map: Path | None, clock_mhz: float | None,
+                closing: Closing) -> tuple[list[str], Iterator[_RankSpans]]:
+    """The point map's labels, and each decodable rank file's spans, in file order; the
+    run's settings, warnings and processes gathered into ``closing`` as they go."""
+    files = list_rank_files(path)
+    pmap = load_point_map(resolve_point_map(path, point_map))
+    several_runs = len({n.run_key for n, _ in files}) > 1
+
+    def spans() -> Iterator[_RankSpans]:
+        told = Progress(f"decoding {path}")
+        for done, (name, _file, loaded) in enumerate(iter_rank_buffers(files)):
+            told.update(done, len(files))
+            try:
+                if isinstance(loaded, ProfilingInputError):
+                    raise loaded
+                decoded = decode_rank(loaded, pmap, DecodeOptions(clock_mhz=clock_mhz))
+            except ProfilingInputError as exc:
+                closing.warnings.append(str(exc))
+                continue
+            closing.processes += 1
+            closing.settings.clock_mhz.add(decoded.clock_mhz)
+            closing.settings.barrier.add(decoded.meta.barrier)
+            closing.warnings.extend(f"{decoded.path}: {issue}" for issue in decoded.issues)
+            # Rows named as a trace's (launch_rows): `Rank 0 (moe, launch 3) / AIC 1`.
+            rank_name = f"Rank {name.rank}"
+            if several_runs:
+                rank_name = with_launch(rank_name, launch_name(name.tag, name.launch))
+            found = _RankSpans([], _launch_name(name.tag, name.launch), [], [], [], [])
+            for core in decoded.cores:
+                found.track.append(np.full(core.label.size, len(found.tracks), dtype=np.int32))
+                found.tracks.append(f"{rank_name} / {core.name}")
+                found.label.append(core.label)
+                found.ts.append(core.start / decoded.clock_mhz)
+                found.dur.append((core.end - core.start) / decoded.clock_mhz)
+            yield found
+        told.close()
+        if closing.processes == 0:
+            raise ProfilingInputError(path, "no rank file could be decoded: " + "; ".join(closing.warnings))
+
+    return list(pmap.labels), spans()
+
+
+def _cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+    return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
+
+
+def profiling_dir_chunks(
+    path: Path, point_map: Path | None = None, clock_mhz: float | None = None
+) -> tuple[Iterator[SpanTable], Closing]:
+    """A profiling directory's spans a rank file at a time (each its own table: a launch
+    of a rank, its cores' rows), the rows in :func:`load_profiling_dir`'s order; the
+    closing is complete once the tables are."""
+    closing = Closing(str(path))
+    labels, ranks = _rank_spans(path, point_map, clock_mhz, closing)
+
+    def tables() -> Iterator[SpanTable]:
+        for found in ranks:
+            yield SpanTable(
+                source=str(path), labels=labels, tracks=found.tracks, processes=1,
+                label=_cat(found.label, np.int32), track=_cat(found.track, np.int32),
+                ts=_cat(found.ts, np.float64), dur=_cat(found.dur, np.float64), settings=RunSettings(),
+                launches=[found.launch], track_launch=np.zeros(len(found.tracks), np.int32))
+
+    return tables(), closing
+
+
+def whole_table_chunks(table: SpanTable) -> tuple[Iterator[SpanTable], Closing]:
+    """A table of every span as the one chunk of its source."""
+    return iter([table]), Closing(table.source, table.settings, table.warnings, table.processes)
+
+
 def load_profiling_dir(
     path: Path, point_map: Path | None = None, clock_mhz: float | None = None
 ) -> SpanTable:
     """Spans decoded straight from rank files (no trace file needed)."""
-    files = list_rank_files(path)
-    pmap = load_point_map(resolve_point_map(path, point_map))
+    closing = Closing(str(path))
+    labels, ranks = _rank_spans(path, point_map, clock_mhz, closing)
     label_col: list[np.ndarray] = []
     track_col: list[np.ndarray] = []
     ts_col: list[np.ndarray] = []
@@ -903,55 +999,25 @@ def load_profiling_dir(
     tracks: list[str] = []
     launch_ids: dict[str, int] = {}
     track_launch: list[int] = []
-    settings = RunSettings()
-    warnings: list[str] = []
-    several_runs = len({n.run_key for n, _ in files}) > 1
-    processes = 0
-    told = Progress(f"decoding {path}")
-    for done, (name, _file, loaded) in enumerate(iter_rank_buffers(files)):
-        told.update(done, len(files))
-        try:
-            if isinstance(loaded, ProfilingInputError):
-                raise loaded
-            decoded = decode_rank(loaded, pmap, DecodeOptions(clock_mhz=clock_mhz))
-        except ProfilingInputError as exc:
-            warnings.append(str(exc))
-            continue
-        processes += 1
-        settings.clock_mhz.add(decoded.clock_mhz)
-        settings.barrier.add(decoded.meta.barrier)
-        warnings.extend(f"{decoded.path}: {issue}" for issue in decoded.issues)
-        # Rows named as a trace's (launch_rows): `Rank 0 (moe, launch 3) / AIC 1`.
-        rank_name = f"Rank {name.rank}"
-        if several_runs:
-            rank_name = with_launch(rank_name, launch_name(name.tag, name.launch))
-        launch = launch_ids.setdefault(_launch_name(name.tag, name.launch), len(launch_ids))
-        for core in decoded.cores:
-            track = len(tracks)
-            tracks.append(f"{rank_name} / {core.name}")
-            track_launch.append(launch)
-            label_col.append(core.label)
-            track_col.append(np.full(core.label.size, track, dtype=np.int32))
-            ts_col.append(core.start / decoded.clock_mhz)
-            dur_col.append((core.end - core.start) / decoded.clock_mhz)
-    told.close()
-    if processes == 0:
-        raise ProfilingInputError(path, "no rank file could be decoded: " + "; ".join(warnings))
-
-    def cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
-        return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
-
+    for found in ranks:
+        launch = launch_ids.setdefault(found.launch, len(launch_ids))
+        track_col += [t + len(tracks) for t in found.track]
+        tracks += found.tracks
+        track_launch += [launch] * len(found.tracks)
+        label_col += found.label
+        ts_col += found.ts
+        dur_col += found.dur
     return SpanTable(
         source=str(path),
-        labels=list(pmap.labels),
+        labels=labels,
         tracks=tracks,
-        processes=processes,
-        label=cat(label_col, np.int32),
-        track=cat(track_col, np.int32),
-        ts=cat(ts_col, np.float64),
-        dur=cat(dur_col, np.float64),
-        settings=settings,
-        warnings=warnings,
+        processes=closing.processes,
+        label=_cat(label_col, np.int32),
+        track=_cat(track_col, np.int32),
+        ts=_cat(ts_col, np.float64),
+        dur=_cat(dur_col, np.float64),
+        settings=closing.settings,
+        warnings=closing.warnings,
         launches=list(launch_ids),
         track_launch=np.array(track_launch, dtype=np.int32),
     )

@@ -195,20 +195,23 @@ def run_report(path: Path, point_map: Path | None = None, html: Path | None = No
         for output in (html, png):  # refused before anything is read (runtime/atomic.py)
             if output is not None:
                 output_target(output.expanduser(), read)
-        from optrace.runtime.formats import load_spans
-        from optrace.runtime.report import build_report, write_html, write_png
+        from optrace.runtime.formats import span_chunks
+        from optrace.runtime.report import rolled_report, write_html, write_png
 
-        table = load_spans(where, pmap, clock_mhz)
-        report = build_report(table, top=top)
+        # A rank at a time where the input allows: the figures, never a table of every span.
+        chunks, closing = span_chunks(where, pmap, clock_mhz)
+        report, page = rolled_report(chunks, closing, top=top, page=html is not None or png is not None)
         if fmt == "json":
             _emit_json(report_json(report))
         else:
             sys.stdout.write(safe_text(format_text(report)))
         if html is not None:
-            write_html(table, report, html.expanduser())
+            assert page is not None
+            write_html(page, report, html.expanduser())
             print(safe_text(f"wrote {html}"))
         if png is not None:
-            write_png(table, report, png.expanduser())
+            assert page is not None
+            write_png(page, report, png.expanduser())
             print(safe_text(f"wrote {png}"))
         return 0
 
@@ -230,10 +233,10 @@ def run_compare(before: Path, after: Path, expect: float | None = None, label: s
             compare,
             comparison_json,
             format_text,
+            measured_run,
         )
         from optrace.runtime.dataset_layout import is_dataset
-        from optrace.runtime.formats import load_spans
-        from optrace.runtime.spans import SpanTable
+        from optrace.runtime.formats import span_chunks
 
         try:
             check_percent("--expect", expect, EXPECT_RANGE)
@@ -242,13 +245,14 @@ def run_compare(before: Path, after: Path, expect: float | None = None, label: s
             raise _Usage(str(exc)) from None
         pmap = point_map.expanduser() if point_map else None
 
-        def run(where: Path) -> SpanTable | MeasuredRun:
-            """A dataset's launch times computed in DuckDB; a trace's or directory's from its spans."""
+        def run(where: Path) -> MeasuredRun:
+            """A dataset's launch times computed in DuckDB; a trace's or directory's from its
+            spans, a rank at a time where the input allows."""
             if is_dataset(where):
                 from optrace.runtime.dataset_stats import dataset_run
 
                 return dataset_run(where)
-            return load_spans(where, pmap)
+            return measured_run(*span_chunks(where, pmap))
 
         result = compare(run(before.expanduser()), run(after.expanduser()),
                          label=label, expect=expect, fail_on_regression=fail_on_regression)
