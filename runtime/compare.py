@@ -137,6 +137,11 @@ def measured_run(chunks: Iterable[SpanTable], closing: Closing) -> MeasuredRun:
     rollup = LaunchRollup()
     for table in chunks:
         rollup.add(table)
+    return run_of(rollup, closing)
+
+
+def run_of(rollup: LaunchRollup, closing: Closing) -> MeasuredRun:
+    """The run ``rollup`` was given the spans of, its source's settings and warnings."""
     return MeasuredRun(closing.source, closing.settings, closing.warnings, times_of(rollup))
 
 

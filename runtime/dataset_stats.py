@@ -23,7 +23,8 @@ import numpy as np
 from .compare import LaunchTimes, MeasuredRun
 from .labelpaths import disagreement, label_parents
 from .query import connect, run_settings
-from .report import LabelStats, Report
+from .report import Report
+from .rollup import LabelStats
 from .spans import PROCESSING, RunCounts
 
 _ROW = "rank, tag, launch, core_type, core"

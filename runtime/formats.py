@@ -20,11 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .chrome import ChromeTraceWriter
 from .dataset_layout import is_dataset
 from .errors import ProfilingInputError
+from .progress import reading
 from .records import FrozenRecord
 from .regular import open_regular
 
@@ -150,9 +151,49 @@ def span_chunks(path: Path, point_map: Path | None = None,
         from .spans import profiling_dir_chunks  # with the readers (collect's start-up)
 
         return profiling_dir_chunks(path, point_map, clock_mhz)
+    if path.is_file() and path.suffix != ".pt" and input_format(path) is PERFETTO:
+        from .spans import perfetto_chunks
+
+        return perfetto_chunks(path)
     from .spans import whole_table_chunks
 
     return whole_table_chunks(load_spans(path, point_map, clock_mhz))
+
+
+F = TypeVar("F", bound="Folds")
+
+
+class Folds(Protocol):
+    """What sums a source's tables (runtime/rollup.py's rollups)."""
+
+    def add(self, table: SpanTable) -> None: ...
+
+
+def fold_spans(path: Path, make: Callable[[], F], point_map: Path | None = None,
+               clock_mhz: float | None = None) -> tuple[F, Closing]:
+    """``make()``'s rollup given the spans of ``path`` a rank at a time where the input
+    allows (:func:`span_chunks`), or given them whole where a trace turns out not to
+    (perfetto_read.Regroup: a fresh rollup, the trace read again as one table)."""
+    from .perfetto_read import Regroup, read_spans
+    from .spans import load_perfetto_trace, whole_table_chunks
+
+    chunks, closing = span_chunks(path, point_map, clock_mhz)
+    rollup = make()
+    try:
+        for table in chunks:
+            rollup.add(table)
+    except Regroup:
+        rollup = make()
+        progress = reading(path)
+        try:
+            found = read_spans(path, progress.update)
+        finally:
+            progress.close()
+        metadata = found.metadata if isinstance(found.metadata, dict) else {}
+        chunks, closing = whole_table_chunks(load_perfetto_trace(path, found), metadata)
+        for table in chunks:
+            rollup.add(table)
+    return rollup, closing
 
 
 def load_spans(path: Path, point_map: Path | None = None, clock_mhz: float | None = None) -> SpanTable:

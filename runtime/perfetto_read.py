@@ -18,16 +18,18 @@ their length. Any breach is ``path: not a readable Perfetto trace: ...`` (exit 2
 
 from __future__ import annotations
 
+import itertools
+import mmap
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from .errors import ProfilingInputError
 from .launches import LAUNCH_CATEGORY
-from .regular import BadJSON, parse_json, read_maybe_gzip
+from .regular import BadJSON, map_maybe_gzip, parse_json, read_maybe_gzip
 
 _U64 = 1 << 64
 #: TrackEvent.Type (perfetto.py writes them)
@@ -178,6 +180,7 @@ class PerfettoSpans:
         self.metadata: dict[str, Any] = {}
         self.unclosed = 0
         self._open: _EventColumns | None = None  # begins still open after the last chunk
+        self.last_track = -1  # the track of the last event read (an index into track_uuids)
         self._columns: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self._interned: dict[bytes, list[tuple[int, int, str]]] = {}  # see _packet_fields
         self._clocks: dict[bytes, dict[int, tuple[int, int, bool]]] = {}  # see _packet_fields
@@ -203,6 +206,7 @@ class PerfettoSpans:
         if not chunks:
             return
         track, kind, ns, name, launch = (np.concatenate(column) for column in zip(*chunks, strict=True))
+        self.last_track = int(track[-1]) if track.size else self.last_track
         for k in np.flatnonzero(kind == 3).tolist():
             self.instants.append((events.track_uuids[int(track[k])], events.names[int(name[k])], int(ns[k])))
         slices = np.flatnonzero(kind != 3)
@@ -323,6 +327,145 @@ def read_spans(path: Path, progress: Callable[[int, int], None] | None = None) -
     return found
 
 
+class Regroup(Exception):
+    """A trace that cannot be read a process at a time after all (one process's events
+    after another's began, a track of no known process): read it whole instead."""
+
+
+def read_processes(path: Path, progress: Callable[[int, int], None] | None = None,
+                   ) -> tuple[PerfettoSpans, Iterator[PerfettoSpans]]:
+    """The spans of a trace one process (a rank) at a time, in the order their first
+    spans come, each a :class:`PerfettoSpans` of its own spans, launch slices and
+    instants (track and name indices into the shared ``track_uuids`` and ``names``).
+
+    ``collect`` writes a rank's packets together, so a process is whole once the file is
+    read past it: once a later process's events began and none of its slices is still
+    open. The file is mapped, not read into memory, and the bytes behind the read let go
+    as it goes (:func:`regular.map_maybe_gzip`): memory is a rank's spans, whatever the
+    trace's size. The first returned is the whole trace's, complete (metadata, unclosed
+    begins) once the processes are. Raises :class:`Regroup` from the iterator where a
+    process's events come after it was given out, ProfilingInputError as
+    :func:`read_spans` does."""
+    try:
+        data = map_maybe_gzip(path, "trace")
+    except FileNotFoundError:
+        raise ProfilingInputError(path, "no such file") from None
+    except (OSError, EOFError, BadJSON) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise ProfilingInputError(path, f"not a readable trace: {why}") from None
+    found = PerfettoSpans()
+    events = _Events()
+    return found, _processes(path, data, found, events, progress)
+
+
+def _processes(path: Path, data: bytes | mmap.mmap, found: PerfettoSpans, events: _Events,
+               progress: Callable[[int, int], None] | None) -> Iterator[PerfettoSpans]:
+    process_of: list[int] = []  # per track index: its process's uuid
+    process_column = np.zeros(0, np.int64)  # the same as a column (rebuilt as tracks come)
+    order: list[int] = []  # processes in the order they first come
+    pending: dict[int, _Pending] = {}
+    done: set[int] = set()
+
+    def process(track: int) -> int:
+        while len(process_of) <= track:
+            parent = found.threads.get(events.track_uuids[len(process_of)], (None, ""))[0]
+            if parent is None:
+                raise Regroup(f"track {events.track_uuids[len(process_of)]} of no process")
+            process_of.append(parent)
+        return process_of[track]
+
+    def into(key: int) -> _Pending:
+        if key in done:
+            raise Regroup(f"process {found.processes.get(key, key)} continues after another's spans")
+        held = pending.get(key)
+        if held is None:
+            held = pending[key] = _Pending()
+            order.append(key)
+        return held
+
+    def take() -> None:
+        nonlocal process_column
+        columns, found._columns = found._columns, []
+        for track, name, start, end in columns:
+            if not track.size:
+                continue
+            top = int(track.max())
+            if top >= process_column.size:
+                process(top)
+                process_column = np.array(process_of, np.int64)
+            keys = process_column[track]
+            changes = np.flatnonzero(np.diff(keys)) + 1
+            bounds = [0, *changes.tolist(), int(keys.size)]
+            for lo, hi in itertools.pairwise(bounds):
+                into(int(keys[lo])).columns.append((track[lo:hi], name[lo:hi], start[lo:hi], end[lo:hi]))
+        uuids = {uuid: k for k, uuid in enumerate(events.track_uuids)}
+        launches, found.launches = found.launches, []
+        for launch in launches:
+            into(process(uuids[launch[0]])).launches.append(launch)
+        instants, found.instants = found.instants, []
+        for instant in instants:
+            into(process(uuids[instant[0]])).instants.append(instant)
+
+    def part(key: int) -> PerfettoSpans:
+        held = pending.pop(key)
+        done.add(key)
+        out = PerfettoSpans()
+        out.processes, out.process_pids, out.threads = found.processes, found.process_pids, found.threads
+        out.track_uuids, out.names = events.track_uuids, events.names
+        if held.columns:
+            out.span_track, out.span_name, out.span_start, out.span_end = (
+                np.concatenate(c) for c in zip(*held.columns, strict=True))
+        out.launches, out.instants = held.launches, held.instants
+        return out
+
+    dropped = 0
+    try:
+        # A map reads as bytes do (an int per index, bytes per slice) where the reader looks.
+        for offset in _steps(cast(bytes, data), found, events, progress):
+            take()
+            dropped = _let_go(data, dropped, offset)
+            current = set()
+            if found.last_track >= 0:
+                current.add(process(found.last_track))
+            if found._open is not None:
+                current.update(process(t) for t in np.unique(found._open[0]).tolist())
+            if current & done:
+                raise Regroup("a process's slices continue after another's spans")
+            while order and order[0] not in current and order[0] in pending:
+                yield part(order.pop(0))
+        found.finish(events)
+        while order:
+            yield part(order.pop(0))
+    except (_Malformed, KeyError, BadJSON) as exc:
+        raise ProfilingInputError(path, f"not a readable Perfetto trace: {exc}") from None
+
+
+class _Pending:
+    """A process's spans, launch slices and instants read so far."""
+
+    __slots__ = ("columns", "instants", "launches")
+
+    def __init__(self) -> None:
+        self.columns: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self.launches: list[tuple[int, str, int, int]] = []
+        self.instants: list[tuple[int, str, int]] = []
+
+
+#: What is let go of a mapped trace behind the read: whole pages, a few MB at a time.
+_LET_GO = 1 << 22
+
+
+def _let_go(data: bytes | mmap.mmap, dropped: int, offset: int) -> int:
+    """The mapped file's pages from ``dropped`` to before ``offset`` dropped from this
+    process (read again from the page cache if ever touched): the trace is never
+    resident whole. Returns where the pages dropped end."""
+    end = offset // mmap.PAGESIZE * mmap.PAGESIZE
+    if isinstance(data, mmap.mmap) and end - dropped >= _LET_GO:
+        data.madvise(mmap.MADV_DONTNEED, dropped, end - dropped)
+        return end
+    return dropped
+
+
 class _Events:
     """Every track event's (track, type, ns, name, launch?) in file order, as chunks of
     columns: the batches decoded with numpy and the events read one at a time between
@@ -368,6 +511,16 @@ _I64 = (1 << 63) - 1
 
 
 def _read(data: bytes, progress: Callable[[int, int], None] | None = None) -> tuple[PerfettoSpans, _Events]:
+    """:func:`_steps` to the end of the file."""
+    found = PerfettoSpans()
+    events = _Events()
+    for _ in _steps(data, found, events, progress):
+        pass
+    return found, events
+
+
+def _steps(data: bytes, found: PerfettoSpans, events: _Events,
+           progress: Callable[[int, int], None] | None = None) -> Iterator[int]:
     """One pass over the packets, a chunk at a time. A short loop finds the packets and
     notes the short ones (``0x0A len<128``), which may be track events of ``collect``'s
     layout; a chunk of them is decoded as columns (:func:`_chunk`), every
@@ -376,9 +529,10 @@ def _read(data: bytes, progress: Callable[[int, int], None] | None = None) -> tu
 
     A long run of short packets (a core's events: a thousand or more in a row) is found
     by :func:`_short_run` with numpy instead, from the same bytes to the same packets:
-    stepping through them here was most of the reader's time."""
-    found = PerfettoSpans()
-    events = _Events()
+    stepping through them here was most of the reader's time.
+
+    Yields, after each chunk, the offset the file is read to: nothing before it is read
+    again (a reader a rank at a time takes the chunk's spans and lets those bytes go)."""
     sequences: dict[int, _Sequence] = {}
     n = len(data)
     buffer = np.frombuffer(data, dtype=np.uint8)
@@ -430,7 +584,7 @@ def _read(data: bytes, progress: Callable[[int, int], None] | None = None) -> tu
             runs, candidates, others, count = [], [], [], 0
             if progress is not None:
                 progress(min(i, n), n)
-    return found, events
+            yield min(i, n)
 
 
 #: Short packets stepped through one by one before the rest of their run is found as

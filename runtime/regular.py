@@ -20,6 +20,7 @@ import gzip
 import io
 import json
 import math
+import mmap
 import os
 import re
 import stat
@@ -403,6 +404,30 @@ def read_maybe_gzip(path: str | Path, kind: str) -> bytes:
             raise TooLarge(path, None, kind, most, " uncompressed")
         raise TooExpanded(path, len(data), allowed, ratio)
     return expanded
+
+
+def map_maybe_gzip(path: str | Path, kind: str) -> bytes | mmap.mmap:
+    """:func:`read_maybe_gzip`'s bytes, a plain file's mapped instead of read (checked as
+    :func:`read_regular` checks it): a reader that goes through it once can let the pages
+    behind it go (``madvise``), so a trace of gigabytes is never resident whole. A gzip
+    file, an empty one or one the test overlay replaces is read as before.
+
+    A mapped file cut short by another process while it is read ends this one with
+    SIGBUS (docs/faults.md); optrace replaces the files it writes, never truncates them."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(path, _what(st.st_mode))
+        most = limit(kind)
+        if st.st_size > most:
+            raise TooLarge(path, st.st_size, kind, most)
+        if st.st_size == 0 or _overlay or os.pread(fd, 2, 0) == b"\x1f\x8b":
+            return read_maybe_gzip(path, kind)
+        _note_read(st, path)
+        return mmap.mmap(fd, st.st_size, access=mmap.ACCESS_READ)
+    finally:
+        os.close(fd)
 
 
 def load_json(path: str | Path, kind: str) -> Any:

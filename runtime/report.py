@@ -24,8 +24,6 @@ from .atomic import atomic_output
 from .rollup import LabelStats, PageData, ReportRollup
 from .spans import PROCESSING, Closing, RunCounts, SpanTable, rank_of_track
 
-__all__ = ["LabelStats", "PageData", "Report", "build_report", "report_of"]
-
 
 @dataclass(frozen=True)
 class Report:
@@ -136,6 +134,7 @@ _PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#
             "#ff9da7", "#9c755f", "#1f77b4", "#2ca02c", "#d62728", "#9467bd"]
 _OTHER_COLOUR = "#bab0ac"
 _MAX_TRACKS = 96  # rows of the per-core charts (the page says how many it leaves out)
+PAGE_ROWS = _MAX_TRACKS
 _TOP_PHASES = 8  # labels coloured on their own; the rest are "other"
 TIMELINE_BINS = 120  # per core: each bin coloured by the label with the most self time in it
 _LABEL_W, _PLOT_W, _ROW_H, _TOP, _AXIS_H = 210, 820, 16, 8, 44

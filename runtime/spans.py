@@ -7,6 +7,7 @@ computed with one stack pass per track.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from bisect import bisect_right
@@ -66,6 +67,8 @@ class SpanTable:
     # (µs) and the names of their rows in ``tracks`` (empty without launch slices).
     launch_rows: dict[str, tuple[list[float], list[float], list[str]]] = field(default_factory=dict)
     trace_tracks: int = -1  # the trace's tracks with spans (-1: one per row)
+    # A .pftrace's instant events: (trace track's name, µs, the instant's name).
+    instants: list[tuple[str, float, str]] = field(default_factory=list)
 
     def row_at(self, track: str, ts: float) -> str:
         """The row of a trace track at time ``ts`` (µs): its launch's, or the track itself."""
@@ -452,21 +455,45 @@ def load_trace(path: Path, document: dict[str, Any] | None = None) -> SpanTable:
     )
 
 
-def load_perfetto_trace(path: Path, found: perfetto_read.PerfettoSpans | None = None) -> SpanTable:
-    """Spans of a Perfetto protobuf trace (``.pftrace``, as ``collect`` writes it), or of
-    what :func:`perfetto_read.read_spans` found in it."""
-    if found is None:
-        progress = reading(path)
-        try:
-            found = perfetto_read.read_spans(path, progress.update)
-        finally:
-            progress.close()
+def _perfetto_warnings(path: Path, found: perfetto_read.PerfettoSpans) -> list[str]:
     warnings: list[str] = []
     meta = found.metadata if isinstance(found.metadata, dict) else {}
     if meta.get("format") != "optrace-perfetto":
         warnings.append(f"{path}: not written by optrace collect: runtime settings unknown")
     if found.unclosed:
         warnings.append(f"{path}: {found.unclosed} slice begins without their end (left out)")
+    return warnings
+
+
+def _perfetto_settings(path: Path, meta: dict[str, Any]) -> tuple[RunSettings, dict[Any, str]]:
+    """The run's settings and each process's launch (by its descriptor's pid) from the
+    trace's rank table."""
+    settings = RunSettings()
+    pid_launch: dict[Any, str] = {}
+    for rank in rank_entries(path, meta):
+        if rank.get("launch") is not None and isinstance(rank.get("pid"), int):
+            # the rank table has the JSON trace's pid; a process descriptor has it plus one
+            pid_launch[rank["pid"] + 1] = _launch_name(rank.get("tag"), rank["launch"])
+        if rank.get("clock_mhz") is not None:
+            settings.clock_mhz.add(_clock(path, rank["clock_mhz"]))
+        settings.barrier.add(rank.get("barrier") if isinstance(rank.get("barrier"), bool) else None)
+    return settings, pid_launch
+
+
+def load_perfetto_trace(path: Path, found: perfetto_read.PerfettoSpans | None = None,
+                        part: bool = False) -> SpanTable:
+    """Spans of a Perfetto protobuf trace (``.pftrace``, as ``collect`` writes it), or of
+    what :func:`perfetto_read.read_spans` found in it; with ``part``, of one process
+    :func:`perfetto_read.read_processes` gave (the trace's warnings and settings are
+    its closing's, not the table's)."""
+    if found is None:
+        progress = reading(path)
+        try:
+            found = perfetto_read.read_spans(path, progress.update)
+        finally:
+            progress.close()
+    meta = found.metadata if isinstance(found.metadata, dict) and not part else {}
+    warnings = [] if part else _perfetto_warnings(path, found)
     # Labels and tracks numbered in the order the spans first name them (then the launch
     # slices' tracks), each name checked once.
     used = _by_first_use(found.span_name, len(found.names))
@@ -495,15 +522,8 @@ def load_perfetto_trace(path: Path, found: perfetto_read.PerfettoSpans | None = 
     label_col = label_of[found.span_name]
     track_col = dense[found.span_track]
     starts, ends = found.span_start, found.span_end
-    settings = RunSettings()
-    pid_launch: dict[Any, str] = {}
-    for rank in rank_entries(path, meta):
-        if rank.get("launch") is not None and isinstance(rank.get("pid"), int):
-            # the rank table has the JSON trace's pid; a process descriptor has it plus one
-            pid_launch[rank["pid"] + 1] = _launch_name(rank.get("tag"), rank["launch"])
-        if rank.get("clock_mhz") is not None:
-            settings.clock_mhz.add(_clock(path, rank["clock_mhz"]))
-        settings.barrier.add(rank.get("barrier") if isinstance(rank.get("barrier"), bool) else None)
+    settings, pid_launch = _perfetto_settings(path, meta)
+    instants = [(found.track_name(uuid), ns / 1000.0, name) for uuid, name, ns in found.instants]
     parents = {uuid: found.threads.get(uuid, (None, ""))[0] for uuid in track_ids}
     # Without launch slices (a trace written before them), each process's launch as in a
     # JSON trace: the rank table's (tag, launch) through the process descriptor's pid.
@@ -546,6 +566,7 @@ def load_perfetto_trace(path: Path, found: perfetto_read.PerfettoSpans | None = 
         track_launch=rows.track_launch,
         launch_rows=rows.by_track,
         trace_tracks=int(seen.size),
+        instants=instants,
     )
 
 
@@ -900,6 +921,8 @@ class Closing:
     settings: RunSettings = field(default_factory=RunSettings)
     warnings: list[str] = field(default_factory=list)
     processes: int = 0
+    metadata: dict[str, Any] = field(default_factory=dict)  # a trace's (otherData, the pftrace's attribute)
+    trace_tracks: int = 0  # a trace's tracks with spans
 
 
 @dataclass
@@ -981,9 +1004,68 @@ def profiling_dir_chunks(
     return tables(), closing
 
 
-def whole_table_chunks(table: SpanTable) -> tuple[Iterator[SpanTable], Closing]:
+def whole_table_chunks(table: SpanTable, metadata: dict[str, Any] | None = None,
+                       ) -> tuple[Iterator[SpanTable], Closing]:
     """A table of every span as the one chunk of its source."""
-    return iter([table]), Closing(table.source, table.settings, table.warnings, table.processes)
+    return iter([table]), Closing(table.source, table.settings, table.warnings, table.processes,
+                                  metadata or {}, table.trace_tracks)
+
+
+def perfetto_chunks(path: Path) -> tuple[Iterator[SpanTable], Closing]:
+    """A ``.pftrace``'s spans a process (a rank) at a time, each table the rows
+    :func:`load_perfetto_trace` gives that process's spans, in the same order, named the
+    same. Raises :class:`perfetto_read.Regroup` from the iterator where they would not be
+    — a process's events after another's began, a trace without launch slices (its
+    launches are named from the rank table at its end), a rank whose launches the whole
+    trace would name or order otherwise (:func:`launch_rows` names a row's launch where
+    the trace has several, and orders a rank's launches by their first start on any rank):
+    then the trace is read whole (formats.fold_spans)."""
+    closing = Closing(str(path))
+    progress = reading(path)
+    found, parts = perfetto_read.read_processes(path, progress.update)
+
+    def tables() -> Iterator[SpanTable]:
+        slices: set[str] = set()
+        # per table with launch slices: several launches named in it?, its launches in row order
+        named: list[tuple[bool, list[str]]] = []
+        first: dict[str, float] = {}  # each launch's first start on any rank (µs)
+        parents = 0
+        try:
+            for part in parts:
+                table = load_perfetto_trace(path, part, part=True)
+                mine = {name for _, name, _, _ in part.launches}
+                slices |= mine
+                order = list(dict.fromkeys(table.launches[k] for k in table.track_launch.tolist()))
+                if mine:
+                    named.append((len(mine) > 1, order))
+                for _, name, start, _ in part.launches:
+                    first[name] = min(first.get(name, math.inf), start / 1000.0)
+                if table.ts.size:
+                    launch = table.track_launch[table.track]
+                    for k, name in enumerate(table.launches):
+                        held = table.ts[launch == k]
+                        if held.size:
+                            first[name] = min(first.get(name, math.inf), float(held.min()))
+                parents += 1  # a part is one process's
+                closing.trace_tracks += table.trace_tracks
+                yield table
+        finally:
+            progress.close()
+        if not slices:
+            raise perfetto_read.Regroup("no launch slices: the rank table names the launches")
+        for several, order in named:
+            if several != (len(slices) > 1):
+                raise perfetto_read.Regroup("a rank's launches named apart from the trace's")
+            starts = [first.get(name, math.inf) for name in order]
+            if any(a >= b for a, b in itertools.pairwise(starts)):
+                raise perfetto_read.Regroup("a rank's launches ordered apart from the trace's")
+        meta = found.metadata if isinstance(found.metadata, dict) else {}
+        closing.warnings += _perfetto_warnings(path, found)
+        closing.settings, _ = _perfetto_settings(path, meta)
+        closing.metadata = meta
+        closing.processes = max(parents, 1)
+
+    return tables(), closing
 
 
 def load_profiling_dir(

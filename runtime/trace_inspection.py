@@ -11,22 +11,20 @@ trace's metadata.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from . import perfetto_read
 from .errors import ProfilingInputError, checked_name
-from .formats import is_protobuf, load_spans
-from .progress import reading
+from .formats import fold_spans, is_protobuf, load_spans
+from .rollup import InspectRollup
 from .spans import (
+    Closing,
     SpanTable,
     event_ids,
-    load_perfetto_trace,
     load_trace,
     read_trace_json,
-    run_counts,
+    whole_table_chunks,
 )
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".pftrace", ".pftrace.gz", ".perfetto-trace", ".pb")
@@ -62,23 +60,22 @@ def is_trace(path: Path) -> bool:
     return path.is_file() and (path.name.endswith(TRACE_SUFFIXES) or is_protobuf(path))
 
 
-def _drops_and_metadata(path: Path) -> tuple[SpanTable, dict[str, int], dict[str, Any]]:
-    """The trace's spans, its dropped records per row name ("Rank 0 (launch 3) / AIC 3":
-    the row of the drop marker's track at its time) and its metadata: the file read once."""
-    drops: dict[str, int] = {}
-    if is_protobuf(path):
-        progress = reading(path)
-        try:
-            found = perfetto_read.read_spans(path, progress.update)
-        finally:
-            progress.close()
-        table = load_perfetto_trace(path, found)
-        for track, name, ns in found.instants:
-            count = _dropped(path, name)
-            if count is not None:
-                key = table.row_at(found.track_name(track), ns / 1000.0)
-                drops[key] = drops.get(key, 0) + count
-        return table, drops, found.metadata if isinstance(found.metadata, dict) else {}
+class _Rows(InspectRollup):
+    """inspect's rows of a .pftrace, its drop markers read from its instants."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+
+    def add(self, table: SpanTable, instants: Iterable[tuple[str, float, int]] = ()) -> None:
+        dropped = [(track, at, count) for track, at, name in table.instants
+                   if (count := _dropped(self.path, name)) is not None]
+        super().add(table, [*instants, *dropped])
+
+
+def _json_rows(path: Path) -> tuple[InspectRollup, Closing]:
+    """inspect's rows of a JSON trace (read whole: Python's JSON parser holds it anyway),
+    its drop markers found by their pid and tid's names."""
     document = read_trace_json(path)  # regular, bounded, strict JSON (spans.py)
     table = load_trace(path, document)
     events = document.get("traceEvents")
@@ -93,6 +90,8 @@ def _drops_and_metadata(path: Path) -> tuple[SpanTable, dict[str, int], dict[str
                 processes[pid] = title
             elif event.get("name") == "thread_name":
                 threads[(pid, tid)] = title
+    rows = InspectRollup()
+    rows.add(table)
     for index, event in enumerate(events or []):
         if isinstance(event, dict) and event.get("ph") == "i":
             count = _dropped(path, str(event.get("name", "")))
@@ -102,36 +101,21 @@ def _drops_and_metadata(path: Path) -> tuple[SpanTable, dict[str, int], dict[str
                 at = event.get("ts")
                 if isinstance(at, int | float) and not isinstance(at, bool):
                     key = table.row_at(key, float(at))
-                drops[key] = drops.get(key, 0) + count
+                rows.drops[key] = rows.drops.get(key, 0) + count
     other = document.get("otherData") if isinstance(document, dict) else None
-    return table, drops, other if isinstance(other, dict) else {}
+    _, closing = whole_table_chunks(table, other if isinstance(other, dict) else {})
+    return rows, closing
 
 
 def inspect_trace(path: Path) -> dict[str, Any]:
     if path.is_dir() or not path.exists() or path.suffix == ".pt":
         load_spans(path)  # not a trace file: refused there, with its message
-    table, drops, meta = _drops_and_metadata(path)
-    # One pass over the spans for every track (grouped reductions), not one scan of every
-    # span per track: a cluster's trace has hundreds of thousands of tracks.
-    n = len(table.tracks)
-    track = table.track.astype(np.intp, copy=False)
-    per_track = np.bincount(track, minlength=n)
-    first = np.full(n, np.inf)
-    np.minimum.at(first, track, table.ts)
-    last = np.full(n, -np.inf)
-    np.maximum.at(last, track, table.ts + table.dur)
-    busy = np.bincount(track, weights=np.where(table.depth == 0, table.dur, 0.0), minlength=n)
-    tracks = []
-    for index, name in enumerate(table.tracks):
-        spans = int(per_track[index])
-        tracks.append({
-            "track": name, "spans": spans,
-            "first_us": float(first[index]) if spans else None,
-            "last_us": float(last[index]) if spans else None,
-            "busy_us": float(busy[index]) if spans else 0.0,
-            "dropped": drops.get(name, 0),
-        })
-    counts = run_counts(table)
+    # A .pftrace a rank at a time (runtime/rollup.py): its rows' figures, not its spans.
+    found, closing = fold_spans(path, lambda: _Rows(path)) if is_protobuf(path) else _json_rows(path)
+    meta = closing.metadata
+    tracks = [{"track": row.track, "spans": row.spans, "first_us": row.first_us, "last_us": row.last_us,
+               "busy_us": row.busy_us, "dropped": found.drops.get(row.track, 0)} for row in found.found]
+    counts = found.rows.counts()
     listed = meta.get("ranks")
     ranks = [r for r in listed if isinstance(r, dict)] if isinstance(listed, list) else []
     return {
@@ -148,11 +132,11 @@ def inspect_trace(path: Path) -> dict[str, Any]:
         "clock_mhz": sorted({r["clock_mhz"] for r in ranks if isinstance(r.get("clock_mhz"), int | float)}),
         # The trace's own tracks (a rank's cores: ranks x cores); "tracks" lists rows, a
         # core's spans of one launch each.
-        "trace_tracks": table.trace_tracks,
+        "trace_tracks": closing.trace_tracks,
         "tracks": tracks,
-        "spans": int(table.ts.size),
-        "dropped": sum(drops.values()),
-        "warnings": table.warnings,
+        "spans": counts.spans,
+        "dropped": sum(found.drops.values()),
+        "warnings": closing.warnings,
     }
 
 

@@ -195,12 +195,16 @@ def run_report(path: Path, point_map: Path | None = None, html: Path | None = No
         for output in (html, png):  # refused before anything is read (runtime/atomic.py)
             if output is not None:
                 output_target(output.expanduser(), read)
-        from optrace.runtime.formats import span_chunks
-        from optrace.runtime.report import rolled_report, write_html, write_png
+        from optrace.runtime.formats import fold_spans
+        from optrace.runtime.report import PAGE_ROWS, report_of, write_html, write_png
+        from optrace.runtime.rollup import ReportRollup
 
         # A rank at a time where the input allows: the figures, never a table of every span.
-        chunks, closing = span_chunks(where, pmap, clock_mhz)
-        report, page = rolled_report(chunks, closing, top=top, page=html is not None or png is not None)
+        drawn = html is not None or png is not None
+        rollup, closing = fold_spans(where, lambda: ReportRollup(page_rows=PAGE_ROWS if drawn else None),
+                                     pmap, clock_mhz)
+        report = report_of(rollup, closing.source, closing.warnings, top)
+        page = rollup.page() if drawn else None
         if fmt == "json":
             _emit_json(report_json(report))
         else:
@@ -233,10 +237,11 @@ def run_compare(before: Path, after: Path, expect: float | None = None, label: s
             compare,
             comparison_json,
             format_text,
-            measured_run,
+            run_of,
         )
         from optrace.runtime.dataset_layout import is_dataset
-        from optrace.runtime.formats import span_chunks
+        from optrace.runtime.formats import fold_spans
+        from optrace.runtime.rollup import LaunchRollup
 
         try:
             check_percent("--expect", expect, EXPECT_RANGE)
@@ -252,7 +257,7 @@ def run_compare(before: Path, after: Path, expect: float | None = None, label: s
                 from optrace.runtime.dataset_stats import dataset_run
 
                 return dataset_run(where)
-            return measured_run(*span_chunks(where, pmap))
+            return run_of(*fold_spans(where, LaunchRollup, pmap))
 
         result = compare(run(before.expanduser()), run(after.expanduser()),
                          label=label, expect=expect, fail_on_regression=fail_on_regression)

@@ -319,7 +319,7 @@ def test_inspect_reads_its_trace_once(demo_pftrace: Path, tmp_path: Path,
 
     reads: list[str] = []
     for module in (perfetto_read, spans):
-        for name in ("read_maybe_gzip", "load_json"):
+        for name in ("read_maybe_gzip", "map_maybe_gzip", "load_json"):
             if hasattr(module, name):
                 real = getattr(module, name)
 

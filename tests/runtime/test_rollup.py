@@ -138,3 +138,157 @@ def test_a_label_path_is_judged_by_the_runs_parent_not_the_ranks() -> None:
     report_b, _ = rolled_report([rank0, rank1b], Closing("t"))
     assert report_b.warnings == build_report(whole_b).warnings
     assert len(report_b.warnings) == 1 and "(1 spans)" in report_b.warnings[0]
+
+
+# ----------------------------------------------------------------------------- a .pftrace a rank at a time
+
+
+@pytest.fixture(scope="module")
+def demo_trace(demo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from typer.testing import CliRunner
+
+    from optrace.cli.app import app
+
+    out = tmp_path_factory.mktemp("rollup_trace") / "t.pftrace"
+    result = CliRunner().invoke(app, ["collect", str(demo), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def want_present(table: SpanTable) -> list[bool]:
+    return (np.bincount(table.label, minlength=len(table.labels)) > 0).tolist()
+
+
+def _regroup_refused(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record every time a .pftrace is read whole after all."""
+    from optrace.runtime import perfetto_read
+
+    regrouped: list[str] = []
+    real = perfetto_read.read_spans
+
+    def whole(path: Path, *rest: Any) -> Any:
+        regrouped.append(str(path))
+        return real(path, *rest)
+
+    monkeypatch.setattr(perfetto_read, "read_spans", whole)
+    return regrouped
+
+
+@pytest.mark.parametrize("chunk", [1 << 17, 50, 3])
+def test_a_pftrace_rank_by_rank_reports_what_its_whole_table_does(
+    demo_trace: Path, chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read a process at a time however the packets fall into the reader's chunks (a
+    process whole once the read is past it), and never read whole again."""
+    from optrace.runtime import perfetto_read
+    from optrace.runtime.formats import fold_spans
+    from optrace.runtime.report import report_of
+    from optrace.runtime.rollup import LaunchRollup, ReportRollup
+
+    whole = load_spans(demo_trace)
+    expected = build_report(whole, top=5)
+    monkeypatch.setattr(perfetto_read, "_CHUNK", chunk)
+    regrouped = _regroup_refused(monkeypatch)
+    tables, closing = span_chunks(demo_trace)
+    chunks = list(tables)
+    assert [len({t.split(" / ")[0].split(" (")[0] for t in c.tracks}) for c in chunks] == [1, 1, 1]
+    assert [t for c in chunks for t in c.tracks] == whole.tracks  # the rows, in the whole table's order
+    rollup, closing = fold_spans(demo_trace, lambda: ReportRollup(page_rows=96))
+    assert regrouped == []
+    report = report_of(rollup, closing.source, closing.warnings, 5)
+    close(_report_fields(report), _report_fields(expected))
+    assert closing.settings == whole.settings and closing.trace_tracks == whole.trace_tracks
+    launches, _ = fold_spans(demo_trace, LaunchRollup)
+    labels, values, present, ranks = launches.times()
+    assert present.tolist() == want_present(whole)
+    want = launch_times(whole)
+    assert labels == whole.labels and ranks == want.ranks_per_launch
+    np.testing.assert_array_equal(values, want.values)
+
+
+def test_inspect_of_a_pftrace_rank_by_rank_prints_what_the_whole_table_gives(
+    demo_trace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from optrace.runtime import spans
+    from optrace.runtime.perfetto_read import Regroup
+    from optrace.runtime.trace_inspection import inspect_trace
+
+    streamed = inspect_trace(demo_trace)
+
+    def refuse(path: Path) -> Any:
+        raise Regroup("test")
+
+    monkeypatch.setattr(spans, "perfetto_chunks",
+                        lambda path: (map(refuse, [path]), spans.Closing(str(path))))
+    regrouped = _regroup_refused(monkeypatch)
+    whole = inspect_trace(demo_trace)
+    assert regrouped == [str(demo_trace)]
+    close(streamed, whole)
+    assert streamed["ranks"] == 3 and streamed["launches"] == 6 and streamed["trace_tracks"] == 18
+
+
+def _interleaved_trace(path: Path) -> Path:
+    """Two ranks whose packets interleave (rank 0's second launch after rank 1's): not
+    collect's layout, so a reader a process at a time cannot give rank 0 out whole."""
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+    from optrace.runtime.launches import LAUNCH_CATEGORY
+
+    trace = pb.Trace()
+    for process, pid, name in ((1, 1, "Rank 0"), (2, 2, "Rank 1")):
+        packet = trace.packet.add()
+        packet.track_descriptor.uuid = process
+        packet.track_descriptor.process.pid = pid
+        packet.track_descriptor.process.process_name = name
+        packet = trace.packet.add()
+        packet.track_descriptor.uuid = 10 * process
+        packet.track_descriptor.parent_uuid = process
+        packet.track_descriptor.thread.pid = pid
+        packet.track_descriptor.thread.tid = 1
+        packet.track_descriptor.thread.thread_name = "AIC 0"
+
+    def event(ts: int, track: int, kind: int, name: str | None = None, launch: bool = False) -> None:
+        packet = trace.packet.add()
+        packet.timestamp = ts
+        packet.trusted_packet_sequence_id = 1
+        packet.track_event.type = kind
+        packet.track_event.track_uuid = track
+        if name is not None:
+            packet.track_event.name = name
+        if launch:
+            packet.track_event.categories.append(LAUNCH_CATEGORY)
+
+    for track, t0, launch in ((10, 0, 0), (20, 0, 0), (10, 10_000, 1)):
+        event(t0, track, 1, f"launch {launch}", launch=True)
+        for k in range(20):
+            event(t0 + 100 * k + 10, track, 1, "processing")
+            event(t0 + 100 * k + 50, track, 1, "processing compute")
+            event(t0 + 100 * k + 60 + track, track, 2)
+            event(t0 + 100 * k + 90, track, 2)
+        event(t0 + 5_000, track, 2)
+    path.write_bytes(trace.SerializeToString())
+    return path
+
+
+def test_a_pftrace_whose_ranks_interleave_is_read_whole_after_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from optrace.runtime import perfetto_read
+    from optrace.runtime.formats import fold_spans
+    from optrace.runtime.report import report_of
+    from optrace.runtime.rollup import ReportRollup
+
+    trace = _interleaved_trace(tmp_path / "i.pftrace")
+    whole = load_spans(trace)
+    assert whole.tracks == ["Rank 0 (launch 0) / AIC 0", "Rank 0 (launch 1) / AIC 0",
+                            "Rank 1 (launch 0) / AIC 0"]
+    monkeypatch.setattr(perfetto_read, "_CHUNK", 16)  # rank 0 given out before its second launch is read
+    tables, _ = span_chunks(trace)
+    with pytest.raises(perfetto_read.Regroup):
+        list(tables)
+    regrouped = _regroup_refused(monkeypatch)
+    rollup, closing = fold_spans(trace, ReportRollup)
+    assert regrouped == [str(trace)]
+    report = report_of(rollup, closing.source, closing.warnings)
+    close(_report_fields(report), _report_fields(build_report(whole)))
+    assert rollup.rows.names == whole.tracks
