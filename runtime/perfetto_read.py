@@ -361,7 +361,9 @@ def read_processes(path: Path, progress: Callable[[int, int], None] | None = Non
 def _processes(path: Path, data: bytes | mmap.mmap, found: PerfettoSpans, events: _Events,
                progress: Callable[[int, int], None] | None) -> Iterator[PerfettoSpans]:
     process_of: list[int] = []  # per track index: its process's uuid
-    process_column = np.zeros(0, np.int64)  # the same as a column (rebuilt as tracks come)
+    uuids: list[int] = []  # processes' uuids (any 64-bit value), by a small index ...
+    index_of: dict[int, int] = {}
+    process_column = np.zeros(0, np.int64)  # ... which this column holds per track index
     order: list[int] = []  # processes in the order they first come
     pending: dict[int, _Pending] = {}
     done: set[int] = set()
@@ -392,19 +394,23 @@ def _processes(path: Path, data: bytes | mmap.mmap, found: PerfettoSpans, events
             top = int(track.max())
             if top >= process_column.size:
                 process(top)
-                process_column = np.array(process_of, np.int64)
+                more = [index_of.setdefault(uuid, len(index_of)) for uuid in process_of[process_column.size:]]
+                uuids[len(uuids):] = list(index_of)[len(uuids):]
+                process_column = np.concatenate([process_column, np.array(more, np.int64)])
             keys = process_column[track]
             changes = np.flatnonzero(np.diff(keys)) + 1
             bounds = [0, *changes.tolist(), int(keys.size)]
             for lo, hi in itertools.pairwise(bounds):
-                into(int(keys[lo])).columns.append((track[lo:hi], name[lo:hi], start[lo:hi], end[lo:hi]))
-        uuids = {uuid: k for k, uuid in enumerate(events.track_uuids)}
+                held = into(uuids[int(keys[lo])])
+                held.columns.append((track[lo:hi], name[lo:hi], start[lo:hi], end[lo:hi]))
         launches, found.launches = found.launches, []
-        for launch in launches:
-            into(process(uuids[launch[0]])).launches.append(launch)
         instants, found.instants = found.instants, []
-        for instant in instants:
-            into(process(uuids[instant[0]])).instants.append(instant)
+        if launches or instants:
+            tracks = events.track_ids  # track uuid -> index
+            for launch in launches:
+                into(process(tracks[launch[0]])).launches.append(launch)
+            for instant in instants:
+                into(process(tracks[instant[0]])).instants.append(instant)
 
     def part(key: int) -> PerfettoSpans:
         held = pending.pop(key)
