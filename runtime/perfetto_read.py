@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import mmap
+import sys
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -132,7 +133,7 @@ def _text(data: bytes, lo: int, hi: int) -> str:
 
 class _Sequence:
     __slots__ = ("annotation_names", "base", "boot", "categories", "clock", "incremental", "names",
-                 "names_key", "table", "track", "unit", "value")
+                 "names_key", "shared", "table", "track", "unit", "value")
 
     def __init__(self) -> None:
         self.names: dict[int, str] = {}
@@ -151,6 +152,9 @@ class _Sequence:
         # The interned data all of `names` came from, when one packet's (then the table
         # of another sequence with the same data serves: collect interns per core).
         self.names_key: bytes | None = None
+        # The three tables are another sequence's too (the same interned data began both):
+        # copied before either adds to them.
+        self.shared = False
 
 
 #: Track events as columns: track (index of its uuid), type, ns, name (index), launch?
@@ -182,7 +186,7 @@ class PerfettoSpans:
         self._open: _EventColumns | None = None  # begins still open after the last chunk
         self.last_track = -1  # the track of the last event read (an index into track_uuids)
         self._columns: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-        self._interned: dict[bytes, list[tuple[int, int, str]]] = {}  # see _packet_fields
+        self._interned: dict[bytes, _Interned] = {}  # see _packet_fields
         self._clocks: dict[bytes, dict[int, tuple[int, int, bool]]] = {}  # see _packet_fields
 
     @property
@@ -1164,17 +1168,33 @@ def _packet_fields(data: bytes, parts: list[tuple[int, int, int]], state: _Seque
         # collect writes the same interned data on every core that uses the same points
         # (hundreds of cores a rank, a few KB each): read once, as the entries it sets.
         content = data[lo:hi] if hi - lo >= _INTERNED_CACHED else None
-        entries = found._interned.get(content) if content is not None else None
-        if entries is None:
-            entries = _interned(data, lo, hi)
+        cached = found._interned.get(content) if content is not None else None
+        if cached is None:
+            cached = _Interned(content, _interned(data, lo, hi))
             if content is not None and len(found._interned) < _INTERNED_KEPT:
-                found._interned[content] = entries
-        tables = (state.categories, state.names, state.annotation_names)
+                found._interned[content] = cached
         fresh = not state.names
-        for field, iid, name in entries:
-            tables[field - 1][iid] = name
+        empty = fresh and not state.categories and not state.annotation_names
         state.table = None
-        state.names_key = content if fresh and content is not None else None
+        if empty and cached.tables is not None:
+            # A sequence that begins with the interned data another began with (collect:
+            # every core of every rank using the same points) shares that one's tables: a
+            # cluster's trace has tens of thousands of sequences.
+            state.categories, state.names, state.annotation_names = cached.tables
+            state.shared = True
+            state.names_key = cached.key
+        else:
+            if state.shared:  # copied before it adds to them
+                state.categories, state.names = dict(state.categories), dict(state.names)
+                state.annotation_names = dict(state.annotation_names)
+                state.shared = False
+            tables = (state.categories, state.names, state.annotation_names)
+            for field, iid, name in cached.entries:
+                tables[field - 1][iid] = name
+            state.names_key = cached.key if fresh and content is not None else None
+            if empty and cached.key is not None and found._interned.get(cached.key) is cached:
+                cached.tables = tables
+                state.shared = True
     if 60 in by_field:
         _track_descriptor(data, *by_field[60], found)
     if 6 in by_field:  # ClockSnapshot: the sequence clock (ids 64-127) against BOOTTIME
@@ -1210,6 +1230,19 @@ def _packet_fields(data: bytes, parts: list[tuple[int, int, int]], state: _Seque
 #: InternedData of this many bytes or more is read once per distinct content, for at
 #: most this many contents (the rest read each time: memory stays a few MB).
 _INTERNED_CACHED, _INTERNED_KEPT = 256, 64
+
+
+class _Interned:
+    """One InternedData's content as read: its bytes (the cache's key, one object for
+    every sequence it began), its entries, and the tables of the first sequence it began
+    (None until then), which later ones share."""
+
+    __slots__ = ("entries", "key", "tables")
+
+    def __init__(self, key: bytes | None, entries: list[tuple[int, int, str]]) -> None:
+        self.key = key
+        self.entries = entries
+        self.tables: tuple[dict[int, str], dict[int, str], dict[int, str]] | None = None
 
 
 def _interned(data: bytes, lo: int, hi: int) -> list[tuple[int, int, str]]:
@@ -1277,7 +1310,8 @@ def _track_descriptor(data: bytes, lo: int, hi: int, found: PerfettoSpans) -> No
         if pid is not None:
             found.process_pids[uuid] = pid
     elif uuid:
-        found.threads[uuid] = (parent, thread or name)
+        # A core's name is every rank's ("AIC 3"): one string for all of them.
+        found.threads[uuid] = (parent, sys.intern(thread or name or ""))
 
 
 def _track_event(data: bytes, lo: int, hi: int, ns: int, state: _Sequence, found: PerfettoSpans,

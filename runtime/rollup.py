@@ -21,7 +21,8 @@ run's settings, warnings and counts the source knows only at its end come with i
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -136,23 +137,27 @@ def _groups(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 class Rows:
-    """The rows seen so far (names in order) and what counts them: ranks, cores, launches."""
+    """What counts the rows seen so far: ranks, cores, launches, spans; and with
+    ``named``, the rows' names in order (a page's or inspect's; report and compare need
+    only the counts)."""
 
-    def __init__(self) -> None:
+    def __init__(self, named: bool = True) -> None:
         self.names: list[str] = []
-        self.ranks: set[str] = set()
-        self.cores: set[tuple[str, str]] = set()
+        self.named = named
+        self.rows = 0
+        self.cores: dict[str, set[str]] = {}  # per rank its cores' names (one string for every rank's)
         self.launches: dict[str, int] = {}
         self.spans = 0
 
     def add(self, table: SpanTable) -> int:
         """Count the chunk's rows; returns the first one's place among all rows."""
-        base = len(self.names)
-        self.names += table.tracks
+        base = self.rows
+        self.rows += len(table.tracks)
+        if self.named:
+            self.names += table.tracks
         for name in table.tracks:
-            rank = rank_of_track(name)
-            self.ranks.add(rank)
-            self.cores.add((rank, name.split(" / ", 1)[1] if " / " in name else ""))
+            core = sys.intern(name.split(" / ", 1)[1]) if " / " in name else ""
+            self.cores.setdefault(rank_of_track(name), set()).add(core)
         for launch in table.launches:
             self.launches.setdefault(launch, len(self.launches))
         self.spans += int(table.ts.size)
@@ -160,8 +165,8 @@ class Rows:
 
     def counts(self) -> RunCounts:
         """spans.run_counts of the table all chunks would make."""
-        return RunCounts(len(self.ranks), max(1, len(self.launches)) if self.names else 0, len(self.cores),
-                         len(self.names), self.spans)
+        return RunCounts(len(self.cores), max(1, len(self.launches)) if self.rows else 0,
+                         sum(len(cores) for cores in self.cores.values()), self.rows, self.spans)
 
 
 @dataclass
@@ -198,7 +203,7 @@ class ReportRollup:
     its page draws too (rows past that many only as self time per row and label)."""
 
     def __init__(self, page_rows: int | None = None) -> None:
-        self.rows = Rows()
+        self.rows = Rows(named=page_rows is not None)
         self.label_ids: dict[str, int] = {}
         self.labels: list[_Label] = []
         self.busy_self = 0.0
@@ -367,7 +372,7 @@ class InspectRollup:
 
     def __init__(self) -> None:
         self.rows = Rows()
-        self.found: list[InspectRow] = []
+        self._columns: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self.drops: dict[str, int] = {}
 
     def add(self, table: SpanTable, instants: Iterable[tuple[str, float, int]] = ()) -> None:
@@ -381,11 +386,17 @@ class InspectRollup:
         last = np.full(n, -np.inf)
         np.maximum.at(last, track, table.ts + table.dur)
         busy = np.bincount(track, weights=np.where(table.depth == 0, table.dur, 0.0), minlength=n)
-        for index, name in enumerate(table.tracks):
-            spans = int(per_track[index])
-            self.found.append(InspectRow(name, spans, float(first[index]) if spans else None,
-                                         float(last[index]) if spans else None,
-                                         float(busy[index]) if spans else 0.0))
+        self._columns.append((per_track, first, last, busy))
         for track_name, at, count in instants:
             key = table.row_at(track_name, at)
             self.drops[key] = self.drops.get(key, 0) + count
+
+    @property
+    def found(self) -> Iterator[InspectRow]:
+        """The rows in order (columns held, a row's object made as it is shown)."""
+        names = iter(self.rows.names)
+        for per_track, first, last, busy in self._columns:
+            for spans, a, b, c in zip(per_track.tolist(), first.tolist(), last.tolist(), busy.tolist(),
+                                      strict=True):
+                yield InspectRow(next(names), spans, a if spans else None, b if spans else None,
+                                 c if spans else 0.0)

@@ -287,7 +287,7 @@ def test_a_pftrace_whose_ranks_interleave_is_read_whole_after_all(
     with pytest.raises(perfetto_read.Regroup):
         list(tables)
     regrouped = _regroup_refused(monkeypatch)
-    rollup, closing = fold_spans(trace, ReportRollup)
+    rollup, closing = fold_spans(trace, lambda: ReportRollup(page_rows=96))
     assert regrouped == [str(trace)]
     report = report_of(rollup, closing.source, closing.warnings)
     close(_report_fields(report), _report_fields(build_report(whole)))
