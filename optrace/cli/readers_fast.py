@@ -128,8 +128,11 @@ def run_inspect(path: Path, fmt: str = "text") -> int:
     """`optrace inspect`: per-core records of rank files, per-track of a trace."""
     def body() -> int:
         _check_format(fmt)
+        import json
+        import textwrap
+
         from optrace.runtime.dataset_layout import is_dataset
-        from optrace.runtime.inspection import format_text, inspect_path, inspection_json
+        from optrace.runtime.inspection import format_text, inspection_json, iter_inspect
         from optrace.runtime.trace_inspection import format_trace_text, inspect_trace, is_trace
 
         where = path.expanduser()
@@ -144,15 +147,24 @@ def run_inspect(path: Path, fmt: str = "text") -> int:
             else:
                 sys.stdout.write(safe_text(format_trace_text(found)))
             return 0
-        results = inspect_path(where)
-        if fmt == "json":
-            _emit_json(inspection_json(results))
-        else:
-            sys.stdout.write(safe_text(format_text(results)))
-        for result in results:
+        # A rank file at a time, written as it is read: the same text (format_text of
+        # each result is its lines) and JSON (the list's items, indented as json.dumps
+        # indents them in the list) as for all at once.
+        errors: list[str] = []
+        for count, result in enumerate(iter_inspect(where)):
+            if fmt == "json":
+                item = json.dumps(inspection_json([result])[0], indent=2, default=str)
+                opening = "[\n" if count == 0 else ",\n"
+                sys.stdout.write(opening + textwrap.indent(item, "  ", lambda _: True))
+            else:
+                sys.stdout.write(safe_text(format_text([result])))
             if result.error is not None:
-                _err(str(result.error))
-        return 2 if any(r.error for r in results) else 0
+                errors.append(str(result.error))
+        if fmt == "json":
+            sys.stdout.write("\n]\n")
+        for error in errors:
+            _err(error)
+        return 2 if errors else 0
 
     return _guarded(body)
 

@@ -292,3 +292,29 @@ def test_a_pftrace_whose_ranks_interleave_is_read_whole_after_all(
     report = report_of(rollup, closing.source, closing.warnings)
     close(_report_fields(report), _report_fields(build_report(whole)))
     assert rollup.rows.names == whole.tracks
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_inspect_of_a_directory_written_a_rank_file_at_a_time_is_what_all_at_once_gives(
+    demo: Path, tmp_path: Path, fmt: str
+) -> None:
+    """One rank file unreadable among them: its error in its place, exit 2, the same bytes."""
+    import json
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from optrace.cli.app import app
+    from optrace.runtime.inspection import format_text, inspect_path, inspection_json
+
+    directory = tmp_path / "d"
+    shutil.copytree(demo, directory)
+    broken = sorted(directory.glob("rank*.pt"))[3]
+    broken.write_bytes(b"not a rank file")
+    result = CliRunner().invoke(app, ["inspect", str(directory), "--format", fmt])
+    assert result.exit_code == 2
+    everything = inspect_path(directory)
+    expected = (json.dumps(inspection_json(everything), indent=2, default=str) + "\n" if fmt == "json"
+                else format_text(everything))
+    assert result.stdout == expected
+    assert broken.name in result.stderr
