@@ -1,7 +1,7 @@
-"""Profile `report`'s work on a trace in-process (load_spans, build_report, format_text),
-in a process set up as the CLI's fast path sets up a reader (no cyclic GC, freed memory
-kept): top 30 by cumulative time. What bench/results.md cites as what is left of the
-readers' time (issue #28).
+"""Profile `report`'s work on a trace in-process as the CLI does it (the trace a rank at a
+time into report's rollup, then the text), in a process set up as the CLI's fast path
+sets up a reader (no cyclic GC, freed memory kept): top 30 by cumulative time, then by
+own time. What bench/results.md cites as what is left of the readers' time (issue #28).
 
 Usage: python bench/profile_report.py TRACE [--top 30]
 """
@@ -25,15 +25,17 @@ def main() -> int:
     args = parser.parse_args()
     gc.disable()
     keep_freed_memory()
-    from optrace.runtime.formats import load_spans
-    from optrace.runtime.report import build_report, format_text
+    from optrace.runtime.formats import fold_spans
+    from optrace.runtime.report import format_text, report_of
+    from optrace.runtime.rollup import ReportRollup
 
     profile = cProfile.Profile()
     profile.enable()
-    table = load_spans(args.trace, None, None)
-    format_text(build_report(table, top=10))
+    rollup, closing = fold_spans(args.trace, ReportRollup)
+    format_text(report_of(rollup, closing.source, closing.warnings, 10))
     profile.disable()
     pstats.Stats(profile).sort_stats("cumulative").print_stats(args.top)
+    pstats.Stats(profile).sort_stats("tottime").print_stats(args.top)
     return 0
 
 
