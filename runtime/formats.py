@@ -142,19 +142,19 @@ def input_format(path: Path) -> OutputFormat | None:
     return next(f for f in _RECOGNISED if not f.directory and f.recognises(path))
 
 
-def span_chunks(path: Path, point_map: Path | None = None,
-                clock_mhz: float | None = None) -> tuple[Iterator[SpanTable], Closing]:
+def span_chunks(path: Path, point_map: Path | None = None, clock_mhz: float | None = None,
+                nested: bool = True) -> tuple[Iterator[SpanTable], Closing]:
     """The spans of what :func:`load_spans` reads, a rank at a time where its format
     allows (a profiling directory: a rank file at a time), else as one table; the
     source's closing is complete once the tables are (runtime/rollup.py sums them)."""
     if path.is_dir() and input_format(path) is None and path.suffix != ".pt":
         from .spans import profiling_dir_chunks  # with the readers (collect's start-up)
 
-        return profiling_dir_chunks(path, point_map, clock_mhz)
+        return profiling_dir_chunks(path, point_map, clock_mhz, nested)
     if path.is_file() and path.suffix != ".pt" and input_format(path) is PERFETTO:
         from .spans import perfetto_chunks
 
-        return perfetto_chunks(path)
+        return perfetto_chunks(path, nested)
     from .spans import whole_table_chunks
 
     return whole_table_chunks(load_spans(path, point_map, clock_mhz))
@@ -164,7 +164,10 @@ F = TypeVar("F", bound="Folds")
 
 
 class Folds(Protocol):
-    """What sums a source's tables (runtime/rollup.py's rollups)."""
+    """What sums a source's tables (runtime/rollup.py's rollups); ``nested``: whether it
+    reads the spans' depth and self time (the tables leave them out otherwise)."""
+
+    nested: bool
 
     def add(self, table: SpanTable) -> None: ...
 
@@ -177,8 +180,8 @@ def fold_spans(path: Path, make: Callable[[], F], point_map: Path | None = None,
     from .perfetto_read import Regroup, read_spans
     from .spans import load_perfetto_trace, whole_table_chunks
 
-    chunks, closing = span_chunks(path, point_map, clock_mhz)
     rollup = make()
+    chunks, closing = span_chunks(path, point_map, clock_mhz, rollup.nested)
     try:
         for table in chunks:
             rollup.add(table)

@@ -202,6 +202,8 @@ class ReportRollup:
     """report's figures (report.build_report), a chunk at a time; with ``page_rows``, what
     its page draws too (rows past that many only as self time per row and label)."""
 
+    nested = True
+
     def __init__(self, page_rows: int | None = None) -> None:
         self.rows = Rows(named=page_rows is not None)
         self.label_ids: dict[str, int] = {}
@@ -313,6 +315,8 @@ class LaunchRollup:
     """compare's launch times (compare.launch_times), a chunk at a time: per launch and
     label the largest per-core total, the labels with spans, each launch's ranks."""
 
+    nested = False  # sums of durations: no depth or self time needed
+
     def __init__(self) -> None:
         self.label_ids: dict[str, int] = {}
         self.launch_ids: dict[str, int] = {}
@@ -369,6 +373,8 @@ class InspectRow:
 class InspectRollup:
     """inspect's rows (trace_inspection.inspect_trace): per row its spans, first start,
     last end and busy time (its top-level spans), and the drops found in its chunk."""
+
+    nested = True
 
     def __init__(self) -> None:
         self.rows = Rows()

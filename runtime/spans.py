@@ -69,6 +69,9 @@ class SpanTable:
     trace_tracks: int = -1  # the trace's tracks with spans (-1: one per row)
     # A .pftrace's instant events: (trace track's name, µs, the instant's name).
     instants: list[tuple[str, float, str]] = field(default_factory=list)
+    # False: depth and self time left empty, not computed (for a reader that needs
+    # neither: compare's launch times are sums of durations).
+    nested: bool = True
 
     def row_at(self, track: str, ts: float) -> str:
         """The row of a trace track at time ``ts`` (µs): its launch's, or the track itself."""
@@ -80,7 +83,7 @@ class SpanTable:
         return names[k] if k >= 0 and ts <= ends[k] + LAUNCH_SLACK_US else track
 
     def __post_init__(self) -> None:
-        if self.depth.size != self.ts.size:
+        if self.nested and self.depth.size != self.ts.size:
             self.depth, self.self_time = _depth_and_self_time(self.track, self.ts, self.dur)
         if self.track_launch.size != len(self.tracks):
             self.launches, self.track_launch = _launches_by_process(self.tracks)
@@ -481,7 +484,7 @@ def _perfetto_settings(path: Path, meta: dict[str, Any]) -> tuple[RunSettings, d
 
 
 def load_perfetto_trace(path: Path, found: perfetto_read.PerfettoSpans | None = None,
-                        part: bool = False) -> SpanTable:
+                        part: bool = False, nested: bool = True) -> SpanTable:
     """Spans of a Perfetto protobuf trace (``.pftrace``, as ``collect`` writes it), or of
     what :func:`perfetto_read.read_spans` found in it; with ``part``, of one process
     :func:`perfetto_read.read_processes` gave (the trace's warnings and settings are
@@ -567,6 +570,7 @@ def load_perfetto_trace(path: Path, found: perfetto_read.PerfettoSpans | None = 
         launch_rows=rows.by_track,
         trace_tracks=int(seen.size),
         instants=instants,
+        nested=nested,
     )
 
 
@@ -985,7 +989,7 @@ def _cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
 
 
 def profiling_dir_chunks(
-    path: Path, point_map: Path | None = None, clock_mhz: float | None = None
+    path: Path, point_map: Path | None = None, clock_mhz: float | None = None, nested: bool = True,
 ) -> tuple[Iterator[SpanTable], Closing]:
     """A profiling directory's spans a rank file at a time (each its own table: a launch
     of a rank, its cores' rows), the rows in :func:`load_profiling_dir`'s order; the
@@ -999,7 +1003,7 @@ def profiling_dir_chunks(
                 source=str(path), labels=labels, tracks=found.tracks, processes=1,
                 label=_cat(found.label, np.int32), track=_cat(found.track, np.int32),
                 ts=_cat(found.ts, np.float64), dur=_cat(found.dur, np.float64), settings=RunSettings(),
-                launches=[found.launch], track_launch=np.zeros(len(found.tracks), np.int32))
+                launches=[found.launch], track_launch=np.zeros(len(found.tracks), np.int32), nested=nested)
 
     return tables(), closing
 
@@ -1011,7 +1015,7 @@ def whole_table_chunks(table: SpanTable, metadata: dict[str, Any] | None = None,
                                   metadata or {}, table.trace_tracks)
 
 
-def perfetto_chunks(path: Path) -> tuple[Iterator[SpanTable], Closing]:
+def perfetto_chunks(path: Path, nested: bool = True) -> tuple[Iterator[SpanTable], Closing]:
     """A ``.pftrace``'s spans a process (a rank) at a time, each table the rows
     :func:`load_perfetto_trace` gives that process's spans, in the same order, named the
     same. Raises :class:`perfetto_read.Regroup` from the iterator where they would not be
@@ -1032,7 +1036,7 @@ def perfetto_chunks(path: Path) -> tuple[Iterator[SpanTable], Closing]:
         parents = 0
         try:
             for part in parts:
-                table = load_perfetto_trace(path, part, part=True)
+                table = load_perfetto_trace(path, part, part=True, nested=nested)
                 mine = {name for _, name, _, _ in part.launches}
                 slices |= mine
                 order = list(dict.fromkeys(table.launches[k] for k in table.track_launch.tolist()))

@@ -219,7 +219,7 @@ def test_inspect_of_a_pftrace_rank_by_rank_prints_what_the_whole_table_gives(
         raise Regroup("test")
 
     monkeypatch.setattr(spans, "perfetto_chunks",
-                        lambda path: (map(refuse, [path]), spans.Closing(str(path))))
+                        lambda path, nested=True: (map(refuse, [path]), spans.Closing(str(path))))
     regrouped = _regroup_refused(monkeypatch)
     whole = inspect_trace(demo_trace)
     assert regrouped == [str(demo_trace)]
@@ -318,3 +318,23 @@ def test_inspect_of_a_directory_written_a_rank_file_at_a_time_is_what_all_at_onc
                 else format_text(everything))
     assert result.stdout == expected
     assert broken.name in result.stderr
+
+
+@pytest.mark.parametrize("kind", ["trace", "directory"])
+def test_compares_tables_skip_the_nesting_it_never_reads(demo: Path, demo_trace: Path, kind: str) -> None:
+    from optrace.runtime.formats import fold_spans
+    from optrace.runtime.rollup import LaunchRollup, ReportRollup
+
+    seen: list[tuple[int, int]] = []
+
+    class Watched(LaunchRollup):
+        def add(self, table: SpanTable) -> None:
+            seen.append((table.ts.size, table.depth.size))
+            super().add(table)
+
+    source = demo_trace if kind == "trace" else demo
+    rollup, _ = fold_spans(source, Watched)
+    assert seen and all(spans and depth == 0 for spans, depth in seen)
+    np.testing.assert_array_equal(rollup.times()[1], launch_times(load_spans(source)).values)
+    report, _ = fold_spans(source, ReportRollup)  # report's tables are nested
+    assert report.busy_self > 0
