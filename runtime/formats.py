@@ -183,8 +183,13 @@ def fold_spans(path: Path, make: Callable[[], F], point_map: Path | None = None,
     rollup = make()
     chunks, closing = span_chunks(path, point_map, clock_mhz, rollup.nested)
     try:
-        for table in chunks:
-            rollup.add(table)
+        try:
+            for table in chunks:
+                rollup.add(table)
+        finally:  # a rollup that raised: the source's progress line closed now, not at GC
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
     except Regroup:
         rollup = make()
         progress = reading(path)

@@ -100,9 +100,9 @@ def counted_percentiles(values: np.ndarray, counts: np.ndarray, percents: tuple[
     out = []
     for percent in percents:
         position = (n - 1) * (percent / 100)
-        low = math.floor(position)
-        a, b = (at(-1), at(-1)) if position >= n - 1 else (at(low), at(low + 1))
-        t = np.float64(position - low) if position < n - 1 else np.float64(position - (n - 1))
+        low = -1 if position >= n - 1 else math.floor(position)  # past the end: the last, twice
+        a, b = at(low), at(-1 if low < 0 else low + 1)
+        t = np.float64(position - low)
         diff = b - a
         out.append(float(b - diff * (1 - t) if t >= 0.5 else a + diff * t))
     return out

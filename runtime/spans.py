@@ -757,9 +757,11 @@ def launch_rows(
     slices_by_track: dict[str, tuple[list[float], list[float], list[str]]] = {}
     order = np.lexsort((s_start, s_track))
     keys = s_track[order] * width + s_launch[order]
-    found = np.minimum(np.searchsorted(pairs, keys), max(pairs.size - 1, 0))
-    has_row = pairs[found] == keys if pairs.size else np.zeros(keys.size, dtype=bool)
-    rows_of = np.where(has_row, place[found], -1).tolist()
+    if pairs.size:
+        found = np.minimum(np.searchsorted(pairs, keys), pairs.size - 1)
+        rows_of = np.where(pairs[found] == keys, place[found], -1).tolist()
+    else:  # launch slices holding no span (cores that only dropped records): no row
+        rows_of = [-1] * keys.size
     columns = (order.tolist(), s_track[order].tolist(), s_start[order].tolist(), s_end[order].tolist())
     for k, t, begins, finishes, row_of in zip(*columns, rows_of, strict=True):
         track_name = f"{real[t][1]} / {real[t][2]}"
@@ -952,6 +954,14 @@ def _rank_spans(path: Path, point_map: Path | None, clock_mhz: float | None,
 
     def spans() -> Iterator[_RankSpans]:
         told = Progress(f"decoding {path}")
+        try:
+            yield from ranks(told)
+        finally:
+            told.close()
+        if closing.processes == 0:
+            raise ProfilingInputError(path, "no rank file could be decoded: " + "; ".join(closing.warnings))
+
+    def ranks(told: Progress) -> Iterator[_RankSpans]:
         for done, (name, _file, loaded) in enumerate(iter_rank_buffers(files)):
             told.update(done, len(files))
             try:
@@ -977,9 +987,6 @@ def _rank_spans(path: Path, point_map: Path | None, clock_mhz: float | None,
                 found.ts.append(core.start / decoded.clock_mhz)
                 found.dur.append((core.end - core.start) / decoded.clock_mhz)
             yield found
-        told.close()
-        if closing.processes == 0:
-            raise ProfilingInputError(path, "no rank file could be decoded: " + "; ".join(closing.warnings))
 
     return list(pmap.labels), spans()
 

@@ -338,3 +338,161 @@ def test_compares_tables_skip_the_nesting_it_never_reads(demo: Path, demo_trace:
     np.testing.assert_array_equal(rollup.times()[1], launch_times(load_spans(source)).values)
     report, _ = fold_spans(source, ReportRollup)  # report's tables are nested
     assert report.busy_self > 0
+
+
+# ----------------------------------------------------------------------------- traces laid out otherwise
+
+
+# ns, track uuid, type (1 begin, 2 end, 3 instant), name, launch?
+Event = tuple[int, int, int, "str | None", bool]
+
+
+CUT: Any = ("cut",)  # in a custom trace's events: where the reader may end a chunk
+
+
+def _custom_trace(path: Path, events: list[Event], *, processes_last: bool = False) -> Path:
+    """Ranks 0..2 (process uuid r + 1, its core's track 10 (r + 1)) and ``events``, with
+    the process descriptors first (as collect writes them) or last (after the threads')."""
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+    from optrace.runtime.launches import LAUNCH_CATEGORY
+
+    trace = pb.Trace()
+
+    def processes() -> None:
+        for rank in range(3):
+            packet = trace.packet.add()
+            packet.track_descriptor.uuid = rank + 1
+            packet.track_descriptor.process.pid = rank + 1
+            packet.track_descriptor.process.process_name = f"Rank {rank}"
+
+    if not processes_last:
+        processes()
+    for rank in range(3):
+        packet = trace.packet.add()
+        packet.track_descriptor.uuid = 10 * (rank + 1)
+        packet.track_descriptor.parent_uuid = rank + 1
+        packet.track_descriptor.thread.pid = rank + 1
+        packet.track_descriptor.thread.tid = 1
+        packet.track_descriptor.thread.thread_name = "AIC 0"
+    for event in events:
+        if event is CUT:
+            # A packet the reader's short-packet loop stops at: where it may end a chunk.
+            packet = trace.packet.add()
+            packet.track_descriptor.uuid = 999
+            packet.track_descriptor.name = "a descriptor past 128 bytes " * 8
+            continue
+        ns, track, kind, name, launch = event
+        packet = trace.packet.add()
+        packet.timestamp = ns
+        packet.trusted_packet_sequence_id = 1
+        packet.track_event.type = kind
+        packet.track_event.track_uuid = track
+        if name is not None:
+            packet.track_event.name = name
+        if launch:
+            packet.track_event.categories.append(LAUNCH_CATEGORY)
+    if processes_last:
+        processes()
+    path.write_bytes(trace.SerializeToString())
+    return path
+
+
+def _launch(track: int, t0: int, spans: list[tuple[str, int, int]], name: str = "launch 0") -> list[Event]:
+    """A launch slice on ``track`` from t0 holding ``spans`` (label, start, end after t0), in
+    the order a stack writes them."""
+    marks: list[tuple[int, int, int, str | None]] = []  # (ns, order, type, name): ends before begins
+    for label, start, end in spans:
+        marks += [(t0 + start, 1, 1, label), (t0 + end, 0, 2, None)]
+    ordered = sorted(marks, key=lambda m: (m[0], m[1]))
+    body = [(ns, track, kind, label, False) for ns, _, kind, label in ordered]
+    last = max([t0 + end for _, _, end in spans] + [t0 + 1])
+    return [(t0, track, 1, name, True), *body, (last, track, 2, None, False)]
+
+
+def _same_as_whole(trace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """report, compare's launch times and inspect read a process at a time equal the whole
+    table's (the whole read forced by a source that regroups at once)."""
+    from optrace.runtime import spans
+    from optrace.runtime.formats import fold_spans
+    from optrace.runtime.perfetto_read import Regroup
+    from optrace.runtime.report import report_of
+    from optrace.runtime.rollup import LaunchRollup, ReportRollup
+    from optrace.runtime.trace_inspection import inspect_trace
+
+    def read() -> tuple[Any, ...]:
+        report, closing = fold_spans(trace, lambda: ReportRollup(page_rows=96))
+        launches, _ = fold_spans(trace, LaunchRollup)
+        labels, values, present, ranks = launches.times()
+        figures = _report_fields(report_of(report, closing.source, closing.warnings))
+        return (present.tolist(), figures, report.rows.names,
+                dict(zip(labels, np.sort(values, axis=0).T.tolist(), strict=True)), sorted(ranks),
+                inspect_trace(trace))
+
+    streamed = read()
+
+    def refuse(path: Path) -> Any:
+        raise Regroup("test")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(spans, "perfetto_chunks",
+                      lambda path, nested=True: (map(refuse, [path]), spans.Closing(str(path))))
+        whole = read()
+    close(list(streamed), list(whole))
+
+
+def test_a_rank_whose_launch_holds_no_span_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 1's core only dropped records: its launch slice and drop marker, no span."""
+    events = [*_launch(10, 0, [("processing", 10, 90), ("processing compute", 20, 50)]),
+              (0, 20, 1, "launch 0", True), (40, 20, 3, "optrace: 12 records dropped", False),
+              (100, 20, 2, None, False)]
+    trace = _custom_trace(tmp_path / "t.pftrace", events)
+    _same_as_whole(trace, monkeypatch)
+    from optrace.runtime.trace_inspection import inspect_trace
+
+    assert inspect_trace(trace)["dropped"] == 12
+
+
+def test_ranks_interleaved_within_one_chunk_are_read_whole(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 0's events, rank 1's, rank 0's again — all in one of the reader's chunks, so no
+    rank was given out before it came back: the label-path warnings and rows still in
+    the whole table's order."""
+    first = _launch(10, 0, [("a", 0, 50)])
+    second = _launch(20, 0, [("b", 0, 50), ("b y", 60, 70)])
+    third = _launch(10, 1000, [("a", 0, 10), ("a x", 60, 70)], name="launch 1")
+    fourth = _launch(20, 1000, [("b", 0, 50)], name="launch 1")
+    trace = _custom_trace(tmp_path / "t.pftrace", [*first, *second, *third, *fourth])
+    _same_as_whole(trace, monkeypatch)
+    assert len(build_report(load_spans(trace)).warnings) == 3  # not optrace's, 'b y', 'a x'
+
+
+def test_a_rank_whose_drop_marker_comes_before_another_ranks_launch_is_read_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 0's drop marker, rank 1's launch, then rank 0's: read in chunks of one packet,
+    rank 0 would be given out (or ordered) before rank 1, whose spans come first."""
+    from optrace.runtime import perfetto_read
+
+    monkeypatch.setattr(perfetto_read, "_CHUNK", 1)
+    # rank 0's launch begins, its drop marker; rank 1's whole launch; rank 0's spans and end
+    rank0 = _launch(10, 0, [("a", 10, 50)])
+    events = [rank0[0], (1, 10, 3, "optrace: 3 records dropped", False), CUT,
+              *_launch(20, 0, [("b", 0, 50)]), CUT, *rank0[1:]]
+    trace = _custom_trace(tmp_path / "u.pftrace", events)
+    assert load_spans(trace).tracks == ["Rank 1 / AIC 0", "Rank 0 / AIC 0"]  # by their first spans
+    _same_as_whole(trace, monkeypatch)
+
+
+@pytest.mark.parametrize("chunk", [1 << 17, 4])
+def test_process_names_that_come_after_the_spans_name_the_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
+) -> None:
+    from optrace.runtime import perfetto_read
+
+    events = [*_launch(10, 0, [("processing", 10, 90)]), CUT, *_launch(20, 0, [("processing", 10, 80)]), CUT,
+              *_launch(30, 0, [("processing", 10, 70)])]
+    trace = _custom_trace(tmp_path / "t.pftrace", events, processes_last=True)
+    monkeypatch.setattr(perfetto_read, "_CHUNK", chunk)
+    _same_as_whole(trace, monkeypatch)
+    assert load_spans(trace).tracks == ["Rank 0 / AIC 0", "Rank 1 / AIC 0", "Rank 2 / AIC 0"]
