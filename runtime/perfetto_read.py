@@ -24,7 +24,7 @@ import sys
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -323,14 +323,8 @@ def _places_in_order(places: np.ndarray, size: int) -> np.ndarray:
 def read_spans(path: Path, progress: Callable[[int, int], None] | None = None) -> PerfettoSpans:
     """Raises ProfilingInputError (``path: message``) for a file that is not a readable
     trace. ``progress(bytes read, bytes in all)`` is called as the packets go by."""
-    try:
-        # Regular, within the trace bound, gunzipped within it too (runtime/regular.py).
-        data = read_maybe_gzip(path, "trace")
-    except FileNotFoundError:
-        raise ProfilingInputError(path, "no such file") from None
-    except (OSError, EOFError, BadJSON) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        raise ProfilingInputError(path, f"not a readable trace: {why}") from None
+    # Regular, within the trace bound, gunzipped within it too (runtime/regular.py).
+    data = _trace_bytes(path, read_maybe_gzip)
     try:
         found, events = _read(data, progress)
     except (_Malformed, KeyError, BadJSON) as exc:
@@ -340,9 +334,24 @@ def read_spans(path: Path, progress: Callable[[int, int], None] | None = None) -
     return found
 
 
+def _trace_bytes(path: Path, read: Callable[[Path, str], _T]) -> _T:
+    """``read(path, "trace")``, its failures as ProfilingInputError naming the path."""
+    try:
+        return read(path, "trace")
+    except FileNotFoundError:
+        raise ProfilingInputError(path, "no such file") from None
+    except (OSError, EOFError, BadJSON) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise ProfilingInputError(path, f"not a readable trace: {why}") from None
+
+
+_T = TypeVar("_T")
+
+
 class Regroup(Exception):
     """A trace that cannot be read a process at a time after all (one process's events
-    after another's began, a track of no known process): read it whole instead."""
+    after another's began, a track of no known process, a process described after it was
+    read): read it whole instead."""
 
 
 def read_processes(path: Path, progress: Callable[[int, int], None] | None = None,
@@ -352,20 +361,15 @@ def read_processes(path: Path, progress: Callable[[int, int], None] | None = Non
     instants (track and name indices into the shared ``track_uuids`` and ``names``).
 
     ``collect`` writes a rank's packets together, so a process is whole once the file is
-    read past it: once a later process's events began and none of its slices is still
-    open. The file is mapped, not read into memory, and the bytes behind the read let go
-    as it goes (:func:`regular.map_maybe_gzip`): memory is a rank's spans, whatever the
-    trace's size. The first returned is the whole trace's, complete (metadata, unclosed
-    begins) once the processes are. Raises :class:`Regroup` from the iterator where a
-    process's events come after it was given out, ProfilingInputError as
+    read past it: once a later process's events began, none of its slices is still open
+    and its descriptor has named it. The file is mapped, not read into memory, and the
+    bytes behind the read let go as it goes (:func:`regular.map_maybe_gzip`): memory is a
+    rank's spans, whatever the trace's size. The first returned is the whole trace's,
+    complete (metadata, unclosed begins) once the processes are. Raises
+    :class:`Regroup` from the iterator where a process's events come back after
+    another's, or a descriptor names a process given out; ProfilingInputError as
     :func:`read_spans` does."""
-    try:
-        data = map_maybe_gzip(path, "trace")
-    except FileNotFoundError:
-        raise ProfilingInputError(path, "no such file") from None
-    except (OSError, EOFError, BadJSON) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        raise ProfilingInputError(path, f"not a readable trace: {why}") from None
+    data = _trace_bytes(path, map_maybe_gzip)
     found = PerfettoSpans()
     events = _Events()
     return found, _processes(path, data, found, events, progress)

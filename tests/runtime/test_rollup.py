@@ -230,44 +230,10 @@ def test_inspect_of_a_pftrace_rank_by_rank_prints_what_the_whole_table_gives(
 def _interleaved_trace(path: Path) -> Path:
     """Two ranks whose packets interleave (rank 0's second launch after rank 1's): not
     collect's layout, so a reader a process at a time cannot give rank 0 out whole."""
-    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
-
-    from optrace.runtime.launches import LAUNCH_CATEGORY
-
-    trace = pb.Trace()
-    for process, pid, name in ((1, 1, "Rank 0"), (2, 2, "Rank 1")):
-        packet = trace.packet.add()
-        packet.track_descriptor.uuid = process
-        packet.track_descriptor.process.pid = pid
-        packet.track_descriptor.process.process_name = name
-        packet = trace.packet.add()
-        packet.track_descriptor.uuid = 10 * process
-        packet.track_descriptor.parent_uuid = process
-        packet.track_descriptor.thread.pid = pid
-        packet.track_descriptor.thread.tid = 1
-        packet.track_descriptor.thread.thread_name = "AIC 0"
-
-    def event(ts: int, track: int, kind: int, name: str | None = None, launch: bool = False) -> None:
-        packet = trace.packet.add()
-        packet.timestamp = ts
-        packet.trusted_packet_sequence_id = 1
-        packet.track_event.type = kind
-        packet.track_event.track_uuid = track
-        if name is not None:
-            packet.track_event.name = name
-        if launch:
-            packet.track_event.categories.append(LAUNCH_CATEGORY)
-
-    for track, t0, launch in ((10, 0, 0), (20, 0, 0), (10, 10_000, 1)):
-        event(t0, track, 1, f"launch {launch}", launch=True)
-        for k in range(20):
-            event(t0 + 100 * k + 10, track, 1, "processing")
-            event(t0 + 100 * k + 50, track, 1, "processing compute")
-            event(t0 + 100 * k + 60 + track, track, 2)
-            event(t0 + 100 * k + 90, track, 2)
-        event(t0 + 5_000, track, 2)
-    path.write_bytes(trace.SerializeToString())
-    return path
+    spans = [(label, 100 * k + start, 100 * k + end) for k in range(20)
+             for label, start, end in (("processing", 10, 90), ("processing compute", 50, 60))]
+    return _custom_trace(path, [*_launch(10, 0, spans), *_launch(20, 0, spans),
+                                *_launch(10, 10_000, spans, name="launch 1")])
 
 
 def test_a_pftrace_whose_ranks_interleave_is_read_whole_after_all(
