@@ -193,10 +193,18 @@ def test_a_pftrace_rank_by_rank_reports_what_its_whole_table_does(
     chunks = list(tables)
     assert [len({t.split(" / ")[0].split(" (")[0] for t in c.tracks}) for c in chunks] == [1, 1, 1]
     assert [t for c in chunks for t in c.tracks] == whole.tracks  # the rows, in the whole table's order
-    rollup, closing = fold_spans(demo_trace, lambda: ReportRollup(page_rows=96))
+    rollup, closing = fold_spans(demo_trace, lambda: ReportRollup(page_rows=40))
     assert regrouped == []
     report = report_of(rollup, closing.source, closing.warnings, 5)
     close(_report_fields(report), _report_fields(expected))
+    # the page: every row's self time per phase; the timeline of the rows it shows (40 of 108: two ranks')
+    page, full = rollup.page(), page_of(whole)
+    phases = [s.label for s in expected.hotspots]
+    assert page.tracks == whole.tracks and len(page.shown.tracks) == 40
+    np.testing.assert_allclose(per_track_self(page, phases)[0], per_track_self(full, phases)[0], rtol=1e-12)
+    shown, everything = timeline_bins(page.shown, 40, phases), timeline_bins(whole, 40, phases)
+    for got, want in zip(shown, everything, strict=True):
+        np.testing.assert_array_equal(got, want)
     assert closing.settings == whole.settings and closing.trace_tracks == whole.trace_tracks
     launches, _ = fold_spans(demo_trace, LaunchRollup)
     labels, values, present, ranks = launches.times()
