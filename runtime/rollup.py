@@ -209,7 +209,7 @@ class ReportRollup:
         self.label_ids: dict[str, int] = {}
         self.labels: list[_Label] = []
         self.busy_self = 0.0
-        # (child, the parent its chunk named, spans outside) per chunk: see _outside.
+        # (child, the parent its chunk named, spans outside) per chunk: see label_path_warnings.
         self.outside: list[tuple[str, str, int]] = []
         self.page_rows = page_rows
         self._self: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
