@@ -27,7 +27,6 @@ different things and are refused.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,15 +128,6 @@ class MeasuredRun:
 
 
 Run = SpanTable | MeasuredRun
-
-
-def measured_run(chunks: Iterable[SpanTable], closing: Closing) -> MeasuredRun:
-    """A run's launch times from its spans read a rank at a time (spans.Closing complete
-    once ``chunks`` are)."""
-    rollup = LaunchRollup()
-    for table in chunks:
-        rollup.add(table)
-    return run_of(rollup, closing)
 
 
 def run_of(rollup: LaunchRollup, closing: Closing) -> MeasuredRun:

@@ -14,13 +14,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from optrace.runtime.compare import launch_times, measured_run
+from optrace.runtime.compare import launch_times, run_of
 from optrace.runtime.demo import write_demo
 from optrace.runtime.formats import load_spans, span_chunks
 from optrace.runtime.report import build_report, page_of, per_track_self, rolled_report, timeline_bins
 from optrace.runtime.rollup import Durations, counted_percentiles
 from optrace.runtime.save import reset_launch_counters
-from optrace.runtime.spans import RunSettings, SpanTable, percentiles
+from optrace.runtime.spans import RunSettings, SpanTable, percentiles, run_counts
 
 
 @pytest.fixture(autouse=True)
@@ -81,6 +81,7 @@ def test_a_directory_rank_by_rank_reports_what_its_whole_table_does(demo: Path) 
     report, page = rolled_report(chunks, closing, top=5, page=True)
     expected = build_report(whole, top=5)
     close(_report_fields(report), _report_fields(expected))
+    assert report.counts == run_counts(whole)  # the counts' definition on a table of every span
     # exact: counts and percentiles are not sums
     assert [(s.count, s.p50_us, s.p99_us, s.tracks) for s in report.stats] == \
         [(s.count, s.p50_us, s.p99_us, s.tracks) for s in expected.stats]
@@ -100,7 +101,10 @@ def test_a_directory_rank_by_rank_reports_what_its_whole_table_does(demo: Path) 
 
 
 def test_a_directory_rank_by_rank_has_the_launch_times_of_its_whole_table(demo: Path) -> None:
-    run = measured_run(*span_chunks(demo))
+    from optrace.runtime.formats import fold_spans
+    from optrace.runtime.rollup import LaunchRollup
+
+    run = run_of(*fold_spans(demo, LaunchRollup))
     whole = launch_times(load_spans(demo))
     assert run.times.labels == whole.labels
     np.testing.assert_array_equal(run.times.values, whole.values)  # maxima: exact
