@@ -18,10 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from . import perfetto_read
+from . import json_rows, perfetto_read
 from .chrome import TRACE_FORMAT
 from .decode import DecodeOptions, decode_rank
 from .errors import ProfilingInputError, checked_id, checked_name, shown
+from .json_rows import JsonEvents
 from .launches import LAUNCH_CATEGORY, launch_name
 from .numbers import CLOCK_MHZ, RANK, TIME_US, NumberError, check_number
 from .pointmap import load_point_map, resolve_point_map
@@ -330,9 +331,33 @@ def read_trace_json(path: Path) -> dict[str, Any]:
         raise ProfilingInputError(path, f"not a readable JSON trace: {why}") from None
     if not isinstance(document, dict) or not isinstance(document.get("traceEvents"), list):
         raise ProfilingInputError(path, 'not a Chrome trace: expected {"traceEvents": [...]}')
+    _check_other(path, document)
+    return document
+
+
+def _check_other(path: Path, document: dict[str, Any]) -> None:
     if not isinstance(document.get("otherData") or {}, dict):
         raise ProfilingInputError(path, "otherData must be an object")
-    return document
+
+
+def read_trace_events(path: Path) -> JsonEvents:
+    """A Chrome JSON trace's events (:func:`read_trace_json`'s rules): collect's span rows
+    as columns where the file is laid out one event a line (runtime/json_rows.py), else
+    the document parsed whole."""
+    told = reading(path)
+    try:
+        found = json_rows.read_events(path, told.update)
+    finally:
+        told.close()
+    if found is not None:
+        _check_other(path, found.document)
+        return found
+    return _whole_events(read_trace_json(path))
+
+
+def _whole_events(document: dict[str, Any]) -> JsonEvents:
+    listed = document["traceEvents"]
+    return JsonEvents({k: v for k, v in document.items() if k != "traceEvents"}, len(listed), whole=listed)
 
 
 def _clock(path: Path | str, value: object) -> float:
@@ -376,39 +401,38 @@ def rank_entries(path: Path | str, other: dict[str, Any]) -> list[dict[str, Any]
     return listed
 
 
-def load_trace(path: Path, document: dict[str, Any] | None = None) -> SpanTable:
-    """Spans of a Chrome trace written by ``optrace collect`` (or of its document, read)."""
-    if document is None:
-        document = read_trace_json(path)
-    other = document.get("otherData") or {}
-    warnings: list[str] = []
-    if other.get("format") != TRACE_FORMAT:
-        warnings.append(f"{path}: not written by optrace collect: runtime settings unknown")
-    process_names: dict[Any, str] = {}
-    thread_names: dict[tuple[Any, Any], str] = {}
-    label_ids: dict[str, int] = {}
-    track_ids: dict[tuple[Any, Any], int] = {}
-    label_col: list[int] = []
-    track_col: list[int] = []
-    ts_col: list[float] = []
-    dur_col: list[float] = []
-    launch_slices: list[tuple[int, float, float, str]] = []
-    told = reading(path)
-    events = document["traceEvents"]
-    for index, event in enumerate(events):
-        if not index & 0xFFFF:
-            told.update(index, len(events))
+class _TraceEvents:
+    """What a Chrome trace's events say, event by event as the parser gave them: the
+    process and thread names, the spans and the launch slices, labels and tracks (a
+    (pid, tid)) numbered as they first come, with each event's index."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.process_names: dict[Any, str] = {}
+        self.thread_names: dict[tuple[Any, Any], str] = {}
+        self.label_ids: dict[str, int] = {}
+        self.track_ids: dict[tuple[Any, Any], int] = {}
+        self.label: list[int] = []
+        self.track: list[int] = []
+        self.ts: list[float] = []
+        self.dur: list[float] = []
+        self.index: list[int] = []
+        self.launch_slices: list[tuple[int, float, float, str]] = []
+        self.launch_index: list[int] = []
+
+    def take(self, index: int, event: Any) -> None:
+        path = self.path
         if not isinstance(event, dict):
-            continue
+            return
         phase = event.get("ph")
         if phase == "M":
             args = event.get("args")
             name = args.get("name") if isinstance(args, dict) else None
             pid, tid = event_ids(path, index, event)
             if event.get("name") == "process_name" and isinstance(name, str):
-                process_names[pid] = checked_name(path, name, "process name")
+                self.process_names[pid] = checked_name(path, name, "process name")
             elif event.get("name") == "thread_name" and isinstance(name, str):
-                thread_names[(pid, tid)] = checked_name(path, name, "thread name")
+                self.thread_names[(pid, tid)] = checked_name(path, name, "thread name")
         elif phase == "X":
             try:
                 # float() takes "nan" and "inf" as strings: the range check refuses them.
@@ -417,17 +441,102 @@ def load_trace(path: Path, document: dict[str, Any] | None = None) -> SpanTable:
                 label = checked_name(path, str(event["name"]), "label")
             except (KeyError, TypeError, ValueError, OverflowError):
                 raise ProfilingInputError(path, f"malformed complete event: {str(event)[:200]}") from None
-            track = track_ids.setdefault(event_ids(path, index, event), len(track_ids))
+            track = self.track_ids.setdefault(event_ids(path, index, event), len(self.track_ids))
             if event.get("cat") == LAUNCH_CATEGORY:  # a launch, not a span
-                launch_slices.append((track, ts, ts + dur, label))
-                continue
-            label_col.append(label_ids.setdefault(label, len(label_ids)))
-            track_col.append(track)
-            ts_col.append(ts)
-            dur_col.append(dur)
-    told.close()
-    real = [(pid, process_names.get(pid, f"pid {pid}"), thread_names.get((pid, tid), f"tid {tid}"))
-            for (pid, tid) in track_ids]
+                self.launch_slices.append((track, ts, ts + dur, label))
+                self.launch_index.append(index)
+                return
+            self.label.append(self.label_ids.setdefault(label, len(self.label_ids)))
+            self.track.append(track)
+            self.ts.append(ts)
+            self.dur.append(dur)
+            self.index.append(index)
+
+    def columns(self, rows: json_rows.Spans | None
+                ) -> tuple[list[str], list[tuple[Any, Any]], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Labels, tracks, and the spans' label, track, ts and dur columns in event
+        order, with the span rows json_rows read as columns among them: labels and
+        tracks numbered by first use, as an event-by-event read numbers them."""
+        label = np.array(self.label, dtype=np.int64)
+        track = np.array(self.track, dtype=np.int64)
+        ts = np.array(self.ts, dtype=np.float64)
+        dur = np.array(self.dur, dtype=np.float64)
+        if rows is None:
+            return list(self.label_ids), list(self.track_ids), label, track, ts, dur
+        names = [self.label_ids.setdefault(checked_name(self.path, n, "label"), len(self.label_ids))
+                 for n in rows.names]
+        pairs, pair = _pairs(rows.pid, rows.tid)
+        codes = [self.track_ids.setdefault((p, t), len(self.track_ids)) for p, t in pairs]
+        index = np.concatenate([np.array(self.index, dtype=np.int64), rows.index])
+        order = np.argsort(index, kind="stable")
+        label = np.concatenate([label, np.array(names, dtype=np.int64)[rows.name]])[order]
+        track = np.concatenate([track, np.array(codes, dtype=np.int64)[pair.reshape(-1)]])[order]
+        ts = np.concatenate([ts, rows.ts_q / 1000.0])[order]
+        dur = np.concatenate([dur, rows.dur_q / 1000.0])[order]
+        # Renumbered by first use: tracks among spans and launch slices, labels among spans.
+        launch_track = np.array([t for t, _, _, _ in self.launch_slices], dtype=np.int64)
+        first_track = np.concatenate([index[order], np.array(self.launch_index, dtype=np.int64)])
+        track_order, track = _by_first_index(np.concatenate([track, launch_track]), first_track,
+                                             len(self.track_ids))
+        track, launch_track = track[: order.size], track[order.size :]
+        label_order, label = _by_first_index(label, np.arange(label.size), len(self.label_ids))
+        slices = zip(launch_track.tolist(), self.launch_slices, strict=True)
+        self.launch_slices = [(int(t), a, b, n) for t, (_, a, b, n) in slices]
+        label_names = list(self.label_ids)
+        keys = list(self.track_ids)
+        return ([label_names[i] for i in label_order.tolist()], [keys[i] for i in track_order.tolist()],
+                label, track, ts, dur)
+
+
+def _pairs(pid: np.ndarray, tid: np.ndarray) -> tuple[list[tuple[int, int]], np.ndarray]:
+    """The distinct (pid, tid) and each row's index into them."""
+    if pid.size and int(pid.max()) < 2**31 and int(tid.max()) < 2**31:  # one int64 key a row
+        keys, inverse = np.unique((pid << 31) | tid, return_inverse=True)
+        return [(k >> 31, k & (2**31 - 1)) for k in keys.tolist()], inverse.reshape(-1)
+    both, inverse = np.unique(np.stack([pid, tid], axis=1), axis=0, return_inverse=True)
+    return [(int(p), int(t)) for p, t in both.tolist()], inverse.reshape(-1)
+
+
+def _by_first_index(codes: np.ndarray, at: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """The codes in use ordered by the least ``at`` of each, and ``codes`` renumbered so."""
+    in_order = codes[np.argsort(at, kind="stable")]
+    used, first = np.unique(in_order, return_index=True)
+    ordered = used[np.argsort(first, kind="stable")]
+    renumber = np.full(size, -1, dtype=np.int64)
+    renumber[ordered] = np.arange(ordered.size)
+    return ordered, renumber[codes]
+
+
+def load_trace(path: Path, events: JsonEvents | None = None) -> SpanTable:
+    """Spans of a Chrome trace written by ``optrace collect`` (or of its events, read)."""
+    if events is None:
+        events = read_trace_events(path)
+    try:
+        return _trace_table(path, events)
+    except ProfilingInputError:
+        if events.whole is not None:
+            raise
+    # A fault among the events read line by line: the whole document's read names the
+    # first one, as it always has.
+    return _trace_table(path, _whole_events(read_trace_json(path)))
+
+
+def _trace_table(path: Path, events: JsonEvents) -> SpanTable:
+    other = events.document.get("otherData") or {}
+    warnings: list[str] = []
+    if other.get("format") != TRACE_FORMAT:
+        warnings.append(f"{path}: not written by optrace collect: runtime settings unknown")
+    found = _TraceEvents(path)
+    told = reading(path) if events.whole is not None else None
+    for index, event in events.events():
+        if told is not None and not index & 0xFFFF:
+            told.update(index, events.count)
+        found.take(index, event)
+    if told is not None:
+        told.close()
+    labels, keys, label, track, ts_all, dur_all = found.columns(events.spans)
+    names, threads = found.process_names, found.thread_names
+    real = [(pid, names.get(pid, f"pid {pid}"), threads.get((pid, tid), f"tid {tid}")) for (pid, tid) in keys]
     settings = RunSettings()
     pid_launch: dict[Any, str] = {}
     for rank in rank_entries(path, other):
@@ -436,16 +545,14 @@ def load_trace(path: Path, document: dict[str, Any] | None = None) -> SpanTable:
         if rank.get("clock_mhz") is not None:
             settings.clock_mhz.add(_clock(path, rank["clock_mhz"]))
         settings.barrier.add(rank.get("barrier") if isinstance(rank.get("barrier"), bool) else None)
-    ts_all = np.array(ts_col, dtype=np.float64)
-    dur_all = np.array(dur_col, dtype=np.float64)
-    rows = launch_rows(np.array(track_col, dtype=np.int64), ts_all, ts_all + dur_all, real, launch_slices,
+    rows = launch_rows(track, ts_all, ts_all + dur_all, real, found.launch_slices,
                        [pid_launch.get(pid) for pid, _, _ in real])
     return SpanTable(
         source=str(path),
-        labels=list(label_ids),
+        labels=labels,
         tracks=rows.names,
-        processes=max(len({pid for pid, _ in track_ids}), 1),
-        label=np.array(label_col, dtype=np.int32),
+        processes=max(len({pid for pid, _ in keys}), 1),
+        label=label.astype(np.int32),
         track=rows.track,
         ts=ts_all,
         dur=dur_all,
@@ -454,7 +561,7 @@ def load_trace(path: Path, document: dict[str, Any] | None = None) -> SpanTable:
         launches=rows.launches,
         track_launch=rows.track_launch,
         launch_rows=rows.by_track,
-        trace_tracks=int(np.unique(np.array(track_col, dtype=np.int64)).size),
+        trace_tracks=int(np.unique(track).size),
     )
 
 

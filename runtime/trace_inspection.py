@@ -23,7 +23,7 @@ from .spans import (
     SpanTable,
     event_ids,
     load_trace,
-    read_trace_json,
+    read_trace_events,
     whole_table_chunks,
 )
 
@@ -74,14 +74,14 @@ class _Rows(InspectRollup):
 
 
 def _json_rows(path: Path) -> tuple[InspectRollup, Closing]:
-    """inspect's rows of a JSON trace (read whole: Python's JSON parser holds it anyway),
-    its drop markers found by their pid and tid's names."""
-    document = read_trace_json(path)  # regular, bounded, strict JSON (spans.py)
-    table = load_trace(path, document)
-    events = document.get("traceEvents")
+    """inspect's rows of a JSON trace (read whole), its drop markers found by their pid
+    and tid's names."""
+    events = read_trace_events(path)  # regular, bounded, strict JSON (spans.py)
+    table = load_trace(path, events)
     processes: dict[Any, str] = {}
     threads: dict[tuple[Any, Any], str] = {}
-    for index, event in enumerate(events or []):
+    # Names and drop markers are never span rows: read by the parser, one by one.
+    for index, event in events.events():
         if isinstance(event, dict) and event.get("ph") == "M":
             args = event.get("args")
             title = str(args.get("name") if isinstance(args, dict) else None)
@@ -92,7 +92,7 @@ def _json_rows(path: Path) -> tuple[InspectRollup, Closing]:
                 threads[(pid, tid)] = title
     rows = InspectRollup()
     rows.add(table)
-    for index, event in enumerate(events or []):
+    for index, event in events.events():
         if isinstance(event, dict) and event.get("ph") == "i":
             count = _dropped(path, str(event.get("name", "")))
             if count is not None:
@@ -102,7 +102,7 @@ def _json_rows(path: Path) -> tuple[InspectRollup, Closing]:
                 if isinstance(at, int | float) and not isinstance(at, bool):
                     key = table.row_at(key, float(at))
                 rows.drops[key] = rows.drops.get(key, 0) + count
-    other = document.get("otherData") if isinstance(document, dict) else None
+    other = events.document.get("otherData")
     _, closing = whole_table_chunks(table, other if isinstance(other, dict) else {})
     return rows, closing
 

@@ -14,8 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from optrace.cli.app import app
+from optrace.runtime import json_rows, perfetto_read, progress, spans
 from optrace.runtime import perfetto as pf
-from optrace.runtime import perfetto_read, progress, spans
 from optrace.runtime.demo import write_demo
 from optrace.runtime.save import reset_launch_counters
 
@@ -318,7 +318,7 @@ def test_inspect_reads_its_trace_once(demo_pftrace: Path, tmp_path: Path,
     from optrace.runtime import regular
 
     reads: list[str] = []
-    for module in (perfetto_read, spans):
+    for module in (perfetto_read, spans, json_rows):
         for name in ("read_maybe_gzip", "map_maybe_gzip", "load_json"):
             if hasattr(module, name):
                 real = getattr(module, name)

@@ -1,0 +1,374 @@
+"""The events of a Chrome JSON trace, ``collect``'s fixed-width span rows read as columns.
+
+``collect`` writes one event a line: ``{"traceEvents":[``, then each event followed by
+``,`` (the last without), then ``],`` and the metadata. Within a rank its span rows share
+one layout — every number right-aligned in a column of spaces, the args and name padded
+to one width (runtime/chrome.py) — so a run of equal-length lines is a byte matrix whose
+columns are fields. This module reads those runs with numpy instead of a JSON parser per
+event (Python's parser alone took more than twice collect's time), and every other line
+— names, launches, drop markers, anything unusual — with the strict parser, one line at
+a time.
+
+Nothing here trusts that a file is collect's. A line is read as a column only when its
+bytes are, column for column, what the layout allows: the fixed text equal to the run's
+first row, each number spaces then digits (no leading zero), and the variable args and
+name among a few distinct byte strings each parsed strictly as JSON in their place (a
+name that would replace ``ts``, an args text that would not close, are not). Any other
+line is parsed as JSON whole; a document not laid out one event a line (an event across
+two lines, two on one, no ``,`` at a line's end) gives ``None``, and the caller reads it
+with the whole-document parser, errors and all. The columns equal what that parser
+gives: a time ``12.345`` becomes 12345 / 1000, the same double as ``float("12.345")``
+(both correctly rounded), for times below 10^12 µs (the layout's limit here; longer
+numbers are read by the parser).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .regular import BadJSON, map_maybe_gzip, parse_json
+
+_OPENING = b'{"traceEvents":[\n'
+_NEWLINE, _COMMA, _CLOSE, _SPACE, _ZERO = 10, 44, 93, 32, 48
+
+#: A span row's first line in a run: its fields' columns, the args and name after them.
+_ROW = re.compile(
+    rb'\{"ph":"X","pid":(0|[1-9][0-9]{0,17}),"tid":( *[0-9]+),'
+    rb'"ts":( *[0-9]+)\.[0-9]{3},"dur":( *[0-9]+)\.[0-9]{3},'
+    rb'"args":\{(.*?)("src":.*)'
+)
+#: Columns of a tid, and of a time's whole µs, read as columns: a tid fits an int64 and
+#: a time's thousandths (below 10^15) a double exactly, so that thousandths / 1000 is
+#: the double the parser makes of the text.
+_TID_COLUMNS, _WHOLE_COLUMNS = 18, 12
+#: Runs shorter than this are parsed line by line (launch slices, names): a layout check
+#: costs more than a few parses.
+_SHORTEST_RUN = 8
+#: Distinct args or name texts a run may have before its rows go to the parser: collect's
+#: have one name text per trace point and one args text per (index, extra id).
+_MOST_DISTINCT = 4096
+
+
+@dataclass
+class Spans:
+    """Span rows read as columns: event index (its place in ``traceEvents``), pid, tid,
+    times in thousandths of a µs, and the name as an index into ``names``."""
+
+    index: np.ndarray
+    pid: np.ndarray
+    tid: np.ndarray
+    ts_q: np.ndarray
+    dur_q: np.ndarray
+    name: np.ndarray
+    names: list[str]
+
+
+@dataclass
+class JsonEvents:
+    """A trace's events: the top-level members but ``traceEvents`` (``document``), the
+    events read by the parser as (index, event) in order (``parsed``; or every event,
+    ``whole``, when the document was parsed as one), and the span rows read as columns
+    (``spans``, None when there are none)."""
+
+    document: dict[str, Any]
+    count: int
+    parsed: list[tuple[int, Any]] = field(default_factory=list)
+    spans: Spans | None = None
+    whole: list[Any] | None = None
+
+    def events(self) -> Iterator[tuple[int, Any]]:
+        """(index, event) of every event the parser read, in order."""
+        return enumerate(self.whole) if self.whole is not None else iter(self.parsed)
+
+
+def read_events(path: Path, told: Callable[[int, int], None] | None = None) -> JsonEvents | None:
+    """The events of the trace at ``path`` (within the trace bound, gunzipped), or None
+    when it is not laid out one event a line (the caller parses it whole; a file that
+    cannot be read or is not JSON is None too, for the caller to report)."""
+    try:
+        data = map_maybe_gzip(path, "trace")
+    except (OSError, ValueError):
+        return None
+    try:
+        return _events(data, told)
+    except BadJSON:
+        return None
+
+
+def _events(data: Any, told: Callable[[int, int], None] | None) -> JsonEvents | None:
+    if len(data) < len(_OPENING) or data[: len(_OPENING)] != _OPENING:
+        return None
+    raw = np.frombuffer(data, dtype=np.uint8)
+    ends = np.flatnonzero(raw == _NEWLINE)  # ends[0] ends the opening line
+    starts = ends + 1
+    starts = starts[starts < raw.size]
+    # The first line that begins with "]" ends the events (an event begins with "{" or
+    # a value, never "]"); what follows is the document's other members.
+    closing = np.flatnonzero(raw[starts] == _CLOSE)
+    if closing.size == 0:
+        return None
+    lines = int(closing[0])
+    document = _closing(bytes(data[int(starts[lines]):]))
+    if document is None:
+        return None
+    if lines == 0:
+        return JsonEvents(document, 0)
+    starts = starts[:lines]
+    stops = ends[1 : lines + 1]
+    if (stops <= starts).any():  # an empty line: not one event a line
+        return None
+    comma = raw[stops - 1] == _COMMA
+    if not comma[:-1].all() or comma[-1]:
+        return None
+    widths = stops - starts - comma
+    # Runs of consecutive lines of one width (and comma): a strided byte matrix each.
+    cut = np.flatnonzero((np.diff(widths) != 0) | (np.diff(comma) != 0)) + 1
+    bounds = np.concatenate([[0], cut, [lines]])
+    reader = _Reader(raw, starts, widths)
+    for first, last in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        if last - first >= _SHORTEST_RUN:
+            reader.run(first, last)
+        else:
+            reader.parse(range(first, last))
+        if told is not None:
+            told(last, lines)
+    return JsonEvents(document, lines, reader.parsed, reader.spans())
+
+
+def _closing(text: bytes) -> dict[str, Any] | None:
+    """The members after the events (``],"otherData":{...}}``) as an object, or None
+    where they would not close the document as one (or name ``traceEvents`` again: the
+    parser keeps the last of two)."""
+    rest = text[1:]
+    if rest[:1] == b",":
+        rest = rest[1:]
+    elif rest[:1] != b"}":
+        return None
+    document = parse_json(b"{" + rest)
+    if not isinstance(document, dict) or "traceEvents" in document:
+        return None
+    return document
+
+
+class _Reader:
+    def __init__(self, raw: np.ndarray, starts: np.ndarray, widths: np.ndarray) -> None:
+        self.raw = raw
+        self.starts = starts
+        self.widths = widths
+        self.parsed: list[tuple[int, Any]] = []
+        self.names: dict[str, int] = {}
+        self.columns: list[tuple[np.ndarray, ...]] = []
+
+    def line(self, n: int) -> bytes:
+        start = int(self.starts[n])
+        return self.raw[start : start + int(self.widths[n])].tobytes()
+
+    def parse(self, lines: range | np.ndarray) -> None:
+        for n in lines:
+            self.parsed.append((int(n), parse_json(self.line(int(n)))))
+
+    def run(self, first: int, last: int) -> None:
+        """Lines ``first`` to ``last`` (one width): as columns where the first row's
+        layout holds (a first row that is no span row goes to the parser and the next
+        one is tried), the rows it does not hold for by the parser."""
+        while first < last:
+            taken = self._layout(first, last)
+            if taken is None:
+                self.parse(range(first, first + 1))
+                first += 1
+                continue
+            ok, columns = taken
+            rows = np.arange(first, last)
+            self.columns.append((*(c[ok] for c in columns), rows[ok]))
+            self.parse(rows[~ok])
+            return
+
+    def _layout(self, first: int, last: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]] | None:
+        """Which rows of the run hold its first row's layout, and their pid, tid, times
+        and name; None when the first row is no span row."""
+        head = self.line(first)
+        found = _ROW.fullmatch(head)
+        if found is None:
+            return None
+        step = int(self.starts[first + 1] - self.starts[first]) if last - first > 1 else len(head) + 2
+        start = int(self.starts[first])
+        rows = _Rows(np.lib.stride_tricks.as_strided(self.raw[start:], shape=(last - first, len(head)),
+                                                     strides=(step, 1), writeable=False))
+        tid_at, ts_at, dur_at = found.span(2), found.span(3), found.span(4)
+        mid_at, tail_at = found.span(5), found.span(6)
+        whole_columns = max(ts_at[1] - ts_at[0], dur_at[1] - dur_at[0])
+        if tid_at[1] - tid_at[0] > _TID_COLUMNS or whole_columns > _WHOLE_COLUMNS:
+            return None  # numbers that may not fit an int64, or a double exactly
+        fixed = [(0, tid_at[0]), (tid_at[1], ts_at[0]), (ts_at[1], ts_at[1] + 1),
+                 (ts_at[1] + 4, dur_at[0]), (dur_at[1], dur_at[1] + 1), (dur_at[1] + 4, mid_at[0])]
+        ok = rows.equal(head, fixed)
+        numbers = rows.columns([tid_at, (ts_at[0], ts_at[1] + 4), (dur_at[0], dur_at[1] + 4)])
+        tid_width, ts_width = tid_at[1] - tid_at[0], ts_at[1] - ts_at[0]
+        tid, good = _whole(numbers[:, :tid_width])
+        ok &= good
+        ts_q, good = _thousandths(numbers[:, tid_width : tid_width + ts_width + 4])
+        ok &= good
+        dur_q, good = _thousandths(numbers[:, tid_width + ts_width + 4 :])
+        ok &= good
+        ok &= _args_ok(rows, mid_at)
+        name, good = _distinct(rows, tail_at, self._name)
+        ok &= good
+        pid = np.full(last - first, int(found.group(1)), dtype=np.int64)
+        return ok, (pid, tid, ts_q, dur_q, name)
+
+    def _name(self, tail: bytes) -> int | None:
+        """The name a row's args-and-name text gives (an index into the names), or None
+        when it is not ``<args members>}, "name": <string>`` and spaces."""
+        try:
+            member = parse_json(b'{"args":{' + tail)
+        except BadJSON:
+            return None
+        if not isinstance(member, dict) or set(member) != {"args", "name"}:
+            return None
+        if not isinstance(member["name"], str):
+            return None
+        return self.names.setdefault(member["name"], len(self.names))
+
+    def spans(self) -> Spans | None:
+        if not self.columns:
+            return None
+        pid, tid, ts_q, dur_q, name, rows = (np.concatenate(c) for c in zip(*self.columns, strict=True))
+        return Spans(rows, pid, tid, ts_q, dur_q, name.astype(np.int32), list(self.names))
+
+
+class _Rows:
+    """A run's rows copied into 8-byte words (a row padded with zeros), so that a check
+    of a row's fixed text, or a hash of a field, is a few word operations a row."""
+
+    def __init__(self, rows: np.ndarray) -> None:
+        self.count, self.width = rows.shape
+        self.bytes = np.zeros((self.count, -(-self.width // 8) * 8), dtype=np.uint8)
+        self.bytes[:, : self.width] = rows
+        self.words = self.bytes.view(np.uint64)
+
+    def _mask(self, spans: list[tuple[int, int]]) -> tuple[np.ndarray, int, int]:
+        """A byte mask of ``spans`` as words, and the words it covers."""
+        mask = np.zeros(self.bytes.shape[1], dtype=np.uint8)
+        for lo, hi in spans:
+            mask[lo:hi] = 0xFF
+        covered = np.flatnonzero(mask.view(np.uint64))
+        lo_word, hi_word = (int(covered[0]), int(covered[-1]) + 1) if covered.size else (0, 0)
+        return mask.view(np.uint64)[lo_word:hi_word], lo_word, hi_word
+
+    def equal(self, head: bytes, spans: list[tuple[int, int]]) -> np.ndarray:
+        """Whether each row has ``head``'s bytes in ``spans``."""
+        mask, lo, hi = self._mask(spans)
+        template = np.zeros(self.bytes.shape[1], dtype=np.uint8)
+        template[: len(head)] = np.frombuffer(head, dtype=np.uint8)
+        differ = (self.words[:, lo:hi] ^ template.view(np.uint64)[lo:hi]) & mask
+        same: np.ndarray = ~differ.any(axis=1)
+        return same
+
+    def columns(self, spans: list[tuple[int, int]]) -> np.ndarray:
+        return np.concatenate([self.bytes[:, lo:hi] for lo, hi in spans], axis=1)
+
+    def field(self, at: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+        """The words covering columns ``at``, the bytes outside them zeroed (a key of the
+        field's text), and the text's columns within those words."""
+        mask, lo, hi = self._mask([at])
+        return self.words[:, lo:hi] & mask, np.arange(at[0] - 8 * lo, at[1] - 8 * lo)
+
+
+def _distinct(rows: _Rows, at: tuple[int, int], judge: Callable[[bytes], int | None]
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """``judge``'s value of each row's text in columns ``at`` (-1 where it refused it)
+    and whether it took it. The distinct texts are found by a hash of their words, then
+    compared word for word with the first row of each hash (a collision is refused,
+    not merged)."""
+    n = rows.count
+    if at[1] == at[0]:
+        taken = judge(b"")
+        return np.full(n, -1 if taken is None else taken, np.int64), np.full(n, taken is not None)
+    words, columns = rows.field(at)
+    return _judged(words, columns, judge)
+
+
+def _judged(words: np.ndarray, columns: np.ndarray, judge: Callable[[bytes], int | None]
+            ) -> tuple[np.ndarray, np.ndarray]:
+    n = words.shape[0]
+    key = words[:, 0].copy()
+    for j in range(1, words.shape[1]):
+        key *= np.uint64(0x9E3779B97F4A7C15)
+        key ^= words[:, j]
+    distinct, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    if distinct.size > _MOST_DISTINCT:
+        return np.full(n, -1, np.int64), np.zeros(n, bool)
+    inverse = inverse.reshape(-1)
+    same = ~(words != words[first][inverse]).any(axis=1)
+    texts = words[first].view(np.uint8)[:, columns]
+    values = np.array([-1 if (v := judge(t.tobytes())) is None else v for t in texts], dtype=np.int64)
+    value = values[inverse]
+    return value, same & (value >= 0)
+
+
+def _members(text: bytes) -> int | None:
+    """0 when ``text`` is object members each followed by a comma (or blank), else None."""
+    try:
+        return 0 if isinstance(parse_json(b"{" + text + b'"":0}'), dict) else None
+    except BadJSON:
+        return None
+
+
+#: Longest args text whose digits are judged by shape (below, beside a float's 309).
+_SHAPED = 256
+
+
+def _args_ok(rows: _Rows, at: tuple[int, int]) -> np.ndarray:
+    """Whether each row's args text (columns ``at``, before ``"src"``) is object members
+    each followed by a comma. The distinct texts are judged; where a run has too many
+    (rows differ in their numbers' digits, ``"index":  12``), their shapes are, every
+    digit a ``1``: a digit's value changes no JSON verdict but a leading zero (refused
+    here) and the range of a float, which needs an exponent (a digit after ``e``,
+    refused) or ~309 digits (texts that wide are not shaped)."""
+    ok = _distinct(rows, at, _members)[1]
+    if ok.all() or at[1] - at[0] > _SHAPED:
+        return ok
+    texts = rows.bytes[:, at[0] : at[1]]
+    is_digit = (texts >= _ZERO) & (texts <= _ZERO + 9)
+    ok = np.ones(rows.count, dtype=bool)
+    if at[1] - at[0] > 1:
+        before = np.zeros_like(is_digit)
+        before[:, 1:] = is_digit[:, :-1]
+        after = np.zeros_like(is_digit)
+        after[:, :-1] = is_digit[:, 1:]
+        ok &= ~((texts == _ZERO) & ~before & after).any(axis=1)
+        exponent = (texts[:, :-1] == ord("e")) | (texts[:, :-1] == ord("E"))
+        signed = is_digit[:, 1:] | (texts[:, 1:] == ord("+")) | (texts[:, 1:] == ord("-"))
+        ok &= ~(exponent & signed).any(axis=1)
+    shapes = np.zeros((rows.count, -(-(at[1] - at[0]) // 8) * 8), dtype=np.uint8)
+    shapes[:, : at[1] - at[0]] = np.where(is_digit, np.uint8(_ZERO + 1), texts)
+    judged: np.ndarray = ok & _judged(shapes.view(np.uint64), np.arange(at[1] - at[0]), _members)[1]
+    return judged
+
+
+def _whole(digits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's right-aligned whole number (spaces, then digits without a leading
+    zero) and whether the row is one."""
+    is_digit = (digits >= _ZERO) & (digits <= _ZERO + 9)
+    is_space = digits == _SPACE
+    ok = (is_digit | is_space).all(axis=1) & is_digit[:, -1]
+    ok &= ~(is_digit[:, :-1] & is_space[:, 1:]).any(axis=1)
+    lead = is_digit.argmax(axis=1)
+    ok &= (digits[np.arange(digits.shape[0]), lead] != _ZERO) | (lead == digits.shape[1] - 1)
+    power = 10 ** np.arange(digits.shape[1] - 1, -1, -1, dtype=np.int64)
+    value = np.where(is_digit, digits.astype(np.int64) - _ZERO, 0) @ power
+    return value, ok
+
+
+def _thousandths(digits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A ``whole.ddd`` column in thousandths (the ``.`` is checked with the fixed text)."""
+    whole, ok = _whole(digits[:, :-4])
+    frac = digits[:, -3:]
+    ok &= ((frac >= _ZERO) & (frac <= _ZERO + 9)).all(axis=1)
+    return whole * 1000 + (frac.astype(np.int64) - _ZERO) @ np.array([100, 10, 1], dtype=np.int64), ok

@@ -1,0 +1,259 @@
+"""A JSON trace's span rows read as columns (runtime/json_rows.py) give what the
+whole-document parser gives: the same table, or the same refusal, on collect's traces and
+on every byte of them changed."""
+
+from __future__ import annotations
+
+import gzip
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from rt_helpers import FP, LABELS, well_formed_core, write_point_map
+from typer.testing import CliRunner
+
+from optrace.cli.app import app
+from optrace.runtime import json_rows, spans
+from optrace.runtime.demo import write_demo
+from optrace.runtime.errors import ProfilingInputError
+from optrace.runtime.save import reset_launch_counters, save_profiling_data
+from optrace.runtime.synth import SlotWriter, new_buffer
+
+
+@pytest.fixture(autouse=True)
+def _fresh_counters() -> None:
+    reset_launch_counters()
+
+
+def invoke(*args: object) -> Any:
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def whole(path: Path) -> spans.SpanTable:
+    """The table as the whole-document parser reads it."""
+    return spans._trace_table(path, spans._whole_events(spans.read_trace_json(path)))
+
+
+def outcome(read: Any, path: Path) -> Any:
+    """A table's every field, or the refusal's message."""
+    try:
+        table = read(path)
+    except ProfilingInputError as exc:
+        return ("refused", str(exc))
+    return (table.source, table.labels, table.tracks, table.processes, table.launches, table.launch_rows,
+            table.trace_tracks, table.warnings, table.settings, table.label.dtype, table.track.dtype,
+            table.label.tolist(), table.track.tolist(), table.ts.tolist(), table.dur.tolist(),
+            table.track_launch.tolist())
+
+
+def _flagged_dir(root: Path) -> Path:
+    """A rank of unclosed and closed-by-parent spans, a slot that overflowed (its drop
+    marker), indexed spans and long plain cores beside them."""
+    directory = root / "flagged"
+    (p_b, p_e), (d_b, d_e), (w_b, w_e) = (LABELS["processing"], LABELS["processing dispatch"],
+                                          LABELS["processing dispatch wait"])
+    data = new_buffer(6, 256)
+    writer = SlotWriter(data[0], 1000, fingerprint=FP)
+    for i, (point, t) in enumerate([(p_b, 1010), (d_b, 1020), (w_b, 1030), (d_e, 1040), (99, 1045),
+                                    (w_e, 1050), (d_b, 1060), (p_e, 1070), (p_b, 1080)]):
+        writer.record(point, t, index=i if point == d_b else 0)
+    well_formed_core(SlotWriter(data[1], 1005, fingerprint=FP), 1006, loops=80)  # overflows
+    for slot in (2, 3, 4):
+        well_formed_core(SlotWriter(data[slot], 990 + slot, fingerprint=FP), 995 + slot, loops=12)
+    save_profiling_data(data, 0, directory, aic_cores=2)
+    write_point_map(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    reset_launch_counters()
+    root = tmp_path_factory.mktemp("json_rows")
+    write_demo(root / "demo", ranks=2, launches=3, aic=2, seed=3)
+    found = {}
+    for name, source in (("demo", root / "demo"), ("flagged", _flagged_dir(root))):
+        out = root / f"{name}.json"
+        result = invoke("collect", source, "-o", out)
+        assert result.exit_code in (0, 1), result.output
+        found[name] = out
+    return found
+
+
+@pytest.mark.parametrize("name", ["demo", "flagged"])
+def test_collects_rows_read_as_columns_are_the_parsers_table(traces: dict[str, Path], name: str) -> None:
+    path = traces[name]
+    events = spans.read_trace_events(path)
+    assert events.spans is not None and events.whole is None
+    # Every span row is read as columns: only names, launch slices and drop markers go
+    # through the parser.
+    assert events.spans.index.size == spans.load_trace(path).label.size
+    assert all(e.get("ph") != "X" or e.get("cat") == "optrace.launch" for _, e in events.parsed)
+    assert outcome(spans.load_trace, path) == outcome(whole, path)
+
+
+def test_the_flagged_rank_has_what_the_test_is_about(traces: dict[str, Path]) -> None:
+    text = traces["flagged"].read_text()
+    for needed in ('"unclosed":true', '"closed_by_parent":true', '"index":', "records dropped"):
+        assert needed in text
+
+
+def test_inspect_and_report_of_a_json_trace_print_what_they_did(traces: dict[str, Path],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    fast = {c: invoke(c, traces["flagged"]).output for c in ("inspect", "report")}
+    monkeypatch.setattr(json_rows, "read_events", lambda path, told=None: None)
+    assert fast == {c: invoke(c, traces["flagged"]).output for c in ("inspect", "report")}
+
+
+def test_a_gzipped_trace_is_read_as_columns(traces: dict[str, Path], tmp_path: Path) -> None:
+    packed = tmp_path / "t.json.gz"
+    packed.write_bytes(gzip.compress(traces["demo"].read_bytes()))
+    assert spans.read_trace_events(packed).spans is not None
+    assert outcome(spans.load_trace, packed)[1:] == outcome(whole, traces["demo"])[1:]
+
+
+#: Bytes a change puts in: each of them means something to JSON or to the layout.
+_BYTES = b'0123456789 -+.eE"\\{}[],:\nx\t\x00\xff'
+
+
+@pytest.mark.parametrize("name", ["demo", "flagged"])
+def test_every_change_of_a_byte_reads_as_the_parser_reads_it(traces: dict[str, Path], tmp_path: Path,
+                                                              name: str) -> None:
+    """A byte changed anywhere (mostly within span rows): the table or the refusal is
+    the whole-document parser's. 400 changes a trace, seeded."""
+    original = traces[name].read_bytes()
+    rng = random.Random(f"json_rows {name}")
+    path = tmp_path / "changed.json"
+    columns = 0
+    for _ in range(400):
+        data = bytearray(original)
+        for _ in range(rng.choice((1, 1, 1, 2, 3))):
+            at = rng.randrange(len(data)) if rng.random() < 0.1 else rng.randrange(len(data) * 3 // 4)
+            data[at] = rng.choice(_BYTES)
+        path.write_bytes(bytes(data))
+        found = json_rows.read_events(path)
+        columns += found is not None and found.spans is not None
+        assert outcome(spans.load_trace, path) == outcome(whole, path), bytes(data[max(0, at - 80) : at + 80])
+    assert columns > 80  # changes that leave valid JSON leave its rows to the columns
+
+
+def _row(tid: str, ts: str, dur: str, args: str, tail: str, pid: str = "0") -> str:
+    return f'{{"ph":"X","pid":{pid},"tid":{tid},"ts":{ts},"dur":{dur},"args":{{{args}{tail}'
+
+
+def _trace(rows: list[str], closing: str = '],"otherData":{"format":"optrace-chrome"}}\n') -> bytes:
+    return ('{"traceEvents":[\n' + ",\n".join(rows) + "\n" + closing).encode()
+
+
+def _at(t: int, args: str, tail: str) -> str:
+    return _row("   1", f"{t:4d}.500", "   1.000", args, tail)
+
+
+_ARGS, _TAIL = '"index":  12,"extraId":   0,', '"src":"k.h:1"},"name":"a"       }'
+
+
+def _plain(ts_width: int = 4) -> list[str]:
+    return [_row("   1", f"{t:{ts_width}d}.500", "   1.000", _ARGS, _TAIL) for t in range(10, 30)]
+
+
+def _among(row: str, ts_width: int = 4) -> list[str]:
+    """``row`` amid plain rows of its width (one run: it is judged by their layout)."""
+    plain = _plain(ts_width)
+    assert all(len(r) == len(row) for r in plain), (row, plain[0])
+    return [*plain[:10], row, *plain[10:]]
+
+
+_PLAIN = _plain()
+
+
+@pytest.mark.parametrize(
+    "rows, closing",
+    [
+        # A name that also sets ts (JSON keeps the last), or a category.
+        (_among(_row("   1", "  40.500", "   1.000", _ARGS, '"src":"k.h:1"},"name":"a","ts":9}')), None),
+        (_among(_row("   1", "  40.500", "   1.000", _ARGS, '"src":"k1"},"name":"a","cat":"c"}')), None),
+        # A leading zero in a tid or a time, a space inside a number, an exponent in args.
+        (_among(_row("  01", "  40.500", "   1.000", _ARGS, _TAIL)), None),
+        (_among(_row("   1", "  04.500", "   1.000", _ARGS, _TAIL)), None),
+        (_among(_row("   1", "  4 .500", "   1.000", _ARGS, _TAIL)), None),
+        (_among(_row("   1", "  40.500", "   1.000", '"index":1e999,"extraId":  0,', _TAIL)), None),
+        # A time of 16 digits in a column that wide: read by the parser (a double's rounding).
+        (_among(_row("   1", "1234567890123457.500", "   1.000", _ARGS, _TAIL), ts_width=16), None),
+        # A name that is not a string; args that do not close; a NUL in a label.
+        ([_at(t, "", '"src":"k"},"name":7 }') for t in range(10, 30)], None),
+        ([_at(t, '"a":{', '"src":"k"},"name":"a" }') for t in range(10, 30)], None),
+        ([_at(t, "", '"src":"k"},"name":"\\u0000"}') for t in range(10, 30)], None),
+        # traceEvents named again after the events; otherData not an object.
+        (_PLAIN, '],"traceEvents":[],"otherData":{}}\n'),
+        (_PLAIN, '],"otherData":[1]}\n'),
+        (_PLAIN, "]}\n"),
+        # A last row with a comma; an empty document.
+        ([*_PLAIN, ""], None),
+        ([], None),
+    ],
+)
+def test_rows_that_do_not_hold_the_layout_read_as_the_parser_reads_them(tmp_path: Path, rows: list[str],
+                                                                        closing: str | None) -> None:
+    path = tmp_path / "t.json"
+    path.write_bytes(_trace(rows) if closing is None else _trace(rows, closing))
+    assert outcome(spans.load_trace, path) == outcome(whole, path)
+    found = json_rows.read_events(path)
+    if found is not None and found.spans is not None and len(rows) == 21:  # one row amid plain ones
+        assert [i for i, _ in found.parsed] == [10, 20]
+
+
+def test_plain_rows_are_columns_and_times_are_the_parsers_doubles(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    times = [f"{t:4d}.{f:03d}" for t, f in zip(range(0, 4000, 97), range(0, 1000, 23), strict=False)]
+    rows = [_row("   1", t, "   0.001", "", '"src":"k.h:1"},"name":"a" }') for t in times]
+    path.write_bytes(_trace(rows))
+    found = json_rows.read_events(path)
+    # The last row, without its comma, is a run of its own: parsed.
+    assert found is not None and found.spans is not None and found.spans.index.size == len(rows) - 1
+    assert spans.load_trace(path).ts.tolist() == [float(t) for t in times]
+    assert outcome(spans.load_trace, path) == outcome(whole, path)
+
+
+def test_many_distinct_args_are_judged_by_their_shape(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the distinct texts a run may have, the args are judged by their shape; a
+    leading zero, which the shape hides, is still refused (and the parser says so)."""
+    monkeypatch.setattr(json_rows, "_MOST_DISTINCT", 4)
+    path = tmp_path / "t.json"
+    rows = [_at(t, f'"index":{t:4d},"extraId":   0,', '"src":"k"},"name":"a"}') for t in range(10, 40)]
+    path.write_bytes(_trace(rows))
+    found = json_rows.read_events(path)
+    assert found is not None and found.spans is not None and found.spans.index.size == len(rows) - 1
+    assert outcome(spans.load_trace, path) == outcome(whole, path)
+    for bad, valid in (('"index":0015', False), ('"index":1e99', True), ('"index":1E+5', True),
+                       ('"index":1e999', False)):
+        path.write_bytes(_trace([r.replace('"index":  15', bad) for r in rows]))
+        found = json_rows.read_events(path)
+        # The row whose shape hides something goes to the parser, which takes it or not.
+        assert (found is not None and [i for i, _ in found.parsed] == [5, 29]) if valid else found is None
+        assert outcome(spans.load_trace, path) == outcome(whole, path)
+
+
+def test_a_file_not_laid_out_one_event_a_line_is_parsed_whole(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    for text in ('{"traceEvents":[{"ph":"X","pid":0,"tid":0,"ts":1,"dur":1,"name":"a"}]}',
+                 '{"traceEvents":[\n{"ph":"X","pid":0,\n"tid":0,"ts":1,"dur":1,"name":"a"}\n]}\n',
+                 '{"traceEvents":[\n{"ph":"X","pid":0,"tid":0,"ts":1,"dur":1,"name":"a"}\n\n]}\n'):
+        path.write_text(text)
+        assert json_rows.read_events(path) is None
+        assert outcome(spans.load_trace, path) == outcome(whole, path)
+    assert np.array_equal(spans.load_trace(path).ts, [1.0])
+
+
+def test_two_texts_of_one_hash_are_not_taken_for_one() -> None:
+    """Rows are grouped by a hash of their words; a row whose words differ from its
+    group's first row is refused (and goes to the parser), not given its name."""
+    k, mask = 0x9E3779B97F4A7C15, 2**64 - 1
+    a0, a1 = int.from_bytes(b'"src":"a', "little"), int.from_bytes(b'"},"name', "little")
+    b0 = a0 + 1
+    b1 = a1 ^ ((a0 * k) & mask) ^ ((b0 * k) & mask)  # the same hash, other words
+    words = np.array([[a0, a1], [b0, b1], [a0, a1]], dtype=np.uint64)
+    judged: list[bytes] = []
+    _, ok = json_rows._judged(words, np.arange(16), lambda text: judged.append(text) or 0)
+    assert ok.tolist() == [True, False, True] and judged == [words[0].tobytes()]
