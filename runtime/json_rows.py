@@ -43,10 +43,10 @@ _ROW = re.compile(
     rb'"ts":( *[0-9]+)\.[0-9]{3},"dur":( *[0-9]+)\.[0-9]{3},'
     rb'"args":\{(.*?)("src":.*)'
 )
-#: Columns of a tid, and of a time's whole µs, read as columns: a tid fits an int64 and
-#: a time's thousandths (below 10^15) a double exactly, so that thousandths / 1000 is
-#: the double the parser makes of the text.
-_TID_COLUMNS, _WHOLE_COLUMNS = 18, 12
+#: Columns of a tid, and of a time's whole µs, read as columns: a tid (below 10^15) and a
+#: time's thousandths (below 10^15) are exact in a double, and thousandths / 1000 is the
+#: double the parser makes of the text.
+_TID_COLUMNS, _WHOLE_COLUMNS = 15, 12
 #: Runs shorter than this are parsed line by line (launch slices, names): a layout check
 #: costs more than a few parses.
 _SHORTEST_RUN = 8
@@ -209,13 +209,10 @@ class _Reader:
                  (ts_at[1] + 4, dur_at[0]), (dur_at[1], dur_at[1] + 1), (dur_at[1] + 4, mid_at[0])]
         ok = rows.equal(head, fixed)
         numbers = rows.columns([tid_at, (ts_at[0], ts_at[1] + 4), (dur_at[0], dur_at[1] + 4)])
-        tid_width, ts_width = tid_at[1] - tid_at[0], ts_at[1] - ts_at[0]
-        tid, good = _whole(numbers[:, :tid_width])
+        values, good = _numbers(numbers, [(tid_at[1] - tid_at[0], False), (ts_at[1] - ts_at[0], True),
+                                          (dur_at[1] - dur_at[0], True)])
         ok &= good
-        ts_q, good = _thousandths(numbers[:, tid_width : tid_width + ts_width + 4])
-        ok &= good
-        dur_q, good = _thousandths(numbers[:, tid_width + ts_width + 4 :])
-        ok &= good
+        tid, ts_q, dur_q = values
         ok &= _args_ok(rows, mid_at)
         name, good = _distinct(rows, tail_at, self._name)
         ok &= good
@@ -243,14 +240,16 @@ class _Reader:
 
 
 class _Rows:
-    """A run's rows copied into 8-byte words (a row padded with zeros), so that a check
-    of a row's fixed text, or a hash of a field, is a few word operations a row."""
+    """A run's rows as 8-byte words (a row padded with zeros), a row of words per word
+    column (``words[w]``: every row's w-th word), so that a check of the rows' fixed text
+    or a hash of a field is a few operations on long vectors (numpy's loops are fast
+    along the last axis, and a row is only ~20 words)."""
 
     def __init__(self, rows: np.ndarray) -> None:
         self.count, self.width = rows.shape
         self.bytes = np.zeros((self.count, -(-self.width // 8) * 8), dtype=np.uint8)
         self.bytes[:, : self.width] = rows
-        self.words = self.bytes.view(np.uint64)
+        self.words = self.bytes.view(np.uint64).T.copy()
 
     def _mask(self, spans: list[tuple[int, int]]) -> tuple[np.ndarray, int, int]:
         """A byte mask of ``spans`` as words, and the words it covers."""
@@ -266,50 +265,74 @@ class _Rows:
         mask, lo, hi = self._mask(spans)
         template = np.zeros(self.bytes.shape[1], dtype=np.uint8)
         template[: len(head)] = np.frombuffer(head, dtype=np.uint8)
-        differ = (self.words[:, lo:hi] ^ template.view(np.uint64)[lo:hi]) & mask
-        same: np.ndarray = ~differ.any(axis=1)
+        expected = template.view(np.uint64)[lo:hi] & mask
+        differ = np.zeros(self.count, dtype=np.uint64)
+        for w in range(hi - lo):
+            differ |= (self.words[lo + w] & mask[w]) ^ expected[w]
+        same: np.ndarray = differ == 0
         return same
 
     def columns(self, spans: list[tuple[int, int]]) -> np.ndarray:
-        return np.concatenate([self.bytes[:, lo:hi] for lo, hi in spans], axis=1)
+        """The bytes of columns ``spans``, a row of bytes a column."""
+        return np.ascontiguousarray(np.concatenate([self.bytes[:, lo:hi] for lo, hi in spans], axis=1).T)
 
-    def field(self, at: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-        """The words covering columns ``at``, the bytes outside them zeroed (a key of the
-        field's text), and the text's columns within those words."""
+    def field(self, at: tuple[int, int]) -> np.ndarray:
+        """The word columns covering columns ``at``, the bytes outside them zeroed (a key
+        of the field's text)."""
         mask, lo, hi = self._mask([at])
-        return self.words[:, lo:hi] & mask, np.arange(at[0] - 8 * lo, at[1] - 8 * lo)
+        field: np.ndarray = self.words[lo:hi] & mask[:, None]
+        return field
 
 
 def _distinct(rows: _Rows, at: tuple[int, int], judge: Callable[[bytes], int | None]
               ) -> tuple[np.ndarray, np.ndarray]:
     """``judge``'s value of each row's text in columns ``at`` (-1 where it refused it)
-    and whether it took it. The distinct texts are found by a hash of their words, then
-    compared word for word with the first row of each hash (a collision is refused,
-    not merged)."""
+    and whether it took it."""
     n = rows.count
     if at[1] == at[0]:
         taken = judge(b"")
         return np.full(n, -1 if taken is None else taken, np.int64), np.full(n, taken is not None)
-    words, columns = rows.field(at)
-    return _judged(words, columns, judge)
+    return _judged(rows.field(at), lambda row: rows.bytes[row, at[0] : at[1]].tobytes(), judge)
 
 
-def _judged(words: np.ndarray, columns: np.ndarray, judge: Callable[[bytes], int | None]
+def _judged(words: np.ndarray, text: Callable[[int], bytes], judge: Callable[[bytes], int | None]
             ) -> tuple[np.ndarray, np.ndarray]:
-    n = words.shape[0]
-    key = words[:, 0].copy()
-    for j in range(1, words.shape[1]):
+    """``judge``'s verdict on each row's text (``words``: its word columns; ``text``: a
+    row's bytes), judging each distinct text once: the rows are put in 2^16 buckets by 16
+    bits of a hash of their words, one row of each bucket stands for its text, and the
+    rows whose words are that row's take its verdict. Rows of another text in the same
+    bucket try the next 16 bits (no sort of the rows: a few passes over them). Past
+    _MOST_DISTINCT texts, the rows left are refused (the parser reads them)."""
+    n = words.shape[1]
+    key = words[0].copy()
+    for j in range(1, words.shape[0]):
         key *= np.uint64(0x9E3779B97F4A7C15)
-        key ^= words[:, j]
-    distinct, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    if distinct.size > _MOST_DISTINCT:
-        return np.full(n, -1, np.int64), np.zeros(n, bool)
-    inverse = inverse.reshape(-1)
-    same = ~(words != words[first][inverse]).any(axis=1)
-    texts = words[first].view(np.uint8)[:, columns]
-    values = np.array([-1 if (v := judge(t.tobytes())) is None else v for t in texts], dtype=np.int64)
-    value = values[inverse]
-    return value, same & (value >= 0)
+        key ^= words[j]
+    value = np.full(n, -1, dtype=np.int64)
+    todo = np.arange(n)
+    judged = 0
+    for shift in (48, 32, 16, 0):
+        whole = todo.size == n
+        part = key if whole else key[todo]
+        bucket = ((part >> np.uint64(shift)) & np.uint64(0xFFFF)).astype(np.intp)
+        table = np.full(1 << 16, -1, dtype=np.intp)
+        table[bucket] = todo  # any of a bucket's rows
+        kept = table[table >= 0]
+        judged += kept.size
+        if judged > _MOST_DISTINCT:
+            break
+        verdict = np.full(1 << 16, -1, dtype=np.int64)
+        verdict[table >= 0] = [-1 if (v := judge(text(int(row)))) is None else v for row in kept]
+        standing = table[bucket]
+        differ = np.zeros(todo.size, dtype=bool)
+        for w in range(words.shape[0]):
+            differ |= (words[w] if whole else words[w][todo]) != words[w][standing]
+        same = ~differ
+        value[todo[same]] = verdict[bucket[same]]
+        todo = todo[differ]
+        if todo.size == 0:
+            break
+    return value, value >= 0
 
 
 def _members(text: bytes) -> int | None:
@@ -348,27 +371,63 @@ def _args_ok(rows: _Rows, at: tuple[int, int]) -> np.ndarray:
         ok &= ~(exponent & signed).any(axis=1)
     shapes = np.zeros((rows.count, -(-(at[1] - at[0]) // 8) * 8), dtype=np.uint8)
     shapes[:, : at[1] - at[0]] = np.where(is_digit, np.uint8(_ZERO + 1), texts)
-    judged: np.ndarray = ok & _judged(shapes.view(np.uint64), np.arange(at[1] - at[0]), _members)[1]
+    width = at[1] - at[0]
+    shaped = _judged(shapes.view(np.uint64).T.copy(), lambda row: shapes[row, :width].tobytes(), _members)
+    judged: np.ndarray = ok & shaped[1]
     return judged
 
 
-def _whole(digits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's right-aligned whole number (spaces, then digits without a leading
-    zero) and whether the row is one."""
-    is_digit = (digits >= _ZERO) & (digits <= _ZERO + 9)
+def _numbers(digits: np.ndarray, fields: list[tuple[int, bool]]) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's numbers (``digits``: a row of bytes a column), one a field: ``fields``
+    gives each one's whole-part columns and whether a ``.ddd`` follows (its value is then
+    in thousandths). A row holds them when every whole part is spaces, then digits
+    without a leading zero (right-aligned, at least one), and every fraction three
+    digits. Checked a column at a time on whole rows of bytes (numpy's fast loops; a
+    per-column mask broadcast over the matrix is several times slower)."""
     is_space = digits == _SPACE
-    ok = (is_digit | is_space).all(axis=1) & is_digit[:, -1]
-    ok &= ~(is_digit[:, :-1] & is_space[:, 1:]).any(axis=1)
-    lead = is_digit.argmax(axis=1)
-    ok &= (digits[np.arange(digits.shape[0]), lead] != _ZERO) | (lead == digits.shape[1] - 1)
-    power = 10 ** np.arange(digits.shape[1] - 1, -1, -1, dtype=np.int64)
-    value = np.where(is_digit, digits.astype(np.int64) - _ZERO, 0) @ power
-    return value, ok
+    is_digit = (digits - np.uint8(_ZERO)) < 10  # bytes below '0' wrap past 9
+    zero = digits == _ZERO
+    bad = np.zeros(digits.shape[1], dtype=bool)
+    places = []  # (field, column, power of ten)
+    at = 0
+    for n, (whole, fraction) in enumerate(fields):
+        three = 3 if fraction else 0
+        for c in range(at, at + whole):
+            places.append((n, c, at + whole - 1 - c + three))
+            if c == at + whole - 1:  # the last column: a digit ("0" alone is a number)
+                bad |= ~is_digit[c]
+            else:  # a space or a digit, and no zero that begins a number of several digits
+                bad |= ~(is_space[c] | is_digit[c])
+                bad |= zero[c] & (is_space[c - 1] if c > at else True)
+            if c > at:  # no space after a digit
+                bad |= is_digit[c - 1] & is_space[c]
+        at += whole
+        if fraction:  # the '.' at ``at`` is the run's fixed text (checked with it)
+            for c in range(at + 1, at + 4):
+                places.append((n, c, at + 3 - c))
+                bad |= ~is_digit[c]
+            at += 4
+    return _values(digits, places, len(fields)), ~bad
 
 
-def _thousandths(digits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A ``whole.ddd`` column in thousandths (the ``.`` is checked with the fixed text)."""
-    whole, ok = _whole(digits[:, :-4])
-    frac = digits[:, -3:]
-    ok &= ((frac >= _ZERO) & (frac <= _ZERO + 9)).all(axis=1)
-    return whole * 1000 + (frac.astype(np.int64) - _ZERO) @ np.array([100, 10, 1], dtype=np.int64), ok
+#: Digits summed in one float32 block: below 2^24, so exact.
+_BLOCK_DIGITS = 7
+
+
+def _values(digits: np.ndarray, places: list[tuple[int, int, int]], count: int) -> np.ndarray:
+    """The fields' values from their digit columns ((field, column, power of ten) each;
+    a space and a zero are both 0 in their low four bits): blocks of 7 digits summed by
+    one float32 matrix product (exact), then put together in int64."""
+    blocks: list[tuple[int, int]] = []  # (field, power of ten of the block)
+    weights = []
+    for number, column, power in places:
+        block = (number, power // _BLOCK_DIGITS * _BLOCK_DIGITS)
+        if block not in blocks:
+            blocks.append(block)
+            weights.append(np.zeros(digits.shape[0], dtype=np.float32))
+        weights[blocks.index(block)][column] = 10 ** (power - block[1])
+    sums = np.stack(weights) @ (digits & np.uint8(0x0F)).astype(np.float32)
+    values = np.zeros((count, digits.shape[1]), dtype=np.int64)
+    for (number, power), block_sum in zip(blocks, sums, strict=True):
+        values[number] += block_sum.astype(np.int64) * 10**power
+    return values

@@ -468,18 +468,20 @@ class _TraceEvents:
         pairs, pair = _pairs(rows.pid, rows.tid)
         codes = [self.track_ids.setdefault((p, t), len(self.track_ids)) for p, t in pairs]
         index = np.concatenate([np.array(self.index, dtype=np.int64), rows.index])
-        order = np.argsort(index, kind="stable")
-        label = np.concatenate([label, np.array(names, dtype=np.int64)[rows.name]])[order]
-        track = np.concatenate([track, np.array(codes, dtype=np.int64)[pair.reshape(-1)]])[order]
-        ts = np.concatenate([ts, rows.ts_q / 1000.0])[order]
-        dur = np.concatenate([dur, rows.dur_q / 1000.0])[order]
+        label = np.concatenate([label, np.array(names, dtype=np.int64)[rows.name]])
+        track = np.concatenate([track, np.array(codes, dtype=np.int64)[pair.reshape(-1)]])
+        ts = np.concatenate([ts, rows.ts_q / 1000.0])
+        dur = np.concatenate([dur, rows.dur_q / 1000.0])
+        if self.index:  # spans the parser read among the rows: put in event order
+            order = np.argsort(index, kind="stable")
+            index, label, track, ts, dur = index[order], label[order], track[order], ts[order], dur[order]
         # Renumbered by first use: tracks among spans and launch slices, labels among spans.
         launch_track = np.array([t for t, _, _, _ in self.launch_slices], dtype=np.int64)
-        first_track = np.concatenate([index[order], np.array(self.launch_index, dtype=np.int64)])
+        first_track = np.concatenate([index, np.array(self.launch_index, dtype=np.int64)])
         track_order, track = _by_first_index(np.concatenate([track, launch_track]), first_track,
                                              len(self.track_ids))
-        track, launch_track = track[: order.size], track[order.size :]
-        label_order, label = _by_first_index(label, np.arange(label.size), len(self.label_ids))
+        track, launch_track = track[: index.size], track[index.size :]
+        label_order, label = _by_first_index(label, None, len(self.label_ids))
         slices = zip(launch_track.tolist(), self.launch_slices, strict=True)
         self.launch_slices = [(int(t), a, b, n) for t, (_, a, b, n) in slices]
         label_names = list(self.label_ids)
@@ -497,11 +499,14 @@ def _pairs(pid: np.ndarray, tid: np.ndarray) -> tuple[list[tuple[int, int]], np.
     return [(int(p), int(t)) for p, t in both.tolist()], inverse.reshape(-1)
 
 
-def _by_first_index(codes: np.ndarray, at: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """The codes in use ordered by the least ``at`` of each, and ``codes`` renumbered so."""
-    in_order = codes[np.argsort(at, kind="stable")]
-    used, first = np.unique(in_order, return_index=True)
-    ordered = used[np.argsort(first, kind="stable")]
+def _by_first_index(codes: np.ndarray, at: np.ndarray | None, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """The codes in use ordered by the least ``at`` of each (None: their order), and
+    ``codes`` renumbered so."""
+    in_order = codes if at is None else codes[np.argsort(at, kind="stable")]
+    first = np.full(size, in_order.size, dtype=np.int64)
+    np.minimum.at(first, in_order, np.arange(in_order.size))
+    used = np.flatnonzero(first < in_order.size)
+    ordered = used[np.argsort(first[used], kind="stable")]
     renumber = np.full(size, -1, dtype=np.int64)
     renumber[ordered] = np.arange(ordered.size)
     return ordered, renumber[codes]

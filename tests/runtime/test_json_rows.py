@@ -175,6 +175,7 @@ _PLAIN = _plain()
         (_among(_row("   1", "  40.500", "   1.000", _ARGS, '"src":"k1"},"name":"a","cat":"c"}')), None),
         # A leading zero in a tid or a time, a space inside a number, an exponent in args.
         (_among(_row("  01", "  40.500", "   1.000", _ARGS, _TAIL)), None),
+        (_among(_row("0001", "  40.500", "   1.000", _ARGS, _TAIL)), None),
         (_among(_row("   1", "  04.500", "   1.000", _ARGS, _TAIL)), None),
         (_among(_row("   1", "  4 .500", "   1.000", _ARGS, _TAIL)), None),
         (_among(_row("   1", "  40.500", "   1.000", '"index":1e999,"extraId":  0,', _TAIL)), None),
@@ -203,9 +204,12 @@ def test_rows_that_do_not_hold_the_layout_read_as_the_parser_reads_them(tmp_path
         assert [i for i, _ in found.parsed] == [10, 20]
 
 
-def test_plain_rows_are_columns_and_times_are_the_parsers_doubles(tmp_path: Path) -> None:
+@pytest.mark.parametrize("digits", [4, 12])
+def test_plain_rows_are_columns_and_times_are_the_parsers_doubles(tmp_path: Path, digits: int) -> None:
     path = tmp_path / "t.json"
-    times = [f"{t:4d}.{f:03d}" for t, f in zip(range(0, 4000, 97), range(0, 1000, 23), strict=False)]
+    rng = random.Random(digits)
+    times = [f"{rng.randrange(10 ** rng.randrange(1, digits + 1)):{digits}d}.{rng.randrange(1000):03d}"
+             for _ in range(300)]
     rows = [_row("   1", t, "   0.001", "", '"src":"k.h:1"},"name":"a" }') for t in times]
     path.write_bytes(_trace(rows))
     found = json_rows.read_events(path)
@@ -248,12 +252,14 @@ def test_a_file_not_laid_out_one_event_a_line_is_parsed_whole(tmp_path: Path) ->
 
 def test_two_texts_of_one_hash_are_not_taken_for_one() -> None:
     """Rows are grouped by a hash of their words; a row whose words differ from its
-    group's first row is refused (and goes to the parser), not given its name."""
+    group's text is judged on its own text, never given the other's verdict."""
     k, mask = 0x9E3779B97F4A7C15, 2**64 - 1
     a0, a1 = int.from_bytes(b'"src":"a', "little"), int.from_bytes(b'"},"name', "little")
     b0 = a0 + 1
     b1 = a1 ^ ((a0 * k) & mask) ^ ((b0 * k) & mask)  # the same hash, other words
-    words = np.array([[a0, a1], [b0, b1], [a0, a1]], dtype=np.uint64)
+    rows = np.array([[a0, a1], [b0, b1], [a0, a1], [b0, b1]], dtype=np.uint64)
+    texts = {rows[0].tobytes(): 5, rows[1].tobytes(): 7}
     judged: list[bytes] = []
-    _, ok = json_rows._judged(words, np.arange(16), lambda text: judged.append(text) or 0)
-    assert ok.tolist() == [True, False, True] and judged == [words[0].tobytes()]
+    value, ok = json_rows._judged(rows.T.copy(), lambda row: rows[row].tobytes(),
+                                  lambda text: judged.append(text) or texts[text])
+    assert value.tolist() == [5, 7, 5, 7] and ok.all() and sorted(judged) == sorted(texts)
