@@ -24,6 +24,7 @@ numbers are read by the parser).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -43,6 +44,17 @@ _ROW = re.compile(
     rb'"ts":( *[0-9]+)\.[0-9]{3},"dur":( *[0-9]+)\.[0-9]{3},'
     rb'"args":\{(.*?)("src":.*)'
 )
+#: An event of a plain shape: an object of strings without escapes, numbers of at most
+#: 24 digits and a fraction of at most 30 (no exponent), true, false, null, or objects
+#: of those. Such a line is exactly one JSON value (without escapes, the pattern's
+#: tokens are JSON's own: lines joined by commas are one element each), and the strict
+#: parser's bounds cannot bite (no NaN, no integer or float past them): lines of this
+#: shape are parsed together as one array by the plain parser.
+_TEXT = rb'"[^"\\\x00-\x1f]*"'
+_SCALAR = rb"(?:" + _TEXT + rb"|-?(?:0|[1-9][0-9]{0,23})(?:\.[0-9]{1,30})?|true|false|null)"
+_FLAT = rb"\{(?:" + _TEXT + rb":" + _SCALAR + rb"(?:," + _TEXT + rb":" + _SCALAR + rb")*)?\}"
+_VALUE = rb"(?:" + _SCALAR + rb"|" + _FLAT + rb")"
+_PLAIN = re.compile(rb"\{" + _TEXT + rb":" + _VALUE + rb"(?:," + _TEXT + rb":" + _VALUE + rb")*\}")
 #: Columns of a tid, and of a time's whole µs, read as columns: a tid (below 10^15) and a
 #: time's thousandths (below 10^15) are exact in a double, and thousandths / 1000 is the
 #: double the parser makes of the text.
@@ -138,6 +150,7 @@ def _events(data: Any, told: Callable[[int, int], None] | None) -> JsonEvents | 
             reader.parse(range(first, last))
         if told is not None:
             told(last, lines)
+    reader.finish()
     return JsonEvents(document, lines, reader.parsed, reader.spans())
 
 
@@ -162,6 +175,7 @@ class _Reader:
         self.starts = starts
         self.widths = widths
         self.parsed: list[tuple[int, Any]] = []
+        self.plain: list[int] = []  # places in parsed of lines of the plain shape
         self.names: dict[str, int] = {}
         self.columns: list[tuple[np.ndarray, ...]] = []
 
@@ -170,8 +184,28 @@ class _Reader:
         return self.raw[start : start + int(self.widths[n])].tobytes()
 
     def parse(self, lines: range | np.ndarray) -> None:
+        """Lines for the parser: one of the plain shape (:data:`_PLAIN`) waits for the
+        others, to be parsed with them as one array; any other is parsed now, strictly."""
         for n in lines:
-            self.parsed.append((int(n), parse_json(self.line(int(n)))))
+            line = self.line(int(n))
+            if _PLAIN.fullmatch(line):
+                self.plain.append(len(self.parsed))
+                self.parsed.append((int(n), line))
+            else:
+                self.parsed.append((int(n), parse_json(line)))
+
+    def finish(self) -> None:
+        """The plain lines parsed, as one JSON array (one call of the parser instead of
+        one a line: the names and launch slices of a trace of many launches)."""
+        if not self.plain:
+            return
+        try:
+            text = b"[" + b",".join(self.parsed[at][1] for at in self.plain) + b"]"
+            events = json.loads(text.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):  # not UTF-8: the strict parser says why
+            events = [parse_json(self.parsed[at][1]) for at in self.plain]
+        for at, event in zip(self.plain, events, strict=True):
+            self.parsed[at] = (self.parsed[at][0], event)
 
     def run(self, first: int, last: int) -> None:
         """Lines ``first`` to ``last`` (one width): as columns where the first row's

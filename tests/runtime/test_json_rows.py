@@ -263,3 +263,25 @@ def test_two_texts_of_one_hash_are_not_taken_for_one() -> None:
     value, ok = json_rows._judged(rows.T.copy(), lambda row: rows[row].tobytes(),
                                   lambda text: judged.append(text) or texts[text])
     assert value.tolist() == [5, 7, 5, 7] and ok.all() and sorted(judged) == sorted(texts)
+
+
+@pytest.mark.parametrize("line", [
+    '{"name":"process_name","ph":"M","pid":0,"args":{"name":"Rank 0"}}',
+    '{"name":"process_sort_index","ph":"M","pid":0,"args":{"sort_index":1e999}}',
+    '{"name":"process_sort_index","ph":"M","pid":0,"args":{"sort_index":1' + "0" * 30 + "}}",
+    '{"name":"process_name","ph":"M","pid":0,"args":{"name":"R\\ud800"}}',
+    '{"name":"process_name","ph":"M","pid":0,"args":{"name":"R\\u0000"}}',
+    '{"name":"process_name","ph":"M","pid":0,"args":{"name":"R\xe9"}}',
+    '{"ph":"X","pid":0,"tid":1,"ts":-0.5,"dur":1.0,"name":"launch 0","cat":"optrace.launch"}',
+    '{"ph":"X","pid":0,"tid":1,"ts":0.5,"dur":NaN,"name":"launch 0","cat":"optrace.launch"}',
+])
+def test_lines_parsed_together_read_as_each_parsed_alone(tmp_path: Path, line: str) -> None:
+    """Names and launch slices of the plain shape are parsed as one array; a line that
+    only looks plain (an exponent past the float range, an integer past the bound, an
+    escape) is parsed alone by the strict parser, which takes or refuses it."""
+    path = tmp_path / "t.json"
+    path.write_bytes(_trace([*_PLAIN, line, line.replace('"pid":0', '"pid":1')]))
+    assert outcome(spans.load_trace, path) == outcome(whole, path)
+    data = path.read_bytes().replace(b"R\xc3\xa9", b"R\xe9")  # not UTF-8
+    path.write_bytes(data)
+    assert outcome(spans.load_trace, path) == outcome(whole, path)
