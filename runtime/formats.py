@@ -155,6 +155,10 @@ def span_chunks(path: Path, point_map: Path | None = None, clock_mhz: float | No
         from .spans import perfetto_chunks
 
         return perfetto_chunks(path, nested)
+    if path.is_file() and path.suffix != ".pt" and input_format(path) is JSON:
+        from .spans import json_chunks
+
+        return json_chunks(path, nested)
     from .spans import whole_table_chunks
 
     return whole_table_chunks(load_spans(path, point_map, clock_mhz))
@@ -178,7 +182,7 @@ def fold_spans(path: Path, make: Callable[[], F], point_map: Path | None = None,
     allows (:func:`span_chunks`), or given them whole where a trace turns out not to
     (perfetto_read.Regroup: a fresh rollup, the trace read again as one table)."""
     from .perfetto_read import Regroup, read_spans
-    from .spans import load_perfetto_trace, whole_table_chunks
+    from .spans import load_perfetto_trace, load_trace, other_data, read_trace_events, whole_table_chunks
 
     rollup = make()
     chunks, closing = span_chunks(path, point_map, clock_mhz, rollup.nested)
@@ -192,13 +196,17 @@ def fold_spans(path: Path, make: Callable[[], F], point_map: Path | None = None,
                 close()
     except Regroup:
         rollup = make()
-        progress = reading(path)
-        try:
-            found = read_spans(path, progress.update)
-        finally:
-            progress.close()
-        metadata = found.metadata if isinstance(found.metadata, dict) else {}
-        chunks, closing = whole_table_chunks(load_perfetto_trace(path, found), metadata)
+        if input_format(path) is JSON:
+            events = read_trace_events(path)
+            chunks, closing = whole_table_chunks(load_trace(path, events), other_data(events))
+        else:
+            progress = reading(path)
+            try:
+                found = read_spans(path, progress.update)
+            finally:
+                progress.close()
+            metadata = found.metadata if isinstance(found.metadata, dict) else {}
+            chunks, closing = whole_table_chunks(load_perfetto_trace(path, found), metadata)
         for table in chunks:
             rollup.add(table)
     return rollup, closing

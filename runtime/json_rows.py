@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .regular import BadJSON, map_maybe_gzip, parse_json
+from .regular import BadJSON, let_go, map_maybe_gzip, parse_json
 
 _OPENING = b'{"traceEvents":[\n'
 _NEWLINE, _COMMA, _CLOSE, _SPACE, _ZERO = 10, 44, 93, 32, 48
@@ -154,6 +154,195 @@ def _events(data: Any, told: Callable[[int, int], None] | None) -> JsonEvents | 
     return JsonEvents(document, lines, reader.parsed, reader.spans())
 
 
+#: Bytes of a trace read at a time when it is read a process at a time: a block's lines
+#: are read, then its pages let go (a trace of gigabytes is never resident whole).
+_BLOCK = 1 << 24
+
+
+class Regroup(Exception):
+    """A trace that cannot be read a process at a time after all (a process's events
+    after another's began, names among the events, a line the strict parser refuses):
+    it is read whole instead, which also names a fault the way it always has."""
+
+
+@dataclass
+class Parts:
+    """A trace read a process at a time: the document's members but ``traceEvents``,
+    the process and thread names at its end (events of the parser, (index, event)), and
+    each process's events as they end (``parts``: JsonEvents without those names; raises
+    :class:`Regroup` where the trace is not laid out so)."""
+
+    document: dict[str, Any]
+    names: list[tuple[int, Any]]
+    parts: Iterator[JsonEvents]
+
+
+def read_parts(path: Path, told: Callable[[int, int], None] | None = None) -> Parts | None:
+    """The events of the trace at ``path`` a process (a pid) at a time, as collect lays
+    them out: a rank's events together, the names and the metadata at the end. None
+    where its end is not laid out so (the caller reads it whole)."""
+    try:
+        data = map_maybe_gzip(path, "trace")
+    except (OSError, ValueError):
+        return None
+    try:
+        found = _tail(data)
+    except BadJSON:
+        return None
+    if found is None:
+        return None
+    document, names, stop = found
+    return Parts(document, names, _parts(data, stop, document, bool(names), told))
+
+
+#: A line that may be a process or thread name (parsed, then checked to be one).
+_NAME_LINE = b'{"name":"'
+
+
+def _tail(data: Any) -> tuple[dict[str, Any], list[tuple[int, Any]], int] | None:
+    """The document's other members, the name events that end its events (read back
+    from its end), and where the events before them end (the ``\n`` after the last)."""
+    closing = data.rfind(b"\n]")
+    if closing < len(_OPENING):
+        return None
+    document = _closing(bytes(data[closing + 1 :]))
+    if document is None:
+        return None
+    lines: list[bytes] = []
+    end = closing
+    while True:
+        start = data.rfind(b"\n", 0, end) + 1
+        if start < len(_OPENING):
+            return None  # names only, or no events: read whole
+        line = bytes(data[start:end])
+        # Every event line but the last (the first read here) ends with its comma.
+        if line.endswith(b",") == (end == closing):
+            return None
+        line = line if end == closing else line[:-1]
+        if not (line.startswith(_NAME_LINE) and b'"ph":"M"' in line and _PLAIN.fullmatch(line)):
+            break
+        lines.append(line)
+        end = start - 1
+    if lines:
+        try:
+            events = json.loads(b"[" + b",".join(reversed(lines)) + b"]")
+        except (UnicodeDecodeError, ValueError):
+            return None
+        if not all(isinstance(e, dict) and e.get("ph") == "M" for e in events):
+            return None
+        # Their places in traceEvents are not counted yet: after every other event.
+        names = [(-1, e) for e in events]
+    else:
+        names = []
+    return document, names, end
+
+
+def _parts(data: Any, stop: int, document: dict[str, Any], comma_last: bool,
+           told: Callable[[int, int], None] | None) -> Iterator[JsonEvents]:
+    """Each process's events in the lines before ``stop`` (every one ends with its comma
+    when ``comma_last``), read a block at a time."""
+    raw = np.frombuffer(data, dtype=np.uint8)
+    shared: dict[str, int] = {}
+    group = _Processes(document, shared)
+    pos, offset, dropped, size = len(_OPENING), 0, 0, _BLOCK
+    while pos < stop:
+        end = min(pos + size, stop)
+        found = np.flatnonzero(raw[pos : end + 1 if end == stop else end] == _NEWLINE)
+        if found.size == 0:  # a line longer than a block
+            size *= 2
+            continue
+        ends = found + pos
+        starts = np.concatenate([[pos], ends[:-1] + 1])
+        if (ends <= starts).any() or (raw[starts] == _CLOSE).any():
+            raise Regroup("an empty line, or events after the end")
+        comma = raw[ends - 1] == _COMMA
+        last = int(ends[-1]) == stop and not comma_last
+        if not comma[: comma.size - last].all() or (last and comma[-1]):
+            raise Regroup("an event line without its comma")
+        widths = ends - starts - comma
+        reader = _Reader(raw, starts, widths, offset, shared)
+        try:
+            _read_lines(reader, widths, comma)
+        except BadJSON as exc:
+            raise Regroup(str(exc)) from None
+        yield from group.add(reader)
+        pos, offset, size = int(ends[-1]) + 1, offset + starts.size, _BLOCK
+        dropped = let_go(data, dropped, pos)
+        if told is not None:
+            told(pos, stop)
+    yield from group.close()
+
+
+def _read_lines(reader: _Reader, widths: np.ndarray, comma: np.ndarray) -> None:
+    """A block's lines read: runs of one width (and comma) as columns, the rest parsed."""
+    lines = widths.size
+    cut = np.flatnonzero((np.diff(widths) != 0) | (np.diff(comma) != 0)) + 1
+    bounds = np.concatenate([[0], cut, [lines]])
+    for first, last in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        if last - first >= _SHORTEST_RUN:
+            reader.run(first, last)
+        else:
+            reader.parse(range(first, last))
+    reader.finish()
+
+
+class _Processes:
+    """A block's events put with their process (pid), each process given out once a
+    later one's events began (and at the end)."""
+
+    def __init__(self, document: dict[str, Any], names: dict[str, int]) -> None:
+        self.document = document
+        self.names = names
+        self.current: Any = None
+        self.started = False
+        self.closed: set[Any] = set()
+        self.parsed: list[tuple[int, Any]] = []
+        self.columns: list[tuple[np.ndarray, ...]] = []
+
+    def add(self, reader: _Reader) -> Iterator[JsonEvents]:
+        # (first index, pid, a run's columns or None, the event or None)
+        items: list[tuple[int, Any, tuple[np.ndarray, ...] | None, tuple[int, Any] | None]] = []
+        for run in reader.columns:
+            if run[-1].size:
+                items.append((int(run[-1][0]), int(run[0][0]), run, None))
+        for index, event in reader.parsed:
+            if not isinstance(event, dict):
+                continue  # no event a reader takes
+            phase = event.get("ph")
+            if phase == "M":
+                raise Regroup("names among the events")
+            if phase not in ("X", "i"):
+                continue
+            pid = event.get("pid")
+            if isinstance(pid, list | dict):
+                raise Regroup("a pid that is no id")
+            items.append((index, pid, None, (index, event)))
+        items.sort(key=lambda item: item[0])
+        for _, pid, columns, parsed in items:
+            if not self.started or pid != self.current:
+                yield from self.close()
+                if pid in self.closed:
+                    raise Regroup("a process's events after another's began")
+                self.current, self.started = pid, True
+            if columns is not None:
+                self.columns.append(columns)
+            if parsed is not None:
+                self.parsed.append(parsed)
+
+    def close(self) -> Iterator[JsonEvents]:
+        if not self.started:
+            return
+        self.closed.add(self.current)
+        self.started = False
+        spans = None
+        if self.columns:
+            pid, tid, ts_q, dur_q, name, rows = (np.concatenate(c) for c in zip(*self.columns, strict=True))
+            spans = Spans(rows, pid, tid, ts_q, dur_q, name.astype(np.int32), list(self.names))
+        part = JsonEvents(self.document, 0, self.parsed, spans)
+        self.parsed, self.columns = [], []
+        yield part
+
+
 def _closing(text: bytes) -> dict[str, Any] | None:
     """The members after the events (``],"otherData":{...}}``) as an object, or None
     where they would not close the document as one (or name ``traceEvents`` again: the
@@ -170,13 +359,18 @@ def _closing(text: bytes) -> dict[str, Any] | None:
 
 
 class _Reader:
-    def __init__(self, raw: np.ndarray, starts: np.ndarray, widths: np.ndarray) -> None:
+    """Lines ``starts`` / ``widths`` of ``raw`` (the ``offset``-th line of the events
+    first), read as span columns and parsed events; ``names`` may be shared by readers."""
+
+    def __init__(self, raw: np.ndarray, starts: np.ndarray, widths: np.ndarray, offset: int = 0,
+                 names: dict[str, int] | None = None) -> None:
         self.raw = raw
         self.starts = starts
         self.widths = widths
+        self.offset = offset
         self.parsed: list[tuple[int, Any]] = []
         self.plain: list[int] = []  # places in parsed of lines of the plain shape
-        self.names: dict[str, int] = {}
+        self.names: dict[str, int] = {} if names is None else names
         self.columns: list[tuple[np.ndarray, ...]] = []
 
     def line(self, n: int) -> bytes:
@@ -190,9 +384,9 @@ class _Reader:
             line = self.line(int(n))
             if _PLAIN.fullmatch(line):
                 self.plain.append(len(self.parsed))
-                self.parsed.append((int(n), line))
+                self.parsed.append((self.offset + int(n), line))
             else:
-                self.parsed.append((int(n), parse_json(line)))
+                self.parsed.append((self.offset + int(n), parse_json(line)))
 
     def finish(self) -> None:
         """The plain lines parsed, as one JSON array (one call of the parser instead of
@@ -219,7 +413,7 @@ class _Reader:
                 continue
             ok, columns = taken
             rows = np.arange(first, last)
-            self.columns.append((*(c[ok] for c in columns), rows[ok]))
+            self.columns.append((*(c[ok] for c in columns), rows[ok] + self.offset))
             self.parse(rows[~ok])
             return
 

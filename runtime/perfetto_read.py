@@ -30,7 +30,7 @@ import numpy as np
 
 from .errors import ProfilingInputError
 from .launches import LAUNCH_CATEGORY
-from .regular import BadJSON, map_maybe_gzip, parse_json, read_maybe_gzip
+from .regular import BadJSON, let_go, map_maybe_gzip, parse_json, read_maybe_gzip
 
 _U64 = 1 << 64
 #: TrackEvent.Type (perfetto.py writes them)
@@ -469,7 +469,7 @@ def _processes(path: Path, data: bytes | mmap.mmap, found: PerfettoSpans, events
         for offset in _steps(cast(bytes, data), found, events, progress):
             runs()
             take()
-            dropped = _let_go(data, dropped, offset)
+            dropped = let_go(data, dropped, offset)
             current = set(last)
             if found._open is not None:
                 current.update(process(t) for t in np.flatnonzero(np.bincount(found._open[0])).tolist())
@@ -502,20 +502,6 @@ class _Pending:
         self.launches: list[tuple[int, str, int, int]] = []
         self.instants: list[tuple[int, str, int]] = []
 
-
-#: What is let go of a mapped trace behind the read: whole pages, a few MB at a time.
-_LET_GO = 1 << 22
-
-
-def _let_go(data: bytes | mmap.mmap, dropped: int, offset: int) -> int:
-    """The mapped file's pages from ``dropped`` to before ``offset`` dropped from this
-    process (read again from the page cache if ever touched): the trace is never
-    resident whole. Returns where the pages dropped end."""
-    end = offset // mmap.PAGESIZE * mmap.PAGESIZE
-    if isinstance(data, mmap.mmap) and end - dropped >= _LET_GO:
-        data.madvise(mmap.MADV_DONTNEED, dropped, end - dropped)
-        return end
-    return dropped
 
 
 class _Events:

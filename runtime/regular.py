@@ -430,6 +430,22 @@ def map_maybe_gzip(path: str | Path, kind: str) -> bytes | mmap.mmap:
         os.close(fd)
 
 
+#: What is let go of a mapped file behind a read: whole pages, a few MB at a time.
+_LET_GO = 1 << 22
+
+
+def let_go(data: bytes | mmap.mmap, dropped: int, offset: int) -> int:
+    """A mapped file's pages from ``dropped`` to before ``offset`` dropped from this
+    process (read again from the page cache if ever touched), so a file read once from
+    start to end is never resident whole (:func:`map_maybe_gzip`); bytes are kept.
+    Returns where the pages dropped end."""
+    end = offset // mmap.PAGESIZE * mmap.PAGESIZE
+    if isinstance(data, mmap.mmap) and end - dropped >= _LET_GO:
+        data.madvise(mmap.MADV_DONTNEED, dropped, end - dropped)
+        return end
+    return dropped
+
+
 def load_json(path: str | Path, kind: str) -> Any:
     """:func:`parse_json` of a regular file within the bound of ``kind`` (gzip or not)."""
     return parse_json(read_maybe_gzip(path, kind))

@@ -526,11 +526,11 @@ def load_trace(path: Path, events: JsonEvents | None = None) -> SpanTable:
     return _trace_table(path, _whole_events(read_trace_json(path)))
 
 
-def _trace_table(path: Path, events: JsonEvents) -> SpanTable:
+def _trace_table(path: Path, events: JsonEvents, part: bool = False, nested: bool = True) -> SpanTable:
+    """The table of a JSON trace's events; with ``part``, of one process's (the trace's
+    warnings are its closing's, not the table's)."""
     other = events.document.get("otherData") or {}
-    warnings: list[str] = []
-    if other.get("format") != TRACE_FORMAT:
-        warnings.append(f"{path}: not written by optrace collect: runtime settings unknown")
+    warnings = [] if part else _json_warnings(path, other)
     found = _TraceEvents(path)
     told = reading(path) if events.whole is not None else None
     for index, event in events.events():
@@ -542,14 +542,7 @@ def _trace_table(path: Path, events: JsonEvents) -> SpanTable:
     labels, keys, label, track, ts_all, dur_all = found.columns(events.spans)
     names, threads = found.process_names, found.thread_names
     real = [(pid, names.get(pid, f"pid {pid}"), threads.get((pid, tid), f"tid {tid}")) for (pid, tid) in keys]
-    settings = RunSettings()
-    pid_launch: dict[Any, str] = {}
-    for rank in rank_entries(path, other):
-        if rank.get("launch") is not None:
-            pid_launch[rank.get("pid")] = _launch_name(rank.get("tag"), rank["launch"])
-        if rank.get("clock_mhz") is not None:
-            settings.clock_mhz.add(_clock(path, rank["clock_mhz"]))
-        settings.barrier.add(rank.get("barrier") if isinstance(rank.get("barrier"), bool) else None)
+    settings, pid_launch = _json_settings(path, other)
     rows = launch_rows(track, ts_all, ts_all + dur_all, real, found.launch_slices,
                        [pid_launch.get(pid) for pid, _, _ in real])
     return SpanTable(
@@ -567,7 +560,28 @@ def _trace_table(path: Path, events: JsonEvents) -> SpanTable:
         track_launch=rows.track_launch,
         launch_rows=rows.by_track,
         trace_tracks=int(np.unique(track).size),
+        nested=nested,
     )
+
+
+def _json_warnings(path: Path, other: dict[str, Any]) -> list[str]:
+    if other.get("format") != TRACE_FORMAT:
+        return [f"{path}: not written by optrace collect: runtime settings unknown"]
+    return []
+
+
+def _json_settings(path: Path, other: dict[str, Any]) -> tuple[RunSettings, dict[Any, str]]:
+    """The run's settings from a JSON trace's rank table, and the launch of each pid it
+    names (a trace of the layout before launch slices)."""
+    settings = RunSettings()
+    pid_launch: dict[Any, str] = {}
+    for rank in rank_entries(path, other):
+        if rank.get("launch") is not None:
+            pid_launch[rank.get("pid")] = _launch_name(rank.get("tag"), rank["launch"])
+        if rank.get("clock_mhz") is not None:
+            settings.clock_mhz.add(_clock(path, rank["clock_mhz"]))
+        settings.barrier.add(rank.get("barrier") if isinstance(rank.get("barrier"), bool) else None)
+    return settings, pid_launch
 
 
 def _perfetto_warnings(path: Path, found: perfetto_read.PerfettoSpans) -> list[str]:
@@ -1134,54 +1148,70 @@ def whole_table_chunks(table: SpanTable, metadata: dict[str, Any] | None = None,
                                   metadata or {}, table.trace_tracks)
 
 
+class _LaunchCheck:
+    """Whether a trace's tables of a process each name and order their launches as its
+    one table would: :func:`launch_rows` names a row's launch where the trace has several
+    (a process of one launch cannot tell), and orders a rank's launches by their first
+    start on any rank. Raises perfetto_read.Regroup at the end where they would not."""
+
+    def __init__(self) -> None:
+        self.slices: set[str] = set()
+        # per table with launch slices: several launches named in it?, its launches in row order
+        self.named: list[tuple[bool, list[str]]] = []
+        self.first: dict[str, float] = {}  # each launch's first start on any rank (µs)
+
+    def add(self, table: SpanTable, launches: list[tuple[str, float]]) -> None:
+        """``launches``: the process's launch slices, (name, start µs) each."""
+        mine = {name for name, _ in launches}
+        self.slices |= mine
+        order = list(dict.fromkeys(table.launches[k] for k in table.track_launch.tolist()))
+        if mine:
+            self.named.append((len(mine) > 1, order))
+        for name, start in launches:
+            self.first[name] = min(self.first.get(name, math.inf), start)
+        if table.ts.size:
+            launch = table.track_launch[table.track]
+            for k, name in enumerate(table.launches):
+                held = table.ts[launch == k]
+                if held.size:
+                    self.first[name] = min(self.first.get(name, math.inf), float(held.min()))
+
+    def check(self) -> None:
+        for several, order in self.named:
+            if several != (len(self.slices) > 1):
+                raise perfetto_read.Regroup("a rank's launches named apart from the trace's")
+            starts = [self.first.get(name, math.inf) for name in order]
+            if any(a >= b for a, b in itertools.pairwise(starts)):
+                raise perfetto_read.Regroup("a rank's launches ordered apart from the trace's")
+
+
 def perfetto_chunks(path: Path, nested: bool = True) -> tuple[Iterator[SpanTable], Closing]:
     """A ``.pftrace``'s spans a process (a rank) at a time, each table the rows
     :func:`load_perfetto_trace` gives that process's spans, in the same order, named the
     same. Raises :class:`perfetto_read.Regroup` from the iterator where they would not be
     — a process's events after another's began, a trace without launch slices (its
     launches are named from the rank table at its end), a rank whose launches the whole
-    trace would name or order otherwise (:func:`launch_rows` names a row's launch where
-    the trace has several, and orders a rank's launches by their first start on any rank):
-    then the trace is read whole (formats.fold_spans)."""
+    trace would name or order otherwise (:class:`_LaunchCheck`): then the trace is read
+    whole (formats.fold_spans)."""
     closing = Closing(str(path))
     progress = reading(path)
     found, parts = perfetto_read.read_processes(path, progress.update)
 
     def tables() -> Iterator[SpanTable]:
-        slices: set[str] = set()
-        # per table with launch slices: several launches named in it?, its launches in row order
-        named: list[tuple[bool, list[str]]] = []
-        first: dict[str, float] = {}  # each launch's first start on any rank (µs)
+        check = _LaunchCheck()
         parents = 0
         try:
             for part in parts:
                 table = load_perfetto_trace(path, part, part=True, nested=nested)
-                mine = {name for _, name, _, _ in part.launches}
-                slices |= mine
-                order = list(dict.fromkeys(table.launches[k] for k in table.track_launch.tolist()))
-                if mine:
-                    named.append((len(mine) > 1, order))
-                for _, name, start, _ in part.launches:
-                    first[name] = min(first.get(name, math.inf), start / 1000.0)
-                if table.ts.size:
-                    launch = table.track_launch[table.track]
-                    for k, name in enumerate(table.launches):
-                        held = table.ts[launch == k]
-                        if held.size:
-                            first[name] = min(first.get(name, math.inf), float(held.min()))
+                check.add(table, [(name, start / 1000.0) for _, name, start, _ in part.launches])
                 parents += 1  # a part is one process's
                 closing.trace_tracks += table.trace_tracks
                 yield table
         finally:
             progress.close()
-        if not slices:
+        if not check.slices:
             raise perfetto_read.Regroup("no launch slices: the rank table names the launches")
-        for several, order in named:
-            if several != (len(slices) > 1):
-                raise perfetto_read.Regroup("a rank's launches named apart from the trace's")
-            starts = [first.get(name, math.inf) for name in order]
-            if any(a >= b for a, b in itertools.pairwise(starts)):
-                raise perfetto_read.Regroup("a rank's launches ordered apart from the trace's")
+        check.check()
         meta = found.metadata if isinstance(found.metadata, dict) else {}
         closing.warnings += _perfetto_warnings(path, found)
         closing.settings, _ = _perfetto_settings(path, meta)
@@ -1189,6 +1219,69 @@ def perfetto_chunks(path: Path, nested: bool = True) -> tuple[Iterator[SpanTable
         closing.processes = max(parents, 1)
 
     return tables(), closing
+
+
+def json_parts(path: Path, nested: bool = True
+               ) -> tuple[Iterator[tuple[SpanTable, JsonEvents]], Closing, list[tuple[int, Any]]] | None:
+    """A JSON trace's spans a process (a pid) at a time: each table the rows
+    :func:`load_trace` gives that process's spans, in the same order, named the same,
+    with the events it was read from; and the trace's name events. None where the
+    trace's end is not laid out as collect lays it out; raises
+    :class:`perfetto_read.Regroup` from the iterator where the rest is not (a process's
+    events after another's began, names among the events, a fault in an event: the
+    whole read names the first) or where a rank's launches would be named or ordered
+    otherwise (:class:`_LaunchCheck`): then the trace is read whole (formats.fold_spans)."""
+    progress = reading(path)
+    found = json_rows.read_parts(path, progress.update)
+    if found is None:
+        progress.close()
+        return None
+    _check_other(path, found.document)
+    other = found.document.get("otherData") or {}
+    closing = Closing(str(path), warnings=_json_warnings(path, other), metadata=other)
+    closing.settings, _ = _json_settings(path, other)
+
+    def tables() -> Iterator[tuple[SpanTable, JsonEvents]]:
+        check = _LaunchCheck()
+        try:
+            for part in found.parts:
+                part.parsed += found.names
+                try:
+                    table = _trace_table(path, part, part=True, nested=nested)
+                except ProfilingInputError as exc:
+                    raise perfetto_read.Regroup(str(exc)) from None
+                complete = [e for _, e in part.parsed if isinstance(e, dict) and e.get("ph") == "X"]
+                check.add(table, [(str(e["name"]), float(e["ts"])) for e in complete
+                                  if e.get("cat") == LAUNCH_CATEGORY])
+                if part.spans is not None or complete:
+                    closing.processes += 1  # a part is one process's
+                closing.trace_tracks += table.trace_tracks
+                yield table, part
+        except json_rows.Regroup as exc:
+            raise perfetto_read.Regroup(str(exc)) from None
+        finally:
+            progress.close()
+        check.check()
+        closing.processes = max(closing.processes, 1)
+
+    return tables(), closing, found.names
+
+
+def json_chunks(path: Path, nested: bool = True) -> tuple[Iterator[SpanTable], Closing]:
+    """A JSON trace's spans a process at a time (:func:`json_parts`), or as one table
+    where its end is not laid out so."""
+    found = json_parts(path, nested)
+    if found is None:
+        events = read_trace_events(path)
+        return whole_table_chunks(load_trace(path, events), other_data(events))
+    parts, closing, _ = found
+    return (table for table, _ in parts), closing
+
+
+def other_data(events: JsonEvents) -> dict[str, Any]:
+    """A JSON trace's ``otherData`` (an object, or empty)."""
+    other = events.document.get("otherData")
+    return other if isinstance(other, dict) else {}
 
 
 def load_profiling_dir(

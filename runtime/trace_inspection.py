@@ -11,18 +11,22 @@ trace's metadata.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from .errors import ProfilingInputError, checked_name
 from .formats import fold_spans, is_protobuf, load_spans
+from .json_rows import JsonEvents
+from .perfetto_read import Regroup
 from .rollup import InspectRollup
 from .spans import (
     Closing,
     SpanTable,
     event_ids,
+    json_parts,
     load_trace,
+    other_data,
     read_trace_events,
     whole_table_chunks,
 )
@@ -74,14 +78,45 @@ class _Rows(InspectRollup):
 
 
 def _json_rows(path: Path) -> tuple[InspectRollup, Closing]:
-    """inspect's rows of a JSON trace (read whole), its drop markers found by their pid
-    and tid's names."""
+    """inspect's rows of a JSON trace, a process at a time where it is laid out as
+    collect lays it out, else read whole; its drop markers found by their pid and tid's
+    names."""
+    found = json_parts(path)
+    if found is not None:
+        parts, closing, names = found
+        try:
+            return _json_rows_by_part(path, parts, closing, names)
+        except Regroup:
+            pass  # read whole: the same rows, or the fault the whole read names first
     events = read_trace_events(path)  # regular, bounded, strict JSON (spans.py)
     table = load_trace(path, events)
+    processes, threads = _titles(path, events.events())
+    rows = InspectRollup()
+    rows.add(table)
+    _add_drops(path, rows, table, events.events(), processes, threads)
+    _, closing = whole_table_chunks(table, other_data(events))
+    return rows, closing
+
+
+def _json_rows_by_part(path: Path, parts: Iterator[tuple[SpanTable, JsonEvents]], closing: Closing,
+                       names: list[tuple[int, Any]]) -> tuple[InspectRollup, Closing]:
+    rows = InspectRollup()
+    try:
+        processes, threads = _titles(path, names)
+        for table, part in parts:
+            rows.add(table)
+            _add_drops(path, rows, table, part.events(), processes, threads)
+    except ProfilingInputError as exc:  # the whole read names the first fault
+        raise Regroup(str(exc)) from None
+    return rows, closing
+
+
+def _titles(path: Path, events: Iterable[tuple[int, Any]]
+            ) -> tuple[dict[Any, str], dict[tuple[Any, Any], str]]:
+    """The process and thread names inspect keys drop markers by."""
     processes: dict[Any, str] = {}
     threads: dict[tuple[Any, Any], str] = {}
-    # Names and drop markers are never span rows: read by the parser, one by one.
-    for index, event in events.events():
+    for index, event in events:
         if isinstance(event, dict) and event.get("ph") == "M":
             args = event.get("args")
             title = str(args.get("name") if isinstance(args, dict) else None)
@@ -90,9 +125,12 @@ def _json_rows(path: Path) -> tuple[InspectRollup, Closing]:
                 processes[pid] = title
             elif event.get("name") == "thread_name":
                 threads[(pid, tid)] = title
-    rows = InspectRollup()
-    rows.add(table)
-    for index, event in events.events():
+    return processes, threads
+
+
+def _add_drops(path: Path, rows: InspectRollup, table: SpanTable, events: Iterable[tuple[int, Any]],
+               processes: dict[Any, str], threads: dict[tuple[Any, Any], str]) -> None:
+    for index, event in events:
         if isinstance(event, dict) and event.get("ph") == "i":
             count = _dropped(path, str(event.get("name", "")))
             if count is not None:
@@ -102,9 +140,6 @@ def _json_rows(path: Path) -> tuple[InspectRollup, Closing]:
                 if isinstance(at, int | float) and not isinstance(at, bool):
                     key = table.row_at(key, float(at))
                 rows.drops[key] = rows.drops.get(key, 0) + count
-    other = events.document.get("otherData")
-    _, closing = whole_table_chunks(table, other if isinstance(other, dict) else {})
-    return rows, closing
 
 
 def inspect_trace(path: Path) -> dict[str, Any]:

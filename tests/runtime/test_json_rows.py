@@ -99,11 +99,25 @@ def test_the_flagged_rank_has_what_the_test_is_about(traces: dict[str, Path]) ->
         assert needed in text
 
 
-def test_inspect_and_report_of_a_json_trace_print_what_they_did(traces: dict[str, Path],
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    fast = {c: invoke(c, traces["flagged"]).output for c in ("inspect", "report")}
+@pytest.mark.parametrize("name", ["demo", "flagged"])
+def test_inspect_report_and_compare_print_the_same_a_process_at_a_time_as_a_table_or_parsed(
+        traces: dict[str, Path], name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read a process at a time (the drop markers with their rank), as one table of
+    columns, or by the parser alone: the same output, byte for byte."""
+    trace = traces[name]
+    commands = [["inspect", trace], ["inspect", trace, "--format", "json"], ["report", trace],
+                ["compare", trace, trace, "--format", "json"]]
+    by_part = [invoke(*c) for c in commands]
+    assert all(r.exit_code == 0 for r in by_part), [r.output for r in by_part]
+    if name == "flagged":  # the overflowed slot's drops, on its row
+        import json
+
+        found = json.loads(by_part[1].output)
+        assert found["dropped"] > 0 and any(t["dropped"] for t in found["tracks"])
+    monkeypatch.setattr(json_rows, "read_parts", lambda path, told=None: None)
+    assert [invoke(*c).output for c in commands] == [r.output for r in by_part]
     monkeypatch.setattr(json_rows, "read_events", lambda path, told=None: None)
-    assert fast == {c: invoke(c, traces["flagged"]).output for c in ("inspect", "report")}
+    assert [invoke(*c).output for c in commands] == [r.output for r in by_part]
 
 
 def test_a_gzipped_trace_is_read_as_columns(traces: dict[str, Path], tmp_path: Path) -> None:

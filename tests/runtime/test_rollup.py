@@ -218,6 +218,129 @@ def test_a_pftrace_rank_by_rank_reports_what_its_whole_table_does(
     np.testing.assert_array_equal(values, want.values)
 
 
+@pytest.fixture(scope="module")
+def demo_json(demo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from typer.testing import CliRunner
+
+    from optrace.cli.app import app
+
+    out = tmp_path_factory.mktemp("rollup_json") / "t.json"
+    result = CliRunner().invoke(app, ["collect", str(demo), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def _json_read_whole(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record every time a JSON trace is read whole (as one table)."""
+    from optrace.runtime import spans
+
+    whole: list[str] = []
+    real = spans.read_trace_events
+
+    def counted(path: Path) -> Any:
+        whole.append(str(path))
+        return real(path)
+
+    monkeypatch.setattr(spans, "read_trace_events", counted)
+    return whole
+
+
+@pytest.mark.parametrize("block", [1 << 24, 300, 7])
+def test_a_json_trace_rank_by_rank_reports_what_its_whole_table_does(
+    demo_json: Path, block: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read a process at a time however its lines fall into the reader's blocks (a line
+    longer than a block makes the block longer), and never read whole again."""
+    from optrace.runtime import json_rows
+    from optrace.runtime.formats import fold_spans
+    from optrace.runtime.report import report_of
+    from optrace.runtime.rollup import LaunchRollup, ReportRollup
+
+    whole = load_spans(demo_json)
+    expected = build_report(whole, top=5)
+    monkeypatch.setattr(json_rows, "_BLOCK", block)
+    read_whole = _json_read_whole(monkeypatch)
+    tables, closing = span_chunks(demo_json)
+    chunks = list(tables)
+    assert [len({t.split(" / ")[0].split(" (")[0] for t in c.tracks}) for c in chunks] == [1, 1, 1]
+    assert [t for c in chunks for t in c.tracks] == whole.tracks  # the rows, in the whole table's order
+    assert closing.processes == whole.processes and closing.trace_tracks == whole.trace_tracks
+    assert closing.settings == whole.settings and closing.warnings == whole.warnings
+    rollup, closing = fold_spans(demo_json, lambda: ReportRollup(page_rows=40))
+    assert read_whole == []
+    report = report_of(rollup, closing.source, closing.warnings, 5)
+    close(_report_fields(report), _report_fields(expected))
+    page, full = rollup.page(), page_of(whole)
+    phases = [s.label for s in expected.hotspots]
+    assert page.tracks == whole.tracks and len(page.shown.tracks) == 40
+    np.testing.assert_allclose(per_track_self(page, phases)[0], per_track_self(full, phases)[0], rtol=1e-12)
+    shown, everything = timeline_bins(page.shown, 40, phases), timeline_bins(whole, 40, phases)
+    for got, want in zip(shown, everything, strict=True):
+        np.testing.assert_array_equal(got, want)
+    launches, _ = fold_spans(demo_json, LaunchRollup)
+    labels, values, present, ranks = launches.times()
+    assert present.tolist() == want_present(whole)
+    want = launch_times(whole)
+    assert labels == whole.labels and ranks == want.ranks_per_launch
+    np.testing.assert_array_equal(values, want.values)
+    assert read_whole == []
+
+
+def _moved(text: str, kind: str) -> str:
+    """collect's JSON laid out otherwise: the names first, or rank 1's first launch
+    after rank 2's events, or an event line the strict parser refuses."""
+    head, rest = text.split("\n", 1)
+    lines, closing = rest.rstrip("\n").rsplit("\n", 1)
+    events = lines.split(",\n")
+    if kind == "names first":
+        names = [e for e in events if '"ph":"M"' in e]
+        events = names + [e for e in events if '"ph":"M"' not in e]
+    elif kind == "interleaved":
+        one = [k for k, e in enumerate(events) if '"pid":1,' in e and '"ph":"X"' in e][:40]
+        moved = [events[k] for k in one]
+        events = [e for k, e in enumerate(events) if k not in set(one)]
+        last = max(k for k, e in enumerate(events) if '"pid":2,' in e and '"ph":"X"' in e)
+        events = events[: last + 1] + moved + events[last + 1 :]
+    else:
+        k = next(k for k, e in enumerate(events) if '"pid":1,' in e and '"ph":"X"' in e and '"src"' in e)
+        events[k] = events[k][:-1] + ',"dur":"soon"}'  # the last of two keys counts
+    return head + "\n" + ",\n".join(events) + "\n" + closing + "\n"
+
+
+@pytest.mark.parametrize("kind", ["names first", "interleaved", "a fault"])
+def test_a_json_trace_not_laid_out_a_process_at_a_time_is_read_whole(
+    demo_json: Path, tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from optrace.runtime import spans
+    from optrace.runtime.errors import ProfilingInputError
+    from optrace.runtime.formats import fold_spans
+    from optrace.runtime.perfetto_read import Regroup
+    from optrace.runtime.report import report_of
+    from optrace.runtime.rollup import ReportRollup
+
+    trace = tmp_path / "t.json"
+    trace.write_text(_moved(demo_json.read_text(), kind))
+    found = spans.json_parts(trace)
+    if found is not None:
+        with pytest.raises(Regroup):
+            list(found[0])
+    read_whole = _json_read_whole(monkeypatch)
+    if kind == "a fault":
+        with pytest.raises(ProfilingInputError) as raised:
+            fold_spans(trace, ReportRollup)
+        with pytest.raises(ProfilingInputError) as whole_raised:
+            load_spans(trace)
+        assert str(raised.value) == str(whole_raised.value)
+        assert "malformed complete event" in str(raised.value)
+        return
+    whole = load_spans(trace)
+    rollup, closing = fold_spans(trace, lambda: ReportRollup(page_rows=96))
+    assert read_whole == [str(trace)] * 2
+    report = report_of(rollup, closing.source, closing.warnings)
+    close(_report_fields(report), _report_fields(build_report(whole)))
+    assert rollup.rows.names == whole.tracks
+
+
 def test_inspect_of_a_pftrace_rank_by_rank_prints_what_the_whole_table_gives(
     demo_trace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
