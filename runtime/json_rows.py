@@ -93,6 +93,7 @@ class JsonEvents:
     parsed: list[tuple[int, Any]] = field(default_factory=list)
     spans: Spans | None = None
     whole: list[Any] | None = None
+    pid: Any = None  # a part's process (read_parts)
 
     def events(self) -> Iterator[tuple[int, Any]]:
         """(index, event) of every event the parser read, in order."""
@@ -338,7 +339,7 @@ class _Processes:
         if self.columns:
             pid, tid, ts_q, dur_q, name, rows = (np.concatenate(c) for c in zip(*self.columns, strict=True))
             spans = Spans(rows, pid, tid, ts_q, dur_q, name.astype(np.int32), list(self.names))
-        part = JsonEvents(self.document, 0, self.parsed, spans)
+        part = JsonEvents(self.document, 0, self.parsed, spans, pid=self.current)
         self.parsed, self.columns = [], []
         yield part
 

@@ -1241,11 +1241,21 @@ def json_parts(path: Path, nested: bool = True
     closing = Closing(str(path), warnings=_json_warnings(path, other), metadata=other)
     closing.settings, _ = _json_settings(path, other)
 
+    # Each part is given the names of its own process only (a name event is a process's
+    # or one of its threads'): every name for every part would be quadratic in the ranks.
+    own: dict[Any, list[tuple[int, Any]]] = {}
+    every: list[tuple[int, Any]] = []  # names whose pid is no id a dict can key
+    for index, event in found.names:
+        try:
+            own.setdefault(event.get("pid"), []).append((index, event))
+        except TypeError:
+            every.append((index, event))
+
     def tables() -> Iterator[tuple[SpanTable, JsonEvents]]:
         check = _LaunchCheck()
         try:
             for part in found.parts:
-                part.parsed += found.names
+                part.parsed += own.get(part.pid, []) + every
                 try:
                     table = _trace_table(path, part, part=True, nested=nested)
                 except ProfilingInputError as exc:

@@ -124,6 +124,8 @@ def test_a_gzipped_trace_is_read_as_columns(traces: dict[str, Path], tmp_path: P
     packed = tmp_path / "t.json.gz"
     packed.write_bytes(gzip.compress(traces["demo"].read_bytes()))
     assert spans.read_trace_events(packed).spans is not None
+    found = spans.json_parts(packed)
+    assert found is not None and len(list(found[0])) == 2  # a process at a time
     assert outcome(spans.load_trace, packed)[1:] == outcome(whole, traces["demo"])[1:]
 
 
