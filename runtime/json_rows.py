@@ -169,47 +169,53 @@ class Regroup(Exception):
 @dataclass
 class Parts:
     """A trace read a process at a time: the document's members but ``traceEvents``,
-    the process and thread names at its end (events of the parser, (index, event)), and
-    each process's events as they end (``parts``: JsonEvents without those names; raises
-    :class:`Regroup` where the trace is not laid out so)."""
+    how many name events end its events, and each process's events as they end
+    (``parts``: JsonEvents without those names; raises :class:`Regroup` where the trace
+    is not laid out so)."""
 
     document: dict[str, Any]
-    names: list[tuple[int, Any]]
+    names: int
     parts: Iterator[JsonEvents]
 
 
-def read_parts(path: Path, told: Callable[[int, int], None] | None = None) -> Parts | None:
+def read_parts(path: Path, names: Callable[[list[Any]], bool],
+               told: Callable[[int, int], None] | None = None) -> Parts | None:
     """The events of the trace at ``path`` a process (a pid) at a time, as collect lays
-    them out: a rank's events together, the names and the metadata at the end. None
-    where its end is not laid out so (the caller reads it whole)."""
+    them out: a rank's events together, the names and the metadata at the end. The name
+    events are given to ``names`` first, a batch at a time in file order (so they are
+    never all held as events); it says whether it took them. None where the trace's end
+    is not laid out so, or ``names`` refused a batch (the caller reads it whole)."""
     try:
         data = map_maybe_gzip(path, "trace")
     except (OSError, ValueError):
         return None
     try:
-        found = _tail(data)
+        found = _tail(data, names)
     except BadJSON:
         return None
     if found is None:
         return None
-    document, names, stop = found
-    return Parts(document, names, _parts(data, stop, document, bool(names), told))
+    document, count, stop = found
+    return Parts(document, count, _parts(data, stop, document, count > 0, told))
 
 
 #: A line that may be a process or thread name (parsed, then checked to be one).
 _NAME_LINE = b'{"name":"'
+#: Name events parsed at a time.
+_NAME_BATCH = 4096
 
 
-def _tail(data: Any) -> tuple[dict[str, Any], list[tuple[int, Any]], int] | None:
-    """The document's other members, the name events that end its events (read back
-    from its end), and where the events before them end (the ``\n`` after the last)."""
+def _tail(data: Any, take: Callable[[list[Any]], bool]) -> tuple[dict[str, Any], int, int] | None:
+    """The document's other members, the count of name events that end its events (read
+    back from its end, then given to ``take`` in batches in file order), and where the
+    events before them end (the ``\n`` after the last)."""
     closing = data.rfind(b"\n]")
     if closing < len(_OPENING):
         return None
     document = _closing(bytes(data[closing + 1 :]))
     if document is None:
         return None
-    lines: list[bytes] = []
+    lines: list[tuple[int, int]] = []  # each name line's start and end, last first
     end = closing
     while True:
         start = data.rfind(b"\n", 0, end) + 1
@@ -222,20 +228,18 @@ def _tail(data: Any) -> tuple[dict[str, Any], list[tuple[int, Any]], int] | None
         line = line if end == closing else line[:-1]
         if not (line.startswith(_NAME_LINE) and b'"ph":"M"' in line and _PLAIN.fullmatch(line)):
             break
-        lines.append(line)
+        lines.append((start, start + len(line)))
         end = start - 1
-    if lines:
+    lines.reverse()
+    for at in range(0, len(lines), _NAME_BATCH):
+        batch = [bytes(data[a:b]) for a, b in lines[at : at + _NAME_BATCH]]
         try:
-            events = json.loads(b"[" + b",".join(reversed(lines)) + b"]")
+            events = json.loads(b"[" + b",".join(batch) + b"]")
         except (UnicodeDecodeError, ValueError):
             return None
-        if not all(isinstance(e, dict) and e.get("ph") == "M" for e in events):
+        if not all(isinstance(e, dict) and e.get("ph") == "M" for e in events) or not take(events):
             return None
-        # Their places in traceEvents are not counted yet: after every other event.
-        names = [(-1, e) for e in events]
-    else:
-        names = []
-    return document, names, end
+    return document, len(lines), end
 
 
 def _parts(data: Any, stop: int, document: dict[str, Any], comma_last: bool,

@@ -11,7 +11,7 @@ import itertools
 import math
 import re
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -406,10 +406,12 @@ class _TraceEvents:
     process and thread names, the spans and the launch slices, labels and tracks (a
     (pid, tid)) numbered as they first come, with each event's index."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, names: _Names | None = None) -> None:
         self.path = path
-        self.process_names: dict[Any, str] = {}
-        self.thread_names: dict[tuple[Any, Any], str] = {}
+        # A process's part of a trace holds no name event (json_rows regroups it): the
+        # trace's names, read once, are shared by its parts, not copied.
+        self.process_names: dict[Any, str] = {} if names is None else names.process_names
+        self.thread_names: dict[tuple[Any, Any], str] = {} if names is None else names.thread_names
         self.label_ids: dict[str, int] = {}
         self.track_ids: dict[tuple[Any, Any], int] = {}
         self.label: list[int] = []
@@ -526,12 +528,44 @@ def load_trace(path: Path, events: JsonEvents | None = None) -> SpanTable:
     return _trace_table(path, _whole_events(read_trace_json(path)))
 
 
-def _trace_table(path: Path, events: JsonEvents, part: bool = False, nested: bool = True) -> SpanTable:
+class _Names:
+    """The process and thread names that end a JSON trace, taken a batch of name events
+    at a time: as a table's read takes them (text names, checked) and as ``inspect``
+    keys drop markers by (``titles``: any name, as text)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.process_names: dict[Any, str] = {}
+        self.thread_names: dict[tuple[Any, Any], str] = {}
+        self.titles: tuple[dict[Any, str], dict[tuple[Any, Any], str]] = ({}, {})
+
+    def take(self, events: list[Any]) -> bool:
+        """False where an event holds a fault (the whole read names it)."""
+        try:
+            for event in events:
+                args = event.get("args")
+                name = args.get("name") if isinstance(args, dict) else None
+                pid, tid = event_ids(self.path, -1, event)
+                if event.get("name") == "process_name":
+                    if isinstance(name, str):
+                        self.process_names[pid] = checked_name(self.path, name, "process name")
+                    self.titles[0][pid] = str(name)
+                elif event.get("name") == "thread_name":
+                    if isinstance(name, str):
+                        self.thread_names[(pid, tid)] = checked_name(self.path, name, "thread name")
+                    self.titles[1][(pid, tid)] = str(name)
+        except ProfilingInputError:
+            return False
+        return True
+
+
+def _trace_table(path: Path, events: JsonEvents, part: bool = False, nested: bool = True,
+                 names: _Names | None = None) -> SpanTable:
     """The table of a JSON trace's events; with ``part``, of one process's (the trace's
-    warnings are its closing's, not the table's)."""
+    warnings are its closing's, not the table's; its names are ``names``)."""
     other = events.document.get("otherData") or {}
     warnings = [] if part else _json_warnings(path, other)
-    found = _TraceEvents(path)
+    found = _TraceEvents(path, names)
     told = reading(path) if events.whole is not None else None
     for index, event in events.events():
         if told is not None and not index & 0xFFFF:
@@ -540,8 +574,9 @@ def _trace_table(path: Path, events: JsonEvents, part: bool = False, nested: boo
     if told is not None:
         told.close()
     labels, keys, label, track, ts_all, dur_all = found.columns(events.spans)
-    names, threads = found.process_names, found.thread_names
-    real = [(pid, names.get(pid, f"pid {pid}"), threads.get((pid, tid), f"tid {tid}")) for (pid, tid) in keys]
+    processes, threads = found.process_names, found.thread_names
+    real = [(pid, processes.get(pid, f"pid {pid}"), threads.get((pid, tid), f"tid {tid}"))
+            for (pid, tid) in keys]
     settings, pid_launch = _json_settings(path, other)
     rows = launch_rows(track, ts_all, ts_all + dur_all, real, found.launch_slices,
                        [pid_launch.get(pid) for pid, _, _ in real])
@@ -1221,43 +1256,38 @@ def perfetto_chunks(path: Path, nested: bool = True) -> tuple[Iterator[SpanTable
     return tables(), closing
 
 
-def json_parts(path: Path, nested: bool = True
-               ) -> tuple[Iterator[tuple[SpanTable, JsonEvents]], Closing, list[tuple[int, Any]]] | None:
+_Parts = Generator[tuple[SpanTable, JsonEvents], None, None]
+
+
+def json_parts(path: Path, nested: bool = True) -> tuple[_Parts, Closing, _Names] | None:
     """A JSON trace's spans a process (a pid) at a time: each table the rows
     :func:`load_trace` gives that process's spans, in the same order, named the same,
-    with the events it was read from; and the trace's name events. None where the
-    trace's end is not laid out as collect lays it out; raises
+    with the events it was read from; and the trace's names. None where the trace's end
+    is not laid out as collect lays it out (or holds a fault); raises
     :class:`perfetto_read.Regroup` from the iterator where the rest is not (a process's
     events after another's began, names among the events, a fault in an event: the
     whole read names the first) or where a rank's launches would be named or ordered
     otherwise (:class:`_LaunchCheck`): then the trace is read whole (formats.fold_spans)."""
     progress = reading(path)
-    found = json_rows.read_parts(path, progress.update)
-    if found is None:
+    names = _Names(path)
+    found = json_rows.read_parts(path, names.take, progress.update)
+    try:
+        if found is None:
+            raise ProfilingInputError(path, "not laid out a process at a time")
+        _check_other(path, found.document)
+        other = found.document.get("otherData") or {}
+        settings, _ = _json_settings(path, other)
+    except ProfilingInputError:  # the whole read names the fault it meets first
         progress.close()
         return None
-    _check_other(path, found.document)
-    other = found.document.get("otherData") or {}
-    closing = Closing(str(path), warnings=_json_warnings(path, other), metadata=other)
-    closing.settings, _ = _json_settings(path, other)
+    closing = Closing(str(path), settings, _json_warnings(path, other), metadata=other)
 
-    # Each part is given the names of its own process only (a name event is a process's
-    # or one of its threads'): every name for every part would be quadratic in the ranks.
-    own: dict[Any, list[tuple[int, Any]]] = {}
-    every: list[tuple[int, Any]] = []  # names whose pid is no id a dict can key
-    for index, event in found.names:
-        try:
-            own.setdefault(event.get("pid"), []).append((index, event))
-        except TypeError:
-            every.append((index, event))
-
-    def tables() -> Iterator[tuple[SpanTable, JsonEvents]]:
+    def tables() -> _Parts:
         check = _LaunchCheck()
         try:
             for part in found.parts:
-                part.parsed += own.get(part.pid, []) + every
                 try:
-                    table = _trace_table(path, part, part=True, nested=nested)
+                    table = _trace_table(path, part, part=True, nested=nested, names=names)
                 except ProfilingInputError as exc:
                     raise perfetto_read.Regroup(str(exc)) from None
                 complete = [e for _, e in part.parsed if isinstance(e, dict) and e.get("ph") == "X"]
@@ -1274,7 +1304,7 @@ def json_parts(path: Path, nested: bool = True
         check.check()
         closing.processes = max(closing.processes, 1)
 
-    return tables(), closing, found.names
+    return tables(), closing, names
 
 
 def json_chunks(path: Path, nested: bool = True) -> tuple[Iterator[SpanTable], Closing]:
@@ -1285,7 +1315,15 @@ def json_chunks(path: Path, nested: bool = True) -> tuple[Iterator[SpanTable], C
         events = read_trace_events(path)
         return whole_table_chunks(load_trace(path, events), other_data(events))
     parts, closing, _ = found
-    return (table for table, _ in parts), closing
+
+    def tables() -> Iterator[SpanTable]:
+        try:
+            for table, _ in parts:
+                yield table
+        finally:  # the reader's progress line closed now, not when collected
+            parts.close()
+
+    return tables(), closing
 
 
 def other_data(events: JsonEvents) -> dict[str, Any]:

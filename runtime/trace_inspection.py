@@ -11,7 +11,7 @@ trace's metadata.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +85,7 @@ def _json_rows(path: Path) -> tuple[InspectRollup, Closing]:
     if found is not None:
         parts, closing, names = found
         try:
-            return _json_rows_by_part(path, parts, closing, names)
+            return _json_rows_by_part(path, parts, closing, names.titles)
         except Regroup:
             pass  # read whole: the same rows, or the fault the whole read names first
     events = read_trace_events(path)  # regular, bounded, strict JSON (spans.py)
@@ -98,16 +98,19 @@ def _json_rows(path: Path) -> tuple[InspectRollup, Closing]:
     return rows, closing
 
 
-def _json_rows_by_part(path: Path, parts: Iterator[tuple[SpanTable, JsonEvents]], closing: Closing,
-                       names: list[tuple[int, Any]]) -> tuple[InspectRollup, Closing]:
+def _json_rows_by_part(path: Path, parts: Generator[tuple[SpanTable, JsonEvents], None, None],
+                       closing: Closing, titles: tuple[dict[Any, str], dict[tuple[Any, Any], str]],
+                       ) -> tuple[InspectRollup, Closing]:
     rows = InspectRollup()
+    processes, threads = titles
     try:
-        processes, threads = _titles(path, names)
         for table, part in parts:
             rows.add(table)
             _add_drops(path, rows, table, part.events(), processes, threads)
     except ProfilingInputError as exc:  # the whole read names the first fault
         raise Regroup(str(exc)) from None
+    finally:  # the reader's progress line closed now, not when collected
+        parts.close()
     return rows, closing
 
 

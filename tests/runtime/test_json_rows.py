@@ -105,6 +105,8 @@ def test_inspect_report_and_compare_print_the_same_a_process_at_a_time_as_a_tabl
     """Read a process at a time (the drop markers with their rank), as one table of
     columns, or by the parser alone: the same output, byte for byte."""
     trace = traces[name]
+    found = spans.json_parts(trace)
+    assert found is not None and len(list(found[0])) == {"demo": 2, "flagged": 1}[name]  # no regroup
     commands = [["inspect", trace], ["inspect", trace, "--format", "json"], ["report", trace],
                 ["compare", trace, trace, "--format", "json"]]
     by_part = [invoke(*c) for c in commands]
@@ -114,7 +116,7 @@ def test_inspect_report_and_compare_print_the_same_a_process_at_a_time_as_a_tabl
 
         found = json.loads(by_part[1].output)
         assert found["dropped"] > 0 and any(t["dropped"] for t in found["tracks"])
-    monkeypatch.setattr(json_rows, "read_parts", lambda path, told=None: None)
+    monkeypatch.setattr(json_rows, "read_parts", lambda path, names, told=None: None)
     assert [invoke(*c).output for c in commands] == [r.output for r in by_part]
     monkeypatch.setattr(json_rows, "read_events", lambda path, told=None: None)
     assert [invoke(*c).output for c in commands] == [r.output for r in by_part]

@@ -301,13 +301,16 @@ def _moved(text: str, kind: str) -> str:
         events = [e for k, e in enumerate(events) if k not in set(one)]
         last = max(k for k, e in enumerate(events) if '"pid":2,' in e and '"ph":"X"' in e)
         events = events[: last + 1] + moved + events[last + 1 :]
+    elif kind == "a fault in a name":
+        k = next(k for k, e in enumerate(events) if '"thread_name"' in e and '"pid":1,' in e)
+        events[k] = events[k].replace('"tid":', '"tid":[1],"x":', 1)
     else:
         k = next(k for k, e in enumerate(events) if '"pid":1,' in e and '"ph":"X"' in e and '"src"' in e)
         events[k] = events[k][:-1] + ',"dur":"soon"}'  # the last of two keys counts
     return head + "\n" + ",\n".join(events) + "\n" + closing + "\n"
 
 
-@pytest.mark.parametrize("kind", ["names first", "interleaved", "a fault"])
+@pytest.mark.parametrize("kind", ["names first", "interleaved", "a fault", "a fault in a name"])
 def test_a_json_trace_not_laid_out_a_process_at_a_time_is_read_whole(
     demo_json: Path, tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -325,13 +328,13 @@ def test_a_json_trace_not_laid_out_a_process_at_a_time_is_read_whole(
         with pytest.raises(Regroup):
             list(found[0])
     read_whole = _json_read_whole(monkeypatch)
-    if kind == "a fault":
+    if kind.startswith("a fault"):
         with pytest.raises(ProfilingInputError) as raised:
             fold_spans(trace, ReportRollup)
         with pytest.raises(ProfilingInputError) as whole_raised:
             load_spans(trace)
         assert str(raised.value) == str(whole_raised.value)
-        assert "malformed complete event" in str(raised.value)
+        assert ("malformed complete event" if kind == "a fault" else "tid must be") in str(raised.value)
         return
     whole = load_spans(trace)
     rollup, closing = fold_spans(trace, lambda: ReportRollup(page_rows=96))
