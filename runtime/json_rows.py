@@ -25,6 +25,7 @@ numbers are read by the parser).
 from __future__ import annotations
 
 import json
+import mmap
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -231,6 +232,7 @@ def _tail(data: Any, take: Callable[[list[Any]], bool]) -> tuple[dict[str, Any],
         lines.append((start, start + len(line)))
         end = start - 1
     lines.reverse()
+    names_from = lines[0][0] if lines else closing
     for at in range(0, len(lines), _NAME_BATCH):
         batch = [bytes(data[a:b]) for a, b in lines[at : at + _NAME_BATCH]]
         try:
@@ -239,6 +241,7 @@ def _tail(data: Any, take: Callable[[list[Any]], bool]) -> tuple[dict[str, Any],
             return None
         if not all(isinstance(e, dict) and e.get("ph") == "M" for e in events) or not take(events):
             return None
+    let_go(data, names_from // mmap.PAGESIZE * mmap.PAGESIZE, len(data))  # read once, as the rest
     return document, len(lines), end
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
+import sys
 from bisect import bisect_right
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
@@ -406,7 +407,7 @@ class _TraceEvents:
     process and thread names, the spans and the launch slices, labels and tracks (a
     (pid, tid)) numbered as they first come, with each event's index."""
 
-    def __init__(self, path: Path, names: _Names | None = None) -> None:
+    def __init__(self, path: Path, names: TraceNames | None = None) -> None:
         self.path = path
         # A process's part of a trace holds no name event (json_rows regroups it): the
         # trace's names, read once, are shared by its parts, not copied.
@@ -528,16 +529,18 @@ def load_trace(path: Path, events: JsonEvents | None = None) -> SpanTable:
     return _trace_table(path, _whole_events(read_trace_json(path)))
 
 
-class _Names:
+class TraceNames:
     """The process and thread names that end a JSON trace, taken a batch of name events
     at a time: as a table's read takes them (text names, checked) and as ``inspect``
-    keys drop markers by (``titles``: any name, as text)."""
+    keys drop markers by (:meth:`title`: any name, as text). Held for the whole read, so
+    kept small: a name's text is shared by every core that bears it (``AIC 3`` of each
+    rank), and a title is kept apart only where it is not the name (a name not text)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.process_names: dict[Any, str] = {}
         self.thread_names: dict[tuple[Any, Any], str] = {}
-        self.titles: tuple[dict[Any, str], dict[tuple[Any, Any], str]] = ({}, {})
+        self._titles: dict[tuple[bool, Any], str] = {}  # (a thread's?, key): title, where not the name
 
     def take(self, events: list[Any]) -> bool:
         """False where an event holds a fault (the whole read names it)."""
@@ -546,21 +549,30 @@ class _Names:
                 args = event.get("args")
                 name = args.get("name") if isinstance(args, dict) else None
                 pid, tid = event_ids(self.path, -1, event)
-                if event.get("name") == "process_name":
-                    if isinstance(name, str):
-                        self.process_names[pid] = checked_name(self.path, name, "process name")
-                    self.titles[0][pid] = str(name)
-                elif event.get("name") == "thread_name":
-                    if isinstance(name, str):
-                        self.thread_names[(pid, tid)] = checked_name(self.path, name, "thread name")
-                    self.titles[1][(pid, tid)] = str(name)
+                kind = event.get("name")
+                if kind not in ("process_name", "thread_name"):
+                    continue
+                key = pid if kind == "process_name" else (pid, tid)
+                into: dict[Any, str] = self.process_names if kind == "process_name" else self.thread_names
+                if isinstance(name, str):
+                    into[key] = sys.intern(checked_name(self.path, name, kind.replace("_", " ")))
+                    self._titles.pop((kind == "thread_name", key), None)
+                else:
+                    self._titles[(kind == "thread_name", key)] = str(name)
         except ProfilingInputError:
             return False
         return True
 
+    def title(self, thread: bool, key: Any, default: str) -> str:
+        """A process's (``thread``: a thread's) title as inspect reads it."""
+        found = self._titles.get((thread, key))
+        if found is not None:
+            return found
+        return (self.thread_names if thread else self.process_names).get(key, default)
+
 
 def _trace_table(path: Path, events: JsonEvents, part: bool = False, nested: bool = True,
-                 names: _Names | None = None) -> SpanTable:
+                 names: TraceNames | None = None) -> SpanTable:
     """The table of a JSON trace's events; with ``part``, of one process's (the trace's
     warnings are its closing's, not the table's; its names are ``names``)."""
     other = events.document.get("otherData") or {}
@@ -1259,7 +1271,7 @@ def perfetto_chunks(path: Path, nested: bool = True) -> tuple[Iterator[SpanTable
 _Parts = Generator[tuple[SpanTable, JsonEvents], None, None]
 
 
-def json_parts(path: Path, nested: bool = True) -> tuple[_Parts, Closing, _Names] | None:
+def json_parts(path: Path, nested: bool = True) -> tuple[_Parts, Closing, TraceNames] | None:
     """A JSON trace's spans a process (a pid) at a time: each table the rows
     :func:`load_trace` gives that process's spans, in the same order, named the same,
     with the events it was read from; and the trace's names. None where the trace's end
@@ -1269,7 +1281,7 @@ def json_parts(path: Path, nested: bool = True) -> tuple[_Parts, Closing, _Names
     whole read names the first) or where a rank's launches would be named or ordered
     otherwise (:class:`_LaunchCheck`): then the trace is read whole (formats.fold_spans)."""
     progress = reading(path)
-    names = _Names(path)
+    names = TraceNames(path)
     found = json_rows.read_parts(path, names.take, progress.update)
     try:
         if found is None:

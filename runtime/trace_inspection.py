@@ -11,7 +11,7 @@ trace's metadata.
 from __future__ import annotations
 
 import re
-from collections.abc import Generator, Iterable
+from collections.abc import Callable, Generator, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from .rollup import InspectRollup
 from .spans import (
     Closing,
     SpanTable,
+    TraceNames,
     event_ids,
     json_parts,
     load_trace,
@@ -85,7 +86,7 @@ def _json_rows(path: Path) -> tuple[InspectRollup, Closing]:
     if found is not None:
         parts, closing, names = found
         try:
-            return _json_rows_by_part(path, parts, closing, names.titles)
+            return _json_rows_by_part(path, parts, closing, names)
         except Regroup:
             pass  # read whole: the same rows, or the fault the whole read names first
     events = read_trace_events(path)  # regular, bounded, strict JSON (spans.py)
@@ -93,20 +94,26 @@ def _json_rows(path: Path) -> tuple[InspectRollup, Closing]:
     processes, threads = _titles(path, events.events())
     rows = InspectRollup()
     rows.add(table)
-    _add_drops(path, rows, table, events.events(), processes, threads)
+
+    def track(pid: Any, tid: Any) -> str:
+        return f"{processes.get(pid, f'pid {pid}')} / {threads.get((pid, tid), f'tid {tid}')}"
+
+    _add_drops(path, rows, table, events.events(), track)
     _, closing = whole_table_chunks(table, other_data(events))
     return rows, closing
 
 
 def _json_rows_by_part(path: Path, parts: Generator[tuple[SpanTable, JsonEvents], None, None],
-                       closing: Closing, titles: tuple[dict[Any, str], dict[tuple[Any, Any], str]],
-                       ) -> tuple[InspectRollup, Closing]:
+                       closing: Closing, names: TraceNames) -> tuple[InspectRollup, Closing]:
     rows = InspectRollup()
-    processes, threads = titles
+
+    def track(pid: Any, tid: Any) -> str:
+        return f"{names.title(False, pid, f'pid {pid}')} / {names.title(True, (pid, tid), f'tid {tid}')}"
+
     try:
         for table, part in parts:
             rows.add(table)
-            _add_drops(path, rows, table, part.events(), processes, threads)
+            _add_drops(path, rows, table, part.events(), track)
     except ProfilingInputError as exc:  # the whole read names the first fault
         raise Regroup(str(exc)) from None
     finally:  # the reader's progress line closed now, not when collected
@@ -132,13 +139,15 @@ def _titles(path: Path, events: Iterable[tuple[int, Any]]
 
 
 def _add_drops(path: Path, rows: InspectRollup, table: SpanTable, events: Iterable[tuple[int, Any]],
-               processes: dict[Any, str], threads: dict[tuple[Any, Any], str]) -> None:
+               track: Callable[[Any, Any], str]) -> None:
+    """The drop markers among ``events`` counted on their rows (``track``: a (pid, tid)'s
+    trace track, by the names inspect reads)."""
     for index, event in events:
         if isinstance(event, dict) and event.get("ph") == "i":
             count = _dropped(path, str(event.get("name", "")))
             if count is not None:
                 pid, tid = event_ids(path, index, event)
-                key = f"{processes.get(pid, f'pid {pid}')} / {threads.get((pid, tid), f'tid {tid}')}"
+                key = track(pid, tid)
                 at = event.get("ts")
                 if isinstance(at, int | float) and not isinstance(at, bool):
                     key = table.row_at(key, float(at))

@@ -303,3 +303,20 @@ def test_lines_parsed_together_read_as_each_parsed_alone(tmp_path: Path, line: s
     data = path.read_bytes().replace(b"R\xc3\xa9", b"R\xe9")  # not UTF-8
     path.write_bytes(data)
     assert outcome(spans.load_trace, path) == outcome(whole, path)
+
+
+def test_a_name_that_is_no_text_keys_drops_as_the_parser_read_does(traces: dict[str, Path], tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """inspect keys a drop marker by the names as text (str of a name that is none), a
+    table by the text names only: read a process at a time, both as the parser reads."""
+    text = traces["flagged"].read_text()
+    assert '"args":{"name":"AIC 1"}' in text
+    trace = tmp_path / "t.json"
+    trace.write_text(text.replace('"args":{"name":"AIC 1"}', '"args":{"name":7}'))
+    found = spans.json_parts(trace)
+    assert found is not None and found[2].title(True, (0, 1), "") == "7"
+    commands = [["inspect", trace, "--format", "json"], ["report", trace]]
+    by_part = [invoke(*c).output for c in commands]
+    monkeypatch.setattr(json_rows, "read_parts", lambda path, names, told=None: None)
+    monkeypatch.setattr(json_rows, "read_events", lambda path, told=None: None)
+    assert [invoke(*c).output for c in commands] == by_part
