@@ -6,8 +6,10 @@ one layout — every number right-aligned in a column of spaces, the args and na
 to one width (runtime/chrome.py) — so a run of equal-length lines is a byte matrix whose
 columns are fields. This module reads those runs with numpy instead of a JSON parser per
 event (Python's parser alone took more than twice collect's time), and every other line
-— names, launches, drop markers, anything unusual — with the strict parser, one line at
-a time.
+— names, launches, drop markers, anything unusual — with the strict parser (lines of a
+plain shape together, as one array). :func:`read_parts` reads a trace a process at a
+time, as collect lays it out: the names and metadata back from its end, then its events
+a block at a time.
 
 Nothing here trusts that a file is collect's. A line is read as a column only when its
 bytes are, column for column, what the layout allows: the fixed text equal to the run's
@@ -141,18 +143,8 @@ def _events(data: Any, told: Callable[[int, int], None] | None) -> JsonEvents | 
     if not comma[:-1].all() or comma[-1]:
         return None
     widths = stops - starts - comma
-    # Runs of consecutive lines of one width (and comma): a strided byte matrix each.
-    cut = np.flatnonzero((np.diff(widths) != 0) | (np.diff(comma) != 0)) + 1
-    bounds = np.concatenate([[0], cut, [lines]])
     reader = _Reader(raw, starts, widths)
-    for first, last in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-        if last - first >= _SHORTEST_RUN:
-            reader.run(first, last)
-        else:
-            reader.parse(range(first, last))
-        if told is not None:
-            told(last, lines)
-    reader.finish()
+    _read_lines(reader, widths, comma, told)
     return JsonEvents(document, lines, reader.parsed, reader.spans())
 
 
@@ -281,8 +273,10 @@ def _parts(data: Any, stop: int, document: dict[str, Any], comma_last: bool,
     yield from group.close()
 
 
-def _read_lines(reader: _Reader, widths: np.ndarray, comma: np.ndarray) -> None:
-    """A block's lines read: runs of one width (and comma) as columns, the rest parsed."""
+def _read_lines(reader: _Reader, widths: np.ndarray, comma: np.ndarray,
+                told: Callable[[int, int], None] | None = None) -> None:
+    """The reader's lines read: runs of consecutive lines of one width (and comma) as
+    columns (a strided byte matrix each), the rest parsed."""
     lines = widths.size
     cut = np.flatnonzero((np.diff(widths) != 0) | (np.diff(comma) != 0)) + 1
     bounds = np.concatenate([[0], cut, [lines]])
@@ -291,6 +285,8 @@ def _read_lines(reader: _Reader, widths: np.ndarray, comma: np.ndarray) -> None:
             reader.run(first, last)
         else:
             reader.parse(range(first, last))
+        if told is not None:
+            told(last, lines)
     reader.finish()
 
 
