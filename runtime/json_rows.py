@@ -182,6 +182,8 @@ def read_parts(path: Path, names: Callable[[list[Any]], bool],
         data = map_maybe_gzip(path, "trace")
     except (OSError, ValueError):
         return None
+    if len(data) < len(_OPENING) or data[: len(_OPENING)] != _OPENING:
+        return None
     try:
         found = _tail(data, names)
     except BadJSON:
@@ -190,6 +192,17 @@ def read_parts(path: Path, names: Callable[[list[Any]], bool],
         return None
     document, count, stop = found
     return Parts(document, count, _parts(data, stop, document, count > 0, told))
+
+
+#: Brackets and braces a text parsed apart may hold: the parser's nesting bound is its
+#: recursion limit, which a text parsed alone meets a few levels after the whole
+#: document does — a deep text is left to the whole document's parse (read_events gives
+#: the document up, a read a process at a time regroups).
+_DEEPEST = 100
+
+
+def _deep(text: bytes) -> bool:
+    return text.count(b"[") + text.count(b"{") > _DEEPEST
 
 
 #: A line that may be a process or thread name (parsed, then checked to be one).
@@ -227,8 +240,8 @@ def _tail(data: Any, take: Callable[[list[Any]], bool]) -> tuple[dict[str, Any],
     names_from = lines[0][0] if lines else closing
     for at in range(0, len(lines), _NAME_BATCH):
         batch = [bytes(data[a:b]) for a, b in lines[at : at + _NAME_BATCH]]
-        try:
-            events = json.loads(b"[" + b",".join(batch) + b"]")
+        try:  # decoded first: json.loads of bytes would let surrogates' bytes through
+            events = json.loads((b"[" + b",".join(batch) + b"]").decode("utf-8"))
         except (UnicodeDecodeError, ValueError):
             return None
         if not all(isinstance(e, dict) and e.get("ph") == "M" for e in events) or not take(events):
@@ -306,9 +319,11 @@ class _Processes:
     def add(self, reader: _Reader) -> Iterator[JsonEvents]:
         # (first index, pid, a run's columns or None, the event or None)
         items: list[tuple[int, Any, tuple[np.ndarray, ...] | None, tuple[int, Any] | None]] = []
+        spans: list[tuple[int, int, int]] = []  # each run's first and last index, and pid
         for run in reader.columns:
             if run[-1].size:
                 items.append((int(run[-1][0]), int(run[0][0]), run, None))
+                spans.append((int(run[-1][0]), int(run[-1][-1]), int(run[0][0])))
         for index, event in reader.parsed:
             if not isinstance(event, dict):
                 continue  # no event a reader takes
@@ -320,6 +335,8 @@ class _Processes:
             pid = event.get("pid")
             if isinstance(pid, list | dict):
                 raise Regroup("a pid that is no id")
+            if any(a < index < b and pid != mine for a, b, mine in spans):
+                raise Regroup("a process's event among another's rows")
             items.append((index, pid, None, (index, event)))
         items.sort(key=lambda item: item[0])
         for _, pid, columns, parsed in items:
@@ -354,7 +371,11 @@ def _closing(text: bytes) -> dict[str, Any] | None:
     rest = text[1:]
     if rest[:1] == b",":
         rest = rest[1:]
+        if rest.lstrip(b" \t\r\n")[:1] == b"}":
+            return None  # "],}": a comma before nothing
     elif rest[:1] != b"}":
+        return None
+    if _deep(rest):
         return None
     document = parse_json(b"{" + rest)
     if not isinstance(document, dict) or "traceEvents" in document:
@@ -389,6 +410,8 @@ class _Reader:
             if _PLAIN.fullmatch(line):
                 self.plain.append(len(self.parsed))
                 self.parsed.append((self.offset + int(n), line))
+            elif _deep(line):
+                raise BadJSON("nested deeply: read with the whole document")
             else:
                 self.parsed.append((self.offset + int(n), parse_json(line)))
 
@@ -454,6 +477,8 @@ class _Reader:
     def _name(self, tail: bytes) -> int | None:
         """The name a row's args-and-name text gives (an index into the names), or None
         when it is not ``<args members>}, "name": <string>`` and spaces."""
+        if _deep(tail):
+            return None
         try:
             member = parse_json(b'{"args":{' + tail)
         except BadJSON:
@@ -569,6 +594,8 @@ def _judged(words: np.ndarray, text: Callable[[int], bytes], judge: Callable[[by
 
 def _members(text: bytes) -> int | None:
     """0 when ``text`` is object members each followed by a comma (or blank), else None."""
+    if _deep(text):
+        return None
     try:
         return 0 if isinstance(parse_json(b"{" + text + b'"":0}'), dict) else None
     except BadJSON:

@@ -1289,6 +1289,11 @@ def json_parts(path: Path, nested: bool = True) -> tuple[_Parts, Closing, TraceN
         _check_other(path, found.document)
         other = found.document.get("otherData") or {}
         settings, _ = _json_settings(path, other)
+        named = list(names.process_names.values())
+        if len(set(named)) < len(named):
+            # Two processes of one name: one table keys their launch slices by that name
+            # together (a drop marker's row), a table per process apart.
+            raise ProfilingInputError(path, "two processes of one name")
     except ProfilingInputError:  # the whole read names the fault it meets first
         progress.close()
         return None
@@ -1296,6 +1301,7 @@ def json_parts(path: Path, nested: bool = True) -> tuple[_Parts, Closing, TraceN
 
     def tables() -> _Parts:
         check = _LaunchCheck()
+        unsliced = 0  # processes with spans and no launch slice
         try:
             for part in found.parts:
                 try:
@@ -1303,8 +1309,11 @@ def json_parts(path: Path, nested: bool = True) -> tuple[_Parts, Closing, TraceN
                 except ProfilingInputError as exc:
                     raise perfetto_read.Regroup(str(exc)) from None
                 complete = [e for _, e in part.parsed if isinstance(e, dict) and e.get("ph") == "X"]
-                check.add(table, [(str(e["name"]), float(e["ts"])) for e in complete
-                                  if e.get("cat") == LAUNCH_CATEGORY])
+                launches = [(str(e["name"]), float(e["ts"])) for e in complete
+                            if e.get("cat") == LAUNCH_CATEGORY]
+                check.add(table, launches)
+                if table.ts.size and not launches:
+                    unsliced += 1
                 if part.spans is not None or complete:
                     closing.processes += 1  # a part is one process's
                 closing.trace_tracks += table.trace_tracks
@@ -1313,6 +1322,11 @@ def json_parts(path: Path, nested: bool = True) -> tuple[_Parts, Closing, TraceN
             raise perfetto_read.Regroup(str(exc)) from None
         finally:
             progress.close()
+        if check.slices and unsliced:
+            # One table puts the spans of a process without launch slices in no launch
+            # of the rank table once any process has slices; that process's own table,
+            # with none, takes its launch from the rank table.
+            raise perfetto_read.Regroup("a process without launch slices among processes with them")
         check.check()
         closing.processes = max(closing.processes, 1)
 

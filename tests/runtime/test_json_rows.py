@@ -18,6 +18,7 @@ from optrace.cli.app import app
 from optrace.runtime import json_rows, spans
 from optrace.runtime.demo import write_demo
 from optrace.runtime.errors import ProfilingInputError
+from optrace.runtime.perfetto_read import Regroup
 from optrace.runtime.save import reset_launch_counters, save_profiling_data
 from optrace.runtime.synth import SlotWriter, new_buffer
 
@@ -320,3 +321,89 @@ def test_a_name_that_is_no_text_keys_drops_as_the_parser_read_does(traces: dict[
     monkeypatch.setattr(json_rows, "read_parts", lambda path, names, told=None: None)
     monkeypatch.setattr(json_rows, "read_events", lambda path, told=None: None)
     assert [invoke(*c).output for c in commands] == by_part
+
+
+def _outputs(trace: Path) -> list[tuple[int, str]]:
+    commands = [["inspect", trace], ["inspect", trace, "--format", "json"], ["report", trace],
+                ["compare", trace, trace, "--format", "json"]]
+    return [(r.exit_code, r.output) for r in (invoke(*c) for c in commands)]
+
+
+_X = '{"ph":"X","pid":%s,"tid":0,"ts":%s,"dur":%s,"name":"%s"%s}'
+_SLICE = ',"cat":"optrace.launch"'
+
+
+@pytest.mark.parametrize("name, text", [
+    # Bytes of a surrogate in a name event at the end: not UTF-8 to the strict parser.
+    ("surrogate", b'{"traceEvents":[\n' + (_X % (0, 1, 1, "a", "")).encode() + b',\n'
+     b'{"name":"process_name","ph":"M","pid":0,"args":{"name":"R"},"x\xed\xa0\x80":1}\n],"otherData":{}}\n'),
+    # Not the opening of a trace; a comma before nothing after the events.
+    ("opening", ('{"traceEventz":[\n' + _X % (0, 1, 1, "a", "") + '\n],"otherData":{}}\n').encode()),
+    ("comma", ('{"traceEvents":[\n' + _X % (0, 1, 1, "a", "") + '\n],}\n').encode()),
+    # A process without launch slices among processes with them, the rank table giving
+    # it a launch: one table puts its spans in no launch of the rank table.
+    ("unsliced", ('{"traceEvents":[\n' + ",\n".join([
+        _X % (0, 0, 10, "launch 0", _SLICE), _X % (0, 100, 10, "launch 1", _SLICE),
+        _X % (0, 1, 5, "processing", ""), _X % (0, 101, 5, "processing", ""),
+        _X % (1, 1, 5, "processing", ""), _X % (1, 2, 5, "processing", "")])
+        + '\n],"otherData":{"ranks":[{"pid":1,"launch":0}]}}\n').encode()),
+    # Two processes of one name, a drop marker on one of them.
+    ("one name", ('{"traceEvents":[\n' + ",\n".join([
+        _X % (0, 0, 10, "launch 0", _SLICE), _X % (0, 100, 10, "launch 1", _SLICE),
+        _X % (0, 1, 5, "processing", ""), _X % (0, 101, 5, "processing", ""),
+        '{"name":"optrace: 7 records dropped","ph":"i","s":"t","pid":0,"tid":0,"ts":102}',
+        _X % (1, -1000, 10, "launch 0", _SLICE), _X % (1, -900, 10, "launch 1", _SLICE),
+        _X % (1, -999, 5, "processing", ""), _X % (1, -899, 5, "processing", ""),
+        '{"name":"process_name","ph":"M","pid":0,"args":{"name":"R"}}',
+        '{"name":"process_name","ph":"M","pid":1,"args":{"name":"R"}}'])
+        + '\n],"otherData":{}}\n').encode()),
+])
+def test_documents_the_strict_parser_reads_otherwise_are_read_as_it_reads_them(
+        tmp_path: Path, name: str, text: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    trace = tmp_path / "t.json"
+    trace.write_bytes(text)
+    by_part = _outputs(trace)
+    monkeypatch.setattr(json_rows, "read_parts", lambda path, names, told=None: None)
+    monkeypatch.setattr(json_rows, "read_events", lambda path, told=None: None)
+    assert _outputs(trace) == by_part
+    assert [code for code, _ in by_part] == ([0] * 4 if name in ("unsliced", "one name") else [2] * 4)
+
+
+@pytest.mark.parametrize("depth", [150, 948, 990])
+def test_a_deeply_nested_line_is_left_to_the_whole_documents_parse(tmp_path: Path, depth: int) -> None:
+    """The parser's nesting bound is its recursion limit, which a line parsed alone would
+    meet a few levels after the whole document does: a deep line is never parsed alone
+    (read_events gives the document up, a read a process at a time regroups), so only
+    the whole document's parse judges it."""
+    rows = [_row("   1", f"{t:4d}.500", "   1.000", "", '"src":"k"},"name":"a" }') for t in range(10, 30)]
+    rows[5] = ('{"ph":"X","pid":0,"tid":1,"ts":1.5,"dur":1.0,"name":"a","args":{"x":'
+               + "[" * depth + "]" * depth + "}}")
+    trace = tmp_path / "t.json"
+    trace.write_bytes(_trace(rows))
+    assert json_rows.read_events(trace) is None
+    found = spans.json_parts(trace)
+    assert found is not None
+    with pytest.raises(Regroup):
+        list(found[0])
+    if depth < 500:  # far from the bound: the same table, read whole
+        assert outcome(spans.load_trace, trace) == outcome(whole, trace)
+
+
+def test_a_row_of_another_process_among_a_runs_rows_is_read_whole(
+        traces: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row its run's layout refuses (another pid, so read by the parser) among rank 0's
+    rows: rank 0's rows after it come after another process's event."""
+    lines = traces["demo"].read_text().split("\n")
+    # In rank 0's last run (its last launch): no row of rank 0 follows that run's.
+    k = max(k for k, line in enumerate(lines) if line.startswith('{"ph":"X","pid":0,"tid":   1,"ts":'))
+    lines[k - 3] = lines[k - 3].replace('"pid":0,', '"pid":1,', 1)
+    trace = tmp_path / "t.json"
+    trace.write_text("\n".join(lines))
+    found = spans.json_parts(trace)
+    assert found is not None
+    with pytest.raises(Regroup):
+        list(found[0])
+    by_part = _outputs(trace)
+    monkeypatch.setattr(json_rows, "read_parts", lambda path, names, told=None: None)
+    monkeypatch.setattr(json_rows, "read_events", lambda path, told=None: None)
+    assert _outputs(trace) == by_part
