@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import mmap
 import re
+from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -335,7 +336,8 @@ class _Processes:
             pid = event.get("pid")
             if isinstance(pid, list | dict):
                 raise Regroup("a pid that is no id")
-            if any(a < index < b and pid != mine for a, b, mine in spans):
+            at = bisect_right(spans, (index,)) - 1  # the run that began last before it
+            if at >= 0 and index < spans[at][1] and pid != spans[at][2]:
                 raise Regroup("a process's event among another's rows")
             items.append((index, pid, None, (index, event)))
         items.sort(key=lambda item: item[0])
