@@ -407,3 +407,19 @@ def test_a_row_of_another_process_among_a_runs_rows_is_read_whole(
     monkeypatch.setattr(json_rows, "read_parts", lambda path, names, told=None: None)
     monkeypatch.setattr(json_rows, "read_events", lambda path, told=None: None)
     assert _outputs(trace) == by_part
+
+
+def test_metadata_of_many_objects_still_reads_as_columns_a_process_at_a_time(
+        traces: dict[str, Path], tmp_path: Path) -> None:
+    """A cluster's rank table has an object per rank file (512 ranks: thousands): the
+    metadata is parsed at its own depth, not held to a line's bound of brackets."""
+    text = traces["demo"].read_text()
+    assert text.count('"otherData":{') == 1
+    many = ",".join('{"rank":%d}' % k for k in range(600))
+    trace = tmp_path / "t.json"
+    trace.write_text(text.replace('"otherData":{', '"otherData":{"many":[' + many + "],", 1))
+    events = json_rows.read_events(trace)
+    assert events is not None and events.spans is not None
+    found = spans.json_parts(trace)
+    assert found is not None and len(list(found[0])) == 2
+    assert outcome(spans.load_trace, trace) == outcome(whole, trace)
