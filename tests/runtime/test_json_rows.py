@@ -415,7 +415,7 @@ def test_metadata_of_many_objects_still_reads_as_columns_a_process_at_a_time(
     metadata is parsed at its own depth, not held to a line's bound of brackets."""
     text = traces["demo"].read_text()
     assert text.count('"otherData":{') == 1
-    many = ",".join('{"rank":%d}' % k for k in range(600))
+    many = ",".join(f'{{"rank":{k}}}' for k in range(600))
     trace = tmp_path / "t.json"
     trace.write_text(text.replace('"otherData":{', '"otherData":{"many":[' + many + "],", 1))
     events = json_rows.read_events(trace)
