@@ -178,30 +178,22 @@ def _regroup_refused(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return regrouped
 
 
-@pytest.mark.parametrize("chunk", [1 << 17, 50, 3])
-def test_a_pftrace_rank_by_rank_reports_what_its_whole_table_does(
-    demo_trace: Path, chunk: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Read a process at a time however the packets fall into the reader's chunks (a
-    process whole once the read is past it), and never read whole again."""
-    from optrace.runtime import perfetto_read
+def _rank_by_rank_is_whole(trace: Path, whole: SpanTable) -> None:
+    """``trace`` read a rank at a time (three ranks) gives what its whole table does: the
+    rows in order, the report, the page (every row's self time per phase; the timeline
+    of the rows it shows, 40 of 108: two ranks'), the settings and the launch times."""
     from optrace.runtime.formats import fold_spans
     from optrace.runtime.report import report_of
     from optrace.runtime.rollup import LaunchRollup, ReportRollup
 
-    whole = load_spans(demo_trace)
     expected = build_report(whole, top=5)
-    monkeypatch.setattr(perfetto_read, "_CHUNK", chunk)
-    regrouped = _regroup_refused(monkeypatch)
-    tables, closing = span_chunks(demo_trace)
+    tables, closing = span_chunks(trace)
     chunks = list(tables)
     assert [len({t.split(" / ")[0].split(" (")[0] for t in c.tracks}) for c in chunks] == [1, 1, 1]
     assert [t for c in chunks for t in c.tracks] == whole.tracks  # the rows, in the whole table's order
-    rollup, closing = fold_spans(demo_trace, lambda: ReportRollup(page_rows=40))
-    assert regrouped == []
+    rollup, closing = fold_spans(trace, lambda: ReportRollup(page_rows=40))
     report = report_of(rollup, closing.source, closing.warnings, 5)
     close(_report_fields(report), _report_fields(expected))
-    # the page: every row's self time per phase; the timeline of the rows it shows (40 of 108: two ranks')
     page, full = rollup.page(), page_of(whole)
     phases = [s.label for s in expected.hotspots]
     assert page.tracks == whole.tracks and len(page.shown.tracks) == 40
@@ -210,12 +202,27 @@ def test_a_pftrace_rank_by_rank_reports_what_its_whole_table_does(
     for got, want in zip(shown, everything, strict=True):
         np.testing.assert_array_equal(got, want)
     assert closing.settings == whole.settings and closing.trace_tracks == whole.trace_tracks
-    launches, _ = fold_spans(demo_trace, LaunchRollup)
+    launches, _ = fold_spans(trace, LaunchRollup)
     labels, values, present, ranks = launches.times()
     assert present.tolist() == want_present(whole)
     want = launch_times(whole)
     assert labels == whole.labels and ranks == want.ranks_per_launch
     np.testing.assert_array_equal(values, want.values)
+
+
+@pytest.mark.parametrize("chunk", [1 << 17, 50, 3])
+def test_a_pftrace_rank_by_rank_reports_what_its_whole_table_does(
+    demo_trace: Path, chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read a process at a time however the packets fall into the reader's chunks (a
+    process whole once the read is past it), and never read whole again."""
+    from optrace.runtime import perfetto_read
+
+    whole = load_spans(demo_trace)
+    monkeypatch.setattr(perfetto_read, "_CHUNK", chunk)
+    regrouped = _regroup_refused(monkeypatch)
+    _rank_by_rank_is_whole(demo_trace, whole)
+    assert regrouped == []
 
 
 @pytest.fixture(scope="module")
@@ -252,37 +259,14 @@ def test_a_json_trace_rank_by_rank_reports_what_its_whole_table_does(
     """Read a process at a time however its lines fall into the reader's blocks (a line
     longer than a block makes the block longer), and never read whole again."""
     from optrace.runtime import json_rows
-    from optrace.runtime.formats import fold_spans
-    from optrace.runtime.report import report_of
-    from optrace.runtime.rollup import LaunchRollup, ReportRollup
 
     whole = load_spans(demo_json)
-    expected = build_report(whole, top=5)
     monkeypatch.setattr(json_rows, "_BLOCK", block)
     read_whole = _json_read_whole(monkeypatch)
     tables, closing = span_chunks(demo_json)
-    chunks = list(tables)
-    assert [len({t.split(" / ")[0].split(" (")[0] for t in c.tracks}) for c in chunks] == [1, 1, 1]
-    assert [t for c in chunks for t in c.tracks] == whole.tracks  # the rows, in the whole table's order
-    assert closing.processes == whole.processes and closing.trace_tracks == whole.trace_tracks
-    assert closing.settings == whole.settings and closing.warnings == whole.warnings
-    rollup, closing = fold_spans(demo_json, lambda: ReportRollup(page_rows=40))
-    assert read_whole == []
-    report = report_of(rollup, closing.source, closing.warnings, 5)
-    close(_report_fields(report), _report_fields(expected))
-    page, full = rollup.page(), page_of(whole)
-    phases = [s.label for s in expected.hotspots]
-    assert page.tracks == whole.tracks and len(page.shown.tracks) == 40
-    np.testing.assert_allclose(per_track_self(page, phases)[0], per_track_self(full, phases)[0], rtol=1e-12)
-    shown, everything = timeline_bins(page.shown, 40, phases), timeline_bins(whole, 40, phases)
-    for got, want in zip(shown, everything, strict=True):
-        np.testing.assert_array_equal(got, want)
-    launches, _ = fold_spans(demo_json, LaunchRollup)
-    labels, values, present, ranks = launches.times()
-    assert present.tolist() == want_present(whole)
-    want = launch_times(whole)
-    assert labels == whole.labels and ranks == want.ranks_per_launch
-    np.testing.assert_array_equal(values, want.values)
+    list(tables)
+    assert closing.processes == whole.processes and closing.warnings == whole.warnings
+    _rank_by_rank_is_whole(demo_json, whole)
     assert read_whole == []
 
 
