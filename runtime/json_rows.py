@@ -455,8 +455,7 @@ class _Reader:
             return None
         step = int(self.starts[first + 1] - self.starts[first]) if last - first > 1 else len(head) + 2
         start = int(self.starts[first])
-        rows = _Rows(np.lib.stride_tricks.as_strided(self.raw[start:], shape=(last - first, len(head)),
-                                                     strides=(step, 1), writeable=False))
+        rows = _Rows(self.raw, start, last - first, len(head), step)
         tid_at, ts_at, dur_at = found.span(2), found.span(3), found.span(4)
         mid_at, tail_at = found.span(5), found.span(6)
         whole_columns = max(ts_at[1] - ts_at[0], dur_at[1] - dur_at[0])
@@ -498,21 +497,43 @@ class _Reader:
         return Spans(rows, pid, tid, ts_q, dur_q, name.astype(np.int32), list(self.names))
 
 
+#: Rows transposed to word columns at a time (a block's bytes, ~20 words a row: ~600 KB).
+_TRANSPOSED = 4096
+
+
 class _Rows:
     """A run's rows as 8-byte words (a row padded with zeros), a row of words per word
     column (``words[w]``: every row's w-th word), so that a check of the rows' fixed text
     or a hash of a field is a few operations on long vectors (numpy's loops are fast
     along the last axis, and a row is only ~20 words)."""
 
-    def __init__(self, rows: np.ndarray) -> None:
-        self.count, self.width = rows.shape
-        self.bytes = np.zeros((self.count, -(-self.width // 8) * 8), dtype=np.uint8)
-        self.bytes[:, : self.width] = rows
-        self.words = self.bytes.view(np.uint64).T.copy()
+    def __init__(self, raw: np.ndarray, start: int, count: int, width: int, step: int) -> None:
+        self.count, self.width = count, width
+        # the rows in place: row k is raw[start + k * step :][:width]
+        self.bytes = np.lib.stride_tricks.as_strided(raw[start:], shape=(count, width), strides=(step, 1),
+                                                     writeable=False)
+        self.padded = -(-width // 8) * 8
+        words = self.padded // 8
+        self.words = np.empty((words, count), dtype=np.uint64)
+        try:  # the words in place too (unaligned): a row's last word reads past its end ...
+            view = np.ndarray((count, words), dtype=np.uint64, buffer=raw, offset=start, strides=(step, 8))
+        except ValueError:  # ... past the end of the file, here: the rows copied, padded
+            padded = np.zeros((count, self.padded), dtype=np.uint8)
+            padded[:, :width] = self.bytes
+            view = padded.view(np.uint64)
+        # Transposed a block of rows at a time: a block's bytes stay in the cache while each
+        # of its words is written (a transpose of the whole run at once went through memory
+        # once a word, and was a tenth of reading a JSON trace).
+        for lo in range(0, count, _TRANSPOSED):
+            self.words[:, lo : lo + _TRANSPOSED] = view[lo : lo + _TRANSPOSED].T
+        if width % 8:  # ... the bytes past the row zeroed, as a padded row's are
+            kept = np.zeros(8, dtype=np.uint8)
+            kept[: width % 8] = 0xFF
+            self.words[-1] &= kept.view(np.uint64)[0]
 
     def _mask(self, spans: list[tuple[int, int]]) -> tuple[np.ndarray, int, int]:
         """A byte mask of ``spans`` as words, and the words it covers."""
-        mask = np.zeros(self.bytes.shape[1], dtype=np.uint8)
+        mask = np.zeros(self.padded, dtype=np.uint8)
         for lo, hi in spans:
             mask[lo:hi] = 0xFF
         covered = np.flatnonzero(mask.view(np.uint64))
@@ -522,7 +543,7 @@ class _Rows:
     def equal(self, head: bytes, spans: list[tuple[int, int]]) -> np.ndarray:
         """Whether each row has ``head``'s bytes in ``spans``."""
         mask, lo, hi = self._mask(spans)
-        template = np.zeros(self.bytes.shape[1], dtype=np.uint8)
+        template = np.zeros(self.padded, dtype=np.uint8)
         template[: len(head)] = np.frombuffer(head, dtype=np.uint8)
         expected = template.view(np.uint64)[lo:hi] & mask
         differ = np.zeros(self.count, dtype=np.uint64)
@@ -533,7 +554,14 @@ class _Rows:
 
     def columns(self, spans: list[tuple[int, int]]) -> np.ndarray:
         """The bytes of columns ``spans``, a row of bytes a column."""
-        return np.ascontiguousarray(np.concatenate([self.bytes[:, lo:hi] for lo, hi in spans], axis=1).T)
+        out = np.empty((sum(hi - lo for lo, hi in spans), self.count), dtype=np.uint8)
+        for first in range(0, self.count, _TRANSPOSED):  # a block of rows at a time, as the words
+            block = self.bytes[first : first + _TRANSPOSED]
+            at = 0
+            for lo, hi in spans:
+                out[at : at + hi - lo, first : first + _TRANSPOSED] = block[:, lo:hi].T
+                at += hi - lo
+        return out
 
     def field(self, at: tuple[int, int]) -> np.ndarray:
         """The word columns covering columns ``at``, the bytes outside them zeroed (a key

@@ -572,9 +572,11 @@ class TraceNames:
 
 
 def _trace_table(path: Path, events: JsonEvents, part: bool = False, nested: bool = True,
-                 names: TraceNames | None = None) -> SpanTable:
+                 names: TraceNames | None = None,
+                 ranks: tuple[RunSettings, dict[Any, str]] | None = None) -> SpanTable:
     """The table of a JSON trace's events; with ``part``, of one process's (the trace's
-    warnings are its closing's, not the table's; its names are ``names``)."""
+    warnings are its closing's, not the table's; its names are ``names``, and ``ranks``
+    what its rank table says: read once for all processes, not once per process)."""
     other = events.document.get("otherData") or {}
     warnings = [] if part else _json_warnings(path, other)
     found = _TraceEvents(path, names)
@@ -589,7 +591,7 @@ def _trace_table(path: Path, events: JsonEvents, part: bool = False, nested: boo
     processes, threads = found.process_names, found.thread_names
     real = [(pid, processes.get(pid, f"pid {pid}"), threads.get((pid, tid), f"tid {tid}"))
             for (pid, tid) in keys]
-    settings, pid_launch = _json_settings(path, other)
+    settings, pid_launch = _json_settings(path, other) if ranks is None else ranks
     rows = launch_rows(track, ts_all, ts_all + dur_all, real, found.launch_slices,
                        [pid_launch.get(pid) for pid, _, _ in real])
     return SpanTable(
@@ -1288,7 +1290,7 @@ def json_parts(path: Path, nested: bool = True) -> tuple[_Parts, Closing, TraceN
             raise ProfilingInputError(path, "not laid out a process at a time")
         _check_other(path, found.document)
         other = found.document.get("otherData") or {}
-        settings, _ = _json_settings(path, other)
+        settings, pid_launch = _json_settings(path, other)
         named = list(names.process_names.values())
         if len(set(named)) < len(named):
             # Two processes of one name: one table keys their launch slices by that name
@@ -1305,7 +1307,10 @@ def json_parts(path: Path, nested: bool = True) -> tuple[_Parts, Closing, TraceN
         try:
             for part in found.parts:
                 try:
-                    table = _trace_table(path, part, part=True, nested=nested, names=names)
+                    # (each table its own settings: a table's are its own to change)
+                    own = RunSettings(set(settings.clock_mhz), set(settings.barrier))
+                    table = _trace_table(path, part, part=True, nested=nested, names=names,
+                                         ranks=(own, pid_launch))
                 except ProfilingInputError as exc:
                     raise perfetto_read.Regroup(str(exc)) from None
                 complete = [e for _, e in part.parsed if isinstance(e, dict) and e.get("ph") == "X"]

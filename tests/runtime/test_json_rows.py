@@ -284,6 +284,25 @@ def test_two_texts_of_one_hash_are_not_taken_for_one() -> None:
     assert value.tolist() == [5, 7, 5, 7] and ok.all() and sorted(judged) == sorted(texts)
 
 
+@pytest.mark.parametrize("width", [1, 7, 8, 9, 15, 16, 17, 23])
+@pytest.mark.parametrize("after", [0, 3, 64])
+def test_a_runs_words_are_its_rows_padded_with_zeros(width: int, after: int) -> None:
+    """A run's word columns are read from the file's bytes in place, a row's last word
+    reaching past its end (into its newline and the next line), or from a padded copy
+    where that word would reach past the file: either way each row's bytes padded with
+    zeros, never a byte of what follows it. More rows than a block of the transpose."""
+    rng = np.random.default_rng(width * 100 + after)
+    count, step, start = json_rows._TRANSPOSED + 5, width + 2, 3
+    raw = rng.integers(1, 256, start + count * step - 2 + after, dtype=np.uint8)
+    rows = json_rows._Rows(raw, start, count, width, step)
+    expected = np.zeros((count, rows.padded), dtype=np.uint8)
+    for k in range(count):
+        expected[k, :width] = raw[start + k * step : start + k * step + width]
+    assert rows.padded == -(-width // 8) * 8
+    assert np.array_equal(rows.words, expected.view(np.uint64).T)
+    assert np.array_equal(rows.bytes, expected[:, :width])
+
+
 @pytest.mark.parametrize("line", [
     '{"name":"process_name","ph":"M","pid":0,"args":{"name":"Rank 0"}}',
     '{"name":"process_sort_index","ph":"M","pid":0,"args":{"sort_index":1e999}}',
