@@ -232,32 +232,11 @@ class PerfettoSpans:
             order = slices[_stable_order(track[slices])]  # by track, in file order
             t, kinds = track[order], kind[order]
         is_begin = kinds == 1
-        step = is_begin.astype(np.int64) * 2 - 1
         m = order.size
-        new_track = np.ones(m, bool)
-        new_track[1:] = t[1:] != t[:-1]
-        total = np.cumsum(step)
-        first = np.maximum.accumulate(np.where(new_track, np.arange(m), 0))  # each track's first event
-        running = total - (total - step)[first]  # the running sum within the track
-        offset = (np.cumsum(new_track) - 1) * (2 * m + 2)  # keeps the tracks' minima apart
-        lowest = np.minimum(np.minimum.accumulate(running - offset) + offset, 0)
-        depth = running - lowest  # slices open after each event
-        depth_before = np.where(new_track, 0, np.roll(depth, 1))
-        level = np.where(is_begin, depth, depth_before)
-        kept = np.flatnonzero(is_begin | (depth_before > 0))  # an end with nothing open is dropped
-        levels = int(level.max()) + 1
-        if int(t[-1]) < _I64 // (2 * levels):
-            # by (track, level, place): one key, as the tracks are few and the levels too
-            key = t[kept] * levels + level[kept]
-            by_key = _stable_order(key)
-            ranked, key = kept[by_key], key[by_key]
-            same = key[:-1] == key[1:]
-        else:
-            ranked = kept[np.lexsort((kept, level[kept], t[kept]))]
-            same = (t[ranked[:-1]] == t[ranked[1:]]) & (level[ranked[:-1]] == level[ranked[1:]])
-        opens = is_begin[ranked]
-        pair = opens[:-1] & ~opens[1:] & same
-        b, e = ranked[:-1][pair], ranked[1:][pair]
+        found = _paired_as_nested(t, is_begin)
+        if found is None:
+            found = _paired(t, is_begin)
+        b, e = found
         paired = np.zeros(m, bool)
         paired[b] = True
         left = _in_order(order[is_begin & ~paired], track.size)
@@ -298,12 +277,86 @@ class PerfettoSpans:
         return f"{process} / {name}"
 
 
+def _paired(t: np.ndarray, is_begin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The begins and ends (places in ``t``, the events' tracks in order by track) a stack
+    per track pairs: see :meth:`PerfettoSpans.pair`."""
+    m = t.size
+    step = is_begin.astype(np.int64) * 2 - 1
+    new_track = np.ones(m, bool)
+    new_track[1:] = t[1:] != t[:-1]
+    total = np.cumsum(step)
+    first = np.maximum.accumulate(np.where(new_track, np.arange(m), 0))  # each track's first event
+    running = total - (total - step)[first]  # the running sum within the track
+    offset = (np.cumsum(new_track) - 1) * (2 * m + 2)  # keeps the tracks' minima apart
+    lowest = np.minimum(np.minimum.accumulate(running - offset) + offset, 0)
+    depth = running - lowest  # slices open after each event
+    depth_before = np.where(new_track, 0, np.roll(depth, 1))
+    level = np.where(is_begin, depth, depth_before)
+    kept = np.flatnonzero(is_begin | (depth_before > 0))  # an end with nothing open is dropped
+    levels = int(level.max()) + 1
+    if int(t[-1]) < _I64 // (2 * levels):
+        # by (track, level, place): one key, as the tracks are few and the levels too
+        key = t[kept] * levels + level[kept]
+        by_key = _stable_order(key)
+        ranked, key = kept[by_key], key[by_key]
+        same = key[:-1] == key[1:]
+    else:
+        ranked = kept[np.lexsort((kept, level[kept], t[kept]))]
+        same = (t[ranked[:-1]] == t[ranked[1:]]) & (level[ranked[:-1]] == level[ranked[1:]])
+    opens = is_begin[ranked]
+    pair = opens[:-1] & ~opens[1:] & same
+    return ranked[:-1][pair], ranked[1:][pair]
+
+
+#: Nesting at most this deep is paired a level at a time (:func:`_paired_as_nested`).
+_LEVELS_SCANNED = 16
+
+
+def _paired_as_nested(t: np.ndarray, is_begin: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`_paired`'s pairs where no track's events close more slices than they
+    opened (no end with nothing open: collect's traces) and the nesting is shallow, in
+    fewer passes: a track's open-slice depth is then its running sum, unclamped, and the
+    events of one level, in order, are its begins and ends in turn — a begin pairs with
+    the next event of its level when that is an end on its track. None otherwise."""
+    m = t.size
+    heads = np.flatnonzero(t[1:] != t[:-1]) + 1
+    total = np.cumsum(is_begin, dtype=np.int64) * 2 - np.arange(1, m + 1)  # begins less ends so far
+    before = np.concatenate([[0], total[heads - 1]])  # the sum before each track's first event
+    running = total - np.repeat(before, np.diff(np.concatenate([[0], heads, [m]])))
+    if m and int(running.min()) < 0:
+        return None  # an end with nothing open: clamped by _paired
+    level = running + ~is_begin  # a begin opens its level, an end closes the one above
+    levels = int(level.max()) + 1 if m else 1
+    if levels > _LEVELS_SCANNED:
+        return None
+    begins, ends = [], []
+    for depth in range(1, levels):
+        mine = np.flatnonzero(level == depth)
+        opens = is_begin[mine]
+        pair = opens[:-1] & ~opens[1:] & (t[mine[:-1]] == t[mine[1:]])
+        begins.append(mine[:-1][pair])
+        ends.append(mine[1:][pair])
+    if not begins:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(begins), np.concatenate(ends)
+
+
 def _stable_order(key: np.ndarray) -> np.ndarray:
-    """np.argsort(key, kind="stable") of non-negative keys: in 16 bits where they fit
-    (numpy sorts those by radix, several times faster)."""
-    if key.size and int(key.max()) < 1 << 16:
-        return np.argsort(key.astype(np.uint16), kind="stable")
-    return np.argsort(key, kind="stable")
+    """np.argsort(key, kind="stable") of integer keys: from their lowest, in 16 bits where
+    they fit (numpy sorts those by radix, several times faster), in two passes of 16 bits
+    where 32 do (a chunk's tracks are a few hundred, but numbered from the trace's first:
+    tens of thousands at 512 ranks)."""
+    if not key.size:
+        return np.argsort(key, kind="stable")
+    low = int(key.min())
+    span = int(key.max()) - low
+    if span >= 1 << 32:
+        return np.argsort(key, kind="stable")
+    rel = key - low
+    if span < 1 << 16:
+        return np.argsort(rel.astype(np.uint16), kind="stable")
+    order = np.argsort((rel & 0xFFFF).astype(np.uint16), kind="stable")
+    return order[np.argsort((rel[order] >> 16).astype(np.uint16), kind="stable")]
 
 
 def _in_order(places: np.ndarray, size: int) -> np.ndarray:
@@ -582,6 +635,7 @@ def _steps(data: bytes, found: PerfettoSpans, events: _Events,
     # Packets stepped through before a run is looked for as columns: fewer right after a
     # long run (the next core's events follow its few descriptor packets).
     quota = _STEPPED
+    window = _WINDOW_FIRST  # the first window _short_run looks at
     while i < n:
         try:  # a run of short packets, [0x0A len<128] ...: event packets, most likely
             stepped = 0
@@ -596,8 +650,11 @@ def _steps(data: bytes, found: PerfettoSpans, events: _Events,
                 stepped += 1
                 if stepped >= quota:  # a long run: its rest as columns
                     stepped = 0
-                    run, i = _short_run(buffer, i)
+                    before = i
+                    run, i = _short_run(buffer, i, window)
                     quota = _STEPPED_AFTER_LONG if run.size >= _LONG_RUN else _STEPPED
+                    if run.size >= _LONG_RUN:  # the next core's run is likely as long: one window
+                        window = min(max(_WINDOW_FIRST, (i - before) * 5 // 4), _WINDOW_LAST)
                     if run.size:
                         count += len(candidates) + run.size
                         runs += [np.array(candidates, np.int64), run]
@@ -632,24 +689,26 @@ def _steps(data: bytes, found: PerfettoSpans, events: _Events,
 _STEPPED = 64
 #: ... and after a run of this many or more (a core's events), this many.
 _LONG_RUN, _STEPPED_AFTER_LONG = 256, 2
-#: Bytes :func:`_short_run` looks at first (a core's events of a launch are ~15 KB in
-#: collect's traces), growing 4x a window up to the last.
+#: Bytes :func:`_short_run` looks at first, growing 4x a window up to the last; after a
+#: long run, a quarter more than its bytes (a core's events of a launch are ~16 KB in
+#: collect's traces, a rank's cores alike: a 16 KB first window missed most runs' end by
+#: a few hundred bytes, and looked at 64 KB more for them).
 _WINDOW_FIRST, _WINDOW_LAST = 1 << 14, 1 << 20
 
 
-def _short_run(buffer: np.ndarray, i: int) -> tuple[np.ndarray, int]:
+def _short_run(buffer: np.ndarray, i: int, window: int) -> tuple[np.ndarray, int]:
     """The run of short packets ``0x0A len<128 0x40`` (a Trace.packet whose first field
     is a timestamp: collect's event packets) from ``i`` on, as the loop in :func:`_read`
     steps through them, and where the run stops: the start of the first packet not of
     that form (or past the end of the file: the caller refuses it).
 
-    In a window, every byte that could start such a packet is a candidate and knows
-    where its packet would end; where each candidate's end is the next candidate (no
-    stray ``0A xx 40`` inside a packet) the run is those candidates as they are, and
-    the chain is followed by hand only across the others: a few jumps a window."""
+    In a window (the first ``window`` bytes, then 4x larger each), every byte that could
+    start such a packet is a candidate and knows where its packet would end; where each
+    candidate's end is the next candidate (no stray ``0A xx 40`` inside a packet) the run
+    is those candidates as they are, and the chain is followed by hand only across the
+    others: a few jumps a window."""
     n = buffer.size
     pieces: list[np.ndarray] = []
-    window = _WINDOW_FIRST
     while i + 2 < n and buffer[i] == 0x0A and buffer[i + 1] < 0x80 and buffer[i + 2] == 0x40:
         stop = min(n - 2, i + window)  # starts looked at: i .. stop - 1
         width = stop - i
@@ -772,14 +831,26 @@ def _packet(data: bytes, i: int, sequences: dict[int, _Sequence], current_seq: i
 
 def _varints(read: _Reader, at: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The varints starting at ``at`` (each before its ``hi``): values, where each ends,
-    and whether it ended in bounds within 10 bytes. Byte k is read only for the varints
-    still going after k bytes (most end after one or two)."""
+    and whether it ended in bounds within 10 bytes. Byte k is read for every varint while
+    most are still going after k bytes (a sequence id of three bytes: a cluster trace's
+    every event), then only for those still going (most end after one or two)."""
     first = read(at)
     value = (first & 0x7F).astype(np.uint64)
     done = (first < 0x80) & (at < hi)
     end = at + 1
-    going = np.flatnonzero((first >= 0x80) & (at + 1 < hi))
-    for k in range(1, 10):
+    still = (first >= 0x80) & (at + 1 < hi)
+    k = 1
+    while k < 10 and 2 * int(np.count_nonzero(still)) > at.size:
+        where = at + k
+        byte = read(where)
+        value |= ((byte & 0x7F).astype(np.uint64) << np.uint64(7 * k)) * still
+        ended = still & (byte < 0x80)
+        end = np.where(ended, where + 1, end)
+        done |= ended
+        still &= (byte >= 0x80) & (where + 1 < hi)
+        k += 1
+    going = np.flatnonzero(still)
+    for k in range(k, 10):
         if going.size == 0:
             break
         where = at[going] + k

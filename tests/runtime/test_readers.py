@@ -151,6 +151,72 @@ def test_begins_and_ends_pair_as_a_stack_per_track(tmp_path: Path, monkeypatch: 
     assert slow.spans == expected and slow.unclosed == unclosed
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_nested_events_pair_a_level_at_a_time_as_the_stack_pairs_them(seed: int) -> None:
+    """A chunk whose tracks never close more slices than they opened is paired a level at
+    a time: the same begins and ends as the general pairing (which clamps each track's
+    depth at 0 and sorts by track and level); a chunk with an end with nothing open, or
+    nesting deeper than the levels scanned, is left to the general pairing."""
+    rng = np.random.default_rng(seed)
+    tracks, kinds = [], []
+    for track in sorted(rng.choice(1 << 20, int(rng.integers(1, 6)), replace=False).tolist()):
+        depth, limit = 0, int(rng.integers(1, 20))
+        for _ in range(int(rng.integers(0, 200))):
+            opens = depth == 0 or (depth < limit and rng.random() < 0.55)
+            if not opens and seed % 4 == 0 and rng.random() < 0.02:
+                depth += 1  # an end with nothing open, once in a while
+            depth += 1 if opens else -1
+            tracks.append(track)
+            kinds.append(opens)
+    t, is_begin = np.array(tracks, np.int64), np.array(kinds, bool)
+    general = perfetto_read._paired(t, is_begin)
+    nested = perfetto_read._paired_as_nested(t, is_begin)
+    running = [0]
+    for k in range(t.size):  # the depth walked, each track from 0
+        running.append((0 if k == 0 or t[k] != t[k - 1] else running[-1]) + (1 if is_begin[k] else -1))
+    fits = min(running[1:], default=0) >= 0 and max(running, default=0) < perfetto_read._LEVELS_SCANNED
+    assert (nested is not None) == fits
+    if nested is not None:
+        assert sorted(zip(*map(np.ndarray.tolist, nested), strict=True)) == \
+            sorted(zip(*map(np.ndarray.tolist, general), strict=True))
+
+
+def _varint_walked(buffer: bytes, at: int, hi: int) -> tuple[int, int, bool]:
+    """A varint at ``at`` read a byte at a time, as _varints defines it: its value (the
+    bytes read, 0xFF past the buffer, wrapping at 64 bits), where it ends (after its
+    first byte where none ended), and whether it ended before ``hi`` within 10 bytes."""
+    def byte(i: int) -> int:
+        return buffer[i] if i < len(buffer) else 0xFF
+    b = byte(at)
+    value, end, done = b & 0x7F, at + 1, b < 0x80 and at < hi
+    if b >= 0x80 and at + 1 < hi:
+        for k in range(1, 10):
+            b = byte(at + k)
+            value |= ((b & 0x7F) << (7 * k)) & (2**64 - 1)
+            if b < 0x80:
+                end, done = at + k + 1, True
+                break
+            if at + k + 1 >= hi:
+                break
+    return value, end, done
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_varints_read_as_columns_are_the_bytes_walked(seed: int) -> None:
+    """Varints of every length, most or few of them going on past each byte (read for all
+    of them, then for those going), ends before, at and past their bound and the buffer's."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 300))
+    carried = rng.random()  # the share of bytes that carry on: few to nearly all
+    data = np.where(rng.random(n) < carried, rng.integers(0x80, 256, n), rng.integers(0, 0x80, n))
+    buffer = data.astype(np.uint8)
+    at = rng.integers(0, n + 3, int(rng.integers(1, 200)))
+    hi = at + rng.integers(-1, 13, at.size)
+    value, end, done = perfetto_read._varints(lambda where: perfetto_read._byte(buffer, where), at, hi)
+    walked = [_varint_walked(buffer.tobytes(), a, h) for a, h in zip(at.tolist(), hi.tolist(), strict=True)]
+    assert list(zip(value.tolist(), end.tolist(), done.tolist(), strict=True)) == walked
+
+
 def _blocks(rng: np.random.Generator) -> bytes:
     """Sequences written a block at a time (collect's shape: a core's events in a row),
     each on its own clock — none (raw timestamps), incremental, absolute — with what makes
@@ -430,8 +496,8 @@ def test_runs_found_as_columns_are_the_packets_stepped_through(
     runs: list[int] = []
     short_run = perfetto_read._short_run
 
-    def counted(buffer: np.ndarray, i: int) -> tuple[np.ndarray, int]:
-        found, end = short_run(buffer, i)
+    def counted(buffer: np.ndarray, i: int, window: int) -> tuple[np.ndarray, int]:
+        found, end = short_run(buffer, i, window)
         runs.append(found.size)
         return found, end
 
