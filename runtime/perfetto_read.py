@@ -839,8 +839,9 @@ def _varints(read: _Reader, at: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray,
     done = (first < 0x80) & (at < hi)
     end = at + 1
     still = (first >= 0x80) & (at + 1 < hi)
-    k = 1
-    while k < 10 and 2 * int(np.count_nonzero(still)) > at.size:
+    dense = 1  # bytes read for every varint so far
+    while dense < 10 and 2 * int(np.count_nonzero(still)) > at.size:
+        k = dense
         where = at + k
         byte = read(where)
         value |= ((byte & 0x7F).astype(np.uint64) << np.uint64(7 * k)) * still
@@ -848,9 +849,9 @@ def _varints(read: _Reader, at: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray,
         end = np.where(ended, where + 1, end)
         done |= ended
         still &= (byte >= 0x80) & (where + 1 < hi)
-        k += 1
+        dense += 1
     going = np.flatnonzero(still)
-    for k in range(k, 10):
+    for k in range(dense, 10):
         if going.size == 0:
             break
         where = at[going] + k
