@@ -1132,20 +1132,28 @@ def _parse_layout(buffer: np.ndarray, read: _Reader, starts: np.ndarray) -> tupl
     ok &= lo + read(at + 1) == hi
     # SLICE_END: [0x48 02], nothing else
     end = ok & (hi - lo == 2) & (read(lo) == 0x48) & (read(lo + 1) == SLICE_END)
-    # SLICE_BEGIN: [0x50 name_iid], source location and annotations, [0x48 01] last
-    begin = ok & ~end & (read(lo) == 0x50)
-    name, at, name_ok = _varints(read, lo + 1, hi)
-    begin &= name_ok
+    # SLICE_BEGIN: [0x50 name_iid], source location and annotations, [0x48 01] last; read
+    # for those that may be one only (about half the packets), a field's varint for those
+    # that have that field
+    maybe = np.flatnonzero(ok & ~end & (read(lo) == 0x50))
+    last = hi[maybe]
+    name_of, at, good = _varints(read, lo[maybe] + 1, last)
     for _ in range(4):  # source_location_iid (field 34, varint), debug_annotations (4, bytes)
-        key = read(at)
-        source = begin & (key == 0x90) & (read(at + 1) == 0x02)
-        annotation = begin & (key == 0x22) & (read(at + 1) < 0x80)
+        key, after_key = read(at), read(at + 1)
+        source = good & (key == 0x90) & (after_key == 0x02)
+        annotation = good & (key == 0x22) & (after_key < 0x80)
         if not (source.any() or annotation.any()):
             break
-        _, after_source, source_ok = _varints(read, at + 2, hi)
-        begin &= ~source | source_ok
-        at = np.where(source, after_source, np.where(annotation, at + 2 + read(at + 1), at))
-    begin &= (at + 2 == hi) & (read(at) == 0x48) & (read(at + 1) == SLICE_BEGIN)
+        at = np.where(annotation, at + 2 + after_key, at)
+        sourced = np.flatnonzero(source)
+        if sourced.size:
+            _, at[sourced], source_ok = _varints(read, at[sourced] + 2, last[sourced])
+            good[sourced] &= source_ok
+    good &= (at + 2 == last) & (read(at) == 0x48) & (read(at + 1) == SLICE_BEGIN)
+    begin = np.zeros(starts.size, bool)
+    begin[maybe[good]] = True
+    name = np.zeros(starts.size, np.uint64)  # (a name is read for a begin only)
+    name[maybe] = name_of
     return stamp, seq, begin, name, begin | end
 
 
