@@ -31,8 +31,8 @@ def outside_parent(
     labels: list[str], label: np.ndarray, track: np.ndarray, start: np.ndarray, end: np.ndarray
 ) -> list[tuple[str, str, int]]:
     """(child, parent, spans) for every label with spans that lie inside no span of its
-    parent label on their track: one vectorised search per (child, parent) pair, over
-    the spans of those two labels (grouped by label once, in their order)."""
+    parent label on their track: one vectorised search per parent label, over the spans
+    of it and of its children's labels (grouped by label once, in their order)."""
     if label.size == 0:
         return []
     parents = label_parents(labels)
@@ -48,50 +48,63 @@ def outside_parent(
     # One key orders spans by track, then start: track × width + (start - lo).
     lo = float(np.min(start))
     width = float(np.max(end)) - lo + 1.0
-    out: list[tuple[str, str, int]] = []
+    # The children of each parent label checked together (a kernel's phases are children of
+    # one `processing`): one search per parent, not per child label.
+    children_of: dict[int, list[int]] = {}
+    pairs: list[tuple[int, int]] = []  # (child, parent), in the children's order
     for child in sorted(present):
         parent = parents[child] if 0 <= child < len(parents) else -1
         if parent < 0:
             continue
         if parent not in present:
             continue  # the parent not recorded at all (another variant of the kernel): no claim
+        children_of.setdefault(parent, []).append(child)
+        pairs.append((child, parent))
+    missing_of: dict[int, int] = {}
+    for parent, kids in children_of.items():
         theirs = by_label[bounds[parent - base] : bounds[parent - base + 1]]
-        children = by_label[bounds[child - base] : bounds[child - base + 1]]
-        theirs_track = track[theirs]
-        rows = theirs_track.size and 0 <= int(theirs_track.min()) and int(theirs_track.max()) < 1 << 24
-        per_core = np.bincount(theirs_track) if rows else None  # track ids a table's rows
-        if per_core is not None and int(per_core.max()) == 1:
-            # One span of the parent a core (a kernel's `processing`): each child's is its
-            # core's, looked up — the last parent span starting by the child's start there.
-            slot = np.full(per_core.size, -1, np.int64)
-            slot[theirs_track] = theirs
-            child_track = track[children]
-            ran = (child_track >= 0) & (child_track < per_core.size)  # -1 would index from the end
-            ran[ran] = slot[child_track[ran]] >= 0  # only on cores that ran the parent
-            mine = children[ran]
-            found = slot[child_track[ran]]
-            inside = (start[found] <= start[mine]) & (end[found] >= end[mine])
-            missing = int(np.count_nonzero(~inside))
-            if missing:
-                out.append((labels[child], labels[parent], missing))
-            continue
-        # Only on cores that ran the parent: a core whose role has no such phase is not
-        # contradicted by a child it runs alone.
-        mine = children[_on_tracks_of(track[children], theirs_track)]
-        key_theirs = track[theirs].astype(np.float64) * width + (start[theirs].astype(np.float64) - lo)
-        if bool((key_theirs[1:] >= key_theirs[:-1]).all()):  # a table in (track, start) order
-            order, keys = theirs, key_theirs
-        else:
-            by_key = np.argsort(key_theirs, kind="stable")
-            order, keys = theirs[by_key], key_theirs[by_key]
-        key_mine = track[mine].astype(np.float64) * width + (start[mine].astype(np.float64) - lo)
-        at = np.searchsorted(keys, key_mine, side="right") - 1
-        found = order[np.maximum(at, 0)]
-        inside = (at >= 0) & (track[found] == track[mine]) & (end[found] >= end[mine])
-        missing = int(np.count_nonzero(~inside))
-        if missing:
-            out.append((labels[child], labels[parent], missing))
-    return out
+        pieces = [by_label[bounds[child - base] : bounds[child - base + 1]] for child in kids]
+        children = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+        mine, inside = _inside(theirs, children, track, start, end, lo, width)
+        outside = label[mine[~inside]].astype(np.int64) - base
+        counts_out = np.bincount(outside, minlength=max(kids) - base + 1) if outside.size else None
+        for child in kids:
+            missing_of[child] = int(counts_out[child - base]) if counts_out is not None else 0
+    return [(labels[child], labels[parent], missing_of[child])
+            for child, parent in pairs if missing_of[child]]
+
+
+def _inside(theirs: np.ndarray, children: np.ndarray, track: np.ndarray, start: np.ndarray, end: np.ndarray,
+            lo: float, width: float) -> tuple[np.ndarray, np.ndarray]:
+    """Of the spans ``children``, those on cores that ran a span of ``theirs`` (the parent
+    label's spans), and whether each lies inside one of them on its core."""
+    theirs_track = track[theirs]
+    rows = theirs_track.size and 0 <= int(theirs_track.min()) and int(theirs_track.max()) < 1 << 24
+    per_core = np.bincount(theirs_track) if rows else None  # track ids a table's rows
+    if per_core is not None and int(per_core.max()) == 1:
+        # One span of the parent a core (a kernel's `processing`): each child's is its
+        # core's, looked up — the last parent span starting by the child's start there.
+        slot = np.full(per_core.size, -1, np.int64)
+        slot[theirs_track] = theirs
+        child_track = track[children]
+        ran = (child_track >= 0) & (child_track < per_core.size)  # -1 would index from the end
+        ran[ran] = slot[child_track[ran]] >= 0  # only on cores that ran the parent
+        mine = children[ran]
+        found = slot[child_track[ran]]
+        return mine, (start[found] <= start[mine]) & (end[found] >= end[mine])
+    # Only on cores that ran the parent: a core whose role has no such phase is not
+    # contradicted by a child it runs alone.
+    mine = children[_on_tracks_of(track[children], theirs_track)]
+    key_theirs = track[theirs].astype(np.float64) * width + (start[theirs].astype(np.float64) - lo)
+    if bool((key_theirs[1:] >= key_theirs[:-1]).all()):  # a table in (track, start) order
+        order, keys = theirs, key_theirs
+    else:
+        by_key = np.argsort(key_theirs, kind="stable")
+        order, keys = theirs[by_key], key_theirs[by_key]
+    key_mine = track[mine].astype(np.float64) * width + (start[mine].astype(np.float64) - lo)
+    at = np.searchsorted(keys, key_mine, side="right") - 1
+    found = order[np.maximum(at, 0)]
+    return mine, (at >= 0) & (track[found] == track[mine]) & (end[found] >= end[mine])
 
 
 def _on_tracks_of(tracks: np.ndarray, theirs: np.ndarray) -> np.ndarray:
