@@ -635,7 +635,7 @@ def _steps(data: bytes, found: PerfettoSpans, events: _Events,
     # Packets stepped through before a run is looked for as columns: fewer right after a
     # long run (the next core's events follow its few descriptor packets).
     quota = _STEPPED
-    window = _WINDOW_FIRST  # the first window _short_run looks at
+    seen = _Window()  # the stretch of the file _short_run looked at last
     while i < n:
         try:  # a run of short packets, [0x0A len<128] ...: event packets, most likely
             stepped = 0
@@ -650,11 +650,8 @@ def _steps(data: bytes, found: PerfettoSpans, events: _Events,
                 stepped += 1
                 if stepped >= quota:  # a long run: its rest as columns
                     stepped = 0
-                    before = i
-                    run, i = _short_run(buffer, i, window)
+                    run, i = _short_run(buffer, i, seen)
                     quota = _STEPPED_AFTER_LONG if run.size >= _LONG_RUN else _STEPPED
-                    if run.size >= _LONG_RUN:  # the next core's run is likely as long: one window
-                        window = min(max(_WINDOW_FIRST, (i - before) * 5 // 4), _WINDOW_LAST)
                     if run.size:
                         count += len(candidates) + run.size
                         runs += [np.array(candidates, np.int64), run]
@@ -689,47 +686,71 @@ def _steps(data: bytes, found: PerfettoSpans, events: _Events,
 _STEPPED = 64
 #: ... and after a run of this many or more (a core's events), this many.
 _LONG_RUN, _STEPPED_AFTER_LONG = 256, 2
-#: Bytes :func:`_short_run` looks at first, growing 4x a window up to the last; after a
-#: long run, a quarter more than its bytes (a core's events of a launch are ~16 KB in
-#: collect's traces, a rank's cores alike: a 16 KB first window missed most runs' end by
-#: a few hundred bytes, and looked at 64 KB more for them).
+#: Bytes :func:`_short_run` looks at first, growing 4x a stretch up to the last (a core's
+#: events of a launch are ~16 KB in collect's traces: a stretch of 1 MB holds dozens of
+#: cores' runs, each found in it without looking at its bytes again).
 _WINDOW_FIRST, _WINDOW_LAST = 1 << 14, 1 << 20
 
 
-def _short_run(buffer: np.ndarray, i: int, window: int) -> tuple[np.ndarray, int]:
+class _Window:
+    """The candidates :func:`_short_run` found in one stretch of the file, ``[lo, hi)``:
+    their places, where each one's packet would end, and where a chain of them breaks —
+    kept for the runs that start in it (a stretch holds the runs of dozens of cores, a few
+    descriptor packets apart), and the size of the next stretch looked at."""
+
+    __slots__ = ("after", "at", "breaks", "hi", "lo", "size")
+
+    def __init__(self) -> None:
+        self.lo = self.hi = 0
+        self.at = self.after = np.zeros(0, np.int64)
+        self.breaks: list[int] = []
+        self.size = _WINDOW_FIRST
+
+    def look(self, buffer: np.ndarray, i: int) -> None:
+        """The stretch from ``i`` on: every byte that could start an event packet (``0x0A
+        len<128 0x40``), where its packet would end, and where the next candidate is not
+        that end (a stray ``0A xx 40`` inside a packet, or a packet of another form)."""
+        stop = min(buffer.size - 2, i + self.size)  # starts looked at: i .. stop - 1
+        width = stop - i
+        seg = buffer[i : stop + 2]
+        at = np.flatnonzero(seg[:width] == 0x0A)  # then the next two bytes of those only
+        at = at[(seg[at + 1] < 0x80) & (seg[at + 2] == 0x40)]
+        self.after = at + 2 + seg[at + 1] + i
+        self.at = at + i
+        self.breaks = np.flatnonzero(self.after[:-1] != self.at[1:]).tolist()
+        self.breaks.append(at.size - 1)
+        self.lo, self.hi = i, stop
+        self.size = min(4 * self.size, _WINDOW_LAST)
+
+
+def _short_run(buffer: np.ndarray, i: int, seen: _Window) -> tuple[np.ndarray, int]:
     """The run of short packets ``0x0A len<128 0x40`` (a Trace.packet whose first field
     is a timestamp: collect's event packets) from ``i`` on, as the loop in :func:`_read`
     steps through them, and where the run stops: the start of the first packet not of
     that form (or past the end of the file: the caller refuses it).
 
-    In a window (the first ``window`` bytes, then 4x larger each), every byte that could
-    start such a packet is a candidate and knows where its packet would end; where each
-    candidate's end is the next candidate (no stray ``0A xx 40`` inside a packet) the run
-    is those candidates as they are, and the chain is followed by hand only across the
-    others: a few jumps a window."""
+    In a stretch of the file (``seen``, looked at again from ``i`` when ``i`` is past it),
+    every byte that could start such a packet is a candidate and knows where its packet
+    would end; where each candidate's end is the next candidate (no stray ``0A xx 40``
+    inside a packet) the run is those candidates as they are, and the chain is followed
+    by hand only across the others: a few jumps a stretch."""
     n = buffer.size
     pieces: list[np.ndarray] = []
     while i + 2 < n and buffer[i] == 0x0A and buffer[i + 1] < 0x80 and buffer[i + 2] == 0x40:
-        stop = min(n - 2, i + window)  # starts looked at: i .. stop - 1
-        width = stop - i
-        seg = buffer[i : stop + 2]
-        at = np.flatnonzero(seg[:width] == 0x0A)  # then the next two bytes of those only
-        at = at[(seg[at + 1] < 0x80) & (seg[at + 2] == 0x40)]
-        after = at + 2 + seg[at + 1]  # where each candidate's packet ends
-        breaks = np.flatnonzero(after[:-1] != at[1:]).tolist()
-        breaks.append(at.size - 1)
-        k = 0  # at[0] == 0: the packet at i
+        if not seen.lo <= i < seen.hi:
+            seen.look(buffer, i)
+        at, after, breaks = seen.at, seen.after, seen.breaks
+        k = int(np.searchsorted(at, i))  # i is a candidate of the stretch: at[k] == i
         while True:
             last = breaks[bisect_left(breaks, k)]  # the chain is at[k .. last]
-            pieces.append(at[k : last + 1] + i)
+            pieces.append(at[k : last + 1])
             step = int(after[last])
-            if last == at.size - 1 or step >= width:
-                break  # on to the next window
+            if last == at.size - 1 or step >= seen.hi:
+                break  # on past the stretch
             k = int(np.searchsorted(at, step))
             if k == at.size or int(at[k]) != step:
-                return np.concatenate(pieces), i + step  # the run stops inside the window
-        i += step
-        window = min(4 * window, _WINDOW_LAST)
+                return np.concatenate(pieces), step  # the run stops inside the stretch
+        i = step
     return (np.concatenate(pieces) if pieces else np.zeros(0, np.int64)), i
 
 

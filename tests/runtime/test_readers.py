@@ -496,8 +496,8 @@ def test_runs_found_as_columns_are_the_packets_stepped_through(
     runs: list[int] = []
     short_run = perfetto_read._short_run
 
-    def counted(buffer: np.ndarray, i: int, window: int) -> tuple[np.ndarray, int]:
-        found, end = short_run(buffer, i, window)
+    def counted(buffer: np.ndarray, i: int, seen: perfetto_read._Window) -> tuple[np.ndarray, int]:
+        found, end = short_run(buffer, i, seen)
         runs.append(found.size)
         return found, end
 
