@@ -94,16 +94,30 @@ def fields(data: bytes, lo: int, hi: int, schema: _Schema | None = None) -> Iter
     (``end`` is where they stop); fixed-width values are skipped. With a schema, a field
     it names must have its wire type."""
     i = lo
+    n = len(data)
     while i < hi:
-        key, i = _varint(data, i)
+        # (a key, value or length of one byte read here: most are; _varint the others)
+        if i < n and data[i] < 0x80:
+            key = data[i]
+            i += 1
+        else:
+            key, i = _varint(data, i)
         number, wire = key >> 3, key & 7
         if schema is not None and schema[1].get(number, wire) != wire:
             raise _wrong_wire(schema, number, wire)
         if wire == 0:
-            value, i = _varint(data, i)
+            if i < n and data[i] < 0x80:
+                value = data[i]
+                i += 1
+            else:
+                value, i = _varint(data, i)
             yield number, value, i
         elif wire == 2:
-            size, i = _varint(data, i)
+            if i < n and data[i] < 0x80:
+                size = data[i]
+                i += 1
+            else:
+                size, i = _varint(data, i)
             if i + size > hi:
                 raise _Truncated("field runs past its message")
             yield number, i, i + size
@@ -1035,7 +1049,14 @@ class _Runs:
         unit = np.array(self.unit, np.int64)
         origin = np.array(self.origin, np.int64)
         offset = np.array(self.offset, np.int64)
-        if (clock == 1).any():  # within each run, the running sum of its ticks from its offset
+        if (clock == 1).all():  # every run's (collect's): no run to leave out
+            step = ticks.view(np.int64)  # ticks under 2**40 there
+            running = np.cumsum(step)
+            before = running[first] - step[first]
+            rel = running - np.repeat(before - offset, size)
+            ns = rel * (int(unit[0]) if (unit == unit[0]).all() else np.repeat(unit, size))
+            ns += np.repeat(origin, size)
+        elif (clock == 1).any():  # within each run, the running sum of its ticks from its offset
             rising = np.repeat(clock == 1, size)
             step = np.where(rising, ticks.view(np.int64), 0)  # ticks under 2**40 there
             running = np.cumsum(step)
@@ -1046,22 +1067,28 @@ class _Runs:
             fixed = np.repeat(clock == 2, size)
             ns[fixed] = ((ticks.view(np.int64) - np.repeat(offset, size)) * np.repeat(unit, size)
                          + np.repeat(origin, size))[fixed]
-        # names: each run's table, one after another
-        lengths = np.array([t.size for t in self.tables], np.int64)
-        joined = np.concatenate(self.tables)
+        # names: each run's table, one after another (or the one table every run shares:
+        # collect interns a rank's labels alike on all its cores)
         iid = self.name[at]
-        inside = iid < np.repeat(lengths, size).astype(np.uint64)
         name_id = np.full(m, -1, np.int64)
-        opens = np.flatnonzero(begin & inside)
-        start_of = np.repeat(np.cumsum(lengths) - lengths, size)
-        name_id[opens] = joined[start_of[opens] + iid[opens].astype(np.int64)]
+        shared = self.tables[0]
+        if all(table is shared for table in self.tables):
+            opens = np.flatnonzero(begin & (iid < np.uint64(shared.size)))
+            name_id[opens] = shared[iid[opens].astype(np.int64)]
+        else:
+            lengths = np.array([t.size for t in self.tables], np.int64)
+            joined = np.concatenate(self.tables)
+            inside = iid < np.repeat(lengths, size).astype(np.uint64)
+            opens = np.flatnonzero(begin & inside)
+            start_of = np.repeat(np.cumsum(lengths) - lengths, size)
+            name_id[opens] = joined[start_of[opens] + iid[opens].astype(np.int64)]
         computed = np.ones(lo.size, bool)  # a run computed on its own has its names
         computed[list(self.own)] = False
         unnamed = np.flatnonzero(begin & (name_id < 0) & np.repeat(computed, size))
         for k in unnamed.tolist():  # not interned on its sequence: named by its id
             name_id[k] = events.name(f"name {int(iid[k])}")
         track = np.repeat(np.array(self.track, np.int64), size)
-        kind = np.where(begin, 1, 2).astype(np.int8)
+        kind = np.subtract(2, begin, dtype=np.int8)  # 1 a begin, 2 an end
         for run, (r_track, r_kind, r_ns, r_name) in self.own.items():
             place = slice(int(first[run]), int(first[run] + size[run]))
             track[place], kind[place], ns[place], name_id[place] = r_track, r_kind, r_ns, r_name

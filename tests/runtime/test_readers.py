@@ -754,3 +754,55 @@ def test_the_readers_do_without_numpy_ma(tmp_path: Path) -> None:
         )
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
         assert done.stdout.strip().splitlines()[-1] == "False 0", (argv, done.stdout[-300:], done.stderr)
+
+
+def _fields_walked(data: bytes, lo: int, hi: int, schema: Any) -> list[Any]:
+    """perfetto_read.fields as defined: every key, value and length a varint read by
+    _varint; the refusal's type and message where it refuses."""
+    out: list[Any] = []
+    i = lo
+    try:
+        while i < hi:
+            key, i = perfetto_read._varint(data, i)
+            number, wire = key >> 3, key & 7
+            if schema is not None and schema[1].get(number, wire) != wire:
+                raise perfetto_read._wrong_wire(schema, number, wire)
+            if wire == 0:
+                value, i = perfetto_read._varint(data, i)
+                out.append((number, value, i))
+            elif wire == 2:
+                size, i = perfetto_read._varint(data, i)
+                if i + size > hi:
+                    raise perfetto_read._Truncated("field runs past its message")
+                out.append((number, i, i + size))
+                i += size
+            elif wire in (1, 5):
+                i += 8 if wire == 1 else 4
+            else:
+                raise perfetto_read._Truncated(f"wire type {wire}")
+        if i != hi:
+            raise perfetto_read._Truncated("message runs past its end")
+    except (perfetto_read._Truncated, perfetto_read._Malformed) as exc:
+        out.append((type(exc).__name__, str(exc)))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_fields_read_a_short_varint_in_place_as_varint_reads_it(seed: int) -> None:
+    """Keys, values and lengths of one byte are read in place: the same fields, ends and
+    refusals as every varint read by _varint, bytes random or of protobuf's usual keys,
+    messages that end inside a varint or past the buffer."""
+    rng = np.random.default_rng(seed)
+    usual = np.array([0x08, 0x10, 0x12, 0x1A, 0x22, 0x05, 0x81, 0x01, 0x02, 0x7F, 0xFF], np.uint8)
+    for trial in range(3000):
+        n = int(rng.integers(0, 30))
+        data = (rng.integers(0, 256, n, dtype=np.uint8) if trial % 2 else rng.choice(usual, n)).tobytes()
+        lo = int(rng.integers(0, n + 1))
+        hi = int(rng.integers(lo, n + 4))
+        schema = perfetto_read._DESCRIPTOR if trial % 3 == 0 else None
+        found: list[Any] = []
+        try:
+            found.extend(perfetto_read.fields(data, lo, hi, schema))
+        except (perfetto_read._Truncated, perfetto_read._Malformed) as exc:
+            found.append((type(exc).__name__, str(exc)))
+        assert found == _fields_walked(data, lo, hi, schema), (data, lo, hi)
