@@ -204,6 +204,7 @@ class PerfettoSpans:
         # Uuids of processes (and their tracks) given out by a reader a process at a time:
         # a descriptor naming one again means the trace is not laid out a process at a time.
         self.frozen: set[int] = set()
+        self.parent_uuids: dict[int, int] = {}  # a parent track's uuid, as one int object
         self._columns: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self._interned: dict[bytes, _Interned] = {}  # see _packet_fields
         self._clocks: dict[bytes, dict[int, tuple[int, int, bool]]] = {}  # see _packet_fields
@@ -421,6 +422,35 @@ class Regroup(Exception):
     read): read it whole instead."""
 
 
+#: The state of a sequence let go (:class:`_Sequences`).
+_LET_GO = _Sequence()
+
+
+class _Sequences(dict[int, _Sequence]):
+    """The packet sequences' states of a read a process at a time, those of processes
+    given out let go (tens of thousands of cores, a sequence each: the reader's state
+    would otherwise grow with the cluster). A sequence let go that packets name again is
+    not collect's layout: Regroup, and the whole read keeps every state."""
+
+    def get(self, key: int, default: _Sequence | None = None) -> _Sequence | None:  # type: ignore[override]
+        found = super().get(key, default)
+        if found is _LET_GO:
+            raise Regroup(f"packet sequence {key} continues after its process was read")
+        return found
+
+    def __setitem__(self, key: int, value: _Sequence) -> None:
+        if super().get(key) is _LET_GO:
+            raise Regroup(f"packet sequence {key} continues after its process was read")
+        super().__setitem__(key, value)
+
+    def retire(self, tracks: set[int]) -> None:
+        """Let go the sequences whose events go on one of ``tracks`` by default (each
+        key kept, its state one shared marker)."""
+        for key, state in self.items():
+            if state is not _LET_GO and state.track in tracks:
+                super().__setitem__(key, _LET_GO)
+
+
 def read_processes(path: Path, progress: Callable[[int, int], None] | None = None,
                    ) -> tuple[PerfettoSpans, Iterator[PerfettoSpans]]:
     """The spans of a trace one process (a rank) at a time, in the order their first
@@ -440,6 +470,10 @@ def read_processes(path: Path, progress: Callable[[int, int], None] | None = Non
     found = PerfettoSpans()
     events = _Events()
     return found, _processes(path, data, found, events, progress)
+
+
+#: Tracks of processes given out whose sequences and thread names are let go together.
+_RETIRED_AT_ONCE = 2048
 
 
 def _processes(path: Path, data: bytes | mmap.mmap, found: PerfettoSpans, events: _Events,
@@ -512,15 +546,26 @@ def _processes(path: Path, data: bytes | mmap.mmap, found: PerfettoSpans, events
             for instant in instants:
                 into(process(tracks[instant[0]])).instants.append(instant)
 
+    sequences = _Sequences()
+    retiring: set[int] = set()  # tracks of the processes given out, their state not let go yet
+
     def part(key: int) -> PerfettoSpans:
+        if len(retiring) >= _RETIRED_AT_ONCE:  # (the parts given out so far have been read)
+            sequences.retire(retiring)
+            for uuid in retiring:
+                found.threads.pop(uuid, None)
+            retiring.clear()
         held = pending.pop(key, None) or _Pending()
         done.add(key)
         found.frozen.add(key)
+        tracks: set[int] = set()
         for columns in held.columns:  # (not np.unique: it imports numpy.ma, ~14 ms of a start)
             used = np.flatnonzero(np.bincount(columns[0])).tolist()
-            found.frozen.update(events.track_uuids[t] for t in used)
-        found.frozen.update(launch[0] for launch in held.launches)
-        found.frozen.update(instant[0] for instant in held.instants)
+            tracks.update(events.track_uuids[t] for t in used)
+        tracks.update(launch[0] for launch in held.launches)
+        tracks.update(instant[0] for instant in held.instants)
+        found.frozen.update(tracks)
+        retiring.update(tracks)
         out = PerfettoSpans()
         out.processes, out.process_pids, out.threads = found.processes, found.process_pids, found.threads
         out.track_uuids, out.names = events.track_uuids, events.names
@@ -533,7 +578,7 @@ def _processes(path: Path, data: bytes | mmap.mmap, found: PerfettoSpans, events
     dropped = 0
     try:
         # A map reads as bytes do (an int per index, bytes per slice) where the reader looks.
-        for offset in _steps(cast(bytes, data), found, events, progress):
+        for offset in _steps(cast(bytes, data), found, events, progress, sequences):
             runs()
             take()
             dropped = let_go(data, dropped, offset)
@@ -625,7 +670,8 @@ def _read(data: bytes, progress: Callable[[int, int], None] | None = None) -> tu
 
 
 def _steps(data: bytes, found: PerfettoSpans, events: _Events,
-           progress: Callable[[int, int], None] | None = None) -> Iterator[int]:
+           progress: Callable[[int, int], None] | None = None,
+           sequences: dict[int, _Sequence] | None = None) -> Iterator[int]:
     """One pass over the packets, a chunk at a time. A short loop finds the packets and
     notes the short ones (``0x0A len<128``), which may be track events of ``collect``'s
     layout; a chunk of them is decoded as columns (:func:`_chunk`), every
@@ -637,8 +683,10 @@ def _steps(data: bytes, found: PerfettoSpans, events: _Events,
     stepping through them here was most of the reader's time.
 
     Yields, after each chunk, the offset the file is read to: nothing before it is read
-    again (a reader a rank at a time takes the chunk's spans and lets those bytes go)."""
-    sequences: dict[int, _Sequence] = {}
+    again (a reader a rank at a time takes the chunk's spans and lets those bytes go;
+    ``sequences``, the packet sequences' states: its own, which it may retire)."""
+    if sequences is None:
+        sequences = {}
     n = len(data)
     buffer = np.frombuffer(data, dtype=np.uint8)
     i = 0
@@ -1468,7 +1516,10 @@ def _track_descriptor(data: bytes, lo: int, hi: int, found: PerfettoSpans) -> No
         if pid is not None:
             found.process_pids[uuid] = pid
     elif uuid:
-        # A core's name is every rank's ("AIC 3"): one string for all of them.
+        # A core's name is every rank's ("AIC 3"): one string for all of them; its
+        # process's uuid one number for all its threads (the reader keeps it per track).
+        if parent is not None:
+            parent = found.parent_uuids.setdefault(parent, parent)
         found.threads[uuid] = (parent, sys.intern(thread or name or ""))
 
 

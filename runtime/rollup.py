@@ -142,10 +142,17 @@ class Rows:
     only the counts)."""
 
     def __init__(self, named: bool = True) -> None:
-        self.names: list[str] = []
+        # The names a table at a time: the process's part, then its threads' (every rank's
+        # cores alike: one tuple for all of them), joined when asked for — 36,864 rows'
+        # names held whole were most of inspect's state at 512 ranks.
+        self._names: list[tuple[str, tuple[str, ...]]] = []
+        self._threads: dict[tuple[str, ...], tuple[str, ...]] = {}
         self.named = named
         self.rows = 0
-        self.cores: dict[str, set[str]] = {}  # per rank its cores' names (one string for every rank's)
+        # per rank its cores' names: one set for every rank of the same cores (512 ranks of
+        # 72 cores held 512 sets of 72), one string for every rank's
+        self.cores: dict[str, frozenset[str]] = {}
+        self._core_sets: dict[frozenset[str], frozenset[str]] = {}
         self.launches: dict[str, int] = {}
         self.spans = 0
 
@@ -153,15 +160,29 @@ class Rows:
         """Count the chunk's rows; returns the first one's place among all rows."""
         base = self.rows
         self.rows += len(table.tracks)
-        if self.named:
-            self.names += table.tracks
+        if self.named and table.tracks:
+            head = table.tracks[0].split(" / ", 1)[0] + " / "
+            if not all(name.startswith(head) for name in table.tracks):
+                head = ""
+            threads = tuple(name[len(head) :] for name in table.tracks)
+            self._names.append((head, self._threads.setdefault(threads, threads)))
+        seen: dict[str, set[str]] = {}
         for name in table.tracks:
             core = sys.intern(name.split(" / ", 1)[1]) if " / " in name else ""
-            self.cores.setdefault(rank_of_track(name), set()).add(core)
+            seen.setdefault(rank_of_track(name), set()).add(core)
+        for rank, cores in seen.items():
+            held = self.cores.get(rank)
+            every = frozenset(cores if held is None else held | cores)
+            self.cores[rank] = self._core_sets.setdefault(every, every)
         for launch in table.launches:
             self.launches.setdefault(launch, len(self.launches))
         self.spans += int(table.ts.size)
         return base
+
+    @property
+    def names(self) -> list[str]:
+        """The rows' names in order (``named``)."""
+        return [head + thread for head, threads in self._names for thread in threads]
 
     def counts(self) -> RunCounts:
         """spans.run_counts of the table all chunks would make."""
