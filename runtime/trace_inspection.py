@@ -154,14 +154,17 @@ def _add_drops(path: Path, rows: InspectRollup, table: SpanTable, events: Iterab
                 rows.drops[key] = rows.drops.get(key, 0) + count
 
 
-def inspect_trace(path: Path) -> dict[str, Any]:
+def _inspected(path: Path) -> tuple[InspectRollup, Closing]:
     if path.is_dir() or not path.exists() or path.suffix == ".pt":
         load_spans(path)  # not a trace file: refused there, with its message
     # A .pftrace a rank at a time (runtime/rollup.py): its rows' figures, not its spans.
-    found, closing = fold_spans(path, lambda: _Rows(path)) if is_protobuf(path) else _json_rows(path)
+    return fold_spans(path, lambda: _Rows(path)) if is_protobuf(path) else _json_rows(path)
+
+
+def _summary(path: Path, found: InspectRollup, closing: Closing, tracks: list[dict[str, Any]] | None
+             ) -> dict[str, Any]:
+    """inspect_trace's document; ``tracks``: its rows (None: left out, written row by row)."""
     meta = closing.metadata
-    tracks = [{"track": row.track, "spans": row.spans, "first_us": row.first_us, "last_us": row.last_us,
-               "busy_us": row.busy_us, "dropped": found.drops.get(row.track, 0)} for row in found.found]
     counts = found.rows.counts()
     listed = meta.get("ranks")
     ranks = [r for r in listed if isinstance(r, dict)] if isinstance(listed, list) else []
@@ -181,33 +184,74 @@ def inspect_trace(path: Path) -> dict[str, Any]:
         # core's spans of one launch each.
         "trace_tracks": closing.trace_tracks,
         "tracks": tracks,
+        "rows": found.rows.rows,
         "spans": counts.spans,
         "dropped": sum(found.drops.values()),
         "warnings": closing.warnings,
     }
 
 
-def format_trace_text(found: dict[str, Any]) -> str:
+def inspect_trace(path: Path) -> dict[str, Any]:
+    found, closing = _inspected(path)
+    tracks = [{"track": row.track, "spans": row.spans, "first_us": row.first_us, "last_us": row.last_us,
+               "busy_us": row.busy_us, "dropped": found.drops.get(row.track, 0)} for row in found.found]
+    summary = _summary(path, found, closing, tracks)
+    del summary["rows"]  # (the document's rows are its tracks)
+    return summary
+
+
+def write_trace_text(path: Path, write: Callable[[str], object]) -> None:
+    """format_trace_text(inspect_trace(path)), written a few thousand rows at a time: a
+    cluster's trace has tens of thousands of rows, and their document and text held
+    whole were most of inspect's memory at 512 ranks."""
+    found, closing = _inspected(path)
+    summary = _summary(path, found, closing, None)
+    width = max([len(name) for name in found.rows.names] + [5])
+    lines = _head_lines(summary, width)
+    for row in found.found:
+        lines.append(_row_line(width, row.track, row.spans, row.first_us, row.last_us, row.busy_us,
+                               found.drops.get(row.track, 0)))
+        if len(lines) >= _LINES_AT_ONCE:
+            write("\n".join(lines) + "\n")
+            lines = []
+    write("\n".join([*lines, *_tail_lines(summary, summary["rows"])]) + "\n")
+
+
+#: Rows of inspect's text written at once.
+_LINES_AT_ONCE = 4096
+
+
+def _head_lines(found: dict[str, Any], width: int) -> list[str]:
     clocks = ", ".join(f"{c:g} MHz" for c in found["clock_mhz"]) or "unknown"
     each = f" × {found['launches']} launches" if found["launches"] > 1 else ""
-    lines = [f"{found['path']}: {found['format']} trace · {found['ranks']} ranks{each} · "
-             f"{found['cores']} cores · clock {clocks}"]
-    width = max([len(t["track"]) for t in found["tracks"]] + [5])
-    lines.append(f"  {'track':<{width}} {'spans':>7} {'first µs':>12} {'last µs':>12} {'busy µs':>12} "
-                 f"{'dropped':>7}")
+    return [f"{found['path']}: {found['format']} trace · {found['ranks']} ranks{each} · "
+            f"{found['cores']} cores · clock {clocks}",
+            f"  {'track':<{width}} {'spans':>7} {'first µs':>12} {'last µs':>12} {'busy µs':>12} "
+            f"{'dropped':>7}"]
 
-    def number(value: float | None) -> str:
-        return "-" if value is None else f"{value:.2f}"
 
-    for t in found["tracks"]:
-        lines.append(f"  {t['track']:<{width}} {t['spans']:>7} {number(t['first_us']):>12} "
-                     f"{number(t['last_us']):>12} {number(t['busy_us']):>12} {t['dropped']:>7}")
-    rows, tracks = len(found["tracks"]), f"{found['trace_tracks']} tracks"
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _row_line(width: int, track: str, spans: int, first: float | None, last: float | None, busy: float,
+              dropped: int) -> str:
+    return (f"  {track:<{width}} {spans:>7} {_number(first):>12} "
+            f"{_number(last):>12} {_number(busy):>12} {dropped:>7}")
+
+
+def _tail_lines(found: dict[str, Any], rows: int) -> list[str]:
+    tracks = f"{found['trace_tracks']} tracks"
     if rows != found["trace_tracks"]:
         tracks += f" ({rows} core × launch rows)"
-    lines.append(f"  {tracks}, {found['spans']} spans, {found['dropped']} records dropped")
-    lines += [f"  warning: {w}" for w in found["warnings"]]
+    return [f"  {tracks}, {found['spans']} spans, {found['dropped']} records dropped",
+            *(f"  warning: {w}" for w in found["warnings"])]
+
+
+def format_trace_text(found: dict[str, Any]) -> str:
+    width = max([len(t["track"]) for t in found["tracks"]] + [5])
+    lines = _head_lines(found, width)
+    lines += [_row_line(width, t["track"], t["spans"], t["first_us"], t["last_us"], t["busy_us"],
+                        t["dropped"]) for t in found["tracks"]]
+    lines += _tail_lines(found, len(found["tracks"]))
     return "\n".join(lines) + "\n"
-
-
-

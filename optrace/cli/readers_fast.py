@@ -133,7 +133,7 @@ def run_inspect(path: Path, fmt: str = "text") -> int:
 
         from optrace.runtime.dataset_layout import is_dataset
         from optrace.runtime.inspection import format_text, inspection_json, iter_inspect
-        from optrace.runtime.trace_inspection import format_trace_text, inspect_trace, is_trace
+        from optrace.runtime.trace_inspection import inspect_trace, is_trace, write_trace_text
 
         where = path.expanduser()
         if is_dataset(where):
@@ -141,11 +141,10 @@ def run_inspect(path: Path, fmt: str = "text") -> int:
             raise _Usage(f"{path}: a Parquet dataset: inspect reads rank files and traces; `optrace "
                          f"report {path}` and `optrace query {path} --preset phases` read a dataset")
         if is_trace(where):
-            found = inspect_trace(where)
             if fmt == "json":
-                _emit_json(found)
+                _emit_json(inspect_trace(where))
             else:
-                sys.stdout.write(safe_text(format_trace_text(found)))
+                write_trace_text(where, lambda text: sys.stdout.write(safe_text(text)))
             return 0
         # A rank file at a time, written as it is read: the same text (format_text of
         # each result is its lines) and JSON (the list's items, indented as json.dumps

@@ -584,3 +584,22 @@ def test_process_names_that_come_after_the_spans_name_the_rows(
     monkeypatch.setattr(perfetto_read, "_CHUNK", chunk)
     _same_as_whole(trace, monkeypatch)
     assert load_spans(trace).tracks == ["Rank 0 / AIC 0", "Rank 1 / AIC 0", "Rank 2 / AIC 0"]
+
+
+@pytest.mark.parametrize("at_once", [1, 7, 4096])
+def test_inspects_text_written_a_few_rows_at_a_time_is_the_documents_text(
+    demo_trace: Path, demo_json: Path, monkeypatch: pytest.MonkeyPatch, at_once: int
+) -> None:
+    """inspect writes a trace's text a batch of rows at a time, without its document:
+    the text of the document inspect_trace gives (--format json's), byte for byte, for a
+    .pftrace and a JSON trace of several ranks and launches."""
+    from optrace.runtime import trace_inspection
+
+    monkeypatch.setattr(trace_inspection, "_LINES_AT_ONCE", at_once)
+    for trace in (demo_trace, demo_json):
+        written: list[str] = []
+        trace_inspection.write_trace_text(trace, written.append)
+        expected = trace_inspection.format_trace_text(trace_inspection.inspect_trace(trace))
+        assert "".join(written) == expected
+        assert (len(written) > 1) == (at_once < 4096)  # in batches, or (a demo's rows) at once
+        assert "core × launch rows" in expected
