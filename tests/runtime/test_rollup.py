@@ -603,3 +603,77 @@ def test_inspects_text_written_a_few_rows_at_a_time_is_the_documents_text(
         assert "".join(written) == expected
         assert (len(written) > 1) == (at_once < 4096)  # in batches, or (a demo's rows) at once
         assert "core × launch rows" in expected
+
+
+def _sequenced_trace(path: Path, reused: bool) -> Path:
+    """Ranks 0..3, each a core (track 10 (r + 1)) on a packet sequence of its own (100 + r:
+    state cleared, its track by default, the name `processing` interned as iid 1), a launch
+    of one span each, a chunk's end between two ranks; with ``reused``, rank 3's events on
+    rank 0's sequence (its interned name, on rank 3's track)."""
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+    from optrace.runtime.launches import LAUNCH_CATEGORY
+
+    trace = pb.Trace()
+    for rank in range(4):
+        packet = trace.packet.add()
+        packet.track_descriptor.uuid = rank + 1
+        packet.track_descriptor.process.pid = rank + 1
+        packet.track_descriptor.process.process_name = f"Rank {rank}"
+        packet = trace.packet.add()
+        packet.track_descriptor.uuid = 10 * (rank + 1)
+        packet.track_descriptor.parent_uuid = rank + 1
+        packet.track_descriptor.thread.pid = rank + 1
+        packet.track_descriptor.thread.tid = 1
+        packet.track_descriptor.thread.thread_name = "AIC 0"
+    for rank in range(4):
+        sequence = 100 if reused and rank == 3 else 100 + rank
+        if sequence == 100 + rank:
+            packet = trace.packet.add()
+            packet.trusted_packet_sequence_id = sequence
+            packet.sequence_flags = 1  # incremental state cleared
+            packet.trace_packet_defaults.track_event_defaults.track_uuid = 10 * (rank + 1)
+            name = packet.interned_data.event_names.add()
+            name.iid, name.name = 1, "processing"
+        t0 = 1000 * (rank + 1)
+        for ns, kind, launch in ((t0, 1, True), (t0 + 10, 1, False), (t0 + 90, 2, False), (t0 + 100, 2, False)):
+            packet = trace.packet.add()
+            packet.timestamp = ns
+            packet.trusted_packet_sequence_id = sequence
+            packet.track_event.type = kind
+            if sequence != 100 + rank:
+                packet.track_event.track_uuid = 10 * (rank + 1)
+            if kind == 1 and launch:
+                packet.track_event.name = "launch 0"
+                packet.track_event.categories.append(LAUNCH_CATEGORY)
+            elif kind == 1:
+                packet.track_event.name_iid = 1
+        packet = trace.packet.add()  # a packet the short-packet loop stops at: a chunk may end
+        packet.track_descriptor.uuid = 999
+        packet.track_descriptor.name = "a descriptor past 128 bytes " * 8
+    path.write_bytes(trace.SerializeToString())
+    return path
+
+
+@pytest.mark.parametrize("reused", [False, True])
+def test_a_sequence_named_again_after_its_process_was_read_is_read_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reused: bool
+) -> None:
+    """A process at a time, the states of the packet sequences of processes given out are
+    let go; a sequence that packets name again (rank 3's events on rank 0's sequence,
+    named by its interned ids) sends the trace to the whole read, which gives it its
+    names: the same report, rows and inspect as the whole table."""
+    from optrace.runtime import perfetto_read
+
+    monkeypatch.setattr(perfetto_read, "_CHUNK", 1)
+    monkeypatch.setattr(perfetto_read, "_RETIRED_AT_ONCE", 1)
+    trace = _sequenced_trace(tmp_path / "t.pftrace", reused)
+    whole = load_spans(trace)
+    assert whole.labels == ["processing"] and len(whole.tracks) == 4
+    from optrace.runtime.formats import fold_spans
+    from optrace.runtime.rollup import ReportRollup
+
+    regrouped = _regroup_refused(monkeypatch)
+    fold_spans(trace, ReportRollup)
+    assert regrouped == ([str(trace)] if reused else [])  # read whole only when reused
+    _same_as_whole(trace, monkeypatch)
