@@ -636,7 +636,8 @@ def _sequenced_trace(path: Path, reused: bool) -> Path:
             name = packet.interned_data.event_names.add()
             name.iid, name.name = 1, "processing"
         t0 = 1000 * (rank + 1)
-        for ns, kind, launch in ((t0, 1, True), (t0 + 10, 1, False), (t0 + 90, 2, False), (t0 + 100, 2, False)):
+        marks = ((t0, 1, True), (t0 + 10, 1, False), (t0 + 90, 2, False), (t0 + 100, 2, False))
+        for ns, kind, launch in marks:
             packet = trace.packet.add()
             packet.timestamp = ns
             packet.trusted_packet_sequence_id = sequence
