@@ -357,21 +357,11 @@ def _paired_as_nested(t: np.ndarray, is_begin: np.ndarray) -> tuple[np.ndarray, 
 
 
 def _stable_order(key: np.ndarray) -> np.ndarray:
-    """np.argsort(key, kind="stable") of integer keys: from their lowest, in 16 bits where
-    they fit (numpy sorts those by radix, several times faster), in two passes of 16 bits
-    where 32 do (a chunk's tracks are a few hundred, but numbered from the trace's first:
-    tens of thousands at 512 ranks)."""
-    if not key.size:
-        return np.argsort(key, kind="stable")
-    low = int(key.min())
-    span = int(key.max()) - low
-    if span >= 1 << 32:
-        return np.argsort(key, kind="stable")
-    rel = key - low
-    if span < 1 << 16:
-        return np.argsort(rel.astype(np.uint16), kind="stable")
-    order = np.argsort((rel & 0xFFFF).astype(np.uint16), kind="stable")
-    return order[np.argsort((rel[order] >> 16).astype(np.uint16), kind="stable")]
+    """np.argsort(key, kind="stable") of non-negative keys: in 16 bits where they fit
+    (numpy sorts those by radix, several times faster)."""
+    if key.size and int(key.max()) < 1 << 16:
+        return np.argsort(key.astype(np.uint16), kind="stable")
+    return np.argsort(key, kind="stable")
 
 
 def _in_order(places: np.ndarray, size: int) -> np.ndarray:
