@@ -199,3 +199,15 @@ def test_id_lookup_agrees_with_a_dictionary(ids: list[int]) -> None:
     assert loaded.lookup(probes_u32).tolist() == expected
     halves = probes_u32.astype(np.uint64).view(np.uint32).reshape(-1, 2)[:, 0]  # a strided view
     assert loaded.lookup(halves).tolist() == expected
+
+
+@given(st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True),
+                          st.integers(-(2**70), 2**70).map(float)), min_size=1, max_size=30))
+def test_times_round_to_ns_and_saturate(values: list[float]) -> None:
+    """A time in ns rounds half to even; past ±2**62 (and ±inf) it saturates, NaN is 0."""
+    import numpy as np
+
+    from optrace.runtime.chrome import _quantised
+
+    expected = [0 if v != v else int(max(-(2.0**62), min(2.0**62, float(np.rint(v))))) for v in values]
+    assert _quantised(np.array(values, dtype=np.float64)).tolist() == expected
