@@ -330,7 +330,8 @@ def _fill_rows(
     """Rows into ``out`` [n, layout.width] (contiguous): each row's constant text — the
     template with its point's tail, the index region blank where the row shows none — in
     one gather of whole rows, then 4-byte stores per number group (each row is written
-    about once: several times faster than :func:`_rows`)."""
+    about once: several times faster than :func:`_rows`). Every ``point`` must have its
+    row of ``tails`` (the gather clips, it does not check): see :func:`_check_points`."""
     item = np.dtype((np.void, layout.width))
     texts = _row_texts(layout, tails)
     key = point.astype(np.intp) * 2
@@ -352,6 +353,13 @@ def _fill_rows(
         extra = np.take(_LEAD4, high & 0xFF)
         out[:, layout.extra_at : layout.extra_at + 4].view(np.uint32)[:, 0] = (
             extra if shown is None else np.where(shown, extra, _BLANK4))
+
+
+def _check_points(point: np.ndarray, tails: np.ndarray) -> None:
+    """Raise IndexError unless every point is a row of ``tails`` (:func:`_fill_rows`'s
+    gather clips its keys instead: a wrong point would take another point's text)."""
+    if point.size and (int(point.min()) < 0 or int(point.max()) >= tails.shape[0]):
+        raise IndexError(f"a point outside the map's {tails.shape[0]} points")
 
 
 def _row_texts(layout: _RowLayout, tails: np.ndarray) -> np.ndarray:
@@ -378,7 +386,8 @@ def _rows_words(
     scratch: RowScratch | None = None,
 ) -> np.ndarray | None:
     """What :func:`_rows` renders, from a template row and 4-byte stores; None when a
-    timestamp is negative."""
+    timestamp is negative. Raises IndexError for a point ``tails`` has no row for."""
+    _check_points(point, tails)
     layout = _row_layout(pid, tid, ts_q, dur_q, high, show, status, tails.shape[1])
     if layout is None:
         return None
@@ -586,6 +595,7 @@ def _row_blocks(
     tails, indexed = _point_columns(point_map)
     # A loop's first iteration has index 0 and extraId 0 (high word 0): the map says
     # which points carry an index, so it is shown as index 0, not left out.
+    _check_points(point, tails)
     show = (high != 0) | np.take(indexed, point)
     blocks = []
     for lo in range(0, start.size, _ROWS_PER_BLOCK):

@@ -211,3 +211,18 @@ def test_times_round_to_ns_and_saturate(values: list[float]) -> None:
 
     expected = [0 if v != v else int(max(-(2.0**62), min(2.0**62, float(np.rint(v))))) for v in values]
     assert _quantised(np.array(values, dtype=np.float64)).tolist() == expected
+
+
+@pytest.mark.parametrize("point", [[-1], [2], [0, 5]])
+def test_word_rows_refuse_a_point_without_its_tail(point: list[int]) -> None:
+    """A point the tails have no row for is an IndexError, never another point's text."""
+    import numpy as np
+
+    from optrace.runtime import chrome
+
+    tails = chrome._text_table(['"name":"a"}', '"name":"bb"}'])
+    n = len(point)
+    zeros = np.zeros(n, np.int64)
+    with pytest.raises(IndexError):
+        chrome._rows_words(0, zeros, zeros, zeros + 1, zeros + (5 << 8), np.ones(n, bool),
+                           zeros.astype(np.int8), np.array(point), tails)
