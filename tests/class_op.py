@@ -7,7 +7,11 @@ from pathlib import Path
 
 
 def class_op(tmp_path: Path, name: str, cls: str, header: str, header_name: str = "k.h") -> Path:
-    """`<tmp_path>/<name>/op_kernel/{<name>.cpp, <header_name>}`; the operator directory."""
+    """`<tmp_path>/<name>/op_kernel/{<name>.cpp, <header_name>}`; the operator directory.
+    `tmp_path` is marked a repository (a `.git` folder): without a mark, discovery searches
+    the operator's grandparent — pytest's folder of every test's tmp_path — and found
+    another test's build script there (apply then refused to write outside the operator)."""
+    (tmp_path / ".git").mkdir(parents=True, exist_ok=True)
     op = tmp_path / name
     (op / "op_kernel").mkdir(parents=True)
     (op / "op_kernel" / f"{name}.cpp").write_text(
