@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import operator
 import re
 from collections import defaultdict
 from collections.abc import Iterator
@@ -151,9 +152,14 @@ class NodeIndex:
         self.nodes: dict[str, list[Node]] = {}
         self.starts: dict[str, list[int]] = {}
         for t, nodes in by_type.items():
-            nodes.sort(key=lambda n: (n.start_byte, -n.end_byte))
+            starts = [n.start_byte for n in nodes]
+            # The captures come in tree order: sorted already where no two start together
+            # (a node's start and end read once, not per comparison of a sort).
+            if not all(map(operator.lt, starts, starts[1:])):
+                nodes.sort(key=lambda n: (n.start_byte, -n.end_byte))
+                starts = [n.start_byte for n in nodes]
             self.nodes[t] = nodes
-            self.starts[t] = [n.start_byte for n in nodes]
+            self.starts[t] = starts
 
     def within(self, node: Node, types: frozenset[str] | set[str] | tuple[str, ...]) -> list[Node]:
         """Nodes of the given types inside `node` (itself included), in source order."""
@@ -541,7 +547,6 @@ def iter_nodes(node: Node, types: frozenset[str] | set[str], *, into_lambdas: bo
 
 
 _OWN_FRAGMENT_RE = re.compile(re.escape(FRAG_OPEN) + rb".*?" + re.escape(FRAG_CLOSE), re.S)
-_SPACE_RE = re.compile(rb"\s+")
 
 
 def definition_key(src: SourceFile, node: Node) -> bytes:
@@ -574,7 +579,9 @@ def definition_key(src: SourceFile, node: Node) -> bytes:
         own = b"\n".join(line for line in own.split(b"\n") if LINE_MARK not in line)
     if FRAG_OPEN in own:
         own = _OWN_FRAGMENT_RE.sub(b"", own)
-    return _SPACE_RE.sub(b"", b"\0".join([*heads, own]))
+    # The bytes rb"\s" matches, deleted by bytes.translate: a C loop, several times faster
+    # than re.sub (every function definition's text goes through it).
+    return b"\0".join([*heads, own]).translate(None, _WHITESPACE)
 
 
 @dataclass

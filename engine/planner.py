@@ -243,6 +243,7 @@ def var_words(var: str) -> list[str]:
 
 # The value of an assignment whose `name =` was found: up to its `;`.
 _ASSIGNED_VALUE_RE = re.compile(r"\s*([^;]+);")
+_ASSIGNMENT_RE = re.compile(r"\b(\w+)\s*=")
 
 
 @dataclass
@@ -277,6 +278,7 @@ class Planner:
     roles: dict[str, tuple[str, int]] = field(default_factory=dict)
     expanded: dict[tuple[str, frozenset[str]], Region] = field(default_factory=dict)
     _blocks: dict[tuple[str, int, int], bool] = field(default_factory=dict)
+    _assigned: dict[str, tuple[str, dict[str, list[int]]]] = field(default_factory=dict)
     _inside: dict[Path, bool] = field(default_factory=dict)
     vocab: Vocabulary = DEFAULT_VOCABULARY
     _consumed: set[tuple[str, int]] = field(default_factory=set)
@@ -584,19 +586,17 @@ class Planner:
         if cond is None:
             return set()
         names = [n for n in _identifiers(text_of(fn.src, cond)) if n != var]
-        body_text = text_of(fn.src, fn.body)
         seen = set(names)
-        # Each name's first `name = value;` in the body, all names in one scan (a pattern
-        # per name was compiled anew for every loop). At most one name matches at a place
-        # (`\bname\s*=`), so the scan misses none.
+        # Each name's first `name = value;` in the body: the body's `word =` places found
+        # once per function (a scan of the body per loop was most of this).
+        body_text, places = self._assignments(fn)
         assigned: dict[str, str] = {}
-        if names:
-            alternation = "|".join(re.escape(n) for n in sorted(seen))
-            for m in re.finditer(rf"\b({alternation})\s*=", body_text):
-                if m.group(1) not in assigned:
-                    value = _ASSIGNED_VALUE_RE.match(body_text, m.end())
-                    if value:
-                        assigned[m.group(1)] = value.group(1)
+        for name in names:
+            for end in places.get(name, ()):
+                value = _ASSIGNED_VALUE_RE.match(body_text, end)
+                if value:
+                    assigned[name] = value.group(1)
+                    break
         for name in list(names):
             if name in assigned:
                 extra = [n for n in _identifiers(assigned[name]) if n != var and n not in seen]
@@ -608,6 +608,18 @@ class Planner:
             words.update(parts)
             words.add("".join(parts))  # `topK` -> topk
         return words
+
+    def _assignments(self, fn: FunctionDef) -> tuple[str, dict[str, list[int]]]:
+        """The body's text and, per word, where each `word =` in it ends (in order): what
+        a scan for one name's `name =` finds, as no two such places overlap."""
+        found = self._assigned.get(fn.id)
+        if found is None:
+            body_text = text_of(fn.src, fn.body)
+            places: dict[str, list[int]] = {}
+            for m in _ASSIGNMENT_RE.finditer(body_text):
+                places.setdefault(m.group(1), []).append(m.end())
+            found = self._assigned[fn.id] = (body_text, places)
+        return found
 
     def _loop_blocks(self, fn: FunctionDef, loop: Node) -> bool:
         key = (fn.id, loop.start_byte, loop.end_byte)
