@@ -368,16 +368,19 @@ class SegmentNesting(Record):
 
 
 def nest_segments(
-    kinds: np.ndarray, labels: np.ndarray, segment: np.ndarray, n_segments: int
+    kinds: np.ndarray, labels: np.ndarray, segment: np.ndarray, n_segments: int,
+    counts: np.ndarray | None = None,
 ) -> SegmentNesting:
     """Pair B/E of all cores of a rank in one vectorised pass.
 
-    ``segment`` (non-decreasing) says which core each record belongs to. Segments that
-    are well-formed (see :func:`nest_vectorised`) are paired by sorting records by
-    (segment, level, position); the others go through :func:`nest_stack` one by one.
+    ``segment`` (non-decreasing) says which core each record belongs to; ``counts``, the
+    records of each segment, where the caller has them. Segments that are well-formed
+    (see :func:`nest_vectorised`) are paired by sorting records by (segment, level,
+    position); the others go through :func:`nest_stack` one by one.
     """
     n = kinds.size
-    counts = np.bincount(segment, minlength=n_segments) if n else np.zeros(n_segments, np.int64)
+    if counts is None:
+        counts = np.bincount(segment, minlength=n_segments) if n else np.zeros(n_segments, np.int64)
     starts = np.zeros(n_segments, dtype=np.int64)
     np.cumsum(counts[:-1], out=starts[1:])
     cumulative = np.cumsum(kinds, dtype=np.int64)
@@ -439,6 +442,7 @@ def nest_segments(
     occupied = np.zeros(n, dtype=bool)
     occupied[all_begin] = True
     sorted_begin = np.flatnonzero(occupied)
+    n_spans = sorted_begin.size
 
     def by_start(parts: list[np.ndarray], dtype: npt.DTypeLike) -> np.ndarray:
         spread: np.ndarray = np.empty(n, dtype=dtype)
@@ -450,7 +454,8 @@ def nest_segments(
         begin=sorted_begin,
         end=by_start(parts_end, np.int64),
         depth=by_start(parts_depth, np.result_type(*parts_depth)),  # int32 if a part needs it
-        status=by_start(parts_status, np.int8),
+        # every segment well-formed: no span flagged, whatever its place
+        status=by_start(parts_status, np.int8) if len(parts_status) > 1 else np.zeros(n_spans, np.int8),
         unmatched_e=unmatched,
     )
 
@@ -770,7 +775,9 @@ def decode_rank(
         for slot in np.unique(slot_of[1:][went_back]).tolist() if backwards else []:
             mask = slot_of == slot  # rare: clamp so children stay inside their parents
             times[mask] = np.maximum.accumulate(times[mask])
-    nesting = nest_segments(kinds_kept, labels_kept, slot_of, buffer.slots)
+    # Every record kept: a slot's records are its readable ones (no count of every record).
+    nesting = nest_segments(kinds_kept, labels_kept, slot_of, buffer.slots,
+                            np.diff(scan.offsets) if kept is None else None)
     unmatched_e = int(nesting.unmatched_e.sum())
     repaired = int(np.count_nonzero(nesting.status))
     # The last kept record of each slot ends its unclosed spans.
