@@ -333,8 +333,8 @@ def _fill_rows(
     about once: several times faster than :func:`_rows`). Every ``point`` must have its
     row of ``tails`` (the gather clips, it does not check): see :func:`_check_points`."""
     item = np.dtype((np.void, layout.width))
-    texts = _row_texts(layout, tails)
-    key = point.astype(np.intp) * 2
+    texts, text_of = _row_texts(layout, tails, point)
+    key = text_of * 2
     if layout.index_span[1]:
         key += show
     # mode="clip" (every key is in range): with the default "raise", np.take buffers a
@@ -362,15 +362,26 @@ def _check_points(point: np.ndarray, tails: np.ndarray) -> None:
         raise IndexError(f"a point outside the map's {tails.shape[0]} points")
 
 
-def _row_texts(layout: _RowLayout, tails: np.ndarray) -> np.ndarray:
+def _row_texts(layout: _RowLayout, tails: np.ndarray, point: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """uint8 [2 x points, width]: per point, its row's constant text — the template, the
-    point's tail — with the index region blank (row 2p) and as the template has it (2p + 1)."""
+    point's tail — with the index region blank (row 2p) and as the template has it (2p +
+    1); and each row's p. For a map of many points and a block of few rows, the points the
+    rows use only (the table stays small beside the block)."""
+    if 8 * tails.shape[0] > point.size:
+        used = np.zeros(tails.shape[0], bool)
+        used[point] = True
+        which = np.flatnonzero(used)
+        place = np.zeros(tails.shape[0], np.intp)
+        place[which] = np.arange(which.size)
+        tails, text_of = tails[which], place[point]
+    else:
+        text_of = point.astype(np.intp)
     texts = np.empty((2 * tails.shape[0], layout.width), np.uint8)
     texts[:] = np.frombuffer(bytes(layout.template), dtype=np.uint8)
     texts[:, layout.tail_at : layout.tail_at + tails.shape[1]] = np.repeat(tails, 2, axis=0)
     lo, hi = layout.index_span
     texts[0::2, lo:hi] = _SPACE
-    return texts
+    return texts, text_of
 
 
 def _rows_words(
