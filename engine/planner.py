@@ -589,7 +589,7 @@ class Planner:
         seen = set(names)
         # Each name's first `name = value;` in the body: the body's `word =` places found
         # once per function (a scan of the body per loop was most of this).
-        body_text, places = self._assignments(fn)
+        body_text, places = self._assignments(fn) if names else ("", {})
         assigned: dict[str, str] = {}
         for name in names:
             for end in places.get(name, ()):
