@@ -246,6 +246,28 @@ _ASSIGNED_VALUE_RE = re.compile(r"\s*([^;]+);")
 _ASSIGNMENT_RE = re.compile(r"\b(\w+)\s*=")
 
 
+def assignment_places(text: str) -> dict[str, list[int]]:
+    """Per word, where each `word =` of ``text`` ends, in order (`==`'s first `=` too, as
+    a search for `\\bname\\s*=` finds it): no two such places overlap, so a scan of them
+    all finds, for any name, what a scan for that name alone finds."""
+    places: dict[str, list[int]] = {}
+    for m in _ASSIGNMENT_RE.finditer(text):
+        places.setdefault(m.group(1), []).append(m.end())
+    return places
+
+
+def first_assignments(text: str, places: dict[str, list[int]], names: list[str]) -> dict[str, str]:
+    """Each name's first `name = value;` in ``text`` (``places``: assignment_places(text))."""
+    assigned: dict[str, str] = {}
+    for name in names:
+        for end in places.get(name, ()):
+            value = _ASSIGNED_VALUE_RE.match(text, end)
+            if value:
+                assigned[name] = value.group(1)
+                break
+    return assigned
+
+
 @dataclass
 class Ctx:
     """Where the planner's walk is: the cores running this code, the role, enclosing loops and
@@ -590,13 +612,7 @@ class Planner:
         # Each name's first `name = value;` in the body: the body's `word =` places found
         # once per function (a scan of the body per loop was most of this).
         body_text, places = self._assignments(fn) if names else ("", {})
-        assigned: dict[str, str] = {}
-        for name in names:
-            for end in places.get(name, ()):
-                value = _ASSIGNED_VALUE_RE.match(body_text, end)
-                if value:
-                    assigned[name] = value.group(1)
-                    break
+        assigned = first_assignments(body_text, places, names)
         for name in list(names):
             if name in assigned:
                 extra = [n for n in _identifiers(assigned[name]) if n != var and n not in seen]
@@ -615,10 +631,7 @@ class Planner:
         found = self._assigned.get(fn.id)
         if found is None:
             body_text = text_of(fn.src, fn.body)
-            places: dict[str, list[int]] = {}
-            for m in _ASSIGNMENT_RE.finditer(body_text):
-                places.setdefault(m.group(1), []).append(m.end())
-            found = self._assigned[fn.id] = (body_text, places)
+            found = self._assigned[fn.id] = (body_text, assignment_places(body_text))
         return found
 
     def _loop_blocks(self, fn: FunctionDef, loop: Node) -> bool:

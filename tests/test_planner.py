@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from optrace.engine.plan import Plan
 from optrace.pipeline.plan import plan_operator
@@ -554,3 +556,33 @@ def test_what_setup_runs_is_setup_but_not_the_work_it_calls(tmp_path: Path) -> N
     work = [lb for lb in cost if "group" in lb and "barrier" not in lb]
     assert work and all(cost[lb] == "phase" for lb in work), cost
     assert any(c == "handshake" for c in cost.values()), cost
+
+
+def _first_assignments_by_one_scan(text: str, names: list[str]) -> dict[str, str]:
+    """The names' first `name = value;` as a scan for the names alone finds them (the way
+    the planner searched a loop's body before it kept every `word =` place of it)."""
+    import re
+
+    assigned: dict[str, str] = {}
+    if names:
+        alternation = "|".join(re.escape(n) for n in sorted(set(names)))
+        for m in re.finditer(rf"\b({alternation})\s*=", text):
+            if m.group(1) not in assigned:
+                value = re.compile(r"\s*([^;]+);").match(text, m.end())
+                if value:
+                    assigned[m.group(1)] = value.group(1)
+    return assigned
+
+
+@settings(max_examples=300)
+@given(st.lists(st.sampled_from(["n", "m", "nm", "n_", "ün", "x1", " ", "=", " = ", "n =", "m  =", "==", ";",
+                                 "\n", "(", "+", "1", "->", ".", "<", "\t"]), max_size=30),
+       st.lists(st.sampled_from(["n", "m", "nm", "n_", "x1", "q"]), max_size=4))
+def test_a_bodys_assignment_places_find_what_a_scan_per_name_finds(
+    tokens: list[str], names: list[str]
+) -> None:
+    from optrace.engine.planner import assignment_places, first_assignments
+
+    text = "".join(tokens)
+    found = first_assignments(text, assignment_places(text), names)
+    assert found == _first_assignments_by_one_scan(text, names)
