@@ -220,4 +220,6 @@ JOBS_HELP = "Worker processes for several operators (default: all cores)."
 
 
 REPO_ROOT_HELP = ("Repository to search for the operator's other layers, and the bound of what "
-                  "--write may edit (default: the nearest ancestor with .git or optrace.toml).")
+                  "--write may edit (default: the nearest ancestor with .git or optrace.toml; "
+                  "without one, the operator directory's grandparent is searched and --write edits "
+                  "the operator directory only).")

@@ -206,7 +206,8 @@ def plan(
     repo_root: Annotated[
         Path | None,
         typer.Option(help="Repository to search for the operator's other layers (default: the "
-                     "nearest ancestor with .git or optrace.toml)."),
+                     "nearest ancestor with .git or optrace.toml, else the operator directory's "
+                     "grandparent)."),
     ] = None,
     fmt: Annotated[PlanFormat, typer.Option("--format", help="text (for review) or json (everything; "
                                             "docs/plan-schema.md).")] = PlanFormat.text,
