@@ -85,6 +85,8 @@ def _put(value: Any, put: Callable[[str], None], newline: str) -> None:
         put(text)
         return
     inner = newline + "  "
+    # The dict's loop and the list's are one loop written twice, each item's scalar text
+    # inline: a call or a generator step per item would cost much of what this saves.
     if isinstance(value, dict):
         if not value:
             put("{}")
