@@ -415,6 +415,18 @@ class RepoIndex:
                                      if store.sha_of(p) not in (None, "-"))
         return self._hashed
 
+    def content_hashes(self) -> dict[str, str]:
+        """The SHA-256 (hex) of each file's bytes as this run's index took it, for the
+        files it read whole (`hashed`): a cache entry listing the files a command read
+        takes them from here instead of reading and hashing each file again."""
+        store = self.content()
+        out: dict[str, str] = {}
+        for path in (*self.files, *self.scripts):
+            sha = store.sha_of(path)
+            if sha is not None and sha != "-":
+                out[os.fsdecode(path)] = sha
+        return out
+
     def state(self) -> str:
         """A digest of everything the index answers from: the paths the walk kept, the
         content hash of each file it derives from (searchable files, build scripts) and the
@@ -499,6 +511,11 @@ def repo_index(root: Path) -> RepoIndex:
     if root not in _REPO_INDEXES:
         _REPO_INDEXES[root] = RepoIndex.build(root)
     return _REPO_INDEXES[root]
+
+
+def built_index(root: Path) -> RepoIndex | None:
+    """The index of `root` if this process built one; None builds none."""
+    return _REPO_INDEXES.get(root)
 
 
 def forget_repo_indexes() -> None:

@@ -47,6 +47,7 @@ from optrace.engine.cpp import new_parser
 from optrace.engine.diagnostics import InputError, Severity
 from optrace.engine.discovery import (
     CPP_EXTS,
+    built_index,
     default_repo_root,
     is_no_operator,
     refuse_parent_of_operators,
@@ -158,6 +159,15 @@ def check_operator(op_dir: Path, repo_root: Path | None = None, compile_safety: 
     if compile_safety and kernel_files:
         compile_check(report, kernel_files, op_dir, analysis)
     return report
+
+
+def indexed_hashes(report: CheckReport) -> dict[str, str]:
+    """The content hashes of the files the repository index read while `report`'s operator
+    was checked ({} when the check built no index): the check's cache entry lists every
+    file the check read, most of them the index's, and takes these rather than hashing
+    each file again."""
+    index = built_index(report.repo_root)
+    return index.content_hashes() if index is not None else {}
 
 
 _CONFIG_CODES = frozenset({OT002, OT003, OT004})

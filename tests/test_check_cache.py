@@ -7,6 +7,7 @@ by counting calls of `check_operator`, which a hit never makes.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -18,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cache_changes import CHANGES, FIXTURE, HOST, KERNEL, OP_REL, append, cli, counted_calls
+from cache_changes import CHANGES, FIXTURE, HOST, KERNEL, OP_REL, SAMPLE, append, cli, counted_calls
 
 import optrace.pipeline.check as check_module
 from optrace.cli import check_cache, result_cache
+from optrace.engine.discovery import RepoIndex
 from optrace.engine.journal import Journal, _operator_journals, journal_stem
 from optrace.pipeline.check_report import CheckReport
 from optrace.runtime.usercache import cache_root, decode_entry, encode_entry
@@ -160,6 +162,50 @@ def test_a_corrupt_or_foreign_entry_is_ignored_and_rebuilt(repo: Path, runs: lis
     assert _check(repo) == first and len(runs) == 2
     assert _read(entry)  # written whole again
     assert _check(repo) == first and len(runs) == 2
+
+
+def test_the_entry_takes_the_index_hashes_and_they_are_each_files_own(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The files the repository index read are listed with the index's hash, not read
+    and hashed again; every listed hash is the SHA-256 of the file's bytes."""
+    hashed: list[str] = []
+    real = result_cache._read_digest
+
+    def counted(path: str) -> str | None:
+        hashed.append(path)
+        return real(path)
+
+    monkeypatch.setattr(result_cache, "_read_digest", counted)
+    _check(repo)
+    [entry] = _entries()
+    listed = dict(_read(entry)["files"])
+    host = next(p for p in listed if p.endswith(HOST))
+    sample = next(p for p in listed if p.endswith(SAMPLE))
+    assert host not in hashed and sample not in hashed  # the index's hashes
+    assert len(hashed) < len(listed)
+    for path, want in listed.items():  # None: a file gone since (the compile check's stub)
+        assert want == (hashlib.sha256(Path(path).read_bytes()).hexdigest()
+                        if os.path.exists(path) else None), path
+
+
+def test_a_stale_index_hash_is_a_miss_not_a_wrong_hit(repo: Path, runs: list[Path],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Were the index's hash of a file not its bytes' (a file rewritten with the same
+    size and times), the entry would list it and the next lookup, hashing the file,
+    would miss: the index's hash is never taken on trust at a lookup."""
+    real = RepoIndex.content_hashes
+
+    def stale(self: RepoIndex) -> dict[str, str]:
+        out = real(self)
+        out[next(p for p in out if p.endswith(HOST))] = "0" * 64
+        return out
+
+    monkeypatch.setattr(RepoIndex, "content_hashes", stale)
+    first = _check(repo)
+    assert _check(repo) == first and len(runs) == 2
+    monkeypatch.setattr(RepoIndex, "content_hashes", real)
+    _check(repo)
+    assert _check(repo) == first and len(runs) == 3
 
 
 def test_no_cache_neither_reads_nor_writes(repo: Path, runs: list[Path]) -> None:

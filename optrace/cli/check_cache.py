@@ -28,7 +28,7 @@ __all__ = ["FORMAT", "KIND", "Lookup", "Recording", "entry_name", "lookup", "rec
 
 KIND = "check"
 FORMAT = "optrace-check-cache"
-SCHEMA = 2
+SCHEMA = 3
 
 
 def entry_name(op_dir: Path, repo_root: Path | None, compile_safety: bool) -> str:
@@ -64,14 +64,15 @@ def lookup(op_dir: Path, repo_root: Path | None, compile_safety: bool) -> Lookup
     return Lookup(name, real, report)
 
 
-def store(found: Lookup, rec: Recording, report: CheckReport) -> bool:
+def store(found: Lookup, rec: Recording, report: CheckReport, known: dict[str, str] | None = None) -> bool:
     """Write the entry of a check that ran while `rec` recorded; False when it was not
-    (a file it read changed while it ran, or the cache cannot be written)."""
+    (a file it read changed while it ran, or the cache cannot be written). `known`: the
+    content hashes of files the run hashed already (`pipeline.check.indexed_hashes`)."""
     # The journal directories: check looks up journal files there by name, and a journal
     # appearing (an apply that did not finish) must reach the report.
     journals = [d / ".optrace" for d in (report.repo_root, report.op_dir)]
     return result_cache.store(KIND, FORMAT, result_cache.Lookup(found.name, found.op_dir), rec,
-                              report_to_json(report), SCHEMA, journals)
+                              report_to_json(report), SCHEMA, journals, known=known)
 
 
 # --- the report as data ----------------------------------------------------------------------

@@ -114,7 +114,7 @@ def _check_one(op_dir: Path, repo_root: Path | None, compile_safety: bool,
     if found is not None and found.report is not None:
         return _CheckOutcome(found.report, "", EXIT_OK)
     from optrace.cli.deferred import install as install_deferred
-    from optrace.pipeline.check import check_operator
+    from optrace.pipeline.check import check_operator, indexed_hashes
 
     install_deferred()  # LibCST and importlib.metadata, imported at first use only
 
@@ -124,7 +124,7 @@ def _check_one(op_dir: Path, repo_root: Path | None, compile_safety: bool,
         else:
             with check_cache.recording() as read:
                 report = check_operator(op_dir, repo_root, compile_safety=compile_safety)
-            _keep(found, read, report)
+            _keep(found, read, report, indexed_hashes(report))
         return _CheckOutcome(report, "", EXIT_OK)
     except InputError as exc:
         return _CheckOutcome(None, exc.diagnostic.format(), EXIT_INPUT)
@@ -144,9 +144,10 @@ def _cached(op_dir: Path, repo_root: Path | None, compile_safety: bool) -> check
         return None
 
 
-def _keep(found: check_cache.Lookup, read: check_cache.Recording, report: CheckReport) -> None:
+def _keep(found: check_cache.Lookup, read: check_cache.Recording, report: CheckReport,
+          known: dict[str, str]) -> None:
     try:
-        check_cache.store(found, read, report)
+        check_cache.store(found, read, report, known)
     except (OSError, ValueError):
         pass  # not kept: the next check runs again
 

@@ -37,7 +37,7 @@ __all__ = ["KIND", "PlanEntry", "Recording", "lookup", "recording", "store"]
 
 KIND = "plan"
 FORMAT = "optrace-plan-cache"
-SCHEMA = 1
+SCHEMA = 2
 
 
 class PlanEntry(NamedTuple):

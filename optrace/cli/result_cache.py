@@ -28,6 +28,7 @@ the expected shape is ignored and rebuilt.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import site
 import stat
@@ -35,7 +36,7 @@ import sys
 import sysconfig
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -221,8 +222,10 @@ def _remembered(kind: str, path: str, compute: Callable[[str], _T]) -> _T:
 
 
 def _read_digest(path: str) -> str | None:
+    # The plain SHA-256 of the bytes, as the repository index hashes a file: an entry
+    # takes the index's hash of a file it read rather than hashing it again (`store`).
     try:
-        return digest(read_regular(path, "source"))
+        return hashlib.sha256(read_regular(path, "source")).hexdigest()
     except OSError:
         return None
 
@@ -354,12 +357,15 @@ def _pairs(value: Any, kinds: type | tuple[type, ...]) -> list[tuple[str, Any]]:
 
 def store(kind: str, fmt: str, found: Lookup, rec: Recording, payload: object,
           schema: int, listed: Iterable[Path] = (), extra: dict[str, str] | None = None,
-          covered: Collection[str] = ()) -> bool:
+          covered: Collection[str] = (), known: Mapping[str, str] | None = None) -> bool:
     """Write the entry of a command that ran while `rec` recorded; False when it was not
     (a file it read changed while it ran, or the cache cannot be written). `listed`:
     directories looked up by name that are inputs as the listed ones are (a journal
     appearing there must miss). `covered`: files whose bytes an `extra` input already
-    stands for (plan: the repository index's state holds their content hashes)."""
+    stands for (plan: the repository index's state holds their content hashes). `known`:
+    the SHA-256 of files this run has hashed already (check: every file the repository
+    index read), listed as they are without reading them again; a lookup hashes the file
+    and compares, so a stale one is a miss, never a wrong hit."""
     own = _own_dirs()
     files: dict[str, str | None] = {}
     for path in sorted(rec.files):
@@ -375,7 +381,7 @@ def store(kind: str, fmt: str, found: Lookup, rec: Recording, payload: object,
                 return False
         except OSError:
             pass
-        files[path] = _file_digest(path)
+        files[path] = (known or {}).get(path) or _file_digest(path)
     every = rec.dirs | {os.fspath(d) for d in listed}
     dirs = {path: _listing_digest(path) for path in sorted(every)
             if not os.path.join(path, "").startswith(own) and os.path.basename(path) != "__pycache__"}
