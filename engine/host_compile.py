@@ -93,26 +93,83 @@ def host_compile_bounded(files: list[Path], op_dir: Path, only_lines: Mapping[Pa
     file that ran past the bound in the batch runs past it alone too, and each retry with
     a bound of its own made a check of N files take N + 1 times it. A file left when the
     time is spent is skipped, and says so: at most twice `seconds` in all."""
-    outcome = _in_child(files, op_dir, only_lines, contents, seconds, memory)
-    if isinstance(outcome, HostCompile):
-        return outcome
-    if len(files) == 1:
-        return HostCompile(skipped=[(files[0], outcome)])
-    merged = HostCompile()
-    deadline = time.monotonic() + seconds
-    for path in files:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            merged.skipped.append((path, f"the compile check ran out of time ({seconds:g} s for the files "
-                                         "of a batch that failed) before this file"))
-            continue
-        one = _in_child([path], op_dir, only_lines, contents, round(left, 1), memory)
-        if isinstance(one, HostCompile):
-            merged.errors.update(one.errors)
-            merged.skipped.extend(one.skipped)
-        else:
-            merged.skipped.append((path, one))
-    return merged
+    return start_host_compile(files, op_dir, only_lines, contents, seconds=seconds, memory=memory).result()
+
+
+class PendingCompile:
+    """`host_compile_bounded` under way: its batch's child started, so that the caller
+    works on while libclang runs (check plans the operator meanwhile: on two cores the
+    compile then costs no wall time). `result` waits for the batch and runs the retries;
+    `cancel` stops it. The time bound counts from the start, as it did when the caller
+    waited at once."""
+
+    def __init__(self, files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[int]] | None,
+                 contents: Mapping[Path, bytes] | None, seconds: float, memory: int) -> None:
+        self._args = (files, op_dir, only_lines, contents)
+        self._seconds, self._memory = seconds, memory
+        self._deadline = time.monotonic() + seconds
+        # The stand-ins' folder is the parent's: a child that crashes cannot leave it behind.
+        self._stub = tempfile.TemporaryDirectory(prefix="optrace-stub-")
+        try:
+            self._child, self._receive = _started(files, op_dir, only_lines, contents, memory,
+                                                  Path(self._stub.name))
+        except BaseException:
+            self._stub.cleanup()
+            raise
+        self._done = False
+
+    def result(self) -> HostCompile:
+        """The batch's errors, or (when its child crashed or hit a bound) each file's from
+        a child of its own."""
+        if self._done:
+            raise RuntimeError("the compile's result was taken already")
+        self._done = True
+        try:
+            outcome = _outcome(self._child, self._receive, max(0.0, self._deadline - time.monotonic()),
+                               self._seconds)
+        finally:
+            self._stub.cleanup()
+        if isinstance(outcome, HostCompile):
+            return outcome
+        files, op_dir, only_lines, contents = self._args
+        if len(files) == 1:
+            return HostCompile(skipped=[(files[0], outcome)])
+        seconds = self._seconds
+        merged = HostCompile()
+        deadline = time.monotonic() + seconds
+        for path in files:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                merged.skipped.append((path, f"the compile check ran out of time ({seconds:g} s for the "
+                                             "files of a batch that failed) before this file"))
+                continue
+            one = _in_child([path], op_dir, only_lines, contents, round(left, 1), self._memory)
+            if isinstance(one, HostCompile):
+                merged.errors.update(one.errors)
+                merged.skipped.extend(one.skipped)
+            else:
+                merged.skipped.append((path, one))
+        return merged
+
+    def cancel(self) -> None:
+        """Stop the batch (the caller failed before it wanted the result)."""
+        if self._done:
+            return
+        self._done = True
+        try:
+            if self._child.is_alive():
+                self._child.kill()
+            self._child.join()
+            self._receive.close()
+        finally:
+            self._stub.cleanup()
+
+
+def start_host_compile(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[int]] | None = None,
+                       contents: Mapping[Path, bytes] | None = None, *, seconds: float = COMPILE_SECONDS,
+                       memory: int = COMPILE_BYTES) -> PendingCompile:
+    """`host_compile_bounded`, started: its `result()` is what that returns."""
+    return PendingCompile(files, op_dir, only_lines, contents, seconds, memory)
 
 
 def _vm_size() -> int:
@@ -144,24 +201,37 @@ def _child(send: Connection, files: list[Path], op_dir: Path, only_lines: Mappin
     send.close()
 
 
+def _started(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[int]] | None,
+             contents: Mapping[Path, bytes] | None, memory: int,
+             stub_dir: Path) -> tuple[BaseProcess, Connection]:
+    """A child compiling `files`, and the end of the pipe its answer comes on."""
+    ctx = multiprocessing.get_context("fork")  # libclang and the inputs without a re-import
+    receive, send = ctx.Pipe(duplex=False)
+    try:
+        child = ctx.Process(target=_child, args=(send, files, op_dir, only_lines, contents, memory, stub_dir),
+                            daemon=True)
+        child.start()
+    except BaseException:
+        receive.close()
+        raise
+    finally:
+        send.close()  # the child's copy stays open: its death is then an end of file here
+    return child, receive
+
+
 def _in_child(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[int]] | None,
               contents: Mapping[Path, bytes] | None, seconds: float, memory: int) -> HostCompile | str:
     """The child's HostCompile, or why there is none."""
-    ctx = multiprocessing.get_context("fork")  # libclang and the inputs without a re-import
-    receive, send = ctx.Pipe(duplex=False)
-    # The stand-ins' folder is the parent's: a child that crashes cannot leave it behind.
     with tempfile.TemporaryDirectory(prefix="optrace-stub-") as stub_dir:
-        child = ctx.Process(target=_child, args=(send, files, op_dir, only_lines, contents, memory,
-                                                 Path(stub_dir)), daemon=True)
-        child.start()
-        return _outcome(child, receive, send, seconds)
+        child, receive = _started(files, op_dir, only_lines, contents, memory, Path(stub_dir))
+        return _outcome(child, receive, seconds, seconds)
 
 
-def _outcome(child: BaseProcess, receive: Connection, send: Connection, seconds: float) -> HostCompile | str:
-    send.close()
+def _outcome(child: BaseProcess, receive: Connection, wait: float, seconds: float) -> HostCompile | str:
+    """What the child answered within `wait` seconds (`seconds`: its bound, as said)."""
     outcome: HostCompile | str | None = None
     try:
-        if receive.poll(seconds):
+        if receive.poll(wait):
             outcome = receive.recv()
         else:
             outcome = f"the compile check took longer than {seconds:g} s"

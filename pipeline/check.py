@@ -54,7 +54,7 @@ from optrace.engine.discovery import (
     resolve_operator_dir,
     walk_files,
 )
-from optrace.engine.host_compile import host_compile_bounded
+from optrace.engine.host_compile import start_host_compile
 from optrace.engine.journal import foreign_journal, pending_journal
 from optrace.engine.model import TracePoint
 from optrace.engine.source import (
@@ -141,23 +141,31 @@ def check_operator(op_dir: Path, repo_root: Path | None = None, compile_safety: 
     report.labels = len({p.label for p in all_points})
     report.instrumented = bool(all_points)
     analysis = _analyse(report, op_dir, root, shared)
-    if analysis is not None:
-        _check_gates(report, analysis)
-    if not all_points:
-        return report
-    _check_labels(report, all_points)
-    _check_pairs(report, all_points)
-    if analysis is not None:
-        _check_kernel_g2(report, op_dir, root, analysis)
-        # Tile-loop points, hot phases without points, density and capacity: from the plan.
-        plan = shared.plan() if shared is not None else plan_from_analysis(analysis, lint=False)
-        report.findings.extend(findings_from_plan(plan))
     # Compile safety is about kernel code (the host stub is AscendC's): host layers' files
-    # are checked by the gates, not compiled here.
+    # are checked by the gates, not compiled here. libclang runs in a child from here on,
+    # while the gates and the plan are worked out; its findings come last, as before.
     kernel_dir = analysis.layers.kernel_dir if analysis is not None else None
     kernel_files = [p for p in touched if kernel_dir is None or kernel_dir in p.parents]
-    if compile_safety and kernel_files:
-        compile_check(report, kernel_files, op_dir, analysis)
+    compiling = start_compile_check(kernel_files, op_dir, analysis) if (
+        all_points and compile_safety and kernel_files) else None
+    try:
+        if analysis is not None:
+            _check_gates(report, analysis)
+        if not all_points:
+            return report
+        _check_labels(report, all_points)
+        _check_pairs(report, all_points)
+        if analysis is not None:
+            _check_kernel_g2(report, op_dir, root, analysis)
+            # Tile-loop points, hot phases without points, density and capacity: from the plan.
+            plan = shared.plan() if shared is not None else plan_from_analysis(analysis, lint=False)
+            report.findings.extend(findings_from_plan(plan))
+    except BaseException:
+        if compiling is not None:
+            compiling.cancel()
+        raise
+    if compiling is not None:
+        compiling.finish(report)
     return report
 
 
@@ -385,23 +393,42 @@ def compile_check(report: CheckReport, files: list[Path], op_dir: Path,
     """libclang on each touched file; errors on lines optrace inserted are findings. With
     the operator's analysis, the bodies no inserted line depends on are left out
     (engine/compile_scope.py)."""
-    inserted_of = {path: _inserted_code(read_regular(path)) for path in files}
-    # Only errors on lines optrace inserted count: the rest are not even read.
-    wanted = {path: lines | set(fragments) for path, (lines, fragments) in inserted_of.items()}
-    contents = None
-    if analysis is not None:
-        keep = {path: _inserted_lines(pf.src.raw) for path, pf in analysis.parsed.items()}
-        contents = blank_untouched_bodies(analysis.index, analysis.parsed, keep)
-    result = host_compile_bounded(files, op_dir, wanted, contents)
-    for path, reason in result.skipped:
-        report.add(OT421, f"compile safety skipped for this file: {reason}", path, 0)
-    for path, errors in result.errors.items():
-        report.compile_checked += 1
-        inserted, fragments = inserted_of[path]
-        for err in errors:
-            in_fragment = any(a <= err.column <= b for a, b in fragments.get(err.line, ()))
-            if err.line in inserted or in_fragment:
-                report.add(OT420, f"inserted code does not compile: {err.message}", path, err.line)
+    start_compile_check(files, op_dir, analysis).finish(report)
+
+
+class CompileCheck:
+    """`compile_check` under way: libclang runs in a child while the caller works on."""
+
+    def __init__(self, files: list[Path], op_dir: Path, analysis: Analysis | None) -> None:
+        self.inserted_of = {path: _inserted_code(read_regular(path)) for path in files}
+        # Only errors on lines optrace inserted count: the rest are not even read.
+        wanted = {path: lines | set(fragments) for path, (lines, fragments) in self.inserted_of.items()}
+        contents = None
+        if analysis is not None:
+            keep = {path: _inserted_lines(pf.src.raw) for path, pf in analysis.parsed.items()}
+            contents = blank_untouched_bodies(analysis.index, analysis.parsed, keep)
+        self.pending = start_host_compile(files, op_dir, wanted, contents)
+
+    def finish(self, report: CheckReport) -> None:
+        """Wait for libclang and add its findings to `report`."""
+        result = self.pending.result()
+        for path, reason in result.skipped:
+            report.add(OT421, f"compile safety skipped for this file: {reason}", path, 0)
+        for path, errors in result.errors.items():
+            report.compile_checked += 1
+            inserted, fragments = self.inserted_of[path]
+            for err in errors:
+                in_fragment = any(a <= err.column <= b for a, b in fragments.get(err.line, ()))
+                if err.line in inserted or in_fragment:
+                    report.add(OT420, f"inserted code does not compile: {err.message}", path, err.line)
+
+    def cancel(self) -> None:
+        self.pending.cancel()
+
+
+def start_compile_check(files: list[Path], op_dir: Path, analysis: Analysis | None = None) -> CompileCheck:
+    """`compile_check`, started; `finish(report)` adds its findings."""
+    return CompileCheck(files, op_dir, analysis)
 
 
 _FRAGMENT_RE = re.compile(rb"/\*optrace<\*/.*?/\*>optrace\*/")

@@ -96,3 +96,70 @@ def test_the_retries_after_a_bound_share_one_more_bound(tmp_path: Path) -> None:
     assert time.monotonic() - started < 30
     assert [p for p, _ in result.skipped] == files and not result.errors
     assert all("ran out of time" in why for _, why in result.skipped), result.skipped
+
+
+def test_a_started_compile_answers_after_its_caller_worked_past_the_bound(tmp_path: Path) -> None:
+    """check starts libclang and plans meanwhile: the bound counts from the start, and a
+    child that answered within it is heard however long the caller took to ask."""
+    import time
+
+    from optrace.engine.host_compile import start_host_compile
+
+    source = _write(tmp_path / "op" / "op_kernel" / "k.cpp", "int k = 1;\nint j = nope;\n")
+    pending = start_host_compile([source], tmp_path / "op", seconds=20.0)
+    time.sleep(0.2)
+    result = pending.result()
+    assert not result.skipped and [e.line for e in result.errors[source]] == [2]
+
+
+def test_a_cancelled_compile_leaves_no_child_and_no_folder(tmp_path: Path) -> None:
+    import multiprocessing
+
+    from optrace.engine.host_compile import start_host_compile
+
+    source = _write(tmp_path / "op" / "op_kernel" / "k.cpp", "int k = 1;\n")
+    private = tmp_path / "tmp"
+    private.mkdir()
+    with mock.patch.object(tempfile, "tempdir", str(private)):
+        pending = start_host_compile([source], tmp_path / "op")
+        pending.cancel()
+    assert not list(private.iterdir()) and not multiprocessing.active_children()
+
+
+def test_a_check_that_fails_while_libclang_runs_stops_it(tmp_path: Path) -> None:
+    """An error in the plan while the compile child runs (it started after the analysis)
+    stops the child and removes its folder: the error is reported as before."""
+    import multiprocessing
+
+    import optrace.pipeline.check as check_module
+
+    repo = tmp_path / "repo"
+    kernel = repo / "demo_op" / "op_kernel"
+    _write(kernel / "demo_op.cpp", 'extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {\n'
+           "    for (int expertIdx = 0; expertIdx < 8; ++expertIdx) {\n        DataCopy(x, x, 8);\n    }\n"
+           "    SyncAll();\n}\n")
+    (repo / ".git").mkdir()
+    assert runner.invoke(app, ["apply", str(repo / "demo_op"), "--write"]).exit_code == 0
+    private = tmp_path / "tmp"
+    private.mkdir()
+    started: list[object] = []
+    real_start = check_module.start_compile_check
+
+    def start(*args: object) -> object:
+        started.append(real_start(*args))  # type: ignore[arg-type]
+        return started[-1]
+
+    def broken(*args: object, **kwargs: object) -> object:
+        raise RuntimeError("a planner bug")
+
+    with mock.patch.object(tempfile, "tempdir", str(private)), \
+            mock.patch.object(check_module, "start_compile_check", start), \
+            mock.patch.object(check_module, "plan_from_analysis", broken):
+        try:
+            check_module.check_operator(repo / "demo_op", repo)
+        except RuntimeError as exc:
+            assert "a planner bug" in str(exc)
+        else:
+            raise AssertionError("the planner's error was lost")
+    assert started, "the compile check did not start before the plan"
+    assert not list(private.iterdir()) and not multiprocessing.active_children()
