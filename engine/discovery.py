@@ -21,7 +21,7 @@ from typing import ClassVar, Protocol
 from optrace.engine.codes import OT001, OT010, OT014, OT015
 from optrace.engine.config import Config
 from optrace.engine.diagnostics import Diagnostic, InputError
-from optrace.engine.index_cache import ContentStore, signature
+from optrace.engine.index_cache import ContentStore, Signature, signature
 from optrace.engine.names import op_name_pattern, same_op
 from optrace.engine.source import blank_comments, decode, is_binary, match_bracket, read_regular
 from optrace.engine.vocabulary import (
@@ -415,16 +415,18 @@ class RepoIndex:
                                      if store.sha_of(p) not in (None, "-"))
         return self._hashed
 
-    def content_hashes(self) -> dict[str, str]:
-        """The SHA-256 (hex) of each file's bytes as this run's index took it, for the
-        files it read whole (`hashed`): a cache entry listing the files a command read
-        takes them from here instead of reading and hashing each file again."""
+    def content_hashes(self) -> dict[str, tuple[Signature, str]]:
+        """The SHA-256 (hex) of each file's bytes the index holds, with the stat signature
+        it holds it under, for the files it read whole: a cache entry listing the files a
+        command read takes a hash from here, instead of reading and hashing the file
+        again, where the file's signature is still that one (the index looked at a file
+        once this run, maybe for another operator, before it was edited)."""
         store = self.content()
-        out: dict[str, str] = {}
+        out: dict[str, tuple[Signature, str]] = {}
         for path in (*self.files, *self.scripts):
-            sha = store.sha_of(path)
-            if sha is not None and sha != "-":
-                out[os.fsdecode(path)] = sha
+            known = store.known_of(path)
+            if known is not None and known[1] != "-":
+                out[os.fsdecode(path)] = known
         return out
 
     def state(self) -> str:

@@ -72,6 +72,13 @@ class HostCompile:
 
     errors: dict[Path, list[HostError]] = field(default_factory=dict)
     skipped: list[tuple[Path, str]] = field(default_factory=list)
+    # A file was skipped for the time bound: an answer of the machine's load as much as of
+    # the files (check keeps no cache entry of it).
+    out_of_time: bool = False
+
+
+class _OutOfTime(str):
+    """Why a child gave no answer, when the reason is its time bound."""
 
 
 # libclang runs in a child process: a file can crash it (a template nested 10,000 deep
@@ -118,6 +125,11 @@ class PendingCompile:
             raise
         self._done = False
 
+    @property
+    def pid(self) -> int | None:
+        """The batch's child process."""
+        return self._child.pid
+
     def result(self) -> HostCompile:
         """The batch's errors, or (when its child crashed or hit a bound) each file's from
         a child of its own."""
@@ -127,13 +139,16 @@ class PendingCompile:
         try:
             outcome = _outcome(self._child, self._receive, max(0.0, self._deadline - time.monotonic()),
                                self._seconds)
+        except BaseException:  # interrupted while waiting: the child goes too
+            _stop(self._child)
+            raise
         finally:
             self._stub.cleanup()
         if isinstance(outcome, HostCompile):
             return outcome
         files, op_dir, only_lines, contents = self._args
         if len(files) == 1:
-            return HostCompile(skipped=[(files[0], outcome)])
+            return HostCompile(skipped=[(files[0], outcome)], out_of_time=isinstance(outcome, _OutOfTime))
         seconds = self._seconds
         merged = HostCompile()
         deadline = time.monotonic() + seconds
@@ -142,6 +157,7 @@ class PendingCompile:
             if left <= 0:
                 merged.skipped.append((path, f"the compile check ran out of time ({seconds:g} s for the "
                                              "files of a batch that failed) before this file"))
+                merged.out_of_time = True
                 continue
             one = _in_child([path], op_dir, only_lines, contents, round(left, 1), self._memory)
             if isinstance(one, HostCompile):
@@ -149,6 +165,7 @@ class PendingCompile:
                 merged.skipped.extend(one.skipped)
             else:
                 merged.skipped.append((path, one))
+                merged.out_of_time |= isinstance(one, _OutOfTime)
         return merged
 
     def cancel(self) -> None:
@@ -157,12 +174,16 @@ class PendingCompile:
             return
         self._done = True
         try:
-            if self._child.is_alive():
-                self._child.kill()
-            self._child.join()
+            _stop(self._child)
             self._receive.close()
         finally:
             self._stub.cleanup()
+
+
+def _stop(child: BaseProcess) -> None:
+    if child.is_alive():
+        child.kill()
+    child.join()
 
 
 def start_host_compile(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[int]] | None = None,
@@ -186,6 +207,9 @@ def _vm_size() -> int:
 
 def _child(send: Connection, files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[int]] | None,
            contents: Mapping[Path, bytes] | None, memory: int, stub_dir: Path) -> None:
+    # Ctrl-C reaches the whole process group: the parent, planning meanwhile, stops this
+    # child itself (no traceback of the child's on the terminal).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         limit = _vm_size() + memory
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -234,7 +258,7 @@ def _outcome(child: BaseProcess, receive: Connection, wait: float, seconds: floa
         if receive.poll(wait):
             outcome = receive.recv()
         else:
-            outcome = f"the compile check took longer than {seconds:g} s"
+            outcome = _OutOfTime(f"the compile check took longer than {seconds:g} s")
     except EOFError:
         pass  # the child died before it answered: its exit status says how
     finally:

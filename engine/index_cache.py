@@ -47,13 +47,15 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from optrace.runtime.regular import limit
+
+# The stat signature is the user cache's: an entry compares a file's with the one the
+# index holds its hash under (cli/result_cache.py).
+from optrace.runtime.usercache import Signature as Signature
 from optrace.runtime.usercache import cache_root
+from optrace.runtime.usercache import signature as signature
 
 _SCHEMA = 1
 _enabled = [os.environ.get("OPTRACE_NO_CACHE", "") in ("", "0")]
-
-Signature = tuple[int, int, int, int]  # size, mtime_ns, ctime_ns, inode
-
 
 class Phase:
     """A stretch of a command in which this process writes no file it reads (a token:
@@ -100,10 +102,6 @@ def cache_dir() -> Path:
 def store_bound() -> int:
     """The bytes the store may take: half of the user cache's bound."""
     return limit("cache") // 2
-
-
-def signature(st: os.stat_result) -> Signature:
-    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
 def _check(kind: str, sha: str, value: str) -> str:
@@ -260,11 +258,18 @@ class ContentStore:
         return value
 
     def sha_of(self, path: Path) -> str | None:
-        """The content hash `derived` last took for the file (None: never asked this run;
-        "-": unreadable)."""
+        """The content hash the store holds for the file: this run's, or a row loaded from the
+        cache (None: neither; "-": unreadable)."""
         key = os.fsdecode(path)
         known = self._new_paths.get(key) or self._paths.get(key)
         return known[1] if known is not None else None
+
+    def known_of(self, path: Path) -> tuple[Signature, str] | None:
+        """The stat signature and content hash the store holds for the file (this run's,
+        or a row loaded from the cache): a caller compares the signature with the file's
+        own before it takes the hash for the file's bytes."""
+        key = os.fsdecode(path)
+        return self._new_paths.get(key) or self._paths.get(key)
 
     def flush(self, seen_under: tuple[Path, set[str]] | None = None) -> None:
         """Write what this run derived, in one transaction. `seen_under` (a root and

@@ -77,6 +77,7 @@ from optrace.pipeline.check_plan import findings_from_plan
 from optrace.pipeline.check_report import CheckReport
 from optrace.pipeline.gates import evaluate_gates
 from optrace.pipeline.plan import AnalysedOnce, plan_from_analysis
+from optrace.runtime.usercache import Signature
 
 _POINT_RE = re.compile(
     rb"\b(MoeTracing\s*(?:<[^>]*>)?\s*\(|OptraceEnd\s+\w+\s*\(|OptraceEntryEnd\s+\w+\s*\()\s*"
@@ -169,7 +170,7 @@ def check_operator(op_dir: Path, repo_root: Path | None = None, compile_safety: 
     return report
 
 
-def indexed_hashes(report: CheckReport) -> dict[str, str]:
+def indexed_hashes(report: CheckReport) -> dict[str, tuple[Signature, str]]:
     """The content hashes of the files the repository index read while `report`'s operator
     was checked ({} when the check built no index): the check's cache entry lists every
     file the check read, most of them the index's, and takes these rather than hashing
@@ -412,6 +413,8 @@ class CompileCheck:
     def finish(self, report: CheckReport) -> None:
         """Wait for libclang and add its findings to `report`."""
         result = self.pending.result()
+        if result.out_of_time:
+            report.cacheable = False
         for path, reason in result.skipped:
             report.add(OT421, f"compile safety skipped for this file: {reason}", path, 0)
         for path, errors in result.errors.items():

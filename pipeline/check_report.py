@@ -27,6 +27,9 @@ class CheckReport:
     labels: int = 0
     compile_checked: int = 0
     gates: list[GateResult] = field(default_factory=list)
+    # False when the report depends on more than the files (the compile check ran out of
+    # time: on a busy machine): check keeps no cache entry of it.
+    cacheable: bool = True
 
     def add(self, code: str, message: str, path: Path | None, line: int,
             severity: Severity | None = None) -> None:

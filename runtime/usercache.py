@@ -53,6 +53,16 @@ def cache_root() -> Path:
     return Path(base) / "optrace"
 
 
+# What stands for a file's bytes without reading them: size, mtime_ns, ctime_ns, inode.
+# The repository index keeps each file's content hash under it (engine/index_cache.py); a
+# cache entry takes that hash only while the file's own signature is still the same.
+Signature = tuple[int, int, int, int]
+
+
+def signature(st: os.stat_result) -> Signature:
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
 def digest(*parts: bytes) -> str:
     """SHA-256 of the parts, each length-prefixed (no two sequences of parts give the
     same bytes), as 32 hex digits (128 bits). SHA-256: most CPUs hash it in hardware

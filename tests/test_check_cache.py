@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 from cache_changes import CHANGES, FIXTURE, HOST, KERNEL, OP_REL, SAMPLE, append, cli, counted_calls
 
+import optrace.engine.host_compile as host_compile_module
 import optrace.pipeline.check as check_module
 from optrace.cli import check_cache, result_cache
 from optrace.engine.discovery import RepoIndex
@@ -191,13 +193,14 @@ def test_the_entry_takes_the_index_hashes_and_they_are_each_files_own(
 def test_a_stale_index_hash_is_a_miss_not_a_wrong_hit(repo: Path, runs: list[Path],
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Were the index's hash of a file not its bytes' (a file rewritten with the same
-    size and times), the entry would list it and the next lookup, hashing the file,
-    would miss: the index's hash is never taken on trust at a lookup."""
+    size, times and inode), the entry would list it and the next lookup, hashing the
+    file, would miss: the index's hash is never taken on trust at a lookup."""
     real = RepoIndex.content_hashes
 
-    def stale(self: RepoIndex) -> dict[str, str]:
+    def stale(self: RepoIndex) -> dict[str, tuple[tuple[int, int, int, int], str]]:
         out = real(self)
-        out[next(p for p in out if p.endswith(HOST))] = "0" * 64
+        host = next(p for p in out if p.endswith(HOST))
+        out[host] = (out[host][0], "0" * 64)  # held under the file's signature as it is
         return out
 
     monkeypatch.setattr(RepoIndex, "content_hashes", stale)
@@ -206,6 +209,62 @@ def test_a_stale_index_hash_is_a_miss_not_a_wrong_hit(repo: Path, runs: list[Pat
     monkeypatch.setattr(RepoIndex, "content_hashes", real)
     _check(repo)
     assert _check(repo) == first and len(runs) == 3
+
+
+def test_a_file_edited_since_the_index_hashed_it_is_listed_as_read(
+        repo: Path, runs: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two operators in one check: the index hashed every file for the first; a file the
+    second reads is edited before the second's check starts. Its entry lists the bytes
+    the check read, not the index's older hash, so undoing the edit is a miss (it was a
+    hit with the edited file's report; found by a second review)."""
+    from optrace.cli import check_fast
+
+    host = repo / HOST
+    before = host.read_bytes()
+    other = repo / OP_REL / ".." / "moe_gate_bias"
+    real = check_fast._check_one
+
+    def one(op_dir: Path, *args: Any) -> Any:
+        if Path(op_dir).name == Path(OP_REL).name:
+            host.write_bytes(b"// edited\n" + before)
+            time.sleep(0.05)  # past the entry's guard of files modified as the check starts
+        return real(op_dir, *args)
+
+    monkeypatch.setattr(check_fast, "_check_one", one)
+    code, out, err = cli("check", str(other), str(repo / OP_REL), "-j", "1", "--format", "json")
+    assert code == 0, err
+    assert len(runs) == 2
+    monkeypatch.setattr(check_fast, "_check_one", real)
+    host.write_bytes(before)
+    time.sleep(0.05)
+    edited = json.loads(out)["operators"][1]
+    assert json.loads(_check(repo)[1])["operators"][0] != edited and len(runs) == 3
+
+
+def test_a_compile_cut_by_its_time_bound_is_not_kept(repo: Path, runs: list[Path],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file skipped for libclang's time bound says as much of the machine's load as of
+    the files: that report is not kept, the next check runs again."""
+    real_start, real_compile = check_module.start_host_compile, host_compile_module.host_compile
+
+    def bounded(*args: Any, **kwargs: Any) -> Any:
+        return real_start(*args, **{**kwargs, "seconds": 0.3})
+
+    def slow(*args: Any, **kwargs: Any) -> Any:  # runs in the child
+        time.sleep(1.5)
+        return real_compile(*args, **kwargs)
+
+    monkeypatch.setattr(check_module, "start_host_compile", bounded)
+    monkeypatch.setattr(host_compile_module, "host_compile", slow)
+    _, out, _ = _check(repo)
+    assert "took longer than 0.3 s" in out and _entries() == []
+    _check(repo)
+    assert len(runs) == 2
+    monkeypatch.setattr(check_module, "start_host_compile", real_start)
+    monkeypatch.setattr(host_compile_module, "host_compile", real_compile)
+    _check(repo)
+    _check(repo)
+    assert len(runs) == 3 and len(_entries()) == 1
 
 
 def test_no_cache_neither_reads_nor_writes(repo: Path, runs: list[Path]) -> None:

@@ -163,3 +163,23 @@ def test_a_check_that_fails_while_libclang_runs_stops_it(tmp_path: Path) -> None
             raise AssertionError("the planner's error was lost")
     assert started, "the compile check did not start before the plan"
     assert not list(private.iterdir()) and not multiprocessing.active_children()
+
+
+def test_ctrl_c_is_the_parents_to_act_on_not_the_compile_childs(tmp_path: Path) -> None:
+    """Ctrl-C reaches the whole process group; the child ignores it (the parent, planning
+    meanwhile, stops it if it stops), so it neither dies as a crash nor prints its own
+    traceback."""
+    import os
+    import signal
+    import time
+
+    from optrace.engine.host_compile import start_host_compile
+
+    text = "".join(f"int k{i} = {i};\n" for i in range(60_000)) + "int j = nope;\n"
+    source = _write(tmp_path / "op" / "op_kernel" / "k.cpp", text)
+    pending = start_host_compile([source], tmp_path / "op")
+    time.sleep(0.2)  # libclang takes longer than this on 60,000 lines: the signal comes while it runs
+    assert pending.pid is not None
+    os.kill(pending.pid, signal.SIGINT)
+    result = pending.result()
+    assert not result.skipped and [e.line for e in result.errors[source]] == [60_001]

@@ -23,6 +23,7 @@ from optrace.codemods.evidence import Evidence
 from optrace.engine.diagnostics import Diagnostic, Severity
 from optrace.pipeline.check_report import CheckReport
 from optrace.pipeline.gate_result import SYMBOLS, TITLES, GateResult
+from optrace.runtime.usercache import Signature
 
 __all__ = ["FORMAT", "KIND", "Lookup", "Recording", "entry_name", "lookup", "recording", "store"]
 
@@ -64,7 +65,8 @@ def lookup(op_dir: Path, repo_root: Path | None, compile_safety: bool) -> Lookup
     return Lookup(name, real, report)
 
 
-def store(found: Lookup, rec: Recording, report: CheckReport, known: dict[str, str] | None = None) -> bool:
+def store(found: Lookup, rec: Recording, report: CheckReport,
+          known: dict[str, tuple[Signature, str]] | None = None) -> bool:
     """Write the entry of a check that ran while `rec` recorded; False when it was not
     (a file it read changed while it ran, or the cache cannot be written). `known`: the
     content hashes of files the run hashed already (`pipeline.check.indexed_hashes`)."""

@@ -39,6 +39,7 @@ from optrace.engine.diagnostics import shown_path
 
 if TYPE_CHECKING:
     from optrace.pipeline.check_report import CheckReport
+    from optrace.runtime.usercache import Signature
 
 _VALUE_OPTIONS = {"--repo-root": "repo_root", "--format": "format", "-o": "output", "--output": "output",
                   "-j": "jobs", "--jobs": "jobs"}
@@ -124,7 +125,8 @@ def _check_one(op_dir: Path, repo_root: Path | None, compile_safety: bool,
         else:
             with check_cache.recording() as read:
                 report = check_operator(op_dir, repo_root, compile_safety=compile_safety)
-            _keep(found, read, report, indexed_hashes(report))
+            if report.cacheable:
+                _keep(found, read, report, indexed_hashes(report))
         return _CheckOutcome(report, "", EXIT_OK)
     except InputError as exc:
         return _CheckOutcome(None, exc.diagnostic.format(), EXIT_INPUT)
@@ -145,7 +147,7 @@ def _cached(op_dir: Path, repo_root: Path | None, compile_safety: bool) -> check
 
 
 def _keep(found: check_cache.Lookup, read: check_cache.Recording, report: CheckReport,
-          known: dict[str, str]) -> None:
+          known: dict[str, tuple[Signature, str]]) -> None:
     try:
         check_cache.store(found, read, report, known)
     except (OSError, ValueError):

@@ -47,7 +47,7 @@ import optrace
 from optrace import __version__
 from optrace.pipeline.gate_result import cann_toolchain
 from optrace.runtime.regular import read_regular, user_config_path
-from optrace.runtime.usercache import digest, read_entry, write_entry
+from optrace.runtime.usercache import Signature, digest, read_entry, signature, write_entry
 
 _MARKERS = (".git", "optrace.toml", "pyproject.toml")
 # A file modified this close to (or after) the start of the command may have been read
@@ -357,15 +357,15 @@ def _pairs(value: Any, kinds: type | tuple[type, ...]) -> list[tuple[str, Any]]:
 
 def store(kind: str, fmt: str, found: Lookup, rec: Recording, payload: object,
           schema: int, listed: Iterable[Path] = (), extra: dict[str, str] | None = None,
-          covered: Collection[str] = (), known: Mapping[str, str] | None = None) -> bool:
+          covered: Collection[str] = (), known: Mapping[str, tuple[Signature, str]] | None = None) -> bool:
     """Write the entry of a command that ran while `rec` recorded; False when it was not
     (a file it read changed while it ran, or the cache cannot be written). `listed`:
     directories looked up by name that are inputs as the listed ones are (a journal
     appearing there must miss). `covered`: files whose bytes an `extra` input already
     stands for (plan: the repository index's state holds their content hashes). `known`:
-    the SHA-256 of files this run has hashed already (check: every file the repository
-    index read), listed as they are without reading them again; a lookup hashes the file
-    and compares, so a stale one is a miss, never a wrong hit."""
+    files' SHA-256 as the repository index holds them, each with the stat signature it
+    holds it under: a file whose signature is still that one is listed with that hash,
+    without reading it again; any other is read and hashed."""
     own = _own_dirs()
     files: dict[str, str | None] = {}
     for path in sorted(rec.files):
@@ -375,13 +375,17 @@ def store(kind: str, fmt: str, found: Lookup, rec: Recording, payload: object,
             path = os.path.join(os.path.dirname(head), tail.split(".", 1)[0] + ".py")
         if os.path.join(path, "").startswith(own) or path in files or path in covered:
             continue
+        sha = None
         try:
             st = os.stat(path)
             if st.st_mtime_ns >= rec.started_ns - _MODIFIED_SLACK_NS:
                 return False
+            held = known.get(path) if known else None
+            if held is not None and held[0] == signature(st):
+                sha = held[1]  # the index's hash of these bytes: the file is as it saw it
         except OSError:
             pass
-        files[path] = (known or {}).get(path) or _file_digest(path)
+        files[path] = sha or _file_digest(path)
     every = rec.dirs | {os.fspath(d) for d in listed}
     dirs = {path: _listing_digest(path) for path in sorted(every)
             if not os.path.join(path, "").startswith(own) and os.path.basename(path) != "__pycache__"}
