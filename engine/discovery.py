@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -295,6 +296,9 @@ class RepoIndex:
     # it was indexed, and the scripts naming each word, by the word's normal form.
     _script_words_of: dict[Path, str] = field(default_factory=dict)
     _scripts_by_word: dict[bytes, dict[bytes, set[Path]]] = field(default_factory=dict)
+    # When the walk began (time.time_ns()): a file changed since may have been hashed by
+    # the index before the change (plan's cache keeps no entry resting on such a file).
+    built_ns: int = 0
 
     def content(self) -> ContentStore:
         """The store of what is derived from this repository's files (opened once)."""
@@ -345,7 +349,7 @@ class RepoIndex:
 
     @classmethod
     def build(cls, root: Path) -> RepoIndex:
-        index = cls(root)
+        index = cls(root, built_ns=time.time_ns())
         for path in walk_files(root, _INDEXED_EXTS):
             ext = path.suffix.lower()
             if ext not in CPP_EXTS and ext not in (".sh", ".bash", ".py", ".cmake") and (

@@ -11,10 +11,11 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from cache_changes import CHANGES, FIXTURE, KERNEL, OP_REL, SAMPLE, append, cli, counted_calls
+from cache_changes import CHANGES, FIXTURE, HOST, KERNEL, OP_REL, SAMPLE, append, cli, counted_calls
 
 import optrace.pipeline.plan as plan_module
 from optrace.cli import result_cache
@@ -159,6 +160,35 @@ def test_a_file_changed_while_the_plan_runs_keeps_no_entry(repo: Path,
     monkeypatch.setattr(plan_module, "plan_operator", edits_meanwhile)
     _plan(repo)
     assert _entries() == []
+
+
+@pytest.mark.parametrize("edited", [HOST, SAMPLE])
+def test_a_file_edited_between_two_operators_plans_is_a_miss_once_undone(
+        repo: Path, runs: list[Path], monkeypatch: pytest.MonkeyPatch, edited: str) -> None:
+    """plan of two operators: every entry is looked up first (the index's state taken
+    then), then each operator planned. A file edited after the lookups and before the
+    second plan read it (a C++ host file, whose stat signature the state holds, or a
+    Python sample, whose content hash it holds): that plan is of the edited bytes, while
+    the state its entry would be kept under is of the old ones, so undoing the edit must
+    not bring it back (it did for the sample)."""
+    host = repo / edited
+    before = host.read_bytes()
+    other = repo / OP_REL / ".." / "moe_gate_bias"
+    real = plan_module.plan_operator
+
+    def edits_first(op_dir: Path, *args: object, **kwargs: object) -> Plan:
+        if Path(op_dir).name == Path(OP_REL).name:
+            host.write_bytes((b"# edited\n" if edited.endswith(".py") else b"// edited\n") + before)
+            time.sleep(0.05)  # past the entry's guard of files modified as the plan starts
+        return real(op_dir, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(plan_module, "plan_operator", edits_first)
+    assert cli("plan", str(other), str(repo / OP_REL), "-j", "1")[0] == 0
+    assert len(runs) == 2
+    monkeypatch.setattr(plan_module, "plan_operator", real)
+    host.write_bytes(before)
+    time.sleep(0.05)
+    assert _plan(repo) == _plan(repo, "--no-cache") and len(runs) == 4  # a miss, then no cache
 
 
 HIT_IMPORTS = """

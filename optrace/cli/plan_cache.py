@@ -49,6 +49,8 @@ class PlanEntry(NamedTuple):
     text: str | None = None
     doc: dict[str, object] | None = None
     messages: tuple[str, ...] = ()
+    # When the index the state was taken from began its walk (`RepoIndex.built_ns`).
+    since_ns: int = 0
 
     @property
     def hit(self) -> bool:
@@ -79,9 +81,9 @@ def lookup(op_dir: Path, repo_root: Path | None, as_json: bool, shared: bytes) -
     found = result_cache.lookup(KIND, FORMAT, SCHEMA, name, real, extra)
     payload = _payload(found.payload, as_json)
     if payload is None:
-        return PlanEntry(found, extra, root)
+        return PlanEntry(found, extra, root, since_ns=index.built_ns)
     text, doc, messages = payload
-    return PlanEntry(found, extra, root, text, doc, messages)
+    return PlanEntry(found, extra, root, text, doc, messages, index.built_ns)
 
 
 _Payload = tuple[str | None, dict[str, object] | None, tuple[str, ...]]
@@ -112,4 +114,4 @@ def store(entry: PlanEntry, rec: Recording, text: str | None, doc: dict[str, obj
     # repository's thousand build scripts, which every operator's build-hook search reads).
     journals = (entry.root / ".optrace", entry.found.op_dir / ".optrace")
     return result_cache.store(KIND, FORMAT, entry.found, rec, payload, SCHEMA, journals, entry.extra,
-                              repo_index(entry.root).hashed())
+                              repo_index(entry.root).hashed(), covered_since_ns=entry.since_ns)

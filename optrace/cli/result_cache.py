@@ -357,7 +357,8 @@ def _pairs(value: Any, kinds: type | tuple[type, ...]) -> list[tuple[str, Any]]:
 
 def store(kind: str, fmt: str, found: Lookup, rec: Recording, payload: object,
           schema: int, listed: Iterable[Path] = (), extra: dict[str, str] | None = None,
-          covered: Collection[str] = (), known: Mapping[str, tuple[Signature, str]] | None = None) -> bool:
+          covered: Collection[str] = (), known: Mapping[str, tuple[Signature, str]] | None = None,
+          covered_since_ns: int = 0) -> bool:
     """Write the entry of a command that ran while `rec` recorded; False when it was not
     (a file it read changed while it ran, or the cache cannot be written). `listed`:
     directories looked up by name that are inputs as the listed ones are (a journal
@@ -365,7 +366,10 @@ def store(kind: str, fmt: str, found: Lookup, rec: Recording, payload: object,
     stands for (plan: the repository index's state holds their content hashes). `known`:
     files' SHA-256 as the repository index holds them, each with the stat signature it
     holds it under: a file whose signature is still that one is listed with that hash,
-    without reading it again; any other is read and hashed."""
+    without reading it again; any other is read and hashed. `covered_since_ns`: when the
+    `extra` input's hashes began to be taken: a covered file the command read that changed
+    since (its ctime) may be of other bytes than the ones `extra` stands for, and the entry
+    is not written."""
     own = _own_dirs()
     files: dict[str, str | None] = {}
     for path in sorted(rec.files):
@@ -373,7 +377,14 @@ def store(kind: str, fmt: str, found: Lookup, rec: Recording, payload: object,
         if tail.endswith(".pyc") and os.path.basename(head) == "__pycache__":
             # A module imported from its bytecode: what it says is its source's.
             path = os.path.join(os.path.dirname(head), tail.split(".", 1)[0] + ".py")
-        if os.path.join(path, "").startswith(own) or path in files or path in covered:
+        if os.path.join(path, "").startswith(own) or path in files:
+            continue
+        if path in covered:
+            try:
+                if os.stat(path).st_ctime_ns >= covered_since_ns - _MODIFIED_SLACK_NS:
+                    return False  # edited since its hash went into `extra`: maybe read after
+            except OSError:
+                return False  # gone since
             continue
         sha = None
         try:
