@@ -22,7 +22,7 @@ from typing import ClassVar, Protocol
 from optrace.engine.codes import OT001, OT010, OT014, OT015
 from optrace.engine.config import Config
 from optrace.engine.diagnostics import Diagnostic, InputError
-from optrace.engine.index_cache import ContentStore, Signature, signature
+from optrace.engine.index_cache import ContentStore, signature
 from optrace.engine.names import op_name_pattern, same_op
 from optrace.engine.source import blank_comments, decode, is_binary, match_bracket, read_regular
 from optrace.engine.vocabulary import (
@@ -419,20 +419,6 @@ class RepoIndex:
                                      if store.sha_of(p) not in (None, "-"))
         return self._hashed
 
-    def content_hashes(self) -> dict[str, tuple[Signature, str]]:
-        """The SHA-256 (hex) of each file's bytes the index holds, with the stat signature
-        it holds it under, for the files it read whole: a cache entry listing the files a
-        command read takes a hash from here, instead of reading and hashing the file
-        again, where the file's signature is still that one (the index looked at a file
-        once this run, maybe for another operator, before it was edited)."""
-        store = self.content()
-        out: dict[str, tuple[Signature, str]] = {}
-        for path in (*self.files, *self.scripts):
-            known = store.known_of(path)
-            if known is not None and known[1] != "-":
-                out[os.fsdecode(path)] = known
-        return out
-
     def state(self) -> str:
         """A digest of everything the index answers from: the paths the walk kept, the
         content hash of each file it derives from (searchable files, build scripts) and the
@@ -517,11 +503,6 @@ def repo_index(root: Path) -> RepoIndex:
     if root not in _REPO_INDEXES:
         _REPO_INDEXES[root] = RepoIndex.build(root)
     return _REPO_INDEXES[root]
-
-
-def built_index(root: Path) -> RepoIndex | None:
-    """The index of `root` if this process built one; None builds none."""
-    return _REPO_INDEXES.get(root)
 
 
 def forget_repo_indexes() -> None:

@@ -48,8 +48,7 @@ from pathlib import Path
 
 from optrace.runtime.regular import limit
 
-# The stat signature is the user cache's: an entry compares a file's with the one the
-# index holds its hash under (cli/result_cache.py).
+# The stat signature is the user cache's (runtime/usercache.py).
 from optrace.runtime.usercache import Signature as Signature
 from optrace.runtime.usercache import cache_root
 from optrace.runtime.usercache import signature as signature
@@ -263,13 +262,6 @@ class ContentStore:
         key = os.fsdecode(path)
         known = self._new_paths.get(key) or self._paths.get(key)
         return known[1] if known is not None else None
-
-    def known_of(self, path: Path) -> tuple[Signature, str] | None:
-        """The stat signature and content hash the store holds for the file (this run's,
-        or a row loaded from the cache): a caller compares the signature with the file's
-        own before it takes the hash for the file's bytes."""
-        key = os.fsdecode(path)
-        return self._new_paths.get(key) or self._paths.get(key)
 
     def flush(self, seen_under: tuple[Path, set[str]] | None = None) -> None:
         """Write what this run derived, in one transaction. `seen_under` (a root and

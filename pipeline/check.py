@@ -47,7 +47,6 @@ from optrace.engine.cpp import new_parser
 from optrace.engine.diagnostics import InputError, Severity
 from optrace.engine.discovery import (
     CPP_EXTS,
-    built_index,
     default_repo_root,
     is_no_operator,
     refuse_parent_of_operators,
@@ -77,7 +76,6 @@ from optrace.pipeline.check_plan import findings_from_plan
 from optrace.pipeline.check_report import CheckReport
 from optrace.pipeline.gates import evaluate_gates
 from optrace.pipeline.plan import AnalysedOnce, plan_from_analysis
-from optrace.runtime.usercache import Signature
 
 _POINT_RE = re.compile(
     rb"\b(MoeTracing\s*(?:<[^>]*>)?\s*\(|OptraceEnd\s+\w+\s*\(|OptraceEntryEnd\s+\w+\s*\()\s*"
@@ -168,15 +166,6 @@ def check_operator(op_dir: Path, repo_root: Path | None = None, compile_safety: 
     if compiling is not None:
         compiling.finish(report)
     return report
-
-
-def indexed_hashes(report: CheckReport) -> dict[str, tuple[Signature, str]]:
-    """The content hashes of the files the repository index read while `report`'s operator
-    was checked ({} when the check built no index): the check's cache entry lists every
-    file the check read, most of them the index's, and takes these rather than hashing
-    each file again."""
-    index = built_index(report.repo_root)
-    return index.content_hashes() if index is not None else {}
 
 
 _CONFIG_CODES = frozenset({OT002, OT003, OT004})

@@ -54,8 +54,7 @@ def cache_root() -> Path:
 
 
 # What stands for a file's bytes without reading them: size, mtime_ns, ctime_ns, inode.
-# The repository index keeps each file's content hash under it (engine/index_cache.py); a
-# cache entry takes that hash only while the file's own signature is still the same.
+# The repository index keeps each file's content hash under it (engine/index_cache.py).
 Signature = tuple[int, int, int, int]
 
 

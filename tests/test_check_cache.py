@@ -25,7 +25,6 @@ from cache_changes import CHANGES, FIXTURE, HOST, KERNEL, OP_REL, SAMPLE, append
 import optrace.engine.host_compile as host_compile_module
 import optrace.pipeline.check as check_module
 from optrace.cli import check_cache, result_cache
-from optrace.engine.discovery import RepoIndex
 from optrace.engine.journal import Journal, _operator_journals, journal_stem
 from optrace.pipeline.check_report import CheckReport
 from optrace.runtime.usercache import cache_root, decode_entry, encode_entry
@@ -166,57 +165,114 @@ def test_a_corrupt_or_foreign_entry_is_ignored_and_rebuilt(repo: Path, runs: lis
     assert _check(repo) == first and len(runs) == 2
 
 
-def test_the_entry_takes_the_index_hashes_and_they_are_each_files_own(
-        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The files the repository index read are listed with the index's hash, not read
-    and hashed again; every listed hash is the SHA-256 of the file's bytes."""
-    hashed: list[str] = []
-    real = result_cache._read_digest
-
-    def counted(path: str) -> str | None:
-        hashed.append(path)
-        return real(path)
-
-    monkeypatch.setattr(result_cache, "_read_digest", counted)
+def test_the_index_state_stands_for_the_repository_and_listed_files_are_their_bytes(repo: Path) -> None:
+    """The entry holds the repository index's state (every path walked, each searchable
+    file's content hash) instead of a line per file the index hashed; every file it does
+    list is there with the SHA-256 of its bytes."""
     _check(repo)
     [entry] = _entries()
-    listed = dict(_read(entry)["files"])
-    host = next(p for p in listed if p.endswith(HOST))
-    sample = next(p for p in listed if p.endswith(SAMPLE))
-    assert host not in hashed and sample not in hashed  # the index's hashes
-    assert len(hashed) < len(listed)
+    doc = _read(entry)
+    listed = dict(doc["files"])
+    assert set(doc["extra"]) == {"index"}
+    assert not any(p.endswith((HOST, SAMPLE)) for p in listed)  # the index hashed them
+    assert any(p.endswith(KERNEL) for p in listed)  # kernel sources: not the index's
     for path, want in listed.items():  # None: a file gone since (the compile check's stub)
         assert want == (hashlib.sha256(Path(path).read_bytes()).hexdigest()
                         if os.path.exists(path) else None), path
 
 
-def test_a_stale_index_hash_is_a_miss_not_a_wrong_hit(repo: Path, runs: list[Path],
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """Were the index's hash of a file not its bytes' (a file rewritten with the same
-    size, times and inode), the entry would list it and the next lookup, hashing the
-    file, would miss: the index's hash is never taken on trust at a lookup."""
-    real = RepoIndex.content_hashes
+def _misses_as_no_cache(repo: Path, runs: list[Path]) -> None:
+    """The next check is a miss and says what a check without the cache says."""
+    before = len(runs)
+    assert _check(repo) == _check(repo, "--no-cache") and len(runs) == before + 2
 
-    def stale(self: RepoIndex) -> dict[str, tuple[tuple[int, int, int, int], str]]:
-        out = real(self)
-        host = next(p for p in out if p.endswith(HOST))
-        out[host] = (out[host][0], "0" * 64)  # held under the file's signature as it is
-        return out
 
-    monkeypatch.setattr(RepoIndex, "content_hashes", stale)
-    first = _check(repo)
-    assert _check(repo) == first and len(runs) == 2
-    monkeypatch.setattr(RepoIndex, "content_hashes", real)
+def _another_sample(repo: Path) -> None:
+    shutil.copy(repo / SAMPLE, repo / SAMPLE.replace("_sample.py", "_sample_two.py"))
+    time.sleep(0.05)
+
+
+def test_a_file_the_index_answered_for_without_reading_it_is_an_input(repo: Path, runs: list[Path]) -> None:
+    """With the index in the cache, discovery answers which files name the op from their
+    words without opening the files: a Python file that comes to call the op must miss."""
+    sample = repo / SAMPLE
+    other = sample.with_name("other_sample.py")
+    saved = sample.read_bytes()
+    other.write_bytes(saved.replace(b"moe_fused_gmm", b"zz_unrelated"))
+    sample.unlink()
+    time.sleep(0.05)
     _check(repo)
-    assert _check(repo) == first and len(runs) == 3
+    append(Path(HOST))(repo)  # a miss over a warm index: nothing else is read again
+    time.sleep(0.05)
+    _check(repo)
+    other.write_bytes(saved)  # a file the last check never opened now names the op
+    time.sleep(0.05)
+    _misses_as_no_cache(repo, runs)
 
 
-def test_a_file_edited_since_the_index_hashed_it_is_listed_as_read(
+def test_a_second_operator_of_one_run_and_pre_commit_see_a_new_sample(
         repo: Path, runs: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two operators in one check: the index hashed every file for the first; a file the
-    second reads is edited before the second's check starts. Its entry lists the bytes
-    the check read, not the index's older hash, so undoing the edit is a miss (it was a
-    hit with the edited file's report; found by a second review)."""
+    """The index is built once per run, before any operator is checked (pre-commit builds
+    it to map the files to operators): a sample added later misses every operator."""
+    other = repo / OP_REL / ".." / "moe_gate_bias"
+    cli("check", str(other), str(repo / OP_REL), "-j", "1", "--format", "json")
+    assert len(runs) == 2
+    _another_sample(repo)
+    _misses_as_no_cache(repo, runs)
+    (repo / SAMPLE.replace("_sample.py", "_sample_two.py")).unlink()
+    time.sleep(0.05)
+    monkeypatch.chdir(repo)
+    cli("pre-commit", "--", SAMPLE)
+    assert len(runs) == 5  # a miss (the sample is gone again), kept
+    _another_sample(repo)
+    _misses_as_no_cache(repo, runs)
+
+
+def _meanwhile(monkeypatch: pytest.MonkeyPatch, action: Callable[[], object]) -> Callable[..., CheckReport]:
+    """check_operator doing `action` after it read its inputs, before its entry is kept."""
+    real = check_module.check_operator
+
+    def then(op_dir: Path, *args: object, **kwargs: object) -> CheckReport:
+        report = real(op_dir, *args, **kwargs)  # type: ignore[arg-type]
+        action()
+        return report
+
+    monkeypatch.setattr(check_module, "check_operator", then)
+    return real
+
+
+def test_a_name_added_while_the_check_runs_is_a_miss_next_time(repo: Path, runs: list[Path],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    real = _meanwhile(monkeypatch, lambda: _another_sample(repo))
+    _check(repo)
+    monkeypatch.setattr(check_module, "check_operator", real)
+    _misses_as_no_cache(repo, runs)
+
+
+def test_a_file_replaced_with_its_old_mtime_while_the_check_runs_keeps_no_entry(
+        repo: Path, runs: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """cp -p, rsync -t, tar x: the bytes change, the mtime is the old one; the change time
+    is not the user's to set."""
+    kernel = repo / KERNEL
+    st = kernel.stat()
+
+    def replace() -> None:
+        kernel.write_bytes(kernel.read_bytes() + b"\n// replaced\n")
+        os.utime(kernel, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+    real = _meanwhile(monkeypatch, replace)
+    _check(repo)
+    monkeypatch.setattr(check_module, "check_operator", real)
+    assert _entries() == []
+    _misses_as_no_cache(repo, runs)
+
+
+def test_a_file_edited_between_two_operators_of_one_run_is_a_miss_once_undone(
+        repo: Path, runs: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two operators in one check: the index's state is taken for both before either is
+    checked; a file the second reads is edited before its check starts. That entry would
+    rest on the state's older hash: it is not kept, and undoing the edit is a miss (it was
+    a hit with the edited file's report; found by a second review)."""
     from optrace.cli import check_fast
 
     host = repo / HOST

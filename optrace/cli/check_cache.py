@@ -18,18 +18,18 @@ from pathlib import Path
 from typing import Any
 
 from optrace.cli import result_cache
-from optrace.cli.result_cache import Recording, recording
+from optrace.cli.result_cache import Recording, lookups, recording
 from optrace.codemods.evidence import Evidence
-from optrace.engine.diagnostics import Diagnostic, Severity
+from optrace.engine.diagnostics import Diagnostic, InputError, Severity
+from optrace.engine.discovery import default_repo_root, repo_index, resolve_operator_dir
 from optrace.pipeline.check_report import CheckReport
 from optrace.pipeline.gate_result import SYMBOLS, TITLES, GateResult
-from optrace.runtime.usercache import Signature
 
-__all__ = ["FORMAT", "KIND", "Lookup", "Recording", "entry_name", "lookup", "recording", "store"]
+__all__ = ["FORMAT", "KIND", "Lookup", "Recording", "entry_name", "lookup", "lookups", "recording", "store"]
 
 KIND = "check"
 FORMAT = "optrace-check-cache"
-SCHEMA = 3
+SCHEMA = 4
 
 
 def entry_name(op_dir: Path, repo_root: Path | None, compile_safety: bool) -> str:
@@ -40,41 +40,56 @@ def entry_name(op_dir: Path, repo_root: Path | None, compile_safety: bool) -> st
 
 @dataclass
 class Lookup:
-    """An operator's entry name, and its report when the entry held and still holds."""
+    """An operator's entry name and inputs, and its report when the entry held and still
+    holds. Plain data: a worker process that checks the operator stores the entry."""
 
     name: str
     op_dir: Path
     report: CheckReport | None
+    root: Path  # the repository discovery searches
+    extra: dict[str, str]  # the repository index's state
+    since_ns: int  # when the index's walk began (RepoIndex.built_ns)
 
 
 def lookup(op_dir: Path, repo_root: Path | None, compile_safety: bool) -> Lookup | None:
     """The operator's cached report if nothing it was derived from changed; None when the
-    operator cannot be cached (not a directory: the check says why)."""
+    operator cannot be cached (not an operator directory: the check says why). Inside
+    `lookups()`, what several operators share (the index's state, shared inputs) is
+    taken once: look every operator of a run up first, then check the misses."""
     dirs = result_cache.real_dirs(op_dir, repo_root)
     if dirs is None:
         return None
-    real, root = dirs
-    name = entry_name(real, root, compile_safety)
-    found = result_cache.lookup(KIND, FORMAT, SCHEMA, name, real)
+    real, given_root = dirs
+    try:
+        root = (repo_root or default_repo_root(resolve_operator_dir(op_dir))).resolve()
+    except (InputError, OSError):
+        return None
+    # The repository's searchable files stand in the entry as the index's state (every
+    # path walked, each file's content hash), as in plan's: the files discovery answered
+    # from the index without opening them (a sample newly naming the op) are inputs too.
+    index = repo_index(root)
+    extra = {"index": result_cache.remembered("index-state", os.fsdecode(root), lambda _: index.state())}
+    name = entry_name(real, given_root, compile_safety)
+    found = result_cache.lookup(KIND, FORMAT, SCHEMA, name, real, extra)
     report = None
     if found.payload is not None:
         try:
             report = report_from_json(found.payload)
         except (KeyError, TypeError, ValueError):
             report = None
-    return Lookup(name, real, report)
+    return Lookup(name, real, report, root, extra, index.built_ns)
 
 
-def store(found: Lookup, rec: Recording, report: CheckReport,
-          known: dict[str, tuple[Signature, str]] | None = None) -> bool:
+def store(found: Lookup, rec: Recording, report: CheckReport) -> bool:
     """Write the entry of a check that ran while `rec` recorded; False when it was not
-    (a file it read changed while it ran, or the cache cannot be written). `known`: the
-    content hashes of files the run hashed already (`pipeline.check.indexed_hashes`)."""
+    (a file it read changed while it ran, or the cache cannot be written)."""
     # The journal directories: check looks up journal files there by name, and a journal
-    # appearing (an apply that did not finish) must reach the report.
+    # appearing (an apply that did not finish) must reach the report. The files the
+    # index hashed are covered by its state, not listed one by one.
     journals = [d / ".optrace" for d in (report.repo_root, report.op_dir)]
     return result_cache.store(KIND, FORMAT, result_cache.Lookup(found.name, found.op_dir), rec,
-                              report_to_json(report), SCHEMA, journals, known=known)
+                              report_to_json(report), SCHEMA, journals, found.extra,
+                              repo_index(found.root).hashed(), covered_since_ns=found.since_ns)
 
 
 # --- the report as data ----------------------------------------------------------------------

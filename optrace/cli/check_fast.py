@@ -39,7 +39,6 @@ from optrace.engine.diagnostics import shown_path
 
 if TYPE_CHECKING:
     from optrace.pipeline.check_report import CheckReport
-    from optrace.runtime.usercache import Signature
 
 _VALUE_OPTIONS = {"--repo-root": "repo_root", "--format": "format", "-o": "output", "--output": "output",
                   "-j": "jobs", "--jobs": "jobs"}
@@ -106,16 +105,12 @@ class _CheckOutcome(NamedTuple):
 
 
 def _check_one(op_dir: Path, repo_root: Path | None, compile_safety: bool,
-               cache: bool = True) -> _CheckOutcome:
-    """One operator's check: from the user cache when nothing it read changed
-    (check_cache.py), else run and, on success, kept there."""
-    from optrace.engine.diagnostics import InputError
-
-    found = _cached(op_dir, repo_root, compile_safety) if cache else None
-    if found is not None and found.report is not None:
-        return _CheckOutcome(found.report, "", EXIT_OK)
+               found: check_cache.Lookup | None = None) -> _CheckOutcome:
+    """One operator's check; with `found` (its missed cache entry), run while what it
+    reads is recorded and, on success, kept in the user cache (check_cache.py)."""
     from optrace.cli.deferred import install as install_deferred
-    from optrace.pipeline.check import check_operator, indexed_hashes
+    from optrace.engine.diagnostics import InputError
+    from optrace.pipeline.check import check_operator
 
     install_deferred()  # LibCST and importlib.metadata, imported at first use only
 
@@ -126,7 +121,7 @@ def _check_one(op_dir: Path, repo_root: Path | None, compile_safety: bool,
             with check_cache.recording() as read:
                 report = check_operator(op_dir, repo_root, compile_safety=compile_safety)
             if report.cacheable:
-                _keep(found, read, report, indexed_hashes(report))
+                _keep(found, read, report)
         return _CheckOutcome(report, "", EXIT_OK)
     except InputError as exc:
         return _CheckOutcome(None, exc.diagnostic.format(), EXIT_INPUT)
@@ -146,12 +141,34 @@ def _cached(op_dir: Path, repo_root: Path | None, compile_safety: bool) -> check
         return None
 
 
-def _keep(found: check_cache.Lookup, read: check_cache.Recording, report: CheckReport,
-          known: dict[str, tuple[Signature, str]]) -> None:
+def _keep(found: check_cache.Lookup, read: check_cache.Recording, report: CheckReport) -> None:
     try:
-        check_cache.store(found, read, report, known)
+        check_cache.store(found, read, report)
     except (OSError, ValueError):
         pass  # not kept: the next check runs again
+
+
+def _cached_or_checked(op_dirs: list[Path], repo_root: Path | None, compile_safety: bool, jobs: int | None,
+                       cache: bool) -> list[_CheckOutcome]:
+    """Each operator's outcome, in order: from the user cache where nothing its check read
+    changed — every operator looked up here first, in one process, so the inputs they
+    share (the repository index's state) are taken once and every entry is answered for
+    the repository as the run found it — the others checked in parallel (and kept)."""
+    found: list[check_cache.Lookup | None] = [None] * len(op_dirs)
+    done: dict[int, _CheckOutcome] = {}
+    if cache:
+        with check_cache.lookups():
+            for i, op_dir in enumerate(op_dirs):
+                entry = _cached(op_dir, repo_root, compile_safety)
+                if entry is not None and entry.report is not None:
+                    done[i] = _CheckOutcome(entry.report, "", EXIT_OK)
+                else:
+                    found[i] = entry
+    todo = [i for i in range(len(op_dirs)) if i not in done]
+    checked = run_parallel(_check_one, [(op_dirs[i], repo_root, compile_safety, found[i]) for i in todo],
+                           worker_count(jobs, len(todo)), "checking") if todo else []
+    done.update(zip(todo, checked, strict=True))
+    return [done[i] for i in range(len(op_dirs))]
 
 
 def check_command(op_dirs: list[Path], repo_root: Path | None, fmt: CheckFormat, output: Path | None,
@@ -168,8 +185,7 @@ def check_command(op_dirs: list[Path], repo_root: Path | None, fmt: CheckFormat,
     sources = operator_files(op_dirs)
     if output_refused(output, sources):
         return EXIT_INPUT
-    jobs_ = [(op_dir, repo_root, compile_safety, cache) for op_dir in op_dirs]
-    outcomes = run_parallel(_check_one, jobs_, worker_count(jobs, len(jobs_)), "checking")
+    outcomes = _cached_or_checked(op_dirs, repo_root, compile_safety, jobs, cache)
     reports = [o.report for o in outcomes if o.report is not None]
     code = max([EXIT_OK, *(o.code for o in outcomes)])
     if any(r.worst(strict) == Severity.ERROR for r in reports):

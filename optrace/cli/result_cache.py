@@ -36,7 +36,7 @@ import sys
 import sysconfig
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +47,7 @@ import optrace
 from optrace import __version__
 from optrace.pipeline.gate_result import cann_toolchain
 from optrace.runtime.regular import read_regular, user_config_path
-from optrace.runtime.usercache import Signature, digest, read_entry, signature, write_entry
+from optrace.runtime.usercache import digest, read_entry, write_entry
 
 _MARKERS = (".git", "optrace.toml", "pyproject.toml")
 # A file modified this close to (or after) the start of the command may have been read
@@ -357,19 +357,15 @@ def _pairs(value: Any, kinds: type | tuple[type, ...]) -> list[tuple[str, Any]]:
 
 def store(kind: str, fmt: str, found: Lookup, rec: Recording, payload: object,
           schema: int, listed: Iterable[Path] = (), extra: dict[str, str] | None = None,
-          covered: Collection[str] = (), known: Mapping[str, tuple[Signature, str]] | None = None,
-          covered_since_ns: int = 0) -> bool:
+          covered: Collection[str] = (), covered_since_ns: int = 0) -> bool:
     """Write the entry of a command that ran while `rec` recorded; False when it was not
     (a file it read changed while it ran, or the cache cannot be written). `listed`:
     directories looked up by name that are inputs as the listed ones are (a journal
     appearing there must miss). `covered`: files whose bytes an `extra` input already
-    stands for (plan: the repository index's state holds their content hashes). `known`:
-    files' SHA-256 as the repository index holds them, each with the stat signature it
-    holds it under: a file whose signature is still that one is listed with that hash,
-    without reading it again; any other is read and hashed. `covered_since_ns`: when the
-    `extra` input's hashes began to be taken: a covered file the command read that changed
-    since (its ctime) may be of other bytes than the ones `extra` stands for, and the entry
-    is not written."""
+    stands for (the repository index's state holds their content hashes).
+    `covered_since_ns`: when those hashes began to be taken (the index's walk): a covered
+    file the command read that changed since (its ctime) may be of other bytes than the
+    ones `extra` stands for, and the entry is not written."""
     own = _own_dirs()
     files: dict[str, str | None] = {}
     for path in sorted(rec.files):
@@ -386,18 +382,22 @@ def store(kind: str, fmt: str, found: Lookup, rec: Recording, payload: object,
             except OSError:
                 return False  # gone since
             continue
-        sha = None
         try:
             st = os.stat(path)
-            if st.st_mtime_ns >= rec.started_ns - _MODIFIED_SLACK_NS:
+            # ctime too: a file replaced with its old mtime kept (cp -p, tar x) has a new one.
+            if max(st.st_mtime_ns, st.st_ctime_ns) >= rec.started_ns - _MODIFIED_SLACK_NS:
                 return False
-            held = known.get(path) if known else None
-            if held is not None and held[0] == signature(st):
-                sha = held[1]  # the index's hash of these bytes: the file is as it saw it
         except OSError:
             pass
-        files[path] = sha or _file_digest(path)
+        files[path] = _file_digest(path)
     every = rec.dirs | {os.fspath(d) for d in listed}
+    for path in every:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue  # a journal directory that is not there: its absence is listed
+        if max(st.st_mtime_ns, st.st_ctime_ns) >= rec.started_ns - _MODIFIED_SLACK_NS:
+            return False  # a name added or removed while the command ran: maybe listed before
     dirs = {path: _listing_digest(path) for path in sorted(every)
             if not os.path.join(path, "").startswith(own) and os.path.basename(path) != "__pycache__"}
     probes = [[os.fspath(d), _probe(os.fspath(d))] for d in (found.op_dir, *found.op_dir.parents)]
