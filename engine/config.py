@@ -206,6 +206,11 @@ def load_config(repo_root: Path, op_dir: Path) -> Config:
         if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
             raise bad(f"`layers.{key}` must be a path or a list of paths")
         cfg.layers[key] = tuple((base / p).resolve() for p in paths)
+        for given, resolved in zip(paths, cfg.layers[key], strict=True):
+            # Every layer reads its files: one that is not there is the config's mistake,
+            # said here with the config's line, not a read failing deep in a layer.
+            if not resolved.is_file():
+                raise bad(f"`layers.{key}`: {given!r} ({resolved}) is not a file")
     rules = data.get("rules", {})
     if not isinstance(rules, dict):
         raise bad("`rules` must be a table")

@@ -197,6 +197,22 @@ def test_a_qualifier_that_is_not_an_identifier_is_refused_where_it_is_written(tm
     assert run("plan", str(op))[0] == 0
 
 
+def test_a_layer_file_the_config_names_that_is_not_there_is_refused_where_it_is_written(
+        tmp_path: Path) -> None:
+    """`[layers]` naming a file that does not exist (a typo, a moved file) is the config's
+    mistake, said at its line (plan and apply refuse, exit 2; check reports it) — it was
+    an internal error (exit 3) where the torch adapter's layer read it."""
+    op = make_op(tmp_path, "demo_op")
+    (tmp_path / "optrace.toml").write_text('[layers]\n# ours\ntorch_adapter = ["pybind/nope.cpp"]\n')
+    for command, exit_code in (("plan", 2), ("apply", 2), ("check", 1)):  # check: a finding
+        code, _, err = run(command, str(op))
+        assert code == exit_code and "OT003" in err and "is not a file" in err, err
+        assert "optrace.toml:3" in err, err
+    (tmp_path / "pybind").mkdir()
+    (tmp_path / "pybind" / "nope.cpp").write_text("// the adapter\n")
+    assert run("plan", str(op))[0] == 0
+
+
 def test_a_deep_operators_layers_read_at_120_columns(tmp_path: Path) -> None:
     """An operator four folders down with long file names (ops-nn's op_host/op_tiling/...
     paths from the root run past 120 columns on their own): the layers list names its
