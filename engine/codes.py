@@ -247,8 +247,10 @@ _NOTES = {
              "the errors on lines optrace inserted.",
     "OT421": "The compile safety check could not run on a file (no libclang, a file it cannot "
              "parse); the reason is named. libclang runs in a child process with a time and a "
-             "memory bound: a file that crashes it (a template nested thousands deep) or hits a "
-             "bound is named here, and the other files are still checked.",
+             "memory bound (started as soon as the operator is analysed, while the gates and the "
+             "plan are worked out; the bound counts from that start): a file that crashes it (a "
+             "template nested thousands deep) or hits a bound is named here, and the other files "
+             "are still checked.",
     "OT999": "An exception optrace did not expect: the traceback is printed, exit 3. Please "
              "report it.",
 }
