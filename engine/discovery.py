@@ -691,6 +691,25 @@ def find_operator_dirs(root: Path) -> list[Path]:
     return sorted(found)
 
 
+def may_be_one_operator(op_dir: Path) -> bool:
+    """Whether `op_dir` may be one operator directory, from a walk of it alone: it holds a
+    kernel source, and no kernel entry of another operator lies below it. What a cache
+    lookup asks before it indexes the repository: a folder the command refuses anyway (no
+    operator, or several: the repository root) must not cost a walk and an index of
+    everything around it. A folder that passes may still be refused by the command."""
+    root = op_dir.resolve()
+    any_source = False
+    for path in walk_files(root, KERNEL_EXTS):
+        any_source = True
+        owner = operator_dir_of(path, root)
+        if owner is None or owner == root:
+            continue  # its own kernel files are not read here
+        data = read_bounded(path)
+        if data is not None and b"__global__" in data and _GLOBAL_RE.search(data):
+            return False  # another operator's kernel below: a folder of operators
+    return any_source
+
+
 def discover(op_dir: Path, repo_root: Path, config: Config, searches: Sequence[LayerSearch] = ()) -> Layers:
     """Find the operator's kernel entry, then each layer's files by that layer's own
     `search` (the registry's layers; none for a kernel-only analysis); raises InputError

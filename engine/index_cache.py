@@ -54,7 +54,10 @@ from optrace.runtime.usercache import cache_root
 from optrace.runtime.usercache import signature as signature
 
 _SCHEMA = 1
-_enabled = [os.environ.get("OPTRACE_NO_CACHE", "") in ("", "0")]
+# As the process started: a command's `--no-cache` lasts for that command only (several
+# may run in one process: tests, library callers), its worker processes included.
+_NO_CACHE_AT_START = os.environ.get("OPTRACE_NO_CACHE")
+_enabled = [(_NO_CACHE_AT_START or "") in ("", "0")]
 
 class Phase:
     """A stretch of a command in which this process writes no file it reads (a token:
@@ -91,6 +94,15 @@ def set_enabled(enabled: bool) -> None:
     environment carries it to worker processes started another way than fork."""
     _enabled[0] = enabled
     os.environ["OPTRACE_NO_CACHE"] = "" if enabled else "1"
+
+
+def reset_enabled() -> None:
+    """Back to what the process started with (the end of a command that set it)."""
+    _enabled[0] = (_NO_CACHE_AT_START or "") in ("", "0")
+    if _NO_CACHE_AT_START is None:
+        os.environ.pop("OPTRACE_NO_CACHE", None)
+    else:
+        os.environ["OPTRACE_NO_CACHE"] = _NO_CACHE_AT_START
 
 
 def cache_dir() -> Path:

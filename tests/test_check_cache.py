@@ -323,6 +323,20 @@ def test_a_compile_cut_by_its_time_bound_is_not_kept(repo: Path, runs: list[Path
     assert len(runs) == 3 and len(_entries()) == 1
 
 
+@pytest.mark.parametrize("command", ["check", "plan"])
+def test_a_folder_the_command_refuses_costs_no_index_of_the_repository(repo: Path, command: str) -> None:
+    """A folder holding no operator, or several (ascend_kernels/, the repository root), is
+    refused (exit 2) as without a cache; its lookup must not walk and index the repository
+    around it first (a second review found `check ~/some/dir` indexing the home folder)."""
+    empty = repo / "src" / "nothing_here"
+    empty.mkdir()
+    for folder in (empty, repo / OP_REL / ".."):
+        code, _, err = cli(command, str(folder))
+        assert code == 2 and ("OT010" in err or "OT015" in err), err
+        assert (code, err) == cli(command, str(folder), "--no-cache")[::2]
+    assert not (cache_root() / "index.sqlite").exists()
+
+
 def test_no_cache_neither_reads_nor_writes(repo: Path, runs: list[Path]) -> None:
     _check(repo, "--no-cache")
     assert _entries() == [] and len(runs) == 1

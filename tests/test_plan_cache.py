@@ -191,6 +191,19 @@ def test_a_file_edited_between_two_operators_plans_is_a_miss_once_undone(
     assert _plan(repo) == _plan(repo, "--no-cache") and len(runs) == 4  # a miss, then no cache
 
 
+def test_no_cache_lasts_for_its_own_command(repo: Path, runs: list[Path]) -> None:
+    """`plan --no-cache` keeps the repository index in memory for that command only: a
+    command after it in the same process (a library caller, the next test) stores again,
+    and no worker process of a later command inherits it through the environment."""
+    from optrace.engine import index_cache
+
+    before = os.environ.get("OPTRACE_NO_CACHE")
+    _plan(repo, "--no-cache")
+    assert index_cache._enabled[0] and os.environ.get("OPTRACE_NO_CACHE") == before
+    _plan(repo)
+    assert (cache_root() / "index.sqlite").exists()
+
+
 HIT_IMPORTS = """
 import sys
 from optrace.cli.app import app

@@ -21,7 +21,7 @@ from optrace.cli import result_cache
 from optrace.cli.result_cache import Recording, lookups, recording
 from optrace.codemods.evidence import Evidence
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
-from optrace.engine.discovery import default_repo_root, repo_index, resolve_operator_dir
+from optrace.engine.discovery import default_repo_root, may_be_one_operator, repo_index, resolve_operator_dir
 from optrace.pipeline.check_report import CheckReport
 from optrace.pipeline.gate_result import SYMBOLS, TITLES, GateResult
 
@@ -61,7 +61,10 @@ def lookup(op_dir: Path, repo_root: Path | None, compile_safety: bool) -> Lookup
         return None
     real, given_root = dirs
     try:
-        root = (repo_root or default_repo_root(resolve_operator_dir(op_dir))).resolve()
+        resolved = resolve_operator_dir(op_dir)
+        if not may_be_one_operator(resolved):
+            return None  # refused by the check: no index of the repository for it
+        root = (repo_root or default_repo_root(resolved)).resolve()
     except (InputError, OSError):
         return None
     # The repository's searchable files stand in the entry as the index's state (every

@@ -64,6 +64,9 @@ def end_command() -> None:
 
     apply_config_trust(False)
     track_files_read(False)
+    index_cache = sys.modules.get("optrace.engine.index_cache")  # not imported: nothing set
+    if index_cache is not None:
+        index_cache.reset_enabled()  # plan's --no-cache was that command's only
 
 
 def _worker_start(trusted: bool) -> None:

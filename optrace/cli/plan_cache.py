@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 from optrace.cli import result_cache
 from optrace.cli.result_cache import Recording, recording
 from optrace.engine.diagnostics import InputError
-from optrace.engine.discovery import default_repo_root, repo_index, resolve_operator_dir
+from optrace.engine.discovery import default_repo_root, may_be_one_operator, repo_index, resolve_operator_dir
 
 __all__ = ["KIND", "PlanEntry", "Recording", "lookup", "recording", "store"]
 
@@ -66,7 +66,10 @@ def lookup(op_dir: Path, repo_root: Path | None, as_json: bool, shared: bytes) -
         return None
     real, _ = dirs
     try:
-        root = (repo_root or default_repo_root(resolve_operator_dir(op_dir))).resolve()
+        resolved = resolve_operator_dir(op_dir)
+        if not may_be_one_operator(resolved):
+            return None  # refused by the plan: no index of the repository for it
+        root = (repo_root or default_repo_root(resolved)).resolve()
     except (InputError, OSError):
         return None
     # Once per run (all lookups are one pass, before anything is planned): the state
