@@ -20,8 +20,8 @@ from typing import Any
 from optrace.cli import result_cache
 from optrace.cli.result_cache import Recording, lookups, recording
 from optrace.codemods.evidence import Evidence
-from optrace.engine.diagnostics import Diagnostic, InputError, Severity
-from optrace.engine.discovery import default_repo_root, may_be_one_operator, repo_index, resolve_operator_dir
+from optrace.engine.diagnostics import Diagnostic, Severity
+from optrace.engine.discovery import repo_index
 from optrace.pipeline.check_report import CheckReport
 from optrace.pipeline.gate_result import SYMBOLS, TITLES, GateResult
 
@@ -60,27 +60,21 @@ def lookup(op_dir: Path, repo_root: Path | None, compile_safety: bool) -> Lookup
     if dirs is None:
         return None
     real, given_root = dirs
-    try:
-        resolved = resolve_operator_dir(op_dir)
-        if not may_be_one_operator(resolved):
-            return None  # refused by the check: no index of the repository for it
-        root = (repo_root or default_repo_root(resolved)).resolve()
-    except (InputError, OSError):
-        return None
-    # The repository's searchable files stand in the entry as the index's state (every
-    # path walked, each file's content hash), as in plan's: the files discovery answered
-    # from the index without opening them (a sample newly naming the op) are inputs too.
-    index = repo_index(root)
-    extra = {"index": result_cache.remembered("index-state", os.fsdecode(root), lambda _: index.state())}
+    # The repository's searchable files stand in the entry as the index's state, as in
+    # plan's: the files discovery answered from the index without opening them (a sample
+    # newly naming the op) are inputs too.
+    inputs = result_cache.index_inputs(op_dir, repo_root)
+    if inputs is None:
+        return None  # refused by the check
     name = entry_name(real, given_root, compile_safety)
-    found = result_cache.lookup(KIND, FORMAT, SCHEMA, name, real, extra)
+    found = result_cache.lookup(KIND, FORMAT, SCHEMA, name, real, inputs.extra)
     report = None
     if found.payload is not None:
         try:
             report = report_from_json(found.payload)
         except (KeyError, TypeError, ValueError):
             report = None
-    return Lookup(name, real, report, root, extra, index.built_ns)
+    return Lookup(name, real, report, *inputs)
 
 
 def store(found: Lookup, rec: Recording, report: CheckReport) -> bool:

@@ -30,8 +30,7 @@ from typing import Any, NamedTuple
 
 from optrace.cli import result_cache
 from optrace.cli.result_cache import Recording, recording
-from optrace.engine.diagnostics import InputError
-from optrace.engine.discovery import default_repo_root, may_be_one_operator, repo_index, resolve_operator_dir
+from optrace.engine.discovery import repo_index
 
 __all__ = ["KIND", "PlanEntry", "Recording", "lookup", "recording", "store"]
 
@@ -65,18 +64,10 @@ def lookup(op_dir: Path, repo_root: Path | None, as_json: bool, shared: bytes) -
     if dirs is None:
         return None
     real, _ = dirs
-    try:
-        resolved = resolve_operator_dir(op_dir)
-        if not may_be_one_operator(resolved):
-            return None  # refused by the plan: no index of the repository for it
-        root = (repo_root or default_repo_root(resolved)).resolve()
-    except (InputError, OSError):
-        return None
-    # Once per run (all lookups are one pass, before anything is planned): the state
-    # hashes every searched file's signature and stats every C / C++ source, and taking
-    # it again for each operator was most of a run answered from the cache.
-    index = repo_index(root)
-    extra = {"index": result_cache.remembered("index-state", os.fsdecode(root), lambda _: index.state())}
+    inputs = result_cache.index_inputs(op_dir, repo_root)
+    if inputs is None:
+        return None  # refused by the plan
+    root, extra = inputs.root, inputs.extra
     name = result_cache.entry_name(
         FORMAT, SCHEMA, real, root, b"json" if as_json else b"text",
         os.fsencode(os.getcwd()), os.fsencode(op_dir), os.fsencode(repo_root) if repo_root else b"-",
@@ -84,9 +75,9 @@ def lookup(op_dir: Path, repo_root: Path | None, as_json: bool, shared: bytes) -
     found = result_cache.lookup(KIND, FORMAT, SCHEMA, name, real, extra)
     payload = _payload(found.payload, as_json)
     if payload is None:
-        return PlanEntry(found, extra, root, since_ns=index.built_ns)
+        return PlanEntry(found, extra, root, since_ns=inputs.since_ns)
     text, doc, messages = payload
-    return PlanEntry(found, extra, root, text, doc, messages, index.built_ns)
+    return PlanEntry(found, extra, root, text, doc, messages, inputs.since_ns)
 
 
 _Payload = tuple[str | None, dict[str, object] | None, tuple[str, ...]]

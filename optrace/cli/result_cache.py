@@ -41,10 +41,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any, TypeVar, cast
+from typing import Any, NamedTuple, TypeVar, cast
 
 import optrace
 from optrace import __version__
+from optrace.engine.diagnostics import InputError
+from optrace.engine.discovery import default_repo_root, may_be_one_operator, repo_index, resolve_operator_dir
 from optrace.pipeline.gate_result import cann_toolchain
 from optrace.runtime.regular import read_regular, user_config_path
 from optrace.runtime.usercache import digest, read_entry, write_entry
@@ -290,6 +292,36 @@ def entry_name(fmt: str, schema: int, op_dir: Path, repo_root: Path | None, *opt
     return digest(
         fmt.encode(), str(schema).encode(), shared if shared is not None else shared_name_part(),
         os.fsencode(op_dir), os.fsencode(repo_root) if repo_root is not None else b"-", *options)
+
+
+class IndexInputs(NamedTuple):
+    """What an operator's entry rests on besides what its command reads: the repository
+    discovery searches, the index's state (every path walked, each searchable file's
+    content hash: `extra`) and when the index's walk began (`covered_since_ns`)."""
+
+    root: Path
+    extra: dict[str, str]
+    since_ns: int
+
+
+def index_inputs(op_dir: Path, repo_root: Path | None) -> IndexInputs | None:
+    """The repository index's part of the operator's entry; None when the command refuses
+    the folder anyway (no operator in it, or several: the repository root): no walk and
+    index of the repository around it for that."""
+    try:
+        resolved = resolve_operator_dir(op_dir)
+        if not may_be_one_operator(resolved):
+            return None
+        root = (repo_root or default_repo_root(resolved)).resolve()
+    except (InputError, OSError):
+        return None
+    # Once per run (all lookups are one pass inside `lookups()`, before any operator
+    # runs): the state hashes every searched file's signature and stats every C / C++
+    # source, and taking it again for each operator was most of a run answered from the
+    # cache.
+    index = repo_index(root)
+    state = remembered("index-state", os.fsdecode(root), lambda _: index.state())
+    return IndexInputs(root, {"index": state}, index.built_ns)
 
 
 # --- the entry ---------------------------------------------------------------------------------
