@@ -90,6 +90,10 @@ def test_outside_parent_is_the_rule_span_by_span() -> None:
         # the order of the spans given does not matter but for ties, which the sort keeps
         expected = _outside_by_hand(LABELS, rows)
         assert outside_parent(LABELS, *_spans(rows)) == expected
+        # Integer times (a decoded rank's cycles) are searched by integer keys: the same rule.
+        label, track, start, end = _spans(rows)
+        assert outside_parent(LABELS, label, track.astype(np.int64), start.astype(np.int64),
+                              end.astype(np.int64)) == expected
         if len({(r[1], r[2]) for r in rows if r[0] >= 0}) == len([r for r in rows if r[0] >= 0]):
             assert outside_parent(LABELS, *_spans(shuffled)) == expected
 
