@@ -360,6 +360,11 @@ def idle_cpus() -> float:
     return max(0.0, cpus - load)
 
 
+#: Rank-file bytes (all of a collect's, summed) up to which each file is read once: the
+#: placement's first pass reads it in full and keeps it for the pass that writes it. Above
+#: it, a file is read twice so that only one rank is held at a time.
+KEEP_READ_BYTES = 32 << 20
+
 #: Rank-file bytes below which one process does it all: the work is too small for the
 #: forks and the hand-over between processes to pay.
 MIN_PARALLEL_BYTES = 16 << 20
@@ -445,7 +450,9 @@ def collect(
     if through and options.split is not None:
         raise OutputError(output, "--split writes files beside the output: name a regular file")
     decode_options = DecodeOptions(options.clock_mhz, options.ignore_fingerprint)
-    placed = place_ranks(files, point_map, decode_options, options.align, placement)
+    # Small inputs are read once: the placement's pass keeps each file for the writing pass.
+    keep = sum(_size(path) for _, path in files) <= KEEP_READ_BYTES
+    placed = place_ranks(files, point_map, decode_options, options.align, placement, keep=keep)
     files = placed.files  # rank by rank, each rank's launches in time order
     alignment = placed.alignment
     outcomes: list[RankOutcome] = [RankOutcome(name, path) for name, path in files]
@@ -731,7 +738,8 @@ def _plan_rank(
     rank table; (None, None) when the file could not be used (``outcome.error`` says why)."""
     name = outcome.name
     try:
-        decoded = decode_rank(read_rank_file(outcome.path, name.rank), point_map, decode_options)
+        buffer = placed.take_buffer(position) or read_rank_file(outcome.path, name.rank)
+        decoded = decode_rank(buffer, point_map, decode_options)
     except ProfilingInputError as exc:
         outcome.error = exc
         return None, None

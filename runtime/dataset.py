@@ -213,8 +213,9 @@ def _write(duckdb: ModuleType, output: Path, placed: Placement, outcomes: list[R
                 for position in positions:
                     outcome = outcomes[position]
                     try:
-                        decoded = decode_rank(read_rank_file(outcome.path, outcome.name.rank), point_map,
-                                              decode_options)
+                        buffer = (placed.take_buffer(position)
+                                  or read_rank_file(outcome.path, outcome.name.rank))
+                        decoded = decode_rank(buffer, point_map, decode_options)
                     except ProfilingInputError as exc:
                         outcome.error = exc
                         advance(1)

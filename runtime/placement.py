@@ -33,7 +33,7 @@ from .launches import (
 )
 from .pointmap import PointMap
 from .pt_reader import load_pt
-from .rankfile import OPTRACE_KEY, RankFileName, read_rank_file
+from .rankfile import OPTRACE_KEY, RankBuffer, RankFileName, rank_buffer_from_object, read_rank_file
 from .records import Record
 
 #: The furthest a file's origin goes from the trace's 0 (ns; about 73 years).
@@ -82,7 +82,7 @@ class Placement(Record):
     ``unit_ns``: its rank's unit (None: a rank of one file, its own clock's tick)."""
 
     __match_args__ = ("files", "alignment", "unit_of", "places", "unit_ns", "reference", "facts", "merged",
-                      "hosts")
+                      "hosts", "buffers")
     __slots__ = __match_args__
     files: list[tuple[RankFileName, Path]]
     alignment: Alignment
@@ -93,10 +93,14 @@ class Placement(Record):
     facts: list[FileFacts]
     merged: bool
     hosts: dict[int, str]  # rank -> host, where an anchor names it and the ranks ran on several
+    # position -> the file as the first pass read it, for the pass that writes it
+    # (`take_buffer`); only where place_ranks was asked to keep them.
+    buffers: dict[int, RankBuffer]
 
     def __init__(self, files: list[tuple[RankFileName, Path]], alignment: Alignment, unit_of: list[int],
                  places: list[LaunchPlace], unit_ns: list[int | None], reference: list[int | None],
-                 facts: list[FileFacts], merged: bool, hosts: dict[int, str] | None = None) -> None:
+                 facts: list[FileFacts], merged: bool, hosts: dict[int, str] | None = None,
+                 buffers: dict[int, RankBuffer] | None = None) -> None:
         self.files = files
         self.alignment = alignment
         self.unit_of = unit_of
@@ -113,6 +117,12 @@ class Placement(Record):
             if len(set(hosts.values())) < 2:
                 hosts = {}  # one host: its name tells the ranks apart no better than their numbers
         self.hosts = hosts
+        self.buffers = buffers if buffers is not None else {}
+
+    def take_buffer(self, position: int) -> RankBuffer | None:
+        """The file at ``position`` as the first pass read it, given out once (None: not
+        kept, or given out already — read it again)."""
+        return self.buffers.pop(position, None)
 
     def origin_ns(self, position: int, decoded: RankDecode, manual_us: float = 0.0) -> int:
         """Where the file's tick 0 (its decoder's base cycle) is in the trace, in ns."""
@@ -162,7 +172,10 @@ class Placement(Record):
 
 
 def _facts(name: RankFileName, path: Path, full: bool, point_map: PointMap, options: DecodeOptions,
-           spec: AlignSpec | None) -> FileFacts:
+           spec: AlignSpec | None, keep: bool) -> tuple[FileFacts, RankBuffer | None]:
+    """What the first pass learns of a file and, with ``keep``, the file as it read it
+    in full (None: not read in full, or not a rank buffer: the writing pass reads it
+    again and says why)."""
     try:
         if full or spec is not None:
             buffer = read_rank_file(path, name.rank)
@@ -171,27 +184,35 @@ def _facts(name: RankFileName, path: Path, full: bool, point_map: PointMap, opti
             if spec is not None:
                 ends = label_ends(decode_rank(buffer, point_map, options), point_map, spec.label)
             return FileFacts(True, Anchor.from_meta(buffer.meta), clock,
-                             launch_range(buffer, clock) if full else None, ends)
-        anchor, clock_meta = _anchor_only(path)
+                             launch_range(buffer, clock) if full else None, ends), buffer if keep else None
+        kept = _read_whole(path, name.rank) if keep else None
+        whole: RankBuffer | None = None
+        if kept is not None:
+            (anchor, clock_meta), whole = kept
+        else:
+            anchor, clock_meta = _anchor_only(path)
     except ProfilingInputError:
-        return FileFacts(False)
-    return FileFacts(True, anchor, float(options.clock_mhz or clock_meta or DEFAULT_CLOCK_MHZ))
+        return FileFacts(False), None
+    return FileFacts(True, anchor, float(options.clock_mhz or clock_meta or DEFAULT_CLOCK_MHZ)), whole
 
 
 def place_ranks(
     files: list[tuple[RankFileName, Path]], point_map: PointMap, decode_options: DecodeOptions,
-    spec: AlignSpec | None, merged: Alignment | None = None,
+    spec: AlignSpec | None, merged: Alignment | None = None, keep: bool = False,
 ) -> Placement:
     """Every file's place (see the module's doc). ``merged``: ``--merge``'s placement of
     each file (in the order of ``files``). A file that cannot be read here is left at
-    its rank's end; writing reports it."""
+    its rank's end; writing reports it. ``keep``: read each file in full here and keep
+    it for the writing pass (``Placement.take_buffer``) instead of reading it twice —
+    for inputs small enough to hold at once."""
     if spec is not None and spec.label not in point_map.labels:
         raise AlignmentError(f"--align: {spec.label!r} is not a label of {point_map.path}")
     by_rank: dict[int, list[int]] = {}
     for position, (name, _) in enumerate(files):
         by_rank.setdefault(name.rank, []).append(position)
-    facts = [_facts(name, path, len(by_rank[name.rank]) > 1, point_map, decode_options, spec)
-             for name, path in files]
+    first_pass = [_facts(name, path, len(by_rank[name.rank]) > 1, point_map, decode_options, spec, keep)
+                  for name, path in files]
+    facts = [fact for fact, _ in first_pass]
     ranks: list[RankLaunches] = []
     for rank in sorted(by_rank):
         ranks.append(_lay_out(rank, by_rank[rank], files, facts, merged))
@@ -214,8 +235,10 @@ def place_ranks(
     new_position = {p: n for n, p in enumerate(order)}
     references: list[int | None] = [None if (found := reference[p]) is None else new_position[found]
                                     for p in order]
+    buffers = {n: buffer for n, p in enumerate(order) if (buffer := first_pass[p][1]) is not None}
     return Placement([files[p] for p in order], alignment, unit_of, [places[p] for p in order],
-                     [unit_ns[p] for p in order], references, [facts[p] for p in order], merged is not None)
+                     [unit_ns[p] for p in order], references, [facts[p] for p in order], merged is not None,
+                     buffers=buffers)
 
 
 def _lay_out(rank: int, positions: list[int], files: list[tuple[RankFileName, Path]], facts: list[FileFacts],
@@ -306,13 +329,35 @@ def _anchor_only(path: Path) -> tuple[Anchor | None, float | None]:
     needs no more: place_ranks reads those in full itself when the placement depends on
     them (some files have anchors), and otherwise every file starts at 0 anyway."""
     document = load_pt(path, tensors=False)
+    anchor, clock = _anchor_of(document)
+    if anchor is not None:
+        load_pt(path)  # raises ProfilingInputError for a damaged storage, as it always did
+    return anchor, clock
+
+
+def _read_whole(path: Path, rank: int) -> tuple[tuple[Anchor | None, float | None], RankBuffer | None] | None:
+    """:func:`_anchor_only`'s answer from the file read in full once, and the file as a
+    rank buffer (None where it is not one: the writing pass says why); None where the
+    file cannot be read in full (then :func:`_anchor_only` reads what it can, as before)."""
+    try:
+        document = load_pt(path)
+    except ProfilingInputError:
+        return None
+    answer = _anchor_of(document)
+    try:
+        return answer, rank_buffer_from_object(path, document, rank)
+    except ProfilingInputError:
+        return answer, None
+
+
+def _anchor_of(document: Any) -> tuple[Anchor | None, float | None]:
+    """A rank file's anchor and clock rate from what its pickle holds (a legacy file, a
+    list of tensors, has neither)."""
     meta = document.get("meta") if isinstance(document, dict) and OPTRACE_KEY in document else None
     if not isinstance(meta, dict):
         return None, None
     extra = meta.get("extra")
     anchor = Anchor.from_raw(extra.get("anchor")) if isinstance(extra, dict) else None
-    if anchor is not None:
-        load_pt(path)  # raises ProfilingInputError for a damaged storage, as it always did
     clock = meta.get("clock_mhz")
     if isinstance(clock, (int, float)) and not isinstance(clock, bool) and math.isfinite(clock) and clock > 0:
         return anchor, float(clock)

@@ -576,3 +576,68 @@ def test_align_with_several_launches_moves_each_rank_as_a_whole(tmp_path: Path) 
     # The cycles' 100,000 ticks between the launches stay.
     apart = float(np.median(second)) - float(np.median(first))
     assert apart == pytest.approx(100_000 * TICK_US, abs=2 * TICK_US)
+
+
+def _damage_a_storage(path: Path) -> None:
+    import zipfile
+
+    raw = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as zf:
+        info = next(i for i in zf.infolist() if "/data/" in i.filename)
+    name_len, extra_len = np.frombuffer(bytes(raw[info.header_offset + 26 : info.header_offset + 30]), "<u2")
+    raw[info.header_offset + 30 + int(name_len) + int(extra_len) + 5] ^= 0x40
+    path.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("layout", ["one launch", "two launches", "align"])
+def test_small_inputs_are_read_once_and_written_as_when_read_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str
+) -> None:
+    """Up to collect.KEEP_READ_BYTES, the placement's pass reads each file in full and the
+    writing pass takes it from there: one full read a file, and the same trace, output and
+    exit code as reading each file twice — a damaged storage, a legacy file of the wrong
+    dtype, an anchored file among them."""
+    from optrace.runtime import collect as collect_module
+    from optrace.runtime import placement, rankfile
+    from optrace.runtime.pt_writer import write_pt
+
+    directory = tmp_path / "p"
+    launches = 2 if layout == "two launches" else 1
+    for launch in range(launches):
+        write_ranks(directory, SKEWS[:4], launch=launch, at=100_000 * launch, jitter=1)
+    if launches == 1:
+        with open(directory / "rank003.pt", "wb") as handle:  # a legacy file of the wrong dtype
+            write_pt([np.zeros((2, 64), dtype=np.int32)], handle)
+    _damage_a_storage(sorted(directory.glob("rank002*.pt"))[0])
+    full_reads: dict[str, int] = defaultdict(int)
+
+    def counting(module: types.ModuleType) -> None:
+        real = module.load_pt
+
+        def load_pt(path: Path, *args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("tensors", True):
+                full_reads[Path(path).name] += 1
+            return real(path, *args, **kwargs)
+
+        monkeypatch.setattr(module, "load_pt", load_pt)
+
+    counting(placement)
+    counting(rankfile)
+    extra = ["--align", "step barrier"] if layout == "align" else []
+    runs = {}
+    names = {collect_module.KEEP_READ_BYTES: b"kept.json", 0: b"twice.json"}
+    for bound in names:
+        monkeypatch.setattr(collect_module, "KEEP_READ_BYTES", bound)
+        full_reads.clear()
+        out = tmp_path / names[bound].decode()
+        result = invoke("collect", directory, "-o", out, *extra)
+        runs[bound] = (result.exit_code, result.output.replace(str(out), "OUT"), out.read_bytes(),
+                       dict(full_reads))
+    (kept_code, kept_output, kept_trace, kept_reads), (code, output, twice_trace, twice_reads) = runs.values()
+    assert kept_code == code == 2, output  # the damaged file (and the legacy one) reported
+    assert "Bad CRC-32" in kept_output
+    assert kept_output == output
+    assert kept_trace.replace(b"kept.json", b"") == twice_trace.replace(b"twice.json", b"")
+    readable = [name for name in kept_reads if not name.startswith(("rank002", "rank003"))]
+    assert readable and all(kept_reads[name] == 1 for name in readable), kept_reads
+    assert all(twice_reads[name] == 2 for name in readable), twice_reads
