@@ -46,6 +46,46 @@ def keep_freed_memory() -> None:
     m_trim_threshold, m_mmap_threshold = -1, -3
     mallopt(m_mmap_threshold, 32 << 20)  # glibc's largest allowed value on 64-bit
     mallopt(m_trim_threshold, 1 << 30)
+    if sys.platform == "linux":
+        huge_heap()
+
+
+#: Heap made ready for transparent huge pages before collect starts (under the mmap
+#: threshold above, so that it is heap and stays heap once freed).
+HUGE_HEAP_BYTES = 24 << 20
+_MADV_HUGEPAGE = 14  # Linux
+_HUGE_PAGE = 2 << 20
+
+
+def huge_heap() -> None:
+    """Let the heap collect's arrays come from be backed by 2 MiB pages (where the system
+    hands out transparent huge pages on request, as numpy asks for its own large arrays).
+
+    A first collect touches ~12 MB of fresh heap, a page fault per 4 KiB page: ~3,000
+    faults in the 8-rank benchmark, the gap between a process's first collect and its
+    next (``getrusage``: 3,068 faults against 6). Here glibc extends the heap once, the
+    range is marked, and the block is freed (kept by the trim threshold above): the
+    arrays then fault a 2 MiB page at a time (~150 faults). The same zeroed memory,
+    fewer traps. Nothing is touched here; a system without huge pages ignores the mark.
+    """
+    import ctypes  # numpy imports it anyway
+
+    libc = ctypes.CDLL(None)
+    try:
+        malloc, free, madvise = libc.malloc, libc.free, libc.madvise
+    except AttributeError:
+        return
+    malloc.restype, malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    free.restype, free.argtypes = None, [ctypes.c_void_p]
+    madvise.restype, madvise.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    block = malloc(HUGE_HEAP_BYTES)
+    if not block:
+        return
+    start = (block + _HUGE_PAGE - 1) & ~(_HUGE_PAGE - 1)
+    length = (block + HUGE_HEAP_BYTES - start) & ~(_HUGE_PAGE - 1)
+    if length > 0:
+        madvise(start, length, _MADV_HUGEPAGE)  # a refusal (no THP) changes nothing
+    free(block)
 
 
 def prepare_collect_process() -> None:
