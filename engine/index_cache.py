@@ -54,6 +54,25 @@ from optrace.runtime.usercache import cache_root
 from optrace.runtime.usercache import signature as signature
 
 _SCHEMA = 1
+# A file whose mtime or ctime is this close to (or after) the moment the store hashed it
+# may be written again within the same timestamp tick (filesystem times come from a
+# coarse clock, a few milliseconds behind the real time) and keep its stat signature
+# with other bytes. Its row is stored as not to be trusted (git's "racily clean" files):
+# the next run reads and hashes it again rather than take the signature's word; what was
+# derived from its content is still found by the hash. A filesystem that keeps whole
+# seconds (ext4 with small inodes, ext3, FAT's two) has a tick that long: a time with no
+# fraction of a second is taken to come from one. Tests that count the files a second
+# run reads write theirs at least `RACY_NS` before the first run.
+RACY_NS = 10_000_000
+RACY_WHOLE_SECONDS_NS = 2_000_000_000
+
+
+def _racy(sig: Signature, now_ns: int) -> bool:
+    """Whether a file of this signature, hashed at `now_ns`, may change within its
+    timestamp's tick without its signature changing."""
+    newest = max(sig[1], sig[2])
+    tick = RACY_WHOLE_SECONDS_NS if sig[1] % 1_000_000_000 == 0 and sig[2] % 1_000_000_000 == 0 else RACY_NS
+    return newest >= now_ns - tick
 # As the process started: a command's `--no-cache` lasts for that command only (several
 # may run in one process: tests, library callers), its worker processes included.
 _NO_CACHE_AT_START = os.environ.get("OPTRACE_NO_CACHE")
@@ -139,6 +158,8 @@ class ContentStore:
         self._values: dict[tuple[str, str], str] = {}
         self._new_paths: dict[str, tuple[Signature, str]] = {}
         self._new_values: dict[tuple[str, str], str] = {}
+        # Files hashed this run whose signature may not tell a later change (`RACY_NS`).
+        self._racy: set[str] = set()
         self.hits = 0
         self.misses = 0
         # Signatures taken in the current `reading_only` phase (and which phase that is).
@@ -253,6 +274,10 @@ class ContentStore:
             data, read = self._read(path), True
             sha = hashlib.sha256(data).hexdigest() if data is not None else "-"
             self._new_paths[key] = (sig, sha)
+            if _racy(sig, time.time_ns()):
+                self._racy.add(key)
+            else:
+                self._racy.discard(key)
         value = self._new_values.get((sha, kind))
         if value is None:
             value = self._values.get((sha, kind))
@@ -291,9 +316,11 @@ class ContentStore:
                 con.execute("BEGIN IMMEDIATE")
                 # A name or value that is not valid Unicode (a file named in bytes) is
                 # not stored: SQLite's text is UTF-8. It is derived again on each run.
+                # A racy file's row (`RACY_NS`) carries a ctime no file has: the next
+                # run's signature of it differs, so it is read and hashed again.
                 con.executemany("INSERT OR REPLACE INTO paths VALUES (?, ?, ?, ?, ?, ?)",
-                                [(p, *sig, sha) for p, (sig, sha) in self._new_paths.items()
-                                 if _storable(p)])
+                                [(p, sig[0], sig[1], -1 if p in self._racy else sig[2], sig[3], sha)
+                                 for p, (sig, sha) in self._new_paths.items() if _storable(p)])
                 con.executemany("INSERT OR REPLACE INTO vals VALUES (?, ?, ?, ?)",
                                 [(sha, kind, v, _check(kind, sha, v))
                                  for (sha, kind), v in self._new_values.items() if _storable(v)])
@@ -328,6 +355,7 @@ class ContentStore:
         self._values.update(self._new_values)
         self._new_paths.clear()
         self._new_values.clear()
+        self._racy.clear()
 
 
 def _used_bytes(con: sqlite3.Connection) -> int:

@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,12 @@ def cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     index_cache.set_enabled(True)
     return tmp_path / "cache" / "optrace" / "index.sqlite"
+
+
+def _older_than_racy() -> None:
+    """Let the files just written age past the window in which the store does not trust a
+    file's signature (index_cache.RACY_NS): a test that counts what a second run reads."""
+    time.sleep(3 * index_cache.RACY_NS / 1e9)
 
 
 def _repo(root: Path) -> Path:
@@ -65,6 +72,7 @@ def _store_of(root: Path) -> ContentStore:
 def test_second_run_reads_the_cache_and_no_file(cache_home: Path, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     root = _repo(tmp_path / "repo")
+    _older_than_racy()
     first = _store_of(root)
     assert first.misses > 0 and cache_home.is_file()
     read: list[Path] = []
@@ -364,3 +372,46 @@ def test_an_earlier_versions_plain_entries_are_pruned_first(
         assert usercache.write_entry("check", name, {"pad": "x" * 1000})
     usercache.prune(5000)
     assert not legacy.exists() and all(usercache.entry_path("check", n).exists() for n in names)
+
+
+@pytest.mark.parametrize("times", ["whole seconds", "just now", "in the future", "a minute ago"])
+def test_a_file_hashed_within_its_timestamps_tick_is_read_again(
+    cache_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, times: str
+) -> None:
+    """git's "racily clean" files: a file rewritten, same size, within the tick of the
+    time the store hashed it keeps its stat signature on a filesystem whose times are
+    coarse. Its row is not trusted by the next run, which reads and hashes it again; a
+    file older than the tick is not read again."""
+    now = time.time_ns()
+    fixed = {
+        "whole seconds": now // 1_000_000_000 * 1_000_000_000,  # a filesystem of whole seconds
+        "just now": now,  # nanoseconds, written as the run hashed it
+        "in the future": now + 60_000_000_123,  # another machine's clock
+        "a minute ago": now - 60_000_000_123,
+    }[times]
+    real = index_cache.signature
+
+    def coarse(st: os.stat_result) -> index_cache.Signature:
+        size, _, _, ino = real(st)
+        return (size, fixed, fixed, ino)  # every write within the one tick: the same times
+
+    monkeypatch.setattr(index_cache, "signature", coarse)
+    root = _repo(tmp_path / "repo")
+    target = root / "torch/other.cpp"
+    assert [p.name for p in RepoIndex.build(root).mentioning(b"bar_op")] == ["other.cpp"]
+    target.write_text(target.read_text().replace("bar_op", "baz_op"))  # same size, same inode
+    read: list[Path] = []
+
+    def counting(path: Path) -> bytes | None:
+        read.append(path)
+        return read_bounded(path)
+
+    monkeypatch.setattr("optrace.engine.discovery.read_bounded", counting)
+    index = RepoIndex.build(root)
+    found = [p.name for p in index.mentioning(b"baz_op")]
+    if times == "a minute ago":
+        # Trusted: on a real filesystem a file rewritten since has a new mtime, which is
+        # the change the store sees (here the signature was held still: nothing is read).
+        assert read == []
+    else:
+        assert found == ["other.cpp"] and target in read
