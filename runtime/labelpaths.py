@@ -80,10 +80,14 @@ def _key_scale(track: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[i
     width + (start - lo). In integers where the times are integers and every key fits in
     63 bits (exact, and a search over integers is faster); else in floats."""
     if start.dtype.kind in "iu" and end.dtype.kind in "iu" and track.dtype.kind in "iu":
-        lo_i, hi_i = int(np.min(start)), int(np.max(end))
+        # The keys use the starts; the ends too in the width, as the floats' does (a span
+        # may end before it starts: damaged input). Every value an int64 (uint64 times
+        # past 2**63 are not), every key within 2**62.
+        lo_i = int(np.min(start))
+        hi_i = max(int(np.max(start)), int(np.max(end)))
         width_i = max(hi_i - lo_i + 1, 1)
         tracks_top = max(abs(int(np.min(track))), abs(int(np.max(track)))) + 1
-        if (tracks_top + 1) * width_i < 1 << 62:
+        if -(1 << 63) <= lo_i and hi_i < 1 << 63 and (tracks_top + 1) * width_i < 1 << 62:
             return lo_i, width_i
     lo = float(np.min(start))
     return lo, float(np.max(end)) - lo + 1.0

@@ -157,3 +157,25 @@ def test_a_collect_checks_label_paths_without_importing_numpy_ma(tmp_path: Path)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "False 0 []"
+
+
+def test_integer_times_at_the_ends_of_their_range_keep_the_rule() -> None:
+    """Integer keys only where every key fits: uint64 times past 2**63 (which int64 keys
+    cannot hold) and, in damaged input, spans ending before they start near 2**63 (the
+    key's width must cover the starts) are searched as the rule says."""
+    labels = ["processing", "processing combine"]
+    past = 2**63
+    label = np.array([0, 1, 0, 1], np.int32)
+    start = np.array([past + 10, past + 12, past + 10, past + 30], np.uint64)
+    end = np.array([past + 15, past + 17, past + 15, past + 35], np.uint64)
+    rows = [(int(a), 0, int(b), int(c)) for a, b, c in zip(label, start, end, strict=True)]
+    expected = _outside_by_hand(labels, rows)
+    assert expected == [("processing combine", "processing", 2)]
+    assert outside_parent(labels, label, np.zeros(4, np.int64), start, end) == expected
+    top = 2**63 - 1
+    label = np.array([0, 0, 1, 0, 0, 1], np.int32)
+    track = np.array([0, 0, 0, 1, 1, 1], np.int64)
+    start = np.array([0, 1, 2, top - 60, top - 30, top - 5], np.int64)
+    end = np.array([10, 10, 5, 0, 0, 0], np.int64)
+    rows = [(int(a), int(t), int(b), int(c)) for a, t, b, c in zip(label, track, start, end, strict=True)]
+    assert outside_parent(labels, label, track, start, end) == _outside_by_hand(labels, rows) == []
