@@ -360,9 +360,10 @@ def idle_cpus() -> float:
     return max(0.0, cpus - load)
 
 
-#: Rank-file bytes (all of a collect's, summed) up to which each file is read once: the
-#: placement's first pass reads it in full and keeps it for the pass that writes it. Above
-#: it, a file is read twice so that only one rank is held at a time.
+#: Rank-file bytes (all of a collect's, summed, on disk and as records in memory) up to
+#: which each file is read once: the placement's first pass reads it in full and keeps it
+#: for the pass that writes it. Above it, a file is read twice so that only one rank is
+#: held at a time.
 KEEP_READ_BYTES = 32 << 20
 
 #: Rank-file bytes below which one process does it all: the work is too small for the
@@ -451,8 +452,9 @@ def collect(
         raise OutputError(output, "--split writes files beside the output: name a regular file")
     decode_options = DecodeOptions(options.clock_mhz, options.ignore_fingerprint)
     # Small inputs are read once: the placement's pass keeps each file for the writing pass.
-    keep = sum(_size(path) for _, path in files) <= KEEP_READ_BYTES
-    placed = place_ranks(files, point_map, decode_options, options.align, placement, keep=keep)
+    small = sum(_size(path) for _, path in files) <= KEEP_READ_BYTES
+    placed = place_ranks(files, point_map, decode_options, options.align, placement,
+                         keep_bytes=KEEP_READ_BYTES if small else 0)
     files = placed.files  # rank by rank, each rank's launches in time order
     alignment = placed.alignment
     outcomes: list[RankOutcome] = [RankOutcome(name, path) for name, path in files]

@@ -198,20 +198,30 @@ def _facts(name: RankFileName, path: Path, full: bool, point_map: PointMap, opti
 
 def place_ranks(
     files: list[tuple[RankFileName, Path]], point_map: PointMap, decode_options: DecodeOptions,
-    spec: AlignSpec | None, merged: Alignment | None = None, keep: bool = False,
+    spec: AlignSpec | None, merged: Alignment | None = None, keep_bytes: int = 0,
 ) -> Placement:
     """Every file's place (see the module's doc). ``merged``: ``--merge``'s placement of
     each file (in the order of ``files``). A file that cannot be read here is left at
-    its rank's end; writing reports it. ``keep``: read each file in full here and keep
-    it for the writing pass (``Placement.take_buffer``) instead of reading it twice —
-    for inputs small enough to hold at once."""
+    its rank's end; writing reports it. ``keep_bytes``: read files in full here and keep
+    them for the writing pass (``Placement.take_buffer``) instead of reading them twice,
+    while their records in memory add up to no more than that (a compressed file can
+    hold far more than its size on disk); the files after are read twice."""
     if spec is not None and spec.label not in point_map.labels:
         raise AlignmentError(f"--align: {spec.label!r} is not a label of {point_map.path}")
     by_rank: dict[int, list[int]] = {}
     for position, (name, _) in enumerate(files):
         by_rank.setdefault(name.rank, []).append(position)
-    first_pass = [_facts(name, path, len(by_rank[name.rank]) > 1, point_map, decode_options, spec, keep)
-                  for name, path in files]
+    first_pass: list[tuple[FileFacts, RankBuffer | None]] = []
+    room = keep_bytes
+    for name, path in files:
+        fact, buffer = _facts(name, path, len(by_rank[name.rank]) > 1, point_map, decode_options, spec,
+                              room > 0)
+        if buffer is not None:
+            if buffer.data.nbytes > room:
+                buffer, room = None, 0  # past the bound: this file and the rest read again
+            else:
+                room -= buffer.data.nbytes
+        first_pass.append((fact, buffer))
     facts = [fact for fact, _ in first_pass]
     ranks: list[RankLaunches] = []
     for rank in sorted(by_rank):

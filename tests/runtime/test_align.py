@@ -641,3 +641,44 @@ def test_small_inputs_are_read_once_and_written_as_when_read_twice(
     readable = [name for name in kept_reads if not name.startswith(("rank002", "rank003"))]
     assert readable and all(kept_reads[name] == 1 for name in readable), kept_reads
     assert all(twice_reads[name] == 2 for name in readable), twice_reads
+
+
+def test_what_the_first_pass_keeps_is_bounded_by_the_records_in_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deflated rank files are small on disk and large in memory: the files kept for the
+    writing pass add up to no more than the bound in memory (the rest are read again),
+    and the trace is the one read twice gives."""
+    import zipfile
+
+    from optrace.runtime import collect as collect_module
+
+    directory = tmp_path / "p"
+    write_ranks(directory, SKEWS[:4])
+    for path in sorted(directory.glob("rank*.pt")):  # the same members, deflated
+        packed = path.with_suffix(".zip")
+        with zipfile.ZipFile(path) as src, zipfile.ZipFile(packed, "w", zipfile.ZIP_DEFLATED) as dst:
+            for info in src.infolist():
+                dst.writestr(info.filename, src.read(info.filename))
+        packed.replace(path)
+    one = read_rank_file(directory / "rank000.pt").data.nbytes
+    on_disk = sum(p.stat().st_size for p in directory.glob("rank*.pt"))
+    bound = 2 * one + one // 2
+    assert on_disk <= bound < 4 * one  # small enough on disk to keep, not in memory
+    monkeypatch.setattr(collect_module, "KEEP_READ_BYTES", bound)
+    kept: list[int] = []
+    real = collect_module.place_ranks
+
+    def place_ranks(*args: Any, **kwargs: Any) -> Any:
+        placed = real(*args, **kwargs)
+        kept.extend(buffer.data.nbytes for buffer in placed.buffers.values())
+        return placed
+
+    monkeypatch.setattr(collect_module, "place_ranks", place_ranks)
+    result = invoke("collect", directory, "-o", tmp_path / "kept.json")
+    assert result.exit_code == 0, result.output
+    assert len(kept) == 2 and sum(kept) <= bound
+    monkeypatch.setattr(collect_module, "KEEP_READ_BYTES", 0)
+    assert invoke("collect", directory, "-o", tmp_path / "twice.json").exit_code == 0
+    assert (tmp_path / "kept.json").read_bytes().replace(b"kept.json", b"") == (
+        tmp_path / "twice.json").read_bytes().replace(b"twice.json", b"")
