@@ -18,13 +18,14 @@ the persistent id, ``collections.OrderedDict`` for the (empty) backward hooks;
 
 from __future__ import annotations
 
+import codecs
 import io
 import pickle
 import struct
 import warnings
 import zlib
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from itertools import pairwise
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -612,15 +613,11 @@ def _check_memo_indices(source: str, pickled: bytes) -> None:
 def _memo_indices_damaged(source: str, pickled: bytes) -> bool:
     """Walk the opcodes: raise on a memo index past the pickle's length; True where the
     walk stopped at damage (the unpickler will say what), False where it is sound."""
-    # Imported on first use, not with the module: `import optrace.runtime.collect` no longer
-    # pays for it up front (a collect run still pays it at its first rank file).
-    import pickletools
-
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # odd escapes in a STRING opcode
-            for opcode, arg, _pos in pickletools.genops(pickled):
-                if opcode.name in ("PUT", "BINPUT", "LONG_BINPUT") and int(arg or 0) > len(pickled):
+            for _code, arg in pickle_memo_puts(pickled):
+                if arg > len(pickled):
                     raise ProfilingInputError(
                         source, f"corrupt data.pkl (memo index {arg} in a {len(pickled)}-byte pickle)"
                     )
@@ -629,6 +626,121 @@ def _memo_indices_damaged(source: str, pickled: bytes) -> bool:
         # foreign global before it is still reported as such).
         return True
     return False
+
+
+# Every pickle opcode (protocols 0 to 5) by how its argument is read, as the standard
+# library's pickletools reads it (tests/runtime/test_pt_io.py compares the two). The walk
+# below is pickletools.genops without its import: that module builds its opcode
+# documentation when imported, ~1.5 ms, the largest single cost of a first collect's
+# first rank file.
+_OPCODE_ARGS: dict[int, str] = {
+    **{c: "" for c in b"\x97\x98N\x88\x89]ael)t\x85\x86\x87}dsu\x8f\x90\x91012(1\x94\x93Rbo\x81\x92.Q"},
+    **{c: "uint1" for c in b"Khq\x82\x80"},
+    **{c: "uint2" for c in b"M\x83"},
+    **{c: "int4" for c in b"J\x84"},
+    **{c: "uint4" for c in b"jr"},
+    ord("\x95"): "uint8",
+    ord("G"): "float8",
+    **{c: "decimalnl_short" for c in b"Igp"},
+    ord("L"): "decimalnl_long",
+    ord("\x8a"): "long1",
+    ord("\x8b"): "long4",
+    ord("S"): "stringnl",
+    ord("T"): "string4",
+    ord("U"): "string1",
+    ord("B"): "bytes4",
+    ord("C"): "bytes1",
+    ord("\x8e"): "bytes8",
+    ord("\x96"): "bytearray8",
+    ord("V"): "unicodestringnl",
+    ord("\x8c"): "unicodestring1",
+    ord("X"): "unicodestring4",
+    ord("\x8d"): "unicodestring8",
+    ord("F"): "floatnl",
+    **{c: "stringnl_noescape_pair" for c in b"ci"},
+    ord("P"): "stringnl_noescape",
+}
+_FIXED = {"uint1": 1, "uint2": 2, "int4": 4, "uint4": 4, "uint8": 8, "float8": 8}
+_COUNTED = {"long1": 1, "string1": 1, "bytes1": 1, "unicodestring1": 1, "long4": 4, "string4": 4,
+            "bytes4": 4, "unicodestring4": 4, "bytes8": 8, "bytearray8": 8, "unicodestring8": 8}
+_MEMO_PUTS = frozenset(b"pqr")  # PUT, BINPUT, LONG_BINPUT
+_STOP = ord(".")
+
+
+def pickle_memo_puts(data: bytes) -> Iterator[tuple[int, int]]:
+    """(opcode, memo index) of each PUT, BINPUT and LONG_BINPUT of a pickle, in order, up
+    to its STOP. Raises ValueError where pickletools.genops would (damage: an unknown
+    opcode, an argument cut short or unreadable, no STOP)."""
+    pos, end = 0, len(data)
+    while True:
+        if pos >= end:
+            raise ValueError("pickle exhausted before seeing STOP")
+        code = data[pos]
+        pos += 1
+        kind = _OPCODE_ARGS.get(code)
+        if kind is None:
+            raise ValueError(f"at position {pos - 1}, opcode {bytes([code])!r} unknown")
+        arg = 0
+        if not kind:
+            pass
+        elif kind in _FIXED:
+            size = _FIXED[kind]
+            if pos + size > end:
+                raise ValueError(f"not enough data in stream to read {kind}")
+            if code in _MEMO_PUTS:
+                arg = int.from_bytes(data[pos : pos + size], "little")
+            pos += size
+        elif kind in _COUNTED:
+            width = _COUNTED[kind]
+            if pos + width > end:
+                raise ValueError(f"not enough data in stream to read {kind}'s length")
+            n = int.from_bytes(data[pos : pos + width], "little", signed=kind in ("long4", "string4"))
+            pos += width
+            if n < 0:
+                raise ValueError(f"{kind} byte count < 0: {n}")
+            if pos + n > end:
+                raise ValueError(f"expected {n} bytes in a {kind}, but only {end - pos} remain")
+            if kind.startswith("unicodestring"):
+                str(data[pos : pos + n], "utf-8", "surrogatepass")
+            pos += n
+        else:
+            for _ in range(2 if kind == "stringnl_noescape_pair" else 1):
+                line_end = data.find(b"\n", pos)
+                if line_end < 0:
+                    raise ValueError(f"no newline found when trying to read {kind}")
+                line = data[pos:line_end]
+                pos = line_end + 1
+                arg = _line_argument(kind, line)
+        if code in _MEMO_PUTS:
+            yield code, arg
+        if code == _STOP:
+            return
+
+
+def _line_argument(kind: str, line: bytes) -> int:
+    """A newline-ended argument checked as pickletools reads it (ValueError where it
+    cannot); a decimal's value (a PUT's memo index), else 0."""
+    if kind == "decimalnl_short":
+        # pickletools reads "00" and "01" as False and True (protocol 0's booleans)
+        return 1 if line == b"01" else 0 if line == b"00" else int(line)
+    if kind == "decimalnl_long":
+        int(line[:-1] if line[-1:] == b"L" else line)
+    elif kind == "floatnl":
+        float(line)
+    elif kind == "unicodestringnl":
+        str(line, "raw-unicode-escape")
+    else:  # stringnl, stringnl_noescape(_pair)
+        if kind == "stringnl":
+            for quote in (b'"', b"'"):
+                if line.startswith(quote):
+                    if not line.endswith(quote):
+                        raise ValueError(f"string quote {quote!r} not found at both ends")
+                    line = line[1:-1]
+                    break
+            else:
+                raise ValueError("no string quotes around a stringnl")
+        codecs.escape_decode(line)[0].decode("ascii")
+    return 0
 
 
 def load_pt_with_torch(path: str | Path) -> Any:
