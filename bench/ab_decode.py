@@ -3,13 +3,13 @@
 
 What bench_floor.py's decoding figure times (the 8-rank workload of bench_collect, 72
 cores x 994 records a rank, to a JSON trace): `collect` in-process after its imports, CPU
-seconds of the process, its first call — and, in the same process, the best of
-``--calls`` more calls (warm: the code paths and the memory already touched). Each round
-runs one process of each checkout in turn, so a shared machine's drift falls on both
-alike; the table gives the medians over the rounds, and whether the two traces are
-byte-identical. (The fair loop's time, which bench_floor divides by these, moves by ~10 %
-between runs of the same code on this machine: a change of a few percent in decoding is
-seen here, not there.)
+seconds of the process, its first call (and the page faults it took) — and, in the
+same process, the best of ``--calls`` more calls (warm: the code paths and the memory
+already touched). Each round runs one process of each checkout in turn, so a shared
+machine's drift falls on both alike; the table gives the medians over the rounds, and
+whether the two traces are byte-identical. (The fair loop's time, which bench_floor
+divides by these, moves by ~10 % between runs of the same code on this machine: a change
+of a few percent in decoding is seen here, not there.)
 
 Usage: python bench/ab_decode.py --before /tmp/wt_before [--rounds 8] [--calls 6]
 """
@@ -32,19 +32,22 @@ from bench_collect import compile_tree, generate  # noqa: E402
 # The first call, as bench_floor's OPTRACE_DECODE_CPU times it, then warm calls; each call
 # writes a new file (the old one removed first, untimed, as bench_collect.measure does).
 DECODE = (
-    "import os, sys, time\n"
+    "import os, resource, sys, time\n"
     "from optrace.cli.start import prepare_collect_process\n"
     "prepare_collect_process()\n"
     "from pathlib import Path\n"
     "from optrace.runtime.collect import collect\n"
     "times = []\n"
+    "faults = []\n"
     "for _ in range(1 + int(sys.argv[3])):\n"
     "    if os.path.exists(sys.argv[2]):\n"
     "        os.unlink(sys.argv[2])\n"
+    "    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
     "    started = time.process_time()\n"
     "    collect(Path(sys.argv[1]), Path(sys.argv[2]))\n"
     "    times.append(time.process_time() - started)\n"
-    "print(times[0], min(times[1:] or times))\n"
+    "    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)\n"
+    "print(times[0], min(times[1:] or times), faults[0])\n"
 )
 
 
@@ -64,24 +67,26 @@ def main() -> int:
         data = work / "data"
         data.mkdir()
         records = generate(data, args.ranks, 72)
-        seen: dict[str, dict[str, list[float]]] = {name: {"first": [], "warm": []} for name in sides}
+        seen: dict[str, dict[str, list[float]]] = {name: {"first": [], "warm": [], "faults": []}
+                                                   for name in sides}
         for _ in range(args.rounds):
             for name, top in sides.items():
                 env = {**os.environ, "PYTHONPATH": str(top)}
                 done = subprocess.run([sys.executable, "-c", DECODE, str(data), str(work / f"{name}.json"),
                                        str(args.calls)], env=env, cwd=tmp, check=True, capture_output=True,
                                       text=True)
-                first, warm = (float(x) for x in done.stdout.split())
+                first, warm, faults = (float(x) for x in done.stdout.split())
                 seen[name]["first"].append(first)
                 seen[name]["warm"].append(warm)
+                seen[name]["faults"].append(faults)
         same = (work / "before.json").read_bytes() == (work / "after.json").read_bytes()
     print(f"collect's decoding, {args.ranks} ranks x 72 cores x {records} records, to JSON; "
           f"{args.rounds} interleaved rounds, CPU seconds (median)\n")
-    print("| checkout | first call | warm (best of the process's next calls) |")
-    print("|---|---:|---:|")
+    print("| checkout | first call | warm (best of the process's next calls) | page faults, first call |")
+    print("|---|---:|---:|---:|")
     for name, times in seen.items():
         print(f"| {name} ({sides[name]}) | {statistics.median(times['first']):.4f} | "
-              f"{statistics.median(times['warm']):.4f} |")
+              f"{statistics.median(times['warm']):.4f} | {statistics.median(times['faults']):.0f} |")
     first = statistics.median(seen["after"]["first"]) / statistics.median(seen["before"]["first"])
     warm = statistics.median(seen["after"]["warm"]) / statistics.median(seen["before"]["warm"])
     print(f"\nafter / before: first call {first:.3f}, warm {warm:.3f}; "
