@@ -540,6 +540,8 @@ def collect(
                             for r in rank_runs(sizes[block.start : block.stop], processes)]
                     _run_side_by_side(runs, writer, plan, outcomes, ranks_meta, advance, watch,
                                       sum(sizes[block.start : block.stop]))
+                    for position in block:  # the workers' runs: each took its own copy
+                        placed.take_buffer(position)
             if not any(o.spans_written for o in outcomes):
                 raise _NoSpans  # leaves the block: the temporary file is removed
             writer.close(other_data(range(len(files))), names(range(len(files))))
