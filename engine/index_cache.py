@@ -164,7 +164,8 @@ class ContentStore:
         self.misses = 0
         # Signatures taken in the current `reading_only` phase (and which phase that is).
         self._phase: Phase | None = None
-        self._phase_sigs: dict[str, Signature] = {}
+        # (signature, time.time_ns() just before its stat), by path.
+        self._phase_sigs: dict[str, tuple[Signature, int]] = {}
         if db is not None:
             self._load(db)
 
@@ -252,17 +253,21 @@ class ContentStore:
         data: bytes | None = None
         read = False
         current = _phase[0]
+        # The time just before the signature's stat: a write after it gets an mtime of at
+        # least this, less one tick of the filesystem's clock (`_racy`).
         if current is not None and st is None:
             if self._phase is not current:
                 self._phase, self._phase_sigs = current, {}
             known_sig = self._phase_sigs.get(key)
             if known_sig is None:
+                taken = time.time_ns()
                 try:
-                    known_sig = self._phase_sigs[key] = signature(os.stat(path))
+                    known_sig = self._phase_sigs[key] = (signature(os.stat(path)), taken)
                 except OSError:
                     return derive(None)
-            sig = known_sig
+            sig, taken = known_sig
         else:
+            taken = time.time_ns()
             try:
                 sig = signature(st or os.stat(path))
             except OSError:
@@ -274,23 +279,40 @@ class ContentStore:
             data, read = self._read(path), True
             sha = hashlib.sha256(data).hexdigest() if data is not None else "-"
             self._new_paths[key] = (sig, sha)
-            if _racy(sig, time.time_ns()):
+            if _racy(sig, taken):
                 self._racy.add(key)
             else:
                 self._racy.discard(key)
+        value = self._found(sha, kind, read)
+        if value is not None:
+            self.hits += 1
+            return value
+        if not read:
+            data = self._read(path)
+            fresh = hashlib.sha256(data).hexdigest() if data is not None else "-"
+            if fresh != sha:
+                # Changed since its signature was taken (a phase's signature is taken once;
+                # or a rewrite within its tick): what is derived now is of these bytes and
+                # is kept under their hash, never the old one, and the row is not trusted.
+                sha = fresh
+                self._new_paths[key] = (sig, sha)
+                self._racy.add(key)
+                value = self._found(sha, kind, True)
+                if value is not None:
+                    self.hits += 1
+                    return value
+        self.misses += 1
+        value = derive(data)
+        self._new_values[(sha, kind)] = value
+        return value
+
+    def _found(self, sha: str, kind: str, read: bool) -> str | None:
+        """The value derived of this content before, this run's or the store's."""
         value = self._new_values.get((sha, kind))
         if value is None:
             value = self._values.get((sha, kind))
         if value is None and read and self.under is not None:
             value = self._stored_value(sha, kind)  # a content seen under another folder
-        if value is not None:
-            self.hits += 1
-            return value
-        self.misses += 1
-        if not read:
-            data = self._read(path)
-        value = derive(data)
-        self._new_values[(sha, kind)] = value
         return value
 
     def sha_of(self, path: Path) -> str | None:

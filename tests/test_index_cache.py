@@ -415,3 +415,61 @@ def test_a_file_hashed_within_its_timestamps_tick_is_read_again(
         assert read == []
     else:
         assert found == ["other.cpp"] and target in read
+
+
+def test_the_tick_counts_from_before_the_read_not_after_the_hash(
+    cache_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file rewritten (same size, same coarse time) just after the store read it, the
+    store then slow to hash it (a large file, a busy machine): the window counts from the
+    stat, so the row is still not trusted and the next run reads the new bytes."""
+    tick = time.time_ns() - 5_000_000  # written 5 ms before the run, within its tick
+    real = index_cache.signature
+    monkeypatch.setattr(index_cache, "signature", lambda st: (real(st)[0], tick, tick, real(st)[3]))
+    target = tmp_path / "repo" / "a.cpp"
+    target.parent.mkdir()
+    target.write_bytes(b"foo_op();\n")
+
+    def read_then_rewritten(path: Path) -> bytes | None:
+        data = read_bounded(path)
+        path.write_bytes(b"bar_op();\n")  # same size, same tick: the same signature
+        time.sleep(3 * index_cache.RACY_NS / 1e9)  # the hash takes its time
+        return data
+
+    first = ContentStore(cache_home, read_then_rewritten, under=target.parent)
+    assert first.derived(target, "text", lambda data: (data or b"").decode()) == "foo_op();\n"
+    first.flush()
+    again = ContentStore(cache_home, read_bounded, under=target.parent)
+    assert again.derived(target, "text", lambda data: (data or b"").decode()) == "bar_op();\n"
+
+
+def test_what_is_derived_is_kept_under_the_hash_of_the_bytes_it_came_from(
+    cache_home: Path, tmp_path: Path
+) -> None:
+    """In a reading-only phase a file's signature is taken once; a file another process
+    edits during it is read for a kind not derived yet: that value is of the new bytes and
+    is kept under their hash, never the old one (a later file holding the old bytes got
+    the new bytes' words), and the row is read again by the next run."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    script = root / "build.sh"
+    before, after = b"add_kernel foo_op\n", b"add_kernel some_other_op\n"
+    script.write_bytes(before)
+    past = time.time_ns() - 3600 * 1_000_000_000
+    os.utime(script, ns=(past, past))
+    _older_than_racy()
+
+    def second_word(data: bytes | None) -> str:
+        return (data or b"").split()[1].decode()
+
+    with index_cache.reading_only():
+        store = ContentStore(cache_home, read_bounded, under=root)
+        assert store.derived(script, "builds", lambda data: "1") == "1"
+        script.write_bytes(after)  # edited while the phase runs
+        assert store.derived(script, "word", second_word) == "some_other_op"
+        store.flush()
+    script.write_bytes(before)  # and back, as a checkout would
+    os.utime(script, ns=(past, past))
+    _older_than_racy()
+    later = ContentStore(cache_home, read_bounded, under=root)
+    assert later.derived(script, "word", second_word) == "foo_op"
