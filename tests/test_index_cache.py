@@ -33,10 +33,12 @@ def cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "cache" / "optrace" / "index.sqlite"
 
 
-def _older_than_racy() -> None:
+def _older_than_racy(written: Path | None = None) -> None:
     """Let the files just written age past the window in which the store does not trust a
-    file's signature (index_cache.RACY_NS): a test that counts what a second run reads."""
-    time.sleep(3 * index_cache.RACY_NS / 1e9)
+    file's signature (index_cache.RACY_NS; the longer one where `written`'s filesystem
+    keeps whole seconds): a test that counts what a second run reads."""
+    whole = written is not None and written.stat().st_mtime_ns % 1_000_000_000 == 0
+    time.sleep((index_cache.RACY_WHOLE_SECONDS_NS if whole else 3 * index_cache.RACY_NS) / 1e9)
 
 
 def _repo(root: Path) -> Path:
@@ -72,7 +74,7 @@ def _store_of(root: Path) -> ContentStore:
 def test_second_run_reads_the_cache_and_no_file(cache_home: Path, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     root = _repo(tmp_path / "repo")
-    _older_than_racy()
+    _older_than_racy(root / "build.sh")
     first = _store_of(root)
     assert first.misses > 0 and cache_home.is_file()
     read: list[Path] = []
