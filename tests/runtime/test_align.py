@@ -518,25 +518,28 @@ def test_an_unusable_rank_file_does_not_turn_the_anchors_off(tmp_path: Path) -> 
     assert abs(alignment["ranks"][1]["shift_us"] - SKEWS[1] * TICK_US) <= TICK_US
 
 
-@pytest.mark.parametrize("anchored", [True, False])
-def test_a_damaged_storage_stays_out_of_the_placement(tmp_path: Path, anchored: bool) -> None:
-    """collect's anchor pass reads only the pickle of a file without an anchor: a damaged
-    storage (found when the trace is written) must not change the others' placement."""
+def _damage_a_storage(path: Path) -> None:
     import zipfile
 
-    from optrace.runtime.pt_writer import write_pt
-
-    write_ranks(tmp_path / "p", SKEWS[:3] if anchored else SKEWS[:2])
-    if not anchored:  # a legacy file (no anchor), damaged, beside anchored ones
-        with open(tmp_path / "p" / "rank002.pt", "wb") as handle:
-            write_pt([np.zeros((2, 2048), dtype=np.int64)], handle)
-    path = tmp_path / "p" / "rank002.pt"
     raw = bytearray(path.read_bytes())
     with zipfile.ZipFile(path) as zf:
         info = next(i for i in zf.infolist() if "/data/" in i.filename)
     name_len, extra_len = np.frombuffer(bytes(raw[info.header_offset + 26 : info.header_offset + 30]), "<u2")
     raw[info.header_offset + 30 + int(name_len) + int(extra_len) + 5] ^= 0x40
     path.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("anchored", [True, False])
+def test_a_damaged_storage_stays_out_of_the_placement(tmp_path: Path, anchored: bool) -> None:
+    """collect's anchor pass reads only the pickle of a file without an anchor: a damaged
+    storage (found when the trace is written) must not change the others' placement."""
+    from optrace.runtime.pt_writer import write_pt
+
+    write_ranks(tmp_path / "p", SKEWS[:3] if anchored else SKEWS[:2])
+    if not anchored:  # a legacy file (no anchor), damaged, beside anchored ones
+        with open(tmp_path / "p" / "rank002.pt", "wb") as handle:
+            write_pt([np.zeros((2, 2048), dtype=np.int64)], handle)
+    _damage_a_storage(tmp_path / "p" / "rank002.pt")
     result = invoke("collect", tmp_path / "p", "-o", tmp_path / "t.json")
     assert result.exit_code == 2, result.output
     assert "Bad CRC-32" in result.output
@@ -576,17 +579,6 @@ def test_align_with_several_launches_moves_each_rank_as_a_whole(tmp_path: Path) 
     # The cycles' 100,000 ticks between the launches stay.
     apart = float(np.median(second)) - float(np.median(first))
     assert apart == pytest.approx(100_000 * TICK_US, abs=2 * TICK_US)
-
-
-def _damage_a_storage(path: Path) -> None:
-    import zipfile
-
-    raw = bytearray(path.read_bytes())
-    with zipfile.ZipFile(path) as zf:
-        info = next(i for i in zf.infolist() if "/data/" in i.filename)
-    name_len, extra_len = np.frombuffer(bytes(raw[info.header_offset + 26 : info.header_offset + 30]), "<u2")
-    raw[info.header_offset + 30 + int(name_len) + int(extra_len) + 5] ^= 0x40
-    path.write_bytes(bytes(raw))
 
 
 @pytest.mark.parametrize("layout", ["one launch", "two launches", "align"])
