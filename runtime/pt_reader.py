@@ -631,8 +631,7 @@ def _memo_indices_damaged(source: str, pickled: bytes) -> bool:
 # Every pickle opcode (protocols 0 to 5) by how its argument is read, as the standard
 # library's pickletools reads it (tests/runtime/test_pt_io.py compares the two). The walk
 # below is pickletools.genops without its import: that module builds its opcode
-# documentation when imported, ~1.5 ms, the largest single cost of a first collect's
-# first rank file.
+# documentation when imported, which a first collect paid at its first rank file.
 _OPCODE_ARGS: dict[int, str] = {
     **{c: "" for c in b"\x97\x98N\x88\x89]ael)t\x85\x86\x87}dsu\x8f\x90\x91012(1\x94\x93Rbo\x81\x92.Q"},
     **{c: "uint1" for c in b"Khq\x82\x80"},

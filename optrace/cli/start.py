@@ -61,11 +61,11 @@ def huge_heap() -> None:
     """Let the heap collect's arrays come from be backed by 2 MiB pages (where the system
     hands out transparent huge pages on request, as numpy asks for its own large arrays).
 
-    A first collect touches ~12 MB of fresh heap, a page fault per 4 KiB page: ~3,000
-    faults in the 8-rank benchmark, the gap between a process's first collect and its
-    next (``getrusage``: 3,068 faults against 6). Here glibc extends the heap once, the
+    A first collect touches fresh heap a page fault per 4 KiB page: ~3,100 faults in the
+    8-rank benchmark's first call, most of the gap between a process's first collect and
+    its next (bench/ab_decode.py prints them). Here glibc extends the heap once, the
     range is marked, and the block is freed (kept by the trim threshold above): the
-    arrays then fault a 2 MiB page at a time (~150 faults). The same zeroed memory,
+    arrays then fault a 2 MiB page at a time (~170 faults). The same zeroed memory,
     fewer traps. Nothing is touched here; a system without huge pages ignores the mark.
     """
     import ctypes  # numpy imports it anyway
