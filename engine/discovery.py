@@ -693,21 +693,39 @@ def find_operator_dirs(root: Path) -> list[Path]:
 
 def may_be_one_operator(op_dir: Path) -> bool:
     """Whether `op_dir` may be one operator directory, from a walk of it alone: it holds a
-    kernel source, and no kernel entry of another operator lies below it. What a cache
-    lookup asks before it indexes the repository: a folder the command refuses anyway (no
-    operator, or several: the repository root) must not cost a walk and an index of
-    everything around it. A folder that passes may still be refused by the command."""
+    kernel source, and no kernel entry of another operator lies below it unless it holds
+    one itself. What a cache lookup asks before it indexes the repository: a folder the
+    command refuses anyway (no operator, or several: the repository root) must not cost a
+    walk and an index of everything around it. A folder that passes may still be refused
+    by the command.
+
+    The rule is `refuse_parent_of_operators`': an operator with another kernel entry below
+    it is still one (ops-nn's `<op>/tests/ut/op_kernel/test_<op>.cpp` is a unit test's
+    kernel, and many of its operators have one): asking only for the other entry left
+    every such operator out of the caches."""
     root = op_dir.resolve()
-    any_source = False
+    own: list[Path] = []
+    any_source = other = False
     for path in walk_files(root, KERNEL_EXTS):
         any_source = True
         owner = operator_dir_of(path, root)
         if owner is None or owner == root:
-            continue  # its own kernel files are not read here
+            if owner == root:
+                own.append(path)
+            continue  # its own kernel files are read only if another entry lies below
+        if other:
+            continue
+        data = read_bounded(path)
+        other = data is not None and b"__global__" in data and _GLOBAL_RE.search(data) is not None
+    if not other:
+        return any_source
+    # Another operator's entry below: one only if it holds an entry of its own (the
+    # command then takes its own; a folder of operators holds none).
+    for path in own:
         data = read_bounded(path)
         if data is not None and b"__global__" in data and _GLOBAL_RE.search(data):
-            return False  # another operator's kernel below: a folder of operators
-    return any_source
+            return True
+    return False
 
 
 def discover(op_dir: Path, repo_root: Path, config: Config, searches: Sequence[LayerSearch] = ()) -> Layers:

@@ -337,6 +337,17 @@ def test_a_folder_the_command_refuses_costs_no_index_of_the_repository(repo: Pat
     assert not (cache_root() / "index.sqlite").exists()
 
 
+def test_an_operator_holding_a_unit_tests_kernel_is_cached(repo: Path, runs: list[Path]) -> None:
+    # ops-nn's layout (`<op>/tests/ut/op_kernel/`, a test's own `__global__` kernel): the
+    # check takes the operator's entry, and so must the cache's lookup.
+    ut = repo / OP_REL / "tests" / "ut" / "op_kernel" / "test_moe_fused_gmm.cpp"
+    ut.parent.mkdir(parents=True)
+    ut.write_text('extern "C" __global__ __aicore__ void test_moe_fused_gmm(GM_ADDR x) {}\n')
+    first = _check(repo)
+    assert first[0] == 0 and first == _check(repo)
+    assert len(runs) == 1 and len(_entries()) == 1
+
+
 def test_no_cache_neither_reads_nor_writes(repo: Path, runs: list[Path]) -> None:
     _check(repo, "--no-cache")
     assert _entries() == [] and len(runs) == 1

@@ -7,7 +7,14 @@ import pytest
 from optrace.codemods.registry import LAYERS
 from optrace.engine.config import Config
 from optrace.engine.diagnostics import InputError
-from optrace.engine.discovery import camel_case, default_repo_root, discover, find_entries, find_operator_dirs
+from optrace.engine.discovery import (
+    camel_case,
+    default_repo_root,
+    discover,
+    find_entries,
+    find_operator_dirs,
+    may_be_one_operator,
+)
 
 ROOT = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -111,6 +118,23 @@ def test_a_parent_of_operators_is_refused_with_their_list(tmp_path: Path) -> Non
         assert f"operator {noun} below it ({listed}); give one" in d.message
     # the operator itself, holding a nested test tree, is planned
     assert discover(tmp_path / "norm/rms_norm", tmp_path, Config(), LAYERS).entry is not None
+
+
+def test_the_caches_pre_check_takes_an_operator_with_a_test_tree_and_not_a_parent(tmp_path: Path) -> None:
+    """What a cache lookup asks before it indexes the repository follows the command's
+    own refusal: an operator holding a unit test's kernel below it is one (the command
+    plans it), a folder of operators is not."""
+    _operator_forest(tmp_path)
+    assert may_be_one_operator(tmp_path / "norm/rms_norm")  # its entry, and tests/ut's below
+    assert may_be_one_operator(tmp_path / "ascend_kernels/moe_a")
+    assert may_be_one_operator(tmp_path / "norm/rms_norm/tests/ut")
+    for parent in ("norm", "ascend_kernels", "csrc", "."):
+        assert not may_be_one_operator(tmp_path / parent), parent
+    assert not may_be_one_operator(tmp_path / "norm/norm_common")  # headers, no kernel source
+    # a kernel source without an entry of its own, over another operator's: a parent
+    (tmp_path / "norm/op_kernel").mkdir()
+    (tmp_path / "norm/op_kernel/helpers.cpp").write_text("inline int Helper() { return 1; }\n")
+    assert not may_be_one_operator(tmp_path / "norm")
 
 
 def test_the_cli_refuses_a_parent_and_writes_nothing(tmp_path: Path) -> None:

@@ -56,6 +56,17 @@ def test_a_second_plan_is_a_hit_with_the_same_exit_and_output(repo: Path, runs: 
     assert len(_entries()) == 2  # one per form of output
 
 
+def test_an_operator_holding_a_unit_tests_kernel_is_cached(repo: Path, runs: list[Path]) -> None:
+    # ops-nn's layout: `<op>/tests/ut/op_kernel/` holds a test's own `__global__` kernel;
+    # the plan takes the operator's entry, and so must the cache's lookup.
+    ut = repo / OP_REL / "tests" / "ut" / "op_kernel" / "test_moe_fused_gmm.cpp"
+    ut.parent.mkdir(parents=True)
+    ut.write_text('extern "C" __global__ __aicore__ void test_moe_fused_gmm(GM_ADDR x) {}\n')
+    first = _plan(repo, "--format", "json")
+    assert first[0] == 0 and first == _plan(repo, "--format", "json")
+    assert len(runs) == 1 and len(_entries()) == 1
+
+
 @pytest.mark.parametrize("change", list(CHANGES))
 @pytest.mark.usefixtures("state_home")  # the user config's change stays this test's
 def test_every_kind_of_input_change_misses(repo: Path, runs: list[Path], change: str) -> None:
