@@ -424,8 +424,14 @@ class RepoIndex:
         content hash of each file it derives from (searchable files, build scripts) and the
         stat signature of each C / C++ source. Two
         runs with the same state get the same answers to every question, so a result
-        derived from them (plan's cache) depends on the index only through this."""
-        self.warm()
+        derived from them (plan's cache) depends on the index only through this.
+
+        It takes each file's content hash (a file whose signature is unchanged is not
+        read), not what searches build from them: the build scripts' word index
+        (`build_script_words`) is built by the first search that asks, never for a
+        lookup the cache answers."""
+        self._contents()
+        self.build_scripts()
         store = self.content()
         h = hashlib.sha256()
         for path in (*self.files, *self.scripts):

@@ -284,6 +284,33 @@ def test_the_index_state_follows_other_operators_kernels_and_not_whole_files(rep
     assert RepoIndex.build(repo).state() != state
 
 
+HIT_SEARCHES = """
+import sys
+from optrace.cli.app import app
+from optrace.engine.discovery import RepoIndex
+built = []
+real = RepoIndex.build_script_words
+RepoIndex.build_script_words = lambda self: built.append(1) or real(self)
+try:
+    app(["plan", sys.argv[1]])
+except SystemExit as exc:
+    code = exc.code
+sys.stdout.flush()
+print("SCRIPT WORD INDEXES", len(built), code)
+"""
+
+
+def test_a_hit_builds_no_search_structure(repo: Path) -> None:
+    """A lookup the cache answers takes the index's state (each file's content hash), not
+    the build scripts' word index that a plan's build-hook search builds (ops-nn's ~1,500
+    scripts' words: a good part of a hit, once)."""
+    cold = _run(repo, HIT_SEARCHES)
+    assert "SCRIPT WORD INDEXES" in cold.stdout and cold.returncode == 0, cold.stdout + cold.stderr
+    warm = _run(repo, HIT_SEARCHES)
+    assert "SCRIPT WORD INDEXES 0 0" in warm.stdout, warm.stdout + warm.stderr
+    assert warm.stdout.split("SCRIPT")[0] == cold.stdout.split("SCRIPT")[0]
+
+
 def test_the_index_state_is_taken_once_per_run(repo: Path, runs: list[Path],
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """Every operator's entry names the repository index's state: the lookups take it
