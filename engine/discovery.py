@@ -427,15 +427,14 @@ class RepoIndex:
         derived from them (plan's cache) depends on the index only through this.
 
         It takes each file's content hash (a file whose signature is unchanged is not
-        read), not what searches build from them: the build scripts' word index
-        (`build_script_words`) is built by the first search that asks, never for a
-        lookup the cache answers."""
-        self._contents()
-        self.build_scripts()
+        read), nothing derived from them: the words, the build scripts and their word
+        index are loaded or built by the first search that asks, never for a lookup the
+        cache answers."""
         store = self.content()
         h = hashlib.sha256()
         for path in (*self.files, *self.scripts):
-            h.update(os.fsencode(path) + b"\0" + (store.sha_of(path) or "?").encode() + b"\n")
+            h.update(os.fsencode(path) + b"\0" + (store.current_sha(path) or "?").encode() + b"\n")
+        store.flush((self.root, self.walked()))  # files hashed anew; gone ones dropped
         # C / C++ sources by their stat signature: what other operators' kernels include
         # is derived from them without reading them (`sharing.operators_including`).
         for name in sorted(self.sources):

@@ -166,6 +166,10 @@ class ContentStore:
         self._phase: Phase | None = None
         # (signature, time.time_ns() just before its stat), by path.
         self._phase_sigs: dict[str, tuple[Signature, int]] = {}
+        # The folder's values are loaded at the first question that needs one: a lookup
+        # the user cache answers asks only for content hashes (`current_sha`), and on a
+        # large repository the values (every file's words) were most of what it loaded.
+        self._values_query: tuple[str, tuple[str, ...]] | None = None
         if db is not None:
             self._load(db)
 
@@ -210,15 +214,32 @@ class ContentStore:
                 for path, size, mtime, ctime, ino, sha in paths:
                     if isinstance(path, str) and isinstance(sha, str):
                         self._paths[path] = ((size, mtime, ctime, ino), sha)
-                for sha, kind, value, chk in con.execute(vals, args):
-                    if isinstance(value, str) and chk == _check(kind, sha, value):
-                        self._values[(sha, kind)] = value  # else corrupt: derived again
+                self._values_query = (vals, args)
             finally:
                 con.close()
         except sqlite3.Error:  # not a database, or a damaged one: set aside, rebuilt
             self._paths.clear()
-            self._values.clear()
+            self._values_query = None
             self._discard(db)
+
+    def _load_values(self) -> None:
+        """The values of the folder's files, once (see `_values_query`). A value is kept
+        under its content hash with a checksum, so one loaded after another run wrote is
+        as good as one loaded with the paths; one that fails its checksum, or a database
+        that cannot be read now, is derived again."""
+        query, self._values_query = self._values_query, None
+        if query is None or self.db is None:
+            return
+        try:
+            con = sqlite3.connect(self.db, timeout=30, isolation_level=None)
+            try:
+                for sha, kind, value, chk in con.execute(*query):
+                    if isinstance(value, str) and chk == _check(kind, sha, value):
+                        self._values.setdefault((sha, kind), value)  # else corrupt: derived again
+            finally:
+                con.close()
+        except sqlite3.Error:
+            return  # read as missing: derived again, stored by the next flush
 
     def _stored_value(self, sha: str, kind: str) -> str | None:
         """The value kept for a content hash the load left out (only a folder's rows are
@@ -245,9 +266,17 @@ class ContentStore:
             except OSError:
                 pass
 
-    def derived(self, path: Path, kind: str, derive: Callable[[bytes | None], str],
-                st: os.stat_result | None = None) -> str:
-        """`derive(bytes)` of the file, from the store when its content was seen. In a
+    def current_sha(self, path: Path, st: os.stat_result | None = None) -> str | None:
+        """The file's content hash now ("-": unreadable or too large; None: no such
+        file), without deriving anything: a file whose signature is unchanged is not read.
+        What a cache lookup asks of every file a result rests on."""
+        known = self._current(path, st)
+        return known[0] if known is not None else None
+
+    def _current(self, path: Path,
+                 st: os.stat_result | None) -> tuple[str, bytes | None, bool, Signature] | None:
+        """(content hash, the bytes if read now, whether read, signature), the row
+        refreshed when the signature changed; None when the file cannot be stat-ed. In a
         `reading_only` phase the file's signature is taken once for the phase."""
         key = os.fsdecode(path)
         data: bytes | None = None
@@ -264,14 +293,14 @@ class ContentStore:
                 try:
                     known_sig = self._phase_sigs[key] = (signature(os.stat(path)), taken)
                 except OSError:
-                    return derive(None)
+                    return None
             sig, taken = known_sig
         else:
             taken = time.time_ns()
             try:
                 sig = signature(st or os.stat(path))
             except OSError:
-                return derive(None)
+                return None
         known = self._new_paths.get(key) or self._paths.get(key)
         if known is not None and known[0] == sig:
             sha = known[1]
@@ -283,6 +312,17 @@ class ContentStore:
                 self._racy.add(key)
             else:
                 self._racy.discard(key)
+        return sha, data, read, sig
+
+    def derived(self, path: Path, kind: str, derive: Callable[[bytes | None], str],
+                st: os.stat_result | None = None) -> str:
+        """`derive(bytes)` of the file, from the store when its content was seen. In a
+        `reading_only` phase the file's signature is taken once for the phase."""
+        known = self._current(path, st)
+        if known is None:
+            return derive(None)
+        sha, data, read, sig = known
+        key = os.fsdecode(path)
         value = self._found(sha, kind, read)
         if value is not None:
             self.hits += 1
@@ -310,6 +350,8 @@ class ContentStore:
         """The value derived of this content before, this run's or the store's."""
         value = self._new_values.get((sha, kind))
         if value is None:
+            if self._values_query is not None:
+                self._load_values()
             value = self._values.get((sha, kind))
         if value is None and read and self.under is not None:
             value = self._stored_value(sha, kind)  # a content seen under another folder

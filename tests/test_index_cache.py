@@ -193,6 +193,46 @@ def test_a_corrupt_database_is_rebuilt(cache_home: Path, tmp_path: Path) -> None
     assert _store_of(root).misses == 0
 
 
+def test_the_state_loads_no_value_and_the_first_search_loads_them(cache_home: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lookup the user cache answers asks only for the index's state (content hashes):
+    it reads no value row (on a large repository, every file's words); the first search
+    then finds them all, deriving nothing."""
+    root = _repo(tmp_path / "repo")
+    _older_than_racy(root / "build.sh")
+    expected = _answers(root)
+    state = RepoIndex.build(root).state()
+    checked: list[str] = []
+    real = index_cache._check
+
+    def counted(kind: str, sha: str, value: str) -> str:
+        checked.append(kind)
+        return real(kind, sha, value)
+
+    monkeypatch.setattr(index_cache, "_check", counted)
+    index = RepoIndex.build(root)
+    assert index.state() == state and checked == []  # no value row read (each is checked)
+    assert index.store is not None and index.store.misses == 0
+    answers = (index.mentioning(b"foo_op"), index.mentioning(b"FooOp", b"aclnnFooOp"),
+               index.mentioning(b"bar_op"), index.mentioning(b"foo-op"), index.build_scripts())
+    assert answers == expected and checked and index.store.misses == 0
+
+
+def test_a_database_damaged_after_the_paths_were_loaded_costs_a_derivation(cache_home: Path,
+                                                                            tmp_path: Path) -> None:
+    root = _repo(tmp_path / "repo")
+    expected = _answers(root)
+    index = RepoIndex.build(root)
+    index.state()  # the paths loaded, the values not yet
+    cache_home.write_bytes(b"not a database" * 100)
+    for suffix in ("-wal", "-shm"):
+        Path(f"{cache_home}{suffix}").unlink(missing_ok=True)
+    answers = (index.mentioning(b"foo_op"), index.mentioning(b"FooOp", b"aclnnFooOp"),
+               index.mentioning(b"bar_op"), index.mentioning(b"foo-op"), index.build_scripts())
+    assert answers == expected
+    assert index.store is not None and index.store.misses > 0  # derived again, no error
+
+
 def test_no_cache_writes_nothing(cache_home: Path, tmp_path: Path) -> None:
     root = _repo(tmp_path / "repo")
     (root / ".git").mkdir()
