@@ -718,19 +718,21 @@ def may_be_one_operator(op_dir: Path) -> bool:
             if owner == root:
                 own.append(path)
             continue  # its own kernel files are read only if another entry lies below
-        if other:
-            continue
-        data = read_bounded(path)
-        other = data is not None and b"__global__" in data and _GLOBAL_RE.search(data) is not None
+        if not other:
+            other = _holds_entry(path)
     if not other:
         return any_source
     # Another operator's entry below: one only if it holds an entry of its own (the
-    # command then takes its own; a folder of operators holds none).
-    for path in own:
-        data = read_bounded(path)
-        if data is not None and b"__global__" in data and _GLOBAL_RE.search(data):
-            return True
-    return False
+    # command then takes its own; a folder of operators holds none, whatever its own
+    # files say of `__global__` in a comment or a string).
+    return any(_holds_entry(path) for path in own)
+
+
+def _holds_entry(path: Path) -> bool:
+    """Whether the kernel source defines a kernel entry, as `find_operator_dirs` asks."""
+    data = read_bounded(path)
+    return data is not None and b"__global__" in data and _GLOBAL_RE.search(data) is not None and bool(
+        find_entries([path]))
 
 
 def discover(op_dir: Path, repo_root: Path, config: Config, searches: Sequence[LayerSearch] = ()) -> Layers:

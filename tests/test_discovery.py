@@ -131,10 +131,23 @@ def test_the_caches_pre_check_takes_an_operator_with_a_test_tree_and_not_a_paren
     for parent in ("norm", "ascend_kernels", "csrc", "."):
         assert not may_be_one_operator(tmp_path / parent), parent
     assert not may_be_one_operator(tmp_path / "norm/norm_common")  # headers, no kernel source
-    # a kernel source without an entry of its own, over another operator's: a parent
+    # a kernel source without an entry of its own, over another operator's: a parent,
+    # whatever its text says of `__global__` outside a definition
     (tmp_path / "norm/op_kernel").mkdir()
-    (tmp_path / "norm/op_kernel/helpers.cpp").write_text("inline int Helper() { return 1; }\n")
-    assert not may_be_one_operator(tmp_path / "norm")
+    for helper in ("inline int Helper() { return 1; }\n",
+                   "// no __global__ entry in this file\ninline int Helper() { return 1; }\n",
+                   'static const char *kQualifier = "__global__";\n'):
+        (tmp_path / "norm/op_kernel/helpers.cpp").write_text(helper)
+        assert not may_be_one_operator(tmp_path / "norm"), helper
+    # an operator vendoring a CUDA kernel (`__global__`, no `__aicore__`) under csrc/ops/
+    vendored = tmp_path / "vendoring/op_kernel"
+    vendored.mkdir(parents=True)
+    (vendored / "vendoring.cpp").write_text(ENTRY.format(name="vendoring"))
+    cuda = tmp_path / "vendoring/third_party/csrc/ops/scale/scale.cu.cpp"
+    cuda.parent.mkdir(parents=True)
+    cuda.write_text("__global__ void scale(float *x) { x[0] *= 2.0f; }\n")
+    assert may_be_one_operator(tmp_path / "vendoring")
+    assert find_operator_dirs(tmp_path / "vendoring") == [(tmp_path / "vendoring").resolve()]
 
 
 def test_the_cli_refuses_a_parent_and_writes_nothing(tmp_path: Path) -> None:
