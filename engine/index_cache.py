@@ -364,6 +364,15 @@ class ContentStore:
         known = self._new_paths.get(key) or self._paths.get(key)
         return known[1] if known is not None else None
 
+    def held_sha(self, key: str) -> str | None:
+        """The content hash the store holds for a path (as `os.fsdecode` spells it)."""
+        known = self._new_paths.get(key) or self._paths.get(key)
+        return known[1] if known is not None else None
+
+    def holds(self, held: list[tuple[str, str | None]]) -> bool:
+        """Whether the store still holds each (path, content hash) pair."""
+        return all(self.held_sha(key) == sha for key, sha in held)
+
     def flush(self, seen_under: tuple[Path, set[str]] | None = None) -> None:
         """Write what this run derived, in one transaction. `seen_under` (a root and
         the paths walked under it): rows of files under it that are gone are dropped,

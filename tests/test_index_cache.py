@@ -233,6 +233,26 @@ def test_a_database_damaged_after_the_paths_were_loaded_costs_a_derivation(cache
     assert index.store is not None and index.store.misses > 0  # derived again, no error
 
 
+def test_the_state_holds_until_a_file_of_it_is_hashed_anew(cache_home: Path, tmp_path: Path) -> None:
+    """What an entry is kept under (the state) must be what the index answered from: a
+    file edited after the state was taken and read by a search since (its words derived
+    from the new bytes) breaks it; a process that took no state takes it to compare."""
+    root = _repo(tmp_path / "repo")
+    _answers(root)  # the store knows every file
+    _older_than_racy(root / "build.sh")
+    index = RepoIndex.build(root)
+    state = index.state()
+    assert index.state_holds(state) and not index.state_holds("another state")
+    assert index.mentioning(b"bar_op") == [root / "torch/other.cpp"]
+    assert index.state_holds(state)  # searched, nothing changed
+    edited = RepoIndex.build(root)
+    assert edited.state() == state
+    (root / "torch/other.cpp").write_text("// baz_op now\n")
+    assert edited.mentioning(b"bar_op") == []  # the new bytes' words
+    assert not edited.state_holds(state)
+    assert not RepoIndex.build(root).state_holds(state)  # no state taken yet: taken now, another
+
+
 def test_no_cache_writes_nothing(cache_home: Path, tmp_path: Path) -> None:
     root = _repo(tmp_path / "repo")
     (root / ".git").mkdir()

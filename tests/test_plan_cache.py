@@ -202,6 +202,36 @@ def test_a_file_edited_between_two_operators_plans_is_a_miss_once_undone(
     assert _plan(repo) == _plan(repo, "--no-cache") and len(runs) == 4  # a miss, then no cache
 
 
+def test_a_sample_edited_after_the_lookups_before_any_plan_is_a_miss_once_undone(
+        repo: Path, runs: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The index's words are derived at a run's first search, after the lookups took its
+    state. A sample edited in between (no longer naming the operator) is read by the
+    first operator's search; the second operator's plan answers from those words without
+    opening the sample itself, and must not be kept under the state of the old bytes
+    (undone, that state held again and the entry lacked the sample: a second review)."""
+    sample = repo / SAMPLE
+    before = sample.read_bytes()
+    other = repo / OP_REL / ".." / "moe_gate_bias"
+    real = plan_module.plan_operator
+    planned: list[Path] = []
+
+    def edits_before_the_first(op_dir: Path, *args: object, **kwargs: object) -> Plan:
+        if not planned:
+            sample.write_bytes(before.replace(b"moe_fused_gmm", b"another_operator"))
+            time.sleep(0.05)  # past the entry's guard of files modified as the plan starts
+        planned.append(op_dir)
+        return real(op_dir, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(plan_module, "plan_operator", edits_before_the_first)
+    assert cli("plan", str(other), str(repo / OP_REL), "-j", "1")[0] == 0
+    assert len(runs) == 2
+    monkeypatch.setattr(plan_module, "plan_operator", real)
+    sample.write_bytes(before)
+    time.sleep(0.05)
+    cached = _plan(repo)
+    assert cached == _plan(repo, "--no-cache") and SAMPLE.rsplit("/", 1)[1] in cached[1]
+
+
 def test_no_cache_lasts_for_its_own_command(repo: Path, runs: list[Path]) -> None:
     """`plan --no-cache` keeps the repository index in memory for that command only: a
     command after it in the same process (a library caller, the next test) stores again,

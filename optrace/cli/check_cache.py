@@ -84,6 +84,8 @@ def store(found: Lookup, rec: Recording, report: CheckReport) -> bool:
     # appearing (an apply that did not finish) must reach the report. The files the
     # index hashed are covered by its state, not listed one by one.
     journals = [d / ".optrace" for d in (report.repo_root, report.op_dir)]
+    if not repo_index(found.root).state_holds(found.extra["index"]):
+        return False  # a file of the state hashed anew since: the answers may be of its new bytes
     return result_cache.store(KIND, FORMAT, result_cache.Lookup(found.name, found.op_dir), rec,
                               report_to_json(report), SCHEMA, journals, found.extra,
                               repo_index(found.root).hashed(), covered_since_ns=found.since_ns)

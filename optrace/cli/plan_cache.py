@@ -107,5 +107,7 @@ def store(entry: PlanEntry, rec: Recording, text: str | None, doc: dict[str, obj
     # files the index hashed are covered by its state, not listed one by one (a
     # repository's thousand build scripts, which every operator's build-hook search reads).
     journals = (entry.root / ".optrace", entry.found.op_dir / ".optrace")
+    if not repo_index(entry.root).state_holds(entry.extra["index"]):
+        return False  # a file of the state hashed anew since: the answers may be of its new bytes
     return result_cache.store(KIND, FORMAT, entry.found, rec, payload, SCHEMA, journals, entry.extra,
                               repo_index(entry.root).hashed(), covered_since_ns=entry.since_ns)
