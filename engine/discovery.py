@@ -292,8 +292,9 @@ class RepoIndex:
     _stem_files: dict[bytes, list[int]] | None = None
     _scripts_by_folder: dict[str, tuple[Path, ...]] | None = None
     _hashed: frozenset[str] | None = None
-    # The last `state` taken: its digest and each file's content hash as the store held it.
-    _state: tuple[str, list[tuple[str, str | None]]] | None = None
+    # The last `state` taken: its digest, and the store's count of files found changed
+    # within the run (`ContentStore.changes`) when it was taken.
+    _state: tuple[str, int] | None = None
     # The build scripts' words (`build_script_words`): what each script's entry held when
     # it was indexed, and the scripts naming each word, by the word's normal form.
     _script_words_of: dict[Path, str] = field(default_factory=dict)
@@ -434,11 +435,8 @@ class RepoIndex:
         cache answers."""
         store = self.content()
         h = hashlib.sha256()
-        held: list[tuple[str, str | None]] = []
         for path in (*self.files, *self.scripts):
             h.update(os.fsencode(path) + b"\0" + (store.current_sha(path) or "?").encode() + b"\n")
-            key = os.fsdecode(path)
-            held.append((key, store.held_sha(key)))
         store.flush((self.root, self.walked()))  # files hashed anew; gone ones dropped
         # C / C++ sources by their stat signature: what other operators' kernels include
         # is derived from them without reading them (`sharing.operators_including`).
@@ -450,20 +448,21 @@ class RepoIndex:
                     sig = None
                 h.update(os.fsencode(path) + f"\0{sig}\n".encode())
         digest = h.hexdigest()
-        self._state = (digest, held)
+        self._state = (digest, store.changes)
         return digest
 
     def state_holds(self, expected: str) -> bool:
         """Whether the index still answers from the state `expected` (what an entry
-        is kept under): the state this process took, no file of it hashed anew since.
-        The words are derived after the state is taken (at the first search): a file
-        edited in between is read then, and an operator whose plan did not read it
-        itself would keep an answer from the new bytes under the old state. A process
-        that took no state (a worker not forked from the one that did) takes it now."""
+        is kept under): the state this process took, and no file found changed since —
+        other bytes, or gone (`ContentStore.changes`). The words are derived after the
+        state is taken (at the first search): a file edited or removed in between is read
+        then, and an operator whose plan did not read it itself would keep an answer
+        from the new bytes under the old state. A process that took no state (a worker
+        not forked from the one that did) takes it now."""
         if self._state is None:
             return self.state() == expected
-        digest, held = self._state
-        return digest == expected and self.content().holds(held)
+        digest, changes = self._state
+        return digest == expected and self.content().changes == changes
 
     def mentioning(self, *words: bytes) -> list[Path]:
         """Files naming any of `words` as a whole word (case-insensitive), or whose own

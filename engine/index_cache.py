@@ -139,6 +139,9 @@ def _check(kind: str, sha: str, value: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
+_UNSEEN = object()
+
+
 class ContentStore:
     """Values derived from files' bytes, by content hash; see the module's docstring.
 
@@ -162,6 +165,11 @@ class ContentStore:
         self._racy: set[str] = set()
         self.hits = 0
         self.misses = 0
+        # The content hash (None: no such file) this run first found for each path it was
+        # asked of, and how many times a path has since been found with another: a result
+        # derived while this count stayed the same saw each file as one set of bytes.
+        self._seen: dict[str, str | None] = {}
+        self.changes = 0
         # Signatures taken in the current `reading_only` phase (and which phase that is).
         self._phase: Phase | None = None
         # (signature, time.time_ns() just before its stat), by path.
@@ -293,6 +301,7 @@ class ContentStore:
                 try:
                     known_sig = self._phase_sigs[key] = (signature(os.stat(path)), taken)
                 except OSError:
+                    self._saw(key, None)
                     return None
             sig, taken = known_sig
         else:
@@ -300,6 +309,7 @@ class ContentStore:
             try:
                 sig = signature(st or os.stat(path))
             except OSError:
+                self._saw(key, None)
                 return None
         known = self._new_paths.get(key) or self._paths.get(key)
         if known is not None and known[0] == sig:
@@ -312,7 +322,16 @@ class ContentStore:
                 self._racy.add(key)
             else:
                 self._racy.discard(key)
+        self._saw(key, sha)
         return sha, data, read, sig
+
+    def _saw(self, key: str, sha: str | None) -> None:
+        seen = self._seen.get(key, _UNSEEN)
+        if seen is _UNSEEN:
+            self._seen[key] = sha
+        elif seen != sha:
+            self._seen[key] = sha
+            self.changes += 1
 
     def derived(self, path: Path, kind: str, derive: Callable[[bytes | None], str],
                 st: os.stat_result | None = None) -> str:
@@ -337,6 +356,7 @@ class ContentStore:
                 sha = fresh
                 self._new_paths[key] = (sig, sha)
                 self._racy.add(key)
+                self._saw(key, sha)
                 value = self._found(sha, kind, True)
                 if value is not None:
                     self.hits += 1
@@ -363,15 +383,6 @@ class ContentStore:
         key = os.fsdecode(path)
         known = self._new_paths.get(key) or self._paths.get(key)
         return known[1] if known is not None else None
-
-    def held_sha(self, key: str) -> str | None:
-        """The content hash the store holds for a path (as `os.fsdecode` spells it)."""
-        known = self._new_paths.get(key) or self._paths.get(key)
-        return known[1] if known is not None else None
-
-    def holds(self, held: list[tuple[str, str | None]]) -> bool:
-        """Whether the store still holds each (path, content hash) pair."""
-        return all(self.held_sha(key) == sha for key, sha in held)
 
     def flush(self, seen_under: tuple[Path, set[str]] | None = None) -> None:
         """Write what this run derived, in one transaction. `seen_under` (a root and

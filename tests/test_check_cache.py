@@ -24,7 +24,7 @@ from cache_changes import CHANGES, FIXTURE, HOST, KERNEL, OP_REL, SAMPLE, append
 
 import optrace.engine.host_compile as host_compile_module
 import optrace.pipeline.check as check_module
-from optrace.cli import check_cache, result_cache
+from optrace.cli import check_cache, check_fast, result_cache
 from optrace.engine.journal import Journal, _operator_journals, journal_stem
 from optrace.pipeline.check_report import CheckReport
 from optrace.runtime.usercache import cache_root, decode_entry, encode_entry
@@ -346,6 +346,31 @@ def test_an_operator_holding_a_unit_tests_kernel_is_cached(repo: Path, runs: lis
     first = _check(repo)
     assert first[0] == 0 and first == _check(repo)
     assert len(runs) == 1 and len(_entries()) == 1
+
+
+def test_a_sample_gone_after_the_lookups_keeps_no_entry(repo: Path, runs: list[Path],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The index's words are derived at the check's first search, after the lookups took
+    its state: a sample removed in between (a stash, a branch switch) is found gone then,
+    and a report without it must not be kept under the state that held it — restored with
+    the same bytes, that state holds again (a second review)."""
+    sample = repo / SAMPLE
+    before = sample.read_bytes()
+    real = check_fast._check_one
+
+    def removed_first(*args: object) -> object:
+        sample.unlink()
+        time.sleep(0.05)  # past the entry's guard of files modified as the check starts
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(check_fast, "_check_one", removed_first)
+    _check(repo)
+    assert len(runs) == 1 and _entries() == []
+    monkeypatch.setattr(check_fast, "_check_one", real)
+    sample.write_bytes(before)
+    time.sleep(0.05)
+    cached = _check(repo)
+    assert cached == _check(repo, "--no-cache") and SAMPLE.rsplit("/", 1)[1] in cached[1]
 
 
 def test_no_cache_neither_reads_nor_writes(repo: Path, runs: list[Path]) -> None:

@@ -251,6 +251,14 @@ def test_the_state_holds_until_a_file_of_it_is_hashed_anew(cache_home: Path, tmp
     assert edited.mentioning(b"bar_op") == []  # the new bytes' words
     assert not edited.state_holds(state)
     assert not RepoIndex.build(root).state_holds(state)  # no state taken yet: taken now, another
+    # a file gone after the state, found gone by a search (outside a reading-only phase)
+    (root / "torch/other.cpp").write_text("// bar_op only\n")
+    _older_than_racy(root / "torch/other.cpp")
+    gone = RepoIndex.build(root)
+    state = gone.state()
+    (root / "torch/other.cpp").unlink()
+    assert gone.mentioning(b"bar_op") == []
+    assert not gone.state_holds(state)
 
 
 def test_no_cache_writes_nothing(cache_home: Path, tmp_path: Path) -> None:
