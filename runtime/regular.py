@@ -24,7 +24,6 @@ import mmap
 import os
 import re
 import stat
-import tomllib
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -203,6 +202,10 @@ def _limits() -> dict[str, int]:
         limits = {f"{name}_bytes": value for name, value in DEFAULT_LIMITS.items()}
         limits["gzip_ratio"] = DEFAULT_GZIP_RATIO
         if key[1] is not None:
+            # Imported only when there is a user config to read: its import is ~4 ms of
+            # the few tens a small collect takes from process start, and most users have none.
+            import tomllib
+
             try:
                 with open_regular(path, "config", bound=DEFAULT_LIMITS["config"]) as handle:
                     table = tomllib.load(handle).get("limits", {})

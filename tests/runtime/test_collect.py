@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -348,6 +349,40 @@ def test_collect_runs_without_the_cli_framework(tmp_path: Path) -> None:
     first = out.splitlines()[0].replace("fast.json", "X")
     assert first == slow.output.splitlines()[0].replace("slow.json", "X")
     assert (tmp_path / "fast.json").read_bytes() == (tmp_path / "slow.json").read_bytes()
+
+
+TOML_PROBE = r"""
+import os, sys
+import optrace.cli.start
+optrace.cli.start.finish = sys.exit
+sys.argv = ["optrace", "collect", *sys.argv[1:]]
+try:
+    optrace.cli.start.main()
+except SystemExit as exc:
+    code = exc.code
+sys.stdout.flush()
+print("\nTOML", "tomllib" in sys.modules, code)
+"""
+
+
+def test_a_collect_reads_the_user_config_only_where_there_is_one(tmp_path: Path) -> None:
+    """Without a user config, collect does not import a TOML parser (a tenth of what its
+    own modules cost from process start); with one, its `[limits]` still hold."""
+    directory = profiling_dir(tmp_path, ranks=1)
+    config_home = tmp_path / "config"
+    env = {**os.environ, "XDG_CONFIG_HOME": str(config_home)}
+
+    def run() -> tuple[bool, str]:
+        done = subprocess.run([sys.executable, "-c", TOML_PROBE, str(directory), "-o", str(tmp_path / "t.json")],
+                              capture_output=True, text=True, cwd=tmp_path, env=env, check=False)
+        _, _, mark = done.stdout.rpartition("\nTOML ")
+        imported, code = mark.split()
+        return imported == "True", code
+
+    assert run() == (False, "0")
+    (config_home / "optrace").mkdir(parents=True)
+    (config_home / "optrace" / "config.toml").write_text("[limits]\nrank_bytes = 64\n")
+    assert run() == (True, "2")  # the rank file is past the user's bound: refused
 
 
 @pytest.mark.parametrize("argv, typer_expected, exit_code", [
