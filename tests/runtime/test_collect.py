@@ -373,8 +373,8 @@ def test_a_collect_reads_the_user_config_only_where_there_is_one(tmp_path: Path)
     env = {**os.environ, "XDG_CONFIG_HOME": str(config_home)}
 
     def run() -> tuple[bool, str]:
-        done = subprocess.run([sys.executable, "-c", TOML_PROBE, str(directory), "-o", str(tmp_path / "t.json")],
-                              capture_output=True, text=True, cwd=tmp_path, env=env, check=False)
+        argv = [sys.executable, "-c", TOML_PROBE, str(directory), "-o", str(tmp_path / "t.json")]
+        done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env, check=False)
         _, _, mark = done.stdout.rpartition("\nTOML ")
         imported, code = mark.split()
         return imported == "True", code
