@@ -503,7 +503,9 @@ class _Interning:
         self.annotations = b"".join(_bytes(3, _uint(1, iid) + _string(2, name))
                                     for name, iid in ANNOTATIONS.items())
         self.annotations += _bytes(1, _uint(1, LAUNCH_CATEGORY_IID) + _string(2, LAUNCH_CATEGORY))
-        self.cache: dict[bytes, bytes] = {}
+        self.cache: dict[bytes, tuple[bytes, list[int]]] = {}
+        # A rank's clock snapshot (the same for all its cores): (unit, boot ns) -> bytes.
+        self.snapshots: dict[tuple[int, int], bytes] = {}
         self.thread_names: dict[str, bytes] = {}
 
     def more(self, used: np.ndarray, sequence: _CoreSequence) -> bytes:
@@ -519,10 +521,11 @@ class _Interning:
         entries = [self.names[i] for i in labels] + [self.sources[p] for p in points.tolist()]
         return _bytes(12, b"".join(entries))
 
-    def data(self, used: np.ndarray) -> bytes:
+    def data(self, used: np.ndarray) -> tuple[bytes, list[int]]:
         """TracePacket.interned_data for a core whose spans open at the points ``used``
         says (bool per map position): their labels and source locations, the annotation
-        names, the launch category."""
+        names, the launch category; and those labels. Kept per set of points: a rank's
+        cores mostly open at the same ones."""
         key = used.tobytes()
         found = self.cache.get(key)
         if found is None:
@@ -532,8 +535,7 @@ class _Interning:
             labels = sorted(set(self.point_map.label_index[points].tolist()))
             entries = [self.annotations, *(self.names[i] for i in labels)]
             entries += [self.sources[p] for p in points.tolist()]
-            found = _bytes(12, b"".join(entries))
-            self.cache[key] = found
+            found = self.cache[key] = (_bytes(12, b"".join(entries)), labels)
         return found
 
     def name_field(self, name: str) -> bytes:
@@ -655,6 +657,13 @@ def render_rank(
     byte_hi = ends_with_zero[2 * span_hi].tolist()
     begin_event = _bytes(11, _uint(3, LAUNCH_CATEGORY_IID) + _uint(9, SLICE_BEGIN) + _string(23, launch))
     end_event = _bytes(11, _uint(9, SLICE_END))
+    # Each core's last span end, for all cores at once (a max of a slice per core was a
+    # good part of this loop's time at 72 cores a rank).
+    last_end = [first] * len(tracks)
+    if with_spans.any():
+        for k, top in zip(np.flatnonzero(with_spans).tolist(),
+                          np.maximum.reduceat(end, span_lo[with_spans]).tolist(), strict=True):
+            last_end[k] = int(top)
     for k, track_slot in enumerate(tracks):
         core = sequences.cores[track_slot]
         sequence = b"\x50" + varint(core.id)
@@ -663,8 +672,7 @@ def render_rank(
         # less, and they start where that one ends.
         here = max((origin_ns - core.boot_ns) // step, core.last - first)
         chunks.append(heads[k] + packet(_uint(8, here + first - core.last), sequence, begin_event))
-        lo, hi = int(span_lo[k]), int(span_hi[k])
-        at = int(end[lo:hi].max()) if hi > lo else first  # the sequence's last packet so far
+        at = last_end[k]  # the sequence's last packet so far
         if byte_hi[k] > byte_lo[k]:
             chunks.append(encoded[byte_lo[k] : byte_hi[k]])
         drop = drops.get(track_slot)
@@ -707,12 +715,18 @@ def _core_start(pid: int, slot: int, name: str | None, drop: SlotReport | None, 
         descriptor += _string(14, message)
     td = b"\xe2\x03" + v(len(descriptor)) + descriptor
     core.points |= used
-    core.labels.update(interning.point_map.label_index[np.flatnonzero(used)].tolist())
+    data, labels = interning.data(used)
+    core.labels.update(labels)
     state = (b"\x50" + sequence + b"\x68\x01\xda\x03" + v(len(uuid) + 6) + b"\xd0\x03\x40\x5a"
-             + v(len(uuid) + 1) + b"\x58" + uuid + interning.data(used))
-    clock = _bytes(1, _uint(1, SEQUENCE_CLOCK) + _uint(2, 0) + _uint(3, 1) + _uint(4, core.unit))
-    boot_clock = b"\x08\x06\x10" + v(core.boot_ns)
-    snapshot = clock + b"\x0a" + v(len(boot_clock)) + boot_clock
+             + v(len(uuid) + 1) + b"\x58" + uuid + data)
+    snapshot = interning.snapshots.get((core.unit, core.boot_ns))
+    if snapshot is None:
+        clock = _bytes(1, _uint(1, SEQUENCE_CLOCK) + _uint(2, 0) + _uint(3, 1) + _uint(4, core.unit))
+        boot_clock = b"\x08\x06\x10" + v(core.boot_ns)
+        snapshot = clock + b"\x0a" + v(len(boot_clock)) + boot_clock
+        if len(interning.snapshots) > 4096:
+            interning.snapshots.clear()  # a trace of many launches: keep the table small
+        interning.snapshots[(core.unit, core.boot_ns)] = snapshot
     clock_packet = b"\x50" + sequence + b"\x32" + v(len(snapshot)) + snapshot
     return (b"\x0a" + v(len(td)) + td + b"\x0a" + v(len(state)) + state
             + b"\x0a" + v(len(clock_packet)) + clock_packet)
