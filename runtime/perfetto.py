@@ -56,6 +56,7 @@ begin on every core, and adds flow fields to its event packets).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from types import TracebackType
@@ -789,8 +790,10 @@ class PerfettoTraceWriter:
 
     def write_rendered(self, rendered: RenderedRank) -> int:
         """Append a rank laid out by :func:`render_rank`; returns its span count."""
-        for chunk in rendered.chunks:
-            self._write(chunk if isinstance(chunk, bytes) else chunk.data)
+        assert self._out is not None, "use PerfettoTraceWriter as a context manager"
+        # One call for the rank's ~4 chunks a core (bytes, and uint8 arrays written
+        # through their buffers): a Python call per chunk was a tenth of a rank's time.
+        self._out.writelines(cast("Iterator[bytes]", rendered.chunks))  # arrays: buffers too
         self.events += rendered.events
         return rendered.spans
 
