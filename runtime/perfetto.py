@@ -626,7 +626,8 @@ def render_rank(
         chunks.append(_track_descriptor(_uint(1, process_uuid(pid)), process, _uint(12, pid)))
         packets += 1
     used = np.zeros((len(tracks), max(point_map.ids.size, 1)), dtype=bool)
-    used[span_track, point] = True
+    # by flat index: a store at (row, column) pairs costs several times a 1-d one
+    used.reshape(-1)[span_track * used.shape[1] + point] = True
     track_sequence = np.zeros(len(tracks), dtype=np.int64)
     heads: list[bytes] = []
     for k, track_slot in enumerate(tracks):
