@@ -42,6 +42,7 @@ from optrace.engine.cpp import (
 )
 from optrace.engine.diagnostics import Diagnostic, InputError
 from optrace.engine.model import Anchor, Kind, LoopInfo, Region
+from optrace.engine.vocabulary import FRAG_OPEN, LINE_MARK
 from optrace.engine.words import (
     DEFAULT_VOCABULARY,
     FILLER_WORDS,
@@ -974,7 +975,15 @@ class Planner:
         function of real size, or a call that moves or computes data (not a flag, queue or
         buffer chore)."""
         node = stmt.prev_named_sibling if step < 0 else stmt.next_named_sibling
-        while node is not None:
+        while node is not None or _own_block(fn.src.text, stmt.parent):
+            if node is None:
+                # The end of a block optrace put around a region (a barrier not in a
+                # block of its own): on an instrumented tree the walk goes on beside the
+                # braces, as it went on the original beside the statement.
+                assert stmt.parent is not None
+                stmt = stmt.parent
+                node = stmt.prev_named_sibling if step < 0 else stmt.next_named_sibling
+                continue
             if (node.text or b"").lstrip().startswith((b"MoeTracing", b"OptraceEnd")):
                 # optrace's own points: an instrumented tree names its steps as the original
                 node = node.prev_named_sibling if step < 0 else node.next_named_sibling
@@ -1181,6 +1190,17 @@ def _ends_in_return(arm: Node | None) -> bool:
         return True
     stmts = [c for c in arm.named_children if c.type != "comment"] if arm.type == "compound_statement" else []
     return bool(stmts) and stmts[-1].type == "return_statement"
+
+
+def _own_block(text: bytes, node: Node | None) -> bool:
+    """Braces optrace put around a region (codemods/kernel_points.py): `{` ending its line
+    with optrace's line mark, or inside optrace's fragment markers."""
+    if node is None or node.type != "compound_statement":
+        return False
+    start = node.start_byte
+    end = text.find(b"\n", start)
+    line = text[start:end if end >= 0 else len(text)]
+    return line.rstrip(b"\r") == b"{" + LINE_MARK or text.endswith(FRAG_OPEN, 0, start)
 
 
 def _descendants(node: Node) -> list[Node]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from class_op import class_op
 from test_base_header import _tree
 from typer.testing import CliRunner
@@ -108,3 +109,39 @@ def test_b_and_e_around_a_statement_sharing_its_line_go_on_lines_of_their_own(tm
         assert _tree(root) == applied  # nothing more to do
         assert runner.invoke(app, ["strip", str(op), "--write"]).exit_code == 0
         assert _tree(root) == before
+
+
+KERNEL = """\
+#include "kernel_operator.h"
+__aicore__ inline uint32_t Tiny(uint32_t a) { uint32_t acc = a; acc += 1U; return acc; }
+extern "C" __global__ __aicore__ void steps_op(GM_ADDR x, GM_ADDR y, GM_ADDR workspace, GM_ADDR tiling)
+{
+    uint32_t acc = 0;
+%s
+    (void)acc;
+}
+"""
+
+
+@pytest.mark.parametrize("body", [
+    # an `#else` arm, a conditional arm, two statements on a line: none is a block, so the
+    # barrier gets braces of optrace's own
+    "#if 0\n#else\n    AscendC::SyncAll();\n    acc += Tiny(acc);\n    AscendC::SyncAll();\n#endif",
+    "#ifdef STEPS_SYNC\n    AscendC::SyncAll();\n    acc += Tiny(acc);\n    AscendC::SyncAll();\n#endif",
+    "#ifdef STEPS_SYNC\n    AscendC::SyncAll(); acc += Tiny(acc);\n    acc += 2; AscendC::SyncAll();\n#endif",
+], ids=["else-arm", "ifdef-arm", "shared-line"])
+def test_a_barrier_in_braces_of_optraces_own_keeps_its_name(tmp_path: Path, body: str) -> None:
+    """The barriers are named after the call between them (`barrier-pre-tiny`, `barrier-tiny`)
+    on the original; on the instrumented tree the walk to that call went only as far as
+    optrace's braces, so a second apply named each `barrier` and added a region inside."""
+    kernel = tmp_path / "steps_op" / "op_kernel" / "steps_op.cpp"
+    kernel.parent.mkdir(parents=True)
+    kernel.write_text(KERNEL % body)
+    (tmp_path / "optrace.toml").write_text("")
+    op = kernel.parent.parent
+    res = runner.invoke(app, ["apply", str(op), "--write", "--mode", "A"])
+    assert res.exit_code == 0, res.stderr
+    labels = re.findall(r'TRACE_POINT\("([\w -]+)", "B"\)', kernel.read_text())
+    assert labels[-2:] == ["barrier-pre-tiny", "barrier-tiny"], labels
+    again = runner.invoke(app, ["apply", str(op), "--check"])  # 1: it would change something
+    assert again.exit_code == 0, again.stdout + again.stderr
