@@ -257,6 +257,11 @@ def _script_words(data: bytes | None) -> str:
     return b"\n".join(sorted(set(data.translate(_TO_WORD_BYTES).split()))).decode("ascii")
 
 
+BUILDS_KIND = "builds1"
+_FILE_KINDS = ((WORDS_KIND, _words),)
+_SCRIPT_KINDS = ((BUILDS_KIND, _builds), (SCRIPT_WORDS_KIND, _script_words))
+
+
 def word_key(word: bytes) -> bytes:
     """A word's normal form for the build scripts' word index: lower case, no `_`. Every
     spelling `op_name_pattern` matches of a name has the normal form of the name."""
@@ -313,7 +318,7 @@ class RepoIndex:
         """Shell / CMake files that build Ascend kernels (the same for every operator)."""
         if self._build_scripts is None:
             store = self.content()
-            self._build_scripts = [p for p in self.scripts if store.derived(p, "builds1", _builds) == "1"]
+            self._build_scripts = [p for p in self.scripts if store.derived(p, BUILDS_KIND, _builds) == "1"]
             store.flush()
         return self._build_scripts
 
@@ -435,8 +440,13 @@ class RepoIndex:
         cache answers."""
         store = self.content()
         h = hashlib.sha256()
-        for path in (*self.files, *self.scripts):
-            h.update(os.fsencode(path) + b"\0" + (store.current_sha(path) or "?").encode() + b"\n")
+        # A file read now (a first run over the folder) has what the search after the miss
+        # asks of it derived from the same bytes: a searchable file's words; a script's
+        # kernel building and its words (`build_scripts`, `build_script_words`).
+        for group, also in ((self.files, _FILE_KINDS), (self.scripts, _SCRIPT_KINDS)):
+            for path in group:
+                sha = store.current_sha(path, also=also) or "?"
+                h.update(os.fsencode(path) + b"\0" + sha.encode() + b"\n")
         store.flush((self.root, self.walked()))  # files hashed anew; gone ones dropped
         # C / C++ sources by their stat signature: what other operators' kernels include
         # is derived from them without reading them (`sharing.operators_including`).

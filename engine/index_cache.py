@@ -222,7 +222,9 @@ class ContentStore:
                 for path, size, mtime, ctime, ino, sha in paths:
                     if isinstance(path, str) and isinstance(sha, str):
                         self._paths[path] = ((size, mtime, ctime, ino), sha)
-                self._values_query = (vals, args)
+                # No row of the folder's files: none of their values to load (a content
+                # seen under another folder is looked up by its hash, `_stored_value`).
+                self._values_query = (vals, args) if self._paths else None
             finally:
                 con.close()
         except sqlite3.Error:  # not a database, or a damaged one: set aside, rebuilt
@@ -274,12 +276,29 @@ class ContentStore:
             except OSError:
                 pass
 
-    def current_sha(self, path: Path, st: os.stat_result | None = None) -> str | None:
+    def current_sha(self, path: Path, st: os.stat_result | None = None,
+                    also: tuple[tuple[str, Callable[[bytes | None], str]], ...] = ()) -> str | None:
         """The file's content hash now ("-": unreadable or too large; None: no such
         file), without deriving anything: a file whose signature is unchanged is not read.
-        What a cache lookup asks of every file a result rests on."""
+        What a cache lookup asks of every file a result rests on.
+
+        `also` (kinds and how to derive each): for a file read now whose content has no such
+        value yet, in a folder with no stored values (a first run over it), derived from
+        the bytes just read: the search after the miss would read and hash every file
+        again to derive it (a cold run read each file of the repository twice)."""
         known = self._current(path, st)
-        return known[0] if known is not None else None
+        if known is None:
+            return None
+        sha, data, read, _ = known
+        # Not while the folder's stored values are still to be loaded: a lookup that reads
+        # a file (a recent edit) would load them all to see whether its content is known,
+        # the cost a lookup the cache answers does not pay (`_values_query`).
+        if also and read and self._values_query is None:
+            for kind, derive in also:
+                if self._found(sha, kind, True) is None:  # (a copy's file: the other folder's)
+                    self.misses += 1
+                    self._new_values[(sha, kind)] = derive(data)
+        return sha
 
     def _current(self, path: Path,
                  st: os.stat_result | None) -> tuple[str, bytes | None, bool, Signature] | None:

@@ -89,6 +89,39 @@ def test_second_run_reads_the_cache_and_no_file(cache_home: Path, tmp_path: Path
     assert read == []  # nothing read: every signature matched
 
 
+def test_a_first_run_that_takes_the_state_reads_each_file_once(cache_home: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cold lookup hashes every file (the state) and the search after its miss derives
+    every file's words: from the bytes the state read, not a second read and hash. A
+    later run over a copy finds the first folder's words by their hashes."""
+    index_cache.set_enabled(False)
+    expected = _answers(_repo(tmp_path / "elsewhere"))
+    index_cache.set_enabled(True)
+    root = _repo(tmp_path / "repo")
+    read: list[Path] = []
+
+    def counting(path: Path) -> bytes | None:
+        read.append(path)
+        return read_bounded(path)
+
+    monkeypatch.setattr("optrace.engine.discovery.read_bounded", counting)
+    index = RepoIndex.build(root)
+    index.state()
+    # (plain words: a search for `foo-op` reads each file as a scan does)
+    answers = (index.mentioning(b"foo_op"), index.mentioning(b"FooOp", b"aclnnFooOp"),
+               index.mentioning(b"bar_op"), index.build_scripts())
+    assert [[p.relative_to(root) for p in a] for a in answers] == [
+        [p.relative_to(tmp_path / "elsewhere") for p in a] for k, a in enumerate(expected) if k != 3]
+    index.build_script_words()
+    assert sorted(read) == sorted({*read}), " ".join(p.name for p in read)
+    assert len(read) == len(index.files) + len(index.scripts)
+    copy = _repo(tmp_path / "repo-copy")
+    again = RepoIndex.build(copy)
+    again.state()
+    again.mentioning(b"foo_op")
+    assert again.store is not None and again.store.misses == 0
+
+
 def test_a_run_loads_its_own_folder_and_a_copy_derives_nothing_again(cache_home: Path,
                                                                      tmp_path: Path) -> None:
     # Two clones of one repository (a corpus run's scratch copies, a user's worktrees):
