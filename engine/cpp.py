@@ -549,6 +549,17 @@ def iter_nodes(node: Node, types: frozenset[str] | set[str], *, into_lambdas: bo
 _OWN_FRAGMENT_RE = re.compile(re.escape(FRAG_OPEN) + rb".*?" + re.escape(FRAG_CLOSE), re.S)
 
 
+def without_own_code(code: bytes) -> bytes:
+    """Code as it was before optrace's edits: its lines (`// optrace`) and fragments
+    (`/*optrace<*/ ... /*>optrace*/`) taken out. What a second apply reads of an
+    instrumented tree to name and key things as the first did on the original."""
+    if LINE_MARK in code:
+        code = b"\n".join(line for line in code.split(b"\n") if LINE_MARK not in line)
+    if FRAG_OPEN in code:
+        code = _OWN_FRAGMENT_RE.sub(b"", code)
+    return code
+
+
 def definition_key(src: SourceFile, node: Node) -> bytes:
     """What makes two function definitions the same code: their text (optrace's own
     insertions and whitespace left out, so an instrumented copy is still the same) and
@@ -574,11 +585,7 @@ def definition_key(src: SourceFile, node: Node) -> bytes:
             end = src.text.find(b"\n", parent.start_byte, parent.end_byte)
             heads.append(src.text[parent.start_byte : end if end >= 0 else parent.end_byte])
         parent = parent.parent
-    own = src.text[start : node.end_byte]
-    if LINE_MARK in own:
-        own = b"\n".join(line for line in own.split(b"\n") if LINE_MARK not in line)
-    if FRAG_OPEN in own:
-        own = _OWN_FRAGMENT_RE.sub(b"", own)
+    own = without_own_code(src.text[start : node.end_byte])
     # The bytes rb"\s" matches, deleted by bytes.translate: a C loop, several times faster
     # than re.sub (every function definition's text goes through it).
     return b"\0".join([*heads, own]).translate(None, _WHITESPACE)

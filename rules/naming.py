@@ -58,7 +58,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from optrace.engine.codes import OT105
-from optrace.engine.cpp import FunctionDef
+from optrace.engine.cpp import FunctionDef, without_own_code
 from optrace.engine.diagnostics import Severity
 from optrace.engine.model import Kind, Region, assign_labels, relabel_below
 from optrace.engine.words import Vocabulary, label_kebab, label_name, reductions
@@ -607,7 +607,7 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
         if a is None or src is None:
             return ""
         start = max((s for s, e in self.spans.get(a.path, []) if s <= a.start < e), default=a.start)
-        return src.text[start:a.start].decode("utf-8", "replace")
+        return _code(src.text[start:a.start])
 
     def _loop_writes(self, m: Region) -> list[str]:
         found = self.memo.get(("writes", id(m)))
@@ -666,10 +666,10 @@ extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {
             return ""
         start = a.start
         if header and a.inside:  # the span is the loop's body: its header is just before it
-            before = src.text[max(0, start - 600):start].decode("utf-8", "replace")
+            before = _code(src.text[max(0, start - 600):start])
             found = list(re.finditer(r"\b(for|while)\s*\(", before))
             return before[found[-1].start():] + "{" if found else ""
-        return src.text[start:a.end].decode("utf-8", "replace")
+        return _code(src.text[start:a.end])
 
     def _calls(self, code: str, depth: int = 1) -> list[str]:
         """The functions a piece of code calls, in order, and (one level down) the ones those
@@ -1053,7 +1053,14 @@ def _undigit(part: str) -> str:
 
 
 def _body_text(fn: FunctionDef) -> str:
-    return fn.src.text[fn.body.start_byte:fn.body.end_byte].decode("utf-8", "replace")
+    return _code(fn.src.text[fn.body.start_byte:fn.body.end_byte])
+
+
+def _code(text: bytes) -> str:
+    """Source text as naming reads it: without optrace's own lines and fragments (on an
+    instrumented tree, a loop's first call was its `MoeTracing`, so a second apply named
+    it anew), decoded."""
+    return without_own_code(text).decode("utf-8", "replace")
 
 
 def _loop_header(code: str) -> tuple[str, set[str]] | None:

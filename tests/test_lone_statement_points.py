@@ -2,7 +2,8 @@
 line but not in a block of its own (`if (...)` then the statement on the next line) go
 on lines of their own — braces, B and the scope guard each one line, no added line past
 120 columns — and the runtime header optrace writes says on its first line that it is
-generated."""
+generated. And a second apply of such a kernel changes nothing: the regions keep the names
+the first apply gave them (optrace's own braces and lines do not count as the code's)."""
 
 from __future__ import annotations
 
@@ -143,5 +144,46 @@ def test_a_barrier_in_braces_of_optraces_own_keeps_its_name(tmp_path: Path, body
     assert res.exit_code == 0, res.stderr
     labels = re.findall(r'TRACE_POINT\("([\w -]+)", "B"\)', kernel.read_text())
     assert labels[-2:] == ["barrier-pre-tiny", "barrier-tiny"], labels
+    again = runner.invoke(app, ["apply", str(op), "--check"])  # 1: it would change something
+    assert again.exit_code == 0, again.stdout + again.stderr
+
+
+LOOPS = """\
+#include "kernel_operator.h"
+__aicore__ inline void Exchange(uint32_t rounds)
+{
+    uint32_t acc = 0U;
+#if 1
+    while (acc < rounds) {
+        for (uint32_t groupIdx = 0; groupIdx < 4U; ++groupIdx) {
+            AscendC::SyncAll();
+        }
+        acc += 1U;
+    }
+#endif
+    while (acc < 2U * rounds) {
+        AscendC::SyncAll();
+        acc += 1U;
+    }
+}
+extern "C" __global__ __aicore__ void loops_op(GM_ADDR x, GM_ADDR y, GM_ADDR workspace, GM_ADDR tiling)
+{
+    Exchange(2U);
+    Exchange(3U);
+}
+"""
+
+
+def test_loops_told_apart_by_their_code_keep_their_names(tmp_path: Path) -> None:
+    """Two loops told apart by what their code does: on the instrumented tree that code
+    began with optrace's own lines, so a second apply named them anew and planned them
+    again. Naming reads the code as it was."""
+    kernel = tmp_path / "loops_op" / "op_kernel" / "loops_op.cpp"
+    kernel.parent.mkdir(parents=True)
+    kernel.write_text(LOOPS)
+    (tmp_path / "optrace.toml").write_text("")
+    op = kernel.parent.parent
+    res = runner.invoke(app, ["apply", str(op), "--write"])
+    assert res.exit_code == 0, res.stderr
     again = runner.invoke(app, ["apply", str(op), "--check"])  # 1: it would change something
     assert again.exit_code == 0, again.stdout + again.stderr

@@ -399,9 +399,21 @@ def _barriers_around_a_call_in_if_0() -> Program:
     return Program([dispatch], None, [("pp", "0", [], [sync, ("call", dispatch), sync])])
 
 
+def _two_loops_told_apart_by_their_code() -> Program:
+    """Found by this property (session 30, OPTRACE_LONG_FUZZ=1; shrunk by hand): two loops
+    of one function, each with a barrier, told apart by what their code does. On the
+    instrumented tree that code began with optrace's own `MoeTracing` and `OptraceEnd`
+    lines, so a second apply named the loops anew (`acc-trace`) and planned them again."""
+    sync = ("plain", "AscendC::SyncAll();")
+    loops = [("pp", "1", [("while", [("for", "groupIdx", "4U", [sync])])], None), ("while", [sync])]
+    fn = Function("Dispatch0", False, False, loops)
+    return Program([fn], [], [("call", fn), ("call", fn)])
+
+
 @settings(max_examples=max(10, BUDGET // 2), suppress_health_check=SLOW)
 @given(program=programs(), style=styles)
 @example(program=_barrier_after_a_traced_if(), style=Style(final_newline=False))
+@example(program=_two_loops_told_apart_by_their_code(), style=Style(final_newline=False))
 @example(program=_barriers_around_a_call_in_if_0(), style=Style(final_newline=False))
 @example(program=_simple(), style=Style())
 @example(program=_break_beside_decided_conditionals(), style=Style(final_newline=False))
