@@ -373,12 +373,26 @@ def test_a_sample_gone_after_the_lookups_keeps_no_entry(repo: Path, runs: list[P
     assert cached == _check(repo, "--no-cache") and SAMPLE.rsplit("/", 1)[1] in cached[1]
 
 
+def _cache_files() -> dict[str, bytes]:
+    root = cache_root()
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
 def test_no_cache_neither_reads_nor_writes(repo: Path, runs: list[Path]) -> None:
     _check(repo, "--no-cache")
     assert _entries() == [] and len(runs) == 1
+    assert _cache_files() == {}  # the repository index's store is the user cache too
     _check(repo)
     _check(repo, "--no-cache")
     assert len(runs) == 3
+    # Not read either: a damaged store would be set aside (removed) by a run that read it.
+    store = cache_root() / "index.sqlite"
+    assert store.is_file()
+    store.write_bytes(b"not a database" * 100)
+    before = _cache_files()
+    _check(repo, "--no-cache")
+    cli("pre-commit", "--repo-root", str(repo), "--no-cache", "--", str(repo / KERNEL))
+    assert _cache_files() == before and len(runs) == 5
 
 
 @pytest.mark.usefixtures("state_home")  # the bound set here stays this test's

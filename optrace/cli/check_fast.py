@@ -34,6 +34,7 @@ from optrace.cli.common import (
     start_command,
     worker_count,
 )
+from optrace.engine import index_cache
 from optrace.engine.codes import OT999
 from optrace.engine.diagnostics import shown_path
 
@@ -185,7 +186,15 @@ def check_command(op_dirs: list[Path], repo_root: Path | None, fmt: CheckFormat,
     sources = operator_files(op_dirs)
     if output_refused(output, sources):
         return EXIT_INPUT
-    outcomes = _cached_or_checked(op_dirs, repo_root, compile_safety, jobs, cache)
+    if not cache:
+        # The repository index's store is the user cache too: `--no-cache` neither reads
+        # nor writes it (nor check's entries), for this command only (workers included).
+        index_cache.set_enabled(False)
+    try:
+        outcomes = _cached_or_checked(op_dirs, repo_root, compile_safety, jobs, cache)
+    finally:
+        if not cache:
+            index_cache.reset_enabled()
     reports = [o.report for o in outcomes if o.report is not None]
     code = max([EXIT_OK, *(o.code for o in outcomes)])
     if any(r.worst(strict) == Severity.ERROR for r in reports):
