@@ -7,7 +7,8 @@ operator directory found (`engine.discovery.find_operator_dirs`: an `op_kernel/`
 a kernel entry, `ascend_kernels/<op>`, `csrc/ops/<op>`; directories under a `tests/` or
 `test/` folder are unit-test harnesses, not operators, and are left out) or given:
 
-    plan --format json -> plan again -> apply --write -> check --format json
+    plan --format json -> plan again -> apply --write -> apply --check (nothing left to
+    change: apply is idempotent) -> check --format json
     -> strip --write -> the tree is byte-identical to before
     -> apply --check says changes are needed
 
@@ -424,6 +425,12 @@ def run_operator(op_rel: str, scratch: Path, timeout: float, compile_diff: bool,
         if compile_diff and cpp_written:
             after = compile_errors(cpp_written, op_dir, scratch)
 
+        # 2b. apply again, on its own output: nothing left to change (every codemod is
+        # idempotent); 1 here is a second apply that would edit the tree again
+        step, _ = do("apply_again", ["apply", op_rel, "--check"])
+        if step.rc != 0 and not step.timeout:
+            res.failures.append(f"apply --check after apply: exit {step.rc} (expected 0: not idempotent)")
+
         # 3. check on optrace's own output: any error is a failure of optrace
         step, out = do("check", ["check", op_rel, "--format", "json"])
         try:
@@ -552,6 +559,10 @@ def summarise(results: list[OperatorResult]) -> dict[str, Any]:
         "edited_differs": sum(1 for r in applied if r.edited_differs),
         "compile_regressions": sum(1 for r in applied if r.new_compile_errors),
         "check_errors_on_own_output": sum(1 for r in applied if r.check_errors),
+        "apply_again_compared": sum(1 for r in applied if "apply_again" in r.steps),
+        "apply_again_changes": sum(
+            1 for r in applied if r.steps.get("apply_again") and r.steps["apply_again"].rc != 0
+        ),
         "apply_check_after_strip_ok": sum(
             1 for r in applied if r.steps.get("apply_check") and r.steps["apply_check"].rc == 1
         ),
@@ -627,10 +638,17 @@ def targets(s: dict[str, Any]) -> list[tuple[str, str, bool]]:
             s["lint"].get("points_in_spin_loops", 1) == 0,
         ),
     ]
+    if s.get("apply_again_compared") is not None:  # (a report of an earlier run has no such step)
+        rows.insert(2, (
+            "a second apply changes nothing (operators where it would)",
+            f"{s['apply_again_changes']} of {s['apply_again_compared']}",
+            s["apply_again_changes"] == 0 and s["apply_again_compared"] == applied,
+        ))
     if s.get("plan_only"):
         # apply, check and strip were not run: only what the plan says is measured
         rows = [r for r in rows if not r[0].startswith(("strip", "0 compile", "0 operators where check",
-                                                        "the plan's \"edited\"", "apply exits"))]
+                                                        "the plan's \"edited\"", "apply exits",
+                                                        "a second apply"))]
     names = [s["lint"].get(k) for k in NAME_LINT]
     rows.append(
         (
@@ -688,7 +706,8 @@ def line_for(i: int, n: int, r: OperatorResult) -> str:
     plan_s = r.steps["plan"].secs if "plan" in r.steps else 0.0
     again = f" again {r.steps['plan_again'].secs:4.1f}s" if "plan_again" in r.steps else ""
     return (
-        f"[{i:>4}/{n}] {r.op:<60} plan {st('plan')} {plan_s:5.1f}s{again}  apply {st('apply')}  "
+        f"[{i:>4}/{n}] {r.op:<60} plan {st('plan')} {plan_s:5.1f}s{again}  apply {st('apply')} "
+        f"again {st('apply_again')}  "
         f"check {st('check')}  strip {st('strip')} {ident}  labels {labels}  names {names}"
         + (f"  edited-marks-differ {len(r.edited_differs)}" if r.edited_differs else "")
         + {True: "  probe same", False: "  probe DIFF", None: ""}[r.probe_same]
