@@ -23,7 +23,10 @@ and every import included),
 prints CPU and wall, best and median, and each as a ratio of the bare parse's.
 
     python bench/bench_check.py --opdir src/cam/comm_operator/ascend_kernels/fused_deep_moe \
-        --repo /path/to/umdk [--rounds 15] [--json]
+        --repo /path/to/umdk [--rounds 15] [--before /tmp/wt_before] [--json]
+
+``--before DIR`` (a `git worktree` of an earlier commit) times each row of that checkout
+too, through PYTHONPATH, in the same rounds: a before / after pair under the same load.
 """
 
 from __future__ import annotations
@@ -152,34 +155,46 @@ def opdir_bench(args: argparse.Namespace) -> dict[str, object]:
         lines = sum(p.read_bytes().count(b"\n") for p in files)
         check = [sys.executable, "-m", "optrace", "check", str(op)]
         parse = [sys.executable, "-c", BARE_PARSE_LIST, str(listing)]
+        # Each side (this checkout; with --before, another one through PYTHONPATH) with a
+        # warm cache of its own, every row of both in every round.
+        sides = {"": env}
+        if args.before is not None:
+            before_path = os.pathsep.join(
+                p for p in (str(args.before.resolve()), env.get("PYTHONPATH", "")) if p)
+            sides[" (before)"] = {**env, "PYTHONPATH": before_path,
+                                  "XDG_CACHE_HOME": str(tmp / "warm-cache-before")}
         timed(parse, env)
-        first = timed(check, env)[2]  # bytecode written, the warm cache filled
-        times: dict[str, list[tuple[float, float]]] = {
-            k: [] for k in ("bare", "no-cache", "cold", "warm", "changed")}
+        first = {side: timed(check, side_env)[2] for side, side_env in sides.items()}  # .pyc written, warm
+        times: dict[str, list[tuple[float, float]]] = {"bare": []}
+        for side in sides:
+            for k in ("no-cache", "cold", "warm", "changed"):
+                times[k + side] = []
         for n in range(args.rounds):
             times["bare"].append(timed(parse, env)[:2])
-            times["no-cache"].append(timed([*check, "--no-cache"], env)[:2])
-            cold_env = {**env, "XDG_CACHE_HOME": str(tmp / f"cold-{n}")}
-            cpu, wall, cold = timed(check, cold_env)
-            shutil.rmtree(tmp / f"cold-{n}", ignore_errors=True)
-            times["cold"].append((cpu, wall))
-            cpu, wall, warm = timed(check, env)
-            times["warm"].append((cpu, wall))
-            if (warm.returncode, warm.stdout) != (cold.returncode, cold.stdout):
-                raise SystemExit("a warm check answered otherwise than a cold one")
+            for side, side_env in sides.items():
+                times["no-cache" + side].append(timed([*check, "--no-cache"], side_env)[:2])
+                cold_env = {**side_env, "XDG_CACHE_HOME": str(tmp / f"cold-{n}")}
+                cpu, wall, cold = timed(check, cold_env)
+                shutil.rmtree(tmp / f"cold-{n}", ignore_errors=True)
+                times["cold" + side].append((cpu, wall))
+                cpu, wall, warm = timed(check, side_env)
+                times["warm" + side].append((cpu, wall))
+                if (warm.returncode, warm.stdout) != (cold.returncode, cold.stdout):
+                    raise SystemExit("a warm check answered otherwise than a cold one")
             with open(kernel, "ab") as handle:
                 handle.write(f"// bench round {n}\n".encode())
             past = time.time() - 1
             os.utime(kernel, (past, past))
-            cpu, wall, changed = timed(check, env)
-            times["changed"].append((cpu, wall))
-            if changed.returncode != first.returncode:
-                raise SystemExit("check after a comment was added exited otherwise")
+            for side, side_env in sides.items():
+                cpu, wall, changed = timed(check, side_env)
+                times["changed" + side].append((cpu, wall))
+                if changed.returncode != first[side].returncode:
+                    raise SystemExit("check after a comment was added exited otherwise")
     best = {k: (min(c for c, _ in v), min(w for _, w in v)) for k, v in times.items()}
     median = {k: (statistics.median(c for c, _ in v), statistics.median(w for _, w in v))
               for k, v in times.items()}
     rows: dict[str, dict[str, object]] = {}
-    for k in ("no-cache", "cold", "warm", "changed"):
+    for k in (k for k in times if k != "bare"):
         ratio_cpu, ratio_cpu_median = best[k][0] / best["bare"][0], median[k][0] / median["bare"][0]
         rows[k] = {
             "cpu_s": best[k][0], "wall_s": best[k][1],
@@ -190,7 +205,8 @@ def opdir_bench(args: argparse.Namespace) -> dict[str, object]:
             "target": OPDIR_TARGETS.get(k),
             "met": k not in OPDIR_TARGETS or max(ratio_cpu, ratio_cpu_median) <= OPDIR_TARGETS[k],
         }
-    return {"opdir": args.opdir, "files": len(files), "lines": lines, "rounds": args.rounds,
+    return {"opdir": args.opdir, "before": str(args.before) if args.before is not None else None,
+            "files": len(files), "lines": lines, "rounds": args.rounds,
             "bare_cpu_s": best["bare"][0], "bare_wall_s": best["bare"][1],
             "bare_cpu_median_s": median["bare"][0], "bare_wall_median_s": median["bare"][1],
             "changed_file": kernel.relative_to(op).as_posix(), "load_average": os.getloadavg(), **rows}
@@ -206,7 +222,8 @@ def print_opdir(result: dict[str, object]) -> None:
     names = {"no-cache": "check --no-cache (no cache read or written)",
              "cold": "cold check (empty cache)", "warm": "warm check (nothing changed)",
              "changed": f"after one kernel file changed ({result['changed_file']})"}
-    for k, title in names.items():
+    sides = [""] + ([" (before)"] if result.get("before") else [])
+    for k, title in ((k + side, title + side) for k, title in names.items() for side in sides):
         r: dict[str, float] = result[k]  # type: ignore[assignment]
         print(f"  {title}: CPU best {r['cpu_s']:.3f} s = {r['ratio_cpu']:.2f}x, "
               f"median {r['cpu_median_s']:.3f} s = {r['ratio_cpu_median']:.2f}x; "
@@ -227,6 +244,8 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     ap.add_argument("--opdir", help="time this operator (cold, warm, changed) instead of a generated one")
     ap.add_argument("--repo", type=Path, help="with --opdir: the repository (a bare mirror or a work tree)")
     ap.add_argument("--rounds", type=int, default=15, help="with --opdir: interleaved rounds")
+    ap.add_argument("--before", type=Path, help="with --opdir: another checkout (a `git worktree` of an "
+                    "earlier commit), each of its rows timed in the same rounds through PYTHONPATH")
     args = ap.parse_args(argv)
     if args.opdir:
         found = opdir_bench(args)
