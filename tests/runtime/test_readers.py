@@ -574,10 +574,7 @@ def test_a_corrupted_packet_inside_a_run_is_refused_as_before(tmp_path: Path,
 # ----------------------------------------------------------------------------- the span table's sorts
 
 
-@pytest.mark.parametrize("block", [1, 3, 1 << 14])
-def test_ids_by_first_use_are_np_unique_in_order_of_first_place(block: int,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(spans, "_FIRST_BLOCK", block)
+def test_ids_by_first_use_are_np_unique_in_order_of_first_place() -> None:
     rng = np.random.default_rng(12)
     for _ in range(300):
         size = int(rng.integers(1, 30))
