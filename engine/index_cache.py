@@ -115,6 +115,11 @@ def set_enabled(enabled: bool) -> None:
     os.environ["OPTRACE_NO_CACHE"] = "" if enabled else "1"
 
 
+def enabled() -> bool:
+    """Whether this command uses the user cache (`--no-cache` or OPTRACE_NO_CACHE=1: not)."""
+    return _enabled[0]
+
+
 def reset_enabled() -> None:
     """Back to what the process started with (the end of a command that set it)."""
     _enabled[0] = (_NO_CACHE_AT_START or "") in ("", "0")
@@ -180,6 +185,10 @@ class ContentStore:
         self._values_query: tuple[str, tuple[str, ...]] | None = None
         if db is not None:
             self._load(db)
+        # No row of the folder's files was stored: a first run over it (`current_sha`'s
+        # `also`). Its values query still runs later, once the state's flush has written
+        # the folder's paths: a copy's files then find the values another folder derived.
+        self._first_run = not self._paths
 
     @classmethod
     def open(cls, read: Callable[[Path], bytes | None], name: str = "index",
@@ -222,9 +231,7 @@ class ContentStore:
                 for path, size, mtime, ctime, ino, sha in paths:
                     if isinstance(path, str) and isinstance(sha, str):
                         self._paths[path] = ((size, mtime, ctime, ino), sha)
-                # No row of the folder's files: none of their values to load (a content
-                # seen under another folder is looked up by its hash, `_stored_value`).
-                self._values_query = (vals, args) if self._paths else None
+                self._values_query = (vals, args)
             finally:
                 con.close()
         except sqlite3.Error:  # not a database, or a damaged one: set aside, rebuilt
@@ -290,14 +297,18 @@ class ContentStore:
         if known is None:
             return None
         sha, data, read, _ = known
-        # Not while the folder's stored values are still to be loaded: a lookup that reads
-        # a file (a recent edit) would load them all to see whether its content is known,
+        # Not while a stored folder's values are still to be loaded: a lookup that reads a
+        # file (a recent edit) would load them all to see whether its content is known,
         # the cost a lookup the cache answers does not pay (`_values_query`).
-        if also and read and self._values_query is None:
+        if also and read and (self._values_query is None or self._first_run):
             for kind, derive in also:
-                if self._found(sha, kind, True) is None:  # (a copy's file: the other folder's)
-                    self.misses += 1
-                    self._new_values[(sha, kind)] = derive(data)
+                key = (sha, kind)
+                if key in self._new_values or key in self._values:
+                    continue
+                if self.under is not None and self._stored_value(sha, kind) is not None:
+                    continue  # a copy's file: the value another folder derived
+                self.misses += 1
+                self._new_values[key] = derive(data)
         return sha
 
     def _current(self, path: Path,

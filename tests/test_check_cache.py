@@ -395,6 +395,30 @@ def test_no_cache_neither_reads_nor_writes(repo: Path, runs: list[Path]) -> None
     assert _cache_files() == before and len(runs) == 5
 
 
+def test_pre_commit_no_cache_on_a_file_outside_the_operator(repo: Path, runs: list[Path],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A staged sample is mapped to its operators by searching the repository (its index,
+    the user cache's too) before any check runs: --no-cache holds from there."""
+    monkeypatch.chdir(repo)
+    code = cli("pre-commit", "--repo-root", str(repo), "--no-cache", "--", SAMPLE)[0]
+    assert code in (0, 1) and len(runs) == 1 and _cache_files() == {}
+    store = cache_root() / "index.sqlite"
+    store.parent.mkdir(parents=True, exist_ok=True)
+    store.write_bytes(b"not a database" * 100)
+    cli("pre-commit", "--repo-root", str(repo), "--no-cache", "--", SAMPLE)
+    assert _cache_files() == {"index.sqlite": b"not a database" * 100}  # not read: not set aside
+
+
+@pytest.mark.parametrize("command", ["check", "plan"])
+def test_optrace_no_cache_in_the_environment_is_no_cache(repo: Path, tmp_path: Path, command: str) -> None:
+    cache = tmp_path / "env-cache"
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache), "OPTRACE_NO_CACHE": "1"}
+    done = subprocess.run([sys.executable, "-m", "optrace", command, str(repo / OP_REL)], env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode in (0, 1), done.stderr
+    assert not cache.exists() or not any(p.is_file() for p in cache.rglob("*"))
+
+
 @pytest.mark.usefixtures("state_home")  # the bound set here stays this test's
 def test_the_user_bound_keeps_the_cache_small(repo: Path, runs: list[Path], tmp_path: Path) -> None:
     _check(repo)

@@ -122,6 +122,33 @@ def test_a_first_run_that_takes_the_state_reads_each_file_once(cache_home: Path,
     assert again.store is not None and again.store.misses == 0
 
 
+def test_a_copys_first_run_finds_a_kind_its_state_does_not_derive(cache_home: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kind other than the words (a layer's own, as the build hook's facts of a script)
+    asked of a copy's file after the state hashed it: the value another folder derived of
+    the same bytes, not a second read."""
+    first = _repo(tmp_path / "repo")
+    index = RepoIndex.build(first)
+    index.state()
+    store = index.content()
+    assert store.derived(first / "build.sh", "other-kind1", lambda data: str(len(data or b""))) == "16"
+    store.flush()
+    copy = _repo(tmp_path / "repo-copy")
+    read: list[Path] = []
+
+    def counting(path: Path) -> bytes | None:
+        read.append(path)
+        return read_bounded(path)
+
+    monkeypatch.setattr("optrace.engine.discovery.read_bounded", counting)
+    again = RepoIndex.build(copy)
+    again.state()
+    hashed = len(read)
+    copied = again.content()
+    assert copied.derived(copy / "build.sh", "other-kind1", lambda data: "derived again") == "16"
+    assert read[hashed:] == [] and copied.misses == 0
+
+
 def test_a_run_loads_its_own_folder_and_a_copy_derives_nothing_again(cache_home: Path,
                                                                      tmp_path: Path) -> None:
     # Two clones of one repository (a corpus run's scratch copies, a user's worktrees):

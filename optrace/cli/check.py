@@ -17,6 +17,7 @@ from optrace.cli.common import (
     CheckFormat,
     apply_config_trust,
 )
+from optrace.engine import index_cache
 
 _FORMAT_HELP = ("text (errors and warnings first, on stderr; then a summary and one line per gate), "
                 "json or sarif (everything, evidence included).")
@@ -87,12 +88,20 @@ def pre_commit(
     apply_config_trust(trust_config)
     cwd = Path.cwd()
     root = repository_of(cwd, repo_root)
-    staged = operators_for_files(list(files or []), root, cwd)
-    op_dirs = staged.sorted_operators()
-    if not op_dirs:
-        raise typer.Exit(EXIT_OK)
-    raise typer.Exit(check_command(op_dirs, repo_root, fmt, None, strict, not no_compile, jobs, verbose,
-                                   not no_cache))
+    if no_cache:
+        # Before the files are mapped to operators: a file outside every operator is
+        # mapped by searching the repository, whose index is the user cache's too.
+        index_cache.set_enabled(False)
+    try:
+        staged = operators_for_files(list(files or []), root, cwd)
+        op_dirs = staged.sorted_operators()
+        if not op_dirs:
+            raise typer.Exit(EXIT_OK)
+        raise typer.Exit(check_command(op_dirs, repo_root, fmt, None, strict, not no_compile, jobs, verbose,
+                                       not no_cache))
+    finally:
+        if no_cache:
+            index_cache.reset_enabled()
 
 
 def register(app: typer.Typer) -> None:

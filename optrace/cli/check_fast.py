@@ -186,6 +186,7 @@ def check_command(op_dirs: list[Path], repo_root: Path | None, fmt: CheckFormat,
     sources = operator_files(op_dirs)
     if output_refused(output, sources):
         return EXIT_INPUT
+    cache = cache and index_cache.enabled()  # OPTRACE_NO_CACHE=1: as --no-cache
     if not cache:
         # The repository index's store is the user cache too: `--no-cache` neither reads
         # nor writes it (nor check's entries), for this command only (workers included).

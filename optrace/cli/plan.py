@@ -13,6 +13,7 @@ import typer
 
 from optrace.engine.codes import OT030, OT044, OT999
 from optrace.engine.diagnostics import shown_path
+from optrace.engine.index_cache import enabled as cache_enabled
 from optrace.engine.index_cache import reading_only
 
 if TYPE_CHECKING:
@@ -186,7 +187,8 @@ def _index_once(op_dirs: list[Path], repo_root: Path | None, workers: int, no_ca
     from optrace.engine.discovery import default_repo_root, repo_index, resolve_operator_dir
     from optrace.engine.index_cache import set_enabled
 
-    set_enabled(not no_cache)
+    if no_cache:  # (not set otherwise: OPTRACE_NO_CACHE=1 turns it off as --no-cache does)
+        set_enabled(False)
     if workers < 2:
         return
     roots: set[Path] = set()
@@ -259,7 +261,8 @@ def plan(
         # With -o, every operator is planned: the output must not replace a file the plan
         # reads, which only a plan that ran has read (runtime/regular.py tracks them).
         outcomes = _cached_or_planned(work, repo_root, as_json, jobs,
-                                      use_cache=not no_cache and graph is None and output is None)
+                                      use_cache=not no_cache and cache_enabled() and graph is None
+                                      and output is None)
     code = EXIT_OK
     for outcome in outcomes:
         for message in outcome.messages:
