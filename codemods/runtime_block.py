@@ -233,7 +233,7 @@ def _endif_past_declarations(data: bytes, start: int, depth: int) -> int | None:
 def _includes_unconditionally(path: Path, data: bytes, targets: set[Path]) -> bool:
     """Whether the file includes one of `targets` in its head outside every `#if` (its
     include guard aside): an include in one arm leaves code compiled under the other
-    without the runtime."""
+    without the runtime — unless that arm is the only place apply can write it."""
     head = _head(data)
     lines = [line for _pos, depth, line in head if not depth]
     best, best_depth = _last_head_include(head)
@@ -244,6 +244,12 @@ def _includes_unconditionally(path: Path, data: bytes, targets: set[Path]) -> bo
             if line.strip() and not _QUOTED_INCLUDE_RE.match(line):
                 break
             lines.append(line)
+    elif best is not None and best_depth:
+        # Every include in an `#if` arm that code follows before its `#endif` (a kernel
+        # whose arms run into its functions): apply writes the include after the last of
+        # them, where it stays conditional — there it counts, or a second apply would
+        # write it again (and check would ask for an apply that changes nothing).
+        lines.append(data[data.rfind(b"\n", 0, best) + 1:best])
     for line in lines:
         m = _QUOTED_INCLUDE_RE.match(line)
         if m is None:

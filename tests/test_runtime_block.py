@@ -296,3 +296,62 @@ def test_an_older_scaffold_is_upgraded_in_place(tmp_path: Path) -> None:
     entry.write_text(current[:begin] + V1_SCAFFOLD + current[end:])
     assert runner.invoke(app, ["strip", str(op), "--write"]).exit_code == 0
     assert _snapshot(root) == before  # an old scaffold is stripped as well
+
+
+ARMS_KERNEL = """\
+#if defined(__CCE_AICORE__) && __CCE_AICORE__ < 220
+#include "arms_op_v1.h"
+#else
+#include "kernel_operator.h"
+
+__aicore__ inline void CopyTiles(GM_ADDR x, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; ++i) {
+        AscendC::DataCopy(x, x, i);
+    }
+}
+#endif
+
+extern "C" __global__ __aicore__ void arms_op(GM_ADDR x, GM_ADDR y, GM_ADDR workspace, GM_ADDR tiling)
+{
+#if defined(__CCE_AICORE__) && __CCE_AICORE__ < 220
+    CopyTilesV1(x, 8U);
+#else
+    CopyTiles(x, 8U);
+    AscendC::SyncAll();
+#endif
+}
+"""
+
+ARMS_V1 = """\
+#pragma once
+#include "kernel_operator.h"
+
+__aicore__ inline void CopyTilesV1(GM_ADDR x, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; ++i) {
+        AscendC::DataCopy(x, x, i);
+    }
+    AscendC::SyncAll();
+}
+"""
+
+
+def test_an_include_only_an_arm_can_hold_counts_on_the_second_apply(tmp_path: Path) -> None:
+    """Every include of the kernel in `#if` / `#else` arms whose `#endif` comes after code
+    (helper functions): the runtime's include goes after the last one, inside its arm.
+    A second apply once took it for missing (not outside every `#if`) and wrote it again."""
+    kernel_dir = tmp_path / "arms_op" / "op_kernel"
+    kernel_dir.mkdir(parents=True)
+    (kernel_dir / "arms_op.cpp").write_text(ARMS_KERNEL)
+    (kernel_dir / "arms_op_v1.h").write_text(ARMS_V1)
+    (tmp_path / "optrace.toml").write_text("")
+    op = kernel_dir.parent
+    assert runner.invoke(app, ["apply", str(op), "--write"]).exit_code == 0
+    text = (kernel_dir / "arms_op.cpp").read_text()
+    assert text.count('#include "optrace_runtime.h"') == 1
+    assert text.index('#include "optrace_runtime.h"') < text.index("__aicore__ inline void CopyTiles")
+    again = runner.invoke(app, ["apply", str(op), "--check"])
+    assert again.exit_code == 0, again.stdout
+    check = runner.invoke(app, ["check", str(op), "--no-compile", "--no-cache"])
+    assert check.exit_code == 0, check.stdout + check.stderr
