@@ -89,6 +89,18 @@ def test_second_run_reads_the_cache_and_no_file(cache_home: Path, tmp_path: Path
     assert read == []  # nothing read: every signature matched
 
 
+def _reads_counted(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The files the index reads from now on, in order."""
+    read: list[Path] = []
+
+    def counting(path: Path) -> bytes | None:
+        read.append(path)
+        return read_bounded(path)
+
+    monkeypatch.setattr("optrace.engine.discovery.read_bounded", counting)
+    return read
+
+
 def test_a_first_run_that_takes_the_state_reads_each_file_once(cache_home: Path, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """A cold lookup hashes every file (the state) and the search after its miss derives
@@ -98,13 +110,7 @@ def test_a_first_run_that_takes_the_state_reads_each_file_once(cache_home: Path,
     expected = _answers(_repo(tmp_path / "elsewhere"))
     index_cache.set_enabled(True)
     root = _repo(tmp_path / "repo")
-    read: list[Path] = []
-
-    def counting(path: Path) -> bytes | None:
-        read.append(path)
-        return read_bounded(path)
-
-    monkeypatch.setattr("optrace.engine.discovery.read_bounded", counting)
+    read = _reads_counted(monkeypatch)
     index = RepoIndex.build(root)
     index.state()
     # (plain words: a search for `foo-op` reads each file as a scan does)
@@ -134,13 +140,7 @@ def test_a_copys_first_run_finds_a_kind_its_state_does_not_derive(cache_home: Pa
     assert store.derived(first / "build.sh", "other-kind1", lambda data: str(len(data or b""))) == "16"
     store.flush()
     copy = _repo(tmp_path / "repo-copy")
-    read: list[Path] = []
-
-    def counting(path: Path) -> bytes | None:
-        read.append(path)
-        return read_bounded(path)
-
-    monkeypatch.setattr("optrace.engine.discovery.read_bounded", counting)
+    read = _reads_counted(monkeypatch)
     again = RepoIndex.build(copy)
     again.state()
     hashed = len(read)
