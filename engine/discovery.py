@@ -22,7 +22,7 @@ from typing import ClassVar, Protocol
 from optrace.engine.codes import OT001, OT010, OT014, OT015
 from optrace.engine.config import Config
 from optrace.engine.diagnostics import Diagnostic, InputError
-from optrace.engine.index_cache import ContentStore, signature
+from optrace.engine.index_cache import ContentStore, Signature, stored_state
 from optrace.engine.names import op_name_pattern, same_op
 from optrace.engine.source import blank_comments, decode, is_binary, match_bracket, read_regular
 from optrace.engine.vocabulary import (
@@ -178,8 +178,16 @@ def write_root(op_dir: Path, repo_root: Path | None) -> Path:
 def walk_files(root: Path, exts: frozenset[str] | None = None) -> Iterator[Path]:
     """Files under root in sorted order, skipping VCS / build dirs and symlink loops
     (a directory reached twice, a file link that loops or dangles: nothing to read)."""
+    for path in walk_paths(root, exts):
+        yield Path(path)
+
+
+def walk_paths(root: Path | str, exts: frozenset[str] | None = None) -> Iterator[str]:
+    """`walk_files` as path strings (the directory's path joined to the name): the
+    repository index keeps tens of thousands of them, and a lookup the user cache answers
+    needs only their text and their stat signature, not a `Path` each."""
     seen_dirs: set[tuple[int, int]] = set()
-    stack = [os.fspath(root)]
+    stack = [os.fspath(Path(root))]
     while stack:
         dirpath = stack.pop()
         try:
@@ -193,7 +201,6 @@ def walk_files(root: Path, exts: frozenset[str] | None = None) -> Iterator[Path]
             continue
         seen_dirs.add(key)
         subdirs = []
-        base = Path(dirpath)
         for entry in entries:
             name = entry.name
             # The type comes from the directory listing (no system call unless a link):
@@ -206,15 +213,13 @@ def walk_files(root: Path, exts: frozenset[str] | None = None) -> Iterator[Path]
                 if name not in SKIP_DIRS and not name.startswith("."):
                     subdirs.append(entry.path)
                 continue
-            # The name is tested before a Path is made: most files of a repository are
-            # not asked for, and 20k Path objects cost more than the walk itself.
             dot = name.rfind(".")
             if exts is None or (dot > 0 and name[dot:].lower() in exts) or (
                 exts is SCRIPT_EXTS and name == "CMakeLists.txt"
             ):
                 if entry.is_symlink() and not os.path.exists(entry.path):
                     continue  # resolving it would raise (a loop) or find nothing (dangling)
-                yield base / name
+                yield entry.path
         stack.extend(reversed(subdirs))  # depth first, in sorted order, as os.walk gave
 
 
@@ -260,6 +265,21 @@ def _script_words(data: bytes | None) -> str:
 BUILDS_KIND = "builds1"
 _FILE_KINDS = ((WORDS_KIND, _words),)
 _SCRIPT_KINDS = ((BUILDS_KIND, _builds), (SCRIPT_WORDS_KIND, _script_words))
+# The index's state's format, in the digest of the signatures a state is kept under
+# (`RepoIndex.state`): a change to what the state covers changes it.
+_STATE_FORMAT = b"optrace-index-state 1\0"
+
+
+def _signed_line(tag: str, path: str, sig: Signature | None) -> str:
+    """A path of the walk's group `tag` and its stat signature ("-": none), as the digest
+    a state is kept under has it (`RepoIndex._signatures`)."""
+    if sig is None:
+        return f"{tag}{path}\0-\n"
+    return f"{tag}{path}\0{sig[0]} {sig[1]} {sig[2]} {sig[3]}\n"
+
+
+# `RepoIndex._state`'s count for a state taken from the signatures alone.
+_SIGNED = -1
 
 
 def word_key(word: bytes) -> bytes:
@@ -281,12 +301,17 @@ class RepoIndex:
     """
 
     root: Path
-    files: list[Path] = field(default_factory=list)
-    scripts: list[Path] = field(default_factory=list)
-    # Every C/C++ file by its name, kernel sources included: where an include that is not
-    # found beside its includer may be (`../other_op/...` of a flattened build tree).
-    sources: dict[str, list[Path]] = field(default_factory=dict)
+    # What the walk kept, as path strings (`walk_paths`): searchable files, build
+    # scripts, and every C/C++ file by its name. `files`, `scripts` and `sources` are
+    # the same as `Path`s, made at first use: a lookup the user cache answers takes the
+    # state from the strings alone (`state`), and 20k `Path`s cost more than the walk.
+    file_paths: list[str] = field(default_factory=list)
+    script_paths: list[str] = field(default_factory=list)
+    source_paths: dict[str, list[str]] = field(default_factory=dict)
     store: ContentStore | None = None
+    _files: list[Path] | None = None
+    _scripts: list[Path] | None = None
+    _sources: dict[str, list[Path]] | None = None
     _build_scripts: list[Path] | None = None
     _words: list[str] | None = None
     _answers: dict[tuple[bytes, ...], list[Path]] = field(default_factory=dict)
@@ -307,6 +332,8 @@ class RepoIndex:
     # When the walk began (time.time_ns()): a file changed since may have been hashed by
     # the index before the change (plan's cache keeps no entry resting on such a file).
     built_ns: int = 0
+    # The digest of the paths and signatures a state taken from them alone was kept under.
+    _signed_under: str = ""
 
     def content(self) -> ContentStore:
         """The store of what is derived from this repository's files (opened once)."""
@@ -355,27 +382,48 @@ class RepoIndex:
             store.flush()
         return by_word
 
+    @property
+    def files(self) -> list[Path]:
+        """The searchable files (host code, Python): what `mentioning` searches."""
+        if self._files is None:
+            self._files = [Path(p) for p in self.file_paths]
+        return self._files
+
+    @property
+    def scripts(self) -> list[Path]:
+        """Shell and CMake files within the search's size bound."""
+        if self._scripts is None:
+            self._scripts = [Path(p) for p in self.script_paths]
+        return self._scripts
+
+    @property
+    def sources(self) -> dict[str, list[Path]]:
+        """Every C/C++ file by its name, kernel sources included: where an include that is
+        not found beside its includer may be (`../other_op/...` of a flattened build tree)."""
+        if self._sources is None:
+            self._sources = {name: [Path(p) for p in paths] for name, paths in self.source_paths.items()}
+        return self._sources
+
     @classmethod
     def build(cls, root: Path) -> RepoIndex:
         index = cls(root, built_ns=time.time_ns())
-        for path in walk_files(root, _INDEXED_EXTS):
-            ext = path.suffix.lower()
-            if ext not in CPP_EXTS and ext not in (".sh", ".bash", ".py", ".cmake") and (
-                path.name != "CMakeLists.txt"
-            ):
-                continue
+        kernel_dir = os.sep + "op_kernel" + os.sep
+        for path in walk_paths(root, _INDEXED_EXTS):
+            name = path[path.rfind(os.sep) + 1:]
+            ext = name[name.rfind("."):].lower()  # the walk kept only names with a suffix, or CMakeLists.txt
             if ext in CPP_EXTS:
-                index.sources.setdefault(path.name, []).append(path)
-                if "op_kernel" in path.parts:
+                index.source_paths.setdefault(name, []).append(path)
+                if kernel_dir in os.sep + path:
                     continue  # kernel sources never hold another layer; they are most of the bytes
-            if ext in (".sh", ".bash", ".cmake") or path.name == "CMakeLists.txt":
+                index.file_paths.append(path)
+            elif ext in (".sh", ".bash", ".cmake") or name == "CMakeLists.txt":
                 try:
-                    if path.stat().st_size <= SEARCH_LIMIT_BYTES:
-                        index.scripts.append(path)
+                    if os.stat(path).st_size <= SEARCH_LIMIT_BYTES:
+                        index.script_paths.append(path)
                 except OSError:
                     pass
-                continue
-            index.files.append(path)
+            elif ext == ".py":
+                index.file_paths.append(path)
         return index
 
     def walked(self) -> set[str]:
@@ -437,27 +485,70 @@ class RepoIndex:
         It takes each file's content hash (a file whose signature is unchanged is not
         read), nothing derived from them: the words, the build scripts and their word
         index are loaded or built by the first search that asks, never for a lookup the
-        cache answers."""
+        cache answers. Where every file the walk kept has the stat signature it had
+        when the last state of this folder was taken from the content hashes, that state
+        is the answer (`stored_state`), without a row of the store loaded."""
+        signatures = self._signatures()
+        seen_changed = self.store is not None and self.store.changes
+        signed = None if seen_changed else stored_state(self.root, signatures)
+        if signed is not None:
+            self._state, self._signed_under = (signed, _SIGNED), signatures
+            return signed
+        return self._hashed_state()
+
+    def _signatures(self) -> str:
+        """A digest of the paths the walk kept, by group, and each one's stat signature
+        now, with the state's format (`_signed_line`)."""
+        lines: list[str] = []
+        add, stat = lines.append, os.stat
+        for tag, group in (("f", self.file_paths), ("s", self.script_paths),
+                           *(("c", self.source_paths[name]) for name in sorted(self.source_paths))):
+            for path in group:
+                try:
+                    st = stat(path)
+                except OSError:
+                    add(f"{tag}{path}\0-\n")
+                    continue
+                add(f"{tag}{path}\0{st.st_size} {st.st_mtime_ns} {st.st_ctime_ns} {st.st_ino}\n")
+        return hashlib.sha256(_STATE_FORMAT + "".join(lines).encode("utf-8", "surrogateescape")).hexdigest()
+
+    def _hashed_state(self) -> str:
         store = self.content()
         h = hashlib.sha256()
+        signed: list[str] = []
+        trusted = True
         # A file read now (a first run over the folder) has what the search after the miss
         # asks of it derived from the same bytes: a searchable file's words; a script's
         # kernel building and its words (`build_scripts`, `build_script_words`).
-        for group, also in ((self.files, _FILE_KINDS), (self.scripts, _SCRIPT_KINDS)):
-            for path in group:
-                sha = store.current_sha(path, also=also) or "?"
-                h.update(os.fsencode(path) + b"\0" + sha.encode() + b"\n")
+        for tag, names, group, also in (("f", self.file_paths, self.files, _FILE_KINDS),
+                                        ("s", self.script_paths, self.scripts, _SCRIPT_KINDS)):
+            for name, path in zip(names, group, strict=True):
+                sha = store.current_sha(path, also=also)
+                # The signature this hash was taken (or found) under: what `_signatures`
+                # compares on the next run.
+                sig = store.signature_of(path) if sha is not None else None
+                trusted = trusted and not store.racy(path)
+                signed.append(_signed_line(tag, name, sig))
+                h.update(os.fsencode(path) + b"\0" + (sha or "?").encode() + b"\n")
         store.flush((self.root, self.walked()))  # files hashed anew; gone ones dropped
         # C / C++ sources by their stat signature: what other operators' kernels include
         # is derived from them without reading them (`sharing.operators_including`).
-        for name in sorted(self.sources):
-            for path in self.sources[name]:
+        for source in sorted(self.source_paths):
+            for name in self.source_paths[source]:
                 try:
-                    sig = signature(os.stat(path))
+                    st = os.stat(name)
+                    stamp: Signature | None = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
                 except OSError:
-                    sig = None
-                h.update(os.fsencode(path) + f"\0{sig}\n".encode())
+                    stamp = None
+                signed.append(_signed_line("c", name, stamp))
+                h.update(os.fsencode(Path(name)) + f"\0{stamp}\n".encode())
         digest = h.hexdigest()
+        if trusted and not store.changes:
+            # No file hashed within its timestamp's tick (whose signature may not tell a
+            # later write), none seen with two contents: the next run whose files all
+            # have these signatures has this state.
+            signatures = hashlib.sha256(_STATE_FORMAT + "".join(signed).encode("utf-8", "surrogateescape"))
+            store.keep_state(self.root, signatures.hexdigest(), digest)
         self._state = (digest, store.changes)
         return digest
 
@@ -468,10 +559,16 @@ class RepoIndex:
         state is taken (at the first search): a file edited or removed in between is read
         then, and an operator whose plan did not read it itself would keep an answer
         from the new bytes under the old state. A process that took no state (a worker
-        not forked from the one that did) takes it now."""
+        not forked from the one that did) takes it now; one that took it from the
+        signatures alone takes it from the content hashes now (what the search read)."""
         if self._state is None:
             return self.state() == expected
         digest, changes = self._state
+        if changes == _SIGNED:
+            # Taken from the signatures alone: it holds while every file has them still
+            # (a file written since has another ctime at least, and no ctime goes back).
+            return (digest == expected and not (self.store is not None and self.store.changes)
+                    and self._signatures() == self._signed_under)
         return digest == expected and self.content().changes == changes
 
     def mentioning(self, *words: bytes) -> list[Path]:

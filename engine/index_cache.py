@@ -206,6 +206,10 @@ class ContentStore:
                     "PRIMARY KEY (sha, kind))")
         # The folders walked whole, with when (ns): what the size bound removes by.
         con.execute("CREATE TABLE IF NOT EXISTS roots (root TEXT PRIMARY KEY, used INTEGER)")
+        # Per folder, the repository index's last state and the digest of the paths and
+        # stat signatures it was taken under (`keep_state`, `stored_state`).
+        con.execute("CREATE TABLE IF NOT EXISTS states (root TEXT PRIMARY KEY, sigs TEXT, state TEXT, "
+                    "chk TEXT)")
         return con
 
     def _load(self, db: Path) -> None:
@@ -407,6 +411,35 @@ class ContentStore:
             value = self._stored_value(sha, kind)  # a content seen under another folder
         return value
 
+    def signature_of(self, path: Path) -> Signature | None:
+        """The stat signature under which the store holds the file's content hash (this
+        run's, or a row loaded from the cache); None: neither."""
+        key = os.fsdecode(path)
+        known = self._new_paths.get(key) or self._paths.get(key)
+        return known[0] if known is not None else None
+
+    def racy(self, path: Path) -> bool:
+        """Whether the file was hashed this run within its timestamp's tick (`RACY_NS`):
+        its signature may not tell a later write."""
+        return os.fsdecode(path) in self._racy
+
+    def keep_state(self, root: Path, signatures: str, state: str) -> None:
+        """Keep `state`, a digest the repository index took of the folder `root`, as what
+        the folder's files have while their paths and stat signatures digest to
+        `signatures` (`stored_state` gives it back). One row per folder: the latest."""
+        key = _root_key(root)
+        if self.db is None or key is None:
+            return
+        try:
+            con = self._connect(self.db)
+            try:
+                con.execute("INSERT OR REPLACE INTO states VALUES (?, ?, ?, ?)",
+                            (key, signatures, state, _check("state", signatures, state)))
+            finally:
+                con.close()
+        except sqlite3.Error:
+            return  # only slower next time
+
     def sha_of(self, path: Path) -> str | None:
         """The content hash the store holds for the file: this run's, or a row loaded from the
         cache (None: neither; "-": unreadable)."""
@@ -519,6 +552,7 @@ def _shrink(con: sqlite3.Connection, keep: str | None, target: int) -> None:
                 for root in victims:
                     con.execute("DELETE FROM paths WHERE path >= ? AND path < ?", (root, root[:-1] + "0"))
                     con.execute("DELETE FROM roots WHERE root = ?", (root,))
+                    con.execute("DELETE FROM states WHERE root = ?", (root,))
             con.execute("DELETE FROM vals WHERE sha NOT IN (SELECT sha FROM paths)")
             con.execute("COMMIT")
         except BaseException:
@@ -529,6 +563,44 @@ def _shrink(con: sqlite3.Connection, keep: str | None, target: int) -> None:
         # compaction at every flush, a VACUUM rewrites the whole file)
         con.execute("VACUUM")
         con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
+# How old a folder's `used` time may be before a lookup answered by `stored_state`
+# refreshes it (the size bound removes the folders used least recently first): a write
+# on every lookup would cost the disk's sync each time.
+_USED_REFRESH_NS = 3600 * 1_000_000_000
+
+
+def _root_key(root: Path) -> str | None:
+    """A folder as the `roots` and `states` tables name it; None if SQLite cannot hold it."""
+    key = os.fsdecode(root).rstrip("/") + "/"
+    return key if _storable(key) else None
+
+
+def stored_state(root: Path, signatures: str) -> str | None:
+    """The repository index's state kept for the folder `root` (`keep_state`) when its
+    files' paths and signatures digest to `signatures` now; None otherwise, or with the
+    cache off, or when the store cannot be read. Opens the store's file alone, loading
+    none of its rows: a lookup the user cache answers asks nothing else of it."""
+    key = _root_key(root)
+    db = cache_dir() / "index.sqlite"
+    if not _enabled[0] or key is None or not db.is_file():
+        return None
+    try:
+        con = sqlite3.connect(db, timeout=30, isolation_level=None)
+        try:
+            row = con.execute("SELECT sigs, state, chk FROM states WHERE root = ?", (key,)).fetchone()
+            if (row is None or row[0] != signatures or not isinstance(row[1], str)
+                    or row[2] != _check("state", row[0], row[1])):
+                return None
+            used = con.execute("SELECT used FROM roots WHERE root = ?", (key,)).fetchone()
+            if used is None or not isinstance(used[0], int) or used[0] < time.time_ns() - _USED_REFRESH_NS:
+                con.execute("INSERT OR REPLACE INTO roots VALUES (?, ?)", (key, time.time_ns()))
+            return row[1]
+        finally:
+            con.close()
+    except sqlite3.Error:  # no such table (a store of an earlier optrace), a damaged file
+        return None
 
 
 def _storable(text: str) -> bool:

@@ -271,11 +271,73 @@ def test_the_state_loads_no_value_and_the_first_search_loads_them(cache_home: Pa
 
     monkeypatch.setattr(index_cache, "_check", counted)
     index = RepoIndex.build(root)
-    assert index.state() == state and checked == []  # no value row read (each is checked)
-    assert index.store is not None and index.store.misses == 0
+    # no value row read (each is checked): the state kept under the files' signatures
+    assert index.state() == state and checked == ["state"]
+    assert index.store is None  # not a row of the store loaded
     answers = (index.mentioning(b"foo_op"), index.mentioning(b"FooOp", b"aclnnFooOp"),
                index.mentioning(b"bar_op"), index.mentioning(b"foo-op"), index.build_scripts())
     assert answers == expected and checked and index.store.misses == 0
+
+
+def test_an_unchanged_folder_has_the_state_kept_under_its_signatures(cache_home: Path, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A state taken from the content hashes is kept under the digest of the walk's paths
+    and their stat signatures: a later index whose files all have them takes it back
+    without loading the store or reading a file; a file touched (same bytes) takes the
+    state from the hashes again (the same state), a file edited or added gives another."""
+    root = _repo(tmp_path / "repo")
+    _older_than_racy(root / "build.sh")
+    state = RepoIndex.build(root).state()
+    read = _reads_counted(monkeypatch)
+    again = RepoIndex.build(root)
+    assert again.state() == state and again.store is None and read == []
+    assert again.state_holds(state)
+    os.utime(root / "tests/test_foo.py")  # the same bytes, another signature
+    touched = RepoIndex.build(root)
+    assert touched.state() == state and touched.store is not None  # from the hashes
+    assert read == [root / "tests/test_foo.py"]
+    _older_than_racy(root / "tests/test_foo.py")
+    assert RepoIndex.build(root).state() == state  # kept again under the new signatures
+    (root / "ops/foo_op/op_kernel/foo_op.cpp").write_text("// a kernel edited: a source's signature\n")
+    edited = RepoIndex.build(root).state()
+    assert edited != state
+    (root / "torch/new.cpp").write_text("// a file added\n")
+    assert RepoIndex.build(root).state() not in (state, edited)
+
+
+def test_a_state_taken_from_signatures_holds_while_they_do(cache_home: Path, tmp_path: Path) -> None:
+    """An entry is kept under a state taken from the signatures only while every file has
+    them still: a file edited between the state and the search (which read its new bytes)
+    breaks it, as it does a state taken from the hashes."""
+    root = _repo(tmp_path / "repo")
+    _older_than_racy(root / "build.sh")
+    state = RepoIndex.build(root).state()
+    index = RepoIndex.build(root)
+    assert index.state() == state and index.store is None
+    (root / "torch/other.cpp").write_text("// baz_op now\n")
+    assert index.mentioning(b"baz_op") == [root / "torch/other.cpp"]
+    assert not index.state_holds(state)
+
+
+def test_a_racy_file_keeps_no_state_and_a_bad_row_is_ignored(cache_home: Path, tmp_path: Path) -> None:
+    """A file hashed within its timestamp's tick may change without its signature
+    changing: no state is kept under signatures then. A kept row that fails its
+    checksum, or names another state, is not taken."""
+    root = _repo(tmp_path / "repo")
+    state = RepoIndex.build(root).state()  # every file just written: racy
+    with sqlite3.connect(cache_home) as con:
+        assert con.execute("SELECT COUNT(*) FROM states").fetchone() == (0,)
+    _older_than_racy(root / "build.sh")
+    assert RepoIndex.build(root).state() == state
+    with sqlite3.connect(cache_home) as con:
+        assert con.execute("SELECT COUNT(*) FROM states").fetchone() == (1,)
+        con.execute("UPDATE states SET state = 'forged'")
+    forged = RepoIndex.build(root)
+    assert forged.state() == state and forged.store is not None  # checksum failed: the hashes
+    with sqlite3.connect(cache_home) as con:
+        con.execute("DROP TABLE states")  # a store of an earlier optrace
+    older = RepoIndex.build(root)
+    assert older.state() == state and older.store is not None
 
 
 def test_a_database_damaged_after_the_paths_were_loaded_costs_a_derivation(cache_home: Path,
