@@ -22,7 +22,7 @@ from typing import ClassVar, Protocol
 from optrace.engine.codes import OT001, OT010, OT014, OT015
 from optrace.engine.config import Config
 from optrace.engine.diagnostics import Diagnostic, InputError
-from optrace.engine.index_cache import ContentStore, Signature, stored_state
+from optrace.engine.index_cache import ContentStore, signature, stored_state
 from optrace.engine.names import op_name_pattern, same_op
 from optrace.engine.source import blank_comments, decode, is_binary, match_bracket, read_regular
 from optrace.engine.vocabulary import (
@@ -270,14 +270,6 @@ _SCRIPT_KINDS = ((BUILDS_KIND, _builds), (SCRIPT_WORDS_KIND, _script_words))
 _STATE_FORMAT = b"optrace-index-state 1\0"
 
 
-def _signed_line(tag: str, path: str, sig: Signature | None) -> str:
-    """A path of the walk's group `tag` and its stat signature ("-": none), as the digest
-    a state is kept under has it (`RepoIndex._signatures`)."""
-    if sig is None:
-        return f"{tag}{path}\0-\n"
-    return f"{tag}{path}\0{sig[0]} {sig[1]} {sig[2]} {sig[3]}\n"
-
-
 # `RepoIndex._state`'s count for a state taken from the signatures alone.
 _SIGNED = -1
 
@@ -488,67 +480,92 @@ class RepoIndex:
         cache answers. Where every file the walk kept has the stat signature it had
         when the last state of this folder was taken from the content hashes, that state
         is the answer (`stored_state`), without a row of the store loaded."""
-        signatures = self._signatures()
+        taken = time.time_ns()  # before any signature: what the store judges racy by
+        stats = self._stats()
+        signatures = self._signatures(stats)
         seen_changed = self.store is not None and self.store.changes
         signed = None if seen_changed else stored_state(self.root, signatures)
         if signed is not None:
             self._state, self._signed_under = (signed, _SIGNED), signatures
             return signed
-        return self._hashed_state()
+        return self._hashed_state(stats, signatures, taken)
 
-    def _signatures(self) -> str:
-        """A digest of the paths the walk kept, by group, and each one's stat signature
-        now, with the state's format (`_signed_line`)."""
-        lines: list[str] = []
-        add, stat = lines.append, os.stat
-        for tag, group in (("f", self.file_paths), ("s", self.script_paths),
-                           *(("c", self.source_paths[name]) for name in sorted(self.source_paths))):
+    def _groups(self) -> list[tuple[str, list[str]]]:
+        """The walk's paths as the state takes them: searchable files, build scripts, then
+        the C / C++ sources by name; each group with its tag in the signatures' digest."""
+        return [("f", self.file_paths), ("s", self.script_paths),
+                *(("c", self.source_paths[name]) for name in sorted(self.source_paths))]
+
+    def _stats(self) -> list[os.stat_result | None]:
+        """Each path's `stat` now, in `_groups`' order (None: cannot be stat-ed)."""
+        out: list[os.stat_result | None] = []
+        add, stat = out.append, os.stat
+        for _, group in self._groups():
             for path in group:
                 try:
-                    st = stat(path)
+                    add(stat(path))
                 except OSError:
+                    add(None)
+        return out
+
+    def _signatures(self, stats: list[os.stat_result | None]) -> str:
+        """A digest of the paths the walk kept, by group, and their `stats`' signatures,
+        with the state's format: what a state is kept under."""
+        lines: list[str] = []
+        add = lines.append
+        at = iter(stats)
+        for tag, group in self._groups():
+            for path in group:
+                st = next(at)
+                if st is None:
                     add(f"{tag}{path}\0-\n")
-                    continue
-                add(f"{tag}{path}\0{st.st_size} {st.st_mtime_ns} {st.st_ctime_ns} {st.st_ino}\n")
+                else:
+                    add(f"{tag}{path}\0{st.st_size} {st.st_mtime_ns} {st.st_ctime_ns} {st.st_ino}\n")
         return hashlib.sha256(_STATE_FORMAT + "".join(lines).encode("utf-8", "surrogateescape")).hexdigest()
 
-    def _hashed_state(self) -> str:
+    def _hashed_state(self, stats: list[os.stat_result | None] | None = None, signatures: str = "",
+                      taken: int = 0) -> str:
+        """The state from each searchable file's content hash (read where its signature
+        changed) and each source's signature; `stats` (`_stats`, taken after `taken`) and
+        their digest `signatures` when the caller has them. Kept under `signatures` for
+        the next run where every hash was taken under the signature stat-ed here and no
+        file was racy."""
+        if stats is None:
+            taken = time.time_ns()
+            stats = self._stats()
+            signatures = self._signatures(stats)
         store = self.content()
         h = hashlib.sha256()
-        signed: list[str] = []
         trusted = True
+        at = iter(stats)
         # A file read now (a first run over the folder) has what the search after the miss
         # asks of it derived from the same bytes: a searchable file's words; a script's
         # kernel building and its words (`build_scripts`, `build_script_words`).
-        for tag, names, group, also in (("f", self.file_paths, self.files, _FILE_KINDS),
-                                        ("s", self.script_paths, self.scripts, _SCRIPT_KINDS)):
-            for name, path in zip(names, group, strict=True):
-                sha = store.current_sha(path, also=also)
-                # The signature this hash was taken (or found) under: what `_signatures`
-                # compares on the next run.
-                sig = store.signature_of(path) if sha is not None else None
-                trusted = trusted and not store.racy(path)
-                signed.append(_signed_line(tag, name, sig))
+        for group, also in ((self.files, _FILE_KINDS), (self.scripts, _SCRIPT_KINDS)):
+            for path in group:
+                st = next(at)
+                if st is None:
+                    sha = store.current_sha(path, also=also)
+                    trusted = trusted and sha is None
+                else:
+                    sha = store.current_sha(path, st, also=also, taken_ns=taken)
+                    # The hash was taken (or found) under this signature, not one a
+                    # question earlier in the phase took, and not within its tick.
+                    trusted = trusted and not store.racy(path) and store.signature_of(path) == signature(st)
                 h.update(os.fsencode(path) + b"\0" + (sha or "?").encode() + b"\n")
         store.flush((self.root, self.walked()))  # files hashed anew; gone ones dropped
         # C / C++ sources by their stat signature: what other operators' kernels include
         # is derived from them without reading them (`sharing.operators_including`).
-        for source in sorted(self.source_paths):
-            for name in self.source_paths[source]:
-                try:
-                    st = os.stat(name)
-                    stamp: Signature | None = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-                except OSError:
-                    stamp = None
-                signed.append(_signed_line("c", name, stamp))
-                h.update(os.fsencode(Path(name)) + f"\0{stamp}\n".encode())
+        for source in sorted(self.sources):
+            for path in self.sources[source]:
+                st = next(at)
+                stamp = None if st is None else signature(st)
+                h.update(os.fsencode(path) + f"\0{stamp}\n".encode())
         digest = h.hexdigest()
         if trusted and not store.changes:
-            # No file hashed within its timestamp's tick (whose signature may not tell a
-            # later write), none seen with two contents: the next run whose files all
+            # None seen with two contents in this process: the next run whose files all
             # have these signatures has this state.
-            signatures = hashlib.sha256(_STATE_FORMAT + "".join(signed).encode("utf-8", "surrogateescape"))
-            store.keep_state(self.root, signatures.hexdigest(), digest)
+            store.keep_state(self.root, signatures, digest)
         self._state = (digest, store.changes)
         return digest
 
@@ -568,7 +585,7 @@ class RepoIndex:
             # Taken from the signatures alone: it holds while every file has them still
             # (a file written since has another ctime at least, and no ctime goes back).
             return (digest == expected and not (self.store is not None and self.store.changes)
-                    and self._signatures() == self._signed_under)
+                    and self._signatures(self._stats()) == self._signed_under)
         return digest == expected and self.content().changes == changes
 
     def mentioning(self, *words: bytes) -> list[Path]:

@@ -288,7 +288,8 @@ class ContentStore:
                 pass
 
     def current_sha(self, path: Path, st: os.stat_result | None = None,
-                    also: tuple[tuple[str, Callable[[bytes | None], str]], ...] = ()) -> str | None:
+                    also: tuple[tuple[str, Callable[[bytes | None], str]], ...] = (),
+                    taken_ns: int | None = None) -> str | None:
         """The file's content hash now ("-": unreadable or too large; None: no such
         file), without deriving anything: a file whose signature is unchanged is not read.
         What a cache lookup asks of every file a result rests on.
@@ -296,8 +297,12 @@ class ContentStore:
         `also` (kinds and how to derive each): for a file read now whose content has no such
         value yet, in a folder with no stored values (a first run over it), derived from
         the bytes just read: the search after the miss would read and hash every file
-        again to derive it (a cold run read each file of the repository twice)."""
-        known = self._current(path, st)
+        again to derive it (a cold run read each file of the repository twice).
+
+        `st` with `taken_ns` (a time before that `stat`): the file's `stat` taken by the
+        caller, in a `reading_only` phase its signature for the phase unless the phase
+        has one already (the repository index's state stats every file first)."""
+        known = self._current(path, st, taken_ns)
         if known is None:
             return None
         sha, data, read, _ = known
@@ -315,31 +320,35 @@ class ContentStore:
                 self._new_values[key] = derive(data)
         return sha
 
-    def _current(self, path: Path,
-                 st: os.stat_result | None) -> tuple[str, bytes | None, bool, Signature] | None:
+    def _current(self, path: Path, st: os.stat_result | None,
+                 taken_ns: int | None = None) -> tuple[str, bytes | None, bool, Signature] | None:
         """(content hash, the bytes if read now, whether read, signature), the row
         refreshed when the signature changed; None when the file cannot be stat-ed. In a
-        `reading_only` phase the file's signature is taken once for the phase."""
+        `reading_only` phase the file's signature is taken once for the phase (`st` with
+        `taken_ns`: the caller's `stat` of it, taken after that time)."""
         key = os.fsdecode(path)
         data: bytes | None = None
         read = False
         current = _phase[0]
         # The time just before the signature's stat: a write after it gets an mtime of at
         # least this, less one tick of the filesystem's clock (`_racy`).
-        if current is not None and st is None:
+        if current is not None and (st is None or taken_ns is not None):
             if self._phase is not current:
                 self._phase, self._phase_sigs = current, {}
             known_sig = self._phase_sigs.get(key)
             if known_sig is None:
-                taken = time.time_ns()
-                try:
-                    known_sig = self._phase_sigs[key] = (signature(os.stat(path)), taken)
-                except OSError:
-                    self._saw(key, None)
-                    return None
+                if st is not None and taken_ns is not None:
+                    known_sig = self._phase_sigs[key] = (signature(st), taken_ns)
+                else:
+                    taken = time.time_ns()
+                    try:
+                        known_sig = self._phase_sigs[key] = (signature(os.stat(path)), taken)
+                    except OSError:
+                        self._saw(key, None)
+                        return None
             sig, taken = known_sig
         else:
-            taken = time.time_ns()
+            taken = time.time_ns() if taken_ns is None or st is None else taken_ns
             try:
                 sig = signature(st or os.stat(path))
             except OSError:
