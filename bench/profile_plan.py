@@ -17,7 +17,7 @@ import pstats
 from pathlib import Path
 
 from optrace.cli.deferred import install
-from optrace.cli.plan import _plan_mode
+from optrace.cli.plan_fast import _plan_mode
 from optrace.engine.discovery import default_repo_root, repo_index
 from optrace.engine.index_cache import reading_only
 from optrace.pipeline.plan import plan_operator

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from optrace import __version__
 from optrace.cli.app import app
 from optrace.cli.check_fast import parse_fast
+from optrace.cli.plan_fast import parse_fast as parse_plan
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -195,3 +196,51 @@ def test_check_without_typer_reports_as_the_full_cli(tmp_path: Path) -> None:
         full = CliRunner().invoke(app, ["check", str(op), "--format", fmt, "--strict"])
         assert fast.returncode == full.exit_code
         assert fast.stdout.decode() == full.stdout, fmt
+
+
+@pytest.mark.parametrize(("argv", "parsed"), [
+    (["a", "b"], {"op_dirs": [Path("a"), Path("b")], "as_json": False, "jobs": None, "no_cache": False}),
+    (["a", "--format", "json", "-j", "2", "--no-cache"], {"as_json": True, "jobs": 2, "no_cache": True}),
+    (["--format=text", "--repo-root", "r", "a", "--trust-config"],
+     {"as_json": False, "repo_root": Path("r"), "op_dirs": [Path("a")], "trust_config": True}),
+    (["a", "--help"], None), (["a", "--format", "xml"], None), (["a", "-j", "0"], None), (["a", "-j"], None),
+    ([], None), (["--", "a"], None), (["a", "--bogus"], None),
+    (["a", "-o", "plan.txt"], None), (["a", "--graph", "g.dot"], None),  # they always plan: the full CLI
+])
+def test_plan_fast_parser_takes_the_plain_spellings_only(argv: list[str],
+                                                         parsed: dict[str, object] | None) -> None:
+    got = parse_plan(argv)
+    if parsed is None:
+        assert got is None
+        return
+    assert got is not None
+    for key, value in parsed.items():
+        assert getattr(got, key) == value, key
+
+
+def test_plan_without_typer_prints_as_the_full_cli(tmp_path: Path) -> None:
+    """`optrace plan OP` runs without importing typer / click — planned or answered from
+    the user cache — and prints what the full CLI prints, stdout, stderr and exit code,
+    for one operator and several, text and JSON; a usage error is the full CLI's."""
+    repo = tmp_path / "repo"
+    shutil.copytree(FIXTURES / "shared_norm", repo)
+    (repo / ".git").mkdir()
+    ops = [str(p.parent.parent) for p in sorted(repo.glob("norm/*/op_kernel/*.cpp"))]
+    assert len(ops) == 2
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+
+    def fast(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-X", "importtime", "-m", "optrace", "plan", *args],
+                              capture_output=True, text=True, check=False, timeout=300, env=env)
+
+    for args in ([ops[0]], [ops[0], "--format", "json"], [*ops, "--format=json"], [*ops]):
+        for _ in range(2):  # planned, then from the cache
+            got = fast(*args)
+            assert not re.findall(r"\| +(typer|click)(\.|$)", got.stderr, re.M), args
+            full = CliRunner().invoke(app, ["plan", *args, "--no-cache"])
+            assert got.returncode == full.exit_code, args
+            assert got.stdout == full.stdout, args
+            messages = [line for line in got.stderr.splitlines() if not line.startswith("import time:")]
+            assert messages == full.stderr.splitlines(), args
+    usage = fast()
+    assert usage.returncode == 2 and "Usage" in usage.stderr

@@ -1,204 +1,19 @@
 """`optrace plan`: the trace tree each operator would get, its layers and warnings,
-planned in parallel for several operators; reads only."""
+planned in parallel for several operators; reads only. The typer command; what it runs
+is plan_fast.py's `plan_command` (the console script takes plan's plain spellings there
+without the CLI framework)."""
 
 from __future__ import annotations
 
-import traceback
-from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from optrace.engine.codes import OT030, OT044, OT999
-from optrace.engine.diagnostics import shown_path
-from optrace.engine.index_cache import enabled as cache_enabled
-from optrace.engine.index_cache import reading_only
+from optrace.cli.common import JOBS_HELP, TRUST_HELP, apply_config_trust
+from optrace.cli.plan_fast import PlanFormat, plan_command
 
-if TYPE_CHECKING:
-    from optrace.cli.plan_cache import PlanEntry
-    from optrace.engine.plan import Plan
-    from optrace.pipeline.plan_output import PlannedMode
-from optrace.cli import plan_cache, result_cache
-from optrace.cli.common import (
-    EXIT_INPUT,
-    EXIT_INTERNAL,
-    EXIT_OK,
-    JOBS_HELP,
-    TRUST_HELP,
-    apply_config_trust,
-    err,
-    operator_files,
-    output_refused,
-    run_parallel,
-    run_summary,
-    worker_count,
-    write_user_output,
-)
-from optrace.cli.common import emit as _emit_or_false
-from optrace.cli.deferred import install as install_deferred
-
-
-def emit(rendered: str, output: Path | None, inputs: list[Path], text: bool) -> None:
-    """The report to `-o FILE` (exit 2 if it cannot be written), else stdout."""
-    if not _emit_or_false(rendered, output, inputs, text=text):
-        raise typer.Exit(EXIT_INPUT)
-
-
-class PlanFormat(StrEnum):
-    text = "text"
-    json = "json"
-
-
-@dataclass
-class _PlanOutcome:
-    """What planning one operator produced, as plain data (crosses process boundaries)."""
-
-    text: str = ""
-    doc: dict[str, object] | None = None
-    messages: list[str] = field(default_factory=list)
-    code: int = EXIT_OK
-    graph: tuple[Path, bytes] | None = None  # written by the parent, after every operator is read
-
-
-def _plan_one(op_dir: Path, repo_root: Path | None, as_json: bool, graph: Path | None,
-              entry: PlanEntry | None = None) -> _PlanOutcome:
-    """One operator's plan; with `entry` (its missed cache entry), planned while what it
-    reads is recorded, and kept in the cache when it succeeded."""
-    if entry is None:
-        return _planned(op_dir, repo_root, as_json, graph)
-    with plan_cache.recording() as rec:
-        out = _planned(op_dir, repo_root, as_json, graph)
-    if out.code == EXIT_OK and out.graph is None:
-        try:
-            plan_cache.store(entry, rec, None if as_json else out.text, out.doc, out.messages)
-        except (OSError, ValueError):
-            pass  # not kept: the next plan runs again
-    return out
-
-
-def _planned(op_dir: Path, repo_root: Path | None, as_json: bool, graph: Path | None) -> _PlanOutcome:
-    from optrace.engine.diagnostics import InputError, Severity
-    from optrace.engine.journal import foreign_journal, pending_journal
-    from optrace.pipeline.plan import plan_operator
-    from optrace.pipeline.plan_output import graph_bytes, plan_json, render_text
-    out = _PlanOutcome()
-    try:
-        result = plan_operator(op_dir, repo_root)
-    except InputError as exc:
-        out.messages.append(exc.diagnostic.format())
-        out.code = EXIT_INPUT
-        return out
-    except Exception:  # one broken operator must not stop the others
-        out.messages.append(f"{shown_path(op_dir)}: {OT999} internal error while planning:\n"
-                            f"{traceback.format_exc()}")
-        out.code = EXIT_INTERNAL
-        return out
-    # stderr carries what needs attention; notes (info) stay in the plan itself.
-    root = result.analysis.layers.repo_root
-    pending = pending_journal(root, result.analysis.layers.op_dir)
-    if pending is not None:
-        out.messages.append(f"{shown_path(pending)}: {OT044} warning: {OT044.summary}; the plan may show "
-                            "half-written code (the next apply / strip --write rolls it back first)")
-    foreign = foreign_journal(root, result.analysis.layers.op_dir)
-    if foreign is not None:
-        out.messages.append(f"{shown_path(foreign.path)}: {foreign.code} warning: {foreign.message}")
-    out.messages.extend(d.format() for d in result.diagnostics if d.severity != Severity.INFO)
-    mode = _plan_mode(result)
-    if as_json:
-        out.doc = plan_json(result, mode)
-    else:
-        out.text = render_text(result, mode)
-    if graph is not None:
-        try:
-            out.graph = (graph, graph_bytes(result, graph))
-        except (OSError, RuntimeError) as exc:  # Graphviz missing or failing (.svg)
-            out.messages.append(f"{shown_path(graph)}: {OT030} cannot write graph: {exc}")
-            out.code = EXIT_INPUT
-    return out
-
-
-def _plan_mode(plan: Plan) -> PlannedMode:
-    """The mode `apply` would use, and why: recorded in the tree, else chosen per operator
-    by the probe (`probe_mode`: apply's choice, its reason and its edited files, without
-    the Python layers' LibCST edits)."""
-    from optrace.codemods.kernel_entry import recorded_mode
-    from optrace.engine.diagnostics import InputError
-    from optrace.pipeline.apply import probe_mode
-    from optrace.pipeline.layers import layer_carries
-    from optrace.pipeline.plan_output import PlannedMode
-
-    recorded = recorded_mode(plan.analysis.entry_fn.src.raw)
-    if recorded is not None:
-        try:
-            plan.layer_edited = layer_carries(plan, recorded)
-        except InputError:
-            pass  # the marks stay unknown; check says what is wrong with the tree
-        return PlannedMode(recorded, "recorded in the instrumented tree")
-    try:
-        mode, why, plan.layer_edited = probe_mode(plan)
-    except InputError as exc:
-        d = exc.diagnostic
-        # The plan names files relative to the repository root (JSON too): so does its mode.
-        return PlannedMode("none", f"apply would refuse: {d.format(plan.analysis.layers.repo_root)}")
-    reason = why.message.split(": ", 1)[1]
-    if mode == "A":
-        reason += f" ({why.location(plan.analysis.layers.repo_root)})"
-    return PlannedMode(mode, reason)
-
-
-_PlanJob = tuple[Path, Path | None, bool, Path | None]
-
-
-def _cached_or_planned(work: list[_PlanJob], repo_root: Path | None, as_json: bool, jobs: int | None,
-                       use_cache: bool) -> list[_PlanOutcome]:
-    """Each operator's outcome, in order: from the user cache where nothing its plan read
-    changed (looked up here, in one process: a hit costs a read of its files), planned
-    in parallel otherwise (and then kept)."""
-    entries: list[PlanEntry | None] = [None] * len(work)
-    done: dict[int, _PlanOutcome] = {}
-    if use_cache:
-        shared = result_cache.shared_name_part()
-        with result_cache.lookups():  # inputs the operators share are read once
-            for i, (op_dir, _root, _json, _graph) in enumerate(work):
-                try:
-                    entry = plan_cache.lookup(op_dir, repo_root, as_json, shared)
-                except (OSError, ValueError):
-                    entry = None  # the cache is an optimisation, never a reason to fail
-                if entry is not None and entry.hit:
-                    done[i] = _PlanOutcome(entry.text or "", entry.doc, list(entry.messages))
-                else:
-                    entries[i] = entry
-    todo = [i for i in range(len(work)) if i not in done]
-    if todo:
-        install_deferred()  # LibCST and importlib.metadata, imported at first use only
-    planned = run_parallel(_plan_one, [(*work[i], entries[i]) for i in todo],
-                           worker_count(jobs, len(todo)), "planning") if todo else []
-    done.update(zip(todo, planned, strict=True))
-    return [done[i] for i in range(len(work))]
-
-
-def _index_once(op_dirs: list[Path], repo_root: Path | None, workers: int, no_cache: bool) -> None:
-    """One repository index per run: with workers, built here first, so they find it in
-    the user cache (and, forked, in memory) instead of each walking and reading the
-    repository again. A directory that is no operator is left for its worker to refuse."""
-    from optrace.engine.diagnostics import InputError
-    from optrace.engine.discovery import default_repo_root, repo_index, resolve_operator_dir
-    from optrace.engine.index_cache import set_enabled
-
-    if no_cache:  # (not set otherwise: OPTRACE_NO_CACHE=1 turns it off as --no-cache does)
-        set_enabled(False)
-    if workers < 2:
-        return
-    roots: set[Path] = set()
-    for op_dir in op_dirs:
-        try:
-            roots.add((repo_root or default_repo_root(resolve_operator_dir(op_dir))).resolve())
-        except InputError:
-            continue
-    for root in sorted(roots):
-        repo_index(root).warm()
+__all__ = ["PlanFormat", "plan", "register"]
 
 
 def plan(
@@ -230,62 +45,8 @@ def plan(
     """Show the trace tree optrace would instrument: layers found and missing, the
     include tree, per-core-type labels with each point's file:line, and warnings.
     Reads only; writes nothing unless -o / --graph are given."""
-    from optrace.pipeline.plan_doc import plans_json
-
     apply_config_trust(trust_config)
-    if graph is not None:  # before any work: nothing planned, nothing written
-        from optrace.pipeline.plan_output import graph_refusal
-
-        refusal = graph_refusal(graph)
-        if refusal is not None:
-            err(f"{shown_path(graph)}: {OT030} {refusal}")
-            raise typer.Exit(EXIT_INPUT)
-
-    as_json = fmt == PlanFormat.json
-    work: list[_PlanJob] = []
-    for op_dir in op_dirs:
-        target = None
-        if graph is not None:
-            target = graph if len(op_dirs) == 1 else graph.with_name(
-                f"{graph.stem}.{op_dir.resolve().name}{graph.suffix}")
-        work.append((op_dir, repo_root, as_json, target))
-    sources = operator_files(op_dirs)
-    if any([output_refused(output, sources), *(output_refused(w[3], sources) for w in work)]):
-        raise typer.Exit(EXIT_INPUT)
-    workers = worker_count(jobs, len(work))
-    # plan writes no file it reads (its outputs, written below, are refused over any of
-    # them): the index's store takes each file's signature once for the run, not at every
-    # operator's question (index_cache.reading_only; forked workers go on with it).
-    with reading_only():
-        _index_once(op_dirs, repo_root, workers, no_cache)
-        # With -o, every operator is planned: the output must not replace a file the plan
-        # reads, which only a plan that ran has read (runtime/regular.py tracks them).
-        outcomes = _cached_or_planned(work, repo_root, as_json, jobs,
-                                      use_cache=not no_cache and cache_enabled() and graph is None
-                                      and output is None)
-    code = EXIT_OK
-    for outcome in outcomes:
-        for message in outcome.messages:
-            err(message)
-        code = max(code, outcome.code)
-    # Here, not in the workers: every operator's files are read by now, and no output may
-    # replace one of them (a host layer another operator found, say). All are checked
-    # before any is written: a refused one leaves nothing written.
-    graphs = [o.graph for o in outcomes if o.graph is not None]
-    if any([output_refused(output, sources), *(output_refused(g[0], sources) for g in graphs)]):
-        raise typer.Exit(EXIT_INPUT)
-    for target, data in graphs:
-        if not write_user_output(target, data, sources):
-            code = max(code, EXIT_INPUT)
-    if as_json:
-        rendered = plans_json([o.doc for o in outcomes if o.doc is not None])
-    else:
-        rendered = "\n".join(o.text for o in outcomes if o.text)
-    emit(rendered, output, sources, text=not as_json)
-    if len(op_dirs) > 1:
-        failed = sum(1 for o in outcomes if o.code >= EXIT_INPUT)
-        err(run_summary(len(op_dirs), [(len(op_dirs) - failed, "planned"), (failed, "failed")]))
-    raise typer.Exit(code)
+    raise typer.Exit(plan_command(op_dirs, repo_root, fmt == PlanFormat.json, output, graph, jobs, no_cache))
 
 
 def register(app: typer.Typer) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import os
 import sys
+from collections.abc import Callable
 
 
 def finish(code: int) -> None:
@@ -130,6 +131,9 @@ def main() -> None:
     if argv[:1] == ["check"]:
         check_main()
         return  # only when a test replaced finish
+    if argv[:1] == ["plan"]:
+        plan_main()
+        return  # only when a test replaced finish
     from optrace.cli.app import main as full_main
 
     gc.freeze()
@@ -142,10 +146,25 @@ def check_main() -> None:
     framework (check_fast.py), and once the report is written (the process pool,
     if any, shut down) out without freeing every module and parse tree one by one (see
     :func:`finish`)."""
-    argv = sys.argv[2:]
     from optrace.cli.check_fast import fast_main
     from optrace.pipeline import check_output  # noqa: F401  (what check runs: imported before the freeze)
 
+    _fast_command(fast_main)
+
+
+def plan_main() -> None:
+    """`plan`: its plain spellings without the CLI framework (plan_fast.py; a plan the
+    user cache answers costs a walk of the repository, and typer's import and command
+    building were a third of it), then out as :func:`check_main` goes."""
+    from optrace.cli.plan_fast import fast_main
+
+    _fast_command(fast_main)
+
+
+def _fast_command(fast_main: Callable[[list[str]], int | None]) -> None:
+    """Run a command's framework-free spelling (`fast_main` of the arguments after its
+    name); where it returns None, the full CLI. Either way out through :func:`finish`."""
+    argv = sys.argv[2:]
     gc.freeze()
     gc.enable()
     try:
