@@ -1,5 +1,5 @@
-"""The console script's entry point: ``collect``, the readers and ``check`` skip the CLI
-framework's import.
+"""The console script's entry point: ``collect``, the readers, ``check`` and ``plan`` skip the
+CLI framework's import.
 
 See ``optrace.cli.collect_fast``: collect's speed is promised from process start, and
 typer / click / rich / pydantic would be a third of it; the readers' (inspect, report,
