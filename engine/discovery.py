@@ -13,7 +13,7 @@ import hashlib
 import os
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -22,7 +22,8 @@ from typing import ClassVar, Protocol
 from optrace.engine.codes import OT001, OT010, OT014, OT015
 from optrace.engine.config import Config
 from optrace.engine.diagnostics import Diagnostic, InputError
-from optrace.engine.index_cache import ContentStore, signature, stored_state
+from optrace.engine.index_cache import ContentStore, Signature, signature, stored_listing, stored_state
+from optrace.engine.index_cache import racy_tick as _racy_tick
 from optrace.engine.names import op_name_pattern, same_op
 from optrace.engine.source import blank_comments, decode, is_binary, match_bracket, read_regular
 from optrace.engine.vocabulary import (
@@ -182,16 +183,27 @@ def walk_files(root: Path, exts: frozenset[str] | None = None) -> Iterator[Path]
         yield Path(path)
 
 
-def walk_paths(root: Path | str, exts: frozenset[str] | None = None) -> Iterator[str]:
+def walk_paths(root: Path | str, exts: frozenset[str] | None = None,
+               listed: list[tuple[str, Signature | None]] | None = None,
+               dangling: list[str] | None = None) -> Iterator[str]:
     """`walk_files` as path strings (the directory's path joined to the name): the
     repository index keeps tens of thousands of them, and a lookup the user cache answers
-    needs only their text and their stat signature, not a `Path` each."""
+    needs only their text and their stat signature, not a `Path` each. `listed` gets each
+    directory listed (or tried) with its signature taken before the listing (None: no
+    `stat`); `dangling` each link to a file skipped as dangling or looping."""
     seen_dirs: set[tuple[int, int]] = set()
     stack = [os.fspath(Path(root))]
     while stack:
         dirpath = stack.pop()
         try:
             st = os.stat(dirpath)
+        except OSError:
+            if listed is not None:
+                listed.append((dirpath, None))
+            continue
+        if listed is not None:
+            listed.append((dirpath, signature(st)))
+        try:
             with os.scandir(dirpath) as it:
                 entries = sorted(it, key=lambda e: e.name)
         except OSError:
@@ -218,6 +230,8 @@ def walk_paths(root: Path | str, exts: frozenset[str] | None = None) -> Iterator
                 exts is SCRIPT_EXTS and name == "CMakeLists.txt"
             ):
                 if entry.is_symlink() and not os.path.exists(entry.path):
+                    if dangling is not None:
+                        dangling.append(entry.path)
                     continue  # resolving it would raise (a loop) or find nothing (dangling)
                 yield entry.path
         stack.extend(reversed(subdirs))  # depth first, in sorted order, as os.walk gave
@@ -326,6 +340,12 @@ class RepoIndex:
     built_ns: int = 0
     # The digest of the paths and signatures a state taken from them alone was kept under.
     _signed_under: str = ""
+    # Every path the walk kept, in its order; the folders it listed, with their signatures,
+    # and the links it skipped (`_listing`); whether the paths came from a kept listing.
+    _kept: list[str] = field(default_factory=list)
+    _walked_dirs: list[tuple[str, Signature | None]] | None = None
+    _dangling: list[str] | None = None
+    _from_listing: bool = False
 
     def content(self) -> ContentStore:
         """The store of what is derived from this repository's files (opened once)."""
@@ -398,25 +418,80 @@ class RepoIndex:
 
     @classmethod
     def build(cls, root: Path) -> RepoIndex:
+        """The index of `root`: from the listing kept with its last state where no folder
+        the walk listed has changed since (`listed`), else from a walk."""
+        return cls.listed(root) or cls.walk(root)
+
+    @classmethod
+    def walk(cls, root: Path) -> RepoIndex:
         index = cls(root, built_ns=time.time_ns())
+        index._walked_dirs, index._dangling = [], []
+        index._add(walk_paths(root, _INDEXED_EXTS, index._walked_dirs, index._dangling))
+        return index
+
+    @classmethod
+    def listed(cls, root: Path) -> RepoIndex | None:
+        """The index from the listing kept for `root` (`ContentStore.keep_listing`), when
+        every folder it lists still has the signature it had when it was walked (a file
+        added, removed or renamed changes its folder's), and every link skipped as dangling
+        still leads nowhere; None otherwise. What a walk would find, at a `stat` a folder
+        instead of a listing."""
+        began = time.time_ns()
+        kept = stored_listing(root)
+        if kept is None:
+            return None
+        folders, paths, dangling = kept
+        stat = os.stat
+        for line in folders.split("\n"):
+            sig, _, folder = line.partition("\0")
+            try:
+                st = stat(folder)
+                now = f"{st.st_size} {st.st_mtime_ns} {st.st_ctime_ns} {st.st_ino}"
+            except OSError:
+                now = "-"
+            if now != sig:
+                return None
+        if dangling and any(os.path.exists(link) for link in dangling.split("\n")):
+            return None
+        index = cls(root, built_ns=began)
+        index._add(paths.split("\n") if paths else [])
+        index._from_listing = True
+        return index
+
+    def _add(self, paths: Iterable[str]) -> None:
+        """Sort the walk's paths into the index's groups, in the walk's order."""
         kernel_dir = os.sep + "op_kernel" + os.sep
-        for path in walk_paths(root, _INDEXED_EXTS):
+        for path in paths:
+            self._kept.append(path)
             name = path[path.rfind(os.sep) + 1:]
             ext = name[name.rfind("."):].lower()  # the walk kept only names with a suffix, or CMakeLists.txt
             if ext in CPP_EXTS:
-                index.source_paths.setdefault(name, []).append(path)
+                self.source_paths.setdefault(name, []).append(path)
                 if kernel_dir in os.sep + path:
                     continue  # kernel sources never hold another layer; they are most of the bytes
-                index.file_paths.append(path)
+                self.file_paths.append(path)
             elif ext in (".sh", ".bash", ".cmake") or name == "CMakeLists.txt":
                 try:
                     if os.stat(path).st_size <= SEARCH_LIMIT_BYTES:
-                        index.script_paths.append(path)
+                        self.script_paths.append(path)
                 except OSError:
                     pass
             elif ext == ".py":
-                index.file_paths.append(path)
-        return index
+                self.file_paths.append(path)
+
+    def _listing(self) -> tuple[str, str, str] | None:
+        """What `listed` needs of this walk (its folders with their signatures, the paths
+        it kept, the links it skipped); None when it came from a listing, or when a folder
+        changed within its timestamp's tick of the walk (its signature may not tell an
+        entry added just after it was listed)."""
+        if self._from_listing or self._walked_dirs is None:
+            return None
+        lines = []
+        for folder, sig in self._walked_dirs:
+            if sig is not None and max(sig[1], sig[2]) >= self.built_ns - _racy_tick(sig):
+                return None
+            lines.append(("-" if sig is None else f"{sig[0]} {sig[1]} {sig[2]} {sig[3]}") + "\0" + folder)
+        return "\n".join(lines), "\n".join(self._kept), "\n".join(self._dangling or ())
 
     def walked(self) -> set[str]:
         """Every path the walk kept (the cache drops its rows of other files under the root)."""
@@ -565,7 +640,7 @@ class RepoIndex:
         if trusted and not store.changes:
             # None seen with two contents in this process: the next run whose files all
             # have these signatures has this state.
-            store.keep_state(self.root, signatures, digest)
+            store.keep_state(self.root, signatures, digest, self._listing())
         self._state = (digest, store.changes)
         return digest
 

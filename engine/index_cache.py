@@ -67,12 +67,16 @@ RACY_NS = 10_000_000
 RACY_WHOLE_SECONDS_NS = 2_000_000_000
 
 
+def racy_tick(sig: Signature) -> int:
+    """The timestamp tick (ns) of the filesystem a signature came from, as far as its
+    times tell (`RACY_NS`, `RACY_WHOLE_SECONDS_NS`)."""
+    return RACY_WHOLE_SECONDS_NS if sig[1] % 1_000_000_000 == 0 and sig[2] % 1_000_000_000 == 0 else RACY_NS
+
+
 def _racy(sig: Signature, now_ns: int) -> bool:
     """Whether a file of this signature, hashed at `now_ns`, may change within its
     timestamp's tick without its signature changing."""
-    newest = max(sig[1], sig[2])
-    tick = RACY_WHOLE_SECONDS_NS if sig[1] % 1_000_000_000 == 0 and sig[2] % 1_000_000_000 == 0 else RACY_NS
-    return newest >= now_ns - tick
+    return max(sig[1], sig[2]) >= now_ns - racy_tick(sig)
 # As the process started: a command's `--no-cache` lasts for that command only (several
 # may run in one process: tests, library callers), its worker processes included.
 _NO_CACHE_AT_START = os.environ.get("OPTRACE_NO_CACHE")
@@ -210,6 +214,9 @@ class ContentStore:
         # stat signatures it was taken under (`keep_state`, `stored_state`).
         con.execute("CREATE TABLE IF NOT EXISTS states (root TEXT PRIMARY KEY, sigs TEXT, state TEXT, "
                     "chk TEXT)")
+        # Per folder, what the index's last walk of it found (`keep_state`, `stored_listing`).
+        con.execute("CREATE TABLE IF NOT EXISTS listings (root TEXT PRIMARY KEY, folders TEXT, paths TEXT, "
+                    "dangling TEXT, chk TEXT)")
         return con
 
     def _load(self, db: Path) -> None:
@@ -432,18 +439,28 @@ class ContentStore:
         its signature may not tell a later write."""
         return os.fsdecode(path) in self._racy
 
-    def keep_state(self, root: Path, signatures: str, state: str) -> None:
+    def keep_state(self, root: Path, signatures: str, state: str,
+                   listing: tuple[str, str, str] | None = None) -> None:
         """Keep `state`, a digest the repository index took of the folder `root`, as what
         the folder's files have while their paths and stat signatures digest to
-        `signatures` (`stored_state` gives it back). One row per folder: the latest."""
+        `signatures` (`stored_state` gives it back); and `listing`, what its walk found
+        (the folders listed with their signatures, the paths kept, the links skipped:
+        `stored_listing`). One row of each per folder: the latest."""
         key = _root_key(root)
         if self.db is None or key is None:
             return
         try:
             con = self._connect(self.db)
             try:
+                con.execute("BEGIN IMMEDIATE")
                 con.execute("INSERT OR REPLACE INTO states VALUES (?, ?, ?, ?)",
                             (key, signatures, state, _check("state", signatures, state)))
+                if listing is not None and all(_storable(part) for part in listing):
+                    folders, paths, dangling = listing
+                    chk = _check("listing", folders, paths + "\0" + dangling)
+                    con.execute("INSERT OR REPLACE INTO listings VALUES (?, ?, ?, ?, ?)",
+                                (key, folders, paths, dangling, chk))
+                con.execute("COMMIT")
             finally:
                 con.close()
         except sqlite3.Error:
@@ -562,6 +579,7 @@ def _shrink(con: sqlite3.Connection, keep: str | None, target: int) -> None:
                     con.execute("DELETE FROM paths WHERE path >= ? AND path < ?", (root, root[:-1] + "0"))
                     con.execute("DELETE FROM roots WHERE root = ?", (root,))
                     con.execute("DELETE FROM states WHERE root = ?", (root,))
+                    con.execute("DELETE FROM listings WHERE root = ?", (root,))
             con.execute("DELETE FROM vals WHERE sha NOT IN (SELECT sha FROM paths)")
             con.execute("COMMIT")
         except BaseException:
@@ -610,6 +628,32 @@ def stored_state(root: Path, signatures: str) -> str | None:
             con.close()
     except sqlite3.Error:  # no such table (a store of an earlier optrace), a damaged file
         return None
+
+
+def stored_listing(root: Path) -> tuple[str, str, str] | None:
+    """What the index's last walk of `root` found (`keep_state`'s `listing`): its folders,
+    a line each (`<size> <mtime> <ctime> <inode>` or `-`, a NUL, the path), the paths it
+    kept and the links it skipped, a line each; None when none is kept, it fails its
+    checksum, the cache is off or the store cannot be read."""
+    key = _root_key(root)
+    db = cache_dir() / "index.sqlite"
+    if not _enabled[0] or key is None or not db.is_file():
+        return None
+    try:
+        con = sqlite3.connect(db, timeout=30, isolation_level=None)
+        try:
+            row = con.execute("SELECT folders, paths, dangling, chk FROM listings WHERE root = ?",
+                              (key,)).fetchone()
+        finally:
+            con.close()
+    except sqlite3.Error:  # no such table (a store of an earlier optrace), a damaged file
+        return None
+    if row is None or not all(isinstance(part, str) for part in row[:3]) or not row[0]:
+        return None
+    folders, paths, dangling, chk = row
+    if chk != _check("listing", folders, paths + "\0" + dangling):
+        return None
+    return folders, paths, dangling
 
 
 def _storable(text: str) -> bool:

@@ -271,8 +271,8 @@ def test_the_state_loads_no_value_and_the_first_search_loads_them(cache_home: Pa
 
     monkeypatch.setattr(index_cache, "_check", counted)
     index = RepoIndex.build(root)
-    # no value row read (each is checked): the state kept under the files' signatures
-    assert index.state() == state and checked == ["state"]
+    # no value row read (each is checked): the listing and the state kept with the last state
+    assert index.state() == state and checked == ["listing", "state"]
     assert index.store is None  # not a row of the store loaded
     answers = (index.mentioning(b"foo_op"), index.mentioning(b"FooOp", b"aclnnFooOp"),
                index.mentioning(b"bar_op"), index.mentioning(b"foo-op"), index.build_scripts())
@@ -338,6 +338,71 @@ def test_a_racy_file_keeps_no_state_and_a_bad_row_is_ignored(cache_home: Path, t
         con.execute("DROP TABLE states")  # a store of an earlier optrace
     older = RepoIndex.build(root)
     assert older.state() == state and older.store is not None
+
+
+def _groups_of(index: RepoIndex) -> tuple[object, ...]:
+    return index.file_paths, index.script_paths, index.source_paths
+
+
+def _listed_index(root: Path) -> RepoIndex:
+    """An index of `root` after a state was kept with its walk's listing."""
+    _older_than_racy(root / "build.sh")
+    RepoIndex.build(root).state()
+    return RepoIndex.build(root)
+
+
+def test_an_unchanged_folder_is_listed_from_the_store_as_a_walk_finds_it(cache_home: Path,
+                                                                          tmp_path: Path) -> None:
+    """The walk's listing is kept with the state: a later index of a folder none of whose
+    directories changed takes it (a `stat` a directory, no listing) and has what a walk
+    finds, in the same order; a file added, a directory removed, a link that dangled and
+    now leads somewhere each make it walk again."""
+    root = _repo(tmp_path / "repo")
+    (tmp_path / "outside").mkdir()
+    (root / "torch/link.cpp").symlink_to(tmp_path / "outside/not_yet.cpp")  # dangling
+    listed = _listed_index(root)
+    assert listed._from_listing and _groups_of(listed) == _groups_of(RepoIndex.walk(root))
+    assert listed.state() == RepoIndex.walk(root).state()
+    (root / "torch/added.py").write_text("foo_op()\n")
+    walked = RepoIndex.build(root)
+    assert not walked._from_listing and str(root / "torch/added.py") in walked.file_paths
+    listed = _listed_index(root)
+    assert listed._from_listing and str(root / "torch/added.py") in listed.file_paths
+    shutil.rmtree(root / "tools")
+    assert not RepoIndex.build(root)._from_listing
+    listed = _listed_index(root)
+    assert listed._from_listing and str(root / "torch/link.cpp") not in listed.file_paths
+    (tmp_path / "outside/not_yet.cpp").write_text("// now it leads somewhere\n")  # no folder walked changed
+    found = RepoIndex.build(root)
+    assert not found._from_listing and str(root / "torch/link.cpp") in found.file_paths
+
+
+def test_a_listed_script_past_the_bound_is_not_searched(cache_home: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A script that grew past the search's size bound in place (its directory unchanged)
+    leaves the scripts, as a walk would leave it out."""
+    root = _repo(tmp_path / "repo")
+    listed = _listed_index(root)
+    assert str(root / "build.sh") in listed.script_paths
+    monkeypatch.setattr(discovery, "SEARCH_LIMIT_BYTES", 8)
+    again = RepoIndex.build(root)
+    assert again._from_listing and str(root / "build.sh") not in again.script_paths
+    assert _groups_of(again) == _groups_of(RepoIndex.walk(root))
+
+
+def test_a_racy_folder_keeps_no_listing_and_a_bad_one_is_ignored(cache_home: Path, tmp_path: Path) -> None:
+    """A directory changed within its timestamp's tick of the walk may take an entry
+    without its signature changing: no listing is kept then. A kept listing that fails
+    its checksum is not taken."""
+    root = _repo(tmp_path / "repo")
+    RepoIndex.build(root).state()  # every directory just written
+    with sqlite3.connect(cache_home) as con:
+        assert con.execute("SELECT COUNT(*) FROM listings").fetchone() == (0,)
+    assert _listed_index(root)._from_listing
+    with sqlite3.connect(cache_home) as con:
+        con.execute("UPDATE listings SET paths = paths || '\n' || ?", (str(root / "forged.py"),))
+    forged = RepoIndex.build(root)
+    assert not forged._from_listing and _groups_of(forged) == _groups_of(RepoIndex.walk(root))
 
 
 def test_a_database_damaged_after_the_paths_were_loaded_costs_a_derivation(cache_home: Path,
@@ -428,16 +493,22 @@ def _rows(db: Path) -> set[str]:
 
 def test_the_store_keeps_under_its_share_of_the_bound_dropping_gone_then_old_folders(
         cache_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    repos = {tag: _sized_repo(tmp_path / tag, tag) for tag in ("aaa", "bbb", "ccc", "ddd")}
+    # Folders of rows well past the tables' own pages: the bound below is in folders.
+    repos = {tag: _sized_repo(tmp_path / tag, tag, files=200) for tag in ("aaa", "bbb", "ccc", "ddd")}
+    cache_home.parent.mkdir(parents=True)
+    ContentStore(cache_home, read_bounded)._connect(cache_home).close()
+    con = sqlite3.connect(cache_home)
+    empty = index_cache._used_bytes(con)  # the tables' own pages
+    con.close()
     for tag in ("bbb", "ccc", "aaa"):  # aaa, indexed last, is gone before the older bbb
         _store_of(repos[tag])
     con = sqlite3.connect(cache_home)
-    one = index_cache._used_bytes(con) / 3  # the pages one folder's rows take
+    one = (index_cache._used_bytes(con) - empty) / 3  # the pages one folder's rows take
     # A row a store of an earlier version wrote, under no recorded folder.
     con.execute("INSERT INTO paths VALUES (?, 1, 1, 1, 1, ?)", (str(tmp_path / "old/x.cpp"), "-"))
     con.close()
     shutil.rmtree(repos["aaa"])  # a scratch copy removed: its rows go first
-    bound = int(one * 3.5)  # the next run goes past it; under 3/4 of it two folders fit
+    bound = empty + int(one * 3.5)  # the next run goes past it; under 3/4 of it two folders fit
     monkeypatch.setattr(index_cache, "store_bound", lambda: bound)
     assert _store_of(repos["ddd"]).misses > 0
     left = {Path(p).relative_to(tmp_path).parts[0] for p in _rows(cache_home)}
