@@ -13,7 +13,7 @@ import hashlib
 import os
 import re
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -22,7 +22,15 @@ from typing import ClassVar, Protocol
 from optrace.engine.codes import OT001, OT010, OT014, OT015
 from optrace.engine.config import Config
 from optrace.engine.diagnostics import Diagnostic, InputError
-from optrace.engine.index_cache import ContentStore, Signature, signature, stored_listing, stored_state
+from optrace.engine.index_cache import (
+    ContentStore,
+    Phase,
+    Signature,
+    phase,
+    signature,
+    stored_listing,
+    stored_state,
+)
 from optrace.engine.index_cache import racy_tick as _racy_tick
 from optrace.engine.names import op_name_pattern, same_op
 from optrace.engine.source import blank_comments, decode, is_binary, match_bracket, read_regular
@@ -294,6 +302,28 @@ def word_key(word: bytes) -> bytes:
     return word.replace(b"_", b"").lower()
 
 
+class SourcesByName(Mapping[str, list[Path]]):
+    """The index's C / C++ sources by file name, as `Path`s made for a name when it is
+    first asked for: a plan looks up the few names its includes do not find beside their
+    includer, of a repository's ~11k."""
+
+    def __init__(self, paths: dict[str, list[str]]) -> None:
+        self._paths = paths
+        self._made: dict[str, list[Path]] = {}
+
+    def __getitem__(self, name: str) -> list[Path]:
+        made = self._made.get(name)
+        if made is None:
+            made = self._made[name] = [Path(p) for p in self._paths[name]]
+        return made
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._paths)
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+
 @dataclass
 class RepoIndex:
     """One walk over a repository: its searchable files, build scripts and C++ sources.
@@ -317,7 +347,7 @@ class RepoIndex:
     store: ContentStore | None = None
     _files: list[Path] | None = None
     _scripts: list[Path] | None = None
-    _sources: dict[str, list[Path]] | None = None
+    _sources: SourcesByName | None = None
     _build_scripts: list[Path] | None = None
     _words: list[str] | None = None
     _answers: dict[tuple[bytes, ...], list[Path]] = field(default_factory=dict)
@@ -346,6 +376,10 @@ class RepoIndex:
     _walked_dirs: list[tuple[str, Signature | None]] | None = None
     _dangling: list[str] | None = None
     _from_listing: bool = False
+    # The phase the last state was taken in, when it began, and its `stat` of each path
+    # (`_stats`: the searchable files first): the signatures the phase's questions take.
+    _state_stats: tuple[Phase | None, int, list[os.stat_result | None]] | None = None
+    _in_state_order: list[tuple[str, list[str]]] | None = None  # `_groups`, once made
 
     def content(self) -> ContentStore:
         """The store of what is derived from this repository's files (opened once)."""
@@ -409,11 +443,11 @@ class RepoIndex:
         return self._scripts
 
     @property
-    def sources(self) -> dict[str, list[Path]]:
+    def sources(self) -> SourcesByName:
         """Every C/C++ file by its name, kernel sources included: where an include that is
         not found beside its includer may be (`../other_op/...` of a flattened build tree)."""
         if self._sources is None:
-            self._sources = {name: [Path(p) for p in paths] for name, paths in self.source_paths.items()}
+            self._sources = SourcesByName(self.source_paths)
         return self._sources
 
     @classmethod
@@ -495,6 +529,13 @@ class RepoIndex:
 
     def walked(self) -> set[str]:
         """Every path the walk kept (the cache drops its rows of other files under the root)."""
+        if os.fspath(Path(self.root)) != ".":
+            # The walk's strings are their `Path`s' text (a folder joined to a name), but
+            # below `.`, whose entries' `./` a `Path` drops.
+            out = {*self.file_paths, *self.script_paths}
+            for paths in self.source_paths.values():
+                out.update(paths)
+            return out
         out = {os.fsdecode(p) for p in (*self.files, *self.scripts)}
         out |= {os.fsdecode(p) for paths in self.sources.values() for p in paths}
         return out
@@ -512,7 +553,16 @@ class RepoIndex:
     def _contents(self) -> list[str]:
         if self._words is None:
             store = self.content()
-            self._words = [store.derived(path, WORDS_KIND, _words) for path in self.files]
+            stats = self._state_stats
+            if stats is not None and stats[0] is phase() and phase() is not None:
+                # In the phase the state was taken in: each file's signature is the one
+                # the state stat-ed (a phase takes it once), not another `stat` each.
+                taken, at = stats[1], stats[2]
+                self._words = [store.derived(path, WORDS_KIND, _words, st, taken) if st is not None
+                               else store.derived(path, WORDS_KIND, _words)
+                               for path, st in zip(self.files, at, strict=False)]
+            else:
+                self._words = [store.derived(path, WORDS_KIND, _words) for path in self.files]
             store.flush((self.root, self.walked()))
         return self._words
 
@@ -557,6 +607,7 @@ class RepoIndex:
         is the answer (`stored_state`), without a row of the store loaded."""
         taken = time.time_ns()  # before any signature: what the store judges racy by
         stats = self._stats()
+        self._state_stats = (phase(), taken, stats)
         signatures = self._signatures(stats)
         seen_changed = self.store is not None and self.store.changes
         signed = None if seen_changed else stored_state(self.root, signatures)
@@ -568,8 +619,10 @@ class RepoIndex:
     def _groups(self) -> list[tuple[str, list[str]]]:
         """The walk's paths as the state takes them: searchable files, build scripts, then
         the C / C++ sources by name; each group with its tag in the signatures' digest."""
-        return [("f", self.file_paths), ("s", self.script_paths),
-                *(("c", self.source_paths[name]) for name in sorted(self.source_paths))]
+        if self._in_state_order is None:
+            self._in_state_order = [("f", self.file_paths), ("s", self.script_paths),
+                                    *(("c", self.source_paths[name]) for name in sorted(self.source_paths))]
+        return self._in_state_order
 
     def _stats(self) -> list[os.stat_result | None]:
         """Each path's `stat` now, in `_groups`' order (None: cannot be stat-ed)."""

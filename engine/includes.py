@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -122,7 +122,7 @@ class HeaderSearch:
     """
 
     root: Path
-    sources: dict[str, list[Path]]
+    sources: Mapping[str, Sequence[Path]]
 
     def find(self, target: str, includer: Path) -> Path | None:
         parts = [p for p in target.replace("\\", "/").split("/") if p not in ("", ".")]

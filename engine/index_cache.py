@@ -384,10 +384,11 @@ class ContentStore:
             self.changes += 1
 
     def derived(self, path: Path, kind: str, derive: Callable[[bytes | None], str],
-                st: os.stat_result | None = None) -> str:
+                st: os.stat_result | None = None, taken_ns: int | None = None) -> str:
         """`derive(bytes)` of the file, from the store when its content was seen. In a
-        `reading_only` phase the file's signature is taken once for the phase."""
-        known = self._current(path, st)
+        `reading_only` phase the file's signature is taken once for the phase (`st` with
+        `taken_ns`: as `current_sha` takes them)."""
+        known = self._current(path, st, taken_ns)
         if known is None:
             return derive(None)
         sha, data, read, sig = known
