@@ -193,12 +193,12 @@ def walk_files(root: Path, exts: frozenset[str] | None = None) -> Iterator[Path]
 
 def walk_paths(root: Path | str, exts: frozenset[str] | None = None,
                listed: list[tuple[str, Signature | None]] | None = None,
-               dangling: list[str] | None = None) -> Iterator[str]:
+               links: list[str] | None = None) -> Iterator[str]:
     """`walk_files` as path strings (the directory's path joined to the name): the
     repository index keeps tens of thousands of them, and a lookup the user cache answers
     needs only their text and their stat signature, not a `Path` each. `listed` gets each
     directory listed (or tried) with its signature taken before the listing (None: no
-    `stat`); `dangling` each link to a file skipped as dangling or looping."""
+    `stat`); `links` each entry met that is a symbolic link, kept or not."""
     seen_dirs: set[tuple[int, int]] = set()
     stack = [os.fspath(Path(root))]
     while stack:
@@ -226,6 +226,8 @@ def walk_paths(root: Path | str, exts: frozenset[str] | None = None,
             # The type comes from the directory listing (no system call unless a link):
             # a repository search walks tens of thousands of files.
             try:
+                if links is not None and entry.is_symlink():
+                    links.append(entry.path)
                 is_dir = entry.is_dir()
             except OSError:
                 continue
@@ -238,8 +240,6 @@ def walk_paths(root: Path | str, exts: frozenset[str] | None = None,
                 exts is SCRIPT_EXTS and name == "CMakeLists.txt"
             ):
                 if entry.is_symlink() and not os.path.exists(entry.path):
-                    if dangling is not None:
-                        dangling.append(entry.path)
                     continue  # resolving it would raise (a loop) or find nothing (dangling)
                 yield entry.path
         stack.extend(reversed(subdirs))  # depth first, in sorted order, as os.walk gave
@@ -291,6 +291,10 @@ _SCRIPT_KINDS = ((BUILDS_KIND, _builds), (SCRIPT_WORDS_KIND, _script_words))
 # (`RepoIndex.state`): a change to what the state covers changes it.
 _STATE_FORMAT = b"optrace-index-state 1\0"
 
+
+# What the walk keeps, and its version: a listing kept by a walk of other rules (another
+# optrace) is not taken (`RepoIndex.listed`). The tag changes with `walk_paths`' logic.
+_WALK_RULES = hashlib.sha256(repr(("walk 1", sorted(SKIP_DIRS), sorted(_INDEXED_EXTS))).encode()).hexdigest()
 
 # `RepoIndex._state`'s count for a state taken from the signatures alone.
 _SIGNED = -1
@@ -374,7 +378,7 @@ class RepoIndex:
     # and the links it skipped (`_listing`); whether the paths came from a kept listing.
     _kept: list[str] = field(default_factory=list)
     _walked_dirs: list[tuple[str, Signature | None]] | None = None
-    _dangling: list[str] | None = None
+    _links: list[str] | None = None
     _from_listing: bool = False
     # The phase the last state was taken in, when it began, and its `stat` of each path
     # (`_stats`: the searchable files first): the signatures the phase's questions take.
@@ -459,22 +463,25 @@ class RepoIndex:
     @classmethod
     def walk(cls, root: Path) -> RepoIndex:
         index = cls(root, built_ns=time.time_ns())
-        index._walked_dirs, index._dangling = [], []
-        index._add(walk_paths(root, _INDEXED_EXTS, index._walked_dirs, index._dangling))
+        index._walked_dirs, index._links = [], []
+        index._add(walk_paths(root, _INDEXED_EXTS, index._walked_dirs, index._links))
         return index
 
     @classmethod
     def listed(cls, root: Path) -> RepoIndex | None:
-        """The index from the listing kept for `root` (`ContentStore.keep_listing`), when
-        every folder it lists still has the signature it had when it was walked (a file
-        added, removed or renamed changes its folder's), and every link skipped as dangling
-        still leads nowhere; None otherwise. What a walk would find, at a `stat` a folder
-        instead of a listing."""
+        """The index from the listing kept for `root` (`ContentStore.keep_state`), when it
+        was taken by this walk's rules and every folder it lists still has the signature
+        it had when it was walked (a file added, removed or renamed changes its folder's);
+        None otherwise. What a walk would find, at a `stat` a folder instead of a listing.
+        A walk that met a symbolic link keeps none (`_listing`): what a link leads to
+        changes with no folder of the listing changing."""
         began = time.time_ns()
         kept = stored_listing(root)
         if kept is None:
             return None
-        folders, paths, dangling = kept
+        folders, paths, rules = kept
+        if rules != _WALK_RULES:
+            return None
         stat = os.stat
         for line in folders.split("\n"):
             sig, _, folder = line.partition("\0")
@@ -485,8 +492,6 @@ class RepoIndex:
                 now = "-"
             if now != sig:
                 return None
-        if dangling and any(os.path.exists(link) for link in dangling.split("\n")):
-            return None
         index = cls(root, built_ns=began)
         index._add(paths.split("\n") if paths else [])
         index._from_listing = True
@@ -514,18 +519,23 @@ class RepoIndex:
                 self.file_paths.append(path)
 
     def _listing(self) -> tuple[str, str, str] | None:
-        """What `listed` needs of this walk (its folders with their signatures, the paths
-        it kept, the links it skipped); None when it came from a listing, or when a folder
-        changed within its timestamp's tick of the walk (its signature may not tell an
-        entry added just after it was listed)."""
-        if self._from_listing or self._walked_dirs is None:
+        """What `listed` needs of this walk: its folders with their signatures, a line
+        each, and the paths it kept, a line each, with the walk's rules. None when it came
+        from a listing; when it met a symbolic link (a link's target may change, or come
+        to exist, or stop existing, in no folder the walk listed); when a name holds a line
+        break; or when a folder changed within its timestamp's tick of the walk (its
+        signature may not tell an entry added just after it was listed)."""
+        if self._from_listing or self._walked_dirs is None or self._links:
             return None
         lines = []
         for folder, sig in self._walked_dirs:
             if sig is not None and max(sig[1], sig[2]) >= self.built_ns - _racy_tick(sig):
                 return None
             lines.append(("-" if sig is None else f"{sig[0]} {sig[1]} {sig[2]} {sig[3]}") + "\0" + folder)
-        return "\n".join(lines), "\n".join(self._kept), "\n".join(self._dangling or ())
+        folders, paths = "\n".join(lines), "\n".join(self._kept)
+        if folders.count("\n") != len(lines) - 1 or paths.count("\n") != max(len(self._kept) - 1, 0):
+            return None  # a line break in a name
+        return folders, paths, _WALK_RULES
 
     def walked(self) -> set[str]:
         """Every path the walk kept (the cache drops its rows of other files under the root)."""

@@ -214,9 +214,10 @@ class ContentStore:
         # stat signatures it was taken under (`keep_state`, `stored_state`).
         con.execute("CREATE TABLE IF NOT EXISTS states (root TEXT PRIMARY KEY, sigs TEXT, state TEXT, "
                     "chk TEXT)")
-        # Per folder, what the index's last walk of it found (`keep_state`, `stored_listing`).
-        con.execute("CREATE TABLE IF NOT EXISTS listings (root TEXT PRIMARY KEY, folders TEXT, paths TEXT, "
-                    "dangling TEXT, chk TEXT)")
+        # Per folder, what the index's last walk of it found, and by which rules
+        # (`keep_state`, `stored_listing`).
+        con.execute("CREATE TABLE IF NOT EXISTS walks (root TEXT PRIMARY KEY, folders TEXT, paths TEXT, "
+                    "rules TEXT, chk TEXT)")
         return con
 
     def _load(self, db: Path) -> None:
@@ -445,7 +446,7 @@ class ContentStore:
         """Keep `state`, a digest the repository index took of the folder `root`, as what
         the folder's files have while their paths and stat signatures digest to
         `signatures` (`stored_state` gives it back); and `listing`, what its walk found
-        (the folders listed with their signatures, the paths kept, the links skipped:
+        (the folders listed with their signatures, the paths kept, the walk's rules:
         `stored_listing`). One row of each per folder: the latest."""
         key = _root_key(root)
         if self.db is None or key is None:
@@ -457,10 +458,10 @@ class ContentStore:
                 con.execute("INSERT OR REPLACE INTO states VALUES (?, ?, ?, ?)",
                             (key, signatures, state, _check("state", signatures, state)))
                 if listing is not None and all(_storable(part) for part in listing):
-                    folders, paths, dangling = listing
-                    chk = _check("listing", folders, paths + "\0" + dangling)
-                    con.execute("INSERT OR REPLACE INTO listings VALUES (?, ?, ?, ?, ?)",
-                                (key, folders, paths, dangling, chk))
+                    folders, paths, rules = listing
+                    chk = _check("listing", folders, paths + "\0" + rules)
+                    con.execute("INSERT OR REPLACE INTO walks VALUES (?, ?, ?, ?, ?)",
+                                (key, folders, paths, rules, chk))
                 con.execute("COMMIT")
             finally:
                 con.close()
@@ -580,7 +581,7 @@ def _shrink(con: sqlite3.Connection, keep: str | None, target: int) -> None:
                     con.execute("DELETE FROM paths WHERE path >= ? AND path < ?", (root, root[:-1] + "0"))
                     con.execute("DELETE FROM roots WHERE root = ?", (root,))
                     con.execute("DELETE FROM states WHERE root = ?", (root,))
-                    con.execute("DELETE FROM listings WHERE root = ?", (root,))
+                    con.execute("DELETE FROM walks WHERE root = ?", (root,))
             con.execute("DELETE FROM vals WHERE sha NOT IN (SELECT sha FROM paths)")
             con.execute("COMMIT")
         except BaseException:
@@ -634,7 +635,7 @@ def stored_state(root: Path, signatures: str) -> str | None:
 def stored_listing(root: Path) -> tuple[str, str, str] | None:
     """What the index's last walk of `root` found (`keep_state`'s `listing`): its folders,
     a line each (`<size> <mtime> <ctime> <inode>` or `-`, a NUL, the path), the paths it
-    kept and the links it skipped, a line each; None when none is kept, it fails its
+    kept, a line each, and the walk's rules; None when none is kept, it fails its
     checksum, the cache is off or the store cannot be read."""
     key = _root_key(root)
     db = cache_dir() / "index.sqlite"
@@ -643,7 +644,7 @@ def stored_listing(root: Path) -> tuple[str, str, str] | None:
     try:
         con = sqlite3.connect(db, timeout=30, isolation_level=None)
         try:
-            row = con.execute("SELECT folders, paths, dangling, chk FROM listings WHERE root = ?",
+            row = con.execute("SELECT folders, paths, rules, chk FROM walks WHERE root = ?",
                               (key,)).fetchone()
         finally:
             con.close()
@@ -651,10 +652,10 @@ def stored_listing(root: Path) -> tuple[str, str, str] | None:
         return None
     if row is None or not all(isinstance(part, str) for part in row[:3]) or not row[0]:
         return None
-    folders, paths, dangling, chk = row
-    if chk != _check("listing", folders, paths + "\0" + dangling):
+    folders, paths, rules, chk = row
+    if chk != _check("listing", folders, paths + "\0" + rules):
         return None
-    return folders, paths, dangling
+    return folders, paths, rules
 
 
 def _storable(text: str) -> bool:

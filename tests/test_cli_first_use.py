@@ -166,6 +166,7 @@ def test_a_check_process_reports_in_full_and_exits_with_its_code(tmp_path: Path)
      {"fmt": "sarif", "output": Path("r.sarif"), "repo_root": Path("r"), "op_dirs": [Path("a")]}),
     (["a", "--trust-config"], {"trust_config": True}),
     (["a", "--help"], None), (["a", "--format", "xml"], None), (["a", "-j", "0"], None),
+    (["a", "-j", "\u00b2"], None),  # a digit int() refuses: the full CLI's usage error, not exit 3
     (["a", "-j"], None), ([], None), (["--", "a"], None), (["a", "--bogus"], None), (["a", "-oX"], None),
 ])
 def test_check_fast_parser_takes_the_plain_spellings_only(argv: list[str],
@@ -204,6 +205,7 @@ def test_check_without_typer_reports_as_the_full_cli(tmp_path: Path) -> None:
     (["--format=text", "--repo-root", "r", "a", "--trust-config"],
      {"as_json": False, "repo_root": Path("r"), "op_dirs": [Path("a")], "trust_config": True}),
     (["a", "--help"], None), (["a", "--format", "xml"], None), (["a", "-j", "0"], None), (["a", "-j"], None),
+    (["a", "-j", "\u00b2"], None),
     ([], None), (["--", "a"], None), (["a", "--bogus"], None),
     (["a", "-o", "plan.txt"], None), (["a", "--graph", "g.dot"], None),  # they always plan: the full CLI
 ])

@@ -355,11 +355,8 @@ def test_an_unchanged_folder_is_listed_from_the_store_as_a_walk_finds_it(cache_h
                                                                           tmp_path: Path) -> None:
     """The walk's listing is kept with the state: a later index of a folder none of whose
     directories changed takes it (a `stat` a directory, no listing) and has what a walk
-    finds, in the same order; a file added, a directory removed, a link that dangled and
-    now leads somewhere each make it walk again."""
+    finds, in the same order; a file added or a directory removed makes it walk again."""
     root = _repo(tmp_path / "repo")
-    (tmp_path / "outside").mkdir()
-    (root / "torch/link.cpp").symlink_to(tmp_path / "outside/not_yet.cpp")  # dangling
     listed = _listed_index(root)
     assert listed._from_listing and _groups_of(listed) == _groups_of(RepoIndex.walk(root))
     assert listed.state() == RepoIndex.walk(root).state()
@@ -370,11 +367,53 @@ def test_an_unchanged_folder_is_listed_from_the_store_as_a_walk_finds_it(cache_h
     assert listed._from_listing and str(root / "torch/added.py") in listed.file_paths
     shutil.rmtree(root / "tools")
     assert not RepoIndex.build(root)._from_listing
-    listed = _listed_index(root)
-    assert listed._from_listing and str(root / "torch/link.cpp") not in listed.file_paths
-    (tmp_path / "outside/not_yet.cpp").write_text("// now it leads somewhere\n")  # no folder walked changed
-    found = RepoIndex.build(root)
-    assert not found._from_listing and str(root / "torch/link.cpp") in found.file_paths
+
+
+@pytest.mark.parametrize("link", ["dangling_dir", "dangling_file", "file_then_gone", "file_then_dir"])
+def test_a_walk_that_meets_a_link_keeps_no_listing(cache_home: Path, tmp_path: Path, link: str) -> None:
+    """What a symbolic link leads to changes with no directory of the walk changing: a
+    link to a folder not made yet (a build output), to a file that goes or becomes a
+    folder. A walk that met one keeps no listing, so each index walks and finds what the
+    link leads to now (a second review found each of these listed stale)."""
+    root = _repo(tmp_path / "repo")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    target = outside / ("built" if link == "dangling_dir" else "target.h")
+    if link.startswith("file_then"):
+        target.write_text("// a header\n")
+    (root / "torch" / ("vendor" if link == "dangling_dir" else "linked.h")).symlink_to(target)
+    _older_than_racy(root / "build.sh")
+    RepoIndex.build(root).state()
+    if link == "dangling_dir":
+        target.mkdir()
+        (target / "sample.py").write_text("foo_op()\n")
+    elif link == "file_then_gone":
+        target.unlink()
+    elif link == "file_then_dir":
+        target.unlink()
+        target.mkdir()
+        (target / "inner.py").write_text("foo_op()\n")
+    index = RepoIndex.build(root)
+    assert not index._from_listing
+    assert _groups_of(index) == _groups_of(RepoIndex.walk(root))
+
+
+def test_a_name_with_a_line_break_keeps_no_listing(cache_home: Path, tmp_path: Path) -> None:
+    """The listing is a path a line: a name holding a line break keeps none."""
+    root = _repo(tmp_path / "repo")
+    (root / "torch/a\nb.py").write_text("foo_op()\n")
+    index = _listed_index(root)
+    assert not index._from_listing and str(root / "torch/a\nb.py") in index.file_paths
+
+
+def test_a_listing_of_other_walk_rules_is_not_taken(cache_home: Path, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A listing kept by a walk of other rules (another optrace: other folders skipped,
+    other suffixes kept) is not taken."""
+    root = _repo(tmp_path / "repo")
+    assert _listed_index(root)._from_listing
+    monkeypatch.setattr(discovery, "_WALK_RULES", "another optrace's")
+    assert not RepoIndex.build(root)._from_listing
 
 
 def test_a_listed_script_past_the_bound_is_not_searched(cache_home: Path, tmp_path: Path,
@@ -397,10 +436,10 @@ def test_a_racy_folder_keeps_no_listing_and_a_bad_one_is_ignored(cache_home: Pat
     root = _repo(tmp_path / "repo")
     RepoIndex.build(root).state()  # every directory just written
     with sqlite3.connect(cache_home) as con:
-        assert con.execute("SELECT COUNT(*) FROM listings").fetchone() == (0,)
+        assert con.execute("SELECT COUNT(*) FROM walks").fetchone() == (0,)
     assert _listed_index(root)._from_listing
     with sqlite3.connect(cache_home) as con:
-        con.execute("UPDATE listings SET paths = paths || '\n' || ?", (str(root / "forged.py"),))
+        con.execute("UPDATE walks SET paths = paths || '\n' || ?", (str(root / "forged.py"),))
     forged = RepoIndex.build(root)
     assert not forged._from_listing and _groups_of(forged) == _groups_of(RepoIndex.walk(root))
 

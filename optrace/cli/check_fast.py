@@ -71,7 +71,8 @@ def parse_fast(argv: Sequence[str]) -> CheckArgs | None:
     jobs = values.get("jobs")
     if not op_dirs or fmt not in {f.value for f in CheckFormat}:
         return None
-    if jobs is not None and not (isinstance(jobs, str) and jobs.isdigit() and int(jobs) >= 1):
+    # isdecimal, not isdigit: `²` is a digit int() refuses (the full CLI's usage error).
+    if jobs is not None and not (isinstance(jobs, str) and jobs.isdecimal() and int(jobs) >= 1):
         return None  # not a positive integer: the full CLI's usage error
     repo_root, output = values.get("repo_root"), values.get("output")
     return CheckArgs(op_dirs, Path(str(repo_root)) if repo_root is not None else None, CheckFormat(str(fmt)),

@@ -69,7 +69,8 @@ def parse_fast(argv: Sequence[str]) -> PlanArgs | None:
     fmt, jobs, repo_root = values.get("format", "text"), values.get("jobs"), values.get("repo_root")
     if not positional or fmt not in {f.value for f in PlanFormat}:
         return None
-    if jobs is not None and not (isinstance(jobs, str) and jobs.isdigit() and int(jobs) >= 1):
+    # isdecimal, not isdigit: `²` is a digit int() refuses (the full CLI's usage error).
+    if jobs is not None and not (isinstance(jobs, str) and jobs.isdecimal() and int(jobs) >= 1):
         return None  # not a positive integer: the full CLI's usage error
     return PlanArgs([Path(p) for p in positional], Path(str(repo_root)) if repo_root is not None else None,
                     fmt == PlanFormat.json, int(str(jobs)) if jobs is not None else None,
