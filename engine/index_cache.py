@@ -606,11 +606,11 @@ def _root_key(root: Path) -> str | None:
     return key if _storable(key) else None
 
 
-def stored_state(root: Path, signatures: str) -> str | None:
-    """The repository index's state kept for the folder `root` (`keep_state`) when its
-    files' paths and signatures digest to `signatures` now; None otherwise, or with the
-    cache off, or when the store cannot be read. Opens the store's file alone, loading
-    none of its rows: a lookup the user cache answers asks nothing else of it."""
+def _stored_row(root: Path, query: str) -> tuple[str, tuple[object, ...] | None] | None:
+    """The folder's key and the row `query` selects for it (None: no such row); None
+    with the cache off, or when the store cannot be read (no such table: a store of an
+    earlier optrace; a damaged file). Opens the store's file alone, loading none of its
+    rows: a lookup the user cache answers asks nothing else of it."""
     key = _root_key(root)
     db = cache_dir() / "index.sqlite"
     if not _enabled[0] or key is None or not db.is_file():
@@ -618,18 +618,43 @@ def stored_state(root: Path, signatures: str) -> str | None:
     try:
         con = sqlite3.connect(db, timeout=30, isolation_level=None)
         try:
-            row = con.execute("SELECT sigs, state, chk FROM states WHERE root = ?", (key,)).fetchone()
-            if (row is None or row[0] != signatures or not isinstance(row[1], str)
-                    or row[2] != _check("state", row[0], row[1])):
-                return None
+            row = con.execute(query, (key,)).fetchone()
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return None
+    return key, row
+
+
+def _refresh_used(key: str) -> None:
+    """Mark the folder used now, where its mark is older than `_USED_REFRESH_NS`: a run
+    that took its state from the store walked it as much as one that hashed it. Never
+    waits on another run's write (the mark only orders what the size bound removes)."""
+    try:
+        con = sqlite3.connect(cache_dir() / "index.sqlite", timeout=0, isolation_level=None)
+        try:
             used = con.execute("SELECT used FROM roots WHERE root = ?", (key,)).fetchone()
             if used is None or not isinstance(used[0], int) or used[0] < time.time_ns() - _USED_REFRESH_NS:
                 con.execute("INSERT OR REPLACE INTO roots VALUES (?, ?)", (key, time.time_ns()))
-            return row[1]
         finally:
             con.close()
-    except sqlite3.Error:  # no such table (a store of an earlier optrace), a damaged file
+    except sqlite3.Error:
+        pass  # busy, or read-only: the next run marks it
+
+
+def stored_state(root: Path, signatures: str) -> str | None:
+    """The repository index's state kept for the folder `root` (`keep_state`) when its
+    files' paths and signatures digest to `signatures` now; None otherwise, or with the
+    cache off, or when the store cannot be read."""
+    found = _stored_row(root, "SELECT sigs, state, chk FROM states WHERE root = ?")
+    if found is None:
         return None
+    key, row = found
+    if (row is None or row[0] != signatures or not isinstance(row[0], str) or not isinstance(row[1], str)
+            or row[2] != _check("state", row[0], row[1])):
+        return None
+    _refresh_used(key)
+    return row[1]
 
 
 def stored_listing(root: Path) -> tuple[str, str, str] | None:
@@ -637,22 +662,13 @@ def stored_listing(root: Path) -> tuple[str, str, str] | None:
     a line each (`<size> <mtime> <ctime> <inode>` or `-`, a NUL, the path), the paths it
     kept, a line each, and the walk's rules; None when none is kept, it fails its
     checksum, the cache is off or the store cannot be read."""
-    key = _root_key(root)
-    db = cache_dir() / "index.sqlite"
-    if not _enabled[0] or key is None or not db.is_file():
-        return None
-    try:
-        con = sqlite3.connect(db, timeout=30, isolation_level=None)
-        try:
-            row = con.execute("SELECT folders, paths, rules, chk FROM walks WHERE root = ?",
-                              (key,)).fetchone()
-        finally:
-            con.close()
-    except sqlite3.Error:  # no such table (a store of an earlier optrace), a damaged file
-        return None
-    if row is None or not all(isinstance(part, str) for part in row[:3]) or not row[0]:
+    found = _stored_row(root, "SELECT folders, paths, rules, chk FROM walks WHERE root = ?")
+    row = found[1] if found is not None else None
+    if row is None:
         return None
     folders, paths, rules, chk = row
+    if not (isinstance(folders, str) and isinstance(paths, str) and isinstance(rules, str)) or not folders:
+        return None
     if chk != _check("listing", folders, paths + "\0" + rules):
         return None
     return folders, paths, rules

@@ -319,6 +319,31 @@ def test_a_state_taken_from_signatures_holds_while_they_do(cache_home: Path, tmp
     assert not index.state_holds(state)
 
 
+def test_a_state_from_the_store_marks_its_folder_used_without_waiting(cache_home: Path,
+                                                                      tmp_path: Path) -> None:
+    """A state taken back from the store marks its folder used (the size bound removes
+    the folders used least recently first), unless another run holds the store's write
+    lock: then it does not wait for it."""
+    root = _repo(tmp_path / "repo")
+    _older_than_racy(root / "build.sh")
+    state = RepoIndex.build(root).state()
+    with sqlite3.connect(cache_home) as con:
+        con.execute("UPDATE roots SET used = 1")
+    assert RepoIndex.build(root).state() == state
+    with sqlite3.connect(cache_home) as con:
+        assert con.execute("SELECT used FROM roots").fetchone()[0] > 1
+        con.execute("UPDATE roots SET used = 1")
+    holder = sqlite3.connect(cache_home, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")  # another run writing
+        started = time.monotonic()
+        assert RepoIndex.build(root).state() == state
+        assert time.monotonic() - started < 5
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
 def test_a_racy_file_keeps_no_state_and_a_bad_row_is_ignored(cache_home: Path, tmp_path: Path) -> None:
     """A file hashed within its timestamp's tick may change without its signature
     changing: no state is kept under signatures then. A kept row that fails its
