@@ -246,3 +246,21 @@ def test_plan_without_typer_prints_as_the_full_cli(tmp_path: Path) -> None:
             assert messages == full.stderr.splitlines(), args
     usage = fast()
     assert usage.returncode == 2 and "Usage" in usage.stderr
+
+
+@pytest.mark.parametrize("command", ["check", "plan"])
+def test_ctrl_c_on_the_fast_path_is_reported_as_the_full_cli_does(
+        command: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Ctrl-C in `check` / `plan` without typer: "Aborted!" and exit 1, as click says it
+    in the full CLI, not a traceback."""
+    from optrace.cli import check_fast, plan_fast, start
+
+    def interrupted(argv: list[str]) -> int | None:
+        raise KeyboardInterrupt
+
+    codes: list[int] = []
+    monkeypatch.setattr(start, "finish", codes.append)
+    monkeypatch.setattr(check_fast if command == "check" else plan_fast, "fast_main", interrupted)
+    monkeypatch.setattr(sys, "argv", ["optrace", command, "op"])
+    (start.check_main if command == "check" else start.plan_main)()
+    assert codes == [1] and capsys.readouterr().err == "\nAborted!\n"

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from optrace.cli import check_cache
-from optrace.cli.collect_fast import paths_as_bytes, split_plain
+from optrace.cli.collect_fast import paths_as_bytes, positive_count, split_plain
 from optrace.cli.common import (
     EXIT_FINDINGS,
     EXIT_INPUT,
@@ -71,13 +71,12 @@ def parse_fast(argv: Sequence[str]) -> CheckArgs | None:
     jobs = values.get("jobs")
     if not op_dirs or fmt not in {f.value for f in CheckFormat}:
         return None
-    # isdecimal, not isdigit: `²` is a digit int() refuses (the full CLI's usage error).
-    if jobs is not None and not (isinstance(jobs, str) and jobs.isdecimal() and int(jobs) >= 1):
+    if jobs is not None and positive_count(jobs) is None:
         return None  # not a positive integer: the full CLI's usage error
     repo_root, output = values.get("repo_root"), values.get("output")
     return CheckArgs(op_dirs, Path(str(repo_root)) if repo_root is not None else None, CheckFormat(str(fmt)),
                      Path(str(output)) if output is not None else None, bool(values.get("strict")),
-                     not values.get("no_compile"), int(str(jobs)) if jobs is not None else None,
+                     not values.get("no_compile"), positive_count(jobs) if jobs is not None else None,
                      bool(values.get("trust_config")), bool(values.get("verbose")),
                      not values.get("no_cache"))
 

@@ -51,6 +51,14 @@ def paths_as_bytes() -> None:
             stream.reconfigure(errors="surrogateescape")
 
 
+def positive_count(value: object) -> int | None:
+    """A `-j` value in its plain spelling as the full CLI takes it (a positive integer,
+    decimal digits: `²` is a digit `int()` refuses); None for the full CLI's usage error."""
+    if not (isinstance(value, str) and value.isdecimal()) or int(value) < 1:
+        return None
+    return int(value)
+
+
 def split_plain(argv: Sequence[str], value_options: Mapping[str, str], flags: Mapping[str, str],
                 repeated: frozenset[str] = frozenset()) -> tuple[dict[str, object], list[str]] | None:
     """A command's arguments in their plain spellings (`--name value`, `--name=value`,

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from optrace.cli import plan_cache, result_cache
-from optrace.cli.collect_fast import paths_as_bytes, split_plain
+from optrace.cli.collect_fast import paths_as_bytes, positive_count, split_plain
 from optrace.cli.common import (
     EXIT_INPUT,
     EXIT_INTERNAL,
@@ -69,11 +69,10 @@ def parse_fast(argv: Sequence[str]) -> PlanArgs | None:
     fmt, jobs, repo_root = values.get("format", "text"), values.get("jobs"), values.get("repo_root")
     if not positional or fmt not in {f.value for f in PlanFormat}:
         return None
-    # isdecimal, not isdigit: `²` is a digit int() refuses (the full CLI's usage error).
-    if jobs is not None and not (isinstance(jobs, str) and jobs.isdecimal() and int(jobs) >= 1):
+    if jobs is not None and positive_count(jobs) is None:
         return None  # not a positive integer: the full CLI's usage error
     return PlanArgs([Path(p) for p in positional], Path(str(repo_root)) if repo_root is not None else None,
-                    fmt == PlanFormat.json, int(str(jobs)) if jobs is not None else None,
+                    fmt == PlanFormat.json, positive_count(jobs) if jobs is not None else None,
                     bool(values.get("trust_config")), bool(values.get("no_cache")))
 
 

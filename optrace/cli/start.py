@@ -169,6 +169,9 @@ def _fast_command(fast_main: Callable[[list[str]], int | None]) -> None:
     gc.enable()
     try:
         code = fast_main(argv)
+    except KeyboardInterrupt:  # as click reports Ctrl-C in the full CLI
+        print("\nAborted!", file=sys.stderr)
+        code = 1
     except Exception:  # as the full CLI reports it (optrace.cli.app.main)
         import traceback  # only on this path: it would cost check's start-up otherwise
 
