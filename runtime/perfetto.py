@@ -102,6 +102,15 @@ def varint(value: int) -> bytes:
         return _ONE_BYTE[value]
     if 0 < value < 0x4000:
         return bytes((value & 0x7F | 0x80, value >> 7))
+    # Up to 35 bits without the loop: a core's track uuid (its rank's in the high bits)
+    # and sequence id, a launch's first tick, written once per core.
+    if 0 < value < 0x200000:
+        return bytes((value & 0x7F | 0x80, value >> 7 & 0x7F | 0x80, value >> 14))
+    if 0 < value < 0x10000000:
+        return bytes((value & 0x7F | 0x80, value >> 7 & 0x7F | 0x80, value >> 14 & 0x7F | 0x80, value >> 21))
+    if 0 < value < 0x800000000:
+        return bytes((value & 0x7F | 0x80, value >> 7 & 0x7F | 0x80, value >> 14 & 0x7F | 0x80,
+                      value >> 21 & 0x7F | 0x80, value >> 28))
     value &= (1 << 64) - 1
     out = bytearray()
     while value >= 0x80:
@@ -244,9 +253,22 @@ class _Rows:
         return len(self.columns)
 
     def matrix(self) -> np.ndarray:
-        out = np.empty((self.rows, len(self.columns)), dtype=np.uint8)
+        width = len(self.columns)
+        out = np.empty((self.rows, width), dtype=np.uint8)
+        # The constant bytes (most of a packet's: tags, lengths, the event's type) as a row
+        # copied down the matrix by doubling, a few contiguous copies; then the columns
+        # that vary, one strided store each.
+        flat = out.reshape(-1)
+        if self.rows:
+            flat[:width] = [c if isinstance(c, int) else 0 for c in self.columns]
+        done = width
+        while done < flat.size:
+            step = min(done, flat.size - done)
+            flat[done : done + step] = flat[:step]
+            done += step
         for j, column in enumerate(self.columns):
-            out[:, j] = column
+            if not isinstance(column, int):
+                out[:, j] = column
         return out
 
 
@@ -435,17 +457,18 @@ def _keep_places(
 class _CoreSequence:
     """A core's packet sequence in one trace file: its id, the BOOTTIME (ns) of its
     clock's 0 and the unit it counts, the clock's value at its last packet, and the
-    labels and points its interning tables hold."""
+    labels and points its interning tables hold (``points``: a bool per map position,
+    its own array once the sequence is made)."""
 
     __slots__ = ("boot_ns", "id", "labels", "last", "points", "unit")
 
-    def __init__(self, sequence: int, boot_ns: int, unit: int, points: int) -> None:
+    def __init__(self, sequence: int, boot_ns: int, unit: int, points: np.ndarray, labels: set[int]) -> None:
         self.id = sequence
         self.boot_ns = boot_ns
         self.unit = unit
         self.last = 0
-        self.labels: set[int] = set()
-        self.points = np.zeros(points, dtype=bool)
+        self.labels = labels
+        self.points = points
 
 
 class Sequences:
@@ -505,9 +528,11 @@ class _Interning:
                                     for name, iid in ANNOTATIONS.items())
         self.annotations += _bytes(1, _uint(1, LAUNCH_CATEGORY_IID) + _string(2, LAUNCH_CATEGORY))
         self.cache: dict[bytes, tuple[bytes, list[int]]] = {}
-        # A rank's clock snapshot (the same for all its cores): (unit, boot ns) -> bytes.
-        self.snapshots: dict[tuple[int, int], bytes] = {}
-        self.thread_names: dict[str, bytes] = {}
+        # A rank's ClockSnapshot field (the same for all its cores): (unit, boot ns) -> bytes.
+        self.clocks: dict[tuple[int, int], bytes] = {}
+        # A core's ThreadDescriptor fields after the pid, and its TrackDescriptor's after the
+        # thread, per (slot, name, drop message): the same on every rank.
+        self.threads: dict[tuple[int, str | None, str], tuple[bytes, bytes]] = {}
 
     def more(self, used: np.ndarray, sequence: _CoreSequence) -> bytes:
         """TracePacket.interned_data of what a later launch uses on a core and its
@@ -539,11 +564,32 @@ class _Interning:
             found = self.cache[key] = (_bytes(12, b"".join(entries)), labels)
         return found
 
-    def name_field(self, name: str) -> bytes:
-        """ThreadDescriptor.thread_name (field 5) of a core name, cached."""
-        found = self.thread_names.get(name)
+    def thread(self, slot: int, name: str | None, drop: SlotReport | None) -> tuple[bytes, bytes]:
+        """A core's ThreadDescriptor fields after its pid (tid, thread_name) and its
+        TrackDescriptor's after the thread (sibling_order_rank, the drop's description)."""
+        message = _drop_message(drop.dropped, drop.state) if drop is not None else ""
+        key = (slot, name, message)
+        found = self.threads.get(key)
         if found is None:
-            found = self.thread_names[name] = _string(5, name)
+            shown = name or (drop.name if drop is not None else str(slot))
+            found = (b"\x10" + varint(slot + 1) + _string(5, shown),
+                     b"\x60" + varint(slot) + (_string(14, message) if message else b""))
+            if len(self.threads) > 65536:
+                self.threads.clear()  # names that differ rank by rank: keep the table small
+            self.threads[key] = found
+        return found
+
+    def clock(self, unit: int, boot_ns: int) -> bytes:
+        """TracePacket.clock_snapshot (field 6) of a sequence whose clock counts ``unit`` ns
+        from ``boot_ns`` on BOOTTIME."""
+        found = self.clocks.get((unit, boot_ns))
+        if found is None:
+            clock = _bytes(1, _uint(1, SEQUENCE_CLOCK) + _uint(2, 0) + _uint(3, 1) + _uint(4, unit))
+            boot_clock = b"\x08\x06\x10" + varint(boot_ns)
+            snapshot = clock + b"\x0a" + varint(len(boot_clock)) + boot_clock
+            if len(self.clocks) > 4096:
+                self.clocks.clear()  # a trace of many launches: keep the table small
+            found = self.clocks[(unit, boot_ns)] = b"\x32" + varint(len(snapshot)) + snapshot
         return found
 
 
@@ -629,20 +675,35 @@ def render_rank(
     # by flat index: a store at (row, column) pairs costs several times a 1-d one
     used.reshape(-1)[span_track * used.shape[1] + point] = True
     track_sequence = np.zeros(len(tracks), dtype=np.int64)
+    # Per core: the bytes before its launch's begin (a new core's track and sequence start,
+    # or what a later launch interns), its sequence's field, and this file's tick 0 on the
+    # sequence's clock.
     heads: list[bytes] = []
+    fields: list[bytes] = []
+    zeros: list[int] = []
+    new = [k for k, track_slot in enumerate(tracks) if track_slot not in sequences.cores]
+    if new:
+        heads_of_new = _core_starts(pid, [tracks[k] for k in new], names, drops, interning, used[new].copy(),
+                                    sequences, origin_ns + first * step, step)
+    new_at = 0
     for k, track_slot in enumerate(tracks):
-        core = sequences.cores.get(track_slot)
-        if core is None:
-            core = sequences.cores[track_slot] = _CoreSequence(
-                sequences.take(1), origin_ns + first * step, step, used.shape[1])
-            heads.append(_core_start(pid, track_slot, names.get(track_slot), drops.get(track_slot), core,
-                                     interning, used[k]))
-            packets += 3
+        core = sequences.cores[track_slot]
+        field = b"\x50" + varint(core.id)
+        if new_at < len(new) and new[new_at] == k:
+            heads.append(heads_of_new[new_at])
+            new_at += 1
+            zeros.append(-first)  # its clock's 0 is the launch's first tick
         else:
             more = interning.more(used[k], core)
-            heads.append(_interned_packet(core.id, more))
+            heads.append(b"\x0a" + varint(len(field) + len(more)) + field + more if more else b"")
             packets += 1 if more else 0
+            # This file's tick 0 on the core's clock: a whole number of its units after the
+            # launch before ends (launches.py); only saturated corrupt times could make it
+            # less, and they start where that one ends.
+            zeros.append(max((origin_ns - core.boot_ns) // step, core.last - first))
+        fields.append(field)
         track_sequence[k] = core.id
+    packets += 3 * len(new)
     span_lo = np.searchsorted(slot, np.array(tracks, dtype=np.int64), side="left")
     span_hi = np.searchsorted(slot, np.array(tracks, dtype=np.int64), side="right")
     with_spans = span_hi > span_lo
@@ -666,14 +727,12 @@ def render_rank(
         for k, top in zip(np.flatnonzero(with_spans).tolist(),
                           np.maximum.reduceat(end, span_lo[with_spans]).tolist(), strict=True):
             last_end[k] = int(top)
+    v = varint
     for k, track_slot in enumerate(tracks):
+        field = fields[k]
         core = sequences.cores[track_slot]
-        sequence = b"\x50" + varint(core.id)
-        # This file's tick 0 on the core's clock: a whole number of its units after the
-        # launch before ends (launches.py); only saturated corrupt times could make it
-        # less, and they start where that one ends.
-        here = max((origin_ns - core.boot_ns) // step, core.last - first)
-        chunks.append(heads[k] + packet(_uint(8, here + first - core.last), sequence, begin_event))
+        body = b"\x40" + v(zeros[k] + first - core.last) + field + begin_event
+        chunks.append(heads[k] + b"\x0a" + v(len(body)) + body)
         at = last_end[k]  # the sequence's last packet so far
         if byte_hi[k] > byte_lo[k]:
             chunks.append(encoded[byte_lo[k] : byte_hi[k]])
@@ -681,57 +740,55 @@ def render_rank(
         if drop is not None:
             mark = max(drop_at[track_slot], at)
             chunks.append(packet(
-                _uint(8, mark - at), sequence,
+                _uint(8, mark - at), field,
                 _bytes(11, _uint(9, INSTANT) + _string(23, _drop_message(drop.dropped, drop.state))
                        + _bytes(4, _uint(1, ANNOTATIONS["dropped"]) + _uint(4, drop.dropped)))))
             packets += 1
             at = mark
-        chunks.append(packet(_uint(8, max(last, at) - at), sequence, end_event))
+        body = b"\x40" + v(max(last, at) - at) + field + end_event
+        chunks.append(b"\x0a" + v(len(body)) + body)
         packets += 2
-        core.last = here + max(last, at)
-    size = sum(len(c) for c in chunks)
+        core.last = zeros[k] + max(last, at)
+    size = sum(map(len, chunks))
     return RenderedRank(iter(chunks), packets, int(slot.size), size, len(chunks),
                         [(t, names.get(t) or (drops[t].name if t in drops else str(t))) for t in tracks],
                         (origin_ns + first * step, origin_ns + last * step))
 
 
-def _interned_packet(sequence: int, interned: bytes) -> bytes:
-    """A packet of the sequence holding only ``interned`` (b"": none)."""
-    return packet(b"\x50" + varint(sequence), interned) if interned else b""
-
-
-def _core_start(pid: int, slot: int, name: str | None, drop: SlotReport | None, core: _CoreSequence,
-                interning: _Interning, used: np.ndarray) -> bytes:
-    """A core new to its rank: its thread TrackDescriptor, its sequence's first packet
-    (state cleared, defaults: clock 64 and this track, interned data) and ClockSnapshot.
-    Written out by hand (once per core); field numbers as in root_descriptor & co."""
+def _core_starts(pid: int, slots: list[int], names: dict[int, str], drops: dict[int, SlotReport],
+                 interning: _Interning, used: np.ndarray, sequences: Sequences, boot_ns: int,
+                 unit: int) -> list[bytes]:
+    """Cores new to their rank (``slots``, ``used``: the points each opens spans at, a
+    row each, the cores' own from here on): their sequences, made and kept in
+    ``sequences``, and per core its thread TrackDescriptor, its sequence's first packet
+    (state cleared, defaults: clock 64 and this track, interned data) and ClockSnapshot
+    (0 at ``boot_ns``, ticks of ``unit`` ns). Written out by hand (field numbers as in
+    root_descriptor & co.), what the cores of a rank share made once."""
     v = varint
-    sequence = v(core.id)
-    uuid = v(thread_uuid(pid, slot))
-    name = name or (drop.name if drop is not None else str(slot))
-    message = _drop_message(drop.dropped, drop.state) if drop is not None else ""
-    thread = _uint(1, pid + 1) + b"\x10" + v(slot + 1) + interning.name_field(name)
-    descriptor = b"\x08" + uuid + _uint(5, process_uuid(pid)) + b"\x22" + v(len(thread)) + thread \
-        + b"\x60" + v(slot)
-    if message:
-        descriptor += _string(14, message)
-    td = b"\xe2\x03" + v(len(descriptor)) + descriptor
-    core.points |= used
-    data, labels = interning.data(used)
-    core.labels.update(labels)
-    state = (b"\x50" + sequence + b"\x68\x01\xda\x03" + v(len(uuid) + 6) + b"\xd0\x03\x40\x5a"
-             + v(len(uuid) + 1) + b"\x58" + uuid + data)
-    snapshot = interning.snapshots.get((core.unit, core.boot_ns))
-    if snapshot is None:
-        clock = _bytes(1, _uint(1, SEQUENCE_CLOCK) + _uint(2, 0) + _uint(3, 1) + _uint(4, core.unit))
-        boot_clock = b"\x08\x06\x10" + v(core.boot_ns)
-        snapshot = clock + b"\x0a" + v(len(boot_clock)) + boot_clock
-        if len(interning.snapshots) > 4096:
-            interning.snapshots.clear()  # a trace of many launches: keep the table small
-        interning.snapshots[(core.unit, core.boot_ns)] = snapshot
-    clock_packet = b"\x50" + sequence + b"\x32" + v(len(snapshot)) + snapshot
-    return (b"\x0a" + v(len(td)) + td + b"\x0a" + v(len(state)) + state
-            + b"\x0a" + v(len(clock_packet)) + clock_packet)
+    pid_field = _uint(1, pid + 1)
+    process_field = _uint(5, process_uuid(pid))
+    first_uuid = thread_uuid(pid, 0)
+    clock = interning.clock(unit, boot_ns)
+    heads: list[bytes] = []
+    sequence_id = sequences.take(len(slots))
+    for row, slot in enumerate(slots):
+        core_uuid = v(first_uuid + slot)
+        thread, rest = interning.thread(slot, names.get(slot), drops.get(slot))
+        thread = pid_field + thread
+        descriptor = b"".join((b"\x08", core_uuid, process_field, b"\x22", v(len(thread)), thread, rest))
+        td = b"\xe2\x03" + v(len(descriptor)) + descriptor
+        points = used[row]
+        data, labels = interning.data(points)
+        sequences.cores[slot] = _CoreSequence(sequence_id, boot_ns, unit, points, set(labels))
+        sequence = v(sequence_id)
+        sequence_id += 1
+        uuid_length = len(core_uuid)
+        state = (b"\x50" + sequence + b"\x68\x01\xda\x03" + _ONE_BYTE[uuid_length + 6] + b"\xd0\x03\x40\x5a"
+                 + _ONE_BYTE[uuid_length + 1] + b"\x58" + core_uuid)
+        clock_packet = b"\x50" + sequence + clock
+        heads.append(b"".join((b"\x0a", v(len(td)), td, b"\x0a", v(len(state) + len(data)), state, data,
+                               b"\x0a", v(len(clock_packet)), clock_packet)))
+    return heads
 
 
 def _in_ns(ticks: np.ndarray, clock_mhz: float) -> np.ndarray:

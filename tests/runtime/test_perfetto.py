@@ -283,7 +283,9 @@ def test_event_places_agree_with_the_records(tmp_path: Path) -> None:
 def test_varints_match_protobufs_own() -> None:
     from google.protobuf.internal import encoder
 
-    for value in [0, 1, 127, 128, 300, 16383, 16384, 2**35, 2**63 - 1, 2**64 - 1]:
+    # every length's first and last value (lengths 1 to 5 take their own branches)
+    edges = [v for bits in range(7, 71, 7) for v in (2**bits - 1, 2**bits) if v < 2**64]
+    for value in [0, 1, 300, 3 << 20 | 17, (512 << 20) + 73, *edges, 2**63 - 1, 2**64 - 1]:
         out: list[bytes] = []
         encoder._VarintEncoder()(out.append, value, True)  # type: ignore[attr-defined]
         assert perfetto.varint(value) == b"".join(out)
