@@ -203,9 +203,9 @@ def varint_length(values: np.ndarray) -> np.ndarray:
     """Bytes of the minimal varint of each non-negative value (1 to 10)."""
     v = values.astype(np.uint64, copy=False)
     top = int(v.max()) if v.size else 0
-    length = np.ones(v.shape, dtype=np.intp)
+    length = np.ones(v.shape, dtype=np.uint8)  # a byte each: cheaper to add to and gather
     for j in range(1, max(1, -(-top.bit_length() // 7))):
-        length += v >= np.uint64(1 << (7 * j))
+        length += (v >= np.uint64(1 << (7 * j))).view(np.uint8)
     return length
 
 
@@ -219,8 +219,12 @@ def padded_varint(values: np.ndarray, width: int) -> np.ndarray:
     return out
 
 
-def _width(values: np.ndarray) -> int:
-    top = int(values.max()) if values.size else 0
+def _width(values: np.ndarray, where: np.ndarray | None = None) -> int:
+    """Bytes of the longest varint of ``values`` (those ``where`` says), at least 1."""
+    if where is None:
+        top = int(values.max()) if values.size else 0
+    else:
+        top = int(np.where(where, values, 0).max()) if values.size else 0  # 3x max(where=)
     return max(1, -(-top.bit_length() // 7))
 
 
@@ -242,11 +246,14 @@ class _Rows:
         self.columns.extend(columns)
 
     def varint(self, values: np.ndarray, width: int) -> None:
-        """``values`` as varints of exactly ``width`` bytes (redundant groups padded)."""
+        """``values`` as varints of exactly ``width`` bytes (redundant groups padded): each
+        needs at most ``width``, so the last group is below 0x80."""
         v = values.astype(np.uint64, copy=False)
         for j in range(width):
-            group = (v >> np.uint64(7 * j)) & np.uint64(0x7F)
-            self.columns.append(group | np.uint64(0x80) if j + 1 < width else group)
+            group = (v >> np.uint64(7 * j) if j else v).astype(np.uint8)  # its low 8 bits
+            if j + 1 < width:
+                group |= 0x80  # the 8th bit is the next group's: set it whatever it was
+            self.columns.append(group)
 
     @property
     def width(self) -> int:
@@ -338,7 +345,7 @@ def encode_events(
         kind |= has_extra.view(np.uint8) << 2
     if status.any():
         kind |= status.astype(np.uint8) << 3
-    wi, we = _width(index[indexed]), _width(extra[has_extra])
+    wi, we = _width(index, indexed), _width(extra, has_extra)
     b_length = timestamp_length[b_at]
     e_length = timestamp_length[e_at]
 
@@ -362,7 +369,7 @@ def encode_events(
         size[at] = out.width
         layouts.append((at, out))
     # B: ... [0x50 seq] [0x5A len] [0x50 name] [0x90 02 src] [index] [extraId] [flag] [0x48 01]
-    for key, rows in _groups(kind.astype(np.intp) << 4 | b_length):
+    for key, rows in _groups(kind.astype(np.uint16) << 4 | b_length):  # the flags take kind past 15
         k, length = key >> 4, key & 15
         event_length = 2 + 1 + wn + (2 + wsrc if k & 1 else 0) + (5 + wi if k & 2 else 0) \
             + (5 + we if k & 4 else 0) + (6 if k >> 3 else 0)
