@@ -11,7 +11,11 @@ whether the two traces are byte-identical. (The fair loop's time, which bench_fl
 divides by these, moves by ~10 % between runs of the same code on this machine: a change
 of a few percent in decoding is seen here, not there.)
 
+`--format pftrace` times the same collect to a `.pftrace` (Perfetto's encoding instead of
+the JSON rows).
+
 Usage: python bench/ab_decode.py --before /tmp/wt_before [--rounds 8] [--calls 6]
+       [--ranks 8] [--format json|pftrace]
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--calls", type=int, default=6, help="warm calls after the first, per process")
     parser.add_argument("--ranks", type=int, default=8)
+    parser.add_argument("--format", choices=("json", "pftrace"), default="json", help="the trace written")
     args = parser.parse_args()
     sides = {"before": args.before.resolve(), "after": HERE.parent}
     for top in sides.values():
@@ -72,15 +77,15 @@ def main() -> int:
         for _ in range(args.rounds):
             for name, top in sides.items():
                 env = {**os.environ, "PYTHONPATH": str(top)}
-                done = subprocess.run([sys.executable, "-c", DECODE, str(data), str(work / f"{name}.json"),
-                                       str(args.calls)], env=env, cwd=tmp, check=True, capture_output=True,
-                                      text=True)
+                trace = work / f"{name}.{args.format}"
+                done = subprocess.run([sys.executable, "-c", DECODE, str(data), str(trace), str(args.calls)],
+                                      env=env, cwd=tmp, check=True, capture_output=True, text=True)
                 first, warm, faults = (float(x) for x in done.stdout.split())
                 seen[name]["first"].append(first)
                 seen[name]["warm"].append(warm)
                 seen[name]["faults"].append(faults)
-        same = (work / "before.json").read_bytes() == (work / "after.json").read_bytes()
-    print(f"collect's decoding, {args.ranks} ranks x 72 cores x {records} records, to JSON; "
+        same = (work / f"before.{args.format}").read_bytes() == (work / f"after.{args.format}").read_bytes()
+    print(f"collect's decoding, {args.ranks} ranks x 72 cores x {records} records, to {args.format}; "
           f"{args.rounds} interleaved rounds, CPU seconds (median)\n")
     print("| checkout | first call | warm (best of the process's next calls) | page faults, first call |")
     print("|---|---:|---:|---:|")
