@@ -538,8 +538,8 @@ class _Interning:
         # A rank's ClockSnapshot field (the same for all its cores): (unit, boot ns) -> bytes.
         self.clocks: dict[tuple[int, int], bytes] = {}
         # A core's ThreadDescriptor fields after the pid, and its TrackDescriptor's after the
-        # thread, per (slot, name, drop message): the same on every rank.
-        self.threads: dict[tuple[int, str | None, str], tuple[bytes, bytes]] = {}
+        # thread, per (slot, name shown, drop message): the same on every rank.
+        self.threads: dict[tuple[int, str, str], tuple[bytes, bytes]] = {}
 
     def more(self, used: np.ndarray, sequence: _CoreSequence) -> bytes:
         """TracePacket.interned_data of what a later launch uses on a core and its
@@ -575,10 +575,12 @@ class _Interning:
         """A core's ThreadDescriptor fields after its pid (tid, thread_name) and its
         TrackDescriptor's after the thread (sibling_order_rank, the drop's description)."""
         message = _drop_message(drop.dropped, drop.state) if drop is not None else ""
-        key = (slot, name, message)
+        # By the name shown: a core with no span takes its name from its rank's layout,
+        # which differs between ranks for the same slot.
+        shown = name or (drop.name if drop is not None else str(slot))
+        key = (slot, shown, message)
         found = self.threads.get(key)
         if found is None:
-            shown = name or (drop.name if drop is not None else str(slot))
             found = (b"\x10" + varint(slot + 1) + _string(5, shown),
                      b"\x60" + varint(slot) + (_string(14, message) if message else b""))
             if len(self.threads) > 65536:

@@ -150,6 +150,28 @@ def test_repaired_dropped_and_unknown_records(tmp_path: Path) -> None:
     assert described == ["optrace: 6 records dropped (slot full)"]
 
 
+def test_a_core_with_only_a_drop_is_named_by_its_own_rank(tmp_path: Path) -> None:
+    """Slot 3 overflowed with nothing but unknown ids on both ranks (a drop, no span):
+    rank 0's kernel has 2 AIC cores, so it is AIV 1 there, and rank 1's has 4, so it is
+    AIC 3 there. Each rank's track has its own core's name, as in JSON (a second
+    review's finding: the names cached per slot gave rank 1 rank 0's)."""
+    directory = tmp_path / "prof"
+    for rank, aic in ((0, 2), (1, 4)):
+        data = new_buffer(6, 32)
+        well_formed_core(SlotWriter(data[0], 1000, fingerprint=FP), 1005, loops=1)
+        writer = SlotWriter(data[3], 1000, fingerprint=FP)
+        for i in range(30):
+            writer.record(99, 1001 + i)  # an id the map does not know
+        save_profiling_data(data, rank, directory, aic_cores=aic)
+    write_point_map(directory)
+    parsed = both(tmp_path, directory, code=1)
+    assert parsed.threads_in_order("Rank 0") == ["AIC 0", "AIV 1"]
+    assert parsed.threads_in_order("Rank 1") == ["AIC 0", "AIC 3"]
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    named = {(e["pid"], e["args"]["name"]) for e in events if e.get("name") == "thread_name"}
+    assert {(0, "AIV 1"), (1, "AIC 3")} <= named
+
+
 def test_filters_offsets_and_launches(tmp_path: Path) -> None:
     directory = profiling_dir(tmp_path, ranks=3)
     both(tmp_path, directory, "--labels", "processing dispatch", "--cores", "aic,aiv1-2")
