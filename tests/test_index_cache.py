@@ -319,6 +319,27 @@ def test_a_state_taken_from_signatures_holds_while_they_do(cache_home: Path, tmp
     assert not index.state_holds(state)
 
 
+@pytest.mark.parametrize("change", ["none", "source touched", "file removed", "script touched"])
+def test_a_signed_state_holds_exactly_while_every_signature_does(cache_home: Path, tmp_path: Path,
+                                                                 change: str) -> None:
+    """The check before an entry is kept compares each path's signature with the one the
+    state took (not a digest of them all again): any path whose signature moved, a C / C++
+    source the state holds by its signature only, a file gone, a build script, breaks it;
+    nothing changed, it holds."""
+    root = _repo(tmp_path / "repo")
+    _older_than_racy(root / "build.sh")
+    state = RepoIndex.build(root).state()
+    index = RepoIndex.build(root)
+    assert index.state() == state and index.store is None  # taken from the signatures
+    if change == "source touched":
+        os.utime(root / "ops/foo_op/op_kernel/foo_op.cpp", ns=(1, 1))
+    elif change == "file removed":
+        (root / "tests/test_foo.py").unlink()
+    elif change == "script touched":
+        os.utime(root / "build.sh", ns=(1, 1))
+    assert index.state_holds(state) is (change == "none")
+
+
 def test_a_state_from_the_store_marks_its_folder_used_without_waiting(cache_home: Path,
                                                                       tmp_path: Path) -> None:
     """A state taken back from the store marks its folder used (the size bound removes
