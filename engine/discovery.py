@@ -384,6 +384,8 @@ class RepoIndex:
     # (`_stats`: the searchable files first): the signatures the phase's questions take.
     _state_stats: tuple[Phase | None, int, list[os.stat_result | None]] | None = None
     _in_state_order: list[tuple[str, list[str]]] | None = None  # `_groups`, once made
+    # The stats a state taken from the signatures alone was taken from (`_signed_under`'s).
+    _signed_stats: list[os.stat_result | None] | None = None
 
     def content(self) -> ContentStore:
         """The store of what is derived from this repository's files (opened once)."""
@@ -623,6 +625,7 @@ class RepoIndex:
         signed = None if seen_changed else stored_state(self.root, signatures)
         if signed is not None:
             self._state, self._signed_under = (signed, _SIGNED), signatures
+            self._signed_stats = stats  # what `_unchanged_since_state` compares with
             return signed
         return self._hashed_state(stats, signatures, taken)
 
@@ -727,11 +730,14 @@ class RepoIndex:
         return digest == expected and self.content().changes == changes
 
     def _unchanged_since_state(self) -> bool:
-        """Whether every path the walk kept has the stat signature the last state took
-        (`_signatures` of them then), a `stat` each now: compared one by one, not digested
-        again (two thirds of the digest's cost on ops-nn), up to the first that differs."""
-        assert self._state_stats is not None
-        before = self._state_stats[2]
+        """Whether every path the walk kept has the stat signature the signed state took
+        (`_signed_under`'s), a `stat` each now: compared one by one, not digested again (two
+        thirds of the digest's cost on ops-nn), up to the first that differs."""
+        # The signed state's own stats, not `_state_stats`: a later `state()` that failed
+        # after taking its stats leaves the signed state in place (a second review's find).
+        before = self._signed_stats
+        if before is None:
+            return False
         groups = self._groups()
         if len(before) != sum(len(group) for _, group in groups):
             return False  # not this walk's (cannot happen: the walk is the index's own)

@@ -733,14 +733,21 @@ def test_a_file_hashed_within_its_timestamps_tick_is_read_again(
     now = time.time_ns()
     fixed = {
         "whole seconds": now // 1_000_000_000 * 1_000_000_000,  # a filesystem of whole seconds
-        "just now": now,  # nanoseconds, written as the run hashed it
+        "just now": now,  # nanoseconds, written as the run hashed it (see `first_stat`)
         "in the future": now + 60_000_000_123,  # another machine's clock
         "a minute ago": now - 60_000_000_123,
     }[times]
     real = index_cache.signature
+    # "just now": the moment of the first stat, not of the test's start (on a loaded
+    # machine the setup alone took longer than the 10 ms tick, and the file looked old).
+    first_stat: list[int] = []
 
     def coarse(st: os.stat_result) -> index_cache.Signature:
         size, _, _, ino = real(st)
+        if times == "just now":
+            if not first_stat:
+                first_stat.append(time.time_ns())
+            return (size, first_stat[0], first_stat[0], ino)
         return (size, fixed, fixed, ino)  # every write within the one tick: the same times
 
     monkeypatch.setattr(index_cache, "signature", coarse)
