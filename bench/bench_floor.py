@@ -62,9 +62,12 @@ FLOOR = (  # the interpreter, numpy's import, every rank file read
 )
 
 
-def rounds_of(rounds: int, commands: dict[str, tuple[list[str], Path]]) -> dict[str, dict[str, float]]:
-    """Median wall and CPU of each command over ``rounds`` rounds, the commands in turn."""
-    seen: dict[str, dict[str, list[float]]] = {name: {"wall": [], "cpu": []} for name in commands}
+def rounds_of(rounds: int, commands: dict[str, tuple[list[str], Path]],
+              seen: dict[str, dict[str, list[float]]] | None = None) -> dict[str, dict[str, float]]:
+    """Median wall and CPU of each command over ``rounds`` rounds, the commands in turn
+    (``seen``, when given, gets every round's figures)."""
+    seen = {} if seen is None else seen
+    seen.update({name: {"wall": [], "cpu": []} for name in commands})
     for _ in range(rounds):
         for name, (command, output) in commands.items():
             result = timed(command, output)
@@ -72,6 +75,13 @@ def rounds_of(rounds: int, commands: dict[str, tuple[list[str], Path]]) -> dict[
             seen[name]["cpu"].append(result["cpu"])
     return {name: {key: statistics.median(values) for key, values in times.items()}
             for name, times in seen.items()}
+
+
+def paired(seen: dict[str, dict[str, list[float]]], key: str) -> str:
+    """The ratio .pftrace / JSON of each round (the two ran one after the other): median,
+    and the range, which shows how far this machine's noise moves one round's figure."""
+    ratios = sorted(p / j for p, j in zip(seen["pftrace"][key], seen["json"][key], strict=True))
+    return f"{statistics.median(ratios):.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f})"
 
 
 def decode_rounds(rounds: int, sides: dict[str, tuple[list[str], Path]]) -> dict[str, float]:
@@ -143,20 +153,22 @@ def main() -> int:
                     f"(fair loop on {loader} tensors): fair loop {decode['fair loop']:.3f} s, optrace "
                     f"{decode['optrace']:.3f} s: **{speed:.0f}x** ({verdict}: >= 50x)", ""]
         out += ["| ranks | JSON wall / CPU s | .pftrace wall / CPU s | .pftrace / JSON: wall | CPU "
-                "| target <= 1.05x |", "|---:|---|---|---:|---:|---|"]
+                "| target <= 1.05x | each round's ratio, CPU: median (range) |",
+                "|---:|---|---|---:|---:|---|---|"]
         for ranks in sizes if "formats" in args.parts else []:
             data = work / f"r{ranks}"
             data.mkdir(exist_ok=True)
             generate(data, ranks, 72)
+            rounds: dict[str, dict[str, list[float]]] = {}
             got = rounds_of(args.rounds, {
                 "json": ([*script, "collect", str(data), "-o", str(trace["json"])], trace["json"]),
                 "pftrace": ([*script, "collect", str(data), "-o", str(trace["pftrace"])], trace["pftrace"]),
-            })
+            }, rounds)
             j, p = got["json"], got["pftrace"]
             wall, cpu = p["wall"] / j["wall"], p["cpu"] / j["cpu"]
             verdict = "met" if max(wall, cpu) <= 1.05 else "NOT met"
             out.append(f"| {ranks} | {j['wall']:.3f} / {j['cpu']:.3f} | {p['wall']:.3f} / {p['cpu']:.3f} | "
-                       f"{wall:.2f}x | {cpu:.2f}x | {verdict} |")
+                       f"{wall:.2f}x | {cpu:.2f}x | {verdict} | {paired(rounds, 'cpu')} |")
             print(f"  {ranks} ranks done", file=sys.stderr, flush=True)
             for path in trace.values():
                 path.unlink(missing_ok=True)
