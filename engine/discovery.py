@@ -753,8 +753,7 @@ class RepoIndex:
                 if then is None or now is None:
                     if then is not now:
                         return False
-                elif (then.st_size, then.st_mtime_ns, then.st_ctime_ns, then.st_ino) != (
-                        now.st_size, now.st_mtime_ns, now.st_ctime_ns, now.st_ino):
+                elif signature(then) != signature(now):
                     return False
         return True
 
