@@ -662,7 +662,23 @@ class RepoIndex:
                     add(f"{tag}{path}\0-\n")
                 else:
                     add(f"{tag}{path}\0{st.st_size} {st.st_mtime_ns} {st.st_ctime_ns} {st.st_ino}\n")
+        lines.extend(self._link_lines())
         return hashlib.sha256(_STATE_FORMAT + "".join(lines).encode("utf-8", "surrogateescape")).hexdigest()
+
+    def _link_lines(self) -> list[str]:
+        """The symbolic links the walk met, each with what it points to: a folder moved out
+        of the repository behind a link keeps every path and every `stat` (which follows
+        the link), and only its target tells the answers are no longer the repository's
+        (an include outside it is not read). An index from a kept listing met none (a
+        walk that met one keeps no listing)."""
+        lines = []
+        for link in sorted(self._links or ()):
+            try:
+                target = os.readlink(link)
+            except OSError:
+                target = "?"
+            lines.append(f"l{link}\0{target}\n")
+        return lines
 
     def _hashed_state(self, stats: list[os.stat_result | None] | None = None, signatures: str = "",
                       taken: int = 0) -> str:
@@ -697,11 +713,23 @@ class RepoIndex:
         store.flush((self.root, self.walked()))  # files hashed anew; gone ones dropped
         # C / C++ sources by their stat signature: what other operators' kernels include
         # is derived from them without reading them (`sharing.operators_including`).
+        racy_source = False
         for source in sorted(self.sources):
             for path in self.sources[source]:
                 st = next(at)
                 stamp = None if st is None else signature(st)
                 h.update(os.fsencode(path) + f"\0{stamp}\n".encode())
+                if stamp is not None and max(stamp[1], stamp[2]) >= taken - _racy_tick(stamp):
+                    racy_source = True
+        if racy_source:
+            # A source written within its timestamp's tick of this state may be written
+            # again with the same signature: this state then stands for bytes no later
+            # run can tell from others. It is this run's alone, so an entry kept under it
+            # is never taken (the next run's state is taken once the tick has passed).
+            h.update(f"racy {taken}\n".encode())
+            trusted = False
+        for line in self._link_lines():
+            h.update(line.encode("utf-8", "surrogateescape"))
         digest = h.hexdigest()
         if trusted and not store.changes:
             # None seen with two contents in this process: the next run whose files all

@@ -20,6 +20,7 @@ import networkx as nx
 from optrace.engine.cache import by_content
 from optrace.engine.codes import OT011, OT012, OT013, OT014, OT047
 from optrace.engine.diagnostics import Diagnostic, Severity
+from optrace.engine.probes import looked_at
 from optrace.engine.source import (
     SourceFile,
     blank_comments,
@@ -103,6 +104,9 @@ def _resolve_include(
         candidates.append(includer.parent / directive.target)
     candidates.extend(d / directive.target for d in include_dirs)
     for cand in candidates:
+        # Each candidate up to the one found is an input: one created before it would be
+        # found instead, and the one found is in the repository or not by where it leads.
+        looked_at(cand)
         if os.path.lexists(cand):
             return cand
     return None
@@ -202,6 +206,7 @@ def build_include_graph(entry: Path, include_dirs: Iterable[Path],
             if found is None and directive.quoted and search is not None:
                 found = search.find(directive.target, path)
                 if found is not None:
+                    looked_at(found)  # where it leads, as for a candidate found
                     g.searched.append((path, directive.line, directive.target, found))
             if found is None:
                 if directive.quoted:

@@ -83,6 +83,16 @@ def _marker_above(repo: Path) -> None:
     (repo / "src" / "optrace.toml").write_text("")  # a nearer repository root for the operator
 
 
+def _moved_out_behind_a_link(repo: Path) -> None:
+    # Every byte and every `stat` (which follows the link) as before; the headers are now
+    # outside the repository, which the plan and check say (nothing of them is read).
+    folder = repo / OP_REL / "op_kernel" / "moe_fused_gmm" / "raw_distributed"
+    outside = repo.parent / "outside" / "raw_distributed"
+    outside.parent.mkdir()
+    folder.rename(outside)
+    folder.symlink_to(outside, target_is_directory=True)
+
+
 CHANGES: dict[str, Callable[[Path], None]] = {
     "kernel file": append(Path(KERNEL)),
     "header the entry includes": append(Path(HEADER)),
@@ -96,4 +106,5 @@ CHANGES: dict[str, Callable[[Path], None]] = {
     "repository config": _config,
     "user config": _user_config,
     "repository marker": _marker_above,
+    "kernel folder moved out behind a link": _moved_out_behind_a_link,
 }

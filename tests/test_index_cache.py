@@ -340,6 +340,30 @@ def test_a_signed_state_holds_exactly_while_every_signature_does(cache_home: Pat
     assert index.state_holds(state) is (change == "none")
 
 
+@pytest.mark.parametrize("kept", ["signed", "hashed"])
+def test_a_folder_moved_out_behind_a_link_changes_the_state(cache_home: Path, tmp_path: Path,
+                                                           kept: str) -> None:
+    """Moving a folder keeps every file's size, times and inode, and the walk and `stat`
+    follow a link put in its place: the same paths, the same signatures, the same hashes.
+    What the files are part of changed (an include that leads out of the repository is
+    not read), so the state does too, whether taken back from the signatures or hashed;
+    and back in place, it is the first state again."""
+    root = _repo(tmp_path / "repo")
+    _older_than_racy(root / "build.sh")
+    state = RepoIndex.build(root).state()
+    assert RepoIndex.build(root).state() == state  # kept under the signatures
+    outside = tmp_path / "elsewhere" / "torch"
+    outside.parent.mkdir()
+    (root / "torch").rename(outside)
+    (root / "torch").symlink_to(outside, target_is_directory=True)
+    moved = RepoIndex.build(root)
+    # signed: as a lookup takes it; hashed: from the content hashes, signatures aside
+    assert (moved.state() if kept == "signed" else moved._hashed_state()) != state
+    (root / "torch").unlink()
+    outside.rename(root / "torch")
+    assert RepoIndex.build(root).state() == state
+
+
 def test_a_state_from_the_store_marks_its_folder_used_without_waiting(cache_home: Path,
                                                                       tmp_path: Path) -> None:
     """A state taken back from the store marks its folder used (the size bound removes
@@ -370,11 +394,11 @@ def test_a_racy_file_keeps_no_state_and_a_bad_row_is_ignored(cache_home: Path, t
     changing: no state is kept under signatures then. A kept row that fails its
     checksum, or names another state, is not taken."""
     root = _repo(tmp_path / "repo")
-    state = RepoIndex.build(root).state()  # every file just written: racy
+    RepoIndex.build(root).state()  # every file just written: racy (that state is its run's alone)
     with sqlite3.connect(cache_home) as con:
         assert con.execute("SELECT COUNT(*) FROM states").fetchone() == (0,)
     _older_than_racy(root / "build.sh")
-    assert RepoIndex.build(root).state() == state
+    state = RepoIndex.build(root).state()
     with sqlite3.connect(cache_home) as con:
         assert con.execute("SELECT COUNT(*) FROM states").fetchone() == (1,)
         con.execute("UPDATE states SET state = 'forged'")
@@ -384,6 +408,29 @@ def test_a_racy_file_keeps_no_state_and_a_bad_row_is_ignored(cache_home: Path, t
         con.execute("DROP TABLE states")  # a store of an earlier optrace
     older = RepoIndex.build(root)
     assert older.state() == state and older.store is not None
+
+
+def test_a_state_taken_within_a_sources_tick_is_that_runs_alone(cache_home: Path, tmp_path: Path) -> None:
+    """A C / C++ source is in the state by its signature: one written within its
+    timestamp's tick of the state may be written again, same size, with the same
+    signature. Such a state is never taken again (nor kept under the signatures): an
+    entry resting on it misses the next run, whose state is taken once the tick passed."""
+    root = _repo(tmp_path / "repo")
+    _older_than_racy(root / "build.sh")
+    settled = RepoIndex.build(root).state()
+    source = root / "ops/foo_op/op_kernel/foo_op.cpp"
+    source.write_text(source.read_text().replace("x)", "y)"))  # the same size
+    # Within the tick whenever the state is taken (a machine however slow): a time ahead
+    # of the clock, as an archive made on a machine whose clock runs ahead leaves.
+    ahead = time.time_ns() + 3600 * 1_000_000_000
+    os.utime(source, ns=(ahead, ahead))
+    racy = RepoIndex.build(root).state()
+    assert RepoIndex.build(root).state() not in (racy, settled)  # nothing changed, still its own
+    os.utime(source, ns=(1_234_567_891, 1_234_567_891))  # back in the past (not whole seconds)
+    _older_than_racy(source)
+    later = RepoIndex.build(root).state()
+    assert later not in (racy, settled)
+    assert RepoIndex.build(root).state() == later  # settled again: kept and taken back
 
 
 def _groups_of(index: RepoIndex) -> tuple[object, ...]:

@@ -93,6 +93,25 @@ def test_a_searchable_file_changed_anywhere_in_the_repository_misses(repo: Path,
     assert len(runs) == 2
 
 
+@pytest.mark.parametrize("folder", ["build_out/include", ".generated/include", "../generated/include"])
+def test_a_missing_header_made_where_the_walk_does_not_look_misses(repo: Path, runs: list[Path],
+                                                                   folder: str) -> None:
+    """`#include "catlass/catlass.hpp"` is not found in the include folder the config names
+    (a build's generated headers: a folder the repository's walk skips, a dot folder, one
+    outside the repository), until the build writes it there. Nothing read or listed
+    changed, and no path the index keeps: the candidate looked for and not found is the
+    input, and the plan after it reads the new header."""
+    (repo / folder / "catlass").mkdir(parents=True)
+    (repo / "optrace.toml").write_text(f'include_dirs = ["{folder}"]\n')
+    first = _plan(repo)
+    assert first[0] == 0 and "catlass/catlass.hpp" in first[1] + first[2]
+    assert _plan(repo) == first and len(runs) == 1
+    (repo / folder / "catlass" / "catlass.hpp").write_text("#pragma once\n__aicore__ inline void Gemm() {}\n")
+    after = _plan(repo)
+    assert len(runs) == 2, "taken from the cache"
+    assert after == _plan(repo, "--no-cache") and after != first
+
+
 @pytest.mark.parametrize("option", ["--repo-root", "--trust-config", "--format"])
 def test_options_the_output_depends_on_are_part_of_the_key(repo: Path, runs: list[Path], option: str) -> None:
     _plan(repo)

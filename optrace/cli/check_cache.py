@@ -29,7 +29,7 @@ __all__ = ["FORMAT", "KIND", "Lookup", "Recording", "entry_name", "lookup", "loo
 
 KIND = "check"
 FORMAT = "optrace-check-cache"
-SCHEMA = 4
+SCHEMA = 5
 
 
 def entry_name(op_dir: Path, repo_root: Path | None, compile_safety: bool) -> str:

@@ -36,7 +36,7 @@ __all__ = ["KIND", "PlanEntry", "Recording", "lookup", "recording", "store"]
 
 KIND = "plan"
 FORMAT = "optrace-plan-cache"
-SCHEMA = 2
+SCHEMA = 3
 
 
 class PlanEntry(NamedTuple):

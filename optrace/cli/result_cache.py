@@ -15,7 +15,10 @@ command). It is taken only when nothing it was derived from changed:
   files, the headers they include, host layers, build scripts, the repository config;
   a module it imported by its source), the names in every directory it listed (a new or
   deleted file discovery would find), and whether a repository marker (`.git`,
-  `optrace.toml`, `pyproject.toml`) exists in each directory above the operator. All of
+  `optrace.toml`, `pyproject.toml`) exists in each directory above the operator; and
+  where each file it read, and each path it decided by without reading (engine/probes.py:
+  an include's candidates), leads — nothing there, or the path its links resolve to (a
+  folder moved out of the repository behind a link keeps every byte). All of
   them are read again and compared on a lookup: one differing is a miss. A command may
   add inputs of its own that are checked the same way (plan: the repository index's
   state, which it reads before recording).
@@ -45,6 +48,7 @@ from typing import Any, NamedTuple, TypeVar, cast
 
 import optrace
 from optrace import __version__
+from optrace.engine import probes
 from optrace.engine.diagnostics import InputError
 from optrace.engine.discovery import default_repo_root, may_be_one_operator, repo_index, resolve_operator_dir
 from optrace.pipeline.gate_result import cann_toolchain
@@ -63,10 +67,12 @@ _MODIFIED_SLACK_NS = 10_000_000
 
 @dataclass
 class Recording:
-    """The paths opened for reading and the directories listed by one thread's command."""
+    """The paths opened for reading and the directories listed by one thread's command, and
+    the paths it decided by without reading them (`engine.probes`)."""
 
     files: set[str] = field(default_factory=set)
     dirs: set[str] = field(default_factory=set)
+    looked: set[str] = field(default_factory=set)
     started_ns: int = field(default_factory=time.time_ns)
 
 
@@ -123,7 +129,9 @@ def recording() -> Iterator[Recording]:
     rec = Recording()
     _local.recording = rec
     try:
-        yield rec
+        with probes.noting() as looked:
+            rec.looked = looked
+            yield rec
     finally:
         _local.recording = None
 
@@ -249,6 +257,25 @@ def _listing_digest(path: str) -> str | None:
     return _remembered("dir", path, _names_digest)
 
 
+def _where(path: str, real_dirs: dict[str, str] | None = None) -> str:
+    """Where `path` leads: "-" when nothing is there (not even a dangling link), "=" when
+    it is itself (no link on the way), else the path its links resolve to. `real_dirs`:
+    folders already resolved (most paths share them)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return "-"
+    if stat.S_ISLNK(mode):
+        real = os.path.realpath(path)
+    else:
+        head, tail = os.path.split(path)
+        memo = real_dirs if real_dirs is not None else {}
+        if head not in memo:
+            memo[head] = _remembered("real", head, os.path.realpath)
+        real = os.path.join(memo[head], tail)
+    return "=" if real == path else real
+
+
 def _probe(directory: str) -> str:
     return _remembered("probe", directory, _markers)
 
@@ -370,6 +397,10 @@ def _still_valid(document: Any, fmt: str, schema: int, name: str, extra: dict[st
         for path, want in _pairs(document["files"], (str, type(None))):
             if _file_digest(path) != want:
                 return None
+        real_dirs: dict[str, str] = {}
+        for path, want in _pairs(document["looked"], str):
+            if _where(path, real_dirs) != want:
+                return None
         return document["payload"]
     except (KeyError, TypeError, ValueError):
         return None
@@ -432,10 +463,24 @@ def store(kind: str, fmt: str, found: Lookup, rec: Recording, payload: object,
             return False  # a name added or removed while the command ran: maybe listed before
     dirs = {path: _listing_digest(path) for path in sorted(every)
             if not os.path.join(path, "").startswith(own) and os.path.basename(path) != "__pycache__"}
+    # Where each file read and each path decided by leads; one changed since the command
+    # began (a link made, a candidate created) may have been looked at before the change.
+    looked: dict[str, str] = {}
+    real_dirs: dict[str, str] = {}
+    for path in sorted(rec.looked | files.keys()):
+        if os.path.join(path, "").startswith(own):
+            continue
+        try:
+            if os.lstat(path).st_ctime_ns >= rec.started_ns - _MODIFIED_SLACK_NS:
+                return False
+        except OSError:
+            pass
+        looked[path] = _where(path, real_dirs)
     probes = [[os.fspath(d), _probe(os.fspath(d))] for d in (found.op_dir, *found.op_dir.parents)]
     document = {
         "format": fmt, "schema": schema, "name": found.name, "optrace": __version__,
         "extra": extra or {}, "probes": probes, "dirs": [[p, d] for p, d in dirs.items()],
-        "files": [[p, d] for p, d in files.items()], "payload": payload,
+        "files": [[p, d] for p, d in files.items()], "looked": [[p, w] for p, w in looked.items()],
+        "payload": payload,
     }
     return write_entry(kind, found.name, document)

@@ -1,0 +1,42 @@
+"""Paths a command decided by without reading them, for whoever keeps the command's inputs.
+
+A result can rest on where a path leads as much as on the bytes read from it. An include
+is resolved to the first candidate that exists, so every candidate before it is an input
+(one created later would be found instead), and a header reached through a symbolic link
+is in the repository or not by where the link points, not by its bytes. Opening a file
+or listing a folder raises an audit event the user cache records (optrace/cli/
+result_cache.py); `os.path.lexists` and `realpath` raise none, so the code that decides
+by them says so here. The recorder takes each noted path's state at the end of the
+command (missing, or the path it resolves to) and a later lookup compares them.
+
+Per thread, as the cache's recording is; noting does nothing while nobody records.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+_local = threading.local()
+
+
+def looked_at(path: str | os.PathLike[str]) -> None:
+    """Say that this thread's command decided something by `path`'s existence or by where
+    it leads (found or not)."""
+    seen: set[str] | None = getattr(_local, "looked", None)
+    if seen is not None:
+        seen.add(os.path.abspath(os.fspath(path)))
+
+
+@contextmanager
+def noting() -> Iterator[set[str]]:
+    """Collect the paths this thread's code says it looked at while the block runs."""
+    previous = getattr(_local, "looked", None)
+    seen: set[str] = set()
+    _local.looked = seen
+    try:
+        yield seen
+    finally:
+        _local.looked = previous
