@@ -386,6 +386,8 @@ class RepoIndex:
     _in_state_order: list[tuple[str, list[str]]] | None = None  # `_groups`, once made
     # The stats a state taken from the signatures alone was taken from (`_signed_under`'s).
     _signed_stats: list[os.stat_result | None] | None = None
+    # Whether the last state taken from the hashes saw a source changed within its tick.
+    _racy_state: bool = False
 
     def content(self) -> ContentStore:
         """The store of what is derived from this repository's files (opened once)."""
@@ -625,6 +627,7 @@ class RepoIndex:
         signed = None if seen_changed else stored_state(self.root, signatures)
         if signed is not None:
             self._state, self._signed_under = (signed, _SIGNED), signatures
+            self._racy_state = False  # kept only when no source was racy
             self._signed_stats = stats  # what `_unchanged_since_state` compares with
             return signed
         return self._hashed_state(stats, signatures, taken)
@@ -719,13 +722,17 @@ class RepoIndex:
                 st = next(at)
                 stamp = None if st is None else signature(st)
                 h.update(os.fsencode(path) + f"\0{stamp}\n".encode())
-                if stamp is not None and max(stamp[1], stamp[2]) >= taken - _racy_tick(stamp):
+                # Any write sets the change time to the clock's now (a time set by hand
+                # is the modification time's): only a change within the tick of this
+                # state can be followed by another with the same signature. A change
+                # time ahead of the clock is not (a write now would set it back).
+                if stamp is not None and abs(stamp[2] - taken) <= _racy_tick(stamp):
                     racy_source = True
         if racy_source:
-            # A source written within its timestamp's tick of this state may be written
-            # again with the same signature: this state then stands for bytes no later
-            # run can tell from others. It is this run's alone, so an entry kept under it
-            # is never taken (the next run's state is taken once the tick has passed).
+            # A source changed within its timestamp's tick of this state may change again
+            # with the same signature: this state then stands for bytes no later run can
+            # tell from others. It is this run's alone: no entry is kept under it
+            # (`state_holds`), and the next run's is taken once the tick has passed.
             h.update(f"racy {taken}\n".encode())
             trusted = False
         for line in self._link_lines():
@@ -736,6 +743,7 @@ class RepoIndex:
             # have these signatures has this state.
             store.keep_state(self.root, signatures, digest, self._listing())
         self._state = (digest, store.changes)
+        self._racy_state = racy_source
         return digest
 
     def state_holds(self, expected: str) -> bool:
@@ -748,7 +756,9 @@ class RepoIndex:
         not forked from the one that did) takes it now; one that took it from the
         signatures alone takes it from the content hashes now (what the search read)."""
         if self._state is None:
-            return self.state() == expected
+            return self.state() == expected and not self._racy_state
+        if self._racy_state:
+            return False  # no later run takes this state: an entry under it is never read
         digest, changes = self._state
         if changes == _SIGNED:
             # Taken from the signatures alone: it holds while every file has them still

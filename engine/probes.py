@@ -22,12 +22,18 @@ from contextlib import contextmanager
 _local = threading.local()
 
 
+def spelled_absolute(path: str) -> str:
+    """`path` made absolute as the system will follow it: `os.path.abspath` would also drop
+    `x/..` by its text, where the system follows `x` first (a link leads elsewhere)."""
+    return path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
+
+
 def looked_at(path: str | os.PathLike[str]) -> None:
     """Say that this thread's command decided something by `path`'s existence or by where
     it leads (found or not)."""
     seen: set[str] | None = getattr(_local, "looked", None)
     if seen is not None:
-        seen.add(os.path.abspath(os.fspath(path)))
+        seen.add(spelled_absolute(os.fspath(path)))
 
 
 @contextmanager

@@ -410,27 +410,35 @@ def test_a_racy_file_keeps_no_state_and_a_bad_row_is_ignored(cache_home: Path, t
     assert older.state() == state and older.store is not None
 
 
-def test_a_state_taken_within_a_sources_tick_is_that_runs_alone(cache_home: Path, tmp_path: Path) -> None:
-    """A C / C++ source is in the state by its signature: one written within its
-    timestamp's tick of the state may be written again, same size, with the same
-    signature. Such a state is never taken again (nor kept under the signatures): an
-    entry resting on it misses the next run, whose state is taken once the tick passed."""
+def test_a_state_taken_within_a_sources_tick_is_that_runs_alone(cache_home: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A C / C++ source is in the state by its signature: one changed within its change
+    time's tick of the state may change again, same size, with the same signature. Such a
+    state is never taken again, nor kept under the signatures, and no entry is kept under
+    it. A modification time ahead of the clock (an archive made where the clock runs
+    ahead) is no such change: any write sets the change time to now, so that file keeps
+    the cache working once its change time is past the tick."""
     root = _repo(tmp_path / "repo")
     _older_than_racy(root / "build.sh")
     settled = RepoIndex.build(root).state()
     source = root / "ops/foo_op/op_kernel/foo_op.cpp"
     source.write_text(source.read_text().replace("x)", "y)"))  # the same size
-    # Within the tick whenever the state is taken (a machine however slow): a time ahead
-    # of the clock, as an archive made on a machine whose clock runs ahead leaves.
     ahead = time.time_ns() + 3600 * 1_000_000_000
     os.utime(source, ns=(ahead, ahead))
-    racy = RepoIndex.build(root).state()
-    assert RepoIndex.build(root).state() not in (racy, settled)  # nothing changed, still its own
-    os.utime(source, ns=(1_234_567_891, 1_234_567_891))  # back in the past (not whole seconds)
+    changed = source.stat().st_ctime_ns
+    clock = iter(range(changed + 1_000_000, changed + 2_000_000))  # each state 1 ms after the change
+    with monkeypatch.context() as m:
+        m.setattr(time, "time_ns", lambda: next(clock))
+        index = RepoIndex.build(root)
+        racy = index.state()
+        assert not index.state_holds(racy)  # no entry kept under it
+        assert RepoIndex.build(root).state() not in (racy, settled)  # nothing changed: still its own
     _older_than_racy(source)
     later = RepoIndex.build(root).state()
     assert later not in (racy, settled)
-    assert RepoIndex.build(root).state() == later  # settled again: kept and taken back
+    index = RepoIndex.build(root)
+    assert index.state() == later and index.store is None  # kept, taken back from the signatures
+    assert index.state_holds(later)
 
 
 def _groups_of(index: RepoIndex) -> tuple[object, ...]:

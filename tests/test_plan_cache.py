@@ -112,6 +112,28 @@ def test_a_missing_header_made_where_the_walk_does_not_look_misses(repo: Path, r
     assert after == _plan(repo, "--no-cache") and after != first
 
 
+def test_an_include_through_a_link_then_dotdot_is_an_input_where_the_link_leads(repo: Path, runs: list[Path],
+                                                                               tmp_path: Path) -> None:
+    """`#include "vendor/../vendor_cfg.h"` with `vendor` a link: the system follows the link
+    before `..`, so the candidate is the header beside the link's target, not beside the
+    link (which `os.path.abspath` would make of it by its text). That header removed,
+    the plan misses."""
+    sdk = tmp_path / "sdk"
+    (sdk / "vendor").mkdir(parents=True)
+    (sdk / "vendor_cfg.h").write_text("#pragma once\n")
+    kernel_dir = repo / OP_REL / "op_kernel"
+    (kernel_dir / "vendor").symlink_to(sdk / "vendor", target_is_directory=True)
+    kernel = repo / KERNEL
+    kernel.write_text('#include "vendor/../vendor_cfg.h"\n' + kernel.read_text())
+    first = _plan(repo, "--format", "json")
+    assert first[0] == 0 and "vendor_cfg.h" in first[1] + first[2]
+    assert _plan(repo, "--format", "json") == first and len(runs) == 1
+    (sdk / "vendor_cfg.h").unlink()
+    after = _plan(repo, "--format", "json")
+    assert len(runs) == 2, "taken from the cache"
+    assert after == _plan(repo, "--format", "json", "--no-cache") and after != first
+
+
 @pytest.mark.parametrize("option", ["--repo-root", "--trust-config", "--format"])
 def test_options_the_output_depends_on_are_part_of_the_key(repo: Path, runs: list[Path], option: str) -> None:
     _plan(repo)

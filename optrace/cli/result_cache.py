@@ -98,12 +98,12 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
                 return
         elif isinstance(mode, str) and any(c in mode for c in "wax+"):
             return
-        rec.files.add(os.path.abspath(os.fsdecode(path)))
+        rec.files.add(probes.spelled_absolute(os.fsdecode(path)))  # `x/..` as the system follows it
     elif event in ("os.scandir", "os.listdir"):
         path = args[0]
         if isinstance(path, int) or _by_importer(sys._getframe(1)):
             return
-        rec.dirs.add(os.path.abspath(os.fsdecode(path if path is not None else ".")))
+        rec.dirs.add(probes.spelled_absolute(os.fsdecode(path if path is not None else ".")))
 
 
 # Directories listed by these are no input of the check: the import system finding a
