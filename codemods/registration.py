@@ -50,6 +50,7 @@ from optrace.engine.discovery import CPP_EXTS, LayerFile, Layers, SearchContext,
 from optrace.engine.edits import Edit, line_number, resolve
 from optrace.engine.names import op_key, op_name_pattern
 from optrace.engine.plan import Plan
+from optrace.engine.probes import looked_at
 from optrace.engine.source import read_regular
 from optrace.engine.vocabulary import REGISTRATION_RE, TORCH_LIBRARY_RE, may_register
 
@@ -201,7 +202,9 @@ def declaration_files(layers: Layers) -> list[Path]:
         except OSError:
             continue
         for m in re.finditer(rb'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', mask_keep_includes(data), re.M):
-            target = (src.parent / m.group(1).decode(errors="replace")).resolve()
+            spelled = src.parent / m.group(1).decode(errors="replace")
+            looked_at(spelled)  # whether it is there, and where it leads, decide the list
+            target = spelled.resolve()
             if target.is_file() and layers.repo_root in target.parents and target not in seen \
                     and "op_kernel" not in target.parts:
                 seen.append(target)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from optrace.engine.codes import OT001, OT002, OT003, OT004, OT005
 from optrace.engine.diagnostics import Diagnostic, InputError
+from optrace.engine.probes import looked_at
 from optrace.engine.source import DEFAULT_QUALIFIERS
 from optrace.runtime.numbers import DENSITY_LABELS, TRIP_COUNT, NumberError, check_number
 from optrace.runtime.regular import open_regular, user_config_path
@@ -115,7 +116,10 @@ def trusted_repositories() -> tuple[Path, ...]:
     if not isinstance(repos, list) or not all(isinstance(r, str) for r in repos):
         raise InputError(Diagnostic(OT003, "`trust.repositories` must be a list of paths", path,
                                     _key_line(path, "repositories")))
-    return tuple(Path(os.path.realpath(os.path.expanduser(r))) for r in repos if r)
+    listed = [os.path.expanduser(r) for r in repos if r]
+    for given in listed:
+        looked_at(given)  # where a listed path leads decides what is trusted
+    return tuple(Path(os.path.realpath(given)) for given in listed)
 
 
 def config_is_trusted(config_file: Path) -> bool:
@@ -124,6 +128,8 @@ def config_is_trusted(config_file: Path) -> bool:
     (a clone pointing XDG_CONFIG_HOME into itself) does not count."""
     if _trust_flag:
         return True
+    looked_at(config_file)
+    looked_at(user_config_path())
     real = Path(os.path.realpath(config_file))
     user = Path(os.path.realpath(user_config_path()))
     return any(real.is_relative_to(repo) and not user.is_relative_to(repo) for repo in trusted_repositories())
@@ -194,7 +200,12 @@ def load_config(repo_root: Path, op_dir: Path) -> Config:
         if not re.fullmatch(r"[A-Za-z_]\w*", q):
             raise bad(f"`qualifiers`: {q!r} is not a C++ identifier")
     cfg.qualifiers = tuple(dict.fromkeys((*DEFAULT_QUALIFIERS, *extra_quals)))
-    cfg.include_dirs = tuple((base / p).resolve() for p in str_list("include_dirs"))
+    # Where each folder leads is what its headers are found by (a `latest` link moved on
+    # to another toolkit): an input as the candidates in it are.
+    given_dirs = [base / p for p in str_list("include_dirs")]
+    for folder in given_dirs:
+        looked_at(folder)
+    cfg.include_dirs = tuple(folder.resolve() for folder in given_dirs)
     cfg.sample_globs = tuple((base.resolve() / p).as_posix() for p in str_list("samples"))
     layers = data.get("layers", {})
     if not isinstance(layers, dict):
@@ -205,6 +216,8 @@ def load_config(repo_root: Path, op_dir: Path) -> Config:
         paths = [value] if isinstance(value, str) else value
         if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
             raise bad(f"`layers.{key}` must be a path or a list of paths")
+        for p in paths:
+            looked_at(base / p)  # the file a layer reads is the one the path leads to now
         cfg.layers[key] = tuple((base / p).resolve() for p in paths)
         for given, resolved in zip(paths, cfg.layers[key], strict=True):
             # Every layer reads its files: one that is not there is the config's mistake,

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from optrace.engine.names import op_key
+from optrace.engine.probes import looked_at
 from optrace.engine.source import blank_comments, read_regular
 
 # KERNEL_TASK_TYPE values: MIX_AIC_1_0 runs cube cores only, MIX_AIV_1_0 vector cores only.
@@ -124,6 +125,7 @@ def from_binary_metadata(op_dir: Path, names: Iterable[str]) -> CoreDeclaration 
     first: tuple[Path, str] | None = None
     for path in _json_files(op_dir):
         try:
+            looked_at(path)  # a link is skipped: one made a file (or the reverse) changes the answer
             if path.is_symlink():
                 continue
             doc = json.loads(read_regular(path, bound=METADATA_MAX_BYTES))

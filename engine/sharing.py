@@ -13,6 +13,7 @@ from optrace.engine.analysis import Analysis
 from optrace.engine.discovery import RepoIndex, operator_dir_of, read_bounded, repo_index
 from optrace.engine.includes import HeaderSearch, scan_includes
 from optrace.engine.index_cache import Phase, phase
+from optrace.engine.probes import looked_at
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,10 @@ def operators_including(root: Path, headers: list[Path], own: Path) -> dict[Path
             if not directive.quoted or os.fsencode(directive.target.rsplit("/", 1)[-1]) not in names:
                 continue
             local = includer.parent / directive.target
+            looked_at(local)  # there or not, and where it leads, decide who includes the header
             target = local if local.exists() else search.find(directive.target, includer)
+            if target is not None and target is not local:
+                looked_at(target)
             if target is not None and target.resolve() in wanted:
                 found[target.resolve()].add(op)
     store.flush()

@@ -1,0 +1,186 @@
+"""plan's cache and the paths a plan decides by without reading them (engine/probes.py):
+where a path leads, or that nothing is there, changes the plan while every byte, name and
+signature the entry rests on stays. Each change here once left the cache answering with
+the plan from before it (a second review's finds); each must now miss, and the miss
+must be the plan a run without the cache prints."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from cache_changes import FIXTURE, OP_REL, cli, counted_calls
+
+import optrace.pipeline.plan as plan_module
+
+FIXTURES = FIXTURE.parent
+
+
+@pytest.fixture
+def runs(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    return counted_calls(monkeypatch, plan_module, "plan_operator")
+
+
+def _settle() -> None:
+    """Past the window in which a file just written keeps no entry (it may be written
+    again with the same signature): the tests' filesystems keep nanoseconds."""
+    time.sleep(0.05)
+
+
+def _misses_after(op: Path, change: Callable[[], None], runs: list[Path]) -> None:
+    """A first plan of `op`, taken back the second time; `change()`; then a miss, whose
+    output is the plan without the cache and not the first one."""
+    _settle()
+    first = cli("plan", str(op))
+    assert first[0] == 0, first
+    assert cli("plan", str(op)) == first and len(runs) == 1, "the second plan is a hit"
+    change()
+    _settle()
+    after = cli("plan", str(op))
+    assert len(runs) == 2, "taken from the cache"
+    assert after == cli("plan", str(op), "--no-cache") and after != first
+
+
+def _copy(name: str, into: Path) -> Path:
+    shutil.copytree(FIXTURES / name, into)
+    return into
+
+
+def test_a_header_a_torch_adapter_includes_made_by_the_build(tmp_path: Path, runs: list[Path]) -> None:
+    """The adapter's declarations header is in a folder the build makes (not there yet,
+    and one the repository's walk skips): once it is, the plan lists it as a host file
+    apply edits."""
+    repo = _copy("umdk_style", tmp_path / "repo")
+    pybind = repo / "src/cam/comm_operator/pybind"
+    adapter = pybind / "moe_fused_gmm.cpp"
+    included = '#include "functions.h"\n#include "output/moe_decl.h"'  # a folder the walk skips
+    adapter.write_text(adapter.read_text().replace('#include "functions.h"', included, 1))
+
+    def build() -> None:
+        (pybind / "output").mkdir()
+        (pybind / "output" / "moe_decl.h").write_text(
+            "#pragma once\n#include <tuple>\n#include <ATen/ATen.h>\n"
+            "std::tuple<at::Tensor, at::Tensor> moe_fused_gmm_impl(const at::Tensor &x, const at::Tensor "
+            "&expert_ids, const at::Tensor &gmm1_weight, const at::Tensor &gmm1_weight_scale, const "
+            "at::Tensor &gmm2_weight, const at::Tensor &gmm2_weight_scale, const at::Tensor &expert_scales, "
+            "c10::string_view group_ep, int64_t ep_rank_size, int64_t ep_rank_id, int64_t moe_expert_num, "
+            "int64_t global_bs);\n")
+
+    _misses_after(repo / OP_REL, build, runs)
+
+
+def test_a_shared_header_no_longer_reached_through_a_link(tmp_path: Path, runs: list[Path]) -> None:
+    """Another operator includes the shared header through a link in a folder its build
+    makes; the folder cleaned, it no longer shares it."""
+    repo = _copy("shared_norm", tmp_path / "repo")
+    v3 = repo / "norm/rms_norm_v3/op_kernel"
+    (v3 / "output").mkdir(parents=True)  # a folder the walk skips
+    (v3 / "rms_norm_v3.cpp").write_text(
+        '#include "kernel_operator.h"\n#include "output/rms_norm_kernel.h"\n\n'
+        'extern "C" __global__ __aicore__ void rms_norm_v3(GM_ADDR x, GM_ADDR y, GM_ADDR workspace, '
+        "GM_ADDR tiling)\n{\n    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);\n    RmsNormKernel op;\n"
+        "    op.Init(x, y, workspace);\n    op.Process();\n}\n")
+    (v3 / "output" / "rms_norm_kernel.h").symlink_to("../../../rms_norm/op_kernel/rms_norm_kernel.h")
+    _misses_after(repo / "norm/rms_norm_v2", lambda: shutil.rmtree(v3 / "output"), runs)
+
+
+def test_an_include_folder_behind_a_link_that_moves_on(tmp_path: Path, runs: list[Path]) -> None:
+    """`include_dirs` names a toolkit's `latest/include`; an upgrade points `latest` at the
+    next version, whose headers the kernel now reaches."""
+    repo = _copy("shared_norm", tmp_path / "repo")
+    toolkit = tmp_path / "toolkit"
+    for version, text in (("8.0", "// 8.0\n"), ("8.1", '// 8.1\n#include "kernel_operator_intf.h"\n')):
+        (toolkit / version / "include").mkdir(parents=True)
+        (toolkit / version / "include" / "kernel_operator.h").write_text("#pragma once\n" + text)
+    (toolkit / "8.1" / "include" / "kernel_operator_intf.h").write_text("#pragma once\n")
+    (toolkit / "latest").symlink_to("8.0")
+    with open(repo / "optrace.toml", "a") as handle:
+        handle.write(f'include_dirs = ["{toolkit / "latest" / "include"}"]\n')
+
+    def upgrade() -> None:
+        (toolkit / "latest").unlink()
+        (toolkit / "latest").symlink_to("8.1")
+
+    _misses_after(repo / "norm/rms_norm", upgrade, runs)
+
+
+def test_a_layer_file_the_config_names_through_a_link(tmp_path: Path, runs: list[Path]) -> None:
+    """`[layers] tiling` names a vendored file through a `current` link; moved on to the
+    next version, the plan names the file apply would edit now."""
+    repo = _copy("umdk_style", tmp_path / "repo")
+    op = repo / OP_REL
+    vendor = tmp_path / "vendor"
+    for version in ("v1", "v2"):
+        (vendor / version).mkdir(parents=True)
+        shutil.copy(op / "op_host" / "moe_fused_gmm_tiling.cpp", vendor / version)
+    (vendor / "current").symlink_to("v1")
+    with open(repo / "optrace.toml", "a") as handle:
+        handle.write(f'[layers]\ntiling = ["{vendor / "current" / "moe_fused_gmm_tiling.cpp"}"]\n')
+
+    def move_on() -> None:
+        (vendor / "current").unlink()
+        (vendor / "current").symlink_to("v2")
+
+    _misses_after(op, move_on, runs)
+
+
+@pytest.mark.usefixtures("state_home")
+def test_a_trusted_path_that_leads_elsewhere(tmp_path: Path, runs: list[Path],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The user config trusts the repository by a linked path; the link pointed elsewhere,
+    the repository's rule module is no longer loaded (OT005)."""
+    repo = tmp_path / "repo"
+    (repo / "demo_op" / "op_kernel").mkdir(parents=True)
+    (repo / "demo_op" / "op_kernel" / "demo_op.cpp").write_text(
+        'extern "C" __global__ __aicore__ void demo_op(GM_ADDR x, GM_ADDR workspace, GM_ADDR tiling)\n'
+        "{\n    AscendC::SyncAll();\n}\n")
+    (repo / "optrace.toml").write_text('[rules]\nmodules = ["optrace_test_team_rules"]\n')
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "optrace_test_team_rules.py").write_text(
+        "from optrace.engine.diagnostics import Severity\nfrom optrace.rules.base import Rule\n\n\n"
+        "class TeamRule(Rule):\n    code = \"OT950\"\n    name = \"team-rule\"\n\n"
+        "    def apply(self, ctx):\n        ctx.report(\"the team rule ran\", None, Severity.WARNING)\n\n\n"
+        "RULES = [TeamRule]\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.delitem(sys.modules, "optrace_test_team_rules", raising=False)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "trusted").symlink_to(repo)
+    config = Path(os.environ["XDG_CONFIG_HOME"]) / "optrace" / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(f'[trust]\nrepositories = ["{tmp_path / "trusted"}"]\n')
+
+    def distrust() -> None:
+        (tmp_path / "trusted").unlink()
+        (tmp_path / "trusted").symlink_to(tmp_path / "elsewhere")
+
+    _misses_after(repo / "demo_op", distrust, runs)
+
+
+def test_compiled_kernel_metadata_copied_in_place_of_a_link(tmp_path: Path, runs: list[Path]) -> None:
+    """A kernel without a declared type: the build's metadata says what cores it runs on,
+    except a link, which is not followed. The build copying it instead of linking it, the
+    plan takes the metadata's word."""
+    op = tmp_path / "repo" / "demo_op"
+    (op / "op_kernel").mkdir(parents=True)
+    (op / "op_kernel" / "demo_op.cpp").write_text(
+        'extern "C" __global__ __aicore__ void demo_op(GM_ADDR x, GM_ADDR workspace, GM_ADDR tiling)\n'
+        "{\n    AscendC::SyncAll();\n}\n")
+    (op.parent / "optrace.toml").write_text("# demo\n")
+    meta = op / "build_out" / "kernel_meta"
+    meta.mkdir(parents=True)
+    artifact = tmp_path / "artifacts" / "demo_op_1.json"
+    artifact.parent.mkdir()
+    artifact.write_text('{"kernelName": "demo_op_1", "magic": "RT_DEV_BINARY_MAGIC_ELF_AIVEC"}\n')
+    (meta / "demo_op_1.json").symlink_to(artifact)
+
+    def copy_instead() -> None:
+        (meta / "demo_op_1.json").unlink()
+        shutil.copy(artifact, meta / "demo_op_1.json")
+
+    _misses_after(op, copy_instead, runs)
