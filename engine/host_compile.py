@@ -31,6 +31,7 @@ from clang import cindex
 
 from optrace.engine.discovery import CPP_EXTS, walk_files
 from optrace.engine.includes import scan_includes
+from optrace.engine.probes import spelled_absolute
 from optrace.engine.source import NotRegularFile, read_regular
 
 
@@ -75,6 +76,11 @@ class HostCompile:
     # A file was skipped for the time bound: an answer of the machine's load as much as of
     # the files (check keeps no cache entry of it).
     out_of_time: bool = False
+    # What the answer rests on, read or stat-ed in the child where the parent's cache
+    # cannot see it: every file libclang read (a header outside the repository the
+    # include graph leaves alone), every include candidate looked for (`probes`).
+    read: set[str] = field(default_factory=set)
+    looked: set[str] = field(default_factory=set)
 
 
 class _OutOfTime(str):
@@ -163,6 +169,8 @@ class PendingCompile:
             if isinstance(one, HostCompile):
                 merged.errors.update(one.errors)
                 merged.skipped.extend(one.skipped)
+                merged.read |= one.read
+                merged.looked |= one.looked
             else:
                 merged.skipped.append((path, one))
                 merged.out_of_time |= isinstance(one, _OutOfTime)
@@ -337,6 +345,10 @@ def host_compile(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[
             return out
         compile_tus(index, files, args, host_args, out, only_lines, kernel_dirs,
                     {**virtual, **(contents or {})})
+        # The stand-ins are optrace's, in a folder of this run: no input.
+        inside_fake = os.path.join(os.fspath(fake), "")
+        out.read = {p for p in out.read if not p.startswith(inside_fake)}
+        out.looked = {p for p in out.looked if not p.startswith(inside_fake)}
     return out
 
 
@@ -390,7 +402,7 @@ def compile_tus(index: cindex.Index, files: list[Path], args: list[str], host_ar
         if not _utf8(str(path)):
             out.skipped.append((path, "its name is not UTF-8"))
             continue
-        blocked = _irregular_include(path, include_dirs)
+        blocked = _irregular_include(path, include_dirs, out.looked)
         if blocked is not None:  # libclang would open it and wait on a FIFO for ever
             out.skipped.append((path, f"it includes {blocked}, not a regular file"))
             continue
@@ -402,7 +414,9 @@ def compile_tus(index: cindex.Index, files: list[Path], args: list[str], host_ar
             continue
         reached = {path}
         for inc in tu.get_includes():
-            other = target(_api().file_name(inc.include))
+            name = _api().file_name(inc.include)
+            out.read.add(spelled_absolute(name))
+            other = target(name)
             if other is not None and other not in covered and _is_kernel(other) == kernel:
                 reached.add(other)
         covered |= reached
@@ -420,9 +434,11 @@ def compile_tus(index: cindex.Index, files: list[Path], args: list[str], host_ar
                 out.errors[where].append(err)
 
 
-def _irregular_include(path: Path, include_dirs: Sequence[Path]) -> Path | None:
+def _irregular_include(path: Path, include_dirs: Sequence[Path],
+                       looked: set[str] | None = None) -> Path | None:
     """The first FIFO, device, socket or directory-named-as-a-file that `path`'s includes
-    (transitively, as libclang would look them up) reach; None when they are all regular."""
+    (transitively, as libclang would look them up) reach; None when they are all regular.
+    `looked` gets every candidate stat-ed (what the answer rests on)."""
     # Paths as strings and each candidate stat-ed once: an absent header (CANN's) is looked
     # for in every folder of the operator, from every file that includes it. A header is
     # followed once per real folder it is reached in (its quoted includes are looked up
@@ -433,6 +449,8 @@ def _irregular_include(path: Path, include_dirs: Sequence[Path]) -> Path | None:
 
     def stat_of(cand: str) -> os.stat_result | None:
         if cand not in stats:
+            if looked is not None:
+                looked.add(spelled_absolute(cand))
             try:
                 stats[cand] = os.stat(cand)
             except (OSError, ValueError):

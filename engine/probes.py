@@ -18,6 +18,7 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 _local = threading.local()
 
@@ -28,21 +29,37 @@ def spelled_absolute(path: str) -> str:
     return path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
 
 
+@dataclass
+class Noted:
+    """What one thread's command said it went by: paths looked at, and files read by
+    another process on its behalf (libclang in a child: no audit event reaches here)."""
+
+    looked: set[str] = field(default_factory=set)
+    read: set[str] = field(default_factory=set)
+
+
 def looked_at(path: str | os.PathLike[str]) -> None:
     """Say that this thread's command decided something by `path`'s existence or by where
     it leads (found or not)."""
-    seen: set[str] | None = getattr(_local, "looked", None)
-    if seen is not None:
-        seen.add(spelled_absolute(os.fspath(path)))
+    noted: Noted | None = getattr(_local, "noted", None)
+    if noted is not None:
+        noted.looked.add(spelled_absolute(os.fspath(path)))
+
+
+def read_elsewhere(path: str | os.PathLike[str]) -> None:
+    """Say that the result rests on `path`'s bytes, read by another process."""
+    noted: Noted | None = getattr(_local, "noted", None)
+    if noted is not None:
+        noted.read.add(spelled_absolute(os.fspath(path)))
 
 
 @contextmanager
-def noting() -> Iterator[set[str]]:
-    """Collect the paths this thread's code says it looked at while the block runs."""
-    previous = getattr(_local, "looked", None)
-    seen: set[str] = set()
-    _local.looked = seen
+def noting() -> Iterator[Noted]:
+    """Collect what this thread's code says it went by while the block runs."""
+    previous = getattr(_local, "noted", None)
+    noted = Noted()
+    _local.noted = noted
     try:
-        yield seen
+        yield noted
     finally:
-        _local.looked = previous
+        _local.noted = previous

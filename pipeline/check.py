@@ -56,6 +56,7 @@ from optrace.engine.discovery import (
 from optrace.engine.host_compile import start_host_compile
 from optrace.engine.journal import foreign_journal, pending_journal
 from optrace.engine.model import TracePoint
+from optrace.engine.probes import looked_at, read_elsewhere
 from optrace.engine.source import (
     DEFAULT_QUALIFIERS,
     blank_comments,
@@ -404,6 +405,11 @@ class CompileCheck:
         result = self.pending.result()
         if result.out_of_time:
             report.cacheable = False
+        # What libclang read and looked for in its child is what the findings rest on.
+        for name in result.read:
+            read_elsewhere(name)
+        for name in result.looked:
+            looked_at(name)
         for path, reason in result.skipped:
             report.add(OT421, f"compile safety skipped for this file: {reason}", path, 0)
         for path, errors in result.errors.items():

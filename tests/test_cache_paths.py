@@ -184,3 +184,30 @@ def test_compiled_kernel_metadata_copied_in_place_of_a_link(tmp_path: Path, runs
         shutil.copy(artifact, meta / "demo_op_1.json")
 
     _misses_after(op, copy_instead, runs)
+
+
+@pytest.mark.parametrize("before", ["a directory", "a link that leads nowhere"])
+def test_an_include_candidate_that_becomes_a_header(tmp_path: Path, runs: list[Path], before: str) -> None:
+    """An include folder of generated headers the walk skips (a dot folder): where the
+    header will be, a directory at first (OT011), or a link to a header not generated yet
+    (OT014). Its place keeps its name, and no folder listed changes; what is there does."""
+    repo = _copy("umdk_style", tmp_path / "repo")
+    generated = repo / ".gen"
+    generated.mkdir()
+    (repo / "optrace.toml").write_text('include_dirs = [".gen"]\n')
+    kernel = repo / OP_REL / "op_kernel" / "moe_fused_gmm.cpp"
+    kernel.write_text('#include "gen_defs.h"\n' + kernel.read_text())
+    place, store = generated / "gen_defs.h", repo / ".store" / "gen_defs.h"
+    if before == "a directory":
+        place.mkdir()
+    else:
+        store.parent.mkdir()
+        place.symlink_to("../.store/gen_defs.h")
+
+    def generate() -> None:
+        if before == "a directory":
+            place.rmdir()
+        made = place if before == "a directory" else store
+        made.write_text("#pragma once\n__aicore__ inline void Gen() {}\n")
+
+    _misses_after(repo / OP_REL, generate, runs)

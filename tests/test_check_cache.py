@@ -541,3 +541,49 @@ def test_a_journal_appearing_misses(repo: Path, runs: list[Path]) -> None:
     Journal.at(journal_dir, journal_stem(name)).json_path.write_text("{}")  # not optrace's
     after = _check(repo)
     assert len(runs) == 2 and after != first and "journal" in after[1]
+
+
+# What libclang reads and looks for runs in a child process, where the cache's recording
+# of reads does not reach: the child reports them (engine/host_compile.py, HostCompile).
+_BREAKS = "#pragma once\n#define TRACE_POINT(a, b) )))\n"  # any inserted point no longer compiles
+
+
+def _outside_header(repo: Path, tmp_path: Path) -> Callable[[], None]:
+    """A header outside the repository, included by its absolute path: the include graph
+    leaves it alone (outside the repository), only libclang reads it."""
+    header = tmp_path / "outside" / "ext.h"
+    header.parent.mkdir()
+    header.write_text("#pragma once\n")
+    kernel = repo / KERNEL
+    kernel.write_text(f'#include "{header}"\n' + kernel.read_text())
+    return lambda: header.write_text(_BREAKS)
+
+
+def _directory_then_header(repo: Path, tmp_path: Path) -> Callable[[], None]:
+    """An include that names a directory (in a dot folder the walk skips), until a header
+    takes its place: libclang's child looked the candidate up."""
+    place = repo / ".gen" / "gen_defs.h"
+    place.mkdir(parents=True)
+    kernel = repo / KERNEL
+    up = "../" * (len(Path(KERNEL).parts) - 1)
+    kernel.write_text(f'#include "{up}.gen/gen_defs.h"\n' + kernel.read_text())
+
+    def change() -> None:
+        place.rmdir()
+        place.write_text(_BREAKS)
+    return change
+
+
+@pytest.mark.parametrize("setup", [_outside_header, _directory_then_header], ids=["outside header", "kind"])
+def test_what_libclang_reads_in_its_child_is_an_input(repo: Path, runs: list[Path], tmp_path: Path,
+                                                      setup: Callable[[Path, Path], Callable[[], None]],
+                                                      ) -> None:
+    change = setup(repo, tmp_path)
+    time.sleep(0.05)  # past the tick in which a file just written keeps no entry
+    first = _check(repo)
+    assert _check(repo) == first and len(runs) == 1  # a hit
+    change()
+    after = _check(repo)
+    assert len(runs) == 2, "taken from the cache"
+    assert after == _check(repo, "--no-cache") and after != first
+    assert after[0] == 1 and "OT420" in after[1]  # the inserted points no longer compile

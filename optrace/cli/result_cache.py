@@ -72,7 +72,7 @@ class Recording:
 
     files: set[str] = field(default_factory=set)
     dirs: set[str] = field(default_factory=set)
-    looked: set[str] = field(default_factory=set)
+    noted: probes.Noted = field(default_factory=probes.Noted)
     started_ns: int = field(default_factory=time.time_ns)
 
 
@@ -129,8 +129,8 @@ def recording() -> Iterator[Recording]:
     rec = Recording()
     _local.recording = rec
     try:
-        with probes.noting() as looked:
-            rec.looked = looked
+        with probes.noting() as noted:
+            rec.noted = noted
             yield rec
     finally:
         _local.recording = None
@@ -258,22 +258,31 @@ def _listing_digest(path: str) -> str | None:
 
 
 def _where(path: str, real_dirs: dict[str, str] | None = None) -> str:
-    """Where `path` leads: "-" when nothing is there (not even a dangling link), "=" when
-    it is itself (no link on the way), else the path its links resolve to. `real_dirs`:
-    folders already resolved (most paths share them)."""
+    """What is at `path` and where it leads: "-" when nothing is there (not even a dangling
+    link); else its kind (f: a regular file, d: a directory, o: other, x: a link that leads
+    nowhere) and "=" when it is itself (no link on the way) or the path its links resolve
+    to. An include names a directory, or a dangling link, at the same place as the header
+    that later takes its place. `real_dirs`: folders already resolved (most paths share
+    them)."""
     try:
         mode = os.lstat(path).st_mode
     except OSError:
         return "-"
     if stat.S_ISLNK(mode):
+        try:
+            followed = os.stat(path).st_mode
+            kind = "d" if stat.S_ISDIR(followed) else "f" if stat.S_ISREG(followed) else "o"
+        except OSError:
+            kind = "x"
         real = os.path.realpath(path)
     else:
+        kind = "d" if stat.S_ISDIR(mode) else "f" if stat.S_ISREG(mode) else "o"
         head, tail = os.path.split(path)
         memo = real_dirs if real_dirs is not None else {}
         if head not in memo:
             memo[head] = _remembered("real", head, os.path.realpath)
         real = os.path.join(memo[head], tail)
-    return "=" if real == path else real
+    return kind + ("=" if real == path else real)
 
 
 def _probe(directory: str) -> str:
@@ -431,7 +440,7 @@ def store(kind: str, fmt: str, found: Lookup, rec: Recording, payload: object,
     ones `extra` stands for, and the entry is not written."""
     own = _own_dirs()
     files: dict[str, str | None] = {}
-    for path in sorted(rec.files):
+    for path in sorted(rec.files | rec.noted.read):
         head, tail = os.path.split(path)
         if tail.endswith(".pyc") and os.path.basename(head) == "__pycache__":
             # A module imported from its bytecode: what it says is its source's.
@@ -467,7 +476,7 @@ def store(kind: str, fmt: str, found: Lookup, rec: Recording, payload: object,
     # began (a link made, a candidate created) may have been looked at before the change.
     looked: dict[str, str] = {}
     real_dirs: dict[str, str] = {}
-    for path in sorted(rec.looked | files.keys()):
+    for path in sorted(rec.noted.looked | files.keys()):
         if os.path.join(path, "").startswith(own):
             continue
         try:
