@@ -51,6 +51,7 @@ from optrace.engine.discovery import LayerFile, Layers, SearchContext
 from optrace.engine.edits import Edit, line_number, line_start
 from optrace.engine.names import op_name_pattern
 from optrace.engine.plan import Plan
+from optrace.engine.probes import looked_at
 from optrace.engine.source import read_regular
 
 CODEMOD = "aclnn"
@@ -169,6 +170,10 @@ def aclnn_files(layers: Layers) -> list[Path]:
                               or layers.repo_root in p.parents]]
     for root in roots:
         pattern = "**/pregen/**/" if root == layers.op_dir else "pregen/**/"
+        if root != layers.op_dir:
+            # The glob stats `pregen` (a literal first part) without listing `root`: a build
+            # that makes it must reach the cache as a folder listed would.
+            looked_at(root / "pregen")
         for path in sorted(root.glob(f"{pattern}aclnn_{layers.op_name}.*")):
             if path.suffix in (".h", ".hpp", ".cpp", ".cc") and path.resolve() not in seen:
                 seen.add(path.resolve())

@@ -211,3 +211,36 @@ def test_an_include_candidate_that_becomes_a_header(tmp_path: Path, runs: list[P
         made.write_text("#pragma once\n__aicore__ inline void Gen() {}\n")
 
     _misses_after(repo / OP_REL, generate, runs)
+
+
+def test_a_pregen_folder_the_build_makes_above_the_operator(tmp_path: Path, runs: list[Path]) -> None:
+    """Older UMDK trees keep generated aclnn wrappers in `<folder above>/pregen/build_out/`,
+    looked for by a glob whose first part is a name (a `stat`, no listing): the build
+    making that folder adds a host file to the plan."""
+    repo = _copy("umdk_style", tmp_path / "repo")
+    kernels = repo / "src/cam/comm_operator/ascend_kernels"
+    wrapper = kernels / "moe_fused_gmm" / "op_api" / "aclnn_moe_fused_gmm.h"
+
+    def build() -> None:
+        generated = kernels / "pregen" / "build_out" / "autogen"
+        generated.mkdir(parents=True)
+        (generated / wrapper.name).write_bytes(wrapper.read_bytes())
+
+    _misses_after(kernels / "moe_fused_gmm", build, runs)
+
+
+@pytest.mark.parametrize("variable", ["XDG_STATE_HOME", "HOME"])
+def test_another_state_directory_or_home_misses(tmp_path: Path, runs: list[Path],
+                                                monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
+    """Where optrace keeps its journals' records decides whether a journal in the tree is
+    pending or another's; the home is what `~` in the user config expands to. Either
+    moved, the entry is not this run's."""
+    repo = _copy("umdk_style", tmp_path / "repo")
+    if variable == "HOME":
+        monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+        monkeypatch.setenv("HOME", str(tmp_path / "home-a"))
+    _settle()
+    first = cli("plan", str(repo / OP_REL))
+    assert cli("plan", str(repo / OP_REL)) == first and len(runs) == 1
+    monkeypatch.setenv(variable, str(tmp_path / "elsewhere"))
+    assert cli("plan", str(repo / OP_REL)) == first and len(runs) == 2

@@ -51,6 +51,7 @@ from optrace import __version__
 from optrace.engine import probes
 from optrace.engine.diagnostics import InputError
 from optrace.engine.discovery import default_repo_root, may_be_one_operator, repo_index, resolve_operator_dir
+from optrace.engine.journal import state_dir
 from optrace.pipeline.gate_result import cann_toolchain
 from optrace.runtime.regular import read_regular, user_config_path
 from optrace.runtime.usercache import digest, read_entry, write_entry
@@ -311,14 +312,18 @@ def _markers(directory: str) -> str:
 def shared_name_part() -> bytes:
     """The part of every entry's name that no operator or option changes: optrace (version
     and files), Python, the installed distributions, the trust flag, the user config and
-    the CANN toolchain. A command over many operators computes it once."""
+    the CANN toolchain, the state directory and the home. A command over many operators
+    computes it once."""
     config = sys.modules.get("optrace.engine.config")
     trusted = bool(config is not None and config.config_trust_flag())
     user_config = _file_digest(os.fspath(user_config_path())) or "-"
+    # The state directory (journals optrace recorded: a journal in the tree is pending or
+    # another's by them) and the home a `~` in the user config expands to.
+    homes = f"{state_dir()}\0{os.path.expanduser('~')}".encode("utf-8", "surrogateescape")
     return digest(
         __version__.encode(), sys.version.encode(), _code_fingerprint(), _distributions(),
         b"trusted" if trusted else b"untrusted", user_config.encode(),
-        (cann_toolchain() or "-").encode("utf-8", "surrogateescape")).encode()
+        (cann_toolchain() or "-").encode("utf-8", "surrogateescape"), homes).encode()
 
 
 def entry_name(fmt: str, schema: int, op_dir: Path, repo_root: Path | None, *options: bytes,
