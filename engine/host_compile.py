@@ -73,8 +73,9 @@ class HostCompile:
 
     errors: dict[Path, list[HostError]] = field(default_factory=dict)
     skipped: list[tuple[Path, str]] = field(default_factory=list)
-    # A file was skipped for the time bound: an answer of the machine's load as much as of
-    # the files (check keeps no cache entry of it).
+    # A file was skipped for the time bound, or for a failure of libclang itself (it did
+    # not load, the memory bound): an answer of the machine as much as of the files
+    # (check keeps no cache entry of it).
     out_of_time: bool = False
     # What the answer rests on, read or stat-ed in the child where the parent's cache
     # cannot see it: every file libclang read (a header outside the repository the
@@ -84,7 +85,8 @@ class HostCompile:
 
 
 class _OutOfTime(str):
-    """Why a child gave no answer, when the reason is its time bound."""
+    """Why a child gave no answer, when the reason is the machine's, not the files': its
+    time bound, its memory bound, libclang failing (not loaded: another library, or none)."""
 
 
 # libclang runs in a child process: a file can crash it (a template nested 10,000 deep
@@ -226,9 +228,9 @@ def _child(send: Connection, files: list[Path], op_dir: Path, only_lines: Mappin
     try:
         result: HostCompile | str = host_compile(files, op_dir, only_lines, contents, stub_dir=stub_dir)
     except MemoryError:
-        result = f"the compile check needed more than its {memory >> 20} MiB"
+        result = _OutOfTime(f"the compile check needed more than its {memory >> 20} MiB")
     except Exception as exc:  # reported for the file, as a crash is
-        result = f"the compile check failed: {type(exc).__name__}: {exc}"
+        result = _OutOfTime(f"the compile check failed: {type(exc).__name__}: {exc}")
     send.send(result)
     send.close()
 

@@ -229,12 +229,14 @@ def test_a_pregen_folder_the_build_makes_above_the_operator(tmp_path: Path, runs
     _misses_after(kernels / "moe_fused_gmm", build, runs)
 
 
-@pytest.mark.parametrize("variable", ["XDG_STATE_HOME", "HOME"])
-def test_another_state_directory_or_home_misses(tmp_path: Path, runs: list[Path],
-                                                monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
+@pytest.mark.parametrize("variable", ["XDG_STATE_HOME", "HOME", "LIBCLANG_LIBRARY_PATH"])
+def test_another_state_directory_home_or_libclang_misses(tmp_path: Path, runs: list[Path],
+                                                         monkeypatch: pytest.MonkeyPatch,
+                                                         variable: str) -> None:
     """Where optrace keeps its journals' records decides whether a journal in the tree is
-    pending or another's; the home is what `~` in the user config expands to. Either
-    moved, the entry is not this run's."""
+    pending or another's; the home is what `~` in the user config expands to; the libclang
+    library path, which libclang compile safety loads. Any moved, the entry is not this
+    run's."""
     repo = _copy("umdk_style", tmp_path / "repo")
     if variable == "HOME":
         monkeypatch.delenv("XDG_STATE_HOME", raising=False)

@@ -543,6 +543,27 @@ def test_a_journal_appearing_misses(repo: Path, runs: list[Path]) -> None:
     assert len(runs) == 2 and after != first and "journal" in after[1]
 
 
+
+@pytest.mark.parametrize("failure", ["libclang not loaded", "memory bound"])
+def test_a_check_whose_libclang_failed_is_not_kept(repo: Path, runs: list[Path],
+                                                   monkeypatch: pytest.MonkeyPatch, failure: str) -> None:
+    """libclang failing in its child (its library not loaded: another, or none, on
+    LIBCLANG_LIBRARY_PATH; the memory bound) says nothing of the files: that report is not
+    kept, and the check after the failure is fixed finds what it finds."""
+    real_compile = host_compile_module.host_compile
+
+    def failing(*args: Any, **kwargs: Any) -> Any:  # runs in the child
+        if failure == "memory bound":
+            raise MemoryError
+        raise OSError("libclang.so: cannot open shared object file")
+
+    monkeypatch.setattr(host_compile_module, "host_compile", failing)
+    _, out, _ = _check(repo)
+    assert "OT421" in out and _entries() == []
+    monkeypatch.setattr(host_compile_module, "host_compile", real_compile)
+    fixed = _check(repo)
+    assert len(runs) == 2 and "OT421" not in fixed[1] and len(_entries()) == 1
+
 # What libclang reads and looks for runs in a child process, where the cache's recording
 # of reads does not reach: the child reports them (engine/host_compile.py, HostCompile).
 _BREAKS = "#pragma once\n#define TRACE_POINT(a, b) )))\n"  # any inserted point no longer compiles

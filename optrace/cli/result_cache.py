@@ -312,14 +312,16 @@ def _markers(directory: str) -> str:
 def shared_name_part() -> bytes:
     """The part of every entry's name that no operator or option changes: optrace (version
     and files), Python, the installed distributions, the trust flag, the user config and
-    the CANN toolchain, the state directory and the home. A command over many operators
-    computes it once."""
+    the CANN toolchain, the state directory, the home and the libclang library path. A
+    command over many operators computes it once."""
     config = sys.modules.get("optrace.engine.config")
     trusted = bool(config is not None and config.config_trust_flag())
     user_config = _file_digest(os.fspath(user_config_path())) or "-"
     # The state directory (journals optrace recorded: a journal in the tree is pending or
     # another's by them) and the home a `~` in the user config expands to.
-    homes = f"{state_dir()}\0{os.path.expanduser('~')}".encode("utf-8", "surrogateescape")
+    # And the libclang compile safety loads (`LIBCLANG_LIBRARY_PATH`: another library, or none).
+    homes = "\0".join((os.fspath(state_dir()), os.path.expanduser("~"),
+                       os.environ.get("LIBCLANG_LIBRARY_PATH", ""))).encode("utf-8", "surrogateescape")
     return digest(
         __version__.encode(), sys.version.encode(), _code_fingerprint(), _distributions(),
         b"trusted" if trusted else b"untrusted", user_config.encode(),
