@@ -84,7 +84,7 @@ class HostCompile:
     looked: set[str] = field(default_factory=set)
 
 
-class _OutOfTime(str):
+class _OfTheMachine(str):
     """Why a child gave no answer, when the reason is the machine's, not the files': its
     time bound, its memory bound, libclang failing (not loaded: another library, or none)."""
 
@@ -156,7 +156,7 @@ class PendingCompile:
             return outcome
         files, op_dir, only_lines, contents = self._args
         if len(files) == 1:
-            return HostCompile(skipped=[(files[0], outcome)], out_of_time=isinstance(outcome, _OutOfTime))
+            return HostCompile(skipped=[(files[0], outcome)], out_of_time=isinstance(outcome, _OfTheMachine))
         seconds = self._seconds
         merged = HostCompile()
         deadline = time.monotonic() + seconds
@@ -175,7 +175,7 @@ class PendingCompile:
                 merged.looked |= one.looked
             else:
                 merged.skipped.append((path, one))
-                merged.out_of_time |= isinstance(one, _OutOfTime)
+                merged.out_of_time |= isinstance(one, _OfTheMachine)
         return merged
 
     def cancel(self) -> None:
@@ -228,9 +228,9 @@ def _child(send: Connection, files: list[Path], op_dir: Path, only_lines: Mappin
     try:
         result: HostCompile | str = host_compile(files, op_dir, only_lines, contents, stub_dir=stub_dir)
     except MemoryError:
-        result = _OutOfTime(f"the compile check needed more than its {memory >> 20} MiB")
+        result = _OfTheMachine(f"the compile check needed more than its {memory >> 20} MiB")
     except Exception as exc:  # reported for the file, as a crash is
-        result = _OutOfTime(f"the compile check failed: {type(exc).__name__}: {exc}")
+        result = _OfTheMachine(f"the compile check failed: {type(exc).__name__}: {exc}")
     send.send(result)
     send.close()
 
@@ -268,7 +268,7 @@ def _outcome(child: BaseProcess, receive: Connection, wait: float, seconds: floa
         if receive.poll(wait):
             outcome = receive.recv()
         else:
-            outcome = _OutOfTime(f"the compile check took longer than {seconds:g} s")
+            outcome = _OfTheMachine(f"the compile check took longer than {seconds:g} s")
     except EOFError:
         pass  # the child died before it answered: its exit status says how
     finally:

@@ -1,13 +1,15 @@
-"""Paths a command decided by without reading them, for whoever keeps the command's inputs.
+"""What a command went by that the user cache cannot see it go by, for whoever keeps the
+command's inputs: paths it decided by without reading them, files read by another process.
 
 A result can rest on where a path leads as much as on the bytes read from it. An include
 is resolved to the first candidate that exists, so every candidate before it is an input
 (one created later would be found instead), and a header reached through a symbolic link
 is in the repository or not by where the link points, not by its bytes. Opening a file
 or listing a folder raises an audit event the user cache records (optrace/cli/
-result_cache.py); `os.path.lexists` and `realpath` raise none, so the code that decides
-by them says so here. The recorder takes each noted path's state at the end of the
-command (missing, or the path it resolves to) and a later lookup compares them.
+result_cache.py); `os.path.lexists` and `realpath` raise none, and nothing a child process
+does raises one here (libclang's compile), so the code that decides by them says so. The
+recorder takes what is at each path looked at when the command ends (nothing, or its kind
+and where it leads) and the digest of each file read elsewhere; a later lookup compares.
 
 Per thread, as the cache's recording is; noting does nothing while nobody records.
 """

@@ -317,15 +317,15 @@ def shared_name_part() -> bytes:
     config = sys.modules.get("optrace.engine.config")
     trusted = bool(config is not None and config.config_trust_flag())
     user_config = _file_digest(os.fspath(user_config_path())) or "-"
-    # The state directory (journals optrace recorded: a journal in the tree is pending or
-    # another's by them) and the home a `~` in the user config expands to.
-    # And the libclang compile safety loads (`LIBCLANG_LIBRARY_PATH`: another library, or none).
-    homes = "\0".join((os.fspath(state_dir()), os.path.expanduser("~"),
-                       os.environ.get("LIBCLANG_LIBRARY_PATH", ""))).encode("utf-8", "surrogateescape")
+    # Where this machine keeps what a report rests on outside the repository: the state
+    # directory (its records say whether a journal in the tree is pending or another's),
+    # the home a `~` in the user config expands to, the libclang compile safety loads.
+    machine = "\0".join((os.fspath(state_dir()), os.path.expanduser("~"),
+                         os.environ.get("LIBCLANG_LIBRARY_PATH", ""))).encode("utf-8", "surrogateescape")
     return digest(
         __version__.encode(), sys.version.encode(), _code_fingerprint(), _distributions(),
         b"trusted" if trusted else b"untrusted", user_config.encode(),
-        (cann_toolchain() or "-").encode("utf-8", "surrogateescape"), homes).encode()
+        (cann_toolchain() or "-").encode("utf-8", "surrogateescape"), machine).encode()
 
 
 def entry_name(fmt: str, schema: int, op_dir: Path, repo_root: Path | None, *options: bytes,
