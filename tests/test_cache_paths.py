@@ -46,6 +46,14 @@ def _misses_after(op: Path, change: Callable[[], None], runs: list[Path]) -> Non
     assert after == cli("plan", str(op), "--no-cache") and after != first
 
 
+def _repointed(link: Path, target: Path | str) -> Callable[[], None]:
+    """A change: `link` made again, to `target` (a toolkit's `latest` moved on)."""
+    def change() -> None:
+        link.unlink()
+        link.symlink_to(target)
+    return change
+
+
 def _copy(name: str, into: Path) -> Path:
     shutil.copytree(FIXTURES / name, into)
     return into
@@ -101,12 +109,7 @@ def test_an_include_folder_behind_a_link_that_moves_on(tmp_path: Path, runs: lis
     (toolkit / "latest").symlink_to("8.0")
     with open(repo / "optrace.toml", "a") as handle:
         handle.write(f'include_dirs = ["{toolkit / "latest" / "include"}"]\n')
-
-    def upgrade() -> None:
-        (toolkit / "latest").unlink()
-        (toolkit / "latest").symlink_to("8.1")
-
-    _misses_after(repo / "norm/rms_norm", upgrade, runs)
+    _misses_after(repo / "norm/rms_norm", _repointed(toolkit / "latest", "8.1"), runs)
 
 
 def test_a_layer_file_the_config_names_through_a_link(tmp_path: Path, runs: list[Path]) -> None:
@@ -121,12 +124,7 @@ def test_a_layer_file_the_config_names_through_a_link(tmp_path: Path, runs: list
     (vendor / "current").symlink_to("v1")
     with open(repo / "optrace.toml", "a") as handle:
         handle.write(f'[layers]\ntiling = ["{vendor / "current" / "moe_fused_gmm_tiling.cpp"}"]\n')
-
-    def move_on() -> None:
-        (vendor / "current").unlink()
-        (vendor / "current").symlink_to("v2")
-
-    _misses_after(op, move_on, runs)
+    _misses_after(op, _repointed(vendor / "current", "v2"), runs)
 
 
 @pytest.mark.usefixtures("state_home")
@@ -154,12 +152,7 @@ def test_a_trusted_path_that_leads_elsewhere(tmp_path: Path, runs: list[Path],
     config = Path(os.environ["XDG_CONFIG_HOME"]) / "optrace" / "config.toml"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(f'[trust]\nrepositories = ["{tmp_path / "trusted"}"]\n')
-
-    def distrust() -> None:
-        (tmp_path / "trusted").unlink()
-        (tmp_path / "trusted").symlink_to(tmp_path / "elsewhere")
-
-    _misses_after(repo / "demo_op", distrust, runs)
+    _misses_after(repo / "demo_op", _repointed(tmp_path / "trusted", tmp_path / "elsewhere"), runs)
 
 
 def test_compiled_kernel_metadata_copied_in_place_of_a_link(tmp_path: Path, runs: list[Path]) -> None:
