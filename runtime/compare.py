@@ -253,7 +253,7 @@ class LabelChange:
     @property
     def gain(self) -> float | None:
         """Relative reduction of the median in percent (positive = faster)."""
-        return None if self.median_change is None else -self.median_change
+        return _minus(self.median_change)
 
     @property
     def gain_interval(self) -> Interval | None:
@@ -261,17 +261,23 @@ class LabelChange:
 
     @property
     def p99_gain(self) -> float | None:
-        return None if self.p99_change is None else -self.p99_change
+        return _minus(self.p99_change)
 
     @property
     def p99_gain_interval(self) -> Interval | None:
         return _negated(self.p99_interval)
 
 
+def _minus(change: float | None) -> float | None:
+    """The gain from a change: 0.0 - x, not -x, so that no change reads 0.0 and not -0.0
+    (the sign a slowdown has, in the text and in the JSON)."""
+    return None if change is None else 0.0 - change
+
+
 def _negated(interval: Interval | None) -> Interval | None:
     """The interval of the gain from that of the change: one sign convention everywhere
     a user reads (text, JSON, --expect): positive = less time, faster."""
-    return None if interval is None else (-interval[1], -interval[0])
+    return None if interval is None else (0.0 - interval[1], 0.0 - interval[0])
 
 
 @dataclass(frozen=True)

@@ -171,8 +171,9 @@ def cmd_compare(
     fail_on_regression: Annotated[
         float | None,
         typer.Option("--fail-on-regression", metavar="PCT",
-                     help="Exit 1 when a label's median time per launch is significantly slower, "
-                     "its 95 % interval's lower bound above PCT % (0-1000)."),
+                     help="Exit 1 when a label's median time per launch is significantly slower: "
+                     "its gain's 95 % interval below 0 and its upper bound below -PCT % "
+                     "(0-1000; gains are positive when faster, as everywhere compare prints)."),
     ] = None,
     fmt: FormatOption = "text",
 ) -> None:

@@ -116,6 +116,27 @@ def test_fail_on_regression(runs: dict[str, Path]) -> None:
     assert passed.exit_code == 0 and "regression gate 0 %: passed" in passed.output
 
 
+def test_a_run_against_itself_gains_zero_not_minus_zero(runs: dict[str, Path]) -> None:
+    # -0.0 is the sign of a slowdown: a label that did not change reads 0.0, in the text
+    # and in the JSON (the gain was -change, and -0.0 is what 0.0 negates to).
+    text = invoke("compare", runs["before"], runs["before"], "--expect", "20")
+    assert "-0.0" not in text.output and "+0.0%" in text.output, text.output
+    document = json.loads(invoke("compare", runs["before"], runs["before"], "--format", "json").output)
+    assert str(document["gain_percent"]) == "0.0"
+    for row in document["labels"]:
+        for key in ("median_gain_percent", "p99_gain_percent"):
+            assert str(row[key]) == "0.0", (row["label"], key, row[key])
+        for key in ("median_gain_interval", "p99_gain_interval"):
+            assert "-0.0" not in json.dumps(row[key])
+
+
+def test_the_regression_gate_is_described_in_gains(runs: dict[str, Path]) -> None:
+    # --help speaks the sign compare prints (positive = faster) and the rule it applies.
+    shown = " ".join(invoke("compare", "--help").output.split())
+    assert "lower bound above" not in shown
+    assert "upper bound below -PCT %" in shown
+
+
 def test_trace_and_directory_give_the_same_launches(runs: dict[str, Path], tmp_path: Path) -> None:
     trace = tmp_path / "before.json.gz"
     assert invoke("collect", runs["before"], "-o", trace).exit_code == 0
