@@ -414,10 +414,11 @@ class RenderedRank(Record):
     ``size`` in bytes and number of ``chunks_count`` of what ``chunks`` will produce
     (all non-empty) are known before any row is formatted: collect's processes write
     side by side into one file from them. ``tracks``: (slot, name) of each core with
-    events; ``launch_ns``: the launch slice's start and end. (Not a dataclass: see
-    records.py.)"""
+    events; ``launch_ns``: the launch slice's start and end; ``span_slots``: the slots of
+    the cores with spans (a core's drop marker alone is a track too). (Not a dataclass:
+    see records.py.)"""
 
-    __match_args__ = ("chunks", "events", "spans", "size", "chunk_count", "tracks", "launch_ns")
+    __match_args__ = ("chunks", "events", "spans", "size", "chunk_count", "tracks", "launch_ns", "span_slots")
     __slots__ = __match_args__
     chunks: Iterator[bytes | np.ndarray]
     events: int
@@ -426,10 +427,11 @@ class RenderedRank(Record):
     chunk_count: int
     tracks: list[tuple[int, str]]
     launch_ns: tuple[int, int]
+    span_slots: list[int]
 
     def __init__(self, chunks: Iterator[bytes | np.ndarray], events: int = 0, spans: int = 0, size: int = 0,
                  chunk_count: int = 0, tracks: list[tuple[int, str]] | None = None,
-                 launch_ns: tuple[int, int] = (0, 0)) -> None:
+                 launch_ns: tuple[int, int] = (0, 0), span_slots: list[int] | None = None) -> None:
         self.chunks = chunks
         self.events = events
         self.spans = spans
@@ -437,6 +439,7 @@ class RenderedRank(Record):
         self.chunk_count = chunk_count
         self.tracks = [] if tracks is None else tracks
         self.launch_ns = launch_ns
+        self.span_slots = [] if span_slots is None else span_slots
 
 
 def _metadata_row(pid: int, name: str, sort_index: int, tid: int | None = None) -> bytes:
@@ -536,7 +539,8 @@ def render_rank(
 
     size = sum(map(len, head)) + sum(b.size for b in blocks) + sum(map(len, tail))
     return RenderedRank(chunks(), len(tracks) + spans + len(drops), spans, size,
-                        len(head) + len(blocks) + len(tail), tracks, (start_q, end_q))
+                        len(head) + len(blocks) + len(tail), tracks, (start_q, end_q),
+                        sorted(core.slot for core, _ in selected))
 
 
 _Columns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]

@@ -104,7 +104,8 @@ class CollectOptions(FrozenRecord):
 class RankOutcome(Record):
     """One rank file's contribution to the trace (or why it has none)."""
 
-    __match_args__ = ("name", "path", "decoded", "error", "spans_written", "cores_written", "tracks")
+    __match_args__ = ("name", "path", "decoded", "error", "spans_written", "cores_written", "tracks",
+                      "span_slots")
     __slots__ = __match_args__
     name: RankFileName
     path: Path
@@ -113,6 +114,7 @@ class RankOutcome(Record):
     spans_written: int
     cores_written: int  # decoded.cores is emptied once they are in the trace
     tracks: list[tuple[int, str]]  # (slot, name) of the cores it wrote events on
+    span_slots: list[int]  # the slots of those with spans (not a drop marker alone)
 
     def __init__(
         self,
@@ -123,6 +125,7 @@ class RankOutcome(Record):
         spans_written: int = 0,
         cores_written: int = 0,
         tracks: list[tuple[int, str]] | None = None,
+        span_slots: list[int] | None = None,
     ) -> None:
         self.name = name
         self.path = path
@@ -131,6 +134,7 @@ class RankOutcome(Record):
         self.spans_written = spans_written
         self.cores_written = cores_written
         self.tracks = [] if tracks is None else tracks
+        self.span_slots = [] if span_slots is None else span_slots
 
 
 class NothingToWrite(Exception):
@@ -764,6 +768,7 @@ def _plan_rank(
                                core_filter=options.cores, origin_ns=origin_ns, scratch=scratch)
     outcome.spans_written = rendered.spans
     outcome.tracks = rendered.tracks
+    outcome.span_slots = rendered.span_slots
     # The rows keep what they need: keep the counts, not the rank's span arrays, so a
     # collect of many ranks holds one rank's spans per process instead of every rank's.
     outcome.cores_written = len(decoded.cores)
@@ -793,18 +798,19 @@ def summary_lines(result: CollectResult) -> list[str]:
     """The human summary: what was written, then every skipped record with its reason."""
     spans = sum(o.spans_written for o in result.outcomes)
     decoded = [o.decoded for o in result.outcomes if o.decoded is not None]
-    # The trace's tracks: a rank's cores, whatever the number of its launches.
-    cores = len({(o.name.rank, slot) for o in result.outcomes for slot, _ in o.tracks})
+    # A rank's cores with spans, whatever the number of its launches (a core whose records
+    # were all dropped has a track, its drop marker, and no span).
+    cores = len({(o.name.rank, slot) for o in result.outcomes for slot in o.span_slots})
     unused = sum(d.unused_slots for d in decoded)
     outputs = result.outputs
     wrote = str(outputs[0]) if len(outputs) == 1 else (
         f"{len(outputs)} files" + (f" ({outputs[0]} ... {outputs[-1]})" if outputs else ""))
-    # A rank file is one launch of one rank: ranks and launches are counted apart.
-    launches: dict[tuple[str, int], int] = {}
+    # A rank file is one launch of one rank: ranks and launches are counted apart (a rank's
+    # launches of every tag are its launches, as the trace lays them on its tracks).
+    launches: dict[int, int] = {}
     for o in result.outcomes:
         if o.decoded is not None:
-            key = (o.name.tag or "", o.name.rank)
-            launches[key] = launches.get(key, 0) + 1
+            launches[o.name.rank] = launches.get(o.name.rank, 0) + 1
     per_rank = set(launches.values())
     each = (f", {per_rank.pop()} launches each" if len(per_rank) == 1 and max(launches.values()) > 1
             else f", {len(decoded)} launches in all" if len(decoded) > len(launches) else "")

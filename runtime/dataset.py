@@ -227,6 +227,7 @@ def _write(duckdb: ModuleType, output: Path, placed: Placement, outcomes: list[R
                     outcome.spans_written = int(columns["launch"].size)
                     outcome.cores_written = len(decoded.cores)
                     outcome.tracks = _tracks(decoded, columns)
+                    outcome.span_slots = [slot for slot, _ in outcome.tracks]  # spans' cores alone
                     decoded.release_spans()
                     ranks_meta[position] = rank_entry(outcome, decoded, placed, position)
                     parts.append(columns)

@@ -762,7 +762,7 @@ def render_rank(
     size = sum(map(len, chunks))
     return RenderedRank(iter(chunks), packets, int(slot.size), size, len(chunks),
                         [(t, names.get(t) or (drops[t].name if t in drops else str(t))) for t in tracks],
-                        (origin_ns + first * step, origin_ns + last * step))
+                        (origin_ns + first * step, origin_ns + last * step), span_slots.tolist())
 
 
 def _core_starts(pid: int, slots: list[int], names: dict[int, str], drops: dict[int, SlotReport],

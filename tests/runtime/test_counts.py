@@ -9,11 +9,15 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from optrace.cli.app import app
 from optrace.runtime.demo import write_demo
+from optrace.runtime.format import trace_point_hash
+from optrace.runtime.save import save_profiling_data
+from optrace.runtime.synth import SlotWriter, new_buffer, simulated_sync
 
 
 def invoke(*args: Any) -> Any:
@@ -54,3 +58,78 @@ def test_two_ranks_of_eight_launches_are_counted_as_such(tmp_path: Path) -> None
 @pytest.mark.slow
 def test_sixty_four_ranks_of_a_hundred_launches_are_counted_as_such(tmp_path: Path) -> None:
     _check_counts(tmp_path, 64, 100, 1)
+
+
+# ----------------------------------------------------------------------------- odd shapes
+
+FINGERPRINT = 0x0D3A0DA7
+LABELS = ["processing", "processing gmm"]
+
+
+def _point_map(directory: Path) -> None:
+    points = {}
+    for i, label in enumerate(LABELS):
+        for kind in "BE":
+            points[str(trace_point_hash(label, kind))] = {
+                "label": label, "file": "k.h", "line": 10 * i + (kind == "E"), "event_type": kind,
+                "event_id": trace_point_hash(label, "B")}
+    (directory / "point_map.json").write_text(json.dumps(
+        {"format_version": 1, "fingerprint": FINGERPRINT, "points": points}))
+
+
+def _core_program(slot: np.ndarray, start: int) -> None:
+    writer = SlotWriter(slot, start, fingerprint=FINGERPRINT)
+    for label, kind, at in (("processing", "B", 5), ("processing gmm", "B", 10), ("processing gmm", "E", 50),
+                            ("processing", "E", 100)):
+        writer.record(trace_point_hash(label, kind), start + at)
+
+
+def _save(data: np.ndarray, rank: int, directory: Path, start: int, **where: Any) -> None:
+    save_profiling_data(data, rank, directory, aic_cores=1, aiv_cores=2, barrier=True, clock_mhz=50.0,
+                        host_clock=simulated_sync(10**12 + (start - 1_000_000) * 20 + 7000, 30000, 10000),
+                        **where)
+
+
+def test_tagged_launches_are_a_rank_s_launches_not_more_ranks(tmp_path: Path) -> None:
+    # Two ranks, each with launches of two tags: 2 ranks of 6 launches, in collect's
+    # summary as in the trace it wrote and in what the readers count of it.
+    run = tmp_path / "run"
+    run.mkdir()
+    for launch in range(3):
+        for rank in range(2):
+            for tag, start in (("moe", 1_000_000 + launch * 100_000), ("attn", 1_050_000 + launch * 100_000)):
+                data = new_buffer(3, 128)
+                for core in range(3):
+                    _core_program(data[core], start)
+                _save(data, rank, run, start, tag=tag, launch=launch)
+    _point_map(run)
+    for output in ("t.json", "t.pftrace"):
+        collected = invoke("collect", run, "-o", tmp_path / output)
+        assert collected.exit_code == 0, collected.output
+        assert ": 2 ranks, 6 launches each, 6 cores with spans, 72 spans" in collected.output, collected.output
+        found = json.loads(invoke("inspect", tmp_path / output, "--format", "json").output)
+        assert (found["ranks"], found["launches"], found["cores"]) == (2, 6, 6)
+    split = invoke("collect", run, "-o", tmp_path / "s.json", "--split", "rank")
+    assert ": 2 ranks, 6 launches each" in split.output, split.output
+
+
+def test_a_core_whose_records_were_all_dropped_has_no_spans(tmp_path: Path) -> None:
+    # Rank 0's one core has slots of 4 words: room for its fingerprint record alone, every
+    # record after it dropped. Its track holds the drop marker and no span: collect counts
+    # 3 cores with spans (rank 1's), as many as the trace holds spans on.
+    run = tmp_path / "run"
+    run.mkdir()
+    for launch in range(2):
+        start = 1_000_000 + launch * 100_000
+        for rank, words, cores in ((0, 4, [0]), (1, 128, [0, 1, 2])):
+            data = new_buffer(3, words)
+            for core in cores:
+                _core_program(data[core], start)
+            _save(data, rank, run, start, launch=launch)
+    _point_map(run)
+    for output in ("t.json", "t.pftrace"):
+        collected = invoke("collect", run, "-o", tmp_path / output)
+        assert ": 2 ranks, 2 launches each, 3 cores with spans, 12 spans" in collected.output, collected.output
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    with_spans = {(e["pid"], e["tid"]) for e in events if e.get("ph") == "X" and e.get("cat") != "optrace.launch"}
+    assert len(with_spans) == 3
