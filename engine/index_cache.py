@@ -50,7 +50,7 @@ from optrace.runtime.regular import limit
 
 # The stat signature is the user cache's (runtime/usercache.py).
 from optrace.runtime.usercache import Signature as Signature
-from optrace.runtime.usercache import cache_root
+from optrace.runtime.usercache import cache_root, own_file
 from optrace.runtime.usercache import signature as signature
 
 _SCHEMA = 1
@@ -138,6 +138,16 @@ def cache_dir() -> Path:
     return cache_root()
 
 
+def _sqlite(db: Path, timeout: float = 30) -> sqlite3.Connection:
+    """A connection to the store `db`; refused (sqlite3.OperationalError, which every
+    caller takes as a store it cannot use) when the file or a journal SQLite would write
+    beside it is a link or a second name of another file: SQLite follows them, and a
+    link planted in the cache would have optrace's tables written into another database."""
+    if not all(own_file(f"{db}{suffix}") for suffix in ("", "-wal", "-shm", "-journal")):
+        raise sqlite3.OperationalError(f"{db}: not a file of the cache's own (a link)")
+    return sqlite3.connect(db, timeout=timeout, isolation_level=None)
+
+
 def store_bound() -> int:
     """The bytes the store may take: half of the user cache's bound."""
     return limit("cache") // 2
@@ -202,7 +212,7 @@ class ContentStore:
         return cls(cache_dir() / f"{name}.sqlite" if _enabled[0] else None, read, under)
 
     def _connect(self, db: Path) -> sqlite3.Connection:
-        con = sqlite3.connect(db, timeout=30, isolation_level=None)
+        con = _sqlite(db)
         con.execute("PRAGMA journal_mode=WAL")
         con.execute("CREATE TABLE IF NOT EXISTS paths (path TEXT PRIMARY KEY, size INTEGER, mtime INTEGER, "
                     "ctime INTEGER, ino INTEGER, sha TEXT)")
@@ -260,7 +270,7 @@ class ContentStore:
         if query is None or self.db is None:
             return
         try:
-            con = sqlite3.connect(self.db, timeout=30, isolation_level=None)
+            con = _sqlite(self.db)
             try:
                 for sha, kind, value, chk in con.execute(*query):
                     if isinstance(value, str) and chk == _check(kind, sha, value):
@@ -277,7 +287,7 @@ class ContentStore:
             return None
         try:
             if self._con is None:
-                self._con = sqlite3.connect(self.db, timeout=30, isolation_level=None)
+                self._con = _sqlite(self.db)
             row = self._con.execute("SELECT value, chk FROM vals WHERE sha = ? AND kind = ?",
                                     (sha, kind)).fetchone()
         except sqlite3.Error:
@@ -289,7 +299,7 @@ class ContentStore:
 
     @staticmethod
     def _discard(db: Path) -> None:
-        for suffix in ("", "-wal", "-shm"):
+        for suffix in ("", "-wal", "-shm", "-journal"):
             try:
                 os.unlink(f"{db}{suffix}")
             except OSError:
@@ -616,7 +626,7 @@ def _stored_row(root: Path, query: str) -> tuple[str, tuple[object, ...] | None]
     if not _enabled[0] or key is None or not db.is_file():
         return None
     try:
-        con = sqlite3.connect(db, timeout=30, isolation_level=None)
+        con = _sqlite(db)
         try:
             row = con.execute(query, (key,)).fetchone()
         finally:
@@ -631,7 +641,7 @@ def _refresh_used(key: str) -> None:
     that took its state from the store walked it as much as one that hashed it. Never
     waits on another run's write (the mark only orders what the size bound removes)."""
     try:
-        con = sqlite3.connect(cache_dir() / "index.sqlite", timeout=0, isolation_level=None)
+        con = _sqlite(cache_dir() / "index.sqlite", timeout=0)
         try:
             used = con.execute("SELECT used FROM roots WHERE root = ?", (key,)).fetchone()
             if used is None or not isinstance(used[0], int) or used[0] < time.time_ns() - _USED_REFRESH_NS:

@@ -27,7 +27,9 @@ import hashlib
 import json
 import os
 import re
+import stat
 import tempfile
+import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -74,6 +76,31 @@ def digest(*parts: bytes) -> str:
     return h.hexdigest()[:32]
 
 
+def own_file(path: str | Path) -> bool:
+    """Whether `path`, a name optrace creates inside the cache, is absent or a regular
+    file of its own: not a symbolic link, not a second name of another file (a hard link).
+    Through either, a write meant for the cache would land in a file elsewhere — one a
+    restored or shared cache planted (tar keeps links): the cache is data, never a way to
+    make optrace write outside it."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_nlink == 1
+
+
+def own_dir(path: str | Path) -> bool:
+    """Whether `path`, a kind's folder inside the cache, is a folder of its own (not a
+    symbolic link to one elsewhere). The cache's root itself may be a link (a `~/.cache`
+    kept on another disk is common); what optrace makes below it may not."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def entry_path(kind: str, name: str) -> Path:
     """Where entry `name` of `kind` lives. Both are checked: they become a path."""
     if not _KIND_RE.fullmatch(kind) or not _NAME_RE.fullmatch(name):
@@ -86,6 +113,8 @@ def read_entry(kind: str, name: str) -> Any | None:
     unreadable, not a regular file, past the bound, not JSON). A hit refreshes the entry's
     modification time: the size bound removes the least recently used first."""
     path = entry_path(kind, name)
+    if not own_dir(path.parent) or not own_file(path):
+        return None  # a link planted in the cache: not an entry (and no utime through it)
     try:
         data = read_regular(path, "cache")
     except OSError:
@@ -141,6 +170,8 @@ def write_entry(kind: str, name: str, document: object) -> bool:
         return False
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        if not own_dir(path.parent):
+            return False  # a link in the kind's place: the entry would be written elsewhere
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=_SUFFIX, dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as handle:
@@ -158,6 +189,21 @@ def write_entry(kind: str, name: str, document: object) -> bool:
     return True
 
 
+#: A write's temporary file, as `write_entry` names it (tempfile's 8 characters).
+_TMP_RE = re.compile(r"\.tmp-[a-z0-9_]{8}" + re.escape(_SUFFIX))
+#: A temporary file older than this was left by a run that ended without its rename.
+_STALE_TMP_NS = 3600 * 10**9
+
+
+def _is_entry_name(name: str) -> bool:
+    """An entry's file name: a digest `entry_path` accepts, with this or an earlier
+    version's suffix."""
+    for suffix in (_SUFFIX, _LEGACY_SUFFIX):
+        if name.endswith(suffix) and _NAME_RE.fullmatch(name[: -len(suffix)]):
+            return True
+    return False
+
+
 def prune(bound: int) -> None:
     """Remove the least recently used entries (of every kind) until the cache holds at
     most `bound` bytes. Another run removing the same entry at the same time is fine."""
@@ -165,7 +211,10 @@ def prune(bound: int) -> None:
     entries: list[tuple[int, int, str]] = []
     try:
         listing = list(os.scandir(root))
-        kinds = [e.path for e in listing if e.is_dir(follow_symlinks=False)]
+        # Only a kind's folder (its name as `entry_path` checks it) and in it only entries
+        # named as `entry_path` names them: the root may be a link to a folder that holds
+        # other files (a build's output), and the bound is no reason to remove those.
+        kinds = [e.path for e in listing if e.is_dir(follow_symlinks=False) and _KIND_RE.fullmatch(e.name)]
     except OSError:
         return
     # The repository index's store (engine/index_cache.py: `index.sqlite` and its
@@ -183,10 +232,18 @@ def prune(bound: int) -> None:
         try:
             with os.scandir(kind_dir) as it:
                 for entry in it:
-                    if (entry.name.endswith((_SUFFIX, _LEGACY_SUFFIX)) and not entry.name.startswith(".tmp-")
-                            and entry.is_file(follow_symlinks=False)):
+                    if _is_entry_name(entry.name) and entry.is_file(follow_symlinks=False):
                         st = entry.stat(follow_symlinks=False)
                         entries.append((st.st_mtime_ns, st.st_size, entry.path))
+                    elif _TMP_RE.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+                        # A run killed between its write and its rename left it: removed
+                        # once no run can still be writing it.
+                        st = entry.stat(follow_symlinks=False)
+                        if st.st_mtime_ns < time.time_ns() - _STALE_TMP_NS:
+                            try:
+                                os.unlink(entry.path)
+                            except OSError:
+                                pass
         except OSError:
             continue
     total = sum(size for _, size, _ in entries)
