@@ -106,7 +106,8 @@ def test_tagged_launches_are_a_rank_s_launches_not_more_ranks(tmp_path: Path) ->
     for output in ("t.json", "t.pftrace"):
         collected = invoke("collect", run, "-o", tmp_path / output)
         assert collected.exit_code == 0, collected.output
-        assert ": 2 ranks, 6 launches each, 6 cores with spans, 72 spans" in collected.output, collected.output
+        shown = collected.output
+        assert ": 2 ranks, 6 launches each, 6 cores with spans, 72 spans" in shown, shown
         found = json.loads(invoke("inspect", tmp_path / output, "--format", "json").output)
         assert (found["ranks"], found["launches"], found["cores"]) == (2, 6, 6)
     split = invoke("collect", run, "-o", tmp_path / "s.json", "--split", "rank")
@@ -129,7 +130,9 @@ def test_a_core_whose_records_were_all_dropped_has_no_spans(tmp_path: Path) -> N
     _point_map(run)
     for output in ("t.json", "t.pftrace"):
         collected = invoke("collect", run, "-o", tmp_path / output)
-        assert ": 2 ranks, 2 launches each, 3 cores with spans, 12 spans" in collected.output, collected.output
+        shown = collected.output
+        assert ": 2 ranks, 2 launches each, 3 cores with spans, 12 spans" in shown, shown
     events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
-    with_spans = {(e["pid"], e["tid"]) for e in events if e.get("ph") == "X" and e.get("cat") != "optrace.launch"}
+    with_spans = {(e["pid"], e["tid"]) for e in events
+                  if e.get("ph") == "X" and e.get("cat") != "optrace.launch"}
     assert len(with_spans) == 3
