@@ -31,7 +31,7 @@ from clang import cindex
 
 from optrace.engine.discovery import CPP_EXTS, walk_files
 from optrace.engine.includes import scan_includes
-from optrace.engine.probes import spelled_absolute
+from optrace.engine.probes import scratch_folder, spelled_absolute
 from optrace.engine.source import NotRegularFile, read_regular
 
 
@@ -125,6 +125,7 @@ class PendingCompile:
         self._deadline = time.monotonic() + seconds
         # The stand-ins' folder is the parent's: a child that crashes cannot leave it behind.
         self._stub = tempfile.TemporaryDirectory(prefix="optrace-stub-")
+        scratch_folder(self._stub.name)  # no input of the check (its removal opens it)
         try:
             self._child, self._receive = _started(files, op_dir, only_lines, contents, memory,
                                                   Path(self._stub.name))
@@ -349,8 +350,9 @@ def host_compile(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[
                     {**virtual, **(contents or {})})
         # The stand-ins are optrace's, in a folder of this run: no input.
         inside_fake = os.path.join(os.fspath(fake), "")
-        out.read = {p for p in out.read if not p.startswith(inside_fake)}
-        out.looked = {p for p in out.looked if not p.startswith(inside_fake)}
+        # (The folder itself too: an include that names no file, `#include ""`, is it.)
+        out.read = {p for p in out.read if not os.path.join(p, "").startswith(inside_fake)}
+        out.looked = {p for p in out.looked if not os.path.join(p, "").startswith(inside_fake)}
     return out
 
 

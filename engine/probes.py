@@ -22,13 +22,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from optrace.runtime.regular import spelled_absolute as spelled_absolute
+
 _local = threading.local()
-
-
-def spelled_absolute(path: str) -> str:
-    """`path` made absolute as the system will follow it: `os.path.abspath` would also drop
-    `x/..` by its text, where the system follows `x` first (a link leads elsewhere)."""
-    return path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
 
 
 @dataclass
@@ -38,6 +34,14 @@ class Noted:
 
     looked: set[str] = field(default_factory=set)
     read: set[str] = field(default_factory=set)
+    # Folders the command made for itself and removes (the compile check's stand-in
+    # headers): nothing in them is an input, and removing them opens them (rmtree).
+    scratch: set[str] = field(default_factory=set)
+
+    def in_scratch(self, path: str) -> bool:
+        """Whether `path` is one of `scratch` or inside one."""
+        inside = os.path.join(path, "")
+        return any(inside.startswith(os.path.join(folder, "")) for folder in self.scratch)
 
 
 def looked_at(path: str | os.PathLike[str]) -> None:
@@ -53,6 +57,13 @@ def read_elsewhere(path: str | os.PathLike[str]) -> None:
     noted: Noted | None = getattr(_local, "noted", None)
     if noted is not None:
         noted.read.add(spelled_absolute(os.fspath(path)))
+
+
+def scratch_folder(path: str | os.PathLike[str]) -> None:
+    """Say that `path` is a folder of the command's own making, removed when it is done."""
+    noted: Noted | None = getattr(_local, "noted", None)
+    if noted is not None:
+        noted.scratch.add(spelled_absolute(os.fspath(path)))
 
 
 @contextmanager

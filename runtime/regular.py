@@ -24,6 +24,7 @@ import mmap
 import os
 import re
 import stat
+import threading
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -118,9 +119,45 @@ def _config_path_str() -> str:
 _read: dict[tuple[int, int], str] | None = None
 
 
+#: What a file was when it was read, by its absolute spelling: device, inode, size,
+#: modification and change times (the descriptor's `fstat`).
+Identity = tuple[int, int, int, int, int]
+
+_identities = threading.local()
+
+
+def spelled_absolute(path: str) -> str:
+    """`path` made absolute as the system will follow it: `os.path.abspath` would also drop
+    `x/..` by its text, where the system follows `x` first (a link leads elsewhere)."""
+    return path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
+
+
+@contextmanager
+def noting_identities() -> Iterator[dict[str, Identity]]:
+    """What each file this thread reads while the block runs was when it was read (the
+    first read of each path). The user cache keeps a command's result only where every
+    file it read is still that file when the result is kept: one deleted, or a folder
+    above it swapped for another, after the read and before the entry is written had its
+    entry say the file was absent, or other bytes, with the result of the old ones."""
+    previous = getattr(_identities, "found", None)
+    found: dict[str, Identity] = {}
+    _identities.found = found
+    try:
+        yield found
+    finally:
+        _identities.found = previous
+
+
+def identity_of(st: os.stat_result) -> Identity:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 def _note_read(st: os.stat_result, path: str | Path) -> None:
     if _read is not None:
         _read.setdefault((st.st_dev, st.st_ino), os.fsdecode(path))
+    found: dict[str, Identity] | None = getattr(_identities, "found", None)
+    if found is not None:
+        found.setdefault(spelled_absolute(os.fsdecode(path)), identity_of(st))
 
 
 def track_files_read(on: bool) -> None:

@@ -239,3 +239,72 @@ def test_another_state_directory_home_or_libclang_misses(tmp_path: Path, runs: l
     assert cli("plan", str(repo / OP_REL)) == first and len(runs) == 1
     monkeypatch.setenv(variable, str(tmp_path / "elsewhere"))
     assert cli("plan", str(repo / OP_REL)) == first and len(runs) == 2
+
+
+def _with_outside_header(tmp_path: Path) -> tuple[Path, Path]:
+    """umdk_style whose config adds an include folder outside the repository, holding the
+    `catlass/catlass.hpp` its kernel includes (a submodule's header found there): the
+    repository's walk and index never see that file; only the entry's files do."""
+    repo = _copy("umdk_style", tmp_path / "repo")
+    sdk = tmp_path / "sdk" / "include"
+    (sdk / "catlass").mkdir(parents=True)
+    (sdk / "catlass" / "catlass.hpp").write_text("#pragma once\nnamespace catlass { int x; }\n")
+    config = repo / "optrace.toml"
+    config.write_text(config.read_text().replace("include_dirs = []", f'include_dirs = ["{sdk}"]', 1))
+    return repo / OP_REL, sdk / "catlass" / "catlass.hpp"
+
+
+def _just_before_the_entry(monkeypatch: pytest.MonkeyPatch, change: Callable[[], None]) -> None:
+    """`change()` once, after the plan read its files and before its entry is written: the
+    moment a file deleted, or a folder swapped, while plan runs falls in."""
+    from optrace.cli import result_cache
+
+    real = result_cache.store
+    done: list[bool] = []
+
+    def store(*args: object, **kwargs: object) -> bool:
+        if not done:
+            done.append(True)
+            change()
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(result_cache, "store", store)
+
+
+def test_a_header_deleted_after_it_was_read_keeps_no_entry(
+        tmp_path: Path, runs: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deleted while plan ran: the entry would list it as absent, beside the plan made with
+    it, and the next plan (the header gone) would take that plan."""
+    op, header = _with_outside_header(tmp_path)
+    _settle()
+    _just_before_the_entry(monkeypatch, header.unlink)
+    first = cli("plan", str(op))
+    assert first[0] == 0 and "sdk/include/catlass/catlass.hpp" in first[1], first  # found when read
+    again = cli("plan", str(op))
+    assert len(runs) == 2, "no entry was kept: planned again"
+    assert again == cli("plan", str(op), "--no-cache") and again != first
+
+
+def test_a_folder_above_a_header_swapped_after_it_was_read_keeps_no_entry(
+        tmp_path: Path, runs: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The folder above the include folder swapped for another whose header (older than
+    the run: its times say nothing) includes one more file: the path's bytes and place at
+    the entry's writing are the new header's, the plan the old one's."""
+    op, header = _with_outside_header(tmp_path)
+    sdk = header.parent.parent.parent
+    other = tmp_path / "sdk.new" / "include" / "catlass"
+    other.mkdir(parents=True)
+    (other / "catlass.hpp").write_text(
+        '#pragma once\n#include "detail/more.hpp"\nnamespace catlass { int x; }\n')
+
+    def swap() -> None:
+        sdk.rename(tmp_path / "sdk.old")
+        (tmp_path / "sdk.new").rename(sdk)
+
+    _settle()
+    _just_before_the_entry(monkeypatch, swap)
+    first = cli("plan", str(op))
+    assert first[0] == 0, first
+    again = cli("plan", str(op))
+    assert len(runs) == 2, "no entry was kept: planned again"
+    assert again == cli("plan", str(op), "--no-cache") and again != first

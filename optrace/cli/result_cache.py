@@ -53,7 +53,7 @@ from optrace.engine.diagnostics import InputError
 from optrace.engine.discovery import default_repo_root, may_be_one_operator, repo_index, resolve_operator_dir
 from optrace.engine.journal import state_dir
 from optrace.pipeline.gate_result import cann_toolchain
-from optrace.runtime.regular import read_regular, user_config_path
+from optrace.runtime.regular import Identity, identity_of, noting_identities, read_regular, user_config_path
 from optrace.runtime.usercache import digest, read_entry, write_entry
 
 _MARKERS = (".git", "optrace.toml", "pyproject.toml")
@@ -75,6 +75,9 @@ class Recording:
     dirs: set[str] = field(default_factory=set)
     noted: probes.Noted = field(default_factory=probes.Noted)
     started_ns: int = field(default_factory=time.time_ns)
+    # What each file read through runtime/regular.py was when it was read (the rest are
+    # judged by their times alone): `store` keeps nothing for one that is another since.
+    identities: dict[str, Identity] = field(default_factory=dict)
 
 
 _local = threading.local()
@@ -130,8 +133,9 @@ def recording() -> Iterator[Recording]:
     rec = Recording()
     _local.recording = rec
     try:
-        with probes.noting() as noted:
+        with probes.noting() as noted, noting_identities() as identities:
             rec.noted = noted
+            rec.identities = identities
             yield rec
     finally:
         _local.recording = None
@@ -452,7 +456,7 @@ def store(kind: str, fmt: str, found: Lookup, rec: Recording, payload: object,
         if tail.endswith(".pyc") and os.path.basename(head) == "__pycache__":
             # A module imported from its bytecode: what it says is its source's.
             path = os.path.join(os.path.dirname(head), tail.split(".", 1)[0] + ".py")
-        if os.path.join(path, "").startswith(own) or path in files:
+        if os.path.join(path, "").startswith(own) or path in files or rec.noted.in_scratch(path):
             continue
         if path in covered:
             try:
@@ -461,16 +465,23 @@ def store(kind: str, fmt: str, found: Lookup, rec: Recording, payload: object,
             except OSError:
                 return False  # gone since
             continue
+        then = rec.identities.get(path)  # None: not read (an open that found nothing), or not by us
         try:
             st = os.stat(path)
+        except OSError:
+            if then is not None:
+                return False  # read, and gone since: its entry would say absent beside its result
+        else:
             # ctime too: a file replaced with its old mtime kept (cp -p, tar x) has a new one.
             if max(st.st_mtime_ns, st.st_ctime_ns) >= rec.started_ns - _MODIFIED_SLACK_NS:
                 return False
-        except OSError:
-            pass
+            if then is not None and then != identity_of(st):
+                return False  # another file at the path since it was read (a folder above it swapped)
         files[path] = _file_digest(path)
     every = rec.dirs | {os.fspath(d) for d in listed}
     for path in every:
+        if rec.noted.in_scratch(path):
+            continue
         try:
             st = os.stat(path)
         except OSError:
@@ -478,13 +489,14 @@ def store(kind: str, fmt: str, found: Lookup, rec: Recording, payload: object,
         if max(st.st_mtime_ns, st.st_ctime_ns) >= rec.started_ns - _MODIFIED_SLACK_NS:
             return False  # a name added or removed while the command ran: maybe listed before
     dirs = {path: _listing_digest(path) for path in sorted(every)
-            if not os.path.join(path, "").startswith(own) and os.path.basename(path) != "__pycache__"}
+            if not os.path.join(path, "").startswith(own) and os.path.basename(path) != "__pycache__"
+            and not rec.noted.in_scratch(path)}
     # Where each file read and each path decided by leads; one changed since the command
     # began (a link made, a candidate created) may have been looked at before the change.
     looked: dict[str, str] = {}
     real_dirs: dict[str, str] = {}
     for path in sorted(rec.noted.looked | files.keys()):
-        if os.path.join(path, "").startswith(own):
+        if os.path.join(path, "").startswith(own) or rec.noted.in_scratch(path):
             continue
         try:
             if os.lstat(path).st_ctime_ns >= rec.started_ns - _MODIFIED_SLACK_NS:
