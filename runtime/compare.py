@@ -268,6 +268,17 @@ class LabelChange:
         return _negated(self.p99_interval)
 
 
+#: A run's warnings compare repeats in its notes; report prints them all.
+_WARNINGS_SHOWN = 5
+
+
+def _first_warnings(warnings: list[str]) -> list[str]:
+    """A run's first warnings, and how many more there are (its report prints them all)."""
+    more = len(warnings) - _WARNINGS_SHOWN
+    return warnings[:_WARNINGS_SHOWN] + ([f"... and {more} more warnings (optrace report lists them)"]
+                                         if more > 0 else [])
+
+
 def _minus(change: float | None) -> float | None:
     """The gain from a change: 0.0 - x, not -x, so that no change reads 0.0 and not -0.0
     (the sign a slowdown has, in the text and in the JSON)."""
@@ -464,7 +475,7 @@ def compare(
         verdict=verdict,
         fail_on_regression=fail_on_regression,
         regressions=[c.label for c in changes if c.regression],
-        notes=notes + before.warnings[:5] + after.warnings[:5],
+        notes=notes + _first_warnings(before.warnings) + _first_warnings(after.warnings),
     )
 
 

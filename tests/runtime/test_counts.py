@@ -136,3 +136,35 @@ def test_a_core_whose_records_were_all_dropped_has_no_spans(tmp_path: Path) -> N
     with_spans = {(e["pid"], e["tid"]) for e in events
                   if e.get("ph") == "X" and e.get("cat") != "optrace.launch"}
     assert len(with_spans) == 3
+
+
+def test_a_trace_says_what_collect_skipped_as_its_rank_files_do(tmp_path: Path) -> None:
+    # The rank files warn of their dropped records core by core; the trace collected from
+    # them names them too (its rank table's skipped records), in report's text, JSON and
+    # page, and in compare's notes: the figures of both leave them out.
+    run = tmp_path / "run"
+    run.mkdir()
+    for launch in range(2):
+        start = 1_000_000 + launch * 100_000
+        for rank, words, cores in ((0, 4, [0]), (1, 128, [0, 1, 2])):
+            data = new_buffer(3, words)
+            for core in cores:
+                _core_program(data[core], start)
+            _save(data, rank, run, start, launch=launch)
+    _point_map(run)
+    assert any("records dropped" in w for w in json.loads(invoke("report", run, "--format", "json").output)
+               ["warnings"])
+    for output in ("t.json", "t.pftrace"):
+        assert invoke("collect", run, "-o", tmp_path / output).exit_code == 1  # records skipped
+        trace = tmp_path / output
+        warnings = json.loads(invoke("report", trace, "--format", "json").output)["warnings"]
+        assert [w for w in warnings if "records were skipped when it was collected" in w] == [
+            f"{trace}: 8 records were skipped when it was collected (dropped when a core's slot was full, "
+            "or with unknown ids or an unmatched E; rank000.pt: 4, rank000_launch1.pt: 4): the figures "
+            "leave them out"], warnings
+        assert "records were skipped" in invoke("report", trace).output
+        page = tmp_path / "r.html"
+        assert invoke("report", trace, "--html", page).exit_code == 0
+        assert "warnings (see the text report)" in page.read_text(encoding="utf-8")
+        notes = json.loads(invoke("compare", run, trace, "--format", "json").output)["notes"]
+        assert any("records were skipped when it was collected" in n for n in notes), notes
