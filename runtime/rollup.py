@@ -179,6 +179,23 @@ class Rows:
         self.spans += int(table.ts.size)
         return base
 
+    def add_spanless(self, name: str) -> bool:
+        """A row after the chunk's last: a core's track that holds no span, only its drop
+        marker (inspect lists it with its drops; its rank and core are the run's). True
+        when the core is new to its rank: a track of the trace no span row counted (a
+        chunk holds a rank's every launch, so its cores with spans are in by now)."""
+        self.rows += 1
+        if self.named:
+            self._names.append(("", (name,)))
+        core = sys.intern(name.split(" / ", 1)[1]) if " / " in name else ""
+        rank = rank_of_track(name)
+        held = self.cores.get(rank)
+        if held is not None and core in held:
+            return False
+        every = frozenset({core} if held is None else held | {core})
+        self.cores[rank] = self._core_sets.setdefault(every, every)
+        return True
+
     @property
     def names(self) -> list[str]:
         """The rows' names in order (``named``)."""
@@ -400,7 +417,10 @@ class InspectRollup:
     def __init__(self) -> None:
         self.rows = Rows()
         self._columns: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self._spanless: list[int] = []  # per chunk, its rows with a drop marker and no span
+        self._chunk_rows: frozenset[str] = frozenset()
         self.drops: dict[str, int] = {}
+        self.spanless_tracks = 0  # the trace's tracks that hold a drop marker and no span
 
     def add(self, table: SpanTable, instants: Iterable[tuple[str, float, int]] = ()) -> None:
         """``instants``: the chunk's drop markers, (trace track, µs, records dropped)."""
@@ -414,16 +434,27 @@ class InspectRollup:
         np.maximum.at(last, track, table.ts + table.dur)
         busy = np.bincount(track, weights=np.where(table.depth == 0, table.dur, 0.0), minlength=n)
         self._columns.append((per_track, first, last, busy))
+        self._spanless.append(0)
+        self._chunk_rows = frozenset(table.tracks)
         for track_name, at, count in instants:
-            key = table.row_at(track_name, at)
-            self.drops[key] = self.drops.get(key, 0) + count
+            self.add_drop(table.row_at(track_name, at), count)
+
+    def add_drop(self, key: str, count: int) -> None:
+        """A drop marker of the chunk added last, on row `key`: a row of its own after the
+        chunk's where the core holds no span there (every record of it dropped)."""
+        if key not in self.drops and key not in self._chunk_rows and self._spanless:
+            self._spanless[-1] += 1
+            self.spanless_tracks += self.rows.add_spanless(key)
+        self.drops[key] = self.drops.get(key, 0) + count
 
     @property
     def found(self) -> Iterator[InspectRow]:
         """The rows in order (columns held, a row's object made as it is shown)."""
         names = iter(self.rows.names)
-        for per_track, first, last, busy in self._columns:
+        for (per_track, first, last, busy), spanless in zip(self._columns, self._spanless, strict=True):
             for spans, a, b, c in zip(per_track.tolist(), first.tolist(), last.tolist(), busy.tolist(),
                                       strict=True):
                 yield InspectRow(next(names), spans, a if spans else None, b if spans else None,
                                  c if spans else 0.0)
+            for _ in range(spanless):
+                yield InspectRow(next(names), 0, None, None, 0.0)

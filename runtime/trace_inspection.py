@@ -151,7 +151,7 @@ def _add_drops(path: Path, rows: InspectRollup, table: SpanTable, events: Iterab
                 at = event.get("ts")
                 if isinstance(at, int | float) and not isinstance(at, bool):
                     key = table.row_at(key, float(at))
-                rows.drops[key] = rows.drops.get(key, 0) + count
+                rows.add_drop(key, count)
 
 
 def _inspected(path: Path) -> tuple[InspectRollup, Closing]:
@@ -182,7 +182,7 @@ def _summary(path: Path, found: InspectRollup, closing: Closing, tracks: list[di
         "clock_mhz": sorted({r["clock_mhz"] for r in ranks if isinstance(r.get("clock_mhz"), int | float)}),
         # The trace's own tracks (a rank's cores: ranks x cores); "tracks" lists rows, a
         # core's spans of one launch each.
-        "trace_tracks": closing.trace_tracks,
+        "trace_tracks": closing.trace_tracks + found.spanless_tracks,
         "tracks": tracks,
         "rows": found.rows.rows,
         "spans": counts.spans,
