@@ -1131,7 +1131,10 @@ def _rank_spans(path: Path, point_map: Path | None, clock_mhz: float | None,
                 closing: Closing) -> tuple[list[str], Iterator[_RankSpans]]:
     """The point map's labels, and each decodable rank file's spans, in file order; the
     run's settings, warnings and processes gathered into ``closing`` as they go."""
-    files = list_rank_files(path)
+    # Rank by rank, each rank's launches in order: the rows in a trace's order (a process
+    # a rank, its launches on its tracks), so a page that draws the first rows draws the
+    # same ones from the directory as from the trace collected from it.
+    files = sorted(list_rank_files(path), key=lambda item: (item[0].rank, item[0].run_key))
     pmap = load_point_map(resolve_point_map(path, point_map))
     several_runs = len({n.run_key for n, _ in files}) > 1
 

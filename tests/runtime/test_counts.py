@@ -178,3 +178,22 @@ def test_a_trace_says_what_collect_skipped_as_its_rank_files_do(tmp_path: Path) 
         assert "warnings (see the text report)" in page.read_text(encoding="utf-8")
         notes = json.loads(invoke("compare", run, trace, "--format", "json").output)["notes"]
         assert any("records were skipped when it was collected" in n for n in notes), notes
+
+
+def test_a_page_draws_the_same_first_rows_from_the_directory_as_from_its_trace(tmp_path: Path) -> None:
+    # 2 ranks x 6 launches x 12 cores: more rows than a page draws. A directory's rows
+    # come rank by rank, each rank's launches in order, as a trace's processes hold them.
+    demo = tmp_path / "demo"
+    write_demo(demo, ranks=2, launches=6, aic=4, seed=3)
+    trace = tmp_path / "t.json"
+    assert invoke("collect", demo, "-o", trace).exit_code == 0
+
+    def drawn(source: Path) -> list[str]:
+        page = tmp_path / "page.html"
+        assert invoke("report", source, "--html", page).exit_code == 0
+        rows = re.findall(r"<title>(Rank [^,<]*? / [^,<]*?)(?:,|</title>)", page.read_text(encoding="utf-8"))
+        return list(dict.fromkeys(rows))
+
+    from_directory = drawn(demo)
+    assert len(from_directory) == 96 and from_directory[-1].startswith("Rank 1 (launch 1) / ")
+    assert from_directory == drawn(trace)
