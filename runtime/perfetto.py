@@ -287,9 +287,15 @@ def _groups(key: np.ndarray) -> list[tuple[int, np.ndarray]]:
     """(key, rows) for each distinct small key, rows in increasing order."""
     if key.size == 0:
         return []
+    lo, hi = int(key.min()), int(key.max())
+    if lo == hi:
+        return [(lo, np.arange(key.size))]
+    if hi - lo < 16:
+        # A few values (the timestamps' lengths): a comparison each, not np.bincount, whose
+        # count of a few values (the same counters again and again) is several times slower.
+        found = [(k, np.flatnonzero(key == k)) for k in range(lo, hi + 1)]
+        return [(k, rows) for k, rows in found if rows.size]
     present = np.flatnonzero(np.bincount(key)).tolist()
-    if len(present) == 1:
-        return [(present[0], np.arange(key.size))]
     return [(k, np.flatnonzero(key == k)) for k in present]
 
 
