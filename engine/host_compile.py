@@ -31,7 +31,7 @@ from clang import cindex
 
 from optrace.engine.discovery import CPP_EXTS, walk_files
 from optrace.engine.includes import scan_includes
-from optrace.engine.probes import scratch_folder, spelled_absolute
+from optrace.engine.probes import inside_folder, scratch_folder, spelled_absolute
 from optrace.engine.source import NotRegularFile, read_regular
 
 
@@ -348,11 +348,13 @@ def host_compile(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[
             return out
         compile_tus(index, files, args, host_args, out, only_lines, kernel_dirs,
                     {**virtual, **(contents or {})})
-        # The stand-ins are optrace's, in a folder of this run: no input.
-        inside_fake = os.path.join(os.fspath(fake), "")
-        # (The folder itself too: an include that names no file, `#include ""`, is it.)
-        out.read = {p for p in out.read if not os.path.join(p, "").startswith(inside_fake)}
-        out.looked = {p for p in out.looked if not os.path.join(p, "").startswith(inside_fake)}
+        # The stand-ins are optrace's, in a folder of this run: no input (the folder itself
+        # too: an include that names no file, `#include ""`, is it). A path spelt through
+        # it and out (`<stand-ins>/../x.h`, libclang's search of `../x.h` in it) is a file
+        # of its parent: an input, kept by the spelling that still leads to it when the
+        # folder is gone.
+        out.read = _outside_of(out.read, os.fspath(fake))
+        out.looked = _outside_of(out.looked, os.fspath(fake))
     return out
 
 
@@ -436,6 +438,20 @@ def compile_tus(index: cindex.Index, files: list[Path], args: list[str], host_ar
             if err not in seen[where]:
                 seen[where].add(err)
                 out.errors[where].append(err)
+
+
+def _outside_of(paths: set[str], folder: str) -> set[str]:
+    """`paths` but those inside `folder` (a real folder optrace made), each spelt through
+    `folder` made normal."""
+    prefix = os.path.join(folder, "")
+    kept = set()
+    for path in paths:
+        if os.path.join(path, "").startswith(prefix):
+            if inside_folder(path, folder):
+                continue
+            path = os.path.normpath(path)
+        kept.add(path)
+    return kept
 
 
 def _irregular_include(path: Path, include_dirs: Sequence[Path],

@@ -39,9 +39,15 @@ class Noted:
     scratch: set[str] = field(default_factory=set)
 
     def in_scratch(self, path: str) -> bool:
-        """Whether `path` is one of `scratch` or inside one."""
-        inside = os.path.join(path, "")
-        return any(inside.startswith(os.path.join(folder, "")) for folder in self.scratch)
+        """Whether `path` is one of `scratch` or inside one: by its normal form, as a
+        scratch folder is a real one (`scratch/../x` is `x`, outside it)."""
+        return any(inside_folder(path, folder) for folder in self.scratch)
+
+
+def inside_folder(path: str, folder: str) -> bool:
+    """Whether `path` is `folder` or lies inside it, `..` taken as the system takes it in a
+    folder of real directories (no link on the way: a folder optrace made)."""
+    return os.path.join(os.path.normpath(path), "").startswith(os.path.join(os.path.normpath(folder), ""))
 
 
 def looked_at(path: str | os.PathLike[str]) -> None:

@@ -152,12 +152,17 @@ def identity_of(st: os.stat_result) -> Identity:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _note_read(st: os.stat_result, path: str | Path) -> None:
-    if _read is not None:
-        _read.setdefault((st.st_dev, st.st_ino), os.fsdecode(path))
+def _note_opened(st: os.stat_result, path: str | Path) -> None:
+    """What the file opened at `path` is, for `noting_identities`: noted before it is
+    refused (too large, not regular) too — its refusal is a result as much as its bytes."""
     found: dict[str, Identity] | None = getattr(_identities, "found", None)
     if found is not None:
         found.setdefault(spelled_absolute(os.fsdecode(path)), identity_of(st))
+
+
+def _note_read(st: os.stat_result, path: str | Path) -> None:
+    if _read is not None:
+        _read.setdefault((st.st_dev, st.st_ino), os.fsdecode(path))
 
 
 def track_files_read(on: bool) -> None:
@@ -277,6 +282,7 @@ def open_regular(path: str | Path, kind: str, *, bound: int | None = None) -> Bi
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
         st = os.fstat(fd)
+        _note_opened(st, path)
         if not stat.S_ISREG(st.st_mode):
             raise NotRegularFile(path, _what(st.st_mode))
         most = limit(kind) if bound is None else bound
@@ -300,6 +306,7 @@ def read_regular(path: str | Path, kind: str = "source", *, bound: int | None = 
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
         st = os.fstat(fd)
+        _note_opened(st, path)
         if not stat.S_ISREG(st.st_mode):
             raise NotRegularFile(path, _what(st.st_mode))
         if st.st_size > most:
@@ -457,6 +464,7 @@ def map_maybe_gzip(path: str | Path, kind: str) -> bytes | mmap.mmap:
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
         st = os.fstat(fd)
+        _note_opened(st, path)
         if not stat.S_ISREG(st.st_mode):
             raise NotRegularFile(path, _what(st.st_mode))
         most = limit(kind)

@@ -308,3 +308,36 @@ def test_a_folder_above_a_header_swapped_after_it_was_read_keeps_no_entry(
     again = cli("plan", str(op))
     assert len(runs) == 2, "no entry was kept: planned again"
     assert again == cli("plan", str(op), "--no-cache") and again != first
+
+
+def test_a_header_refused_then_deleted_keeps_no_entry(
+        tmp_path: Path, runs: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A header plan opened and refused (a FIFO: OT011 "cannot read") is as much an input
+    as one it read: deleted before the entry was written, the entry said it was absent
+    beside the plan that warned of it."""
+    op, header = _with_outside_header(tmp_path)
+    header.unlink()
+    os.mkfifo(header)
+    _settle()
+    _just_before_the_entry(monkeypatch, header.unlink)
+    first = cli("plan", str(op))
+    assert first[0] == 0 and "OT011" in first[2], first
+    again = cli("plan", str(op))
+    assert len(runs) == 2, "no entry was kept: planned again"
+    assert again == cli("plan", str(op), "--no-cache") and again != first
+
+
+def test_a_path_out_of_the_compile_checks_stand_ins_is_an_input() -> None:
+    """libclang searches `../x.h` in the stand-ins' folder too (`-isystem`, last): what it
+    finds through the folder's `..` is a real file of its parent, an input spelt as it still
+    leads once the folder is gone; what lies inside the folder is none."""
+    from optrace.engine.host_compile import _outside_of
+    from optrace.engine.probes import Noted
+
+    stub = "/tmp/optrace-stub-abcd1234"
+    found = {stub, f"{stub}/acl/acl.h", f"{stub}/deep/../acl.h", f"{stub}/../vendor.h",
+             f"{stub}x/other.h", "/repo/kernel.h"}
+    assert _outside_of(found, stub) == {"/tmp/vendor.h", f"{stub}x/other.h", "/repo/kernel.h"}
+    noted = Noted(scratch={stub})
+    assert noted.in_scratch(stub) and noted.in_scratch(f"{stub}/deep/../acl.h")
+    assert not noted.in_scratch(f"{stub}/../vendor.h") and not noted.in_scratch(f"{stub}x/other.h")
