@@ -814,8 +814,12 @@ def summary_lines(result: CollectResult) -> list[str]:
     per_rank = set(launches.values())
     each = (f", {per_rank.pop()} launches each" if len(per_rank) == 1 and max(launches.values()) > 1
             else f", {len(decoded)} launches in all" if len(decoded) > len(launches) else "")
+    # The readers count the ranks that hold spans: say how many where some hold none (every
+    # record of theirs dropped), so the two counts are told apart.
+    spanned = len({o.name.rank for o in result.outcomes if o.span_slots})
+    ranks = f"{len(launches)} ranks" + (f" ({spanned} with spans)" if spanned != len(launches) else "")
     lines = [
-        f"wrote {wrote}: {len(launches)} ranks{each}, {cores} cores with spans, "
+        f"wrote {wrote}: {ranks}{each}, {cores} cores with spans, "
         f"{spans} spans ({unused} unused core slots)"
     ] if result.written else []
     if result.written:

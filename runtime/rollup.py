@@ -155,6 +155,7 @@ class Rows:
         self._core_sets: dict[frozenset[str], frozenset[str]] = {}
         self.launches: dict[str, int] = {}
         self.spans = 0
+        self._spanless_tracks: set[tuple[str, str]] = set()  # a drop marker's alone
 
     def add(self, table: SpanTable) -> int:
         """Count the chunk's rows; returns the first one's place among all rows."""
@@ -181,19 +182,19 @@ class Rows:
 
     def add_spanless(self, name: str) -> bool:
         """A row after the chunk's last: a core's track that holds no span, only its drop
-        marker (inspect lists it with its drops; its rank and core are the run's). True
-        when the core is new to its rank: a track of the trace no span row counted (a
-        chunk holds a rank's every launch, so its cores with spans are in by now)."""
+        marker (inspect lists it with its drops). Ranks and cores stay those with spans,
+        as every reader counts them. True when the core's track is one no row counted
+        yet (a chunk holds a rank's every launch, so its cores with spans are in by now):
+        a track of the trace all the same."""
         self.rows += 1
         if self.named:
             self._names.append(("", (name,)))
-        core = sys.intern(name.split(" / ", 1)[1]) if " / " in name else ""
+        core = name.split(" / ", 1)[1] if " / " in name else ""
         rank = rank_of_track(name)
         held = self.cores.get(rank)
-        if held is not None and core in held:
+        if (held is not None and core in held) or (rank, core) in self._spanless_tracks:
             return False
-        every = frozenset({core} if held is None else held | {core})
-        self.cores[rank] = self._core_sets.setdefault(every, every)
+        self._spanless_tracks.add((rank, core))
         return True
 
     @property

@@ -131,21 +131,24 @@ def test_a_core_whose_records_were_all_dropped_has_no_spans(tmp_path: Path) -> N
     for output in ("t.json", "t.pftrace"):
         collected = invoke("collect", run, "-o", tmp_path / output)
         shown = collected.output
-        assert ": 2 ranks, 2 launches each, 3 cores with spans, 12 spans" in shown, shown
+        assert ": 2 ranks (1 with spans), 2 launches each, 3 cores with spans, 12 spans" in shown, shown
     events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
     with_spans = {(e["pid"], e["tid"]) for e in events
                   if e.get("ph") == "X" and e.get("cat") != "optrace.launch"}
     assert len(with_spans) == 3
     # inspect lists the core's rows (one a launch) with their drops: the rows add up to
-    # the total, and its rank and its track are the run's.
+    # the total, and its track is one of the trace's; ranks and cores are those with spans,
+    # as report counts them.
     for output in ("t.json", "t.pftrace"):
         found = json.loads(invoke("inspect", tmp_path / output, "--format", "json").output)
         alone = [t for t in found["tracks"] if t["spans"] == 0]
         assert [t["track"].split(" / ")[1] for t in alone] == ["AIC 0", "AIC 0"] and all(
             t["dropped"] == 4 for t in alone), alone
         assert sum(t["dropped"] for t in found["tracks"]) == found["dropped"] == 8
-        assert (found["ranks"], found["cores"], found["trace_tracks"]) == (2, 4, 4)
+        assert (found["ranks"], found["cores"], found["trace_tracks"]) == (1, 3, 4)
         assert "4 tracks" in invoke("inspect", tmp_path / output).output
+        assert invoke("report", tmp_path / output).output.startswith(
+            f"report for {tmp_path / output}: 1 ranks × 2 launches · 3 cores · 12 spans")
 
 
 def test_a_trace_says_what_collect_skipped_as_its_rank_files_do(tmp_path: Path) -> None:
