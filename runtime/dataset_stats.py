@@ -56,18 +56,25 @@ SELECT count(DISTINCT rank), count(DISTINCT (tag, launch)), count(DISTINCT (rank
 FROM per_row"""
 
 # Spans whose label names a parent label (label_paths: child -> parent) that lie inside
-# no span of it on their row, on rows that ran the parent (labelpaths.outside_parent: the
-# parent span starting last at or before the child must end at or after it — an ASOF join).
-# A span whose own parent span has that label lies inside it (the decoder nests spans
-# properly, and rounding to ns keeps them nested): only the others are searched, a few
-# where the names and the nesting agree. (A label nested in itself, P > P > child, is the
-# one case the trace's search reads otherwise.)
+# no span of it on their row, on rows that ran the parent (labelpaths.outside_parent: of
+# the parent's spans started at or before the child, the latest end must be at or after
+# the child's — a running maximum of the ends by start, then an ASOF join; a label nested
+# in itself, P > P > child, has its child inside the first P). A span whose own parent span
+# has that label lies inside it (the decoder nests spans properly, and rounding to ns keeps
+# them nested): only the others are searched, a few where the names and the nesting agree.
 _KEY = "rank, coalesce(tag, '') AS tag, launch, core_type, core"
+_KEY_NAMES = "rank, tag, launch, core_type, core"
 _SAME = " AND ".join(f"k.{c} = q.{c}" for c in ("rank", "tag", "launch", "core_type", "core", "parent"))
 _OUTSIDE = f"""\
-WITH parents AS (
+WITH parent_spans AS (
     SELECT {_KEY}, label AS parent, start_ns, end_ns FROM spans
     WHERE label IN (SELECT parent FROM label_paths)),
+parents AS (
+    SELECT {_KEY_NAMES}, parent, start_ns, max(reach) AS end_ns FROM (
+        SELECT *, max(end_ns) OVER (PARTITION BY {_KEY_NAMES}, parent ORDER BY start_ns
+                                    ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS reach
+        FROM parent_spans)
+    GROUP BY {_KEY_NAMES}, parent, start_ns),
 ran AS (
     SELECT DISTINCT rank, tag, launch, core_type, core, parent FROM parents),
 kids AS (

@@ -161,19 +161,14 @@ def _inside(theirs: np.ndarray, children: np.ndarray, track: np.ndarray, start: 
     return mine, inside
 
 
-#: Where times are floats (µs read from a trace), a parent whose end is within this of a
-#: child's still holds it: ts + dur of two spans ending on one cycle differ in their last
-#: bits (2469.24 + 19.54 against 2469.5 + 19.28), as spans._NEST_EPS has it for nesting.
-_FLOAT_SLACK = 1e-9
-
-
 def _ends_by(parent_end: np.ndarray, child_end: np.ndarray) -> np.ndarray:
     """Whether each parent's end is at or after its child's: exactly for integer times
-    (cycles), within rounding for float ones (a few units in the last place, at least
-    `_FLOAT_SLACK`)."""
+    (cycles); for float ones (µs read from a trace, whose times are whole ns) on the ns
+    they stand for — ts + dur of two spans ending on one cycle differ in their last bits
+    (2469.24 + 19.54 against 2469.5 + 19.28), and a slack wider than a ns would hide a
+    child a ns outside at large times."""
     if parent_end.dtype.kind == "f" or child_end.dtype.kind == "f":
-        slack = np.maximum(_FLOAT_SLACK, 4 * np.spacing(np.abs(child_end.astype(np.float64))))
-        found: np.ndarray = parent_end >= child_end - slack
+        found: np.ndarray = np.rint(parent_end * 1000.0) >= np.rint(child_end * 1000.0)
         return found
     return np.asarray(parent_end >= child_end)
 
