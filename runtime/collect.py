@@ -497,6 +497,8 @@ def collect(
             "point_map_fingerprint": point_map.fingerprint,
             "ranks": [ranks_meta[p] for p in written],
             "alignment": placed.alignment_metadata(written, options.rank_offsets_us),
+            # --cores: the trace holds fewer cores than its rank table's counts are of
+            **({"cores_filtered": True} if options.cores is not None else {}),
         }
 
     def names(positions: Iterable[int]) -> bytes:

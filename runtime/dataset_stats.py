@@ -15,6 +15,7 @@ same data (tests/runtime/test_dataset_stats.py):
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +23,10 @@ import numpy as np
 
 from .compare import LaunchTimes, MeasuredRun
 from .labelpaths import disagreement, label_parents
-from .query import connect, run_settings
+from .query import connect, kv_metadata, run_settings
 from .report import Report
 from .rollup import LabelStats
-from .spans import PROCESSING, RunCounts
+from .spans import PROCESSING, RunCounts, skipped_warnings
 
 _ROW = "rank, tag, launch, core_type, core"
 
@@ -110,7 +111,7 @@ def dataset_report(directory: Path, top: int = 10) -> Report:
         rows = connection.execute(_LABELS).fetchall()
         ranks, launches, cores, tracks, spans = connection.execute(_COUNTS).fetchall()[0]
         labels = [row[0] for row in rows]
-        warnings = _outside_parent(connection, labels)
+        warnings = _outside_parent(connection, labels) + _skipped(connection, directory)
     finally:
         connection.close()
     totals = {row[0]: row[2] / 1e3 for row in rows}
@@ -148,6 +149,17 @@ def _outside_parent(connection: Any, labels: list[str]) -> list[str]:
     return [f"{disagreement(child, parent)} ({count} spans)" for child, parent, count in found]
 
 
+def _skipped(connection: Any, directory: Path) -> list[str]:
+    """What collect skipped of the rank files the dataset's parts hold (their rank table
+    entries' skipped records), worded as a trace's reader words it."""
+    entries: list[Any] = []
+    for text in kv_metadata(connection, directory, "optrace_ranks"):
+        listed = json.loads(text)
+        if isinstance(listed, list):
+            entries.extend(listed)  # each checked where it is read (spans.rank_entries)
+    return skipped_warnings(directory, {"ranks": entries})
+
+
 def dataset_run(directory: Path) -> MeasuredRun:
     """``compare``'s view of a dataset: its launch times and the settings its files record."""
     connection = connect(directory)
@@ -155,6 +167,7 @@ def dataset_run(directory: Path) -> MeasuredRun:
         per_launch = connection.execute(_LAUNCHES).fetchall()
         order = connection.execute(_LAUNCH_ORDER).fetchall()
         settings = run_settings(connection, directory)
+        warnings = _skipped(connection, directory)
     finally:
         connection.close()
     launches = [(tag, launch) for tag, launch, _, _, _ in order]
@@ -165,4 +178,4 @@ def dataset_run(directory: Path) -> MeasuredRun:
     for tag, launch, label, ns in per_launch:
         values[where[(tag, launch)], column[label]] = ns / 1e3
     times = LaunchTimes(labels, values, np.ones(len(labels), dtype=bool), [int(r[3]) for r in order])
-    return MeasuredRun(str(directory), settings, [], times)
+    return MeasuredRun(str(directory), settings, warnings, times)

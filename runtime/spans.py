@@ -616,10 +616,10 @@ def _trace_table(path: Path, events: JsonEvents, part: bool = False, nested: boo
 def _json_warnings(path: Path, other: dict[str, Any]) -> list[str]:
     if other.get("format") != TRACE_FORMAT:
         return [f"{path}: not written by optrace collect: runtime settings unknown"]
-    return _skipped_warnings(path, other)
+    return skipped_warnings(path, other)
 
 
-def _skipped_warnings(path: Path, meta: dict[str, Any]) -> list[str]:
+def skipped_warnings(path: Path, meta: dict[str, Any]) -> list[str]:
     """What the rank table says collect left out of the trace (each rank file's
     `skipped_records`): the figures read from it miss those records, as those read from
     the rank files do, which warn of them core by core. One line for the whole trace: a
@@ -631,8 +631,11 @@ def _skipped_warnings(path: Path, meta: dict[str, Any]) -> list[str]:
     total = sum(n for _, n in skipped)
     where = ", ".join(f"{name}: {n}" for name, n in skipped[:3]) + (
         f" and {len(skipped) - 3} more" if len(skipped) > 3 else "")
+    of_every = (" — counted over every core of the rank files, of which `--cores` kept fewer"
+                if meta.get("cores_filtered") is True else "")
     return [f"{path}: {total} records were skipped when it was collected (dropped when a core's slot "
-            f"was full, or with unknown ids or an unmatched E; {where}): the figures leave them out"]
+            f"was full, or with unknown ids or an unmatched E; {where}{of_every}): the figures leave them "
+            "out"]
 
 
 def _json_settings(path: Path, other: dict[str, Any]) -> tuple[RunSettings, dict[Any, str]]:
@@ -657,7 +660,7 @@ def _perfetto_warnings(path: Path, found: perfetto_read.PerfettoSpans) -> list[s
     if found.unclosed:
         warnings.append(f"{path}: {found.unclosed} slice begins without their end (left out)")
     if meta.get("format") == "optrace-perfetto":
-        warnings += _skipped_warnings(path, meta)
+        warnings += skipped_warnings(path, meta)
     return warnings
 
 

@@ -181,6 +181,28 @@ def test_a_trace_says_what_collect_skipped_as_its_rank_files_do(tmp_path: Path) 
         assert "warnings (see the text report)" in page.read_text(encoding="utf-8")
         notes = json.loads(invoke("compare", run, trace, "--format", "json").output)["notes"]
         assert any("records were skipped when it was collected" in n for n in notes), notes
+    # A dataset says so too (its parts' rank table entries), in report and compare, where
+    # the rank that dropped records holds spans (one that holds none has no part to say
+    # it); a trace of fewer cores (--cores) says its count is of every core.
+    some = tmp_path / "some"
+    some.mkdir()
+    for launch in range(2):
+        start = 1_000_000 + launch * 100_000
+        for rank, words in ((0, 8), (1, 128)):  # 8 words: the fingerprint and 2 records
+            data = new_buffer(3, words)
+            for core in range(3):
+                _core_program(data[core], start)
+            _save(data, rank, some, start, launch=launch)
+    _point_map(some)
+    assert invoke("collect", some, "-o", tmp_path / "ds", "--format", "parquet").exit_code == 1
+    said = json.loads(invoke("report", tmp_path / "ds", "--format", "json").output)["warnings"]
+    assert any("records were skipped when it was collected" in w for w in said), said
+    notes = json.loads(invoke("compare", some, tmp_path / "ds", "--format", "json").output)["notes"]
+    assert any("records were skipped when it was collected" in n for n in notes), notes
+    assert invoke("collect", run, "-o", tmp_path / "aiv.json", "--cores", "aiv").exit_code == 1
+    said = json.loads(invoke("report", tmp_path / "aiv.json", "--format", "json").output)["warnings"]
+    assert any("counted over every core of the rank files, of which `--cores` kept fewer" in w
+               for w in said), said
 
 
 def test_a_page_draws_the_same_first_rows_from_the_directory_as_from_its_trace(tmp_path: Path) -> None:
