@@ -608,3 +608,31 @@ def test_what_libclang_reads_in_its_child_is_an_input(repo: Path, runs: list[Pat
     assert len(runs) == 2, "taken from the cache"
     assert after == _check(repo, "--no-cache") and after != first
     assert after[0] == 1 and "OT420" in after[1]  # the inserted points no longer compile
+
+
+@pytest.mark.parametrize("when", ["found later", "changed"])
+def test_a_header_libclang_finds_through_the_stand_ins_folder_is_an_input(
+        repo: Path, tmp_path: Path, runs: list[Path], monkeypatch: pytest.MonkeyPatch, when: str) -> None:
+    """`#include "../vendor.h"` found in no folder of the operator: libclang looks in the
+    compile check's stand-in folder last, and through its `..` in the temporary folder
+    above it. A header that comes to be there, or changes there, is the check's input (a
+    second review's finds: the cached report said the inserted code compiled)."""
+    import tempfile
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    kernel = repo / KERNEL
+    kernel.write_text('#include "../vendor_shared.h"\n' + kernel.read_text())  # a line of the kernel's own
+    shared = scratch / "vendor_shared.h"
+    if when == "changed":
+        shared.write_text("#pragma once\n")
+    time.sleep(0.05)
+    first = _check(repo)
+    assert first[0] == 0, first
+    assert _check(repo) == first and len(runs) == 1, "a hit"
+    shared.write_text("#pragma once\n#define MoeTracing(...) no_such_function_anywhere(0)\n")
+    time.sleep(0.05)
+    after = _check(repo)
+    assert len(runs) == 2, "taken from the cache"
+    assert after == _check(repo, "--no-cache") and after[0] == 1 and "OT420" in after[1], after
