@@ -245,6 +245,8 @@ def _write(duckdb: ModuleType, output: Path, placed: Placement, outcomes: list[R
                     # The clock each launch's cycles were read with: launch -> MHz.
                     "optrace_clock_mhz": json.dumps({str(e["launch"]): e["clock_mhz"] for e in entries}),
                     "optrace_alignment": json.dumps(alignment, sort_keys=True, default=str),
+                    # --cores: the part holds fewer cores than its rank table's counts are of
+                    **({"optrace_cores_filtered": "true"} if options.cores is not None else {}),
                 }
                 folder = into / f"{PARTITION}={rank}"
                 folder.mkdir()

@@ -15,7 +15,6 @@ same data (tests/runtime/test_dataset_stats.py):
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ import numpy as np
 
 from .compare import LaunchTimes, MeasuredRun
 from .labelpaths import disagreement, label_parents
-from .query import connect, kv_metadata, run_settings
+from .query import connect, cores_filtered, rank_table, run_settings
 from .report import Report
 from .rollup import LabelStats
 from .spans import PROCESSING, RunCounts, skipped_warnings
@@ -152,12 +151,10 @@ def _outside_parent(connection: Any, labels: list[str]) -> list[str]:
 def _skipped(connection: Any, directory: Path) -> list[str]:
     """What collect skipped of the rank files the dataset's parts hold (their rank table
     entries' skipped records), worded as a trace's reader words it."""
-    entries: list[Any] = []
-    for text in kv_metadata(connection, directory, "optrace_ranks"):
-        listed = json.loads(text)
-        if isinstance(listed, list):
-            entries.extend(listed)  # each checked where it is read (spans.rank_entries)
-    return skipped_warnings(directory, {"ranks": entries})
+    meta: dict[str, Any] = {"ranks": rank_table(connection, directory)}
+    if cores_filtered(connection, directory):
+        meta["cores_filtered"] = True
+    return skipped_warnings(directory, meta)
 
 
 def dataset_run(directory: Path) -> MeasuredRun:

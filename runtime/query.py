@@ -27,7 +27,7 @@ from .dataset_layout import MARKER, PART_NAME, PARTITION, SCHEMA_VERSION, is_dat
 from .errors import ProfilingInputError
 from .launches import launch_name
 from .regular import load_json
-from .spans import RunSettings, SpanTable, with_launch
+from .spans import RunSettings, SpanTable, checked_clock, rank_entries, with_launch
 
 #: DuckDB's memory (its buffer manager; hash tables and sorts past it spill to disk):
 #: ``OPTRACE_DUCKDB_MEMORY`` overrides it (DuckDB's spelling: 2GB, 500MB).
@@ -164,15 +164,35 @@ def kv_metadata(connection: Any, directory: Path, key: str) -> list[str]:
     return [row[0] for row in rows]
 
 
+def rank_table(connection: Any, directory: Path) -> list[dict[str, Any]]:
+    """The rank table entries the dataset's parts record (`optrace_ranks`), checked as a
+    trace's are (spans.rank_entries): a part's metadata is data; what is not a JSON list
+    of such objects is refused (exit 2), naming the dataset."""
+    entries: list[Any] = []
+    for text in kv_metadata(connection, directory, "optrace_ranks"):
+        try:
+            listed = json.loads(text)
+        except (ValueError, RecursionError):
+            raise ProfilingInputError(directory, "a part's optrace_ranks metadata is not JSON") from None
+        if not isinstance(listed, list):
+            raise ProfilingInputError(directory, "a part's optrace_ranks metadata is not a list")
+        entries.extend(listed)
+    return rank_entries(directory, {"ranks": entries})
+
+
+def cores_filtered(connection: Any, directory: Path) -> bool:
+    """Whether the dataset was collected with `--cores` (its parts say so)."""
+    return any(text == "true" for text in kv_metadata(connection, directory, "optrace_cores_filtered"))
+
+
 def run_settings(connection: Any, directory: Path) -> RunSettings:
     """The clock and barrier setting each launch was recorded with (its rank table entry)."""
     settings = RunSettings()
-    for text in kv_metadata(connection, directory, "optrace_ranks"):
-        for entry in json.loads(text):
-            if entry.get("clock_mhz") is not None:
-                settings.clock_mhz.add(float(entry["clock_mhz"]))
-            barrier = entry.get("barrier")
-            settings.barrier.add(barrier if isinstance(barrier, bool) else None)
+    for entry in rank_table(connection, directory):
+        if entry.get("clock_mhz") is not None:
+            settings.clock_mhz.add(checked_clock(directory, entry["clock_mhz"]))
+        barrier = entry.get("barrier")
+        settings.barrier.add(barrier if isinstance(barrier, bool) else None)
     return settings
 
 

@@ -361,7 +361,7 @@ def _whole_events(document: dict[str, Any]) -> JsonEvents:
     return JsonEvents({k: v for k, v in document.items() if k != "traceEvents"}, len(listed), whole=listed)
 
 
-def _clock(path: Path | str, value: object) -> float:
+def checked_clock(path: Path | str, value: object) -> float:
     try:
         return check_number("clock_mhz", value, CLOCK_MHZ)
     except NumberError as exc:
@@ -647,7 +647,7 @@ def _json_settings(path: Path, other: dict[str, Any]) -> tuple[RunSettings, dict
         if rank.get("launch") is not None:
             pid_launch[rank.get("pid")] = _launch_name(rank.get("tag"), rank["launch"])
         if rank.get("clock_mhz") is not None:
-            settings.clock_mhz.add(_clock(path, rank["clock_mhz"]))
+            settings.clock_mhz.add(checked_clock(path, rank["clock_mhz"]))
         settings.barrier.add(rank.get("barrier") if isinstance(rank.get("barrier"), bool) else None)
     return settings, pid_launch
 
@@ -674,7 +674,7 @@ def _perfetto_settings(path: Path, meta: dict[str, Any]) -> tuple[RunSettings, d
             # the rank table has the JSON trace's pid; a process descriptor has it plus one
             pid_launch[rank["pid"] + 1] = _launch_name(rank.get("tag"), rank["launch"])
         if rank.get("clock_mhz") is not None:
-            settings.clock_mhz.add(_clock(path, rank["clock_mhz"]))
+            settings.clock_mhz.add(checked_clock(path, rank["clock_mhz"]))
         settings.barrier.add(rank.get("barrier") if isinstance(rank.get("barrier"), bool) else None)
     return settings, pid_launch
 
