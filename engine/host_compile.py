@@ -304,8 +304,15 @@ def host_compile(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[
     # files written there: a real operator has a hundred absent headers, and writing each
     # (a folder, a file) was a tenth of `check`.
     with contextlib.ExitStack() as stack:
-        fake = stub_dir if stub_dir is not None else Path(
+        scratch = stub_dir if stub_dir is not None else Path(
             stack.enter_context(tempfile.TemporaryDirectory(prefix="optrace-stub-")))
+        # libclang searches this folder last for what the operator's folders do not hold,
+        # `../x.h` and `__has_include("../x.h")` too: the folder sits _STUB_DEPTH empty
+        # folders deep in the scratch, so no such `..` leads out of it into the temporary
+        # folder (where anyone may put a header, and which moves with TMPDIR) — what the
+        # check finds there is the same on every run and no input.
+        fake = scratch.joinpath(*(["d"] * _STUB_DEPTH))
+        fake.mkdir(parents=True, exist_ok=True)
         virtual: dict[Path, bytes] = {fake / name: _STD_SHIM.encode() for name in _STD_SHIMS}
         virtual[fake / "vector"] = _VECTOR_SHIM.encode()
         virtual[fake / "initializer_list"] = _INIT_LIST_SHIM.encode()
@@ -320,13 +327,7 @@ def host_compile(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[
                 if d.target.startswith("/"):
                     continue
                 if ".." in d.target:
-                    # No stand-in; libclang, not finding it in the operator's folders, looks
-                    # in this folder last, and through its `..` out of it: a header that
-                    # comes to be there is found (an input whose absence the report rests on).
-                    beyond = os.path.normpath(os.path.join(fake, d.target))
-                    if not inside_folder(beyond, os.fspath(fake)):
-                        out.looked.add(beyond)
-                    continue
+                    continue  # no stand-in: looked for in the empty folders above `fake`
                 target = fake / d.target
                 # A stand-in for every other include: the folder comes after every folder
                 # of the operator in the search order (`-I` last, `-isystem`), so libclang
@@ -361,8 +362,8 @@ def host_compile(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[
         # it and out (`<stand-ins>/../x.h`, libclang's search of `../x.h` in it) is a file
         # of its parent: an input, kept by the spelling that still leads to it when the
         # folder is gone.
-        out.read = _outside_of(out.read, os.fspath(fake))
-        out.looked = _outside_of(out.looked, os.fspath(fake))
+        out.read = _outside_of(out.read, os.fspath(scratch))
+        out.looked = _outside_of(out.looked, os.fspath(scratch))
     return out
 
 
@@ -446,6 +447,11 @@ def compile_tus(index: cindex.Index, files: list[Path], args: list[str], host_ar
             if err not in seen[where]:
                 seen[where].add(err)
                 out.errors[where].append(err)
+
+
+#: Empty folders between the scratch folder and the stand-ins' own: more than any `..`
+#: chain an include spells (a kernel's deepest climbs a few levels).
+_STUB_DEPTH = 32
 
 
 def _outside_of(paths: set[str], folder: str) -> set[str]:
