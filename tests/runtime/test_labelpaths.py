@@ -243,3 +243,24 @@ def test_a_child_a_nanosecond_outside_its_parent_at_large_times_is_outside() -> 
     start = np.array([base + 0.005, base + 0.100])
     end = np.array([base + 0.100, base + 0.101])
     assert outside_parent(LABELS, label, track, start, end) == [("processing combine", "processing", 1)]
+
+
+def test_collect_and_every_reader_judge_a_clock_past_a_gigahertz_on_the_same_ns(tmp_path: Path) -> None:
+    """At 1500 MHz a cycle is 2/3 ns: `processing compute` over cycles [100, 101] after
+    `processing` [5, 100] ends on the ns its parent ends on (67). collect judged cycles,
+    the readers the trace's ns: collect noted it outside, report did not (a third review's
+    find). Now every one judges the ns."""
+    directory = tmp_path / "prof"
+    data = new_buffer(2, 64)
+    pb, pe = RT_LABELS["processing"]
+    cb, ce = RT_LABELS["processing compute"]
+    for slot in range(2):
+        writer = SlotWriter(data[slot], 1000, fingerprint=None)
+        for kind, at in ((pb, 1005), (pe, 1100), (cb, 1100), (ce, 1101)):
+            writer.record(kind, at)
+    save_profiling_data(data, 0, directory, aic_cores=2, barrier=True, clock_mhz=1500.0)
+    write_point_map(directory, fingerprint=None)
+    collected = invoke("collect", directory, "-o", tmp_path / "t.json")
+    assert collected.exit_code == 0 and "label path" not in collected.output, collected.output
+    for source in (directory, tmp_path / "t.json"):
+        assert "label path" not in invoke("report", source).output
