@@ -31,7 +31,7 @@ from clang import cindex
 
 from optrace.engine.discovery import CPP_EXTS, walk_files
 from optrace.engine.includes import scan_includes
-from optrace.engine.probes import inside_folder, scratch_folder, spelled_absolute
+from optrace.engine.probes import identity_of, inside_folder, scratch_folder, spelled_absolute
 from optrace.engine.source import NotRegularFile, read_regular
 
 
@@ -82,6 +82,9 @@ class HostCompile:
     # include graph leaves alone), every include candidate looked for (`probes`).
     read: set[str] = field(default_factory=set)
     looked: set[str] = field(default_factory=set)
+    # What each file read was just after libclang read it (device, inode, size, times):
+    # a file swapped while the check runs keeps no cache entry, as in the parent.
+    identities: dict[str, tuple[int, int, int, int, int]] = field(default_factory=dict)
 
 
 class _OfTheMachine(str):
@@ -174,6 +177,8 @@ class PendingCompile:
                 merged.skipped.extend(one.skipped)
                 merged.read |= one.read
                 merged.looked |= one.looked
+                for name, identity in one.identities.items():
+                    merged.identities.setdefault(name, identity)
             else:
                 merged.skipped.append((path, one))
                 merged.out_of_time |= isinstance(one, _OfTheMachine)
@@ -364,6 +369,11 @@ def host_compile(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[
         # folder is gone.
         out.read = _outside_of(out.read, os.fspath(scratch))
         out.looked = _outside_of(out.looked, os.fspath(scratch))
+        for name in out.read:
+            try:
+                out.identities[name] = identity_of(os.stat(name))
+            except OSError:
+                pass  # gone since libclang read it: the parent finds it gone too
     return out
 
 

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from optrace.runtime.regular import identity_of as identity_of
 from optrace.runtime.regular import spelled_absolute as spelled_absolute
 
 _local = threading.local()
@@ -37,6 +38,8 @@ class Noted:
     # Folders the command made for itself and removes (the compile check's stand-in
     # headers): nothing in them is an input, and removing them opens them (rmtree).
     scratch: set[str] = field(default_factory=set)
+    # What files read elsewhere were when read there (`read_elsewhere`).
+    identities: dict[str, tuple[int, int, int, int, int]] = field(default_factory=dict)
 
     def in_scratch(self, path: str) -> bool:
         """Whether `path` is one of `scratch` or inside one: by its normal form, as a
@@ -58,11 +61,16 @@ def looked_at(path: str | os.PathLike[str]) -> None:
         noted.looked.add(spelled_absolute(os.fspath(path)))
 
 
-def read_elsewhere(path: str | os.PathLike[str]) -> None:
-    """Say that the result rests on `path`'s bytes, read by another process."""
+def read_elsewhere(path: str | os.PathLike[str],
+                   identity: tuple[int, int, int, int, int] | None = None) -> None:
+    """Say that the result rests on `path`'s bytes, read by another process; `identity`:
+    what the file was when that process read it (runtime/regular.py's `identity_of`)."""
     noted: Noted | None = getattr(_local, "noted", None)
     if noted is not None:
-        noted.read.add(spelled_absolute(os.fspath(path)))
+        spelled = spelled_absolute(os.fspath(path))
+        noted.read.add(spelled)
+        if identity is not None:
+            noted.identities.setdefault(spelled, identity)
 
 
 def scratch_folder(path: str | os.PathLike[str]) -> None:

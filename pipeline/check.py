@@ -407,7 +407,7 @@ class CompileCheck:
             report.cacheable = False
         # What libclang read and looked for in its child is what the findings rest on.
         for name in result.read:
-            read_elsewhere(name)
+            read_elsewhere(name, result.identities.get(name))
         for name in result.looked:
             looked_at(name)
         for path, reason in result.skipped:

@@ -641,3 +641,39 @@ def test_a_header_beside_the_stand_ins_folder_is_never_found(
     time.sleep(0.05)
     assert _check(repo, "--no-cache") == first
     assert _check(repo) == first
+
+
+def test_a_header_only_libclang_read_swapped_while_the_check_ran_keeps_no_entry(
+        repo: Path, tmp_path: Path, runs: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A header outside the repository reached by `../` from the kernel: the include graph
+    leaves it alone, libclang reads it in the compile check's child. Its folder swapped,
+    after that read and before the entry is written, for one of older files whose header
+    breaks the inserted code: the entry would pair the new bytes with the old report (a
+    third review's find). What the child read is noted as it was then, as the parent's
+    own reads are."""
+    outside, other = tmp_path / "ext", tmp_path / "ext2"
+    outside.mkdir()
+    other.mkdir()
+    (outside / "v.h").write_text("#pragma once\n")
+    (other / "v.h").write_text("#pragma once\n#define MoeTracing(...) no_such_function_anywhere(0)\n")
+    kernel = repo / KERNEL
+    climb = "../" * (len(Path(KERNEL).parent.parts) + 1)  # up to the folder above the repository
+    kernel.write_text(f'#include "{climb}ext/v.h"\n' + kernel.read_text())
+    time.sleep(0.05)
+    counted = check_module.check_operator
+    swapped: list[bool] = []
+
+    def then_swapped(*args: Any, **kwargs: Any) -> Any:
+        report = counted(*args, **kwargs)
+        if not swapped:
+            swapped.append(True)
+            outside.rename(tmp_path / "ext.old")
+            other.rename(outside)
+        return report
+
+    monkeypatch.setattr(check_module, "check_operator", then_swapped)
+    first = _check(repo)
+    assert first[0] == 0, first
+    again = _check(repo)
+    assert len(runs) == 2, "no entry was kept: checked again"
+    assert again == _check(repo, "--no-cache") and again[0] == 1 and "OT420" in again[1], again

@@ -465,7 +465,8 @@ def store(kind: str, fmt: str, found: Lookup, rec: Recording, payload: object,
             except OSError:
                 return False  # gone since
             continue
-        then = rec.identities.get(path)  # None: not read (an open that found nothing), or not by us
+        # None: not read (an open that found nothing), or not through the bounded reader
+        then = rec.identities.get(path) or rec.noted.identities.get(path)
         try:
             st = os.stat(path)
         except OSError:
