@@ -90,6 +90,21 @@ def _save(data: np.ndarray, rank: int, directory: Path, start: int, **where: Any
                         **where)
 
 
+def _two_launches(run: Path, ranks: tuple[tuple[int, int, list[int]], ...]) -> Path:
+    """A profiling directory of two launches: per (rank, words a slot, cores that record)
+    each core runs `_core_program` (slots of few words drop what does not fit)."""
+    run.mkdir()
+    for launch in range(2):
+        start = 1_000_000 + launch * 100_000
+        for rank, words, cores in ranks:
+            data = new_buffer(3, words)
+            for core in cores:
+                _core_program(data[core], start)
+            _save(data, rank, run, start, launch=launch)
+    _point_map(run)
+    return run
+
+
 def test_tagged_launches_are_a_rank_s_launches_not_more_ranks(tmp_path: Path) -> None:
     # Two ranks, each with launches of two tags: 2 ranks of 6 launches, in collect's
     # summary as in the trace it wrote and in what the readers count of it.
@@ -118,16 +133,7 @@ def test_a_core_whose_records_were_all_dropped_has_no_spans(tmp_path: Path) -> N
     # Rank 0's one core has slots of 4 words: room for its fingerprint record alone, every
     # record after it dropped. Its track holds the drop marker and no span: collect counts
     # 3 cores with spans (rank 1's), as many as the trace holds spans on.
-    run = tmp_path / "run"
-    run.mkdir()
-    for launch in range(2):
-        start = 1_000_000 + launch * 100_000
-        for rank, words, cores in ((0, 4, [0]), (1, 128, [0, 1, 2])):
-            data = new_buffer(3, words)
-            for core in cores:
-                _core_program(data[core], start)
-            _save(data, rank, run, start, launch=launch)
-    _point_map(run)
+    run = _two_launches(tmp_path / "run", ((0, 4, [0]), (1, 128, [0, 1, 2])))
     for output in ("t.json", "t.pftrace"):
         collected = invoke("collect", run, "-o", tmp_path / output)
         shown = collected.output
@@ -155,16 +161,7 @@ def test_a_trace_says_what_collect_skipped_as_its_rank_files_do(tmp_path: Path) 
     # The rank files warn of their dropped records core by core; the trace collected from
     # them names them too (its rank table's skipped records), in report's text, JSON and
     # page, and in compare's notes: the figures of both leave them out.
-    run = tmp_path / "run"
-    run.mkdir()
-    for launch in range(2):
-        start = 1_000_000 + launch * 100_000
-        for rank, words, cores in ((0, 4, [0]), (1, 128, [0, 1, 2])):
-            data = new_buffer(3, words)
-            for core in cores:
-                _core_program(data[core], start)
-            _save(data, rank, run, start, launch=launch)
-    _point_map(run)
+    run = _two_launches(tmp_path / "run", ((0, 4, [0]), (1, 128, [0, 1, 2])))
     assert any("records dropped" in w for w in json.loads(invoke("report", run, "--format", "json").output)
                ["warnings"])
     for output in ("t.json", "t.pftrace"):
@@ -184,16 +181,8 @@ def test_a_trace_says_what_collect_skipped_as_its_rank_files_do(tmp_path: Path) 
     # A dataset says so too (its parts' rank table entries), in report and compare, where
     # the rank that dropped records holds spans (one that holds none has no part to say
     # it); a trace of fewer cores (--cores) says its count is of every core.
-    some = tmp_path / "some"
-    some.mkdir()
-    for launch in range(2):
-        start = 1_000_000 + launch * 100_000
-        for rank, words in ((0, 8), (1, 128)):  # 8 words: the fingerprint and 2 records
-            data = new_buffer(3, words)
-            for core in range(3):
-                _core_program(data[core], start)
-            _save(data, rank, some, start, launch=launch)
-    _point_map(some)
+    # (8 words: the fingerprint and 2 records)
+    some = _two_launches(tmp_path / "some", ((0, 8, [0, 1, 2]), (1, 128, [0, 1, 2])))
     assert invoke("collect", some, "-o", tmp_path / "ds", "--format", "parquet").exit_code == 1
     said = json.loads(invoke("report", tmp_path / "ds", "--format", "json").output)["warnings"]
     assert any("records were skipped when it was collected" in w for w in said), said
