@@ -31,7 +31,7 @@ from clang import cindex
 
 from optrace.engine.discovery import CPP_EXTS, walk_files
 from optrace.engine.includes import scan_includes
-from optrace.engine.probes import identity_of, inside_folder, scratch_folder, spelled_absolute
+from optrace.engine.probes import Identity, identity_of, inside_folder, scratch_folder, spelled_absolute
 from optrace.engine.source import NotRegularFile, read_regular
 
 
@@ -84,7 +84,7 @@ class HostCompile:
     looked: set[str] = field(default_factory=set)
     # What each file read was just after libclang read it (device, inode, size, times):
     # a file swapped while the check runs keeps no cache entry, as in the parent.
-    identities: dict[str, tuple[int, int, int, int, int]] = field(default_factory=dict)
+    identities: dict[str, Identity] = field(default_factory=dict)
 
 
 class _OfTheMachine(str):
@@ -329,10 +329,8 @@ def host_compile(files: list[Path], op_dir: Path, only_lines: Mapping[Path, set[
             except OSError:
                 continue
             for d in scan_includes(data):
-                if d.target.startswith("/"):
-                    continue
-                if ".." in d.target:
-                    continue  # no stand-in: looked for in the empty folders above `fake`
+                if ".." in d.target or d.target.startswith("/"):
+                    continue  # no stand-in (`..`: looked for in the empty folders above `fake`)
                 target = fake / d.target
                 # A stand-in for every other include: the folder comes after every folder
                 # of the operator in the search order (`-I` last, `-isystem`), so libclang

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from optrace.runtime.regular import Identity as Identity
 from optrace.runtime.regular import identity_of as identity_of
 from optrace.runtime.regular import spelled_absolute as spelled_absolute
 
@@ -39,7 +40,7 @@ class Noted:
     # headers): nothing in them is an input, and removing them opens them (rmtree).
     scratch: set[str] = field(default_factory=set)
     # What files read elsewhere were when read there (`read_elsewhere`).
-    identities: dict[str, tuple[int, int, int, int, int]] = field(default_factory=dict)
+    identities: dict[str, Identity] = field(default_factory=dict)
 
     def in_scratch(self, path: str) -> bool:
         """Whether `path` is one of `scratch` or inside one: by its normal form, as a
@@ -62,7 +63,7 @@ def looked_at(path: str | os.PathLike[str]) -> None:
 
 
 def read_elsewhere(path: str | os.PathLike[str],
-                   identity: tuple[int, int, int, int, int] | None = None) -> None:
+                   identity: Identity | None = None) -> None:
     """Say that the result rests on `path`'s bytes, read by another process; `identity`:
     what the file was when that process read it (runtime/regular.py's `identity_of`)."""
     noted: Noted | None = getattr(_local, "noted", None)
