@@ -26,9 +26,10 @@ from .errors import ProfilingInputError, checked_id, checked_name, shown
 from .json_rows import JsonEvents
 from .launches import LAUNCH_CATEGORY, launch_name
 from .numbers import CLOCK_MHZ, RANK, TIME_US, NumberError, check_number
-from .pointmap import load_point_map, resolve_point_map
+from .placement import place_ranks
+from .pointmap import PointMap, load_point_map, resolve_point_map
 from .progress import Progress, reading
-from .rankfile import iter_rank_buffers, list_rank_files
+from .rankfile import RankFileName, iter_rank_buffers, list_rank_files
 from .regular import load_json
 
 PERFETTO_NS_MAX = 1e18
@@ -1137,8 +1138,9 @@ def _rank_spans(path: Path, point_map: Path | None, clock_mhz: float | None,
     # Rank by rank, each rank's launches in order: the rows in a trace's order (a process
     # a rank, its launches on its tracks), so a page that draws the first rows draws the
     # same ones from the directory as from the trace collected from it.
-    files = sorted(list_rank_files(path), key=lambda item: (item[0].rank, item[0].run_key))
+    listed = list_rank_files(path)
     pmap = load_point_map(resolve_point_map(path, point_map))
+    files = _in_trace_order(listed, pmap, clock_mhz)
     several_runs = len({n.run_key for n, _ in files}) > 1
 
     def spans() -> Iterator[_RankSpans]:
@@ -1178,6 +1180,18 @@ def _rank_spans(path: Path, point_map: Path | None, clock_mhz: float | None,
             yield found
 
     return list(pmap.labels), spans()
+
+
+def _in_trace_order(files: list[tuple[RankFileName, Path]], pmap: PointMap,
+                    clock_mhz: float | None) -> list[tuple[RankFileName, Path]]:
+    """A directory's rank files rank by rank, each rank's launches in the order its trace
+    lays them out. Launches of one tag run in their launch order; where a rank has
+    launches of several tags (ops of one step), their cycles interleave them, so the
+    placement collect makes (a second read of those ranks' files) orders them."""
+    files = sorted(files, key=lambda item: (item[0].rank, item[0].run_key))
+    if len({name.tag or "" for name, _ in files}) < 2:
+        return files
+    return place_ranks(files, pmap, DecodeOptions(clock_mhz=clock_mhz), None).files
 
 
 def _cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:

@@ -105,12 +105,11 @@ def _two_launches(run: Path, ranks: tuple[tuple[int, int, list[int]], ...]) -> P
     return run
 
 
-def test_tagged_launches_are_a_rank_s_launches_not_more_ranks(tmp_path: Path) -> None:
-    # Two ranks, each with launches of two tags: 2 ranks of 6 launches, in collect's
-    # summary as in the trace it wrote and in what the readers count of it.
-    run = tmp_path / "run"
+def _tagged(run: Path, launches: int) -> Path:
+    """Two ranks, each running two tagged ops a step: ``moe`` then ``attn`` 50 µs later
+    (cycles at 50 MHz), ``launches`` steps 2 ms apart."""
     run.mkdir()
-    for launch in range(3):
+    for launch in range(launches):
         for rank in range(2):
             for tag, start in (("moe", 1_000_000 + launch * 100_000), ("attn", 1_050_000 + launch * 100_000)):
                 data = new_buffer(3, 128)
@@ -118,6 +117,13 @@ def test_tagged_launches_are_a_rank_s_launches_not_more_ranks(tmp_path: Path) ->
                     _core_program(data[core], start)
                 _save(data, rank, run, start, tag=tag, launch=launch)
     _point_map(run)
+    return run
+
+
+def test_tagged_launches_are_a_rank_s_launches_not_more_ranks(tmp_path: Path) -> None:
+    # Two ranks, each with launches of two tags: 2 ranks of 6 launches, in collect's
+    # summary as in the trace it wrote and in what the readers count of it.
+    run = _tagged(tmp_path / "run", 3)
     for output in ("t.json", "t.pftrace"):
         collected = invoke("collect", run, "-o", tmp_path / output)
         assert collected.exit_code == 0, collected.output
@@ -211,3 +217,23 @@ def test_a_page_draws_the_same_first_rows_from_the_directory_as_from_its_trace(t
     from_directory = drawn(demo)
     assert len(from_directory) == 96 and from_directory[-1].startswith("Rank 1 (launch 1) / ")
     assert from_directory == drawn(trace)
+
+
+def test_a_page_draws_a_directory_s_tagged_launches_in_its_trace_s_order(tmp_path: Path) -> None:
+    # Each rank runs moe then attn a step, 20 steps: 2 x 40 launches x 3 cores, more rows
+    # than a page draws. The trace lays a rank's launches out by time (moe 0, attn 0,
+    # moe 1, ...), not by tag (attn 0..19 before moe 0..19); the directory's rows follow.
+    run = _tagged(tmp_path / "run", 20)
+    trace = tmp_path / "t.json"
+    assert invoke("collect", run, "-o", trace).exit_code == 0
+
+    def drawn(source: Path) -> list[str]:
+        page = tmp_path / "page.html"
+        assert invoke("report", source, "--html", page).exit_code == 0
+        rows = re.findall(r"<title>(Rank [^<]*? / (?:AIC|AIV) \d+)", page.read_text(encoding="utf-8"))
+        return list(dict.fromkeys(rows))
+
+    from_directory = drawn(run)
+    assert from_directory[:4] == ["Rank 0 (moe, launch 0) / AIC 0", "Rank 0 (moe, launch 0) / AIV 0",
+                                  "Rank 0 (moe, launch 0) / AIV 1", "Rank 0 (attn, launch 0) / AIC 0"]
+    assert len(from_directory) == 96 and from_directory == drawn(trace)
