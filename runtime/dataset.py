@@ -233,9 +233,11 @@ def _write(duckdb: ModuleType, output: Path, placed: Placement, outcomes: list[R
                     parts.append(columns)
                     advance(1)
                 rows = sum(int(p["launch"].size) for p in parts)
-                if not rows:
-                    continue
                 written = [p for p in positions if ranks_meta[p] is not None]
+                if not written:  # no file of the rank could be read: collect names them
+                    continue
+                # A rank whose records were all dropped still writes its part, without a
+                # row: its rank table entries are where a reader learns what was skipped.
                 entries = [entry for p in written if (entry := ranks_meta[p]) is not None]
                 alignment = placed.alignment_metadata(written, options.rank_offsets_us)
                 metadata = {

@@ -184,16 +184,24 @@ def test_a_trace_says_what_collect_skipped_as_its_rank_files_do(tmp_path: Path) 
         assert "warnings (see the text report)" in page.read_text(encoding="utf-8")
         notes = json.loads(invoke("compare", run, trace, "--format", "json").output)["notes"]
         assert any("records were skipped when it was collected" in n for n in notes), notes
-    # A dataset says so too (its parts' rank table entries), in report and compare, where
-    # the rank that dropped records holds spans (one that holds none has no part to say
-    # it); a trace of fewer cores (--cores) says its count is of every core.
-    # (8 words: the fingerprint and 2 records)
+    # A dataset says so too (its parts' rank table entries), in report and compare, both
+    # where the rank that dropped records holds spans and where it holds none (its part
+    # has no row, and its entries); a trace of fewer cores (--cores) says its count is of
+    # every core. (8 words: the fingerprint and 2 records)
     some = _two_launches(tmp_path / "some", ((0, 8, [0, 1, 2]), (1, 128, [0, 1, 2])))
-    assert invoke("collect", some, "-o", tmp_path / "ds", "--format", "parquet").exit_code == 1
-    said = json.loads(invoke("report", tmp_path / "ds", "--format", "json").output)["warnings"]
-    assert any("records were skipped when it was collected" in w for w in said), said
-    notes = json.loads(invoke("compare", some, tmp_path / "ds", "--format", "json").output)["notes"]
-    assert any("records were skipped when it was collected" in n for n in notes), notes
+    def skipped(source: Path) -> list[str]:
+        said = json.loads(invoke("report", source, "--format", "json").output)["warnings"]
+        return [w.split(": ", 1)[1] for w in said if "records were skipped when it was collected" in w]
+
+    for source, dataset in ((some, tmp_path / "ds"), (run, tmp_path / "ds-none")):
+        assert invoke("collect", source, "-o", dataset, "--format", "parquet").exit_code == 1
+        assert skipped(dataset), dataset
+        notes = json.loads(invoke("compare", source, dataset, "--format", "json").output)["notes"]
+        assert any("records were skipped when it was collected" in n for n in notes), notes
+    assert skipped(tmp_path / "ds-none") == skipped(tmp_path / "t.json")
+    # The rank without a span is not counted among the ranks, as in the trace.
+    assert invoke("report", tmp_path / "ds-none").output.startswith(
+        f"report for {tmp_path / 'ds-none'}: 1 ranks × 2 launches · 3 cores · 12 spans")
     assert invoke("collect", run, "-o", tmp_path / "aiv.json", "--cores", "aiv").exit_code == 1
     said = json.loads(invoke("report", tmp_path / "aiv.json", "--format", "json").output)["warnings"]
     assert any("counted over every core of the rank files, of which `--cores` kept fewer" in w
