@@ -105,7 +105,7 @@ class RankOutcome(Record):
     """One rank file's contribution to the trace (or why it has none)."""
 
     __match_args__ = ("name", "path", "decoded", "error", "spans_written", "cores_written", "tracks",
-                      "span_slots")
+                      "span_slots", "skipped_kept")
     __slots__ = __match_args__
     name: RankFileName
     path: Path
@@ -115,6 +115,7 @@ class RankOutcome(Record):
     cores_written: int  # decoded.cores is emptied once they are in the trace
     tracks: list[tuple[int, str]]  # (slot, name) of the cores it wrote events on
     span_slots: list[int]  # the slots of those with spans (not a drop marker alone)
+    skipped_kept: int | None  # with --cores: the skipped records of the cores kept
 
     def __init__(
         self,
@@ -126,6 +127,7 @@ class RankOutcome(Record):
         cores_written: int = 0,
         tracks: list[tuple[int, str]] | None = None,
         span_slots: list[int] | None = None,
+        skipped_kept: int | None = None,
     ) -> None:
         self.name = name
         self.path = path
@@ -135,6 +137,7 @@ class RankOutcome(Record):
         self.cores_written = cores_written
         self.tracks = [] if tracks is None else tracks
         self.span_slots = [] if span_slots is None else span_slots
+        self.skipped_kept = skipped_kept
 
 
 class NothingToWrite(Exception):
@@ -775,12 +778,19 @@ def _plan_rank(
     # collect of many ranks holds one rank's spans per process instead of every rank's.
     outcome.cores_written = len(decoded.cores)
     decoded.release_spans()
-    return rendered, rank_entry(outcome, decoded, placed, position)
+    return rendered, rank_entry(outcome, decoded, placed, position, options.cores)
 
 
-def rank_entry(outcome: RankOutcome, decoded: RankDecode, placed: Placement, position: int) -> dict[str, Any]:
-    """A rank file's entry of the trace's rank table (the dataset's metadata too)."""
+def rank_entry(outcome: RankOutcome, decoded: RankDecode, placed: Placement, position: int,
+               cores: CoreFilter | None) -> dict[str, Any]:
+    """A rank file's entry of the trace's rank table (the dataset's metadata too). With
+    ``--cores`` its skipped records are those of the cores kept (what the trace's figures
+    miss), beside those of every core; ``outcome.skipped_kept`` gets the first."""
     name = outcome.name
+    if cores is not None:
+        outcome.skipped_kept = decoded.skipped_on(cores)
+    every = {} if cores is None else {"skipped_records": outcome.skipped_kept,
+                                      "skipped_records_every_core": decoded.skipped_records}
     return {
         "pid": name.rank,
         "rank": name.rank,
@@ -792,6 +802,7 @@ def rank_entry(outcome: RankOutcome, decoded: RankDecode, placed: Placement, pos
         "fingerprint": decoded.fingerprint,
         "legacy": decoded.meta.legacy,
         "skipped_records": decoded.skipped_records,
+        **every,
         **placed.launch_metadata(position),
     }
 
@@ -831,8 +842,12 @@ def summary_lines(result: CollectResult) -> list[str]:
         dropped = sum(d.dropped for d in decoded)
         unknown = sum(sum(d.unknown_ids.values()) for d in decoded)
         unmatched = sum(d.unmatched_e for d in decoded)
+        kept = [o.skipped_kept for o in result.outcomes if o.skipped_kept is not None]
+        # --cores: the trace misses those of its cores alone (its rank table counts them)
+        in_trace = (f" ({sum(kept)} of them on the cores --cores kept)"
+                    if kept and sum(kept) != skipped else "")
         lines.append(
-            f"skipped {skipped} records: {dropped} dropped or overwritten (slot full), "
+            f"skipped {skipped} records{in_trace}: {dropped} dropped or overwritten (slot full), "
             f"{unknown} with unknown ids, {unmatched} unmatched E"
         )
     for outcome in result.outcomes:

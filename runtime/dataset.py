@@ -229,7 +229,7 @@ def _write(duckdb: ModuleType, output: Path, placed: Placement, outcomes: list[R
                     outcome.tracks = _tracks(decoded, columns)
                     outcome.span_slots = [slot for slot, _ in outcome.tracks]  # spans' cores alone
                     decoded.release_spans()
-                    ranks_meta[position] = rank_entry(outcome, decoded, placed, position)
+                    ranks_meta[position] = rank_entry(outcome, decoded, placed, position, options.cores)
                     parts.append(columns)
                     advance(1)
                 rows = sum(int(p["launch"].size) for p in parts)

@@ -27,6 +27,7 @@ normal path):
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -560,6 +561,7 @@ class RankDecode(Record):
     __match_args__ = (
         "path", "meta", "clock_mhz", "base_cycle", "fingerprint", "slots", "cores",
         "unknown_ids", "unmatched_e", "repaired_spans", "backwards", "issues", "notes", "spans",
+        "unread_by_slot",
     )
     __slots__ = __match_args__
     path: str
@@ -576,6 +578,8 @@ class RankDecode(Record):
     issues: list[str]  # "path: message" lines for the user
     notes: list[str]  # informational, not a problem
     spans: RankSpans  # all cores' spans at once
+    # per slot, its records of an unknown id and its unmatched E (None: there are none)
+    unread_by_slot: np.ndarray | None
 
     def __init__(
         self,
@@ -593,6 +597,7 @@ class RankDecode(Record):
         issues: list[str] | None = None,
         notes: list[str] | None = None,
         spans: RankSpans | None = None,
+        unread_by_slot: np.ndarray | None = None,
     ) -> None:
         self.path = path
         self.meta = meta
@@ -608,6 +613,7 @@ class RankDecode(Record):
         self.issues = [] if issues is None else issues
         self.notes = [] if notes is None else notes
         self.spans = RankSpans.empty() if spans is None else spans
+        self.unread_by_slot = unread_by_slot
 
     @property
     def dropped(self) -> int:
@@ -625,6 +631,17 @@ class RankDecode(Record):
     def skipped_records(self) -> int:
         """Records the device wrote that are not in the trace as written."""
         return self.dropped + sum(self.unknown_ids.values()) + self.unmatched_e
+
+    def skipped_on(self, keep: Callable[[str, int], bool]) -> int:
+        """:attr:`skipped_records` of the cores ``keep`` accepts (core type, index): what a
+        trace of those cores alone (``--cores``) leaves out of them."""
+        total = 0
+        for report in self.slots:
+            if keep(report.core_type, report.core_index):
+                total += report.dropped
+                if self.unread_by_slot is not None:
+                    total += int(self.unread_by_slot[report.slot])
+        return total
 
     @property
     def span_count(self) -> int:
@@ -742,12 +759,15 @@ def decode_rank(
     keep = known.copy()
     keep[fingerprint_records] = False
     unknown: Counter[int] = Counter()
+    unknown_by_slot: np.ndarray | None = None
     if not known.all():
         unknown_mask = ~known
         unknown_mask[fingerprint_records] = False
         if unknown_mask.any():
             values, counts = np.unique(point_ids[unknown_mask], return_counts=True)
             unknown.update(dict(zip(values.tolist(), counts.tolist(), strict=True)))
+            record_slot = np.repeat(np.arange(buffer.slots), np.diff(scan.offsets))
+            unknown_by_slot = np.bincount(record_slot[unknown_mask], minlength=buffer.slots)
             verified = fingerprint is not None and point_map.fingerprint is not None
             issues.append(_diagnose_unknown(unknown, verified))
 
@@ -834,8 +854,11 @@ def decode_rank(
                             for t in (spans.start, spans.end))
     for child, parent, _count in outside_parent(point_map.labels, spans.label, spans.slot, start_at, end_at):
         notes.append(disagreement(child, parent))
+    unread_by_slot = unknown_by_slot
     if unmatched_e:
         issues.append(f"{unmatched_e} E records without an open B of the same label (dropped)")
+        per_slot = nesting.unmatched_e.astype(np.int64)
+        unread_by_slot = per_slot if unread_by_slot is None else unread_by_slot + per_slot
     if repaired:
         issues.append(f"{repaired} B records without their E (closed and flagged)")
     if backwards:
@@ -855,6 +878,7 @@ def decode_rank(
         issues=issues,
         notes=notes,
         spans=spans,
+        unread_by_slot=unread_by_slot,
     )
 
 

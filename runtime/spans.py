@@ -625,15 +625,20 @@ def skipped_warnings(path: Path, meta: dict[str, Any]) -> list[str]:
     `skipped_records`): the figures read from it miss those records, as those read from
     the rank files do, which warn of them core by core. One line for the whole trace: a
     cluster's table has tens of thousands of rank files."""
-    skipped = [(str(rank.get("file", rank.get("pid"))), n) for rank in rank_entries(path, meta)
+    entries = rank_entries(path, meta)
+    skipped = [(str(rank.get("file", rank.get("pid"))), n) for rank in entries
                if isinstance(n := rank.get("skipped_records"), int) and not isinstance(n, bool) and n > 0]
     if not skipped:
         return []
     total = sum(n for _, n in skipped)
     where = ", ".join(f"{name}: {n}" for name, n in skipped[:3]) + (
         f" and {len(skipped) - 3} more" if len(skipped) > 3 else "")
+    # With --cores, collect counts them on the cores kept (beside, on every core); a trace
+    # of an earlier version counted every core's, and is worded so.
+    filtered = meta.get("cores_filtered") is True
     of_every = (" — counted over every core of the rank files, of which `--cores` kept fewer"
-                if meta.get("cores_filtered") is True else "")
+                if filtered and not all("skipped_records_every_core" in rank for rank in entries)
+                else " on the cores `--cores` kept" if filtered else "")
     return [f"{path}: {total} records were skipped when it was collected (dropped when a core's slot "
             f"was full, or with unknown ids or an unmatched E; {where}{of_every}): the figures leave them "
             "out"]

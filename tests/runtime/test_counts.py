@@ -202,10 +202,41 @@ def test_a_trace_says_what_collect_skipped_as_its_rank_files_do(tmp_path: Path) 
     # The rank without a span is not counted among the ranks, as in the trace.
     assert invoke("report", tmp_path / "ds-none").output.startswith(
         f"report for {tmp_path / 'ds-none'}: 1 ranks × 2 launches · 3 cores · 12 spans")
-    assert invoke("collect", run, "-o", tmp_path / "aiv.json", "--cores", "aiv").exit_code == 1
-    said = json.loads(invoke("report", tmp_path / "aiv.json", "--format", "json").output)["warnings"]
-    assert any("counted over every core of the rank files, of which `--cores` kept fewer" in w
-               for w in said), said
+
+
+def test_a_trace_of_some_cores_counts_what_was_skipped_on_them(tmp_path: Path) -> None:
+    # Rank 0's AIC 0 drops 4 records a launch; its AIVs record nothing. A trace of the AIVs
+    # alone misses none of theirs: collect says how many of the 8 were on the cores kept,
+    # and report on the trace, as on a dataset of them, warns of none. A trace of the AICs
+    # misses all 8, each reader says so. A trace of an earlier version, whose rank table
+    # counted every core's, is worded so.
+    run = _two_launches(tmp_path / "run", ((0, 4, [0]), (1, 128, [0, 1, 2])))
+
+    def skipped(source: Path) -> list[str]:
+        said = json.loads(invoke("report", source, "--format", "json").output)["warnings"]
+        return [w.split(": ", 1)[1] for w in said if "records were skipped when it was collected" in w]
+
+    for cores, kept in (("aiv", 0), ("aic", 8)):
+        outputs = ((f"{cores}.json", ()), (f"{cores}.pftrace", ()), (f"{cores}-ds", ("--format", "parquet")))
+        for output, extra in outputs:
+            collected = invoke("collect", run, "-o", tmp_path / output, "--cores", cores, *extra)
+            assert collected.exit_code == 1, collected.output  # records skipped in the rank files
+            shown = "skipped 8 records" + (" (0 of them on the cores --cores kept)" if not kept else "") + ":"
+            assert shown in collected.output, collected.output
+            if not kept:
+                assert skipped(tmp_path / output) == [], output
+            else:
+                assert skipped(tmp_path / output) == [
+                    "8 records were skipped when it was collected (dropped when a core's slot was full, or "
+                    "with unknown ids or an unmatched E; rank000.pt: 4, rank000_launch1.pt: 4 on the cores "
+                    "`--cores` kept): the figures leave them out"], output
+    trace = json.loads((tmp_path / "aiv.json").read_text())
+    for entry in trace["otherData"]["ranks"]:
+        entry["skipped_records"] = entry.pop("skipped_records_every_core")
+    (tmp_path / "old.json").write_text(json.dumps(trace))
+    assert [w for w in skipped(tmp_path / "old.json")
+            if "counted over every core of the rank files, of which `--cores` kept fewer" in w], skipped(
+        tmp_path / "old.json")
 
 
 def test_a_page_draws_the_same_first_rows_from_the_directory_as_from_its_trace(tmp_path: Path) -> None:
