@@ -928,13 +928,18 @@ def launch_rows(
     pairs, row = unique_small(unit_track * width + unit_launch)
     pair_track, pair_launch = pairs // width, pairs % width
     processes: dict[Any, int] = {}
-    for key, _, _ in real:
-        processes.setdefault(_hashable(key), len(processes))
-    process = np.array([processes[_hashable(real[k][0])] for k in pair_track.tolist()], dtype=np.int64)
-    first = np.full(len(launch_ids), np.inf)  # each launch's start: rows in time order
-    np.minimum.at(first, s_launch, s_start)
-    np.minimum.at(first, unit_launch, unit_first)
-    ranked = np.lexsort((pair_track, pair_launch, first[pair_launch], process))
+    track_process = np.array([processes.setdefault(_hashable(key), len(processes)) for key, _, _ in real],
+                             dtype=np.int64)
+    process = track_process[pair_track]
+    # Each launch's first start in each process: a rank's rows in its own time order (as
+    # collect laid its launches out), whatever another rank ran first.
+    keyed = np.concatenate([track_process[s_track] * width + s_launch,
+                            track_process[unit_track] * width + unit_launch, process * width + pair_launch])
+    keys, at = np.unique(keyed, return_inverse=True)
+    first = np.full(keys.size, np.inf)
+    np.minimum.at(first, at[:s_track.size], s_start)
+    np.minimum.at(first, at[s_track.size:s_track.size + unit_track.size], unit_first)
+    ranked = np.lexsort((pair_track, pair_launch, first[at[s_track.size + unit_track.size:]], process))
     place = np.empty_like(ranked)
     place[ranked] = np.arange(ranked.size)
     launches = list(launch_ids)
@@ -1234,37 +1239,40 @@ class _LaunchCheck:
     """Whether a trace's tables of a process each name and order their launches as its
     one table would: :func:`launch_rows` names a row's launch where the trace has several
     (a process of one launch cannot tell), and orders a rank's launches by their first
-    start on any rank. Raises perfetto_read.Regroup at the end where they would not."""
+    start in the rank, which a process's table alone knows — but where two start
+    together, by the order its launches are met, which may differ. Raises
+    perfetto_read.Regroup at the end where they would not."""
 
     def __init__(self) -> None:
         self.slices: set[str] = set()
-        # per table with launch slices: several launches named in it?, its launches in row order
-        self.named: list[tuple[bool, list[str]]] = []
-        self.first: dict[str, float] = {}  # each launch's first start on any rank (µs)
+        # per table with launch slices: several launches named in it?, its launches' first
+        # starts in row order
+        self.named: list[tuple[bool, list[float]]] = []
 
     def add(self, table: SpanTable, launches: list[tuple[str, float]]) -> None:
         """``launches``: the process's launch slices, (name, start µs) each."""
         mine = {name for name, _ in launches}
         self.slices |= mine
-        order = list(dict.fromkeys(table.launches[k] for k in table.track_launch.tolist()))
-        if mine:
-            self.named.append((len(mine) > 1, order))
+        if not mine:
+            return
+        first: dict[str, float] = {}  # each launch's first start in this rank (µs)
         for name, start in launches:
-            self.first[name] = min(self.first.get(name, math.inf), start)
+            first[name] = min(first.get(name, math.inf), start)
         if table.ts.size:
             launch = table.track_launch[table.track]
             for k, name in enumerate(table.launches):
                 held = table.ts[launch == k]
                 if held.size:
-                    self.first[name] = min(self.first.get(name, math.inf), float(held.min()))
+                    first[name] = min(first.get(name, math.inf), float(held.min()))
+        order = list(dict.fromkeys(table.launches[k] for k in table.track_launch.tolist()))
+        self.named.append((len(mine) > 1, [first.get(name, math.inf) for name in order]))
 
     def check(self) -> None:
-        for several, order in self.named:
+        for several, starts in self.named:
             if several != (len(self.slices) > 1):
                 raise perfetto_read.Regroup("a rank's launches named apart from the trace's")
-            starts = [self.first.get(name, math.inf) for name in order]
             if any(a >= b for a, b in itertools.pairwise(starts)):
-                raise perfetto_read.Regroup("a rank's launches ordered apart from the trace's")
+                raise perfetto_read.Regroup("a rank's launches starting together")
 
 
 def perfetto_chunks(path: Path, nested: bool = True) -> tuple[Iterator[SpanTable], Closing]:

@@ -276,3 +276,35 @@ def test_a_page_draws_a_directory_s_tagged_launches_in_its_trace_s_order(tmp_pat
     assert from_directory[:4] == ["Rank 0 (moe, launch 0) / AIC 0", "Rank 0 (moe, launch 0) / AIV 0",
                                   "Rank 0 (moe, launch 0) / AIV 1", "Rank 0 (attn, launch 0) / AIC 0"]
     assert len(from_directory) == 96 and from_directory == drawn(trace)
+
+
+def test_each_rank_s_tagged_launches_in_its_own_time_order(tmp_path: Path) -> None:
+    # Rank 0 runs moe alone at each step's start; rank 1 runs attn 10 µs in, then moe 60 µs
+    # in. Rank 1's rows come attn 0, moe 0, attn 1, ... as collect laid them out on its
+    # tracks, though moe starts first on rank 0: in the trace's readers as in the directory's.
+    run = tmp_path / "run"
+    run.mkdir()
+    for launch in range(8):
+        for rank, tag, offset in ((0, "moe", 0), (1, "attn", 10_000), (1, "moe", 60_000)):
+            start = 1_000_000 + launch * 100_000 + offset
+            data = new_buffer(3, 128)
+            for core in range(3):
+                _core_program(data[core], start)
+            _save(data, rank, run, start, tag=tag, launch=launch)
+    _point_map(run)
+    sources: list[Path] = [run]
+    for output in ("t.json", "t.pftrace"):
+        assert invoke("collect", run, "-o", tmp_path / output).exit_code == 0
+        sources.append(tmp_path / output)
+
+    def drawn(source: Path) -> list[str]:
+        page = tmp_path / "page.html"
+        assert invoke("report", source, "--html", page).exit_code == 0
+        rows = re.findall(r"<title>(Rank [^<]*? / (?:AIC|AIV) \d+)", page.read_text(encoding="utf-8"))
+        return list(dict.fromkeys(rows))
+
+    rows = [drawn(source) for source in sources]
+    launches = [row.split(" / ")[0] for row in rows[0] if row.startswith("Rank 1 ")]
+    assert list(dict.fromkeys(launches))[:3] == ["Rank 1 (attn, launch 0)", "Rank 1 (moe, launch 0)",
+                                                 "Rank 1 (attn, launch 1)"]
+    assert len(rows[0]) == 72 and rows[1] == rows[0] and rows[2] == rows[0]
