@@ -50,7 +50,7 @@ from .formats import PERFETTO
 from .formats import output_format as output_format  # the CLI's fast collect checks --format
 from .launches import launch_name
 from .numbers import RANK, RANK_OFFSET_US, check_number
-from .placement import Placement, place_ranks, rank_process_name
+from .placement import KEEP_READ_BYTES, Placement, place_ranks, rank_process_name
 from .pointmap import PointMap, load_point_map, resolve_point_map
 from .rankfile import RankFileName, list_rank_files, read_rank_file
 from .records import FrozenRecord, Record
@@ -371,7 +371,6 @@ def idle_cpus() -> float:
 #: which each file is read once: the placement's first pass reads it in full and keeps it
 #: for the pass that writes it. Above it, a file is read twice so that only one rank is
 #: held at a time.
-KEEP_READ_BYTES = 32 << 20
 
 #: Rank-file bytes below which one process does it all: the work is too small for the
 #: forks and the hand-over between processes to pay.

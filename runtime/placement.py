@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -196,16 +197,23 @@ def _facts(name: RankFileName, path: Path, full: bool, point_map: PointMap, opti
     return FileFacts(True, anchor, float(options.clock_mhz or clock_meta or DEFAULT_CLOCK_MHZ)), whole
 
 
+#: What a placement pass may keep of the files it read in full for the pass after it
+#: (collect's writing, a reader's decoding), so small inputs are read once.
+KEEP_READ_BYTES = 32 << 20
+
+
 def place_ranks(
     files: list[tuple[RankFileName, Path]], point_map: PointMap, decode_options: DecodeOptions,
     spec: AlignSpec | None, merged: Alignment | None = None, keep_bytes: int = 0,
+    advance: Callable[[int], None] | None = None,
 ) -> Placement:
     """Every file's place (see the module's doc). ``merged``: ``--merge``'s placement of
     each file (in the order of ``files``). A file that cannot be read here is left at
     its rank's end; writing reports it. ``keep_bytes``: read files in full here and keep
     them for the writing pass (``Placement.take_buffer``) instead of reading them twice,
     while their records in memory add up to no more than that (a compressed file can
-    hold far more than its size on disk); the files after are read twice."""
+    hold far more than its size on disk); the files after are read twice. ``advance``
+    is told how many files the pass has been through (progress)."""
     if spec is not None and spec.label not in point_map.labels:
         raise AlignmentError(f"--align: {spec.label!r} is not a label of {point_map.path}")
     by_rank: dict[int, list[int]] = {}
@@ -213,7 +221,7 @@ def place_ranks(
         by_rank.setdefault(name.rank, []).append(position)
     first_pass: list[tuple[FileFacts, RankBuffer | None]] = []
     room = keep_bytes
-    for name, path in files:
+    for done, (name, path) in enumerate(files, 1):
         fact, buffer = _facts(name, path, len(by_rank[name.rank]) > 1, point_map, decode_options, spec,
                               room > 0)
         if buffer is not None:
@@ -222,6 +230,8 @@ def place_ranks(
             else:
                 room -= buffer.data.nbytes
         first_pass.append((fact, buffer))
+        if advance is not None:
+            advance(done)
     facts = [fact for fact, _ in first_pass]
     ranks: list[RankLaunches] = []
     for rank in sorted(by_rank):

@@ -12,7 +12,7 @@ import math
 import re
 import sys
 from bisect import bisect_right
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,10 +26,10 @@ from .errors import ProfilingInputError, checked_id, checked_name, shown
 from .json_rows import JsonEvents
 from .launches import LAUNCH_CATEGORY, launch_name
 from .numbers import CLOCK_MHZ, RANK, TIME_US, NumberError, check_number
-from .placement import place_ranks
+from .placement import KEEP_READ_BYTES, place_ranks
 from .pointmap import PointMap, load_point_map, resolve_point_map
 from .progress import Progress, reading
-from .rankfile import RankFileName, iter_rank_buffers, list_rank_files
+from .rankfile import RankBuffer, RankFileName, iter_rank_buffers, list_rank_files
 from .regular import load_json
 
 PERFETTO_NS_MAX = 1e18
@@ -1150,7 +1150,7 @@ def _rank_spans(path: Path, point_map: Path | None, clock_mhz: float | None,
     # same ones from the directory as from the trace collected from it.
     listed = list_rank_files(path)
     pmap = load_point_map(resolve_point_map(path, point_map))
-    files = _in_trace_order(listed, pmap, clock_mhz)
+    files, kept = _in_trace_order(path, listed, pmap, clock_mhz)
     several_runs = len({n.run_key for n, _ in files}) > 1
 
     def spans() -> Iterator[_RankSpans]:
@@ -1162,13 +1162,21 @@ def _rank_spans(path: Path, point_map: Path | None, clock_mhz: float | None,
         if closing.processes == 0:
             raise ProfilingInputError(path, "no rank file could be decoded: " + "; ".join(closing.warnings))
 
+    def loaded() -> Iterator[tuple[RankFileName, Path, RankBuffer | ProfilingInputError]]:
+        for position, (name, file) in enumerate(files):
+            buffer = kept(position)  # read by the placement pass: not read again
+            if buffer is not None:
+                yield name, file, buffer
+            else:
+                yield from iter_rank_buffers([(name, file)])
+
     def ranks(told: Progress) -> Iterator[_RankSpans]:
-        for done, (name, _file, loaded) in enumerate(iter_rank_buffers(files)):
+        for done, (name, _file, loaded_file) in enumerate(loaded()):
             told.update(done, len(files))
             try:
-                if isinstance(loaded, ProfilingInputError):
-                    raise loaded
-                decoded = decode_rank(loaded, pmap, DecodeOptions(clock_mhz=clock_mhz))
+                if isinstance(loaded_file, ProfilingInputError):
+                    raise loaded_file
+                decoded = decode_rank(loaded_file, pmap, DecodeOptions(clock_mhz=clock_mhz))
             except ProfilingInputError as exc:
                 closing.warnings.append(str(exc))
                 continue
@@ -1192,16 +1200,24 @@ def _rank_spans(path: Path, point_map: Path | None, clock_mhz: float | None,
     return list(pmap.labels), spans()
 
 
-def _in_trace_order(files: list[tuple[RankFileName, Path]], pmap: PointMap,
-                    clock_mhz: float | None) -> list[tuple[RankFileName, Path]]:
+def _in_trace_order(
+    path: Path, files: list[tuple[RankFileName, Path]], pmap: PointMap, clock_mhz: float | None,
+) -> tuple[list[tuple[RankFileName, Path]], Callable[[int], RankBuffer | None]]:
     """A directory's rank files rank by rank, each rank's launches in the order its trace
-    lays them out. Launches of one tag run in their launch order; where a rank has
-    launches of several tags (ops of one step), their cycles interleave them, so the
-    placement collect makes (a second read of those ranks' files) orders them."""
+    lays them out, and what the ordering read of each (by position; None: read it).
+    Launches of one tag run in their launch order; where a rank has launches of several
+    tags (ops of one step), their cycles interleave them, so the placement collect makes
+    orders them — reading those ranks' files, kept for decoding as collect keeps them."""
     files = sorted(files, key=lambda item: (item[0].rank, item[0].run_key))
     if len({name.tag or "" for name, _ in files}) < 2:
-        return files
-    return place_ranks(files, pmap, DecodeOptions(clock_mhz=clock_mhz), None).files
+        return files, lambda _position: None
+    told = Progress(f"ordering the launches of {path}")
+    try:
+        placed = place_ranks(files, pmap, DecodeOptions(clock_mhz=clock_mhz), None,
+                             keep_bytes=KEEP_READ_BYTES, advance=lambda done: told.update(done, len(files)))
+    finally:
+        told.close()
+    return placed.files, placed.take_buffer
 
 
 def _cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:

@@ -308,3 +308,24 @@ def test_each_rank_s_tagged_launches_in_its_own_time_order(tmp_path: Path) -> No
     assert list(dict.fromkeys(launches))[:3] == ["Rank 1 (attn, launch 0)", "Rank 1 (moe, launch 0)",
                                                  "Rank 1 (attn, launch 1)"]
     assert len(rows[0]) == 72 and rows[1] == rows[0] and rows[2] == rows[0]
+
+
+def test_report_reads_a_tagged_directory_s_files_once(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # Ordering a rank's tagged launches reads its files (their cycles); those reads are kept
+    # for decoding, as collect keeps them, not made again.
+    import optrace.runtime.placement as placement
+    import optrace.runtime.rankfile as rankfile
+
+    run = _tagged(tmp_path / "run", 4)
+    reads: list[str] = []
+    for module in (placement, rankfile):
+        real = module.read_rank_file
+
+        def counted(path: Path, rank: int, real: Any = real) -> Any:
+            reads.append(Path(path).name)
+            return real(path, rank)
+
+        monkeypatch.setattr(module, "read_rank_file", counted)
+    assert invoke("report", run).exit_code == 0
+    assert len(reads) == 16 and len(set(reads)) == 16, sorted(reads)
