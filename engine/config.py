@@ -139,11 +139,15 @@ def find_config_file(repo_root: Path, op_dir: Path) -> tuple[Path, dict[str, obj
     """`optrace.toml` in the operator dir, then the repo root; else pyproject's table."""
     for base in (op_dir, repo_root):
         candidate = base / "optrace.toml"
+        # Whether it is there decides the config (a cached result rests on that too,
+        # wherever --repo-root is: not always a folder above the operator).
+        looked_at(candidate)
         # Not only regular files: a FIFO or a dangling link there is named (OT001), not
         # silently taken for no config.
         if os.path.lexists(candidate) and not candidate.is_dir():
             return candidate, _load_toml(candidate)
     pyproject = repo_root / "pyproject.toml"
+    looked_at(pyproject)
     if os.path.lexists(pyproject) and not pyproject.is_dir():
         data = _load_toml(pyproject)
         tool = data.get("tool")

@@ -400,3 +400,24 @@ def test_the_index_state_is_taken_once_per_run(repo: Path, runs: list[Path],
     second = cli("plan", *ops, "--format", "json", "--jobs", "1")
     assert len(states) == 2 and len(runs) == 2  # both hits
     assert first == second and first[0] in (0, 1)
+
+
+@pytest.mark.parametrize("command", ["plan", "check"])
+@pytest.mark.parametrize("config", ["optrace.toml", "pyproject.toml"])
+def test_a_config_made_at_a_repo_root_not_above_the_operator_misses(tmp_path: Path, command: str,
+                                                                   config: str) -> None:
+    """An operator copied out of its repository (a build tree's copy), run with
+    `--repo-root` naming the repository: a config made there is the run's config, though
+    no folder the operator's search climbs holds it."""
+    root = tmp_path / "repo"
+    shutil.copytree(FIXTURE, root)
+    (root / "optrace.toml").unlink()  # no config at first
+    op = tmp_path / "build" / "kernels" / "moe_fused_gmm"
+    shutil.copytree(root / OP_REL, op)
+    first = cli(command, str(op), "--repo-root", str(root))
+    assert first == cli(command, str(op), "--repo-root", str(root))
+    broken = "[tool.optrace]\nlabels = [\n" if config == "pyproject.toml" else "labels = [\n"
+    (root / config).write_text(broken)
+    after = cli(command, str(op), "--repo-root", str(root))
+    assert after == cli(command, str(op), "--repo-root", str(root), "--no-cache")
+    assert after != first and "OT002" in after[2], after
