@@ -421,3 +421,23 @@ def test_a_config_made_at_a_repo_root_not_above_the_operator_misses(tmp_path: Pa
     after = cli(command, str(op), "--repo-root", str(root))
     assert after == cli(command, str(op), "--repo-root", str(root), "--no-cache")
     assert after != first and "OT002" in after[2], after
+
+
+@pytest.mark.usefixtures("state_home")  # the user config stays this test's
+@pytest.mark.parametrize("command", ["plan", "check"])
+def test_a_config_larger_than_the_sources_bound_is_hashed_by_its_bytes(repo: Path, command: str) -> None:
+    """The user lowers `[limits] source_bytes` below the repository config's size: the
+    config is still read (under its own bound), so its bytes are an input of the entry —
+    not "unreadable", which stays the same whatever the config says."""
+    user = Path(os.environ["XDG_CONFIG_HOME"]) / "optrace" / "config.toml"
+    user.parent.mkdir(parents=True, exist_ok=True)
+    user.write_text("[limits]\nsource_bytes = 16384\n")  # every source of the fixture is smaller
+    config = repo / "optrace.toml"
+    config.write_text(config.read_text() + "# a comment line that makes the file long\n" * 600)
+    assert config.stat().st_size > 16384
+    first = cli(command, str(repo / OP_REL))
+    assert first == cli(command, str(repo / OP_REL))
+    config.write_text(config.read_text() + "labels = [\n")  # broken
+    after = cli(command, str(repo / OP_REL))
+    assert after == cli(command, str(repo / OP_REL), "--no-cache")
+    assert after != first and "OT002" in after[2], after

@@ -49,11 +49,25 @@ from typing import Any, NamedTuple, TypeVar, cast
 import optrace
 from optrace import __version__
 from optrace.engine import probes
+from optrace.engine.core_config import METADATA_MAX_BYTES
 from optrace.engine.diagnostics import InputError
-from optrace.engine.discovery import default_repo_root, may_be_one_operator, repo_index, resolve_operator_dir
+from optrace.engine.discovery import (
+    SEARCH_LIMIT_BYTES,
+    default_repo_root,
+    may_be_one_operator,
+    repo_index,
+    resolve_operator_dir,
+)
 from optrace.engine.journal import state_dir
 from optrace.pipeline.gate_result import cann_toolchain
-from optrace.runtime.regular import Identity, identity_of, noting_identities, read_regular, user_config_path
+from optrace.runtime.regular import (
+    Identity,
+    identity_of,
+    limit,
+    noting_identities,
+    read_regular,
+    user_config_path,
+)
 from optrace.runtime.usercache import digest, read_entry, write_entry
 
 _MARKERS = (".git", "optrace.toml", "pyproject.toml")
@@ -236,11 +250,20 @@ def _remembered(kind: str, path: str, compute: Callable[[str], _T]) -> _T:
     return cast(_T, memo[key])
 
 
+def _digest_bound() -> int:
+    """The largest bound a file is read under by plan or check: the sources' and the
+    configs' (the user's, each), a searched file's, a compiled kernel's metadata. A file
+    is hashed within it, whichever bound its reader took: one read under a larger bound
+    than the sources' (a config past a lowered `source_bytes`) has bytes the result rests
+    on, not "unreadable"."""
+    return max(limit("source"), limit("config"), SEARCH_LIMIT_BYTES, METADATA_MAX_BYTES)
+
+
 def _read_digest(path: str) -> str | None:
     # The plain SHA-256 of the bytes, as the repository index hashes a file: an entry
     # takes the index's hash of a file it read rather than hashing it again (`store`).
     try:
-        return hashlib.sha256(read_regular(path, "source")).hexdigest()
+        return hashlib.sha256(read_regular(path, bound=_digest_bound())).hexdigest()
     except OSError:
         return None
 
