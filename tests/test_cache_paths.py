@@ -17,6 +17,7 @@ import pytest
 from cache_changes import FIXTURE, OP_REL, cli, counted_calls
 
 import optrace.pipeline.plan as plan_module
+from optrace.cli import result_cache
 
 FIXTURES = FIXTURE.parent
 
@@ -257,8 +258,6 @@ def _with_outside_header(tmp_path: Path) -> tuple[Path, Path]:
 def _just_before_the_entry(monkeypatch: pytest.MonkeyPatch, change: Callable[[], None]) -> None:
     """`change()` once, after the plan read its files and before its entry is written: the
     moment a file deleted, or a folder swapped, while plan runs falls in."""
-    from optrace.cli import result_cache
-
     real = result_cache.store
     done: list[bool] = []
 
@@ -341,3 +340,22 @@ def test_a_path_out_of_the_compile_checks_stand_ins_is_an_input() -> None:
     noted = Noted(scratch={stub})
     assert noted.in_scratch(stub) and noted.in_scratch(f"{stub}/deep/../acl.h")
     assert not noted.in_scratch(f"{stub}/../vendor.h") and not noted.in_scratch(f"{stub}x/other.h")
+
+
+def _stat_at(mtime_ns: int, ctime_ns: int) -> os.stat_result:
+    # mode, ino, dev, nlink, uid, gid, size, three float times, then the ns times
+    return os.stat_result((0o100644, 7, 1, 1, 0, 0, 12, 0, 0, 0, 0.0, 0.0, 0.0, 0, mtime_ns, ctime_ns))
+
+
+def test_a_change_within_a_whole_second_filesystem_s_tick_is_a_change() -> None:
+    """A filesystem that keeps whole seconds (ext3, FAT, some NFS exports) shows a file
+    rewritten 0.5 s after the command started, in the same second, with a time before the
+    start: within that tick it may have been read before the change, and keeps no entry.
+    On a filesystem of finer times a file last changed 0.5 s before the start did not."""
+    second = 1_700_000_000 * 1_000_000_000
+    started = second + 500_000_000
+    assert result_cache._changed_since(_stat_at(second, second), started)
+    assert result_cache._changed_since(_stat_at(second - 1_000_000_000, second), started, ctime_only=True)
+    assert not result_cache._changed_since(_stat_at(second + 1, second + 1), started + 500_000_000)
+    assert result_cache._changed_since(_stat_at(started - 5_000_000, started - 5_000_000), started)
+    assert not result_cache._changed_since(_stat_at(second - 3_000_000_000, second - 3_000_000_000), started)

@@ -58,6 +58,7 @@ from optrace.engine.discovery import (
     repo_index,
     resolve_operator_dir,
 )
+from optrace.engine.index_cache import racy_tick
 from optrace.engine.journal import state_dir
 from optrace.pipeline.gate_result import cann_toolchain
 from optrace.runtime.regular import (
@@ -68,13 +69,19 @@ from optrace.runtime.regular import (
     read_regular,
     user_config_path,
 )
-from optrace.runtime.usercache import digest, read_entry, write_entry
+from optrace.runtime.usercache import digest, read_entry, signature, write_entry
 
 _MARKERS = (".git", "optrace.toml", "pyproject.toml")
-# A file modified this close to (or after) the start of the command may have been read
-# before the change: its entry is not written. Filesystem timestamps are taken from a
-# coarse clock (a few milliseconds behind the real time).
-_MODIFIED_SLACK_NS = 10_000_000
+
+
+def _changed_since(st: os.stat_result, since_ns: int, ctime_only: bool = False) -> bool:
+    """Whether a file (or folder) of this stat may have changed after ``since_ns``: its
+    times at or after that moment less its filesystem's timestamp tick (the repository
+    index's racy tick: 10 ms, filesystem clocks being coarse, and 2 s on one that keeps
+    whole seconds, where a change in the second the command started shows a time before
+    it). Such a file may have been read before the change: no entry is written."""
+    tick = racy_tick(signature(st))
+    return max((st.st_ctime_ns,) if ctime_only else (st.st_mtime_ns, st.st_ctime_ns)) >= since_ns - tick
 
 
 # --- recording what a command reads ------------------------------------------------------------
@@ -483,7 +490,7 @@ def store(kind: str, fmt: str, found: Lookup, rec: Recording, payload: object,
             continue
         if path in covered:
             try:
-                if os.stat(path).st_ctime_ns >= covered_since_ns - _MODIFIED_SLACK_NS:
+                if _changed_since(os.stat(path), covered_since_ns, ctime_only=True):
                     return False  # edited since its hash went into `extra`: maybe read after
             except OSError:
                 return False  # gone since
@@ -497,7 +504,7 @@ def store(kind: str, fmt: str, found: Lookup, rec: Recording, payload: object,
                 return False  # read, and gone since: its entry would say absent beside its result
         else:
             # ctime too: a file replaced with its old mtime kept (cp -p, tar x) has a new one.
-            if max(st.st_mtime_ns, st.st_ctime_ns) >= rec.started_ns - _MODIFIED_SLACK_NS:
+            if _changed_since(st, rec.started_ns):
                 return False
             if then is not None and then != identity_of(st):
                 return False  # another file at the path since it was read (a folder above it swapped)
@@ -510,7 +517,7 @@ def store(kind: str, fmt: str, found: Lookup, rec: Recording, payload: object,
             st = os.stat(path)
         except OSError:
             continue  # a journal directory that is not there: its absence is listed
-        if max(st.st_mtime_ns, st.st_ctime_ns) >= rec.started_ns - _MODIFIED_SLACK_NS:
+        if _changed_since(st, rec.started_ns):
             return False  # a name added or removed while the command ran: maybe listed before
     dirs = {path: _listing_digest(path) for path in sorted(every)
             if not os.path.join(path, "").startswith(own) and os.path.basename(path) != "__pycache__"
@@ -523,7 +530,7 @@ def store(kind: str, fmt: str, found: Lookup, rec: Recording, payload: object,
         if os.path.join(path, "").startswith(own) or rec.noted.in_scratch(path):
             continue
         try:
-            if os.lstat(path).st_ctime_ns >= rec.started_ns - _MODIFIED_SLACK_NS:
+            if _changed_since(os.lstat(path), rec.started_ns, ctime_only=True):
                 return False
         except OSError:
             pass
