@@ -50,6 +50,7 @@ SELECT s.label, count(*) AS spans, sum(s.dur_ns) AS total_ns, avg(s.dur_ns) AS m
 FROM spans s JOIN rows_of r USING (label) LEFT JOIN children c USING (label)
 GROUP BY s.label ORDER BY s.label"""
 
+_LAUNCHES_HELD = "SELECT DISTINCT tag, launch FROM per_row"
 _COUNTS = f"""\
 SELECT count(DISTINCT rank), count(DISTINCT (tag, launch)), count(DISTINCT (rank, core_type, core)),
        count(DISTINCT ({_ROW})), coalesce(sum(spans), 0)
@@ -108,9 +109,16 @@ def dataset_report(directory: Path, top: int = 10) -> Report:
     try:
         connection.execute(_PER_ROW)
         rows = connection.execute(_LABELS).fetchall()
-        ranks, launches, cores, tracks, spans = connection.execute(_COUNTS).fetchall()[0]
+        ranks, _, cores, tracks, spans = connection.execute(_COUNTS).fetchall()[0]
         labels = [row[0] for row in rows]
-        warnings = _outside_parent(connection, labels) + _skipped(connection, directory)
+        entries = rank_table(connection, directory)
+        # The launches are the rank files' (their rank table entries), as a trace's launch
+        # slices and a directory's files count them: one whose every record was dropped
+        # holds no row but is a launch.
+        launched = {(tag or "", launch) for tag, launch in connection.execute(_LAUNCHES_HELD).fetchall()}
+        launched |= {(str(e.get("tag") or ""), e.get("launch") or 0) for e in entries}
+        launches = len(launched)
+        warnings = _outside_parent(connection, labels) + _skipped(connection, directory, entries)
     finally:
         connection.close()
     totals = {row[0]: row[2] / 1e3 for row in rows}
@@ -148,10 +156,10 @@ def _outside_parent(connection: Any, labels: list[str]) -> list[str]:
     return [f"{disagreement(child, parent)} ({count} spans)" for child, parent, count in found]
 
 
-def _skipped(connection: Any, directory: Path) -> list[str]:
+def _skipped(connection: Any, directory: Path, entries: list[dict[str, Any]]) -> list[str]:
     """What collect skipped of the rank files the dataset's parts hold (their rank table
-    entries' skipped records), worded as a trace's reader words it."""
-    meta: dict[str, Any] = {"ranks": rank_table(connection, directory)}
+    ``entries``' skipped records), worded as a trace's reader words it."""
+    meta: dict[str, Any] = {"ranks": entries}
     if cores_filtered(connection, directory):
         meta["cores_filtered"] = True
     return skipped_warnings(directory, meta)
@@ -164,7 +172,7 @@ def dataset_run(directory: Path) -> MeasuredRun:
         per_launch = connection.execute(_LAUNCHES).fetchall()
         order = connection.execute(_LAUNCH_ORDER).fetchall()
         settings = run_settings(connection, directory)
-        warnings = _skipped(connection, directory)
+        warnings = _skipped(connection, directory, rank_table(connection, directory))
     finally:
         connection.close()
     launches = [(tag, launch) for tag, launch, _, _, _ in order]

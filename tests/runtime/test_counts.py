@@ -329,3 +329,26 @@ def test_report_reads_a_tagged_directory_s_files_once(tmp_path: Path,
         monkeypatch.setattr(module, "read_rank_file", counted)
     assert invoke("report", run).exit_code == 0
     assert len(reads) == 16 and len(set(reads)) == 16, sorted(reads)
+
+
+def test_a_launch_whose_records_were_all_dropped_is_counted_by_every_reader(tmp_path: Path) -> None:
+    # Launch 1 of both ranks: slots of 4 words, room for the fingerprint alone. The
+    # directory, the traces and the dataset each count 3 launches (the dataset's rows hold
+    # 2 of them; its rank table, all 3).
+    run = tmp_path / "run"
+    run.mkdir()
+    for launch in range(3):
+        start = 1_000_000 + launch * 100_000
+        for rank in range(2):
+            data = new_buffer(3, 4 if launch == 1 else 128)
+            for core in range(1 if launch == 1 else 3):
+                _core_program(data[core], start)
+            _save(data, rank, run, start, launch=launch)
+    _point_map(run)
+    sources = [run]
+    for output, extra in (("t.json", ()), ("t.pftrace", ()), ("ds", ("--format", "parquet"))):
+        assert invoke("collect", run, "-o", tmp_path / output, *extra).exit_code == 1  # dropped records
+        sources.append(tmp_path / output)
+    for source in sources:
+        shown = invoke("report", source).output
+        assert shown.startswith(f"report for {source}: 2 ranks × 3 launches · 6 cores · 24 spans"), shown
