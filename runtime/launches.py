@@ -12,7 +12,8 @@ compared that way, the later one is laid end to end after the earlier one, a gap
 - another **clock** rate or another **build fingerprint**: another program or setting,
   whose counter says nothing about this one's;
 - its cycles **go back** to before the earlier launch's start (the counter restarted: a
-  reboot), or **overlap** it (they cannot both have run on this device then).
+  reboot), or **overlap** it (they cannot both have run on this device then), or lie
+  **years after** it (:data:`CYCLES_GAP_LIMIT_NS`: another counter).
 
 Order: a tag's launches in their launch order (the order save numbered them in), the
 launches of different tags interleaved by their first cycle (ops of one step). With
@@ -38,6 +39,10 @@ from .records import Record
 
 #: The gap between two launches laid end to end (their clocks do not place them).
 LAUNCH_GAP_NS = 10_000
+#: The furthest a launch's cycles place it after the launch before it (~3 years): no run
+#: of one device is that long, so its counter is another's (corrupt, or a foreign file),
+#: and placed by it the trace's times would pass what its readers take (1e18 ns).
+CYCLES_GAP_LIMIT_NS = 10**17
 #: The category of the ``launch K`` slices (JSON ``cat``, TrackEvent category): readers
 #: tell them from spans by it.
 LAUNCH_CATEGORY = "optrace.launch"
@@ -180,6 +185,9 @@ def _why_apart(name: str, found: LaunchRange | None, before: str, earlier: Launc
         return f"its cycles go back to before {before}'s start (the counter restarted)"
     if start < earlier.hi:
         return f"its cycles overlap {before}'s"
+    if ticks_to_ns(start - earlier.hi, found.clock_mhz) > CYCLES_GAP_LIMIT_NS:
+        years = ticks_to_ns(start - earlier.hi, found.clock_mhz) / 3.15576e16
+        return f"its cycles lie {years:.3g} years after {before}'s end (another counter)"
     return None
 
 

@@ -150,11 +150,13 @@ def test_pftrace_bytes_per_record_pay_a_track_once(demo: Path, tmp_path: Path) -
     ("backwards", "its cycles go back to before rank000.pt's start (the counter restarted)"),
     ("clock", "clock 100 MHz, rank000.pt 50 MHz"),
     ("fingerprint", "build fingerprint 0x00000007, rank000.pt 0xc0ffee11"),
+    # 6e16 ticks (1.2e18 ns) later: placed by them, its times would pass what readers take
+    ("years", "its cycles lie 38 years after rank000.pt's end (another counter)"),
 ])
 def test_launches_their_clocks_cannot_place_are_laid_end_to_end(tmp_path: Path, case: str, why: str) -> None:
     directory = tmp_path / "p"
     first = rank_buffer(aic=1, aiv=0, start=1_000_000).data  # one AIC core, spans ~130 ticks long
-    second = {"overlap": 1_000_050, "backwards": 10_000}.get(case, 2_000_000)
+    second = {"overlap": 1_000_050, "backwards": 10_000, "years": 1_000_000 + 6 * 10**16}.get(case, 2_000_000)
     data = rank_buffer(aic=1, aiv=0, start=second, fingerprint=7 if case == "fingerprint" else FP).data
     save_profiling_data(first, 0, directory, aic_cores=1, clock_mhz=50.0)
     save_profiling_data(data, 0, directory, aic_cores=1, clock_mhz=100.0 if case == "clock" else 50.0)
