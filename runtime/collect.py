@@ -12,6 +12,7 @@ cannot be used is reported (``path: message``) and the other ranks are still wri
 
 from __future__ import annotations
 
+import bisect
 import functools
 import gzip
 import itertools
@@ -20,7 +21,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,7 @@ class CollectOptions(FrozenRecord):
     __slots__ = __match_args__
     point_map: Path | None  # None: point_map.json beside the rank files
     clock_mhz: float | None  # None: each rank file's, else 50 MHz
-    ranks: frozenset[int] | None
+    ranks: Container[int] | None
     cores: CoreFilter | None
     labels: list[str] | None
     rank_offsets_us: dict[int, float]
@@ -84,7 +85,7 @@ class CollectOptions(FrozenRecord):
         self,
         point_map: Path | None = None,
         clock_mhz: float | None = None,
-        ranks: frozenset[int] | None = None,
+        ranks: Container[int] | None = None,
         cores: CoreFilter | None = None,
         labels: list[str] | None = None,
         rank_offsets_us: dict[int, float] | None = None,
@@ -191,9 +192,44 @@ class CollectResult(Record):
         return EXIT_OK
 
 
-def parse_int_set(text: str, what: str) -> frozenset[int]:
-    """``"0,2-4"`` -> {0, 2, 3, 4}."""
-    values: set[int] = set()
+class IntRanges:
+    """Whole numbers as closed ranges, sorted and merged: ``--ranks 0-99999999999`` is
+    kept as its two ends (a set of every number in it took gigabytes and never ended)."""
+
+    __slots__ = ("ends", "starts")
+
+    def __init__(self, ranges: Iterable[tuple[int, int]] = ()) -> None:
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        for lo, hi in sorted(ranges):
+            if self.ends and lo <= self.ends[-1] + 1:
+                self.ends[-1] = max(self.ends[-1], hi)
+            else:
+                self.starts.append(lo)
+                self.ends.append(hi)
+
+    def __contains__(self, value: object) -> bool:
+        if not isinstance(value, int):
+            return False
+        at = bisect.bisect_right(self.starts, value) - 1
+        return at >= 0 and value <= self.ends[at]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, IntRanges) and (self.starts, self.ends) == (other.starts, other.ends)
+
+    def __hash__(self) -> int:
+        return hash((tuple(self.starts), tuple(self.ends)))
+
+    def __repr__(self) -> str:
+        return f"IntRanges({list(zip(self.starts, self.ends, strict=True))!r})"
+
+    def __reduce__(self) -> tuple[type[IntRanges], tuple[list[tuple[int, int]]]]:
+        return IntRanges, (list(zip(self.starts, self.ends, strict=True)),)
+
+
+def parse_int_set(text: str, what: str) -> IntRanges:
+    """``"0,2-4"`` -> 0, 2, 3 and 4 (as ranges: a range's size costs nothing)."""
+    ranges: list[tuple[int, int]] = []
     for part in text.split(","):
         part = part.strip()
         if not part:
@@ -204,13 +240,13 @@ def parse_int_set(text: str, what: str) -> frozenset[int]:
         lo, hi = int(match[1]), int(match[2] or match[1])
         if hi < lo:
             raise ValueError(f"{what}: empty range {part!r}")
-        values.update(range(lo, hi + 1))
-    return frozenset(values)
+        ranges.append((lo, hi))
+    return IntRanges(ranges)
 
 
 def parse_core_filter(text: str) -> CoreFilter:
     """``"aic,aiv0-7,aiv17"``: a core type alone selects all its cores."""
-    wanted: list[tuple[str, frozenset[int] | None]] = []
+    wanted: list[tuple[str, IntRanges | None]] = []
     for part in text.split(","):
         part = part.strip().lower().replace(" ", "")
         if not part:

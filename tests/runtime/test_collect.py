@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from rt_helpers import FP, rank_buffer, run_entry, write_point_map
 from typer.testing import CliRunner
 
 from optrace.cli.app import app
+from optrace.runtime.collect import IntRanges, parse_int_set
 from optrace.runtime.format import pack_event
 from optrace.runtime.pt_writer import write_pt
 from optrace.runtime.save import reset_launch_counters, save_profiling_data
@@ -84,6 +86,21 @@ def test_gzip_output_and_filters(tmp_path: Path) -> None:
     launches = [e for e in events(out) if e.get("cat") == "optrace.launch"]
     assert {(e["pid"], e["tid"], e["name"]) for e in launches} == {
         (pid, tid, "launch 0") for pid in (1, 2) for tid in (3, 4)}
+
+
+def test_ranges_of_any_size_select_as_their_ends_say(tmp_path: Path) -> None:
+    # A range is kept as its two ends: `0-99999999999` selects every rank at once (it was
+    # expanded into a set of 10**11 numbers, gigabytes, never done), and ranges merge.
+    directory = profiling_dir(tmp_path, ranks=3)
+    ranks = parse_int_set("2,0-0,5-99999999999,1-1", "--ranks")
+    assert [r for r in range(-2, 12) if r in ranks] == [0, 1, 2, *range(5, 12)]
+    assert 99999999999 in ranks and 10**11 not in ranks and "1" not in ranks
+    assert ranks == IntRanges([(0, 2), (5, 99999999999)]) and pickle.loads(pickle.dumps(ranks)) == ranks
+    out = tmp_path / "t.json"
+    result = invoke("collect", directory, "-o", out, "--ranks", "1-99999999999",
+                    "--cores", "aiv0-99999999999")
+    assert result.exit_code == 0, result.output
+    assert {(e["pid"], e["tid"]) for e in span_events(out)} == {(r, t) for r in (1, 2) for t in (2, 3, 4, 5)}
 
 
 def test_clock_override(tmp_path: Path) -> None:
