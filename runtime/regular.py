@@ -49,6 +49,12 @@ DEFAULT_LIMITS: dict[str, int] = {
     "cache": 256 * MiB,
 }
 
+#: The largest value a `[limits]` entry takes (a larger one is taken as this): a read
+#: asks for a bound plus one byte, and a size times the gzip ratio must stay a read's.
+LIMIT_MOST = 2**40
+
+_GZIP_PIECE = 1 << 30  # what one read of a gzipped input expands at most
+
 #: A gzipped input expands to at most this many times its own size (`[limits] gzip_ratio`),
 #: whatever its kind's bound: deflate expands up to a thousand times, and parsed as JSON
 #: each expanded byte can cost 25 bytes of memory (a `{},` is an empty dict) — an 85 KB
@@ -257,7 +263,9 @@ def _limits() -> dict[str, int]:
                 for name in limits:
                     value = table.get(name)
                     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                        limits[name] = value
+                        # No more than a read can ask for (2**63 - 1 bytes overflowed one):
+                        # past that a bound is no bound anyway.
+                        limits[name] = min(value, LIMIT_MOST)
         _cached = (key, limits)
     return _cached[1]
 
@@ -442,8 +450,22 @@ def read_maybe_gzip(path: str | Path, kind: str) -> bytes:
     try:
         with gzip.GzipFile(fileobj=io.BytesIO(data)) as stream:
             # One byte past the bound tells "too big" without expanding the rest: a few
-            # KB of gzip can expand to gigabytes.
-            expanded = stream.read(allowed + 1)
+            # KB of gzip can expand to gigabytes. A read sets what it asks for aside
+            # first, however little the file holds (a bound of 2**40 failed every read):
+            # past a piece, the rest in pieces into one buffer, whose bytes are handed
+            # over without a copy (BytesIO.getvalue).
+            asked = min(allowed + 1, _GZIP_PIECE)
+            expanded = stream.read(asked)
+            if len(expanded) == asked and asked <= allowed:
+                into = io.BytesIO()
+                into.write(expanded)
+                del expanded
+                while into.tell() <= allowed:
+                    piece = stream.read(min(allowed + 1 - into.tell(), _GZIP_PIECE))
+                    if not piece:
+                        break
+                    into.write(piece)
+                expanded = into.getvalue()
     except (OSError, EOFError, zlib.error) as exc:
         raise BadJSON(f"not a readable gzip file: {exc}") from None
     if len(expanded) > allowed:

@@ -22,6 +22,7 @@ import pytest
 from cli_in_thread import assert_refused, run_cli
 
 from optrace.runtime.demo import write_demo
+from optrace.runtime import regular
 from optrace.runtime.regular import DEFAULT_GZIP_RATIO, TooExpanded, read_maybe_gzip
 
 cli = functools.partial(run_cli, timeout=120)
@@ -135,4 +136,33 @@ def test_the_gzip_ratio_has_a_floor_and_the_trace_bound_still_holds(tmp_path: Pa
     assert len(read_maybe_gzip(path, "trace")) == 1 << 20
     path.write_bytes(gzip.compress(b"x" * ((1 << 20) + 1)))
     with pytest.raises(TooExpanded, match=r"more than 1048576 bytes uncompressed from \d+ bytes of gzip"):
+        read_maybe_gzip(path, "trace")
+
+
+def test_limits_past_what_a_read_can_ask_for_are_no_bound(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`trace_bytes` and `gzip_ratio` of 2**63 - 1 (positive integers the config takes):
+    a read of the bound plus one byte overflowed, and every gzipped trace failed (exit 3)."""
+    config = tmp_path / "config" / "optrace" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text(f"[limits]\ntrace_bytes = {2**63 - 1}\ngzip_ratio = {2**63 - 1}\n")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(b"x" * (3 << 20)))  # past the 1 MiB floor: the ratio is used
+    assert len(read_maybe_gzip(path, "trace")) == 3 << 20
+
+
+def test_a_gzip_expanded_in_pieces_is_the_same_bytes_and_bound(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past one piece (1 GiB; here 1,000 bytes) the rest is read in pieces: the same bytes,
+    and one byte past the bound still refused."""
+    monkeypatch.setattr(regular, "_GZIP_PIECE", 1000)
+    raw = bytes(range(256)) * 50
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(raw))
+    assert read_maybe_gzip(path, "trace") == raw
+    monkeypatch.setattr(regular, "_GZIP_PIECE", len(raw))  # exactly one piece, then the end
+    assert read_maybe_gzip(path, "trace") == raw
+    path.write_bytes(gzip.compress(b"x" * ((1 << 20) + 1)))
+    with pytest.raises(TooExpanded):
         read_maybe_gzip(path, "trace")
