@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from cli_in_thread import assert_refused, run_cli
 
-from optrace.runtime.demo import write_demo
 from optrace.runtime import regular
+from optrace.runtime.demo import write_demo
 from optrace.runtime.regular import DEFAULT_GZIP_RATIO, TooExpanded, read_maybe_gzip
 
 cli = functools.partial(run_cli, timeout=120)
