@@ -191,14 +191,18 @@ def _entry(path: str, key: str, raw: Any) -> Point:
     if event_type not in ("B", "E"):
         raise bad(f"'event_type' must be \"B\" or \"E\", not {event_type!r}")
     line = raw.get("line")
-    if line is not None and not isinstance(line, int):
-        raise bad("'line' must be an integer")
-    file = raw.get("file", "")
+    # A source line: what JSON writes in a span's `src` and a .pftrace in 32 bits, alike.
+    if line is not None and (not isinstance(line, int) or isinstance(line, bool) or not 0 <= line < 2**31):
+        raise bad("'line' must be a line number (a whole number from 0)")
+    file = raw.get("file")
+    if file is not None and not isinstance(file, str):
+        raise bad("'file' must be a path (a string)")
+    checked_name(path, file or "", f"point {key!r}: file")  # written into every trace as the label is
     return Point(
         point_id=point_id,
         label=label,
         event_type=event_type,
-        file=file if isinstance(file, str) else str(file),
+        file=file or "",
         line=line,
         event_id=raw.get("event_id"),
         indexed=raw.get("indexed") is True,

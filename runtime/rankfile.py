@@ -181,6 +181,10 @@ def _check_meta_types(path: Path, meta: RankMeta) -> None:
         raise bad("fingerprint", "a uint32 or null")
     if not isinstance(meta.aiv_roles, dict):
         raise bad("aiv_roles", "a dict")
+    for core, role in meta.aiv_roles.items():  # shown in the AIV cores' thread names
+        if not isinstance(role, str):
+            raise bad("aiv_roles", "a dict of role names (strings)")
+        checked_name(path, f"{core}: {role}", "metadata field 'aiv_roles'")
     if not isinstance(meta.typed_layout, bool):
         raise bad("typed_layout", "true or false")
     if meta.tag is not None and not isinstance(meta.tag, str):

@@ -55,14 +55,21 @@ def test_point_map_loading(tmp_path: Path) -> None:
     [
         ({"points": {"x": {"label": "a", "event_type": "B"}}}, "ids must be integers"),
         ({"points": {"1": {"event_type": "B"}}}, "missing 'label'"),
-        ({"points": {"1": {"label": "a", "event_type": "B", "line": "3"}}}, "'line' must be an integer"),
+        ({"points": {"1": {"label": "a", "event_type": "B", "line": "3"}}}, "'line' must be a line number"),
+        # a line JSON and a .pftrace would write apart (2**70; -5; true as 1)
+        ({"points": {"1": {"label": "a", "event_type": "B", "line": 2**70}}}, "'line' must be a line number"),
+        ({"points": {"1": {"label": "a", "event_type": "B", "line": -5}}}, "'line' must be a line number"),
+        ({"points": {"1": {"label": "a", "event_type": "B", "line": True}}}, "'line' must be a line number"),
+        ({"points": {"1": {"label": "a", "event_type": "B", "file": 7}}}, "'file' must be a path"),
+        ({"points": {"1": {"label": "a", "event_type": "B", "file": "k\u0000.h"}}}, "holds a NUL character"),
+        ({"points": {"1": {"label": "a", "event_type": "B", "file": "k\ud800.h"}}}, "holds a lone surrogate"),
         ({"points": {}, "fingerprint": -1}, "'fingerprint' must be a uint32"),
         ([], "not a point map"),
     ],
 )
 def test_point_map_errors(tmp_path: Path, document: object, message: str) -> None:
     path = tmp_path / "m.json"
-    path.write_text(json.dumps(document))
+    path.write_text(json.dumps(document))  # \ud800 stays escaped: valid JSON, a lone surrogate read
     with pytest.raises(ProfilingInputError) as info:
         load_point_map(path)
     assert message in info.value.message and info.value.path == str(path)

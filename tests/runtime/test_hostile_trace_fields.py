@@ -173,3 +173,23 @@ def test_a_rank_files_tag_that_is_not_text_is_refused(
                           "report": ["report", made]}[command]
     code, out = cli(*args)
     assert_refused(code, out, rank, "metadata field 'tag' 'a\\ud800' holds a lone surrogate")
+
+
+@pytest.mark.parametrize("role", ["a\x00b", 7], ids=["nul", "a-number"])
+@pytest.mark.parametrize("command", ["collect .json", "collect .pftrace", "report"])
+def test_a_rank_files_aiv_role_that_is_not_text_is_refused(tmp_path: Path, role: object, command: str) -> None:
+    """An AIV role names the core's thread in the trace ("AIV 1 (recv)"): a NUL or what is
+    no string is refused naming the rank file (collect wrote traces its readers refused)."""
+    made = write_demo(tmp_path / "prof", ranks=1, launches=1, aic=1, seed=5, speedup=0.0).directory
+    rank = sorted(made.glob("rank*.pt"))[0]
+    loaded = load_pt(rank)
+    loaded["meta"]["aiv_roles"] = {"0": "send", "1": role}
+    with open(rank, "wb") as handle:
+        pt_writer.write_pt(loaded, handle)
+    written = tmp_path / ("t.pftrace" if command.endswith("pftrace") else "t.json")
+    args: list[object] = ["report", made] if command == "report" else ["collect", made, "-o", written]
+    code, out = cli(*args)
+    words = ("metadata field 'aiv_roles' '1: a\\x00b' holds a NUL" if role != 7
+             else "metadata field 'aiv_roles' must be a dict of role names")
+    assert code in (1, 2) and words in out and "Traceback" not in out, out
+    assert not written.exists()
