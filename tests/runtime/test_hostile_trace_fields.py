@@ -177,7 +177,8 @@ def test_a_rank_files_tag_that_is_not_text_is_refused(
 
 @pytest.mark.parametrize("role", ["a\x00b", 7], ids=["nul", "a-number"])
 @pytest.mark.parametrize("command", ["collect .json", "collect .pftrace", "report"])
-def test_a_rank_files_aiv_role_that_is_not_text_is_refused(tmp_path: Path, role: object, command: str) -> None:
+def test_a_rank_files_aiv_role_that_is_not_text_is_refused(tmp_path: Path, role: object,
+                                                            command: str) -> None:
     """An AIV role names the core's thread in the trace ("AIV 1 (recv)"): a NUL or what is
     no string is refused naming the rank file (collect wrote traces its readers refused)."""
     made = write_demo(tmp_path / "prof", ranks=1, launches=1, aic=1, seed=5, speedup=0.0).directory
