@@ -25,7 +25,7 @@ from optrace.codemods.layer import EXAMPLE_KERNEL, Evidence, FileLayer, LayerExa
 from optrace.engine.codes import OT012
 from optrace.engine.diagnostics import Diagnostic, InputError
 from optrace.engine.discovery import CPP_EXTS, LayerFile, Layers, SearchContext, walk_files
-from optrace.engine.edits import Edit, line_end, newline_of
+from optrace.engine.edits import Edit, generated_file_bytes, line_end, newline_of
 from optrace.engine.names import same_op
 from optrace.engine.plan import Plan
 from optrace.engine.source import blank_comments, read_regular
@@ -297,12 +297,11 @@ def block_edits(plan: Plan, with_points: set[Path] | None = None) -> tuple[list[
     content = runtime_header_content()
     created: dict[Path, bytes] = {}
     edits: list[Edit] = []
-    if header.exists():
-        data = read_regular(header)
-        if data != content:
-            edits.append(Edit(header, 0, len(data), content, CODEMOD, "rewrite the runtime header"))
-    else:
+    now = generated_file_bytes(header, "the runtime header")
+    if now is None:
         created[header] = content
+    elif now != content:
+        edits.append(Edit(header, 0, len(now), content, CODEMOD, "rewrite the runtime header"))
     base = base_header_path(plan, with_points)
     if base is None:
         return edits, created

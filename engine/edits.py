@@ -31,11 +31,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from optrace.engine.codes import OT040, OT041
+from optrace.engine.codes import OT030, OT040, OT041
+from optrace.engine.diagnostics import Diagnostic, InputError
 from optrace.engine.layout import REVIEW_WIDTH as REVIEW_WIDTH  # the width codemods lay their text out at
 from optrace.engine.layout import statements, wrap_line
 from optrace.engine.source import read_regular
-from optrace.engine.vocabulary import FRAG_CLOSE, FRAG_OPEN, LINE_MARK
+from optrace.engine.vocabulary import CREATED_MARK, FRAG_CLOSE, FRAG_OPEN, LINE_MARK
 
 # Diagnostic codes (README: OT0xx is input and parsing); kept together so they are easy to audit.
 CODE_EDIT_CONFLICT = OT040
@@ -661,3 +662,28 @@ def unified_diff(changes: Mapping[Path, FileChange], root: Path, *, context: int
 def encode_patch(patch: str) -> bytes:
     """The bytes of a patch from `unified_diff`, with every original byte restored."""
     return patch.encode(PATCH_ENCODING, PATCH_ERRORS)
+
+
+def generated_file_bytes(path: Path, what: str) -> bytes | None:
+    """The bytes of a file optrace generates (the runtime header, a sizes header) as they
+    are now: None where nothing is at its path (it is created). Refused (InputError,
+    nothing written) where something else is: a file optrace did not create (apply would
+    overwrite it, and strip delete it as its own: `strip` deletes what starts with the
+    created-file mark), a symbolic link (written through, another file would be replaced
+    and then deleted), or what is no regular file (a FIFO, a folder)."""
+    if not os.path.lexists(path):
+        return None
+    where = f"{what} optrace writes is generated at this path"
+    if os.path.islink(path):
+        raise InputError(Diagnostic(OT030, f"{where}, and a symbolic link is there: remove the link",
+                                    path, 0))
+    try:
+        data = read_regular(path)
+    except OSError as exc:
+        raise InputError(Diagnostic(OT030, f"{where}, and it cannot be read as a file: {exc.strerror or exc}",
+                                    path, 0)) from exc
+    if not data.startswith(CREATED_MARK):
+        raise InputError(Diagnostic(OT030, f"{where}, and a file optrace did not create is there (its "
+                                    "first line is not optrace's mark): rename it, or move it out of the way",
+                                    path, 1))
+    return data

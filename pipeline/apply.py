@@ -37,7 +37,16 @@ from optrace.engine.discovery import (
     resolve_operator_dir,
     walk_files,
 )
-from optrace.engine.edits import Edit, EditError, EditSet, FileChange, apply_edits, new_contents, resolve
+from optrace.engine.edits import (
+    Edit,
+    EditError,
+    EditSet,
+    FileChange,
+    apply_edits,
+    generated_file_bytes,
+    new_contents,
+    resolve,
+)
 from optrace.engine.plan import Plan
 from optrace.engine.source import blank_comments, overlaid, read_regular
 from optrace.engine.vocabulary import SCAFFOLD_BEGIN
@@ -429,10 +438,11 @@ def _layer_side(plan: Plan, mode: str, kernel_files: set[Path], prov: Provenance
     created: dict[Path, bytes] = {}
     deleted: dict[Path, bytes] = {}
     for path, content in layers.created.items():
-        if not path.exists():
+        now = generated_file_bytes(path, "the sizes header")
+        if now is None:
             created[path] = content
-        elif read_regular(path) != content:
-            out.append(replacement(path, read_regular(path), content, "sizes header"))
+        elif now != content:
+            out.append(replacement(path, now, content, "sizes header"))
     header = sizes_header(plan.analysis.layers).resolve()
     if header not in layers.created and header.is_file() and is_created(read_regular(header)):
         deleted[header] = read_regular(header)

@@ -1,0 +1,60 @@
+"""What optrace generates (the runtime header beside the kernel, a sizes header beside the
+host code) goes only where nothing of the user's is: `strip` deletes what starts with the
+created-file mark, so apply writing over a file of the user's (or through a link to one)
+would have strip delete it afterwards. Refused with the path, nothing written."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from cache_changes import FIXTURE, OP_REL, cli
+
+GENERATED = {
+    "runtime header": "op_kernel/optrace_runtime.h",
+    "sizes header": "op_host/optrace_moe_fused_gmm_profiling.h",
+}
+
+
+def _tree(root: Path) -> dict[str, str]:
+    """Every path under `root` (links as where they lead, not followed) and its bytes' hash."""
+    out: dict[str, str] = {}
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = Path(folder) / name
+            rel = str(path.relative_to(root))
+            if path.is_symlink():
+                out[rel] = "-> " + os.readlink(path)
+            elif path.is_file():
+                out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+            elif not path.is_dir():
+                out[rel] = "special"
+    return out
+
+
+@pytest.mark.parametrize("what", list(GENERATED))
+@pytest.mark.parametrize("there", ["own file", "link into the repository", "fifo", "folder"])
+def test_something_at_a_generated_file_s_path_is_refused(tmp_path: Path, what: str, there: str) -> None:
+    repo = tmp_path / "repo"
+    shutil.copytree(FIXTURE, repo)
+    op = repo / OP_REL
+    path = op / GENERATED[what]
+    if there == "own file":
+        path.write_text("// helpers of mine\n#pragma once\nint mine;\n")
+    elif there == "link into the repository":
+        (repo / "build.sh").write_text("#!/bin/sh\necho building\n")
+        path.symlink_to(repo / "build.sh")
+    elif there == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    before = _tree(tmp_path)
+    for args in (("apply", str(op)), ("apply", str(op), "--write")):
+        code, out, err = cli(*args)
+        assert code == 2 and "OT030" in err and f"{what} optrace writes is generated at this path" in err, (
+            code, out, err)
+        assert "Traceback" not in out + err
+    assert _tree(tmp_path) == before  # nothing written, the user's file and the link's target kept
