@@ -41,6 +41,7 @@ How a call site changes:
 from __future__ import annotations
 
 import ast
+import codecs
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -86,6 +87,8 @@ _RANK_NAMES = ("rank", "global_rank", "global_rank_id", "rank_id", "local_rank",
 # --- source positions as bytes ------------------------------------------------------------------
 
 
+_BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark: Python reads a file that starts with it
+
 class _Source:
     """A Python file parsed by LibCST, with node spans as byte offsets."""
 
@@ -109,6 +112,11 @@ class _Source:
             raise input_error(CODE_PYTHON_SYNTAX, f"not Python source in its declared encoding: {exc}",
                               path, line=line) from None
         self.encoding = self.module.encoding
+        # A file that starts with a UTF-8 byte-order mark reads as "utf-8-sig": LibCST's
+        # columns of its first line count from after the mark, and text is measured in
+        # UTF-8 (the -sig codec puts a mark before whatever it encodes: 3 bytes off).
+        self._codec = "utf-8" if codecs.lookup(self.encoding).name == "utf-8-sig" else self.encoding
+        self._bom = len(_BOM) if self._codec != self.encoding and data.startswith(_BOM) else 0
         self.wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
         self.positions = self.wrapper.resolve(PositionProvider)
         self.parents = self.wrapper.resolve(ParentNodeProvider)
@@ -131,10 +139,10 @@ class _Source:
         return names
 
     def offset(self, line: int, column: int) -> int:
-        start = self.starts[line - 1]
+        start = self.starts[line - 1] + (self._bom if line == 1 else 0)
         end = self.starts[line] if line < len(self.starts) else len(self.data)
-        text = self.data[start:end].decode(self.encoding, errors="surrogateescape")
-        return start + len(text[:column].encode(self.encoding, errors="surrogateescape"))
+        text = self.data[start:end].decode(self._codec, errors="surrogateescape")
+        return start + len(text[:column].encode(self._codec, errors="surrogateescape"))
 
     def span(self, node: cst.CSTNode) -> tuple[int, int]:
         r: CodeRange = self.positions[node]

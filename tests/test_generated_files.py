@@ -58,3 +58,28 @@ def test_something_at_a_generated_file_s_path_is_refused(tmp_path: Path, what: s
             code, out, err)
         assert "Traceback" not in out + err
     assert _tree(tmp_path) == before  # nothing written, the user's file and the link's target kept
+
+
+def test_python_files_that_start_with_a_byte_order_mark_are_edited_in_place(tmp_path: Path) -> None:
+    """A UTF-8 byte-order mark before a Python file (valid Python: LibCST reads it as
+    "utf-8-sig"): every edit lands where it does without the mark (a meta function's
+    edits were 3 bytes off, a file that no longer parsed; a caller's were refused), and
+    strip gives the bytes back."""
+    repo = tmp_path / "repo"
+    shutil.copytree(FIXTURE, repo)
+    plain = tmp_path / "plain"
+    shutil.copytree(FIXTURE, plain)
+    marked = sorted(p.relative_to(repo) for p in repo.rglob("*.py"))
+    assert len(marked) >= 3
+    for rel in marked:
+        (repo / rel).write_bytes(b"\xef\xbb\xbf" + (repo / rel).read_bytes())
+    before = {rel: (repo / rel).read_bytes() for rel in marked}
+    assert cli("apply", str(plain / OP_REL), "--write")[0] == 0
+    code, out, err = cli("apply", str(repo / OP_REL), "--write")
+    assert code == 0, (out, err)
+    edited = [rel for rel in marked if (repo / rel).read_bytes() != before[rel]]
+    assert edited, "no Python file was edited"
+    for rel in edited:  # the same edits as without the mark, after it
+        assert (repo / rel).read_bytes() == b"\xef\xbb\xbf" + (plain / rel).read_bytes(), rel
+    assert cli("strip", str(repo / OP_REL), "--write")[0] == 0
+    assert {rel: (repo / rel).read_bytes() for rel in marked} == before
