@@ -20,11 +20,13 @@ from optrace.codemods.layer_common import CODE_LAYER_SHAPE, input_error
 from optrace.codemods.python_files import (
     EditsFn,
     caller_files,
+    calls_outside_torch,
     cst_half,
     op_arity,
     parsed_by_ast,
     split_callers,
     starts_workers,
+    torch_own,
 )
 from optrace.codemods.torch_adapter import hand_instrumented, torch_names
 from optrace.engine.discovery import LayerFile, Layers, SearchContext, is_sample_caller
@@ -78,7 +80,7 @@ class PythonCallersLayer(FileLayer):
         call_re = re.compile(rb"\.\s*" + ctx.any_name + rb"\s*\(")
         out: list[LayerFile] = []
         for path, data in ctx.python_candidates():
-            if call_re.search(data):
+            if calls_outside_torch(data, call_re):
                 sample = is_sample_caller(path, ctx.layers.repo_root, ctx.sample_globs)
                 out.append(ctx.at(path, data, call_re.pattern, "calls the op" if sample
                                   else "library code calling the op: unpack only"))
@@ -187,7 +189,8 @@ def _python_facts(path: Path, data: bytes, op_names: set[str], ev: list[Evidence
         elif isinstance(node, ast.Call):
             line, end = node.lineno, node.end_lineno or node.lineno
             name = _dotted(node.func)
-            if isinstance(node.func, ast.Attribute) and node.func.attr in op_names:
+            if (isinstance(node.func, ast.Attribute) and node.func.attr in op_names
+                    and not torch_own(_dotted(node.func.value))):
                 if not deferred:  # a lambda's / comprehension's call runs later: not saved
                     facts.calls.append((line, end))
             elif name.endswith("synchronize"):
@@ -277,7 +280,8 @@ def _probe_calls(tree: ast.Module, names: set[str]) -> tuple[list[_Site], list[_
     def visit(node: ast.AST, stmt: ast.stmt | None, body: list[ast.stmt], deferred: int) -> None:
         if isinstance(node, ast.Call) and stmt is not None:
             func = _dotted(node.func)
-            if isinstance(node.func, ast.Attribute) and not deferred and node.func.attr in names:
+            if (isinstance(node.func, ast.Attribute) and not deferred and node.func.attr in names
+                    and not torch_own(_dotted(node.func.value))):
                 calls.append((node, stmt, body))
             if func.endswith(("spawn", "start_processes")) and ("mp" in func or "multiprocessing" in func):
                 spawns.append((node, stmt, body))

@@ -60,7 +60,7 @@ from optrace.codemods.layer_common import (
     input_error,
     marked_lines,
 )
-from optrace.codemods.python_files import caller_files, op_arity, starts_workers, workers_block
+from optrace.codemods.python_files import caller_files, op_arity, starts_workers, torch_own, workers_block
 from optrace.codemods.torch_adapter import hand_instrumented, torch_names
 from optrace.engine.cache import by_content
 from optrace.engine.diagnostics import InputError
@@ -255,7 +255,8 @@ class _Collector(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = dotted(node.func)
-        if isinstance(node.func, cst.Attribute) and not self.deferred:
+        if (isinstance(node.func, cst.Attribute) and not self.deferred
+                and not torch_own(dotted(node.func.value))):
             self.attr_calls.append((node.func.attr.value, node))
         if func.endswith("npu.synchronize"):
             self.syncs.append(func)

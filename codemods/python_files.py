@@ -70,6 +70,30 @@ def caller_files(layers: Layers) -> list[Path]:
 _SPAWNERS = ("spawn", "start_processes")
 _WORKER_CLASSES = ("Process", "Pool", "ProcessPoolExecutor")
 
+# PyTorch's own namespaces, as code spells them: `torch.nn.functional.gelu(x)` or
+# `F.gelu(x)` is PyTorch's function, never a call of the operator named `gelu` (a
+# reference implementation beside the operator's tests; unpacked as the op's call, the
+# last row of a real tensor was taken for the profiling buffer).
+_TORCH_OWN = frozenset({"torch", "torch.nn", "torch.nn.functional", "nn", "nn.functional", "F", "functional",
+                        "torch.special", "torch.linalg", "torch.fft", "torch.Tensor"})
+_RECEIVER_RE = re.compile(rb"[A-Za-z_][\w.]*$")
+
+
+def torch_own(receiver: str) -> bool:
+    """Whether `receiver.name(...)` calls PyTorch's own function (`receiver`: the dotted
+    name before the call's last dot, "" when not a plain name)."""
+    return receiver in _TORCH_OWN
+
+
+def calls_outside_torch(data: bytes, call_re: re.Pattern[bytes]) -> bool:
+    """Whether a `.name(` match of `call_re` (which starts at the dot) has a receiver other
+    than PyTorch's own namespaces: the files a caller search keeps."""
+    for m in call_re.finditer(data):
+        before = _RECEIVER_RE.search(data, max(0, m.start() - 200), m.start())
+        if not torch_own(before.group().decode("ascii", "replace") if before is not None else ""):
+            return True
+    return False
+
 
 def starts_workers(name: str) -> bool:
     """`torch.multiprocessing.spawn` / `mp.start_processes`, or a `Process` / `Pool` /

@@ -83,3 +83,30 @@ def test_python_files_that_start_with_a_byte_order_mark_are_edited_in_place(tmp_
         assert (repo / rel).read_bytes() == b"\xef\xbb\xbf" + (plain / rel).read_bytes(), rel
     assert cli("strip", str(repo / OP_REL), "--write")[0] == 0
     assert {rel: (repo / rel).read_bytes() for rel in marked} == before
+
+
+def test_pytorch_s_own_function_of_the_op_s_name_is_not_the_op(tmp_path: Path) -> None:
+    """An operator named `gelu` beside another operator's reference code calling
+    PyTorch's `gelu` (`torch.nn.functional.gelu`, `F.gelu`, `torch.gelu`): those calls are
+    PyTorch's, not the op's; apply leaves the file alone (its unpack took the last row of
+    a real tensor for the profiling buffer)."""
+    repo = tmp_path / "repo"
+    kernel = repo / "activation" / "gelu" / "op_kernel" / "gelu.cpp"
+    kernel.parent.mkdir(parents=True)
+    (repo / ".git").mkdir()
+    kernel.write_text('#include "kernel_operator.h"\n'
+                      'extern "C" __global__ __aicore__ void gelu(GM_ADDR x, GM_ADDR y, GM_ADDR ws,\n'
+                      '                                            GM_ADDR tiling)\n'
+                      "{\n    for (int i = 0; i < 4; i++) {\n        Compute(x, y, i);\n    }\n}\n")
+    golden = repo / "activation" / "gelu_quant" / "tests" / "golden.py"
+    golden.parent.mkdir(parents=True)
+    golden.write_text("import torch\nimport torch.nn.functional as F\n\n\n"
+                      "def gelu_quant_golden(x):\n"
+                      '    y = torch.nn.functional.gelu(x, approximate="tanh")\n'
+                      "    z = F.gelu(x) + torch.gelu(x)\n"
+                      "    return y * 2 + z\n")
+    before = golden.read_bytes()
+    code, out, err = cli("apply", str(kernel.parent.parent), "--write")
+    assert code == 0, (out, err)
+    assert golden.read_bytes() == before
+    assert "golden.py" not in out
