@@ -33,6 +33,7 @@ from optrace.engine.index_cache import (
 )
 from optrace.engine.index_cache import racy_tick as _racy_tick
 from optrace.engine.names import op_name_pattern, same_op
+from optrace.engine.probes import looked_at
 from optrace.engine.source import blank_comments, decode, is_binary, match_bracket, read_regular
 from optrace.engine.vocabulary import (
     LAUNCH_HINT,
@@ -1313,7 +1314,10 @@ class SearchContext:
         self.names = _torch_names(self.index, layers.op_name, launchers)
         if len(self.names) > 1:  # files naming only a torch name join, in the index's order
             candidates = self.index.mentioning(*words, *[n.encode() for n in self.names[1:]])
-        self.candidates = candidates  # repository files naming the op, in the index's order
+        # Repository files naming the op, in the index's order; not those of another operator
+        # of the same name (ops-nn has activation/gelu and experimental/activation/gelu):
+        # that one's aclnn header, tests and adapters are its own.
+        self.candidates = [path for path in candidates if not self._of_a_namesake(path)]
         self.any_name = _names_alternation(self.names)
         # The op named in any spelling, or one of its torch names, as a whole word.
         self.op_word = re.compile(rb"\b(?:" + self.camel + rb"|" + self.any_name + rb")\b")
@@ -1360,6 +1364,20 @@ class SearchContext:
 
     def inside(self, path: Path) -> bool:
         return self.op_dir in path.parents
+
+    def _of_a_namesake(self, path: Path) -> bool:
+        """Whether `path` lies in another operator's directory named as this op (a folder
+        of the op's name holding an `op_kernel/`), outside this operator's."""
+        root = self.layers.repo_root
+        for folder in path.parents:
+            if folder == self.op_dir or folder == root or root not in folder.parents:
+                return False
+            if same_op(folder.name, self.layers.op_name):
+                kernels = folder / "op_kernel"
+                looked_at(kernels)  # whether it is there decides what is searched
+                if kernels.is_dir():
+                    return True
+        return False
 
     def cpp_candidates(self) -> Iterator[tuple[Path, bytes]]:
         """The C/C++ files naming the op outside op_kernel/, with their code (comments

@@ -132,3 +132,34 @@ def test_a_line_of_the_user_s_that_ends_in_optrace_s_mark_is_named_not_lost(tmp_
     lines[at] = lines[at].replace(b"  // optrace", b"  // optrace-free: mine")
     kernel.write_bytes(b"\n".join(lines))
     assert cli("apply", str(op), "--write")[0] == 0
+
+
+def _namesake(folder: Path) -> None:
+    """An operator `silu` of the ops-nn shape: a kernel and its aclnn header."""
+    (folder / "op_kernel").mkdir(parents=True)
+    (folder / "op_api").mkdir()
+    (folder / "op_kernel" / "silu.cpp").write_text(
+        '#include "kernel_operator.h"\n'
+        'extern "C" __global__ __aicore__ void silu(GM_ADDR x, GM_ADDR y, GM_ADDR ws, GM_ADDR tiling)\n'
+        "{\n    for (int i = 0; i < 8; i++) {\n        Step(x, y, i);\n    }\n}\n")
+    (folder / "op_api" / "aclnn_silu.h").write_text(
+        "#pragma once\n#include \"aclnn/aclnn_base.h\"\n\n"
+        "ACLNN_API aclnnStatus aclnnSiluGetWorkspaceSize(const aclTensor* self, aclTensor* out,\n"
+        "    uint64_t* workspaceSize, aclOpExecutor** executor);\n"
+        "ACLNN_API aclnnStatus aclnnSilu(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,\n"
+        "                                aclrtStream stream);\n")
+
+
+def test_another_operator_of_the_same_name_keeps_its_own_layers(tmp_path: Path) -> None:
+    """Two operators named `silu` (a current one and an experimental one, as ops-nn has
+    them): applying one edits its own aclnn header, never the other's C API."""
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    _namesake(repo / "activation" / "silu")
+    _namesake(repo / "experimental" / "activation" / "silu")
+    other = repo / "experimental"
+    before = _tree(other)
+    code, out, err = cli("apply", str(repo / "activation" / "silu"), "--write")
+    assert code == 0, (out, err)
+    assert b"profiling" in (repo / "activation" / "silu" / "op_api" / "aclnn_silu.h").read_bytes().lower()
+    assert _tree(other) == before
