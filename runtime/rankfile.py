@@ -76,6 +76,11 @@ def parse_rank_file_name(name: str) -> RankFileName | None:
     )
 
 
+#: The largest rank a rank file's name may give (as `distributedInfo.rank` and
+#: `--rank-offsets` take them).
+RANK_MOST = 2**31 - 1
+
+
 def find_rank_files(directory: Path) -> list[tuple[RankFileName, Path]]:
     """Rank files in ``directory``, ordered by (tag, launch, rank).
 
@@ -86,6 +91,11 @@ def find_rank_files(directory: Path) -> list[tuple[RankFileName, Path]]:
     for path in directory.iterdir():
         parsed = parse_rank_file_name(path.name)
         if parsed is not None and not path.is_dir():
+            if parsed.rank > RANK_MOST:
+                # A process id, a dataset's partition and --rank-offsets all take 31 bits:
+                # past them two ranks would share a track (a .pftrace's pid wraps).
+                raise ProfilingInputError(path, f"rank {parsed.rank} is past {RANK_MOST} (a rank is a "
+                                          "31-bit number)")
             found.append((parsed, path))
     found.sort(key=lambda item: (item[0].run_key, item[0].rank))
     return found

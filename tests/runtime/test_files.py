@@ -15,7 +15,7 @@ from optrace.runtime.chrome import ChromeTraceWriter, label_matcher, render_rank
 from optrace.runtime.decode import decode_rank
 from optrace.runtime.errors import ProfilingInputError
 from optrace.runtime.pointmap import load_point_map
-from optrace.runtime.rankfile import RankFileName, parse_rank_file_name, rank_file_name
+from optrace.runtime.rankfile import RankFileName, find_rank_files, parse_rank_file_name, rank_file_name
 
 
 @given(st.integers(0, 5000), st.one_of(st.none(), st.from_regex(r"[A-Za-z0-9.-]{1,12}", fullmatch=True)),
@@ -233,3 +233,17 @@ def test_word_rows_refuse_a_point_without_its_tail(point: list[int]) -> None:
     with pytest.raises(IndexError):
         chrome._rows_words(0, zeros, zeros, zeros + 1, zeros + (5 << 8), np.ones(n, bool),
                            zeros.astype(np.int8), np.array(point), tails)
+
+
+@pytest.mark.parametrize("name", ["rank2147483648.pt", "rank4294967296_moe_launch1.pt"])
+def test_a_rank_past_31_bits_in_a_file_name_is_named(tmp_path: Path, name: str) -> None:
+    # Past 2**31 - 1 a .pftrace's process id wrapped (two ranks on one track) and a
+    # dataset's partition could not be read back: refused, naming the file, nothing written.
+    directory = tmp_path / "p"
+    directory.mkdir()
+    (directory / name).write_bytes(b"")
+    (directory / "rank000.pt").write_bytes(b"")
+    with pytest.raises(ProfilingInputError) as info:
+        find_rank_files(directory)
+    assert info.value.path == str(directory / name) and "is past 2147483647" in info.value.message
+    assert [n.rank for n, _ in find_rank_files(directory.parent)] == []
