@@ -70,6 +70,8 @@ TRIP_COUNT = Range(0, 2**40, integer=True)
 #: Timestamps and durations in a trace: ± 1e15 µs (31 years) — past it, sums of them stop
 #: being exact and a hostile 1e308 would turn into inf.
 TIME_US = Range(-1e15, 1e15, unit="µs")
+#: A span's duration: none is negative (its end before its start: no span a reader can sum).
+DURATION_US = Range(0.0, 1e15, unit="µs")
 #: A framework trace's timestamps (collect --merge): wall-clock µs since the epoch
 #: (1.7e15 now), or from any origin, within ± 1e16 µs (317 years). The merged trace
 #: counts from its earliest event, within TIME_US.

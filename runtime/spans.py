@@ -25,7 +25,7 @@ from .decode import DecodeOptions, decode_rank
 from .errors import ProfilingInputError, checked_id, checked_name, shown
 from .json_rows import JsonEvents
 from .launches import LAUNCH_CATEGORY, launch_name
-from .numbers import CLOCK_MHZ, RANK, TIME_US, NumberError, check_number
+from .numbers import CLOCK_MHZ, DURATION_US, RANK, TIME_US, NumberError, check_number
 from .placement import KEEP_READ_BYTES, place_ranks
 from .pointmap import PointMap, load_point_map, resolve_point_map
 from .progress import Progress, reading
@@ -441,7 +441,7 @@ class _TraceEvents:
             try:
                 # float() takes "nan" and "inf" as strings: the range check refuses them.
                 ts = check_number("ts", float(event["ts"]), TIME_US)
-                dur = check_number("dur", float(event["dur"]), TIME_US)
+                dur = check_number("dur", float(event["dur"]), DURATION_US)
                 label = checked_name(path, str(event["name"]), "label")
             except (KeyError, TypeError, ValueError, OverflowError):
                 raise ProfilingInputError(path, f"malformed complete event: {str(event)[:200]}") from None

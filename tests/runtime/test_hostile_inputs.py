@@ -65,6 +65,8 @@ HOSTILE_JSON: dict[str, tuple[str, str]] = {
     "inf-as-string": (trace_text([event(dur="inf")]), "malformed complete event"),
     "huge-ts": (trace_text([event(ts=1e300)]), "malformed complete event"),
     "bool-ts": (trace_text([event(ts=True), event(ts=[1])]), "malformed complete event"),
+    # an end before its start: totals and shares below zero, gains past 100 %
+    "negative-dur": (trace_text([event(), event(dur=-4460.3)]), "malformed complete event"),
     "other-data-list": (trace_text([event()], other=[1, 2]), "otherData must be an object"),
     "ranks-clock-string": (trace_text([event()], other={"ranks": [{"clock_mhz": "fast"}]}), "clock_mhz"),
     "ranks-clock-zero": (trace_text([event()], other={"ranks": [{"clock_mhz": 0}]}), "clock_mhz"),
