@@ -23,7 +23,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from .dataset_layout import MARKER, PART_NAME, PARTITION, SCHEMA_VERSION, is_dataset, require_duckdb
+from .dataset_layout import COLUMNS, MARKER, PART_NAME, PARTITION, SCHEMA_VERSION, is_dataset, require_duckdb
 from .errors import ProfilingInputError
 from .launches import launch_name
 from .regular import load_json
@@ -103,6 +103,7 @@ class QueryError(ProfilingInputError):
 
 
 _PART_DIR = re.compile(rf"{PARTITION}=(\d+)")
+_RANK_MOST = 2**31 - 1  # a rank is a 31-bit number (the partition's INTEGER)
 
 
 def dataset_files(directory: Path) -> list[Path]:
@@ -122,6 +123,11 @@ def dataset_files(directory: Path) -> list[Path]:
         match = _PART_DIR.fullmatch(entry.name)
         if match is None or not entry.is_dir(follow_symlinks=False):
             continue
+        if str(int(match[1])) != match[1] or int(match[1]) > _RANK_MOST:
+            # `rank=01` beside `rank=1` is rank 1 twice (every span counted twice); past 31
+            # bits the partition's INTEGER cannot hold it
+            raise ProfilingInputError(Path(entry.path), f"not a rank's folder: {PARTITION}=N has N from 0 to "
+                                      f"{_RANK_MOST}, written without leading zeros")
         for part in os.scandir(entry.path):
             if part.name.endswith(".parquet") and stat.S_ISREG(part.stat(follow_symlinks=False).st_mode):
                 found.append((int(match[1]), Path(part.path)))
@@ -147,13 +153,67 @@ def connect(directory: Path) -> Any:
         connection.execute(f"SET allowed_paths = [{', '.join(map(sql_text, files))}]")
         connection.execute("SET enable_external_access = false")
         connection.execute("SET lock_configuration = true")
-        connection.execute(
-            f"CREATE VIEW spans AS SELECT * FROM read_parquet([{', '.join(map(sql_text, files))}], "
-            f"hive_partitioning = true, hive_types = {{'{PARTITION}': INTEGER}})")
+        try:
+            connection.execute(
+                f"CREATE VIEW spans AS SELECT * FROM read_parquet([{', '.join(map(sql_text, files))}], "
+                f"hive_partitioning = true, hive_types = {{'{PARTITION}': INTEGER}})")
+            found = {name: kind for name, kind, *_ in connection.execute("DESCRIBE spans").fetchall()}
+        except duckdb.Error as exc:
+            raise ProfilingInputError(directory, f"its parts cannot be read as one table: {str(exc).strip()}"
+                                      ) from None
+        _check_columns(directory, found)
+        _check_values(connection, directory, files)
     except BaseException:
         connection.close()
         raise
     return connection
+
+
+# The columns every span has a value in (the others are NULL where the schema says).
+_REQUIRED = ("launch", "core_type", "core", "label", "depth", "start_ns", "end_ns", "dur_ns", "status")
+
+
+def _check_values(connection: Any, directory: Path, files: list[str]) -> None:
+    """No NULL where every span has a value, no negative duration: read from the files'
+    statistics (a column without them is counted), so a part written by something else
+    is refused here rather than failing a report's arithmetic (exit 3) or summing below 0."""
+    listed = ", ".join(map(sql_text, files))
+    wanted = ", ".join(map(sql_text, _REQUIRED))
+    rows = connection.execute(
+        f"SELECT path_in_schema, sum(stats_null_count), bool_or(stats_null_count IS NULL), "
+        f"min(TRY_CAST(stats_min_value AS BIGINT)) FROM parquet_metadata([{listed}]) "
+        f"WHERE path_in_schema IN ({wanted}) GROUP BY path_in_schema").fetchall()
+    for name, nulls, unknown, lowest in rows:
+        if unknown:
+            nulls = connection.execute(f'SELECT count(*) FROM spans WHERE "{name}" IS NULL').fetchall()[0][0]
+        if nulls:
+            raise ProfilingInputError(directory, f"{nulls} spans without a `{name}` (NULL): every span "
+                                      "has one")
+        if name == "dur_ns" and lowest is not None and lowest < 0:
+            raise ProfilingInputError(directory, "a span of negative `dur_ns`: no span ends before it starts")
+
+
+_INTEGERS = frozenset({"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
+                       "UINTEGER", "UBIGINT"})
+
+
+def _family(kind: str) -> str:
+    """A column type as the readers' SQL takes it: any whole number as one (a part another
+    engine wrote may hold a depth as INTEGER, a time as BIGINT or INT64), text as text."""
+    return "integer" if kind in _INTEGERS else kind
+
+
+def _check_columns(directory: Path, found: dict[str, str]) -> None:
+    """Every column of the schema, of its type: a part written by something else (a column
+    gone or of another type) is refused here, not met as an error in the middle of a
+    report's SQL (exit 3)."""
+    for name, kind in ((PARTITION, "INTEGER"), *((n, k) for n, k, _ in COLUMNS)):
+        if name not in _REQUIRED and found.get(name, "").strip('"') == "NULL":
+            continue  # a column that may be NULL, NULL in every part: of no type, and harmless
+        if _family(found.get(name, "")) != _family(kind):
+            have = f"is {found[name]}" if name in found else "is missing"
+            raise ProfilingInputError(directory, f"not the dataset's columns: `{name}` {have}, version "
+                                      f"{SCHEMA_VERSION} has it {kind}")
 
 
 def kv_metadata(connection: Any, directory: Path, key: str) -> list[str]:

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from optrace.cli.app import app
 from optrace.cli.collect_fast import run_collect
 from optrace.runtime import dataset
 from optrace.runtime.collect import CollectOptions, collect
@@ -156,3 +159,53 @@ def test_without_duckdb_says_which_extra(demo: Path, tmp_path: Path, monkeypatch
     assert run_collect(demo, tmp_path / "ds.parquet") == 2
     assert "pip install 'ascend-optrace[query]'" in capsys.readouterr().err
     assert not (tmp_path / "ds.parquet").exists()
+
+
+def _tampered(good: Path, out: Path, select: str) -> Path:
+    """A copy of the dataset `good` whose rank 0 part is rewritten by `select` (over its
+    rows, as `part`): a part another tool wrote, or one edited by hand."""
+    shutil.copytree(good, out)
+    part = out / "rank=0" / dataset.PART_NAME
+    connection = duckdb.connect()
+    connection.execute(f"CREATE TABLE part AS SELECT * FROM read_parquet('{part}')")
+    part.unlink()
+    connection.execute(f"COPY ({select}) TO '{part}' (FORMAT parquet)")
+    connection.close()
+    return out
+
+
+@pytest.mark.parametrize("case, words", [
+    ("no label column", "`label` is missing"),
+    ("a NULL duration", "spans without a `dur_ns` (NULL)"),
+    ("a NULL label", "spans without a `label` (NULL)"),
+    ("a negative duration", "a span of negative `dur_ns`"),
+    ("a rank past 31 bits", "not a rank's folder"),
+    ("a rank with a leading zero", "not a rank's folder"),
+])
+def test_a_tampered_dataset_is_refused_naming_it(demo: Path, tmp_path: Path, case: str, words: str) -> None:
+    """A part without a column, NULL where every span has a value, a negative duration, a
+    folder that is no rank's (`rank=01` beside `rank=1`: every span twice): report and
+    compare exit 2 naming the dataset (they raised from DuckDB or the arithmetic: exit 3)."""
+    good = tmp_path / "good"
+    collect(demo, good, CollectOptions(format="parquet"))
+    bad = tmp_path / "bad"
+    columns = [name for name, _, _ in dataset.COLUMNS]
+    if case == "no label column":
+        _tampered(good, bad, f"SELECT {', '.join(c for c in columns if c != 'label')} FROM part")
+    elif case.startswith("a NULL"):
+        name = "dur_ns" if "duration" in case else "label"
+        first = "start_ns = (SELECT min(start_ns) FROM part)"
+        _tampered(good, bad, "SELECT " + ", ".join(
+            f"CASE WHEN {first} THEN NULL ELSE {c} END AS {c}" if c == name else c for c in columns)
+            + " FROM part")
+    elif case == "a negative duration":
+        _tampered(good, bad, "SELECT " + ", ".join(
+            "-dur_ns AS dur_ns" if c == "dur_ns" else c for c in columns) + " FROM part")
+    else:
+        shutil.copytree(good, bad)
+        name = "rank=3000000000" if "31 bits" in case else "rank=01"
+        shutil.copytree(bad / "rank=1", bad / name)
+    runner = CliRunner()
+    for args in (["report", str(bad)], ["compare", str(good), str(bad)]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2 and words in result.output and str(bad) in result.output, result.output
