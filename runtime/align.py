@@ -386,6 +386,10 @@ def _host_count(anchors: Sequence[Anchor]) -> tuple[int, bool]:
     return len(hosts), len(hosts) == 1 and None not in next(iter(hosts))
 
 
+#: The furthest apart anchors may place a run's ranks (~3 years): past it they are not used.
+ANCHOR_SPREAD_LIMIT_NS = 10**17
+
+
 def place_by_anchors(
     files: Sequence[tuple[str, int]], anchors: Sequence[Anchor | None], clocks: Sequence[float]
 ) -> tuple[list[float] | None, str | None, list[str]]:
@@ -404,6 +408,13 @@ def place_by_anchors(
     reference = present[0].host_ns(monotonic)
     starts = [a.host_ns_at_start(c, monotonic, reference) for a, c in zip(present, clocks, strict=True)]
     first = min(starts)
+    if max(starts) - first > ANCHOR_SPREAD_LIMIT_NS:
+        # No job's ranks start years apart: another clock (a corrupt or foreign anchor).
+        # Placed by them, the trace's times would pass what its readers take (1e18 ns).
+        years = (max(starts) - first) / 3.15576e16
+        latest = files[starts.index(max(starts))][0]
+        return None, None, [f"anchors not used: they place {latest} {years:.3g} years after the first rank "
+                            "(another clock)"]
     return [(s - first) / 1000.0 for s in starts], clock, []
 
 

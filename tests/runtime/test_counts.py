@@ -352,3 +352,24 @@ def test_a_launch_whose_records_were_all_dropped_is_counted_by_every_reader(tmp_
     for source in sources:
         shown = invoke("report", source).output
         assert shown.startswith(f"report for {source}: 2 ranks × 3 launches · 6 cores · 24 spans"), shown
+
+
+def test_anchors_that_place_ranks_years_apart_are_not_used(tmp_path: Path) -> None:
+    # Rank 1's host reading is 2**62 ns (146 years) after rank 0's: another clock. Placed by
+    # it, collect wrote times its own readers refuse (past 1e18 ns); the anchors are set
+    # aside with a note, and every reader reads the traces.
+    run = tmp_path / "run"
+    run.mkdir()
+    for rank, host in ((0, 10**12), (1, 10**12 + 2**62)):
+        data = new_buffer(3, 128)
+        for core in range(3):
+            _core_program(data[core], 1_000_000)
+        save_profiling_data(data, rank, run, aic_cores=1, aiv_cores=2, barrier=True, clock_mhz=50.0,
+                            host_clock=simulated_sync(host, 30000, 10000))
+    _point_map(run)
+    for output in ("t.json", "t.pftrace"):
+        collected = invoke("collect", run, "-o", tmp_path / output)
+        assert collected.exit_code == 0, collected.output
+        assert "anchors not used: they place rank001.pt 146 years after the first rank" in collected.output
+        for command in (("report", tmp_path / output), ("inspect", tmp_path / output)):
+            assert invoke(*command).exit_code == 0, invoke(*command).output
