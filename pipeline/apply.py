@@ -219,42 +219,17 @@ def _check_strip_undoes(result: OperatorChanges) -> None:
     if failure is not None:  # checked outside the overlay: the disk's own bytes
         _refuse_if_changed(changed)
         raise InputError(failure)
-    plan = result.plan
-    instrumented = plan is not None and recorded_mode(plan.analysis.entry_fn.src.raw) is not None
-    if not instrumented:
-        # Nothing in the tree is this operator's yet: strip must give back the old bytes
-        # of every file, and touch no other. A line of the user's that ends like one of
-        # optrace's (`  // optrace`) would be removed with them: refused, naming it.
-        for path, (was, back) in undone.changes.items():
-            if path in changed or was == back or was is None or back is None:
-                continue
-            raise InputError(Diagnostic(
-                OT048, "this line ends in optrace's mark, which optrace did not write here: strip would "
-                "remove it; change its comment; nothing written", path, _first_line_apart(was, back)))
-        before: dict[Path, tuple[bytes | None, bytes | None]] = {}
-    else:
-        # What strip gives on the tree as it is: the old bytes, unless optrace's lines are
-        # in them already (this operator's, or another one's sharing the file).
-        before = (strip_changes(result.op_dir, result.repo_root).changes
-                  if any(b"optrace" in old for old, _new in changed.values()) else {})
+    # What strip gives on the tree as it is: the old bytes, unless optrace's lines are in
+    # them already (this operator instrumented before, or another one sharing the file).
+    before = (strip_changes(result.op_dir, result.repo_root).changes
+              if any(b"optrace" in old for old, _new in changed.values()) else {})
     for path, (old, new) in changed.items():
         back = undone.changes.get(path, (new, new))[1]
-        if not instrumented and back != old and strip_bytes(old, path) != old:
-            raise InputError(Diagnostic(
-                OT048, "this line ends in optrace's mark, which optrace did not write here: strip would "
-                "remove it; change its comment; nothing written", path,
-                _first_line_apart(old, strip_bytes(old, path))))
         if back != before.get(path, (old, old))[1]:
             _refuse_if_changed(changed)
             raise InputError(Diagnostic(
                 OT048, "strip could not take optrace's edits to this file back (an unterminated "
                 "comment or string before them?); nothing written", path, 0))
-
-
-def _first_line_apart(a: bytes, b: bytes) -> int:
-    """The number of the first line where `a` and `b` differ."""
-    at = next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-    return a.count(b"\n", 0, at) + 1
 
 
 def _refuse_if_changed(changed: dict[Path, tuple[bytes, bytes]]) -> None:

@@ -112,28 +112,6 @@ def test_pytorch_s_own_function_of_the_op_s_name_is_not_the_op(tmp_path: Path) -
     assert "golden.py" not in out
 
 
-def test_a_line_of_the_user_s_that_ends_in_optrace_s_mark_is_named_not_lost(tmp_path: Path) -> None:
-    """Before optrace ever ran, a line of the user's ends in `  // optrace`: strip removes
-    such lines as its own, so apply's write would lose it at the next strip. Refused
-    (OT048, the line named), nothing written; with the comment changed, applied."""
-    repo = tmp_path / "repo"
-    shutil.copytree(FIXTURE, repo)
-    op = repo / OP_REL
-    kernel = op / "op_kernel" / "moe_fused_gmm.cpp"
-    lines = kernel.read_bytes().split(b"\n")
-    at = lines.index(b"    icache_preload(4);")
-    lines[at] += b"  // optrace"
-    kernel.write_bytes(b"\n".join(lines))
-    before = _tree(tmp_path)
-    code, _out, err = cli("apply", str(op), "--write")
-    assert code == 2 and f"moe_fused_gmm.cpp:{at + 1}: OT048" in err, err
-    assert "optrace did not write here" in err
-    assert _tree(tmp_path) == before
-    lines[at] = lines[at].replace(b"  // optrace", b"  // optrace-free: mine")
-    kernel.write_bytes(b"\n".join(lines))
-    assert cli("apply", str(op), "--write")[0] == 0
-
-
 def _namesake(folder: Path) -> None:
     """An operator `silu` of the ops-nn shape: a kernel and its aclnn header."""
     (folder / "op_kernel").mkdir(parents=True)
