@@ -60,7 +60,15 @@ from optrace.codemods.layer_common import (
     input_error,
     marked_lines,
 )
-from optrace.codemods.python_files import caller_files, op_arity, starts_workers, torch_own, workers_block
+from optrace.codemods.python_files import (
+    caller_files,
+    op_arity,
+    starts_workers,
+    torch_aliases_in,
+    torch_aliases_of,
+    torch_own,
+    workers_block,
+)
 from optrace.codemods.torch_adapter import hand_instrumented, torch_names
 from optrace.engine.cache import by_content
 from optrace.engine.diagnostics import InputError
@@ -126,7 +134,11 @@ class _Source:
     def collected(self) -> _Collector:
         """The file's calls, syncs, spawns and argparse use (visited once)."""
         if self._collected is None:
-            found = _Collector()
+            try:
+                aliases = torch_aliases_of(ast.parse(self.data))
+            except (SyntaxError, ValueError):  # LibCST read it: its one-line imports then
+                aliases = torch_aliases_in(self.data)
+            found = _Collector(aliases)
             self.wrapper.visit(found)
             self._collected = found
         return self._collected
@@ -218,9 +230,11 @@ class _Collector(cst.CSTVisitor):
     """What a caller file holds, whichever op is asked about: one visit per parsed file
     (`_Source.collected`), however many operators the file calls."""
 
-    def __init__(self) -> None:
+    def __init__(self, aliases: dict[str, str]) -> None:
         # Every `x.name(...)` call not inside a lambda / comprehension, with its name:
-        # deferred calls (a benchmark's lambda) keep their result.
+        # deferred calls (a benchmark's lambda) keep their result. Not a call of one of
+        # PyTorch's own functions (`aliases`: the names the file binds to torch modules).
+        self.aliases = aliases
         self.attr_calls: list[tuple[str, cst.Call]] = []
         self.syncs: list[str] = []
         self.spawns: list[cst.Call] = []
@@ -256,7 +270,7 @@ class _Collector(cst.CSTVisitor):
     def visit_Call(self, node: cst.Call) -> None:
         func = dotted(node.func)
         if (isinstance(node.func, cst.Attribute) and not self.deferred
-                and not torch_own(dotted(node.func.value))):
+                and not torch_own(dotted(node.func.value), self.aliases)):
             self.attr_calls.append((node.func.attr.value, node))
         if func.endswith("npu.synchronize"):
             self.syncs.append(func)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 
@@ -70,27 +70,82 @@ def caller_files(layers: Layers) -> list[Path]:
 _SPAWNERS = ("spawn", "start_processes")
 _WORKER_CLASSES = ("Process", "Pool", "ProcessPoolExecutor")
 
-# PyTorch's own namespaces, as code spells them: `torch.nn.functional.gelu(x)` or
-# `F.gelu(x)` is PyTorch's function, never a call of the operator named `gelu` (a
-# reference implementation beside the operator's tests; unpacked as the op's call, the
-# last row of a real tensor was taken for the profiling buffer).
-_TORCH_OWN = frozenset({"torch", "torch.nn", "torch.nn.functional", "nn", "nn.functional", "F", "functional",
-                        "torch.special", "torch.linalg", "torch.fft", "torch.Tensor"})
+# PyTorch's own namespaces: `torch.nn.functional.gelu(x)` (or through a name the file
+# binds to it: `import torch.nn.functional as F`, `from torch import nn`) is PyTorch's
+# function, never a call of the operator named `gelu` (a reference implementation beside
+# the operator's tests; unpacked as the op's call, the last row of a real tensor was taken
+# for the profiling buffer). Judged by what the file imports, not by how a name is spelled:
+# `F` bound to a project's own module calls the project's op.
+_TORCH_NAMESPACES = frozenset({"torch", "torch.nn", "torch.nn.functional", "torch.special", "torch.linalg",
+                               "torch.fft", "torch.Tensor"})
 _RECEIVER_RE = re.compile(rb"[A-Za-z_][\w.]*$")
+# One-line imports of torch's modules, for the search that reads bytes (the codemods read
+# the parse tree: `torch_aliases_of`).
+_IMPORT_AS_RE = re.compile(
+    rb"^[ \t]*import[ \t]+(torch(?:\.\w+)*)(?:[ \t]+as[ \t]+(\w+))?[ \t]*(?:#|$)", re.M)
+_FROM_IMPORT_RE = re.compile(
+    rb"^[ \t]*from[ \t]+(torch(?:\.\w+)*)[ \t]+import[ \t]+([\w \t,]+?)[ \t]*(?:#|$)", re.M)
 
 
-def torch_own(receiver: str) -> bool:
-    """Whether `receiver.name(...)` calls PyTorch's own function (`receiver`: the dotted
-    name before the call's last dot, "" when not a plain name)."""
-    return receiver in _TORCH_OWN
+def torch_own(receiver: str, aliases: Mapping[str, str]) -> bool:
+    """Whether `receiver.name(...)` calls PyTorch's own function: `receiver` (the dotted
+    name before the call's last dot) resolved through `aliases` (a name the file binds ->
+    the torch module it is) to one of PyTorch's namespaces."""
+    head, _, rest = receiver.partition(".")
+    module = aliases.get(head)
+    if module is None:
+        return False
+    return (f"{module}.{rest}" if rest else module) in _TORCH_NAMESPACES
+
+
+def _add_import(aliases: dict[str, str], module: str, bound: str | None) -> None:
+    if bound is not None:
+        aliases[bound] = module
+    else:  # `import torch.nn.functional` binds `torch`
+        aliases[module.split(".", 1)[0]] = module.split(".", 1)[0]
+
+
+def torch_aliases_of(tree: ast.AST) -> dict[str, str]:
+    """The names a parsed file binds to torch modules (anywhere in it: a function's own
+    import included), each with the module."""
+    aliases: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for item in node.names:
+                if item.name == "torch" or item.name.startswith("torch."):
+                    _add_import(aliases, item.name, item.asname)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module is not None and (
+                node.module == "torch" or node.module.startswith("torch.")):
+            for item in node.names:
+                aliases[item.asname or item.name] = f"{node.module}.{item.name}"
+    return aliases
+
+
+def torch_aliases_in(data: bytes) -> dict[str, str]:
+    """:func:`torch_aliases_of` read from a file's bytes, one-line imports alone (what a
+    search reading thousands of files can afford)."""
+    aliases: dict[str, str] = {}
+    for m in _IMPORT_AS_RE.finditer(data):
+        _add_import(aliases, m[1].decode("ascii"), m[2].decode("ascii") if m[2] else None)
+    for m in _FROM_IMPORT_RE.finditer(data):
+        for item in m[2].decode("ascii").split(","):
+            words = item.split()
+            if len(words) == 1 or (len(words) == 3 and words[1] == "as"):
+                aliases[words[-1]] = f"{m[1].decode('ascii')}.{words[0]}"
+    return aliases
 
 
 def calls_outside_torch(data: bytes, call_re: re.Pattern[bytes]) -> bool:
-    """Whether a `.name(` match of `call_re` (which starts at the dot) has a receiver other
-    than PyTorch's own namespaces: the files a caller search keeps."""
+    """Whether a `.name(` match of `call_re` (which starts at the dot) has a receiver that
+    is not one of PyTorch's namespaces: the files a caller search keeps."""
+    aliases: dict[str, str] | None = None
     for m in call_re.finditer(data):
         before = _RECEIVER_RE.search(data, max(0, m.start() - 200), m.start())
-        if not torch_own(before.group().decode("ascii", "replace") if before is not None else ""):
+        if before is None:
+            return True
+        if aliases is None:
+            aliases = torch_aliases_in(data)
+        if not torch_own(before.group().decode("ascii", "replace"), aliases):
             return True
     return False
 

@@ -100,16 +100,23 @@ def test_pytorch_s_own_function_of_the_op_s_name_is_not_the_op(tmp_path: Path) -
                       "{\n    for (int i = 0; i < 4; i++) {\n        Compute(x, y, i);\n    }\n}\n")
     golden = repo / "activation" / "gelu_quant" / "tests" / "golden.py"
     golden.parent.mkdir(parents=True)
-    golden.write_text("import torch\nimport torch.nn.functional as F\n\n\n"
+    golden.write_text("import torch\nimport torch.nn.functional as F\nimport torch.nn.functional as tnf\n"
+                      "from torch import nn\n\n\n"
                       "def gelu_quant_golden(x):\n"
                       '    y = torch.nn.functional.gelu(x, approximate="tanh")\n'
-                      "    z = F.gelu(x) + torch.gelu(x)\n"
+                      "    z = F.gelu(x) + torch.gelu(x) + tnf.gelu(x) + nn.functional.gelu(x)\n"
                       "    return y * 2 + z\n")
+    # A project's own module bound to `F` calls the project's op, whatever its name says.
+    sample = repo / "tests" / "test_gelu.py"
+    sample.parent.mkdir(parents=True)
+    sample.write_text("import torch\nimport gelu_ops as F\n\n\n"
+                      "def test_gelu():\n    y = F.gelu(torch.ones(4))\n    assert y is not None\n")
     before = golden.read_bytes()
     code, out, err = cli("apply", str(kernel.parent.parent), "--write")
     assert code == 0, (out, err)
     assert golden.read_bytes() == before
     assert "golden.py" not in out
+    assert b"profiling_data" in sample.read_bytes(), sample.read_text()
 
 
 def _namesake(folder: Path) -> None:
