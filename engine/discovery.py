@@ -1375,8 +1375,18 @@ class SearchContext:
             if same_op(folder.name, self.layers.op_name):
                 kernels = folder / "op_kernel"
                 looked_at(kernels)  # whether it is there decides what is searched
-                if kernels.is_dir():
+                if kernels.is_dir() and self._holds_an_entry(kernels):
                     return True
+        return False
+
+    def _holds_an_entry(self, kernels: Path) -> bool:
+        """Whether a folder's C / C++ files define a kernel entry: an operator's
+        `op_kernel/` does; a unit test's folder of that name beside the op's tests holds
+        gtest code, and the tests there are this operator's."""
+        for path in walk_files(kernels, CPP_EXTS):
+            data = read_bounded(path)
+            if data is not None and b"__global__" in data and entries_in(path, data):
+                return True
         return False
 
     def cpp_candidates(self) -> Iterator[tuple[Path, bytes]]:

@@ -148,3 +148,19 @@ def test_another_operator_of_the_same_name_keeps_its_own_layers(tmp_path: Path) 
     assert code == 0, (out, err)
     assert b"profiling" in (repo / "activation" / "silu" / "op_api" / "aclnn_silu.h").read_bytes().lower()
     assert _tree(other) == before
+
+
+def test_a_unit_test_folder_named_like_the_op_is_not_another_operator(tmp_path: Path) -> None:
+    """The op's tests in a folder of its name that holds a kernel unit test's
+    `op_kernel/` (gtest code, no kernel entry): still this operator's callers, not a
+    namesake operator's files."""
+    repo = tmp_path / "repo"
+    shutil.copytree(FIXTURE, repo)
+    tests = sorted(repo.rglob("test_moe_fused_gmm.py"))
+    assert tests and tests[0].parent.name == "moe_fused_gmm"
+    first = cli("plan", str(repo / OP_REL), "--format", "json")
+    assert first[0] == 0
+    gtest = tests[0].parent / "op_kernel" / "test_moe_fused_gmm_kernel.cpp"
+    gtest.parent.mkdir()
+    gtest.write_text('#include <gtest/gtest.h>\nTEST(MoeFusedGmm, Tiles) { EXPECT_EQ(1, 1); }\n')
+    assert cli("plan", str(repo / OP_REL), "--format", "json") == first
