@@ -239,6 +239,14 @@ def test_a_trace_of_some_cores_counts_what_was_skipped_on_them(tmp_path: Path) -
         tmp_path / "old.json")
 
 
+def _drawn(source: Path, scratch: Path) -> list[str]:
+    """The rows report's page draws of `source`, in order (each core of each launch once)."""
+    page = scratch / "page.html"
+    assert invoke("report", source, "--html", page).exit_code == 0
+    rows = re.findall(r"<title>(Rank [^<]*? / (?:AIC|AIV) \d+)", page.read_text(encoding="utf-8"))
+    return list(dict.fromkeys(rows))
+
+
 def test_a_page_draws_the_same_first_rows_from_the_directory_as_from_its_trace(tmp_path: Path) -> None:
     # 2 ranks x 6 launches x 12 cores: more rows than a page draws. A directory's rows
     # come rank by rank, each rank's launches in order, as a trace's processes hold them.
@@ -247,15 +255,9 @@ def test_a_page_draws_the_same_first_rows_from_the_directory_as_from_its_trace(t
     trace = tmp_path / "t.json"
     assert invoke("collect", demo, "-o", trace).exit_code == 0
 
-    def drawn(source: Path) -> list[str]:
-        page = tmp_path / "page.html"
-        assert invoke("report", source, "--html", page).exit_code == 0
-        rows = re.findall(r"<title>(Rank [^,<]*? / [^,<]*?)(?:,|</title>)", page.read_text(encoding="utf-8"))
-        return list(dict.fromkeys(rows))
-
-    from_directory = drawn(demo)
+    from_directory = _drawn(demo, tmp_path)
     assert len(from_directory) == 96 and from_directory[-1].startswith("Rank 1 (launch 1) / ")
-    assert from_directory == drawn(trace)
+    assert from_directory == _drawn(trace, tmp_path)
 
 
 def test_a_page_draws_a_directory_s_tagged_launches_in_its_trace_s_order(tmp_path: Path) -> None:
@@ -266,16 +268,10 @@ def test_a_page_draws_a_directory_s_tagged_launches_in_its_trace_s_order(tmp_pat
     trace = tmp_path / "t.json"
     assert invoke("collect", run, "-o", trace).exit_code == 0
 
-    def drawn(source: Path) -> list[str]:
-        page = tmp_path / "page.html"
-        assert invoke("report", source, "--html", page).exit_code == 0
-        rows = re.findall(r"<title>(Rank [^<]*? / (?:AIC|AIV) \d+)", page.read_text(encoding="utf-8"))
-        return list(dict.fromkeys(rows))
-
-    from_directory = drawn(run)
+    from_directory = _drawn(run, tmp_path)
     assert from_directory[:4] == ["Rank 0 (moe, launch 0) / AIC 0", "Rank 0 (moe, launch 0) / AIV 0",
                                   "Rank 0 (moe, launch 0) / AIV 1", "Rank 0 (attn, launch 0) / AIC 0"]
-    assert len(from_directory) == 96 and from_directory == drawn(trace)
+    assert len(from_directory) == 96 and from_directory == _drawn(trace, tmp_path)
 
 
 def test_each_rank_s_tagged_launches_in_its_own_time_order(tmp_path: Path) -> None:
@@ -297,13 +293,7 @@ def test_each_rank_s_tagged_launches_in_its_own_time_order(tmp_path: Path) -> No
         assert invoke("collect", run, "-o", tmp_path / output).exit_code == 0
         sources.append(tmp_path / output)
 
-    def drawn(source: Path) -> list[str]:
-        page = tmp_path / "page.html"
-        assert invoke("report", source, "--html", page).exit_code == 0
-        rows = re.findall(r"<title>(Rank [^<]*? / (?:AIC|AIV) \d+)", page.read_text(encoding="utf-8"))
-        return list(dict.fromkeys(rows))
-
-    rows = [drawn(source) for source in sources]
+    rows = [_drawn(source, tmp_path) for source in sources]
     launches = [row.split(" / ")[0] for row in rows[0] if row.startswith("Rank 1 ")]
     assert list(dict.fromkeys(launches))[:3] == ["Rank 1 (attn, launch 0)", "Rank 1 (moe, launch 0)",
                                                  "Rank 1 (attn, launch 1)"]
