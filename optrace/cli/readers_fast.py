@@ -13,6 +13,7 @@ full CLI handles it with its usual help and usage errors. Both paths run the sam
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -185,6 +186,10 @@ def run_report(path: Path, point_map: Path | None = None, html: Path | None = No
                 require_matplotlib()
             except MissingExtra as exc:
                 raise _Usage(str(exc)) from None
+        if html is not None and png is not None and os.path.abspath(html.expanduser()) == os.path.abspath(
+                png.expanduser()):
+            # one file, written twice: the page would be lost to the chart
+            raise _Usage(f"--html and --png name one file ({html}): give each its own")
         from optrace.runtime.atomic import output_target
         from optrace.runtime.dataset_layout import is_dataset
 

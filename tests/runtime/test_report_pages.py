@@ -180,6 +180,15 @@ def test_report_html_and_png_in_one_run(tmp_path: Path) -> None:
     assert "<svg" in (tmp_path / "r.html").read_text()
 
 
+def test_report_html_and_png_to_one_file_is_refused(tmp_path: Path) -> None:
+    # One path for both: the chart was written over the page, and report said it wrote both.
+    pytest.importorskip("matplotlib")
+    directory = demo(tmp_path / "d")
+    result = invoke("report", directory, "--html", tmp_path / "r.out", "--png", tmp_path / "." / "r.out")
+    assert result.exit_code == 2 and "--html and --png name one file" in result.output, result.output
+    assert not (tmp_path / "r.out").exists()
+
+
 def test_every_chart_has_axes_units_scale_and_a_hotspot_section(tmp_path: Path) -> None:
     table = load_spans(demo(tmp_path / "d"))
     report = build_report(table, top=4)
