@@ -527,7 +527,9 @@ class _Interning:
             point = point_map.points[point_id]
             fields = _uint(1, position + 1)
             if point.file:
-                fields += _string(2, point.file)
+                # A path's own bytes: one named in bytes that are not UTF-8 reads back as
+                # lone surrogates (the point map keeps paths as bytes), written as they were.
+                fields += _bytes(2, point.file.encode("utf-8", "surrogateescape"))
             if point.line is not None:
                 fields += _uint(4, point.line)
             self.sources.append(_bytes(4, fields))

@@ -197,7 +197,12 @@ def _entry(path: str, key: str, raw: Any) -> Point:
     file = raw.get("file")
     if file is not None and not isinstance(file, str):
         raise bad("'file' must be a path (a string)")
-    checked_name(path, file or "", f"point {key!r}: file")  # written into every trace as the label is
+    if file is not None and "\x00" in file:  # a path's bytes are kept (lone surrogates too), a NUL none has
+        raise bad(f"'file' {file[:60]!r} holds a NUL character")
+    try:  # a path named in bytes that are not UTF-8 reads back as \udc80-\udcff; other surrogates no path has
+        (file or "").encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        raise bad(f"'file' {(file or '')[:60]!r} holds a lone surrogate that is no path's byte") from None
     return Point(
         point_id=point_id,
         label=label,

@@ -62,7 +62,7 @@ def test_point_map_loading(tmp_path: Path) -> None:
         ({"points": {"1": {"label": "a", "event_type": "B", "line": True}}}, "'line' must be a line number"),
         ({"points": {"1": {"label": "a", "event_type": "B", "file": 7}}}, "'file' must be a path"),
         ({"points": {"1": {"label": "a", "event_type": "B", "file": "k\u0000.h"}}}, "holds a NUL character"),
-        ({"points": {"1": {"label": "a", "event_type": "B", "file": "k\ud800.h"}}}, "holds a lone surrogate"),
+        ({"points": {"1": {"label": "a", "event_type": "B", "file": "k\ud800.h"}}}, "no path's byte"),
         ({"points": {}, "fingerprint": -1}, "'fingerprint' must be a uint32"),
         ([], "not a point map"),
     ],

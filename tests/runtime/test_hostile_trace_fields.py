@@ -194,3 +194,23 @@ def test_a_rank_files_aiv_role_that_is_not_text_is_refused(tmp_path: Path, role:
              else "metadata field 'aiv_roles' must be a dict of role names")
     assert code in (1, 2) and words in out and "Traceback" not in out, out
     assert not written.exists()
+
+
+def test_a_point_map_file_named_in_bytes_that_are_not_utf8_is_collected_to_pftrace(
+        tmp_path: Path) -> None:
+    """A source path of non-UTF-8 bytes reads back as lone surrogates (the point map keeps
+    paths as bytes): a .pftrace writes the path's own bytes (its encoding crashed collect,
+    exit 3), and the readers read it."""
+    made = write_demo(tmp_path / "prof", ranks=1, launches=1, aic=1, seed=5, speedup=0.0).directory
+    pmap = made / "point_map.json"
+    document = json.loads(pmap.read_text())
+    for point in document["points"].values():
+        point["file"] = "op_kernel/\udcb7\udcd6.h"
+    pmap.write_text(json.dumps(document))
+    trace = tmp_path / "t.pftrace"
+    code, out = cli("collect", made, "-o", trace)
+    assert code == 0 and "Traceback" not in out, out
+    assert b"op_kernel/\xb7\xd6.h" in trace.read_bytes()
+    for command in (("report", trace), ("inspect", trace)):
+        code, out = cli(*command)
+        assert code == 0, out
