@@ -182,7 +182,7 @@ def test_report_html_and_png_in_one_run(tmp_path: Path) -> None:
 
 def test_report_html_and_png_to_one_file_is_refused(tmp_path: Path) -> None:
     # One path for both: the chart was written over the page, and report said it wrote both.
-    pytest.importorskip("matplotlib")
+    pytest.importorskip("matplotlib", reason="--png needs matplotlib (the [report] extra; [test] brings it)")
     directory = demo(tmp_path / "d")
     result = invoke("report", directory, "--html", tmp_path / "r.out", "--png", tmp_path / "." / "r.out")
     assert result.exit_code == 2 and "--html and --png name one file" in result.output, result.output
