@@ -34,7 +34,8 @@ from optrace.engine.index_cache import (
 from optrace.engine.index_cache import racy_tick as _racy_tick
 from optrace.engine.names import op_name_pattern, same_op
 from optrace.engine.probes import looked_at
-from optrace.engine.source import blank_comments, decode, is_binary, match_bracket, read_regular
+from optrace.engine.source import TooLarge, blank_comments, decode, is_binary, match_bracket, read_regular
+from optrace.engine.source import limit as source_limit
 from optrace.engine.vocabulary import (
     LAUNCH_HINT,
     launch_pattern,
@@ -947,8 +948,9 @@ def _name_paren(code: bytes, start: int) -> int:
         pos = close + 1
 
 
-def find_entries(kernel_files: list[Path]) -> list[EntryPoint]:
-    """`__global__ __aicore__` function definitions, with or without extern "C".
+def find_entries(kernel_files: list[Path], limit: int = SEARCH_LIMIT_BYTES) -> list[EntryPoint]:
+    """`__global__ __aicore__` function definitions, with or without extern "C", in the
+    files of at most ``limit`` bytes (the repository search's bound unless told).
 
     A lexical scan (comments blanked) is enough here and keeps discovery cheap: the name is
     the identifier before the parameter list's `(` after `__global__` (or after a macro
@@ -957,7 +959,7 @@ def find_entries(kernel_files: list[Path]) -> list[EntryPoint]:
     """
     entries: list[EntryPoint] = []
     for path in kernel_files:
-        data = read_bounded(path)
+        data = read_bounded(path, limit)
         if data is not None:
             entries.extend(entries_in(path, data))
     return entries
@@ -1055,8 +1057,12 @@ def find_operator_dirs(root: Path) -> list[Path]:
         op_dir = operator_dir_of(path, root)
         if op_dir is None or op_dir in found:
             continue
-        data = read_bounded(path)
-        if data is not None and b"__global__" in data and _GLOBAL_RE.search(data) and find_entries([path]):
+        # The source bound, as `discover` reads an operator's kernel files: one rule for
+        # what holds an entry, whatever the file's size.
+        bound = source_limit("source")
+        data = read_bounded(path, bound)
+        if (data is not None and b"__global__" in data and _GLOBAL_RE.search(data)
+                and find_entries([path], bound)):
             found.add(op_dir)
     return sorted(found)
 
@@ -1093,11 +1099,26 @@ def may_be_one_operator(op_dir: Path) -> bool:
     return any(_holds_entry(path) for path in own)
 
 
+def _past_source_bound(paths: Iterable[Path]) -> TooLarge | None:
+    """The refusal of the first file of ``paths`` past the source bound (its size and the
+    `[limits]` entry that raises it), so "no kernel entry" is not said of a file unread."""
+    bound = source_limit("source")
+    for path in paths:
+        try:
+            size = os.stat(path).st_size
+        except OSError:
+            continue
+        if size > bound:
+            return TooLarge(path, size, "source", bound)
+    return None
+
+
 def _holds_entry(path: Path) -> bool:
     """Whether the kernel source defines a kernel entry, as `find_operator_dirs` asks."""
-    data = read_bounded(path)
+    bound = source_limit("source")
+    data = read_bounded(path, bound)
     return data is not None and b"__global__" in data and _GLOBAL_RE.search(data) is not None and bool(
-        find_entries([path]))
+        find_entries([path], bound))
 
 
 def discover(op_dir: Path, repo_root: Path, config: Config, searches: Sequence[LayerSearch] = ()) -> Layers:
@@ -1127,7 +1148,10 @@ def discover(op_dir: Path, repo_root: Path, config: Config, searches: Sequence[L
     else:
         preferred = [p for p in cpp_files if "op_kernel" in p.parts]
         kernel_candidates = [p for p in (preferred or cpp_files) if p.suffix.lower() in KERNEL_EXTS]
-    entries = find_entries(kernel_candidates)
+    # The operator's own kernel files within the bound of any source optrace parses, not
+    # the repository search's 2 MiB: a generated or amalgamated kernel file past 2 MiB is
+    # still this operator's entry (it was "no kernel entry").
+    entries = find_entries(kernel_candidates, source_limit("source"))
     if entries:
         # Prefer the function named after the op, then the file named after it.
         entries.sort(key=lambda e: (not same_op(e.name, op_name), not same_op(e.path.stem, op_name),
@@ -1147,6 +1171,11 @@ def discover(op_dir: Path, repo_root: Path, config: Config, searches: Sequence[L
                 f"the kernel entry is defined by the macro `{m.macro}`: its body is the macro's "
                 "text, shared by every use, where no trace point can go; write this entry out "
                 "as a function (the macro can stay for the others)", m.path, m.line))
+        too_large = _past_source_bound(kernel_candidates)
+        if too_large is not None:
+            raise InputError(Diagnostic(
+                OT010, f"no kernel entry found; this kernel file was not read: {too_large.strerror}",
+                Path(too_large.filename), 0))
         raise InputError(
             Diagnostic(
                 OT010,

@@ -17,6 +17,8 @@ from optrace.engine.cache import by_content
 
 # Re-exported: the one bounded reader of untrusted files, for every layer above.
 from optrace.runtime.regular import NotRegularFile as NotRegularFile
+from optrace.runtime.regular import TooLarge as TooLarge
+from optrace.runtime.regular import limit as limit
 from optrace.runtime.regular import overlaid as overlaid
 from optrace.runtime.regular import read_regular as read_regular
 

@@ -212,3 +212,45 @@ def test_a_registration_is_one_naming_the_op_in_a_string_not_in_a_message(tmp_pa
     layers = discover(op, tmp_path, Config(), LAYERS)
     found = sorted(f.path.relative_to(tmp_path).as_posix() for f in layers.found.get("registration", []))
     assert found == ["csrc/pybind.cpp", "csrc/torch_binding.cpp"]
+
+
+def _big_kernel_operator(root: Path, padding_bytes: int) -> Path:
+    """An operator whose one kernel file carries a generated table after its entry:
+    ``padding_bytes`` of comment rows (an amalgamated or generated kernel source)."""
+    op = root / "moe" / "big_table_op"
+    (op / "op_kernel").mkdir(parents=True)
+    row = b"// row 0x%08x: 0x%08x 0x%08x\n"
+    rows = b"".join(row % (i, i * 3, i * 7) for i in range(padding_bytes // 34 + 1))
+    (op / "op_kernel" / "big_table_op.cpp").write_bytes(
+        b'#include "kernel_operator.h"\n'
+        b'extern "C" __global__ __aicore__ void big_table_op(GM_ADDR x, GM_ADDR y)\n'
+        b"{\n    AscendC::PipeBarrier<PIPE_ALL>();\n}\n" + rows)
+    return op
+
+
+def test_a_kernel_file_past_the_searchs_bound_still_holds_the_entry(tmp_path: Path) -> None:
+    """The repository search reads files of at most 2 MiB; the operator's own kernel
+    files are read within the source bound (64 MiB unless the user lowers it): a 3 MiB
+    kernel file's entry was "no kernel entry" (OT010)."""
+    op = _big_kernel_operator(tmp_path, 3 * 1024 * 1024)
+    assert (op / "op_kernel" / "big_table_op.cpp").stat().st_size > 3 * 1024 * 1024
+    layers = discover(op, tmp_path, Config(), LAYERS)
+    assert layers.entry is not None and layers.entry.name == "big_table_op" and layers.entry.line == 2
+    # and the listing of a repository's operators (several in one run, the corpus) says so too
+    assert find_operator_dirs(tmp_path) == [op.resolve()]
+
+
+def test_a_kernel_file_past_the_source_bound_is_named_not_called_no_entry(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    op = _big_kernel_operator(tmp_path / "repo", 300_000)
+    config_home = tmp_path / "config"
+    (config_home / "optrace").mkdir(parents=True)
+    (config_home / "optrace" / "config.toml").write_text("[limits]\nsource_bytes = 100000\n")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(config_home))
+    with pytest.raises(InputError) as err:
+        discover(op, tmp_path / "repo", Config(), LAYERS)
+    d = err.value.diagnostic
+    size = (op / "op_kernel" / "big_table_op.cpp").stat().st_size
+    assert d.code == "OT010" and d.path == op / "op_kernel" / "big_table_op.cpp"
+    assert f"this kernel file was not read: {size} bytes, past the 100000-byte bound" in d.message
+    assert "`[limits] source_bytes`" in d.message
