@@ -22,12 +22,12 @@ from optrace.codemods.python_files import (
     caller_files,
     calls_outside_torch,
     cst_half,
+    import_bindings_of,
+    not_the_op,
     op_arity,
     parsed_by_ast,
     split_callers,
     starts_workers,
-    torch_aliases_of,
-    torch_own,
 )
 from optrace.codemods.torch_adapter import hand_instrumented, torch_names
 from optrace.engine.discovery import LayerFile, Layers, SearchContext, is_sample_caller
@@ -182,7 +182,7 @@ def _python_facts(path: Path, data: bytes, op_names: set[str], ev: list[Evidence
         ev.append(Evidence(path, line, f"Python syntax error: {getattr(exc, 'msg', exc)}", False))
         return None
     facts = _PythonFacts()
-    aliases = torch_aliases_of(tree)
+    aliases = import_bindings_of(tree)
 
     def visit(node: ast.AST, deferred: bool) -> None:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -192,7 +192,7 @@ def _python_facts(path: Path, data: bytes, op_names: set[str], ev: list[Evidence
             line, end = node.lineno, node.end_lineno or node.lineno
             name = _dotted(node.func)
             if (isinstance(node.func, ast.Attribute) and node.func.attr in op_names
-                    and not torch_own(_dotted(node.func.value), aliases)):
+                    and not not_the_op(_dotted(node.func.value), node.func.attr, aliases)):
                 if not deferred:  # a lambda's / comprehension's call runs later: not saved
                     facts.calls.append((line, end))
             elif name.endswith("synchronize"):
@@ -278,13 +278,13 @@ def _probe_calls(tree: ast.Module, names: set[str]) -> tuple[list[_Site], list[_
     the statement list holding it."""
     calls: list[_Site] = []
     spawns: list[_Site] = []
-    aliases = torch_aliases_of(tree)
+    aliases = import_bindings_of(tree)
 
     def visit(node: ast.AST, stmt: ast.stmt | None, body: list[ast.stmt], deferred: int) -> None:
         if isinstance(node, ast.Call) and stmt is not None:
             func = _dotted(node.func)
             if (isinstance(node.func, ast.Attribute) and not deferred and node.func.attr in names
-                    and not torch_own(_dotted(node.func.value), aliases)):
+                    and not not_the_op(_dotted(node.func.value), node.func.attr, aliases)):
                 calls.append((node, stmt, body))
             if func.endswith(("spawn", "start_processes")) and ("mp" in func or "multiprocessing" in func):
                 spawns.append((node, stmt, body))

@@ -62,11 +62,11 @@ from optrace.codemods.layer_common import (
 )
 from optrace.codemods.python_files import (
     caller_files,
+    import_bindings_in,
+    import_bindings_of,
+    not_the_op,
     op_arity,
     starts_workers,
-    torch_aliases_in,
-    torch_aliases_of,
-    torch_own,
     workers_block,
 )
 from optrace.codemods.torch_adapter import hand_instrumented, torch_names
@@ -135,9 +135,9 @@ class _Source:
         """The file's calls, syncs, spawns and argparse use (visited once)."""
         if self._collected is None:
             try:
-                aliases = torch_aliases_of(ast.parse(self.data))
+                aliases = import_bindings_of(ast.parse(self.data))
             except (SyntaxError, ValueError):  # LibCST read it: its one-line imports then
-                aliases = torch_aliases_in(self.data)
+                aliases = import_bindings_in(self.data)
             found = _Collector(aliases)
             self.wrapper.visit(found)
             self._collected = found
@@ -270,7 +270,7 @@ class _Collector(cst.CSTVisitor):
     def visit_Call(self, node: cst.Call) -> None:
         func = dotted(node.func)
         if (isinstance(node.func, cst.Attribute) and not self.deferred
-                and not torch_own(dotted(node.func.value), self.aliases)):
+                and not not_the_op(dotted(node.func.value), node.func.attr.value, self.aliases)):
             self.attr_calls.append((node.func.attr.value, node))
         if func.endswith("npu.synchronize"):
             self.syncs.append(func)

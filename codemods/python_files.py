@@ -79,23 +79,40 @@ _WORKER_CLASSES = ("Process", "Pool", "ProcessPoolExecutor")
 _TORCH_NAMESPACES = frozenset({"torch", "torch.nn", "torch.nn.functional", "torch.special", "torch.linalg",
                                "torch.fft", "torch.Tensor"})
 _RECEIVER_RE = re.compile(rb"[A-Za-z_][\w.]*$")
-# One-line imports of torch's modules, for the search that reads bytes (the codemods read
-# the parse tree: `torch_aliases_of`).
-_IMPORT_AS_RE = re.compile(
-    rb"^[ \t]*import[ \t]+(torch(?:\.\w+)*)(?:[ \t]+as[ \t]+(\w+))?[ \t]*(?:#|$)", re.M)
+# The methods of Python's own types (`str`, `list`, `dict`, ...): `data_format.index("H")`
+# is Python's `str.index`, not a call of the operator named `index` (ops-nn has one: apply
+# unpacked a dozen golden scripts' `.index(` as the op's call). An op of such a name is
+# called through a name the file imports (`torch.ops.lib.index(x)`, `lib_ops.index(x)`).
+_BUILTIN_METHODS = frozenset(
+    name for kind in (str, bytes, bytearray, list, tuple, dict, set, frozenset, int, float, complex)
+    for name in dir(kind) if not name.startswith("_"))
+# One-line imports (and `from m import (a, b)` over lines), for the search that reads bytes
+# (the codemods read the parse tree: `import_bindings_of`).
+_IMPORT_RE = re.compile(rb"^[ \t]*import[ \t]+([\w. \t,]+?)[ \t]*(?:[#;]|$)", re.M)
 _FROM_IMPORT_RE = re.compile(
-    rb"^[ \t]*from[ \t]+(torch(?:\.\w+)*)[ \t]+import[ \t]+([\w \t,]+?)[ \t]*(?:#|$)", re.M)
+    rb"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+"
+    rb"(?:\(([\w \t,\r\n]*)\)|([\w \t,]+?)[ \t]*(?:[#;]|$))", re.M)
 
 
 def torch_own(receiver: str, aliases: Mapping[str, str]) -> bool:
     """Whether `receiver.name(...)` calls PyTorch's own function: `receiver` (the dotted
-    name before the call's last dot) resolved through `aliases` (a name the file binds ->
-    the torch module it is) to one of PyTorch's namespaces."""
+    name before the call's last dot) resolved through `aliases` (a name the file binds by
+    an import -> the module or member it is) to one of PyTorch's namespaces."""
     head, _, rest = receiver.partition(".")
     module = aliases.get(head)
     if module is None:
         return False
     return (f"{module}.{rest}" if rest else module) in _TORCH_NAMESPACES
+
+
+def not_the_op(receiver: str, name: str, aliases: Mapping[str, str]) -> bool:
+    """Whether `receiver.name(...)` is not a call of the operator `name`: PyTorch's own
+    function, or a method of Python's own types called on anything but a name the file
+    imports (a variable, a call's result, a literal: `receiver` is then not a dotted name
+    or its head is bound by no import)."""
+    if torch_own(receiver, aliases):
+        return True
+    return name in _BUILTIN_METHODS and (not receiver or receiver.partition(".")[0] not in aliases)
 
 
 def _add_import(aliases: dict[str, str], module: str, bound: str | None) -> None:
@@ -105,47 +122,56 @@ def _add_import(aliases: dict[str, str], module: str, bound: str | None) -> None
         aliases[module.split(".", 1)[0]] = module.split(".", 1)[0]
 
 
-def torch_aliases_of(tree: ast.AST) -> dict[str, str]:
-    """The names a parsed file binds to torch modules (anywhere in it: a function's own
-    import included), each with the module."""
+def _member(module: str, name: str) -> str:
+    return f"{module}{name}" if module.endswith(".") else f"{module}.{name}"  # `from . import x`: `.x`
+
+
+def import_bindings_of(tree: ast.AST) -> dict[str, str]:
+    """The names a parsed file binds by its imports (anywhere in it: a function's own
+    import included), each with the module or member it is (`from . import ops`: `.ops`)."""
     aliases: dict[str, str] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for item in node.names:
-                if item.name == "torch" or item.name.startswith("torch."):
-                    _add_import(aliases, item.name, item.asname)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module is not None and (
-                node.module == "torch" or node.module.startswith("torch.")):
+                _add_import(aliases, item.name, item.asname)
+        elif isinstance(node, ast.ImportFrom):
+            module = "." * node.level + (node.module or "")
             for item in node.names:
-                aliases[item.asname or item.name] = f"{node.module}.{item.name}"
+                if item.name != "*":
+                    aliases[item.asname or item.name] = _member(module, item.name)
     return aliases
 
 
-def torch_aliases_in(data: bytes) -> dict[str, str]:
-    """:func:`torch_aliases_of` read from a file's bytes, one-line imports alone (what a
-    search reading thousands of files can afford)."""
+def import_bindings_in(data: bytes) -> dict[str, str]:
+    """:func:`import_bindings_of` read from a file's bytes, by the shapes of imports a
+    search reading thousands of files can afford (one line each, or a parenthesized
+    `from` list)."""
     aliases: dict[str, str] = {}
-    for m in _IMPORT_AS_RE.finditer(data):
-        _add_import(aliases, m[1].decode("ascii"), m[2].decode("ascii") if m[2] else None)
-    for m in _FROM_IMPORT_RE.finditer(data):
-        for item in m[2].decode("ascii").split(","):
+    for m in _IMPORT_RE.finditer(data):
+        for item in m[1].decode("ascii").split(","):
             words = item.split()
             if len(words) == 1 or (len(words) == 3 and words[1] == "as"):
-                aliases[words[-1]] = f"{m[1].decode('ascii')}.{words[0]}"
+                _add_import(aliases, words[0], words[2] if len(words) == 3 else None)
+    for m in _FROM_IMPORT_RE.finditer(data):
+        module = m[1].decode("ascii")
+        for item in (m[2] if m[2] is not None else m[3]).decode("ascii").split(","):
+            words = item.split()
+            if len(words) == 1 or (len(words) == 3 and words[1] == "as"):
+                aliases[words[-1]] = _member(module, words[0])
     return aliases
 
 
 def calls_outside_torch(data: bytes, call_re: re.Pattern[bytes]) -> bool:
-    """Whether a `.name(` match of `call_re` (which starts at the dot) has a receiver that
-    is not one of PyTorch's namespaces: the files a caller search keeps."""
+    """Whether a `.name(` match of `call_re` (which starts at the dot) is a call of the op
+    (see :func:`not_the_op`): the files a caller search keeps."""
     aliases: dict[str, str] | None = None
     for m in call_re.finditer(data):
         before = _RECEIVER_RE.search(data, max(0, m.start() - 200), m.start())
-        if before is None:
-            return True
+        receiver = before.group().decode("ascii", "replace") if before is not None else ""
         if aliases is None:
-            aliases = torch_aliases_in(data)
-        if not torch_own(before.group().decode("ascii", "replace"), aliases):
+            aliases = import_bindings_in(data)
+        name = m.group().strip(b". \t\r\n(").decode("ascii", "replace")
+        if not not_the_op(receiver, name, aliases):
             return True
     return False
 

@@ -119,6 +119,42 @@ def test_pytorch_s_own_function_of_the_op_s_name_is_not_the_op(tmp_path: Path) -
     assert b"profiling_data" in sample.read_bytes(), sample.read_text()
 
 
+
+def test_a_method_of_python_s_own_types_named_as_the_op_is_not_the_op(tmp_path: Path) -> None:
+    """An operator named `index` (ops-nn has one) beside other operators' golden scripts
+    calling `str.index` / `list.index` (`data_format.index("H")`, `rows.tolist().index(x)`):
+    those are Python's methods, not the op; apply leaves the scripts alone (it unpacked
+    them as the op's call). A test calling the op through the library it imports — on one
+    line or in a parenthesized import — is still the op's caller."""
+    repo = tmp_path / "repo"
+    kernel = repo / "index" / "index" / "op_kernel" / "index.cpp"
+    kernel.parent.mkdir(parents=True)
+    (repo / ".git").mkdir()
+    kernel.write_text('#include "kernel_operator.h"\n'
+                      'extern "C" __global__ __aicore__ void index(GM_ADDR x, GM_ADDR idx, GM_ADDR y,\n'
+                      '                                             GM_ADDR ws, GM_ADDR tiling)\n'
+                      "{\n    for (int i = 0; i < 4; i++) {\n        Gather(x, idx, y, i);\n    }\n}\n")
+    golden = repo / "pooling" / "avg_pool" / "tests" / "golden.py"
+    golden.parent.mkdir(parents=True)
+    golden.write_text("import numpy as np\n\n\n"
+                      "def avg_pool_golden(x, data_format, rows):\n"
+                      '    h = data_format.index("H")\n'
+                      "    w = data_format.upper().index('W')\n"
+                      "    first = rows.tolist().index(0)\n"
+                      "    return np.mean(x, axis=(h, w)) + first\n")
+    sample = repo / "tests" / "test_index.py"
+    sample.parent.mkdir(parents=True)
+    sample.write_text("import torch\nfrom index_lib import (\n    index_ops,\n)\n\n\n"
+                      "def test_index():\n"
+                      "    y = index_ops.index(torch.ones(4), torch.zeros(2))\n"
+                      "    assert y is not None\n")
+    before = golden.read_bytes()
+    code, out, err = cli("apply", str(kernel.parent.parent), "--write")
+    assert code == 0, (out, err)
+    assert golden.read_bytes() == before
+    assert "golden.py" not in out
+    assert b"profiling_data" in sample.read_bytes(), sample.read_text()
+
 def _namesake(folder: Path) -> None:
     """An operator `silu` of the ops-nn shape: a kernel and its aclnn header."""
     (folder / "op_kernel").mkdir(parents=True)
