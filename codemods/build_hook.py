@@ -570,6 +570,26 @@ def _rank_facts(data: bytes | None) -> str:
     return f"{line} {1 if data is not None and _COPIES_KERNELS_RE.search(data) else 0}"
 
 
+# Folders of CI jobs and tests: a script there runs a pipeline's checks (ops-nn's
+# scripts/ci/check_kernel_ut.sh lists the operators with unit tests), not the build a user
+# runs, so it takes the hook only when no other script builds the kernels.
+_CI_OR_TEST_DIRS = frozenset({"ci", ".ci", ".github", ".gitlab", "test", "tests", "ut", "st"})
+
+
+def ci_or_test_script(path: Path, layers: Layers) -> bool:
+    """Whether ``path`` lies in a CI or test folder that is not one of the operator's own
+    ancestors (an operator kept under tests/ has its build there)."""
+    try:
+        folders = path.relative_to(layers.repo_root).parts[:-1]
+        own = layers.op_dir.relative_to(layers.repo_root).parts
+    except ValueError:
+        return False
+    shared = 0
+    while shared < min(len(folders), len(own)) and folders[shared] == own[shared]:
+        shared += 1
+    return any(part.lower() in _CI_OR_TEST_DIRS for part in folders[shared:])
+
+
 class BuildHookLayer(LocatingLayer[HookTarget]):
     NAME: ClassVar[str] = "build_hook"
     DESCRIPTION: ClassVar[str] = "build hook: the build runs `optrace preprocess` on the kernels it compiles"
@@ -590,8 +610,8 @@ class BuildHookLayer(LocatingLayer[HookTarget]):
 
     def search(self, ctx: SearchContext) -> list[LayerFile]:
         """The repository's scripts building kernels; the one that copies the kernels
-        into a build tree is where the hook goes: ranked first (names the op, copies
-        op_kernel, is a shell script), then shallower paths."""
+        into a build tree is where the hook goes: ranked first (outside CI and test
+        folders, names the op, copies op_kernel, is a shell script), then shallower paths."""
         # Every operator asks this of the same scripts (~1,500 in ops-nn): what does not
         # depend on the operator is derived once per script content (the store: a script
         # apply edited is read again), and the op's names are looked up in the scripts'
@@ -606,10 +626,10 @@ class BuildHookLayer(LocatingLayer[HookTarget]):
             named = ctx.build_scripts_naming_op()
             copies = {path for path, (_, copy) in zip(paths, facts, strict=True) if copy == "1"}
 
-            def score(f: LayerFile) -> tuple[int, int]:
+            def score(f: LayerFile) -> tuple[bool, int, int]:
                 s = (4 if f.path in named else 0) + (2 if f.path in copies else 0)
                 s += 1 if f.path.suffix in (".sh", ".bash") else 0
-                return (-s, len(f.path.parts))
+                return (ci_or_test_script(f.path, ctx.layers), -s, len(f.path.parts))
 
             scripts.sort(key=score)
         return scripts

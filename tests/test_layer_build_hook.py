@@ -11,9 +11,15 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from layer_snippets import make_repo, run
+from layer_snippets import KERNEL, make_repo, run
 
-from optrace.codemods.build_hook import _COPIES_KERNELS_RE, BuildHookLayer, build_hook_edits, hook_command
+from optrace.codemods.build_hook import (
+    _COPIES_KERNELS_RE,
+    BuildHookLayer,
+    build_hook_edits,
+    ci_or_test_script,
+    hook_command,
+)
 from optrace.codemods.strip import strip_bytes
 from optrace.engine.discovery import (
     BUILD_RE,
@@ -218,11 +224,11 @@ def _regex_ranking(ctx: SearchContext) -> list[LayerFile]:
     scripts = [ctx.at(path, ctx.data(path), BUILD_RE.pattern, "copies / builds the kernels")
                for path in ctx.index.build_scripts()]
 
-    def score(f: LayerFile) -> tuple[int, int]:
+    def score(f: LayerFile) -> tuple[bool, int, int]:
         data = ctx.data(f.path) or b""
         s = (4 if ctx.op_word.search(data) else 0) + (2 if _COPIES_KERNELS_RE.search(data) else 0)
         s += 1 if f.path.suffix in (".sh", ".bash") else 0
-        return (-s, len(f.path.parts))
+        return (ci_or_test_script(f.path, ctx.layers), -s, len(f.path.parts))
 
     return sorted(scripts, key=score)
 
@@ -245,6 +251,44 @@ def test_the_build_scripts_rank_as_a_regex_search_of_each_ranks_them(tmp_path: P
     odd = _context(op, "demo-op")
     assert odd._word_keys is None
     assert BuildHookLayer().search(odd) == _regex_ranking(odd)
+
+
+# A CI job's script naming the op in its list of operators with unit tests, and a test
+# folder's script that builds a test kernel: neither is the build a user runs.
+CI_SCRIPTS = {
+    "scripts/ci/check_ut.sh": "#!/bin/bash\n# unit tests of the kernels under op_kernel/\n"
+                              "ops=(\"demo_op\" \"other_op\")\nfor op in ${ops[@]}; do run_ut $op; done\n",
+    "tests/st/build_st.sh": "#!/bin/bash\ncp -r ../ops/demo_op/op_kernel \"${ST}\"\n",
+}
+
+
+def test_a_ci_or_test_folder_s_script_ranks_after_the_build(tmp_path: Path) -> None:
+    """ops-nn's `scripts/ci/check_kernel_ut.sh` names `conv2d_v2` in its list of operators
+    with unit tests: it outranked the repository's build.sh, and took the hook."""
+    op = make_repo(tmp_path, {**RANKED, **CI_SCRIPTS})
+    ctx = _context(op)
+    assert BuildHookLayer().search(ctx) == _regex_ranking(ctx)
+    ranked = _ranked(ctx)
+    assert ranked[:7] == ["copy_named.sh:2", "a/build_camel.sh:3", "e/CMakeLists.txt:1",
+                          "b/deep/er/ops.cmake:1", "d/copy.sh:3", "c/substring.sh:2",
+                          "f/g/h/CMakeLists.txt:1"]
+    assert sorted(ranked[7:]) == ["scripts/ci/check_ut.sh:2", "tests/st/build_st.sh:2"]
+    # alone, the CI script is still the one there is
+    alone = make_repo(tmp_path / "alone", {"scripts/ci/check_ut.sh": CI_SCRIPTS["scripts/ci/check_ut.sh"]})
+    assert _ranked(_context(alone)) == ["scripts/ci/check_ut.sh:2"]
+
+
+def test_an_operator_kept_under_tests_has_its_build_there(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    op = root / "tests" / "kernels" / "demo_op"
+    (op / "op_kernel").mkdir(parents=True)
+    (op / "op_kernel" / "demo_op.cpp").write_text(KERNEL)
+    (root / "tests" / "kernels" / "build.sh").write_text("#!/bin/bash\ncp -r demo_op/op_kernel \"$OUT\"\n")
+    (root / "tests" / "ci" / "lint.sh").parent.mkdir(parents=True)
+    (root / "tests" / "ci" / "lint.sh").write_text("#!/bin/bash\ncp -r kernels/demo_op/op_kernel /tmp/lint\n")
+    layers = Layers("demo_op", camel_case("demo_op"), op, root)
+    assert not ci_or_test_script(root / "tests" / "kernels" / "build.sh", layers)
+    assert ci_or_test_script(root / "tests" / "ci" / "lint.sh", layers)
 
 
 @pytest.mark.parametrize("name", ["demo_op", "gather_v2", "_lead", "ab__c", "x"])
