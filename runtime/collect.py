@@ -881,9 +881,11 @@ def summary_lines(result: CollectResult) -> list[str]:
         # --cores: the trace misses those of its cores alone (its rank table counts them)
         in_trace = (f" ({sum(kept)} of them on the cores --cores kept)"
                     if kept and sum(kept) != skipped else "")
+        far = sum(d.far_records for d in decoded)
         lines.append(
             f"skipped {skipped} records{in_trace}: {dropped} dropped or overwritten (slot full), "
             f"{unknown} with unknown ids, {unmatched} unmatched E"
+            + (f", {far} years from their launch's start" if far else "")
         )
     for outcome in result.outcomes:
         if outcome.decoded is not None:

@@ -50,6 +50,11 @@ from .pointmap import PointMap
 from .rankfile import RankBuffer
 from .records import FrozenRecord, Record
 
+#: The furthest a record's cycle lies from its launch's first core start (~3 years): no
+#: kernel runs that long, so such a record's counter is corrupt, and kept, its time would
+#: pass what the trace's readers take (1e18 ns). Dropped and counted instead.
+RECORD_SPREAD_LIMIT_NS = 10**17
+
 STATUS_OK = 0
 STATUS_CLOSED_BY_PARENT = 1  # its own E is missing; an enclosing E closed it
 STATUS_UNCLOSED = 2  # never closed; ends at the core's last timestamp
@@ -561,7 +566,7 @@ class RankDecode(Record):
     __match_args__ = (
         "path", "meta", "clock_mhz", "base_cycle", "fingerprint", "slots", "cores",
         "unknown_ids", "unmatched_e", "repaired_spans", "backwards", "issues", "notes", "spans",
-        "unread_by_slot",
+        "unread_by_slot", "far_records",
     )
     __slots__ = __match_args__
     path: str
@@ -578,8 +583,10 @@ class RankDecode(Record):
     issues: list[str]  # "path: message" lines for the user
     notes: list[str]  # informational, not a problem
     spans: RankSpans  # all cores' spans at once
-    # per slot, its records of an unknown id and its unmatched E (None: there are none)
+    # per slot, its records of an unknown id, years from the launch and its unmatched E
+    # (None: there are none)
     unread_by_slot: np.ndarray | None
+    far_records: int  # records years from the launch's start (a corrupt counter; dropped)
 
     def __init__(
         self,
@@ -598,6 +605,7 @@ class RankDecode(Record):
         notes: list[str] | None = None,
         spans: RankSpans | None = None,
         unread_by_slot: np.ndarray | None = None,
+        far_records: int = 0,
     ) -> None:
         self.path = path
         self.meta = meta
@@ -614,6 +622,7 @@ class RankDecode(Record):
         self.notes = [] if notes is None else notes
         self.spans = RankSpans.empty() if spans is None else spans
         self.unread_by_slot = unread_by_slot
+        self.far_records = far_records
 
     @property
     def dropped(self) -> int:
@@ -630,7 +639,7 @@ class RankDecode(Record):
     @property
     def skipped_records(self) -> int:
         """Records the device wrote that are not in the trace as written."""
-        return self.dropped + sum(self.unknown_ids.values()) + self.unmatched_e
+        return self.dropped + sum(self.unknown_ids.values()) + self.unmatched_e + self.far_records
 
     def skipped_on(self, keep: Callable[[str, int], bool]) -> int:
         """:attr:`skipped_records` of the cores ``keep`` accepts (core type, index): what a
@@ -772,6 +781,20 @@ def decode_rank(
             issues.append(_diagnose_unknown(unknown, verified))
 
     rel = (scan.cycles - base_u).view(np.int64)
+    far_by_slot: np.ndarray | None = None
+    far_records = 0
+    if rel.size:
+        # Two reductions in the common case; the mask only when a record is that far.
+        limit = int(RECORD_SPREAD_LIMIT_NS * float(clock) / 1000.0)
+        if int(rel.max()) > limit or int(rel.min()) < -limit:
+            far = ((rel > limit) | (rel < -limit)) & keep
+            if far.any():
+                keep &= ~far
+                record_slot = np.repeat(np.arange(buffer.slots), np.diff(scan.offsets))
+                far_by_slot = np.bincount(record_slot[far], minlength=buffer.slots)
+                far_records = int(far.sum())
+                issues.append(f"{far_records} records whose timestamp lies years from the launch's "
+                              "start (a corrupt counter; dropped)")
     # Kinds and labels by map position; an unknown id (-1) reads the appended 0.
     kinds_all = np.take(np.append(point_map.kinds, np.int8(0)), position)
     labels_all = np.take(np.append(point_map.label_index, np.int32(0)), position)
@@ -855,6 +878,8 @@ def decode_rank(
     for child, parent, _count in outside_parent(point_map.labels, spans.label, spans.slot, start_at, end_at):
         notes.append(disagreement(child, parent))
     unread_by_slot = unknown_by_slot
+    if far_by_slot is not None:
+        unread_by_slot = far_by_slot if unread_by_slot is None else unread_by_slot + far_by_slot
     if unmatched_e:
         issues.append(f"{unmatched_e} E records without an open B of the same label (dropped)")
         per_slot = nesting.unmatched_e.astype(np.int64)
@@ -879,6 +904,7 @@ def decode_rank(
         notes=notes,
         spans=spans,
         unread_by_slot=unread_by_slot,
+        far_records=far_records,
     )
 
 

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .decode import scan_slots, signed_delta
+from .decode import RECORD_SPREAD_LIMIT_NS, scan_slots, signed_delta
 from .rankfile import RankBuffer, RankFileName
 from .records import Record
 
@@ -42,7 +42,7 @@ LAUNCH_GAP_NS = 10_000
 #: The furthest a launch's cycles place it after the launch before it (~3 years): no run
 #: of one device is that long, so its counter is another's (corrupt, or a foreign file),
 #: and placed by it the trace's times would pass what its readers take (1e18 ns).
-CYCLES_GAP_LIMIT_NS = 10**17
+CYCLES_GAP_LIMIT_NS = RECORD_SPREAD_LIMIT_NS
 #: The category of the ``launch K`` slices (JSON ``cat``, TrackEvent category): readers
 #: tell them from spans by it.
 LAUNCH_CATEGORY = "optrace.launch"

@@ -640,7 +640,8 @@ def skipped_warnings(path: Path, meta: dict[str, Any]) -> list[str]:
                 if filtered and not all("skipped_records_every_core" in rank for rank in entries)
                 else " on the cores `--cores` kept" if filtered else "")
     return [f"{path}: {total} records were skipped when it was collected (dropped when a core's slot "
-            f"was full, or with unknown ids or an unmatched E; {where}{of_every}): the figures leave them "
+            f"was full, or with unknown ids, an unmatched E or a corrupt time; {where}{of_every}): "
+            "the figures leave them "
             "out"]
 
 

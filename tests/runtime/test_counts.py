@@ -176,8 +176,8 @@ def test_a_trace_says_what_collect_skipped_as_its_rank_files_do(tmp_path: Path) 
         warnings = json.loads(invoke("report", trace, "--format", "json").output)["warnings"]
         assert [w for w in warnings if "records were skipped when it was collected" in w] == [
             f"{trace}: 8 records were skipped when it was collected (dropped when a core's slot was full, "
-            "or with unknown ids or an unmatched E; rank000.pt: 4, rank000_launch1.pt: 4): the figures "
-            "leave them out"], warnings
+            "or with unknown ids, an unmatched E or a corrupt time; rank000.pt: 4, rank000_launch1.pt: 4): "
+            "the figures leave them out"], warnings
         assert "records were skipped" in invoke("report", trace).output
         page = tmp_path / "r.html"
         assert invoke("report", trace, "--html", page).exit_code == 0
@@ -228,8 +228,8 @@ def test_a_trace_of_some_cores_counts_what_was_skipped_on_them(tmp_path: Path) -
             else:
                 assert skipped(tmp_path / output) == [
                     "8 records were skipped when it was collected (dropped when a core's slot was full, or "
-                    "with unknown ids or an unmatched E; rank000.pt: 4, rank000_launch1.pt: 4 on the cores "
-                    "`--cores` kept): the figures leave them out"], output
+                    "with unknown ids, an unmatched E or a corrupt time; rank000.pt: 4, "
+                    "rank000_launch1.pt: 4 on the cores `--cores` kept): the figures leave them out"], output
     trace = json.loads((tmp_path / "aiv.json").read_text())
     for entry in trace["otherData"]["ranks"]:
         entry["skipped_records"] = entry.pop("skipped_records_every_core")
@@ -363,3 +363,40 @@ def test_anchors_that_place_ranks_years_apart_are_not_used(tmp_path: Path) -> No
         assert "anchors not used: they place rank001.pt 146 years after the first rank" in collected.output
         for command in (("report", tmp_path / output), ("inspect", tmp_path / output)):
             assert invoke(*command).exit_code == 0, invoke(*command).output
+
+
+def test_a_record_years_from_its_launch_is_dropped_and_the_trace_stays_readable(tmp_path: Path) -> None:
+    """One core's `processing gmm` E lies 6e16 cycles (~38 years at 50 MHz) after its
+    launch's start (a corrupt counter inside the launch): collect wrote it at 1.2e18 ns,
+    past what its own readers take, and they refused the trace (exit 2). It is dropped and
+    counted as skipped (exit 1: findings), the trace reads, and the rank's spans end where
+    the records left say."""
+    run = tmp_path / "run"
+    run.mkdir()
+    start = 1_000_000
+    data = new_buffer(3, 128)
+    for core in range(3):
+        writer = SlotWriter(data[core], start, fingerprint=FINGERPRINT)
+        gmm_end = 60_000_000_000_000_000 if core == 0 else 50
+        for label, kind, at in (("processing", "B", 5), ("processing gmm", "B", 10),
+                                ("processing gmm", "E", gmm_end), ("processing", "E", 100)):
+            writer.record(trace_point_hash(label, kind), start + at)
+    _save(data, 0, run, start)
+    _point_map(run)
+    for output in ("t.json", "t.pftrace"):
+        trace = tmp_path / output
+        collected = invoke("collect", run, "-o", trace)
+        assert collected.exit_code == 1, collected.output
+        assert ("skipped 1 records: 0 dropped or overwritten (slot full), 0 with unknown ids, 0 unmatched E, "
+                "1 years from their launch's start") in collected.output, collected.output
+        assert "1 records whose timestamp lies years from the launch's start" in collected.output
+        for command in ("report", "inspect"):
+            read = invoke(command, trace, "--format", "json")
+            assert read.exit_code == 0, (command, output, read.output)
+        found = json.loads(invoke("report", trace, "--format", "json").output)
+        assert any("1 records were skipped when it was collected" in w for w in found["warnings"]), found
+        spans = json.loads(invoke("inspect", trace, "--format", "json").output)
+        assert spans["ranks"] == 1 and spans["cores"] == 3
+        # every span within its launch's length: `processing` is ~2 µs (100 cycles at 50 MHz)
+        # on each of the 3 cores
+        assert found["processing_total_us"] < 3 * 2.1, found["processing_total_us"]
