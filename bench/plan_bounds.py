@@ -102,6 +102,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {op} | {bare:.3f} | {med['walk']:.3f} ({walk:.2f}x) | {med['networkx + walk']:.3f} "
               f"({cold:.2f}x) | {'below the walk' if walk > 1.5 else 'room'} | "
               f"{'below the import and walk' if cold > 3 else 'room'} |")
+    walks = [med["walk"] / med[f"bare parse {op}"] for op in args.ops]
+    colds = [med["networkx + walk"] / med[f"bare parse {op}"] for op in args.ops]
+    walk, cold = statistics.median(walks), statistics.median(colds)
+    print(f"| median of {len(args.ops)} | | {walk:.2f}x | {cold:.2f}x | "
+          f"{'below the walk' if walk > 1.5 else 'room'} | "
+          f"{'below the import and walk' if cold > 3 else 'room'} |")
     print(f"\ninterpreter alone (`python -c pass`): {med['interpreter']:.3f} s")
     return 0
 
