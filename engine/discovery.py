@@ -1011,12 +1011,13 @@ def entries_in(path: Path, data: bytes) -> list[EntryPoint]:
     return entries
 
 
-def find_macro_entries(kernel_files: list[Path]) -> list[MacroEntry]:
+def find_macro_entries(kernel_files: list[Path], limit: int = SEARCH_LIMIT_BYTES) -> list[MacroEntry]:
     """Entries defined by function-like macros, at each place a macro is invoked (or at
-    its `#define` when it is not invoked in these files)."""
+    its `#define` when it is not invoked in these files), in files of at most ``limit``
+    bytes."""
     found: list[MacroEntry] = []
     for path in kernel_files:
-        data = read_bounded(path)
+        data = read_bounded(path, limit)
         if data is None or b"__global__" not in data or not _GLOBAL_RE.search(data):
             continue
         code = blank_comments(data)
@@ -1163,7 +1164,7 @@ def discover(op_dir: Path, repo_root: Path, config: Config, searches: Sequence[L
         detail = f"{e.name} ({quals}__global__ __aicore__)"
         layers.found["entry"] = [LayerFile(e.path, e.line, detail)]
     else:
-        by_macro = find_macro_entries(kernel_candidates)
+        by_macro = find_macro_entries(kernel_candidates, source_limit("source"))
         if by_macro:
             m = by_macro[0]
             raise InputError(Diagnostic(
@@ -1413,7 +1414,7 @@ class SearchContext:
         `op_kernel/` does; a unit test's folder of that name beside the op's tests holds
         gtest code, and the tests there are this operator's."""
         for path in walk_files(kernels, CPP_EXTS):
-            data = read_bounded(path)
+            data = read_bounded(path, source_limit("source"))  # as `discover` reads a kernel file
             if data is not None and b"__global__" in data and entries_in(path, data):
                 return True
         return False

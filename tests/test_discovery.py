@@ -254,3 +254,38 @@ def test_a_kernel_file_past_the_source_bound_is_named_not_called_no_entry(
     assert d.code == "OT010" and d.path == op / "op_kernel" / "big_table_op.cpp"
     assert f"this kernel file was not read: {size} bytes, past the 100000-byte bound" in d.message
     assert "`[limits] source_bytes`" in d.message
+
+
+def test_a_macro_entry_in_a_kernel_file_past_the_searchs_bound_is_named(tmp_path: Path) -> None:
+    op = tmp_path / "moe" / "mac_op"
+    (op / "op_kernel").mkdir(parents=True)
+    rows = b"".join(b"// row 0x%08x\n" % i for i in range(3 * 1024 * 1024 // 16))
+    (op / "op_kernel" / "mac_op.cpp").write_bytes(
+        b'#include "kernel_operator.h"\n'
+        b'#define DEFINE_ENTRY(name) extern "C" __global__ __aicore__ void name(GM_ADDR x) '
+        b"{ AscendC::PipeBarrier<PIPE_ALL>(); }\n"
+        b"DEFINE_ENTRY(mac_op)\n" + rows)
+    with pytest.raises(InputError) as err:
+        discover(op, tmp_path, Config(), LAYERS)
+    assert "defined by the macro `DEFINE_ENTRY`" in err.value.diagnostic.message
+    assert err.value.diagnostic.line == 3
+
+
+def test_a_namesake_operator_with_a_kernel_past_the_searchs_bound_keeps_its_tests(tmp_path: Path) -> None:
+    """Two operators `foo_op` (a current and an experimental one): the other's test is
+    its own caller whatever the size of its kernel file (past 2 MiB it was taken for
+    this operator's)."""
+    (tmp_path / ".git").mkdir()
+    for sub, pad in (("a", 0), ("b", 3 * 1024 * 1024)):
+        op = _big_kernel_operator(tmp_path / sub, pad)
+        (op / "tests").mkdir()
+        (op / "tests" / f"test_big_table_op_{sub}.py").write_text(
+            "import torch\nimport torch_npu\n\n\ndef test_it():\n"
+            "    assert torch_npu.big_table_op(torch.ones(4)) is not None\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_big_table_op.py").write_text(
+        "import torch\nimport torch_npu\n\n\ndef test_it():\n"
+        "    assert torch_npu.big_table_op(torch.ones(4)) is not None\n")
+    layers = discover(tmp_path / "a" / "moe" / "big_table_op", tmp_path, Config(), LAYERS)
+    callers = [f.path.name for f in layers.found.get("python_callers", [])]
+    assert callers == ["test_big_table_op.py"], callers
