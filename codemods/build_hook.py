@@ -95,6 +95,16 @@ def build_script(layers: Layers) -> Path | None:
 
 def _build_script(layers: Layers) -> Path | None:
     scripts = [f.path for f in layers.found.get("build_script", [])]
+    # A CI job's or a test folder's script only when no other builds (the search ranks
+    # them last; this choice goes by what each script does, so it asks again).
+    main = [p for p in scripts if not ci_or_test_script(p, layers)]
+    chosen = _chosen_script(main, layers, skip_ci=True) if main else None
+    return chosen if chosen is not None else _chosen_script(scripts, layers, skip_ci=False)
+
+
+def _chosen_script(scripts: list[Path], layers: Layers, skip_ci: bool) -> Path | None:
+    """The choice among ``scripts`` (see :func:`build_script`); ``skip_ci``: leave out the
+    shell scripts beside CMake files that lie in CI or test folders."""
     shell: list[Path] = []
     other: list[Path] = []
     for p in scripts:
@@ -117,6 +127,8 @@ def _build_script(layers: Layers) -> Path | None:
         walked = index.shell_scripts_in(os.path.dirname(os.fspath(cmake_file)))
         siblings = walked if walked is not None else sorted(cmake_file.parent.glob("*.sh"))
         for sibling in siblings:
+            if skip_ci and ci_or_test_script(sibling, layers):
+                continue
             if sibling not in listed and re.search(rb"^[ \t]*cmake\b", clean_bytes(sibling), re.M):
                 shell.append(sibling)
                 listed.add(sibling)

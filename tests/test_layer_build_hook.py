@@ -278,6 +278,23 @@ def test_a_ci_or_test_folder_s_script_ranks_after_the_build(tmp_path: Path) -> N
     assert _ranked(_context(alone)) == ["scripts/ci/check_ut.sh:2"]
 
 
+def test_a_test_folder_s_script_copying_the_kernels_does_not_take_the_hook_from_the_build(tmp_path: Path) -> None:
+    """The build script runs cmake over every operator; a system-test folder's script
+    copies one operator's kernels for its own run. The hook goes into the build, which a
+    user runs (apply chose the first script that copies, wherever it lay)."""
+    op = make_repo(tmp_path, {
+        "build.sh": "#!/bin/bash\n# builds every op_kernel of ops/\nset -e\nmkdir -p build\n"
+                    "cmake -S . -B build\ncmake --build build -j\n",
+        "CMakeLists.txt": "project(x)\n",
+        "tests/st/build_st.sh": "#!/bin/bash\ncp -r ../ops/demo_op/op_kernel \"${ST}\"\n",
+    })
+    after = run(build_hook_edits, op)
+    assert list(after) == ["build.sh"], list(after)
+    # with no build outside the test folder, its script is the one there is
+    alone = make_repo(tmp_path / "alone", {
+        "tests/st/build_st.sh": "#!/bin/bash\ncp -r ../ops/demo_op/op_kernel \"${ST}\"\n"})
+    assert list(run(build_hook_edits, alone)) == ["tests/st/build_st.sh"]
+
 def test_an_operator_kept_under_tests_has_its_build_there(tmp_path: Path) -> None:
     root = tmp_path / "repo"
     op = root / "tests" / "kernels" / "demo_op"
