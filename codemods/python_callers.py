@@ -19,6 +19,7 @@ from optrace.codemods.layer import (
 from optrace.codemods.layer_common import CODE_LAYER_SHAPE, input_error
 from optrace.codemods.python_files import (
     EditsFn,
+    assigned_from_imports,
     caller_files,
     calls_outside_torch,
     cst_half,
@@ -183,6 +184,7 @@ def _python_facts(path: Path, data: bytes, op_names: set[str], ev: list[Evidence
         return None
     facts = _PythonFacts()
     aliases = import_bindings_of(tree)
+    assigned = assigned_from_imports(tree, aliases)
 
     def visit(node: ast.AST, deferred: bool) -> None:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -192,7 +194,7 @@ def _python_facts(path: Path, data: bytes, op_names: set[str], ev: list[Evidence
             line, end = node.lineno, node.end_lineno or node.lineno
             name = _dotted(node.func)
             if (isinstance(node.func, ast.Attribute) and node.func.attr in op_names
-                    and not not_the_op(_dotted(node.func.value), node.func.attr, aliases)):
+                    and not not_the_op(_dotted(node.func.value), node.func.attr, aliases, assigned)):
                 if not deferred:  # a lambda's / comprehension's call runs later: not saved
                     facts.calls.append((line, end))
             elif name.endswith("synchronize"):
@@ -279,12 +281,13 @@ def _probe_calls(tree: ast.Module, names: set[str]) -> tuple[list[_Site], list[_
     calls: list[_Site] = []
     spawns: list[_Site] = []
     aliases = import_bindings_of(tree)
+    assigned = assigned_from_imports(tree, aliases)
 
     def visit(node: ast.AST, stmt: ast.stmt | None, body: list[ast.stmt], deferred: int) -> None:
         if isinstance(node, ast.Call) and stmt is not None:
             func = _dotted(node.func)
             if (isinstance(node.func, ast.Attribute) and not deferred and node.func.attr in names
-                    and not not_the_op(_dotted(node.func.value), node.func.attr, aliases)):
+                    and not not_the_op(_dotted(node.func.value), node.func.attr, aliases, assigned)):
                 calls.append((node, stmt, body))
             if func.endswith(("spawn", "start_processes")) and ("mp" in func or "multiprocessing" in func):
                 spawns.append((node, stmt, body))

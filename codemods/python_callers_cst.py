@@ -61,6 +61,7 @@ from optrace.codemods.layer_common import (
     marked_lines,
 )
 from optrace.codemods.python_files import (
+    assigned_from_imports,
     caller_files,
     import_bindings_in,
     import_bindings_of,
@@ -135,10 +136,12 @@ class _Source:
         """The file's calls, syncs, spawns and argparse use (visited once)."""
         if self._collected is None:
             try:
-                aliases = import_bindings_of(ast.parse(self.data))
+                tree = ast.parse(self.data)
+                aliases = import_bindings_of(tree)
+                assigned = assigned_from_imports(tree, aliases)
             except (SyntaxError, ValueError):  # LibCST read it: its one-line imports then
-                aliases = import_bindings_in(self.data)
-            found = _Collector(aliases)
+                aliases, assigned = import_bindings_in(self.data), frozenset()
+            found = _Collector(aliases, assigned)
             self.wrapper.visit(found)
             self._collected = found
         return self._collected
@@ -230,11 +233,13 @@ class _Collector(cst.CSTVisitor):
     """What a caller file holds, whichever op is asked about: one visit per parsed file
     (`_Source.collected`), however many operators the file calls."""
 
-    def __init__(self, aliases: dict[str, str]) -> None:
+    def __init__(self, aliases: dict[str, str], assigned: frozenset[str]) -> None:
         # Every `x.name(...)` call not inside a lambda / comprehension, with its name:
         # deferred calls (a benchmark's lambda) keep their result. Not a call of one of
-        # PyTorch's own functions (`aliases`: the names the file binds to torch modules).
+        # PyTorch's own functions or Python's own methods (`not_the_op`: `aliases`, the
+        # names the file's imports bind; `assigned`, those it binds to imported values).
         self.aliases = aliases
+        self.assigned = assigned
         self.attr_calls: list[tuple[str, cst.Call]] = []
         self.syncs: list[str] = []
         self.spawns: list[cst.Call] = []
@@ -269,8 +274,8 @@ class _Collector(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = dotted(node.func)
-        if (isinstance(node.func, cst.Attribute) and not self.deferred
-                and not not_the_op(dotted(node.func.value), node.func.attr.value, self.aliases)):
+        if (isinstance(node.func, cst.Attribute) and not self.deferred and not not_the_op(
+                dotted(node.func.value), node.func.attr.value, self.aliases, self.assigned)):
             self.attr_calls.append((node.func.attr.value, node))
         if func.endswith("npu.synchronize"):
             self.syncs.append(func)

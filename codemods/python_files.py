@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -105,14 +106,47 @@ def torch_own(receiver: str, aliases: Mapping[str, str]) -> bool:
     return (f"{module}.{rest}" if rest else module) in _TORCH_NAMESPACES
 
 
-def not_the_op(receiver: str, name: str, aliases: Mapping[str, str]) -> bool:
+def not_the_op(receiver: str, name: str, aliases: Mapping[str, str],
+               assigned: frozenset[str] = frozenset()) -> bool:
     """Whether `receiver.name(...)` is not a call of the operator `name`: PyTorch's own
-    function, or a method of Python's own types called on anything but a name the file
-    imports (a variable, a call's result, a literal: `receiver` is then not a dotted name
-    or its head is bound by no import)."""
+    function, or a method of Python's own types (see `_BUILTIN_METHODS`) called on
+    anything but a name the file imports from outside the standard library or binds to
+    an imported value (``assigned``: `ops = torch.ops.lib`, `self.ops = ...`) — a
+    variable, a call's result, a literal, `sys.argv`."""
     if torch_own(receiver, aliases):
         return True
-    return name in _BUILTIN_METHODS and (not receiver or receiver.partition(".")[0] not in aliases)
+    if name not in _BUILTIN_METHODS:
+        return False
+    parts = receiver.split(".") if receiver else []
+    if any(".".join(parts[:i]) in assigned for i in range(len(parts), 0, -1)):
+        return False
+    module = aliases.get(parts[0]) if parts else None
+    if module is None:
+        return True
+    return not module.startswith(".") and module.split(".", 1)[0] in sys.stdlib_module_names
+
+
+def _dotted_of(node: ast.expr) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = _dotted_of(node.value)
+        return f"{head}.{node.attr}" if head else ""
+    return ""
+
+
+def assigned_from_imports(tree: ast.AST, aliases: Mapping[str, str]) -> frozenset[str]:
+    """The names (`ops`) and attributes (`self.ops`) a parsed file assigns an imported
+    value to (`ops = torch.ops.index_lib`): a call through them may be the op's, whatever
+    its name."""
+    assigned: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            head = _dotted_of(node.value).split(".", 1)[0]
+            if head and (head in aliases or head in assigned):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                assigned.update(name for t in targets if (name := _dotted_of(t)))
+    return frozenset(assigned)
 
 
 def _add_import(aliases: dict[str, str], module: str, bound: str | None) -> None:
@@ -163,17 +197,37 @@ def import_bindings_in(data: bytes) -> dict[str, str]:
 
 def calls_outside_torch(data: bytes, call_re: re.Pattern[bytes]) -> bool:
     """Whether a `.name(` match of `call_re` (which starts at the dot) is a call of the op
-    (see :func:`not_the_op`): the files a caller search keeps."""
+    (see :func:`not_the_op`): the files a caller search keeps. A name of Python's own
+    methods is judged on the file's parse, as the codemods judge it (its receiver may span
+    lines, its imports take any form); a file that does not parse is kept (the codemod
+    names the error)."""
     aliases: dict[str, str] | None = None
+    builtin: set[str] = set()
     for m in call_re.finditer(data):
+        name = m.group().strip(b". \t\r\n(").decode("ascii", "replace")
+        if name in _BUILTIN_METHODS:
+            builtin.add(name)
+            continue
         before = _RECEIVER_RE.search(data, max(0, m.start() - 200), m.start())
-        receiver = before.group().decode("ascii", "replace") if before is not None else ""
+        if before is None:
+            return True
         if aliases is None:
             aliases = import_bindings_in(data)
-        name = m.group().strip(b". \t\r\n(").decode("ascii", "replace")
-        if not not_the_op(receiver, name, aliases):
+        if not torch_own(before.group().decode("ascii", "replace"), aliases):
             return True
-    return False
+    return bool(builtin) and _calls_by_parse(data, builtin)
+
+
+def _calls_by_parse(data: bytes, names: set[str]) -> bool:
+    try:
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError):
+        return True
+    aliases = import_bindings_of(tree)
+    assigned = assigned_from_imports(tree, aliases)
+    return any(isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in names
+               and not not_the_op(_dotted_of(node.func.value), node.func.attr, aliases, assigned)
+               for node in ast.walk(tree))
 
 
 def starts_workers(name: str) -> bool:

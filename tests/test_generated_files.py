@@ -6,6 +6,7 @@ would have strip delete it afterwards. Refused with the path, nothing written.""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 from pathlib import Path
@@ -154,6 +155,59 @@ def test_a_method_of_python_s_own_types_named_as_the_op_is_not_the_op(tmp_path: 
     assert golden.read_bytes() == before
     assert "golden.py" not in out
     assert b"profiling_data" in sample.read_bytes(), sample.read_text()
+
+
+_INDEX_CALLERS = {
+    # the call's receiver over two lines
+    "test_chained.py": "import torch\n\n\ndef test_it():\n    y = (torch.ops.index_lib\n"
+                       "         .index(torch.ones(4)))\n    assert y is not None\n",
+    # a comment inside a parenthesized import
+    "test_commented.py": "import torch\nfrom index_lib import (\n    index_ops,  # the op's library\n)\n\n\n"
+                         "def test_it():\n    y = index_ops.index(torch.ones(4))\n    assert y is not None\n",
+    # two imports on a line
+    "test_semicolon.py": "import torch; import index_lib\n\n\ndef test_it():\n"
+                         "    y = index_lib.index(torch.ones(4))\n    assert y is not None\n",
+    # the library bound to a name, and to an attribute
+    "test_bound.py": "import torch\n\nops = torch.ops.index_lib\n\n\nclass Runner:\n    def __init__(self):\n"
+                     "        self.ops = torch.ops.index_lib\n\n    def run(self, x):\n"
+                     "        y = self.ops.index(x)\n        return y\n\n\n"
+                     "def test_it():\n    y = ops.index(torch.ones(4))\n    assert y is not None\n",
+}
+
+
+def test_an_op_named_as_python_s_methods_is_found_through_every_shape_of_import(tmp_path: Path) -> None:
+    """The op `index` called through its library however the file reaches it (over lines,
+    a commented import, `;`, a name or an attribute bound to the library): each is the op's
+    caller, in the search as in the edit. A standard-library value's `index` (`sys.argv`,
+    `string.ascii_uppercase`) is Python's: that script is left alone."""
+    repo = tmp_path / "repo"
+    kernel = repo / "index" / "index" / "op_kernel" / "index.cpp"
+    kernel.parent.mkdir(parents=True)
+    (repo / ".git").mkdir()
+    kernel.write_text('#include "kernel_operator.h"\n'
+                      'extern "C" __global__ __aicore__ void index(GM_ADDR x, GM_ADDR y, GM_ADDR ws,\n'
+                      "                                             GM_ADDR tiling)\n"
+                      "{\n    for (int i = 0; i < 4; i++) {\n        Gather(x, y, i);\n    }\n}\n")
+    tests = repo / "tests"
+    tests.mkdir()
+    for name, text in _INDEX_CALLERS.items():
+        (tests / name).write_text(text)
+    tool = repo / "tools" / "gen_cases.py"
+    tool.parent.mkdir()
+    tool.write_text("import string\nimport sys\n\n\ndef main():\n"
+                    "    out = sys.argv[sys.argv.index('--out') + 1]\n"
+                    "    column = string.ascii_uppercase.index('C')\n    return out, column\n")
+    before = tool.read_bytes()
+    code, out, err = cli("plan", str(kernel.parent.parent), "--format", "json")
+    assert code == 0, (out, err)
+    layers = json.loads(out)["operators"][0]["layers"]
+    found = {Path(f["file"]).name for f in layers.get("python_callers", [])}
+    assert found == set(_INDEX_CALLERS), found
+    code, out, err = cli("apply", str(kernel.parent.parent), "--write")
+    assert code == 0, (out, err)
+    for name in _INDEX_CALLERS:
+        assert b"profiling_data" in (tests / name).read_bytes(), (tests / name).read_text()
+    assert tool.read_bytes() == before
 
 def _namesake(folder: Path) -> None:
     """An operator `silu` of the ops-nn shape: a kernel and its aclnn header."""
