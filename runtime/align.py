@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .decode import RankDecode, signed_delta
+from .decode import RECORD_SPREAD_LIMIT_NS, RankDecode, signed_delta
 from .format import DEFAULT_CLOCK_MHZ, RankMeta
 from .numbers import ALIGN_OCCURRENCE, check_number
 from .pointmap import PointMap
@@ -318,7 +318,12 @@ class Alignment(Record):
         placement = self.placements[position]
         shift = placement.shift_us
         if placement.label_end_us is None and placement.anchor_start_cycle is not None:
-            shift += signed_delta(base_cycle - placement.anchor_start_cycle) / clock_mhz
+            apart_us = signed_delta(base_cycle - placement.anchor_start_cycle) / clock_mhz
+            # Years apart, the anchor's start word was not this launch's (a corrupt slot's,
+            # which the decoder's base leaves out): counted, the trace's times would pass
+            # what its readers take.
+            if abs(apart_us) * 1000.0 <= RECORD_SPREAD_LIMIT_NS:
+                shift += apart_us
         return shift
 
     def metadata(self, positions: Sequence[int], manual: dict[int, float]) -> dict[str, Any]:

@@ -674,6 +674,32 @@ class DecodeOptions(FrozenRecord):
         object.__setattr__(self, "ignore_fingerprint", ignore_fingerprint)
 
 
+def spread_limit_cycles(clock_mhz: float) -> int:
+    """:data:`RECORD_SPREAD_LIMIT_NS` in cycles of a clock of ``clock_mhz``."""
+    return int(RECORD_SPREAD_LIMIT_NS * float(clock_mhz) / 1000.0)
+
+
+def launch_base(starts: np.ndarray, cycles: np.ndarray, clock_mhz: float) -> int:
+    """A launch's cycle 0: the earliest start word of its slots in use (uint64 ``starts``,
+    read modulo 2**64). A start word years from the launch's records (a corrupt header
+    word) is left out: taken as the base, every record would lie years from it. The
+    records' median says where the launch is; only looked at when the starts themselves
+    lie that far apart."""
+    ref = int(starts[0])
+    rel = (starts - np.uint64(ref)).view(np.int64)
+    limit = spread_limit_cycles(clock_mhz)
+    if int(rel.max()) - int(rel.min()) <= limit or not cycles.size:
+        return (ref + int(rel.min())) % _U64
+    records = (cycles - np.uint64(ref)).view(np.int64)
+    middle = float(np.partition(records, records.size // 2)[records.size // 2])
+    # In floats: differences of int64 offsets can overflow; a ns-scale error is nothing
+    # against a limit of years.
+    near = rel[np.abs(rel.astype(np.float64) - middle) <= limit]
+    if not near.size:
+        near = records[np.abs(records.astype(np.float64) - middle) <= limit]
+    return (ref + int(near.min())) % _U64
+
+
 def wrap_min(values: np.ndarray) -> int:
     """The earliest of uint64 cycle values, read modulo 2**64 around the first one."""
     ref = int(values[0])
@@ -752,7 +778,8 @@ def decode_rank(
         )
 
     live = [r for r in scan.reports if r.state not in ("unused", "corrupt")]
-    base = wrap_min(np.array([r.start_cycle for r in live], dtype=np.uint64)) if live else 0
+    starts = np.array([r.start_cycle for r in live], dtype=np.uint64)
+    base = launch_base(starts, scan.cycles, clock) if live else 0
     base_u = np.uint64(base)
 
     # The fingerprint record is bookkeeping, not an event: drop record 0 of guarded slots.
@@ -785,7 +812,7 @@ def decode_rank(
     far_records = 0
     if rel.size:
         # Two reductions in the common case; the mask only when a record is that far.
-        limit = int(RECORD_SPREAD_LIMIT_NS * float(clock) / 1000.0)
+        limit = spread_limit_cycles(clock)
         if int(rel.max()) > limit or int(rel.min()) < -limit:
             far = ((rel > limit) | (rel < -limit)) & keep
             if far.any():

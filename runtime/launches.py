@@ -33,7 +33,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .decode import RECORD_SPREAD_LIMIT_NS, scan_slots, signed_delta
+from .decode import RECORD_SPREAD_LIMIT_NS, launch_base, scan_slots, signed_delta, spread_limit_cycles
 from .rankfile import RankBuffer, RankFileName
 from .records import Record
 
@@ -101,9 +101,14 @@ def launch_range(buffer: RankBuffer, clock_mhz: float) -> LaunchRange | None:
     if not live or not scan.cycles.size:
         return None
     starts = np.array([r.start_cycle for r in live], dtype=np.uint64)
-    reference = int(starts[0])
-    base = (reference + int((starts - np.uint64(reference)).view(np.int64).min())) % (1 << 64)
+    base = launch_base(starts, scan.cycles, clock_mhz)
     relative = (scan.cycles - np.uint64(base)).view(np.int64)
+    # The decoder drops a record years from the base (a corrupt counter): its place says
+    # nothing of the launch's.
+    limit = spread_limit_cycles(clock_mhz)
+    relative = relative[(relative <= limit) & (relative >= -limit)]
+    if not relative.size:
+        return None
     prints = Counter(r.fingerprint for r in scan.reports if r.fingerprint is not None)
     fingerprint = prints.most_common(1)[0][0] if prints else buffer.meta.fingerprint
     return LaunchRange(base, min(int(relative.min()), 0), int(relative.max()), clock_mhz, fingerprint)

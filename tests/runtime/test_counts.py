@@ -400,3 +400,53 @@ def test_a_record_years_from_its_launch_is_dropped_and_the_trace_stays_readable(
         # every span within its launch's length: `processing` is ~2 µs (100 cycles at 50 MHz)
         # on each of the 3 cores
         assert found["processing_total_us"] < 3 * 2.1, found["processing_total_us"]
+
+
+def _far_run(run: Path, far_launch: int, far_core: int, far_label_at: tuple[str, int], launches: int = 2,
+             corrupt_start: bool = False) -> Path:
+    """A rank of ``launches`` launches 2 ms apart, every core running `_core_program`, but
+    in launch ``far_launch`` core ``far_core`` writes `processing gmm` ``kind`` at ``at``
+    cycles from the launch's start (years: a corrupt counter), or (``corrupt_start``) that
+    core's start word lies 2**62 cycles before the others' (a corrupt header word)."""
+    run.mkdir()
+    kind, at = far_label_at
+    for launch in range(launches):
+        start = 1_000_000 + launch * 100_000
+        data = new_buffer(3, 128)
+        for core in range(3):
+            writer = SlotWriter(data[core], start, fingerprint=FINGERPRINT)
+            times = {"B": 10, "E": 50}
+            if launch == far_launch and core == far_core and not corrupt_start:
+                times[kind] = at
+            for label, k, when in (("processing", "B", 5), ("processing gmm", "B", times["B"]),
+                                   ("processing gmm", "E", times["E"]), ("processing", "E", 100)):
+                writer.record(trace_point_hash(label, k), start + when)
+        if launch == far_launch and corrupt_start:
+            data[far_core][-1] = np.array((start - 2**62) % 2**64, dtype=np.uint64).view(np.int64)
+        _save(data, 0, run, start, launch=launch)
+    _point_map(run)
+    return run
+
+
+@pytest.mark.parametrize("shape", ["far E in launch 0", "far B before launch 1", "corrupt start word"])
+def test_a_corrupt_counter_leaves_launches_where_their_other_records_are(tmp_path: Path, shape: str) -> None:
+    """A far record does not stretch its launch (the next one was laid end to end after
+    it, at ~1.2e18 ns, which the readers refuse), and a core's corrupt start word is not
+    the launch's cycle 0 (taken so, every record lay years from it and all were dropped)."""
+    where = tmp_path / "run"
+    run = {"far E in launch 0": lambda: _far_run(where, 0, 0, ("E", 6 * 10**16)),
+           "far B before launch 1": lambda: _far_run(where, 1, 1, ("B", -6 * 10**16)),
+           "corrupt start word": lambda: _far_run(where, 0, 2, ("E", 0), corrupt_start=True)}[shape]()
+    for output in ("t.json", "t.pftrace"):
+        trace = tmp_path / output
+        collected = invoke("collect", run, "-o", trace)
+        assert collected.exit_code in (0, 1), collected.output
+        assert "laid end to end" not in collected.output, collected.output
+        for command in ("report", "inspect"):
+            read = invoke(command, trace, "--format", "json")
+            assert read.exit_code == 0, (shape, command, output, read.output)
+        found = json.loads(invoke("inspect", trace, "--format", "json").output)
+        assert (found["launches"], found["cores"]) == (2, 3), found
+        report = json.loads(invoke("report", trace, "--format", "json").output)
+        # six `processing` spans of ~2 µs (100 cycles at 50 MHz), none stretched to years
+        assert report["processing_total_us"] < 6 * 2.1, (shape, report["processing_total_us"])
