@@ -414,8 +414,30 @@ def locate_l0op(layers: Layers, mode: str = "B") -> list[L0opTarget]:
         # static helper's callers are all in its file, all edited.
         default = not site.is_call and (not site.has_body or (site.function not in prototypes
                                                               and not site.is_static))
+        # After a parameter with a default, C++ needs one on every later parameter: a
+        # static helper's `bool includeSelf = true` took `profilingData` without one, and
+        # the file no longer compiled.
+        if not site.is_call and site.items and _has_default(data[slice(*site.items[-1])]):
+            default = True
         out.append(L0opTarget(site.path, data, site=site, default=default))
     return out
+
+
+def _has_default(parameter: bytes) -> bool:
+    """Whether a parameter declaration carries a default: an `=` outside brackets that is
+    not part of `==`, `<=`, `>=` or `!=` (`int n = 4`, not `std::array<int, (1 == 1)> a`)."""
+    depth = 0
+    for i, c in enumerate(parameter):
+        if c in b"(<[{":
+            depth += 1
+        elif c in b")>]}":
+            depth -= 1
+        elif c == 0x3D and depth == 0:  # "="
+            before = parameter[i - 1:i]
+            after = parameter[i + 1:i + 2]
+            if after != b"=" and before not in (b"=", b"<", b">", b"!"):
+                return True
+    return False
 
 
 def l0op_edits(layers: Layers, mode: str = "B") -> list[Edit]:

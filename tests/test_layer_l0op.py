@@ -217,3 +217,26 @@ def test_an_l0_function_declared_in_a_shared_header_with_another_parameter_list_
     assert ("OT313 `MoeNormGrad` is declared in common/inc/op_api/moe_norm_grad.h, outside the operator, "
             "with another parameter list") in err
     assert snapshot(repo) == before
+
+
+def test_a_static_helper_ending_in_a_defaulted_parameter_gets_a_defaulted_buffer(tmp_path: Path) -> None:
+    """After a parameter with a default, C++ requires one on each later parameter: the
+    static helper's buffer gets `= nullptr` there (it got none, and the file no longer
+    compiled: "default argument missing"), and its call still passes it."""
+    repo = copy(tmp_path)
+    api = repo / API / "aclnn_moe_norm_backward.cpp"
+    text = api.read_text()
+    head = "aclTensor *gradGamma, aclOpExecutor *executor)\n{"
+    assert head in text
+    api.write_text(text.replace(head, "aclTensor *gradGamma, aclOpExecutor *executor,\n"
+                                      "    bool withGamma = true)\n{\n    (void)withGamma;", 1))
+    op_dir = repo / OP
+    before = host_compile([api], op_dir).errors[api]
+    code, out, err = cli("apply", str(op_dir), "--write")
+    assert code == 0, out + err
+    helper = unwrapped(api.read_text())
+    assert ("bool withGamma = true/*optrace<*/, const aclTensor *profilingData = nullptr/*>optrace*/)"
+            in helper)
+    assert "uniqueExecutor.get()/*optrace<*/, true, profilingData/*>optrace*/);" in helper, helper
+    old = {e.message for e in before}
+    assert [e for e in host_compile([api], op_dir).errors[api] if e.message not in old] == []
