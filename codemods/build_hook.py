@@ -185,6 +185,59 @@ def enclosing_function(data: bytes, offset: int) -> tuple[int, int] | None:
     return None
 
 
+# A build command that only cleans (`make clean`, `ninja -t clean`, `--target clean`),
+# or one in a function named for cleaning: the hook before it would run only then.
+_CLEANS_RE = re.compile(rb"\b(?:clean|distclean|cleanall|uninstall)\b")
+
+
+def _function_name(data: bytes, start: int) -> bytes:
+    m = _FUNC_RE.match(data, start)
+    return m.group(1) if m is not None else b""
+
+
+def first_build_command(data: bytes, start: int = 0) -> re.Match[bytes] | None:
+    """The first build command from ``start`` that does not only clean."""
+    for m in BUILD_CMD_RE.finditer(data, start):
+        fn = enclosing_function(data, m.start())
+        line = data[m.start():line_end(data, m.start())]
+        cleaning = fn is not None and b"clean" in _function_name(data, fn[0]).lower()
+        if not _CLEANS_RE.search(line) and not cleaning:
+            return m
+    return None
+
+
+def source_build_site(data: bytes) -> tuple[int, bytes] | None:
+    """Where a hook reading the kernel sources goes in a shell script that builds them
+    from the source tree (line start, indent): before its first build command that does
+    not only clean. When that command lies in a function the script's top level does not
+    call (a driver's `build_static_lib`, called by `main` for some options only), at the
+    start of the function the top level calls that leads to it (`main`), so every build
+    runs it. None without a build command."""
+    build = first_build_command(data)
+    if build is None:
+        return None
+    at, indent = line_start(data, build.start()), leading_ws(data, build.start())
+    fn = enclosing_function(data, build.start())
+    seen: set[bytes] = set()
+    while fn is not None:
+        name = _function_name(data, fn[0])
+        if not name or name in seen:
+            break
+        seen.add(name)
+        calls = [c for c in re.finditer(rb"^[ \t]*" + re.escape(name) + rb"\b(?![ \t]*\(\))", data, re.M)
+                 if not fn[0] <= c.start() <= fn[1]]
+        if not calls:
+            break  # never called here (sourced by another script): before its command
+        if any(enclosing_function(data, c.start()) is None for c in calls):
+            if len(seen) > 1:  # the top level calls this one: at its start, after its `{`
+                brace = data.find(b"{", fn[0], fn[1])
+                at = line_end(data, brace if brace >= 0 else fn[0], include_newline=True)
+                indent = _body_indent(data, fn[0], fn[1])
+            break
+        fn = enclosing_function(data, calls[0].start())
+    return at, indent
+
+
 _OPENERS = re.compile(rb"^\s*(?:for|while|until|if|case|select)\b")
 _CLOSERS = re.compile(rb"^\s*(?:done|fi|esac)\b")
 
@@ -238,9 +291,9 @@ def shell_site(path: Path, data: bytes, layers: Layers) -> HookSite:
         return HookSite(at, indent, src, out, True, f"after the kernels are copied (line "
                         f"{line_number(data, last.start())})")
     # builds from the source tree
-    build = BUILD_CMD_RE.search(data)
-    at = line_start(data, build.start()) if build else len(data)
-    indent = leading_ws(data, build.start()) if build else b""
+    site = source_build_site(data)
+    at, indent = site if site is not None else (len(data), b"")
+    build = BUILD_CMD_RE.search(data, at)
     script_dir = _SCRIPT_DIR_RE.search(data)
     kernel_dir = layers.kernel_dir or layers.op_dir
     rel = os.path.relpath(kernel_dir, path.parent).replace(os.sep, "/")
@@ -709,11 +762,21 @@ class BuildHookLayer(LocatingLayer[HookTarget]):
                                "--modify: ids and fingerprint go into the copy the build compiles" if modify
                                else "no --modify: the kernel records no build fingerprint", modify))
         else:
-            build = BUILD_CMD_RE.search(data, block.end()) if shell else None
             if shell:
-                ev.append(Evidence(script, line_of(data, build.start()) if build else hook_line,
+                # Where apply puts it, read on the script without the block: before the
+                # first build command that does not only clean, or at the start of the
+                # function the top level calls that leads to it.
+                site = source_build_site(rest)
+                # (or, placed by hand, before a build command of its own function)
+                next_build = first_build_command(data, block.end())
+                ok = site is not None and (site[0] == block.start() or (
+                    next_build is not None and enclosing_function(data, next_build.start())
+                    == enclosing_function(data, block.start())))
+                ev.append(Evidence(script, hook_line,
                                    "builds from the source tree: the hook runs before the build command"
-                                   if build else "no build command after the hook", build is not None))
+                                   if ok else "no build command after the hook" if site is None
+                                   else "the hook does not run before the build command (it belongs at line "
+                                        f"{line_of(rest, site[0])})", ok))
             ev.append(Evidence(script, pre_line, "reads the sources only (no --modify)" if not modify
                                else "--modify would rewrite the checked-in sources", not modify))
         ev.extend(_collector_link(model.op))

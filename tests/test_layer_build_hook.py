@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -12,7 +13,9 @@ from pathlib import Path
 
 import pytest
 from layer_snippets import KERNEL, make_repo, run
+from typer.testing import CliRunner
 
+from optrace.cli.app import app
 from optrace.codemods.build_hook import (
     _COPIES_KERNELS_RE,
     BuildHookLayer,
@@ -77,6 +80,75 @@ def test_in_source_builds_read_the_sources_before_the_first_build_command(tmp_pa
     assert 'optrace preprocess "${ROOT}/ops/demo_op/op_kernel" --out "${BUILD_DIR}" || {' in after
     assert "--modify" not in after  # never rewrite checked-in sources
 
+
+
+# A driver of functions, as large repositories write their build.sh: a cleaning function
+# first, the kernels' build reached through `main` for some options only.
+DRIVER_OF_FUNCTIONS = """#!/bin/bash
+export BASE_PATH=$(cd "$(dirname $0)"; pwd)
+export BUILD_PATH="${BASE_PATH}/build"
+make_clean() {
+  if [ -d "${BUILD_PATH}" ]; then
+    cd "${BUILD_PATH}"
+    make clean
+  fi
+}
+build_kernels() {
+  mkdir -p "${BUILD_PATH}"
+  cmake -S "${BASE_PATH}" -B "${BUILD_PATH}"
+  cmake --build "${BUILD_PATH}" -j 8
+}
+main()
+{
+  parse_options "$@"
+  if [[ "${CLEAN}" == "TRUE" ]]; then
+    make_clean
+  fi
+  if [[ "${KERNELS}" == "TRUE" ]]; then
+    build_kernels
+  fi
+}
+main "$@"
+"""
+
+
+def test_a_driver_s_hook_runs_in_every_build_not_in_its_clean_function(tmp_path: Path) -> None:
+    """ops-nn's build.sh: its first build command is `make clean` in `make_clean()`, the
+    kernels built in functions `main` calls for some options; the hook went before `make
+    clean` and ran only for `--make_clean`. It goes at the start of `main` (its brace on a
+    line of its own), and check's G1 reads it there; moved back into the cleaning
+    function, G1 fails."""
+    cmake = "ascendc_library(k STATIC ops/demo_op/op_kernel/demo_op.cpp)\n"
+    op = make_repo(tmp_path, {"build.sh": DRIVER_OF_FUNCTIONS, "CMakeLists.txt": cmake})
+    after = run(build_hook_edits, op)["build.sh"]
+    assert after.index("main()\n{\n  # TRACE_PREPROCESSOR_HOOK_START") > 0, after
+    assert after.index("TRACE_PREPROCESSOR_HOOK_END") < after.index('  parse_options "$@"')
+    assert after.index("make clean") < after.index("TRACE_PREPROCESSOR_HOOK_START")
+    root = op.parent.parent
+    assert CliRunner().invoke(app, ["apply", str(op), "--write"]).exit_code == 0
+    assert _g1(op) == "pass"
+    hooked = (root / "build.sh").read_text()
+    start = hooked.index("  # TRACE_PREPROCESSOR_HOOK_START")
+    end = hooked.index("HOOK_END\n") + len("HOOK_END\n")
+    block, rest = hooked[start:end], hooked[:start] + hooked[end:]
+    (root / "build.sh").write_text(rest.replace("    make clean\n", block.replace("  #", "    #", 1)
+                                                + "    make clean\n"))
+    assert _g1(op) == "fail"
+
+
+def _g1(op: Path) -> str:
+    done = CliRunner().invoke(app, ["check", str(op), "--format", "json", "--no-compile"])
+    gates = json.loads(done.stdout)["operators"][0]["gates"]
+    return str(next(g for g in gates if g["gate"] == "G1")["status"])
+
+
+def test_a_build_function_the_top_level_calls_takes_the_hook_before_its_command(tmp_path: Path) -> None:
+    text = ('#!/bin/bash\nbuild() {\n  mkdir -p out\n  cmake -S . -B out\n}\nclean() {\n  make clean\n}\n'
+            'build\n')
+    op = make_repo(tmp_path, {"build.sh": text, "CMakeLists.txt": "ascendc_library(k STATIC x.cpp)\n"})
+    after = run(build_hook_edits, op)["build.sh"]
+    assert after.index("mkdir -p out") < after.index("TRACE_PREPROCESSOR_HOOK_START")
+    assert after.index("TRACE_PREPROCESSOR_HOOK_END") < after.index("cmake -S . -B out")
 
 def test_a_cmake_only_project_gets_a_configure_time_hook(tmp_path: Path) -> None:
     text = "project(x)\nascendc_library(k STATIC ${CMAKE_CURRENT_SOURCE_DIR}/ops/demo_op/op_kernel/demo_op.cpp)\n"
