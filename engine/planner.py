@@ -192,10 +192,16 @@ def loop_var(fn: FunctionDef, loop: Node) -> str | None:
             return text_of(fn.src, decl).strip("&* ")
     cond = loop.child_by_field_name("condition")
     if cond is not None:
-        m = re.search(r"[A-Za-z_]\w*", text_of(fn.src, cond))
-        if m and m.group(0) not in ("true", "false"):
-            return m.group(0)
+        # The first name of the condition that says something: not a literal, nor the
+        # object a member is reached through (`while (this->IterMatmulOut())` is the
+        # member's loop, not one "over `this`").
+        for m in re.finditer(r"[A-Za-z_]\w*", text_of(fn.src, cond)):
+            if m.group(0) not in _CONDITION_NOISE:
+                return m.group(0)
     return None
+
+
+_CONDITION_NOISE = frozenset({"true", "false", "this", "nullptr", "NULL", "static_cast", "reinterpret_cast"})
 
 
 _INTEGRAL_RE = re.compile(

@@ -586,3 +586,25 @@ def test_a_bodys_assignment_places_find_what_a_scan_per_name_finds(
     text = "".join(tokens)
     found = first_assignments(text, assignment_places(text), names)
     assert found == _first_assignments_by_one_scan(text, names)
+
+
+def test_a_loop_over_a_member_call_is_not_named_this(tmp_path: Path) -> None:
+    """`while (this->IterMatmulOut())` (ops-nn's weight-quant matmul) was a loop "over
+    `this`", its span labelled `this`: the member called names it."""
+    src = """
+class MatmulOut {
+public:
+    __aicore__ inline bool IterMatmulOut() { return ++n_ < 4; }
+    __aicore__ inline void Process() {
+        while (this->IterMatmulOut()) { CopyIn(); Mmad(a, b, c); SyncAll(); }
+    }
+    uint32_t n_ = 0;
+};
+""" + 'extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {\n' + """
+    MatmulOut op;
+    op.Process();
+}
+"""
+    plan = plan_src(tmp_path, src)
+    assert {lp.var for lp in plan.loops} == {"IterMatmulOut"}, [lp.var for lp in plan.loops]
+    assert not [r.label for r in plan.root.walk() if r.label == "this" or r.label.startswith("this ")]
