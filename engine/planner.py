@@ -109,6 +109,14 @@ _STATEMENT_CONTAINERS = frozenset(
      "labeled_statement", "case_statement", "try_statement", "catch_clause", "declaration_list"}
 )
 _PREPROC_ARMS = frozenset({"preproc_if", "preproc_ifdef"})
+# The macro opening a block the compiler makes a vector function (AscendC's Regbase
+# kernels: `__VEC_SCOPE__ { MicroAPI::... }`); the parse sees a plain block (the macro is
+# blanked), the raw bytes before it name it.
+_VEC_SCOPE_RE = re.compile(rb"\b__VEC_SCOPE__\s*$")
+
+
+def _vector_scope(fn: FunctionDef, block: Node) -> bool:
+    return _VEC_SCOPE_RE.search(fn.src.raw, max(0, block.start_byte - 200), block.start_byte) is not None
 # Conditions that choose the launch's variant: tiling keys, template modes, `if constexpr`.
 _VARIANT_RE = re.compile(r"\bif\s+constexpr\b|TILING_KEY|[Tt]iling_?[Kk]ey|\bschMode\b|SCH_MODE")
 
@@ -473,6 +481,13 @@ class Planner:
         t = node.type
         if t in _PREPROC_ARMS:
             self.walk_preproc(fn, node, ctx, parent)
+        elif t == "compound_statement" and _vector_scope(fn, node):
+            # Compiled as a vector function: its statements are register operations and
+            # its loops hardware loops, where a point (a barrier, a clock read, scalar
+            # stores) is no instruction; measured by the region around it.
+            note = "a `__VEC_SCOPE__` block runs as a vector function: no point inside it"
+            if note not in parent.notes:
+                parent.notes.append(note)
         elif t in _STATEMENT_CONTAINERS:
             self.walk_block(fn, node, ctx, parent)
         elif t == "if_statement":

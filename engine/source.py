@@ -47,6 +47,9 @@ DEFAULT_QUALIFIERS: tuple[str, ...] = (
     "__simd_vf__",
     "__simd_callee__",
     "__host_aicore__",
+    # opens a block compiled as a vector function (`__VEC_SCOPE__ { ... }`): blanked, a plain
+    # block to the parse, which the planner knows by the raw bytes before it
+    "__VEC_SCOPE__",
     # Device macros from libraries that are often absent (catlass is a git submodule);
     # when their definitions are present they are detected anyway.
     "CATLASS_DEVICE",

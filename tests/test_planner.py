@@ -608,3 +608,35 @@ public:
     plan = plan_src(tmp_path, src)
     assert {lp.var for lp in plan.loops} == {"IterMatmulOut"}, [lp.var for lp in plan.loops]
     assert not [r.label for r in plan.root.walk() if r.label == "this" or r.label.startswith("this ")]
+
+
+def test_no_point_inside_a_vector_scope_block(tmp_path: Path) -> None:
+    """`__VEC_SCOPE__ { ... }` is compiled as a vector function (ops-nn's Regbase kernels:
+    MicroAPI register code, hardware loops): a point there is no instruction it can hold.
+    Its loop and calls got points; the function around it is measured instead."""
+    src = """
+__aicore__ inline void ComputeRows(uint32_t n) {
+    __VEC_SCOPE__
+    {
+        MicroAPI::MaskReg mask = MicroAPI::UpdateMask<float>(n);
+        for (uint16_t i = 0; i < n; i++) { ComputeRowEach(mask, i); ComputeRowEach(mask, i); }
+        ComputeRowTail(mask, n);
+    }
+}
+__aicore__ inline void ComputeRowEach(MicroAPI::MaskReg m, uint16_t i) {
+    Add(a, b, c); Mul(a, b, c); Exp(a, b, c);
+}
+__aicore__ inline void ComputeRowTail(MicroAPI::MaskReg m, uint32_t n) {
+    Add(a, b, c); Mul(a, b, c); Exp(a, b, c);
+}
+""" + 'extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {\n' + """
+    for (uint32_t t = 0; t < 8; t++) { CopyIn(t); ComputeRows(64); CopyOut(t); SyncAll(); }
+}
+"""
+    plan = plan_src(tmp_path, src)
+    got = {r.label: r for r in plan.root.walk()}
+    rows = [r for label, r in got.items() if label.endswith("compute-rows") or label == "compute-rows"]
+    assert rows, list(got)
+    assert not rows[0].children, [c.label for c in rows[0].children]
+    assert any("__VEC_SCOPE__" in n for n in rows[0].notes), rows[0].notes
+    assert not [label for label in got if "each" in label or "tail" in label], list(got)
