@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from optrace.codemods.layer import (
+    EXAMPLE_INFER,
     Evidence,
     LayerExample,
     LayerModel,
@@ -38,12 +39,14 @@ from optrace.codemods.layer import (
     read_or_empty,
 )
 from optrace.codemods.layer_common import (
+    CODE_LAYER_SHAPE,
     INDEX_VAR,
     NUMEL_MACRO,
     clean_bytes,
     fragment,
     include_edit,
     indent_unit,
+    input_error,
     insert_lines,
     leading_ws,
     output_uses,
@@ -128,13 +131,22 @@ class InferTarget:
 def locate_infer(plan: Plan, mode: str) -> list[InferTarget]:
     """The registered infer functions to edit, then the registrations to wrap. Raises
     what the OpDef's reading raises (profiling_data's index)."""
-    del mode  # the shape is the same in both modes (mode A's optional output may be null)
+    # The shape is the same in both modes (mode A's optional output may be null).
     layers = plan.analysis.layers
     targets = infer_functions(layers)
     files = list(dict.fromkeys([f.path for f in layers.found.get("infer", [])] + [t.path for t in targets]))
     wrapped = [r for role in (INFER_SHAPE, INFER_DTYPE) for r in unresolved(layers, role)
                if r.function and r.statement >= 0]
     if not targets and not wrapped:
+        op_def = layers.found.get("op_def", [])
+        if mode == "B" and op_def and not unresolved_any(layers):
+            # Mode B makes profiling_data a required output of the OpDef: with no infer
+            # function of the op in its host files (ops-nn's conv2d_v2 registers its
+            # infer shape in conv/common/), nothing would set its shape or dtype.
+            raise input_error(CODE_LAYER_SHAPE, "no infer shape / dtype function of the op is registered "
+                              "in its host files (the registration may be in a shared folder): nothing would "
+                              "set the required profiling_data's shape; list that file under `[layers] "
+                              "infer` in optrace.toml", op_def[0].path, line=op_def[0].line)
         return []
     index = infer_index(plan, files)
     header_for = sizes_header_path(layers.op_dir, files)
@@ -254,27 +266,6 @@ def _already_sets(data: bytes, fn: CppFunction, index: int) -> bool:
     return any(use.index == index for use in output_uses(data, fn.body_open, fn.body_close))
 
 
-_EXAMPLE_INFER = """\
-#include "register/op_impl_registry.h"
-
-namespace ops {
-static ge::graphStatus InferShapeDemoOp(gert::InferShapeContext* context)
-{
-    const gert::Shape* xShape = context->GetInputShape(0);
-    gert::Shape* yShape = context->GetOutputShape(0);
-    *yShape = *xShape;
-    return ge::GRAPH_SUCCESS;
-}
-
-static ge::graphStatus InferDataTypeDemoOp(gert::InferDataTypeContext* context)
-{
-    context->SetOutputDataType(0, context->GetInputDataType(0));
-    return ge::GRAPH_SUCCESS;
-}
-
-IMPL_OP_INFERSHAPE(DemoOp).InferShape(InferShapeDemoOp).InferDataType(InferDataTypeDemoOp);
-}  // namespace ops
-"""
 
 
 class InferLayer(LocatingLayer[InferTarget]):
@@ -284,7 +275,7 @@ class InferLayer(LocatingLayer[InferTarget]):
     TITLE: ClassVar[str] = "infer shape"
     EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (LayerExample(
         path="demo_op/op_host/demo_op_infershape.cpp",
-        files={"demo_op/op_host/demo_op_infershape.cpp": _EXAMPLE_INFER},
+        files={"demo_op/op_host/demo_op_infershape.cpp": EXAMPLE_INFER},
         changes=(
             ('#include "register/op_impl_registry.h"\n',
              '#include "register/op_impl_registry.h"\n#include "optrace_demo_op_profiling.h"  // optrace\n'),
@@ -329,6 +320,16 @@ class InferLayer(LocatingLayer[InferTarget]):
     def render(self, plan: Plan, mode: str, located: Sequence[InferTarget]) -> list[Edit]:
         return render_infer(plan, located)
 
+    def absent(self, op: Operator) -> list[Evidence] | None:
+        """Mode B with an OpDef and no infer function of the op in its host files: nothing
+        sizes the required profiling_data (apply refuses B there; by hand, G2 fails)."""
+        op_def = op.layers.found.get("op_def", [])
+        if (op.mode != "B" or not op_def or op.facts.output_index is None
+                or unresolved_any(op.layers, clean=False)):
+            return None
+        return [Evidence(op_def[0].path, op_def[0].line, "no infer shape / dtype function of the op in its "
+                         "host files: nothing sets the required profiling_data's shape", False)]
+
     def verify(self, model: LayerModel) -> list[Evidence]:
         layers = model.op.layers
         index = model.op.facts.output_index
@@ -361,6 +362,12 @@ class InferLayer(LocatingLayer[InferTarget]):
                                    "defined in the op's host files: nothing sets profiling_data's "
                                    f"{role.split()[1]} (write it by hand)", False))
         return ev
+
+
+def unresolved_any(layers: Layers, clean: bool = True) -> bool:
+    """Whether the op registers an infer function its host files do not define (G2 says
+    so on its own)."""
+    return any(unresolved(layers, role, clean=clean) for role in (INFER_SHAPE, INFER_DTYPE))
 
 
 _IMPL_RE = re.compile(rb"\bIMPL_OP(?:_INFERSHAPE|_OPTILING)?\s*\(\s*(\w+)\s*\)")

@@ -200,9 +200,33 @@ TORCH_LIBRARY_IMPL(demo_lib, PrivateUse1, m)
 }
 """,
 }
+# Its infer shape / dtype (an OpDef's required outputs are sized there: without one, mode
+# B is refused).
+EXAMPLE_INFER = """\
+#include "register/op_impl_registry.h"
+
+namespace ops {
+static ge::graphStatus InferShapeDemoOp(gert::InferShapeContext* context)
+{
+    const gert::Shape* xShape = context->GetInputShape(0);
+    gert::Shape* yShape = context->GetOutputShape(0);
+    *yShape = *xShape;
+    return ge::GRAPH_SUCCESS;
+}
+
+static ge::graphStatus InferDataTypeDemoOp(gert::InferDataTypeContext* context)
+{
+    context->SetOutputDataType(0, context->GetInputDataType(0));
+    return ge::GRAPH_SUCCESS;
+}
+
+IMPL_OP_INFERSHAPE(DemoOp).InferShape(InferShapeDemoOp).InferDataType(InferDataTypeDemoOp);
+}  // namespace ops
+"""
 EXAMPLE_OPERATOR: Mapping[str, str] = {
     "demo_op/op_kernel/demo_op.cpp": EXAMPLE_KERNEL,
     "demo_op/op_host/demo_op_def.cpp": EXAMPLE_OPDEF,
+    "demo_op/op_host/demo_op_infershape.cpp": EXAMPLE_INFER,
 }
 
 
@@ -248,6 +272,10 @@ class Layer(Protocol):
     def edits(self, plan: Plan, mode: str, model: LayerModel | None) -> list[Edit]: ...
 
     def verify(self, model: LayerModel) -> list[Evidence]: ...
+
+    # What the gate says of an operator without this layer's files: None (nothing: the
+    # layer is not the operator's), or a failing fact when the mode needs the layer.
+    def absent(self, op: Operator) -> list[Evidence] | None: ...
 
     # Whether `mode` goes through this layer (InputError as `edits` raises it, the same
     # diagnostic) and what it edits: plan's mode probe. Equal to `carry_of(edits(...))`,
@@ -300,6 +328,11 @@ class FileLayer:
 
     def find(self, layers: Layers) -> list[Path]:
         raise NotImplementedError(f"layer {self.NAME} has no find")
+
+    def absent(self, op: Operator) -> list[Evidence] | None:
+        """Nothing: an operator without the layer's files does not have the layer."""
+        del op
+        return None
 
 
 L = TypeVar("L", bound=Located)

@@ -98,7 +98,7 @@ def layer_evidence(lay: Layer, op: Operator) -> list[Evidence] | None:
         d = exc.diagnostic
         return [Evidence(d.path, d.line, f"{lay.NAME} not found: {d.code} {d.message}", False)]
     if not files:
-        return None
+        return lay.absent(op)
     if lay.MODE_B_ONLY and op.mode != "B":
         return [Evidence(files[0], 0, f"{lay.NAME}: mode {op.mode}, profiling_data does not reach it")]
     shown = ", ".join(p.name for p in files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")

@@ -301,3 +301,29 @@ def test_a_near_name_that_is_something_else_stays_a_g2_failure(tmp_path: Path, c
         return
     assert g2["status"] == "fail", g2
     assert res.exit_code == 1
+
+
+def test_an_opdef_without_an_infer_in_the_op_s_host_files_is_mode_a(tmp_path: Path) -> None:
+    """ops-nn's conv2d_v2 registers its infer shape in a shared folder (conv/common/):
+    mode B made profiling_data a required output nothing sizes, and still said "every
+    layer can carry it", G2 passing. B is refused with the reason (the default mode is A,
+    `--mode B` is refused naming the OpDef); applied by hand in B (its infer then gone),
+    G2 fails."""
+    shared = "ops/common/op_host/shared_infershape.cpp"
+    op = make_repo(tmp_path, {OPDEF[0]: OPDEF[1], shared: "// the infer of several ops, registered elsewhere\n"})
+    plan = runner.invoke(app, ["plan", str(op), "--format", "json"])
+    assert plan.exit_code in (0, 1), plan.output
+    doc = json.loads(plan.stdout)["operators"][0]
+    assert doc["mode"] == "A", doc["mode"]
+    assert "no infer shape / dtype function of the op is registered in its host files" in doc["mode_reason"]
+    forced = runner.invoke(app, ["apply", str(op), "--mode", "B"])
+    assert forced.exit_code == 2 and "[layers] infer" in forced.stderr, forced.output
+    # instrumented in mode B while an infer existed, which was then moved away: G2 fails
+    root = op.parent.parent
+    (root / INFER).parent.mkdir(parents=True, exist_ok=True)
+    (root / INFER).write_text(BEFORE)
+    assert runner.invoke(app, ["apply", str(op), "--mode", "B", "--write"]).exit_code == 0
+    (root / INFER).unlink()
+    check = runner.invoke(app, ["check", str(op), "--format", "json", "--no-compile"])
+    gates = {g["gate"]: g for g in json.loads(check.stdout)["operators"][0]["gates"]}
+    assert gates["G2"]["status"] == "fail", gates["G2"]

@@ -21,7 +21,14 @@ from layer_snippets import make_repo
 from source_fuzz import FIXTURES, fixture_operators
 
 from optrace.codemods import op_host_registry
-from optrace.codemods.layer import EXAMPLE_OPERATOR, EXAMPLE_TORCH, Carry, LocatingLayer, carry_of
+from optrace.codemods.layer import (
+    EXAMPLE_INFER,
+    EXAMPLE_OPERATOR,
+    EXAMPLE_TORCH,
+    Carry,
+    LocatingLayer,
+    carry_of,
+)
 from optrace.codemods.layer_common import clean_bytes
 from optrace.codemods.registry import HOST_LAYERS, layer
 from optrace.engine.cache import once, unchanged_files
@@ -413,7 +420,9 @@ def _refusing_plan(tmp_path: Path, case: str) -> Plan:
     _name, files, _mode, _says = REFUSALS[case]
     if not files:  # the fixture's own operator (read only: plan writes nothing)
         return plan_operator(_SHARED / "norm/moe_norm_grad", _SHARED)
-    return plan_operator(make_repo(tmp_path, {_DEF: _OPDEF, **files}))
+    # an infer beside the OpDef, as an operator has it (without one mode B is refused first)
+    infer = {"ops/demo_op/op_host/demo_op_infershape.cpp": EXAMPLE_INFER}
+    return plan_operator(make_repo(tmp_path, {_DEF: _OPDEF, **infer, **files}))
 
 
 @pytest.mark.parametrize("case", sorted(REFUSALS))
