@@ -187,7 +187,7 @@ def enclosing_function(data: bytes, offset: int) -> tuple[int, int] | None:
 
 # A build command that only cleans (`make clean`, `ninja -t clean`, `--target clean`),
 # or one in a function named for cleaning: the hook before it would run only then.
-_CLEANS_RE = re.compile(rb"\b(?:clean|distclean|cleanall|uninstall)\b")
+_CLEAN_WORDS = frozenset({b"clean", b"distclean", b"cleanall", b"uninstall"})
 
 
 def _function_name(data: bytes, start: int) -> bytes:
@@ -195,30 +195,67 @@ def _function_name(data: bytes, start: int) -> bytes:
     return m.group(1) if m is not None else b""
 
 
+def _cleans_only(data: bytes, command: re.Match[bytes]) -> bool:
+    """Whether a build command only cleans: a word of its line is a clean target (`make
+    clean`, `--target clean`; not `--clean-first`) and no other command is chained after
+    it (`... --target clean && cmake --build .` builds), or it lies in a function named
+    for cleaning (`make_clean`, `clean_build_out`; not `clean_and_build`)."""
+    line = data[command.start():line_end(data, command.start())]
+    if not re.search(rb"&&|;", line) and any(word in _CLEAN_WORDS for word in line.split()):
+        return True
+    fn = enclosing_function(data, command.start())
+    words = _function_name(data, fn[0]).lower().split(b"_") if fn is not None else []
+    return bool(_CLEAN_WORDS.intersection(words)) and b"and" not in words
+
+
 def first_build_command(data: bytes, start: int = 0) -> re.Match[bytes] | None:
-    """The first build command from ``start`` that does not only clean."""
+    """The first build command from ``start`` that does not only clean (the first of any
+    when every one cleans)."""
+    first = None
     for m in BUILD_CMD_RE.finditer(data, start):
-        fn = enclosing_function(data, m.start())
-        line = data[m.start():line_end(data, m.start())]
-        cleaning = fn is not None and b"clean" in _function_name(data, fn[0]).lower()
-        if not _CLEANS_RE.search(line) and not cleaning:
+        if not _cleans_only(data, m):
             return m
-    return None
+        first = first or m
+    return first
 
 
-def source_build_site(data: bytes) -> tuple[int, bytes] | None:
+# A variable the hook reads (`${BUILD_DIR}`, `$ROOT`) and its assignment at a line start.
+_VAR_USE_RE = re.compile(rb"\$\{?([A-Za-z_]\w*)")
+
+
+def _assigned_at_top_level_before(data: bytes, name: bytes, before: int) -> bool:
+    pattern = (rb"^[ \t]*(?:export[ \t]+|readonly[ \t]+|declare[ \t]+(?:-\w+[ \t]+)*)?"
+               + re.escape(name) + rb"=")
+    return any(enclosing_function(data, m.start()) is None
+               for m in re.finditer(pattern, data[:before], re.M))
+
+
+def _hook_paths(data: bytes, command_end: int) -> tuple[re.Match[bytes] | None, str | None]:
+    """What the hook's paths are built from: the script's own directory variable, and the
+    build directory (`-B` / `mkdir -p` target) last set before the build command."""
+    build_dir = None
+    for m in _BUILD_DIR_RE.finditer(data, 0, command_end):
+        build_dir = m.group(1).decode(errors="replace")
+    return _SCRIPT_DIR_RE.search(data), build_dir
+
+
+def source_build_site(data: bytes) -> tuple[int, bytes, re.Match[bytes]] | None:
     """Where a hook reading the kernel sources goes in a shell script that builds them
-    from the source tree (line start, indent): before its first build command that does
-    not only clean. When that command lies in a function the script's top level does not
-    call (a driver's `build_static_lib`, called by `main` for some options only), at the
-    start of the function the top level calls that leads to it (`main`), so every build
-    runs it. None without a build command."""
+    from the source tree (line start, indent, and the build command it serves): before its
+    first build command that does not only clean. When that command lies in a function the
+    script's top level does not call (a driver's `build_static_lib`, called by `main` for
+    some options only), at the start of the function the top level calls that leads to it
+    (`main`), so every build runs it — only along one chain of callers (a function called
+    from two others may be reached by either: before its command, where both run it), and
+    only when every variable the hook reads is set at the top level before it (else before
+    the command, where they are). None without a build command."""
     build = first_build_command(data)
     if build is None:
         return None
-    at, indent = line_start(data, build.start()), leading_ws(data, build.start())
+    command = line_start(data, build.start()), leading_ws(data, build.start())
     fn = enclosing_function(data, build.start())
     seen: set[bytes] = set()
+    moved: tuple[int, bytes] | None = None
     while fn is not None:
         name = _function_name(data, fn[0])
         if not name or name in seen:
@@ -226,16 +263,25 @@ def source_build_site(data: bytes) -> tuple[int, bytes] | None:
         seen.add(name)
         calls = [c for c in re.finditer(rb"^[ \t]*" + re.escape(name) + rb"\b(?![ \t]*\(\))", data, re.M)
                  if not fn[0] <= c.start() <= fn[1]]
-        if not calls:
-            break  # never called here (sourced by another script): before its command
-        if any(enclosing_function(data, c.start()) is None for c in calls):
+        callers = {enclosing_function(data, c.start()) for c in calls}
+        if not calls or len(callers) > 1:
+            break  # sourced by another script, or reached along several chains
+        if callers == {None}:
             if len(seen) > 1:  # the top level calls this one: at its start, after its `{`
                 brace = data.find(b"{", fn[0], fn[1])
-                at = line_end(data, brace if brace >= 0 else fn[0], include_newline=True)
-                indent = _body_indent(data, fn[0], fn[1])
+                moved = (line_end(data, brace if brace >= 0 else fn[0], include_newline=True),
+                         _body_indent(data, fn[0], fn[1]))
             break
-        fn = enclosing_function(data, calls[0].start())
-    return at, indent
+        fn = next(iter(callers))
+    if moved is not None:
+        script_dir, build_dir = _hook_paths(data, build.end())
+        used = [m.group(1) for m in _VAR_USE_RE.finditer(
+            (script_dir.group(0) if script_dir else b"") + (build_dir or "").encode())]
+        if script_dir is not None:
+            used.append(script_dir.group(1))
+        if all(_assigned_at_top_level_before(data, name, moved[0]) for name in dict.fromkeys(used)):
+            return moved[0], moved[1], build
+    return command[0], command[1], build
 
 
 _OPENERS = re.compile(rb"^\s*(?:for|while|until|if|case|select)\b")
@@ -292,17 +338,13 @@ def shell_site(path: Path, data: bytes, layers: Layers) -> HookSite:
                         f"{line_number(data, last.start())})")
     # builds from the source tree
     site = source_build_site(data)
-    at, indent = site if site is not None else (len(data), b"")
-    build = BUILD_CMD_RE.search(data, at)
-    script_dir = _SCRIPT_DIR_RE.search(data)
+    at, indent, build = site if site is not None else (len(data), b"", None)
+    script_dir, build_dir = _hook_paths(data, build.end() if build else len(data))
     kernel_dir = layers.kernel_dir or layers.op_dir
     rel = os.path.relpath(kernel_dir, path.parent).replace(os.sep, "/")
     base = (f"${{{script_dir.group(1).decode()}}}" if script_dir
             else '$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)')
     src = f'"{base}/{rel}"'
-    build_dir = None
-    for m in _BUILD_DIR_RE.finditer(data, 0, build.end() if build else len(data)):
-        build_dir = m.group(1).decode(errors="replace")
     out = build_dir if build_dir else f'"{base}/build_out"'
     if not out.startswith('"'):
         out = f'"{out}"'

@@ -417,7 +417,10 @@ def locate_l0op(layers: Layers, mode: str = "B") -> list[L0opTarget]:
         # After a parameter with a default, C++ needs one on every later parameter: a
         # static helper's `bool includeSelf = true` took `profilingData` without one, and
         # the file no longer compiled.
-        if not site.is_call and site.items and _has_default(data[slice(*site.items[-1])]):
+        # (On a definition whose prototype is edited too, the prototype carries it: a
+        # default stated twice does not compile either.)
+        if (not site.is_call and site.items and _has_default(data[slice(*site.items[-1])])
+                and (not site.has_body or site.function not in prototypes)):
             default = True
         out.append(L0opTarget(site.path, data, site=site, default=default))
     return out

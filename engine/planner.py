@@ -42,6 +42,7 @@ from optrace.engine.cpp import (
 )
 from optrace.engine.diagnostics import Diagnostic, InputError
 from optrace.engine.model import Anchor, Kind, LoopInfo, Region
+from optrace.engine.source import blank_comments
 from optrace.engine.vocabulary import FRAG_OPEN, LINE_MARK
 from optrace.engine.words import (
     DEFAULT_VOCABULARY,
@@ -116,7 +117,8 @@ _VEC_SCOPE_RE = re.compile(rb"\b__VEC_SCOPE__\s*$")
 
 
 def _vector_scope(fn: FunctionDef, block: Node) -> bool:
-    return _VEC_SCOPE_RE.search(fn.src.raw, max(0, block.start_byte - 200), block.start_byte) is not None
+    before = blank_comments(fn.src.raw[max(0, block.start_byte - 200):block.start_byte])
+    return _VEC_SCOPE_RE.search(before) is not None
 # Conditions that choose the launch's variant: tiling keys, template modes, `if constexpr`.
 _VARIANT_RE = re.compile(r"\bif\s+constexpr\b|TILING_KEY|[Tt]iling_?[Kk]ey|\bschMode\b|SCH_MODE")
 
@@ -203,13 +205,15 @@ def loop_var(fn: FunctionDef, loop: Node) -> str | None:
         # The first name of the condition that says something: not a literal, nor the
         # object a member is reached through (`while (this->IterMatmulOut())` is the
         # member's loop, not one "over `this`").
-        for m in re.finditer(r"[A-Za-z_]\w*", text_of(fn.src, cond)):
+        words = _CAST_RE.sub(" ", text_of(fn.src, cond))  # `static_cast<int64_t>(k)`: `k`
+        for m in re.finditer(r"[A-Za-z_]\w*", words):
             if m.group(0) not in _CONDITION_NOISE:
                 return m.group(0)
     return None
 
 
-_CONDITION_NOISE = frozenset({"true", "false", "this", "nullptr", "NULL", "static_cast", "reinterpret_cast"})
+_CONDITION_NOISE = frozenset({"true", "false", "this", "nullptr", "NULL"})
+_CAST_RE = re.compile(r"\b(?:static|reinterpret|const|dynamic)_cast\s*<[^<>]*(?:<[^<>]*>[^<>]*)*>")
 
 
 _INTEGRAL_RE = re.compile(

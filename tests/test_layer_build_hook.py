@@ -418,3 +418,46 @@ def test_a_build_script_edited_in_the_run_is_ranked_by_its_new_bytes(tmp_path: P
     assert _ranked(after) == ["copy_named.sh:2", "f/g/h/CMakeLists.txt:2", "a/build_camel.sh:3",
                               "c/substring.sh:4", "e/CMakeLists.txt:1", "b/deep/er/ops.cmake:1",
                               "d/copy.sh:3"]
+
+
+_CMAKE_FOR_HOOK = "ascendc_library(k STATIC ops/demo_op/op_kernel/demo_op.cpp)\n"
+
+
+def _hooked(tmp_path: Path, script: str) -> str:
+    op = make_repo(tmp_path, {"build.sh": script, "CMakeLists.txt": _CMAKE_FOR_HOOK})
+    return run(build_hook_edits, op)["build.sh"]
+
+
+@pytest.mark.parametrize("script", [
+    # the build directory set inside main, before the call: not yet set at main's start
+    '#!/bin/bash\nmain() {\n  BUILD_DIR="$(pwd)/out"\n  mkdir -p "${BUILD_DIR}"\n  if [ -n "$1" ]; then\n'
+    '    build_kernels\n  fi\n}\nbuild_kernels() {\n  cmake -S . -B "${BUILD_DIR}"\n}\nmain "$@"\n',
+    # a local of the build function
+    '#!/bin/bash\nset -eu\nbuild_kernels() {\n  local build_dir=out\n  mkdir -p "$build_dir"\n'
+    '  cmake -S . -B "$build_dir"\n}\nmain() {\n  if [ -n "${1:-}" ]; then\n    build_kernels\n  fi\n}\nmain "$@"\n',
+])
+def test_the_hook_stays_before_the_build_when_its_variables_are_set_only_there(tmp_path: Path, script: str) -> None:
+    after = _hooked(tmp_path, script)
+    assert after.index("TRACE_PREPROCESSOR_HOOK_END") < after.index("cmake -S")
+    assert after.index("build_kernels() {") < after.index("TRACE_PREPROCESSOR_HOOK_START")
+    assert "--out \"${BUILD_DIR}\"" in after or "--out \"$build_dir\"" in after, after
+
+
+@pytest.mark.parametrize("line", ["cmake --build out --clean-first -j 8",
+                                  "cmake --build out --target clean && cmake --build out -j 8"])
+def test_a_command_that_cleans_and_builds_is_a_build(tmp_path: Path, line: str) -> None:
+    after = _hooked(tmp_path, f"#!/bin/bash\nmkdir -p out\ncmake -S . -B out -G Ninja > /dev/null\n{line}\n")
+    assert after.index("TRACE_PREPROCESSOR_HOOK_END") < after.index("cmake -S")
+    after = _hooked(tmp_path / "f", f"#!/bin/bash\nclean_and_build() {{\n  mkdir -p out\n  {line}\n}}\n"
+                                    "clean_and_build\n")
+    assert after.index("TRACE_PREPROCESSOR_HOOK_END") < after.index(line)
+
+
+def test_a_build_function_reached_along_two_chains_keeps_the_hook_before_its_command(tmp_path: Path) -> None:
+    script = ('#!/bin/bash\nBUILD=out\nbuild_kernels() {\n  mkdir -p "$BUILD"\n  cmake -S . -B "$BUILD"\n}\n'
+              'build_ut() {\n  build_kernels\n  run_tests\n}\nbuild_all() {\n  build_kernels\n}\n'
+              'case "$1" in\n  ut)\n    build_ut ;;\n  *)\n    build_all ;;\nesac\n')
+    after = _hooked(tmp_path, script)
+    assert after.index('mkdir -p "$BUILD"') < after.index("TRACE_PREPROCESSOR_HOOK_START")
+    assert after.index("TRACE_PREPROCESSOR_HOOK_END") < after.index('cmake -S . -B "$BUILD"')
+    assert after.index("TRACE_PREPROCESSOR_HOOK_END") < after.index("build_ut() {")  # not in one caller

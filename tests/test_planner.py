@@ -640,3 +640,21 @@ __aicore__ inline void ComputeRowTail(MicroAPI::MaskReg m, uint32_t n) {
     assert not rows[0].children, [c.label for c in rows[0].children]
     assert any("__VEC_SCOPE__" in n for n in rows[0].notes), rows[0].notes
     assert not [label for label in got if "each" in label or "tail" in label], list(got)
+
+
+def test_a_comment_naming_the_vector_scope_is_not_one(tmp_path: Path) -> None:
+    src = ('extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {\n'
+           "    // the rows below run outside __VEC_SCOPE__\n"
+           "    {\n        for (uint32_t t = 0; t < 8; t++) {\n"
+           "            CopyIn(t); Compute(t); CopyOut(t); SyncAll();\n        }\n"
+           "    }\n}\n")
+    got = labels(plan_src(tmp_path, src))
+    assert any(label.startswith("barrier") or "barrier" in label for label in got), got
+
+
+def test_a_cast_in_a_loop_condition_is_not_the_loop_s_name(tmp_path: Path) -> None:
+    src = ('extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {\n'
+           "    uint32_t k = 0;\n    uint32_t blockNum = 8;\n"
+           "    while (static_cast<int64_t>(k) < blockNum) { CopyIn(k); Compute(k); SyncAll(); k++; }\n}\n")
+    plan = plan_src(tmp_path, src)
+    assert [lp.var for lp in plan.loops] == ["k"], [lp.var for lp in plan.loops]
