@@ -274,9 +274,11 @@ def source_build_site(data: bytes) -> tuple[int, bytes, re.Match[bytes]] | None:
             break
         fn = next(iter(callers))
     if moved is not None:
+        # The names the hook's own text reads: the script-directory variable and those in
+        # the build directory (not what the assignment of the former reads, such as bash's
+        # `BASH_SOURCE`).
         script_dir, build_dir = _hook_paths(data, build.end())
-        used = [m.group(1) for m in _VAR_USE_RE.finditer(
-            (script_dir.group(0) if script_dir else b"") + (build_dir or "").encode())]
+        used = [m.group(1) for m in _VAR_USE_RE.finditer((build_dir or "").encode())]
         if script_dir is not None:
             used.append(script_dir.group(1))
         if all(_assigned_at_top_level_before(data, name, moved[0]) for name in dict.fromkeys(used)):

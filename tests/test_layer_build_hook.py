@@ -461,3 +461,15 @@ def test_a_build_function_reached_along_two_chains_keeps_the_hook_before_its_com
     assert after.index('mkdir -p "$BUILD"') < after.index("TRACE_PREPROCESSOR_HOOK_START")
     assert after.index("TRACE_PREPROCESSOR_HOOK_END") < after.index('cmake -S . -B "$BUILD"')
     assert after.index("TRACE_PREPROCESSOR_HOOK_END") < after.index("build_ut() {")  # not in one caller
+
+
+def test_a_script_directory_of_bash_source_set_at_the_top_level_lets_the_hook_move(tmp_path: Path) -> None:
+    """`SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)` at the top level: the hook
+    reads `SCRIPT_DIR`, set before `main` runs (what its assignment reads is bash's own)."""
+    script = ('#!/bin/bash\nSCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)\n'
+              'BUILD_DIR="${SCRIPT_DIR}/build"\nbuild_static() {\n  mkdir -p "${BUILD_DIR}"\n'
+              '  cmake -S "${SCRIPT_DIR}" -B "${BUILD_DIR}"\n}\nmain() {\n  if [ "$1" = static ]; then\n'
+              '    build_static\n  fi\n}\nmain "$@"\n')
+    after = _hooked(tmp_path, script)
+    assert after.index("main() {\n  # TRACE_PREPROCESSOR_HOOK_START") > 0, after
+    assert '--out "${BUILD_DIR}"' in after
