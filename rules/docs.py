@@ -88,6 +88,13 @@ inside ({OT413} on a point inside one). A `for` loop that declares its counter n
 polls; a counted loop of waits (`while (stageUsed > 0) {{ WaitFlag(...); --stageUsed; }}`)
 is a phase loop holding a wait.
 
+A block opened by `__VEC_SCOPE__` (AscendC's Regbase kernels: register code the compiler
+turns into a vector function, its loops hardware loops) holds no point, as a SIMT / vector
+function launched by `VF_CALL` does not: a barrier, a clock read and scalar stores are no
+instructions of a vector function. The region of the function around it measures it, with
+a note. A `while` loop's label is the first name of its condition that says something:
+not a literal, not `this` (`while (this->IterMatmulOut())` is the member's loop).
+
 The index passed to a loop's points is an integral counter the loop declares
 (`for (uint32_t expertIdx = 0; ...)`, or `for (groupIdx = 0; ...)` of an integral local,
 parameter or member); a loop that declares none (a `while` loop) gets no index.

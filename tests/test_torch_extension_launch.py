@@ -10,6 +10,7 @@ from layer_snippets import make_repo
 from typer.testing import CliRunner
 
 from optrace.cli.app import app
+from optrace.codemods.layer import EXAMPLE_INFER
 from optrace.engine.host_compile import host_compile
 
 runner = CliRunner()
@@ -36,10 +37,12 @@ OPDEF = ("ops/demo_op/op_host/demo_op_def.cpp",
          'class DemoOp : public OpDef {\n    DemoOp(const char *n) : OpDef(n) {\n'
          '        this->Input("x").DataType({DT_FLOAT});\n'
          '        this->Output("y").DataType({DT_FLOAT});\n    }\n};\n')
+# Its infer (an OpDef's required outputs are sized there: without one, mode B is refused).
+INFER = ("ops/demo_op/op_host/demo_op_infershape.cpp", EXAMPLE_INFER)
 
 
 def test_an_aclnn_cmd_adapter_and_a_pybind_binding_carry_the_buffer(tmp_path: Path) -> None:
-    op = make_repo(tmp_path, {ADAPTER: ADAPTER_TEXT, OPDEF[0]: OPDEF[1]})
+    op = make_repo(tmp_path, {ADAPTER: ADAPTER_TEXT, OPDEF[0]: OPDEF[1], INFER[0]: INFER[1]})
     root = op.parent.parent
     adapter = root / ADAPTER
     compiled_before = {e.message for e in host_compile([adapter], op).errors.get(adapter, [])}
@@ -61,7 +64,7 @@ def test_an_aclnn_cmd_adapter_and_a_pybind_binding_carry_the_buffer(tmp_path: Pa
 
 
 def test_mode_a_adapter_compiles_against_absent_torch_headers_as_before(tmp_path: Path) -> None:
-    op = make_repo(tmp_path, {ADAPTER: ADAPTER_TEXT, OPDEF[0]: OPDEF[1]})
+    op = make_repo(tmp_path, {ADAPTER: ADAPTER_TEXT, OPDEF[0]: OPDEF[1], INFER[0]: INFER[1]})
     adapter = op.parent.parent / ADAPTER
     compiled_before = {e.message for e in host_compile([adapter], op).errors.get(adapter, [])}
     assert runner.invoke(app, ["apply", str(op), "--write", "--mode", "A"]).exit_code == 0
