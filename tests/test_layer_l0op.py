@@ -219,49 +219,44 @@ def test_an_l0_function_declared_in_a_shared_header_with_another_parameter_list_
     assert snapshot(repo) == before
 
 
-def test_a_static_helper_ending_in_a_defaulted_parameter_gets_a_defaulted_buffer(tmp_path: Path) -> None:
-    """After a parameter with a default, C++ requires one on each later parameter: the
-    static helper's buffer gets `= nullptr` there (it got none, and the file no longer
-    compiled: "default argument missing"), and its call still passes it."""
+def _applied_with_defaulted_helper(tmp_path: Path, prototype: bool) -> str:
+    """The static helper `RunNormGrad` given a last parameter `bool withGamma = true` (and,
+    with ``prototype``, a declaration before it without the default), applied in place;
+    returns the helper file, unwrapped, after checking apply adds no compile error."""
     repo = copy(tmp_path)
     api = repo / API / "aclnn_moe_norm_backward.cpp"
     text = api.read_text()
     head = "aclTensor *gradGamma, aclOpExecutor *executor)\n{"
     assert head in text
+    if prototype:
+        first = text.index("static const aclTensor *RunNormGrad(")
+        text = text[:first] + (
+            "static const aclTensor *RunNormGrad(const aclTensor *gradOutput, const aclTensor *x, "
+            "const aclTensor *rstd,\n    int64_t expertNum, aclTensor *gradGamma, aclOpExecutor *executor, "
+            "bool withGamma);\n") + text[first:]
     api.write_text(text.replace(head, "aclTensor *gradGamma, aclOpExecutor *executor,\n"
                                       "    bool withGamma = true)\n{\n    (void)withGamma;", 1))
     op_dir = repo / OP
-    before = host_compile([api], op_dir).errors[api]
+    before = {e.message for e in host_compile([api], op_dir).errors[api]}
     code, out, err = cli("apply", str(op_dir), "--write")
     assert code == 0, out + err
-    helper = unwrapped(api.read_text())
+    assert [e for e in host_compile([api], op_dir).errors[api] if e.message not in before] == []
+    return unwrapped(api.read_text())
+
+
+def test_a_static_helper_ending_in_a_defaulted_parameter_gets_a_defaulted_buffer(tmp_path: Path) -> None:
+    """After a parameter with a default, C++ requires one on each later parameter: the
+    static helper's buffer gets `= nullptr` there (it got none, and the file no longer
+    compiled: "default argument missing"), and its call still passes it."""
+    helper = _applied_with_defaulted_helper(tmp_path, prototype=False)
     assert ("bool withGamma = true/*optrace<*/, const aclTensor *profilingData = nullptr/*>optrace*/)"
             in helper)
     assert "uniqueExecutor.get()/*optrace<*/, true, profilingData/*>optrace*/);" in helper, helper
-    old = {e.message for e in before}
-    assert [e for e in host_compile([api], op_dir).errors[api] if e.message not in old] == []
 
 
 def test_a_static_helper_whose_prototype_is_edited_gets_no_second_default(tmp_path: Path) -> None:
     """Declared first without the default, defined with `bool withGamma = true`: the
     prototype's buffer carries the default, the definition's does not (stated twice, the
     file does not compile: "redefinition of default argument")."""
-    repo = copy(tmp_path)
-    api = repo / API / "aclnn_moe_norm_backward.cpp"
-    text = api.read_text()
-    head = "aclTensor *gradGamma, aclOpExecutor *executor)\n{"
-    proto = ("static const aclTensor *RunNormGrad(const aclTensor *gradOutput, const aclTensor *x, "
-             "const aclTensor *rstd,\n    int64_t expertNum, aclTensor *gradGamma, aclOpExecutor *executor, "
-             "bool withGamma);\n")
-    first = text.index("static const aclTensor *RunNormGrad(")
-    text = text[:first] + proto + text[first:]
-    api.write_text(text.replace(head, "aclTensor *gradGamma, aclOpExecutor *executor,\n"
-                                      "    bool withGamma = true)\n{\n    (void)withGamma;", 1))
-    op_dir = repo / OP
-    before = host_compile([api], op_dir).errors[api]
-    code, out, err = cli("apply", str(op_dir), "--write")
-    assert code == 0, out + err
-    helper = unwrapped(api.read_text())
+    helper = _applied_with_defaulted_helper(tmp_path, prototype=True)
     assert helper.count("profilingData = nullptr") == 1, helper
-    old = {e.message for e in before}
-    assert [e for e in host_compile([api], op_dir).errors[api] if e.message not in old] == []
