@@ -88,7 +88,6 @@ class Provenance:
     # `_layer_side` after them: more than one digest means it changed while computed.
     read_digest: dict[Path, set[str]] = field(default_factory=dict)
     kernel_files: set[Path] = field(default_factory=set)
-    owned: set[Path] = field(default_factory=set)  # strip: files rebuilt with others' edits
     # Files whose current bytes fed anything else (the kernel parse, discovered layers,
     # created / deleted files): another operator changing one means: compute again.
     reads: set[Path] = field(default_factory=set)
@@ -171,8 +170,43 @@ def apply_changes(op_dir: Path, repo_root: Path | None = None, mode: str | None 
         prov.edits_before = prov.mine
     _check_read_once(result, plan, prov)
     _check_entry_survives(result, plan)
+    if recorded is None:
+        _refuse_foreign_marks(result, plan)
     _check_strip_undoes(result)
     return result
+
+
+def _refuse_foreign_marks(result: OperatorChanges, plan: Plan) -> None:
+    """An operator not instrumented yet whose files strip would still change: a line of
+    someone's own that ends in optrace's mark (`x = 1;  // optrace`), or what is left of
+    an instrumentation whose scaffold is gone. apply's proof compares strip of its output
+    with strip of the tree as it is, so such a line passes it and the next strip deletes
+    it. Refused, naming the line; nothing written.
+
+    Only files with optrace's marks in them cost anything: strip runs (with the other
+    instrumented operators' edits, which explain the marks they own) only if one has."""
+    scope = {p.resolve() for p in walk_files(plan.analysis.layers.op_dir)} | owned_files(plan)
+    scope |= {resolve(p) for p in plan.analysis.parsed}
+    marked = False
+    for path in scope:
+        old = result.changes.get(path, (None, None))[0]
+        try:
+            data = old if old is not None else read_regular(path)
+        except OSError:
+            continue
+        if b"optrace" in data and not is_created(data) and strip_bytes(data, path) != data:
+            marked = True
+            break
+    if not marked:
+        return
+    for path, (old, new) in sorted(strip_changes(result.op_dir, result.repo_root).changes.items()):
+        if old is None or new is None:
+            continue
+        at = _common_prefix(old, new, min(len(old), len(new)))
+        raise InputError(Diagnostic(
+            OT048, "this line ends in optrace's mark (`// optrace`, `# optrace`) but the operator is not "
+            "instrumented, so strip would delete it: if optrace wrote it, run `optrace strip` first; if "
+            "you did, change its comment; nothing written", path, old.count(b"\n", 0, at) + 1))
 
 
 def _check_strip_undoes(result: OperatorChanges) -> None:
@@ -580,7 +614,6 @@ def strip_changes(op_dir: Path, repo_root: Path | None = None,
             prov.edits_before = _by_file(layer_edits(plan, prov.mode).edits) if shared is None else {}
         except (InputError, EditError, OSError):
             prov.edits_before = {}  # as `OtherOperators` treats a broken neighbour
-    prov.owned = owned
     others = OtherOperators(root, op_dir)
     paths = [p.resolve() for p in walk_files(op_dir) if p.suffix.lower() in CPP_EXTS
              or p.suffix.lower() in (".py", ".sh", ".bash", ".cmake") or p.name == "CMakeLists.txt"]
@@ -589,7 +622,7 @@ def strip_changes(op_dir: Path, repo_root: Path | None = None,
     # scope `rebase` re-derives, except kernel sources (they decide what `owned` is).
     prov.reads = (prov.reads - set(prov.scope)) | prov.kernel_reads
     for path in prov.scope:
-        change = _strip_file(path, owned, others)
+        change = _strip_file(path, others)
         if change is not None:
             result.changes[path] = change
     if no_entry is not None and not result.changes:
@@ -597,7 +630,7 @@ def strip_changes(op_dir: Path, repo_root: Path | None = None,
     return result
 
 
-def _strip_file(path: Path, owned: set[Path], others: Neighbourhood) -> FileChange | None:
+def _strip_file(path: Path, others: Neighbourhood) -> FileChange | None:
     """What strip does to one file, from its current bytes: the one rule both a single
     operator's computation and `rebase` use."""
     try:
@@ -609,7 +642,9 @@ def _strip_file(path: Path, owned: set[Path], others: Neighbourhood) -> FileChan
     clean = strip_bytes(data, path)
     new = data
     if clean != data:
-        new = reconcile(data, clean, [], others, path) if path in owned else clean
+        # Every file keeps the other instrumented operators' edits, not only the host files
+        # this operator owns: another operator's launch file may sit in this one's folder.
+        new = reconcile(data, clean, [], others, path)
     return (data, new) if new != data else None
 
 
@@ -746,7 +781,7 @@ def rebase(result: OperatorChanges, written: set[Path], changed_edits: set[Path]
     try:
         for path in redo:
             if prov.kind == "strip":
-                change = _strip_file(path, prov.owned, others)
+                change = _strip_file(path, others)
                 if change is None:
                     changes.pop(path, None)
                 else:

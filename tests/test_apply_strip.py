@@ -35,6 +35,11 @@ def copy_repo(tmp: Path, name: str) -> tuple[Path, Path]:
     return repo, repo / OPERATORS[name]
 
 
+def repository(root: Path) -> dict[str, bytes]:
+    """The repository's files, without optrace's own (`.optrace/`: journal locks)."""
+    return {k: v for k, v in snapshot(root).items() if not k.startswith(".optrace/")}
+
+
 def cli(*args: str) -> tuple[int, str, str]:
     res = runner.invoke(app, list(args))
     return res.exit_code, res.stdout, res.stderr
@@ -114,6 +119,63 @@ def test_hand_written_points_survive_strip(tmp_path: Path) -> None:
     assert kernel.read_text() == hand
 
 
+
+@pytest.mark.parametrize("name", ["kernel header", "python caller"])
+def test_a_line_of_the_users_own_ending_in_the_mark_is_refused_not_stripped(tmp_path: Path,
+                                                                              name: str) -> None:
+    """A line someone wrote that ends in optrace's mark (`  // optrace`, `  # optrace`)
+    would pass apply's proof (strip of the output equals strip of the tree as it is) and
+    be deleted by the next strip. apply refuses it on an operator not instrumented yet,
+    naming the line, and writes nothing; on an instrumented tree the marks are optrace's."""
+    repo, op = copy_repo(tmp_path, "direct_launch")
+    if name == "python caller":
+        target = next(p for p in sorted(repo.rglob("*.py")) if "moe_gating_topk" in p.read_text())
+        lines = target.read_text().splitlines(keepends=True)
+        at = next(i for i, ln in enumerate(lines) if ln.strip().startswith("import "))
+        lines[at] = lines[at].rstrip("\n") + "  # optrace\n"
+    else:
+        target = op / "op_kernel" / "moe_gating_topk_kernel.h"
+        lines = target.read_text().splitlines(keepends=True)
+        at = next(i for i, ln in enumerate(lines) if ln.rstrip().endswith(";"))
+        lines[at] = lines[at].rstrip("\n") + "  // optrace\n"
+    target.write_text("".join(lines))
+    before = snapshot(repo)
+    code, _, err = cli("apply", str(op), "--write")
+    assert code == 2, err
+    assert f"{target.name}:{at + 1}: OT048" in err and "strip would delete it" in err, err
+    assert snapshot(repo) == before
+    # Changed to a comment of its own, the line is the user's and stays through both.
+    target.write_text("".join(lines).replace("  // optrace\n", "  // optrace: seen\n")
+                      .replace("  # optrace\n", "  # optrace: seen\n"))
+    kept = target.read_bytes()
+    assert cli("apply", str(op), "--write")[0] == 0
+    assert cli("strip", str(op), "--write")[0] == 0
+    assert target.read_bytes() == kept
+
+
+def test_another_operators_file_in_this_ones_folder_keeps_its_edits(tmp_path: Path) -> None:
+    """fixtures/scattered_torch keeps `moe_gating_topk`'s launch file in `moe_token_count`'s
+    op_host. With the first instrumented, stripping the second (not instrumented) changes
+    nothing, and applying it is not refused for the first one's marks; both stripped, the
+    repository is its bytes again."""
+    repo = tmp_path / "scattered_torch"
+    shutil.copytree(FIXTURES / "scattered_torch", repo)
+
+    first, second = repo / "csrc/ops/moe_gating_topk", repo / "csrc/ops/moe_token_count"
+    original = repository(repo)
+    assert cli("apply", str(first), "--write")[0] == 0
+    launch = second / "op_host" / "gating_topk_launch.cpp"
+    assert b"  // optrace" in launch.read_bytes()
+    instrumented = repository(repo)
+    code, diff, err = cli("strip", str(second), "--write")
+    assert code == 0 and repository(repo) == instrumented, (diff, err)
+    code, _, err = cli("apply", str(second), "--write")
+    assert code == 0, err
+    assert cli("strip", str(second), "--write")[0] == 0
+    assert repository(repo) == instrumented
+    assert cli("strip", str(first), "--write")[0] == 0
+    assert repository(repo) == original
+
 def test_modes_are_exclusive_and_recorded(tmp_path: Path) -> None:
     _repo, op = copy_repo(tmp_path, "direct_launch")
     code, _, err = cli("apply", str(op), "--write", "--check")
@@ -144,7 +206,7 @@ def test_a_statement_that_does_not_parse_moves_its_region_to_the_parent(tmp_path
         "    SendTokens(2);\n"
         "}\n"
     )
-    before = snapshot(repo)
+    before = repository(repo)
     code, out, err = cli("plan", str(repo / "demo_op"))
     assert code == 0, err
     assert "demo_op.cpp:5: OT025" in " ".join((out + err).split()), out + err
@@ -154,4 +216,4 @@ def test_a_statement_that_does_not_parse_moves_its_region_to_the_parent(tmp_path
     assert code == 0, out + err
     code, _, err = cli("strip", str(repo / "demo_op"), "--write")
     assert code == 0, err
-    assert {k: v for k, v in snapshot(repo).items() if not k.startswith(".optrace/")} == before
+    assert {k: v for k, v in repository(repo).items() if not k.startswith(".optrace/")} == before
