@@ -27,7 +27,7 @@ from optrace.codemods.layer import Evidence, FileLayer, LayerExample, LayerModel
 from optrace.codemods.layer_common import buffer_core_type
 from optrace.codemods.runtime_block import TEMPLATES
 from optrace.engine.cpp import FunctionDef, parameter_name, text_of
-from optrace.engine.discovery import CPP_EXTS, Layers, walk_files
+from optrace.engine.discovery import CPP_EXTS, Layers, repo_index, walk_files
 from optrace.engine.edits import Edit, indent_at, line_end, newline_of
 from optrace.engine.plan import Plan
 from optrace.engine.source import SourceFile, blank_comments, read_regular
@@ -218,6 +218,8 @@ def _forwarding_edits(plan: Plan, entry: FunctionDef, workspace: str) -> list[Ed
     for arg, pos, callees in forwarded:
         if any(_call_sites(plan, c.name) > ours[c.name] for c in callees):
             continue
+        if any(_named_elsewhere(plan, c.scope or c.name) is not None for c in callees):
+            continue
         edits.append(Edit(entry.src.path, arg.start_byte, arg.start_byte,
                           FRAG_OPEN + f"{PROFILING_ARG}, ".encode() + FRAG_CLOSE, CODEMOD))
         for callee in callees:
@@ -246,6 +248,36 @@ def _call_sites(plan: Plan, name: str) -> int:
         if name.encode() in data:
             count += len(call_re.findall(blank_comments(data)))
     return count
+
+
+def _named_elsewhere(plan: Plan, word: str) -> Path | None:
+    """A C / C++ file of the repository, outside the operator and the files the plan read,
+    that names `word` (a callee, or the class of a callee method) in its code. Another
+    operator's kernel may include this operator's header and call the helper (ops-nn's
+    `fused_mat_mul` includes `../mat_mul_v3/arch35/...`) by a path that only resolves in
+    the build's flattened tree, so the plan never read it: widening the helper would break
+    that call. Such a callee keeps its signature (its points reach the buffer through the
+    per-launch pointer, as every point does)."""
+    an = plan.analysis
+    seen = {p.resolve() for p in an.parsed}
+    op_dir = an.layers.op_dir.resolve()
+    token = word.encode()
+    named = re.compile(rb"(?<![\w])" + re.escape(token) + rb"(?![\w])")
+    sources = repo_index(an.layers.repo_root).sources
+    for name in sources:
+        for path in sources[name]:
+            try:
+                data = read_regular(path)
+            except OSError:
+                continue
+            if token not in data:
+                continue
+            real = path.resolve()
+            if real in seen or real.is_relative_to(op_dir):
+                continue
+            if named.search(blank_comments(data)):
+                return path
+    return None
 
 
 def _callee_param_edits(plan: Plan, callee: FunctionDef, pos: int) -> list[Edit]:

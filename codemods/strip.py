@@ -137,6 +137,50 @@ def _strip_kind(kind: str, data: bytes) -> bytes:
     return _strip_cpp(data)
 
 
+def mark_lines(data: bytes, path: Path | None = None) -> list[tuple[int, bytes]]:
+    """The lines strip deletes for their closing mark alone (`...  // optrace`, `...  #
+    optrace`), outside optrace's blocks (runtime block, scaffold, build hook, a rewritten
+    Python statement): (line number, the line). A line of someone's own may end so, and
+    nothing but the tree's state tells it from one optrace wrote."""
+    if b"optrace" not in data:
+        return []
+    kind = file_kind(path)
+
+    def lines_only(m: re.Match[bytes]) -> bytes:  # a block's place, its line count kept
+        return b"\n" * m.group(0).count(b"\n")
+
+    if kind == "cpp":
+        for block_re in (_BLOCK_RE, _INLINE_SCAFFOLD_RE, _SCAFFOLD_RE):
+            data = block_re.sub(lines_only, data)
+        found = [*_LINE_RE.finditer(data), *_LAST_LINE_RE.finditer(data)]
+    else:
+        data = _HOOK_RE.sub(lines_only, data) if kind == "script" else _blank_statements(data)
+        found = [*_HASH_LINE_RE.finditer(data), *_HASH_LAST_LINE_RE.finditer(data)]
+    out = []
+    for m in found:
+        start = m.start() + (len(m.group(0)) - len(m.group(0).lstrip(b"\r\n")))
+        out.append((data.count(b"\n", 0, start) + 1, m.group(0).strip(b"\r\n")))
+    return sorted(out)
+
+
+def _blank_statements(data: bytes) -> bytes:
+    """Python: each `# optrace-edit N` statement (the mark and its N lines) as empty lines."""
+    out: list[bytes] = []
+    pos = 0
+    for m in _PY_EDIT_RE.finditer(data):
+        if m.start() < pos:
+            continue
+        end = m.end()
+        for _ in range(int(m.group(1))):
+            nl = data.find(b"\n", end)
+            end = len(data) if nl < 0 else nl + 1
+        out.append(data[pos:m.start()])
+        out.append(b"\n" * data.count(b"\n", m.start(), end))
+        pos = end
+    out.append(data[pos:])
+    return b"".join(out)
+
+
 def _strip_hash_lines(data: bytes) -> bytes:
     return _HASH_LAST_LINE_RE.sub(b"", _HASH_LINE_RE.sub(b"", data))
 

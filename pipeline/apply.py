@@ -18,13 +18,14 @@ anything is written.
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple, Protocol, TypeVar
 
 from optrace.codemods.kernel_entry import recorded_mode
-from optrace.codemods.strip import is_created, strip_bytes
+from optrace.codemods.strip import is_created, mark_lines, strip_bytes
 from optrace.engine.cache import unchanged_files
 from optrace.engine.codes import OT010, OT015, OT042, OT047, OT048, OT314
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
@@ -177,36 +178,44 @@ def apply_changes(op_dir: Path, repo_root: Path | None = None, mode: str | None 
 
 
 def _refuse_foreign_marks(result: OperatorChanges, plan: Plan) -> None:
-    """An operator not instrumented yet whose files strip would still change: a line of
-    someone's own that ends in optrace's mark (`x = 1;  // optrace`), or what is left of
-    an instrumentation whose scaffold is gone. apply's proof compares strip of its output
-    with strip of the tree as it is, so such a line passes it and the next strip deletes
-    it. Refused, naming the line; nothing written.
+    """An operator not instrumented yet with a line strip would delete for its mark
+    alone: a line of someone's own that ends in it (`x = 1;  // optrace`), or what is left
+    of an instrumentation whose scaffold is gone. apply's proof compares strip of its
+    output with strip of the tree as it is, so such a line passes it and the next strip
+    deletes it. Refused, naming the line; nothing written. A marked line another
+    instrumented operator wrote is kept by strip (it rebuilds the file with that
+    operator's edits): it is not refused.
 
-    Only files with optrace's marks in them cost anything: strip runs (with the other
-    instrumented operators' edits, which explain the marks they own) only if one has."""
+    Only files with such lines cost anything: strip runs only if one has them."""
     scope = {p.resolve() for p in walk_files(plan.analysis.layers.op_dir)} | owned_files(plan)
     scope |= {resolve(p) for p in plan.analysis.parsed}
-    marked = False
+    marked: dict[Path, tuple[bytes, list[tuple[int, bytes]]]] = {}
     for path in scope:
         old = result.changes.get(path, (None, None))[0]
         try:
             data = old if old is not None else read_regular(path)
         except OSError:
             continue
-        if b"optrace" in data and not is_created(data) and strip_bytes(data, path) != data:
-            marked = True
-            break
+        if not is_created(data):
+            lines = mark_lines(data, path)
+            if lines:
+                marked[path] = (data, lines)
     if not marked:
         return
-    for path, (old, new) in sorted(strip_changes(result.op_dir, result.repo_root).changes.items()):
-        if old is None or new is None:
+    stripped = strip_changes(result.op_dir, result.repo_root).changes
+    for path, (data, lines) in sorted(marked.items()):
+        after = stripped.get(path, (data, data))[1]
+        if after is None:
             continue
-        at = _common_prefix(old, new, min(len(old), len(new)))
-        raise InputError(Diagnostic(
-            OT048, "this line ends in optrace's mark (`// optrace`, `# optrace`) but the operator is not "
-            "instrumented, so strip would delete it: if optrace wrote it, run `optrace strip` first; if "
-            "you did, change its comment; nothing written", path, old.count(b"\n", 0, at) + 1))
+        kept = Counter(line.rstrip(b"\r") for line in after.split(b"\n"))
+        for number, line in lines:
+            if kept[line.rstrip(b"\r")] > 0:
+                kept[line.rstrip(b"\r")] -= 1
+                continue
+            raise InputError(Diagnostic(
+                OT048, "this line ends in optrace's mark (`// optrace`, `# optrace`) but the operator is "
+                "not instrumented, so strip would delete it: if optrace wrote it, run `optrace strip` "
+                "first; if you did, change its comment; nothing written", path, number))
 
 
 def _check_strip_undoes(result: OperatorChanges) -> None:
