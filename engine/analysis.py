@@ -42,12 +42,14 @@ from optrace.engine.discovery import (
 from optrace.engine.includes import HeaderSearch, IncludeGraph, build_include_graph
 from optrace.engine.model import TracePoint
 from optrace.engine.source import (
+    VECTOR_SCOPE,
     blank_comments,
     blank_conditionals,
     decode,
     directive_matches,
     normalise,
     qualifier_macros,
+    vector_scope_macros,
 )
 from optrace.engine.vocabulary import TRACE_POINT_CALL
 
@@ -130,6 +132,9 @@ class Analysis:
     walked: set[str] = field(default_factory=set)  # functions whose calls are in the graph
     # function id -> number of call sites reaching it (over reachable code)
     call_counts: dict[str, int] = field(default_factory=dict)
+    # The names that open a block compiled as a vector function: `__VEC_SCOPE__` and the
+    # macros the tree defines to it (`#define VF_BLOCK __VEC_SCOPE__`).
+    vector_scopes: frozenset[str] = frozenset({VECTOR_SCOPE})
     _calls: dict[tuple[Path, int, int, str], CallSite] = field(default_factory=dict)
     _sizes: dict[str, tuple[int, bool]] = field(default_factory=dict)
     _spin: dict[tuple[str, int, int], bool] = field(default_factory=dict)
@@ -524,8 +529,12 @@ def analyse_operator(op_dir: Path, repo_root: Path | None = None,
 
     # Qualifier-like macros anywhere in the tree are blanked everywhere.
     blank = set(config.qualifiers)
+    vector_scopes = {VECTOR_SCOPE}
     for src in includes.files.values():
-        blank |= qualifier_macros(src.raw, config.qualifiers)
+        found = qualifier_macros(src.raw, config.qualifiers)
+        blank |= found
+        if found and VECTOR_SCOPE.encode() in src.raw:
+            vector_scopes |= vector_scope_macros(src.raw, found)
     parser = new_parser()
     entry_file = layers.entry.path.resolve()
     parsed: dict[Path, ParsedFile] = {}
@@ -578,7 +587,7 @@ def analyse_operator(op_dir: Path, repo_root: Path | None = None,
     mixed, cores = _kernel_cores(parsed, declaration)
     an = Analysis(layers, config, includes, parsed, index, nx.DiGraph(), entry_fn, mixed, cores,
                   declaration.cores if declaration is not None else frozenset(),
-                  declaration, diagnostics=diagnostics)
+                  declaration, diagnostics=diagnostics, vector_scopes=frozenset(vector_scopes))
     _build_callgraph(an)
     _collect_existing(an)
     return an

@@ -111,14 +111,15 @@ _STATEMENT_CONTAINERS = frozenset(
 )
 _PREPROC_ARMS = frozenset({"preproc_if", "preproc_ifdef"})
 # The macro opening a block the compiler makes a vector function (AscendC's Regbase
-# kernels: `__VEC_SCOPE__ { MicroAPI::... }`); the parse sees a plain block (the macro is
-# blanked), the raw bytes before it name it.
-_VEC_SCOPE_RE = re.compile(rb"\b__VEC_SCOPE__\s*$")
+# kernels: `__VEC_SCOPE__ { MicroAPI::... }`), or a macro the tree defines to it; the
+# parse sees a plain block (the macro is blanked), the raw bytes before it name it.
+_SCOPE_NAME_RE = re.compile(rb"\b([A-Za-z_]\w*)\s*$")
 
 
-def _vector_scope(fn: FunctionDef, block: Node) -> bool:
+def _vector_scope(fn: FunctionDef, block: Node, names: frozenset[str]) -> bool:
     before = blank_comments(fn.src.raw[max(0, block.start_byte - 200):block.start_byte])
-    return _VEC_SCOPE_RE.search(before) is not None
+    m = _SCOPE_NAME_RE.search(before)
+    return m is not None and m.group(1).decode("ascii") in names
 # Conditions that choose the launch's variant: tiling keys, template modes, `if constexpr`.
 _VARIANT_RE = re.compile(r"\bif\s+constexpr\b|TILING_KEY|[Tt]iling_?[Kk]ey|\bschMode\b|SCH_MODE")
 
@@ -485,7 +486,7 @@ class Planner:
         t = node.type
         if t in _PREPROC_ARMS:
             self.walk_preproc(fn, node, ctx, parent)
-        elif t == "compound_statement" and _vector_scope(fn, node):
+        elif t == "compound_statement" and _vector_scope(fn, node, self.an.vector_scopes):
             # Compiled as a vector function: its statements are register operations and
             # its loops hardware loops, where a point (a barrier, a clock read, scalar
             # stores) is no instruction; measured by the region around it.

@@ -366,6 +366,18 @@ def qualifier_macros(data: bytes, qualifiers: Iterable[str]) -> set[str]:
     return found
 
 
+VECTOR_SCOPE = "__VEC_SCOPE__"
+
+
+def vector_scope_macros(data: bytes, names: Iterable[str]) -> set[str]:
+    """Of `names` (qualifier-like macros `data` defines), those defined to open a vector
+    block: `#define VF_BLOCK __VEC_SCOPE__` is blanked like the macro itself, and the
+    planner must know it opens one."""
+    wanted = set(names)
+    return {decode(m.group(1)) for m in directive_matches(_DEFINE_RE, blank_comments(data))
+            if decode(m.group(1)) in wanted and VECTOR_SCOPE in decode(m.group(2)).split()}
+
+
 def normalise(data: bytes, blank_words: Iterable[str]) -> bytes:
     """The same-length text tree-sitter parses: qualifiers blanked, AscendC-only syntax
     rewritten into equivalent-length C++ it understands."""

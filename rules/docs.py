@@ -89,7 +89,8 @@ polls; a counted loop of waits (`while (stageUsed > 0) {{ WaitFlag(...); --stage
 is a phase loop holding a wait.
 
 A block opened by `__VEC_SCOPE__` (AscendC's Regbase kernels: register code the compiler
-turns into a vector function, its loops hardware loops) holds no point, as a SIMT / vector
+turns into a vector function, its loops hardware loops), or by a macro the tree defines to
+it (`#define VF_ROWS __VEC_SCOPE__`), holds no point, as a SIMT / vector
 function launched by `VF_CALL` does not: a barrier, a clock read and scalar stores are no
 instructions of a vector function. The region of the function around it measures it, with
 a note. A `while` loop's label is the first name of its condition that says something:

@@ -610,13 +610,16 @@ public:
     assert not [r.label for r in plan.root.walk() if r.label == "this" or r.label.startswith("this ")]
 
 
-def test_no_point_inside_a_vector_scope_block(tmp_path: Path) -> None:
+@pytest.mark.parametrize("opener", ["__VEC_SCOPE__", "VF_ROWS"])
+def test_no_point_inside_a_vector_scope_block(tmp_path: Path, opener: str) -> None:
     """`__VEC_SCOPE__ { ... }` is compiled as a vector function (ops-nn's Regbase kernels:
     MicroAPI register code, hardware loops): a point there is no instruction it can hold.
-    Its loop and calls got points; the function around it is measured instead."""
+    Its loop and calls got points; the function around it is measured instead. A macro the
+    tree defines to it (`VF_ROWS`) opens one too."""
     src = """
+#define VF_ROWS __VEC_SCOPE__
 __aicore__ inline void ComputeRows(uint32_t n) {
-    __VEC_SCOPE__
+    """ + opener + """
     {
         MicroAPI::MaskReg mask = MicroAPI::UpdateMask<float>(n);
         for (uint16_t i = 0; i < n; i++) { ComputeRowEach(mask, i); ComputeRowEach(mask, i); }
