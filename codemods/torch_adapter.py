@@ -17,6 +17,7 @@ output too, allocated on the meta device.
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ from optrace.codemods.layer_common import (
     statement_start,
 )
 from optrace.codemods.strip import strip_bytes
+from optrace.codemods.torch_schema import parse_schema
 from optrace.engine.cache import by_content
 from optrace.engine.cpp import (
     CppFunction,
@@ -61,7 +63,7 @@ from optrace.engine.cpp import (
 from optrace.engine.diagnostics import InputError
 from optrace.engine.discovery import CPP_EXTS, LayerFile, Layers, SearchContext, repo_index
 from optrace.engine.edits import REVIEW_WIDTH, Edit, line_number, line_start
-from optrace.engine.names import same_op
+from optrace.engine.names import op_key, same_op
 from optrace.engine.plan import Plan
 from optrace.engine.source import read_regular
 from optrace.engine.vocabulary import LAUNCH_HINT, LINE_MARK, META_IMPL_RE, names_profiling
@@ -343,6 +345,13 @@ def locate_torch_adapter(plan: Plan, mode: str) -> list[AdapterTarget]:
             stmt, tensor = _launch_site(path, data, launch, fn, mode)
             grows = mode == "B" and fn.start not in done
             if grows:
+                declared = python_schema(path, layers)
+                if declared is not None:
+                    py, line, name = declared
+                    raise input_error(CODE_LAYER_SHAPE, f"the schema of `{name}` is a Python string "
+                                      f"here, which optrace does not edit: `{fn.name}` "
+                                      f"({path.name}) would return one more tensor than the schema "
+                                      "and its Python Meta declare", py, line=line)
                 done.add(fn.start)
                 return_type_growth(path, data, fn.type_span)
                 returned_values(path, data, fn)
@@ -390,6 +399,53 @@ def render_torch_adapter(plan: Plan, mode: str, located: Sequence[AdapterTarget]
                 edits.extend(return_value_edits(path, data, site.function, CODEMOD))
         edits.extend(_meta_edits(path, data, target.metas))
     return edits
+
+
+_TESTS = frozenset({"test", "tests", "ut", "st"})
+
+
+def python_schema(adapter: Path, layers: Layers) -> tuple[Path, int, str] | None:
+    """A schema of the op written as a Python string beside the binding (an op builder's
+    `schema()`, a `torch.library` `define`): ops-nn's `torch_extension/` keeps the C++
+    binding in `csrc/` and its schema and Meta in Python. (file, line, name) of the first;
+    test folders aside. Mode B grows the binding's returns and nothing grows these."""
+    top = layers.op_dir if adapter.is_relative_to(layers.op_dir) else adapter.parent.parent
+    keys = {op_key(n) for n in torch_names(layers)}
+    for py in sorted(top.rglob("*.py")):
+        if _TESTS & {part.lower() for part in py.relative_to(top).parts[:-1]}:
+            continue
+        found = _schemas_in(read_regular(py))
+        for line, name in found:
+            if op_key(name) in keys:
+                return py, line, name
+    return None
+
+
+@by_content(64)
+def _schemas_in(data: bytes) -> tuple[tuple[int, str], ...]:
+    """(line, op name) of each string constant of a Python file that parses as a torch
+    schema (adjacent literals are one constant)."""
+    if b"->" not in data:
+        return ()
+    try:
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError):
+        return ()
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "->" in node.value:
+            m = _SCHEMA_HEAD_RE.match(node.value)
+            if m is None:
+                continue
+            try:
+                parse_schema(node.value)
+            except ValueError:
+                continue
+            out.append((node.lineno, m.group(1)))
+    return tuple(out)
+
+
+_SCHEMA_HEAD_RE = re.compile(r"\s*(?:\w+::)?(\w+)(?:\.\w+)?\s*\(")
 
 
 def _instrumented_neighbour(path: Path, fn_name: str, layers: Layers) -> str | None:

@@ -72,3 +72,49 @@ def test_mode_a_adapter_compiles_against_absent_torch_headers_as_before(tmp_path
     assert "c10::optional<at::Tensor> profilingData" in text  # mode A: an optional buffer
     # c10::optional comes with torch's headers (absent here: shimmed), so nothing new
     assert {e.message for e in host_compile([adapter], op).errors.get(adapter, [])} <= compiled_before
+
+
+# The schema and the Meta in Python beside the binding (an op builder, as ops-nn's
+# torch_extension/ keeps them): nothing in optrace edits them.
+BUILDER = ("ops/demo_op/torch_extension/demo_op.py", '''\
+from torch.library import impl
+
+from demo_ops.op_builder import OpBuilder, get_as_library
+
+
+class DemoOpBuilder(OpBuilder):
+    def __init__(self):
+        super().__init__("demo_op")
+
+    def schema(self):
+        return (
+            "demo_op(Tensor x, "
+            "float scale=1.0) -> Tensor"
+        )
+
+    def register_meta(self):
+        @impl(get_as_library(), self.name, "Meta")
+        def demo_op_meta(x, scale=1.0):
+            return x.new_empty(x.shape)
+''')
+# A test's golden script naming the schema is not the op's registration.
+GOLDEN = ("ops/demo_op/tests/golden.py", 'SCHEMA = "demo_op(Tensor x, float scale=1.0) -> Tensor"\n')
+
+
+def test_a_schema_written_in_python_beside_the_binding_refuses_mode_b(tmp_path: Path) -> None:
+    op = make_repo(tmp_path, dict([(ADAPTER, ADAPTER_TEXT), OPDEF, INFER, BUILDER]))
+    refused = runner.invoke(app, ["apply", str(op), "--mode", "B"])
+    code, err = refused.exit_code, refused.stderr
+    assert code == 2, (refused.stdout, err)
+    assert "torch_extension/demo_op.py:12: OT313 the schema of `demo_op` is a Python string" in err, err
+    res = runner.invoke(app, ["apply", str(op)])
+    assert res.exit_code == 0, res.stderr
+    assert "mode A: mode B is refused here: OT313 the schema of `demo_op`" in res.stderr, res.stderr
+    assert runner.invoke(app, ["apply", str(op), "--write"]).exit_code == 0
+    assert "c10::optional<at::Tensor> profilingData" in (op.parent.parent / ADAPTER).read_text()
+
+
+def test_a_schema_string_in_a_test_folder_does_not_refuse_mode_b(tmp_path: Path) -> None:
+    op = make_repo(tmp_path, dict([(ADAPTER, ADAPTER_TEXT), OPDEF, INFER, GOLDEN]))
+    assert runner.invoke(app, ["apply", str(op), "--write"]).exit_code == 0
+    assert "std::tuple</*>optrace*/at::Tensor" in (op.parent.parent / ADAPTER).read_text()
