@@ -269,8 +269,8 @@ def source_build_site(data: bytes) -> tuple[int, bytes, re.Match[bytes]] | None:
         if callers == {None}:
             if len(seen) > 1:  # the top level calls this one: at its start, after its `{`
                 brace = data.find(b"{", fn[0], fn[1])
-                moved = (line_end(data, brace if brace >= 0 else fn[0], include_newline=True),
-                         _body_indent(data, fn[0], fn[1]))
+                body = line_end(data, brace if brace >= 0 else fn[0], include_newline=True)
+                moved = (_after_argument_parsing(data, body, fn[1]), _body_indent(data, fn[0], fn[1]))
             break
         fn = next(iter(callers))
     if moved is not None:
@@ -284,6 +284,27 @@ def source_build_site(data: bytes) -> tuple[int, bytes, re.Match[bytes]] | None:
         if all(_assigned_at_top_level_before(data, name, moved[0]) for name in dict.fromkeys(used)):
             return moved[0], moved[1], build
     return command[0], command[1], build
+
+
+# A command handed the script's arguments (`checkopts "$@"`): the option parsing a
+# driver's `main` starts with. The hook goes after it: `build.sh --help` prints its usage
+# without optrace, and an option that sets a path (`--build-path`) is set when it runs.
+_ARGUMENTS_RE = re.compile(rb'(?<![\\\w])"?\$(?:@|\*|\{@\}|\{\*\})"?')
+_COMPOUND_RE = re.compile(rb"^\s*(?:for|while|until|if|case|select|function|\{|\(|\w+\s*\(\))")
+
+
+def _after_argument_parsing(data: bytes, body: int, close: int) -> int:
+    """The line start after the last command handed the script's arguments in the leading
+    run of simple commands of a function body starting at `body`; `body` without one."""
+    at = body
+    for pos, line in _code_lines(data):
+        if pos < body or not line.strip():
+            continue
+        if pos >= close or _COMPOUND_RE.match(line) or line.rstrip().endswith((b"\\", b"{", b"(")):
+            break
+        if _ARGUMENTS_RE.search(line):
+            at = line_end(data, pos, include_newline=True)
+    return at
 
 
 _OPENERS = re.compile(rb"^\s*(?:for|while|until|if|case|select)\b")
@@ -815,7 +836,8 @@ class BuildHookLayer(LocatingLayer[HookTarget]):
                 next_build = first_build_command(data, block.end())
                 ok = site is not None and (site[0] == block.start() or (
                     next_build is not None and enclosing_function(data, next_build.start())
-                    == enclosing_function(data, block.start())))
+                    == enclosing_function(data, block.start()))
+                    or _top_level_before_its_call(data, block, rest, site[0]))
                 ev.append(Evidence(script, hook_line,
                                    "builds from the source tree: the hook runs before the build command"
                                    if ok else "no build command after the hook" if site is None
@@ -825,6 +847,18 @@ class BuildHookLayer(LocatingLayer[HookTarget]):
                                else "--modify would rewrite the checked-in sources", not modify))
         ev.extend(_collector_link(model.op))
         return ev
+
+
+def _top_level_before_its_call(data: bytes, block: re.Match[bytes], rest: bytes, site: int) -> bool:
+    """A hook placed by hand at the top level, before the top level's call of the function
+    apply would put it in (`main "$@"`): it runs before that function, so before its build."""
+    fn = enclosing_function(rest, site)
+    if fn is None or enclosing_function(data, block.start()) is not None:
+        return False
+    name = _function_name(rest, fn[0])
+    call = re.compile(rb"^[ \t]*" + re.escape(name) + rb"\b(?![ \t]*\(\))", re.M) if name else None
+    return call is not None and any(enclosing_function(data, m.start()) is None
+                                    for m in call.finditer(data, block.end()))
 
 
 def _collector_link(op: Operator) -> list[Evidence]:

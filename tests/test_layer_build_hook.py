@@ -121,8 +121,8 @@ def test_a_driver_s_hook_runs_in_every_build_not_in_its_clean_function(tmp_path:
     cmake = "ascendc_library(k STATIC ops/demo_op/op_kernel/demo_op.cpp)\n"
     op = make_repo(tmp_path, {"build.sh": DRIVER_OF_FUNCTIONS, "CMakeLists.txt": cmake})
     after = run(build_hook_edits, op)["build.sh"]
-    assert after.index("main()\n{\n  # TRACE_PREPROCESSOR_HOOK_START") > 0, after
-    assert after.index("TRACE_PREPROCESSOR_HOOK_END") < after.index('  parse_options "$@"')
+    # after the option parsing `main` starts with: `build.sh --help` needs no optrace
+    assert after.index('main()\n{\n  parse_options "$@"\n  # TRACE_PREPROCESSOR_HOOK_START') > 0, after
     assert after.index("make clean") < after.index("TRACE_PREPROCESSOR_HOOK_START")
     root = op.parent.parent
     assert CliRunner().invoke(app, ["apply", str(op), "--write"]).exit_code == 0
@@ -133,6 +133,12 @@ def test_a_driver_s_hook_runs_in_every_build_not_in_its_clean_function(tmp_path:
     block, rest = hooked[start:end], hooked[:start] + hooked[end:]
     (root / "build.sh").write_text(rest.replace("    make clean\n", block.replace("  #", "    #", 1)
                                                 + "    make clean\n"))
+    assert _g1(op) == "fail"
+    # Placed by hand at the top level, before `main "$@"`: it runs before every build.
+    (root / "build.sh").write_text(rest.replace('\nmain "$@"\n', "\n" + block.replace("  ", "") + 'main "$@"\n'))
+    assert _g1(op) == "pass"
+    # ... but not after it.
+    (root / "build.sh").write_text(rest + block.replace("  ", ""))
     assert _g1(op) == "fail"
 
 
