@@ -125,6 +125,11 @@ class Threading:
     errors: list[tuple[Path, bytes, int, str]] = field(default_factory=list)
     # A shared l0 function other operators call too: mode B only is refused.
     shared: list[tuple[Path, bytes, int, str]] = field(default_factory=list)
+    # Calls that launch the op again in the block of an earlier one (aclnnKthvalue's two
+    # `KthvalueCalculate` calls): each launch writes the same buffer from its start, so
+    # the trace holds the last one's records. Said in G2, not refused: mode B's output is
+    # required, so every launch needs a buffer.
+    repeated: list[tuple[Path, bytes, int, str]] = field(default_factory=list)
 
     def files(self) -> list[Path]:
         seen: dict[Path, None] = {}
@@ -282,7 +287,37 @@ def _threading(layers: Layers, clean: bool) -> Threading:
                 site = Site(path, name, True, False, False, items, paren, close, line_number(data, paren),
                             written)
             result.sites.append(site)
+    _repeated_launches(result, texts, codes)
     return result
+
+
+def _repeated_launches(result: Threading, texts: dict[Path, bytes], codes: dict[Path, bytes]) -> None:
+    """The calls on the buffer's way that follow another in the same block."""
+    first: dict[tuple[Path, int], Site] = {}
+    for site in result.sites:
+        if not site.is_call:
+            continue
+        block = _block_of(codes[site.path], site.open_at)
+        earlier = first.setdefault((site.path, block), site)
+        if earlier is not site:
+            result.repeated.append((site.path, texts[site.path], site.open_at,
+                                    f"`{site.function}` is called again in the block of its call at line "
+                                    f"{earlier.line}: both launches write the one profiling buffer, and the "
+                                    "trace holds the last one's records"))
+
+
+def _block_of(code: bytes, at: int) -> int:
+    """The offset of the `{` of the innermost block holding `at` (-1 at file level)."""
+    depth = 0
+    for i in range(at - 1, -1, -1):
+        c = code[i]
+        if c == 0x7D:  # "}"
+            depth += 1
+        elif c == 0x7B:  # "{"
+            if depth == 0:
+                return i
+            depth -= 1
+    return -1
 
 
 def _default(param: bytes) -> bytes | None:
@@ -543,6 +578,9 @@ class L0opLayer(LocatingLayer[L0opTarget]):
         for path, data, at, message in th.errors + (th.shared if model.op.mode == "B" else []):
             if path in model.data:
                 ev.append(Evidence(path, data.count(b"\n", 0, at) + 1, message, False))
+        for path, data, at, message in th.repeated:
+            if path in model.data:
+                ev.append(Evidence(path, data.count(b"\n", 0, at) + 1, message))
         for ln in th.launches:
             if ln.path not in model.data:
                 continue

@@ -260,3 +260,34 @@ def test_a_static_helper_whose_prototype_is_edited_gets_no_second_default(tmp_pa
     file does not compile: "redefinition of default argument")."""
     helper = _applied_with_defaulted_helper(tmp_path, prototype=True)
     assert helper.count("profilingData = nullptr") == 1, helper
+
+
+def _notes(op: Path) -> list[str]:
+    return [str(e["note"]) for e in g2(op)["evidence"] if "called again" in str(e["note"])]  # type: ignore[union-attr]
+
+
+def test_a_second_launch_in_the_same_block_is_said_in_g2(tmp_path: Path) -> None:
+    """aclnnKthvalue (ops-nn's gather_v2) calls its helper twice in a row, and each call
+    launches the op: both write the one buffer (mode B's output is required, so both get
+    it), and the trace holds the last launch. G2 says so at the second call, and passes;
+    calls in the two arms of an `if` run one at a time and are not named."""
+    repo = copy(tmp_path)
+    api = repo / API / "aclnn_moe_norm_backward.cpp"
+    text = api.read_text()
+    call = "    auto result = RunNormGrad(gradOutput, x, rstd, expertNum, gradGamma, uniqueExecutor.get());\n"
+    assert call in text
+    api.write_text(text.replace(call, call + call.replace("auto result", "auto again")))
+    assert cli("apply", str(repo / OP), "--write")[0] == 0
+    notes = _notes(repo / OP)
+    lines = api.read_text().splitlines()
+    first = next(i for i, ln in enumerate(lines, 1) if "auto result = RunNormGrad" in ln)
+    assert notes == [f"`RunNormGrad` is called again in the block of its call at line {first}: both launches "
+                     "write the one profiling buffer, and the trace holds the last one's records"], notes
+    assert g2(repo / OP)["status"] == "pass"
+    assert cli("strip", str(repo / OP), "--write")[0] == 0
+    assign = call.replace("auto ", "")
+    branches = ("    const aclTensor *result = nullptr;\n    if (expertNum > 1) {\n    " + assign
+                + "    } else {\n    " + assign + "    }\n")
+    api.write_text(text.replace(call, branches))
+    assert cli("apply", str(repo / OP), "--write")[0] == 0
+    assert _notes(repo / OP) == []
