@@ -345,7 +345,7 @@ def locate_torch_adapter(plan: Plan, mode: str) -> list[AdapterTarget]:
             stmt, tensor = _launch_site(path, data, launch, fn, mode)
             grows = mode == "B" and fn.start not in done
             if grows:
-                declared = python_schema(path, layers)
+                declared = python_schema(path, layers, fn.name)
                 if declared is not None:
                     py, line, name = declared
                     raise input_error(CODE_LAYER_SHAPE, f"the schema of `{name}` is a Python string "
@@ -404,13 +404,15 @@ def render_torch_adapter(plan: Plan, mode: str, located: Sequence[AdapterTarget]
 _TESTS = frozenset({"test", "tests", "ut", "st"})
 
 
-def python_schema(adapter: Path, layers: Layers) -> tuple[Path, int, str] | None:
+def python_schema(adapter: Path, layers: Layers, launcher: str) -> tuple[Path, int, str] | None:
     """A schema of the op written as a Python string beside the binding (an op builder's
     `schema()`, a `torch.library` `define`): ops-nn's `torch_extension/` keeps the C++
     binding in `csrc/` and its schema and Meta in Python. (file, line, name) of the first;
-    test folders aside. Mode B grows the binding's returns and nothing grows these."""
+    test folders aside. Mode B grows the binding's returns and nothing grows these. The
+    op's names: its torch names and the launching function's (`swiglu_group_backward`
+    launches `SwigluGroupGrad`, bound by pybind11 under its own name)."""
     top = layers.op_dir if adapter.is_relative_to(layers.op_dir) else adapter.parent.parent
-    keys = {op_key(n) for n in torch_names(layers)}
+    keys = {op_key(n) for n in [*torch_names(layers), launcher]}
     for py in sorted(top.rglob("*.py")):
         if _TESTS & {part.lower() for part in py.relative_to(top).parts[:-1]}:
             continue

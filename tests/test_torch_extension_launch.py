@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from layer_snippets import make_repo
 from typer.testing import CliRunner
 
@@ -101,15 +102,21 @@ class DemoOpBuilder(OpBuilder):
 GOLDEN = ("ops/demo_op/tests/golden.py", 'SCHEMA = "demo_op(Tensor x, float scale=1.0) -> Tensor"\n')
 
 
-def test_a_schema_written_in_python_beside_the_binding_refuses_mode_b(tmp_path: Path) -> None:
-    op = make_repo(tmp_path, dict([(ADAPTER, ADAPTER_TEXT), OPDEF, INFER, BUILDER]))
+@pytest.mark.parametrize("name", ["demo_op", "demo_backward"])
+def test_a_schema_written_in_python_beside_the_binding_refuses_mode_b(tmp_path: Path, name: str) -> None:
+    """The torch op is the kernel op's name, or the launching function's own (ops-nn's
+    `swiglu_group_backward` launches `SwigluGroupGrad`, bound by pybind11 by that name)."""
+    adapter = ADAPTER_TEXT.replace("demo_op(const", f"{name}(const").replace('"demo_op", &demo_op',
+                                                                             f'"{name}", &{name}')
+    builder = BUILDER[1].replace('"demo_op(Tensor', f'"{name}(Tensor')
+    op = make_repo(tmp_path, dict([(ADAPTER, adapter), OPDEF, INFER, (BUILDER[0], builder)]))
     refused = runner.invoke(app, ["apply", str(op), "--mode", "B"])
     code, err = refused.exit_code, refused.stderr
     assert code == 2, (refused.stdout, err)
-    assert "torch_extension/demo_op.py:12: OT313 the schema of `demo_op` is a Python string" in err, err
+    assert f"torch_extension/demo_op.py:12: OT313 the schema of `{name}` is a Python string" in err, err
     res = runner.invoke(app, ["apply", str(op)])
     assert res.exit_code == 0, res.stderr
-    assert "mode A: mode B is refused here: OT313 the schema of `demo_op`" in res.stderr, res.stderr
+    assert f"mode A: mode B is refused here: OT313 the schema of `{name}`" in res.stderr, res.stderr
     assert runner.invoke(app, ["apply", str(op), "--write"]).exit_code == 0
     assert "c10::optional<at::Tensor> profilingData" in (op.parent.parent / ADAPTER).read_text()
 
