@@ -51,6 +51,7 @@ from typing import Any
 
 from bench_collect import compile_bytecode  # bench/ is this script's folder: first on sys.path
 
+from optrace.codemods.strip import strip_bytes
 from optrace.engine.discovery import CPP_EXTS, find_operator_dirs
 from optrace.engine.host_compile import host_compile
 
@@ -304,7 +305,10 @@ def compile_errors(files: list[Path], op_dir: Path, scratch: Path) -> set[tuple[
         src = path.read_bytes().decode("utf-8", "replace").splitlines()
         rel = path.relative_to(scratch).as_posix()
         for e in errors:
-            text = src[e.line - 1].strip() if 0 < e.line <= len(src) else ""
+            text = src[e.line - 1] if 0 < e.line <= len(src) else ""
+            # The line as it was: a fragment apply spliced into a line the stub could not
+            # compile before (`std::tuple<..., c10::optional<...>>`) leaves the error the same.
+            text = strip_bytes(text.encode() + b"\n", path).decode("utf-8", "replace").strip()
             keys.add((rel, e.message, text))
     return keys
 
