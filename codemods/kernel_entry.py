@@ -215,10 +215,11 @@ def _forwarding_edits(plan: Plan, entry: FunctionDef, workspace: str) -> list[Ed
             ours[name] = ours.get(name, 0) + 1
     edits: list[Edit] = []
     done: set[str] = set()
+    elsewhere = _named_elsewhere(plan, {c.scope or c.name for _, _, cs in forwarded for c in cs})
     for arg, pos, callees in forwarded:
         if any(_call_sites(plan, c.name) > ours[c.name] for c in callees):
             continue
-        if any(_named_elsewhere(plan, c.scope or c.name) is not None for c in callees):
+        if any((c.scope or c.name) in elsewhere for c in callees):
             continue
         edits.append(Edit(entry.src.path, arg.start_byte, arg.start_byte,
                           FRAG_OPEN + f"{PROFILING_ARG}, ".encode() + FRAG_CLOSE, CODEMOD))
@@ -250,34 +251,59 @@ def _call_sites(plan: Plan, name: str) -> int:
     return count
 
 
-def _named_elsewhere(plan: Plan, word: str) -> Path | None:
-    """A C / C++ file of the repository, outside the operator and the files the plan read,
-    that names `word` (a callee, or the class of a callee method) in its code. Another
-    operator's kernel may include this operator's header and call the helper (ops-nn's
-    `fused_mat_mul` includes `../mat_mul_v3/arch35/...`) by a path that only resolves in
-    the build's flattened tree, so the plan never read it: widening the helper would break
-    that call. Such a callee keeps its signature (its points reach the buffer through the
-    per-launch pointer, as every point does)."""
+def _named_elsewhere(plan: Plan, words: set[str]) -> set[str]:
+    """Of `words` (callees, or the classes of callee methods), those a C / C++ file of the
+    repository names in its code outside the operator and the files the plan read.
+    Another operator's kernel may include this operator's header and call the helper
+    (ops-nn's `fused_mat_mul` includes `../mat_mul_v3/arch35/...`) by a path that only
+    resolves in the build's flattened tree, so the plan never read it: widening the helper
+    would break that call. Such a callee keeps its signature (its points reach the buffer
+    through the per-launch pointer, as every point does)."""
     an = plan.analysis
+    if not words:
+        return set()
     seen = {p.resolve() for p in an.parsed}
     op_dir = an.layers.op_dir.resolve()
-    token = word.encode()
-    named = re.compile(rb"(?<![\w])" + re.escape(token) + rb"(?![\w])")
-    sources = repo_index(an.layers.repo_root).sources
-    for name in sources:
-        for path in sources[name]:
-            try:
-                data = read_regular(path)
-            except OSError:
-                continue
-            if token not in data:
-                continue
-            real = path.resolve()
-            if real in seen or real.is_relative_to(op_dir):
-                continue
-            if named.search(blank_comments(data)):
-                return path
-    return None
+    found = files_naming(an.layers.repo_root, words)
+    return {w for w in words
+            if any((real := p.resolve()) not in seen and not real.is_relative_to(op_dir) for p in found[w])}
+
+
+# Per repository index (a new one after `forget_repo_indexes`): word -> the C / C++ files
+# naming it in code. Reading every source (ops-nn: 13k files, 128 MB) costs a second or
+# more: done once per process for the words asked together, never once per callee.
+_NAMING: dict[int, tuple[object, dict[str, list[Path]]]] = {}
+
+
+def files_naming(root: Path, words: set[str]) -> dict[str, list[Path]]:
+    """The C / C++ files of the repository (kernel sources included) naming each of
+    `words` as a whole word outside comments."""
+    index = repo_index(root)
+    held = _NAMING.get(id(index))
+    if held is None or held[0] is not index:
+        held = _NAMING[id(index)] = (index, {})
+    memo = held[1]
+    missing = sorted(w for w in words if w not in memo)
+    if missing:
+        for w in missing:
+            memo[w] = []
+        tokens = [(w, w.encode(), re.compile(rb"(?<![\w])" + re.escape(w.encode()) + rb"(?![\w])"))
+                  for w in missing]
+        sources = index.sources
+        for name in sources:
+            for path in sources[name]:
+                try:
+                    data = read_regular(path)
+                except OSError:
+                    continue
+                hits = [t for t in tokens if t[1] in data]
+                if not hits:
+                    continue
+                code = blank_comments(data)
+                for w, _, named in hits:
+                    if named.search(code):
+                        memo[w].append(path)
+    return {w: memo[w] for w in words}
 
 
 def _callee_param_edits(plan: Plan, callee: FunctionDef, pos: int) -> list[Edit]:
