@@ -411,12 +411,19 @@ def python_schema(adapter: Path, layers: Layers, launcher: str) -> tuple[Path, i
     test folders aside. Mode B grows the binding's returns and nothing grows these. The
     op's names: its torch names and the launching function's (`swiglu_group_backward`
     launches `SwigluGroupGrad`, bound by pybind11 under its own name)."""
-    top = layers.op_dir if adapter.is_relative_to(layers.op_dir) else adapter.parent.parent
     keys = {op_key(n) for n in [*torch_names(layers), launcher]}
-    for py in sorted(top.rglob("*.py")):
-        if _TESTS & {part.lower() for part in py.relative_to(top).parts[:-1]}:
+    if adapter.is_relative_to(layers.op_dir):
+        top, files = layers.op_dir, sorted(layers.op_dir.rglob("*.py"))
+    else:  # a binding of the repository's own (`csrc/`): its folder and the one above, not the tree
+        top = adapter.parent.parent
+        files = sorted({*adapter.parent.glob("*.py"), *top.glob("*.py")})
+    for py in files:
+        if _TESTS & {part.lower() for part in py.relative_to(top).parts[:-1]} or not py.is_file():
             continue
-        found = _schemas_in(read_regular(py))
+        try:
+            found = _schemas_in(read_regular(py))
+        except OSError:
+            continue  # unreadable, or not a regular file (a link optrace does not follow)
         for line, name in found:
             if op_key(name) in keys:
                 return py, line, name
