@@ -260,13 +260,29 @@ def _threading(layers: Layers, clean: bool) -> Threading:
             for decl in declared:  # where a call's defaults are stated
                 tails.setdefault(decl.function, set()).add(tuple(_default(shown[s:e]) for s, e in decl.items))
             prototyped.add(site.function)
-            caller = _caller_elsewhere(layers, site.function, header)
+            caller = _caller_elsewhere(layers, site.function, {header})
             if caller is not None:
                 result.shared.append((site.path, texts[site.path], site.open_at,
                                       f"`{site.function}` is declared in {rel}, outside the operator, and "
                                       f"{caller} calls it too: in mode B that call would launch the op "
                                       "without the profiling output it requires (mode A: the output is "
                                       "optional, that call passes none)"))
+    # A function of the operator's own files that another operator calls too (ops-nn's
+    # `threshold_grad_v2_d` calls `l0op::ReluGrad` through `../../relu_grad/op_api/
+    # relu_grad.h`): its call passes no buffer, so in mode B it would launch the op without
+    # the output mode B requires.
+    told = {message.split("`")[1] for _, _, _, message in result.shared}
+    for site in list(result.sites):
+        if not site.has_body or site.is_static or site.function in told:
+            continue
+        caller = _caller_elsewhere(layers, site.function,
+                                   {s.path for s in result.sites if s.function == site.function})
+        if caller is not None:
+            told.add(site.function)
+            result.shared.append((site.path, texts[site.path], site.open_at,
+                                  f"`{site.function}` is called from {caller} too, outside the operator: "
+                                  "in mode B that call would launch the op without the profiling output it "
+                                  "requires (mode A: the output is optional, that call passes none)"))
     for path, data in texts.items():
         code = codes[path]
         for name, paren in _calls(code, need, 0, len(code), own_parens[path]):
@@ -368,12 +384,12 @@ def _outside_prototype(layers: Layers, path: Path, data: bytes, name: str, arity
     return None
 
 
-def _caller_elsewhere(layers: Layers, name: str, header: Path) -> str | None:
-    """A file outside the operator (its shared header aside) that calls `name`: another
-    operator's code reaching the shared l0 function. None: every call is this operator's."""
+def _caller_elsewhere(layers: Layers, name: str, skip: set[Path]) -> str | None:
+    """A file outside the operator (the declarations in `skip` aside) that calls `name`:
+    another operator's code reaching the l0 function. None: every call is this operator's."""
     call = re.compile(rb"(?<![\w.>])" + re.escape(name.encode()) + rb"\s*\(")
     for path in repo_index(layers.repo_root).mentioning(name.encode()):
-        if path == header or layers.op_dir in path.parents or path.suffix not in SOURCE_SUFFIXES:
+        if path in skip or layers.op_dir in path.parents or path.suffix not in SOURCE_SUFFIXES:
             continue
         try:
             code = mask(read_regular(path))

@@ -291,3 +291,20 @@ def test_a_second_launch_in_the_same_block_is_said_in_g2(tmp_path: Path) -> None
     api.write_text(text.replace(call, branches))
     assert cli("apply", str(repo / OP), "--write")[0] == 0
     assert _notes(repo / OP) == []
+
+
+def test_an_l0_function_another_operator_calls_chooses_mode_a(tmp_path: Path) -> None:
+    """`norm_common`'s legacy API calls `l0op::MoeNormGrad` through the operator's own
+    header (ops-nn's `threshold_grad_v2_d` calls `l0op::ReluGrad` so): that call passes no
+    buffer, so mode B, whose output is required, is refused with the call's place; mode A
+    threads the same chain. Without that caller, mode B."""
+    repo = copy(tmp_path)
+    code, out, err = cli("apply", str(repo / OP), "--mode", "B")
+    assert code == 2, out + err
+    assert ("OT313 `MoeNormGrad` is called from norm/norm_common/op_api/aclnn_moe_norm_legacy.cpp:12 too, "
+            "outside the operator") in err, err
+    _, _, err = cli("apply", str(repo / OP))
+    assert "mode A: mode B is refused here: OT313 `MoeNormGrad` is called from" in err, err
+    (repo / "norm/norm_common/op_api/aclnn_moe_norm_legacy.cpp").unlink()
+    _, _, err = cli("apply", str(repo / OP))
+    assert "mode B" in err.splitlines()[0], err
