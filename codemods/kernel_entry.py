@@ -26,7 +26,9 @@ from optrace.codemods.kernel_points import point_edits
 from optrace.codemods.layer import Evidence, FileLayer, LayerExample, LayerModel
 from optrace.codemods.layer_common import buffer_core_type
 from optrace.codemods.runtime_block import TEMPLATES
+from optrace.engine.codes import OT313
 from optrace.engine.cpp import FunctionDef, parameter_name, text_of
+from optrace.engine.diagnostics import Diagnostic, InputError
 from optrace.engine.discovery import CPP_EXTS, Layers, repo_index, walk_files
 from optrace.engine.edits import Edit, indent_at, line_end, newline_of
 from optrace.engine.plan import Plan
@@ -149,6 +151,9 @@ def _upgrade_edit(plan: Plan, data: bytes, mode: str) -> Edit | None:
     return Edit(Path(), section.start(), section.end(), new, CODEMOD, "upgrade the entry scaffold")
 
 
+_MACRO_NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]*")
+
+
 def recorded_mode(data: bytes) -> str | None:
     m = _MODE_RE.search(data)
     return m.group(1).decode() if m else None
@@ -171,6 +176,15 @@ def entry_edits(plan: Plan, mode: str | None = None) -> list[Edit]:
             edits.append(Edit(path, m.start(1), m.end(1), mode.encode(), CODEMOD, "mode"))
         return edits
     params = entry.parameter_nodes()
+    for p in params:
+        # `void entry(ENTRY_PARAMS)`: the parameters are a macro's. profiling_data goes
+        # before workspace, inside the macro's body; after the macro it would follow
+        # `tiling`, and the launch's pointers would shift by one.
+        if p.child_by_field_name("declarator") is None and _MACRO_NAME_RE.fullmatch(text_of(entry.src, p)):
+            raise InputError(Diagnostic(
+                OT313, f"the kernel entry's parameters come from the macro `{text_of(entry.src, p)}`: "
+                "profiling_data belongs before workspace inside it, which optrace does not edit: write "
+                "the parameters out in the entry; nothing written", path, entry.src.line_of(p.start_byte)))
     names = [parameter_name(data, p) for p in params]
     arg = PROFILING_ARG
     if PROFILING_ARG in names or PROFILING_VAR in names:

@@ -217,3 +217,30 @@ __global__ __aicore__ void chain_op(GM_ADDR x, GM_ADDR tiling)
     process = [r for r in plan.root.walk() if r.label == "process"]
     assert len(process) == 2 and process[0].exclusive_with(process[1])
     assert plan.lint["sibling_label_clashes"] == 0
+
+
+def test_an_entry_whose_parameters_come_from_a_macro_is_refused_naming_it(tmp_path: Path) -> None:
+    """`void entry(ENTRY_PARAMS)` (ops-nn's `inplace_apply_adagrad_v2`): profiling_data
+    belongs before workspace, inside the macro; put after it, it followed `tiling` and the
+    launch's pointers shifted. Refused at the entry's line, nothing written."""
+    from layer_snippets import make_repo
+    from typer.testing import CliRunner
+
+    from optrace.cli.app import app
+
+    kernel = ("#include \"kernel_operator.h\"\n"
+              "#define DEMO_PARAMS \\\n    GM_ADDR x, GM_ADDR y, GM_ADDR workspace, GM_ADDR tiling\n"
+              "extern \"C\" __global__ __aicore__ void demo_op(DEMO_PARAMS)\n{\n"
+              "    for (uint32_t t = 0; t < 8; t++) { CopyIn(t); Compute(t); CopyOut(t); SyncAll(); }\n}\n")
+    op = make_repo(tmp_path, {}, kernel)
+    entry = op / "op_kernel" / "demo_op.cpp"
+    res = CliRunner().invoke(app, ["apply", str(op), "--write"])
+    assert res.exit_code == 2, res.stdout
+    assert ("demo_op.cpp:4: OT313 the kernel entry's parameters come from the macro `DEMO_PARAMS`"
+            in res.stderr), res.stderr
+    assert entry.read_text() == kernel
+    written_out = kernel.replace("(DEMO_PARAMS)", "(GM_ADDR x, GM_ADDR y, GM_ADDR workspace, GM_ADDR tiling)")
+    entry.write_text(written_out)
+    assert CliRunner().invoke(app, ["apply", str(op), "--write"]).exit_code == 0
+    flat = " ".join(entry.read_text().split())  # the parameter may go on a line of its own
+    assert "GM_ADDR profiling_data, /*>optrace*/GM_ADDR workspace" in flat
