@@ -73,19 +73,34 @@ from optrace.engine.vocabulary import names_profiling
 CODEMOD = "infer"
 
 
+_SUCCESS_RETURN_RE = re.compile(rb"\breturn\s+(?:ge::)?GRAPH_SUCCESS\s*;")
+_FAILED_RE = re.compile(rb"\b(?:GRAPH_FAILED|FAILED)\b")
+
+
 def before_final_return(path: Path, data: bytes, fn: CppFunction, lines: Callable[[bytes], list[bytes]],
-                        codemod: str, note: str) -> Edit:
+                        codemod: str, note: str) -> list[Edit]:
     """`lines(indent)` inserted right before the body's final `return`, or before its
     closing brace when it does not end with one. A body whose end shares its line with
-    other code (`{ return GRAPH_SUCCESS; }`) gets them as one fragment on that line."""
+    other code (`{ return GRAPH_SUCCESS; }`) gets them as one fragment on that line.
+
+    A body whose final return is its failure (`if (...) { ...; return
+    ge::GRAPH_SUCCESS; } ... return ge::GRAPH_FAILED;`, ops-nn's avg_pool3_d infer) gets
+    them before each `return GRAPH_SUCCESS;` statement instead: the success path is the
+    one that must set the output (each such return a statement of its own block)."""
     code = mask(data)
     ret = top_level_return(code, fn)
+    if ret is not None and _FAILED_RE.search(code, ret[0], ret[1]):
+        successes = [m.start() for m in _SUCCESS_RETURN_RE.finditer(code, fn.body_open, fn.body_close)]
+        if successes and all(starts_line(data, at) and code[:at].rstrip()[-1:] in (b";", b"{", b"}")
+                             for at in successes):
+            return [insert_lines(path, data, line_start(data, at), lines(leading_ws(data, at)), codemod, note)
+                    for at in successes]
     at = ret[0] if ret is not None else fn.body_close
     if not starts_line(data, at):
         text = b" ".join(line.strip() for line in lines(b""))
-        return fragment(path, at, text + b" " if ret is not None else b" " + text + b" ", codemod, note)
+        return [fragment(path, at, text + b" " if ret is not None else b" " + text + b" ", codemod, note)]
     ind = leading_ws(data, at) if ret is not None else leading_ws(data, fn.body_close) + indent_unit(data)
-    return insert_lines(path, data, line_start(data, at), lines(ind), codemod, note)
+    return [insert_lines(path, data, line_start(data, at), lines(ind), codemod, note)]
 
 
 def infer_index(plan: Plan, infer_files: list[Path]) -> int:
@@ -202,7 +217,7 @@ def render_infer(plan: Plan, located: Sequence[InferTarget]) -> list[Edit]:
                     ind + b"}",
                 ]
 
-            edits.append(before_final_return(path, data, fn, shape_lines, CODEMOD, "profiling_data shape"))
+            edits.extend(before_final_return(path, data, fn, shape_lines, CODEMOD, "profiling_data shape"))
             inc = include_edit(path, data, header_for, CODEMOD) if path not in included else None
             included.add(path)
             if inc is not None:
@@ -211,7 +226,7 @@ def render_infer(plan: Plan, located: Sequence[InferTarget]) -> list[Edit]:
             def dtype_lines(ind: bytes, ctx: str = ctx, const: bytes = const) -> list[bytes]:
                 return [ind + const, ind + f"{ctx}->SetOutputDataType({INDEX_VAR}, ge::DT_INT64);".encode()]
 
-            edits.append(before_final_return(path, data, fn, dtype_lines, CODEMOD, "profiling_data dtype"))
+            edits.extend(before_final_return(path, data, fn, dtype_lines, CODEMOD, "profiling_data dtype"))
     return edits
 
 

@@ -145,7 +145,7 @@ def render_tiling(plan: Plan, located: Sequence[TilingTarget]) -> list[Edit]:
                 ind + b"}",
             ]
 
-        edits.append(before_final_return(path, data, fn, lines, CODEMOD, "profiling_data description"))
+        edits.extend(before_final_return(path, data, fn, lines, CODEMOD, "profiling_data description"))
     return edits
 
 

@@ -327,3 +327,34 @@ def test_an_opdef_without_an_infer_in_the_op_s_host_files_is_mode_a(tmp_path: Pa
     check = runner.invoke(app, ["check", str(op), "--format", "json", "--no-compile"])
     gates = {g["gate"]: g for g in json.loads(check.stdout)["operators"][0]["gates"]}
     assert gates["G2"]["status"] == "fail", gates["G2"]
+
+
+def test_a_success_return_inside_an_if_gets_the_shape_when_the_final_return_fails(tmp_path: Path) -> None:
+    """ops-nn's avg_pool3_d: `if (<shape computed>) { ...; return ge::GRAPH_SUCCESS; }`
+    then `return ge::GRAPH_FAILED;`. Set before the final return, the shape was set on the
+    failure path only; it goes before the success return."""
+    body = """\
+#include "register/op_def_registry.h"
+
+namespace ge {
+static ge::graphStatus InferShapeDemoOp(gert::InferShapeContext *ctx)
+{
+    gert::Shape *y = ctx->GetOutputShape(0);
+    if (y != nullptr && Compute(ctx, y)) {
+        Log(y);
+        return ge::GRAPH_SUCCESS;
+    }
+
+    Error("failed to infer shape");
+    return ge::GRAPH_FAILED;
+}
+IMPL_OP_INFERSHAPE(DemoOp).InferShape(InferShapeDemoOp);
+}  // namespace ge
+"""
+    op = make_repo(tmp_path, {INFER: body, OPDEF[0]: OPDEF[1]})
+    after = run(infer_edits, op)[INFER]
+    success = after.index("        return ge::GRAPH_SUCCESS;")
+    shape = after.index("optraceProfilingShape->SetDim(0, OPTRACE_PROFILING_NUMEL);")
+    assert shape < success, after
+    assert after.count("SetDim(0, OPTRACE_PROFILING_NUMEL)") == 1, after
+    assert "        constexpr uint32_t optraceProfilingDataIndex = 2;  // optrace\n" in after, after
