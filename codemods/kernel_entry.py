@@ -272,53 +272,38 @@ def _named_elsewhere(plan: Plan, words: set[str]) -> set[str]:
     (ops-nn's `fused_mat_mul` includes `../mat_mul_v3/arch35/...`) by a path that only
     resolves in the build's flattened tree, so the plan never read it: widening the helper
     would break that call. Such a callee keeps its signature (its points reach the buffer
-    through the per-launch pointer, as every point does)."""
+    through the per-launch pointer, as every point does).
+
+    Only files that include one of the operator's files by name, or include such a file
+    in turn, can name them: those are read (`RepoIndex.includers`, kept in the user
+    cache), not the repository's every source."""
     an = plan.analysis
     if not words:
         return set()
     seen = {p.resolve() for p in an.parsed}
     op_dir = an.layers.op_dir.resolve()
-    found = files_naming(an.layers.repo_root, words)
-    return {w for w in words
-            if any((real := p.resolve()) not in seen and not real.is_relative_to(op_dir) for p in found[w])}
-
-
-# Per repository index (a new one after `forget_repo_indexes`): word -> the C / C++ files
-# naming it in code. Reading every source (ops-nn: 13k files, 128 MB) costs a second or
-# more: done once per process for the words asked together, never once per callee.
-_NAMING: dict[int, tuple[object, dict[str, list[Path]]]] = {}
-
-
-def files_naming(root: Path, words: set[str]) -> dict[str, list[Path]]:
-    """The C / C++ files of the repository (kernel sources included) naming each of
-    `words` as a whole word outside comments."""
-    index = repo_index(root)
-    held = _NAMING.get(id(index))
-    if held is None or held[0] is not index:
-        held = _NAMING[id(index)] = (index, {})
-    memo = held[1]
-    missing = sorted(w for w in words if w not in memo)
-    if missing:
-        for w in missing:
-            memo[w] = []
-        tokens = [(w, w.encode(), re.compile(rb"(?<![\w])" + re.escape(w.encode()) + rb"(?![\w])"))
-                  for w in missing]
-        sources = index.sources
-        for name in sources:
-            for path in sources[name]:
-                try:
-                    data = read_regular(path)
-                except OSError:
-                    continue
-                hits = [t for t in tokens if t[1] in data]
-                if not hits:
-                    continue
-                code = blank_comments(data)
-                for w, _, named in hits:
-                    if named.search(code):
-                        memo[w].append(path)
-    return {w: memo[w] for w in words}
-
+    includers = repo_index(an.layers.repo_root).includers()
+    names = {p.name for p in walk_files(op_dir, CPP_EXTS)}
+    reached: set[Path] = set()
+    while names:
+        found = {f for n in names for f in includers.get(n, ())} - reached
+        found = {f for f in found if not f.resolve().is_relative_to(op_dir)}
+        reached |= found
+        names = {f.name for f in found}
+    tokens = {w: re.compile(rb"(?<![\w])" + re.escape(w.encode()) + rb"(?![\w])") for w in words}
+    out: set[str] = set()
+    for path in sorted(reached):
+        if path.resolve() in seen:
+            continue
+        try:
+            data = read_regular(path)
+        except OSError:
+            continue
+        hits = [w for w in words if w not in out and w.encode() in data]
+        if hits:
+            code = blank_comments(data)
+            out |= {w for w in hits if tokens[w].search(code)}
+    return out
 
 def _callee_param_edits(plan: Plan, callee: FunctionDef, pos: int) -> list[Edit]:
     """The definition's parameters, and the in-class declaration's when defined outside."""

@@ -289,6 +289,19 @@ def _script_words(data: bytes | None) -> str:
 BUILDS_KIND = "builds1"
 _FILE_KINDS = ((WORDS_KIND, _words),)
 _SCRIPT_KINDS = ((BUILDS_KIND, _builds), (SCRIPT_WORDS_KIND, _script_words))
+
+# What a C / C++ file includes, by the included file's name (`#include "../mat_mul_v3/
+# arch35/mat_mul_bl1_full_load.h"` -> `mat_mul_bl1_full_load.h`): which files may reach
+# an operator's header by a path only the build's flattened tree resolves.
+INCLUDES_KIND = "include-names1"
+_INCLUDE_NAME_RE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"\r\n]+)[>"]', re.M)
+
+
+def _include_names(data: bytes | None) -> str:
+    if data is None:
+        return ""
+    return "\n".join(sorted({m.group(1).rsplit(b"/", 1)[-1].decode("utf-8", "replace")
+                              for m in _INCLUDE_NAME_RE.finditer(data)}))
 # The index's state's format, in the digest of the signatures a state is kept under
 # (`RepoIndex.state`): a change to what the state covers changes it.
 _STATE_FORMAT = b"optrace-index-state 1\0"
@@ -369,6 +382,7 @@ class RepoIndex:
     _state: tuple[str, int] | None = None
     # The build scripts' words (`build_script_words`): what each script's entry held when
     # it was indexed, and the scripts naming each word, by the word's normal form.
+    _includers: dict[str, list[Path]] | None = None  # `includers()`, once made
     _script_words_of: dict[Path, str] = field(default_factory=dict)
     _scripts_by_word: dict[bytes, dict[bytes, set[Path]]] = field(default_factory=dict)
     # When the walk began (time.time_ns()): a file changed since may have been hashed by
@@ -404,6 +418,23 @@ class RepoIndex:
             self._build_scripts = [p for p in self.scripts if store.derived(p, BUILDS_KIND, _builds) == "1"]
             store.flush()
         return self._build_scripts
+
+    def includers(self) -> dict[str, list[Path]]:
+        """Every C / C++ file of the repository (kernel sources included) by the names of
+        the files it includes (`INCLUDES_KIND`): derived once per content and kept in the
+        user cache, so a later run reads no source again, only the ones that changed."""
+        if self._includers is None:
+            store = self.content()
+            out: dict[str, list[Path]] = {}
+            sources = self.sources
+            for name in sources:
+                for path in sources[name]:
+                    for included in store.derived(path, INCLUDES_KIND, _include_names).split("\n"):
+                        if included:
+                            out.setdefault(included, []).append(path)
+            store.flush()
+            self._includers = out
+        return self._includers
 
     def build_script_words(self) -> dict[bytes, dict[bytes, set[Path]]]:
         """The words the build scripts name now (`SCRIPT_WORDS_KIND`): normal form
