@@ -96,11 +96,85 @@ def before_final_return(path: Path, data: bytes, fn: CppFunction, lines: Callabl
             return [insert_lines(path, data, line_start(data, at), lines(leading_ws(data, at)), codemod, note)
                     for at in successes]
     at = ret[0] if ret is not None else fn.body_close
+    if ret is None:
+        chain = _returning_chain(code, fn)
+        if chain is not None and starts_line(data, chain):
+            # Every arm of the body's last `if` / `else` chain returns (avg_pool3_d's tiling):
+            # before its brace the lines would never run; before the chain they always do.
+            return [insert_lines(path, data, line_start(data, chain), lines(leading_ws(data, chain)), codemod,
+                                 note)]
     if not starts_line(data, at):
         text = b" ".join(line.strip() for line in lines(b""))
         return [fragment(path, at, text + b" " if ret is not None else b" " + text + b" ", codemod, note)]
     ind = leading_ws(data, at) if ret is not None else leading_ws(data, fn.body_close) + indent_unit(data)
     return [insert_lines(path, data, line_start(data, at), lines(ind), codemod, note)]
+
+
+_IF_RE = re.compile(rb"\bif\b")
+_ELSE_RE = re.compile(rb"\s*else\b\s*(if\b)?")
+
+
+def _returning_chain(code: bytes, fn: CppFunction) -> int | None:
+    """The start of the body's last statement when it is an `if` / `else if` / `else`
+    chain, with a final `else`, whose every arm is a block ending in `return ...;`."""
+    body = code[fn.body_open + 1 : fn.body_close]
+    depth = 0
+    last_if = -1
+    for i, c in enumerate(body):
+        if c in b"({[":
+            depth += 1
+        elif c in b")}]":
+            depth -= 1
+        elif depth == 0 and c == 0x69 and _IF_RE.match(body, i) and (i == 0 or not (
+                chr(body[i - 1]).isalnum() or body[i - 1] == 0x5F)):
+            before = body[:i].rstrip()
+            if not before or before[-1:] in (b";", b"{", b"}"):
+                last_if = i
+    if last_if < 0:
+        return None
+    i, n = last_if, len(body)
+    while True:
+        open_paren = body.find(b"(", i)
+        close_paren = _match(body, open_paren, b"(", b")")
+        brace = close_paren + 1
+        while brace < n and body[brace] in b" \t\r\n":
+            brace += 1
+        if close_paren < 0 or brace >= n or body[brace] != 0x7B:
+            return None
+        end = _match(body, brace, b"{", b"}")
+        if end < 0 or not re.search(rb"\breturn\b[^;]*;\s*$", body[brace + 1 : end]):
+            return None
+        m = _ELSE_RE.match(body, end + 1)
+        if m is None or m.end() == end + 1:
+            return None  # no final `else`: a path falls through
+        if m.group(1) is not None:
+            i = m.start(1)
+            continue
+        brace = m.end()
+        while brace < n and body[brace] in b" \t\r\n":
+            brace += 1
+        if brace >= n or body[brace] != 0x7B:
+            return None
+        end = _match(body, brace, b"{", b"}")
+        returns = end >= 0 and re.search(rb"\breturn\b[^;]*;\s*$", body[brace + 1 : end]) is not None
+        if not returns or body[end + 1 :].strip():
+            return None
+        return fn.body_open + 1 + last_if
+
+
+def _match(text: bytes, at: int, open_: bytes, close: bytes) -> int:
+    """The offset of the bracket closing the one at `at` (-1 when unbalanced)."""
+    if at < 0 or text[at : at + 1] != open_:
+        return -1
+    depth = 0
+    for i in range(at, len(text)):
+        if text[i : i + 1] == open_:
+            depth += 1
+        elif text[i : i + 1] == close:
+            depth -= 1
+            if depth == 0:
+                return i
+    return -1
 
 
 def infer_index(plan: Plan, infer_files: list[Path]) -> int:

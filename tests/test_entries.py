@@ -7,6 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from layer_snippets import make_repo
+from typer.testing import CliRunner
+
+from optrace.cli.app import app
 from optrace.engine.analysis import unreadable_entry
 from optrace.engine.cpp import new_parser, parse_file
 from optrace.engine.source import DEFAULT_QUALIFIERS, SourceFile, normalise
@@ -223,11 +227,6 @@ def test_an_entry_whose_parameters_come_from_a_macro_is_refused_naming_it(tmp_pa
     """`void entry(ENTRY_PARAMS)` (ops-nn's `inplace_apply_adagrad_v2`): profiling_data
     belongs before workspace, inside the macro; put after it, it followed `tiling` and the
     launch's pointers shifted. Refused at the entry's line, nothing written."""
-    from layer_snippets import make_repo
-    from typer.testing import CliRunner
-
-    from optrace.cli.app import app
-
     kernel = ("#include \"kernel_operator.h\"\n"
               "#define DEMO_PARAMS \\\n    GM_ADDR x, GM_ADDR y, GM_ADDR workspace, GM_ADDR tiling\n"
               "extern \"C\" __global__ __aicore__ void demo_op(DEMO_PARAMS)\n{\n"

@@ -74,3 +74,34 @@ def test_a_tiling_registered_from_a_library_is_wrapped_where_it_is_registered(tm
             "    ge::graphStatus optraceStatus = ConvTilingFunc(context);  // optrace\n") in after
     assert ("IMPL_OP_OPTILING(DemoOp).Tiling(ConvTilingFunc/*optrace<*/).Tiling(OptraceTilingDemoOp/*>optrace*/)"
             ".TilingParse<ConvParseInfo>(ConvPrepare);\n") in after
+
+
+def test_a_body_ending_in_an_if_chain_that_returns_everywhere_gets_the_check_before_it(tmp_path: Path) -> None:
+    """ops-nn's avg_pool3_d tiling ends in `if (...) { return A(); } else if (...) { return
+    B(); } else { ...; return C(); }`: before its closing brace the check never ran; it
+    goes before the chain."""
+    tiling = """\
+#include "register/op_impl_registry.h"
+
+namespace optiling {
+ge::graphStatus TilingDemoOp(gert::TilingContext *context)
+{
+    auto info = context->GetCompileInfo();
+    if (info->regbase) {
+        return TilingRegbase(context);
+    } else if (info->vec) {
+        return TilingVec(context);
+    } else {
+        const auto y = context->GetOutputShape(0);
+        return TilingCube(context, y);
+    }
+}
+IMPL_OP_OPTILING(DemoOp).Tiling(TilingDemoOp);
+}  // namespace optiling
+"""
+    opdef = ('class DemoOp : public OpDef {\n    DemoOp(const char *n) : OpDef(n) {\n'
+             '        this->Output("y").DataType({DT_FLOAT});\n    }\n};\n')
+    op = make_repo(tmp_path, {"ops/demo_op/op_host/demo_op_tiling.cpp": tiling,
+                              "ops/demo_op/op_host/demo_op_def.cpp": opdef})
+    after = run(tiling_edits, op)["ops/demo_op/op_host/demo_op_tiling.cpp"]
+    assert after.index("optraceDesc") < after.index("    if (info->regbase) {"), after
