@@ -548,6 +548,9 @@ MODE_B_REFUSED = {
     "shared_l0_header/norm/moe_norm_grad":
         "declared in common/inc/op_api/moe_norm_grad.h, outside the operator, and "
         "norm/norm_common/op_api/aclnn_moe_norm_legacy.cpp:12 calls it too",
+    "l0op_style/norm/moe_norm_grad":
+        "`MoeNormGrad` is called from norm/norm_common/op_api/aclnn_moe_norm_legacy.cpp:12 too, "
+        "outside the operator",
 }
 
 FIXTURE_STYLES = {
