@@ -67,7 +67,7 @@ from optrace.engine.cpp import CppFunction, mask, top_level_return
 from optrace.engine.discovery import LayerFile, Layers, SearchContext, is_host_source, repo_index
 from optrace.engine.edits import Edit, line_start
 from optrace.engine.plan import Plan
-from optrace.engine.source import decode
+from optrace.engine.source import decode, match_bracket
 from optrace.engine.vocabulary import names_profiling
 
 CODEMOD = "infer"
@@ -135,13 +135,13 @@ def _returning_chain(code: bytes, fn: CppFunction) -> int | None:
     i, n = last_if, len(body)
     while True:
         open_paren = body.find(b"(", i)
-        close_paren = _match(body, open_paren, b"(", b")")
+        close_paren = match_bracket(body, open_paren) if open_paren >= 0 else -1
         brace = close_paren + 1
         while brace < n and body[brace] in b" \t\r\n":
             brace += 1
         if close_paren < 0 or brace >= n or body[brace] != 0x7B:
             return None
-        end = _match(body, brace, b"{", b"}")
+        end = match_bracket(body, brace)
         if end < 0 or not re.search(rb"\breturn\b[^;]*;\s*$", body[brace + 1 : end]):
             return None
         m = _ELSE_RE.match(body, end + 1)
@@ -155,26 +155,11 @@ def _returning_chain(code: bytes, fn: CppFunction) -> int | None:
             brace += 1
         if brace >= n or body[brace] != 0x7B:
             return None
-        end = _match(body, brace, b"{", b"}")
+        end = match_bracket(body, brace)
         returns = end >= 0 and re.search(rb"\breturn\b[^;]*;\s*$", body[brace + 1 : end]) is not None
         if not returns or body[end + 1 :].strip():
             return None
         return fn.body_open + 1 + last_if
-
-
-def _match(text: bytes, at: int, open_: bytes, close: bytes) -> int:
-    """The offset of the bracket closing the one at `at` (-1 when unbalanced)."""
-    if at < 0 or text[at : at + 1] != open_:
-        return -1
-    depth = 0
-    for i in range(at, len(text)):
-        if text[i : i + 1] == open_:
-            depth += 1
-        elif text[i : i + 1] == close:
-            depth -= 1
-            if depth == 0:
-                return i
-    return -1
 
 
 def infer_index(plan: Plan, infer_files: list[Path]) -> int:
