@@ -163,6 +163,15 @@ def mark_lines(data: bytes, path: Path | None = None) -> list[tuple[int, bytes]]
     return sorted(out)
 
 
+def _lines_after(data: bytes, m: re.Match[bytes]) -> int:
+    """The end of the N lines after a `# optrace-edit N` (or `-orig N`) mark."""
+    end = m.end()
+    for _ in range(int(m.group(1))):
+        nl = data.find(b"\n", end)
+        end = len(data) if nl < 0 else nl + 1
+    return end
+
+
 def _blank_statements(data: bytes) -> bytes:
     """Python: each `# optrace-edit N` statement (the mark and its N lines) as empty lines."""
     out: list[bytes] = []
@@ -170,10 +179,7 @@ def _blank_statements(data: bytes) -> bytes:
     for m in _PY_EDIT_RE.finditer(data):
         if m.start() < pos:
             continue
-        end = m.end()
-        for _ in range(int(m.group(1))):
-            nl = data.find(b"\n", end)
-            end = len(data) if nl < 0 else nl + 1
+        end = _lines_after(data, m)
         out.append(data[pos:m.start()])
         out.append(b"\n" * data.count(b"\n", m.start(), end))
         pos = end
@@ -196,10 +202,7 @@ def _restore_python(data: bytes) -> bytes:
         m = min((x for x in (edit, orig) if x is not None), key=lambda x: x.start(), default=None)
         if m is None:
             break
-        end = m.end()
-        for _ in range(int(m.group(1))):
-            nl = data.find(b"\n", end)
-            end = len(data) if nl < 0 else nl + 1
+        end = _lines_after(data, m)
         if m is edit:
             original = _undo_statement(data[m.end() : end])
         else:
