@@ -278,10 +278,16 @@ def _strip_cpp(data: bytes) -> bytes:
             return m.group(1) or b""
         return b""
 
-    out = _BLOCK_RE.sub(block, data)
-    out = _INLINE_SCAFFOLD_RE.sub(b"", out)
-    out = _SCAFFOLD_RE.sub(b"", out)
-    out = _LINE_RE.sub(b"", out)
-    out = _LAST_LINE_RE.sub(b"", out)
-    out = _STR_FRAGMENT_RE.sub(b"", out)
-    return _FRAGMENT_RE.sub(b"", out)
+    # Each pattern only where its marker is, as the text is at that step (a pattern that
+    # cannot start with its literal, `(\r?\n)?// optrace-runtime-block`, was tried at
+    # every byte of every kernel file apply's proof strips).
+    out = _BLOCK_RE.sub(block, data) if RUNTIME_BLOCK_BEGIN in data else data
+    if SCAFFOLD_BEGIN in out:
+        out = _INLINE_SCAFFOLD_RE.sub(b"", out)
+        out = _SCAFFOLD_RE.sub(b"", out)
+    if LINE_MARK in out:
+        out = _LINE_RE.sub(b"", out)
+        out = _LAST_LINE_RE.sub(b"", out)
+    if STR_OPEN in out:
+        out = _STR_FRAGMENT_RE.sub(b"", out)
+    return _FRAGMENT_RE.sub(b"", out) if FRAG_OPEN in out else out

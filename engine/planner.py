@@ -263,16 +263,29 @@ def var_words(var: str) -> list[str]:
 
 # The value of an assignment whose `name =` was found: up to its `;`.
 _ASSIGNED_VALUE_RE = re.compile(r"\s*([^;]+);")
-_ASSIGNMENT_RE = re.compile(r"\b(\w+)\s*=")
 
 
 def assignment_places(text: str) -> dict[str, list[int]]:
     """Per word, where each `word =` of ``text`` ends, in order (`==`'s first `=` too, as
     a search for `\\bname\\s*=` finds it): no two such places overlap, so a scan of them
-    all finds, for any name, what a scan for that name alone finds."""
+    all finds, for any name, what a scan for that name alone finds.
+
+    Found from each `=` backwards (blanks, then the word's characters: `\\s` and `\\w`
+    as `re` reads them): the same places as `\\b(\\w+)\\s*=` searched forwards, which
+    tried a match at every word of the body and was 15 times slower."""
     places: dict[str, list[int]] = {}
-    for m in _ASSIGNMENT_RE.finditer(text):
-        places.setdefault(m.group(1), []).append(m.end())
+    find = text.find
+    eq = find("=")
+    while eq >= 0:
+        end = eq
+        while end and text[end - 1].isspace():
+            end -= 1
+        start = end
+        while start and (text[start - 1].isalnum() or text[start - 1] == "_"):
+            start -= 1
+        if start < end:
+            places.setdefault(text[start:end], []).append(eq + 1)
+        eq = find("=", eq + 1)
     return places
 
 

@@ -4,7 +4,7 @@ import random
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from optrace.engine.analysis import _DEFINE_RE, _OBJECT_DEFINE_RE
@@ -165,3 +165,23 @@ def test_comments_inside_a_continued_define_are_blanked_for_the_parse() -> None:
     index = CodeIndex()
     index.add_file(parse_file(new_parser(), SourceFile(Path("k.cpp"), raw, text)))
     assert [f.name for f in index.functions.values()] == ["tpl_op"]
+
+
+@example([b"x", b"if", b" ", b"A", b"("])
+@example([b"#if", b" ", b"A", b"("])
+@example([b"_", b"if", b"\t", b"KEY_IS", b" ", b"("])
+@example([b"if", b" ", b"A", b"("])
+@given(st.lists(st.sampled_from([b"if", b" ", b"\t", b"(", b")", b"#", b"x", b"_", b"KEY_IS", b"A", b"\n",
+                                 b"0", b"{", b"#if", b"elif"]), max_size=24))
+def test_the_macro_condition_pattern_finds_what_its_lookbehind_first_form_found(tokens: list[bytes]) -> None:
+    """The pattern starts with its literal `if` (a search skips to each one) and checks
+    the byte before it afterwards: the same matches as the form that started with the
+    lookbehind and was tried at every byte of a file."""
+    import re
+
+    from optrace.engine.source import _MACRO_CONDITION_RE
+
+    before = re.compile(rb"(?<![#\w])if([ \t]+)([A-Z_][A-Z0-9_]*)([ \t]*)\(")
+    text = b"".join(tokens)
+    assert ([(m.span(), m.groups()) for m in _MACRO_CONDITION_RE.finditer(text)]
+            == [(m.span(), m.groups()) for m in before.finditer(text)])
