@@ -18,6 +18,8 @@ anything is written.
 from __future__ import annotations
 
 import hashlib
+import os
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -48,6 +50,7 @@ from optrace.engine.edits import (
     new_contents,
     resolve,
 )
+from optrace.engine.index_cache import racy_tick
 from optrace.engine.plan import Plan
 from optrace.engine.source import blank_comments, overlaid, read_regular
 from optrace.engine.vocabulary import SCAFFOLD_BEGIN
@@ -62,6 +65,8 @@ from optrace.pipeline.layers import (
     sizes_header,
 )
 from optrace.pipeline.plan import AnalysedOnce, plan_operator
+from optrace.runtime.regular import overlay_holds
+from optrace.runtime.usercache import Signature, signature
 
 EditsByFile = dict[Path, list[Edit]]
 
@@ -525,7 +530,7 @@ def instrumented_operators(root: Path) -> list[Path]:
     found: set[Path] = set()
     for path in walk_files(root, KERNEL_EXTS):
         try:
-            if SCAFFOLD_BEGIN not in read_regular(path):
+            if not _carries_scaffold(path):
                 continue
         except OSError:
             continue
@@ -535,6 +540,31 @@ def instrumented_operators(root: Path) -> list[Path]:
         else:
             found.add(path.parent.resolve())
     return sorted(found)
+
+
+# Kernel file -> (its stat signature, whether it carries the scaffold), for this process.
+# Every operator's proof strips its instrumented tree, and that strip asks who else is
+# instrumented: a run over a repository's operators read every kernel file of it once per
+# operator (quadratic: the most of a 240-operator apply that grew faster than its size).
+_SCAFFOLD_SEEN: dict[str, tuple[Signature, bool]] = {}
+
+
+def _carries_scaffold(path: Path) -> bool:
+    """Whether the kernel file holds the entry scaffold, read again only when its stat
+    signature changed (or may not tell a change: written within its clock's tick), and
+    never answered from memory while apply's proof reads other bytes in its place."""
+    key = os.fsdecode(path)
+    taken = time.time_ns()
+    st = os.stat(path)
+    sig = signature(st)
+    held = overlay_holds(st)
+    known = _SCAFFOLD_SEEN.get(key)
+    if known is not None and known[0] == sig and not held:
+        return known[1]
+    found = SCAFFOLD_BEGIN in read_regular(path)
+    if not held and max(sig[1], sig[2]) < taken - racy_tick(sig):
+        _SCAFFOLD_SEEN[key] = (sig, found)
+    return found
 
 
 def reconcile(data: bytes, clean: bytes, mine: list[tuple[str, Edit]], others: Neighbourhood,

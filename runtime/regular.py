@@ -221,6 +221,12 @@ def overlaid(files: dict[tuple[int, int], bytes]) -> Iterator[None]:
         _overlay.clear()
 
 
+def overlay_holds(st: os.stat_result) -> bool:
+    """Whether :func:`read_regular` of the file with this stat now returns bytes given by
+    :func:`overlaid` instead of the file's (a memo of what a file holds must not keep them)."""
+    return bool(_overlay) and (st.st_dev, st.st_ino) in _overlay
+
+
 def _what(mode: int) -> str:
     if stat.S_ISFIFO(mode):
         return "a FIFO"
