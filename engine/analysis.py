@@ -539,10 +539,18 @@ def analyse_operator(op_dir: Path, repo_root: Path | None = None,
     entry_file = layers.entry.path.resolve()
     parsed: dict[Path, ParsedFile] = {}
     index = CodeIndex()
+    reusable: dict[tuple[Path, bytes, bytes], ParsedFile] = {}
     for path, src in includes.files.items():
         src.text = normalise(src.raw, blank)
-        pf = parse_file(parser, src)
         entry_line = layers.entry.line if path.resolve() == entry_file else 0
+        key = (path, src.raw, src.text)
+        pf = _recent_parse(key) if not entry_line else None
+        if pf is not None:
+            src = includes.files[path] = pf.src  # one SourceFile per parse: the same bytes
+        else:
+            pf = parse_file(parser, src)
+        if not entry_line:
+            reusable[key] = pf
         if pf.error_lines and entry_line and not _parse_score(pf, entry_line)[0]:
             # A conditional that splits a statement (`} else if` under `#if`, two heads for
             # one parameter list) leaves the entry unparsed: read the first arm of each
@@ -590,7 +598,25 @@ def analyse_operator(op_dir: Path, repo_root: Path | None = None,
                   declaration, diagnostics=diagnostics, vector_scopes=frozenset(vector_scopes))
     _build_callgraph(an)
     _collect_existing(an)
+    _RECENT_PARSES[:] = [reusable, *_RECENT_PARSES[:1]]
     return an
+
+
+# The parses of this process's last two analyses, by (path, bytes, normalised bytes): apply
+# proves its result by analysing the tree as it would be, where most files of the include
+# closure are the bytes it has just parsed (apply edits the entry and the headers that get
+# points). A tree-sitter tree is never changed once made, and a parse is a function of
+# the bytes. The entry file is left out: its parse may be replaced by a reading of the
+# first arm of each conditional, which changes its SourceFile's text.
+_RECENT_PARSES: list[dict[tuple[Path, bytes, bytes], ParsedFile]] = []
+
+
+def _recent_parse(key: tuple[Path, bytes, bytes]) -> ParsedFile | None:
+    for recent in _RECENT_PARSES:
+        pf = recent.get(key)
+        if pf is not None:
+            return pf
+    return None
 
 
 def _split_at(pf: ParsedFile, entry_line: int) -> int:
