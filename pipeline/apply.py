@@ -37,6 +37,7 @@ from optrace.engine.discovery import (
     default_repo_root,
     entries_in,
     is_no_operator,
+    repo_index,
     resolve_operator_dir,
     walk_files,
 )
@@ -526,9 +527,16 @@ class OtherOperators:
 
 
 def instrumented_operators(root: Path) -> list[Path]:
-    """Operator directories under `root` whose kernel entry carries optrace's scaffold."""
+    """Operator directories under `root` whose kernel entry carries optrace's scaffold.
+
+    The kernel sources are those of the repository's index (`repo_index`: the run's one
+    walk, by the same rules as `walk_files`), not a walk of its own: every operator's
+    proof asks, and a walk of ops-nn's 34k entries per operator was quadratic in a run."""
     found: set[Path] = set()
-    for path in walk_files(root, KERNEL_EXTS):
+    index = repo_index(root)
+    kernel = sorted(p for paths in index.source_paths.values() for p in paths
+                    if os.path.splitext(p)[1].lower() in KERNEL_EXTS)
+    for path in map(Path, kernel):
         try:
             if not _carries_scaffold(path):
                 continue

@@ -89,3 +89,32 @@ def test_bytes_read_in_a_files_place_are_neither_answered_from_memory_nor_kept(
     reads.clear()
     assert instrumented_operators(tmp_path) == [(tmp_path / "op_a").resolve()]
     assert reads == []
+
+
+def test_a_run_over_several_operators_walks_the_repository_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each operator's proof asks who else is instrumented: from the run's index of the
+    repository, not a walk of it per operator (quadratic over a repository's operators).
+    The one walk left is the commits' (`Neighbours`)."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from optrace.cli.app import app
+
+    repo = tmp_path / "umdk_style"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "fixtures" / "umdk_style", repo)
+    kernels = repo / "src" / "cam" / "comm_operator" / "ascend_kernels"
+    walks: list[Path] = []
+    real = apply_module.walk_files
+
+    def counting(root: Path, *args: object) -> object:
+        if Path(root).resolve() == repo.resolve():
+            walks.append(Path(root))
+        return real(root, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(apply_module, "walk_files", counting)
+    out = CliRunner().invoke(app, ["apply", str(kernels / "moe_fused_gmm"), str(kernels / "moe_gate_bias"),
+                                   "--write", "--jobs", "1", "--repo-root", str(repo)])
+    assert out.exit_code == 0, out.output
+    assert len(walks) <= 1
