@@ -371,8 +371,38 @@ def shell_site(path: Path, data: bytes, layers: Layers) -> HookSite:
     out = build_dir if build_dir else f'"{base}/build_out"'
     if not out.startswith('"'):
         out = f'"{out}"'
+    if build_dir and _removed_after(data, out, at):
+        # ops-nn's build_static_lib makes `${BUILD_PATH}/bin_tmp` and removes it with
+        # `rm -fr` on every build, after the hook (at `main`'s start) wrote the map there.
+        parent = _parent(out)
+        out = parent if parent != '"."' and not _removed_after(data, parent, at) else f'"{base}/build_out"'
+    if layers.op_dir.resolve() not in path.resolve().parents and re.fullmatch(r"[\w.-]+", layers.op_dir.name):
+        # A script that builds the repository's operators runs every instrumented one's
+        # block: each writes its own map (two blocks writing one `--out` lost the first).
+        out = f'{out[:-1]}/optrace/{layers.op_dir.name}"'
     return HookSite(at, indent, src, out, False, "before the first build command (the kernels are built "
                     "from the source tree)")
+
+
+_RM_RE = re.compile(rb"^[ \t]*(?:sudo[ \t]+)?rm[ \t]+((?:-[A-Za-z]+[ \t]+)+)([^\n;&|]+)", re.M)
+
+
+def _removed_after(data: bytes, folder: str, at: int) -> bool:
+    """Whether the script removes `folder` itself (`rm -r`, the same spelling, quotes
+    aside) where it may run after a hook inserted at `at`: after it, or in a function
+    other than the one holding it. A removal of its contents (`rm -rf dir/*`, a clean
+    option's) or one that runs just before the hook leaves the map alone."""
+    want = folder.strip('"').rstrip("/")
+    hook_fn = enclosing_function(data, at)
+    for m in _RM_RE.finditer(data):
+        if not any(b"r" in flag.lower() for flag in m.group(1).split()):
+            continue
+        targets = {w.decode(errors="replace").strip('"\'').rstrip("/") for w in shell_words(m.group(2))}
+        if want not in targets:
+            continue
+        if m.start() >= at or enclosing_function(data, m.start()) != hook_fn:
+            return True
+    return False
 
 
 def _body_indent(data: bytes, start: int, close: int) -> bytes:

@@ -376,7 +376,8 @@ def test_a_shell_hook_written_across_continuation_lines_passes_g1(tmp_path: Path
     break_file(op, "build.sh", line.split(" || ")[0], reflowed)
     g1 = gates(op)["G1"]
     assert g1["status"] == "pass", json.dumps(g1, indent=1)
-    assert any("writes" in e[2] and "build/point_map.json" in e[2] for e in evidence(g1))
+    # the repository's script: the operator's own folder of the build folder
+    assert any("writes" in e[2] and f"build/optrace/{op.name}/point_map.json" in e[2] for e in evidence(g1))
 
 
 # --- an OpDef without outputs ---------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -77,7 +78,8 @@ def test_in_source_builds_read_the_sources_before_the_first_build_command(tmp_pa
     after = run(build_hook_edits, op)["build.sh"]
     assert after.index("TRACE_PREPROCESSOR_HOOK_END") < after.index('cmake -S "${ROOT}"')
     assert after.index('mkdir -p "${BUILD_DIR}"') < after.index("TRACE_PREPROCESSOR_HOOK_START")
-    assert 'optrace preprocess "${ROOT}/ops/demo_op/op_kernel" --out "${BUILD_DIR}" || {' in after
+    # the repository's script builds every operator: each block writes its own map
+    assert 'optrace preprocess "${ROOT}/ops/demo_op/op_kernel" --out "${BUILD_DIR}/optrace/demo_op" || {' in after
     assert "--modify" not in after  # never rewrite checked-in sources
 
 
@@ -446,7 +448,8 @@ def test_the_hook_stays_before_the_build_when_its_variables_are_set_only_there(t
     after = _hooked(tmp_path, script)
     assert after.index("TRACE_PREPROCESSOR_HOOK_END") < after.index("cmake -S")
     assert after.index("build_kernels() {") < after.index("TRACE_PREPROCESSOR_HOOK_START")
-    assert "--out \"${BUILD_DIR}\"" in after or "--out \"$build_dir\"" in after, after
+    assert ("--out \"${BUILD_DIR}/optrace/demo_op\"" in after
+            or "--out \"$build_dir/optrace/demo_op\"" in after), after
 
 
 @pytest.mark.parametrize("line", ["cmake --build out --clean-first -j 8",
@@ -478,4 +481,50 @@ def test_a_script_directory_of_bash_source_set_at_the_top_level_lets_the_hook_mo
               '    build_static\n  fi\n}\nmain "$@"\n')
     after = _hooked(tmp_path, script)
     assert after.index("main() {\n  # TRACE_PREPROCESSOR_HOOK_START") > 0, after
-    assert '--out "${BUILD_DIR}"' in after
+    assert '--out "${BUILD_DIR}/optrace/demo_op"' in after
+
+
+# A repository's driver script, as large repositories write theirs: the static build makes
+# its scratch folder afresh (`rm -fr` then `mkdir -p`) on every run, after the hook ran at
+# the start of `main`; a clean option empties the build folder.
+_DRIVER = ('#!/bin/bash\nBASE_PATH=$(cd "$(dirname "$0")" && pwd)\nexport BUILD_PATH="${BASE_PATH}/build"\n'
+           'clean_build() {\n  if [ -d "${BUILD_PATH}" ]; then\n    rm -rf ${BUILD_PATH}/*\n  fi\n}\n'
+           'build_static_lib() {\n  cd "${BUILD_PATH}" && cmake ..\n  rm -fr ${BUILD_PATH}/bin_tmp\n'
+           '  mkdir -p ${BUILD_PATH}/bin_tmp\n  cmake --build . --target kernels_static -j 8\n}\n'
+           'main() {\n  checkopts "$@"\n  if [ "$1" = "--static" ]; then\n    build_static_lib\n  fi\n}\n'
+           'main "$@"\n')
+
+
+def test_a_folder_the_build_removes_after_the_hook_is_not_where_the_map_goes(tmp_path: Path) -> None:
+    """`--out ${BUILD_PATH}/bin_tmp` was wiped by the `rm -fr` of the build the hook
+    served: the map goes to the folder above it (emptied only by the clean option)."""
+    after = _hooked(tmp_path, _DRIVER)
+    assert after.index('checkopts "$@"') < after.index("TRACE_PREPROCESSOR_HOOK_START")
+    assert ('optrace preprocess "${BASE_PATH}/ops/demo_op/op_kernel" --out "${BUILD_PATH}/optrace/demo_op" || {'
+            in after), after
+    assert "bin_tmp/optrace" not in after
+
+
+def test_each_operator_of_a_repository_script_writes_its_own_map(tmp_path: Path) -> None:
+    """Two operators hooked into one build script: two blocks, two maps (one `--out`
+    for both left the first operator's trace without its map)."""
+    op = make_repo(tmp_path, {"build.sh": _DRIVER, "CMakeLists.txt": _CMAKE_FOR_HOOK})
+    other = op.parent / "other_op"
+    (other / "op_kernel").mkdir(parents=True)
+    (other / "op_kernel" / "other_op.cpp").write_text(
+        'extern "C" __global__ __aicore__ void other_op(GM_ADDR x, GM_ADDR workspace, GM_ADDR tiling)\n'
+        "{\n    AscendC::SyncAll();\n}\n")
+    outs = set()
+    for name in (op, other):
+        block = "\n".join(hook_lines(run(build_hook_edits, name)["build.sh"]))
+        outs.add(re.search(r'--out ("[^"]*")', block).group(1))  # type: ignore[union-attr]
+    assert outs == {'"${BUILD_PATH}/optrace/demo_op"', '"${BUILD_PATH}/optrace/other_op"'}
+
+
+def test_a_script_of_the_operators_own_writes_its_map_to_its_build_folder(tmp_path: Path) -> None:
+    text = ('#!/bin/bash\nROOT="$(cd "$(dirname "$0")" && pwd)"\nmkdir -p "${ROOT}/build"\n'
+            'cmake -S "${ROOT}" -B "${ROOT}/build"\n')
+    op = make_repo(tmp_path, {"ops/demo_op/build.sh": text,
+                              "ops/demo_op/CMakeLists.txt": "ascendc_library(k STATIC op_kernel/demo_op.cpp)\n"})
+    after = run(build_hook_edits, op)["ops/demo_op/build.sh"]
+    assert 'optrace preprocess "${ROOT}/op_kernel" --out "${ROOT}/build" || {' in after, after
