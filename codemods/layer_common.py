@@ -297,9 +297,11 @@ def python_numel_expr(core_type: str | None = None) -> str:
 def sizes_header_path(op_dir: Path, host_files: list[Path]) -> Path:
     """Beside the op's host code (infer / OpDef / launcher) inside the operator directory,
     so a build that copies op_host/ copies the header with the code that includes it."""
-    for path in host_files:
-        if op_dir in path.parents and "op_kernel" not in path.parts:
-            return path.parent / sizes_header_name(op_dir.name)
+    inside = [p for p in host_files if op_dir in p.parents and "op_kernel" not in p.parts]
+    # op_host's first: ops-nn defines an infer function in op_graph/ too (its graph infer),
+    # and the header went there, included from op_host as `../op_graph/...`.
+    for path in sorted(inside, key=lambda p: "op_host" not in p.relative_to(op_dir).parts):
+        return path.parent / sizes_header_name(op_dir.name)
     if (op_dir / "op_host").is_dir():
         return op_dir / "op_host" / sizes_header_name(op_dir.name)
     return op_dir / sizes_header_name(op_dir.name)

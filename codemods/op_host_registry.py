@@ -305,15 +305,23 @@ def host_functions(layers: Layers, role: str, clean: bool = True) -> list[HostFu
     the functions its registrations name, in the host files; without any registration
     of the op, the functions taking the role's context that no function of those files
     calls."""
-    return list(once(("host_functions", id(layers), role, clean),
-                     lambda: _host_functions(layers, role, clean), layers))
+    return list(_found(layers, role, clean)[0])
 
 
-def _host_functions(layers: Layers, role: str, clean: bool) -> list[HostFunction]:
+def _found(layers: Layers, role: str, clean: bool) -> tuple[list[HostFunction], frozenset[Registration]]:
+    """`host_functions`, and the registrations that name a function defined in the host
+    files (each function is listed once, with the first registration naming it)."""
+    return once(("host_functions", id(layers), role, clean),
+                lambda: _host_functions(layers, role, clean), layers)
+
+
+def _host_functions(layers: Layers, role: str,
+                    clean: bool) -> tuple[list[HostFunction], frozenset[Registration]]:
     files = host_files(layers)
     regs = registrations(layers, clean)
     texts = {path: _bytes(path, clean) for path in files}
     out: list[HostFunction] = []
+    matched: set[Registration] = set()
     if regs:
         for reg in regs:
             if reg.role != role or not reg.name:
@@ -330,7 +338,9 @@ def _host_functions(layers: Layers, role: str, clean: bool) -> list[HostFunction
             # The one C++ lookup finds (`Tiling4X` beside an `arch35::Tiling4X`), else all.
             looked_up = [f for ns, f in same_name if reg.may_name(ns)]
             out.extend(looked_up or [f for _ns, f in same_name])
-        return _unique(out)
+            if same_name:
+                matched.add(reg)
+        return _unique(out), frozenset(matched)
     # Nothing registers the op here: the context-taking functions nothing else calls.
     called: set[str] = set()
     defined: list[tuple[Path, bytes, CppFunction]] = []
@@ -346,7 +356,7 @@ def _host_functions(layers: Layers, role: str, clean: bool) -> list[HostFunction
         ctx = _context_param(data, fn, role)
         if ctx is not None and fn.name not in called:
             out.append(HostFunction(role, path, fn, ctx, None))
-    return _unique(out)
+    return _unique(out), frozenset(matched)
 
 
 def _unique(found: list[HostFunction]) -> list[HostFunction]:
@@ -364,7 +374,10 @@ def unresolved(layers: Layers, role: str, clean: bool = True) -> list[Registrati
     """Registrations of `role` whose function optrace cannot read here: a lambda, or a
     function defined outside the op's host files (a shared library's
     `Ops::Base::InferShape4Elewise`)."""
-    found = {f.registration for f in host_functions(layers, role, clean) if f.registration is not None}
+    # A registration whose function is defined here is not wrapped, even where that
+    # definition is listed with another registration of the same name (ops-nn registers
+    # its infer dtype function both in op_host and in op_graph, each file defining one).
+    found = _found(layers, role, clean)[1]
     return [r for r in registrations(layers, clean) if r.role == role and r not in found]
 
 

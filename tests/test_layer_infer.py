@@ -358,3 +358,55 @@ IMPL_OP_INFERSHAPE(DemoOp).InferShape(InferShapeDemoOp);
     assert shape < success, after
     assert after.count("SetDim(0, OPTRACE_PROFILING_NUMEL)") == 1, after
     assert "        constexpr uint32_t optraceProfilingDataIndex = 2;  // optrace\n" in after, after
+
+
+# The infer dtype function defined twice, each file registering its own: op_host's with the
+# shape, and op_graph's graph infer (`IMPL_OP(...).InferDataType`), as ops-nn writes them.
+HOST_INFER = ("ops/demo_op/op_host/demo_op_infershape.cpp", """\
+#include "register/op_impl_registry.h"
+
+namespace ops {
+static ge::graphStatus InferDataTypeForDemoOp(gert::InferDataTypeContext *context)
+{
+    context->SetOutputDataType(0, context->GetInputDataType(0));
+    return ge::GRAPH_SUCCESS;
+}
+
+static ge::graphStatus InferShapeForDemoOp(gert::InferShapeContext *context)
+{
+    *context->GetOutputShape(0) = *context->GetInputShape(0);
+    return ge::GRAPH_SUCCESS;
+}
+
+IMPL_OP_INFERSHAPE(DemoOp)
+    .InferShape(InferShapeForDemoOp)
+    .InferDataType(InferDataTypeForDemoOp);
+}  // namespace ops
+""")
+GRAPH_INFER = ("ops/demo_op/op_graph/demo_op_graph_infer.cpp", """\
+#include "register/op_impl_registry.h"
+
+namespace ops {
+static ge::graphStatus InferDataTypeForDemoOp(gert::InferDataTypeContext *context)
+{
+    context->SetOutputDataType(0, context->GetInputDataType(0));
+    return ge::GRAPH_SUCCESS;
+}
+
+IMPL_OP(DemoOp).InferDataType(InferDataTypeForDemoOp);
+}  // namespace ops
+""")
+
+
+def test_a_dtype_function_defined_in_op_host_and_op_graph_is_edited_in_each_not_wrapped(tmp_path: Path) -> None:
+    """Each registration names the function its own file defines: both definitions get
+    the line, and neither registration a wrapper that sets the dtype a second time. The
+    sizes header goes beside op_host's code (it went to op_graph/, included as `../op_graph/`)."""
+    op = make_repo(tmp_path, {HOST_INFER[0]: HOST_INFER[1], GRAPH_INFER[0]: GRAPH_INFER[1],
+                              OPDEF[0]: OPDEF[1]})
+    after = run(infer_edits, op)
+    assert "Optrace" not in "".join(after.values()), after
+    for path in (HOST_INFER[0], GRAPH_INFER[0]):
+        assert "context->SetOutputDataType(optraceProfilingDataIndex, ge::DT_INT64);  // optrace" in after[path]
+    assert '#include "optrace_demo_op_profiling.h"  // optrace' in after[HOST_INFER[0]]
+    assert "op_graph" not in after[HOST_INFER[0]]
