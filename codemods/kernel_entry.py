@@ -29,10 +29,10 @@ from optrace.codemods.runtime_block import TEMPLATES
 from optrace.engine.codes import OT313
 from optrace.engine.cpp import FunctionDef, parameter_name, text_of
 from optrace.engine.diagnostics import Diagnostic, InputError
-from optrace.engine.discovery import CPP_EXTS, Layers, repo_index, walk_files
+from optrace.engine.discovery import CPP_EXTS, KERNEL_EXTS, Layers, entries_in, repo_index, walk_files
 from optrace.engine.edits import Edit, indent_at, line_end, newline_of
 from optrace.engine.plan import Plan
-from optrace.engine.source import SourceFile, blank_comments, read_regular
+from optrace.engine.source import SourceFile, blank_comments, match_bracket, read_regular
 from optrace.engine.vocabulary import (
     FRAG_CLOSE,
     FRAG_OPEN,
@@ -197,8 +197,81 @@ def entry_edits(plan: Plan, mode: str | None = None) -> list[Edit]:
         workspace = next((n for n in names if "workspace" in n.lower()), None)
         if workspace is not None:
             edits.extend(_forwarding_edits(plan, entry, workspace))
+        edits.extend(_twin_entry_edits(plan))
     edits.append(_at(scaffold(data, entry.body, arg, mode or "B", core_mix(plan)), path))
     return edits
+
+
+def _twin_entry_edits(plan: Plan) -> list[Edit]:
+    """`GM_ADDR profiling_data` in the operator's other kernel entries of the same name,
+    where the entry's parameter list takes it: another SoC's build (ops-nn's `*_apt.cpp`
+    for ascend950, an `arch35/` one) compiles one of them, and the OpDef's new output is
+    every SoC's. Without it that kernel's workspace and tiling got the pointers after
+    theirs. They take the buffer and record nothing (their trace points are not planned)."""
+    layers = plan.analysis.layers
+    entry = layers.entry
+    if entry is None or layers.kernel_dir is None:
+        return []
+    own = entry.path.resolve()
+    edits: list[Edit] = []
+    for path in walk_files(layers.kernel_dir, KERNEL_EXTS):
+        if path.resolve() == own:
+            continue
+        try:
+            data = read_regular(path)
+        except OSError:
+            continue
+        if entry.name.encode() not in data:
+            continue
+        for twin in entries_in(path, data):
+            if twin.name == entry.name:
+                edit = _twin_param(path, data, twin.line, entry.name)
+                if edit is not None:
+                    edits.append(edit)
+    return edits
+
+
+def _twin_param(path: Path, data: bytes, line: int, name: str) -> Edit | None:
+    """The parameter inserted into one other entry (None: it takes it already)."""
+    code = blank_comments(data)
+    start = sum(len(ln) for ln in code.splitlines(keepends=True)[: line - 1])
+    m = re.compile(rb"\b" + re.escape(name.encode()) + rb"\s*\(").search(code, start)
+    close = match_bracket(code, m.end() - 1) if m is not None else -1
+    if m is None or close < 0:
+        return None
+    spans: list[tuple[int, int]] = []
+    depth, begin = 0, m.end()
+    for i in range(m.end(), close + 1):
+        c = code[i : i + 1]
+        if c in b"(<[":
+            depth += 1
+        elif c in b")>]" and i < close:
+            depth -= 1
+        if (c == b"," and depth == 0) or i == close:
+            spans.append((begin, i))
+            begin = i + 1
+    words = [re.findall(rb"[A-Za-z_]\w*", code[a:b]) for a, b in spans]
+    names = [w[-1].decode() if w else "" for w in words]
+    if PROFILING_ARG in names or PROFILING_VAR in names:
+        return None
+    if len(spans) == 1 and len(words[0]) == 1 and _MACRO_NAME_RE.fullmatch(names[0]):
+        raise InputError(Diagnostic(
+            OT313, f"this other kernel entry of the operator takes its parameters from the macro "
+            f"`{names[0]}`: profiling_data belongs before workspace inside it, which optrace does "
+            "not edit: write the parameters out; nothing written", path, line))
+    system = next((i for i, n in enumerate(names) if is_system_param(n)), None)
+    if system is not None:
+        at = spans[system][0]
+        while data[at : at + 1] in (b" ", b"\t", b"\r", b"\n"):
+            at += 1
+        return Edit(path, at, at, FRAG_OPEN + f"GM_ADDR {PROFILING_ARG}, ".encode() + FRAG_CLOSE, CODEMOD,
+                    "profiling_data in another kernel entry")
+    at = spans[-1][1]
+    while at > spans[-1][0] and data[at - 1 : at] in (b" ", b"\t", b"\r", b"\n"):
+        at -= 1
+    text = f"GM_ADDR {PROFILING_ARG}" if names == [""] else f", GM_ADDR {PROFILING_ARG}"
+    return Edit(path, at, at, FRAG_OPEN + text.encode() + FRAG_CLOSE, CODEMOD,
+                "profiling_data in another kernel entry")
 
 
 def _forwarding_edits(plan: Plan, entry: FunctionDef, workspace: str) -> list[Edit]:
