@@ -169,12 +169,13 @@ def entry_edits(plan: Plan, mode: str | None = None) -> list[Edit]:
     if m is not None:
         # Already scaffolded: a second apply changes nothing, unless --mode changes it or
         # the scaffold is an older one (then the whole section becomes the current one).
+        # The other entries too: a tree an older optrace instrumented left them without.
         upgrade = _upgrade_edit(plan, data, mode or m.group(1).decode())
         if upgrade is not None:
-            return [_at(upgrade, path)]
+            return [_at(upgrade, path), *_twin_entry_edits(plan)]
         if mode is not None and m.group(1).decode() != mode:
             edits.append(Edit(path, m.start(1), m.end(1), mode.encode(), CODEMOD, "mode"))
-        return edits
+        return [*edits, *_twin_entry_edits(plan)]
     params = entry.parameter_nodes()
     for p in params:
         # `void entry(ENTRY_PARAMS)`: the parameters are a macro's. profiling_data goes
@@ -197,7 +198,7 @@ def entry_edits(plan: Plan, mode: str | None = None) -> list[Edit]:
         workspace = next((n for n in names if "workspace" in n.lower()), None)
         if workspace is not None:
             edits.extend(_forwarding_edits(plan, entry, workspace))
-        edits.extend(_twin_entry_edits(plan))
+    edits.extend(_twin_entry_edits(plan))
     edits.append(_at(scaffold(data, entry.body, arg, mode or "B", core_mix(plan)), path))
     return edits
 

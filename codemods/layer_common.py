@@ -297,11 +297,12 @@ def python_numel_expr(core_type: str | None = None) -> str:
 def sizes_header_path(op_dir: Path, host_files: list[Path]) -> Path:
     """Beside the op's host code (infer / OpDef / launcher) inside the operator directory,
     so a build that copies op_host/ copies the header with the code that includes it."""
-    inside = [p for p in host_files if op_dir in p.parents and "op_kernel" not in p.parts]
     # op_host's first: ops-nn defines an infer function in op_graph/ too (its graph infer),
     # and the header went there, included from op_host as `../op_graph/...`.
-    for path in sorted(inside, key=lambda p: "op_host" not in p.relative_to(op_dir).parts):
-        return path.parent / sizes_header_name(op_dir.name)
+    inside = sorted((p for p in host_files if op_dir in p.parents and "op_kernel" not in p.parts),
+                    key=lambda p: "op_host" not in p.relative_to(op_dir).parts)
+    if inside:
+        return inside[0].parent / sizes_header_name(op_dir.name)
     if (op_dir / "op_host").is_dir():
         return op_dir / "op_host" / sizes_header_name(op_dir.name)
     return op_dir / sizes_header_name(op_dir.name)

@@ -74,3 +74,17 @@ def test_the_instrumented_entry_is_the_same_with_or_without_the_other(tmp_path: 
     assert [v[1] for k, v in alone.items() if k.name == "demo_op.cpp"] == \
         [v[1] for k, v in with_twin.items() if k.name == "demo_op.cpp"]
     assert KERNEL  # the instrumented entry: layer_snippets' own
+
+
+def test_a_tree_instrumented_without_it_gets_it_on_the_next_apply(tmp_path: Path) -> None:
+    """An older optrace instrumented the entry and left the other one as it was: apply
+    again adds the parameter there (and changes nothing else)."""
+    op = make_repo(tmp_path, {TWIN[0]: TWIN[1]})
+    assert runner.invoke(app, ["apply", str(op), "--write", "--mode", "B"]).exit_code == 0
+    twin = op / "op_kernel" / "demo_op_apt.cpp"
+    twin.write_text(TWIN[1])  # as an older apply left it
+    entry = (op / "op_kernel" / "demo_op.cpp").read_bytes()
+    out = runner.invoke(app, ["apply", str(op), "--write"])
+    assert out.exit_code == 0, out.output
+    assert b"/*optrace<*/GM_ADDR profiling_data, /*>optrace*/GM_ADDR workspace" in twin.read_bytes()
+    assert (op / "op_kernel" / "demo_op.cpp").read_bytes() == entry
