@@ -14,6 +14,7 @@ with `  // optrace`.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from typing import ClassVar
 
 from optrace.codemods.layer import Evidence, LayerExample, LayerModel, LocatingLayer
 from optrace.codemods.layer_common import (
+    CODE_LAYER_SHAPE,
     CODE_OPDEF_OUTPUTS,
     LINE_MARK,
     PROFILING_OUTPUT,
@@ -330,14 +332,87 @@ class OpDefTarget:
     sizes: bool = False
 
 
+# The layers through which a caller receives the op's outputs: an aclnn API written by
+# hand, a torch binding, Python callers, fakes and graph converters of a torch op.
+_API_LAYERS = ("aclnn", "torch_adapter", "registration", "python_callers", "python_fakes", "graph_converters")
+# A build declaration of the operator's sources, `add_modules_sources(... OPTYPE <op>
+# ... ACLNNTYPE <kind> ...)`, in the operator folder's CMakeLists.txt or its op_host's. The
+# kinds for which the build generates no aclnn API from the OpDef: the op is reached only
+# through a hand-written API, or only from graphs.
+_MODULE_SOURCES_RE = re.compile(rb"\badd_modules_sources\s*\(([^)]*)\)")
+_NO_GENERATED_API = (b"aclnn_exclude", b"no_need_aclnn")
+
+
+def graph_only(layers: Layers) -> InputError | None:
+    """Mode B's refusal for an operator no caller can take profiling_data from (None: one
+    can): its build generates no aclnn API (`ACLNNTYPE aclnn_exclude`), none is written by
+    hand and no torch binding or Python code calls it. Such an op runs only inside graphs
+    (ops-nn's TensorFlow-plugin operators): its graph IR (`REG_OP`, op_graph/) declares
+    the outputs a node has, and a required output it does not declare is one the graph
+    never gives the kernel. Mode A's optional output is left out there: the kernel sees a
+    null buffer and records nothing, as it should."""
+    if any(layers.found.get(key) for key in _API_LAYERS):
+        return None
+    declared: tuple[Path, bytes, int, bytes] | None = None
+    for cmake in (layers.op_dir / "CMakeLists.txt", layers.op_dir / "op_host" / "CMakeLists.txt"):
+        try:
+            data = clean_bytes(cmake) if cmake.is_file() else b""
+        except OSError:
+            continue
+        for call in _MODULE_SOURCES_RE.finditer(data):
+            words = call.group(1).split()
+            values = dict(itertools.pairwise(words))  # KEY value: each word's next
+            optype, kind = values.get(b"OPTYPE"), values.get(b"ACLNNTYPE")
+            if kind is None or (optype is not None and not same_op(optype.decode(errors="replace"),
+                                                                    layers.op_name)):
+                continue
+            if kind not in _NO_GENERATED_API:
+                return None  # the build makes the op an aclnn API (aclnn, aclnn_inner)
+            at = call.start(1) + call.group(1).index(b"ACLNNTYPE")
+            declared = declared or (cmake, data, at, kind)
+    if declared is None:
+        return None  # nothing says the build makes no API: mode B as before
+    cmake, data, at, kind = declared
+    ir = _graph_ir(layers)
+    where = f" (`REG_OP({layers.camel})`, {ir})" if ir else ""
+    return input_error(
+        CODE_LAYER_SHAPE,
+        f"no caller can take profiling_data as the op's last output: its build makes no aclnn API "
+        f"(`ACLNNTYPE {kind.decode()}`), none is written by hand and no torch binding or Python code "
+        f"calls it; graphs run it, and its graph IR{where} does not declare the output mode B requires",
+        cmake, data, at)
+
+
+def _graph_ir(layers: Layers) -> str:
+    """`<file>:<line>` of the op's `REG_OP(<Op>)` under op_graph/ ("" when none)."""
+    graph = layers.op_dir / "op_graph"
+    pattern = re.compile(rb"\bREG_OP\s*\(\s*" + re.escape(layers.camel.encode()) + rb"\s*\)")
+    try:
+        headers = sorted(p for p in graph.iterdir() if p.suffix in (".h", ".hpp") and p.is_file())
+    except OSError:
+        return ""
+    for header in headers:
+        try:
+            data = clean_bytes(header)
+        except OSError:
+            continue
+        found = pattern.search(data)
+        if found:
+            return f"{header.relative_to(layers.op_dir).as_posix()}:{line_number(data, found.start())}"
+    return ""
+
+
 def locate_op_def(plan: Plan, mode: str) -> list[OpDefTarget]:
     """The OpDef's statements profiling_data goes after (none: no OpDef, or one that has
     it already). Raises the InputError of an OpDef whose outputs cannot be located."""
-    del mode  # the same place in both modes (the ParamType differs)
     layers = plan.analysis.layers
     path = opdef_file(layers)
     if path is None:
         return []
+    if mode == "B":  # the same place in both modes (the ParamType differs), but not B for all
+        refusal = graph_only(layers)
+        if refusal is not None:
+            raise refusal
     data = clean_bytes(path)
     info = parse_opdef(path, data, layers.op_name)
     if info.profiling_position() is not None:

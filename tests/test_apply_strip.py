@@ -20,6 +20,7 @@ OPERATORS = {
     "msopgen_style": "moe_token_permute",
     "direct_launch": "csrc/ops/moe_gating_topk",
     "l0op_style": "norm/moe_norm_grad",
+    "graph_only": "pooling/moe_pool_grad_argmax",
 }
 runner = CliRunner()
 

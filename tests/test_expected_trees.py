@@ -32,6 +32,7 @@ CASES = {
     "macro_work": FIXTURES / "macro_work" / "activation" / "moe_tile_glu",
     "key_chains": FIXTURES / "key_chains" / "moe_key_chain",
     "step_names": FIXTURES / "step_names" / "moe_step_names",
+    "graph_only": FIXTURES / "graph_only" / "pooling" / "moe_pool_grad_argmax",
 }
 
 
