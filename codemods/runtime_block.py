@@ -28,6 +28,7 @@ from optrace.engine.discovery import CPP_EXTS, LayerFile, Layers, SearchContext,
 from optrace.engine.edits import Edit, generated_file_bytes, line_end, newline_of
 from optrace.engine.names import same_op
 from optrace.engine.plan import Plan
+from optrace.engine.sharing import shared_kernel_files
 from optrace.engine.source import blank_comments, read_regular
 from optrace.engine.vocabulary import CREATED_MARK as STRIP_CREATED_MARK
 from optrace.engine.vocabulary import (
@@ -86,7 +87,7 @@ def base_header_path(plan: Plan, with_points: set[Path] | None = None) -> Path |
     file with points (or the entry) includes it; None otherwise (files with points then
     include the runtime header themselves) — never a vendored sub-kernel's `*_base.h`,
     nor a base header only code without points includes (its code would gain an include
-    for nothing)."""
+    for nothing), nor one another operator compiles."""
     found = plan.analysis.layers.found.get("base_header")
     if not found:
         return None
@@ -99,6 +100,8 @@ def base_header_path(plan: Plan, with_points: set[Path] | None = None) -> Path |
         return path
     if with_points is None:
         with_points = points_files(plan, point_edits(plan))
+    if path in shared_kernel_files(plan.analysis):
+        return None  # another operator compiles it: the files with points include the runtime
     graph = plan.analysis.includes.graph
     includers = {p.resolve() for p in graph.predecessors(path)} if path in graph else set()
     return path if includers & {p.resolve() for p in with_points} else None

@@ -42,6 +42,7 @@ from optrace.engine.cpp import (
 )
 from optrace.engine.diagnostics import Diagnostic, InputError
 from optrace.engine.model import Anchor, Kind, LoopInfo, Region
+from optrace.engine.sharing import shared_kernel_files
 from optrace.engine.source import blank_comments
 from optrace.engine.vocabulary import FRAG_OPEN, LINE_MARK
 from optrace.engine.words import (
@@ -431,11 +432,28 @@ class Planner:
         return region
 
     def inside(self, fn: FunctionDef) -> bool:
-        """Defined in the operator's own files (only those get points)."""
+        """Defined in the operator's own files that no other operator compiles (only those get
+        points)."""
         inside = self._inside.get(fn.src.path)
         if inside is None:
-            inside = self._inside[fn.src.path] = fn.src.path.resolve().is_relative_to(self.an.layers.op_dir)
+            # Not a file of the operator that another operator compiles (engine.sharing):
+            # its points would be edits to their kernel.
+            real = fn.src.path.resolve()
+            inside = self._inside[fn.src.path] = (real.is_relative_to(self.an.layers.op_dir)
+                                                  and real not in shared_kernel_files(self.an))
         return inside
+
+    def _not_inside(self, fn: FunctionDef) -> str:
+        """Why a function's body gets no points (`inside` said no)."""
+        others = shared_kernel_files(self.an).get(fn.src.path.resolve())
+        if others:
+            root = self.an.layers.repo_root
+            other = others[0].relative_to(root) if others[0].is_relative_to(root) else others[0]
+            more = f" and {len(others) - 1} more" if len(others) > 1 else ""
+            return (f"{fn.display} is defined in {fn.src.path.name}, which another operator compiles too "
+                    f"({other.as_posix()}{more}): traced at the call site")
+        return (f"{fn.display} is defined outside the operator directory ({fn.src.path.name}): "
+                "traced at the call site")
 
     # --- statements -----------------------------------------------------------------
     def walk_block(self, fn: FunctionDef, node: Node, ctx: Ctx, parent: Region) -> None:
@@ -872,8 +890,7 @@ class Planner:
             if outside:
                 # Code of another operator or a shared library: its own points would be
                 # edits to files other operators compile, so its time is measured here.
-                region.notes.append(f"{outside[0].display} is defined outside the operator "
-                                    f"directory ({outside[0].src.path.name}): traced at the call site")
+                region.notes.append(self._not_inside(outside[0]))
             self.expand([c for c in bodies if self.inside(c)], ctx, region)
 
     def _macro_call(self, fn: FunctionDef, stmt: Node, ctx: Ctx, parent: Region) -> bool:
@@ -937,8 +954,7 @@ class Planner:
         region.notes.append(f"`{name}(...)` expanded with its definition: traced at the macro's call")
         inside = [c for c in bodies if self.inside(c)]
         if len(inside) < len(bodies):
-            region.notes.append(f"{first.display} is defined outside the operator directory: "
-                                "traced at the call site")
+            region.notes.append(self._not_inside(next(c for c in bodies if not self.inside(c))))
         self.expand(inside, ctx, region)
         return True
 

@@ -69,6 +69,37 @@ def operators_including(root: Path, headers: list[Path], own: Path) -> dict[Path
     return {h: tuple(sorted(found[h.resolve()])) for h in headers}
 
 
+def shared_kernel_files(an: Analysis) -> dict[Path, tuple[Path, ...]]:
+    """The operator's own kernel files (inside its directory, the entry's file aside) that
+    another operator's source includes (ops-nn's `gemma_rms_norm` compiles
+    `../rms_norm/rms_norm_split_d.h`), resolved. Not this
+    operator's to put points or the runtime's include in: the other operator's kernel
+    would change with them, and once it is instrumented too it would record labels its
+    own point map lacks, under the first runtime block its build includes. Their code is
+    traced at its call sites in the operator's other files, as a header outside the
+    directory is. Each with the other operator directories including it. Kept for the
+    analysis it was asked of (the planner and the runtime's include both ask)."""
+    known = _SHARED.get(id(an))
+    if known is not None and known[0] is an:
+        return known[1]
+    layers = an.layers
+    inside = os.path.join(os.fspath(layers.op_dir.resolve()), "")
+    entry = an.entry_fn.src.path.resolve()
+    own = [p for p in an.includes.files
+           if os.path.join(os.fspath(p.resolve()), "").startswith(inside) and p.resolve() != entry]
+    including = operators_including(layers.repo_root, own, layers.op_dir) if own else {}
+    shared = {p.resolve(): ops for p, ops in including.items() if ops}
+    if len(_SHARED) >= 8:  # the last few analyses: apply's proof asks of a second one
+        _SHARED.pop(next(iter(_SHARED)))
+    _SHARED[id(an)] = (an, shared)
+    return shared
+
+
+# id(analysis) -> (the analysis, its shared files): the analysis kept beside its id, so a
+# new one given a freed one's id is not answered with the old one's files.
+_SHARED: dict[int, tuple[Analysis, dict[Path, tuple[Path, ...]]]] = {}
+
+
 def _naming(index: RepoIndex, names: set[str]) -> list[Path]:
     """The C / C++ sources that may include one of `names` by a quoted directive, in the
     index's order: only those are read (what each source includes is kept in the user

@@ -1,0 +1,104 @@
+"""An operator's own kernel header that another operator compiles (fixtures/shared_norm:
+`rms_norm_v2` includes `../rms_norm/rms_norm_kernel.h`; ops-nn's `gemma_rms_norm` includes
+`../rms_norm/rms_norm_split_d.h`). Instrumenting the owner must not change the other
+operator's kernel: no points and no runtime include in that header — its code is traced
+at its call sites in the owner's other files, as a header outside the directory is, and
+the plan says which operator shares it. Once nobody else includes it, it is the owner's
+again (and the user cache does not keep the old answer)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from test_host_layers import cli, snapshot
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+SHARED = "norm/rms_norm/op_kernel/rms_norm_kernel.h"
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # plan's cache: our own
+    root = tmp_path / "shared_norm"
+    shutil.copytree(FIXTURES / "shared_norm", root)
+    return root
+
+
+def regions(op: Path) -> list[dict[str, object]]:
+    code, out, err = cli("plan", str(op), "--format", "json")
+    assert code == 0, out + err
+    found: list[dict[str, object]] = []
+
+    def walk(region: dict[str, object]) -> None:
+        found.append(region)
+        for child in region.get("children", []):  # type: ignore[union-attr]
+            walk(child)  # type: ignore[arg-type]
+
+    walk(json.loads(out)["operators"][0]["tree"])
+    return found
+
+
+def files_of(found: list[dict[str, object]]) -> set[str]:
+    return {os.path.basename(str(r["file"])) for r in found if r.get("file")}
+
+
+def test_the_owner_traces_a_shared_header_at_its_call_sites(repo: Path) -> None:
+    found = regions(repo / "norm/rms_norm")
+    assert files_of(found) == {"rms_norm.cpp"}, found
+    assert [r["label"] for r in found] == ["processing", "init", "norm"]
+    notes = [n for r in found for n in r.get("notes", [])]  # type: ignore[attr-defined]
+    assert ("RmsNormKernel::Process is defined in rms_norm_kernel.h, which another operator compiles too "
+            "(norm/rms_norm_v2): traced at the call site") in notes, notes
+
+
+def test_apply_leaves_the_shared_header_and_the_other_operator_alone(repo: Path) -> None:
+    before = snapshot(repo)
+    assert cli("apply", str(repo / "norm/rms_norm"), "--write")[0] == 0
+    after = snapshot(repo)
+    assert after[SHARED] == before[SHARED]
+    assert {k for k in after if k.startswith("norm/rms_norm_v2/")} == {
+        k for k in before if k.startswith("norm/rms_norm_v2/")}
+    assert all(after[k] == v for k, v in before.items() if k.startswith("norm/rms_norm_v2/"))
+    entry = after["norm/rms_norm/op_kernel/rms_norm.cpp"].decode()
+    assert '#include "optrace_runtime.h"' in entry and 'TRACE_POINT("norm", "B")' in entry
+    assert cli("strip", str(repo / "norm/rms_norm"), "--write")[0] == 0
+    assert snapshot(repo) == before
+
+
+def test_a_header_nobody_else_includes_is_the_owners(repo: Path) -> None:
+    """Planned once with the user cache, then the other operator removed: the next plan
+    is not the cached one, and the header's own steps get points."""
+    assert files_of(regions(repo / "norm/rms_norm")) == {"rms_norm.cpp"}
+    shutil.rmtree(repo / "norm/rms_norm_v2")
+    found = regions(repo / "norm/rms_norm")
+    assert "rms_norm_kernel.h" in files_of(found), found
+    assert {"group sum-squares", "group scale"} <= {str(r["label"]) for r in found}
+
+
+def test_a_shared_base_header_does_not_take_the_runtime_include(repo: Path) -> None:
+    """The owner's `<op>_base.h` would carry the runtime's include for its files with
+    points; when another operator includes it too, each file with points includes the
+    runtime itself."""
+    kernel = repo / "norm/rms_norm/op_kernel"
+    (kernel / "rms_norm_base.h").write_text(
+        "#ifndef RMS_NORM_BASE_H\n#define RMS_NORM_BASE_H\n#include \"kernel_operator.h\"\n\n"
+        "constexpr int32_t RMS_NORM_GROUPS = 4;\n#endif  // RMS_NORM_BASE_H\n")
+    entry = kernel / "rms_norm.cpp"
+    entry.write_text(entry.read_text().replace('#include "rms_norm_kernel.h"\n',
+                                               '#include "rms_norm_kernel.h"\n#include "rms_norm_base.h"\n'))
+    other = repo / "norm/rms_norm_v2/op_kernel/rms_norm_v2.cpp"
+    original = other.read_text()
+    other.write_text(original.replace('#include "kernel_operator.h"\n',
+                                      '#include "kernel_operator.h"\n#include "../rms_norm/rms_norm_base.h"\n', 1))
+    base_before = (kernel / "rms_norm_base.h").read_bytes()
+    assert cli("apply", str(repo / "norm/rms_norm"), "--write")[0] == 0
+    assert (kernel / "rms_norm_base.h").read_bytes() == base_before
+    assert '#include "optrace_runtime.h"' in entry.read_text()
+    assert cli("strip", str(repo / "norm/rms_norm"), "--write")[0] == 0
+    other.write_text(original)  # only the owner includes it now: it takes the include
+    assert cli("apply", str(repo / "norm/rms_norm"), "--write")[0] == 0
+    assert '#include "optrace_runtime.h"' in (kernel / "rms_norm_base.h").read_text()
