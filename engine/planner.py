@@ -336,6 +336,9 @@ class Planner:
     _blocks: dict[tuple[str, int, int], bool] = field(default_factory=dict)
     _assigned: dict[str, tuple[str, dict[str, list[int]]]] = field(default_factory=dict)
     _inside: dict[Path, bool] = field(default_factory=dict)
+    # function id -> (the tile loop's function, its line, its variable) for every function
+    # a tile loop's body runs, directly or through its callees (None: not gathered yet)
+    _per_tile: dict[str, tuple[FunctionDef, int, str | None]] | None = None
     vocab: Vocabulary = DEFAULT_VOCABULARY
     _consumed: set[tuple[str, int]] = field(default_factory=set)
     # (dispatch, arm) -> the condition that selects it, for the plan's variants list
@@ -443,8 +446,46 @@ class Planner:
                                                   and real not in shared_kernel_files(self.an))
         return inside
 
+    def expandable(self, fn: FunctionDef) -> bool:
+        """`inside`, and not run by a tile loop's body: the loop is bracketed as a whole,
+        and a point in a function it calls would record once per tile even where the
+        function is called again after it (a tail step, `SubProcess(last, tail)` after
+        `for (...) SubProcess(i, full)`). Such a function is traced at the call site."""
+        return self.inside(fn) and fn.id not in self.per_tile()
+
+    def per_tile(self) -> dict[str, tuple[FunctionDef, int, str | None]]:
+        """Every function a tile loop of the reachable code runs, with the first such loop
+        (in the call graph's order) that reaches it."""
+        if self._per_tile is None:
+            graph = self.an.callgraph
+            entry = self.an.entry_fn.id
+            reached = [entry, *nx.descendants(graph, entry)] if entry in graph else [entry]
+            found: dict[str, tuple[FunctionDef, int, str | None]] = {}
+            for fid in reached:
+                fn = self.an.index.functions.get(fid)
+                if fn is None or fn.body is None:
+                    continue
+                for loop in fn.nodes_in(fn.body, LOOP_TYPES):
+                    if self.classify_loop(fn, loop) != "tile":
+                        continue
+                    seeds = {c.id for call in fn.nodes_in(loop, ("call_expression",))
+                             for c in self.an.call_site(fn, call).callees}
+                    where = (fn, fn.src.line_of(loop.start_byte), loop_var(fn, loop))
+                    for seed in seeds:
+                        for run in (seed, *(nx.descendants(graph, seed) if seed in graph else ())):
+                            found.setdefault(run, where)
+            self._per_tile = found
+        return self._per_tile
+
     def _not_inside(self, fn: FunctionDef) -> str:
-        """Why a function's body gets no points (`inside` said no)."""
+        """Why a function's body gets no points (`expandable` said no)."""
+        loop = self.per_tile().get(fn.id) if self.inside(fn) else None
+        if loop is not None:
+            owner, line, var = loop
+            over = f" over `{var}`" if var else ""
+            return (f"{fn.display} also runs in the tile loop{over} of {owner.display} "
+                    f"({owner.src.path.name}:{line}): traced at the call site (a point inside would "
+                    "record once per tile)")
         others = shared_kernel_files(self.an).get(fn.src.path.resolve())
         if others:
             root = self.an.layers.repo_root
@@ -879,19 +920,20 @@ class Planner:
                 # A function called from one place is traced inside its own body, so its
                 # header carries the points; shared callees are traced at each call site.
                 single = (len(bodies) == 1 and first.core is None
-                          and self.an.call_counts.get(first.id, 0) == 1 and self.inside(first))
+                          and self.an.call_counts.get(first.id, 0) == 1 and self.expandable(first))
                 anchor = self._body_anchor(first) if single else self._stmt_anchor(fn, stmt)
                 region = self._new(parent, [word], Kind.CALL, ctx, anchor,
                                    f"call to {first.display} ({_where(first)})",
                                    function=first.id, hot=hot_of(word), covers=first.src.path,
                                    full_word=label_kebab(label_source(first, fn.scope,
                                                                       receiver_of(fn, call))))
-            outside = [c for c in bodies if not self.inside(c)]
+            outside = [c for c in bodies if not self.expandable(c)]
             if outside:
                 # Code of another operator or a shared library: its own points would be
-                # edits to files other operators compile, so its time is measured here.
+                # edits to files other operators compile, so its time is measured here;
+                # the same for code a tile loop runs too.
                 region.notes.append(self._not_inside(outside[0]))
-            self.expand([c for c in bodies if self.inside(c)], ctx, region)
+            self.expand([c for c in bodies if self.expandable(c)], ctx, region)
 
     def _macro_call(self, fn: FunctionDef, stmt: Node, ctx: Ctx, parent: Region) -> bool:
         """`INVOKE_IMPL(KernelFoo, half);` expanding to `KernelFoo<half> op(...);
@@ -952,9 +994,9 @@ class Planner:
                            self._stmt_anchor(fn, stmt), f"call to {first.display} through macro "
                            f"`{name}` ({_where(first)})", function=first.id, covers=first.src.path)
         region.notes.append(f"`{name}(...)` expanded with its definition: traced at the macro's call")
-        inside = [c for c in bodies if self.inside(c)]
+        inside = [c for c in bodies if self.expandable(c)]
         if len(inside) < len(bodies):
-            region.notes.append(self._not_inside(next(c for c in bodies if not self.inside(c))))
+            region.notes.append(self._not_inside(next(c for c in bodies if not self.expandable(c))))
         self.expand(inside, ctx, region)
         return True
 
@@ -1068,7 +1110,7 @@ class Planner:
         and then blocks: two regions in its body, `send-...` around the work before the
         wait and `wait-...` around the wait — never one region labelled as a wait."""
         words = label_kebab(callee.name).split("-")
-        if "wait" not in words or not self.inside(callee) or self.an.call_counts.get(callee.id, 0) != 1:
+        if "wait" not in words or not self.expandable(callee) or self.an.call_counts.get(callee.id, 0) != 1:
             return False
         rest = [w for w in words if w not in ("wait", "and", "for", "then") and w not in FILLER_WORDS]
         if not rest or any(n.type == "return_statement" for n in _descendants(callee.body)):

@@ -92,8 +92,8 @@ def test_a_shared_base_header_does_not_take_the_runtime_include(repo: Path) -> N
                                                '#include "rms_norm_kernel.h"\n#include "rms_norm_base.h"\n'))
     other = repo / "norm/rms_norm_v2/op_kernel/rms_norm_v2.cpp"
     original = other.read_text()
-    other.write_text(original.replace('#include "kernel_operator.h"\n',
-                                      '#include "kernel_operator.h"\n#include "../rms_norm/rms_norm_base.h"\n', 1))
+    shared_include = '#include "kernel_operator.h"\n#include "../rms_norm/rms_norm_base.h"\n'
+    other.write_text(original.replace('#include "kernel_operator.h"\n', shared_include, 1))
     base_before = (kernel / "rms_norm_base.h").read_bytes()
     assert cli("apply", str(repo / "norm/rms_norm"), "--write")[0] == 0
     assert (kernel / "rms_norm_base.h").read_bytes() == base_before

@@ -1,0 +1,59 @@
+"""A function a tile loop runs gets no point inside, even where it is called again after
+the loop (fixtures/tile_tail: `for (...) SubProcess(i, full); SubProcess(last, tail);`, as
+ops-nn's rms_norm and inplace_apply_adagrad_v2 do). Planned from the tail call, its steps
+used to get regions in their own bodies, which the loop then ran once per tile: the
+records grew with the data and overflowed the per-core slot."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from test_host_layers import cli, snapshot
+
+from optrace.pipeline.plan import plan_operator
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+OP = FIXTURES / "tile_tail" / "norm" / "moe_row_norm"
+KERNEL = OP / "op_kernel" / "moe_row_norm.cpp"
+
+
+def _function_lines(name: str) -> range:
+    """The lines of a member function's definition (its signature to its closing brace)."""
+    lines = KERNEL.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines, 1) if f"inline void {name}(" in line)
+    end = next(i for i, line in enumerate(lines, 1) if i > start and line == "    }")
+    return range(start, end + 1)
+
+
+def test_no_region_in_what_the_tile_loop_runs() -> None:
+    plan = plan_operator(OP)
+    steps = ("SubProcess", "CopyIn", "ComputeRstd", "ComputeScale", "CopyOut")
+    per_tile = [_function_lines(n) for n in steps]
+    stack = [plan.root]
+    tail = None
+    while stack:
+        region = stack.pop()
+        stack += region.children
+        anchor = region.anchor
+        assert anchor is not None
+        assert not any(anchor.line in lines for lines in per_tile), (region.label, anchor.line)
+        if anchor.line == 39:
+            tail = region
+    assert tail is not None and not tail.children
+    assert any("also runs in the tile loop over `tileIdx` of KernelRowNorm::Process (moe_row_norm.cpp:36)"
+               in note for note in tail.notes), tail.notes
+
+
+def test_applied_the_functions_the_loop_runs_are_unchanged(tmp_path: Path) -> None:
+    repo = tmp_path / "tile_tail"
+    shutil.copytree(FIXTURES / "tile_tail", repo)
+    before = snapshot(repo)
+    assert cli("apply", str(repo / "norm/moe_row_norm"), "--write")[0] == 0
+    text = (repo / "norm/moe_row_norm/op_kernel/moe_row_norm.cpp").read_text().splitlines()
+    for name in ("SubProcess", "CopyIn", "ComputeRstd", "ComputeScale", "CopyOut"):
+        start = next(i for i, line in enumerate(text) if f"inline void {name}(" in line)
+        end = next(i for i, line in enumerate(text) if i > start and line == "    }")
+        assert not any("optrace" in line for line in text[start:end + 1]), name
+    assert cli("strip", str(repo / "norm/moe_row_norm"), "--write")[0] == 0
+    assert snapshot(repo) == before
