@@ -127,7 +127,10 @@ first substantial callee; else, for the pipeline idiom `CopyIn(i); Compute(i);
 CopyOut(i);` of small helpers, by the first helper that is not a copy — `compute`; else
 `<var>-copy` for a loop of copies, direct or one call down). {OT408} (a point inside
 a tile loop) holds for every loop this classifier calls a tile loop; optrace's own points
-never trigger it. A phase loop whose body is one call is one region with it (the call's
+never trigger it. What a tile loop runs, through any depth of calls, gets no point
+either, also where it is called again outside the loop (the tail tile after
+`for (...) SubProcess(i, full);`): that call is one region at its call site, its note
+naming the loop. A phase loop whose body is one call is one region with it (the call's
 name, the loop's index): they cover the same span.
 
 ### Handshakes
