@@ -325,6 +325,10 @@ MAX_NESTING = 256
 _FRAMES_PER_LEVEL = 6  # walk frames per level at most (walk_stmt, walk_if / loop, expand, ...)
 
 
+# A loop the classifier calls a phase for what it holds alone (docs/rules.md "Loops").
+_PHASE_BY_CONTENT = "holds phase work or a wait"
+
+
 @dataclass
 class Planner:
     """The walk from the kernel entry that builds the raw trace tree (rules then shape it)."""
@@ -696,7 +700,7 @@ class Planner:
             return "phase", f"loop variable `{var}`"
         if words & TILE_LOOP_WORDS or "topk" in "".join(words):
             return "tile", f"loop variable `{var}`"
-        return "phase", "holds phase work or a wait"
+        return "phase", _PHASE_BY_CONTENT
 
     def _trip_words(self, fn: FunctionDef, loop: Node, var: str | None) -> set[str]:
         """Words of the names the trip count comes from: the bound in the condition (not
@@ -769,6 +773,13 @@ class Planner:
     def walk_loop(self, fn: FunctionDef, loop: Node, ctx: Ctx, parent: Region) -> None:
         kind, why = self.classify_loop_why(fn, loop)
         var = loop_var(fn, loop)
+        if kind == "phase" and why == _PHASE_BY_CONTENT and ctx.loop_vars:
+            # Per-iteration points inside another loop's iterations multiply: a loop that is
+            # a phase only by what it holds (no phase word in its bound or variable) is not
+            # a second level of them (deformable_conv2d's output-column and group loops
+            # inside its slide loop: slides x columns x groups records).
+            kind, why = "tile", (f"inside the phase loop over `{ctx.loop_vars[-1]}`, and no phase word "
+                                 "in its bound or variable")
         line = fn.src.line_of(loop.start_byte)
         self.loops.append(LoopInfo(fn.src.path, line, var, kind, fn.display, loop.start_byte, loop.end_byte,
                                    why))

@@ -113,6 +113,10 @@ Otherwise the class is decided, in this order, from:
 3. the variable's name, last: `groupIdx`, `expertId`, `stageId`, `rankIdx` are phase
    loops; `tileIdx`, `tokenIdx`, `rowIdx`, `kIdx`, `loopIdx`, `i`, `j` tile loops.
 
+A loop none of these calls a phase — a phase only because it holds work or a wait — is a
+tile loop when it runs inside a phase loop's iterations (its caller's too): a second level
+of per-iteration points would multiply the records (slides x output columns x groups).
+
 Examples: `for (groupIdx = 0; groupIdx < groupNum_; ++groupIdx)` with a GEMM inside is a
 phase loop; `for (tokenIdx = 0; tokenIdx < tokenCnt; ++tokenIdx)` is a tile loop even
 with a per-token wait inside; `for (k = 0; k < topK_; ++k)` is a tile loop;

@@ -2,7 +2,9 @@
 the loop (fixtures/tile_tail: `for (...) SubProcess(i, full); SubProcess(last, tail);`, as
 ops-nn's rms_norm and inplace_apply_adagrad_v2 do). Planned from the tail call, its steps
 used to get regions in their own bodies, which the loop then ran once per tile: the
-records grew with the data and overflowed the per-core slot."""
+records grew with the data and overflowed the per-core slot. And a loop that is a phase
+only by what it holds is not a second level of per-iteration points inside a phase loop
+(ops-nn's deformable_conv2d: slides x output columns x groups records)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from pathlib import Path
 
 from test_host_layers import cli, snapshot
 
+from optrace.engine.model import Region
 from optrace.pipeline.plan import plan_operator
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -26,6 +29,10 @@ def _function_lines(name: str) -> range:
     return range(start, end + 1)
 
 
+def _all(region: Region) -> list[Region]:
+    return [region, *(r for child in region.children for r in _all(child))]
+
+
 def test_no_region_in_what_the_tile_loop_runs() -> None:
     plan = plan_operator(OP)
     steps = ("SubProcess", "CopyIn", "ComputeRstd", "ComputeScale", "CopyOut")
@@ -38,10 +45,16 @@ def test_no_region_in_what_the_tile_loop_runs() -> None:
         anchor = region.anchor
         assert anchor is not None
         assert not any(anchor.line in lines for lines in per_tile), (region.label, anchor.line)
-        if anchor.line == 39:
+        if anchor.line == 42:
             tail = region
     assert tail is not None and not tail.children
-    assert any("also runs in the tile loop over `tileIdx` of KernelRowNorm::Process (moe_row_norm.cpp:36)"
+    parts = [r for r in _all(plan.root) if r.label == "reduce-scales expert sum-part"]
+    assert len(parts) == 1 and parts[0].anchor is not None and not parts[0].anchor.inside, parts
+    assert parts[0].index_var is None
+    assert any(loop.classification == "tile" and loop.var == "part"
+               and "inside the phase loop over `expertIdx`" in loop.reason
+               for loop in plan.loops), plan.loops
+    assert any("also runs in the tile loop over `tileIdx` of KernelRowNorm::Process (moe_row_norm.cpp:39)"
                in note for note in tail.notes), tail.notes
 
 
