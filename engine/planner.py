@@ -458,26 +458,36 @@ class Planner:
         return self.inside(fn) and fn.id not in self.per_tile()
 
     def per_tile(self) -> dict[str, tuple[FunctionDef, int, str | None]]:
-        """Every function a tile loop of the reachable code runs, with the first such loop
-        (in the call graph's order) that reaches it."""
+        """Every function a tile loop of the operator's own code runs, with the first such
+        loop that reaches it. Read from the code itself (each call site's callees, through
+        any depth), not from the call graph, which the walk extends as it expands macros."""
         if self._per_tile is None:
-            graph = self.an.callgraph
-            entry = self.an.entry_fn.id
-            reached = [entry, *nx.descendants(graph, entry)] if entry in graph else [entry]
             found: dict[str, tuple[FunctionDef, int, str | None]] = {}
-            for fid in reached:
-                fn = self.an.index.functions.get(fid)
-                if fn is None or fn.body is None:
+            callees: dict[str, list[FunctionDef]] = {}
+
+            def called_by(fn: FunctionDef) -> list[FunctionDef]:
+                known = callees.get(fn.id)
+                if known is None:
+                    known = callees[fn.id] = [] if fn.body is None else [
+                        c for call in fn.nodes_in(fn.body, ("call_expression",))
+                        for c in self.an.call_site(fn, call).callees]
+                return known
+
+            for fn in list(self.an.index.functions.values()):
+                if fn.body is None or not self.inside(fn):
                     continue
                 for loop in fn.nodes_in(fn.body, LOOP_TYPES):
                     if self.classify_loop(fn, loop) != "tile":
                         continue
-                    seeds = {c.id for call in fn.nodes_in(loop, ("call_expression",))
-                             for c in self.an.call_site(fn, call).callees}
                     where = (fn, fn.src.line_of(loop.start_byte), loop_var(fn, loop))
-                    for seed in seeds:
-                        for run in (seed, *(nx.descendants(graph, seed) if seed in graph else ())):
-                            found.setdefault(run, where)
+                    todo = [c for call in fn.nodes_in(loop, ("call_expression",))
+                            for c in self.an.call_site(fn, call).callees]
+                    while todo:
+                        run = todo.pop()
+                        if run.id in found:
+                            continue
+                        found[run.id] = where
+                        todo += called_by(run)
             self._per_tile = found
         return self._per_tile
 

@@ -70,3 +70,48 @@ def test_applied_the_functions_the_loop_runs_are_unchanged(tmp_path: Path) -> No
         assert not any("optrace" in line for line in text[start:end + 1]), name
     assert cli("strip", str(repo / "norm/moe_row_norm"), "--write")[0] == 0
     assert snapshot(repo) == before
+
+
+def test_the_same_through_a_macro_that_runs_the_class(tmp_path: Path) -> None:
+    """The entry runs the class through a macro (`INVOKE_ROW_NORM(Kernel, DTYPE_X);`, as ops-nn's
+    rms_norm does with `GENERAL_OP_IMPL`): the call graph learns those calls only as the
+    walk expands the macro, so what a tile loop runs is read from the code itself."""
+    repo = tmp_path / "tile_tail"
+    shutil.copytree(FIXTURES / "tile_tail", repo)
+    kernel = repo / "norm/moe_row_norm/op_kernel/moe_row_norm.cpp"
+    text = kernel.read_text()
+    direct = ("    MoeRowNormImpl::KernelRowNorm<DTYPE_X> op;\n    op.Init(x, y, scale, &tilingData);\n"
+              "    op.Process();\n")
+    assert direct in text
+    macro = ("#define INVOKE_ROW_NORM(Class, type)                         \\\n"
+             "    do {                                                     \\\n"
+             "        Class<type> op;                                      \\\n"
+             "        op.Init(x, y, scale, &tilingData);                   \\\n"
+             "        op.Process();                                        \\\n"
+             "    } while (0)\n\n")
+    # A class run directly first: the walk asks what tile loops run before it meets the macro.
+    clear = ("namespace MoeRowNormImpl {\nclass ScaleClear {\npublic:\n"
+             "    __aicore__ inline void Init(GM_ADDR scale)\n"
+             "    {\n        scaleGm_.SetGlobalBuffer((__gm__ float *)scale);\n    }\n"
+             "    __aicore__ inline void Process()\n    {\n"
+             "        for (uint32_t expertIdx = 0; expertIdx < 8; ++expertIdx) {\n"
+             "            scaleGm_.SetValue(expertIdx, 0.0f);\n            AscendC::PipeBarrier<PIPE_S>();\n"
+             "            scaleGm_.SetValue(expertIdx + 8, 0.0f);\n        }\n"
+             "        AscendC::SyncAll();\n    }\n\n"
+             "private:\n    AscendC::GlobalTensor<float> scaleGm_;\n};\n}  // namespace MoeRowNormImpl\n\n")
+    run = ("    MoeRowNormImpl::ScaleClear clear;\n    clear.Init(scale);\n    clear.Process();\n"
+           "    INVOKE_ROW_NORM(MoeRowNormImpl::KernelRowNorm, DTYPE_X);\n")
+    text = text.replace('extern "C"', clear + macro + 'extern "C"', 1).replace(direct, run)
+    kernel.write_text(text)
+    plan = plan_operator(repo / "norm/moe_row_norm")
+    lines = text.splitlines()
+    per_tile: list[range] = []
+    for name in ("SubProcess", "CopyIn", "ComputeRstd", "ComputeScale", "CopyOut"):
+        start = next(i for i, line in enumerate(lines, 1) if f"inline void {name}(" in line)
+        end = next(i for i, line in enumerate(lines, 1) if i > start and line == "    }")
+        per_tile.append(range(start, end + 1))
+    labels = [r.label for r in _all(plan.root)]
+    assert "sub" in labels and "sub-tile" in labels, labels
+    for region in _all(plan.root):
+        assert region.anchor is not None
+        assert not any(region.anchor.line in span for span in per_tile), (region.label, region.anchor.line)
