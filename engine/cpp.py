@@ -451,26 +451,40 @@ def _declarator_name(node: Node | None) -> Node | None:
     return None
 
 
-def _enclosing_class(node: Node, src: SourceFile) -> str:
+# The ancestors a definition's class, namespaces and heads are looked for in. tree-sitter
+# finds a node's parent by descending from the root (a step costs the node's depth): a
+# definition buried under thousands of levels (a generated or damaged file: 5,000 nested
+# loops around class members) cost seconds a definition. Real heads are a few levels up;
+# the planner walks 256 levels at most.
+_ANCESTOR_LIMIT = 256
+
+
+def _ancestors(node: Node) -> Iterator[Node]:
+    """The node's parent, its parent's, ... up to _ANCESTOR_LIMIT of them."""
     parent = node.parent
-    while parent is not None:
+    for _ in range(_ANCESTOR_LIMIT):
+        if parent is None:
+            return
+        yield parent
+        parent = parent.parent
+
+
+def _enclosing_class(node: Node, src: SourceFile) -> str:
+    for parent in _ancestors(node):
         if parent.type in _CLASS_TYPES:
             name = parent.child_by_field_name("name")
             return base_type_name(text_of(src, name)) if name is not None else ""
         if parent.type in ("function_definition", "translation_unit"):
             return ""
-        parent = parent.parent
     return ""
 
 
 def _enclosing_namespace(node: Node, src: SourceFile) -> str:
     names: list[str] = []
-    parent = node.parent
-    while parent is not None:
+    for parent in _ancestors(node):
         if parent.type == "namespace_definition":
             name = parent.child_by_field_name("name")
             names.append(text_of(src, name) if name is not None else "")
-        parent = parent.parent
     return "::".join(reversed([n for n in names if n]))
 
 
@@ -569,10 +583,10 @@ def definition_key(src: SourceFile, node: Node) -> bytes:
     can be compiled."""
     start = node.start_byte
     heads: list[bytes] = []
-    parent = node.parent
-    if parent is not None and parent.type == "template_declaration":
-        start = parent.start_byte
-    while parent is not None:
+    chain = list(_ancestors(node))
+    if chain and chain[0].type == "template_declaration":
+        start = chain[0].start_byte
+    for parent in chain:
         if parent.type in _CLASS_TYPES or parent.type == "namespace_definition":
             body = parent.child_by_field_name("body")
             head_end = body.start_byte if body is not None else parent.end_byte
@@ -584,7 +598,6 @@ def definition_key(src: SourceFile, node: Node) -> bytes:
         elif parent.type.startswith("preproc_"):  # the arm's directive line: `#if A`, `#elif B`, `#else`
             end = src.text.find(b"\n", parent.start_byte, parent.end_byte)
             heads.append(src.text[parent.start_byte : end if end >= 0 else parent.end_byte])
-        parent = parent.parent
     own = without_own_code(src.text[start : node.end_byte])
     # The bytes rb"\s" matches, deleted by bytes.translate: a C loop, several times faster
     # than re.sub (every function definition's text goes through it).

@@ -476,9 +476,21 @@ class Planner:
             for fn in list(self.an.index.functions.values()):
                 if fn.body is None or not self.inside(fn):
                     continue
-                for loop in fn.nodes_in(fn.body, LOOP_TYPES):
+                # Loops in the order they open, with the ends of those around each: a loop
+                # inside a tile loop is covered by it (its calls are the tile loop's), and
+                # one nested past the walk's bound is never walked (a generated file can
+                # nest thousands).
+                around: list[int] = []
+                covered_to = -1
+                for loop in sorted(fn.nodes_in(fn.body, LOOP_TYPES), key=lambda n: n.start_byte):
+                    while around and around[-1] <= loop.start_byte:
+                        around.pop()
+                    around.append(loop.end_byte)
+                    if loop.start_byte < covered_to or len(around) > MAX_NESTING:
+                        continue
                     if self.classify_loop(fn, loop) != "tile":
                         continue
+                    covered_to = loop.end_byte
                     where = (fn, fn.src.line_of(loop.start_byte), loop_var(fn, loop))
                     todo = [c for call in fn.nodes_in(loop, ("call_expression",))
                             for c in self.an.call_site(fn, call).callees]
