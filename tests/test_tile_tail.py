@@ -21,9 +21,14 @@ OP = FIXTURES / "tile_tail" / "norm" / "moe_row_norm"
 KERNEL = OP / "op_kernel" / "moe_row_norm.cpp"
 
 
-def _function_lines(name: str) -> range:
-    """The lines of a member function's definition (its signature to its closing brace)."""
-    lines = KERNEL.read_text().splitlines()
+# The functions the row-tile loop runs, directly or through SubProcess.
+PER_TILE = ("SubProcess", "CopyIn", "ComputeRstd", "ComputeScale", "CopyOut")
+
+
+def _function_lines(name: str, text: str | None = None) -> range:
+    """The lines (1-based) of a member function's definition in the kernel's text, its
+    signature to its closing brace."""
+    lines = (KERNEL.read_text() if text is None else text).splitlines()
     start = next(i for i, line in enumerate(lines, 1) if f"inline void {name}(" in line)
     end = next(i for i, line in enumerate(lines, 1) if i > start and line == "    }")
     return range(start, end + 1)
@@ -35,8 +40,7 @@ def _all(region: Region) -> list[Region]:
 
 def test_no_region_in_what_the_tile_loop_runs() -> None:
     plan = plan_operator(OP)
-    steps = ("SubProcess", "CopyIn", "ComputeRstd", "ComputeScale", "CopyOut")
-    per_tile = [_function_lines(n) for n in steps]
+    per_tile = [_function_lines(n) for n in PER_TILE]
     stack = [plan.root]
     tail = None
     while stack:
@@ -63,11 +67,11 @@ def test_applied_the_functions_the_loop_runs_are_unchanged(tmp_path: Path) -> No
     shutil.copytree(FIXTURES / "tile_tail", repo)
     before = snapshot(repo)
     assert cli("apply", str(repo / "norm/moe_row_norm"), "--write")[0] == 0
-    text = (repo / "norm/moe_row_norm/op_kernel/moe_row_norm.cpp").read_text().splitlines()
-    for name in ("SubProcess", "CopyIn", "ComputeRstd", "ComputeScale", "CopyOut"):
-        start = next(i for i, line in enumerate(text) if f"inline void {name}(" in line)
-        end = next(i for i, line in enumerate(text) if i > start and line == "    }")
-        assert not any("optrace" in line for line in text[start:end + 1]), name
+    text = (repo / "norm/moe_row_norm/op_kernel/moe_row_norm.cpp").read_text()
+    lines = text.splitlines()
+    for name in PER_TILE:
+        span = _function_lines(name, text)
+        assert not any("optrace" in lines[i - 1] for i in span), name
     assert cli("strip", str(repo / "norm/moe_row_norm"), "--write")[0] == 0
     assert snapshot(repo) == before
 
@@ -104,12 +108,7 @@ def test_the_same_through_a_macro_that_runs_the_class(tmp_path: Path) -> None:
     text = text.replace('extern "C"', clear + macro + 'extern "C"', 1).replace(direct, run)
     kernel.write_text(text)
     plan = plan_operator(repo / "norm/moe_row_norm")
-    lines = text.splitlines()
-    per_tile: list[range] = []
-    for name in ("SubProcess", "CopyIn", "ComputeRstd", "ComputeScale", "CopyOut"):
-        start = next(i for i, line in enumerate(lines, 1) if f"inline void {name}(" in line)
-        end = next(i for i, line in enumerate(lines, 1) if i > start and line == "    }")
-        per_tile.append(range(start, end + 1))
+    per_tile = [_function_lines(name, text) for name in PER_TILE]
     labels = [r.label for r in _all(plan.root)]
     assert "sub" in labels and "sub-tile" in labels, labels
     for region in _all(plan.root):
