@@ -14,6 +14,7 @@ from __future__ import annotations
 from optrace.codemods.aclnn import AclnnLayer
 from optrace.codemods.autograd_wrappers import AutogradWrappersLayer
 from optrace.codemods.build_hook import BuildHookLayer
+from optrace.codemods.cpp_callers import CppCallersLayer
 from optrace.codemods.graph_converters import GraphConvertersLayer
 from optrace.codemods.infer import InferLayer
 from optrace.codemods.kernel_entry import EntryLayer
@@ -40,6 +41,7 @@ HOST_LAYERS: tuple[Layer, ...] = (
     TilingLayer(),
     L0opLayer(),
     AclnnLayer(),
+    CppCallersLayer(),
     TorchAdapterLayer(),
     RegistrationLayer(),
     AutogradWrappersLayer(),

@@ -36,6 +36,7 @@ LAYER_KEYS = (
     "infer",
     "tiling",
     "aclnn",
+    "cpp_callers",
     "torch_adapter",
     "registration",
     "build_script",

@@ -33,6 +33,7 @@ CASES = {
     "key_chains": FIXTURES / "key_chains" / "moe_key_chain",
     "step_names": FIXTURES / "step_names" / "moe_step_names",
     "graph_only": FIXTURES / "graph_only" / "pooling" / "moe_pool_grad_argmax",
+    "generated_api": FIXTURES / "generated_api" / "pooling" / "moe_pool_grad_argmax",
     "tile_tail": FIXTURES / "tile_tail" / "norm" / "moe_row_norm",
 }
 

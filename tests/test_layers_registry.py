@@ -29,11 +29,12 @@ OP = "src/cam/comm_operator/ascend_kernels/moe_fused_gmm"
 runner = CliRunner()
 
 # The order of the data, from the kernel to the Python caller.
-ORDER = ["entry", "base_header", "op_def", "infer", "tiling", "l0op", "aclnn", "torch_adapter",
+ORDER = ["entry", "base_header", "op_def", "infer", "tiling", "l0op", "aclnn", "cpp_callers", "torch_adapter",
          "registration", "autograd_wrappers", "build_hook", "python_callers", "python_fakes",
          "graph_converters"]
 # Layers the fixture with every other layer lacks: the fixture that has them.
-OWN_FIXTURE = {"l0op": ("l0op_style", "norm/moe_norm_grad")}
+OWN_FIXTURE = {"l0op": ("l0op_style", "norm/moe_norm_grad"),
+               "cpp_callers": ("l0op_style", "norm/moe_norm_grad")}
 # Files of another operator left out of a fixture so that mode B applies: `norm_common`'s
 # legacy API calls l0op_style's l0 function, which refuses mode B (tests/test_layer_l0op.py).
 WITHOUT = {"l0op_style": ("norm/norm_common/op_api/aclnn_moe_norm_legacy.cpp",)}
