@@ -226,6 +226,10 @@ def _threading(layers: Layers, clean: bool) -> Threading:
                 else:
                     need.add(fn.name)
                     grown = True
+    launching = {fn.name for ln in result.launches
+                 if (fn := _innermost(decls[ln.path], ln.at)) is not None}
+    dead = _dead_chains(need, launching, result.roots, decls, codes, own_parens)
+    need -= set(dead)
     result.functions = need
     counts: dict[str, set[int]] = {}
     tails: dict[str, set[tuple[bytes | None, ...]]] = {}  # each declaration's default per parameter
@@ -283,9 +287,13 @@ def _threading(layers: Layers, clean: bool) -> Threading:
                                   f"`{site.function}` is called from {caller} too, outside the operator: "
                                   "in mode B that call would launch the op without the profiling output it "
                                   "requires (mode A: the output is optional, that call passes none)"))
+    unused = {p: [(fn.body_open, fn.body_close) for fn in fns if fn.name in dead and fn.body_open >= 0]
+              for p, fns in decls.items()}
     for path, data in texts.items():
         code = codes[path]
         for name, paren in _calls(code, need, 0, len(code), own_parens[path]):
+            if any(lo < paren < hi for lo, hi in unused[path]):
+                continue  # a call in code nothing runs: the callee's default (or its own arity) holds
             close = match_bracket(code, paren)
             if close < 0:
                 continue
@@ -305,6 +313,43 @@ def _threading(layers: Layers, clean: bool) -> Threading:
             result.sites.append(site)
     _repeated_launches(result, texts, codes)
     return result
+
+
+def _dead_chains(need: set[str], launching: set[str], roots: set[str], decls: dict[Path, list[CppFunction]],
+                 codes: dict[Path, bytes], own_parens: dict[Path, set[int]]) -> dict[str, None]:
+    """Functions on the buffer's way that nothing runs: static ones (every definition
+    `static`) that no public API (a root), no function others may call (not static) and
+    no function holding a launch reaches through the way's calls (ops-nn's gru keeps a
+    static `GruDataGetWorkspaceSize` -> `GruDataRun` -> ... -> `l0op::Gru` chain no one
+    calls: 8 edits carrying the buffer nowhere). They keep their lists; a call they make
+    of a function that is threaded then compiles by that function's `= nullptr` default
+    (not static: its prototype, or its definition, gets one). One that calls a threaded
+    static function (no default) is threaded as before, with its callers."""
+    static: dict[str, bool] = {}
+    calls: dict[str, set[str]] = {}
+    for path, fns in decls.items():
+        for fn in fns:
+            if fn.body_open < 0 or (fn.name not in need and fn.name not in roots):
+                continue
+            is_static = re.search(rb"\bstatic\b", codes[path][fn.start : fn.params_open]) is not None
+            static[fn.name] = static.get(fn.name, True) and is_static
+            made = _calls(codes[path], need, fn.body_open, fn.body_close, own_parens[path])
+            calls.setdefault(fn.name, set()).update(n for n, _ in made)
+    seeds = {n for n in need if not static.get(n, False) or n in launching} | roots
+    while True:
+        live = set(seeds)
+        todo = list(seeds)
+        while todo:
+            for callee in calls.get(todo.pop(), ()):
+                if callee not in live:
+                    live.add(callee)
+                    todo.append(callee)
+        dead = {n for n in need if n not in live}
+        # A dead function calling a threaded static one must pass it the buffer: threaded.
+        revived = {n for n in dead if any(c in live and static.get(c, False) for c in calls.get(n, ()))}
+        if not revived:
+            return dict.fromkeys(sorted(dead))
+        seeds |= revived
 
 
 def _repeated_launches(result: Threading, texts: dict[Path, bytes], codes: dict[Path, bytes]) -> None:

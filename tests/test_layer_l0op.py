@@ -308,3 +308,55 @@ def test_an_l0_function_another_operator_calls_chooses_mode_a(tmp_path: Path) ->
     (repo / "norm/norm_common/op_api/aclnn_moe_norm_legacy.cpp").unlink()
     _, _, err = cli("apply", str(repo / OP))
     assert "mode B" in err.splitlines()[0], err
+
+
+# Code nothing runs, appended to the API's file: a static chain down to the public l0
+# function (gru's `GruDataGetWorkspaceSize` -> ... -> `l0op::Gru`, which nothing calls),
+# and a static function calling the threaded static helper `RunNormGrad`.
+_UNUSED_CHAIN = """
+static const aclTensor *RunNormGradUnused(const aclTensor *gradOutput, const aclTensor *x,
+                                          const aclTensor *rstd, aclTensor *gradGamma,
+                                          aclOpExecutor *executor)
+{
+    return l0op::MoeNormGrad(gradOutput, x, rstd, 8, gradGamma, executor);
+}
+
+static aclnnStatus UnusedEntry(const aclTensor *gradOutput, const aclTensor *x, const aclTensor *rstd,
+                               aclTensor *gradGamma, aclOpExecutor *executor)
+{
+    return RunNormGradUnused(gradOutput, x, rstd, gradGamma, executor) == nullptr ? ACLNN_ERR_INNER_NULLPTR
+                                                                                : ACLNN_SUCCESS;
+}
+"""
+_UNUSED_CALLER_OF_HELPER = """
+static const aclTensor *RunNormGradAgain(const aclTensor *gradOutput, const aclTensor *x,
+                                         const aclTensor *rstd, aclTensor *gradGamma, aclOpExecutor *executor)
+{
+    return RunNormGrad(gradOutput, x, rstd, 8, gradGamma, executor);
+}
+"""
+
+
+def test_a_static_chain_nothing_calls_keeps_its_lists_and_compiles(tmp_path: Path) -> None:
+    """Nothing calls `UnusedEntry`: the buffer would travel through it nowhere, so its chain
+    is left as written (its call of the public `l0op::MoeNormGrad` compiles by the
+    prototype's `= nullptr`). `RunNormGradAgain` is unused too, but it calls the threaded
+    static `RunNormGrad`, which has no default: it is threaded, or it would not compile."""
+    repo = copy(tmp_path)
+    src = repo / API / "aclnn_moe_norm_backward.cpp"
+    src.write_text(src.read_text() + _UNUSED_CHAIN + _UNUSED_CALLER_OF_HELPER)
+    files = sorted((repo / API).glob("*.cpp"))
+    op_dir = repo / OP
+    before = host_compile(files, op_dir).errors
+    assert cli("apply", str(op_dir), "--write")[0] == 0
+    text = src.read_text()
+    assert _UNUSED_CHAIN in text, text
+    again = unwrapped(text)
+    assert "aclOpExecutor *executor/*optrace<*/, const aclTensor *profilingData/*>optrace*/)\n{\n" \
+           "    return RunNormGrad(gradOutput, x, rstd, 8, gradGamma, executor/*optrace<*/, profilingData" \
+           "/*>optrace*/);" in again, again
+    after = host_compile(files, op_dir).errors
+    for path in files:
+        old = {e.message for e in before[path]}
+        assert [e for e in after[path] if e.message not in old] == [], path
+    assert g2(op_dir)["status"] == "pass"
