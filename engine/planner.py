@@ -93,6 +93,11 @@ _OWN_CALLS = RUNTIME_NAMES | {"TRACE_POINT", "OptraceEnd"}
 # AscendC calls that neither move nor compute data: never what a handshake is named after.
 _HOUSEKEEPING_RE = re.compile(r"(Set|Get|Pipe|Sync|Wait|Cross|Duplicate|Free|Alloc|EnQue|DeQue|Enque|Deque|"
                               r"Init|Reset|static_cast|reinterpret_cast|sizeof|dim3$)")
+# Arithmetic on tile sizes a tile loop calls beside its work (`calRowNum = Min(remain,
+# rowFactor)`): not what tells one loop from another (rms_norm's loop read `sub-min`).
+_ARITHMETIC_HELPERS = frozenset({"Min", "Max", "min", "max", "Abs", "abs", "CeilDiv", "CeilAlign", "DivCeil",
+                                 "CeilDivision", "AlignUp", "AlignDown", "Align", "RoundUp", "RoundDown",
+                                 "FloorDiv", "FloorAlign", "Ceil", "Floor"})
 _MACRO_CALL_RE = re.compile(r"\s*([A-Za-z_]\w*)\s*\(")  # a name the file #defines (any case)
 _MACRO_BARE_RE = re.compile(r"\s*([A-Za-z_]\w*)\s*;?\s*$")
 # In a macro's expansion: `Type<...> var(...);` / `Type<...> var;`, and `var.Process(...)`.
@@ -865,7 +870,8 @@ class Planner:
         stem = "-".join(var_words(var)) if var else "loop"
         # The last other function it calls tells it from a loop named after the same one.
         called = [self.an.call_site(fn, c) for c in fn.nodes_in(loop, ("call_expression",))]
-        others = [c.name for c in called if c.callees and (callee is None or c.name != callee.name)]
+        others = [c.name for c in called if c.callees and (callee is None or c.name != callee.name)
+                  and c.name.rsplit("::", 1)[-1] not in _ARITHMETIC_HELPERS]
         region = self._new(parent, [word or stem], Kind.LOOP, ctx, self._stmt_anchor(fn, loop),
                            f"tile loop over `{var}` in {fn.display}, bracketed as a whole",
                            hot=hot_of(word or ""), tile_loop=True,

@@ -661,3 +661,43 @@ def test_a_cast_in_a_loop_condition_is_not_the_loop_s_name(tmp_path: Path) -> No
            "    while (static_cast<int64_t>(k) < blockNum) { CopyIn(k); Compute(k); SyncAll(); k++; }\n}\n")
     plan = plan_src(tmp_path, src)
     assert [lp.var for lp in plan.loops] == ["k"], [lp.var for lp in plan.loops]
+
+
+
+def test_arithmetic_on_tile_sizes_does_not_name_a_tile_loop(tmp_path: Path) -> None:
+    """Two row loops of one step both run `SubProcess`; the second also sizes its rows with
+    the operator's own `Min` helper. Told apart, it read `sub-min` (ops-nn's rms_norm): the
+    arithmetic says nothing of the loop, so another difference names it."""
+    src = """
+template <typename T> __aicore__ inline T Min(T a, T b) { return a < b ? a : b; }
+
+class KernelRows {
+public:
+    __aicore__ inline void Process() {
+        CopyInGamma();
+        for (uint32_t rowIdx = 0; rowIdx < headRows; ++rowIdx) {
+            SubProcess(rowIdx, rowFactor);
+        }
+        SyncAll();
+        uint32_t remain = tailRows;
+        for (uint32_t repeat = 0; repeat < repeatNum; ++repeat) {
+            uint32_t calRowNum = Min(remain, rowFactor);
+            SubProcess(repeat, calRowNum);
+            remain -= calRowNum;
+        }
+    }
+private:
+    __aicore__ inline void CopyInGamma() {
+        for (uint32_t k = 0; k < gammaBlocks; ++k) { DataCopy(g, gammaGm[k * 64], 64); Cast(gf, g, 64); }
+    }
+    __aicore__ inline void SubProcess(uint32_t i, uint32_t rows) {
+        for (uint32_t j = 0; j < rows; ++j) { DataCopy(x, xGm[i * rows + j], 64); Mul(y, x, x, 64);
+            ReduceSum(z, y, w, 64); Muls(z, z, 2.0f, 1); Sub(y, x, z, 64); DataCopy(yGm[i], y, 64); }
+    }
+};
+""" + ('extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {\n'
+       "    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);\n    KernelRows op;\n    op.Process();\n}\n")
+    plan = plan_src(tmp_path, src)
+    tiles = [r.label for r in plan.root.walk() if r.tile_loop]
+    assert len(tiles) == 2 and len(set(tiles)) == 2, tiles
+    assert not any("min" in label.split("-") for label in tiles), tiles
