@@ -1070,7 +1070,12 @@ class Planner:
         if (tname is None or tname in ASCENDC_TYPES or tname.startswith("AscendC")
                 or tname in ("auto", "decltype") or self.an.index.resolve_class(tname, fn.scope)):
             return ""
-        return word or tname.split("<")[0].split("::")[-1]
+        cls = tname.split("<")[0].split("::")[-1]
+        if word and label_kebab(word) in self.vocab.fillers:
+            # `sch.Process(...)` says only that work runs; the class says which (an
+            # elementwise kernel's whole launch is `BroadcastSch<...> sch; sch.Process()`).
+            return cls or word
+        return word or cls
 
     def _blocking(self, fn: FunctionDef, stmt: Node, call: Node, name: str, ctx: Ctx,
                   parent: Region) -> None:

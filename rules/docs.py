@@ -152,10 +152,12 @@ number of words, at most 7 (typical trees read in 3-4 levels). Its words are wha
 splitting it on spaces and hyphens gives. They come from the code's own names: the called
 function's, or for a generic method (`Process`, `Run`, `operator()`) the object's
 (`dispatch_.Process()` -> `dispatch`), or its class's when the object's name says nothing
-(`op`). A name is split at case changes with acronyms and digit runs kept whole
-(`CpGM2GMPingPong` -> `cp-gm2gm-ping-pong`, `GMM1Finished` -> `gmm1-finished`), a single
-letter joined to its neighbour (`MaxPoolW` -> `max-poolw`); long words take their short
-form and filler words are dropped (the lists below); a name is whole unless its label is
+(`op`) or the class is not in the files read (`BroadcastSch<..> sch; sch.Process()` ->
+`broadcast-sch`: an elementwise kernel's whole launch, traced at its call). A name is
+split at case changes with acronyms and digit runs kept whole (`CpGM2GMPingPong` ->
+`cp-gm2gm-ping-pong`, `GMM1Finished` -> `gmm1-finished`), a single letter joined to its
+neighbour (`MaxPoolW` -> `max-poolw`); long words take their short form and filler words
+are dropped (the lists below); a name is whole unless its label is
 over the limit. Then {OT105} keeps labels from repeating a word, tells distinct siblings
 apart, and shortens a label over `[naming] max_length` (default 32) — its rule text below
 says how.

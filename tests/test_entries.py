@@ -218,7 +218,7 @@ __global__ __aicore__ void chain_op(GM_ADDR x, GM_ADDR tiling)
     plan = plan_operator(op)
     conditions = [v["condition"] for v in plan.variants]
     assert conditions == ["MODE == 1", "!(MODE == 1)"], conditions
-    process = [r for r in plan.root.walk() if r.label == "process"]
+    process = [r for r in plan.root.walk() if r.label == "sched"]  # `sch.Process()`: by its class
     assert len(process) == 2 and process[0].exclusive_with(process[1])
     assert plan.lint["sibling_label_clashes"] == 0
 

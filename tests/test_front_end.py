@@ -107,12 +107,13 @@ def test_work_on_a_class_from_an_absent_header_is_traced_at_its_call_sites(tmp_p
     plan = plan_operator(root / "ops/elem")
     # one label per step shared by the variants (one launch runs one), never `process-2`;
     # AscendC's own `pipe.Init()` is not the operator's work
-    assert tree(plan) == [(1, "init", "elem.cpp:9"), (1, "process", "elem.cpp:10"),
-                          (1, "init", "elem.cpp:13"), (1, "process", "elem.cpp:14")]
+    # `sch.Process()` is named by the class (`process` says only that work runs)
+    assert tree(plan) == [(1, "init", "elem.cpp:9"), (1, "elementwise-sch", "elem.cpp:10"),
+                          (1, "init", "elem.cpp:13"), (1, "elementwise-sch", "elem.cpp:14")]
     before = snapshot(root)
     assert runner.invoke(app, ["apply", str(root / "ops/elem"), "--write"]).exit_code == 0
     text = (root / "ops/elem/op_kernel/elem.cpp").read_text()
-    assert text.count('MoeTracing(TRACE_POINT("process", "B"));  // optrace') == 2
+    assert text.count('MoeTracing(TRACE_POINT("elementwise-sch", "B"));  // optrace') == 2
     assert "sch.Init(x, y);" in text  # no profiling argument for a class we cannot change
     assert runner.invoke(app, ["strip", str(root / "ops/elem"), "--write"]).exit_code == 0
     assert snapshot(root) == before
@@ -153,7 +154,7 @@ def test_every_preprocessor_arm_is_planned_and_a_missing_header_collapses_none(t
     assert [(d, label) for d, label, _ in tree(plan)] == [
         (1, "group"), (2, "group new0"), (2, "group new1"), (2, "group new2"),
         (1, "group"), (2, "group old0"), (2, "group old1"), (2, "group old2"),
-        (1, "process")]
+        (1, "gone")]
     assert any(h == "arch22/impl.h" for _, _, h in plan.analysis.includes.missing)
 
 
