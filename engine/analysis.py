@@ -234,8 +234,13 @@ class Analysis:
                 if node.type == "expression_statement":
                     if fn.src.text[node.start_byte : node.start_byte + 10] != b"MoeTracing":
                         stmts += 1
-                    if vf_target(fn.src.text[node.start_byte : node.end_byte]):
+                    text = fn.src.text[node.start_byte : node.end_byte]
+                    if vf_target(text):
                         has_loop = True  # a launch of a thread grid: a loop in all but name
+                    elif _MATMUL_RUN_RE.search(text):
+                        # `mm.IterateAll(c)`: the matmul API's run over every tile of the
+                        # product (gru's input matmul, seven lines that set it up and run it)
+                        has_loop = True
                     elif (m := _MACRO_STMT_RE.match(fn.src.text, node.start_byte)) is not None:
                         # `PROCESS_TILES(tiling);`: a macro whose definition holds the loop
                         # is the function's work, written elsewhere
@@ -251,6 +256,9 @@ class Analysis:
 
 
 # A statement that is a call of an upper-case name: a macro, by the usual spelling.
+# A statement that runs a whole matrix product through the matmul API (its loop over tiles
+# is in the library).
+_MATMUL_RUN_RE = re.compile(rb"(?:\.|->)\s*(?:IterateAll|IterateBatch|IterateNBatch)\s*[<(]")
 _MACRO_STMT_RE = re.compile(rb"[ \t]*([A-Z_][A-Z0-9_]*)[ \t]*\(")
 _MACRO_USE_RE = re.compile(r"\b([A-Z_][A-Z0-9_]*)\s*\(")
 _LOOP_RE = re.compile(r"\b(?:for|while)\s*\(")

@@ -262,6 +262,30 @@ def loop_index(an: Analysis, fn: FunctionDef, loop: Node) -> str | None:
     return None
 
 
+def loop_bound(fn: FunctionDef, loop: Node, var: str | None) -> str | None:
+    """The name a counted loop runs up to (`tIdx < this->tiling->timeStep` -> `timeStep`):
+    the last name of its condition's right side, not the variable itself."""
+    cond = loop.child_by_field_name("condition")
+    if cond is None or not var:
+        return None
+    m = re.search(r"(?:<=?|!=)\s*(.+)$", _CAST_RE.sub(" ", text_of(fn.src, cond)).strip().rstrip(";"), re.S)
+    if m is None:
+        return None
+    names = [n for n in re.findall(r"[A-Za-z_]\w*", m.group(1)) if n != var and n not in _CONDITION_NOISE]
+    return names[-1] if names else None
+
+
+def loop_words(fn: FunctionDef, loop: Node, var: str | None) -> list[str]:
+    """A phase loop's words: its variable's, or where those say nothing (`tIdx`, `i`) the
+    words of what it runs up to (`timeStep` -> `time-step`; gru's time loop read `loop`)."""
+    words = var_words(var) if var else []
+    if any(len(w) > 1 for w in words):
+        return words
+    bound = loop_bound(fn, loop, var)
+    found = [w for w in var_words(bound) if len(w) > 1] if bound else []
+    return found or words
+
+
 def var_words(var: str) -> list[str]:
     words = label_kebab(var, glue=False).split("-")
     return [w for w in words if w not in ("idx", "id", "index", "cnt", "num", "cur", "i")] or words
@@ -826,7 +850,7 @@ class Planner:
         body = loop.child_by_field_name("body")
         if body is None:
             return
-        word = "-".join(var_words(var)) if var else "loop"
+        word = "-".join(loop_words(fn, loop, var)) if var else "loop"
         region = self._new(parent, [word], Kind.LOOP, ctx, self._body_anchor(fn, body),
                            f"phase loop over `{var}` in {fn.display} ({why})",
                            index_var=loop_index(self.an, fn, loop))

@@ -701,3 +701,46 @@ private:
     tiles = [r.label for r in plan.root.walk() if r.tile_loop]
     assert len(tiles) == 2 and len(set(tiles)) == 2, tiles
     assert not any("min" in label.split("-") for label in tiles), tiles
+
+
+def test_a_matmul_run_is_a_step_and_a_time_loop_is_named_by_its_bound(tmp_path: Path) -> None:
+    """A recurrent kernel (ops-nn's gru): the input matmul is a few lines that set the
+    matmul API up and run it (`IterateAll`), which is the step's whole product, not a
+    chore; the time loop's variable (`tIdx`) says nothing, what it runs up to does."""
+    src = """
+class KernelRnn {
+public:
+    __aicore__ inline void Process() {
+        InputMM();
+        SyncAll();
+        int64_t tIdx = hasInitH ? 0 : 1;
+        for (; tIdx < this->tiling->timeStep; tIdx++) {
+            SyncAll();
+            HiddenMM(tIdx);
+            SyncAll();
+            Gates(tIdx);
+        }
+    }
+private:
+    __aicore__ inline void InputMM() {
+        inputMM.SetTensorA(xGm[aOffset]);
+        inputMM.SetTensorB(wiGm[bOffset]);
+        inputMM.IterateAll(inputMMWorkspace[cOffset], false);
+    }
+    __aicore__ inline void HiddenMM(int64_t t) {
+        hiddenMM.SetTensorA(hGm[t * hiddenSize]);
+        hiddenMM.SetTensorB(whGm[bOffset]);
+        hiddenMM.IterateAll(hiddenMMWorkspace[cOffset], false);
+    }
+    __aicore__ inline void Gates(int64_t t) {
+        for (int64_t row = 0; row < rowNum; ++row) { DataCopy(x, ws[t * row], 64); Sigmoid(y, x, 64);
+            Mul(z, y, x, 64); DataCopy(outGm[t * row], z, 64); }
+    }
+};
+""" + ('extern "C" __global__ __aicore__ void demo_op(GM_ADDR x) {\n'
+       "    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);\n    KernelRnn op;\n    op.Process();\n}\n")
+    plan = plan_src(tmp_path, src)
+    got = [r.label for r in plan.root.walk()]
+    assert "input-mm" in got, got
+    assert "time-step" in got and "loop" not in got, got
+    assert "time-step hidden-mm" in got, got
