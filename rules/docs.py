@@ -53,7 +53,8 @@ used by the label budget ({OT108}):
 
 - **phase** — communication (dispatch / combine / all-to-all / send / recv / remote copy
   loops over tokens or experts) and compute (matmul / mmad / GEMM / epilogue / SwiGLU /
-  quant / dequant / unpermute / routing). Evidence: a loop anywhere below it, phase work
+  quant / dequant / unpermute / routing). Evidence: a loop anywhere below it (a run of the
+  matmul API over every tile, `mm.IterateAll(...)` / `IterateBatch`, counts as one), phase work
   (a wait or handshake below it), a phase loop's body, a tile loop's region, or running
   inside a phase loop (per expert / group).
 - **handshake** — cross-core wait / notify (`CrossCoreWaitFlag`, `CrossCoreSetFlag`),
@@ -158,7 +159,9 @@ split at case changes with acronyms and digit runs kept whole (`CpGM2GMPingPong`
 `cp-gm2gm-ping-pong`, `GMM1Finished` -> `gmm1-finished`), a single letter joined to its
 neighbour (`MaxPoolW` -> `max-poolw`); long words take their short form and filler words
 are dropped (the lists below); a name is whole unless its label is
-over the limit. Then {OT105} keeps labels from repeating a word, tells distinct siblings
+over the limit. A phase loop is named by its variable, or where that says nothing (`tIdx`,
+`i`) by what it runs up to (`tIdx < timeStep` -> `time-step`). Then {OT105} keeps labels
+from repeating a word, tells distinct siblings
 apart, and shortens a label over `[naming] max_length` (default 32) — its rule text below
 says how.
 
