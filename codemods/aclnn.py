@@ -38,6 +38,7 @@ from optrace.codemods.layer_common import (
     split_top,
     starts_line,
 )
+from optrace.engine.cache import once
 from optrace.engine.codes import OT024
 from optrace.engine.cpp import (
     enclosing_function,
@@ -122,7 +123,12 @@ def wrapper_names(layers: Layers, clean: bool = True) -> tuple[str, ...]:
     `aclnnInnerScaledMaskedSoftmaxV2GetWorkspaceSize`): a function of the aclnn files
     whose body calls one and that takes the `workspaceSize` it passes on, repeated until
     no caller is left. Its declarations, its definition and its own callers then get the
-    parameter too, so the call never shifts workspaceSize into the profiling slot."""
+    parameter too, so the call never shifts workspaceSize into the profiling slot. Found
+    once in an `unchanged_files` stretch (the aclnn and C++ callers layers both ask)."""
+    return once(("aclnn wrapper names", id(layers), clean), lambda: _wrapper_names(layers, clean), layers)
+
+
+def _wrapper_names(layers: Layers, clean: bool) -> tuple[str, ...]:
     texts = []
     for path in aclnn_files(layers):
         try:
