@@ -141,10 +141,12 @@ def api_names(layers: Layers) -> frozenset[str]:
     return frozenset(names)
 
 
-def declared_arity(layers: Layers) -> dict[str, int]:
+def declared_arity(layers: Layers) -> dict[str, set[int]]:
     """Per API of the operator's aclnn files, the arguments before workspaceSize its clean
-    declaration takes once instrumented (one more, unless it already carries one)."""
-    found: dict[str, int] = {}
+    declarations take once instrumented (one more, unless one already carries it). Two
+    where a folder of the op's name elsewhere declares an API of that name too: the aclnn
+    layer grows both."""
+    found: dict[str, set[int]] = {}
     names = wrapper_names(layers)
     for path in aclnn_files(layers):
         try:
@@ -156,18 +158,30 @@ def declared_arity(layers: Layers) -> dict[str, int]:
             if wl.is_call:
                 continue
             grown = 0 if wl.profiling_item(data) is not None else 1
-            found.setdefault(wl.function.removesuffix("GetWorkspaceSize"), wl.workspace + grown)
+            found.setdefault(wl.function.removesuffix("GetWorkspaceSize"), set()).add(wl.workspace + grown)
     return found
 
 
-def _generated_api(layers: Layers, code: bytes) -> frozenset[str]:
+def _generated_api(layers: Layers, path: Path, code: bytes) -> frozenset[str]:
     """`aclnn<Op>` spelled as `code` spells it, for an operator with its own OpDef (the
-    build generates that API from it): the names of `code`'s calls matching the op."""
-    if "op_def" not in layers.found:
+    build generates that API from it): the names of `code`'s calls matching the op. Only
+    in the operator's own folder: with no declaration to count its arguments against,
+    another folder's call of that name may be another operator's API of the same name."""
+    if "op_def" not in layers.found or layers.op_dir not in path.parents:
         return frozenset()
     pattern = re.compile(rb"\b(aclnn" + op_name_pattern(layers.op_name) + rb")(?:GetWorkspaceSize\s*\("
                          rb"|\s*,)")
     return frozenset(m.group(1).decode() for m in pattern.finditer(code))
+
+
+def ours(call: ApiCall, arity: dict[str, set[int]]) -> bool:
+    """Whether a call is of the API the operator's declaration states (its arity, clean or
+    grown): another arity is another function of that name (ops-nn's gather_v2 samples
+    call a two-argument `aclnnMedian`; experimental/index/median's takes five), or one
+    that never compiled. Without a declaration (a generated API), or a count (OP_API_UT
+    of tuples built elsewhere), it is."""
+    wanted = arity.get(call.api)
+    return wanted is None or call.arity is None or call.arity in wanted or call.arity + 1 in wanted
 
 
 def sample_files(layers: Layers, paths: Sequence[Path]) -> list[Path]:
@@ -204,11 +218,12 @@ def locate_callers(plan: Plan) -> list[CallerTarget]:
     out: list[CallerTarget] = []
     for path in [f.path for f in layers.found.get(CODEMOD, [])]:
         data = clean_bytes(path)
-        apis = grown | _generated_api(layers, mask(data))
+        apis = grown | _generated_api(layers, path, mask(data))
         for call in api_calls(path, data, apis):
             wanted = arity.get(call.api)
-            if wanted is not None and call.arity is not None and call.arity != wanted - 1:
-                continue  # already passes one (the grown arity), or never matched the API
+            if not ours(call, arity) or (wanted is not None and call.arity is not None
+                                         and call.arity + 1 not in wanted):
+                continue  # another API of that name, or one already passing a buffer
             out.append(CallerTarget(path, data, call))
     return out
 
@@ -282,11 +297,12 @@ class CppCallersLayer(LocatingLayer[CallerTarget]):
         if not maybe:
             return []
         grown = api_names(ctx.layers)
+        arity = declared_arity(ctx.layers)
         out: list[LayerFile] = []
         for path in maybe:
             code = ctx.code(path)
-            apis = grown | _generated_api(ctx.layers, code)
-            calls = api_calls(path, code, apis)
+            apis = grown | _generated_api(ctx.layers, path, code)
+            calls = [c for c in api_calls(path, code, apis) if ours(c, arity)]
             if calls:
                 out.append(LayerFile(path, calls[0].line, f"calls {calls[0].api}"))
         return out
@@ -311,11 +327,14 @@ class CppCallersLayer(LocatingLayer[CallerTarget]):
         ev: list[Evidence] = []
         for path, data in model.data.items():
             code = mask(data)
-            for call in api_calls(path, data, grown | _generated_api(layers, code)):
+            for call in api_calls(path, data, grown | _generated_api(layers, path, code)):
+                if not ours(call, arity):
+                    continue  # another function of that name: not this layer's
                 wanted = arity.get(call.api)
                 if wanted is not None and call.arity is not None:
-                    ok = call.arity == wanted
-                    what = f"passes {call.arity} arguments before workspaceSize, the API takes {wanted}"
+                    ok = call.arity in wanted
+                    takes = " or ".join(str(n) for n in sorted(wanted))
+                    what = f"passes {call.arity} arguments before workspaceSize, the API takes {takes}"
                 else:
                     ok = _carries_null(data, call)
                     what = "passes the profiling output" if ok else "passes no profiling output"

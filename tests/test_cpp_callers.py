@@ -253,3 +253,20 @@ def test_samples_compile_against_the_grown_api_only_once_applied(tmp_path: Path)
         # The clean call against the grown header: what apply used to leave behind.
         shutil.copy(old / rel, repo / rel)
         assert compiles(repo / rel, include, api).returncode != 0, rel
+
+
+def test_a_call_of_another_arity_is_another_function_of_that_name(tmp_path: Path) -> None:
+    """ops-nn's gather_v2 samples call a two-argument `aclnnMedian`; the `median` operator
+    elsewhere declares a five-argument one. A call matching neither the clean nor the grown
+    arity is not this API's: left as written, and not a failing fact in check."""
+    repo = copy(tmp_path, "l0op_style")
+    sample = repo / L0OP_SAMPLE
+    other = b"    (void)aclnnMoeNormBackwardGetWorkspaceSize(gradOutput, &workspaceSize, &executor);\n"
+    text = sample.read_bytes().replace(b"    if (ret != ACLNN_SUCCESS) {\n",
+                                       other + b"    if (ret != ACLNN_SUCCESS) {\n", 1)
+    sample.write_bytes(text)
+    assert cli("apply", str(repo / L0OP), "--write")[0] == 0
+    assert other in sample.read_bytes()
+    g2 = gates(repo / L0OP)["G2"]
+    assert g2["status"] == "pass", g2
+    assert not [e for e in evidence(g2) if "examples" in e[0] and "passes 2 arguments" in e[2]]
