@@ -29,14 +29,11 @@ from optrace.codemods.layer import Evidence, LayerExample, LayerModel, LocatingL
 from optrace.codemods.layer_common import (
     CODE_LAYER_SHAPE,
     PROFILING_VAR,
+    before_item,
     clean_bytes,
-    fragment,
     input_error,
-    insert_lines,
-    leading_ws,
     match_bracket,
     split_top,
-    starts_line,
 )
 from optrace.engine.cache import once
 from optrace.engine.codes import OT024
@@ -49,7 +46,7 @@ from optrace.engine.cpp import (
 )
 from optrace.engine.diagnostics import Diagnostic, InputError, Severity
 from optrace.engine.discovery import LayerFile, Layers, SearchContext
-from optrace.engine.edits import Edit, line_number, line_start
+from optrace.engine.edits import Edit, line_number
 from optrace.engine.names import op_name_pattern
 from optrace.engine.plan import Plan
 from optrace.engine.probes import looked_at
@@ -260,19 +257,14 @@ def render_aclnn(located: Sequence[AclnnTarget]) -> list[Edit]:
         path, data, wl = target.path, target.data, target.wl
         star = b"const aclTensor* " if b"aclTensor* " in data and b"aclTensor *" not in data \
             else b"const aclTensor *"
-        start = wl.items[wl.workspace][0]
         text = PROFILING_VAR.encode() if wl.is_call else star + PROFILING_VAR.encode()
-        if starts_line(data, start):
-            edits.append(insert_lines(path, data, line_start(data, start),
-                                      [leading_ws(data, start) + text + b","], CODEMOD,
-                                      f"{wl.function}: profiling output"))
-        else:
-            edits.append(fragment(path, start, text + b", ", CODEMOD, f"{wl.function}: profiling output"))
+        edits.append(before_item(path, data, wl.items[wl.workspace][0], text, CODEMOD,
+                                 f"{wl.function}: profiling output"))
     return edits
 
 
 # The aclnn API forwarding to the generated inner one, and its header.
-_EXAMPLE_ACLNN_H = """\
+EXAMPLE_ACLNN_H = """\
 #include "aclnn/acl_meta.h"
 
 extern "C" aclnnStatus aclnnDemoOpGetWorkspaceSize(const aclTensor *x, const aclTensor *y,
@@ -301,7 +293,7 @@ class AclnnLayer(LocatingLayer[AclnnTarget]):
     TITLE: ClassVar[str] = "aclnn wrappers"
     EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (LayerExample(
         path="demo_op/op_api/aclnn_demo_op.cpp",
-        files={"demo_op/op_api/aclnn_demo_op.h": _EXAMPLE_ACLNN_H,
+        files={"demo_op/op_api/aclnn_demo_op.h": EXAMPLE_ACLNN_H,
                "demo_op/op_api/aclnn_demo_op.cpp": _EXAMPLE_ACLNN},
         changes=(
             ("aclnnInnerDemoOpGetWorkspaceSize(const aclTensor *x, const aclTensor *y,\n",

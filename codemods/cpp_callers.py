@@ -31,17 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from optrace.codemods.aclnn import aclnn_files, workspace_lists, wrapper_names
+from optrace.codemods.aclnn import EXAMPLE_ACLNN_H, aclnn_files, workspace_lists, wrapper_names
 from optrace.codemods.layer import Evidence, LayerExample, LayerModel, LocatingLayer
-from optrace.codemods.layer_common import (
-    clean_bytes,
-    fragment,
-    insert_lines,
-    leading_ws,
-    match_bracket,
-    split_top,
-    starts_line,
-)
+from optrace.codemods.layer_common import before_item, clean_bytes, fragment, match_bracket, split_top
 from optrace.engine.cpp import mask
 from optrace.engine.diagnostics import InputError
 from optrace.engine.discovery import CPP_EXTS, LayerFile, Layers, SearchContext, is_sample_caller
@@ -235,26 +227,11 @@ def render_callers(located: Sequence[CallerTarget]) -> list[Edit]:
         note = f"{call.api}: no trace buffer"
         if call.macro:
             edits.append(fragment(path, call.insert_at, b", " + NULL_BUFFER, CODEMOD, note))
-        elif starts_line(data, call.insert_at):
-            edits.append(insert_lines(path, data, _line_start(data, call.insert_at),
-                                      [leading_ws(data, call.insert_at) + NULL_BUFFER + b","], CODEMOD, note))
         else:
-            edits.append(fragment(path, call.insert_at, NULL_BUFFER + b", ", CODEMOD, note))
+            edits.append(before_item(path, data, call.insert_at, NULL_BUFFER, CODEMOD, note))
     return edits
 
 
-def _line_start(data: bytes, offset: int) -> int:
-    return data.rfind(b"\n", 0, offset) + 1
-
-
-_EXAMPLE_API_H = """\
-#include "aclnn/acl_meta.h"
-
-extern "C" aclnnStatus aclnnDemoOpGetWorkspaceSize(const aclTensor *x, const aclTensor *y,
-                                                   uint64_t *workspaceSize, aclOpExecutor **executor);
-extern "C" aclnnStatus aclnnDemoOp(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
-                                   aclrtStream stream);
-"""
 _EXAMPLE_SAMPLE = """\
 #include "aclnn_demo_op.h"
 
@@ -278,7 +255,7 @@ class CppCallersLayer(LocatingLayer[CallerTarget]):
     OPTIONAL: ClassVar[bool] = True
     EXAMPLES: ClassVar[tuple[LayerExample, ...]] = (LayerExample(
         path="demo_op/examples/test_aclnn_demo_op.cpp",
-        files={"demo_op/op_api/aclnn_demo_op.h": _EXAMPLE_API_H,
+        files={"demo_op/op_api/aclnn_demo_op.h": EXAMPLE_ACLNN_H,
                "demo_op/examples/test_aclnn_demo_op.cpp": _EXAMPLE_SAMPLE},
         changes=(
             ("                                           &workspaceSize, &executor);\n",

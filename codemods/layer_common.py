@@ -101,6 +101,15 @@ def fragment(path: Path, at: int, text: bytes, codemod: str, note: str = "") -> 
     return Edit(path, at, at, FRAG_OPEN + text + FRAG_CLOSE, codemod, note)
 
 
+def before_item(path: Path, data: bytes, start: int, text: bytes, codemod: str, note: str = "") -> Edit:
+    """`text` as a new item of a list, before the item at `start`: a line of its own
+    (`text,` and the mark) where that item starts its line, else a fragment `text, `."""
+    if starts_line(data, start):
+        return insert_lines(path, data, line_start(data, start), [leading_ws(data, start) + text + b","],
+                            codemod, note)
+    return fragment(path, start, text + b", ", codemod, note)
+
+
 def string_fragment(path: Path, at: int, text: bytes, codemod: str, note: str = "") -> Edit:
     """`text` spliced into a string literal at `at` (which lies inside the literal)."""
     return Edit(path, at, at, STR_OPEN + b'"' + text + b'"' + STR_CLOSE, codemod, note)
