@@ -371,6 +371,13 @@ def repository_lock(root: Path, *, wait: bool = False) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
             holder = _holder(fd)
+            for _ in range(20):
+                if holder:
+                    break
+                # The holder writes its name just after it takes the lock: a run turned
+                # away in between waits a moment to name it (up to 0.2 s).
+                time.sleep(0.01)
+                holder = _holder(fd)
             raise TransactionBusy(
                 CODE_BUSY,
                 f"another optrace process is writing this repository{': ' + holder if holder else ''}; "
