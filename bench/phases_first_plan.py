@@ -10,7 +10,10 @@ the stat passes and the store far more than they cost). Phases nest: `discover` 
 `mentioning` (the search for the other layers, of which `_contents`, of which
 `_load_values`) and `build_script_words`; `plan_operator` holds `discover`; `cache lookup`
 holds `state` (the index's state taken back), `cache store` holds `state_holds` (every
-file stat-ed again before the entry is kept); `_plan_mode` is the mode probe.
+file stat-ed again before the entry is kept); `_plan_mode` is the mode probe;
+`operators_including` (who else includes the operator's headers, inside `plan_operator`)
+holds `_naming` (the sources naming those headers: the user cache's table of include names,
+or every source asked).
 
 Usage: python bench/phases_first_plan.py REPO OPDIR... --warm OPDIR
 """
@@ -34,6 +37,7 @@ import optrace.cli.plan_fast as plan_fast
 import optrace.engine.analysis as analysis
 import optrace.engine.discovery as discovery
 import optrace.engine.index_cache as index_cache
+import optrace.engine.sharing as sharing
 import optrace.pipeline.plan as plan
 spent = {}
 def timed(owner, name, key):
@@ -50,7 +54,8 @@ for owner, name in ((discovery.RepoIndex, "state"), (discovery.RepoIndex, "state
                     (index_cache.ContentStore, "_load_values"),
                     (discovery.RepoIndex, "build_script_words"), (analysis, "discover"),
                     (plan, "plan_operator"), (plan_fast, "_index_once"), (plan_cache, "lookup"),
-                    (plan_fast, "_plan_mode"), (plan_cache, "store")):
+                    (plan_fast, "_plan_mode"), (plan_cache, "store"),
+                    (sharing, "operators_including"), (sharing, "_naming")):
     timed(owner, name, name if owner is not plan_cache else f"cache {name}")
 imported = time.perf_counter()
 with contextlib.redirect_stdout(io.StringIO()):
@@ -60,7 +65,8 @@ print(json.dumps({"imports": imported - started, "run": done - imported, "code":
 """
 
 PHASES = ["imports", "run", "_index_once", "cache lookup", "state", "plan_operator", "discover", "mentioning",
-          "_contents", "_load_values", "build_script_words", "_plan_mode", "cache store", "state_holds"]
+          "_contents", "_load_values", "build_script_words", "_plan_mode", "cache store", "state_holds",
+          "operators_including", "_naming"]
 
 
 def main() -> int:

@@ -26,10 +26,12 @@ from optrace.engine.index_cache import (
     ContentStore,
     Phase,
     Signature,
+    keep_table,
     phase,
     signature,
     stored_listing,
     stored_state,
+    stored_table,
 )
 from optrace.engine.index_cache import racy_tick as _racy_tick
 from optrace.engine.names import op_name_pattern, same_op
@@ -343,6 +345,38 @@ class SourcesByName(Mapping[str, list[Path]]):
         return len(self._paths)
 
 
+# The files by word, kept in the user cache (`RepoIndex._words_table`).
+WORDS_TABLE_KIND = "words-table1"
+
+
+class WordTable:
+    """Which searchable files (their indices, ascending) hold each word: a dict indexed
+    now, or the text a run kept, a line a word (`<word>\t<indices, space-separated>`
+    after a first line break), found by `\n<word>\t` without parsing the rest: a
+    repository's 1.9 M words read in one string, the ~10 a plan asks parsed."""
+
+    def __init__(self, source: str | dict[str, list[int]]) -> None:
+        self._text = source if isinstance(source, str) else None
+        self._dict = source if isinstance(source, dict) else None
+
+    def get(self, word: str) -> list[int]:
+        if self._dict is not None:
+            return self._dict.get(word, [])
+        assert self._text is not None
+        start = self._text.find(f"\n{word}\t")
+        if start < 0 or "\t" in word or "\n" in word:
+            return []
+        start += len(word) + 2
+        return [int(at) for at in self._text[start:self._text.index("\n", start)].split()]
+
+    def text(self) -> str:
+        """As kept: the words are plain words (`_WORD_RE`), none with a tab or line break."""
+        if self._text is not None:
+            return self._text
+        assert self._dict is not None
+        return "\n" + "".join(f"{word}\t{' '.join(map(str, at))}\n" for word, at in self._dict.items())
+
+
 @dataclass
 class RepoIndex:
     """One walk over a repository: its searchable files, build scripts and C++ sources.
@@ -375,6 +409,9 @@ class RepoIndex:
     _scans: int = 0
     _word_files: dict[str, list[int]] | None = None
     _stem_files: dict[bytes, list[int]] | None = None
+    # The files by word from the user cache (or indexed and kept), for the phase it was
+    # looked up in (`_words_table`; None in it: none to be had).
+    _table: tuple[Phase, WordTable | None] | None = None
     _scripts_by_folder: dict[str, tuple[Path, ...]] | None = None
     _hashed: frozenset[str] | None = None
     # The last `state` taken: its digest, and the store's count of files found changed
@@ -404,6 +441,9 @@ class RepoIndex:
     _signed_stats: list[os.stat_result | None] | None = None
     # Whether the last state taken from the hashes saw a source changed within its tick.
     _racy_state: bool = False
+    # Whether the last state is one a later run can take again: found kept, or kept now
+    # (no file racy, none found with two contents).
+    _state_kept: bool = False
 
     def content(self) -> ContentStore:
         """The store of what is derived from this repository's files (opened once)."""
@@ -590,7 +630,8 @@ class RepoIndex:
     def warm(self) -> None:
         """Derive what every operator's search asks of the files now (words, build
         scripts): for a parent process about to start workers."""
-        self._contents()
+        if self._words_table() is None:
+            self._contents()
         self.build_scripts()
         if not self._script_words_of:
             # Once: each build-hook search brings them up to date (a `stat` a script),
@@ -660,6 +701,7 @@ class RepoIndex:
         signed = None if seen_changed else stored_state(self.root, signatures)
         if signed is not None:
             self._state, self._signed_under = (signed, _SIGNED), signatures
+            self._state_kept = True
             self._racy_state = False  # kept only when no source was racy
             self._signed_stats = stats  # what `_unchanged_since_state` compares with
             return signed
@@ -780,13 +822,30 @@ class RepoIndex:
         for line in self._link_lines():
             h.update(line.encode("utf-8", "surrogateescape"))
         digest = h.hexdigest()
-        if trusted and not store.changes:
+        self._state_kept = trusted and not store.changes
+        if self._state_kept:
             # None seen with two contents in this process: the next run whose files all
             # have these signatures has this state.
             store.keep_state(self.root, signatures, digest, self._listing())
         self._state = (digest, store.changes)
         self._racy_state = racy_source
         return digest
+
+    def phase_state(self) -> str | None:
+        """The state this process took in the `reading_only` phase running now, while no
+        file has been found changed since: what a table derived from every file of the
+        index can be kept under and found by in a later run with the same state
+        (`index_cache.keep_table`). None otherwise: no phase, no state taken in it, one no
+        later run takes again (a file changed within its tick, or found with two
+        contents), a file found with other bytes since."""
+        current = phase()
+        if current is None or self._state is None or self._racy_state or not self._state_kept:
+            return None
+        if self._state_stats is None or self._state_stats[0] is not current:
+            return None
+        digest, changes = self._state
+        now = self.store.changes if self.store is not None else 0
+        return digest if now == (0 if changes == _SIGNED else changes) else None
 
     def state_holds(self, expected: str) -> bool:
         """Whether the index still answers from the state `expected` (what an entry
@@ -852,7 +911,15 @@ class RepoIndex:
         if key in self._answers:
             return self._answers[key]
         hits: list[Path] = []
-        if all(_WORD_RE.fullmatch(w) for w in key) and self._scans >= _SCANS_BEFORE_INDEX:
+        table = self._words_table() if all(_WORD_RE.fullmatch(w) for w in key) else None
+        if table is not None:
+            by_stem = self._by_stem()
+            found_at: set[int] = set()
+            for w in key:
+                found_at.update(by_stem.get(w, ()))
+                found_at.update(table.get(w.decode("ascii")))
+            hits = [self._file(i) for i in sorted(found_at)]
+        elif all(_WORD_RE.fullmatch(w) for w in key) and self._scans >= _SCANS_BEFORE_INDEX:
             by_word, by_stem = self._by_word()
             found: set[int] = set()
             for w in key:
@@ -879,22 +946,82 @@ class RepoIndex:
         self._answers[key] = hits
         return hits
 
+    def _file(self, at: int) -> Path:
+        """The searchable file at `at`, without a `Path` made for every other one."""
+        return self._files[at] if self._files is not None else Path(self.file_paths[at])
+
+    def _by_stem(self) -> dict[bytes, list[int]]:
+        """The files (their indices, ascending) by name: a file's stem, lower case."""
+        if self._stem_files is None:
+            by_stem: dict[bytes, list[int]] = {}
+            for i, path in enumerate(self.file_paths):
+                name = path[path.rfind(os.sep) + 1:]
+                dot = name.rfind(".")
+                stem = name[:dot] if 0 < dot < len(name) - 1 else name  # as `Path.stem`
+                by_stem.setdefault(os.fsencode(stem.lower()), []).append(i)
+            self._stem_files = by_stem
+        return self._stem_files
+
+    def _words_table(self) -> WordTable | None:
+        """The files by word, from the user cache where a run kept them for the
+        searchable files as they are now (their paths and stat signatures: a kernel
+        source edited leaves them), else indexed now (`_by_word`) and kept where the last
+        run saw the same files: what every later plan of the repository asks first, a
+        process an operator, finds there instead of loading every file's words (~0.7 s
+        on ops-nn). None (the files' words are scanned, as without it) outside a
+        `reading_only` phase, in the first run over the files as they are, or when the
+        index's state is not one a later run takes again (a file changed within its
+        tick)."""
+        current = phase()
+        if current is None:
+            return None
+        if self._table is not None and self._table[0] is current:
+            return self._table[1]
+        key = self._files_key()
+        table: WordTable | None = None
+        if key is not None:
+            text = stored_table(self.root, WORDS_TABLE_KIND, key)
+            if text:
+                table = WordTable(text)
+            elif text == "":
+                # The last run saw the files as they are and kept their key alone: a second
+                # run over unchanged files (a sweep, a pre-commit hook on kernel edits)
+                # indexes them and keeps the table. A run after each edit of host code
+                # keeps the key only: indexing and keeping the table costs ~3 scans.
+                by_word, _ = self._by_word()
+                table = WordTable(by_word)
+                if self._files_key() == key:  # no file found changed while their words were read
+                    keep_table(self.root, WORDS_TABLE_KIND, key, table.text())
+            else:
+                keep_table(self.root, WORDS_TABLE_KIND, key, "")
+        self._table = (current, table)
+        return table
+
+    def _files_key(self) -> str | None:
+        """A digest of the searchable files' paths, in order, and the stat signatures the
+        phase's state took of them; None when that state is not one to keep a table
+        under (`phase_state`)."""
+        if self.phase_state() is None or self._state_stats is None:
+            return None
+        stats = self._state_stats[2]
+        h = hashlib.sha256()
+        for path, st in zip(self.file_paths, stats, strict=False):  # the state's first group
+            h.update(f"{path}\0{None if st is None else signature(st)}\n".encode("utf-8", "surrogateescape"))
+        return h.hexdigest()
+
     def _by_word(self) -> tuple[dict[str, list[int]], dict[bytes, list[int]]]:
         """The files (their indices, ascending) holding each word, and named by each name
         (a file's stem, lower case): what a scan of every file's words answers, for a run
         that asks it many times (a repository's operators ask ~10 words each; ops-nn's files
         hold 1.9 M words, indexed in ~0.4 s, a scan costing ~15 ms)."""
-        if self._word_files is None or self._stem_files is None:
+        if self._word_files is None:
             by_word: dict[str, list[int]] = {}
             for i, listed in enumerate(self._contents()):
                 for word in listed.split("\n"):
                     if word:
                         by_word.setdefault(word, []).append(i)
-            by_stem: dict[bytes, list[int]] = {}
-            for i, path in enumerate(self.files):
-                by_stem.setdefault(os.fsencode(path.stem.lower()), []).append(i)
-            self._word_files, self._stem_files = by_word, by_stem
-        return self._word_files, self._stem_files
+            self._word_files = by_word
+        return self._word_files, self._by_stem()
 
 
 _REPO_INDEXES: dict[Path, RepoIndex] = {}

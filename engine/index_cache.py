@@ -158,6 +158,32 @@ def _check(kind: str, sha: str, value: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
+def _connect_store(db: Path) -> sqlite3.Connection:
+    """A connection to the store `db` with its tables made (those an earlier optrace's store
+    lacks included)."""
+    con = _sqlite(db)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("CREATE TABLE IF NOT EXISTS paths (path TEXT PRIMARY KEY, size INTEGER, mtime INTEGER, "
+                "ctime INTEGER, ino INTEGER, sha TEXT)")
+    con.execute("CREATE TABLE IF NOT EXISTS vals (sha TEXT, kind TEXT, value TEXT, chk TEXT, "
+                "PRIMARY KEY (sha, kind))")
+    # The folders walked whole, with when (ns): what the size bound removes by.
+    con.execute("CREATE TABLE IF NOT EXISTS roots (root TEXT PRIMARY KEY, used INTEGER)")
+    # Per folder, the repository index's last state and the digest of the paths and
+    # stat signatures it was taken under (`keep_state`, `stored_state`).
+    con.execute("CREATE TABLE IF NOT EXISTS states (root TEXT PRIMARY KEY, sigs TEXT, state TEXT, "
+                "chk TEXT)")
+    # Per folder, what the index's last walk of it found, and by which rules
+    # (`keep_state`, `stored_listing`).
+    con.execute("CREATE TABLE IF NOT EXISTS walks (root TEXT PRIMARY KEY, folders TEXT, paths TEXT, "
+                "rules TEXT, chk TEXT)")
+    # Per folder and kind, a table derived from every file of the index, with the key
+    # (the index's state) it holds for (`keep_table`, `stored_table`): the latest.
+    con.execute("CREATE TABLE IF NOT EXISTS tables (root TEXT, kind TEXT, key TEXT, value TEXT, "
+                "chk TEXT, PRIMARY KEY (root, kind))")
+    return con
+
+
 _UNSEEN = object()
 
 
@@ -197,6 +223,7 @@ class ContentStore:
         # the user cache answers asks only for content hashes (`current_sha`), and on a
         # large repository the values (every file's words) were most of what it loaded.
         self._values_query: tuple[str, tuple[str, ...]] | None = None
+        self._kinds_loaded: set[str] = set()  # the kinds `_load_values` has loaded
         if db is not None:
             self._load(db)
         # No row of the folder's files was stored: a first run over it (`current_sha`'s
@@ -212,23 +239,7 @@ class ContentStore:
         return cls(cache_dir() / f"{name}.sqlite" if _enabled[0] else None, read, under)
 
     def _connect(self, db: Path) -> sqlite3.Connection:
-        con = _sqlite(db)
-        con.execute("PRAGMA journal_mode=WAL")
-        con.execute("CREATE TABLE IF NOT EXISTS paths (path TEXT PRIMARY KEY, size INTEGER, mtime INTEGER, "
-                    "ctime INTEGER, ino INTEGER, sha TEXT)")
-        con.execute("CREATE TABLE IF NOT EXISTS vals (sha TEXT, kind TEXT, value TEXT, chk TEXT, "
-                    "PRIMARY KEY (sha, kind))")
-        # The folders walked whole, with when (ns): what the size bound removes by.
-        con.execute("CREATE TABLE IF NOT EXISTS roots (root TEXT PRIMARY KEY, used INTEGER)")
-        # Per folder, the repository index's last state and the digest of the paths and
-        # stat signatures it was taken under (`keep_state`, `stored_state`).
-        con.execute("CREATE TABLE IF NOT EXISTS states (root TEXT PRIMARY KEY, sigs TEXT, state TEXT, "
-                    "chk TEXT)")
-        # Per folder, what the index's last walk of it found, and by which rules
-        # (`keep_state`, `stored_listing`).
-        con.execute("CREATE TABLE IF NOT EXISTS walks (root TEXT PRIMARY KEY, folders TEXT, paths TEXT, "
-                    "rules TEXT, chk TEXT)")
-        return con
+        return _connect_store(db)
 
     def _load(self, db: Path) -> None:
         if not db.exists():
@@ -240,7 +251,7 @@ class ContentStore:
             try:
                 if self.under is None:
                     paths = con.execute("SELECT * FROM paths")
-                    vals = "SELECT * FROM vals"
+                    vals = "SELECT * FROM vals WHERE kind = ?"
                     args: tuple[str, ...] = ()
                 else:
                     # Paths from "<under>/" up to "<under>0" ('0' follows '/'): the
@@ -248,7 +259,7 @@ class ContentStore:
                     lo = os.fsdecode(self.under).rstrip("/") + "/"
                     args = (lo, lo[:-1] + "0")
                     paths = con.execute("SELECT * FROM paths WHERE path >= ? AND path < ?", args)
-                    vals = ("SELECT * FROM vals WHERE sha IN "
+                    vals = ("SELECT * FROM vals WHERE kind = ? AND sha IN "
                             "(SELECT sha FROM paths WHERE path >= ? AND path < ?)")
                 for path, size, mtime, ctime, ino, sha in paths:
                     if isinstance(path, str) and isinstance(sha, str):
@@ -261,20 +272,29 @@ class ContentStore:
             self._values_query = None
             self._discard(db)
 
-    def _load_values(self) -> None:
-        """The values of the folder's files, once (see `_values_query`). A value is kept
-        under its content hash with a checksum, so one loaded after another run wrote is
-        as good as one loaded with the paths; one that fails its checksum, or a database
-        that cannot be read now, is derived again."""
-        query, self._values_query = self._values_query, None
-        if query is None or self.db is None:
+    def _loaded(self, kind: str) -> bool:
+        """Whether the folder's values of `kind` are loaded (or none are to be)."""
+        return self._values_query is None or kind in self._kinds_loaded
+
+    def _load_values(self, kind: str) -> None:
+        """The values of `kind` of the folder's files, once (see `_values_query`): a kind
+        at a time, as a question first needs it. A plan answered by the words' table
+        (`discovery.WordTable`) asks for no file's words, which are most of the store's
+        bytes (11 MB on ops-nn). A value is kept under its content hash with a
+        checksum, so one loaded after another run wrote is as good as one loaded with
+        the paths; one that fails its checksum, or a database that cannot be read now,
+        is derived again."""
+        if self._loaded(kind) or self.db is None:
             return
+        assert self._values_query is not None
+        query, args = self._values_query
+        self._kinds_loaded.add(kind)
         try:
             con = _sqlite(self.db)
             try:
-                for sha, kind, value, chk in con.execute(*query):
-                    if isinstance(value, str) and chk == _check(kind, sha, value):
-                        self._values.setdefault((sha, kind), value)  # else corrupt: derived again
+                for sha, of, value, chk in con.execute(query, (kind, *args)):
+                    if isinstance(value, str) and chk == _check(of, sha, value):
+                        self._values.setdefault((sha, of), value)  # else corrupt: derived again
             finally:
                 con.close()
         except sqlite3.Error:
@@ -327,7 +347,7 @@ class ContentStore:
         # Not while a stored folder's values are still to be loaded: a lookup that reads a
         # file (a recent edit) would load them all to see whether its content is known,
         # the cost a lookup the cache answers does not pay (`_values_query`).
-        if also and read and (self._values_query is None or self._first_run):
+        if also and read and (self._first_run or all(self._loaded(kind) for kind, _ in also)):
             for kind, derive in also:
                 key = (sha, kind)
                 if key in self._new_values or key in self._values:
@@ -432,8 +452,7 @@ class ContentStore:
         """The value derived of this content before, this run's or the store's."""
         value = self._new_values.get((sha, kind))
         if value is None:
-            if self._values_query is not None:
-                self._load_values()
+            self._load_values(kind)
             value = self._values.get((sha, kind))
         if value is None and read and self.under is not None:
             value = self._stored_value(sha, kind)  # a content seen under another folder
@@ -592,6 +611,7 @@ def _shrink(con: sqlite3.Connection, keep: str | None, target: int) -> None:
                     con.execute("DELETE FROM roots WHERE root = ?", (root,))
                     con.execute("DELETE FROM states WHERE root = ?", (root,))
                     con.execute("DELETE FROM walks WHERE root = ?", (root,))
+                    con.execute("DELETE FROM tables WHERE root = ?", (root,))
             con.execute("DELETE FROM vals WHERE sha NOT IN (SELECT sha FROM paths)")
             con.execute("COMMIT")
         except BaseException:
@@ -616,7 +636,7 @@ def _root_key(root: Path) -> str | None:
     return key if _storable(key) else None
 
 
-def _stored_row(root: Path, query: str) -> tuple[str, tuple[object, ...] | None] | None:
+def _stored_row(root: Path, query: str, *more: str) -> tuple[str, tuple[object, ...] | None] | None:
     """The folder's key and the row `query` selects for it (None: no such row); None
     with the cache off, or when the store cannot be read (no such table: a store of an
     earlier optrace; a damaged file). Opens the store's file alone, loading none of its
@@ -628,7 +648,7 @@ def _stored_row(root: Path, query: str) -> tuple[str, tuple[object, ...] | None]
     try:
         con = _sqlite(db)
         try:
-            row = con.execute(query, (key,)).fetchone()
+            row = con.execute(query, (key, *more)).fetchone()
         finally:
             con.close()
     except sqlite3.Error:
@@ -665,6 +685,40 @@ def stored_state(root: Path, signatures: str) -> str | None:
         return None
     _refresh_used(key)
     return row[1]
+
+
+def stored_table(root: Path, kind: str, key: str) -> str | None:
+    """The table of `kind` kept for the folder `root` under `key` (`keep_table`; "": the
+    key alone was kept); None when the one kept is another key's, fails its checksum, or
+    none is kept, or with the cache off, or when the store cannot be read."""
+    found = _stored_row(root, "SELECT kind, key, value, chk FROM tables WHERE root = ? AND kind = ?", kind)
+    row = found[1] if found is not None else None
+    if row is None or row[0] != kind or row[1] != key or not isinstance(row[2], str):
+        return None
+    if row[3] != _check("table " + kind, key, row[2]):
+        return None
+    return row[2]
+
+
+def keep_table(root: Path, kind: str, key: str, value: str) -> None:
+    """Keep `value`, a table of `kind` derived from the files of the folder `root`, as what
+    they give while the folder's index has the state `key` (`stored_table`). One per folder
+    and kind: the latest. Nothing is kept with the cache off, or where the store cannot be
+    written (the next run derives it again)."""
+    root_key = _root_key(root)
+    db = cache_dir() / "index.sqlite"
+    if not _enabled[0] or root_key is None or not (_storable(kind) and _storable(key) and _storable(value)):
+        return
+    try:
+        db.parent.mkdir(parents=True, exist_ok=True)
+        con = _connect_store(db)
+        try:
+            con.execute("INSERT OR REPLACE INTO tables VALUES (?, ?, ?, ?, ?)",
+                        (root_key, kind, key, value, _check("table " + kind, key, value)))
+        finally:
+            con.close()
+    except (sqlite3.Error, OSError):
+        return  # only slower next time
 
 
 def stored_listing(root: Path) -> tuple[str, str, str] | None:

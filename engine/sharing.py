@@ -4,6 +4,7 @@ to change, so the reviewer sees, before any write, what is shared and with whom.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ from pathlib import Path
 from optrace.engine.analysis import Analysis
 from optrace.engine.discovery import RepoIndex, operator_dir_of, read_bounded, repo_index
 from optrace.engine.includes import HeaderSearch, scan_includes
-from optrace.engine.index_cache import Phase, phase
+from optrace.engine.index_cache import Phase, keep_table, phase, stored_table
 from optrace.engine.probes import looked_at
 
 
@@ -106,7 +107,10 @@ def _naming(index: RepoIndex, names: set[str]) -> list[Path]:
     cache by content hash). In a `reading_only` phase (plan) the names every source
     lists are gathered once for the phase, by name, instead of asking the store about
     each of a repository's ~10k sources for every operator with a header outside its
-    folder; otherwise every source is asked (apply may have written one)."""
+    folder; and kept in the user cache as a table under the index's state, so the next
+    plan of an unchanged repository (one process an operator: a pre-commit hook, the
+    corpus) looks its names up instead of gathering them again (~0.5 s on ops-nn).
+    Otherwise every source is asked (apply may have written one)."""
     store = index.content()
     current = phase()
     if current is None:
@@ -114,21 +118,66 @@ def _naming(index: RepoIndex, names: set[str]) -> list[Path]:
                 if not names.isdisjoint(store.derived(includer, INCLUDES_KIND, _included_names).split("\n"))]
     known = _BY_NAME.get(index.root)
     if known is None or known[0] is not current or known[1] is not index:
-        by_name: dict[str, list[int]] = {}
-        order: list[Path] = []
-        for paths in index.sources.values():
-            for includer in paths:
-                for name in store.derived(includer, INCLUDES_KIND, _included_names).split("\n"):
-                    by_name.setdefault(name, []).append(len(order))
-                order.append(includer)
-        known = _BY_NAME[index.root] = (current, index, by_name, order)
-    _, _, by_name, order = known
-    return [order[i] for i in sorted({i for name in names for i in by_name.get(name, ())})]
+        # As strings: a `Path` each of ~10k sources cost more than the rest of a lookup.
+        order = [includer for paths in index.source_paths.values() for includer in paths]
+        state = index.phase_state()
+        # The state holds the sources' paths and signatures; the order they are numbered
+        # in is the walk's (sorted), digested with it all the same: a table is never
+        # read against another numbering.
+        key = None if state is None else state + " " + _digest(order)
+        table = stored_table(index.root, NAMES_TABLE_KIND, key) if key is not None else None
+        if table is not None:
+            known = _BY_NAME[index.root] = (current, index, _TableNames(table), order)
+        else:
+            by_name: dict[str, list[int]] = {}
+            for at, includer in enumerate(order):
+                for name in store.derived(Path(includer), INCLUDES_KIND, _included_names).split("\n"):
+                    by_name.setdefault(name, []).append(at)
+            known = _BY_NAME[index.root] = (current, index, by_name, order)
+            if key is not None and index.phase_state() == state:  # nothing found changed meanwhile
+                text = _table_text(by_name)
+                if text is not None:
+                    keep_table(index.root, NAMES_TABLE_KIND, key, text)
+    _, _, by_name_or_table, order = known
+    return [Path(order[i]) for i in sorted({i for name in names for i in by_name_or_table.get(name, ())})]
+
+
+def _digest(paths: list[str]) -> str:
+    return hashlib.sha256("\n".join(paths).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+# The table of names: a line per name, `<name>\t<the sources' numbers, space-separated>`,
+# after a first line break: a name is found by `\n<name>\t` without parsing the rest.
+NAMES_TABLE_KIND = "quoted-include-names1"
+
+
+def _table_text(by_name: dict[str, list[int]]) -> str | None:
+    """`by_name` as a table of names; None when a name holds a tab or a line break (a file
+    named so: kept in memory only)."""
+    if any("\t" in name or "\n" in name for name in by_name):
+        return None
+    return "\n" + "".join(f"{name}\t{' '.join(map(str, at))}\n" for name, at in by_name.items())
+
+
+class _TableNames:
+    """A table of names read from the user cache, asked like the dict it was made from."""
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+
+    def get(self, name: str, default: tuple[int, ...] = ()) -> list[int] | tuple[int, ...]:
+        if "\t" in name or "\n" in name:
+            return default
+        start = self._text.find(f"\n{name}\t")
+        if start < 0:
+            return default
+        start += len(name) + 2
+        return [int(at) for at in self._text[start:self._text.index("\n", start)].split()]
 
 
 # Per repository root: the phase and the index its table was gathered in, each listed
 # name's sources (by their place in the index's order), and that order.
-_BY_NAME: dict[Path, tuple[Phase, RepoIndex, dict[str, list[int]], list[Path]]] = {}
+_BY_NAME: dict[Path, tuple[Phase, RepoIndex, dict[str, list[int]] | _TableNames, list[str]]] = {}
 
 
 INCLUDES_KIND = "quoted-includes1"
