@@ -17,6 +17,7 @@ from layer_snippets import KERNEL, make_repo, run
 from typer.testing import CliRunner
 
 from optrace.cli.app import app
+from optrace.codemods import build_hook as build_hook_module
 from optrace.codemods.build_hook import (
     _COPIES_KERNELS_RE,
     BuildHookLayer,
@@ -528,3 +529,16 @@ def test_a_script_of_the_operators_own_writes_its_map_to_its_build_folder(tmp_pa
                               "ops/demo_op/CMakeLists.txt": "ascendc_library(k STATIC op_kernel/demo_op.cpp)\n"})
     after = run(build_hook_edits, op)["ops/demo_op/build.sh"]
     assert 'optrace preprocess "${ROOT}/op_kernel" --out "${ROOT}/build" || {' in after, after
+
+
+@pytest.mark.parametrize(("path", "root"), [
+    ("/r/ops/a/build.sh", "/r"), ("/r/build.sh", "/r"), ("/r", "/r"), ("/rx/build.sh", "/r"),
+    ("/r/ops/a/build.sh", "/"), ("/r/../s/x.sh", "/r"), ("/r/ops/a/b.sh", "/r/ops/a"),
+    ("ops/a/build.sh", "."), ("ops/a/build.sh", "ops"), ("/r/a.sh", "r"), ("r/a.sh", "/r")])
+def test_relative_parts_are_those_of_path_relative_to(path: str, root: str) -> None:
+    # the text-only form the search ranks every build script with (`ci_or_test_script`)
+    try:
+        expected: tuple[str, ...] | None = Path(path).relative_to(root).parts
+    except ValueError:
+        expected = None
+    assert build_hook_module._relative_parts(os.fspath(Path(path)), os.fspath(Path(root))) == expected
