@@ -407,6 +407,7 @@ class RepoIndex:
     # Plain-word searches answered by reading every file's words (`mentioning`), and, after
     # `_SCANS_BEFORE_INDEX` of them, the files by word and by name (`_by_word`).
     _scans: int = 0
+    _script_scans: int = 0  # the build scripts' words scanned for a few keys (`scripts_with_words`)
     _word_files: dict[str, list[int]] | None = None
     _stem_files: dict[bytes, list[int]] | None = None
     # The files by word from the user cache (or indexed and kept), for the phase it was
@@ -475,6 +476,39 @@ class RepoIndex:
             store.flush()
             self._includers = out
         return self._includers
+
+    def scripts_with_words(self, keys: frozenset[bytes]) -> dict[bytes, set[Path]]:
+        """The build scripts' words whose normal form (`word_key`) is one of `keys`, each
+        with the scripts naming it: what `build_script_words` holds under those keys. A
+        run that asks a few times (a plan of one operator, in a process of its own) scans
+        each script's words for the keys, as `mentioning` scans the files' words, instead
+        of indexing every word of every script (~0.25 s on ops-nn); a run that has the
+        index, or asks more often, looks them up in it."""
+        plain = all(k.isascii() and b"\n" not in k for k in keys)
+        if self._script_words_of or self._script_scans >= _SCANS_BEFORE_INDEX or not plain:
+            by_word = self.build_script_words()
+            found: dict[bytes, set[Path]] = {}
+            for key in keys:
+                for word, scripts in by_word.get(key, {}).items():
+                    found.setdefault(word, set()).update(scripts)
+            return found
+        self._script_scans += 1
+        store = self.content()
+        wanted = [b"\n" + k + b"\n" for k in keys]
+        out: dict[bytes, set[Path]] = {}
+        for path in self.build_scripts():
+            listed = store.derived(path, SCRIPT_WORDS_KIND, _script_words).encode("ascii")
+            if not listed:
+                continue
+            # Each line's normal form where the line was: the words are ASCII.
+            folded = b"\n" + word_key(listed) + b"\n"
+            if not any(w in folded for w in wanted):
+                continue
+            for word, key in zip(listed.split(b"\n"), folded[1:-1].split(b"\n"), strict=True):
+                if key in keys:
+                    out.setdefault(word, set()).add(path)
+        store.flush()
+        return out
 
     def build_script_words(self) -> dict[bytes, dict[bytes, set[Path]]]:
         """The words the build scripts name now (`SCRIPT_WORDS_KIND`): normal form
@@ -1529,12 +1563,10 @@ class SearchContext:
         it searched in every script, its plain torch names cost nothing more there."""
         if self._word_keys is None:
             return {p for p in self.index.build_scripts() if self.op_word.search(self.data(p) or b"")}
-        by_word = self.index.build_script_words()
         found: set[Path] = set()
-        for key in self._word_keys:
-            for word, scripts in by_word.get(key, {}).items():
-                if self.op_word.fullmatch(word):
-                    found |= scripts
+        for word, scripts in self.index.scripts_with_words(self._word_keys).items():
+            if self.op_word.fullmatch(word):
+                found |= scripts
         return found
 
     def data(self, path: Path) -> bytes | None:

@@ -542,3 +542,27 @@ def test_relative_parts_are_those_of_path_relative_to(path: str, root: str) -> N
     except ValueError:
         expected = None
     assert build_hook_module._relative_parts(os.fspath(Path(path)), os.fspath(Path(root))) == expected
+
+
+def test_a_scan_of_the_scripts_words_answers_what_their_index_holds(tmp_path: Path) -> None:
+    """A run that asks the build scripts' words a few times scans each script's words for
+    the keys (`RepoIndex.scripts_with_words`); one that asks more looks them up in the
+    index of every word. Both give the same words and scripts."""
+    op = make_repo(tmp_path, RANKED)
+    ctx = _context(op)
+    assert ctx._word_keys is not None
+    keys = ctx._word_keys | {word_key(b"op_kernel"), word_key(b"MyDemoOpGrad"), b"cmake", b"nothing"}
+    index = ctx.index
+    scanned = index.scripts_with_words(keys)
+    assert index._script_scans == 1 and not index._script_words_of  # no index made
+    by_word = index.build_script_words()
+    indexed: dict[bytes, set[Path]] = {}
+    for key in keys:
+        for word, scripts in by_word.get(key, {}).items():
+            indexed.setdefault(word, set()).update(scripts)
+    assert scanned == indexed
+    assert {b"demo_op", b"DemoOp", b"DEMO_OP", b"op_kernel", b"MyDemoOpGrad", b"cmake"} <= set(scanned)
+    assert index.scripts_with_words(keys) == indexed and index._script_scans == 1  # from the index now
+    # and what the search finds with it, either way
+    assert {p.relative_to(tmp_path / "repo").as_posix() for p in ctx.build_scripts_naming_op()} == {
+        "a/build_camel.sh", "b/deep/er/ops.cmake", "copy_named.sh", "e/CMakeLists.txt"}
