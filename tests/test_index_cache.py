@@ -883,3 +883,54 @@ def test_what_is_derived_is_kept_under_the_hash_of_the_bytes_it_came_from(
     _older_than_racy()
     later = ContentStore(cache_home, read_bounded, under=root)
     assert later.derived(script, "word", second_word) == "foo_op"
+
+
+def _packs(cache_home: Path) -> dict[str, str]:
+    con = sqlite3.connect(cache_home)
+    try:
+        return {kind: value for kind, value in con.execute("SELECT kind, value FROM packs")}
+    finally:
+        con.close()
+
+
+def test_a_kinds_values_are_read_from_its_pack(cache_home: Path, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The folder's values of a kind are kept as one row (a pack) by the run that loaded
+    them a row a file; the next run reads the pack (the rows are not looked up), a value
+    derived since rewrites it, and a damaged pack is read as none."""
+    root = _repo(tmp_path / "repo")
+    _older_than_racy(root / "build.sh")
+    _store_of(root)  # derives the words and the build scripts' kind
+    _store_of(root)  # loads them a row a file: packs them
+    packs = _packs(cache_home)
+    assert set(packs) == {discovery.WORDS_KIND, discovery.BUILDS_KIND}
+    builds = json.loads(packs[discovery.BUILDS_KIND])
+    assert sorted(builds.values()) == ["0", "1"]  # build.sh builds, tools/run.sh does not
+    # The rows gone, the pack answers: nothing read, nothing derived.
+    con = sqlite3.connect(cache_home)
+    con.execute("DELETE FROM vals")
+    con.commit()
+    con.close()
+    read = _reads_counted(monkeypatch)
+    third = _store_of(root)
+    assert third.misses == 0 and read == []
+    assert _answers(root) == _answers(root)
+    # A file changed: its value derived, the pack written again with it.
+    (root / "torch/other.cpp").write_text("// bar_op and foo_op now\n")
+    _older_than_racy(root / "torch/other.cpp")
+    index = RepoIndex.build(root)
+    assert root / "torch/other.cpp" in index.mentioning(b"foo_op")
+    assert index.store is not None and index.store.misses == 1
+    index.store.flush()
+    words = json.loads(_packs(cache_home)[discovery.WORDS_KIND])
+    assert any("\nbar_op\n" in v and "\nfoo_op\n" in v for v in words.values())
+    # A pack that fails its checksum is not read: the rows are (and a word written into
+    # it is not found).
+    con = sqlite3.connect(cache_home)
+    con.execute("UPDATE packs SET value = ? WHERE kind = ?",
+                (json.dumps({sha: v + "smuggled\n" for sha, v in words.items()}), discovery.WORDS_KIND))
+    con.commit()
+    con.close()
+    index = RepoIndex.build(root)
+    assert index.mentioning(b"smuggled") == []
+    assert root / "torch/other.cpp" in index.mentioning(b"foo_op")
