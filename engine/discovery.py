@@ -456,7 +456,17 @@ class RepoIndex:
         """Shell / CMake files that build Ascend kernels (the same for every operator)."""
         if self._build_scripts is None:
             store = self.content()
-            self._build_scripts = [p for p in self.scripts if store.derived(p, BUILDS_KIND, _builds) == "1"]
+            stats = self._state_stats
+            taken = 0
+            at: list[os.stat_result | None] = [None] * len(self.script_paths)
+            if stats is not None and stats[0] is phase() and phase() is not None:
+                # In the phase the state was taken in: each script's signature is the one
+                # the state stat-ed (its second group), not another `stat` each.
+                first = len(self.file_paths)
+                taken, at = stats[1], stats[2][first:first + len(self.script_paths)]
+            self._build_scripts = [
+                p for p, st in zip(self.scripts, at, strict=True)
+                if store.derived(p, BUILDS_KIND, _builds, st, None if st is None else taken) == "1"]
             store.flush()
         return self._build_scripts
 
