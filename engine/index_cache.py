@@ -199,8 +199,11 @@ class ContentStore:
     once (`read`), calls `derive(bytes or None)` and keeps the answer for `flush`."""
 
     def __init__(self, db: Path | None, read: Callable[[Path], bytes | None],
-                 under: Path | None = None) -> None:
+                 under: Path | None = None, unpacked: frozenset[str] = frozenset()) -> None:
         self.db = db
+        # Kinds never kept as a pack (`_read_pack`): asked of every file only where a table
+        # kept for the whole folder does not answer, so a pack would double the store.
+        self._unpacked = unpacked
         # Only rows of files under this folder are loaded (None: all). The store holds
         # every repository and scratch copy a user ever indexed (a corpus run adds ~10k
         # rows per copy): loading them all cost 0.6 s a command at 150k rows.
@@ -241,10 +244,11 @@ class ContentStore:
 
     @classmethod
     def open(cls, read: Callable[[Path], bytes | None], name: str = "index",
-             under: Path | None = None) -> ContentStore:
+             under: Path | None = None, unpacked: frozenset[str] = frozenset()) -> ContentStore:
         """The store `<cache dir>/<name>.sqlite`, or one in memory when the cache is off.
-        `under`: the folder whose files will be asked for (others are derived again)."""
-        return cls(cache_dir() / f"{name}.sqlite" if _enabled[0] else None, read, under)
+        `under`: the folder whose files will be asked for (others are derived again);
+        `unpacked`: kinds whose values are looked up a row a file, never packed."""
+        return cls(cache_dir() / f"{name}.sqlite" if _enabled[0] else None, read, under, unpacked)
 
     def _connect(self, db: Path) -> sqlite3.Connection:
         return _connect_store(db)
@@ -297,7 +301,7 @@ class ContentStore:
         assert self._values_query is not None
         query, args = self._values_query
         self._kinds_loaded.add(kind)
-        if self.under is not None:
+        if self.under is not None and kind not in self._unpacked:
             packed = self._read_pack(kind)
             if packed is not None:
                 for sha, value in packed.items():
@@ -507,7 +511,8 @@ class ContentStore:
         self.misses += 1
         value = derive(data)
         self._new_values[(sha, kind)] = value
-        self._pack_stale.add(kind)
+        if kind not in self._unpacked:
+            self._pack_stale.add(kind)
         return value
 
     def _found(self, sha: str, kind: str, read: bool) -> str | None:
