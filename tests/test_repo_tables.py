@@ -81,19 +81,24 @@ def _aged() -> None:
     time.sleep(index_cache.RACY_WHOLE_SECONDS_NS / 1e9 + 0.05)
 
 
-@pytest.fixture
-def asked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The sources the store is asked for their include names."""
+def asked_for(monkeypatch: pytest.MonkeyPatch, wanted: str) -> list[str]:
+    """The files the store is asked for their value of kind `wanted`, by name, from now on."""
     seen: list[str] = []
     derived = ContentStore.derived
 
     def spy(self: ContentStore, path: Path, kind: str, *args: object, **kwargs: object) -> str:
-        if kind == sharing.INCLUDES_KIND:
+        if kind == wanted:
             seen.append(Path(path).name)
         return derived(self, path, kind, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(ContentStore, "derived", spy)
     return seen
+
+
+@pytest.fixture
+def asked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The sources the store is asked for their include names."""
+    return asked_for(monkeypatch, sharing.INCLUDES_KIND)
 
 
 def includers(root: Path, name: str) -> list[str]:
@@ -205,16 +210,7 @@ def test_a_plan_answered_from_the_table_is_the_plan_without_a_cache(repo: Path, 
 @pytest.fixture
 def words_read(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The files whose word lists are asked of the store."""
-    seen: list[str] = []
-    derived = ContentStore.derived
-
-    def spy(self: ContentStore, path: Path, kind: str, *args: object, **kwargs: object) -> str:
-        if kind == discovery.WORDS_KIND:
-            seen.append(Path(path).name)
-        return derived(self, path, kind, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(ContentStore, "derived", spy)
-    return seen
+    return asked_for(monkeypatch, discovery.WORDS_KIND)
 
 
 def twice(root: Path, *words: str) -> list[str]:
