@@ -349,32 +349,37 @@ class SourcesByName(Mapping[str, list[Path]]):
 WORDS_TABLE_KIND = "words-table1"
 
 
-class WordTable:
-    """Which searchable files (their indices, ascending) hold each word: a dict indexed
-    now, or the text a run kept, a line a word (`<word>\t<indices, space-separated>`
-    after a first line break), found by `\n<word>\t` without parsing the rest: a
-    repository's 1.9 M words read in one string, the ~10 a plan asks parsed."""
+class Postings:
+    """Which items (their indices, ascending) hold each key: a dict made now, or the text
+    a run kept, a line a key (`<key>\t<indices, space-separated>` after a first line
+    break), found by `\n<key>\t` without parsing the rest: a repository's 1.9 M words, or
+    its sources' include names, read in one string, the few a plan asks parsed."""
 
     def __init__(self, source: str | dict[str, list[int]]) -> None:
         self._text = source if isinstance(source, str) else None
         self._dict = source if isinstance(source, dict) else None
 
-    def get(self, word: str) -> list[int]:
+    def get(self, key: str) -> list[int]:
         if self._dict is not None:
-            return self._dict.get(word, [])
+            return self._dict.get(key, [])
         assert self._text is not None
-        start = self._text.find(f"\n{word}\t")
-        if start < 0 or "\t" in word or "\n" in word:
+        if "\t" in key or "\n" in key:
             return []
-        start += len(word) + 2
+        start = self._text.find(f"\n{key}\t")
+        if start < 0:
+            return []
+        start += len(key) + 2
         return [int(at) for at in self._text[start:self._text.index("\n", start)].split()]
 
-    def text(self) -> str:
-        """As kept: the words are plain words (`_WORD_RE`), none with a tab or line break."""
+    def text(self) -> str | None:
+        """As kept; None when a key holds a tab or a line break (a file named so: the
+        postings are kept in memory only)."""
         if self._text is not None:
             return self._text
         assert self._dict is not None
-        return "\n" + "".join(f"{word}\t{' '.join(map(str, at))}\n" for word, at in self._dict.items())
+        if any("\t" in key or "\n" in key for key in self._dict):
+            return None
+        return "\n" + "".join(f"{key}\t{' '.join(map(str, at))}\n" for key, at in self._dict.items())
 
 
 @dataclass
@@ -412,7 +417,7 @@ class RepoIndex:
     _stem_files: dict[bytes, list[int]] | None = None
     # The files by word from the user cache (or indexed and kept), for the phase it was
     # looked up in (`_words_table`; None in it: none to be had).
-    _table: tuple[Phase, WordTable | None] | None = None
+    _table: tuple[Phase, Postings | None] | None = None
     _scripts_by_folder: dict[str, tuple[Path, ...]] | None = None
     _hashed: frozenset[str] | None = None
     # The last `state` taken: its digest, and the store's count of files found changed
@@ -1008,7 +1013,7 @@ class RepoIndex:
             self._stem_files = by_stem
         return self._stem_files
 
-    def _words_table(self) -> WordTable | None:
+    def _words_table(self) -> Postings | None:
         """The files by word, from the user cache where a run kept them for the
         searchable files as they are now (their paths and stat signatures: a kernel
         source edited leaves them), else indexed now (`_by_word`) and kept where the last
@@ -1024,20 +1029,21 @@ class RepoIndex:
         if self._table is not None and self._table[0] is current:
             return self._table[1]
         key = self._files_key()
-        table: WordTable | None = None
+        table: Postings | None = None
         if key is not None:
             text = stored_table(self.root, WORDS_TABLE_KIND, key)
             if text:
-                table = WordTable(text)
+                table = Postings(text)
             elif text == "":
                 # The last run saw the files as they are and kept their key alone: a second
                 # run over unchanged files (a sweep, a pre-commit hook on kernel edits)
                 # indexes them and keeps the table. A run after each edit of host code
                 # keeps the key only: indexing and keeping the table costs ~3 scans.
                 by_word, _ = self._by_word()
-                table = WordTable(by_word)
-                if self._files_key() == key:  # no file found changed while their words were read
-                    keep_table(self.root, WORDS_TABLE_KIND, key, table.text())
+                table = Postings(by_word)
+                kept = table.text()
+                if kept is not None and self._files_key() == key:  # no file changed meanwhile
+                    keep_table(self.root, WORDS_TABLE_KIND, key, kept)
             else:
                 keep_table(self.root, WORDS_TABLE_KIND, key, "")
         self._table = (current, table)

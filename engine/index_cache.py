@@ -291,7 +291,7 @@ class ContentStore:
     def _load_values(self, kind: str) -> None:
         """The values of `kind` of the folder's files, once (see `_values_query`): a kind
         at a time, as a question first needs it. A plan answered by the words' table
-        (`discovery.WordTable`) asks for no file's words, which are most of the store's
+        (`RepoIndex._words_table`) asks for no file's words, which are most of the store's
         bytes (11 MB on ops-nn). A value is kept under its content hash with a
         checksum, so one loaded after another run wrote is as good as one loaded with
         the paths; one that fails its checksum, or a database that cannot be read now,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from optrace.engine.analysis import Analysis
-from optrace.engine.discovery import RepoIndex, operator_dir_of, read_bounded, repo_index
+from optrace.engine.discovery import Postings, RepoIndex, operator_dir_of, read_bounded, repo_index
 from optrace.engine.includes import HeaderSearch, scan_includes
 from optrace.engine.index_cache import Phase, keep_table, phase, stored_table
 from optrace.engine.probes import looked_at
@@ -125,59 +125,35 @@ def _naming(index: RepoIndex, names: set[str]) -> list[Path]:
         # in is the walk's (sorted), digested with it all the same: a table is never
         # read against another numbering.
         key = None if state is None else state + " " + _digest(order)
-        table = stored_table(index.root, NAMES_TABLE_KIND, key) if key is not None else None
-        if table is not None:
-            known = _BY_NAME[index.root] = (current, index, _TableNames(table), order)
+        text = stored_table(index.root, NAMES_TABLE_KIND, key) if key is not None else None
+        if text is not None:
+            known = _BY_NAME[index.root] = (current, index, Postings(text), order)
         else:
             by_name: dict[str, list[int]] = {}
             for at, includer in enumerate(order):
                 for name in store.derived(Path(includer), INCLUDES_KIND, _included_names).split("\n"):
                     by_name.setdefault(name, []).append(at)
-            known = _BY_NAME[index.root] = (current, index, by_name, order)
-            if key is not None and index.phase_state() == state:  # nothing found changed meanwhile
-                text = _table_text(by_name)
-                if text is not None:
-                    keep_table(index.root, NAMES_TABLE_KIND, key, text)
-    _, _, by_name_or_table, order = known
-    return [Path(order[i]) for i in sorted({i for name in names for i in by_name_or_table.get(name, ())})]
+            table = Postings(by_name)
+            known = _BY_NAME[index.root] = (current, index, table, order)
+            kept = table.text()
+            # Kept where nothing was found changed while the names were gathered.
+            if key is not None and kept is not None and index.phase_state() == state:
+                keep_table(index.root, NAMES_TABLE_KIND, key, kept)
+    _, _, table, order = known
+    return [Path(order[i]) for i in sorted({i for name in names for i in table.get(name)})]
 
 
 def _digest(paths: list[str]) -> str:
     return hashlib.sha256("\n".join(paths).encode("utf-8", "surrogateescape")).hexdigest()
 
 
-# The table of names: a line per name, `<name>\t<the sources' numbers, space-separated>`,
-# after a first line break: a name is found by `\n<name>\t` without parsing the rest.
+# The table of names (`discovery.Postings`): the sources numbered by each name.
 NAMES_TABLE_KIND = "quoted-include-names1"
-
-
-def _table_text(by_name: dict[str, list[int]]) -> str | None:
-    """`by_name` as a table of names; None when a name holds a tab or a line break (a file
-    named so: kept in memory only)."""
-    if any("\t" in name or "\n" in name for name in by_name):
-        return None
-    return "\n" + "".join(f"{name}\t{' '.join(map(str, at))}\n" for name, at in by_name.items())
-
-
-class _TableNames:
-    """A table of names read from the user cache, asked like the dict it was made from."""
-
-    def __init__(self, text: str) -> None:
-        self._text = text
-
-    def get(self, name: str, default: tuple[int, ...] = ()) -> list[int] | tuple[int, ...]:
-        if "\t" in name or "\n" in name:
-            return default
-        start = self._text.find(f"\n{name}\t")
-        if start < 0:
-            return default
-        start += len(name) + 2
-        return [int(at) for at in self._text[start:self._text.index("\n", start)].split()]
 
 
 # Per repository root: the phase and the index its table was gathered in, each listed
 # name's sources (by their place in the index's order), and that order.
-_BY_NAME: dict[Path, tuple[Phase, RepoIndex, dict[str, list[int]] | _TableNames, list[str]]] = {}
+_BY_NAME: dict[Path, tuple[Phase, RepoIndex, Postings, list[str]]] = {}
 
 
 INCLUDES_KIND = "quoted-includes1"
