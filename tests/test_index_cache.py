@@ -834,7 +834,12 @@ def test_the_tick_counts_from_before_the_read_not_after_the_hash(
     """A file rewritten (same size, same coarse time) just after the store read it, the
     store then slow to hash it (a large file, a busy machine): the window counts from the
     stat, so the row is still not trusted and the next run reads the new bytes."""
-    tick = time.time_ns() - 5_000_000  # written 5 ms before the run, within its tick
+    # The store's clock, ours: a real one lets a busy machine (a collection of the
+    # garbage, another process) put more than the 5 ms below between the write and the
+    # store's `stat`, and the file is then rightly trusted.
+    clock = [time.time_ns()]
+    monkeypatch.setattr(index_cache.time, "time_ns", lambda: clock[0])
+    tick = clock[0] - 5_000_000  # written 5 ms before the run, within its tick
     real = index_cache.signature
     monkeypatch.setattr(index_cache, "signature", lambda st: (real(st)[0], tick, tick, real(st)[3]))
     target = tmp_path / "repo" / "a.cpp"
@@ -844,7 +849,7 @@ def test_the_tick_counts_from_before_the_read_not_after_the_hash(
     def read_then_rewritten(path: Path) -> bytes | None:
         data = read_bounded(path)
         path.write_bytes(b"bar_op();\n")  # same size, same tick: the same signature
-        time.sleep(3 * index_cache.RACY_NS / 1e9)  # the hash takes its time
+        clock[0] += 3 * index_cache.RACY_NS  # the hash takes its time
         return data
 
     first = ContentStore(cache_home, read_then_rewritten, under=target.parent)
