@@ -145,10 +145,11 @@ def test_a_source_that_starts_including_the_header_is_found_and_the_table_replac
     [before] = tables(repo)
     clip = repo / "ops/clip/op_kernel/clip.cpp"
     clip.write_text('#include "../scale/scale_kernel.h"\n' + clip.read_text())
-    # Found at once, the write still within its tick: that state is kept nowhere.
+    asked.clear()
+    # Found at once, the write still within its tick (that state is kept nowhere; on a
+    # busy machine the tick may be over by the time the state is taken, and it is kept).
     assert "ops/clip/op_kernel/clip.cpp" in includers(repo, "scale_kernel.h")
     _aged()
-    asked.clear()
     assert includers(repo, "scale_kernel.h") == [
         "ops/clip/op_kernel/clip.cpp", "ops/scale/op_kernel/scale.cpp", "ops/scale_v2/op_kernel/scale_v2.cpp"]
     assert asked  # gathered again: the state is another
