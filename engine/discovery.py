@@ -382,6 +382,24 @@ class Postings:
         return "\n" + "".join(f"{key}\t{' '.join(map(str, at))}\n" for key, at in self._dict.items())
 
 
+class Hashed:
+    """The files whose content hashes an index's state holds (`RepoIndex.hashed`): its
+    searchable files and build scripts the store could read whole ("-": over the search's
+    size bound, binary, says nothing of the bytes). A command asks it of the few files it
+    read: a set of all of them (~18k on ops-nn, each asked of the store) cost a plan
+    ~0.1-0.3 s."""
+
+    __slots__ = ("_names", "_store")
+
+    def __init__(self, names: frozenset[str], store: ContentStore) -> None:
+        self._names = names
+        self._store = store
+
+    def __contains__(self, path: object) -> bool:
+        return (isinstance(path, str) and path in self._names
+                and self._store.sha_of(path) not in (None, "-"))
+
+
 @dataclass
 class RepoIndex:
     """One walk over a repository: its searchable files, build scripts and C++ sources.
@@ -419,7 +437,7 @@ class RepoIndex:
     # looked up in (`_words_table`; None in it: none to be had).
     _table: tuple[Phase, Postings | None] | None = None
     _scripts_by_folder: dict[str, tuple[Path, ...]] | None = None
-    _hashed: frozenset[str] | None = None
+    _hashed: Hashed | None = None
     # The last `state` taken: its digest, and the store's count of files found changed
     # within the run (`ContentStore.changes`) when it was taken.
     _state: tuple[str, int] | None = None
@@ -721,14 +739,15 @@ class RepoIndex:
                                        for folder, paths in by_folder.items()}
         return self._scripts_by_folder.get(os.fspath(folder))
 
-    def hashed(self) -> frozenset[str]:
-        """The files whose content hashes `state` holds (searchable files, scripts)."""
+    def hashed(self) -> Hashed:
+        """The files whose content hashes `state` holds (searchable files, scripts), asked
+        of the few files a command read."""
         if self._hashed is None:
-            # Not a file the store could not read whole ("-": over the search's size
-            # bound, binary): its hash says nothing of its bytes.
-            store = self.content()
-            self._hashed = frozenset(os.fsdecode(p) for p in (*self.files, *self.scripts)
-                                     if store.sha_of(p) not in (None, "-"))
+            if os.fspath(Path(self.root)) != ".":
+                names = frozenset((*self.file_paths, *self.script_paths))
+            else:  # below `.` a `Path`'s text drops the walk's `./` (as `walked`)
+                names = frozenset(os.fsdecode(p) for p in (*self.files, *self.scripts))
+            self._hashed = Hashed(names, self.content())
         return self._hashed
 
     def state(self) -> str:
@@ -920,9 +939,14 @@ class RepoIndex:
         return digest == expected and self.content().changes == changes
 
     def _unchanged_since_state(self) -> bool:
-        """Whether every path the walk kept has the stat signature the signed state took
-        (`_signed_under`'s), a `stat` each now: compared one by one, not digested again (two
-        thirds of the digest's cost on ops-nn), up to the first that differs."""
+        """Whether every path the store answered of since the signed state (`_signed_under`'s)
+        by a `stat` or a read of its own (`ContentStore.unsure`) still has the signature the
+        state took, a `stat` each now, up to the first that differs. The rest it answered
+        from rows under the state's own signatures (a row's hash is the content the state
+        stands for), and the tables are kept under the state: neither can be of other
+        bytes. A file the command read itself is the entry's to check (its content hash, or
+        its change time against the walk's start when the state covers it). Stat-ing every
+        path instead cost ~0.2 s a plan on ops-nn."""
         # The signed state's own stats, not `_state_stats`: a later `state()` that failed
         # after taking its stats leaves the signed state in place (a second review's find).
         before = self._signed_stats
@@ -931,21 +955,24 @@ class RepoIndex:
         groups = self._groups()
         if len(before) != sum(len(group) for _, group in groups):
             return False  # not this walk's (cannot happen: the walk is the index's own)
+        unsure = self.store.unsure if self.store is not None else set()
+        if not unsure:
+            return True
+        # The store names a file by its `Path`'s text: the walk's own string, but below `.`
+        # (whose `./` a `Path` drops): there every path is compared.
+        every = os.fspath(Path(self.root)) == "."
         at = iter(before)
         stat = os.stat
-        taken: dict[str, os.stat_result | None] = {}  # a path in two groups: one `stat`
         for _, group in groups:
             for path in group:
                 then = next(at)
+                if not every and path not in unsure:
+                    continue
                 now: os.stat_result | None
-                if path in taken:
-                    now = taken[path]
-                else:
-                    try:
-                        now = stat(path)
-                    except OSError:
-                        now = None
-                    taken[path] = now
+                try:
+                    now = stat(path)
+                except OSError:
+                    now = None
                 if then is None or now is None:
                     if then is not now:
                         return False

@@ -223,6 +223,11 @@ class ContentStore:
         # derived while this count stayed the same saw each file as one set of bytes.
         self._seen: dict[str, str | None] = {}
         self.changes = 0
+        # The files whose bytes this store read, or whose signature it took by a `stat` of
+        # its own (not one its caller passed): what it answered of them may be of bytes a
+        # state taken earlier does not stand for (`RepoIndex.state_holds`). The rest it
+        # answered from the rows under signatures its caller took.
+        self.unsure: set[str] = set()
         # Signatures taken in the current `reading_only` phase (and which phase that is).
         self._phase: Phase | None = None
         # (signature, time.time_ns() just before its stat), by path.
@@ -444,6 +449,7 @@ class ContentStore:
                     known_sig = self._phase_sigs[key] = (signature(st), taken_ns)
                 else:
                     taken = time.time_ns()
+                    self.unsure.add(key)
                     try:
                         known_sig = self._phase_sigs[key] = (signature(os.stat(path)), taken)
                     except OSError:
@@ -452,6 +458,8 @@ class ContentStore:
             sig, taken = known_sig
         else:
             taken = time.time_ns() if taken_ns is None or st is None else taken_ns
+            if st is None or taken_ns is None:
+                self.unsure.add(key)
             try:
                 sig = signature(st or os.stat(path))
             except OSError:
@@ -461,6 +469,7 @@ class ContentStore:
         if known is not None and known[0] == sig:
             sha = known[1]
         else:
+            self.unsure.add(key)
             data, read = self._read(path), True
             sha = hashlib.sha256(data).hexdigest() if data is not None else "-"
             self._new_paths[key] = (sig, sha)
@@ -494,6 +503,7 @@ class ContentStore:
             self.hits += 1
             return value
         if not read:
+            self.unsure.add(key)
             data = self._read(path)
             fresh = hashlib.sha256(data).hexdigest() if data is not None else "-"
             if fresh != sha:
@@ -564,7 +574,7 @@ class ContentStore:
         except sqlite3.Error:
             return  # only slower next time
 
-    def sha_of(self, path: Path) -> str | None:
+    def sha_of(self, path: Path | str) -> str | None:
         """The content hash the store holds for the file: this run's, or a row loaded from the
         cache (None: neither; "-": unreadable)."""
         key = os.fsdecode(path)

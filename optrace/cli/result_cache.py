@@ -39,7 +39,7 @@ import sys
 import sysconfig
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -470,7 +470,7 @@ def _pairs(value: Any, kinds: type | tuple[type, ...]) -> list[tuple[str, Any]]:
 
 def store(kind: str, fmt: str, found: Lookup, rec: Recording, payload: object,
           schema: int, listed: Iterable[Path] = (), extra: dict[str, str] | None = None,
-          covered: Collection[str] = (), covered_since_ns: int = 0) -> bool:
+          covered: Container[str] = (), covered_since_ns: int = 0) -> bool:
     """Write the entry of a command that ran while `rec` recorded; False when it was not
     (a file it read changed while it ran, or the cache cannot be written). `listed`:
     directories looked up by name that are inputs as the listed ones are (a journal
