@@ -802,9 +802,7 @@ class BuildHookLayer(LocatingLayer[HookTarget]):
         # apply edited is read again), and the op's names are looked up in the scripts'
         # words (`build_scripts_naming_op`) instead of searching every script's bytes.
         paths = ctx.index.build_scripts()
-        store = ctx.index.content()
-        facts = [store.derived(path, _RANK_KIND, _rank_facts).split(" ") for path in paths]
-        store.flush()
+        facts = [value.split(" ") for value in ctx.index.script_values(_RANK_KIND, _rank_facts)]
         scripts = [LayerFile(path, int(line), "copies / builds the kernels")
                    for path, (line, _) in zip(paths, facts, strict=True)]
         if len(scripts) > 1:

@@ -10,11 +10,13 @@ override any of it.
 from __future__ import annotations
 
 import hashlib
+import itertools
+import json
 import os
 import re
 import struct
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -27,6 +29,7 @@ from optrace.engine.index_cache import (
     ContentStore,
     Phase,
     Signature,
+    StoredHashes,
     keep_table,
     phase,
     signature,
@@ -310,6 +313,7 @@ def _include_names(data: bytes | None) -> str:
 _STATE_FORMAT = b"optrace-index-state 2\0"
 # The word table's key's (`RepoIndex._files_key`).
 _FILES_KEY_FORMAT = b"optrace-searchable-files 2\0"
+_SCRIPTS_KEY_FORMAT = b"optrace-scripts 1\0"
 # A path's stat signature as the state's digest takes it (size, mtime, ctime, inode), and
 # a path that could not be stat-ed (no size is negative).
 _PACKED_SIGNATURE = struct.Struct("<qqqQ")
@@ -322,6 +326,39 @@ _WALK_RULES = hashlib.sha256(repr(("walk 1", sorted(SKIP_DIRS), sorted(_INDEXED_
 
 # `RepoIndex._state`'s count for a state taken from the signatures alone.
 _SIGNED = -1
+
+
+def _places(text: str | None, count: int) -> list[int] | None:
+    """A table of places among `count` items (space-separated, ascending); None for none
+    kept or one that is not such (read as any other input)."""
+    if text is None:
+        return None
+    try:
+        at = [int(p) for p in text.split()]
+    except ValueError:
+        return None
+    if any(not 0 <= p < count for p in at) or any(a >= b for a, b in itertools.pairwise(at)):
+        return None
+    return at
+
+
+def _strings(text: str | None, count: int) -> list[str] | None:
+    """A table of `count` strings (a JSON list); None for none kept or another shape."""
+    if not text:
+        return None
+    try:
+        values = json.loads(text)
+    except ValueError:
+        return None
+    if not (isinstance(values, list) and len(values) == count and all(isinstance(v, str) for v in values)):
+        return None
+    return values
+
+
+def _group_digest(fmt: bytes, paths: list[str], packed: list[bytes]) -> str:
+    """A digest of one group of the state's paths and their packed signatures."""
+    names = "\0".join(paths).encode("utf-8", "surrogateescape")
+    return hashlib.sha256(fmt + names + b"\0" + b"".join(packed)).hexdigest()
 
 
 def word_key(word: bytes) -> bytes:
@@ -354,6 +391,11 @@ class SourcesByName(Mapping[str, list[Path]]):
 
 # The files by word, kept in the user cache (`RepoIndex._words_table`).
 WORDS_TABLE_KIND = "words-table1"
+# Which of the scripts build kernels (their places in the walk's order), and a value of
+# each build script by kind (`RepoIndex.script_values`): kept in the user cache under the
+# scripts' paths and signatures.
+BUILD_SCRIPTS_TABLE_KIND = "build-scripts1"
+SCRIPT_VALUES_TABLE_KIND = "script-values1 "
 
 
 class Postings:
@@ -394,17 +436,22 @@ class Hashed:
     searchable files and build scripts the store could read whole ("-": over the search's
     size bound, binary, says nothing of the bytes). A command asks it of the few files it
     read: a set of all of them (~18k on ops-nn, each asked of the store) cost a plan
-    ~0.1-0.3 s."""
+    ~0.1-0.3 s. The index's store when this run opened it (its hashes of this run
+    included), else the rows kept (a plan answered from the tables opens none)."""
 
-    __slots__ = ("_names", "_store")
+    __slots__ = ("_index", "_names", "_stored")
 
-    def __init__(self, names: frozenset[str], store: ContentStore) -> None:
+    def __init__(self, names: frozenset[str], index: RepoIndex) -> None:
         self._names = names
-        self._store = store
+        self._index = index
+        self._stored = StoredHashes()
 
     def __contains__(self, path: object) -> bool:
-        return (isinstance(path, str) and path in self._names
-                and self._store.sha_of(path) not in (None, "-"))
+        if not (isinstance(path, str) and path in self._names):
+            return False
+        store = self._index.store
+        sha = store.sha_of(path) if store is not None else self._stored.get(path)
+        return sha not in (None, "-")
 
 
 @dataclass
@@ -470,8 +517,13 @@ class RepoIndex:
     _in_state_order: list[tuple[str, list[str]]] | None = None  # `_groups`, once made
     # The stats a state taken from the signatures alone was taken from (`_signed_under`'s).
     _signed_stats: list[os.stat_result | None] | None = None
-    # The stats `_signatures` last digested and their searchable files' part (`_files_key`).
-    _files_digest: tuple[list[os.stat_result | None], str] | None = None
+    # The stats `_signatures` last digested, their searchable files' part (`_files_key`)
+    # and their scripts' (`_scripts_key`).
+    _files_digest: tuple[list[os.stat_result | None], str, str] | None = None
+    # The build scripts' places among `script_paths`, and a value of each by kind for the
+    # phase it was taken in (`script_values`).
+    _build_at: list[int] | None = None
+    _script_values: dict[str, tuple[Phase, list[str]]] = field(default_factory=dict)
     # Whether the last state taken from the hashes saw a source changed within its tick.
     _racy_state: bool = False
     # Whether the last state is one a later run can take again: found kept, or kept now
@@ -487,22 +539,64 @@ class RepoIndex:
         return self.store
 
     def build_scripts(self) -> list[Path]:
-        """Shell / CMake files that build Ascend kernels (the same for every operator)."""
+        """Shell / CMake files that build Ascend kernels (the same for every operator):
+        from the user cache where a run kept them for the scripts as they are now (their
+        paths and signatures), else each script's kind asked of the store (~4k on ops-nn,
+        ~0.08 s) and kept for the next run (`_scripts_key`)."""
         if self._build_scripts is None:
-            store = self.content()
-            stats = self._state_stats
-            taken = 0
-            at: list[os.stat_result | None] = [None] * len(self.script_paths)
-            if stats is not None and stats[0] is phase() and phase() is not None:
-                # In the phase the state was taken in: each script's signature is the one
-                # the state stat-ed (its second group), not another `stat` each.
-                first = len(self.file_paths)
-                taken, at = stats[1], stats[2][first:first + len(self.script_paths)]
-            self._build_scripts = [
-                p for p, st in zip(self.scripts, at, strict=True)
-                if store.derived(p, BUILDS_KIND, _builds, st, None if st is None else taken) == "1"]
-            store.flush()
+            key = self._scripts_key()
+            at = _places(stored_table(self.root, BUILD_SCRIPTS_TABLE_KIND, key), len(self.script_paths)) \
+                if key is not None else None
+            if at is None:
+                store = self.content()
+                taken, stats = self._script_stats()
+                at = [i for i, (p, st) in enumerate(zip(self.scripts, stats, strict=True))
+                      if store.derived(p, BUILDS_KIND, _builds, st, None if st is None else taken) == "1"]
+                store.flush()
+                if key is not None and self._scripts_key() == key:  # no file changed meanwhile
+                    keep_table(self.root, BUILD_SCRIPTS_TABLE_KIND, key, " ".join(map(str, at)))
+            self._build_at = at
+            self._build_scripts = [Path(self.script_paths[i]) for i in at]
         return self._build_scripts
+
+    def script_values(self, kind: str, derive: Callable[[bytes | None], str]) -> list[str]:
+        """`derive(bytes)` of each build script, in `build_scripts`' order, kept in the
+        store under `kind` by content: what every operator's build-hook search asks of the
+        same scripts (~1,500 on ops-nn). In a `reading_only` phase, from the user cache
+        where a run kept them for the scripts as they are now (`_scripts_key`), else
+        derived and kept for the next; outside one, asked of the store each time (apply
+        may have edited a script)."""
+        current = phase()
+        known = self._script_values.get(kind)
+        if known is not None and current is not None and known[0] is current:
+            return known[1]
+        paths = self.build_scripts()
+        key = self._scripts_key()
+        table = SCRIPT_VALUES_TABLE_KIND + kind
+        values = _strings(stored_table(self.root, table, key), len(paths)) if key is not None else None
+        if values is None:
+            store = self.content()
+            taken, stats = self._script_stats()
+            assert self._build_at is not None
+            at = [stats[i] for i in self._build_at]
+            values = [store.derived(p, kind, derive, st, None if st is None else taken)
+                      for p, st in zip(paths, at, strict=True)]
+            store.flush()
+            if key is not None and self._scripts_key() == key:
+                keep_table(self.root, table, key, json.dumps(values))
+        if current is not None:
+            self._script_values[kind] = (current, values)
+        return values
+
+    def _script_stats(self) -> tuple[int, list[os.stat_result | None]]:
+        """When the state began and its `stat` of each script (its second group), in the
+        phase the state was taken in: the signatures a question of the scripts takes, not
+        another `stat` each; (0, None each) otherwise."""
+        stats = self._state_stats
+        if stats is not None and stats[0] is phase() and phase() is not None:
+            first = len(self.file_paths)
+            return stats[1], stats[2][first:first + len(self.script_paths)]
+        return 0, [None] * len(self.script_paths)
 
     def includers(self) -> dict[str, list[Path]]:
         """Every C / C++ file of the repository (kernel sources included) by the names of
@@ -537,11 +631,11 @@ class RepoIndex:
                     found.setdefault(word, set()).update(scripts)
             return found
         self._script_scans += 1
-        store = self.content()
         wanted = [b"\n" + k + b"\n" for k in keys]
         out: dict[bytes, set[Path]] = {}
-        for path in self.build_scripts():
-            listed = store.derived(path, SCRIPT_WORDS_KIND, _script_words).encode("ascii")
+        for path, words in zip(self.build_scripts(), self.script_values(SCRIPT_WORDS_KIND, _script_words),
+                               strict=True):
+            listed = words.encode("ascii")
             if not listed:
                 continue
             # Each line's normal form where the line was: the words are ASCII.
@@ -551,7 +645,6 @@ class RepoIndex:
             for word, key in zip(listed.split(b"\n"), folded[1:-1].split(b"\n"), strict=True):
                 if key in keys:
                     out.setdefault(word, set()).add(path)
-        store.flush()
         return out
 
     def build_script_words(self) -> dict[bytes, dict[bytes, set[Path]]]:
@@ -756,7 +849,7 @@ class RepoIndex:
                 names = frozenset((*self.file_paths, *self.script_paths))
             else:  # below `.` a `Path`'s text drops the walk's `./` (as `walked`)
                 names = frozenset(os.fsdecode(p) for p in (*self.files, *self.scripts))
-            self._hashed = Hashed(names, self.content())
+            self._hashed = Hashed(names, self)
         return self._hashed
 
     def state(self) -> str:
@@ -833,10 +926,11 @@ class RepoIndex:
             names.extend(group)
         h = hashlib.sha256(_STATE_FORMAT)
         h.update("\0".join(names).encode("utf-8", "surrogateescape") + b"\0" + b"".join(packed))
-        files = self.file_paths  # the first group
-        files_key = hashlib.sha256(_FILES_KEY_FORMAT + "\0".join(files).encode("utf-8", "surrogateescape")
-                                   + b"\0" + b"".join(packed[:len(files)])).hexdigest()
-        self._files_digest = (stats, files_key)
+        files, scripts = self.file_paths, self.script_paths  # the first two groups
+        n = len(files)
+        files_key = _group_digest(_FILES_KEY_FORMAT, files, packed[:n])
+        scripts_key = _group_digest(_SCRIPTS_KEY_FORMAT, scripts, packed[n:n + len(scripts)])
+        self._files_digest = (stats, files_key, scripts_key)
         h.update("".join(self._link_lines()).encode("utf-8", "surrogateescape"))
         return h.hexdigest()
 
@@ -1098,13 +1192,23 @@ class RepoIndex:
         """A digest of the searchable files' paths, in order, and the stat signatures the
         phase's state took of them (made with the state's, `_signatures`); None when that
         state is not one to keep a table under (`phase_state`)."""
+        digests = self._group_digests()
+        return digests[0] if digests is not None else None
+
+    def _scripts_key(self) -> str | None:
+        """As `_files_key`, of the scripts (what the build scripts' tables are kept under:
+        a kernel or a host file edited leaves them)."""
+        digests = self._group_digests()
+        return digests[1] if digests is not None else None
+
+    def _group_digests(self) -> tuple[str, str] | None:
         if self.phase_state() is None or self._state_stats is None:
             return None
         stats = self._state_stats[2]
         if self._files_digest is None or self._files_digest[0] is not stats:
             self._signatures(stats)
         assert self._files_digest is not None
-        return self._files_digest[1]
+        return self._files_digest[1], self._files_digest[2]
 
     def _by_word(self) -> tuple[dict[str, list[int]], dict[bytes, list[int]]]:
         """The files (their indices, ascending) holding each word, and named by each name

@@ -36,7 +36,6 @@ def operators_including(root: Path, headers: list[Path], own: Path) -> dict[Path
     if not headers:
         return {}
     index = repo_index(root)
-    store = index.content()
     search = HeaderSearch(root, index.sources)
     wanted = {h.resolve() for h in headers}
     names = {os.fsencode(h.name) for h in headers}
@@ -66,7 +65,8 @@ def operators_including(root: Path, headers: list[Path], own: Path) -> dict[Path
                 looked_at(target)
             if target is not None and target.resolve() in wanted:
                 found[target.resolve()].add(op)
-    store.flush()
+    if index.store is not None:  # not opened where the table of names answered
+        index.store.flush()
     return {h: tuple(sorted(found[h.resolve()])) for h in headers}
 
 
@@ -111,9 +111,9 @@ def _naming(index: RepoIndex, names: set[str]) -> list[Path]:
     plan of an unchanged repository (one process an operator: a pre-commit hook, the
     corpus) looks its names up instead of gathering them again (~0.5 s on ops-nn).
     Otherwise every source is asked (apply may have written one)."""
-    store = index.content()
     current = phase()
     if current is None:
+        store = index.content()
         return [includer for paths in index.sources.values() for includer in paths
                 if not names.isdisjoint(store.derived(includer, INCLUDES_KIND, _included_names).split("\n"))]
     known = _BY_NAME.get(index.root)
@@ -129,6 +129,7 @@ def _naming(index: RepoIndex, names: set[str]) -> list[Path]:
         if text is not None:
             known = _BY_NAME[index.root] = (current, index, Postings(text), order)
         else:
+            store = index.content()
             by_name: dict[str, list[int]] = {}
             for at, includer in enumerate(order):
                 for name in store.derived(Path(includer), INCLUDES_KIND, _included_names).split("\n"):

@@ -312,3 +312,133 @@ def test_no_word_table_outside_a_phase_or_with_the_cache_off(repo: Path, words_r
     index_cache.set_enabled(False)
     assert twice(repo, "scale") == HOST
     assert not (repo.parent / "cache/optrace/index.sqlite").exists() or word_tables(repo) == []
+
+
+# --- the build scripts and what each build script gives --------------------------------
+
+SCRIPTS = {
+    "build.sh": "#!/bin/bash\ncp -r ops/scale/op_kernel build/op_kernel\ncmake --build build\n",
+    "cmake/kernels.cmake": "add_ascendc_kernels(scale_kernels ops/scale/op_kernel)\n",
+    "scripts/ci/lint.sh": "#!/bin/bash\nruff check .\n",  # builds nothing
+}
+
+
+@pytest.fixture
+def scripts_repo(repo: Path) -> Path:
+    for rel, text in SCRIPTS.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    _aged()
+    return repo
+
+
+@pytest.fixture
+def scripts_asked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The scripts asked of the store, for their kind or their words."""
+    seen: list[str] = []
+    derived = ContentStore.derived
+
+    def spy(self: ContentStore, path: Path, kind: str, *args: object, **kwargs: object) -> str:
+        if kind in (discovery.BUILDS_KIND, discovery.SCRIPT_WORDS_KIND):
+            seen.append(f"{kind}:{Path(path).name}")
+        return derived(self, path, kind, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ContentStore, "derived", spy)
+    return seen
+
+
+def build_scripts(root: Path) -> tuple[list[str], list[str], bool]:
+    """A run of its own, after the index's state: the build scripts, each one's words,
+    and whether the index opened its store."""
+    forget_repo_indexes()
+    with reading_only():
+        index = repo_index(root)
+        index.state()
+        names = [p.relative_to(root).as_posix() for p in index.build_scripts()]
+        words = index.script_values(discovery.SCRIPT_WORDS_KIND, discovery._script_words)
+        return names, words, index.store is not None
+
+
+BUILDING = ["build.sh", "cmake/kernels.cmake"]
+
+
+def test_the_build_scripts_and_their_words_are_kept_until_a_script_changes(
+        scripts_repo: Path, scripts_asked: list[str]) -> None:
+    names, words, _ = build_scripts(scripts_repo)
+    assert names == BUILDING
+    assert "cp" in words[0].split("\n") and "add_ascendc_kernels" in words[1].split("\n")
+    assert sorted(scripts_asked) == ["builds1:build.sh", "builds1:kernels.cmake", "builds1:lint.sh",
+                                     "script-words1:build.sh", "script-words1:kernels.cmake"]
+    scripts_asked.clear()
+    # A later run of the unchanged repository: no script asked, no store opened.
+    assert build_scripts(scripts_repo) == (names, words, False)
+    assert scripts_asked == []
+    # A kernel source edited leaves them (the state is taken from the hashes again).
+    clip = scripts_repo / "ops/clip/op_kernel/clip.cpp"
+    clip.write_text(clip.read_text() + "// edited\n")
+    _aged()
+    assert build_scripts(scripts_repo)[:2] == (names, words)
+    assert scripts_asked == []
+    # A script that starts building the kernels is found, its words derived, the tables
+    # replaced; the next run reads them.
+    lint = scripts_repo / "scripts/ci/lint.sh"
+    lint.write_text(lint.read_text() + "cmake -S ops/clip/op_kernel -B build\n")
+    _aged()
+    names, words, _ = build_scripts(scripts_repo)
+    assert names == [*BUILDING, "scripts/ci/lint.sh"] and "ruff" in words[2].split("\n")
+    assert "builds1:lint.sh" in scripts_asked
+    scripts_asked.clear()
+    assert build_scripts(scripts_repo) == (names, words, False)
+    assert scripts_asked == []
+
+
+def test_a_damaged_scripts_table_is_not_read(scripts_repo: Path, scripts_asked: list[str]) -> None:
+    expected = build_scripts(scripts_repo)
+    db = sqlite3.connect(scripts_repo.parent / "cache/optrace/index.sqlite")
+    try:  # the script that builds nothing said to build, the checksum left as it was
+        db.execute("UPDATE tables SET value = ? WHERE kind = ?",
+                   ("0 1 2", discovery.BUILD_SCRIPTS_TABLE_KIND))
+        db.execute("UPDATE tables SET value = '[]' WHERE kind LIKE ?",
+                   (discovery.SCRIPT_VALUES_TABLE_KIND + "%",))
+        db.commit()
+    finally:
+        db.close()
+    scripts_asked.clear()
+    names, words, _ = build_scripts(scripts_repo)
+    assert (names, words) == expected[:2]
+    assert "builds1:lint.sh" in scripts_asked and "script-words1:build.sh" in scripts_asked
+
+
+def test_outside_a_phase_each_question_asks_the_store(scripts_repo: Path, scripts_asked: list[str]) -> None:
+    """apply edits scripts between its questions: outside a `reading_only` phase a
+    script's words are asked of the store each time (a `stat` each), never a table."""
+    build_scripts(scripts_repo)
+    build_scripts(scripts_repo)  # the tables kept
+    forget_repo_indexes()
+    index = repo_index(scripts_repo)
+    index.state()
+    scripts_asked.clear()
+    first = index.script_values(discovery.SCRIPT_WORDS_KIND, discovery._script_words)
+    build = scripts_repo / "build.sh"
+    build.write_text(build.read_text() + "echo optrace_hook\n")
+    again = index.script_values(discovery.SCRIPT_WORDS_KIND, discovery._script_words)
+    assert "optrace_hook" not in first[0].split("\n") and "optrace_hook" in again[0].split("\n")
+    assert scripts_asked.count("script-words1:build.sh") == 2
+
+
+def test_a_plan_with_build_scripts_from_the_tables_is_the_plan_without_a_cache(
+        scripts_repo: Path, scripts_asked: list[str]) -> None:
+    for _ in range(2):  # the second run finds the tables kept by the first
+        forget_repo_indexes()
+        assert runner.invoke(app, ["plan", str(scripts_repo / "ops/clip")]).exit_code == 0
+    scripts_asked.clear()
+    forget_repo_indexes()
+    cached = runner.invoke(app, ["plan", str(scripts_repo / "ops/scale"), "--format", "json"])
+    assert cached.exit_code == 0, cached.output
+    assert scripts_asked == []
+    forget_repo_indexes()
+    bare = runner.invoke(app, ["plan", str(scripts_repo / "ops/scale"), "--format", "json", "--no-cache"])
+    assert bare.exit_code == 0, bare.output
+    assert scripts_asked  # asked of the store without the cache
+    assert json.loads(cached.stdout) == json.loads(bare.stdout)
+    assert json.loads(cached.stdout)["operators"][0]["layers"]["build_script"][0]["file"] == "build.sh"
