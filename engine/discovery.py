@@ -491,6 +491,7 @@ class RepoIndex:
     # looked up in (`_words_table`; None in it: none to be had).
     _table: tuple[Phase, Postings | None] | None = None
     _scripts_by_folder: dict[str, tuple[Path, ...]] | None = None
+    _script_names_by_folder: dict[str, list[str]] = field(default_factory=dict)
     _hashed: Hashed | None = None
     # The last `state` taken: its digest, and the store's count of files found changed
     # within the run (`ContentStore.changes`) when it was taken.
@@ -833,13 +834,27 @@ class RepoIndex:
         ask it of each of a thousand folders (a `Path`'s hash and parent cost more than
         the rest)."""
         if self._scripts_by_folder is None:
-            by_folder: dict[str, list[Path]] = {}
-            for path in self.scripts:
-                by_folder.setdefault(os.fspath(path.parent), []).append(path)
-            self._scripts_by_folder = {folder: tuple(sorted((p for p in paths if p.name.endswith(".sh")),
-                                                            key=lambda p: p.name))
-                                       for folder, paths in by_folder.items()}
-        return self._scripts_by_folder.get(os.fspath(folder))
+            by_folder: dict[str, list[str]] = {}
+            if os.fspath(Path(self.root)) != ".":
+                # By the paths' text (a `Path` each of ~4k scripts cost more than the rest):
+                # the walk's strings are their `Path`s' text (as `walked`).
+                for path in self.script_paths:
+                    cut = path.rfind(os.sep)
+                    by_folder.setdefault(path[:cut] if cut > 0 else path[:cut + 1], []).append(path)
+            else:  # below `.`, whose `./` a `Path` drops
+                for script in self.scripts:
+                    by_folder.setdefault(os.fspath(script.parent), []).append(os.fspath(script))
+            self._scripts_by_folder = {}
+            self._script_names_by_folder = by_folder
+        key = os.fspath(folder)
+        found = self._scripts_by_folder.get(key)
+        if found is None:
+            paths = self._script_names_by_folder.get(key)
+            if paths is None:
+                return None
+            found = self._scripts_by_folder[key] = tuple(sorted((Path(p) for p in paths if p.endswith(".sh")),
+                                                                key=lambda p: p.name))
+        return found
 
     def hashed(self) -> Hashed:
         """The files whose content hashes `state` holds (searchable files, scripts), asked
