@@ -36,6 +36,7 @@ from optrace.engine.index_cache import (
     stored_listing,
     stored_state,
     stored_table,
+    stored_table_bytes,
 )
 from optrace.engine.index_cache import racy_tick as _racy_tick
 from optrace.engine.names import op_name_pattern, same_op
@@ -402,10 +403,11 @@ class Postings:
     """Which items (their indices, ascending) hold each key: a dict made now, or the text
     a run kept, a line a key (`<key>\t<indices, space-separated>` after a first line
     break), found by `\n<key>\t` without parsing the rest: a repository's 1.9 M words, or
-    its sources' include names, read in one string, the few a plan asks parsed."""
+    its sources' include names, read in one string, the few a plan asks parsed. The text
+    may be its UTF-8 bytes (`stored_table_bytes`)."""
 
-    def __init__(self, source: str | dict[str, list[int]]) -> None:
-        self._text = source if isinstance(source, str) else None
+    def __init__(self, source: str | bytes | dict[str, list[int]]) -> None:
+        self._text = source if isinstance(source, (str, bytes)) else None
         self._dict = source if isinstance(source, dict) else None
 
     def get(self, key: str) -> list[int]:
@@ -414,15 +416,25 @@ class Postings:
         assert self._text is not None
         if "\t" in key or "\n" in key:
             return []
-        start = self._text.find(f"\n{key}\t")
+        text = self._text
+        if isinstance(text, bytes):
+            wanted = b"\n" + key.encode("utf-8", "surrogateescape") + b"\t"
+            start = text.find(wanted)
+            if start < 0:
+                return []
+            start += len(wanted)
+            return [int(at) for at in text[start:text.index(b"\n", start)].split()]
+        start = text.find(f"\n{key}\t")
         if start < 0:
             return []
         start += len(key) + 2
-        return [int(at) for at in self._text[start:self._text.index("\n", start)].split()]
+        return [int(at) for at in text[start:text.index("\n", start)].split()]
 
     def text(self) -> str | None:
         """As kept; None when a key holds a tab or a line break (a file named so: the
         postings are kept in memory only)."""
+        if isinstance(self._text, bytes):
+            return self._text.decode("utf-8", "surrogateescape")
         if self._text is not None:
             return self._text
         assert self._dict is not None
@@ -1185,10 +1197,10 @@ class RepoIndex:
         key = self._files_key()
         table: Postings | None = None
         if key is not None:
-            text = stored_table(self.root, WORDS_TABLE_KIND, key)
+            text = stored_table_bytes(self.root, WORDS_TABLE_KIND, key)
             if text:
                 table = Postings(text)
-            elif text == "":
+            elif text == b"":
                 # The last run saw the files as they are and kept their key alone: a second
                 # run over unchanged files (a sweep, a pre-commit hook on kernel edits)
                 # indexes them and keeps the table. A run after each edit of host code

@@ -159,6 +159,12 @@ def _check(kind: str, sha: str, value: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
+def _check_bytes(kind: str, sha: str, value: bytes) -> str:
+    """`_check` of a value read as its UTF-8 bytes (the same checksum)."""
+    head = f"{_SCHEMA}\0{kind}\0{sha}\0".encode("utf-8", "surrogateescape")
+    return hashlib.sha256(head + value).hexdigest()[:16]
+
+
 def _connect_store(db: Path) -> sqlite3.Connection:
     """A connection to the store `db` with its tables made (those an earlier optrace's store
     lacks included)."""
@@ -716,7 +722,8 @@ def _root_key(root: Path) -> str | None:
     return key if _storable(key) else None
 
 
-def _stored_row(root: Path, query: str, *more: str) -> tuple[str, tuple[object, ...] | None] | None:
+def _stored_row(root: Path, query: str, *more: str,
+                as_bytes: bool = False) -> tuple[str, tuple[object, ...] | None] | None:
     """The folder's key and the row `query` selects for it (None: no such row); None
     with the cache off, or when the store cannot be read (no such table: a store of an
     earlier optrace; a damaged file). Opens the store's file alone, loading none of its
@@ -727,6 +734,8 @@ def _stored_row(root: Path, query: str, *more: str) -> tuple[str, tuple[object, 
         return None
     try:
         con = _sqlite(db)
+        if as_bytes:
+            con.text_factory = bytes  # TEXT as its UTF-8 bytes, not decoded
         try:
             row = con.execute(query, (key, *more)).fetchone()
         finally:
@@ -803,6 +812,20 @@ def stored_table(root: Path, kind: str, key: str) -> str | None:
     if row is None or row[0] != kind or row[1] != key or not isinstance(row[2], str):
         return None
     if row[3] != _check("table " + kind, key, row[2]):
+        return None
+    return row[2]
+
+
+def stored_table_bytes(root: Path, kind: str, key: str) -> bytes | None:
+    """`stored_table` as the value's UTF-8 bytes: a large table (every searchable file's
+    words, ~12 MB on ops-nn) is searched in them for the few keys a plan asks, not decoded
+    and encoded again for its checksum whole (~45 ms)."""
+    found = _stored_row(root, "SELECT kind, key, value, chk FROM tables WHERE root = ? AND kind = ?", kind,
+                        as_bytes=True)
+    row = found[1] if found is not None else None
+    if row is None or row[0] != kind.encode() or row[1] != key.encode() or not isinstance(row[2], bytes):
+        return None
+    if row[3] != _check_bytes("table " + kind, key, row[2]).encode():
         return None
     return row[2]
 

@@ -442,3 +442,13 @@ def test_a_plan_with_build_scripts_from_the_tables_is_the_plan_without_a_cache(
     assert scripts_asked  # asked of the store without the cache
     assert json.loads(cached.stdout) == json.loads(bare.stdout)
     assert json.loads(cached.stdout)["operators"][0]["layers"]["build_script"][0]["file"] == "build.sh"
+
+
+def test_postings_answer_the_same_from_the_text_its_bytes_and_the_dict() -> None:
+    table = {"scale": [0, 2], "größe": [1], "op_add": [0, 1, 2]}
+    text = discovery.Postings(table).text()
+    assert text is not None
+    forms = [discovery.Postings(table), discovery.Postings(text), discovery.Postings(text.encode())]
+    for key in ("scale", "größe", "op_add", "missing", "sca", "a\tb", ""):
+        assert len({tuple(p.get(key)) for p in forms}) == 1, key
+    assert forms[2].text() == text
