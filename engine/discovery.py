@@ -444,22 +444,30 @@ class Postings:
 
 
 class Hashed:
-    """The files whose content hashes an index's state holds (`RepoIndex.hashed`): its
-    searchable files and build scripts the store could read whole ("-": over the search's
-    size bound, binary, says nothing of the bytes). A command asks it of the few files it
-    read: a set of all of them (~18k on ops-nn, each asked of the store) cost a plan
-    ~0.1-0.3 s. The index's store when this run opened it (its hashes of this run
-    included), else the rows kept (a plan answered from the tables opens none)."""
+    """The files an index's state stands for the bytes of (`RepoIndex.hashed`): its
+    searchable files and build scripts by content hash, where the store could read them
+    whole ("-": over the search's size bound, binary, says nothing of the bytes); its
+    C / C++ sources by stat signature (a source changed has another change time, change
+    times do not go back, and no state is kept when one changed within its tick). A
+    command asks it of the few files it read: a set of all of them (~18k on ops-nn, each
+    asked of the store) cost a plan ~0.1-0.3 s. The index's store when this run opened
+    it (its hashes of this run included), else the rows kept (a plan answered from the
+    tables opens none)."""
 
-    __slots__ = ("_index", "_names", "_stored")
+    __slots__ = ("_index", "_names", "_sources", "_stored")
 
-    def __init__(self, names: frozenset[str], index: RepoIndex) -> None:
+    def __init__(self, names: frozenset[str], sources: frozenset[str], index: RepoIndex) -> None:
         self._names = names
+        self._sources = sources
         self._index = index
         self._stored = StoredHashes()
 
     def __contains__(self, path: object) -> bool:
-        if not (isinstance(path, str) and path in self._names):
+        if not isinstance(path, str):
+            return False
+        if path in self._sources:
+            return True
+        if path not in self._names:
             return False
         store = self._index.store
         sha = store.sha_of(path) if store is not None else self._stored.get(path)
@@ -869,14 +877,18 @@ class RepoIndex:
         return found
 
     def hashed(self) -> Hashed:
-        """The files whose content hashes `state` holds (searchable files, scripts), asked
-        of the few files a command read."""
+        """The files `state` stands for the bytes of (searchable files and scripts by
+        content hash, C / C++ sources by signature), asked of the few files a command
+        read: an entry lists none of them (a first plan reads every source of ops-nn for
+        their include names: ~4.5k files an entry, hashed again at each lookup)."""
         if self._hashed is None:
             if os.fspath(Path(self.root)) != ".":
                 names = frozenset((*self.file_paths, *self.script_paths))
+                sources = frozenset(p for paths in self.source_paths.values() for p in paths)
             else:  # below `.` a `Path`'s text drops the walk's `./` (as `walked`)
                 names = frozenset(os.fsdecode(p) for p in (*self.files, *self.scripts))
-            self._hashed = Hashed(names, self)
+                sources = frozenset(os.fsdecode(p) for paths in self.sources.values() for p in paths)
+            self._hashed = Hashed(names, sources, self)
         return self._hashed
 
     def state(self) -> str:

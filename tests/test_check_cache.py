@@ -167,15 +167,16 @@ def test_a_corrupt_or_foreign_entry_is_ignored_and_rebuilt(repo: Path, runs: lis
 
 def test_the_index_state_stands_for_the_repository_and_listed_files_are_their_bytes(repo: Path) -> None:
     """The entry holds the repository index's state (every path walked, each searchable
-    file's content hash) instead of a line per file the index hashed; every file it does
-    list is there with the SHA-256 of its bytes."""
+    file's content hash, each C / C++ source's signature) instead of a line per file the
+    state stands for; every file it does list is there with the SHA-256 of its bytes."""
     _check(repo)
     [entry] = _entries()
     doc = _read(entry)
     listed = dict(doc["files"])
     assert set(doc["extra"]) == {"index"}
     assert not any(p.endswith((HOST, SAMPLE)) for p in listed)  # the index hashed them
-    assert any(p.endswith(KERNEL) for p in listed)  # kernel sources: not the index's
+    assert not any(p.endswith(KERNEL) for p in listed)  # the state holds their signatures
+    assert listed  # files outside the repository's index (the compile check's)
     for path, want in listed.items():  # None: a file gone since (the compile check's stub)
         assert want == (hashlib.sha256(Path(path).read_bytes()).hexdigest()
                         if os.path.exists(path) else None), path

@@ -342,15 +342,21 @@ def test_with_an_output_file_every_operator_is_planned(repo: Path, runs: list[Pa
 
 def test_the_index_state_follows_other_operators_kernels_and_not_whole_files(repo: Path) -> None:
     """Another operator's kernel source (whose includes are derived without reading it)
-    changes the state; a file the store could not read whole is not one the state covers."""
+    changes the state; a file the store could not read whole is not one the state covers
+    by its content (a Python file), but a C / C++ source is covered by its signature
+    whatever its size."""
     other = repo / "src" / "cam" / "comm_operator" / "ascend_kernels" / "other_op" / "op_kernel" / "o.cpp"
     other.parent.mkdir(parents=True)
     other.write_text('#include "a.h"\n')
     big = repo / "src" / "cam" / "big_host.cpp"
     big.write_bytes(b"// x\n" * (SEARCH_LIMIT_BYTES // 5 + 1))
+    big_py = repo / "src" / "cam" / "big_caller.py"
+    big_py.write_bytes(b"# x\n" * (SEARCH_LIMIT_BYTES // 4 + 1))
     first = RepoIndex.build(repo)
     state = first.state()
-    assert os.fspath(big) not in first.hashed() and os.fspath(repo / SAMPLE) in first.hashed()
+    covered = first.hashed()
+    assert os.fspath(big_py) not in covered and os.fspath(repo / SAMPLE) in covered
+    assert os.fspath(big) in covered and os.fspath(other) in covered
     other.write_text('#include "a.h"\n#include "../../moe_fused_gmm/op_kernel/moe_fused_gmm.h"\n')
     assert RepoIndex.build(repo).state() != state
 
