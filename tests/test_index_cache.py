@@ -320,6 +320,16 @@ def test_a_state_taken_from_signatures_holds_while_they_do(cache_home: Path, tmp
     assert not index.state_holds(state)
 
 
+def _change(root: Path, change: str) -> None:
+    """A C / C++ source or a build script given another signature, a searchable file gone."""
+    if change == "source touched":
+        os.utime(root / "ops/foo_op/op_kernel/foo_op.cpp", ns=(1, 1))
+    elif change == "file removed":
+        (root / "tests/test_foo.py").unlink()
+    elif change == "script touched":
+        os.utime(root / "build.sh", ns=(1, 1))
+
+
 @pytest.mark.parametrize("change", ["none", "source touched", "file removed", "script touched"])
 def test_a_signed_state_holds_while_what_was_asked_since_has_its_signatures(cache_home: Path,
                                                                            tmp_path: Path,
@@ -333,12 +343,7 @@ def test_a_signed_state_holds_while_what_was_asked_since_has_its_signatures(cach
     state = RepoIndex.build(root).state()
     index = RepoIndex.build(root)
     assert index.state() == state and index.store is None  # taken from the signatures
-    if change == "source touched":
-        os.utime(root / "ops/foo_op/op_kernel/foo_op.cpp", ns=(1, 1))
-    elif change == "file removed":
-        (root / "tests/test_foo.py").unlink()
-    elif change == "script touched":
-        os.utime(root / "build.sh", ns=(1, 1))
+    _change(root, change)
     index.includers()  # every source's include names
     index.mentioning(b"foo_op")  # every searchable file's words
     index.build_scripts()  # every script's kind
@@ -358,12 +363,7 @@ def test_a_signed_state_holds_when_nothing_asked_since_changed(cache_home: Path,
     state = RepoIndex.build(root).state()
     index = RepoIndex.build(root)
     assert index.state() == state and index.store is None
-    if change == "source touched":
-        os.utime(root / "ops/foo_op/op_kernel/foo_op.cpp", ns=(1, 1))
-    elif change == "file removed":
-        (root / "tests/test_foo.py").unlink()
-    elif change == "script touched":
-        os.utime(root / "build.sh", ns=(1, 1))
+    _change(root, change)
     assert index.state_holds(state)
     if change == "source touched":
         index.includers()

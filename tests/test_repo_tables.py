@@ -13,6 +13,7 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -182,19 +183,26 @@ def test_no_table_is_kept_with_the_cache_off(repo: Path, asked: list[str]) -> No
     assert not (repo.parent / "cache/optrace/index.sqlite").exists()
 
 
-def test_a_plan_answered_from_the_table_is_the_plan_without_a_cache(repo: Path, asked: list[str]) -> None:
-    # scale's plan keeps the table; scale_v2's (its own header included by scale_v3) reads it.
-    assert runner.invoke(app, ["plan", str(repo / "ops/scale")]).exit_code == 0
+def cached_equals_bare(op_dir: Path, asked: list[str]) -> dict[str, Any]:
+    """The operator's JSON plan with the tables kept (nothing in `asked` from now on) and
+    without any cache (asked again): the same; the plan's operator."""
     asked.clear()
-    cached = runner.invoke(app, ["plan", str(repo / "ops/scale_v2"), "--format", "json"])
+    cached = runner.invoke(app, ["plan", str(op_dir), "--format", "json"])
     assert cached.exit_code == 0, cached.output
     assert asked == []
     forget_repo_indexes()
-    bare = runner.invoke(app, ["plan", str(repo / "ops/scale_v2"), "--format", "json", "--no-cache"])
+    bare = runner.invoke(app, ["plan", str(op_dir), "--format", "json", "--no-cache"])
     assert bare.exit_code == 0, bare.output
     assert asked  # no table without the cache
     assert json.loads(cached.stdout) == json.loads(bare.stdout)
-    op = json.loads(cached.stdout)["operators"][0]
+    op: dict[str, Any] = json.loads(cached.stdout)["operators"][0]
+    return op
+
+
+def test_a_plan_answered_from_the_table_is_the_plan_without_a_cache(repo: Path, asked: list[str]) -> None:
+    # scale's plan keeps the table; scale_v2's (its own header included by scale_v3) reads it.
+    assert runner.invoke(app, ["plan", str(repo / "ops/scale")]).exit_code == 0
+    op = cached_equals_bare(repo / "ops/scale_v2", asked)
     assert [(o["file"], o["included_by"]) for o in op["outside"]] == [
         ("ops/scale/op_kernel/scale_kernel.h", ["ops/scale"])]
     # scale_v3 compiles scale_v2's class header: its steps are measured at the call site,
@@ -431,17 +439,9 @@ def test_a_plan_with_build_scripts_from_the_tables_is_the_plan_without_a_cache(
     for _ in range(2):  # the second run finds the tables kept by the first
         forget_repo_indexes()
         assert runner.invoke(app, ["plan", str(scripts_repo / "ops/clip")]).exit_code == 0
-    scripts_asked.clear()
     forget_repo_indexes()
-    cached = runner.invoke(app, ["plan", str(scripts_repo / "ops/scale"), "--format", "json"])
-    assert cached.exit_code == 0, cached.output
-    assert scripts_asked == []
-    forget_repo_indexes()
-    bare = runner.invoke(app, ["plan", str(scripts_repo / "ops/scale"), "--format", "json", "--no-cache"])
-    assert bare.exit_code == 0, bare.output
-    assert scripts_asked  # asked of the store without the cache
-    assert json.loads(cached.stdout) == json.loads(bare.stdout)
-    assert json.loads(cached.stdout)["operators"][0]["layers"]["build_script"][0]["file"] == "build.sh"
+    op = cached_equals_bare(scripts_repo / "ops/scale", scripts_asked)
+    assert op["layers"]["build_script"][0]["file"] == "build.sh"
 
 
 def test_postings_answer_the_same_from_the_text_its_bytes_and_the_dict() -> None:
