@@ -319,6 +319,24 @@ _SCRIPTS_KEY_FORMAT = b"optrace-scripts 1\0"
 # a path that could not be stat-ed (no size is negative).
 _PACKED_SIGNATURE = struct.Struct("<qqqQ")
 _GONE = _PACKED_SIGNATURE.pack(-1, -1, -1, 0)
+# The same bytes for a signature whose times fall outside 64 bits of nanoseconds (before
+# 1677 or after 2262: a filesystem keeps them): each number modulo 2**64, which is what the
+# signed form writes for every number inside them.
+_WRAPPED_SIGNATURE = struct.Struct("<QQQQ")
+_WRAP = (1 << 64) - 1
+
+
+def _packed(stats: list[os.stat_result | None]) -> list[bytes]:
+    """Each stat's signature packed (`_PACKED_SIGNATURE`; `_GONE` for none)."""
+    pack, gone = _PACKED_SIGNATURE.pack, _GONE
+    try:
+        return [gone if st is None else pack(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+                for st in stats]
+    except struct.error:
+        wrap, m = _WRAPPED_SIGNATURE.pack, _WRAP
+        return [gone if st is None
+                else wrap(st.st_size & m, st.st_mtime_ns & m, st.st_ctime_ns & m, st.st_ino & m)
+                for st in stats]
 
 
 # What the walk keeps, and its version: a listing kept by a walk of other rules (another
@@ -395,7 +413,7 @@ WORDS_TABLE_KIND = "words-table1"
 # Which of the scripts build kernels (their places in the walk's order), and a value of
 # each build script by kind (`RepoIndex.script_values`): kept in the user cache under the
 # scripts' paths and signatures.
-BUILD_SCRIPTS_TABLE_KIND = "build-scripts1"
+BUILD_SCRIPTS_TABLE_KIND = "build-scripts1 "  # + BUILDS_KIND: which derivation it holds
 SCRIPT_VALUES_TABLE_KIND = "script-values1 "
 
 
@@ -566,8 +584,9 @@ class RepoIndex:
         ~0.08 s) and kept for the next run (`_scripts_key`)."""
         if self._build_scripts is None:
             key = self._scripts_key()
-            at = _places(stored_table(self.root, BUILD_SCRIPTS_TABLE_KIND, key), len(self.script_paths)) \
-                if key is not None else None
+            table = BUILD_SCRIPTS_TABLE_KIND + BUILDS_KIND
+            kept = stored_table(self.root, table, key) if key is not None else None
+            at = _places(kept, len(self.script_paths))
             if at is None:
                 store = self.content()
                 taken, stats = self._script_stats()
@@ -575,7 +594,7 @@ class RepoIndex:
                       if store.derived(p, BUILDS_KIND, _builds, st, None if st is None else taken) == "1"]
                 store.flush()
                 if key is not None and self._scripts_key() == key:  # no file changed meanwhile
-                    keep_table(self.root, BUILD_SCRIPTS_TABLE_KIND, key, " ".join(map(str, at)))
+                    keep_table(self.root, table, key, " ".join(map(str, at)))
             self._build_at = at
             self._build_scripts = [Path(self.script_paths[i]) for i in at]
         return self._build_scripts
@@ -953,9 +972,7 @@ class RepoIndex:
         numbers, not written out (a third of the time on ops-nn's ~27k paths, taken by
         every run); the searchable files' part is digested apart as well: the word table's
         key (`_files_key`) for the same stats."""
-        pack, gone = _PACKED_SIGNATURE.pack, _GONE
-        packed = [gone if st is None else pack(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-                  for st in stats]
+        packed = _packed(stats)
         # Each group's tag and count, then its paths, NUL between all (no path holds one):
         # no two walks give the same bytes. One string for all (the sources are a group
         # a name: ~11k on ops-nn).

@@ -74,6 +74,14 @@ def racy_tick(sig: Signature) -> int:
     return RACY_WHOLE_SECONDS_NS if sig[1] % 1_000_000_000 == 0 and sig[2] % 1_000_000_000 == 0 else RACY_NS
 
 
+def _still(path: Path, sig: Signature) -> bool:
+    """Whether the file has the signature `sig` now."""
+    try:
+        return signature(os.stat(path)) == sig
+    except OSError:
+        return False
+
+
 def _racy(sig: Signature, now_ns: int) -> bool:
     """Whether a file of this signature, hashed at `now_ns`, may change within its
     timestamp's tick without its signature changing."""
@@ -479,7 +487,11 @@ class ContentStore:
             data, read = self._read(path), True
             sha = hashlib.sha256(data).hexdigest() if data is not None else "-"
             self._new_paths[key] = (sig, sha)
-            if _racy(sig, taken):
+            # Not trusted either when the file changed between its signature's `stat` and
+            # this read (a `stat` after it tells): the bytes may be a later write's, and a
+            # row kept under the earlier signature would give them to the state that
+            # signature stands for (another run's too, a state taken from it included).
+            if _racy(sig, taken) or not _still(path, sig):
                 self._racy.add(key)
             else:
                 self._racy.discard(key)

@@ -971,3 +971,49 @@ def test_a_kinds_values_are_read_from_its_pack(cache_home: Path, tmp_path: Path,
     con.commit()
     con.close()
     assert sorted(p.name for p in RepoIndex.build(root).build_scripts()) == ["build.sh", "run.sh"]
+
+
+def test_a_file_changed_between_its_signature_and_its_read_is_not_trusted(cache_home: Path,
+                                                                          tmp_path: Path) -> None:
+    """A row keeps a file's hash under the signature taken before the read (in a phase,
+    the state's, taken earlier): a file written in between gave the new bytes to the old
+    signature, which a later run (or a state taken from it) would trust. A `stat` after the
+    read tells: the row is not trusted, and a state taken from the hashes is not kept."""
+    root = _repo(tmp_path / "repo")
+    _older_than_racy(root / "build.sh")
+    path = root / "tests/test_foo.py"
+    taken = time.time_ns()  # the signature's time: past the file's tick
+    before = os.stat(path)
+    path.write_text("# foo_op, written after the signature was taken\n")
+    _older_than_racy(path)
+    store = ContentStore(None, read_bounded)
+    with index_cache.reading_only():
+        sha = store.current_sha(path, before, taken_ns=taken)
+        assert sha == hashlib.sha256(path.read_bytes()).hexdigest()
+        assert store.racy(path)
+        unchanged = root / "build.sh"
+        taken = time.time_ns()
+        store.current_sha(unchanged, os.stat(unchanged), taken_ns=taken)
+        assert not store.racy(unchanged)
+
+
+def test_a_time_past_64_bits_of_nanoseconds_is_a_signature_like_any(cache_home: Path, tmp_path: Path) -> None:
+    """A filesystem keeps modification times past 2262 (or before 1677): the state's
+    packed signatures take them (modulo 2**64), a plan does not fail, and a change of such
+    a file is a new state."""
+    root = _repo(tmp_path / "repo")
+    source = root / "ops/foo_op/op_kernel/foo_op.cpp"
+    far = 11_000_000_000 * 10**9  # the year 2318
+    try:
+        os.utime(source, ns=(far, far))
+    except (OSError, OverflowError):
+        pytest.skip("this filesystem keeps no such time")
+    if os.stat(source).st_mtime_ns != far:
+        pytest.skip("this filesystem keeps no such time")
+    _older_than_racy(root / "build.sh")
+    state = RepoIndex.build(root).state()
+    assert RepoIndex.build(root).state() == state
+    os.utime(source, ns=(far + 1, far + 1))
+    assert RepoIndex.build(root).state() != state
+    res = runner.invoke(app, ["plan", str(root / "ops/foo_op")])
+    assert res.exit_code == 0, res.output

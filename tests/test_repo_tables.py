@@ -405,7 +405,7 @@ def test_a_damaged_scripts_table_is_not_read(scripts_repo: Path, scripts_asked: 
     db = sqlite3.connect(scripts_repo.parent / "cache/optrace/index.sqlite")
     try:  # the script that builds nothing said to build, the checksum left as it was
         db.execute("UPDATE tables SET value = ? WHERE kind = ?",
-                   ("0 1 2", discovery.BUILD_SCRIPTS_TABLE_KIND))
+                   ("0 1 2", discovery.BUILD_SCRIPTS_TABLE_KIND + discovery.BUILDS_KIND))
         db.execute("UPDATE tables SET value = '[]' WHERE kind LIKE ?",
                    (discovery.SCRIPT_VALUES_TABLE_KIND + "%",))
         db.commit()
