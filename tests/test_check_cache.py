@@ -27,7 +27,7 @@ import optrace.pipeline.check as check_module
 from optrace.cli import check_cache, check_fast, result_cache
 from optrace.engine.journal import Journal, _operator_journals, journal_stem
 from optrace.pipeline.check_report import CheckReport
-from optrace.runtime.usercache import cache_root, decode_entry, encode_entry
+from optrace.runtime.usercache import EXPANDED, cache_root, decode_entry, encode_entry
 
 
 @pytest.fixture(scope="module")
@@ -429,8 +429,12 @@ def test_the_user_bound_keeps_the_cache_small(repo: Path, runs: list[Path], tmp_
     shutil.copytree(repo, other)
     config = Path(os.environ["XDG_CONFIG_HOME"]) / "optrace" / "config.toml"
     config.parent.mkdir(parents=True, exist_ok=True)
-    # Entries get at least half the bound (the repository index may hold the other half).
-    config.write_text(f"[limits]\ncache_bytes = {2 * size + size // 2}\n")
+    # Entries get at least half the bound (the repository index may hold the other half),
+    # and an entry's JSON is kept only within EXPANDED times the bound (one that lists
+    # little compresses past that ratio): room for one entry, not two.
+    bound = max(2 * size + size // 2, len(zlib.decompress(entry.read_bytes())) // EXPANDED + 64)
+    assert bound < 4 * size
+    config.write_text(f"[limits]\ncache_bytes = {bound}\n")
     _check(other)  # its own entry: the older one goes
     assert len(_entries()) == 1 and len(runs) == 2
     _check(other)
