@@ -163,12 +163,11 @@ def store_bound() -> int:
 
 
 def _check(kind: str, sha: str, value: str) -> str:
-    text = f"{_SCHEMA}\0{kind}\0{sha}\0{value}"
-    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return _check_bytes(kind, sha, value.encode("utf-8", "surrogateescape"))
 
 
 def _check_bytes(kind: str, sha: str, value: bytes) -> str:
-    """`_check` of a value read as its UTF-8 bytes (the same checksum)."""
+    """A row's checksum, of its value's UTF-8 bytes (a value read as text: `_check`)."""
     head = f"{_SCHEMA}\0{kind}\0{sha}\0".encode("utf-8", "surrogateescape")
     return hashlib.sha256(head + value).hexdigest()[:16]
 
