@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from test_host_layers import cli, snapshot
 
+from optrace.engine import sharing
+
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SHARED = "norm/rms_norm/op_kernel/rms_norm_kernel.h"
 
@@ -102,3 +104,62 @@ def test_a_shared_base_header_does_not_take_the_runtime_include(repo: Path) -> N
     other.write_text(original)  # only the owner includes it now: it takes the include
     assert cli("apply", str(repo / "norm/rms_norm"), "--write")[0] == 0
     assert '#include "optrace_runtime.h"' in (kernel / "rms_norm_base.h").read_text()
+
+
+def _notes_by_operator(out: str) -> dict[str, list[str]]:
+    """Each planned operator's notes (every region's), by the operator's folder name."""
+    notes: dict[str, list[str]] = {}
+    for op in json.loads(out)["operators"]:
+        found: list[str] = []
+
+        def walk(region: dict[str, object], found: list[str] = found) -> None:
+            found.extend(region.get("notes", []))  # type: ignore[arg-type]
+            for child in region.get("children", []):  # type: ignore[union-attr]
+                walk(child)  # type: ignore[arg-type]
+
+        walk(op["tree"])
+        notes[Path(op["op_dir"]).name] = found
+    return notes
+
+
+def test_one_run_reads_each_other_source_once_for_every_operator(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Operators laid out alike name their own headers alike (`finalize.h` in two
+    operators here, `block/part_3.h` in each of a generated forest's): each operator of a
+    run asks who else includes its headers, of every source naming one of their file
+    names. One run reads such a source once, not once per operator asking, and each
+    operator still gets its own answer; the next run reads again and sees an edit."""
+    v2 = repo / "norm/rms_norm_v2"
+    v3 = repo / "norm/rms_norm_v3"
+    shutil.copytree(v2, v3)
+    (v3 / "op_kernel/rms_norm_v2.cpp").rename(v3 / "op_kernel/rms_norm_v3.cpp")
+    entry3 = v3 / "op_kernel/rms_norm_v3.cpp"
+    entry3.write_text(entry3.read_text().replace("void rms_norm_v2(", "void rms_norm_v3("))
+    reads: list[str] = []
+    real = sharing.read_bounded
+
+    def counted(path: Path, *args: object) -> bytes | None:
+        reads.append(path.relative_to(repo).as_posix())
+        return real(path, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sharing, "read_bounded", counted)
+    ops = [str(repo / "norm" / name) for name in ("rms_norm", "rms_norm_v2", "rms_norm_v3")]
+    code, out, err = cli("plan", *ops, "--format", "json", "--jobs", "1", "--no-cache")
+    assert code == 0, out + err
+    # rms_norm asks of both other entries (they name rms_norm_kernel.h), v2 of v3's and
+    # v3 of v2's (each names a finalize.h): each entry asked of twice, read once.
+    entries = ["norm/rms_norm_v2/op_kernel/rms_norm_v2.cpp", "norm/rms_norm_v3/op_kernel/rms_norm_v3.cpp"]
+    assert set(entries) <= set(reads) and len(reads) == len(set(reads)), reads
+    shared = "which another operator compiles too"
+    notes = _notes_by_operator(out)
+    process = "RmsNormKernel::Process is defined in rms_norm_kernel.h, " + shared
+    assert f"{process} (norm/rms_norm_v2 and 1 more): traced at the call site" in notes["rms_norm"], notes
+    assert not [n for n in notes["rms_norm_v2"] + notes["rms_norm_v3"] if shared in n], notes
+    # v3 stops including the owner's header: the next run sees it.
+    for path in (entry3, v3 / "op_kernel/finalize.h"):
+        path.write_text(path.read_text().replace('#include "../rms_norm/rms_norm_kernel.h"\n', ""))
+    reads.clear()
+    code, out, err = cli("plan", ops[0], "--format", "json", "--jobs", "1", "--no-cache")
+    assert code == 0, out + err
+    assert reads and not [r for r in reads if r.startswith("norm/rms_norm_v3/")], reads  # named no more
+    assert f"{process} (norm/rms_norm_v2): traced at the call site" in _notes_by_operator(out)["rms_norm"]
