@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from optrace.engine.analysis import Analysis
@@ -47,13 +47,14 @@ def operators_including(root: Path, headers: list[Path], own: Path) -> dict[Path
         op, op_real = _owner(memo, root, includer)
         if op is None or op_real == own_real:
             continue
-        leads = _leads(memo, search, includer)
+        leads = _leads(memo, includer)
         read_elsewhere(includer, leads.identity)  # read here or earlier in the phase: an input
         if not leads.read:
             continue
-        for name, local, target, target_real in leads.directives:
+        for at, name in enumerate(leads.names):
             if name not in names:
                 continue
+            local, target, target_real = leads.where(at, search, includer)
             looked_at(local)  # there or not, and where it leads, decide who includes the header
             if target is not None and target is not local:
                 looked_at(target)
@@ -66,13 +67,26 @@ def operators_including(root: Path, headers: list[Path], own: Path) -> dict[Path
 
 @dataclass(frozen=True)
 class _Leads:
-    """Where one source's quoted includes lead: per directive its file name, the path
-    beside the includer, the file it finds (that path, or `HeaderSearch`'s) and that
-    file's real path. `identity`: the file when it was read (None: not read, or gone)."""
+    """One source's quoted includes: each one's target and file name, and, once asked,
+    where it leads (:meth:`where`). `identity`: the file when it was read (None: not read,
+    or gone)."""
 
     read: bool
     identity: Identity | None
-    directives: tuple[tuple[bytes, Path, Path | None, Path | None], ...]
+    targets: tuple[str, ...] = ()
+    names: tuple[bytes, ...] = ()
+    # Per directive asked of: the path beside the includer, the file it finds (that
+    # path, or `HeaderSearch`'s) and that file's real path. Only the directives naming a
+    # header asked about are resolved: most of a repository's never are.
+    _where: dict[int, tuple[Path, Path | None, Path | None]] = field(default_factory=dict)
+
+    def where(self, at: int, search: HeaderSearch, includer: Path) -> tuple[Path, Path | None, Path | None]:
+        known = self._where.get(at)
+        if known is None:
+            local = includer.parent / self.targets[at]
+            target = local if local.exists() else search.find(self.targets[at], includer)
+            known = self._where[at] = (local, target, target.resolve() if target is not None else None)
+        return known
 
 
 class _Memo:
@@ -112,30 +126,23 @@ def _owner(memo: _Memo, root: Path, includer: Path) -> tuple[Path | None, Path |
     return known
 
 
-def _leads(memo: _Memo, search: HeaderSearch, includer: Path) -> _Leads:
+def _leads(memo: _Memo, includer: Path) -> _Leads:
     leads = memo.leads.get(includer)
     if leads is None:
-        leads = memo.leads[includer] = _learn(search, includer)
+        leads = memo.leads[includer] = _learn(includer)
     return leads
 
 
-def _learn(search: HeaderSearch, includer: Path) -> _Leads:
+def _learn(includer: Path) -> _Leads:
     data = read_bounded(includer)
     if data is None:
-        return _Leads(False, None, ())
+        return _Leads(False, None)
     try:
         identity: Identity | None = identity_of(os.stat(includer))
     except OSError:
         identity = None
-    directives = []
-    for directive in scan_includes(data):
-        if not directive.quoted:
-            continue
-        name = os.fsencode(directive.target.rsplit("/", 1)[-1])
-        local = includer.parent / directive.target
-        target = local if local.exists() else search.find(directive.target, includer)
-        directives.append((name, local, target, target.resolve() if target is not None else None))
-    return _Leads(True, identity, tuple(directives))
+    targets = tuple(d.target for d in scan_includes(data) if d.quoted)
+    return _Leads(True, identity, targets, tuple(os.fsencode(t.rsplit("/", 1)[-1]) for t in targets))
 
 
 # Per repository root: the memo of the phase running (the last one).
