@@ -7,14 +7,16 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from optrace.engine.analysis import Analysis
 from optrace.engine.discovery import Postings, RepoIndex, operator_dir_of, read_bounded, repo_index
 from optrace.engine.includes import HeaderSearch, scan_includes
-from optrace.engine.index_cache import Phase, keep_table, phase, stored_table
+from optrace.engine.index_cache import Phase, Signature, keep_table, phase, racy_tick, signature, stored_table
 from optrace.engine.probes import Identity, identity_of, looked_at, read_elsewhere
+from optrace.engine.source import overlay_holds
 
 
 @dataclass(frozen=True)
@@ -134,15 +136,45 @@ def _leads(memo: _Memo, includer: Path) -> _Leads:
 
 
 def _learn(includer: Path) -> _Leads:
+    """Read and scan `includer`. Outside a phase, what a source's read and scan gave is
+    kept by its stat signature (as apply's scaffold question keeps its answers): an apply
+    of many operators asks each source again for every operator, twice (its plan and its
+    proof), and a write between two operators gives the file another signature. Never
+    kept from a file written within its clock's tick, changed while it was read, or read
+    through apply's proof's overlay; where its includes lead is asked again each call."""
+    key = os.fspath(includer)
+    taken = time.time_ns()
+    try:
+        before = os.stat(includer)
+    except OSError:
+        before = None
+    sig = signature(before) if before is not None else None
+    if phase() is None and sig is not None and before is not None and not overlay_holds(before):
+        known = _SCANNED.get(key)
+        if known is not None and known[0] == sig:
+            return replace(known[1], identity=identity_of(before), _where={})
     data = read_bounded(includer)
     if data is None:
         return _Leads(False, None)
-    try:
-        identity: Identity | None = identity_of(os.stat(includer))
-    except OSError:
-        identity = None
     targets = tuple(d.target for d in scan_includes(data) if d.quoted)
-    return _Leads(True, identity, targets, tuple(os.fsencode(t.rsplit("/", 1)[-1]) for t in targets))
+    leads = _Leads(True, identity_of(before) if before is not None else None, targets,
+                   tuple(os.fsencode(t.rsplit("/", 1)[-1]) for t in targets))
+    if sig is not None and before is not None and not overlay_holds(before) \
+            and max(sig[1], sig[2]) < taken - racy_tick(sig):
+        try:
+            after = signature(os.stat(includer))
+        except OSError:
+            after = None
+        if after == sig:
+            if len(_SCANNED) >= _SCANNED_BOUND:
+                _SCANNED.pop(next(iter(_SCANNED)))
+            _SCANNED[key] = (sig, leads)
+    return leads
+
+
+# Each source's scanned includes by its path, under the signature they were read at.
+_SCANNED: dict[str, tuple[Signature, _Leads]] = {}
+_SCANNED_BOUND = 1 << 16  # a repository's sources (ops-nn: ~10k) and room
 
 
 # Per repository root: the memo of the phase running (the last one).

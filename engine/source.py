@@ -20,6 +20,7 @@ from optrace.runtime.regular import NotRegularFile as NotRegularFile
 from optrace.runtime.regular import TooLarge as TooLarge
 from optrace.runtime.regular import limit as limit
 from optrace.runtime.regular import overlaid as overlaid
+from optrace.runtime.regular import overlay_holds as overlay_holds
 from optrace.runtime.regular import read_regular as read_regular
 
 # AscendC qualifiers that tree-sitter-cpp does not know; blanked to spaces before parsing.

@@ -11,12 +11,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
 from test_host_layers import cli, snapshot
 
 from optrace.engine import sharing
+from optrace.engine.index_cache import RACY_NS
+from optrace.engine.source import overlaid
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SHARED = "norm/rms_norm/op_kernel/rms_norm_kernel.h"
@@ -163,3 +166,53 @@ def test_one_run_reads_each_other_source_once_for_every_operator(
     assert code == 0, out + err
     assert reads and not [r for r in reads if r.startswith("norm/rms_norm_v3/")], reads  # named no more
     assert f"{process} (norm/rms_norm_v2): traced at the call site" in _notes_by_operator(out)["rms_norm"]
+
+
+def _settled(*paths: Path) -> None:
+    """Past their clock's tick (`RACY_NS`): a later write gives each another signature."""
+    assert all(p.stat().st_mtime_ns % 1_000_000_000 for p in paths)  # a clock with fractions
+    time.sleep(3 * RACY_NS / 1e9)
+
+
+def test_outside_a_run_of_plans_a_source_is_read_again_only_when_it_changed(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """apply asks who includes each operator's headers twice an operator (its plan and
+    its proof), and writes between operators: a source is read again only when its
+    signature changed, and never answered from memory while the proof reads other bytes
+    in its place."""
+    owner = repo / "norm/rms_norm"
+    header = owner / "op_kernel/rms_norm_kernel.h"
+    other = repo / "norm/rms_norm_v2/op_kernel/rms_norm_v2.cpp"
+    finalize = other.parent / "finalize.h"
+    _settled(other, finalize)
+    reads: list[str] = []
+    real = sharing.read_bounded
+
+    def counted(path: Path, *args: object) -> bytes | None:
+        reads.append(path.name)
+        return real(path, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sharing, "read_bounded", counted)
+    monkeypatch.setattr(sharing, "_SCANNED", {})
+    v2 = (repo / "norm/rms_norm_v2").resolve()
+    ask = lambda: sharing.operators_including(repo, [header], owner)  # noqa: E731
+    assert ask() == {header: (v2,)}
+    assert sorted(reads) == ["finalize.h", "rms_norm_v2.cpp"]
+    reads.clear()
+    assert ask() == {header: (v2,)} and reads == []
+    # Apply's proof reads other bytes in the entry's place: read, and not kept.
+    without = other.read_bytes().replace(b'#include "../rms_norm/rms_norm_kernel.h"', b"")
+    st = other.stat()
+    with overlaid({(st.st_dev, st.st_ino): without}):
+        assert ask() == {header: (v2,)}  # finalize.h still includes it
+        assert reads == ["rms_norm_v2.cpp"]
+    reads.clear()
+    assert ask() == {header: (v2,)} and reads == []
+    # Both written since, the include commented out (still named, so still asked): read
+    # again, and the answer follows.
+    for path in (other, finalize):
+        path.write_bytes(path.read_bytes().replace(b'#include "../rms_norm/rms_norm_kernel.h"',
+                                                   b'// #include "../rms_norm/rms_norm_kernel.h"'))
+    _settled(other, finalize)
+    assert ask() == {header: ()}
+    assert sorted(reads) == ["finalize.h", "rms_norm_v2.cpp"]
